@@ -1,0 +1,3 @@
+"""Placeholder until the group is written."""
+
+CHECKS: list = []

@@ -1,0 +1,123 @@
+"""gpufleet command line: the same engine the Ansible modules run.
+
+    gpufleet collect [--out FILE]                 record NVML + sysfs readings as JSON
+    gpufleet check [--group G ...] [--json]       run checks, print a host document
+    gpufleet report RUN_DIR [--expect-host H ...] aggregate hosts/*.json into reports
+
+Exit codes: 0 ok (check: ran; report: every node accepted), 1 report found a
+node that failed acceptance, 2 bad input (the message names what is wrong).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from gpufleet import collect, engine, schema
+from gpufleet.checks import GROUPS
+from gpufleet.errors import InputError
+
+
+def _json_arg(text: str | None, what: str) -> dict:
+    if not text:
+        return {}
+    try:
+        val = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{what} is not valid JSON ({exc.msg} at char {exc.pos}); expected a JSON object") from None
+    if val is None:
+        return {}
+    if not isinstance(val, dict):
+        raise InputError(f"{what} must be a JSON object of threshold -> value, got {type(val).__name__}")
+    return val
+
+
+def _load_readings(path: str) -> dict:
+    try:
+        doc = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise InputError(f"readings file {path} cannot be read: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"readings file {path} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    if not isinstance(doc, dict) or "nvml" not in doc or "host" not in doc:
+        raise InputError(f"readings file {path}: expected an object with 'nvml' and 'host' (from `gpufleet collect`)")
+    return doc
+
+
+def cmd_collect(args) -> int:
+    text = json.dumps(collect.read_all(args.root), indent=1, sort_keys=True)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    else:
+        print(text)
+    return 0
+
+
+def cmd_check(args) -> int:
+    readings = _load_readings(args.readings) if args.readings else collect.read_all(args.root)
+    doc = engine.check_host(
+        readings,
+        args.group or None,
+        host=args.host,
+        profile_name=args.profile,
+        overrides=_json_arg(args.thresholds, "--thresholds"),
+        profile_dir=args.profile_dir,
+    )
+    if args.json:
+        print(json.dumps(doc, sort_keys=True))
+    else:
+        for r in doc["results"]:
+            print(f"{r['status']:5}  {r['check']:24} {r['reason']}")
+        print(f"verdict: {schema.verdict(doc['results'])}")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from gpufleet import report  # the node side does not need the renderers
+
+    summary = report.build(Path(args.run_dir), expected_hosts=args.expect_host or None)
+    print(json.dumps(summary, sort_keys=True) if args.json else report.summary_text(summary))
+    return 1 if summary["verdict"] == schema.FAIL else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gpufleet", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    c = sub.add_parser("collect", help="record NVML and sysfs readings as JSON")
+    c.add_argument("--root", default="/", help="filesystem root to read sysfs/procfs under (tests)")
+    c.add_argument("--out", help="write to this file instead of stdout")
+    c.set_defaults(func=cmd_collect)
+
+    k = sub.add_parser("check", help="run node checks and print a host document")
+    k.add_argument("--group", action="append", choices=list(GROUPS), help="check group (repeatable; default all)")
+    k.add_argument("--readings", help="replay a recording from `gpufleet collect` instead of reading this host")
+    k.add_argument("--root", default="/", help="filesystem root to read sysfs/procfs under (tests)")
+    k.add_argument("--host", help="host name to record (default: this host's name)")
+    k.add_argument("--profile", help="force a profile by name instead of matching the GPU name")
+    k.add_argument("--profile-dir", help="directory of profile YAML files")
+    k.add_argument("--thresholds", help="JSON object of threshold overrides (gpufleet_thresholds)")
+    k.add_argument("--json", action="store_true", help="print the host document as JSON")
+    k.set_defaults(func=cmd_check)
+
+    r = sub.add_parser("report", help="aggregate RUN_DIR/hosts/*.json into report.{json,md,html} and junit.xml")
+    r.add_argument("run_dir")
+    r.add_argument("--expect-host", action="append", help="a host that must appear (missing ones are reported as errors)")
+    r.add_argument("--json", action="store_true", help="print the summary as JSON")
+    r.set_defaults(func=cmd_report)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except InputError as exc:
+        print(f"gpufleet {args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

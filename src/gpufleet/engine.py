@@ -1,0 +1,73 @@
+"""Run check groups over readings and build one host document."""
+
+from __future__ import annotations
+
+import platform
+import socket
+import time
+
+from gpufleet import __version__, profiles, schema
+from gpufleet.checks import GROUPS
+from gpufleet.errors import InputError
+
+
+def first_gpu_name(readings: dict) -> str | None:
+    gpus = (readings.get("nvml") or {}).get("gpus") or []
+    return gpus[0].get("name") if gpus else None
+
+
+def versions(readings: dict) -> dict:
+    nv = readings.get("nvml") or {}
+    host = readings.get("host") or {}
+    return {
+        "engine": __version__,
+        "driver": nv.get("driver_version"),
+        "cuda_driver": nv.get("cuda_driver_version"),
+        "nvml": nv.get("nvml_version"),
+        "kernel": host.get("kernel"),
+        "os": host.get("os"),
+        "python": platform.python_version(),
+    }
+
+
+def check_host(
+    readings: dict,
+    groups: list[str] | None = None,
+    *,
+    host: str | None = None,
+    profile_name: str | None = None,
+    overrides: dict | None = None,
+    profile_dir=None,
+) -> dict:
+    """One host document. Raises profiles.ProfileError for bad profile input."""
+    groups = groups or list(GROUPS)
+    unknown = [g for g in groups if g not in GROUPS]
+    if unknown:
+        raise InputError(f"unknown check group(s) {unknown}; expected some of {list(GROUPS)}")
+    started, t0 = schema.utc_now(), time.monotonic()
+    profile = profiles.resolve(
+        first_gpu_name(readings), profile_name=profile_name, overrides=overrides, profile_dir=profile_dir
+    )
+    results = []
+    for group in groups:
+        for name, fn in GROUPS[group]:
+            results.append(schema.timed(group, name, lambda fn=fn: fn(readings, profile)))
+    if profile["note"] and "gpu_inventory" in groups:  # said once per host, not once per group
+        results.append(
+            dict(
+                schema.result("profile", schema.WARN, profile["note"], remedy="add a profile under files/profiles/ or set gpufleet_profile"),
+                group="profile",
+                started=started,
+                seconds=0.0,
+            )
+        )
+    return {
+        "schema_version": schema.SCHEMA_VERSION,
+        "host": host or socket.gethostname(),
+        "engine_version": __version__,
+        "profile": {"name": profile["name"], "path": profile["path"], "thresholds": profile["thresholds"]},
+        "versions": versions(readings),
+        "started": started,
+        "seconds": round(time.monotonic() - t0, 4),
+        "results": results,
+    }

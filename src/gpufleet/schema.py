@@ -1,0 +1,99 @@
+"""The one result schema every check, benchmark and report shares.
+
+A check result is a plain dict:
+
+    {"check": "gpu_ecc", "group": "gpu_health", "status": "fail",
+     "value": 2, "unit": "errors", "threshold": {"max": 0, "source": "..."},
+     "reason": "GPU 3: 2 volatile uncorrectable ECC errors",
+     "remedy": "drain the node; reset GPU 3 ...", "detail": {...},
+     "started": "2026-11-21T21:00:00Z", "seconds": 0.01}
+
+A host document bundles one host's results:
+
+    {"schema_version": 1, "host": "node0", "engine_version": "0.1.0",
+     "profile": {...}, "versions": {...}, "started": ..., "seconds": ...,
+     "results": [...]}
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import time
+from typing import Any, Callable, Iterable
+
+SCHEMA_VERSION = 1
+
+PASS, WARN, FAIL, SKIP, ERROR = "pass", "warn", "fail", "skip", "error"
+STATUSES = (PASS, WARN, FAIL, SKIP, ERROR)
+
+# Worst first: the order a verdict and a report sort by.
+_SEVERITY = {ERROR: 4, FAIL: 3, WARN: 2, SKIP: 1, PASS: 0}
+
+
+def utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def result(
+    check: str,
+    status: str,
+    reason: str,
+    *,
+    group: str | None = None,
+    value: Any = None,
+    unit: str | None = None,
+    threshold: dict | None = None,
+    remedy: str | None = None,
+    detail: dict | None = None,
+) -> dict:
+    if status not in STATUSES:
+        raise ValueError(f"status {status!r} is not one of {STATUSES}")
+    if not reason:
+        raise ValueError(f"check {check!r}: every result needs a plain reason")
+    return {
+        "check": check,
+        "group": group,
+        "status": status,
+        "value": value,
+        "unit": unit,
+        "threshold": threshold,
+        "reason": reason,
+        "remedy": remedy,
+        "detail": detail or {},
+    }
+
+
+def severity(status: str) -> int:
+    return _SEVERITY[status]
+
+
+def worst(statuses: Iterable[str], default: str = PASS) -> str:
+    statuses = list(statuses)
+    return max(statuses, key=severity) if statuses else default
+
+
+def verdict(results: Iterable[dict]) -> str:
+    """A node passes acceptance only when nothing failed and nothing errored.
+
+    `error` (the check could not run) counts against acceptance: a node we
+    could not verify is not accepted. `skip` (not applicable here) does not.
+    """
+    statuses = {r["status"] for r in results}
+    if statuses & {FAIL, ERROR}:
+        return FAIL
+    if WARN in statuses:
+        return WARN
+    return PASS
+
+
+def timed(group: str, check: str, fn: Callable[[], dict]) -> dict:
+    """Run one check, stamp group and timing, and turn a crash into `error`."""
+    started, t0 = utc_now(), time.monotonic()
+    try:
+        res = fn()
+    except Exception as exc:  # a broken check must not hide the others
+        res = result(check, ERROR, f"check crashed: {type(exc).__name__}: {exc}")
+    res["group"] = group
+    res["started"] = started
+    res["seconds"] = round(time.monotonic() - t0, 4)
+    return res
