@@ -2,6 +2,7 @@
 
     gpufleet collect [--out FILE]                 record NVML + sysfs readings as JSON
     gpufleet check [--group G ...] [--json]       run checks, print a host document
+    gpufleet bench matmul|memory|nccl [--tier T]   run benchmarks, print a host document
     gpufleet report RUN_DIR [--expect-host H ...] aggregate hosts/*.json into reports
 
 Exit codes: 0 ok (check: ran; report: every node accepted), 1 report found a
@@ -65,13 +66,38 @@ def cmd_check(args) -> int:
         overrides=_json_arg(args.thresholds, "--thresholds"),
         profile_dir=args.profile_dir,
     )
-    if args.json:
-        print(json.dumps(doc, sort_keys=True))
-    else:
-        for r in doc["results"]:
-            print(f"{r['status']:5}  {r['check']:24} {r['reason']}")
-        print(f"verdict: {schema.verdict(doc['results'])}")
+    _print_doc(doc, args.json)
     return 0
+
+
+def cmd_bench(args) -> int:
+    nccl_options = {
+        "nnodes": args.nnodes,
+        "node_rank": args.node_rank,
+        "master_addr": args.master_addr,
+        "master_port": args.master_port,
+        "timeout_s": args.timeout_s,
+    }
+    doc = engine.bench_host(
+        args.benchmark,
+        tier=args.tier,
+        host=args.host,
+        profile_name=args.profile,
+        overrides=_json_arg(args.thresholds, "--thresholds"),
+        profile_dir=args.profile_dir,
+        nccl_options=nccl_options,
+    )
+    _print_doc(doc, args.json)
+    return 0
+
+
+def _print_doc(doc: dict, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(doc, sort_keys=True))
+        return
+    for r in doc["results"]:
+        print(f"{r['status']:5}  {r['check']:24} {r['reason']}")
+    print(f"verdict: {schema.verdict(doc['results'])}")
 
 
 def cmd_report(args) -> int:
@@ -101,6 +127,21 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--thresholds", help="JSON object of threshold overrides (gpufleet_thresholds)")
     k.add_argument("--json", action="store_true", help="print the host document as JSON")
     k.set_defaults(func=cmd_check)
+
+    b = sub.add_parser("bench", help="run benchmarks and print a host document")
+    b.add_argument("benchmark", nargs="+", choices=list(engine.BENCHMARKS))
+    b.add_argument("--tier", default="quick", choices=["quick", "thorough"])
+    b.add_argument("--host", help="host name to record (default: this host's name)")
+    b.add_argument("--profile", help="force a profile by name instead of matching the GPU name")
+    b.add_argument("--profile-dir", help="directory of profile YAML files")
+    b.add_argument("--thresholds", help="JSON object of threshold overrides (gpufleet_thresholds)")
+    b.add_argument("--nnodes", type=int, default=1, help="nccl: number of hosts in the run")
+    b.add_argument("--node-rank", type=int, default=0, help="nccl: this host's rank (inventory order)")
+    b.add_argument("--master-addr", default="127.0.0.1", help="nccl: address of the first host")
+    b.add_argument("--master-port", type=int, default=29511, help="nccl: rendezvous port on the first host")
+    b.add_argument("--timeout-s", type=float, default=600, help="nccl: kill the run after this many seconds")
+    b.add_argument("--json", action="store_true", help="print the host document as JSON")
+    b.set_defaults(func=cmd_bench)
 
     r = sub.add_parser("report", help="aggregate RUN_DIR/hosts/*.json into report.{json,md,html} and junit.xml")
     r.add_argument("run_dir")

@@ -30,6 +30,19 @@ def versions(readings: dict) -> dict:
     }
 
 
+def host_document(host, profile, readings, started, t0, results) -> dict:
+    return {
+        "schema_version": schema.SCHEMA_VERSION,
+        "host": host or socket.gethostname(),
+        "engine_version": __version__,
+        "profile": {"name": profile["name"], "path": profile["path"], "thresholds": profile["thresholds"]},
+        "versions": versions(readings),
+        "started": started,
+        "seconds": round(time.monotonic() - t0, 4),
+        "results": results,
+    }
+
+
 def check_host(
     readings: dict,
     groups: list[str] | None = None,
@@ -61,13 +74,50 @@ def check_host(
                 seconds=0.0,
             )
         )
-    return {
-        "schema_version": schema.SCHEMA_VERSION,
-        "host": host or socket.gethostname(),
-        "engine_version": __version__,
-        "profile": {"name": profile["name"], "path": profile["path"], "thresholds": profile["thresholds"]},
-        "versions": versions(readings),
-        "started": started,
-        "seconds": round(time.monotonic() - t0, 4),
-        "results": results,
+    return host_document(host, profile, readings, started, t0, results)
+
+
+BENCHMARKS = ("matmul", "memory", "nccl")
+
+
+def bench_host(
+    names: list[str],
+    *,
+    tier: str = "quick",
+    host: str | None = None,
+    profile_name: str | None = None,
+    overrides: dict | None = None,
+    profile_dir=None,
+    nccl_options: dict | None = None,
+) -> dict:
+    """Run benchmarks on this host; one host document with group `benchmark`."""
+    from gpufleet import collect
+    from gpufleet.bench import matmul, memory, nccl
+    from gpufleet.checks import benchmarks
+
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown:
+        raise InputError(f"unknown benchmark(s) {unknown}; expected some of {list(BENCHMARKS)}")
+    readings = {"nvml": collect.nvml.read(), "host": collect.host.read()}
+    profile = profiles.resolve(first_gpu_name(readings), profile_name=profile_name, overrides=overrides, profile_dir=profile_dir)
+    started, t0 = schema.utc_now(), time.monotonic()
+    host_has_ib = bool(((readings["host"].get("infiniband") or {}).get("ports")))
+    runners = {
+        "matmul": lambda: benchmarks.matmul(matmul.run(tier), profile),
+        "memory": lambda: benchmarks.memory(memory.run(tier), profile),
+        "nccl": lambda: benchmarks.nccl(nccl.run(tier, **(nccl_options or {})), profile, host_has_ib=host_has_ib),
     }
+    gpus = len(readings["nvml"].get("gpus") or [])
+    if gpus == 1 and (nccl_options or {}).get("nnodes", 1) == 1:
+        runners["nccl"] = lambda: [schema.result("nccl", schema.SKIP, "one GPU and one node: no collective to measure")]
+    results = []
+    for name in names:
+        t1, when = time.monotonic(), schema.utc_now()
+        try:
+            batch = runners[name]()
+        except Exception as exc:  # one broken benchmark must not hide the others
+            batch = [schema.result(name, schema.ERROR, f"benchmark crashed: {type(exc).__name__}: {exc}")]
+        for r in batch:
+            r.update(group=benchmarks.GROUP, started=when, seconds=round(time.monotonic() - t1, 2))
+        results.extend(batch)
+    return host_document(host, profile, readings, started, t0, results)

@@ -1,2 +1,406 @@
-def read():
-    return {}
+"""Read the GPUs through NVML (the `pynvml` module of the nvidia-ml-py package).
+
+read() never raises. Every field is read on its own: a field the GPU or driver
+does not support (or any other NVML error on it) reads as None, and the GPU's
+"unreadable" map says why, so a check can name the reason. The result is
+plain JSON, so `gpufleet collect` output can be recorded and replayed.
+
+Without a driver:
+
+    {"available": False, "error": "no NVIDIA driver: libnvidia-ml.so not found", "gpus": []}
+
+With a driver:
+
+    {"available": True, "error": None,
+     "driver_version": "535.183.01", "cuda_driver_version": "12.2", "nvml_version": "12.535.183.01",
+     "binding_version": "13.615.71",          # nvidia-ml-py that read it
+     "unreadable": {field: "error text"},     # system-level fields that failed
+     "gpus": [GPU, ...]}
+
+GPU (keys in GPU_FIELDS; any value may be None, then "unreadable" says why):
+
+    index                   int, NVML index
+    name, uuid, serial      str ("NVIDIA H100 80GB HBM3", "GPU-...", "1654...")
+    pci_bus_id              str, "0000:18:00.0" (lower case, 4-digit domain)
+    memory_total_mib        int
+    vbios_version           str
+    persistence_mode        bool
+    mig_mode_current        bool (None with "Not Supported" on GPUs without MIG)
+    compute_mode            str: Default, Exclusive_Thread, Prohibited, Exclusive_Process
+    ecc_mode_current        bool
+    ecc_volatile_uncorrected, ecc_volatile_corrected,
+    ecc_aggregate_uncorrected, ecc_aggregate_corrected       int (nvmlDeviceGetTotalEccErrors)
+    remapped_rows           {"correctable": int, "uncorrectable": int, "pending": bool, "failure": bool}
+    retired_pages           {"sbe": int, "dbe": int, "pending": bool}; None on Ampere and later
+                            (they remap rows instead), with "Not Supported" in unreadable
+    temperature_c, temperature_slowdown_c, temperature_shutdown_c   int, GPU die
+    memory_temperature_c    int, HBM (field value NVML_FI_DEV_MEMORY_TEMP)
+    power_draw_w, power_limit_w (enforced), power_default_limit_w   float
+    pstate                  int, 0 (max performance) .. 15
+    utilization_gpu_pct     int
+    clock_event_reasons     {"mask": int, "names": [str]}; names from CLOCK_EVENT_BITS
+    pcie                    {"gen_current", "gen_max" (link max: lower of GPU and slot),
+                             "gen_gpu_max", "width_current", "width_max"}: int or None each
+    nvlink                  [{"link": int, "active": bool, "remote_pci_bus_id": str|None,
+                              "errors": {"crc_flit", "crc_data", "replay", "recovery"}: int|None}]
+                            one entry per link the GPU has; [] when it has none
+    nvlink_error_totals     {"crc_flit", "crc_data", "replay", "recovery"}: int|None, the
+                            all-links *_TOTAL field values (kept where per-link counters fail)
+    fabric                  {"state": "not_supported"|"not_started"|"in_progress"|"completed",
+                             "status": "Success" or the NVML error text}
+    unreadable              {field: "error text"}; nested fields as "pcie.gen_max",
+                            "nvlink.errors.crc_data", "nvlink_error_totals.replay"
+"""
+
+from __future__ import annotations
+
+MIB = 1024 * 1024
+NO_DRIVER = "no NVIDIA driver: libnvidia-ml.so not found"
+
+# fmt: off
+GPU_FIELDS = (
+    "index", "name", "uuid", "serial", "pci_bus_id", "memory_total_mib", "vbios_version",
+    "persistence_mode", "mig_mode_current", "compute_mode", "ecc_mode_current",
+    "ecc_volatile_uncorrected", "ecc_volatile_corrected", "ecc_aggregate_uncorrected", "ecc_aggregate_corrected",
+    "remapped_rows", "retired_pages",
+    "temperature_c", "temperature_slowdown_c", "temperature_shutdown_c", "memory_temperature_c",
+    "power_draw_w", "power_limit_w", "power_default_limit_w", "pstate", "utilization_gpu_pct",
+    "clock_event_reasons", "pcie", "nvlink", "nvlink_error_totals", "fabric", "unreadable",
+)
+# fmt: on
+
+# NVML's clocks event (throttle) reason bits, named as the checks and reports use them.
+CLOCK_EVENT_BITS = {
+    "gpu_idle": 0x1,
+    "applications_clocks_setting": 0x2,
+    "sw_power_cap": 0x4,
+    "hw_slowdown": 0x8,
+    "sync_boost": 0x10,
+    "sw_thermal_slowdown": 0x20,
+    "hw_thermal_slowdown": 0x40,
+    "hw_power_brake_slowdown": 0x80,
+    "display_clock_setting": 0x100,
+}
+
+COMPUTE_MODES = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Exclusive_Process"}
+FABRIC_STATES = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "completed"}
+NVLINK_COUNTERS = ("crc_flit", "crc_data", "replay", "recovery")
+
+
+def _error_text(exc: Exception) -> str:
+    try:
+        text = str(exc)
+    except Exception:  # str() of an NVMLError can call back into NVML
+        text = ""
+    return text or type(exc).__name__
+
+
+def _read(fn, *args):
+    """(value, None) or (None, "error text"): one field never sinks the others."""
+    import pynvml
+
+    try:
+        return fn(*args), None
+    except pynvml.NVMLError as exc:
+        return None, _error_text(exc)
+    except Exception as exc:  # binding/driver mismatch (ctypes, missing symbol): record it too
+        return None, f"{type(exc).__name__}: {_error_text(exc)}"
+
+
+def _call_first(*calls):
+    """Call (fn, *args) in turn, for functions that newer bindings or drivers renamed.
+
+    Returns the first success; raises the first error. A None fn (a name the
+    installed binding lacks) is passed over.
+    """
+    first = None
+    for fn, *args in calls:
+        if fn is None:
+            continue
+        try:
+            return fn(*args)
+        except Exception as exc:
+            first = first or exc
+    raise first or RuntimeError("the installed nvidia-ml-py has no function for this field")
+
+
+def bus_id(raw) -> str | None:
+    """NVML's "00000000:18:00.0" -> "0000:18:00.0", the form lspci and sysfs use."""
+    if isinstance(raw, bytes):
+        raw = raw.decode(errors="replace")
+    raw = (raw or "").strip().lower()
+    if not raw:
+        return None
+    domain, _, rest = raw.partition(":")
+    return f"{int(domain, 16):04x}:{rest}" if rest else raw
+
+
+def cuda_version(value: int) -> str:
+    """NVML's 13000 -> "13.0", 12020 -> "12.2"."""
+    return f"{value // 1000}.{value % 1000 // 10}"
+
+
+def _text(value):
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
+def _field_value(handle, field_id: int, scope_id: int = 0):
+    """One NVML field value as a Python number; raises NVMLError like the other calls."""
+    import pynvml
+
+    (val,) = pynvml.nvmlDeviceGetFieldValues(handle, [(field_id, scope_id)])
+    if val.nvmlReturn != pynvml.NVML_SUCCESS:
+        raise pynvml.NVMLError(val.nvmlReturn)
+    member = {
+        pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
+        pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
+        pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
+        pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
+        pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
+        pynvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
+        getattr(pynvml, "NVML_VALUE_TYPE_UNSIGNED_SHORT", 6): "usVal",
+    }.get(val.valueType, "ullVal")
+    return getattr(val.value, member)
+
+
+def _compute_mode_name(mode: int) -> str:
+    return COMPUTE_MODES.get(mode, f"unknown ({mode})")
+
+
+def _clock_events(handle) -> dict:
+    import pynvml
+
+    mask = _call_first(
+        (getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None), handle),
+        (getattr(pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None), handle),
+    )
+    return {"mask": int(mask), "names": [name for name, bit in CLOCK_EVENT_BITS.items() if mask & bit]}
+
+
+def _remapped_rows(handle) -> dict:
+    import pynvml
+
+    corr, unc, pending, failure = pynvml.nvmlDeviceGetRemappedRows(handle)
+    return {"correctable": corr, "uncorrectable": unc, "pending": bool(pending), "failure": bool(failure)}
+
+
+def _retired_pages(handle) -> dict:
+    import pynvml
+
+    sbe = pynvml.nvmlDeviceGetRetiredPages(handle, pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
+    dbe = pynvml.nvmlDeviceGetRetiredPages(handle, pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
+    pending = pynvml.nvmlDeviceGetRetiredPagesPendingStatus(handle)
+    return {"sbe": len(sbe), "dbe": len(dbe), "pending": pending == pynvml.NVML_FEATURE_ENABLED}
+
+
+def _fabric(handle) -> dict:
+    import ctypes
+
+    import pynvml
+
+    def versioned():
+        info = pynvml.c_nvmlGpuFabricInfo_v2_t()
+        pynvml.nvmlDeviceGetGpuFabricInfoV(handle, ctypes.byref(info))
+        return info
+
+    def legacy():
+        info = pynvml.c_nvmlGpuFabricInfo_t()
+        pynvml.nvmlDeviceGetGpuFabricInfo(handle, ctypes.byref(info))
+        return info
+
+    info = _call_first(
+        (versioned if hasattr(pynvml, "nvmlDeviceGetGpuFabricInfoV") else None,),
+        (legacy if hasattr(pynvml, "nvmlDeviceGetGpuFabricInfo") else None,),
+    )
+    status = "Success" if info.status == pynvml.NVML_SUCCESS else _error_text(pynvml.NVMLError(info.status))
+    return {"state": FABRIC_STATES.get(info.state, f"unknown ({info.state})"), "status": status}
+
+
+def _nvlink_counter_calls(pynvml, handle, link: int, counter: str) -> list:
+    """Ways to read one per-link error counter, best first.
+
+    nvmlDeviceGetNvLinkErrorCounter works up to Hopper for most counters; the
+    scoped NVML_FI_DEV_NVLINK_ERROR_DL_* field values and the per-link _Ln
+    fields (links 0-11 only) cover what it does not.
+    """
+    const = {
+        "crc_flit": "NVML_NVLINK_ERROR_DL_CRC_FLIT",
+        "crc_data": "NVML_NVLINK_ERROR_DL_CRC_DATA",
+        "replay": "NVML_NVLINK_ERROR_DL_REPLAY",
+        "recovery": "NVML_NVLINK_ERROR_DL_RECOVERY",
+    }[counter]
+    scoped = {"crc_flit": "CRC", "replay": "REPLAY", "recovery": "RECOVERY"}.get(counter)
+    per_link = {
+        "crc_flit": "CRC_FLIT_ERROR_COUNT",
+        "crc_data": "CRC_DATA_ERROR_COUNT",
+        "replay": "REPLAY_ERROR_COUNT",
+        "recovery": "RECOVERY_ERROR_COUNT",
+    }[counter]
+    calls = [(pynvml.nvmlDeviceGetNvLinkErrorCounter, handle, link, getattr(pynvml, const))]
+    if scoped and hasattr(pynvml, f"NVML_FI_DEV_NVLINK_ERROR_DL_{scoped}"):
+        calls.append((_field_value, handle, getattr(pynvml, f"NVML_FI_DEV_NVLINK_ERROR_DL_{scoped}"), link))
+    if hasattr(pynvml, f"NVML_FI_DEV_NVLINK_{per_link}_L{link}"):
+        calls.append((_field_value, handle, getattr(pynvml, f"NVML_FI_DEV_NVLINK_{per_link}_L{link}")))
+    return calls
+
+
+def _nvlink(handle, unreadable: dict) -> list:
+    import pynvml
+
+    links, first_error = [], None
+    for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
+        state, err = _read(pynvml.nvmlDeviceGetNvLinkState, handle, link)
+        if err:  # NOT_SUPPORTED / INVALID_ARGUMENT: this GPU has no such link
+            first_error = first_error or err
+            continue
+        entry = {"link": link, "active": state == pynvml.NVML_FEATURE_ENABLED, "remote_pci_bus_id": None, "errors": {}}
+        if entry["active"]:
+            pci, err = _read(pynvml.nvmlDeviceGetNvLinkRemotePciInfo, handle, link)
+            entry["remote_pci_bus_id"] = bus_id(pci.busId) if pci is not None else None
+            if err:
+                unreadable.setdefault("nvlink.remote_pci_bus_id", err)
+        for counter in NVLINK_COUNTERS:
+            value, err = _read(_call_first, *_nvlink_counter_calls(pynvml, handle, link, counter))
+            entry["errors"][counter] = value
+            if err:
+                unreadable.setdefault(f"nvlink.errors.{counter}", err)
+        links.append(entry)
+    if not links and first_error:
+        unreadable["nvlink"] = first_error
+    return links
+
+
+def _nvlink_totals(handle, unreadable: dict) -> dict:
+    import pynvml
+
+    totals = {}
+    for counter, name in (
+        ("crc_flit", "NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL"),
+        ("crc_data", "NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL"),
+        ("replay", "NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL"),
+        ("recovery", "NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL"),
+    ):
+        totals[counter], err = _read(_field_value, handle, getattr(pynvml, name))
+        if err:
+            unreadable[f"nvlink_error_totals.{counter}"] = err
+    return totals
+
+
+def _gpu(index: int) -> dict:
+    import pynvml
+
+    gpu = dict.fromkeys(GPU_FIELDS)
+    gpu["index"] = index
+    unreadable = gpu["unreadable"] = {}
+    handle, err = _read(pynvml.nvmlDeviceGetHandleByIndex, index)
+    if err:  # a lost GPU: nothing else can be read from it
+        unreadable["handle"] = err
+        return gpu
+
+    def put(field, fn, *args):
+        gpu[field], err = _read(fn, *args)
+        if err:
+            unreadable[field] = err
+
+    h = handle
+    put("name", lambda: _text(pynvml.nvmlDeviceGetName(h)))
+    put("uuid", lambda: _text(pynvml.nvmlDeviceGetUUID(h)))
+    put("serial", lambda: _text(pynvml.nvmlDeviceGetSerial(h)))
+    put("pci_bus_id", lambda: bus_id(pynvml.nvmlDeviceGetPciInfo(h).busId))
+    put("memory_total_mib", lambda: int(pynvml.nvmlDeviceGetMemoryInfo(h).total) // MIB)
+    put("vbios_version", lambda: _text(pynvml.nvmlDeviceGetVbiosVersion(h)))
+    put("persistence_mode", lambda: pynvml.nvmlDeviceGetPersistenceMode(h) == pynvml.NVML_FEATURE_ENABLED)
+    put("mig_mode_current", lambda: pynvml.nvmlDeviceGetMigMode(h)[0] == pynvml.NVML_DEVICE_MIG_ENABLE)
+    put("compute_mode", lambda: _compute_mode_name(pynvml.nvmlDeviceGetComputeMode(h)))
+    put("ecc_mode_current", lambda: pynvml.nvmlDeviceGetEccMode(h)[0] == pynvml.NVML_FEATURE_ENABLED)
+    for counter_name, counter in (("volatile", pynvml.NVML_VOLATILE_ECC), ("aggregate", pynvml.NVML_AGGREGATE_ECC)):
+        for kind_name, kind in (
+            ("uncorrected", pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
+            ("corrected", pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
+        ):
+            put(f"ecc_{counter_name}_{kind_name}", pynvml.nvmlDeviceGetTotalEccErrors, h, kind, counter)
+    put("remapped_rows", _remapped_rows, h)
+    put("retired_pages", _retired_pages, h)
+    put(
+        "temperature_c",
+        _call_first,
+        (getattr(pynvml, "nvmlDeviceGetTemperatureV", None), h, pynvml.NVML_TEMPERATURE_GPU),
+        (getattr(pynvml, "nvmlDeviceGetTemperature", None), h, pynvml.NVML_TEMPERATURE_GPU),
+    )
+    put("temperature_slowdown_c", pynvml.nvmlDeviceGetTemperatureThreshold, h, pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)
+    put("temperature_shutdown_c", pynvml.nvmlDeviceGetTemperatureThreshold, h, pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN)
+    put("memory_temperature_c", lambda: int(_field_value(h, pynvml.NVML_FI_DEV_MEMORY_TEMP)))
+    put("power_draw_w", lambda: pynvml.nvmlDeviceGetPowerUsage(h) / 1000)
+    put("power_limit_w", lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000)
+    put("power_default_limit_w", lambda: pynvml.nvmlDeviceGetPowerManagementDefaultLimit(h) / 1000)
+    put("pstate", lambda: int(pynvml.nvmlDeviceGetPerformanceState(h)))
+    put("utilization_gpu_pct", lambda: int(pynvml.nvmlDeviceGetUtilizationRates(h).gpu))
+    put("clock_event_reasons", _clock_events, h)
+
+    pcie = gpu["pcie"] = {}
+    for key, fn in (
+        ("gen_current", pynvml.nvmlDeviceGetCurrPcieLinkGeneration),
+        ("gen_max", pynvml.nvmlDeviceGetMaxPcieLinkGeneration),
+        ("gen_gpu_max", pynvml.nvmlDeviceGetGpuMaxPcieLinkGeneration),
+        ("width_current", pynvml.nvmlDeviceGetCurrPcieLinkWidth),
+        ("width_max", pynvml.nvmlDeviceGetMaxPcieLinkWidth),
+    ):
+        pcie[key], err = _read(fn, h)
+        if err:
+            unreadable[f"pcie.{key}"] = err
+
+    gpu["nvlink"] = _nvlink(h, unreadable)
+    gpu["nvlink_error_totals"] = _nvlink_totals(h, unreadable)
+    put("fabric", _fabric, h)
+    return gpu
+
+
+def _binding_version() -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version("nvidia-ml-py")
+    except Exception:
+        return None
+
+
+def read() -> dict:
+    """NVML readings of this host's GPUs (see the module docstring); never raises."""
+    try:
+        import pynvml
+    except ImportError as exc:
+        return {"available": False, "error": f"nvidia-ml-py is not installed: {exc}", "gpus": []}
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError_LibraryNotFound:
+        return {"available": False, "error": NO_DRIVER, "gpus": []}
+    except Exception as exc:
+        return {"available": False, "error": f"NVML init failed: {_error_text(exc)}", "gpus": []}
+    try:
+        out = {"available": True, "error": None, "binding_version": _binding_version(), "unreadable": {}}
+        for key, fn in (
+            ("driver_version", lambda: _text(pynvml.nvmlSystemGetDriverVersion())),
+            (
+                "cuda_driver_version",
+                lambda: cuda_version(
+                    _call_first(
+                        (getattr(pynvml, "nvmlSystemGetCudaDriverVersion_v2", None),),
+                        (getattr(pynvml, "nvmlSystemGetCudaDriverVersion", None),),
+                    )
+                ),
+            ),
+            ("nvml_version", lambda: _text(pynvml.nvmlSystemGetNVMLVersion())),
+        ):
+            out[key], err = _read(fn)
+            if err:
+                out["unreadable"][key] = err
+        count, err = _read(pynvml.nvmlDeviceGetCount)
+        if err:
+            out["unreadable"]["gpu_count"] = err
+            out["error"] = f"NVML could not count the GPUs: {err}"
+        out["gpus"] = [_gpu(i) for i in range(count or 0)]
+        return out
+    except Exception as exc:  # a bug here must still leave a reading behind
+        return {"available": False, "error": f"NVML read failed: {type(exc).__name__}: {_error_text(exc)}", "gpus": []}
+    finally:
+        _read(pynvml.nvmlShutdown)

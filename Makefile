@@ -1,0 +1,48 @@
+# make validate   check this machine (inventory/local) and print where the report is
+# make test       pytest over tests/, ansible-lint and ansible-test sanity included
+#
+# Both create .venv with `python3 -m venv` and install the project into it the
+# first time. INVENTORY=inventory/<site> and ARGS='-e ... --limit ...' pass
+# through to ansible-playbook.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+INVENTORY ?= inventory/local
+# The CPU build of torch for the tests; the version the CI machines hold on disk.
+TORCH_SPEC ?= torch==2.13.0
+ARGS ?=
+
+.PHONY: validate test lint sanity clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# A stamp per extra: pyproject.toml changes reinstall.
+$(VENV)/.installed-controller: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[controller]'
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q '$(TORCH_SPEC)'
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $@ $(VENV)/.installed-controller
+
+# Exits non-zero when a node fails acceptance (on a machine without a GPU it does).
+validate: $(VENV)/.installed-controller
+	@rc=0; PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/ansible-playbook validate.yml -i $(INVENTORY) $(ARGS) || rc=$$?; \
+	run=$$(ls -td reports/*/ 2>/dev/null | head -n 1); \
+	if [ -n "$$run" ]; then echo "report: $(CURDIR)/$${run}report.html (and report.md, report.json, junit.xml)"; fi; \
+	exit $$rc
+
+test: $(VENV)/.installed-test
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest tests/
+
+lint: $(VENV)/.installed-test
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest tests/test_ansible_quality.py -k lint
+
+sanity: $(VENV)/.installed-test
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest tests/test_ansible_quality.py -k sanity
+
+clean:
+	rm -rf $(VENV) .ansible .pytest_cache

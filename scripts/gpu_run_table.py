@@ -1,0 +1,40 @@
+"""Short table of a scripts/gpu_run.sh run: validate verdicts, benchmark figures, quick vs sweep."""
+
+import json
+import sys
+from pathlib import Path
+
+
+def load(path):
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        return {"error": str(exc)}
+
+
+def main(out, validate_rc, validate_s, quick_s):
+    out = Path(out)
+    rep = load(out / "validate-report.json")
+    print(f"validate.yml: exit {validate_rc}, {validate_s} s, fleet verdict {rep.get('verdict')}")
+    for host, node in (rep.get("nodes") or {}).items():
+        for r in node["results"]:
+            print(f"  {host:10} {r['group'] or '':13} {r['check']:22} {r['status']:5} {r['reason'][:110]}")
+    quick = load(out / "bench-quick.json")
+    print(f"benchmarks, quick tier: {quick_s} s")
+    for r in quick.get("results", []):
+        val = f"{r['value']} {r['unit'] or ''}" if r.get("value") is not None else ""
+        print(f"  {r['check']:22} {r['status']:5} {val:>16}  {r['reason'][:100]}")
+    sweep = load(out / "bench-matmul-sweep.json")
+    quick_mm = next((r for r in quick.get("results", []) if r["check"] == "matmul_bf16"), None)
+    sweep_mm = next((r for r in sweep.get("results", []) if r["check"] == "matmul_bf16"), None)
+    if quick_mm and sweep_mm:
+        for gpu, q in quick_mm["detail"]["per_gpu"].items():
+            s = sweep_mm["detail"]["per_gpu"][gpu]
+            best = sweep_mm["detail"]["per_shape"][gpu]["bf16"]
+            top = max(best, key=lambda x: x["tflops"]["median"])
+            print(f"  GPU {gpu} bf16: quick {q['bf16']} TFLOPS, sweep best {s['bf16']} at {top['shape_mnk']}: "
+                  f"quick/sweep = {q['bf16'] / s['bf16']:.3f}")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

@@ -1,0 +1,173 @@
+"""Achieved matmul TFLOPS per GPU, all GPUs of the node at once.
+
+Method, in the spirit of maximum-achievable-matmul measurement:
+- one process per GPU, released together by a barrier (shared power and cooling are part of the test);
+- per shape: warm-up, then `iters` timed products, each between its own CUDA events;
+- inputs rotate among several freshly drawn random sets (never zeros: zeros run faster than real data)
+  and L2 is flushed before each timed product, outside the events, so no product reads a warm cache;
+- per shape the median over iterations; a GPU's figure is its best shape's median (`tflops`), with the
+  best single iteration kept as `tflops_max`.
+FLOPs of C[M,N] = A[M,K] @ B[K,N]: 2*M*N*K (one multiply and one add per term).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+from gpufleet.bench import BENCHMARK_VERSION, DeviceTimer, sig, spread_pct, summarize, torch_versions
+from gpufleet.bench.monitor import GpuMonitor
+
+DTYPES = ("bf16", "fp16", "tf32", "fp8")
+
+# Shapes (M, N, K). The quick set is a few shapes that Hopper runs near its best; the thorough
+# sweep looks for the best shape of this GPU, so the quick figure can be judged against it.
+SHAPES = {
+    "quick": [(8192, 8192, 8192), (6144, 16384, 8192), (16384, 8192, 4096)],
+    "thorough": list(itertools.product((4096, 6144, 8192, 12288, 16384), (4096, 8192, 16384), (4096, 8192, 16384))),
+    # Tiny shapes for CPU runs: logic only, never a performance claim.
+    "cpu": [(64, 64, 64), (128, 64, 32)],
+}
+ITERS = {"quick": 20, "thorough": 30, "cpu": 3}
+WARMUP_ITERS = 5
+INPUT_SETS = 3
+
+
+def _make_inputs(torch, dtype_name, m, n, k, device):
+    gen = torch.Generator(device=device).manual_seed(m * 31 + n * 7 + k)
+    if dtype_name == "fp8":
+        a = torch.randn(m, k, device=device, generator=gen).to(torch.float8_e4m3fn)
+        # _scaled_mm wants B column-major: store (N, K) row-major and pass its transpose.
+        b = torch.randn(n, k, device=device, generator=gen).to(torch.float8_e4m3fn).t()
+        return a, b
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32}[dtype_name]
+    return (torch.randn(m, k, device=device, dtype=dtype, generator=gen), torch.randn(k, n, device=device, dtype=dtype, generator=gen))
+
+
+def _product(torch, dtype_name, device):
+    if dtype_name == "fp8":
+        one = torch.ones((), device=device)
+        return lambda a, b: torch._scaled_mm(a, b, one, one, out_dtype=torch.bfloat16)
+    return torch.matmul
+
+
+def supported_dtypes(torch, device) -> list[str]:
+    if device.type != "cuda":
+        return ["bf16", "tf32"]
+    major, minor = torch.cuda.get_device_capability(device)
+    # fp8 tensor cores arrived with compute capability 8.9 (Ada) and 9.0 (Hopper).
+    return [d for d in DTYPES if d != "fp8" or (major, minor) >= (8, 9)]
+
+
+def measure_device(device_index: int | None, dtype_names, tier: str) -> dict:
+    """Run the shapes of `tier` on one device; returns per-dtype figures."""
+    import torch
+
+    device = torch.device("cuda", device_index) if device_index is not None else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    torch.backends.cuda.matmul.allow_tf32 = True  # "tf32" means fp32 storage on the tensor cores
+    flush = None
+    if device.type == "cuda":
+        l2_bytes = torch.cuda.get_device_properties(device).L2_cache_size
+        flush = torch.empty(2 * l2_bytes, dtype=torch.uint8, device=device)
+    timer = DeviceTimer(device)
+    out = {}
+    for dtype_name in dtype_names:
+        mm = _product(torch, dtype_name, device)
+        per_shape = []
+        for m, n, k in SHAPES[tier]:
+            sets = [_make_inputs(torch, dtype_name, m, n, k, device) for _ in range(INPUT_SETS)]
+            for i in range(WARMUP_ITERS):
+                mm(*sets[i % INPUT_SETS])
+            tflops = []
+            for i in range(ITERS[tier]):
+                if flush is not None:
+                    flush.zero_()
+                timer.start()
+                mm(*sets[i % INPUT_SETS])
+                tflops.append(2 * m * n * k / timer.stop_s() / 1e12)
+            per_shape.append({"shape_mnk": [m, n, k], "tflops": summarize(tflops)})
+            del sets
+        best = max(per_shape, key=lambda s: s["tflops"]["median"])
+        out[dtype_name] = {
+            "tflops": sig(best["tflops"]["median"]),
+            "tflops_max": sig(max(s["tflops"]["max"] for s in per_shape)),
+            "best_shape_mnk": best["shape_mnk"],
+            "per_shape": per_shape,
+        }
+    if device.type == "cuda":
+        out["device"] = {"name": torch.cuda.get_device_name(device), "pci_bus_id": _pci_bus_id(torch, device)}
+    else:
+        out["device"] = {"name": "cpu", "pci_bus_id": None}
+    return out
+
+
+def _pci_bus_id(torch, device) -> str:
+    p = torch.cuda.get_device_properties(device)
+    return f"{p.pci_domain_id:04x}:{p.pci_bus_id:02x}:{p.pci_device_id:02x}"
+
+
+def _worker(device_index, dtype_names, tier, barrier, queue):
+    try:
+        barrier.wait()
+        queue.put((device_index, measure_device(device_index, dtype_names, tier)))
+    except Exception as exc:  # reported per GPU; the other GPUs' numbers still count
+        queue.put((device_index, {"error": f"{type(exc).__name__}: {exc}"}))
+
+
+def run(tier: str = "quick", dtypes=None) -> dict:
+    """All GPUs at once, one process each. On a machine without CUDA: the CPU, tiny shapes."""
+    import torch
+    import torch.multiprocessing as mp
+
+    n_gpus = torch.cuda.device_count()
+    if n_gpus == 0:
+        tier = "cpu"
+    probe = torch.device("cuda", 0) if n_gpus else torch.device("cpu")
+    dtype_names = [d for d in (dtypes or DTYPES) if d in supported_dtypes(torch, probe)]
+    method = {
+        "benchmark_version": BENCHMARK_VERSION,
+        "tier": tier,
+        "shapes_mnk": SHAPES[tier],
+        "iters_per_shape": ITERS[tier],
+        "warmup_iters": WARMUP_ITERS,
+        "input_sets": INPUT_SETS,
+        "timer": "cuda events per product" if n_gpus else "perf_counter",
+        "l2_flush": bool(n_gpus),
+        "statistic": "best shape's median",
+        "concurrent_gpus": n_gpus,
+        "dtypes": dtype_names,
+    }
+    with GpuMonitor() as mon:
+        if n_gpus == 0:
+            per_device = {"cpu": measure_device(None, dtype_names, tier)}
+        else:
+            ctx = mp.get_context("spawn")
+            barrier, queue = ctx.Barrier(n_gpus), ctx.Queue()
+            procs = [ctx.Process(target=_worker, args=(i, dtype_names, tier, barrier, queue)) for i in range(n_gpus)]
+            for p in procs:
+                p.start()
+            per_device = dict(queue.get() for _ in procs)
+            for p in procs:
+                p.join()
+            per_device = {str(k): v for k, v in sorted(per_device.items())}
+    summary = {}
+    for d in dtype_names:
+        vals = [v[d]["tflops"] for v in per_device.values() if d in v]
+        summary[d] = {
+            "tflops_min": min(vals) if vals else None,
+            "tflops_median": sorted(vals)[len(vals) // 2] if vals else None,
+            "tflops_max": max(vals) if vals else None,
+            "spread_pct": spread_pct(vals),
+        }
+    return {
+        "benchmark": "matmul",
+        "device": "cuda" if n_gpus else "cpu",
+        "method": method,
+        "versions": torch_versions(),
+        "summary": summary,
+        "per_device": per_device,
+        "monitor": mon.summary(),
+        "env": {k: v for k, v in os.environ.items() if k.startswith(("CUDA_", "NVIDIA_"))},
+    }

@@ -1,0 +1,125 @@
+"""Memory bandwidth per GPU: HBM device-to-device, and host<->device over PCIe.
+
+- HBM: `dst.copy_(src)` of a buffer many times the L2; bytes moved = bytes read + bytes written
+  = 2 * size (the convention of STREAM copy and BabelStream). All GPUs at once.
+- PCIe: pinned host buffer to device (h2d) and back (d2h); bytes moved = size. One GPU at a
+  time, so each GPU's own link shows (a link trained down to x8 or Gen4 halves the figure);
+  PCIe Gen5 x16 carries about 64 GB/s raw each way, some 53-57 GB/s in practice.
+Each figure is the median of `iters` timed copies after warm-up, timed with CUDA events.
+"""
+
+from __future__ import annotations
+
+from gpufleet.bench import BENCHMARK_VERSION, DeviceTimer, sig, spread_pct, summarize, torch_versions
+from gpufleet.bench.monitor import GpuMonitor
+
+SIZES_BYTES = {"quick": {"hbm": 4 << 30, "pcie": 1 << 30}, "thorough": {"hbm": 8 << 30, "pcie": 2 << 30}, "cpu": {"hbm": 8 << 20, "pcie": 8 << 20}}
+ITERS = {"quick": 20, "thorough": 50, "cpu": 3}
+WARMUP_ITERS = 3
+
+
+def _timed_copies(torch, dst, src, iters, device) -> list[float]:
+    timer = DeviceTimer(device)
+    for _ in range(WARMUP_ITERS):
+        dst.copy_(src, non_blocking=True)
+    seconds = []
+    for _ in range(iters):
+        timer.start()
+        dst.copy_(src, non_blocking=True)
+        seconds.append(timer.stop_s())
+    return seconds
+
+
+def hbm_device(device_index, tier) -> dict:
+    import torch
+
+    device = torch.device("cuda", device_index) if device_index is not None else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    n = SIZES_BYTES[tier]["hbm"]
+    src = torch.randint(0, 255, (n,), dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    secs = _timed_copies(torch, dst, src, ITERS[tier], device)
+    ok = bool(torch.equal(dst, src))  # the copy really moved the data
+    gbps = [2 * n / s / 1e9 for s in secs]
+    return {"hbm_copy_gbps": sig(summarize(gbps)["median"]), "samples_gbps": summarize(gbps), "bytes": n, "correct": ok}
+
+
+def pcie_device(device_index, tier) -> dict:
+    import torch
+
+    device = torch.device("cuda", device_index)
+    torch.cuda.set_device(device)
+    n = SIZES_BYTES[tier]["pcie"]
+    host = torch.randint(0, 255, (n,), dtype=torch.uint8).pin_memory()
+    dev = torch.empty(n, dtype=torch.uint8, device=device)
+    h2d = [n / s / 1e9 for s in _timed_copies(torch, dev, host, ITERS[tier], device)]
+    back = torch.empty_like(host).pin_memory()
+    d2h = [n / s / 1e9 for s in _timed_copies(torch, back, dev, ITERS[tier], device)]
+    ok = bool(torch.equal(back, host))
+    return {
+        "h2d_gbps": sig(summarize(h2d)["median"]),
+        "d2h_gbps": sig(summarize(d2h)["median"]),
+        "samples_h2d_gbps": summarize(h2d),
+        "samples_d2h_gbps": summarize(d2h),
+        "bytes": n,
+        "correct": ok,
+    }
+
+
+def _hbm_worker(device_index, tier, barrier, queue):
+    try:
+        barrier.wait()
+        queue.put((device_index, hbm_device(device_index, tier)))
+    except Exception as exc:
+        queue.put((device_index, {"error": f"{type(exc).__name__}: {exc}"}))
+
+
+def run(tier: str = "quick") -> dict:
+    import torch
+    import torch.multiprocessing as mp
+
+    n_gpus = torch.cuda.device_count()
+    if n_gpus == 0:
+        tier = "cpu"
+    with GpuMonitor() as mon:
+        if n_gpus == 0:
+            hbm = {"cpu": hbm_device(None, tier)}
+            pcie = {}
+        else:
+            ctx = mp.get_context("spawn")
+            barrier, queue = ctx.Barrier(n_gpus), ctx.Queue()
+            procs = [ctx.Process(target=_hbm_worker, args=(i, tier, barrier, queue)) for i in range(n_gpus)]
+            for p in procs:
+                p.start()
+            hbm = {str(k): v for k, v in sorted(dict(queue.get() for _ in procs).items())}
+            for p in procs:
+                p.join()
+            pcie = {str(i): pcie_device(i, tier) for i in range(n_gpus)}
+    hbm_vals = [v["hbm_copy_gbps"] for v in hbm.values() if "hbm_copy_gbps" in v]
+    h2d_vals = [v["h2d_gbps"] for v in pcie.values()]
+    d2h_vals = [v["d2h_gbps"] for v in pcie.values()]
+    return {
+        "benchmark": "memory",
+        "device": "cuda" if n_gpus else "cpu",
+        "method": {
+            "benchmark_version": BENCHMARK_VERSION,
+            "tier": tier,
+            "hbm": "dst.copy_(src), bytes = read + written = 2 x size, all GPUs at once",
+            "pcie": "pinned host <-> device, bytes = size, one GPU at a time",
+            "sizes_bytes": SIZES_BYTES[tier],
+            "iters": ITERS[tier],
+            "warmup_iters": WARMUP_ITERS,
+            "timer": "cuda events" if n_gpus else "perf_counter",
+            "statistic": "median",
+        },
+        "versions": torch_versions(),
+        "summary": {
+            "hbm_copy_gbps_min": min(hbm_vals) if hbm_vals else None,
+            "hbm_spread_pct": spread_pct(hbm_vals),
+            "h2d_gbps_min": min(h2d_vals) if h2d_vals else None,
+            "d2h_gbps_min": min(d2h_vals) if d2h_vals else None,
+        },
+        "per_device": {"hbm": hbm, "pcie": pcie},
+        "monitor": mon.summary(),
+    }

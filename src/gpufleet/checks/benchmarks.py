@@ -1,0 +1,152 @@
+"""Turn benchmark output (gpufleet.bench.*.run()) into results of the one schema.
+
+Each function takes the benchmark's output and the profile and returns a list
+of results; the raw output rides along in `detail` so nothing measured is lost.
+"""
+
+from __future__ import annotations
+
+from gpufleet import profiles, schema
+from gpufleet.schema import ERROR, FAIL, PASS, WARN, result
+
+GROUP = "benchmark"
+CPU_NOTE = "CPU run: logic check only, not a performance figure"
+
+
+def _against_min(check, value, unit, profile, key, what, remedy, detail, cpu):
+    """pass/fail against a minimum threshold; warn when none is set; never a claim on CPU."""
+    limit = profiles.value(profile, key)
+    thr = profiles.threshold(profile, key, min=limit)
+    if value is None:
+        return result(check, ERROR, f"{what}: no value measured", threshold=thr, detail=detail)
+    if cpu:
+        return result(check, schema.SKIP, f"{what} {value} {unit}; {CPU_NOTE}", value=value, unit=unit, threshold=thr, detail=detail)
+    if limit is None:
+        return result(check, WARN, f"{what} {value} {unit}; no threshold set ({key})", value=value, unit=unit, threshold=thr,
+                      remedy=f"set gpufleet_thresholds.{key} or add it to the GPU's profile", detail=detail)
+    if value < limit:
+        return result(check, FAIL, f"{what} {value} {unit} is under the minimum {limit} {unit}", value=value, unit=unit,
+                      threshold=thr, remedy=remedy, detail=detail)
+    return result(check, PASS, f"{what} {value} {unit} (minimum {limit})", value=value, unit=unit, threshold=thr, detail=detail)
+
+
+def _throttled(monitor: dict) -> dict:
+    return {idx: g["throttled"] for idx, g in (monitor.get("per_gpu") or {}).items() if g.get("throttled")}
+
+
+def matmul(out: dict, profile: dict) -> list[dict]:
+    cpu = out["device"] == "cpu"
+    errors = {d: v["error"] for d, v in out["per_device"].items() if "error" in v}
+    detail = {"summary": out["summary"], "method": out["method"], "versions": out["versions"], "monitor": out["monitor"],
+              "per_gpu": {d: {k: v.get(k, {}).get("tflops") for k in out["method"]["dtypes"]} | {"error": v.get("error")}
+                          for d, v in out["per_device"].items()},
+              "per_shape": {d: {k: v[k]["per_shape"] for k in out["method"]["dtypes"] if k in v} for d, v in out["per_device"].items()}}
+    if errors:
+        return [result("matmul_bf16", ERROR, f"matmul failed on GPU(s) {', '.join(errors)}: {next(iter(errors.values()))}", detail=detail,
+                       remedy="look at the error; a GPU that cannot run a matmul is not fit for training")]
+    bf16 = out["summary"].get("bf16", {})
+    res = _against_min("matmul_bf16", bf16.get("tflops_min"), "TFLOPS", profile, "matmul_bf16_tflops_min",
+                       "slowest GPU bf16 matmul", "compare with the other GPUs in detail; check clocks, power limit and cooling", detail, cpu)
+    throttled = _throttled(out["monitor"])
+    spread = bf16.get("spread_pct")
+    spread_max = profiles.value(profile, "matmul_spread_pct_max")
+    if not cpu and throttled and res["status"] == PASS:
+        res.update(status=FAIL, reason=f"{res['reason']}, but GPU(s) throttled during the run: {throttled}",
+                   remedy="hardware slowdown under load: check cooling, power delivery and the GPU's health")
+    elif not cpu and spread_max is not None and spread is not None and spread > spread_max and res["status"] == PASS:
+        res.update(status=WARN, reason=f"{res['reason']}, but GPUs differ by {spread}% (more than {spread_max}%)",
+                   remedy="the slowest GPU in detail.per_gpu is the one to look at")
+    return [res]
+
+
+def memory(out: dict, profile: dict) -> list[dict]:
+    cpu = out["device"] == "cpu"
+    s, per = out["summary"], out["per_device"]
+    detail = {"summary": s, "method": out["method"], "per_gpu": per, "monitor": out["monitor"]}
+    bad = [d for d, v in {**per["hbm"], **{f"pcie{k}": v for k, v in per["pcie"].items()}}.items() if "error" in v or not v.get("correct", False)]
+    if bad:
+        return [result("memory_bandwidth", ERROR, f"copies failed or moved wrong data on {bad}", detail=detail)]
+    res = [_against_min("hbm_bandwidth", s["hbm_copy_gbps_min"], "GB/s", profile, "hbm_copy_gbps_min",
+                        "slowest GPU HBM copy (read+write)", "compare GPUs in detail; check memory clocks and ECC/row remapping", detail, cpu)]
+    if per["pcie"]:
+        h2d = _against_min("pcie_h2d_bandwidth", s["h2d_gbps_min"], "GB/s", profile, "pcie_h2d_gbps_min", "slowest GPU host-to-device",
+                           "a link trained down shows here: compare with gpu_health.pcie_link and reseat or replace the riser", detail, cpu)
+        d2h = _against_min("pcie_d2h_bandwidth", s["d2h_gbps_min"], "GB/s", profile, "pcie_d2h_gbps_min", "slowest GPU device-to-host",
+                           "a link trained down shows here: compare with gpu_health.pcie_link", detail, cpu)
+        res += [h2d, d2h]
+    return res
+
+
+def _largest(rows):
+    good = [r for r in rows if "busbw_gbps" in r]
+    return max(good, key=lambda r: r["size_bytes"]) if good else None
+
+
+def nccl(out: dict, profile: dict, *, host_has_ib: bool | None = None) -> list[dict]:
+    cpu = out["device"] == "cpu"
+    base = {k: out.get(k) for k in ("method", "world_size", "nnodes", "backend", "rc", "seconds", "nccl_log", "command")}
+    if out.get("timed_out") or out.get("rc") != 0 or "collectives" not in out:
+        why = "timed out and was killed" if out.get("timed_out") else f"exited {out.get('rc')}"
+        return [result("nccl", FAIL, f"NCCL benchmark {why}", detail={**base, "log_tail": out.get("log_tail")},
+                       remedy="read the log tail; a hang across nodes is usually the fabric or a firewall on the rendezvous port")]
+    res = []
+    for name, rows in out["collectives"].items():
+        detail = {**base, "rows": rows}
+        check = f"nccl_{name}"
+        wrong = [r["size_bytes"] for r in rows if not r.get("correct")]
+        if wrong:
+            res.append(result(check, FAIL, f"{name} gave wrong results or failed at sizes {wrong} bytes", detail=detail,
+                              remedy="wrong collective results point to a faulty GPU, NVLink or NIC: run gpu_health and the sendrecv matrix"))
+            continue
+        top = _largest(rows)
+        what = f"{name} busbw at {top['size_bytes'] >> 20} MiB over {out['world_size']} ranks"
+        if name == "all_reduce":
+            res.append(_against_min(check, top["busbw_gbps"], "GB/s", profile, "nccl_allreduce_busbw_gbps_min", what,
+                                    "compare the transport in detail.nccl_log; check NVLink state, ACS and the NCCL environment", detail, cpu))
+        else:
+            res.append(result(check, schema.SKIP if cpu else PASS, f"{what}: {top['busbw_gbps']} GB/s, results correct" + (f"; {CPU_NOTE}" if cpu else ""),
+                              value=top["busbw_gbps"], unit="GB/s", detail=detail))
+    if out.get("sendrecv"):
+        res.append(_sendrecv(out["sendrecv"], profile, cpu, base))
+    if out.get("nnodes", 1) > 1:
+        res.append(_inter_node(out["nccl_log"], host_has_ib, base))
+    return res
+
+
+def _sendrecv(matrix: dict, profile: dict, cpu: bool, base: dict) -> dict:
+    cells = [(s, d, c) for s, row in enumerate(matrix["gbps"]) for d, c in enumerate(row) if c is not None]
+    wrong = [(s, d) for s, d, c in cells if not c["correct"]]
+    detail = {**base, "matrix": matrix}
+    if wrong:
+        return result("nccl_sendrecv", FAIL, f"send/recv delivered wrong data on pairs {wrong}", detail=detail,
+                      remedy="a pair that corrupts data: check that NVLink path and both GPUs' health")
+    vals = sorted(c["gbps"] for _, _, c in cells)
+    median = vals[len(vals) // 2]
+    ratio = profiles.value(profile, "nccl_sendrecv_pair_ratio_min")
+    slow = [f"{s}->{d} {c['gbps']} GB/s" for s, d, c in cells if c["gbps"] < ratio * median]
+    thr = profiles.threshold(profile, "nccl_sendrecv_pair_ratio_min", min=ratio)
+    if cpu:
+        return result("nccl_sendrecv", schema.SKIP, f"{len(cells)} pairs correct; {CPU_NOTE}", value=median, unit="GB/s", threshold=thr, detail=detail)
+    if slow:
+        return result("nccl_sendrecv", FAIL, f"slow pairs (under {ratio:.0%} of the median {median} GB/s): {', '.join(slow)}",
+                      value=vals[0], unit="GB/s", threshold=thr, detail=detail,
+                      remedy="the GPUs named share the slow link: check gpu_health.nvlink for them and their NVLink error counters")
+    return result("nccl_sendrecv", PASS, f"{len(cells)} pairs, slowest {vals[0]} GB/s, median {median} GB/s",
+                  value=vals[0], unit="GB/s", threshold=thr, detail=detail)
+
+
+def _inter_node(log: dict, host_has_ib: bool | None, base: dict) -> dict:
+    how = log.get("inter_node")
+    detail = {**base, "transports": log.get("transports"), "networks": log.get("networks")}
+    if how == "ib_gdr":
+        return result("nccl_transport", PASS, "inter-node traffic used InfiniBand with GPUDirect RDMA", value=how, detail=detail)
+    if how == "ib":
+        return result("nccl_transport", WARN, "inter-node traffic used InfiniBand without GPUDirect RDMA", value=how, detail=detail,
+                      remedy="load nvidia_peermem and check NCCL_NET_GDR_LEVEL and ACS (bringup.yml)")
+    if how == "socket" and host_has_ib:
+        return result("nccl_transport", FAIL, "inter-node traffic fell back to TCP sockets on a host that has InfiniBand", value=how,
+                      detail=detail, remedy="check NCCL_IB_DISABLE, NCCL_IB_HCA and the HCA ports (host_hygiene.infiniband)")
+    if how == "socket":
+        return result("nccl_transport", WARN, "inter-node traffic used TCP sockets (no InfiniBand on this host)", value=how, detail=detail)
+    return result("nccl_transport", ERROR, "NCCL's log names no inter-node transport", value=how, detail=detail,
+                  remedy="run with NCCL_DEBUG=INFO and read the log in detail.nccl_log_dir")

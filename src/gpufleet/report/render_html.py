@@ -1,0 +1,183 @@
+"""report.html: one self-contained page (inline CSS, no scripts, no external assets).
+
+A node table (failures first) links to one section per node: its findings
+first, each with value, threshold, reason, remedy and its evidence (detail)
+as a key/value table under a <details>, then its passes folded away.
+Every piece of text goes through html.escape.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from typing import Any
+
+from gpufleet.report import (
+    STATUS_ORDER,
+    check_id,
+    fleet_line,
+    fmt_scalar,
+    node_versions_text,
+    ordered_results,
+    threshold_text,
+    value_text,
+)
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:1.5em auto;max-width:1200px;padding:0 1em;color:#1f2328}
+h1{font-size:1.5em;margin-bottom:.2em}h2{margin-top:1.8em;border-bottom:1px solid #d0d7de;padding-bottom:.2em}
+table{border-collapse:collapse;margin:.5em 0}th,td{border:1px solid #d0d7de;padding:3px 7px;text-align:left;vertical-align:top}
+th{background:#f6f8fa}td.n{text-align:right;font-variant-numeric:tabular-nums}td.zero{color:#8c959f}
+code{font:12px ui-monospace,SFMono-Regular,Menlo,monospace}pre{margin:.2em 0;white-space:pre-wrap;font:12px ui-monospace,monospace}
+.badge{display:inline-block;min-width:3.2em;text-align:center;padding:0 .4em;border-radius:3px;font-weight:600;font-size:12px;color:#fff}
+.b-pass{background:#1a7f37}.b-warn{background:#9a6700}.b-fail{background:#cf222e}.b-error{background:#8250df}.b-skip{background:#6e7781}
+tr.s-fail>td{background:#ffebe9}tr.s-error>td{background:#fbefff}tr.s-warn>td{background:#fff8c5}tr.s-skip>td{background:#f6f8fa}
+.remedy{margin-top:.3em}.remedy b{color:#0969da}.src{color:#57606a;font-size:12px}.meta{color:#57606a}
+details{margin-top:.3em}summary{cursor:pointer;color:#0969da}table.kv{margin:.3em 0;font-size:12px}table.kv th{font-weight:600;white-space:nowrap}
+table.results td:first-child{white-space:nowrap}
+"""
+
+_MAX_DEPTH = 3  # deeper evidence is shown as JSON
+
+
+def _e(text: Any) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _badge(status: str) -> str:
+    return f'<span class="badge b-{_e(status)}">{_e(status.upper())}</span>'
+
+
+def _anchor(host: str, i: int) -> str:
+    return f"node-{i}-" + re.sub(r"[^A-Za-z0-9_-]", "_", host)
+
+
+def _scalar(v: Any) -> str:
+    text = fmt_scalar(v)
+    return f"<pre>{_e(text)}</pre>" if "\n" in text else _e(text)
+
+
+def _evidence(v: Any, depth: int = 0) -> str:
+    """A readable form of a detail value: key/value tables, row tables for lists of records."""
+    if depth >= _MAX_DEPTH and isinstance(v, (dict, list)):
+        return f"<pre>{_e(json.dumps(v, indent=1, sort_keys=True, default=str))}</pre>"
+    if isinstance(v, dict):
+        if not v:
+            return "<i>empty</i>"
+        rows = "".join(f"<tr><th>{_e(k)}</th><td>{_evidence(x, depth + 1)}</td></tr>" for k, x in v.items())
+        return f'<table class="kv">{rows}</table>'
+    if isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+        # e.g. one record per GPU: one row each, the union of their keys as columns
+        cols: list = []
+        for rec in v:
+            cols += [k for k in rec if k not in cols]
+        head = "".join(f"<th>{_e(c)}</th>" for c in cols)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{_evidence(rec[c], depth + 1) if c in rec else ''}</td>" for c in cols) + "</tr>"
+            for rec in v
+        )
+        return f'<table class="kv"><tr>{head}</tr>{body}</table>'
+    if isinstance(v, list) and any(isinstance(x, (dict, list)) for x in v):
+        return "".join(f"<div>{_evidence(x, depth + 1)}</div>" for x in v)
+    return _scalar(v)
+
+
+def _threshold_cell(res: dict) -> str:
+    bound, source = threshold_text(res.get("threshold"))
+    if not bound:
+        return ""
+    return _e(bound) + (f'<div class="src">source: {_e(source)}</div>' if source else "")
+
+
+def _finding_row(res: dict) -> str:
+    text = f"<div>{_e(res.get('reason') or '(no reason given)')}</div>"
+    if res.get("remedy"):
+        text += f'<div class="remedy"><b>Remedy:</b> {_e(res["remedy"])}</div>'
+    detail = res.get("detail")
+    if detail:
+        n = len(detail) if isinstance(detail, (dict, list)) else 1
+        text += f"<details><summary>evidence ({n} field{'s' if n != 1 else ''})</summary>{_evidence(detail)}</details>"
+    return (
+        f'<tr class="s-{_e(res["status"])}"><td>{_badge(res["status"])}</td>'
+        f"<td><code>{_e(check_id(res))}</code></td><td>{_e(value_text(res))}</td>"
+        f"<td>{_threshold_cell(res)}</td><td>{text}</td></tr>"
+    )
+
+
+def _node_section(node: dict, anchor: str) -> str:
+    facts = []
+    if node.get("reported_host"):
+        facts.append(f"reports itself as {_e(node['reported_host'])}")
+    if node.get("profile"):
+        facts.append(f"profile <code>{_e(node['profile'])}</code>")
+    if node_versions_text(node):
+        facts.append(_e(node_versions_text(node)))
+    if node.get("started"):
+        secs = f" ({_e(fmt_scalar(node['seconds']))} s)" if node.get("seconds") is not None else ""
+        facts.append(f"checked {_e(node['started'])}{secs}")
+    if node.get("source"):
+        facts.append(f"from <code>{_e(node['source'])}</code>")
+    out = [f'<section id="{anchor}"><h2>{_e(node["host"])} {_badge(node["verdict"])}</h2>']
+    if facts:
+        out.append(f'<p class="meta">{"; ".join(facts)}</p>')
+    bad, good = ordered_results(node["results"])
+    if bad:
+        out.append(
+            '<table class="results"><thead><tr><th>status</th><th>check</th><th>value</th><th>threshold</th>'
+            "<th>reason, remedy, evidence</th></tr></thead><tbody>"
+        )
+        out += [_finding_row(r) for r in bad]
+        out.append("</tbody></table>")
+    if good:
+        rows = "".join(
+            f"<tr><td>{_badge(r['status'])}</td><td><code>{_e(check_id(r))}</code></td>"
+            f"<td>{_e(value_text(r))}</td><td>{_threshold_cell(r)}</td><td>{_e(r.get('reason') or '')}</td></tr>"
+            for r in good
+        )
+        # Passes are folded away unless nothing else is there to read.
+        out.append(
+            f"<details{'' if bad else ' open'}><summary>{len(good)} passed check{'s' if len(good) != 1 else ''}</summary>"
+            "<table><thead><tr><th>status</th><th>check</th><th>value</th><th>threshold</th><th>reason</th></tr></thead>"
+            f"<tbody>{rows}</tbody></table></details>"
+        )
+    out.append("</section>")
+    return "\n".join(out)
+
+
+def render(report: dict) -> str:
+    nodes = list(report["nodes"].values())
+    anchors = [_anchor(n["host"], i) for i, n in enumerate(nodes)]
+    rows = []
+    for node, anchor in zip(nodes, anchors):
+        counts = "".join(
+            f'<td class="n{" zero" if not node["counts"][s] else ""}">{node["counts"][s]}</td>' for s in STATUS_ORDER
+        )
+        bad, _ = ordered_results(node["results"])
+        rows.append(
+            f'<tr class="s-{_e(node["verdict"])}"><td><a href="#{anchor}">{_e(node["host"])}</a></td>'
+            f"<td>{_badge(node['verdict'])}</td>{counts}<td>{_e(node.get('profile') or '')}</td>"
+            f"<td>{', '.join(f'<code>{_e(check_id(r))}</code>' for r in bad)}</td></tr>"
+        )
+    title = f"gpufleet report {report['run_id']}: {report['verdict'].upper()}"
+    return "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html lang="en"><head><meta charset="utf-8">',
+            '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
+            f"<h1>gpufleet acceptance report {_badge(report['verdict'])}</h1>",
+            f'<p class="meta">run <code>{_e(report["run_id"])}</code>: {_e(fleet_line(report))}. '
+            f"Generated {_e(report['generated'])} from <code>{_e(report['run_dir'])}/hosts</code>; "
+            "every result is kept unchanged in report.json.</p>",
+            "<h2>Nodes</h2>",
+            "<table><thead><tr><th>node</th><th>verdict</th>"
+            + "".join(f"<th>{_e(s)}</th>" for s in STATUS_ORDER)
+            + "<th>profile</th><th>not passing</th></tr></thead><tbody>",
+            *rows,
+            "</tbody></table>",
+            *(_node_section(n, a) for n, a in zip(nodes, anchors)),
+            "</body></html>",
+            "",
+        ]
+    )

@@ -1,0 +1,101 @@
+"""junit.xml: one <testsuite> per node, one <testcase> per check ("<group>.<check>").
+
+fail  -> <failure message=reason>, body: value, threshold, remedy, detail JSON
+error -> <error message=reason>, same body
+skip  -> <skipped message=reason>
+warn  -> passes, with the reason and remedy in <system-out>
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+from typing import Any
+
+from gpufleet import schema
+from gpufleet.report import check_id, threshold_text, value_text
+
+# Characters XML 1.0 cannot hold at all (control bytes from a log tail, say).
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _x(text: Any) -> str:
+    return _NOT_XML.sub("\ufffd", str(text))
+
+
+def _seconds(v: Any) -> float:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and v >= 0 else 0.0
+
+
+def _body(res: dict) -> str:
+    lines = []
+    if value_text(res):
+        lines.append(f"value: {value_text(res)}")
+    bound, source = threshold_text(res.get("threshold"))
+    if bound:
+        lines.append(f"threshold: {bound}" + (f" (source: {source})" if source else ""))
+    lines.append(f"reason: {res.get('reason') or '(no reason given)'}")
+    if res.get("remedy"):
+        lines.append(f"remedy: {res['remedy']}")
+    if res.get("detail"):
+        lines.append("detail: " + json.dumps(res["detail"], indent=1, sort_keys=True, default=str))
+    return _x("\n".join(lines))
+
+
+def _testcase(suite: ET.Element, host: str, res: dict) -> None:
+    case = ET.SubElement(
+        suite,
+        "testcase",
+        name=_x(check_id(res)),
+        classname=_x(f"gpufleet.{host}"),
+        time=f"{_seconds(res.get('seconds')):.3f}",
+    )
+    status, reason = res["status"], _x(res.get("reason") or "")
+    if status == schema.FAIL:
+        ET.SubElement(case, "failure", message=reason, type="fail").text = _body(res)
+    elif status == schema.ERROR:
+        ET.SubElement(case, "error", message=reason, type="error").text = _body(res)
+    elif status == schema.SKIP:
+        ET.SubElement(case, "skipped", message=reason)
+    elif status == schema.WARN:
+        ET.SubElement(case, "system-out").text = "WARN " + _body(res)
+
+
+def render(report: dict) -> str:
+    root = ET.Element("testsuites", name=_x(f"gpufleet {report['run_id']}"))
+    totals = dict.fromkeys(("tests", "failures", "errors", "skipped"), 0)
+    total_time = 0.0
+    for host, node in report["nodes"].items():
+        c = node["counts"]
+        stats = {
+            "tests": len(node["results"]),
+            "failures": c[schema.FAIL],
+            "errors": c[schema.ERROR],
+            "skipped": c[schema.SKIP],
+        }
+        node_time = sum(_seconds(r.get("seconds")) for r in node["results"])
+        suite = ET.SubElement(
+            root,
+            "testsuite",
+            name=_x(host),
+            timestamp=_x(node.get("started") or report["generated"]),
+            time=f"{node_time:.3f}",
+            **{k: str(v) for k, v in stats.items()},
+        )
+        props = ET.SubElement(suite, "properties")
+        facts = {"verdict": node["verdict"], "profile": node.get("profile"), "source": node.get("source")}
+        facts.update({f"version.{k}": v for k, v in (node.get("versions") or {}).items()})
+        for name, value in facts.items():
+            if value is not None:
+                ET.SubElement(props, "property", name=_x(name), value=_x(value))
+        for res in node["results"]:
+            _testcase(suite, host, res)
+        for k in totals:
+            totals[k] += stats[k]
+        total_time += node_time
+    for k, v in totals.items():
+        root.set(k, str(v))
+    root.set("time", f"{total_time:.3f}")
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

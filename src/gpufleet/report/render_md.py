@@ -1,0 +1,121 @@
+"""report.md: a node table (failures first), then each node's findings.
+
+Meant to read well as plain text and as rendered Markdown: findings as short
+bullet lists, passes as one compact table per node.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from gpufleet.report import (
+    STATUS_ORDER,
+    check_id,
+    fleet_line,
+    fmt_scalar,
+    node_versions_text,
+    ordered_results,
+    threshold_text,
+    value_text,
+)
+
+_EVIDENCE_CHARS = 300  # longer evidence is in report.json and report.html
+
+
+def _inline(text: Any) -> str:
+    """One line of text that cannot open an HTML tag or break a table."""
+    s = " ".join(str(text).split())
+    return s.replace("\\", "\\\\").replace("|", "\\|").replace("<", "\\<")
+
+
+def _code(text: str) -> str:
+    tick = "``" if "`" in text else "`"
+    return f"{tick}{text}{tick}"
+
+
+def _evidence(detail: Any) -> list[str]:
+    if not detail:
+        return []
+    if not isinstance(detail, dict):
+        detail = {"detail": detail}
+    lines = ["- evidence:"]
+    for k, v in detail.items():
+        text = fmt_scalar(v) if not isinstance(v, (dict, list)) else json.dumps(v, sort_keys=True, default=str)
+        if len(text) > _EVIDENCE_CHARS:
+            text = text[:_EVIDENCE_CHARS] + " … (full text in report.json)"
+        lines.append(f"  - {_inline(k)}: {_inline(text)}")
+    return lines
+
+
+def _finding(res: dict) -> list[str]:
+    lines = [f"#### {res['status'].upper()} {_code(check_id(res))}", ""]
+    value = value_text(res)
+    if value:
+        lines.append(f"- value: {_inline(value)}")
+    bound, source = threshold_text(res.get("threshold"))
+    if bound:
+        lines.append(f"- threshold: {_inline(bound)}" + (f" (source: {_inline(source)})" if source else ""))
+    lines.append(f"- reason: {_inline(res.get('reason') or '(no reason given)')}")
+    if res.get("remedy"):
+        lines.append(f"- remedy: {_inline(res['remedy'])}")
+    lines += _evidence(res.get("detail"))
+    lines.append("")
+    return lines
+
+
+def _node_section(node: dict) -> list[str]:
+    lines = [f"## {_inline(node['host'])}: {node['verdict'].upper()}", ""]
+    facts = []
+    if node.get("reported_host"):
+        facts.append(f"reports itself as {_inline(node['reported_host'])}")
+    if node.get("profile"):
+        facts.append(f"profile {_inline(node['profile'])}")
+    versions = node_versions_text(node)
+    if versions:
+        facts.append(_inline(versions))
+    if node.get("started"):
+        seconds = f" ({fmt_scalar(node['seconds'])} s)" if node.get("seconds") is not None else ""
+        facts.append(f"checked {node['started']}{seconds}")
+    if node.get("source"):
+        facts.append(f"from {_code(node['source'])}")
+    if facts:
+        lines += ["; ".join(facts) + ".", ""]
+    bad, good = ordered_results(node["results"])
+    if bad:
+        lines += [f"### Not passing ({len(bad)})", ""]
+        for res in bad:
+            lines += _finding(res)
+    if good:
+        lines += [f"### Passed ({len(good)})", "", "| check | value | reason |", "| --- | --- | --- |"]
+        for res in good:
+            lines.append(f"| {_code(check_id(res))} | {_inline(value_text(res))} | {_inline(res.get('reason') or '')} |")
+        lines.append("")
+    return lines
+
+
+def render(report: dict) -> str:
+    nodes = list(report["nodes"].values())
+    lines = [
+        f"# gpufleet acceptance report: {_inline(report['run_id'])}",
+        "",
+        f"**Verdict: {report['verdict'].upper()}**: {fleet_line(report)}.",
+        "",
+        f"Generated {report['generated']} from {_code(str(report['run_dir']) + '/hosts')}. "
+        "Every result is kept unchanged in report.json.",
+        "",
+        "| node | verdict | " + " | ".join(STATUS_ORDER) + " | profile | not passing |",
+        "| --- | --- | " + " | ".join("---:" for _ in STATUS_ORDER) + " | --- | --- |",
+    ]
+    for node in nodes:
+        bad, _ = ordered_results(node["results"])
+        listed = ", ".join(_code(check_id(r)) for r in bad[:6]) + (f" and {len(bad) - 6} more" if len(bad) > 6 else "")
+        lines.append(
+            f"| {_inline(node['host'])} | **{node['verdict'].upper()}** | "
+            + " | ".join(str(node["counts"][s]) for s in STATUS_ORDER)
+            + f" | {_inline(node.get('profile') or '')} | {listed} |"
+        )
+    lines.append("")
+    for node in nodes:
+        lines += _node_section(node)
+    return "\n".join(lines).rstrip() + "\n"

@@ -1,0 +1,487 @@
+"""GPU inventory and health checks over recorded readings.
+
+The base fixture is one healthy 8 x H100 SXM node in the shape `gpufleet
+collect` writes; each failure case changes one thing in a copy of it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpufleet import engine
+from gpufleet.checks import gpu_health, gpu_inventory
+from gpufleet.collect import kernel_log, nvml
+
+DATA = Path(__file__).resolve().parent / "data" / "readings"
+HEALTHY = DATA / "h100-sxm-8gpu-healthy.json"
+SRC = Path(__file__).resolve().parents[1] / "src"
+GROUPS = ["gpu_inventory", "gpu_health"]
+GPU_CHECKS = [name for name, _ in gpu_inventory.CHECKS + gpu_health.CHECKS]
+
+
+def healthy() -> dict:
+    return json.loads(HEALTHY.read_text())
+
+
+def run(readings: dict, **kwargs) -> dict[str, dict]:
+    doc = engine.check_host(readings, GROUPS, host="node0", **kwargs)
+    return {r["check"]: r for r in doc["results"]}
+
+
+def gpu(readings: dict, index: int) -> dict:
+    return readings["nvml"]["gpus"][index]
+
+
+def test_healthy_h100_node_passes_everything():
+    results = run(healthy())
+    assert set(GPU_CHECKS) <= set(results)
+    for name in GPU_CHECKS:
+        r = results[name]
+        want = "skip" if name == "retired_pages" else "pass"  # Hopper remaps rows instead of retiring pages
+        assert r["status"] == want, r
+        assert r["reason"] and "crashed" not in r["reason"]
+        assert r["remedy"] is None
+    assert "profile" not in results  # the H100 profile matched the NVML name
+    assert results["nvlink"]["reason"] == "18 active NVLinks on each of 8 GPUs"
+    assert results["gpu_count"]["reason"] == "found 8 GPUs (NVIDIA H100 80GB HBM3)"
+    assert schema_verdict(results) == "pass"
+
+
+def schema_verdict(results: dict) -> str:
+    from gpufleet.schema import verdict
+
+    return verdict(results.values())
+
+
+def test_inventory_is_in_gpu_count_detail():
+    readings = healthy()
+    inv = run(readings)["gpu_count"]["detail"]["inventory"]
+    assert inv["driver_version"] == "535.183.01" and inv["cuda_driver_version"] == "12.2"
+    assert [g["pci_bus_id"] for g in inv["gpus"]] == [g["pci_bus_id"] for g in readings["nvml"]["gpus"]]
+    assert inv["gpus"][3] == {
+        "index": 3,
+        "name": "NVIDIA H100 80GB HBM3",
+        "uuid": gpu(readings, 3)["uuid"],
+        "serial": gpu(readings, 3)["serial"],
+        "pci_bus_id": "0000:5d:00.0",
+        "memory_total_mib": 81559,
+        "vbios": "96.00.89.00.01",
+    }
+
+
+def test_fixture_has_the_collectors_shape():
+    readings = healthy()
+    assert set(readings) == {"nvml", "host", "kernel_log"}
+    assert set(readings["kernel_log"]) == {"source", "readable", "error", "lines", "xid_events"}
+    for g in readings["nvml"]["gpus"]:
+        assert set(g) == set(nvml.GPU_FIELDS)
+
+
+# --- failure cases: one change to the healthy node each ----------------------------------------------
+
+
+def _set(index, path, value):
+    def change(r):
+        target = gpu(r, index)
+        *parents, last = path.split(".")
+        for p in parents:
+            target = target[p]
+        target[last] = value
+
+    return change
+
+
+def _link_down(index, link):
+    return lambda r: gpu(r, index)["nvlink"][link].update(active=False, remote_pci_bus_id=None)
+
+
+def _drop_gpu(index):
+    return lambda r: r["nvml"]["gpus"].pop(index)
+
+
+def _all(*changes):
+    def change(r):
+        for c in changes:
+            c(r)
+
+    return change
+
+
+CASES = [
+    # (id, change, check, status, text in reason, text in remedy)
+    (
+        "ecc-volatile",
+        _set(3, "ecc_volatile_uncorrected", 2),
+        "ecc",
+        "fail",
+        "GPU 3: 2 volatile uncorrectable ECC errors",
+        "nvidia-smi -r -i 3",
+    ),
+    (
+        "ecc-aggregate",
+        _set(3, "ecc_aggregate_uncorrected", 5),
+        "ecc",
+        "warn",
+        "GPU 3: 5 uncorrectable ECC errors over its lifetime",
+        "row_remapping",
+    ),
+    ("ecc-off", _set(1, "ecc_mode_current", False), "ecc", "fail", "GPU 1: ECC off", "-e 1"),
+    (
+        "remap-pending",
+        _set(5, "remapped_rows.pending", True),
+        "row_remapping",
+        "fail",
+        "GPU 5: row remap pending",
+        "reset the GPU to apply the remap",
+    ),
+    (
+        "remap-failure",
+        _set(5, "remapped_rows.failure", True),
+        "row_remapping",
+        "fail",
+        "GPU 5: row remapping failed",
+        "GPU needs replacement (RMA)",
+    ),
+    ("pcie-x8", _set(2, "pcie.width_current", 8), "pcie_link", "fail", "GPU 2: PCIe link x8 of x16", "lspci -vv"),
+    (
+        "pcie-gen4-slot",
+        _set(2, "pcie.gen_max", 4),
+        "pcie_link",
+        "fail",
+        "GPU 2: PCIe link can reach only gen 4 (GPU can do gen 5), below gen 5",
+        "reseat",
+    ),
+    (
+        "pcie-gen-busy",
+        _all(
+            _set(0, "pcie.gen_current", 3),
+            _set(0, "utilization_gpu_pct", 97),
+            _set(0, "clock_event_reasons", {"mask": 0, "names": []}),
+        ),
+        "pcie_link",
+        "warn",
+        "GPU 0: PCIe gen 3 of 5 while busy",
+        "under load",
+    ),
+    ("nvlink-one-down", _link_down(6, 7), "nvlink", "fail", "GPU 6: 17 active NVLinks, expected 18", "nvlink -s -i 6"),
+    (
+        "nvlink-all-down",
+        lambda r: [link.update(active=False) for link in gpu(r, 4)["nvlink"]],
+        "nvlink",
+        "fail",
+        "GPU 4: no active NVLink",
+        "reset the GPUs",
+    ),
+    (
+        "nvlink-crc",
+        lambda r: gpu(r, 2)["nvlink"][3]["errors"].update(crc_flit=12),
+        "nvlink",
+        "warn",
+        "GPU 2: 12 NVLink CRC errors > 0",
+        "marginal link",
+    ),
+    (
+        "nvlink-fabric",
+        _set(7, "fabric", {"state": "in_progress", "status": "Success"}),
+        "nvlink",
+        "fail",
+        "GPU 7: NVLink fabric in progress",
+        "fabricmanager",
+    ),
+    ("mig-on", _set(1, "mig_mode_current", True), "mig_mode", "fail", "GPU 1: MIG enabled", "-mig 0"),
+    ("seven-gpus", _drop_gpu(4), "gpu_count", "fail", "found 7 GPUs (NVIDIA H100 80GB HBM3), expected 8", "Xid 79"),
+    ("mixed-model", _set(6, "name", "NVIDIA H100 PCIe"), "gpu_model", "fail", "mixed GPU models", "one GPU model"),
+    ("small-memory", _set(0, "memory_total_mib", 40960), "gpu_memory", "fail", "GPU 0: 40960 MiB < 80000 MiB", "replace"),
+    (
+        "old-driver",
+        lambda r: r["nvml"].update(driver_version="470.82.01"),
+        "driver_version",
+        "fail",
+        "driver 470.82.01 is older than the minimum 525.60.13",
+        "nvidia_driver",
+    ),
+    (
+        "vbios-mix",
+        _set(7, "vbios_version", "96.00.74.00.0B"),
+        "vbios",
+        "warn",
+        "VBIOS differs: 96.00.89.00.01 on GPUs 0-6; 96.00.74.00.0B on GPU 7",
+        "firmware",
+    ),
+    (
+        "persistence-off",
+        _all(_set(0, "persistence_mode", False), _set(1, "persistence_mode", False)),
+        "persistence_mode",
+        "fail",
+        "GPUs 0, 1: persistence mode off",
+        "-i 0,1 -pm 1",
+    ),
+    ("prohibited", _set(3, "compute_mode", "Prohibited"), "compute_mode", "fail", "GPU 3: compute mode Prohibited", "-c DEFAULT"),
+    (
+        "hw-slowdown",
+        _set(5, "clock_event_reasons", {"mask": 0x8 | 0x40, "names": ["hw_slowdown", "hw_thermal_slowdown"]}),
+        "clock_events",
+        "fail",
+        "GPU 5: HW slowdown",
+        "cooling",
+    ),
+    (
+        "sw-thermal",
+        _set(5, "clock_event_reasons", {"mask": 0x20, "names": ["sw_thermal_slowdown"]}),
+        "clock_events",
+        "fail",
+        "GPU 5: SW thermal slowdown",
+        "cooling",
+    ),
+    (
+        "power-cap-busy",
+        _all(_set(2, "clock_event_reasons", {"mask": 0x4, "names": ["sw_power_cap"]}), _set(2, "utilization_gpu_pct", 100)),
+        "clock_events",
+        "warn",
+        "GPU 2: SW power cap while busy (100% utilization)",
+        "power_limit",
+    ),
+    (
+        "hot-gpu",
+        _set(4, "temperature_c", 88),
+        "temperature",
+        "fail",
+        "GPU 4: 88 C, at or above its slowdown threshold 87 C",
+        "airflow",
+    ),
+    ("warm-gpu", _set(4, "temperature_c", 82), "temperature", "warn", "GPU 4: 82 C >= 80 C", "airflow"),
+    ("warm-hbm", _set(4, "memory_temperature_c", 90), "temperature", "warn", "GPU 4: memory 90 C >= 85 C", "airflow"),
+    (
+        "power-capped",
+        _set(6, "power_limit_w", 500.0),
+        "power_limit",
+        "fail",
+        "GPU 6: enforced power limit 500 W is 71% of the default 700 W",
+        "-pl",
+    ),
+]
+
+
+@pytest.mark.parametrize("case_id, change, check, status, reason, remedy", CASES, ids=[c[0] for c in CASES])
+def test_one_fault_is_caught_and_named(case_id, change, check, status, reason, remedy):
+    readings = healthy()
+    change(readings)
+    results = run(readings)
+    r = results[check]
+    assert r["status"] == status, r
+    assert reason in r["reason"], r["reason"]
+    assert r["remedy"] and remedy in r["remedy"], r["remedy"]
+    assert r["detail"], "the evidence belongs in detail"
+    # Only the check that owns the fault moves (seven GPUs also changes nothing else: they are still healthy).
+    others = {n: results[n]["status"] for n in GPU_CHECKS if n != check and results[n]["status"] not in ("pass", "skip")}
+    assert others == {}, others
+
+
+def test_per_gpu_evidence_is_in_detail():
+    readings = healthy()
+    gpu(readings, 3)["ecc_volatile_uncorrected"] = 2
+    r = run(readings)["ecc"]
+    assert r["value"] == 2 and r["unit"] == "errors"
+    assert r["threshold"]["key"] == "ecc_volatile_uncorrected_max" and r["threshold"]["value"] == 0
+    row = next(p for p in r["detail"]["per_gpu"] if p["index"] == 3)
+    assert row["ecc_volatile_uncorrected"] == 2 and row["ecc_aggregate_corrected"] == 0
+    assert len(r["detail"]["per_gpu"]) == 8
+
+
+def test_idle_gpu_with_a_slow_link_passes_with_the_reason():
+    readings = healthy()
+    gpu(readings, 1)["pcie"]["gen_current"] = 1  # idle: pstate 0 but utilization 0 and the idle clock reason
+    r = run(readings)["pcie_link"]
+    assert r["status"] == "pass"
+    assert "GPU 1: gen 1 of 5 while idle (idle GPUs lower their link speed to save power)" in r["reason"]
+
+
+def test_exclusive_process_passes_with_a_note():
+    readings = healthy()
+    for g in readings["nvml"]["gpus"]:
+        g["compute_mode"] = "Exclusive_Process"
+    r = run(readings)["compute_mode"]
+    assert r["status"] == "pass" and "GPUs 0-7: compute mode Exclusive_Process" in r["reason"]
+
+
+def test_power_cap_on_an_idle_gpu_passes():
+    readings = healthy()
+    gpu(readings, 2)["clock_event_reasons"] = {"mask": 0x1 | 0x4, "names": ["gpu_idle", "sw_power_cap"]}
+    r = run(readings)["clock_events"]
+    assert r["status"] == "pass" and "SW power cap while idle" in r["reason"]
+
+
+def test_crc_errors_fall_back_to_the_all_links_totals():
+    """Where per-link counters are unsupported (Hopper on some drivers), the *_TOTAL fields count."""
+    readings = healthy()
+    for g in readings["nvml"]["gpus"]:
+        for link in g["nvlink"]:
+            link["errors"] = dict.fromkeys(nvml.NVLINK_COUNTERS)
+        g["unreadable"]["nvlink.errors.crc_flit"] = "Not Supported"
+    assert run(readings)["nvlink"]["status"] == "pass"
+    gpu(readings, 5)["nvlink_error_totals"]["crc_data"] = 4
+    r = run(readings)["nvlink"]
+    assert r["status"] == "warn" and "GPU 5: 4 NVLink CRC errors > 0" in r["reason"]
+    assert next(p for p in r["detail"]["per_gpu"] if p["index"] == 5)["crc_source"] == "all-links totals"
+
+
+def test_seven_gpus_compare_links_between_gpus():
+    readings = healthy()
+    readings["nvml"]["gpus"].pop(4)
+    r = run(readings)["nvlink"]
+    assert r["status"] == "pass" and "7 of 8 GPUs present" in r["reason"]
+    gpu(readings, 0)["nvlink"][0]["active"] = False
+    r = run(readings)["nvlink"]
+    assert r["status"] == "fail" and "GPU 0: 17 active NVLinks, the other GPUs have 18" in r["reason"]
+
+
+def test_single_gpu_skips_nvlink():
+    readings = healthy()
+    del readings["nvml"]["gpus"][1:]
+    r = run(readings, overrides={"gpus_expected": 1})["nvlink"]
+    assert r["status"] == "skip" and r["reason"] == "single GPU: NVLink has no peer here"
+
+
+def test_xid_79_from_a_real_kernel_log_line_fails(tmp_path):
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "kmsg").write_text(
+        "6,1021,4071331,-;NVRM: loading NVIDIA UNIX x86_64 Kernel Module  535.183.01\n"
+        "4,1874,912345678,-;NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n"
+        "4,1875,912345679,-;NVRM: Xid (PCI:0000:2a:00): 109, pid=881, name=python, Ch 00000008\n"
+    )
+    readings = healthy()
+    readings["kernel_log"] = kernel_log.read(str(tmp_path))
+    r = run(readings)["xid"]
+    assert r["status"] == "fail"
+    assert "GPU 0 (0000:18:00): Xid 79" in r["reason"]  # the fail code leads
+    assert "GPU 1 (0000:2a:00): Xid 109" in r["reason"]  # not a hardware code: warn, still reported
+    assert "xid-errors" in r["remedy"]
+    assert r["value"] == 2 and r["detail"]["events"][0]["message"].endswith("GPU has fallen off the bus.")
+
+
+def test_xid_on_a_gpu_nvml_no_longer_sees_is_still_reported():
+    readings = healthy()
+    readings["nvml"]["gpus"].pop(0)
+    readings["kernel_log"]["xid_events"] = [
+        kernel_log.parse_xid("NVRM: Xid (PCI:0000:18:00): 79, pid=1, GPU has fallen off the bus.")
+    ]
+    r = run(readings)["xid"]
+    assert r["status"] == "fail" and "PCI 0000:18:00 (not among the GPUs NVML sees): Xid 79" in r["reason"]
+
+
+def test_unreadable_kernel_log_is_an_error_not_a_pass():
+    readings = healthy()
+    readings["kernel_log"] = {
+        "source": "none",
+        "readable": False,
+        "error": "kernel log unreadable: /dev/kmsg: Operation not permitted",
+        "lines": 0,
+        "xid_events": [],
+    }
+    r = run(readings)["xid"]
+    assert r["status"] == "error" and "Operation not permitted" in r["reason"] and "root" in r["remedy"]
+
+
+def test_unreadable_field_is_an_error_with_the_nvml_text():
+    readings = healthy()
+    g = gpu(readings, 6)
+    g["ecc_volatile_uncorrected"] = None
+    g["unreadable"]["ecc_volatile_uncorrected"] = "GPU is lost"
+    r = run(readings)["ecc"]
+    assert r["status"] == "error" and r["reason"] == "GPU 6: ecc_volatile_uncorrected unreadable (GPU is lost)"
+
+
+def test_mig_not_supported_counts_as_off():
+    readings = healthy()
+    for g in readings["nvml"]["gpus"]:
+        g["mig_mode_current"] = None
+        g["unreadable"]["mig_mode_current"] = "Not Supported"
+    r = run(readings)["mig_mode"]
+    assert r["status"] == "pass" and "MIG not supported, so off" in r["reason"]
+
+
+def test_driver_versions_compare_numerically():
+    # As strings "535.183.01" < "535.9.0"; as versions it is newer.
+    assert run(healthy(), overrides={"driver_version_min": "535.9.0"})["driver_version"]["status"] == "pass"
+    assert run(healthy(), overrides={"driver_version_min": "535.183.2"})["driver_version"]["status"] == "fail"
+    pinned = run(healthy(), overrides={"driver_version": "550.54.15"})["driver_version"]
+    assert pinned["status"] == "fail" and "differs from the pinned 550.54.15" in pinned["reason"]
+    assert run(healthy(), overrides={"driver_version": "535.183.01"})["driver_version"]["status"] == "pass"
+
+
+def test_unset_expectations_warn_and_say_so():
+    readings = healthy()
+    for g in readings["nvml"]["gpus"]:
+        g["name"] = "NVIDIA Z900 Prototype"  # no profile matches: the generic one has no model figures
+    results = run(readings)
+    assert results["gpu_count"]["status"] == "warn"
+    assert results["gpu_count"]["reason"] == "expected count not set, found 8 GPUs (NVIDIA Z900 Prototype)"
+    assert results["gpu_memory"]["status"] == "warn" and "no minimum set" in results["gpu_memory"]["reason"]
+    assert results["profile"]["status"] == "warn"
+
+
+def test_nvml_unavailable_every_gpu_check_errors():
+    readings = healthy()
+    readings["nvml"] = {"available": False, "error": "NVML init failed: Driver Not Loaded", "gpus": []}
+    results = run(readings)
+    for name in GPU_CHECKS:
+        assert results[name]["status"] == "error"
+        assert results[name]["reason"] == "NVML init failed: Driver Not Loaded"
+        assert results[name]["remedy"] == "install the NVIDIA driver (bringup.yml, role nvidia_driver) or run on a GPU node"
+
+
+# --- the CLI and recordings ---------------------------------------------------------------------------
+
+
+def test_check_cli_on_a_recording_prints_the_host_document(tmp_path):
+    readings = healthy()
+    gpu(readings, 2)["pcie"]["width_current"] = 8
+    path = tmp_path / "node7.json"
+    path.write_text(json.dumps(readings))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")])))
+    cmd = [sys.executable, "-m", "gpufleet", "check", "--readings", str(path), "--json", "--host", "node7"]
+    proc = subprocess.run(
+        cmd + ["--group", "gpu_inventory", "--group", "gpu_health"], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["host"] == "node7" and doc["profile"]["name"] == "h100-sxm"
+    assert doc["versions"]["driver"] == "535.183.01" and doc["versions"]["cuda_driver"] == "12.2"
+    statuses = {r["check"]: r["status"] for r in doc["results"]}
+    assert list(statuses) == GPU_CHECKS
+    assert statuses["pcie_link"] == "fail"
+    assert {s for n, s in statuses.items() if n != "pcie_link"} <= {"pass", "skip"}
+    assert all(r["group"] in GROUPS and r["seconds"] >= 0 for r in doc["results"])
+
+
+RECORDINGS = sorted(DATA.glob("recorded-*.json"))
+
+
+@pytest.mark.parametrize("path", RECORDINGS, ids=[p.name for p in RECORDINGS])
+def test_recorded_readings_replay_through_every_check(path):
+    """Readings recorded on real GPU nodes: every check of every group runs, and inventory matches the recording."""
+    readings = json.loads(path.read_text())
+    assert set(readings) >= {"nvml", "host", "kernel_log"}
+    doc = engine.check_host(readings, host=path.stem)
+    crashed = [r for r in doc["results"] if "check crashed" in r["reason"]]
+    assert crashed == []
+    by_name = {r["check"]: r for r in doc["results"]}
+    assert set(GPU_CHECKS) <= set(by_name)
+    nv = readings["nvml"]
+    if not nv["available"]:
+        assert all(by_name[n]["status"] == "error" for n in GPU_CHECKS)
+        return
+    for g in nv["gpus"]:
+        assert set(g) == set(nvml.GPU_FIELDS)
+    inv = by_name["gpu_count"]["detail"]["inventory"]
+    assert inv["driver_version"] == nv["driver_version"]
+    assert [(g["index"], g["uuid"], g["name"], g["pci_bus_id"], g["memory_total_mib"]) for g in inv["gpus"]] == [
+        (g["index"], g["uuid"], g["name"], g["pci_bus_id"], g["memory_total_mib"]) for g in nv["gpus"]
+    ]
+    assert by_name["gpu_count"]["value"] == len(nv["gpus"])

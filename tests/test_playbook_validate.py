@@ -1,0 +1,154 @@
+"""Real ansible-playbook runs of validate.yml on this machine (no GPU).
+
+Every run writes into pytest's tmp_path (-e gpufleet_reports_dir) under a
+unique run id, and the only network traffic is an ssh attempt to a closed
+port on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpufleet import schema
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+GROUPS = ("gpu_inventory", "gpu_health", "host_hygiene")
+
+
+def run_validate(tmp_path: Path, *extra: str, inventory: str = "inventory/local") -> tuple[subprocess.CompletedProcess, Path]:
+    run_id = f"test-{uuid.uuid4().hex[:12]}"
+    env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
+               ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+    cmd = [str(BIN / "ansible-playbook"), "validate.yml", "-i", inventory,
+           "-e", f"gpufleet_run_id={run_id}", "-e", f"gpufleet_reports_dir={tmp_path}", *extra]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    return proc, tmp_path / run_id
+
+
+def output(proc: subprocess.CompletedProcess) -> str:
+    return proc.stdout + proc.stderr
+
+
+def host_doc(run_dir: Path, host: str) -> dict:
+    return json.loads((run_dir / "hosts" / f"{host}.json").read_text())
+
+
+def test_local_run_fails_acceptance_and_writes_every_report(tmp_path):
+    proc, run_dir = run_validate(tmp_path)
+    out = output(proc)
+
+    assert proc.returncode != 0, out  # no GPU here: the node must not be accepted
+    for name in ("hosts/localhost.json", "report.json", "report.md", "report.html", "junit.xml"):
+        assert (run_dir / name).is_file(), f"{name} missing\n{out}"
+
+    doc = host_doc(run_dir, "localhost")
+    assert doc["host"] == "localhost"
+    assert {r["group"] for r in doc["results"]} >= set(GROUPS)
+    assert not [r for r in doc["results"] if r["check"] == "engine"], "every group's module should have answered"
+    gpu_results = [r for r in doc["results"] if r["group"] in ("gpu_inventory", "gpu_health")]
+    assert gpu_results
+    assert all(r["status"] != "pass" for r in gpu_results)
+    assert any("no NVIDIA driver" in r["reason"] for r in gpu_results)
+
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["nodes"]["localhost"]["verdict"] == "fail"
+    assert report["verdict"] == "fail"
+    # The playbook says where the report is and which node failed.
+    assert f"report.md: {run_dir / 'report.md'}" in out
+    assert f"report.html: {run_dir / 'report.html'}" in out
+    assert "1 node(s) failed acceptance: localhost" in out
+
+
+@pytest.fixture
+def two_host_inventory(tmp_path) -> Path:
+    """localhost plus a node whose ssh port is closed (127.0.0.1:1): it fails to connect at once."""
+    if shutil.which("ssh") is None:
+        pytest.skip("the ssh client is needed to reach a node over ssh (Debian: apt-get install openssh-client)")
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {
+        "localhost": {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+                      "gpufleet_python": "{{ ansible_playbook_python }}"},
+        "deadnode": {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": 1,
+                     "ansible_ssh_common_args": "-o ConnectTimeout=5 -o BatchMode=yes"},
+    }}}}}))
+    return inventory
+
+
+def test_unreachable_node_is_reported_and_others_still_checked(tmp_path, two_host_inventory):
+    proc, run_dir = run_validate(tmp_path / "reports", inventory=str(two_host_inventory))
+    out = output(proc)
+
+    assert proc.returncode != 0, out
+    dead = host_doc(run_dir, "deadnode")
+    assert [(r["check"], r["group"], r["status"]) for r in dead["results"]] == [("reachable", "connection", "error")]
+    assert "Connection refused" in dead["results"][0]["reason"] or "port 1" in dead["results"][0]["reason"]
+    assert dead["results"][0]["remedy"]
+
+    local = host_doc(run_dir, "localhost")
+    assert {r["group"] for r in local["results"]} >= set(GROUPS)
+    assert not [r for r in local["results"] if r["check"] in ("engine", "reachable")]
+
+    report = json.loads((run_dir / "report.json").read_text())
+    assert set(report["nodes"]) == {"localhost", "deadnode"}
+    dead_results = report["nodes"]["deadnode"]["results"]
+    assert any(r["status"] == "error" and r["check"] == "reachable" for r in dead_results)
+    assert "deadnode (failing: connection.reachable)" in out
+
+
+def test_limit_to_one_node_still_prepares_and_reports(tmp_path, two_host_inventory):
+    """--limit drops localhost from the plays' hosts; the controller plays must run all the same."""
+    proc, run_dir = run_validate(tmp_path / "reports", "--limit", "deadnode", inventory=str(two_host_inventory))
+    out = output(proc)
+
+    assert proc.returncode != 0, out
+    assert sorted(p.name for p in (run_dir / "hosts").iterdir()) == ["deadnode.json"]
+    report = json.loads((run_dir / "report.json").read_text())
+    assert set(report["nodes"]) == {"deadnode"}
+
+
+def test_unknown_threshold_reaches_the_user_as_the_engine_message(tmp_path):
+    proc, run_dir = run_validate(tmp_path, "-e", json.dumps({"gpufleet_thresholds": {"nope": 1}}))
+    out = output(proc)
+
+    assert proc.returncode != 0, out
+    assert "gpufleet_thresholds.nope is not a known threshold" in out
+    doc = host_doc(run_dir, "localhost")
+    errors = [r for r in doc["results"] if r["check"] == "engine"]
+    assert sorted(r["group"] for r in errors) == sorted(GROUPS)
+    result_keys = set(schema.result("x", schema.ERROR, "r")) | {"started", "seconds"}
+    for r in errors:
+        assert set(r) == result_keys
+        assert r["status"] == "error"
+        assert "gpufleet_thresholds.nope" in r["reason"]
+        assert r["remedy"]
+        assert r["detail"]["rc"] == 2
+
+
+def test_thresholds_that_are_not_a_mapping_stop_before_any_node(tmp_path):
+    proc, run_dir = run_validate(tmp_path, "-e", "gpufleet_thresholds=8")
+    out = output(proc)
+
+    assert proc.returncode != 0, out
+    assert "gpufleet_thresholds for localhost must be a mapping of threshold -> value" in out
+    assert not (run_dir / "hosts").exists()
+
+
+def test_relative_gpufleet_python_is_refused_with_its_name(tmp_path):
+    proc, _ = run_validate(tmp_path, "-e", "gpufleet_python=venv/bin/python")
+    out = output(proc)
+
+    assert proc.returncode != 0, out
+    assert "gpufleet_python for localhost must be the absolute path of a Python interpreter" in out
+    assert '"venv/bin/python"' in out
