@@ -42,8 +42,14 @@ start=$(date +%s)
 python3 -m gpufleet bench matmul memory nccl --tier quick --json --thresholds "$thresholds" >"$OUT/bench-quick.json" 2>>"$log"
 quick_s=$(( $(date +%s) - start ))
 
+if [ "$gpus" -ge 2 ] && command -v nvcc >/dev/null; then
+  say "NCCL reference: all-reduce straight through NCCL (scripts/nccl_reference)"
+  nvcc -O2 -o /tmp/allreduce_ref scripts/nccl_reference/allreduce_ref.cu -lnccl >>"$log" 2>&1 &&
+    /tmp/allreduce_ref $((1 << 20)) $((1 << 32)) >"$OUT/nccl-reference.jsonl" 2>>"$log"
+fi
+
 say "matmul sweep (thorough tier)"
 python3 -m gpufleet bench matmul --tier thorough --json --thresholds "$thresholds" >"$OUT/bench-matmul-sweep.json" 2>>"$log"
 
 tar czf "$OUT/nccl-logs.tar.gz" -C /tmp $(cd /tmp && ls -d gpufleet-nccl-* 2>/dev/null) 2>>"$log"
-python3 scripts/gpu_run_table.py "$OUT" "$validate_rc" "$validate_s" "$quick_s" | tee "$OUT/table.txt"
+python3 scripts/gpu_run_table.py "$OUT" "$validate_rc" "$validate_s" "$quick_s"

@@ -36,5 +36,17 @@ def main(out, validate_rc, validate_s, quick_s):
                   f"quick/sweep = {q['bf16'] / s['bf16']:.3f}")
 
 
+    ref_path = out / "nccl-reference.jsonl"
+    ours = next((r for r in quick.get("results", []) if r["check"] == "nccl_all_reduce"), None)
+    if ref_path.exists() and ours:
+        ref = {row["size_bytes"]: row for row in map(json.loads, ref_path.read_text().split("\n")[:-1])}
+        print("  all_reduce busbw, gpufleet (torch.distributed) vs NCCL called directly:")
+        for row in ours["detail"]["rows"]:
+            r = ref.get(row["size_bytes"])
+            if r:
+                print(f"    {row['size_bytes'] >> 20:5} MiB  {row['busbw_gbps']:7.1f} vs {r['busbw_gbps']:7.1f} GB/s  "
+                      f"= {row['busbw_gbps'] / r['busbw_gbps']:.2f}  ({row['launch'][:10]})")
+
+
 if __name__ == "__main__":
     main(*sys.argv[1:])
