@@ -502,7 +502,8 @@ def parse_nccl_conf(text: str) -> tuple[dict, list[dict]]:
 
 
 def _read_nccl(root: Path, environ: Mapping[str, str]) -> dict:
-    env = {k: v for k, v in environ.items() if k.startswith("NCCL_")}
+    # NCCL_VERSION is what NVIDIA's container images set to name the package, not a setting NCCL reads.
+    env = {k: v for k, v in environ.items() if k.startswith("NCCL_") and k != "NCCL_VERSION"}
     conf_path = root / "etc/nccl.conf"
     text, reason = _text(conf_path)
     values, ignored = parse_nccl_conf(text) if text is not None else ({}, [])
