@@ -77,7 +77,7 @@ def check_host(
     return host_document(host, profile, readings, started, t0, results)
 
 
-BENCHMARKS = ("matmul", "memory", "nccl")
+BENCHMARKS = ("matmul", "memory", "nccl", "train_gpt2")
 
 
 def bench_host(
@@ -94,6 +94,7 @@ def bench_host(
     from gpufleet import collect
     from gpufleet.bench import matmul, memory, nccl
     from gpufleet.checks import benchmarks
+    from gpufleet.train import gpt2
 
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:
@@ -108,6 +109,14 @@ def bench_host(
         "nccl": lambda: benchmarks.nccl(nccl.run(tier, **(nccl_options or {})), profile, host_has_ib=host_has_ib),
     }
     gpus = len(readings["nvml"].get("gpus") or [])
+    multi = {k: v for k, v in (nccl_options or {}).items() if k in ("nnodes", "node_rank", "master_addr")}
+
+    def train():
+        # One GPU first, then every GPU (of every node): their ratio is the scaling efficiency.
+        single = gpt2.run(nproc_per_node=1) if gpus > 1 or multi.get("nnodes", 1) > 1 else None
+        return benchmarks.train_gpt2(gpt2.run(**multi), profile, single=single)
+
+    runners["train_gpt2"] = train
     if gpus == 1 and (nccl_options or {}).get("nnodes", 1) == 1:
         runners["nccl"] = lambda: [schema.result("nccl", schema.SKIP, "one GPU and one node: no collective to measure")]
     results = []

@@ -28,13 +28,10 @@ import glob
 import json
 import os
 import re
-import signal
-import subprocess
-import sys
 import tempfile
-import time
 
 from gpufleet.bench import BENCHMARK_VERSION, sig
+from gpufleet.bench.launch import torchrun
 
 MiB, GiB = 1 << 20, 1 << 30
 SIZES = {
@@ -304,45 +301,24 @@ def run(
     if n_gpus == 0:
         tier = "cpu"
     nproc = nproc_per_node or n_gpus or 2
-    workdir = tempfile.mkdtemp(prefix="gpufleet-nccl-")
-    out_json = os.path.join(workdir, "rank0.json")
-    env = dict(os.environ)
-    env.update(
-        # INFO into the benchmark's own files: the transport and algorithm come from NCCL's own words.
-        NCCL_DEBUG="INFO",
-        NCCL_DEBUG_SUBSYS="INIT,GRAPH,TUNING,NET",
-        NCCL_DEBUG_FILE=os.path.join(workdir, "nccl.%h.%p.log"),
-        NCCL_GRAPH_MIXING_SUPPORT=env.get("NCCL_GRAPH_MIXING_SUPPORT", "0"),
-        PYTHONUNBUFFERED="1",
-    )
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run",
-        f"--nnodes={nnodes}", f"--nproc-per-node={nproc}", f"--node-rank={node_rank}",
-        f"--master-addr={master_addr}", f"--master-port={master_port}",
-        f"--rdzv-conf=timeout={rdzv_timeout_s}",
-        "-m", "gpufleet.bench.nccl", "--worker", "--tier", tier, "--out", out_json,
-    ]  # fmt: skip
-    if not use_graph:
-        cmd.append("--no-graph")
-    t0 = time.monotonic()
-    log_path = os.path.join(workdir, "torchrun.log")
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        try:
-            rc, timed_out = proc.wait(timeout=timeout_s), False
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            rc, timed_out = proc.returncode, True
-    with open(log_path, errors="replace") as f:
-        tail = f.read()[-4000:]
+    log_dir = tempfile.mkdtemp(prefix="gpufleet-nccl-")
+    args = ["--worker", "--tier", tier] + ([] if use_graph else ["--no-graph"])
+    run = torchrun(
+        "gpufleet.bench.nccl", args,
+        nproc_per_node=nproc, nnodes=nnodes, node_rank=node_rank, master_addr=master_addr,
+        master_port=master_port, timeout_s=timeout_s, rdzv_timeout_s=rdzv_timeout_s, prefix="gpufleet-nccl-",
+        env_extra={
+            # INFO into the benchmark's own files: the transport and algorithm come from NCCL's own words.
+            "NCCL_DEBUG": "INFO",
+            "NCCL_DEBUG_SUBSYS": "INIT,GRAPH,TUNING,NET",
+            "NCCL_DEBUG_FILE": os.path.join(log_dir, "nccl.%h.%p.log"),
+            "NCCL_GRAPH_MIXING_SUPPORT": os.environ.get("NCCL_GRAPH_MIXING_SUPPORT", "0"),
+        },
+    )  # fmt: skip
     nccl_text = ""
-    for path in sorted(glob.glob(os.path.join(workdir, "nccl.*.log"))):
+    for path in sorted(glob.glob(os.path.join(log_dir, "nccl.*.log"))):
         with open(path, errors="replace") as f:
             nccl_text += f.read()
-    doc = {}
-    if os.path.exists(out_json):
-        with open(out_json) as f:
-            doc = json.load(f)
     return {
         "benchmark": "nccl",
         "device": "cuda" if n_gpus else "cpu",
@@ -357,29 +333,11 @@ def run(
             "dtype": "float32",
             "busbw": "nccl-tests conventions (doc/PERFORMANCE.md)",
         },
-        "command": cmd,
-        "rc": rc,
-        "timed_out": timed_out,
-        "seconds": round(time.monotonic() - t0, 2),
-        "log_tail": tail if (rc != 0 or timed_out) else tail[-600:],
+        **{k: run[k] for k in ("command", "rc", "timed_out", "seconds", "log_tail")},
         "nccl_log": parse_nccl_log(nccl_text),
-        "nccl_log_dir": workdir,
-        **doc,
+        "nccl_log_dir": log_dir,
+        **run["out"],
     }
-
-
-def _kill_group(proc):
-    """TERM the launcher's whole process group, then KILL what is left."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=10)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def main(argv=None):

@@ -150,3 +150,49 @@ def _inter_node(log: dict, host_has_ib: bool | None, base: dict) -> dict:
         return result("nccl_transport", WARN, "inter-node traffic used TCP sockets (no InfiniBand on this host)", value=how, detail=detail)
     return result("nccl_transport", ERROR, "NCCL's log names no inter-node transport", value=how, detail=detail,
                   remedy="run with NCCL_DEBUG=INFO and read the log in detail.nccl_log_dir")
+
+
+def train_gpt2(full: dict, profile: dict, *, single: dict | None = None) -> list[dict]:
+    """Tokens/s per GPU of the GPT-2-small gate, its MFU, and the scaling efficiency against one GPU."""
+    from gpufleet.train.gpt2 import mfu
+
+    cpu = full["device"] == "cpu"
+    keep = ("method", "world_size", "rc", "seconds", "command", "batch_per_gpu", "steps", "compiled", "config", "device_name")
+    detail = {k: full.get(k) for k in keep}
+    if full.get("timed_out") or full.get("rc") != 0 or "tokens_per_s_per_gpu" not in full:
+        why = "timed out and was killed" if full.get("timed_out") else f"exited {full.get('rc')}"
+        return [result("train_gpt2", FAIL, f"GPT-2 training gate {why}", detail={**detail, "log_tail": full.get("log_tail")},
+                       remedy="read the log tail: an out-of-memory, a NCCL error or a dead peer shows there")]
+    rank0 = full["ranks"][0]
+    peak = profiles.value(profile, "bf16_dense_peak_tflops")
+    per_gpu = round(full["tokens_per_s_per_gpu"])
+    detail.update(
+        tokens_per_s_total=round(full["tokens_per_s_total"]),
+        mfu=mfu(full["tokens_per_s_per_gpu"], rank0["flops_per_token"], peak),
+        mfu_peak_tflops=peak,
+        flops_per_token=rank0["flops_per_token"],
+        step_s_median=rank0["step_s_median"],
+        loss_first=rank0["loss_first"],
+        loss_last=rank0["loss_last"],
+        peak_memory_gib=rank0["peak_memory_gib"],
+        per_rank_tokens_per_s=[round(r["tokens_per_s_per_gpu"]) for r in full["ranks"]],
+    )
+    res = [_against_min("train_gpt2", per_gpu, "tokens/s/GPU", profile, "train_gpt2_tokens_per_s_per_gpu_min",
+                        f"GPT-2-small training on {full['world_size']} GPU(s)",
+                        "compare matmul_bf16 and nccl_all_reduce: the slower of the two is the layer to fix first", detail, cpu)]
+    if single is not None and single.get("rc") == 0 and "tokens_per_s_per_gpu" in single:
+        eff = round(full["tokens_per_s_per_gpu"] / single["tokens_per_s_per_gpu"], 3)
+        limit = profiles.value(profile, "train_scaling_efficiency_min")
+        thr = profiles.threshold(profile, "train_scaling_efficiency_min", min=limit)
+        sdetail = {"tokens_per_s_per_gpu_one": round(single["tokens_per_s_per_gpu"]), "tokens_per_s_per_gpu_all": per_gpu,
+                   "world_size": full["world_size"]}
+        what = f"per-GPU throughput on {full['world_size']} GPUs is {eff:.1%} of one GPU's"
+        if cpu:
+            status, reason = schema.SKIP, f"{what}; {CPU_NOTE}"
+        elif eff < limit:
+            status, reason = FAIL, f"{what}, under the minimum {limit:.0%}"
+        else:
+            status, reason = PASS, what
+        res.append(result("train_scaling", status, reason, value=eff, unit="ratio", threshold=thr, detail=sdetail,
+                          remedy=None if status != FAIL else "the gradient all-reduce does not overlap: check nccl_all_reduce, the transport, and DDP bucket sizes"))
+    return res

@@ -1,0 +1,93 @@
+"""Launch a worker module under torchrun on this host, bounded by a timeout.
+
+One call per host: in a multi-node run every host calls this with its own
+node rank, and torchrun's rendezvous at the master joins them. The whole
+process group is killed when the timeout passes, so a dead peer turns into a
+result with the log tail, never a hung playbook.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+
+_WORKER_ERROR = re.compile(r"\[rank\d+\]: \S*(Error|Exception)\b")
+
+
+def torchrun(
+    module: str,
+    module_args: list[str],
+    *,
+    nproc_per_node: int,
+    nnodes: int = 1,
+    node_rank: int = 0,
+    master_addr: str = "127.0.0.1",
+    master_port: int = 29511,
+    timeout_s: float = 600,
+    rdzv_timeout_s: int = 120,
+    env_extra: dict | None = None,
+    prefix: str = "gpufleet-",
+) -> dict:
+    """Run `module` with `--out <workdir>/rank0.json` appended; return what came back.
+
+    Returns {"command", "rc", "timed_out", "seconds", "log_tail", "workdir", "out"}
+    where "out" is rank 0's JSON (empty when it wrote none).
+    """
+    workdir = tempfile.mkdtemp(prefix=prefix)
+    out_json = os.path.join(workdir, "rank0.json")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env_extra or {})}
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run",
+        f"--nnodes={nnodes}", f"--nproc-per-node={nproc_per_node}", f"--node-rank={node_rank}",
+        f"--master-addr={master_addr}", f"--master-port={master_port}",
+        f"--rdzv-conf=timeout={rdzv_timeout_s}",
+        "-m", module, *module_args, "--out", out_json,
+    ]  # fmt: skip
+    t0 = time.monotonic()
+    log_path = os.path.join(workdir, "torchrun.log")
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            rc, timed_out = proc.wait(timeout=timeout_s), False
+        except subprocess.TimeoutExpired:
+            kill_group(proc)
+            rc, timed_out = proc.returncode, True
+    with open(log_path, errors="replace") as f:
+        text = f.read()
+    # torchrun's own summary buries the workers' exceptions: put them first.
+    errors = [line for line in text.splitlines() if _WORKER_ERROR.match(line)][:8]
+    tail = "\n".join(errors + ["..."] + [text[-3000:]]) if errors else text[-4000:]
+    out = {}
+    if os.path.exists(out_json):
+        with open(out_json) as f:
+            out = json.load(f)
+    return {
+        "command": cmd,
+        "rc": rc,
+        "timed_out": timed_out,
+        "seconds": round(time.monotonic() - t0, 2),
+        "log_tail": tail if (rc != 0 or timed_out) else tail[-600:],
+        "workdir": workdir,
+        "out": out,
+    }
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """TERM the launcher's whole process group, then KILL what is left."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=10)
+            return
+        except subprocess.TimeoutExpired:
+            continue

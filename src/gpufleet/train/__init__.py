@@ -1,0 +1,1 @@
+"""Training workloads: the GPT-2 throughput gate (train.gpt2)."""
