@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Acceptance run on a GPU machine, from a checkout, in one go:
-#   record NVML/sysfs readings, run `ansible-playbook validate.yml -i inventory/local`,
-#   run the benchmarks (quick tier, plus the thorough matmul sweep to judge the quick figure),
+#   record NVML/sysfs readings, run `ansible-playbook validate.yml -i inventory/local` (node checks and
+#   the quick benchmark tier), an all-reduce straight through NCCL to judge ours against, and the
+#   thorough matmul sweep to judge the quick figure;
 #   save everything under $OUT and print a short table last.
 # Needs: python3 with torch (CUDA) and nvidia-ml-py; ansible-core, or its wheels in ./.whl.
 # Usage: OUT=/path EXPECTED_GPUS=2 [THRESHOLDS='{"nccl_allreduce_busbw_gbps_min": 340}'] scripts/gpu_run.sh
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-results}
 mkdir -p "$OUT"
-export LC_ALL=C.UTF-8 PYTHONUNBUFFERED=1
+export LC_ALL=C.UTF-8 PYTHONUNBUFFERED=1 GPUFLEET_KEEP_LOGS=1
 log="$OUT/run.log"
 say() { echo "== $*" | tee -a "$log"; }
 
@@ -37,11 +38,6 @@ validate_s=$(( $(date +%s) - start ))
 cp reports/gpu-run/report.json "$OUT/validate-report.json" 2>>"$log"
 cp reports/gpu-run/report.md "$OUT/validate-report.md" 2>>"$log"
 
-say "benchmarks, quick tier"
-start=$(date +%s)
-python3 -m gpufleet bench matmul memory nccl --tier quick --json --thresholds "$thresholds" >"$OUT/bench-quick.json" 2>>"$log"
-quick_s=$(( $(date +%s) - start ))
-
 if [ "$gpus" -ge 2 ] && command -v nvcc >/dev/null; then
   say "NCCL reference: all-reduce straight through NCCL (scripts/nccl_reference)"
   nvcc -O2 -o /tmp/allreduce_ref scripts/nccl_reference/allreduce_ref.cu -lnccl >>"$log" 2>&1 &&
@@ -52,4 +48,4 @@ say "matmul sweep (thorough tier)"
 python3 -m gpufleet bench matmul --tier thorough --json --thresholds "$thresholds" >"$OUT/bench-matmul-sweep.json" 2>>"$log"
 
 tar czf "$OUT/nccl-logs.tar.gz" -C /tmp $(cd /tmp && ls -d gpufleet-nccl-* 2>/dev/null) 2>>"$log"
-python3 scripts/gpu_run_table.py "$OUT" "$validate_rc" "$validate_s" "$quick_s"
+python3 scripts/gpu_run_table.py "$OUT" "$validate_rc" "$validate_s"

@@ -12,16 +12,17 @@ def load(path):
         return {"error": str(exc)}
 
 
-def main(out, validate_rc, validate_s, quick_s):
+def main(out, validate_rc, validate_s):
     out = Path(out)
     rep = load(out / "validate-report.json")
     print(f"validate.yml: exit {validate_rc}, {validate_s} s, fleet verdict {rep.get('verdict')}")
     for host, node in (rep.get("nodes") or {}).items():
         for r in node["results"]:
-            print(f"  {host:10} {r['group'] or '':13} {r['check']:22} {r['status']:5} {r['reason'][:110]}")
-    quick = load(out / "bench-quick.json")
-    print(f"benchmarks, quick tier: {quick_s} s")
-    for r in quick.get("results", []):
+            if r["group"] != "benchmark":
+                print(f"  {host:10} {r['group'] or '':13} {r['check']:22} {r['status']:5} {r['reason'][:110]}")
+    quick = {"results": [r for node in (rep.get("nodes") or {}).values() for r in node["results"] if r["group"] == "benchmark"]}
+    print(f"benchmarks, quick tier: {sum(r['seconds'] for r in quick['results'] if r['check'] in ('matmul_bf16', 'hbm_bandwidth', 'nccl_all_reduce', 'nccl'))} s")
+    for r in quick["results"]:
         val = f"{r['value']} {r['unit'] or ''}" if r.get("value") is not None else ""
         print(f"  {r['check']:22} {r['status']:5} {val:>16}  {r['reason'][:100]}")
     sweep = load(out / "bench-matmul-sweep.json")

@@ -46,7 +46,8 @@ def host_doc(run_dir: Path, host: str) -> dict:
 
 
 def test_local_run_fails_acceptance_and_writes_every_report(tmp_path):
-    proc, run_dir = run_validate(tmp_path)
+    # The benchmark stage off ([]): tests/test_playbook_benchmarks.py runs it.
+    proc, run_dir = run_validate(tmp_path, "-e", json.dumps({"gpufleet_benchmarks": []}))
     out = output(proc)
 
     assert proc.returncode != 0, out  # no GPU here: the node must not be accepted
@@ -57,6 +58,7 @@ def test_local_run_fails_acceptance_and_writes_every_report(tmp_path):
     assert doc["host"] == "localhost"
     assert {r["group"] for r in doc["results"]} >= set(GROUPS)
     assert not [r for r in doc["results"] if r["check"] == "engine"], "every group's module should have answered"
+    assert not [r for r in doc["results"] if r["group"] == "benchmark"], "gpufleet_benchmarks: [] turns the stage off"
     gpu_results = [r for r in doc["results"] if r["group"] in ("gpu_inventory", "gpu_health")]
     assert gpu_results
     assert all(r["status"] != "pass" for r in gpu_results)
@@ -92,13 +94,19 @@ def test_unreachable_node_is_reported_and_others_still_checked(tmp_path, two_hos
 
     assert proc.returncode != 0, out
     dead = host_doc(run_dir, "deadnode")
-    assert [(r["check"], r["group"], r["status"]) for r in dead["results"]] == [("reachable", "connection", "error")]
+    # Nothing ran on it; the NCCL run across nodes says it left the node out.
+    assert [(r["check"], r["group"], r["status"]) for r in dead["results"]] == [
+        ("reachable", "connection", "error"), ("nccl", "benchmark_multinode", "skip")]
     assert "Connection refused" in dead["results"][0]["reason"] or "port 1" in dead["results"][0]["reason"]
     assert dead["results"][0]["remedy"]
+    assert dead["results"][1]["reason"].startswith("left out of the NCCL run across nodes: the node did not answer")
 
     local = host_doc(run_dir, "localhost")
-    assert {r["group"] for r in local["results"]} >= set(GROUPS)
+    assert {r["group"] for r in local["results"]} >= set(GROUPS) | {"benchmark"}
     assert not [r for r in local["results"] if r["check"] in ("engine", "reachable")]
+    # One node could join: no run across nodes, and its document says why.
+    (alone,) = [r for r in local["results"] if r["group"] == "benchmark_multinode"]
+    assert alone["status"] == "skip" and "only this one could join; left out: deadnode" in alone["reason"]
 
     report = json.loads((run_dir / "report.json").read_text())
     assert set(report["nodes"]) == {"localhost", "deadnode"}
@@ -126,7 +134,7 @@ def test_unknown_threshold_reaches_the_user_as_the_engine_message(tmp_path):
     assert "gpufleet_thresholds.nope is not a known threshold" in out
     doc = host_doc(run_dir, "localhost")
     errors = [r for r in doc["results"] if r["check"] == "engine"]
-    assert sorted(r["group"] for r in errors) == sorted(GROUPS)
+    assert sorted(r["group"] for r in errors) == sorted(GROUPS + ("benchmark",))
     result_keys = set(schema.result("x", schema.ERROR, "r")) | {"started", "seconds"}
     for r in errors:
         assert set(r) == result_keys

@@ -4,9 +4,9 @@
 """Run the gpufleet engine for the gpufleet.cluster modules.
 
 The modules stay thin: they declare their arguments and documentation and
-call run_check_module() or run_report_module(). The engine itself
-(`python -m gpufleet ...`) runs under gpufleet_python, which may differ from
-the interpreter Ansible runs the module with.
+call run_check_module(), run_benchmark_module() or run_report_module(). The
+engine itself (`python -m gpufleet ...`) runs under gpufleet_python, which may
+differ from the interpreter Ansible runs the module with.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import re
 import signal
 import socket
 import subprocess
+import time
 
 CHECK_GROUPS = ("gpu_inventory", "gpu_health", "host_hygiene")
 
@@ -28,6 +29,15 @@ KILL_GRACE_S = 5
 REMEDY_BRINGUP = "run bringup.yml (role python_env) or set gpufleet_python to an interpreter that has the gpufleet engine"
 REMEDY_INPUT = "fix the variable or file the message names and run the playbook again"
 REMEDY_RERUN = "read the stderr tail, fix the node and run the playbook again"
+
+# Benchmarks `gpufleet bench` knows, and the group of their results (gpufleet.checks.benchmarks.GROUP).
+BENCHMARKS = ("matmul", "memory", "nccl")
+BENCHMARK_TIERS = ("quick", "thorough")
+BENCHMARK_GROUP = "benchmark"
+SCHEMA_VERSION = 1  # gpufleet.schema.SCHEMA_VERSION: the host documents this module builds itself
+
+REMEDY_TIMEOUT = ("the benchmark hung or needs longer than timeout_s: read the stderr tail and the node's gpu_health "
+                  "results, then re-run, with a longer timeout_s if the tier needs it")
 
 _NO_ENGINE = re.compile(r"No module named '?gpufleet'?\s*$", re.MULTILINE)
 
@@ -46,8 +56,11 @@ def check_argument_spec():
 class EngineError(Exception):
     """The engine could not give an answer; the message says why and what to do."""
 
-    def __init__(self, msg, rc=None, stdout="", stderr="", cmd=None, remedy=REMEDY_RERUN):
+    # kind: "python" (no interpreter), "engine" (not installed), "input" (refused its input), "timeout",
+    # "exit" (non-zero exit) or "output" (no JSON object printed).
+    def __init__(self, msg, rc=None, stdout="", stderr="", cmd=None, remedy=REMEDY_RERUN, kind="exit"):
         super().__init__(msg)
+        self.kind = kind
         self.msg = msg
         self.rc = rc
         self.stdout = stdout
@@ -95,12 +108,14 @@ def run_engine(python, args, timeout_s, host):
             "gpufleet_python '%s' does not exist on %s: run bringup.yml (role python_env) or set gpufleet_python"
             % (python, host),
             remedy=REMEDY_BRINGUP,
+            kind="python",
         )
     if not os.access(python, os.X_OK) or os.path.isdir(python):
         raise EngineError(
             "gpufleet_python '%s' on %s is not an executable file: set gpufleet_python to a Python interpreter"
             % (python, host),
             remedy=REMEDY_BRINGUP,
+            kind="python",
         )
     cmd = [python, "-m", "gpufleet"] + list(args)
     # C locale: the engine parses tool output; UTF-8 stays the encoding of its JSON.
@@ -125,6 +140,7 @@ def run_engine(python, args, timeout_s, host):
             stdout=tail(out_text(out)),
             stderr=tail(stderr),
             cmd=cmd,
+            kind="timeout",
         )
     return proc.returncode, out_text(out), out_text(err)
 
@@ -146,11 +162,12 @@ def run_json(python, args, timeout_s, host, ok_rcs=(0,)):
             stderr=tail(err),
             cmd=cmd,
             remedy=REMEDY_BRINGUP,
+            kind="engine",
         )
     if rc == 2:
         # Bad input: the engine's message names the variable or file.
         raise EngineError(err.strip() or "gpufleet refused its input (exit 2)", rc=rc, stdout=tail(out),
-                          stderr=tail(err), cmd=cmd, remedy=REMEDY_INPUT)
+                          stderr=tail(err), cmd=cmd, remedy=REMEDY_INPUT, kind="input")
     if rc not in ok_rcs:
         raise EngineError(
             "'%s' exited %s on %s; stderr tail: %s" % (" ".join(cmd), rc, host, tail(err) or "(empty)"),
@@ -169,10 +186,11 @@ def run_json(python, args, timeout_s, host, ok_rcs=(0,)):
             stdout=tail(out),
             stderr=tail(err),
             cmd=cmd,
+            kind="output",
         )
     if not isinstance(doc, dict):
         raise EngineError("'%s' on %s printed JSON that is not an object" % (" ".join(cmd), host), rc=rc,
-                          stdout=tail(out), stderr=tail(err), cmd=cmd)
+                          stdout=tail(out), stderr=tail(err), cmd=cmd, kind="output")
     return rc, doc
 
 
@@ -203,6 +221,132 @@ def run_check_module(module, group):
     if not isinstance(doc.get("results"), list):
         module.fail_json(msg="gpufleet check on %s printed a document without a results list" % host,
                          stdout=json.dumps(doc)[:TAIL_CHARS])
+    module.exit_json(changed=False, gpufleet=doc)
+
+
+def benchmark_argument_spec():
+    return dict(
+        python=dict(type="path", required=True),
+        benchmarks=dict(type="list", elements="str", required=True, choices=list(BENCHMARKS)),
+        tier=dict(type="str", default="quick", choices=list(BENCHMARK_TIERS)),
+        thresholds=dict(type="dict"),
+        profile=dict(type="str"),
+        timeout_s=dict(type="int", default=900),
+        host_name=dict(type="str"),
+        nnodes=dict(type="int", default=1),
+        node_rank=dict(type="int", default=0),
+        master_addr=dict(type="str", default="127.0.0.1"),
+        master_port=dict(type="int"),
+    )
+
+
+def benchmark_input_problem(p):
+    """What is wrong with the benchmark module's arguments, or None."""
+    if not p["benchmarks"]:
+        return "benchmarks is empty; expected one or more of %s" % ", ".join(BENCHMARKS)
+    if p["timeout_s"] < 1:
+        return "timeout_s = %s; expected a positive number of seconds" % p["timeout_s"]
+    if p["nnodes"] < 1:
+        return "nnodes = %s; expected 1 or more hosts" % p["nnodes"]
+    if not 0 <= p["node_rank"] < p["nnodes"]:
+        return "node_rank = %s; expected 0 to nnodes - 1 (%s)" % (p["node_rank"], p["nnodes"] - 1)
+    if p["nnodes"] > 1 and list(p["benchmarks"]) != ["nccl"]:
+        return "nnodes = %s runs across hosts, which only nccl does; got benchmarks %s" % (p["nnodes"], p["benchmarks"])
+    if p["master_port"] is not None and not 0 < p["master_port"] < 65536:
+        return "master_port = %s; expected a TCP port, 1 to 65535" % p["master_port"]
+    return None
+
+
+def nccl_engine_timeout_s(timeout_s):
+    """The engine's own limit for torchrun, inside timeout_s.
+
+    The engine kills torchrun first and still reports the log tail; the
+    margin covers its start-up and the kill, before this module's own kill.
+    """
+    return max(1, timeout_s - min(60, max(10, timeout_s // 4)))
+
+
+def free_port(addr="127.0.0.1"):
+    """A TCP port nobody listens on now: single-node NCCL runs on one machine must not share one."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((addr, 0))
+        return sock.getsockname()[1]
+
+
+def bench_command(name, p, master_port=None):
+    args = ["bench", name, "--tier", p["tier"], "--json"]
+    if p["host_name"]:
+        args += ["--host", p["host_name"]]
+    if p["profile"]:
+        args += ["--profile", p["profile"]]
+    if p["thresholds"]:
+        args += ["--thresholds", json.dumps(p["thresholds"], sort_keys=True)]
+    if name == "nccl":
+        args += ["--nnodes", str(p["nnodes"]), "--node-rank", str(p["node_rank"]), "--master-addr", p["master_addr"],
+                 "--master-port", str(master_port), "--timeout-s", str(nccl_engine_timeout_s(p["timeout_s"]))]
+    return args
+
+
+def utc_now():
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def result(check, status, reason, group, started, seconds, remedy=None, detail=None):
+    """A result with the keys of gpufleet.schema.result (the engine may not be importable here)."""
+    return dict(check=check, group=group, status=status, value=None, unit=None, threshold=None, reason=reason,
+                remedy=remedy, detail=detail or {}, started=started, seconds=seconds)
+
+
+def host_document(host, started, seconds, results, first=None):
+    """A host document; `first` (an engine document) gives engine version, profile and versions."""
+    first = first or {}
+    return dict(schema_version=first.get("schema_version", SCHEMA_VERSION), host=host,
+                engine_version=first.get("engine_version"), profile=first.get("profile"),
+                versions=first.get("versions") or {}, started=started, seconds=seconds, results=results)
+
+
+def run_benchmark_module(module):
+    """Body of the benchmark module: one engine run per benchmark, one host document for all.
+
+    Each benchmark runs in its own engine process with its own timeout, so a
+    benchmark that hangs or crashes becomes an `error` result and the others
+    keep what they measured. The module fails only when the engine cannot run
+    at all (no interpreter, no engine, input it refuses).
+    """
+    p = module.params
+    host = p["host_name"] or socket.gethostname()
+    problem = benchmark_input_problem(p)
+    if problem:
+        module.fail_json(msg="gpufleet.cluster.benchmark on %s: %s" % (host, problem), remedy=REMEDY_INPUT)
+    started, t0 = utc_now(), time.monotonic()
+    if module.check_mode:
+        # Nothing on the node changes, but benchmarks load its GPUs for minutes: not in a dry run.
+        msg = "benchmarks not run in check mode: they load the GPUs; run without --check to measure"
+        results = [result(name, "skip", msg, BENCHMARK_GROUP, started, 0.0) for name in p["benchmarks"]]
+        module.exit_json(changed=False, skipped=True, msg=msg, gpufleet=host_document(host, started, 0.0, results))
+    docs, results = [], []
+    for name in p["benchmarks"]:
+        # Inside one node the port only has to be free; across nodes every node dials the master's.
+        port = p["master_port"] if p["nnodes"] > 1 or p["master_port"] else free_port()
+        args = bench_command(name, p, port)
+        when, t1 = utc_now(), time.monotonic()
+        try:
+            dummy, doc = run_json(p["python"], args, p["timeout_s"], host)
+        except EngineError as exc:
+            if exc.kind in ("python", "engine", "input"):
+                module.fail_json(**exc.fail_kwargs())
+            detail = dict(benchmark=name, rc=exc.rc, cmd=exc.cmd, stderr=exc.stderr, stdout=exc.stdout, timeout_s=p["timeout_s"])
+            remedy = REMEDY_TIMEOUT if exc.kind == "timeout" else exc.remedy
+            results.append(result(name, "error", exc.msg, BENCHMARK_GROUP, when, round(time.monotonic() - t1, 2), remedy, detail))
+            continue
+        if not isinstance(doc.get("results"), list):
+            results.append(result(name, "error", "gpufleet bench %s on %s printed a document without a results list" % (name, host),
+                                  BENCHMARK_GROUP, when, round(time.monotonic() - t1, 2), REMEDY_RERUN,
+                                  dict(benchmark=name, stdout=json.dumps(doc)[:TAIL_CHARS])))
+            continue
+        docs.append(doc)
+        results.extend(doc["results"])
+    doc = host_document(host, started, round(time.monotonic() - t0, 4), results, docs[0] if docs else None)
     module.exit_json(changed=False, gpufleet=doc)
 
 

@@ -77,6 +77,7 @@ def cmd_bench(args) -> int:
         "master_addr": args.master_addr,
         "master_port": args.master_port,
         "timeout_s": args.timeout_s,
+        "rdzv_timeout_s": args.rdzv_timeout_s,
     }
     doc = engine.bench_host(
         args.benchmark,
@@ -140,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--master-addr", default="127.0.0.1", help="nccl: address of the first host")
     b.add_argument("--master-port", type=int, default=29511, help="nccl: rendezvous port on the first host")
     b.add_argument("--timeout-s", type=float, default=600, help="nccl: kill the run after this many seconds")
+    b.add_argument("--rdzv-timeout-s", type=int, default=120, help="nccl, train_gpt2: how long torchrun waits for every node to join")
     b.add_argument("--json", action="store_true", help="print the host document as JSON")
     b.set_defaults(func=cmd_bench)
 

@@ -63,6 +63,14 @@ def result(
     }
 
 
+def size_text(size_bytes: float) -> str:
+    """A message or buffer size in binary units: 4 KiB, 256 MiB, 1.5 GiB."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size_bytes >= scale:
+            return f"{size_bytes / scale:g} {unit}"
+    return f"{size_bytes:g} B"
+
+
 def severity(status: str) -> int:
     return _SEVERITY[status]
 

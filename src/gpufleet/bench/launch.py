@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -38,7 +39,8 @@ def torchrun(
     """Run `module` with `--out <workdir>/rank0.json` appended; return what came back.
 
     Returns {"command", "rc", "timed_out", "seconds", "log_tail", "workdir", "out"}
-    where "out" is rank 0's JSON (empty when it wrote none).
+    where "out" is this node's local rank 0 JSON (empty when it wrote none). The work folder is
+    removed after a clean run unless GPUFLEET_KEEP_LOGS is set; a failed run keeps it (workdir).
     """
     workdir = tempfile.mkdtemp(prefix=prefix)
     out_json = os.path.join(workdir, "rank0.json")
@@ -68,13 +70,16 @@ def torchrun(
     if os.path.exists(out_json):
         with open(out_json) as f:
             out = json.load(f)
+    kept = rc != 0 or timed_out or bool(os.environ.get("GPUFLEET_KEEP_LOGS"))
+    if not kept:  # the log tail above is what a passing run keeps
+        shutil.rmtree(workdir, ignore_errors=True)
     return {
         "command": cmd,
         "rc": rc,
         "timed_out": timed_out,
         "seconds": round(time.monotonic() - t0, 2),
         "log_tail": tail if (rc != 0 or timed_out) else tail[-600:],
-        "workdir": workdir,
+        "workdir": workdir if kept else None,
         "out": out,
     }
 

@@ -28,6 +28,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import tempfile
 
 from gpufleet.bench import BENCHMARK_VERSION, sig
@@ -227,8 +228,9 @@ def worker(tier: str, out_path: str, use_graph: bool) -> None:
     if world == local_world and world > 1:  # inside one node only: names a slow NVLink pair
         size = SIZES[tier]["sendrecv"][0]
         matrix = {"size_bytes": size, "gbps": _sendrecv_matrix(torch, dist, size, rank, world, device, 5 if tier != "cpu" else 2)}
-    if rank == 0:
+    if local_rank == 0:  # every node reports the run; the figures are the same on all
         doc = {
+            "node_rank": rank // local_world,
             "world_size": world,
             "nnodes": world // local_world,
             "backend": dist.get_backend(),
@@ -319,6 +321,9 @@ def run(
     for path in sorted(glob.glob(os.path.join(log_dir, "nccl.*.log"))):
         with open(path, errors="replace") as f:
             nccl_text += f.read()
+    keep_logs = run["workdir"] is not None  # kept on failure or with GPUFLEET_KEEP_LOGS
+    if not keep_logs:
+        shutil.rmtree(log_dir, ignore_errors=True)
     return {
         "benchmark": "nccl",
         "device": "cuda" if n_gpus else "cpu",
@@ -335,7 +340,7 @@ def run(
         },
         **{k: run[k] for k in ("command", "rc", "timed_out", "seconds", "log_tail")},
         "nccl_log": parse_nccl_log(nccl_text),
-        "nccl_log_dir": log_dir,
+        "nccl_log_dir": log_dir if keep_logs else None,
         **run["out"],
     }
 

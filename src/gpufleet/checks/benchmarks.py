@@ -99,7 +99,7 @@ def nccl(out: dict, profile: dict, *, host_has_ib: bool | None = None) -> list[d
                               remedy="wrong collective results point to a faulty GPU, NVLink or NIC: run gpu_health and the sendrecv matrix"))
             continue
         top = _largest(rows)
-        what = f"{name} busbw at {top['size_bytes'] >> 20} MiB over {out['world_size']} ranks"
+        what = f"{name} busbw at {schema.size_text(top['size_bytes'])} over {out['world_size']} ranks"
         if name == "all_reduce":
             res.append(_against_min(check, top["busbw_gbps"], "GB/s", profile, "nccl_allreduce_busbw_gbps_min", what,
                                     "compare the transport in detail.nccl_log; check NVLink state, ACS and the NCCL environment", detail, cpu))
@@ -109,7 +109,7 @@ def nccl(out: dict, profile: dict, *, host_has_ib: bool | None = None) -> list[d
     if out.get("sendrecv"):
         res.append(_sendrecv(out["sendrecv"], profile, cpu, base))
     if out.get("nnodes", 1) > 1:
-        res.append(_inter_node(out["nccl_log"], host_has_ib, base))
+        res.append(_inter_node(out["nccl_log"], host_has_ib, base, cpu))
     return res
 
 
@@ -135,9 +135,11 @@ def _sendrecv(matrix: dict, profile: dict, cpu: bool, base: dict) -> dict:
                   value=vals[0], unit="GB/s", threshold=thr, detail=detail)
 
 
-def _inter_node(log: dict, host_has_ib: bool | None, base: dict) -> dict:
+def _inter_node(log: dict, host_has_ib: bool | None, base: dict, cpu: bool) -> dict:
     how = log.get("inter_node")
     detail = {**base, "transports": log.get("transports"), "networks": log.get("networks")}
+    if cpu:
+        return result("nccl_transport", schema.SKIP, f"gloo on CPU: no NCCL transport to name; {CPU_NOTE}", detail=detail)
     if how == "ib_gdr":
         return result("nccl_transport", PASS, "inter-node traffic used InfiniBand with GPUDirect RDMA", value=how, detail=detail)
     if how == "ib":

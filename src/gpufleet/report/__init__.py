@@ -242,22 +242,77 @@ def value_text(res: dict) -> str:
 def threshold_text(threshold: Any) -> tuple[str, str]:
     """(what the value is held against, where that number comes from).
 
-    A threshold is {"key", "value", "source", ...}; any other field (min, max,
-    ...) is shown by its own name, so new benchmarks need no change here.
+    A threshold is {"key", "value", "source", ...}. A benchmark's bound is
+    {"key", "value", "min" or "max", "source"} and reads "key: min 700";
+    any other field is shown by its own name, so new benchmarks need no
+    change here.
     """
     if threshold in (None, {}, ""):
         return "", ""
     if not isinstance(threshold, dict):
         return fmt_scalar(threshold), ""
+    extra = {k: v for k, v in threshold.items() if k not in ("key", "value", "source")}
+    bounds = [k for k in ("min", "max") if k in extra and extra[k] == threshold.get("value")]
     parts = []
-    if "key" in threshold:
+    if bounds:
+        # The bound is the key's value: say it once, by what it is ("none set" when the profile has no figure).
+        said = []
+        for b in bounds:
+            v = extra.pop(b)
+            said.append("none set" if v is None else f"{b} {fmt_scalar(v)}")
+        said = "; ".join(said)
+        parts.append(f"{threshold['key']}: {said}" if "key" in threshold else said)
+    elif "key" in threshold:
         parts.append(f"{threshold['key']} = {fmt_scalar(threshold.get('value'))}")
     elif "value" in threshold:
         parts.append(fmt_scalar(threshold["value"]))
-    for k, v in threshold.items():
-        if k not in ("key", "value", "source"):
-            parts.append(f"{k} {fmt_scalar(v)}")
+    parts += [f"{k} {fmt_scalar(v)}" for k, v in extra.items()]
     return "; ".join(parts), str(threshold.get("source") or "")
+
+
+def busbw_series(results: list[dict]) -> list[dict]:
+    """NCCL bus bandwidth curves of one node, one chart each run (group, world size).
+
+    A result counts when its detail has "rows" with size_bytes and busbw_gbps
+    (gpufleet.checks.benchmarks.nccl). Returns [{"title", "group", "world_size",
+    "nnodes", "backend", "figures_from", "lines": [{"label", "status", "points": [(size_bytes, busbw_gbps), ...]}]}].
+    """
+    charts: dict = {}
+    for res in results:
+        detail = res.get("detail")
+        rows = detail.get("rows") if isinstance(detail, dict) else None
+        if not isinstance(rows, list):
+            continue
+        points = sorted(
+            (r["size_bytes"], float(r["busbw_gbps"]))
+            for r in rows
+            if isinstance(r, dict) and _finite(r.get("size_bytes")) and r["size_bytes"] > 0 and _finite(r.get("busbw_gbps"))
+        )
+        if not points:
+            continue
+        world, nnodes = detail.get("world_size"), detail.get("nnodes")
+        key = (res.get("group"), world, nnodes)
+        if key not in charts:
+            where = f"{world} ranks" if world else "ranks unknown"
+            where += f" over {nnodes} nodes" if isinstance(nnodes, int) and nnodes > 1 else " in one node"
+            backend = detail.get("backend")
+            charts[key] = {
+                "title": f"{res.get('group') or 'nccl'}: bus bandwidth, {where}" + (f" ({backend})" if backend else ""),
+                "group": res.get("group"),
+                "world_size": world,
+                "nnodes": nnodes,
+                "backend": backend,
+                # Set on a node of a run across nodes that shows the figures of rank 0's node.
+                "figures_from": (detail.get("multinode") or {}).get("figures_from") if isinstance(detail.get("multinode"), dict) else None,
+                "lines": [],
+            }
+        label = res["check"][len("nccl_"):] if res["check"].startswith("nccl_") else res["check"]
+        charts[key]["lines"].append({"label": label, "status": res["status"], "points": points})
+    return list(charts.values())
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def node_versions_text(node: dict) -> str:

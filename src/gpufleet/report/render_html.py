@@ -2,19 +2,23 @@
 
 A node table (failures first) links to one section per node: its findings
 first, each with value, threshold, reason, remedy and its evidence (detail)
-as a key/value table under a <details>, then its passes folded away.
-Every piece of text goes through html.escape.
+as a key/value table under a <details>, then its passes folded away, then
+its NCCL bus bandwidth drawn as inline SVG charts (busbw against message
+size, one line per collective). Every piece of text goes through html.escape.
 """
 
 from __future__ import annotations
 
 import html
 import json
+import math
 import re
 from typing import Any
 
+from gpufleet.schema import size_text
 from gpufleet.report import (
     STATUS_ORDER,
+    busbw_series,
     check_id,
     fleet_line,
     fmt_scalar,
@@ -36,6 +40,9 @@ tr.s-fail>td{background:#ffebe9}tr.s-error>td{background:#fbefff}tr.s-warn>td{ba
 .remedy{margin-top:.3em}.remedy b{color:#0969da}.src{color:#57606a;font-size:12px}.meta{color:#57606a}
 details{margin-top:.3em}summary{cursor:pointer;color:#0969da}table.kv{margin:.3em 0;font-size:12px}table.kv th{font-weight:600;white-space:nowrap}
 table.results td:first-child{white-space:nowrap}
+figure{margin:.8em 0}figcaption{color:#57606a;font-size:12px}svg.chart{width:100%;max-width:760px;height:auto}
+svg.chart text{font:11px system-ui,sans-serif;fill:#1f2328}svg.chart .grid{stroke:#d0d7de;stroke-width:1}
+svg.chart .axis{stroke:#57606a;stroke-width:1}
 """
 
 _MAX_DEPTH = 3  # deeper evidence is shown as JSON
@@ -141,7 +148,90 @@ def _node_section(node: dict, anchor: str) -> str:
             "<table><thead><tr><th>status</th><th>check</th><th>value</th><th>threshold</th><th>reason</th></tr></thead>"
             f"<tbody>{rows}</tbody></table></details>"
         )
+    charts = _busbw_section(node)
+    if charts:
+        out.append(charts)
     out.append("</section>")
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------- NCCL bus bandwidth charts
+
+_PALETTE = ("#0969da", "#cf222e", "#1a7f37", "#8250df", "#bc4c00", "#1b7c83", "#9a6700", "#57606a")
+_W, _H = 760, 320
+_LEFT, _RIGHT, _TOP, _BOTTOM = 64, 190, 16, 48  # the plot area inside the chart; the legend goes right
+
+
+def _nice_step(span: float, ticks: int = 5) -> float:
+    """A step of 1, 2 or 5 times a power of ten giving about `ticks` intervals over `span`."""
+    raw = span / ticks
+    mag = 10 ** math.floor(math.log10(raw))
+    return next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+
+
+def _busbw_svg(chart: dict) -> str:
+    """busbw (GB/s, linear) against message size (log2): polylines, points with tooltips, axes, legend."""
+    pts = [p for line in chart["lines"] for p in line["points"]]
+    lo = math.floor(math.log2(min(p[0] for p in pts)))
+    hi = math.ceil(math.log2(max(p[0] for p in pts)))
+    if hi == lo:
+        lo, hi = lo - 1, hi + 1
+    top = max(p[1] for p in pts) * 1.05 or 1.0
+    ystep = _nice_step(top)
+    top = math.ceil(top / ystep) * ystep
+    pw, ph = _W - _LEFT - _RIGHT, _H - _TOP - _BOTTOM
+
+    def x(size: float) -> float:
+        return _LEFT + (math.log2(size) - lo) / (hi - lo) * pw
+
+    def y(gbps: float) -> float:
+        return _TOP + ph - gbps / top * ph
+
+    out = [
+        f'<svg class="chart" viewBox="0 0 {_W} {_H}" role="img" aria-label="{_e(chart["title"])}">',
+        f"<title>{_e(chart['title'])}</title>",
+    ]
+    xstep = max(1, math.ceil((hi - lo) / 8))  # at most about 8 size labels
+    for exp in range(lo, hi + 1, xstep):
+        px = x(2**exp)
+        out.append(f'<line class="grid" x1="{px:.1f}" y1="{_TOP}" x2="{px:.1f}" y2="{_TOP + ph}"/>')
+        out.append(f'<text x="{px:.1f}" y="{_TOP + ph + 16}" text-anchor="middle">{_e(size_text(2**exp))}</text>')
+    for i in range(int(round(top / ystep)) + 1):
+        val = i * ystep
+        py = y(val)
+        out.append(f'<line class="grid" x1="{_LEFT}" y1="{py:.1f}" x2="{_LEFT + pw}" y2="{py:.1f}"/>')
+        out.append(f'<text x="{_LEFT - 6}" y="{py + 4:.1f}" text-anchor="end">{_e(fmt_scalar(float(val)))}</text>')
+    out.append(f'<line class="axis" x1="{_LEFT}" y1="{_TOP + ph}" x2="{_LEFT + pw}" y2="{_TOP + ph}"/>')
+    out.append(f'<line class="axis" x1="{_LEFT}" y1="{_TOP}" x2="{_LEFT}" y2="{_TOP + ph}"/>')
+    out.append(f'<text x="{_LEFT + pw / 2:.1f}" y="{_H - 8}" text-anchor="middle">message size (log2 scale)</text>')
+    out.append(f'<text x="14" y="{_TOP + ph / 2:.1f}" text-anchor="middle" transform="rotate(-90 14 {_TOP + ph / 2:.1f})">busbw (GB/s)</text>')
+    for i, line in enumerate(chart["lines"]):
+        color = _PALETTE[i % len(_PALETTE)]
+        coords = " ".join(f"{x(s):.1f},{y(b):.1f}" for s, b in line["points"])
+        out.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{coords}"/>')
+        for s, b in line["points"]:
+            tip = f"{line['label']}, {size_text(s)}: {fmt_scalar(b)} GB/s"
+            out.append(f'<circle cx="{x(s):.1f}" cy="{y(b):.1f}" r="3" fill="{color}"><title>{_e(tip)}</title></circle>')
+        ly = _TOP + 10 + i * 18
+        out.append(f'<line x1="{_W - _RIGHT + 12}" y1="{ly}" x2="{_W - _RIGHT + 32}" y2="{ly}" stroke="{color}" stroke-width="2"/>')
+        out.append(f'<text x="{_W - _RIGHT + 38}" y="{ly + 4}">{_e(line["label"])} ({_e(line["status"])})</text>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _busbw_section(node: dict) -> str:
+    charts = busbw_series(node["results"])
+    if not charts:
+        return ""
+    out = ["<h3>NCCL bus bandwidth</h3>"]
+    for chart in charts:
+        notes = []
+        if chart.get("backend") == "gloo":
+            notes.append("on the CPU: a logic check, not a performance figure")
+        if chart.get("figures_from"):
+            notes.append(f"figures of the whole run, measured on {chart['figures_from']}")
+        caption = _e(chart["title"]) + "".join(f"; {_e(n)}" for n in notes)
+        out.append(f"<figure>{_busbw_svg(chart)}<figcaption>{caption}</figcaption></figure>")
     return "\n".join(out)
 
 

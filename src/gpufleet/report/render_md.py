@@ -1,7 +1,8 @@
 """report.md: a node table (failures first), then each node's findings.
 
 Meant to read well as plain text and as rendered Markdown: findings as short
-bullet lists, passes as one compact table per node.
+bullet lists, passes as one compact table per node, NCCL bus bandwidth as one
+table per run (message size by collective).
 """
 
 from __future__ import annotations
@@ -9,8 +10,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from gpufleet.schema import size_text
 from gpufleet.report import (
     STATUS_ORDER,
+    busbw_series,
     check_id,
     fleet_line,
     fmt_scalar,
@@ -87,9 +90,33 @@ def _node_section(node: dict) -> list[str]:
         for res in bad:
             lines += _finding(res)
     if good:
-        lines += [f"### Passed ({len(good)})", "", "| check | value | reason |", "| --- | --- | --- |"]
+        lines += [f"### Passed ({len(good)})", "", "| check | value | threshold | reason |", "| --- | --- | --- | --- |"]
         for res in good:
-            lines.append(f"| {_code(check_id(res))} | {_inline(value_text(res))} | {_inline(res.get('reason') or '')} |")
+            bound, _ = threshold_text(res.get("threshold"))
+            lines.append(f"| {_code(check_id(res))} | {_inline(value_text(res))} | {_inline(bound)} | {_inline(res.get('reason') or '')} |")
+        lines.append("")
+    lines += _busbw_tables(node)
+    return lines
+
+
+def _busbw_tables(node: dict) -> list[str]:
+    """busbw in GB/s, one row per message size, one column per collective; report.html draws the same."""
+    charts = busbw_series(node["results"])
+    if not charts:
+        return []
+    lines = ["### NCCL bus bandwidth (GB/s)", ""]
+    for chart in charts:
+        note = "; on the CPU: a logic check, not a performance figure" if chart.get("backend") == "gloo" else ""
+        if chart.get("figures_from"):
+            note += f"; figures of the whole run, measured on {chart['figures_from']}"
+        lines += [f"{_inline(chart['title'])}{_inline(note)}:", ""]
+        sizes = sorted({size for line in chart["lines"] for size, _ in line["points"]})
+        by_line = [dict(line["points"]) for line in chart["lines"]]
+        lines.append("| size | " + " | ".join(_inline(line["label"]) for line in chart["lines"]) + " |")
+        lines.append("| ---: | " + " | ".join("---:" for _ in chart["lines"]) + " |")
+        for size in sizes:
+            cells = [fmt_scalar(points[size]) if size in points else "" for points in by_line]
+            lines.append(f"| {size_text(size)} | " + " | ".join(cells) + " |")
         lines.append("")
     return lines
 

@@ -168,7 +168,7 @@ def worker(shape: str, batch: int, steps: int, warmup: int, compile_model: bool,
         dist.destroy_process_group()
     else:
         docs = [doc]
-    if rank == 0:
+    if local_rank == 0:  # every node reports the run; the slowest rank sets everyone's pace
         per_rank = [d["tokens_per_s_per_gpu"] for d in docs]
         with open(out_path, "w") as f:
             json.dump(
@@ -192,7 +192,7 @@ def worker(shape: str, batch: int, steps: int, warmup: int, compile_model: bool,
 
 def run(shape: str = "gpt2-small", *, batch: int = 64, steps: int = 20, warmup: int = 10, nproc_per_node: int | None = None,
         nnodes: int = 1, node_rank: int = 0, master_addr: str = "127.0.0.1", master_port: int = 29512,
-        timeout_s: float = 900, compile_model: bool | None = None) -> dict:
+        timeout_s: float = 900, rdzv_timeout_s: int = 120, compile_model: bool | None = None) -> dict:
     import torch
 
     from gpufleet.bench.launch import torchrun
@@ -206,7 +206,8 @@ def run(shape: str = "gpt2-small", *, batch: int = 64, steps: int = 20, warmup: 
     if compile_model:
         args.append("--compile")
     res = torchrun("gpufleet.train.gpt2", args, nproc_per_node=nproc, nnodes=nnodes, node_rank=node_rank,
-                   master_addr=master_addr, master_port=master_port, timeout_s=timeout_s, prefix="gpufleet-gpt2-")
+                   master_addr=master_addr, master_port=master_port, timeout_s=timeout_s,
+                   rdzv_timeout_s=rdzv_timeout_s, prefix="gpufleet-gpt2-")
     return {
         "benchmark": "train_gpt2",
         "device": "cuda" if n_gpus else "cpu",

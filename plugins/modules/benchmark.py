@@ -1,0 +1,224 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: benchmark
+short_description: Run the gpufleet benchmarks on a node (matmul, HBM and PCIe bandwidth, NCCL collectives)
+version_added: 0.1.0
+description:
+  - Runs C(python -m gpufleet bench NAME --json) on the node, once per benchmark in O(benchmarks), and returns one
+    host document whose results have the group C(benchmark).
+  - C(matmul) measures dense matrix products on every GPU at once, C(memory) HBM copy and PCIe host/device bandwidth,
+    C(nccl) the collectives (all-reduce, all-gather, reduce-scatter, all-to-all) under torchrun, with bus bandwidth
+    following nccl-tests, and inside a node the send/recv bandwidth of every GPU pair.
+  - With O(nnodes) greater than 1 the NCCL benchmark runs across hosts. Run the module on every host of the run at
+    the same time (C(async) with C(poll=0), then C(async_status)), each with its own O(node_rank), all with the same
+    O(master_addr) and O(master_port).
+  - Each benchmark runs in its own engine process with its own O(timeout_s). A benchmark that passes it is killed
+    with its whole process group, and one that crashes or prints no document becomes an C(error) result with the
+    stderr tail; the other benchmarks keep what they measured.
+  - The module fails only when the engine cannot run at all (missing interpreter, engine not installed, input it
+    refuses such as an unknown threshold), with a C(msg) that says why and a C(remedy).
+  - A result below its threshold is data in the returned document (status C(fail)), never a module failure. On a
+    node without CUDA the benchmarks run on the CPU at tiny sizes (gloo for NCCL) and their results are C(skip),
+    a logic check and not a performance figure.
+options:
+  python:
+    description:
+      - Path on the node of the Python interpreter that has the gpufleet engine and torch installed (C(gpufleet_python)).
+    type: path
+    required: true
+  benchmarks:
+    description:
+      - The benchmarks to run, in this order.
+      - With O(nnodes) greater than 1 only V(nccl) is allowed.
+    type: list
+    elements: str
+    choices: [matmul, memory, nccl]
+    required: true
+  tier:
+    description:
+      - V(quick) measures a few sizes and shapes (minutes for a node); V(thorough) sweeps them all.
+    type: str
+    choices: [quick, thorough]
+    default: quick
+  thresholds:
+    description:
+      - Threshold overrides, key to value (C(gpufleet_thresholds)); keys are those of C(files/profiles/generic.yml).
+      - An unknown key or a value of the wrong type fails the module with the engine's message naming the key.
+    type: dict
+  profile:
+    description:
+      - Name of the threshold profile to use (C(files/profiles/<name>.yml)), for example V(h100-sxm).
+      - Left out, the engine picks the profile from the detected GPU name.
+    type: str
+  timeout_s:
+    description:
+      - Seconds each benchmark may run. Past it the engine's whole process group is killed and the benchmark is an
+        C(error) result.
+      - For V(nccl) the engine kills torchrun itself a little earlier (a quarter of O(timeout_s), a minute at
+        most, 10 s at least), so that a hang is reported as C(fail) with the torchrun log tail.
+    type: int
+    default: 900
+  host_name:
+    description:
+      - Host name recorded in the host document; use C(inventory_hostname) so reports match the inventory.
+      - Left out, the node's own host name is used.
+    type: str
+  nnodes:
+    description:
+      - Number of hosts in the NCCL run. 1 runs inside this node.
+    type: int
+    default: 1
+  node_rank:
+    description:
+      - This host's rank in the NCCL run, 0 to O(nnodes) - 1; rank 0 is the master.
+    type: int
+    default: 0
+  master_addr:
+    description:
+      - Address of the rank 0 host, which every host of the NCCL run dials for the rendezvous.
+    type: str
+    default: 127.0.0.1
+  master_port:
+    description:
+      - TCP port of the rendezvous on O(master_addr); it must be open between the hosts.
+      - Left out with O(nnodes=1), a free local port is used, so several runs on one machine do not collide.
+    type: int
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: partial
+    details:
+      - The module changes nothing on the node, but benchmarks load its GPUs for minutes. In check mode nothing runs
+        and the module returns C(skipped) with a message and a document of C(skip) results.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+notes:
+  - Across nodes, one host that does not come (down, firewalled rendezvous port) makes every other host wait for it
+    until the timeout; each then reports C(fail) with the torchrun log tail.
+seealso:
+  - module: gpufleet.cluster.gpu_health
+  - module: gpufleet.cluster.fleet_report
+requirements:
+  - The gpufleet engine (Python >= 3.10) and torch installed under O(python) on the node.
+author:
+  - gpufleet maintainers (!UNKNOWN)
+"""
+
+EXAMPLES = r"""
+- name: Benchmark one node
+  gpufleet.cluster.benchmark:
+    python: /opt/gpufleet/venv/bin/python
+    benchmarks: [matmul, memory, nccl]
+    tier: quick
+    timeout_s: 900
+    host_name: "{{ inventory_hostname }}"
+  register: bench
+
+- name: Start NCCL across every node of the play at once
+  gpufleet.cluster.benchmark:
+    python: /opt/gpufleet/venv/bin/python
+    benchmarks: [nccl]
+    host_name: "{{ inventory_hostname }}"
+    nnodes: "{{ ansible_play_hosts | length }}"
+    node_rank: "{{ ansible_play_hosts.index(inventory_hostname) }}"
+    master_addr: "{{ hostvars[ansible_play_hosts[0]].ansible_host }}"
+    master_port: 29511
+    timeout_s: 600
+  async: 660
+  poll: 0
+  register: nccl_job
+
+- name: Wait for it on every node
+  ansible.builtin.async_status:
+    jid: "{{ nccl_job.ansible_job_id }}"
+  register: nccl
+  until: nccl is finished
+  retries: 230
+  delay: 3
+"""
+
+RETURN = r"""
+msg:
+  description: Why nothing ran (check mode).
+  returned: when skipped
+  type: str
+  sample: "benchmarks not run in check mode: they load the GPUs; run without --check to measure"
+gpufleet:
+  description:
+    - One host document for all the benchmarks that ran, as C(gpufleet bench --json) prints it.
+    - Its C(results) list holds the results of every benchmark, group C(benchmark); a benchmark that timed out or
+      crashed is one C(error) result named after it, carrying the command, exit code and stderr tail in C(detail).
+  returned: always
+  type: dict
+  contains:
+    schema_version:
+      description: Version of the result schema.
+      type: int
+      sample: 1
+    host:
+      description: Host name the document is for (O(host_name) when given).
+      type: str
+      sample: node0
+    engine_version:
+      description: Version of the gpufleet engine that ran the benchmarks; null when none answered.
+      type: str
+      sample: 0.1.0
+    profile:
+      description: The threshold profile used, with every threshold's value and source.
+      type: dict
+    versions:
+      description: Driver, CUDA, NVML, kernel, OS and Python versions seen on the node.
+      type: dict
+    started:
+      description: UTC time the first benchmark started.
+      type: str
+      sample: "2026-11-21T21:00:00Z"
+    seconds:
+      description: Wall time of all the benchmarks in seconds.
+      type: float
+    results:
+      description:
+        - One entry per measured figure with C(check), C(group), C(status) (pass, warn, fail, skip or error),
+          C(value), C(unit), C(threshold), C(reason), C(remedy), C(detail), C(started) and C(seconds).
+        - C(detail) keeps the raw measurements and the method (warm-up, iterations, sizes, timer, versions); the NCCL
+          results carry C(rows), one per message size with C(size_bytes), C(algbw_gbps), C(busbw_gbps) and C(correct).
+      type: list
+      elements: dict
+      sample:
+        - check: matmul_bf16
+          group: benchmark
+          status: pass
+          value: 779.2
+          unit: TFLOPS
+          threshold: {key: matmul_bf16_tflops_min, value: 700, min: 700, source: "about 795 TFLOPS is the best bf16 matmul reached on H100 SXM"}
+          reason: "slowest GPU bf16 matmul 779.2 TFLOPS (minimum 700)"
+          remedy: null
+          detail: {}
+          started: "2026-11-21T21:00:00Z"
+          seconds: 41.2
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import benchmark_argument_spec, run_benchmark_module
+
+
+def build_module():
+    return AnsibleModule(argument_spec=benchmark_argument_spec(), supports_check_mode=True)
+
+
+def main():
+    run_benchmark_module(build_module())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,185 @@
+"""gpufleet.cluster.benchmark, run in-process (AnsibleModule with patched arguments).
+
+Against the real engine on this CPU-only machine, and against a stand-in
+engine process (a `gpufleet` package first on PYTHONPATH) where a benchmark
+must hang or crash on demand.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "collections"))
+
+from ansible.module_utils import basic  # noqa: E402
+from ansible_collections.gpufleet.cluster.plugins.module_utils import engine  # noqa: E402
+from ansible_collections.gpufleet.cluster.plugins.modules import benchmark  # noqa: E402
+
+from gpufleet import schema  # noqa: E402
+
+RESULT_KEYS = set(schema.result("x", schema.PASS, "r")) | {"started", "seconds"}
+HOST_DOC_KEYS = {"schema_version", "host", "engine_version", "profile", "versions", "started", "seconds", "results"}
+
+
+def run_module(args: dict, capsys) -> dict:
+    try:
+        from ansible.module_utils.testing import patch_module_args  # ansible-core >= 2.19
+    except ImportError:  # older cores read the arguments from basic._ANSIBLE_ARGS
+        from unittest import mock
+
+        def patch_module_args(a):
+            return mock.patch.object(basic, "_ANSIBLE_ARGS", json.dumps({"ANSIBLE_MODULE_ARGS": a}).encode())
+
+    capsys.readouterr()
+    with patch_module_args(args), pytest.raises(SystemExit) as exit_info:
+        benchmark.main()
+    out = json.loads(capsys.readouterr().out)
+    out["_exit_code"] = exit_info.value.code
+    return out
+
+
+@pytest.fixture
+def fake_engine(tmp_path, monkeypatch):
+    """A stand-in `python -m gpufleet` whose behaviour per benchmark the test writes."""
+
+    def make(main_source: str) -> None:
+        pkg = tmp_path / "fake" / "gpufleet"
+        pkg.mkdir(parents=True)
+        (pkg / "__init__.py").write_text("")
+        (pkg / "__main__.py").write_text(textwrap.dedent(main_source))
+        monkeypatch.setenv("PYTHONPATH", str(pkg.parent))
+
+    return make
+
+
+# A stand-in engine: `bench matmul` answers with one result that echoes its arguments,
+# `bench memory` hangs (and ignores SIGTERM), `bench nccl` crashes.
+STAND_IN = """
+import json, signal, sys, time
+name = sys.argv[2]
+if name == "matmul":
+    res = {"check": "matmul_bf16", "group": "benchmark", "status": "skip", "value": 1.5, "unit": "TFLOPS",
+           "threshold": None, "reason": "stand-in", "remedy": None, "detail": {"argv": sys.argv[1:]},
+           "started": "2026-11-21T21:00:00Z", "seconds": 0.1}
+    print(json.dumps({"schema_version": 1, "host": "n1", "engine_version": "9.9", "profile": {"name": "generic"},
+                      "versions": {"engine": "9.9"}, "started": "2026-11-21T21:00:00Z", "seconds": 0.1, "results": [res]}))
+elif name == "memory":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    print("memory copies started", file=sys.stderr, flush=True)
+    time.sleep(60)
+else:
+    raise RuntimeError("torchrun exploded")
+"""
+
+
+def test_hang_and_crash_become_error_results_and_keep_what_was_measured(fake_engine, monkeypatch, capsys):
+    monkeypatch.setattr(engine, "KILL_GRACE_S", 0.5)
+    fake_engine(STAND_IN)
+    t0 = time.monotonic()
+    out = run_module({"python": sys.executable, "benchmarks": ["matmul", "memory", "nccl"], "host_name": "n1",
+                      "timeout_s": 2}, capsys)
+    assert time.monotonic() - t0 < 30
+    assert out["_exit_code"] == 0 and "failed" not in out, out
+    assert out["changed"] is False
+    doc = out["gpufleet"]
+    assert HOST_DOC_KEYS <= set(doc) and doc["host"] == "n1"
+    assert doc["engine_version"] == "9.9"  # from the benchmark that answered
+    by = {r["check"]: r for r in doc["results"]}
+    assert list(by) == ["matmul_bf16", "memory", "nccl"]
+    assert by["matmul_bf16"]["value"] == 1.5  # measured before the others failed: kept
+
+    hung = by["memory"]
+    assert set(hung) == RESULT_KEYS
+    assert hung["status"] == "error" and hung["group"] == "benchmark"
+    assert "passed its timeout of 2 s on n1" in hung["reason"]
+    assert "memory copies started" in hung["reason"] and "memory copies started" in hung["detail"]["stderr"]
+    assert hung["remedy"] == engine.REMEDY_TIMEOUT
+
+    crashed = by["nccl"]
+    assert crashed["status"] == "error" and "RuntimeError: torchrun exploded" in crashed["reason"]
+    assert crashed["detail"]["rc"] == 1 and crashed["remedy"]
+
+
+def test_single_node_nccl_gets_its_own_free_port_and_a_timeout_inside_the_modules(fake_engine, capsys):
+    fake_engine(STAND_IN.replace('if name == "matmul":', 'if name in ("matmul", "nccl"):'))
+    out = run_module({"python": sys.executable, "benchmarks": ["nccl"], "timeout_s": 100, "tier": "thorough"}, capsys)
+    argv = out["gpufleet"]["results"][0]["detail"]["argv"]
+    assert argv[:5] == ["bench", "nccl", "--tier", "thorough", "--json"]
+    opts = dict(zip(argv[5::2], argv[6::2]))
+    assert opts["--nnodes"] == "1" and opts["--node-rank"] == "0" and opts["--master-addr"] == "127.0.0.1"
+    assert 0 < int(opts["--master-port"]) < 65536
+    # The engine kills torchrun first, so a hang is reported with its log tail before the module's own kill.
+    assert float(opts["--timeout-s"]) == engine.nccl_engine_timeout_s(100) == 75
+
+
+def test_across_nodes_passes_rank_master_and_port(fake_engine, capsys):
+    fake_engine(STAND_IN.replace('if name == "matmul":', 'if name == "nccl":'))
+    out = run_module({"python": sys.executable, "benchmarks": ["nccl"], "nnodes": 3, "node_rank": 2,
+                      "master_addr": "10.0.0.1", "master_port": 29600, "timeout_s": 600}, capsys)
+    argv = out["gpufleet"]["results"][0]["detail"]["argv"]
+    opts = dict(zip(argv[5::2], argv[6::2]))
+    assert (opts["--nnodes"], opts["--node-rank"], opts["--master-addr"], opts["--master-port"]) == ("3", "2", "10.0.0.1", "29600")
+    assert float(opts["--timeout-s"]) == 540
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ({"benchmarks": ["matmul", "nccl"], "nnodes": 2}, "nnodes = 2 runs across hosts, which only nccl does"),
+        ({"benchmarks": ["nccl"], "nnodes": 2, "node_rank": 2}, "node_rank = 2; expected 0 to nnodes - 1 (1)"),
+        ({"benchmarks": []}, "benchmarks is empty"),
+        ({"benchmarks": ["nccl"], "master_port": 70000}, "master_port = 70000; expected a TCP port"),
+        ({"benchmarks": ["nccl"], "timeout_s": 0}, "timeout_s = 0; expected a positive number of seconds"),
+    ],
+)
+def test_bad_arguments_fail_with_a_message_naming_them(args, message, capsys):
+    out = run_module({"python": sys.executable, "host_name": "n2", **args}, capsys)
+    assert out["failed"] is True and out["_exit_code"] == 1
+    assert message in out["msg"] and "on n2" in out["msg"]
+    assert out["remedy"] == engine.REMEDY_INPUT
+
+
+def test_unknown_benchmark_is_refused_by_the_argument_spec(capsys):
+    out = run_module({"python": sys.executable, "benchmarks": ["fft"]}, capsys)
+    assert out["failed"] is True and "fft" in out["msg"]
+
+
+def test_check_mode_runs_nothing_and_says_so(fake_engine, capsys):
+    fake_engine("raise SystemExit('the engine must not run in check mode')\n")
+    out = run_module({"python": sys.executable, "benchmarks": ["matmul", "nccl"], "host_name": "n3",
+                      "_ansible_check_mode": True}, capsys)
+    assert out["_exit_code"] == 0 and out["skipped"] is True and out["changed"] is False
+    assert "not run in check mode" in out["msg"]
+    results = out["gpufleet"]["results"]
+    assert [(r["check"], r["group"], r["status"]) for r in results] == [("matmul", "benchmark", "skip"), ("nccl", "benchmark", "skip")]
+    assert all(set(r) == RESULT_KEYS for r in results)
+
+
+def test_engine_that_cannot_run_fails_the_module(capsys):
+    out = run_module({"python": "/x/bin/python", "benchmarks": ["matmul"], "host_name": "n4"}, capsys)
+    assert out["failed"] is True and "gpufleet_python '/x/bin/python' does not exist on n4" in out["msg"]
+
+
+def test_unknown_threshold_gives_the_engine_message(capsys):
+    out = run_module({"python": sys.executable, "benchmarks": ["memory"], "thresholds": {"nope": 1}}, capsys)
+    assert out["failed"] is True and out["rc"] == 2
+    assert "gpufleet_thresholds.nope is not a known threshold" in out["msg"]
+
+
+def test_real_engine_on_the_cpu_returns_skip_results(capsys):
+    pytest.importorskip("torch")
+    out = run_module({"python": sys.executable, "benchmarks": ["memory"], "host_name": "cpu-box", "timeout_s": 120}, capsys)
+    assert out["_exit_code"] == 0, out
+    doc = out["gpufleet"]
+    assert doc["host"] == "cpu-box" and doc["engine_version"]
+    (res,) = doc["results"]
+    assert res["check"] == "hbm_bandwidth" and res["group"] == "benchmark"
+    assert res["status"] == "skip" and "not a performance figure" in res["reason"] and res["value"] > 0
+    assert res["detail"]["method"]["tier"] == "cpu"

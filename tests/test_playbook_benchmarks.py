@@ -1,0 +1,254 @@
+"""Real ansible-playbook runs of validate.yml with the benchmark stages, on this machine (no GPU).
+
+The benchmarks run on the CPU (gloo for NCCL, tiny sizes); their results are
+`skip`, never a performance claim. The run across nodes uses two inventory
+hosts that are both this machine (connection local, ansible_host 127.0.0.1),
+so torchrun really starts on both with nnodes=2 and meets at 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytest.importorskip("torch")
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+CPU_NOTE = "not a performance figure"
+COLLECTIVES = {"nccl_all_reduce", "nccl_all_gather", "nccl_reduce_scatter", "nccl_all_to_all"}
+
+
+def run_validate(tmp_path: Path, *extra: str, inventory: str = "inventory/local", timeout: int = 300):
+    run_id = f"test-{uuid.uuid4().hex[:12]}"
+    env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
+               ANSIBLE_ASYNC_DIR=str(tmp_path / "ansible-async"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+    cmd = [str(BIN / "ansible-playbook"), "validate.yml", "-i", inventory,
+           "-e", f"gpufleet_run_id={run_id}", "-e", f"gpufleet_reports_dir={tmp_path}", *extra]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    return proc, tmp_path / run_id
+
+
+def output(proc: subprocess.CompletedProcess) -> str:
+    return proc.stdout + proc.stderr
+
+
+def host_doc(run_dir: Path, host: str) -> dict:
+    return json.loads((run_dir / "hosts" / f"{host}.json").read_text())
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _leftover_workers() -> str:
+    return subprocess.run(["pgrep", "-af", "gpufleet.bench.nccl --worker"], capture_output=True, text=True).stdout.strip()
+
+
+# ---------------------------------------------------------------- one node: the benchmark stage
+
+
+@pytest.fixture(scope="module")
+def local_run(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("bench-local")
+    proc, run_dir = run_validate(tmp_path)
+    return proc, run_dir
+
+
+def test_local_run_records_benchmarks_in_host_document_and_report(local_run):
+    proc, run_dir = local_run
+    out = output(proc)
+    assert proc.returncode != 0, out  # no GPU: not accepted, benchmarks or not
+    doc = host_doc(run_dir, "localhost")
+    bench = {r["check"]: r for r in doc["results"] if r["group"] == "benchmark"}
+    assert set(bench) == {"matmul_bf16", "hbm_bandwidth", "nccl_sendrecv"} | COLLECTIVES, out
+    for check, res in bench.items():
+        # A CPU figure is never judged: skip, with the note, and the number measured kept.
+        assert res["status"] == "skip", res
+        assert CPU_NOTE in res["reason"], res
+        assert isinstance(res["value"], (int, float)) and res["value"] > 0, res
+        assert res["unit"] in ("TFLOPS", "GB/s")
+        method = res["detail"]["method"]
+        assert method["benchmark_version"] >= 1 and method["tier"] == "cpu", method
+    assert bench["matmul_bf16"]["threshold"]["key"] == "matmul_bf16_tflops_min"
+    for check in COLLECTIVES:
+        rows = bench[check]["detail"]["rows"]
+        assert [r["size_bytes"] for r in rows] == [4096, 65536]
+        assert all(r["correct"] and r["busbw_gbps"] > 0 for r in rows)
+        assert bench[check]["detail"]["world_size"] == 2 and bench[check]["detail"]["backend"] == "gloo"
+
+    report = json.loads((run_dir / "report.json").read_text())
+    reported = [r for r in report["nodes"]["localhost"]["results"] if r["group"] == "benchmark"]
+    assert reported == [r for r in doc["results"] if r["group"] == "benchmark"]  # unchanged
+    # One node: no run across nodes, nothing recorded for it.
+    assert not [r for r in doc["results"] if r["group"] == "benchmark_multinode"]
+
+
+def test_local_run_draws_busbw_in_report_html_and_tabulates_it_in_md(local_run):
+    _, run_dir = local_run
+    page = (run_dir / "report.html").read_text()
+    svgs = re.findall(r'<svg class="chart".*?</svg>', page, re.S)
+    assert len(svgs) == 1, "one chart: the single-node NCCL run"
+    svg = svgs[0]
+    assert svg.count("<polyline") == len(COLLECTIVES)
+    for label in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
+        assert f">{label} (skip)</text>" in svg
+    assert ">4 KiB</text>" in svg and ">64 KiB</text>" in svg and "busbw (GB/s)" in svg
+    assert "a logic check, not a performance figure" in page
+    # Still self-contained: no script, no external reference.
+    assert not re.search(r"<script|<link|<img|<iframe|@import|url\(", page, re.I)
+    assert all(h.startswith("#") for h in re.findall(r'href="([^"]*)"', page))
+
+    md = (run_dir / "report.md").read_text()
+    assert "### NCCL bus bandwidth (GB/s)" in md
+    assert "| size | all_reduce | all_gather | reduce_scatter | all_to_all |" in md
+    assert re.search(r"^\| 64 KiB \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|$", md, re.M)
+    assert "- threshold: matmul_bf16_tflops_min: none set (source: " in md
+
+
+# ---------------------------------------------------------------- bad input stops before any node
+
+
+@pytest.mark.parametrize(
+    "variables, message",
+    [
+        ({"gpufleet_benchmark_tier": "bogus"}, 'gpufleet_benchmark_tier for localhost must be quick or thorough; got "bogus"'),
+        ({"gpufleet_benchmarks": ["matmul", "fft"]}, "gpufleet_benchmarks for localhost must be a list of benchmarks from matmul, memory and nccl"),
+        ({"gpufleet_benchmarks": "matmul"}, "gpufleet_benchmarks for localhost must be a list of benchmarks"),
+        ({"gpufleet_nccl_master_port": 70000}, "gpufleet_nccl_master_port for localhost must be a TCP port, 1 to 65535"),
+        ({"gpufleet_nccl_timeout_s": "soon"}, "gpufleet_nccl_timeout_s for localhost must be a positive whole number of seconds"),
+        ({"gpufleet_nccl_multinode": "maybe"}, "gpufleet_nccl_multinode for localhost must be true or false"),
+    ],
+)
+def test_bad_benchmark_variable_fails_early_naming_it(tmp_path, variables, message):
+    proc, run_dir = run_validate(tmp_path, "-e", json.dumps(variables))
+    out = output(proc)
+    assert proc.returncode != 0, out
+    assert message in " ".join(out.split()), out
+    assert not (run_dir / "hosts").exists(), "no node may be touched"
+
+
+# ---------------------------------------------------------------- two nodes: NCCL across them
+
+
+def two_node_inventory(tmp_path: Path, port: int, **node_b_vars) -> Path:
+    """node-a and node-b: both this machine, so a run across them really starts two torchruns."""
+    node = {"ansible_connection": "local", "ansible_host": "127.0.0.1",
+            "ansible_python_interpreter": "{{ ansible_playbook_python }}", "gpufleet_python": "{{ ansible_playbook_python }}"}
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {
+        "vars": {"gpufleet_nccl_master_port": port, "gpufleet_benchmarks": []},  # node benchmarks: other tests
+        "hosts": {"node-a": dict(node), "node-b": dict(node, **node_b_vars)},
+    }}}}))
+    return inventory
+
+
+def test_two_nodes_run_nccl_across_both_and_merge_into_each_document(tmp_path):
+    port = free_port()
+    proc, run_dir = run_validate(tmp_path, inventory=str(two_node_inventory(tmp_path, port)))
+    out = output(proc)
+    assert proc.returncode != 0, out  # no GPU: not accepted
+    assert "Start NCCL across the nodes at once: node-a, node-b" in out, out
+
+    for host, rank in (("node-a", 0), ("node-b", 1)):
+        doc = host_doc(run_dir, host)
+        # The checks of play 2 are still there: the results were added, not replaced.
+        assert {r["group"] for r in doc["results"]} >= {"gpu_inventory", "gpu_health", "host_hygiene"}
+        multi = {r["check"]: r for r in doc["results"] if r["group"] == "benchmark_multinode"}
+        assert set(multi) >= COLLECTIVES, (host, sorted(multi), out)
+        for check in COLLECTIVES:
+            res = multi[check]
+            detail = res["detail"]
+            assert detail["world_size"] == 4 and detail["nnodes"] == 2, detail  # 2 ranks a node on the CPU
+            assert res["status"] == "skip" and CPU_NOTE in res["reason"] and res["value"] > 0
+            assert all(r["correct"] for r in detail["rows"]), detail["rows"]
+            assert "--nnodes=2" in detail["command"] and f"--master-port={port}" in detail["command"]
+            mn = detail["multinode"]
+            assert mn["members"] == ["node-a", "node-b"] and mn["master"] == "node-a" and mn["master_addr"] == "127.0.0.1"
+            assert mn["node_rank"] == rank and mn["master_port"] == port and mn["left_out"] == {}
+        # Gloo on the CPU writes no NCCL log: its transport is never a pass.
+        assert multi.get("nccl_transport", {}).get("status") != "pass"
+
+    report = json.loads((run_dir / "report.json").read_text())
+    assert {r["check"] for r in report["nodes"]["node-b"]["results"] if r["group"] == "benchmark_multinode"} >= COLLECTIVES
+    page = (run_dir / "report.html").read_text()
+    assert page.count('<svg class="chart"') == 2  # one chart per node: the run across nodes
+    assert "4 ranks over 2 nodes" in page
+    assert not _leftover_workers()
+
+
+def test_a_node_that_never_comes_makes_both_stop_within_the_timeout(tmp_path):
+    """node-b dials a port nobody listens on: node-a waits for it, both are killed at the timeout."""
+    port = free_port()
+    inventory = two_node_inventory(tmp_path, port, gpufleet_nccl_master_port=free_port())
+    timeout_s = 16
+    t0 = time.monotonic()
+    proc, run_dir = run_validate(tmp_path, "-e", f"gpufleet_nccl_timeout_s={timeout_s}", inventory=str(inventory))
+    elapsed = time.monotonic() - t0
+    out = output(proc)
+    assert proc.returncode != 0, out
+
+    for host in ("node-a", "node-b"):
+        doc = host_doc(run_dir, host)
+        multi = [r for r in doc["results"] if r["group"] == "benchmark_multinode"]
+        assert [r["check"] for r in multi] == ["nccl"], (host, multi)
+        res = multi[0]
+        assert res["status"] in ("fail", "error"), res
+        assert "timed out" in res["reason"] or "timeout" in res["reason"], res
+        assert res["remedy"]
+        assert "log_tail" in res["detail"] or "stderr" in res["detail"], res["detail"]
+        assert res["detail"]["multinode"]["members"] == ["node-a", "node-b"]
+        assert {r["group"] for r in doc["results"]} >= {"gpu_inventory", "gpu_health", "host_hygiene"}
+    report = json.loads((run_dir / "report.json").read_text())
+    assert "benchmark_multinode.nccl" in " ".join(
+        f"{r['group']}.{r['check']}" for r in report["nodes"]["node-a"]["results"] if r["status"] in ("fail", "error"))
+    # Bounded by the timeout (plus the checks and the polling), not by torchrun's own rendezvous limit.
+    assert elapsed < timeout_s + 90, elapsed
+    assert not _leftover_workers()
+
+
+def test_an_unreachable_node_is_left_out_and_the_others_run_without_it(tmp_path):
+    """deadnode comes first in inventory order but cannot be reached: node-a becomes the master, and
+    deadnode's document says it was left out of the run."""
+    if shutil.which("ssh") is None:
+        pytest.skip("the ssh client is needed to try a node over ssh (Debian: apt-get install openssh-client)")
+    inventory = two_node_inventory(tmp_path, free_port())
+    doc = yaml.safe_load(inventory.read_text())
+    hosts = doc["all"]["children"]["gpu_nodes"]["hosts"]
+    doc["all"]["children"]["gpu_nodes"]["hosts"] = {
+        "deadnode": {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": 1,
+                     "ansible_ssh_common_args": "-o ConnectTimeout=5 -o BatchMode=yes"},
+        **hosts,
+    }
+    inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
+    proc, run_dir = run_validate(tmp_path, inventory=str(inventory))
+    out = output(proc)
+    assert proc.returncode != 0, out
+
+    (note,) = [r for r in host_doc(run_dir, "deadnode")["results"] if r["group"] == "benchmark_multinode"]
+    assert note["status"] == "skip"
+    assert note["reason"] == "left out of the NCCL run across nodes: the node did not answer; the run covered node-a, node-b"
+    for host, rank in (("node-a", 0), ("node-b", 1)):
+        multi = {r["check"]: r for r in host_doc(run_dir, host)["results"] if r["group"] == "benchmark_multinode"}
+        assert set(multi) >= COLLECTIVES, (host, multi)
+        mn = multi["nccl_all_reduce"]["detail"]["multinode"]
+        assert mn["master"] == "node-a" and mn["node_rank"] == rank
+        assert mn["left_out"] == {"deadnode": "the node did not answer"}
+        assert multi["nccl_all_reduce"]["detail"]["world_size"] == 4
+    md = (run_dir / "report.md").read_text()
+    assert "left out of the NCCL run across nodes: the node did not answer" in md
