@@ -49,7 +49,7 @@ def gpu_node_results() -> list[dict]:
     # A row that failed has no busbw: it is left out of the curve, not drawn at zero.
     results[-1]["detail"]["rows"].append({"size_bytes": 8 * GiB, "error": "out of memory", "correct": False})
     across = {s: round(b / 8, 1) for s, b in curve.items()}
-    results.append(_stamp(nccl_result("all_reduce", across, 16, 2, multinode={"figures_from": "node0 (rank 0)"}),
+    results.append(_stamp(nccl_result("all_reduce", across, 16, 2),
                           group="benchmark_multinode"))
     results.append(_stamp(schema.result("nccl_transport", schema.PASS, "InfiniBand with GPUDirect RDMA", value="ib_gdr"),
                           group="benchmark_multinode"))
@@ -74,7 +74,6 @@ def test_busbw_series_one_chart_per_run_and_only_measured_rows():
     assert [line["label"] for line in inside["lines"]] == ["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
     assert [p[0] for p in inside["lines"][-1]["points"]] == SIZES  # no 8 GiB point
     assert "8 ranks in one node" in inside["title"] and "16 ranks over 2 nodes" in across["title"]
-    assert across["figures_from"] == "node0 (rank 0)"
     assert report.busbw_series([_stamp(schema.result("nccl", schema.FAIL, "timed out", detail={"log_tail": "x"}))]) == []
 
 
@@ -102,7 +101,6 @@ def test_html_draws_busbw_against_log2_size(built):
     ys = [float(p.split(",")[1]) for p in first]
     assert ys == sorted(ys, reverse=True)
     assert "<title>all_reduce, 4 GiB: " in inside  # tooltip per point, no script
-    assert "figures of the whole run, measured on node0 (rank 0)" in page
     assert not re.search(r"<script|<link|<img|<iframe|@import|url\(|https?:", page, re.I)
 
 
@@ -127,7 +125,7 @@ def test_md_tabulates_busbw_per_size_and_collective(built):
     top = f"{CURVE[4 * GiB]:g}"
     assert f"| 4 GiB | {top} | {top} | {top} | {top} |" in table, table
     assert f"| 1 MiB | {CURVE[MiB]:g} |" in table
-    assert "benchmark_multinode: bus bandwidth, 16 ranks over 2 nodes (nccl); figures of the whole run, measured on node0 (rank 0):" in table
+    assert "benchmark_multinode: bus bandwidth, 16 ranks over 2 nodes (nccl):" in table
 
 
 def test_chart_labels_are_escaped():

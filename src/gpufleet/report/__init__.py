@@ -275,7 +275,7 @@ def busbw_series(results: list[dict]) -> list[dict]:
 
     A result counts when its detail has "rows" with size_bytes and busbw_gbps
     (gpufleet.checks.benchmarks.nccl). Returns [{"title", "group", "world_size",
-    "nnodes", "backend", "figures_from", "lines": [{"label", "status", "points": [(size_bytes, busbw_gbps), ...]}]}].
+    "nnodes", "backend", "lines": [{"label", "status", "points": [(size_bytes, busbw_gbps), ...]}]}].
     """
     charts: dict = {}
     for res in results:
@@ -302,8 +302,6 @@ def busbw_series(results: list[dict]) -> list[dict]:
                 "world_size": world,
                 "nnodes": nnodes,
                 "backend": backend,
-                # Set on a node of a run across nodes that shows the figures of rank 0's node.
-                "figures_from": (detail.get("multinode") or {}).get("figures_from") if isinstance(detail.get("multinode"), dict) else None,
                 "lines": [],
             }
         label = res["check"][len("nccl_"):] if res["check"].startswith("nccl_") else res["check"]

@@ -228,8 +228,6 @@ def _busbw_section(node: dict) -> str:
         notes = []
         if chart.get("backend") == "gloo":
             notes.append("on the CPU: a logic check, not a performance figure")
-        if chart.get("figures_from"):
-            notes.append(f"figures of the whole run, measured on {chart['figures_from']}")
         caption = _e(chart["title"]) + "".join(f"; {_e(n)}" for n in notes)
         out.append(f"<figure>{_busbw_svg(chart)}<figcaption>{caption}</figcaption></figure>")
     return "\n".join(out)

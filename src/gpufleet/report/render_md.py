@@ -107,8 +107,6 @@ def _busbw_tables(node: dict) -> list[str]:
     lines = ["### NCCL bus bandwidth (GB/s)", ""]
     for chart in charts:
         note = "; on the CPU: a logic check, not a performance figure" if chart.get("backend") == "gloo" else ""
-        if chart.get("figures_from"):
-            note += f"; figures of the whole run, measured on {chart['figures_from']}"
         lines += [f"{_inline(chart['title'])}{_inline(note)}:", ""]
         sizes = sorted({size for line in chart["lines"] for size, _ in line["points"]})
         by_line = [dict(line["points"]) for line in chart["lines"]]
