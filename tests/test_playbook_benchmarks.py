@@ -128,7 +128,7 @@ def test_local_run_draws_busbw_in_report_html_and_tabulates_it_in_md(local_run):
     "variables, message",
     [
         ({"gpufleet_benchmark_tier": "bogus"}, 'gpufleet_benchmark_tier for localhost must be quick or thorough; got "bogus"'),
-        ({"gpufleet_benchmarks": ["matmul", "fft"]}, "gpufleet_benchmarks for localhost must be a list of benchmarks from matmul, memory and nccl"),
+        ({"gpufleet_benchmarks": ["matmul", "fft"]}, "gpufleet_benchmarks for localhost must be a list of benchmarks from matmul, memory, nccl and train_gpt2"),
         ({"gpufleet_benchmarks": "matmul"}, "gpufleet_benchmarks for localhost must be a list of benchmarks"),
         ({"gpufleet_nccl_master_port": 70000}, "gpufleet_nccl_master_port for localhost must be a TCP port, 1 to 65535"),
         ({"gpufleet_nccl_timeout_s": "soon"}, "gpufleet_nccl_timeout_s for localhost must be a positive whole number of seconds"),

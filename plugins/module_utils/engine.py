@@ -281,7 +281,7 @@ def bench_command(name, p, master_port=None):
         args += ["--profile", p["profile"]]
     if p["thresholds"]:
         args += ["--thresholds", json.dumps(p["thresholds"], sort_keys=True)]
-    if name == "nccl":
+    if name in ("nccl", "train_gpt2"):  # both run under torchrun
         args += ["--nnodes", str(p["nnodes"]), "--node-rank", str(p["node_rank"]), "--master-addr", p["master_addr"],
                  "--master-port", str(master_port), "--timeout-s", str(nccl_engine_timeout_s(p["timeout_s"]))]
     return args

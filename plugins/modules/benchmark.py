@@ -15,7 +15,9 @@ description:
     host document whose results have the group C(benchmark).
   - C(matmul) measures dense matrix products on every GPU at once, C(memory) HBM copy and PCIe host/device bandwidth,
     C(nccl) the collectives (all-reduce, all-gather, reduce-scatter, all-to-all) under torchrun, with bus bandwidth
-    following nccl-tests, and inside a node the send/recv bandwidth of every GPU pair.
+    following nccl-tests, and inside a node the send/recv bandwidth of every GPU pair; C(train_gpt2) trains a
+    GPT-2-small-shaped model on random tokens on one GPU and then on all of them (DDP), for tokens/s per GPU, MFU
+    and the scaling efficiency.
   - With O(nnodes) greater than 1 the NCCL benchmark runs across hosts. Run the module on every host of the run at
     the same time (C(async) with C(poll=0), then C(async_status)), each with its own O(node_rank), all with the same
     O(master_addr) and O(master_port).
@@ -39,7 +41,7 @@ options:
       - With O(nnodes) greater than 1 only V(nccl) is allowed.
     type: list
     elements: str
-    choices: [matmul, memory, nccl]
+    choices: [matmul, memory, nccl, train_gpt2]
     required: true
   tier:
     description:

@@ -109,7 +109,9 @@ def bench_host(
         "nccl": lambda: benchmarks.nccl(nccl.run(tier, **(nccl_options or {})), profile, host_has_ib=host_has_ib),
     }
     gpus = len(readings["nvml"].get("gpus") or [])
-    multi = {k: v for k, v in (nccl_options or {}).items() if k in ("nnodes", "node_rank", "master_addr", "rdzv_timeout_s")}
+    # torchrun placement and limits, shared by the NCCL benchmark and the training gate.
+    multi = {k: v for k, v in (nccl_options or {}).items()
+             if k in ("nnodes", "node_rank", "master_addr", "master_port", "timeout_s", "rdzv_timeout_s")}
 
     def train():
         # One GPU first, then every GPU (of every node): their ratio is the scaling efficiency.
