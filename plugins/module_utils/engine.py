@@ -31,7 +31,7 @@ REMEDY_INPUT = "fix the variable or file the message names and run the playbook 
 REMEDY_RERUN = "read the stderr tail, fix the node and run the playbook again"
 
 # Benchmarks `gpufleet bench` knows, and the group of their results (gpufleet.checks.benchmarks.GROUP).
-BENCHMARKS = ("matmul", "memory", "nccl")
+BENCHMARKS = ("matmul", "memory", "nccl", "train_gpt2")
 BENCHMARK_TIERS = ("quick", "thorough")
 BENCHMARK_GROUP = "benchmark"
 SCHEMA_VERSION = 1  # gpufleet.schema.SCHEMA_VERSION: the host documents this module builds itself
@@ -221,7 +221,8 @@ def run_check_module(module, group):
     if not isinstance(doc.get("results"), list):
         module.fail_json(msg="gpufleet check on %s printed a document without a results list" % host,
                          stdout=json.dumps(doc)[:TAIL_CHARS])
-    module.exit_json(changed=False, gpufleet=doc)
+    # Also as a fact, so later plays (and `ansible -m setup`-style ad hoc use) can read the node's verdicts.
+    module.exit_json(changed=False, gpufleet=doc, ansible_facts={"gpufleet_%s" % group: doc})
 
 
 def benchmark_argument_spec():

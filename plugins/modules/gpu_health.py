@@ -44,6 +44,14 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+ansible_facts:
+  description: The same host document as RV(gpufleet), as the fact C(gpufleet_gpu_health).
+  returned: success
+  type: dict
+  contains:
+    gpufleet_gpu_health:
+      description: The host document of the C(gpu_health) group.
+      type: dict
 gpufleet:
   description:
     - The host document of the C(gpu_health) group, as C(gpufleet check --json) prints it.

@@ -47,6 +47,14 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+ansible_facts:
+  description: The same host document as RV(gpufleet), as the fact C(gpufleet_gpu_inventory).
+  returned: success
+  type: dict
+  contains:
+    gpufleet_gpu_inventory:
+      description: The host document of the C(gpu_inventory) group.
+      type: dict
 gpufleet:
   description:
     - The host document of the C(gpu_inventory) group, as C(gpufleet check --json) prints it.

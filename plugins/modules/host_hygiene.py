@@ -45,6 +45,14 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+ansible_facts:
+  description: The same host document as RV(gpufleet), as the fact C(gpufleet_host_hygiene).
+  returned: success
+  type: dict
+  contains:
+    gpufleet_host_hygiene:
+      description: The host document of the C(host_hygiene) group.
+      type: dict
 gpufleet:
   description:
     - The host document of the C(host_hygiene) group, as C(gpufleet check --json) prints it.
