@@ -142,3 +142,9 @@ def test_no_chart_without_rows(tmp_path):
     report.build(run)
     assert "<svg" not in (run / "report.html").read_text()
     assert "NCCL bus bandwidth" not in (run / "report.md").read_text()
+
+
+def test_a_second_threshold_inside_the_first_reads_as_key_and_value():
+    shown, source = report.threshold_text({"key": "ib_ports_min", "value": 8, "source": "site fact",
+                                           "ib_rate_min_gbps": {"key": "ib_rate_min_gbps", "value": 400, "source": "NDR"}})
+    assert shown == "ib_ports_min = 8; ib_rate_min_gbps = 400" and source == "site fact; NDR"

@@ -266,8 +266,14 @@ def threshold_text(threshold: Any) -> tuple[str, str]:
         parts.append(f"{threshold['key']} = {fmt_scalar(threshold.get('value'))}")
     elif "value" in threshold:
         parts.append(fmt_scalar(threshold["value"]))
-    parts += [f"{k} {fmt_scalar(v)}" for k, v in extra.items()]
-    return "; ".join(parts), str(threshold.get("source") or "")
+    sources = [str(threshold.get("source") or "")]
+    for k, v in extra.items():
+        if isinstance(v, dict) and "value" in v:  # a second threshold inside the first: "key = value", its source too
+            parts.append(f"{v.get('key', k)} = {fmt_scalar(v['value'])}")
+            sources.append(str(v.get("source") or ""))
+        else:
+            parts.append(f"{k} {fmt_scalar(v)}")
+    return "; ".join(parts), "; ".join(s for s in sources if s)
 
 
 def busbw_series(results: list[dict]) -> list[dict]:
