@@ -3,6 +3,7 @@
     gpufleet collect [--out FILE]                 record NVML + sysfs readings as JSON
     gpufleet check [--group G ...] [--json]       run checks, print a host document
     gpufleet bench matmul|memory|nccl [--tier T]   run benchmarks, print a host document
+    gpufleet finetune --config FILE [--nnodes N]  LoRA fine-tune under torchrun, print a host document
     gpufleet report RUN_DIR [--expect-host H ...] aggregate hosts/*.json into reports
 
 Exit codes: 0 ok (check: ran; report: every node accepted), 1 report found a
@@ -19,6 +20,7 @@ from pathlib import Path
 from gpufleet import collect, engine, schema
 from gpufleet.checks import GROUPS
 from gpufleet.errors import InputError
+from gpufleet.finetune import cli as finetune_cli
 
 
 def _json_arg(text: str | None, what: str) -> dict:
@@ -145,6 +147,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--rdzv-timeout-s", type=int, default=120, help="how long torchrun waits for every node to join")
     b.add_argument("--json", action="store_true", help="print the host document as JSON")
     b.set_defaults(func=cmd_bench)
+
+    f = sub.add_parser("finetune", help="LoRA fine-tune under torchrun (multi-node) and print a host document")
+    finetune_cli.add_arguments(f)
+    f.set_defaults(func=finetune_cli.command)
 
     r = sub.add_parser("report", help="aggregate RUN_DIR/hosts/*.json into report.{json,md,html} and junit.xml")
     r.add_argument("run_dir")

@@ -1,0 +1,5 @@
+import sys
+
+from gpufleet.finetune.cli import main
+
+sys.exit(main())

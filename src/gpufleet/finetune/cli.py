@@ -1,0 +1,73 @@
+"""`gpufleet finetune` and `python -m gpufleet.finetune`: run the fine-tune on this node, print a host document.
+
+    gpufleet finetune --config files/configs/qwen2-7b-lora.yml [--nnodes 2 --node-rank R
+        --master-addr ADDR --master-port PORT] [--max-steps N] [--output-dir DIR] --json
+
+In a multi-node run every node runs the same command with its own --node-rank, at the same time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", required=True, help="fine-tune config (files/configs/*.yml)")
+    p.add_argument("--nproc-per-node", type=int, help="ranks on this node (default: one per GPU, 1 without)")
+    p.add_argument("--nnodes", type=int, default=1, help="number of nodes in the run")
+    p.add_argument("--node-rank", type=int, default=0, help="this node's rank (0 is the master)")
+    p.add_argument("--master-addr", default="127.0.0.1", help="address of node rank 0")
+    p.add_argument("--master-port", type=int, default=29513, help="rendezvous port on node rank 0")
+    p.add_argument("--timeout-s", type=float, help="kill the run after this many seconds (default: distributed.timeout_s)")
+    p.add_argument("--rdzv-timeout-s", type=int, help="how long to wait for every node (default: distributed.rdzv_timeout_s)")
+    p.add_argument("--max-steps", type=int, help="override training.max_steps")
+    p.add_argument("--output-dir", help="override training.output_dir (adapter, TensorBoard logs)")
+    p.add_argument("--host", help="host name to record (default: this host's name)")
+    p.add_argument("--profile", help="force a profile by name instead of matching the GPU name")
+    p.add_argument("--profile-dir", help="directory of profile YAML files")
+    p.add_argument("--thresholds", help="JSON object of threshold overrides (gpufleet_thresholds)")
+    p.add_argument("--json", action="store_true", help="print the host document as JSON")
+
+
+def document(args) -> dict:
+    from gpufleet import collect, engine, profiles, schema
+    from gpufleet.cli import _json_arg
+    from gpufleet.finetune import results, worker
+
+    readings = {"nvml": collect.nvml.read(), "host": collect.host.read()}
+    profile = profiles.resolve(engine.first_gpu_name(readings), profile_name=args.profile,
+                               overrides=_json_arg(args.thresholds, "--thresholds"), profile_dir=args.profile_dir)
+    started, t0 = schema.utc_now(), time.monotonic()
+    out = worker.run(args.config, nproc_per_node=args.nproc_per_node, nnodes=args.nnodes, node_rank=args.node_rank,
+                     master_addr=args.master_addr, master_port=args.master_port, timeout_s=args.timeout_s,
+                     rdzv_timeout_s=args.rdzv_timeout_s, max_steps=args.max_steps, output_dir=args.output_dir)
+    return engine.host_document(args.host, profile, readings, started, t0, results.to_results(out, profile))
+
+
+def command(args) -> int:
+    from gpufleet import schema
+
+    doc = document(args)
+    if args.json:
+        print(json.dumps(doc, sort_keys=True))
+    else:
+        for r in doc["results"]:
+            print(f"{r['status']:5}  {r['check']:24} {r['reason']}")
+        print(f"verdict: {schema.verdict(doc['results'])}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from gpufleet.errors import InputError
+
+    p = argparse.ArgumentParser(prog="python -m gpufleet.finetune", description=__doc__.split("\n\n")[0])
+    add_arguments(p)
+    args = p.parse_args(argv)
+    try:
+        return command(args)
+    except InputError as exc:
+        print(f"gpufleet finetune: {exc}", file=sys.stderr)
+        return 2

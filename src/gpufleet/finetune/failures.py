@@ -1,0 +1,97 @@
+"""Why a torchrun fine-tune ended badly, read from torchrun's log and the workers' error files.
+
+torchrun prints a "Root Cause (first observed failure)" block naming the rank, host, exit code and error
+file of the first worker that died (the worker's main is wrapped in torch's @record, so the error file
+holds its exception). A rendezvous that never completes fails in torchrun itself, before any worker:
+the master waits for the other nodes' agents, the others dial the master.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+_STORE_TIMEOUT = re.compile(r"Timed out after (\d+) seconds waiting for clients\. (\d+)/(\d+) clients joined")
+_CONNECT = re.compile(r"DistNetworkError: (.*?(?:trying to connect to|connect to) \(([^,]+), (\d+)\).*)")
+_FIELD = re.compile(r"^\s*(time|host|rank|exitcode|error_file)\s*:\s*(.*?)\s*$")
+_EXC_LINE = re.compile(r"^\s*(?:\[rank\d+\]:\s*)?((?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Interrupt)\b:?.*)$")
+
+
+def root_cause(log: str) -> dict:
+    """The fields of torchrun's first-failure block, or {} when the log has none."""
+    if "Root Cause (first observed failure)" not in log:
+        return {}
+    block = log.split("Root Cause (first observed failure)", 1)[1]
+    out, tb = {}, []
+    in_tb = False
+    for line in block.splitlines()[1:]:
+        if line.startswith("====="):
+            break
+        m = _FIELD.match(line)
+        if m and not in_tb:
+            out[m.group(1)] = m.group(2)
+        elif line.strip().startswith("traceback :"):
+            in_tb = True
+            tb.append(line.split("traceback :", 1)[1].strip())
+        elif in_tb:
+            tb.append(line.strip())
+    rank = re.match(r"(\d+)\s*\(local_rank:\s*(\d+)\)", out.get("rank", ""))
+    if rank:
+        out["rank"], out["local_rank"] = int(rank.group(1)), int(rank.group(2))
+    code = re.match(r"(-?\d+)", out.get("exitcode", ""))
+    if code:
+        out["exitcode"] = int(code.group(1))
+    errors = [m.group(1) for m in map(_EXC_LINE.match, tb) if m]
+    if errors:
+        out["error"] = errors[-1]
+    return out
+
+
+def _error_file_message(path: str | None) -> str | None:
+    """The worker's own error file (written by @record), when it is on this host."""
+    if not path or not Path(path).is_file():
+        return None
+    try:
+        doc = json.loads(Path(path).read_text())
+        msg = doc.get("message")
+        return (msg.get("message") if isinstance(msg, dict) else msg) or None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def describe(log: str, *, rc: int | None, timed_out: bool, timeout_s: float, rdzv_timeout_s: int,
+             master: str, node_rank: int) -> dict | None:
+    """{"cause", "phase", ...} for a run that failed; None for one that ended well."""
+    if rc == 0 and not timed_out:
+        return None
+    m = _STORE_TIMEOUT.search(log)
+    if m:
+        joined, expected = int(m.group(2)), int(m.group(3))
+        return {"phase": "rendezvous", "node_rank": node_rank,
+                "cause": f"rendezvous timed out after {m.group(1)} s (rdzv_timeout_s {rdzv_timeout_s}): {joined} of "
+                         f"{expected} nodes joined at {master}; the missing node(s) never reached this port"}
+    m = _CONNECT.search(log)
+    if m and node_rank != 0:
+        return {"phase": "rendezvous", "node_rank": node_rank,
+                "cause": f"node {node_rank} could not reach the rendezvous at {m.group(2)}:{m.group(3)} within "
+                         f"rdzv_timeout_s {rdzv_timeout_s}: {m.group(1)}"}
+    if timed_out:
+        return {"phase": "run", "node_rank": node_rank,
+                "cause": f"the run passed timeout_s {timeout_s} and was killed (a hang: a dead peer, a collective "
+                         "that never completes, or too many steps for the time given)"}
+    rc_block = root_cause(log)
+    if rc_block:
+        message = _error_file_message(rc_block.get("error_file")) or rc_block.get("error")
+        where = f"rank {rc_block.get('rank')} (local rank {rc_block.get('local_rank')}) on {rc_block.get('host')}"
+        code = rc_block.get("exitcode")
+        if message:
+            cause = f"{where} failed first: {message}"
+        elif isinstance(code, int) and code < 0:
+            cause = f"{where} was killed by signal {-code} (SIGKILL often means the host ran out of memory)"
+        else:
+            cause = f"{where} exited {code}"
+        return {"phase": "workers", "node_rank": node_rank, **rc_block, "cause": cause}
+    errors = [m.group(1) for m in map(_EXC_LINE.match, log.splitlines()) if m]
+    return {"phase": "launch", "node_rank": node_rank,
+            "cause": errors[-1] if errors else f"torchrun exited {rc}; see the log tail"}
