@@ -7,18 +7,14 @@ must hang or crash on demand.
 
 from __future__ import annotations
 
-import json
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "collections"))
+from module_runner import run_module  # noqa: E402  (also puts the collection on sys.path)
 
-from ansible.module_utils import basic  # noqa: E402
 from ansible_collections.gpufleet.cluster.plugins.module_utils import engine  # noqa: E402
 from ansible_collections.gpufleet.cluster.plugins.modules import benchmark  # noqa: E402
 
@@ -28,21 +24,8 @@ RESULT_KEYS = set(schema.result("x", schema.PASS, "r")) | {"started", "seconds"}
 HOST_DOC_KEYS = {"schema_version", "host", "engine_version", "profile", "versions", "started", "seconds", "results"}
 
 
-def run_module(args: dict, capsys) -> dict:
-    try:
-        from ansible.module_utils.testing import patch_module_args  # ansible-core >= 2.19
-    except ImportError:  # older cores read the arguments from basic._ANSIBLE_ARGS
-        from unittest import mock
-
-        def patch_module_args(a):
-            return mock.patch.object(basic, "_ANSIBLE_ARGS", json.dumps({"ANSIBLE_MODULE_ARGS": a}).encode())
-
-    capsys.readouterr()
-    with patch_module_args(args), pytest.raises(SystemExit) as exit_info:
-        benchmark.main()
-    out = json.loads(capsys.readouterr().out)
-    out["_exit_code"] = exit_info.value.code
-    return out
+def run_benchmark(args: dict, capsys) -> dict:
+    return run_module(benchmark, args, capsys)
 
 
 @pytest.fixture
@@ -83,7 +66,7 @@ def test_hang_and_crash_become_error_results_and_keep_what_was_measured(fake_eng
     monkeypatch.setattr(engine, "KILL_GRACE_S", 0.5)
     fake_engine(STAND_IN)
     t0 = time.monotonic()
-    out = run_module({"python": sys.executable, "benchmarks": ["matmul", "memory", "nccl"], "host_name": "n1",
+    out = run_benchmark({"python": sys.executable, "benchmarks": ["matmul", "memory", "nccl"], "host_name": "n1",
                       "timeout_s": 2}, capsys)
     assert time.monotonic() - t0 < 30
     assert out["_exit_code"] == 0 and "failed" not in out, out
@@ -109,7 +92,7 @@ def test_hang_and_crash_become_error_results_and_keep_what_was_measured(fake_eng
 
 def test_single_node_nccl_gets_its_own_free_port_and_a_timeout_inside_the_modules(fake_engine, capsys):
     fake_engine(STAND_IN.replace('if name == "matmul":', 'if name in ("matmul", "nccl"):'))
-    out = run_module({"python": sys.executable, "benchmarks": ["nccl"], "timeout_s": 100, "tier": "thorough"}, capsys)
+    out = run_benchmark({"python": sys.executable, "benchmarks": ["nccl"], "timeout_s": 100, "tier": "thorough"}, capsys)
     argv = out["gpufleet"]["results"][0]["detail"]["argv"]
     assert argv[:5] == ["bench", "nccl", "--tier", "thorough", "--json"]
     opts = dict(zip(argv[5::2], argv[6::2]))
@@ -121,7 +104,7 @@ def test_single_node_nccl_gets_its_own_free_port_and_a_timeout_inside_the_module
 
 def test_across_nodes_passes_rank_master_and_port(fake_engine, capsys):
     fake_engine(STAND_IN.replace('if name == "matmul":', 'if name == "nccl":'))
-    out = run_module({"python": sys.executable, "benchmarks": ["nccl"], "nnodes": 3, "node_rank": 2,
+    out = run_benchmark({"python": sys.executable, "benchmarks": ["nccl"], "nnodes": 3, "node_rank": 2,
                       "master_addr": "10.0.0.1", "master_port": 29600, "timeout_s": 600}, capsys)
     argv = out["gpufleet"]["results"][0]["detail"]["argv"]
     opts = dict(zip(argv[5::2], argv[6::2]))
@@ -140,20 +123,20 @@ def test_across_nodes_passes_rank_master_and_port(fake_engine, capsys):
     ],
 )
 def test_bad_arguments_fail_with_a_message_naming_them(args, message, capsys):
-    out = run_module({"python": sys.executable, "host_name": "n2", **args}, capsys)
+    out = run_benchmark({"python": sys.executable, "host_name": "n2", **args}, capsys)
     assert out["failed"] is True and out["_exit_code"] == 1
     assert message in out["msg"] and "on n2" in out["msg"]
     assert out["remedy"] == engine.REMEDY_INPUT
 
 
 def test_unknown_benchmark_is_refused_by_the_argument_spec(capsys):
-    out = run_module({"python": sys.executable, "benchmarks": ["fft"]}, capsys)
+    out = run_benchmark({"python": sys.executable, "benchmarks": ["fft"]}, capsys)
     assert out["failed"] is True and "fft" in out["msg"]
 
 
 def test_check_mode_runs_nothing_and_says_so(fake_engine, capsys):
     fake_engine("raise SystemExit('the engine must not run in check mode')\n")
-    out = run_module({"python": sys.executable, "benchmarks": ["matmul", "nccl"], "host_name": "n3",
+    out = run_benchmark({"python": sys.executable, "benchmarks": ["matmul", "nccl"], "host_name": "n3",
                       "_ansible_check_mode": True}, capsys)
     assert out["_exit_code"] == 0 and out["skipped"] is True and out["changed"] is False
     assert "not run in check mode" in out["msg"]
@@ -163,19 +146,19 @@ def test_check_mode_runs_nothing_and_says_so(fake_engine, capsys):
 
 
 def test_engine_that_cannot_run_fails_the_module(capsys):
-    out = run_module({"python": "/x/bin/python", "benchmarks": ["matmul"], "host_name": "n4"}, capsys)
+    out = run_benchmark({"python": "/x/bin/python", "benchmarks": ["matmul"], "host_name": "n4"}, capsys)
     assert out["failed"] is True and "gpufleet_python '/x/bin/python' does not exist on n4" in out["msg"]
 
 
 def test_unknown_threshold_gives_the_engine_message(capsys):
-    out = run_module({"python": sys.executable, "benchmarks": ["memory"], "thresholds": {"nope": 1}}, capsys)
+    out = run_benchmark({"python": sys.executable, "benchmarks": ["memory"], "thresholds": {"nope": 1}}, capsys)
     assert out["failed"] is True and out["rc"] == 2
     assert "gpufleet_thresholds.nope is not a known threshold" in out["msg"]
 
 
 def test_real_engine_on_the_cpu_returns_skip_results(capsys):
     pytest.importorskip("torch")
-    out = run_module({"python": sys.executable, "benchmarks": ["memory"], "host_name": "cpu-box", "timeout_s": 120}, capsys)
+    out = run_benchmark({"python": sys.executable, "benchmarks": ["memory"], "host_name": "cpu-box", "timeout_s": 120}, capsys)
     assert out["_exit_code"] == 0, out
     doc = out["gpufleet"]
     assert doc["host"] == "cpu-box" and doc["engine_version"]

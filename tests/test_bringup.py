@@ -15,10 +15,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "collections"))
+from module_runner import REPO, run_module  # noqa: E402  (also puts the collection on sys.path)
 
-from ansible.module_utils import basic  # noqa: E402
 from ansible_collections.gpufleet.cluster.plugins.modules import bringup_facts, bringup_record  # noqa: E402
 
 from gpufleet import profiles, schema  # noqa: E402
@@ -29,23 +27,6 @@ from sysfs_tree import ACS_REDIRECT_ON, hgx, vm  # noqa: E402
 TUNING = REPO / "roles/host_tuning/files/gpufleet_host_tuning.py"
 PACK = REPO / "roles/python_env/files/pack_engine.py"
 H100 = "NVIDIA H100 80GB HBM3"
-
-
-def run_module(mod, args: dict, capsys) -> dict:
-    try:
-        from ansible.module_utils.testing import patch_module_args  # ansible-core >= 2.19
-    except ImportError:
-        from unittest import mock
-
-        def patch_module_args(a):
-            return mock.patch.object(basic, "_ANSIBLE_ARGS", json.dumps({"ANSIBLE_MODULE_ARGS": a}).encode())
-
-    capsys.readouterr()
-    with patch_module_args(args), pytest.raises(SystemExit) as exit_info:
-        mod.main()
-    out = json.loads(capsys.readouterr().out)
-    out["_exit_code"] = exit_info.value.code
-    return out
 
 
 def tune(root: Path, *args: str) -> tuple[int, dict]:

@@ -15,11 +15,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-# collections/ansible_collections/gpufleet/cluster links back to the repository root.
-sys.path.insert(0, str(REPO / "collections"))
+from module_runner import REPO, run_module  # noqa: E402  (also puts the collection on sys.path)
 
-from ansible.module_utils import basic  # noqa: E402
 from ansible_collections.gpufleet.cluster.plugins.module_utils import engine  # noqa: E402
 from ansible_collections.gpufleet.cluster.plugins.modules import (  # noqa: E402
     fleet_report,
@@ -33,24 +30,6 @@ from gpufleet import schema  # noqa: E402
 CHECK_MODULES = {"gpu_inventory": gpu_inventory, "gpu_health": gpu_health, "host_hygiene": host_hygiene}
 RESULT_KEYS = set(schema.result("x", schema.PASS, "r"))
 HOST_DOC_KEYS = {"schema_version", "host", "engine_version", "profile", "versions", "started", "seconds", "results"}
-
-
-def run_module(mod, args: dict, capsys) -> dict:
-    """Run a module's main() with these arguments; return what it printed as JSON."""
-    try:
-        from ansible.module_utils.testing import patch_module_args  # ansible-core >= 2.19
-    except ImportError:  # older cores read the arguments from basic._ANSIBLE_ARGS
-        from unittest import mock
-
-        def patch_module_args(a):
-            return mock.patch.object(basic, "_ANSIBLE_ARGS", json.dumps({"ANSIBLE_MODULE_ARGS": a}).encode())
-
-    capsys.readouterr()
-    with patch_module_args(args), pytest.raises(SystemExit) as exit_info:
-        mod.main()
-    out = json.loads(capsys.readouterr().out)
-    out["_exit_code"] = exit_info.value.code
-    return out
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,37 @@
+"""Run a gpufleet.cluster module's main() in this process, as Ansible would, and read what it returns.
+
+Importing this puts the checkout's collections/ folder on sys.path, so
+`ansible_collections.gpufleet.cluster` resolves to the repository itself.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+# collections/ansible_collections/gpufleet/cluster links back to the repository root.
+sys.path.insert(0, str(REPO / "collections"))
+
+from ansible.module_utils import basic  # noqa: E402
+
+
+def run_module(mod, args: dict, capsys) -> dict:
+    """Run mod.main() with these module arguments; return its JSON output with `_exit_code` added."""
+    try:
+        from ansible.module_utils.testing import patch_module_args  # ansible-core >= 2.19
+    except ImportError:  # older cores read the arguments from basic._ANSIBLE_ARGS
+        from unittest import mock
+
+        def patch_module_args(a):
+            return mock.patch.object(basic, "_ANSIBLE_ARGS", json.dumps({"ANSIBLE_MODULE_ARGS": a}).encode())
+
+    capsys.readouterr()
+    with patch_module_args(args), pytest.raises(SystemExit) as exit_info:
+        mod.main()
+    out = json.loads(capsys.readouterr().out)
+    out["_exit_code"] = exit_info.value.code
+    return out
