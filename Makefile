@@ -13,10 +13,15 @@ INVENTORY ?= inventory/local
 TORCH_SPEC ?= torch==2.13.0
 ARGS ?=
 
-.PHONY: validate test lint sanity clean
+.PHONY: validate test lint sanity clean system-deps
 
 $(BIN)/python:
+	bash scripts/system-deps.sh venv
 	$(PYTHON) -m venv $(VENV)
+
+# python3-venv, ssh, sshd, iproute2 when missing (apt-get, as root); says what to install otherwise.
+system-deps:
+	bash scripts/system-deps.sh test
 
 # A stamp per extra: pyproject.toml changes reinstall.
 $(VENV)/.installed-controller: pyproject.toml | $(BIN)/python
@@ -35,7 +40,7 @@ validate: $(VENV)/.installed-controller
 	if [ -n "$$run" ]; then echo "report: $(CURDIR)/$${run}report.html (and report.md, report.json, junit.xml)"; fi; \
 	exit $$rc
 
-test: $(VENV)/.installed-test
+test: system-deps $(VENV)/.installed-test
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest tests/
 
 lint: $(VENV)/.installed-test
