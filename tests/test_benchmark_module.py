@@ -7,6 +7,7 @@ must hang or crash on demand.
 
 from __future__ import annotations
 
+import json
 import sys
 import textwrap
 import time
@@ -112,10 +113,29 @@ def test_across_nodes_passes_rank_master_and_port(fake_engine, capsys):
     assert float(opts["--timeout-s"]) == 540
 
 
+def test_training_across_nodes_gets_the_nodes_own_figure_and_the_same_placement(fake_engine, capsys):
+    fake_engine(STAND_IN.replace('if name == "matmul":', 'if name == "train_gpt2":'))
+    single = {"check": "train_gpt2", "group": "benchmark", "status": "pass", "value": 512198, "unit": "tokens/s/GPU",
+              "reason": "r", "remedy": None, "threshold": {"key": "k"}, "detail": {"world_size": 8, "command": ["torchrun"]}}
+    out = run_benchmark({"python": sys.executable, "benchmarks": ["train_gpt2"], "nnodes": 2, "node_rank": 1,
+                         "master_addr": "10.0.0.1", "master_port": 29511, "timeout_s": 600, "train_reference": single}, capsys)
+    argv = out["gpufleet"]["results"][0]["detail"]["argv"]
+    opts = dict(zip(argv[5::2], argv[6::2]))
+    assert (opts["--nnodes"], opts["--node-rank"], opts["--master-addr"], opts["--master-port"]) == ("2", "1", "10.0.0.1", "29511")
+    assert float(opts["--timeout-s"]) == 540
+    # Only what the engine needs of the node's own result: its figure, or why it has none.
+    assert json.loads(opts["--train-reference"]) == {"check": "train_gpt2", "group": "benchmark", "status": "pass",
+                                                     "value": 512198, "unit": "tokens/s/GPU", "reason": "r", "world_size": 8}
+    # Left out, the engine gets none and its scaling result names the missing figure.
+    out = run_benchmark({"python": sys.executable, "benchmarks": ["train_gpt2"], "nnodes": 2, "node_rank": 0,
+                         "master_port": 29511}, capsys)
+    assert "--train-reference" not in out["gpufleet"]["results"][0]["detail"]["argv"]
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
-        ({"benchmarks": ["matmul", "nccl"], "nnodes": 2}, "nnodes = 2 runs across hosts, which only nccl does"),
+        ({"benchmarks": ["matmul", "nccl"], "nnodes": 2}, "nnodes = 2 runs across hosts, which only nccl and train_gpt2 do"),
         ({"benchmarks": ["nccl"], "nnodes": 2, "node_rank": 2}, "node_rank = 2; expected 0 to nnodes - 1 (1)"),
         ({"benchmarks": []}, "benchmarks is empty"),
         ({"benchmarks": ["nccl"], "master_port": 70000}, "master_port = 70000; expected a TCP port"),

@@ -400,3 +400,38 @@ Root Cause (first observed failure):
     assert failures.describe("", rc=0, timed_out=False, timeout_s=1, rdzv_timeout_s=1, master="m", node_rank=0) is None
     f = failures.describe("step 3", rc=None, timed_out=True, timeout_s=30, rdzv_timeout_s=5, master="m", node_rank=0)
     assert f["phase"] == "run" and "timeout_s 30" in f["cause"]
+
+
+def test_a_rank_that_lost_its_peer_names_the_peer_and_a_killed_torchrun_says_so():
+    # What a surviving node's torchrun logged when the other node's processes were killed (gloo over TCP).
+    log = """[rank0]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.215.2.2]:30860. This is typically caused by a remote worker crashing.
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+gpufleet.finetune.worker FAILED
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-21_23:43:16
+  host      : node-a
+  rank      : 0 (local_rank: 0)
+  exitcode  : 1 (pid: 4242)
+  error_file: <N/A>
+  traceback : Traceback (most recent call last):
+    RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.215.2.2]:30860. This is typically caused by a remote worker crashing.
+============================================================"""
+    f = failures.describe(log, rc=1, timed_out=False, timeout_s=60, rdzv_timeout_s=5, master="10.215.1.2:29513", node_rank=0)
+    assert f["phase"] == "peer" and (f["peer_addr"], f["peer_port"]) == ("10.215.2.2", 30860)
+    assert "rank 0 (local rank 0) on node-a lost its connection to the rank at 10.215.2.2:30860" in f["cause"]
+    assert "Connection closed by peer" in f["error"]
+    (res,) = results.to_results({"rc": 1, "failure": f}, profiles.resolve(None))
+    assert res["status"] == "fail" and "another node of the run died" in res["remedy"]
+    reset = "RuntimeError: [pair.cc:537] Read error [10.0.0.7]:41364: Connection reset by peer. This is typically"
+    assert failures.peer_lost(reset) == {"peer_addr": "10.0.0.7", "peer_port": 41364, "what": "Connection reset by peer"}
+    assert failures.peer_lost("ValueError: eval_samples=100 is more than the records") is None
+    # A rank that failed by itself is not a lost peer.
+    f = failures.describe(log.replace("Connection closed by peer [10.215.2.2]:30860", "out of memory"), rc=1, timed_out=False,
+                          timeout_s=60, rdzv_timeout_s=5, master="m:1", node_rank=0)
+    assert f["phase"] == "workers" and "failed first" in f["cause"]
+    # The other node: its torchrun was SIGKILLed and logged nothing.
+    f = failures.describe("", rc=-9, timed_out=False, timeout_s=60, rdzv_timeout_s=5, master="m:1", node_rank=1)
+    assert f["phase"] == "killed" and f["cause"] == "torchrun on node rank 1 was killed by signal 9 before it could report"

@@ -57,7 +57,7 @@ def free_port() -> int:
 
 
 def _leftover_workers() -> str:
-    return subprocess.run(["pgrep", "-af", "gpufleet.bench.nccl --worker"], capture_output=True, text=True).stdout.strip()
+    return subprocess.run(["pgrep", "-af", "gpufleet[.](bench[.]nccl|train[.]gpt2) --worker"], capture_output=True, text=True).stdout.strip()
 
 
 # ---------------------------------------------------------------- one node: the benchmark stage
@@ -146,24 +146,30 @@ def test_bad_benchmark_variable_fails_early_naming_it(tmp_path, variables, messa
 # ---------------------------------------------------------------- two nodes: NCCL across them
 
 
-def two_node_inventory(tmp_path: Path, port: int, **node_b_vars) -> Path:
+def two_node_inventory(tmp_path: Path, port: int, group_vars: dict | None = None, **node_b_vars) -> Path:
     """node-a and node-b: both this machine, so a run across them really starts two torchruns."""
     node = {"ansible_connection": "local", "ansible_host": "127.0.0.1",
             "ansible_python_interpreter": "{{ ansible_playbook_python }}", "gpufleet_python": "{{ ansible_playbook_python }}"}
     inventory = tmp_path / "inventory.yml"
     inventory.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {
-        "vars": {"gpufleet_nccl_master_port": port, "gpufleet_benchmarks": []},  # node benchmarks: other tests
+        # Node benchmarks off unless asked for: the one-node tests cover them.
+        "vars": {"gpufleet_nccl_master_port": port, "gpufleet_benchmarks": [], **(group_vars or {})},
         "hosts": {"node-a": dict(node), "node-b": dict(node, **node_b_vars)},
     }}}}))
     return inventory
 
 
-def test_two_nodes_run_nccl_across_both_and_merge_into_each_document(tmp_path):
+def test_two_nodes_run_nccl_and_training_across_both_and_merge_into_each_document(tmp_path):
+    """NCCL, then the GPT-2 training gate (tiny on the CPU) across both nodes, each node's own single-node
+    train_gpt2 figure from play 2 the reference of its scaling efficiency."""
     port = free_port()
-    proc, run_dir = run_validate(tmp_path, inventory=str(two_node_inventory(tmp_path, port)))
+    # A peak figure so that MFU is computed (the generic profile has none); it judges nothing on the CPU.
+    group_vars = {"gpufleet_benchmarks": ["train_gpt2"], "gpufleet_thresholds": {"bf16_dense_peak_tflops": 989}}
+    proc, run_dir = run_validate(tmp_path, inventory=str(two_node_inventory(tmp_path, port, group_vars)))
     out = output(proc)
     assert proc.returncode != 0, out  # no GPU: not accepted
     assert "Start NCCL across the nodes at once: node-a, node-b" in out, out
+    assert "Start the training gate across the nodes at once: node-a, node-b" in out, out
 
     for host, rank in (("node-a", 0), ("node-b", 1)):
         doc = host_doc(run_dir, host)
@@ -184,18 +190,45 @@ def test_two_nodes_run_nccl_across_both_and_merge_into_each_document(tmp_path):
         # Gloo on the CPU writes no NCCL log: there is no transport to judge.
         assert multi["nccl_transport"]["status"] == "skip", multi["nccl_transport"]
 
+        # The training gate across the nodes: a logic check on the CPU, never a performance claim.
+        (single,) = [r for r in doc["results"] if r["group"] == "benchmark" and r["check"] == "train_gpt2"]
+        assert single["status"] == "skip" and single["detail"]["world_size"] == 1 and single["value"] > 0, single
+        train, scaling = multi["train_gpt2"], multi["train_scaling"]
+        assert train["status"] == "skip" and CPU_NOTE in train["reason"], train
+        assert train["unit"] == "tokens/s/GPU" and train["value"] > 0
+        assert "over 2 nodes" in train["reason"], train["reason"]
+        detail = train["detail"]
+        assert detail["world_size"] >= 2 and detail["nnodes"] == 2, detail
+        assert detail["mfu"] > 0 and detail["mfu_peak_tflops"] == 989
+        assert len(detail["per_rank_tokens_per_s"]) == detail["world_size"]
+        assert "--nnodes=2" in detail["command"] and f"--master-port={port}" in detail["command"]
+        assert detail["multinode"]["node_rank"] == rank and detail["multinode"]["master"] == "node-a"
+        # Scaling against this node's own single-node figure.
+        assert scaling["status"] == "skip" and CPU_NOTE in scaling["reason"], scaling
+        assert scaling["detail"]["tokens_per_s_per_gpu_one_node"] == single["value"]
+        assert scaling["value"] == pytest.approx(train["value"] / single["value"], abs=1e-3)
+        assert scaling["detail"]["nnodes"] == 2 and scaling["detail"]["world_size"] == detail["world_size"]
+        assert scaling["threshold"]["key"] == "train_scaling_efficiency_min"
+
     report = json.loads((run_dir / "report.json").read_text())
-    assert {r["check"] for r in report["nodes"]["node-b"]["results"] if r["group"] == "benchmark_multinode"} >= COLLECTIVES
+    assert {r["check"] for r in report["nodes"]["node-b"]["results"] if r["group"] == "benchmark_multinode"} >= COLLECTIVES | {
+        "train_gpt2", "train_scaling"}
     page = (run_dir / "report.html").read_text()
     assert page.count('<svg class="chart"') == 2  # one chart per node: the run across nodes
     assert "4 ranks over 2 nodes" in page
+    assert "benchmark_multinode.train_gpt2" in page and "benchmark_multinode.train_scaling" in page
+    md = (run_dir / "report.md").read_text()
+    assert md.count("#### SKIP `benchmark_multinode.train_gpt2`") == 2, md
+    assert md.count("#### SKIP `benchmark_multinode.train_scaling`") == 2, md
+    assert re.search(r"GPT-2-small training on 2 GPU\(s\) over 2 nodes [0-9]+ tokens/s/GPU; CPU run", md), md
     assert not _leftover_workers()
 
 
 def test_a_node_that_never_comes_makes_both_stop_within_the_timeout(tmp_path):
-    """node-b dials a port nobody listens on: node-a waits for it, both are killed at the timeout."""
+    """node-b dials a port nobody listens on: node-a waits for it, both are killed at the timeout. The training
+    gate across the nodes then does not wait out a second timeout: it says the run could not meet for NCCL."""
     port = free_port()
-    inventory = two_node_inventory(tmp_path, port, gpufleet_nccl_master_port=free_port())
+    inventory = two_node_inventory(tmp_path, port, {"gpufleet_benchmarks": ["train_gpt2"]}, gpufleet_nccl_master_port=free_port())
     timeout_s = 16
     t0 = time.monotonic()
     proc, run_dir = run_validate(tmp_path, "-e", f"gpufleet_nccl_timeout_s={timeout_s}", inventory=str(inventory))
@@ -206,8 +239,11 @@ def test_a_node_that_never_comes_makes_both_stop_within_the_timeout(tmp_path):
     for host in ("node-a", "node-b"):
         doc = host_doc(run_dir, host)
         multi = [r for r in doc["results"] if r["group"] == "benchmark_multinode"]
-        assert [r["check"] for r in multi] == ["nccl"], (host, multi)
-        res = multi[0]
+        assert [r["check"] for r in multi] == ["nccl", "train_gpt2"], (host, multi)
+        res, train = multi
+        assert train["status"] == "skip", train
+        assert train["reason"] == ("no training run across nodes: the NCCL run across nodes did not finish on node-a, node-b"
+                                   " (benchmark_multinode.nccl says why)"), train
         assert res["status"] in ("fail", "error"), res
         assert "timed out" in res["reason"] or "timeout" in res["reason"], res
         assert res["remedy"]
@@ -224,15 +260,17 @@ def test_a_node_that_never_comes_makes_both_stop_within_the_timeout(tmp_path):
 
 def test_an_unreachable_node_is_left_out_and_the_others_run_without_it(tmp_path):
     """deadnode comes first in inventory order but cannot be reached: node-a becomes the master, and
-    deadnode's document says it was left out of the run."""
+    deadnode's document says it was left out of the run. deadnode and node-b want the training gate across
+    nodes, node-a does not: no training run, and each says why."""
     if shutil.which("ssh") is None:
         pytest.skip("the ssh client is needed to try a node over ssh (Debian: apt-get install openssh-client)")
     inventory = two_node_inventory(tmp_path, free_port())
     doc = yaml.safe_load(inventory.read_text())
     hosts = doc["all"]["children"]["gpu_nodes"]["hosts"]
+    hosts["node-b"]["gpufleet_benchmarks"] = ["train_gpt2"]
     doc["all"]["children"]["gpu_nodes"]["hosts"] = {
         "deadnode": {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": 1,
-                     "ansible_ssh_common_args": "-o ConnectTimeout=5 -o BatchMode=yes"},
+                     "ansible_ssh_common_args": "-o ConnectTimeout=5 -o BatchMode=yes", "gpufleet_benchmarks": ["train_gpt2"]},
         **hosts,
     }
     inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -240,9 +278,15 @@ def test_an_unreachable_node_is_left_out_and_the_others_run_without_it(tmp_path)
     out = output(proc)
     assert proc.returncode != 0, out
 
-    (note,) = [r for r in host_doc(run_dir, "deadnode")["results"] if r["group"] == "benchmark_multinode"]
-    assert note["status"] == "skip"
+    note, train_note = [r for r in host_doc(run_dir, "deadnode")["results"] if r["group"] == "benchmark_multinode"]
+    assert note["status"] == "skip" and note["check"] == "nccl"
     assert note["reason"] == "left out of the NCCL run across nodes: the node did not answer; the run covered node-a, node-b"
+    assert train_note["status"] == "skip" and train_note["check"] == "train_gpt2"
+    assert train_note["reason"] == "left out of the training run across nodes: the node did not answer; the run covered node-a, node-b"
+    (lacking,) = [r for r in host_doc(run_dir, "node-b")["results"] if r["check"] == "train_gpt2" and r["group"] == "benchmark_multinode"]
+    assert lacking["status"] == "skip" and lacking["reason"] == (
+        "no training run across nodes: gpufleet_benchmarks of node-a does not include train_gpt2, and the run across nodes needs it on every node")
+    assert not [r for r in host_doc(run_dir, "node-a")["results"] if r["check"].startswith("train")]
     for host, rank in (("node-a", 0), ("node-b", 1)):
         multi = {r["check"]: r for r in host_doc(run_dir, host)["results"] if r["group"] == "benchmark_multinode"}
         assert set(multi) >= COLLECTIVES, (host, multi)

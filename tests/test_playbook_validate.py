@@ -59,6 +59,7 @@ def test_local_run_fails_acceptance_and_writes_every_report(tmp_path):
     assert {r["group"] for r in doc["results"]} >= set(GROUPS)
     assert not [r for r in doc["results"] if r["check"] == "engine"], "every group's module should have answered"
     assert not [r for r in doc["results"] if r["group"] == "benchmark"], "gpufleet_benchmarks: [] turns the stage off"
+    assert not [r for r in doc["results"] if r["group"] == "finetune"], "gpufleet_finetune is off by default"
     gpu_results = [r for r in doc["results"] if r["group"] in ("gpu_inventory", "gpu_health")]
     assert gpu_results
     assert all(r["status"] != "pass" for r in gpu_results)

@@ -40,8 +40,40 @@ def test_ddp_two_ranks_train_and_report_scaling():
     assert res["train_scaling"]["value"] == pytest.approx(full["tokens_per_s_per_gpu"] / single["tokens_per_s_per_gpu"], rel=1e-2)
     assert res["train_gpt2"]["detail"]["mfu"] is not None
 
+    # The same figures as a run across two nodes would report them (the playbook test runs one for real):
+    # scaled against this node's own single-node result, or an error that names the missing figure.
+    across = dict(full, nnodes=2)
+    reference = {"check": "train_gpt2", "group": "benchmark", "status": "skip", "value": 1000, "reason": "r", "world_size": 1}
+    train, scaling = benchmarks.train_gpt2(across, prof, reference=reference)
+    assert train["status"] == "skip" and "on 2 GPU(s) over 2 nodes" in train["reason"] and train["detail"]["nnodes"] == 2
+    assert scaling["check"] == "train_scaling" and scaling["status"] == "skip" and "not a performance figure" in scaling["reason"]
+    assert scaling["value"] == pytest.approx(train["value"] / 1000, abs=1e-3)
+    assert scaling["detail"]["tokens_per_s_per_gpu_one_node"] == 1000 and scaling["detail"]["world_size_one_node"] == 1
+    (_, missing) = benchmarks.train_gpt2(across, prof, reference=None)
+    assert missing["status"] == "error" and missing["value"] is None and missing["remedy"]
+    assert "single-node per-GPU figure of this node is missing" in missing["reason"]
+    failed = {"check": "train_gpt2", "status": "error", "value": None, "reason": "benchmark crashed: OOM"}
+    (_, missing) = benchmarks.train_gpt2(across, prof, reference=failed)
+    assert missing["status"] == "error" and "has no figure (status error: benchmark crashed: OOM)" in missing["reason"]
+
 
 def test_a_failed_run_is_a_failure_with_its_log():
     out = gpt2.run(timeout_s=1)
     (res,) = benchmarks.train_gpt2(out, profiles.resolve("NVIDIA H200"))
     assert res["status"] == "fail" and "timed out" in res["reason"] and res["detail"]["log_tail"] is not None
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_a_node_that_never_comes_fails_the_run_across_nodes_within_the_timeout():
+    """Node rank 1 dials a master nobody runs: killed at the timeout, a failure that says so, with the log."""
+    out = gpt2.run(nnodes=2, node_rank=1, master_port=_free_port(), timeout_s=4)
+    (res,) = benchmarks.train_gpt2(out, profiles.resolve("NVIDIA H200"), reference={"value": 1000})
+    assert res["status"] == "fail" and res["reason"] == "GPT-2 training gate across 2 nodes timed out and was killed"
+    assert "dead peer" in res["remedy"] and res["detail"]["log_tail"] is not None and res["detail"]["nnodes"] == 2

@@ -18,9 +18,13 @@ description:
     following nccl-tests, and inside a node the send/recv bandwidth of every GPU pair; C(train_gpt2) trains a
     GPT-2-small-shaped model on random tokens on one GPU and then on all of them (DDP), for tokens/s per GPU, MFU
     and the scaling efficiency.
-  - With O(nnodes) greater than 1 the NCCL benchmark runs across hosts. Run the module on every host of the run at
-    the same time (C(async) with C(poll=0), then C(async_status)), each with its own O(node_rank), all with the same
-    O(master_addr) and O(master_port).
+  - With O(nnodes) greater than 1 the NCCL benchmark and C(train_gpt2) run across hosts. Run the module on every host
+    of the run at the same time (C(async) with C(poll=0), then C(async_status)), each with its own O(node_rank), all
+    with the same O(master_addr) and O(master_port).
+  - Across hosts C(train_gpt2) runs on every GPU of every host at once, with no one-GPU run first; its scaling
+    efficiency (result C(train_scaling)) is the per-GPU throughput across the hosts over this host's own single-node
+    figure, given as O(train_reference). Without one that has a figure, C(train_scaling) is an C(error) that says
+    which figure is missing.
   - Each benchmark runs in its own engine process with its own O(timeout_s). A benchmark that passes it is killed
     with its whole process group, and one that crashes or prints no document becomes an C(error) result with the
     stderr tail; the other benchmarks keep what they measured.
@@ -38,7 +42,7 @@ options:
   benchmarks:
     description:
       - The benchmarks to run, in this order.
-      - With O(nnodes) greater than 1 only V(nccl) is allowed.
+      - With O(nnodes) greater than 1 only V(nccl) and V(train_gpt2) are allowed.
     type: list
     elements: str
     choices: [matmul, memory, nccl, train_gpt2]
@@ -63,7 +67,7 @@ options:
     description:
       - Seconds each benchmark may run. Past it the engine's whole process group is killed and the benchmark is an
         C(error) result.
-      - For V(nccl) the engine kills torchrun itself a little earlier (a quarter of O(timeout_s), a minute at
+      - For V(nccl) and V(train_gpt2) the engine kills torchrun itself a little earlier (a quarter of O(timeout_s), a minute at
         most, 10 s at least), so that a hang is reported as C(fail) with the torchrun log tail.
     type: int
     default: 900
@@ -74,17 +78,17 @@ options:
     type: str
   nnodes:
     description:
-      - Number of hosts in the NCCL run. 1 runs inside this node.
+      - Number of hosts in the run of V(nccl) or V(train_gpt2). 1 runs inside this node.
     type: int
     default: 1
   node_rank:
     description:
-      - This host's rank in the NCCL run, 0 to O(nnodes) - 1; rank 0 is the master.
+      - This host's rank in the run across hosts, 0 to O(nnodes) - 1; rank 0 is the master.
     type: int
     default: 0
   master_addr:
     description:
-      - Address of the rank 0 host, which every host of the NCCL run dials for the rendezvous.
+      - Address of the rank 0 host, which every host of the run across hosts dials for the rendezvous.
     type: str
     default: 127.0.0.1
   master_port:
@@ -92,6 +96,14 @@ options:
       - TCP port of the rendezvous on O(master_addr); it must be open between the hosts.
       - Left out with O(nnodes=1), a free local port is used, so several runs on one machine do not collide.
     type: int
+  train_reference:
+    description:
+      - This host's own single-node C(benchmark.train_gpt2) result from earlier in the run (as the module returned
+        it, or as the host document holds it). Used only by V(train_gpt2) with O(nnodes) greater than 1, whose
+        scaling efficiency is the per-GPU throughput across the hosts over this result's C(value).
+      - Left out, or without a C(value) (that run failed), the C(train_scaling) result is an C(error) naming the
+        missing figure.
+    type: dict
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -147,6 +159,22 @@ EXAMPLES = r"""
   until: nccl is finished
   retries: 230
   delay: 3
+
+- name: Then train GPT-2-small across the same nodes, against each node's own single-node figure
+  gpufleet.cluster.benchmark:
+    python: /opt/gpufleet/venv/bin/python
+    benchmarks: [train_gpt2]
+    host_name: "{{ inventory_hostname }}"
+    nnodes: "{{ ansible_play_hosts | length }}"
+    node_rank: "{{ ansible_play_hosts.index(inventory_hostname) }}"
+    master_addr: "{{ hostvars[ansible_play_hosts[0]].ansible_host }}"
+    master_port: 29511
+    timeout_s: 600
+    # The node's train_gpt2 result from a run of this module inside the node (benchmarks [train_gpt2]).
+    train_reference: "{{ bench.gpufleet.results | selectattr('check', 'equalto', 'train_gpt2') | first }}"
+  async: 660
+  poll: 0
+  register: train_job
 """
 
 RETURN = r"""

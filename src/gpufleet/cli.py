@@ -89,6 +89,7 @@ def cmd_bench(args) -> int:
         overrides=_json_arg(args.thresholds, "--thresholds"),
         profile_dir=args.profile_dir,
         nccl_options=nccl_options,
+        train_reference=_json_arg(args.train_reference, "--train-reference"),
     )
     _print_doc(doc, args.json)
     return 0
@@ -145,6 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--master-port", type=int, default=29511, help="rendezvous port on the first host")
     b.add_argument("--timeout-s", type=float, default=900, help="kill a torchrun run after this many seconds")
     b.add_argument("--rdzv-timeout-s", type=int, default=120, help="how long torchrun waits for every node to join")
+    b.add_argument("--train-reference", help="across nodes: JSON of this node's single-node benchmark.train_gpt2 result "
+                   "(status, value, reason, world_size), for the scaling efficiency")
     b.add_argument("--json", action="store_true", help="print the host document as JSON")
     b.set_defaults(func=cmd_bench)
 

@@ -89,8 +89,14 @@ def bench_host(
     overrides: dict | None = None,
     profile_dir=None,
     nccl_options: dict | None = None,
+    train_reference: dict | None = None,
 ) -> dict:
-    """Run benchmarks on this host; one host document with group `benchmark`."""
+    """Run benchmarks on this host; one host document with group `benchmark`.
+
+    `nccl_options` places nccl and train_gpt2 under torchrun (nnodes, node_rank, master, timeouts). Across nodes
+    `train_reference` is this node's own single-node benchmark.train_gpt2 result from earlier in the run
+    (status, value, reason, world_size): the cross-node scaling efficiency is measured against its figure.
+    """
     from gpufleet import collect
     from gpufleet.bench import matmul, memory, nccl
     from gpufleet.checks import benchmarks
@@ -114,8 +120,12 @@ def bench_host(
              if k in ("nnodes", "node_rank", "master_addr", "master_port", "timeout_s", "rdzv_timeout_s")}
 
     def train():
-        # One GPU first, then every GPU (of every node): their ratio is the scaling efficiency.
-        single = gpt2.run(nproc_per_node=1) if gpus > 1 or multi.get("nnodes", 1) > 1 else None
+        if multi.get("nnodes", 1) > 1:
+            # Across nodes: every node starts together, so no one-GPU run first; the scaling is against this
+            # node's single-node figure, which the run measured before (train_reference).
+            return benchmarks.train_gpt2(gpt2.run(**multi), profile, reference=train_reference)
+        # One GPU first, then every GPU of the node: their ratio is the scaling efficiency.
+        single = gpt2.run(nproc_per_node=1) if gpus > 1 else None
         return benchmarks.train_gpt2(gpt2.run(**multi), profile, single=single)
 
     runners["train_gpt2"] = train

@@ -19,6 +19,7 @@ from gpufleet.errors import InputError
 
 QWEN2_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 ARCHITECTURES = ("qwen2-7b", "tiny-qwen2")
+LIGER_KERNELS = ("rope", "rms_norm", "swiglu", "fused_linear_cross_entropy")
 REQUIRED = object()
 
 
@@ -55,6 +56,13 @@ def _choice(*names):
 def _str_list(v):
     good = isinstance(v, list) and bool(v) and all(isinstance(x, str) and x for x in v)
     return good, "a non-empty list of strings"
+
+
+def _subset(*names):
+    def ok(v):
+        good = isinstance(v, list) and all(x in names for x in v) and len(set(v)) == len(v)
+        return good, f"a list of distinct names among {', '.join(names)} (empty for none)"
+    return ok
 
 
 def _mapping(v):
@@ -103,6 +111,12 @@ SPEC: dict[str, dict[str, tuple]] = {
         "bf16": (_bool, True),
         "tf32": (_bool, True),
         "gradient_checkpointing": (_bool, True),
+        # layers: torch.compile each decoder layer (one compilation serves all of them); fuses the
+        # element-wise work (norms, rotary, SwiGLU, the LoRA scale and add) that eager runs as separate kernels.
+        "torch_compile": (_choice("none", "layers"), "none"),
+        # Liger's Triton kernels for Qwen2 (package liger-kernel); fused_linear_cross_entropy never
+        # materialises the logits, which frees memory for batch size.
+        "liger_kernels": (_subset(*LIGER_KERNELS), []),
         "logging_steps": (_int(1), 10),
         "eval_steps": (_opt(_int(1)), None),  # null: evaluate before and after training only
         "timing_warmup_steps": (_int(0), 2),  # optimizer steps left out of tokens/s and step time
@@ -223,6 +237,14 @@ def _load_deepspeed(ds_path: Path, path: Path) -> dict:
 
 def require_runtime(cfg: dict) -> None:
     """What the config asks for that this machine lacks, named by its key."""
+    if cfg["training"]["liger_kernels"]:
+        try:
+            import liger_kernel.transformers  # noqa: F401
+        except ImportError as exc:
+            raise InputError(
+                f"fine-tune config {cfg['path']}: training.liger_kernels asks for {cfg['training']['liger_kernels']}, "
+                f"but liger_kernel is not importable here ({exc}); pip install liger-kernel, or set training.liger_kernels: []"
+            ) from None
     if cfg["distributed"]["deepspeed"]:
         try:
             import deepspeed  # noqa: F401

@@ -10,6 +10,7 @@ never on the prompt or on what a function returned.
 from __future__ import annotations
 
 import random
+from array import array
 import re
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -163,28 +164,48 @@ def split_indices(n: int, eval_samples: int, seed: int, max_samples: int | None 
     return order[eval_samples:], order[:eval_samples]
 
 
+CACHE_TOKENS = 64 * 2**20
+
+
 class Samples:
     """Tokenized conversations of `records[indices]`, counting what was skipped and why."""
 
     def __init__(self, records, tokenizer, max_len: int):
         self.records, self.tokenizer, self.max_len = records, tokenizer, max_len
         self.skipped: dict[str, int] = {}
+        # record index -> sample (None: skipped), as int32 arrays: later epochs reuse it, up to CACHE_TOKENS
+        # tokens (512 MiB); past that, samples are tokenized again each epoch.
+        self._cache: dict[int, dict | None] = {}
+        self._cached_tokens = 0
 
     def _skip(self, why: str):
         self.skipped[why] = self.skipped.get(why, 0) + 1
 
     def __call__(self, indices: Iterable[int]) -> Iterator[dict]:
         for i in indices:
-            try:
-                messages = parse_glaive(self.records[i])
-            except GlaiveFormatError as exc:
-                self._skip(str(exc))
-                continue
-            sample = tokenize_conversation(self.tokenizer, messages, self.max_len)
-            if all(x == IGNORE for x in sample["labels"]):
-                self._skip(f"no assistant token within max_seq_length {self.max_len}")
-                continue
-            yield sample
+            if i in self._cache:
+                sample = self._cache[i]
+            else:
+                sample = self._sample(i)
+                if self._cached_tokens < CACHE_TOKENS:
+                    if sample is not None:
+                        sample = {k: array("i", v) for k, v in sample.items()}
+                        self._cached_tokens += len(sample["input_ids"])
+                    self._cache[i] = sample
+            if sample is not None:
+                yield sample
+
+    def _sample(self, i: int) -> dict | None:
+        try:
+            messages = parse_glaive(self.records[i])
+        except GlaiveFormatError as exc:
+            self._skip(str(exc))
+            return None
+        sample = tokenize_conversation(self.tokenizer, messages, self.max_len)
+        if all(x == IGNORE for x in sample["labels"]):
+            self._skip(f"no assistant token within max_seq_length {self.max_len}")
+            return None
+        return sample
 
     def forever(self, indices: list[int], seed: int) -> Iterator[dict]:
         """Epoch after epoch, reshuffled each time; stops only if no record yields a sample."""
@@ -230,10 +251,10 @@ def collate(rows: list[dict], pad_id: int) -> dict:
     for r in rows:
         n = len(r["input_ids"])
         pad = width - n
-        ids.append(r["input_ids"] + [pad_id] * pad)
-        labels.append(r["labels"] + [IGNORE] * pad)
+        ids.append(list(r["input_ids"]) + [pad_id] * pad)
+        labels.append(list(r["labels"]) + [IGNORE] * pad)
         mask.append([1] * n + [0] * pad)
-        pos.append(r.get("position_ids", list(range(n))) + [0] * pad)
+        pos.append(list(r.get("position_ids", range(n))) + [0] * pad)
     batch = {k: torch.tensor(v, dtype=torch.long) for k, v in
              (("input_ids", ids), ("labels", labels), ("attention_mask", mask), ("position_ids", pos))}
     batch["real_tokens"] = sum(len(r["input_ids"]) for r in rows)
@@ -250,3 +271,44 @@ def batches(samples: Iterable[dict], batch_size: int, max_len: int, packing: boo
             buf = []
     if buf:
         yield collate(buf, pad_id)
+
+
+def prefetch(batches_: Iterator[dict], depth: int = 4, pin: bool = False) -> Iterator[dict]:
+    """Build batches in a background thread while the GPU trains on earlier ones; pinned, so that the copy
+    to the GPU does not wait for the GPU's queued work. An error in the thread is raised here, in order."""
+    import queue
+    import threading
+
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def fill():
+        try:
+            for batch in batches_:
+                if pin:
+                    batch = {k: (v.pin_memory() if hasattr(v, "pin_memory") else v) for k, v in batch.items()}
+                while not stop.is_set():
+                    try:
+                        q.put(("batch", batch), timeout=0.5)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+        except BaseException as exc:  # noqa: BLE001  (handed to the consumer, which raises it)
+            q.put(("error", exc))
+            return
+        q.put(("end", None))
+
+    thread = threading.Thread(target=fill, name="gpufleet-batches", daemon=True)
+    thread.start()
+    try:
+        while True:
+            kind, item = q.get()
+            if kind == "error":
+                raise item
+            if kind == "end":
+                return
+            yield item
+    finally:
+        stop.set()

@@ -16,6 +16,25 @@ _STORE_TIMEOUT = re.compile(r"Timed out after (\d+) seconds waiting for clients\
 _CONNECT = re.compile(r"DistNetworkError: (.*?(?:trying to connect to|connect to) \(([^,]+), (\d+)\).*)")
 _FIELD = re.compile(r"^\s*(time|host|rank|exitcode|error_file)\s*:\s*(.*?)\s*$")
 _EXC_LINE = re.compile(r"^\s*(?:\[rank\d+\]:\s*)?((?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Interrupt)\b:?.*)$")
+# A rank whose peer went away: gloo names the peer's address ("Read error [10.0.0.2]:41364: Connection reset by
+# peer", "Connection closed by peer [10.0.0.2]:41364"); NCCL only says a remote process or the network failed.
+_GLOO_PEER = re.compile(r"(?:Read error|Write error|Connection closed by peer|Connection reset by peer)\s*\[([^\]]+)\]:(\d+)"
+                        r"(?::\s*([^.]+))?")
+_NCCL_PEER = re.compile(r"ncclRemoteError|remote process exited or there was a network error")
+
+
+def peer_lost(message: str | None) -> dict | None:
+    """{"peer_addr", "peer_port", "what"} when `message` says the rank lost a peer (its node died or the network
+    failed) rather than failing by itself; None otherwise. NCCL gives no address: peer_addr is None."""
+    if not message:
+        return None
+    m = _GLOO_PEER.search(message)
+    if m:
+        what = (m.group(3) or "").strip() or ("connection closed by peer" if "closed" in m.group(0) else "connection lost")
+        return {"peer_addr": m.group(1), "peer_port": int(m.group(2)), "what": what}
+    if _NCCL_PEER.search(message):
+        return {"peer_addr": None, "peer_port": None, "what": "NCCL: a remote process exited or the network failed"}
+    return None
 
 
 def root_cause(log: str) -> dict:
@@ -85,6 +104,13 @@ def describe(log: str, *, rc: int | None, timed_out: bool, timeout_s: float, rdz
         message = _error_file_message(rc_block.get("error_file")) or rc_block.get("error")
         where = f"rank {rc_block.get('rank')} (local rank {rc_block.get('local_rank')}) on {rc_block.get('host')}"
         code = rc_block.get("exitcode")
+        peer = peer_lost(message)
+        if peer:
+            # This node's rank failed only because a peer went away: say so, so the dead node is looked for.
+            at = f"the rank at {peer['peer_addr']}:{peer['peer_port']}" if peer["peer_addr"] else "a peer rank"
+            return {"phase": "peer", "node_rank": node_rank, **rc_block, **peer, "error": message,
+                    "cause": f"{where} lost its connection to {at} ({peer['what']}): that node died or the network "
+                             "to it failed; its own result says why (this rank's error is in detail.failure.error)"}
         if message:
             cause = f"{where} failed first: {message}"
         elif isinstance(code, int) and code < 0:
@@ -93,5 +119,9 @@ def describe(log: str, *, rc: int | None, timed_out: bool, timeout_s: float, rdz
             cause = f"{where} exited {code}"
         return {"phase": "workers", "node_rank": node_rank, **rc_block, "cause": cause}
     errors = [m.group(1) for m in map(_EXC_LINE.match, log.splitlines()) if m]
+    if isinstance(rc, int) and rc < 0 and not errors:
+        # Nothing in the log: torchrun itself was killed from outside (the node going down, an operator, the OOM killer).
+        return {"phase": "killed", "node_rank": node_rank, "signal": -rc,
+                "cause": f"torchrun on node rank {node_rank} was killed by signal {-rc} before it could report"}
     return {"phase": "launch", "node_rank": node_rank,
             "cause": errors[-1] if errors else f"torchrun exited {rc}; see the log tail"}

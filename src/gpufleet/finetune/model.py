@@ -71,6 +71,26 @@ def load_base(model_cfg: dict, *, vocab_size: int, dtype, device=None, device_ma
     return model
 
 
+def apply_liger(model, kernels: list[str]) -> None:
+    """Swap Liger's fused Triton kernels into a Qwen2 model, before LoRA wraps its projections."""
+    if not kernels:
+        return
+    if model.config.model_type != "qwen2":
+        raise InputError(f"training.liger_kernels applies to Qwen2 models; this model is {model.config.model_type!r}")
+    from liger_kernel.transformers import apply_liger_kernel_to_qwen2
+
+    apply_liger_kernel_to_qwen2(model=model, cross_entropy=False, **{k: k in kernels for k in
+                                ("rope", "rms_norm", "swiglu", "fused_linear_cross_entropy")})
+
+
+def compile_layers(peft_model) -> int:
+    """torch.compile every decoder layer in place; the layers share one compiled graph. Returns how many."""
+    layers = peft_model.get_base_model().model.layers
+    for layer in layers:
+        layer.compile()
+    return len(layers)
+
+
 def lora_config(lora_cfg: dict):
     from peft import LoraConfig
 

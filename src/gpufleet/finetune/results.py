@@ -25,6 +25,10 @@ _REMEDY = {
            "only if the steps simply need longer",
     "workers": "read the failing rank's error in detail.failure; an out-of-memory needs a smaller batch or "
                "max_seq_length, a NCCL error points at the fabric (run benchmark nccl across the nodes)",
+    "peer": "another node of the run died or lost its network: its own finetune result names the cause; fix that node "
+            "(or the network between the nodes) and run the fine-tune again",
+    "killed": "torchrun was killed from outside on this node: look at its kernel log (the OOM killer), its uptime (a "
+              "reboot) or who stopped it, then run the fine-tune again",
     "launch": "read the log tail: torchrun itself could not start the workers",
 }
 

@@ -176,9 +176,12 @@ def worker(config_path: str, out_path: str, max_steps: int | None = None, output
     vocab = len(tokenizer)
     device_map = {"": str(device)} if (cuda and not use_ds) else None
     model = fmodel.load_base(m, vocab_size=vocab, dtype=dtype, device=device if not use_ds else None, device_map=device_map)
+    fmodel.apply_liger(model, t["liger_kernels"])
     if t["gradient_checkpointing"]:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model = fmodel.apply_lora(model, cfg["lora"])
+    if t["torch_compile"] == "layers":
+        fmodel.compile_layers(model)  # compiles at the first forward: inside timing_warmup_steps
     counts = fmodel.parameter_counts(model)
     if rank == 0:
         print(f"trainable params: {counts['params_trainable']:,} of {counts['params_total']:,} ({counts['trainable_pct']}%)", flush=True)
@@ -203,8 +206,10 @@ def worker(config_path: str, out_path: str, max_steps: int | None = None, output
     accum, bs = t["gradient_accumulation_steps"], t["per_device_train_batch_size"]
     pad_id = tokenizer.pad_token_id
     samples = data.Samples(records, tokenizer, d["max_seq_length"])
-    train_batches = data.batches(samples.forever(train_idx[rank::world], t["seed"] + rank), bs, d["max_seq_length"], d["packing"], pad_id)
-    eval_batches = list(data.batches(samples(eval_idx[rank::world]), t["per_device_eval_batch_size"], d["max_seq_length"], d["packing"], pad_id))
+    train_batches = data.prefetch(data.batches(samples.forever(train_idx[rank::world], t["seed"] + rank), bs,
+                                               d["max_seq_length"], d["packing"], pad_id), pin=cuda)
+    eval_batches = list(data.batches(samples(eval_idx[rank::world]), t["per_device_eval_batch_size"], d["max_seq_length"],
+                                     d["packing"], pad_id))
     if not eval_batches:
         raise InputError(f"rank {rank}: none of its held-out records is usable ({samples.skipped}); raise data.eval_samples")
     n_eval = int(_dist_max(len(eval_batches), world, device))
@@ -340,7 +345,8 @@ def worker(config_path: str, out_path: str, max_steps: int | None = None, output
             "deepspeed_config": ds_config if use_ds else None,
             "model": {"name": m["name"], "random_init": m["random_init"], "architecture": m["architecture"],
                       "dtype": str(dtype).replace("torch.", ""), "attn_implementation": m["attn_implementation"],
-                      "vocab_size": vocab, "gradient_checkpointing": t["gradient_checkpointing"]},
+                      "vocab_size": vocab, "gradient_checkpointing": t["gradient_checkpointing"],
+                      "torch_compile": t["torch_compile"], "liger_kernels": t["liger_kernels"]},
             "lora": cfg["lora"],
             **counts,
             "steps": t["max_steps"],

@@ -7,6 +7,8 @@ so the output projection tiles evenly), bf16 autocast, fused AdamW, causal flash
 scaled_dot_product_attention, torch.compile on CUDA. One process per GPU under torchrun; DDP when
 more than one. Tokens are random: this measures the GPUs and the gradient all-reduce, not a data
 pipeline.
+Across nodes (nnodes > 1) every node runs the same torchrun with its own node rank; DDP spans all of
+their GPUs, and each node's local rank 0 reports the whole run.
 
 MFU (model FLOPs utilisation), as in the PaLM paper, appendix B:
     flops_per_token = 6 * N + 12 * L * H * Q * T
@@ -211,6 +213,8 @@ def run(shape: str = "gpt2-small", *, batch: int = 64, steps: int = 20, warmup: 
     return {
         "benchmark": "train_gpt2",
         "device": "cuda" if n_gpus else "cpu",
+        "nnodes": nnodes,
+        "node_rank": node_rank,
         "method": {"train_version": TRAIN_VERSION, "shape": shape, "batch_per_gpu": batch, "steps": steps,
                    "warmup_steps": warmup, "compiled": compile_model, "precision": "bf16 autocast",
                    "timer": "perf_counter around synchronized steps", "mfu": "PaLM appendix B, 6N + 12LHQT"},

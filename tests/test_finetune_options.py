@@ -1,0 +1,109 @@
+"""The fine-tune's throughput options (torch_compile, liger_kernels) as configs see them, and the batch prefetcher."""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+import time
+
+import pytest
+import yaml
+
+from gpufleet.errors import InputError
+from gpufleet.finetune import config, data
+
+BASE = {"model": {"name": "x", "random_init": True, "architecture": "tiny-qwen2"},
+        "data": {"dataset_name": "files/data/glaive-sample.jsonl"}}
+
+
+def _cfg(tmp_path, **training):
+    path = tmp_path / "c.yml"
+    path.write_text(yaml.safe_dump({**BASE, "training": training}))
+    return path
+
+
+def test_throughput_options_default_off_and_take_their_values(tmp_path):
+    cfg = config.load(_cfg(tmp_path))
+    assert cfg["training"]["torch_compile"] == "none" and cfg["training"]["liger_kernels"] == []
+    cfg = config.load(_cfg(tmp_path, torch_compile="layers", liger_kernels=["rope", "fused_linear_cross_entropy"]))
+    assert cfg["training"]["torch_compile"] == "layers"
+    assert cfg["training"]["liger_kernels"] == ["rope", "fused_linear_cross_entropy"]
+
+
+@pytest.mark.parametrize("training, key", [
+    ({"torch_compile": "model"}, "training.torch_compile"),
+    ({"liger_kernels": ["layer_norm"]}, "training.liger_kernels"),
+    ({"liger_kernels": ["rope", "rope"]}, "training.liger_kernels"),
+    ({"liger_kernels": "rope"}, "training.liger_kernels"),
+])
+def test_bad_throughput_options_are_refused_naming_the_key(tmp_path, training, key):
+    with pytest.raises(InputError, match=key):
+        config.load(_cfg(tmp_path, **training))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("liger_kernel") is not None, reason="liger-kernel is installed here")
+def test_liger_kernels_without_the_package_is_a_clear_error_before_launch(tmp_path):
+    cfg = config.load(_cfg(tmp_path, liger_kernels=["rms_norm"]))
+    with pytest.raises(InputError, match=r"training\.liger_kernels .*pip install liger-kernel"):
+        config.require_runtime(cfg)
+
+
+def test_shipped_fast_config_is_the_measured_one():
+    cfg = config.load("files/configs/qwen2-7b-lora-fast.yml")
+    t = cfg["training"]
+    assert (t["torch_compile"], t["gradient_checkpointing"], t["per_device_train_batch_size"]) == ("layers", False, 1)
+    assert cfg["lora"]["r"] == 64 and len(cfg["lora"]["target_modules"]) == 7
+    assert cfg["data"]["max_seq_length"] >= 2048 and cfg["data"]["packing"]
+
+
+def test_prefetch_yields_everything_in_order():
+    assert list(data.prefetch(iter(range(50)), depth=3)) == list(range(50))
+
+
+def test_prefetch_raises_the_producers_error_after_what_came_before():
+    def produce():
+        yield 1
+        yield 2
+        raise InputError("no usable training sample")
+
+    got = []
+    with pytest.raises(InputError, match="no usable training sample"):
+        for x in data.prefetch(produce()):
+            got.append(x)
+    assert got == [1, 2]
+
+
+def test_prefetch_builds_ahead_of_the_consumer_and_stops_when_closed():
+    produced = []
+
+    def produce():
+        for i in range(1000):
+            produced.append(i)
+            yield i
+
+    it = data.prefetch(produce(), depth=4)
+    assert next(it) == 0
+    deadline = time.monotonic() + 5
+    while len(produced) < 5 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(produced) >= 5  # it ran ahead while nothing was consumed
+    it.close()
+    time.sleep(1.0)
+    assert len(produced) < 20  # and stopped once closed
+    assert not [t for t in threading.enumerate() if t.name == "gpufleet-batches" and t.is_alive()]
+
+
+def test_samples_are_tokenized_once_and_later_epochs_get_the_same_tokens(monkeypatch):
+    records = data.load_records("files/data/glaive-sample.jsonl")
+    tok = data.wrap_tokenizer(data.build_bpe_tokenizer([data.conversation_text(r) for r in records], 512)
+                              .backend_tokenizer.to_str())
+    calls = []
+    real = data.tokenize_conversation
+    monkeypatch.setattr(data, "tokenize_conversation", lambda *a, **k: calls.append(1) or real(*a, **k))
+    samples = data.Samples(records, tok, 512)
+    first = [list(s["input_ids"]) for s in samples(range(10))]
+    assert len(calls) == 10
+    again = [list(s["input_ids"]) for s in samples(range(10))]
+    assert len(calls) == 10 and again == first
+    rows = list(data.batches(samples(range(10)), 2, 512, packing=True, pad_id=tok.pad_token_id))
+    assert sum(b["real_tokens"] for b in rows) == sum(len(x) for x in first)
