@@ -8,7 +8,7 @@
 # Everything is saved under $OUT; a short table is printed last.
 # Needs: python3 with torch (CUDA), transformers, peft; ansible-core, datasets and their dependencies
 # installed or as wheels in ./.whl and ./.whlft.
-# Usage: OUT=/path scripts/gpu_two_nodes.sh
+# Usage: OUT=/path [ONE_GPU_RUNS=''] scripts/gpu_two_nodes.sh   (ONE_GPU_RUNS='': leave step 1 out)
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-two-nodes}
 mkdir -p "$OUT"
@@ -16,18 +16,18 @@ export LC_ALL=C.UTF-8 PYTHONUNBUFFERED=1
 log="$OUT/run.log"
 say() { echo "== $*" | tee -a "$log"; }
 
-for wheels in .whl .whlft; do
-  if [ -d "$wheels" ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$wheels"/*.whl >>"$log" 2>&1 || exit 1
-  fi
-done
-[ -d /tmp/site ] && export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
+# One pip call: a second --target install would replace the first one's bin/.
+wheels=$(ls .whl/*.whl .whlft/*.whl 2>/dev/null)
+if [ -n "$wheels" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $wheels >>"$log" 2>&1 || exit 1
+  export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
+fi
 python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >>"$log" 2>&1 || { echo "engine install failed"; tail "$log"; exit 1; }
 py=$(command -v python3)
 nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv >>"$log" 2>&1
 
 say "fast LoRA config on one GPU, on GPU 0 and GPU 1 at once"
-for g in 0 1; do
+for g in ${ONE_GPU_RUNS-0 1}; do
   CUDA_VISIBLE_DEVICES=$g python3 -m gpufleet finetune --config files/configs/qwen2-7b-lora-fast.yml --nproc-per-node 1 \
     --master-port $((29700 + g)) --output-dir "/tmp/gpufleet-fast-gpu$g" --json >"$OUT/fast-one-gpu-$g.json" 2>>"$log" &
 done
