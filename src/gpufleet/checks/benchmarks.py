@@ -89,6 +89,8 @@ def nccl(out: dict, profile: dict, *, host_has_ib: bool | None = None) -> list[d
         why = "timed out and was killed" if out.get("timed_out") else f"exited {out.get('rc')}"
         return [result("nccl", FAIL, f"NCCL benchmark {why}", detail={**base, "log_tail": out.get("log_tail")},
                        remedy="read the log tail; a hang across nodes is usually the fabric or a firewall on the rendezvous port")]
+    if out.get("world_size") == 1:  # one GPU visible (CUDA_VISIBLE_DEVICES, or a one-GPU node): busbw is 0 by definition
+        return [result("nccl", schema.SKIP, "one GPU on this node: no collective inside it to measure", detail=base)]
     res = []
     for name, rows in out["collectives"].items():
         detail = {**base, "rows": rows}
@@ -150,6 +152,9 @@ def _inter_node(log: dict, host_has_ib: bool | None, base: dict, cpu: bool) -> d
                       detail=detail, remedy="check NCCL_IB_DISABLE, NCCL_IB_HCA and the HCA ports (host_hygiene.infiniband)")
     if how == "socket":
         return result("nccl_transport", WARN, "inter-node traffic used TCP sockets (no InfiniBand on this host)", value=how, detail=detail)
+    if log.get("transports") and not any(t.startswith("NET") for t in log["transports"]):
+        return result("nccl_transport", schema.SKIP, f"NCCL joined these nodes through {', '.join(log['transports'])}, paths inside one "
+                      "machine: the nodes of this run share a machine, so there is no network between them to judge", detail=detail)
     return result("nccl_transport", ERROR, "NCCL's log names no inter-node transport", value=how, detail=detail,
                   remedy="run with NCCL_DEBUG=INFO and read the log in detail.nccl_log_dir")
 
@@ -198,7 +203,7 @@ def train_gpt2(full: dict, profile: dict, *, single: dict | None = None, referen
                         "compare matmul_bf16 and nccl_all_reduce: the slower of the two is the layer to fix first", detail, cpu)]
     if nnodes > 1:
         res.append(_scaling_across_nodes(full, per_gpu, reference, profile, cpu))
-    elif single is not None and single.get("rc") == 0 and "tokens_per_s_per_gpu" in single:
+    elif full["world_size"] > 1 and single is not None and single.get("rc") == 0 and "tokens_per_s_per_gpu" in single:
         eff = round(full["tokens_per_s_per_gpu"] / single["tokens_per_s_per_gpu"], 3)
         sdetail = {"tokens_per_s_per_gpu_one": round(single["tokens_per_s_per_gpu"]), "tokens_per_s_per_gpu_all": per_gpu,
                    "world_size": full["world_size"]}
