@@ -142,7 +142,7 @@ def two_host_inventory(hosts: dict, path: Path, **group_vars) -> Path:
         # Per node: gloo must use the namespace's own interface (both hosts share this machine's host name), two
         # "nodes" share this machine's cores, and a marker that finds this node's torchrun processes.
         env = {"GLOO_SOCKET_IFNAME": "eth0", "OMP_NUM_THREADS": 1, "GPUFLEET_TEST_NODE": name}
-        nodes[name] = {"ansible_host": node_ip, "gpufleet_finetune_env": env}
+        nodes[name] = {"ansible_host": node_ip, "gpufleet_node_env": env}
     path.write_text(yaml.safe_dump({"all": {"vars": common, "children": {"gpu_nodes": {"hosts": nodes}}}}, sort_keys=False))
     return path
 
@@ -233,7 +233,7 @@ def test_a_node_that_dies_mid_run_stops_both_and_is_named(two_hosts, tmp_path):
         else:
             pytest.fail(f"training did not start on node-a within 120 s:\n{proc.communicate(timeout=300)[0][-20000:]}")
         victims = torchrun_pids("node-b")
-        assert len(victims) >= 2, victims  # torchrun and its rank, found by node-b's marker from gpufleet_finetune_env
+        assert len(victims) >= 2, victims  # torchrun and its rank, found by node-b's marker from gpufleet_node_env
         for pid in victims:
             os.kill(pid, signal.SIGKILL)
         killed = time.monotonic()
@@ -270,8 +270,8 @@ def test_a_node_that_dies_mid_run_stops_both_and_is_named(two_hosts, tmp_path):
 
 
 @pytest.mark.parametrize("node_b_vars, message", [
-    ({"gpufleet_finetune_env": "CUDA_VISIBLE_DEVICES=0"}, "gpufleet_finetune_env for node-b must be a mapping"),
-    ({"gpufleet_finetune_env": {"BAD-NAME": "1"}}, "gpufleet_finetune_env for node-b must be a mapping of environment variable name"),
+    ({"gpufleet_node_env": "CUDA_VISIBLE_DEVICES=0"}, "gpufleet_node_env for node-b must be a mapping"),
+    ({"gpufleet_node_env": {"BAD-NAME": "1"}}, "gpufleet_node_env for node-b must be a mapping of environment variable name"),
     ({"gpufleet_finetune_rdzv_timeout_s": 600, "gpufleet_finetune_timeout_s": 600},
      "gpufleet_finetune_rdzv_timeout_s for node-b (600) must be less than gpufleet_finetune_timeout_s (600) less its 60 s margin"),
     ({"gpufleet_finetune_master_port": 70000}, "gpufleet_finetune_master_port for node-b must be a TCP port"),
@@ -320,11 +320,11 @@ def test_validate_runs_the_finetune_stage_when_asked_and_adds_it_to_the_document
 
 def test_validate_checks_the_finetune_variables_when_the_stage_is_on(tmp_path):
     proc, run_dir = run_playbook("validate.yml", "inventory/local", tmp_path / "reports",
-                                 "-e", json.dumps({"gpufleet_finetune": True, "gpufleet_finetune_env": ["OMP_NUM_THREADS=1"]}),
+                                 "-e", json.dumps({"gpufleet_finetune": True, "gpufleet_node_env": ["OMP_NUM_THREADS=1"]}),
                                  timeout_s=120)
     out = " ".join(output(proc).split())
     assert proc.returncode != 0
-    assert "gpufleet_finetune_env for localhost must be a mapping" in out, out[-5000:]
+    assert "gpufleet_node_env for localhost must be a mapping" in out, out[-5000:]
     assert not (run_dir / "hosts").exists()
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import platform
 import socket
 import time
@@ -9,6 +11,14 @@ import time
 from gpufleet import __version__, profiles, schema
 from gpufleet.checks import GROUPS
 from gpufleet.errors import InputError
+
+
+def visible_gpus(nvml_count: int) -> int:
+    """GPUs this node's processes may use: NVML sees every GPU, CUDA only those CUDA_VISIBLE_DEVICES lists."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is None:
+        return nvml_count
+    return min(nvml_count, len([x for x in listed.split(",") if x.strip()]))
 
 
 def first_gpu_name(readings: dict) -> str | None:
@@ -114,7 +124,7 @@ def bench_host(
         "memory": lambda: benchmarks.memory(memory.run(tier), profile),
         "nccl": lambda: benchmarks.nccl(nccl.run(tier, **(nccl_options or {})), profile, host_has_ib=host_has_ib),
     }
-    gpus = len(readings["nvml"].get("gpus") or [])
+    gpus = visible_gpus(len(readings["nvml"].get("gpus") or []))
     # torchrun placement and limits, shared by the NCCL benchmark and the training gate.
     multi = {k: v for k, v in (nccl_options or {}).items()
              if k in ("nnodes", "node_rank", "master_addr", "master_port", "timeout_s", "rdzv_timeout_s")}
@@ -130,7 +140,7 @@ def bench_host(
 
     runners["train_gpt2"] = train
     if gpus == 1 and (nccl_options or {}).get("nnodes", 1) == 1:
-        runners["nccl"] = lambda: [schema.result("nccl", schema.SKIP, "one GPU and one node: no collective to measure")]
+        runners["nccl"] = lambda: [schema.result("nccl", schema.SKIP, "one GPU on this node: no collective inside it to measure")]
     results = []
     for name in names:
         t1, when = time.monotonic(), schema.utc_now()
