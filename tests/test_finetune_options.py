@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -107,3 +108,29 @@ def test_samples_are_tokenized_once_and_later_epochs_get_the_same_tokens(monkeyp
     assert len(calls) == 10 and again == first
     rows = list(data.batches(samples(range(10)), 2, 512, packing=True, pad_id=tok.pad_token_id))
     assert sum(b["real_tokens"] for b in rows) == sum(len(x) for x in first)
+
+
+@pytest.mark.slow
+def test_compiled_layers_train_like_eager_on_the_cpu(tmp_path):
+    """torch_compile: layers changes how the layers run, not what they compute: same data, same initialisation,
+    the same losses step for step (float32 on the CPU, so only rounding differs)."""
+    pytest.importorskip("torch")
+    import shutil
+
+    if not shutil.which("cc") and not shutil.which("gcc"):
+        pytest.skip("torch.compile on the CPU needs a C compiler (cc); none here")
+    from gpufleet.finetune import worker
+
+    runs = {}
+    for mode in ("none", "layers"):
+        doc = yaml.safe_load(open("files/configs/tiny-qwen2-lora.yml"))
+        doc["training"]["torch_compile"] = mode
+        doc["data"]["dataset_name"] = str(Path("files/data/glaive-sample.jsonl").resolve())
+        path = tmp_path / f"{mode}.yml"
+        path.write_text(yaml.safe_dump(doc))
+        runs[mode] = worker.run(str(path), nproc_per_node=1, max_steps=3, output_dir=str(tmp_path / mode),
+                                timeout_s=400, env_extra={"OMP_NUM_THREADS": "2"})
+        assert runs[mode]["rc"] == 0, runs[mode]["log_tail"]
+    assert runs["layers"]["model"]["torch_compile"] == "layers"
+    assert runs["layers"]["losses"] == pytest.approx(runs["none"]["losses"], rel=1e-3)
+    assert runs["layers"]["eval_loss"] == pytest.approx(runs["none"]["eval_loss"], rel=1e-3)
