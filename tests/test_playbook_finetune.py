@@ -34,6 +34,10 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+# The hosts see this machine's root, but with fresh /tmp and /run: the checkout and the Python environment
+# (gpufleet_python) are bound in read-only at their own paths, wherever they are.
+SHARED = [f"{p}:{p}" for p in sorted({str(REPO), sys.prefix})
+          if not any(p != q and p.startswith(q + "/") for q in (str(REPO), sys.prefix))]
 TESTHOST = REPO / "molecule" / "resources" / "testhost.sh"
 TOOLS = ("ip", "sshd", "ssh", "ssh-keygen", "chroot", "mount", "umount", "mountpoint")
 TOOL_PATH = f"{BIN}:{os.environ.get('PATH', '')}:/usr/sbin:/sbin"
@@ -96,7 +100,7 @@ def two_hosts():
         for name, (netns, host_ip, node_ip) in HOSTS.items():
             # A run that was killed may have left its namespace and veth behind.
             subprocess.run(["bash", str(TESTHOST), "down", name, netns, str(state)], env=env, capture_output=True, timeout=120)
-            subprocess.run(["bash", str(TESTHOST), "up", name, netns, host_ip, node_ip, str(state), f"{key}.pub"],
+            subprocess.run(["bash", str(TESTHOST), "up", name, netns, host_ip, node_ip, str(state), f"{key}.pub", *SHARED],
                            check=True, env=env, capture_output=True, text=True, timeout=120)
         # testhost.sh links each host to this machine only; route each /30 to the other through this machine.
         # Forwarding is switched on for the two veth ends alone (not net.ipv4.ip_forward), and goes with them.
