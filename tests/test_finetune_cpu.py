@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -104,12 +105,8 @@ def test_unreadable_and_unparsable_configs_are_named(tmp_path):
         config.load(tmp_path / "c.yml")
 
 
-def test_deepspeed_asked_but_missing_is_a_clear_error_before_launch():
-    try:
-        import deepspeed  # noqa: F401
-        pytest.skip("deepspeed is installed here")
-    except ImportError:
-        pass
+def test_deepspeed_asked_but_missing_is_a_clear_error_before_launch(monkeypatch):
+    monkeypatch.setitem(sys.modules, "deepspeed", None)  # what a machine without deepspeed sees: the import fails
     with pytest.raises(InputError, match="distributed.deepspeed names .*ds_config_zero3_optimized.json, but deepspeed is not importable"):
         worker.run(str(CONFIGS / "qwen2-7b-lora-zero3.yml"))
 
@@ -435,3 +432,25 @@ Root Cause (first observed failure):
     # The other node: its torchrun was SIGKILLed and logged nothing.
     f = failures.describe("", rc=-9, timed_out=False, timeout_s=60, rdzv_timeout_s=5, master="m:1", node_rank=1)
     assert f["phase"] == "killed" and f["cause"] == "torchrun on node rank 1 was killed by signal 9 before it could report"
+
+
+def test_the_seeds_zero3_variant_trains_on_two_cpu_ranks(tmp_path):
+    """DeepSpeed ZeRO-3 with the seeds' optimized JSON (overlap_comm, their bucket sizes) on the tiny model:
+    parameters partitioned over 2 ranks (gloo), the loss going down, the adapter gathered and saved."""
+    pytest.importorskip("deepspeed")
+    doc = yaml.safe_load(TINY.read_text())
+    doc["data"]["dataset_name"] = str((TINY.parent / doc["data"]["dataset_name"]).resolve())
+    doc["distributed"]["deepspeed"] = str(CONFIGS / "ds_config_zero3_optimized.json")
+    doc["training"]["gradient_checkpointing"] = False
+    path = tmp_path / "tiny-zero3.yml"
+    path.write_text(yaml.safe_dump(doc))
+    out = worker.run(str(path), nproc_per_node=2, max_steps=4, output_dir=str(tmp_path / "out"), timeout_s=400,
+                     env_extra={"OMP_NUM_THREADS": "1"})
+    assert out["rc"] == 0, out["log_tail"]
+    assert out["backend"] == "deepspeed" and out["world_size"] == 2
+    ds = out["deepspeed_config"]
+    assert ds["zero_optimization"]["stage"] == 3 and ds["zero_optimization"]["overlap_comm"] is True
+    assert ds["train_batch_size"] == doc["training"]["per_device_train_batch_size"] * doc["training"]["gradient_accumulation_steps"] * 2
+    assert out["params_trainable"] == 2 * 8 * ((64 + 64) * 2 + (64 + 32) * 2 + (64 + 128) * 3)  # full sizes, not shards
+    assert out["losses"][-1] < out["losses"][0]
+    assert (Path(out["adapter_dir"]) / "adapter_model.safetensors").is_file()
