@@ -100,7 +100,7 @@ def test_single_node_nccl_gets_its_own_free_port_and_a_timeout_inside_the_module
     assert opts["--nnodes"] == "1" and opts["--node-rank"] == "0" and opts["--master-addr"] == "127.0.0.1"
     assert 0 < int(opts["--master-port"]) < 65536
     # The engine kills torchrun first, so a hang is reported with its log tail before the module's own kill.
-    assert float(opts["--timeout-s"]) == engine.nccl_engine_timeout_s(100) == 75
+    assert float(opts["--timeout-s"]) == engine.torchrun_engine_timeout_s(100) == 75
 
 
 def test_across_nodes_passes_rank_master_and_port(fake_engine, capsys):

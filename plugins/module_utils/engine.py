@@ -264,8 +264,8 @@ def benchmark_input_problem(p):
     return None
 
 
-def nccl_engine_timeout_s(timeout_s):
-    """The engine's own limit for torchrun, inside timeout_s.
+def torchrun_engine_timeout_s(timeout_s):
+    """The engine's own limit for torchrun (NCCL, training, the fine-tune), inside timeout_s.
 
     The engine kills torchrun first and still reports the log tail; the
     margin covers its start-up and the kill, before this module's own kill.
@@ -290,7 +290,7 @@ def bench_command(name, p, master_port=None):
         args += ["--thresholds", json.dumps(p["thresholds"], sort_keys=True)]
     if name in ("nccl", "train_gpt2"):  # both run under torchrun
         args += ["--nnodes", str(p["nnodes"]), "--node-rank", str(p["node_rank"]), "--master-addr", p["master_addr"],
-                 "--master-port", str(master_port), "--timeout-s", str(nccl_engine_timeout_s(p["timeout_s"]))]
+                 "--master-port", str(master_port), "--timeout-s", str(torchrun_engine_timeout_s(p["timeout_s"]))]
     if name == "train_gpt2" and p["nnodes"] > 1 and p["train_reference"]:
         args += ["--train-reference", json.dumps(train_reference(p["train_reference"]), sort_keys=True)]
     return args

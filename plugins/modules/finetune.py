@@ -233,6 +233,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import (
     host_document,
     result,
     run_json,
+    torchrun_engine_timeout_s,
     utc_now,
 )
 
@@ -266,12 +267,6 @@ def build_module():
     return AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
 
 
-def engine_timeout_s(timeout_s):
-    """The engine's own limit for torchrun, inside timeout_s: it kills torchrun first and still reports the log
-    tail; the margin covers its start-up and the kill, before this module's own kill."""
-    return max(1, timeout_s - min(60, max(10, timeout_s // 4)))
-
-
 def input_problem(p):
     """What is wrong with the arguments, or None."""
     if p["timeout_s"] < 1:
@@ -287,7 +282,7 @@ def input_problem(p):
     if p["max_steps"] is not None and p["max_steps"] < 0:
         return "max_steps = %s; expected 0 (the config's training.max_steps) or more steps" % p["max_steps"]
     if p["rdzv_timeout_s"] is not None:
-        inner = engine_timeout_s(p["timeout_s"])
+        inner = torchrun_engine_timeout_s(p["timeout_s"])
         if not 0 < p["rdzv_timeout_s"] < inner:
             return ("rdzv_timeout_s = %s; expected 1 to %s s, under the engine's limit inside timeout_s %s"
                     % (p["rdzv_timeout_s"], inner - 1, p["timeout_s"]))
@@ -302,7 +297,7 @@ def input_problem(p):
 def engine_args(p):
     args = ["finetune", "--config", p["config"], "--nnodes", str(p["nnodes"]), "--node-rank", str(p["node_rank"]),
             "--master-addr", p["master_addr"], "--master-port", str(p["master_port"]),
-            "--timeout-s", str(engine_timeout_s(p["timeout_s"]))]
+            "--timeout-s", str(torchrun_engine_timeout_s(p["timeout_s"]))]
     if p["rdzv_timeout_s"]:
         args += ["--rdzv-timeout-s", str(p["rdzv_timeout_s"])]
     if p["max_steps"]:

@@ -140,7 +140,7 @@ def bench_host(
 
     runners["train_gpt2"] = train
     if gpus == 1 and (nccl_options or {}).get("nnodes", 1) == 1:
-        runners["nccl"] = lambda: [schema.result("nccl", schema.SKIP, "one GPU on this node: no collective inside it to measure")]
+        runners["nccl"] = lambda: [schema.result("nccl", schema.SKIP, benchmarks.ONE_GPU_NCCL)]
     results = []
     for name in names:
         t1, when = time.monotonic(), schema.utc_now()

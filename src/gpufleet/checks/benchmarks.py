@@ -82,6 +82,9 @@ def _largest(rows):
     return max(good, key=lambda r: r["size_bytes"]) if good else None
 
 
+ONE_GPU_NCCL = "one GPU on this node: no collective inside it to measure"
+
+
 def nccl(out: dict, profile: dict, *, host_has_ib: bool | None = None) -> list[dict]:
     cpu = out["device"] == "cpu"
     base = {k: out.get(k) for k in ("method", "world_size", "nnodes", "backend", "rc", "seconds", "nccl_log", "command")}
@@ -90,7 +93,7 @@ def nccl(out: dict, profile: dict, *, host_has_ib: bool | None = None) -> list[d
         return [result("nccl", FAIL, f"NCCL benchmark {why}", detail={**base, "log_tail": out.get("log_tail")},
                        remedy="read the log tail; a hang across nodes is usually the fabric or a firewall on the rendezvous port")]
     if out.get("world_size") == 1:  # one GPU visible (CUDA_VISIBLE_DEVICES, or a one-GPU node): busbw is 0 by definition
-        return [result("nccl", schema.SKIP, "one GPU on this node: no collective inside it to measure", detail=base)]
+        return [result("nccl", schema.SKIP, ONE_GPU_NCCL, detail=base)]
     res = []
     for name, rows in out["collectives"].items():
         detail = {**base, "rows": rows}
