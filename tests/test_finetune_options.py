@@ -1,4 +1,4 @@
-"""The fine-tune's throughput options (torch_compile, liger_kernels) as configs see them, and the batch prefetcher."""
+"""The fine-tune's throughput options (torch_compile, liger_kernels, sdpa_backends) as configs see them, and the batch prefetcher."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from gpufleet.errors import InputError
-from gpufleet.finetune import config, data
+from gpufleet.finetune import config, data, model
 
 BASE = {"model": {"name": "x", "random_init": True, "architecture": "tiny-qwen2"},
         "data": {"dataset_name": "files/data/glaive-sample.jsonl"}}
@@ -36,6 +36,9 @@ def test_throughput_options_default_off_and_take_their_values(tmp_path):
     ({"liger_kernels": ["layer_norm"]}, "training.liger_kernels"),
     ({"liger_kernels": ["rope", "rope"]}, "training.liger_kernels"),
     ({"liger_kernels": "rope"}, "training.liger_kernels"),
+    ({"sdpa_backends": []}, "training.sdpa_backends"),
+    ({"sdpa_backends": ["flash", "flex"]}, "training.sdpa_backends"),
+    ({"sdpa_backends": "flash"}, "training.sdpa_backends"),
 ])
 def test_bad_throughput_options_are_refused_naming_the_key(tmp_path, training, key):
     with pytest.raises(InputError, match=key):
@@ -49,10 +52,30 @@ def test_liger_kernels_without_the_package_is_a_clear_error_before_launch(tmp_pa
         config.require_runtime(cfg)
 
 
+def test_sdpa_backends_switch_torch_and_tag_the_compile_cache():
+    import torch
+
+    switches = {name: getattr(torch.backends.cuda, f.replace("enable_", "") + "_enabled") for name, f in model.SDPA_SWITCHES.items()}
+    before = {name: read() for name, read in switches.items()}
+    tag = torch.compiler.config.cache_key_tag
+    try:
+        model.select_sdpa_backends(None)  # null: torch's own choice, untouched
+        assert {name: read() for name, read in switches.items()} == before and torch.compiler.config.cache_key_tag == tag
+        model.select_sdpa_backends(["math", "flash"])
+        assert {name: read() for name, read in switches.items()} == {"flash": True, "efficient": False, "cudnn": False, "math": True}
+        # A graph compiled under other switches must not come back from the on-disk cache.
+        assert torch.compiler.config.cache_key_tag == "sdpa=flash,math"
+    finally:
+        for name, f in model.SDPA_SWITCHES.items():
+            getattr(torch.backends.cuda, f)(before[name])
+        torch.compiler.config.cache_key_tag = tag
+
+
 def test_shipped_fast_config_is_the_measured_one():
     cfg = config.load("files/configs/qwen2-7b-lora-fast.yml")
     t = cfg["training"]
     assert (t["torch_compile"], t["gradient_checkpointing"], t["per_device_train_batch_size"]) == ("layers", False, 1)
+    assert "cudnn" not in t["sdpa_backends"]
     assert cfg["lora"]["r"] == 64 and len(cfg["lora"]["target_modules"]) == 7
     assert cfg["data"]["max_seq_length"] >= 2048 and cfg["data"]["packing"]
 

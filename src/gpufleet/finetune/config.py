@@ -20,6 +20,7 @@ from gpufleet.errors import InputError
 QWEN2_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 ARCHITECTURES = ("qwen2-7b", "tiny-qwen2")
 LIGER_KERNELS = ("rope", "rms_norm", "swiglu", "fused_linear_cross_entropy")
+SDPA_BACKENDS = ("flash", "efficient", "cudnn", "math")
 REQUIRED = object()
 
 
@@ -58,10 +59,10 @@ def _str_list(v):
     return good, "a non-empty list of strings"
 
 
-def _subset(*names):
+def _subset(*names, empty=True):
     def ok(v):
-        good = isinstance(v, list) and all(x in names for x in v) and len(set(v)) == len(v)
-        return good, f"a list of distinct names among {', '.join(names)} (empty for none)"
+        good = isinstance(v, list) and all(x in names for x in v) and len(set(v)) == len(v) and (empty or bool(v))
+        return good, f"a list of distinct names among {', '.join(names)}" + (" (empty for none)" if empty else "")
     return ok
 
 
@@ -117,6 +118,10 @@ SPEC: dict[str, dict[str, tuple]] = {
         # Liger's Triton kernels for Qwen2 (package liger-kernel); fused_linear_cross_entropy never
         # materialises the logits, which frees memory for batch size.
         "liger_kernels": (_subset(*LIGER_KERNELS), []),
+        # The kernels torch's scaled_dot_product_attention may choose from on the GPU; null: all (torch's
+        # order prefers cuDNN on Hopper). cuDNN builds a plan for every new row length, tens of ms of host
+        # time each, which packed rows of varying length pay at every micro-batch.
+        "sdpa_backends": (_opt(_subset(*SDPA_BACKENDS, empty=False)), None),
         "logging_steps": (_int(1), 10),
         "eval_steps": (_opt(_int(1)), None),  # null: evaluate before and after training only
         "timing_warmup_steps": (_int(0), 2),  # optimizer steps left out of tokens/s and step time

@@ -83,6 +83,23 @@ def apply_liger(model, kernels: list[str]) -> None:
                                 ("rope", "rms_norm", "swiglu", "fused_linear_cross_entropy")})
 
 
+SDPA_SWITCHES = {"flash": "enable_flash_sdp", "efficient": "enable_mem_efficient_sdp", "cudnn": "enable_cudnn_sdp",
+                 "math": "enable_math_sdp"}
+
+
+def select_sdpa_backends(names: list[str] | None) -> None:
+    """Allow only these kernels behind scaled_dot_product_attention, for the whole process. Call it before
+    torch.compile traces the model: a compiled graph keeps the kernel chosen when it was traced, and the
+    compile caches on disk do not key on these switches, so the choice goes into their key as a tag."""
+    if names is None:
+        return
+    import torch
+
+    for name, switch in SDPA_SWITCHES.items():
+        getattr(torch.backends.cuda, switch)(name in names)
+    torch.compiler.config.cache_key_tag = "sdpa=" + ",".join(sorted(names))
+
+
 def compile_layers(peft_model) -> int:
     """torch.compile every decoder layer in place; the layers share one compiled graph. Returns how many."""
     layers = peft_model.get_base_model().model.layers

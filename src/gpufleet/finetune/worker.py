@@ -138,6 +138,7 @@ def worker(config_path: str, out_path: str, max_steps: int | None = None, output
         torch.cuda.set_device(device)
         torch.backends.cuda.matmul.allow_tf32 = t["tf32"]
         torch.backends.cudnn.allow_tf32 = t["tf32"]
+        fmodel.select_sdpa_backends(t["sdpa_backends"])
     use_ds = bool(cfg["distributed"]["deepspeed"])
     fconfig.require_runtime(cfg)
     if use_ds:
@@ -302,6 +303,7 @@ def worker(config_path: str, out_path: str, max_steps: int | None = None, output
         adapter_dir = out_dir / "adapter"
         gathered = contextlib.nullcontext()
         if use_ds and ds_config["zero_optimization"].get("stage") == 3:
+            engine.empty_partition_cache()  # waits for the gathers the last eval prefetched, or the gather below fails
             gathered = deepspeed.zero.GatheredParameters(params, modifier_rank=None)  # on every rank, or it hangs
         with gathered:
             if rank == 0:
@@ -346,7 +348,8 @@ def worker(config_path: str, out_path: str, max_steps: int | None = None, output
             "model": {"name": m["name"], "random_init": m["random_init"], "architecture": m["architecture"],
                       "dtype": str(dtype).replace("torch.", ""), "attn_implementation": m["attn_implementation"],
                       "vocab_size": vocab, "gradient_checkpointing": t["gradient_checkpointing"],
-                      "torch_compile": t["torch_compile"], "liger_kernels": t["liger_kernels"]},
+                      "torch_compile": t["torch_compile"], "liger_kernels": t["liger_kernels"],
+                      "sdpa_backends": t["sdpa_backends"]},
             "lora": cfg["lora"],
             **counts,
             "steps": t["max_steps"],
