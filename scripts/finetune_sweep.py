@@ -1,16 +1,15 @@
 #!/usr/bin/env python3
-"""Throughput of fine-tune settings, each a named variant of one base config, one GPU per variant.
+"""Throughput of fine-tune settings, each a named variant of one base config, on one GPU or a group of GPUs.
 
-    python3 scripts/finetune_sweep.py OUT_DIR [--base CONFIG] [--gpus 0,1] [--gpus-per-variant N] [--repeat N] [--budget-s S]
-                                      [--run-timeout-s S] VARIANT...
+    python3 scripts/finetune_sweep.py OUT_DIR [--base CONFIG] [--gpus 0,1] [--gpus-per-variant N] [--repeat N]
+                                      [--budget-s S] [--run-timeout-s S] VARIANT...
 
 --gpus is cut into groups of --gpus-per-variant (default 1). Variants run one after another on each group,
 in parallel across groups (round robin), each as `python3 -m gpufleet finetune --config <variant config>
---nproc-per-node N --json` with CUDA_VISIBLE_DEVICES set to its group
-and a compile cache of its own (each variant compiles from scratch). --repeat N runs each variant N times
-(runs after the first are named VARIANT-2, VARIANT-3, ...). OUT_DIR gets every run's config, host
-document and log, and sweep.json; the last
-thing printed is a table. A variant that would start past --budget-s is left out and said so.
+--nproc-per-node N --json` with CUDA_VISIBLE_DEVICES set to its group and a compile cache of its own (each run
+compiles from scratch). --repeat N runs each variant N times; runs after the first are named VARIANT-2,
+VARIANT-3, ... OUT_DIR gets every run's config, host document and log, and sweep.json; the last thing printed
+is a table. A run that would start past --budget-s is left out and said so.
 """
 
 from __future__ import annotations
