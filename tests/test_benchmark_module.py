@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import sys
-import textwrap
 import time
 
 import pytest
@@ -27,20 +26,6 @@ HOST_DOC_KEYS = {"schema_version", "host", "engine_version", "profile", "version
 
 def run_benchmark(args: dict, capsys) -> dict:
     return run_module(benchmark, args, capsys)
-
-
-@pytest.fixture
-def fake_engine(tmp_path, monkeypatch):
-    """A stand-in `python -m gpufleet` whose behaviour per benchmark the test writes."""
-
-    def make(main_source: str) -> None:
-        pkg = tmp_path / "fake" / "gpufleet"
-        pkg.mkdir(parents=True)
-        (pkg / "__init__.py").write_text("")
-        (pkg / "__main__.py").write_text(textwrap.dedent(main_source))
-        monkeypatch.setenv("PYTHONPATH", str(pkg.parent))
-
-    return make
 
 
 # A stand-in engine: `bench matmul` answers with one result that echoes its arguments,

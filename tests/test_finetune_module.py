@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import textwrap
 import time
 from pathlib import Path
 from unittest import mock
@@ -26,20 +25,6 @@ def run_finetune(args: dict, capsys) -> dict:
     # The module adds `env` to its own environment (its engine inherits it): keep this process's as it was.
     with mock.patch.dict(os.environ):
         return run_module(finetune, {"python": sys.executable, "config": "/cfg/tiny.yml", **args}, capsys)
-
-
-@pytest.fixture
-def fake_engine(tmp_path, monkeypatch):
-    """A stand-in `python -m gpufleet` whose behaviour the test writes."""
-
-    def make(main_source: str) -> None:
-        pkg = tmp_path / "fake" / "gpufleet"
-        pkg.mkdir(parents=True)
-        (pkg / "__init__.py").write_text("")
-        (pkg / "__main__.py").write_text(textwrap.dedent(main_source))
-        monkeypatch.setenv("PYTHONPATH", str(pkg.parent))
-
-    return make
 
 
 # Answers with one finetune result that echoes its arguments and the environment it was given.

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -41,21 +40,6 @@ def python_without_engine(tmp_path_factory) -> str:
     probe = subprocess.run([str(python), "-c", "import gpufleet"], capture_output=True, env={"PATH": "/usr/bin:/bin"})
     assert probe.returncode != 0, "the bare venv should not see the gpufleet package"
     return str(python)
-
-
-@pytest.fixture
-def fake_engine(tmp_path, monkeypatch):
-    """Put a `gpufleet` package with the given __main__ first on PYTHONPATH (a stand-in engine process)."""
-
-    def make(main_source: str) -> Path:
-        pkg = tmp_path / "fake" / "gpufleet"
-        pkg.mkdir(parents=True)
-        (pkg / "__init__.py").write_text("")
-        (pkg / "__main__.py").write_text(textwrap.dedent(main_source))
-        monkeypatch.setenv("PYTHONPATH", str(pkg.parent))
-        return tmp_path
-
-    return make
 
 
 @pytest.mark.parametrize("group", sorted(CHECK_MODULES))
