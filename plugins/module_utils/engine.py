@@ -322,6 +322,46 @@ def host_document(host, started, seconds, results, first=None):
                 versions=first.get("versions") or {}, started=started, seconds=seconds, results=results)
 
 
+def start_engine_run(module, name, problem, checks, group, check_mode_msg):
+    """What every module that launches an engine run does first: (host, started, t0).
+
+    Bad input fails the module with `problem` (from the module's own checks of its arguments). In check mode
+    nothing runs: each of `checks` is a `skip` result saying why, and the module exits.
+    """
+    host = module.params["host_name"] or socket.gethostname()
+    if problem:
+        module.fail_json(msg="gpufleet.cluster.%s on %s: %s" % (name, host, problem), remedy=REMEDY_INPUT)
+    started, t0 = utc_now(), time.monotonic()
+    if module.check_mode:
+        results = [result(check, "skip", check_mode_msg, group, started, 0.0) for check in checks]
+        module.exit_json(changed=False, skipped=True, msg=check_mode_msg,
+                         gpufleet=host_document(host, started, 0.0, results))
+    return host, started, t0
+
+
+def run_engine_results(module, p, args, host, check, group, what, detail, timeout_remedy=REMEDY_TIMEOUT):
+    """One engine run for `check`: (its document or None, its results).
+
+    The module fails when the engine cannot run at all (no interpreter, no engine, input it refuses). A run
+    killed at p["timeout_s"], crashed, or whose document has no results list is one `error` result carrying
+    `detail` and what the run left (command, exit code, output tails), so the node still reaches the report.
+    """
+    when, t0 = utc_now(), time.monotonic()
+    try:
+        dummy, doc = run_json(p["python"], args, p["timeout_s"], host)
+    except EngineError as exc:
+        if exc.kind in ("python", "engine", "input"):
+            module.fail_json(**exc.fail_kwargs())
+        remedy = timeout_remedy if exc.kind == "timeout" else exc.remedy
+        detail = dict(detail, rc=exc.rc, cmd=exc.cmd, stderr=exc.stderr, stdout=exc.stdout, timeout_s=p["timeout_s"])
+        return None, [result(check, "error", exc.msg, group, when, round(time.monotonic() - t0, 2), remedy, detail)]
+    if not isinstance(doc.get("results"), list):
+        detail = dict(detail, cmd=[p["python"], "-m", "gpufleet"] + list(args), stdout=json.dumps(doc)[:TAIL_CHARS])
+        return None, [result(check, "error", "%s on %s printed a document without a results list" % (what, host), group,
+                             when, round(time.monotonic() - t0, 2), REMEDY_RERUN, detail)]
+    return doc, doc["results"]
+
+
 def run_benchmark_module(module):
     """Body of the benchmark module: one engine run per benchmark, one host document for all.
 
@@ -331,38 +371,19 @@ def run_benchmark_module(module):
     at all (no interpreter, no engine, input it refuses).
     """
     p = module.params
-    host = p["host_name"] or socket.gethostname()
-    problem = benchmark_input_problem(p)
-    if problem:
-        module.fail_json(msg="gpufleet.cluster.benchmark on %s: %s" % (host, problem), remedy=REMEDY_INPUT)
-    started, t0 = utc_now(), time.monotonic()
-    if module.check_mode:
-        # Nothing on the node changes, but benchmarks load its GPUs for minutes: not in a dry run.
-        msg = "benchmarks not run in check mode: they load the GPUs; run without --check to measure"
-        results = [result(name, "skip", msg, BENCHMARK_GROUP, started, 0.0) for name in p["benchmarks"]]
-        module.exit_json(changed=False, skipped=True, msg=msg, gpufleet=host_document(host, started, 0.0, results))
+    # Nothing on the node changes, but benchmarks load its GPUs for minutes: not in a dry run.
+    host, started, t0 = start_engine_run(
+        module, "benchmark", benchmark_input_problem(p), p["benchmarks"], BENCHMARK_GROUP,
+        "benchmarks not run in check mode: they load the GPUs; run without --check to measure")
     docs, results = [], []
     for name in p["benchmarks"]:
         # Inside one node the port only has to be free; across nodes every node dials the master's.
         port = p["master_port"] if p["nnodes"] > 1 or p["master_port"] else free_port()
-        args = bench_command(name, p, port)
-        when, t1 = utc_now(), time.monotonic()
-        try:
-            dummy, doc = run_json(p["python"], args, p["timeout_s"], host)
-        except EngineError as exc:
-            if exc.kind in ("python", "engine", "input"):
-                module.fail_json(**exc.fail_kwargs())
-            detail = dict(benchmark=name, rc=exc.rc, cmd=exc.cmd, stderr=exc.stderr, stdout=exc.stdout, timeout_s=p["timeout_s"])
-            remedy = REMEDY_TIMEOUT if exc.kind == "timeout" else exc.remedy
-            results.append(result(name, "error", exc.msg, BENCHMARK_GROUP, when, round(time.monotonic() - t1, 2), remedy, detail))
-            continue
-        if not isinstance(doc.get("results"), list):
-            results.append(result(name, "error", "gpufleet bench %s on %s printed a document without a results list" % (name, host),
-                                  BENCHMARK_GROUP, when, round(time.monotonic() - t1, 2), REMEDY_RERUN,
-                                  dict(benchmark=name, stdout=json.dumps(doc)[:TAIL_CHARS])))
-            continue
-        docs.append(doc)
-        results.extend(doc["results"])
+        doc, name_results = run_engine_results(module, p, bench_command(name, p, port), host, name, BENCHMARK_GROUP,
+                                               "gpufleet bench %s" % name, dict(benchmark=name))
+        if doc is not None:
+            docs.append(doc)
+        results.extend(name_results)
     doc = host_document(host, started, round(time.monotonic() - t0, 4), results, docs[0] if docs else None)
     module.exit_json(changed=False, gpufleet=doc)
 

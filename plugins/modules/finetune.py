@@ -221,20 +221,14 @@ gpufleet:
 import json
 import os
 import re
-import socket
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import (
-    REMEDY_INPUT,
-    REMEDY_RERUN,
-    TAIL_CHARS,
-    EngineError,
     host_document,
-    result,
-    run_json,
+    run_engine_results,
+    start_engine_run,
     torchrun_engine_timeout_s,
-    utc_now,
 )
 
 GROUP = "finetune"  # gpufleet.finetune.results.GROUP
@@ -324,38 +318,19 @@ def env_value(value):
 def main():
     module = build_module()
     p = module.params
-    host = p["host_name"] or socket.gethostname()
-    problem = input_problem(p)
-    if problem:
-        module.fail_json(msg="gpufleet.cluster.finetune on %s: %s" % (host, problem), remedy=REMEDY_INPUT)
-    started, t0 = utc_now(), time.monotonic()
-    if module.check_mode:
-        msg = "fine-tune not run in check mode: it writes an adapter and loads the GPUs; run without --check"
-        doc = host_document(host, started, 0.0, [result("finetune", "skip", msg, GROUP, started, 0.0)])
-        module.exit_json(changed=False, skipped=True, msg=msg, gpufleet=doc)
+    host, started, t0 = start_engine_run(
+        module, "finetune", input_problem(p), ["finetune"], GROUP,
+        "fine-tune not run in check mode: it writes an adapter and loads the GPUs; run without --check")
     # The engine's environment is this process's (run_engine copies it): torchrun and every rank inherit it.
     os.environ.update((k, env_value(v)) for k, v in p["env"].items())
     args = engine_args(p)
-    try:
-        dummy, doc = run_json(p["python"], args, p["timeout_s"], host)
-    except EngineError as exc:
-        if exc.kind in ("python", "engine", "input"):
-            module.fail_json(**exc.fail_kwargs())
-        # Killed at the timeout, crashed, or no document: an error result, so the node still reaches the report.
-        detail = dict(rc=exc.rc, cmd=exc.cmd, stderr=exc.stderr, stdout=exc.stdout, timeout_s=p["timeout_s"],
-                      nnodes=p["nnodes"], node_rank=p["node_rank"], master="%s:%s" % (p["master_addr"], p["master_port"]))
-        remedy = REMEDY_TIMEOUT if exc.kind == "timeout" else exc.remedy
-        seconds = round(time.monotonic() - t0, 2)
-        doc = host_document(host, started, seconds, [result("finetune", "error", exc.msg, GROUP, started, seconds, remedy, detail)])
-        module.exit_json(changed=True, cmd=exc.cmd, gpufleet=doc)
-    cmd = [p["python"], "-m", "gpufleet"] + args
-    if not isinstance(doc.get("results"), list):
-        seconds = round(time.monotonic() - t0, 2)
-        doc = host_document(host, started, seconds, [result(
-            "finetune", "error", "gpufleet finetune on %s printed a document without a results list" % host, GROUP, started,
-            seconds, REMEDY_RERUN, dict(cmd=cmd, stdout=json.dumps(doc)[:TAIL_CHARS]))])
+    doc, results = run_engine_results(module, p, args, host, "finetune", GROUP, "gpufleet finetune",
+                                      dict(nnodes=p["nnodes"], node_rank=p["node_rank"],
+                                           master="%s:%s" % (p["master_addr"], p["master_port"])), REMEDY_TIMEOUT)
+    if doc is None:  # the run was killed, crashed or printed no usable document: its error result alone
+        doc = host_document(host, started, round(time.monotonic() - t0, 2), results)
     # It ran: an adapter and logs were written (or a failed run's log kept).
-    module.exit_json(changed=True, cmd=cmd, gpufleet=doc)
+    module.exit_json(changed=True, cmd=[p["python"], "-m", "gpufleet"] + args, gpufleet=doc)
 
 
 if __name__ == "__main__":
