@@ -115,13 +115,7 @@ def main() -> int:
     train_idx, _ = data.split_indices(len(records), d["eval_samples"], t["seed"], d["max_samples"], source=d["dataset_name"])
     tok = _tokenizer(cfg, records, train_idx, 0, 1)
     dtype = getattr(torch, m["torch_dtype"]) if cuda else torch.float32
-    model = fmodel.load_base(m, vocab_size=len(tok), dtype=dtype, device=device, device_map={"": str(device)})
-    fmodel.apply_liger(model, t["liger_kernels"])
-    if t["gradient_checkpointing"]:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    model = fmodel.apply_lora(model, cfg["lora"])
-    if t["torch_compile"] == "layers":
-        fmodel.compile_layers(model)
+    model = fmodel.build_trainable(cfg, vocab_size=len(tok), dtype=dtype, device=device, device_map={"": str(device)})
     model.to(device).train()
     samples = data.Samples(records, tok, d["max_seq_length"])
     batches = data.prefetch(data.batches(samples.forever(train_idx, t["seed"]), t["per_device_train_batch_size"],

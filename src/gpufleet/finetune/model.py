@@ -108,6 +108,20 @@ def compile_layers(peft_model) -> int:
     return len(layers)
 
 
+def build_trainable(cfg: dict, *, vocab_size: int, dtype, device=None, device_map=None):
+    """The model a fine-tune config trains: the base, Liger's kernels, gradient checkpointing, LoRA, and each
+    decoder layer compiled (at its first forward) when the config asks for them."""
+    t = cfg["training"]
+    model = load_base(cfg["model"], vocab_size=vocab_size, dtype=dtype, device=device, device_map=device_map)
+    apply_liger(model, t["liger_kernels"])
+    if t["gradient_checkpointing"]:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model = apply_lora(model, cfg["lora"])
+    if t["torch_compile"] == "layers":
+        compile_layers(model)
+    return model
+
+
 def lora_config(lora_cfg: dict):
     from peft import LoraConfig
 

@@ -176,13 +176,9 @@ def worker(config_path: str, out_path: str, max_steps: int | None = None, output
     tokenizer = _tokenizer(cfg, records, train_idx, rank, world)
     vocab = len(tokenizer)
     device_map = {"": str(device)} if (cuda and not use_ds) else None
-    model = fmodel.load_base(m, vocab_size=vocab, dtype=dtype, device=device if not use_ds else None, device_map=device_map)
-    fmodel.apply_liger(model, t["liger_kernels"])
-    if t["gradient_checkpointing"]:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    model = fmodel.apply_lora(model, cfg["lora"])
-    if t["torch_compile"] == "layers":
-        fmodel.compile_layers(model)  # compiles at the first forward: inside timing_warmup_steps
+    # Compiled layers compile at the first forward: inside timing_warmup_steps.
+    model = fmodel.build_trainable(cfg, vocab_size=vocab, dtype=dtype, device=device if not use_ds else None,
+                                   device_map=device_map)
     counts = fmodel.parameter_counts(model)
     if rank == 0:
         print(f"trainable params: {counts['params_trainable']:,} of {counts['params_total']:,} ({counts['trainable_pct']}%)", flush=True)
