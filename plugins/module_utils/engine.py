@@ -11,12 +11,15 @@ differ from the interpreter Ansible runs the module with.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import re
+import select
 import signal
 import socket
 import subprocess
+import sys
 import time
 
 CHECK_GROUPS = ("gpu_inventory", "gpu_health", "host_hygiene")
@@ -25,14 +28,17 @@ CHECK_GROUPS = ("gpu_inventory", "gpu_health", "host_hygiene")
 TAIL_CHARS = 3000
 # How long a process group gets between SIGTERM and SIGKILL.
 KILL_GRACE_S = 5
+# How often a waiting module looks whether its controller is still there.
+CHECK_EVERY_S = 1.0
+PR_SET_PDEATHSIG = 1
 
 REMEDY_BRINGUP = "run bringup.yml (role python_env) or set gpufleet_python to an interpreter that has the gpufleet engine"
 REMEDY_INPUT = "fix the variable or file the message names and run the playbook again"
 REMEDY_RERUN = "read the stderr tail, fix the node and run the playbook again"
 
 # Benchmarks `gpufleet bench` knows, and the group of their results (gpufleet.checks.benchmarks.GROUP).
-BENCHMARKS = ("matmul", "memory", "nccl", "train_gpt2")
-BENCHMARK_TIERS = ("quick", "thorough")
+BENCHMARKS = ("matmul", "memory", "nccl", "train_gpt2", "soak")
+BENCHMARK_TIERS = ("smoke", "quick", "thorough")
 BENCHMARK_GROUP = "benchmark"
 SCHEMA_VERSION = 1  # gpufleet.schema.SCHEMA_VERSION: the host documents this module builds itself
 
@@ -98,10 +104,38 @@ def _kill_group(proc):
         return
 
 
-def run_engine(python, args, timeout_s, host):
-    """Run `python -m gpufleet ARGS`; return (rc, stdout, stderr).
+def _die_with_parent():
+    """In the engine before exec: the kernel sends it SIGTERM should this module die (Linux)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
-    Raises EngineError when python is missing or the command passes timeout_s.
+
+def controller_gone():
+    """Whether whoever reads this module's output is gone: the ssh session or the local worker that started it
+    closed its end of stdout (a pipe reports POLLERR, a socket POLLHUP). False when it cannot tell."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLERR | select.POLLHUP)
+        return any(events & (select.POLLERR | select.POLLHUP) for dummy, events in poller.poll(0))
+    except (ValueError, OSError, AttributeError):  # no real stdout (tests that capture it), or no poll()
+        return False
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def run_engine(python, args, timeout_s, host, input_text=None, engine_src=None):
+    """Run `python -m gpufleet ARGS` (with input_text on its stdin); return (rc, stdout, stderr).
+
+    engine_src, a folder holding the gpufleet package (the collection's src/), goes first on PYTHONPATH: the
+    controller modules run the engine that ships with the collection, installed or checked out.
+
+    Raises EngineError when python is missing or the command passes timeout_s. The engine leaves nothing
+    behind: it is killed with its process group when this module is stopped (a signal), when the controller
+    that waits for this module is gone, and, through the kernel, when this module dies.
     """
     if not os.path.exists(python):
         raise EngineError(
@@ -118,14 +152,44 @@ def run_engine(python, args, timeout_s, host):
             kind="python",
         )
     cmd = [python, "-m", "gpufleet"] + list(args)
-    # C locale: the engine parses tool output; UTF-8 stays the encoding of its JSON.
-    env = dict(os.environ, LC_ALL="C", LANG="C", PYTHONIOENCODING="utf-8")
+    # C locale: the engine parses tool output; UTF-8 stays the encoding of its JSON. GPUFLEET_PARENT_PID: the
+    # engine's guard stops everything should this module go without the kernel's signal reaching it.
+    env = dict(os.environ, LC_ALL="C", LANG="C", PYTHONIOENCODING="utf-8", GPUFLEET_PARENT_PID=str(os.getpid()))
+    if engine_src:
+        env["PYTHONPATH"] = os.pathsep.join([engine_src] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     # Its own session, so a timeout can kill everything the engine started.
     proc = subprocess.Popen(
-        cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True
+        cmd, stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, env=env, start_new_session=True, preexec_fn=_die_with_parent,
     )
+
+    def interrupted(signum, frame):
+        raise _Interrupted(signal.Signals(signum).name)
+
+    handlers = {}
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        try:
+            handlers[sig] = signal.signal(sig, interrupted)
+        except ValueError:  # not the main thread: nothing to install
+            pass
+    deadline = time.monotonic() + timeout_s
+    data = input_text.encode("utf-8") if input_text is not None else None
     try:
-        out, err = proc.communicate(timeout=timeout_s)
+        while True:
+            try:
+                out, err = proc.communicate(data, timeout=max(0.01, min(CHECK_EVERY_S, deadline - time.monotonic())))
+                break
+            except subprocess.TimeoutExpired:
+                # The input is on its way already: communicate() refuses it a second time and goes on sending it.
+                data = None
+                if controller_gone():
+                    raise _Interrupted("the controller closed the connection")
+                if time.monotonic() >= deadline:
+                    raise
+    except _Interrupted as why:
+        # Nobody will read what the engine would say: stop it and everything it started, then go.
+        _kill_group(proc)
+        raise SystemExit("gpufleet: stopped (%s); the engine and its process group were killed" % why)
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         try:
@@ -142,6 +206,14 @@ def run_engine(python, args, timeout_s, host):
             cmd=cmd,
             kind="timeout",
         )
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        # Workers the engine started in its own group must not outlive it (the engine may have died first).
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
     return proc.returncode, out_text(out), out_text(err)
 
 
@@ -149,9 +221,9 @@ def out_text(data):
     return (data or b"").decode("utf-8", errors="replace")
 
 
-def run_json(python, args, timeout_s, host, ok_rcs=(0,)):
+def run_json(python, args, timeout_s, host, ok_rcs=(0,), input_text=None, engine_src=None):
     """Run the engine and parse the JSON object it prints; EngineError otherwise."""
-    rc, out, err = run_engine(python, args, timeout_s, host)
+    rc, out, err = run_engine(python, args, timeout_s, host, input_text=input_text, engine_src=engine_src)
     cmd = [python, "-m", "gpufleet"] + list(args)
     if _NO_ENGINE.search(err):
         raise EngineError(
@@ -239,6 +311,7 @@ def benchmark_argument_spec():
         master_addr=dict(type="str", default="127.0.0.1"),
         master_port=dict(type="int"),
         train_reference=dict(type="dict"),
+        soak_duration_s=dict(type="int"),
     )
 
 
@@ -291,6 +364,8 @@ def bench_command(name, p, master_port=None):
     if name in ("nccl", "train_gpt2"):  # both run under torchrun
         args += ["--nnodes", str(p["nnodes"]), "--node-rank", str(p["node_rank"]), "--master-addr", p["master_addr"],
                  "--master-port", str(master_port), "--timeout-s", str(torchrun_engine_timeout_s(p["timeout_s"]))]
+    if name == "soak" and p["soak_duration_s"]:
+        args += ["--duration-s", str(p["soak_duration_s"])]
     if name == "train_gpt2" and p["nnodes"] > 1 and p["train_reference"]:
         args += ["--train-reference", json.dumps(train_reference(p["train_reference"]), sort_keys=True)]
     return args
@@ -393,7 +468,12 @@ def report_argument_spec():
         run_dir=dict(type="path", required=True),
         expect_hosts=dict(type="list", elements="str", default=[]),
         python=dict(type="path"),
+        engine_src=dict(type="path"),
         timeout_s=dict(type="int", default=300),
+        db=dict(type="path"),
+        baseline=dict(type="str"),
+        set_baseline=dict(type="bool", default=False),
+        slurm_names=dict(type="dict", default={}),
     )
 
 
@@ -409,8 +489,16 @@ def run_report_module(module, python):
     args = ["report", p["run_dir"], "--json"]
     for host in p["expect_hosts"]:
         args += ["--expect-host", host]
+    if p["db"]:
+        args += ["--db", p["db"]]
+    if p["baseline"]:
+        args += ["--baseline", p["baseline"]]
+    if p["set_baseline"]:
+        args.append("--set-baseline")
+    for host, name in sorted(p["slurm_names"].items()):
+        args += ["--slurm-name", "%s=%s" % (host, name)]
     try:
-        rc, summary = run_json(python, args, p["timeout_s"], "the controller", ok_rcs=(0, 1))
+        rc, summary = run_json(python, args, p["timeout_s"], "the controller", ok_rcs=(0, 1), engine_src=p["engine_src"])
     except EngineError as exc:
         module.fail_json(**exc.fail_kwargs())
     files = summary.get("files") or {}
@@ -418,6 +506,8 @@ def run_report_module(module, python):
     module.exit_json(
         changed=True,
         accepted=rc == 0,
+        drain=summary.get("drain") or [],
+        baseline=summary.get("baseline"),
         verdict=summary.get("verdict"),
         failed_hosts=failed_hosts(summary),
         summary=summary,

@@ -42,7 +42,10 @@ def torchrun(
     where "out" is this node's local rank 0 JSON (empty when it wrote none). The work folder is
     removed after a clean run unless GPUFLEET_KEEP_LOGS is set; a failed run keeps it (workdir).
     """
+    from gpufleet import guard
+
     workdir = tempfile.mkdtemp(prefix=prefix)
+    guard.track_dir(workdir)
     out_json = os.path.join(workdir, "rank0.json")
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env_extra or {})}
     cmd = [
@@ -55,14 +58,24 @@ def torchrun(
     t0 = time.monotonic()
     log_path = os.path.join(workdir, "torchrun.log")
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        # Its own session, so a timeout kills torchrun and every rank; SIGTERM (which torchrun passes on to its
+        # ranks) should this engine die, and the guard stops it should the run that asked for it be gone.
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                preexec_fn=guard.die_with_parent)
+        guard.track(proc)
         try:
             rc, timed_out = proc.wait(timeout=timeout_s), False
         except subprocess.TimeoutExpired:
             kill_group(proc)
             rc, timed_out = proc.returncode, True
-    with open(log_path, errors="replace") as f:
-        text = f.read()
+        guard.untrack(proc)
+    try:
+        with open(log_path, errors="replace") as f:
+            text = f.read()
+    except OSError:  # the guard removed the work folder: the run was stopped
+        text = ""
+    if guard.stopped():
+        text += f"\n[gpufleet] stopped: {guard.stopped()}\n"
     # torchrun's own summary buries the workers' exceptions: put them first.
     errors = [line for line in text.splitlines() if _WORKER_ERROR.match(line)][:8]
     tail = "\n".join(errors + ["..."] + [text[-3000:]]) if errors else text[-4000:]
@@ -70,7 +83,9 @@ def torchrun(
     if os.path.exists(out_json):
         with open(out_json) as f:
             out = json.load(f)
-    kept = rc != 0 or timed_out or bool(os.environ.get("GPUFLEET_KEEP_LOGS"))
+    # A stopped run leaves nothing behind; a failed one keeps its folder to be read.
+    kept = (rc != 0 or timed_out or bool(os.environ.get("GPUFLEET_KEEP_LOGS"))) and not guard.stopped()
+    guard.untrack_dir(workdir)
     if not kept:  # the log tail above is what a passing run keeps
         shutil.rmtree(workdir, ignore_errors=True)
     return {
@@ -85,14 +100,16 @@ def torchrun(
 
 
 def kill_group(proc: subprocess.Popen) -> None:
-    """TERM the launcher's whole process group, then KILL what is left."""
+    """TERM the launcher's whole process group, then KILL what is left after a few seconds."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
+            if sig == signal.SIGTERM:
+                os.killpg(proc.pid, signal.SIGCONT)  # a stopped rank (SIGSTOP) takes its TERM only once running
         except ProcessLookupError:
             return
         try:
-            proc.wait(timeout=10)
+            proc.wait(timeout=5)
             return
         except subprocess.TimeoutExpired:
             continue

@@ -1,0 +1,132 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: host_record
+short_description: Write a node's host document into its run on the controller
+version_added: 0.2.0
+description:
+  - Runs C(python -m gpufleet record RUN_DIR HOST) on the controller with the document on its standard input.
+  - The document is written to C(RUN_DIR/hosts/HOST.json) beside the target and renamed into place, readable by the
+    owner and the group only, and indexed in the run history (the SQLite store beside the run folders).
+  - With O(replace_groups), the results of those groups in the existing document are replaced by the new ones and
+    the rest is kept. An existing document that cannot be read is kept aside as C(HOST.json.unreadable) and the
+    new one says so in an C(error) result.
+options:
+  run_dir:
+    description: The run's folder (from gpufleet.cluster.run_start).
+    type: path
+    required: true
+  host:
+    description: The node's inventory name; it names the file.
+    type: str
+    required: true
+  document:
+    description: The host document (or, with O(replace_groups), a document whose results are added).
+    type: dict
+    required: true
+  replace_groups:
+    description: Groups whose results in the existing document the new results replace; empty writes the whole document.
+    type: list
+    elements: str
+    default: []
+  folder:
+    description: The run's sub-folder the document goes in (hosts, or peers for nodes that only joined a run across nodes).
+    type: str
+    default: hosts
+    choices: [hosts, peers]
+  engine_src:
+    description:
+      - Folder on the controller holding the gpufleet package (the collection's C(src/)); it goes first on
+        C(PYTHONPATH), so the engine that ships with the collection answers, installed or checked out.
+    type: path
+  db:
+    description:
+      - The run history (SQLite store) the document is indexed in (C(gpufleet_history_db)); left out, C(gpufleet.db)
+        beside the run folder.
+    type: path
+  python:
+    description:
+      - Python interpreter on the controller that has the gpufleet engine installed.
+      - Left out, the interpreter running this module is used.
+    type: path
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: none
+    details: It writes the run's files on the controller; a task that must run under C(--check) sets C(check_mode=false).
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+seealso:
+  - module: gpufleet.cluster.run_start
+  - module: gpufleet.cluster.fleet_report
+author:
+  - gpufleet maintainers (!UNKNOWN)
+"""
+
+EXAMPLES = r"""
+- name: Write the node's host document
+  gpufleet.cluster.host_record:
+    run_dir: "{{ gpufleet_run_dir }}"
+    host: "{{ inventory_hostname }}"
+    document: "{{ document }}"
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+path:
+  description: The host document written.
+  returned: success
+  type: str
+  sample: /srv/gpufleet/reports/after-reimage/hosts/node1.json
+record:
+  description: What C(gpufleet record) printed (the path, whether the store indexed it, or why not).
+  returned: success
+  type: dict
+"""
+
+import json
+import sys
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import EngineError, run_json
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            run_dir=dict(type="path", required=True),
+            host=dict(type="str", required=True),
+            document=dict(type="dict", required=True),
+            replace_groups=dict(type="list", elements="str", default=[]),
+            folder=dict(type="str", default="hosts", choices=["hosts", "peers"]),
+            python=dict(type="path"),
+            engine_src=dict(type="path"),
+            db=dict(type="path"),
+        ),
+        supports_check_mode=False,
+    )
+    p = module.params
+    args = ["record", p["run_dir"], p["host"], "--folder", p["folder"]]
+    for group in p["replace_groups"]:
+        args += ["--replace-group", group]
+    if p["db"]:
+        args += ["--db", p["db"]]
+    try:
+        dummy, record = run_json(p["python"] or sys.executable, args, 120, "the controller",
+                                 input_text=json.dumps(p["document"], sort_keys=True), engine_src=p["engine_src"])
+    except EngineError as exc:
+        module.fail_json(**exc.fail_kwargs())
+    module.exit_json(changed=True, path=record.get("path"), record=record)
+
+
+if __name__ == "__main__":
+    main()

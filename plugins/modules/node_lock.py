@@ -1,0 +1,150 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: node_lock
+short_description: Take, renew or give back the lock that lets one run at a time measure a node
+version_added: 0.2.0
+description:
+  - Runs C(python -m gpufleet lock acquire|heartbeat|release) on the node.
+  - The lock file records the run that holds the node (run id, controller, since when) and a lease per inventory
+    host. A second run finds it held and gets RV(acquired=false) with a RV(reason) naming the run that holds it; the
+    module does not fail then, so the play can record that as the node's result.
+  - A lock is stale, and taken over with RV(stale) saying why, when the node rebooted since, when its lease expired
+    without being given back, or when its run is one of O(dead_runs) (the controller knows its ansible-playbook is
+    gone).
+  - V(heartbeat) tells jobs of the run that run in the background (NCCL and training across nodes, the fine-tune)
+    that the controller still waits for them; a job whose controller stopped waiting stops itself.
+options:
+  python:
+    description: Path on the node of the Python interpreter that has the gpufleet engine (C(gpufleet_python)).
+    type: path
+    required: true
+  state:
+    description: V(acquired) takes or joins the lock, V(heartbeat) renews the heartbeat, V(released) gives it back.
+    type: str
+    choices: [acquired, heartbeat, released]
+    default: acquired
+  path:
+    description: The lock file on the node (C(gpufleet_lock_path)).
+    type: path
+    default: /run/lock/gpufleet-node.lock
+  run_id:
+    description: The run taking the lock.
+    type: str
+    required: true
+  holder:
+    description: The inventory host the lock is taken for; several hosts of one run may share a machine.
+    type: str
+    required: true
+  ttl_s:
+    description: Seconds the lease lasts when it is not given back (with V(acquired)).
+    type: int
+    default: 3600
+  controller:
+    description: The controller running the run, recorded in the lock (gpufleet.cluster.run_start returns it).
+    type: dict
+    default: {}
+  dead_runs:
+    description: Runs whose locks are stale because the controller knows they were killed.
+    type: list
+    elements: str
+    default: []
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: In check mode nothing is written and the module reports what the lock holds.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+seealso:
+  - module: gpufleet.cluster.job_status
+author:
+  - gpufleet maintainers (!UNKNOWN)
+"""
+
+EXAMPLES = r"""
+- name: Take the node for this run
+  gpufleet.cluster.node_lock:
+    python: /opt/gpufleet/venv/bin/python
+    run_id: "{{ gpufleet_run_id }}"
+    holder: "{{ inventory_hostname }}"
+    ttl_s: 7200
+  register: lock
+
+- name: Give it back
+  gpufleet.cluster.node_lock:
+    python: /opt/gpufleet/venv/bin/python
+    state: released
+    run_id: "{{ gpufleet_run_id }}"
+    holder: "{{ inventory_hostname }}"
+"""
+
+RETURN = r"""
+acquired:
+  description: With V(acquired), whether the run holds the node now.
+  returned: state is acquired
+  type: bool
+reason:
+  description: Why the lock was not taken, renewed or given back (the run that holds it), else null.
+  returned: always
+  type: str
+stale:
+  description: With V(acquired), the stale lock that was taken over and why, else null.
+  returned: state is acquired
+  type: dict
+record:
+  description: The lock record as it stands.
+  returned: always
+  type: dict
+"""
+
+import json
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import EngineError, run_json
+
+COMMANDS = {"acquired": "acquire", "heartbeat": "heartbeat", "released": "release"}
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            python=dict(type="path", required=True),
+            state=dict(type="str", choices=list(COMMANDS), default="acquired"),
+            path=dict(type="path", default="/run/lock/gpufleet-node.lock"),
+            run_id=dict(type="str", required=True),
+            holder=dict(type="str", required=True),
+            ttl_s=dict(type="int", default=3600),
+            controller=dict(type="dict", default={}),
+            dead_runs=dict(type="list", elements="str", default=[]),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    if module.check_mode:
+        args = ["lock", "show", "--path", p["path"]]
+    else:
+        args = ["lock", COMMANDS[p["state"]], "--path", p["path"], "--run-id", p["run_id"], "--holder", p["holder"]]
+        if p["state"] == "acquired":
+            args += ["--ttl-s", str(p["ttl_s"]), "--controller", json.dumps(p["controller"], sort_keys=True)]
+            for run in p["dead_runs"]:
+                args += ["--dead-run", run]
+    try:
+        dummy, out = run_json(p["python"], args, 60, p["holder"])
+    except EngineError as exc:
+        module.fail_json(**exc.fail_kwargs())
+    out.setdefault("reason", None)
+    module.exit_json(changed=not module.check_mode and p["state"] != "heartbeat", **out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""Leave nothing behind on a node: stop what this engine started when the run that asked for it is gone.
+
+The module that starts the engine (plugins/module_utils/engine.py) asks the kernel to send the engine SIGTERM
+when the module dies (PR_SET_PDEATHSIG) and names itself in GPUFLEET_PARENT_PID; a job the controller waits on
+in the background also names the node lock to watch in GPUFLEET_LOCK ({"path", "run_id", "holder",
+"heartbeat_timeout_s"}): when the controller stops renewing its heartbeat, or the run loses the lock, the job is
+stopped. Either way every process group the engine started (torchrun and its ranks) is terminated and every
+work folder it registered is removed; on SIGTERM the engine then exits.
+
+    guard.start_from_env()            once, at the start of a command
+    guard.track(proc) / untrack(proc) a child process group (started with start_new_session=True)
+    guard.track_dir(path) / untrack_dir(path)
+    guard.stopped()                   why the job was stopped, or None: results say it
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+_groups: set[int] = set()
+_dirs: set[str] = set()
+_lock = threading.Lock()
+_stopped: list[str] = []
+_POLL_S = 2.0
+_GRACE_S = 5.0
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """In a child before exec (preexec_fn): the kernel sends `sig` when the parent goes. Linux only."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the parent's own cleanup is all there is
+        pass
+
+
+def track(proc: subprocess.Popen) -> None:
+    with _lock:
+        _groups.add(proc.pid)
+
+
+def untrack(proc: subprocess.Popen) -> None:
+    with _lock:
+        _groups.discard(proc.pid)
+
+
+def track_dir(path: str) -> None:
+    with _lock:
+        _dirs.add(path)
+
+
+def untrack_dir(path: str) -> None:
+    with _lock:
+        _dirs.discard(path)
+
+
+def stopped() -> str | None:
+    return _stopped[0] if _stopped else None
+
+
+def _kill_groups() -> None:
+    with _lock:
+        groups = list(_groups)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        alive = []
+        for pgid in groups:
+            try:
+                os.killpg(pgid, sig)
+                alive.append(pgid)
+            except ProcessLookupError:
+                pass
+        if not alive:
+            return
+        deadline = time.monotonic() + _GRACE_S
+        while time.monotonic() < deadline and any(_group_alive(g) for g in alive):
+            time.sleep(0.1)
+        groups = [g for g in alive if _group_alive(g)]
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def _remove_dirs() -> None:
+    with _lock:
+        dirs = list(_dirs)
+        _dirs.clear()
+    for path in dirs:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def stop(reason: str) -> None:
+    """Stop every tracked process group and remove every tracked folder, once; results then carry `reason`."""
+    with _lock:
+        first = not _stopped
+        if first:
+            _stopped.append(reason)
+    if first:
+        print(f"gpufleet: stopping: {reason}", file=sys.stderr, flush=True)
+    _kill_groups()
+    _remove_dirs()
+
+
+def _on_signal(signum, frame) -> None:
+    stop(f"the engine got {signal.Signals(signum).name}: the run that started it was stopped")
+    # When the engine leads its own process group (a module started it), the group holds the benchmark workers
+    # started without a session of their own; a shell's job group is not ours to kill.
+    try:
+        if os.getpgrp() == os.getpid():
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            os.killpg(os.getpgrp(), signal.SIGTERM)
+    finally:
+        os._exit(128 + signum)
+
+
+def _watch(parent_pid: int | None, lock_spec: dict | None) -> None:
+    from gpufleet import lock
+
+    while not _stopped:
+        if parent_pid and os.getppid() != parent_pid:
+            _on_signal(signal.SIGTERM, None)
+        if lock_spec:
+            why = lock.check(lock_spec["path"], lock_spec["run_id"], lock_spec["holder"],
+                             float(lock_spec.get("heartbeat_timeout_s") or 120))
+            if why:
+                stop(why)
+                return
+        time.sleep(_POLL_S)
+
+
+def start_from_env() -> None:
+    """Install the signal handlers and, when the environment asks for it, the watcher thread."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _on_signal)
+    parent = os.environ.get("GPUFLEET_PARENT_PID")
+    spec = os.environ.get("GPUFLEET_LOCK")
+    parent_pid = int(parent) if parent and parent.isdigit() else None
+    lock_spec = None
+    if spec:
+        try:
+            lock_spec = json.loads(spec)
+        except json.JSONDecodeError:
+            lock_spec = None
+        if not isinstance(lock_spec, dict) or not {"path", "run_id", "holder"} <= set(lock_spec):
+            print(f"gpufleet: GPUFLEET_LOCK is not a lock spec ({spec!r}); not watching the lock", file=sys.stderr)
+            lock_spec = None
+    if parent_pid is None and lock_spec is None:
+        return
+    threading.Thread(target=_watch, args=(parent_pid, lock_spec), name="gpufleet-guard", daemon=True).start()

@@ -1,0 +1,177 @@
+"""One run per node at a time: the node lock.
+
+A run takes the lock before it checks or loads a node's GPUs and gives it back at the end. A second run that
+finds it held records an `error` naming the run that holds it instead of measuring beside it.
+
+    /run/lock/gpufleet-node.lock  (gpufleet_lock_path)
+    {"schema_version": 1, "run_id": "...", "controller": {"host", "pid", ...}, "taken": "<UTC>",
+     "boot_id": "...", "holders": {"<inventory host>": {"since": "<UTC>", "expires_at": <epoch s>,
+                                                         "heartbeat_at": <epoch s>}}}
+
+Several inventory hosts of one run may share a machine (and so the file): each is a holder; the file goes when
+the last one gives it back. A lock is stale, and taken over with a note that says so, when the node rebooted
+since (boot id), when every holder's lease expired (a run that stopped without giving it back), or when the
+controller says the holding run is dead (its ansible-playbook process is gone: `gpufleet.runs.dead_runs`).
+Long jobs started in the background (NCCL and training across nodes) also check the holder's heartbeat, which
+the controller renews while it waits for them: a job whose controller stopped waiting is stopped (guard.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import time
+from pathlib import Path
+
+from gpufleet import paths, schema
+from gpufleet.errors import InputError
+
+DEFAULT_PATH = "/run/lock/gpufleet-node.lock"
+LOCK_SCHEMA_VERSION = 1
+
+
+def _boot_id() -> str | None:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+
+
+def _iso(epoch_s: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch_s))
+
+
+def read(path: str | Path) -> dict | None:
+    """The lock record, or None when there is none; a record that cannot be read counts as none (said by
+    `stale_reason` of the caller through the 'unreadable' key)."""
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return {"unreadable": exc.strerror or str(exc), "holders": {}}
+    try:
+        rec = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return {"unreadable": f"not valid JSON ({exc.msg})", "holders": {}}
+    if not isinstance(rec, dict) or not isinstance(rec.get("holders"), dict):
+        return {"unreadable": "not a lock record", "holders": {}}
+    return rec
+
+
+def stale_reason(rec: dict, now_s: float, dead_runs: tuple | list = ()) -> str | None:
+    """Why a lock record no longer holds the node, or None while it does."""
+    if rec.get("unreadable"):
+        return f"the lock file could not be read ({rec['unreadable']})"
+    if rec.get("boot_id") and _boot_id() and rec["boot_id"] != _boot_id():
+        return "the node rebooted since it was taken"
+    if rec.get("run_id") in dead_runs:
+        return "its run was stopped: the controller's ansible-playbook process for it is gone"
+    live = [h for h in rec["holders"].values() if isinstance(h, dict) and (h.get("expires_at") or 0) > now_s]
+    if not live:
+        last = max((h.get("expires_at") or 0 for h in rec["holders"].values() if isinstance(h, dict)), default=0)
+        return f"its lease expired at {_iso(last)} without being given back" if last else "it has no holder"
+    return None
+
+
+def describe(rec: dict) -> str:
+    """"run R (controller C, pid P), taken T" for messages."""
+    ctl = rec.get("controller") or {}
+    who = f"controller {ctl.get('host', '?')}, pid {ctl.get('pid', '?')}"
+    return f"run {rec.get('run_id')!r} ({who}), taken {rec.get('taken')}, held for {', '.join(sorted(rec['holders'])) or 'nobody'}"
+
+
+@contextlib.contextmanager
+def _guarded(path: Path):
+    """Serialise read-modify-write of the lock file between processes (a guard file beside it, never removed)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(f"{path}.guard", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise InputError(f"cannot use the node lock {path}: {exc.strerror}; set gpufleet_lock_path to a file in a "
+                         "folder the node's user can write") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _write(path: Path, rec: dict) -> None:
+    paths.write_atomic(path, json.dumps(rec, sort_keys=True) + "\n", mode=0o644)
+
+
+def acquire(path: str | Path, run_id: str, holder: str, ttl_s: float, *, controller: dict | None = None,
+            dead_runs: tuple | list = ()) -> dict:
+    """Take (or join, for the same run) the node's lock for `holder`.
+
+    Returns {"acquired": True, "record", "stale": None or {"reason", "previous"}} or
+    {"acquired": False, "record", "reason"} when another run holds it.
+    """
+    path, now = Path(path), time.time()
+    with _guarded(path):
+        rec = read(path)
+        stale = None
+        if rec is not None and rec.get("run_id") != run_id:
+            why = stale_reason(rec, now, dead_runs)
+            if why is None:
+                return {"acquired": False, "record": rec,
+                        "reason": f"the node is held by {describe(rec)}; its lease runs to "
+                                  f"{_iso(max(h.get('expires_at') or 0 for h in rec['holders'].values()))}"}
+            stale = {"reason": why, "previous": rec}
+            rec = None
+        if rec is None:
+            rec = {"schema_version": LOCK_SCHEMA_VERSION, "run_id": run_id, "controller": controller or {},
+                   "taken": schema.utc_now(), "boot_id": _boot_id(), "holders": {}}
+        rec["holders"][holder] = {"since": schema.utc_now(), "expires_at": now + ttl_s, "heartbeat_at": now}
+        _write(path, rec)
+    return {"acquired": True, "record": rec, "stale": stale}
+
+
+def heartbeat(path: str | Path, run_id: str, holder: str) -> dict:
+    """The controller is still waiting on this holder's jobs: {"held": bool, "reason"}."""
+    path, now = Path(path), time.time()
+    with _guarded(path):
+        rec = read(path)
+        if rec is None or rec.get("run_id") != run_id or holder not in rec["holders"]:
+            return {"held": False, "reason": _lost(rec, run_id, holder)}
+        rec["holders"][holder]["heartbeat_at"] = now
+        _write(path, rec)
+    return {"held": True, "reason": None}
+
+
+def release(path: str | Path, run_id: str, holder: str) -> dict:
+    """Give the lock back for `holder`; the file goes with the last holder. {"released": bool, "reason"}."""
+    path = Path(path)
+    with _guarded(path):
+        rec = read(path)
+        if rec is None or rec.get("run_id") != run_id or holder not in rec["holders"]:
+            return {"released": False, "reason": _lost(rec, run_id, holder)}
+        del rec["holders"][holder]
+        if rec["holders"]:
+            _write(path, rec)
+        else:
+            path.unlink(missing_ok=True)
+    return {"released": True, "reason": None}
+
+
+def check(path: str | Path, run_id: str, holder: str, heartbeat_timeout_s: float) -> str | None:
+    """Why a job of `run_id` on this node must stop (lock lost, or the controller stopped waiting), or None."""
+    rec, now = read(path), time.time()
+    if rec is None or rec.get("run_id") != run_id or holder not in rec.get("holders", {}):
+        return _lost(rec, run_id, holder)
+    beat = rec["holders"][holder].get("heartbeat_at") or 0
+    if now - beat > heartbeat_timeout_s:
+        return (f"the controller has not checked on this job for {now - beat:.0f} s (more than "
+                f"{heartbeat_timeout_s:g} s): it was stopped or lost its connection")
+    return None
+
+
+def _lost(rec: dict | None, run_id: str, holder: str) -> str:
+    if rec is None:
+        return f"run {run_id!r} no longer holds the node lock: it was given back or removed"
+    if rec.get("run_id") != run_id:
+        return f"run {run_id!r} no longer holds the node lock: {describe(rec)}"
+    return f"{holder} no longer holds the node lock of run {run_id!r}"

@@ -1,0 +1,79 @@
+"""Names and paths that come from inventory values, and the files the controller writes.
+
+A value that becomes a file or folder name (a run id, an inventory host name) is a plain name: letters,
+digits, '.', '_' and '-', no leading dot, at most NAME_MAX_CHARS. A path built from such values is resolved
+and must stay inside the folder it belongs to. Files are written beside their target and renamed into place,
+so a reader sees the old file or the new one, never half of one, with modes that do not open them to other
+users (FILE_MODE, DIR_MODE).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+
+from gpufleet.errors import InputError
+
+NAME_MAX_CHARS = 128
+NAME_RULE = f"letters, digits, '.', '_' and '-', not starting with a dot, at most {NAME_MAX_CHARS} characters"
+_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
+# Results can name hosts and failures: readable by the owner and the group, not by everyone.
+FILE_MODE = 0o640
+DIR_MODE = 0o750
+
+
+def safe_name(value, what: str) -> str:
+    """`value` when it is a plain name for a file or folder; InputError naming `what` otherwise."""
+    if not isinstance(value, str) or not value:
+        raise InputError(f"{what} must be a non-empty name ({NAME_RULE}); got {value!r}")
+    if len(value) > NAME_MAX_CHARS or not _NAME.fullmatch(value):
+        raise InputError(f"{what} {value!r} is not a plain name: expected {NAME_RULE}")
+    return value
+
+
+def inside(base: Path | str, *parts: str, what: str) -> Path:
+    """base/parts resolved; InputError when the result leaves base (.., a link out, an absolute part)."""
+    root = Path(base).resolve()
+    path = root.joinpath(*parts).resolve()
+    if path != root and root not in path.parents:
+        raise InputError(f"{what} resolves to {path}, outside {root}; expected a path inside {root}")
+    return path
+
+
+def make_dir(path: Path | str) -> Path:
+    """Create a folder (and its parents) with DIR_MODE; an existing one is left as it is."""
+    path = Path(path)
+    try:
+        path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot create {path}: {exc.strerror}; expected a writable folder") from None
+    return path
+
+
+def write_atomic(path: Path | str, text: str, mode: int = FILE_MODE) -> Path:
+    """Write text to path through a temporary file in the same folder and a rename.
+
+    The temporary file starts with a dot, which the readers of run folders skip. On failure (a full disk, say)
+    the temporary file is removed, the old file stays as it was and InputError names the file and the cause.
+    """
+    path = Path(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise InputError(f"cannot write {path}: {exc.strerror or exc}; expected a writable folder with space left") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise InputError(f"cannot write {path}: {exc.strerror or exc}; expected a writable folder with space left") from None
+    return path

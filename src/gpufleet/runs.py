@@ -1,0 +1,161 @@
+"""Start a run on the controller: check its names, create its folder, record the attempt.
+
+    <reports_dir>/<run_id>/run.json   {"schema_version", "run_id", "playbook", "started", "tier", "hosts",
+                                       "attempts": [{"attempt", "started", "playbook", "limit", "stages",
+                                                     "hosts", "controller": {"host", "pid", "started_ticks", "boot_id"}}]}
+
+A run id names one run for good: starting a run whose folder already holds one is refused, unless the run is
+resumed (gpufleet_resume), which adds an attempt to the same run. The controller of each attempt (host name, the
+ansible-playbook process and when it started) is recorded, so a later run on the same controller can tell a
+run that was killed from one that is still going (`dead_runs`): the node locks such a run left behind are stale.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+from gpufleet import paths, schema
+from gpufleet.errors import InputError
+
+RUN_FILE = "run.json"
+RUN_SCHEMA_VERSION = 1
+
+
+def _proc_stat(pid: int) -> tuple[int, int, str] | None:
+    """(parent pid, start time in clock ticks since boot, command) of a process, or None when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return None
+    # The command name may hold spaces and parentheses: the fields start after the last ')'.
+    fields = stat[stat.rindex(")") + 2:].split()
+    return int(fields[1]), int(fields[19]), cmdline
+
+
+def _boot_id() -> str | None:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+
+
+def controller_identity(pid: int | None = None) -> dict:
+    """This controller and the ansible-playbook process this command runs under (the nearest ancestor whose
+    command line names ansible-playbook), or this process when there is none."""
+    pid = pid or os.getpid()
+    found = None
+    seen = 0
+    while pid > 1 and seen < 64:
+        stat = _proc_stat(pid)
+        if stat is None:
+            break
+        if "ansible-playbook" in stat[2]:
+            found = (pid, stat[1])
+            break
+        pid, seen = stat[0], seen + 1
+    if found is None:
+        own = _proc_stat(os.getpid())
+        found = (os.getpid(), own[1] if own else None)
+    return {"host": socket.gethostname(), "pid": found[0], "started_ticks": found[1], "boot_id": _boot_id()}
+
+
+def controller_alive(controller: dict) -> bool | None:
+    """Whether the recorded controller process still runs; None when it ran on another host (cannot tell)."""
+    if not isinstance(controller, dict) or controller.get("host") != socket.gethostname():
+        return None
+    if controller.get("boot_id") and controller["boot_id"] != _boot_id():
+        return False
+    stat = _proc_stat(controller.get("pid") or 0)
+    return stat is not None and stat[1] == controller.get("started_ticks")
+
+
+def read_run(run_dir: Path) -> dict:
+    path = run_dir / RUN_FILE
+    try:
+        doc = json.loads(path.read_text())
+    except OSError as exc:
+        raise InputError(f"{path} cannot be read: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path} is not valid JSON ({exc.msg} at line {exc.lineno}); expected a run record") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("attempts"), list):
+        raise InputError(f"{path}: expected a run record with a list of attempts")
+    return doc
+
+
+def dead_runs(reports_dir: Path) -> list[str]:
+    """Runs of this controller whose latest attempt's ansible-playbook is gone without a report: killed."""
+    dead = []
+    for path in sorted(reports_dir.glob(f"*/{RUN_FILE}")):
+        try:
+            doc = read_run(path.parent)
+        except InputError:
+            continue
+        last = doc["attempts"][-1] if doc["attempts"] else {}
+        if not last.get("finished") and controller_alive(last.get("controller")) is False:
+            dead.append(doc.get("run_id") or path.parent.name)
+    return dead
+
+
+def start(
+    reports_dir: str,
+    run_id: str,
+    *,
+    playbook: str,
+    hosts: list[str],
+    tier: str | None = None,
+    resume: bool = False,
+    limit: str | None = None,
+    stages: list[str] | None = None,
+) -> dict:
+    """Create or resume the run; return {"run_id", "run_dir", "attempt", "resumed", "controller", "dead_runs"}."""
+    paths.safe_name(run_id, "gpufleet_run_id")
+    for host in hosts:
+        paths.safe_name(host, "the inventory host name")
+    if not reports_dir or not os.path.isabs(reports_dir):
+        raise InputError(f"gpufleet_reports_dir must be an absolute path; got {reports_dir!r}")
+    reports = paths.make_dir(Path(reports_dir).resolve())
+    run_dir = paths.inside(reports, run_id, what=f"gpufleet_run_id {run_id!r}")
+    now = schema.utc_now()
+    controller = controller_identity()
+    used = (run_dir / RUN_FILE).exists() or (run_dir / "hosts").exists()
+    if used and not resume:
+        started = ""
+        try:
+            started = f", started {read_run(run_dir).get('started')}"
+        except InputError:
+            pass
+        raise InputError(
+            f"gpufleet_run_id {run_id!r} is already used by the run in {run_dir}{started}: a run id names one run "
+            f"and is never overwritten; choose another gpufleet_run_id (or leave it out for a new one), or resume "
+            f"that run with `gpufleet fleet resume {run_id}` (gpufleet_resume=true)")
+    if resume and not used:
+        raise InputError(f"gpufleet_resume is set but there is no run {run_id!r} in {reports} to resume")
+    paths.make_dir(run_dir)
+    paths.make_dir(run_dir / "hosts")
+    if used and (run_dir / RUN_FILE).exists():
+        doc = read_run(run_dir)
+    else:  # a new run, or one from before run records: hosts/ without run.json
+        doc = {"schema_version": RUN_SCHEMA_VERSION, "run_id": run_id, "playbook": playbook, "started": now,
+               "tier": tier, "hosts": [], "attempts": []}
+    doc["hosts"] = sorted(set(doc.get("hosts") or []) | set(hosts))
+    attempt = {"attempt": len(doc["attempts"]) + 1, "started": now, "playbook": playbook, "limit": limit or None,
+               "stages": stages or None, "tier": tier, "hosts": list(hosts), "controller": controller}
+    doc["attempts"].append(attempt)
+    paths.write_atomic(run_dir / RUN_FILE, json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    return {"run_id": run_id, "run_dir": str(run_dir), "attempt": attempt["attempt"], "resumed": bool(used),
+            "controller": controller, "dead_runs": [r for r in dead_runs(reports) if r != run_id]}
+
+
+def finish(run_dir: Path, verdict: str | None) -> None:
+    """Mark the latest attempt finished (the report was made), so it is never taken for a killed run."""
+    path = run_dir / RUN_FILE
+    if not path.exists():
+        return
+    doc = read_run(run_dir)
+    if doc["attempts"]:
+        doc["attempts"][-1].update(finished=schema.utc_now(), verdict=verdict)
+    paths.write_atomic(path, json.dumps(doc, indent=1, sort_keys=True) + "\n")

@@ -1,0 +1,192 @@
+"""Test hosts of our own for real multi-host runs: sshd's in network namespaces, routed to each other.
+
+Each host is an sshd in a network namespace of its own, chrooted into an overlay of this machine's root
+(molecule/resources/testhost.sh), on a veth pair with a /30 of its own: this machine's end is 10.<net>.<i>.1,
+the host's 10.<net>.<i>.2. Every host routes 10.<net>.0.0/16 through this machine, which forwards between the
+veth ends (forwarding switched on for those interfaces alone), so the hosts reach each other. Ansible reaches
+them over ssh with a key the fleet makes. Nothing leaves the machine.
+
+    with TestFleet(["node-a", "node-b"], net=216, tag="gfv") as fleet:
+        fleet.inventory(path, gpufleet_benchmarks=[])
+        fleet.slow_link("node-b", "2mbit")      # tc on both ends of node-b's link
+        fleet.kill_sshd("node-a")               # the host stops answering ssh
+
+Needs root, iproute2, openssh-server and -client; `skip_reason()` says what is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+TESTHOST = REPO / "molecule" / "resources" / "testhost.sh"
+TOOLS = ("ip", "sshd", "ssh", "ssh-keygen", "chroot", "mount", "umount", "mountpoint")
+TOOL_PATH = f"{BIN}:{os.environ.get('PATH', '')}:/usr/sbin:/sbin"
+# The hosts see this machine's root, but with fresh /tmp and /run: the checkout and the Python environment
+# (gpufleet_python) are bound in read-only at their own paths, wherever they are.
+SHARED = [f"{p}:{p}" for p in sorted({str(REPO), sys.prefix})
+          if not any(p != q and p.startswith(q + "/") for q in (str(REPO), sys.prefix))]
+
+
+def skip_reason() -> str | None:
+    """Why test hosts cannot be made here, or None."""
+    if os.geteuid() != 0:
+        return "needs root: the test hosts are network namespaces, veth pairs and overlay mounts"
+    missing = [t for t in TOOLS if not shutil.which(t, path=TOOL_PATH)]
+    if missing:
+        return f"missing {', '.join(missing)}: apt-get install openssh-server openssh-client iproute2"
+    return None
+
+
+def _env() -> dict:
+    return dict(os.environ, PATH=TOOL_PATH)
+
+
+class TestFleet:
+    """Hosts named `names`, in namespaces `<tag>-<i>`, on 10.<net>.<i+1>.0/30."""
+
+    __test__ = False  # not a pytest class
+
+    def __init__(self, names: list[str], *, net: int, tag: str, shared: list[str] | None = None):
+        if not 0 < net < 256 or len(names) > 250:
+            raise ValueError("net is the second octet of 10.<net>.0.0/16; at most 250 hosts")
+        self.names = list(names)
+        self.net, self.tag = net, tag
+        self.shared = SHARED + list(shared or [])
+        # Short: ssh's control sockets live under it and a socket path is at most 108 bytes.
+        self.state = Path(tempfile.mkdtemp(prefix=f"{tag}-"))
+        self.key = self.state / "id_ed25519"
+        self.hosts = {name: (f"{tag}-{i}", f"10.{net}.{i + 1}.1", f"10.{net}.{i + 1}.2") for i, name in enumerate(names)}
+
+    # ------------------------------------------------------------ life cycle
+
+    def __enter__(self) -> "TestFleet":
+        try:
+            self._up()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _up(self) -> None:
+        env = _env()
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"gpufleet-{self.tag}", "-f", str(self.key)],
+                       check=True, env=env)
+        for name, (netns, host_ip, node_ip) in self.hosts.items():
+            # A run that was killed may have left its namespace and veth behind.
+            subprocess.run(["bash", str(TESTHOST), "down", name, netns, str(self.state)], env=env, capture_output=True,
+                           timeout=120)
+            up = subprocess.run(["bash", str(TESTHOST), "up", name, netns, host_ip, node_ip, str(self.state),
+                                 f"{self.key}.pub", *self.shared], env=env, capture_output=True, text=True, timeout=120)
+            if up.returncode != 0:
+                raise RuntimeError(f"test host {name} did not come up: {up.stderr[-2000:]}")
+            subprocess.run(["ip", "-n", netns, "route", "add", f"10.{self.net}.0.0/16", "via", host_ip], check=True, env=env)
+            Path(f"/proc/sys/net/ipv4/conf/{netns}-h/forwarding").write_text("1\n")
+
+    def close(self) -> None:
+        env = _env()
+        for name, (netns, _, _) in self.hosts.items():
+            subprocess.run(["bash", str(TESTHOST), "down", name, netns, str(self.state)], env=env, capture_output=True,
+                           timeout=120)
+        # Never delete through a mount that is still there: the hosts' /dev is this machine's, bound in.
+        mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
+        if not any(m == str(self.state) or m.startswith(f"{self.state}/") for m in mounts):
+            shutil.rmtree(self.state, ignore_errors=True)
+
+    # ------------------------------------------------------------ what tests use
+
+    def address(self, name: str) -> str:
+        return self.hosts[name][2]
+
+    def root(self, name: str) -> Path:
+        """The host's / as this machine sees it."""
+        return self.state / name / "root"
+
+    def ssh_env(self) -> dict:
+        """Environment for ansible-playbook: root logins, modules down the ssh channel (pipelining)."""
+        return {"ANSIBLE_SSH_CONTROL_PATH_DIR": str(self.state / "cp"), "ANSIBLE_HOST_KEY_CHECKING": "false",
+                "ANSIBLE_PIPELINING": "true"}
+
+    def host_vars(self, name: str) -> dict:
+        # Per node: gloo must use the namespace's own interface (every host shares this machine's host name),
+        # the nodes share this machine's cores, and a marker that finds this node's processes.
+        env = {"GLOO_SOCKET_IFNAME": "eth0", "OMP_NUM_THREADS": 1, "GPUFLEET_TEST_NODE": name}
+        return {"ansible_host": self.address(name), "gpufleet_node_env": env}
+
+    def inventory(self, path: Path, names: list[str] | None = None, host_vars: dict | None = None, **group_vars) -> Path:
+        """An inventory of these hosts in group gpu_nodes, in the order given; host_vars: name -> extra vars."""
+        common = {
+            "ansible_connection": "ssh",
+            "ansible_user": "root",
+            "ansible_python_interpreter": "/usr/bin/python3",
+            "ansible_ssh_private_key_file": str(self.key),
+            "ansible_ssh_common_args": "-o UserKnownHostsFile=/dev/null -o StrictHostKeyChecking=no "
+                                       "-o IdentitiesOnly=yes -o ConnectTimeout=10",
+            # The overlay's lower layer is this machine's root: the same interpreter, engine and torch are there.
+            "gpufleet_python": str(BIN / "python"),
+            **group_vars,
+        }
+        nodes = {n: {**self.host_vars(n), **(host_vars or {}).get(n, {})} for n in (names or self.names)}
+        path.write_text(yaml.safe_dump({"all": {"vars": common, "children": {"gpu_nodes": {"hosts": nodes}}}},
+                                       sort_keys=False))
+        return path
+
+    def pids(self, name: str, *marks: str) -> list[int]:
+        """Processes of this host (its namespace) whose command line holds one of `marks` (any, when none)."""
+        netns = self.hosts[name][0]
+        listed = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True, env=_env())
+        found = []
+        for pid in listed.stdout.split():
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:  # gone meanwhile
+                continue
+            if not marks or any(m in cmdline for m in marks):
+                found.append(int(pid))
+        return found
+
+    def kill(self, name: str, *marks: str, sig: int = signal.SIGKILL) -> list[int]:
+        pids = self.pids(name, *marks)
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        return pids
+
+    def kill_sshd(self, name: str) -> list[int]:
+        """The host stops answering ssh: its sshd and every session it holds are killed."""
+        return self.kill(name, "sshd")
+
+    def slow_link(self, name: str, rate: str) -> None:
+        """Limit the host's link to `rate` (tc syntax, e.g. 2mbit) both ways."""
+        netns = self.hosts[name][0]
+        env = _env()
+        for cmd in (["tc", "qdisc", "replace", "dev", f"{netns}-h", "root", "tbf", "rate", rate, "burst", "32kbit",
+                     "latency", "400ms"],
+                    ["ip", "netns", "exec", netns, "tc", "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", rate,
+                     "burst", "32kbit", "latency", "400ms"]):
+            subprocess.run(cmd, check=True, env=env, capture_output=True)
+
+    def wait_for(self, predicate, timeout_s: float, what: str, interval_s: float = 0.3):
+        """Poll `predicate` until it returns something true; its value, or AssertionError naming `what`."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            value = predicate()
+            if value:
+                return value
+            time.sleep(interval_s)
+        raise AssertionError(f"{what}: not within {timeout_s} s")
