@@ -54,6 +54,11 @@ def assert_gpu_schema(gpu: dict) -> None:
     for link in gpu["nvlink"] or []:
         assert set(link) == {"link", "active", "remote_pci_bus_id", "errors"}
         assert set(link["errors"]) == set(nvml.NVLINK_COUNTERS)
+    assert gpu["pcie_replay"] is None or isinstance(gpu["pcie_replay"], int)
+    pids = [p["pid"] for p in gpu["processes"] or []]
+    assert pids == sorted(set(pids))  # one entry per pid
+    for proc in gpu["processes"] or []:
+        assert set(proc) == {"pid", "name", "used_memory_mib", "kinds"} and set(proc["kinds"]) <= {"compute", "graphics"}
     json.dumps(gpu)  # plain JSON, so it records and replays
 
 
@@ -189,3 +194,23 @@ def test_parse_xid_ignores_other_nvrm_lines():
         "xid": 94,
         "message": "NVRM: Xid (PCI:0000:18:00.0): 94, pid=1, Contained ECC error",
     }
+
+
+# --- processes -----------------------------------------------------------------------------------------
+
+
+def test_process_name_reads_comm_then_the_cmdline(tmp_path):
+    assert nvml.process_name(os.getpid()) == Path("/proc/self/comm").read_text().strip()
+    (tmp_path / "41").mkdir()
+    (tmp_path / "41" / "cmdline").write_bytes(b"/opt/venv/bin/python3\0train.py\0--steps\0")
+    assert nvml.process_name(41, str(tmp_path)) == "python3"  # no comm (a kernel that hides it): the cmdline's first word
+    (tmp_path / "41" / "comm").write_text("pt_main_thread\n")
+    assert nvml.process_name(41, str(tmp_path)) == "pt_main_thread"
+    assert nvml.process_name(42, str(tmp_path)) is None  # not in this pid namespace
+
+
+def test_the_reading_records_cuda_visible_devices(monkeypatch):
+    if not _driver_loadable():
+        pytest.skip("no NVIDIA driver: the reading without one has no GPU section to judge")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert nvml.read()["cuda_visible_devices"] == "0"

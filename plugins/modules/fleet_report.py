@@ -28,11 +28,36 @@ options:
     type: list
     elements: str
     default: []
+  engine_src:
+    description:
+      - Folder on the controller holding the gpufleet package (the collection's C(src/)); it goes first on
+        C(PYTHONPATH), so the engine that ships with the collection answers, installed or checked out.
+    type: path
   python:
     description:
       - Python interpreter on the controller that has the gpufleet engine installed.
       - Left out, the interpreter running this module is used.
     type: path
+  db:
+    description:
+      - The run history (SQLite store) the run is indexed in and compared with (C(gpufleet_history_db)).
+      - Left out, C(gpufleet.db) beside the run folder.
+    type: path
+  baseline:
+    description:
+      - The run to compare with (C(gpufleet_baseline)); left out, the store's baseline.
+    type: str
+  set_baseline:
+    description:
+      - Make this run the fleet's baseline once reported (C(gpufleet_baseline_set)).
+    type: bool
+    default: false
+  slurm_names:
+    description:
+      - Inventory host to Slurm node name, for the drain lines (C(gpufleet_slurm_node_name)); a host not named here
+        goes by its inventory name.
+    type: dict
+    default: {}
   timeout_s:
     description:
       - Seconds the report may take before its process group is killed and the module fails.
@@ -84,6 +109,15 @@ failed_hosts:
   type: list
   elements: str
   sample: [node1]
+drain:
+  description: One C(scontrol update ... State=DRAIN) line per node not accepted (also in the run's drain.txt).
+  returned: success
+  type: list
+  elements: str
+baseline:
+  description: The baseline run the report compared with, or null.
+  returned: success
+  type: raw
 summary:
   description: The summary C(gpufleet report --json) prints, with a verdict, counts and failing checks per node.
   returned: success

@@ -87,7 +87,10 @@ def check_host(
     return host_document(host, profile, readings, started, t0, results)
 
 
-BENCHMARKS = ("matmul", "memory", "nccl", "train_gpt2")
+BENCHMARKS = ("matmul", "memory", "nccl", "train_gpt2", "soak")
+# smoke: seconds a benchmark (one matmul shape in bf16, a short HBM pass, all_reduce at a few sizes);
+# quick: minutes a node; thorough: the full sweeps. The soak runs for its own duration at any tier.
+TIERS = ("smoke", "quick", "thorough")
 
 
 def bench_host(
@@ -100,21 +103,28 @@ def bench_host(
     profile_dir=None,
     nccl_options: dict | None = None,
     train_reference: dict | None = None,
+    soak_options: dict | None = None,
 ) -> dict:
     """Run benchmarks on this host; one host document with group `benchmark`.
 
     `nccl_options` places nccl and train_gpt2 under torchrun (nnodes, node_rank, master, timeouts). Across nodes
     `train_reference` is this node's own single-node benchmark.train_gpt2 result from earlier in the run
     (status, value, reason, world_size): the cross-node scaling efficiency is measured against its figure.
+    `soak_options` go to bench.soak.run (duration_s).
     """
     from gpufleet import collect
-    from gpufleet.bench import matmul, memory, nccl
+    from gpufleet.bench import matmul, memory, nccl, soak
     from gpufleet.checks import benchmarks
     from gpufleet.train import gpt2
 
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:
         raise InputError(f"unknown benchmark(s) {unknown}; expected some of {list(BENCHMARKS)}")
+    if tier not in TIERS:
+        raise InputError(f"benchmark tier {tier!r}; expected one of {list(TIERS)}")
+    duration_s = (soak_options or {}).get("duration_s")
+    if "soak" in names and duration_s is not None and not duration_s > 0:
+        raise InputError(f"soak duration {duration_s} s; expected a positive number of seconds (--duration-s)")
     readings = {"nvml": collect.nvml.read(), "host": collect.host.read()}
     profile = profiles.resolve(first_gpu_name(readings), profile_name=profile_name, overrides=overrides, profile_dir=profile_dir)
     started, t0 = schema.utc_now(), time.monotonic()
@@ -123,6 +133,7 @@ def bench_host(
         "matmul": lambda: benchmarks.matmul(matmul.run(tier), profile),
         "memory": lambda: benchmarks.memory(memory.run(tier), profile),
         "nccl": lambda: benchmarks.nccl(nccl.run(tier, **(nccl_options or {})), profile, host_has_ib=host_has_ib),
+        "soak": lambda: benchmarks.soak(soak.run(**(soak_options or {})), profile),
     }
     gpus = visible_gpus(len(readings["nvml"].get("gpus") or []))
     # torchrun placement and limits, shared by the NCCL benchmark and the training gate.

@@ -6,7 +6,10 @@ Method, in the spirit of maximum-achievable-matmul measurement:
 - inputs rotate among several freshly drawn random sets (never zeros: zeros run faster than real data)
   and L2 is flushed before each timed product, outside the events, so no product reads a warm cache;
 - per shape the median over iterations; a GPU's figure is its best shape's median (`tflops`), with the
-  best single iteration kept as `tflops_max`.
+  best single iteration kept as `tflops_max`, and that shape's timed samples summarized
+  (`samples_tflops`: n, min, median, max, spread_pct) so a GPU disturbed while measured shows;
+- tiers: `smoke` one shape, bf16 only, few iterations (seconds); `quick` a few shapes that Hopper runs
+  near its best; `thorough` a 45-shape sweep.
 FLOPs of C[M,N] = A[M,K] @ B[K,N]: 2*M*N*K (one multiply and one add per term).
 """
 
@@ -15,7 +18,17 @@ from __future__ import annotations
 import itertools
 import os
 
-from gpufleet.bench import BENCHMARK_VERSION, DeviceTimer, sig, spread_pct, summarize, torch_versions
+from gpufleet.bench import (
+    BENCHMARK_VERSION,
+    DeviceTimer,
+    cuda_pci_bus_id,
+    cuda_uuid,
+    gather,
+    sig,
+    spread_pct,
+    summarize,
+    torch_versions,
+)
 from gpufleet.bench.monitor import GpuMonitor
 
 DTYPES = ("bf16", "fp16", "tf32", "fp8")
@@ -24,14 +37,22 @@ DTYPES = ("bf16", "fp16", "tf32", "fp8")
 # was the best of the thorough sweep on H200, docs/results/); the thorough sweep looks for the best
 # shape of this GPU, so the quick figure can be judged against it.
 SHAPES = {
+    # One square shape that Hopper runs within a few percent of its best (docs/results/).
+    "smoke": [(8192, 8192, 8192)],
     "quick": [(8192, 8192, 8192), (4096, 4096, 16384), (6144, 16384, 8192)],
     "thorough": list(itertools.product((4096, 6144, 8192, 12288, 16384), (4096, 8192, 16384), (4096, 8192, 16384))),
     # Tiny shapes for CPU runs: logic only, never a performance claim.
     "cpu": [(64, 64, 64), (128, 64, 32)],
 }
-ITERS = {"quick": 20, "thorough": 30, "cpu": 3}
+ITERS = {"smoke": 10, "quick": 20, "thorough": 30, "cpu": 3}
+# dtypes measured when none are asked for: the smoke tier measures only what training runs in.
+TIER_DTYPES = {"smoke": ("bf16",)}
 WARMUP_ITERS = 5
 INPUT_SETS = 3
+# How long all GPUs together may take before the ones still running are killed (an error result each);
+# inside the benchmark module's own timeout, so what the others measured is kept.
+TIMEOUT_S = {"smoke": 300, "quick": 800, "thorough": 3600, "cpu": 300}
+BARRIER_TIMEOUT_S = 300
 
 
 def _make_inputs(torch, dtype_name, m, n, k, device):
@@ -95,23 +116,20 @@ def measure_device(device_index: int | None, dtype_names, tier: str) -> dict:
             "tflops": sig(best["tflops"]["median"]),
             "tflops_max": sig(max(s["tflops"]["max"] for s in per_shape)),
             "best_shape_mnk": best["shape_mnk"],
+            "samples_tflops": best["tflops"],  # the best shape's timed samples: n, min, median, max, spread_pct
             "per_shape": per_shape,
         }
     if device.type == "cuda":
-        out["device"] = {"name": torch.cuda.get_device_name(device), "pci_bus_id": _pci_bus_id(torch, device)}
+        out["device"] = {"name": torch.cuda.get_device_name(device), "pci_bus_id": cuda_pci_bus_id(torch, device),
+                         "uuid": cuda_uuid(torch, device)}
     else:
-        out["device"] = {"name": "cpu", "pci_bus_id": None}
+        out["device"] = {"name": "cpu", "pci_bus_id": None, "uuid": None}
     return out
-
-
-def _pci_bus_id(torch, device) -> str:
-    p = torch.cuda.get_device_properties(device)
-    return f"{p.pci_domain_id:04x}:{p.pci_bus_id:02x}:{p.pci_device_id:02x}"
 
 
 def _worker(device_index, dtype_names, tier, barrier, queue):
     try:
-        barrier.wait()
+        barrier.wait(timeout=BARRIER_TIMEOUT_S)  # a GPU that never gets here breaks the barrier for all
         queue.put((device_index, measure_device(device_index, dtype_names, tier)))
     except Exception as exc:  # reported per GPU; the other GPUs' numbers still count
         queue.put((device_index, {"error": f"{type(exc).__name__}: {exc}"}))
@@ -123,13 +141,16 @@ def run(tier: str = "quick", dtypes=None) -> dict:
     import torch.multiprocessing as mp
 
     n_gpus = torch.cuda.device_count()
+    requested = tier
+    dtypes = dtypes or TIER_DTYPES.get(tier, DTYPES)
     if n_gpus == 0:
         tier = "cpu"
     probe = torch.device("cuda", 0) if n_gpus else torch.device("cpu")
-    dtype_names = [d for d in (dtypes or DTYPES) if d in supported_dtypes(torch, probe)]
+    dtype_names = [d for d in dtypes if d in supported_dtypes(torch, probe)]
     method = {
         "benchmark_version": BENCHMARK_VERSION,
         "tier": tier,
+        "requested_tier": requested,
         "shapes_mnk": SHAPES[tier],
         "iters_per_shape": ITERS[tier],
         "warmup_iters": WARMUP_ITERS,
@@ -139,6 +160,7 @@ def run(tier: str = "quick", dtypes=None) -> dict:
         "statistic": "best shape's median",
         "concurrent_gpus": n_gpus,
         "dtypes": dtype_names,
+        "samples": "per GPU, the best bf16 shape's timed products: n, min, median, max, spread_pct = (max - min) / median",
     }
     with GpuMonitor() as mon:
         if n_gpus == 0:
@@ -149,9 +171,7 @@ def run(tier: str = "quick", dtypes=None) -> dict:
             procs = [ctx.Process(target=_worker, args=(i, dtype_names, tier, barrier, queue)) for i in range(n_gpus)]
             for p in procs:
                 p.start()
-            per_device = dict(queue.get() for _ in procs)
-            for p in procs:
-                p.join()
+            per_device = gather(procs, list(range(n_gpus)), queue, TIMEOUT_S[tier], what="matmul on GPU")
             per_device = {str(k): v for k, v in sorted(per_device.items())}
     summary = {}
     for d in dtype_names:

@@ -5,17 +5,36 @@
 - PCIe: pinned host buffer to device (h2d) and back (d2h); bytes moved = size. One GPU at a
   time, so each GPU's own link shows (a link trained down to x8 or Gen4 halves the figure);
   PCIe Gen5 x16 carries about 64 GB/s raw each way, some 53-57 GB/s in practice.
-Each figure is the median of `iters` timed copies after warm-up, timed with CUDA events.
+Each figure is the median of `iters` timed copies after warm-up, timed with CUDA events; the samples
+(n, min, median, max, spread_pct = (max - min) / median) are kept per GPU, so a GPU disturbed while
+measured shows. The smoke tier copies less, fewer times (seconds for a node).
 """
 
 from __future__ import annotations
 
-from gpufleet.bench import BENCHMARK_VERSION, DeviceTimer, sig, spread_pct, summarize, torch_versions
+from gpufleet.bench import (
+    BENCHMARK_VERSION,
+    DeviceTimer,
+    cuda_pci_bus_id,
+    cuda_uuid,
+    gather,
+    sig,
+    spread_pct,
+    summarize,
+    torch_versions,
+)
 from gpufleet.bench.monitor import GpuMonitor
 
-SIZES_BYTES = {"quick": {"hbm": 4 << 30, "pcie": 1 << 30}, "thorough": {"hbm": 8 << 30, "pcie": 2 << 30}, "cpu": {"hbm": 8 << 20, "pcie": 8 << 20}}
-ITERS = {"quick": 20, "thorough": 50, "cpu": 3}
+SIZES_BYTES = {
+    "smoke": {"hbm": 2 << 30, "pcie": 256 << 20},
+    "quick": {"hbm": 4 << 30, "pcie": 1 << 30},
+    "thorough": {"hbm": 8 << 30, "pcie": 2 << 30},
+    "cpu": {"hbm": 8 << 20, "pcie": 8 << 20},
+}
+ITERS = {"smoke": 10, "quick": 20, "thorough": 50, "cpu": 3}
 WARMUP_ITERS = 3
+TIMEOUT_S = {"smoke": 300, "quick": 600, "thorough": 1200, "cpu": 300}  # all GPUs' HBM copies together
+BARRIER_TIMEOUT_S = 300
 
 
 def _timed_copies(torch, dst, src, iters, device) -> list[float]:
@@ -42,7 +61,9 @@ def hbm_device(device_index, tier) -> dict:
     secs = _timed_copies(torch, dst, src, ITERS[tier], device)
     ok = bool(torch.equal(dst, src))  # the copy really moved the data
     gbps = [2 * n / s / 1e9 for s in secs]
-    return {"hbm_copy_gbps": sig(summarize(gbps)["median"]), "samples_gbps": summarize(gbps), "bytes": n, "correct": ok}
+    cuda = device.type == "cuda"
+    return {"hbm_copy_gbps": sig(summarize(gbps)["median"]), "samples_gbps": summarize(gbps), "bytes": n, "correct": ok,
+            "uuid": cuda_uuid(torch, device) if cuda else None, "pci_bus_id": cuda_pci_bus_id(torch, device) if cuda else None}
 
 
 def pcie_device(device_index, tier) -> dict:
@@ -64,12 +85,22 @@ def pcie_device(device_index, tier) -> dict:
         "samples_d2h_gbps": summarize(d2h),
         "bytes": n,
         "correct": ok,
+        "uuid": cuda_uuid(torch, device),
+        "pci_bus_id": cuda_pci_bus_id(torch, device),
     }
+
+
+def _pcie_or_error(device_index, tier) -> dict:
+    """One GPU's PCIe figures, or the error that stopped them: the other GPUs are still measured."""
+    try:
+        return pcie_device(device_index, tier)
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 def _hbm_worker(device_index, tier, barrier, queue):
     try:
-        barrier.wait()
+        barrier.wait(timeout=BARRIER_TIMEOUT_S)  # a GPU that never gets here breaks the barrier for all
         queue.put((device_index, hbm_device(device_index, tier)))
     except Exception as exc:
         queue.put((device_index, {"error": f"{type(exc).__name__}: {exc}"}))
@@ -80,6 +111,7 @@ def run(tier: str = "quick") -> dict:
     import torch.multiprocessing as mp
 
     n_gpus = torch.cuda.device_count()
+    requested = tier
     if n_gpus == 0:
         tier = "cpu"
     with GpuMonitor() as mon:
@@ -92,19 +124,19 @@ def run(tier: str = "quick") -> dict:
             procs = [ctx.Process(target=_hbm_worker, args=(i, tier, barrier, queue)) for i in range(n_gpus)]
             for p in procs:
                 p.start()
-            hbm = {str(k): v for k, v in sorted(dict(queue.get() for _ in procs).items())}
-            for p in procs:
-                p.join()
-            pcie = {str(i): pcie_device(i, tier) for i in range(n_gpus)}
+            hbm = gather(procs, list(range(n_gpus)), queue, TIMEOUT_S[tier], what="HBM copies on GPU")
+            hbm = {str(k): v for k, v in sorted(hbm.items())}
+            pcie = {str(i): _pcie_or_error(i, tier) for i in range(n_gpus)}
     hbm_vals = [v["hbm_copy_gbps"] for v in hbm.values() if "hbm_copy_gbps" in v]
-    h2d_vals = [v["h2d_gbps"] for v in pcie.values()]
-    d2h_vals = [v["d2h_gbps"] for v in pcie.values()]
+    h2d_vals = [v["h2d_gbps"] for v in pcie.values() if "h2d_gbps" in v]
+    d2h_vals = [v["d2h_gbps"] for v in pcie.values() if "d2h_gbps" in v]
     return {
         "benchmark": "memory",
         "device": "cuda" if n_gpus else "cpu",
         "method": {
             "benchmark_version": BENCHMARK_VERSION,
             "tier": tier,
+            "requested_tier": requested,
             "hbm": "dst.copy_(src), bytes = read + written = 2 x size, all GPUs at once",
             "pcie": "pinned host <-> device, bytes = size, one GPU at a time",
             "sizes_bytes": SIZES_BYTES[tier],
@@ -112,6 +144,7 @@ def run(tier: str = "quick") -> dict:
             "warmup_iters": WARMUP_ITERS,
             "timer": "cuda events" if n_gpus else "perf_counter",
             "statistic": "median",
+            "samples": "per GPU: n, min, median, max, spread_pct = (max - min) / median",
         },
         "versions": torch_versions(),
         "summary": {

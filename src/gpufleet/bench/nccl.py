@@ -36,6 +36,8 @@ from gpufleet.bench.launch import torchrun
 
 MiB, GiB = 1 << 20, 1 << 30
 SIZES = {
+    # all_reduce only, a few sizes up to the one nccl_allreduce_busbw_gbps_min is set at; no send/recv matrix.
+    "smoke": {"all_reduce": [1 * MiB, 64 * MiB, 1 * GiB, 4 * GiB]},
     "quick": {
         "all_reduce": [1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1 * GiB, 4 * GiB],
         "all_gather": [1 * MiB, 16 * MiB, 256 * MiB, 1 * GiB],
@@ -69,9 +71,11 @@ NCCL_PROTOS = {0: "LL", 1: "LL128", 2: "Simple"}
 
 
 def iters_for(size_bytes: int, tier: str) -> int:
-    """About 8 GiB moved per measurement, at least 10 and at most 200 operations."""
+    """About 8 GiB moved per measurement, at least 10 and at most 200 operations (smoke: 4 GiB, 5 to 50)."""
     if tier == "cpu":
         return 3
+    if tier == "smoke":
+        return max(5, min(50, (4 * GiB) // size_bytes))
     return max(10, min(200, (8 * GiB) // size_bytes))
 
 
@@ -225,7 +229,7 @@ def worker(tier: str, out_path: str, use_graph: bool) -> None:
                 torch.cuda.empty_cache()
         results[name] = rows
     matrix = None
-    if world == local_world and world > 1:  # inside one node only: names a slow NVLink pair
+    if world == local_world and world > 1 and "sendrecv" in SIZES[tier]:  # inside one node only: names a slow NVLink pair
         size = SIZES[tier]["sendrecv"][0]
         matrix = {"size_bytes": size, "gbps": _sendrecv_matrix(torch, dist, size, rank, world, device, 5 if tier != "cpu" else 2)}
     if local_rank == 0:  # every node reports the run; the figures are the same on all
@@ -300,10 +304,14 @@ def run(
     import torch
 
     n_gpus = torch.cuda.device_count()
+    requested = tier
     if n_gpus == 0:
         tier = "cpu"
     nproc = nproc_per_node or n_gpus or 2
+    from gpufleet import guard
+
     log_dir = tempfile.mkdtemp(prefix="gpufleet-nccl-")
+    guard.track_dir(log_dir)  # removed should the run be stopped
     args = ["--worker", "--tier", tier] + ([] if use_graph else ["--no-graph"])
     run = torchrun(
         "gpufleet.bench.nccl", args,
@@ -322,6 +330,7 @@ def run(
         with open(path, errors="replace") as f:
             nccl_text += f.read()
     keep_logs = run["workdir"] is not None  # kept on failure or with GPUFLEET_KEEP_LOGS
+    guard.untrack_dir(log_dir)
     if not keep_logs:
         shutil.rmtree(log_dir, ignore_errors=True)
     return {
@@ -330,15 +339,17 @@ def run(
         "method": {
             "benchmark_version": BENCHMARK_VERSION,
             "tier": tier,
+            "requested_tier": requested,
             "sizes_bytes": SIZES[tier],
             "warmup_iters": WARMUP_ITERS,
-            "iters": "about 8 GiB per measurement, 10 to 200 operations",
+            "iters": "about 4 GiB per measurement, 5 to 50 operations" if tier == "smoke"
+            else "about 8 GiB per measurement, 10 to 200 operations",
             "timer": "cuda events around back-to-back operations" if n_gpus else "perf_counter",
             "launch": "faster of eager and cuda_graph" if use_graph and n_gpus else "eager",
             "dtype": "float32",
             "busbw": "nccl-tests conventions (doc/PERFORMANCE.md)",
         },
-        **{k: run[k] for k in ("command", "rc", "timed_out", "seconds", "log_tail")},
+        **{k: run[k] for k in ("command", "rc", "timed_out", "seconds", "log_tail", "workdir")},
         "nccl_log": parse_nccl_log(nccl_text),
         "nccl_log_dir": log_dir if keep_logs else None,
         **run["out"],

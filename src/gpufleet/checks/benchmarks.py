@@ -6,7 +6,12 @@ of results; the raw output rides along in `detail` so nothing measured is lost.
 
 from __future__ import annotations
 
+import statistics
+import time
+
 from gpufleet import profiles, schema
+from gpufleet.bench import sig
+from gpufleet.checks.gpu_health import HW_SLOWDOWN_EVENTS
 from gpufleet.schema import ERROR, FAIL, PASS, WARN, result
 
 GROUP = "benchmark"
@@ -34,46 +39,93 @@ def _throttled(monitor: dict) -> dict:
     return {idx: g["throttled"] for idx, g in (monitor.get("per_gpu") or {}).items() if g.get("throttled")}
 
 
+def _nvml_index(monitor: dict, pci_bus_id: str | None) -> int | None:
+    """The NVML index of a CUDA device, by PCI bus id: the monitor samples NVML's GPUs, torch counts CUDA's."""
+    for idx, g in (monitor.get("per_gpu") or {}).items():
+        if pci_bus_id and (g.get("pci_bus_id") or "").startswith(pci_bus_id):
+            return int(idx)
+    return None
+
+
+def _flag(res: dict, gpus: list[dict]) -> dict:
+    """detail.flagged_gpus on a result that is not passing because of these GPUs ({"index", "uuid"}; index NVML's)."""
+    if res["status"] in (WARN, FAIL, ERROR) and gpus:
+        seen, flagged = set(), []
+        for g in gpus:
+            key = (g.get("index"), g.get("uuid"))
+            if key not in seen:
+                seen.add(key)
+                flagged.append({"index": g.get("index"), "uuid": g.get("uuid"), "serial": g.get("serial")})
+        res["detail"] = {**res["detail"], "flagged_gpus": flagged}
+    return res
+
+
+def _cuda_gpu(monitor: dict, info: dict) -> dict:
+    """A CUDA device's identity for flagged_gpus, from what the benchmark read of it ({"uuid", "pci_bus_id"})."""
+    return {"index": _nvml_index(monitor, info.get("pci_bus_id")), "uuid": info.get("uuid"), "serial": None}
+
+
 def matmul(out: dict, profile: dict) -> list[dict]:
     cpu = out["device"] == "cpu"
+    mon = out["monitor"]
     errors = {d: v["error"] for d, v in out["per_device"].items() if "error" in v}
-    detail = {"summary": out["summary"], "method": out["method"], "versions": out["versions"], "monitor": out["monitor"],
-              "per_gpu": {d: {k: v.get(k, {}).get("tflops") for k in out["method"]["dtypes"]} | {"error": v.get("error")}
+    detail = {"summary": out["summary"], "method": out["method"], "versions": out["versions"], "monitor": mon,
+              "per_gpu": {d: {k: v.get(k, {}).get("tflops") for k in out["method"]["dtypes"]}
+                          | {"error": v.get("error"), "uuid": (v.get("device") or {}).get("uuid"),
+                             "samples_tflops": (v.get("bf16") or {}).get("samples_tflops")}
                           for d, v in out["per_device"].items()},
               "per_shape": {d: {k: v[k]["per_shape"] for k in out["method"]["dtypes"] if k in v} for d, v in out["per_device"].items()}}
+    ident = {d: _cuda_gpu(mon, v.get("device") or {}) for d, v in out["per_device"].items()}
     if errors:
-        return [result("matmul_bf16", ERROR, f"matmul failed on GPU(s) {', '.join(errors)}: {next(iter(errors.values()))}", detail=detail,
-                       remedy="look at the error; a GPU that cannot run a matmul is not fit for training")]
+        return [_flag(result("matmul_bf16", ERROR, f"matmul failed on GPU(s) {', '.join(errors)}: {next(iter(errors.values()))}",
+                             detail=detail, remedy="look at the error; a GPU that cannot run a matmul is not fit for training"),
+                      [ident[d] for d in errors])]
     bf16 = out["summary"].get("bf16", {})
     res = _against_min("matmul_bf16", bf16.get("tflops_min"), "TFLOPS", profile, "matmul_bf16_tflops_min",
                        "slowest GPU bf16 matmul", "compare with the other GPUs in detail; check clocks, power limit and cooling", detail, cpu)
-    throttled = _throttled(out["monitor"])
+    limit = profiles.value(profile, "matmul_bf16_tflops_min")
+    flagged = [ident[d] for d, v in out["per_device"].items()
+               if limit is not None and (v.get("bf16") or {}).get("tflops") is not None and v["bf16"]["tflops"] < limit]
+    throttled = _throttled(mon)
     spread = bf16.get("spread_pct")
     spread_max = profiles.value(profile, "matmul_spread_pct_max")
     if not cpu and throttled and res["status"] == PASS:
         res.update(status=FAIL, reason=f"{res['reason']}, but GPU(s) throttled during the run: {throttled}",
                    remedy="hardware slowdown under load: check cooling, power delivery and the GPU's health")
+        by_index = {g["index"]: g for g in ident.values()}
+        flagged = [by_index.get(int(i)) or {"index": int(i), "uuid": None} for i in throttled]
     elif not cpu and spread_max is not None and spread is not None and spread > spread_max and res["status"] == PASS:
         res.update(status=WARN, reason=f"{res['reason']}, but GPUs differ by {spread}% (more than {spread_max}%)",
                    remedy="the slowest GPU in detail.per_gpu is the one to look at")
-    return [res]
+        slowest = min((d for d, v in out["per_device"].items() if (v.get("bf16") or {}).get("tflops") is not None),
+                      key=lambda d: out["per_device"][d]["bf16"]["tflops"], default=None)
+        flagged = [ident[slowest]] if slowest is not None else []
+    return [_flag(res, flagged)]
 
 
 def memory(out: dict, profile: dict) -> list[dict]:
     cpu = out["device"] == "cpu"
-    s, per = out["summary"], out["per_device"]
-    detail = {"summary": s, "method": out["method"], "per_gpu": per, "monitor": out["monitor"]}
-    bad = [d for d, v in {**per["hbm"], **{f"pcie{k}": v for k, v in per["pcie"].items()}}.items() if "error" in v or not v.get("correct", False)]
+    s, per, mon = out["summary"], out["per_device"], out["monitor"]
+    detail = {"summary": s, "method": out["method"], "per_gpu": per, "monitor": mon}
+    copies = {**per["hbm"], **{f"pcie{k}": v for k, v in per["pcie"].items()}}
+    bad = [d for d, v in copies.items() if "error" in v or not v.get("correct", False)]
     if bad:
-        return [result("memory_bandwidth", ERROR, f"copies failed or moved wrong data on {bad}", detail=detail)]
-    res = [_against_min("hbm_bandwidth", s["hbm_copy_gbps_min"], "GB/s", profile, "hbm_copy_gbps_min",
-                        "slowest GPU HBM copy (read+write)", "compare GPUs in detail; check memory clocks and ECC/row remapping", detail, cpu)]
+        return [_flag(result("memory_bandwidth", ERROR, f"copies failed or moved wrong data on {bad}", detail=detail),
+                      [_cuda_gpu(mon, copies[d]) for d in bad if copies[d].get("uuid")])]
+
+    def under(part, field, key):  # the GPUs under the minimum: the ones a failing result is about
+        limit = profiles.value(profile, key)
+        return [_cuda_gpu(mon, v) for v in per[part].values() if limit is not None and v.get(field) is not None and v[field] < limit]
+
+    res = [_flag(_against_min("hbm_bandwidth", s["hbm_copy_gbps_min"], "GB/s", profile, "hbm_copy_gbps_min",
+                              "slowest GPU HBM copy (read+write)", "compare GPUs in detail; check memory clocks and ECC/row remapping",
+                              detail, cpu), under("hbm", "hbm_copy_gbps", "hbm_copy_gbps_min"))]
     if per["pcie"]:
         h2d = _against_min("pcie_h2d_bandwidth", s["h2d_gbps_min"], "GB/s", profile, "pcie_h2d_gbps_min", "slowest GPU host-to-device",
                            "a link trained down shows here: compare with gpu_health.pcie_link and reseat or replace the riser", detail, cpu)
         d2h = _against_min("pcie_d2h_bandwidth", s["d2h_gbps_min"], "GB/s", profile, "pcie_d2h_gbps_min", "slowest GPU device-to-host",
                            "a link trained down shows here: compare with gpu_health.pcie_link", detail, cpu)
-        res += [h2d, d2h]
+        res += [_flag(h2d, under("pcie", "h2d_gbps", "pcie_h2d_gbps_min")), _flag(d2h, under("pcie", "d2h_gbps", "pcie_d2h_gbps_min"))]
     return res
 
 
@@ -90,7 +142,9 @@ def nccl(out: dict, profile: dict, *, host_has_ib: bool | None = None) -> list[d
     base = {k: out.get(k) for k in ("method", "world_size", "nnodes", "backend", "rc", "seconds", "nccl_log", "command")}
     if out.get("timed_out") or out.get("rc") != 0 or "collectives" not in out:
         why = "timed out and was killed" if out.get("timed_out") else f"exited {out.get('rc')}"
-        return [result("nccl", FAIL, f"NCCL benchmark {why}", detail={**base, "log_tail": out.get("log_tail")},
+        # The folders a failed run keeps on the node (torchrun's and NCCL's logs) are named, to be read and removed.
+        kept = {"kept_folders": [d for d in (out.get("workdir"), out.get("nccl_log_dir")) if d]}
+        return [result("nccl", FAIL, f"NCCL benchmark {why}", detail={**base, **kept, "log_tail": out.get("log_tail")},
                        remedy="read the log tail; a hang across nodes is usually the fabric or a firewall on the rendezvous port")]
     if out.get("world_size") == 1:  # one GPU visible (CUDA_VISIBLE_DEVICES, or a one-GPU node): busbw is 0 by definition
         return [result("nccl", schema.SKIP, ONE_GPU_NCCL, detail=base)]
@@ -182,7 +236,9 @@ def train_gpt2(full: dict, profile: dict, *, single: dict | None = None, referen
         remedy = "read the log tail: an out-of-memory, a NCCL error or a dead peer shows there"
         if nnodes > 1:
             remedy += "; across nodes a node that never came (down, a firewalled rendezvous port) stops every node"
-        return [result("train_gpt2", FAIL, f"GPT-2 training gate {where}{why}", detail={**detail, "log_tail": full.get("log_tail")},
+        kept = {"kept_folders": [d for d in [full.get("workdir")] if d]}
+        return [result("train_gpt2", FAIL, f"GPT-2 training gate {where}{why}",
+                       detail={**detail, **kept, "log_tail": full.get("log_tail")},
                        remedy=remedy)]
     rank0 = full["ranks"][0]
     peak = profiles.value(profile, "bf16_dense_peak_tflops")
@@ -254,3 +310,254 @@ def _scaling_across_nodes(full: dict, per_gpu: int, reference: dict | None, prof
     return _scaling(eff, what, profile, cpu, detail,
                     "the gradient all-reduce between nodes does not keep up: check benchmark_multinode.nccl_all_reduce and "
                     "nccl_transport (InfiniBand with GPUDirect RDMA), then DDP bucket sizes")
+
+
+# --- soak -----------------------------------------------------------------------------------------------
+
+# The first windows of a soak are each GPU's own reference: later windows are judged against their median.
+SOAK_BASELINE_WINDOWS = 3
+# Counters whose growth during a soak fails it: memory the GPU could not correct or repair.
+SOAK_FAIL_COUNTERS = ("ecc_uncorrected_volatile", "ecc_uncorrected_aggregate", "row_remap_uncorrectable",
+                      "row_remap_pending", "row_remap_failure")
+SOAK_REMEDY_THROTTLE = ("hardware slowdown under sustained load: check cooling (inlet temperature, fans, airflow for this "
+                        "GPU's slot) and power delivery (PSUs, BMC power capping); detail.per_gpu has clocks, temperature "
+                        "and power per window")
+
+
+def _soak_when(out: dict, t_s: float | None, prep: str = "at") -> str:
+    """ "at 2026-11-23T10:12:31Z (751 s into the soak)": the time in UTC and from the soak's start."""
+    if t_s is None:
+        return "at an unknown time"
+    start = out.get("started_epoch")
+    if start is None:
+        return f"{prep} {t_s:.0f} s into the soak"
+    utc = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start + t_s))
+    return f"{prep} {utc} ({t_s:.0f} s into the soak)"
+
+
+class _SoakGpus:
+    """Who each soak process loaded: NVML index, uuid, serial, and the label a reason gives it."""
+
+    def __init__(self, out: dict):
+        self.cpu = out["device"] == "cpu"
+        sampler = (out.get("sampler") or {}).get("per_gpu") or {}
+        self.by_rank = {}
+        for rank, g in (out.get("gpus") or {}).items():
+            index = g.get("nvml_index")
+            serial = (sampler.get(str(index)) or {}).get("serial") if index is not None else None
+            self.by_rank[rank] = {"index": index, "uuid": g.get("uuid"), "serial": serial}
+        self.by_index = {str(i): {"index": int(i), "uuid": g.get("uuid"), "serial": g.get("serial")} for i, g in sampler.items()}
+
+    def label(self, rank: str) -> tuple[int | None, str]:
+        """(NVML index for Findings, or None with the label written into the text)."""
+        if self.cpu:
+            return None, f"process {rank}: "
+        index = self.by_rank.get(rank, {}).get("index")
+        return (index, "") if index is not None else (None, f"CUDA device {rank}: ")
+
+
+class _Flags:
+    """GPUs behind each status, to name them in detail.flagged_gpus (the worst status's)."""
+
+    def __init__(self):
+        self.by_status: dict[str, list] = {}
+
+    def add(self, status: str, gpu: dict | None) -> None:
+        if gpu:
+            self.by_status.setdefault(status, []).append(gpu)
+
+    def apply(self, res: dict) -> dict:
+        res.get("detail", {}).pop("flagged_gpus", None)  # Findings' own has no uuid for these indices
+        return _flag(res, self.by_status.get(res["status"], []))
+
+
+def soak(out: dict, profile: dict) -> list[dict]:
+    """The soak's verdict: soak_throttle, soak_errors and soak_slowdown, each naming the GPU and the time.
+
+    A soak that could not start is one `soak` result (fail). On the CPU (no CUDA) only a process that
+    failed or an all_reduce that gave wrong results counts; the rest is `skip`, not a performance figure.
+    """
+    from gpufleet.checks.gpu_inventory import Findings
+
+    cpu = out["device"] == "cpu"
+    base = {k: out.get(k) for k in ("method", "versions", "started", "duration_s", "ran_s", "window_s", "n_windows",
+                                    "world_size", "stopped_early", "stop_reason", "after_effects")}
+    if out.get("setup_error"):
+        return [result("soak", FAIL, f"soak could not start: {out['setup_error']}", detail=base,
+                       remedy="read the error: a GPU that cannot hold a sustained load (out of memory beside another "
+                              "process, a CUDA or NCCL error) is not fit for training; run gpu_health")]
+    gpus = _SoakGpus(out)
+    return [_soak_throttle(out, profile, base, gpus, Findings, cpu), _soak_errors(out, profile, base, gpus, Findings, cpu),
+            _soak_slowdown(out, profile, base, gpus, Findings, cpu)]
+
+
+def _soak_throttle(out, profile, base, gpus, Findings, cpu) -> dict:
+    limit = profiles.value(profile, "soak_throttle_s_max")
+    thr = profiles.threshold(profile, "soak_throttle_s_max", max=limit)
+    sampler = out.get("sampler") or {}
+    detail = {**base, "per_gpu": {i: {k: g.get(k) for k in ("uuid", "serial", "pci_bus_id", "throttle", "windows", "error")}
+                                  for i, g in (sampler.get("per_gpu") or {}).items()}}
+    if cpu:
+        return result("soak_throttle", schema.SKIP, f"no GPU clocks to watch; {CPU_NOTE}", threshold=thr, detail=detail)
+    if sampler.get("error") or not sampler.get("per_gpu"):
+        return result("soak_throttle", ERROR, f"could not watch the GPUs' clocks during the soak: {sampler.get('error') or 'no GPU sampled'}",
+                      threshold=thr, detail=detail, remedy="check NVML (`nvidia-smi`) on the node and run the soak again")
+    f, flags = Findings(), _Flags()
+    worst = 0.0
+    clocks = []
+    for i, g in sorted(sampler["per_gpu"].items(), key=lambda kv: int(kv[0])):
+        hw = {name: e for name, e in (g.get("throttle") or {}).items() if name in HW_SLOWDOWN_EVENTS}
+        seconds = sum(e["seconds"] for e in hw.values())
+        worst = max(worst, seconds)
+        sm = [w["sm_clock_min_mhz"] for w in g.get("windows") or [] if w.get("sm_clock_min_mhz") is not None]
+        clocks += sm
+        if hw and (limit is None or seconds > limit):
+            first = min(e["first_s"] for e in hw.values())
+            names = ", ".join(HW_SLOWDOWN_EVENTS[n] for n in hw)
+            f.add(FAIL, f"{names} {_soak_when(out, first)}, {seconds:g} s in all", gpu=int(i), remedy=SOAK_REMEDY_THROTTLE)
+            flags.add(FAIL, gpus.by_index.get(i))
+        if g.get("error"):
+            f.add(PASS, f"some readings failed: {g['error']}", gpu=int(i))
+    ok = (f"no hardware or thermal slowdown on {len(sampler['per_gpu'])} GPU(s) over {out.get('ran_s'):g} s"
+          + (f" (lowest SM clock {min(clocks)} MHz)" if clocks else ""))
+    return flags.apply(f.result("soak_throttle", ok, value=worst, unit="s", threshold=thr, detail=detail))
+
+
+def _soak_errors(out, profile, base, gpus, Findings, cpu) -> dict:
+    fail_codes = set(profiles.value(profile, "xid_fail_codes") or [])
+    sampler = out.get("sampler") or {}
+    events = [dict(e, utc=_soak_when(out, e.get("t_s"))) for e in sampler.get("events") or [] if e.get("kind") in ("counter", "xid")]
+    detail = {**base, "events": events, "events_dropped": sampler.get("events_dropped"),
+              "per_gpu": {i: {k: g.get(k) for k in ("uuid", "serial", "counters_start", "counters_end")}
+                          for i, g in (sampler.get("per_gpu") or {}).items()},
+              "processes": {r: {k: g.get(k) for k in ("uuid", "nvml_index", "error", "done_s", "last_burst_s", "bursts")}
+                            for r, g in (out.get("gpus") or {}).items()},
+              "nccl_wrong": (out.get("nccl") or {}).get("wrong")}
+    f, flags = Findings(), _Flags()
+    for rank, g in sorted((out.get("gpus") or {}).items(), key=lambda kv: int(kv[0])):
+        if g.get("error"):
+            index, prefix = gpus.label(rank)
+            err = g["error"]
+            f.add(FAIL, f"{prefix}the load stopped {_soak_when(out, err.get('t_s'))}: {err.get('error')}", gpu=index,
+                  remedy="read the error and the node's gpu_health (Xid, ECC); a GPU that cannot hold a sustained load is not "
+                         "fit for training")
+            flags.add(FAIL, gpus.by_rank.get(rank))
+    for wrong in (out.get("nccl") or {}).get("wrong") or []:
+        rank = str(wrong["rank"])
+        index, prefix = gpus.label(rank)
+        f.add(FAIL, f"{prefix}all_reduce gave wrong results {_soak_when(out, wrong['t_s'])}", gpu=index,
+              remedy="wrong collective results point to a faulty GPU or NVLink: run gpu_health and the nccl benchmark")
+        flags.add(FAIL, gpus.by_rank.get(rank))
+    if not cpu:
+        if sampler.get("error") or not sampler.get("per_gpu"):
+            f.add(ERROR, f"could not read the error counters during the soak: {sampler.get('error') or 'no GPU sampled'}",
+                  remedy="check NVML (`nvidia-smi`) on the node and run the soak again")
+        moved: dict[tuple, list] = {}
+        for e in sampler.get("events") or []:
+            if e.get("kind") == "counter":
+                moved.setdefault((e["index"], e["counter"]), []).append(e)
+            elif e.get("kind") == "xid":
+                status = FAIL if e.get("xid") in fail_codes else WARN
+                where = "" if e.get("index") is not None else f"PCI {e.get('pci')}: "
+                f.add(status, f"{where}Xid {e.get('xid')} {_soak_when(out, e.get('t_s'))}", gpu=e.get("index"),
+                      remedy="look the Xid up in NVIDIA's catalog (docs.nvidia.com/deploy/xid-errors); the message is in detail.events")
+                flags.add(status, gpus.by_index.get(str(e.get("index"))))
+        for (index, counter), evs in sorted(moved.items()):
+            status = FAIL if counter in SOAK_FAIL_COUNTERS else WARN
+            first, last = evs[0], evs[-1]
+            f.add(status, f"{counter} {first['from']} -> {last['to']}, first {_soak_when(out, first['t_s'])}", gpu=index,
+                  remedy=("memory errors the GPU could not correct under load: drain the node, reset the GPU; replace it if they "
+                          "come back" if status == FAIL else
+                          "errors corrected under load: the fleet layer judges their rate (fleet.counter_rates); a link or "
+                          "memory whose counts keep growing needs service"))
+            flags.add(status, gpus.by_index.get(str(index)))
+        log = sampler.get("kernel_log") or {}
+        if log.get("error"):
+            f.add(ERROR, f"Xid events not watched: {log['error']}",
+                  remedy="run the soak as root so /dev/kmsg can be read, or allow dmesg (sysctl kernel.dmesg_restrict=0)")
+    if cpu and f.status == PASS:
+        return result("soak_errors", schema.SKIP, f"{len(out.get('gpus') or {})} CPU processes ran to the end, all_reduce results "
+                      f"correct; {CPU_NOTE}", value=0, unit="events", detail=detail)
+    ok = (f"no error counter moved, no Xid, every GPU held the load to the end over {out.get('ran_s'):g} s"
+          + (f", {out['nccl']['rounds']} all_reduce rounds correct" if out.get("nccl") else ""))
+    return flags.apply(f.result("soak_errors", ok, value=len(events), unit="events", detail=detail))
+
+
+def _drop_pct(base: float, value: float) -> float:
+    return round(100 * (base - value) / base, 1) if base else 0.0
+
+
+def _slowed(windows: list, key: str, limit: float | None) -> tuple[dict | None, float | None, list]:
+    """(first window more than `limit`% below the first windows' median, that median, the judged drops)."""
+    vals = [(w, w[key]) for w in windows if w.get(key) is not None]
+    n_base = min(SOAK_BASELINE_WINDOWS, len(vals) - 1)
+    if n_base < 1:
+        return None, None, []
+    base = statistics.median(v for _, v in vals[:n_base])
+    drops = [(w, _drop_pct(base, v)) for w, v in vals[n_base:]]
+    first = next((w for w, d in drops if limit is not None and d > limit), None)
+    return first, base, drops
+
+
+def _soak_slowdown(out, profile, base_detail, gpus, Findings, cpu) -> dict:
+    limit = profiles.value(profile, "soak_slowdown_pct_max")
+    thr = profiles.threshold(profile, "soak_slowdown_pct_max", max=limit, baseline_windows=SOAK_BASELINE_WINDOWS)
+    per_gpu = {r: {k: g.get(k) for k in ("uuid", "nvml_index", "name", "windows", "matmul_tflops_median", "hbm_gbps_median")}
+               for r, g in (out.get("gpus") or {}).items()}
+    detail = {**base_detail, "per_gpu": per_gpu, "nccl": out.get("nccl")}
+    n_windows = out.get("n_windows") or 0
+    if cpu:
+        return result("soak_slowdown", schema.SKIP, f"{n_windows} windows of {out.get('window_s'):g} s on "
+                      f"{len(per_gpu)} CPU processes; {CPU_NOTE}", threshold=thr, detail=detail)
+    f, flags = Findings(), _Flags()
+    worst = 0.0
+    judged = False
+    metrics = (("matmul_tflops", "bf16 matmul", "TFLOPS"), ("hbm_gbps", "HBM copy", "GB/s"))
+    remedy = ("a GPU that cannot hold its throughput: compare its clocks, temperature and power per window "
+              "(soak_throttle detail) with the other GPUs; check cooling and power, and whether another process "
+              "used the GPU (gpu_health.processes)")
+    for rank, g in sorted(per_gpu.items(), key=lambda kv: int(kv[0])):
+        index, prefix = gpus.label(rank)
+        for key, what, unit in metrics:
+            first, base, drops = _slowed(g.get("windows") or [], key, limit)
+            if base is None:
+                continue
+            judged = True
+            worst = max([worst] + [d for _, d in drops])
+            if first is not None:
+                low, low_drop = max(drops, key=lambda wd: wd[1])
+                f.add(FAIL, f"{prefix}{what} {first[key]:g} {unit} in the window {_soak_when(out, first['start_s'], 'from')}, "
+                            f"{_drop_pct(base, first[key]):g}% below its first windows' median {sig(base):g} {unit} "
+                            f"(lowest {low[key]:g} {unit}, {low_drop:g}% below)", gpu=index, remedy=remedy)
+                flags.add(FAIL, gpus.by_rank.get(rank))
+    # Against its siblings: a GPU slow from the first window on is not slower than itself.
+    for key, what, unit in metrics:
+        medians = {r: g[f"{key}_median"] for r, g in per_gpu.items() if g.get(f"{key}_median") is not None}
+        if len(medians) < 2:
+            continue
+        node = statistics.median(medians.values())
+        for rank, m in sorted(medians.items(), key=lambda kv: int(kv[0])):
+            drop = _drop_pct(node, m)
+            worst = max(worst, drop)
+            if limit is not None and drop > limit:
+                index, prefix = gpus.label(rank)
+                f.add(FAIL, f"{prefix}{what} median {m:g} {unit} over the soak, {drop:g}% below the node's median GPU "
+                            f"({sig(node):g} {unit})", gpu=index, remedy=remedy)
+                flags.add(FAIL, gpus.by_rank.get(rank))
+    nccl = out.get("nccl") or {}
+    first, base, drops = _slowed(nccl.get("windows") or [], "busbw_gbps", limit)
+    if base is not None:
+        worst = max([worst] + [d for _, d in drops])
+        if first is not None:
+            f.add(FAIL, f"all_reduce busbw {first['busbw_gbps']:g} GB/s in the window {_soak_when(out, first['start_s'], 'from')}, "
+                        f"{_drop_pct(base, first['busbw_gbps']):g}% below the first windows' median {sig(base):g} GB/s",
+                  remedy="NVLink or NVSwitch bandwidth fell under load: check gpu_health.nvlink and the NVLink error counters "
+                         "(soak_errors), and the fabric manager")
+    if not judged:
+        return result("soak_slowdown", schema.SKIP,
+                      f"{n_windows} window(s) of {out.get('window_s'):g} s: a slowdown needs two or more, to compare "
+                      "later windows with the first; soak longer",
+                      threshold=thr, detail=detail)
+    ok = (f"every GPU within {limit:g}% of its first windows and of its siblings over {n_windows} windows of "
+          f"{out.get('window_s'):g} s" if limit is not None else f"{n_windows} windows judged")
+    return flags.apply(f.result("soak_slowdown", ok, value=worst, unit="%", threshold=thr, detail=detail))

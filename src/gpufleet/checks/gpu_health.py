@@ -1,4 +1,4 @@
-"""GPU health: memory errors, Xid events, throttling, temperature, power, PCIe and NVLink.
+"""GPU health: memory errors, Xid events, throttling, temperature, power, PCIe, NVLink and GPU processes.
 
 Pure functions of the NVML readings (collect.nvml), the kernel log readings
 (collect.kernel_log) and the profile. Readings are a snapshot: a throttle or
@@ -9,8 +9,8 @@ judged as idle.
 from __future__ import annotations
 
 from gpufleet import profiles
-from gpufleet.checks.gpu_inventory import UNREADABLE_REMEDY, Findings, gpu_check, not_supported, unreadable
-from gpufleet.collect.nvml import CLOCK_EVENT_BITS
+from gpufleet.checks.gpu_inventory import UNREADABLE_REMEDY, Findings, gpu_check, gpu_list, not_supported, unreadable
+from gpufleet.collect.nvml import CLOCK_EVENT_BITS, nvlink_error_counts, visible_indices
 from gpufleet.schema import ERROR, FAIL, PASS, SKIP, WARN, result
 
 RESET_REMEDY = "drain the node, then reset the GPU with no process on it: `nvidia-smi -r -i {gpus}`"
@@ -154,12 +154,14 @@ def xid(readings, gpus, profile):
         counts[(ev.get("pci"), ev.get("xid"))] = counts.get((ev.get("pci"), ev.get("xid")), 0) + 1
     f = Findings()
     for (pci, code), n in sorted(counts.items(), key=lambda kv: (str(kv[0][0]), kv[0][1] or 0)):
-        where = f"GPU {by_pci[pci]} ({pci})" if pci in by_pci else f"PCI {pci} (not among the GPUs NVML sees)"
-        text = f"{where}: Xid {code}" + (f" x{n}" if n > 1 else "")
+        times = f" x{n}" if n > 1 else ""
+        index = by_pci.get(pci)
+        text = f"Xid {code}{times} at {pci}" if index is not None else f"PCI {pci} (not among the GPUs NVML sees): Xid {code}{times}"
         if code in fail_codes:
             f.add(
                 FAIL,
                 text,
+                gpu=index,
                 remedy="drain the node; look the Xid up in NVIDIA's catalog (docs.nvidia.com/deploy/xid-errors): "
                 "most of these need a GPU reset or reboot, and a GPU that keeps raising them needs replacement",
             )
@@ -167,6 +169,7 @@ def xid(readings, gpus, profile):
             f.add(
                 WARN,
                 text,
+                gpu=index,
                 remedy="look the Xid up in NVIDIA's catalog (docs.nvidia.com/deploy/xid-errors); most other codes point to the application",
             )
     events = log.get("xid_events") or []
@@ -385,28 +388,22 @@ def pcie_link(readings, gpus, profile):
     )
 
 
-def _crc_errors(g: dict) -> tuple[int | None, str]:
-    """CRC errors of a GPU from its per-link counters, else the all-links totals."""
-    links = g.get("nvlink") or []
-    per_link = [
-        link["errors"].get(c) for link in links for c in ("crc_flit", "crc_data") if (link.get("errors") or {}).get(c) is not None
-    ]
-    if per_link:
-        return sum(per_link), "per-link counters"
-    totals = [v for c, v in (g.get("nvlink_error_totals") or {}).items() if c in ("crc_flit", "crc_data") and v is not None]
-    if totals:
-        return sum(totals), "all-links totals"
-    return None, "no CRC counter readable"
+# Where the cumulative NVLink error counts are judged: as growth per hour between runs and during a run.
+COUNTER_RATES = "fleet.counter_rates"
 
 
 @gpu_check("nvlink")
 def nvlink(readings, gpus, profile):
-    """NVLink: every GPU with the same number of active links, fabric registered, no CRC errors."""
+    """NVLink: every GPU with the same number of active links and the fabric registered.
+
+    The CRC, replay and recovery counters are cumulative since the driver loaded: a count alone says
+    nothing about a link today. They are kept in detail and judged as rates (growth per hour since the
+    node's previous run and during this run) by the fleet layer, fleet.counter_rates.
+    """
     if len(gpus) < 2:
         return result("nvlink", SKIP, "single GPU: NVLink has no peer here")
     per_link_expected = profiles.value(profile, "nvlink_links_per_gpu")
     gpus_expected = profiles.value(profile, "gpus_expected")
-    crc_max = profiles.value(profile, "nvlink_crc_errors_max")
     link_remedy = (
         "reset the GPUs or reboot; a link that stays down needs the baseboard or NVSwitch tray serviced; "
         "`nvidia-smi nvlink -s -i {gpus}` shows each link"
@@ -416,7 +413,8 @@ def nvlink(readings, gpus, profile):
     for g in gpus:
         i, links = g["index"], g.get("nvlink") or []
         active = sum(1 for link in links if link.get("active"))
-        crc, crc_source = _crc_errors(g)
+        errors, source = nvlink_error_counts(g)
+        crc = [errors[c] for c in ("crc_flit", "crc_data") if errors[c] is not None]
         fabric = g.get("fabric")
         per_gpu.append(
             {
@@ -424,25 +422,15 @@ def nvlink(readings, gpus, profile):
                 "links": len(links),
                 "active": active,
                 "inactive_links": [link["link"] for link in links if not link.get("active")],
-                "crc_errors": crc,
-                "crc_source": crc_source,
+                "crc_errors": sum(crc) if crc else None,
+                "crc_source": source,
                 "fabric": fabric,
-                "errors": {
-                    c: sum((link.get("errors") or {}).get(c) or 0 for link in links)
-                    for c in ("crc_flit", "crc_data", "replay", "recovery")
-                },
+                "errors": errors,
             }
         )
         if active == 0:
             why = f" ({unreadable(g, 'nvlink')})" if not links else ""
             f.add(FAIL, f"no active NVLink{why}", gpu=i, remedy=link_remedy)
-        if crc is not None and crc_max is not None and crc > crc_max:
-            f.add(
-                WARN,
-                f"{crc} NVLink CRC errors > {crc_max}",
-                gpu=i,
-                remedy="a marginal link: watch the counters under load; reset or service the link if they grow",
-            )
         if isinstance(fabric, dict) and fabric.get("state") not in (None, "not_supported"):
             if fabric["state"] != "completed":
                 f.add(
@@ -473,14 +461,69 @@ def nvlink(readings, gpus, profile):
     for p in per_gpu:
         if 0 < p["active"] != target:
             f.add(FAIL, f"{p['active']} active NVLinks, {against}", gpu=p["index"], remedy=link_remedy)
+    crcs = [(p["crc_errors"], p["index"]) for p in per_gpu if p["crc_errors"] is not None]
+    if crcs:
+        most, where = max(crcs)
+        counted = f"CRC up to {most}, GPU {where}" if most else "no CRC errors counted"
+    else:
+        counted = "no CRC counter readable"
+    f.add(PASS, f"NVLink error counts in detail ({counted}), judged as rates in {COUNTER_RATES}")
     return f.result(
         "nvlink",
         f"{target} active NVLinks on each of {len(gpus)} GPUs",
         value=min(counts),
         unit="links",
-        threshold=profiles.threshold(profile, "nvlink_links_per_gpu", crc_errors_max=crc_max),
-        detail={"per_gpu": per_gpu},
+        threshold=profiles.threshold(profile, "nvlink_links_per_gpu"),
+        detail={"per_gpu": per_gpu, "error_counts_judged_by": COUNTER_RATES},
     )
+
+
+PROCESS_REMEDY = (
+    "stop the processes named, or drain the node (Slurm: `scontrol update NodeName=<node> State=DRAIN "
+    "Reason=validation`) and let its jobs end, then validate again: benchmark figures taken beside another "
+    "workload are not the node's; `nvidia-smi -i {gpus}` lists the processes"
+)
+
+
+@gpu_check("processes")
+def processes(readings, gpus, profile):
+    """No process on any GPU this node's jobs may use (CUDA_VISIBLE_DEVICES), before the benchmarks run."""
+    cvd = readings["nvml"].get("cuda_visible_devices")
+    vis = visible_indices(gpus, cvd)
+    judged = [g for g in gpus if g["index"] in set(vis["indices"])]
+    visibility = {k: vis[k] for k in ("cuda_visible_devices", "indices", "all", "resolved", "note")}
+    if not judged:
+        return result(
+            "processes",
+            SKIP,
+            f"CUDA_VISIBLE_DEVICES={cvd!r} leaves no GPU to this node, so there is none to judge",
+            detail={"visibility": visibility},
+        )
+    f = Findings()
+    listing = []
+    for g in judged:
+        i, procs = g["index"], g.get("processes")
+        if procs is None:
+            f.add(ERROR, f"GPU processes unreadable ({unreadable(g, 'processes')})", gpu=i, remedy=UNREADABLE_REMEDY)
+            continue
+        for p in procs:
+            listing.append({"index": i, "uuid": g.get("uuid"), **p})
+            name = p.get("name") or "name unknown: not in this host's /proc"
+            mem = f"{p['used_memory_mib']} MiB" if p.get("used_memory_mib") is not None else "memory not reported"
+            f.add(FAIL, f"pid {p['pid']} ({name}, {mem})", gpu=i, remedy=PROCESS_REMEDY)
+    if vis["note"]:
+        f.add(PASS, vis["note"])
+    n = len(judged)
+    res = f.result(
+        "processes",
+        f"no process on the {n} GPU{'s' if n != 1 else ''} of this node" + ("" if vis["all"] else f" ({gpu_list(vis['indices'])})"),
+        value=len(listing),
+        unit="processes",
+        detail={"processes": listing, "visibility": visibility},
+    )
+    if not vis["resolved"] and res["status"] != PASS:  # a passing reason carries the note already
+        res["reason"] += f"; {vis['note']}"
+    return res
 
 
 CHECKS = [
@@ -493,4 +536,5 @@ CHECKS = [
     ("power_limit", power_limit),
     ("pcie_link", pcie_link),
     ("nvlink", nvlink),
+    ("processes", processes),
 ]

@@ -45,13 +45,24 @@ def gpu_check(name: str, *, needs_gpus: bool = True) -> Callable:
                 if nv.get("error"):
                     reason += f" ({nv['error']})"
                 return schema.result(name, ERROR, reason, remedy="see gpu_count: check `nvidia-smi -L` and `lspci -d 10de:`")
-            return fn(readings, gpus, profile)
+            return _name_flagged(fn(readings, gpus, profile), gpus)
 
         check.__name__ = check.__qualname__ = name
         check.__doc__ = fn.__doc__
         return check
 
     return wrap
+
+
+def _name_flagged(res: dict, gpus: list) -> dict:
+    """Fill uuid and serial of the GPUs a result flags (detail.flagged_gpus, from Findings) from the readings."""
+    flagged = (res.get("detail") or {}).get("flagged_gpus") or []
+    by_index = {g.get("index"): g for g in gpus}
+    for entry in flagged:
+        g = by_index.get(entry.get("index")) or {}
+        entry["uuid"] = entry.get("uuid") or g.get("uuid")
+        entry["serial"] = entry.get("serial") or g.get("serial")
+    return res
 
 
 def unreadable(gpu: dict, field: str) -> str:
@@ -83,6 +94,9 @@ class Findings:
     text and remedy merge ("GPUs 0, 3: persistence mode off"). A `pass`
     finding with text is a note added to the passing reason. A remedy may
     hold {gpus}, filled with the comma-separated indices nvidia-smi -i takes.
+    A result that warns, fails or errs because of GPUs names them in
+    detail.flagged_gpus ([{"index", "uuid", "serial"}], the GPUs whose findings
+    have the result's status; gpu_check fills uuid and serial from the readings).
     """
 
     def __init__(self) -> None:
@@ -117,7 +131,17 @@ class Findings:
             texts, remedies = self._lines({ERROR, FAIL, WARN, SKIP})
             reason = "; ".join(texts)
             remedy = "; ".join(remedies) or None
+        flagged = self.flagged_gpus(status)
+        if flagged:
+            fields["detail"] = {**(fields.get("detail") or {}), "flagged_gpus": flagged}
         return schema.result(check, status, reason, remedy=remedy, **fields)
+
+    def flagged_gpus(self, status: str) -> list[dict]:
+        """The GPUs behind a warn/fail/error status: [{"index", "uuid": None, "serial": None}]."""
+        if status not in (WARN, FAIL, ERROR):
+            return []
+        indices = sorted({g for (s, _, _), gpus in self._items.items() if s == status for g in gpus if g is not None})
+        return [{"index": i, "uuid": None, "serial": None} for i in indices]
 
 
 def version_tuple(text: str) -> tuple[int, ...] | None:

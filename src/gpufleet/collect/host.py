@@ -7,7 +7,7 @@ crashed outright, or a top-level value that could not be read, is listed under
 "errors".
 
 Keys:
-  root, kernel, os, is_root
+  root, kernel, os, is_root, boot_id (this boot's id, proc/sys/kernel/random/boot_id)
   pci            [{bdf, vendor, device, class, kind, driver, numa_node,
                    current_link_gen, current_link_width, max_link_gen,
                    max_link_width, current_link_speed, max_link_speed,
@@ -619,6 +619,11 @@ def _read_bringup(root: Path) -> dict:
 # --- top level -------------------------------------------------------------------------
 
 
+def read_boot_id(root: str = "/") -> tuple[str | None, str | None]:
+    """(this boot's id, None) or (None, reason): counters read in two boots cannot be subtracted."""
+    return _text(Path(root) / "proc/sys/kernel/random/boot_id")
+
+
 def _os_pretty_name(root: Path) -> tuple[str | None, str | None]:
     for rel in ("etc/os-release", "usr/lib/os-release"):
         text, reason = _text(root / rel)
@@ -660,6 +665,7 @@ def read(root: str = "/", environ: Mapping[str, str] | None = None) -> dict:
     out["os"], reason = _os_pretty_name(rootp)
     if reason:
         out["errors"].append({"section": "os", "reason": reason})
+    out["boot_id"], _ = read_boot_id(root)  # None where absent (a test tree); the counter snapshots say why
     section("pci", lambda: _read_pci(rootp), [])
     pci = out["pci"]
     section("acs", lambda: _read_acs(rootp, pci), [])

@@ -14,6 +14,7 @@ With a driver:
     {"available": True, "error": None,
      "driver_version": "535.183.01", "cuda_driver_version": "12.2", "nvml_version": "12.535.183.01",
      "binding_version": "13.615.71",          # nvidia-ml-py that read it
+     "cuda_visible_devices": "0,1" | None,    # this process's CUDA_VISIBLE_DEVICES (visible_indices())
      "unreadable": {field: "error text"},     # system-level fields that failed
      "gpus": [GPU, ...]}
 
@@ -48,11 +49,23 @@ GPU (keys in GPU_FIELDS; any value may be None, then "unreadable" says why):
                             all-links *_TOTAL field values (kept where per-link counters fail)
     fabric                  {"state": "not_supported"|"not_started"|"in_progress"|"completed",
                              "status": "Success" or the NVML error text}
+    pcie_replay             int, PCIe replay counter (nvmlDeviceGetPcieReplayCounter)
+    processes               [{"pid": int, "name": str|None, "used_memory_mib": int|None,
+                              "kinds": ["compute", "graphics"]}], one entry per pid, sorted by pid:
+                            NVML's compute and graphics running processes. name is
+                            /proc/<pid>/comm, else the first word of its cmdline; None when
+                            /proc has no such pid (a process of another pid namespace).
+                            used_memory_mib is None where the driver does not report it.
+                            None when the compute list is unreadable; a graphics list
+                            that fails is named as "processes.graphics"
     unreadable              {field: "error text"}; nested fields as "pcie.gen_max",
                             "nvlink.errors.crc_data", "nvlink_error_totals.replay"
 """
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 MIB = 1024 * 1024
 NO_DRIVER = "no NVIDIA driver: libnvidia-ml.so not found"
@@ -65,7 +78,8 @@ GPU_FIELDS = (
     "remapped_rows", "retired_pages",
     "temperature_c", "temperature_slowdown_c", "temperature_shutdown_c", "memory_temperature_c",
     "power_draw_w", "power_limit_w", "power_default_limit_w", "pstate", "utilization_gpu_pct",
-    "clock_event_reasons", "pcie", "nvlink", "nvlink_error_totals", "fabric", "unreadable",
+    "clock_event_reasons", "pcie", "nvlink", "nvlink_error_totals", "fabric", "pcie_replay", "processes",
+    "unreadable",
 )
 # fmt: on
 
@@ -286,6 +300,122 @@ def _nvlink_totals(handle, unreadable: dict) -> dict:
     return totals
 
 
+def nvlink_error_counts(gpu: dict) -> tuple[dict, str]:
+    """A GPU's NVLink error counts (NVLINK_COUNTERS), summed over its links, else the all-links totals.
+
+    Returns (counts, source); a count no counter could give is None, never a made-up zero.
+    """
+    links = gpu.get("nvlink") or []
+    per_link = {c: [(link.get("errors") or {}).get(c) for link in links] for c in NVLINK_COUNTERS}
+    if any(v is not None for vals in per_link.values() for v in vals):
+        counts = {c: sum(v for v in vals if v is not None) if any(v is not None for v in vals) else None
+                  for c, vals in per_link.items()}
+        return counts, "per-link counters"
+    totals = gpu.get("nvlink_error_totals") or {}
+    if any(totals.get(c) is not None for c in NVLINK_COUNTERS):
+        return {c: totals.get(c) for c in NVLINK_COUNTERS}, "all-links totals"
+    return dict.fromkeys(NVLINK_COUNTERS), "no error counter readable"
+
+
+def process_name(pid: int, proc_root: str = "/proc") -> str | None:
+    """/proc/<pid>/comm, else the first word of its cmdline (basename); None when neither is there."""
+    base = Path(proc_root) / str(pid)
+    try:
+        name = (base / "comm").read_text(errors="replace").strip()
+        if name:
+            return name
+    except OSError:
+        pass
+    try:
+        first = (base / "cmdline").read_bytes().split(b"\0", 1)[0].decode(errors="replace").strip()
+    except OSError:
+        return None
+    return os.path.basename(first.split()[0]) if first.split() else None
+
+
+def _process_list(kind: str, handle) -> list:
+    import pynvml
+
+    fn = {"compute": "nvmlDeviceGetComputeRunningProcesses", "graphics": "nvmlDeviceGetGraphicsRunningProcesses"}[kind]
+    # Newer bindings call the _v3 entry point, which older drivers lack: fall back to _v2.
+    return _call_first(
+        (getattr(pynvml, fn, None), handle),
+        (getattr(pynvml, f"{fn}_v3", None), handle),
+        (getattr(pynvml, f"{fn}_v2", None), handle),
+    )
+
+
+def _processes(handle, unreadable: dict) -> list | None:
+    """Processes on one GPU (compute and graphics), one entry per pid."""
+    found: dict[int, dict] = {}
+    for kind in ("compute", "graphics"):
+        procs, err = _read(_process_list, kind, handle)
+        if err:
+            if kind == "compute":  # without the compute list the GPU cannot be called idle
+                unreadable["processes"] = err
+                return None
+            unreadable["processes.graphics"] = err
+            continue
+        for proc in procs or []:
+            pid = int(proc.pid)
+            entry = found.setdefault(pid, {"pid": pid, "name": process_name(pid), "used_memory_mib": None, "kinds": []})
+            if kind not in entry["kinds"]:
+                entry["kinds"].append(kind)
+            used = getattr(proc, "usedGpuMemory", None)
+            if used is not None:
+                entry["used_memory_mib"] = max(entry["used_memory_mib"] or 0, int(used) // MIB)
+    return [found[pid] for pid in sorted(found)]
+
+
+def visible_indices(gpus: list[dict], cuda_visible_devices: str | None) -> dict:
+    """The NVML GPUs that CUDA_VISIBLE_DEVICES leaves to this node's processes.
+
+    Entries are NVML indices (CUDA orders GPUs of one model by PCI bus id, as NVML does) or GPU UUIDs
+    ("GPU-..." or a unique prefix of one), read the way CUDA reads them: a negative or out-of-range index
+    ends the list, and a repeated entry leaves no GPU visible. An entry that names no GPU NVML sees (a UUID
+    matching none or several, a MIG instance, text) cannot be resolved here: then every GPU counts as
+    visible, so that a typo never hides a GPU from a check, and `note` says so.
+
+    Returns {"indices": [NVML index, ...], "all": bool (no restriction), "resolved": bool,
+    "cuda_visible_devices": the value, "note": str | None}.
+    """
+    every = [g.get("index") for g in gpus]
+    out = {"indices": every, "all": True, "resolved": True, "cuda_visible_devices": cuda_visible_devices, "note": None}
+    if cuda_visible_devices is None:
+        return out
+    text = cuda_visible_devices.strip()
+    uuids = {g.get("index"): (g.get("uuid") or "").lower() for g in gpus}
+    chosen: list[int] = []
+    for raw in text.split(",") if text else []:
+        entry = raw.strip()
+        if not entry:
+            break  # as CUDA: an empty entry ends the list
+        if entry.lstrip("+-").isdigit():
+            index = int(entry)
+            if index < 0 or index not in uuids:
+                break  # CUDA ignores this entry and every one after it
+        elif entry.upper().startswith("GPU-"):
+            hits = [i for i, u in uuids.items() if u and u.startswith(entry.lower())]
+            if len(hits) != 1:
+                why = "matches no GPU UUID NVML sees" if not hits else f"matches {len(hits)} GPU UUIDs"
+                return out | {"resolved": False,
+                              "note": f"CUDA_VISIBLE_DEVICES={cuda_visible_devices!r}: entry {entry!r} {why}, so every GPU is judged"}
+            index = hits[0]
+        else:
+            what = "a MIG instance" if entry.upper().startswith("MIG-") else "neither an index nor a GPU UUID"
+            return out | {"resolved": False,
+                          "note": f"CUDA_VISIBLE_DEVICES={cuda_visible_devices!r}: entry {entry!r} is {what}, so every GPU is judged"}
+        if index in chosen:  # CUDA: a repeated device leaves none visible
+            chosen = []
+            break
+        chosen.append(index)
+    hidden = [i for i in every if i not in chosen]
+    note = None
+    if hidden:
+        note = f"CUDA_VISIBLE_DEVICES={cuda_visible_devices!r} leaves {len(chosen)} of {len(every)} GPUs to this node"
+    return out | {"indices": chosen, "all": not hidden, "note": note}
+
+
 def _gpu(index: int) -> dict:
     import pynvml
 
@@ -352,6 +482,8 @@ def _gpu(index: int) -> dict:
     gpu["nvlink"] = _nvlink(h, unreadable)
     gpu["nvlink_error_totals"] = _nvlink_totals(h, unreadable)
     put("fabric", _fabric, h)
+    put("pcie_replay", lambda: int(pynvml.nvmlDeviceGetPcieReplayCounter(h)))
+    gpu["processes"] = _processes(h, unreadable)
     return gpu
 
 
@@ -377,7 +509,14 @@ def read() -> dict:
     except Exception as exc:
         return {"available": False, "error": f"NVML init failed: {_error_text(exc)}", "gpus": []}
     try:
-        out = {"available": True, "error": None, "binding_version": _binding_version(), "unreadable": {}}
+        out = {
+            "available": True,
+            "error": None,
+            "binding_version": _binding_version(),
+            # Which GPUs this node's processes may use: the checks judge those (visible_indices()).
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "unreadable": {},
+        }
         for key, fn in (
             ("driver_version", lambda: _text(pynvml.nvmlSystemGetDriverVersion())),
             (

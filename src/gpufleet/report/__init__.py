@@ -7,9 +7,14 @@
 build() reads them all and writes, beside hosts/:
 
     report.json   every result of every host, unchanged, with a verdict per node
-    report.md     node table (failures first), then each node's findings
+    report.md     node table (failures first), the fleet view and drain lines, then each node's findings
     report.html   the same, self-contained (inline CSS, no scripts, no external assets)
     junit.xml     one testsuite per node, one testcase per check
+    fleet.json    the fleet layer's results per node (group fleet), its metrics and medians
+    prometheus/<host>.prom, drain.txt   (gpufleet.fleet.export)
+
+The fleet layer (gpufleet.fleet) adds results of group `fleet` to every node whose document could be read,
+and they count in its verdict; the run is indexed into the store (gpufleet.db beside the run folder).
 
 A node is named by its file name (the inventory name the playbook writes), so
 `--expect-host` matches even when the node reports a different hostname.
@@ -21,20 +26,22 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
+import sqlite3
 from pathlib import Path
 from typing import Any
 
-from gpufleet import __version__, schema
+from gpufleet import __version__, paths, schema
 from gpufleet.errors import InputError
 
 REPORT_FILES = {"json": "report.json", "md": "report.md", "html": "report.html", "junit": "junit.xml"}
+FLEET_FILE, DRAIN_FILE, PROMETHEUS_DIR = "fleet.json", "drain.txt", "prometheus"
 
 # Worst first: the column order of count tables and the order findings are listed in.
 STATUS_ORDER = sorted(schema.STATUSES, key=schema.severity, reverse=True)
 
 NEVER_REPORTED = "no results: the host never reported (unreachable or the play was interrupted)"
+_DOC_PROFILE = "_document_profile"  # a node's host document profile (name, thresholds), kept off report.json
 REPORT_GROUP = "report"  # group of the error results the report itself makes
 
 
@@ -63,6 +70,16 @@ def _result_problem(res: Any) -> str | None:
     if res.get("status") not in schema.STATUSES:
         return f"'status' is {res.get('status')!r}; expected one of {', '.join(schema.STATUSES)}"
     return None
+
+
+def result_problem(res: Any) -> str | None:
+    """Why one entry of `results` cannot be reported or indexed as it is, or None when it can."""
+    return _result_problem(res)
+
+
+def parse_host_doc(raw: bytes) -> tuple[dict | None, str | None]:
+    """(host document, None) or (None, why it is unreadable), from a file's bytes."""
+    return _parse_host_doc("", raw)
 
 
 def _parse_host_doc(rel: str, raw: bytes) -> tuple[dict | None, str | None]:
@@ -108,6 +125,15 @@ def _node(name: str, source: str | None, results: list[dict], doc: dict | None =
     }
     if doc.get("host") and doc["host"] != name:
         node["reported_host"] = doc["host"]  # the node's own hostname differs from its inventory name
+    if doc:
+        node[_DOC_PROFILE] = profile  # for the fleet layer's thresholds; not written to report.json
+    return node
+
+
+def _refresh(node: dict) -> dict:
+    """Verdict and counts again, after results were added (the fleet layer's)."""
+    node["verdict"] = schema.verdict(node["results"])
+    node["counts"] = {s: sum(1 for r in node["results"] if r["status"] == s) for s in STATUS_ORDER}
     return node
 
 
@@ -170,10 +196,10 @@ def load_nodes(run_dir: Path, expected_hosts: list[str] | None = None) -> list[d
         raise InputError(f"run directory {run_dir} has no hosts/ folder; expected {hosts_dir}/<host>.json per checked host")
     try:
         # Dot files are partial writes (temporary files of an atomic copy).
-        paths = sorted(p for p in hosts_dir.glob("*.json") if not p.name.startswith("."))
+        host_files = sorted(p for p in hosts_dir.glob("*.json") if not p.name.startswith("."))
     except OSError as exc:
         raise InputError(f"{hosts_dir} cannot be listed: {exc.strerror}") from None
-    nodes = {p.stem: read_host_file(p, run_dir) for p in paths}
+    nodes = {p.stem: read_host_file(p, run_dir) for p in host_files}
     for host in expected_hosts or []:
         if host not in nodes:
             nodes[host] = _node(
@@ -194,6 +220,20 @@ def load_nodes(run_dir: Path, expected_hosts: list[str] | None = None) -> list[d
             "expected one host document per checked host"
         )
     return sorted(nodes.values(), key=_node_order)
+
+
+def load_peers(run_dir: Path) -> dict:
+    """peers/<host>.json: known-good nodes that joined the run across nodes without their node stage. Shown beside
+    the nodes of the run, never judged: {host: {"source": "peers/<host>.json", "results": [...]}}; an unreadable
+    file is one `error` result naming it."""
+    folder = Path(run_dir) / "peers"
+    if not folder.is_dir():
+        return {}
+    out = {}
+    for path in sorted(p for p in folder.glob("*.json") if not p.name.startswith(".")):
+        node = read_host_file(path, Path(run_dir))
+        out[node["host"]] = {"source": node["source"], "results": node["results"]}
+    return out
 
 
 # ---------------------------------------------------------------- formatting shared by the renderers
@@ -319,6 +359,51 @@ def _finite(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
+def fleet_columns(report: dict) -> list[tuple[str, str, str | None]]:
+    """(column, title, unit) of the fleet view that at least one node has a figure for."""
+    from gpufleet.fleet.compare import VIEW_COLUMNS
+
+    rows = (report.get("fleet") or {}).get("view") or []
+    out = []
+    for col, title, _ in VIEW_COLUMNS:
+        cells = [r["columns"].get(col) for r in rows if r["columns"].get(col)]
+        if cells:
+            out.append((col, title, cells[0]["unit"]))
+    return out
+
+
+def fleet_cell_parts(cell: dict) -> list[str]:
+    """A view cell's figure, then against the fleet median and the baseline: ["791.6", "fleet -2.1% (808.5)", ...]."""
+    from gpufleet.fleet import num
+
+    parts = [num(cell["value"])]
+    if cell.get("vs_fleet_pct") is not None:
+        parts.append(f"fleet {cell['vs_fleet_pct']:+.1f}% ({num(cell['fleet_median'])}, {cell['fleet_n']} nodes)")
+    if cell.get("vs_baseline_pct") is not None:
+        parts.append(f"baseline {cell['vs_baseline_pct']:+.1f}% ({num(cell['baseline'])})")
+    elif cell.get("baseline_fleet_median"):
+        pct = (cell["value"] - cell["baseline_fleet_median"]) / cell["baseline_fleet_median"] * 100
+        parts.append(f"baseline fleet {pct:+.1f}% ({num(cell['baseline_fleet_median'])})")
+    for g in cell.get("gpu_outliers") or []:
+        parts.append(f"GPU {g['index'] if g['index'] is not None else '?'} {g['deviation_pct']:+.1f}% vs its node")
+    return parts
+
+
+def fleet_note(report: dict) -> str:
+    """One sentence under the fleet view: what the figures are held against."""
+    fleet = report.get("fleet") or {}
+    base = fleet.get("baseline") or {}
+    if base.get("run_id") and not base.get("note"):
+        against = f"baseline run {base['run_id']} ({base.get('source')})"
+    else:
+        against = f"no baseline ({base.get('note') or 'none set'})"
+    store = f"store {fleet['store']}" if fleet.get("store") else (fleet.get("store_note") or "no store")
+    cpu = any(r.get("cpu") for r in fleet.get("view") or [])
+    return (f"Each node's figure (slowest GPU where it is per GPU) against this run's fleet median and {against}; "
+            f"{store}. WARN and FAIL mark outliers, which the node's fleet.* results explain."
+            + (" CPU run: a logic check, not a performance figure." if cpu else ""))
+
+
 def node_versions_text(node: dict) -> str:
     v = node.get("versions") or {}
     names = (("driver", "driver"), ("cuda_driver", "CUDA"), ("kernel", "kernel"), ("os", "OS"), ("engine", "engine"))
@@ -355,13 +440,8 @@ def assemble(run_dir: Path, nodes: list[dict]) -> dict:
 
 
 def _write(path: Path, text: str) -> None:
-    # Write beside and rename, so a reader never sees half a report.
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise InputError(f"cannot write {path}: {exc.strerror}; expected a writable run directory") from None
+    # Write beside and rename, so a reader never sees half a report; mode 0640 like every controller file.
+    paths.write_atomic(path, text)
 
 
 def summarize(report: dict, files: dict) -> dict:
@@ -373,31 +453,158 @@ def summarize(report: dict, files: dict) -> dict:
             "failed_checks": [check_id(r) for r in node["results"] if r["status"] in (schema.FAIL, schema.ERROR)],
             "warned_checks": [check_id(r) for r in node["results"] if r["status"] == schema.WARN],
         }
+    fleet = report.get("fleet") or {}
     return {
         "run_dir": report["run_dir"],
         "run_id": report["run_id"],
         "verdict": report["verdict"],
         "nodes": nodes,
         "files": files,
+        "store": fleet.get("store"),
+        "store_note": fleet.get("store_note"),
+        "baseline": (fleet.get("baseline") or {}).get("run_id"),
+        "drain": fleet.get("drain") or [],
+        "prometheus": fleet.get("prometheus") or {},
+        "prometheus_note": fleet.get("prometheus_note"),
     }
 
 
-def build(run_dir: Path, expected_hosts: list[str] | None = None) -> dict:
-    """Read RUN_DIR/hosts/*.json, write the four reports, return the summary.
+def _open_store(run_dir: Path, db: Path | str | None, use_store: bool):
+    """(Store or None, why there is none). The default store (<run_dir>/../gpufleet.db) is created when it can be;
+    when it cannot, the report goes on without history. A store named with --db must open."""
+    from gpufleet.fleet import DB_NAME, store as fleet_store
+
+    if not use_store:
+        return None, "no store: the report was made with --no-store, so there is no history or baseline to compare with"
+    if db is not None:
+        return fleet_store.Store(Path(db)), None
+    path = run_dir.resolve().parent / DB_NAME
+    try:
+        return fleet_store.Store(path), None
+    except InputError as exc:
+        return None, f"no store: {exc}"
+
+
+def _choose_baseline(run_dir: Path, store, explicit: str | None) -> dict | None:
+    """The baseline this run is compared with: --baseline, else run.json's "baseline", else the store's."""
+    from gpufleet.fleet import store as fleet_store
+
+    if explicit:
+        if store is not None and not store.run(explicit):
+            raise InputError(f"--baseline {explicit!r}: no such run in the store {store.path}; expected a run it holds "
+                             "(gpufleet history, or gpufleet store rebuild when its folder exists)")
+        return {"run_id": explicit, "source": "--baseline"}
+    info = fleet_store.read_run_info(run_dir)
+    if isinstance(info.get("baseline"), str) and info["baseline"]:
+        return {"run_id": info["baseline"], "source": "run.json"}
+    current = store.baseline() if store is not None else None
+    if current:
+        return {"run_id": current["run_id"], "source": f"the store's baseline (set {current['set_at']})"}
+    return None
+
+
+def _fleet_document(report: dict, fleet: dict, drain: list[str]) -> dict:
+    return {
+        "schema_version": schema.SCHEMA_VERSION,
+        "run_id": report["run_id"],
+        "generated": report["generated"],
+        "store": report["fleet"]["store"],
+        "store_note": report["fleet"]["store_note"],
+        "baseline": fleet["baseline"],
+        "nodes": {
+            host: {"verdict": report["nodes"][host]["verdict"], "results": results,
+                   **{k: fleet["metrics"][host][k] for k in ("gpus", "metrics", "spreads", "cpu")}}
+            for host, results in fleet["results"].items()
+        },
+        "fleet_medians": fleet["fleet_medians"],
+        "baseline_medians": fleet["baseline_medians"],
+        "view": fleet["view"],
+        "drain": drain,
+    }
+
+
+def build(
+    run_dir: Path,
+    expected_hosts: list[str] | None = None,
+    *,
+    db: Path | str | None = None,
+    use_store: bool = True,
+    baseline: str | None = None,
+    slurm_names: dict | None = None,
+) -> dict:
+    """Read RUN_DIR/hosts/*.json, add the fleet layer, write the reports, return the summary.
+
+    The fleet layer: the run's documents are indexed into the store (`db`, default <run_dir>/../gpufleet.db,
+    none with use_store False), each node gets the results of group `fleet` (gpufleet.fleet.compare: against
+    its GPUs' median, the fleet, the baseline, its counters' growth, GPUs that failed before), which count in its
+    verdict; fleet.json, prometheus/<host>.prom and drain.txt are written beside the reports, and the verdicts
+    are recorded in the store. `slurm_names` maps inventory names to Slurm node names (default: the same;
+    run.json's "slurm_node_names" when it has them).
 
     Raises InputError when RUN_DIR is missing, not a directory, has no hosts/
-    folder (or an empty one with no expected hosts), or cannot be written.
+    folder (or an empty one with no expected hosts), or cannot be written,
+    and for a store named by `db` or a baseline that cannot be used.
     """
+    from gpufleet.fleet import compare, export, store as fleet_store
     from gpufleet.report import render_html, render_junit, render_md  # they use the helpers above
 
     run_dir = Path(run_dir)
-    report = assemble(run_dir, load_nodes(run_dir, expected_hosts))
-    files = {kind: str(run_dir / name) for kind, name in REPORT_FILES.items()}
-    # Results are written as they came; NaN/inf from a benchmark stay as Python writes them.
-    _write(Path(files["json"]), json.dumps(report, indent=1, default=str) + "\n")
-    _write(Path(files["md"]), render_md.render(report))
-    _write(Path(files["html"]), render_html.render(report))
-    _write(Path(files["junit"]), render_junit.render(report))
+    nodes = load_nodes(run_dir, expected_hosts)
+    run_id = run_dir.resolve().name
+    store, store_note = _open_store(run_dir, db, use_store)
+    try:
+        if store is not None:
+            try:
+                store.index_run(run_dir, expected_hosts=expected_hosts)
+            except (InputError, sqlite3.Error) as exc:  # locked past its timeout, a full disk: the report still comes
+                store.close()
+                store, store_note = None, f"no store: {store.path} could not be written ({exc}); history and baseline comparisons skip"
+        chosen = _choose_baseline(run_dir, store, baseline)
+        readable = {n["host"]: {"results": n["results"], "profile": n[_DOC_PROFILE]} for n in nodes if _DOC_PROFILE in n}
+        fleet = compare.evaluate(run_id, readable, store=store, store_note=store_note, baseline=chosen)
+        for node in nodes:
+            node.pop(_DOC_PROFILE, None)
+            node["results"] = node["results"] + fleet["results"].get(node["host"], [])
+            _refresh(node)
+        report = assemble(run_dir, sorted(nodes, key=_node_order))
+        info = fleet_store.read_run_info(run_dir)
+        names = slurm_names if slurm_names is not None else info.get("slurm_node_names")
+        drain = export.drain_lines(report, names if isinstance(names, dict) else None)
+        report["fleet"] = {
+            "store": str(store.path) if store is not None else None,
+            "store_note": store_note,
+            "baseline": fleet["baseline"],
+            "fleet_medians": fleet["fleet_medians"],
+            "baseline_medians": fleet["baseline_medians"],
+            "view": fleet["view"],
+            "drain": drain,
+        }
+        # The peers' own figures of the run across nodes, beside the new node's (not part of any verdict).
+        report["peers"] = load_peers(run_dir)
+        files = {kind: str(run_dir / name) for kind, name in REPORT_FILES.items()}
+        files.update(fleet=str(run_dir / FLEET_FILE), drain=str(run_dir / DRAIN_FILE))
+        # Results are written as they came; NaN/inf from a benchmark stay as Python writes them.
+        _write(Path(files["fleet"]), json.dumps(_fleet_document(report, fleet, drain), indent=1, default=str) + "\n")
+        try:
+            report["fleet"]["prometheus"] = export.write_prometheus(run_dir, report, fleet)
+        except ImportError:  # a controller installed without the controller extra: the acceptance report comes first
+            report["fleet"]["prometheus_note"] = ("no Prometheus files: prometheus_client is not installed in the controller's "
+                                                  "Python (pip install 'gpufleet[controller]')")
+        export.write_drain(run_dir, drain, run_id)
+        _write(Path(files["json"]), json.dumps(report, indent=1, default=str) + "\n")
+        _write(Path(files["md"]), render_md.render(report))
+        _write(Path(files["html"]), render_html.render(report))
+        _write(Path(files["junit"]), render_junit.render(report))
+        if store is not None:
+            try:
+                store.record_fleet(run_id, fleet["results"])
+                store.record_verdicts(run_id, report["verdict"], {h: n["verdict"] for h, n in report["nodes"].items()}, report["generated"])
+            except (InputError, sqlite3.Error) as exc:
+                report["fleet"]["store_note"] = (f"the verdicts could not be recorded in {store.path} ({exc}); "
+                                                 "`gpufleet store rebuild` records them from the run folders")
+    finally:
+        if store is not None:
+            store.close()
     return summarize(report, files)
 
 
@@ -418,4 +625,16 @@ def summary_text(summary: dict) -> str:
     files = summary["files"]
     lines.append(f"report: {files['html']}")
     lines.append(f"        {files['md']}, {files['json']}, {files['junit']}")
+    if files.get("fleet"):
+        prom = f", {Path(files['fleet']).parent / PROMETHEUS_DIR}/<node>.prom" if summary.get("prometheus") else ""
+        lines.append(f"fleet:  {files['fleet']}{prom}")
+    if summary.get("drain"):
+        lines.append(f"drain:  {files['drain']} ({len(summary['drain'])} node(s) to drain in Slurm)")
+    if summary.get("store"):
+        base = f"; compared with baseline {summary['baseline']}" if summary.get("baseline") else "; no baseline set"
+        lines.append(f"store:  {summary['store']}{base}")
+    elif summary.get("store_note"):
+        lines.append(summary["store_note"])
+    if summary.get("prometheus_note"):
+        lines.append(summary["prometheus_note"])
     return "\n".join(lines)

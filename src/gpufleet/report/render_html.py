@@ -20,7 +20,10 @@ from gpufleet.report import (
     STATUS_ORDER,
     busbw_series,
     check_id,
+    fleet_cell_parts,
+    fleet_columns,
     fleet_line,
+    fleet_note,
     fmt_scalar,
     node_versions_text,
     ordered_results,
@@ -43,6 +46,12 @@ table.results td:first-child{white-space:nowrap}
 figure{margin:.8em 0}figcaption{color:#57606a;font-size:12px}svg.chart{width:100%;max-width:760px;height:auto}
 svg.chart text{font:11px system-ui,sans-serif;fill:#1f2328}svg.chart .grid{stroke:#d0d7de;stroke-width:1}
 svg.chart .axis{stroke:#57606a;stroke-width:1}
+td.fv{min-width:11em}.fv .bar{position:relative;height:8px;background:#eaeef2;border-radius:2px;margin:3px 0}
+.fv .bar i{position:absolute;left:0;top:0;bottom:0;background:#0969da;border-radius:2px}
+.fv .bar b{position:absolute;top:-3px;bottom:-3px;width:2px;background:#1f2328}.fv .bar b.base{background:#8250df}
+.fv div.v{font-weight:600}
+td.fv.s-warn{background:#fff8c5}td.fv.s-fail{background:#ffebe9}.fv .bar.s-warn i{background:#9a6700}.fv .bar.s-fail i{background:#cf222e}
+pre.drain{background:#f6f8fa;padding:.5em;border:1px solid #d0d7de}
 """
 
 _MAX_DEPTH = 3  # deeper evidence is shown as JSON
@@ -233,6 +242,57 @@ def _busbw_section(node: dict) -> str:
     return "\n".join(out)
 
 
+def _fleet_section(report: dict, anchors: dict[str, str]) -> str:
+    """The fleet view: per node and figure, a bar scaled to the column's largest value with a black mark at the
+    fleet median and a purple one at the baseline, the figure against both; outliers coloured. Then the drain lines."""
+    fleet = report.get("fleet")
+    if not fleet:
+        return ""
+    out = ["<h2>Fleet</h2>"]
+    columns = fleet_columns(report)
+    rows = fleet.get("view") or []
+    if columns:
+        out.append(f'<p class="meta">{_e(fleet_note(report))}</p>')
+        head = "".join(f"<th>{_e(title)} ({_e(unit or '')})</th>" for _, title, unit in columns)
+        out.append(f'<table class="fleet"><thead><tr><th>node</th>{head}</tr></thead><tbody>')
+        tops = {col: max((r["columns"][col]["value"] for r in rows if r["columns"].get(col)), default=0) for col, _, _ in columns}
+        for row in rows:
+            cells = []
+            for col, _, _ in columns:
+                cell = row["columns"].get(col)
+                if not cell:
+                    cells.append('<td class="fv"></td>')
+                    continue
+                top = tops[col] or 1.0
+                width = max(0.0, min(100.0, cell["value"] / top * 100))
+                mark = ""
+                if cell.get("fleet_median"):
+                    mark = f'<b style="left:{min(100.0, cell["fleet_median"] / top * 100):.1f}%" title="fleet median"></b>'
+                base = cell.get("baseline") or cell.get("baseline_fleet_median")
+                if base:
+                    mark += f'<b class="base" style="left:{min(100.0, base / top * 100):.1f}%" title="baseline"></b>'
+                parts = fleet_cell_parts(cell)
+                status = cell["status"]
+                badge = f" {_badge(status)}" if status != "pass" else ""
+                cells.append(
+                    f'<td class="fv s-{_e(status)}"><div class="v">{_e(parts[0])}{badge}</div>'
+                    f'<div class="bar s-{_e(status)}"><i style="width:{width:.1f}%"></i>{mark}</div>'
+                    + "".join(f'<div class="src">{_e(p)}</div>' for p in parts[1:]) + "</td>"
+                )
+            link = anchors.get(row["host"])
+            name = f'<a href="#{link}">{_e(row["host"])}</a>' if link else _e(row["host"])
+            out.append(f"<tr><td>{name}</td>{''.join(cells)}</tr>")
+        out.append("</tbody></table>")
+    drain = fleet.get("drain") or []
+    out.append("<h3>Drain in Slurm</h3>")
+    if drain:
+        out.append(f"<p>{len(drain)} node(s) not accepted (also in <code>drain.txt</code>):</p>")
+        out.append(f'<pre class="drain">{_e(chr(10).join(drain))}</pre>')
+    else:
+        out.append("<p>Every node accepted: none to drain.</p>")
+    return "\n".join(out)
+
+
 def render(report: dict) -> str:
     nodes = list(report["nodes"].values())
     anchors = [_anchor(n["host"], i) for i, n in enumerate(nodes)]
@@ -264,6 +324,7 @@ def render(report: dict) -> str:
             + "<th>profile</th><th>not passing</th></tr></thead><tbody>",
             *rows,
             "</tbody></table>",
+            _fleet_section(report, {n["host"]: a for n, a in zip(nodes, anchors)}),
             *(_node_section(n, a) for n, a in zip(nodes, anchors)),
             "</body></html>",
             "",

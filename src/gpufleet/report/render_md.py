@@ -15,7 +15,10 @@ from gpufleet.report import (
     STATUS_ORDER,
     busbw_series,
     check_id,
+    fleet_cell_parts,
+    fleet_columns,
     fleet_line,
+    fleet_note,
     fmt_scalar,
     node_versions_text,
     ordered_results,
@@ -119,6 +122,52 @@ def _busbw_tables(node: dict) -> list[str]:
     return lines
 
 
+def _fleet_section(report: dict) -> list[str]:
+    """The fleet view as a table (each node's figures against the fleet median and the baseline), then the drain lines."""
+    fleet = report.get("fleet")
+    if not fleet:
+        return []
+    lines = ["## Fleet", ""]
+    columns = fleet_columns(report)
+    if columns:
+        lines += [_inline(fleet_note(report)), ""]
+        lines.append("| node | " + " | ".join(f"{_inline(title)} ({_inline(unit or '')})" for _, title, unit in columns) + " |")
+        lines.append("| --- | " + " | ".join("---:" for _ in columns) + " |")
+        for row in fleet.get("view") or []:
+            cells = []
+            for col, _, _ in columns:
+                cell = row["columns"].get(col)
+                if not cell:
+                    cells.append("")
+                    continue
+                mark = f"**{cell['status'].upper()}** " if cell["status"] != "pass" else ""
+                cells.append(mark + _inline("; ".join(fleet_cell_parts(cell))))
+            lines.append(f"| {_inline(row['host'])} | " + " | ".join(cells) + " |")
+        lines.append("")
+    drain = fleet.get("drain") or []
+    lines += ["### Drain in Slurm", ""]
+    if drain:
+        lines += [f"{len(drain)} node(s) not accepted (also in drain.txt):", "", "```sh", *drain, "```", ""]
+    else:
+        lines += ["Every node accepted: none to drain.", ""]
+    return lines
+
+
+def _peers_section(report: dict) -> list[str]:
+    """Known-good peers that joined the run across nodes: their figures beside the nodes', not judged."""
+    peers = report.get("peers") or {}
+    if not peers:
+        return []
+    lines = ["## Peers", "", "Known-good nodes that joined the run across nodes without their node stage (peers/); their "
+             "figures of that run, beside the nodes', are part of no verdict.", "",
+             "| peer | check | status | value | reason |", "| --- | --- | --- | ---: | --- |"]
+    for host, peer in peers.items():
+        for res in peer["results"]:
+            lines.append(f"| {_inline(host)} | {_code(check_id(res))} | {res['status']} | {_inline(value_text(res))} | "
+                         f"{_inline(str(res.get('reason') or '')[:_EVIDENCE_CHARS])} |")
+    return lines + [""]
+
+
 def render(report: dict) -> str:
     nodes = list(report["nodes"].values())
     lines = [
@@ -141,6 +190,8 @@ def render(report: dict) -> str:
             + f" | {_inline(node.get('profile') or '')} | {listed} |"
         )
     lines.append("")
+    lines += _fleet_section(report)
+    lines += _peers_section(report)
     for node in nodes:
         lines += _node_section(node)
     return "\n".join(lines).rstrip() + "\n"

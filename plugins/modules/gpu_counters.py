@@ -1,0 +1,197 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: gpu_counters
+short_description: Snapshot the error counters of a node's NVIDIA GPUs before or after its benchmarks
+version_added: 0.2.0
+description:
+  - Runs C(gpufleet counters --phase PHASE --json) on the node and returns its host document, whose one result (group
+    C(counters), check C(snapshot_before) or C(snapshot_after)) lists every GPU NVML sees with its cumulative error
+    counters, ECC (volatile and aggregate, corrected and uncorrected), row remapping, NVLink CRC, replay and recovery,
+    PCIe replay, and the number of Xid events of that GPU in this boot's kernel log.
+  - Run it before and after the node's benchmarks. The report's fleet layer judges how much each counter grew during
+    the run and since the node's previous run, per hour; this module only reads.
+  - Each GPU carries C(visible), whether the node's C(CUDA_VISIBLE_DEVICES) leaves it to the node, and the result
+    the boot id, so two snapshots across a reboot are not subtracted.
+  - The result is C(pass) when the counters were read (a counter that could not be read is null and named in
+    C(detail.unreadable)), C(error) when NVML could not be read, C(skip) on a node without an NVIDIA driver.
+  - The module fails only when the engine could not run (missing interpreter, engine not installed, bad input,
+    timeout).
+options:
+  phase:
+    description:
+      - Whether the snapshot is taken V(before) or V(after) the node's benchmarks; it names the result
+        (C(snapshot_before), C(snapshot_after)).
+    type: str
+    choices: [before, after]
+    required: true
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - gpufleet.cluster.engine_check
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+seealso:
+  - module: gpufleet.cluster.gpu_health
+  - module: gpufleet.cluster.benchmark
+author:
+  - gpufleet maintainers (!UNKNOWN)
+"""
+
+EXAMPLES = r"""
+- name: Counters before the benchmarks
+  gpufleet.cluster.gpu_counters:
+    phase: before
+    python: /opt/gpufleet/venv/bin/python
+    host_name: "{{ inventory_hostname }}"
+  register: counters_before
+
+- name: Benchmark the node
+  gpufleet.cluster.benchmark:
+    python: /opt/gpufleet/venv/bin/python
+    benchmarks: [matmul, memory, nccl]
+    host_name: "{{ inventory_hostname }}"
+
+- name: Counters after the benchmarks
+  gpufleet.cluster.gpu_counters:
+    phase: after
+    python: /opt/gpufleet/venv/bin/python
+    host_name: "{{ inventory_hostname }}"
+  register: counters_after
+"""
+
+RETURN = r"""
+gpufleet:
+  description:
+    - The host document of the C(counters) group, as C(gpufleet counters --json) prints it.
+    - Its C(results) list holds one result, C(snapshot_before) or C(snapshot_after), with the keys of
+      C(gpufleet.schema.result); the counters are in its C(detail).
+  returned: success
+  type: dict
+  contains:
+    schema_version:
+      description: Version of the result schema.
+      type: int
+      sample: 1
+    host:
+      description: Host name the document is for (O(host_name) when given).
+      type: str
+      sample: node0
+    engine_version:
+      description: Version of the gpufleet engine that read the counters.
+      type: str
+      sample: 0.1.0
+    profile:
+      description: The threshold profile matched to the node's GPUs, with every threshold's value and source.
+      type: dict
+    versions:
+      description: Driver, CUDA, NVML, kernel and Python versions seen on the node.
+      type: dict
+    started:
+      description: UTC time the snapshot started.
+      type: str
+      sample: "2026-11-23T10:00:00Z"
+    seconds:
+      description: Wall time of the snapshot in seconds.
+      type: float
+    results:
+      description:
+        - One result, group C(counters). Its C(detail) holds C(phase), C(read_at) (UTC), C(boot_id), C(gpus) (each
+          with C(index), C(uuid), C(serial), C(pci_bus_id), C(visible) and C(counters)) and C(unreadable)
+          (C(<index>.<counter>) to the reason it could not be read).
+      type: list
+      elements: dict
+      sample:
+        - check: snapshot_before
+          group: counters
+          status: pass
+          value: 8
+          unit: GPUs
+          threshold: null
+          reason: counters of 8 GPUs read before the benchmarks
+          remedy: null
+          detail:
+            phase: before
+            read_at: "2026-11-23T10:00:00Z"
+            boot_id: 3f0c1f8e-2d4b-4a8e-9a43-6c7e0c1d2b55
+            gpus:
+              - index: 0
+                uuid: GPU-df63b106-711b-65ab-d334-1175fcbc7655
+                serial: "1653724058331"
+                pci_bus_id: "0000:18:00.0"
+                visible: true
+                counters:
+                  ecc_corrected_volatile: 0
+                  ecc_uncorrected_volatile: 0
+                  ecc_corrected_aggregate: 0
+                  ecc_uncorrected_aggregate: 0
+                  row_remap_correctable: 0
+                  row_remap_uncorrectable: 0
+                  row_remap_pending: 0
+                  row_remap_failure: 0
+                  nvlink_crc_data: 216
+                  nvlink_crc_flit: 0
+                  nvlink_replay: 0
+                  nvlink_recovery: 0
+                  pcie_replay: 0
+                  xid: 0
+            unreadable: {}
+          started: "2026-11-23T10:00:00Z"
+          seconds: 0.2
+"""
+
+import json
+import socket
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import (
+    TAIL_CHARS,
+    EngineError,
+    check_argument_spec,
+    run_json,
+)
+
+PHASES = ("before", "after")
+
+
+def argument_spec():
+    return dict(check_argument_spec(), phase=dict(type="str", required=True, choices=list(PHASES)))
+
+
+def counters_command(p):
+    args = ["counters", "--phase", p["phase"], "--json"]
+    if p["host_name"]:
+        args += ["--host", p["host_name"]]
+    if p["profile"]:
+        args += ["--profile", p["profile"]]
+    if p["thresholds"]:
+        args += ["--thresholds", json.dumps(p["thresholds"], sort_keys=True)]
+    return args
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    p = module.params
+    host = p["host_name"] or socket.gethostname()
+    try:
+        dummy, doc = run_json(p["python"], counters_command(p), p["timeout_s"], host)
+    except EngineError as exc:
+        module.fail_json(**exc.fail_kwargs())
+    if not isinstance(doc.get("results"), list):
+        module.fail_json(msg="gpufleet counters on %s printed a document without a results list" % host,
+                         stdout=json.dumps(doc)[:TAIL_CHARS])
+    module.exit_json(changed=False, gpufleet=doc)
+
+
+if __name__ == "__main__":
+    main()

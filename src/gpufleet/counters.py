@@ -1,0 +1,185 @@
+"""Counter snapshots: `gpufleet counters --phase before|after [--host H] --json`.
+
+One host document whose results are one result, group `counters`, check `snapshot_before` or
+`snapshot_after`: every GPU NVML sees with its cumulative error counters, read before and after the node's
+benchmarks so the fleet layer can judge how much each grew during the run and since the node's previous
+run (fleet.counter_rates). Status `pass` when read, `error` when NVML could not be read (the reason says
+why), `skip` where there is no NVIDIA driver. Detail:
+
+    {"phase": "before", "read_at": "2026-11-23T10:00:00Z", "boot_id": "<proc/sys/kernel/random/boot_id>",
+     "gpus": [{"index": 0, "uuid": "GPU-...", "serial": "...", "pci_bus_id": "0000:18:00.0", "visible": true,
+               "counters": {"ecc_corrected_volatile": 0, ..., "pcie_replay": 0, "xid": 0}}],
+     "unreadable": {"<index>.<counter>": "Not Supported", ...},
+     "visibility": {...}, "nvlink_source": {"<index>": "per-link counters"}, "xid_source": "/dev/kmsg"}
+
+A counter that cannot be read is null and named in `unreadable`. `xid` counts the Xid events of that GPU in
+this boot's kernel log. `visible` says whether this node's CUDA_VISIBLE_DEVICES leaves the GPU to it
+(collect.nvml.visible_indices); the fleet layer judges the visible ones. Counts are cumulative since the
+driver loaded (volatile ECC, PCIe replay, NVLink) or over the GPU's life (aggregate ECC, row remapping):
+a `boot_id` that differs between two snapshots means the node rebooted between them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+from gpufleet import profiles, schema
+from gpufleet.collect import kernel_log, nvml
+from gpufleet.collect.host import read_boot_id
+
+GROUP = "counters"
+PHASES = ("before", "after")
+# fmt: off
+COUNTERS = (
+    "ecc_corrected_volatile", "ecc_uncorrected_volatile", "ecc_corrected_aggregate", "ecc_uncorrected_aggregate",
+    "row_remap_correctable", "row_remap_uncorrectable", "row_remap_pending", "row_remap_failure",
+    "nvlink_crc_data", "nvlink_crc_flit", "nvlink_replay", "nvlink_recovery",
+    "pcie_replay", "xid",
+)
+# fmt: on
+# Snapshot counter <- the NVML reading's field (collect.nvml GPU_FIELDS).
+_ECC = {
+    "ecc_corrected_volatile": "ecc_volatile_corrected",
+    "ecc_uncorrected_volatile": "ecc_volatile_uncorrected",
+    "ecc_corrected_aggregate": "ecc_aggregate_corrected",
+    "ecc_uncorrected_aggregate": "ecc_aggregate_uncorrected",
+}
+_REMAP = {
+    "row_remap_correctable": "correctable",
+    "row_remap_uncorrectable": "uncorrectable",
+    "row_remap_pending": "pending",
+    "row_remap_failure": "failure",
+}
+
+
+def _why(gpu: dict, *fields: str) -> str:
+    why = gpu.get("unreadable") or {}
+    for field in fields:
+        if why.get(field):
+            return why[field]
+    return why.get("handle") or "not in the readings"
+
+
+def gpu_counters(gpu: dict, log: dict | None) -> tuple[dict, dict, str]:
+    """One GPU's counters from its NVML reading and the kernel log: (counters, {counter: why unreadable}, nvlink source)."""
+    counters: dict = {}
+    missing: dict = {}
+    for name, field in _ECC.items():
+        counters[name] = gpu.get(field)
+        if counters[name] is None:
+            missing[name] = _why(gpu, field)
+    rows = gpu.get("remapped_rows")
+    for name, key in _REMAP.items():
+        value = rows.get(key) if isinstance(rows, dict) else None
+        counters[name] = int(value) if value is not None else None  # pending/failure: 0 or 1
+        if value is None:
+            missing[name] = _why(gpu, "remapped_rows")
+    links, source = nvml.nvlink_error_counts(gpu)
+    for counter in ("crc_data", "crc_flit", "replay", "recovery"):
+        counters[f"nvlink_{counter}"] = links[counter]
+        if links[counter] is None:
+            missing[f"nvlink_{counter}"] = _why(gpu, f"nvlink.errors.{counter}", f"nvlink_error_totals.{counter}", "nvlink")
+    counters["pcie_replay"] = gpu.get("pcie_replay")
+    if counters["pcie_replay"] is None:
+        missing["pcie_replay"] = _why(gpu, "pcie_replay")
+    pci = (gpu.get("pci_bus_id") or "")[:-2]  # the kernel log names "0000:18:00", NVML "0000:18:00.0"
+    counters["xid"] = None
+    if not isinstance(log, dict):
+        missing["xid"] = "the readings hold no kernel log"
+    elif not log.get("readable"):
+        missing["xid"] = log.get("error") or "kernel log unreadable"
+    elif not pci:
+        missing["xid"] = f"PCI bus id unreadable ({_why(gpu, 'pci_bus_id')})"
+    else:
+        counters["xid"] = sum(1 for ev in log.get("xid_events") or [] if ev.get("pci") == pci)
+    return {c: counters[c] for c in COUNTERS}, missing, source
+
+
+def snapshot(phase: str, readings: dict, *, boot_id: str | None = None, boot_id_error: str | None = None) -> dict:
+    """The snapshot result of one phase from readings {"nvml", "kernel_log"} (live or recorded)."""
+    check = f"snapshot_{phase}"
+    nv = readings.get("nvml")
+    detail = {"phase": phase, "read_at": schema.utc_now(), "boot_id": boot_id, "gpus": [], "unreadable": {}}
+    if boot_id_error:
+        detail["boot_id_error"] = boot_id_error
+    if not isinstance(nv, dict):
+        return schema.result(check, schema.ERROR, "the readings hold no 'nvml' section (expected `gpufleet collect` output)",
+                             remedy="record the readings again with `gpufleet collect`", detail=detail)
+    if not nv.get("available"):
+        why = nv.get("error") or "NVML is not available"
+        if why == nvml.NO_DRIVER:
+            return schema.result(check, schema.SKIP, f"{why}, so there are no GPU counters to read", detail=detail)
+        return schema.result(check, schema.ERROR, f"GPU counters not read: {why}", detail=detail,
+                             remedy="check the driver with `nvidia-smi`; a driver that does not load needs bringup.yml or a reboot")
+    gpus = nv.get("gpus") or []
+    if nv.get("error") or not gpus:
+        why = nv.get("error") or "NVML reports no GPU"
+        return schema.result(check, schema.ERROR, f"GPU counters not read: {why}", detail=detail,
+                             remedy="see gpu_inventory.gpu_count: check `nvidia-smi -L` and `lspci -d 10de:`")
+    vis = nvml.visible_indices(gpus, nv.get("cuda_visible_devices"))
+    visible = set(vis["indices"])
+    log = readings.get("kernel_log")
+    sources = {}
+    for g in gpus:
+        counters, missing, sources[str(g.get("index"))] = gpu_counters(g, log)
+        detail["gpus"].append({"index": g.get("index"), "uuid": g.get("uuid"), "serial": g.get("serial"),
+                               "pci_bus_id": g.get("pci_bus_id"), "visible": g.get("index") in visible, "counters": counters})
+        for counter, why in missing.items():
+            detail["unreadable"][f"{g.get('index')}.{counter}"] = why
+    detail["visibility"] = {k: vis[k] for k in ("cuda_visible_devices", "indices", "all", "resolved", "note")}
+    detail["nvlink_source"] = sources
+    detail["xid_source"] = log.get("source") if isinstance(log, dict) else None
+    n, unread = len(gpus), len(detail["unreadable"])
+    reason = f"counters of {n} GPU{'s' if n != 1 else ''} read {phase} the benchmarks"
+    if not vis["all"] or not vis["resolved"]:
+        reason += f" ({len(visible)} visible to this node)" if vis["resolved"] else f"; {vis['note']}"
+    if unread:
+        reason += f"; {unread} unreadable, named in detail.unreadable"
+    return schema.result(check, schema.PASS, reason, value=n, unit="GPUs", detail=detail)
+
+
+def host_document(phase: str, readings: dict | None = None, *, root: str = "/", host: str | None = None,
+                  profile_name: str | None = None, overrides: dict | None = None, profile_dir=None) -> dict:
+    """The counters host document: this host now (readings None) or a recording of `gpufleet collect`."""
+    from gpufleet import engine
+
+    if phase not in PHASES:
+        raise ValueError(f"phase {phase!r}; expected one of {PHASES}")
+    started, t0 = schema.utc_now(), time.monotonic()
+    if readings is None:
+        boot_id, boot_error = read_boot_id(root)
+        readings = {"nvml": nvml.read(), "kernel_log": kernel_log.read(root),
+                    "host": {"kernel": os.uname().release, "boot_id": boot_id}}
+    else:
+        boot_id = (readings.get("host") or {}).get("boot_id")
+        boot_error = None if boot_id else "the recording holds no boot id (host.boot_id)"
+    profile = profiles.resolve(engine.first_gpu_name(readings), profile_name=profile_name, overrides=overrides,
+                               profile_dir=profile_dir)
+    res = schema.timed(GROUP, f"snapshot_{phase}", lambda: snapshot(phase, readings, boot_id=boot_id, boot_id_error=boot_error))
+    return engine.host_document(host, profile, readings, started, t0, [res])
+
+
+def command(args) -> int:
+    from gpufleet import cli
+
+    readings = cli._load_readings(args.readings) if args.readings else None
+    doc = host_document(args.phase, readings, root=args.root, host=args.host, profile_name=args.profile,
+                        overrides=cli._json_arg(args.thresholds, "--thresholds"), profile_dir=args.profile_dir)
+    cli._print_doc(doc, args.json)
+    return 0
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    c = sub.add_parser("counters", help="snapshot every GPU's error counters (ECC, row remapping, NVLink, PCIe replay, "
+                                        "Xid) before or after the benchmarks, as a host document")
+    c.add_argument("--phase", required=True, choices=list(PHASES), help="before or after the node's benchmarks")
+    c.add_argument("--readings", help="replay a recording from `gpufleet collect` instead of reading this host")
+    c.add_argument("--root", default="/", help="filesystem root of the kernel log and boot id (tests)")
+    c.add_argument("--host", help="host name to record (default: this host's name)")
+    c.add_argument("--profile", help="force a profile by name instead of matching the GPU name")
+    c.add_argument("--profile-dir", help="directory of profile YAML files")
+    c.add_argument("--thresholds", help="JSON object of threshold overrides (gpufleet_thresholds)")
+    c.add_argument("--json", action="store_true", help="print the host document as JSON")
+    c.set_defaults(func=command)

@@ -1,0 +1,305 @@
+"""The fleet commands, on the controller:
+
+    gpufleet record RUN_DIR HOST [--replace-group G ...] [--folder hosts|peers] [--db PATH | --no-store]   document on stdin
+    gpufleet history NODE|GPU-UUID|SERIAL [--db PATH | --reports-dir DIR] [--json]
+    gpufleet baseline set RUN_ID | show | clear [--db PATH | --reports-dir DIR] [--json]
+    gpufleet store rebuild [--reports-dir DIR] [--db PATH]
+
+Default store: <run_dir>/../gpufleet.db for record; <reports-dir>/gpufleet.db (reports-dir default ./reports)
+for the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+from pathlib import Path
+
+from gpufleet.errors import InputError
+
+DEFAULT_REPORTS_DIR = "reports"
+
+
+def _store_path(args) -> Path:
+    from gpufleet.fleet import DB_NAME
+
+    if getattr(args, "db", None):
+        return Path(args.db)
+    return Path(getattr(args, "reports_dir", None) or DEFAULT_REPORTS_DIR) / DB_NAME
+
+
+def _open(args, *, create: bool = False):
+    from gpufleet.fleet.store import Store
+
+    return Store(_store_path(args), create=create)
+
+
+def _print(doc, as_json: bool, text: str) -> None:
+    print(json.dumps(doc, sort_keys=True, default=str) if as_json else text)
+
+
+# ---------------------------------------------------------------- record
+
+
+@contextlib.contextmanager
+def _folder_lock(folder: Path):
+    """One writer per folder at a time: the read, merge and write of two `record`s never interleave. The folder
+    itself is locked, so nothing is left beside the documents."""
+    import fcntl
+
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        raise InputError(f"cannot open {folder}: {exc.strerror}; expected a readable run folder") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _attempt(run_dir: Path) -> int:
+    """The run's latest attempt (run.json), 1 for a run without a record."""
+    from gpufleet import runs
+
+    try:
+        return len(runs.read_run(run_dir)["attempts"]) or 1
+    except InputError:
+        return 1
+
+
+FOLDERS = ("hosts", "peers")  # nodes of the run; known-good peers that only joined its run across nodes
+
+
+def record(run_dir: Path, host: str, new_doc: dict, replace_groups: list[str] | None = None, folder: str = "hosts") -> dict:
+    """Write RUN_DIR/FOLDER/HOST.json, atomically, readable by owner and group.
+
+    Without replace_groups the document is written whole. With them it is merged as the playbook adds results
+    to a node's document: the existing document's results of those groups are dropped, new_doc's added, the
+    rest kept; a node without a document gets new_doc. An existing document that cannot be read is kept aside
+    as HOST.json.unreadable (never lost), and the document written gets an `error` result `results_file`
+    naming it. Returns what it did.
+    """
+    from gpufleet import paths, report, schema
+
+    paths.safe_name(host, "the host name")
+    if folder not in FOLDERS:
+        raise InputError(f"--folder {folder!r}; expected one of {', '.join(FOLDERS)}")
+    if not run_dir.is_dir():
+        raise InputError(f"run directory {run_dir} does not exist; expected the run's folder (gpufleet run start makes it)")
+    hosts_dir = paths.make_dir(run_dir / folder)
+    path = paths.inside(hosts_dir, f"{host}.json", what=f"the host document of {host}")
+    new_results = list(new_doc["results"])
+    groups = list(dict.fromkeys(replace_groups or []))
+    kept_aside = None
+    attempt = _attempt(run_dir)
+    with _folder_lock(hosts_dir):
+        merged = dict(new_doc)
+        if path.exists():
+            try:
+                old, why = report.parse_host_doc(path.read_bytes())
+            except OSError as exc:
+                old, why = None, exc.strerror or str(exc)
+            if old is None:
+                kept_aside = path.with_name(f"{host}.json.unreadable")
+                try:
+                    os.replace(path, kept_aside)
+                except OSError as exc:
+                    raise InputError(f"cannot keep the unreadable {path} aside as {kept_aside}: {exc.strerror}") from None
+                rel = f"{folder}/{kept_aside.name}"
+                what = f"add the {', '.join(groups)} results to it" if groups else "replace it"
+                error = schema.result(
+                    "results_file", schema.ERROR,
+                    f"the host document could not be read to {what} ({why}); what it held is in {rel}",
+                    group=report.REPORT_GROUP, detail={"file": rel},
+                    remedy=f"look at the .unreadable file; re-run validate.yml --limit {host} to check the node again")
+                error.update(started=schema.utc_now(), seconds=0.0)
+                merged = dict(new_doc, results=new_results + [error])
+            else:
+                if (old.get("attempt") or 1) < attempt:
+                    # A resumed run changes a document an earlier attempt wrote: that one is kept as it was.
+                    keep = paths.make_dir(paths.inside(run_dir, "attempts", str(old.get("attempt") or 1), folder, what="attempts"))
+                    paths.write_atomic(keep / f"{host}.json", path.read_text())
+                if groups:
+                    kept = [r for r in old["results"] if not (isinstance(r, dict) and r.get("group") in groups)]
+                    merged = dict(old, results=kept + new_results)
+        merged["attempt"] = attempt
+        paths.write_atomic(path, json.dumps(merged, indent=1, sort_keys=True, default=str) + "\n")
+    return {"run_id": run_dir.resolve().name, "host": host, "folder": folder, "path": str(path),
+            "results": len(merged["results"]), "replaced_groups": groups, "unreadable_kept": str(kept_aside) if kept_aside else None}
+
+
+def cmd_record(args) -> int:
+    import sqlite3
+
+    from gpufleet import report
+    from gpufleet.fleet import DB_NAME
+    from gpufleet.fleet.store import Store, read_run_info
+
+    run_dir = Path(args.run_dir)
+    raw = sys.stdin.buffer.read()
+    doc, why = report.parse_host_doc(raw)
+    if doc is None:
+        raise InputError(f"stdin: the host document for {args.host} is unreadable: {why}")
+    done = record(run_dir, args.host, doc, args.replace_group, args.folder)
+    done["store"] = done["store_error"] = None
+    if not args.no_store:
+        db = Path(args.db) if args.db else run_dir.resolve().parent / DB_NAME
+        try:
+            with Store(db) as store:
+                store.upsert_run(done["run_id"], run_dir.resolve(), read_run_info(run_dir))
+                raw = Path(done["path"]).read_bytes()
+                merged, why = report.parse_host_doc(raw)
+                if args.folder == "hosts" or not store.conn.execute(
+                        "SELECT 1 FROM documents WHERE run_id = ? AND host = ? AND role = 'node'", (done["run_id"], args.host)).fetchone():
+                    store.index_document(done["run_id"], args.host, merged, path=f"{args.folder}/{args.host}.json", raw=raw,
+                                         problem=why, role="node" if args.folder == "hosts" else "peer")
+            done["store"] = str(db)
+        except (InputError, sqlite3.Error) as exc:
+            # The host document is the record and it is written; the report indexes the whole run again.
+            done["store_error"] = f"{done['path']} is written, but indexing it into {db} failed: {exc}"
+            print(f"gpufleet record: {done['store_error']}", file=sys.stderr)
+    print(json.dumps(done, sort_keys=True))
+    return 0
+
+
+# ---------------------------------------------------------------- history
+
+
+_NODE_COLUMNS = (("bf16 TFLOPS", "matmul_bf16_tflops"), ("HBM GB/s", "hbm_copy_gbps"), ("H2D GB/s", "pcie_h2d_gbps"),
+                 ("D2H GB/s", "pcie_d2h_gbps"), ("all_reduce GB/s", "nccl_node_all_reduce_busbw_gbps_gt_64MiB"),
+                 ("across nodes GB/s", "nccl_multinode_all_reduce_busbw_gbps_gt_64MiB"),
+                 ("GPT-2 tok/s/GPU", "train_gpt2_node_tokens_per_s_per_gpu"))
+_GPU_COLUMNS = _NODE_COLUMNS[:4]
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
+    fmt = lambda row: "  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip()  # noqa: E731
+    return "\n".join([fmt(header), fmt(["-" * w for w in widths]), *(fmt(r) for r in rows)])
+
+
+def history_text(hist: dict) -> str:
+    from gpufleet.fleet import num
+
+    base = hist.get("baseline")
+    mark = lambda run: f"{run} *" if run == base else run  # noqa: E731
+    fig = lambda m, key: num(m[key]["value"]) + (" (cpu)" if m[key]["cpu"] else "") if key in m else "-"  # noqa: E731
+    if hist["kind"] == "node":
+        cols = [c for c in _NODE_COLUMNS if any(c[1] in r["metrics"] for r in hist["runs"])]
+        header = ["run", "started", "verdict", *(c[0] for c in cols), "not passing"]
+        rows = [[mark(r["run_id"]), r["started"] or "?", (r["verdict"] or "?") + ("" if r["document"] == "ok" else " (no document)"),
+                 *(fig(r["metrics"], c[1]) for c in cols),
+                 ", ".join(f"{x['check']} {x['status']}" for x in r["not_passing"][:4]) + (" …" if len(r["not_passing"]) > 4 else "")]
+                for r in hist["runs"]]
+        title = f"node {hist['key']}: {len(rows)} run(s)"
+    else:
+        cols = [c for c in _GPU_COLUMNS if any(c[1] in r["metrics"] for r in hist["runs"])]
+        header = ["run", "started", "node", "GPU", "node verdict", *(c[0] for c in cols), "flagged by"]
+        rows = [[mark(r["run_id"]), r["started"] or "?", r["node"], str(r["index"]), r["verdict"] or "?",
+                 *(fig(r["metrics"], c[1]) for c in cols), ", ".join(f"{f['check_id']} {f['status']}" for f in r["flags"]) or "-"]
+                for r in hist["runs"]]
+        ids = {(r["uuid"], r["serial"]) for r in hist["runs"]}
+        title = f"{'GPU' if hist['kind'] == 'gpu' else 'serial'} {hist['key']}: {len(rows)} run(s); " + "; ".join(
+            f"uuid {u}, serial {s}" for u, s in sorted(ids, key=str))
+    lines = [title + (f" (* baseline {base})" if base else ""), "", _table(header, rows), "", f"store: {hist['store']}"]
+    return "\n".join(lines)
+
+
+def cmd_history(args) -> int:
+    with _open(args) as store:
+        hist = store.history(args.key)
+    _print(hist, args.json, history_text(hist))
+    return 0
+
+
+# ---------------------------------------------------------------- baseline and store
+
+
+def cmd_baseline(args) -> int:
+    with _open(args) as store:
+        if args.action == "set":
+            from gpufleet import paths
+
+            paths.safe_name(args.run_id, "RUN_ID")
+            base = store.set_baseline(args.run_id)
+            note = "" if base.get("verdict") in ("pass", "warn") else (
+                f" (note: that run's verdict is {base.get('verdict') or 'not reported'}: its figures are the reference all the same)")
+            _print(base, args.json, f"baseline: run {base['run_id']}, set {base['set_at']}{note}")
+        elif args.action == "clear":
+            was = store.clear_baseline()
+            _print({"cleared": was}, args.json, f"baseline cleared (was run {was['run_id']})" if was else "no baseline was set")
+        else:
+            base = store.baseline()
+            if base:
+                docs = store.documents(base["run_id"])
+                nodes = ", ".join(f"{d['host']} {d['verdict'] or '?'}" for d in docs if d["role"] == "node")
+                text = (f"baseline: run {base['run_id']} (started {base.get('started') or '?'}, verdict {base.get('verdict') or '?'}), "
+                        f"set {base['set_at']}\nnodes: {nodes or 'none'}\nstore: {store.path}")
+                base = dict(base, nodes={d["host"]: d["verdict"] for d in docs if d["role"] == "node"})
+            else:
+                text = f"no baseline set in {store.path}; set one with `gpufleet baseline set RUN_ID`"
+            _print(base, args.json, text)
+    return 0
+
+
+def cmd_store(args) -> int:
+    from gpufleet.fleet.store import Store
+
+    reports_dir = Path(args.reports_dir or DEFAULT_REPORTS_DIR)
+    if not reports_dir.is_dir():
+        raise InputError(f"reports directory {reports_dir} does not exist; expected the folder holding the run folders "
+                         "(--reports-dir, default ./reports)")
+    with Store(_store_path(args), create=True) as store:
+        summary = store.rebuild(reports_dir)
+    text = [f"store {summary['store']} rebuilt from {summary['reports_dir']}: {len(summary['runs'])} run(s)"]
+    text += [f"  unreadable: run {u['run_id']}, {u['host']}: {u['reason']}" for u in summary["unreadable"]]
+    text += [f"  missing: run {m['run_id']}, {m['host']}: no host document" for m in summary["missing"]]
+    text.append(f"baseline: {summary['baseline'] or 'none'}")
+    _print(summary, args.json, "\n".join(text))
+    return 0
+
+
+# ---------------------------------------------------------------- parsers
+
+
+def _where(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--db", help="the store (default: REPORTS_DIR/gpufleet.db)")
+    p.add_argument("--reports-dir", help=f"the folder of the run folders (default: ./{DEFAULT_REPORTS_DIR})")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def add_parsers(sub) -> None:
+    """Register record, history, baseline and store on the engine's subcommands."""
+    r = sub.add_parser("record", help="on the controller: add a host document (stdin) to RUN_DIR/hosts/HOST.json and the store")
+    r.add_argument("run_dir", help="the run's folder (<reports_dir>/<run_id>)")
+    r.add_argument("host", help="the inventory host name: the document is hosts/HOST.json")
+    r.add_argument("--replace-group", action="append", help="merge: replace this group's results in the existing document "
+                   "with the new ones, keep the rest (repeatable); without it the document is written whole")
+    r.add_argument("--folder", default="hosts", choices=list(FOLDERS), help="hosts (the run's nodes) or peers (known-good "
+                   "nodes that only joined its run across nodes)")
+    r.add_argument("--db", help="the store (default: RUN_DIR/../gpufleet.db)")
+    r.add_argument("--no-store", action="store_true", help="write the document only; do not index it")
+    r.set_defaults(func=cmd_record)
+
+    h = sub.add_parser("history", help="a node's, a GPU's or a serial's figures and verdicts over the runs of the store")
+    h.add_argument("key", help="an inventory host name, a GPU UUID (GPU-...) or a GPU serial")
+    _where(h)
+    h.set_defaults(func=cmd_history)
+
+    b = sub.add_parser("baseline", help="the run every later run is compared with: set RUN_ID, show, clear")
+    bsub = b.add_subparsers(dest="action", required=True)
+    bs = bsub.add_parser("set", help="make RUN_ID the fleet's baseline")
+    bs.add_argument("run_id")
+    _where(bs)
+    for name, what in (("show", "the current baseline"), ("clear", "no baseline from now on")):
+        _where(bsub.add_parser(name, help=what))
+    b.set_defaults(func=cmd_baseline)
+
+    s = sub.add_parser("store", help="the store of every run: rebuild it from the run folders")
+    ssub = s.add_subparsers(dest="action", required=True)
+    _where(ssub.add_parser("rebuild", help="recreate the store from REPORTS_DIR/<run>/ (run.json, hosts/, fleet.json, report.json)"))
+    s.set_defaults(func=cmd_store)

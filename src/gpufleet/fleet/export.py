@@ -1,0 +1,205 @@
+"""What an operator plugs in: a Prometheus textfile per node, and Slurm drain lines for the nodes not accepted.
+
+    <run_dir>/prometheus/<host>.prom   node_exporter's textfile collector format, written by prometheus_client's
+                                       write_to_textfile (a temporary file renamed into place)
+    <run_dir>/drain.txt                one `scontrol update NodeName=... State=DRAIN Reason="gpufleet: ..."` per
+                                       node not accepted
+
+Series (labels: node = the inventory name; gpu = the NVML index, uuid; check = <group>.<check>):
+
+    gpufleet_node_accepted{node}                       1 accepted, 0 not
+    gpufleet_node_verdict{node,verdict}                1 for the node's verdict, 0 for the others
+    gpufleet_check_severity{node,check}                0 pass, 1 skip, 2 warn, 3 fail, 4 error
+    gpufleet_run_info{node,run_id,baseline}            1
+    gpufleet_report_timestamp_seconds{node}            when the report was made
+    gpufleet_cpu_run{node}                             1 when the figures come from a CPU run (no performance claim)
+    gpufleet_matmul_tflops{node,gpu,uuid,dtype}  gpufleet_hbm_copy_gbps{node,gpu,uuid}
+    gpufleet_pcie_gbps{node,gpu,uuid,direction}  gpufleet_nccl_busbw_gbps{node,scope,collective,band}
+    gpufleet_nccl_sendrecv_gbps{node}  gpufleet_train_tokens_per_second_per_gpu{node,scope}
+    gpufleet_finetune_tokens_per_second_per_gpu{node,scope}
+    gpufleet_fleet_deviation_pct{node,gpu,uuid,check,metric}   a figure against its reference (negative: below)
+    gpufleet_fleet_robust_z{node,gpu,uuid,check,metric}        its robust z-score, where the MAD is above zero
+    gpufleet_sample_spread_pct{node,gpu,uuid,metric}           (max - min) / median of a benchmark's samples
+    gpufleet_gpu_counter{node,gpu,uuid,counter}                cumulative total at the last snapshot
+    gpufleet_gpu_counter_growth_per_hour{node,gpu,uuid,counter,window}   window: run | since_previous_run
+
+Per-GPU figures have gpu and uuid labels; a node-level figure (its slowest GPU's) is left out, since a query
+takes the minimum over the GPUs.
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+import shlex
+import time
+from pathlib import Path
+
+from gpufleet import schema
+from gpufleet.errors import InputError
+from gpufleet.fleet import metrics as fm
+
+SEVERITY_HELP = "0 pass, 1 skip, 2 warn, 3 fail, 4 error"
+_SEVERITY = {schema.PASS: 0, schema.SKIP: 1, schema.WARN: 2, schema.FAIL: 3, schema.ERROR: 4}
+_FAMILY_HELP = {
+    "gpufleet_matmul_tflops": "Matmul TFLOPS per GPU: the best shape's median (benchmark.matmul_bf16)",
+    "gpufleet_hbm_copy_gbps": "HBM copy GB/s per GPU, read + write (benchmark.hbm_bandwidth)",
+    "gpufleet_pcie_gbps": "Pinned host/device copy GB/s per GPU (benchmark.pcie_*_bandwidth)",
+    "gpufleet_nccl_busbw_gbps": "NCCL bus bandwidth GB/s at the largest size of each size band (nccl-tests conventions)",
+    "gpufleet_nccl_sendrecv_gbps": "NCCL send/recv GB/s of the slowest GPU pair inside the node",
+    "gpufleet_train_tokens_per_second_per_gpu": "GPT-2-small training gate tokens/s per GPU",
+    "gpufleet_finetune_tokens_per_second_per_gpu": "LoRA fine-tune tokens/s per GPU",
+    "gpufleet_metric": "Other gpufleet figures",
+}
+# Slurm node names and hostlist expressions (node[01-04]); anything else is refused.
+_SLURM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-\[\],]*")
+_REASON_CHARS = re.compile(r"[^A-Za-z0-9._:,;=+ -]")
+_REASON_CHECKS = 4  # failing checks named in a drain reason; the report has them all
+
+
+def _epoch(text: str | None) -> float:
+    try:
+        return float(calendar.timegm(time.strptime(str(text), "%Y-%m-%dT%H:%M:%SZ")))
+    except ValueError:
+        return time.time()
+
+
+def _label(v) -> str:
+    return "" if v is None else str(v)
+
+
+def node_registry(node: dict, fleet: dict, run_id: str, generated: str | None, baseline: str | None):
+    """A CollectorRegistry with one node's series."""
+    from prometheus_client import CollectorRegistry, Gauge
+
+    reg = CollectorRegistry()
+    host = node["host"]
+    gauges: dict[str, Gauge] = {}
+
+    def gauge(name: str, doc: str, labels: tuple[str, ...]) -> Gauge:
+        if name not in gauges:
+            gauges[name] = Gauge(name, doc, labels, registry=reg)
+        return gauges[name]
+
+    accepted = node["verdict"] in (schema.PASS, schema.WARN)
+    gauge("gpufleet_node_accepted", "1 when gpufleet accepted the node in its latest run, 0 when not", ("node",)).labels(host).set(int(accepted))
+    verdict = gauge("gpufleet_node_verdict", "1 for the node's verdict in the latest run, 0 for the others", ("node", "verdict"))
+    for v in (schema.PASS, schema.WARN, schema.FAIL):
+        verdict.labels(host, v).set(int(node["verdict"] == v))
+    sev = gauge("gpufleet_check_severity", f"Status of each check in the latest run: {SEVERITY_HELP}", ("node", "check"))
+    worst: dict[str, int] = {}
+    for r in node["results"]:
+        cid = f"{r['group']}.{r['check']}" if r.get("group") else r["check"]
+        worst[cid] = max(worst.get(cid, 0), _SEVERITY.get(r.get("status"), 4))
+    for cid, s in worst.items():
+        sev.labels(host, cid).set(s)
+    gauge("gpufleet_run_info", "The run this file comes from, and the baseline it was compared with", ("node", "run_id", "baseline")) \
+        .labels(host, run_id, _label(baseline)).set(1)
+    gauge("gpufleet_report_timestamp_seconds", "When the report of the run was made (Unix time)", ("node",)).labels(host).set(_epoch(generated))
+    found = (fleet.get("metrics") or {}).get(host)
+    if not found:
+        return reg
+    gauge("gpufleet_cpu_run", "1 when the figures come from a CPU run: a logic check, not a performance figure", ("node",)) \
+        .labels(host).set(int(found.get("cpu", False)))
+    for m in found["metrics"]:
+        desc = fm.describe(m["key"])
+        if desc["per_gpu"] and m["scope"] == "node":
+            continue  # the node's slowest GPU: min() over the per-GPU series says it
+        extra = tuple(desc["labels"])
+        labels = (("node", "gpu", "uuid") if desc["per_gpu"] else ("node",)) + extra
+        values = ((host, _label(m["index"] if m["index"] is not None else m.get("cuda_index")), _label(m["uuid"]))
+                  if desc["per_gpu"] else (host,)) + tuple(desc["labels"].values())
+        gauge(desc["family"], _FAMILY_HELP.get(desc["family"], desc["label"]), labels).labels(*values).set(m["value"])
+    dev = gauge("gpufleet_fleet_deviation_pct", "A figure against its fleet reference in percent (negative: below it); check "
+                "says which reference", ("node", "gpu", "uuid", "check", "metric"))
+    zed = gauge("gpufleet_fleet_robust_z", "Robust z-score 0.6745 * (x - median) / MAD of a figure against its reference",
+                ("node", "gpu", "uuid", "check", "metric"))
+    for r in (fleet.get("results") or {}).get(host, []):
+        for c in (r.get("detail") or {}).get("comparisons") or []:
+            labels = (host, _label(c.get("index") if c.get("index") is not None else c.get("cuda_index")), _label(c.get("uuid")),
+                      f"fleet.{r['check']}", c["metric"])
+            dev.labels(*labels).set(c["deviation_pct"])
+            if c.get("robust_z") is not None:
+                zed.labels(*labels).set(c["robust_z"])
+    spread = gauge("gpufleet_sample_spread_pct", "(max - min) / median of a benchmark's samples on one GPU, percent",
+                   ("node", "gpu", "uuid", "metric"))
+    for s in found["spreads"]:
+        spread.labels(host, _label(s["index"] if s["index"] is not None else s.get("cuda_index")), _label(s["uuid"]), s["key"]).set(s["spread_pct"])
+    total = gauge("gpufleet_gpu_counter", "Cumulative GPU error counter at the latest snapshot", ("node", "gpu", "uuid", "counter"))
+    rate = gauge("gpufleet_gpu_counter_growth_per_hour", "Growth of a GPU error counter per hour, during the run or since "
+                 "the GPU's previous run", ("node", "gpu", "uuid", "counter", "window"))
+    for r in (fleet.get("results") or {}).get(host, []):
+        window = {"counters_during_run": "run", "counters_since_previous_run": "since_previous_run"}.get(r["check"])
+        if not window:
+            continue
+        for g in (r.get("detail") or {}).get("per_gpu") or []:
+            for name, e in (g.get("counters") or {}).items():
+                ids = (host, _label(g.get("index")), _label(g.get("uuid")), name)
+                if e.get("total") is not None:
+                    total.labels(*ids).set(e["total"])
+                if e.get("per_h") is not None:
+                    rate.labels(*ids, window).set(e["per_h"])
+    return reg
+
+
+def write_prometheus(run_dir: Path, report: dict, fleet: dict) -> dict[str, str]:
+    """<run_dir>/prometheus/<host>.prom for every node of the report; {host: path}."""
+    from prometheus_client import generate_latest
+
+    from gpufleet import paths
+
+    folder = paths.make_dir(Path(run_dir) / "prometheus")
+    baseline = (fleet.get("baseline") or {}).get("run_id")
+    written = {}
+    for host, node in report["nodes"].items():
+        path = paths.inside(folder, f"{paths.safe_name(host, 'the node name')}.prom", what=f"the Prometheus file of {host}")
+        # The textfile format write_to_textfile writes, through write_atomic for its mode (0640) like every report file.
+        text = generate_latest(node_registry(node, fleet, report["run_id"], report.get("generated"), baseline))
+        paths.write_atomic(path, text.decode("utf-8"))
+        written[host] = str(path)
+    return written
+
+
+def slurm_name(host: str, mapping: dict | None) -> str:
+    name = (mapping or {}).get(host, host)
+    if not isinstance(name, str) or not _SLURM_NAME.fullmatch(name):
+        raise InputError(f"the Slurm node name of {host} is {name!r}; expected a Slurm node name or hostlist (letters, digits, "
+                         "'.', '_', '-', and [] , for ranges)")
+    return name
+
+
+def drain_line(run_id: str, name: str, checks: list[str]) -> str:
+    """`scontrol update NodeName=<name> State=DRAIN Reason="gpufleet: <run_id>: <checks>"`, safe to paste into a shell:
+    the reason holds no character a shell expands inside double quotes, a hostlist's brackets are quoted."""
+    listed = ", ".join(checks[:_REASON_CHECKS]) + (f" +{len(checks) - _REASON_CHECKS} more" if len(checks) > _REASON_CHECKS else "")
+    reason = _REASON_CHARS.sub("_", f"gpufleet: {run_id}: {listed or 'not accepted'}")
+    node_arg = f"NodeName={name}"
+    if not re.fullmatch(r"NodeName=[A-Za-z0-9._-]+", node_arg):
+        node_arg = shlex.quote(node_arg)
+    return f'scontrol update {node_arg} State=DRAIN Reason="{reason}"'
+
+
+def drain_lines(report: dict, mapping: dict | None = None) -> list[str]:
+    """One drain line per node not accepted, in the report's order (worst first)."""
+    lines = []
+    for host, node in report["nodes"].items():
+        if node["verdict"] != schema.FAIL:
+            continue
+        checks = []
+        for r in node["results"]:
+            if r["status"] in (schema.FAIL, schema.ERROR):
+                cid = f"{r['group']}.{r['check']}" if r.get("group") else r["check"]
+                if cid not in checks:
+                    checks.append(cid)
+        lines.append(drain_line(report["run_id"], slurm_name(host, mapping), checks))
+    return lines
+
+
+def write_drain(run_dir: Path, lines: list[str], run_id: str) -> str:
+    from gpufleet import paths
+
+    head = f"# gpufleet {run_id}: " + (f"{len(lines)} node(s) not accepted; run these lines to drain them in Slurm"
+                                         if lines else "every node accepted, none to drain")
+    path = Path(run_dir) / "drain.txt"
+    paths.write_atomic(path, "\n".join([head, *lines]) + "\n")
+    return str(path)

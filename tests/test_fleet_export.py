@@ -1,0 +1,100 @@
+"""gpufleet.fleet.export: the Prometheus textfile of each node, read back with prometheus_client's own parser,
+and the Slurm drain lines."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpufleet import report
+from gpufleet.errors import InputError
+from gpufleet.fleet import export
+
+from test_fleet_synthetic import ecc_failure, gpus_of, node_doc, write_run
+
+R = ("2026-11-21T10:00:00Z", "2026-11-21T10:15:00Z")
+
+
+def _samples(path) -> dict:
+    """{(name, frozenset(labels)): value} of a textfile, through prometheus_client's parser."""
+    out = {}
+    for family in text_string_to_metric_families(path.read_text()):
+        for s in family.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def _find(samples: dict, name: str, **labels) -> float:
+    hits = [v for (n, ls), v in samples.items() if n == name and set(labels.items()) <= ls]
+    assert len(hits) == 1, (name, labels, len(hits))
+    return hits[0]
+
+
+@pytest.fixture(scope="module")
+def fleet_run(tmp_path_factory):
+    reports = tmp_path_factory.mktemp("reports")
+    gpus = gpus_of(1)
+    docs = {
+        "n0": node_doc("n0", 0, read_at=R),
+        "n1": node_doc("n1", 1, read_at=R, factors={("matmul_bf16_tflops", 3): 0.8}, after={5: {"nvlink_crc_data": 40}},
+                       extra=[ecc_failure(gpus[2])]),
+        "n2": node_doc("n2", 2, read_at=R),
+    }
+    run = write_run(reports, "r1", docs)
+    summary = report.build(run)
+    return {"run": run, "summary": summary, "gpus": gpus}
+
+
+def test_every_node_gets_a_textfile_that_parses(fleet_run):
+    prom = fleet_run["run"] / "prometheus"
+    assert sorted(p.name for p in prom.iterdir()) == ["n0.prom", "n1.prom", "n2.prom"]  # no temporary file left
+    assert fleet_run["summary"]["prometheus"]["n1"] == str(prom / "n1.prom")
+    n0, n1 = _samples(prom / "n0.prom"), _samples(prom / "n1.prom")
+    assert _find(n0, "gpufleet_node_accepted", node="n0") == 1 and _find(n1, "gpufleet_node_accepted", node="n1") == 0
+    assert _find(n1, "gpufleet_node_verdict", node="n1", verdict="fail") == 1
+    assert _find(n1, "gpufleet_check_severity", node="n1", check="gpu_health.ecc") == 3
+    assert _find(n1, "gpufleet_check_severity", node="n1", check="fleet.gpu_vs_node") == 3  # 20% under: fails
+    assert _find(n1, "gpufleet_run_info", node="n1", run_id="r1") == 1
+
+
+def test_metrics_and_outlier_scores_are_labelled_by_gpu_uuid_and_check(fleet_run):
+    n1 = _samples(fleet_run["run"] / "prometheus" / "n1.prom")
+    gpu3 = fleet_run["gpus"][3]
+    bf16 = _find(n1, "gpufleet_matmul_tflops", node="n1", gpu="3", uuid=gpu3["uuid"], dtype="bf16")
+    assert 650 < bf16 < 680  # the recorded 825 TFLOPS, at 80%
+    assert _find(n1, "gpufleet_hbm_copy_gbps", node="n1", gpu="0") > 2900
+    assert _find(n1, "gpufleet_pcie_gbps", node="n1", gpu="7", direction="d2h") > 50
+    assert _find(n1, "gpufleet_nccl_busbw_gbps", node="n1", scope="node", collective="all_reduce", band="gt_64MiB") == 346.5
+    dev = _find(n1, "gpufleet_fleet_deviation_pct", node="n1", gpu="3", uuid=gpu3["uuid"], check="fleet.gpu_vs_node",
+                metric="matmul_bf16_tflops")
+    assert -21 < dev < -19
+    assert _find(n1, "gpufleet_fleet_robust_z", node="n1", gpu="3", check="fleet.gpu_vs_node", metric="matmul_bf16_tflops") < -3
+    assert _find(n1, "gpufleet_sample_spread_pct", node="n1", gpu="0", metric="hbm_copy_gbps") == 2.0
+    assert _find(n1, "gpufleet_gpu_counter", node="n1", gpu="5", counter="nvlink_crc") == 40
+    assert _find(n1, "gpufleet_gpu_counter_growth_per_hour", node="n1", gpu="5", counter="nvlink_crc", window="run") == 160
+    # Per-GPU figures carry no node-level duplicate (the slowest GPU is min() over them).
+    assert not [k for k in n1 if k[0] == "gpufleet_matmul_tflops" and ("gpu", "") in k[1]]
+
+
+def test_drain_lines_for_the_nodes_not_accepted(fleet_run):
+    drain = (fleet_run["run"] / "drain.txt").read_text().splitlines()
+    assert drain[0] == "# gpufleet r1: 1 node(s) not accepted; run these lines to drain them in Slurm"
+    # GPU 3 at 80% is also the node's slowest GPU: 20% under the fleet's too.
+    assert drain[1:] == ['scontrol update NodeName=n1 State=DRAIN Reason="gpufleet: r1: gpu_health.ecc, fleet.gpu_vs_node, '
+                         'fleet.node_vs_fleet"']
+    md = (fleet_run["run"] / "report.md").read_text()
+    assert "```sh\n" + drain[1] + "\n```" in md
+    assert json.loads((fleet_run["run"] / "report.json").read_text())["fleet"]["drain"] == drain[1:]
+
+
+def test_drain_line_quoting():
+    line = export.drain_line("run-7", "gpu[01-02]", ["a.b", "c.d", "e.f", "g.h", "i.j", "k.l"])
+    assert line == "scontrol update 'NodeName=gpu[01-02]' State=DRAIN Reason=\"gpufleet: run-7: a.b, c.d, e.f, g.h +2 more\""
+    words = shlex.split(line)  # what a shell hands scontrol
+    assert words[2] == "NodeName=gpu[01-02]" and words[4] == "Reason=gpufleet: run-7: a.b, c.d, e.f, g.h +2 more"
+    assert '$' not in export.drain_line("r", "n0", ["x.$(reboot)`id`"])
+    with pytest.raises(InputError, match="the Slurm node name of n0 is 'n0; reboot'"):
+        export.slurm_name("n0", {"n0": "n0; reboot"})
