@@ -138,3 +138,124 @@ def test_bench_cli_prints_a_host_document():
     doc = json.loads(cp.stdout)
     assert doc["host"] == "cpu-box" and {r["check"] for r in doc["results"]} == {"matmul_bf16", "hbm_bandwidth"}
     assert all(r["group"] == "benchmark" and r["seconds"] >= 0 for r in doc["results"])
+
+
+# --- per-GPU identity and sample spread, the smoke tier, flagged GPUs ------------------------------------
+
+
+def test_matmul_keeps_the_best_shapes_samples_and_the_device_uuid(profile):
+    out = matmul.run("smoke")
+    assert out["method"]["requested_tier"] == "smoke" and out["method"]["tier"] == "cpu"
+    assert out["method"]["dtypes"] == ["bf16"]  # the smoke tier measures what training runs in
+    cpu = out["per_device"]["cpu"]
+    best = next(s for s in cpu["bf16"]["per_shape"] if s["shape_mnk"] == cpu["bf16"]["best_shape_mnk"])
+    samples = cpu["bf16"]["samples_tflops"]
+    assert samples == best["tflops"] and samples["n"] == matmul.ITERS["cpu"]
+    assert samples["spread_pct"] == round(100 * (samples["max"] - samples["min"]) / samples["median"], 2)
+    (res,) = benchmarks.matmul(out, profile)
+    row = res["detail"]["per_gpu"]["cpu"]
+    assert row["uuid"] is None and row["samples_tflops"] == samples and set(row) == {"bf16", "error", "uuid", "samples_tflops"}
+
+
+def test_memory_samples_carry_their_spread(profile):
+    out = memory.run("smoke")
+    assert out["method"]["requested_tier"] == "smoke"
+    hbm = out["per_device"]["hbm"]["cpu"]
+    s = hbm["samples_gbps"]
+    assert s["spread_pct"] == round(100 * (s["max"] - s["min"]) / s["median"], 2)
+    assert hbm["uuid"] is None and hbm["pci_bus_id"] is None
+
+
+def test_smoke_tier_sizes():
+    assert list(nccl.SIZES["smoke"]) == ["all_reduce"]  # no send/recv matrix, no other collective
+    assert nccl.SIZES["smoke"]["all_reduce"] == [1 << 20, 64 << 20, 1 << 30, 4 << 30]
+    assert [nccl.iters_for(s, "smoke") for s in nccl.SIZES["smoke"]["all_reduce"]] == [50, 50, 5, 5]
+    assert matmul.SHAPES["smoke"] == [(8192, 8192, 8192)] and matmul.ITERS["smoke"] < matmul.ITERS["quick"]
+    assert memory.SIZES_BYTES["smoke"]["hbm"] < memory.SIZES_BYTES["quick"]["hbm"]
+
+
+def _gpu_matmul(tflops: dict, monitor_pci=("0000:18:00.0", "0000:2a:00.0")) -> dict:
+    """A matmul output shaped as two GPUs give it (the fields the result mapping reads)."""
+    per_device = {}
+    for d, (value, pci) in enumerate(zip(tflops, ("0000:18:00", "0000:2a:00"))):
+        samples = {"n": 20, "min": value * 0.95, "median": value, "max": value * 1.01, "spread_pct": 6.0}
+        per_device[str(d)] = {"bf16": {"tflops": value, "tflops_max": value * 1.01, "best_shape_mnk": [8192] * 3,
+                                       "samples_tflops": samples, "per_shape": []},
+                              "device": {"name": "NVIDIA H200", "pci_bus_id": pci, "uuid": f"GPU-{d:08d}-aaaa-bbbb-cccc-dddddddddddd"}}
+    monitor = {"per_gpu": {str(i): {"pci_bus_id": pci, "throttled": []} for i, pci in enumerate(monitor_pci)}}
+    vals = list(tflops)
+    return {"device": "cuda", "method": {"dtypes": ["bf16"]}, "versions": {}, "monitor": monitor, "per_device": per_device,
+            "summary": {"bf16": {"tflops_min": min(vals), "spread_pct": round(100 * (max(vals) - min(vals)) / max(vals), 2)}}}
+
+
+def test_matmul_results_flag_the_gpus_they_are_about():
+    h200 = profiles.resolve("NVIDIA H200")  # matmul_bf16_tflops_min 700
+    out = _gpu_matmul([790.0, 650.0])
+    (res,) = benchmarks.matmul(out, h200)
+    assert res["status"] == "fail"
+    assert res["detail"]["flagged_gpus"] == [{"index": 1, "uuid": "GPU-00000001-aaaa-bbbb-cccc-dddddddddddd", "serial": None}]
+    assert res["detail"]["per_gpu"]["1"]["uuid"] == "GPU-00000001-aaaa-bbbb-cccc-dddddddddddd"
+    # The CUDA order need not be NVML's: the NVML index comes from the PCI bus id.
+    out = _gpu_matmul([790.0, 650.0], monitor_pci=("0000:2a:00.0", "0000:18:00.0"))
+    assert benchmarks.matmul(out, h200)[0]["detail"]["flagged_gpus"][0]["index"] == 0
+    out = _gpu_matmul([790.0, 705.0])  # both over the minimum, 10.8% apart: the slowest is named
+    (res,) = benchmarks.matmul(out, h200)
+    assert res["status"] == "warn" and [g["index"] for g in res["detail"]["flagged_gpus"]] == [1]
+    out = _gpu_matmul([790.0, 780.0])
+    out["monitor"]["per_gpu"]["0"]["throttled"] = ["hw_thermal_slowdown"]
+    (res,) = benchmarks.matmul(out, h200)
+    assert res["status"] == "fail" and res["detail"]["flagged_gpus"][0]["uuid"].startswith("GPU-00000000")
+    (res,) = benchmarks.matmul(_gpu_matmul([790.0, 780.0]), h200)
+    assert res["status"] == "pass" and "flagged_gpus" not in res["detail"]
+
+
+def test_memory_results_flag_only_their_own_gpus(profile):
+    h200 = profiles.resolve("NVIDIA H200")  # hbm 4000, pcie 45
+    hbm = {str(d): {"hbm_copy_gbps": v, "correct": True, "uuid": f"GPU-{d}", "pci_bus_id": pci,
+                    "samples_gbps": {"n": 20, "min": v, "median": v, "max": v, "spread_pct": 0.0}}
+           for d, (v, pci) in enumerate(((4200.0, "0000:18:00"), (3100.0, "0000:2a:00")))}
+    pcie = {str(d): {"h2d_gbps": v, "d2h_gbps": 55.0, "correct": True, "uuid": f"GPU-{d}", "pci_bus_id": pci}
+            for d, (v, pci) in enumerate(((55.0, "0000:18:00"), (27.0, "0000:2a:00")))}
+    out = {"device": "cuda", "method": {}, "monitor": {"per_gpu": {"0": {"pci_bus_id": "0000:18:00.0"}, "1": {"pci_bus_id": "0000:2a:00.0"}}},
+           "per_device": {"hbm": hbm, "pcie": pcie},
+           "summary": {"hbm_copy_gbps_min": 3100.0, "h2d_gbps_min": 27.0, "d2h_gbps_min": 55.0, "hbm_spread_pct": 26.2}}
+    res = {r["check"]: r for r in benchmarks.memory(out, h200)}
+    assert res["hbm_bandwidth"]["detail"]["flagged_gpus"] == [{"index": 1, "uuid": "GPU-1", "serial": None}]
+    assert res["pcie_h2d_bandwidth"]["detail"]["flagged_gpus"] == [{"index": 1, "uuid": "GPU-1", "serial": None}]
+    assert res["pcie_d2h_bandwidth"]["status"] == "pass" and "flagged_gpus" not in res["pcie_d2h_bandwidth"]["detail"]
+
+
+@pytest.mark.slow
+def test_gather_names_a_worker_that_died_and_kills_one_that_hangs():
+    import multiprocessing as mp
+
+    from gpufleet.bench import gather
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_answer, args=(0, queue)), ctx.Process(target=os._exit, args=(3,)),
+             ctx.Process(target=time.sleep, args=(60,))]
+    for p in procs:
+        p.start()
+    t0 = time.monotonic()
+    got = gather(procs, [0, 1, 2], queue, timeout_s=8, what="worker")
+    assert time.monotonic() - t0 < 30
+    assert got[0] == {"ok": True}
+    assert got[1] == {"error": "worker 1 exited with code 3 without a result"}
+    assert got[2] == {"error": "worker 2 gave no result within 8 s and was killed"}
+    assert not any(p.is_alive() for p in procs)
+
+
+def _answer(key, queue):
+    queue.put((key, {"ok": True}))
+
+
+def test_device_uuids_take_nvmls_form():
+    import uuid
+
+    from gpufleet.bench import uuid_text
+
+    u = uuid.UUID("df63b106-711b-65ab-d334-1175fcbc7655")
+    want = "GPU-df63b106-711b-65ab-d334-1175fcbc7655"
+    assert uuid_text(str(u)) == uuid_text(want.upper()) == uuid_text(u.bytes) == uuid_text(list(u.bytes)) == want
+    assert uuid_text("not a uuid") is None and uuid_text(None) is None

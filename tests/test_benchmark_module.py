@@ -171,3 +171,17 @@ def test_real_engine_on_the_cpu_returns_skip_results(capsys):
     assert res["check"] == "hbm_bandwidth" and res["group"] == "benchmark"
     assert res["status"] == "skip" and "not a performance figure" in res["reason"] and res["value"] > 0
     assert res["detail"]["method"]["tier"] == "cpu"
+
+
+def test_smoke_tier_and_the_soak_reach_the_engine(fake_engine, capsys):
+    fake_engine(STAND_IN.replace('if name == "matmul":', 'if name in ("matmul", "soak"):'))
+    out = run_benchmark({"python": sys.executable, "benchmarks": ["matmul", "soak"], "tier": "smoke",
+                         "soak_duration_s": 120, "timeout_s": 900}, capsys)
+    assert out["_exit_code"] == 0, out
+    mm, soak = [r["detail"]["argv"] for r in out["gpufleet"]["results"]]
+    assert mm[:5] == ["bench", "matmul", "--tier", "smoke", "--json"] and "--duration-s" not in mm
+    assert soak[:2] == ["bench", "soak"] and soak[soak.index("--duration-s") + 1] == "120"
+    # The module's choices are the engine's.
+    from gpufleet import engine as engine_py
+
+    assert engine.BENCHMARKS == engine_py.BENCHMARKS and engine.BENCHMARK_TIERS == engine_py.TIERS

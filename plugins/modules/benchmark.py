@@ -43,15 +43,17 @@ options:
     description:
       - The benchmarks to run, in this order.
       - With O(nnodes) greater than 1 only V(nccl) and V(train_gpt2) are allowed.
+      - V(soak) is sustained load for O(soak_duration_s) while a sampler watches every GPU.
     type: list
     elements: str
-    choices: [matmul, memory, nccl, train_gpt2]
+    choices: [matmul, memory, nccl, train_gpt2, soak]
     required: true
   tier:
     description:
-      - V(quick) measures a few sizes and shapes (minutes for a node); V(thorough) sweeps them all.
+      - V(smoke) a short pass of each (the smoke tier); V(quick) measures a few sizes and shapes (minutes for a node);
+        V(thorough) sweeps them all.
     type: str
-    choices: [quick, thorough]
+    choices: [smoke, quick, thorough]
     default: quick
   thresholds:
     description:
@@ -104,6 +106,10 @@ options:
       - Left out, or without a C(value) (that run failed), the C(train_scaling) result is an C(error) naming the
         missing figure.
     type: dict
+  soak_duration_s:
+    description:
+      - Seconds of sustained load for V(soak); left out, the engine's default. O(timeout_s) must leave room for it.
+    type: int
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:

@@ -2,9 +2,13 @@
 
     gpufleet collect [--out FILE]                 record NVML + sysfs readings as JSON
     gpufleet check [--group G ...] [--json]       run checks, print a host document
-    gpufleet bench matmul|memory|nccl [--tier T]   run benchmarks, print a host document
+    gpufleet bench matmul|memory|nccl|soak [--tier T] [--duration-s N]   run benchmarks, print a host document
+    gpufleet counters --phase before|after [--json]   every GPU's error counters, as a host document
     gpufleet finetune --config FILE [--nnodes N]  LoRA fine-tune under torchrun, print a host document
-    gpufleet report RUN_DIR [--expect-host H ...] aggregate hosts/*.json into reports
+    gpufleet report RUN_DIR [--expect-host H ...] aggregate hosts/*.json into reports, with the fleet layer
+    gpufleet record | history | baseline | store  the fleet's memory (gpufleet.fleet.cli)
+    gpufleet status [--json] [--count N]          every GPU of this node (NVML), refreshed until Ctrl-C
+    gpufleet hw [--json] [--root DIR]             this node's hardware: CPUs, NUMA, memory, GPUs, NVLink, HCAs
 
 Exit codes: 0 ok (check: ran; report: every node accepted), 1 report found a
 node that failed acceptance, 2 bad input (the message names what is wrong).
@@ -17,10 +21,13 @@ import json
 import sys
 from pathlib import Path
 
-from gpufleet import collect, engine, schema
+from gpufleet import collect, counters, engine, schema, views
 from gpufleet.checks import GROUPS
 from gpufleet.errors import InputError
 from gpufleet.finetune import cli as finetune_cli
+from gpufleet.fleet import cli as fleet_cli
+from gpufleet.runner import cli as runner_cli
+from gpufleet.lock import DEFAULT_PATH as DEFAULT_LOCK_PATH
 
 
 def _json_arg(text: str | None, what: str) -> dict:
@@ -90,6 +97,7 @@ def cmd_bench(args) -> int:
         profile_dir=args.profile_dir,
         nccl_options=nccl_options,
         train_reference=_json_arg(args.train_reference, "--train-reference"),
+        soak_options={"duration_s": args.duration_s},
     )
     _print_doc(doc, args.json)
     return 0
@@ -105,11 +113,61 @@ def _print_doc(doc: dict, as_json: bool) -> None:
 
 
 def cmd_report(args) -> int:
-    from gpufleet import report  # the node side does not need the renderers
+    from gpufleet import report, runs  # the node side does not need the renderers
 
-    summary = report.build(Path(args.run_dir), expected_hosts=args.expect_host or None)
+    slurm = dict(pair.split("=", 1) for pair in args.slurm_name or [] if "=" in pair)
+    bad = [pair for pair in args.slurm_name or [] if "=" not in pair]
+    if bad:
+        raise InputError(f"--slurm-name {bad[0]!r}: expected HOST=SLURM_NAME")
+    summary = report.build(Path(args.run_dir), expected_hosts=args.expect_host or None, db=args.db,
+                           use_store=not args.no_store, baseline=args.baseline, slurm_names=slurm or None)
+    if args.set_baseline:
+        if not summary.get("store"):
+            raise InputError(f"--set-baseline (gpufleet_baseline_set) needs the store, and there is none: {summary.get('store_note')}")
+        from gpufleet.fleet.store import Store
+
+        with Store(summary["store"]) as store:
+            summary["baseline_set"] = store.set_baseline(summary["run_id"])
+    runs.finish(Path(args.run_dir), summary["verdict"])  # the attempt reported: it is never taken for a killed run
     print(json.dumps(summary, sort_keys=True) if args.json else report.summary_text(summary))
     return 1 if summary["verdict"] == schema.FAIL else 0
+
+
+def cmd_run_start(args) -> int:
+    from gpufleet import runs  # controller side
+
+    started = runs.start(args.reports_dir, args.run_id, playbook=args.playbook, hosts=args.host or [], tier=args.tier,
+                         resume=args.resume, limit=args.limit, stages=args.stage)
+    print(json.dumps(started, sort_keys=True))
+    return 0
+
+
+def cmd_run_alive(args) -> int:
+    from gpufleet import runs  # controller side
+
+    try:
+        controller = json.loads(args.controller)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"--controller is not JSON ({exc.msg}); expected the controller record of a lock") from None
+    print(json.dumps({"alive": runs.controller_alive(controller)}))
+    return 0
+
+
+def cmd_lock(args) -> int:
+    from gpufleet import lock
+
+    if args.lock_command == "acquire":
+        controller = _json_arg(args.controller, "--controller")
+        out = lock.acquire(args.path, args.run_id, args.holder, args.ttl_s, controller=controller,
+                           dead_runs=args.dead_run or [])
+    elif args.lock_command == "heartbeat":
+        out = lock.heartbeat(args.path, args.run_id, args.holder)
+    elif args.lock_command == "release":
+        out = lock.release(args.path, args.run_id, args.holder)
+    else:
+        out = {"record": lock.read(args.path)}
+    print(json.dumps(out, sort_keys=True))
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -134,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="run benchmarks and print a host document")
     b.add_argument("benchmark", nargs="+", choices=list(engine.BENCHMARKS))
-    b.add_argument("--tier", default="quick", choices=["quick", "thorough"])
+    b.add_argument("--tier", default="quick", choices=list(engine.TIERS))
     b.add_argument("--host", help="host name to record (default: this host's name)")
     b.add_argument("--profile", help="force a profile by name instead of matching the GPU name")
     b.add_argument("--profile-dir", help="directory of profile YAML files")
@@ -148,6 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--rdzv-timeout-s", type=int, default=120, help="how long torchrun waits for every node to join")
     b.add_argument("--train-reference", help="across nodes: JSON of this node's single-node benchmark.train_gpt2 result "
                    "(status, value, reason, world_size), for the scaling efficiency")
+    b.add_argument("--duration-s", type=float, default=600, help="soak: seconds of sustained load on every GPU")
     b.add_argument("--json", action="store_true", help="print the host document as JSON")
     b.set_defaults(func=cmd_bench)
 
@@ -155,16 +214,61 @@ def build_parser() -> argparse.ArgumentParser:
     finetune_cli.add_arguments(f)
     f.set_defaults(func=finetune_cli.command)
 
+    views.add_parsers(sub)  # status, hw: the operator views of one node
+    counters.add_parsers(sub)  # counters: error counter snapshots before and after the benchmarks
+
+    run = sub.add_parser("run", help="on the controller: start (or resume) a run, its folder and its record")
+    run_sub = run.add_subparsers(dest="run_command", required=True)
+    rs = run_sub.add_parser("start", help="check the run id and host names, create REPORTS_DIR/RUN_ID, record the attempt")
+    rs.add_argument("reports_dir", help="absolute folder of the run folders (gpufleet_reports_dir)")
+    rs.add_argument("run_id", help="the run's name (gpufleet_run_id)")
+    rs.add_argument("--playbook", default="validate", help="the playbook the attempt runs")
+    rs.add_argument("--host", action="append", help="a node the attempt covers (repeatable)")
+    rs.add_argument("--tier", help="the attempt's tier (gpufleet_tier)")
+    rs.add_argument("--limit", help="the attempt's --limit, as given")
+    rs.add_argument("--stage", action="append", help="a stage the attempt runs (repeatable; default: all)")
+    rs.add_argument("--resume", action="store_true", help="add an attempt to an existing run instead of refusing it")
+    rs.set_defaults(func=cmd_run_start)
+    ra = run_sub.add_parser("alive", help="whether a run's controller process (a lock's `controller`) still runs here")
+    ra.add_argument("--controller", required=True, help="the controller record, JSON: host, pid, started_ticks, boot_id")
+    ra.set_defaults(func=cmd_run_alive)
+
+    lk = sub.add_parser("lock", help="on a node: the lock that keeps two runs from measuring it at once")
+    lk_sub = lk.add_subparsers(dest="lock_command", required=True)
+    for name, what in (("acquire", "take the lock for a run (or join it, for the same run)"),
+                       ("heartbeat", "the controller still waits on this holder's jobs"),
+                       ("release", "give the lock back"), ("show", "print the lock record")):
+        one = lk_sub.add_parser(name, help=what)
+        one.add_argument("--path", default=DEFAULT_LOCK_PATH, help="the lock file (gpufleet_lock_path)")
+        if name != "show":
+            one.add_argument("--run-id", required=True)
+            one.add_argument("--holder", required=True, help="the inventory host taking it")
+        if name == "acquire":
+            one.add_argument("--ttl-s", type=float, required=True, help="seconds the lease lasts unless given back")
+            one.add_argument("--controller", help="JSON of the controller that runs the run (gpufleet run start)")
+            one.add_argument("--dead-run", action="append", help="a run the controller knows was killed (repeatable)")
+        one.set_defaults(func=cmd_lock)
+
     r = sub.add_parser("report", help="aggregate RUN_DIR/hosts/*.json into report.{json,md,html} and junit.xml")
     r.add_argument("run_dir")
     r.add_argument("--expect-host", action="append", help="a host that must appear (missing ones are reported as errors)")
     r.add_argument("--json", action="store_true", help="print the summary as JSON")
+    r.add_argument("--db", help="the store to index the run into and compare with (default: RUN_DIR/../gpufleet.db)")
+    r.add_argument("--no-store", action="store_true", help="no store: history and baseline comparisons skip, saying so")
+    r.add_argument("--baseline", help="compare with this run (default: run.json's baseline, else the store's)")
+    r.add_argument("--slurm-name", action="append", help="HOST=NAME: the Slurm node name of an inventory host for drain.txt")
+    r.add_argument("--set-baseline", action="store_true", help="make this run the fleet's baseline once reported")
     r.set_defaults(func=cmd_report)
+    fleet_cli.add_parsers(sub)  # record, history, baseline, store: the fleet's memory
+    runner_cli.add_parsers(sub)  # fleet run|accept|resume|locate: the playbooks through ansible-runner
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    from gpufleet import guard
+
     args = build_parser().parse_args(argv)
+    guard.start_from_env()  # stop what this command starts should the run that asked for it be gone
     try:
         return args.func(args)
     except InputError as exc:

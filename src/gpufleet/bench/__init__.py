@@ -9,6 +9,7 @@ numbers carry "device": "cpu" and are never a performance claim.
 
 from __future__ import annotations
 
+import re
 import statistics
 import time
 
@@ -57,17 +58,98 @@ class DeviceTimer:
 
 
 def summarize(samples: list[float]) -> dict:
+    """n, min, median, max of timed samples, and spread_pct = (max - min) / median in percent: a GPU
+    disturbed by another workload while it was measured shows a spread far above its siblings'."""
+    median = statistics.median(samples)
     return {
-        "median": statistics.median(samples),
+        "median": median,
         "max": max(samples),
         "min": min(samples),
         "n": len(samples),
+        "spread_pct": round(100 * (max(samples) - min(samples)) / median, 2) if median else None,
     }
 
 
 def sig(x: float, digits: int = 4) -> float:
     """Round to significant digits: 791.2 TFLOPS on a GPU, 0.01234 on a CPU run."""
     return float(f"{x:.{digits}g}")
+
+
+_UUID = re.compile(r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}")
+
+
+def uuid_text(raw) -> str | None:
+    """torch's device uuid (an object whose str() is the hex form, or its 16 bytes) -> "GPU-xxxxxxxx-..."."""
+    if raw is None:
+        return None
+    data = raw if isinstance(raw, (bytes, bytearray, list, tuple)) else getattr(raw, "bytes", None)
+    text = re.sub(r"^GPU-", "", str(raw).strip(), flags=re.IGNORECASE).lower()
+    if not _UUID.fullmatch(text) and data is not None and len(data) == 16:
+        h = bytes(data).hex()
+        text = f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+    return f"GPU-{text}" if _UUID.fullmatch(text) else None
+
+
+def cuda_uuid(torch, device) -> str | None:
+    """A CUDA device's UUID in NVML's form "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx": torch's, else NVML's for
+    the device's PCI bus id; None when neither gives one."""
+    found = uuid_text(getattr(torch.cuda.get_device_properties(device), "uuid", None))
+    if found:
+        return found
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByPciBusId(cuda_pci_bus_id(torch, device) + ".0")
+            raw = pynvml.nvmlDeviceGetUUID(handle)
+            return uuid_text(raw.decode() if isinstance(raw, bytes) else raw)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no NVML here: the figure stays, without its GPU's identity
+        return None
+
+
+def cuda_pci_bus_id(torch, device) -> str:
+    """"0000:18:00", the kernel log's form; NVML adds the function (".0")."""
+    p = torch.cuda.get_device_properties(device)
+    return f"{p.pci_domain_id:04x}:{p.pci_bus_id:02x}:{p.pci_device_id:02x}"
+
+
+def gather(procs: list, keys: list, queue, timeout_s: float, what: str = "worker") -> dict:
+    """The results (key, value) that worker processes put on `queue`, one per key, waiting at most timeout_s.
+
+    A worker that exits without a result (killed, a crash in the driver) or is still running at the
+    timeout gets {"error": ...} instead; the latter is killed, so no process outlives the benchmark.
+    """
+    import queue as queue_mod
+
+    results: dict = {}
+    pending = dict(zip(keys, procs))
+    gone_since: dict = {}
+    deadline = time.monotonic() + timeout_s
+    while pending and time.monotonic() < deadline:
+        try:
+            key, value = queue.get(timeout=1.0)
+        except queue_mod.Empty:
+            now = time.monotonic()
+            for key, proc in list(pending.items()):
+                if proc.exitcode is None:
+                    continue
+                # Give what it put just before it exited a moment to arrive.
+                if now - gone_since.setdefault(key, now) > 3:
+                    results[key] = {"error": f"{what} {key} exited with code {proc.exitcode} without a result"}
+                    del pending[key]
+            continue
+        results[key] = value
+        pending.pop(key, None)
+    for key, proc in pending.items():
+        results[key] = {"error": f"{what} {key} gave no result within {timeout_s:g} s and was killed"}
+    for proc in procs:
+        if proc.is_alive():
+            proc.kill()
+        proc.join(timeout=10)
+    return results
 
 
 def spread_pct(values: list[float]) -> float:

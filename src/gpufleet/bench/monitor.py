@@ -2,12 +2,17 @@
 
 Shared power and cooling are part of the test: a GPU that throttles under
 load shows it here (clock event reasons, peak temperature, lowest SM clock)
-even when its number still clears the threshold.
+even when its number still clears the threshold. GpuMonitor keeps the worst
+of each for a benchmark of seconds; SoakSampler keeps a time series and the
+error counters for a soak of minutes to hours.
 """
 
 from __future__ import annotations
 
+import os
+import statistics
 import threading
+import time
 
 from gpufleet.checks.gpu_health import HW_SLOWDOWN_EVENTS
 from gpufleet.collect.nvml import CLOCK_EVENT_BITS, bus_id
@@ -83,3 +88,279 @@ class GpuMonitor:
             names = reason_names(g["reasons_mask"])
             per_gpu[idx] = {**g, "reasons": names, "throttled": sorted(HW_SLOWDOWN_EVENTS.keys() & set(names))}
         return {"samples": self.samples, "interval_s": self.interval_s, "error": self.error, "per_gpu": per_gpu}
+
+
+class SoakSampler:
+    """Watch the GPUs a soak loads, in a thread, for as long as it runs.
+
+    Every `interval_s` (about 1 Hz): SM and memory clocks, clock event (throttle) reasons, temperature and
+    power. Every `counters_every_s`: the error counters of the counter snapshots (ECC, row remapping,
+    NVLink CRC/replay/recovery, PCIe replay; gpufleet.counters), and every `kernel_log_every_s` the Xid
+    events of the kernel log. A counter that grows, an Xid that appears and a clock event reason seen
+    for the first time are events with the time they were seen (seconds since start(t0)).
+
+        sampler = SoakSampler(); sampler.open()      # NVML handles, counters and kernel log at rest
+        sampler.start(t0)                            # t0: time.monotonic() the soak counts from
+        ...; sampler.stop(); sampler.summary(window_s, n_windows)
+
+    `indices` (NVML indices) limits it to the GPUs this node may use; default: those CUDA_VISIBLE_DEVICES
+    leaves (collect.nvml.visible_indices). Without NVML it records why and samples nothing; a field
+    that cannot be read is None in its sample, and a GPU whose reads fail keeps the first error.
+    """
+
+    MAX_EVENTS = 500
+
+    def __init__(self, interval_s: float = 1.0, counters_every_s: float = 5.0, kernel_log_every_s: float = 15.0,
+                 indices: list[int] | None = None):
+        self.interval_s = interval_s
+        self.counters_every_s = counters_every_s
+        self.kernel_log_every_s = kernel_log_every_s
+        self.indices = indices
+        self.error: str | None = None
+        self.kernel_log_error: str | None = None
+        self.kernel_log_source: str | None = None
+        self.gpus: dict[int, dict] = {}
+        self.series: dict[int, list] = {}
+        self.throttle: dict[int, dict] = {}
+        self.counters_start: dict[int, dict] = {}
+        self.counters_last: dict[int, dict] = {}
+        self.gpu_errors: dict[int, str] = {}
+        self.events: list[dict] = []
+        self.events_dropped = 0
+        self.samples = 0
+        self._handles: dict[int, object] = {}
+        self._xid_seen = None
+        self._t0 = None
+        self._stop = threading.Event()
+        self._thread = None
+        self._nvml = None
+
+    # --- set-up and tear-down
+
+    def open(self) -> "SoakSampler":
+        try:
+            import pynvml
+
+            from gpufleet.collect.nvml import _text, visible_indices
+
+            pynvml.nvmlInit()
+            self._nvml = pynvml
+            listed = []
+            for i in range(pynvml.nvmlDeviceGetCount()):
+                h = pynvml.nvmlDeviceGetHandleByIndex(i)
+                listed.append({"index": i, "uuid": _text(pynvml.nvmlDeviceGetUUID(h)), "handle": h})
+            if self.indices is None:
+                self.indices = visible_indices(listed, os.environ.get("CUDA_VISIBLE_DEVICES"))["indices"]
+            for g in listed:
+                if g["index"] not in self.indices:
+                    continue
+                i, h = g["index"], g["handle"]
+                self._handles[i] = h
+                info = {"uuid": g["uuid"], "serial": None, "pci_bus_id": None, "name": None}
+                for key, fn in (("serial", pynvml.nvmlDeviceGetSerial), ("name", pynvml.nvmlDeviceGetName)):
+                    try:
+                        info[key] = _text(fn(h))
+                    except Exception:  # not every GPU has a serial; the uuid names it
+                        pass
+                try:
+                    info["pci_bus_id"] = bus_id(pynvml.nvmlDeviceGetPciInfo(h).busId)
+                except Exception:
+                    pass
+                self.gpus[i] = info
+                self.series[i] = []
+                self.throttle[i] = {}
+        except Exception as exc:  # no driver, no NVML: record, do not fail the soak
+            self.error = f"NVML unavailable: {exc}"
+            return self
+        for i, h in self._handles.items():
+            try:
+                self.counters_start[i] = self.counters_last[i] = self._read_counters(i, h)
+            except Exception as exc:  # this GPU's counters are not watched; the others are
+                self.gpu_errors.setdefault(i, f"counters: {type(exc).__name__}: {exc}")
+        self._read_kernel_log(None)
+        return self
+
+    def start(self, t0: float) -> None:
+        self._t0 = t0
+        if self._handles:
+            self._thread = threading.Thread(target=self._run, name="soak-sampler", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread:
+            self._stop.set()
+            self._thread.join(timeout=30)
+        if self._handles:  # the last word: counters that moved at the very end count too
+            t = time.monotonic() - (self._t0 or time.monotonic())
+            for i, h in self._handles.items():
+                self._counters_event(i, h, t)
+            self._read_kernel_log(t)
+        if self._nvml is not None:
+            try:
+                self._nvml.nvmlShutdown()
+            except Exception:
+                pass
+            self._nvml = None
+
+    # --- reading
+
+    def _event(self, event: dict) -> None:
+        if len(self.events) < self.MAX_EVENTS:
+            self.events.append(event)
+        else:
+            self.events_dropped += 1
+
+    def _read_counters(self, index: int, handle) -> dict:
+        from gpufleet import counters
+        from gpufleet.collect import nvml as reader
+
+        nv = self._nvml
+        g: dict = {"unreadable": {}}
+        for name, counter in (("volatile", nv.NVML_VOLATILE_ECC), ("aggregate", nv.NVML_AGGREGATE_ECC)):
+            for kind_name, kind in (("uncorrected", nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
+                                    ("corrected", nv.NVML_MEMORY_ERROR_TYPE_CORRECTED)):
+                g[f"ecc_{name}_{kind_name}"], _ = reader._read(nv.nvmlDeviceGetTotalEccErrors, handle, kind, counter)
+        g["remapped_rows"], _ = reader._read(reader._remapped_rows, handle)
+        g["nvlink"] = reader._nvlink(handle, g["unreadable"])
+        g["nvlink_error_totals"] = reader._nvlink_totals(handle, g["unreadable"])
+        g["pcie_replay"], _ = reader._read(lambda: int(nv.nvmlDeviceGetPcieReplayCounter(handle)))
+        values, _, _ = counters.gpu_counters(g, None)
+        values.pop("xid")
+        return values
+
+    def _counters_event(self, index: int, handle, t: float) -> None:
+        try:
+            now = self._read_counters(index, handle)
+        except Exception as exc:
+            self.gpu_errors.setdefault(index, f"counters: {type(exc).__name__}: {exc}")
+            return
+        self.note_counters(index, now, t)
+
+    def note_counters(self, index: int, now: dict, t: float) -> None:
+        """Counters read at t: each that grew since the last read is an event."""
+        before = self.counters_last.get(index) or {}
+        for counter, value in now.items():
+            old = before.get(counter)
+            if value is not None and old is not None and value > old:
+                self._event({"kind": "counter", "index": index, "t_s": round(t, 1), "counter": counter,
+                             "from": old, "to": value})
+        self.counters_last[index] = {k: (v if v is not None else before.get(k)) for k, v in now.items()}
+
+    def _read_kernel_log(self, t: float | None) -> None:
+        from gpufleet.collect import kernel_log
+
+        self.note_kernel_log(kernel_log.read(), t)
+
+    def note_kernel_log(self, log: dict, t: float | None) -> None:
+        """A kernel log read (collect.kernel_log) at t: Xid events not in the read before are events; t None: the start."""
+        from collections import Counter
+
+        self.kernel_log_source = log.get("source")
+        if not log.get("readable"):
+            self.kernel_log_error = log.get("error") or "kernel log unreadable"
+            return
+        seen = Counter(e.get("message") for e in log.get("xid_events") or [])
+        if self._xid_seen is not None and t is not None:
+            new = seen - self._xid_seen
+            by_pci = {(g["pci_bus_id"] or "")[:-2]: i for i, g in self.gpus.items() if g.get("pci_bus_id")}
+            for ev in log.get("xid_events") or []:
+                if new.get(ev.get("message"), 0) > 0:
+                    new[ev.get("message")] -= 1
+                    self._event({"kind": "xid", "index": by_pci.get(ev.get("pci")), "t_s": round(t, 1),
+                                 "pci": ev.get("pci"), "xid": ev.get("xid"), "message": ev.get("message")})
+        self._xid_seen = seen
+
+    def _sample(self, t: float) -> None:
+        from gpufleet.collect import nvml as reader
+
+        nv = self._nvml
+        getter = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or nv.nvmlDeviceGetCurrentClocksThrottleReasons
+        for i, h in self._handles.items():
+            sm, err = reader._read(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM)
+            mem, _ = reader._read(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM)
+            temp, _ = reader._read(reader._call_first,
+                                   (getattr(nv, "nvmlDeviceGetTemperatureV", None), h, nv.NVML_TEMPERATURE_GPU),
+                                   (getattr(nv, "nvmlDeviceGetTemperature", None), h, nv.NVML_TEMPERATURE_GPU))
+            power, _ = reader._read(lambda: nv.nvmlDeviceGetPowerUsage(h) / 1000.0)
+            mask, err2 = reader._read(lambda: int(getter(h)))
+            if err or err2:
+                self.gpu_errors.setdefault(i, err or err2)
+            self.note_sample(i, t, sm, mem, temp, power, mask)
+        self.samples += 1
+
+    def note_sample(self, index: int, t: float, sm_mhz, mem_mhz, temperature_c, power_w, reasons_mask) -> None:
+        """One GPU's reading at t (None where unreadable): into the series; each clock event reason counted."""
+        self.series.setdefault(index, []).append(
+            (round(t, 2), sm_mhz, mem_mhz, temperature_c, round(power_w, 1) if power_w is not None else None, reasons_mask))
+        for name in reason_names(reasons_mask or 0):
+            seen = self.throttle.setdefault(index, {}).setdefault(name, {"first_s": round(t, 1), "last_s": None, "samples": 0})
+            if seen["samples"] == 0 and name in HW_SLOWDOWN_EVENTS:
+                self._event({"kind": "clock_event", "index": index, "t_s": round(t, 1), "reason": name})
+            # Seconds: samples x interval; a reason seen in one sample counts one interval.
+            seen.update(last_s=round(t, 1), samples=seen["samples"] + 1,
+                        seconds=round((seen["samples"] + 1) * self.interval_s, 1))
+
+    def _run(self) -> None:
+        next_counters = self.counters_every_s
+        next_log = self.kernel_log_every_s
+        while not self._stop.is_set():
+            t = time.monotonic() - self._t0
+            try:
+                self._sample(t)
+                if t >= next_counters:
+                    next_counters = t + self.counters_every_s
+                    for i, h in self._handles.items():
+                        self._counters_event(i, h, t)
+                if t >= next_log:
+                    next_log = t + self.kernel_log_every_s
+                    self._read_kernel_log(t)
+            except Exception as exc:  # the sampler must never take the soak down
+                self.error = self.error or f"sampler: {type(exc).__name__}: {exc}"
+            spent = time.monotonic() - self._t0 - t
+            self._stop.wait(max(0.05, self.interval_s - spent))
+
+    # --- what it saw
+
+    def summary(self, window_s: float, n_windows: int) -> dict:
+        """Per GPU: clock, temperature and power per window, clock event reasons with their first time and
+        seconds in all, counters at the start and the end; the events in time order."""
+        per_gpu = {}
+        for i, info in self.gpus.items():
+            windows = []
+            for w in range(n_windows):
+                lo, hi = w * window_s, (w + 1) * window_s
+                rows = [r for r in self.series[i] if lo <= r[0] < hi or (w == n_windows - 1 and r[0] >= hi)]
+                col = lambda k: [r[k] for r in rows if r[k] is not None]  # noqa: E731
+                sm, mem, temp, power = col(1), col(2), col(3), col(4)
+                mask = 0
+                for r in rows:
+                    mask |= r[5] or 0
+                windows.append({
+                    "index": w, "start_s": round(lo, 1), "samples": len(rows),
+                    "sm_clock_min_mhz": min(sm) if sm else None,
+                    "sm_clock_median_mhz": statistics.median(sm) if sm else None,
+                    "mem_clock_min_mhz": min(mem) if mem else None,
+                    "temperature_max_c": max(temp) if temp else None,
+                    "power_median_w": round(statistics.median(power), 1) if power else None,
+                    "power_max_w": max(power) if power else None,
+                    "reasons": reason_names(mask),
+                })
+            per_gpu[str(i)] = {
+                **info,
+                "windows": windows,
+                "throttle": self.throttle.get(i, {}),
+                "counters_start": self.counters_start.get(i),
+                "counters_end": self.counters_last.get(i),
+                "error": self.gpu_errors.get(i),
+            }
+        return {
+            "interval_s": self.interval_s,
+            "counters_every_s": self.counters_every_s,
+            "kernel_log_every_s": self.kernel_log_every_s,
+            "samples": self.samples,
+            "error": self.error,
+            "kernel_log": {"source": self.kernel_log_source, "error": self.kernel_log_error},
+            "per_gpu": per_gpu,
+            "events": sorted(self.events, key=lambda e: e["t_s"]),
+            "events_dropped": self.events_dropped,
+        }

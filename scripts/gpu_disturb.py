@@ -1,0 +1,147 @@
+"""Keep one GPU busy for a while with a workload of our own, so that a validation run beside it sees it.
+
+Usage: python3 scripts/gpu_disturb.py --gpu 1 --seconds 900 [--kind matmul|copy] [--size N] [--duty 1.0]
+
+--gpu is the NVML index, as gpu_health and `nvidia-smi` name the GPU (resolved to its UUID through NVML, so
+CUDA_VISIBLE_DEVICES and CUDA's own device order do not matter). --kind matmul loops bf16 products of N x N
+matrices (default 8192: the whole GPU; 1024 occupies a few SMs, yet every kernel still takes the GPU's time
+slices from the other process); --kind copy loops device-to-device copies of N MiB (default 4096: HBM
+bandwidth). --duty below 1 sleeps between bursts, for a lighter disturbance. A validation run beside it
+must name it in gpu_health.processes (pid, name, memory), and that GPU's benchmark figures must drop.
+
+It names its process "gpu_disturb" (/proc/<pid>/comm, what gpu_health.processes reports), prints its pid and
+what it does on the first line, a summary when it ends (after --seconds, or on SIGTERM/SIGINT), and exits 0;
+2 when the GPU cannot be used. --cpu runs the same loop on the CPU at a tiny
+size: a logic check for machines without a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+
+BURST_S = 0.2  # work between two checks of the clock and of a stop request
+
+
+def die(msg: str) -> None:
+    print(f"gpu_disturb: {msg}", file=sys.stderr, flush=True)
+    raise SystemExit(2)
+
+
+def name_process(name: str = "gpu_disturb") -> None:
+    """/proc/<pid>/comm becomes `name`, so gpu_health.processes names this workload, not "python3" (Linux)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+    except (OSError, AttributeError):
+        pass
+
+
+def nvml_uuid(index: int) -> str:
+    """The UUID of the GPU NVML numbers `index`; exit 2 with the reason when there is none."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception as exc:
+        die(f"NVML unavailable ({exc}); is this a GPU node with the NVIDIA driver?")
+    try:
+        count = pynvml.nvmlDeviceGetCount()
+        if not 0 <= index < count:
+            die(f"--gpu {index}: NVML sees {count} GPU(s), indices 0 to {count - 1}")
+        uuid = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(index))
+        return uuid.decode() if isinstance(uuid, bytes) else uuid
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="gpu_disturb", description=__doc__.split("\n\n")[0])
+    p.add_argument("--gpu", type=int, help="NVML index of the GPU to keep busy")
+    p.add_argument("--seconds", type=float, required=True, help="how long to keep it busy")
+    p.add_argument("--kind", choices=["matmul", "copy"], default="matmul")
+    p.add_argument("--size", type=int, help="matmul: matrix side (default 8192); copy: MiB per copy (default 4096)")
+    p.add_argument("--duty", type=float, default=1.0, help="busy fraction of the time, 0 < duty <= 1 (default 1)")
+    p.add_argument("--cpu", action="store_true", help="run on the CPU at a tiny size (logic check without a GPU)")
+    args = p.parse_args(argv)
+    if args.seconds <= 0 or not 0 < args.duty <= 1:
+        p.error("--seconds must be positive and --duty in (0, 1]")
+    if not args.cpu and args.gpu is None:
+        p.error("--gpu is required (or --cpu for a logic check)")
+
+    where = "the CPU"
+    if not args.cpu:
+        uuid = nvml_uuid(args.gpu)
+        os.environ["CUDA_VISIBLE_DEVICES"] = uuid  # before torch starts CUDA: device 0 is that GPU
+        where = f"GPU {args.gpu} ({uuid})"
+
+    import torch
+
+    if args.cpu:
+        device = torch.device("cpu")
+    else:
+        if not torch.cuda.is_available():
+            die(f"torch sees no CUDA device for {where}")
+        device = torch.device("cuda", 0)
+        torch.cuda.set_device(device)
+    if args.kind == "matmul":
+        n = args.size or (8192 if not args.cpu else 128)
+        a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+        b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+        c = torch.empty(n, n, device=device, dtype=torch.bfloat16)
+        op, unit, per_op = (lambda: torch.mm(a, b, out=c)), "TFLOPS", 2 * n**3 / 1e12
+        what = f"bf16 matmul {n}x{n}x{n} in a loop"
+    else:
+        mib = args.size or (4096 if not args.cpu else 8)
+        src = torch.empty(mib << 20, dtype=torch.uint8, device=device).random_(0, 255)
+        dst = torch.empty_like(src)
+        op, unit, per_op = (lambda: dst.copy_(src)), "GB/s (read + write)", 2 * (mib << 20) / 1e9
+        what = f"copies of {mib} MiB in a loop"
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    stop = {"why": None}
+
+    def on_signal(signum, _frame):
+        stop["why"] = signal.Signals(signum).name
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    name_process()
+    duty = f", busy {args.duty:.0%} of the time" if args.duty < 1 else ""
+    print(f"gpu_disturb pid {os.getpid()}: {what} on {where} for {args.seconds:g} s{duty}", flush=True)
+
+    # Ops per burst from a short trial, so the clock and a stop request are looked at about every BURST_S.
+    op()
+    sync()
+    t = time.perf_counter()
+    for _ in range(3):
+        op()
+    sync()
+    ops = max(1, round(BURST_S / max((time.perf_counter() - t) / 3, 1e-9)))
+    t0 = time.monotonic()
+    end = t0 + args.seconds
+    done = busy = 0.0
+    while time.monotonic() < end and not stop["why"]:
+        b0 = time.monotonic()
+        for _ in range(ops):
+            op()
+        sync()
+        spent = time.monotonic() - b0
+        busy += spent
+        done += ops
+        if args.duty < 1:
+            time.sleep(min(max(0.0, end - time.monotonic()), spent * (1 - args.duty) / args.duty))
+    elapsed = time.monotonic() - t0
+    rate = done * per_op / busy if busy else 0.0
+    why = f"stopped by {stop['why']}" if stop["why"] else "time is up"
+    print(f"gpu_disturb pid {os.getpid()}: {why} after {elapsed:.1f} s; {int(done)} operations, "
+          f"{rate:.4g} {unit} while busy", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,234 @@
+"""The runner's Python API: run, accept, resume and locate (gpufleet fleet ... calls these)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import yaml
+
+from gpufleet import paths
+from gpufleet.errors import InputError
+from gpufleet.runner import record as rec
+from gpufleet.runner import resume as resume_mod
+from gpufleet.runner.core import (
+    ACCEPTED,
+    EXIT_ACCEPTED,
+    EXIT_COULD_NOT_RUN,
+    EXIT_INTERRUPTED,
+    EXIT_NOT_ACCEPTED,
+    Invocation,
+    Outcome,
+    check_user_vars,
+    invoke,
+    new_run_id,
+    report_finals,
+)
+from gpufleet.runner.events import FleetState
+from gpufleet.runner.project import Project, find_project, nodes_of, read_inventory
+from gpufleet.runner.view import make_view
+
+TIERS = ("smoke", "acceptance", "soak")
+LOCATE_METHODS = ("auto", "pairs", "bisect")
+
+
+def parse_extra_vars(items: list[str] | None) -> dict:
+    """-e values as ansible-playbook takes them: JSON or YAML mappings, @file, or key=value words."""
+    out: dict = {}
+    for item in items or []:
+        text = item.strip()
+        if text.startswith("@"):
+            path = Path(text[1:])
+            try:
+                text = path.read_text()
+            except OSError as exc:
+                raise InputError(f"-e {item}: {path} cannot be read: {exc.strerror}") from None
+        if text.startswith("{") or item.startswith("@"):
+            try:
+                val = yaml.safe_load(text)
+            except yaml.YAMLError as exc:
+                raise InputError(f"-e {item!r} does not parse as JSON or YAML: {exc}") from None
+            if not isinstance(val, dict):
+                raise InputError(f"-e {item!r}: expected a mapping of variable -> value")
+            out.update(val)
+            continue
+        for word in shlex.split(text):
+            if "=" not in word:
+                raise InputError(f"-e {item!r}: expected key=value words, a JSON object or @file")
+            key, value = word.split("=", 1)
+            out[key] = value
+    return out
+
+
+def _reports_dir(reports_dir: str | Path | None) -> Path:
+    return Path(reports_dir or "reports").resolve()
+
+
+def _tier_vars(tier: str | None, soak_duration_s: int | None) -> dict:
+    out = {}
+    if tier:
+        if tier not in TIERS:
+            raise InputError(f"--tier {tier!r}; expected one of {', '.join(TIERS)}")
+        out["gpufleet_tier"] = tier
+    if soak_duration_s is not None:
+        if soak_duration_s <= 0:
+            raise InputError(f"--soak-duration-s {soak_duration_s}; expected a positive number of seconds")
+        out["gpufleet_soak_duration_s"] = int(soak_duration_s)
+    return out
+
+
+def fleet_run(inventory: str, *, limit: str | None = None, tier: str | None = None, soak_duration_s: int | None = None,
+              run_id: str | None = None, reports_dir: str | Path | None = None, extra_vars: dict | None = None,
+              project: Project | str | None = None, view=None, envvars: dict | None = None,
+              peers: list[str] | None = None, command: str = "run") -> Outcome:
+    """validate.yml over the inventory's gpu_nodes (narrowed by limit): one attempt of a new run."""
+    project = project if isinstance(project, Project) else find_project(project)
+    user_vars = dict(extra_vars or {})
+    check_user_vars(user_vars)
+    user_vars.update(_tier_vars(tier, soak_duration_s))
+    inv, hosts = nodes_of(project, inventory, limit)
+    peers = list(peers or [])
+    unknown = [p for p in peers if p not in inv.hosts]
+    if unknown:
+        raise InputError(f"--peers {', '.join(unknown)}: not in the group gpu_nodes of {inventory}")
+    both = [p for p in peers if p in hosts]
+    if both:
+        raise InputError(f"--peers {', '.join(both)}: a peer joins the runs across nodes of nodes under test and cannot "
+                         "be one of them")
+    run_id = paths.safe_name(run_id or new_run_id(), "--run-id")
+    inv_obj = Invocation(command=command, playbook="validate", run_id=run_id, reports_dir=_reports_dir(reports_dir),
+                         inventory=inv.path, hosts=hosts, limit=hosts if limit or peers else None, peers=peers,
+                         user_vars=user_vars)
+    return invoke(project, inv_obj, view or make_view(), envvars=envvars)
+
+
+def fleet_accept(nodes: list[str], *, peers: list[str] | None = None, inventory: str, **kw) -> Outcome:
+    """The node-replacement run: validate.yml on the new nodes (--limit), the peers joining their runs across nodes."""
+    if not nodes:
+        raise InputError("accept needs the nodes to accept (NODE ...)")
+    return fleet_run(inventory, limit=",".join(nodes), peers=peers, command="accept", **kw)
+
+
+def fleet_resume(run_id: str, *, reports_dir: str | Path | None = None, inventory: str | None = None,
+                 extra_vars: dict | None = None, only_unfinished: bool = False, dry_run: bool = False,
+                 project: Project | str | None = None, view=None, envvars: dict | None = None
+                 ) -> tuple[resume_mod.ResumePlan, Outcome | None]:
+    """Run again what did not finish (and, unless only_unfinished, what failed or erred) in the same run."""
+    project = project if isinstance(project, Project) else find_project(project)
+    run_dir = _reports_dir(reports_dir) / paths.safe_name(run_id, "RUN_ID")
+    folder = rec.load_run_folder(run_dir)
+    record = folder.record or {}
+    first = next((i for i in record.get("invocations", []) if i.get("command") != "locate"), None)
+    inventory = inventory or record.get("inventory")
+    if not inventory:
+        raise InputError(f"run {run_id} was not started by gpufleet fleet (no {rec.runner_dir(run_dir) / rec.RECORD}): "
+                         "give its inventory with -i")
+    user_vars = dict((first or {}).get("extravars") or {})
+    extra = dict(extra_vars or {})
+    check_user_vars(extra)
+    user_vars.update(extra)
+    inv = read_inventory(project, inventory)
+    peers = [p for p in (first or {}).get("peers") or [] if p in inv.hosts]
+    plan = resume_mod.plan(folder, only_unfinished=only_unfinished, hostvars=inv.hostvars, extravars=user_vars,
+                           peers=peers)
+    view = view or make_view()
+    if dry_run or not plan.steps:
+        view.message(plan.text())
+        if dry_run:
+            return plan, None
+        outcome = _whole_run_outcome(run_dir, plan.hosts, "nothing to run again")
+        view.message(outcome.message)
+        return plan, outcome
+    view.message(plan.text())
+    outcome = None
+    for step in plan.steps:
+        step_inv = Invocation(command="resume", playbook="validate", run_id=run_id, reports_dir=run_dir.parent,
+                              inventory=inv.path, hosts=step.limit, limit=step.limit, peers=step.peers,
+                              stages=step.stages, resume=True, user_vars=user_vars)
+        outcome = invoke(project, step_inv, view, envvars=envvars)
+        if outcome.exit in (EXIT_INTERRUPTED, EXIT_COULD_NOT_RUN):
+            return plan, outcome
+    whole = _whole_run_outcome(run_dir, plan.hosts, "resumed")
+    view.message(whole.message)
+    return plan, whole
+
+
+def _whole_run_outcome(run_dir: Path, hosts: list[str], what: str) -> Outcome:
+    """Every node of the run judged by its report.json (written by the last attempt)."""
+    report, finals = report_finals(run_dir, hosts, since=0)
+    if report is None:
+        return Outcome(EXIT_COULD_NOT_RUN, "no report", None, False, {}, None, [],
+                       f"run {run_dir.name}: {what}, but it has no report.json to judge it by")
+    bad = [h for h, f in finals.items() if f != ACCEPTED]
+    code = EXIT_NOT_ACCEPTED if bad else EXIT_ACCEPTED
+    msg = (f"run {run_dir.name}: {what}; " + (f"{len(bad)} of {len(hosts)} node(s) not accepted: {', '.join(bad)}"
+                                              if bad else f"all {len(hosts)} node(s) accepted")
+           + f"; report: {run_dir / 'report.md'}")
+    return Outcome(code, "successful", 0, False, finals, report, [], msg)
+
+
+# ---------------------------------------------------------------- locate
+
+
+def judge_locate(inv: Invocation, started: float, status: str, rc, fleet: FleetState) -> tuple[int, dict, str]:
+    """0 when nothing is slow, 1 when a node or link is named (or slow groups stay unexplained), 2 without locate.json."""
+    path = inv.run_dir / "locate.json"
+    doc, why = rec.read_json(path)
+    if doc is None or path.stat().st_mtime < started - 1 or not doc.get("done"):
+        failed = [f for f in fleet.failures if f.msg]
+        detail = "; ".join(f"{f.task}: {' '.join(f.msg.split())}" for f in failed[:3]) or f"ansible-playbook ended {status} (rc {rc})"
+        return EXIT_COULD_NOT_RUN, {h: "no localisation" for h in inv.hosts}, (
+            f"run {inv.run_id}: the localisation did not finish ({why or 'locate.json not written'}): {detail}")
+    finals = {h: "good" if h in doc.get("known_good", []) else "not judged" for h in inv.hosts}
+    for f in doc.get("findings") or []:
+        if f.get("kind") == "node":
+            finals[f["node"]] = "slow node" if f.get("why") != "failed" else "failed to run NCCL"
+        elif f.get("kind") == "link":
+            for h in f["pair"]:
+                finals[h] = "slow link: " + " - ".join(f["pair"])
+        elif f.get("kind") == "group":
+            for h in f.get("members") or []:
+                finals.setdefault(h, "slow together")
+                if finals[h] in ("good", "not judged"):
+                    finals[h] = "slow together"
+    rounds = len(doc.get("rounds") or [])
+    code = EXIT_ACCEPTED if doc.get("verdict") == "none" else EXIT_NOT_ACCEPTED
+    return code, finals, f"run {inv.run_id}: locate ({doc.get('method')}, {rounds} round(s)): {doc.get('summary')}; see {path}"
+
+
+def fleet_locate(inventory: str, *, limit: str | None = None, run_id: str | None = None,
+                 reports_dir: str | Path | None = None, method: str = "auto", ratio: float | None = None,
+                 pair_rounds: int | None = None, max_rounds: int | None = None, reference_gbps: float | None = None,
+                 base_port: int | None = None, extra_vars: dict | None = None, project: Project | str | None = None,
+                 view=None, envvars: dict | None = None) -> Outcome:
+    """locate.yml over the inventory's gpu_nodes: NCCL over pairs or halves, round after round (fleet/locate.py)."""
+    project = project if isinstance(project, Project) else find_project(project)
+    if method not in LOCATE_METHODS:
+        raise InputError(f"--method {method!r}; expected one of {', '.join(LOCATE_METHODS)}")
+    user_vars = dict(extra_vars or {})
+    check_user_vars(user_vars)
+    inv, hosts = nodes_of(project, inventory, limit)
+    if len(hosts) < 2:
+        raise InputError(f"locate needs two nodes or more; --limit {limit} leaves {', '.join(hosts) or 'none'}")
+    options = {"gpufleet_locate_method": method, "gpufleet_locate_ratio": ratio, "gpufleet_locate_pair_rounds": pair_rounds,
+               "gpufleet_locate_max_rounds": max_rounds, "gpufleet_locate_reference_gbps": reference_gbps,
+               "gpufleet_locate_base_port": base_port}
+    run_id = paths.safe_name(run_id or new_run_id(), "--run-id")
+    reports = _reports_dir(reports_dir)
+    run_dir = reports / run_id
+    # Locating inside an existing run (the one that was slow) adds an attempt to it.
+    used = (run_dir / "run.json").exists() or (run_dir / "hosts").exists()
+    inv_obj = Invocation(command="locate", playbook="locate", run_id=run_id, reports_dir=reports, inventory=inv.path,
+                         hosts=hosts, limit=hosts if limit else None, resume=used, user_vars=user_vars,
+                         extra_vars={k: v for k, v in options.items() if v is not None})
+    from gpufleet.runner.locating import Progress
+
+    return invoke(project, inv_obj, view or make_view(), envvars=envvars, judge=judge_locate,
+                  describe=Progress(run_dir))
+
+
+def outcome_json(outcome: Outcome) -> str:
+    return json.dumps({"exit": outcome.exit, "status": outcome.status, "rc": outcome.rc, "interrupted": outcome.interrupted,
+                       "nodes": outcome.finals, "message": outcome.message}, sort_keys=True)
+

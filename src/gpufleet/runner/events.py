@@ -1,0 +1,256 @@
+"""ansible-runner's event stream turned into where every node stands.
+
+Each event of the playbook (ansible-runner's awx_display callback: playbook_on_task_start, runner_on_start,
+runner_on_ok, ...) names the task, its module (resolved_action), the task file and the host. `classify()` maps
+a task to a stage of the run and the check or benchmark under way; `FleetState.apply()` keeps, per node, its
+stage, what it is doing, when it started and the worst verdict of the results seen so far (the modules return
+host documents, so the statuses are in the events). Nothing here talks to Ansible: recorded events replay.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from gpufleet import schema
+
+# In the order a node goes through them; the progress bar counts a node's place in it.
+STAGES = ("waiting", "reach", "lock", "checks", "counters", "benchmarks", "cross-node", "fine-tune", "locate",
+          "report", "done")
+CHECK_MODULES = ("gpu_inventory", "gpu_health", "host_hygiene")
+# Task files of the role whose tasks are a stage of their own, whatever the module ("done": giving the node
+# back after its work, no stage to show).
+STAGE_FILES = {"nccl_multinode": "cross-node", "finetune_multinode": "fine-tune", "locate": "locate",
+               "lock_take": "lock", "release": "done"}
+# Worst first for the "so far" column; unreachable is worse than any result.
+_RANK = {"unreachable": 6, schema.ERROR: 5, schema.FAIL: 4, schema.WARN: 3, schema.PASS: 2, schema.SKIP: 1}
+FINAL_EVENT = "playbook_on_stats"
+
+
+def _suffix(task: str) -> str:
+    """What a task name says after its colon: 'Run the benchmarks inside the node: matmul, nccl' -> 'matmul, nccl'."""
+    return task.split(": ", 1)[1].strip() if ": " in task else ""
+
+
+def _across(task: str) -> str:
+    """What a task of a run across nodes starts: 'NCCL: a, b', 'training: a, b'; '' for its helper tasks."""
+    members = _suffix(task)
+    if not members or "{{" in members:
+        return ""
+    for word, what in (("NCCL", "NCCL"), ("training", "training"), ("fine-tune", "fine-tune")):
+        if word in task:
+            return f"{what}: {members}"
+    return members
+
+
+def classify(event_data: dict) -> tuple[str | None, str]:
+    """(stage, what is under way) of a task, or (None, "") for tasks that are no stage of their own."""
+    action = event_data.get("resolved_action") or event_data.get("task_action") or ""
+    short = action.rsplit(".", 1)[-1]
+    task = event_data.get("task") or ""
+    path = (event_data.get("task_path") or "").rsplit(":", 1)[0]
+    stem = path.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+    in_role = "/tasks/" in path  # the playbooks' own tasks run on the controller
+    for prefix, stage in STAGE_FILES.items():
+        if in_role and stem.startswith(prefix) and stem != "locate_report":
+            if stage == "done":
+                return None, ""
+            if stage == "locate":  # which round and partner: FleetState.describe says, from locate.json
+                return stage, ""
+            return stage, _across(task)
+    if short == "ping":
+        return "reach", ""
+    if short == "node_lock":
+        return "lock", ""
+    if short in CHECK_MODULES:
+        return "checks", short
+    if short == "gpu_counters":
+        return "counters", "after" if "after" in task else "before"
+    if short == "benchmark":
+        which = _suffix(task)
+        return "benchmarks", which if which and "{{" not in which else ""
+    if short in ("finetune",):
+        return "fine-tune", ""
+    if short == "fleet_report":
+        return "report", ""
+    return None, ""
+
+
+def results_of(res: dict | None) -> list[dict]:
+    """The results a module returned (a host document under `gpufleet`), or none."""
+    doc = (res or {}).get("gpufleet")
+    results = doc.get("results") if isinstance(doc, dict) else None
+    return [r for r in results if isinstance(r, dict)] if isinstance(results, list) else []
+
+
+@dataclass
+class NodeState:
+    host: str
+    role: str = "node"  # or "peer": joins the runs across nodes only
+    stage: str = "waiting"
+    activity: str = ""
+    started: float | None = None
+    ended: float | None = None
+    counts: dict = field(default_factory=dict)
+    unreachable: bool = False
+    final: str | None = None  # from report.json at the end: accepted, not accepted, or why there is none
+
+    def so_far(self) -> str:
+        if self.final:
+            return self.final
+        if self.unreachable:
+            return "unreachable"
+        if not self.counts:
+            return "-"
+        return max(self.counts, key=lambda s: _RANK.get(s, 0))
+
+    def elapsed_s(self, now: float) -> float:
+        if self.started is None:
+            return 0.0
+        return (self.ended or now) - self.started
+
+    def progress(self) -> float:
+        """Where the node is, 0 to 1, by its place in STAGES."""
+        return STAGES.index(self.stage) / (len(STAGES) - 1) if self.stage in STAGES else 0.0
+
+    def key(self) -> tuple:
+        """What a change in is worth a line in the plain view."""
+        return (self.stage, self.activity, self.so_far())
+
+
+@dataclass
+class Failure:
+    host: str
+    task: str
+    msg: str
+    node_play: bool
+
+
+class FleetState:
+    """Every node of the run and where it stands; `apply(event)` returns the hosts whose state changed."""
+
+    def __init__(self, hosts: list[str], peers: list[str] | None = None, clock=time.monotonic):
+        self.clock = clock
+        self.nodes: dict[str, NodeState] = {h: NodeState(h) for h in hosts}
+        for p in peers or []:
+            self.nodes.setdefault(p, NodeState(p, role="peer"))
+        self.phase = "starting"
+        self.failures: list[Failure] = []
+        self.finished = False
+        self.started = clock()
+        self.tasks_seen = 0
+        # A task's start waits here until it is seen to run: a task whose condition skips it reports a start too.
+        self.pending: dict[str, tuple] = {}
+        # describe(host) -> what the node does now, for stages whose tasks do not say it (locate: its round).
+        self.describe = None
+
+    def node(self, host: str | None) -> NodeState | None:
+        return self.nodes.get(host) if host else None
+
+    def apply(self, event: dict) -> list[str]:
+        kind = event.get("event", "")
+        data = event.get("event_data") or {}
+        now = self.clock()
+        if kind == "playbook_on_play_start":
+            self.phase = data.get("play") or data.get("name") or self.phase
+            return ["run"]
+        if kind == FINAL_EVENT:
+            # The verdicts come from the report (finish()); the lines wait for them.
+            self.finished = True
+            self.pending.clear()
+            for n in self.nodes.values():
+                if n.started is not None and n.ended is None:
+                    n.ended = now
+            return []
+        host = data.get("host")
+        stage, activity = classify(data)
+        if kind == "playbook_on_task_start":
+            self.tasks_seen += 1
+            if stage == "report":
+                changed = []
+                for n in self.nodes.values():
+                    if n.stage != "report":
+                        n.stage, n.activity = "report", ""
+                        changed.append(n.host)
+                return changed
+            return []
+        n = self.node(host)
+        if kind.startswith("runner_on_failed") or kind.startswith("runner_item_on_failed"):
+            res = data.get("res") or {}
+            if not data.get("ignore_errors"):
+                self.failures.append(Failure(host or "", data.get("task") or "", str(res.get("msg") or "")[:2000],
+                                             node_play=n is not None and stage is not None))
+        if n is None:
+            return []
+        before = n.key()
+        uuid = data.get("task_uuid")
+        if kind == "runner_on_start":
+            if stage is not None:
+                if n.started is None:
+                    n.started = now
+                self.pending[n.host] = (stage, activity, uuid, now)
+            return []
+        pending = self.pending.get(n.host)
+        if pending and pending[2] == uuid:
+            del self.pending[n.host]
+            if kind != "runner_on_skipped":
+                self._commit(n, pending)
+        if kind == "runner_on_unreachable":
+            n.unreachable = True
+            n.counts[schema.ERROR] = n.counts.get(schema.ERROR, 0) + 1
+        elif kind in ("runner_on_ok", "runner_on_failed"):
+            for r in results_of(data.get("res")):
+                status = r.get("status")
+                if status in _RANK:
+                    n.counts[status] = n.counts.get(status, 0) + 1
+            if kind == "runner_on_failed" and stage is not None and not data.get("ignore_errors"):
+                # The role turns a module that could not answer into an error result.
+                n.counts[schema.ERROR] = n.counts.get(schema.ERROR, 0) + 1
+        return [n.host] if n.key() != before else []
+
+    @staticmethod
+    def _commit(n: NodeState, pending: tuple) -> None:
+        stage, activity = pending[0], pending[1]
+        if stage == n.stage and not activity:
+            return  # a helper task of the same stage: keep what is under way
+        n.stage, n.activity = stage, activity
+
+    def tick(self, min_age_s: float = 0.2) -> list[str]:
+        """Show the tasks that started a while ago and were not skipped; the hosts whose state changed."""
+        now = self.clock()
+        changed = []
+        for host, pending in list(self.pending.items()):
+            if now - pending[3] >= min_age_s:
+                del self.pending[host]
+                n = self.nodes[host]
+                before = n.key()
+                self._commit(n, pending)
+                if n.key() != before:
+                    changed.append(host)
+        if self.describe is not None:
+            for n in self.nodes.values():
+                if n.stage == "locate":
+                    what = self.describe(n.host)
+                    if what and what != n.activity:
+                        n.activity = what
+                        if n.host not in changed:
+                            changed.append(n.host)
+        return changed
+
+    def finish(self, finals: dict[str, str]) -> None:
+        """The verdicts of the report (or why there is none) once the playbook is over."""
+        now = self.clock()
+        for host, final in finals.items():
+            n = self.nodes.get(host)
+            if n is None:
+                n = self.nodes[host] = NodeState(host)
+            n.final = final
+            if n.started is not None and n.ended is None:
+                n.ended = now
+            n.stage, n.activity = "done", ""
+
+    def progress(self) -> float:
+        return sum(n.progress() for n in self.nodes.values() if n.role == "node")
+
+    def total(self) -> int:
+        return sum(1 for n in self.nodes.values() if n.role == "node")
