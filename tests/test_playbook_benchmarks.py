@@ -37,7 +37,9 @@ def run_validate(tmp_path: Path, *extra: str, inventory: str = "inventory/local"
     env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
                ANSIBLE_ASYNC_DIR=str(tmp_path / "ansible-async"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
     cmd = [str(BIN / "ansible-playbook"), "validate.yml", "-i", inventory,
-           "-e", f"gpufleet_run_id={run_id}", "-e", f"gpufleet_reports_dir={tmp_path}", *extra]
+           "-e", f"gpufleet_run_id={run_id}", "-e", f"gpufleet_reports_dir={tmp_path}",
+           # A lock of the test's own: tests running at once on this machine would otherwise hold its node.
+           "-e", f"gpufleet_lock_path={tmp_path / 'node.lock'}", *extra]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
     return proc, tmp_path / run_id
 

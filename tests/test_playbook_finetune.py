@@ -211,7 +211,10 @@ def test_finetune_runs_across_two_hosts_and_reports_each(two_hosts, tmp_path):
     report = json.loads((run_dir / "report.json").read_text())
     assert set(report["nodes"]) == {"node-a", "node-b"}
     for host in ("node-a", "node-b"):
-        assert [(r["group"], r["check"]) for r in report["nodes"][host]["results"]] == [("finetune", "finetune")]
+        results = report["nodes"][host]["results"]
+        assert [(r["group"], r["check"]) for r in results if r["group"] != "fleet"] == [("finetune", "finetune")]
+        # The fleet layer has nothing to hold a fine-tune-only run against on the CPU: it says so.
+        assert {r["status"] for r in results if r["group"] == "fleet"} <= {"skip"}
     for name in ("report.md", "report.html", "junit.xml"):
         assert (run_dir / name).is_file(), name
     assert "finetune.finetune" in (run_dir / "report.md").read_text()
@@ -303,6 +306,7 @@ def test_bad_finetune_variables_stop_the_run_naming_them(tmp_path, node_b_vars, 
 
 def test_validate_runs_the_finetune_stage_when_asked_and_adds_it_to_the_document(tmp_path):
     extra = {"gpufleet_benchmarks": [], "gpufleet_finetune": True, "gpufleet_finetune_dir": str(tmp_path / "ft"),
+             "gpufleet_lock_path": str(tmp_path / "node.lock"),
              "gpufleet_finetune_config": "files/configs/tiny-qwen2-lora.yml", "gpufleet_finetune_max_steps": 4,
              "gpufleet_finetune_master_port": free_port(), "gpufleet_finetune_timeout_s": 180,
              "gpufleet_finetune_rdzv_timeout_s": 60}

@@ -32,7 +32,9 @@ def run_validate(tmp_path: Path, *extra: str, inventory: str = "inventory/local"
     env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
                ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
     cmd = [str(BIN / "ansible-playbook"), "validate.yml", "-i", inventory,
-           "-e", f"gpufleet_run_id={run_id}", "-e", f"gpufleet_reports_dir={tmp_path}", *extra]
+           "-e", f"gpufleet_run_id={run_id}", "-e", f"gpufleet_reports_dir={tmp_path}",
+           # A lock of the test's own: tests running at once on this machine would otherwise hold its node.
+           "-e", f"gpufleet_lock_path={tmp_path / 'node.lock'}", *extra]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     return proc, tmp_path / run_id
 
@@ -135,7 +137,8 @@ def test_unknown_threshold_reaches_the_user_as_the_engine_message(tmp_path):
     assert "gpufleet_thresholds.nope is not a known threshold" in out
     doc = host_doc(run_dir, "localhost")
     errors = [r for r in doc["results"] if r["check"] == "engine"]
-    assert sorted(r["group"] for r in errors) == sorted(GROUPS + ("benchmark",))
+    # Every module that runs the engine says so: the check groups, the counters before and after the benchmarks.
+    assert sorted(r["group"] for r in errors) == sorted(GROUPS + ("benchmark", "counters", "counters"))
     result_keys = set(schema.result("x", schema.ERROR, "r")) | {"started", "seconds"}
     for r in errors:
         assert set(r) == result_keys
