@@ -41,7 +41,7 @@ validate: $(VENV)/.installed-controller
 	exit $$rc
 
 test: system-deps $(VENV)/.installed-test
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest tests/
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -n 2 --dist loadfile tests/
 
 lint: $(VENV)/.installed-test
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest tests/test_ansible_quality.py -k lint
