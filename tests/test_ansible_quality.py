@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,10 +16,6 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 PY = f"{sys.version_info.major}.{sys.version_info.minor}"
-
-# What ansible-test looks at: the collection's metadata, plugins and roles
-# (the engine under src/ is tested by pytest, not by Ansible's module rules).
-COLLECTION_PARTS = ("galaxy.yml", "meta", "plugins", "roles")
 
 # The project is Apache-2.0 (GPLv3-compatible), so module headers name that
 # licence instead of the GPLv3 one validate-modules looks for.
@@ -81,21 +76,25 @@ def ansible_test_home() -> Path:
 
 
 def test_ansible_test_sanity(tmp_path, ansible_test_home):
+    """Where a user has it: the tarball built and installed, checked with the ignore file it ships."""
     from ansible.release import __version__ as core_version
 
-    root = tmp_path / "ansible_collections" / "gpufleet" / "cluster"
-    root.mkdir(parents=True)
-    for part in COLLECTION_PARTS:
-        src = REPO / part
-        if src.is_dir():
-            shutil.copytree(src, root / part, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(src, root / part)
+    env = tool_env(ANSIBLE_COLLECTIONS_PATH=str(tmp_path / "collections"))
+    subprocess.run([str(BIN / "ansible-galaxy"), "collection", "build", str(REPO), "--output-path", str(tmp_path / "dist")],
+                   cwd=tmp_path, env=env, check=True, capture_output=True, timeout=120)
+    (tarball,) = (tmp_path / "dist").glob("gpufleet-cluster-*.tar.gz")
+    subprocess.run([str(BIN / "ansible-galaxy"), "collection", "install", str(tarball), "-p", str(tmp_path / "collections")],
+                   cwd=tmp_path, env=env, check=True, capture_output=True, timeout=120)
+    root = tmp_path / "collections" / "ansible_collections" / "gpufleet" / "cluster"
     modules = sorted((root / "plugins" / "modules").glob("*.py"))
     assert modules
     ignore = root / "tests" / "sanity" / f"ignore-{'.'.join(core_version.split('.')[:2])}.txt"
-    ignore.parent.mkdir(parents=True)
-    ignore.write_text("".join(f"plugins/modules/{m.name} {LICENSE_IGNORE}\n" for m in modules))
+    assert ignore.is_file(), f"the collection ships no {ignore.name} for ansible-core {core_version}: copy tests/sanity/ignore-2.19.txt"
+    listed = ignore.read_text()
+    missing = [f for f in [*(f"plugins/modules/{m.name} {LICENSE_IGNORE}" for m in modules),
+                           *(f"{p.relative_to(root)} pylint!skip" for p in sorted((root / "src").rglob("*.py")))]
+               if f not in listed]
+    assert not missing, f"add to tests/sanity/ignore-*.txt: {missing}"
 
     proc = subprocess.run(
         [str(BIN / "ansible-test"), "sanity", "--python", PY, "--requirements", "--color", "no"],

@@ -445,7 +445,7 @@ def test_the_seeds_zero3_variant_trains_on_two_cpu_ranks(tmp_path):
     path = tmp_path / "tiny-zero3.yml"
     path.write_text(yaml.safe_dump(doc))
     out = worker.run(str(path), nproc_per_node=2, max_steps=4, output_dir=str(tmp_path / "out"), timeout_s=400,
-                     env_extra={"OMP_NUM_THREADS": "1"})
+                     env_extra={"OMP_NUM_THREADS": "1"}, master_port=free_port())
     assert out["rc"] == 0, out["log_tail"]
     assert out["backend"] == "deepspeed" and out["world_size"] == 2
     ds = out["deepspeed_config"]

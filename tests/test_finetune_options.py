@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import socket
 import threading
 import time
 from pathlib import Path
@@ -15,6 +16,13 @@ from gpufleet.finetune import config, data, model
 
 BASE = {"model": {"name": "x", "random_init": True, "architecture": "tiny-qwen2"},
         "data": {"dataset_name": "files/data/glaive-sample.jsonl"}}
+
+
+def free_port() -> int:
+    # Not the default rendezvous port: other tests may be training on this machine at the same time.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _cfg(tmp_path, **training):
@@ -152,7 +160,7 @@ def test_compiled_layers_train_like_eager_on_the_cpu(tmp_path):
         path = tmp_path / f"{mode}.yml"
         path.write_text(yaml.safe_dump(doc))
         runs[mode] = worker.run(str(path), nproc_per_node=1, max_steps=3, output_dir=str(tmp_path / mode),
-                                timeout_s=400, env_extra={"OMP_NUM_THREADS": "2"})
+                                timeout_s=400, env_extra={"OMP_NUM_THREADS": "2"}, master_port=free_port())
         assert runs[mode]["rc"] == 0, runs[mode]["log_tail"]
     assert runs["layers"]["model"]["torch_compile"] == "layers"
     assert runs["layers"]["losses"] == pytest.approx(runs["none"]["losses"], rel=1e-3)

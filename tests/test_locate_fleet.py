@@ -53,8 +53,9 @@ def test_locate_names_the_host_whose_link_is_slow(fleet, tmp_path):
     env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
                PYTHONUNBUFFERED="1", PYTHONPATH=str(REPO / "src"), **fleet.ssh_env())
     proc = subprocess.run([str(BIN / "gpufleet"), "fleet", "locate", "-i", str(inventory), "--reports-dir", str(reports),
-                           # Gloo's figures on shared CPU cores vary by tens of percent; the slowed link costs over 90%.
-                           "--run-id", run_id, "--base-port", "29721", "--ratio", "0.4", "--plain"],
+                           # Gloo's figures on shared CPU cores (other tests run beside this one) vary by tens of
+                           # percent, more under load; the slowed link costs over 90%.
+                           "--run-id", run_id, "--base-port", "29721", "--ratio", "0.2", "--plain"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()

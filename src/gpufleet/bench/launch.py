@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -44,6 +45,9 @@ def torchrun(
     """
     from gpufleet import guard
 
+    if nnodes == 1 and master_addr in ("127.0.0.1", "localhost"):
+        # Inside one node the port only has to be free here: never fail on one another program holds.
+        master_port = free_port()
     workdir = tempfile.mkdtemp(prefix=prefix)
     guard.track_dir(workdir)
     out_json = os.path.join(workdir, "rank0.json")
@@ -97,6 +101,13 @@ def torchrun(
         "workdir": workdir if kept else None,
         "out": out,
     }
+
+
+def free_port() -> int:
+    """A TCP port free on the loopback now (the OS picks it)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def kill_group(proc: subprocess.Popen) -> None:
