@@ -24,11 +24,11 @@ DEFAULT_REPORTS_DIR = "reports"
 
 
 def _store_path(args) -> Path:
-    from gpufleet.fleet import DB_NAME
+    from gpufleet.fleet.store import default_path
 
     if getattr(args, "db", None):
         return Path(args.db)
-    return Path(getattr(args, "reports_dir", None) or DEFAULT_REPORTS_DIR) / DB_NAME
+    return default_path(getattr(args, "reports_dir", None) or DEFAULT_REPORTS_DIR)
 
 
 def _open(args, *, create: bool = False):
@@ -136,8 +136,7 @@ def cmd_record(args) -> int:
     import sqlite3
 
     from gpufleet import report
-    from gpufleet.fleet import DB_NAME
-    from gpufleet.fleet.store import Store, read_run_info
+    from gpufleet.fleet.store import Store, default_path, read_run_info
 
     run_dir = Path(args.run_dir)
     raw = sys.stdin.buffer.read()
@@ -147,7 +146,7 @@ def cmd_record(args) -> int:
     done = record(run_dir, args.host, doc, args.replace_group, args.folder)
     done["store"] = done["store_error"] = None
     if not args.no_store:
-        db = Path(args.db) if args.db else run_dir.resolve().parent / DB_NAME
+        db = Path(args.db) if args.db else default_path(run_dir.resolve().parent)
         try:
             with Store(db) as store:
                 store.upsert_run(done["run_id"], run_dir.resolve(), read_run_info(run_dir))

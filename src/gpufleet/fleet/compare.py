@@ -203,6 +203,15 @@ def _worst(comparisons: list[dict]) -> str:
     return schema.worst((c["status"] for c in comparisons), default=PASS)
 
 
+def _judged(comparisons: list[dict], thr: _Thr, warn: str, fail: str, who) -> tuple[str, str | None, float]:
+    """The worst status; the sentences of the comparisons that did not pass, the largest gap first (None when every
+    one passed), each led by who(comparison); and the largest gap below the reference in % (0 when none is below)."""
+    bad = sorted((c for c in comparisons if c["status"] != PASS), key=lambda c: c["deviation_pct"])
+    reason = _listed([_sentence(c, thr, warn, fail, who=who(c)) for c in bad]) if bad else None
+    below_pct = max(max((-c["deviation_pct"] for c in comparisons), default=0.0), 0.0)
+    return _worst(comparisons), reason, round(below_pct, 2)
+
+
 def _flagged_from(comparisons: list[dict]) -> list[dict]:
     seen, out = set(), []
     for c in comparisons:
@@ -249,18 +258,14 @@ def gpu_vs_node(host: str, found: dict, thr: _Thr) -> dict:
         why = ("one GPU measured on this node: no sibling to compare it with" if len(gpus) == 1 else
                "no per-GPU benchmark figures in this node's results (matmul and memory did not run or gave no figure)")
         return _result("gpu_vs_node", SKIP, why, threshold=threshold)
-    status = _worst(comparisons)
-    bad = [c for c in comparisons if c["status"] != PASS]
-    n_gpus = max(c["n"] for c in comparisons)
-    keys = sorted({c["metric"] for c in comparisons}, key=fm.GPU_METRICS.index)
-    if bad:
-        reason = _listed([_sentence(c, thr, GPU_WARN, GPU_FAIL, who=f"{gpu_text(c)} ") for c in sorted(bad, key=lambda c: c["deviation_pct"])])
-    else:
+    status, reason, below_pct = _judged(comparisons, thr, GPU_WARN, GPU_FAIL, lambda c: f"{gpu_text(c)} ")
+    if reason is None:
+        n_gpus = max(c["n"] for c in comparisons)
+        keys = sorted({c["metric"] for c in comparisons}, key=fm.GPU_METRICS.index)
         within = "of each other" if n_gpus == 2 else "of the node median"
         reason = (f"all {n_gpus} GPUs within {num(thr.value(GPU_WARN))}% {within} on {len(keys)} metric(s) "
                   f"({', '.join(fm.describe(k)['label'] for k in keys)}); {_gap_text(comparisons)}")
-    worst = max((-c["deviation_pct"] for c in comparisons), default=0.0)
-    return _result("gpu_vs_node", status, reason, cpu=cpu, value=round(max(worst, 0.0), 2), unit="% below", threshold=threshold,
+    return _result("gpu_vs_node", status, reason, cpu=cpu, value=below_pct, unit="% below", threshold=threshold,
                    remedy="compare that GPU's clocks, power and temperature in the benchmark's monitor detail and its health "
                           "checks; re-run the node's benchmarks; a GPU that stays slow needs service (reseat, RMA)",
                    detail={"comparisons": _evidence(comparisons), "flagged_gpus": _flagged_from(comparisons)})
@@ -307,15 +312,11 @@ def node_vs_fleet(host: str, found: dict, groups: dict, thr: _Thr) -> dict:
         why = (f"{n} node(s) of this run have these figures; a fleet median needs at least {min_nodes} ({MIN_NODES})"
                + (": with two, the median cannot tell which one is off" if n == 2 else ""))
         return _result("node_vs_fleet", SKIP, why, threshold=threshold, detail={"nodes_with_figures": too_few})
-    status = _worst(comparisons)
-    bad = [c for c in comparisons if c["status"] != PASS]
-    if bad:
-        reason = _listed([_sentence(c, thr, NODE_WARN, NODE_FAIL, who=f"node {host} ") for c in sorted(bad, key=lambda c: c["deviation_pct"])])
-    else:
+    status, reason, below_pct = _judged(comparisons, thr, NODE_WARN, NODE_FAIL, lambda c: f"node {host} ")
+    if reason is None:
         reason = (f"node {host} within {num(thr.value(NODE_WARN))}% of the fleet median on {len(comparisons)} metric(s); "
                   f"{_gap_text(comparisons)}")
-    worst = max((-c["deviation_pct"] for c in comparisons), default=0.0)
-    return _result("node_vs_fleet", status, reason, cpu=cpu, value=round(max(worst, 0.0), 2), unit="% below", threshold=threshold,
+    return _result("node_vs_fleet", status, reason, cpu=cpu, value=below_pct, unit="% below", threshold=threshold,
                    remedy="compare this node's checks (clocks, power limit, PCIe link, NVLink, host tuning) with a node near "
                           "the median; re-run validate.yml --limit for it; a node that stays slow holds back every job it joins",
                    detail={"comparisons": _evidence(comparisons), "too_few_nodes": too_few})
@@ -358,19 +359,13 @@ def node_vs_baseline(host: str, found: dict, base: list[dict], base_id: str, thr
         why = (f"nothing comparable: {not_comparable[0]['why']}" if not_comparable else
                f"node {host} and its GPUs are not in baseline run {base_id} (node_vs_baseline_fleet holds it against that run's fleet)")
         return _result("node_vs_baseline", SKIP, why, threshold=threshold, detail={"baseline": base_id, "not_comparable": not_comparable})
-    status = _worst(comparisons)
-    bad = [c for c in comparisons if c["status"] != PASS]
-    if bad:
-        parts = []
-        for c in sorted(bad, key=lambda c: c["deviation_pct"]):
-            who = f"{gpu_text(c)} " if c.get("index") is not None or c.get("uuid") else f"node {host} "
-            parts.append(_sentence(c, thr, BASE_WARN, BASE_FAIL, who=who))
-        reason = _listed(parts)
-    else:
+    status, reason, below_pct = _judged(
+        comparisons, thr, BASE_WARN, BASE_FAIL,
+        lambda c: f"{gpu_text(c)} " if c.get("index") is not None or c.get("uuid") else f"node {host} ")
+    if reason is None:
         reason = (f"node {host} and its GPUs within {num(thr.value(BASE_WARN))}% of baseline run {base_id} on "
                   f"{len(comparisons)} figure(s); {_gap_text(comparisons)}")
-    worst = max((-c["deviation_pct"] for c in comparisons), default=0.0)
-    return _result("node_vs_baseline", status, reason, cpu=any(c["cpu"] for c in comparisons), value=round(max(worst, 0.0), 2),
+    return _result("node_vs_baseline", status, reason, cpu=any(c["cpu"] for c in comparisons), value=below_pct,
                    unit="% below", threshold=threshold,
                    remedy="the node or GPU got slower than when the baseline was taken: compare this run's health checks and "
                           "versions (driver, firmware) with the baseline's; re-run the benchmarks; service what stays slow",
@@ -411,15 +406,11 @@ def node_vs_baseline_fleet(host: str, found: dict, medians: dict, base_id: str, 
         why = (f"nothing comparable: {not_comparable[0]['why']}" if not_comparable else
                f"baseline run {base_id} has none of this node's figures")
         return _result("node_vs_baseline_fleet", SKIP, why, threshold=threshold, detail={"baseline": base_id, "not_comparable": not_comparable})
-    status = _worst(comparisons)
-    bad = [c for c in comparisons if c["status"] != PASS]
-    if bad:
-        reason = _listed([_sentence(c, thr, BASE_WARN, BASE_FAIL, who=f"node {host} ") for c in sorted(bad, key=lambda c: c["deviation_pct"])])
-    else:
+    status, reason, below_pct = _judged(comparisons, thr, BASE_WARN, BASE_FAIL, lambda c: f"node {host} ")
+    if reason is None:
         reason = (f"node {host} within {num(thr.value(BASE_WARN))}% of baseline run {base_id}'s fleet median on "
                   f"{len(comparisons)} metric(s); {_gap_text(comparisons)}")
-    worst = max((-c["deviation_pct"] for c in comparisons), default=0.0)
-    return _result("node_vs_baseline_fleet", status, reason, cpu=any(c["cpu"] for c in comparisons), value=round(max(worst, 0.0), 2),
+    return _result("node_vs_baseline_fleet", status, reason, cpu=any(c["cpu"] for c in comparisons), value=below_pct,
                    unit="% below", threshold=threshold,
                    remedy="this node is slower than the fleet was at the baseline: compare its checks with a node of the "
                           "baseline run; a replacement node that is slower than the nodes it joins holds back every job",

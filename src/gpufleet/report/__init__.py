@@ -472,13 +472,13 @@ def summarize(report: dict, files: dict) -> dict:
 def _open_store(run_dir: Path, db: Path | str | None, use_store: bool):
     """(Store or None, why there is none). The default store (<run_dir>/../gpufleet.db) is created when it can be;
     when it cannot, the report goes on without history. A store named with --db must open."""
-    from gpufleet.fleet import DB_NAME, store as fleet_store
+    from gpufleet.fleet import store as fleet_store
 
     if not use_store:
         return None, "no store: the report was made with --no-store, so there is no history or baseline to compare with"
     if db is not None:
         return fleet_store.Store(Path(db)), None
-    path = run_dir.resolve().parent / DB_NAME
+    path = fleet_store.default_path(run_dir.resolve().parent)
     try:
         return fleet_store.Store(path), None
     except InputError as exc:

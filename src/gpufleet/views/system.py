@@ -26,7 +26,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from gpufleet.collect.host import _int, _text, parse_rate_gbps, pci_kind
+from gpufleet.collect.host import _int, _os_pretty_name, _text, parse_rate_gbps, pci_kind
 
 KIB = 1024
 
@@ -258,19 +258,6 @@ def read_infiniband(root: Path, unreadable: dict) -> dict:
     return {"present": True, "reason": None if hcas else f"{base} is empty", "hcas": hcas}
 
 
-def _os_name(root: Path) -> tuple[str | None, str | None]:
-    for rel in ("etc/os-release", "usr/lib/os-release"):
-        text, _ = _text(root / rel)
-        if text is None:
-            continue
-        for line in text.splitlines():
-            key, _, val = line.partition("=")
-            if key.strip() == "PRETTY_NAME":
-                return val.strip().strip("\"'"), None
-        return None, f"{root / rel}: no PRETTY_NAME"
-    return None, f"{root / 'etc/os-release'}: not present"
-
-
 def read(root: str = "/") -> dict:
     """The host side of `gpufleet hw` under `root`; never raises."""
     rootp = Path(root)
@@ -282,7 +269,7 @@ def read(root: str = "/") -> dict:
         out["kernel"], reason = _text(rootp / "proc/sys/kernel/osrelease")
         if reason:
             unreadable["kernel"] = reason
-    out["os"], reason = _os_name(rootp)
+    out["os"], reason = _os_pretty_name(rootp)
     if reason:
         unreadable["os"] = reason
     for key, fn, empty in (
