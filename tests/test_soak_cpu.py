@@ -143,6 +143,39 @@ def test_a_process_that_hangs_is_named_and_killed_after_the_grace():
     assert out["gpus"][rank]["last_burst_s"] < 8 and out["gpus"][rank]["bursts"] < out["gpus"][other]["bursts"]
 
 
+class _Exited:
+    """What _attribute reads of a worker process: its exit code (None while alive)."""
+
+    def __init__(self, exitcode):
+        self.exitcode = exitcode
+
+
+def _ranks(bursts_per_rank: list, last_s: list) -> dict:
+    return {r: {"info": None, "matmul": [(0.0, 0.1, 1.0)] * (n - n // 2), "copy": [(0.0, 0.1, 1.0)] * (n // 2),
+                "nccl": [], "done_s": None, "error": None, "last_s": last}
+            for r, (n, last) in enumerate(zip(bursts_per_rank, last_s))}
+
+
+def test_a_killed_rank_is_named_even_when_a_slow_peer_has_fewer_bursts():
+    """Two cores under load: rank 1 was still in its round (one burst fewer) when rank 0 was killed, and had
+    not reported its failed collective yet. The death decides."""
+    ranks = _ranks([41, 40], [7.3, 7.1])
+    out = {"after_effects": []}
+    soak._attribute(out, ranks, {}, [_Exited(-9), _Exited(None)], {0: 7.9}, False, (30.0, 180.0), time.monotonic() - 12)
+    assert ranks[0]["error"]["error"] == "process exited with code -9 during the soak" and ranks[1]["error"] is None
+    assert out["stop_reason"] == "process 0 failed: process exited with code -9 during the soak"
+
+
+def test_a_rank_that_died_a_collective_timeout_after_the_hung_one_stopped_is_an_after_effect():
+    """NCCL's watchdog ends a rank that waited a whole collective timeout for a hung one: the hung one is named."""
+    ranks = _ranks([40, 41], [7.1, 7.3])
+    out = {"after_effects": []}
+    soak._attribute(out, ranks, {}, [_Exited(None), _Exited(-6)], {1: 128.0}, True, (120.0, 180.0), time.monotonic() - 130)
+    assert ranks[0]["error"]["error"].startswith("stopped answering: no burst after this time") and ranks[1]["error"] is None
+    assert [(e["rank"], e["error"]) for e in out["after_effects"]] == [(1, "process exited with code -6")]
+    assert out["stop_reason"].startswith("GPU 0 failed: stopped answering")
+
+
 @pytest.mark.slow
 def test_a_soak_that_cannot_set_up_is_one_failure():
     t0 = time.monotonic()

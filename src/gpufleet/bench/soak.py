@@ -273,6 +273,12 @@ def run(duration_s: float = DEFAULT_DURATION_S, *, window_s: float | None = None
         go.value = t0
         hard_end = t0 + duration_s + grace_s
         reports: dict[int, dict] = {}  # rank -> the error it reported: {"t_s", "error", "where"}
+        died_s: dict[int, float] = {}  # rank -> seconds after the start when its exit was first seen
+
+        def note_exits() -> None:
+            for r, p in enumerate(procs):
+                if p.exitcode is not None and r not in died_s:
+                    died_s[r] = round(time.monotonic() - t0, 1)
 
         def take(kind, rank, rest) -> None:
             if kind in ("matmul", "copy", "nccl"):
@@ -287,9 +293,11 @@ def run(duration_s: float = DEFAULT_DURATION_S, *, window_s: float | None = None
         while time.monotonic() < hard_end and not reports:
             if all(ranks[r]["done_s"] is not None for r in ranks):
                 break
+            note_exits()
             try:
                 kind, rank, *rest = messages.get(timeout=1.0)
             except queue_mod.Empty:
+                note_exits()
                 if any(p.exitcode is not None and ranks[r]["done_s"] is None for r, p in enumerate(procs)):
                     break  # one died without a word: the others wait for it in the next collective
                 continue
@@ -299,6 +307,7 @@ def run(duration_s: float = DEFAULT_DURATION_S, *, window_s: float | None = None
             # What the others still send until they block in a collective the failed one never joins.
             drain_end = time.monotonic() + DRAIN_S
             while time.monotonic() < drain_end:
+                note_exits()
                 try:
                     kind, rank, *rest = messages.get(timeout=0.2)
                 except queue_mod.Empty:
@@ -308,7 +317,8 @@ def run(duration_s: float = DEFAULT_DURATION_S, *, window_s: float | None = None
                     break  # finished after all, a moment past the grace
         if any(ranks[r]["done_s"] is None for r in ranks):
             out["stopped_early"] = True
-            _attribute(out, ranks, reports, procs, cuda, grace_s, t0)
+            note_exits()
+            _attribute(out, ranks, reports, procs, died_s, cuda, (step_timeout_s, grace_s), t0)
     finally:
         _kill(procs)
         if sampler:
@@ -318,13 +328,18 @@ def run(duration_s: float = DEFAULT_DURATION_S, *, window_s: float | None = None
     return _finish(out, ranks, cuda)
 
 
-def _attribute(out: dict, ranks: dict, reports: dict, procs: list, cuda: bool, grace_s: float, t0: float) -> None:
+def _attribute(out: dict, ranks: dict, reports: dict, procs: list, died_s: dict, cuda: bool, timeouts_s: tuple,
+               t0: float) -> None:
     """Which rank ended the soak, set as its `error`; what the others reported then goes to out["after_effects"].
 
     The ranks go round by round together, so a failure shows in every rank: the one whose own work failed,
-    else the one that stopped first (fewer bursts than the others: it hung, or died in its work), else one
-    that died without a word; a collective that failed in a rank waiting for it is an after-effect.
+    else one that died without a word while the others still worked, else the one that stopped first (fewer
+    bursts than the others: it hung); a collective that failed in a rank waiting for it is an after-effect, and
+    so is a rank that died a whole collective timeout after the one behind stopped (NCCL's watchdog ends a rank
+    that waited that long). A rank that is merely slow also has fewer bursts when another is killed: the death
+    decides, not the count.
     """
+    step_timeout_s, grace_s = timeouts_s
     what = "GPU" if cuda else "process"
     now = round(time.monotonic() - t0, 1)
     unfinished = [r for r in ranks if ranks[r]["done_s"] is None]
@@ -333,7 +348,10 @@ def _attribute(out: dict, ranks: dict, reports: dict, procs: list, cuda: bool, g
     most = max(bursts.values())
     own = [r for r in unfinished if r in reports and reports[r]["where"] != "collective"]
     behind = [r for r in unfinished if bursts[r] < most]
-    culprits = own or behind or list(dead) or sorted(reports, key=lambda r: reports[r]["t_s"] or 0)[:1]
+    waited = [r for r in dead if r not in behind and any(
+        died_s.get(r, now) - (ranks[b]["last_s"] or 0.0) >= step_timeout_s for b in behind)]
+    died_first = [r for r in dead if r not in waited]
+    culprits = own or died_first or behind or list(dead) or sorted(reports, key=lambda r: reports[r]["t_s"] or 0)[:1]
     for r in culprits:
         if r in reports:
             ranks[r]["error"] = {"t_s": reports[r]["t_s"], "error": reports[r]["error"]}
