@@ -611,6 +611,19 @@ def test_flagged_gpus_name_the_gpus_behind_the_worst_status_only():
     assert old["status"] == "fail" and "flagged_gpus" not in old["detail"]
 
 
+def test_a_benchmark_finding_gets_the_serial_and_index_of_the_gpu_it_names_by_uuid():
+    """Benchmarks know a CUDA device by UUID (and PCI id); the host document names the board by serial too."""
+    from gpufleet import schema
+    from gpufleet.checks import benchmarks
+
+    readings = healthy()
+    target = gpu(readings, 6)
+    res = benchmarks._flag(schema.result("hbm_bandwidth", schema.FAIL, "slow"),
+                           [{"index": None, "uuid": target["uuid"].upper(), "serial": None}])
+    gpu_inventory.name_flagged(res, readings["nvml"]["gpus"])
+    assert res["detail"]["flagged_gpus"] == [{"index": 6, "uuid": target["uuid"].upper(), "serial": target["serial"]}]
+
+
 def test_every_gpu_finding_carries_its_flagged_gpus():
     """Each fault case that names GPUs in its reason flags exactly those GPUs."""
     import re

@@ -114,7 +114,7 @@ def bench_host(
     """
     from gpufleet import collect
     from gpufleet.bench import matmul, memory, nccl, soak
-    from gpufleet.checks import benchmarks
+    from gpufleet.checks import benchmarks, gpu_inventory
     from gpufleet.train import gpt2
 
     unknown = [n for n in names if n not in BENCHMARKS]
@@ -161,5 +161,6 @@ def bench_host(
             batch = [schema.result(name, schema.ERROR, f"benchmark crashed: {type(exc).__name__}: {exc}")]
         for r in batch:
             r.update(group=benchmarks.GROUP, started=when, seconds=round(time.monotonic() - t1, 2))
+            gpu_inventory.name_flagged(r, readings["nvml"].get("gpus") or [])  # the serial beside the UUID
         results.extend(batch)
     return host_document(host, profile, readings, started, t0, results)

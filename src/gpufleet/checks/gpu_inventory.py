@@ -45,7 +45,7 @@ def gpu_check(name: str, *, needs_gpus: bool = True) -> Callable:
                 if nv.get("error"):
                     reason += f" ({nv['error']})"
                 return schema.result(name, ERROR, reason, remedy="see gpu_count: check `nvidia-smi -L` and `lspci -d 10de:`")
-            return _name_flagged(fn(readings, gpus, profile), gpus)
+            return name_flagged(fn(readings, gpus, profile), gpus)
 
         check.__name__ = check.__qualname__ = name
         check.__doc__ = fn.__doc__
@@ -54,12 +54,15 @@ def gpu_check(name: str, *, needs_gpus: bool = True) -> Callable:
     return wrap
 
 
-def _name_flagged(res: dict, gpus: list) -> dict:
-    """Fill uuid and serial of the GPUs a result flags (detail.flagged_gpus, from Findings) from the readings."""
+def name_flagged(res: dict, gpus: list) -> dict:
+    """Fill uuid and serial of the GPUs a result flags (detail.flagged_gpus) from the NVML readings: by UUID
+    where the result has it (benchmarks know CUDA devices by UUID), else by NVML index."""
     flagged = (res.get("detail") or {}).get("flagged_gpus") or []
     by_index = {g.get("index"): g for g in gpus}
+    by_uuid = {(g.get("uuid") or "").lower(): g for g in gpus if g.get("uuid")}
     for entry in flagged:
-        g = by_index.get(entry.get("index")) or {}
+        g = by_uuid.get((entry.get("uuid") or "").lower()) or by_index.get(entry.get("index")) or {}
+        entry["index"] = entry.get("index") if entry.get("index") is not None else g.get("index")
         entry["uuid"] = entry.get("uuid") or g.get("uuid")
         entry["serial"] = entry.get("serial") or g.get("serial")
     return res
