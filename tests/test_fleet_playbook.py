@@ -10,7 +10,8 @@ One test, three real runs in a row, so that each scenario costs no run of its ow
 3. the replacement run `--limit node-c` with node-a and node-b as peers, node-b's sshd stopped: node-c's checks
    run, its NCCL run across nodes has node-a and node-c as members and names node-b as left out, node-a's figures
    go to peers/node-a.json (and into the report, beside node-c's), its own documents stay as they were, and node-c
-   is compared with the baseline (run 1). The history of node-a shows both runs.
+   is compared with the baseline (run 1); node-a still held the lock of a run killed elsewhere on this controller:
+   taken over and said so. The history of node-a shows both runs.
 The benchmarks run on the CPU (gloo): every node fails acceptance (no GPU), a logic check, never a performance
 figure.
 """
@@ -26,6 +27,8 @@ from pathlib import Path
 
 import pytest
 
+from gpufleet import lock
+from gpufleet.runs import controller_identity
 from testhosts import TestFleet, skip_reason
 
 pytest.importorskip("torch")
@@ -122,6 +125,12 @@ def test_baseline_reused_run_id_corrupt_document_and_a_replacement_run_with_a_pe
     # ---- 3. node-c replaced: it runs alone, node-a joins its NCCL run as a known-good peer; node-b, the other peer
     # asked for, does not answer and is left out, named
     fleet.kill_sshd("node-b")
+    # node-a still carries the lock of a run killed from another reports folder of this controller: the
+    # controller says that run's ansible-playbook is gone, so the peer is taken over, and that is said.
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    lock.acquire(fleet.root("node-a") / "run" / "lock" / "gpufleet-node.lock", "killed-elsewhere", "node-a", 3600,
+                 controller=dict(controller_identity(), pid=gone.pid))
     rc, out = playbook(fleet, inventory, reports, third, "--limit", "node-c", "-e",
                        json.dumps({"gpufleet_peers": ["node-a", "node-b"]}))
     run3 = reports / third
@@ -134,6 +143,8 @@ def test_baseline_reused_run_id_corrupt_document_and_a_replacement_run_with_a_pe
     info = mn[0]["detail"]["multinode"]
     assert (info["members"], info["master"], info["node_rank"], info["peers"]) == (["node-a", "node-c"], "node-a", 1, ["node-a"]), info
     assert list(info["left_out"]) == ["node-b"] and "did not answer" in info["left_out"]["node-b"], info
+    assert list(info["peers_taken_over"]) == ["node-a"], info
+    assert info["peers_taken_over"]["node-a"].startswith("took over the stale lock of run killed-elsewhere: its run was stopped"), info
     assert sorted(p.name for p in (run3 / "peers").iterdir()) == ["node-a.json"]
     peer = doc(run3 / "peers" / "node-a.json")
     assert peer["host"] == "node-a"
