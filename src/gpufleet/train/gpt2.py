@@ -20,6 +20,7 @@ MFU (model FLOPs utilisation), as in the PaLM paper, appendix B:
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import time
@@ -167,6 +168,12 @@ def worker(shape: str, batch: int, steps: int, warmup: int, compile_model: bool,
     if world > 1:
         docs = [None] * world
         dist.all_gather_object(docs, doc)
+        # DDP holds the process group: let it go first, so that gloo's threads end here and not while the
+        # interpreter shuts down, where ending them can abort the process ("terminate called without an active
+        # exception", SIGABRT, seen once in a two-rank CPU run).
+        model = opt = loss = None
+        gc.collect()
+        dist.barrier()
         dist.destroy_process_group()
     else:
         docs = [doc]
