@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet import lock, paths, runs
+from gpufleet import guard, lock, paths, runs
 from gpufleet.errors import InputError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -196,6 +196,24 @@ def _wait_gone(pid, timeout_s=15):
     while time.monotonic() < deadline and _alive(pid):
         time.sleep(0.1)
     return not _alive(pid)
+
+
+def test_a_group_of_zombies_is_stopped_and_a_running_one_is_not():
+    """The guard waits for the groups it stopped before it removes their folders: an exited child that its parent
+    has not reaped yet must not hold that back."""
+    child = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        assert guard._group_alive(child.pid)
+        os.kill(child.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and _alive(child.pid):
+            time.sleep(0.05)
+        assert Path(f"/proc/{child.pid}/stat").exists()  # a zombie: not reaped yet
+        assert not guard._group_alive(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    assert not guard._group_alive(child.pid)
 
 
 def test_a_terminated_engine_stops_what_it_started_and_removes_its_folders(tmp_path):

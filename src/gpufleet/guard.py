@@ -87,13 +87,28 @@ def _kill_groups() -> None:
 
 
 def _group_alive(pgid: int) -> bool:
+    """Whether a process of the group still runs. Zombies (exited, their parent has not reaped them yet) do not
+    count: a group of zombies is stopped, and waiting for it would only hold back the folders' removal."""
     try:
         os.killpg(pgid, 0)
-        return True
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
+    try:
+        entries = [e.name for e in os.scandir("/proc") if e.name.isdigit()]
+    except OSError:  # no /proc: the kernel's answer above is all there is
+        return True
+    for pid in entries:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+        except OSError:  # gone meanwhile
+            continue
+        state, _ppid, pgrp = stat[stat.rindex(")") + 2:].split()[:3]
+        if int(pgrp) == pgid and state != "Z":
+            return True
+    return False
 
 
 def _remove_dirs() -> None:
