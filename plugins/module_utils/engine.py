@@ -266,8 +266,9 @@ def run_json(python, args, timeout_s, host, ok_rcs=(0,), input_text=None, engine
     return rc, doc
 
 
-def check_command(group, host_name=None, profile=None, thresholds=None):
-    args = ["check", "--group", group, "--json"]
+def node_args(host_name=None, profile=None, thresholds=None):
+    """The options every engine command that judges a node takes: the host name, the profile, the thresholds."""
+    args = []
     if host_name:
         args += ["--host", host_name]
     if profile:
@@ -275,6 +276,10 @@ def check_command(group, host_name=None, profile=None, thresholds=None):
     if thresholds:
         args += ["--thresholds", json.dumps(thresholds, sort_keys=True)]
     return args
+
+
+def check_command(group, host_name=None, profile=None, thresholds=None):
+    return ["check", "--group", group, "--json"] + node_args(host_name, profile, thresholds)
 
 
 def run_check_module(module, group):
@@ -354,13 +359,7 @@ def free_port(addr="127.0.0.1"):
 
 
 def bench_command(name, p, master_port=None):
-    args = ["bench", name, "--tier", p["tier"], "--json"]
-    if p["host_name"]:
-        args += ["--host", p["host_name"]]
-    if p["profile"]:
-        args += ["--profile", p["profile"]]
-    if p["thresholds"]:
-        args += ["--thresholds", json.dumps(p["thresholds"], sort_keys=True)]
+    args = ["bench", name, "--tier", p["tier"], "--json"] + node_args(p["host_name"], p["profile"], p["thresholds"])
     if name in ("nccl", "train_gpt2"):  # both run under torchrun
         args += ["--nnodes", str(p["nnodes"]), "--node-rank", str(p["node_rank"]), "--master-addr", p["master_addr"],
                  "--master-port", str(master_port), "--timeout-s", str(torchrun_engine_timeout_s(p["timeout_s"]))]

@@ -226,6 +226,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import (
     host_document,
+    node_args,
     run_engine_results,
     start_engine_run,
     torchrun_engine_timeout_s,
@@ -300,13 +301,7 @@ def engine_args(p):
         args += ["--nproc-per-node", str(p["nproc_per_node"])]
     if p["output_dir"]:
         args += ["--output-dir", p["output_dir"]]
-    if p["host_name"]:
-        args += ["--host", p["host_name"]]
-    if p["profile"]:
-        args += ["--profile", p["profile"]]
-    if p["thresholds"]:
-        args += ["--thresholds", json.dumps(p["thresholds"], sort_keys=True)]
-    return args + ["--json"]
+    return args + node_args(p["host_name"], p["profile"], p["thresholds"]) + ["--json"]
 
 
 def env_value(value):

@@ -158,6 +158,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import (
     TAIL_CHARS,
     EngineError,
     check_argument_spec,
+    node_args,
     run_json,
 )
 
@@ -169,14 +170,7 @@ def argument_spec():
 
 
 def counters_command(p):
-    args = ["counters", "--phase", p["phase"], "--json"]
-    if p["host_name"]:
-        args += ["--host", p["host_name"]]
-    if p["profile"]:
-        args += ["--profile", p["profile"]]
-    if p["thresholds"]:
-        args += ["--thresholds", json.dumps(p["thresholds"], sort_keys=True)]
-    return args
+    return ["counters", "--phase", p["phase"], "--json"] + node_args(p["host_name"], p["profile"], p["thresholds"])
 
 
 def main():
