@@ -284,6 +284,13 @@ def _state_name(text: str | None) -> str | None:
     return text.split(":", 1)[-1].strip() if text else None
 
 
+def read_ib_port(pdir: Path) -> dict:
+    """One InfiniBand port's sysfs folder (.../infiniband/<hca>/ports/<n>): its state, speed and link layer."""
+    state, phys, rate, layer = (_text(pdir / f)[0] for f in ("state", "phys_state", "rate", "link_layer"))
+    return {"port": _int(pdir.name), "state": _state_name(state), "phys_state": _state_name(phys),
+            "rate_gbps": parse_rate_gbps(rate), "rate": rate, "link_layer": layer}
+
+
 def _read_infiniband(root: Path) -> dict:
     base = root / "sys/class/infiniband"
     hcas = _listdir(base)
@@ -294,20 +301,8 @@ def _read_infiniband(root: Path) -> dict:
         bdf = os.path.basename(os.path.realpath(base / hca / "device")) if (base / hca / "device").exists() else None
         for port in _listdir(base / hca / "ports") or []:
             pdir = base / hca / "ports" / port
-            state, phys, rate, layer = (_text(pdir / f)[0] for f in ("state", "phys_state", "rate", "link_layer"))
-            ports.append(
-                {
-                    "hca": hca,
-                    "port": _int(port),
-                    "state": _state_name(state),
-                    "phys_state": _state_name(phys),
-                    "rate_gbps": parse_rate_gbps(rate),
-                    "rate": rate,
-                    "link_layer": layer,
-                    "pci_bdf": bdf if bdf and _BDF.match(bdf) else None,
-                    "path": str(pdir),
-                }
-            )
+            ports.append({"hca": hca, **read_ib_port(pdir), "pci_bdf": bdf if bdf and _BDF.match(bdf) else None,
+                          "path": str(pdir)})
     return {"present": True, "path": str(base), "reason": None if hcas else f"{base} is empty", "ports": ports}
 
 

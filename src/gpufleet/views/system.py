@@ -26,7 +26,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from gpufleet.collect.host import _int, _os_pretty_name, _text, parse_rate_gbps, pci_kind
+from gpufleet.collect.host import _int, _os_pretty_name, _text, pci_kind, read_ib_port
 
 KIB = 1024
 
@@ -213,11 +213,6 @@ def read_pci(root: Path, unreadable: dict) -> dict:
     return out
 
 
-def _state_name(text: str | None) -> str | None:
-    """'4: ACTIVE' -> 'ACTIVE'."""
-    return text.split(":", 1)[-1].strip() if text else None
-
-
 def read_infiniband(root: Path, unreadable: dict) -> dict:
     base = root / "sys/class/infiniband"
     names, reason = _listdir(base)
@@ -231,20 +226,7 @@ def read_infiniband(root: Path, unreadable: dict) -> dict:
         numa, numa_reason = pci_numa_node(root, bdf) if bdf else (None, f"{device}: not present")
         if numa is None:
             unreadable[f"infiniband.{name}.numa_node"] = numa_reason
-        ports = []
-        for port in _listdir(hdir / "ports")[0]:
-            pdir = hdir / "ports" / port
-            state, phys, rate, layer = (_text(pdir / f)[0] for f in ("state", "phys_state", "rate", "link_layer"))
-            ports.append(
-                {
-                    "port": _int(port),
-                    "state": _state_name(state),
-                    "phys_state": _state_name(phys),
-                    "rate_gbps": parse_rate_gbps(rate),
-                    "rate": rate,
-                    "link_layer": layer,
-                }
-            )
+        ports = [read_ib_port(hdir / "ports" / port) for port in _listdir(hdir / "ports")[0]]
         hcas.append(
             {
                 "name": name,
