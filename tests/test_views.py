@@ -181,6 +181,19 @@ def test_bad_options_are_refused_with_their_name(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
+def test_a_recording_without_the_parts_a_command_reads_is_refused_naming_them(tmp_path, capsys):
+    """The views read only the NVML part of a recording; the checks need the host part too."""
+    path = tmp_path / "nvml-only.json"
+    path.write_text(json.dumps({"nvml": json.loads(H100_8.read_text())["nvml"]}))
+    assert cli.main(["hw", "--readings", str(path), "--json"]) == 0
+    capsys.readouterr()
+    assert cli.main(["check", "--readings", str(path)]) == 2
+    assert f"readings file {path}: expected an object with 'nvml' and 'host' (from `gpufleet collect`)" in capsys.readouterr().err
+    path.write_text("[]")
+    assert cli.main(["status", "--readings", str(path), "--json"]) == 2
+    assert f"readings file {path}: expected an object with 'nvml' (from `gpufleet collect`)" in capsys.readouterr().err
+
+
 def test_live_reader_without_a_driver():
     if _driver_loadable():
         pytest.skip("this host has an NVIDIA driver: test_real_runs_on_this_host covers the live read")

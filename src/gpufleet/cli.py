@@ -44,18 +44,6 @@ def _json_arg(text: str | None, what: str) -> dict:
     return val
 
 
-def _load_readings(path: str) -> dict:
-    try:
-        doc = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise InputError(f"readings file {path} cannot be read: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"readings file {path} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
-    if not isinstance(doc, dict) or "nvml" not in doc or "host" not in doc:
-        raise InputError(f"readings file {path}: expected an object with 'nvml' and 'host' (from `gpufleet collect`)")
-    return doc
-
-
 def cmd_collect(args) -> int:
     text = json.dumps(collect.read_all(args.root), indent=1, sort_keys=True)
     if args.out:
@@ -66,7 +54,7 @@ def cmd_collect(args) -> int:
 
 
 def cmd_check(args) -> int:
-    readings = _load_readings(args.readings) if args.readings else collect.read_all(args.root)
+    readings = collect.load_recording(args.readings) if args.readings else collect.read_all(args.root)
     doc = engine.check_host(
         readings,
         args.group or None,

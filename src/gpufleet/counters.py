@@ -25,7 +25,7 @@ import argparse
 import os
 import time
 
-from gpufleet import profiles, schema
+from gpufleet import collect, profiles, schema
 from gpufleet.collect import kernel_log, nvml
 from gpufleet.collect.host import read_boot_id
 
@@ -164,7 +164,7 @@ def host_document(phase: str, readings: dict | None = None, *, root: str = "/", 
 def command(args) -> int:
     from gpufleet import cli
 
-    readings = cli._load_readings(args.readings) if args.readings else None
+    readings = collect.load_recording(args.readings) if args.readings else None
     doc = host_document(args.phase, readings, root=args.root, host=args.host, profile_name=args.profile,
                         overrides=cli._json_arg(args.thresholds, "--thresholds"), profile_dir=args.profile_dir)
     cli._print_doc(doc, args.json)

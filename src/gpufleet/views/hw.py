@@ -35,11 +35,10 @@ import os
 import socket
 from pathlib import Path
 
-from gpufleet import schema
+from gpufleet import collect, schema
 from gpufleet.errors import InputError
 from gpufleet.views import gpu as gpu_reads
 from gpufleet.views import system
-from gpufleet.views import load_recording
 from gpufleet.views.status import index_ranges
 
 _GPU_KEYS = ("index", "name", "serial", "uuid", "vbios_version", "memory_total_mib", "pci_bus_id", "pcie")
@@ -287,7 +286,7 @@ def cmd_hw(args) -> int:
             f"--root {args.root} is not a directory; expected the filesystem root to read sysfs/procfs under"
         )
     if args.readings:
-        nv = load_recording(args.readings)["nvml"]
+        nv = collect.load_recording(args.readings, parts=("nvml",))["nvml"]
         doc = build(nv, system.read(args.root), system.toolkit(), source=f"recording {args.readings}")
     else:
         doc = read_live(args.root)

@@ -33,11 +33,10 @@ import socket
 import sys
 import time
 
-from gpufleet import schema
+from gpufleet import collect, schema
 from gpufleet.collect import nvml
 from gpufleet.collect.nvml import NVLINK_COUNTERS
 from gpufleet.errors import InputError
-from gpufleet.views import load_recording
 from gpufleet.views.gpu import STATUS_GPU_FIELDS, LiveReader
 
 NOT_RECORDED = "not in the recorded reading"
@@ -324,7 +323,7 @@ def cmd_status(args) -> int:
         print(f"gpufleet status: {NO_RICH}", file=sys.stderr)
         return 1
     if args.readings:
-        doc = document(from_collect(load_recording(args.readings)["nvml"]), source=f"recording {args.readings}")
+        doc = document(from_collect(collect.load_recording(args.readings, parts=("nvml",))["nvml"]), source=f"recording {args.readings}")
         return _show(doc, args.json)
     reader = LiveReader()
     reader.open()
