@@ -143,8 +143,9 @@ def test_cli_replays_a_recording_into_a_host_document(tmp_path):
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["host"] == "node3" and doc["profile"]["name"] == "h200-sxm" and doc["versions"]["driver"] == r["nvml"]["driver_version"]
-    (res,) = doc["results"]
+    res, after = doc["results"]
     assert set(res) == RESULT_KEYS and (res["check"], res["group"], res["status"]) == ("snapshot_after", "counters", "pass")
+    assert (after["check"], after["group"]) == ("processes_after", "counters")
     assert res["detail"]["boot_id"] == "4e1c0b9a-0000-4000-8000-000000000001"
     assert res["detail"]["gpus"][1]["counters"]["nvlink_crc_data"] > 0
     bad = subprocess.run(cmd[:5] + ["during"], capture_output=True, text=True, env=_env(), timeout=120)

@@ -75,7 +75,8 @@ gpufleet:
   description:
     - The host document of the C(counters) group, as C(gpufleet counters --json) prints it.
     - Its C(results) list holds one result, C(snapshot_before) or C(snapshot_after), with the keys of
-      C(gpufleet.schema.result); the counters are in its C(detail).
+      C(gpufleet.schema.result); the counters are in its C(detail). After the benchmarks a second result,
+      C(processes_after), lists the GPUs' processes again (as C(gpu_health.processes) does before) and fails on any.
   returned: success
   type: dict
   contains:
@@ -106,7 +107,7 @@ gpufleet:
       type: float
     results:
       description:
-        - One result, group C(counters). Its C(detail) holds C(phase), C(read_at) (UTC), C(boot_id), C(gpus) (each
+        - One result, group C(counters) (after the benchmarks also C(processes_after)). Its C(detail) holds C(phase), C(read_at) (UTC), C(boot_id), C(gpus) (each
           with C(index), C(uuid), C(serial), C(pci_bus_id), C(visible) and C(counters)) and C(unreadable)
           (C(<index>.<counter>) to the reason it could not be read).
       type: list

@@ -1,7 +1,8 @@
 """Counter snapshots: `gpufleet counters --phase before|after [--host H] --json`.
 
 One host document whose results are one result, group `counters`, check `snapshot_before` or
-`snapshot_after`: every GPU NVML sees with its cumulative error counters, read before and after the node's
+`snapshot_after` (after the benchmarks also `processes_after`: the GPUs' processes listed again, as
+gpu_health.processes lists them before; any process on a GPU of this node then fails it): every GPU NVML sees with its cumulative error counters, read before and after the node's
 benchmarks so the fleet layer can judge how much each grew during the run and since the node's previous
 run (fleet.counter_rates). Status `pass` when read, `error` when NVML could not be read (the reason says
 why), `skip` where there is no NVIDIA driver. Detail:
@@ -157,8 +158,22 @@ def host_document(phase: str, readings: dict | None = None, *, root: str = "/", 
         boot_error = None if boot_id else "the recording holds no boot id (host.boot_id)"
     profile = profiles.resolve(engine.first_gpu_name(readings), profile_name=profile_name, overrides=overrides,
                                profile_dir=profile_dir)
-    res = schema.timed(GROUP, f"snapshot_{phase}", lambda: snapshot(phase, readings, boot_id=boot_id, boot_id_error=boot_error))
-    return engine.host_document(host, profile, readings, started, t0, [res])
+    res = [schema.timed(GROUP, f"snapshot_{phase}", lambda: snapshot(phase, readings, boot_id=boot_id, boot_id_error=boot_error))]
+    if phase == "after":
+        res.append(schema.timed(GROUP, "processes_after", lambda: processes_after(readings, profile)))
+    return engine.host_document(host, profile, readings, started, t0, res)
+
+
+def processes_after(readings: dict, profile: dict) -> dict:
+    """The GPUs' processes listed again at the end of the node stage, as gpu_health.processes lists them at the
+    start: a process that came during the benchmarks and is still there fails the node."""
+    from gpufleet.checks import gpu_health
+
+    res = gpu_health.processes(readings, profile)
+    res["check"] = "processes_after"
+    if res["status"] not in (schema.PASS, schema.SKIP):
+        res["reason"] = f"after the benchmarks: {res['reason']}"
+    return res
 
 
 def command(args) -> int:

@@ -129,11 +129,15 @@ def bench_host(
     profile = profiles.resolve(first_gpu_name(readings), profile_name=profile_name, overrides=overrides, profile_dir=profile_dir)
     started, t0 = schema.utc_now(), time.monotonic()
     host_has_ib = bool(((readings["host"].get("infiniband") or {}).get("ports")))
+    # Steps whose sampler lists the GPUs' processes: measured again when disturbed, confirmed before a fail
+    # (benchmarks.watched); `watch_log` holds what each attempt saw, for the node's foreign_processes result.
+    watch_log: list = []
     runners = {
-        "matmul": lambda: benchmarks.matmul(matmul.run(tier), profile),
-        "memory": lambda: benchmarks.memory(memory.run(tier), profile),
+        "matmul": lambda: benchmarks.watched("matmul", lambda: matmul.run(tier), benchmarks.matmul, profile, log=watch_log),
+        "memory": lambda: benchmarks.watched("memory", lambda: memory.run(tier), benchmarks.memory, profile, log=watch_log),
         "nccl": lambda: benchmarks.nccl(nccl.run(tier, **(nccl_options or {})), profile, host_has_ib=host_has_ib),
-        "soak": lambda: benchmarks.soak(soak.run(**(soak_options or {})), profile),
+        "soak": lambda: benchmarks.watched("soak", lambda: soak.run(**(soak_options or {})), benchmarks.soak, profile,
+                                           log=watch_log, confirm=False),
     }
     gpus = visible_gpus(len(readings["nvml"].get("gpus") or []))
     # torchrun placement and limits, shared by the NCCL benchmark and the training gate.
@@ -163,4 +167,9 @@ def bench_host(
             r.update(group=benchmarks.GROUP, started=when, seconds=round(time.monotonic() - t1, 2))
             gpu_inventory.name_flagged(r, readings["nvml"].get("gpus") or [])  # the serial beside the UUID
         results.extend(batch)
+    if any(e.get("device") == "cuda" for e in watch_log):  # a CPU run has no GPU to watch: no result to add
+        t1, when = time.monotonic(), schema.utc_now()
+        r = benchmarks.foreign_processes(watch_log)
+        r.update(group=benchmarks.GROUP, started=when, seconds=round(time.monotonic() - t1, 2))
+        results.append(r)
     return host_document(host, profile, readings, started, t0, results)

@@ -26,6 +26,12 @@ SCHEMA_VERSION = 1
 PASS, WARN, FAIL, SKIP, ERROR = "pass", "warn", "fail", "skip", "error"
 STATUSES = (PASS, WARN, FAIL, SKIP, ERROR)
 
+# How far a performance figure can be trusted (a result's optional `trust`): measured once with nothing else on
+# the GPU; measured twice and judged on both; measured beside a foreign process; or measured twice without a
+# figure to stand on (the samples dropped both times).
+CLEAN, CONFIRMED, DISTURBED, INCONCLUSIVE = "clean", "confirmed", "disturbed", "inconclusive"
+TRUSTS = (CLEAN, CONFIRMED, DISTURBED, INCONCLUSIVE)
+
 # Worst first: the order a verdict and a report sort by.
 _SEVERITY = {ERROR: 4, FAIL: 3, WARN: 2, SKIP: 1, PASS: 0}
 
@@ -45,9 +51,12 @@ def result(
     threshold: dict | None = None,
     remedy: str | None = None,
     detail: dict | None = None,
+    trust: str | None = None,
 ) -> dict:
     if status not in STATUSES:
         raise ValueError(f"status {status!r} is not one of {STATUSES}")
+    if trust is not None and trust not in TRUSTS:
+        raise ValueError(f"trust {trust!r} is not one of {TRUSTS}")
     if not reason:
         raise ValueError(f"check {check!r}: every result needs a plain reason")
     return {
@@ -60,7 +69,7 @@ def result(
         "reason": reason,
         "remedy": remedy,
         "detail": detail or {},
-    }
+    } | ({"trust": trust} if trust is not None else {})
 
 
 def size_text(size_bytes: float) -> str:

@@ -4,7 +4,9 @@ Shared power and cooling are part of the test: a GPU that throttles under
 load shows it here (clock event reasons, peak temperature, lowest SM clock)
 even when its number still clears the threshold. GpuMonitor keeps the worst
 of each for a benchmark of seconds; SoakSampler keeps a time series and the
-error counters for a soak of minutes to hours.
+error counters for a soak of minutes to hours. Both list the processes on
+every GPU at every sample (bench.watch): a process outside the benchmark's own
+process tree is foreign, and the figures measured beside it are not the node's.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import statistics
 import threading
 import time
 
+from gpufleet.bench.watch import ProcessWatch, list_processes
 from gpufleet.checks.gpu_health import HW_SLOWDOWN_EVENTS
 from gpufleet.collect.nvml import CLOCK_EVENT_BITS, bus_id
 
@@ -33,16 +36,26 @@ class GpuMonitor:
         self.error = None
         self.samples = 0
         self.per_gpu: dict[str, dict] = {}
+        self.watch = ProcessWatch()
+        self.started_epoch = time.time()
+        self._t0 = time.monotonic()
         self._stop = threading.Event()
         self._thread = None
 
     def __enter__(self):
+        self.started_epoch, self._t0 = time.time(), time.monotonic()
         try:
             import pynvml
+
+            from gpufleet.collect.nvml import _text, visible_indices
 
             pynvml.nvmlInit()
             self._nvml = pynvml
             self._handles = {}
+            listed = [{"index": i, "uuid": _text(pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i)))}
+                      for i in range(pynvml.nvmlDeviceGetCount())]
+            # Processes are watched on the GPUs this node may use: another job's on the others is not ours to judge.
+            self._watched = set(visible_indices(listed, os.environ.get("CUDA_VISIBLE_DEVICES"))["indices"])
             for i in range(pynvml.nvmlDeviceGetCount()):
                 h = pynvml.nvmlDeviceGetHandleByIndex(i)
                 self._handles[i] = h
@@ -50,6 +63,7 @@ class GpuMonitor:
         except Exception as exc:  # no driver, no NVML: record, do not fail the benchmark
             self.error = f"NVML unavailable: {exc}"
             return self
+        self._sample()  # a process already on the GPU when the step starts counts too
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
         return self
@@ -69,6 +83,8 @@ class GpuMonitor:
                 g["power_max_w"] = p if g["power_max_w"] is None else max(g["power_max_w"], p)
             except Exception as exc:
                 g["error"] = str(exc)
+            if i in self._watched:
+                self.watch.note(i, time.monotonic() - self._t0, *list_processes(nv, h))
         self.samples += 1
 
     def _run(self):
@@ -79,6 +95,7 @@ class GpuMonitor:
         if self._thread:
             self._stop.set()
             self._thread.join()
+            self._sample()  # the last word: a process that came at the very end counts too
             self._nvml.nvmlShutdown()
         return False
 
@@ -87,7 +104,9 @@ class GpuMonitor:
         for idx, g in self.per_gpu.items():
             names = reason_names(g["reasons_mask"])
             per_gpu[idx] = {**g, "reasons": names, "throttled": sorted(HW_SLOWDOWN_EVENTS.keys() & set(names))}
-        return {"samples": self.samples, "interval_s": self.interval_s, "error": self.error, "per_gpu": per_gpu}
+        return {"samples": self.samples, "interval_s": self.interval_s, "error": self.error, "per_gpu": per_gpu,
+                "started_epoch": self.started_epoch, "processes": self.watch.processes(), "foreign": self.watch.foreign(),
+                "processes_unreadable": {str(i): e for i, e in self.watch.unreadable.items()}}
 
 
 class SoakSampler:
@@ -128,6 +147,7 @@ class SoakSampler:
         self.events: list[dict] = []
         self.events_dropped = 0
         self.samples = 0
+        self.watch = ProcessWatch()
         self._handles: dict[int, object] = {}
         self._xid_seen = None
         self._t0 = None
@@ -286,7 +306,17 @@ class SoakSampler:
             if err or err2:
                 self.gpu_errors.setdefault(i, err or err2)
             self.note_sample(i, t, sm, mem, temp, power, mask)
+            self.note_processes(i, t, *list_processes(nv, h))
         self.samples += 1
+
+    def note_processes(self, index: int, t: float, procs: list | None, error: str | None = None) -> None:
+        """The processes NVML listed on one GPU at t; a foreign one seen for the first time is an event."""
+        before = {p["pid"] for p in self.watch.foreign()}
+        self.watch.note(index, t, procs, error)
+        for p in self.watch.foreign():
+            if p["pid"] not in before and p["index"] == index:
+                self._event({"kind": "process", "index": index, "t_s": round(t, 1), "pid": p["pid"], "name": p["name"],
+                             "used_memory_mib": p["used_memory_mib"]})
 
     def note_sample(self, index: int, t: float, sm_mhz, mem_mhz, temperature_c, power_w, reasons_mask) -> None:
         """One GPU's reading at t (None where unreadable): into the series; each clock event reason counted."""
@@ -344,6 +374,9 @@ class SoakSampler:
                     "power_median_w": round(statistics.median(power), 1) if power else None,
                     "power_max_w": max(power) if power else None,
                     "reasons": reason_names(mask),
+                    "foreign_processes": [{k: p[k] for k in ("pid", "name", "used_memory_mib", "first_s", "last_s")}
+                                          for p in self.watch.foreign()
+                                          if p["index"] == i and p["first_s"] < hi and p["last_s"] >= lo],
                 })
             per_gpu[str(i)] = {
                 **info,
@@ -363,4 +396,7 @@ class SoakSampler:
             "per_gpu": per_gpu,
             "events": sorted(self.events, key=lambda e: e["t_s"]),
             "events_dropped": self.events_dropped,
+            "processes": self.watch.processes(),
+            "foreign": self.watch.foreign(),
+            "processes_unreadable": {str(i): e for i, e in self.watch.unreadable.items()},
         }

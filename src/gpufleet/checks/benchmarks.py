@@ -60,6 +60,37 @@ def _flag(res: dict, gpus: list[dict]) -> dict:
     return res
 
 
+def _sample_drops(figures: list, profile: dict) -> tuple[list, dict]:
+    """Timed samples far below their GPU's median: [(gpu, what, unit, samples summary)] -> the drops over the limit
+    ({"gpu", "figure", "min", "median", "drop_pct"}) and the limit's threshold. One GPU is judged as well as eight."""
+    limit = profiles.value(profile, "sample_drop_pct_max")
+    thr = profiles.threshold(profile, "sample_drop_pct_max", max=limit)
+    drops = []
+    for gpu, what, unit, samples in figures:
+        if limit is None or not samples or not samples.get("median"):
+            continue
+        drop = round(100 * (samples["median"] - samples["min"]) / samples["median"], 1)
+        if drop > limit:
+            drops.append({"gpu": gpu, "figure": what, "unit": unit, "min": sig(samples["min"]),
+                          "median": sig(samples["median"]), "drop_pct": drop, "n": samples.get("n")})
+    return drops, thr
+
+
+def _noisy(res: dict, drops: list, thr: dict, flagged: list) -> tuple[dict, list]:
+    """A passing result whose samples dropped becomes a warn: its figure is not yet the node's (confirmed by
+    measuring again, checks.benchmarks.watched). The drops and their limit go into detail either way."""
+    res["detail"] = {**res["detail"], "sample_drops": drops, "sample_drop_threshold": thr}
+    if drops and res["status"] == PASS:
+        text = "; ".join(f"GPU {d['gpu']['index'] if d['gpu'].get('index') is not None else '?'} {d['figure']} sample "
+                         f"{d['min']:g} {d['unit']}, {d['drop_pct']:g}% below its median {d['median']:g}" for d in drops)
+        res.update(status=WARN, reason=f"{res['reason']}, but a timed sample fell far below its GPU's median "
+                                       f"(more than {thr['value']:g}%): {text}; the figure is not yet the node's",
+                   remedy="another process or a clock drop disturbed the measurement: it is measured again; "
+                          "compare detail.monitor (processes, clocks, reasons)")
+        flagged = [d["gpu"] for d in drops]
+    return res, flagged
+
+
 def _cuda_gpu(monitor: dict, info: dict) -> dict:
     """A CUDA device's identity for flagged_gpus, from what the benchmark read of it ({"uuid", "pci_bus_id"})."""
     return {"index": _nvml_index(monitor, info.get("pci_bus_id")), "uuid": info.get("uuid"), "serial": None}
@@ -100,6 +131,10 @@ def matmul(out: dict, profile: dict) -> list[dict]:
         slowest = min((d for d, v in out["per_device"].items() if (v.get("bf16") or {}).get("tflops") is not None),
                       key=lambda d: out["per_device"][d]["bf16"]["tflops"], default=None)
         flagged = [ident[slowest]] if slowest is not None else []
+    if not cpu:
+        drops, thr = _sample_drops([(ident[d], "bf16 matmul", "TFLOPS", (v.get("bf16") or {}).get("samples_tflops"))
+                                    for d, v in out["per_device"].items()], profile)
+        res, flagged = _noisy(res, drops, thr, flagged)
     return [_flag(res, flagged)]
 
 
@@ -126,6 +161,16 @@ def memory(out: dict, profile: dict) -> list[dict]:
         d2h = _against_min("pcie_d2h_bandwidth", s["d2h_gbps_min"], "GB/s", profile, "pcie_d2h_gbps_min", "slowest GPU device-to-host",
                            "a link trained down shows here: compare with gpu_health.pcie_link", detail, cpu)
         res += [_flag(h2d, under("pcie", "h2d_gbps", "pcie_h2d_gbps_min")), _flag(d2h, under("pcie", "d2h_gbps", "pcie_d2h_gbps_min"))]
+    if not cpu:
+        figures = {"hbm_bandwidth": [("hbm", "HBM copy", "samples_gbps")],
+                   "pcie_h2d_bandwidth": [("pcie", "host-to-device", "samples_h2d_gbps")],
+                   "pcie_d2h_bandwidth": [("pcie", "device-to-host", "samples_d2h_gbps")]}
+        for i, r in enumerate(res):
+            drops, thr = _sample_drops([(_cuda_gpu(mon, v), what, "GB/s", v.get(field)) for part, what, field in figures[r["check"]]
+                                        for v in per[part].values()], profile)
+            flagged = r["detail"].get("flagged_gpus") or []
+            r, flagged = _noisy(r, drops, thr, flagged)
+            res[i] = _flag(r, flagged)
     return res
 
 
@@ -314,8 +359,9 @@ def _scaling_across_nodes(full: dict, per_gpu: int, reference: dict | None, prof
 
 # --- soak -----------------------------------------------------------------------------------------------
 
-# The first windows of a soak are each GPU's own reference: later windows are judged against their median.
-SOAK_BASELINE_WINDOWS = 3
+# A GPU's best windows of a soak are its own reference: every window is judged against their median
+# (at most half the windows, so that a short soak's slow stretch is not part of its own reference).
+SOAK_BEST_WINDOWS = 3
 # Counters whose growth during a soak fails it: memory the GPU could not correct or repair.
 SOAK_FAIL_COUNTERS = ("ecc_uncorrected_volatile", "ecc_uncorrected_aggregate", "row_remap_uncorrectable",
                       "row_remap_pending", "row_remap_failure")
@@ -487,21 +533,49 @@ def _drop_pct(base: float, value: float) -> float:
     return round(100 * (base - value) / base, 1) if base else 0.0
 
 
-def _slowed(windows: list, key: str, limit: float | None) -> tuple[dict | None, float | None, list]:
-    """(first window more than `limit`% below the first windows' median, that median, the judged drops)."""
+def _slowed(windows: list, key: str, limit: float | None) -> tuple[list, float | None, list]:
+    """(stretches of consecutive windows more than `limit`% below the median of the best windows, that median,
+    every window's drop). The reference is the best windows, not the first: a slow stretch at the start would
+    lower its own reference and hide."""
     vals = [(w, w[key]) for w in windows if w.get(key) is not None]
-    n_base = min(SOAK_BASELINE_WINDOWS, len(vals) - 1)
-    if n_base < 1:
-        return None, None, []
-    base = statistics.median(v for _, v in vals[:n_base])
-    drops = [(w, _drop_pct(base, v)) for w, v in vals[n_base:]]
-    first = next((w for w, d in drops if limit is not None and d > limit), None)
-    return first, base, drops
+    if len(vals) < 2:
+        return [], None, []
+    n_best = min(SOAK_BEST_WINDOWS, max(1, len(vals) // 2))
+    best = statistics.median(sorted((v for _, v in vals), reverse=True)[:n_best])
+    drops = [(w, _drop_pct(best, v)) for w, v in vals]
+    stretches: list[list] = []
+    for w, d in drops:
+        if limit is None or d <= limit:
+            continue
+        if stretches and stretches[-1][-1][0]["index"] == w["index"] - 1:
+            stretches[-1].append((w, d))
+        else:
+            stretches.append([(w, d)])
+    return stretches, best, drops
+
+
+def _sampler_saw(out: dict, index: int | None, windows: list) -> str:
+    """What the soak's sampler saw on one GPU over these windows: clocks, reasons, power and foreign processes."""
+    sampled = (((out.get("sampler") or {}).get("per_gpu") or {}).get(str(index)) or {}).get("windows") or []
+    rows = [sampled[w["index"]] for w in windows if w["index"] < len(sampled)]
+    if not rows:
+        return "the sampler saw nothing of this GPU then"
+    sm = [r["sm_clock_median_mhz"] for r in rows if r.get("sm_clock_median_mhz") is not None]
+    power = [r["power_median_w"] for r in rows if r.get("power_median_w") is not None]
+    reasons = sorted({n for r in rows for n in r.get("reasons") or []})
+    procs = {p["pid"]: p for r in rows for p in r.get("foreign_processes") or []}
+    saw = [f"SM clock median {min(sm):g} MHz" if sm else "SM clock unread",
+           f"power median {min(power):g} W" if power else "power unread",
+           f"clock event reasons {', '.join(reasons)}" if reasons else "no clock event reason"]
+    saw.append("foreign process(es) " + ", ".join(
+        f"pid {p['pid']} ({p.get('name') or 'name unknown'}, {p.get('used_memory_mib')} MiB)" for p in procs.values())
+        if procs else "no foreign process")
+    return "the sampler saw then: " + "; ".join(saw)
 
 
 def _soak_slowdown(out, profile, base_detail, gpus, Findings, cpu) -> dict:
     limit = profiles.value(profile, "soak_slowdown_pct_max")
-    thr = profiles.threshold(profile, "soak_slowdown_pct_max", max=limit, baseline_windows=SOAK_BASELINE_WINDOWS)
+    thr = profiles.threshold(profile, "soak_slowdown_pct_max", max=limit, best_windows=SOAK_BEST_WINDOWS)
     per_gpu = {r: {k: g.get(k) for k in ("uuid", "nvml_index", "name", "windows", "matmul_tflops_median", "hbm_gbps_median")}
                for r, g in (out.get("gpus") or {}).items()}
     detail = {**base_detail, "per_gpu": per_gpu, "nccl": out.get("nccl")}
@@ -519,16 +593,19 @@ def _soak_slowdown(out, profile, base_detail, gpus, Findings, cpu) -> dict:
     for rank, g in sorted(per_gpu.items(), key=lambda kv: int(kv[0])):
         index, prefix = gpus.label(rank)
         for key, what, unit in metrics:
-            first, base, drops = _slowed(g.get("windows") or [], key, limit)
-            if base is None:
+            stretches, best, drops = _slowed(g.get("windows") or [], key, limit)
+            if best is None:
                 continue
             judged = True
             worst = max([worst] + [d for _, d in drops])
-            if first is not None:
-                low, low_drop = max(drops, key=lambda wd: wd[1])
-                f.add(FAIL, f"{prefix}{what} {first[key]:g} {unit} in the window {_soak_when(out, first['start_s'], 'from')}, "
-                            f"{_drop_pct(base, first[key]):g}% below its first windows' median {sig(base):g} {unit} "
-                            f"(lowest {low[key]:g} {unit}, {low_drop:g}% below)", gpu=index, remedy=remedy)
+            for stretch in stretches:
+                first = stretch[0][0]
+                low, low_drop = max(stretch, key=lambda wd: wd[1])
+                span = f" and {len(stretch) - 1} window(s) after it" if len(stretch) > 1 else ""
+                f.add(FAIL, f"{prefix}{what} {first[key]:g} {unit} in the window {_soak_when(out, first['start_s'], 'from')}"
+                            f"{span}, {_drop_pct(best, first[key]):g}% below its best windows' median {sig(best):g} {unit} "
+                            f"(lowest {low[key]:g} {unit}, {low_drop:g}% below); "
+                            f"{_sampler_saw(out, g.get('nvml_index'), [w for w, _ in stretch])}", gpu=index, remedy=remedy)
                 flags.add(FAIL, gpus.by_rank.get(rank))
     # Against its siblings: a GPU slow from the first window on is not slower than itself.
     for key, what, unit in metrics:
@@ -545,19 +622,157 @@ def _soak_slowdown(out, profile, base_detail, gpus, Findings, cpu) -> dict:
                             f"({sig(node):g} {unit})", gpu=index, remedy=remedy)
                 flags.add(FAIL, gpus.by_rank.get(rank))
     nccl = out.get("nccl") or {}
-    first, base, drops = _slowed(nccl.get("windows") or [], "busbw_gbps", limit)
-    if base is not None:
+    stretches, best, drops = _slowed(nccl.get("windows") or [], "busbw_gbps", limit)
+    if best is not None:
         worst = max([worst] + [d for _, d in drops])
-        if first is not None:
+        for stretch in stretches:
+            first = stretch[0][0]
             f.add(FAIL, f"all_reduce busbw {first['busbw_gbps']:g} GB/s in the window {_soak_when(out, first['start_s'], 'from')}, "
-                        f"{_drop_pct(base, first['busbw_gbps']):g}% below the first windows' median {sig(base):g} GB/s",
+                        f"{_drop_pct(best, first['busbw_gbps']):g}% below the best windows' median {sig(best):g} GB/s",
                   remedy="NVLink or NVSwitch bandwidth fell under load: check gpu_health.nvlink and the NVLink error counters "
                          "(soak_errors), and the fabric manager")
     if not judged:
         return result("soak_slowdown", schema.SKIP,
                       f"{n_windows} window(s) of {out.get('window_s'):g} s: a slowdown needs two or more, to compare "
-                      "later windows with the first; soak longer",
+                      "each window with the best; soak longer",
                       threshold=thr, detail=detail)
-    ok = (f"every GPU within {limit:g}% of its first windows and of its siblings over {n_windows} windows of "
+    ok = (f"every window of every GPU within {limit:g}% of its best windows and of its siblings over {n_windows} windows of "
           f"{out.get('window_s'):g} s" if limit is not None else f"{n_windows} windows judged")
     return flags.apply(f.result("soak_slowdown", ok, value=worst, unit="%", threshold=thr, detail=detail))
+
+
+# --- watched and confirmed measurements ------------------------------------------------------------------
+
+# Results whose figure is measured once more before a warn or fail stands (the soak's windows are many
+# measurements already, and a second soak would double its hours: a soak is measured again only when disturbed).
+CONFIRMED_CHECKS = ("matmul_bf16", "hbm_bandwidth", "pcie_h2d_bandwidth", "pcie_d2h_bandwidth")
+
+
+def _foreign(out: dict) -> tuple[list, float | None, dict]:
+    """(foreign processes the step's sampler saw, its start in epoch seconds, the sampler's own summary)."""
+    mon = out.get("monitor") or out.get("sampler") or {}
+    return mon.get("foreign") or [], mon.get("started_epoch") or out.get("started_epoch"), mon
+
+
+def _brief(res: dict) -> dict:
+    return {k: res.get(k) for k in ("check", "status", "value", "unit", "reason")}
+
+
+def watched(step: str, run, judge, profile: dict, *, log: list, confirm: bool = True, wait=None) -> list[dict]:
+    """Measure a step (run() -> output, judge(output, profile) -> results) until its figures can be trusted.
+
+    - A foreign process on a GPU during the step (its sampler's `foreign`): wait until the GPUs are quiet
+      (at most disturbed_wait_s) and measure again, at most disturbed_remeasure_max times; else every result
+      is `error` "disturbed by pid N (name, MiB) ... from t1 to t2", trust `disturbed`.
+    - A CONFIRMED_CHECKS result that warns or fails (under its minimum, an outlier, a sample far below its
+      median) is measured once more (confirm_remeasure_max) and judged on the second measurement, both kept:
+      trust `confirmed` (slow confirmed, or passed on confirmation), `inconclusive` when the samples dropped again.
+    - Otherwise trust `clean`. Every attempt, every process seen and the seconds of each go into detail.attempts;
+      `log` gets each attempt's sightings for the node's foreign_processes result.
+    """
+    from gpufleet.bench.watch import describe, wait_quiet
+
+    wait = wait or wait_quiet
+    disturbed_max = profiles.value(profile, "disturbed_remeasure_max") or 0
+    wait_s = profiles.value(profile, "disturbed_wait_s") or 0
+    confirm_max = profiles.value(profile, "confirm_remeasure_max") or 0 if confirm else 0
+    attempts: list[dict] = []
+    first_clean: dict | None = None  # check -> result of the clean measurement a confirmation follows
+    disturbed = confirmations = 0
+    while True:
+        t0 = time.monotonic()
+        out = run()
+        res = judge(out, profile)
+        seconds = round(time.monotonic() - t0, 1)
+        foreign, epoch, mon = _foreign(out)
+        attempt = {"attempt": len(attempts) + 1, "seconds": seconds, "results": [_brief(r) for r in res],
+                   "processes": mon.get("processes") or [], "foreign": [describe(p, epoch) for p in foreign]}
+        attempts.append(attempt)
+        log.append({"step": step, "attempt": attempt["attempt"], "device": out.get("device"), "foreign": foreign,
+                    "started_epoch": epoch, "watch_error": mon.get("error"),
+                    "processes_unreadable": mon.get("processes_unreadable")})
+        if foreign:
+            why = None
+            if disturbed >= disturbed_max:
+                why = f"still disturbed after {disturbed} measurement(s) again"
+            else:
+                quiet = wait(wait_s)
+                attempt["wait"] = {k: quiet.get(k) for k in ("quiet", "waited_s", "error")}
+                attempt["processes_while_waiting"] = quiet.get("processes") or []
+                if not quiet.get("quiet"):
+                    why = f"the GPUs did not become quiet within {wait_s:g} s" + (f" ({quiet['error']})" if quiet.get("error") else "")
+            if why:
+                return [_disturbed(r, foreign, epoch, why, attempts, profile) for r in res]
+            disturbed += 1
+            continue
+        doubtful = [r for r in res if r["check"] in CONFIRMED_CHECKS and r["status"] in (WARN, FAIL)]
+        if doubtful and first_clean is None and confirmations < confirm_max:
+            confirmations += 1
+            first_clean = {r["check"]: r for r in res}
+            attempt["confirm"] = [r["check"] for r in doubtful]
+            continue
+        break
+    for r in res:
+        _trust(r, (first_clean or {}).get(r["check"]), attempts)
+    return res
+
+
+def _disturbed(res: dict, foreign: list, epoch: float | None, why: str, attempts: list, profile: dict) -> dict:
+    from gpufleet.bench.watch import describe
+
+    names = "; ".join(describe(p, epoch) for p in foreign)
+    res["detail"] = {**res["detail"], "attempts": attempts, "disturbed_value": res.get("value"),
+                     "judged_as": _brief(res), "disturbed_wait_threshold": profiles.threshold(
+                         profile, "disturbed_wait_s", max=profiles.value(profile, "disturbed_wait_s"))}
+    res.update(status=ERROR, value=None, trust=schema.DISTURBED,
+               reason=f"disturbed by {names}; {why}; the figure measured beside it ({res['value']} {res.get('unit') or ''}".rstrip()
+                      + ") is not the node's",
+               remedy="find out what runs on the GPU (detail.attempts[].processes) and stop it or keep the node out of "
+                      "the scheduler while it is validated; then run again")
+    return res
+
+
+def _trust(res: dict, first: dict | None, attempts: list) -> None:
+    """How far the figure can be trusted, said in `trust` and in the reason; both measurements kept."""
+    res["detail"] = {**res["detail"], "attempts": attempts}
+    if res["status"] == schema.SKIP:
+        return
+    if first is None or first["status"] not in (WARN, FAIL):
+        res["trust"] = schema.CLEAN
+        return
+    extra_s = attempts[-1]["seconds"]
+    res["detail"]["confirmation_s"] = extra_s
+    was = f"first {first.get('value')}, then {res.get('value')} {res.get('unit') or ''}".rstrip()
+    if res["detail"].get("sample_drops"):
+        res.update(status=WARN if res["status"] == PASS else res["status"], trust=schema.INCONCLUSIVE,
+                   reason=f"inconclusive: {res['reason']}; measured twice ({was}), the samples dropped again "
+                          f"(the confirmation took {extra_s:g} s)")
+    elif res["status"] in (WARN, FAIL):
+        res.update(trust=schema.CONFIRMED, reason=f"slow (confirmed): {res['reason']}; measured twice ({was}; the "
+                                                  f"confirmation took {extra_s:g} s)")
+    else:
+        res.update(trust=schema.CONFIRMED, reason=f"{res['reason']}; passed on confirmation ({was}; the first "
+                                                  f"measurement said: {first['reason']}; the confirmation took {extra_s:g} s)")
+
+
+def foreign_processes(log: list) -> dict:
+    """The node's verdict on what else ran on its GPUs while the benchmarks measured them: any foreign process
+    fails the node, even when its step was measured again once quiet (a node shared during validation is not
+    the node a training job will get)."""
+    from gpufleet.bench.watch import describe
+
+    detail = {"steps": log}
+    steps = sorted({e["step"] for e in log}, key=[e["step"] for e in log].index)
+    seen = [f"{describe(p, e['started_epoch'])} during {e['step']} (attempt {e['attempt']})" for e in log for p in e["foreign"]]
+    if seen:
+        return result("foreign_processes", FAIL, "foreign process(es) on the GPUs while the benchmarks measured them: "
+                      + "; ".join(seen), value=len(seen), unit="sightings", detail=detail,
+                      remedy="another workload used the GPU during validation: stop it (or drain the node from the "
+                             "scheduler first) and validate again; the figures measured beside it were measured again "
+                             "or marked disturbed")
+    unwatched = [e["step"] for e in log if e.get("watch_error") or e.get("processes_unreadable")]
+    if unwatched:
+        return result("foreign_processes", ERROR, f"the GPUs' processes could not be listed during {', '.join(unwatched)}",
+                      detail=detail, remedy="check NVML (`nvidia-smi`) on the node and run again")
+    return result("foreign_processes", PASS, f"no foreign process on the GPUs during {', '.join(steps)}", value=0,
+                  unit="sightings", detail=detail)

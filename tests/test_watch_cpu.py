@@ -1,0 +1,264 @@
+"""Every GPU step watched: foreign processes, slow windows, dropped samples, confirmation before a verdict.
+
+The readings are replayed through the real code that takes them: ProcessWatch.note / SoakSampler.note_processes
+get the process lists NVML gives (pid, name, MiB) at each sample, the benchmark outputs are built as the
+benchmarks build them (bench.summarize over timed samples), and checks.benchmarks judges them. The processes
+are real: this test's own children are the step's own tree, pid 1 (not ours) stands for a foreign workload.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gpufleet import counters, profiles, schema  # noqa: E402
+from gpufleet.bench import summarize  # noqa: E402
+from gpufleet.bench.watch import ProcessWatch, process_tree, wait_quiet  # noqa: E402
+from gpufleet.checks import benchmarks  # noqa: E402
+from test_soak_cpu import EPOCH, PCI, UUID, gpu_soak, sampled  # noqa: E402
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only logic tests")
+
+DISTURB = {"pid": 1, "name": "gpu_disturb", "used_memory_mib": 1002}
+
+
+@pytest.fixture(scope="module")
+def h200():
+    return profiles.resolve("NVIDIA H200")
+
+
+@pytest.fixture()
+def child():
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    yield proc
+    proc.kill()
+    proc.wait(timeout=30)
+
+
+def monitor(readings: list) -> dict:
+    """A GpuMonitor summary from the process lists its samples read: [(t_s, [procs])] on GPU 0."""
+    watch = ProcessWatch()
+    for t, procs in readings:
+        watch.note(0, t, procs)
+    return {"samples": len(readings), "interval_s": 0.2, "error": None, "started_epoch": EPOCH,
+            "per_gpu": {"0": {"pci_bus_id": PCI[0], "reasons": [], "throttled": []}},
+            "processes": watch.processes(), "foreign": watch.foreign(), "processes_unreadable": {}}
+
+
+def gpu_matmul(samples: list, mon: dict) -> dict:
+    """A one-GPU matmul output as bench.matmul.run builds it, from the best shape's timed samples (TFLOPS)."""
+    s = summarize(samples)
+    shape = {"shape_mnk": [8192, 8192, 8192], "tflops": s}
+    per = {"bf16": {"tflops": s["median"], "tflops_max": s["max"], "best_shape_mnk": [8192] * 3, "samples_tflops": s,
+                    "per_shape": [shape]},
+           "device": {"name": "NVIDIA H200", "pci_bus_id": PCI[0][:-2], "uuid": UUID[0]}}
+    return {"benchmark": "matmul", "device": "cuda", "method": {"dtypes": ["bf16"]}, "versions": {},
+            "summary": {"bf16": {"tflops_min": s["median"], "tflops_median": s["median"], "tflops_max": s["median"],
+                                 "spread_pct": 0.0}},
+            "per_device": {"0": per}, "monitor": mon}
+
+
+def gpu_memory(hbm_samples: list, mon: dict) -> dict:
+    s = summarize(hbm_samples)
+    hbm = {"hbm_copy_gbps": s["median"], "samples_gbps": s, "bytes": 4 << 30, "correct": True, "uuid": UUID[0],
+           "pci_bus_id": PCI[0][:-2]}
+    return {"benchmark": "memory", "device": "cuda", "method": {}, "versions": {},
+            "summary": {"hbm_copy_gbps_min": s["median"], "hbm_spread_pct": 0.0, "h2d_gbps_min": None, "d2h_gbps_min": None},
+            "per_device": {"hbm": {"0": hbm}, "pcie": {}}, "monitor": mon}
+
+
+QUIET = monitor([(t / 5, [{"pid": os.getpid(), "name": "python3", "used_memory_mib": 2048}]) for t in range(50)])
+HEALTHY = [790.0 + (i % 5) for i in range(20)]
+
+
+def replay(outputs: list):
+    """run() for benchmarks.watched: the recorded outputs in turn, one a measurement."""
+    it = iter(outputs)
+    return lambda: next(it)
+
+
+def quiet_after(seconds: float):
+    calls = []
+
+    def wait(wait_s):
+        calls.append(wait_s)
+        return {"quiet": True, "waited_s": seconds, "processes": [dict(DISTURB, index=0, own=False)], "error": None}
+
+    return wait, calls
+
+
+# --- whose process is it ---------------------------------------------------------------------------------
+
+
+def test_the_step_tree_holds_its_workers_and_not_other_processes(child):
+    tree = process_tree(os.getpid())
+    assert {os.getpid(), child.pid} <= tree and 1 not in tree
+    watch = ProcessWatch()
+    watch.note(0, 1.0, [{"pid": child.pid, "name": "python3", "used_memory_mib": 900}, DISTURB])
+    watch.note(0, 2.5, [{"pid": child.pid, "name": "python3", "used_memory_mib": 950}])
+    assert [(p["pid"], p["own"], p["first_s"], p["last_s"]) for p in watch.processes()] == [
+        (1, False, 1.0, 1.0), (child.pid, True, 1.0, 2.5)]
+    assert watch.processes()[1]["used_memory_mib"] == 950 and watch.foreign() == watch.processes()[:1]
+    watch.note(1, 3.0, None, "Not Supported")
+    assert watch.unreadable == {1: "Not Supported"}
+
+
+def test_waiting_for_quiet_without_nvml_is_not_quiet():
+    got = wait_quiet(5.0)
+    assert got["quiet"] is False and got["error"].startswith("NVML unavailable")
+
+
+# --- a foreign process appears mid-step -------------------------------------------------------------------
+
+
+def test_a_foreign_process_mid_benchmark_is_measured_again_and_fails_the_node(h200):
+    ours = {"pid": os.getpid(), "name": "python3", "used_memory_mib": 2048}
+    disturbed = monitor([(t / 5, [ours] + ([DISTURB] if 12 <= t < 40 else [])) for t in range(50)])
+    samples = [790.0] * 8 + [400.0, 420.0, 380.0] + [700.0] * 9
+    wait, calls = quiet_after(14.0)
+    log: list = []
+    (res,) = benchmarks.watched("matmul", replay([gpu_matmul(samples, disturbed), gpu_matmul(HEALTHY, QUIET)]),
+                                benchmarks.matmul, h200, log=log, wait=wait)
+    # Measured again once quiet: the second figure is the node's, and nothing disturbed it.
+    assert calls == [120] and res["status"] == "pass" and res["trust"] == "clean" and res["value"] == 792.0
+    first = res["detail"]["attempts"][0]
+    assert first["foreign"] == ["pid 1 (gpu_disturb, 1002 MiB) on GPU 0 from 10:00:02Z to 10:00:07Z"]
+    assert first["wait"] == {"quiet": True, "waited_s": 14.0, "error": None}
+    assert [p["pid"] for p in first["processes"]] == [os.getpid(), 1]  # every process seen, ours too
+    assert first["results"][0]["status"] == "warn"  # what the disturbed figure would have said is kept
+    # The node is not accepted: a workload shared its GPU while it was measured.
+    node = benchmarks.foreign_processes(log)
+    assert node["status"] == "fail" and node["value"] == 1
+    assert "pid 1 (gpu_disturb, 1002 MiB) on GPU 0 from 10:00:02Z to 10:00:07Z during matmul (attempt 1)" in node["reason"]
+    assert schema.verdict([res, node]) == "fail"
+
+
+def test_a_gpu_that_never_becomes_quiet_is_an_error_naming_the_process(h200):
+    disturbed = monitor([(t / 5, [DISTURB]) for t in range(50)])
+    log: list = []
+    (res,) = benchmarks.watched("matmul", replay([gpu_matmul(HEALTHY, disturbed)] * 3), benchmarks.matmul, h200, log=log,
+                                wait=lambda s: {"quiet": False, "waited_s": s, "processes": [], "error": None})
+    assert res["status"] == "error" and res["trust"] == "disturbed" and res["value"] is None
+    assert res["reason"].startswith("disturbed by pid 1 (gpu_disturb, 1002 MiB) on GPU 0 from 10:00:00Z to 10:00:09Z; "
+                                    "the GPUs did not become quiet within 120 s; the figure measured beside it (792.0 TFLOPS)")
+    # A disturbed figure never passes, though it cleared the minimum.
+    assert res["detail"]["judged_as"]["status"] == "pass" and res["detail"]["disturbed_value"] == 792.0
+    # Quiet in time but disturbed again: bounded by disturbed_remeasure_max.
+    (again,) = benchmarks.watched("matmul", replay([gpu_matmul(HEALTHY, disturbed)] * 3), benchmarks.matmul, h200,
+                                  log=log, wait=quiet_after(1.0)[0])
+    assert again["status"] == "error" and "still disturbed after 1 measurement(s) again" in again["reason"]
+    assert len(again["detail"]["attempts"]) == 2
+
+
+def test_a_foreign_process_in_a_soak_window_is_named_with_what_the_sampler_saw(h200):
+    """The soak of the field report: another workload for 40 s of 150 s, windows 667, 384, 470, 666, 665 TFLOPS."""
+    sampler = sampled(1, 150)
+    for t in range(150):
+        sampler.note_processes(0, float(t), [{"pid": os.getpid(), "name": "python3", "used_memory_mib": 9000}]
+                               + ([DISTURB] if 35 <= t < 75 else []))
+    out = gpu_soak([[667.0, 384.0, 470.0, 666.0, 665.0]], gbps=[[4260.0, 2400.0, 3040.0, 4250.0, 4260.0]], sampler=sampler)
+    assert [e for e in out["sampler"]["events"] if e["kind"] == "process"] == [
+        {"kind": "process", "index": 0, "t_s": 35.0, "pid": 1, "name": "gpu_disturb", "used_memory_mib": 1002}]
+    res = {r["check"]: r for r in benchmarks.soak(out, h200)}["soak_slowdown"]
+    assert res["status"] == "fail" and res["value"] == 43.7
+    assert ("GPU 0: bf16 matmul 384 TFLOPS in the window from 2026-11-23T10:00:30Z (30 s into the soak) and 1 window(s) "
+            "after it, 42.4% below its best windows' median 666.5 TFLOPS (lowest 384 TFLOPS, 42.4% below); the sampler saw "
+            "then: SM clock median 1980 MHz; power median 690 W; clock event reasons sw_power_cap; foreign process(es) "
+            "pid 1 (gpu_disturb, 1002 MiB)") in res["reason"]
+    assert "GPU 0: HBM copy 2400 GB/s in the window from 2026-11-23T10:00:30Z" in res["reason"]
+    # The soak is measured again once quiet; still disturbed, it is an error naming the process and its time.
+    log: list = []
+    results = benchmarks.watched("soak", replay([out, out]), benchmarks.soak, h200, log=log, confirm=False,
+                                 wait=quiet_after(5.0)[0])
+    assert {r["status"] for r in results} == {"error"} and {r["trust"] for r in results} == {"disturbed"}
+    assert "disturbed by pid 1 (gpu_disturb, 1002 MiB) on GPU 0 from 10:00:35Z to 10:01:14Z" in results[0]["reason"]
+
+
+# --- a window slows down ----------------------------------------------------------------------------------
+
+
+def test_a_slow_stretch_in_the_first_windows_no_longer_lowers_its_own_reference(h200):
+    # Against the median of the first three windows (470) this stretch hid; against the best windows it fails.
+    res = {r["check"]: r for r in benchmarks.soak(gpu_soak([[667.0, 384.0, 470.0, 666.0, 665.0, 667.0]]), h200)}
+    slow = res["soak_slowdown"]
+    assert slow["status"] == "fail" and slow["threshold"]["best_windows"] == 3
+    assert "42.4% below its best windows' median 667 TFLOPS" in slow["reason"]
+    assert "gpufleet default" in slow["threshold"]["source"]
+
+
+# --- a sample drops; confirmation ---------------------------------------------------------------------------
+
+
+def test_a_sample_far_below_the_median_is_not_yet_the_nodes_figure_on_one_gpu(h200):
+    """The field report's HBM samples: 2.9 to 4.3 TB/s around a 4.28 TB/s median, on a node of one GPU."""
+    hbm = [4280.0] * 14 + [2900.0, 3100.0, 4300.0, 4290.0, 3500.0, 4270.0]
+    (res,) = benchmarks.memory(gpu_memory(hbm, QUIET), h200)
+    assert res["status"] == "warn"
+    assert ("a timed sample fell far below its GPU's median (more than 20%): GPU 0 HBM copy sample 2900 GB/s, "
+            "32.2% below its median 4280") in res["reason"]
+    assert res["detail"]["sample_drop_threshold"]["key"] == "sample_drop_pct_max"
+    assert "docs/results" in res["detail"]["sample_drop_threshold"]["source"]
+    (ok,) = benchmarks.memory(gpu_memory([4280.0 - (i % 3) * 20 for i in range(20)], QUIET), h200)
+    assert ok["status"] == "pass" and ok["detail"]["sample_drops"] == []
+
+
+def test_a_flaky_result_passes_on_confirmation_with_both_figures_kept(h200):
+    dropped = HEALTHY[:19] + [500.0]
+    log: list = []
+    (res,) = benchmarks.watched("matmul", replay([gpu_matmul(dropped, QUIET), gpu_matmul(HEALTHY, QUIET)]),
+                                benchmarks.matmul, h200, log=log)
+    assert res["status"] == "pass" and res["trust"] == "confirmed"
+    assert "passed on confirmation (first 792.0, then 792.0 TFLOPS; the first measurement said:" in res["reason"]
+    assert "sample 500 TFLOPS, 36.9% below its median 792" in res["reason"]
+    assert [a["results"][0]["status"] for a in res["detail"]["attempts"]] == ["warn", "pass"]
+    assert res["detail"]["attempts"][0]["confirm"] == ["matmul_bf16"]
+    assert res["detail"]["confirmation_s"] == res["detail"]["attempts"][1]["seconds"]
+    assert benchmarks.foreign_processes(log)["status"] == "pass"
+
+
+def test_a_slow_result_is_confirmed_before_it_fails(h200):
+    slow = [600.0 + (i % 3) for i in range(20)]
+    (res,) = benchmarks.watched("matmul", replay([gpu_matmul(slow, QUIET), gpu_matmul([s - 5 for s in slow], QUIET)]),
+                                benchmarks.matmul, h200, log=[])
+    assert res["status"] == "fail" and res["trust"] == "confirmed"
+    assert res["reason"].startswith("slow (confirmed): slowest GPU bf16 matmul 596.0 TFLOPS is under the minimum")
+    assert "measured twice (first 601.0, then 596.0 TFLOPS; the confirmation took" in res["reason"]
+    # Confirmation off (confirm_remeasure_max 0): measured once, the verdict stands on one figure.
+    off = profiles.resolve("NVIDIA H200", overrides={"confirm_remeasure_max": 0})
+    (once,) = benchmarks.watched("matmul", replay([gpu_matmul(slow, QUIET)]), benchmarks.matmul, off, log=[])
+    assert once["status"] == "fail" and once["trust"] == "clean" and len(once["detail"]["attempts"]) == 1
+
+
+def test_samples_that_drop_twice_are_inconclusive(h200):
+    dropped = HEALTHY[:19] + [500.0]
+    (res,) = benchmarks.watched("matmul", replay([gpu_matmul(dropped, QUIET), gpu_matmul(copy.deepcopy(dropped), QUIET)]),
+                                benchmarks.matmul, h200, log=[])
+    assert res["status"] == "warn" and res["trust"] == "inconclusive" and res["reason"].startswith("inconclusive: ")
+
+
+def test_a_clean_figure_is_measured_once(h200):
+    (res,) = benchmarks.watched("matmul", replay([gpu_matmul(HEALTHY, QUIET)]), benchmarks.matmul, h200, log=[])
+    assert res["status"] == "pass" and res["trust"] == "clean" and len(res["detail"]["attempts"]) == 1
+
+
+# --- the end of the node stage --------------------------------------------------------------------------------
+
+
+def test_the_counters_after_the_benchmarks_list_processes_again(h200):
+    from gpufleet import collect
+
+    readings = collect.load_recording("tests/data/readings/recorded-h200-x1-vm.json")
+    readings["nvml"]["gpus"][0]["processes"] = []
+    doc = counters.host_document("after", readings)
+    assert [(r["check"], r["status"]) for r in doc["results"]] == [("snapshot_after", "pass"), ("processes_after", "pass")]
+    readings["nvml"]["gpus"][0]["processes"] = [dict(DISTURB, kinds=["compute"])]
+    after = counters.host_document("after", readings)["results"][1]
+    assert after["status"] == "fail" and "after the benchmarks: " in after["reason"]
+    assert "pid 1 (gpu_disturb, 1002 MiB)" in after["reason"]
+    assert [r["check"] for r in counters.host_document("before", readings)["results"]] == ["snapshot_before"]
