@@ -133,9 +133,10 @@ def test_a_foreign_process_mid_benchmark_is_measured_again_and_fails_the_node(h2
     assert [p["pid"] for p in first["processes"]] == [os.getpid(), 1]  # every process seen, ours too
     assert first["results"][0]["status"] == "warn"  # what the disturbed figure would have said is kept
     # The node is not accepted: a workload shared its GPU while it was measured.
-    node = benchmarks.foreign_processes(log)
-    assert node["status"] == "fail" and node["value"] == 1
-    assert "pid 1 (gpu_disturb, 1002 MiB) on GPU 0 from 10:00:02Z to 10:00:07Z during matmul (attempt 1)" in node["reason"]
+    node = benchmarks.foreign_processes("matmul", log)
+    assert node["check"] == "matmul_processes" and node["status"] == "fail" and node["value"] == 1
+    assert ("while matmul measured them: pid 1 (gpu_disturb, 1002 MiB) on GPU 0 from 10:00:02Z to 10:00:07Z (attempt 1)"
+            in node["reason"])
     assert schema.verdict([res, node]) == "fail"
 
 
@@ -219,7 +220,7 @@ def test_a_flaky_result_passes_on_confirmation_with_both_figures_kept(h200):
     assert [a["results"][0]["status"] for a in res["detail"]["attempts"]] == ["warn", "pass"]
     assert res["detail"]["attempts"][0]["confirm"] == ["matmul_bf16"]
     assert res["detail"]["confirmation_s"] == res["detail"]["attempts"][1]["seconds"]
-    assert benchmarks.foreign_processes(log)["status"] == "pass"
+    assert benchmarks.foreign_processes("matmul", log)["status"] == "pass"
 
 
 def test_a_slow_result_is_confirmed_before_it_fails(h200):
@@ -262,3 +263,20 @@ def test_the_counters_after_the_benchmarks_list_processes_again(h200):
     assert after["status"] == "fail" and "after the benchmarks: " in after["reason"]
     assert "pid 1 (gpu_disturb, 1002 MiB)" in after["reason"]
     assert [r["check"] for r in counters.host_document("before", readings)["results"]] == ["snapshot_before"]
+
+
+def test_a_window_behind_its_siblings_is_named_though_the_gpu_never_beat_it(h200):
+    # GPU 2 is 11% behind its siblings for four windows; its own best windows are as slow, so only they tell.
+    tflops = [[790.0] * 6, [791.0] * 6, [700.0, 700.0, 700.0, 700.0, 770.0, 770.0]]
+    res = {r["check"]: r for r in benchmarks.soak(gpu_soak(tflops), h200)}["soak_slowdown"]
+    assert res["status"] == "fail"
+    assert ("GPU 2: bf16 matmul 700 TFLOPS in the window from 2026-11-23T10:00:00Z (0 s into the soak) and 3 window(s) "
+            "after it, 11.4% below the node's median GPU in that window (790 TFLOPS); the sampler saw then:") in res["reason"]
+    assert [g["index"] for g in res["detail"]["flagged_gpus"]] == [2]
+
+
+def test_no_driver_lists_no_processes_after():
+    from gpufleet.collect import nvml
+
+    doc = counters.host_document("after", {"nvml": {"available": False, "error": nvml.NO_DRIVER}, "host": {}})
+    assert [(r["check"], r["status"]) for r in doc["results"]] == [("snapshot_after", "skip"), ("processes_after", "skip")]

@@ -169,6 +169,9 @@ def processes_after(readings: dict, profile: dict) -> dict:
     start: a process that came during the benchmarks and is still there fails the node."""
     from gpufleet.checks import gpu_health
 
+    nv = readings.get("nvml")
+    if isinstance(nv, dict) and not nv.get("available") and nv.get("error") == nvml.NO_DRIVER:
+        return schema.result("processes_after", schema.SKIP, f"{nvml.NO_DRIVER}, so there are no GPU processes to list")
     res = gpu_health.processes(readings, profile)
     res["check"] = "processes_after"
     if res["status"] not in (schema.PASS, schema.SKIP):

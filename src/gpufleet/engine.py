@@ -167,9 +167,10 @@ def bench_host(
             r.update(group=benchmarks.GROUP, started=when, seconds=round(time.monotonic() - t1, 2))
             gpu_inventory.name_flagged(r, readings["nvml"].get("gpus") or [])  # the serial beside the UUID
         results.extend(batch)
-    if any(e.get("device") == "cuda" for e in watch_log):  # a CPU run has no GPU to watch: no result to add
-        t1, when = time.monotonic(), schema.utc_now()
-        r = benchmarks.foreign_processes(watch_log)
-        r.update(group=benchmarks.GROUP, started=when, seconds=round(time.monotonic() - t1, 2))
-        results.append(r)
+    for name in names:  # each watched step says what else ran on its GPUs; a CPU run has no GPU to watch
+        steps = [e for e in watch_log if e["step"] == name]
+        if any(e.get("device") == "cuda" for e in steps):
+            r = benchmarks.foreign_processes(name, steps)
+            r.update(group=benchmarks.GROUP, started=schema.utc_now(), seconds=0.0)
+            results.append(r)
     return host_document(host, profile, readings, started, t0, results)

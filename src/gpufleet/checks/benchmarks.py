@@ -533,6 +533,19 @@ def _drop_pct(base: float, value: float) -> float:
     return round(100 * (base - value) / base, 1) if base else 0.0
 
 
+def _stretches(drops: list, limit: float | None) -> list[list]:
+    """[(window, drop %)] -> runs of consecutive windows more than `limit`% down."""
+    stretches: list[list] = []
+    for w, d in drops:
+        if limit is None or d <= limit:
+            continue
+        if stretches and stretches[-1][-1][0]["index"] == w["index"] - 1:
+            stretches[-1].append((w, d))
+        else:
+            stretches.append([(w, d)])
+    return stretches
+
+
 def _slowed(windows: list, key: str, limit: float | None) -> tuple[list, float | None, list]:
     """(stretches of consecutive windows more than `limit`% below the median of the best windows, that median,
     every window's drop). The reference is the best windows, not the first: a slow stretch at the start would
@@ -543,15 +556,23 @@ def _slowed(windows: list, key: str, limit: float | None) -> tuple[list, float |
     n_best = min(SOAK_BEST_WINDOWS, max(1, len(vals) // 2))
     best = statistics.median(sorted((v for _, v in vals), reverse=True)[:n_best])
     drops = [(w, _drop_pct(best, v)) for w, v in vals]
-    stretches: list[list] = []
-    for w, d in drops:
-        if limit is None or d <= limit:
-            continue
-        if stretches and stretches[-1][-1][0]["index"] == w["index"] - 1:
-            stretches[-1].append((w, d))
-        else:
-            stretches.append([(w, d)])
-    return stretches, best, drops
+    return _stretches(drops, limit), best, drops
+
+
+def _behind_siblings(per_gpu: dict, rank: str, key: str, limit: float | None) -> tuple[list, dict]:
+    """(stretches of this GPU's windows more than `limit`% below the median of every GPU in the same window,
+    {window index: that median}); a node of one GPU has no siblings."""
+    if len(per_gpu) < 2:
+        return [], {}
+    node: dict[int, float] = {}
+    for w in range(max(len(g.get("windows") or []) for g in per_gpu.values())):
+        vals = [g["windows"][w][key] for g in per_gpu.values()
+                if w < len(g.get("windows") or []) and g["windows"][w].get(key) is not None]
+        if len(vals) >= 2:
+            node[w] = statistics.median(vals)
+    drops = [(w, _drop_pct(node[w["index"]], w[key])) for w in per_gpu[rank].get("windows") or []
+             if w.get(key) is not None and w["index"] in node]
+    return _stretches(drops, limit), node
 
 
 def _sampler_saw(out: dict, index: int | None, windows: list) -> str:
@@ -607,7 +628,21 @@ def _soak_slowdown(out, profile, base_detail, gpus, Findings, cpu) -> dict:
                             f"(lowest {low[key]:g} {unit}, {low_drop:g}% below); "
                             f"{_sampler_saw(out, g.get('nvml_index'), [w for w, _ in stretch])}", gpu=index, remedy=remedy)
                 flags.add(FAIL, gpus.by_rank.get(rank))
-    # Against its siblings: a GPU slow from the first window on is not slower than itself.
+            # Window by window against its siblings: a stretch the whole node shared is not this GPU's.
+            own = {w["index"] for stretch in stretches for w, _ in stretch}
+            behind, node = _behind_siblings(per_gpu, rank, key, limit)
+            for stretch in behind:
+                if all(w["index"] in own for w, _ in stretch):
+                    continue  # named already against its own best windows
+                first, drop = stretch[0]
+                worst = max([worst] + [d for _, d in stretch])
+                span = f" and {len(stretch) - 1} window(s) after it" if len(stretch) > 1 else ""
+                f.add(FAIL, f"{prefix}{what} {first[key]:g} {unit} in the window {_soak_when(out, first['start_s'], 'from')}"
+                            f"{span}, {drop:g}% below the node's median GPU in that window "
+                            f"({sig(node[first['index']]):g} {unit}); "
+                            f"{_sampler_saw(out, g.get('nvml_index'), [w for w, _ in stretch])}", gpu=index, remedy=remedy)
+                flags.add(FAIL, gpus.by_rank.get(rank))
+    # Against its siblings over the soak: a GPU slow from the first window on is not slower than itself.
     for key, what, unit in metrics:
         medians = {r: g[f"{key}_median"] for r, g in per_gpu.items() if g.get(f"{key}_median") is not None}
         if len(medians) < 2:
@@ -668,7 +703,7 @@ def watched(step: str, run, judge, profile: dict, *, log: list, confirm: bool = 
       median) is measured once more (confirm_remeasure_max) and judged on the second measurement, both kept:
       trust `confirmed` (slow confirmed, or passed on confirmation), `inconclusive` when the samples dropped again.
     - Otherwise trust `clean`. Every attempt, every process seen and the seconds of each go into detail.attempts;
-      `log` gets each attempt's sightings for the node's foreign_processes result.
+      `log` gets each attempt's sightings for the step's foreign_processes result.
     """
     from gpufleet.bench.watch import describe, wait_quiet
 
@@ -755,24 +790,25 @@ def _trust(res: dict, first: dict | None, attempts: list) -> None:
                                                   f"measurement said: {first['reason']}; the confirmation took {extra_s:g} s)")
 
 
-def foreign_processes(log: list) -> dict:
-    """The node's verdict on what else ran on its GPUs while the benchmarks measured them: any foreign process
-    fails the node, even when its step was measured again once quiet (a node shared during validation is not
-    the node a training job will get)."""
+def foreign_processes(step: str, log: list) -> dict:
+    """`<step>_processes`: what else ran on the node's GPUs while a step measured them (log: benchmarks.watched's
+    entries of that step). Any foreign process fails the node, even when the step was measured again once quiet:
+    a node shared during validation is not the node a training job will get. Not the GPU's fault: no GPU flagged."""
     from gpufleet.bench.watch import describe
 
-    detail = {"steps": log}
-    steps = sorted({e["step"] for e in log}, key=[e["step"] for e in log].index)
-    seen = [f"{describe(p, e['started_epoch'])} during {e['step']} (attempt {e['attempt']})" for e in log for p in e["foreign"]]
+    check = f"{step}_processes"
+    detail = {"attempts": log}
+    seen = [f"{describe(p, e['started_epoch'])} (attempt {e['attempt']})" for e in log for p in e["foreign"]]
     if seen:
-        return result("foreign_processes", FAIL, "foreign process(es) on the GPUs while the benchmarks measured them: "
-                      + "; ".join(seen), value=len(seen), unit="sightings", detail=detail,
+        return result(check, FAIL, f"foreign process(es) on the GPUs while {step} measured them: " + "; ".join(seen),
+                      value=len(seen), unit="sightings", detail=detail,
                       remedy="another workload used the GPU during validation: stop it (or drain the node from the "
                              "scheduler first) and validate again; the figures measured beside it were measured again "
                              "or marked disturbed")
-    unwatched = [e["step"] for e in log if e.get("watch_error") or e.get("processes_unreadable")]
+    unwatched = [f"attempt {e['attempt']}: {e.get('watch_error') or e.get('processes_unreadable')}" for e in log
+                 if e.get("watch_error") or e.get("processes_unreadable")]
     if unwatched:
-        return result("foreign_processes", ERROR, f"the GPUs' processes could not be listed during {', '.join(unwatched)}",
+        return result(check, ERROR, f"the GPUs' processes could not be listed while {step} measured: {'; '.join(unwatched)}",
                       detail=detail, remedy="check NVML (`nvidia-smi`) on the node and run again")
-    return result("foreign_processes", PASS, f"no foreign process on the GPUs during {', '.join(steps)}", value=0,
-                  unit="sightings", detail=detail)
+    return result(check, PASS, f"no foreign process on the GPUs while {step} measured them ({len(log)} measurement(s))",
+                  value=0, unit="sightings", detail=detail)
