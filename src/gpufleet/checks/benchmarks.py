@@ -575,6 +575,14 @@ def _behind_siblings(per_gpu: dict, rank: str, key: str, limit: float | None) ->
     return _stretches(drops, limit), node
 
 
+def _stretch_text(out: dict, g: dict, prefix: str, what: str, unit: str, key: str, stretch: list, against: str) -> str:
+    """ "GPU 1: bf16 matmul 700 TFLOPS in the window from <when> and 2 window(s) after it, <against>; the sampler saw..." """
+    first = stretch[0][0]
+    span = f" and {len(stretch) - 1} window(s) after it" if len(stretch) > 1 else ""
+    return (f"{prefix}{what} {first[key]:g} {unit} in the window {_soak_when(out, first['start_s'], 'from')}{span}, "
+            f"{against}; {_sampler_saw(out, g.get('nvml_index'), [w for w, _ in stretch])}")
+
+
 def _sampler_saw(out: dict, index: int | None, windows: list) -> str:
     """What the soak's sampler saw on one GPU over these windows: clocks, reasons, power and foreign processes."""
     sampled = (((out.get("sampler") or {}).get("per_gpu") or {}).get(str(index)) or {}).get("windows") or []
@@ -620,13 +628,11 @@ def _soak_slowdown(out, profile, base_detail, gpus, Findings, cpu) -> dict:
             judged = True
             worst = max([worst] + [d for _, d in drops])
             for stretch in stretches:
-                first = stretch[0][0]
                 low, low_drop = max(stretch, key=lambda wd: wd[1])
-                span = f" and {len(stretch) - 1} window(s) after it" if len(stretch) > 1 else ""
-                f.add(FAIL, f"{prefix}{what} {first[key]:g} {unit} in the window {_soak_when(out, first['start_s'], 'from')}"
-                            f"{span}, {_drop_pct(best, first[key]):g}% below its best windows' median {sig(best):g} {unit} "
-                            f"(lowest {low[key]:g} {unit}, {low_drop:g}% below); "
-                            f"{_sampler_saw(out, g.get('nvml_index'), [w for w, _ in stretch])}", gpu=index, remedy=remedy)
+                head = stretch[0][0][key]
+                f.add(FAIL, _stretch_text(out, g, prefix, what, unit, key, stretch,
+                                          f"{_drop_pct(best, head):g}% below its best windows' median {sig(best):g} {unit} "
+                                          f"(lowest {low[key]:g} {unit}, {low_drop:g}% below)"), gpu=index, remedy=remedy)
                 flags.add(FAIL, gpus.by_rank.get(rank))
             # Window by window against its siblings: a stretch the whole node shared is not this GPU's.
             own = {w["index"] for stretch in stretches for w, _ in stretch}
@@ -636,11 +642,9 @@ def _soak_slowdown(out, profile, base_detail, gpus, Findings, cpu) -> dict:
                     continue  # named already against its own best windows
                 first, drop = stretch[0]
                 worst = max([worst] + [d for _, d in stretch])
-                span = f" and {len(stretch) - 1} window(s) after it" if len(stretch) > 1 else ""
-                f.add(FAIL, f"{prefix}{what} {first[key]:g} {unit} in the window {_soak_when(out, first['start_s'], 'from')}"
-                            f"{span}, {drop:g}% below the node's median GPU in that window "
-                            f"({sig(node[first['index']]):g} {unit}); "
-                            f"{_sampler_saw(out, g.get('nvml_index'), [w for w, _ in stretch])}", gpu=index, remedy=remedy)
+                f.add(FAIL, _stretch_text(out, g, prefix, what, unit, key, stretch,
+                                          f"{drop:g}% below the node's median GPU in that window "
+                                          f"({sig(node[first['index']]):g} {unit})"), gpu=index, remedy=remedy)
                 flags.add(FAIL, gpus.by_rank.get(rank))
     # Against its siblings over the soak: a GPU slow from the first window on is not slower than itself.
     for key, what, unit in metrics:
