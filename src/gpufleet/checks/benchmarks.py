@@ -760,7 +760,8 @@ def _disturbed(res: dict, foreign: list, epoch: float | None, why: str, attempts
     from gpufleet.bench.watch import describe
 
     names = "; ".join(describe(p, epoch) for p in foreign)
-    res["detail"] = {**res["detail"], "attempts": attempts, "disturbed_value": res.get("value"),
+    # A process is not a fault of the board: the GPUs the figure would have flagged are not named.
+    res["detail"] = {**{k: v for k, v in res["detail"].items() if k != "flagged_gpus"}, "attempts": attempts, "disturbed_value": res.get("value"),
                      "judged_as": _brief(res), "disturbed_wait_threshold": profiles.threshold(
                          profile, "disturbed_wait_s", max=profiles.value(profile, "disturbed_wait_s"))}
     res.update(status=ERROR, value=None, trust=schema.DISTURBED,
