@@ -58,6 +58,9 @@ wait_for() {  # SECONDS COMMAND...: poll every 0.5 s until COMMAND succeeds; 1 w
 }
 bench_running() { pgrep -f "gpufleet bench $1" >/dev/null; }
 gpu_busy() { [ -n "$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null)" ]; }
+ended() { ! kill -0 "$1" 2>/dev/null; }
+matmul_or_ended() { bench_running matmul || ended "$1"; }
+busy_or_ended() { gpu_busy || ended "$1"; }
 
 disturb_start() {  # DIR SECONDS: the workload in the background; its pid in $dpid, its first line in the run log
   python3 scripts/gpu_disturb.py --gpu "$DISTURB_GPU" --seconds "$2" --kind matmul >"$1/gpu_disturb.log" 2>&1 &
@@ -107,7 +110,7 @@ mkdir -p "$OUT/bench"
 say "2 bench: the same, with a workload started mid-benchmark for $DISTURB_S s"
 node_stage bench "$OUT/bench" &
 stage_pid=$!
-if wait_for 300 bench_running matmul && wait_for 120 gpu_busy; then
+if wait_for 300 matmul_or_ended "$stage_pid" && bench_running matmul && wait_for 120 busy_or_ended "$stage_pid" && gpu_busy; then
   sleep 2  # the matmul workers past their set-up: the workload meets them measuring
   disturb_start "$OUT/bench" "$DISTURB_S"
 else
@@ -124,7 +127,7 @@ t0=$(now)
 timeout $(( 4 * SOAK_S + 400 )) python3 -m gpufleet bench soak --duration-s "$SOAK_S" --json --thresholds "$thresholds" \
   >"$OUT/soak/soak.json" 2>"$OUT/soak/soak.err" &
 soak_pid=$!
-if wait_for 300 gpu_busy; then
+if wait_for 300 busy_or_ended "$soak_pid" && gpu_busy; then
   sleep "$SOAK_DISTURB_AT_S"  # from the workers' set-up on: roughly this far into the soak's load
   disturb_start "$OUT/soak" "$DISTURB_S"
 else

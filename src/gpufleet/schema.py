@@ -8,6 +8,9 @@ A check result is a plain dict:
      "remedy": "drain the node; reset GPU 3 ...", "detail": {...},
      "started": "2026-11-21T21:00:00Z", "seconds": 0.01}
 
+A benchmark result also says how far its figure can be trusted: "trust": "clean" | "confirmed" | "disturbed" |
+"inconclusive" (checks.benchmarks.watched).
+
 A host document bundles one host's results:
 
     {"schema_version": 1, "host": "node0", "engine_version": "0.1.0",
