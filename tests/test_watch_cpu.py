@@ -283,3 +283,13 @@ def test_no_driver_lists_no_processes_after():
 
     doc = counters.host_document("after", {"nvml": {"available": False, "error": nvml.NO_DRIVER}, "host": {}})
     assert [(r["check"], r["status"]) for r in doc["results"]] == [("snapshot_after", "skip"), ("processes_after", "skip")]
+
+
+def test_the_engine_runs_benchmarks_watched():
+    from gpufleet import engine
+
+    doc = engine.bench_host(["matmul"], tier="smoke")
+    (res,) = doc["results"]  # a CPU run: no GPU to watch, so no matmul_processes result
+    assert res["check"] == "matmul_bf16" and res["status"] == "skip" and "trust" not in res
+    (attempt,) = res["detail"]["attempts"]
+    assert attempt["foreign"] == [] and attempt["results"][0]["status"] == "skip"
