@@ -110,7 +110,9 @@ def memory(out: dict, profile: dict) -> list[dict]:
     copies = {**per["hbm"], **{f"pcie{k}": v for k, v in per["pcie"].items()}}
     bad = [d for d, v in copies.items() if "error" in v or not v.get("correct", False)]
     if bad:
-        return [_flag(result("memory_bandwidth", ERROR, f"copies failed or moved wrong data on {bad}", detail=detail),
+        wrong_data = any("error" not in copies[d] for d in bad)  # a copy that ran and moved wrong data: the board
+        return [_flag(result("memory_bandwidth", ERROR, f"copies failed or moved wrong data on {bad}", detail=detail,
+                             failure_class="hardware" if wrong_data else None),
                       [_cuda_gpu(mon, copies[d]) for d in bad if copies[d].get("uuid")])]
 
     def under(part, field, key):  # the GPUs under the minimum: the ones a failing result is about
