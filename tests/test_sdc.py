@@ -175,3 +175,12 @@ def _fleet_comparable(runs) -> dict:
     doc = json.loads((runs["reports"] / "r1" / "hosts" / "n0.json").read_text())
     res = next(r for r in doc["results"] if r["check"] == "sdc")
     return copy.deepcopy(res["detail"]["per_gpu"]["0"]["comparable"])
+
+
+def test_a_gpu_that_did_not_finish_is_an_error_and_the_others_keep_their_hashes():
+    gpus = gpus_of(0, n=2)
+    out = gpu_out(gpus)
+    out["per_device"]["1"] = {"error": "sdc on GPU 1 exited with code -9 without a result"}
+    (res,) = sdc_check.results(out, {}, {"gpus": gpus, "driver_version": "580.95.05"})
+    assert res["status"] == "error" and res["class"] == "software" and "GPU 1" in res["reason"] and "-9" in res["reason"]
+    assert res["detail"]["per_gpu"]["0"]["hashes"]["matmul_bf16"] == good("matmul_bf16")

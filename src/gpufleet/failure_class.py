@@ -40,7 +40,8 @@ DEFAULTS = {
     "train_gpt2": SOFTWARE, "train_scaling": HARDWARE, "soak": SOFTWARE, "soak_throttle": HARDWARE,
     "soak_errors": HARDWARE, "soak_slowdown": HARDWARE, "sdc": HARDWARE, "finetune": SOFTWARE,
     # counters, lock, the engine and the report
-    "snapshot_before": SOFTWARE, "snapshot_after": SOFTWARE, "node_lock": ENVIRONMENT, "engine": SOFTWARE,
+    "snapshot_before": SOFTWARE, "snapshot_after": SOFTWARE, "node_lock": ENVIRONMENT, "reachable": ENVIRONMENT,
+    "engine": SOFTWARE,
     "results_file": SOFTWARE,
     # fleet
     "gpu_vs_node": HARDWARE, "node_vs_fleet": HARDWARE, "node_vs_baseline": HARDWARE, "node_vs_baseline_fleet": HARDWARE,

@@ -77,7 +77,7 @@ def results(out: dict, profile: dict, nvml: dict | None = None) -> list[dict]:
     errors = [d for d, g in per_gpu.items() if "error" in g]
     if errors:
         return [result(CHECK, ERROR, f"the SDC computations did not finish on {', '.join(named(d) for d in errors)}: "
-                       f"{per_gpu[errors[0]]['error']}", detail={**detail, "flagged_gpus": flagged(errors)},
+                       f"{per_gpu[errors[0]]['error']}", detail=detail,
                        remedy="read the error; a GPU that cannot finish a seeded matmul is not fit for training")]
     findings, bad = [], []
     for d, g in per_gpu.items():
