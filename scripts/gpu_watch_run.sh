@@ -14,8 +14,8 @@
 # Needs: python3 with torch (CUDA) and nvidia-ml-py, nvidia-smi.
 # Usage: OUT=/path [SOAK_S=90] [DISTURB_S=30] [SOAK_DISTURB_AT_S=30] [DISTURB_GPU=0] [THRESHOLDS='{...}'] \
 #          bash scripts/gpu_watch_run.sh
-# Files under $OUT: run.log; <step>/ with each command's output (JSON documents, stderr, the workload's log,
-# ansible's output and run folder); summary.json; the short table is printed last.
+# Files under $OUT: run.log; steps.tar.gz with <step>/ for each step's output (JSON documents, stderr, the
+# workload's log, ansible's output and run folder); summary.json; the short table is printed last.
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-results}
 SOAK_S=${SOAK_S:-90}
@@ -217,4 +217,6 @@ for step, s in summary["steps"].items():
     for e in s["unreadable"]:
         print(f"       unreadable: {e}")
 EOF
-say "done in $(( $(date +%s) - t_start )) s; files under $OUT"
+# What comes back from a lent machine is a few files: the step folders go into one archive.
+tar -czf "$OUT/steps.tar.gz" -C "$OUT" clean bench soak after && rm -rf "${OUT:?}"/{clean,bench,soak,after}
+say "done in $(( $(date +%s) - t_start )) s; under $OUT: run.log, machine.txt, summary.json, steps.tar.gz (every step's output)"

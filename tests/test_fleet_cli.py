@@ -143,7 +143,7 @@ def test_report_compares_with_a_given_baseline_and_maps_slurm_names(capsys, monk
     rc, out, _ = _run(capsys, monkeypatch, "report", str(r2), "--baseline", "r1", "--slurm-name", "n1=gpu-a[07]", "--json")
     summary = json.loads(out)
     assert rc == 1 and summary["baseline"] == "r1"
-    assert summary["drain"] == ["scontrol update 'NodeName=gpu-a[07]' State=DRAIN Reason=\"gpufleet: r2: gpu_health.pcie_link, "
+    assert summary["drain"] == ["scontrol update 'NodeName=gpu-a[07]' State=DRAIN Reason=\"gpufleet: r2: hardware: gpu_health.pcie_link, "
                                 "fleet.node_vs_fleet, fleet.node_vs_baseline, fleet.node_vs_baseline_fleet\""]
     assert "fleet.node_vs_baseline" in summary["nodes"]["n1"]["failed_checks"]  # 50% under: past the 15% fail threshold
     assert (r2 / "drain.txt").read_text().splitlines()[1] == summary["drain"][0]

@@ -119,7 +119,7 @@ def test_gpu_moved_from_a_failed_node_is_recognised(two_runs):
     moved = two_runs["moved"]
     res = _fleet(two_runs["r2"], "n1", "returning_gpu")
     assert res["status"] == "warn"
-    assert f"run r1 ({R1[0]}) in node n4 as GPU 2, gpu_health.ecc fail; now in node n1 as GPU 6" in res["reason"]
+    assert f"run r1 ({R1[0]}) in node n4 as GPU 2, gpu_health.ecc fail (hardware); now in node n1 as GPU 6" in res["reason"]
     assert res["detail"]["flagged_gpus"] == [{"index": 6, "uuid": moved["uuid"], "serial": moved["serial"]}]
     assert all(_fleet(two_runs["r2"], h, "returning_gpu")["status"] == "pass" for h in ("n0", "n2", "n3", "n5"))
 
@@ -144,7 +144,7 @@ def test_first_run_has_nothing_to_compare_counters_with(two_runs):
     res = _fleet(two_runs["r1"], "n0", "counters_since_previous_run")
     assert res["status"] == "skip" and "first run with counter snapshots" in res["reason"]
     assert two_runs["r1"]["nodes"]["n4"]["verdict"] == "fail"
-    assert two_runs["r1"]["fleet"]["drain"] == ['scontrol update NodeName=n4 State=DRAIN Reason="gpufleet: r1: gpu_health.ecc"']
+    assert two_runs["r1"]["fleet"]["drain"] == ['scontrol update NodeName=n4 State=DRAIN Reason="gpufleet: r1: hardware: gpu_health.ecc"']
 
 
 def test_fleet_view_shows_each_node_against_fleet_and_baseline(two_runs):

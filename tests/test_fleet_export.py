@@ -83,7 +83,7 @@ def test_drain_lines_for_the_nodes_not_accepted(fleet_run):
     drain = (fleet_run["run"] / "drain.txt").read_text().splitlines()
     assert drain[0] == "# gpufleet r1: 1 node(s) not accepted; run these lines to drain them in Slurm"
     # GPU 3 at 80% is also the node's slowest GPU: 20% under the fleet's too.
-    assert drain[1:] == ['scontrol update NodeName=n1 State=DRAIN Reason="gpufleet: r1: gpu_health.ecc, fleet.gpu_vs_node, '
+    assert drain[1:] == ['scontrol update NodeName=n1 State=DRAIN Reason="gpufleet: r1: hardware: gpu_health.ecc, fleet.gpu_vs_node, '
                          'fleet.node_vs_fleet"']
     md = (fleet_run["run"] / "report.md").read_text()
     assert "```sh\n" + drain[1] + "\n```" in md

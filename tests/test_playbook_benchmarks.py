@@ -78,7 +78,11 @@ def test_local_run_records_benchmarks_in_host_document_and_report(local_run):
     assert proc.returncode != 0, out  # no GPU: not accepted, benchmarks or not
     doc = host_doc(run_dir, "localhost")
     bench = {r["check"]: r for r in doc["results"] if r["group"] == "benchmark"}
+    sdc = bench.pop("sdc", None)
     assert set(bench) == {"matmul_bf16", "hbm_bandwidth", "nccl_sendrecv"} | COLLECTIVES, out
+    # The SDC hashes of the default acceptance benchmarks: two CPU processes, compared for real, no claim on a GPU.
+    assert sdc and sdc["status"] == "skip" and sdc["detail"]["would_be"] == "pass" and CPU_NOTE in sdc["reason"], sdc
+    assert len({json.dumps(g["hashes"], sort_keys=True) for g in sdc["detail"]["per_gpu"].values()}) == 1
     for check, res in bench.items():
         # A CPU figure is never judged: skip, with the note, and the number measured kept.
         assert res["status"] == "skip", res
@@ -130,7 +134,7 @@ def test_local_run_draws_busbw_in_report_html_and_tabulates_it_in_md(local_run):
     "variables, message",
     [
         ({"gpufleet_benchmark_tier": "bogus"}, 'gpufleet_benchmark_tier for localhost must be quick or thorough; got "bogus"'),
-        ({"gpufleet_benchmarks": ["matmul", "fft"]}, "gpufleet_benchmarks for localhost must be a list of benchmarks from matmul, memory, nccl and train_gpt2"),
+        ({"gpufleet_benchmarks": ["matmul", "fft"]}, "gpufleet_benchmarks for localhost must be a list of benchmarks from matmul, memory, nccl, sdc and train_gpt2"),
         ({"gpufleet_benchmarks": "matmul"}, "gpufleet_benchmarks for localhost must be a list of benchmarks"),
         ({"gpufleet_nccl_master_port": 70000}, "gpufleet_nccl_master_port for localhost must be a TCP port, 1 to 65535"),
         ({"gpufleet_nccl_timeout_s": "soon"}, "gpufleet_nccl_timeout_s for localhost must be a positive whole number of seconds"),

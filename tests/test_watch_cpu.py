@@ -151,6 +151,7 @@ def test_a_gpu_that_never_becomes_quiet_is_an_error_naming_the_process(h200):
     # A disturbed figure never passes, though it cleared the minimum.
     assert res["detail"]["judged_as"]["status"] == "pass" and res["detail"]["disturbed_value"] == 792.0
     assert "flagged_gpus" not in res["detail"]  # a process is not a fault of the board
+    assert res["class"] == "environment"  # nor does it follow the GPU to its next run
     # Quiet in time but disturbed again: bounded by disturbed_remeasure_max.
     dropped = HEALTHY[:19] + [400.0]
     (again,) = benchmarks.watched("matmul", replay([gpu_matmul(dropped, disturbed)] * 3), benchmarks.matmul, h200,

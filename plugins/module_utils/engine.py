@@ -37,7 +37,7 @@ REMEDY_INPUT = "fix the variable or file the message names and run the playbook 
 REMEDY_RERUN = "read the stderr tail, fix the node and run the playbook again"
 
 # Benchmarks `gpufleet bench` knows, and the group of their results (gpufleet.checks.benchmarks.GROUP).
-BENCHMARKS = ("matmul", "memory", "nccl", "train_gpt2", "soak")
+BENCHMARKS = ("matmul", "memory", "nccl", "sdc", "train_gpt2", "soak")
 BENCHMARK_TIERS = ("smoke", "quick", "thorough")
 BENCHMARK_GROUP = "benchmark"
 SCHEMA_VERSION = 1  # gpufleet.schema.SCHEMA_VERSION: the host documents this module builds itself
@@ -382,10 +382,18 @@ def utc_now():
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def result(check, status, reason, group, started, seconds, remedy=None, detail=None):
-    """A result with the keys of gpufleet.schema.result (the engine may not be importable here)."""
+def result(check, status, reason, group, started, seconds, remedy=None, detail=None, failure_class=None):
+    """A result with the keys of gpufleet.schema.result (the engine may not be importable here); the class of a
+    result that is not pass or skip: software, the engine's own failure, unless the cause is known."""
+    if status not in ("pass", "skip"):
+        failure_class = failure_class or "software"
     return dict(check=check, group=group, status=status, value=None, unit=None, threshold=None, reason=reason,
-                remedy=remedy, detail=detail or {}, started=started, seconds=seconds)
+                remedy=remedy, detail=detail or {}, started=started, seconds=seconds, **{"class": failure_class})
+
+
+def failure_class_of(exc):
+    """environment when the node's disk is full (the engine could not write its work files), else software."""
+    return "environment" if "No space left on device" in "%s %s" % (exc.msg, exc.stderr or "") else "software"
 
 
 def host_document(host, started, seconds, results, first=None):
@@ -428,7 +436,8 @@ def run_engine_results(module, p, args, host, check, group, what, detail, timeou
             module.fail_json(**exc.fail_kwargs())
         remedy = timeout_remedy if exc.kind == "timeout" else exc.remedy
         detail = dict(detail, rc=exc.rc, cmd=exc.cmd, stderr=exc.stderr, stdout=exc.stdout, timeout_s=p["timeout_s"])
-        return None, [result(check, "error", exc.msg, group, when, round(time.monotonic() - t0, 2), remedy, detail)]
+        return None, [result(check, "error", exc.msg, group, when, round(time.monotonic() - t0, 2), remedy, detail,
+                             failure_class_of(exc))]
     if not isinstance(doc.get("results"), list):
         detail = dict(detail, cmd=[p["python"], "-m", "gpufleet"] + list(args), stdout=json.dumps(doc)[:TAIL_CHARS])
         return None, [result(check, "error", "%s on %s printed a document without a results list" % (what, host), group,

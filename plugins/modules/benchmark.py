@@ -44,9 +44,10 @@ options:
       - The benchmarks to run, in this order.
       - With O(nnodes) greater than 1 only V(nccl) and V(train_gpt2) are allowed.
       - V(soak) is sustained load for O(soak_duration_s) while a sampler watches every GPU.
+      - V(sdc) runs seeded bf16 and fp32 products and a few training steps on every GPU and compares their hashes.
     type: list
     elements: str
-    choices: [matmul, memory, nccl, train_gpt2, soak]
+    choices: [matmul, memory, nccl, sdc, train_gpt2, soak]
     required: true
   tier:
     description:

@@ -2,7 +2,7 @@
 
     gpufleet collect [--out FILE]                 record NVML + sysfs readings as JSON
     gpufleet check [--group G ...] [--json]       run checks, print a host document
-    gpufleet bench matmul|memory|nccl|soak [--tier T] [--duration-s N]   run benchmarks, print a host document
+    gpufleet bench matmul|memory|nccl|sdc|soak [--tier T] [--duration-s N]   run benchmarks, print a host document
     gpufleet counters --phase before|after [--json]   every GPU's error counters, as a host document
     gpufleet finetune --config FILE [--nnodes N]  LoRA fine-tune under torchrun, print a host document
     gpufleet report RUN_DIR [--expect-host H ...] aggregate hosts/*.json into reports, with the fleet layer

@@ -8,7 +8,7 @@ import platform
 import socket
 import time
 
-from gpufleet import __version__, profiles, schema
+from gpufleet import __version__, failure_class, profiles, schema
 from gpufleet.checks import GROUPS
 from gpufleet.errors import InputError
 
@@ -87,7 +87,7 @@ def check_host(
     return host_document(host, profile, readings, started, t0, results)
 
 
-BENCHMARKS = ("matmul", "memory", "nccl", "train_gpt2", "soak")
+BENCHMARKS = ("matmul", "memory", "nccl", "sdc", "train_gpt2", "soak")
 # smoke: seconds a benchmark (one matmul shape in bf16, a short HBM pass, all_reduce at a few sizes);
 # quick: minutes a node; thorough: the full sweeps. The soak runs for its own duration at any tier.
 TIERS = ("smoke", "quick", "thorough")
@@ -113,8 +113,9 @@ def bench_host(
     `soak_options` go to bench.soak.run (duration_s).
     """
     from gpufleet import collect
-    from gpufleet.bench import matmul, memory, nccl, soak
+    from gpufleet.bench import matmul, memory, nccl, sdc, soak
     from gpufleet.checks import benchmarks, gpu_inventory
+    from gpufleet.checks import sdc as sdc_check
     from gpufleet.train import gpt2
 
     unknown = [n for n in names if n not in BENCHMARKS]
@@ -138,6 +139,7 @@ def bench_host(
         "nccl": lambda: benchmarks.nccl(nccl.run(tier, **(nccl_options or {})), profile, host_has_ib=host_has_ib),
         "soak": lambda: benchmarks.watched("soak", lambda: soak.run(**(soak_options or {})), benchmarks.soak, profile,
                                            log=watch_log, confirm=False),
+        "sdc": lambda: sdc_check.results(sdc.run(tier), profile, readings["nvml"]),
     }
     gpus = visible_gpus(len(readings["nvml"].get("gpus") or []))
     # torchrun placement and limits, shared by the NCCL benchmark and the training gate.
@@ -165,6 +167,7 @@ def bench_host(
             batch = [schema.result(name, schema.ERROR, f"benchmark crashed: {type(exc).__name__}: {exc}")]
         for r in batch:
             r.update(group=benchmarks.GROUP, started=when, seconds=round(time.monotonic() - t1, 2))
+            failure_class.stamp(r)  # its status may have changed after it was made
             gpu_inventory.name_flagged(r, readings["nvml"].get("gpus") or [])  # the serial beside the UUID
         results.extend(batch)
     for name in names:  # each watched step says what else ran on its GPUs; a CPU run has no GPU to watch

@@ -5,11 +5,14 @@ A check result is a plain dict:
     {"check": "gpu_ecc", "group": "gpu_health", "status": "fail",
      "value": 2, "unit": "errors", "threshold": {"max": 0, "source": "..."},
      "reason": "GPU 3: 2 volatile uncorrectable ECC errors",
-     "remedy": "drain the node; reset GPU 3 ...", "detail": {...},
+     "remedy": "drain the node; reset GPU 3 ...", "detail": {...}, "class": "hardware",
      "started": "2026-11-21T21:00:00Z", "seconds": 0.01}
 
 A benchmark result also says how far its figure can be trusted: "trust": "clean" | "confirmed" | "disturbed" |
 "inconclusive" (checks.benchmarks.watched).
+
+`class` (failure_class.py): hardware, environment, configuration or software when the status is warn, fail or
+error; None for pass and skip.
 
 A host document bundles one host's results:
 
@@ -23,6 +26,8 @@ from __future__ import annotations
 import datetime as _dt
 import time
 from typing import Any, Callable, Iterable
+
+from gpufleet import failure_class as failure_classes
 
 SCHEMA_VERSION = 1
 
@@ -55,6 +60,7 @@ def result(
     remedy: str | None = None,
     detail: dict | None = None,
     trust: str | None = None,
+    failure_class: str | None = None,
 ) -> dict:
     if status not in STATUSES:
         raise ValueError(f"status {status!r} is not one of {STATUSES}")
@@ -62,7 +68,9 @@ def result(
         raise ValueError(f"trust {trust!r} is not one of {TRUSTS}")
     if not reason:
         raise ValueError(f"check {check!r}: every result needs a plain reason")
-    return {
+    if failure_class is not None and failure_class not in failure_classes.CLASSES:
+        raise ValueError(f"check {check!r}: class {failure_class!r} is not one of {failure_classes.CLASSES}")
+    return failure_classes.stamp({
         "check": check,
         "group": group,
         "status": status,
@@ -72,7 +80,8 @@ def result(
         "reason": reason,
         "remedy": remedy,
         "detail": detail or {},
-    } | ({"trust": trust} if trust is not None else {})
+        "class": failure_class,
+    } | ({"trust": trust} if trust is not None else {}))
 
 
 def size_text(size_bytes: float) -> str:
@@ -114,6 +123,7 @@ def timed(group: str, check: str, fn: Callable[[], dict]) -> dict:
     except Exception as exc:  # a broken check must not hide the others
         res = result(check, ERROR, f"check crashed: {type(exc).__name__}: {exc}")
     res["group"] = group
+    failure_classes.stamp(res)  # the status may have changed since the result was made
     res["started"] = started
     res["seconds"] = round(time.monotonic() - t0, 4)
     return res

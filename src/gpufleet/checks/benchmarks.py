@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from gpufleet import profiles, schema
+from gpufleet import failure_class, profiles, schema
 from gpufleet.bench import sig
 from gpufleet.checks.gpu_health import HW_SLOWDOWN_EVENTS
 from gpufleet.schema import ERROR, FAIL, PASS, WARN, result
@@ -145,7 +145,9 @@ def memory(out: dict, profile: dict) -> list[dict]:
     copies = {**per["hbm"], **{f"pcie{k}": v for k, v in per["pcie"].items()}}
     bad = [d for d, v in copies.items() if "error" in v or not v.get("correct", False)]
     if bad:
-        return [_flag(result("memory_bandwidth", ERROR, f"copies failed or moved wrong data on {bad}", detail=detail),
+        wrong_data = any("error" not in copies[d] for d in bad)  # a copy that ran and moved wrong data: the board
+        return [_flag(result("memory_bandwidth", ERROR, f"copies failed or moved wrong data on {bad}", detail=detail,
+                             failure_class="hardware" if wrong_data else None),
                       [_cuda_gpu(mon, copies[d]) for d in bad if copies[d].get("uuid")])]
 
     def under(part, field, key):  # the GPUs under the minimum: the ones a failing result is about
@@ -764,7 +766,8 @@ def _disturbed(res: dict, foreign: list, epoch: float | None, why: str, attempts
     res["detail"] = {**{k: v for k, v in res["detail"].items() if k != "flagged_gpus"}, "attempts": attempts, "disturbed_value": res.get("value"),
                      "judged_as": _brief(res), "disturbed_wait_threshold": profiles.threshold(
                          profile, "disturbed_wait_s", max=profiles.value(profile, "disturbed_wait_s"))}
-    res.update(status=ERROR, value=None, trust=schema.DISTURBED,
+    # The class says so too: a disturbed figure does not follow the GPU to its next run (fleet.returning_gpu).
+    res.update(status=ERROR, value=None, trust=schema.DISTURBED, **{"class": failure_class.ENVIRONMENT},
                reason=f"disturbed by {names}; {why}; the figure measured beside it ({res['value']} {res.get('unit') or ''}".rstrip()
                       + ") is not the node's",
                remedy="find out what runs on the GPU (detail.attempts[].processes) and stop it or keep the node out of "

@@ -192,14 +192,14 @@ def history_text(hist: dict) -> str:
         header = ["run", "started", "verdict", *(c[0] for c in cols), "not passing"]
         rows = [[mark(r["run_id"]), r["started"] or "?", (r["verdict"] or "?") + ("" if r["document"] == "ok" else " (no document)"),
                  *(fig(r["metrics"], c[1]) for c in cols),
-                 ", ".join(f"{x['check']} {x['status']}" for x in r["not_passing"][:4]) + (" …" if len(r["not_passing"]) > 4 else "")]
+                 ", ".join(f"{x['check']} {x['status']} ({x['class']})" for x in r["not_passing"][:4]) + (" …" if len(r["not_passing"]) > 4 else "")]
                 for r in hist["runs"]]
         title = f"node {hist['key']}: {len(rows)} run(s)"
     else:
         cols = [c for c in _GPU_COLUMNS if any(c[1] in r["metrics"] for r in hist["runs"])]
         header = ["run", "started", "node", "GPU", "node verdict", *(c[0] for c in cols), "flagged by"]
         rows = [[mark(r["run_id"]), r["started"] or "?", r["node"], str(r["index"]), r["verdict"] or "?",
-                 *(fig(r["metrics"], c[1]) for c in cols), ", ".join(f"{f['check_id']} {f['status']}" for f in r["flags"]) or "-"]
+                 *(fig(r["metrics"], c[1]) for c in cols), ", ".join(f"{f['check_id']} {f['status']} ({f['class']})" for f in r["flags"]) or "-"]
                 for r in hist["runs"]]
         ids = {(r["uuid"], r["serial"]) for r in hist["runs"]}
         title = f"{'GPU' if hist['kind'] == 'gpu' else 'serial'} {hist['key']}: {len(rows)} run(s); " + "; ".join(

@@ -7,7 +7,9 @@
     sample_spread                a GPU whose benchmark samples spread far more than its siblings': disturbed
     counters_during_run          counter growth from the snapshot before the benchmarks to the one after
     counters_since_previous_run  counter growth since this GPU's latest snapshot of an earlier run (the store)
-    returning_gpu                a GPU (uuid or serial) that failed in an earlier run and is back, in any node
+    returning_gpu                a GPU (uuid or serial) that failed in an earlier run and is back, in any node: hardware
+                                 failures only (failure_class.py), so another process on a GPU does not follow it
+    sdc                          the node's SDC hashes against the fleet's for the same model and versions (fleet/sdc.py)
 
 Comparisons are robust: the reference is a median, and each figure's robust z-score, 0.6745 * (x - median) /
 MAD, is reported where the MAD is above zero, so one bad GPU or node does not move the reference. Two GPUs have
@@ -742,7 +744,7 @@ def returning_gpu(host: str, run_id: str, found: dict, store: Any, store_note: s
         by = "serial" if f.get("uuid") != g.get("uuid") else "uuid"
         where = "the same node" if f["host"] == host else f"node {f['host']}"
         parts.append(f"{gpu_text(g)} failed before: run {f['run_id']} ({f['started'] or 'start unknown'}) in {where} as GPU "
-                     f"{f['gpu_index']}, {f['check_id']} {f['status']}; now in node {host} as GPU {g['index']} "
+                     f"{f['gpu_index']}, {f['check_id']} {f['status']} ({f['class']}); now in node {host} as GPU {g['index']} "
                      f"(recognised by {by}; not accepted since)")
     return _result("returning_gpu", WARN, _listed(parts),
                    remedy="a GPU that failed before is back: check that it was repaired (reset, RMA record), watch this run's "
@@ -765,7 +767,10 @@ def evaluate(run_id: str, nodes: dict[str, dict], *, store: Any = None, store_no
     Returns {"results": {host: [fleet results]}, "metrics": {host: metrics.extract()}, "fleet_medians",
     "baseline", "view"}.
     """
+    from gpufleet.fleet import sdc
+
     founds = {host: fm.extract(n["results"]) for host, n in nodes.items()}
+    sdc_rows = {host: sdc.hash_rows(n["results"]) for host, n in nodes.items()}
     thrs = {host: _Thr(thresholds_for(n.get("profile"))) for host, n in nodes.items()}
     groups = fleet_groups(founds)
     base_id = (baseline or {}).get("run_id")
@@ -788,7 +793,7 @@ def evaluate(run_id: str, nodes: dict[str, dict], *, store: Any = None, store_no
     for host in nodes:
         found, thr = founds[host], thrs[host]
         if not (found["gpus"] or found["metrics"] or found["spreads"] or found["snapshots"].get("before")
-                or found["snapshots"].get("after") or found["snapshots"]["problems"]):
+                or found["snapshots"].get("after") or found["snapshots"]["problems"] or sdc_rows[host]):
             continue  # nothing the fleet layer reads (a host that never got to its checks): nothing to say
         res = [gpu_vs_node(host, found, thr), node_vs_fleet(host, found, groups, thr)]
         if base_note:
@@ -801,6 +806,8 @@ def evaluate(run_id: str, nodes: dict[str, dict], *, store: Any = None, store_no
         res.append(counters_during_run(host, found, thr))
         res.append(counters_since_previous_run(host, run_id, found, store, store_note, thr))
         res.append(returning_gpu(host, run_id, found, store, store_note))
+        if sdc_rows[host]:
+            res.append(sdc.judge(host, run_id, sdc_rows, store, store_note))
         out["results"][host] = res
     out["fleet_medians"] = {f"{k}|{c}": {"metric": k, "context": c, "value": statistics.median(m["value"] for m in v.values()),
                                          "n": len(v), "unit": next(iter(v.values()))["unit"]} for (k, c), v in groups.items()}

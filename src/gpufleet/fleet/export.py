@@ -3,13 +3,14 @@
     <run_dir>/prometheus/<host>.prom   node_exporter's textfile collector format, written by prometheus_client's
                                        write_to_textfile (a temporary file renamed into place)
     <run_dir>/drain.txt                one `scontrol update NodeName=... State=DRAIN Reason="gpufleet: ..."` per
-                                       node not accepted
+                                       node not accepted; the failing checks by class, hardware first
 
 Series (labels: node = the inventory name; gpu = the NVML index, uuid; check = <group>.<check>):
 
     gpufleet_node_accepted{node}                       1 accepted, 0 not
     gpufleet_node_verdict{node,verdict}                1 for the node's verdict, 0 for the others
-    gpufleet_check_severity{node,check}                0 pass, 1 skip, 2 warn, 3 fail, 4 error
+    gpufleet_check_severity{node,check,class}          0 pass, 1 skip, 2 warn, 3 fail, 4 error; class (failure_class.py)
+                                                       of a warn, fail or error, "" for pass and skip
     gpufleet_run_info{node,run_id,baseline}            1
     gpufleet_report_timestamp_seconds{node}            when the report was made
     gpufleet_cpu_run{node}                             1 when the figures come from a CPU run (no performance claim)
@@ -35,7 +36,7 @@ import shlex
 import time
 from pathlib import Path
 
-from gpufleet import schema
+from gpufleet import failure_class, schema
 from gpufleet.errors import InputError
 from gpufleet.fleet import metrics as fm
 
@@ -86,13 +87,14 @@ def node_registry(node: dict, fleet: dict, run_id: str, generated: str | None, b
     verdict = gauge("gpufleet_node_verdict", "1 for the node's verdict in the latest run, 0 for the others", ("node", "verdict"))
     for v in (schema.PASS, schema.WARN, schema.FAIL):
         verdict.labels(host, v).set(int(node["verdict"] == v))
-    sev = gauge("gpufleet_check_severity", f"Status of each check in the latest run: {SEVERITY_HELP}", ("node", "check"))
-    worst: dict[str, int] = {}
+    sev = gauge("gpufleet_check_severity", f"Status of each check in the latest run: {SEVERITY_HELP}; class: hardware, "
+                "environment, configuration or software", ("node", "check", "class"))
+    worst: dict[str, tuple[int, str]] = {}
     for r in node["results"]:
         cid = f"{r['group']}.{r['check']}" if r.get("group") else r["check"]
-        worst[cid] = max(worst.get(cid, 0), _SEVERITY.get(r.get("status"), 4))
-    for cid, s in worst.items():
-        sev.labels(host, cid).set(s)
+        worst[cid] = max(worst.get(cid, (0, "")), (_SEVERITY.get(r.get("status"), 4), failure_class.of(r) or ""))
+    for cid, (s, cls) in worst.items():
+        sev.labels(host, cid, cls).set(s)
     gauge("gpufleet_run_info", "The run this file comes from, and the baseline it was compared with", ("node", "run_id", "baseline")) \
         .labels(host, run_id, _label(baseline)).set(1)
     gauge("gpufleet_report_timestamp_seconds", "When the report of the run was made (Unix time)", ("node",)).labels(host).set(_epoch(generated))
@@ -168,10 +170,17 @@ def slurm_name(host: str, mapping: dict | None) -> str:
     return name
 
 
-def drain_line(run_id: str, name: str, checks: list[str]) -> str:
-    """`scontrol update NodeName=<name> State=DRAIN Reason="gpufleet: <run_id>: <checks>"`, safe to paste into a shell:
-    the reason holds no character a shell expands inside double quotes, a hostlist's brackets are quoted."""
-    listed = ", ".join(checks[:_REASON_CHECKS]) + (f" +{len(checks) - _REASON_CHECKS} more" if len(checks) > _REASON_CHECKS else "")
+def drain_line(run_id: str, name: str, checks: list[str], classes: list[str] | None = None) -> str:
+    """`scontrol update NodeName=<name> State=DRAIN Reason="gpufleet: <run_id>: hardware: <checks>; environment: ..."`,
+    the checks grouped by their class (`classes`, one per check), hardware first: the one that needs a repair. Safe
+    to paste into a shell: the reason holds no character a shell expands inside double quotes, a hostlist's
+    brackets are quoted."""
+    pairs = sorted(zip(checks, classes), key=lambda x: failure_class.CLASSES.index(x[1])) if classes else [(c, "") for c in checks]
+    by_class: dict[str, list[str]] = {}
+    for check, cls in pairs[:_REASON_CHECKS]:
+        by_class.setdefault(cls, []).append(check)
+    listed = "; ".join(f"{cls}: " * bool(cls) + ", ".join(cs) for cls, cs in by_class.items()) \
+        + (f" +{len(checks) - _REASON_CHECKS} more" if len(checks) > _REASON_CHECKS else "")
     reason = _REASON_CHARS.sub("_", f"gpufleet: {run_id}: {listed or 'not accepted'}")
     node_arg = f"NodeName={name}"
     if not re.fullmatch(r"NodeName=[A-Za-z0-9._-]+", node_arg):
@@ -185,13 +194,14 @@ def drain_lines(report: dict, mapping: dict | None = None) -> list[str]:
     for host, node in report["nodes"].items():
         if node["verdict"] != schema.FAIL:
             continue
-        checks = []
+        checks, classes = [], []
         for r in node["results"]:
             if r["status"] in (schema.FAIL, schema.ERROR):
                 cid = f"{r['group']}.{r['check']}" if r.get("group") else r["check"]
                 if cid not in checks:
                     checks.append(cid)
-        lines.append(drain_line(report["run_id"], slurm_name(host, mapping), checks))
+                    classes.append(failure_class.of(r))
+        lines.append(drain_line(report["run_id"], slurm_name(host, mapping), checks, classes))
     return lines
 
 

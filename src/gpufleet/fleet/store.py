@@ -14,11 +14,16 @@ Tables (a null GPU index means a node-level row):
     documents      run_id, host, role (node | peer), path, sha256, ok, reason (why unreadable or missing), started,
                    verdict (the document's own, then the node's in the report)
     gpus           run_id, host, gpu_index, uuid, serial, pci_bus_id, name, visible
-    results        run_id, host, seq, group_name, check_name, status, value (JSON), unit, reason
+    results        run_id, host, seq, group_name, check_name, status, value (JSON), unit, reason, failure_class
     metrics        run_id, host, gpu_index, uuid, serial, metric, value, unit, cpu, context, source
     counters       run_id, host, gpu_index, uuid, serial, phase, read_at, boot_id, counter, value
-    gpu_flags      run_id, host, gpu_index, uuid, serial, check_id, status, reason
+    gpu_flags      run_id, host, gpu_index, uuid, serial, check_id, status, reason, failure_class
+    sdc_hashes     run_id, host, gpu_index, uuid, serial, comparable (JSON of what must be equal), computation, sha256
     baseline       run_id, set_at, cleared_at (the current baseline: the row not cleared)
+
+Schema version 2 added failure_class (failure_class.py: hardware, environment, configuration, software) to results
+and gpu_flags, and the table sdc_hashes; a version 1 store is migrated when opened (rows indexed before carry
+no class, and readers take the check's default).
 
 Indexing a host document replaces every row of that (run_id, host) in one transaction, so indexing twice is
 the same as once, and a reader never sees half a document.
@@ -35,14 +40,14 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from gpufleet import schema
+from gpufleet import failure_class, schema
 from gpufleet.errors import InputError
-from gpufleet.fleet import BASELINE_FILE, GROUP, metrics
+from gpufleet.fleet import BASELINE_FILE, GROUP, metrics, sdc
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 APPLICATION = "gpufleet"
 BUSY_TIMEOUT_S = 60.0  # a rebuild of a long history holds the write lock for seconds, not minutes
-HOST_TABLES = ("documents", "gpus", "results", "metrics", "counters", "gpu_flags")
+HOST_TABLES = ("documents", "gpus", "results", "metrics", "counters", "gpu_flags", "sdc_hashes")
 ACCEPTED = (schema.PASS, schema.WARN)
 
 _DDL = """
@@ -69,6 +74,10 @@ CREATE TABLE IF NOT EXISTS gpu_flags (
     run_id TEXT NOT NULL, host TEXT NOT NULL, gpu_index INTEGER, uuid TEXT, serial TEXT, check_id TEXT NOT NULL,
     status TEXT NOT NULL, reason TEXT);
 CREATE TABLE IF NOT EXISTS baseline (run_id TEXT NOT NULL, set_at TEXT NOT NULL, cleared_at TEXT);
+CREATE TABLE IF NOT EXISTS sdc_hashes (
+    run_id TEXT NOT NULL, host TEXT NOT NULL, gpu_index INTEGER, uuid TEXT, serial TEXT, comparable TEXT NOT NULL,
+    computation TEXT NOT NULL, sha256 TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS sdc_comparable ON sdc_hashes (comparable, computation);
 CREATE INDEX IF NOT EXISTS documents_host ON documents (host);
 CREATE INDEX IF NOT EXISTS results_run_host ON results (run_id, host);
 CREATE INDEX IF NOT EXISTS gpus_uuid ON gpus (uuid);
@@ -146,12 +155,23 @@ class Store:
             if not meta:
                 c.execute("INSERT INTO gpufleet_meta VALUES ('application', ?), ('schema_version', ?)", (APPLICATION, str(SCHEMA_VERSION)))
                 meta = {"application": APPLICATION, "schema_version": str(SCHEMA_VERSION)}
+            if meta.get("application") == APPLICATION and str(meta.get("schema_version")).isdigit() \
+                    and int(meta["schema_version"]) <= SCHEMA_VERSION:
+                self._migrate(c)
+                meta["schema_version"] = str(SCHEMA_VERSION)
         if meta.get("application") != APPLICATION:
             raise InputError(f"{self.path} is not a gpufleet store (application {meta.get('application')!r} in gpufleet_meta)")
         version = meta.get("schema_version")
         if not str(version).isdigit() or int(version) > SCHEMA_VERSION:
             raise InputError(f"store {self.path} has schema version {version}; this gpufleet reads version {SCHEMA_VERSION} "
                              "(a newer gpufleet wrote it: upgrade, or rebuild the store with this one into another file)")
+
+    def _migrate(self, c: sqlite3.Connection) -> None:
+        """Version 1 -> 2: the failure_class columns (sdc_hashes is created by the DDL). Idempotent."""
+        for table in ("results", "gpu_flags"):
+            if "failure_class" not in {r[1] for r in c.execute(f"PRAGMA table_info({table})")}:
+                c.execute(f"ALTER TABLE {table} ADD COLUMN failure_class TEXT")
+        c.execute("UPDATE gpufleet_meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
     def _wal(self) -> None:
         # Switching to WAL takes a short exclusive lock, which a second process creating the store at the same
@@ -279,11 +299,16 @@ class Store:
                     rows.append((run_id, host, g.get("index"), g.get("uuid"), g.get("serial"), phase, snap.get("read_at"),
                                  snap.get("boot_id"), name, value if isinstance(value, int) and not isinstance(value, bool) else None))
         c.executemany("INSERT INTO counters VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        c.executemany("INSERT INTO sdc_hashes (run_id, host, gpu_index, uuid, serial, comparable, computation, sha256) "
+                      "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                      [(run_id, host, h["index"], h["uuid"], h["serial"] or by_index.get(h["index"], {}).get("serial"),
+                        h["comparable"], h["computation"], h["sha256"]) for h in sdc.hash_rows(results)])
 
     def _insert_results(self, c: sqlite3.Connection, run_id: str, host: str, results: list[dict], by_index: dict, start: int) -> None:
-        c.executemany("INSERT INTO results VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        c.executemany("INSERT INTO results (run_id, host, seq, group_name, check_name, status, value, unit, reason, "
+                      "failure_class) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                       [(run_id, host, start + i, r.get("group"), r["check"], r["status"], _json(r.get("value")), r.get("unit"),
-                        r.get("reason")) for i, r in enumerate(results)])
+                        r.get("reason"), failure_class.of(r)) for i, r in enumerate(results)])
         flags = []
         for r in results:
             if r["status"] not in (schema.WARN, schema.FAIL, schema.ERROR):
@@ -295,8 +320,9 @@ class Store:
                 known = by_index.get(f.get("index"), {})
                 uuid, serial = f.get("uuid") or known.get("uuid"), f.get("serial") or known.get("serial")
                 flags.append((run_id, host, f.get("index"), uuid, serial, f"{r.get('group')}.{r['check']}" if r.get("group") else r["check"],
-                              r["status"], r.get("reason")))
-        c.executemany("INSERT INTO gpu_flags VALUES (?, ?, ?, ?, ?, ?, ?, ?)", flags)
+                              r["status"], r.get("reason"), failure_class.of(r)))
+        c.executemany("INSERT INTO gpu_flags (run_id, host, gpu_index, uuid, serial, check_id, status, reason, failure_class) "
+                      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", flags)
 
     def record_fleet(self, run_id: str, fleet_results: dict[str, list[dict]]) -> None:
         """The fleet layer's results of each node (group fleet), in place of any earlier ones of the run."""
@@ -468,20 +494,22 @@ class Store:
         return out
 
     def gpu_failures(self, uuid: str | None, serial: str | None, run_id: str) -> list[dict]:
-        """Earlier runs where this GPU (same uuid or same serial) was named by a failing result, newest first,
-        each with whether it was accepted since (a later run where its node was accepted and nothing failed on it)."""
+        """Earlier runs where this GPU (same uuid or same serial) was named by a failing result of class hardware,
+        newest first, each with whether it was accepted since (a later run where its node was accepted and nothing
+        failed on it). A failure of another class (a process on the GPU, the lock) is the node's, not the board's."""
         if not uuid and not serial:
             return []
         match = "(uuid = ? OR serial = ?)"
         ids = (uuid or "\0", serial or "\0")
         started = (self.run(run_id) or {}).get("started")
         fails = [dict(r) for r in self.conn.execute(
-            f"SELECT f.run_id, f.host, f.gpu_index, f.uuid, f.serial, f.check_id, f.status, f.reason, r.started "
+            f"SELECT f.run_id, f.host, f.gpu_index, f.uuid, f.serial, f.check_id, f.status, f.reason, f.failure_class, r.started "
             f"FROM gpu_flags f LEFT JOIN runs r ON r.run_id = f.run_id "
             f"WHERE {match.replace('uuid', 'f.uuid').replace('serial', 'f.serial')} AND f.status IN ('fail', 'error') AND f.run_id <> ? "
             f"ORDER BY r.started DESC, f.run_id DESC", (*ids, run_id))]
         if started:
             fails = [f for f in fails if not f["started"] or f["started"] <= started]
+        fails = [f for f in map(_flag_row, fails) if f["class"] == failure_class.HARDWARE]
         if not fails:
             return []
         seen = [dict(r) for r in self.conn.execute(
@@ -494,6 +522,13 @@ class Store:
                      and (not started or s["started"] < started) and s["verdict"] in ACCEPTED and s["run_id"] not in failed_runs]
             f["accepted_since"] = min(later, key=lambda s: s["started"]) if later else None
         return fails
+
+    def sdc_hashes(self, comparable: str, computation: str, run_id: str) -> list[dict]:
+        """The SDC hashes of every GPU with the same comparable keys, from runs other than run_id, newest first."""
+        return [dict(r) for r in self.conn.execute(
+            "SELECT h.*, r.started FROM sdc_hashes h LEFT JOIN runs r ON r.run_id = h.run_id "
+            "WHERE h.comparable = ? AND h.computation = ? AND h.run_id <> ? ORDER BY r.started DESC, h.run_id DESC",
+            (comparable, computation, run_id))]
 
     def resolve(self, key: str) -> tuple[str, str]:
         """What KEY names in `gpufleet history KEY`: ("gpu", uuid), ("serial", serial) or ("node", host)."""
@@ -537,8 +572,8 @@ class Store:
                     "run_id": g["run_id"], "started": g["run_started"], "node": g["host"], "index": g["gpu_index"],
                     "uuid": g["uuid"], "serial": g["serial"], "verdict": g["verdict"],
                     "metrics": self._metrics(g["run_id"], g["host"], g["gpu_index"]),
-                    "flags": [dict(f) for f in self.conn.execute(
-                        "SELECT check_id, status, reason FROM gpu_flags WHERE run_id = ? AND host = ? AND "
+                    "flags": [_flag_row(f) for f in self.conn.execute(
+                        "SELECT check_id, status, reason, failure_class FROM gpu_flags WHERE run_id = ? AND host = ? AND "
                         "(uuid = ? OR (uuid IS NULL AND gpu_index = ?))", (g["run_id"], g["host"], g["uuid"], g["gpu_index"]))],
                 })
         return {"kind": kind, "key": value, "store": str(self.path), "baseline": (self.baseline() or {}).get("run_id"), "runs": rows}
@@ -550,8 +585,9 @@ class Store:
             f"SELECT metric, value, unit, cpu FROM metrics WHERE run_id = ? AND host = ? AND {where}", args)}
 
     def _not_passing(self, run_id: str, host: str) -> list[dict]:
-        return [{"check": f"{r['group_name']}.{r['check_name']}" if r["group_name"] else r["check_name"], "status": r["status"]}
-                for r in self.conn.execute("SELECT group_name, check_name, status FROM results WHERE run_id = ? AND host = ? "
+        return [{"check": f"{r['group_name']}.{r['check_name']}" if r["group_name"] else r["check_name"], "status": r["status"],
+                 "class": r["failure_class"] or failure_class.default(r["check_name"], r["status"], r["group_name"])}
+                for r in self.conn.execute("SELECT group_name, check_name, status, failure_class FROM results WHERE run_id = ? AND host = ? "
                                            "AND status IN ('warn', 'fail', 'error') ORDER BY seq", (run_id, host))]
 
     def dump(self) -> dict[str, list[tuple]]:
@@ -560,6 +596,15 @@ class Store:
         for table in ("runs", "baseline", *HOST_TABLES):
             out[table] = sorted((tuple(r) for r in self.conn.execute(f"SELECT * FROM {table}")), key=repr)
         return out
+
+
+def _flag_row(row) -> dict:
+    """A gpu_flags row as a dict with its `class`: the stored one, or for rows indexed before results carried a
+    class, the check's default."""
+    f = dict(row)
+    group, _, check = f["check_id"].rpartition(".")
+    f["class"] = f.pop("failure_class") or failure_class.default(check, f["status"], group or None)
+    return f
 
 
 # ---------------------------------------------------------------- files beside the store and in run folders

@@ -1,0 +1,172 @@
+"""Silent data corruption: fixed, seeded computations on every GPU, their outputs hashed and compared.
+
+A GPU that computes wrong bits without an error (a marginal SM, a weak memory cell, a bad tensor core) passes
+every counter and every speed test. The same product of the same inputs, though, is bit-identical on GPUs of
+the same model, SM count, driver, CUDA, torch and cuBLAS versions, with TF32 off and on one stream (cuBLAS
+promises bit-wise identical results for a toolkit version on GPUs of the same architecture and SM count).
+So each GPU runs:
+
+- `matmul_bf16`, `matmul_fp32`: C = A @ B of seeded inputs (fp32 products with TF32 off);
+- `train_mlp`: a few SGD steps of a small MLP in fp32 (forward, backward, update), the weights hashed after;
+
+each `repeats` times in its own process, the outputs compared with the first repeat on the device (a GPU that
+disagrees with itself is named too), and the first repeat's bytes hashed (sha256). checks/sdc.py compares the
+hashes across the node's GPUs (majority), fleet/sdc.py across the fleet through the store.
+
+Inputs are drawn on the CPU from a seeded generator and copied over, so they do not depend on how a GPU's
+generator splits its work. What breaks the comparison, and is therefore in `comparable` (never compared across):
+another GPU model or SM count, driver, CUDA runtime, torch or cuBLAS version, TF32 on, another
+CUBLAS_WORKSPACE_CONFIG, another method (SDC_VERSION, sizes, seeds). On the CPU the same code runs at tiny sizes
+in two processes: fp32 products are deterministic there, the hashes compare for real, the figure is no claim on a
+GPU.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+
+from gpufleet.bench import BENCHMARK_VERSION, cuda_pci_bus_id, cuda_uuid, gather, torch_versions
+
+# Bump when a computation, a size or a seed changes: hashes of another version are never compared.
+SDC_VERSION = 1
+SEED = 20261124
+# (M = N = K) of the products and (width, depth, batch, steps) of the MLP; cpu: tiny, logic only.
+SIZES = {
+    "gpu": {"matmul_bf16": 8192, "matmul_fp32": 8192, "train_mlp": (1024, 4, 512, 5)},
+    "cpu": {"matmul_bf16": 64, "matmul_fp32": 64, "train_mlp": (32, 2, 16, 3)},
+}
+REPEATS = {"gpu": 20, "cpu": 3}
+CPU_PROCESSES = 2  # CPU "devices": separate processes, so the comparison across processes is exercised
+TIMEOUT_S = 600
+# One stream and a fixed workspace: cuBLAS picks the same kernels every time (its reproducibility notes).
+WORKSPACE_CONFIG = ":4096:8"
+
+
+def cublas_version() -> str | None:
+    """The cuBLAS(Lt) library this process loaded, from cublasLtGetVersion (e.g. 120805 -> "12.8.5"); None before
+    any CUDA product ran or without CUDA."""
+    import ctypes
+
+    try:
+        with open("/proc/self/maps", encoding="utf-8") as maps:
+            path = next((line.split()[-1] for line in maps if "libcublasLt" in line), None)
+        if not path:
+            return None
+        lib = ctypes.CDLL(path)
+        lib.cublasLtGetVersion.restype = ctypes.c_size_t
+        v = int(lib.cublasLtGetVersion())
+    except (OSError, AttributeError):
+        return None
+    return f"{v // 10000}.{v // 100 % 100}.{v % 100}"
+
+
+def tensor_sha256(t) -> str:
+    """sha256 of a tensor's bytes in memory order (any dtype: bf16 has no numpy type, so as bytes)."""
+    import torch
+
+    return hashlib.sha256(t.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes()).hexdigest()
+
+
+def _inputs(torch, number: int, size: int, dtype):
+    gen = torch.Generator().manual_seed(SEED + number * 100000 + size)  # each product its own inputs
+    return torch.randn(size, size, generator=gen).to(dtype), torch.randn(size, size, generator=gen).to(dtype)
+
+
+def _computations(torch, device, sizes: dict) -> dict:
+    """name -> a function giving the output tensor; inputs made once, on the device."""
+    out = {}
+    for number, (name, dtype) in enumerate((("matmul_bf16", torch.bfloat16), ("matmul_fp32", torch.float32)), 1):
+        a, b = (x.to(device) for x in _inputs(torch, number, sizes[name], dtype))
+        out[name] = lambda a=a, b=b: torch.matmul(a, b)
+    width, depth, batch, steps = sizes["train_mlp"]
+    gen = torch.Generator().manual_seed(SEED)
+    weights0 = [torch.randn(width, width, generator=gen) / width ** 0.5 for _ in range(depth)]
+    x = torch.randn(batch, width, generator=gen).to(device)
+    target = torch.randn(batch, width, generator=gen).to(device)
+
+    def train():
+        weights = [w.to(device).requires_grad_() for w in weights0]
+        for _ in range(steps):
+            h = x
+            for w in weights:
+                h = torch.tanh(h @ w)
+            loss = ((h - target) ** 2).mean()
+            grads = torch.autograd.grad(loss, weights)
+            with torch.no_grad():
+                weights = [(w - 0.1 * g).requires_grad_() for w, g in zip(weights, grads)]
+        return torch.cat([w.detach().flatten() for w in weights])
+
+    out["train_mlp"] = train
+    return out
+
+
+def measure_device(device_index: int | None, kind: str) -> dict:
+    """Every computation `REPEATS[kind]` times on one device: the first output's hash, how many repeats differ."""
+    import torch
+
+    device = torch.device("cuda", device_index) if device_index is not None else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+    torch.use_deterministic_algorithms(True)
+    t0 = time.monotonic()
+    hashes, differing = {}, {}
+    for name, compute in _computations(torch, device, SIZES[kind]).items():
+        first = compute()
+        differing[name] = sum(not torch.equal(compute(), first) for _ in range(REPEATS[kind] - 1))
+        hashes[name] = tensor_sha256(first)
+    info = {"hashes": hashes, "repeats_differing": differing, "seconds": round(time.monotonic() - t0, 2)}
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        info["device"] = {"name": torch.cuda.get_device_name(device), "pci_bus_id": cuda_pci_bus_id(torch, device),
+                          "uuid": cuda_uuid(torch, device), "sm_count": props.multi_processor_count,
+                          "capability": f"{props.major}.{props.minor}"}
+        info["cublas"] = cublas_version()
+    else:
+        # The vector unit picks the CPU kernels: only processes of the same one are compared.
+        info["device"] = {"name": "cpu", "pci_bus_id": None, "uuid": None, "sm_count": os.cpu_count(),
+                          "capability": torch.backends.cpu.get_cpu_capability()}
+        info["cublas"] = None
+    return info
+
+
+def _worker(device_index, kind, key, queue):
+    os.environ["CUBLAS_WORKSPACE_CONFIG"] = WORKSPACE_CONFIG  # before CUDA starts in this process
+    try:
+        queue.put((key, measure_device(device_index, kind)))
+    except Exception as exc:  # reported per GPU; the other GPUs' hashes still count
+        queue.put((key, {"error": f"{type(exc).__name__}: {exc}"}))
+
+
+def run(tier: str = "quick") -> dict:
+    """Every GPU at once, one process each; on a machine without CUDA, CPU_PROCESSES processes at tiny sizes.
+    The tier does not change the computations: hashes of every tier compare."""
+    import torch
+    import torch.multiprocessing as mp
+
+    n_gpus = torch.cuda.device_count()
+    kind = "gpu" if n_gpus else "cpu"
+    keys = list(range(n_gpus)) if n_gpus else [f"cpu{i}" for i in range(CPU_PROCESSES)]
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_worker, args=(k if n_gpus else None, kind, k, queue)) for k in keys]
+    for p in procs:
+        p.start()
+    per_device = gather(procs, keys, queue, TIMEOUT_S, what="sdc on GPU" if n_gpus else "sdc in CPU process")
+    return {
+        "benchmark": "sdc",
+        "device": "cuda" if n_gpus else "cpu",
+        "method": {
+            "benchmark_version": BENCHMARK_VERSION, "sdc_version": SDC_VERSION, "tier": tier, "seed": SEED,
+            "sizes": SIZES[kind], "repeats": REPEATS[kind], "tf32": False, "deterministic_algorithms": True,
+            "cublas_workspace_config": WORKSPACE_CONFIG, "inputs": "drawn on the CPU from the seed, copied to the device",
+            "hash": "sha256 of the first repeat's output bytes (train_mlp: the weights after the last step)",
+            "processes": len(keys),
+        },
+        "versions": torch_versions(),
+        "per_device": {str(k): per_device[k] for k in keys},
+    }
