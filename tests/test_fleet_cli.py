@@ -184,7 +184,7 @@ def test_store_rebuild_moves_a_damaged_store_aside_and_brings_the_baseline_back(
     assert rc == 0, err
     [aside] = _aside(reports)
     assert aside.read_bytes() == garbage  # kept, not lost
-    assert f"moved aside: {aside}" in out and "is not a gpufleet store" in out and "baseline: r1" in out
+    assert f"moved aside: {aside} (not a gpufleet store: file is not a database)" in out and "baseline: r1" in out
     rc, out, _ = _run(capsys, monkeypatch, "history", "n0", "--reports-dir", str(reports), "--json")
     hist = json.loads(out)
     assert [r["run_id"] for r in hist["runs"]] == ["r1"] and hist["runs"][0]["verdict"] == "pass" and hist["baseline"] == "r1"
@@ -202,6 +202,7 @@ def test_store_rebuild_moves_a_foreign_sqlite_file_aside(capsys, monkeypatch, tm
     rc, out, _ = _run(capsys, monkeypatch, "store", "rebuild", "--reports-dir", str(reports), "--json")
     summary = json.loads(out)
     assert rc == 0 and summary["runs"] == ["r1"] and summary["repair"]["what"] == "damaged"
+    assert "was not a gpufleet store (another SQLite database, tables users)" in summary["repair"]["note"]
     [aside] = _aside(reports)
     assert summary["repair"]["moved_aside"] == str(aside)
     assert sqlite3.connect(aside).execute("SELECT name FROM sqlite_master").fetchall() == [("users",)]
@@ -230,7 +231,7 @@ def test_the_next_run_repairs_the_store_and_its_report_says_so(capsys, monkeypat
     assert "rebuilt by run r2" in problem and "2 run(s) re-indexed" in problem and "baseline r1 restored" in problem
     if damage == "garbage":
         [aside] = _aside(reports)
-        assert "is not a gpufleet store" in problem and f"moved aside to {aside}" in problem
+        assert f"{db} was not a gpufleet store (file is not a database): moved aside to {aside}" in problem
     else:
         assert f"the store {db} did not exist" in problem and not _aside(reports)
     rep = json.loads((r2 / "report.json").read_text())

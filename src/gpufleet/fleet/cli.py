@@ -249,7 +249,7 @@ def cmd_store(args) -> int:
     moved = (summary["repair"] or {}).get("moved_aside")
     text = [f"store {summary['store']} rebuilt from {summary['reports_dir']}: {len(summary['runs'])} run(s)"]
     if moved:
-        text.append(f"  moved aside: {moved} ({damage if damage else 'left of a removed store'})")
+        text.append(f"  moved aside: {moved} ({f'not a gpufleet store: {damage.cause}' if damage else 'left of a removed store'})")
     text += [f"  unreadable: run {u['run_id']}, {u['host']}: {u['reason']}" for u in summary["unreadable"]]
     text += [f"  missing: run {m['run_id']}, {m['host']}: no host document" for m in summary["missing"]]
     text.append(f"baseline: {summary['baseline'] or 'none'}")

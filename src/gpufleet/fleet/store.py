@@ -91,7 +91,12 @@ CREATE INDEX IF NOT EXISTS flags_serial ON gpu_flags (serial);
 
 
 class DamagedStore(InputError):
-    """The file at the store's path is no gpufleet store: garbage, a cut-short file, another application's SQLite."""
+    """The file at the store's path is no gpufleet store: garbage, a cut-short file, another application's SQLite.
+    `cause`: what was found, in a few words."""
+
+    def __init__(self, message: str, cause: str):
+        super().__init__(message)
+        self.cause = cause
 
 
 # SQLite errors that say nothing about the file's content: the store is busy or cannot be reached, not damaged.
@@ -143,7 +148,7 @@ class Store:
             if isinstance(exc, sqlite3.OperationalError) and any(w in str(exc).lower() for w in _NOT_DAMAGE):
                 raise InputError(f"cannot use the store {self.path}: {exc}") from None
             raise DamagedStore(f"{self.path} is not a gpufleet store: {exc}; expected the SQLite file a run or "
-                               "`gpufleet store rebuild` makes (which moves this one aside)") from None
+                               "`gpufleet store rebuild` makes (both move a damaged one aside)", str(exc)) from None
         except InputError:
             self.conn.close()
             raise
@@ -153,8 +158,9 @@ class Store:
     def _setup(self) -> None:
         tables = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if tables and "gpufleet_meta" not in tables:
+            held = ", ".join(sorted(tables)[:5])
             raise DamagedStore(f"{self.path} is an SQLite database but not a gpufleet store (no gpufleet_meta table; it holds "
-                               f"{', '.join(sorted(tables)[:5])}); expected the file a run or `gpufleet store rebuild` makes")
+                               f"{held}); expected the file a run or `gpufleet store rebuild` makes", f"another SQLite database, tables {held}")
         self._wal()
         with self.write() as c:
             for stmt in _DDL.strip().split(";"):
@@ -165,7 +171,8 @@ class Store:
                 c.execute("INSERT INTO gpufleet_meta VALUES ('application', ?), ('schema_version', ?)", (APPLICATION, str(SCHEMA_VERSION)))
                 meta = {"application": APPLICATION, "schema_version": str(SCHEMA_VERSION)}
         if meta.get("application") != APPLICATION:
-            raise DamagedStore(f"{self.path} is not a gpufleet store (application {meta.get('application')!r} in gpufleet_meta)")
+            raise DamagedStore(f"{self.path} is not a gpufleet store (application {meta.get('application')!r} in gpufleet_meta)",
+                               f"the store of application {meta.get('application')!r}")
         version = meta.get("schema_version")
         if not str(version).isdigit() or int(version) > SCHEMA_VERSION:
             raise InputError(f"store {self.path} has schema version {version}; this gpufleet reads version {SCHEMA_VERSION} "
@@ -631,7 +638,7 @@ def repair(path: Path | str, reports_dir: Path | str, damage: DamagedStore | Non
         rebuilt = (f"rebuilt by {by} from the run folders of {summary['reports_dir']}: {len(summary['runs'])} run(s) re-indexed, "
                    + (f"baseline {base} restored from {BASELINE_FILE}" if base and what != "rebuild" else f"baseline {base or 'none'}"))
         if damage:
-            note = f"{damage}; it was moved aside to {moved} and the store {rebuilt}"
+            note = f"{path} was not a gpufleet store ({damage.cause}): moved aside to {moved}; the store {rebuilt}"
         elif missing:
             note = f"the store {path} did not exist{f' (its {moved.name} moved aside)' if moved else ''}; it was {rebuilt}"
         else:
