@@ -240,6 +240,7 @@ def test_the_next_run_repairs_the_store_and_its_report_says_so(capsys, monkeypat
     assert json.loads((r2 / "fleet.json").read_text())["store_problems"] == [problem]
     md = (r2 / "report.md").read_text()
     assert f"store {db}" in md and "baseline run r1" in md and "Store problem during this run:" in md and "rebuilt by run r2" in md
+    assert "Store problem during this run:" in (r2 / "report.html").read_text()
     # The history is whole again: both runs, with their verdicts.
     rc, out, _ = _run(capsys, monkeypatch, "history", "n0", "--reports-dir", str(reports), "--json")
     assert [(r["run_id"], r["verdict"]) for r in json.loads(out)["runs"]] == [("r1", "pass"), ("r2", "pass")]
