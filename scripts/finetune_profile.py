@@ -111,7 +111,8 @@ def main() -> int:
     if cuda:
         fmodel.select_sdpa_backends(t["sdpa_backends"])
     torch.manual_seed(t["seed"])
-    records = data.load_records(d["dataset_name"], config_name=d["dataset_config"], split=d["split"])
+    records = data.load_records(d["dataset_name"], hub=d["dataset_name_source"] == "hub", config_name=d["dataset_config"],
+                                split=d["split"])
     train_idx, _ = data.split_indices(len(records), d["eval_samples"], t["seed"], d["max_samples"], source=d["dataset_name"])
     tok = _tokenizer(cfg, records, train_idx, 0, 1)
     dtype = getattr(torch, m["torch_dtype"]) if cuda else torch.float32

@@ -82,10 +82,10 @@ def test_record_keeps_an_unreadable_document_aside(capsys, monkeypatch, run_dir)
 
 
 def test_record_writes_the_document_even_when_the_store_cannot_take_it(capsys, monkeypatch, run_dir):
-    (run_dir.parent / "gpufleet.db").write_text("a text file where the store should be " * 20)
+    (run_dir.parent / "gpufleet.db").mkdir()  # a folder where the store should be: nothing to move aside
     rc, out, err = _run(capsys, monkeypatch, "record", str(run_dir), "n0", stdin=json.dumps(node_doc("n0", 0)).encode())
     assert rc == 0 and json.loads(out)["store"] is None
-    assert "is written, but indexing it into" in json.loads(out)["store_error"] and "not a gpufleet store" in err
+    assert "is written, but indexing it into" in json.loads(out)["store_error"] and "is a folder" in err
     assert json.loads((run_dir / "hosts" / "n0.json").read_text())["host"] == "n0"
 
 
@@ -159,3 +159,118 @@ def test_record_reads_stdin_as_a_command(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["results"] == len(node_doc("n0", 0)["results"])
+
+
+# ---------------------------------------------------------------- a damaged, foreign or missing store
+
+
+def _reported_run_with_baseline(capsys, monkeypatch, reports: Path) -> None:
+    """r1 reported and made the baseline, as a run with gpufleet_baseline_set leaves it."""
+    r1 = write_run(reports, "r1", {f"n{i}": node_doc(f"n{i}", i, started=R1[0]) for i in range(2)})
+    assert _run(capsys, monkeypatch, "report", str(r1), "--set-baseline")[0] == 0
+    assert json.loads((reports / "baseline.json").read_text())["run_id"] == "r1"
+
+
+def _aside(reports: Path) -> list[Path]:
+    return sorted(p for p in reports.iterdir() if p.name.startswith("gpufleet.db.damaged-"))
+
+
+def test_store_rebuild_moves_a_damaged_store_aside_and_brings_the_baseline_back(capsys, monkeypatch, tmp_path):
+    reports = tmp_path / "reports"
+    _reported_run_with_baseline(capsys, monkeypatch, reports)
+    garbage = b"garbage written over the store " * 200
+    (reports / "gpufleet.db").write_bytes(garbage)
+    rc, out, err = _run(capsys, monkeypatch, "store", "rebuild", "--reports-dir", str(reports))
+    assert rc == 0, err
+    [aside] = _aside(reports)
+    assert aside.read_bytes() == garbage  # kept, not lost
+    assert f"moved aside: {aside} (not a gpufleet store: file is not a database)" in out and "baseline: r1" in out
+    rc, out, _ = _run(capsys, monkeypatch, "history", "n0", "--reports-dir", str(reports), "--json")
+    hist = json.loads(out)
+    assert [r["run_id"] for r in hist["runs"]] == ["r1"] and hist["runs"][0]["verdict"] == "pass" and hist["baseline"] == "r1"
+
+
+def test_store_rebuild_moves_a_foreign_sqlite_file_aside(capsys, monkeypatch, tmp_path):
+    import sqlite3
+
+    reports = tmp_path / "reports"
+    write_run(reports, "r1", {"n0": node_doc("n0", 0, started=R1[0])})
+    conn = sqlite3.connect(reports / "gpufleet.db")
+    conn.execute("CREATE TABLE users (name TEXT)")
+    conn.commit()
+    conn.close()
+    rc, out, _ = _run(capsys, monkeypatch, "store", "rebuild", "--reports-dir", str(reports), "--json")
+    summary = json.loads(out)
+    assert rc == 0 and summary["runs"] == ["r1"] and summary["repair"]["what"] == "damaged"
+    assert "was not a gpufleet store (another SQLite database, tables users)" in summary["repair"]["note"]
+    [aside] = _aside(reports)
+    assert summary["repair"]["moved_aside"] == str(aside)
+    assert sqlite3.connect(aside).execute("SELECT name FROM sqlite_master").fetchall() == [("users",)]
+
+
+@pytest.mark.parametrize("damage", ["garbage", "deleted"])
+def test_the_next_run_repairs_the_store_and_its_report_says_so(capsys, monkeypatch, tmp_path, damage):
+    reports = tmp_path / "reports"
+    _reported_run_with_baseline(capsys, monkeypatch, reports)
+    db = reports / "gpufleet.db"
+    if damage == "garbage":
+        db.write_bytes(b"\x00garbage\xff" * 500)
+        for suffix in ("-wal", "-shm"):
+            Path(f"{db}{suffix}").unlink(missing_ok=True)
+    else:  # deleted the way an operator would: the file alone, its -wal and -shm left behind
+        db.unlink()
+    # The next run as the playbook makes it: the node documents recorded as they come, then the report.
+    r2 = write_run(reports, "r2", {}, started="2026-11-21T10:00:00Z")
+    for i in range(2):
+        rc, out, err = _run(capsys, monkeypatch, "record", str(r2), f"n{i}", stdin=json.dumps(node_doc(f"n{i}", i)).encode())
+        assert rc == 0 and json.loads(out)["store"] == str(db), err
+    rc, out, _ = _run(capsys, monkeypatch, "report", str(r2), "--json")
+    summary = json.loads(out)
+    assert summary["baseline"] == "r1" and summary["store"] == str(db)  # the baseline is back, not "no baseline set"
+    [problem] = summary["store_problems"]
+    assert "rebuilt by run r2" in problem and "2 run(s) re-indexed" in problem and "baseline r1 restored" in problem
+    if damage == "garbage":
+        [aside] = _aside(reports)
+        assert f"{db} was not a gpufleet store (file is not a database): moved aside to {aside}" in problem
+    else:
+        assert f"the store {db} did not exist" in problem and not _aside(reports)
+    rep = json.loads((r2 / "report.json").read_text())
+    assert rep["fleet"]["store"] == str(db) and rep["fleet"]["baseline"]["run_id"] == "r1"
+    assert rep["fleet"]["store_problems"] == [problem]
+    assert json.loads((r2 / "fleet.json").read_text())["store_problems"] == [problem]
+    md = (r2 / "report.md").read_text()
+    assert f"store {db}" in md and "baseline run r1" in md and "Store problem during this run:" in md and "rebuilt by run r2" in md
+    assert "Store problem during this run:" in (r2 / "report.html").read_text()
+    # The history is whole again: both runs, with their verdicts.
+    rc, out, _ = _run(capsys, monkeypatch, "history", "n0", "--reports-dir", str(reports), "--json")
+    assert [(r["run_id"], r["verdict"]) for r in json.loads(out)["runs"]] == [("r1", "pass"), ("r2", "pass")]
+    # A later run on the sound store has nothing to report about it.
+    r3 = write_run(reports, "r3", {"n0": node_doc("n0", 0)}, started="2099-01-01T00:00:00Z")
+    rc, out, _ = _run(capsys, monkeypatch, "report", str(r3), "--json")
+    assert json.loads(out)["store_problems"] == [] and json.loads(out)["baseline"] == "r1"
+
+
+def test_the_first_run_of_a_reports_folder_has_no_store_problem(capsys, monkeypatch, tmp_path):
+    r1 = write_run(tmp_path / "reports", "r1", {}, started=R1[0])
+    rc, out, _ = _run(capsys, monkeypatch, "record", str(r1), "n0", stdin=json.dumps(node_doc("n0", 0)).encode())
+    rc, out, _ = _run(capsys, monkeypatch, "report", str(r1), "--json")
+    assert rc == 0 and json.loads(out)["store_problems"] == [] and json.loads(out)["baseline"] is None
+
+
+def test_concurrent_records_repair_a_damaged_store_once(tmp_path):
+    """A run's nodes report at once: one `record` moves the damaged store aside and rebuilds it, the others use it."""
+    from gpufleet.fleet.store import Store
+
+    reports = tmp_path / "reports"
+    write_run(reports, "r1", {"n0": node_doc("n0", 0, started=R1[0])})
+    (reports / "gpufleet.db").write_bytes(b"not a store " * 400)
+    r2 = write_run(reports, "r2", {}, started="2026-11-21T10:00:00Z")
+    procs = [subprocess.Popen([sys.executable, "-m", "gpufleet", "record", str(r2), f"n{i}"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(6)]
+    for i, proc in enumerate(procs):
+        out, err = proc.communicate(json.dumps(node_doc(f"n{i}", i)), timeout=120)
+        assert proc.returncode == 0 and json.loads(out)["store"] == str(reports / "gpufleet.db"), err
+    assert len(_aside(reports)) == 1
+    with Store(reports / "gpufleet.db") as store:
+        assert {d["host"] for d in store.documents("r2") if d["ok"]} == {f"n{i}" for i in range(6)}
+        assert store.run("r1") and len(store.repairs_since(None)) == 1

@@ -7,7 +7,8 @@ One test, three real runs in a row, so that each scenario costs no run of its ow
    first run's folder keeps every byte;
    then a host document of run 1 is cut short: `gpufleet store rebuild` and `gpufleet report` name the file, and
    the run stays in the history;
-3. the replacement run `--limit node-c` with node-a and node-b as peers, node-b's sshd stopped: node-c's checks
+3. garbage written over the store, then the replacement run `--limit node-c` with node-a and node-b as peers,
+   node-b's sshd stopped: the store is moved aside and rebuilt (the report says so, the baseline is back); node-c's checks
    run, its NCCL run across nodes has node-a and node-c as members and names node-b as left out, node-a's figures
    go to peers/node-a.json (and into the report, beside node-c's), its own documents stay as they were, and node-c
    is compared with the baseline (run 1); node-a still held the lock of a run killed elsewhere on this controller:
@@ -125,6 +126,12 @@ def test_baseline_reused_run_id_corrupt_document_and_a_replacement_run_with_a_pe
     # ---- 3. node-c replaced: it runs alone, node-a joins its NCCL run as a known-good peer; node-b, the other peer
     # asked for, does not answer and is left out, named
     fleet.kill_sshd("node-b")
+    # Garbage written over the store between runs: the run moves it aside, rebuilds the store from the run
+    # folders (the baseline back from baseline.json) and says so in its report.
+    db = reports / "gpufleet.db"
+    for suffix in ("-wal", "-shm"):
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
+    db.write_bytes(b"garbage over the store " * 100)
     # node-a still carries the lock of a run killed from another reports folder of this controller: the
     # controller says that run's ansible-playbook is gone, so the peer is taken over, and that is said.
     gone = subprocess.Popen(["true"])
@@ -160,6 +167,10 @@ def test_baseline_reused_run_id_corrupt_document_and_a_replacement_run_with_a_pe
     report = doc(run3 / "report.json")
     assert set(report["nodes"]) == {"node-c"}
     assert report["fleet"]["baseline"]["run_id"] == first, report["fleet"]["baseline"]
+    (aside,) = reports.glob("gpufleet.db.damaged-*")
+    assert aside.read_bytes() == b"garbage over the store " * 100
+    (problem,) = report["fleet"]["store_problems"]
+    assert f"moved aside to {aside}" in problem and f"rebuilt by run {third}" in problem and f"baseline {first} restored" in problem, problem
     vs = fleet_result(report, "node-c", "node_vs_baseline")
     assert first in json.dumps(vs), vs
     # The peer's figures of the run across nodes are shown beside node-c's, and judge nothing.

@@ -92,6 +92,36 @@ def test_unknown_threshold_gives_the_engine_message(capsys):
     assert out["remedy"] == engine.REMEDY_INPUT
 
 
+@pytest.mark.parametrize("key, value, expected", [
+    ("hbm_copy_gbps_min", -1, "a number of at least 0"),
+    ("gpus_expected", -8, "an integer of at least 1"),
+    ("power_limit_min_ratio", 1.5, "a number from 0 to 1"),
+    ("fleet_below_baseline_fail_pct", 150, "a number from 0 to 100"),
+])
+def test_out_of_bounds_thresholds_are_refused_naming_the_key(capsys, key, value, expected):
+    """A negative minimum or a fraction over 1 would quietly turn a check off: the engine refuses it."""
+    out = run_module(gpu_health, {"python": sys.executable, "thresholds": {key: value}}, capsys)
+    assert out["failed"] is True and out["rc"] == 2
+    assert f"gpufleet_thresholds.{key} = {value!r} is out of bounds; expected {expected}" in out["msg"]
+
+
+def test_a_profile_file_out_of_bounds_is_refused_naming_file_and_key(tmp_path):
+    import shutil
+
+    from gpufleet import profiles
+
+    for path in (REPO / "files" / "profiles").glob("*.yml"):
+        shutil.copy(path, tmp_path)
+    h100 = tmp_path / "h100-sxm.yml"
+    h100.write_text(h100.read_text().replace("  gpus_expected:\n    value: 8", "  gpus_expected:\n    value: -8"))
+    with pytest.raises(profiles.ProfileError, match=rf"profile file {h100}: threshold 'gpus_expected' = -8; expected an integer of at least 1"):
+        profiles.resolve(None, profile_dir=tmp_path)
+    generic = tmp_path / "generic.yml"
+    generic.write_text(generic.read_text().replace("    type: str\n", "    type: str\n    min: 0\n", 1))
+    with pytest.raises(profiles.ProfileError, match="threshold 'driver_version_min' min = 0; expected a number, on an int or number"):
+        profiles.resolve(None, profile_dir=tmp_path)
+
+
 def test_wrong_threshold_type_gives_the_engine_message(capsys):
     out = run_module(gpu_health, {"python": sys.executable, "thresholds": {"gpus_expected": "eight"}}, capsys)
     assert out["failed"] is True

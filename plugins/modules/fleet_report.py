@@ -42,6 +42,8 @@ options:
     description:
       - The run history (SQLite store) the run is indexed in and compared with (C(gpufleet_history_db)).
       - Left out, C(gpufleet.db) beside the run folder.
+      - A store that is damaged or not a gpufleet store is moved aside (C(gpufleet.db.damaged-<UTC time>)) and, like a
+        missing one, rebuilt from the run folders first; the report lists that in C(store_problems).
     type: path
   baseline:
     description:

@@ -49,6 +49,8 @@ options:
     description:
       - The run history (SQLite store) the document is indexed in (C(gpufleet_history_db)); left out, C(gpufleet.db)
         beside the run folder.
+      - A store that is damaged or not a gpufleet store is moved aside (C(gpufleet.db.damaged-<UTC time>)) and, like a
+        missing one, rebuilt from the run folders before the document is indexed.
     type: path
   python:
     description:

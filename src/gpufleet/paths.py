@@ -9,6 +9,7 @@ users (FILE_MODE, DIR_MODE).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import tempfile
@@ -77,3 +78,19 @@ def write_atomic(path: Path | str, text: str, mode: int = FILE_MODE) -> Path:
             pass
         raise InputError(f"cannot write {path}: {exc.strerror or exc}; expected a writable folder with space left") from None
     return path
+
+
+@contextlib.contextmanager
+def folder_lock(folder: Path | str):
+    """One holder at a time of this folder (flock on the folder itself, so nothing is left beside its files)."""
+    import fcntl
+
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        raise InputError(f"cannot open {folder}: {exc.strerror}; expected a readable folder") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)

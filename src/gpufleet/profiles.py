@@ -1,9 +1,10 @@
 """Threshold profiles per GPU model, picked from the detected GPU name.
 
 `files/profiles/generic.yml` declares every threshold key with its default and
-source; a model profile overrides some keys; inventory overrides any key
-(`gpufleet_thresholds`). Unknown keys and wrong types are refused with a
-message that names the file or variable.
+source, and bounds numbers with `min` and `max`; a model profile overrides some
+keys; inventory overrides any key (`gpufleet_thresholds`). Unknown keys, wrong
+types and numbers out of bounds (a negative minimum, a fraction over 1) are
+refused with a message that names the file or variable and the key.
 """
 
 from __future__ import annotations
@@ -78,6 +79,18 @@ def _type_ok(kind: str, value: Any) -> bool:
     return value is None or _TYPES[kind](value)
 
 
+def _bounds_problem(entry: dict, value: Any) -> str | None:
+    """What a number outside the key's declared bounds (generic.yml's min and max) should have been; None when
+    it is inside them, null, or the key is not a number."""
+    lo, hi = entry.get("min"), entry.get("max")
+    if value is None or not _TYPES["number"](value) or ((lo is None or value >= lo) and (hi is None or value <= hi)):
+        return None
+    kind = "an integer" if entry["type"] == "int" else "a number"
+    if lo is not None and hi is not None:
+        return f"expected {kind} from {lo} to {hi}"
+    return f"expected {kind} of at least {lo}" if lo is not None else f"expected {kind} of at most {hi}"
+
+
 def load_all(profile_dir: Path | None = None) -> dict[str, dict]:
     profile_dir = Path(profile_dir) if profile_dir else default_profile_dir()
     profiles = {}
@@ -92,6 +105,10 @@ def load_all(profile_dir: Path | None = None) -> dict[str, dict]:
             raise ProfileError(
                 f"profile file {profiles[GENERIC]['path']}: threshold '{key}' needs a 'type', one of {', '.join(_TYPES)}"
             )
+        for bound in ("min", "max"):
+            if bound in entry and not (entry["type"] in ("int", "number") and _TYPES["number"](entry[bound])):
+                raise ProfileError(f"profile file {profiles[GENERIC]['path']}: threshold '{key}' {bound} = {entry[bound]!r}; "
+                                   "expected a number, on an int or number threshold only")
     for name, doc in profiles.items():
         for key, entry in doc["thresholds"].items():
             if key not in base:
@@ -100,6 +117,9 @@ def load_all(profile_dir: Path | None = None) -> dict[str, dict]:
                 raise ProfileError(
                     f"profile file {doc['path']}: threshold '{key}' = {entry['value']!r}; expected {base[key]['type']} or null"
                 )
+            why = _bounds_problem(base[key], entry["value"])
+            if why:
+                raise ProfileError(f"profile file {doc['path']}: threshold '{key}' = {entry['value']!r}; {why} (or null)")
     return profiles
 
 
@@ -158,6 +178,9 @@ def resolve(
         kind = profiles[GENERIC]["thresholds"][key]["type"]
         if not _type_ok(kind, value):
             raise ProfileError(f"gpufleet_thresholds.{key} = {value!r} has the wrong type; expected {kind} or null")
+        why = _bounds_problem(profiles[GENERIC]["thresholds"][key], value)
+        if why:
+            raise ProfileError(f"gpufleet_thresholds.{key} = {value!r} is out of bounds; {why} (or null)")
         thresholds[key] = {"value": value, "source": "inventory override (gpufleet_thresholds)"}
     return {
         "name": name,

@@ -35,11 +35,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def document(args) -> dict:
     from gpufleet import collect, engine, profiles, schema
     from gpufleet.cli import _json_arg
-    from gpufleet.finetune import results, worker
+    from gpufleet.errors import InputError
+    from gpufleet.finetune import config
 
+    # The config, its data and model paths and the thresholds are checked before torch and transformers load:
+    # a bad input is named on a machine that has neither, never a traceback of their import.
+    config.load(args.config)
+    overrides = _json_arg(args.thresholds, "--thresholds")
     readings = {"nvml": collect.nvml.read(), "host": collect.host.read()}
     profile = profiles.resolve(engine.first_gpu_name(readings), profile_name=args.profile,
-                               overrides=_json_arg(args.thresholds, "--thresholds"), profile_dir=args.profile_dir)
+                               overrides=overrides, profile_dir=args.profile_dir)
+    try:
+        from gpufleet.finetune import results, worker
+    except ImportError as exc:
+        raise InputError(f"the fine-tune needs torch in {sys.executable}, which cannot import it ({exc}); install "
+                         "gpufleet[bench,finetune] in the Python that runs it (gpufleet_python)") from None
     started, t0 = schema.utc_now(), time.monotonic()
     out = worker.run(args.config, nproc_per_node=args.nproc_per_node, nnodes=args.nnodes, node_rank=args.node_rank,
                      master_addr=args.master_addr, master_port=args.master_port, timeout_s=args.timeout_s,

@@ -4,12 +4,18 @@ Every key has a type and a default here; a config names only what differs. An un
 or a value of the wrong type, is refused with the file and the key named, so a typo never silently
 falls back to a default. Key names follow the seeds' training_config.yaml (Hugging Face
 TrainingArguments names in `training`).
+
+A model, tokenizer or data set from the Hugging Face hub is named explicitly, `hf://org/name`; anything else is
+a local path (relative: beside the config first, then the working folder), which must exist. So a mistyped
+path is an error naming it, never taken for a hub name. Loading a config imports neither torch nor transformers:
+`gpufleet finetune` checks it before they load.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +28,8 @@ ARCHITECTURES = ("qwen2-7b", "tiny-qwen2")
 LIGER_KERNELS = ("rope", "rms_norm", "swiglu", "fused_linear_cross_entropy")
 SDPA_BACKENDS = ("flash", "efficient", "cudnn", "math")
 REQUIRED = object()
+HUB = "hf://"  # the prefix of a hub repository: hf://org/name
+_HUB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
 
 
 def _int(min_=None):
@@ -81,8 +89,8 @@ def _opt(check):
 # section -> key -> (validator, default)
 SPEC: dict[str, dict[str, tuple]] = {
     "model": {
-        "name": (_str, REQUIRED),  # hub id or local directory
-        "tokenizer": (_opt(_str), None),  # hub id or directory; null: model.name
+        "name": (_str, REQUIRED),  # hf://org/name or a local directory; a label only with random_init
+        "tokenizer": (_opt(_str), None),  # hf://org/name or a local directory; null: model.name
         # Train a small byte-level BPE on the data set at start-up instead of loading one (no hub needed).
         "build_tokenizer": (_opt(_mapping), None),
         "torch_dtype": (_choice("bfloat16", "float16", "float32"), "bfloat16"),
@@ -131,7 +139,8 @@ SPEC: dict[str, dict[str, tuple]] = {
         "tensorboard": (_bool, True),
     },
     "data": {
-        "dataset_name": (_str, REQUIRED),  # hub id, a .json/.jsonl file, or a directory (relative: to this file first)
+        # hf://org/name, a .json/.jsonl file, or a directory (relative: beside this file first)
+        "dataset_name": (_str, REQUIRED),
         "dataset_config": (_opt(_str), None),
         "split": (_str, "train"),
         "format": (_choice("glaive"), "glaive"),
@@ -217,14 +226,39 @@ def _cross_checks(cfg: dict, path: Path) -> None:
             good, what = BUILD_TOKENIZER_KEYS[key](val)
             if not good:
                 raise _fail(path, f"model.build_tokenizer.{key}", f"must be {what}; got {val!r}")
-    name = cfg["data"]["dataset_name"]
-    if not Path(name).is_absolute() and (path.parent / name).exists():
-        cfg["data"]["dataset_name"] = str((path.parent / name).resolve())  # shipped beside the config
     ds = cfg["distributed"]["deepspeed"]
     if ds:
         ds_path = Path(ds) if Path(ds).is_absolute() else (path.parent / ds).resolve()
         cfg["distributed"]["deepspeed_config"] = _load_deepspeed(ds_path, path)
         cfg["distributed"]["deepspeed"] = str(ds_path)
+    if not m["random_init"]:
+        _hub_or_local(cfg, path, "model", "name", "model")
+    if m["tokenizer"]:
+        _hub_or_local(cfg, path, "model", "tokenizer", "tokenizer")
+    _hub_or_local(cfg, path, "data", "dataset_name", "data set")
+    data_file = Path(cfg["data"]["dataset_name"])
+    if cfg["data"]["dataset_name_source"] == "local" and data_file.is_file() and data_file.suffix not in (".json", ".jsonl"):
+        raise _fail(path, "data.dataset_name", f"names the file {data_file}; a local data file must be .json or .jsonl")
+
+
+def _hub_or_local(cfg: dict, path: Path, section: str, key: str, what: str) -> None:
+    """cfg[section][key] as what loads it: the hub repository after hf://, or the local path resolved (beside the
+    config first, then the working folder), which must exist; cfg[section][key + "_source"]: hub or local."""
+    value = cfg[section][key]
+    if value.startswith(HUB):
+        name = value[len(HUB):]
+        if not _HUB_NAME.fullmatch(name):
+            raise _fail(path, f"{section}.{key}", f"is {value!r}; expected {HUB}org/name (a hub repository) or a local path")
+        cfg[section][key], cfg[section][f"{key}_source"] = name, "hub"
+        return
+    given = Path(value).expanduser()
+    tried = [given] if given.is_absolute() else [(path.parent / given).resolve(), given.resolve()]
+    found = next((t for t in tried if t.exists()), None)
+    if found is None:
+        hint = f"; a hub {what} is named {HUB}{value}" if _HUB_NAME.fullmatch(value) and "/" in value else ""
+        raise _fail(path, f"{section}.{key}", f"names {value!r}, which does not exist (looked for "
+                    f"{' and '.join(str(t) for t in dict.fromkeys(tried))}); expected a local path that exists or {HUB}org/name{hint}")
+    cfg[section][key], cfg[section][f"{key}_source"] = str(found), "local"
 
 
 def _load_deepspeed(ds_path: Path, path: Path) -> dict:

@@ -132,23 +132,22 @@ def wrap_tokenizer(tokenizer_json: str):
     return fast
 
 
-def load_records(name: str, *, config_name: str | None = None, split: str = "train"):
-    """A `datasets.Dataset` from a .json/.jsonl file, a saved or plain data directory, or a hub id."""
+def load_records(name: str, *, hub: bool = False, config_name: str | None = None, split: str = "train"):
+    """A `datasets.Dataset` from a .json/.jsonl file, a saved or plain data directory, or (hub) a hub repository.
+    The config (config.py) has checked the name: a local path exists, a hub one was written hf://org/name."""
     import datasets
 
+    if hub:
+        return datasets.load_dataset(name, config_name, split=split)
     path = Path(name).expanduser()
     if path.is_file():
-        if path.suffix not in (".json", ".jsonl"):
-            raise InputError(f"data.dataset_name {name}: a local file must be .json or .jsonl")
         return datasets.load_dataset("json", data_files=str(path), split="train")
     if path.is_dir():
         if (path / "dataset_info.json").is_file() and (path / "state.json").is_file():
             ds = datasets.load_from_disk(str(path))
             return ds[split] if isinstance(ds, datasets.DatasetDict) else ds
         return datasets.load_dataset(str(path), config_name, split=split)
-    if name.startswith(("/", "./", "../")):
-        raise InputError(f"data.dataset_name {name}: no such file or directory")
-    return datasets.load_dataset(name, config_name, split=split)  # a hub id
+    raise InputError(f"data.dataset_name {name}: no such file or directory (a hub data set is named hf://org/name)")
 
 
 def split_indices(n: int, eval_samples: int, seed: int, max_samples: int | None = None, *,

@@ -159,7 +159,8 @@ def worker(config_path: str, out_path: str, max_steps: int | None = None, output
     # Local rank 0 of each node loads first (a hub download lands in the cache once), then the others read the cache.
     if world > 1 and local_rank != 0:
         dist.barrier()
-    records = data.load_records(d["dataset_name"], config_name=d["dataset_config"], split=d["split"])
+    records = data.load_records(d["dataset_name"], hub=d["dataset_name_source"] == "hub", config_name=d["dataset_config"],
+                                split=d["split"])
     if world > 1 and local_rank == 0:
         dist.barrier()
     train_idx, eval_idx = data.split_indices(len(records), d["eval_samples"], t["seed"], d["max_samples"], source=d["dataset_name"])

@@ -12,7 +12,6 @@ for the others.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
@@ -42,23 +41,6 @@ def _print(doc, as_json: bool, text: str) -> None:
 
 
 # ---------------------------------------------------------------- record
-
-
-@contextlib.contextmanager
-def _folder_lock(folder: Path):
-    """One writer per folder at a time: the read, merge and write of two `record`s never interleave. The folder
-    itself is locked, so nothing is left beside the documents."""
-    import fcntl
-
-    try:
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError as exc:
-        raise InputError(f"cannot open {folder}: {exc.strerror}; expected a readable run folder") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
 
 
 def _attempt(run_dir: Path) -> int:
@@ -96,7 +78,7 @@ def record(run_dir: Path, host: str, new_doc: dict, replace_groups: list[str] | 
     groups = list(dict.fromkeys(replace_groups or []))
     kept_aside = None
     attempt = _attempt(run_dir)
-    with _folder_lock(hosts_dir):
+    with paths.folder_lock(hosts_dir):  # the read, merge and write of two `record`s never interleave
         merged = dict(new_doc)
         if path.exists():
             try:
@@ -136,7 +118,7 @@ def cmd_record(args) -> int:
     import sqlite3
 
     from gpufleet import report
-    from gpufleet.fleet.store import Store, default_path, read_run_info
+    from gpufleet.fleet.store import default_path, open_for_run, read_run_info
 
     run_dir = Path(args.run_dir)
     raw = sys.stdin.buffer.read()
@@ -148,7 +130,7 @@ def cmd_record(args) -> int:
     if not args.no_store:
         db = Path(args.db) if args.db else default_path(run_dir.resolve().parent)
         try:
-            with Store(db) as store:
+            with open_for_run(db, run_dir) as store:
                 store.upsert_run(done["run_id"], run_dir.resolve(), read_run_info(run_dir))
                 raw = Path(done["path"]).read_bytes()
                 merged, why = report.parse_host_doc(raw)
@@ -246,15 +228,28 @@ def cmd_baseline(args) -> int:
 
 
 def cmd_store(args) -> int:
-    from gpufleet.fleet.store import Store
+    from gpufleet import paths
+    from gpufleet.fleet.store import DamagedStore, Store, repair
 
     reports_dir = Path(args.reports_dir or DEFAULT_REPORTS_DIR)
     if not reports_dir.is_dir():
         raise InputError(f"reports directory {reports_dir} does not exist; expected the folder holding the run folders "
                          "(--reports-dir, default ./reports)")
-    with Store(_store_path(args), create=True) as store:
-        summary = store.rebuild(reports_dir)
+    path = _store_path(args)
+    if not path.parent.is_dir():
+        Store(path).close()  # names the missing folder
+    with paths.folder_lock(path.parent):  # not while a run repairs it
+        damage = None
+        if path.exists():
+            try:
+                Store(path).close()
+            except DamagedStore as exc:
+                damage = exc
+        summary = repair(path, reports_dir, damage, by="gpufleet store rebuild")
+    moved = (summary["repair"] or {}).get("moved_aside")
     text = [f"store {summary['store']} rebuilt from {summary['reports_dir']}: {len(summary['runs'])} run(s)"]
+    if moved:
+        text.append(f"  moved aside: {moved} ({f'not a gpufleet store: {damage.cause}' if damage else 'left of a removed store'})")
     text += [f"  unreadable: run {u['run_id']}, {u['host']}: {u['reason']}" for u in summary["unreadable"]]
     text += [f"  missing: run {m['run_id']}, {m['host']}: no host document" for m in summary["missing"]]
     text.append(f"baseline: {summary['baseline'] or 'none'}")

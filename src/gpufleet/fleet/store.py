@@ -20,6 +20,12 @@ Tables (a null GPU index means a node-level row):
     gpu_flags      run_id, host, gpu_index, uuid, serial, check_id, status, reason, failure_class
     sdc_hashes     run_id, host, gpu_index, uuid, serial, comparable (JSON of what must be equal), computation, sha256
     baseline       run_id, set_at, cleared_at (the current baseline: the row not cleared)
+    repairs        at, what (damaged | missing | rebuild), moved_aside, runs, baseline, note: each rebuild, so the
+                   report of a run during which the store was repaired says so
+
+A damaged or foreign file at the store's path (garbage, a cut-short file, another application's SQLite) is
+moved aside as <name>.damaged-<UTC time> and the store rebuilt from the run folders; a missing store is rebuilt
+before a run indexes into it (`open_for_run`, `repair`), so history and the baseline come back.
 
 Schema version 2 added failure_class (failure_class.py: hardware, environment, configuration, software) to results
 and gpu_flags, and the table sdc_hashes; a version 1 store is migrated when opened (rows indexed before carry
@@ -78,6 +84,8 @@ CREATE TABLE IF NOT EXISTS sdc_hashes (
     run_id TEXT NOT NULL, host TEXT NOT NULL, gpu_index INTEGER, uuid TEXT, serial TEXT, comparable TEXT NOT NULL,
     computation TEXT NOT NULL, sha256 TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS sdc_comparable ON sdc_hashes (comparable, computation);
+CREATE TABLE IF NOT EXISTS repairs (
+    at TEXT NOT NULL, what TEXT NOT NULL, moved_aside TEXT, runs INTEGER, baseline TEXT, note TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS documents_host ON documents (host);
 CREATE INDEX IF NOT EXISTS results_run_host ON results (run_id, host);
 CREATE INDEX IF NOT EXISTS gpus_uuid ON gpus (uuid);
@@ -89,6 +97,19 @@ CREATE INDEX IF NOT EXISTS counters_run_host ON counters (run_id, host);
 CREATE INDEX IF NOT EXISTS flags_uuid ON gpu_flags (uuid);
 CREATE INDEX IF NOT EXISTS flags_serial ON gpu_flags (serial);
 """
+
+
+class DamagedStore(InputError):
+    """The file at the store's path is no gpufleet store: garbage, a cut-short file, another application's SQLite.
+    `cause`: what was found, in a few words."""
+
+    def __init__(self, message: str, cause: str):
+        super().__init__(message)
+        self.cause = cause
+
+
+# SQLite errors that say nothing about the file's content: the store is busy or cannot be reached, not damaged.
+_NOT_DAMAGE = ("locked", "busy", "unable to open", "readonly", "disk i/o", "full")
 
 
 def default_path(reports_dir: Path | str) -> Path:
@@ -133,8 +154,10 @@ class Store:
             self._setup()
         except sqlite3.DatabaseError as exc:
             self.conn.close()
-            raise InputError(f"{self.path} is not a gpufleet store: {exc}; expected the SQLite file a run or "
-                             "`gpufleet store rebuild` makes") from None
+            if isinstance(exc, sqlite3.OperationalError) and any(w in str(exc).lower() for w in _NOT_DAMAGE):
+                raise InputError(f"cannot use the store {self.path}: {exc}") from None
+            raise DamagedStore(f"{self.path} is not a gpufleet store: {exc}; expected the SQLite file a run or "
+                               "`gpufleet store rebuild` makes (both move a damaged one aside)", str(exc)) from None
         except InputError:
             self.conn.close()
             raise
@@ -144,8 +167,9 @@ class Store:
     def _setup(self) -> None:
         tables = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if tables and "gpufleet_meta" not in tables:
-            raise InputError(f"{self.path} is an SQLite database but not a gpufleet store (no gpufleet_meta table; it holds "
-                             f"{', '.join(sorted(tables)[:5])}); expected the file a run or `gpufleet store rebuild` makes")
+            held = ", ".join(sorted(tables)[:5])
+            raise DamagedStore(f"{self.path} is an SQLite database but not a gpufleet store (no gpufleet_meta table; it holds "
+                               f"{held}); expected the file a run or `gpufleet store rebuild` makes", f"another SQLite database, tables {held}")
         self._wal()
         with self.write() as c:
             for stmt in _DDL.strip().split(";"):
@@ -160,7 +184,8 @@ class Store:
                 self._migrate(c)
                 meta["schema_version"] = str(SCHEMA_VERSION)
         if meta.get("application") != APPLICATION:
-            raise InputError(f"{self.path} is not a gpufleet store (application {meta.get('application')!r} in gpufleet_meta)")
+            raise DamagedStore(f"{self.path} is not a gpufleet store (application {meta.get('application')!r} in gpufleet_meta)",
+                               f"the store of application {meta.get('application')!r}")
         version = meta.get("schema_version")
         if not str(version).isdigit() or int(version) > SCHEMA_VERSION:
             raise InputError(f"store {self.path} has schema version {version}; this gpufleet reads version {SCHEMA_VERSION} "
@@ -433,6 +458,18 @@ class Store:
             if rep.get("verdict") in schema.STATUSES:
                 self.record_verdicts(run_id, rep["verdict"], nodes, rep.get("generated"))
 
+    def log_repair(self, what: str, note: str, *, moved_aside: Path | None, runs: int, baseline: str | None) -> dict:
+        row = {"at": schema.utc_now(), "what": what, "moved_aside": str(moved_aside) if moved_aside else None,
+               "runs": runs, "baseline": baseline, "note": note}
+        with self.write() as c:
+            c.execute("INSERT INTO repairs VALUES (:at, :what, :moved_aside, :runs, :baseline, :note)", row)
+        return row
+
+    def repairs_since(self, since: str | None) -> list[dict]:
+        """The store's repairs (damaged or missing, rebuilt) at or after `since` (a run's start), oldest first."""
+        return [dict(r) for r in self.conn.execute(
+            "SELECT * FROM repairs WHERE what <> 'rebuild' AND at >= ? ORDER BY at", (since or "",))]
+
     # ------------------------------------------------------------ baseline
 
     def set_baseline(self, run_id: str) -> dict:
@@ -605,6 +642,78 @@ def _flag_row(row) -> dict:
     group, _, check = f["check_id"].rpartition(".")
     f["class"] = f.pop("failure_class") or failure_class.default(check, f["status"], group or None)
     return f
+
+
+# ---------------------------------------------------------------- repair
+
+
+def _move_aside(path: Path, label: str) -> Path | None:
+    """path (and its -wal and -shm) renamed to <name>.<label>-<UTC time>[-wal|-shm]; the new name of path, or of
+    the first file moved when path itself is gone (a -wal left behind would be replayed into a new store)."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    aside, n = path.with_name(f"{path.name}.{label}-{stamp}"), 1
+    while any(Path(f"{aside}{s}").exists() for s in ("", "-wal", "-shm")):
+        aside, n = path.with_name(f"{path.name}.{label}-{stamp}-{n}"), n + 1
+    first = None
+    for suffix in ("", "-wal", "-shm"):
+        src = Path(f"{path}{suffix}")
+        if src.exists():
+            try:
+                os.replace(src, Path(f"{aside}{suffix}"))
+            except OSError as exc:
+                raise InputError(f"cannot move {src} aside to {aside}{suffix}: {exc.strerror}; expected a writable folder") from None
+            first = first or Path(f"{aside}{suffix}")
+    return first
+
+
+def repair(path: Path | str, reports_dir: Path | str, damage: DamagedStore | None = None, *, by: str,
+           own_run: str | None = None) -> dict:
+    """Rebuild the store at path from the run folders under reports_dir. A damaged store (`damage`) is moved aside
+    first; a missing one is created (any -wal or -shm left of it moved aside). The caller holds
+    paths.folder_lock(path's folder). Returns rebuild()'s summary with "repair": the row logged in the store
+    (None for the first store of a reports folder: a missing store with no run but `own_run` and no baseline.json)."""
+    path = Path(path)
+    missing = damage is None and not path.exists()
+    moved = _move_aside(path, "damaged" if damage else "orphan") if damage or missing else None
+    with Store(path) as store:
+        summary = store.rebuild(reports_dir)
+        others = [r for r in summary["runs"] if r != own_run]
+        what = "damaged" if damage else "missing" if missing else "rebuild"
+        base = summary["baseline"]
+        rebuilt = (f"rebuilt by {by} from the run folders of {summary['reports_dir']}: {len(summary['runs'])} run(s) re-indexed, "
+                   + (f"baseline {base} restored from {BASELINE_FILE}" if base and what != "rebuild" else f"baseline {base or 'none'}"))
+        if damage:
+            note = f"{path} was not a gpufleet store ({damage.cause}): moved aside to {moved}; the store {rebuilt}"
+        elif missing:
+            note = f"the store {path} did not exist{f' (its {moved.name} moved aside)' if moved else ''}; it was {rebuilt}"
+        else:
+            note = f"the store {path} was {rebuilt}"
+        first_store = missing and not others and not base
+        summary["repair"] = None if first_store else store.log_repair(what, note, moved_aside=moved, runs=len(summary["runs"]), baseline=base)
+    return summary
+
+
+def open_for_run(path: Path | str, run_dir: Path | str) -> Store:
+    """The store a run indexes into, repaired first: a damaged or foreign file is moved aside and a missing store
+    rebuilt from the run folders beside run_dir (history and baseline back) before anything is indexed. The
+    records of a run's nodes come at once: one process repairs, the others wait for it and use its store."""
+    from gpufleet import paths
+
+    path, run_dir = Path(path), Path(run_dir).resolve()
+    if path.exists() or not path.parent.is_dir():
+        try:
+            return Store(path)
+        except DamagedStore:
+            pass
+    with paths.folder_lock(path.parent):
+        damage = None
+        if path.exists():
+            try:
+                return Store(path)  # repaired by another process while this one waited
+            except DamagedStore as exc:
+                damage = exc
+        repair(path, run_dir.parent, damage, by=f"run {run_dir.name}", own_run=run_dir.name)
+    return Store(path)
 
 
 # ---------------------------------------------------------------- files beside the store and in run folders

@@ -401,7 +401,8 @@ def fleet_note(report: dict) -> str:
     cpu = any(r.get("cpu") for r in fleet.get("view") or [])
     return (f"Each node's figure (slowest GPU where it is per GPU) against this run's fleet median and {against}; "
             f"{store}. WARN and FAIL mark outliers, which the node's fleet.* results explain."
-            + (" CPU run: a logic check, not a performance figure." if cpu else ""))
+            + (" CPU run: a logic check, not a performance figure." if cpu else "")
+            + "".join(f" Store problem during this run: {p}." for p in fleet.get("store_problems") or []))
 
 
 def node_versions_text(node: dict) -> str:
@@ -462,6 +463,7 @@ def summarize(report: dict, files: dict) -> dict:
         "files": files,
         "store": fleet.get("store"),
         "store_note": fleet.get("store_note"),
+        "store_problems": fleet.get("store_problems") or [],
         "baseline": (fleet.get("baseline") or {}).get("run_id"),
         "drain": fleet.get("drain") or [],
         "prometheus": fleet.get("prometheus") or {},
@@ -477,10 +479,10 @@ def _open_store(run_dir: Path, db: Path | str | None, use_store: bool):
     if not use_store:
         return None, "no store: the report was made with --no-store, so there is no history or baseline to compare with"
     if db is not None:
-        return fleet_store.Store(Path(db)), None
+        return fleet_store.open_for_run(Path(db), run_dir), None
     path = fleet_store.default_path(run_dir.resolve().parent)
     try:
-        return fleet_store.Store(path), None
+        return fleet_store.open_for_run(path, run_dir), None
     except InputError as exc:
         return None, f"no store: {exc}"
 
@@ -510,6 +512,7 @@ def _fleet_document(report: dict, fleet: dict, drain: list[str]) -> dict:
         "generated": report["generated"],
         "store": report["fleet"]["store"],
         "store_note": report["fleet"]["store_note"],
+        "store_problems": report["fleet"]["store_problems"],
         "baseline": fleet["baseline"],
         "nodes": {
             host: {"verdict": report["nodes"][host]["verdict"], "results": results,
@@ -559,6 +562,8 @@ def build(
             except (InputError, sqlite3.Error) as exc:  # locked past its timeout, a full disk: the report still comes
                 store.close()
                 store, store_note = None, f"no store: {store.path} could not be written ({exc}); history and baseline comparisons skip"
+        # What happened to the store since the run started (moved aside, rebuilt): the report says so.
+        store_problems = [r["note"] for r in store.repairs_since(fleet_store.read_run_info(run_dir).get("started"))] if store else []
         chosen = _choose_baseline(run_dir, store, baseline)
         readable = {n["host"]: {"results": n["results"], "profile": n[_DOC_PROFILE]} for n in nodes if _DOC_PROFILE in n}
         fleet = compare.evaluate(run_id, readable, store=store, store_note=store_note, baseline=chosen)
@@ -573,6 +578,7 @@ def build(
         report["fleet"] = {
             "store": str(store.path) if store is not None else None,
             "store_note": store_note,
+            "store_problems": store_problems,
             "baseline": fleet["baseline"],
             "fleet_medians": fleet["fleet_medians"],
             "baseline_medians": fleet["baseline_medians"],
@@ -635,6 +641,7 @@ def summary_text(summary: dict) -> str:
         lines.append(f"store:  {summary['store']}{base}")
     elif summary.get("store_note"):
         lines.append(summary["store_note"])
+    lines += [f"store problem: {p}" for p in summary.get("store_problems") or []]
     if summary.get("prometheus_note"):
         lines.append(summary["prometheus_note"])
     return "\n".join(lines)

@@ -248,11 +248,10 @@ def _fleet_section(report: dict, anchors: dict[str, str]) -> str:
     fleet = report.get("fleet")
     if not fleet:
         return ""
-    out = ["<h2>Fleet</h2>"]
+    out = ["<h2>Fleet</h2>", f'<p class="meta">{_e(fleet_note(report))}</p>']  # the store and baseline used, even with no figures
     columns = fleet_columns(report)
     rows = fleet.get("view") or []
     if columns:
-        out.append(f'<p class="meta">{_e(fleet_note(report))}</p>')
         head = "".join(f"<th>{_e(title)} ({_e(unit or '')})</th>" for _, title, unit in columns)
         out.append(f'<table class="fleet"><thead><tr><th>node</th>{head}</tr></thead><tbody>')
         tops = {col: max((r["columns"][col]["value"] for r in rows if r["columns"].get(col)), default=0) for col, _, _ in columns}

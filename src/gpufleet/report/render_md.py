@@ -127,10 +127,9 @@ def _fleet_section(report: dict) -> list[str]:
     fleet = report.get("fleet")
     if not fleet:
         return []
-    lines = ["## Fleet", ""]
+    lines = ["## Fleet", "", _inline(fleet_note(report)), ""]  # the store and baseline used, even with no figures
     columns = fleet_columns(report)
     if columns:
-        lines += [_inline(fleet_note(report)), ""]
         lines.append("| node | " + " | ".join(f"{_inline(title)} ({_inline(unit or '')})" for _, title, unit in columns) + " |")
         lines.append("| --- | " + " | ".join("---:" for _ in columns) + " |")
         for row in fleet.get("view") or []:
