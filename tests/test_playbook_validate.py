@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -27,10 +29,14 @@ BIN = Path(sys.executable).parent
 GROUPS = ("gpu_inventory", "gpu_health", "host_hygiene")
 
 
+def playbook_env(tmp_path: Path) -> dict:
+    return dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
+                ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+
+
 def run_validate(tmp_path: Path, *extra: str, inventory: str = "inventory/local") -> tuple[subprocess.CompletedProcess, Path]:
     run_id = f"test-{uuid.uuid4().hex[:12]}"
-    env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
-               ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+    env = playbook_env(tmp_path)
     cmd = [str(BIN / "ansible-playbook"), "validate.yml", "-i", inventory,
            "-e", f"gpufleet_run_id={run_id}", "-e", f"gpufleet_reports_dir={tmp_path}",
            # A lock of the test's own: tests running at once on this machine would otherwise hold its node.
@@ -164,3 +170,74 @@ def test_relative_gpufleet_python_is_refused_with_its_name(tmp_path):
     assert proc.returncode != 0, out
     assert "gpufleet_python for localhost must be the absolute path of a Python interpreter" in out
     assert '"venv/bin/python"' in out
+
+
+# ---------------------------------------------------------------- one run per node, and the lock given back
+
+
+def measured(doc: dict) -> bool:
+    return any(r["group"] in GROUPS for r in doc["results"])
+
+
+@pytest.mark.parametrize("folders", ["one reports folder", "two reports folders"])
+def test_two_runs_at_once_on_one_node_measure_it_once(tmp_path, folders):
+    # The operator's command, with the reports folders and the lock file in tmp_path (the same lock for both).
+    reports = {i: tmp_path / ("reports" if folders == "one reports folder" else f"reports{i}") for i in (1, 2)}
+    script = " ".join(
+        f"ansible-playbook validate.yml -i inventory/local -e '{{\"gpufleet_benchmarks\": []}}' -e gpufleet_run_id=c{i} "
+        f"-e gpufleet_reports_dir={reports[i]} -e gpufleet_lock_path={tmp_path / 'node.lock'} > {tmp_path}/out{i} 2>&1 &"
+        for i in (1, 2)) + " wait"
+    subprocess.run(["bash", "-c", script], cwd=REPO, env=playbook_env(tmp_path), timeout=600, check=True)
+    out = {i: (tmp_path / f"out{i}").read_text() for i in (1, 2)}
+    docs = {i: host_doc(reports[i] / f"c{i}", "localhost") for i in (1, 2)}
+
+    winners = [i for i in (1, 2) if measured(docs[i])]
+    assert len(winners) == 1, out
+    loser = 3 - winners[0]
+    lock_result = next(r for r in docs[loser]["results"] if r["check"] == "node_lock")
+    assert lock_result["status"] == "error", lock_result
+    assert f"the node is held by run 'c{winners[0]}'" in lock_result["reason"], lock_result
+    assert docs[loser]["results"] == [lock_result], "the run that does not hold the node must not measure it"
+    won = next(r for r in docs[winners[0]]["results"] if r["check"] == "node_lock")
+    assert won["status"] == "pass" and "took over" not in won["reason"], won
+    assert not (tmp_path / "node.lock").exists(), "the winner gives the lock back"
+
+
+def wait_for(condition, what: str, timeout_s: float = 240):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = condition()
+        if got:
+            return got
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_an_interrupted_run_leaves_no_lock_in_the_way(tmp_path):
+    lock_path = tmp_path / "node.lock"
+    cmd = [str(BIN / "ansible-playbook"), "validate.yml", "-i", "inventory/local", "-e", '{"gpufleet_benchmarks": []}',
+           "-e", "gpufleet_run_id=stopped", "-e", f"gpufleet_reports_dir={tmp_path / 'reports1'}",
+           "-e", f"gpufleet_lock_path={lock_path}"]
+    # Its own process group, as in a terminal: Ctrl-C sends SIGINT to the whole foreground group.
+    proc = subprocess.Popen(cmd, cwd=REPO, env=playbook_env(tmp_path), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        wait_for(lambda: lock_path.exists() and '"stopped"' in lock_path.read_text(), "the run to take the node lock")
+        os.killpg(proc.pid, signal.SIGINT)
+        out = proc.communicate(timeout=240)[0]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode != 0, out
+    left = lock_path.exists()
+
+    # The next run, from another reports folder, measures the node at once: no lease to wait out.
+    proc, run_dir = run_validate(tmp_path / "reports2", "-e", json.dumps({"gpufleet_benchmarks": []}),
+                                 "-e", f"gpufleet_lock_path={lock_path}")
+    doc = host_doc(run_dir, "localhost")
+    assert measured(doc), output(proc)
+    lock_result = next(r for r in doc["results"] if r["check"] == "node_lock")
+    assert lock_result["status"] == "pass", lock_result
+    if left:
+        assert ("took over the stale lock of run stopped: its run was stopped: the controller's ansible-playbook "
+                "process for it is gone") in lock_result["reason"], lock_result

@@ -147,7 +147,7 @@ def cmd_lock(args) -> int:
     if args.lock_command == "acquire":
         controller = _json_arg(args.controller, "--controller")
         out = lock.acquire(args.path, args.run_id, args.holder, args.ttl_s, controller=controller,
-                           dead_runs=args.dead_run or [])
+                           dead_runs=args.dead_run or [], wait_s=args.wait_s)
     elif args.lock_command == "heartbeat":
         out = lock.heartbeat(args.path, args.run_id, args.holder)
     elif args.lock_command == "release":
@@ -235,6 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
             one.add_argument("--ttl-s", type=float, required=True, help="seconds the lease lasts unless given back")
             one.add_argument("--controller", help="JSON of the controller that runs the run (gpufleet run start)")
             one.add_argument("--dead-run", action="append", help="a run the controller knows was killed (repeatable)")
+            one.add_argument("--wait-s", type=float, default=0,
+                             help="seconds to wait while another run holds the node (gpufleet_lock_wait_s; default 0)")
         one.set_defaults(func=cmd_lock)
 
     r = sub.add_parser("report", help="aggregate RUN_DIR/hosts/*.json into report.{json,md,html} and junit.xml")
