@@ -241,3 +241,61 @@ def test_an_interrupted_run_leaves_no_lock_in_the_way(tmp_path):
     if left:
         assert ("took over the stale lock of run stopped: its run was stopped: the controller's ansible-playbook "
                 "process for it is gone") in lock_result["reason"], lock_result
+
+
+RELEASE_AFTER_FAILURE = """
+- hosts: localhost:gpu_nodes
+  gather_facts: false
+  tasks:
+    - ansible.builtin.include_role:
+        name: gpufleet.cluster.validate_node
+        tasks_from: run_prepare
+      vars:
+        gpufleet_run_hosts: "{{ groups['gpu_nodes'] }}"
+        gpufleet_run_playbook: validate
+- hosts: gpu_nodes
+  gather_facts: false
+  tasks:
+    - ansible.builtin.include_role:
+        name: gpufleet.cluster.validate_node
+        tasks_from: lock_take
+    - name: A stage fails on one node (Ansible leaves it out of every later play)
+      ansible.builtin.fail:
+        msg: failed on purpose
+      when: inventory_hostname == 'node-failed'
+    - name: Another node stops answering (its address now an ssh port that is closed)
+      ansible.builtin.set_fact:
+        ansible_connection: ssh
+        ansible_host: 127.0.0.1
+        ansible_port: 1
+        ansible_ssh_common_args: -o ConnectTimeout=5 -o BatchMode=yes
+      when: inventory_hostname == 'node-lost'
+"""
+
+
+def test_a_failed_run_gives_back_every_lock_it_can_reach_and_names_the_others(tmp_path):
+    if shutil.which("ssh") is None:
+        pytest.skip("the ssh client is needed to reach a node over ssh (Debian: apt-get install openssh-client)")
+    local = {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+             "gpufleet_python": "{{ ansible_playbook_python }}"}
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {
+        "node-a": local, "node-failed": local, "node-lost": local}}}}}))
+    # The play that gives the nodes back, as validate.yml has it.
+    release_play = (REPO / "playbooks" / "validate.yml").read_text().split("- name: Give the nodes back")[1]
+    release_play = "- name: Give the nodes back" + release_play.split("\n- name:")[0]
+    playbook = tmp_path / "failing.yml"
+    playbook.write_text(RELEASE_AFTER_FAILURE + release_play.replace("gpufleet_validate_hosts", "groups['gpu_nodes']"))
+    lock_path = tmp_path / "node.lock"
+    proc = subprocess.run([str(BIN / "ansible-playbook"), str(playbook), "-i", str(inventory),
+                           "-e", "gpufleet_run_id=failing", "-e", f"gpufleet_reports_dir={tmp_path / 'reports'}",
+                           "-e", f"gpufleet_lock_path={lock_path}"],
+                          cwd=REPO, env=playbook_env(tmp_path), capture_output=True, text=True, timeout=300)
+    out = output(proc)
+
+    assert "Give the node lock back for each node an earlier play failed" in out, out
+    # The lock file is shared by the three (one machine): only the node that did not answer still holds it.
+    assert sorted(json.loads(lock_path.read_text())["holders"]) == ["node-lost"], out
+    attempt = json.loads((tmp_path / "reports" / "failing" / "run.json").read_text())["attempts"][-1]
+    assert list(attempt["locks_not_given_back"]) == ["node-lost"], attempt
+    assert "could not give back the node lock of run failing on 1 node(s)" in out and "node-lost (" in out, out

@@ -141,6 +141,15 @@ def cmd_run_alive(args) -> int:
     return 0
 
 
+def cmd_run_locks_kept(args) -> int:
+    from gpufleet import runs  # controller side
+
+    kept = _json_arg(args.kept, "--kept")
+    runs.record_locks_kept(Path(args.run_dir), kept)
+    print(json.dumps({"locks_not_given_back": kept}, sort_keys=True))
+    return 0
+
+
 def cmd_lock(args) -> int:
     from gpufleet import lock
 
@@ -220,6 +229,10 @@ def build_parser() -> argparse.ArgumentParser:
     ra = run_sub.add_parser("alive", help="whether a run's controller process (a lock's `controller`) still runs here")
     ra.add_argument("--controller", required=True, help="the controller record, JSON: host, pid, started_ticks, boot_id")
     ra.set_defaults(func=cmd_run_alive)
+    rk = run_sub.add_parser("locks-kept", help="record in run.json the nodes whose lock the run could not give back")
+    rk.add_argument("run_dir", help="the run folder")
+    rk.add_argument("--kept", required=True, help="JSON {host: why the lock could not be given back}")
+    rk.set_defaults(func=cmd_run_locks_kept)
 
     lk = sub.add_parser("lock", help="on a node: the lock that keeps two runs from measuring it at once")
     lk_sub = lk.add_subparsers(dest="lock_command", required=True)

@@ -2,7 +2,8 @@
 
     <reports_dir>/<run_id>/run.json   {"schema_version", "run_id", "playbook", "started", "tier", "hosts",
                                        "attempts": [{"attempt", "started", "playbook", "limit", "stages",
-                                                     "hosts", "controller": {"host", "pid", "started_ticks", "boot_id"}}]}
+                                                     "hosts", "controller": {"host", "pid", "started_ticks", "boot_id"},
+                                                     "finished", "verdict", "locks_not_given_back": {host: why}}]}
 
 A run id names one run for good: starting a run whose folder already holds one is refused, unless the run is
 resumed (gpufleet_resume), which adds an attempt to the same run. The controller of each attempt (host name, the
@@ -157,10 +158,20 @@ def start(
 
 def finish(run_dir: Path, verdict: str | None) -> None:
     """Mark the latest attempt finished (the report was made), so it is never taken for a killed run."""
+    _update_attempt(run_dir, finished=schema.utc_now(), verdict=verdict)
+
+
+def record_locks_kept(run_dir: Path, kept: dict) -> None:
+    """Record in the latest attempt the nodes whose lock it could not give back, {host: why}: their next run
+    takes them over (this controller's ansible-playbook is gone) or waits out the lease (another controller's)."""
+    _update_attempt(run_dir, locks_not_given_back=kept)
+
+
+def _update_attempt(run_dir: Path, **fields) -> None:
     path = run_dir / RUN_FILE
     if not path.exists():
         return
     doc = read_run(run_dir)
     if doc["attempts"]:
-        doc["attempts"][-1].update(finished=schema.utc_now(), verdict=verdict)
+        doc["attempts"][-1].update(fields)
     paths.write_atomic(path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
