@@ -179,28 +179,53 @@ def measured(doc: dict) -> bool:
     return any(r["group"] in GROUPS for r in doc["results"])
 
 
-@pytest.mark.parametrize("folders", ["one reports folder", "two reports folders"])
-def test_two_runs_at_once_on_one_node_measure_it_once(tmp_path, folders):
-    # The operator's command, with the reports folders and the lock file in tmp_path (the same lock for both).
-    reports = {i: tmp_path / ("reports" if folders == "one reports folder" else f"reports{i}") for i in (1, 2)}
+def run_two_at_once(tmp_path: Path, reports: dict, *extra: str) -> dict:
+    """The operator's command, with the reports folders and the lock file in tmp_path (the same lock for both):
+    {1: host document of c1, 2: of c2}."""
     script = " ".join(
         f"ansible-playbook validate.yml -i inventory/local -e '{{\"gpufleet_benchmarks\": []}}' -e gpufleet_run_id=c{i} "
-        f"-e gpufleet_reports_dir={reports[i]} -e gpufleet_lock_path={tmp_path / 'node.lock'} > {tmp_path}/out{i} 2>&1 &"
-        for i in (1, 2)) + " wait"
+        f"-e gpufleet_reports_dir={reports[i]} -e gpufleet_lock_path={tmp_path / 'node.lock'} {' '.join(extra)} "
+        f"> {tmp_path}/out{i} 2>&1 &" for i in (1, 2)) + " wait"
     subprocess.run(["bash", "-c", script], cwd=REPO, env=playbook_env(tmp_path), timeout=600, check=True)
-    out = {i: (tmp_path / f"out{i}").read_text() for i in (1, 2)}
-    docs = {i: host_doc(reports[i] / f"c{i}", "localhost") for i in (1, 2)}
+    out = "\n".join((tmp_path / f"out{i}").read_text() for i in (1, 2))
+    docs = {}
+    for i in (1, 2):
+        assert (reports[i] / f"c{i}" / "hosts" / "localhost.json").exists(), out
+        docs[i] = host_doc(reports[i] / f"c{i}", "localhost")
+    assert not (tmp_path / "node.lock").exists(), "every lock is given back\n" + out
+    return docs
+
+
+def lock_result(doc: dict) -> dict:
+    return next(r for r in doc["results"] if r["check"] == "node_lock")
+
+
+@pytest.mark.parametrize("folders", ["one reports folder", "two reports folders"])
+def test_two_runs_at_once_on_one_node_measure_it_once(tmp_path, folders):
+    reports = {i: tmp_path / ("reports" if folders == "one reports folder" else f"reports{i}") for i in (1, 2)}
+    docs = run_two_at_once(tmp_path, reports)
 
     winners = [i for i in (1, 2) if measured(docs[i])]
-    assert len(winners) == 1, out
+    assert len(winners) == 1, docs
     loser = 3 - winners[0]
-    lock_result = next(r for r in docs[loser]["results"] if r["check"] == "node_lock")
-    assert lock_result["status"] == "error", lock_result
-    assert f"the node is held by run 'c{winners[0]}'" in lock_result["reason"], lock_result
-    assert docs[loser]["results"] == [lock_result], "the run that does not hold the node must not measure it"
-    won = next(r for r in docs[winners[0]]["results"] if r["check"] == "node_lock")
+    lost = lock_result(docs[loser])
+    assert lost["status"] == "error", lost
+    assert f"the node is held by run 'c{winners[0]}'" in lost["reason"], lost
+    assert docs[loser]["results"] == [lost], "the run that does not hold the node must not measure it"
+    won = lock_result(docs[winners[0]])
     assert won["status"] == "pass" and "took over" not in won["reason"], won
-    assert not (tmp_path / "node.lock").exists(), "the winner gives the lock back"
+
+
+def test_a_run_asked_to_wait_measures_the_node_after_the_other(tmp_path):
+    reports = {i: tmp_path / "reports" for i in (1, 2)}
+    docs = run_two_at_once(tmp_path, reports, "-e", "gpufleet_lock_wait_s=400")
+
+    for i in (1, 2):
+        assert measured(docs[i]), docs[i]
+        got = lock_result(docs[i])
+        assert got["status"] == "pass" and "took over" not in got["reason"], got
+    # One after the other: the second waited for the first to give the node back.
+    assert max(lock_result(docs[i])["detail"]["waited_s"] for i in (1, 2)) > 0, docs
 
 
 def wait_for(condition, what: str, timeout_s: float = 240):
