@@ -13,6 +13,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -145,6 +146,50 @@ def test_a_stale_lock_is_taken_over_and_said_so(tmp_path, how, says):
     got = lock.acquire(path, "new", "node-a", 600, dead_runs=["old"] if how == "dead" else [])
     assert got["acquired"], got
     assert got["stale"]["previous"]["run_id"] == "old" and says in got["stale"]["reason"]
+
+
+def test_a_lock_of_this_controller_is_never_stale_by_its_lease_alone(tmp_path):
+    # This controller can tell whether its own run still goes (dead_runs); another's it can only judge by the lease.
+    path = tmp_path / "node.lock"
+    lock.acquire(path, "old", "node-a", 0.01, controller={"host": "ctl", "pid": 1})
+    time.sleep(0.05)
+    held = lock.acquire(path, "new", "node-a", 600, controller={"host": "ctl", "pid": 2})
+    assert not held["acquired"] and "held by run 'old'" in held["reason"] and "lease" not in held["reason"]
+    other = lock.acquire(path, "new", "node-a", 600, controller={"host": "elsewhere", "pid": 2})
+    assert other["acquired"] and "its lease expired at" in other["stale"]["reason"]
+
+
+def test_a_run_waits_for_the_node_when_asked_and_no_longer(tmp_path):
+    path = tmp_path / "node.lock"
+    lock.acquire(path, "r1", "node-a", 600)
+    refused = lock.acquire(path, "r2", "node-a", 600, wait_s=0.3, poll_s=0.05)
+    assert not refused["acquired"] and "held by run 'r1'" in refused["reason"] and "waited" in refused["reason"]
+    got = {}
+    waiter = threading.Thread(target=lambda: got.update(lock.acquire(path, "r2", "node-a", 600, wait_s=300, poll_s=0.05)))
+    waiter.start()
+    lock.release(path, "r1", "node-a")
+    waiter.join(timeout=300)
+    assert got["acquired"] and got["stale"] is None and got["waited_s"] < 300
+
+
+def test_the_controller_is_the_outermost_ansible_playbook_process(tmp_path):
+    # ansible-playbook forks a worker (same command line) per task, and the worker starts the module: the run's
+    # controller is the main process, which lives as long as the run, never the worker.
+    nest = tmp_path / "nest.py"
+    nest.write_text(textwrap.dedent("""\
+        import json, subprocess, sys
+        from gpufleet import runs
+        n = int(sys.argv[1])
+        if n == 0:
+            print(json.dumps(runs.controller_identity()))  # the module, under the worker
+        else:
+            subprocess.run([sys.executable, sys.argv[0], str(n - 1)] + (["ansible-playbook"] if n > 1 else []), check=True)
+        """))
+    main = subprocess.Popen([sys.executable, str(nest), "2", "ansible-playbook"], stdout=subprocess.PIPE, text=True)
+    me = json.loads(main.communicate(timeout=60)[0])
+    assert me["pid"] == main.pid
+    assert me["started_ticks"] and me["boot_id"]
+    assert runs.controller_alive(me) is False  # it has ended: its pid may come back, never with its start time
 
 
 def test_a_background_job_stops_when_the_heartbeat_ends_or_the_lock_is_lost(tmp_path):

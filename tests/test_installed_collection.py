@@ -83,7 +83,7 @@ def test_installed_collection_runs_validate_from_another_directory(tmp_path):
         packed = set(tar.getnames())
     assert {"pyproject.toml", "README.md", "src/gpufleet/cli.py", "src/gpufleet/profiles/generic.yml"} <= packed
 
-    playbooks = [f"gpufleet.cluster.{p}" for p in ("validate", "bringup", "finetune", "locate")]
+    playbooks = [f"gpufleet.cluster.{p}" for p in ("validate", "bringup", "finetune", "locate", "release")]
     inventory = work / "inv.yml"
     inventory.write_text("all:\n  children:\n    gpu_nodes:\n      hosts:\n        node-a: {}\n")
     checked = subprocess.run([str(BIN / "ansible-playbook"), "--syntax-check", "-i", str(inventory), *playbooks],

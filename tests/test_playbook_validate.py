@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -27,10 +29,14 @@ BIN = Path(sys.executable).parent
 GROUPS = ("gpu_inventory", "gpu_health", "host_hygiene")
 
 
+def playbook_env(tmp_path: Path) -> dict:
+    return dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
+                ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+
+
 def run_validate(tmp_path: Path, *extra: str, inventory: str = "inventory/local") -> tuple[subprocess.CompletedProcess, Path]:
     run_id = f"test-{uuid.uuid4().hex[:12]}"
-    env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
-               ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+    env = playbook_env(tmp_path)
     cmd = [str(BIN / "ansible-playbook"), "validate.yml", "-i", inventory,
            "-e", f"gpufleet_run_id={run_id}", "-e", f"gpufleet_reports_dir={tmp_path}",
            # A lock of the test's own: tests running at once on this machine would otherwise hold its node.
@@ -164,3 +170,157 @@ def test_relative_gpufleet_python_is_refused_with_its_name(tmp_path):
     assert proc.returncode != 0, out
     assert "gpufleet_python for localhost must be the absolute path of a Python interpreter" in out
     assert '"venv/bin/python"' in out
+
+
+# ---------------------------------------------------------------- one run per node, and the lock given back
+
+
+def measured(doc: dict) -> bool:
+    return any(r["group"] in GROUPS for r in doc["results"])
+
+
+def run_two_at_once(tmp_path: Path, reports: dict, *extra: str) -> dict:
+    """The operator's command, with the reports folders and the lock file in tmp_path (the same lock for both):
+    {1: host document of c1, 2: of c2}."""
+    script = " ".join(
+        f"ansible-playbook validate.yml -i inventory/local -e '{{\"gpufleet_benchmarks\": []}}' -e gpufleet_run_id=c{i} "
+        f"-e gpufleet_reports_dir={reports[i]} -e gpufleet_lock_path={tmp_path / 'node.lock'} {' '.join(extra)} "
+        f"> {tmp_path}/out{i} 2>&1 &" for i in (1, 2)) + " wait"
+    subprocess.run(["bash", "-c", script], cwd=REPO, env=playbook_env(tmp_path), timeout=600, check=True)
+    out = "\n".join((tmp_path / f"out{i}").read_text() for i in (1, 2))
+    docs = {}
+    for i in (1, 2):
+        assert (reports[i] / f"c{i}" / "hosts" / "localhost.json").exists(), out
+        docs[i] = host_doc(reports[i] / f"c{i}", "localhost")
+    assert not (tmp_path / "node.lock").exists(), "every lock is given back\n" + out
+    return docs
+
+
+def lock_result(doc: dict) -> dict:
+    return next(r for r in doc["results"] if r["check"] == "node_lock")
+
+
+@pytest.mark.parametrize("folders", ["one reports folder", "two reports folders"])
+def test_two_runs_at_once_on_one_node_measure_it_once(tmp_path, folders):
+    reports = {i: tmp_path / ("reports" if folders == "one reports folder" else f"reports{i}") for i in (1, 2)}
+    docs = run_two_at_once(tmp_path, reports)
+
+    winners = [i for i in (1, 2) if measured(docs[i])]
+    assert len(winners) == 1, docs
+    loser = 3 - winners[0]
+    lost = lock_result(docs[loser])
+    assert lost["status"] == "error", lost
+    assert f"the node is held by run 'c{winners[0]}'" in lost["reason"], lost
+    assert docs[loser]["results"] == [lost], "the run that does not hold the node must not measure it"
+    won = lock_result(docs[winners[0]])
+    assert won["status"] == "pass" and "took over" not in won["reason"], won
+
+
+def test_a_run_asked_to_wait_measures_the_node_after_the_other(tmp_path):
+    reports = {i: tmp_path / "reports" for i in (1, 2)}
+    docs = run_two_at_once(tmp_path, reports, "-e", "gpufleet_lock_wait_s=400")
+
+    for i in (1, 2):
+        assert measured(docs[i]), docs[i]
+        got = lock_result(docs[i])
+        assert got["status"] == "pass" and "took over" not in got["reason"], got
+    # One after the other: the second waited for the first to give the node back.
+    assert max(lock_result(docs[i])["detail"]["waited_s"] for i in (1, 2)) > 0, docs
+
+
+def wait_for(condition, what: str, timeout_s: float = 240):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = condition()
+        if got:
+            return got
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_an_interrupted_run_leaves_no_lock_in_the_way(tmp_path):
+    lock_path = tmp_path / "node.lock"
+    cmd = [str(BIN / "ansible-playbook"), "validate.yml", "-i", "inventory/local", "-e", '{"gpufleet_benchmarks": []}',
+           "-e", "gpufleet_run_id=stopped", "-e", f"gpufleet_reports_dir={tmp_path / 'reports1'}",
+           "-e", f"gpufleet_lock_path={lock_path}"]
+    # Its own process group, as in a terminal: Ctrl-C sends SIGINT to the whole foreground group.
+    proc = subprocess.Popen(cmd, cwd=REPO, env=playbook_env(tmp_path), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        wait_for(lambda: lock_path.exists() and '"stopped"' in lock_path.read_text(), "the run to take the node lock")
+        os.killpg(proc.pid, signal.SIGINT)
+        out = proc.communicate(timeout=240)[0]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode != 0, out
+    left = lock_path.exists()
+
+    # The next run, from another reports folder, measures the node at once: no lease to wait out.
+    proc, run_dir = run_validate(tmp_path / "reports2", "-e", json.dumps({"gpufleet_benchmarks": []}),
+                                 "-e", f"gpufleet_lock_path={lock_path}")
+    doc = host_doc(run_dir, "localhost")
+    assert measured(doc), output(proc)
+    lock_result = next(r for r in doc["results"] if r["check"] == "node_lock")
+    assert lock_result["status"] == "pass", lock_result
+    if left:
+        assert ("took over the stale lock of run stopped: its run was stopped: the controller's ansible-playbook "
+                "process for it is gone") in lock_result["reason"], lock_result
+
+
+RELEASE_AFTER_FAILURE = """
+- hosts: localhost:gpu_nodes
+  gather_facts: false
+  tasks:
+    - ansible.builtin.include_role:
+        name: gpufleet.cluster.validate_node
+        tasks_from: run_prepare
+      vars:
+        gpufleet_run_hosts: "{{ groups['gpu_nodes'] }}"
+        gpufleet_run_playbook: validate
+- hosts: gpu_nodes
+  gather_facts: false
+  tasks:
+    - ansible.builtin.include_role:
+        name: gpufleet.cluster.validate_node
+        tasks_from: lock_take
+    - name: A stage fails on one node (Ansible leaves it out of every later play)
+      ansible.builtin.fail:
+        msg: failed on purpose
+      when: inventory_hostname == 'node-failed'
+    - name: Another node stops answering (its address now an ssh port that is closed)
+      ansible.builtin.set_fact:
+        ansible_connection: ssh
+        ansible_host: 127.0.0.1
+        ansible_port: 1
+        ansible_ssh_common_args: -o ConnectTimeout=5 -o BatchMode=yes
+      when: inventory_hostname == 'node-lost'
+"""
+
+
+def test_a_failed_run_gives_back_every_lock_it_can_reach_and_names_the_others(tmp_path):
+    if shutil.which("ssh") is None:
+        pytest.skip("the ssh client is needed to reach a node over ssh (Debian: apt-get install openssh-client)")
+    local = {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+             "gpufleet_python": "{{ ansible_playbook_python }}"}
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {
+        "node-a": local, "node-failed": local, "node-lost": local}}}}}))
+    # The play that gives the nodes back, as validate.yml has it.
+    release_play = (REPO / "playbooks" / "validate.yml").read_text().split("- name: Give the nodes back")[1]
+    release_play = "- name: Give the nodes back" + release_play.split("\n- name:")[0]
+    playbook = tmp_path / "failing.yml"
+    playbook.write_text(RELEASE_AFTER_FAILURE + release_play.replace("gpufleet_validate_hosts", "groups['gpu_nodes']"))
+    lock_path = tmp_path / "node.lock"
+    proc = subprocess.run([str(BIN / "ansible-playbook"), str(playbook), "-i", str(inventory),
+                           "-e", "gpufleet_run_id=failing", "-e", f"gpufleet_reports_dir={tmp_path / 'reports'}",
+                           "-e", f"gpufleet_lock_path={lock_path}"],
+                          cwd=REPO, env=playbook_env(tmp_path), capture_output=True, text=True, timeout=300)
+    out = output(proc)
+
+    assert "Give the node lock back for each node an earlier play failed" in out, out
+    # The lock file is shared by the three (one machine): only the node that did not answer still holds it.
+    assert sorted(json.loads(lock_path.read_text())["holders"]) == ["node-lost"], out
+    attempt = json.loads((tmp_path / "reports" / "failing" / "run.json").read_text())["attempts"][-1]
+    assert list(attempt["locks_not_given_back"]) == ["node-lost"], attempt
+    assert "could not give back the node lock of run failing on 1 node(s)" in out and "node-lost (" in out, out

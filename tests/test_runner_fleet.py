@@ -56,10 +56,10 @@ def inventory(fleet: TestFleet, path: Path, host_vars: dict | None = None, **gro
     return fleet.inventory(path, host_vars=nodes, gpufleet_benchmarks=[], gpufleet_nccl_timeout_s=90, **group_vars)
 
 
-def gpufleet(fleet: TestFleet, tmp_path: Path, *args: str) -> subprocess.Popen:
-    """`gpufleet fleet ARGS --plain` in the background, its output line by line."""
+def gpufleet(fleet: TestFleet | None, tmp_path: Path, *args: str) -> subprocess.Popen:
+    """`gpufleet fleet ARGS --plain` in the background, its output line by line (fleet None: no test hosts)."""
     env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
-               PYTHONUNBUFFERED="1", PYTHONPATH=str(REPO / "src"), **fleet.ssh_env())
+               PYTHONUNBUFFERED="1", PYTHONPATH=str(REPO / "src"), **(fleet.ssh_env() if fleet else {}))
     return subprocess.Popen([str(BIN / "gpufleet"), "fleet", *args, "--plain"], cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
@@ -290,3 +290,27 @@ def test_a_variable_refused_before_any_node_is_could_not_run(tmp_path):
     summary = json.loads(proc.stdout.splitlines()[-1])
     assert summary["exit"] == 2 and summary["nodes"] == {"localhost": "no report"}
     assert not (tmp_path / "bad" / "hosts").exists() or not list((tmp_path / "bad" / "hosts").iterdir())
+
+
+def test_an_interrupted_run_gives_its_node_locks_back(tmp_path):
+    # On this machine (inventory/local), with a lock file of the test's own: the runner, stopped with SIGINT once
+    # the run holds the node, gives the lock back before it ends (a bare ansible-playbook cannot: its next run takes
+    # the node over at once, tests/test_playbook_validate.py).
+    lock_path = tmp_path / "node.lock"
+    proc = gpufleet(None, tmp_path, "run", "-i", "inventory/local", "--run-id", "stopped", "--reports-dir",
+                    str(tmp_path / "reports"), "-e", '{"gpufleet_benchmarks": []}', "-e", f"gpufleet_lock_path={lock_path}")
+    lines: list[str] = []
+    try:
+        deadline = time.monotonic() + 240
+        while not (lock_path.exists() and '"stopped"' in lock_path.read_text()):
+            assert time.monotonic() < deadline and proc.poll() is None, "the run never took the node lock"
+            time.sleep(0.2)
+        os.kill(proc.pid, signal.SIGINT)
+        rc = finish(proc, lines, 240)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    out = "\n".join(lines)
+    assert rc == 130, out
+    assert not lock_path.exists(), out + "\n" + lock_path.read_text()
+    assert "could not be given back" not in out, out

@@ -15,9 +15,10 @@ description:
   - The lock file records the run that holds the node (run id, controller, since when) and a lease per inventory
     host. A second run finds it held and gets RV(acquired=false) with a RV(reason) naming the run that holds it; the
     module does not fail then, so the play can record that as the node's result.
-  - A lock is stale, and taken over with RV(stale) saying why, when the node rebooted since, when its lease expired
-    without being given back, or when its run is one of O(dead_runs) (the controller knows its ansible-playbook is
-    gone).
+  - A lock is stale, and taken over with RV(stale) saying why, only when its holder is gone - the node rebooted
+    since, or its run is one of O(dead_runs) (the controller knows its ansible-playbook main process is gone) - or,
+    for a lock taken from another controller host than O(controller), when its lease expired without being given
+    back.
   - V(heartbeat) tells jobs of the run that run in the background (NCCL and training across nodes, the fine-tune)
     that the controller still waits for them; a job whose controller stopped waiting stops itself.
 options:
@@ -55,6 +56,11 @@ options:
     type: list
     elements: str
     default: []
+  wait_s:
+    description: With V(acquired), seconds to wait for another run to give the node back before answering
+      RV(acquired=false) (C(gpufleet_lock_wait_s)).
+    type: int
+    default: 0
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -126,6 +132,7 @@ def main():
             ttl_s=dict(type="int", default=3600),
             controller=dict(type="dict", default={}),
             dead_runs=dict(type="list", elements="str", default=[]),
+            wait_s=dict(type="int", default=0),
         ),
         supports_check_mode=True,
     )
@@ -138,8 +145,9 @@ def main():
             args += ["--ttl-s", str(p["ttl_s"]), "--controller", json.dumps(p["controller"], sort_keys=True)]
             for run in p["dead_runs"]:
                 args += ["--dead-run", run]
+            args += ["--wait-s", str(p["wait_s"])]
     try:
-        dummy, out = run_json(p["python"], args, 60, p["holder"])
+        dummy, out = run_json(p["python"], args, 60 + max(p["wait_s"], 0), p["holder"])
     except EngineError as exc:
         module.fail_json(**exc.fail_kwargs())
     out.setdefault("reason", None)

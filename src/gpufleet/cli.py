@@ -141,13 +141,22 @@ def cmd_run_alive(args) -> int:
     return 0
 
 
+def cmd_run_locks_kept(args) -> int:
+    from gpufleet import runs  # controller side
+
+    kept = _json_arg(args.kept, "--kept")
+    runs.record_locks_kept(Path(args.run_dir), kept)
+    print(json.dumps({"locks_not_given_back": kept}, sort_keys=True))
+    return 0
+
+
 def cmd_lock(args) -> int:
     from gpufleet import lock
 
     if args.lock_command == "acquire":
         controller = _json_arg(args.controller, "--controller")
         out = lock.acquire(args.path, args.run_id, args.holder, args.ttl_s, controller=controller,
-                           dead_runs=args.dead_run or [])
+                           dead_runs=args.dead_run or [], wait_s=args.wait_s)
     elif args.lock_command == "heartbeat":
         out = lock.heartbeat(args.path, args.run_id, args.holder)
     elif args.lock_command == "release":
@@ -220,6 +229,10 @@ def build_parser() -> argparse.ArgumentParser:
     ra = run_sub.add_parser("alive", help="whether a run's controller process (a lock's `controller`) still runs here")
     ra.add_argument("--controller", required=True, help="the controller record, JSON: host, pid, started_ticks, boot_id")
     ra.set_defaults(func=cmd_run_alive)
+    rk = run_sub.add_parser("locks-kept", help="record in run.json the nodes whose lock the run could not give back")
+    rk.add_argument("run_dir", help="the run folder")
+    rk.add_argument("--kept", required=True, help="JSON {host: why the lock could not be given back}")
+    rk.set_defaults(func=cmd_run_locks_kept)
 
     lk = sub.add_parser("lock", help="on a node: the lock that keeps two runs from measuring it at once")
     lk_sub = lk.add_subparsers(dest="lock_command", required=True)
@@ -235,6 +248,8 @@ def build_parser() -> argparse.ArgumentParser:
             one.add_argument("--ttl-s", type=float, required=True, help="seconds the lease lasts unless given back")
             one.add_argument("--controller", help="JSON of the controller that runs the run (gpufleet run start)")
             one.add_argument("--dead-run", action="append", help="a run the controller knows was killed (repeatable)")
+            one.add_argument("--wait-s", type=float, default=0,
+                             help="seconds to wait while another run holds the node (gpufleet_lock_wait_s; default 0)")
         one.set_defaults(func=cmd_lock)
 
     r = sub.add_parser("report", help="aggregate RUN_DIR/hosts/*.json into report.{json,md,html} and junit.xml")

@@ -9,9 +9,12 @@ finds it held records an `error` naming the run that holds it instead of measuri
                                                          "heartbeat_at": <epoch s>}}}
 
 Several inventory hosts of one run may share a machine (and so the file): each is a holder; the file goes when
-the last one gives it back. A lock is stale, and taken over with a note that says so, when the node rebooted
-since (boot id), when every holder's lease expired (a run that stopped without giving it back), or when the
-controller says the holding run is dead (its ansible-playbook process is gone: `gpufleet.runs.dead_runs`).
+the last one gives it back. A lock is taken over, with a note that says why, only when its holder is gone: the
+node rebooted since (boot id), or the controller says the holding run is dead (its ansible-playbook main process,
+recorded with its start time, is gone: `gpufleet.runs.dead_runs`, `gpufleet run alive`), or, for a run of another
+controller, which this one cannot ask, every holder's lease expired. A run of the same controller whose process
+still runs keeps the node however long it takes. A run that finds the node held fails it as an `error`, or first
+waits up to `wait_s` (gpufleet_lock_wait_s) for it.
 Long jobs started in the background (NCCL and training across nodes) also check the holder's heartbeat, which
 the controller renews while it waits for them: a job whose controller stopped waiting is stopped (guard.py).
 """
@@ -61,19 +64,30 @@ def read(path: str | Path) -> dict | None:
     return rec
 
 
-def stale_reason(rec: dict, now_s: float, dead_runs: tuple | list = ()) -> str | None:
-    """Why a lock record no longer holds the node, or None while it does."""
+def stale_reason(rec: dict, now_s: float, dead_runs: tuple | list = (), controller: dict | None = None) -> str | None:
+    """Why a lock record no longer holds the node, or None while it does. `controller` is the one asking: a lock
+    taken from the same controller host is never stale by its lease, since that controller can say whether the run
+    still goes (it names the run in `dead_runs` when it does not)."""
     if rec.get("unreadable"):
         return f"the lock file could not be read ({rec['unreadable']})"
     if rec.get("boot_id") and _boot_id() and rec["boot_id"] != _boot_id():
         return "the node rebooted since it was taken"
     if rec.get("run_id") in dead_runs:
         return "its run was stopped: the controller's ansible-playbook process for it is gone"
+    if not rec["holders"]:
+        return "it has no holder"
+    if _same_controller(rec, controller):
+        return None
     live = [h for h in rec["holders"].values() if isinstance(h, dict) and (h.get("expires_at") or 0) > now_s]
     if not live:
         last = max((h.get("expires_at") or 0 for h in rec["holders"].values() if isinstance(h, dict)), default=0)
         return f"its lease expired at {_iso(last)} without being given back" if last else "it has no holder"
     return None
+
+
+def _same_controller(rec: dict, controller: dict | None) -> bool:
+    holder_host = (rec.get("controller") or {}).get("host")
+    return bool(holder_host) and holder_host == (controller or {}).get("host")
 
 
 def describe(rec: dict) -> str:
@@ -104,22 +118,36 @@ def _write(path: Path, rec: dict) -> None:
 
 
 def acquire(path: str | Path, run_id: str, holder: str, ttl_s: float, *, controller: dict | None = None,
-            dead_runs: tuple | list = ()) -> dict:
-    """Take (or join, for the same run) the node's lock for `holder`.
+            dead_runs: tuple | list = (), wait_s: float = 0, poll_s: float = 1.0) -> dict:
+    """Take (or join, for the same run) the node's lock for `holder`, waiting up to `wait_s` while another run
+    holds it.
 
-    Returns {"acquired": True, "record", "stale": None or {"reason", "previous"}} or
-    {"acquired": False, "record", "reason"} when another run holds it.
+    Returns {"acquired": True, "record", "stale": None or {"reason", "previous"}, "waited_s"} or
+    {"acquired": False, "record", "reason", "waited_s"} when another run holds it.
     """
-    path, now = Path(path), time.time()
+    started = time.monotonic()
+    while True:
+        got = _acquire_once(Path(path), run_id, holder, ttl_s, controller, dead_runs)
+        waited_s = time.monotonic() - started
+        if got["acquired"] or waited_s >= wait_s:
+            if not got["acquired"] and wait_s > 0:
+                got["reason"] += f" (waited {waited_s:.0f} s of gpufleet_lock_wait_s {wait_s:g})"
+            return dict(got, waited_s=round(waited_s, 1))
+        time.sleep(min(poll_s, max(wait_s - waited_s, 0.01)))
+
+
+def _acquire_once(path: Path, run_id: str, holder: str, ttl_s: float, controller: dict | None,
+                  dead_runs: tuple | list) -> dict:
+    now = time.time()
     with _guarded(path):
         rec = read(path)
         stale = None
         if rec is not None and rec.get("run_id") != run_id:
-            why = stale_reason(rec, now, dead_runs)
+            why = stale_reason(rec, now, dead_runs, controller)
             if why is None:
-                return {"acquired": False, "record": rec,
-                        "reason": f"the node is held by {describe(rec)}; its lease runs to "
-                                  f"{_iso(max(h.get('expires_at') or 0 for h in rec['holders'].values()))}"}
+                lease = "" if _same_controller(rec, controller) else "; its lease runs to " + _iso(max(
+                    (h.get("expires_at") or 0) for h in rec["holders"].values() if isinstance(h, dict)))
+                return {"acquired": False, "record": rec, "reason": f"the node is held by {describe(rec)}{lease}"}
             stale = {"reason": why, "previous": rec}
             rec = None
         if rec is None:

@@ -2,11 +2,12 @@
 
     <reports_dir>/<run_id>/run.json   {"schema_version", "run_id", "playbook", "started", "tier", "hosts",
                                        "attempts": [{"attempt", "started", "playbook", "limit", "stages",
-                                                     "hosts", "controller": {"host", "pid", "started_ticks", "boot_id"}}]}
+                                                     "hosts", "controller": {"host", "pid", "started_ticks", "boot_id"},
+                                                     "finished", "verdict", "locks_not_given_back": {host: why}}]}
 
 A run id names one run for good: starting a run whose folder already holds one is refused, unless the run is
 resumed (gpufleet_resume), which adds an attempt to the same run. The controller of each attempt (host name, the
-ansible-playbook process and when it started) is recorded, so a later run on the same controller can tell a
+ansible-playbook main process, which lives as long as the run, its start time and the boot id) is recorded, so a later run on the same controller can tell a
 run that was killed from one that is still going (`dead_runs`): the node locks such a run left behind are stale.
 """
 
@@ -44,8 +45,12 @@ def _boot_id() -> str | None:
 
 
 def controller_identity(pid: int | None = None) -> dict:
-    """This controller and the ansible-playbook process this command runs under (the nearest ancestor whose
-    command line names ansible-playbook), or this process when there is none."""
+    """This controller and the process the run lives as long as: the ansible-playbook main process this command
+    runs under, or this process when there is none.
+
+    Ansible runs each task in a worker forked from ansible-playbook (the same command line) that ends with the
+    task, so the main process is the outermost of the ancestors whose command line names ansible-playbook. Its
+    start time (clock ticks since boot) and the boot id tell it from a later process given the same pid."""
     pid = pid or os.getpid()
     found = None
     seen = 0
@@ -55,7 +60,8 @@ def controller_identity(pid: int | None = None) -> dict:
             break
         if "ansible-playbook" in stat[2]:
             found = (pid, stat[1])
-            break
+        elif found is not None:
+            break  # above the main process: the shell or ansible-runner that started it
         pid, seen = stat[0], seen + 1
     if found is None:
         own = _proc_stat(os.getpid())
@@ -152,10 +158,20 @@ def start(
 
 def finish(run_dir: Path, verdict: str | None) -> None:
     """Mark the latest attempt finished (the report was made), so it is never taken for a killed run."""
+    _update_attempt(run_dir, finished=schema.utc_now(), verdict=verdict)
+
+
+def record_locks_kept(run_dir: Path, kept: dict) -> None:
+    """Record in the latest attempt the nodes whose lock it could not give back, {host: why}: their next run
+    takes them over (this controller's ansible-playbook is gone) or waits out the lease (another controller's)."""
+    _update_attempt(run_dir, locks_not_given_back=kept)
+
+
+def _update_attempt(run_dir: Path, **fields) -> None:
     path = run_dir / RUN_FILE
     if not path.exists():
         return
     doc = read_run(run_dir)
     if doc["attempts"]:
-        doc["attempts"][-1].update(finished=schema.utc_now(), verdict=verdict)
+        doc["attempts"][-1].update(fields)
     paths.write_atomic(path, json.dumps(doc, indent=1, sort_keys=True) + "\n")

@@ -8,7 +8,8 @@ invocations (runner/runner.json) and the exit code:
     0  every node accepted            1  some node not accepted (report.json's verdicts)
     2  could not run: bad input, a playbook error before any node, ansible-runner failing
     130  interrupted (SIGINT or SIGTERM): ansible-playbook was stopped through ansible-runner's cancel
-         callback; every node that finished has its document, and `gpufleet fleet resume RUN_ID` goes on
+         callback; every node that finished has its document, the run's node locks are given back (release.yml;
+         the nodes it could not reach are named), and `gpufleet fleet resume RUN_ID` goes on
 """
 
 from __future__ import annotations
@@ -266,13 +267,14 @@ def invoke(project: Project, inv: Invocation, view, *, envvars: dict | None = No
         interrupted = stop.signum is not None
     if interrupted:
         stop_leftovers(run_dir)
+        kept = release_locks(project, inv, env, ident)
     last_stage = {h: n.stage for h, n in fleet.nodes.items()}
     report, finals = None, {}
     if interrupted:
         code = EXIT_INTERRUPTED
         report, finals = report_finals(run_dir, inv.hosts, started)
         finals = {h: "interrupted" for h in inv.hosts} | {h: f for h, f in finals.items() if f in (ACCEPTED, NOT_ACCEPTED)}
-        message = _ending(inv, code, status, rc, fleet, report)
+        message = _ending(inv, code, status, rc, fleet, report) + _kept_note(kept)
     elif error:
         code, finals, message = EXIT_COULD_NOT_RUN, {h: "could not run" for h in inv.hosts}, error
     else:
@@ -289,6 +291,35 @@ def invoke(project: Project, inv: Invocation, view, *, envvars: dict | None = No
     record["invocations"] = [entry if i.get("n") == n else i for i in record["invocations"]]
     rec.write_record(run_dir, record)
     return Outcome(code, status, rc, interrupted, finals, report, fleet.failures, message)
+
+
+def release_locks(project: Project, inv: Invocation, env: dict, ident: str) -> dict | str:
+    """Give back the node locks of an interrupted run (release.yml on its nodes and peers): {node: why} for the
+    nodes it could not reach, or what kept the release from running at all."""
+    import ansible_runner
+
+    with _Stop():  # a second Ctrl-C does not cut the release short; the run is already stopped
+        try:
+            ansible_runner.run(private_data_dir=str(rec.runner_dir(inv.run_dir)), project_dir=str(project.cwd),
+                               playbook=project.playbook("release"), inventory=inv.inventory,
+                               limit=",".join(inv.hosts + inv.peers), extravars=inv.extravars(), envvars=env,
+                               ident=f"{ident}-release", quiet=True, suppress_env_files=True, rotate_artifacts=0)
+        except Exception as exc:  # the locks stay; the next run on this controller takes them over at once
+            return f"ansible-runner failed: {type(exc).__name__}: {exc}"
+    try:
+        last = runs.read_run(inv.run_dir)["attempts"][-1]
+    except (InputError, IndexError):
+        return {}
+    return last.get("locks_not_given_back") or {}
+
+
+def _kept_note(kept: dict | str) -> str:
+    if isinstance(kept, str):
+        return f". Its node locks could not be given back ({kept}); the next run on this controller takes them over"
+    if kept:
+        return (f". Its node locks could not be given back on {', '.join(sorted(kept))} (did not answer); the next run "
+                "on this controller takes them over")
+    return ""
 
 
 def judge_report(inv: Invocation, started: float, status: str, rc, fleet: FleetState) -> tuple[int, dict, str]:
