@@ -7,6 +7,7 @@ port on 127.0.0.1.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import shutil
@@ -200,10 +201,26 @@ def lock_result(doc: dict) -> dict:
     return next(r for r in doc["results"] if r["check"] == "node_lock")
 
 
+def node_stage_s(doc: dict) -> tuple[float, float]:
+    """When a run held the node: its lock result's start to its last result's end, epoch seconds."""
+    def epoch(r: dict) -> float:
+        return datetime.datetime.fromisoformat(r["started"].replace("Z", "+00:00")).timestamp()
+    return epoch(lock_result(doc)), max(epoch(r) + (r.get("seconds") or 0) for r in doc["results"])
+
+
 @pytest.mark.parametrize("folders", ["one reports folder", "two reports folders"])
 def test_two_runs_at_once_on_one_node_measure_it_once(tmp_path, folders):
-    reports = {i: tmp_path / ("reports" if folders == "one reports folder" else f"reports{i}") for i in (1, 2)}
-    docs = run_two_at_once(tmp_path, reports)
+    for attempt in range(3):
+        base = tmp_path / str(attempt)
+        base.mkdir()
+        reports = {i: base / ("reports" if folders == "one reports folder" else f"reports{i}") for i in (1, 2)}
+        docs = run_two_at_once(base, reports)
+        (s1, e1), (s2, e2) = node_stage_s(docs[1]), node_stage_s(docs[2])
+        if all(measured(docs[i]) for i in (1, 2)) and (e1 < s2 or e2 < s1):
+            continue  # on a loaded machine one run may end before the other starts: no overlap, nothing shown
+        break
+    else:
+        pytest.fail("the two runs never overlapped in three tries")
 
     winners = [i for i in (1, 2) if measured(docs[i])]
     assert len(winners) == 1, docs
