@@ -6,7 +6,7 @@
     gpufleet fleet locate -i INV [--limit L] [--method auto|pairs|bisect] [--ratio R] [--pair-rounds N] [...]
     gpufleet fleet locate-step RUN_DIR [--start --node N ...]   (locate.yml's controller module runs it)
 
-Exit codes: 0 every node accepted (locate: nothing slow), 1 some node not accepted (locate: a slow node or link
+Exit codes (errors.EXIT_CODES): 0 every node accepted (locate: nothing slow), 1 some node not accepted (locate: a slow node or link
 named), 2 could not run (bad input, a playbook error before any node, ansible-runner failing), 130 interrupted.
 """
 
