@@ -4,7 +4,9 @@ and the Slurm drain lines."""
 from __future__ import annotations
 
 import json
+import re
 import shlex
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -63,20 +65,64 @@ def test_every_node_gets_a_textfile_that_parses(fleet_run):
 def test_metrics_and_outlier_scores_are_labelled_by_gpu_uuid_and_check(fleet_run):
     n1 = _samples(fleet_run["run"] / "prometheus" / "n1.prom")
     gpu3 = fleet_run["gpus"][3]
-    bf16 = _find(n1, "gpufleet_matmul_tflops", node="n1", gpu="3", uuid=gpu3["uuid"], dtype="bf16")
-    assert 650 < bf16 < 680  # the recorded 825 TFLOPS, at 80%
-    assert _find(n1, "gpufleet_hbm_copy_gbps", node="n1", gpu="0") > 2900
-    assert _find(n1, "gpufleet_pcie_gbps", node="n1", gpu="7", direction="d2h") > 50
-    assert _find(n1, "gpufleet_nccl_busbw_gbps", node="n1", scope="node", collective="all_reduce", band="gt_64MiB") == 346.5
-    dev = _find(n1, "gpufleet_fleet_deviation_pct", node="n1", gpu="3", uuid=gpu3["uuid"], check="fleet.gpu_vs_node",
+    bf16 = _find(n1, "gpufleet_matmul_flops", node="n1", gpu="3", uuid=gpu3["uuid"], dtype="bf16")
+    assert 650e12 < bf16 < 680e12  # the recorded 825 TFLOPS, at 80%, in FLOP/s
+    assert _find(n1, "gpufleet_hbm_copy_bytes_per_second", node="n1", gpu="0") > 2900e9
+    assert _find(n1, "gpufleet_pcie_copy_bytes_per_second", node="n1", gpu="7", direction="d2h") > 50e9
+    assert _find(n1, "gpufleet_nccl_busbw_bytes_per_second", node="n1", scope="node", collective="all_reduce",
+                 band="gt_64MiB") == 346.5e9
+    dev = _find(n1, "gpufleet_fleet_deviation_ratio", node="n1", gpu="3", uuid=gpu3["uuid"], check="fleet.gpu_vs_node",
                 metric="matmul_bf16_tflops")
-    assert -21 < dev < -19
+    assert -0.21 < dev < -0.19
     assert _find(n1, "gpufleet_fleet_robust_z", node="n1", gpu="3", check="fleet.gpu_vs_node", metric="matmul_bf16_tflops") < -3
-    assert _find(n1, "gpufleet_sample_spread_pct", node="n1", gpu="0", metric="hbm_copy_gbps") == 2.0
+    assert _find(n1, "gpufleet_sample_spread_ratio", node="n1", gpu="0", metric="hbm_copy_gbps") == pytest.approx(0.02)
     assert _find(n1, "gpufleet_gpu_counter", node="n1", gpu="5", counter="nvlink_crc") == 40
-    assert _find(n1, "gpufleet_gpu_counter_growth_per_hour", node="n1", gpu="5", counter="nvlink_crc", window="run") == 160
+    assert _find(n1, "gpufleet_gpu_counter_growth_per_second", node="n1", gpu="5", counter="nvlink_crc",
+                 window="run") == pytest.approx(160 / 3600)
     # Per-GPU figures carry no node-level duplicate (the slowest GPU is min() over them).
-    assert not [k for k in n1 if k[0] == "gpufleet_matmul_tflops" and ("gpu", "") in k[1]]
+    assert not [k for k in n1 if k[0] == "gpufleet_matmul_flops" and ("gpu", "") in k[1]]
+
+
+# Units Prometheus' naming guide replaces by base units (bytes, seconds, ratios), and prefixes of scaled units.
+_NOT_BASE = re.compile(r"_(k|m|g|t)?bps\b|_(g|t|p)flops|_pct|_percent|_per_(hour|minute|day)|_(milli|micro|kilo|mega|giga|tera)"
+                       r"|_(kib|mib|gib|kb|mb|gb|ms|us|ns|hours?|minutes?)(_|$)")
+# Words that must end a name when they are its unit.
+_UNIT_ENDINGS = {"bytes": ("_bytes", "_bytes_per_second"), "seconds": ("_seconds",), "second": ("_per_second", "_per_second_per_gpu"),
+                 "flops": ("_flops",), "ratio": ("_ratio",)}
+
+
+def _families(run) -> dict:
+    out = {}
+    for path in sorted((run / "prometheus").iterdir()):
+        for family in text_string_to_metric_families(path.read_text()):
+            out[family.name] = family
+    return out
+
+
+def test_every_name_follows_the_naming_convention(fleet_run):
+    families = _families(fleet_run["run"])
+    assert len(families) >= 15
+    for name, family in families.items():
+        assert re.fullmatch(r"gpufleet_[a-z][a-z0-9_]*[a-z0-9]", name) and "__" not in name, name
+        assert not _NOT_BASE.search(name), f"{name}: not in base units"
+        for word, endings in _UNIT_ENDINGS.items():
+            if re.search(rf"(^|_){word}(_|$)", name):
+                assert name.endswith(endings), f"{name}: the unit {word} must end the name ({endings})"
+        assert not name.endswith(("_total", "_count", "_sum", "_bucket", "_created")), name  # counter/histogram suffixes
+        assert family.type == "gauge" and family.documentation.strip(), name
+        if name.endswith("_info"):
+            assert {s.value for s in family.samples} == {1}
+        assert ("fraction" in family.documentation) == name.endswith("_ratio"), f"{name}: {family.documentation}"
+
+
+def test_the_readme_table_lists_every_series(fleet_run):
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = set(re.findall(r"^\| `(gpufleet_[a-z0-9_]+)\{", readme, re.M))
+    documented = set(re.findall(r"\b(gpufleet_[a-z0-9_]+)\{", export.__doc__))
+    assert table == documented
+    assert set(_families(fleet_run["run"])) <= table
+    promql = re.findall(r"```promql\n(.*?)```", readme, re.S)
+    assert promql and set(re.findall(r"\bgpufleet_[a-z0-9_]+", "".join(promql))) <= table
 
 
 def test_drain_lines_for_the_nodes_not_accepted(fleet_run):

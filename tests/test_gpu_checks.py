@@ -467,7 +467,7 @@ def test_check_cli_on_a_recording_prints_the_host_document(tmp_path):
     proc = subprocess.run(
         cmd + ["--group", "gpu_inventory", "--group", "gpu_health"], capture_output=True, text=True, env=env, timeout=120
     )
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 1, proc.stderr  # a check failed: the node would not be accepted
     doc = json.loads(proc.stdout)
     assert doc["host"] == "node7" and doc["profile"]["name"] == "h100-sxm"
     assert doc["versions"]["driver"] == "535.183.01" and doc["versions"]["cuda_driver"] == "12.2"
@@ -476,6 +476,10 @@ def test_check_cli_on_a_recording_prints_the_host_document(tmp_path):
     assert statuses["pcie_link"] == "fail"
     assert {s for n, s in statuses.items() if n != "pcie_link"} <= {"pass", "skip"}
     assert all(r["group"] in GROUPS and r["seconds"] >= 0 for r in doc["results"])
+    zero = subprocess.run(cmd + ["--group", "gpu_health", "--exit-zero"], capture_output=True, text=True, env=env, timeout=120)
+    assert zero.returncode == 0 and "fail" in zero.stdout, zero.stderr
+    healthy_only = subprocess.run(cmd + ["--group", "gpu_inventory"], capture_output=True, text=True, env=env, timeout=120)
+    assert healthy_only.returncode == 0 and json.loads(healthy_only.stdout)["results"], healthy_only.stderr
 
 
 RECORDINGS = sorted(DATA.glob("recorded-*.json"))

@@ -57,6 +57,11 @@ def test_files_are_written_whole_and_private(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["doc.json"]  # no temporary file left
     folder = paths.make_dir(tmp_path / "run")
     assert stat.S_IMODE(folder.stat().st_mode) == paths.DIR_MODE
+    nested = paths.make_dir(tmp_path / "reports" / "r1" / "runner" / "env")  # every missing parent too, not 0755
+    for f in (nested, *list(nested.parents)[:3]):
+        assert stat.S_IMODE(f.stat().st_mode) == paths.DIR_MODE, f
+    with pytest.raises(InputError, match=f"cannot create {target}"):
+        paths.make_dir(target)
     with pytest.raises(InputError, match=f"cannot write {tmp_path / 'missing' / 'x.json'}"):
         paths.write_atomic(tmp_path / "missing" / "x.json", "x")
 

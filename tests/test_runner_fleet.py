@@ -18,6 +18,7 @@ import json
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -134,11 +135,23 @@ def start_sshd(fleet: TestFleet, name: str) -> None:
                                           capture_output=True).returncode == 0, 20, f"{name}'s sshd back")
 
 
+def files_holding(folder: Path, *secrets: str) -> list[str]:
+    """Every file under folder that holds one of the secrets, as text or in JSON's escapes."""
+    needles = [s.encode() for s in secrets]
+    return [str(p) for p in folder.rglob("*") if p.is_file() and any(n in p.read_bytes() for n in needles)]
+
+
 def test_a_full_run_shows_each_node_live_and_a_lost_node_is_run_again_alone_with_peers(fleet, tmp_path):
     run_id = f"full-{uuid.uuid4().hex[:8]}"
     reports = tmp_path / "reports"
-    inv = inventory(fleet, tmp_path / "hosts.yml")
-    proc = gpufleet(fleet, tmp_path, "run", "-i", str(inv), "--reports-dir", str(reports), "--run-id", run_id)
+    # A token in every node's environment (the inventory) and another passed with -e: neither may reach a file of
+    # the run folder (runner.json, ansible-runner's command, env/ and events, the reports).
+    node_token, var_token = f"node-token-{uuid.uuid4().hex}", f"var-token-{uuid.uuid4().hex}"
+    inv = inventory(fleet, tmp_path / "hosts.yml",
+                    host_vars={n: {"gpufleet_node_env": dict(fleet.host_vars(n)["gpufleet_node_env"], PYTHONPATH=str(REPO / "src"),
+                                                             SITE_TOKEN=node_token)} for n in NODES})
+    proc = gpufleet(fleet, tmp_path, "run", "-i", str(inv), "--reports-dir", str(reports), "--run-id", run_id,
+                    "-e", f"site_api_token={var_token}")
     lines: list[str] = []
     try:
         read_until(proc, lines, lambda line: re.search(r"  node-b +checks ", line), 180, "node-b's checks")
@@ -156,6 +169,11 @@ def test_a_full_run_shows_each_node_live_and_a_lost_node_is_run_again_alone_with
     assert lines[0].endswith(f"run {run_id}: run (validate.yml, checkout {REPO}) on 3 node(s): node-a, node-b, node-c"), out
     assert lines[-1].endswith(f"run {run_id}: 3 of 3 node(s) not accepted: node-a, node-b, node-c; report: "
                               f"{run_dir / 'report.md'}"), out
+    # Above it, why: each node's worst check with its reason, then the other failing checks by name.
+    for line, host in zip(lines[-4:-1], NODES):
+        assert re.fullmatch(rf"{STAMP}    {host}: (error|fail) [a-z_]+\.[a-z_0-9]+: \S.*", line), out
+    assert not files_holding(run_dir, node_token, var_token)
+    assert stat.S_IMODE(run_dir.stat().st_mode) == stat.S_IMODE((run_dir / "runner").stat().st_mode) == 0o750
     for host in ("node-a", "node-c"):
         seen = node_lines(lines, host)
         stages = [s for s, _, _ in seen]
@@ -175,6 +193,7 @@ def test_a_full_run_shows_each_node_live_and_a_lost_node_is_run_again_alone_with
     (first,) = invocations(run_dir)
     assert first["command"] == "run" and first["exit"] == 1 and not first["interrupted"] and first["ended"]
     assert first["hosts"] == NODES and first["extravars"] == {} and first["limit"] is None
+    assert first["extravars_withheld"] == ["site_api_token"]
     artifacts = run_dir / "runner" / "artifacts" / "001-run"
     assert (artifacts / "stdout").stat().st_size > 0 and list((artifacts / "job_events").glob("*.json"))
     report = json.loads((run_dir / "report.json").read_text())
@@ -186,8 +205,14 @@ def test_a_full_run_shows_each_node_live_and_a_lost_node_is_run_again_alone_with
     # node-b answers again: the resume runs it alone, node-a and node-c (finished) joining its NCCL run as peers.
     start_sshd(fleet, "node-b")
     rc, lines = run(fleet, tmp_path, "resume", run_id, "--reports-dir", str(reports), "--only-unfinished")
+    assert rc == 2 and "give it again with -e" in lines[-1] and "site_api_token" in lines[-1], lines
+    rc, lines = run(fleet, tmp_path, "resume", run_id, "--reports-dir", str(reports), "--only-unfinished", "--json",
+                    "-e", f"site_api_token={var_token}")
     out = "\n".join(lines)
     assert rc == 1, out
+    ending = json.loads(lines.pop())  # --json: the same ending, with why
+    assert set(ending["why"]) == set(NODES) and all(ending["why"][h][0]["reason"] for h in NODES), ending
+    assert not files_holding(run_dir, node_token, var_token)
     assert any(line.endswith("  step 1: --limit node-b, stages node, multinode, peers node-a, node-c") for line in lines), out
     assert lines[-1].endswith(f"run {run_id}: resumed; 3 of 3 node(s) not accepted: node-a, node-b, node-c; report: "
                               f"{run_dir / 'report.md'}"), out
@@ -218,7 +243,10 @@ def test_an_interrupted_run_keeps_what_finished_and_resumes_only_what_did_not(fl
     run_dir = reports / run_id
     # node-c benchmarks memory and NCCL inside the node (seconds on the CPU): the run is interrupted meanwhile.
     inv = inventory(fleet, tmp_path / "hosts.yml", host_vars={"node-c": {"gpufleet_benchmarks": ["memory", "nccl"]}})
-    proc = gpufleet(fleet, tmp_path, "run", "-i", str(inv), "--reports-dir", str(reports), "--run-id", run_id)
+    # A token passed with -e: neither the run nor the release after the interrupt may write it into the run folder.
+    token = f"var-token-{uuid.uuid4().hex}"
+    proc = gpufleet(fleet, tmp_path, "run", "-i", str(inv), "--reports-dir", str(reports), "--run-id", run_id,
+                    "-e", f"site_api_token={token}")
     lines: list[str] = []
     try:
         read_until(proc, lines, lambda line: re.search(r"  node-c +benchmarks ", line), 180, "node-c's benchmarks")
@@ -237,12 +265,15 @@ def test_an_interrupted_run_keeps_what_finished_and_resumes_only_what_did_not(fl
     (first,) = invocations(run_dir)
     assert first["interrupted"] and first["exit"] == 130 and first["status"] == "interrupted" and first["ended"]
     assert first["last_stage"]["node-c"] == "benchmarks", first
+    assert (run_dir / "runner" / "artifacts" / f"{first['ident']}-release").is_dir(), "the locks were given back"
+    assert not files_holding(run_dir, token)
     assert not (run_dir / "hosts" / "node-c.json").exists()
     kept = {h: node_stage(doc(run_dir, h)) for h in ("node-a", "node-b")}
     assert all(kept.values())
 
     # Dry run first: node-c's node stage, then the run across the nodes that never came.
-    rc, lines = run(fleet, tmp_path, "resume", run_id, "--reports-dir", str(reports), "--only-unfinished", "--dry-run")
+    again = ("-e", f"site_api_token={token}")
+    rc, lines = run(fleet, tmp_path, "resume", run_id, "--reports-dir", str(reports), "--only-unfinished", "--dry-run", *again)
     out = "\n".join(lines)
     assert rc == 0, out
     assert [line.split("  ", 1)[1] for line in lines] == [
@@ -255,7 +286,7 @@ def test_an_interrupted_run_keeps_what_finished_and_resumes_only_what_did_not(fl
     ], out
     assert len(invocations(run_dir)) == 1, "a dry run runs nothing"
 
-    rc, lines = run(fleet, tmp_path, "resume", run_id, "--reports-dir", str(reports), "--only-unfinished")
+    rc, lines = run(fleet, tmp_path, "resume", run_id, "--reports-dir", str(reports), "--only-unfinished", *again)
     out = "\n".join(lines)
     assert rc == 1, out
     _, second, third = invocations(run_dir)

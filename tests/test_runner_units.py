@@ -349,3 +349,80 @@ def test_bad_input_exits_2_naming_what_is_wrong(tmp_path, capsys, argv, message)
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     assert cli.main(argv + (["--plain"] if argv[1] in ("run", "resume") else [])) == 2
     assert message in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- the end of a run says why
+
+
+def test_the_end_of_a_run_names_each_node_not_accepted_with_its_failing_checks(tmp_path):
+    from gpufleet import report, schema
+    from gpufleet.runner import api
+
+    long_reason = "GPU 3: 2 volatile uncorrectable ECC errors " + "x" * 300
+    run_dir = make_run(tmp_path, {
+        "node-a": NODE_OK,
+        "node-b": [result("gpu_inventory", "gpu_count"), dict(result("gpu_health", "ecc", "fail"), reason=long_reason),
+                   result("host_hygiene", "iommu", "warn")]
+                  + [result("host_hygiene", f"c{i}", "error") for i in range(7)],
+        "node-c": [dict(result("gpu_health", "ecc", "fail"), reason="2 ECC\nerrors")],
+    })
+    for path in (run_dir / "hosts").iterdir():  # whole host documents, as the report reads them
+        path.write_text(json.dumps(dict(json.loads(path.read_text()), schema_version=schema.SCHEMA_VERSION)))
+    report.build(run_dir, use_store=False)
+    outcome = api._whole_run_outcome(run_dir, ["node-a", "node-b", "node-c"], "resumed")
+    assert outcome.exit == 1 and set(outcome.why) == {"node-b", "node-c"}
+    # Worst first (errors before failures), every failing or erring check with its whole reason; warnings left out.
+    assert [b["check"] for b in outcome.why["node-b"]] == [f"host_hygiene.c{i}" for i in range(7)] + ["gpu_health.ecc"]
+    assert outcome.why["node-b"][-1] == {"check": "gpu_health.ecc", "status": "fail", "reason": long_reason}
+    assert outcome.why["node-c"] == [{"check": "gpu_health.ecc", "status": "fail", "reason": "2 ECC errors"}]
+    assert json.loads(api.outcome_json(outcome))["why"] == outcome.why
+
+    text = core.ending_text(outcome.why, outcome.message)
+    assert text.splitlines() == [
+        "  node-b: error host_hygiene.c0: c0 error; also host_hygiene.c1 (error), host_hygiene.c2 (error), "
+        "host_hygiene.c3 (error), host_hygiene.c4 (error), host_hygiene.c5 (error) and 2 more",
+        "  node-c: fail gpu_health.ecc: 2 ECC errors",
+        outcome.message,
+    ]
+    cut = core.ending_text({"n": [{"check": "g.c", "status": "fail", "reason": long_reason}]}, "end").splitlines()[0]
+    assert cut.endswith("xxx...") and len(cut) < 200
+
+    out = io.StringIO()  # the plain view: each line timestamped, the run's ending last
+    plain = PlainView(out, wall=lambda: 1795428003.0)
+    plain.message(text)
+    assert out.getvalue().splitlines()[1] == "2026-11-23T10:00:03Z    node-c: fail gpu_health.ecc: 2 ECC errors"
+    from rich.console import Console
+
+    console = Console(file=io.StringIO(), force_terminal=True, width=200, record=True)
+    live = LiveView(console)
+    live.start(FleetState(["node-a", "node-b", "node-c"]))
+    live.message(text)
+    live.stop()
+    assert "node-c: fail gpu_health.ecc: 2 ECC errors" in console.export_text()
+
+
+# ---------------------------------------------------------------- secrets stay out of the run folder
+
+
+def test_extra_variables_and_the_environment_are_kept_out_of_the_artifacts(tmp_path):
+    kept, withheld = core.recorded_vars({"gpufleet_finetune": True, "gpufleet_node_env": {"TOKEN": "s3"},
+                                         "ansible_become_password": "s4"})
+    assert kept == {"gpufleet_finetune": True} and withheld == ["ansible_become_password", "gpufleet_node_env"]
+
+    path = core.write_private_vars({"ansible_become_password": "s4"})
+    try:
+        assert json.loads(path.read_text()) == {"ansible_become_password": "s4"}
+        assert (os.stat(path).st_mode & 0o777, os.stat(path.parent).st_mode & 0o777) == (0o600, 0o700)
+        assert tmp_path not in path.parents
+    finally:
+        path.unlink()
+        path.parent.rmdir()
+
+    # ansible-runner's command artifact as it writes it: the environment gpufleet did not set loses its values.
+    (tmp_path / "command").write_text(json.dumps({"command": ["ansible-playbook", "-e", f"@{path}"], "cwd": "/x",
+                                                  "env": {"PATH": "/bin", "ANSIBLE_BECOME_PASS": "s5", "HOME": "/root"}}))
+    core.redact_command(tmp_path, {"PATH"})
+    doc = json.loads((tmp_path / "command").read_text())
+    assert doc["env"] == {"PATH": "/bin", "ANSIBLE_BECOME_PASS": core.NOT_RECORDED, "HOME": core.NOT_RECORDED}
+    assert doc["command"][-1] == f"@{path}" and os.stat(tmp_path / "command").st_mode & 0o777 == 0o600
+    core.redact_command(tmp_path / "missing", {"PATH"})  # no artifact yet: nothing to do

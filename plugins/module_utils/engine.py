@@ -221,6 +221,10 @@ def out_text(data):
     return (data or b"").decode("utf-8", errors="replace")
 
 
+# gpufleet check, bench, counters and finetune exit 1 when a result failed or erred: the document says which.
+RESULT_RCS = (0, 1)
+
+
 def run_json(python, args, timeout_s, host, ok_rcs=(0,), input_text=None, engine_src=None):
     """Run the engine and parse the JSON object it prints; EngineError otherwise."""
     rc, out, err = run_engine(python, args, timeout_s, host, input_text=input_text, engine_src=engine_src)
@@ -240,17 +244,20 @@ def run_json(python, args, timeout_s, host, ok_rcs=(0,), input_text=None, engine
         # Bad input: the engine's message names the variable or file.
         raise EngineError(err.strip() or "gpufleet refused its input (exit 2)", rc=rc, stdout=tail(out),
                           stderr=tail(err), cmd=cmd, remedy=REMEDY_INPUT, kind="input")
+    exited = EngineError(
+        "'%s' exited %s on %s; stderr tail: %s" % (" ".join(cmd), rc, host, tail(err) or "(empty)"),
+        rc=rc,
+        stdout=tail(out),
+        stderr=tail(err),
+        cmd=cmd,
+    )
     if rc not in ok_rcs:
-        raise EngineError(
-            "'%s' exited %s on %s; stderr tail: %s" % (" ".join(cmd), rc, host, tail(err) or "(empty)"),
-            rc=rc,
-            stdout=tail(out),
-            stderr=tail(err),
-            cmd=cmd,
-        )
+        raise exited
     try:
         doc = json.loads(out)
     except ValueError as exc:
+        if rc != 0:  # a crash (a traceback exits 1 too), not a document saying a result failed
+            raise exited
         raise EngineError(
             "'%s' on %s printed no JSON (%s); stdout starts: %r; stderr tail: %s"
             % (" ".join(cmd), host, exc, out[:200], tail(err) or "(empty)"),
@@ -292,7 +299,7 @@ def run_check_module(module, group):
     host = p["host_name"] or socket.gethostname()
     args = check_command(group, p["host_name"], p["profile"], p["thresholds"])
     try:
-        dummy, doc = run_json(p["python"], args, p["timeout_s"], host)
+        dummy, doc = run_json(p["python"], args, p["timeout_s"], host, ok_rcs=RESULT_RCS)
     except EngineError as exc:
         module.fail_json(**exc.fail_kwargs())
     if not isinstance(doc.get("results"), list):
@@ -430,7 +437,7 @@ def run_engine_results(module, p, args, host, check, group, what, detail, timeou
     """
     when, t0 = utc_now(), time.monotonic()
     try:
-        dummy, doc = run_json(p["python"], args, p["timeout_s"], host)
+        dummy, doc = run_json(p["python"], args, p["timeout_s"], host, ok_rcs=RESULT_RCS)
     except EngineError as exc:
         if exc.kind in ("python", "engine", "input"):
             module.fail_json(**exc.fail_kwargs())

@@ -156,6 +156,7 @@ import socket
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import (
+    RESULT_RCS,
     TAIL_CHARS,
     EngineError,
     check_argument_spec,
@@ -179,7 +180,7 @@ def main():
     p = module.params
     host = p["host_name"] or socket.gethostname()
     try:
-        dummy, doc = run_json(p["python"], counters_command(p), p["timeout_s"], host)
+        dummy, doc = run_json(p["python"], counters_command(p), p["timeout_s"], host, ok_rcs=RESULT_RCS)
     except EngineError as exc:
         module.fail_json(**exc.fail_kwargs())
     if not isinstance(doc.get("results"), list):

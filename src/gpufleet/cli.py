@@ -10,8 +10,7 @@
     gpufleet status [--json] [--count N]          every GPU of this node (NVML), refreshed until Ctrl-C
     gpufleet hw [--json] [--root DIR]             this node's hardware: CPUs, NUMA, memory, GPUs, NVLink, HCAs
 
-Exit codes: 0 ok (check: ran; report: every node accepted), 1 report found a
-node that failed acceptance, 2 bad input (the message names what is wrong).
+Exit codes: errors.EXIT_CODES, at the end of every command's --help.
 """
 
 from __future__ import annotations
@@ -23,11 +22,31 @@ from pathlib import Path
 
 from gpufleet import collect, counters, engine, schema, views
 from gpufleet.checks import GROUPS
-from gpufleet.errors import InputError
+from gpufleet.errors import EXIT_CODES, InputError
 from gpufleet.finetune import cli as finetune_cli
 from gpufleet.fleet import cli as fleet_cli
 from gpufleet.runner import cli as runner_cli
 from gpufleet.lock import DEFAULT_PATH as DEFAULT_LOCK_PATH
+
+
+class Parser(argparse.ArgumentParser):
+    """Every gpufleet parser, subcommands included (add_subparsers makes them of the parent's class), ends its
+    --help with the same table of exit codes."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("epilog", EXIT_CODES)
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
+def results_exit(results: list[dict], exit_zero: bool = False) -> int:
+    """1 when a result failed or erred (the node would not be accepted), else 0; always 0 with --exit-zero."""
+    return 1 if not exit_zero and schema.verdict(results) == schema.FAIL else 0
+
+
+def add_exit_zero(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--exit-zero", action="store_true", help="exit 0 when the command ran, whatever its results "
+                   "(default: 1 when a result failed or erred)")
 
 
 def _json_arg(text: str | None, what: str) -> dict:
@@ -64,7 +83,7 @@ def cmd_check(args) -> int:
         profile_dir=args.profile_dir,
     )
     _print_doc(doc, args.json)
-    return 0
+    return results_exit(doc["results"], args.exit_zero)
 
 
 def cmd_bench(args) -> int:
@@ -88,7 +107,7 @@ def cmd_bench(args) -> int:
         soak_options={"duration_s": args.duration_s},
     )
     _print_doc(doc, args.json)
-    return 0
+    return results_exit(doc["results"], args.exit_zero)
 
 
 def _print_doc(doc: dict, as_json: bool) -> None:
@@ -168,7 +187,7 @@ def cmd_lock(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gpufleet", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="gpufleet", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
 
     c = sub.add_parser("collect", help="record NVML and sysfs readings as JSON")
@@ -185,6 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--profile-dir", help="directory of profile YAML files")
     k.add_argument("--thresholds", help="JSON object of threshold overrides (gpufleet_thresholds)")
     k.add_argument("--json", action="store_true", help="print the host document as JSON")
+    add_exit_zero(k)
     k.set_defaults(func=cmd_check)
 
     b = sub.add_parser("bench", help="run benchmarks and print a host document")
@@ -205,6 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(status, value, reason, world_size), for the scaling efficiency")
     b.add_argument("--duration-s", type=float, default=600, help="soak: seconds of sustained load on every GPU")
     b.add_argument("--json", action="store_true", help="print the host document as JSON")
+    add_exit_zero(b)
     b.set_defaults(func=cmd_bench)
 
     f = sub.add_parser("finetune", help="LoRA fine-tune under torchrun (multi-node) and print a host document")

@@ -186,10 +186,12 @@ def command(args) -> int:
     doc = host_document(args.phase, readings, root=args.root, host=args.host, profile_name=args.profile,
                         overrides=cli._json_arg(args.thresholds, "--thresholds"), profile_dir=args.profile_dir)
     cli._print_doc(doc, args.json)
-    return 0
+    return cli.results_exit(doc["results"], args.exit_zero)
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
+    from gpufleet import cli
+
     c = sub.add_parser("counters", help="snapshot every GPU's error counters (ECC, row remapping, NVLink, PCIe replay, "
                                         "Xid) before or after the benchmarks, as a host document")
     c.add_argument("--phase", required=True, choices=list(PHASES), help="before or after the node's benchmarks")
@@ -200,4 +202,5 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--profile-dir", help="directory of profile YAML files")
     c.add_argument("--thresholds", help="JSON object of threshold overrides (gpufleet_thresholds)")
     c.add_argument("--json", action="store_true", help="print the host document as JSON")
+    cli.add_exit_zero(c)
     c.set_defaults(func=command)

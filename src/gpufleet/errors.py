@@ -1,2 +1,12 @@
 class InputError(ValueError):
     """Bad input (file, option, inventory variable). The message names it and what was expected."""
+
+
+# Every gpufleet command exits with these codes; each parser's --help and the README show this table.
+EXIT_CODES = """\
+exit codes (every gpufleet command):
+  0    done: every result passed or warned (report, fleet: every node accepted; locate: nothing slow)
+  1    a result failed or erred (report, fleet: a node not accepted; locate: a slow node or link named;
+       status: no GPU to show); check, bench, counters and finetune exit 0 here with --exit-zero
+  2    bad input or could not run: the message names the variable, file or host and what was expected
+  130  interrupted (Ctrl-C or SIGTERM)"""

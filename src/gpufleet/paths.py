@@ -10,6 +10,7 @@ users (FILE_MODE, DIR_MODE).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import tempfile
@@ -44,13 +45,20 @@ def inside(base: Path | str, *parts: str, what: str) -> Path:
 
 
 def make_dir(path: Path | str) -> Path:
-    """Create a folder (and its parents) with DIR_MODE; an existing one is left as it is."""
-    path = Path(path)
+    """Create a folder (and its missing parents, each) with DIR_MODE; an existing one is left as it is."""
+    target = Path(path)
+    missing, up = [], target
+    while not up.exists() and up.parent != up:
+        missing.append(up)
+        up = up.parent
     try:
-        path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        for folder in reversed(missing):  # mkdir(parents=True) would give the parents the umask's mode (0755)
+            folder.mkdir(mode=DIR_MODE, exist_ok=True)
+        if not target.is_dir():
+            raise FileExistsError(errno.EEXIST, "it exists and is not a folder")
     except OSError as exc:
-        raise InputError(f"cannot create {path}: {exc.strerror}; expected a writable folder") from None
-    return path
+        raise InputError(f"cannot create {target}: {exc.strerror}; expected a writable folder") from None
+    return target
 
 
 def write_atomic(path: Path | str, text: str, mode: int = FILE_MODE) -> Path:

@@ -30,6 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile-dir", help="directory of profile YAML files")
     p.add_argument("--thresholds", help="JSON object of threshold overrides (gpufleet_thresholds)")
     p.add_argument("--json", action="store_true", help="print the host document as JSON")
+    from gpufleet.cli import add_exit_zero
+
+    add_exit_zero(p)
 
 
 def document(args) -> dict:
@@ -59,6 +62,7 @@ def document(args) -> dict:
 
 def command(args) -> int:
     from gpufleet import schema
+    from gpufleet.cli import results_exit
 
     doc = document(args)
     if args.json:
@@ -67,13 +71,14 @@ def command(args) -> int:
         for r in doc["results"]:
             print(f"{r['status']:5}  {r['check']:24} {r['reason']}")
         print(f"verdict: {schema.verdict(doc['results'])}")
-    return 0
+    return results_exit(doc["results"], args.exit_zero)
 
 
 def main(argv: list[str] | None = None) -> int:
+    from gpufleet.cli import Parser
     from gpufleet.errors import InputError
 
-    p = argparse.ArgumentParser(prog="python -m gpufleet.finetune", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="python -m gpufleet.finetune", description=__doc__.split("\n\n")[0])
     add_arguments(p)
     args = p.parse_args(argv)
     try:

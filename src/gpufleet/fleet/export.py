@@ -5,7 +5,8 @@
     <run_dir>/drain.txt                one `scontrol update NodeName=... State=DRAIN Reason="gpufleet: ..."` per
                                        node not accepted; the failing checks by class, hardware first
 
-Series (labels: node = the inventory name; gpu = the NVML index, uuid; check = <group>.<check>):
+Series, named in base units after Prometheus' naming guide (bytes, seconds, ratios; FLOP/s as _flops). Labels:
+node = the inventory name; gpu = the NVML index, uuid; check = <group>.<check>. README's table lists them all.
 
     gpufleet_node_accepted{node}                       1 accepted, 0 not
     gpufleet_node_verdict{node,verdict}                1 for the node's verdict, 0 for the others
@@ -14,15 +15,16 @@ Series (labels: node = the inventory name; gpu = the NVML index, uuid; check = <
     gpufleet_run_info{node,run_id,baseline}            1
     gpufleet_report_timestamp_seconds{node}            when the report was made
     gpufleet_cpu_run{node}                             1 when the figures come from a CPU run (no performance claim)
-    gpufleet_matmul_tflops{node,gpu,uuid,dtype}  gpufleet_hbm_copy_gbps{node,gpu,uuid}
-    gpufleet_pcie_gbps{node,gpu,uuid,direction}  gpufleet_nccl_busbw_gbps{node,scope,collective,band}
-    gpufleet_nccl_sendrecv_gbps{node}  gpufleet_train_tokens_per_second_per_gpu{node,scope}
-    gpufleet_finetune_tokens_per_second_per_gpu{node,scope}
-    gpufleet_fleet_deviation_pct{node,gpu,uuid,check,metric}   a figure against its reference (negative: below)
-    gpufleet_fleet_robust_z{node,gpu,uuid,check,metric}        its robust z-score, where the MAD is above zero
-    gpufleet_sample_spread_pct{node,gpu,uuid,metric}           (max - min) / median of a benchmark's samples
-    gpufleet_gpu_counter{node,gpu,uuid,counter}                cumulative total at the last snapshot
-    gpufleet_gpu_counter_growth_per_hour{node,gpu,uuid,counter,window}   window: run | since_previous_run
+    gpufleet_matmul_flops{node,gpu,uuid,dtype}         gpufleet_hbm_copy_bytes_per_second{node,gpu,uuid}
+    gpufleet_pcie_copy_bytes_per_second{node,gpu,uuid,direction}
+    gpufleet_nccl_busbw_bytes_per_second{node,scope,collective,band}   gpufleet_nccl_sendrecv_bytes_per_second{node}
+    gpufleet_train_tokens_per_second_per_gpu{node,scope}   gpufleet_finetune_tokens_per_second_per_gpu{node,scope}
+    gpufleet_metric{node,metric}                       a figure of no family above, in its own unit
+    gpufleet_fleet_deviation_ratio{node,gpu,uuid,check,metric}   a figure against its reference (negative: below)
+    gpufleet_fleet_robust_z{node,gpu,uuid,check,metric}          its robust z-score, where the MAD is above zero
+    gpufleet_sample_spread_ratio{node,gpu,uuid,metric}           (max - min) / median of a benchmark's samples
+    gpufleet_gpu_counter{node,gpu,uuid,counter}                  cumulative total at the last snapshot
+    gpufleet_gpu_counter_growth_per_second{node,gpu,uuid,counter,window}   window: run | since_previous_run
 
 Per-GPU figures have gpu and uuid labels; a node-level figure (its slowest GPU's) is left out, since a query
 takes the minimum over the GPUs.
@@ -43,14 +45,16 @@ from gpufleet.fleet import metrics as fm
 SEVERITY_HELP = "0 pass, 1 skip, 2 warn, 3 fail, 4 error"
 _SEVERITY = {schema.PASS: 0, schema.SKIP: 1, schema.WARN: 2, schema.FAIL: 3, schema.ERROR: 4}
 _FAMILY_HELP = {
-    "gpufleet_matmul_tflops": "Matmul TFLOPS per GPU: the best shape's median (benchmark.matmul_bf16)",
-    "gpufleet_hbm_copy_gbps": "HBM copy GB/s per GPU, read + write (benchmark.hbm_bandwidth)",
-    "gpufleet_pcie_gbps": "Pinned host/device copy GB/s per GPU (benchmark.pcie_*_bandwidth)",
-    "gpufleet_nccl_busbw_gbps": "NCCL bus bandwidth GB/s at the largest size of each size band (nccl-tests conventions)",
-    "gpufleet_nccl_sendrecv_gbps": "NCCL send/recv GB/s of the slowest GPU pair inside the node",
-    "gpufleet_train_tokens_per_second_per_gpu": "GPT-2-small training gate tokens/s per GPU",
-    "gpufleet_finetune_tokens_per_second_per_gpu": "LoRA fine-tune tokens/s per GPU",
-    "gpufleet_metric": "Other gpufleet figures",
+    "gpufleet_matmul_flops": "Matmul floating-point operations per second per GPU: the best shape's median "
+                             "(benchmark.matmul_bf16)",
+    "gpufleet_hbm_copy_bytes_per_second": "HBM copy bytes per second per GPU, read + write (benchmark.hbm_bandwidth)",
+    "gpufleet_pcie_copy_bytes_per_second": "Pinned host/device copy bytes per second per GPU (benchmark.pcie_*_bandwidth)",
+    "gpufleet_nccl_busbw_bytes_per_second": "NCCL bus bandwidth in bytes per second at the largest size of each size "
+                                            "band (nccl-tests conventions)",
+    "gpufleet_nccl_sendrecv_bytes_per_second": "NCCL send/recv bytes per second of the slowest GPU pair inside the node",
+    "gpufleet_train_tokens_per_second_per_gpu": "GPT-2-small training gate tokens per second per GPU",
+    "gpufleet_finetune_tokens_per_second_per_gpu": "LoRA fine-tune tokens per second per GPU",
+    "gpufleet_metric": "Other gpufleet figures, each in its own unit (metric names it)",
 }
 # Slurm node names and hostlist expressions (node[01-04]); anything else is refused.
 _SLURM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-\[\],]*")
@@ -111,25 +115,25 @@ def node_registry(node: dict, fleet: dict, run_id: str, generated: str | None, b
         labels = (("node", "gpu", "uuid") if desc["per_gpu"] else ("node",)) + extra
         values = ((host, _label(m["index"] if m["index"] is not None else m.get("cuda_index")), _label(m["uuid"]))
                   if desc["per_gpu"] else (host,)) + tuple(desc["labels"].values())
-        gauge(desc["family"], _FAMILY_HELP.get(desc["family"], desc["label"]), labels).labels(*values).set(m["value"])
-    dev = gauge("gpufleet_fleet_deviation_pct", "A figure against its fleet reference in percent (negative: below it); check "
-                "says which reference", ("node", "gpu", "uuid", "check", "metric"))
+        gauge(desc["family"], _FAMILY_HELP.get(desc["family"], desc["label"]), labels).labels(*values).set(m["value"] * desc["to_base"])
+    dev = gauge("gpufleet_fleet_deviation_ratio", "A figure against its fleet reference as a fraction, (x - reference) / "
+                "reference (negative: below it); check says which reference", ("node", "gpu", "uuid", "check", "metric"))
     zed = gauge("gpufleet_fleet_robust_z", "Robust z-score 0.6745 * (x - median) / MAD of a figure against its reference",
                 ("node", "gpu", "uuid", "check", "metric"))
     for r in (fleet.get("results") or {}).get(host, []):
         for c in (r.get("detail") or {}).get("comparisons") or []:
             labels = (host, _label(c.get("index") if c.get("index") is not None else c.get("cuda_index")), _label(c.get("uuid")),
                       f"fleet.{r['check']}", c["metric"])
-            dev.labels(*labels).set(c["deviation_pct"])
+            dev.labels(*labels).set(c["deviation_pct"] / 100)
             if c.get("robust_z") is not None:
                 zed.labels(*labels).set(c["robust_z"])
-    spread = gauge("gpufleet_sample_spread_pct", "(max - min) / median of a benchmark's samples on one GPU, percent",
+    spread = gauge("gpufleet_sample_spread_ratio", "(max - min) / median of a benchmark's samples on one GPU, as a fraction",
                    ("node", "gpu", "uuid", "metric"))
     for s in found["spreads"]:
-        spread.labels(host, _label(s["index"] if s["index"] is not None else s.get("cuda_index")), _label(s["uuid"]), s["key"]).set(s["spread_pct"])
+        spread.labels(host, _label(s["index"] if s["index"] is not None else s.get("cuda_index")), _label(s["uuid"]), s["key"]).set(s["spread_pct"] / 100)
     total = gauge("gpufleet_gpu_counter", "Cumulative GPU error counter at the latest snapshot", ("node", "gpu", "uuid", "counter"))
-    rate = gauge("gpufleet_gpu_counter_growth_per_hour", "Growth of a GPU error counter per hour, during the run or since "
-                 "the GPU's previous run", ("node", "gpu", "uuid", "counter", "window"))
+    rate = gauge("gpufleet_gpu_counter_growth_per_second", "Growth of a GPU error counter per second, during the run or "
+                 "since the GPU's previous run", ("node", "gpu", "uuid", "counter", "window"))
     for r in (fleet.get("results") or {}).get(host, []):
         window = {"counters_during_run": "run", "counters_since_previous_run": "since_previous_run"}.get(r["check"])
         if not window:
@@ -140,7 +144,7 @@ def node_registry(node: dict, fleet: dict, run_id: str, generated: str | None, b
                 if e.get("total") is not None:
                     total.labels(*ids).set(e["total"])
                 if e.get("per_h") is not None:
-                    rate.labels(*ids, window).set(e["per_h"])
+                    rate.labels(*ids, window).set(e["per_h"] / 3600)
     return reg
 
 

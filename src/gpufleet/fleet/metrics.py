@@ -50,34 +50,39 @@ _TRAIN = re.compile(r"(train_gpt2|finetune)_(node|multinode)_tokens_per_s_per_gp
 
 
 def describe(key: str) -> dict:
-    """What a metric key means: label (for sentences), unit, Prometheus family and labels, shared, per_gpu."""
+    """What a metric key means: label (for sentences), unit, Prometheus family (named in base units) and labels,
+    to_base (the factor from the unit to the family's base unit), shared, per_gpu."""
     m = re.fullmatch(r"matmul_(\w+)_tflops", key)
     if m:
-        return {"label": f"{m[1]} matmul", "unit": "TFLOPS", "family": "gpufleet_matmul_tflops",
+        return {"label": f"{m[1]} matmul", "unit": "TFLOPS", "family": "gpufleet_matmul_flops", "to_base": 1e12,
                 "labels": {"dtype": m[1]}, "shared": False, "per_gpu": True}
     if key == "hbm_copy_gbps":
-        return {"label": "HBM copy", "unit": "GB/s", "family": "gpufleet_hbm_copy_gbps", "labels": {},
-                "shared": False, "per_gpu": True}
+        return {"label": "HBM copy", "unit": "GB/s", "family": "gpufleet_hbm_copy_bytes_per_second", "to_base": 1e9,
+                "labels": {}, "shared": False, "per_gpu": True}
     if key in ("pcie_h2d_gbps", "pcie_d2h_gbps"):
         way = key.split("_")[1]
         return {"label": "PCIe host-to-device" if way == "h2d" else "PCIe device-to-host", "unit": "GB/s",
-                "family": "gpufleet_pcie_gbps", "labels": {"direction": way}, "shared": False, "per_gpu": True}
+                "family": "gpufleet_pcie_copy_bytes_per_second", "to_base": 1e9, "labels": {"direction": way},
+                "shared": False, "per_gpu": True}
     m = _NCCL.fullmatch(key)
     if m:
         where = "inside the node" if m[1] == "node" else "across nodes"
-        return {"label": f"{m[2]} busbw {where}, {BAND_TEXT[m[3]]}", "unit": "GB/s", "family": "gpufleet_nccl_busbw_gbps",
+        return {"label": f"{m[2]} busbw {where}, {BAND_TEXT[m[3]]}", "unit": "GB/s",
+                "family": "gpufleet_nccl_busbw_bytes_per_second", "to_base": 1e9,
                 "labels": {"scope": m[1], "collective": m[2], "band": m[3]}, "shared": m[1] == "multinode", "per_gpu": False}
     if key == "nccl_node_sendrecv_gbps":
-        return {"label": "slowest send/recv pair inside the node", "unit": "GB/s", "family": "gpufleet_nccl_sendrecv_gbps",
-                "labels": {}, "shared": False, "per_gpu": False}
+        return {"label": "slowest send/recv pair inside the node", "unit": "GB/s",
+                "family": "gpufleet_nccl_sendrecv_bytes_per_second", "to_base": 1e9, "labels": {}, "shared": False,
+                "per_gpu": False}
     m = _TRAIN.fullmatch(key)
     if m:
         what = "GPT-2 training" if m[1] == "train_gpt2" else "LoRA fine-tune"
         where = "inside the node" if m[2] == "node" else "across nodes"
         family = "gpufleet_train_tokens_per_second_per_gpu" if m[1] == "train_gpt2" else "gpufleet_finetune_tokens_per_second_per_gpu"
-        return {"label": f"{what} {where}", "unit": "tokens/s/GPU", "family": family, "labels": {"scope": m[2]},
-                "shared": m[2] == "multinode", "per_gpu": False}
-    return {"label": key, "unit": None, "family": "gpufleet_metric", "labels": {"metric": key}, "shared": False, "per_gpu": False}
+        return {"label": f"{what} {where}", "unit": "tokens/s/GPU", "family": family, "to_base": 1,
+                "labels": {"scope": m[2]}, "shared": m[2] == "multinode", "per_gpu": False}
+    return {"label": key, "unit": None, "family": "gpufleet_metric", "to_base": 1, "labels": {"metric": key},
+            "shared": False, "per_gpu": False}
 
 
 def _finite(v: Any) -> bool:

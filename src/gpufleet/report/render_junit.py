@@ -1,4 +1,5 @@
-"""junit.xml: one <testsuite> per node, one <testcase> per check ("<group>.<check>").
+"""junit.xml: one <testsuite> per node (its name the node's), one <testcase> per check ("<group>.<check>"),
+classname "gpufleet.<node, dots as underscores>".
 
 fail  -> <failure message=reason>, body: value, threshold, remedy, detail JSON
 error -> <error message=reason>, same body
@@ -43,12 +44,18 @@ def _body(res: dict) -> str:
     return _x("\n".join(lines))
 
 
+def classname(host: str) -> str:
+    """gpufleet.<host> with the host's dots as underscores: Jenkins and GitLab split a classname into packages at
+    every dot, so that an FQDN would become a tree; this keeps one package (gpufleet) and one class per node."""
+    return "gpufleet." + str(host).replace(".", "_")
+
+
 def _testcase(suite: ET.Element, host: str, res: dict) -> None:
     case = ET.SubElement(
         suite,
         "testcase",
         name=_x(check_id(res)),
-        classname=_x(f"gpufleet.{host}"),
+        classname=_x(classname(host)),
         time=f"{_seconds(res.get('seconds')):.3f}",
     )
     status, reason = res["status"], _x(res.get("reason") or "")

@@ -8,6 +8,7 @@ table per run (message size by collective).
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from gpufleet.schema import size_text
@@ -35,9 +36,13 @@ def _inline(text: Any) -> str:
     return s.replace("\\", "\\\\").replace("|", "\\|").replace("<", "\\<")
 
 
-def _code(text: str) -> str:
-    tick = "``" if "`" in text else "`"
-    return f"{tick}{text}{tick}"
+def _code(text: Any) -> str:
+    """A code span that holds any text: its fence is longer than any run of backticks inside, and a pipe is
+    escaped so that it cannot end a table cell (GFM drops the backslash inside the span)."""
+    s = " ".join(str(text).split()).replace("|", "\\|")
+    fence = "`" * (max(map(len, re.findall("`+", s)), default=0) + 1)
+    pad = " " if s[:1] == "`" or s[-1:] == "`" else ""
+    return f"{fence}{pad}{s}{pad}{fence}"
 
 
 def _evidence(detail: Any) -> list[str]:
@@ -55,7 +60,7 @@ def _evidence(detail: Any) -> list[str]:
 
 
 def _finding(res: dict) -> list[str]:
-    lines = [f"#### {res['status'].upper()} {_code(check_id(res))}", ""]
+    lines = [f"#### {_inline(res['status'].upper())} {_code(check_id(res))}", ""]
     value = value_text(res)
     if value:
         lines.append(f"- value: {_inline(value)}")
@@ -82,7 +87,7 @@ def _node_section(node: dict) -> list[str]:
         facts.append(_inline(versions))
     if node.get("started"):
         seconds = f" ({fmt_scalar(node['seconds'])} s)" if node.get("seconds") is not None else ""
-        facts.append(f"checked {node['started']}{seconds}")
+        facts.append(_inline(f"checked {node['started']}{seconds}"))
     if node.get("source"):
         facts.append(f"from {_code(node['source'])}")
     if facts:
@@ -116,8 +121,8 @@ def _busbw_tables(node: dict) -> list[str]:
         lines.append("| size | " + " | ".join(_inline(line["label"]) for line in chart["lines"]) + " |")
         lines.append("| ---: | " + " | ".join("---:" for _ in chart["lines"]) + " |")
         for size in sizes:
-            cells = [fmt_scalar(points[size]) if size in points else "" for points in by_line]
-            lines.append(f"| {size_text(size)} | " + " | ".join(cells) + " |")
+            cells = [_inline(fmt_scalar(points[size])) if size in points else "" for points in by_line]
+            lines.append(f"| {_inline(size_text(size))} | " + " | ".join(cells) + " |")
         lines.append("")
     return lines
 
@@ -139,7 +144,7 @@ def _fleet_section(report: dict) -> list[str]:
                 if not cell:
                     cells.append("")
                     continue
-                mark = f"**{cell['status'].upper()}** " if cell["status"] != "pass" else ""
+                mark = f"**{_inline(cell['status'].upper())}** " if cell["status"] != "pass" else ""
                 cells.append(mark + _inline("; ".join(fleet_cell_parts(cell))))
             lines.append(f"| {_inline(row['host'])} | " + " | ".join(cells) + " |")
         lines.append("")
@@ -162,7 +167,7 @@ def _peers_section(report: dict) -> list[str]:
              "| peer | check | status | value | reason |", "| --- | --- | --- | ---: | --- |"]
     for host, peer in peers.items():
         for res in peer["results"]:
-            lines.append(f"| {_inline(host)} | {_code(check_id(res))} | {res['status']} | {_inline(value_text(res))} | "
+            lines.append(f"| {_inline(host)} | {_code(check_id(res))} | {_inline(res['status'])} | {_inline(value_text(res))} | "
                          f"{_inline(str(res.get('reason') or '')[:_EVIDENCE_CHARS])} |")
     return lines + [""]
 

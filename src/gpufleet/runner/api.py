@@ -23,6 +23,8 @@ from gpufleet.runner.core import (
     check_user_vars,
     invoke,
     new_run_id,
+    ending_text,
+    not_accepted_why,
     report_finals,
 )
 from gpufleet.runner.events import FleetState
@@ -128,6 +130,10 @@ def fleet_resume(run_id: str, *, reports_dir: str | Path | None = None, inventor
     extra = dict(extra_vars or {})
     check_user_vars(extra)
     user_vars.update(extra)
+    again = [name for name in (first or {}).get("extravars_withheld") or [] if name not in extra]
+    if again and not dry_run:
+        raise InputError(f"run {run_id} was started with -e {', '.join(again)}, whose values are not recorded (they may "
+                         f"hold a secret): give {'it' if len(again) == 1 else 'them'} again with -e")
     inv = read_inventory(project, inventory)
     peers = [p for p in (first or {}).get("peers") or [] if p in inv.hosts]
     plan = resume_mod.plan(folder, only_unfinished=only_unfinished, hostvars=inv.hostvars, extravars=user_vars,
@@ -138,7 +144,7 @@ def fleet_resume(run_id: str, *, reports_dir: str | Path | None = None, inventor
         if dry_run:
             return plan, None
         outcome = _whole_run_outcome(run_dir, plan.hosts, "nothing to run again")
-        view.message(outcome.message)
+        view.message(ending_text(outcome.why, outcome.message))
         return plan, outcome
     view.message(plan.text())
     outcome = None
@@ -150,7 +156,7 @@ def fleet_resume(run_id: str, *, reports_dir: str | Path | None = None, inventor
         if outcome.exit in (EXIT_INTERRUPTED, EXIT_COULD_NOT_RUN):
             return plan, outcome
     whole = _whole_run_outcome(run_dir, plan.hosts, "resumed")
-    view.message(whole.message)
+    view.message(ending_text(whole.why, whole.message))
     return plan, whole
 
 
@@ -165,7 +171,7 @@ def _whole_run_outcome(run_dir: Path, hosts: list[str], what: str) -> Outcome:
     msg = (f"run {run_dir.name}: {what}; " + (f"{len(bad)} of {len(hosts)} node(s) not accepted: {', '.join(bad)}"
                                               if bad else f"all {len(hosts)} node(s) accepted")
            + f"; report: {run_dir / 'report.md'}")
-    return Outcome(code, "successful", 0, False, finals, report, [], msg)
+    return Outcome(code, "successful", 0, False, finals, report, [], msg, not_accepted_why(report, finals))
 
 
 # ---------------------------------------------------------------- locate
@@ -230,5 +236,5 @@ def fleet_locate(inventory: str, *, limit: str | None = None, run_id: str | None
 
 def outcome_json(outcome: Outcome) -> str:
     return json.dumps({"exit": outcome.exit, "status": outcome.status, "rc": outcome.rc, "interrupted": outcome.interrupted,
-                       "nodes": outcome.finals, "message": outcome.message}, sort_keys=True)
+                       "nodes": outcome.finals, "message": outcome.message, "why": outcome.why}, sort_keys=True)
 

@@ -6,7 +6,7 @@
     gpufleet fleet locate -i INV [--limit L] [--method auto|pairs|bisect] [--ratio R] [--pair-rounds N] [...]
     gpufleet fleet locate-step RUN_DIR [--start --node N ...]   (locate.yml's controller module runs it)
 
-Exit codes: 0 every node accepted (locate: nothing slow), 1 some node not accepted (locate: a slow node or link
+Exit codes (errors.EXIT_CODES): 0 every node accepted (locate: nothing slow), 1 some node not accepted (locate: a slow node or link
 named), 2 could not run (bad input, a playbook error before any node, ansible-runner failing), 130 interrupted.
 """
 
@@ -26,7 +26,8 @@ def _common(p: argparse.ArgumentParser, *, inventory_required: bool = True) -> N
     p.add_argument("--project", help="a gpufleet checkout whose playbooks to run (default: this folder's, the engine's "
                    "checkout, or the installed collection gpufleet.cluster)")
     p.add_argument("--plain", action="store_true", help="plain timestamped lines instead of the live table")
-    p.add_argument("--json", action="store_true", help="end with one JSON line: exit code, status, verdict per node")
+    p.add_argument("--json", action="store_true", help="end with one JSON line: exit code, status, verdict per node, and why "
+                   "(each node not accepted: its failing checks with their reasons)")
 
 
 def _run_options(p: argparse.ArgumentParser) -> None:

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -43,6 +45,12 @@ RESERVED_VARS = {
 # absent): check the cancel flag every second, and keep ansible's own output out of ours.
 RUNNER_SETTINGS = {"pexpect_timeout": 1, "suppress_ansible_output": True}
 ACCEPTED, NOT_ACCEPTED = "accepted", "not accepted"
+# -e variables whose values runner.json keeps for a resume: the gpufleet_* settings. Any other (a become password)
+# and a node's environment (a token in gpufleet_node_env) may hold a secret: runner.json keeps only its name, and
+# a resume asks for it again.
+SECRET_VARS = {"gpufleet_node_env"}
+NOT_RECORDED = "(not recorded)"
+WHY_REASON_CHARS, WHY_MORE_CHECKS = 160, 5  # the end of a run: the first reason cut here, this many more checks named
 
 
 def new_run_id() -> str:
@@ -94,6 +102,37 @@ class Outcome:
     report: dict | None
     failures: list
     message: str = ""
+    why: dict = field(default_factory=dict)  # host not accepted -> its failing checks, worst first (not_accepted_why)
+
+
+def recorded_vars(user_vars: dict) -> tuple[dict, list[str]]:
+    """(the -e variables runner.json keeps with their values, the names of those it keeps without)."""
+    kept = {k: v for k, v in user_vars.items() if k.startswith("gpufleet_") and k not in SECRET_VARS}
+    return kept, sorted(set(user_vars) - set(kept))
+
+
+def write_private_vars(values: dict) -> Path:
+    """The playbook's extra variables in a file of a private temporary folder (0700; the file 0600), outside the
+    run folder: ansible-playbook reads them with -e @FILE, so that neither ansible-runner's command artifact nor
+    its env/ holds their values. The caller removes the folder."""
+    folder = Path(tempfile.mkdtemp(prefix="gpufleet-vars-"))
+    path = folder / "extravars.json"
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as handle:
+        json.dump(values, handle)
+    return path
+
+
+def redact_command(artifact_dir: Path, keep: set[str]) -> None:
+    """ansible-runner's artifacts/<ident>/command holds the whole environment ansible-playbook got (this process's,
+    which may hold a password or a token): keep the names, and the values of the variables gpufleet set itself."""
+    path = Path(artifact_dir) / "command"
+    doc, _ = rec.read_json(path)
+    if not isinstance(doc, dict) or not isinstance(doc.get("env"), dict):
+        return
+    if all(v == NOT_RECORDED for k, v in doc["env"].items() if k not in keep):
+        return
+    doc["env"] = {k: v if k in keep else NOT_RECORDED for k, v in doc["env"].items()}
+    paths.write_atomic(path, json.dumps(doc), mode=0o600)
 
 
 def check_user_vars(user_vars: dict) -> None:
@@ -120,6 +159,7 @@ def prepare_run_dir(run_dir: Path, *, resume: bool) -> None:
                          f"{', '.join(map(str, left))}), left by a controller that was killed; stop them "
                          f"(kill {' '.join(map(str, left))}) or wait for them, then run this again")
     paths.make_dir(rec.runner_dir(run_dir) / "env")
+    paths.make_dir(rec.runner_dir(run_dir) / "artifacts")
     settings = rec.runner_dir(run_dir) / "env" / "settings"
     paths.write_atomic(settings, json.dumps(RUNNER_SETTINGS) + "\n")
 
@@ -207,8 +247,9 @@ def invoke(project: Project, inv: Invocation, view, *, envvars: dict | None = No
     entry = {"n": n, "ident": ident, "command": inv.command, "playbook": inv.playbook, "started": schema.utc_now(),
              "started_epoch": started, "ended": None, "status": "running", "rc": None, "exit": None,
              "interrupted": False, "limit": inv.limit, "stages": inv.stages, "peers": inv.peers,
-             "extravars": inv.user_vars, "hosts": inv.hosts, "last_stage": {},
+             "hosts": inv.hosts, "last_stage": {},
              "controller": runs.controller_identity(os.getpid())}
+    entry["extravars"], entry["extravars_withheld"] = recorded_vars(inv.user_vars)
     record["invocations"].append(entry)
     rec.write_record(run_dir, record)
 
@@ -235,6 +276,13 @@ def invoke(project: Project, inv: Invocation, view, *, envvars: dict | None = No
     env = {"PATH": tool_env()["PATH"], "GPUFLEET_RUNNER_RUN_DIR": str(run_dir), "ANSIBLE_NOCOLOR": "1",
            "ANSIBLE_FORCE_COLOR": "0", **(envvars or {})}
     status, rc, error = "error", None, ""
+    artifact_dir = rec.runner_dir(run_dir) / "artifacts" / ident
+    own_env = set(env) - set(envvars or {})
+
+    def on_status(data: dict, runner_config=None) -> None:
+        if data.get("status") == "running":  # ansible-playbook started: its command artifact is written
+            redact_command(artifact_dir, own_env)
+
     def cancel() -> bool:
         # ansible-runner asks about once a second (pexpect_timeout): also the moment to show started tasks.
         changed = fleet.tick()
@@ -242,6 +290,7 @@ def invoke(project: Project, inv: Invocation, view, *, envvars: dict | None = No
             view.update(changed)
         return stop.cancel()
 
+    vars_file = write_private_vars(inv.extravars())
     with _Stop() as stop:
         try:
             runner = ansible_runner.run(
@@ -250,10 +299,11 @@ def invoke(project: Project, inv: Invocation, view, *, envvars: dict | None = No
                 playbook=project.playbook(inv.playbook),
                 inventory=inv.inventory,
                 limit=limit,
-                extravars=inv.extravars(),
+                extravars=str(vars_file),
                 envvars=env,
                 ident=ident,
                 event_handler=on_event,
+                status_handler=on_status,
                 cancel_callback=cancel,
                 quiet=True,
                 suppress_env_files=True,
@@ -264,10 +314,13 @@ def invoke(project: Project, inv: Invocation, view, *, envvars: dict | None = No
             raise
         except Exception as exc:  # ansible-runner itself failed: nothing ran, or not to the end
             error = f"ansible-runner failed: {type(exc).__name__}: {exc}"
+        finally:
+            shutil.rmtree(vars_file.parent, ignore_errors=True)
+            redact_command(artifact_dir, own_env)
         interrupted = stop.signum is not None
     if interrupted:
         stop_leftovers(run_dir)
-        kept = release_locks(project, inv, env, ident)
+        kept = release_locks(project, inv, env, own_env, ident)
     last_stage = {h: n.stage for h, n in fleet.nodes.items()}
     report, finals = None, {}
     if interrupted:
@@ -282,7 +335,8 @@ def invoke(project: Project, inv: Invocation, view, *, envvars: dict | None = No
         report, _ = report_finals(run_dir, inv.hosts, started)
     fleet.finish({p: "peer" for p in inv.peers} | finals)
     view.update(list(fleet.nodes))
-    view.message(message)
+    why = not_accepted_why(report, finals)
+    view.message(ending_text(why, message))
     view.stop()
 
     entry.update(ended=schema.utc_now(), status="interrupted" if interrupted else status, rc=rc, exit=code,
@@ -290,22 +344,61 @@ def invoke(project: Project, inv: Invocation, view, *, envvars: dict | None = No
     record = rec.read_record(run_dir) or record
     record["invocations"] = [entry if i.get("n") == n else i for i in record["invocations"]]
     rec.write_record(run_dir, record)
-    return Outcome(code, status, rc, interrupted, finals, report, fleet.failures, message)
+    return Outcome(code, status, rc, interrupted, finals, report, fleet.failures, message, why)
 
 
-def release_locks(project: Project, inv: Invocation, env: dict, ident: str) -> dict | str:
+def not_accepted_why(report: dict | None, finals: dict) -> dict[str, list[dict]]:
+    """For every node not accepted, its checks that failed or erred, worst first: [{check, status, reason}]."""
+    from gpufleet.report import check_id, ordered_results  # controller side
+
+    nodes = (report or {}).get("nodes") or {}
+    why = {}
+    for host, final in finals.items():
+        if final == NOT_ACCEPTED and host in nodes:
+            bad, _ = ordered_results(nodes[host].get("results") or [])
+            why[host] = [{"check": check_id(r), "status": r["status"], "reason": " ".join(str(r.get("reason") or "").split())}
+                         for r in bad if r["status"] in (schema.FAIL, schema.ERROR)]
+    return why
+
+
+def ending_text(why: dict[str, list[dict]], message: str) -> str:
+    """The last lines of a run: one per node not accepted (its worst check with the reason, then the others'
+    names), and the run's one-line ending last."""
+    lines = []
+    for host, bad in why.items():
+        if not bad:
+            lines.append(f"  {host}: not accepted, with no failing check in the report")
+            continue
+        first = bad[0]
+        reason = first["reason"] if len(first["reason"]) <= WHY_REASON_CHARS else first["reason"][:WHY_REASON_CHARS - 3] + "..."
+        line = f"  {host}: {first['status']} {first['check']}: {reason or '(no reason given)'}"
+        others = [f"{b['check']} ({b['status']})" for b in bad[1:1 + WHY_MORE_CHECKS]]
+        if others:
+            left = len(bad) - 1 - len(others)
+            line += "; also " + ", ".join(others) + (f" and {left} more" if left else "")
+        lines.append(line)
+    return "\n".join([*lines, message])
+
+
+def release_locks(project: Project, inv: Invocation, env: dict, own_env: set[str], ident: str) -> dict | str:
     """Give back the node locks of an interrupted run (release.yml on its nodes and peers): {node: why} for the
-    nodes it could not reach, or what kept the release from running at all."""
+    nodes it could not reach, or what kept the release from running at all. Its extra variables and environment
+    stay out of the run folder as the run's own do."""
     import ansible_runner
 
+    release_ident = f"{ident}-release"
+    vars_file = write_private_vars(inv.extravars())
     with _Stop():  # a second Ctrl-C does not cut the release short; the run is already stopped
         try:
             ansible_runner.run(private_data_dir=str(rec.runner_dir(inv.run_dir)), project_dir=str(project.cwd),
                                playbook=project.playbook("release"), inventory=inv.inventory,
-                               limit=",".join(inv.hosts + inv.peers), extravars=inv.extravars(), envvars=env,
-                               ident=f"{ident}-release", quiet=True, suppress_env_files=True, rotate_artifacts=0)
+                               limit=",".join(inv.hosts + inv.peers), extravars=str(vars_file), envvars=env,
+                               ident=release_ident, quiet=True, suppress_env_files=True, rotate_artifacts=0)
         except Exception as exc:  # the locks stay; the next run on this controller takes them over at once
             return f"ansible-runner failed: {type(exc).__name__}: {exc}"
+        finally:
+            shutil.rmtree(vars_file.parent, ignore_errors=True)
+            redact_command(rec.runner_dir(inv.run_dir) / "artifacts" / release_ident, own_env)
     try:
         last = runs.read_run(inv.run_dir)["attempts"][-1]
     except (InputError, IndexError):

@@ -5,11 +5,13 @@
     <run_dir>/runner/runner.json     {"schema_version": 1, "run_id", "reports_dir", "project", "inventory",
                                       "invocations": [{"n", "ident", "command", "playbook", "started", "started_epoch",
                                                        "ended", "status", "rc", "exit", "interrupted", "limit",
-                                                       "stages", "peers", "extravars", "hosts", "last_stage": {host: stage},
+                                                       "stages", "peers", "extravars", "extravars_withheld", "hosts",
+                                                       "last_stage": {host: stage},
                                                        "controller": {"host", "pid", "started_ticks", "boot_id"}}]}
 
 `extravars` are the operator's own (-e, --tier), without the run id, folder and resume variables the runner
-sets; a resume starts from them. An invocation with no "ended" was cut off (its controller killed).
+sets; a resume starts from them. Only gpufleet_* settings keep their values: any other variable and
+gpufleet_node_env may hold a secret, and `extravars_withheld` names them, for a resume to ask for again. An invocation with no "ended" was cut off (its controller killed).
 """
 
 from __future__ import annotations
