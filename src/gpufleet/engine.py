@@ -139,7 +139,7 @@ def bench_host(
         "nccl": lambda: benchmarks.nccl(nccl.run(tier, **(nccl_options or {})), profile, host_has_ib=host_has_ib),
         "soak": lambda: benchmarks.watched("soak", lambda: soak.run(**(soak_options or {})), benchmarks.soak, profile,
                                            log=watch_log, confirm=False),
-        "sdc": lambda: sdc_check.results(sdc.run(tier), profile, readings["nvml"]),
+        "sdc": lambda: sdc_check.results(sdc.run(tier, n_gpus=gpus), profile, readings["nvml"]),
     }
     gpus = visible_gpus(len(readings["nvml"].get("gpus") or []))
     # torchrun placement and limits, shared by the NCCL benchmark and the training gate.

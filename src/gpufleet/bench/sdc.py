@@ -14,7 +14,7 @@ disagrees with itself is named too), and the first repeat's bytes hashed (sha256
 hashes across the node's GPUs (majority), fleet/sdc.py across the fleet through the store.
 
 Inputs are drawn on the CPU from a seeded generator and copied over, so they do not depend on how a GPU's
-generator splits its work. What breaks the comparison, and is therefore in `comparable` (never compared across):
+generator splits its work; the bf16 product takes the fp32 product's inputs rounded to bf16. What breaks the comparison, and is therefore in `comparable` (never compared across):
 another GPU model or SM count, driver, CUDA runtime, torch or cuBLAS version, TF32 on, another
 CUBLAS_WORKSPACE_CONFIG, another method (SDC_VERSION, sizes, seeds). On the CPU the same code runs at tiny sizes
 in two processes: fp32 products are deterministic there, the hashes compare for real, the figure is no claim on a
@@ -30,14 +30,15 @@ import time
 from gpufleet.bench import BENCHMARK_VERSION, cuda_pci_bus_id, cuda_uuid, gather, torch_versions
 
 # Bump when a computation, a size or a seed changes: hashes of another version are never compared.
-SDC_VERSION = 1
+SDC_VERSION = 2
 SEED = 20261124
 # (M = N = K) of the products and (width, depth, batch, steps) of the MLP; cpu: tiny, logic only.
 SIZES = {
     "gpu": {"matmul_bf16": 8192, "matmul_fp32": 8192, "train_mlp": (1024, 4, 512, 5)},
     "cpu": {"matmul_bf16": 64, "matmul_fp32": 64, "train_mlp": (32, 2, 16, 3)},
 }
-REPEATS = {"gpu": 20, "cpu": 3}
+# Repeats on one GPU: a GPU that disagrees with itself shows within a few (the products take ~20 ms each at 8192).
+REPEATS = {"gpu": 10, "cpu": 3}
 CPU_PROCESSES = 2  # CPU "devices": separate processes, so the comparison across processes is exercised
 TIMEOUT_S = 600
 # One stream and a fixed workspace: cuBLAS picks the same kernels every time (its reproducibility notes).
@@ -69,16 +70,21 @@ def tensor_sha256(t) -> str:
     return hashlib.sha256(t.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes()).hexdigest()
 
 
-def _inputs(torch, number: int, size: int, dtype):
-    gen = torch.Generator().manual_seed(SEED + number * 100000 + size)  # each product its own inputs
-    return torch.randn(size, size, generator=gen).to(dtype), torch.randn(size, size, generator=gen).to(dtype)
+def _inputs(torch, size: int, device) -> tuple:
+    """A and B of one size, drawn once on the CPU and copied to the device (drawing is most of a product's cost
+    at 8192: the bf16 product of that size takes the same inputs rounded to bf16)."""
+    gen = torch.Generator().manual_seed(SEED + size)
+    return torch.randn(size, size, generator=gen).to(device), torch.randn(size, size, generator=gen).to(device)
 
 
 def _computations(torch, device, sizes: dict) -> dict:
     """name -> a function giving the output tensor; inputs made once, on the device."""
-    out = {}
-    for number, (name, dtype) in enumerate((("matmul_bf16", torch.bfloat16), ("matmul_fp32", torch.float32)), 1):
-        a, b = (x.to(device) for x in _inputs(torch, number, sizes[name], dtype))
+    out, drawn = {}, {}
+    for name, dtype in (("matmul_bf16", torch.bfloat16), ("matmul_fp32", torch.float32)):
+        size = sizes[name]
+        if size not in drawn:
+            drawn[size] = _inputs(torch, size, device)
+        a, b = (x.to(dtype) for x in drawn[size])
         out[name] = lambda a=a, b=b: torch.matmul(a, b)
     width, depth, batch, steps = sizes["train_mlp"]
     gen = torch.Generator().manual_seed(SEED)
@@ -119,7 +125,8 @@ def measure_device(device_index: int | None, kind: str) -> dict:
         first = compute()
         differing[name] = sum(not torch.equal(compute(), first) for _ in range(REPEATS[kind] - 1))
         hashes[name] = tensor_sha256(first)
-    info = {"hashes": hashes, "repeats_differing": differing, "seconds": round(time.monotonic() - t0, 2)}
+    info = {"hashes": hashes, "repeats_differing": differing, "seconds": round(time.monotonic() - t0, 2),
+            "versions": torch_versions()}
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         info["device"] = {"name": torch.cuda.get_device_name(device), "pci_bus_id": cuda_pci_bus_id(torch, device),
@@ -142,13 +149,17 @@ def _worker(device_index, kind, key, queue):
         queue.put((key, {"error": f"{type(exc).__name__}: {exc}"}))
 
 
-def run(tier: str = "quick") -> dict:
+def run(tier: str = "quick", n_gpus: int | None = None) -> dict:
     """Every GPU at once, one process each; on a machine without CUDA, CPU_PROCESSES processes at tiny sizes.
-    The tier does not change the computations: hashes of every tier compare."""
-    import torch
-    import torch.multiprocessing as mp
+    The tier does not change the computations: hashes of every tier compare. n_gpus: the GPUs this node's
+    processes may use (the engine counts them with NVML), so that this process need not load torch and CUDA
+    only to count them (seconds, on top of every worker's own start); None: torch counts them."""
+    import multiprocessing as mp
 
-    n_gpus = torch.cuda.device_count()
+    if n_gpus is None:
+        import torch
+
+        n_gpus = torch.cuda.device_count()
     kind = "gpu" if n_gpus else "cpu"
     keys = list(range(n_gpus)) if n_gpus else [f"cpu{i}" for i in range(CPU_PROCESSES)]
     ctx = mp.get_context("spawn")
@@ -167,6 +178,7 @@ def run(tier: str = "quick") -> dict:
             "hash": "sha256 of the first repeat's output bytes (train_mlp: the weights after the last step)",
             "processes": len(keys),
         },
-        "versions": torch_versions(),
-        "per_device": {str(k): per_device[k] for k in keys},
+        # The workers' torch: the versions of what computed the hashes.
+        "versions": next((v["versions"] for v in per_device.values() if v.get("versions")), {}),
+        "per_device": {str(k): {n: x for n, x in per_device[k].items() if n != "versions"} for k in keys},
     }
