@@ -140,12 +140,16 @@ def test_cli_replays_a_recording_into_a_host_document(tmp_path):
     path.write_text(json.dumps(r))
     cmd = [sys.executable, "-m", "gpufleet", "counters", "--phase", "after", "--readings", str(path), "--json", "--host", "node3"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=120)
-    assert proc.returncode == 0, proc.stderr
+    # The recording holds no process lists: processes_after errs, and a result that errs exits 1.
+    assert proc.returncode == 1, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["host"] == "node3" and doc["profile"]["name"] == "h200-sxm" and doc["versions"]["driver"] == r["nvml"]["driver_version"]
     res, after = doc["results"]
     assert set(res) == RESULT_KEYS and (res["check"], res["group"], res["status"]) == ("snapshot_after", "counters", "pass")
-    assert (after["check"], after["group"]) == ("processes_after", "counters")
+    assert (after["check"], after["group"], after["status"]) == ("processes_after", "counters", "error")
+    assert "GPU processes unreadable" in after["reason"]
+    zero = subprocess.run(cmd + ["--exit-zero"], capture_output=True, text=True, env=_env(), timeout=120)
+    assert zero.returncode == 0 and json.loads(zero.stdout)["results"][1]["status"] == "error", zero.stderr
     assert res["detail"]["boot_id"] == "4e1c0b9a-0000-4000-8000-000000000001"
     assert res["detail"]["gpus"][1]["counters"]["nvlink_crc_data"] > 0
     bad = subprocess.run(cmd[:5] + ["during"], capture_output=True, text=True, env=_env(), timeout=120)
