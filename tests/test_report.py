@@ -406,3 +406,24 @@ def test_cli_exit_2_for_missing_run_dir(tmp_path):
     proc = _cli(tmp_path / "missing")
     assert proc.returncode == 2
     assert f"run directory {tmp_path / 'missing'} does not exist" in proc.stderr
+
+
+def test_nodes_whose_locks_were_not_given_back_are_named(fleet):
+    """run.json's last attempt names the nodes whose lock it could not give back: the report names them."""
+    attempts = [{"attempt": 1, "locks_not_given_back": {"node1": "gone"}},
+                {"attempt": 2, "locks_not_given_back": {"node2": "did not answer", "node5<b>": "unreachable"}}]
+    (fleet / "run.json").write_text(json.dumps({"run_id": fleet.name, "attempts": attempts}))
+    report.build(fleet, use_store=False)
+    md = (fleet / "report.md").read_text()
+    line = next(x for x in md.splitlines() if x.startswith("Locks not given back"))
+    assert "node2 (did not answer)" in line and "node5\\<b> (unreachable)" in line and "node1" not in line
+    page = (fleet / "report.html").read_text()
+    assert "node2 (did not answer); node5&lt;b&gt; (unreachable)" in page
+    assert json.loads((fleet / "report.json").read_text())["locks_not_given_back"]["node2"] == "did not answer"
+
+
+def test_no_lock_line_when_every_lock_was_given_back(fleet):
+    (fleet / "run.json").write_text(json.dumps({"run_id": fleet.name, "attempts": [{"attempt": 1, "locks_not_given_back": {}}]}))
+    report.build(fleet, use_store=False)
+    assert "Locks not given back" not in (fleet / "report.md").read_text()
+    assert "Locks not given back" not in (fleet / "report.html").read_text()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -115,7 +116,7 @@ def test_benchmark_values_read_against_their_thresholds(built):
     hbm = md.split("FAIL `benchmark.hbm_bandwidth`")[1].split("####")[0]
     assert "- value: 2,100 GB/s" in hbm
     assert "- threshold: hbm_copy_gbps_min: min 2600 (source: H100 SXM HBM3)" in hbm
-    assert "| `benchmark.matmul_bf16` | 779.2 TFLOPS | matmul_bf16_tflops_min: min 700 | slowest GPU bf16 matmul" in md
+    assert "| `benchmark.matmul_bf16` | 779.2 TFLOPS | not recorded | matmul_bf16_tflops_min: min 700 | slowest GPU bf16 matmul" in md
 
 
 def test_md_tabulates_busbw_per_size_and_collective(built):
@@ -148,3 +149,76 @@ def test_a_second_threshold_inside_the_first_reads_as_key_and_value():
     shown, source = report.threshold_text({"key": "ib_ports_min", "value": 8, "source": "site fact",
                                            "ib_rate_min_gbps": {"key": "ib_rate_min_gbps", "value": 400, "source": "NDR"}})
     assert shown == "ib_ports_min = 8; ib_rate_min_gbps = 400" and source == "site fact; NDR"
+
+
+def _build_one(tmp_path, results: list[dict]) -> Path:
+    run = tmp_path / "run"
+    (run / "hosts").mkdir(parents=True)
+    doc = {"schema_version": 1, "host": "node1", "profile": {"name": "h100-sxm"}, "results": results}
+    (run / "hosts" / "node1.json").write_text(json.dumps(doc))
+    report.build(run, use_store=False)
+    return run
+
+
+def trusted_results() -> list[dict]:
+    """Benchmark figures as the watched steps leave them: each with its trust, each not passing with its class."""
+    thr = {"key": "matmul_bf16_tflops_min", "value": 700, "source": SOURCE, "min": 700}
+    figures = (
+        schema.result("matmul_bf16", schema.PASS, "slowest GPU 779.2 TFLOPS", value=779.2, unit="TFLOPS", threshold=thr,
+                      trust=schema.CONFIRMED),
+        schema.result("hbm_bandwidth", schema.FAIL, "slowest GPU HBM copy 2100 GB/s", value=2100.0, unit="GB/s",
+                      trust=schema.CLEAN),
+        schema.result("pcie_h2d_bandwidth", schema.WARN, "samples dropped twice", value=20.5, unit="GB/s",
+                      trust=schema.INCONCLUSIVE),
+        schema.result("soak", schema.ERROR, "disturbed by pid 4242 (python, 9000 MiB)", trust=schema.DISTURBED,
+                      failure_class="environment"),
+    )
+    count = schema.result("gpu_count", schema.PASS, "8 GPUs found", value=8, unit="GPUs")
+    return [_stamp(count, "gpu_inventory")] + [_stamp(r) for r in figures]
+
+def test_trust_beside_each_figure_and_class_beside_each_failing_check(tmp_path):
+    run = _build_one(tmp_path, trusted_results())
+    md = (run / "report.md").read_text()
+    assert "| `benchmark.matmul_bf16` | 779.2 TFLOPS | confirmed | matmul_bf16_tflops_min" in md
+    assert "| `gpu_inventory.gpu_count` | 8 GPUs |  |" in md  # no performance figure: no trust
+    hbm = md.split("FAIL `benchmark.hbm_bandwidth`")[1].split("####")[0]
+    assert "- class: hardware" in hbm and "- value: 2,100 GB/s (trust: clean)" in hbm
+    h2d = md.split("WARN `benchmark.pcie_h2d_bandwidth`")[1].split("####")[0]
+    assert "- class: hardware" in h2d and "- value: 20.5 GB/s (trust: inconclusive)" in h2d
+    soak = md.split("ERROR `benchmark.soak`")[1].split("####")[0]
+    assert "- class: environment" in soak and "- trust: disturbed" in soak and "- value" not in soak
+
+    page = (run / "report.html").read_text()
+    assert ("<td>hardware</td><td><code>benchmark.hbm_bandwidth</code></td><td>2,100 GB/s</td><td>clean</td>") in page
+    assert "<td>environment</td><td><code>benchmark.soak</code></td><td></td><td>disturbed</td>" in page
+    assert "<td><code>benchmark.matmul_bf16</code></td><td>779.2 TFLOPS</td><td>confirmed</td>" in page
+
+    node = json.loads((run / "report.json").read_text())["nodes"]["node1"]
+    assert {f["check"]: f["trust"] for f in node["figures"]} == {
+        "benchmark.matmul_bf16": "confirmed", "benchmark.hbm_bandwidth": "clean",
+        "benchmark.pcie_h2d_bandwidth": "inconclusive", "benchmark.soak": "disturbed"}
+    assert {f["check"]: f["class"] for f in node["not_passing"]} == {
+        "benchmark.hbm_bandwidth": "hardware", "benchmark.pcie_h2d_bandwidth": "hardware", "benchmark.soak": "environment"}
+
+    root = ET.parse(run / "junit.xml").getroot()
+    failure = root.find(".//testcase[@name='benchmark.hbm_bandwidth']/failure")
+    assert failure.get("type") == "hardware" and "value: 2,100 GB/s (trust: clean)" in failure.text
+    error = root.find(".//testcase[@name='benchmark.soak']/error")
+    assert error.get("type") == "environment" and "trust: disturbed" in error.text
+
+
+def test_an_older_document_gets_its_class_from_the_check_and_trust_not_recorded(tmp_path):
+    """A document made before results carried `class` and `trust`: the class is the check's default
+    (failure_class.of), a benchmark figure's trust reads "not recorded"."""
+    older = [{k: v for k, v in r.items() if k not in ("class", "trust")} for r in trusted_results()]
+    run = _build_one(tmp_path, older)
+    md = (run / "report.md").read_text()
+    assert "| `benchmark.matmul_bf16` | 779.2 TFLOPS | not recorded |" in md
+    hbm = md.split("FAIL `benchmark.hbm_bandwidth`")[1].split("####")[0]
+    assert "- class: hardware" in hbm and "- value: 2,100 GB/s (trust: not recorded)" in hbm
+    soak = md.split("ERROR `benchmark.soak`")[1].split("####")[0]
+    assert "- class: software" in soak and "- trust" not in soak  # an error of soak is software by default; no figure
+    page = (run / "report.html").read_text()
+    assert "<td>hardware</td><td><code>benchmark.hbm_bandwidth</code></td><td>2,100 GB/s</td><td>not recorded</td>" in page
+    assert "<td><code>benchmark.matmul_bf16</code></td><td>779.2 TFLOPS</td><td>not recorded</td>" in page
+    assert json.loads((run / "hosts" / "node1.json").read_text())["results"] == older  # the document stays as it was

@@ -69,6 +69,8 @@ def run(request, tmp_path):
         "n1.example.com": node_doc("n1.example.com", 1, extra=[ecc_failure(gpus[2])]),
         "n2": host_doc("n2", failing_results()),
     }
+    for res in docs["n1.example.com"]["results"]:
+        res["trust"] = "disturbed"  # poisoned below, like the class every result carries
     docs = {host: poisoned(doc, keep) for host, doc in docs.items()}
     run_dir = write_run(tmp_path, "r1", docs, started="2026-11-21T10:00:00Z")
     (run_dir / "peers").mkdir()

@@ -31,7 +31,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from gpufleet import __version__, paths, schema
+from gpufleet import __version__, failure_class, paths, schema
 from gpufleet.errors import InputError
 
 REPORT_FILES = {"json": "report.json", "md": "report.md", "html": "report.html", "junit": "junit.xml"}
@@ -131,9 +131,14 @@ def _node(name: str, source: str | None, results: list[dict], doc: dict | None =
 
 
 def _refresh(node: dict) -> dict:
-    """Verdict and counts again, after results were added (the fleet layer's)."""
+    """Verdict and counts again, after results were added (the fleet layer's); the class of each result that did
+    not pass and the trust of each benchmark figure, beside the results (which stay as they came)."""
     node["verdict"] = schema.verdict(node["results"])
     node["counts"] = {s: sum(1 for r in node["results"] if r["status"] == s) for s in STATUS_ORDER}
+    node["not_passing"] = [{"check": check_id(r), "status": r["status"], "class": class_text(r)}
+                           for r in node["results"] if class_text(r)]
+    node["figures"] = [{"check": check_id(r), "value": r.get("value"), "unit": r.get("unit"), "trust": trust_text(r)}
+                       for r in node["results"] if trust_text(r)]
     return node
 
 
@@ -248,6 +253,31 @@ def ordered_results(results: list[dict]) -> tuple[list[dict], list[dict]]:
     """(not passing, worst first; passing), each in the order the checks ran."""
     bad = sorted((r for r in results if r["status"] != schema.PASS), key=lambda r: -schema.severity(r["status"]))
     return bad, [r for r in results if r["status"] == schema.PASS]
+
+
+TRUST_NOT_RECORDED = "not recorded"  # a benchmark figure of a document made before results carried `trust`
+
+
+def trust_text(res: dict) -> str:
+    """How far a result's performance figure can be trusted (clean, confirmed, disturbed, inconclusive), "not
+    recorded" for a benchmark figure without `trust` (older documents), "" for a result that is no such figure."""
+    if res.get("trust") is not None:
+        return str(res["trust"])
+    figure = _finite(res.get("value")) and str(res.get("group") or "").startswith("benchmark")
+    return TRUST_NOT_RECORDED if figure else ""
+
+
+def class_text(res: dict) -> str:
+    """The failure class of a result that did not pass (failure_class.of: its own, else its check's default), or ""."""
+    return failure_class.of(res) or ""
+
+
+def kept_locks(report: dict) -> list[str]:
+    """The nodes whose locks the run could not give back, each with why (run.json's last attempt)."""
+    kept = report.get("locks_not_given_back")
+    if isinstance(kept, dict):
+        return [f"{host} ({why})" if why else str(host) for host, why in kept.items()]
+    return [str(kept)] if kept else []
 
 
 def fmt_scalar(v: Any) -> str:
@@ -587,6 +617,10 @@ def build(
         }
         # The peers' own figures of the run across nodes, beside the new node's (not part of any verdict).
         report["peers"] = load_peers(run_dir)
+        attempts = info.get("attempts")
+        last = attempts[-1] if isinstance(attempts, list) and attempts and isinstance(attempts[-1], dict) else {}
+        if last.get("locks_not_given_back"):
+            report["locks_not_given_back"] = last["locks_not_given_back"]
         files = {kind: str(run_dir / name) for kind, name in REPORT_FILES.items()}
         files.update(fleet=str(run_dir / FLEET_FILE), drain=str(run_dir / DRAIN_FILE))
         # Results are written as they came; NaN/inf from a benchmark stay as Python writes them.

@@ -20,14 +20,17 @@ from gpufleet.report import (
     STATUS_ORDER,
     busbw_series,
     check_id,
+    class_text,
     fleet_cell_parts,
     fleet_columns,
     fleet_line,
     fleet_note,
     fmt_scalar,
+    kept_locks,
     node_versions_text,
     ordered_results,
     threshold_text,
+    trust_text,
     value_text,
 )
 
@@ -115,8 +118,8 @@ def _finding_row(res: dict) -> str:
         n = len(detail) if isinstance(detail, (dict, list)) else 1
         text += f"<details><summary>evidence ({n} field{'s' if n != 1 else ''})</summary>{_evidence(detail)}</details>"
     return (
-        f'<tr class="s-{_e(res["status"])}"><td>{_badge(res["status"])}</td>'
-        f"<td><code>{_e(check_id(res))}</code></td><td>{_e(value_text(res))}</td>"
+        f'<tr class="s-{_e(res["status"])}"><td>{_badge(res["status"])}</td><td>{_e(class_text(res))}</td>'
+        f"<td><code>{_e(check_id(res))}</code></td><td>{_e(value_text(res))}</td><td>{_e(trust_text(res))}</td>"
         f"<td>{_threshold_cell(res)}</td><td>{text}</td></tr>"
     )
 
@@ -140,7 +143,7 @@ def _node_section(node: dict, anchor: str) -> str:
     bad, good = ordered_results(node["results"])
     if bad:
         out.append(
-            '<table class="results"><thead><tr><th>status</th><th>check</th><th>value</th><th>threshold</th>'
+            '<table class="results"><thead><tr><th>status</th><th>class</th><th>check</th><th>value</th><th>trust</th><th>threshold</th>'
             "<th>reason, remedy, evidence</th></tr></thead><tbody>"
         )
         out += [_finding_row(r) for r in bad]
@@ -148,13 +151,13 @@ def _node_section(node: dict, anchor: str) -> str:
     if good:
         rows = "".join(
             f"<tr><td>{_badge(r['status'])}</td><td><code>{_e(check_id(r))}</code></td>"
-            f"<td>{_e(value_text(r))}</td><td>{_threshold_cell(r)}</td><td>{_e(r.get('reason') or '')}</td></tr>"
+            f"<td>{_e(value_text(r))}</td><td>{_e(trust_text(r))}</td><td>{_threshold_cell(r)}</td><td>{_e(r.get('reason') or '')}</td></tr>"
             for r in good
         )
         # Passes are folded away unless nothing else is there to read.
         out.append(
             f"<details{'' if bad else ' open'}><summary>{len(good)} passed check{'s' if len(good) != 1 else ''}</summary>"
-            "<table><thead><tr><th>status</th><th>check</th><th>value</th><th>threshold</th><th>reason</th></tr></thead>"
+            "<table><thead><tr><th>status</th><th>check</th><th>value</th><th>trust</th><th>threshold</th><th>reason</th></tr></thead>"
             f"<tbody>{rows}</tbody></table></details>"
         )
     charts = _busbw_section(node)
@@ -323,6 +326,8 @@ def render(report: dict) -> str:
             + "<th>profile</th><th>not passing</th></tr></thead><tbody>",
             *rows,
             "</tbody></table>",
+            *([f'<p class="meta">Locks not given back (the next run takes them over or waits out the lease): '
+               f'{_e("; ".join(kept_locks(report)))}.</p>'] if kept_locks(report) else []),
             _fleet_section(report, {n["host"]: a for n, a in zip(nodes, anchors)}),
             *(_node_section(n, a) for n, a in zip(nodes, anchors)),
             "</body></html>",

@@ -1,8 +1,9 @@
 """junit.xml: one <testsuite> per node (its name the node's), one <testcase> per check ("<group>.<check>"),
 classname "gpufleet.<node, dots as underscores>".
 
-fail  -> <failure message=reason>, body: value, threshold, remedy, detail JSON
-error -> <error message=reason>, same body
+fail  -> <failure message=reason type=class>, body: class, value (trust), threshold, remedy, detail JSON
+error -> <error message=reason type=class>, same body
+(class: hardware, environment, configuration or software, gpufleet.failure_class)
 skip  -> <skipped message=reason>
 warn  -> passes, with the reason and remedy in <system-out>
 """
@@ -15,7 +16,7 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 from gpufleet import schema
-from gpufleet.report import check_id, threshold_text, value_text
+from gpufleet.report import check_id, class_text, threshold_text, trust_text, value_text
 
 # Characters XML 1.0 cannot hold at all (control bytes from a log tail, say).
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
@@ -30,9 +31,11 @@ def _seconds(v: Any) -> float:
 
 
 def _body(res: dict) -> str:
-    lines = []
+    lines = [f"class: {class_text(res)}"] if class_text(res) else []
     if value_text(res):
-        lines.append(f"value: {value_text(res)}")
+        lines.append(f"value: {value_text(res)}" + (f" (trust: {trust_text(res)})" if trust_text(res) else ""))
+    elif trust_text(res):
+        lines.append(f"trust: {trust_text(res)}")
     bound, source = threshold_text(res.get("threshold"))
     if bound:
         lines.append(f"threshold: {bound}" + (f" (source: {source})" if source else ""))
@@ -60,9 +63,9 @@ def _testcase(suite: ET.Element, host: str, res: dict) -> None:
     )
     status, reason = res["status"], _x(res.get("reason") or "")
     if status == schema.FAIL:
-        ET.SubElement(case, "failure", message=reason, type="fail").text = _body(res)
+        ET.SubElement(case, "failure", message=reason, type=_x(class_text(res))).text = _body(res)
     elif status == schema.ERROR:
-        ET.SubElement(case, "error", message=reason, type="error").text = _body(res)
+        ET.SubElement(case, "error", message=reason, type=_x(class_text(res))).text = _body(res)
     elif status == schema.SKIP:
         ET.SubElement(case, "skipped", message=reason)
     elif status == schema.WARN:

@@ -16,14 +16,17 @@ from gpufleet.report import (
     STATUS_ORDER,
     busbw_series,
     check_id,
+    class_text,
     fleet_cell_parts,
     fleet_columns,
     fleet_line,
     fleet_note,
     fmt_scalar,
+    kept_locks,
     node_versions_text,
     ordered_results,
     threshold_text,
+    trust_text,
     value_text,
 )
 
@@ -61,9 +64,13 @@ def _evidence(detail: Any) -> list[str]:
 
 def _finding(res: dict) -> list[str]:
     lines = [f"#### {_inline(res['status'].upper())} {_code(check_id(res))}", ""]
-    value = value_text(res)
+    if class_text(res):
+        lines.append(f"- class: {_inline(class_text(res))}")
+    value, trust = value_text(res), trust_text(res)
     if value:
-        lines.append(f"- value: {_inline(value)}")
+        lines.append(f"- value: {_inline(value)}" + (f" (trust: {_inline(trust)})" if trust else ""))
+    elif trust:  # a disturbed measurement keeps no figure, but says why
+        lines.append(f"- trust: {_inline(trust)}")
     bound, source = threshold_text(res.get("threshold"))
     if bound:
         lines.append(f"- threshold: {_inline(bound)}" + (f" (source: {_inline(source)})" if source else ""))
@@ -98,10 +105,11 @@ def _node_section(node: dict) -> list[str]:
         for res in bad:
             lines += _finding(res)
     if good:
-        lines += [f"### Passed ({len(good)})", "", "| check | value | threshold | reason |", "| --- | --- | --- | --- |"]
+        lines += [f"### Passed ({len(good)})", "", "| check | value | trust | threshold | reason |", "| --- | --- | --- | --- | --- |"]
         for res in good:
             bound, _ = threshold_text(res.get("threshold"))
-            lines.append(f"| {_code(check_id(res))} | {_inline(value_text(res))} | {_inline(bound)} | {_inline(res.get('reason') or '')} |")
+            lines.append(f"| {_code(check_id(res))} | {_inline(value_text(res))} | {_inline(trust_text(res))} | {_inline(bound)} | "
+                         f"{_inline(res.get('reason') or '')} |")
         lines.append("")
     lines += _busbw_tables(node)
     return lines
@@ -194,6 +202,9 @@ def render(report: dict) -> str:
             + f" | {_inline(node.get('profile') or '')} | {listed} |"
         )
     lines.append("")
+    if kept_locks(report):
+        lines += [_inline("Locks not given back (the next run takes them over or waits out the lease): "
+                          + "; ".join(kept_locks(report))) + ".", ""]
     lines += _fleet_section(report)
     lines += _peers_section(report)
     for node in nodes:
