@@ -185,3 +185,30 @@ def test_smoke_tier_and_the_soak_reach_the_engine(fake_engine, capsys):
     from gpufleet import engine as engine_py
 
     assert engine.BENCHMARKS == engine_py.BENCHMARKS and engine.BENCHMARK_TIERS == engine_py.TIERS
+
+
+def test_sdc_runs_in_the_matmul_engine_run(fake_engine, capsys):
+    fake_engine(STAND_IN.replace('if name == "matmul":', 'if name in ("matmul", "memory"):'))
+    out = run_benchmark({"python": sys.executable, "benchmarks": ["matmul", "memory", "sdc"], "timeout_s": 50}, capsys)
+    assert out["_exit_code"] == 0, out
+    argvs = [r["detail"]["argv"] for r in out["gpufleet"]["results"]]
+    assert [a[:3] for a in argvs] == [["bench", "matmul", "sdc"], ["bench", "memory", "--tier"]], argvs
+
+
+def test_the_error_of_the_matmul_and_sdc_engine_run_stands_for_both(fake_engine, capsys):
+    # `bench matmul sdc`'s engine crashes: both are error results, each naming itself
+    fake_engine(STAND_IN.replace('if name == "matmul":', 'if name == "none":'))
+    out = run_benchmark({"python": sys.executable, "benchmarks": ["sdc", "matmul"], "timeout_s": 50}, capsys)
+    assert out["_exit_code"] == 0, out
+    errors = out["gpufleet"]["results"]
+    assert [(r["check"], r["status"], r["detail"]["benchmark"]) for r in errors] == [("matmul", "error", "matmul"),
+                                                                                    ("sdc", "error", "sdc")]
+    assert all("RuntimeError: torchrun exploded" in r["reason"] and r["detail"]["timeout_s"] == 100 for r in errors)
+    assert "sdc" in errors[0]["detail"]["cmd"] and "matmul" in errors[0]["detail"]["cmd"]
+
+
+def test_sdc_without_matmul_has_its_own_engine_run(fake_engine, capsys):
+    fake_engine(STAND_IN.replace('if name == "matmul":', 'if name == "sdc":'))
+    out = run_benchmark({"python": sys.executable, "benchmarks": ["sdc"], "timeout_s": 50}, capsys)
+    (alone,) = out["gpufleet"]["results"]
+    assert alone["detail"]["argv"][:3] == ["bench", "sdc", "--tier"]

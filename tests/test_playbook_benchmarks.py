@@ -83,6 +83,7 @@ def test_local_run_records_benchmarks_in_host_document_and_report(local_run):
     # The SDC hashes of the default acceptance benchmarks: two CPU processes, compared for real, no claim on a GPU.
     assert sdc and sdc["status"] == "skip" and sdc["detail"]["would_be"] == "pass" and CPU_NOTE in sdc["reason"], sdc
     assert len({json.dumps(g["hashes"], sort_keys=True) for g in sdc["detail"]["per_gpu"].values()}) == 1
+    assert sdc["detail"]["method"]["computed_in"] == "the matmul workers", sdc["detail"]["method"]  # one engine run
     for check, res in bench.items():
         # A CPU figure is never judged: skip, with the note, and the number measured kept.
         assert res["status"] == "skip", res

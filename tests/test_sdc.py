@@ -70,6 +70,38 @@ def test_cpu_run_compares_hashes_across_two_processes():
     assert comp["torch"] and comp["tf32"] is False and comp["sdc_version"] == bench_sdc.SDC_VERSION
     # The same seeded computation in this process gives the same bytes: the hash is of the output, not the run.
     assert bench_sdc.measure_device(None, "cpu")["hashes"] == per["cpu0"]["hashes"]
+    assert res["detail"]["method"]["computed_in"] == "its own processes" and res["detail"]["method"]["processes"] == 2
+
+
+def test_with_matmul_in_the_run_sdc_is_computed_in_the_matmul_workers():
+    doc = engine.bench_host(["matmul", "sdc"], host="cpu-node")
+    by_check = {r["check"]: r for r in doc["results"]}
+    assert {"matmul_bf16", "sdc"} <= set(by_check), doc["results"]
+    res = by_check["sdc"]
+    assert res["group"] == "benchmark" and res["status"] == "skip" and res["detail"]["would_be"] == "pass", res
+    method = res["detail"]["method"]
+    assert method["computed_in"] == "the matmul workers" and method["processes"] == 2
+    per = res["detail"]["per_gpu"]
+    assert sorted(per) == ["cpu0", "cpu1"] and per["cpu0"]["hashes"] == per["cpu1"]["hashes"]
+    # The same bytes as the computations alone in this process: the timed matmul before them changes nothing.
+    assert bench_sdc.measure_device(None, "cpu")["hashes"] == per["cpu0"]["hashes"]
+    # The matmul was measured in those workers, each its own figure; its result carries no SDC output.
+    matmul_res = by_check["matmul_bf16"]
+    assert matmul_res["status"] == "skip" and "sdc" not in json.dumps(matmul_res["detail"]), matmul_res
+
+
+def test_matmul_run_computes_sdc_in_its_workers_only_when_asked():
+    from gpufleet.bench import matmul
+
+    out = matmul.run("smoke", sdc_tier="smoke")
+    assert sorted(out["per_device"]) == ["cpu0", "cpu1"]
+    assert all(v["bf16"]["tflops"] > 0 and "sdc" not in v for v in out["per_device"].values())
+    sdc_out = out["sdc"]
+    assert sdc_out["benchmark"] == "sdc" and sdc_out["method"]["computed_in"] == "the matmul workers"
+    assert sdc_out["method"]["sdc_version"] == bench_sdc.SDC_VERSION and sdc_out["versions"]["torch"]
+    assert set(sdc_out["per_device"]["cpu0"]["hashes"]) == set(COMPUTATIONS)
+    alone = matmul.run("smoke")
+    assert "sdc" not in alone and list(alone["per_device"]) == ["cpu"]
 
 
 # ---------------------------------------------------------------- one node: majority over its GPUs

@@ -365,8 +365,17 @@ def free_port(addr="127.0.0.1"):
         return sock.getsockname()[1]
 
 
-def bench_command(name, p, master_port=None):
-    args = ["bench", name, "--tier", p["tier"], "--json"] + node_args(p["host_name"], p["profile"], p["thresholds"])
+def engine_runs(names):
+    """The benchmarks of each engine run: one each, but sdc in matmul's run when both are asked for (the engine then
+    computes it in the matmul workers, sparing a second start of torch and CUDA on every GPU)."""
+    if "matmul" in names and "sdc" in names:
+        return [["matmul", "sdc"] if name == "matmul" else [name] for name in names if name != "sdc"]
+    return [[name] for name in names]
+
+
+def bench_command(names, p, master_port=None):
+    name = names[0]
+    args = ["bench"] + list(names) + ["--tier", p["tier"], "--json"] + node_args(p["host_name"], p["profile"], p["thresholds"])
     if name in ("nccl", "train_gpt2"):  # both run under torchrun
         args += ["--nnodes", str(p["nnodes"]), "--node-rank", str(p["node_rank"]), "--master-addr", p["master_addr"],
                  "--master-port", str(master_port), "--timeout-s", str(torchrun_engine_timeout_s(p["timeout_s"]))]
@@ -466,12 +475,17 @@ def run_benchmark_module(module):
         module, "benchmark", benchmark_input_problem(p), p["benchmarks"], BENCHMARK_GROUP,
         "benchmarks not run in check mode: they load the GPUs; run without --check to measure")
     docs, results = [], []
-    for name in p["benchmarks"]:
+    for names in engine_runs(p["benchmarks"]):
         # Inside one node the port only has to be free; across nodes every node dials the master's.
         port = p["master_port"] if p["nnodes"] > 1 or p["master_port"] else free_port()
-        doc, name_results = run_engine_results(module, p, bench_command(name, p, port), host, name, BENCHMARK_GROUP,
-                                               "gpufleet bench %s" % name, dict(benchmark=name))
-        if doc is not None:
+        what = "gpufleet bench %s" % " ".join(names)
+        run_p = dict(p, timeout_s=p["timeout_s"] * len(names))  # each benchmark of the run has its own timeout_s
+        doc, name_results = run_engine_results(module, run_p, bench_command(names, p, port), host, names[0],
+                                               BENCHMARK_GROUP, what, dict(benchmark=names[0]))
+        if doc is None:  # the run's error stands for each of its benchmarks
+            name_results += [dict(name_results[0], check=name, detail=dict(name_results[0]["detail"], benchmark=name))
+                             for name in names[1:]]
+        else:
             docs.append(doc)
         results.extend(name_results)
     doc = host_document(host, started, round(time.monotonic() - t0, 4), results, docs[0] if docs else None)

@@ -28,6 +28,9 @@ description:
   - Each benchmark runs in its own engine process with its own O(timeout_s). A benchmark that passes it is killed
     with its whole process group, and one that crashes or prints no document becomes an C(error) result with the
     stderr tail; the other benchmarks keep what they measured.
+  - With both V(matmul) and V(sdc) in O(benchmarks), V(sdc) runs in V(matmul)'s engine process, at its place, and its
+    computations run in the matmul workers right after their timed products (one start of torch and CUDA per GPU,
+    not two); that run may take O(timeout_s) for each of the two, and if it is killed both are C(error).
   - The module fails only when the engine cannot run at all (missing interpreter, engine not installed, input it
     refuses such as an unknown threshold), with a C(msg) that says why and a C(remedy).
   - A result below its threshold is data in the returned document (status C(fail)), never a module failure. On a

@@ -133,13 +133,29 @@ def bench_host(
     # Steps whose sampler lists the GPUs' processes: measured again when disturbed, confirmed before a fail
     # (benchmarks.watched); `watch_log` holds what each attempt saw, for the node's foreign_processes result.
     watch_log: list = []
+    # With matmul in the same run, the SDC computations run in the matmul workers, after their timed products (no
+    # second start of torch and CUDA per GPU): in its first attempt only (a remeasure of a disturbed matmul is
+    # about speed; the hashes do not depend on it), kept here until the sdc step reports them.
+    folded_sdc: dict = {}
+
+    def matmul_run():
+        out = matmul.run(tier, sdc_tier=tier if "sdc" in names and not folded_sdc else None)
+        if "sdc" in out:
+            folded_sdc["out"] = out.pop("sdc")
+        return out
+
+    def sdc_run():  # its own processes when matmul did not compute it (not in the run, after it, or crashed)
+        if "out" not in folded_sdc:
+            folded_sdc["out"] = sdc.run(tier, n_gpus=gpus)
+        return folded_sdc["out"]
+
     runners = {
-        "matmul": lambda: benchmarks.watched("matmul", lambda: matmul.run(tier), benchmarks.matmul, profile, log=watch_log),
+        "matmul": lambda: benchmarks.watched("matmul", matmul_run, benchmarks.matmul, profile, log=watch_log),
         "memory": lambda: benchmarks.watched("memory", lambda: memory.run(tier), benchmarks.memory, profile, log=watch_log),
         "nccl": lambda: benchmarks.nccl(nccl.run(tier, **(nccl_options or {})), profile, host_has_ib=host_has_ib),
         "soak": lambda: benchmarks.watched("soak", lambda: soak.run(**(soak_options or {})), benchmarks.soak, profile,
                                            log=watch_log, confirm=False),
-        "sdc": lambda: sdc_check.results(sdc.run(tier, n_gpus=gpus), profile, readings["nvml"]),
+        "sdc": lambda: sdc_check.results(sdc_run(), profile, readings["nvml"]),
     }
     gpus = visible_gpus(len(readings["nvml"].get("gpus") or []))
     # torchrun placement and limits, shared by the NCCL benchmark and the training gate.

@@ -29,6 +29,7 @@ from gpufleet.bench import (
     summarize,
     torch_versions,
 )
+from gpufleet.bench import sdc
 from gpufleet.bench.monitor import GpuMonitor
 
 DTYPES = ("bf16", "fp16", "tf32", "fp8")
@@ -127,16 +128,31 @@ def measure_device(device_index: int | None, dtype_names, tier: str) -> dict:
     return out
 
 
-def _worker(device_index, dtype_names, tier, barrier, queue):
+def _worker(device_index, key, dtype_names, tier, barrier, queue, sdc_kind=None):
+    if sdc_kind:
+        # Read when cuBLAS starts in this process, so set before any CUDA work. :4096:8 is a 32 MiB workspace,
+        # what torch picks by itself on Hopper (CublasHandlePool.cpp, getChosenWorkspaceSize: 4096 * 8 * 1024 on
+        # sm90), so the timed products below run as they do without it; on older GPUs it is larger than torch's
+        # own default, which cuBLAS may use but never needs.
+        os.environ["CUBLAS_WORKSPACE_CONFIG"] = sdc.WORKSPACE_CONFIG
     try:
         barrier.wait(timeout=BARRIER_TIMEOUT_S)  # a GPU that never gets here breaks the barrier for all
-        queue.put((device_index, measure_device(device_index, dtype_names, tier)))
+        out = measure_device(device_index, dtype_names, tier)
     except Exception as exc:  # reported per GPU; the other GPUs' numbers still count
-        queue.put((device_index, {"error": f"{type(exc).__name__}: {exc}"}))
+        out = {"error": f"{type(exc).__name__}: {exc}"}
+    if sdc_kind:
+        # After the timed work: it switches TF32 off and deterministic algorithms on, for the rest of this process.
+        out["sdc"] = sdc.measure_or_error(device_index, sdc_kind)
+    queue.put((key, out))
 
 
-def run(tier: str = "quick", dtypes=None) -> dict:
-    """All GPUs at once, one process each. On a machine without CUDA: the CPU, tiny shapes."""
+def run(tier: str = "quick", dtypes=None, sdc_tier: str | None = None) -> dict:
+    """All GPUs at once, one process each. On a machine without CUDA: the CPU, tiny shapes.
+
+    sdc_tier: also compute bench/sdc.py's computations in each worker, right after its timed products (torch and
+    CUDA are up there already); the output's "sdc" is then what sdc.run(sdc_tier) returns. On the CPU the matmul
+    then runs in sdc's CPU_PROCESSES worker processes too, not in this one.
+    """
     import torch
     import torch.multiprocessing as mp
 
@@ -162,16 +178,25 @@ def run(tier: str = "quick", dtypes=None) -> dict:
         "dtypes": dtype_names,
         "samples": "per GPU, the best bf16 shape's timed products: n, min, median, max, spread_pct = (max - min) / median",
     }
+    sdc_kind = ("gpu" if n_gpus else "cpu") if sdc_tier else None
+    sdc_out = None
     with GpuMonitor() as mon:
-        if n_gpus == 0:
+        if n_gpus == 0 and not sdc_kind:
             per_device = {"cpu": measure_device(None, dtype_names, tier)}
         else:
+            keys = sdc.worker_keys(n_gpus)
             ctx = mp.get_context("spawn")
-            barrier, queue = ctx.Barrier(n_gpus), ctx.Queue()
-            procs = [ctx.Process(target=_worker, args=(i, dtype_names, tier, barrier, queue)) for i in range(n_gpus)]
+            barrier, queue = ctx.Barrier(len(keys)), ctx.Queue()
+            procs = [ctx.Process(target=_worker, args=(k if n_gpus else None, k, dtype_names, tier, barrier, queue, sdc_kind))
+                     for k in keys]
             for p in procs:
                 p.start()
-            per_device = gather(procs, list(range(n_gpus)), queue, TIMEOUT_S[tier], what="matmul on GPU")
+            timeout_s = TIMEOUT_S[tier] + (sdc.TIMEOUT_S if sdc_kind else 0)
+            per_device = gather(procs, keys, queue, timeout_s, what="matmul on GPU" if n_gpus else "matmul in CPU process")
+            if sdc_kind:
+                # A worker lost before it put anything: its error stands for the SDC computations too.
+                sdc_per_device = {k: per_device[k].pop("sdc", None) or per_device[k] for k in keys}
+                sdc_out = sdc.report(sdc_per_device, keys, sdc_tier, sdc_kind, "the matmul workers")
             per_device = {str(k): v for k, v in sorted(per_device.items())}
     summary = {}
     for d in dtype_names:
@@ -191,4 +216,5 @@ def run(tier: str = "quick", dtypes=None) -> dict:
         "per_device": per_device,
         "monitor": mon.summary(),
         "env": {k: v for k, v in os.environ.items() if k.startswith(("CUDA_", "NVIDIA_"))},
+        **({"sdc": sdc_out} if sdc_out else {}),
     }

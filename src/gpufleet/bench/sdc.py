@@ -9,8 +9,9 @@ So each GPU runs:
 - `matmul_bf16`, `matmul_fp32`: C = A @ B of seeded inputs (fp32 products with TF32 off);
 - `train_mlp`: a few SGD steps of a small MLP in fp32 (forward, backward, update), the weights hashed after;
 
-each `repeats` times in its own process, the outputs compared with the first repeat on the device (a GPU that
-disagrees with itself is named too), and the first repeat's bytes hashed (sha256). checks/sdc.py compares the
+each `repeats` times in its own process (or, when matmul runs too, in the matmul worker after its timed
+products), the outputs compared with the first repeat on the device (a GPU that disagrees with itself is named
+too), and the first repeat's bytes hashed (sha256). checks/sdc.py compares the
 hashes across the node's GPUs (majority), fleet/sdc.py across the fleet through the store.
 
 Inputs are drawn on the CPU from a seeded generator and copied over, so they do not depend on how a GPU's
@@ -141,19 +142,30 @@ def measure_device(device_index: int | None, kind: str) -> dict:
     return info
 
 
+def measure_or_error(device_index: int | None, kind: str) -> dict:
+    """measure_device, or {"error": ...}: reported per GPU, the other GPUs' hashes still count."""
+    try:
+        return measure_device(device_index, kind)
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
 def _worker(device_index, kind, key, queue):
     os.environ["CUBLAS_WORKSPACE_CONFIG"] = WORKSPACE_CONFIG  # before CUDA starts in this process
-    try:
-        queue.put((key, measure_device(device_index, kind)))
-    except Exception as exc:  # reported per GPU; the other GPUs' hashes still count
-        queue.put((key, {"error": f"{type(exc).__name__}: {exc}"}))
+    queue.put((key, measure_or_error(device_index, kind)))
+
+
+def worker_keys(n_gpus: int) -> list:
+    """The devices' keys: the GPUs' CUDA indexes, or CPU_PROCESSES CPU processes."""
+    return list(range(n_gpus)) if n_gpus else [f"cpu{i}" for i in range(CPU_PROCESSES)]
 
 
 def run(tier: str = "quick", n_gpus: int | None = None) -> dict:
     """Every GPU at once, one process each; on a machine without CUDA, CPU_PROCESSES processes at tiny sizes.
     The tier does not change the computations: hashes of every tier compare. n_gpus: the GPUs this node's
     processes may use (the engine counts them with NVML), so that this process need not load torch and CUDA
-    only to count them (seconds, on top of every worker's own start); None: torch counts them."""
+    only to count them (seconds, on top of every worker's own start); None: torch counts them.
+    A run that also has matmul computes these in the matmul workers instead (bench/matmul.py, report())."""
     import multiprocessing as mp
 
     if n_gpus is None:
@@ -161,22 +173,27 @@ def run(tier: str = "quick", n_gpus: int | None = None) -> dict:
 
         n_gpus = torch.cuda.device_count()
     kind = "gpu" if n_gpus else "cpu"
-    keys = list(range(n_gpus)) if n_gpus else [f"cpu{i}" for i in range(CPU_PROCESSES)]
+    keys = worker_keys(n_gpus)
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     procs = [ctx.Process(target=_worker, args=(k if n_gpus else None, kind, k, queue)) for k in keys]
     for p in procs:
         p.start()
     per_device = gather(procs, keys, queue, TIMEOUT_S, what="sdc on GPU" if n_gpus else "sdc in CPU process")
+    return report(per_device, keys, tier, kind, "its own processes")
+
+
+def report(per_device: dict, keys: list, tier: str, kind: str, computed_in: str) -> dict:
+    """The benchmark's output from every device's measure_device (or error) under `keys` (worker_keys)."""
     return {
         "benchmark": "sdc",
-        "device": "cuda" if n_gpus else "cpu",
+        "device": "cuda" if kind == "gpu" else "cpu",
         "method": {
             "benchmark_version": BENCHMARK_VERSION, "sdc_version": SDC_VERSION, "tier": tier, "seed": SEED,
             "sizes": SIZES[kind], "repeats": REPEATS[kind], "tf32": False, "deterministic_algorithms": True,
             "cublas_workspace_config": WORKSPACE_CONFIG, "inputs": "drawn on the CPU from the seed, copied to the device",
             "hash": "sha256 of the first repeat's output bytes (train_mlp: the weights after the last step)",
-            "processes": len(keys),
+            "processes": len(keys), "computed_in": computed_in,
         },
         # The workers' torch: the versions of what computed the hashes.
         "versions": next((v["versions"] for v in per_device.values() if v.get("versions")), {}),
