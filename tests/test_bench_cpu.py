@@ -45,7 +45,9 @@ def test_matmul_result_fails_under_threshold_and_on_throttle(profile):
     out["device"] = "cuda"  # judge the same numbers as if from a GPU
     low = profiles.resolve("NVIDIA H100 80GB HBM3", overrides={"matmul_bf16_tflops_min": 1e9})
     assert benchmarks.matmul(out, low)[0]["status"] == "fail"
-    ok = profiles.resolve("NVIDIA H100 80GB HBM3", overrides={"matmul_bf16_tflops_min": 0.0})
+    # The CPU's samples spread with the machine's load: no drop limit here (the per-sample judgement has tests of
+    # its own over recorded samples).
+    ok = profiles.resolve("NVIDIA H100 80GB HBM3", overrides={"matmul_bf16_tflops_min": 0.0, "sample_drop_pct_max": 100})
     assert benchmarks.matmul(out, ok)[0]["status"] == "pass"
     out["monitor"] = {"per_gpu": {"0": {"throttled": ["hw_thermal_slowdown"]}}}
     res = benchmarks.matmul(out, ok)[0]
