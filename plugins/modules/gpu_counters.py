@@ -107,8 +107,8 @@ gpufleet:
       type: float
     results:
       description:
-        - One result, group C(counters) (after the benchmarks also C(processes_after)). Its C(detail) holds C(phase), C(read_at) (UTC), C(boot_id), C(gpus) (each
-          with C(index), C(uuid), C(serial), C(pci_bus_id), C(visible) and C(counters)) and C(unreadable)
+        - One result, group C(counters) (after the benchmarks also C(processes_after)). Its C(detail) holds C(phase),
+          C(read_at) (UTC), C(boot_id), C(gpus) (each with C(index), C(uuid), C(serial), C(pci_bus_id), C(visible) and C(counters)) and C(unreadable)
           (C(<index>.<counter>) to the reason it could not be read).
       type: list
       elements: dict
