@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet import report
+from gpufleet import report, schema
 from gpufleet.errors import InputError
 from gpufleet.fleet import cli as fleet_cli
 from gpufleet.fleet.store import Store
@@ -83,7 +83,7 @@ def _two_runs(reports: Path) -> None:
             done = fleet_cli.record(run_dir, host, doc)
             with Store(reports / "gpufleet.db") as store:
                 raw = Path(done["path"]).read_bytes()
-                store.index_document(run_id, host, report.parse_host_doc(raw)[0], path=f"hosts/{host}.json", raw=raw)
+                store.index_document(run_id, host, schema.parse_host_doc(raw)[0], path=f"hosts/{host}.json", raw=raw)
         report.build(run_dir)
         if run_id == "r1":
             with Store(reports / "gpufleet.db") as store:

@@ -144,8 +144,6 @@ def snapshot(phase: str, readings: dict, *, boot_id: str | None = None, boot_id_
 def host_document(phase: str, readings: dict | None = None, *, root: str = "/", host: str | None = None,
                   profile_name: str | None = None, overrides: dict | None = None, profile_dir=None) -> dict:
     """The counters host document: this host now (readings None) or a recording of `gpufleet collect`."""
-    from gpufleet import engine
-
     if phase not in PHASES:
         raise ValueError(f"phase {phase!r}; expected one of {PHASES}")
     started, t0 = schema.utc_now(), time.monotonic()
@@ -156,12 +154,12 @@ def host_document(phase: str, readings: dict | None = None, *, root: str = "/", 
     else:
         boot_id = (readings.get("host") or {}).get("boot_id")
         boot_error = None if boot_id else "the recording holds no boot id (host.boot_id)"
-    profile = profiles.resolve(engine.first_gpu_name(readings), profile_name=profile_name, overrides=overrides,
+    profile = profiles.resolve(schema.first_gpu_name(readings), profile_name=profile_name, overrides=overrides,
                                profile_dir=profile_dir)
     res = [schema.timed(GROUP, f"snapshot_{phase}", lambda: snapshot(phase, readings, boot_id=boot_id, boot_id_error=boot_error))]
     if phase == "after":
         res.append(schema.timed(GROUP, "processes_after", lambda: processes_after(readings, profile)))
-    return engine.host_document(host, profile, readings, started, t0, res)
+    return schema.host_document(host, profile, readings, started, t0, res)
 
 
 def processes_after(readings: dict, profile: dict) -> dict:

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import os
-
-import platform
-import socket
 import time
 
-from gpufleet import __version__, failure_class, profiles, schema
+from gpufleet import failure_class, profiles, schema
 from gpufleet.checks import GROUPS
 from gpufleet.errors import InputError
 
@@ -19,38 +16,6 @@ def visible_gpus(nvml_count: int) -> int:
     if listed is None:
         return nvml_count
     return min(nvml_count, len([x for x in listed.split(",") if x.strip()]))
-
-
-def first_gpu_name(readings: dict) -> str | None:
-    gpus = (readings.get("nvml") or {}).get("gpus") or []
-    return gpus[0].get("name") if gpus else None
-
-
-def versions(readings: dict) -> dict:
-    nv = readings.get("nvml") or {}
-    host = readings.get("host") or {}
-    return {
-        "engine": __version__,
-        "driver": nv.get("driver_version"),
-        "cuda_driver": nv.get("cuda_driver_version"),
-        "nvml": nv.get("nvml_version"),
-        "kernel": host.get("kernel"),
-        "os": host.get("os"),
-        "python": platform.python_version(),
-    }
-
-
-def host_document(host, profile, readings, started, t0, results) -> dict:
-    return {
-        "schema_version": schema.SCHEMA_VERSION,
-        "host": host or socket.gethostname(),
-        "engine_version": __version__,
-        "profile": {"name": profile["name"], "path": profile["path"], "thresholds": profile["thresholds"]},
-        "versions": versions(readings),
-        "started": started,
-        "seconds": round(time.monotonic() - t0, 4),
-        "results": results,
-    }
 
 
 def check_host(
@@ -69,7 +34,7 @@ def check_host(
         raise InputError(f"unknown check group(s) {unknown}; expected some of {list(GROUPS)}")
     started, t0 = schema.utc_now(), time.monotonic()
     profile = profiles.resolve(
-        first_gpu_name(readings), profile_name=profile_name, overrides=overrides, profile_dir=profile_dir
+        schema.first_gpu_name(readings), profile_name=profile_name, overrides=overrides, profile_dir=profile_dir
     )
     results = []
     for group in groups:
@@ -84,7 +49,7 @@ def check_host(
                 seconds=0.0,
             )
         )
-    return host_document(host, profile, readings, started, t0, results)
+    return schema.host_document(host, profile, readings, started, t0, results)
 
 
 BENCHMARKS = ("matmul", "memory", "nccl", "sdc", "train_gpt2", "soak")
@@ -127,7 +92,7 @@ def bench_host(
     if "soak" in names and duration_s is not None and not duration_s > 0:
         raise InputError(f"soak duration {duration_s} s; expected a positive number of seconds (--duration-s)")
     readings = {"nvml": collect.nvml.read(), "host": collect.host.read()}
-    profile = profiles.resolve(first_gpu_name(readings), profile_name=profile_name, overrides=overrides, profile_dir=profile_dir)
+    profile = profiles.resolve(schema.first_gpu_name(readings), profile_name=profile_name, overrides=overrides, profile_dir=profile_dir)
     started, t0 = schema.utc_now(), time.monotonic()
     host_has_ib = bool(((readings["host"].get("infiniband") or {}).get("ports")))
     # Steps whose sampler lists the GPUs' processes: measured again when disturbed, confirmed before a fail
@@ -192,4 +157,4 @@ def bench_host(
             r = benchmarks.foreign_processes(name, steps)
             r.update(group=benchmarks.GROUP, started=schema.utc_now(), seconds=0.0)
             results.append(r)
-    return host_document(host, profile, readings, started, t0, results)
+    return schema.host_document(host, profile, readings, started, t0, results)

@@ -24,9 +24,13 @@ A host document bundles one host's results:
 from __future__ import annotations
 
 import datetime as _dt
+import json
+import platform
+import socket
 import time
 from typing import Any, Callable, Iterable
 
+from gpufleet import __version__
 from gpufleet import failure_class as failure_classes
 
 SCHEMA_VERSION = 1
@@ -127,3 +131,77 @@ def timed(group: str, check: str, fn: Callable[[], dict]) -> dict:
     res["started"] = started
     res["seconds"] = round(time.monotonic() - t0, 4)
     return res
+
+
+# ---------------------------------------------------------------- the host document
+
+REPORT_GROUP = "report"  # group of the error results the reading of host documents makes (report, store, record)
+
+
+def first_gpu_name(readings: dict) -> str | None:
+    gpus = (readings.get("nvml") or {}).get("gpus") or []
+    return gpus[0].get("name") if gpus else None
+
+
+def versions(readings: dict) -> dict:
+    nv = readings.get("nvml") or {}
+    host = readings.get("host") or {}
+    return {
+        "engine": __version__,
+        "driver": nv.get("driver_version"),
+        "cuda_driver": nv.get("cuda_driver_version"),
+        "nvml": nv.get("nvml_version"),
+        "kernel": host.get("kernel"),
+        "os": host.get("os"),
+        "python": platform.python_version(),
+    }
+
+
+def host_document(host, profile, readings, started, t0, results) -> dict:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "host": host or socket.gethostname(),
+        "engine_version": __version__,
+        "profile": {"name": profile["name"], "path": profile["path"], "thresholds": profile["thresholds"]},
+        "versions": versions(readings),
+        "started": started,
+        "seconds": round(time.monotonic() - t0, 4),
+        "results": results,
+    }
+
+
+def result_problem(res: Any) -> str | None:
+    """Why one entry of `results` cannot be reported or indexed as it is, or None when it can."""
+    if not isinstance(res, dict):
+        return f"expected an object, got {type(res).__name__}"
+    if not isinstance(res.get("check"), str) or not res["check"]:
+        return "missing 'check' (a non-empty string)"
+    if res.get("status") not in STATUSES:
+        return f"'status' is {res.get('status')!r}; expected one of {', '.join(STATUSES)}"
+    return None
+
+
+def parse_host_doc(raw: bytes) -> tuple[dict | None, str | None]:
+    """(host document, None) or (None, why it is unreadable), from a file's bytes."""
+    if not raw.strip():
+        return None, "the file is empty (the write was probably interrupted)"
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return None, f"not UTF-8 text (byte {exc.start})"
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return None, f"not valid JSON: {exc}"
+    if not isinstance(doc, dict):
+        return None, f"expected a JSON object (a host document), got {type(doc).__name__}"
+    missing = [k for k in ("schema_version", "host", "results") if k not in doc]
+    if missing:
+        return None, f"missing required key(s) {', '.join(missing)}; expected a host document with schema_version, host and results"
+    if doc["schema_version"] != SCHEMA_VERSION:
+        return None, f"schema_version is {doc['schema_version']!r}; this report reads version {SCHEMA_VERSION}"
+    if not isinstance(doc["host"], str) or not doc["host"]:
+        return None, "'host' must be a non-empty string"
+    if not isinstance(doc["results"], list):
+        return None, f"'results' must be a list of results, got {type(doc['results']).__name__}"
+    return doc, None

@@ -36,7 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def document(args) -> dict:
-    from gpufleet import collect, engine, profiles, schema
+    from gpufleet import collect, profiles, schema
     from gpufleet.cli import _json_arg
     from gpufleet.errors import InputError
     from gpufleet.finetune import config
@@ -46,7 +46,7 @@ def document(args) -> dict:
     config.load(args.config)
     overrides = _json_arg(args.thresholds, "--thresholds")
     readings = {"nvml": collect.nvml.read(), "host": collect.host.read()}
-    profile = profiles.resolve(engine.first_gpu_name(readings), profile_name=args.profile,
+    profile = profiles.resolve(schema.first_gpu_name(readings), profile_name=args.profile,
                                overrides=overrides, profile_dir=args.profile_dir)
     try:
         from gpufleet.finetune import results, worker
@@ -57,7 +57,7 @@ def document(args) -> dict:
     out = worker.run(args.config, nproc_per_node=args.nproc_per_node, nnodes=args.nnodes, node_rank=args.node_rank,
                      master_addr=args.master_addr, master_port=args.master_port, timeout_s=args.timeout_s,
                      rdzv_timeout_s=args.rdzv_timeout_s, max_steps=args.max_steps, output_dir=args.output_dir)
-    return engine.host_document(args.host, profile, readings, started, t0, results.to_results(out, profile))
+    return schema.host_document(args.host, profile, readings, started, t0, results.to_results(out, profile))
 
 
 def command(args) -> int:

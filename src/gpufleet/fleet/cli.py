@@ -14,25 +14,25 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sqlite3
 import sys
 from pathlib import Path
 
+from gpufleet import paths, runs, schema
 from gpufleet.errors import InputError
+from gpufleet.fleet import num
+from gpufleet.fleet.store import DamagedStore, Store, default_path, open_for_run, read_run_info, repair
 
 DEFAULT_REPORTS_DIR = "reports"
 
 
 def _store_path(args) -> Path:
-    from gpufleet.fleet.store import default_path
-
     if getattr(args, "db", None):
         return Path(args.db)
     return default_path(getattr(args, "reports_dir", None) or DEFAULT_REPORTS_DIR)
 
 
 def _open(args, *, create: bool = False):
-    from gpufleet.fleet.store import Store
-
     return Store(_store_path(args), create=create)
 
 
@@ -45,8 +45,6 @@ def _print(doc, as_json: bool, text: str) -> None:
 
 def _attempt(run_dir: Path) -> int:
     """The run's latest attempt (run.json), 1 for a run without a record."""
-    from gpufleet import runs
-
     try:
         return len(runs.read_run(run_dir)["attempts"]) or 1
     except InputError:
@@ -65,8 +63,6 @@ def record(run_dir: Path, host: str, new_doc: dict, replace_groups: list[str] | 
     as HOST.json.unreadable (never lost), and the document written gets an `error` result `results_file`
     naming it. Returns what it did.
     """
-    from gpufleet import paths, report, schema
-
     paths.safe_name(host, "the host name")
     if folder not in FOLDERS:
         raise InputError(f"--folder {folder!r}; expected one of {', '.join(FOLDERS)}")
@@ -82,7 +78,7 @@ def record(run_dir: Path, host: str, new_doc: dict, replace_groups: list[str] | 
         merged = dict(new_doc)
         if path.exists():
             try:
-                old, why = report.parse_host_doc(path.read_bytes())
+                old, why = schema.parse_host_doc(path.read_bytes())
             except OSError as exc:
                 old, why = None, exc.strerror or str(exc)
             if old is None:
@@ -96,7 +92,7 @@ def record(run_dir: Path, host: str, new_doc: dict, replace_groups: list[str] | 
                 error = schema.result(
                     "results_file", schema.ERROR,
                     f"the host document could not be read to {what} ({why}); what it held is in {rel}",
-                    group=report.REPORT_GROUP, detail={"file": rel},
+                    group=schema.REPORT_GROUP, detail={"file": rel},
                     remedy=f"look at the .unreadable file; re-run validate.yml --limit {host} to check the node again")
                 error.update(started=schema.utc_now(), seconds=0.0)
                 merged = dict(new_doc, results=new_results + [error])
@@ -115,14 +111,9 @@ def record(run_dir: Path, host: str, new_doc: dict, replace_groups: list[str] | 
 
 
 def cmd_record(args) -> int:
-    import sqlite3
-
-    from gpufleet import report
-    from gpufleet.fleet.store import default_path, open_for_run, read_run_info
-
     run_dir = Path(args.run_dir)
     raw = sys.stdin.buffer.read()
-    doc, why = report.parse_host_doc(raw)
+    doc, why = schema.parse_host_doc(raw)
     if doc is None:
         raise InputError(f"stdin: the host document for {args.host} is unreadable: {why}")
     done = record(run_dir, args.host, doc, args.replace_group, args.folder)
@@ -133,7 +124,7 @@ def cmd_record(args) -> int:
             with open_for_run(db, run_dir) as store:
                 store.upsert_run(done["run_id"], run_dir.resolve(), read_run_info(run_dir))
                 raw = Path(done["path"]).read_bytes()
-                merged, why = report.parse_host_doc(raw)
+                merged, why = schema.parse_host_doc(raw)
                 if args.folder == "hosts" or not store.conn.execute(
                         "SELECT 1 FROM documents WHERE run_id = ? AND host = ? AND role = 'node'", (done["run_id"], args.host)).fetchone():
                     store.index_document(done["run_id"], args.host, merged, path=f"{args.folder}/{args.host}.json", raw=raw,
@@ -164,8 +155,6 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def history_text(hist: dict) -> str:
-    from gpufleet.fleet import num
-
     base = hist.get("baseline")
     mark = lambda run: f"{run} *" if run == base else run  # noqa: E731
     fig = lambda m, key: num(m[key]["value"]) + (" (cpu)" if m[key]["cpu"] else "") if key in m else "-"  # noqa: E731
@@ -203,8 +192,6 @@ def cmd_history(args) -> int:
 def cmd_baseline(args) -> int:
     with _open(args) as store:
         if args.action == "set":
-            from gpufleet import paths
-
             paths.safe_name(args.run_id, "RUN_ID")
             base = store.set_baseline(args.run_id)
             note = "" if base.get("verdict") in ("pass", "warn") else (
@@ -228,9 +215,6 @@ def cmd_baseline(args) -> int:
 
 
 def cmd_store(args) -> int:
-    from gpufleet import paths
-    from gpufleet.fleet.store import DamagedStore, Store, repair
-
     reports_dir = Path(args.reports_dir or DEFAULT_REPORTS_DIR)
     if not reports_dir.is_dir():
         raise InputError(f"reports directory {reports_dir} does not exist; expected the folder holding the run folders "

@@ -285,8 +285,6 @@ class Store:
     def index_document(self, run_id: str, host: str, doc: dict | None, *, path: str | None, raw: bytes | None = None,
                        problem: str | None = None, role: str = "node") -> None:
         """Replace every row of (run_id, host) with what `doc` holds; `doc` None records why (problem) instead."""
-        from gpufleet import report
-
         with self.write() as c:
             c.execute("INSERT OR IGNORE INTO runs (run_id) VALUES (?)", (run_id,))
             for table in HOST_TABLES:
@@ -296,7 +294,7 @@ class Store:
                 c.execute("INSERT INTO documents VALUES (?, ?, ?, ?, ?, 0, ?, NULL, ?)",
                           (run_id, host, role, path, sha, problem or "unreadable", schema.ERROR))
                 return
-            results = [r for r in doc.get("results") or [] if report.result_problem(r) is None]
+            results = [r for r in doc.get("results") or [] if schema.result_problem(r) is None]
             c.execute("INSERT INTO documents VALUES (?, ?, ?, ?, ?, 1, NULL, ?, ?)",
                       (run_id, host, role, path, sha, doc.get("started"), schema.verdict(results)))
             self._insert_node_rows(c, run_id, host, results)
@@ -351,8 +349,6 @@ class Store:
 
     def record_fleet(self, run_id: str, fleet_results: dict[str, list[dict]]) -> None:
         """The fleet layer's results of each node (group fleet), in place of any earlier ones of the run."""
-        from gpufleet import report
-
         with self.write() as c:
             for host, results in fleet_results.items():
                 c.execute("DELETE FROM results WHERE run_id = ? AND host = ? AND group_name = ?", (run_id, host, GROUP))
@@ -360,7 +356,7 @@ class Store:
                 start = c.execute("SELECT COALESCE(MAX(seq) + 1, 0) FROM results WHERE run_id = ? AND host = ?", (run_id, host)).fetchone()[0]
                 by_index = {r["gpu_index"]: {"uuid": r["uuid"], "serial": r["serial"]}
                             for r in c.execute("SELECT gpu_index, uuid, serial FROM gpus WHERE run_id = ? AND host = ?", (run_id, host))}
-                self._insert_results(c, run_id, host, [r for r in results if report.result_problem(r) is None], by_index, start)
+                self._insert_results(c, run_id, host, [r for r in results if schema.result_problem(r) is None], by_index, start)
 
     # ------------------------------------------------------------ run folders
 
@@ -372,8 +368,6 @@ class Store:
             return self._index_run(run_dir, expected_hosts or [])
 
     def _index_run(self, run_dir: Path, expected: list[str]) -> dict:
-        from gpufleet import report
-
         run_id = run_dir.resolve().name
         info = read_run_info(run_dir)
         self.upsert_run(run_id, run_dir.resolve(), info)
@@ -396,7 +390,7 @@ class Store:
                     self.index_document(run_id, host, None, path=rel, problem=why, role=role)
                     done["unreadable"].append({"host": host, "reason": why})
                     continue
-                doc, why = report.parse_host_doc(raw)
+                doc, why = schema.parse_host_doc(raw)
                 if doc is None:
                     why = f"{rel} is unreadable: {why}"
                     done["unreadable"].append({"host": host, "reason": why})

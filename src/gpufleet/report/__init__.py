@@ -42,14 +42,13 @@ STATUS_ORDER = sorted(schema.STATUSES, key=schema.severity, reverse=True)
 
 NEVER_REPORTED = "no results: the host never reported (unreachable or the play was interrupted)"
 _DOC_PROFILE = "_document_profile"  # a node's host document profile (name, thresholds), kept off report.json
-REPORT_GROUP = "report"  # group of the error results the report itself makes
 
 
 # ---------------------------------------------------------------- reading
 
 
 def _report_error(check: str, reason: str, remedy: str, detail: dict) -> dict:
-    return dict(schema.result(check, schema.ERROR, reason, group=REPORT_GROUP, remedy=remedy, detail=detail))
+    return dict(schema.result(check, schema.ERROR, reason, group=schema.REPORT_GROUP, remedy=remedy, detail=detail))
 
 
 def _unreadable(rel: str, why: str, detail: dict | None = None) -> dict:
@@ -59,53 +58,6 @@ def _unreadable(rel: str, why: str, detail: dict | None = None) -> dict:
         f"look at {rel} on the controller; re-run validate.yml --limit for this host to write it again",
         {"file": rel, **(detail or {})},
     )
-
-
-def _result_problem(res: Any) -> str | None:
-    """Why one entry of `results` cannot be reported as it is, or None when it can."""
-    if not isinstance(res, dict):
-        return f"expected an object, got {type(res).__name__}"
-    if not isinstance(res.get("check"), str) or not res["check"]:
-        return "missing 'check' (a non-empty string)"
-    if res.get("status") not in schema.STATUSES:
-        return f"'status' is {res.get('status')!r}; expected one of {', '.join(schema.STATUSES)}"
-    return None
-
-
-def result_problem(res: Any) -> str | None:
-    """Why one entry of `results` cannot be reported or indexed as it is, or None when it can."""
-    return _result_problem(res)
-
-
-def parse_host_doc(raw: bytes) -> tuple[dict | None, str | None]:
-    """(host document, None) or (None, why it is unreadable), from a file's bytes."""
-    return _parse_host_doc("", raw)
-
-
-def _parse_host_doc(rel: str, raw: bytes) -> tuple[dict | None, str | None]:
-    """(document, None) or (None, why it is unreadable)."""
-    if not raw.strip():
-        return None, "the file is empty (the write was probably interrupted)"
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return None, f"not UTF-8 text (byte {exc.start})"
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return None, f"not valid JSON: {exc}"
-    if not isinstance(doc, dict):
-        return None, f"expected a JSON object (a host document), got {type(doc).__name__}"
-    missing = [k for k in ("schema_version", "host", "results") if k not in doc]
-    if missing:
-        return None, f"missing required key(s) {', '.join(missing)}; expected a host document with schema_version, host and results"
-    if doc["schema_version"] != schema.SCHEMA_VERSION:
-        return None, f"schema_version is {doc['schema_version']!r}; this report reads version {schema.SCHEMA_VERSION}"
-    if not isinstance(doc["host"], str) or not doc["host"]:
-        return None, "'host' must be a non-empty string"
-    if not isinstance(doc["results"], list):
-        return None, f"'results' must be a list of results, got {type(doc['results']).__name__}"
-    return doc, None
 
 
 def _node(name: str, source: str | None, results: list[dict], doc: dict | None = None) -> dict:
@@ -149,13 +101,13 @@ def read_host_file(path: Path, run_dir: Path) -> dict:
         raw = path.read_bytes()
     except OSError as exc:
         return _node(path.stem, rel, [_unreadable(rel, exc.strerror or str(exc))])
-    doc, why = _parse_host_doc(rel, raw)
+    doc, why = schema.parse_host_doc(raw)
     if doc is None:
         # The first bytes show at a glance whether it was cut short or is something else entirely.
         return _node(path.stem, rel, [_unreadable(rel, why, {"head": raw[:400].decode("utf-8", "replace")})])
     results = []
     for i, res in enumerate(doc["results"]):
-        problem = _result_problem(res)
+        problem = schema.result_problem(res)
         if problem is None:
             results.append(res)  # unchanged: nothing measured is lost or rewritten
         else:
