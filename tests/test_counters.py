@@ -17,8 +17,8 @@ from module_runner import REPO, run_module  # noqa: E402  (also puts the collect
 from ansible_collections.gpufleet.cluster.plugins.module_utils import engine as module_engine  # noqa: E402
 from ansible_collections.gpufleet.cluster.plugins.modules import gpu_counters  # noqa: E402
 
-from gpufleet import counters, schema  # noqa: E402
-from gpufleet.collect import kernel_log, nvml  # noqa: E402
+from gpufleet import schema  # noqa: E402
+from gpufleet.collect import counters, kernel_log, nvml  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "readings"
 H200 = DATA / "recorded-h200-x2-vm.json"

@@ -17,7 +17,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gpufleet import counters, profiles, schema  # noqa: E402
+from gpufleet import engine, profiles, schema  # noqa: E402
 from gpufleet.bench import summarize  # noqa: E402
 from gpufleet.bench.watch import ProcessWatch, process_tree, wait_quiet  # noqa: E402
 from gpufleet.checks import benchmarks  # noqa: E402
@@ -260,13 +260,13 @@ def test_the_counters_after_the_benchmarks_list_processes_again(h200):
 
     readings = collect.load_recording("tests/data/readings/recorded-h200-x1-vm.json")
     readings["nvml"]["gpus"][0]["processes"] = []
-    doc = counters.host_document("after", readings)
+    doc = engine.counters_host("after", readings)
     assert [(r["check"], r["status"]) for r in doc["results"]] == [("snapshot_after", "pass"), ("processes_after", "pass")]
     readings["nvml"]["gpus"][0]["processes"] = [dict(DISTURB, kinds=["compute"])]
-    after = counters.host_document("after", readings)["results"][1]
+    after = engine.counters_host("after", readings)["results"][1]
     assert after["status"] == "fail" and "after the benchmarks: " in after["reason"]
     assert "pid 1 (gpu_disturb, 1002 MiB)" in after["reason"]
-    assert [r["check"] for r in counters.host_document("before", readings)["results"]] == ["snapshot_before"]
+    assert [r["check"] for r in engine.counters_host("before", readings)["results"]] == ["snapshot_before"]
 
 
 def test_a_window_behind_its_siblings_is_named_though_the_gpu_never_beat_it(h200):
@@ -282,7 +282,7 @@ def test_a_window_behind_its_siblings_is_named_though_the_gpu_never_beat_it(h200
 def test_no_driver_lists_no_processes_after():
     from gpufleet.collect import nvml
 
-    doc = counters.host_document("after", {"nvml": {"available": False, "error": nvml.NO_DRIVER}, "host": {}})
+    doc = engine.counters_host("after", {"nvml": {"available": False, "error": nvml.NO_DRIVER}, "host": {}})
     assert [(r["check"], r["status"]) for r in doc["results"]] == [("snapshot_after", "skip"), ("processes_after", "skip")]
 
 

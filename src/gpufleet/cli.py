@@ -20,47 +20,15 @@ import json
 import sys
 from pathlib import Path
 
-from gpufleet import collect, counters, engine, schema, views
+from gpufleet import collect, engine, schema, views
 from gpufleet.checks import GROUPS
-from gpufleet.errors import EXIT_CODES, InputError
+from gpufleet.collect import counters
+from gpufleet.command_line import Parser, add_exit_zero, json_arg, print_doc, results_exit
+from gpufleet.errors import InputError
 from gpufleet.finetune import cli as finetune_cli
 from gpufleet.fleet import cli as fleet_cli
 from gpufleet.runner import cli as runner_cli
 from gpufleet.lock import DEFAULT_PATH as DEFAULT_LOCK_PATH
-
-
-class Parser(argparse.ArgumentParser):
-    """Every gpufleet parser, subcommands included (add_subparsers makes them of the parent's class), ends its
-    --help with the same table of exit codes."""
-
-    def __init__(self, *args, **kwargs):
-        kwargs.setdefault("epilog", EXIT_CODES)
-        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
-        super().__init__(*args, **kwargs)
-
-
-def results_exit(results: list[dict], exit_zero: bool = False) -> int:
-    """1 when a result failed or erred (the node would not be accepted), else 0; always 0 with --exit-zero."""
-    return 1 if not exit_zero and schema.verdict(results) == schema.FAIL else 0
-
-
-def add_exit_zero(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--exit-zero", action="store_true", help="exit 0 when the command ran, whatever its results "
-                   "(default: 1 when a result failed or erred)")
-
-
-def _json_arg(text: str | None, what: str) -> dict:
-    if not text:
-        return {}
-    try:
-        val = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{what} is not valid JSON ({exc.msg} at char {exc.pos}); expected a JSON object") from None
-    if val is None:
-        return {}
-    if not isinstance(val, dict):
-        raise InputError(f"{what} must be a JSON object of threshold -> value, got {type(val).__name__}")
-    return val
 
 
 def cmd_collect(args) -> int:
@@ -79,10 +47,10 @@ def cmd_check(args) -> int:
         args.group or None,
         host=args.host,
         profile_name=args.profile,
-        overrides=_json_arg(args.thresholds, "--thresholds"),
+        overrides=json_arg(args.thresholds, "--thresholds"),
         profile_dir=args.profile_dir,
     )
-    _print_doc(doc, args.json)
+    print_doc(doc, args.json)
     return results_exit(doc["results"], args.exit_zero)
 
 
@@ -100,23 +68,22 @@ def cmd_bench(args) -> int:
         tier=args.tier,
         host=args.host,
         profile_name=args.profile,
-        overrides=_json_arg(args.thresholds, "--thresholds"),
+        overrides=json_arg(args.thresholds, "--thresholds"),
         profile_dir=args.profile_dir,
         nccl_options=nccl_options,
-        train_reference=_json_arg(args.train_reference, "--train-reference"),
+        train_reference=json_arg(args.train_reference, "--train-reference"),
         soak_options={"duration_s": args.duration_s},
     )
-    _print_doc(doc, args.json)
+    print_doc(doc, args.json)
     return results_exit(doc["results"], args.exit_zero)
 
 
-def _print_doc(doc: dict, as_json: bool) -> None:
-    if as_json:
-        print(json.dumps(doc, sort_keys=True))
-        return
-    for r in doc["results"]:
-        print(f"{r['status']:5}  {r['check']:24} {r['reason']}")
-    print(f"verdict: {schema.verdict(doc['results'])}")
+def cmd_counters(args) -> int:
+    readings = collect.load_recording(args.readings) if args.readings else None
+    doc = engine.counters_host(args.phase, readings, root=args.root, host=args.host, profile_name=args.profile,
+                        overrides=json_arg(args.thresholds, "--thresholds"), profile_dir=args.profile_dir)
+    print_doc(doc, args.json)
+    return results_exit(doc["results"], args.exit_zero)
 
 
 def cmd_report(args) -> int:
@@ -163,7 +130,7 @@ def cmd_run_alive(args) -> int:
 def cmd_run_locks_kept(args) -> int:
     from gpufleet import runs  # controller side
 
-    kept = _json_arg(args.kept, "--kept")
+    kept = json_arg(args.kept, "--kept")
     runs.record_locks_kept(Path(args.run_dir), kept)
     print(json.dumps({"locks_not_given_back": kept}, sort_keys=True))
     return 0
@@ -173,7 +140,7 @@ def cmd_lock(args) -> int:
     from gpufleet import lock
 
     if args.lock_command == "acquire":
-        controller = _json_arg(args.controller, "--controller")
+        controller = json_arg(args.controller, "--controller")
         out = lock.acquire(args.path, args.run_id, args.holder, args.ttl_s, controller=controller,
                            dead_runs=args.dead_run or [], wait_s=args.wait_s)
     elif args.lock_command == "heartbeat":
@@ -233,7 +200,20 @@ def build_parser() -> argparse.ArgumentParser:
     f.set_defaults(func=finetune_cli.command)
 
     views.add_parsers(sub)  # status, hw: the operator views of one node
-    counters.add_parsers(sub)  # counters: error counter snapshots before and after the benchmarks
+
+    c = sub.add_parser("counters", help="snapshot every GPU's error counters (ECC, row remapping, NVLink, PCIe replay, "
+                                        "Xid) before or after the benchmarks, as a host document")
+    c.add_argument("--phase", required=True, choices=list(counters.PHASES), help="before or after the node's benchmarks")
+    c.add_argument("--readings", help="replay a recording from `gpufleet collect` instead of reading this host")
+    c.add_argument("--root", default="/", help="filesystem root of the kernel log and boot id (tests)")
+    c.add_argument("--host", help="host name to record (default: this host's name)")
+    c.add_argument("--profile", help="force a profile by name instead of matching the GPU name")
+    c.add_argument("--profile-dir", help="directory of profile YAML files")
+    c.add_argument("--thresholds", help="JSON object of threshold overrides (gpufleet_thresholds)")
+    c.add_argument("--json", action="store_true", help="print the host document as JSON")
+    add_exit_zero(c)
+    c.set_defaults(func=cmd_counters)
+
 
     run = sub.add_parser("run", help="on the controller: start (or resume) a run, its folder and its record")
     run_sub = run.add_subparsers(dest="run_command", required=True)

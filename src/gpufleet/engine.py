@@ -1,13 +1,19 @@
-"""Run check groups over readings and build one host document."""
+"""The node's host documents: check groups over readings (check_host), benchmarks (bench_host), the error
+counters before and after the benchmarks (counters_host)."""
 
 from __future__ import annotations
 
 import os
 import time
 
-from gpufleet import failure_class, profiles, schema
-from gpufleet.checks import GROUPS
+from gpufleet import collect, failure_class, profiles, schema
+from gpufleet.bench import matmul, memory, nccl, sdc, soak
+from gpufleet.checks import GROUPS, benchmarks, gpu_health, gpu_inventory
+from gpufleet.checks import sdc as sdc_check
+from gpufleet.collect import counters, kernel_log, nvml
+from gpufleet.collect.host import read_boot_id
 from gpufleet.errors import InputError
+from gpufleet.train import gpt2
 
 
 def visible_gpus(nvml_count: int) -> int:
@@ -77,12 +83,6 @@ def bench_host(
     (status, value, reason, world_size): the cross-node scaling efficiency is measured against its figure.
     `soak_options` go to bench.soak.run (duration_s).
     """
-    from gpufleet import collect
-    from gpufleet.bench import matmul, memory, nccl, sdc, soak
-    from gpufleet.checks import benchmarks, gpu_inventory
-    from gpufleet.checks import sdc as sdc_check
-    from gpufleet.train import gpt2
-
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:
         raise InputError(f"unknown benchmark(s) {unknown}; expected some of {list(BENCHMARKS)}")
@@ -158,3 +158,37 @@ def bench_host(
             r.update(group=benchmarks.GROUP, started=schema.utc_now(), seconds=0.0)
             results.append(r)
     return schema.host_document(host, profile, readings, started, t0, results)
+
+
+def counters_host(phase: str, readings: dict | None = None, *, root: str = "/", host: str | None = None,
+                  profile_name: str | None = None, overrides: dict | None = None, profile_dir=None) -> dict:
+    """The counters host document: this host now (readings None) or a recording of `gpufleet collect`."""
+    if phase not in counters.PHASES:
+        raise ValueError(f"phase {phase!r}; expected one of {counters.PHASES}")
+    started, t0 = schema.utc_now(), time.monotonic()
+    if readings is None:
+        boot_id, boot_error = read_boot_id(root)
+        readings = {"nvml": nvml.read(), "kernel_log": kernel_log.read(root),
+                    "host": {"kernel": os.uname().release, "boot_id": boot_id}}
+    else:
+        boot_id = (readings.get("host") or {}).get("boot_id")
+        boot_error = None if boot_id else "the recording holds no boot id (host.boot_id)"
+    profile = profiles.resolve(schema.first_gpu_name(readings), profile_name=profile_name, overrides=overrides,
+                               profile_dir=profile_dir)
+    res = [schema.timed(counters.GROUP, f"snapshot_{phase}", lambda: counters.snapshot(phase, readings, boot_id=boot_id, boot_id_error=boot_error))]
+    if phase == "after":
+        res.append(schema.timed(counters.GROUP, "processes_after", lambda: processes_after(readings, profile)))
+    return schema.host_document(host, profile, readings, started, t0, res)
+
+
+def processes_after(readings: dict, profile: dict) -> dict:
+    """The GPUs' processes listed again at the end of the node stage, as gpu_health.processes lists them at the
+    start: a process that came during the benchmarks and is still there fails the node."""
+    nv = readings.get("nvml")
+    if isinstance(nv, dict) and not nv.get("available") and nv.get("error") == nvml.NO_DRIVER:
+        return schema.result("processes_after", schema.SKIP, f"{nvml.NO_DRIVER}, so there are no GPU processes to list")
+    res = gpu_health.processes(readings, profile)
+    res["check"] = "processes_after"
+    if res["status"] not in (schema.PASS, schema.SKIP):
+        res["reason"] = f"after the benchmarks: {res['reason']}"
+    return res

@@ -18,6 +18,7 @@ import time
 
 from gpufleet.bench.watch import ProcessWatch, list_processes
 from gpufleet.checks.gpu_health import HW_SLOWDOWN_EVENTS
+from gpufleet.collect import counters
 from gpufleet.collect.nvml import CLOCK_EVENT_BITS, bus_id
 
 
@@ -114,7 +115,7 @@ class SoakSampler:
 
     Every `interval_s` (about 1 Hz): SM and memory clocks, clock event (throttle) reasons, temperature and
     power. Every `counters_every_s`: the error counters of the counter snapshots (ECC, row remapping,
-    NVLink CRC/replay/recovery, PCIe replay; gpufleet.counters), and every `kernel_log_every_s` the Xid
+    NVLink CRC/replay/recovery, PCIe replay; collect.counters), and every `kernel_log_every_s` the Xid
     events of the kernel log. A counter that grows, an Xid that appears and a clock event reason seen
     for the first time are events with the time they were seen (seconds since start(t0)).
 
@@ -231,7 +232,6 @@ class SoakSampler:
             self.events_dropped += 1
 
     def _read_counters(self, index: int, handle) -> dict:
-        from gpufleet import counters
         from gpufleet.collect import nvml as reader
 
         nv = self._nvml

@@ -9,9 +9,13 @@ In a multi-node run every node runs the same command with its own --node-rank, a
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
+
+from gpufleet import collect, profiles, schema
+from gpufleet.command_line import Parser, add_exit_zero, json_arg, print_doc, results_exit
+from gpufleet.errors import InputError
+from gpufleet.finetune import config
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -30,25 +34,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile-dir", help="directory of profile YAML files")
     p.add_argument("--thresholds", help="JSON object of threshold overrides (gpufleet_thresholds)")
     p.add_argument("--json", action="store_true", help="print the host document as JSON")
-    from gpufleet.cli import add_exit_zero
-
     add_exit_zero(p)
 
 
 def document(args) -> dict:
-    from gpufleet import collect, profiles, schema
-    from gpufleet.cli import _json_arg
-    from gpufleet.errors import InputError
-    from gpufleet.finetune import config
-
     # The config, its data and model paths and the thresholds are checked before torch and transformers load:
     # a bad input is named on a machine that has neither, never a traceback of their import.
     config.load(args.config)
-    overrides = _json_arg(args.thresholds, "--thresholds")
+    overrides = json_arg(args.thresholds, "--thresholds")
     readings = {"nvml": collect.nvml.read(), "host": collect.host.read()}
     profile = profiles.resolve(schema.first_gpu_name(readings), profile_name=args.profile,
                                overrides=overrides, profile_dir=args.profile_dir)
-    try:
+    try:  # torch, transformers and peft load only here, once the inputs are known to be good
         from gpufleet.finetune import results, worker
     except ImportError as exc:
         raise InputError(f"the fine-tune needs torch in {sys.executable}, which cannot import it ({exc}); install "
@@ -61,23 +58,12 @@ def document(args) -> dict:
 
 
 def command(args) -> int:
-    from gpufleet import schema
-    from gpufleet.cli import results_exit
-
     doc = document(args)
-    if args.json:
-        print(json.dumps(doc, sort_keys=True))
-    else:
-        for r in doc["results"]:
-            print(f"{r['status']:5}  {r['check']:24} {r['reason']}")
-        print(f"verdict: {schema.verdict(doc['results'])}")
+    print_doc(doc, args.json)
     return results_exit(doc["results"], args.exit_zero)
 
 
 def main(argv: list[str] | None = None) -> int:
-    from gpufleet.cli import Parser
-    from gpufleet.errors import InputError
-
     p = Parser(prog="python -m gpufleet.finetune", description=__doc__.split("\n\n")[0])
     add_arguments(p)
     args = p.parse_args(argv)

@@ -1,4 +1,4 @@
-"""Counter snapshots: `gpufleet counters --phase before|after [--host H] --json`.
+"""Counter snapshots, read for `gpufleet counters --phase before|after` (engine.counters_host).
 
 One host document whose results are one result, group `counters`, check `snapshot_before` or
 `snapshot_after` (after the benchmarks also `processes_after`: the GPUs' processes listed again, as
@@ -22,13 +22,8 @@ a `boot_id` that differs between two snapshots means the node rebooted between t
 
 from __future__ import annotations
 
-import argparse
-import os
-import time
-
-from gpufleet import collect, profiles, schema
-from gpufleet.collect import kernel_log, nvml
-from gpufleet.collect.host import read_boot_id
+from gpufleet import schema
+from gpufleet.collect import nvml
 
 GROUP = "counters"
 PHASES = ("before", "after")
@@ -139,66 +134,3 @@ def snapshot(phase: str, readings: dict, *, boot_id: str | None = None, boot_id_
     if unread:
         reason += f"; {unread} unreadable, named in detail.unreadable"
     return schema.result(check, schema.PASS, reason, value=n, unit="GPUs", detail=detail)
-
-
-def host_document(phase: str, readings: dict | None = None, *, root: str = "/", host: str | None = None,
-                  profile_name: str | None = None, overrides: dict | None = None, profile_dir=None) -> dict:
-    """The counters host document: this host now (readings None) or a recording of `gpufleet collect`."""
-    if phase not in PHASES:
-        raise ValueError(f"phase {phase!r}; expected one of {PHASES}")
-    started, t0 = schema.utc_now(), time.monotonic()
-    if readings is None:
-        boot_id, boot_error = read_boot_id(root)
-        readings = {"nvml": nvml.read(), "kernel_log": kernel_log.read(root),
-                    "host": {"kernel": os.uname().release, "boot_id": boot_id}}
-    else:
-        boot_id = (readings.get("host") or {}).get("boot_id")
-        boot_error = None if boot_id else "the recording holds no boot id (host.boot_id)"
-    profile = profiles.resolve(schema.first_gpu_name(readings), profile_name=profile_name, overrides=overrides,
-                               profile_dir=profile_dir)
-    res = [schema.timed(GROUP, f"snapshot_{phase}", lambda: snapshot(phase, readings, boot_id=boot_id, boot_id_error=boot_error))]
-    if phase == "after":
-        res.append(schema.timed(GROUP, "processes_after", lambda: processes_after(readings, profile)))
-    return schema.host_document(host, profile, readings, started, t0, res)
-
-
-def processes_after(readings: dict, profile: dict) -> dict:
-    """The GPUs' processes listed again at the end of the node stage, as gpu_health.processes lists them at the
-    start: a process that came during the benchmarks and is still there fails the node."""
-    from gpufleet.checks import gpu_health
-
-    nv = readings.get("nvml")
-    if isinstance(nv, dict) and not nv.get("available") and nv.get("error") == nvml.NO_DRIVER:
-        return schema.result("processes_after", schema.SKIP, f"{nvml.NO_DRIVER}, so there are no GPU processes to list")
-    res = gpu_health.processes(readings, profile)
-    res["check"] = "processes_after"
-    if res["status"] not in (schema.PASS, schema.SKIP):
-        res["reason"] = f"after the benchmarks: {res['reason']}"
-    return res
-
-
-def command(args) -> int:
-    from gpufleet import cli
-
-    readings = collect.load_recording(args.readings) if args.readings else None
-    doc = host_document(args.phase, readings, root=args.root, host=args.host, profile_name=args.profile,
-                        overrides=cli._json_arg(args.thresholds, "--thresholds"), profile_dir=args.profile_dir)
-    cli._print_doc(doc, args.json)
-    return cli.results_exit(doc["results"], args.exit_zero)
-
-
-def add_parsers(sub: argparse._SubParsersAction) -> None:
-    from gpufleet import cli
-
-    c = sub.add_parser("counters", help="snapshot every GPU's error counters (ECC, row remapping, NVLink, PCIe replay, "
-                                        "Xid) before or after the benchmarks, as a host document")
-    c.add_argument("--phase", required=True, choices=list(PHASES), help="before or after the node's benchmarks")
-    c.add_argument("--readings", help="replay a recording from `gpufleet collect` instead of reading this host")
-    c.add_argument("--root", default="/", help="filesystem root of the kernel log and boot id (tests)")
-    c.add_argument("--host", help="host name to record (default: this host's name)")
-    c.add_argument("--profile", help="force a profile by name instead of matching the GPU name")
-    c.add_argument("--profile-dir", help="directory of profile YAML files")
-    c.add_argument("--thresholds", help="JSON object of threshold overrides (gpufleet_thresholds)")
-    c.add_argument("--json", action="store_true", help="print the host document as JSON")
-    cli.add_exit_zero(c)
-    c.set_defaults(func=command)
