@@ -170,6 +170,26 @@ def test_cli_on_this_host():
         assert res["status"] in ("pass", "error")
 
 
+def test_the_soak_samplers_live_read_gives_the_snapshots_counters():
+    """collect.counters.read_live, what the soak's sampler reads between its windows, gives each GPU the counters
+    the snapshot gives it from a whole NVML reading, less the kernel log's xid."""
+    nv = nvml.read()
+    if not nv["available"]:
+        pytest.skip(f"no GPU to read live: {nv['error']}")
+    import pynvml
+
+    snap = counters.snapshot("before", {"nvml": nv, "kernel_log": {}})
+    assert snap["status"] == "pass", snap["reason"]
+    pynvml.nvmlInit()
+    try:
+        for g in snap["detail"]["gpus"]:
+            live = counters.read_live(pynvml, pynvml.nvmlDeviceGetHandleByIndex(g["index"]))
+            assert list(live) == [c for c in counters.COUNTERS if c != "xid"]
+            assert live == {c: v for c, v in g["counters"].items() if c != "xid"}, g["index"]
+    finally:
+        pynvml.nvmlShutdown()
+
+
 # --- the module ----------------------------------------------------------------------------------------
 
 

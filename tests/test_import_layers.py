@@ -16,3 +16,9 @@ def test_import_contracts_kept():
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "0 broken" in proc.stdout, proc.stdout
+
+
+def test_no_import_is_let_off_the_contracts():
+    """Every import keeps the layers: the contracts list no exception (ignore_imports)."""
+    text = (ROOT / "pyproject.toml").read_text()
+    assert "[tool.importlinter]" in text and "ignore_imports" not in text.split("[tool.importlinter]", 1)[1]

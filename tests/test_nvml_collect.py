@@ -103,19 +103,19 @@ def test_read_helper_turns_nvml_errors_into_text():
     def broken():
         raise ValueError("bad struct")
 
-    assert nvml._read(lambda a, b: a + b, 2, 3) == (5, None)
-    assert nvml._read(not_supported) == (None, "Not Supported")
-    assert nvml._read(broken) == (None, "ValueError: bad struct")
+    assert nvml.read_field(lambda a, b: a + b, 2, 3) == (5, None)
+    assert nvml.read_field(not_supported) == (None, "Not Supported")
+    assert nvml.read_field(broken) == (None, "ValueError: bad struct")
 
 
 def test_call_first_falls_back_and_keeps_the_first_error():
     def missing_symbol():
         raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
 
-    assert nvml._call_first((None,), (missing_symbol,), (lambda x: x * 2, 21)) == 42
-    value, err = nvml._read(nvml._call_first, (missing_symbol,), (lambda: (_ for _ in ()).throw(KeyError("x")),))
+    assert nvml.call_first((None,), (missing_symbol,), (lambda x: x * 2, 21)) == 42
+    value, err = nvml.read_field(nvml.call_first, (missing_symbol,), (lambda: (_ for _ in ()).throw(KeyError("x")),))
     assert value is None and err == "Function Not Found"
-    assert nvml._read(nvml._call_first, (None,))[1].startswith("RuntimeError: the installed nvidia-ml-py has no function")
+    assert nvml.read_field(nvml.call_first, (None,))[1].startswith("RuntimeError: the installed nvidia-ml-py has no function")
 
 
 @pytest.mark.parametrize(

@@ -15,11 +15,11 @@ import os
 import statistics
 import threading
 import time
+from collections import Counter
 
 from gpufleet.bench.watch import ProcessWatch, list_processes
-from gpufleet.checks.gpu_health import HW_SLOWDOWN_EVENTS
-from gpufleet.collect import counters
-from gpufleet.collect.nvml import CLOCK_EVENT_BITS, bus_id
+from gpufleet.collect import counters, kernel_log, nvml
+from gpufleet.collect.nvml import CLOCK_EVENT_BITS, HW_SLOWDOWN_EVENTS, as_text, bus_id, visible_indices
 
 
 def reason_names(mask: int) -> list[str]:
@@ -48,12 +48,10 @@ class GpuMonitor:
         try:
             import pynvml
 
-            from gpufleet.collect.nvml import _text, visible_indices
-
             pynvml.nvmlInit()
             self._nvml = pynvml
             self._handles = {}
-            listed = [{"index": i, "uuid": _text(pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i)))}
+            listed = [{"index": i, "uuid": as_text(pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i)))}
                       for i in range(pynvml.nvmlDeviceGetCount())]
             # Processes are watched on the GPUs this node may use: another job's on the others is not ours to judge.
             self._watched = set(visible_indices(listed, os.environ.get("CUDA_VISIBLE_DEVICES"))["indices"])
@@ -162,14 +160,12 @@ class SoakSampler:
         try:
             import pynvml
 
-            from gpufleet.collect.nvml import _text, visible_indices
-
             pynvml.nvmlInit()
             self._nvml = pynvml
             listed = []
             for i in range(pynvml.nvmlDeviceGetCount()):
                 h = pynvml.nvmlDeviceGetHandleByIndex(i)
-                listed.append({"index": i, "uuid": _text(pynvml.nvmlDeviceGetUUID(h)), "handle": h})
+                listed.append({"index": i, "uuid": as_text(pynvml.nvmlDeviceGetUUID(h)), "handle": h})
             if self.indices is None:
                 self.indices = visible_indices(listed, os.environ.get("CUDA_VISIBLE_DEVICES"))["indices"]
             for g in listed:
@@ -180,7 +176,7 @@ class SoakSampler:
                 info = {"uuid": g["uuid"], "serial": None, "pci_bus_id": None, "name": None}
                 for key, fn in (("serial", pynvml.nvmlDeviceGetSerial), ("name", pynvml.nvmlDeviceGetName)):
                     try:
-                        info[key] = _text(fn(h))
+                        info[key] = as_text(fn(h))
                     except Exception:  # not every GPU has a serial; the uuid names it
                         pass
                 try:
@@ -232,21 +228,7 @@ class SoakSampler:
             self.events_dropped += 1
 
     def _read_counters(self, index: int, handle) -> dict:
-        from gpufleet.collect import nvml as reader
-
-        nv = self._nvml
-        g: dict = {"unreadable": {}}
-        for name, counter in (("volatile", nv.NVML_VOLATILE_ECC), ("aggregate", nv.NVML_AGGREGATE_ECC)):
-            for kind_name, kind in (("uncorrected", nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
-                                    ("corrected", nv.NVML_MEMORY_ERROR_TYPE_CORRECTED)):
-                g[f"ecc_{name}_{kind_name}"], _ = reader._read(nv.nvmlDeviceGetTotalEccErrors, handle, kind, counter)
-        g["remapped_rows"], _ = reader._read(reader._remapped_rows, handle)
-        g["nvlink"] = reader._nvlink(handle, g["unreadable"])
-        g["nvlink_error_totals"] = reader._nvlink_totals(handle, g["unreadable"])
-        g["pcie_replay"], _ = reader._read(lambda: int(nv.nvmlDeviceGetPcieReplayCounter(handle)))
-        values, _, _ = counters.gpu_counters(g, None)
-        values.pop("xid")
-        return values
+        return counters.read_live(self._nvml, handle)
 
     def _counters_event(self, index: int, handle, t: float) -> None:
         try:
@@ -267,14 +249,10 @@ class SoakSampler:
         self.counters_last[index] = {k: (v if v is not None else before.get(k)) for k, v in now.items()}
 
     def _read_kernel_log(self, t: float | None) -> None:
-        from gpufleet.collect import kernel_log
-
         self.note_kernel_log(kernel_log.read(), t)
 
     def note_kernel_log(self, log: dict, t: float | None) -> None:
         """A kernel log read (collect.kernel_log) at t: Xid events not in the read before are events; t None: the start."""
-        from collections import Counter
-
         self.kernel_log_source = log.get("source")
         if not log.get("readable"):
             self.kernel_log_error = log.get("error") or "kernel log unreadable"
@@ -291,18 +269,16 @@ class SoakSampler:
         self._xid_seen = seen
 
     def _sample(self, t: float) -> None:
-        from gpufleet.collect import nvml as reader
-
         nv = self._nvml
         getter = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or nv.nvmlDeviceGetCurrentClocksThrottleReasons
         for i, h in self._handles.items():
-            sm, err = reader._read(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM)
-            mem, _ = reader._read(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM)
-            temp, _ = reader._read(reader._call_first,
+            sm, err = nvml.read_field(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM)
+            mem, _ = nvml.read_field(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM)
+            temp, _ = nvml.read_field(nvml.call_first,
                                    (getattr(nv, "nvmlDeviceGetTemperatureV", None), h, nv.NVML_TEMPERATURE_GPU),
                                    (getattr(nv, "nvmlDeviceGetTemperature", None), h, nv.NVML_TEMPERATURE_GPU))
-            power, _ = reader._read(lambda: nv.nvmlDeviceGetPowerUsage(h) / 1000.0)
-            mask, err2 = reader._read(lambda: int(getter(h)))
+            power, _ = nvml.read_field(lambda: nv.nvmlDeviceGetPowerUsage(h) / 1000.0)
+            mask, err2 = nvml.read_field(lambda: int(getter(h)))
             if err or err2:
                 self.gpu_errors.setdefault(i, err or err2)
             self.note_sample(i, t, sm, mem, temp, power, mask)

@@ -11,6 +11,9 @@ from __future__ import annotations
 import os
 import time
 
+from gpufleet.collect import nvml
+from gpufleet.collect.nvml import as_text, visible_indices
+
 # Every pid ever found in this process's tree: a worker of an earlier step that NVML still lists for a
 # moment after it exited is no longer in /proc, yet it was ours.
 _OWN_PIDS: set[int] = set()
@@ -96,10 +99,8 @@ class ProcessWatch:
 
 def list_processes(nv, handle) -> tuple[list | None, str | None]:
     """One GPU's compute and graphics processes through NVML (collect.nvml), or None and why."""
-    from gpufleet.collect import nvml as reader
-
     unreadable: dict = {}
-    procs = reader._processes(handle, unreadable)
+    procs = nvml.gpu_processes(handle, unreadable)
     return procs, unreadable.get("processes")
 
 
@@ -111,15 +112,13 @@ def wait_quiet(wait_s: float, poll_s: float = 1.0, indices: list[int] | None = N
     try:
         import pynvml
 
-        from gpufleet.collect.nvml import _text, visible_indices
-
         pynvml.nvmlInit()
     except Exception as exc:
         return {"quiet": False, "waited_s": 0.0, "processes": [], "error": f"NVML unavailable: {exc}"}
     try:
         handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
         if indices is None:
-            listed = [{"index": i, "uuid": _text(pynvml.nvmlDeviceGetUUID(h))} for i, h in enumerate(handles)]
+            listed = [{"index": i, "uuid": as_text(pynvml.nvmlDeviceGetUUID(h))} for i, h in enumerate(handles)]
             indices = visible_indices(listed, os.environ.get("CUDA_VISIBLE_DEVICES"))["indices"]
         while True:
             t = time.monotonic() - t0

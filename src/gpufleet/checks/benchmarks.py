@@ -11,7 +11,7 @@ import time
 
 from gpufleet import failure_class, profiles, schema
 from gpufleet.bench import sig
-from gpufleet.checks.gpu_health import HW_SLOWDOWN_EVENTS
+from gpufleet.collect.nvml import HW_SLOWDOWN_EVENTS
 from gpufleet.schema import ERROR, FAIL, PASS, WARN, result
 
 GROUP = "benchmark"

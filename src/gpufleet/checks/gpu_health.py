@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from gpufleet import profiles
 from gpufleet.checks.gpu_inventory import UNREADABLE_REMEDY, Findings, gpu_check, gpu_list, not_supported, unreadable
-from gpufleet.collect.nvml import CLOCK_EVENT_BITS, nvlink_error_counts, visible_indices
+from gpufleet.collect.nvml import CLOCK_EVENT_BITS, HW_SLOWDOWN_EVENTS, nvlink_error_counts, visible_indices
 from gpufleet.schema import ERROR, FAIL, PASS, SKIP, WARN, result
 
 RESET_REMEDY = "drain the node, then reset the GPU with no process on it: `nvidia-smi -r -i {gpus}`"
@@ -181,15 +181,6 @@ def xid(readings, gpus, profile):
         detail={"source": log.get("source"), "events": events[:50], "events_total": len(events)},
         **fields,
     )
-
-
-# Reasons that mean the hardware is protecting itself: clocks cut below what the job asked for.
-HW_SLOWDOWN_EVENTS = {
-    "hw_slowdown": "HW slowdown",
-    "hw_thermal_slowdown": "HW thermal slowdown",
-    "hw_power_brake_slowdown": "HW power brake",
-    "sw_thermal_slowdown": "SW thermal slowdown",
-}
 
 
 def _busy(g: dict) -> bool:

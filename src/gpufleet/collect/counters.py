@@ -134,3 +134,20 @@ def snapshot(phase: str, readings: dict, *, boot_id: str | None = None, boot_id_
     if unread:
         reason += f"; {unread} unreadable, named in detail.unreadable"
     return schema.result(check, schema.PASS, reason, value=n, unit="GPUs", detail=detail)
+
+
+def read_live(nv, handle) -> dict:
+    """One GPU's counters read now through NVML (nv: pynvml, initialised), without the kernel log's xid: what the
+    soak's sampler reads between its windows. {counter: value, None where unreadable}."""
+    g: dict = {"unreadable": {}}
+    for name, counter in (("volatile", nv.NVML_VOLATILE_ECC), ("aggregate", nv.NVML_AGGREGATE_ECC)):
+        for kind_name, kind in (("uncorrected", nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
+                                ("corrected", nv.NVML_MEMORY_ERROR_TYPE_CORRECTED)):
+            g[f"ecc_{name}_{kind_name}"], _ = nvml.read_field(nv.nvmlDeviceGetTotalEccErrors, handle, kind, counter)
+    g["remapped_rows"], _ = nvml.read_field(nvml.read_remapped_rows, handle)
+    g["nvlink"] = nvml.nvlink_links(handle, g["unreadable"])
+    g["nvlink_error_totals"] = nvml.nvlink_totals(handle, g["unreadable"])
+    g["pcie_replay"], _ = nvml.read_field(lambda: int(nv.nvmlDeviceGetPcieReplayCounter(handle)))
+    values, _, _ = gpu_counters(g, None)
+    values.pop("xid")
+    return values

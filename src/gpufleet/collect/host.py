@@ -73,7 +73,7 @@ SYSTEMCTL_TIMEOUT_S = 10
 # --- small readers ---------------------------------------------------------
 
 
-def _text(path: Path) -> tuple[str | None, str | None]:
+def read_text(path: Path) -> tuple[str | None, str | None]:
     """(stripped text, None) or (None, reason)."""
     try:
         return path.read_text(errors="replace").strip(), None
@@ -83,7 +83,7 @@ def _text(path: Path) -> tuple[str | None, str | None]:
         return None, f"{path}: {exc.strerror or exc}"
 
 
-def _int(text: str | None) -> int | None:
+def parse_int(text: str | None) -> int | None:
     try:
         return int(text, 0) if text is not None else None
     except ValueError:
@@ -143,10 +143,10 @@ def upstream_chain(resolved_path: str) -> list[str]:
 
 def _pci_device(devdir: Path) -> dict:
     def field(name: str) -> str | None:
-        return _text(devdir / name)[0]
+        return read_text(devdir / name)[0]
 
     vendor, pci_class = field("vendor"), field("class")
-    numa = _int(field("numa_node"))
+    numa = parse_int(field("numa_node"))
     cur_speed, max_speed = field("current_link_speed"), field("max_link_speed")
     resolved = os.path.realpath(devdir)
     return {
@@ -161,8 +161,8 @@ def _pci_device(devdir: Path) -> dict:
         "max_link_speed": max_speed,
         "current_link_gen": parse_link_speed(cur_speed),
         "max_link_gen": parse_link_speed(max_speed),
-        "current_link_width": _int(field("current_link_width")),
-        "max_link_width": _int(field("max_link_width")),
+        "current_link_width": parse_int(field("current_link_width")),
+        "max_link_width": parse_int(field("max_link_width")),
         "upstream": upstream_chain(resolved),
         "iommu_group": _link_name(devdir / "iommu_group"),
         "path": resolved,
@@ -286,8 +286,8 @@ def _state_name(text: str | None) -> str | None:
 
 def read_ib_port(pdir: Path) -> dict:
     """One InfiniBand port's sysfs folder (.../infiniband/<hca>/ports/<n>): its state, speed and link layer."""
-    state, phys, rate, layer = (_text(pdir / f)[0] for f in ("state", "phys_state", "rate", "link_layer"))
-    return {"port": _int(pdir.name), "state": _state_name(state), "phys_state": _state_name(phys),
+    state, phys, rate, layer = (read_text(pdir / f)[0] for f in ("state", "phys_state", "rate", "link_layer"))
+    return {"port": parse_int(pdir.name), "state": _state_name(state), "phys_state": _state_name(phys),
             "rate_gbps": parse_rate_gbps(rate), "rate": rate, "link_layer": layer}
 
 
@@ -311,7 +311,7 @@ def _read_infiniband(root: Path) -> dict:
 
 def _read_modules(root: Path) -> dict:
     path = root / "proc/modules"
-    text, reason = _text(path)
+    text, reason = read_text(path)
     if text is None:
         return {"path": str(path), "readable": False, "reason": reason, "count": None, "loaded": {}}
     names = {line.split()[0] for line in text.splitlines() if line.strip()}
@@ -345,13 +345,13 @@ def _read_iommu(root: Path, pci: list[dict]) -> dict:
     groups_path = root / "sys/kernel/iommu_groups"
     groups = _listdir(groups_path)
     cmdline_path = root / "proc/cmdline"
-    cmdline, cmd_reason = _text(cmdline_path)
+    cmdline, cmd_reason = read_text(cmdline_path)
     gpu_groups = []
     for dev in pci:
         if dev["kind"] != "gpu":
             continue
         tpath = root / "sys/bus/pci/devices" / dev["bdf"] / "iommu_group" / "type"
-        gtype, reason = _text(tpath) if dev["iommu_group"] is not None else (None, "device has no iommu_group link")
+        gtype, reason = read_text(tpath) if dev["iommu_group"] is not None else (None, "device has no iommu_group link")
         gpu_groups.append(
             {
                 "bdf": dev["bdf"],
@@ -379,14 +379,14 @@ def _read_numa(root: Path) -> dict:
     nodes = []
     for name in _listdir(base) or []:
         if re.fullmatch(r"node\d+", name):
-            nodes.append({"node": int(name[4:]), "cpulist": _text(base / name / "cpulist")[0]})
+            nodes.append({"node": int(name[4:]), "cpulist": read_text(base / name / "cpulist")[0]})
     nodes.sort(key=lambda n: n["node"])
     bal_path = root / "proc/sys/kernel/numa_balancing"
-    bal, bal_reason = _text(bal_path)
+    bal, bal_reason = read_text(bal_path)
     return {
         "nodes": nodes,
         "nodes_path": str(base),
-        "numa_balancing": _int(bal),
+        "numa_balancing": parse_int(bal),
         "numa_balancing_path": str(bal_path),
         "reason": bal_reason,
     }
@@ -398,7 +398,7 @@ def _read_cpu_governors(root: Path) -> dict:
     counts: dict[str, int] = {}
     without = 0
     for cpu in cpus:
-        gov = _text(base / cpu / "cpufreq/scaling_governor")[0]
+        gov = read_text(base / cpu / "cpufreq/scaling_governor")[0]
         if gov is None:
             without += 1
         else:
@@ -506,12 +506,12 @@ def _read_nccl(root: Path, environ: Mapping[str, str]) -> dict:
     # NCCL_VERSION is what NVIDIA's container images set to name the package, not a setting NCCL reads.
     env = {k: v for k, v in environ.items() if k.startswith("NCCL_") and k != "NCCL_VERSION"}
     conf_path = root / "etc/nccl.conf"
-    text, reason = _text(conf_path)
+    text, reason = read_text(conf_path)
     values, ignored = parse_nccl_conf(text) if text is not None else ({}, [])
     effective = {k: {"value": v, "source": str(conf_path)} for k, v in values.items()}
     effective.update({k: {"value": v, "source": "environment"} for k, v in env.items()})  # env wins, as in NCCL
     net = root / "sys/class/net"
-    interfaces = {name: _text(net / name / "operstate")[0] for name in _listdir(net) or []}
+    interfaces = {name: read_text(net / name / "operstate")[0] for name in _listdir(net) or []}
     return {
         "env": env,
         "conf": {
@@ -567,7 +567,7 @@ def bringup_expectation(root: Path, item: Any) -> dict:
         values: dict[str, int] = {}
         matched = sorted(glob.glob(str(_under(root, where))))
         for name in matched:
-            text, reason = _text(Path(name))
+            text, reason = read_text(Path(name))
             key = text if text is not None else f"unreadable ({reason})"
             values[key] = values.get(key, 0) + 1
         return out | {"found": values, "found_reason": None if matched else f"no file matches {_under(root, where)}"}
@@ -577,7 +577,7 @@ def bringup_expectation(root: Path, item: Any) -> dict:
     elif "exists" in item:
         found, reason = os.path.lexists(path), None  # an enabled unit is a symlink to an absolute path
     elif "value" in item:
-        found, reason = _text(path)
+        found, reason = read_text(path)
     else:
         found, reason = None, "expectation has none of sha256, value, exists"
     return out | {"found": found, "found_reason": reason}
@@ -616,12 +616,12 @@ def _read_bringup(root: Path) -> dict:
 
 def read_boot_id(root: str = "/") -> tuple[str | None, str | None]:
     """(this boot's id, None) or (None, reason): counters read in two boots cannot be subtracted."""
-    return _text(Path(root) / "proc/sys/kernel/random/boot_id")
+    return read_text(Path(root) / "proc/sys/kernel/random/boot_id")
 
 
-def _os_pretty_name(root: Path) -> tuple[str | None, str | None]:
+def os_pretty_name(root: Path) -> tuple[str | None, str | None]:
     for rel in ("etc/os-release", "usr/lib/os-release"):
-        text, reason = _text(root / rel)
+        text, reason = read_text(root / rel)
         if text is None:
             continue
         for line in text.splitlines():
@@ -654,10 +654,10 @@ def read(root: str = "/", environ: Mapping[str, str] | None = None) -> dict:
     if real_root:
         out["kernel"] = os.uname().release
     else:
-        out["kernel"], reason = _text(rootp / "proc/sys/kernel/osrelease")
+        out["kernel"], reason = read_text(rootp / "proc/sys/kernel/osrelease")
         if reason:
             out["errors"].append({"section": "kernel", "reason": reason})
-    out["os"], reason = _os_pretty_name(rootp)
+    out["os"], reason = os_pretty_name(rootp)
     if reason:
         out["errors"].append({"section": "os", "reason": reason})
     out["boot_id"], _ = read_boot_id(root)  # None where absent (a test tree); the counter snapshots say why

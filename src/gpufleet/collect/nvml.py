@@ -96,12 +96,20 @@ CLOCK_EVENT_BITS = {
     "display_clock_setting": 0x100,
 }
 
+# Reasons that mean the hardware is protecting itself: clocks cut below what the job asked for.
+HW_SLOWDOWN_EVENTS = {
+    "hw_slowdown": "HW slowdown",
+    "hw_thermal_slowdown": "HW thermal slowdown",
+    "hw_power_brake_slowdown": "HW power brake",
+    "sw_thermal_slowdown": "SW thermal slowdown",
+}
+
 COMPUTE_MODES = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Exclusive_Process"}
 FABRIC_STATES = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "completed"}
 NVLINK_COUNTERS = ("crc_flit", "crc_data", "replay", "recovery")
 
 
-def _error_text(exc: Exception) -> str:
+def error_text(exc: Exception) -> str:
     try:
         text = str(exc)
     except Exception:  # str() of an NVMLError can call back into NVML
@@ -109,19 +117,19 @@ def _error_text(exc: Exception) -> str:
     return text or type(exc).__name__
 
 
-def _read(fn, *args):
+def read_field(fn, *args):
     """(value, None) or (None, "error text"): one field never sinks the others."""
     import pynvml
 
     try:
         return fn(*args), None
     except pynvml.NVMLError as exc:
-        return None, _error_text(exc)
+        return None, error_text(exc)
     except Exception as exc:  # binding/driver mismatch (ctypes, missing symbol): record it too
-        return None, f"{type(exc).__name__}: {_error_text(exc)}"
+        return None, f"{type(exc).__name__}: {error_text(exc)}"
 
 
-def _call_first(*calls):
+def call_first(*calls):
     """Call (fn, *args) in turn, for functions that newer bindings or drivers renamed.
 
     Returns the first success; raises the first error. A None fn (a name the
@@ -154,11 +162,11 @@ def cuda_version(value: int) -> str:
     return f"{value // 1000}.{value % 1000 // 10}"
 
 
-def _text(value):
+def as_text(value):
     return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
-def _field_value(handle, field_id: int, scope_id: int = 0):
+def field_value(handle, field_id: int, scope_id: int = 0):
     """One NVML field value as a Python number; raises NVMLError like the other calls."""
     import pynvml
 
@@ -181,17 +189,17 @@ def _compute_mode_name(mode: int) -> str:
     return COMPUTE_MODES.get(mode, f"unknown ({mode})")
 
 
-def _clock_events(handle) -> dict:
+def clock_events(handle) -> dict:
     import pynvml
 
-    mask = _call_first(
+    mask = call_first(
         (getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None), handle),
         (getattr(pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None), handle),
     )
     return {"mask": int(mask), "names": [name for name, bit in CLOCK_EVENT_BITS.items() if mask & bit]}
 
 
-def _remapped_rows(handle) -> dict:
+def read_remapped_rows(handle) -> dict:
     import pynvml
 
     corr, unc, pending, failure = pynvml.nvmlDeviceGetRemappedRows(handle)
@@ -222,15 +230,15 @@ def _fabric(handle) -> dict:
         pynvml.nvmlDeviceGetGpuFabricInfo(handle, ctypes.byref(info))
         return info
 
-    info = _call_first(
+    info = call_first(
         (versioned if hasattr(pynvml, "nvmlDeviceGetGpuFabricInfoV") else None,),
         (legacy if hasattr(pynvml, "nvmlDeviceGetGpuFabricInfo") else None,),
     )
-    status = "Success" if info.status == pynvml.NVML_SUCCESS else _error_text(pynvml.NVMLError(info.status))
+    status = "Success" if info.status == pynvml.NVML_SUCCESS else error_text(pynvml.NVMLError(info.status))
     return {"state": FABRIC_STATES.get(info.state, f"unknown ({info.state})"), "status": status}
 
 
-def _nvlink_counter_calls(pynvml, handle, link: int, counter: str) -> list:
+def nvlink_counter_calls(pynvml, handle, link: int, counter: str) -> list:
     """Ways to read one per-link error counter, best first.
 
     nvmlDeviceGetNvLinkErrorCounter works up to Hopper for most counters; the
@@ -252,29 +260,29 @@ def _nvlink_counter_calls(pynvml, handle, link: int, counter: str) -> list:
     }[counter]
     calls = [(pynvml.nvmlDeviceGetNvLinkErrorCounter, handle, link, getattr(pynvml, const))]
     if scoped and hasattr(pynvml, f"NVML_FI_DEV_NVLINK_ERROR_DL_{scoped}"):
-        calls.append((_field_value, handle, getattr(pynvml, f"NVML_FI_DEV_NVLINK_ERROR_DL_{scoped}"), link))
+        calls.append((field_value, handle, getattr(pynvml, f"NVML_FI_DEV_NVLINK_ERROR_DL_{scoped}"), link))
     if hasattr(pynvml, f"NVML_FI_DEV_NVLINK_{per_link}_L{link}"):
-        calls.append((_field_value, handle, getattr(pynvml, f"NVML_FI_DEV_NVLINK_{per_link}_L{link}")))
+        calls.append((field_value, handle, getattr(pynvml, f"NVML_FI_DEV_NVLINK_{per_link}_L{link}")))
     return calls
 
 
-def _nvlink(handle, unreadable: dict) -> list:
+def nvlink_links(handle, unreadable: dict) -> list:
     import pynvml
 
     links, first_error = [], None
     for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
-        state, err = _read(pynvml.nvmlDeviceGetNvLinkState, handle, link)
+        state, err = read_field(pynvml.nvmlDeviceGetNvLinkState, handle, link)
         if err:  # NOT_SUPPORTED / INVALID_ARGUMENT: this GPU has no such link
             first_error = first_error or err
             continue
         entry = {"link": link, "active": state == pynvml.NVML_FEATURE_ENABLED, "remote_pci_bus_id": None, "errors": {}}
         if entry["active"]:
-            pci, err = _read(pynvml.nvmlDeviceGetNvLinkRemotePciInfo, handle, link)
+            pci, err = read_field(pynvml.nvmlDeviceGetNvLinkRemotePciInfo, handle, link)
             entry["remote_pci_bus_id"] = bus_id(pci.busId) if pci is not None else None
             if err:
                 unreadable.setdefault("nvlink.remote_pci_bus_id", err)
         for counter in NVLINK_COUNTERS:
-            value, err = _read(_call_first, *_nvlink_counter_calls(pynvml, handle, link, counter))
+            value, err = read_field(call_first, *nvlink_counter_calls(pynvml, handle, link, counter))
             entry["errors"][counter] = value
             if err:
                 unreadable.setdefault(f"nvlink.errors.{counter}", err)
@@ -284,7 +292,7 @@ def _nvlink(handle, unreadable: dict) -> list:
     return links
 
 
-def _nvlink_totals(handle, unreadable: dict) -> dict:
+def nvlink_totals(handle, unreadable: dict) -> dict:
     import pynvml
 
     totals = {}
@@ -294,7 +302,7 @@ def _nvlink_totals(handle, unreadable: dict) -> dict:
         ("replay", "NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL"),
         ("recovery", "NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL"),
     ):
-        totals[counter], err = _read(_field_value, handle, getattr(pynvml, name))
+        totals[counter], err = read_field(field_value, handle, getattr(pynvml, name))
         if err:
             unreadable[f"nvlink_error_totals.{counter}"] = err
     return totals
@@ -338,18 +346,18 @@ def _process_list(kind: str, handle) -> list:
 
     fn = {"compute": "nvmlDeviceGetComputeRunningProcesses", "graphics": "nvmlDeviceGetGraphicsRunningProcesses"}[kind]
     # Newer bindings call the _v3 entry point, which older drivers lack: fall back to _v2.
-    return _call_first(
+    return call_first(
         (getattr(pynvml, fn, None), handle),
         (getattr(pynvml, f"{fn}_v3", None), handle),
         (getattr(pynvml, f"{fn}_v2", None), handle),
     )
 
 
-def _processes(handle, unreadable: dict) -> list | None:
+def gpu_processes(handle, unreadable: dict) -> list | None:
     """Processes on one GPU (compute and graphics), one entry per pid."""
     found: dict[int, dict] = {}
     for kind in ("compute", "graphics"):
-        procs, err = _read(_process_list, kind, handle)
+        procs, err = read_field(_process_list, kind, handle)
         if err:
             if kind == "compute":  # without the compute list the GPU cannot be called idle
                 unreadable["processes"] = err
@@ -422,23 +430,23 @@ def _gpu(index: int) -> dict:
     gpu = dict.fromkeys(GPU_FIELDS)
     gpu["index"] = index
     unreadable = gpu["unreadable"] = {}
-    handle, err = _read(pynvml.nvmlDeviceGetHandleByIndex, index)
+    handle, err = read_field(pynvml.nvmlDeviceGetHandleByIndex, index)
     if err:  # a lost GPU: nothing else can be read from it
         unreadable["handle"] = err
         return gpu
 
     def put(field, fn, *args):
-        gpu[field], err = _read(fn, *args)
+        gpu[field], err = read_field(fn, *args)
         if err:
             unreadable[field] = err
 
     h = handle
-    put("name", lambda: _text(pynvml.nvmlDeviceGetName(h)))
-    put("uuid", lambda: _text(pynvml.nvmlDeviceGetUUID(h)))
-    put("serial", lambda: _text(pynvml.nvmlDeviceGetSerial(h)))
+    put("name", lambda: as_text(pynvml.nvmlDeviceGetName(h)))
+    put("uuid", lambda: as_text(pynvml.nvmlDeviceGetUUID(h)))
+    put("serial", lambda: as_text(pynvml.nvmlDeviceGetSerial(h)))
     put("pci_bus_id", lambda: bus_id(pynvml.nvmlDeviceGetPciInfo(h).busId))
     put("memory_total_mib", lambda: int(pynvml.nvmlDeviceGetMemoryInfo(h).total) // MIB)
-    put("vbios_version", lambda: _text(pynvml.nvmlDeviceGetVbiosVersion(h)))
+    put("vbios_version", lambda: as_text(pynvml.nvmlDeviceGetVbiosVersion(h)))
     put("persistence_mode", lambda: pynvml.nvmlDeviceGetPersistenceMode(h) == pynvml.NVML_FEATURE_ENABLED)
     put("mig_mode_current", lambda: pynvml.nvmlDeviceGetMigMode(h)[0] == pynvml.NVML_DEVICE_MIG_ENABLE)
     put("compute_mode", lambda: _compute_mode_name(pynvml.nvmlDeviceGetComputeMode(h)))
@@ -449,23 +457,23 @@ def _gpu(index: int) -> dict:
             ("corrected", pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
         ):
             put(f"ecc_{counter_name}_{kind_name}", pynvml.nvmlDeviceGetTotalEccErrors, h, kind, counter)
-    put("remapped_rows", _remapped_rows, h)
+    put("remapped_rows", read_remapped_rows, h)
     put("retired_pages", _retired_pages, h)
     put(
         "temperature_c",
-        _call_first,
+        call_first,
         (getattr(pynvml, "nvmlDeviceGetTemperatureV", None), h, pynvml.NVML_TEMPERATURE_GPU),
         (getattr(pynvml, "nvmlDeviceGetTemperature", None), h, pynvml.NVML_TEMPERATURE_GPU),
     )
     put("temperature_slowdown_c", pynvml.nvmlDeviceGetTemperatureThreshold, h, pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)
     put("temperature_shutdown_c", pynvml.nvmlDeviceGetTemperatureThreshold, h, pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN)
-    put("memory_temperature_c", lambda: int(_field_value(h, pynvml.NVML_FI_DEV_MEMORY_TEMP)))
+    put("memory_temperature_c", lambda: int(field_value(h, pynvml.NVML_FI_DEV_MEMORY_TEMP)))
     put("power_draw_w", lambda: pynvml.nvmlDeviceGetPowerUsage(h) / 1000)
     put("power_limit_w", lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000)
     put("power_default_limit_w", lambda: pynvml.nvmlDeviceGetPowerManagementDefaultLimit(h) / 1000)
     put("pstate", lambda: int(pynvml.nvmlDeviceGetPerformanceState(h)))
     put("utilization_gpu_pct", lambda: int(pynvml.nvmlDeviceGetUtilizationRates(h).gpu))
-    put("clock_event_reasons", _clock_events, h)
+    put("clock_event_reasons", clock_events, h)
 
     pcie = gpu["pcie"] = {}
     for key, fn in (
@@ -475,15 +483,15 @@ def _gpu(index: int) -> dict:
         ("width_current", pynvml.nvmlDeviceGetCurrPcieLinkWidth),
         ("width_max", pynvml.nvmlDeviceGetMaxPcieLinkWidth),
     ):
-        pcie[key], err = _read(fn, h)
+        pcie[key], err = read_field(fn, h)
         if err:
             unreadable[f"pcie.{key}"] = err
 
-    gpu["nvlink"] = _nvlink(h, unreadable)
-    gpu["nvlink_error_totals"] = _nvlink_totals(h, unreadable)
+    gpu["nvlink"] = nvlink_links(h, unreadable)
+    gpu["nvlink_error_totals"] = nvlink_totals(h, unreadable)
     put("fabric", _fabric, h)
     put("pcie_replay", lambda: int(pynvml.nvmlDeviceGetPcieReplayCounter(h)))
-    gpu["processes"] = _processes(h, unreadable)
+    gpu["processes"] = gpu_processes(h, unreadable)
     return gpu
 
 
@@ -507,7 +515,7 @@ def read() -> dict:
     except pynvml.NVMLError_LibraryNotFound:
         return {"available": False, "error": NO_DRIVER, "gpus": []}
     except Exception as exc:
-        return {"available": False, "error": f"NVML init failed: {_error_text(exc)}", "gpus": []}
+        return {"available": False, "error": f"NVML init failed: {error_text(exc)}", "gpus": []}
     try:
         out = {
             "available": True,
@@ -518,28 +526,28 @@ def read() -> dict:
             "unreadable": {},
         }
         for key, fn in (
-            ("driver_version", lambda: _text(pynvml.nvmlSystemGetDriverVersion())),
+            ("driver_version", lambda: as_text(pynvml.nvmlSystemGetDriverVersion())),
             (
                 "cuda_driver_version",
                 lambda: cuda_version(
-                    _call_first(
+                    call_first(
                         (getattr(pynvml, "nvmlSystemGetCudaDriverVersion_v2", None),),
                         (getattr(pynvml, "nvmlSystemGetCudaDriverVersion", None),),
                     )
                 ),
             ),
-            ("nvml_version", lambda: _text(pynvml.nvmlSystemGetNVMLVersion())),
+            ("nvml_version", lambda: as_text(pynvml.nvmlSystemGetNVMLVersion())),
         ):
-            out[key], err = _read(fn)
+            out[key], err = read_field(fn)
             if err:
                 out["unreadable"][key] = err
-        count, err = _read(pynvml.nvmlDeviceGetCount)
+        count, err = read_field(pynvml.nvmlDeviceGetCount)
         if err:
             out["unreadable"]["gpu_count"] = err
             out["error"] = f"NVML could not count the GPUs: {err}"
         out["gpus"] = [_gpu(i) for i in range(count or 0)]
         return out
     except Exception as exc:  # a bug here must still leave a reading behind
-        return {"available": False, "error": f"NVML read failed: {type(exc).__name__}: {_error_text(exc)}", "gpus": []}
+        return {"available": False, "error": f"NVML read failed: {type(exc).__name__}: {error_text(exc)}", "gpus": []}
     finally:
-        _read(pynvml.nvmlShutdown)
+        read_field(pynvml.nvmlShutdown)

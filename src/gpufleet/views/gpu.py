@@ -86,27 +86,27 @@ class LiveReader:
             self.error = nvml.NO_DRIVER
             return False
         except Exception as exc:
-            self.error = f"NVML init failed: {nvml._error_text(exc)}"
+            self.error = f"NVML init failed: {nvml.error_text(exc)}"
             return False
         self._open = True
         unreadable: dict = {}
         for key, fn in (
-            ("driver_version", lambda: nvml._text(pynvml.nvmlSystemGetDriverVersion())),
+            ("driver_version", lambda: nvml.as_text(pynvml.nvmlSystemGetDriverVersion())),
             (
                 "cuda_driver_version",
                 lambda: nvml.cuda_version(
-                    nvml._call_first(
+                    nvml.call_first(
                         (getattr(pynvml, "nvmlSystemGetCudaDriverVersion_v2", None),),
                         (getattr(pynvml, "nvmlSystemGetCudaDriverVersion", None),),
                     )
                 ),
             ),
         ):
-            self.system[key], err = nvml._read(fn)
+            self.system[key], err = nvml.read_field(fn)
             if err:
                 unreadable[key] = err
         self.system["unreadable"] = unreadable
-        count, err = nvml._read(pynvml.nvmlDeviceGetCount)
+        count, err = nvml.read_field(pynvml.nvmlDeviceGetCount)
         if err:
             self.error = f"NVML could not count the GPUs: {err}"
         self.gpus = [self._open_gpu(i) for i in range(count or 0)]
@@ -116,26 +116,26 @@ class LiveReader:
         import pynvml
 
         g = _Gpu(index)
-        g.handle, err = nvml._read(pynvml.nvmlDeviceGetHandleByIndex, index)
+        g.handle, err = nvml.read_field(pynvml.nvmlDeviceGetHandleByIndex, index)
         if err:
             g.static_unreadable["handle"] = err
             return g
         h = g.handle
         for key, fn in (
-            ("name", lambda: nvml._text(pynvml.nvmlDeviceGetName(h))),
-            ("uuid", lambda: nvml._text(pynvml.nvmlDeviceGetUUID(h))),
+            ("name", lambda: nvml.as_text(pynvml.nvmlDeviceGetName(h))),
+            ("uuid", lambda: nvml.as_text(pynvml.nvmlDeviceGetUUID(h))),
             ("pci_bus_id", lambda: nvml.bus_id(pynvml.nvmlDeviceGetPciInfo(h).busId)),
             ("temperature_slowdown_c", lambda: pynvml.nvmlDeviceGetTemperatureThreshold(
                 h, pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)),
             ("clock_sm_max_mhz", lambda: pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM)),
             ("clock_memory_max_mhz", lambda: pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_MEM)),
         ):
-            g.static[key], err = nvml._read(fn)
+            g.static[key], err = nvml.read_field(fn)
             if err:
                 g.static_unreadable[key] = err
         first_error = None
         for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
-            _, err = nvml._read(pynvml.nvmlDeviceGetNvLinkState, h, link)
+            _, err = nvml.read_field(pynvml.nvmlDeviceGetNvLinkState, h, link)
             if err:  # this GPU has no such link
                 first_error = first_error or err
             else:
@@ -153,7 +153,7 @@ class LiveReader:
 
         values, errors = {}, {}
         for counter, name in NVLINK_TOTAL_FIELDS.items():
-            values[counter], err = nvml._read(nvml._field_value, handle, getattr(pynvml, name))
+            values[counter], err = nvml.read_field(nvml.field_value, handle, getattr(pynvml, name))
             if err:
                 errors[counter] = err
         return values, errors
@@ -162,12 +162,12 @@ class LiveReader:
         """One per-link counter through collect.nvml's fallbacks, starting with the one that worked before."""
         import pynvml
 
-        calls = nvml._nvlink_counter_calls(pynvml, g.handle, link, counter)
+        calls = nvml.nvlink_counter_calls(pynvml, g.handle, link, counter)
         pick = g.chain_pick.get((link, counter))
         order = ([pick] if pick is not None else []) + [i for i in range(len(calls)) if i != pick]
         first_err = None
         for i in order:
-            value, err = nvml._read(*calls[i])
+            value, err = nvml.read_field(*calls[i])
             if err is None:
                 g.chain_pick[(link, counter)] = i
                 return value, None
@@ -189,14 +189,14 @@ class LiveReader:
         h = g.handle
 
         def put(field, fn, *args):
-            gpu[field], err = nvml._read(fn, *args)
+            gpu[field], err = nvml.read_field(fn, *args)
             if err:
                 unreadable[field] = err
 
         # v2 counts the driver's reserved memory apart, as nvidia-smi does (v1's "used" includes it: 0.6 GiB
         # of an idle H200); v1 where the driver or binding lacks v2.
-        mem, err = nvml._read(
-            nvml._call_first,
+        mem, err = nvml.read_field(
+            nvml.call_first,
             (pynvml.nvmlDeviceGetMemoryInfo, h, getattr(pynvml, "nvmlMemory_v2", None)),
             (pynvml.nvmlDeviceGetMemoryInfo, h),
         )
@@ -204,23 +204,23 @@ class LiveReader:
         gpu["memory_total_mib"] = int(mem.total) // MIB if mem is not None else None
         if err:
             unreadable["memory_used_mib"] = unreadable["memory_total_mib"] = err
-        util, err = nvml._read(pynvml.nvmlDeviceGetUtilizationRates, h)
+        util, err = nvml.read_field(pynvml.nvmlDeviceGetUtilizationRates, h)
         gpu["utilization_gpu_pct"] = int(util.gpu) if util is not None else None
         gpu["utilization_memory_pct"] = int(util.memory) if util is not None else None
         if err:
             unreadable["utilization_gpu_pct"] = unreadable["utilization_memory_pct"] = err
         put(
             "temperature_c",
-            nvml._call_first,
+            nvml.call_first,
             (getattr(pynvml, "nvmlDeviceGetTemperatureV", None), h, pynvml.NVML_TEMPERATURE_GPU),
             (getattr(pynvml, "nvmlDeviceGetTemperature", None), h, pynvml.NVML_TEMPERATURE_GPU),
         )
-        put("memory_temperature_c", lambda: int(nvml._field_value(h, pynvml.NVML_FI_DEV_MEMORY_TEMP)))
+        put("memory_temperature_c", lambda: int(nvml.field_value(h, pynvml.NVML_FI_DEV_MEMORY_TEMP)))
         put("power_draw_w", lambda: pynvml.nvmlDeviceGetPowerUsage(h) / 1000)
         put("power_limit_w", lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000)
         put("clock_sm_mhz", pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_SM)
         put("clock_memory_mhz", pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_MEM)
-        put("clock_event_reasons", nvml._clock_events, h)
+        put("clock_event_reasons", nvml.clock_events, h)
         for counter_name, counter in (("volatile", pynvml.NVML_VOLATILE_ECC), ("aggregate", pynvml.NVML_AGGREGATE_ECC)):
             for kind_name, kind in (
                 ("uncorrected", pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
@@ -228,7 +228,7 @@ class LiveReader:
             ):
                 put(f"ecc_{counter_name}_{kind_name}", pynvml.nvmlDeviceGetTotalEccErrors, h, kind, counter)
         put("pcie_replay", pynvml.nvmlDeviceGetPcieReplayCounter, h)
-        gpu["processes"] = nvml._processes(h, unreadable)  # the same entries as collect.nvml's
+        gpu["processes"] = nvml.gpu_processes(h, unreadable)  # the same entries as collect.nvml's
         self._read_nvlink(g, gpu, unreadable, refresh_counts)
         return gpu
 
@@ -254,7 +254,7 @@ class LiveReader:
             return
         active, state_err = [], None
         for link in g.links:
-            state, err = nvml._read(pynvml.nvmlDeviceGetNvLinkState, g.handle, link)
+            state, err = nvml.read_field(pynvml.nvmlDeviceGetNvLinkState, g.handle, link)
             if err:
                 state_err = state_err or err
             elif state == pynvml.NVML_FEATURE_ENABLED:
@@ -290,7 +290,7 @@ class LiveReader:
                     doc["gpus"].append(self._read_gpu(g, refresh_counts=g is turn))
                 except Exception as exc:  # a bug here must still leave the other GPUs' readings
                     gpu = dict.fromkeys(STATUS_GPU_FIELDS)
-                    gpu.update(index=g.index, unreadable={"gpu": f"{type(exc).__name__}: {nvml._error_text(exc)}"})
+                    gpu.update(index=g.index, unreadable={"gpu": f"{type(exc).__name__}: {nvml.error_text(exc)}"})
                     doc["gpus"].append(gpu)
         self._reads += 1
         doc["read_seconds"] = round(time.monotonic() - started, 4)
@@ -300,7 +300,7 @@ class LiveReader:
         if self._open:
             import pynvml
 
-            nvml._read(pynvml.nvmlShutdown)
+            nvml.read_field(pynvml.nvmlShutdown)
             self._open = False
 
     def __enter__(self) -> "LiveReader":
@@ -321,16 +321,16 @@ def nvlink_remote_types(links_by_gpu: dict[int, list[int]]) -> tuple[dict, str |
 
         pynvml.nvmlInit()
     except Exception as exc:
-        return {}, f"NVML init failed: {nvml._error_text(exc)}"
+        return {}, f"NVML init failed: {nvml.error_text(exc)}"
     try:
         out: dict[int, dict] = {}
         fn = getattr(pynvml, "nvmlDeviceGetNvLinkRemoteDeviceType", None)
         for index, links in links_by_gpu.items():
-            handle, err = nvml._read(pynvml.nvmlDeviceGetHandleByIndex, index)
+            handle, err = nvml.read_field(pynvml.nvmlDeviceGetHandleByIndex, index)
             out[index] = {}
             for link in links:
-                kind, err = (None, err) if err or fn is None else nvml._read(fn, handle, link)
+                kind, err = (None, err) if err or fn is None else nvml.read_field(fn, handle, link)
                 out[index][link] = None if kind is None else REMOTE_TYPES.get(int(kind), "unknown")
         return out, None
     finally:
-        nvml._read(pynvml.nvmlShutdown)
+        nvml.read_field(pynvml.nvmlShutdown)

@@ -26,7 +26,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from gpufleet.collect.host import _int, _os_pretty_name, _text, pci_kind, read_ib_port
+from gpufleet.collect.host import os_pretty_name, parse_int, pci_kind, read_ib_port, read_text
 
 KIB = 1024
 
@@ -82,8 +82,8 @@ def _sysfs_topology(root: Path) -> tuple[set, set, int]:
     for name in names:
         if not re.fullmatch(r"cpu\d+", name):
             continue
-        pkg = _int(_text(base / name / "topology/physical_package_id")[0])
-        core = _int(_text(base / name / "topology/core_id")[0])
+        pkg = parse_int(read_text(base / name / "topology/physical_package_id")[0])
+        core = parse_int(read_text(base / name / "topology/core_id")[0])
         if pkg is None or core is None:
             continue
         threads += 1
@@ -95,7 +95,7 @@ def _sysfs_topology(root: Path) -> tuple[set, set, int]:
 def read_cpu(root: Path, unreadable: dict) -> dict:
     out: dict[str, Any] = {"model": None, "vendor": None, "sockets": None, "cores": None, "threads": None}
     path = root / "proc/cpuinfo"
-    text, reason = _text(path)
+    text, reason = read_text(path)
     cpus = parse_cpuinfo(text) if text is not None else []
     if cpus:
         first = cpus[0]
@@ -140,7 +140,7 @@ def parse_meminfo(text: str) -> dict[str, int]:
 
 def read_memory(root: Path, unreadable: dict) -> dict:
     path = root / "proc/meminfo"
-    text, reason = _text(path)
+    text, reason = read_text(path)
     values = parse_meminfo(text) if text is not None else {}
     out = {}
     for key, name in (("total_mib", "MemTotal"), ("available_mib", "MemAvailable")):
@@ -156,8 +156,8 @@ def read_numa(root: Path, unreadable: dict) -> list[dict]:
     nodes = []
     for name in sorted((n for n in names if re.fullmatch(r"node\d+", n)), key=_node_key):
         node = int(name[4:])
-        cpulist, cpu_reason = _text(base / name / "cpulist")
-        meminfo, mem_reason = _text(base / name / "meminfo")
+        cpulist, cpu_reason = read_text(base / name / "cpulist")
+        meminfo, mem_reason = read_text(base / name / "meminfo")
         total = parse_meminfo(meminfo).get("MemTotal") if meminfo is not None else None
         entry = {
             "node": node,
@@ -180,10 +180,10 @@ def pci_numa_node(root: Path, bdf: str | None) -> tuple[int | None, str | None]:
     if not bdf:
         return None, "no PCI bus id"
     path = root / "sys/bus/pci/devices" / bdf / "numa_node"
-    text, reason = _text(path)
+    text, reason = read_text(path)
     if text is None:
         return None, reason
-    value = _int(text)
+    value = parse_int(text)
     if value is None:
         return None, f"{path}: not a number ({text!r})"
     if value < 0:
@@ -197,7 +197,7 @@ def read_pci(root: Path, unreadable: dict) -> dict:
     names, reason = _listdir(base)
     out: dict[str, list] = {"gpus": [], "nvswitches": []}
     for bdf in names:
-        vendor, cls = _text(base / bdf / "vendor")[0], _text(base / bdf / "class")[0]
+        vendor, cls = read_text(base / bdf / "vendor")[0], read_text(base / bdf / "class")[0]
         kind = pci_kind(vendor, cls)
         if kind not in ("gpu", "nvswitch"):
             continue
@@ -206,7 +206,7 @@ def read_pci(root: Path, unreadable: dict) -> dict:
         if numa_reason:
             unreadable[f"pci.{bdf}.numa_node"] = numa_reason
         out[f"{kind}s" if kind == "gpu" else "nvswitches"].append(
-            {"bdf": bdf, "device": _text(base / bdf / "device")[0], "driver": driver, "numa_node": numa}
+            {"bdf": bdf, "device": read_text(base / bdf / "device")[0], "driver": driver, "numa_node": numa}
         )
     if reason:
         unreadable["pci"] = reason
@@ -232,8 +232,8 @@ def read_infiniband(root: Path, unreadable: dict) -> dict:
                 "name": name,
                 "pci_bdf": bdf,
                 "numa_node": numa,
-                "fw_ver": _text(hdir / "fw_ver")[0],
-                "hca_type": _text(hdir / "hca_type")[0],
+                "fw_ver": read_text(hdir / "fw_ver")[0],
+                "hca_type": read_text(hdir / "hca_type")[0],
                 "ports": ports,
             }
         )
@@ -248,10 +248,10 @@ def read(root: str = "/") -> dict:
     if os.path.realpath(root) == "/":
         out["kernel"] = os.uname().release
     else:
-        out["kernel"], reason = _text(rootp / "proc/sys/kernel/osrelease")
+        out["kernel"], reason = read_text(rootp / "proc/sys/kernel/osrelease")
         if reason:
             unreadable["kernel"] = reason
-    out["os"], reason = _os_pretty_name(rootp)
+    out["os"], reason = os_pretty_name(rootp)
     if reason:
         unreadable["os"] = reason
     for key, fn, empty in (
