@@ -12,6 +12,7 @@ import json
 import pytest
 
 from gpufleet import report, schema
+from gpufleet.report import formatting
 from gpufleet.errors import InputError
 from gpufleet.fleet import compare, metrics, short_uuid
 from gpufleet.fleet.store import Store
@@ -23,7 +24,7 @@ R2 = ("2026-11-21T10:00:00Z", "2026-11-21T10:15:00Z")
 
 
 def _not_passing(rep: dict) -> set[tuple[str, str]]:
-    return {(h, report.check_id(r)) for h, n in rep["nodes"].items() for r in n["results"] if r["status"] in ("warn", "fail", "error")}
+    return {(h, formatting.check_id(r)) for h, n in rep["nodes"].items() for r in n["results"] if r["status"] in ("warn", "fail", "error")}
 
 
 def _fleet(rep: dict, host: str, check: str) -> dict:

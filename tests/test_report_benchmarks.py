@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet import report, schema
-from gpufleet.report import render_html
+from gpufleet.report import formatting, render_html
 
 MiB, GiB = 1 << 20, 1 << 30
 SOURCE = "about 795 TFLOPS is the best bf16 matmul reached on H100 SXM"
@@ -69,13 +69,13 @@ def built(tmp_path) -> Path:
 
 
 def test_busbw_series_one_chart_per_run_and_only_measured_rows():
-    charts = report.busbw_series(gpu_node_results())
+    charts = formatting.busbw_series(gpu_node_results())
     assert [(c["group"], c["world_size"], c["nnodes"]) for c in charts] == [("benchmark", 8, 1), ("benchmark_multinode", 16, 2)]
     inside, across = charts
     assert [line["label"] for line in inside["lines"]] == ["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
     assert [p[0] for p in inside["lines"][-1]["points"]] == SIZES  # no 8 GiB point
     assert "8 ranks in one node" in inside["title"] and "16 ranks over 2 nodes" in across["title"]
-    assert report.busbw_series([_stamp(schema.result("nccl", schema.FAIL, "timed out", detail={"log_tail": "x"}))]) == []
+    assert formatting.busbw_series([_stamp(schema.result("nccl", schema.FAIL, "timed out", detail={"log_tail": "x"}))]) == []
 
 
 @pytest.mark.parametrize("size, text", [(4096, "4 KiB"), (MiB, "1 MiB"), (256 * MiB, "256 MiB"), (4 * GiB, "4 GiB"), (512, "512 B")])
@@ -131,7 +131,7 @@ def test_md_tabulates_busbw_per_size_and_collective(built):
 
 def test_chart_labels_are_escaped():
     res = _stamp(nccl_result("x<script>", {MiB: 1.0, 4 * MiB: 2.0}, 2, 1))
-    svg = render_html._busbw_svg(report.busbw_series([res])[0])
+    svg = render_html._busbw_svg(formatting.busbw_series([res])[0])
     assert "<script" not in svg and "x&lt;script&gt;" in svg
 
 
@@ -146,7 +146,7 @@ def test_no_chart_without_rows(tmp_path):
 
 
 def test_a_second_threshold_inside_the_first_reads_as_key_and_value():
-    shown, source = report.threshold_text({"key": "ib_ports_min", "value": 8, "source": "site fact",
+    shown, source = formatting.threshold_text({"key": "ib_ports_min", "value": 8, "source": "site fact",
                                            "ib_rate_min_gbps": {"key": "ib_rate_min_gbps", "value": 400, "source": "NDR"}})
     assert shown == "ib_ports_min = 8; ib_rate_min_gbps = 400" and source == "site fact; NDR"
 

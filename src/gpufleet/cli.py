@@ -20,13 +20,14 @@ import json
 import sys
 from pathlib import Path
 
-from gpufleet import collect, engine, schema, views
+from gpufleet import collect, engine, guard, lock, report, runs, schema, views
 from gpufleet.checks import GROUPS
 from gpufleet.collect import counters
 from gpufleet.command_line import Parser, add_exit_zero, json_arg, print_doc, results_exit
 from gpufleet.errors import InputError
 from gpufleet.finetune import cli as finetune_cli
 from gpufleet.fleet import cli as fleet_cli
+from gpufleet.fleet.store import Store
 from gpufleet.runner import cli as runner_cli
 from gpufleet.lock import DEFAULT_PATH as DEFAULT_LOCK_PATH
 
@@ -87,8 +88,6 @@ def cmd_counters(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from gpufleet import report, runs  # the node side does not need the renderers
-
     slurm = dict(pair.split("=", 1) for pair in args.slurm_name or [] if "=" in pair)
     bad = [pair for pair in args.slurm_name or [] if "=" not in pair]
     if bad:
@@ -98,8 +97,6 @@ def cmd_report(args) -> int:
     if args.set_baseline:
         if not summary.get("store"):
             raise InputError(f"--set-baseline (gpufleet_baseline_set) needs the store, and there is none: {summary.get('store_note')}")
-        from gpufleet.fleet.store import Store
-
         with Store(summary["store"]) as store:
             summary["baseline_set"] = store.set_baseline(summary["run_id"])
     runs.finish(Path(args.run_dir), summary["verdict"])  # the attempt reported: it is never taken for a killed run
@@ -108,8 +105,6 @@ def cmd_report(args) -> int:
 
 
 def cmd_run_start(args) -> int:
-    from gpufleet import runs  # controller side
-
     started = runs.start(args.reports_dir, args.run_id, playbook=args.playbook, hosts=args.host or [], tier=args.tier,
                          resume=args.resume, limit=args.limit, stages=args.stage)
     print(json.dumps(started, sort_keys=True))
@@ -117,8 +112,6 @@ def cmd_run_start(args) -> int:
 
 
 def cmd_run_alive(args) -> int:
-    from gpufleet import runs  # controller side
-
     try:
         controller = json.loads(args.controller)
     except json.JSONDecodeError as exc:
@@ -128,8 +121,6 @@ def cmd_run_alive(args) -> int:
 
 
 def cmd_run_locks_kept(args) -> int:
-    from gpufleet import runs  # controller side
-
     kept = json_arg(args.kept, "--kept")
     runs.record_locks_kept(Path(args.run_dir), kept)
     print(json.dumps({"locks_not_given_back": kept}, sort_keys=True))
@@ -137,8 +128,6 @@ def cmd_run_locks_kept(args) -> int:
 
 
 def cmd_lock(args) -> int:
-    from gpufleet import lock
-
     if args.lock_command == "acquire":
         controller = json_arg(args.controller, "--controller")
         out = lock.acquire(args.path, args.run_id, args.holder, args.ttl_s, controller=controller,
@@ -269,8 +258,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from gpufleet import guard
-
     args = build_parser().parse_args(argv)
     guard.start_from_env()  # stop what this command starts should the run that asked for it be gone
     try:

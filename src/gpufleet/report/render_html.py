@@ -16,7 +16,7 @@ import re
 from typing import Any
 
 from gpufleet.schema import size_text
-from gpufleet.report import (
+from gpufleet.report.formatting import (
     STATUS_ORDER,
     busbw_series,
     check_id,

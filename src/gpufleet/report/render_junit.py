@@ -16,7 +16,7 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 from gpufleet import schema
-from gpufleet.report import check_id, class_text, threshold_text, trust_text, value_text
+from gpufleet.report.formatting import check_id, class_text, threshold_text, trust_text, value_text
 
 # Characters XML 1.0 cannot hold at all (control bytes from a log tail, say).
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from gpufleet import paths, runs, schema
 from gpufleet.errors import InputError
+from gpufleet.report.formatting import check_id, ordered_results
 from gpufleet.runner import record as rec
 from gpufleet.runner.events import Failure, FleetState
 from gpufleet.runner.project import Project, tool_env
@@ -349,8 +350,6 @@ def invoke(project: Project, inv: Invocation, view, *, envvars: dict | None = No
 
 def not_accepted_why(report: dict | None, finals: dict) -> dict[str, list[dict]]:
     """For every node not accepted, its checks that failed or erred, worst first: [{check, status, reason}]."""
-    from gpufleet.report import check_id, ordered_results  # controller side
-
     nodes = (report or {}).get("nodes") or {}
     why = {}
     for host, final in finals.items():

@@ -1,0 +1,218 @@
+"""Formatting shared by the renderers (render_md, render_html, render_junit) and the runner's ending message:
+a check's name, a value with its unit, a threshold with its source, a figure's trust, a failure's class, the
+NCCL curves, the fleet view's cells."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from gpufleet import failure_class, schema
+from gpufleet.fleet import num
+from gpufleet.fleet.compare import VIEW_COLUMNS
+
+# Worst first: the column order of count tables and the order findings are listed in.
+STATUS_ORDER = sorted(schema.STATUSES, key=schema.severity, reverse=True)
+
+
+def check_id(res: dict) -> str:
+    """`<group>.<check>`, the name a check goes by in every report."""
+    return f"{res['group']}.{res['check']}" if res.get("group") else res["check"]
+
+
+def ordered_results(results: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(not passing, worst first; passing), each in the order the checks ran."""
+    bad = sorted((r for r in results if r["status"] != schema.PASS), key=lambda r: -schema.severity(r["status"]))
+    return bad, [r for r in results if r["status"] == schema.PASS]
+
+
+TRUST_NOT_RECORDED = "not recorded"  # a benchmark figure of a document made before results carried `trust`
+
+
+def trust_text(res: dict) -> str:
+    """How far a result's performance figure can be trusted (clean, confirmed, disturbed, inconclusive), "not
+    recorded" for a benchmark figure without `trust` (older documents), "" for a result that is no such figure."""
+    if res.get("trust") is not None:
+        return str(res["trust"])
+    figure = _finite(res.get("value")) and str(res.get("group") or "").startswith("benchmark")
+    return TRUST_NOT_RECORDED if figure else ""
+
+
+def class_text(res: dict) -> str:
+    """The failure class of a result that did not pass (failure_class.of: its own, else its check's default), or ""."""
+    return failure_class.of(res) or ""
+
+
+def kept_locks(report: dict) -> list[str]:
+    """The nodes whose locks the run could not give back, each with why (run.json's last attempt)."""
+    kept = report.get("locks_not_given_back")
+    if isinstance(kept, dict):
+        return [f"{host} ({why})" if why else str(host) for host, why in kept.items()]
+    return [str(kept)] if kept else []
+
+
+def fmt_scalar(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            return str(v)
+        if v == 0 or abs(v) >= 1:
+            return f"{v:,.3f}".rstrip("0").rstrip(".") if abs(v) < 1e15 else f"{v:.4g}"
+        return f"{v:.3g}"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, str):
+        return v
+    if isinstance(v, (list, tuple)) and all(not isinstance(x, (dict, list)) for x in v):
+        return ", ".join(fmt_scalar(x) for x in v)
+    return json.dumps(v, sort_keys=True, default=str)
+
+
+def value_text(res: dict) -> str:
+    """The measured value with its unit, or "" when the check measured none."""
+    v = res.get("value")
+    if v is None:
+        return ""
+    unit = res.get("unit")
+    return f"{fmt_scalar(v)} {unit}" if unit else fmt_scalar(v)
+
+
+def threshold_text(threshold: Any) -> tuple[str, str]:
+    """(what the value is held against, where that number comes from).
+
+    A threshold is {"key", "value", "source", ...}. A benchmark's bound is
+    {"key", "value", "min" or "max", "source"} and reads "key: min 700";
+    any other field is shown by its own name, so new benchmarks need no
+    change here.
+    """
+    if threshold in (None, {}, ""):
+        return "", ""
+    if not isinstance(threshold, dict):
+        return fmt_scalar(threshold), ""
+    extra = {k: v for k, v in threshold.items() if k not in ("key", "value", "source")}
+    bounds = [k for k in ("min", "max") if k in extra and extra[k] == threshold.get("value")]
+    parts = []
+    if bounds:
+        # The bound is the key's value: say it once, by what it is ("none set" when the profile has no figure).
+        said = []
+        for b in bounds:
+            v = extra.pop(b)
+            said.append("none set" if v is None else f"{b} {fmt_scalar(v)}")
+        said = "; ".join(said)
+        parts.append(f"{threshold['key']}: {said}" if "key" in threshold else said)
+    elif "key" in threshold:
+        parts.append(f"{threshold['key']} = {fmt_scalar(threshold.get('value'))}")
+    elif "value" in threshold:
+        parts.append(fmt_scalar(threshold["value"]))
+    sources = [str(threshold.get("source") or "")]
+    for k, v in extra.items():
+        if isinstance(v, dict) and "value" in v:  # a second threshold inside the first: "key = value", its source too
+            parts.append(f"{v.get('key', k)} = {fmt_scalar(v['value'])}")
+            sources.append(str(v.get("source") or ""))
+        else:
+            parts.append(f"{k} {fmt_scalar(v)}")
+    return "; ".join(parts), "; ".join(s for s in sources if s)
+
+
+def busbw_series(results: list[dict]) -> list[dict]:
+    """NCCL bus bandwidth curves of one node, one chart each run (group, world size).
+
+    A result counts when its detail has "rows" with size_bytes and busbw_gbps
+    (gpufleet.checks.benchmarks.nccl). Returns [{"title", "group", "world_size",
+    "nnodes", "backend", "lines": [{"label", "status", "points": [(size_bytes, busbw_gbps), ...]}]}].
+    """
+    charts: dict = {}
+    for res in results:
+        detail = res.get("detail")
+        rows = detail.get("rows") if isinstance(detail, dict) else None
+        if not isinstance(rows, list):
+            continue
+        points = sorted(
+            (r["size_bytes"], float(r["busbw_gbps"]))
+            for r in rows
+            if isinstance(r, dict) and _finite(r.get("size_bytes")) and r["size_bytes"] > 0 and _finite(r.get("busbw_gbps"))
+        )
+        if not points:
+            continue
+        world, nnodes = detail.get("world_size"), detail.get("nnodes")
+        key = (res.get("group"), world, nnodes)
+        if key not in charts:
+            where = f"{world} ranks" if world else "ranks unknown"
+            where += f" over {nnodes} nodes" if isinstance(nnodes, int) and nnodes > 1 else " in one node"
+            backend = detail.get("backend")
+            charts[key] = {
+                "title": f"{res.get('group') or 'nccl'}: bus bandwidth, {where}" + (f" ({backend})" if backend else ""),
+                "group": res.get("group"),
+                "world_size": world,
+                "nnodes": nnodes,
+                "backend": backend,
+                "lines": [],
+            }
+        label = res["check"][len("nccl_"):] if res["check"].startswith("nccl_") else res["check"]
+        charts[key]["lines"].append({"label": label, "status": res["status"], "points": points})
+    return list(charts.values())
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def fleet_columns(report: dict) -> list[tuple[str, str, str | None]]:
+    """(column, title, unit) of the fleet view that at least one node has a figure for."""
+    rows = (report.get("fleet") or {}).get("view") or []
+    out = []
+    for col, title, _ in VIEW_COLUMNS:
+        cells = [r["columns"].get(col) for r in rows if r["columns"].get(col)]
+        if cells:
+            out.append((col, title, cells[0]["unit"]))
+    return out
+
+
+def fleet_cell_parts(cell: dict) -> list[str]:
+    """A view cell's figure, then against the fleet median and the baseline: ["791.6", "fleet -2.1% (808.5)", ...]."""
+    parts = [num(cell["value"])]
+    if cell.get("vs_fleet_pct") is not None:
+        parts.append(f"fleet {cell['vs_fleet_pct']:+.1f}% ({num(cell['fleet_median'])}, {cell['fleet_n']} nodes)")
+    if cell.get("vs_baseline_pct") is not None:
+        parts.append(f"baseline {cell['vs_baseline_pct']:+.1f}% ({num(cell['baseline'])})")
+    elif cell.get("baseline_fleet_median"):
+        pct = (cell["value"] - cell["baseline_fleet_median"]) / cell["baseline_fleet_median"] * 100
+        parts.append(f"baseline fleet {pct:+.1f}% ({num(cell['baseline_fleet_median'])})")
+    for g in cell.get("gpu_outliers") or []:
+        parts.append(f"GPU {g['index'] if g['index'] is not None else '?'} {g['deviation_pct']:+.1f}% vs its node")
+    return parts
+
+
+def fleet_note(report: dict) -> str:
+    """One sentence under the fleet view: what the figures are held against."""
+    fleet = report.get("fleet") or {}
+    base = fleet.get("baseline") or {}
+    if base.get("run_id") and not base.get("note"):
+        against = f"baseline run {base['run_id']} ({base.get('source')})"
+    else:
+        against = f"no baseline ({base.get('note') or 'none set'})"
+    store = f"store {fleet['store']}" if fleet.get("store") else (fleet.get("store_note") or "no store")
+    cpu = any(r.get("cpu") for r in fleet.get("view") or [])
+    return (f"Each node's figure (slowest GPU where it is per GPU) against this run's fleet median and {against}; "
+            f"{store}. WARN and FAIL mark outliers, which the node's fleet.* results explain."
+            + (" CPU run: a logic check, not a performance figure." if cpu else "")
+            + "".join(f" Store problem during this run: {p}." for p in fleet.get("store_problems") or []))
+
+
+def node_versions_text(node: dict) -> str:
+    v = node.get("versions") or {}
+    names = (("driver", "driver"), ("cuda_driver", "CUDA"), ("kernel", "kernel"), ("os", "OS"), ("engine", "engine"))
+    return ", ".join(f"{label} {v[k]}" for k, label in names if v.get(k))
+
+
+def fleet_line(report: dict) -> str:
+    by = report["nodes_by_verdict"]
+    n = sum(by.values())
+    parts = ", ".join(f"{by[s]} {s}" for s in (schema.FAIL, schema.WARN, schema.PASS) if by.get(s))
+    if report["verdict"] == schema.FAIL:
+        return f"{by[schema.FAIL]} of {n} node(s) failed acceptance ({parts})"
+    return f"all {n} node(s) accepted ({parts})"

@@ -1,0 +1,251 @@
+"""The report's build: the run's nodes, the fleet layer's results added, report.json, report.md, report.html,
+junit.xml, fleet.json, prometheus/<host>.prom and drain.txt written, the run indexed into the store."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+from gpufleet import __version__, paths, schema
+from gpufleet.errors import InputError
+from gpufleet.fleet import compare, export, store as fleet_store
+from gpufleet.report import render_html, render_junit, render_md
+from gpufleet.report.formatting import STATUS_ORDER, check_id, class_text, trust_text
+from gpufleet.report.nodes import DOC_PROFILE, load_nodes, load_peers, node_order
+
+REPORT_FILES = {"json": "report.json", "md": "report.md", "html": "report.html", "junit": "junit.xml"}
+FLEET_FILE, DRAIN_FILE, PROMETHEUS_DIR = "fleet.json", "drain.txt", "prometheus"
+
+
+def _refresh(node: dict) -> dict:
+    """Verdict and counts again, after results were added (the fleet layer's); the class of each result that did
+    not pass and the trust of each benchmark figure, beside the results (which stay as they came)."""
+    node["verdict"] = schema.verdict(node["results"])
+    node["counts"] = {s: sum(1 for r in node["results"] if r["status"] == s) for s in STATUS_ORDER}
+    node["not_passing"] = [{"check": check_id(r), "status": r["status"], "class": class_text(r)}
+                           for r in node["results"] if class_text(r)]
+    node["figures"] = [{"check": check_id(r), "value": r.get("value"), "unit": r.get("unit"), "trust": trust_text(r)}
+                       for r in node["results"] if trust_text(r)]
+    return node
+
+
+def assemble(run_dir: Path, nodes: list[dict]) -> dict:
+    """The report.json document."""
+    verdict = schema.worst((n["verdict"] for n in nodes), default=schema.PASS)
+    counts = {s: sum(n["counts"][s] for n in nodes) for s in STATUS_ORDER}
+    return {
+        "schema_version": schema.SCHEMA_VERSION,
+        "run_id": Path(run_dir).resolve().name,
+        "run_dir": str(run_dir),
+        "generated": schema.utc_now(),
+        "report_engine_version": __version__,
+        "verdict": verdict,
+        "nodes_by_verdict": {s: sum(1 for n in nodes if n["verdict"] == s) for s in (schema.FAIL, schema.WARN, schema.PASS)},
+        "counts": counts,
+        "nodes": {n["host"]: n for n in nodes},  # insertion order: worst verdict first
+    }
+
+
+def _write(path: Path, text: str) -> None:
+    # Write beside and rename, so a reader never sees half a report; mode 0640 like every controller file.
+    paths.write_atomic(path, text)
+
+
+def summarize(report: dict, files: dict) -> dict:
+    nodes = {}
+    for host, node in report["nodes"].items():
+        nodes[host] = {
+            "verdict": node["verdict"],
+            "counts": node["counts"],
+            "failed_checks": [check_id(r) for r in node["results"] if r["status"] in (schema.FAIL, schema.ERROR)],
+            "warned_checks": [check_id(r) for r in node["results"] if r["status"] == schema.WARN],
+        }
+    fleet = report.get("fleet") or {}
+    return {
+        "run_dir": report["run_dir"],
+        "run_id": report["run_id"],
+        "verdict": report["verdict"],
+        "nodes": nodes,
+        "files": files,
+        "store": fleet.get("store"),
+        "store_note": fleet.get("store_note"),
+        "store_problems": fleet.get("store_problems") or [],
+        "baseline": (fleet.get("baseline") or {}).get("run_id"),
+        "drain": fleet.get("drain") or [],
+        "prometheus": fleet.get("prometheus") or {},
+        "prometheus_note": fleet.get("prometheus_note"),
+    }
+
+
+def _open_store(run_dir: Path, db: Path | str | None, use_store: bool):
+    """(Store or None, why there is none). The default store (<run_dir>/../gpufleet.db) is created when it can be;
+    when it cannot, the report goes on without history. A store named with --db must open."""
+    if not use_store:
+        return None, "no store: the report was made with --no-store, so there is no history or baseline to compare with"
+    if db is not None:
+        return fleet_store.open_for_run(Path(db), run_dir), None
+    path = fleet_store.default_path(run_dir.resolve().parent)
+    try:
+        return fleet_store.open_for_run(path, run_dir), None
+    except InputError as exc:
+        return None, f"no store: {exc}"
+
+
+def _choose_baseline(run_dir: Path, store, explicit: str | None) -> dict | None:
+    """The baseline this run is compared with: --baseline, else run.json's "baseline", else the store's."""
+    if explicit:
+        if store is not None and not store.run(explicit):
+            raise InputError(f"--baseline {explicit!r}: no such run in the store {store.path}; expected a run it holds "
+                             "(gpufleet history, or gpufleet store rebuild when its folder exists)")
+        return {"run_id": explicit, "source": "--baseline"}
+    info = fleet_store.read_run_info(run_dir)
+    if isinstance(info.get("baseline"), str) and info["baseline"]:
+        return {"run_id": info["baseline"], "source": "run.json"}
+    current = store.baseline() if store is not None else None
+    if current:
+        return {"run_id": current["run_id"], "source": f"the store's baseline (set {current['set_at']})"}
+    return None
+
+
+def _fleet_document(report: dict, fleet: dict, drain: list[str]) -> dict:
+    return {
+        "schema_version": schema.SCHEMA_VERSION,
+        "run_id": report["run_id"],
+        "generated": report["generated"],
+        "store": report["fleet"]["store"],
+        "store_note": report["fleet"]["store_note"],
+        "store_problems": report["fleet"]["store_problems"],
+        "baseline": fleet["baseline"],
+        "nodes": {
+            host: {"verdict": report["nodes"][host]["verdict"], "results": results,
+                   **{k: fleet["metrics"][host][k] for k in ("gpus", "metrics", "spreads", "cpu")}}
+            for host, results in fleet["results"].items()
+        },
+        "fleet_medians": fleet["fleet_medians"],
+        "baseline_medians": fleet["baseline_medians"],
+        "view": fleet["view"],
+        "drain": drain,
+    }
+
+
+def build(
+    run_dir: Path,
+    expected_hosts: list[str] | None = None,
+    *,
+    db: Path | str | None = None,
+    use_store: bool = True,
+    baseline: str | None = None,
+    slurm_names: dict | None = None,
+) -> dict:
+    """Read RUN_DIR/hosts/*.json, add the fleet layer, write the reports, return the summary.
+
+    The fleet layer: the run's documents are indexed into the store (`db`, default <run_dir>/../gpufleet.db,
+    none with use_store False), each node gets the results of group `fleet` (gpufleet.fleet.compare: against
+    its GPUs' median, the fleet, the baseline, its counters' growth, GPUs that failed before), which count in its
+    verdict; fleet.json, prometheus/<host>.prom and drain.txt are written beside the reports, and the verdicts
+    are recorded in the store. `slurm_names` maps inventory names to Slurm node names (default: the same;
+    run.json's "slurm_node_names" when it has them).
+
+    Raises InputError when RUN_DIR is missing, not a directory, has no hosts/
+    folder (or an empty one with no expected hosts), or cannot be written,
+    and for a store named by `db` or a baseline that cannot be used.
+    """
+    run_dir = Path(run_dir)
+    nodes = load_nodes(run_dir, expected_hosts)
+    run_id = run_dir.resolve().name
+    store, store_note = _open_store(run_dir, db, use_store)
+    try:
+        if store is not None:
+            try:
+                store.index_run(run_dir, expected_hosts=expected_hosts)
+            except (InputError, sqlite3.Error) as exc:  # locked past its timeout, a full disk: the report still comes
+                store.close()
+                store, store_note = None, f"no store: {store.path} could not be written ({exc}); history and baseline comparisons skip"
+        # What happened to the store since the run started (moved aside, rebuilt): the report says so.
+        store_problems = [r["note"] for r in store.repairs_since(fleet_store.read_run_info(run_dir).get("started"))] if store else []
+        chosen = _choose_baseline(run_dir, store, baseline)
+        readable = {n["host"]: {"results": n["results"], "profile": n[DOC_PROFILE]} for n in nodes if DOC_PROFILE in n}
+        fleet = compare.evaluate(run_id, readable, store=store, store_note=store_note, baseline=chosen)
+        for node in nodes:
+            node.pop(DOC_PROFILE, None)
+            node["results"] = node["results"] + fleet["results"].get(node["host"], [])
+            _refresh(node)
+        report = assemble(run_dir, sorted(nodes, key=node_order))
+        info = fleet_store.read_run_info(run_dir)
+        names = slurm_names if slurm_names is not None else info.get("slurm_node_names")
+        drain = export.drain_lines(report, names if isinstance(names, dict) else None)
+        report["fleet"] = {
+            "store": str(store.path) if store is not None else None,
+            "store_note": store_note,
+            "store_problems": store_problems,
+            "baseline": fleet["baseline"],
+            "fleet_medians": fleet["fleet_medians"],
+            "baseline_medians": fleet["baseline_medians"],
+            "view": fleet["view"],
+            "drain": drain,
+        }
+        # The peers' own figures of the run across nodes, beside the new node's (not part of any verdict).
+        report["peers"] = load_peers(run_dir)
+        attempts = info.get("attempts")
+        last = attempts[-1] if isinstance(attempts, list) and attempts and isinstance(attempts[-1], dict) else {}
+        if last.get("locks_not_given_back"):
+            report["locks_not_given_back"] = last["locks_not_given_back"]
+        files = {kind: str(run_dir / name) for kind, name in REPORT_FILES.items()}
+        files.update(fleet=str(run_dir / FLEET_FILE), drain=str(run_dir / DRAIN_FILE))
+        # Results are written as they came; NaN/inf from a benchmark stay as Python writes them.
+        _write(Path(files["fleet"]), json.dumps(_fleet_document(report, fleet, drain), indent=1, default=str) + "\n")
+        try:
+            report["fleet"]["prometheus"] = export.write_prometheus(run_dir, report, fleet)
+        except ImportError:  # a controller installed without the controller extra: the acceptance report comes first
+            report["fleet"]["prometheus_note"] = ("no Prometheus files: prometheus_client is not installed in the controller's "
+                                                  "Python (pip install 'gpufleet[controller]')")
+        export.write_drain(run_dir, drain, run_id)
+        _write(Path(files["json"]), json.dumps(report, indent=1, default=str) + "\n")
+        _write(Path(files["md"]), render_md.render(report))
+        _write(Path(files["html"]), render_html.render(report))
+        _write(Path(files["junit"]), render_junit.render(report))
+        if store is not None:
+            try:
+                store.record_fleet(run_id, fleet["results"])
+                store.record_verdicts(run_id, report["verdict"], {h: n["verdict"] for h, n in report["nodes"].items()}, report["generated"])
+            except (InputError, sqlite3.Error) as exc:
+                report["fleet"]["store_note"] = (f"the verdicts could not be recorded in {store.path} ({exc}); "
+                                                 "`gpufleet store rebuild` records them from the run folders")
+    finally:
+        if store is not None:
+            store.close()
+    return summarize(report, files)
+
+
+def summary_text(summary: dict) -> str:
+    """A few lines for the terminal: the fleet verdict, one line per node, where the reports are."""
+    nodes = summary["nodes"]
+    width = max((len(h) for h in nodes), default=4)
+    by = {s: sum(1 for n in nodes.values() if n["verdict"] == s) for s in (schema.FAIL, schema.WARN, schema.PASS)}
+    tally = ", ".join(f"{by[s]} {s}" for s in by if by[s])
+    lines = [f"fleet verdict: {summary['verdict'].upper()} ({len(nodes)} node(s): {tally})"]
+    for host, n in nodes.items():
+        line = f"  {host:<{width}}  {n['verdict'].upper():<4}"
+        if n["failed_checks"]:
+            line += "  failing: " + ", ".join(n["failed_checks"])
+        if n.get("warned_checks"):
+            line += ("; " if n["failed_checks"] else "  ") + "warning: " + ", ".join(n["warned_checks"])
+        lines.append(line.rstrip())
+    files = summary["files"]
+    lines.append(f"report: {files['html']}")
+    lines.append(f"        {files['md']}, {files['json']}, {files['junit']}")
+    if files.get("fleet"):
+        prom = f", {Path(files['fleet']).parent / PROMETHEUS_DIR}/<node>.prom" if summary.get("prometheus") else ""
+        lines.append(f"fleet:  {files['fleet']}{prom}")
+    if summary.get("drain"):
+        lines.append(f"drain:  {files['drain']} ({len(summary['drain'])} node(s) to drain in Slurm)")
+    if summary.get("store"):
+        base = f"; compared with baseline {summary['baseline']}" if summary.get("baseline") else "; no baseline set"
+        lines.append(f"store:  {summary['store']}{base}")
+    elif summary.get("store_note"):
+        lines.append(summary["store_note"])
+    lines += [f"store problem: {p}" for p in summary.get("store_problems") or []]
+    if summary.get("prometheus_note"):
+        lines.append(summary["prometheus_note"])
+    return "\n".join(lines)
