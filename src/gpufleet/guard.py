@@ -25,6 +25,8 @@ import sys
 import threading
 import time
 
+from gpufleet import lock
+
 _groups: set[int] = set()
 _dirs: set[str] = set()
 _lock = threading.Lock()
@@ -144,8 +146,6 @@ def _on_signal(signum, frame) -> None:
 
 
 def _watch(parent_pid: int | None, lock_spec: dict | None) -> None:
-    from gpufleet import lock
-
     while not _stopped:
         if parent_pid and os.getppid() != parent_pid:
             _on_signal(signal.SIGTERM, None)

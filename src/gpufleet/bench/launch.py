@@ -19,6 +19,8 @@ import sys
 import tempfile
 import time
 
+from gpufleet import guard
+
 
 _WORKER_ERROR = re.compile(r"\[rank\d+\]: \S*(Error|Exception)\b")
 
@@ -43,8 +45,6 @@ def torchrun(
     where "out" is this node's local rank 0 JSON (empty when it wrote none). The work folder is
     removed after a clean run unless GPUFLEET_KEEP_LOGS is set; a failed run keeps it (workdir).
     """
-    from gpufleet import guard
-
     if nnodes == 1 and master_addr in ("127.0.0.1", "localhost"):
         # Inside one node the port only has to be free here: never fail on one another program holds.
         master_port = free_port()

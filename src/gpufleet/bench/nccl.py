@@ -31,7 +31,8 @@ import re
 import shutil
 import tempfile
 
-from gpufleet.bench import BENCHMARK_VERSION, sig
+from gpufleet import guard
+from gpufleet.bench import BENCHMARK_VERSION, DeviceTimer, sig
 from gpufleet.bench.launch import torchrun
 
 MiB, GiB = 1 << 20, 1 << 30
@@ -120,8 +121,6 @@ def _time_ops(torch, op, iters, device, use_graph):
     Returns (best seconds, launch mode of the best, {mode: seconds}). At small sizes the eager
     figure is the Python launch gap, not the fabric; the graph removes it. Both are kept.
     """
-    from gpufleet.bench import DeviceTimer
-
     timer = DeviceTimer(device)
     per_mode = {}
     for _ in range(WARMUP_ITERS):
@@ -158,8 +157,6 @@ def _time_ops(torch, op, iters, device, use_graph):
 
 def _sendrecv_matrix(torch, dist, size, rank, world, device, iters):
     """GB/s for every ordered pair (src -> dst) of ranks, one pair at a time."""
-    from gpufleet.bench import DeviceTimer
-
     buf = torch.full((size // 4,), float(rank), device=device)
     timer = DeviceTimer(device)
     matrix = [[None] * world for _ in range(world)]
@@ -308,8 +305,6 @@ def run(
     if n_gpus == 0:
         tier = "cpu"
     nproc = nproc_per_node or n_gpus or 2
-    from gpufleet import guard
-
     log_dir = tempfile.mkdtemp(prefix="gpufleet-nccl-")
     guard.track_dir(log_dir)  # removed should the run be stopped
     args = ["--worker", "--tier", tier] + ([] if use_graph else ["--no-graph"])

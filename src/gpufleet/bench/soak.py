@@ -29,6 +29,7 @@ import statistics
 import time
 
 from gpufleet.bench import BENCHMARK_VERSION, DeviceTimer, cuda_pci_bus_id, cuda_uuid, sig, torch_versions
+from gpufleet.bench.monitor import SoakSampler
 
 SIZES = {
     "cuda": {"matmul_n": 8192, "copy_bytes": 1 << 30, "nccl_bytes": 256 << 20, "nccl_iters": 10,
@@ -195,8 +196,6 @@ def run(duration_s: float = DEFAULT_DURATION_S, *, window_s: float | None = None
 
     import torch
     import torch.multiprocessing as mp
-
-    from gpufleet.bench.monitor import SoakSampler
 
     if duration_s <= 0:
         raise ValueError(f"duration_s = {duration_s}; expected a positive number of seconds")

@@ -11,8 +11,11 @@ import time
 
 from gpufleet import failure_class, profiles, schema
 from gpufleet.bench import sig
+from gpufleet.bench.watch import describe, wait_quiet
+from gpufleet.checks.gpu_inventory import Findings
 from gpufleet.collect.nvml import HW_SLOWDOWN_EVENTS
 from gpufleet.schema import ERROR, FAIL, PASS, WARN, result
+from gpufleet.train.gpt2 import mfu
 
 GROUP = "benchmark"
 CPU_NOTE = "CPU run: logic check only, not a performance figure"
@@ -271,8 +274,6 @@ def train_gpt2(full: dict, profile: dict, *, single: dict | None = None, referen
     the run (its value is the per-GPU figure on all of this node's GPUs); when that is absent or has no figure,
     the scaling result is an `error` that names the missing figure.
     """
-    from gpufleet.train.gpt2 import mfu
-
     cpu = full["device"] == "cpu"
     nnodes = full.get("nnodes") or 1
     keep = ("method", "world_size", "rc", "seconds", "command", "batch_per_gpu", "steps", "compiled", "config", "device_name")
@@ -425,8 +426,6 @@ def soak(out: dict, profile: dict) -> list[dict]:
     A soak that could not start is one `soak` result (fail). On the CPU (no CUDA) only a process that
     failed or an all_reduce that gave wrong results counts; the rest is `skip`, not a performance figure.
     """
-    from gpufleet.checks.gpu_inventory import Findings
-
     cpu = out["device"] == "cpu"
     base = {k: out.get(k) for k in ("method", "versions", "started", "duration_s", "ran_s", "window_s", "n_windows",
                                     "world_size", "stopped_early", "stop_reason", "after_effects")}
@@ -711,8 +710,6 @@ def watched(step: str, run, judge, profile: dict, *, log: list, confirm: bool = 
     - Otherwise trust `clean`. Every attempt, every process seen and the seconds of each go into detail.attempts;
       `log` gets each attempt's sightings for the step's foreign_processes result.
     """
-    from gpufleet.bench.watch import describe, wait_quiet
-
     wait = wait or wait_quiet
     disturbed_max = profiles.value(profile, "disturbed_remeasure_max") or 0
     wait_s = profiles.value(profile, "disturbed_wait_s") or 0
@@ -759,8 +756,6 @@ def watched(step: str, run, judge, profile: dict, *, log: list, confirm: bool = 
 
 
 def _disturbed(res: dict, foreign: list, epoch: float | None, why: str, attempts: list, profile: dict) -> dict:
-    from gpufleet.bench.watch import describe
-
     names = "; ".join(describe(p, epoch) for p in foreign)
     # A process is not a fault of the board: the GPUs the figure would have flagged are not named.
     res["detail"] = {**{k: v for k, v in res["detail"].items() if k != "flagged_gpus"}, "attempts": attempts, "disturbed_value": res.get("value"),
@@ -802,8 +797,6 @@ def foreign_processes(step: str, log: list) -> dict:
     """`<step>_processes`: what else ran on the node's GPUs while a step measured them (log: benchmarks.watched's
     entries of that step). Any foreign process fails the node, even when the step was measured again once quiet:
     a node shared during validation is not the node a training job will get. Not the GPU's fault: no GPU flagged."""
-    from gpufleet.bench.watch import describe
-
     check = f"{step}_processes"
     detail = {"attempts": log}
     seen = [f"{describe(p, e['started_epoch'])} (attempt {e['attempt']})" for e in log for p in e["foreign"]]

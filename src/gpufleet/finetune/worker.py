@@ -24,6 +24,7 @@ from pathlib import Path
 
 from torch.distributed.elastic.multiprocessing.errors import record
 
+from gpufleet.bench.launch import torchrun
 from gpufleet.errors import InputError
 from gpufleet.finetune import config as fconfig
 from gpufleet.finetune import data, failures, model as fmodel
@@ -394,8 +395,6 @@ def run(config_path: str, *, nproc_per_node: int | None = None, nnodes: int = 1,
     distributed.timeout_s and distributed.rdzv_timeout_s.
     """
     import torch
-
-    from gpufleet.bench.launch import torchrun
 
     cfg = fconfig.load(config_path)
     fconfig.require_runtime(cfg)

@@ -38,7 +38,7 @@ import shlex
 import time
 from pathlib import Path
 
-from gpufleet import failure_class, schema
+from gpufleet import failure_class, paths, schema
 from gpufleet.errors import InputError
 from gpufleet.fleet import metrics as fm
 
@@ -152,8 +152,6 @@ def write_prometheus(run_dir: Path, report: dict, fleet: dict) -> dict[str, str]
     """<run_dir>/prometheus/<host>.prom for every node of the report; {host: path}."""
     from prometheus_client import generate_latest
 
-    from gpufleet import paths
-
     folder = paths.make_dir(Path(run_dir) / "prometheus")
     baseline = (fleet.get("baseline") or {}).get("run_id")
     written = {}
@@ -210,8 +208,6 @@ def drain_lines(report: dict, mapping: dict | None = None) -> list[str]:
 
 
 def write_drain(run_dir: Path, lines: list[str], run_id: str) -> str:
-    from gpufleet import paths
-
     head = f"# gpufleet {run_id}: " + (f"{len(lines)} node(s) not accepted; run these lines to drain them in Slurm"
                                          if lines else "every node accepted, none to drain")
     path = Path(run_dir) / "drain.txt"

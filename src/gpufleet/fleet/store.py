@@ -46,9 +46,9 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from gpufleet import failure_class, schema
+from gpufleet import failure_class, paths, schema
 from gpufleet.errors import InputError
-from gpufleet.fleet import BASELINE_FILE, GROUP, metrics, sdc
+from gpufleet.fleet import BASELINE_FILE, DB_NAME, GROUP, metrics, sdc
 
 SCHEMA_VERSION = 2
 APPLICATION = "gpufleet"
@@ -113,8 +113,6 @@ _NOT_DAMAGE = ("locked", "busy", "unable to open", "readonly", "disk i/o", "full
 
 
 def default_path(reports_dir: Path | str) -> Path:
-    from gpufleet.fleet import DB_NAME
-
     return Path(reports_dir) / DB_NAME
 
 
@@ -691,8 +689,6 @@ def open_for_run(path: Path | str, run_dir: Path | str) -> Store:
     """The store a run indexes into, repaired first: a damaged or foreign file is moved aside and a missing store
     rebuilt from the run folders beside run_dir (history and baseline back) before anything is indexed. The
     records of a run's nodes come at once: one process repairs, the others wait for it and use its store."""
-    from gpufleet import paths
-
     path, run_dir = Path(path), Path(run_dir).resolve()
     if path.exists() or not path.parent.is_dir():
         try:
@@ -755,8 +751,6 @@ def read_baseline_file(folder: Path) -> dict | None:
 
 
 def write_baseline_file(folder: Path, value: dict | None) -> None:
-    from gpufleet import paths
-
     path = Path(folder) / BASELINE_FILE
     if value is None:
         try:

@@ -28,6 +28,7 @@ from gpufleet.runner.core import (
     report_finals,
 )
 from gpufleet.runner.events import FleetState
+from gpufleet.runner.locating import Progress
 from gpufleet.runner.project import Project, find_project, nodes_of, read_inventory
 from gpufleet.runner.view import make_view
 
@@ -228,8 +229,6 @@ def fleet_locate(inventory: str, *, limit: str | None = None, run_id: str | None
     inv_obj = Invocation(command="locate", playbook="locate", run_id=run_id, reports_dir=reports, inventory=inv.path,
                          hosts=hosts, limit=hosts if limit else None, resume=used, user_vars=user_vars,
                          extra_vars={k: v for k, v in options.items() if v is not None})
-    from gpufleet.runner.locating import Progress
-
     return invoke(project, inv_obj, view or make_view(), envvars=envvars, judge=judge_locate,
                   describe=Progress(run_dir))
 

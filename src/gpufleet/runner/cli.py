@@ -14,8 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from gpufleet.errors import InputError
+from gpufleet.runner import api, locating
+from gpufleet.runner.api import outcome_json
+from gpufleet.runner.view import make_view
 
 
 def _common(p: argparse.ArgumentParser, *, inventory_required: bool = True) -> None:
@@ -37,22 +41,16 @@ def _run_options(p: argparse.ArgumentParser) -> None:
 
 
 def _view(args):
-    from gpufleet.runner.view import make_view
-
     return make_view(plain=True if args.plain else None)
 
 
 def _finish(args, outcome) -> int:
-    from gpufleet.runner.api import outcome_json
-
     if args.json:
         print(outcome_json(outcome))
     return outcome.exit
 
 
 def cmd_run(args) -> int:
-    from gpufleet.runner import api
-
     out = api.fleet_run(args.inventory, limit=args.limit, tier=args.tier, soak_duration_s=args.soak_duration_s,
                         run_id=args.run_id, reports_dir=args.reports_dir, extra_vars=api.parse_extra_vars(args.extra_vars),
                         project=args.project, view=_view(args))
@@ -60,8 +58,6 @@ def cmd_run(args) -> int:
 
 
 def cmd_accept(args) -> int:
-    from gpufleet.runner import api
-
     out = api.fleet_accept(args.nodes, peers=args.peers or [], inventory=args.inventory, tier=args.tier,
                            soak_duration_s=args.soak_duration_s, run_id=args.run_id, reports_dir=args.reports_dir,
                            extra_vars=api.parse_extra_vars(args.extra_vars), project=args.project, view=_view(args))
@@ -69,8 +65,6 @@ def cmd_accept(args) -> int:
 
 
 def cmd_resume(args) -> int:
-    from gpufleet.runner import api
-
     plan, out = api.fleet_resume(args.run_id, reports_dir=args.reports_dir, inventory=args.inventory,
                                  extra_vars=api.parse_extra_vars(args.extra_vars), only_unfinished=args.only_unfinished,
                                  dry_run=args.dry_run, project=args.project, view=_view(args))
@@ -83,8 +77,6 @@ def cmd_resume(args) -> int:
 
 
 def cmd_locate(args) -> int:
-    from gpufleet.runner import api
-
     out = api.fleet_locate(args.inventory, limit=args.limit, run_id=args.run_id, reports_dir=args.reports_dir,
                            method=args.method, ratio=args.ratio, pair_rounds=args.pair_rounds, max_rounds=args.max_rounds,
                            reference_gbps=args.reference_gbps, base_port=args.base_port,
@@ -93,10 +85,6 @@ def cmd_locate(args) -> int:
 
 
 def cmd_locate_step(args) -> int:
-    from pathlib import Path
-
-    from gpufleet.runner import locating
-
     thresholds = {}
     if args.thresholds:
         try:

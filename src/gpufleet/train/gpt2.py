@@ -26,6 +26,8 @@ import os
 import time
 from dataclasses import asdict, dataclass
 
+from gpufleet.bench.launch import torchrun
+
 TRAIN_VERSION = 1
 
 
@@ -203,8 +205,6 @@ def run(shape: str = "gpt2-small", *, batch: int = 64, steps: int = 20, warmup: 
         nnodes: int = 1, node_rank: int = 0, master_addr: str = "127.0.0.1", master_port: int = 29512,
         timeout_s: float = 900, rdzv_timeout_s: int = 120, compile_model: bool | None = None) -> dict:
     import torch
-
-    from gpufleet.bench.launch import torchrun
 
     n_gpus = torch.cuda.device_count()
     if n_gpus == 0:

@@ -7,10 +7,10 @@ and views.gpu (NVML held open for the live view; NVLink remote device types).
 
 from __future__ import annotations
 
+from gpufleet.views import hw, status
+
 
 def add_parsers(sub) -> None:
     """`gpufleet status` and `gpufleet hw`."""
-    from gpufleet.views import hw, status
-
     status.add_parser(sub)
     hw.add_parser(sub)

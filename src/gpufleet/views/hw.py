@@ -36,6 +36,7 @@ import socket
 from pathlib import Path
 
 from gpufleet import collect, schema
+from gpufleet.collect import nvml
 from gpufleet.errors import InputError
 from gpufleet.views import gpu as gpu_reads
 from gpufleet.views import system
@@ -272,8 +273,6 @@ def render_text(doc: dict) -> str:
 
 def read_live(root: str) -> dict:
     """Every reading of this node, then the document."""
-    from gpufleet.collect import nvml
-
     nv = nvml.read()
     active = {g["index"]: [l["link"] for l in g.get("nvlink") or [] if l.get("active")] for g in nv.get("gpus") or []}
     types, _ = gpu_reads.nvlink_remote_types({i: links for i, links in active.items() if links})
