@@ -3,19 +3,36 @@ src/gpufleet, so an import that runs back up a layer, or a circle between two, f
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+LINT = Path(sys.executable).parent / "lint-imports"
+
+
+def _lint(src: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(src))
+    return subprocess.run([str(LINT), "--config", str(ROOT / "pyproject.toml"), "--no-cache"], cwd=src, env=env,
+                          capture_output=True, text=True, timeout=300)
 
 
 def test_import_contracts_kept():
-    lint = Path(sys.executable).parent / "lint-imports"
-    proc = subprocess.run([str(lint), "--config", str(ROOT / "pyproject.toml"), "--no-cache"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    proc = _lint(ROOT / "src")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "0 broken" in proc.stdout, proc.stdout
+
+
+def test_an_import_up_a_layer_breaks_the_contract(tmp_path):
+    # A copy of the engine whose document model imports the command line: the contract must name it.
+    shutil.copytree(ROOT / "src" / "gpufleet", tmp_path / "gpufleet", ignore=shutil.ignore_patterns("__pycache__"))
+    with open(tmp_path / "gpufleet" / "schema.py", "a") as f:
+        f.write("\nfrom gpufleet import cli  # noqa: E402\n")
+    proc = _lint(tmp_path)
+    assert proc.returncode != 0 and "BROKEN" in proc.stdout, proc.stdout + proc.stderr
+    assert "gpufleet.schema -> gpufleet.cli" in proc.stdout, proc.stdout
 
 
 def test_no_import_is_let_off_the_contracts():
