@@ -16,7 +16,7 @@ import pytest
 
 from module_runner import REPO, run_module  # noqa: E402  (also puts the collection on sys.path)
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import engine  # noqa: E402
+from ansible_collections.gpufleet.cluster.plugins.module_utils import check_module, engine, report_module  # noqa: E402
 from ansible_collections.gpufleet.cluster.plugins.modules import (  # noqa: E402
     fleet_report,
     gpu_health,
@@ -294,11 +294,11 @@ def test_modules_document_the_arguments_they_take():
     from ansible_collections.gpufleet.cluster.plugins.doc_fragments.engine_check import ModuleDocFragment
 
     fragment = yaml.safe_load(ModuleDocFragment.DOCUMENTATION)["options"]
-    assert set(fragment) == set(engine.check_argument_spec())
+    assert set(fragment) == set(check_module.check_argument_spec())
     for mod in CHECK_MODULES.values():
         doc = yaml.safe_load(mod.DOCUMENTATION)
         assert "gpufleet.cluster.engine_check" in doc["extends_documentation_fragment"]
         assert yaml.safe_load(mod.RETURN)["gpufleet"]["type"] == "dict"
         yaml.safe_load(mod.EXAMPLES)
     report_doc = yaml.safe_load(fleet_report.DOCUMENTATION)
-    assert set(report_doc["options"]) == set(engine.report_argument_spec())
+    assert set(report_doc["options"]) == set(report_module.report_argument_spec())
