@@ -22,6 +22,7 @@ from ansible_collections.gpufleet.cluster.plugins.modules import (  # noqa: E402
     gpu_health,
     gpu_inventory,
     host_hygiene,
+    run_start,
 )
 
 from gpufleet import schema  # noqa: E402
@@ -302,3 +303,12 @@ def test_modules_document_the_arguments_they_take():
         yaml.safe_load(mod.EXAMPLES)
     report_doc = yaml.safe_load(fleet_report.DOCUMENTATION)
     assert set(report_doc["options"]) == set(report_module.report_argument_spec())
+
+
+def test_run_start_without_a_run_id_returns_the_one_the_engine_minted(tmp_path, capsys):
+    out = run_module(run_start, {"reports_dir": str(tmp_path), "hosts": ["node0"], "python": sys.executable,
+                                 "engine_src": str(REPO / "src")}, capsys)
+    assert out["_exit_code"] == 0, out
+    run_dir = Path(out["run_dir"])
+    assert run_dir.parent == tmp_path and run_dir.name == out["run_id"]
+    assert json.loads((run_dir / "run.json").read_text())["run_id"] == out["run_id"]

@@ -17,6 +17,7 @@ import os
 import sys
 from pathlib import Path
 
+from gpufleet import runs
 from gpufleet.errors import InputError
 
 DEFAULT_REPORTS_DIR = "reports"
@@ -45,8 +46,6 @@ def _print(doc, as_json: bool, text: str) -> None:
 
 def _attempt(run_dir: Path) -> int:
     """The run's latest attempt (run.json), 1 for a run without a record."""
-    from gpufleet import runs
-
     try:
         return len(runs.read_run(run_dir)["attempts"]) or 1
     except InputError:
@@ -110,7 +109,7 @@ def record(run_dir: Path, host: str, new_doc: dict, replace_groups: list[str] | 
                     merged = dict(old, results=kept + new_results)
         merged["attempt"] = attempt
         paths.write_atomic(path, json.dumps(merged, indent=1, sort_keys=True, default=str) + "\n")
-    return {"run_id": run_dir.resolve().name, "host": host, "folder": folder, "path": str(path),
+    return {"run_id": runs.run_id_of(run_dir), "host": host, "folder": folder, "path": str(path),
             "results": len(merged["results"]), "replaced_groups": groups, "unreadable_kept": str(kept_aside) if kept_aside else None}
 
 

@@ -31,7 +31,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from gpufleet import __version__, failure_class, paths, schema
+from gpufleet import __version__, failure_class, paths, runs, schema
 from gpufleet.errors import InputError
 
 REPORT_FILES = {"json": "report.json", "md": "report.md", "html": "report.html", "junit": "junit.xml"}
@@ -459,7 +459,7 @@ def assemble(run_dir: Path, nodes: list[dict]) -> dict:
     counts = {s: sum(n["counts"][s] for n in nodes) for s in STATUS_ORDER}
     return {
         "schema_version": schema.SCHEMA_VERSION,
-        "run_id": Path(run_dir).resolve().name,
+        "run_id": runs.run_id_of(run_dir),
         "run_dir": str(run_dir),
         "generated": schema.utc_now(),
         "report_engine_version": __version__,
@@ -583,7 +583,7 @@ def build(
 
     run_dir = Path(run_dir)
     nodes = load_nodes(run_dir, expected_hosts)
-    run_id = run_dir.resolve().name
+    run_id = runs.run_id_of(run_dir)
     store, store_note = _open_store(run_dir, db, use_store)
     try:
         if store is not None:
