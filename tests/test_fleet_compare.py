@@ -298,3 +298,49 @@ def test_explicit_baseline_must_be_in_the_store(tmp_path):
     summary = report.build(run, use_store=False)
     assert summary["store"] is None and "no store" in summary["store_note"]
     assert schema.verdict(json.loads((run / "fleet.json").read_text())["nodes"]["n0"]["results"]) == "pass"
+
+
+def test_a_node_profile_from_its_own_profile_dir_is_the_one_the_controller_judges_by(tmp_path, monkeypatch):
+    """The node ran with --profile-dir: its own generic.yml (2% between the GPUs of a node, not 5%) and a profile
+    the controller does not have. The controller judges by the profile the node's document carries, without
+    reading profile files of its own (here it has none)."""
+    import yaml
+
+    from gpufleet import engine, profiles
+    from test_fleet_synthetic import h100_readings
+
+    node_dir = tmp_path / "node-profiles"
+    node_dir.mkdir()
+    generic = yaml.safe_load((profiles.default_profile_dir() / "generic.yml").read_text())
+    generic["thresholds"][compare.GPU_WARN].update(value=2, source="site: GPUs of a node within 2%")
+    (node_dir / "generic.yml").write_text(yaml.safe_dump(generic))
+    (node_dir / "site-gpu.yml").write_text(yaml.safe_dump({"name": "site-gpu", "match": [], "thresholds": {}}))
+    carried = engine.check_host(h100_readings(), ["gpu_inventory"], host="n0", profile_name="site-gpu",
+                                profile_dir=node_dir)["profile"]
+    assert carried["name"] == "site-gpu" and carried["path"] == str(node_dir / "site-gpu.yml")
+
+    doc = node_doc("n0", 0, gpus=gpus_of(0, 3))
+    doc["profile"] = carried
+    per = next(r for r in doc["results"] if r["check"] == "matmul_bf16")["detail"]["per_gpu"]
+    for fig in per.values():
+        fig["bf16"] = 800.0
+    per["1"]["bf16"] = 800.0 * 0.97  # 3% below its siblings: within 5%, not within 2%
+    monkeypatch.setenv("GPUFLEET_PROFILE_DIR", str(tmp_path / "no-profiles-here"))
+    compare._profile_thresholds.cache_clear()
+    try:
+        res = compare.gpu_vs_node("n0", metrics.extract(doc), compare._Thr(compare.thresholds_for(doc["profile"])))
+    finally:
+        compare._profile_thresholds.cache_clear()
+    assert res["status"] == "warn", res
+    assert res["threshold"]["value"] == 2 and res["threshold"]["source"] == "site: GPUs of a node within 2%"
+
+
+def test_a_document_from_before_a_key_gets_generic_defaults_which_no_model_profile_changes():
+    from gpufleet import profiles
+
+    thresholds = compare.thresholds_for({"name": "h100-sxm", "thresholds": {}})
+    generic = profiles.resolve(None, profile_name=profiles.GENERIC)["thresholds"]
+    assert {k: thresholds[k] for k in compare.KEYS_READ} == {k: generic[k] for k in compare.KEYS_READ}
+    for name, prof in profiles.load_all().items():
+        if name != profiles.GENERIC:
+            assert not set(compare.KEYS_READ) & set(prof["thresholds"]), name

@@ -66,6 +66,9 @@ COUNTERS = (
     ("pcie_replay", "PCIe replays", ("pcie_replay",), sum, "fleet_counter_pcie_replay_per_h_max"),
     ("xid", "Xid events", ("xid",), sum, "fleet_counter_xid_per_h_max"),
 )
+# Every threshold key this module reads: all of them are in generic.yml, none in a model profile.
+KEYS_READ = (GPU_WARN, GPU_FAIL, NODE_WARN, NODE_FAIL, BASE_WARN, BASE_FAIL, MIN_NODES, SPREAD_RATIO, SPREAD_FLOOR,
+             MIN_WINDOW) + tuple(sorted({c[4] for c in COUNTERS if c[4]}))
 # Kept across reboots and driver reloads (the InfoROM); every other counter starts again from zero.
 PERSISTENT = {"ecc_corrected_aggregate", "ecc_uncorrected_aggregate", "row_remap_correctable", "row_remap_uncorrectable",
               "row_remap_failure", "row_remap_pending"}
@@ -91,14 +94,16 @@ def _profile_thresholds(name: str | None) -> dict:
 
 
 def thresholds_for(profile: Any) -> dict:
-    """A node's thresholds: its document's (the effective values on the node, inventory overrides included)
-    over its profile's file, over generic.yml, so documents from before a key existed still get its default."""
-    name = profile.get("name") if isinstance(profile, dict) else profile if isinstance(profile, str) else None
-    out = dict(_profile_thresholds(name))
-    own = profile.get("thresholds") if isinstance(profile, dict) else None
-    for key, entry in (own or {}).items():
-        if isinstance(entry, dict) and "value" in entry:
-            out[key] = {"value": entry["value"], "source": entry.get("source")}
+    """A node's thresholds: the profile its document carries, resolved once on the node (its profile file, from
+    its own --profile-dir, and the inventory's overrides), used as it is. This controller's generic.yml gives only
+    the defaults of keys a document from before them lacks. A profile name alone (no document) is resolved from
+    this controller's files."""
+    if not isinstance(profile, dict):
+        return dict(_profile_thresholds(profile if isinstance(profile, str) else None))
+    out = {key: {"value": entry["value"], "source": entry.get("source")}
+           for key, entry in (profile.get("thresholds") or {}).items() if isinstance(entry, dict) and "value" in entry}
+    if any(key not in out for key in KEYS_READ):
+        out = {**_profile_thresholds(profiles.GENERIC), **out}
     return out
 
 
