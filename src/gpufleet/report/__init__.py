@@ -391,7 +391,7 @@ def _finite(v: Any) -> bool:
 
 def fleet_columns(report: dict) -> list[tuple[str, str, str | None]]:
     """(column, title, unit) of the fleet view that at least one node has a figure for."""
-    from gpufleet.fleet.compare import VIEW_COLUMNS
+    from gpufleet.fleet.view import VIEW_COLUMNS
 
     rows = (report.get("fleet") or {}).get("view") or []
     out = []
