@@ -15,7 +15,7 @@ import pytest
 
 from module_runner import run_module  # noqa: E402  (also puts the collection on sys.path)
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import engine  # noqa: E402
+from ansible_collections.gpufleet.cluster.plugins.module_utils import benchmark_module, engine, engine_results  # noqa: E402
 from ansible_collections.gpufleet.cluster.plugins.modules import benchmark  # noqa: E402
 
 from gpufleet import schema  # noqa: E402
@@ -69,7 +69,7 @@ def test_hang_and_crash_become_error_results_and_keep_what_was_measured(fake_eng
     assert hung["status"] == "error" and hung["group"] == "benchmark"
     assert "passed its timeout of 2 s on n1" in hung["reason"]
     assert "memory copies started" in hung["reason"] and "memory copies started" in hung["detail"]["stderr"]
-    assert hung["remedy"] == engine.REMEDY_TIMEOUT
+    assert hung["remedy"] == benchmark_module.REMEDY_TIMEOUT
 
     crashed = by["nccl"]
     assert crashed["status"] == "error" and "RuntimeError: torchrun exploded" in crashed["reason"]
@@ -85,7 +85,7 @@ def test_single_node_nccl_gets_its_own_free_port_and_a_timeout_inside_the_module
     assert opts["--nnodes"] == "1" and opts["--node-rank"] == "0" and opts["--master-addr"] == "127.0.0.1"
     assert 0 < int(opts["--master-port"]) < 65536
     # The engine kills torchrun first, so a hang is reported with its log tail before the module's own kill.
-    assert float(opts["--timeout-s"]) == engine.torchrun_engine_timeout_s(100) == 75
+    assert float(opts["--timeout-s"]) == engine_results.torchrun_engine_timeout_s(100) == 75
 
 
 def test_across_nodes_passes_rank_master_and_port(fake_engine, capsys):
@@ -181,10 +181,6 @@ def test_smoke_tier_and_the_soak_reach_the_engine(fake_engine, capsys):
     mm, soak = [r["detail"]["argv"] for r in out["gpufleet"]["results"]]
     assert mm[:5] == ["bench", "matmul", "--tier", "smoke", "--json"] and "--duration-s" not in mm
     assert soak[:2] == ["bench", "soak"] and soak[soak.index("--duration-s") + 1] == "120"
-    # The module's choices are the engine's.
-    from gpufleet import engine as engine_py
-
-    assert engine.BENCHMARKS == engine_py.BENCHMARKS and engine.BENCHMARK_TIERS == engine_py.TIERS
 
 
 def test_sdc_runs_in_the_matmul_engine_run(fake_engine, capsys):

@@ -14,7 +14,7 @@ import yaml
 
 from module_runner import REPO, run_module  # noqa: E402  (also puts the collection on sys.path)
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import engine as module_engine  # noqa: E402
+from ansible_collections.gpufleet.cluster.plugins.module_utils import check_module  # noqa: E402
 from ansible_collections.gpufleet.cluster.plugins.modules import gpu_counters  # noqa: E402
 
 from gpufleet import schema  # noqa: E402
@@ -242,7 +242,7 @@ def test_module_documents_its_arguments_and_is_in_the_checks_group():
     assert "gpufleet.cluster.engine_check" in doc["extends_documentation_fragment"]
     assert set(doc["options"]) | set(fragment) == set(gpu_counters.argument_spec())
     assert doc["options"]["phase"]["choices"] == list(gpu_counters.PHASES) == list(counters.PHASES)
-    assert set(module_engine.check_argument_spec()) < set(gpu_counters.argument_spec())
+    assert set(check_module.check_argument_spec()) < set(gpu_counters.argument_spec())
     assert yaml.safe_load(gpu_counters.RETURN)["gpufleet"]["type"] == "dict"
     yaml.safe_load(gpu_counters.EXAMPLES)
     runtime = yaml.safe_load((REPO / "meta" / "runtime.yml").read_text())

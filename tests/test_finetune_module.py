@@ -17,7 +17,7 @@ import pytest
 
 from module_runner import run_module  # noqa: E402  (also puts the collection on sys.path)
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import engine  # noqa: E402
+from ansible_collections.gpufleet.cluster.plugins.module_utils import engine, engine_results  # noqa: E402
 from ansible_collections.gpufleet.cluster.plugins.modules import finetune  # noqa: E402
 
 
@@ -51,7 +51,7 @@ def test_arguments_and_environment_reach_the_engine(fake_engine, capsys):
     assert (opts["--nnodes"], opts["--node-rank"], opts["--master-addr"], opts["--master-port"]) == ("2", "1", "10.0.0.1", "29600")
     assert (opts["--rdzv-timeout-s"], opts["--max-steps"], opts["--output-dir"], opts["--host"]) == ("120", "20", "/out/run1", "n1")
     # The engine kills torchrun a minute before the module's own kill, so a hang comes back with its log tail.
-    assert opts["--timeout-s"] == "540" and engine.torchrun_engine_timeout_s(600) == 540
+    assert opts["--timeout-s"] == "540" and engine_results.torchrun_engine_timeout_s(600) == 540
     assert res["detail"]["env"] == {"CUDA_VISIBLE_DEVICES": "0,1", "GPUFLEET_TEST_FLAG": "1", "GPUFLEET_TEST_N": "4"}
     assert out["cmd"][1:3] == ["-m", "gpufleet"]
 

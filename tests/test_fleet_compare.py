@@ -14,7 +14,7 @@ import pytest
 from gpufleet import report, schema
 from gpufleet.report import formatting
 from gpufleet.errors import InputError
-from gpufleet.fleet import compare, metrics, short_uuid
+from gpufleet.fleet import compare, counter_growth, metrics, peers, robust, short_uuid, thresholds
 from gpufleet.fleet.store import Store
 
 from test_fleet_synthetic import ecc_failure, gpus_of, h200_node, h200_two_nodes, node_doc, write_run
@@ -164,7 +164,7 @@ def test_fleet_view_shows_each_node_against_fleet_and_baseline(two_runs):
 
 @pytest.mark.parametrize("value,status", [(95.0, "pass"), (94.99, "warn"), (85.0, "warn"), (84.99, "fail"), (120.0, "pass")])
 def test_judge_edges(value, status):
-    assert compare.judge(value, 100.0, 5, 15)[0] == status
+    assert robust.judge(value, 100.0, 5, 15)[0] == status
 
 
 @pytest.mark.parametrize("factor,status", [(0.95, "pass"), (0.9499, "warn")])
@@ -175,7 +175,7 @@ def test_gpu_exactly_at_five_percent_passes(factor, status):
         fig["bf16"] = 804.2
     per["1"]["bf16"] = 804.2 * factor
     found = metrics.extract(doc)
-    res = compare.gpu_vs_node("n0", found, compare._Thr(compare.thresholds_for(doc["profile"])))
+    res = peers.gpu_vs_node("n0", found, thresholds.Thresholds(thresholds.thresholds_for(doc["profile"])))
     assert res["status"] == status
     if status == "warn":
         assert "is 5.01% below the node median 804.2" in res["reason"] or "is 5.0" in res["reason"]
@@ -184,7 +184,7 @@ def test_gpu_exactly_at_five_percent_passes(factor, status):
 def test_two_gpus_are_held_against_each_other_the_slower_named():
     """The recorded 2 x H200 node: GPU 1's bf16 is 5.2% under GPU 0's, GPU 0's fp16 6.1% under GPU 1's."""
     found = metrics.extract(h200_node()["results"])
-    res = compare.gpu_vs_node("localhost", found, compare._Thr(compare.thresholds_for("h200-sxm")))
+    res = peers.gpu_vs_node("localhost", found, thresholds.Thresholds(thresholds.thresholds_for("h200-sxm")))
     assert res["status"] == "warn"
     assert "GPU 1 (GPU-755c8ad9…, serial 1653724049352) bf16 matmul 791.6 TFLOPS is 5.2% below its only sibling GPU 0 at 834.6" in res["reason"]
     assert "GPU 0 (GPU-df63b106…, serial 1653724058331) fp16 matmul 738.1 TFLOPS is 6.1% below" in res["reason"]
@@ -207,7 +207,7 @@ def test_counter_rate_edges(growth, minutes, status):
     doc = node_doc("n0", 0, gpus=gpus, read_at=("2026-11-21T10:00:00Z", after_at),
                    before={0: {"nvlink_crc_data": 100}}, after={0: {"nvlink_crc_data": 100 + growth}})
     found = metrics.extract(doc)
-    res = compare.counters_during_run("n0", found, compare._Thr(compare.thresholds_for(doc["profile"])))
+    res = counter_growth.counters_during_run("n0", found, thresholds.Thresholds(thresholds.thresholds_for(doc["profile"])))
     assert res["status"] == status
     entry = res["detail"]["per_gpu"][0]["counters"]["nvlink_crc"]
     assert entry["judged_by"].startswith("count" if minutes < 60 else "rate")
@@ -220,7 +220,7 @@ def test_uncorrected_ecc_growth_fails_and_a_reboot_is_said():
                    after={1: {"ecc_uncorrected_aggregate": 4, "nvlink_crc_data": 20}})
     doc["results"][-1]["detail"]["boot_id"] = "boot-2"  # the after snapshot: another boot
     found = metrics.extract(doc)
-    res = compare.counters_during_run("n0", found, compare._Thr(compare.thresholds_for(doc["profile"])))
+    res = counter_growth.counters_during_run("n0", found, thresholds.Thresholds(thresholds.thresholds_for(doc["profile"])))
     assert res["status"] == "fail" and "GPU 1 (" in res["reason"] and "uncorrected ECC errors grew by 1" in res["reason"]
     assert "rebooted between the snapshots" in res["reason"]
     assert res["detail"]["per_gpu"][1]["counters"]["nvlink_crc"]["growth"] == 20  # counted since the reboot
@@ -228,10 +228,10 @@ def test_uncorrected_ecc_growth_fails_and_a_reboot_is_said():
 
 def test_no_snapshot_skips_saying_why():
     found = metrics.extract(node_doc("n0", 0))
-    thr = compare._Thr(compare.thresholds_for("h100-sxm"))
-    res = compare.counters_during_run("n0", found, thr)
+    thr = thresholds.Thresholds(thresholds.thresholds_for("h100-sxm"))
+    res = counter_growth.counters_during_run("n0", found, thr)
     assert res["status"] == "skip" and "no counter snapshots" in res["reason"]
-    res = compare.counters_since_previous_run("n0", "r", found, None, "no store: test", thr)
+    res = counter_growth.counters_since_previous_run("n0", "r", found, None, "no store: test", thr)
     assert res["status"] == "skip"
 
 
@@ -243,7 +243,7 @@ def test_spread_floor_edge(spread, status):
         if res["check"] == "hbm_bandwidth":
             res["detail"]["per_gpu"]["hbm"]["1"]["samples_gbps"]["spread_pct"] = spread
     found = metrics.extract(doc)
-    assert compare.sample_spread("n0", found, compare._Thr(compare.thresholds_for("h100-sxm")))["status"] == status
+    assert peers.sample_spread("n0", found, thresholds.Thresholds(thresholds.thresholds_for("h100-sxm")))["status"] == status
 
 
 def test_cpu_run_compares_but_claims_nothing():
@@ -299,3 +299,49 @@ def test_explicit_baseline_must_be_in_the_store(tmp_path):
     summary = report.build(run, use_store=False)
     assert summary["store"] is None and "no store" in summary["store_note"]
     assert schema.verdict(json.loads((run / "fleet.json").read_text())["nodes"]["n0"]["results"]) == "pass"
+
+
+def test_a_node_profile_from_its_own_profile_dir_is_the_one_the_controller_judges_by(tmp_path, monkeypatch):
+    """The node ran with --profile-dir: its own generic.yml (2% between the GPUs of a node, not 5%) and a profile
+    the controller does not have. The controller judges by the profile the node's document carries, without
+    reading profile files of its own (here it has none)."""
+    import yaml
+
+    from gpufleet import engine, profiles
+    from test_fleet_synthetic import h100_readings
+
+    node_dir = tmp_path / "node-profiles"
+    node_dir.mkdir()
+    generic = yaml.safe_load((profiles.default_profile_dir() / "generic.yml").read_text())
+    generic["thresholds"][thresholds.GPU_WARN].update(value=2, source="site: GPUs of a node within 2%")
+    (node_dir / "generic.yml").write_text(yaml.safe_dump(generic))
+    (node_dir / "site-gpu.yml").write_text(yaml.safe_dump({"name": "site-gpu", "match": [], "thresholds": {}}))
+    carried = engine.check_host(h100_readings(), ["gpu_inventory"], host="n0", profile_name="site-gpu",
+                                profile_dir=node_dir)["profile"]
+    assert carried["name"] == "site-gpu" and carried["path"] == str(node_dir / "site-gpu.yml")
+
+    doc = node_doc("n0", 0, gpus=gpus_of(0, 3))
+    doc["profile"] = carried
+    per = next(r for r in doc["results"] if r["check"] == "matmul_bf16")["detail"]["per_gpu"]
+    for fig in per.values():
+        fig["bf16"] = 800.0
+    per["1"]["bf16"] = 800.0 * 0.97  # 3% below its siblings: within 5%, not within 2%
+    monkeypatch.setenv("GPUFLEET_PROFILE_DIR", str(tmp_path / "no-profiles-here"))
+    thresholds._profile_thresholds.cache_clear()
+    try:
+        res = peers.gpu_vs_node("n0", metrics.extract(doc), thresholds.Thresholds(thresholds.thresholds_for(doc["profile"])))
+    finally:
+        thresholds._profile_thresholds.cache_clear()
+    assert res["status"] == "warn", res
+    assert res["threshold"]["value"] == 2 and res["threshold"]["source"] == "site: GPUs of a node within 2%"
+
+
+def test_a_document_from_before_a_key_gets_generic_defaults_which_no_model_profile_changes():
+    from gpufleet import profiles
+
+    table = thresholds.thresholds_for({"name": "h100-sxm", "thresholds": {}})
+    generic = profiles.resolve(None, profile_name=profiles.GENERIC)["thresholds"]
+    assert {k: table[k] for k in thresholds.KEYS_READ} == {k: generic[k] for k in thresholds.KEYS_READ}
+    for name, prof in profiles.load_all().items():
+        if name != profiles.GENERIC:
+            assert not set(thresholds.KEYS_READ) & set(prof["thresholds"]), name

@@ -167,3 +167,35 @@ def test_history_of_a_node_a_gpu_and_a_serial(tmp_path):
         # The GPU failed in r1 and was back in r2 in the same node: said, with where and when.
         back = store.gpu_failures(gpu["uuid"], gpu["serial"], "r2")
         assert back[0]["run_id"] == "r1" and back[0]["accepted_since"] is None
+
+
+def test_a_renamed_run_folder_keeps_the_run_id_run_json_holds(tmp_path):
+    """The run id is read from run.json everywhere: the report, the store, a recorded document, a resume plan."""
+    from gpufleet import runs
+    from gpufleet.runner import record as runner_record, resume
+
+    reports = tmp_path / "reports"
+    first = write_run(reports, "first-id", {"node0": node_doc("node0", 0, read_at=R1)})
+    run_dir = first.rename(reports / "renamed")
+    assert runs.run_id_of(run_dir) == "first-id"
+    summary = report.build(run_dir)
+    assert summary["run_id"] == "first-id"
+    assert json.loads((run_dir / "report.json").read_text())["run_id"] == "first-id"
+    with Store(reports / "gpufleet.db") as store:
+        assert [r[0] for r in store.conn.execute("SELECT run_id FROM runs")] == ["first-id"]
+        assert store.conn.execute("SELECT COUNT(*) FROM documents WHERE run_id = 'renamed'").fetchone()[0] == 0
+    done = fleet_cli.record(run_dir, "node1", node_doc("node1", 1, read_at=R1))
+    assert done["run_id"] == "first-id"
+    assert resume.plan(runner_record.load_run_folder(run_dir)).run_id == "first-id"
+    # A folder without run.json (a run from before run records) is known by its name.
+    (run_dir / "run.json").unlink()
+    assert runs.run_id_of(run_dir) == "renamed"
+
+
+def test_a_run_started_without_an_id_gets_one_minted_and_recorded(tmp_path):
+    from gpufleet import runs
+
+    started = runs.start(str(tmp_path), None, playbook="validate", hosts=["node0"])
+    run_dir = Path(started["run_dir"])
+    assert run_dir.name == started["run_id"] and len(started["run_id"]) == len("20261121T100000Z")
+    assert runs.read_run(run_dir)["run_id"] == runs.run_id_of(run_dir) == started["run_id"]

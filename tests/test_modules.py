@@ -16,12 +16,13 @@ import pytest
 
 from module_runner import REPO, run_module  # noqa: E402  (also puts the collection on sys.path)
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import engine  # noqa: E402
+from ansible_collections.gpufleet.cluster.plugins.module_utils import check_module, engine, report_module  # noqa: E402
 from ansible_collections.gpufleet.cluster.plugins.modules import (  # noqa: E402
     fleet_report,
     gpu_health,
     gpu_inventory,
     host_hygiene,
+    run_start,
 )
 
 from gpufleet import schema  # noqa: E402
@@ -294,11 +295,20 @@ def test_modules_document_the_arguments_they_take():
     from ansible_collections.gpufleet.cluster.plugins.doc_fragments.engine_check import ModuleDocFragment
 
     fragment = yaml.safe_load(ModuleDocFragment.DOCUMENTATION)["options"]
-    assert set(fragment) == set(engine.check_argument_spec())
+    assert set(fragment) == set(check_module.check_argument_spec())
     for mod in CHECK_MODULES.values():
         doc = yaml.safe_load(mod.DOCUMENTATION)
         assert "gpufleet.cluster.engine_check" in doc["extends_documentation_fragment"]
         assert yaml.safe_load(mod.RETURN)["gpufleet"]["type"] == "dict"
         yaml.safe_load(mod.EXAMPLES)
     report_doc = yaml.safe_load(fleet_report.DOCUMENTATION)
-    assert set(report_doc["options"]) == set(engine.report_argument_spec())
+    assert set(report_doc["options"]) == set(report_module.report_argument_spec())
+
+
+def test_run_start_without_a_run_id_returns_the_one_the_engine_minted(tmp_path, capsys):
+    out = run_module(run_start, {"reports_dir": str(tmp_path), "hosts": ["node0"], "python": sys.executable,
+                                 "engine_src": str(REPO / "src")}, capsys)
+    assert out["_exit_code"] == 0, out
+    run_dir = Path(out["run_dir"])
+    assert run_dir.parent == tmp_path and run_dir.name == out["run_id"]
+    assert json.loads((run_dir / "run.json").read_text())["run_id"] == out["run_id"]

@@ -35,14 +35,20 @@ def playbook_env(tmp_path: Path) -> dict:
                 ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
 
 
-def run_validate(tmp_path: Path, *extra: str, inventory: str = "inventory/local") -> tuple[subprocess.CompletedProcess, Path]:
+def run_validate(tmp_path: Path, *extra: str, inventory: str = "inventory/local",
+                 minted_run_id: bool = False) -> tuple[subprocess.CompletedProcess, Path]:
+    """minted_run_id: leave gpufleet_run_id out, so the run gets the id `run start` mints."""
     run_id = f"test-{uuid.uuid4().hex[:12]}"
     env = playbook_env(tmp_path)
     cmd = [str(BIN / "ansible-playbook"), "validate.yml", "-i", inventory,
-           "-e", f"gpufleet_run_id={run_id}", "-e", f"gpufleet_reports_dir={tmp_path}",
+           *([] if minted_run_id else ["-e", f"gpufleet_run_id={run_id}"]), "-e", f"gpufleet_reports_dir={tmp_path}",
            # A lock of the test's own: tests running at once on this machine would otherwise hold its node.
            "-e", f"gpufleet_lock_path={tmp_path / 'node.lock'}", *extra]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    if minted_run_id:
+        folders = [p for p in tmp_path.iterdir() if (p / "run.json").is_file()]
+        assert len(folders) == 1, (folders, proc.stdout + proc.stderr)
+        return proc, folders[0]
     return proc, tmp_path / run_id
 
 
@@ -55,8 +61,8 @@ def host_doc(run_dir: Path, host: str) -> dict:
 
 
 def test_local_run_fails_acceptance_and_writes_every_report(tmp_path):
-    # The benchmark stage off ([]): tests/test_playbook_benchmarks.py runs it.
-    proc, run_dir = run_validate(tmp_path, "-e", json.dumps({"gpufleet_benchmarks": []}))
+    # The benchmark stage off ([]): tests/test_playbook_benchmarks.py runs it. No gpufleet_run_id: one is minted.
+    proc, run_dir = run_validate(tmp_path, "-e", json.dumps({"gpufleet_benchmarks": []}), minted_run_id=True)
     out = output(proc)
 
     assert proc.returncode != 0, out  # no GPU here: the node must not be accepted
@@ -75,6 +81,7 @@ def test_local_run_fails_acceptance_and_writes_every_report(tmp_path):
     assert any("no NVIDIA driver" in r["reason"] for r in gpu_results)
 
     report = json.loads((run_dir / "report.json").read_text())
+    assert report["run_id"] == run_dir.name == json.loads((run_dir / "run.json").read_text())["run_id"]
     assert report["nodes"]["localhost"]["verdict"] == "fail"
     assert report["verdict"] == "fail"
     # The playbook says where the report is and which node failed.

@@ -224,13 +224,9 @@ import re
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import (
-    host_document,
-    node_args,
-    run_engine_results,
-    start_engine_run,
-    torchrun_engine_timeout_s,
-)
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import node_args
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_results import run_engine_results, start_engine_run, torchrun_engine_timeout_s
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_schema import host_document
 
 GROUP = "finetune"  # gpufleet.finetune.results.GROUP
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

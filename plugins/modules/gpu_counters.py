@@ -155,14 +155,8 @@ import json
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import (
-    RESULT_RCS,
-    TAIL_CHARS,
-    EngineError,
-    check_argument_spec,
-    node_args,
-    run_json,
-)
+from ansible_collections.gpufleet.cluster.plugins.module_utils.check_module import check_argument_spec
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import RESULT_RCS, TAIL_CHARS, EngineError, node_args, run_json
 
 PHASES = ("before", "after")
 

@@ -106,7 +106,7 @@ gpufleet:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import check_argument_spec, run_check_module
+from ansible_collections.gpufleet.cluster.plugins.module_utils.check_module import check_argument_spec, run_check_module
 
 GROUP = "host_hygiene"
 

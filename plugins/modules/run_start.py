@@ -24,9 +24,10 @@ options:
     type: path
     required: true
   run_id:
-    description: The run's name (C(gpufleet_run_id)).
+    description:
+      - The run's name (C(gpufleet_run_id)).
+      - Left out, the engine mints one (the UTC time, C(%Y%m%dT%H%M%SZ)) and returns it as C(run_id).
     type: str
-    required: true
   hosts:
     description: The nodes the attempt covers, in inventory order.
     type: list
@@ -88,6 +89,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+run_id:
+  description: The run's id, as given or minted; run.json records it, and every report and store row uses it.
+  returned: success
+  type: str
+  sample: after-reimage
 run_dir:
   description: The run's folder.
   returned: success
@@ -123,7 +129,7 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             reports_dir=dict(type="path", required=True),
-            run_id=dict(type="str", required=True),
+            run_id=dict(type="str"),
             hosts=dict(type="list", elements="str", default=[]),
             playbook=dict(type="str", default="validate"),
             tier=dict(type="str"),
@@ -136,7 +142,7 @@ def main():
         supports_check_mode=False,
     )
     p = module.params
-    args = ["run", "start", p["reports_dir"], p["run_id"], "--playbook", p["playbook"]]
+    args = ["run", "start", p["reports_dir"]] + ([p["run_id"]] if p["run_id"] else []) + ["--playbook", p["playbook"]]
     for host in p["hosts"]:
         args += ["--host", host]
     for stage in p["stages"]:

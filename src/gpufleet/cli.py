@@ -208,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     run_sub = run.add_subparsers(dest="run_command", required=True)
     rs = run_sub.add_parser("start", help="check the run id and host names, create REPORTS_DIR/RUN_ID, record the attempt")
     rs.add_argument("reports_dir", help="absolute folder of the run folders (gpufleet_reports_dir)")
-    rs.add_argument("run_id", help="the run's name (gpufleet_run_id)")
+    rs.add_argument("run_id", nargs="?", help="the run's name (gpufleet_run_id; default: the UTC time, minted here)")
     rs.add_argument("--playbook", default="validate", help="the playbook the attempt runs")
     rs.add_argument("--host", action="append", help="a node the attempt covers (repeatable)")
     rs.add_argument("--tier", help="the attempt's tier (gpufleet_tier)")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 from pathlib import Path
 
 from gpufleet import paths, schema
@@ -79,6 +80,24 @@ def controller_alive(controller: dict) -> bool | None:
     return stat is not None and stat[1] == controller.get("started_ticks")
 
 
+def new_run_id() -> str:
+    """A run id for a run started without one: the UTC time, to the second."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+
+
+def run_id_of(run_dir: Path | str) -> str:
+    """The run's id, as `run start` recorded it in run.json: the one every report, store row and resume uses, so a
+    renamed or moved run folder keeps its id. A folder without a readable run.json (a run from before run records)
+    is known by its name."""
+    try:
+        doc = json.loads((Path(run_dir) / RUN_FILE).read_text())
+    except (OSError, ValueError):
+        doc = None
+    if isinstance(doc, dict) and isinstance(doc.get("run_id"), str) and doc["run_id"]:
+        return doc["run_id"]
+    return Path(run_dir).resolve().name
+
+
 def read_run(run_dir: Path) -> dict:
     path = run_dir / RUN_FILE
     try:
@@ -108,7 +127,7 @@ def dead_runs(reports_dir: Path) -> list[str]:
 
 def start(
     reports_dir: str,
-    run_id: str,
+    run_id: str | None,
     *,
     playbook: str,
     hosts: list[str],
@@ -117,7 +136,11 @@ def start(
     limit: str | None = None,
     stages: list[str] | None = None,
 ) -> dict:
-    """Create or resume the run; return {"run_id", "run_dir", "attempt", "resumed", "controller", "dead_runs"}."""
+    """Create or resume the run; return {"run_id", "run_dir", "attempt", "resumed", "controller", "dead_runs"}.
+
+    The run id is minted here when none is given (gpufleet_run_id left out): the one place a run gets its id.
+    """
+    run_id = run_id or new_run_id()
     paths.safe_name(run_id, "gpufleet_run_id")
     for host in hosts:
         paths.safe_name(host, "the inventory host name")

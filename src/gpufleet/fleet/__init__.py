@@ -4,8 +4,12 @@
                 counter snapshots, GPU flags and the baseline; an index that `rebuild()` recreates from the run folders
     metrics.py  the comparable figures of one host document (matmul per dtype, HBM, PCIe, NCCL busbw per
                 collective and size band, training tokens/s), each per GPU where it is one, with its unit
-    compare.py  the results of group `fleet` per node: GPU against its node's median, node against the fleet
-                median, both against the baseline, sample spread, counter rates, GPUs that failed before
+    compare.py  the results of group `fleet` per node, each from its own module: peers.py (GPU against its
+                node's median, node against the fleet median, sample spread), baseline.py (against the baseline
+                run), counter_growth.py (counter rates, over counter_table.py), returning.py (GPUs that failed
+                before), sdc.py; thresholds.py (the node's thresholds, from its document), robust.py (median,
+                MAD, one figure judged), findings.py (comparison rows, sentences, results), view.py (the
+                report's fleet view)
     export.py   a Prometheus textfile per node and the Slurm drain lines
     cli.py      `gpufleet record | history | baseline | store`
 

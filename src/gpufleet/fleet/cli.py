@@ -106,7 +106,7 @@ def record(run_dir: Path, host: str, new_doc: dict, replace_groups: list[str] | 
                     merged = dict(old, results=kept + new_results)
         merged["attempt"] = attempt
         paths.write_atomic(path, json.dumps(merged, indent=1, sort_keys=True, default=str) + "\n")
-    return {"run_id": run_dir.resolve().name, "host": host, "folder": folder, "path": str(path),
+    return {"run_id": runs.run_id_of(run_dir), "host": host, "folder": folder, "path": str(path),
             "results": len(merged["results"]), "replaced_groups": groups, "unreadable_kept": str(kept_aside) if kept_aside else None}
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from gpufleet.checks.sdc import comparable_key, majority
 from gpufleet.fleet import flagged, gpu_text
-from gpufleet.fleet.compare import _result
+from gpufleet.fleet.findings import fleet_result
 from gpufleet.schema import ERROR, FAIL, PASS, SKIP
 
 CHECK = "sdc"
@@ -46,7 +46,7 @@ def judge(host: str, run_id: str, rows_by_host: dict[str, list[dict]], store: An
     """The fleet.sdc result of `host`, from every node's hash_rows() of this run and the store's earlier runs."""
     mine = rows_by_host.get(host) or []
     if not mine:
-        return _result(CHECK, SKIP, "no SDC hashes from this node (benchmark sdc did not run or gave none)")
+        return fleet_result(CHECK, SKIP, "no SDC hashes from this node (benchmark sdc did not run or gave none)")
     cpu = any(r["cpu"] for r in mine)
     findings, bad, inconclusive, compared, alone = [], {}, [], 0, set()
     for (key, name) in dict.fromkeys((r["comparable"], r["computation"]) for r in mine):
@@ -74,15 +74,15 @@ def judge(host: str, run_id: str, rows_by_host: dict[str, list[dict]], store: An
     detail = {"compared_gpus": compared, "alone": sorted(alone), "store": None if store is not None else store_note,
               "hashes": [{k: r[k] for k in ("index", "uuid", "computation", "sha256")} for r in mine]}
     if findings:
-        return _result(CHECK, FAIL, "; ".join(findings), cpu=cpu, failure_class="hardware",
+        return fleet_result(CHECK, FAIL, "; ".join(findings), cpu=cpu, failure_class="hardware",
                        remedy="this GPU computes other bits than its identical peers: drain the node and replace the GPU",
                        detail={**detail, "flagged_gpus": [flagged(r) for r in bad.values()]})
     if inconclusive:
-        return _result(CHECK, ERROR, "inconclusive: " + "; ".join(inconclusive) + " with the same model and versions, one of them "
+        return fleet_result(CHECK, ERROR, "inconclusive: " + "; ".join(inconclusive) + " with the same model and versions, one of them "
                        "computes wrong bits", failure_class="hardware", detail=detail,
                        remedy="run benchmark sdc on more nodes of this model and versions, so a majority can name the GPU")
     if alone and not compared:
-        return _result(CHECK, SKIP, "no other GPU of this model, driver, CUDA, torch and cuBLAS version in this run or the store to "
+        return fleet_result(CHECK, SKIP, "no other GPU of this model, driver, CUDA, torch and cuBLAS version in this run or the store to "
                        "compare the hashes with", detail=detail)
-    return _result(CHECK, PASS, f"every hash of this node's GPUs is the majority's among {compared} GPUs of the same model "
+    return fleet_result(CHECK, PASS, f"every hash of this node's GPUs is the majority's among {compared} GPUs of the same model "
                    "and versions" + (f" ({', '.join(sorted(alone))}: nothing to compare with)" if alone else ""), cpu=cpu, detail=detail)

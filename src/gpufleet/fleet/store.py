@@ -46,7 +46,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from gpufleet import failure_class, paths, schema
+from gpufleet import failure_class, paths, runs, schema
 from gpufleet.errors import InputError
 from gpufleet.fleet import BASELINE_FILE, DB_NAME, GROUP, metrics, sdc
 
@@ -366,7 +366,7 @@ class Store:
             return self._index_run(run_dir, expected_hosts or [])
 
     def _index_run(self, run_dir: Path, expected: list[str]) -> dict:
-        run_id = run_dir.resolve().name
+        run_id = runs.run_id_of(run_dir)
         info = read_run_info(run_dir)
         self.upsert_run(run_id, run_dir.resolve(), info)
         done: dict = {"run_id": run_id, "documents": 0, "unreadable": [], "missing": []}
@@ -702,7 +702,8 @@ def open_for_run(path: Path | str, run_dir: Path | str) -> Store:
                 return Store(path)  # repaired by another process while this one waited
             except DamagedStore as exc:
                 damage = exc
-        repair(path, run_dir.parent, damage, by=f"run {run_dir.name}", own_run=run_dir.name)
+        own_run = runs.run_id_of(run_dir)
+        repair(path, run_dir.parent, damage, by=f"run {own_run}", own_run=own_run)
     return Store(path)
 
 

@@ -7,7 +7,7 @@ import json
 import sqlite3
 from pathlib import Path
 
-from gpufleet import __version__, paths, schema
+from gpufleet import __version__, paths, runs, schema
 from gpufleet.errors import InputError
 from gpufleet.fleet import compare, export, store as fleet_store
 from gpufleet.report import render_html, render_junit, render_md
@@ -36,7 +36,7 @@ def assemble(run_dir: Path, nodes: list[dict]) -> dict:
     counts = {s: sum(n["counts"][s] for n in nodes) for s in STATUS_ORDER}
     return {
         "schema_version": schema.SCHEMA_VERSION,
-        "run_id": Path(run_dir).resolve().name,
+        "run_id": runs.run_id_of(run_dir),
         "run_dir": str(run_dir),
         "generated": schema.utc_now(),
         "report_engine_version": __version__,
@@ -153,7 +153,7 @@ def build(
     """
     run_dir = Path(run_dir)
     nodes = load_nodes(run_dir, expected_hosts)
-    run_id = run_dir.resolve().name
+    run_id = runs.run_id_of(run_dir)
     store, store_note = _open_store(run_dir, db, use_store)
     try:
         if store is not None:

@@ -22,13 +22,13 @@ from gpufleet.runner.core import (
     Outcome,
     check_user_vars,
     invoke,
-    new_run_id,
     ending_text,
     not_accepted_why,
     report_finals,
 )
 from gpufleet.runner.events import FleetState
 from gpufleet.runner.locating import Progress
+from gpufleet.runs import new_run_id
 from gpufleet.runner.project import Project, find_project, nodes_of, read_inventory
 from gpufleet.runner.view import make_view
 

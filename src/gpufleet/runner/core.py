@@ -54,10 +54,6 @@ NOT_RECORDED = "(not recorded)"
 WHY_REASON_CHARS, WHY_MORE_CHECKS = 160, 5  # the end of a run: the first reason cut here, this many more checks named
 
 
-def new_run_id() -> str:
-    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-
-
 @dataclass
 class Invocation:
     """One playbook run of a run: what it runs and on which nodes."""

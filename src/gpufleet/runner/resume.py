@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpufleet import schema
+from gpufleet import runs, schema
 from gpufleet.runner.record import RunFolder
 
 STAGES = ("node", "multinode", "finetune")
@@ -214,5 +214,5 @@ def plan(folder: RunFolder, *, only_unfinished: bool = False, hostvars: dict | N
     for step in steps:
         if any(s in CROSS_GROUPS for s in step.stages):
             step.peers = [h for h in finished if h not in step.limit] + peers
-    run_id = (folder.run or {}).get("run_id") or (folder.record or {}).get("run_id") or folder.run_dir.name
+    run_id = runs.run_id_of(folder.run_dir)
     return ResumePlan(run_id, hosts, stages, reasons, finished, steps, tier)

@@ -1,0 +1,53 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0.txt)
+"""Body of the check modules (gpu_inventory, gpu_health, host_hygiene): one engine check group, its host document.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import (
+    RESULT_RCS,
+    TAIL_CHARS,
+    EngineError,
+    node_args,
+    run_json,
+)
+
+
+def check_argument_spec():
+    """Arguments shared by gpu_inventory, gpu_health and host_hygiene."""
+    return dict(
+        python=dict(type="path", required=True),
+        profile=dict(type="str"),
+        thresholds=dict(type="dict"),
+        timeout_s=dict(type="int", default=120),
+        host_name=dict(type="str"),
+    )
+
+
+def check_command(group, host_name=None, profile=None, thresholds=None):
+    return ["check", "--group", group, "--json"] + node_args(host_name, profile, thresholds)
+
+
+def run_check_module(module, group):
+    """Body of a check module: run one check group, return its host document.
+
+    A failed check is data (status fail in the document), never a module
+    failure; the module fails only when the engine could not answer.
+    """
+    p = module.params
+    host = p["host_name"] or socket.gethostname()
+    args = check_command(group, p["host_name"], p["profile"], p["thresholds"])
+    try:
+        dummy, doc = run_json(p["python"], args, p["timeout_s"], host, ok_rcs=RESULT_RCS)
+    except EngineError as exc:
+        module.fail_json(**exc.fail_kwargs())
+    if not isinstance(doc.get("results"), list):
+        module.fail_json(msg="gpufleet check on %s printed a document without a results list" % host,
+                         stdout=json.dumps(doc)[:TAIL_CHARS])
+    # Also as a fact, so later plays (and `ansible -m setup`-style ad hoc use) can read the node's verdicts.
+    module.exit_json(changed=False, gpufleet=doc, ansible_facts={"gpufleet_%s" % group: doc})

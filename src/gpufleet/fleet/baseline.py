@@ -1,0 +1,112 @@
+"""Comparisons with the baseline run: the node and each GPU against the baseline's figure for them, and the
+node against the baseline's fleet median.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from gpufleet.fleet import gpu_text, num
+from gpufleet.fleet.findings import (
+    comparison_row,
+    evidence_rows,
+    flagged_from,
+    fleet_result,
+    gap_text,
+    judge_comparisons,
+)
+from gpufleet.fleet.peers import node_rows
+from gpufleet.fleet.thresholds import BASE_FAIL, BASE_WARN, Thresholds
+from gpufleet.schema import SKIP
+
+
+def _comparable(m: dict, b: dict) -> str | None:
+    """Why a figure cannot be held against a baseline figure, or None."""
+    if bool(m.get("cpu")) != bool(b.get("cpu")):
+        return "one of the two is a CPU run"
+    if m["context"] != b.get("context"):
+        return f"measured differently (baseline {b.get('context')}, this run {m['context']})"
+    return None
+
+
+def node_vs_baseline(host: str, found: dict, base: list[dict], base_id: str, thr: Thresholds) -> dict:
+    threshold = thr.pair(BASE_WARN, BASE_FAIL)
+    comparisons, not_comparable = [], []
+    node_base = {(b["metric"]): b for b in base if b["host"] == host and b["gpu_index"] is None}
+    gpu_base = {(b["uuid"], b["metric"]): b for b in base if b["gpu_index"] is not None and b["uuid"]}
+    for m in found["metrics"]:
+        if m["scope"] == "node":
+            b, what = node_base.get(m["key"]), f"baseline run {base_id}'s figure for this node"
+        elif m.get("uuid"):
+            b = gpu_base.get((m["uuid"], m["key"]))
+            what = f"baseline run {base_id}'s figure for this GPU" + (f" (then in node {b['host']})" if b and b["host"] != host else "")
+        else:
+            continue
+        if b is None:
+            continue
+        why = _comparable(m, {"cpu": b["cpu"], "context": b["context"]})
+        if why:
+            not_comparable.append({"metric": m["key"], "index": m.get("index"), "uuid": m.get("uuid"), "why": why})
+            continue
+        if b["value"] > 0:
+            comparisons.append(comparison_row(m, b["value"], what, thr, BASE_WARN, BASE_FAIL, baseline_host=b["host"]))
+    if not comparisons:
+        why = (f"nothing comparable: {not_comparable[0]['why']}" if not_comparable else
+               f"node {host} and its GPUs are not in baseline run {base_id} (node_vs_baseline_fleet holds it against that run's fleet)")
+        return fleet_result("node_vs_baseline", SKIP, why, threshold=threshold, detail={"baseline": base_id, "not_comparable": not_comparable})
+    status, reason, below_pct = judge_comparisons(
+        comparisons, thr, BASE_WARN, BASE_FAIL,
+        lambda c: f"{gpu_text(c)} " if c.get("index") is not None or c.get("uuid") else f"node {host} ")
+    if reason is None:
+        reason = (f"node {host} and its GPUs within {num(thr.value(BASE_WARN))}% of baseline run {base_id} on "
+                  f"{len(comparisons)} figure(s); {gap_text(comparisons)}")
+    return fleet_result("node_vs_baseline", status, reason, cpu=any(c["cpu"] for c in comparisons), value=below_pct,
+                   unit="% below", threshold=threshold,
+                   remedy="the node or GPU got slower than when the baseline was taken: compare this run's health checks and "
+                          "versions (driver, firmware) with the baseline's; re-run the benchmarks; service what stays slow",
+                   detail={"baseline": base_id, "comparisons": evidence_rows(comparisons), "not_comparable": not_comparable,
+                           "flagged_gpus": flagged_from(comparisons)})
+
+
+def baseline_medians(base: list[dict]) -> dict[tuple, dict]:
+    """(metric, context) -> {"value" (median over the baseline's nodes), "n", "cpu", "unit"} of node-level rows."""
+    groups: dict[tuple, list[dict]] = {}
+    for b in base:
+        if b["gpu_index"] is None:
+            groups.setdefault((b["metric"], b["context"]), []).append(b)
+    return {k: {"value": statistics.median(r["value"] for r in rows), "n": len(rows), "cpu": any(r["cpu"] for r in rows),
+                "unit": rows[0]["unit"]} for k, rows in groups.items()}
+
+
+def node_vs_baseline_fleet(host: str, found: dict, medians: dict, base_id: str, thr: Thresholds) -> dict:
+    threshold = thr.pair(BASE_WARN, BASE_FAIL)
+    comparisons, not_comparable = [], []
+    by_metric: dict[str, list] = {}
+    for (key, context), med in medians.items():
+        by_metric.setdefault(key, []).append((context, med))
+    for m in node_rows(found, shared=True):
+        options = by_metric.get(m["key"]) or []
+        match = next((med for context, med in options if context == m["context"]), None)
+        if match is None:
+            if options:
+                not_comparable.append({"metric": m["key"], "why": f"measured differently (baseline {options[0][0]}, this run {m['context']})"})
+            continue
+        if bool(match["cpu"]) != bool(m["cpu"]):
+            not_comparable.append({"metric": m["key"], "why": "one of the two is a CPU run"})
+            continue
+        if match["value"] > 0:
+            comparisons.append(comparison_row(m, match["value"], f"baseline run {base_id}'s fleet median of {match['n']} node(s)",
+                                           thr, BASE_WARN, BASE_FAIL, n=match["n"]))
+    if not comparisons:
+        why = (f"nothing comparable: {not_comparable[0]['why']}" if not_comparable else
+               f"baseline run {base_id} has none of this node's figures")
+        return fleet_result("node_vs_baseline_fleet", SKIP, why, threshold=threshold, detail={"baseline": base_id, "not_comparable": not_comparable})
+    status, reason, below_pct = judge_comparisons(comparisons, thr, BASE_WARN, BASE_FAIL, lambda c: f"node {host} ")
+    if reason is None:
+        reason = (f"node {host} within {num(thr.value(BASE_WARN))}% of baseline run {base_id}'s fleet median on "
+                  f"{len(comparisons)} metric(s); {gap_text(comparisons)}")
+    return fleet_result("node_vs_baseline_fleet", status, reason, cpu=any(c["cpu"] for c in comparisons), value=below_pct,
+                   unit="% below", threshold=threshold,
+                   remedy="this node is slower than the fleet was at the baseline: compare its checks with a node of the "
+                          "baseline run; a replacement node that is slower than the nodes it joins holds back every job",
+                   detail={"baseline": base_id, "comparisons": evidence_rows(comparisons), "not_comparable": not_comparable})

@@ -1,0 +1,161 @@
+"""Comparisons between peers of one run: each GPU against its node's median, each node against the fleet's,
+and a GPU whose benchmark samples spread far more than its siblings'.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from gpufleet.fleet import flagged, gpu_text, metrics as fm, num
+from gpufleet.fleet.findings import (
+    comparison_row,
+    evidence_rows,
+    flagged_from,
+    fleet_result,
+    gap_text,
+    judge_comparisons,
+    listed_text,
+)
+from gpufleet.fleet.robust import robust, robust_z
+from gpufleet.fleet.thresholds import (
+    GPU_FAIL,
+    GPU_WARN,
+    MIN_NODES,
+    NODE_FAIL,
+    NODE_WARN,
+    SPREAD_FLOOR,
+    SPREAD_RATIO,
+    Thresholds,
+)
+from gpufleet.schema import PASS, SKIP, WARN
+
+
+def node_rows(found: dict, *, shared: bool = False) -> list[dict]:
+    return [m for m in found["metrics"] if m["scope"] == "node" and (shared or not m["shared"])]
+
+
+def fleet_groups(founds: dict[str, dict]) -> dict[tuple, dict[str, dict]]:
+    """(metric, context) -> {host: node-level metric} over the nodes of the run, shared metrics left out."""
+    groups: dict[tuple, dict[str, dict]] = {}
+    for host, found in founds.items():
+        for m in node_rows(found):
+            groups.setdefault((m["key"], m["context"]), {})[host] = m
+    return groups
+
+
+def gpu_vs_node(host: str, found: dict, thr: Thresholds) -> dict:
+    comparisons = []
+    for key in fm.GPU_METRICS:
+        rows = [m for m in found["metrics"] if m["key"] == key and m["scope"] == "gpu"]
+        if len(rows) < 2:
+            continue
+        if min(m["value"] for m in rows) <= 0:
+            continue  # a figure of zero is no measurement to hold others against
+        if len(rows) == 2:
+            for m, other in (rows, rows[::-1]):
+                comparisons.append(comparison_row(m, other["value"], f"its only sibling {gpu_text(other).split(' (')[0]} at", thr,
+                                               GPU_WARN, GPU_FAIL, n=2, robust_z=None))
+            continue
+        med, mad = robust([m["value"] for m in rows])
+        for m in rows:
+            comparisons.append(comparison_row(m, med, "the node median", thr, GPU_WARN, GPU_FAIL, n=len(rows), mad=round(mad, 4),
+                                           robust_z=robust_z(m["value"], med, mad)))
+    cpu = any(c["cpu"] for c in comparisons)
+    threshold = thr.pair(GPU_WARN, GPU_FAIL)
+    if not comparisons:
+        gpus = {m.get("cuda_index") for m in found["metrics"] if m["scope"] == "gpu"}
+        why = ("one GPU measured on this node: no sibling to compare it with" if len(gpus) == 1 else
+               "no per-GPU benchmark figures in this node's results (matmul and memory did not run or gave no figure)")
+        return fleet_result("gpu_vs_node", SKIP, why, threshold=threshold)
+    status, reason, below_pct = judge_comparisons(comparisons, thr, GPU_WARN, GPU_FAIL, lambda c: f"{gpu_text(c)} ")
+    if reason is None:
+        n_gpus = max(c["n"] for c in comparisons)
+        keys = sorted({c["metric"] for c in comparisons}, key=fm.GPU_METRICS.index)
+        within = "of each other" if n_gpus == 2 else "of the node median"
+        reason = (f"all {n_gpus} GPUs within {num(thr.value(GPU_WARN))}% {within} on {len(keys)} metric(s) "
+                  f"({', '.join(fm.describe(k)['label'] for k in keys)}); {gap_text(comparisons)}")
+    return fleet_result("gpu_vs_node", status, reason, cpu=cpu, value=below_pct, unit="% below", threshold=threshold,
+                   remedy="compare that GPU's clocks, power and temperature in the benchmark's monitor detail and its health "
+                          "checks; re-run the node's benchmarks; a GPU that stays slow needs service (reseat, RMA)",
+                   detail={"comparisons": evidence_rows(comparisons), "flagged_gpus": flagged_from(comparisons)})
+
+
+def node_vs_fleet(host: str, found: dict, groups: dict, thr: Thresholds) -> dict:
+    min_nodes = thr.value(MIN_NODES) or 3
+    threshold = thr.field(NODE_WARN, fail=thr.field(NODE_FAIL), min_nodes=thr.field(MIN_NODES))
+    mine = node_rows(found)
+    if not mine:
+        return fleet_result("node_vs_fleet", SKIP, "no node-level benchmark figures in this node's results to compare with the fleet",
+                       threshold=threshold)
+    comparisons, too_few = [], {}
+    for m in mine:
+        members = groups.get((m["key"], m["context"]), {})
+        if len(members) < min_nodes:
+            too_few[m["key"]] = len(members)
+            continue
+        values = [x["value"] for x in members.values()]
+        med, mad = robust(values)
+        if med <= 0:
+            continue
+        comparisons.append(comparison_row(m, med, f"the fleet median of {len(members)} nodes", thr, NODE_WARN, NODE_FAIL,
+                                       n=len(members), mad=round(mad, 4), robust_z=robust_z(m["value"], med, mad)))
+    cpu = any(m["cpu"] for m in mine)
+    if not comparisons:
+        n = max(too_few.values(), default=0)
+        why = (f"{n} node(s) of this run have these figures; a fleet median needs at least {min_nodes} ({MIN_NODES})"
+               + (": with two, the median cannot tell which one is off" if n == 2 else ""))
+        return fleet_result("node_vs_fleet", SKIP, why, threshold=threshold, detail={"nodes_with_figures": too_few})
+    status, reason, below_pct = judge_comparisons(comparisons, thr, NODE_WARN, NODE_FAIL, lambda c: f"node {host} ")
+    if reason is None:
+        reason = (f"node {host} within {num(thr.value(NODE_WARN))}% of the fleet median on {len(comparisons)} metric(s); "
+                  f"{gap_text(comparisons)}")
+    return fleet_result("node_vs_fleet", status, reason, cpu=cpu, value=below_pct, unit="% below", threshold=threshold,
+                   remedy="compare this node's checks (clocks, power limit, PCIe link, NVLink, host tuning) with a node near "
+                          "the median; re-run validate.yml --limit for it; a node that stays slow holds back every job it joins",
+                   detail={"comparisons": evidence_rows(comparisons), "too_few_nodes": too_few})
+
+
+def sample_spread(host: str, found: dict, thr: Thresholds) -> dict:
+    ratio_max, floor = thr.value(SPREAD_RATIO), thr.value(SPREAD_FLOOR)
+    threshold = thr.field(SPREAD_FLOOR, ratio=thr.field(SPREAD_RATIO))
+    spreads = found["spreads"]
+    if not spreads:
+        return fleet_result("sample_spread", SKIP, "no per-sample figures in this node's benchmark results", threshold=threshold)
+    rows = []
+    for key in dict.fromkeys(s["key"] for s in spreads):
+        mine = [s for s in spreads if s["key"] == key]
+        for s in mine:
+            siblings = [o["spread_pct"] for o in mine if o is not s]
+            sib = statistics.median(siblings) if siblings else None
+            ratio = None if sib is None else (s["spread_pct"] / sib if sib > 0 else (float("inf") if s["spread_pct"] > 0 else 1.0))
+            disturbed = (sib is not None and floor is not None and ratio_max is not None
+                         and s["spread_pct"] > floor and ratio > ratio_max)
+            shown = None if ratio is None else "inf" if ratio == float("inf") else round(ratio, 2)
+            rows.append({**s, "siblings_median_spread_pct": sib, "ratio": shown, "status": WARN if disturbed else PASS})
+    keep = ("key", "index", "uuid", "serial", "n", "min", "median", "max", "spread_pct", "siblings_median_spread_pct", "ratio", "status")
+    cpu = any(s["cpu"] for s in spreads)
+    bad = [r for r in rows if r["status"] == WARN]
+    if not any(r["siblings_median_spread_pct"] is not None for r in rows):
+        worst = max(rows, key=lambda r: r["spread_pct"])
+        return fleet_result("sample_spread", SKIP, f"one GPU measured: no sibling to compare its sample spread with (largest: "
+                       f"{worst['label']} {worst['spread_pct']:.1f}%)", threshold=threshold,
+                       detail={"spreads": [{k: r[k] for k in keep} for r in rows]})
+    if bad:
+        parts = []
+        for r in sorted(bad, key=lambda r: -r["spread_pct"]):
+            unit = fm.describe(r["key"])["unit"]
+            ratio = ("with siblings at 0%" if r["ratio"] == "inf" else
+                     f"{r['ratio']:.1f} times its siblings' median spread {r['siblings_median_spread_pct']:.1f}%")
+            parts.append(f"{gpu_text(r)} {r['label']} samples spread {r['spread_pct']:.1f}% ({num(r['min'])} to {num(r['max'])} {unit}"
+                         f" over {r['n']} samples), {ratio} (thresholds: over {num(floor)}% and over {num(ratio_max)} times): "
+                         "disturbed while measured, its median is not the GPU's figure")
+        reason = listed_text(parts)
+    else:
+        worst = max(rows, key=lambda r: r["spread_pct"])
+        reason = (f"no GPU's samples spread far more than its siblings' ({len(rows)} figure(s); largest: {gpu_text(worst)} "
+                  f"{worst['label']} {worst['spread_pct']:.1f}%)")
+    return fleet_result("sample_spread", WARN if bad else PASS, reason, cpu=cpu, value=max(r["spread_pct"] for r in rows), unit="%",
+                   threshold=threshold,
+                   remedy="look for another process on that GPU (gpu_health.processes) or a throttle in the benchmark's monitor "
+                          "detail; re-run the node's benchmarks on an idle node",
+                   detail={"spreads": [{k: r[k] for k in keep} for r in rows], "flagged_gpus": [flagged(r) for r in bad]})

@@ -1,0 +1,62 @@
+"""A node's thresholds for the fleet comparisons: the keys read, and their look-up in the node's profile.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from gpufleet import profiles
+from gpufleet.fleet.counter_table import COUNTERS
+
+
+# Keys of files/profiles/generic.yml this module reads.
+GPU_WARN, GPU_FAIL = "fleet_gpu_below_node_warn_pct", "fleet_gpu_below_node_fail_pct"
+NODE_WARN, NODE_FAIL = "fleet_node_below_fleet_warn_pct", "fleet_node_below_fleet_fail_pct"
+BASE_WARN, BASE_FAIL = "fleet_below_baseline_warn_pct", "fleet_below_baseline_fail_pct"
+MIN_NODES = "fleet_min_nodes"
+SPREAD_RATIO, SPREAD_FLOOR = "fleet_sample_spread_ratio_max", "fleet_sample_spread_pct_floor"
+MIN_WINDOW = "fleet_counter_min_window_h"
+
+
+# Every threshold key the fleet comparisons read: all of them are in generic.yml, none in a model profile.
+KEYS_READ = (GPU_WARN, GPU_FAIL, NODE_WARN, NODE_FAIL, BASE_WARN, BASE_FAIL, MIN_NODES, SPREAD_RATIO, SPREAD_FLOOR,
+             MIN_WINDOW) + tuple(sorted({c[4] for c in COUNTERS if c[4]}))
+
+
+@functools.lru_cache(maxsize=16)
+def _profile_thresholds(name: str | None) -> dict:
+    try:
+        return profiles.resolve(None, profile_name=name or profiles.GENERIC)["thresholds"]
+    except profiles.ProfileError:
+        return profiles.resolve(None, profile_name=profiles.GENERIC)["thresholds"]
+
+
+def thresholds_for(profile: Any) -> dict:
+    """A node's thresholds: the profile its document carries, resolved once on the node (its profile file, from
+    its own --profile-dir, and the inventory's overrides), used as it is. This controller's generic.yml gives only
+    the defaults of keys a document from before them lacks. A profile name alone (no document) is resolved from
+    this controller's files."""
+    if not isinstance(profile, dict):
+        return dict(_profile_thresholds(profile if isinstance(profile, str) else None))
+    out = {key: {"value": entry["value"], "source": entry.get("source")}
+           for key, entry in (profile.get("thresholds") or {}).items() if isinstance(entry, dict) and "value" in entry}
+    if any(key not in out for key in KEYS_READ):
+        out = {**_profile_thresholds(profiles.GENERIC), **out}
+    return out
+
+
+class Thresholds:
+    def __init__(self, table: dict):
+        self.table = table
+
+    def value(self, key: str) -> Any:
+        return (self.table.get(key) or {}).get("value")
+
+    def field(self, key: str, **extra) -> dict:
+        entry = self.table.get(key) or {}
+        return {"key": key, "value": entry.get("value"), "source": entry.get("source"), **extra}
+
+    def pair(self, warn: str, fail: str) -> dict:
+        """The result's threshold: the warn key, with the fail key inside it."""
+        return self.field(warn, fail=self.field(fail))
