@@ -20,7 +20,8 @@ from ansible_collections.gpufleet.cluster.plugins.modules import (  # noqa: E402
     host_hygiene,
 )
 
-from gpufleet import checks, counters, failure_class, schema  # noqa: E402
+from gpufleet import checks, failure_class, schema  # noqa: E402
+from gpufleet.collect import counters  # noqa: E402
 from gpufleet import engine as engine_py  # noqa: E402
 from gpufleet.checks import benchmarks  # noqa: E402
 from gpufleet.errors import EXIT_CODES  # noqa: E402
