@@ -36,7 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def document(args) -> dict:
-    from gpufleet import collect, engine, profiles, schema
+    from gpufleet import collect, engine, failure_class, profiles, schema
     from gpufleet.cli import _json_arg
     from gpufleet.errors import InputError
     from gpufleet.finetune import config
@@ -53,11 +53,25 @@ def document(args) -> dict:
     except ImportError as exc:
         raise InputError(f"the fine-tune needs torch in {sys.executable}, which cannot import it ({exc}); install "
                          "gpufleet[bench,finetune] in the Python that runs it (gpufleet_python)") from None
+    from gpufleet.bench.monitor import sampled
+    from gpufleet.checks import benchmarks
+
     started, t0 = schema.utc_now(), time.monotonic()
-    out = worker.run(args.config, nproc_per_node=args.nproc_per_node, nnodes=args.nnodes, node_rank=args.node_rank,
-                     master_addr=args.master_addr, master_port=args.master_port, timeout_s=args.timeout_s,
-                     rdzv_timeout_s=args.rdzv_timeout_s, max_steps=args.max_steps, output_dir=args.output_dir)
-    return engine.host_document(args.host, profile, readings, started, t0, results.to_results(out, profile))
+
+    def run():
+        return sampled(lambda: worker.run(
+            args.config, nproc_per_node=args.nproc_per_node, nnodes=args.nnodes, node_rank=args.node_rank,
+            master_addr=args.master_addr, master_port=args.master_port, timeout_s=args.timeout_s,
+            rdzv_timeout_s=args.rdzv_timeout_s, max_steps=args.max_steps, output_dir=args.output_dir))
+
+    # Watched as the benchmarks are; a disturbed fine-tune is an error naming the process, never measured again.
+    log: list = []
+    res = benchmarks.watched("finetune", run, results.to_results, profile, log=log,
+                             not_again="a fine-tune takes too long to run twice")
+    if any(e.get("device") == "cuda" for e in log):  # a CPU run has no GPU to watch
+        res.append(dict(benchmarks.foreign_processes("finetune", log), group=results.GROUP, started=schema.utc_now(),
+                        seconds=0.0))
+    return engine.host_document(args.host, profile, readings, started, t0, [failure_class.stamp(r) for r in res])
 
 
 def command(args) -> int:
