@@ -103,7 +103,8 @@ def matmul(out: dict, profile: dict) -> list[dict]:
     detail = {"summary": out["summary"], "method": out["method"], "versions": out["versions"], "monitor": mon,
               "per_gpu": {d: {k: v.get(k, {}).get("tflops") for k in out["method"]["dtypes"]}
                           | {"error": v.get("error"), "uuid": (v.get("device") or {}).get("uuid"),
-                             "samples_tflops": (v.get("bf16") or {}).get("samples_tflops"), "phases_s": v.get("phases_s")}
+                             "samples_tflops": (v.get("bf16") or {}).get("samples_tflops")}
+                          | ({"phases_s": v["phases_s"]} if v.get("phases_s") else {})  # a worker's, where one ran
                           for d, v in out["per_device"].items()},
               "per_shape": {d: {k: v[k]["per_shape"] for k in out["method"]["dtypes"] if k in v} for d, v in out["per_device"].items()}}
     ident = {d: _cuda_gpu(mon, v.get("device") or {}) for d, v in out["per_device"].items()}
