@@ -31,7 +31,7 @@ def one_process(device_index: int | None, size: int, repeats: int, queue) -> Non
             torch.cuda.set_device(device)
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
-        torch.use_deterministic_algorithms(True)
+        sdc.deterministic_algorithms(torch)
         sizes = dict(sdc.SIZES["gpu"], matmul_bf16=size, matmul_fp32=size)
         rows = []
         computations = sdc._computations(torch, device, sizes)

@@ -7,20 +7,26 @@
 #                  quiet, and the run ends not accepted, naming the process and the time (benchmark.matmul_processes);
 #   3 soak:        a SOAK_S soak with the same workload started SOAK_DISTURB_AT_S into it for DISTURB_S: the soak
 #                  names the slow windows with the process, is measured again once quiet, and is not accepted;
-#   4 after:       `gpufleet counters --phase after` while the workload still runs: counters.processes_after fails.
+#   4 after:       `gpufleet counters --phase after` while the workload still runs: counters.processes_after fails;
+#   5 train:       `gpufleet bench train_gpt2` (the training gate) with the workload started once the gate is on the
+#                  GPU: measured again once quiet, and not accepted (benchmark.train_gpt2_processes).
+# STEPS picks the steps (default "clean bench soak after train").
 # The node stage runs through `ansible-playbook validate.yml` when ansible-playbook runs here (or its wheels are in
 # ./.whl), else straight through the engine as the role runs it: check, counters before, bench matmul memory nccl,
 # counters after (the run's verdict: schema.verdict over every result).
 # Needs: python3 with torch (CUDA) and nvidia-ml-py, nvidia-smi.
-# Usage: OUT=/path [SOAK_S=90] [DISTURB_S=30] [SOAK_DISTURB_AT_S=30] [DISTURB_GPU=0] [THRESHOLDS='{...}'] \
+# Usage: OUT=/path [STEPS="clean bench soak after train"] [SOAK_S=90] [DISTURB_S=30] [SOAK_DISTURB_AT_S=30] [DISTURB_GPU=0] [THRESHOLDS='{...}'] \
 #          bash scripts/gpu_watch_run.sh
 # Files under $OUT: run.log; steps.tar.gz with <step>/ for each step's output (JSON documents, stderr, the
 # workload's log, ansible's output and run folder); summary.json; the short table is printed last.
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-results}
 SOAK_S=${SOAK_S:-90}
+STEPS=${STEPS:-clean bench soak after train}
 DISTURB_S=${DISTURB_S:-30}
 SOAK_DISTURB_AT_S=${SOAK_DISTURB_AT_S:-30}
+TRAIN_DISTURB_AT_S=${TRAIN_DISTURB_AT_S:-5}
+TRAIN_DISTURB_S=${TRAIN_DISTURB_S:-20}
 DISTURB_GPU=${DISTURB_GPU:-0}
 mkdir -p "$OUT"
 export LC_ALL=C.UTF-8 PYTHONUNBUFFERED=1 GPUFLEET_KEEP_LOGS=1
@@ -61,6 +67,7 @@ gpu_busy() { [ -n "$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2
 ended() { ! kill -0 "$1" 2>/dev/null; }
 matmul_or_ended() { bench_running matmul || ended "$1"; }
 busy_or_ended() { gpu_busy || ended "$1"; }
+want() { [[ " $STEPS " == *" $1 "* ]]; }
 
 disturb_start() {  # DIR SECONDS: the workload in the background; its pid in $dpid, its first line in the run log
   python3 scripts/gpu_disturb.py --gpu "$DISTURB_GPU" --seconds "$2" --kind matmul >"$1/gpu_disturb.log" 2>&1 &
@@ -101,11 +108,14 @@ node_stage() {  # RUN DIR: the acceptance tier's node stage, in the foreground, 
 }
 
 # 1: clean.
+if want clean; then
 mkdir -p "$OUT/clean"
 say "1 clean: the acceptance tier's node stage, nothing else on the GPUs"
 node_stage clean "$OUT/clean"
+fi
 
 # 2: a workload of our own starts once the matmul benchmark is on the GPU.
+if want bench; then
 mkdir -p "$OUT/bench"
 say "2 bench: the same, with a workload started mid-benchmark for $DISTURB_S s"
 node_stage bench "$OUT/bench" &
@@ -119,8 +129,10 @@ else
 fi
 wait "$stage_pid"
 [ -z "$dpid" ] || disturb_stop "$OUT/bench"
+fi
 
 # 3: a short soak, the workload started SOAK_DISTURB_AT_S into it.
+if want soak; then
 mkdir -p "$OUT/soak"
 say "3 soak: gpufleet bench soak --duration-s $SOAK_S, a workload from $SOAK_DISTURB_AT_S s for $DISTURB_S s"
 t0=$(now)
@@ -139,8 +151,10 @@ echo $? >"$OUT/soak/rc"
 since "$t0" >"$OUT/soak/wall_s"
 [ -z "$dpid" ] || disturb_stop "$OUT/soak"
 say "soak: exit $(cat "$OUT/soak/rc"), $(cat "$OUT/soak/wall_s") s"
+fi
 
 # 4: the counters after the benchmarks, with the workload still on the GPU.
+if want after; then
 mkdir -p "$OUT/after"
 say "4 after: gpufleet counters --phase after beside the workload"
 disturb_start "$OUT/after" 60
@@ -148,6 +162,29 @@ timeout 120 python3 -m gpufleet counters --phase after --json --thresholds "$thr
   2>"$OUT/after/counters-after.err"
 echo $? >"$OUT/after/rc"
 disturb_stop "$OUT/after"
+fi
+
+# 5: the training gate, the workload started once the gate is on the GPU.
+if want train; then
+mkdir -p "$OUT/train"
+say "5 train: gpufleet bench train_gpt2, a workload started once it is on the GPU, for $TRAIN_DISTURB_S s"
+t0=$(now)
+timeout 500 python3 -m gpufleet bench train_gpt2 --json --thresholds "$thresholds" >"$OUT/train/train.json" \
+  2>"$OUT/train/train.err" &
+train_pid=$!
+if wait_for 300 busy_or_ended "$train_pid" && gpu_busy; then
+  sleep "$TRAIN_DISTURB_AT_S"
+  disturb_start "$OUT/train" "$TRAIN_DISTURB_S"
+else
+  say "the training gate never showed on the GPU; no workload started"
+  dpid=
+fi
+wait "$train_pid"
+echo $? >"$OUT/train/rc"
+since "$t0" >"$OUT/train/wall_s"
+[ -z "$dpid" ] || disturb_stop "$OUT/train"
+say "train: exit $(cat "$OUT/train/rc"), $(cat "$OUT/train/wall_s") s"
+fi
 
 # The summary and the short table.
 python3 - "$OUT" <<'EOF' 2>>"$log" | tee -a "$log"
@@ -184,8 +221,10 @@ def read(p: Path):
 
 machine = (out / "machine.txt").read_text().splitlines()
 summary = {"machine": machine[0], "node_stage": machine[1], "commit": machine[2], "steps": {}}
-for step in ("clean", "bench", "soak", "after"):
+for step in ("clean", "bench", "soak", "after", "train"):
     d = out / step
+    if not d.is_dir():
+        continue
     results = [r for doc in docs(d) for r in doc.get("results") or []]
     errors = [doc["error"] for doc in docs(d) if doc.get("error")]
     log = (d / "gpu_disturb.log")
@@ -218,5 +257,6 @@ for step, s in summary["steps"].items():
         print(f"       unreadable: {e}")
 EOF
 # What comes back from a lent machine is a few files: the step folders go into one archive.
-tar -czf "$OUT/steps.tar.gz" -C "$OUT" clean bench soak after && rm -rf "${OUT:?}"/{clean,bench,soak,after}
+steps=$(cd "$OUT" && ls -d clean bench soak after train 2>/dev/null)
+tar -czf "$OUT/steps.tar.gz" -C "$OUT" $steps && (cd "$OUT" && rm -rf $steps)
 say "done in $(( $(date +%s) - t_start )) s; under $OUT: run.log, machine.txt, summary.json, steps.tar.gz (every step's output)"

@@ -102,6 +102,24 @@ def test_matmul_run_computes_sdc_in_its_workers_only_when_asked():
     assert set(sdc_out["per_device"]["cpu0"]["hashes"]) == set(COMPUTATIONS)
     alone = matmul.run("smoke")
     assert "sdc" not in alone and list(alone["per_device"]) == ["cpu"]
+    # Where each worker's seconds went, so a step that grows shows why.
+    assert all(set(v["phases_s"]) == {"barrier", "measure", "fixed_computations"} for v in out["per_device"].values())
+    assert {"settings", "inputs", "hashes", *COMPUTATIONS} <= set(sdc_out["per_device"]["cpu0"]["phases_s"])
+
+
+def test_deterministic_algorithms_switch_on_without_loading_the_compiler():
+    """torch.use_deterministic_algorithms imports torch._inductor's configuration (seconds of the matmul step on a
+    GPU machine); the SDC computations switch torch's core on without it, and the switch is on."""
+    import subprocess
+    import sys
+
+    code = ("import sys, torch; from gpufleet.bench import sdc; assert not torch.are_deterministic_algorithms_enabled(); "
+            "sdc.deterministic_algorithms(torch); "
+            "print(torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(), "
+            "'torch._inductor.config' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "False", "False"]
 
 
 # ---------------------------------------------------------------- one node: majority over its GPUs

@@ -17,7 +17,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gpufleet import engine, profiles, schema  # noqa: E402
+from gpufleet import engine, failure_class, profiles, schema  # noqa: E402
 from gpufleet.bench import summarize  # noqa: E402
 from gpufleet.bench.watch import ProcessWatch, process_tree, wait_quiet  # noqa: E402
 from gpufleet.checks import benchmarks  # noqa: E402
@@ -294,3 +294,114 @@ def test_the_engine_runs_benchmarks_watched():
     assert res["check"] == "matmul_bf16" and res["status"] == "skip" and "trust" not in res
     (attempt,) = res["detail"]["attempts"]
     assert attempt["foreign"] == [] and attempt["results"][0]["status"] == "skip"
+
+
+# --- the steps that launch their own workers: NCCL, the training gate, the fine-tune ----------------------
+
+
+def gpu_nccl(busbw: float, mon: dict, nnodes: int = 1) -> dict:
+    """An NCCL output of two ranks as bench.nccl.run builds it, with the sampler's summary (bench.monitor.sampled)."""
+    rows = [{"size_bytes": 1 << 30, "busbw_gbps": busbw, "algbw_gbps": busbw, "correct": True}]
+    return {"benchmark": "nccl", "device": "cuda", "rc": 0, "world_size": 2 * nnodes, "nnodes": nnodes, "nccl_log": {},
+            "collectives": {"all_reduce": rows}, "monitor": mon}
+
+
+def gpu_train(tokens_per_s: float, mon: dict) -> dict:
+    """The training gate's step output (engine.bench_host): one GPU, then both, under the sampler."""
+    def gate(world):
+        rank = {"tokens_per_s_per_gpu": tokens_per_s, "flops_per_token": 8.6e8, "step_s_median": 0.12, "loss_first": 10.9,
+                "loss_last": 7.5, "peak_memory_gib": 30.0}
+        return {"benchmark": "train_gpt2", "device": "cuda", "nnodes": 1, "rc": 0, "world_size": world,
+                "tokens_per_s_per_gpu": tokens_per_s, "tokens_per_s_total": tokens_per_s * world, "ranks": [rank] * world}
+    return {"device": "cuda", "single": gate(1), "full": gate(2), "monitor": mon}
+
+
+def train_judge(out, prof):  # as engine.bench_host judges its training gate
+    return benchmarks.train_gpt2(out["full"], prof, single=out["single"])
+
+
+OURS = {"pid": os.getpid(), "name": "python3", "used_memory_mib": 30000}
+DISTURBED = monitor([(t / 5, [OURS] + ([DISTURB] if 10 <= t < 30 else [])) for t in range(50)])
+
+
+def test_nccl_disturbed_mid_run_is_measured_again_and_fails_the_node(h200):
+    wait, calls = quiet_after(3.0)
+    log: list = []
+    res = benchmarks.watched("nccl", replay([gpu_nccl(200.0, DISTURBED), gpu_nccl(360.0, QUIET)]),
+                             benchmarks.nccl, h200, log=log, wait=wait)
+    (allreduce,) = res
+    # The collective beside the workload measured 200 GB/s; once quiet, 360 is the node's figure.
+    assert calls == [120] and allreduce["check"] == "nccl_all_reduce" and allreduce["status"] == "pass"
+    assert allreduce["value"] == 360.0 and allreduce["trust"] == "clean"
+    first = allreduce["detail"]["attempts"][0]
+    assert first["foreign"] == ["pid 1 (gpu_disturb, 1002 MiB) on GPU 0 from 10:00:02Z to 10:00:05Z"]
+    assert first["results"][0]["value"] == 200.0
+    node = benchmarks.foreign_processes("nccl", log)
+    assert node["check"] == "nccl_processes" and node["status"] == "fail" and "pid 1 (gpu_disturb" in node["reason"]
+    assert failure_class.of(node) == "environment" and schema.verdict(res + [node]) == "fail"
+
+
+def test_a_training_gate_never_quiet_is_an_error_naming_the_process(h200):
+    calls = []
+
+    def never_quiet(wait_s):
+        calls.append(wait_s)
+        return {"quiet": False, "waited_s": wait_s, "processes": [dict(DISTURB, index=0, own=False)], "error": None}
+
+    log: list = []
+    res = benchmarks.watched("train_gpt2", replay([gpu_train(300000.0, DISTURBED)]), train_judge, h200, log=log,
+                             wait=never_quiet)
+    assert calls == [120] and [r["check"] for r in res] == ["train_gpt2", "train_scaling"]
+    for r in res:  # the slow figure beside the workload is never held against the GPUs, nor passed
+        assert r["status"] == "error" and r["trust"] == "disturbed" and r["class"] == "environment" and r["value"] is None
+        assert r["reason"].startswith("disturbed by pid 1 (gpu_disturb, 1002 MiB) on GPU 0 from 10:00:02Z")
+        assert "did not become quiet within 120 s" in r["reason"] and "flagged_gpus" not in r["detail"]
+    assert res[0]["detail"]["disturbed_value"] == 300000
+    assert benchmarks.foreign_processes("train_gpt2", log)["status"] == "fail"
+
+
+def test_across_nodes_a_disturbed_step_is_not_measured_again(h200):
+    wait, calls = quiet_after(1.0)
+    log: list = []
+    res = benchmarks.watched("nccl", replay([gpu_nccl(40.0, DISTURBED, nnodes=2)]), benchmarks.nccl, h200, log=log,
+                             wait=wait, not_again="every node of the run would have to measure again with it")
+    assert calls == [] and len(log) == 1  # no wait, one measurement
+    assert [r["check"] for r in res] == ["nccl_all_reduce", "nccl_transport"]
+    for r in res:
+        assert r["status"] == "error" and r["trust"] == "disturbed" and r["class"] == "environment"
+        assert "pid 1 (gpu_disturb, 1002 MiB)" in r["reason"]
+        assert "not measured again: every node of the run would have to measure again with it" in r["reason"]
+
+
+def test_a_disturbed_fine_tune_is_an_error_never_a_pass(h200):
+    from gpufleet.finetune import results
+
+    out = {"benchmark": "finetune", "device": "cuda", "rc": 0, "world_size": 1, "steps": 40, "losses": [2.0, 1.8, 1.5, 1.2],
+           "loss_first": 2.0, "loss_last": 1.2, "eval_loss_first": 1.9, "eval_loss": 1.3, "tokens_per_s_per_gpu": 9000.0,
+           "model": {"name": "Qwen/Qwen2-0.5B"}, "seconds": 300.0}
+    (clean,) = results.to_results(out, h200)
+    assert clean["status"] == "pass"  # the same figures, measured alone, pass
+    wait, calls = quiet_after(1.0)
+    log: list = []
+    (res,) = benchmarks.watched("finetune", replay([dict(out, monitor=DISTURBED)]), results.to_results, h200, log=log,
+                                wait=wait, not_again="a fine-tune takes too long to run twice")
+    assert calls == [] and res["group"] == "finetune"
+    assert res["status"] == "error" and res["class"] == "environment" and res["trust"] == "disturbed"
+    assert res["value"] is None and res["detail"]["disturbed_value"] == 9000
+    assert "pid 1 (gpu_disturb, 1002 MiB) on GPU 0" in res["reason"] and "a fine-tune takes too long" in res["reason"]
+    assert [p["pid"] for p in res["detail"]["attempts"][0]["processes"]] == [os.getpid(), 1]  # the evidence
+    node = benchmarks.foreign_processes("finetune", log)
+    assert node["check"] == "finetune_processes" and node["status"] == "fail" and failure_class.of(node) == "environment"
+
+
+def test_the_engine_watches_nccl_and_the_training_gate():
+    from gpufleet import engine
+
+    doc = engine.bench_host(["nccl", "train_gpt2"], tier="smoke")
+    by_check = {r["check"]: r for r in doc["results"]}
+    assert "nccl_all_reduce" in by_check and "train_gpt2" in by_check, doc["results"]
+    for check in ("nccl_all_reduce", "train_gpt2"):  # each measured once, through the sampler: nothing foreign
+        (attempt,) = by_check[check]["detail"]["attempts"]
+        assert attempt["foreign"] == [] and attempt["results"], by_check[check]
+    # A CPU run: no GPU to watch, so no <step>_processes result.
+    assert not any(c.endswith("_processes") for c in by_check)

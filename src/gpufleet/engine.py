@@ -8,6 +8,7 @@ import time
 
 from gpufleet import collect, failure_class, profiles, schema
 from gpufleet.bench import matmul, memory, nccl, sdc, soak
+from gpufleet.bench.monitor import sampled
 from gpufleet.checks import GROUPS, benchmarks, gpu_health, gpu_inventory
 from gpufleet.checks import sdc as sdc_check
 from gpufleet.collect import counters, kernel_log, nvml
@@ -114,29 +115,35 @@ def bench_host(
             folded_sdc["out"] = sdc.run(tier, n_gpus=gpus)
         return folded_sdc["out"]
 
-    runners = {
-        "matmul": lambda: benchmarks.watched("matmul", matmul_run, benchmarks.matmul, profile, log=watch_log),
-        "memory": lambda: benchmarks.watched("memory", lambda: memory.run(tier), benchmarks.memory, profile, log=watch_log),
-        "nccl": lambda: benchmarks.nccl(nccl.run(tier, **(nccl_options or {})), profile, host_has_ib=host_has_ib),
-        "soak": lambda: benchmarks.watched("soak", lambda: soak.run(**(soak_options or {})), benchmarks.soak, profile,
-                                           log=watch_log, confirm=False),
-        "sdc": lambda: sdc_check.results(sdc_run(), profile, readings["nvml"]),
-    }
     gpus = visible_gpus(len(readings["nvml"].get("gpus") or []))
     # torchrun placement and limits, shared by the NCCL benchmark and the training gate.
     multi = {k: v for k, v in (nccl_options or {}).items()
              if k in ("nnodes", "node_rank", "master_addr", "master_port", "timeout_s", "rdzv_timeout_s")}
+    # Across nodes a disturbed node cannot measure again alone: its peers would have to start with it.
+    not_again = "every node of the run would have to measure again with it" if multi.get("nnodes", 1) > 1 else None
+    runners = {
+        "matmul": lambda: benchmarks.watched("matmul", matmul_run, benchmarks.matmul, profile, log=watch_log),
+        "memory": lambda: benchmarks.watched("memory", lambda: memory.run(tier), benchmarks.memory, profile, log=watch_log),
+        "nccl": lambda: benchmarks.watched(
+            "nccl", lambda: sampled(lambda: nccl.run(tier, **(nccl_options or {}))),
+            lambda out, prof: benchmarks.nccl(out, prof, host_has_ib=host_has_ib), profile, log=watch_log, not_again=not_again),
+        "soak": lambda: benchmarks.watched("soak", lambda: soak.run(**(soak_options or {})), benchmarks.soak, profile,
+                                           log=watch_log, confirm=False),
+        "sdc": lambda: sdc_check.results(sdc_run(), profile, readings["nvml"]),
+    }
 
     def train():
-        if multi.get("nnodes", 1) > 1:
-            # Across nodes: every node starts together, so no one-GPU run first; the scaling is against this
-            # node's single-node figure, which the run measured before (train_reference).
-            return benchmarks.train_gpt2(gpt2.run(**multi), profile, reference=train_reference)
-        # One GPU first, then every GPU of the node: their ratio is the scaling efficiency.
-        single = gpt2.run(nproc_per_node=1) if gpus > 1 else None
-        return benchmarks.train_gpt2(gpt2.run(**multi), profile, single=single)
+        # Across nodes every node starts together, so no one-GPU run first: the scaling is against this node's
+        # single-node figure, which the run measured before (train_reference). Inside a node, one GPU first,
+        # then every GPU of the node: their ratio is the scaling efficiency.
+        single = gpt2.run(nproc_per_node=1) if gpus > 1 and multi.get("nnodes", 1) == 1 else None
+        full = gpt2.run(**multi)
+        return {"device": full.get("device"), "full": full, "single": single}
 
-    runners["train_gpt2"] = train
+    runners["train_gpt2"] = lambda: benchmarks.watched(
+        "train_gpt2", lambda: sampled(train),
+        lambda out, prof: benchmarks.train_gpt2(out["full"], prof, single=out["single"], reference=train_reference),
+        profile, log=watch_log, not_again=not_again)
     if gpus == 1 and (nccl_options or {}).get("nnodes", 1) == 1:
         runners["nccl"] = lambda: [schema.result("nccl", schema.SKIP, benchmarks.ONE_GPU_NCCL)]
     results = []

@@ -31,6 +31,7 @@ DEFAULTS = {
     "processes": ENVIRONMENT,
     # the GPUs' processes listed while each watched step measured, and again after the benchmarks
     "matmul_processes": ENVIRONMENT, "memory_processes": ENVIRONMENT, "soak_processes": ENVIRONMENT,
+    "nccl_processes": ENVIRONMENT, "train_gpt2_processes": ENVIRONMENT, "finetune_processes": ENVIRONMENT,
     "processes_after": ENVIRONMENT,
     # host_hygiene
     "pcie_acs": CONFIGURATION, "numa_affinity": CONFIGURATION, "infiniband": HARDWARE, "peermem": SOFTWARE,

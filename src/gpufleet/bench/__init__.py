@@ -57,6 +57,20 @@ class DeviceTimer:
         return time.perf_counter() - self.t0
 
 
+class Laps:
+    """Seconds of a worker's phases, in order, kept in its result: lap(name) closes the phase since the last lap
+    (a name met again adds up), so a step that grows shows where."""
+
+    def __init__(self):
+        self.t = time.monotonic()
+        self.seconds: dict[str, float] = {}
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.seconds[name] = round(self.seconds.get(name, 0.0) + now - self.t, 3)
+        self.t = now
+
+
 def summarize(samples: list[float]) -> dict:
     """n, min, median, max of timed samples, and spread_pct = (max - min) / median in percent: a GPU
     disturbed by another workload while it was measured shows a spread far above its siblings'."""

@@ -21,6 +21,7 @@ import os
 from gpufleet.bench import (
     BENCHMARK_VERSION,
     DeviceTimer,
+    Laps,
     cuda_pci_bus_id,
     cuda_uuid,
     gather,
@@ -135,14 +136,19 @@ def _worker(device_index, key, dtype_names, tier, barrier, queue, sdc_kind=None)
         # sm90), so the timed products below run as they do without it; on older GPUs it is larger than torch's
         # own default, which cuBLAS may use but never needs.
         os.environ["CUBLAS_WORKSPACE_CONFIG"] = sdc.WORKSPACE_CONFIG
+    laps = Laps()
     try:
         barrier.wait(timeout=BARRIER_TIMEOUT_S)  # a GPU that never gets here breaks the barrier for all
+        laps.lap("barrier")
         out = measure_device(device_index, dtype_names, tier)
     except Exception as exc:  # reported per GPU; the other GPUs' numbers still count
         out = {"error": f"{type(exc).__name__}: {exc}"}
+    laps.lap("measure")  # torch's import, the CUDA context, the timed products
     if sdc_kind:
         # After the timed work: it switches TF32 off and deterministic algorithms on, for the rest of this process.
         out["sdc"] = sdc.measure_or_error(device_index, sdc_kind)
+        laps.lap("fixed_computations")
+    out["phases_s"] = laps.seconds
     queue.put((key, out))
 
 

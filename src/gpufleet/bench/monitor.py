@@ -108,6 +108,15 @@ class GpuMonitor:
                 "processes_unreadable": {str(i): e for i, e in self.watch.unreadable.items()}}
 
 
+def sampled(run) -> dict:
+    """run() -> a benchmark's output, measured with a GpuMonitor beside it, whose summary goes under "monitor": the
+    steps that launch their own workers (NCCL, the training gate, the fine-tune under torchrun) are watched as
+    matmul and memory are (checks.benchmarks.watched reads the processes it saw)."""
+    with GpuMonitor() as mon:
+        out = run()
+    return {**out, "monitor": mon.summary()}
+
+
 class SoakSampler:
     """Watch the GPUs a soak loads, in a thread, for as long as it runs.
 

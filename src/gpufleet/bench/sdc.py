@@ -28,7 +28,7 @@ import hashlib
 import os
 import time
 
-from gpufleet.bench import BENCHMARK_VERSION, cuda_pci_bus_id, cuda_uuid, gather, torch_versions
+from gpufleet.bench import BENCHMARK_VERSION, Laps, cuda_pci_bus_id, cuda_uuid, gather, torch_versions
 
 # Bump when a computation, a size or a seed changes: hashes of another version are never compared.
 SDC_VERSION = 2
@@ -109,25 +109,42 @@ def _computations(torch, device, sizes: dict) -> dict:
     return out
 
 
+def deterministic_algorithms(torch) -> None:
+    """torch.use_deterministic_algorithms(True), less its import of torch._inductor's configuration (sympy, and
+    triton where installed: about 5 s of the matmul step on an H200 machine), which only compiled code reads;
+    these computations run eagerly. The same switch of torch's core either way."""
+    setter = getattr(torch._C, "_set_deterministic_algorithms", None)
+    if setter is None:  # a torch without it: the public call
+        torch.use_deterministic_algorithms(True)
+    else:
+        setter(True, warn_only=False)
+
+
 def measure_device(device_index: int | None, kind: str) -> dict:
     """Every computation `REPEATS[kind]` times on one device: the first output's hash, how many repeats differ."""
     import torch
 
+    laps = Laps()
     device = torch.device("cuda", device_index) if device_index is not None else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
-    torch.use_deterministic_algorithms(True)
+    deterministic_algorithms(torch)
+    laps.lap("settings")
     t0 = time.monotonic()
     hashes, differing = {}, {}
-    for name, compute in _computations(torch, device, SIZES[kind]).items():
+    computations = _computations(torch, device, SIZES[kind])
+    laps.lap("inputs")
+    for name, compute in computations.items():
         first = compute()
         differing[name] = sum(not torch.equal(compute(), first) for _ in range(REPEATS[kind] - 1))
+        laps.lap(name)
         hashes[name] = tensor_sha256(first)
+        laps.lap("hashes")
     info = {"hashes": hashes, "repeats_differing": differing, "seconds": round(time.monotonic() - t0, 2),
-            "versions": torch_versions()}
+            "phases_s": laps.seconds, "versions": torch_versions()}
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         info["device"] = {"name": torch.cuda.get_device_name(device), "pci_bus_id": cuda_pci_bus_id(torch, device),

@@ -107,6 +107,7 @@ def matmul(out: dict, profile: dict) -> list[dict]:
               "per_gpu": {d: {k: v.get(k, {}).get("tflops") for k in out["method"]["dtypes"]}
                           | {"error": v.get("error"), "uuid": (v.get("device") or {}).get("uuid"),
                              "samples_tflops": (v.get("bf16") or {}).get("samples_tflops")}
+                          | ({"phases_s": v["phases_s"]} if v.get("phases_s") else {})  # a worker's, where one ran
                           for d, v in out["per_device"].items()},
               "per_shape": {d: {k: v[k]["per_shape"] for k in out["method"]["dtypes"] if k in v} for d, v in out["per_device"].items()}}
     ident = {d: _cuda_gpu(mon, v.get("device") or {}) for d, v in out["per_device"].items()}
@@ -698,12 +699,15 @@ def _brief(res: dict) -> dict:
     return {k: res.get(k) for k in ("check", "status", "value", "unit", "reason")}
 
 
-def watched(step: str, run, judge, profile: dict, *, log: list, confirm: bool = True, wait=None) -> list[dict]:
+def watched(step: str, run, judge, profile: dict, *, log: list, confirm: bool = True, wait=None,
+            not_again: str | None = None) -> list[dict]:
     """Measure a step (run() -> output, judge(output, profile) -> results) until its figures can be trusted.
 
     - A foreign process on a GPU during the step (its sampler's `foreign`): wait until the GPUs are quiet
       (at most disturbed_wait_s) and measure again, at most disturbed_remeasure_max times; else every result
-      is `error` "disturbed by pid N (name, MiB) ... from t1 to t2", trust `disturbed`.
+      is `error` "disturbed by pid N (name, MiB) ... from t1 to t2", trust `disturbed`. `not_again` says why a
+      step is never measured again (too long, or every node of a run across nodes would have to): disturbed
+      once, its results are that error.
     - A CONFIRMED_CHECKS result that warns or fails (under its minimum, an outlier, a sample far below its
       median) is measured once more (confirm_remeasure_max) and judged on the second measurement, both kept:
       trust `confirmed` (slow confirmed, or passed on confirmation), `inconclusive` when the samples dropped again.
@@ -731,7 +735,9 @@ def watched(step: str, run, judge, profile: dict, *, log: list, confirm: bool = 
                     "processes_unreadable": mon.get("processes_unreadable")})
         if foreign:
             why = None
-            if disturbed >= disturbed_max:
+            if not_again:
+                why = f"not measured again: {not_again}"
+            elif disturbed >= disturbed_max:
                 why = f"still disturbed after {disturbed} measurement(s) again"
             else:
                 quiet = wait(wait_s)

@@ -63,6 +63,7 @@ def results(out: dict, profile: dict, nvml: dict | None = None) -> list[dict]:
             continue
         per_gpu[d] = {**_nvml_gpu(info, nvml.get("gpus") or []), "cuda_index": d, "name": info["device"]["name"],
                       "hashes": info["hashes"], "repeats_differing": info["repeats_differing"], "seconds": info["seconds"],
+                      "phases_s": info.get("phases_s"),
                       "comparable": comparable(info, out["versions"], out["method"], nvml.get("driver_version"))}
     detail = {"method": out["method"], "versions": out["versions"], "per_gpu": per_gpu}
     who, whos = ("CPU process", "CPU processes") if cpu else ("GPU", "GPUs")

@@ -12,7 +12,9 @@ import argparse
 import sys
 import time
 
-from gpufleet import collect, profiles, schema
+from gpufleet import collect, failure_class, profiles, schema
+from gpufleet.bench.monitor import sampled
+from gpufleet.checks import benchmarks
 from gpufleet.command_line import Parser, add_exit_zero, json_arg, print_doc, results_exit
 from gpufleet.errors import InputError
 from gpufleet.finetune import config
@@ -51,10 +53,21 @@ def document(args) -> dict:
         raise InputError(f"the fine-tune needs torch in {sys.executable}, which cannot import it ({exc}); install "
                          "gpufleet[bench,finetune] in the Python that runs it (gpufleet_python)") from None
     started, t0 = schema.utc_now(), time.monotonic()
-    out = worker.run(args.config, nproc_per_node=args.nproc_per_node, nnodes=args.nnodes, node_rank=args.node_rank,
-                     master_addr=args.master_addr, master_port=args.master_port, timeout_s=args.timeout_s,
-                     rdzv_timeout_s=args.rdzv_timeout_s, max_steps=args.max_steps, output_dir=args.output_dir)
-    return schema.host_document(args.host, profile, readings, started, t0, results.to_results(out, profile))
+
+    def run():
+        return sampled(lambda: worker.run(
+            args.config, nproc_per_node=args.nproc_per_node, nnodes=args.nnodes, node_rank=args.node_rank,
+            master_addr=args.master_addr, master_port=args.master_port, timeout_s=args.timeout_s,
+            rdzv_timeout_s=args.rdzv_timeout_s, max_steps=args.max_steps, output_dir=args.output_dir))
+
+    # Watched as the benchmarks are; a disturbed fine-tune is an error naming the process, never measured again.
+    log: list = []
+    res = benchmarks.watched("finetune", run, results.to_results, profile, log=log,
+                             not_again="a fine-tune takes too long to run twice")
+    if any(e.get("device") == "cuda" for e in log):  # a CPU run has no GPU to watch
+        res.append(dict(benchmarks.foreign_processes("finetune", log), group=results.GROUP, started=schema.utc_now(),
+                        seconds=0.0))
+    return schema.host_document(args.host, profile, readings, started, t0, [failure_class.stamp(r) for r in res])
 
 
 def command(args) -> int:
