@@ -289,7 +289,12 @@ def fleet_groups(founds: dict[str, dict]) -> dict[tuple, dict[str, dict]]:
     return groups
 
 
-def node_vs_fleet(host: str, found: dict, groups: dict, thr: _Thr) -> dict:
+def fleet_stats(groups: dict) -> dict[tuple, tuple[float, float]]:
+    """(metric, context) -> (median, MAD) of the nodes' figures: once per run, not once per node."""
+    return {k: robust([m["value"] for m in members.values()]) for k, members in groups.items()}
+
+
+def node_vs_fleet(host: str, found: dict, groups: dict, thr: _Thr, stats: dict | None = None) -> dict:
     min_nodes = thr.value(MIN_NODES) or 3
     threshold = thr.field(NODE_WARN, fail=thr.field(NODE_FAIL), min_nodes=thr.field(MIN_NODES))
     mine = _node_rows(found)
@@ -302,8 +307,8 @@ def node_vs_fleet(host: str, found: dict, groups: dict, thr: _Thr) -> dict:
         if len(members) < min_nodes:
             too_few[m["key"]] = len(members)
             continue
-        values = [x["value"] for x in members.values()]
-        med, mad = robust(values)
+        key = (m["key"], m["context"])
+        med, mad = stats[key] if stats and key in stats else robust([x["value"] for x in members.values()])
         if med <= 0:
             continue
         comparisons.append(_comparison(m, med, f"the fleet median of {len(members)} nodes", thr, NODE_WARN, NODE_FAIL,
@@ -336,11 +341,21 @@ def _comparable(m: dict, b: dict) -> str | None:
     return None
 
 
-def node_vs_baseline(host: str, found: dict, base: list[dict], base_id: str, thr: _Thr) -> dict:
+def baseline_index(base: list[dict]) -> tuple[dict, dict]:
+    """({host: {metric: node-level row}}, {(uuid, metric): GPU row}) of the baseline's rows, built once per run."""
+    node_base: dict[str, dict] = {}
+    for b in base:
+        if b["gpu_index"] is None:
+            node_base.setdefault(b["host"], {})[b["metric"]] = b
+    return node_base, {(b["uuid"], b["metric"]): b for b in base if b["gpu_index"] is not None and b["uuid"]}
+
+
+def node_vs_baseline(host: str, found: dict, base: list[dict], base_id: str, thr: _Thr, index: tuple | None = None) -> dict:
+    """index: baseline_index(base), so that a run of many nodes does not go through every baseline row per node."""
     threshold = thr.pair(BASE_WARN, BASE_FAIL)
     comparisons, not_comparable = [], []
-    node_base = {(b["metric"]): b for b in base if b["host"] == host and b["gpu_index"] is None}
-    gpu_base = {(b["uuid"], b["metric"]): b for b in base if b["gpu_index"] is not None and b["uuid"]}
+    by_host, gpu_base = index or baseline_index(base)
+    node_base = by_host.get(host, {})
     for m in found["metrics"]:
         if m["scope"] == "node":
             b, what = node_base.get(m["key"]), f"baseline run {base_id}'s figure for this node"
@@ -773,6 +788,8 @@ def evaluate(run_id: str, nodes: dict[str, dict], *, store: Any = None, store_no
     sdc_rows = {host: sdc.hash_rows(n["results"]) for host, n in nodes.items()}
     thrs = {host: _Thr(thresholds_for(n.get("profile"))) for host, n in nodes.items()}
     groups = fleet_groups(founds)
+    stats = fleet_stats(groups)
+    sdc_votes: dict = {}  # (comparable keys, computation) -> votes, counted once for the run
     base_id = (baseline or {}).get("run_id")
     base_rows: list[dict] = []
     base_note = None
@@ -789,36 +806,38 @@ def evaluate(run_id: str, nodes: dict[str, dict], *, store: Any = None, store_no
         if not base_rows:
             base_note = f"baseline run {base_id} has no benchmark figures in the store"
     medians = baseline_medians(base_rows)
+    base_index = baseline_index(base_rows)
     out: dict = {"results": {}, "metrics": founds, "baseline": {**(baseline or {}), "note": base_note} if baseline or base_note else None}
     for host in nodes:
         found, thr = founds[host], thrs[host]
         if not (found["gpus"] or found["metrics"] or found["spreads"] or found["snapshots"].get("before")
                 or found["snapshots"].get("after") or found["snapshots"]["problems"] or sdc_rows[host]):
             continue  # nothing the fleet layer reads (a host that never got to its checks): nothing to say
-        res = [gpu_vs_node(host, found, thr), node_vs_fleet(host, found, groups, thr)]
+        res = [gpu_vs_node(host, found, thr), node_vs_fleet(host, found, groups, thr, stats)]
         if base_note:
             for check in ("node_vs_baseline", "node_vs_baseline_fleet"):
                 res.append(_result(check, SKIP, base_note, threshold=thr.pair(BASE_WARN, BASE_FAIL)))
         else:
-            res.append(node_vs_baseline(host, found, base_rows, base_id, thr))
+            res.append(node_vs_baseline(host, found, base_rows, base_id, thr, base_index))
             res.append(node_vs_baseline_fleet(host, found, medians, base_id, thr))
         res.append(sample_spread(host, found, thr))
         res.append(counters_during_run(host, found, thr))
         res.append(counters_since_previous_run(host, run_id, found, store, store_note, thr))
         res.append(returning_gpu(host, run_id, found, store, store_note))
         if sdc_rows[host]:
-            res.append(sdc.judge(host, run_id, sdc_rows, store, store_note))
+            res.append(sdc.judge(host, run_id, sdc_rows, store, store_note, sdc_votes))
         out["results"][host] = res
-    out["fleet_medians"] = {f"{k}|{c}": {"metric": k, "context": c, "value": statistics.median(m["value"] for m in v.values()),
+    out["fleet_medians"] = {f"{k}|{c}": {"metric": k, "context": c, "value": stats[(k, c)][0],
                                          "n": len(v), "unit": next(iter(v.values()))["unit"]} for (k, c), v in groups.items()}
     out["baseline_medians"] = {f"{k}|{c}": {"metric": k, "context": c, **v} for (k, c), v in medians.items()}
-    out["view"] = _view(founds, groups, medians, base_rows, out["results"])
+    out["view"] = _view(founds, groups, medians, base_rows, out["results"], stats)
     return out
 
 
-def _view(founds: dict, groups: dict, medians: dict, base_rows: list[dict], results: dict) -> list[dict]:
+def _view(founds: dict, groups: dict, medians: dict, base_rows: list[dict], results: dict, stats: dict | None = None) -> list[dict]:
     """Per node, the fleet view's columns: value, fleet median, baseline figure, deviations, worst status."""
     rows = []
+    stats = stats if stats is not None else fleet_stats(groups)
     base_node = {(b["host"], b["metric"], b["context"]): b for b in base_rows if b["gpu_index"] is None}
     for host, found in founds.items():
         by_key = {m["key"]: m for m in found["metrics"] if m["scope"] == "node"}
@@ -831,7 +850,7 @@ def _view(founds: dict, groups: dict, medians: dict, base_rows: list[dict], resu
                 continue
             members = groups.get((m["key"], m["context"]), {})
             # A median of one node is that node: nothing to show against.
-            fleet_med = statistics.median(x["value"] for x in members.values()) if len(members) > 1 and not m["shared"] else None
+            fleet_med = stats[(m["key"], m["context"])][0] if len(members) > 1 and not m["shared"] else None
             b = base_node.get((host, m["key"], m["context"]))
             bmed = medians.get((m["key"], m["context"]))
             statuses = []
