@@ -104,10 +104,14 @@ def start_run(reports: Path, run_id: str, hosts: list[str]) -> Path:
     return reports / run_id
 
 
-def one_run(reports: Path, run_id: str, docs: dict[str, dict], *, set_baseline: bool) -> dict:
+def one_run(reports: Path, run_id: str, docs: dict[str, dict], *, set_baseline: bool, record: bool = True) -> dict:
     run_dir = start_run(reports, run_id, list(docs))
     rec_cpu, rec_rss, rec_wall = 0.0, 0, 0.0
-    for host, doc in docs.items():
+    if not record:  # the documents as the records leave them; the report indexes the whole run into the store again
+        for host, doc in docs.items():
+            (run_dir / "hosts").mkdir(exist_ok=True)
+            (run_dir / "hosts" / f"{host}.json").write_text(json.dumps(dict(doc, attempt=1), indent=1, sort_keys=True) + "\n")
+    for host, doc in docs.items() if record else ():
         _, cpu, rss, wall = run_child([PY, "-m", "gpufleet", "record", str(run_dir), host, "--folder", "hosts"],
                                       json.dumps(doc, sort_keys=True).encode())
         rec_cpu, rec_rss, rec_wall = rec_cpu + cpu, max(rec_rss, rss), rec_wall + wall
@@ -115,7 +119,13 @@ def one_run(reports: Path, run_id: str, docs: dict[str, dict], *, set_baseline: 
     out, rep_cpu, rep_rss, rep_wall = run_child(argv + (["--set-baseline"] if set_baseline else []))
     summary = json.loads(out)
     n = len(docs)
+    if not record:
+        return {"nodes": n, "record_cpu_s": None, "record_cpu_s_per_node": None, "report_cpu_s": round(rep_cpu, 2),
+                "report_wall_s": round(rep_wall, 2), "report_cpu_s_per_node": round(rep_cpu / n, 4),
+                "peak_rss_mib": round(rep_rss / 1024, 1), "report_peak_rss_mib": round(rep_rss / 1024, 1),
+                "accepted": sum(1 for v in summary["nodes"].values() if v.get("accepted")), "baseline": summary.get("baseline")}
     return {"nodes": n, "record_cpu_s": round(rec_cpu, 2), "record_cpu_s_per_node": round(rec_cpu / n, 4),
+            "report_cpu_s_per_node": round(rep_cpu / n, 4),
             "report_cpu_s": round(rep_cpu, 2), "report_wall_s": round(rep_wall, 2),
             "controller_cpu_s_per_node": round((rec_cpu + rep_cpu) / n, 4),
             "peak_rss_mib": round(max(rec_rss, rep_rss) / 1024, 1), "report_peak_rss_mib": round(rep_rss / 1024, 1),
@@ -130,8 +140,9 @@ def cmd_stages(args) -> list[dict]:
     for n in args.nodes:
         with tempfile.TemporaryDirectory(prefix=f"gpufleet-cost-{n}-") as tmp:
             reports = Path(tmp) / "reports"
-            one_run(reports, "base", node_documents(n, "2026-11-20T10:00:00Z"), set_baseline=True)
-            row = one_run(reports, "measured", node_documents(n, "2026-11-21T10:00:00Z"), set_baseline=False)
+            record = args.record_up_to is None or n <= args.record_up_to
+            one_run(reports, "base", node_documents(n, "2026-11-20T10:00:00Z"), set_baseline=True, record=record)
+            row = one_run(reports, "measured", node_documents(n, "2026-11-21T10:00:00Z"), set_baseline=False, record=record)
             if args.profile:
                 import cProfile
 
@@ -225,7 +236,8 @@ def cmd_playbook(args) -> list[dict]:
             if args.poll is not None:
                 env["ANSIBLE_INTERNAL_POLL_INTERVAL"] = str(args.poll)
             argv = [str(Path(PY).parent / "ansible-playbook"), str(ROOT / "validate.yml"), "-i", str(tmp / "inventory.json"),
-                    "-e", json.dumps({"gpufleet_reports_dir": str(tmp / "reports"), "gpufleet_run_id": "measured"})]
+                    "-e", json.dumps({"gpufleet_reports_dir": str(tmp / "reports"), "gpufleet_run_id": "measured",
+                                      **({"gpufleet_stages": []} if args.no_stages else {})})]
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             t0 = time.monotonic()
             with open(tmp / "ansible.log", "wb") as out:
@@ -241,7 +253,7 @@ def cmd_playbook(args) -> list[dict]:
             runs = [f.read_text().splitlines() for f in log.iterdir()]
             node = sum(seconds_of_times(lines[1]) for lines in runs if len(lines) > 1)
             report = tmp / "reports" / "measured" / "report.json"
-            if not report.exists():
+            if not report.exists() or (rc not in (0, 2) and not args.no_stages):
                 shutil.copy(tmp / "ansible.log", Path(args.out or ".") / f"ansible-{n}.log")
                 raise SystemExit(f"{n} nodes: no report (rc {rc}); see ansible-{n}.log")
             nodes = json.loads(report.read_text())["nodes"]
@@ -261,6 +273,8 @@ def main() -> None:
     sub = p.add_subparsers(dest="what", required=True)
     s = sub.add_parser("stages", help="the controller's stages at each fleet size, one process each as the playbook runs them")
     s.add_argument("--nodes", type=int, nargs="+", default=[64, 256, 1024])
+    s.add_argument("--record-up-to", type=int, help="above this many nodes, write the host documents directly instead of "
+                   "one `gpufleet record` each (its cost per node is flat: measure it at the smaller sizes)")
     s.add_argument("--profile", help="also profile `gpufleet report` of the measured run (cProfile) into this file")
     s.add_argument("--out", help="folder for the JSON of the figures")
     s.set_defaults(func=cmd_stages)
@@ -268,6 +282,8 @@ def main() -> None:
     b.add_argument("--nodes", type=int, nargs="+", default=[64])
     b.add_argument("--forks", type=int, default=8)
     b.add_argument("--pipelining", choices=["True", "False"], default="True")
+    b.add_argument("--no-stages", action="store_true", help="gpufleet_stages=[]: only the controller's plays (prepare, give "
+                   "back, report), no node touched; for fleets too large to run whole here")
     b.add_argument("--poll", type=float, help="ANSIBLE_INTERNAL_POLL_INTERVAL (default: ansible.cfg's, else Ansible's)")
     b.add_argument("--out", help="folder for the JSON of the figures")
     b.set_defaults(func=cmd_playbook)
