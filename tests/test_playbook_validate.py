@@ -132,6 +132,20 @@ def test_unreachable_node_is_reported_and_others_still_checked(tmp_path, two_hos
     assert "deadnode (failing: connection.reachable)" in out
 
 
+def test_the_run_across_nodes_is_off_with_gpufleet_nccl_multinode_false(tmp_path, two_host_inventory):
+    """The switch for the cross-node stage: no node joins, none is told it was left out, its play does nothing."""
+    proc, run_dir = run_validate(tmp_path / "reports", "-e", "gpufleet_nccl_multinode=false",
+                                 "-e", json.dumps({"gpufleet_benchmarks": []}), inventory=str(two_host_inventory))
+    out = output(proc)
+
+    assert proc.returncode != 0, out  # deadnode is not accepted
+    assert [(r["check"], r["group"]) for r in host_doc(run_dir, "deadnode")["results"]] == [("reachable", "connection")]
+    local = host_doc(run_dir, "localhost")
+    assert {r["group"] for r in local["results"]} >= set(GROUPS)
+    assert not [r for r in local["results"] if r["group"] == "benchmark_multinode"]
+    assert "Start NCCL across the nodes" not in out and "Choose the nodes of the run across nodes" not in out
+
+
 def test_limit_to_one_node_still_prepares_and_reports(tmp_path, two_host_inventory):
     """--limit drops localhost from the plays' hosts; the controller plays must run all the same."""
     proc, run_dir = run_validate(tmp_path / "reports", "--limit", "deadnode", inventory=str(two_host_inventory))

@@ -70,7 +70,9 @@ def doc_res(*statuses, check="x", group="gpu_health"):
     ({"resolved_action": "ansible.builtin.set_fact", "task_path": f"{ROLE}/main.yml:8"}, (None, "")),
     # The playbooks' own tasks run on the controller, even when the event names the first node of the play.
     ({"resolved_action": "ansible.builtin.assert", "task_path": "/repo/playbooks/locate.yml:30"}, (None, "")),
-    ({"resolved_action": "gpufleet.cluster.node_lock", "task_path": f"{ROLE}/release.yml:5"}, (None, "")),
+    ({"resolved_action": "gpufleet.cluster.node_lock", "task_path": f"{ROLE}/release.yml:5"}, ("release", "")),
+    ({"resolved_action": "gpufleet.cluster.host_record", "task_path": f"{ROLE}/main.yml:190"},
+     ("record", "writing its host document")),
 ])
 def test_classify_names_the_stage_and_what_is_under_way(data, expected):
     assert classify(data) == expected
@@ -144,6 +146,34 @@ def test_the_plain_view_writes_one_timestamped_line_per_change():
         "2026-11-23T10:00:03Z  node-a  done                                         12 s  not accepted",
         "2026-11-23T10:00:03Z  n-b     done                                          0 s  accepted",
         "2026-11-23T10:00:03Z  peer1   waiting                                       0 s  peer",
+    ]
+
+
+def test_the_plain_view_reports_the_write_back_and_the_controller_plays():
+    # The write-back of the host documents runs on the controller one node after another, and the last plays
+    # (giving the nodes back, the report) are the controller's: each shows, so a long write-back is never silent.
+    clock = Clock()
+    out = io.StringIO()
+    view = PlainView(out, wall=lambda: 1795428003.0)
+    fleet = FleetState(["node-a", "node-b"], clock=clock)
+    view.start(fleet)
+    for host in ("node-a", "node-b"):
+        fleet.apply(ev("runner_on_start", host, action="gpufleet.cluster.host_record", uuid=f"r-{host}",
+                       path=f"{ROLE}/main.yml:190"))
+        clock.now += 1
+        view.update(fleet.tick())
+    view.update(fleet.apply({"event": "playbook_on_play_start", "event_data": {"play": "Give the nodes back"}}))
+    fleet.apply(ev("runner_on_start", "node-a", action="gpufleet.cluster.node_lock", uuid="l", path=f"{ROLE}/release.yml:10"))
+    view.update(fleet.apply(ev("runner_on_ok", "node-a", action="gpufleet.cluster.node_lock", uuid="l", res={},
+                               path=f"{ROLE}/release.yml:10")))
+    view.update(fleet.apply({"event": "playbook_on_play_start", "event_data": {"play": "Report on the fleet"}}))
+    lines = [line.split("  ", 1)[1] for line in out.getvalue().splitlines()]
+    assert [" ".join(line.split()) for line in lines] == [
+        "node-a record writing its host document 1 s so far -",
+        "node-b record writing its host document 1 s so far -",
+        "play: Give the nodes back",
+        "node-a release 2 s so far -",
+        "play: Report on the fleet",
     ]
 
 

@@ -29,11 +29,22 @@ def _comparable(m: dict, b: dict) -> str | None:
     return None
 
 
-def node_vs_baseline(host: str, found: dict, base: list[dict], base_id: str, thr: Thresholds) -> dict:
+def baseline_index(base: list[dict]) -> tuple[dict, dict]:
+    """({host: {metric: node-level row}}, {(uuid, metric): GPU row}) of the baseline's rows, built once per run."""
+    node_base: dict[str, dict] = {}
+    for b in base:
+        if b["gpu_index"] is None:
+            node_base.setdefault(b["host"], {})[b["metric"]] = b
+    return node_base, {(b["uuid"], b["metric"]): b for b in base if b["gpu_index"] is not None and b["uuid"]}
+
+
+def node_vs_baseline(host: str, found: dict, base: list[dict], base_id: str, thr: Thresholds,
+                     index: tuple | None = None) -> dict:
+    """index: baseline_index(base), so that a run of many nodes does not go through every baseline row per node."""
     threshold = thr.pair(BASE_WARN, BASE_FAIL)
     comparisons, not_comparable = [], []
-    node_base = {(b["metric"]): b for b in base if b["host"] == host and b["gpu_index"] is None}
-    gpu_base = {(b["uuid"], b["metric"]): b for b in base if b["gpu_index"] is not None and b["uuid"]}
+    by_host, gpu_base = index or baseline_index(base)
+    node_base = by_host.get(host, {})
     for m in found["metrics"]:
         if m["scope"] == "node":
             b, what = node_base.get(m["key"]), f"baseline run {base_id}'s figure for this node"

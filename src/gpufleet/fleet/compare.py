@@ -31,14 +31,13 @@ in CI, no performance claim is made.
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 from gpufleet.fleet import metrics as fm, sdc
-from gpufleet.fleet.baseline import baseline_medians, node_vs_baseline, node_vs_baseline_fleet
+from gpufleet.fleet.baseline import baseline_index, baseline_medians, node_vs_baseline, node_vs_baseline_fleet
 from gpufleet.fleet.counter_growth import counters_during_run, counters_since_previous_run
 from gpufleet.fleet.findings import fleet_result
-from gpufleet.fleet.peers import fleet_groups, gpu_vs_node, node_vs_fleet, sample_spread
+from gpufleet.fleet.peers import fleet_groups, fleet_stats, gpu_vs_node, node_vs_fleet, sample_spread
 from gpufleet.fleet.returning import returning_gpu
 from gpufleet.fleet.thresholds import BASE_FAIL, BASE_WARN, Thresholds, thresholds_for
 from gpufleet.fleet.view import view_rows
@@ -60,6 +59,8 @@ def evaluate(run_id: str, nodes: dict[str, dict], *, store: Any = None, store_no
     sdc_rows = {host: sdc.hash_rows(n["results"]) for host, n in nodes.items()}
     thrs = {host: Thresholds(thresholds_for(n.get("profile"))) for host, n in nodes.items()}
     groups = fleet_groups(founds)
+    stats = fleet_stats(groups)
+    sdc_votes: dict = {}  # (comparable keys, computation) -> votes, counted once for the run
     base_id = (baseline or {}).get("run_id")
     base_rows: list[dict] = []
     base_note = None
@@ -76,28 +77,29 @@ def evaluate(run_id: str, nodes: dict[str, dict], *, store: Any = None, store_no
         if not base_rows:
             base_note = f"baseline run {base_id} has no benchmark figures in the store"
     medians = baseline_medians(base_rows)
+    base_index = baseline_index(base_rows)
     out: dict = {"results": {}, "metrics": founds, "baseline": {**(baseline or {}), "note": base_note} if baseline or base_note else None}
     for host in nodes:
         found, thr = founds[host], thrs[host]
         if not (found["gpus"] or found["metrics"] or found["spreads"] or found["snapshots"].get("before")
                 or found["snapshots"].get("after") or found["snapshots"]["problems"] or sdc_rows[host]):
             continue  # nothing the fleet layer reads (a host that never got to its checks): nothing to say
-        res = [gpu_vs_node(host, found, thr), node_vs_fleet(host, found, groups, thr)]
+        res = [gpu_vs_node(host, found, thr), node_vs_fleet(host, found, groups, thr, stats)]
         if base_note:
             for check in ("node_vs_baseline", "node_vs_baseline_fleet"):
                 res.append(fleet_result(check, SKIP, base_note, threshold=thr.pair(BASE_WARN, BASE_FAIL)))
         else:
-            res.append(node_vs_baseline(host, found, base_rows, base_id, thr))
+            res.append(node_vs_baseline(host, found, base_rows, base_id, thr, base_index))
             res.append(node_vs_baseline_fleet(host, found, medians, base_id, thr))
         res.append(sample_spread(host, found, thr))
         res.append(counters_during_run(host, found, thr))
         res.append(counters_since_previous_run(host, run_id, found, store, store_note, thr))
         res.append(returning_gpu(host, run_id, found, store, store_note))
         if sdc_rows[host]:
-            res.append(sdc.judge(host, run_id, sdc_rows, store, store_note))
+            res.append(sdc.judge(host, run_id, sdc_rows, store, store_note, sdc_votes))
         out["results"][host] = res
-    out["fleet_medians"] = {f"{k}|{c}": {"metric": k, "context": c, "value": statistics.median(m["value"] for m in v.values()),
+    out["fleet_medians"] = {f"{k}|{c}": {"metric": k, "context": c, "value": stats[(k, c)][0],
                                          "n": len(v), "unit": next(iter(v.values()))["unit"]} for (k, c), v in groups.items()}
     out["baseline_medians"] = {f"{k}|{c}": {"metric": k, "context": c, **v} for (k, c), v in medians.items()}
-    out["view"] = view_rows(founds, groups, medians, base_rows, out["results"])
+    out["view"] = view_rows(founds, groups, medians, base_rows, out["results"], stats)
     return out

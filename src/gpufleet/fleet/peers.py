@@ -80,7 +80,12 @@ def gpu_vs_node(host: str, found: dict, thr: Thresholds) -> dict:
                    detail={"comparisons": evidence_rows(comparisons), "flagged_gpus": flagged_from(comparisons)})
 
 
-def node_vs_fleet(host: str, found: dict, groups: dict, thr: Thresholds) -> dict:
+def fleet_stats(groups: dict) -> dict[tuple, tuple[float, float]]:
+    """(metric, context) -> (median, MAD) of the nodes' figures: once per run, not once per node."""
+    return {k: robust([m["value"] for m in members.values()]) for k, members in groups.items()}
+
+
+def node_vs_fleet(host: str, found: dict, groups: dict, thr: Thresholds, stats: dict | None = None) -> dict:
     min_nodes = thr.value(MIN_NODES) or 3
     threshold = thr.field(NODE_WARN, fail=thr.field(NODE_FAIL), min_nodes=thr.field(MIN_NODES))
     mine = node_rows(found)
@@ -93,8 +98,8 @@ def node_vs_fleet(host: str, found: dict, groups: dict, thr: Thresholds) -> dict
         if len(members) < min_nodes:
             too_few[m["key"]] = len(members)
             continue
-        values = [x["value"] for x in members.values()]
-        med, mad = robust(values)
+        key = (m["key"], m["context"])
+        med, mad = stats[key] if stats and key in stats else robust([x["value"] for x in members.values()])
         if med <= 0:
             continue
         comparisons.append(comparison_row(m, med, f"the fleet median of {len(members)} nodes", thr, NODE_WARN, NODE_FAIL,

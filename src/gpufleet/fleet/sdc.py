@@ -42,35 +42,49 @@ def _voter(row: dict, host: str) -> str:
     return row.get("uuid") or f"{host}:{row.get('index') if row.get('index') is not None else row.get('cuda_index')}"
 
 
-def judge(host: str, run_id: str, rows_by_host: dict[str, list[dict]], store: Any = None, store_note: str | None = None) -> dict:
-    """The fleet.sdc result of `host`, from every node's hash_rows() of this run and the store's earlier runs."""
+def _votes(key: str, name: str, run_id: str, rows_by_host: dict[str, list[dict]], store: Any) -> tuple[dict, str | None, list, int]:
+    """(votes {voter: sha256}, the majority's hash, the voters against it, how many hold it) of one computation
+    under one set of comparable keys: this run's GPUs, then the store's earlier runs."""
+    votes: dict = {}
+    for h, rows in rows_by_host.items():
+        for r in rows:
+            if (r["comparable"], r["computation"]) == (key, name):
+                votes[_voter(r, h)] = r["sha256"]
+    for r in store.sdc_hashes(key, name, run_id) if store is not None else []:
+        votes.setdefault(_voter(r, r["host"]), r["sha256"])  # newest first: a GPU's newest hash votes
+    top, others = majority(votes)
+    return votes, top, others, sum(1 for v in votes.values() if v == top)
+
+
+def judge(host: str, run_id: str, rows_by_host: dict[str, list[dict]], store: Any = None, store_note: str | None = None,
+          cache: dict | None = None) -> dict:
+    """The fleet.sdc result of `host`, from every node's hash_rows() of this run and the store's earlier runs.
+
+    cache: a dict kept over the nodes of one run, so the votes of each computation are counted once per run, not
+    once per node."""
     mine = rows_by_host.get(host) or []
     if not mine:
         return fleet_result(CHECK, SKIP, "no SDC hashes from this node (benchmark sdc did not run or gave none)")
     cpu = any(r["cpu"] for r in mine)
     findings, bad, inconclusive, compared, alone = [], {}, [], 0, set()
+    cache = {} if cache is None else cache
     for (key, name) in dict.fromkeys((r["comparable"], r["computation"]) for r in mine):
-        votes: dict = {}
-        for h, rows in rows_by_host.items():
-            for r in rows:
-                if (r["comparable"], r["computation"]) == (key, name):
-                    votes[_voter(r, h)] = r["sha256"]
-        for r in store.sdc_hashes(key, name, run_id) if store is not None else []:
-            votes.setdefault(_voter(r, r["host"]), r["sha256"])  # newest first: a GPU's newest hash votes
+        if (key, name) not in cache:
+            cache[(key, name)] = _votes(key, name, run_id, rows_by_host, store)
+        votes, top, others, top_n = cache[(key, name)]
         own = {_voter(r, host): r for r in mine if (r["comparable"], r["computation"]) == (key, name)}
         if len(votes) <= len(own):
             alone.add(name)
             continue
         compared = max(compared, len(votes))
-        top, others = majority(votes)
-        if top is None or sum(1 for v in votes.values() if v == top) < 2:
+        if top is None or top_n < 2:
             inconclusive.append(f"{name}: no majority among {len(votes)} GPUs")
             continue
         for v in others:
             if v in own:
                 bad[v] = own[v]
                 findings.append(f"{gpu_text(own[v])} {name} sha256 {own[v]['sha256'][:12]}… against "
-                                f"{sum(1 for x in votes.values() if x == top)} of {len(votes)} GPUs {top[:12]}…")
+                                f"{top_n} of {len(votes)} GPUs {top[:12]}…")
     detail = {"compared_gpus": compared, "alone": sorted(alone), "store": None if store is not None else store_note,
               "hashes": [{k: r[k] for k in ("index", "uuid", "computation", "sha256")} for r in mine]}
     if findings:

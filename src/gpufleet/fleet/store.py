@@ -96,6 +96,8 @@ CREATE INDEX IF NOT EXISTS counters_uuid ON counters (uuid, phase, read_at);
 CREATE INDEX IF NOT EXISTS counters_run_host ON counters (run_id, host);
 CREATE INDEX IF NOT EXISTS flags_uuid ON gpu_flags (uuid);
 CREATE INDEX IF NOT EXISTS flags_serial ON gpu_flags (serial);
+CREATE INDEX IF NOT EXISTS flags_run_host ON gpu_flags (run_id, host);
+CREATE INDEX IF NOT EXISTS sdc_run_host ON sdc_hashes (run_id, host);
 """
 
 

@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-import statistics
-
 from gpufleet import schema
 from gpufleet.fleet import flagged
+from gpufleet.fleet.peers import fleet_stats
 from gpufleet.schema import PASS
 
 
@@ -19,9 +18,11 @@ VIEW_COLUMNS = (
 )
 
 
-def view_rows(founds: dict, groups: dict, medians: dict, base_rows: list[dict], results: dict) -> list[dict]:
+def view_rows(founds: dict, groups: dict, medians: dict, base_rows: list[dict], results: dict,
+              stats: dict | None = None) -> list[dict]:
     """Per node, the fleet view's columns: value, fleet median, baseline figure, deviations, worst status."""
     rows = []
+    stats = stats if stats is not None else fleet_stats(groups)
     base_node = {(b["host"], b["metric"], b["context"]): b for b in base_rows if b["gpu_index"] is None}
     for host, found in founds.items():
         by_key = {m["key"]: m for m in found["metrics"] if m["scope"] == "node"}
@@ -34,7 +35,7 @@ def view_rows(founds: dict, groups: dict, medians: dict, base_rows: list[dict], 
                 continue
             members = groups.get((m["key"], m["context"]), {})
             # A median of one node is that node: nothing to show against.
-            fleet_med = statistics.median(x["value"] for x in members.values()) if len(members) > 1 and not m["shared"] else None
+            fleet_med = stats[(m["key"], m["context"])][0] if len(members) > 1 and not m["shared"] else None
             b = base_node.get((host, m["key"], m["context"]))
             bmed = medians.get((m["key"], m["context"]))
             statuses = []

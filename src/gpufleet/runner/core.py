@@ -266,7 +266,7 @@ def invoke(project: Project, inv: Invocation, view, *, envvars: dict | None = No
             changed = []
             fleet.failures.append(Failure("", "the live view", repr(exc), node_play=False))
         if changed:
-            view.update([h for h in changed if h != "run"])
+            view.update(changed)
         return True  # keep every event in the artifacts
 
     # The mark lets a later invocation find an ansible-playbook its killed controller left running.

@@ -15,13 +15,12 @@ from dataclasses import dataclass, field
 from gpufleet import schema
 
 # In the order a node goes through them; the progress bar counts a node's place in it.
-STAGES = ("waiting", "reach", "lock", "checks", "counters", "benchmarks", "cross-node", "fine-tune", "locate",
-          "report", "done")
+STAGES = ("waiting", "reach", "lock", "checks", "counters", "benchmarks", "record", "cross-node", "fine-tune", "locate",
+          "release", "report", "done")
 CHECK_MODULES = ("gpu_inventory", "gpu_health", "host_hygiene")
-# Task files of the role whose tasks are a stage of their own, whatever the module ("done": giving the node
-# back after its work, no stage to show).
+# Task files of the role whose tasks are a stage of their own, whatever the module.
 STAGE_FILES = {"nccl_multinode": "cross-node", "finetune_multinode": "fine-tune", "locate": "locate",
-               "lock_take": "lock", "release": "done"}
+               "lock_take": "lock", "release": "release"}
 # Worst first for the "so far" column; unreachable is worse than any result.
 _RANK = {"unreachable": 6, schema.ERROR: 5, schema.FAIL: 4, schema.WARN: 3, schema.PASS: 2, schema.SKIP: 1}
 FINAL_EVENT = "playbook_on_stats"
@@ -53,8 +52,6 @@ def classify(event_data: dict) -> tuple[str | None, str]:
     in_role = "/tasks/" in path  # the playbooks' own tasks run on the controller
     for prefix, stage in STAGE_FILES.items():
         if in_role and stem.startswith(prefix) and stem != "locate_report":
-            if stage == "done":
-                return None, ""
             if stage == "locate":  # which round and partner: FleetState.describe says, from locate.json
                 return stage, ""
             return stage, _across(task)
@@ -71,6 +68,8 @@ def classify(event_data: dict) -> tuple[str | None, str]:
         return "benchmarks", which if which and "{{" not in which else ""
     if short in ("finetune",):
         return "fine-tune", ""
+    if short == "host_record":  # on the controller, one node after another: the write-back
+        return "record", "writing its host document"
     if short == "fleet_report":
         return "report", ""
     return None, ""

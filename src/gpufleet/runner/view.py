@@ -60,6 +60,8 @@ class PlainView:
     def update(self, hosts: list[str]) -> None:
         if self.fleet is None:
             return
+        if "run" in hosts:  # a new play: also the controller's own ones (giving the nodes back, the report)
+            self._write(f"play: {self.fleet.phase}")
         width = max((len(h) for h in self.fleet.nodes), default=4)
         now = self.fleet.clock()
         for host in hosts:

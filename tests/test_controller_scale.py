@@ -1,0 +1,61 @@
+"""The controller's work grows linearly with the fleet: counted, never timed (scripts/controller_cost.py times it).
+
+A report of 4 nodes and one of 12, each against a baseline run of the same nodes in a real store, count how many
+figures the fleet medians go through and how often the SDC votes of a computation are gathered. Work that is
+done once per node for every node (a fleet median per node, every baseline row per node, every node's SDC hashes
+per node) makes the first count grow 9-fold from 4 to 12 nodes instead of 3-fold.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gpufleet import report
+from gpufleet.fleet import compare, sdc
+
+from test_fleet_synthetic import gpus_of, node_doc, write_run
+from test_sdc import node_result
+
+BASE, RUN = "2026-11-20T10:00:00Z", "2026-11-21T10:00:00Z"
+
+
+def docs(n: int, started: str) -> dict:
+    out = {}
+    for i in range(n):
+        gpus = gpus_of(i)
+        out[f"node-{i:02d}"] = node_doc(f"node-{i:02d}", i, gpus=gpus, started=started, read_at=(started, started),
+                                        extra=[node_result(gpus)])
+    return out
+
+
+def count_work(tmp_path, n: int, monkeypatch) -> dict:
+    """Build the baseline run's report and the run's, counting the work of the run's."""
+    reports = tmp_path / f"fleet-{n}"
+    report.build(write_run(reports, "base", docs(n, BASE)))
+    run_dir = write_run(reports, "run", docs(n, RUN), baseline="base")
+    counts = {"median_values": 0, "sdc_votes": 0}
+    robust, votes = compare.robust, sdc._votes
+
+    def counting_robust(values):
+        counts["median_values"] += len(values)
+        return robust(values)
+
+    def counting_votes(*args):
+        counts["sdc_votes"] += 1
+        return votes(*args)
+
+    monkeypatch.setattr(compare, "robust", counting_robust)
+    monkeypatch.setattr(sdc, "_votes", counting_votes)
+    summary = report.build(run_dir)
+    monkeypatch.undo()
+    assert summary["baseline"] == "base"
+    return counts
+
+
+@pytest.mark.parametrize("small, large", [(4, 12)])
+def test_the_fleet_judgement_goes_through_each_figure_a_bounded_number_of_times(tmp_path, monkeypatch, small, large):
+    few, many = count_work(tmp_path, small, monkeypatch), count_work(tmp_path, large, monkeypatch)
+    # Linear: 3 times the nodes, about 3 times the figures (a little more: medians over more nodes).
+    assert many["median_values"] <= 3.5 * few["median_values"], (few, many)
+    # The votes of each SDC computation are gathered once for the run, whatever the number of nodes.
+    assert few["sdc_votes"] == many["sdc_votes"] > 0, (few, many)
