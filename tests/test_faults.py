@@ -79,11 +79,19 @@ def doc(run_dir: Path, host: str) -> dict:
     return json.loads((run_dir / "hosts" / f"{host}.json").read_text())
 
 
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:300]
+    except OSError:  # gone meanwhile
+        return ""
+
+
 def leftovers(fleet: TestFleet) -> dict:
-    """What any run left on the hosts: engine, torchrun and rank processes, and gpufleet work folders."""
+    """What any run left on the hosts: engine, torchrun and rank processes ('pid command line', to tell which),
+    and gpufleet work folders."""
     found = {}
     for name in fleet.names:
-        procs = [pid for pid in fleet.pids(name, *ENGINE_MARKS)]
+        procs = [f"{pid} {_cmdline(pid)}" for pid in fleet.pids(name, *ENGINE_MARKS)]
         folders = sorted(p.name for p in (fleet.root(name) / "tmp").glob("gpufleet-*"))
         if procs or folders:
             found[name] = {"processes": procs, "folders": folders}
@@ -242,6 +250,9 @@ def test_sigterm_while_a_job_runs_across_nodes_stops_it_on_every_node(fleet, tmp
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     # The jobs run in the background on the nodes: they stop once the controller no longer checks on them.
-    assert not wait_clean(fleet)
+    left = wait_clean(fleet)
+    logs = {str(log): log.read_text(errors="replace")[-1500:] for host, what in left.items() for folder in what["folders"]
+            for log in (fleet.root(host) / "tmp" / folder).glob("*.log")}
+    assert not left, (left, logs, "".join(lines)[-3000:])
     for host in ("node-a", "node-b"):  # written before the interrupt, and still whole
         assert {r["group"] for r in doc(run_dir, host)["results"]} >= {"gpu_inventory", "gpu_health"}
