@@ -345,8 +345,10 @@ def test_an_interrupted_run_gives_its_node_locks_back(tmp_path):
     lines: list[str] = []
 
     def taken() -> bool:
+        if lock_path.exists() and '"stopped"' in lock_path.read_text():
+            return True
         assert proc.poll() is None, "the run ended before it took the node lock"
-        return lock_path.exists() and '"stopped"' in lock_path.read_text()
+        return False
 
     with ended(proc):
         wait_for(taken, 240, "the run to take the node lock", interval_s=0.2)
