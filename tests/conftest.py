@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+import waiting  # noqa: F401  (marks the processes this test run starts, before any starts)
+
 # The module tests import ansible.module_utils.basic in this process, which replaces sys.intern;
 # torch._dynamo (imported later by transformers, peft and torch.compile) refuses to load after that.
 # Importing it first keeps the test order from mattering.

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import socket
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ import yaml
 
 from gpufleet.errors import InputError
 from gpufleet.finetune import config, data, model
+from waiting import wait_for
 
 BASE = {"model": {"name": "x", "random_init": True, "architecture": "tiny-qwen2"},
         "data": {"dataset_name": "files/data/glaive-sample.jsonl"}}
@@ -115,14 +115,11 @@ def test_prefetch_builds_ahead_of_the_consumer_and_stops_when_closed():
 
     it = data.prefetch(produce(), depth=4)
     assert next(it) == 0
-    deadline = time.monotonic() + 5
-    while len(produced) < 5 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert len(produced) >= 5  # it ran ahead while nothing was consumed
+    wait_for(lambda: len(produced) >= 5, 60, "the batches built ahead", interval_s=0.01)  # nothing consumed
     it.close()
-    time.sleep(1.0)
-    assert len(produced) < 20  # and stopped once closed
-    assert not [t for t in threading.enumerate() if t.name == "gpufleet-batches" and t.is_alive()]
+    wait_for(lambda: not [t for t in threading.enumerate() if t.name == "gpufleet-batches" and t.is_alive()], 60,
+             "the batch thread's end")
+    assert len(produced) < 20  # it stopped once closed
 
 
 def test_samples_are_tokenized_once_and_later_epochs_get_the_same_tokens(monkeypatch):

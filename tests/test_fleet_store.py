@@ -8,7 +8,6 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,8 @@ from gpufleet import report, schema
 from gpufleet.errors import InputError
 from gpufleet.fleet import cli as fleet_cli
 from gpufleet.fleet.store import Store
+
+from waiting import wait_for
 
 from test_fleet_synthetic import ecc_failure, gpus_of, node_doc, write_run
 
@@ -29,6 +30,7 @@ WRITER = textwrap.dedent("""
     from gpufleet.fleet.store import Store
     db, run_id, doc_path, go = sys.argv[1:5]
     doc = json.loads(Path(doc_path).read_text())
+    Path(go + "." + run_id).touch()  # ready
     while not Path(go).exists():
         time.sleep(0.005)
     with Store(db) as store:
@@ -46,7 +48,9 @@ def test_two_processes_write_at_once(tmp_path):
     Store(db).close()  # both find the store made; creating it at once is covered by its own retry
     procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(db), run, str(doc), str(go)], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for run in ("runA", "runB")]
-    time.sleep(0.3)  # both importing and waiting
+    # Both ready (imported, which takes a busy machine seconds) before either writes: they write at once.
+    wait_for(lambda: all(Path(f"{go}.{run}").exists() for run in ("runA", "runB")), 120, "both writers ready",
+             interval_s=0.05)
     go.touch()
     outs = [p.communicate(timeout=60) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outs]

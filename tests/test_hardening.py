@@ -21,6 +21,7 @@ import pytest
 
 from gpufleet import guard, lock, paths, runs
 from gpufleet.errors import InputError
+from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -241,7 +242,7 @@ def _start_guarded(tmp_path, env=None):
     return proc, int(child_pid), Path(work)
 
 
-def _wait_gone(pid, timeout_s=15):
+def _wait_gone(pid, timeout_s=60):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and _alive(pid):
         time.sleep(0.1)
@@ -255,9 +256,7 @@ def test_a_group_of_zombies_is_stopped_and_a_running_one_is_not():
     try:
         assert guard._group_alive(child.pid)
         os.kill(child.pid, signal.SIGKILL)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and _alive(child.pid):
-            time.sleep(0.05)
+        _wait_gone(child.pid)
         assert Path(f"/proc/{child.pid}/stat").exists()  # a zombie: not reaped yet
         assert not guard._group_alive(child.pid)
     finally:
@@ -270,7 +269,7 @@ def test_a_terminated_engine_stops_what_it_started_and_removes_its_folders(tmp_p
     proc, child, work = _start_guarded(tmp_path)
     assert _alive(child) and work.is_dir()
     proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=20)
+    proc.wait(timeout=60)
     assert _wait_gone(child), "the engine's child outlived it"
     assert not work.exists()
 
@@ -281,11 +280,8 @@ def test_a_job_whose_controller_stopped_checking_on_it_stops(tmp_path):
     spec = json.dumps({"path": str(path), "run_id": "r1", "holder": "node-a", "heartbeat_timeout_s": 1})
     proc, child, work = _start_guarded(tmp_path, {"GPUFLEET_LOCK": spec})
     try:
-        assert _wait_gone(child, timeout_s=20), "the job ran on without its controller"
-        deadline = time.monotonic() + 10  # the folders go right after the processes
-        while time.monotonic() < deadline and work.exists():
-            time.sleep(0.1)
-        assert not work.exists()
+        assert _wait_gone(child), "the job ran on without its controller"
+        wait_for(lambda: not work.exists(), 30, "the job's folder removed")  # right after the processes
     finally:
         proc.kill()
         proc.wait()
@@ -301,8 +297,9 @@ MODULE = textwrap.dedent("""
 HOLDING_ENGINE = textwrap.dedent("""
     import os, subprocess, sys, time
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
-    with open(os.environ["PIDS_FILE"], "w") as f:
+    with open(os.environ["PIDS_FILE"] + ".part", "w") as f:
         f.write(f"{os.getpid()} {child.pid}")
+    os.rename(os.environ["PIDS_FILE"] + ".part", os.environ["PIDS_FILE"])  # whole when it appears
     time.sleep(300)
 """)
 
@@ -316,15 +313,13 @@ def test_a_module_whose_controller_is_gone_leaves_no_engine_behind(tmp_path, fak
     env = dict(os.environ, PIDS_FILE=str(pids_file))
     module = subprocess.Popen([sys.executable, "-c", MODULE, str(REPO / "collections")], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, env=env)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not pids_file.exists():
-        time.sleep(0.1)
+    wait_for(pids_file.exists, 120, "the engine's pids", interval_s=0.1)
     engine, child = map(int, pids_file.read_text().split())
     if how == "connection":
         module.stdout.close()  # what the ssh session or the local worker does when the controller goes
     else:
         module.send_signal(signal.SIGTERM if how == "sigterm" else signal.SIGKILL)
-    module.wait(timeout=30)
+    module.wait(timeout=60)
     assert _wait_gone(engine), "the engine outlived its module"
     if how != "sigkill":
         assert _wait_gone(child), "the engine's child outlived the module"

@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from waiting import left_running
+
 pytest.importorskip("torch")
 
 pytestmark = pytest.mark.slow
@@ -58,8 +60,8 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _leftover_workers() -> str:
-    return subprocess.run(["pgrep", "-af", "gpufleet[.](bench[.]nccl|train[.]gpt2) --worker"], capture_output=True, text=True).stdout.strip()
+def _leftover_workers() -> list[str]:
+    return left_running(r"gpufleet[.](bench[.]nccl|train[.]gpt2) --worker")
 
 
 # ---------------------------------------------------------------- one node: the benchmark stage

@@ -14,7 +14,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import pytest
 import yaml
 
 from gpufleet import schema
+from waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -266,16 +266,6 @@ def test_a_run_asked_to_wait_measures_the_node_after_the_other(tmp_path):
     assert max(lock_result(docs[i])["detail"]["waited_s"] for i in (1, 2)) > 0, docs
 
 
-def wait_for(condition, what: str, timeout_s: float = 240):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        got = condition()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_an_interrupted_run_leaves_no_lock_in_the_way(tmp_path):
     lock_path = tmp_path / "node.lock"
     cmd = [str(BIN / "ansible-playbook"), "validate.yml", "-i", "inventory/local", "-e", '{"gpufleet_benchmarks": []}',
@@ -285,7 +275,8 @@ def test_an_interrupted_run_leaves_no_lock_in_the_way(tmp_path):
     proc = subprocess.Popen(cmd, cwd=REPO, env=playbook_env(tmp_path), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
-        wait_for(lambda: lock_path.exists() and '"stopped"' in lock_path.read_text(), "the run to take the node lock")
+        wait_for(lambda: lock_path.exists() and '"stopped"' in lock_path.read_text(), 240, "the run to take the node lock",
+                 interval_s=0.2)
         os.killpg(proc.pid, signal.SIGINT)
         out = proc.communicate(timeout=240)[0]
     finally:

@@ -14,6 +14,7 @@ The resumes use the playbooks' gpufleet_resume, gpufleet_stages and gpufleet_pee
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -28,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from testhosts import TestFleet, skip_reason
+from waiting import wait_for
 
 pytest.importorskip("torch")
 pytest.importorskip("ansible_runner")
@@ -87,6 +89,23 @@ def finish(proc: subprocess.Popen, lines: list[str], timeout_s: float) -> int:
     return proc.returncode
 
 
+@contextlib.contextmanager
+def ended(proc: subprocess.Popen):
+    """The runner, killed with everything it started if the test leaves before it has ended."""
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def interrupt(proc: subprocess.Popen, lines: list[str]) -> int:
+    """Ctrl-C to the runner; its exit status once it has given the locks back and ended (a busy machine takes
+    its time over the release playbook)."""
+    os.kill(proc.pid, signal.SIGINT)
+    return finish(proc, lines, 300)
+
+
 def run(fleet, tmp_path, *args, timeout_s=400) -> tuple[int, list[str]]:
     proc = gpufleet(fleet, tmp_path, *args)
     lines: list[str] = []
@@ -132,7 +151,7 @@ def start_sshd(fleet: TestFleet, name: str) -> None:
     subprocess.run(["ip", "netns", "exec", netns, "chroot", str(fleet.root(name)), "/usr/sbin/sshd", "-f",
                     "/etc/ssh/sshd_config_gpufleet_testhost"], check=True, env=dict(os.environ, PATH=f"{os.environ['PATH']}:/usr/sbin"))
     fleet.wait_for(lambda: subprocess.run(["bash", "-c", f"exec 3<>/dev/tcp/{fleet.address(name)}/22"],
-                                          capture_output=True).returncode == 0, 20, f"{name}'s sshd back")
+                                          capture_output=True).returncode == 0, 60, f"{name}'s sshd back")
 
 
 def files_holding(folder: Path, *secrets: str) -> list[str]:
@@ -153,13 +172,10 @@ def test_a_full_run_shows_each_node_live_and_a_lost_node_is_run_again_alone_with
     proc = gpufleet(fleet, tmp_path, "run", "-i", str(inv), "--reports-dir", str(reports), "--run-id", run_id,
                     "-e", f"site_api_token={var_token}")
     lines: list[str] = []
-    try:
+    with ended(proc):
         read_until(proc, lines, lambda line: re.search(r"  node-b +checks ", line), 180, "node-b's checks")
         fleet.kill_sshd("node-b")
         rc = finish(proc, lines, 400)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
     out = "\n".join(lines)
     run_dir = reports / run_id
     assert rc == 1, out  # no GPU: no node accepted
@@ -248,16 +264,12 @@ def test_an_interrupted_run_keeps_what_finished_and_resumes_only_what_did_not(fl
     proc = gpufleet(fleet, tmp_path, "run", "-i", str(inv), "--reports-dir", str(reports), "--run-id", run_id,
                     "-e", f"site_api_token={token}")
     lines: list[str] = []
-    try:
+    with ended(proc):
         read_until(proc, lines, lambda line: re.search(r"  node-c +benchmarks ", line), 180, "node-c's benchmarks")
-        fleet.wait_for(lambda: all((run_dir / "hosts" / f"{h}.json").exists() for h in ("node-a", "node-b")), 120,
+        fleet.wait_for(lambda: all((run_dir / "hosts" / f"{h}.json").exists() for h in ("node-a", "node-b")), 240,
                        "the documents of node-a and node-b")
         assert not (run_dir / "hosts" / "node-c.json").exists()
-        os.kill(proc.pid, signal.SIGINT)
-        rc = finish(proc, lines, 60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+        rc = interrupt(proc, lines)
     out = "\n".join(lines)
     assert rc == 130, out
     assert lines[-1].endswith(f"run {run_id}: interrupted; the documents of node-a, node-b are in {run_dir / 'hosts'}. "
@@ -331,16 +343,16 @@ def test_an_interrupted_run_gives_its_node_locks_back(tmp_path):
     proc = gpufleet(None, tmp_path, "run", "-i", "inventory/local", "--run-id", "stopped", "--reports-dir",
                     str(tmp_path / "reports"), "-e", '{"gpufleet_benchmarks": []}', "-e", f"gpufleet_lock_path={lock_path}")
     lines: list[str] = []
-    try:
-        deadline = time.monotonic() + 240
-        while not (lock_path.exists() and '"stopped"' in lock_path.read_text()):
-            assert time.monotonic() < deadline and proc.poll() is None, "the run never took the node lock"
-            time.sleep(0.2)
-        os.kill(proc.pid, signal.SIGINT)
-        rc = finish(proc, lines, 240)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+
+    def taken() -> bool:
+        if lock_path.exists() and '"stopped"' in lock_path.read_text():
+            return True
+        assert proc.poll() is None, "the run ended before it took the node lock"
+        return False
+
+    with ended(proc):
+        wait_for(taken, 240, "the run to take the node lock", interval_s=0.2)
+        rc = interrupt(proc, lines)
     out = "\n".join(lines)
     assert rc == 130, out
     assert not lock_path.exists(), out + "\n" + lock_path.read_text()

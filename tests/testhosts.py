@@ -22,10 +22,11 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import yaml
+
+from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -181,12 +182,5 @@ class TestFleet:
                      "burst", "32kbit", "latency", "400ms"]):
             subprocess.run(cmd, check=True, env=env, capture_output=True)
 
-    def wait_for(self, predicate, timeout_s: float, what: str, interval_s: float = 0.3):
-        """Poll `predicate` until it returns something true; its value, or AssertionError naming `what`."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            value = predicate()
-            if value:
-                return value
-            time.sleep(interval_s)
-        raise AssertionError(f"{what}: not within {timeout_s} s")
+    # Poll a condition until it holds (tests/waiting.py).
+    wait_for = staticmethod(wait_for)

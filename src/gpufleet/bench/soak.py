@@ -190,8 +190,10 @@ def _windows(bursts: list, window_s: float, n_windows: int, unit_scale: float) -
 
 
 def run(duration_s: float = DEFAULT_DURATION_S, *, window_s: float | None = None, nccl_every_s: float | None = None,
-        setup_timeout_s: float = SETUP_TIMEOUT_S, step_timeout_s: float = STEP_TIMEOUT_S, grace_s: float = GRACE_S) -> dict:
-    """Soak every visible GPU for duration_s; see the module docstring. Never raises for a GPU that fails."""
+        setup_timeout_s: float = SETUP_TIMEOUT_S, step_timeout_s: float = STEP_TIMEOUT_S, grace_s: float = GRACE_S,
+        on_start=None) -> dict:
+    """Soak every visible GPU for duration_s; see the module docstring. Never raises for a GPU that fails.
+    on_start(pids), if given, is called once every process is set up and the load starts."""
     import queue as queue_mod
 
     import torch
@@ -270,6 +272,8 @@ def run(duration_s: float = DEFAULT_DURATION_S, *, window_s: float | None = None
         if sampler:
             sampler.start(t0)
         go.value = t0
+        if on_start:
+            on_start([p.pid for p in procs])
         hard_end = t0 + duration_s + grace_s
         reports: dict[int, dict] = {}  # rank -> the error it reported: {"t_s", "error", "where"}
         died_s: dict[int, float] = {}  # rank -> seconds after the start when its exit was first seen
