@@ -135,8 +135,8 @@ def one_run(reports: Path, run_id: str, docs: dict[str, dict], *, set_baseline: 
 
 def cmd_stages(args) -> list[dict]:
     rows = []
-    one_run(Path(tempfile.mkdtemp(prefix="gpufleet-cost-warm-")) / "reports", "warm", node_documents(2, "2026-11-20T10:00:00Z"),
-            set_baseline=False)  # the bytecode cache filled, as on a controller that ran before
+    with tempfile.TemporaryDirectory(prefix="gpufleet-cost-warm-") as warm:  # the bytecode cache filled, as on a
+        one_run(Path(warm) / "reports", "warm", node_documents(2, "2026-11-20T10:00:00Z"), set_baseline=False)  # used controller
     for n in args.nodes:
         with tempfile.TemporaryDirectory(prefix=f"gpufleet-cost-{n}-") as tmp:
             reports = Path(tmp) / "reports"
