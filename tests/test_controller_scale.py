@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from gpufleet import report
-from gpufleet.fleet import compare, sdc
+from gpufleet.fleet import peers, robust as fleet_robust, sdc
 
 from test_fleet_synthetic import gpus_of, node_doc, write_run
 from test_sdc import node_result
@@ -34,7 +34,7 @@ def count_work(tmp_path, n: int, monkeypatch) -> dict:
     report.build(write_run(reports, "base", docs(n, BASE)))
     run_dir = write_run(reports, "run", docs(n, RUN), baseline="base")
     counts = {"median_values": 0, "sdc_votes": 0}
-    robust, votes = compare.robust, sdc._votes
+    robust, votes = fleet_robust.robust, sdc._votes
 
     def counting_robust(values):
         counts["median_values"] += len(values)
@@ -44,7 +44,7 @@ def count_work(tmp_path, n: int, monkeypatch) -> dict:
         counts["sdc_votes"] += 1
         return votes(*args)
 
-    monkeypatch.setattr(compare, "robust", counting_robust)
+    monkeypatch.setattr(peers, "robust", counting_robust)  # where the fleet layer takes its medians
     monkeypatch.setattr(sdc, "_votes", counting_votes)
     summary = report.build(run_dir)
     monkeypatch.undo()
