@@ -254,6 +254,20 @@ def test_a_clean_figure_is_measured_once(h200):
     assert res["status"] == "pass" and res["trust"] == "clean" and len(res["detail"]["attempts"]) == 1
 
 
+def test_a_result_without_a_figure_gets_no_trust(h200):
+    """Trust describes a figure: across nodes with no single-node figure to scale against, train_scaling is an
+    error with no value, so it gets no trust, while the training figure beside it is clean."""
+    out = gpu_train(300000.0, QUIET)
+    out["full"] = dict(out["full"], nnodes=2, world_size=4)
+    res = {r["check"]: r for r in watched("train_gpt2", replay([out]),
+                                          lambda o, prof: benchmarks.train_gpt2(o["full"], prof, reference=None),
+                                          h200, log=[])}
+    scaling = res["train_scaling"]
+    assert scaling["status"] == "error" and scaling["value"] is None and "single-node" in scaling["reason"]
+    assert "trust" not in scaling and len(scaling["detail"]["attempts"]) == 1
+    assert res["train_gpt2"]["value"] == 300000 and res["train_gpt2"]["trust"] == "clean"
+
+
 # --- the end of the node stage --------------------------------------------------------------------------------
 
 

@@ -36,8 +36,9 @@ def watched(step: str, run, judge, profile: dict, *, log: list, confirm: bool = 
     - A CONFIRMED_CHECKS result that warns or fails (under its minimum, an outlier, a sample far below its
       median) is measured once more (confirm_remeasure_max) and judged on the second measurement, both kept:
       trust `confirmed` (slow confirmed, or passed on confirmation), `inconclusive` when the samples dropped again.
-    - Otherwise trust `clean`. Every attempt, every process seen and the seconds of each go into detail.attempts;
-      `log` gets each attempt's sightings for the step's foreign_processes result.
+    - Otherwise trust `clean`; a result without a figure (skip, error, or no value) gets no trust. Every
+      attempt, every process seen and the seconds of each go into detail.attempts; `log` gets each attempt's
+      sightings for the step's foreign_processes result.
     """
     wait = wait or wait_quiet
     disturbed_max = profiles.value(profile, "disturbed_remeasure_max") or 0
@@ -104,8 +105,8 @@ def _disturbed(res: dict, foreign: list, epoch: float | None, why: str, attempts
 def _trust(res: dict, first: dict | None, attempts: list) -> None:
     """How far the figure can be trusted, said in `trust` and in the reason; both measurements kept."""
     res["detail"] = {**res["detail"], "attempts": attempts}
-    if res["status"] == schema.SKIP:
-        return
+    if res["status"] in (schema.SKIP, ERROR) or res.get("value") is None:
+        return  # trust describes a figure: a result without one has none to describe
     if first is None or first["status"] not in (WARN, FAIL):
         res["trust"] = schema.CLEAN
         return
