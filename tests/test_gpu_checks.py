@@ -622,8 +622,8 @@ def test_a_benchmark_finding_gets_the_serial_and_index_of_the_gpu_it_names_by_uu
 
     readings = healthy()
     target = gpu(readings, 6)
-    res = benchmarks._flag(schema.result("hbm_bandwidth", schema.FAIL, "slow"),
-                           [{"index": None, "uuid": target["uuid"].upper(), "serial": None}])
+    res = benchmarks.flag_gpus(schema.result("hbm_bandwidth", schema.FAIL, "slow"),
+                               [{"index": None, "uuid": target["uuid"].upper(), "serial": None}])
     gpu_inventory.name_flagged(res, readings["nvml"]["gpus"])
     assert res["detail"]["flagged_gpus"] == [{"index": 6, "uuid": target["uuid"].upper(), "serial": target["serial"]}]
 

@@ -22,7 +22,7 @@ torch = pytest.importorskip("torch")
 from gpufleet import profiles  # noqa: E402
 from gpufleet.bench import soak  # noqa: E402
 from gpufleet.bench.monitor import SoakSampler  # noqa: E402
-from gpufleet.checks import benchmarks  # noqa: E402
+from gpufleet.checks import soak as soak_check  # noqa: E402
 from gpufleet.collect import kernel_log  # noqa: E402
 from waiting import wait_for  # noqa: E402
 
@@ -68,7 +68,7 @@ def test_cpu_soak_runs_for_its_duration_in_windows_with_all_reduce_rounds(cpu_so
         # A burst takes longer on a busy machine: how many fit in 3 s is not the point, that they are counted is.
         assert sum(w["matmul_bursts"] for w in g["windows"]) >= 1 and g["matmul_tflops_median"] > 0
     assert out["nccl"]["rounds"] >= 1 and out["nccl"]["wrong"] == [] and out["nccl"]["busbw_gbps_median"] > 0
-    results = {r["check"]: r for r in benchmarks.soak(out, h200)}
+    results = {r["check"]: r for r in soak_check.soak(out, h200)}
     assert list(results) == ["soak_throttle", "soak_errors", "soak_slowdown"]
     for r in results.values():
         assert r["status"] == "skip" and "not a performance figure" in r["reason"], r
@@ -134,7 +134,7 @@ def test_a_process_killed_mid_soak_ends_it_and_is_named():
     other = "1" if rank == "0" else "0"
     assert out["gpus"][other]["error"] is None  # the survivor lost its peer: not its fault
     assert [e["rank"] for e in out["after_effects"]] in ([], [int(other)])
-    errs = {r["check"]: r for r in benchmarks.soak(out, profiles.resolve(None))}["soak_errors"]
+    errs = {r["check"]: r for r in soak_check.soak(out, profiles.resolve(None))}["soak_errors"]
     assert errs["status"] == "fail" and f"process {rank}: the load stopped at 2026" in errs["reason"]
     assert f"process {other}" not in errs["reason"]
 
@@ -199,7 +199,7 @@ def test_a_soak_that_cannot_set_up_is_one_failure():
     assert time.monotonic() - t0 < 60  # the set-up timeout and the processes' end, not the 30 s
     assert out["setup_error"] == "processes [0, 1] not ready within 0.2 s"
     assert multiprocessing.active_children() == []
-    (res,) = benchmarks.soak(out, profiles.resolve(None))
+    (res,) = soak_check.soak(out, profiles.resolve(None))
     assert (res["check"], res["status"]) == ("soak", "fail")
     assert res["reason"] == "soak could not start: processes [0, 1] not ready within 0.2 s"
 
@@ -269,7 +269,7 @@ def sampled(n_gpus: int, seconds: float, throttle: dict | None = None) -> SoakSa
 
 
 def verdict(out, profile) -> dict:
-    return {r["check"]: r for r in benchmarks.soak(out, profile)}
+    return {r["check"]: r for r in soak_check.soak(out, profile)}
 
 
 def test_a_healthy_soak_passes_and_says_what_it_watched(h200):

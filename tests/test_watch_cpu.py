@@ -2,7 +2,7 @@
 
 The readings are replayed through the real code that takes them: ProcessWatch.note / SoakSampler.note_processes
 get the process lists NVML gives (pid, name, MiB) at each sample, the benchmark outputs are built as the
-benchmarks build them (bench.summarize over timed samples), and checks.benchmarks judges them. The processes
+benchmarks build them (bench.summarize over timed samples), and checks.benchmarks, checks.soak and checks.watched judge them. The processes
 are real: this test's own children are the step's own tree, pid 1 (not ours) stands for a foreign workload.
 """
 
@@ -21,6 +21,8 @@ from gpufleet import engine, failure_class, profiles, schema  # noqa: E402
 from gpufleet.bench import summarize  # noqa: E402
 from gpufleet.bench.watch import ProcessWatch, process_tree, wait_quiet  # noqa: E402
 from gpufleet.checks import benchmarks  # noqa: E402
+from gpufleet.checks import soak as soak_check  # noqa: E402
+from gpufleet.checks.watched import foreign_processes, watched  # noqa: E402
 from test_soak_cpu import EPOCH, PCI, UUID, gpu_soak, sampled  # noqa: E402
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only logic tests")
@@ -78,7 +80,7 @@ HEALTHY = [790.0 + (i % 5) for i in range(20)]
 
 
 def replay(outputs: list):
-    """run() for benchmarks.watched: the recorded outputs in turn, one a measurement."""
+    """run() for watched(): the recorded outputs in turn, one a measurement."""
     it = iter(outputs)
     return lambda: next(it)
 
@@ -123,8 +125,8 @@ def test_a_foreign_process_mid_benchmark_is_measured_again_and_fails_the_node(h2
     samples = [790.0] * 8 + [400.0, 420.0, 380.0] + [700.0] * 9
     wait, calls = quiet_after(14.0)
     log: list = []
-    (res,) = benchmarks.watched("matmul", replay([gpu_matmul(samples, disturbed), gpu_matmul(HEALTHY, QUIET)]),
-                                benchmarks.matmul, h200, log=log, wait=wait)
+    (res,) = watched("matmul", replay([gpu_matmul(samples, disturbed), gpu_matmul(HEALTHY, QUIET)]),
+                     benchmarks.matmul, h200, log=log, wait=wait)
     # Measured again once quiet: the second figure is the node's, and nothing disturbed it.
     assert calls == [120] and res["status"] == "pass" and res["trust"] == "clean" and res["value"] == 792.0
     first = res["detail"]["attempts"][0]
@@ -133,7 +135,7 @@ def test_a_foreign_process_mid_benchmark_is_measured_again_and_fails_the_node(h2
     assert [p["pid"] for p in first["processes"]] == [os.getpid(), 1]  # every process seen, ours too
     assert first["results"][0]["status"] == "warn"  # what the disturbed figure would have said is kept
     # The node is not accepted: a workload shared its GPU while it was measured.
-    node = benchmarks.foreign_processes("matmul", log)
+    node = foreign_processes("matmul", log)
     assert node["check"] == "matmul_processes" and node["status"] == "fail" and node["value"] == 1
     assert ("while matmul measured them: pid 1 (gpu_disturb, 1002 MiB) on GPU 0 from 10:00:02Z to 10:00:07Z (attempt 1)"
             in node["reason"])
@@ -143,8 +145,8 @@ def test_a_foreign_process_mid_benchmark_is_measured_again_and_fails_the_node(h2
 def test_a_gpu_that_never_becomes_quiet_is_an_error_naming_the_process(h200):
     disturbed = monitor([(t / 5, [DISTURB]) for t in range(50)])
     log: list = []
-    (res,) = benchmarks.watched("matmul", replay([gpu_matmul(HEALTHY, disturbed)] * 3), benchmarks.matmul, h200, log=log,
-                                wait=lambda s: {"quiet": False, "waited_s": s, "processes": [], "error": None})
+    (res,) = watched("matmul", replay([gpu_matmul(HEALTHY, disturbed)] * 3), benchmarks.matmul, h200, log=log,
+                     wait=lambda s: {"quiet": False, "waited_s": s, "processes": [], "error": None})
     assert res["status"] == "error" and res["trust"] == "disturbed" and res["value"] is None
     assert res["reason"].startswith("disturbed by pid 1 (gpu_disturb, 1002 MiB) on GPU 0 from 10:00:00Z to 10:00:09Z; "
                                     "the GPUs did not become quiet within 120 s; the figure measured beside it (792.0 TFLOPS)")
@@ -154,8 +156,8 @@ def test_a_gpu_that_never_becomes_quiet_is_an_error_naming_the_process(h200):
     assert res["class"] == "environment"  # nor does it follow the GPU to its next run
     # Quiet in time but disturbed again: bounded by disturbed_remeasure_max.
     dropped = HEALTHY[:19] + [400.0]
-    (again,) = benchmarks.watched("matmul", replay([gpu_matmul(dropped, disturbed)] * 3), benchmarks.matmul, h200,
-                                  log=log, wait=quiet_after(1.0)[0])
+    (again,) = watched("matmul", replay([gpu_matmul(dropped, disturbed)] * 3), benchmarks.matmul, h200,
+                       log=log, wait=quiet_after(1.0)[0])
     assert again["status"] == "error" and "still disturbed after 1 measurement(s) again" in again["reason"]
     assert again["detail"]["judged_as"]["status"] == "warn" and "flagged_gpus" not in again["detail"]
     assert len(again["detail"]["attempts"]) == 2
@@ -170,7 +172,7 @@ def test_a_foreign_process_in_a_soak_window_is_named_with_what_the_sampler_saw(h
     out = gpu_soak([[667.0, 384.0, 470.0, 666.0, 665.0]], gbps=[[4260.0, 2400.0, 3040.0, 4250.0, 4260.0]], sampler=sampler)
     assert [e for e in out["sampler"]["events"] if e["kind"] == "process"] == [
         {"kind": "process", "index": 0, "t_s": 35.0, "pid": 1, "name": "gpu_disturb", "used_memory_mib": 1002}]
-    res = {r["check"]: r for r in benchmarks.soak(out, h200)}["soak_slowdown"]
+    res = {r["check"]: r for r in soak_check.soak(out, h200)}["soak_slowdown"]
     assert res["status"] == "fail" and res["value"] == 43.7
     assert ("GPU 0: bf16 matmul 384 TFLOPS in the window from 2026-11-23T10:00:30Z (30 s into the soak) and 1 window(s) "
             "after it, 42.4% below its best windows' median 666.5 TFLOPS (lowest 384 TFLOPS, 42.4% below); the sampler saw "
@@ -179,8 +181,8 @@ def test_a_foreign_process_in_a_soak_window_is_named_with_what_the_sampler_saw(h
     assert "GPU 0: HBM copy 2400 GB/s in the window from 2026-11-23T10:00:30Z" in res["reason"]
     # The soak is measured again once quiet; still disturbed, it is an error naming the process and its time.
     log: list = []
-    results = benchmarks.watched("soak", replay([out, out]), benchmarks.soak, h200, log=log, confirm=False,
-                                 wait=quiet_after(5.0)[0])
+    results = watched("soak", replay([out, out]), soak_check.soak, h200, log=log, confirm=False,
+                      wait=quiet_after(5.0)[0])
     assert {r["status"] for r in results} == {"error"} and {r["trust"] for r in results} == {"disturbed"}
     assert "disturbed by pid 1 (gpu_disturb, 1002 MiB) on GPU 0 from 10:00:35Z to 10:01:14Z" in results[0]["reason"]
 
@@ -190,7 +192,7 @@ def test_a_foreign_process_in_a_soak_window_is_named_with_what_the_sampler_saw(h
 
 def test_a_slow_stretch_in_the_first_windows_no_longer_lowers_its_own_reference(h200):
     # Against the median of the first three windows (470) this stretch hid; against the best windows it fails.
-    res = {r["check"]: r for r in benchmarks.soak(gpu_soak([[667.0, 384.0, 470.0, 666.0, 665.0, 667.0]]), h200)}
+    res = {r["check"]: r for r in soak_check.soak(gpu_soak([[667.0, 384.0, 470.0, 666.0, 665.0, 667.0]]), h200)}
     slow = res["soak_slowdown"]
     assert slow["status"] == "fail" and slow["threshold"]["best_windows"] == 3
     assert "42.4% below its best windows' median 667 TFLOPS" in slow["reason"]
@@ -216,40 +218,54 @@ def test_a_sample_far_below_the_median_is_not_yet_the_nodes_figure_on_one_gpu(h2
 def test_a_flaky_result_passes_on_confirmation_with_both_figures_kept(h200):
     dropped = HEALTHY[:19] + [500.0]
     log: list = []
-    (res,) = benchmarks.watched("matmul", replay([gpu_matmul(dropped, QUIET), gpu_matmul(HEALTHY, QUIET)]),
-                                benchmarks.matmul, h200, log=log)
+    (res,) = watched("matmul", replay([gpu_matmul(dropped, QUIET), gpu_matmul(HEALTHY, QUIET)]),
+                     benchmarks.matmul, h200, log=log)
     assert res["status"] == "pass" and res["trust"] == "confirmed"
     assert "passed on confirmation (first 792.0, then 792.0 TFLOPS; the first measurement said:" in res["reason"]
     assert "sample 500 TFLOPS, 36.9% below its median 792" in res["reason"]
     assert [a["results"][0]["status"] for a in res["detail"]["attempts"]] == ["warn", "pass"]
     assert res["detail"]["attempts"][0]["confirm"] == ["matmul_bf16"]
     assert res["detail"]["confirmation_s"] == res["detail"]["attempts"][1]["seconds"]
-    assert benchmarks.foreign_processes("matmul", log)["status"] == "pass"
+    assert foreign_processes("matmul", log)["status"] == "pass"
 
 
 def test_a_slow_result_is_confirmed_before_it_fails(h200):
     slow = [600.0 + (i % 3) for i in range(20)]
-    (res,) = benchmarks.watched("matmul", replay([gpu_matmul(slow, QUIET), gpu_matmul([s - 5 for s in slow], QUIET)]),
-                                benchmarks.matmul, h200, log=[])
+    (res,) = watched("matmul", replay([gpu_matmul(slow, QUIET), gpu_matmul([s - 5 for s in slow], QUIET)]),
+                     benchmarks.matmul, h200, log=[])
     assert res["status"] == "fail" and res["trust"] == "confirmed"
     assert res["reason"].startswith("slow (confirmed): slowest GPU bf16 matmul 596.0 TFLOPS is under the minimum")
     assert "measured twice (first 601.0, then 596.0 TFLOPS; the confirmation took" in res["reason"]
     # Confirmation off (confirm_remeasure_max 0): measured once, the verdict stands on one figure.
     off = profiles.resolve("NVIDIA H200", overrides={"confirm_remeasure_max": 0})
-    (once,) = benchmarks.watched("matmul", replay([gpu_matmul(slow, QUIET)]), benchmarks.matmul, off, log=[])
+    (once,) = watched("matmul", replay([gpu_matmul(slow, QUIET)]), benchmarks.matmul, off, log=[])
     assert once["status"] == "fail" and once["trust"] == "clean" and len(once["detail"]["attempts"]) == 1
 
 
 def test_samples_that_drop_twice_are_inconclusive(h200):
     dropped = HEALTHY[:19] + [500.0]
-    (res,) = benchmarks.watched("matmul", replay([gpu_matmul(dropped, QUIET), gpu_matmul(copy.deepcopy(dropped), QUIET)]),
-                                benchmarks.matmul, h200, log=[])
+    (res,) = watched("matmul", replay([gpu_matmul(dropped, QUIET), gpu_matmul(copy.deepcopy(dropped), QUIET)]),
+                     benchmarks.matmul, h200, log=[])
     assert res["status"] == "warn" and res["trust"] == "inconclusive" and res["reason"].startswith("inconclusive: ")
 
 
 def test_a_clean_figure_is_measured_once(h200):
-    (res,) = benchmarks.watched("matmul", replay([gpu_matmul(HEALTHY, QUIET)]), benchmarks.matmul, h200, log=[])
+    (res,) = watched("matmul", replay([gpu_matmul(HEALTHY, QUIET)]), benchmarks.matmul, h200, log=[])
     assert res["status"] == "pass" and res["trust"] == "clean" and len(res["detail"]["attempts"]) == 1
+
+
+def test_a_result_without_a_figure_gets_no_trust(h200):
+    """Trust describes a figure: across nodes with no single-node figure to scale against, train_scaling is an
+    error with no value, so it gets no trust, while the training figure beside it is clean."""
+    out = gpu_train(300000.0, QUIET)
+    out["full"] = dict(out["full"], nnodes=2, world_size=4)
+    res = {r["check"]: r for r in watched("train_gpt2", replay([out]),
+                                          lambda o, prof: benchmarks.train_gpt2(o["full"], prof, reference=None),
+                                          h200, log=[])}
+    scaling = res["train_scaling"]
+    assert scaling["status"] == "error" and scaling["value"] is None and "single-node" in scaling["reason"]
+    assert "trust" not in scaling and len(scaling["detail"]["attempts"]) == 1
+    assert res["train_gpt2"]["value"] == 300000 and res["train_gpt2"]["trust"] == "clean"
 
 
 # --- the end of the node stage --------------------------------------------------------------------------------
@@ -272,7 +288,7 @@ def test_the_counters_after_the_benchmarks_list_processes_again(h200):
 def test_a_window_behind_its_siblings_is_named_though_the_gpu_never_beat_it(h200):
     # GPU 2 is 11% behind its siblings for four windows; its own best windows are as slow, so only they tell.
     tflops = [[790.0] * 6, [791.0] * 6, [700.0, 700.0, 700.0, 700.0, 770.0, 770.0]]
-    res = {r["check"]: r for r in benchmarks.soak(gpu_soak(tflops), h200)}["soak_slowdown"]
+    res = {r["check"]: r for r in soak_check.soak(gpu_soak(tflops), h200)}["soak_slowdown"]
     assert res["status"] == "fail"
     assert ("GPU 2: bf16 matmul 700 TFLOPS in the window from 2026-11-23T10:00:00Z (0 s into the soak) and 3 window(s) "
             "after it, 11.4% below the node's median GPU in that window (790 TFLOPS); the sampler saw then:") in res["reason"]
@@ -327,8 +343,8 @@ DISTURBED = monitor([(t / 5, [OURS] + ([DISTURB] if 10 <= t < 30 else [])) for t
 def test_nccl_disturbed_mid_run_is_measured_again_and_fails_the_node(h200):
     wait, calls = quiet_after(3.0)
     log: list = []
-    res = benchmarks.watched("nccl", replay([gpu_nccl(200.0, DISTURBED), gpu_nccl(360.0, QUIET)]),
-                             benchmarks.nccl, h200, log=log, wait=wait)
+    res = watched("nccl", replay([gpu_nccl(200.0, DISTURBED), gpu_nccl(360.0, QUIET)]),
+                  benchmarks.nccl, h200, log=log, wait=wait)
     (allreduce,) = res
     # The collective beside the workload measured 200 GB/s; once quiet, 360 is the node's figure.
     assert calls == [120] and allreduce["check"] == "nccl_all_reduce" and allreduce["status"] == "pass"
@@ -336,7 +352,7 @@ def test_nccl_disturbed_mid_run_is_measured_again_and_fails_the_node(h200):
     first = allreduce["detail"]["attempts"][0]
     assert first["foreign"] == ["pid 1 (gpu_disturb, 1002 MiB) on GPU 0 from 10:00:02Z to 10:00:05Z"]
     assert first["results"][0]["value"] == 200.0
-    node = benchmarks.foreign_processes("nccl", log)
+    node = foreign_processes("nccl", log)
     assert node["check"] == "nccl_processes" and node["status"] == "fail" and "pid 1 (gpu_disturb" in node["reason"]
     assert failure_class.of(node) == "environment" and schema.verdict(res + [node]) == "fail"
 
@@ -349,22 +365,22 @@ def test_a_training_gate_never_quiet_is_an_error_naming_the_process(h200):
         return {"quiet": False, "waited_s": wait_s, "processes": [dict(DISTURB, index=0, own=False)], "error": None}
 
     log: list = []
-    res = benchmarks.watched("train_gpt2", replay([gpu_train(300000.0, DISTURBED)]), train_judge, h200, log=log,
-                             wait=never_quiet)
+    res = watched("train_gpt2", replay([gpu_train(300000.0, DISTURBED)]), train_judge, h200, log=log,
+                  wait=never_quiet)
     assert calls == [120] and [r["check"] for r in res] == ["train_gpt2", "train_scaling"]
     for r in res:  # the slow figure beside the workload is never held against the GPUs, nor passed
         assert r["status"] == "error" and r["trust"] == "disturbed" and r["class"] == "environment" and r["value"] is None
         assert r["reason"].startswith("disturbed by pid 1 (gpu_disturb, 1002 MiB) on GPU 0 from 10:00:02Z")
         assert "did not become quiet within 120 s" in r["reason"] and "flagged_gpus" not in r["detail"]
     assert res[0]["detail"]["disturbed_value"] == 300000
-    assert benchmarks.foreign_processes("train_gpt2", log)["status"] == "fail"
+    assert foreign_processes("train_gpt2", log)["status"] == "fail"
 
 
 def test_across_nodes_a_disturbed_step_is_not_measured_again(h200):
     wait, calls = quiet_after(1.0)
     log: list = []
-    res = benchmarks.watched("nccl", replay([gpu_nccl(40.0, DISTURBED, nnodes=2)]), benchmarks.nccl, h200, log=log,
-                             wait=wait, not_again="every node of the run would have to measure again with it")
+    res = watched("nccl", replay([gpu_nccl(40.0, DISTURBED, nnodes=2)]), benchmarks.nccl, h200, log=log,
+                  wait=wait, not_again="every node of the run would have to measure again with it")
     assert calls == [] and len(log) == 1  # no wait, one measurement
     assert [r["check"] for r in res] == ["nccl_all_reduce", "nccl_transport"]
     for r in res:
@@ -383,14 +399,14 @@ def test_a_disturbed_fine_tune_is_an_error_never_a_pass(h200):
     assert clean["status"] == "pass"  # the same figures, measured alone, pass
     wait, calls = quiet_after(1.0)
     log: list = []
-    (res,) = benchmarks.watched("finetune", replay([dict(out, monitor=DISTURBED)]), results.to_results, h200, log=log,
-                                wait=wait, not_again="a fine-tune takes too long to run twice")
+    (res,) = watched("finetune", replay([dict(out, monitor=DISTURBED)]), results.to_results, h200, log=log,
+                     wait=wait, not_again="a fine-tune takes too long to run twice")
     assert calls == [] and res["group"] == "finetune"
     assert res["status"] == "error" and res["class"] == "environment" and res["trust"] == "disturbed"
     assert res["value"] is None and res["detail"]["disturbed_value"] == 9000
     assert "pid 1 (gpu_disturb, 1002 MiB) on GPU 0" in res["reason"] and "a fine-tune takes too long" in res["reason"]
     assert [p["pid"] for p in res["detail"]["attempts"][0]["processes"]] == [os.getpid(), 1]  # the evidence
-    node = benchmarks.foreign_processes("finetune", log)
+    node = foreign_processes("finetune", log)
     assert node["check"] == "finetune_processes" and node["status"] == "fail" and failure_class.of(node) == "environment"
 
 

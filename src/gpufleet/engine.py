@@ -11,6 +11,8 @@ from gpufleet.bench import matmul, memory, nccl, sdc, soak
 from gpufleet.bench.monitor import sampled
 from gpufleet.checks import GROUPS, benchmarks, gpu_health, gpu_inventory
 from gpufleet.checks import sdc as sdc_check
+from gpufleet.checks import soak as soak_check
+from gpufleet.checks.watched import foreign_processes, watched
 from gpufleet.collect import counters, kernel_log, nvml
 from gpufleet.collect.host import read_boot_id
 from gpufleet.errors import InputError
@@ -97,7 +99,7 @@ def bench_host(
     started, t0 = schema.utc_now(), time.monotonic()
     host_has_ib = bool(((readings["host"].get("infiniband") or {}).get("ports")))
     # Steps whose sampler lists the GPUs' processes: measured again when disturbed, confirmed before a fail
-    # (benchmarks.watched); `watch_log` holds what each attempt saw, for the node's foreign_processes result.
+    # (checks.watched); `watch_log` holds what each attempt saw, for the node's foreign_processes result.
     watch_log: list = []
     # With matmul in the same run, the SDC computations run in the matmul workers, after their timed products (no
     # second start of torch and CUDA per GPU): in its first attempt only (a remeasure of a disturbed matmul is
@@ -122,13 +124,13 @@ def bench_host(
     # Across nodes a disturbed node cannot measure again alone: its peers would have to start with it.
     not_again = "every node of the run would have to measure again with it" if multi.get("nnodes", 1) > 1 else None
     runners = {
-        "matmul": lambda: benchmarks.watched("matmul", matmul_run, benchmarks.matmul, profile, log=watch_log),
-        "memory": lambda: benchmarks.watched("memory", lambda: memory.run(tier), benchmarks.memory, profile, log=watch_log),
-        "nccl": lambda: benchmarks.watched(
+        "matmul": lambda: watched("matmul", matmul_run, benchmarks.matmul, profile, log=watch_log),
+        "memory": lambda: watched("memory", lambda: memory.run(tier), benchmarks.memory, profile, log=watch_log),
+        "nccl": lambda: watched(
             "nccl", lambda: sampled(lambda: nccl.run(tier, **(nccl_options or {}))),
             lambda out, prof: benchmarks.nccl(out, prof, host_has_ib=host_has_ib), profile, log=watch_log, not_again=not_again),
-        "soak": lambda: benchmarks.watched("soak", lambda: soak.run(**(soak_options or {})), benchmarks.soak, profile,
-                                           log=watch_log, confirm=False),
+        "soak": lambda: watched("soak", lambda: soak.run(**(soak_options or {})), soak_check.soak, profile,
+                                log=watch_log, confirm=False),
         "sdc": lambda: sdc_check.results(sdc_run(), profile, readings["nvml"]),
     }
 
@@ -140,7 +142,7 @@ def bench_host(
         full = gpt2.run(**multi)
         return {"device": full.get("device"), "full": full, "single": single}
 
-    runners["train_gpt2"] = lambda: benchmarks.watched(
+    runners["train_gpt2"] = lambda: watched(
         "train_gpt2", lambda: sampled(train),
         lambda out, prof: benchmarks.train_gpt2(out["full"], prof, single=out["single"], reference=train_reference),
         profile, log=watch_log, not_again=not_again)
@@ -161,7 +163,7 @@ def bench_host(
     for name in names:  # each watched step says what else ran on its GPUs; a CPU run has no GPU to watch
         steps = [e for e in watch_log if e["step"] == name]
         if any(e.get("device") == "cuda" for e in steps):
-            r = benchmarks.foreign_processes(name, steps)
+            r = foreign_processes(name, steps)
             r.update(group=benchmarks.GROUP, started=schema.utc_now(), seconds=0.0)
             results.append(r)
     return schema.host_document(host, profile, readings, started, t0, results)

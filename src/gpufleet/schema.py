@@ -9,7 +9,7 @@ A check result is a plain dict:
      "started": "2026-11-21T21:00:00Z", "seconds": 0.01}
 
 A benchmark result also says how far its figure can be trusted: "trust": "clean" | "confirmed" | "disturbed" |
-"inconclusive" (checks.benchmarks.watched).
+"inconclusive" (checks.watched).
 
 `class` (failure_class.py): hardware, environment, configuration or software when the status is warn, fail or
 error; None for pass and skip.

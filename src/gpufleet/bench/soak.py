@@ -15,7 +15,7 @@
   (window_s: 30 s, longer for long soaks so that there are at most MAX_WINDOWS);
 - bench.monitor.SoakSampler samples every GPU at about 1 Hz (clocks, clock event reasons, temperature,
   power), its error counters every 5 s and the kernel log's Xid events every 15 s.
-checks.benchmarks.soak judges it: a GPU that throttled, erred or slowed, with the time it happened.
+checks.soak judges it: a GPU that throttled, erred or slowed, with the time it happened.
 On a machine without CUDA two CPU processes with gloo run the same loop at tiny sizes for the duration:
 logic only, never a performance figure.
 """

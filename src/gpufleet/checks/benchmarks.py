@@ -1,4 +1,5 @@
-"""Turn benchmark output (gpufleet.bench.*.run()) into results of the one schema.
+"""Turn the quick benchmarks' output (gpufleet.bench.*.run(): matmul, memory, nccl, train_gpt2) into results of
+the one schema. The soak's judgement is checks.soak; measuring again and each figure's trust, checks.watched.
 
 Each function takes the benchmark's output and the profile and returns a list
 of results; the raw output rides along in `detail` so nothing measured is lost.
@@ -6,14 +7,8 @@ of results; the raw output rides along in `detail` so nothing measured is lost.
 
 from __future__ import annotations
 
-import statistics
-import time
-
-from gpufleet import failure_class, profiles, schema
+from gpufleet import profiles, schema
 from gpufleet.bench import sig
-from gpufleet.bench.watch import describe, wait_quiet
-from gpufleet.checks.gpu_inventory import Findings
-from gpufleet.collect.nvml import HW_SLOWDOWN_EVENTS
 from gpufleet.schema import ERROR, FAIL, PASS, WARN, result
 from gpufleet.train.gpt2 import mfu
 
@@ -50,7 +45,7 @@ def _nvml_index(monitor: dict, pci_bus_id: str | None) -> int | None:
     return None
 
 
-def _flag(res: dict, gpus: list[dict]) -> dict:
+def flag_gpus(res: dict, gpus: list[dict]) -> dict:
     """detail.flagged_gpus on a result that is not passing because of these GPUs ({"index", "uuid"}; index NVML's)."""
     if res["status"] in (WARN, FAIL, ERROR) and gpus:
         seen, flagged = set(), []
@@ -81,7 +76,7 @@ def _sample_drops(figures: list, profile: dict) -> tuple[list, dict]:
 
 def _noisy(res: dict, drops: list, thr: dict, flagged: list) -> tuple[dict, list]:
     """A passing result whose samples dropped becomes a warn: its figure is not yet the node's (confirmed by
-    measuring again, checks.benchmarks.watched). The drops and their limit go into detail either way."""
+    measuring again, checks.watched.watched). The drops and their limit go into detail either way."""
     res["detail"] = {**res["detail"], "sample_drops": drops, "sample_drop_threshold": thr}
     if drops and res["status"] == PASS:
         text = "; ".join(f"GPU {d['gpu']['index'] if d['gpu'].get('index') is not None else '?'} {d['figure']} sample "
@@ -112,7 +107,7 @@ def matmul(out: dict, profile: dict) -> list[dict]:
               "per_shape": {d: {k: v[k]["per_shape"] for k in out["method"]["dtypes"] if k in v} for d, v in out["per_device"].items()}}
     ident = {d: _cuda_gpu(mon, v.get("device") or {}) for d, v in out["per_device"].items()}
     if errors:
-        return [_flag(result("matmul_bf16", ERROR, f"matmul failed on GPU(s) {', '.join(errors)}: {next(iter(errors.values()))}",
+        return [flag_gpus(result("matmul_bf16", ERROR, f"matmul failed on GPU(s) {', '.join(errors)}: {next(iter(errors.values()))}",
                              detail=detail, remedy="look at the error; a GPU that cannot run a matmul is not fit for training"),
                       [ident[d] for d in errors])]
     bf16 = out["summary"].get("bf16", {})
@@ -139,7 +134,7 @@ def matmul(out: dict, profile: dict) -> list[dict]:
         drops, thr = _sample_drops([(ident[d], "bf16 matmul", "TFLOPS", (v.get("bf16") or {}).get("samples_tflops"))
                                     for d, v in out["per_device"].items()], profile)
         res, flagged = _noisy(res, drops, thr, flagged)
-    return [_flag(res, flagged)]
+    return [flag_gpus(res, flagged)]
 
 
 def memory(out: dict, profile: dict) -> list[dict]:
@@ -150,7 +145,7 @@ def memory(out: dict, profile: dict) -> list[dict]:
     bad = [d for d, v in copies.items() if "error" in v or not v.get("correct", False)]
     if bad:
         wrong_data = any("error" not in copies[d] for d in bad)  # a copy that ran and moved wrong data: the board
-        return [_flag(result("memory_bandwidth", ERROR, f"copies failed or moved wrong data on {bad}", detail=detail,
+        return [flag_gpus(result("memory_bandwidth", ERROR, f"copies failed or moved wrong data on {bad}", detail=detail,
                              failure_class="hardware" if wrong_data else None),
                       [_cuda_gpu(mon, copies[d]) for d in bad if copies[d].get("uuid")])]
 
@@ -158,7 +153,7 @@ def memory(out: dict, profile: dict) -> list[dict]:
         limit = profiles.value(profile, key)
         return [_cuda_gpu(mon, v) for v in per[part].values() if limit is not None and v.get(field) is not None and v[field] < limit]
 
-    res = [_flag(_against_min("hbm_bandwidth", s["hbm_copy_gbps_min"], "GB/s", profile, "hbm_copy_gbps_min",
+    res = [flag_gpus(_against_min("hbm_bandwidth", s["hbm_copy_gbps_min"], "GB/s", profile, "hbm_copy_gbps_min",
                               "slowest GPU HBM copy (read+write)", "compare GPUs in detail; check memory clocks and ECC/row remapping",
                               detail, cpu), under("hbm", "hbm_copy_gbps", "hbm_copy_gbps_min"))]
     if per["pcie"]:
@@ -166,7 +161,7 @@ def memory(out: dict, profile: dict) -> list[dict]:
                            "a link trained down shows here: compare with gpu_health.pcie_link and reseat or replace the riser", detail, cpu)
         d2h = _against_min("pcie_d2h_bandwidth", s["d2h_gbps_min"], "GB/s", profile, "pcie_d2h_gbps_min", "slowest GPU device-to-host",
                            "a link trained down shows here: compare with gpu_health.pcie_link", detail, cpu)
-        res += [_flag(h2d, under("pcie", "h2d_gbps", "pcie_h2d_gbps_min")), _flag(d2h, under("pcie", "d2h_gbps", "pcie_d2h_gbps_min"))]
+        res += [flag_gpus(h2d, under("pcie", "h2d_gbps", "pcie_h2d_gbps_min")), flag_gpus(d2h, under("pcie", "d2h_gbps", "pcie_d2h_gbps_min"))]
     if not cpu:
         figures = {"hbm_bandwidth": [("hbm", "HBM copy", "samples_gbps")],
                    "pcie_h2d_bandwidth": [("pcie", "host-to-device", "samples_h2d_gbps")],
@@ -176,7 +171,7 @@ def memory(out: dict, profile: dict) -> list[dict]:
                                         for v in per[part].values()], profile)
             flagged = r["detail"].get("flagged_gpus") or []
             r, flagged = _noisy(r, drops, thr, flagged)
-            res[i] = _flag(r, flagged)
+            res[i] = flag_gpus(r, flagged)
     return res
 
 
@@ -359,463 +354,3 @@ def _scaling_across_nodes(full: dict, per_gpu: int, reference: dict | None, prof
     return _scaling(eff, what, profile, cpu, detail,
                     "the gradient all-reduce between nodes does not keep up: check benchmark_multinode.nccl_all_reduce and "
                     "nccl_transport (InfiniBand with GPUDirect RDMA), then DDP bucket sizes")
-
-
-# --- soak -----------------------------------------------------------------------------------------------
-
-# A GPU's best windows of a soak are its own reference: every window is judged against their median
-# (at most half the windows, so that a short soak's slow stretch is not part of its own reference).
-SOAK_BEST_WINDOWS = 3
-# Counters whose growth during a soak fails it: memory the GPU could not correct or repair.
-SOAK_FAIL_COUNTERS = ("ecc_uncorrected_volatile", "ecc_uncorrected_aggregate", "row_remap_uncorrectable",
-                      "row_remap_pending", "row_remap_failure")
-SOAK_REMEDY_THROTTLE = ("hardware slowdown under sustained load: check cooling (inlet temperature, fans, airflow for this "
-                        "GPU's slot) and power delivery (PSUs, BMC power capping); detail.per_gpu has clocks, temperature "
-                        "and power per window")
-
-
-def _soak_when(out: dict, t_s: float | None, prep: str = "at") -> str:
-    """ "at 2026-11-23T10:12:31Z (751 s into the soak)": the time in UTC and from the soak's start."""
-    if t_s is None:
-        return "at an unknown time"
-    start = out.get("started_epoch")
-    if start is None:
-        return f"{prep} {t_s:.0f} s into the soak"
-    utc = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start + t_s))
-    return f"{prep} {utc} ({t_s:.0f} s into the soak)"
-
-
-class _SoakGpus:
-    """Who each soak process loaded: NVML index, uuid, serial, and the label a reason gives it."""
-
-    def __init__(self, out: dict):
-        self.cpu = out["device"] == "cpu"
-        sampler = (out.get("sampler") or {}).get("per_gpu") or {}
-        self.by_rank = {}
-        for rank, g in (out.get("gpus") or {}).items():
-            index = g.get("nvml_index")
-            serial = (sampler.get(str(index)) or {}).get("serial") if index is not None else None
-            self.by_rank[rank] = {"index": index, "uuid": g.get("uuid"), "serial": serial}
-        self.by_index = {str(i): {"index": int(i), "uuid": g.get("uuid"), "serial": g.get("serial")} for i, g in sampler.items()}
-
-    def label(self, rank: str) -> tuple[int | None, str]:
-        """(NVML index for Findings, or None with the label written into the text)."""
-        if self.cpu:
-            return None, f"process {rank}: "
-        index = self.by_rank.get(rank, {}).get("index")
-        return (index, "") if index is not None else (None, f"CUDA device {rank}: ")
-
-
-class _Flags:
-    """GPUs behind each status, to name them in detail.flagged_gpus (the worst status's)."""
-
-    def __init__(self):
-        self.by_status: dict[str, list] = {}
-
-    def add(self, status: str, gpu: dict | None) -> None:
-        if gpu:
-            self.by_status.setdefault(status, []).append(gpu)
-
-    def apply(self, res: dict) -> dict:
-        res.get("detail", {}).pop("flagged_gpus", None)  # Findings' own has no uuid for these indices
-        return _flag(res, self.by_status.get(res["status"], []))
-
-
-def soak(out: dict, profile: dict) -> list[dict]:
-    """The soak's verdict: soak_throttle, soak_errors and soak_slowdown, each naming the GPU and the time.
-
-    A soak that could not start is one `soak` result (fail). On the CPU (no CUDA) only a process that
-    failed or an all_reduce that gave wrong results counts; the rest is `skip`, not a performance figure.
-    """
-    cpu = out["device"] == "cpu"
-    base = {k: out.get(k) for k in ("method", "versions", "started", "duration_s", "ran_s", "window_s", "n_windows",
-                                    "world_size", "stopped_early", "stop_reason", "after_effects")}
-    if out.get("setup_error"):
-        return [result("soak", FAIL, f"soak could not start: {out['setup_error']}", detail=base,
-                       remedy="read the error: a GPU that cannot hold a sustained load (out of memory beside another "
-                              "process, a CUDA or NCCL error) is not fit for training; run gpu_health")]
-    gpus = _SoakGpus(out)
-    return [_soak_throttle(out, profile, base, gpus, Findings, cpu), _soak_errors(out, profile, base, gpus, Findings, cpu),
-            _soak_slowdown(out, profile, base, gpus, Findings, cpu)]
-
-
-def _soak_throttle(out, profile, base, gpus, Findings, cpu) -> dict:
-    limit = profiles.value(profile, "soak_throttle_s_max")
-    thr = profiles.threshold(profile, "soak_throttle_s_max", max=limit)
-    sampler = out.get("sampler") or {}
-    detail = {**base, "per_gpu": {i: {k: g.get(k) for k in ("uuid", "serial", "pci_bus_id", "throttle", "windows", "error")}
-                                  for i, g in (sampler.get("per_gpu") or {}).items()}}
-    if cpu:
-        return result("soak_throttle", schema.SKIP, f"no GPU clocks to watch; {CPU_NOTE}", threshold=thr, detail=detail)
-    if sampler.get("error") or not sampler.get("per_gpu"):
-        return result("soak_throttle", ERROR, f"could not watch the GPUs' clocks during the soak: {sampler.get('error') or 'no GPU sampled'}",
-                      threshold=thr, detail=detail, remedy="check NVML (`nvidia-smi`) on the node and run the soak again")
-    f, flags = Findings(), _Flags()
-    worst = 0.0
-    clocks = []
-    for i, g in sorted(sampler["per_gpu"].items(), key=lambda kv: int(kv[0])):
-        hw = {name: e for name, e in (g.get("throttle") or {}).items() if name in HW_SLOWDOWN_EVENTS}
-        seconds = sum(e["seconds"] for e in hw.values())
-        worst = max(worst, seconds)
-        sm = [w["sm_clock_min_mhz"] for w in g.get("windows") or [] if w.get("sm_clock_min_mhz") is not None]
-        clocks += sm
-        if hw and (limit is None or seconds > limit):
-            first = min(e["first_s"] for e in hw.values())
-            names = ", ".join(HW_SLOWDOWN_EVENTS[n] for n in hw)
-            f.add(FAIL, f"{names} {_soak_when(out, first)}, {seconds:g} s in all", gpu=int(i), remedy=SOAK_REMEDY_THROTTLE)
-            flags.add(FAIL, gpus.by_index.get(i))
-        if g.get("error"):
-            f.add(PASS, f"some readings failed: {g['error']}", gpu=int(i))
-    ok = (f"no hardware or thermal slowdown on {len(sampler['per_gpu'])} GPU(s) over {out.get('ran_s'):g} s"
-          + (f" (lowest SM clock {min(clocks)} MHz)" if clocks else ""))
-    return flags.apply(f.result("soak_throttle", ok, value=worst, unit="s", threshold=thr, detail=detail))
-
-
-def _soak_errors(out, profile, base, gpus, Findings, cpu) -> dict:
-    fail_codes = set(profiles.value(profile, "xid_fail_codes") or [])
-    sampler = out.get("sampler") or {}
-    events = [dict(e, utc=_soak_when(out, e.get("t_s"))) for e in sampler.get("events") or [] if e.get("kind") in ("counter", "xid")]
-    detail = {**base, "events": events, "events_dropped": sampler.get("events_dropped"),
-              "per_gpu": {i: {k: g.get(k) for k in ("uuid", "serial", "counters_start", "counters_end")}
-                          for i, g in (sampler.get("per_gpu") or {}).items()},
-              "processes": {r: {k: g.get(k) for k in ("uuid", "nvml_index", "error", "done_s", "last_burst_s", "bursts")}
-                            for r, g in (out.get("gpus") or {}).items()},
-              "nccl_wrong": (out.get("nccl") or {}).get("wrong")}
-    f, flags = Findings(), _Flags()
-    for rank, g in sorted((out.get("gpus") or {}).items(), key=lambda kv: int(kv[0])):
-        if g.get("error"):
-            index, prefix = gpus.label(rank)
-            err = g["error"]
-            f.add(FAIL, f"{prefix}the load stopped {_soak_when(out, err.get('t_s'))}: {err.get('error')}", gpu=index,
-                  remedy="read the error and the node's gpu_health (Xid, ECC); a GPU that cannot hold a sustained load is not "
-                         "fit for training")
-            flags.add(FAIL, gpus.by_rank.get(rank))
-    for wrong in (out.get("nccl") or {}).get("wrong") or []:
-        rank = str(wrong["rank"])
-        index, prefix = gpus.label(rank)
-        f.add(FAIL, f"{prefix}all_reduce gave wrong results {_soak_when(out, wrong['t_s'])}", gpu=index,
-              remedy="wrong collective results point to a faulty GPU or NVLink: run gpu_health and the nccl benchmark")
-        flags.add(FAIL, gpus.by_rank.get(rank))
-    if not cpu:
-        if sampler.get("error") or not sampler.get("per_gpu"):
-            f.add(ERROR, f"could not read the error counters during the soak: {sampler.get('error') or 'no GPU sampled'}",
-                  remedy="check NVML (`nvidia-smi`) on the node and run the soak again")
-        moved: dict[tuple, list] = {}
-        for e in sampler.get("events") or []:
-            if e.get("kind") == "counter":
-                moved.setdefault((e["index"], e["counter"]), []).append(e)
-            elif e.get("kind") == "xid":
-                status = FAIL if e.get("xid") in fail_codes else WARN
-                where = "" if e.get("index") is not None else f"PCI {e.get('pci')}: "
-                f.add(status, f"{where}Xid {e.get('xid')} {_soak_when(out, e.get('t_s'))}", gpu=e.get("index"),
-                      remedy="look the Xid up in NVIDIA's catalog (docs.nvidia.com/deploy/xid-errors); the message is in detail.events")
-                flags.add(status, gpus.by_index.get(str(e.get("index"))))
-        for (index, counter), evs in sorted(moved.items()):
-            status = FAIL if counter in SOAK_FAIL_COUNTERS else WARN
-            first, last = evs[0], evs[-1]
-            f.add(status, f"{counter} {first['from']} -> {last['to']}, first {_soak_when(out, first['t_s'])}", gpu=index,
-                  remedy=("memory errors the GPU could not correct under load: drain the node, reset the GPU; replace it if they "
-                          "come back" if status == FAIL else
-                          "errors corrected under load: the fleet layer judges their rate (fleet.counter_rates); a link or "
-                          "memory whose counts keep growing needs service"))
-            flags.add(status, gpus.by_index.get(str(index)))
-        log = sampler.get("kernel_log") or {}
-        if log.get("error"):
-            f.add(ERROR, f"Xid events not watched: {log['error']}",
-                  remedy="run the soak as root so /dev/kmsg can be read, or allow dmesg (sysctl kernel.dmesg_restrict=0)")
-    if cpu and f.status == PASS:
-        return result("soak_errors", schema.SKIP, f"{len(out.get('gpus') or {})} CPU processes ran to the end, all_reduce results "
-                      f"correct; {CPU_NOTE}", value=0, unit="events", detail=detail)
-    ok = (f"no error counter moved, no Xid, every GPU held the load to the end over {out.get('ran_s'):g} s"
-          + (f", {out['nccl']['rounds']} all_reduce rounds correct" if out.get("nccl") else ""))
-    return flags.apply(f.result("soak_errors", ok, value=len(events), unit="events", detail=detail))
-
-
-def _drop_pct(base: float, value: float) -> float:
-    return round(100 * (base - value) / base, 1) if base else 0.0
-
-
-def _stretches(drops: list, limit: float | None) -> list[list]:
-    """[(window, drop %)] -> runs of consecutive windows more than `limit`% down."""
-    stretches: list[list] = []
-    for w, d in drops:
-        if limit is None or d <= limit:
-            continue
-        if stretches and stretches[-1][-1][0]["index"] == w["index"] - 1:
-            stretches[-1].append((w, d))
-        else:
-            stretches.append([(w, d)])
-    return stretches
-
-
-def _slowed(windows: list, key: str, limit: float | None) -> tuple[list, float | None, list]:
-    """(stretches of consecutive windows more than `limit`% below the median of the best windows, that median,
-    every window's drop). The reference is the best windows, not the first: a slow stretch at the start would
-    lower its own reference and hide."""
-    vals = [(w, w[key]) for w in windows if w.get(key) is not None]
-    if len(vals) < 2:
-        return [], None, []
-    n_best = min(SOAK_BEST_WINDOWS, max(1, len(vals) // 2))
-    best = statistics.median(sorted((v for _, v in vals), reverse=True)[:n_best])
-    drops = [(w, _drop_pct(best, v)) for w, v in vals]
-    return _stretches(drops, limit), best, drops
-
-
-def _behind_siblings(per_gpu: dict, rank: str, key: str, limit: float | None) -> tuple[list, dict]:
-    """(stretches of this GPU's windows more than `limit`% below the median of every GPU in the same window,
-    {window index: that median}); a node of one GPU has no siblings."""
-    if len(per_gpu) < 2:
-        return [], {}
-    node: dict[int, float] = {}
-    for w in range(max(len(g.get("windows") or []) for g in per_gpu.values())):
-        vals = [g["windows"][w][key] for g in per_gpu.values()
-                if w < len(g.get("windows") or []) and g["windows"][w].get(key) is not None]
-        if len(vals) >= 2:
-            node[w] = statistics.median(vals)
-    drops = [(w, _drop_pct(node[w["index"]], w[key])) for w in per_gpu[rank].get("windows") or []
-             if w.get(key) is not None and w["index"] in node]
-    return _stretches(drops, limit), node
-
-
-def _stretch_text(out: dict, g: dict, prefix: str, what: str, unit: str, key: str, stretch: list, against: str) -> str:
-    """ "GPU 1: bf16 matmul 700 TFLOPS in the window from <when> and 2 window(s) after it, <against>; the sampler saw..." """
-    first = stretch[0][0]
-    span = f" and {len(stretch) - 1} window(s) after it" if len(stretch) > 1 else ""
-    return (f"{prefix}{what} {first[key]:g} {unit} in the window {_soak_when(out, first['start_s'], 'from')}{span}, "
-            f"{against}; {_sampler_saw(out, g.get('nvml_index'), [w for w, _ in stretch])}")
-
-
-def _sampler_saw(out: dict, index: int | None, windows: list) -> str:
-    """What the soak's sampler saw on one GPU over these windows: clocks, reasons, power and foreign processes."""
-    sampled = (((out.get("sampler") or {}).get("per_gpu") or {}).get(str(index)) or {}).get("windows") or []
-    rows = [sampled[w["index"]] for w in windows if w["index"] < len(sampled)]
-    if not rows:
-        return "the sampler saw nothing of this GPU then"
-    sm = [r["sm_clock_median_mhz"] for r in rows if r.get("sm_clock_median_mhz") is not None]
-    power = [r["power_median_w"] for r in rows if r.get("power_median_w") is not None]
-    reasons = sorted({n for r in rows for n in r.get("reasons") or []})
-    procs = {p["pid"]: p for r in rows for p in r.get("foreign_processes") or []}
-    saw = [f"SM clock median {min(sm):g} MHz" if sm else "SM clock unread",
-           f"power median {min(power):g} W" if power else "power unread",
-           f"clock event reasons {', '.join(reasons)}" if reasons else "no clock event reason"]
-    saw.append("foreign process(es) " + ", ".join(
-        f"pid {p['pid']} ({p.get('name') or 'name unknown'}, {p.get('used_memory_mib')} MiB)" for p in procs.values())
-        if procs else "no foreign process")
-    return "the sampler saw then: " + "; ".join(saw)
-
-
-def _soak_slowdown(out, profile, base_detail, gpus, Findings, cpu) -> dict:
-    limit = profiles.value(profile, "soak_slowdown_pct_max")
-    thr = profiles.threshold(profile, "soak_slowdown_pct_max", max=limit, best_windows=SOAK_BEST_WINDOWS)
-    per_gpu = {r: {k: g.get(k) for k in ("uuid", "nvml_index", "name", "windows", "matmul_tflops_median", "hbm_gbps_median")}
-               for r, g in (out.get("gpus") or {}).items()}
-    detail = {**base_detail, "per_gpu": per_gpu, "nccl": out.get("nccl")}
-    n_windows = out.get("n_windows") or 0
-    if cpu:
-        return result("soak_slowdown", schema.SKIP, f"{n_windows} windows of {out.get('window_s'):g} s on "
-                      f"{len(per_gpu)} CPU processes; {CPU_NOTE}", threshold=thr, detail=detail)
-    f, flags = Findings(), _Flags()
-    worst = 0.0
-    judged = False
-    metrics = (("matmul_tflops", "bf16 matmul", "TFLOPS"), ("hbm_gbps", "HBM copy", "GB/s"))
-    remedy = ("a GPU that cannot hold its throughput: compare its clocks, temperature and power per window "
-              "(soak_throttle detail) with the other GPUs; check cooling and power, and whether another process "
-              "used the GPU (gpu_health.processes)")
-    for rank, g in sorted(per_gpu.items(), key=lambda kv: int(kv[0])):
-        index, prefix = gpus.label(rank)
-        for key, what, unit in metrics:
-            stretches, best, drops = _slowed(g.get("windows") or [], key, limit)
-            if best is None:
-                continue
-            judged = True
-            worst = max([worst] + [d for _, d in drops])
-            for stretch in stretches:
-                low, low_drop = max(stretch, key=lambda wd: wd[1])
-                head = stretch[0][0][key]
-                f.add(FAIL, _stretch_text(out, g, prefix, what, unit, key, stretch,
-                                          f"{_drop_pct(best, head):g}% below its best windows' median {sig(best):g} {unit} "
-                                          f"(lowest {low[key]:g} {unit}, {low_drop:g}% below)"), gpu=index, remedy=remedy)
-                flags.add(FAIL, gpus.by_rank.get(rank))
-            # Window by window against its siblings: a stretch the whole node shared is not this GPU's.
-            own = {w["index"] for stretch in stretches for w, _ in stretch}
-            behind, node = _behind_siblings(per_gpu, rank, key, limit)
-            for stretch in behind:
-                if all(w["index"] in own for w, _ in stretch):
-                    continue  # named already against its own best windows
-                first, drop = stretch[0]
-                worst = max([worst] + [d for _, d in stretch])
-                f.add(FAIL, _stretch_text(out, g, prefix, what, unit, key, stretch,
-                                          f"{drop:g}% below the node's median GPU in that window "
-                                          f"({sig(node[first['index']]):g} {unit})"), gpu=index, remedy=remedy)
-                flags.add(FAIL, gpus.by_rank.get(rank))
-    # Against its siblings over the soak: a GPU slow from the first window on is not slower than itself.
-    for key, what, unit in metrics:
-        medians = {r: g[f"{key}_median"] for r, g in per_gpu.items() if g.get(f"{key}_median") is not None}
-        if len(medians) < 2:
-            continue
-        node = statistics.median(medians.values())
-        for rank, m in sorted(medians.items(), key=lambda kv: int(kv[0])):
-            drop = _drop_pct(node, m)
-            worst = max(worst, drop)
-            if limit is not None and drop > limit:
-                index, prefix = gpus.label(rank)
-                f.add(FAIL, f"{prefix}{what} median {m:g} {unit} over the soak, {drop:g}% below the node's median GPU "
-                            f"({sig(node):g} {unit})", gpu=index, remedy=remedy)
-                flags.add(FAIL, gpus.by_rank.get(rank))
-    nccl = out.get("nccl") or {}
-    stretches, best, drops = _slowed(nccl.get("windows") or [], "busbw_gbps", limit)
-    if best is not None:
-        worst = max([worst] + [d for _, d in drops])
-        for stretch in stretches:
-            first = stretch[0][0]
-            f.add(FAIL, f"all_reduce busbw {first['busbw_gbps']:g} GB/s in the window {_soak_when(out, first['start_s'], 'from')}, "
-                        f"{_drop_pct(best, first['busbw_gbps']):g}% below the best windows' median {sig(best):g} GB/s",
-                  remedy="NVLink or NVSwitch bandwidth fell under load: check gpu_health.nvlink and the NVLink error counters "
-                         "(soak_errors), and the fabric manager")
-    if not judged:
-        return result("soak_slowdown", schema.SKIP,
-                      f"{n_windows} window(s) of {out.get('window_s'):g} s: a slowdown needs two or more, to compare "
-                      "each window with the best; soak longer",
-                      threshold=thr, detail=detail)
-    ok = (f"every window of every GPU within {limit:g}% of its best windows and of its siblings over {n_windows} windows of "
-          f"{out.get('window_s'):g} s" if limit is not None else f"{n_windows} windows judged")
-    return flags.apply(f.result("soak_slowdown", ok, value=worst, unit="%", threshold=thr, detail=detail))
-
-
-# --- watched and confirmed measurements ------------------------------------------------------------------
-
-# Results whose figure is measured once more before a warn or fail stands (the soak's windows are many
-# measurements already, and a second soak would double its hours: a soak is measured again only when disturbed).
-CONFIRMED_CHECKS = ("matmul_bf16", "hbm_bandwidth", "pcie_h2d_bandwidth", "pcie_d2h_bandwidth")
-
-
-def _foreign(out: dict) -> tuple[list, float | None, dict]:
-    """(foreign processes the step's sampler saw, its start in epoch seconds, the sampler's own summary)."""
-    mon = out.get("monitor") or out.get("sampler") or {}
-    return mon.get("foreign") or [], mon.get("started_epoch") or out.get("started_epoch"), mon
-
-
-def _brief(res: dict) -> dict:
-    return {k: res.get(k) for k in ("check", "status", "value", "unit", "reason")}
-
-
-def watched(step: str, run, judge, profile: dict, *, log: list, confirm: bool = True, wait=None,
-            not_again: str | None = None) -> list[dict]:
-    """Measure a step (run() -> output, judge(output, profile) -> results) until its figures can be trusted.
-
-    - A foreign process on a GPU during the step (its sampler's `foreign`): wait until the GPUs are quiet
-      (at most disturbed_wait_s) and measure again, at most disturbed_remeasure_max times; else every result
-      is `error` "disturbed by pid N (name, MiB) ... from t1 to t2", trust `disturbed`. `not_again` says why a
-      step is never measured again (too long, or every node of a run across nodes would have to): disturbed
-      once, its results are that error.
-    - A CONFIRMED_CHECKS result that warns or fails (under its minimum, an outlier, a sample far below its
-      median) is measured once more (confirm_remeasure_max) and judged on the second measurement, both kept:
-      trust `confirmed` (slow confirmed, or passed on confirmation), `inconclusive` when the samples dropped again.
-    - Otherwise trust `clean`. Every attempt, every process seen and the seconds of each go into detail.attempts;
-      `log` gets each attempt's sightings for the step's foreign_processes result.
-    """
-    wait = wait or wait_quiet
-    disturbed_max = profiles.value(profile, "disturbed_remeasure_max") or 0
-    wait_s = profiles.value(profile, "disturbed_wait_s") or 0
-    confirm_max = profiles.value(profile, "confirm_remeasure_max") or 0 if confirm else 0
-    attempts: list[dict] = []
-    first_clean: dict | None = None  # check -> result of the clean measurement a confirmation follows
-    disturbed = confirmations = 0
-    while True:
-        t0 = time.monotonic()
-        out = run()
-        res = judge(out, profile)
-        seconds = round(time.monotonic() - t0, 1)
-        foreign, epoch, mon = _foreign(out)
-        attempt = {"attempt": len(attempts) + 1, "seconds": seconds, "results": [_brief(r) for r in res],
-                   "processes": mon.get("processes") or [], "foreign": [describe(p, epoch) for p in foreign]}
-        attempts.append(attempt)
-        log.append({"step": step, "attempt": attempt["attempt"], "device": out.get("device"), "foreign": foreign,
-                    "started_epoch": epoch, "watch_error": mon.get("error"),
-                    "processes_unreadable": mon.get("processes_unreadable")})
-        if foreign:
-            why = None
-            if not_again:
-                why = f"not measured again: {not_again}"
-            elif disturbed >= disturbed_max:
-                why = f"still disturbed after {disturbed} measurement(s) again"
-            else:
-                quiet = wait(wait_s)
-                attempt["wait"] = {k: quiet.get(k) for k in ("quiet", "waited_s", "error")}
-                attempt["processes_while_waiting"] = quiet.get("processes") or []
-                if not quiet.get("quiet"):
-                    why = f"the GPUs did not become quiet within {wait_s:g} s" + (f" ({quiet['error']})" if quiet.get("error") else "")
-            if why:
-                return [_disturbed(r, foreign, epoch, why, attempts, profile) for r in res]
-            disturbed += 1
-            continue
-        doubtful = [r for r in res if r["check"] in CONFIRMED_CHECKS and r["status"] in (WARN, FAIL)]
-        if doubtful and first_clean is None and confirmations < confirm_max:
-            confirmations += 1
-            first_clean = {r["check"]: r for r in res}
-            attempt["confirm"] = [r["check"] for r in doubtful]
-            continue
-        break
-    for r in res:
-        _trust(r, (first_clean or {}).get(r["check"]), attempts)
-    return res
-
-
-def _disturbed(res: dict, foreign: list, epoch: float | None, why: str, attempts: list, profile: dict) -> dict:
-    names = "; ".join(describe(p, epoch) for p in foreign)
-    # A process is not a fault of the board: the GPUs the figure would have flagged are not named.
-    res["detail"] = {**{k: v for k, v in res["detail"].items() if k != "flagged_gpus"}, "attempts": attempts, "disturbed_value": res.get("value"),
-                     "judged_as": _brief(res), "disturbed_wait_threshold": profiles.threshold(
-                         profile, "disturbed_wait_s", max=profiles.value(profile, "disturbed_wait_s"))}
-    # The class says so too: a disturbed figure does not follow the GPU to its next run (fleet.returning_gpu).
-    res.update(status=ERROR, value=None, trust=schema.DISTURBED, **{"class": failure_class.ENVIRONMENT},
-               reason=f"disturbed by {names}; {why}; the figure measured beside it ({res['value']} {res.get('unit') or ''}".rstrip()
-                      + ") is not the node's",
-               remedy="find out what runs on the GPU (detail.attempts[].processes) and stop it or keep the node out of "
-                      "the scheduler while it is validated; then run again")
-    return res
-
-
-def _trust(res: dict, first: dict | None, attempts: list) -> None:
-    """How far the figure can be trusted, said in `trust` and in the reason; both measurements kept."""
-    res["detail"] = {**res["detail"], "attempts": attempts}
-    if res["status"] == schema.SKIP:
-        return
-    if first is None or first["status"] not in (WARN, FAIL):
-        res["trust"] = schema.CLEAN
-        return
-    extra_s = attempts[-1]["seconds"]
-    res["detail"]["confirmation_s"] = extra_s
-    was = f"first {first.get('value')}, then {res.get('value')} {res.get('unit') or ''}".rstrip()
-    if res["detail"].get("sample_drops"):
-        res.update(status=WARN if res["status"] == PASS else res["status"], trust=schema.INCONCLUSIVE,
-                   reason=f"inconclusive: {res['reason']}; measured twice ({was}), the samples dropped again "
-                          f"(the confirmation took {extra_s:g} s)")
-    elif res["status"] in (WARN, FAIL):
-        res.update(trust=schema.CONFIRMED, reason=f"slow (confirmed): {res['reason']}; measured twice ({was}; the "
-                                                  f"confirmation took {extra_s:g} s)")
-    else:
-        res.update(trust=schema.CONFIRMED, reason=f"{res['reason']}; passed on confirmation ({was}; the first "
-                                                  f"measurement said: {first['reason']}; the confirmation took {extra_s:g} s)")
-
-
-def foreign_processes(step: str, log: list) -> dict:
-    """`<step>_processes`: what else ran on the node's GPUs while a step measured them (log: benchmarks.watched's
-    entries of that step). Any foreign process fails the node, even when the step was measured again once quiet:
-    a node shared during validation is not the node a training job will get. Not the GPU's fault: no GPU flagged."""
-    check = f"{step}_processes"
-    detail = {"attempts": log}
-    seen = [f"{describe(p, e['started_epoch'])} (attempt {e['attempt']})" for e in log for p in e["foreign"]]
-    if seen:
-        return result(check, FAIL, f"foreign process(es) on the GPUs while {step} measured them: " + "; ".join(seen),
-                      value=len(seen), unit="sightings", detail=detail,
-                      remedy="another workload used the GPU during validation: stop it (or drain the node from the "
-                             "scheduler first) and validate again; the figures measured beside it were measured again "
-                             "or marked disturbed")
-    unwatched = [f"attempt {e['attempt']}: {e.get('watch_error') or e.get('processes_unreadable')}" for e in log
-                 if e.get("watch_error") or e.get("processes_unreadable")]
-    if unwatched:
-        return result(check, ERROR, f"the GPUs' processes could not be listed while {step} measured: {'; '.join(unwatched)}",
-                      detail=detail, remedy="check NVML (`nvidia-smi`) on the node and run again")
-    return result(check, PASS, f"no foreign process on the GPUs while {step} measured them ({len(log)} measurement(s))",
-                  value=0, unit="sightings", detail=detail)

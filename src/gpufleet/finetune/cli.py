@@ -14,7 +14,7 @@ import time
 
 from gpufleet import collect, failure_class, profiles, schema
 from gpufleet.bench.monitor import sampled
-from gpufleet.checks import benchmarks
+from gpufleet.checks.watched import foreign_processes, watched
 from gpufleet.command_line import Parser, add_exit_zero, json_arg, print_doc, results_exit
 from gpufleet.errors import InputError
 from gpufleet.finetune import config
@@ -62,10 +62,10 @@ def document(args) -> dict:
 
     # Watched as the benchmarks are; a disturbed fine-tune is an error naming the process, never measured again.
     log: list = []
-    res = benchmarks.watched("finetune", run, results.to_results, profile, log=log,
-                             not_again="a fine-tune takes too long to run twice")
+    res = watched("finetune", run, results.to_results, profile, log=log,
+                  not_again="a fine-tune takes too long to run twice")
     if any(e.get("device") == "cuda" for e in log):  # a CPU run has no GPU to watch
-        res.append(dict(benchmarks.foreign_processes("finetune", log), group=results.GROUP, started=schema.utc_now(),
+        res.append(dict(foreign_processes("finetune", log), group=results.GROUP, started=schema.utc_now(),
                         seconds=0.0))
     return schema.host_document(args.host, profile, readings, started, t0, [failure_class.stamp(r) for r in res])
 

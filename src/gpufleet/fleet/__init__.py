@@ -2,6 +2,8 @@
 
     store.py    the SQLite store (<reports_dir>/gpufleet.db): runs, host documents, GPUs, results, metrics,
                 counter snapshots, GPU flags and the baseline; an index that `rebuild()` recreates from the run folders
+    repair.py   a damaged or missing store moved aside and rebuilt before a run indexes into it (open_for_run)
+    run_files.py  run.json and baseline.json, the files the store reads beside it and in the run folders
     metrics.py  the comparable figures of one host document (matmul per dtype, HBM, PCIe, NCCL busbw per
                 collective and size band, training tokens/s), each per GPU where it is one, with its unit
     compare.py  the results of group `fleet` per node, each from its own module: peers.py (GPU against its

@@ -21,7 +21,9 @@ from pathlib import Path
 from gpufleet import paths, runs, schema
 from gpufleet.errors import InputError
 from gpufleet.fleet import num
-from gpufleet.fleet.store import DamagedStore, Store, default_path, open_for_run, read_run_info, repair
+from gpufleet.fleet.repair import open_for_run, repair
+from gpufleet.fleet.run_files import read_run_info
+from gpufleet.fleet.store import DamagedStore, Store, default_path
 
 DEFAULT_REPORTS_DIR = "reports"
 

@@ -25,7 +25,7 @@ Tables (a null GPU index means a node-level row):
 
 A damaged or foreign file at the store's path (garbage, a cut-short file, another application's SQLite) is
 moved aside as <name>.damaged-<UTC time> and the store rebuilt from the run folders; a missing store is rebuilt
-before a run indexes into it (`open_for_run`, `repair`), so history and the baseline come back.
+before a run indexes into it (fleet/repair.py: `open_for_run`, `repair`), so history and the baseline come back.
 
 Schema version 2 added failure_class (failure_class.py: hardware, environment, configuration, software) to results
 and gpu_flags, and the table sdc_hashes; a version 1 store is migrated when opened (rows indexed before carry
@@ -46,9 +46,11 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from gpufleet import failure_class, paths, runs, schema
+from gpufleet import failure_class, runs, schema
 from gpufleet.errors import InputError
-from gpufleet.fleet import BASELINE_FILE, DB_NAME, GROUP, metrics, sdc
+from gpufleet.fleet import DB_NAME, GROUP, metrics, sdc
+from gpufleet.fleet.run_files import read_baseline_file, read_run_info, write_baseline_file
+from gpufleet.fleet.run_files import read_json as _read_json  # the name the Store's methods call
 
 SCHEMA_VERSION = 2
 APPLICATION = "gpufleet"
@@ -636,131 +638,3 @@ def _flag_row(row) -> dict:
     group, _, check = f["check_id"].rpartition(".")
     f["class"] = f.pop("failure_class") or failure_class.default(check, f["status"], group or None)
     return f
-
-
-# ---------------------------------------------------------------- repair
-
-
-def _move_aside(path: Path, label: str) -> Path | None:
-    """path (and its -wal and -shm) renamed to <name>.<label>-<UTC time>[-wal|-shm]; the new name of path, or of
-    the first file moved when path itself is gone (a -wal left behind would be replayed into a new store)."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    aside, n = path.with_name(f"{path.name}.{label}-{stamp}"), 1
-    while any(Path(f"{aside}{s}").exists() for s in ("", "-wal", "-shm")):
-        aside, n = path.with_name(f"{path.name}.{label}-{stamp}-{n}"), n + 1
-    first = None
-    for suffix in ("", "-wal", "-shm"):
-        src = Path(f"{path}{suffix}")
-        if src.exists():
-            try:
-                os.replace(src, Path(f"{aside}{suffix}"))
-            except OSError as exc:
-                raise InputError(f"cannot move {src} aside to {aside}{suffix}: {exc.strerror}; expected a writable folder") from None
-            first = first or Path(f"{aside}{suffix}")
-    return first
-
-
-def repair(path: Path | str, reports_dir: Path | str, damage: DamagedStore | None = None, *, by: str,
-           own_run: str | None = None) -> dict:
-    """Rebuild the store at path from the run folders under reports_dir. A damaged store (`damage`) is moved aside
-    first; a missing one is created (any -wal or -shm left of it moved aside). The caller holds
-    paths.folder_lock(path's folder). Returns rebuild()'s summary with "repair": the row logged in the store
-    (None for the first store of a reports folder: a missing store with no run but `own_run` and no baseline.json)."""
-    path = Path(path)
-    missing = damage is None and not path.exists()
-    moved = _move_aside(path, "damaged" if damage else "orphan") if damage or missing else None
-    with Store(path) as store:
-        summary = store.rebuild(reports_dir)
-        others = [r for r in summary["runs"] if r != own_run]
-        what = "damaged" if damage else "missing" if missing else "rebuild"
-        base = summary["baseline"]
-        rebuilt = (f"rebuilt by {by} from the run folders of {summary['reports_dir']}: {len(summary['runs'])} run(s) re-indexed, "
-                   + (f"baseline {base} restored from {BASELINE_FILE}" if base and what != "rebuild" else f"baseline {base or 'none'}"))
-        if damage:
-            note = f"{path} was not a gpufleet store ({damage.cause}): moved aside to {moved}; the store {rebuilt}"
-        elif missing:
-            note = f"the store {path} did not exist{f' (its {moved.name} moved aside)' if moved else ''}; it was {rebuilt}"
-        else:
-            note = f"the store {path} was {rebuilt}"
-        first_store = missing and not others and not base
-        summary["repair"] = None if first_store else store.log_repair(what, note, moved_aside=moved, runs=len(summary["runs"]), baseline=base)
-    return summary
-
-
-def open_for_run(path: Path | str, run_dir: Path | str) -> Store:
-    """The store a run indexes into, repaired first: a damaged or foreign file is moved aside and a missing store
-    rebuilt from the run folders beside run_dir (history and baseline back) before anything is indexed. The
-    records of a run's nodes come at once: one process repairs, the others wait for it and use its store."""
-    path, run_dir = Path(path), Path(run_dir).resolve()
-    if path.exists() or not path.parent.is_dir():
-        try:
-            return Store(path)
-        except DamagedStore:
-            pass
-    with paths.folder_lock(path.parent):
-        damage = None
-        if path.exists():
-            try:
-                return Store(path)  # repaired by another process while this one waited
-            except DamagedStore as exc:
-                damage = exc
-        own_run = runs.run_id_of(run_dir)
-        repair(path, run_dir.parent, damage, by=f"run {own_run}", own_run=own_run)
-    return Store(path)
-
-
-# ---------------------------------------------------------------- files beside the store and in run folders
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-
-
-def read_run_info(run_dir: Path) -> dict:
-    """run.json as a dict; for a run without one (older runs) or an unreadable one, what can be derived:
-    the start as the earliest host document's, and `problem` saying why."""
-    path = run_dir / "run.json"
-    info: dict = {}
-    if path.exists():
-        doc = _read_json(path)
-        if isinstance(doc, dict):
-            info = dict(doc)
-            info["problem"] = None
-        else:
-            info["problem"] = f"{path} is unreadable (not a JSON object); what the run holds was derived from its folder"
-    if not info.get("started"):
-        starts = []
-        hosts = run_dir / "hosts"
-        for p in hosts.glob("*.json") if hosts.is_dir() else []:
-            doc = _read_json(p)
-            if isinstance(doc, dict) and isinstance(doc.get("started"), str):
-                starts.append(doc["started"])
-        if starts:
-            info["started"] = min(starts)
-        else:  # hosts/ rather than the run folder: writing the reports does not change its time
-            try:
-                info["started"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime((hosts if hosts.is_dir() else run_dir).stat().st_mtime))
-            except OSError:
-                pass
-    return info
-
-
-def read_baseline_file(folder: Path) -> dict | None:
-    doc = _read_json(Path(folder) / BASELINE_FILE)
-    return doc if isinstance(doc, dict) and isinstance(doc.get("run_id"), str) and doc["run_id"] else None
-
-
-def write_baseline_file(folder: Path, value: dict | None) -> None:
-    path = Path(folder) / BASELINE_FILE
-    if value is None:
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            raise InputError(f"cannot remove {path}: {exc.strerror}") from None
-        return
-    paths.write_atomic(path, json.dumps(value, indent=1, sort_keys=True) + "\n")

@@ -10,6 +10,8 @@ from pathlib import Path
 from gpufleet import __version__, paths, runs, schema
 from gpufleet.errors import InputError
 from gpufleet.fleet import compare, export, store as fleet_store
+from gpufleet.fleet.repair import open_for_run
+from gpufleet.fleet.run_files import read_run_info
 from gpufleet.report import render_html, render_junit, render_md
 from gpufleet.report.formatting import STATUS_ORDER, check_id, class_text, trust_text
 from gpufleet.report.nodes import DOC_PROFILE, load_nodes, load_peers, node_order
@@ -84,10 +86,10 @@ def _open_store(run_dir: Path, db: Path | str | None, use_store: bool):
     if not use_store:
         return None, "no store: the report was made with --no-store, so there is no history or baseline to compare with"
     if db is not None:
-        return fleet_store.open_for_run(Path(db), run_dir), None
+        return open_for_run(Path(db), run_dir), None
     path = fleet_store.default_path(run_dir.resolve().parent)
     try:
-        return fleet_store.open_for_run(path, run_dir), None
+        return open_for_run(path, run_dir), None
     except InputError as exc:
         return None, f"no store: {exc}"
 
@@ -99,7 +101,7 @@ def _choose_baseline(run_dir: Path, store, explicit: str | None) -> dict | None:
             raise InputError(f"--baseline {explicit!r}: no such run in the store {store.path}; expected a run it holds "
                              "(gpufleet history, or gpufleet store rebuild when its folder exists)")
         return {"run_id": explicit, "source": "--baseline"}
-    info = fleet_store.read_run_info(run_dir)
+    info = read_run_info(run_dir)
     if isinstance(info.get("baseline"), str) and info["baseline"]:
         return {"run_id": info["baseline"], "source": "run.json"}
     current = store.baseline() if store is not None else None
@@ -163,7 +165,7 @@ def build(
                 store.close()
                 store, store_note = None, f"no store: {store.path} could not be written ({exc}); history and baseline comparisons skip"
         # What happened to the store since the run started (moved aside, rebuilt): the report says so.
-        store_problems = [r["note"] for r in store.repairs_since(fleet_store.read_run_info(run_dir).get("started"))] if store else []
+        store_problems = [r["note"] for r in store.repairs_since(read_run_info(run_dir).get("started"))] if store else []
         chosen = _choose_baseline(run_dir, store, baseline)
         readable = {n["host"]: {"results": n["results"], "profile": n[DOC_PROFILE]} for n in nodes if DOC_PROFILE in n}
         fleet = compare.evaluate(run_id, readable, store=store, store_note=store_note, baseline=chosen)
@@ -172,7 +174,7 @@ def build(
             node["results"] = node["results"] + fleet["results"].get(node["host"], [])
             _refresh(node)
         report = assemble(run_dir, sorted(nodes, key=node_order))
-        info = fleet_store.read_run_info(run_dir)
+        info = read_run_info(run_dir)
         names = slurm_names if slurm_names is not None else info.get("slurm_node_names")
         drain = export.drain_lines(report, names if isinstance(names, dict) else None)
         report["fleet"] = {

@@ -1,0 +1,147 @@
+"""Watched and confirmed measurements: a benchmark step measured again when another process used its GPUs or
+when a figure that warns or fails needs confirming, each result's `trust`, and the step's `<step>_processes`."""
+
+from __future__ import annotations
+
+import time
+
+from gpufleet import failure_class, profiles, schema
+from gpufleet.bench.watch import describe, wait_quiet
+from gpufleet.schema import ERROR, FAIL, PASS, WARN, result
+
+# Results whose figure is measured once more before a warn or fail stands (the soak's windows are many
+# measurements already, and a second soak would double its hours: a soak is measured again only when disturbed).
+CONFIRMED_CHECKS = ("matmul_bf16", "hbm_bandwidth", "pcie_h2d_bandwidth", "pcie_d2h_bandwidth")
+
+
+def _foreign(out: dict) -> tuple[list, float | None, dict]:
+    """(foreign processes the step's sampler saw, its start in epoch seconds, the sampler's own summary)."""
+    mon = out.get("monitor") or out.get("sampler") or {}
+    return mon.get("foreign") or [], mon.get("started_epoch") or out.get("started_epoch"), mon
+
+
+def _brief(res: dict) -> dict:
+    return {k: res.get(k) for k in ("check", "status", "value", "unit", "reason")}
+
+
+def watched(step: str, run, judge, profile: dict, *, log: list, confirm: bool = True, wait=None,
+            not_again: str | None = None) -> list[dict]:
+    """Measure a step (run() -> output, judge(output, profile) -> results) until its figures can be trusted.
+
+    - A foreign process on a GPU during the step (its sampler's `foreign`): wait until the GPUs are quiet
+      (at most disturbed_wait_s) and measure again, at most disturbed_remeasure_max times; else every result
+      is `error` "disturbed by pid N (name, MiB) ... from t1 to t2", trust `disturbed`. `not_again` says why a
+      step is never measured again (too long, or every node of a run across nodes would have to): disturbed
+      once, its results are that error.
+    - A CONFIRMED_CHECKS result that warns or fails (under its minimum, an outlier, a sample far below its
+      median) is measured once more (confirm_remeasure_max) and judged on the second measurement, both kept:
+      trust `confirmed` (slow confirmed, or passed on confirmation), `inconclusive` when the samples dropped again.
+    - Otherwise trust `clean`; a result without a figure (skip, error, or no value) gets no trust. Every
+      attempt, every process seen and the seconds of each go into detail.attempts; `log` gets each attempt's
+      sightings for the step's foreign_processes result.
+    """
+    wait = wait or wait_quiet
+    disturbed_max = profiles.value(profile, "disturbed_remeasure_max") or 0
+    wait_s = profiles.value(profile, "disturbed_wait_s") or 0
+    confirm_max = profiles.value(profile, "confirm_remeasure_max") or 0 if confirm else 0
+    attempts: list[dict] = []
+    first_clean: dict | None = None  # check -> result of the clean measurement a confirmation follows
+    disturbed = confirmations = 0
+    while True:
+        t0 = time.monotonic()
+        out = run()
+        res = judge(out, profile)
+        seconds = round(time.monotonic() - t0, 1)
+        foreign, epoch, mon = _foreign(out)
+        attempt = {"attempt": len(attempts) + 1, "seconds": seconds, "results": [_brief(r) for r in res],
+                   "processes": mon.get("processes") or [], "foreign": [describe(p, epoch) for p in foreign]}
+        attempts.append(attempt)
+        log.append({"step": step, "attempt": attempt["attempt"], "device": out.get("device"), "foreign": foreign,
+                    "started_epoch": epoch, "watch_error": mon.get("error"),
+                    "processes_unreadable": mon.get("processes_unreadable")})
+        if foreign:
+            why = None
+            if not_again:
+                why = f"not measured again: {not_again}"
+            elif disturbed >= disturbed_max:
+                why = f"still disturbed after {disturbed} measurement(s) again"
+            else:
+                quiet = wait(wait_s)
+                attempt["wait"] = {k: quiet.get(k) for k in ("quiet", "waited_s", "error")}
+                attempt["processes_while_waiting"] = quiet.get("processes") or []
+                if not quiet.get("quiet"):
+                    why = f"the GPUs did not become quiet within {wait_s:g} s" + (f" ({quiet['error']})" if quiet.get("error") else "")
+            if why:
+                return [_disturbed(r, foreign, epoch, why, attempts, profile) for r in res]
+            disturbed += 1
+            continue
+        doubtful = [r for r in res if r["check"] in CONFIRMED_CHECKS and r["status"] in (WARN, FAIL)]
+        if doubtful and first_clean is None and confirmations < confirm_max:
+            confirmations += 1
+            first_clean = {r["check"]: r for r in res}
+            attempt["confirm"] = [r["check"] for r in doubtful]
+            continue
+        break
+    for r in res:
+        _trust(r, (first_clean or {}).get(r["check"]), attempts)
+    return res
+
+
+def _disturbed(res: dict, foreign: list, epoch: float | None, why: str, attempts: list, profile: dict) -> dict:
+    names = "; ".join(describe(p, epoch) for p in foreign)
+    # A process is not a fault of the board: the GPUs the figure would have flagged are not named.
+    res["detail"] = {**{k: v for k, v in res["detail"].items() if k != "flagged_gpus"}, "attempts": attempts, "disturbed_value": res.get("value"),
+                     "judged_as": _brief(res), "disturbed_wait_threshold": profiles.threshold(
+                         profile, "disturbed_wait_s", max=profiles.value(profile, "disturbed_wait_s"))}
+    # The class says so too: a disturbed figure does not follow the GPU to its next run (fleet.returning_gpu).
+    res.update(status=ERROR, value=None, trust=schema.DISTURBED, **{"class": failure_class.ENVIRONMENT},
+               reason=f"disturbed by {names}; {why}; the figure measured beside it ({res['value']} {res.get('unit') or ''}".rstrip()
+                      + ") is not the node's",
+               remedy="find out what runs on the GPU (detail.attempts[].processes) and stop it or keep the node out of "
+                      "the scheduler while it is validated; then run again")
+    return res
+
+
+def _trust(res: dict, first: dict | None, attempts: list) -> None:
+    """How far the figure can be trusted, said in `trust` and in the reason; both measurements kept."""
+    res["detail"] = {**res["detail"], "attempts": attempts}
+    if res["status"] in (schema.SKIP, ERROR) or res.get("value") is None:
+        return  # trust describes a figure: a result without one has none to describe
+    if first is None or first["status"] not in (WARN, FAIL):
+        res["trust"] = schema.CLEAN
+        return
+    extra_s = attempts[-1]["seconds"]
+    res["detail"]["confirmation_s"] = extra_s
+    was = f"first {first.get('value')}, then {res.get('value')} {res.get('unit') or ''}".rstrip()
+    if res["detail"].get("sample_drops"):
+        res.update(status=WARN if res["status"] == PASS else res["status"], trust=schema.INCONCLUSIVE,
+                   reason=f"inconclusive: {res['reason']}; measured twice ({was}), the samples dropped again "
+                          f"(the confirmation took {extra_s:g} s)")
+    elif res["status"] in (WARN, FAIL):
+        res.update(trust=schema.CONFIRMED, reason=f"slow (confirmed): {res['reason']}; measured twice ({was}; the "
+                                                  f"confirmation took {extra_s:g} s)")
+    else:
+        res.update(trust=schema.CONFIRMED, reason=f"{res['reason']}; passed on confirmation ({was}; the first "
+                                                  f"measurement said: {first['reason']}; the confirmation took {extra_s:g} s)")
+
+
+def foreign_processes(step: str, log: list) -> dict:
+    """`<step>_processes`: what else ran on the node's GPUs while a step measured them (log: watched()'s
+    entries of that step). Any foreign process fails the node, even when the step was measured again once quiet:
+    a node shared during validation is not the node a training job will get. Not the GPU's fault: no GPU flagged."""
+    check = f"{step}_processes"
+    detail = {"attempts": log}
+    seen = [f"{describe(p, e['started_epoch'])} (attempt {e['attempt']})" for e in log for p in e["foreign"]]
+    if seen:
+        return result(check, FAIL, f"foreign process(es) on the GPUs while {step} measured them: " + "; ".join(seen),
+                      value=len(seen), unit="sightings", detail=detail,
+                      remedy="another workload used the GPU during validation: stop it (or drain the node from the "
+                             "scheduler first) and validate again; the figures measured beside it were measured again "
+                             "or marked disturbed")
+    unwatched = [f"attempt {e['attempt']}: {e.get('watch_error') or e.get('processes_unreadable')}" for e in log
+                 if e.get("watch_error") or e.get("processes_unreadable")]
+    if unwatched:
+        return result(check, ERROR, f"the GPUs' processes could not be listed while {step} measured: {'; '.join(unwatched)}",
+                      detail=detail, remedy="check NVML (`nvidia-smi`) on the node and run again")
+    return result(check, PASS, f"no foreign process on the GPUs while {step} measured them ({len(log)} measurement(s))",
+                  value=0, unit="sightings", detail=detail)
