@@ -238,7 +238,10 @@ def test_sigterm_while_a_job_runs_across_nodes_stops_it_on_every_node(fleet, tmp
     inventory = fleet.inventory(tmp_path / "hosts.yml", ["node-a", "node-b"], gpufleet_benchmarks=[],
                                 gpufleet_finetune=True, gpufleet_finetune_config="files/configs/tiny-qwen2-lora.yml",
                                 gpufleet_finetune_max_steps=5000, gpufleet_finetune_timeout_s=600,
-                                gpufleet_finetune_rdzv_timeout_s=60, gpufleet_lock_heartbeat_timeout_s=10)
+                                gpufleet_finetune_rdzv_timeout_s=60,
+                                # Well above the gap between two polls of a busy controller (7-8 s measured at a load
+                                # of 7), so the job runs until the SIGTERM; it stops 30 s + a poll + its grace after.
+                                gpufleet_lock_heartbeat_timeout_s=30)
     proc, run_dir = start_playbook(fleet, inventory, tmp_path / "reports")
     lines: list[str] = []
     try:

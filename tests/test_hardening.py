@@ -203,6 +203,13 @@ def test_a_background_job_stops_when_the_heartbeat_ends_or_the_lock_is_lost(tmp_
     lock.acquire(path, "r1", "node-a", 600)
     assert lock.check(path, "r1", "node-a", heartbeat_timeout_s=60) is None
     assert "has not checked on this job" in lock.check(path, "r1", "node-a", heartbeat_timeout_s=0)
+    # A job started long after the lock was taken (the controller's first poll still to come): its controller's
+    # silence counts from the job's start, when the controller was there to start it.
+    late = lock.read(path)
+    late["holders"]["node-a"]["heartbeat_at"] -= 100
+    paths.write_atomic(path, json.dumps(late))
+    assert lock.check(path, "r1", "node-a", heartbeat_timeout_s=60, since_s=time.time()) is None
+    assert "has not checked on this job" in lock.check(path, "r1", "node-a", heartbeat_timeout_s=60)
     assert lock.heartbeat(path, "r1", "node-a")["held"]
     assert not lock.heartbeat(path, "r2", "node-a")["held"]
     lock.release(path, "r1", "node-a")
@@ -283,6 +290,66 @@ def test_a_job_whose_controller_stopped_checking_on_it_stops(tmp_path):
         assert _wait_gone(child), "the job ran on without its controller"
         wait_for(lambda: not work.exists(), 30, "the job's folder removed")  # right after the processes
     finally:
+        proc.kill()
+        proc.wait()
+
+
+# The engine was still preparing when its run went: what it starts afterwards must not run unwatched.
+STARTED_AFTER_THE_STOP = textwrap.dedent("""
+    import subprocess, sys, time
+    from gpufleet import guard
+    guard.start_from_env()
+    while not guard.stopped():
+        time.sleep(0.1)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True)
+    print(child.pid, flush=True)
+    guard.track(child)
+    print(child.wait(), flush=True)
+""")
+
+
+def test_what_a_job_starts_after_its_run_was_stopped_is_stopped_at_once(tmp_path):
+    path = tmp_path / "node.lock"
+    lock.acquire(path, "r1", "node-a", 600)
+    spec = json.dumps({"path": str(path), "run_id": "r1", "holder": "node-a", "heartbeat_timeout_s": 1})
+    proc = subprocess.Popen([sys.executable, "-c", STARTED_AFTER_THE_STOP], stdout=subprocess.PIPE, text=True,
+                            env=dict(os.environ, GPUFLEET_LOCK=spec), start_new_session=True)
+    child = int(proc.stdout.readline())
+    try:
+        assert _wait_gone(child), "what the job started after its run was stopped runs on"
+        assert int(proc.stdout.readline()) < 0  # killed by a signal
+    finally:
+        os.kill(child, signal.SIGKILL) if _alive(child) else None
+        proc.kill()
+        proc.wait()
+
+
+# torchrun: each rank in a session of its own; this one does not pass SIGTERM on (torchrun too slow to).
+TREE = textwrap.dedent("""
+    import subprocess, sys, time
+    from gpufleet import guard
+    guard.start_from_env()
+    launcher = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; r = subprocess.Popen("
+                                 "[sys.executable, '-c', 'import time; time.sleep(300)'], start_new_session=True); "
+                                 "print(r.pid, flush=True); time.sleep(300)"],
+                                stdout=subprocess.PIPE, text=True, start_new_session=True)
+    guard.track(launcher)
+    print(launcher.pid, launcher.stdout.readline().strip(), flush=True)
+    time.sleep(300)
+""")
+
+
+def test_a_stopped_job_stops_the_processes_its_children_put_in_sessions_of_their_own(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", TREE], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    launcher, rank = map(int, proc.stdout.readline().split())
+    try:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        assert _wait_gone(launcher)
+        assert _wait_gone(rank), "a rank in a session of its own outlived the stopped job"
+    finally:
+        for pid in (launcher, rank):
+            os.kill(pid, signal.SIGKILL) if _alive(pid) else None
         proc.kill()
         proc.wait()
 

@@ -5,7 +5,9 @@ when the module dies (PR_SET_PDEATHSIG) and names itself in GPUFLEET_PARENT_PID;
 in the background also names the node lock to watch in GPUFLEET_LOCK ({"path", "run_id", "holder",
 "heartbeat_timeout_s"}): when the controller stops renewing its heartbeat, or the run loses the lock, the job is
 stopped. Either way every process group the engine started (torchrun and its ranks) is terminated and every
-work folder it registered is removed; on SIGTERM the engine then exits.
+work folder it registered is removed; on SIGTERM the engine then exits. The controller's silence counts from the
+job's start at the earliest (it was there to start it). Once stopped, the guard stays so: a process group tracked
+after the stop (the engine was still preparing when its run went) is stopped at once.
 
     guard.start_from_env()            once, at the start of a command
     guard.track(proc) / untrack(proc) a child process group (started with start_new_session=True)
@@ -48,6 +50,9 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
 def track(proc: subprocess.Popen) -> None:
     with _lock:
         _groups.add(proc.pid)
+        late = bool(_stopped)
+    if late:  # the run was stopped before this was started: it must not run unwatched
+        _kill_groups()
 
 
 def untrack(proc: subprocess.Popen) -> None:
@@ -71,8 +76,11 @@ def stopped() -> str | None:
 
 def _kill_groups() -> None:
     with _lock:
-        groups = list(_groups)
+        groups = set(_groups)
     for sig in (signal.SIGTERM, signal.SIGKILL):
+        # torchrun starts each rank in a session of its own: their groups are stopped with it, found before the
+        # SIGTERM while torchrun is still their parent, so a rank it had no time to stop does not run on.
+        groups |= _descendant_groups(groups)
         alive = []
         for pgid in groups:
             try:
@@ -85,7 +93,41 @@ def _kill_groups() -> None:
         deadline = time.monotonic() + _GRACE_S
         while time.monotonic() < deadline and any(_group_alive(g) for g in alive):
             time.sleep(0.1)
-        groups = [g for g in alive if _group_alive(g)]
+        groups = {g for g in alive if _group_alive(g)}
+
+
+def _processes() -> dict[int, tuple[str, int, int]] | None:
+    """{pid: (state, parent pid, process group)} of every process, or None without /proc."""
+    try:
+        entries = [e.name for e in os.scandir("/proc") if e.name.isdigit()]
+    except OSError:
+        return None
+    table = {}
+    for pid in entries:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+        except OSError:  # gone meanwhile
+            continue
+        state, ppid, pgrp = stat[stat.rindex(")") + 2:].split()[:3]
+        table[int(pid)] = (state, int(ppid), int(pgrp))
+    return table
+
+
+def _descendant_groups(pgids: set[int]) -> set[int]:
+    """The process groups of every process descended from a member of `pgids`."""
+    table = _processes() or {}
+    children: dict[int, list[int]] = {}
+    for pid, (_state, ppid, _pgrp) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found = {pid for pid, (_state, _ppid, pgrp) in table.items() if pgrp in pgids}
+    todo = list(found)
+    while todo:
+        for pid in children.get(todo.pop(), []):
+            if pid not in found:
+                found.add(pid)
+                todo.append(pid)
+    return {table[pid][2] for pid in found}
 
 
 def _group_alive(pgid: int) -> bool:
@@ -97,20 +139,10 @@ def _group_alive(pgid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:
-        entries = [e.name for e in os.scandir("/proc") if e.name.isdigit()]
-    except OSError:  # no /proc: the kernel's answer above is all there is
+    table = _processes()
+    if table is None:  # no /proc: the kernel's answer above is all there is
         return True
-    for pid in entries:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                stat = f.read()
-        except OSError:  # gone meanwhile
-            continue
-        state, _ppid, pgrp = stat[stat.rindex(")") + 2:].split()[:3]
-        if int(pgrp) == pgid and state != "Z":
-            return True
-    return False
+    return any(pgrp == pgid and state != "Z" for state, _ppid, pgrp in table.values())
 
 
 def _remove_dirs() -> None:
@@ -145,13 +177,13 @@ def _on_signal(signum, frame) -> None:
         os._exit(128 + signum)
 
 
-def _watch(parent_pid: int | None, lock_spec: dict | None) -> None:
+def _watch(parent_pid: int | None, lock_spec: dict | None, started_s: float) -> None:
     while not _stopped:
         if parent_pid and os.getppid() != parent_pid:
             _on_signal(signal.SIGTERM, None)
         if lock_spec:
             why = lock.check(lock_spec["path"], lock_spec["run_id"], lock_spec["holder"],
-                             float(lock_spec.get("heartbeat_timeout_s") or 120))
+                             float(lock_spec.get("heartbeat_timeout_s") or 120), since_s=started_s)
             if why:
                 stop(why)
                 return
@@ -176,4 +208,5 @@ def start_from_env() -> None:
             lock_spec = None
     if parent_pid is None and lock_spec is None:
         return
-    threading.Thread(target=_watch, args=(parent_pid, lock_spec), name="gpufleet-guard", daemon=True).start()
+    threading.Thread(target=_watch, args=(parent_pid, lock_spec, time.time()), name="gpufleet-guard",
+                     daemon=True).start()

@@ -185,12 +185,14 @@ def release(path: str | Path, run_id: str, holder: str) -> dict:
     return {"released": True, "reason": None}
 
 
-def check(path: str | Path, run_id: str, holder: str, heartbeat_timeout_s: float) -> str | None:
-    """Why a job of `run_id` on this node must stop (lock lost, or the controller stopped waiting), or None."""
+def check(path: str | Path, run_id: str, holder: str, heartbeat_timeout_s: float, since_s: float = 0) -> str | None:
+    """Why a job of `run_id` on this node must stop (lock lost, or the controller stopped waiting), or None.
+    `since_s` (epoch s) is when the job started: the controller was there to start it, so its silence counts from
+    then at the earliest (its first poll may come well after the lock was taken on a busy controller)."""
     rec, now = read(path), time.time()
     if rec is None or rec.get("run_id") != run_id or holder not in rec.get("holders", {}):
         return _lost(rec, run_id, holder)
-    beat = rec["holders"][holder].get("heartbeat_at") or 0
+    beat = max(rec["holders"][holder].get("heartbeat_at") or 0, since_s)
     if now - beat > heartbeat_timeout_s:
         return (f"the controller has not checked on this job for {now - beat:.0f} s (more than "
                 f"{heartbeat_timeout_s:g} s): it was stopped or lost its connection")
