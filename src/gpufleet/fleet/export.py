@@ -82,15 +82,18 @@ class _Gauge:
         self._values: tuple = ()
 
     def labels(self, *values) -> _Gauge:
-        self._values = tuple(str(v) for v in values)
+        self._values = tuple(map(str, values))
         return self
 
     def set(self, value: float) -> None:
         self.series[self._values] = float(value)
 
 
-def _label_value(v: str) -> str:
-    return v.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"')
+def _label_values(values: tuple[str, ...]) -> tuple[str, ...]:
+    joined = "".join(values)
+    if "\\" not in joined and "\n" not in joined and '"' not in joined:
+        return values
+    return tuple(v.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"') for v in values)
 
 
 def exposition(gauges: list[_Gauge]) -> str:
@@ -104,10 +107,11 @@ def exposition(gauges: list[_Gauge]) -> str:
         doc = g.doc.replace("\\", r"\\").replace("\n", r"\n")
         out.append(f"# HELP {g.name} {doc}\n# TYPE {g.name} gauge\n")
         order = sorted(range(len(g.labelnames)), key=lambda i: g.labelnames[i])
-        names = [g.labelnames[i] for i in order]
+        # name{{a="{0}",b="{1}"}} {2}: the label names in sorted order, each with its value's position in the series
+        labels = "{{" + ",".join(f'{g.labelnames[i]}="{{{i}}}"' for i in order) + "}}" if order else ""
+        line = f"{g.name}{labels} {{{len(order)}}}\n"
         for values, value in g.series.items():
-            labels = ",".join(f'{k}="{_label_value(values[i])}"' for k, i in zip(names, order))
-            out.append(f"{g.name}{{{labels}}} {floatToGoString(value)}\n" if labels else f"{g.name} {floatToGoString(value)}\n")
+            out.append(line.format(*_label_values(values), floatToGoString(value)))
     return "".join(out)
 
 
