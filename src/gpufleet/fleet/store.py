@@ -122,8 +122,11 @@ def _sha256(raw: bytes) -> str:
     return hashlib.sha256(raw).hexdigest()
 
 
+_ENCODER = json.JSONEncoder(sort_keys=True, default=str)  # json.dumps(v, sort_keys=True, default=str), made once
+
+
 def _json(v: Any) -> str | None:
-    return None if v is None else json.dumps(v, sort_keys=True, default=str)
+    return None if v is None else _ENCODER.encode(v)
 
 
 class Store:
