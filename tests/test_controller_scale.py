@@ -3,15 +3,18 @@
 A report of 4 nodes and one of 12, each against a baseline run of the same nodes in a real store, count how many
 figures the fleet medians go through and how often the SDC votes of a computation are gathered. Work that is
 done once per node for every node (a fleet median per node, every baseline row per node, every node's SDC hashes
-per node) makes the first count grow 9-fold from 4 to 12 nodes instead of 3-fold.
+per node) makes the first count grow 9-fold from 4 to 12 nodes instead of 3-fold. And each host document is read,
+parsed and its metrics extracted once per report build: the store's indexing takes them from the report.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from gpufleet import report
-from gpufleet.fleet import peers, robust as fleet_robust, sdc
+from gpufleet import report, schema
+from gpufleet.fleet import metrics, peers, sdc
 
 from test_fleet_synthetic import gpus_of, node_doc, write_run
 from test_sdc import node_result
@@ -34,7 +37,7 @@ def count_work(tmp_path, n: int, monkeypatch) -> dict:
     report.build(write_run(reports, "base", docs(n, BASE)))
     run_dir = write_run(reports, "run", docs(n, RUN), baseline="base")
     counts = {"median_values": 0, "sdc_votes": 0}
-    robust, votes = fleet_robust.robust, sdc._votes
+    robust, votes = peers.robust, sdc._votes
 
     def counting_robust(values):
         counts["median_values"] += len(values)
@@ -59,3 +62,34 @@ def test_the_fleet_judgement_goes_through_each_figure_a_bounded_number_of_times(
     assert many["median_values"] <= 3.5 * few["median_values"], (few, many)
     # The votes of each SDC computation are gathered once for the run, whatever the number of nodes.
     assert few["sdc_votes"] == many["sdc_votes"] > 0, (few, many)
+
+
+def test_each_host_document_is_read_parsed_and_extracted_once_per_report(tmp_path, monkeypatch):
+    n = 5
+    reports = tmp_path / "fleet"
+    report.build(write_run(reports, "base", docs(n, BASE)))
+    run_dir = write_run(reports, "run", docs(n, RUN), baseline="base")
+    reads, counts = [], {"parsed": 0, "extracted": 0}
+    read_bytes, parse, extract = Path.read_bytes, schema.parse_host_doc, metrics.extract
+
+    def counting_read(path):
+        if path.parent.name == "hosts":
+            reads.append(path.name)
+        return read_bytes(path)
+
+    def counting_parse(raw):
+        counts["parsed"] += 1
+        return parse(raw)
+
+    def counting_extract(results):
+        counts["extracted"] += 1
+        return extract(results)
+
+    monkeypatch.setattr(Path, "read_bytes", counting_read)
+    monkeypatch.setattr(schema, "parse_host_doc", counting_parse)
+    monkeypatch.setattr(metrics, "extract", counting_extract)
+    summary = report.build(run_dir)
+    monkeypatch.undo()
+    assert summary["baseline"] == "base" and len(summary["nodes"]) == n
+    assert sorted(reads) == [f"node-{i:02d}.json" for i in range(n)], reads
+    assert counts == {"parsed": n, "extracted": n}, counts

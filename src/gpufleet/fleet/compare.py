@@ -45,17 +45,19 @@ from gpufleet.schema import SKIP
 
 
 def evaluate(run_id: str, nodes: dict[str, dict], *, store: Any = None, store_note: str | None = None,
-             baseline: dict | None = None) -> dict:
+             baseline: dict | None = None, extracted: dict[str, dict] | None = None) -> dict:
     """The fleet results of every node of a run.
 
     nodes: {host: {"results": [...], "profile": the document's profile (name and thresholds)}} for the nodes
     whose document could be read. store: a fleet.store.Store (its history and the baseline), or None with
-    store_note saying why there is none. baseline: {"run_id", "source"} or None.
+    store_note saying why there is none. baseline: {"run_id", "source"} or None. extracted: {host:
+    metrics.extract() of its results} that the caller has already, for some or all of the nodes.
 
     Returns {"results": {host: [fleet results]}, "metrics": {host: metrics.extract()}, "fleet_medians",
     "baseline", "view"}.
     """
-    founds = {host: fm.extract(n["results"]) for host, n in nodes.items()}
+    extracted = extracted or {}
+    founds = {host: extracted[host] if host in extracted else fm.extract(n["results"]) for host, n in nodes.items()}
     sdc_rows = {host: sdc.hash_rows(n["results"]) for host, n in nodes.items()}
     thrs = {host: Thresholds(thresholds_for(n.get("profile"))) for host, n in nodes.items()}
     groups = fleet_groups(founds)

@@ -1,7 +1,7 @@
 """What an operator plugs in: a Prometheus textfile per node, and Slurm drain lines for the nodes not accepted.
 
-    <run_dir>/prometheus/<host>.prom   node_exporter's textfile collector format, written by prometheus_client's
-                                       write_to_textfile (a temporary file renamed into place)
+    <run_dir>/prometheus/<host>.prom   node_exporter's textfile collector format, in the text format of
+                                       prometheus_client's write_to_textfile (a temporary file renamed into place)
     <run_dir>/drain.txt                one `scontrol update NodeName=... State=DRAIN Reason="gpufleet: ..."` per
                                        node not accepted; the failing checks by class, hardware first
 
@@ -82,36 +82,43 @@ class _Gauge:
         self._values: tuple = ()
 
     def labels(self, *values) -> _Gauge:
-        self._values = tuple(str(v) for v in values)
+        self._values = tuple(map(str, values))
         return self
 
     def set(self, value: float) -> None:
         self.series[self._values] = float(value)
 
 
-class _NodeCollector:
-    def __init__(self):
-        self.gauges: dict[str, _Gauge] = {}
-
-    def collect(self):
-        from prometheus_client.core import GaugeMetricFamily
-
-        for g in self.gauges.values():
-            family = GaugeMetricFamily(g.name, g.doc, labels=g.labelnames)
-            for values, value in g.series.items():
-                family.add_metric(values, value)
-            yield family
+def _label_values(values: tuple[str, ...]) -> tuple[str, ...]:
+    joined = "".join(values)
+    if "\\" not in joined and "\n" not in joined and '"' not in joined:
+        return values
+    return tuple(v.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"') for v in values)
 
 
-def node_registry(node: dict, fleet: dict, run_id: str, generated: str | None, baseline: str | None):
-    """A CollectorRegistry with one node's series."""
-    from prometheus_client import CollectorRegistry
+def exposition(gauges: list[_Gauge]) -> str:
+    """The text format prometheus_client's generate_latest writes, line for line (HELP, TYPE, then each series with
+    its labels sorted by name), without its per-series objects and checks, which cost most of a fleet's report: the
+    names here are fixed ones of the legacy character set, so only help texts and label values need escaping."""
+    from prometheus_client.utils import floatToGoString
 
-    reg = CollectorRegistry(auto_describe=False)
-    collector = _NodeCollector()
-    reg.register(collector)
+    out = []
+    for g in gauges:
+        doc = g.doc.replace("\\", r"\\").replace("\n", r"\n")
+        out.append(f"# HELP {g.name} {doc}\n# TYPE {g.name} gauge\n")
+        order = sorted(range(len(g.labelnames)), key=lambda i: g.labelnames[i])
+        # name{{a="{0}",b="{1}"}} {2}: the label names in sorted order, each with its value's position in the series
+        labels = "{{" + ",".join(f'{g.labelnames[i]}="{{{i}}}"' for i in order) + "}}" if order else ""
+        line = f"{g.name}{labels} {{{len(order)}}}\n"
+        for values, value in g.series.items():
+            out.append(line.format(*_label_values(values), floatToGoString(value)))
+    return "".join(out)
+
+
+def node_gauges(node: dict, fleet: dict, run_id: str, generated: str | None, baseline: str | None) -> list[_Gauge]:
+    """One node's gauge families with their series, in the order they were first set."""
     host = node["host"]
-    gauges = collector.gauges
+    gauges: dict[str, _Gauge] = {}
 
     def gauge(name: str, doc: str, labels: tuple[str, ...]) -> _Gauge:
         if name not in gauges:
@@ -136,7 +143,7 @@ def node_registry(node: dict, fleet: dict, run_id: str, generated: str | None, b
     gauge("gpufleet_report_timestamp_seconds", "When the report of the run was made (Unix time)", ("node",)).labels(host).set(_epoch(generated))
     found = (fleet.get("metrics") or {}).get(host)
     if not found:
-        return reg
+        return list(gauges.values())
     gauge("gpufleet_cpu_run", "1 when the figures come from a CPU run: a logic check, not a performance figure", ("node",)) \
         .labels(host).set(int(found.get("cpu", False)))
     for m in found["metrics"]:
@@ -177,21 +184,18 @@ def node_registry(node: dict, fleet: dict, run_id: str, generated: str | None, b
                     total.labels(*ids).set(e["total"])
                 if e.get("per_h") is not None:
                     rate.labels(*ids, window).set(e["per_h"] / 3600)
-    return reg
+    return list(gauges.values())
 
 
 def write_prometheus(run_dir: Path, report: dict, fleet: dict) -> dict[str, str]:
     """<run_dir>/prometheus/<host>.prom for every node of the report; {host: path}."""
-    from prometheus_client import generate_latest
-
     folder = paths.make_dir(Path(run_dir) / "prometheus")
     baseline = (fleet.get("baseline") or {}).get("run_id")
     written = {}
     for host, node in report["nodes"].items():
         path = paths.inside(folder, f"{paths.safe_name(host, 'the node name')}.prom", what=f"the Prometheus file of {host}")
         # The textfile format write_to_textfile writes, through write_atomic for its mode (0640) like every report file.
-        text = generate_latest(node_registry(node, fleet, report["run_id"], report.get("generated"), baseline))
-        paths.write_atomic(path, text.decode("utf-8"))
+        paths.write_atomic(path, exposition(node_gauges(node, fleet, report["run_id"], report.get("generated"), baseline)))
         written[host] = str(path)
     return written
 

@@ -49,8 +49,7 @@ from typing import Any, Iterator
 from gpufleet import failure_class, runs, schema
 from gpufleet.errors import InputError
 from gpufleet.fleet import DB_NAME, GROUP, metrics, sdc
-from gpufleet.fleet.run_files import read_baseline_file, read_run_info, write_baseline_file
-from gpufleet.fleet.run_files import read_json as _read_json  # the name the Store's methods call
+from gpufleet.fleet.run_files import read_baseline_file, read_json, read_run_info, write_baseline_file
 
 SCHEMA_VERSION = 2
 APPLICATION = "gpufleet"
@@ -124,8 +123,11 @@ def _sha256(raw: bytes) -> str:
     return hashlib.sha256(raw).hexdigest()
 
 
+_ENCODER = json.JSONEncoder(sort_keys=True, default=str)  # json.dumps(v, sort_keys=True, default=str), made once
+
+
 def _json(v: Any) -> str | None:
-    return None if v is None else json.dumps(v, sort_keys=True, default=str)
+    return None if v is None else _ENCODER.encode(v)
 
 
 class Store:
@@ -285,8 +287,9 @@ class Store:
     # ------------------------------------------------------------ host documents
 
     def index_document(self, run_id: str, host: str, doc: dict | None, *, path: str | None, raw: bytes | None = None,
-                       problem: str | None = None, role: str = "node") -> None:
-        """Replace every row of (run_id, host) with what `doc` holds; `doc` None records why (problem) instead."""
+                       problem: str | None = None, role: str = "node", found: dict | None = None) -> None:
+        """Replace every row of (run_id, host) with what `doc` holds; `doc` None records why (problem) instead.
+        `found`: metrics.extract() of the document's readable results, when the caller has it already."""
         with self.write() as c:
             c.execute("INSERT OR IGNORE INTO runs (run_id) VALUES (?)", (run_id,))
             for table in HOST_TABLES:
@@ -299,10 +302,10 @@ class Store:
             results = [r for r in doc.get("results") or [] if schema.result_problem(r) is None]
             c.execute("INSERT INTO documents VALUES (?, ?, ?, ?, ?, 1, NULL, ?, ?)",
                       (run_id, host, role, path, sha, doc.get("started"), schema.verdict(results)))
-            self._insert_node_rows(c, run_id, host, results)
+            self._insert_node_rows(c, run_id, host, results, found)
 
-    def _insert_node_rows(self, c: sqlite3.Connection, run_id: str, host: str, results: list[dict]) -> None:
-        found = metrics.extract(results)
+    def _insert_node_rows(self, c: sqlite3.Connection, run_id: str, host: str, results: list[dict], found: dict | None = None) -> None:
+        found = found if found is not None else metrics.extract(results)
         gpus = found["gpus"]
         by_index = {g["index"]: g for g in gpus}
         c.executemany("INSERT INTO gpus VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -362,14 +365,17 @@ class Store:
 
     # ------------------------------------------------------------ run folders
 
-    def index_run(self, run_dir: Path | str, *, expected_hosts: list[str] | None = None) -> dict:
+    def index_run(self, run_dir: Path | str, *, expected_hosts: list[str] | None = None, read: dict | None = None) -> dict:
         """Index one run folder: its run.json, every hosts/*.json and peers/*.json; a host named by run.json or
-        expected but without a document is recorded as missing. One transaction. Returns what was indexed."""
+        expected but without a document is recorded as missing. One transaction. Returns what was indexed.
+        `read`: files the caller has read and parsed already, so they are not read again: {"hosts/<host>.json":
+        {"raw": bytes, "doc": schema.parse_host_doc's document or None, "why": its reason, "found": optional
+        metrics.extract() of the readable results}}."""
         run_dir = Path(run_dir)
         with self.write():
-            return self._index_run(run_dir, expected_hosts or [])
+            return self._index_run(run_dir, expected_hosts or [], read or {})
 
-    def _index_run(self, run_dir: Path, expected: list[str]) -> dict:
+    def _index_run(self, run_dir: Path, expected: list[str], read: dict | None = None) -> dict:
         run_id = runs.run_id_of(run_dir)
         info = read_run_info(run_dir)
         self.upsert_run(run_id, run_dir.resolve(), info)
@@ -385,18 +391,23 @@ class Store:
                     continue  # a node that also joined as a peer: its own document is the one indexed
                 seen.add(host)
                 rel = f"{folder}/{path.name}"
-                try:
-                    raw = path.read_bytes()
-                except OSError as exc:
-                    why = f"{rel} cannot be read: {exc.strerror or exc}"
-                    self.index_document(run_id, host, None, path=rel, problem=why, role=role)
-                    done["unreadable"].append({"host": host, "reason": why})
-                    continue
-                doc, why = schema.parse_host_doc(raw)
+                known = (read or {}).get(rel)
+                if known is not None:
+                    raw, doc, why = known["raw"], known["doc"], known["why"]
+                else:
+                    try:
+                        raw = path.read_bytes()
+                    except OSError as exc:
+                        why = f"{rel} cannot be read: {exc.strerror or exc}"
+                        self.index_document(run_id, host, None, path=rel, problem=why, role=role)
+                        done["unreadable"].append({"host": host, "reason": why})
+                        continue
+                    doc, why = schema.parse_host_doc(raw)
                 if doc is None:
                     why = f"{rel} is unreadable: {why}"
                     done["unreadable"].append({"host": host, "reason": why})
-                self.index_document(run_id, host, doc, path=rel, raw=raw, problem=why, role=role)
+                self.index_document(run_id, host, doc, path=rel, raw=raw, problem=why, role=role,
+                                    found=(known or {}).get("found"))
                 done["documents"] += doc is not None
         hosts = [h for h in (info.get("hosts") or []) if isinstance(h, str)] + expected
         for host in dict.fromkeys(hosts):
@@ -439,10 +450,10 @@ class Store:
     def _restore_report(self, run_dir: Path, done: dict) -> None:
         """Fleet results and verdicts of a run that was reported (fleet.json, report.json)."""
         run_id = done["run_id"]
-        fleet = _read_json(run_dir / "fleet.json")
+        fleet = read_json(run_dir / "fleet.json")
         if isinstance(fleet, dict) and isinstance(fleet.get("nodes"), dict):
             self.record_fleet(run_id, {h: n.get("results") or [] for h, n in fleet["nodes"].items() if isinstance(n, dict)})
-        rep = _read_json(run_dir / "report.json")
+        rep = read_json(run_dir / "report.json")
         if isinstance(rep, dict) and isinstance(rep.get("nodes"), dict):
             nodes = {h: n.get("verdict") for h, n in rep["nodes"].items() if isinstance(n, dict) and n.get("verdict") in schema.STATUSES}
             known = {r[0] for r in self.conn.execute("SELECT host FROM documents WHERE run_id = ?", (run_id,))}

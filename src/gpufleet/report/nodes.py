@@ -17,6 +17,9 @@ from gpufleet.report.formatting import STATUS_ORDER
 
 NEVER_REPORTED = "no results: the host never reported (unreachable or the play was interrupted)"
 DOC_PROFILE = "_document_profile"  # a node's host document profile (name, thresholds), kept off report.json
+# The file as read and parsed, for the store's indexing to take instead of reading it again; kept off report.json:
+# {"raw": bytes, "doc": the document or None, "why": why it could not be parsed, "valid": its readable results}
+DOC_READ = "_document_read"
 
 
 def _report_error(check: str, reason: str, remedy: str, detail: dict) -> dict:
@@ -64,12 +67,15 @@ def read_host_file(path: Path, run_dir: Path) -> dict:
     doc, why = schema.parse_host_doc(raw)
     if doc is None:
         # The first bytes show at a glance whether it was cut short or is something else entirely.
-        return _node(path.stem, rel, [_unreadable(rel, why, {"head": raw[:400].decode("utf-8", "replace")})])
-    results = []
+        node = _node(path.stem, rel, [_unreadable(rel, why, {"head": raw[:400].decode("utf-8", "replace")})])
+        node[DOC_READ] = {"raw": raw, "doc": None, "why": why, "valid": []}
+        return node
+    results, valid = [], []
     for i, res in enumerate(doc["results"]):
         problem = schema.result_problem(res)
         if problem is None:
             results.append(res)  # unchanged: nothing measured is lost or rewritten
+            valid.append(res)
         else:
             # Keep the entry as it was, inside the error that explains it.
             results.append(
@@ -89,7 +95,9 @@ def read_host_file(path: Path, run_dir: Path) -> dict:
                 {"file": rel},
             )
         )
-    return _node(path.stem, rel, results, doc)
+    node = _node(path.stem, rel, results, doc)
+    node[DOC_READ] = {"raw": raw, "doc": doc, "why": why, "valid": valid}
+    return node
 
 
 def _natural_key(name: str) -> list:

@@ -3,18 +3,20 @@ junit.xml, fleet.json, prometheus/<host>.prom and drain.txt written, the run ind
 
 from __future__ import annotations
 
+import gc
 import json
+import operator
 import sqlite3
 from pathlib import Path
 
 from gpufleet import __version__, paths, runs, schema
 from gpufleet.errors import InputError
-from gpufleet.fleet import compare, export, store as fleet_store
+from gpufleet.fleet import compare, export, metrics, store as fleet_store
 from gpufleet.fleet.repair import open_for_run
 from gpufleet.fleet.run_files import read_run_info
 from gpufleet.report import render_html, render_junit, render_md
 from gpufleet.report.formatting import STATUS_ORDER, check_id, class_text, trust_text
-from gpufleet.report.nodes import DOC_PROFILE, load_nodes, load_peers, node_order
+from gpufleet.report.nodes import DOC_PROFILE, DOC_READ, load_nodes, load_peers, node_order
 
 REPORT_FILES = {"json": "report.json", "md": "report.md", "html": "report.html", "junit": "junit.xml"}
 FLEET_FILE, DRAIN_FILE, PROMETHEUS_DIR = "fleet.json", "drain.txt", "prometheus"
@@ -153,14 +155,38 @@ def build(
     folder (or an empty one with no expected hosts), or cannot be written,
     and for a store named by `db` or a baseline that cannot be used.
     """
+    # A fleet's documents are millions of small objects without cycles: the cyclic garbage collector went through
+    # them again and again (about a tenth of the report of 1024 nodes) and had nothing to free.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _build(Path(run_dir), expected_hosts, db, use_store, baseline, slurm_names)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _build(run_dir: Path, expected_hosts: list[str] | None, db: Path | str | None, use_store: bool,
+           baseline: str | None, slurm_names: dict | None) -> dict:
     run_dir = Path(run_dir)
     nodes = load_nodes(run_dir, expected_hosts)
     run_id = runs.run_id_of(run_dir)
+    # Each document is read, parsed and its metrics extracted once: the store's indexing and the fleet judgement
+    # take them from here. The judgement reads a node's results, the store its readable ones: the same list
+    # unless a result was malformed.
+    read = {n["source"]: n.pop(DOC_READ) for n in nodes if DOC_READ in n}
+    extracted = {}
+    for node in nodes:
+        known = read.get(node["source"])
+        if known is not None and known["doc"] is not None:
+            known["found"] = metrics.extract(known["valid"])
+            if len(known["valid"]) == len(node["results"]) and all(map(operator.is_, known["valid"], node["results"])):
+                extracted[node["host"]] = known["found"]
     store, store_note = _open_store(run_dir, db, use_store)
     try:
         if store is not None:
             try:
-                store.index_run(run_dir, expected_hosts=expected_hosts)
+                store.index_run(run_dir, expected_hosts=expected_hosts, read=read)
             except (InputError, sqlite3.Error) as exc:  # locked past its timeout, a full disk: the report still comes
                 store.close()
                 store, store_note = None, f"no store: {store.path} could not be written ({exc}); history and baseline comparisons skip"
@@ -168,7 +194,8 @@ def build(
         store_problems = [r["note"] for r in store.repairs_since(read_run_info(run_dir).get("started"))] if store else []
         chosen = _choose_baseline(run_dir, store, baseline)
         readable = {n["host"]: {"results": n["results"], "profile": n[DOC_PROFILE]} for n in nodes if DOC_PROFILE in n}
-        fleet = compare.evaluate(run_id, readable, store=store, store_note=store_note, baseline=chosen)
+        del read  # the raw documents, no longer needed
+        fleet = compare.evaluate(run_id, readable, store=store, store_note=store_note, baseline=chosen, extracted=extracted)
         for node in nodes:
             node.pop(DOC_PROFILE, None)
             node["results"] = node["results"] + fleet["results"].get(node["host"], [])
