@@ -154,9 +154,16 @@ def test_a_process_that_hangs_is_named_and_killed_after_the_grace():
     assert out["setup_error"] is None and out["stopped_early"] and multiprocessing.active_children() == []
     (rank,) = [r for r, g in out["gpus"].items() if g["pid"] == victim]
     other = "1" if rank == "0" else "0"
-    assert out["gpus"][rank]["error"]["error"].startswith("stopped answering: no burst after this time")
-    assert out["gpus"][other]["error"] is None
-    assert out["gpus"][rank]["last_burst_s"] < 8 and out["gpus"][rank]["bursts"] < out["gpus"][other]["bursts"]
+    if out["gpus"][rank]["bursts"] < out["gpus"][other]["bursts"]:  # stopped inside a burst: it fell behind
+        assert out["gpus"][rank]["error"]["error"].startswith("stopped answering: no burst after this time")
+        assert out["gpus"][other]["error"] is None
+        assert out["gpus"][rank]["last_burst_s"] < 8
+    else:
+        # Stopped while both waited in the same vote (likelier on a busy machine): the bursts are even and nothing
+        # tells the two apart, so both are named as not finished, neither blamed alone.
+        assert out["gpus"][rank]["bursts"] == out["gpus"][other]["bursts"], out["gpus"]
+        for r in (rank, other):
+            assert out["gpus"][r]["error"]["error"] == "not finished 1 s after the end; killed", out["gpus"][r]
 
 
 class _Exited:
