@@ -19,6 +19,18 @@ from test_fleet_synthetic import _stamp, gpus_of, node_doc, write_run
 
 R1, R2, R3 = "2026-11-20T10:00:00Z", "2026-11-21T10:00:00Z", "2026-11-22T10:00:00Z"
 COMPUTATIONS = tuple(bench_sdc.SIZES["gpu"])
+def _has_cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+# The engine runs these on the CPU only where there is no GPU; on a GPU machine it measures the GPUs instead
+# (scripts/gpu_sdc_check.py and the GPU results cover that).
+cpu_run = pytest.mark.skipif(_has_cuda(), reason="a CPU run of the engine: this machine has a GPU")
+
 VERSIONS = {"torch": "2.11.0+cu130", "cuda_runtime": "13.0", "nccl": "2.27.7"}
 
 
@@ -56,6 +68,7 @@ def node_result(gpus: list[dict], **kw) -> dict:
 # ---------------------------------------------------------------- the benchmark itself, on the CPU
 
 
+@cpu_run
 def test_cpu_run_compares_hashes_across_two_processes():
     doc = engine.bench_host(["sdc"], host="cpu-node")
     (res,) = doc["results"]
@@ -73,6 +86,7 @@ def test_cpu_run_compares_hashes_across_two_processes():
     assert res["detail"]["method"]["computed_in"] == "its own processes" and res["detail"]["method"]["processes"] == 2
 
 
+@cpu_run
 def test_with_matmul_in_the_run_sdc_is_computed_in_the_matmul_workers():
     doc = engine.bench_host(["matmul", "sdc"], host="cpu-node")
     by_check = {r["check"]: r for r in doc["results"]}
@@ -90,6 +104,7 @@ def test_with_matmul_in_the_run_sdc_is_computed_in_the_matmul_workers():
     assert matmul_res["status"] == "skip" and "sdc" not in json.dumps(matmul_res["detail"]), matmul_res
 
 
+@cpu_run
 def test_matmul_run_computes_sdc_in_its_workers_only_when_asked():
     from gpufleet.bench import matmul
 
