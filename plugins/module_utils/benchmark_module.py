@@ -15,6 +15,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_results im
     run_engine_results,
     start_engine_run,
     torchrun_engine_timeout_s,
+    torchrun_input_problem,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_schema import (
     BENCHMARK_GROUP,
@@ -54,12 +55,9 @@ def benchmark_input_problem(p):
     """What is wrong with the benchmark module's arguments, or None."""
     if not p["benchmarks"]:
         return "benchmarks is empty; expected one or more of %s" % ", ".join(BENCHMARKS)
-    if p["timeout_s"] < 1:
-        return "timeout_s = %s; expected a positive number of seconds" % p["timeout_s"]
-    if p["nnodes"] < 1:
-        return "nnodes = %s; expected 1 or more hosts" % p["nnodes"]
-    if not 0 <= p["node_rank"] < p["nnodes"]:
-        return "node_rank = %s; expected 0 to nnodes - 1 (%s)" % (p["node_rank"], p["nnodes"] - 1)
+    problem = torchrun_input_problem(p)
+    if problem:
+        return problem
     if p["nnodes"] > 1 and [b for b in p["benchmarks"] if b not in MULTINODE_BENCHMARKS]:
         return "nnodes = %s runs across hosts, which only %s do; got benchmarks %s" % (
             p["nnodes"], " and ".join(MULTINODE_BENCHMARKS), p["benchmarks"])

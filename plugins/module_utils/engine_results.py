@@ -68,6 +68,17 @@ def run_engine_results(module, p, args, host, check, group, what, detail, timeou
     return doc, doc["results"]
 
 
+def torchrun_input_problem(p):
+    """What is wrong with the arguments every torchrun module takes (timeout_s, nnodes, node_rank), or None."""
+    if p["timeout_s"] < 1:
+        return "timeout_s = %s; expected a positive number of seconds" % p["timeout_s"]
+    if p["nnodes"] < 1:
+        return "nnodes = %s; expected 1 or more hosts" % p["nnodes"]
+    if not 0 <= p["node_rank"] < p["nnodes"]:
+        return "node_rank = %s; expected 0 to nnodes - 1 (%s)" % (p["node_rank"], p["nnodes"] - 1)
+    return None
+
+
 def torchrun_engine_timeout_s(timeout_s):
     """The engine's own limit for torchrun (NCCL, training, the fine-tune), inside timeout_s.
 

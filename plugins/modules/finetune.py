@@ -225,7 +225,12 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import node_args
-from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_results import run_engine_results, start_engine_run, torchrun_engine_timeout_s
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_results import (
+    run_engine_results,
+    start_engine_run,
+    torchrun_engine_timeout_s,
+    torchrun_input_problem,
+)
 from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_schema import host_document
 
 GROUP = "finetune"  # gpufleet.finetune.results.GROUP
@@ -260,12 +265,9 @@ def build_module():
 
 def input_problem(p):
     """What is wrong with the arguments, or None."""
-    if p["timeout_s"] < 1:
-        return "timeout_s = %s; expected a positive number of seconds" % p["timeout_s"]
-    if p["nnodes"] < 1:
-        return "nnodes = %s; expected 1 or more hosts" % p["nnodes"]
-    if not 0 <= p["node_rank"] < p["nnodes"]:
-        return "node_rank = %s; expected 0 to nnodes - 1 (%s)" % (p["node_rank"], p["nnodes"] - 1)
+    problem = torchrun_input_problem(p)
+    if problem:
+        return problem
     if not 0 < p["master_port"] < 65536:
         return "master_port = %s; expected a TCP port, 1 to 65535" % p["master_port"]
     if p["nproc_per_node"] is not None and p["nproc_per_node"] < 1:
