@@ -23,7 +23,7 @@ from pathlib import Path
 from gpufleet import collect, engine, guard, lock, report, runs, schema, views
 from gpufleet.checks import GROUPS
 from gpufleet.collect import counters
-from gpufleet.command_line import Parser, add_exit_zero, json_arg, print_doc, results_exit
+from gpufleet.command_line import Parser, add_document_arguments, json_arg, print_doc, results_exit
 from gpufleet.errors import InputError
 from gpufleet.finetune import cli as finetune_cli
 from gpufleet.fleet import cli as fleet_cli
@@ -155,21 +155,12 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--group", action="append", choices=list(GROUPS), help="check group (repeatable; default all)")
     k.add_argument("--readings", help="replay a recording from `gpufleet collect` instead of reading this host")
     k.add_argument("--root", default="/", help="filesystem root to read sysfs/procfs under (tests)")
-    k.add_argument("--host", help="host name to record (default: this host's name)")
-    k.add_argument("--profile", help="force a profile by name instead of matching the GPU name")
-    k.add_argument("--profile-dir", help="directory of profile YAML files")
-    k.add_argument("--thresholds", help="JSON object of threshold overrides (gpufleet_thresholds)")
-    k.add_argument("--json", action="store_true", help="print the host document as JSON")
-    add_exit_zero(k)
+    add_document_arguments(k)
     k.set_defaults(func=cmd_check)
 
     b = sub.add_parser("bench", help="run benchmarks and print a host document")
     b.add_argument("benchmark", nargs="+", choices=list(engine.BENCHMARKS))
     b.add_argument("--tier", default="quick", choices=list(engine.TIERS))
-    b.add_argument("--host", help="host name to record (default: this host's name)")
-    b.add_argument("--profile", help="force a profile by name instead of matching the GPU name")
-    b.add_argument("--profile-dir", help="directory of profile YAML files")
-    b.add_argument("--thresholds", help="JSON object of threshold overrides (gpufleet_thresholds)")
     # nccl and train_gpt2 run under torchrun: where, and for how long.
     b.add_argument("--nnodes", type=int, default=1, help="number of hosts in the run")
     b.add_argument("--node-rank", type=int, default=0, help="this host's rank (inventory order)")
@@ -180,8 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--train-reference", help="across nodes: JSON of this node's single-node benchmark.train_gpt2 result "
                    "(status, value, reason, world_size), for the scaling efficiency")
     b.add_argument("--duration-s", type=float, default=600, help="soak: seconds of sustained load on every GPU")
-    b.add_argument("--json", action="store_true", help="print the host document as JSON")
-    add_exit_zero(b)
+    add_document_arguments(b)
     b.set_defaults(func=cmd_bench)
 
     f = sub.add_parser("finetune", help="LoRA fine-tune under torchrun (multi-node) and print a host document")
@@ -195,12 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--phase", required=True, choices=list(counters.PHASES), help="before or after the node's benchmarks")
     c.add_argument("--readings", help="replay a recording from `gpufleet collect` instead of reading this host")
     c.add_argument("--root", default="/", help="filesystem root of the kernel log and boot id (tests)")
-    c.add_argument("--host", help="host name to record (default: this host's name)")
-    c.add_argument("--profile", help="force a profile by name instead of matching the GPU name")
-    c.add_argument("--profile-dir", help="directory of profile YAML files")
-    c.add_argument("--thresholds", help="JSON object of threshold overrides (gpufleet_thresholds)")
-    c.add_argument("--json", action="store_true", help="print the host document as JSON")
-    add_exit_zero(c)
+    add_document_arguments(c)
     c.set_defaults(func=cmd_counters)
 
 

@@ -30,6 +30,16 @@ def add_exit_zero(p: argparse.ArgumentParser) -> None:
                    "(default: 1 when a result failed or erred)")
 
 
+def add_document_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments of every command that prints a host document: whose, by which profile, and how."""
+    p.add_argument("--host", help="host name to record (default: this host's name)")
+    p.add_argument("--profile", help="force a profile by name instead of matching the GPU name")
+    p.add_argument("--profile-dir", help="directory of profile YAML files")
+    p.add_argument("--thresholds", help="JSON object of threshold overrides (gpufleet_thresholds)")
+    p.add_argument("--json", action="store_true", help="print the host document as JSON")
+    add_exit_zero(p)
+
+
 def json_arg(text: str | None, what: str) -> dict:
     if not text:
         return {}

@@ -15,7 +15,7 @@ import time
 from gpufleet import collect, failure_class, profiles, schema
 from gpufleet.bench.monitor import sampled
 from gpufleet.checks.watched import foreign_processes, watched
-from gpufleet.command_line import Parser, add_exit_zero, json_arg, print_doc, results_exit
+from gpufleet.command_line import Parser, add_document_arguments, json_arg, print_doc, results_exit
 from gpufleet.errors import InputError
 from gpufleet.finetune import config
 
@@ -31,12 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rdzv-timeout-s", type=int, help="how long to wait for every node (default: distributed.rdzv_timeout_s)")
     p.add_argument("--max-steps", type=int, help="override training.max_steps")
     p.add_argument("--output-dir", help="override training.output_dir (adapter, TensorBoard logs)")
-    p.add_argument("--host", help="host name to record (default: this host's name)")
-    p.add_argument("--profile", help="force a profile by name instead of matching the GPU name")
-    p.add_argument("--profile-dir", help="directory of profile YAML files")
-    p.add_argument("--thresholds", help="JSON object of threshold overrides (gpufleet_thresholds)")
-    p.add_argument("--json", action="store_true", help="print the host document as JSON")
-    add_exit_zero(p)
+    add_document_arguments(p)
 
 
 def document(args) -> dict:
