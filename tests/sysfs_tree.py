@@ -48,6 +48,23 @@ def config_space(
     return bytes(b[:size])
 
 
+# The port counters an mlx5 HCA shows under counters/ and hw_counters/ (a subset of each), all at 0.
+IB_COUNTERS = ("symbol_error", "link_error_recovery", "link_downed", "port_rcv_errors", "port_rcv_remote_physical_errors",
+               "port_rcv_switch_relay_errors", "port_xmit_discards", "port_xmit_constraint_errors",
+               "port_rcv_constraint_errors", "local_link_integrity_errors", "excessive_buffer_overrun_errors",
+               "VL15_dropped", "port_xmit_wait", "port_xmit_data", "port_rcv_data")
+IB_HW_COUNTERS = ("rnr_nak_retry_err", "local_ack_timeout_err", "out_of_sequence", "packet_seq_err", "lifespan")
+# aer_dev_* names, as kernels from 5.x print them.
+AER_NAMES = {
+    "correctable": ("RxErr", "BadTLP", "BadDLLP", "Rollover", "Timeout", "NonFatalErr", "CorrIntErr", "HeaderOF"),
+    "nonfatal": ("Undefined", "DLP", "SDES", "TLP", "FCP", "CmpltTO", "CmpltAbrt", "UnxCmplt", "RxOF", "MalfTLP",
+                 "ECRC", "UnsupReq", "ACSViol"),
+    "fatal": ("Undefined", "DLP", "SDES", "TLP", "FCP", "CmpltTO", "CmpltAbrt", "UnxCmplt", "RxOF", "MalfTLP",
+              "ECRC", "UnsupReq", "ACSViol"),
+}
+AER_TOTAL = {"correctable": "TOTAL_ERR_COR", "nonfatal": "TOTAL_ERR_NONFATAL", "fatal": "TOTAL_ERR_FATAL"}
+
+
 SYSTEMCTL = """#!/bin/sh
 # stands in for systemctl in tests: answers is-active with a fixed state
 [ "$1" = is-active ] || exit 64
@@ -115,7 +132,21 @@ class Tree:
                 self.write(f"{group}/type", iommu_type + "\n")
             self.link(f"{dev}/iommu_group", group)
         self.link(f"sys/bus/pci/devices/{bdf}", dev)
+        for sev in AER_NAMES:
+            self.aer(bdf, sev, {})
         return dev
+
+    def aer(self, bdf: str, severity: str, counts: dict[str, int]) -> None:
+        """Write a device's aer_dev_<severity> with these counts (the others 0) and their TOTAL_ line."""
+        lines = [f"{n} {counts.get(n, 0)}" for n in AER_NAMES[severity]]
+        lines.append(f"{AER_TOTAL[severity]} {sum(counts.values())}")
+        self.write(f"{self.devpaths[bdf]}/aer_dev_{severity}", "\n".join(lines) + "\n")
+
+    def ib_counter(self, hca: str, port: int, name: str, value: int) -> None:
+        """Set one port counter (counters/ or hw_counters/, wherever the name lives)."""
+        pdir = self.root / "sys/class/infiniband" / hca / "ports" / str(port)
+        sub = "hw_counters" if name in IB_HW_COUNTERS else "counters"
+        (pdir / sub / name).write_text(f"{value}\n")
 
     def ib_port(
         self,
@@ -134,6 +165,10 @@ class Tree:
             self.link(f"sys/class/infiniband/{hca}", hdir)
         for name, val in (("state", state), ("phys_state", phys_state), ("rate", rate), ("link_layer", link_layer)):
             self.write(f"{hdir}/ports/{port}/{name}", val + "\n")
+        for name in IB_COUNTERS:
+            self.write(f"{hdir}/ports/{port}/counters/{name}", "0\n")
+        for name in IB_HW_COUNTERS:
+            self.write(f"{hdir}/ports/{port}/hw_counters/{name}", "12\n" if name == "lifespan" else "0\n")
 
     def modules(self, names: list[str]) -> None:
         self.write("proc/modules", "".join(f"{n} 16384 0 - Live 0x0000000000000000 (OE)\n" for n in names))
@@ -175,6 +210,9 @@ def hgx(
     config_size: int = 4096,
     ib_down: tuple[int, ...] = (),
     ib_rate: str = "400 Gb/sec (4X NDR)",
+    ib_rates: dict[int, str] | None = None,
+    hca_names: tuple[int, ...] = tuple(range(8)),
+    no_hca: tuple[int, ...] = (),
     peermem: bool = True,
     iommu_type: str = "identity",
     governors: tuple[str, ...] = ("performance",) * 8,
@@ -186,7 +224,10 @@ def hgx(
     env: dict | None = None,
 ) -> Tree:
     """An HGX H100-like host: 2 sockets, 8 GPUs each behind a PCIe switch shared
-    with one ConnectX-7 NDR HCA, 4 NVSwitches, 8 active IB ports."""
+    with one ConnectX-7 NDR HCA, 4 NVSwitches, 8 active IB ports.
+
+    ib_rates: the rate text of the port of switch i (a port trained lower); hca_names: the number n of mlx5_n
+    behind switch i (another cabling of the rails); no_hca: switches whose HCA is missing."""
     tree = Tree(tmp / "root")
     _base(tree)
     bridge_cfg = config_space(size=config_size, acs_ctrl=acs_ctrl)
@@ -203,7 +244,8 @@ def hgx(
         tree.pci(rp, vendor="0x8086", device="0x352a", numa_node=gpu_numa[i], **common)
         tree.pci(up, parents=(rp,), vendor="0x10b5", device="0xc010", numa_node=gpu_numa[i], **common)
         tree.pci(dn_gpu, parents=(rp, up), vendor="0x10b5", device="0xc010", numa_node=gpu_numa[i], **common)
-        tree.pci(dn_nic, parents=(rp, up), vendor="0x10b5", device="0xc010", numa_node=nic_numa[i], **common)
+        if i not in no_hca:
+            tree.pci(dn_nic, parents=(rp, up), vendor="0x10b5", device="0xc010", numa_node=nic_numa[i], **common)
         tree.pci(
             gpu,
             parents=(rp, up, dn_gpu),
@@ -217,6 +259,8 @@ def hgx(
             iommu_group=100 + i,
             iommu_type=iommu_type,
         )
+        if i in no_hca:
+            continue
         tree.pci(
             nic,
             parents=(rp, up, dn_nic),
@@ -232,12 +276,12 @@ def hgx(
         )
         down = i in ib_down
         tree.ib_port(
-            f"mlx5_{i}",
+            f"mlx5_{hca_names[i]}",
             1,
             bdf=nic,
             state="1: DOWN" if down else "4: ACTIVE",
             phys_state="2: Polling" if down else "5: LinkUp",
-            rate=ib_rate,
+            rate=(ib_rates or {}).get(i, ib_rate),
         )
     for k in range(4):  # NVSwitches behind root ports of their own
         rp = f"0000:0{k + 2}:01.0"

@@ -144,12 +144,15 @@ def test_cli_replays_a_recording_into_a_host_document(tmp_path):
     assert proc.returncode == 1, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["host"] == "node3" and doc["profile"]["name"] == "h200-sxm" and doc["versions"]["driver"] == r["nvml"]["driver_version"]
-    res, after = doc["results"]
+    res, fabric, after = doc["results"]
+    # A recording from before the fabric readings: no InfiniBand there, and no AER section.
+    assert (fabric["check"], fabric["group"], fabric["status"]) == ("fabric_after", "counters", "skip")
+    assert "no InfiniBand" in fabric["reason"] and "no 'aer' section" in fabric["reason"]
     assert set(res) == RESULT_KEYS and (res["check"], res["group"], res["status"]) == ("snapshot_after", "counters", "pass")
     assert (after["check"], after["group"], after["status"]) == ("processes_after", "counters", "error")
     assert "GPU processes unreadable" in after["reason"]
     zero = subprocess.run(cmd + ["--exit-zero"], capture_output=True, text=True, env=_env(), timeout=120)
-    assert zero.returncode == 0 and json.loads(zero.stdout)["results"][1]["status"] == "error", zero.stderr
+    assert zero.returncode == 0 and json.loads(zero.stdout)["results"][2]["status"] == "error", zero.stderr
     assert res["detail"]["boot_id"] == "4e1c0b9a-0000-4000-8000-000000000001"
     assert res["detail"]["gpus"][1]["counters"]["nvlink_crc_data"] > 0
     bad = subprocess.run(cmd[:5] + ["during"], capture_output=True, text=True, env=_env(), timeout=120)
@@ -160,8 +163,12 @@ def test_cli_on_this_host():
     proc = subprocess.run([sys.executable, "-m", "gpufleet", "counters", "--phase", "before", "--json"],
                           capture_output=True, text=True, env=_env(), timeout=120)
     assert proc.returncode == 0, proc.stderr
-    (res,) = json.loads(proc.stdout)["results"]
+    res, fabric = json.loads(proc.stdout)["results"]
     assert res["group"] == "counters" and res["check"] == "snapshot_before"
+    assert fabric["check"] == "fabric_before" and fabric["detail"]["boot_id"] == res["detail"]["boot_id"]
+    if not Path("/sys/class/infiniband").exists():  # this machine: no InfiniBand, so never a pass for it
+        assert fabric["detail"]["infiniband"] and fabric["status"] in ("skip", "pass")
+        assert fabric["status"] == "pass" or "no InfiniBand" in fabric["reason"]
     boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     assert res["detail"]["boot_id"] == boot_id
     if not nvml.read()["available"]:  # this machine: no NVIDIA driver
@@ -198,7 +205,8 @@ def test_module_returns_the_snapshot_document(capsys):
     assert out["_exit_code"] == 0 and out["changed"] is False and "failed" not in out, out
     doc = out["gpufleet"]
     assert doc["host"] == "node7"
-    (res,) = doc["results"]
+    res, fabric = doc["results"]
+    assert fabric["check"] == "fabric_before"
     assert (res["check"], res["group"]) == ("snapshot_before", "counters") and res["status"] in schema.STATUSES
 
 

@@ -3,7 +3,7 @@
     gpufleet collect [--out FILE]                 record NVML + sysfs readings as JSON
     gpufleet check [--group G ...] [--json]       run checks, print a host document
     gpufleet bench matmul|memory|nccl|sdc|soak [--tier T] [--duration-s N]   run benchmarks, print a host document
-    gpufleet counters --phase before|after [--json]   every GPU's error counters, as a host document
+    gpufleet counters --phase before|after [--json]   every GPU's error counters and the fabric's (InfiniBand, PCIe AER)
     gpufleet finetune --config FILE [--nnodes N]  LoRA fine-tune under torchrun, print a host document
     gpufleet report RUN_DIR [--expect-host H ...] aggregate hosts/*.json into reports, with the fleet layer
     gpufleet record | history | baseline | store  the fleet's memory (gpufleet.fleet.cli)
@@ -181,10 +181,11 @@ def build_parser() -> argparse.ArgumentParser:
     views.add_parsers(sub)  # status, hw: the operator views of one node
 
     c = sub.add_parser("counters", help="snapshot every GPU's error counters (ECC, row remapping, NVLink, PCIe replay, "
-                                        "Xid) before or after the benchmarks, as a host document")
+                                        "Xid), every InfiniBand port's counters and the PCIe AER counts of the GPUs, "
+                                        "HCAs and bridges above them, before or after the benchmarks, as a host document")
     c.add_argument("--phase", required=True, choices=list(counters.PHASES), help="before or after the node's benchmarks")
     c.add_argument("--readings", help="replay a recording from `gpufleet collect` instead of reading this host")
-    c.add_argument("--root", default="/", help="filesystem root of the kernel log and boot id (tests)")
+    c.add_argument("--root", default="/", help="filesystem root of the kernel log, boot id, sysfs's InfiniBand and PCI trees (tests)")
     add_document_arguments(c)
     c.set_defaults(func=cmd_counters)
 

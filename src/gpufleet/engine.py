@@ -14,7 +14,7 @@ from gpufleet.checks import sdc as sdc_check
 from gpufleet.checks import soak as soak_check
 from gpufleet.checks.watched import foreign_processes, watched
 from gpufleet.collect import counters, kernel_log, nvml
-from gpufleet.collect.host import read_boot_id
+from gpufleet.collect.host import read_boot_id, read_fabric
 from gpufleet.errors import InputError
 from gpufleet.train import gpt2
 
@@ -178,13 +178,15 @@ def counters_host(phase: str, readings: dict | None = None, *, root: str = "/", 
     if readings is None:
         boot_id, boot_error = read_boot_id(root)
         readings = {"nvml": nvml.read(), "kernel_log": kernel_log.read(root),
-                    "host": {"kernel": os.uname().release, "boot_id": boot_id}}
+                    "host": {"kernel": os.uname().release, "boot_id": boot_id, **read_fabric(root)}}
     else:
         boot_id = (readings.get("host") or {}).get("boot_id")
         boot_error = None if boot_id else "the recording holds no boot id (host.boot_id)"
     profile = profiles.resolve(schema.first_gpu_name(readings), profile_name=profile_name, overrides=overrides,
                                profile_dir=profile_dir)
-    res = [schema.timed(counters.GROUP, f"snapshot_{phase}", lambda: counters.snapshot(phase, readings, boot_id=boot_id, boot_id_error=boot_error))]
+    res = [schema.timed(counters.GROUP, f"snapshot_{phase}", lambda: counters.snapshot(phase, readings, boot_id=boot_id, boot_id_error=boot_error)),
+           schema.timed(counters.GROUP, counters.FABRIC_CHECK.format(phase=phase),
+                        lambda: counters.fabric_snapshot(phase, readings, boot_id=boot_id, boot_id_error=boot_error))]
     if phase == "after":
         res.append(schema.timed(counters.GROUP, "processes_after", lambda: processes_after(readings, profile)))
     return schema.host_document(host, profile, readings, started, t0, res)

@@ -34,7 +34,8 @@ DEFAULTS = {
     "nccl_processes": ENVIRONMENT, "train_gpt2_processes": ENVIRONMENT, "finetune_processes": ENVIRONMENT,
     "processes_after": ENVIRONMENT,
     # host_hygiene
-    "pcie_acs": CONFIGURATION, "numa_affinity": CONFIGURATION, "infiniband": HARDWARE, "peermem": SOFTWARE,
+    "pcie_acs": CONFIGURATION, "numa_affinity": CONFIGURATION, "infiniband": HARDWARE, "ib_port_speed": HARDWARE,
+    "gpu_nic_rails": HARDWARE, "pcie_aer": HARDWARE, "peermem": SOFTWARE,
     "iommu": CONFIGURATION, "numa_balancing": CONFIGURATION, "cpu_governor": CONFIGURATION, "fabric_manager": SOFTWARE,
     "nccl_env": CONFIGURATION, "bringup_drift": CONFIGURATION,
     # benchmarks
@@ -44,12 +45,15 @@ DEFAULTS = {
     "train_gpt2": SOFTWARE, "train_scaling": HARDWARE, "soak": SOFTWARE, "soak_throttle": HARDWARE,
     "soak_errors": HARDWARE, "soak_slowdown": HARDWARE, "sdc": HARDWARE, "finetune": SOFTWARE,
     # counters, lock, the engine and the report
-    "snapshot_before": SOFTWARE, "snapshot_after": SOFTWARE, "node_lock": ENVIRONMENT, "reachable": ENVIRONMENT,
+    "snapshot_before": SOFTWARE, "snapshot_after": SOFTWARE, "fabric_before": SOFTWARE, "fabric_after": SOFTWARE,
+    "node_lock": ENVIRONMENT, "reachable": ENVIRONMENT,
     "engine": SOFTWARE,
     "results_file": SOFTWARE,
     # fleet
     "gpu_vs_node": HARDWARE, "node_vs_fleet": HARDWARE, "node_vs_baseline": HARDWARE, "node_vs_baseline_fleet": HARDWARE,
     "sample_spread": ENVIRONMENT, "counters_during_run": HARDWARE, "counters_since_previous_run": HARDWARE,
+    "fabric_during_run": HARDWARE, "fabric_since_previous_run": HARDWARE, "ib_ports_vs_fleet": HARDWARE,
+    "rails_vs_fleet": HARDWARE,
     "returning_gpu": HARDWARE, "fleet.sdc": HARDWARE,
 }
 

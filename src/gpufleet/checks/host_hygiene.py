@@ -1,5 +1,5 @@
-"""Host hygiene: PCIe ACS, NUMA placement, InfiniBand, GPUDirect RDMA, IOMMU,
-kernel and CPU tuning, fabric manager and the NCCL environment.
+"""Host hygiene: PCIe ACS, NUMA placement, InfiniBand (ports, their speed alike, the HCA beside each GPU),
+PCIe AER, GPUDirect RDMA, IOMMU, kernel and CPU tuning, fabric manager and the NCCL environment.
 
 Pure functions of readings["host"] (collect.host.read) and the profile.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from gpufleet import profiles
-from gpufleet.schema import ERROR, FAIL, PASS, SKIP, WARN, result
+from gpufleet.schema import ERROR, FAIL, PASS, SKIP, WARN, result, worst
 
 BRINGUP = "run bringup.yml (role host_tuning)"
 
@@ -258,6 +258,160 @@ def check_infiniband(readings: dict, profile: dict) -> dict:
         ),
         detail=detail,
     )
+
+
+def _speed_text(p: dict) -> str:
+    return p.get("rate") or f"{p.get('rate_gbps')} Gb/s"
+
+
+def check_ib_port_speed(readings: dict, profile: dict) -> dict:
+    """Every active port at the best rate and lane count of its siblings (same link layer) on this node."""
+    name = "ib_port_speed"
+    ib, err = _section(readings, name, "infiniband")
+    if err:
+        return err
+    active = [p for p in ib.get("ports") or [] if p.get("state") == "ACTIVE"]
+    rows = [{"port": _port_name(p), **{k: p.get(k) for k in ("hca", "pci_bdf", "rate", "rate_gbps", "lanes", "link_layer")}}
+            for p in active]
+    detail = {"ports": rows}
+    if not active:
+        return result(name, SKIP, "no active InfiniBand or RoCE port to compare (see host_hygiene.infiniband)", detail=detail)
+    slow, best_of = [], {}
+    for layer in sorted({str(p.get("link_layer")) for p in active}):
+        same = [p for p in active if str(p.get("link_layer")) == layer]
+        rate = max((p["rate_gbps"] for p in same if isinstance(p.get("rate_gbps"), (int, float))), default=None)
+        lanes = max((p["lanes"] for p in same if isinstance(p.get("lanes"), int)), default=None)
+        best_of[layer] = {"rate_gbps": rate, "lanes": lanes, "rate": next((p.get("rate") for p in same if p.get("rate_gbps") == rate), None)}
+        for p in same:
+            low = [what for what, mine, best in (("rate", p.get("rate_gbps"), rate), ("lanes", p.get("lanes"), lanes))
+                   if best is not None and (mine is None or mine < best)]
+            if low:
+                slow.append((p, layer, low))
+    detail["best"] = best_of
+    if slow:
+        named = [f"{_port_name(p)} at {_speed_text(p)} ({' and '.join('fewer lanes' if w == 'lanes' else 'a lower rate' for w in low)} "
+                 f"than its {layer} siblings at {best_of[layer]['rate'] or best_of[layer]['rate_gbps']})" for p, layer, low in slow]
+        detail["slower"] = [_port_name(p) for p, _, _ in slow]
+        return result(name, FAIL, f"{len(slow)} of {len(active)} active port(s) trained below their siblings: " + "; ".join(named),
+                      value=len(slow), unit="ports",
+                      remedy="a port trained at fewer lanes or a lower rate has a bad cable, transceiver or switch port: check it "
+                             "with `mlxlink -d <hca> -m`, reseat or replace the cable; every rank's traffic on that rail runs at its speed",
+                      detail=detail)
+    speeds = ", ".join(f"{layer} at {b['rate'] or b['rate_gbps']}" for layer, b in best_of.items())
+    return result(name, PASS, f"{len(active)} active port(s) alike: {speeds}", value=0, unit="ports", detail=detail)
+
+
+def _aer_text(d: dict, severity: str) -> str:
+    sev = d.get(severity) or {}
+    names = ", ".join(f"{n} {c}" for n, c in (sev.get("names") or {}).items())
+    where = f"bridge {d['bdf']} (above {', '.join(d.get('below') or [])})" if d.get("role") == "bridge" else f"{d.get('role', '').upper()} {d['bdf']}"
+    return f"{where}: {sev.get('total')}" + (f" ({names})" if names else "")
+
+
+def check_pcie_aer(readings: dict, profile: dict) -> dict:
+    """The AER counts since boot of every GPU, HCA and bridge between each and its root port: fatal ones fail,
+    non-fatal ones warn; correctable ones are named (their rate is judged by the fleet layer, fabric_*)."""
+    name = "pcie_aer"
+    aer, err = _section(readings, name, "aer")
+    if err:
+        return err
+    fatal_max = profiles.value(profile, "fabric_aer_fatal_max") or 0
+    nonfatal_max = profiles.value(profile, "fabric_aer_nonfatal_max") or 0
+    thr = profiles.threshold(profile, "fabric_aer_fatal_max", fabric_aer_nonfatal_max=profiles.threshold(profile, "fabric_aer_nonfatal_max"))
+    devices = aer.get("devices") or []
+    if not aer.get("present"):
+        return result(name, SKIP, f"no PCIe AER counts to read: {aer.get('reason')}", threshold=thr,
+                      detail={"devices": len(devices), "reason": aer.get("reason")})
+
+    def total(d: dict, sev: str) -> int:
+        return (d.get(sev) or {}).get("total") or 0
+
+    counted = {sev: [d for d in devices if total(d, sev)] for sev in ("fatal", "nonfatal", "correctable")}
+    sums = {sev: sum(total(d, sev) for d in devices) for sev in counted}
+    detail = {"totals": sums, "devices_read": sum(1 for d in devices if d.get("correctable") is not None),
+              "unreadable": {d["bdf"]: d["reason"] for d in devices if d.get("reason")},
+              "counted": {sev: [{"bdf": d["bdf"], "role": d.get("role"), "below": d.get("below"), **(d.get(sev) or {})}
+                                for d in ds] for sev, ds in counted.items() if ds}}
+    parts, status = [], PASS
+    if sums["fatal"] > fatal_max:
+        status = FAIL
+        parts.append("fatal: " + "; ".join(_aer_text(d, "fatal") for d in counted["fatal"]))
+    if sums["nonfatal"] > nonfatal_max:
+        status = worst([status, WARN])
+        parts.append("non-fatal uncorrectable: " + "; ".join(_aer_text(d, "nonfatal") for d in counted["nonfatal"]))
+    corr = ("; correctable since boot: " + "; ".join(_aer_text(d, "correctable") for d in counted["correctable"][:_NAMED_MAX])
+            + (f" and {len(counted['correctable']) - _NAMED_MAX} more" if len(counted["correctable"]) > _NAMED_MAX else "")
+            ) if counted["correctable"] else ""
+    scope = f"{detail['devices_read']} GPU(s), HCA(s) and bridge(s) above them"
+    if status == PASS:
+        return result(name, PASS, f"no uncorrectable AER error since boot on {scope}{corr or '; no correctable one either'}",
+                      value=0, unit="errors", threshold=thr, detail=detail)
+    return result(name, status, f"AER errors since boot on {scope}: " + "; ".join(parts) + corr,
+                  value=sums["fatal"] + sums["nonfatal"], unit="errors", threshold=thr, detail=detail,
+                  remedy="an uncorrectable PCIe error on that link: reseat the device (and its riser or cable), update the "
+                         "device's and the switch's firmware, check the kernel log for the AER lines; a fatal one needs the "
+                         "node drained and the link serviced before it is accepted")
+
+
+def _shared(a: list[str], b: list[str]) -> int:
+    """Bridges two devices share from the root port down (their common ancestors in the PCIe tree)."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def rails(readings: dict) -> tuple[list[dict], list[dict]]:
+    """(GPUs in PCI bus order, each with the HCA nearest it: the most bridges shared, then the same NUMA node, then the
+    name; the HCAs). A GPU's position n is its NVML index where NVML orders by PCI bus id, as it does by default."""
+    gpus = sorted(_devices(readings, "gpu"), key=lambda d: d["bdf"])
+    hca_name: dict[str, str] = {}
+    for p in (_host(readings).get("infiniband") or {}).get("ports") or []:
+        if p.get("pci_bdf"):
+            hca_name.setdefault(p["pci_bdf"], p.get("hca"))
+    hcas = [dict(d, hca=hca_name[d["bdf"]]) for d in _host(readings).get("pci") or [] if d.get("bdf") in hca_name]
+    out = []
+    for n, g in enumerate(gpus):
+        ranked = sorted(hcas, key=lambda h: (-_shared(g.get("upstream") or [], h.get("upstream") or []),
+                                             h.get("numa_node") != g.get("numa_node"), h["hca"]))
+        row = {"gpu": n, "gpu_bdf": g["bdf"], "gpu_numa": g.get("numa_node")}
+        if ranked:
+            h = ranked[0]
+            shared = _shared(g.get("upstream") or [], h.get("upstream") or [])
+            row.update(hca=h["hca"], hca_bdf=h["bdf"], hca_numa=h.get("numa_node"), shared_bridges=shared,
+                       beside=shared > 0, same_numa=h.get("numa_node") == g.get("numa_node"))
+        out.append(row)
+    return out, hcas
+
+
+def check_gpu_nic_rails(readings: dict, profile: dict) -> dict:
+    """Each GPU's nearest HCA in the PCIe tree: one that shares a bridge with it (a PCIe switch under one root
+    port) is beside it; a GPU with none sends its RDMA traffic through the CPU."""
+    name = "gpu_nic_rails"
+    rows, hcas = rails(readings)
+    detail = {"rails": rows}
+    if not rows:
+        return result(name, SKIP, "no NVIDIA GPU on the PCI bus", detail=detail)
+    if not hcas:
+        return result(name, SKIP, "no InfiniBand or RoCE HCA (nothing under /sys/class/infiniband with a PCI device): "
+                      "no rails to read", detail=detail)
+    lonely = [r for r in rows if not r.get("beside")]
+    pairs = ", ".join(f"GPU {r['gpu']}-{r['hca']}" for r in rows)
+    if lonely:
+        named = "; ".join(f"GPU {r['gpu']} ({r['gpu_bdf']}, NUMA node {r['gpu_numa']}): nearest HCA {r['hca']} ({r['hca_bdf']}) "
+                          f"only through the CPU{'' if r['same_numa'] else ', on another NUMA node'}" for r in lonely)
+        return result(name, FAIL, f"{len(lonely)} of {len(rows)} GPU(s) have no HCA beside them in the PCIe tree: {named}",
+                      value=len(lonely), unit="gpus", detail=detail,
+                      remedy="an HCA missing from the PCIe switch of these GPUs (not seated, not enumerated, or cabled to another "
+                             "slot): compare with the platform's reference layout and `nvidia-smi topo -m`; GPUDirect RDMA "
+                             "performs only with the HCA and GPU under one PCIe switch (NVIDIA GPUDirect RDMA user manual, "
+                             "system requirements)")
+    far = [r for r in rows if not r["same_numa"]]
+    note = f"; {len(far)} pair(s) across NUMA nodes" if far else ""
+    return result(name, PASS, f"every GPU has an HCA beside it under one PCIe switch: {pairs}{note}", value=0, unit="gpus",
+                  detail=detail)
 
 
 def _active_ib_ports(readings: dict) -> list[dict]:
@@ -691,6 +845,9 @@ CHECKS = [
     ("pcie_acs", check_pcie_acs),
     ("numa_affinity", check_numa_affinity),
     ("infiniband", check_infiniband),
+    ("ib_port_speed", check_ib_port_speed),
+    ("gpu_nic_rails", check_gpu_nic_rails),
+    ("pcie_aer", check_pcie_aer),
     ("peermem", check_peermem),
     ("iommu", check_iommu),
     ("numa_balancing", check_numa_balancing),

@@ -23,7 +23,7 @@ a `boot_id` that differs between two snapshots means the node rebooted between t
 from __future__ import annotations
 
 from gpufleet import schema
-from gpufleet.collect import nvml
+from gpufleet.collect import host as host_reads, nvml
 
 GROUP = "counters"
 PHASES = ("before", "after")
@@ -35,6 +35,8 @@ COUNTERS = (
     "pcie_replay", "xid",
 )
 # fmt: on
+FABRIC_CHECK = "fabric_{phase}"
+AER_COUNTERS = {f"aer_{sev}": sev for sev in host_reads.AER_SEVERITIES}
 # Snapshot counter <- the NVML reading's field (collect.nvml GPU_FIELDS).
 _ECC = {
     "ecc_corrected_volatile": "ecc_volatile_corrected",
@@ -151,3 +153,72 @@ def read_live(nv, handle) -> dict:
     values, _, _ = gpu_counters(g, None)
     values.pop("xid")
     return values
+
+
+def fabric_snapshot(phase: str, readings: dict, *, boot_id: str | None = None, boot_id_error: str | None = None) -> dict:
+    """The fabric's snapshot of one phase (check fabric_before|fabric_after) from the host readings' `infiniband`
+    and `aer` sections: every InfiniBand port with all its counters (counters/ and hw_counters/), and every GPU,
+    HCA and bridge between each and its root port with its AER totals. Detail:
+
+        {"phase", "read_at", "boot_id", "devices": [{"id": "ib:mlx5_0/1", "kind": "ib_port", "name", "hca", "port",
+          "pci_bdf", "state", "rate_gbps", "lanes", "counters": {name: n}} | {"id": "pcie:0000:33:00.0", "kind":
+          "pcie", "name", "bdf", "role", "below", "counters": {"aer_correctable", "aer_nonfatal", "aer_fatal"},
+          "aer_names": {severity: {name: n}}}], "unreadable": {"<id>.<counter>": why}, "infiniband": why none,
+          "aer": why none}
+
+    `pass` when anything was read, `skip` when the node has neither InfiniBand nor AER counts (the reason says
+    why), `error` when the readings hold neither section."""
+    check = FABRIC_CHECK.format(phase=phase)
+    h = readings.get("host") or {}
+    ib, aer = h.get("infiniband"), h.get("aer")
+    detail: dict = {"phase": phase, "read_at": schema.utc_now(), "boot_id": boot_id, "devices": [], "unreadable": {}}
+    if boot_id_error:
+        detail["boot_id_error"] = boot_id_error
+    if not isinstance(ib, dict) and not isinstance(aer, dict):
+        return schema.result(check, schema.ERROR, "the readings hold no host 'infiniband' or 'aer' section "
+                             "(expected `gpufleet collect` output)", remedy="record the readings again with `gpufleet collect`",
+                             detail=detail)
+    ports = (ib or {}).get("ports") or []
+    for p in ports:
+        ident = f"ib:{p.get('hca')}/{p.get('port')}"
+        detail["devices"].append({"id": ident, "kind": "ib_port", "name": f"{p.get('hca')} port {p.get('port')}",
+                                  **{k: p.get(k) for k in ("hca", "port", "pci_bdf", "state", "rate_gbps", "lanes", "link_layer")},
+                                  "counters": dict(p.get("counters") or {})})
+        for name, why in (p.get("counters_unreadable") or {}).items():
+            detail["unreadable"][f"{ident}.{name}"] = why
+    n_aer = 0
+    for d in (aer or {}).get("devices") or []:
+        ident = f"pcie:{d.get('bdf')}"
+        role = d.get("role")
+        name = f"{'GPU' if role == 'gpu' else 'HCA' if role == 'hca' else 'bridge'} {d.get('bdf')}"
+        if role == "bridge" and d.get("below"):
+            name += f" (above {', '.join(d['below'])})"
+        counters, names = {}, {}
+        for counter, sev in AER_COUNTERS.items():
+            sev_read = d.get(sev)
+            counters[counter] = sev_read.get("total") if isinstance(sev_read, dict) else None
+            if counters[counter] is None:
+                detail["unreadable"][f"{ident}.{counter}"] = d.get("reason") or f"aer_dev_{sev} has no TOTAL_ line"
+            elif sev_read.get("names"):
+                names[sev] = sev_read["names"]
+        if any(v is not None for v in counters.values()):
+            n_aer += 1
+            detail["devices"].append({"id": ident, "kind": "pcie", "name": name, "bdf": d.get("bdf"), "role": role,
+                                      "below": d.get("below") or [], "counters": counters, "aer_names": names})
+    no_ib = None if ports else ((ib or {}).get("reason") or "no InfiniBand port listed")
+    if n_aer:
+        no_aer = None
+    elif isinstance(aer, dict):
+        no_aer = aer.get("reason") or "no AER counts read"
+    else:
+        no_aer = "the readings hold no 'aer' section (recorded before AER was read)"
+    detail["infiniband"], detail["aer"] = no_ib, no_aer
+    if no_ib and no_aer:
+        return schema.result(check, schema.SKIP, f"no fabric counters to read: no InfiniBand ({no_ib}); no AER counts "
+                             f"({no_aer})", detail=detail)
+    parts = [f"{len(ports)} InfiniBand port(s)" if ports else f"no InfiniBand ({no_ib})",
+             f"AER counts of {n_aer} PCIe device(s) (GPUs, HCAs and the bridges above them)" if n_aer else f"no AER counts ({no_aer})"]
+    reason = f"fabric counters read {phase} the benchmarks: " + "; ".join(parts)
+    if detail["unreadable"]:
+        reason += f"; {len(detail['unreadable'])} unreadable, named in detail.unreadable"
+    return schema.result(check, schema.PASS, reason, value=len(detail["devices"]), unit="devices", detail=detail)

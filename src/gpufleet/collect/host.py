@@ -16,7 +16,13 @@ Keys:
                    ext_caps, cap_offset, acs_cap, ctrl, ctrl_hex, ctrl_bits}]
                  status: ok | no_acs | needs_root | no_ext_config | unreadable
   infiniband     {present, path, reason, ports: [{hca, port, state, phys_state,
-                   rate_gbps, rate, link_layer, pci_bdf, path}]}
+                   rate_gbps, rate, lanes, link_layer, pci_bdf, path,
+                   counters: {name: int}, counters_unreadable: {name: reason}}]}
+                 counters: every file of the port's counters/ and hw_counters/
+  aer            {present, reason, devices: [{bdf, role, below, path, correctable,
+                   nonfatal, fatal, reason}]}  every GPU, every HCA and every bridge
+                 between each and its root port; each severity {total, names: {name: n}}
+                 from aer_dev_correctable|nonfatal|fatal, or null with the reason
   modules        {path, readable, reason, count, loaded: {name: bool}}
   iommu          {groups_path, groups_present, group_count, gpu_groups:
                    [{bdf, group, type, mode}], cmdline, cmdline_flags, reason}
@@ -284,11 +290,39 @@ def _state_name(text: str | None) -> str | None:
     return text.split(":", 1)[-1].strip() if text else None
 
 
+def parse_lanes(text: str | None) -> int | None:
+    """'400 Gb/sec (4X NDR)' -> 4; '200 Gb/sec (2X NDR)' -> 2."""
+    m = re.search(r"\((\d+)X\b", text or "")
+    return int(m.group(1)) if m else None
+
+
 def read_ib_port(pdir: Path) -> dict:
     """One InfiniBand port's sysfs folder (.../infiniband/<hca>/ports/<n>): its state, speed and link layer."""
     state, phys, rate, layer = (read_text(pdir / f)[0] for f in ("state", "phys_state", "rate", "link_layer"))
     return {"port": parse_int(pdir.name), "state": _state_name(state), "phys_state": _state_name(phys),
-            "rate_gbps": parse_rate_gbps(rate), "rate": rate, "link_layer": layer}
+            "rate_gbps": parse_rate_gbps(rate), "rate": rate, "lanes": parse_lanes(rate), "link_layer": layer}
+
+
+# hw_counters/lifespan is how many ms the driver caches the others, not a count.
+_NOT_COUNTERS = {"lifespan"}
+
+
+def read_ib_counters(pdir: Path) -> dict:
+    """Every counter of a port's counters/ (the IBTA PortCounters and their extended forms) and hw_counters/ (what
+    the driver adds: mlx5's transport and RoCE counters): {"counters": {name: int}, "counters_unreadable":
+    {name: reason}}. A name in both keeps the counters/ one."""
+    values: dict[str, int] = {}
+    unreadable: dict[str, str] = {}
+    for sub in ("counters", "hw_counters"):
+        for name in _listdir(pdir / sub) or []:
+            if name in _NOT_COUNTERS or name in values:
+                continue
+            text, why = read_text(pdir / sub / name)
+            try:
+                values[name] = int(text)  # decimal; a leading zero is no octal here
+            except (TypeError, ValueError):
+                unreadable[name] = why or f"{pdir / sub / name}: not a count ({text!r})"
+    return {"counters": values, "counters_unreadable": unreadable}
 
 
 def _read_infiniband(root: Path) -> dict:
@@ -302,8 +336,84 @@ def _read_infiniband(root: Path) -> dict:
         for port in _listdir(base / hca / "ports") or []:
             pdir = base / hca / "ports" / port
             ports.append({"hca": hca, **read_ib_port(pdir), "pci_bdf": bdf if bdf and _BDF.match(bdf) else None,
-                          "path": str(pdir)})
+                          "path": str(pdir), **read_ib_counters(pdir)})
     return {"present": True, "path": str(base), "reason": None if hcas else f"{base} is empty", "ports": ports}
+
+
+# --- PCIe AER ----------------------------------------------------------------------
+
+AER_SEVERITIES = ("correctable", "nonfatal", "fatal")
+
+
+def parse_aer(text: str) -> dict:
+    """An aer_dev_* file ("RxErr 2" lines, or "Receiver Error 2" on older kernels, then TOTAL_ERR_COR 2):
+    {"total": n, "names": {name: n}} with the names that counted (not 0); total None without a TOTAL_ line."""
+    names, total = {}, None
+    for line in text.splitlines():
+        name, _, count = line.strip().rpartition(" ")
+        if not name or not count.isdigit():
+            continue
+        if name.startswith("TOTAL_"):
+            total = int(count)
+        elif int(count):
+            names[name.strip()] = int(count)
+    return {"total": total, "names": names}
+
+
+def read_aer(root: Path, pci: list[dict], hca_bdfs: set[str]) -> dict:
+    """The AER counts of every GPU, every HCA (hca_bdfs) and every bridge between each and its root port
+    (the resolved sysfs path walked up: `upstream`), each device once."""
+    roles: dict[str, str] = {}
+    below: dict[str, list[str]] = {}
+    for dev in pci:
+        role = "gpu" if dev.get("kind") == "gpu" else "hca" if dev.get("bdf") in hca_bdfs else None
+        if role is None:
+            continue
+        roles[dev["bdf"]] = role
+        for bdf in dev.get("upstream") or []:
+            roles.setdefault(bdf, "bridge")
+            below.setdefault(bdf, []).append(dev["bdf"])
+    devices, read_any = [], False
+    for bdf in sorted(roles):
+        ddir = root / "sys/bus/pci/devices" / bdf
+        entry: dict[str, Any] = {"bdf": bdf, "role": roles[bdf], "below": sorted(below.get(bdf, [])),
+                                 "path": os.path.realpath(ddir), "reason": None}
+        why = []
+        for sev in AER_SEVERITIES:
+            text, reason = read_text(ddir / f"aer_dev_{sev}")
+            entry[sev] = parse_aer(text) if text is not None else None
+            if text is None:
+                why.append(reason)
+            else:
+                read_any = True
+        entry["reason"] = "; ".join(why) or None
+        devices.append(entry)
+    reason = None
+    if not devices:
+        reason = "no GPU or HCA on the PCI bus"
+    elif not read_any:
+        reason = ("no aer_dev_* file under any GPU, HCA or bridge above them (a kernel without AER statistics, "
+                  "4.19 and later with CONFIG_PCIEAER, or AER not granted to the OS by the firmware)")
+    return {"present": read_any, "reason": reason, "devices": devices}
+
+
+def read_fabric(root: str = "/") -> dict:
+    """The readings the fabric counter snapshots take: {"infiniband", "aer"} (never raises)."""
+    rootp = Path(root)
+    out: dict[str, Any] = {}
+    try:
+        out["infiniband"] = _read_infiniband(rootp)
+    except Exception as exc:  # a crash is recorded, not raised
+        out["infiniband"] = {"present": False, "ports": [], "reason": f"reading crashed: {type(exc).__name__}: {exc}"}
+    try:
+        out["aer"] = read_aer(rootp, _read_pci(rootp), _hca_bdfs(out["infiniband"]))
+    except Exception as exc:
+        out["aer"] = {"present": False, "devices": [], "reason": f"reading crashed: {type(exc).__name__}: {exc}"}
+    return out
+
+
+def _hca_bdfs(ib: dict) -> set[str]:
+    return {p["pci_bdf"] for p in ib.get("ports") or [] if p.get("pci_bdf")}
 
 
 # --- modules, IOMMU, NUMA, cpufreq ---------------------------------------------
@@ -665,6 +775,7 @@ def read(root: str = "/", environ: Mapping[str, str] | None = None) -> dict:
     pci = out["pci"]
     section("acs", lambda: _read_acs(rootp, pci), [])
     section("infiniband", lambda: _read_infiniband(rootp), {"present": False, "ports": [], "reason": "crashed"})
+    section("aer", lambda: read_aer(rootp, pci, _hca_bdfs(out["infiniband"])), {"present": False, "devices": [], "reason": "crashed"})
     section("modules", lambda: _read_modules(rootp), {"readable": False, "loaded": {}, "reason": "crashed"})
     section("iommu", lambda: _read_iommu(rootp, pci), {})
     section("numa", lambda: _read_numa(rootp), {})

@@ -7,6 +7,11 @@
     sample_spread                a GPU whose benchmark samples spread far more than its siblings': disturbed
     counters_during_run          counter growth from the snapshot before the benchmarks to the one after
     counters_since_previous_run  counter growth since this GPU's latest snapshot of an earlier run (the store)
+    fabric_during_run            InfiniBand port error counters and PCIe AER counts (GPUs, HCAs, the bridges above
+                                 them): growth from the fabric snapshot before the benchmarks to the one after
+    fabric_since_previous_run    the same since the node's latest fabric snapshot of an earlier run (the store)
+    ib_ports_vs_fleet            each InfiniBand port's rate and lanes against the same port on the other nodes
+    rails_vs_fleet               the HCA beside each GPU (PCIe) against the one beside the same GPU on the other nodes
     returning_gpu                a GPU (uuid or serial) that failed in an earlier run and is back, in any node: hardware
                                  failures only (failure_class.py), so another process on a GPU does not follow it
     sdc                          the node's SDC hashes against the fleet's for the same model and versions (fleet/sdc.py)
@@ -36,6 +41,8 @@ from typing import Any
 from gpufleet.fleet import metrics as fm, sdc
 from gpufleet.fleet.baseline import baseline_index, baseline_medians, node_vs_baseline, node_vs_baseline_fleet
 from gpufleet.fleet.counter_growth import counters_during_run, counters_since_previous_run
+from gpufleet.fleet.fabric_growth import fabric_during_run, fabric_since_previous_run
+from gpufleet.fleet.fabric_peers import fabric_layouts, ib_ports_vs_fleet, rails_vs_fleet
 from gpufleet.fleet.findings import fleet_result
 from gpufleet.fleet.peers import fleet_groups, fleet_stats, gpu_vs_node, node_vs_fleet, sample_spread
 from gpufleet.fleet.returning import returning_gpu
@@ -61,6 +68,7 @@ def evaluate(run_id: str, nodes: dict[str, dict], *, store: Any = None, store_no
     sdc_rows = {host: sdc.hash_rows(n["results"]) for host, n in nodes.items()}
     thrs = {host: Thresholds(thresholds_for(n.get("profile"))) for host, n in nodes.items()}
     groups = fleet_groups(founds)
+    layouts = fabric_layouts(nodes)
     stats = fleet_stats(groups)
     sdc_votes: dict = {}  # (comparable keys, computation) -> votes, counted once for the run
     base_id = (baseline or {}).get("run_id")
@@ -83,8 +91,10 @@ def evaluate(run_id: str, nodes: dict[str, dict], *, store: Any = None, store_no
     out: dict = {"results": {}, "metrics": founds, "baseline": {**(baseline or {}), "note": base_note} if baseline or base_note else None}
     for host in nodes:
         found, thr = founds[host], thrs[host]
+        fabric = found["snapshots"]["fabric"]
         if not (found["gpus"] or found["metrics"] or found["spreads"] or found["snapshots"].get("before")
-                or found["snapshots"].get("after") or found["snapshots"]["problems"] or sdc_rows[host]):
+                or found["snapshots"].get("after") or found["snapshots"]["problems"] or sdc_rows[host]
+                or fabric.get("before") or fabric.get("after") or fabric["problems"] or layouts.get(host)):
             continue  # nothing the fleet layer reads (a host that never got to its checks): nothing to say
         res = [gpu_vs_node(host, found, thr), node_vs_fleet(host, found, groups, thr, stats)]
         if base_note:
@@ -96,6 +106,10 @@ def evaluate(run_id: str, nodes: dict[str, dict], *, store: Any = None, store_no
         res.append(sample_spread(host, found, thr))
         res.append(counters_during_run(host, found, thr))
         res.append(counters_since_previous_run(host, run_id, found, store, store_note, thr))
+        res.append(fabric_during_run(host, found, thr))
+        res.append(fabric_since_previous_run(host, run_id, found, store, store_note, thr))
+        res.append(ib_ports_vs_fleet(host, layouts))
+        res.append(rails_vs_fleet(host, layouts))
         res.append(returning_gpu(host, run_id, found, store, store_note))
         if sdc_rows[host]:
             res.append(sdc.judge(host, run_id, sdc_rows, store, store_note, sdc_votes))

@@ -24,12 +24,12 @@ def _time(text: Any) -> dt.datetime | None:
         return None
 
 
-def _hours(a: Any, b: Any) -> float | None:
+def hours_between(a: Any, b: Any) -> float | None:
     ta, tb = _time(a), _time(b)
     return None if ta is None or tb is None else (tb - ta).total_seconds() / 3600
 
 
-def _window_text(hours: float | None) -> str:
+def window_text(hours: float | None) -> str:
     if hours is None:
         return "an unknown time"
     return f"{hours * 60:.0f} min" if hours < 2 else f"{hours:.1f} h"
@@ -135,7 +135,7 @@ def _counter_findings(gpus: list[tuple[dict, dict]], thr: Thresholds) -> tuple[s
                          f"extrapolate: at most {num(e['allowed_count'])}")
             else:
                 limit = f"{e['threshold_key']} {num(e.get('limit_per_h'))}/h; judged by rate"
-            parts.append(f"{gpu_text(g)}: {e['label']} grew by {e['growth']} in {_window_text(e['window_h'])}{rate} "
+            parts.append(f"{gpu_text(g)}: {e['label']} grew by {e['growth']} in {window_text(e['window_h'])}{rate} "
                          f"(now {e['total']}; {limit})" + (f"; {'; '.join(e['notes'])}" if e["notes"] else ""))
     return status, parts, flags
 
@@ -164,7 +164,7 @@ def counters_during_run(host: str, found: dict, thr: Thresholds) -> dict:
             why = ("no counter snapshots in this node's results (gpufleet.cluster.gpu_counters did not run before and after "
                    "the benchmarks; documents from before it existed have none)")
         return fleet_result("counters_during_run", SKIP, f"no growth during the run to judge: {why}", threshold=threshold)
-    hours = _hours(before.get("read_at"), after.get("read_at"))
+    hours = hours_between(before.get("read_at"), after.get("read_at"))
     rebooted = bool(before.get("boot_id") and after.get("boot_id") and before["boot_id"] != after["boot_id"])
     b_gpus, judged = _snap_gpus(before), []
     for ident, g in _snap_gpus(after).items():
@@ -176,7 +176,7 @@ def counters_during_run(host: str, found: dict, thr: Thresholds) -> dict:
     if not judged:
         return fleet_result("counters_during_run", SKIP, "the snapshots before and after name no GPU in common", threshold=threshold)
     status, parts, flags = _counter_findings(judged, thr)
-    window = f"{before.get('read_at')} to {after.get('read_at')} ({_window_text(hours)})"
+    window = f"{before.get('read_at')} to {after.get('read_at')} ({window_text(hours)})"
     totals = _totals_text(judged)
     if parts:
         reason = f"during this run, {window}: " + listed_text(parts)
@@ -221,7 +221,7 @@ def counters_since_previous_run(host: str, run_id: str, found: dict, store: Any,
             first.append(g)
             continue
         rebooted = bool(prev.get("boot_id") and now.get("boot_id") and prev["boot_id"] != now["boot_id"])
-        hours = _hours(prev["read_at"], now.get("read_at"))
+        hours = hours_between(prev["read_at"], now.get("read_at"))
         entries = {n: _judge_growth(e, hours, thr) for n, e in _growth(prev["counters"], g.get("counters") or {}, rebooted).items()}
         for e in entries.values():
             e.update(since_run=prev["run_id"], since_node=prev["host"], since_read_at=prev["read_at"], rebooted=rebooted)

@@ -44,6 +44,7 @@ BANDS = (("le_1MiB", 1 << 20), ("le_64MiB", 64 << 20), ("gt_64MiB", None))
 BAND_TEXT = {"le_1MiB": "sizes up to 1 MiB", "le_64MiB": "sizes over 1 MiB up to 64 MiB", "gt_64MiB": "sizes over 64 MiB"}
 CPU_MARK = "not a performance figure"
 SNAPSHOT_CHECKS = ("snapshot_before", "snapshot_after")
+FABRIC_CHECKS = ("fabric_before", "fabric_after")
 
 _NCCL = re.compile(r"nccl_(node|multinode)_(\w+?)_busbw_gbps_(le_1MiB|le_64MiB|gt_64MiB)")
 _TRAIN = re.compile(r"(train_gpt2|finetune)_(node|multinode)_tokens_per_s_per_gpu")
@@ -111,18 +112,21 @@ def _find(results: list[dict], group: str, check: str) -> dict | None:
 
 def snapshots(results: list[dict]) -> dict:
     """{"before": detail, "after": detail} of the counter snapshots that were read (status pass), and
-    {"problems": {phase: reason}} for those that were not."""
-    out: dict = {"problems": {}}
-    for check in SNAPSHOT_CHECKS:
-        res = _find(results, "counters", check)
-        phase = check.split("_", 1)[1]
-        if res is None:
-            continue
-        detail = res.get("detail") if isinstance(res.get("detail"), dict) else {}
-        if res.get("status") == "pass" and isinstance(detail.get("gpus"), list):
-            out[phase] = detail
-        else:
-            out["problems"][phase] = f"counters.{check} is {res.get('status')}: {res.get('reason')}"
+    {"problems": {phase: reason}} for those that were not; the same of the fabric snapshots under "fabric",
+    with "skipped": {phase: reason} where the node has no fabric counters."""
+    out: dict = {"problems": {}, "fabric": {"problems": {}, "skipped": {}}}
+    for checks, into, listed in ((SNAPSHOT_CHECKS, out, "gpus"), (FABRIC_CHECKS, out["fabric"], "devices")):
+        for check in checks:
+            res = _find(results, "counters", check)
+            if res is None:
+                continue
+            phase = check.split("_", 1)[1]
+            detail = res.get("detail") if isinstance(res.get("detail"), dict) else {}
+            if res.get("status") == "pass" and isinstance(detail.get(listed), list):
+                into[phase] = detail
+            else:
+                kind = "skipped" if res.get("status") == "skip" and "skipped" in into else "problems"
+                into[kind][phase] = f"counters.{check} is {res.get('status')}: {res.get('reason')}"
     return out
 
 

@@ -17,6 +17,8 @@ Tables (a null GPU index means a node-level row):
     results        run_id, host, seq, group_name, check_name, status, value (JSON), unit, reason, failure_class
     metrics        run_id, host, gpu_index, uuid, serial, metric, value, unit, cpu, context, source
     counters       run_id, host, gpu_index, uuid, serial, phase, read_at, boot_id, counter, value
+                   (a fabric device's rows: gpu_index and serial null, uuid its id in the node: ib:mlx5_0/1,
+                   pcie:0000:33:00.0; only the counters fleet.counter_table.FABRIC_COUNTERS judges)
     gpu_flags      run_id, host, gpu_index, uuid, serial, check_id, status, reason, failure_class
     sdc_hashes     run_id, host, gpu_index, uuid, serial, comparable (JSON of what must be equal), computation, sha256
     baseline       run_id, set_at, cleared_at (the current baseline: the row not cleared)
@@ -49,6 +51,7 @@ from typing import Any, Iterator
 from gpufleet import failure_class, runs, schema
 from gpufleet.errors import InputError
 from gpufleet.fleet import DB_NAME, GROUP, metrics, sdc
+from gpufleet.fleet.counter_table import FABRIC_COUNTERS
 from gpufleet.fleet.run_files import read_baseline_file, read_json, read_run_info, write_baseline_file
 
 SCHEMA_VERSION = 2
@@ -326,6 +329,16 @@ class Store:
                 for name, value in (g.get("counters") or {}).items():
                     rows.append((run_id, host, g.get("index"), g.get("uuid"), g.get("serial"), phase, snap.get("read_at"),
                                  snap.get("boot_id"), name, value if isinstance(value, int) and not isinstance(value, bool) else None))
+        judged = {row[0] for row in FABRIC_COUNTERS}
+        for phase in ("before", "after"):
+            snap = found["snapshots"]["fabric"].get(phase)
+            for d in (snap or {}).get("devices") or []:
+                if not isinstance(d, dict):
+                    continue
+                for name, value in (d.get("counters") or {}).items():
+                    if name in judged:
+                        rows.append((run_id, host, None, d.get("id"), None, phase, snap.get("read_at"), snap.get("boot_id"),
+                                     name, value if isinstance(value, int) and not isinstance(value, bool) else None))
         c.executemany("INSERT INTO counters VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
         c.executemany("INSERT INTO sdc_hashes (run_id, host, gpu_index, uuid, serial, comparable, computation, sha256) "
                       "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -518,11 +531,14 @@ class Store:
     def documents(self, run_id: str) -> list[dict]:
         return [dict(r) for r in self.conn.execute("SELECT * FROM documents WHERE run_id = ? ORDER BY host", (run_id,))]
 
-    def previous_after(self, uuid: str, run_id: str, before: str | None) -> dict | None:
-        """The latest `after` snapshot of this GPU in an earlier run than run_id: {"run_id", "host", "read_at",
-        "boot_id", "verdict", "counters": {name: value}}, or None."""
+    def previous_after(self, uuid: str, run_id: str, before: str | None, host: str | None = None) -> dict | None:
+        """The latest `after` snapshot of this GPU (or of this fabric device of node `host`) in an earlier run than
+        run_id: {"run_id", "host", "read_at", "boot_id", "verdict", "counters": {name: value}}, or None."""
         query = "SELECT run_id, host, read_at, boot_id FROM counters WHERE uuid = ? AND phase = 'after' AND run_id <> ?"
         args: list = [uuid, run_id]
+        if host is not None:
+            query += " AND host = ?"
+            args.append(host)
         if before:
             query += " AND read_at < ?"
             args.append(before)

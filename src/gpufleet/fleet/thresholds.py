@@ -7,7 +7,7 @@ import functools
 from typing import Any
 
 from gpufleet import profiles
-from gpufleet.fleet.counter_table import COUNTERS
+from gpufleet.fleet.counter_table import COUNTERS, FABRIC_COUNTERS
 
 
 # Keys of files/profiles/generic.yml this module reads.
@@ -21,7 +21,7 @@ MIN_WINDOW = "fleet_counter_min_window_h"
 
 # Every threshold key the fleet comparisons read: all of them are in generic.yml, none in a model profile.
 KEYS_READ = (GPU_WARN, GPU_FAIL, NODE_WARN, NODE_FAIL, BASE_WARN, BASE_FAIL, MIN_NODES, SPREAD_RATIO, SPREAD_FLOOR,
-             MIN_WINDOW) + tuple(sorted({c[4] for c in COUNTERS if c[4]}))
+             MIN_WINDOW) + tuple(sorted({c[4] for c in COUNTERS if c[4]} | {c[4] for c in FABRIC_COUNTERS}))
 
 
 @functools.lru_cache(maxsize=16)

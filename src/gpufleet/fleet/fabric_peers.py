@@ -1,0 +1,107 @@
+"""The fabric's layout compared across the nodes of a run: each InfiniBand port's rate and lanes against the same
+port (HCA name and port number) on the other nodes, and the HCA beside each GPU (by its position in PCI bus order)
+against the one beside the same GPU on the other nodes. Read from the node checks' detail
+(host_hygiene.ib_port_speed, host_hygiene.gpu_nic_rails); the reference is what most nodes show.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from gpufleet.fleet.findings import fleet_result, listed_text
+from gpufleet.schema import FAIL, PASS, SKIP, WARN
+
+
+def _detail(results: list, check: str) -> dict | None:
+    found = None
+    for r in results or []:
+        if isinstance(r, dict) and r.get("group") == "host_hygiene" and r.get("check") == check:
+            found = r
+    return found.get("detail") if found and isinstance(found.get("detail"), dict) else None
+
+
+def fabric_layouts(nodes: dict[str, dict]) -> dict[str, dict]:
+    """{host: {"ports": {"mlx5_0/1": {"rate", "rate_gbps", "lanes"}}, "rails": {gpu position: HCA name}}} of the nodes
+    whose checks read them."""
+    out = {}
+    for host, node in nodes.items():
+        speed = _detail(node.get("results"), "ib_port_speed") or {}
+        rails = _detail(node.get("results"), "gpu_nic_rails") or {}
+        ports = {p["port"]: {k: p.get(k) for k in ("rate", "rate_gbps", "lanes")}
+                 for p in speed.get("ports") or [] if isinstance(p, dict) and p.get("port")}
+        pairs = {r["gpu"]: r["hca"] for r in rails.get("rails") or [] if isinstance(r, dict) and r.get("hca")}
+        if ports or pairs:
+            out[host] = {"ports": ports, "rails": pairs}
+    return out
+
+
+def _reference(values: list[tuple]) -> tuple:
+    """The value most nodes show; between as many, the highest."""
+    counts = Counter(values)
+    return max(counts, key=lambda v: (counts[v], tuple(x if x is not None else -1 for x in v)))
+
+
+def ib_ports_vs_fleet(host: str, layouts: dict[str, dict]) -> dict:
+    check = "ib_ports_vs_fleet"
+    mine = (layouts.get(host) or {}).get("ports") or {}
+    if not mine:
+        return fleet_result(check, SKIP, "no active InfiniBand port on this node to compare (host_hygiene.ib_port_speed)")
+    peers = [h for h, lay in layouts.items() if h != host and lay["ports"]]
+    if not peers:
+        return fleet_result(check, SKIP, "no other node of this run has active InfiniBand ports to compare with")
+    parts, rows = [], []
+    for port, p in sorted(mine.items()):
+        values = {h: layouts[h]["ports"][port] for h in [host, *peers] if port in layouts[h]["ports"]}
+        if len(values) < 2:
+            continue
+        ref = _reference([(v.get("rate_gbps"), v.get("lanes")) for v in values.values()])
+        ref_text = next(v.get("rate") for v in values.values() if (v.get("rate_gbps"), v.get("lanes")) == ref)
+        low = [w for w, m, r in (("rate", p.get("rate_gbps"), ref[0]), ("lanes", p.get("lanes"), ref[1]))
+               if r is not None and (m is None or m < r)]
+        same = sorted(h for h, v in values.items() if (v.get("rate_gbps"), v.get("lanes")) == ref)
+        rows.append({"port": port, "rate": p.get("rate"), "reference": ref_text, "nodes_at_reference": same,
+                     "nodes": len(values), "status": FAIL if low else PASS})
+        if low:
+            parts.append(f"{port} at {p.get('rate')} while {len(same)} of {len(values)} nodes run it at {ref_text} "
+                         f"({', '.join(same[:4])}{'...' if len(same) > 4 else ''})")
+    if not rows:
+        return fleet_result(check, SKIP, "no other node of this run has the same ports (HCA name and port number)")
+    if parts:
+        return fleet_result(check, FAIL, f"{len(parts)} port(s) slower than the same port on the other nodes: " + listed_text(parts),
+                            remedy="check the cable, transceiver and switch port of the named port (`mlxlink -d <hca> -m`); "
+                                   "a port trained lower than its peers slows every collective that crosses it",
+                            detail={"ports": rows})
+    return fleet_result(check, PASS, f"{len(rows)} port(s) at the rate and lanes most nodes show", detail={"ports": rows})
+
+
+def rails_vs_fleet(host: str, layouts: dict[str, dict]) -> dict:
+    check = "rails_vs_fleet"
+    mine = (layouts.get(host) or {}).get("rails") or {}
+    if not mine:
+        return fleet_result(check, SKIP, "no GPU-HCA pairing read on this node (host_hygiene.gpu_nic_rails)")
+    peers = [h for h, lay in layouts.items() if h != host and lay["rails"]]
+    if not peers:
+        return fleet_result(check, SKIP, "no other node of this run has a GPU-HCA pairing to compare with")
+    parts, rows, undecided = [], [], []
+    for gpu, hca in sorted(mine.items()):
+        values = {h: layouts[h]["rails"][gpu] for h in [host, *peers] if gpu in layouts[h]["rails"]}
+        counts = Counter(values.values())
+        ref, n = counts.most_common(1)[0]
+        if n * 2 <= len(values):
+            undecided.append(gpu)  # no majority: two nodes that differ cannot say which is odd
+            continue
+        same = sorted(h for h, v in values.items() if v == ref)
+        rows.append({"gpu": gpu, "hca": hca, "reference": ref, "nodes_at_reference": same, "nodes": len(values),
+                     "status": WARN if hca != ref else PASS})
+        if hca != ref:
+            parts.append(f"GPU {gpu} sits beside {hca} where {n} of {len(values)} nodes have {ref}")
+    detail = {"rails": rows, "no_majority": undecided}
+    if parts:
+        return fleet_result(check, WARN, "the rails differ from the other nodes': " + listed_text(parts),
+                            remedy="the HCAs are cabled or enumerated in another order than on the other nodes: a rail-optimised "
+                                   "fabric then routes this node's GPU n over another rail's switches; compare the slots "
+                                   "and cabling with the reference node, or name the HCAs per GPU (NCCL_IB_HCA, udev rules)",
+                            detail=detail)
+    if not rows:
+        return fleet_result(check, SKIP, f"no GPU's HCA is shared by a majority of the {len(peers) + 1} nodes", detail=detail)
+    return fleet_result(check, PASS, f"{len(rows)} GPU(s) beside the same HCA as on most nodes", detail=detail)
