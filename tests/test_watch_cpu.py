@@ -277,12 +277,13 @@ def test_the_counters_after_the_benchmarks_list_processes_again(h200):
     readings = collect.load_recording("tests/data/readings/recorded-h200-x1-vm.json")
     readings["nvml"]["gpus"][0]["processes"] = []
     doc = engine.counters_host("after", readings)
-    assert [(r["check"], r["status"]) for r in doc["results"]] == [("snapshot_after", "pass"), ("processes_after", "pass")]
+    assert [(r["check"], r["status"]) for r in doc["results"]] == [("snapshot_after", "pass"), ("fabric_after", "skip"),
+                                                                   ("processes_after", "pass")]
     readings["nvml"]["gpus"][0]["processes"] = [dict(DISTURB, kinds=["compute"])]
-    after = engine.counters_host("after", readings)["results"][1]
+    after = engine.counters_host("after", readings)["results"][2]
     assert after["status"] == "fail" and "after the benchmarks: " in after["reason"]
     assert "pid 1 (gpu_disturb, 1002 MiB)" in after["reason"]
-    assert [r["check"] for r in engine.counters_host("before", readings)["results"]] == ["snapshot_before"]
+    assert [r["check"] for r in engine.counters_host("before", readings)["results"]] == ["snapshot_before", "fabric_before"]
 
 
 def test_a_window_behind_its_siblings_is_named_though_the_gpu_never_beat_it(h200):
@@ -299,7 +300,9 @@ def test_no_driver_lists_no_processes_after():
     from gpufleet.collect import nvml
 
     doc = engine.counters_host("after", {"nvml": {"available": False, "error": nvml.NO_DRIVER}, "host": {}})
-    assert [(r["check"], r["status"]) for r in doc["results"]] == [("snapshot_after", "skip"), ("processes_after", "skip")]
+    # A reading with no host section at all: the fabric's snapshot cannot be taken from it.
+    assert [(r["check"], r["status"]) for r in doc["results"]] == [("snapshot_after", "skip"), ("fabric_after", "error"),
+                                                                   ("processes_after", "skip")]
 
 
 def test_the_engine_runs_benchmarks_watched():

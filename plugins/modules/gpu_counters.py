@@ -8,13 +8,16 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: gpu_counters
-short_description: Snapshot the error counters of a node's NVIDIA GPUs before or after its benchmarks
+short_description: Snapshot the error counters of a node's NVIDIA GPUs and its fabric before or after its benchmarks
 version_added: 0.2.0
 description:
   - Runs C(gpufleet counters --phase PHASE --json) on the node and returns its host document, whose one result (group
     C(counters), check C(snapshot_before) or C(snapshot_after)) lists every GPU NVML sees with its cumulative error
     counters, ECC (volatile and aggregate, corrected and uncorrected), row remapping, NVLink CRC, replay and recovery,
     PCIe replay, and the number of Xid events of that GPU in this boot's kernel log.
+  - A second result (check C(fabric_before) or C(fabric_after)) lists every InfiniBand port with the counters of its
+    C(counters/) and C(hw_counters/) folders, and every GPU, HCA and PCIe bridge between each and its root port with
+    its AER counts (correctable, non-fatal, fatal); C(skip) with the reason on a node with neither.
   - Run it before and after the node's benchmarks. The report's fleet layer judges how much each counter grew during
     the run and since the node's previous run, per hour; this module only reads.
   - Each GPU carries C(visible), whether the node's C(CUDA_VISIBLE_DEVICES) leaves it to the node, and the result
@@ -74,8 +77,9 @@ RETURN = r"""
 gpufleet:
   description:
     - The host document of the C(counters) group, as C(gpufleet counters --json) prints it.
-    - Its C(results) list holds one result, C(snapshot_before) or C(snapshot_after), with the keys of
-      C(gpufleet.schema.result); the counters are in its C(detail). After the benchmarks a second result,
+    - Its C(results) list holds C(snapshot_before) or C(snapshot_after), with the keys of
+      C(gpufleet.schema.result), the counters in its C(detail), then the fabric's C(fabric_before) or
+      C(fabric_after) (C(detail.devices), C(detail.unreadable)). After the benchmarks a third result,
       C(processes_after), lists the GPUs' processes again (as C(gpu_health.processes) does before) and fails on any.
   returned: success
   type: dict
@@ -107,7 +111,7 @@ gpufleet:
       type: float
     results:
       description:
-        - One result, group C(counters) (after the benchmarks also C(processes_after)). Its C(detail) holds C(phase),
+        - The GPUs' snapshot, group C(counters), then the fabric's (after the benchmarks also C(processes_after)). Its C(detail) holds C(phase),
           C(read_at) (UTC), C(boot_id), C(gpus) (each with C(index), C(uuid), C(serial), C(pci_bus_id), C(visible) and C(counters)) and C(unreadable)
           (C(<index>.<counter>) to the reason it could not be read).
       type: list
