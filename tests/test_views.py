@@ -260,15 +260,20 @@ def test_system_reading_of_a_two_socket_tree(tmp_path):
     assert hca | {"ports": None} == {"name": "mlx5_0", "pci_bdf": "0000:c0:00.0", "numa_node": 0,
                                      "fw_ver": "28.39.1002", "hca_type": None, "ports": None}  # fmt: skip
     assert hca["ports"] == [{"port": 1, "state": "ACTIVE", "phys_state": "LinkUp", "rate_gbps": 400,
-                             "rate": "400 Gb/sec (4X NDR)", "link_layer": "InfiniBand"}]  # fmt: skip
+                             "rate": "400 Gb/sec (4X NDR)", "lanes": 4, "link_layer": "InfiniBand"}]  # fmt: skip
     assert (s["kernel"], s["os"]) == ("6.8.0-49-generic", "Ubuntu 22.04.5 LTS")
 
 
 def test_hw_document_and_text_of_an_eight_gpu_node(tmp_path):
     rec = _recording(H100_8)["nvml"]
     tree = hgx_like(tmp_path, rec)
+    gpu0_bdf = rec["gpus"][0]["pci_bus_id"]  # hgx_like puts the GPUs at the recorded bus ids
+    tree.aer(gpu0_bdf, "correctable", {"RxErr": 2})
+    tree.ib_counter("mlx5_0", 1, "symbol_error", 7)
     doc = hw.build(rec, system.read(str(tree.root)), TOOLKIT, host="node0")
     json.dumps(doc)
+    assert doc["port_errors"]["mlx5_0/1"] == {"symbol_error": 7} and doc["port_errors"]["mlx5_1/1"] == {}
+    assert doc["aer"]["present"] and {d["role"] for d in doc["aer"]["devices"]} >= {"gpu", "hca"}
     assert doc["view"] == "hw" and doc["nvml"] == {"available": True, "error": None, "source": "nvml"}
     assert [g["numa_node"] for g in doc["gpus"]] == [0, 0, 0, 0, 1, 1, 1, 1]
     g0 = doc["gpus"][0]
@@ -298,6 +303,9 @@ def test_hw_document_and_text_of_an_eight_gpu_node(tmp_path):
     hca7 = r"^  mlx5_7\s+0000:c7:00\.0\s+NUMA 1\s+fw 28\.39\.1002\s+port 1\s+DOWN \(Disabled\)\s+400 Gb/s\s+InfiniBand$"
     assert re.search(hca7, text, re.M)
     assert "NCCL 2.28.9 (from torch.cuda.nccl.version())" in text and "not read" not in text
+    assert "port errs  mlx5_0/1 symbol_error 7" in text
+    assert re.search(r"^PCIe AER   since boot, \d+ device\(s\) .*: errors on 1$", text, re.M)
+    assert f"  gpu {gpu0_bdf}: correctable 2 (RxErr 2), nonfatal 0, fatal 0" in text
 
 
 def test_hw_nvlink_peers_and_switches_seen_only_by_nvml(tmp_path):

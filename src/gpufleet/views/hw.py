@@ -20,6 +20,9 @@ Plain text by default, `--json` for the document. `--root` reads sysfs/procfs un
      "nvswitches": [{"bdf", "device", "driver", "numa_node"}],
      "infiniband": {"present", "reason", "hcas": [{"name", "pci_bdf", "numa_node", "fw_ver", "hca_type",
                     "ports": [{"port", "state", "phys_state", "rate_gbps", "rate", "link_layer"}]}]},
+     "port_errors": {"mlx5_0/1": {counter: n}},   each port's error counters that are not 0 (counters/, hw_counters/)
+     "aer": {"present", "reason", "devices": [{"bdf", "role", "below", "correctable", "nonfatal", "fatal", "reason"}]},
+                                    AER counts since boot of every GPU, HCA and bridge between each and its root port
      "versions": {"driver", "cuda_driver", "nvml", "torch", "torch_cuda", "nccl", "nccl_source", "kernel", "os"},
      "unreadable": {dotted key: reason}}
 
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 from pathlib import Path
 
@@ -143,6 +147,7 @@ def build(
     for key, name in (("torch", "torch_version"), ("torch_cuda", "torch_cuda_version"), ("nccl", "nccl_version")):
         if versions[key] is None:
             unreadable[f"versions.{key}"] = (tk.get("unreadable") or {}).get(name) or "not read"
+    fabric = system_reading.get("fabric") or {}
     return {
         "schema_version": schema.SCHEMA_VERSION,
         "view": "hw",
@@ -159,9 +164,21 @@ def build(
         "pci_gpus": list(pci_gpus.values()),
         "nvswitches": pci.get("nvswitches") or [],
         "infiniband": system_reading.get("infiniband") or {"present": False, "reason": None, "hcas": []},
+        "port_errors": _port_errors(fabric.get("infiniband") or {}),
+        "aer": fabric.get("aer") or {"present": False, "reason": "not read", "devices": []},
         "versions": versions,
         "unreadable": unreadable,
     }
+
+
+# The counters of a port that count traffic or waiting, not errors: left out of port_errors.
+_TRAFFIC = re.compile(r"(_data|_packets|_pkts|_requests|_wait|_handled|_sent|_ignored|_marked_roce_packets|_connect)$")
+
+
+def _port_errors(ib: dict) -> dict:
+    return {f"{p.get('hca')}/{p.get('port')}": {n: v for n, v in sorted((p.get("counters") or {}).items())
+                                                  if v and not _TRAFFIC.search(n)}
+            for p in ib.get("ports") or []}
 
 
 # --- text -------------------------------------------------------------------------------------------
@@ -259,6 +276,25 @@ def render_text(doc: dict) -> str:
         lines += _columns(table)
     else:
         row("HCAs", f"none ({ib.get('reason') or 'no InfiniBand device'})")
+
+    if doc["infiniband"]["hcas"]:
+        errs = {port: c for port, c in doc["port_errors"].items() if c}
+        row("port errs", "none on any port" if not errs else
+            "; ".join(f"{port} " + ", ".join(f"{n} {v}" for n, v in c.items()) for port, c in errs.items()))
+    aer = doc["aer"]
+    if not aer.get("present"):
+        row("PCIe AER", f"not read ({aer.get('reason')})")
+    else:
+        read = [d for d in aer["devices"] if d.get("correctable") is not None]
+        counted = [d for d in read if any((d.get(s) or {}).get("total") for s in ("correctable", "nonfatal", "fatal"))]
+        row("PCIe AER", f"since boot, {len(read)} device(s) (GPUs, HCAs, the bridges up to their root ports): "
+                        + ("no error" if not counted else f"errors on {len(counted)}"))
+        for d in counted:
+            where = f"{d['role']} {d['bdf']}" + (f" above {', '.join(d['below'])}" if d["role"] == "bridge" else "")
+            sev = ", ".join(f"{s} {(d.get(s) or {}).get('total')}" + (
+                f" ({', '.join(f'{n} {c}' for n, c in (d.get(s) or {}).get('names', {}).items())})" if (d.get(s) or {}).get("names") else "")
+                for s in ("correctable", "nonfatal", "fatal"))
+            lines.append(f"  {where}: {sev}")
 
     notes = [f"{k}: {r}" for k, r in sorted(doc["unreadable"].items())]
     notes += [f"GPU{g['index']} {k}: {r}" for g in gpus for k, r in sorted(g["unreadable"].items())]

@@ -12,6 +12,7 @@ could not be read is None and named in "unreadable" ({dotted key: reason}).
      "pci": {"gpus": [{"bdf", "device", "driver", "numa_node"}], "nvswitches": [same]},
      "infiniband": {"present", "reason", "hcas": [{"name", "pci_bdf", "numa_node", "fw_ver", "hca_type",
                     "ports": [{"port", "state", "phys_state", "rate_gbps", "rate", "link_layer"}]}]},
+     "fabric": collect.host.read_fabric(root): {"infiniband" (each port's counters), "aer"},
      "unreadable": {"cpu.model": "...", ...}}
 
 toolkit() (separate: it imports torch, which takes seconds) gives
@@ -26,7 +27,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from gpufleet.collect.host import os_pretty_name, parse_int, pci_kind, read_ib_port, read_text
+from gpufleet.collect.host import os_pretty_name, parse_int, pci_kind, read_fabric, read_ib_port, read_text
 
 KIB = 1024
 
@@ -266,6 +267,7 @@ def read(root: str = "/") -> dict:
         except Exception as exc:  # one broken section must not hide the others
             out[key] = empty
             unreadable[key] = f"reading it failed: {type(exc).__name__}: {exc}"
+    out["fabric"] = read_fabric(root)  # never raises
     out["unreadable"] = unreadable
     return out
 
