@@ -260,6 +260,7 @@ def test_report_names_the_flapping_port_the_aer_errors_and_the_odd_node(tmp_path
     assert res("n0", "fleet", "fabric_since_previous_run")["status"] == "skip"  # the first run: the reference
     slow = res("n2", "fleet", "ib_ports_vs_fleet")
     assert slow["status"] == "fail" and "mlx5_2/1 at 200 Gb/sec (2X NDR) while 2 of 3 nodes run it at 400 Gb/sec (4X NDR) (n0, n1)" in slow["reason"]
+    assert slow["threshold"]["key"] == "fleet_fabric_reference_share_min" and "majority" in slow["threshold"]["source"]
     assert res("n2", "host_hygiene", "ib_port_speed")["status"] == "fail"
     rails = res("n2", "fleet", "rails_vs_fleet")
     assert rails["status"] == "warn" and "GPU 4 sits beside mlx5_5 where 2 of 3 nodes have mlx5_4" in rails["reason"]

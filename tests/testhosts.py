@@ -10,6 +10,7 @@ them over ssh with a key the fleet makes. Nothing leaves the machine.
         fleet.inventory(path, gpufleet_benchmarks=[])
         fleet.slow_link("node-b", "2mbit")      # tc on both ends of node-b's link
         fleet.kill_sshd("node-a")               # the host stops answering ssh
+        fleet.sys_from("node-a", tree / "sys")  # the host sees a recorded sysfs tree at /sys
 
 Needs root, iproute2, openssh-server and -client; `skip_reason()` says what is missing.
 """
@@ -31,7 +32,7 @@ from waiting import wait_for
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 TESTHOST = REPO / "molecule" / "resources" / "testhost.sh"
-TOOLS = ("ip", "sshd", "ssh", "ssh-keygen", "chroot", "mount", "umount", "mountpoint")
+TOOLS = ("ip", "sshd", "ssh", "ssh-keygen", "chroot", "mount", "umount", "mountpoint", "nsenter")
 TOOL_PATH = f"{BIN}:{os.environ.get('PATH', '')}:/usr/sbin:/sbin"
 # The hosts see this machine's root, but with fresh /tmp and /run: the checkout and the Python environment
 # (gpufleet_python) are bound in read-only at their own paths, wherever they are.
@@ -171,6 +172,14 @@ class TestFleet:
     def kill_sshd(self, name: str) -> list[int]:
         """The host stops answering ssh: its sshd and every session it holds are killed."""
         return self.kill(name, "sshd")
+
+    def sys_from(self, name: str, sys_dir: Path) -> None:
+        """Bind `sys_dir` (a fake tree's sys, tests/sysfs_tree.py) over the host's /sys, in the mount namespace its
+        sshd lives in (`ip netns exec` gave it one of its own, with the namespace's sysfs): the host's checks and
+        counters then read that tree, and what the test writes into it later."""
+        (sshd,) = [pid for pid in self.pids(name, "sshd_config_gpufleet_testhost")]
+        subprocess.run(["nsenter", "-t", str(sshd), "-m", "mount", "--bind", str(sys_dir), str(self.root(name) / "sys")],
+                       check=True, env=_env(), capture_output=True)
 
     def slow_link(self, name: str, rate: str) -> None:
         """Limit the host's link to `rate` (tc syntax, e.g. 2mbit) both ways."""

@@ -108,8 +108,8 @@ def evaluate(run_id: str, nodes: dict[str, dict], *, store: Any = None, store_no
         res.append(counters_since_previous_run(host, run_id, found, store, store_note, thr))
         res.append(fabric_during_run(host, found, thr))
         res.append(fabric_since_previous_run(host, run_id, found, store, store_note, thr))
-        res.append(ib_ports_vs_fleet(host, layouts))
-        res.append(rails_vs_fleet(host, layouts))
+        res.append(ib_ports_vs_fleet(host, layouts, thr))
+        res.append(rails_vs_fleet(host, layouts, thr))
         res.append(returning_gpu(host, run_id, found, store, store_note))
         if sdc_rows[host]:
             res.append(sdc.judge(host, run_id, sdc_rows, store, store_note, sdc_votes))

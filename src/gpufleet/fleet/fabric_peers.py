@@ -1,7 +1,9 @@
 """The fabric's layout compared across the nodes of a run: each InfiniBand port's rate and lanes against the same
 port (HCA name and port number) on the other nodes, and the HCA beside each GPU (by its position in PCI bus order)
 against the one beside the same GPU on the other nodes. Read from the node checks' detail
-(host_hygiene.ib_port_speed, host_hygiene.gpu_nic_rails); the reference is what most nodes show.
+(host_hygiene.ib_port_speed, host_hygiene.gpu_nic_rails); the reference is what more than
+`fleet_fabric_reference_share_min` of the nodes that have the port or the GPU show; with no such majority nothing
+is named.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 
 from gpufleet.fleet.findings import fleet_result, listed_text
+from gpufleet.fleet.thresholds import FABRIC_SHARE as SHARE, Thresholds
 from gpufleet.schema import FAIL, PASS, SKIP, WARN
 
 
@@ -35,14 +38,18 @@ def fabric_layouts(nodes: dict[str, dict]) -> dict[str, dict]:
     return out
 
 
-def _reference(values: list[tuple]) -> tuple:
-    """The value most nodes show; between as many, the highest."""
-    counts = Counter(values)
-    return max(counts, key=lambda v: (counts[v], tuple(x if x is not None else -1 for x in v)))
+def _reference(values: dict, share: float) -> tuple:
+    """(the value more than `share` of the nodes show, those nodes), or (None, []) where no value has that share."""
+    counts = Counter(values.values())
+    value, n = counts.most_common(1)[0]
+    if n <= share * len(values):
+        return None, []
+    return value, sorted(h for h, v in values.items() if v == value)
 
 
-def ib_ports_vs_fleet(host: str, layouts: dict[str, dict]) -> dict:
+def ib_ports_vs_fleet(host: str, layouts: dict[str, dict], thr: Thresholds) -> dict:
     check = "ib_ports_vs_fleet"
+    share, threshold = thr.value(SHARE) or 0.5, thr.field(SHARE)
     mine = (layouts.get(host) or {}).get("ports") or {}
     if not mine:
         return fleet_result(check, SKIP, "no active InfiniBand port on this node to compare (host_hygiene.ib_port_speed)")
@@ -52,30 +59,32 @@ def ib_ports_vs_fleet(host: str, layouts: dict[str, dict]) -> dict:
     parts, rows = [], []
     for port, p in sorted(mine.items()):
         values = {h: layouts[h]["ports"][port] for h in [host, *peers] if port in layouts[h]["ports"]}
-        if len(values) < 2:
+        ref, same = _reference({h: (v.get("rate_gbps"), v.get("lanes")) for h, v in values.items()}, share)
+        if len(values) < 2 or ref is None:
             continue
-        ref = _reference([(v.get("rate_gbps"), v.get("lanes")) for v in values.values()])
-        ref_text = next(v.get("rate") for v in values.values() if (v.get("rate_gbps"), v.get("lanes")) == ref)
+        ref_text = values[same[0]].get("rate")
         low = [w for w, m, r in (("rate", p.get("rate_gbps"), ref[0]), ("lanes", p.get("lanes"), ref[1]))
                if r is not None and (m is None or m < r)]
-        same = sorted(h for h, v in values.items() if (v.get("rate_gbps"), v.get("lanes")) == ref)
         rows.append({"port": port, "rate": p.get("rate"), "reference": ref_text, "nodes_at_reference": same,
                      "nodes": len(values), "status": FAIL if low else PASS})
         if low:
             parts.append(f"{port} at {p.get('rate')} while {len(same)} of {len(values)} nodes run it at {ref_text} "
                          f"({', '.join(same[:4])}{'...' if len(same) > 4 else ''})")
     if not rows:
-        return fleet_result(check, SKIP, "no other node of this run has the same ports (HCA name and port number)")
+        return fleet_result(check, SKIP, "no port of this node has a rate and lane count shared by a majority of the nodes "
+                            "with the same port (HCA name and port number)", threshold=threshold)
     if parts:
         return fleet_result(check, FAIL, f"{len(parts)} port(s) slower than the same port on the other nodes: " + listed_text(parts),
-                            remedy="check the cable, transceiver and switch port of the named port (`mlxlink -d <hca> -m`); "
+                            threshold=threshold, remedy="check the cable, transceiver and switch port of the named port (`mlxlink -d <hca> -m`); "
                                    "a port trained lower than its peers slows every collective that crosses it",
                             detail={"ports": rows})
-    return fleet_result(check, PASS, f"{len(rows)} port(s) at the rate and lanes most nodes show", detail={"ports": rows})
+    return fleet_result(check, PASS, f"{len(rows)} port(s) at the rate and lanes most nodes show", threshold=threshold,
+                        detail={"ports": rows})
 
 
-def rails_vs_fleet(host: str, layouts: dict[str, dict]) -> dict:
+def rails_vs_fleet(host: str, layouts: dict[str, dict], thr: Thresholds) -> dict:
     check = "rails_vs_fleet"
+    share, threshold = thr.value(SHARE) or 0.5, thr.field(SHARE)
     mine = (layouts.get(host) or {}).get("rails") or {}
     if not mine:
         return fleet_result(check, SKIP, "no GPU-HCA pairing read on this node (host_hygiene.gpu_nic_rails)")
@@ -85,23 +94,24 @@ def rails_vs_fleet(host: str, layouts: dict[str, dict]) -> dict:
     parts, rows, undecided = [], [], []
     for gpu, hca in sorted(mine.items()):
         values = {h: layouts[h]["rails"][gpu] for h in [host, *peers] if gpu in layouts[h]["rails"]}
-        counts = Counter(values.values())
-        ref, n = counts.most_common(1)[0]
-        if n * 2 <= len(values):
+        ref, same = _reference(values, share)
+        if ref is None:
             undecided.append(gpu)  # no majority: two nodes that differ cannot say which is odd
             continue
-        same = sorted(h for h, v in values.items() if v == ref)
+        n = len(same)
         rows.append({"gpu": gpu, "hca": hca, "reference": ref, "nodes_at_reference": same, "nodes": len(values),
                      "status": WARN if hca != ref else PASS})
         if hca != ref:
             parts.append(f"GPU {gpu} sits beside {hca} where {n} of {len(values)} nodes have {ref}")
     detail = {"rails": rows, "no_majority": undecided}
     if parts:
-        return fleet_result(check, WARN, "the rails differ from the other nodes': " + listed_text(parts),
+        return fleet_result(check, WARN, "the rails differ from the other nodes': " + listed_text(parts), threshold=threshold,
                             remedy="the HCAs are cabled or enumerated in another order than on the other nodes: a rail-optimised "
                                    "fabric then routes this node's GPU n over another rail's switches; compare the slots "
                                    "and cabling with the reference node, or name the HCAs per GPU (NCCL_IB_HCA, udev rules)",
                             detail=detail)
     if not rows:
-        return fleet_result(check, SKIP, f"no GPU's HCA is shared by a majority of the {len(peers) + 1} nodes", detail=detail)
-    return fleet_result(check, PASS, f"{len(rows)} GPU(s) beside the same HCA as on most nodes", detail=detail)
+        return fleet_result(check, SKIP, f"no GPU's HCA is shared by a majority of the {len(peers) + 1} nodes",
+                            threshold=threshold, detail=detail)
+    return fleet_result(check, PASS, f"{len(rows)} GPU(s) beside the same HCA as on most nodes", threshold=threshold,
+                        detail=detail)

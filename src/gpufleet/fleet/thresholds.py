@@ -17,11 +17,12 @@ BASE_WARN, BASE_FAIL = "fleet_below_baseline_warn_pct", "fleet_below_baseline_fa
 MIN_NODES = "fleet_min_nodes"
 SPREAD_RATIO, SPREAD_FLOOR = "fleet_sample_spread_ratio_max", "fleet_sample_spread_pct_floor"
 MIN_WINDOW = "fleet_counter_min_window_h"
+FABRIC_SHARE = "fleet_fabric_reference_share_min"
 
 
 # Every threshold key the fleet comparisons read: all of them are in generic.yml, none in a model profile.
 KEYS_READ = (GPU_WARN, GPU_FAIL, NODE_WARN, NODE_FAIL, BASE_WARN, BASE_FAIL, MIN_NODES, SPREAD_RATIO, SPREAD_FLOOR,
-             MIN_WINDOW) + tuple(sorted({c[4] for c in COUNTERS if c[4]} | {c[4] for c in FABRIC_COUNTERS}))
+             MIN_WINDOW, FABRIC_SHARE) + tuple(sorted({c[4] for c in COUNTERS if c[4]} | {c[4] for c in FABRIC_COUNTERS}))
 
 
 @functools.lru_cache(maxsize=16)
