@@ -19,7 +19,7 @@ from gpufleet.collect import counters, host
 from gpufleet.fleet import fabric_growth, fabric_peers, metrics
 from gpufleet.fleet.thresholds import Thresholds, thresholds_for
 
-from sysfs_tree import hgx
+from sysfs_tree import hgx, vm
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 H100 = "NVIDIA H100 80GB HBM3"
@@ -86,6 +86,20 @@ def test_no_infiniband_and_no_aer_is_a_skip_with_the_reasons(tmp_path):
     assert res["status"] == schema.SKIP
     assert "no InfiniBand" in res["reason"] and "sys/class/infiniband: not present" in res["reason"]
     assert "no aer_dev_* file" in res["reason"]
+
+
+def test_a_gpu_vm_without_infiniband_or_aer_statistics_skips_and_hw_says_why(tmp_path):
+    # As on the H100 VM the engine runs on: the GPU on the root bus, no /sys/class/infiniband, no aer_dev_* files.
+    tree = vm(tmp_path)
+    for path in tree.root.glob("sys/devices/**/aer_dev_*"):
+        path.unlink()
+    r = _readings(tree)
+    assert host_hygiene.check_pcie_aer(r, profiles.resolve(H100))["status"] == schema.SKIP
+    assert host_hygiene.check_gpu_nic_rails(r, profiles.resolve(H100))["status"] == schema.SKIP
+    res = counters.fabric_snapshot("before", r, boot_id="b")
+    assert res["status"] == schema.SKIP and "no aer_dev_* file" in res["reason"]
+    text = _gpufleet("hw", "--root", str(tree.root)).stdout
+    assert "PCIe AER   not read (no aer_dev_* file under any GPU, HCA or bridge above them" in text
 
 
 # --- growth within a run ---------------------------------------------------------------------
