@@ -1,11 +1,13 @@
 """Counter snapshots, read for `gpufleet counters --phase before|after` (engine.counters_host).
 
-One host document whose results are one result, group `counters`, check `snapshot_before` or
-`snapshot_after` (after the benchmarks also `processes_after`: the GPUs' processes listed again, as
-gpu_health.processes lists them before; any process on a GPU of this node then fails it): every GPU NVML sees with its cumulative error counters, read before and after the node's
-benchmarks so the fleet layer can judge how much each grew during the run and since the node's previous
-run (fleet.counter_rates). Status `pass` when read, `error` when NVML could not be read (the reason says
-why), `skip` where there is no NVIDIA driver. Detail:
+One host document, group `counters`: first `snapshot_before` or `snapshot_after`, every GPU NVML sees with its
+cumulative error counters; then `fabric_before` or `fabric_after` (fabric_snapshot(): every InfiniBand port's
+counters and the PCIe AER counts of the GPUs, HCAs and bridges above them); after the benchmarks also
+`processes_after` (the GPUs' processes listed again, as gpu_health.processes lists them before; any process on a
+GPU of this node then fails it). They are read before and after the node's benchmarks so the fleet layer can judge
+how much each counter grew during the run and since the node's previous run (fleet.counter_growth,
+fleet.fabric_growth). The GPUs' snapshot: status `pass` when read, `error` when NVML could not be read (the reason
+says why), `skip` where there is no NVIDIA driver. Detail:
 
     {"phase": "before", "read_at": "2026-11-23T10:00:00Z", "boot_id": "<proc/sys/kernel/random/boot_id>",
      "gpus": [{"index": 0, "uuid": "GPU-...", "serial": "...", "pci_bus_id": "0000:18:00.0", "visible": true,

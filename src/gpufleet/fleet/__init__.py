@@ -8,8 +8,9 @@
                 collective and size band, training tokens/s), each per GPU where it is one, with its unit
     compare.py  the results of group `fleet` per node, each from its own module: peers.py (GPU against its
                 node's median, node against the fleet median, sample spread), baseline.py (against the baseline
-                run), counter_growth.py (counter rates, over counter_table.py), returning.py (GPUs that failed
-                before), sdc.py; thresholds.py (the node's thresholds, from its document), robust.py (median,
+                run), counter_growth.py (counter rates, over counter_table.py), fabric_growth.py (InfiniBand port
+                and PCIe AER counters as rates), fabric_peers.py (port speed and rails against the other nodes),
+                returning.py (GPUs that failed before), sdc.py; thresholds.py (the node's thresholds, from its document), robust.py (median,
                 MAD, one figure judged), findings.py (comparison rows, sentences, results), view.py (the
                 report's fleet view)
     export.py   a Prometheus textfile per node and the Slurm drain lines
