@@ -100,6 +100,14 @@ def test_a_gpu_vm_without_infiniband_or_aer_statistics_skips_and_hw_says_why(tmp
     assert res["status"] == schema.SKIP and "no aer_dev_* file" in res["reason"]
     text = _gpufleet("hw", "--root", str(tree.root)).stdout
     assert "PCIe AER   not read (no aer_dev_* file under any GPU, HCA or bridge above them" in text
+    # With the AER files back the snapshot is read, and the judgement says there is no InfiniBand to judge.
+    for bdf in ("0000:00:05.0",):
+        for sev in ("correctable", "nonfatal", "fatal"):
+            tree.aer(bdf, sev, {})
+    before = _fabric(tree, "before", "2026-11-24T08:00:00Z")
+    res = _judge(before, _fabric(tree, "after", "2026-11-24T08:10:00Z"))
+    assert res["status"] == schema.PASS and "0 InfiniBand port(s) and 1 PCIe device(s)" in res["reason"]
+    assert "no InfiniBand (" in res["reason"] and "infiniband: not present" in res["reason"]
 
 
 # --- growth within a run ---------------------------------------------------------------------

@@ -308,12 +308,12 @@ _NOT_COUNTERS = {"lifespan"}
 
 
 def read_ib_counters(pdir: Path) -> dict:
-    """Every counter of a port's counters/ (the IBTA PortCounters and their extended forms) and hw_counters/ (what
-    the driver adds: mlx5's transport and RoCE counters): {"counters": {name: int}, "counters_unreadable":
-    {name: reason}}. A name in both keeps the counters/ one."""
+    """Every counter of a port's counters/ (the IBTA PortCounters and their extended forms), counters_ext/ (where an
+    older kernel keeps the extended ones) and hw_counters/ (what the driver adds: mlx5's transport and RoCE
+    counters): {"counters": {name: int}, "counters_unreadable": {name: reason}}. A name in two keeps the first."""
     values: dict[str, int] = {}
     unreadable: dict[str, str] = {}
-    for sub in ("counters", "hw_counters"):
+    for sub in ("counters", "counters_ext", "hw_counters"):  # counters_ext: the 64-bit ones of older kernels
         for name in _listdir(pdir / sub) or []:
             if name in _NOT_COUNTERS or name in values:
                 continue

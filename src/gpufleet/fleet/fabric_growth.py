@@ -204,6 +204,9 @@ def fabric_during_run(host: str, found: dict, thr: Thresholds) -> dict:
                   + (f"; grew within limits: {', '.join(moved[:6])}" if moved else "; none moved"))
     if rebooted:
         reason += "; the node rebooted between the snapshots: counted since the reboot"
+    for what, why in (("no InfiniBand", after.get("infiniband")), ("no AER counts", after.get("aer"))):
+        if why:
+            reason += f"; {what} ({why})"
     return fleet_result(check, status, reason, threshold=_threshold(keys, thr), remedy=_REMEDY.get(status),
                         detail={"window": {"from": before.get("read_at"), "to": after.get("read_at"), "hours": hours,
                                            "rebooted": rebooted},
