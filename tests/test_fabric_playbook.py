@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import uuid
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from sysfs_tree import hgx
-from testhosts import TestFleet, skip_reason
+from testhosts import TOOL_PATH, TestFleet, skip_reason
 
 pytest.importorskip("torch")
 
@@ -46,7 +47,7 @@ def result(report: dict, host: str, group: str, check: str) -> dict:
 
 
 def test_report_names_the_flapping_port_the_aer_error_and_the_odd_node(tmp_path):
-    why = skip_reason()
+    why = skip_reason() or (None if shutil.which("nsenter", path=TOOL_PATH) else "missing nsenter (util-linux)")
     if why:
         pytest.skip(why)
     trees = {"node-a": hgx(tmp_path / "node-a"), "node-b": hgx(tmp_path / "node-b"),

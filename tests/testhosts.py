@@ -32,7 +32,7 @@ from waiting import wait_for
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 TESTHOST = REPO / "molecule" / "resources" / "testhost.sh"
-TOOLS = ("ip", "sshd", "ssh", "ssh-keygen", "chroot", "mount", "umount", "mountpoint", "nsenter")
+TOOLS = ("ip", "sshd", "ssh", "ssh-keygen", "chroot", "mount", "umount", "mountpoint")
 TOOL_PATH = f"{BIN}:{os.environ.get('PATH', '')}:/usr/sbin:/sbin"
 # The hosts see this machine's root, but with fresh /tmp and /run: the checkout and the Python environment
 # (gpufleet_python) are bound in read-only at their own paths, wherever they are.
