@@ -50,7 +50,7 @@ DEFAULTS = {
     # fleet
     "gpu_vs_node": HARDWARE, "node_vs_fleet": HARDWARE, "node_vs_baseline": HARDWARE, "node_vs_baseline_fleet": HARDWARE,
     "sample_spread": ENVIRONMENT, "counters_during_run": HARDWARE, "counters_since_previous_run": HARDWARE,
-    "returning_gpu": HARDWARE, "fleet.sdc": HARDWARE,
+    "returning_gpu": HARDWARE, "fleet.sdc": HARDWARE, "fleet.versions": CONFIGURATION,
 }
 
 
