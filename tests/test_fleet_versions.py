@@ -55,7 +55,8 @@ def fleet_versions(rep: dict, host: str) -> dict | None:
 
 def test_a_node_with_another_net_plugin_fails_naming_the_file_and_both_hashes(tmp_path):
     odd = {"path": "/opt/hpcx/nccl_rdma_sharp_plugin/lib/libnccl-net.so", "sha256": PLUGIN_B}
-    rep = build(tmp_path, {"n0": versions_of(), "n1": versions_of(nccl_net_plugin=odd), "n2": versions_of()})
+    rep = build(tmp_path, {"n0": versions_of(), "n1": versions_of(nccl_net_plugin=odd, kernel="6.8.0-59-generic"),
+                           "n2": versions_of()})
     res = fleet_versions(rep, "n1")
     assert res["status"] == "fail" and res["class"] == "configuration", res
     assert res["reason"].startswith("NCCL net plugin: /opt/hpcx/nccl_rdma_sharp_plugin/lib/libnccl-net.so (sha256 "
@@ -66,7 +67,9 @@ def test_a_node_with_another_net_plugin_fails_naming_the_file_and_both_hashes(tm
     # The table: the component with a difference first, the others after it.
     rows = rep["fleet"]["versions"]["rows"]
     assert rows[0]["component"] == "nccl_net_plugin" and [d["host"] for d in rows[0]["differs"]] == ["n1"]
-    assert rows[0]["majority_n"] == 2 and not any(r["differs"] for r in rows[1:])
+    # NCCL's difference, which fails, before the kernel's, which warns; then the rows without one.
+    assert rows[1]["component"] == "kernel" and rows[0]["majority_n"] == 2 and not any(r["differs"] for r in rows[2:])
+    assert res["reason"].endswith("; kernel: 6.8.0-59-generic here; 6.8.0-60-generic on n0, n2 (the majority)"), res["reason"]
     md = (tmp_path / "reports/r1/report.md").read_text()
     section = md.split("## Software and firmware", 1)[1]
     first = section.split("| --- | --- | --- | --- |\n", 1)[1].splitlines()[0]
@@ -84,6 +87,7 @@ def test_a_node_with_another_driver_or_no_ofed_warns_and_the_nccl_run_keeps_it(t
     res = fleet_versions(rep, "n2")
     assert res["status"] == "warn" and res["value"] == 2, res
     assert "NVIDIA driver: 565.57.01 here; 570.124.06 on n0, n1 (the majority)" in res["reason"]
+    assert [r["component"] for r in rep["fleet"]["versions"]["rows"][:2]] in (["driver", "ofed"], ["ofed", "driver"])
     assert "OFED: not found here; MLNX_OFED_LINUX-24.10-1.1.4.0 on n0, n1 (the majority)" in res["reason"]
     # rdma-core read on no node: the same everywhere, no difference.
     (rdma,) = [r for r in rep["fleet"]["versions"]["rows"] if r["component"] == "rdma_core"]
@@ -117,7 +121,7 @@ def test_a_fleet_upgraded_since_the_baseline_warns_against_it(tmp_path):
     assert res["status"] == "warn", res
     assert res["reason"] == "torch: 2.8.0+cu128 here; 2.7.0+cu128 on 3 of 3 node(s) of baseline run base", res["reason"]
     (torch,) = [r for r in rep["fleet"]["versions"]["rows"] if r["component"] == "torch"]
-    assert rep["fleet"]["versions"]["rows"][0] is not None and torch["baseline"]["value"] == "2.7.0+cu128"
+    assert torch["baseline"]["value"] == "2.7.0+cu128"
     assert rep["fleet"]["versions"]["rows"][0]["component"] == "torch"  # the difference first
     assert "2.7.0+cu128 (3 of 3)" in (tmp_path / "reports/r2/report.md").read_text()
 

@@ -131,8 +131,9 @@ def table(versions_by_host: dict[str, dict], baseline: dict | None = None) -> di
             row["baseline"] = {"value": base_text, "n": base_n, "of": len(base_keys)}
             row["baseline_differs"] = [{"host": h, "value": shown[h]} for h, k in keys.items() if k != base_majority]
         rows.append(row)
-    # Differences first: from the majority, then from the baseline; then in the components' order.
-    rows.sort(key=lambda r: (not r["differs"], not r["baseline_differs"]))
+    # Differences first (NCCL's, which fail, before the others), then from the baseline; then in the components' order.
+    rows.sort(key=lambda r: (not r["differs"], not (r["differs"] and r["component"] in NCCL_COMPONENTS),
+                             not r["baseline_differs"]))
     return {"hosts": sorted(by_host), "baseline_run": (baseline or {}).get("run_id") if base_by_host else None,
             "baseline_note": (baseline or {}).get("note"), "rows": rows}
 
