@@ -213,10 +213,6 @@ def nccl_library_version(path: Path) -> tuple[str | None, str | None]:
     return None, f"{path}: no version in its name and it could not be asked ({why})"
 
 
-def _site_file(spec_origin: str | None) -> Path | None:
-    return Path(spec_origin).parent if spec_origin else None
-
-
 def _read_torch() -> dict:
     """torch of the engine's Python, without importing it."""
     try:
@@ -225,9 +221,9 @@ def _read_torch() -> dict:
         spec, why = None, f"torch cannot be looked up: {exc}"
     else:
         why = f"torch is not installed in {sys.executable}'s environment"
-    folder = _site_file(spec.origin if spec else None)
-    if folder is None:
+    if spec is None or not spec.origin:
         return {"version": None, "cuda": None, "path": None, "reason": why}
+    folder = Path(spec.origin).parent
     try:
         version = importlib.metadata.version("torch")
     except importlib.metadata.PackageNotFoundError:
