@@ -136,9 +136,10 @@ def test_collect_cli_output_replays_to_the_same_verdicts(tmp_path):
     out = tmp_path / "readings.json"
     subprocess.run([sys.executable, "-m", "gpufleet", "collect", "--out", str(out)], check=True, env=_env(), timeout=120)
     recorded = json.loads(out.read_text())
-    assert set(recorded) == {"nvml", "host", "kernel_log"}
+    assert set(recorded) == {"nvml", "host", "kernel_log", "software"}
     live = engine.check_host(collect.read_all(), ["gpu_inventory"])
     replayed = engine.check_host(recorded, ["gpu_inventory"])
+    assert replayed["versions"] == live["versions"]  # the software and firmware replay with the recording
     # Inventory does not move between two reads a second apart (temperatures and counters may).
     assert [(r["check"], r["status"], r["reason"]) for r in replayed["results"]] == [
         (r["check"], r["status"], r["reason"]) for r in live["results"]

@@ -6,7 +6,7 @@
     gpufleet counters --phase before|after [--json]   every GPU's error counters and the fabric's (InfiniBand, PCIe AER)
     gpufleet finetune --config FILE [--nnodes N]  LoRA fine-tune under torchrun, print a host document
     gpufleet report RUN_DIR [--expect-host H ...] aggregate hosts/*.json into reports, with the fleet layer
-    gpufleet record | history | baseline | store  the fleet's memory (gpufleet.fleet.cli)
+    gpufleet record | history | baseline | store | versions  the fleet's memory (gpufleet.fleet.cli)
     gpufleet status [--json] [--count N]          every GPU of this node (NVML), refreshed until Ctrl-C
     gpufleet hw [--json] [--root DIR]             this node's hardware: CPUs, NUMA, memory, GPUs, NVLink, HCAs
 
@@ -238,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--slurm-name", action="append", help="HOST=NAME: the Slurm node name of an inventory host for drain.txt")
     r.add_argument("--set-baseline", action="store_true", help="make this run the fleet's baseline once reported")
     r.set_defaults(func=cmd_report)
-    fleet_cli.add_parsers(sub)  # record, history, baseline, store: the fleet's memory
+    fleet_cli.add_parsers(sub)  # record, history, baseline, store, versions: the fleet's memory
     runner_cli.add_parsers(sub)  # fleet run|accept|resume|locate: the playbooks through ansible-runner
     return p
 

@@ -54,7 +54,7 @@ DEFAULTS = {
     "sample_spread": ENVIRONMENT, "counters_during_run": HARDWARE, "counters_since_previous_run": HARDWARE,
     "fabric_during_run": HARDWARE, "fabric_since_previous_run": HARDWARE, "ib_ports_vs_fleet": HARDWARE,
     "rails_vs_fleet": HARDWARE,
-    "returning_gpu": HARDWARE, "fleet.sdc": HARDWARE,
+    "returning_gpu": HARDWARE, "fleet.sdc": HARDWARE, "fleet.versions": CONFIGURATION,
 }
 
 

@@ -144,9 +144,16 @@ def first_gpu_name(readings: dict) -> str | None:
 
 
 def versions(readings: dict) -> dict:
+    """The node's software and firmware, one entry per component the fleet compares (fleet/versions.py).
+
+    With the readings of collect.software also: vbios and inforom_image (per GPU, in NVML order), hca_fw and
+    hca_board_id ({hca: value}), ofed, rdma_core, nccl (the version torch's libnccl gives), nccl_libraries
+    ({path: version} of every libnccl the dynamic loader finds), nccl_net_plugin ({path, sha256} of the plugin
+    NCCL would load), torch, torch_cuda; a component that could not be read is None and `not_read` says why.
+    """
     nv = readings.get("nvml") or {}
     host = readings.get("host") or {}
-    return {
+    out = {
         "engine": __version__,
         "driver": nv.get("driver_version"),
         "cuda_driver": nv.get("cuda_driver_version"),
@@ -155,6 +162,38 @@ def versions(readings: dict) -> dict:
         "os": host.get("os"),
         "python": platform.python_version(),
     }
+    sw = readings.get("software")
+    if not isinstance(sw, dict):
+        return out
+    not_read: dict[str, str] = {}
+
+    def put(key: str, value, reason) -> None:
+        out[key] = value if value not in ({}, []) else None
+        if out[key] is None:
+            not_read[key] = reason or "not read"
+
+    gpus = nv.get("gpus") or []
+    for key, field in (("vbios", "vbios_version"), ("inforom_image", "inforom_image_version")):
+        put(key, [g.get(field) for g in gpus] if gpus and any(g.get(field) for g in gpus) else None,
+            next(((g.get("unreadable") or {}).get(field) for g in gpus if (g.get("unreadable") or {}).get(field)), None)
+            or nv.get("error") or "no GPU listed by NVML")
+    hcas = sw.get("hcas") or {}
+    for key, field in (("hca_fw", "fw_ver"), ("hca_board_id", "board_id")):
+        put(key, {h["hca"]: h.get(field) for h in hcas.get("hcas") or []}, hcas.get("reason"))
+    for key in ("ofed", "rdma_core"):
+        put(key, (sw.get(key) or {}).get("version"), (sw.get(key) or {}).get("reason"))
+    nccl = sw.get("nccl") or {}
+    torch_nccl = nccl.get("torch") or {}
+    put("nccl", torch_nccl.get("version"), torch_nccl.get("reason"))
+    put("nccl_libraries", {lib["path"]: lib.get("version") for lib in nccl.get("libraries") or []}, nccl.get("reason"))
+    plugin = sw.get("nccl_net_plugin") or {}
+    loads = plugin.get("loads")
+    put("nccl_net_plugin", {"path": loads["path"], "sha256": loads.get("sha256")} if loads else None, plugin.get("reason"))
+    torch = sw.get("torch") or {}
+    put("torch", torch.get("version"), torch.get("reason"))
+    put("torch_cuda", torch.get("cuda"), torch.get("reason") or f"torch {torch.get('version')} is a build without CUDA")
+    out["not_read"] = not_read
+    return out
 
 
 def host_document(host, profile, readings, started, t0, results) -> dict:

@@ -1,5 +1,6 @@
-"""Readers: NVML (collect.nvml), sysfs/procfs (collect.host) and the kernel
-log (collect.kernel_log).
+"""Readers: NVML (collect.nvml), sysfs/procfs (collect.host), the kernel
+log (collect.kernel_log) and the software and firmware versions beside NVML's
+(collect.software).
 
 They return plain JSON-able dicts and never raise for a missing driver or
 file: what could not be read is recorded with the reason, so a check can say
@@ -11,12 +12,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gpufleet.collect import host, kernel_log, nvml
+from gpufleet.collect import host, kernel_log, nvml, software
 from gpufleet.errors import InputError
 
 
 def read_all(root: str = "/") -> dict:
-    return {"nvml": nvml.read(), "host": host.read(root), "kernel_log": kernel_log.read(root)}
+    return {"nvml": nvml.read(), "host": host.read(root), "kernel_log": kernel_log.read(root),
+            "software": software.read(root)}
 
 
 def load_recording(path: str, parts: tuple[str, ...] = ("nvml", "host")) -> dict:

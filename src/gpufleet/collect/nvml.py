@@ -25,6 +25,7 @@ GPU (keys in GPU_FIELDS; any value may be None, then "unreadable" says why):
     pci_bus_id              str, "0000:18:00.0" (lower case, 4-digit domain)
     memory_total_mib        int
     vbios_version           str
+    inforom_image_version   str, the GPU firmware's InfoROM image (nvmlDeviceGetInforomImageVersion)
     persistence_mode        bool
     mig_mode_current        bool (None with "Not Supported" on GPUs without MIG)
     compute_mode            str: Default, Exclusive_Thread, Prohibited, Exclusive_Process
@@ -72,7 +73,7 @@ NO_DRIVER = "no NVIDIA driver: libnvidia-ml.so not found"
 
 # fmt: off
 GPU_FIELDS = (
-    "index", "name", "uuid", "serial", "pci_bus_id", "memory_total_mib", "vbios_version",
+    "index", "name", "uuid", "serial", "pci_bus_id", "memory_total_mib", "vbios_version", "inforom_image_version",
     "persistence_mode", "mig_mode_current", "compute_mode", "ecc_mode_current",
     "ecc_volatile_uncorrected", "ecc_volatile_corrected", "ecc_aggregate_uncorrected", "ecc_aggregate_corrected",
     "remapped_rows", "retired_pages",
@@ -447,6 +448,7 @@ def _gpu(index: int) -> dict:
     put("pci_bus_id", lambda: bus_id(pynvml.nvmlDeviceGetPciInfo(h).busId))
     put("memory_total_mib", lambda: int(pynvml.nvmlDeviceGetMemoryInfo(h).total) // MIB)
     put("vbios_version", lambda: as_text(pynvml.nvmlDeviceGetVbiosVersion(h)))
+    put("inforom_image_version", lambda: as_text(pynvml.nvmlDeviceGetInforomImageVersion(h)))
     put("persistence_mode", lambda: pynvml.nvmlDeviceGetPersistenceMode(h) == pynvml.NVML_FEATURE_ENABLED)
     put("mig_mode_current", lambda: pynvml.nvmlDeviceGetMigMode(h)[0] == pynvml.NVML_DEVICE_MIG_ENABLE)
     put("compute_mode", lambda: _compute_mode_name(pynvml.nvmlDeviceGetComputeMode(h)))

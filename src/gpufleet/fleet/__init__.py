@@ -12,9 +12,10 @@
                 and PCIe AER counters as rates), fabric_peers.py (port speed and rails against the other nodes),
                 returning.py (GPUs that failed before), sdc.py; thresholds.py (the node's thresholds, from its document), robust.py (median,
                 MAD, one figure judged), findings.py (comparison rows, sentences, results), view.py (the
-                report's fleet view)
+                report's fleet view), versions.py (the software and firmware table, fleet.versions, the nodes
+                the NCCL run across nodes leaves out)
     export.py   a Prometheus textfile per node and the Slurm drain lines
-    cli.py      `gpufleet record | history | baseline | store`
+    cli.py      `gpufleet record | history | baseline | store | versions`
 
 The node side never imports this package: it runs on the controller only.
 """

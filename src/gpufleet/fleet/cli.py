@@ -4,6 +4,7 @@
     gpufleet history NODE|GPU-UUID|SERIAL [--db PATH | --reports-dir DIR] [--json]
     gpufleet baseline set RUN_ID | show | clear [--db PATH | --reports-dir DIR] [--json]
     gpufleet store rebuild [--reports-dir DIR] [--db PATH]
+    gpufleet versions RUN_DIR [--hosts H1,H2,...] [--json]   the software and firmware table of the run's nodes
 
 Default store: <run_dir>/../gpufleet.db for record; <reports-dir>/gpufleet.db (reports-dir default ./reports)
 for the others.
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from gpufleet import paths, runs, schema
 from gpufleet.errors import InputError
-from gpufleet.fleet import num
+from gpufleet.fleet import num, versions
 from gpufleet.fleet.repair import open_for_run, repair
 from gpufleet.fleet.run_files import read_run_info
 from gpufleet.fleet.store import DamagedStore, Store, default_path
@@ -243,6 +244,53 @@ def cmd_store(args) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- versions
+
+
+def run_versions(run_dir: Path, hosts: list[str] | None) -> dict:
+    """The software and firmware table of RUN_DIR/hosts/*.json (those of `hosts` when given), and the nodes the NCCL
+    run across nodes must leave out: {"table", "left_out": {host: {"ready": False, "why"}}, "unreadable": {host: why}}.
+    A host without a readable document is named under unreadable and judged by nobody."""
+    folder = run_dir / "hosts"
+    if not folder.is_dir():
+        raise InputError(f"{folder} does not exist; expected the run folder of a run whose node stage wrote documents")
+    names = hosts if hosts is not None else sorted(p.stem for p in folder.glob("*.json"))
+    by_host, unreadable = {}, {}
+    for host in names:
+        paths.safe_name(host, "a host name of --hosts")
+        try:
+            doc, why = schema.parse_host_doc((folder / f"{host}.json").read_bytes())
+        except OSError as exc:
+            doc, why = None, f"{folder / host}.json: {exc.strerror or exc}"
+        if doc is None or not isinstance(doc.get("versions"), dict):
+            unreadable[host] = why or "the document has no versions"
+        else:
+            by_host[host] = doc["versions"]
+    left_out = {host: {"ready": False, "why": f"its NCCL differs from the other nodes': {why}"}
+                for host, why in versions.nccl_left_out(by_host).items()}
+    return {"run_dir": str(run_dir), "table": versions.table(by_host), "left_out": left_out, "unreadable": unreadable}
+
+
+def versions_text(out: dict) -> str:
+    lines = [f"software and firmware of {', '.join(out['table']['hosts']) or 'no node'} ({out['run_dir']})"]
+    for row in out["table"]["rows"]:
+        if row["differs"]:
+            named = "; ".join(f"{d['host']} {d['value']}" for d in row["differs"])
+            lines.append(f"  {row['label']}: {row['majority'] or 'no majority'}; differs: {named}")
+        else:
+            lines.append(f"  {row['label']}: {row['majority']}")
+    lines += [f"left out of the NCCL run across nodes: {host}: {v['why']}" for host, v in out["left_out"].items()]
+    lines += [f"not read: {host}: {why}" for host, why in out["unreadable"].items()]
+    return "\n".join(lines)
+
+
+def cmd_versions(args) -> int:
+    hosts = [h for h in args.hosts.split(",") if h] if args.hosts is not None else None
+    out = run_versions(Path(args.run_dir), hosts)
+    _print(out, args.json, versions_text(out))
+    return 0
+
+
 # ---------------------------------------------------------------- parsers
 
 
@@ -253,7 +301,7 @@ def _where(p: argparse.ArgumentParser) -> None:
 
 
 def add_parsers(sub) -> None:
-    """Register record, history, baseline and store on the engine's subcommands."""
+    """Register record, history, baseline, store and versions on the engine's subcommands."""
     r = sub.add_parser("record", help="on the controller: add a host document (stdin) to RUN_DIR/hosts/HOST.json and the store")
     r.add_argument("run_dir", help="the run's folder (<reports_dir>/<run_id>)")
     r.add_argument("host", help="the inventory host name: the document is hosts/HOST.json")
@@ -283,3 +331,10 @@ def add_parsers(sub) -> None:
     ssub = s.add_subparsers(dest="action", required=True)
     _where(ssub.add_parser("rebuild", help="recreate the store from REPORTS_DIR/<run>/ (run.json, hosts/, fleet.json, report.json)"))
     s.set_defaults(func=cmd_store)
+
+    v = sub.add_parser("versions", help="on the controller: the software and firmware of a run's nodes (hosts/*.json), "
+                       "and which nodes differ in NCCL or its net plugin")
+    v.add_argument("run_dir", help="the run's folder (<reports_dir>/<run_id>)")
+    v.add_argument("--hosts", help="comma-separated inventory host names (default: every document in RUN_DIR/hosts)")
+    v.add_argument("--json", action="store_true", help="print JSON")
+    v.set_defaults(func=cmd_versions)

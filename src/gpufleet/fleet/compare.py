@@ -15,6 +15,8 @@
     returning_gpu                a GPU (uuid or serial) that failed in an earlier run and is back, in any node: hardware
                                  failures only (failure_class.py), so another process on a GPU does not follow it
     sdc                          the node's SDC hashes against the fleet's for the same model and versions (fleet/sdc.py)
+    versions                     a node whose software or firmware differs from the run's majority or the baseline
+                                 run's (fleet/versions.py); a difference in NCCL or its net plugin fails
 
 Comparisons are robust: the reference is a median, and each figure's robust z-score, 0.6745 * (x - median) /
 MAD, is reported where the MAD is above zero, so one bad GPU or node does not move the reference. Two GPUs have
@@ -38,7 +40,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpufleet.fleet import metrics as fm, sdc
+from gpufleet.fleet import metrics as fm, sdc, versions
 from gpufleet.fleet.baseline import baseline_index, baseline_medians, node_vs_baseline, node_vs_baseline_fleet
 from gpufleet.fleet.counter_growth import counters_during_run, counters_since_previous_run
 from gpufleet.fleet.fabric_growth import fabric_during_run, fabric_since_previous_run
@@ -55,13 +57,13 @@ def evaluate(run_id: str, nodes: dict[str, dict], *, store: Any = None, store_no
              baseline: dict | None = None, extracted: dict[str, dict] | None = None) -> dict:
     """The fleet results of every node of a run.
 
-    nodes: {host: {"results": [...], "profile": the document's profile (name and thresholds)}} for the nodes
-    whose document could be read. store: a fleet.store.Store (its history and the baseline), or None with
+    nodes: {host: {"results": [...], "profile": the document's profile (name and thresholds), "versions": the
+    document's versions}} for the nodes whose document could be read. store: a fleet.store.Store (its history and the baseline), or None with
     store_note saying why there is none. baseline: {"run_id", "source"} or None. extracted: {host:
     metrics.extract() of its results} that the caller has already, for some or all of the nodes.
 
     Returns {"results": {host: [fleet results]}, "metrics": {host: metrics.extract()}, "fleet_medians",
-    "baseline", "view"}.
+    "baseline", "view", "versions": versions.table()}.
     """
     extracted = extracted or {}
     founds = {host: extracted[host] if host in extracted else fm.extract(n["results"]) for host, n in nodes.items()}
@@ -88,14 +90,22 @@ def evaluate(run_id: str, nodes: dict[str, dict], *, store: Any = None, store_no
             base_note = f"baseline run {base_id} has no benchmark figures in the store"
     medians = baseline_medians(base_rows)
     base_index = baseline_index(base_rows)
-    out: dict = {"results": {}, "metrics": founds, "baseline": {**(baseline or {}), "note": base_note} if baseline or base_note else None}
+    # The baseline's versions come from its documents, whether or not it measured any figure.
+    versions_base = base_id and store is not None and base_id != run_id and store.run(base_id)
+    version_table = versions.table({host: n.get("versions") or {} for host, n in nodes.items()},
+                                   {"run_id": base_id, "note": base_note,
+                                    "versions": versions.baseline_versions(store, base_id) if versions_base else {}})
+    out: dict = {"versions": version_table, "results": {}, "metrics": founds, "baseline": {**(baseline or {}), "note": base_note} if baseline or base_note else None}
     for host in nodes:
         found, thr = founds[host], thrs[host]
         fabric = found["snapshots"]["fabric"]
+        version_res = [r for r in [versions.judge(host, version_table)] if r]
         if not (found["gpus"] or found["metrics"] or found["spreads"] or found["snapshots"].get("before")
                 or found["snapshots"].get("after") or found["snapshots"]["problems"] or sdc_rows[host]
                 or fabric.get("before") or fabric.get("after") or fabric["problems"] or layouts.get(host)):
-            continue  # nothing the fleet layer reads (a host that never got to its checks): nothing to say
+            if version_res:
+                out["results"][host] = version_res
+            continue  # nothing else the fleet layer reads (a host that never got to its checks)
         res = [gpu_vs_node(host, found, thr), node_vs_fleet(host, found, groups, thr, stats)]
         if base_note:
             for check in ("node_vs_baseline", "node_vs_baseline_fleet"):
@@ -113,7 +123,7 @@ def evaluate(run_id: str, nodes: dict[str, dict], *, store: Any = None, store_no
         res.append(returning_gpu(host, run_id, found, store, store_note))
         if sdc_rows[host]:
             res.append(sdc.judge(host, run_id, sdc_rows, store, store_note, sdc_votes))
-        out["results"][host] = res
+        out["results"][host] = res + version_res
     out["fleet_medians"] = {f"{k}|{c}": {"metric": k, "context": c, "value": stats[(k, c)][0],
                                          "n": len(v), "unit": next(iter(v.values()))["unit"]} for (k, c), v in groups.items()}
     out["baseline_medians"] = {f"{k}|{c}": {"metric": k, "context": c, **v} for (k, c), v in medians.items()}

@@ -203,6 +203,39 @@ def fleet_note(report: dict) -> str:
             + "".join(f" Store problem during this run: {p}." for p in fleet.get("store_problems") or []))
 
 
+VERSIONS_TITLE = "Software and firmware"
+VERSIONS_HEAD = ("component", "the majority (nodes)", "nodes that differ", "baseline run's")
+MAX_DIFFERING = 12  # nodes named in a cell; the node's fleet.versions result and report.json have every one
+
+
+def versions_note(report: dict) -> str:
+    tab = (report.get("fleet") or {}).get("versions") or {}
+    base = (f"baseline run {tab['baseline_run']}" if tab.get("baseline_run")
+            else f"no baseline ({tab.get('baseline_note') or 'none set'})")
+    return (f"One row per component across the {len(tab.get('hosts') or [])} node(s), those with a difference first; "
+            f"held against {base}. A difference in NCCL or its net plugin fails the node (it is left out of the NCCL "
+            "run across nodes); any other warns.")
+
+
+def versions_rows(report: dict) -> list[dict]:
+    """The software and firmware table's rows as text cells (VERSIONS_HEAD), with `differs` true where a node
+    differs from the majority or the baseline."""
+    tab = (report.get("fleet") or {}).get("versions") or {}
+    rows = []
+    for row in tab.get("rows") or []:
+        named = [f"{d['host']}: {d['value']}" for d in row["differs"]]
+        named += [f"{d['host']}: {d['value']} (against the baseline)" for d in row["baseline_differs"]
+                  if not any(x["host"] == d["host"] for x in row["differs"])]
+        more = len(named) - MAX_DIFFERING
+        common = (f"{row['majority']} ({row['majority_n']} of {row['n']})" if row["majority"] is not None
+                  else f"no majority among {row['n']} node(s)")
+        base = row.get("baseline")
+        rows.append({"cells": (row["label"], common, "; ".join(named[:MAX_DIFFERING]) + (f"; and {more} more" if more > 0 else ""),
+                               f"{base['value']} ({base['n']} of {base['of']})" if base else ""),
+                     "differs": bool(named)})
+    return rows
+
+
 def node_versions_text(node: dict) -> str:
     v = node.get("versions") or {}
     names = (("driver", "driver"), ("cuda_driver", "CUDA"), ("kernel", "kernel"), ("os", "OS"), ("engine", "engine"))

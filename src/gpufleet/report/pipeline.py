@@ -129,6 +129,7 @@ def _fleet_document(report: dict, fleet: dict, drain: list[str]) -> dict:
         "fleet_medians": fleet["fleet_medians"],
         "baseline_medians": fleet["baseline_medians"],
         "view": fleet["view"],
+        "versions": fleet["versions"],
         "drain": drain,
     }
 
@@ -193,7 +194,8 @@ def _build(run_dir: Path, expected_hosts: list[str] | None, db: Path | str | Non
         # What happened to the store since the run started (moved aside, rebuilt): the report says so.
         store_problems = [r["note"] for r in store.repairs_since(read_run_info(run_dir).get("started"))] if store else []
         chosen = _choose_baseline(run_dir, store, baseline)
-        readable = {n["host"]: {"results": n["results"], "profile": n[DOC_PROFILE]} for n in nodes if DOC_PROFILE in n}
+        readable = {n["host"]: {"results": n["results"], "profile": n[DOC_PROFILE], "versions": n["versions"]}
+                    for n in nodes if DOC_PROFILE in n}
         del read  # the raw documents, no longer needed
         fleet = compare.evaluate(run_id, readable, store=store, store_note=store_note, baseline=chosen, extracted=extracted)
         for node in nodes:
@@ -212,6 +214,7 @@ def _build(run_dir: Path, expected_hosts: list[str] | None, db: Path | str | Non
             "fleet_medians": fleet["fleet_medians"],
             "baseline_medians": fleet["baseline_medians"],
             "view": fleet["view"],
+            "versions": fleet["versions"],
             "drain": drain,
         }
         # The peers' own figures of the run across nodes, beside the new node's (not part of any verdict).

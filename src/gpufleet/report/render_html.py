@@ -18,6 +18,8 @@ from typing import Any
 from gpufleet.schema import size_text
 from gpufleet.report.formatting import (
     STATUS_ORDER,
+    VERSIONS_HEAD,
+    VERSIONS_TITLE,
     busbw_series,
     check_id,
     class_text,
@@ -32,6 +34,8 @@ from gpufleet.report.formatting import (
     threshold_text,
     trust_text,
     value_text,
+    versions_note,
+    versions_rows,
 )
 
 _CSS = """
@@ -295,6 +299,20 @@ def _fleet_section(report: dict, anchors: dict[str, str]) -> str:
     return "\n".join(out)
 
 
+def _versions_section(report: dict) -> str:
+    """The software and firmware of every node, one row per component, differences first and marked."""
+    rows = versions_rows(report)
+    if not rows:
+        return ""
+    out = [f"<h2>{_e(VERSIONS_TITLE)}</h2>", f'<p class="meta">{_e(versions_note(report))}</p>',
+           '<table class="versions"><thead><tr>' + "".join(f"<th>{_e(h)}</th>" for h in VERSIONS_HEAD) + "</tr></thead><tbody>"]
+    for row in rows:
+        marked = ' class="s-warn"' if row["differs"] else ""
+        out.append(f"<tr{marked}>" + "".join(f"<td>{_e(c)}</td>" for c in row["cells"]) + "</tr>")
+    out.append("</tbody></table>")
+    return "\n".join(out)
+
+
 def render(report: dict) -> str:
     nodes = list(report["nodes"].values())
     anchors = [_anchor(n["host"], i) for i, n in enumerate(nodes)]
@@ -329,6 +347,7 @@ def render(report: dict) -> str:
             *([f'<p class="meta">Locks not given back (the next run takes them over or waits out the lease): '
                f'{_e("; ".join(kept_locks(report)))}.</p>'] if kept_locks(report) else []),
             _fleet_section(report, {n["host"]: a for n, a in zip(nodes, anchors)}),
+            _versions_section(report),
             *(_node_section(n, a) for n, a in zip(nodes, anchors)),
             "</body></html>",
             "",

@@ -14,6 +14,8 @@ from typing import Any
 from gpufleet.schema import size_text
 from gpufleet.report.formatting import (
     STATUS_ORDER,
+    VERSIONS_HEAD,
+    VERSIONS_TITLE,
     busbw_series,
     check_id,
     class_text,
@@ -28,6 +30,8 @@ from gpufleet.report.formatting import (
     threshold_text,
     trust_text,
     value_text,
+    versions_note,
+    versions_rows,
 )
 
 _EVIDENCE_CHARS = 300  # longer evidence is in report.json and report.html
@@ -165,6 +169,20 @@ def _fleet_section(report: dict) -> list[str]:
     return lines
 
 
+def _versions_section(report: dict) -> list[str]:
+    """The software and firmware of every node, one row per component, differences first."""
+    rows = versions_rows(report)
+    if not rows:
+        return []
+    lines = [f"## {VERSIONS_TITLE}", "", _inline(versions_note(report)), "",
+             "| " + " | ".join(VERSIONS_HEAD) + " |", "| " + " | ".join("---" for _ in VERSIONS_HEAD) + " |"]
+    for row in rows:
+        label, *rest = row["cells"]
+        name = f"**{_inline(label)}**" if row["differs"] else _inline(label)
+        lines.append(f"| {name} | " + " | ".join(_inline(c) for c in rest) + " |")
+    return lines + [""]
+
+
 def _peers_section(report: dict) -> list[str]:
     """Known-good peers that joined the run across nodes: their figures beside the nodes', not judged."""
     peers = report.get("peers") or {}
@@ -206,6 +224,7 @@ def render(report: dict) -> str:
         lines += [_inline("Locks not given back (the next run takes them over or waits out the lease): "
                           + "; ".join(kept_locks(report))) + ".", ""]
     lines += _fleet_section(report)
+    lines += _versions_section(report)
     lines += _peers_section(report)
     for node in nodes:
         lines += _node_section(node)

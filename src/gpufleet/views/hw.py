@@ -10,7 +10,7 @@ Plain text by default, `--json` for the document. `--root` reads sysfs/procfs un
      "memory": {"total_mib", "available_mib"},
      "numa": [{"node", "cpulist", "cpu_count", "memory_total_mib"}],
      "nvml": {"available": bool, "error": str|null, "source": "nvml" | "recording <file>"},
-     "gpus": [{"index", "name", "serial", "uuid", "vbios_version", "memory_total_mib", "pci_bus_id",
+     "gpus": [{"index", "name", "serial", "uuid", "vbios_version", "inforom_image_version", "memory_total_mib", "pci_bus_id",
                "pcie": {"gen_current", "gen_max", "gen_gpu_max", "width_current", "width_max"},
                "numa_node",
                "nvlink": {"links_active", "links": [{"link", "remote_pci_bus_id", "remote_kind", "remote_gpu"}],
@@ -18,12 +18,13 @@ Plain text by default, `--json` for the document. `--root` reads sysfs/procfs un
                "unreadable": {field: reason}}],
      "pci_gpus": [{"bdf", "device", "driver", "numa_node"}],      NVIDIA GPUs on the PCI bus (sysfs)
      "nvswitches": [{"bdf", "device", "driver", "numa_node"}],
-     "infiniband": {"present", "reason", "hcas": [{"name", "pci_bdf", "numa_node", "fw_ver", "hca_type",
+     "infiniband": {"present", "reason", "hcas": [{"name", "pci_bdf", "numa_node", "fw_ver", "board_id", "hca_type",
                     "ports": [{"port", "state", "phys_state", "rate_gbps", "rate", "link_layer"}]}]},
      "port_errors": {"mlx5_0/1": {counter: n}},   each port's error counters that are not 0 (counters/, hw_counters/)
      "aer": {"present", "reason", "devices": [{"bdf", "role", "below", "correctable", "nonfatal", "fatal", "reason"}]},
                                     AER counts since boot of every GPU, HCA and bridge between each and its root port
      "versions": {"driver", "cuda_driver", "nvml", "torch", "torch_cuda", "nccl", "nccl_source", "kernel", "os"},
+     "software": collect.software.read(): OFED, rdma-core, every libnccl the loader finds, the NCCL net plugin,
      "unreadable": {dotted key: reason}}
 
 remote_kind is "gpu" (remote_gpu is its NVML index when it is a GPU of this node), "switch" (an NVSwitch),
@@ -40,13 +41,14 @@ import socket
 from pathlib import Path
 
 from gpufleet import collect, schema
-from gpufleet.collect import nvml
+from gpufleet.collect import nvml, software
 from gpufleet.errors import InputError
 from gpufleet.views import gpu as gpu_reads
 from gpufleet.views import system
 from gpufleet.views.status import index_ranges
 
-_GPU_KEYS = ("index", "name", "serial", "uuid", "vbios_version", "memory_total_mib", "pci_bus_id", "pcie")
+_GPU_KEYS = ("index", "name", "serial", "uuid", "vbios_version", "inforom_image_version", "memory_total_mib", "pci_bus_id",
+             "pcie")
 _GPU_UNREADABLE = ("handle", *_GPU_KEYS[1:], "nvlink")
 
 
@@ -97,9 +99,10 @@ def build(
     *,
     source: str = "nvml",
     host: str | None = None,
+    software_reading: dict | None = None,
 ) -> dict:
     """The hw document from readings: collect.nvml.read() (or a recording), system.read(), system.toolkit(),
-    and optionally views.gpu.nvlink_remote_types()."""
+    and optionally views.gpu.nvlink_remote_types() and collect.software.read()."""
     unreadable = dict(system_reading.get("unreadable") or {})
     pci = system_reading.get("pci") or {}
     switch_buses = {s["bdf"] for s in pci.get("nvswitches") or []}
@@ -167,6 +170,7 @@ def build(
         "port_errors": _port_errors(fabric.get("infiniband") or {}),
         "aer": fabric.get("aer") or {"present": False, "reason": "not read", "devices": []},
         "versions": versions,
+        "software": software_reading or {},
         "unreadable": unreadable,
     }
 
@@ -233,10 +237,10 @@ def render_text(doc: dict) -> str:
         names = sorted({g.get("name") or "?" for g in gpus})
         mems = sorted({g.get("memory_total_mib") for g in gpus}, key=lambda m: m or 0)
         row("GPUs", f"{len(gpus)} x {', '.join(names)}, {', '.join(_v(m, '{} MiB') for m in mems)} each")
-        table = [["GPU", "PCI bus id", "NUMA", "PCIe now (max)", "serial", "VBIOS", "UUID"]]
+        table = [["GPU", "PCI bus id", "NUMA", "PCIe now (max)", "serial", "VBIOS", "InfoROM", "UUID"]]
         for g in gpus:
             table.append([str(g["index"]), _v(g["pci_bus_id"]), _v(g["numa_node"], "{}"), _pcie(g["pcie"]),
-                          _v(g["serial"]), _v(g["vbios_version"]), _v(g["uuid"])])  # fmt: skip
+                          _v(g["serial"]), _v(g["vbios_version"]), _v(g.get("inforom_image_version")), _v(g["uuid"])])  # fmt: skip
         lines += _columns(table)
         row("NVLink", "" if any(g["nvlink"]["links_active"] for g in gpus) else "no active NVLink")
         same: dict[str, list[int]] = {}  # GPUs reaching the same devices over the same links share a line
@@ -271,6 +275,7 @@ def render_text(doc: dict) -> str:
         for h in ib["hcas"]:
             for p in h["ports"] or [{}]:
                 table.append([h["name"], _v(h["pci_bdf"]), f"NUMA {_v(h['numa_node'])}", f"fw {_v(h['fw_ver'])}",
+                              f"board {_v(h.get('board_id'))}",
                               f"port {_v(p.get('port'))}", f"{_v(p.get('state'))} ({_v(p.get('phys_state'))})",
                               _v(p.get("rate_gbps"), "{} Gb/s"), _v(p.get("link_layer"))])  # fmt: skip
         lines += _columns(table)
@@ -296,12 +301,32 @@ def render_text(doc: dict) -> str:
                 for s in ("correctable", "nonfatal", "fatal"))
             lines.append(f"  {where}: {sev}")
 
+    lines += _software_lines(doc.get("software") or {}, row)
     notes = [f"{k}: {r}" for k, r in sorted(doc["unreadable"].items())]
     notes += [f"GPU{g['index']} {k}: {r}" for g in gpus for k, r in sorted(g["unreadable"].items())]
     if notes:
         lines.append("not read:")
         lines += [f"  {n}" for n in notes]
     return "\n".join(lines)
+
+
+def _read_or_why(part: dict, key: str = "version") -> str:
+    return str(part[key]) if part.get(key) is not None else f"none ({part.get('reason') or 'not read'})"
+
+
+def _software_lines(sw: dict, row) -> list[str]:
+    """OFED, rdma-core, NCCL and its net plugin (collect.software); rows go through `row`, extra lines returned."""
+    if not sw:
+        return []
+    row("OFED", f"{_read_or_why(sw.get('ofed') or {})}; rdma-core {_read_or_why(sw.get('rdma_core') or {})}")
+    nccl = sw.get("nccl") or {}
+    torch_nccl = nccl.get("torch") or {}
+    row("NCCL", f"torch's {_read_or_why(torch_nccl)}" + (f" ({torch_nccl['path']})" if torch_nccl.get("path") else ""))
+    extra = [f"  {lib['path']}: {_v(lib.get('version'))}" for lib in nccl.get("libraries") or []]
+    plugin = sw.get("nccl_net_plugin") or {}
+    loads = plugin.get("loads")
+    row("net plugin", f"{loads['path']} (sha256 {loads.get('sha256')})" if loads else f"none ({plugin.get('reason')})")
+    return extra
 
 
 # --- command -------------------------------------------------------------------------------------------
@@ -312,7 +337,7 @@ def read_live(root: str) -> dict:
     nv = nvml.read()
     active = {g["index"]: [l["link"] for l in g.get("nvlink") or [] if l.get("active")] for g in nv.get("gpus") or []}
     types, _ = gpu_reads.nvlink_remote_types({i: links for i, links in active.items() if links})
-    return build(nv, system.read(root), system.toolkit(), types)
+    return build(nv, system.read(root), system.toolkit(), types, software_reading=software.read(root))
 
 
 def cmd_hw(args) -> int:
@@ -322,7 +347,8 @@ def cmd_hw(args) -> int:
         )
     if args.readings:
         nv = collect.load_recording(args.readings, parts=("nvml",))["nvml"]
-        doc = build(nv, system.read(args.root), system.toolkit(), source=f"recording {args.readings}")
+        doc = build(nv, system.read(args.root), system.toolkit(), source=f"recording {args.readings}",
+                    software_reading=software.read(args.root))
     else:
         doc = read_live(args.root)
     print(json.dumps(doc, sort_keys=True) if args.json else render_text(doc))

@@ -10,7 +10,7 @@ could not be read is None and named in "unreadable" ({dotted key: reason}).
      "memory": {"total_mib", "available_mib"},
      "numa": [{"node", "cpulist", "cpu_count", "memory_total_mib"}],
      "pci": {"gpus": [{"bdf", "device", "driver", "numa_node"}], "nvswitches": [same]},
-     "infiniband": {"present", "reason", "hcas": [{"name", "pci_bdf", "numa_node", "fw_ver", "hca_type",
+     "infiniband": {"present", "reason", "hcas": [{"name", "pci_bdf", "numa_node", "fw_ver", "board_id", "hca_type",
                     "ports": [{"port", "state", "phys_state", "rate_gbps", "rate", "link_layer"}]}]},
      "fabric": collect.host.read_fabric(root): {"infiniband" (each port's counters), "aer"},
      "unreadable": {"cpu.model": "...", ...}}
@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.collect.host import os_pretty_name, parse_int, pci_kind, read_fabric, read_ib_port, read_text
+from gpufleet.collect.software import nccl_version_text
 
 KIB = 1024
 
@@ -234,6 +235,7 @@ def read_infiniband(root: Path, unreadable: dict) -> dict:
                 "pci_bdf": bdf,
                 "numa_node": numa,
                 "fw_ver": read_text(hdir / "fw_ver")[0],
+                "board_id": read_text(hdir / "board_id")[0],
                 "hca_type": read_text(hdir / "hca_type")[0],
                 "ports": ports,
             }
@@ -273,16 +275,6 @@ def read(root: str = "/") -> dict:
 
 
 # --- torch, CUDA, NCCL --------------------------------------------------------------------------
-
-
-def nccl_version_text(code) -> str:
-    """NCCL's version as text: torch's (2, 21, 5) or ncclGetVersion's 22105 (2.9 on) / 2708 (before 2.9)."""
-    if isinstance(code, (tuple, list)):
-        return ".".join(str(part) for part in code if part not in ("", None))
-    code = int(code)
-    if code >= 20900:
-        return f"{code // 10000}.{code % 10000 // 100}.{code % 100}"
-    return f"{code // 1000}.{code % 1000 // 100}.{code % 100}"
 
 
 def _loaded_path(fragment: str) -> str | None:
