@@ -4,6 +4,7 @@
     gpufleet history NODE|GPU-UUID|SERIAL [--db PATH | --reports-dir DIR] [--json]
     gpufleet baseline set RUN_ID | show | clear [--db PATH | --reports-dir DIR] [--json]
     gpufleet store rebuild [--reports-dir DIR] [--db PATH]
+    gpufleet slurm RUN_DIR --action none|drain|drain_resume [--max-drain N|N%] [--check]   the verdict in Slurm
 
 Default store: <run_dir>/../gpufleet.db for record; <reports-dir>/gpufleet.db (reports-dir default ./reports)
 for the others.
@@ -18,9 +19,10 @@ import sqlite3
 import sys
 from pathlib import Path
 
-from gpufleet import paths, runs, schema
+from gpufleet import paths, runs, schema, slurm
 from gpufleet.errors import InputError
 from gpufleet.fleet import num
+from gpufleet.fleet import slurm as fleet_slurm
 from gpufleet.fleet.repair import open_for_run, repair
 from gpufleet.fleet.run_files import read_run_info
 from gpufleet.fleet.store import DamagedStore, Store, default_path
@@ -252,6 +254,13 @@ def _where(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
+def cmd_slurm(args) -> int:
+    record = fleet_slurm.act(Path(args.run_dir), args.action, args.max_drain, names=slurm.names_arg(args.slurm_name),
+                             check=args.check)
+    _print(record, args.json, "\n".join(fleet_slurm.summary_lines(record)))
+    return 0 if record["ok"] else 1
+
+
 def add_parsers(sub) -> None:
     """Register record, history, baseline and store on the engine's subcommands."""
     r = sub.add_parser("record", help="on the controller: add a host document (stdin) to RUN_DIR/hosts/HOST.json and the store")
@@ -283,3 +292,15 @@ def add_parsers(sub) -> None:
     ssub = s.add_subparsers(dest="action", required=True)
     _where(ssub.add_parser("rebuild", help="recreate the store from REPORTS_DIR/<run>/ (run.json, hosts/, fleet.json, report.json)"))
     s.set_defaults(func=cmd_store)
+
+    sl = sub.add_parser("slurm", help="act on RUN_DIR/report.json in Slurm: drain the nodes not accepted, resume those "
+                        "gpufleet drained that pass now (slurm.json in the run folder keeps what was done)")
+    sl.add_argument("run_dir", help="the run's folder, holding report.json")
+    sl.add_argument("--action", default="none", help=f"gpufleet_slurm_action: {', '.join(fleet_slurm.ACTIONS)} (default none)")
+    sl.add_argument("--max-drain", default=fleet_slurm.DEFAULT_MAX_DRAIN, help="gpufleet_slurm_max_drain: at most this "
+                    f"many nodes (N) or percent of a partition (N%%) drained by one run (default {fleet_slurm.DEFAULT_MAX_DRAIN})")
+    sl.add_argument("--check", action="store_true", help="change nothing; say what would be done")
+    sl.add_argument("--slurm-name", action="append", help="HOST=NAME: the Slurm node name of an inventory host "
+                    "(default: run.json's, else the inventory name)")
+    sl.add_argument("--json", action="store_true", help="print the record as JSON")
+    sl.set_defaults(func=cmd_slurm)
