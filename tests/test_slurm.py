@@ -227,3 +227,28 @@ def test_health_check_is_silent_when_healthy_and_says_what_it_would_drain(tmp_pa
     assert gpufleet(*args, "--slurm-health").returncode == 0
     done = gpufleet(*args, "--slurm-health", "epilog")
     assert done.returncode == 1 and "processes GPU 0: pid 4242 (python, 1024 MiB)" in done.stdout, done.stdout
+
+
+@needs_slurm
+def test_replacement_taken_over_from_an_admin_drain_and_resumed_once_accepted(cluster, tmp_path):
+    # The repaired node comes back drained by the administrator; `gpufleet fleet accept new --slurm` takes it over
+    # before testing it (run_prepare has made the run folder), then acts on the verdict.
+    cluster.scontrol("update", "nodename=sn1", "state=drain", "reason=admin: GPU 3 replaced")
+    run_dir = tmp_path / "run-5"
+    run_dir.mkdir()
+    done = gpufleet("slurm", str(run_dir), "--take-over", "new", "--slurm-name", "new=sn1", "--json", env=cluster.env())
+    assert done.returncode == 0, done.stderr
+    sn1 = cluster.node("sn1")
+    assert sn1["State"] == "IDLE+DRAIN" and sn1["Reason"].startswith("gpufleet: run-5 accepting, was IDLE+DRAIN: admin: GPU 3")
+    (run_dir / "hosts").mkdir()
+    done = gpufleet("check", "--group", "gpu_inventory", "--group", "gpu_health", "--readings",
+                    str(healthy_readings(tmp_path / "ok.json")), "--host", "new", "--json", "--thresholds", THRESHOLDS)
+    (run_dir / "hosts" / "new.json").write_text(done.stdout)
+    assert json.loads(gpufleet("report", str(run_dir), "--no-store", "--json").stdout)["verdict"] != "fail"
+    done = act(cluster, run_dir, "--action", "drain_resume", "--slurm-name", "new=sn1")
+    assert done.returncode == 0, done.stderr
+    wait_for(lambda: cluster.node_state("sn1") == "IDLE", 120, "the accepted replacement back in service")
+    kept = json.loads((run_dir / "slurm.json").read_text())["actions"]
+    assert [a["action"] for a in kept] == ["take_over", "drain_resume"]
+    assert kept[0]["decisions"][0]["reason_before"].startswith("admin: GPU 3 replaced")
+    assert kept[1]["decisions"][0]["do"] == "resume" and kept[1]["decisions"][0]["done"]

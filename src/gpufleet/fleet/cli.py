@@ -5,6 +5,7 @@
     gpufleet baseline set RUN_ID | show | clear [--db PATH | --reports-dir DIR] [--json]
     gpufleet store rebuild [--reports-dir DIR] [--db PATH]
     gpufleet slurm RUN_DIR --action none|drain|drain_resume [--max-drain N|N%] [--check]   the verdict in Slurm
+    gpufleet slurm RUN_DIR --take-over HOST ... [--check]   nodes under acceptance drained by gpufleet first
 
 Default store: <run_dir>/../gpufleet.db for record; <reports-dir>/gpufleet.db (reports-dir default ./reports)
 for the others.
@@ -255,9 +256,14 @@ def _where(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_slurm(args) -> int:
-    record = fleet_slurm.act(Path(args.run_dir), args.action, args.max_drain, names=slurm.names_arg(args.slurm_name),
-                             check=args.check)
-    _print(record, args.json, "\n".join(fleet_slurm.summary_lines(record)))
+    names = slurm.names_arg(args.slurm_name)
+    if args.take_over:
+        record = fleet_slurm.take_over(Path(args.run_dir), runs.run_id_of(args.run_dir), args.take_over, names=names,
+                                       check=args.check)
+    else:
+        record = fleet_slurm.act(Path(args.run_dir), args.action, args.max_drain, names=names, check=args.check)
+    lines = fleet_slurm.summary_lines(record)
+    _print({**record, "summary": lines}, args.json, "\n".join(lines))
     return 0 if record["ok"] else 1
 
 
@@ -298,8 +304,11 @@ def add_parsers(sub) -> None:
     sl.add_argument("run_dir", help="the run's folder, holding report.json")
     sl.add_argument("--action", default="none", help=f"gpufleet_slurm_action: {', '.join(fleet_slurm.ACTIONS)} (default none)")
     sl.add_argument("--max-drain", default=fleet_slurm.DEFAULT_MAX_DRAIN, help="gpufleet_slurm_max_drain: at most this "
-                    f"many nodes (N) or percent of a partition (N%%) drained by one run (default {fleet_slurm.DEFAULT_MAX_DRAIN})")
+                    "many nodes (N) or percent of a partition (N%%) drained by one run (default %(default)s)")
     sl.add_argument("--check", action="store_true", help="change nothing; say what would be done")
+    sl.add_argument("--take-over", action="append", metavar="HOST", help="before an acceptance run: drain this "
+                    "inventory host's Slurm node with a gpufleet reason whatever drained it before, so the action after the report resumes it "
+                    "when accepted (repeatable; gpufleet fleet accept --slurm)")
     sl.add_argument("--slurm-name", action="append", help="HOST=NAME: the Slurm node name of an inventory host "
                     "(default: run.json's, else the inventory name)")
     sl.add_argument("--json", action="store_true", help="print the record as JSON")

@@ -150,8 +150,39 @@ def act(run_dir: Path, action: str, max_drain, *, names: dict | None = None, che
     return record
 
 
+def take_over(run_dir: Path, run_id: str, hosts: list[str], *, names: dict | None = None, check: bool = False) -> dict:
+    """The replacement flow (`gpufleet fleet accept NEW --slurm`): before the run, drain each of `hosts` (its Slurm
+    name from `names`, else the same) with a gpufleet reason, whatever drained or downed it before (kept in the
+    reason and the record): the operator named these nodes, no job lands on them while they are tested, and the
+    action after the report resumes them when accepted, or drains them with the run's reason when not."""
+    now = slurm.show_nodes()
+    pairs = [(host, export.slurm_name(host, names)) for host in hosts]
+    unknown = [n for _, n in pairs if n not in now]
+    if unknown:
+        raise InputError(f"{', '.join(unknown)}: not a node of this Slurm cluster (scontrol show node does not list it); "
+                         "set gpufleet_slurm_node_name in the inventory when the Slurm name differs")
+    record = {"run_id": run_id, "action": "take_over", "check_mode": check, "started": schema.utc_now(), "breaker": None,
+              "decisions": []}
+    for host, name in pairs:
+        before = now[name]
+        d = {"host": host, "slurm_node": name, "verdict": "under test", "state": before["state"],
+             "reason_before": before["reason"], "do": "drain",
+             "reason": slurm.reason(f"{run_id} accepting, was {before['state']}"
+                                    + (f": {before['reason']}" if before["reason"] else "")),
+             "why": "named for acceptance: out of service while it is tested, resumed only when accepted"}
+        record["decisions"].append(d)
+        if not check:
+            slurm.drain(name, d["reason"])
+            d["done"] = schema.utc_now()
+            d["state_after"] = slurm.show_nodes().get(name, {}).get("state")
+    record["finished"] = schema.utc_now()
+    record["ok"] = True
+    _keep(Path(run_dir), record)
+    return record
+
+
 def _keep(run_dir: Path, record: dict) -> None:
-    """Append to slurm.json; the latest as report.json's "slurm" and report.md's Slurm section."""
+    """Append to slurm.json; the latest as report.json's "slurm" and report.md's Slurm section, once reported."""
     kept = run_dir / SLURM_FILE
     try:
         actions = json.loads(kept.read_text())["actions"]
@@ -159,6 +190,8 @@ def _keep(run_dir: Path, record: dict) -> None:
         actions = []  # none yet, or unreadable: the new record still lands
     paths.write_atomic(kept, json.dumps({"actions": [*actions, record]}, indent=1) + "\n")
     report_json = run_dir / "report.json"
+    if not report_json.exists():
+        return
     report = json.loads(report_json.read_text())
     report["slurm"] = record
     paths.write_atomic(report_json, json.dumps(report, default=str) + "\n")
@@ -174,8 +207,8 @@ def summary_lines(record: dict) -> list[str]:
     lines = [MD_HEADING, "", f"gpufleet_slurm_action {record['action']}{mode}, {record['started']}.", ""]
     if record.get("note"):
         return lines + [record["note"]]
-    breaker = record["breaker"]
-    if breaker["tripped"]:
+    breaker = record["breaker"] or {}
+    if breaker.get("tripped"):
         lines += [f"Breaker tripped: {breaker['why']}. Would have drained: {', '.join(breaker['would_drain'])}.", ""]
     for d in record["decisions"]:
         did = {"drain": "drained" if not record["check_mode"] else "would drain",
