@@ -252,3 +252,59 @@ def test_replacement_taken_over_from_an_admin_drain_and_resumed_once_accepted(cl
     assert [a["action"] for a in kept] == ["take_over", "drain_resume"]
     assert kept[0]["decisions"][0]["reason_before"].startswith("admin: GPU 3 replaced")
     assert kept[1]["decisions"][0]["do"] == "resume" and kept[1]["decisions"][0]["done"]
+
+
+@needs_slurm
+@pytest.mark.slow
+def test_fleet_accept_slurm_takes_the_node_over_and_drains_it_with_the_runs_reason(cluster, tmp_path):
+    """`gpufleet fleet accept sn1 --slurm`: a real validate.yml over the test host sn1 (ssh into its namespace). On a
+    machine without a GPU the node is not accepted: taken over from the administrator's drain before the checks,
+    drained with the run's reason after the report (which fails the run); the other nodes untouched."""
+    pytest.importorskip("ansible_runner")
+    cluster.scontrol("update", "nodename=sn1", "state=drain", "reason=admin: GPU 3 replaced")
+    cluster.scontrol("update", "nodename=sn3", "state=drain", "reason=admin: leave me")
+    nodes = {n: {"gpufleet_node_env": dict(cluster.host_vars(n)["gpufleet_node_env"], PYTHONPATH=str(REPO / "src"))}
+             for n in cluster.names}
+    inv = cluster.inventory(tmp_path / "inventory.yml", host_vars=nodes, gpufleet_benchmarks=[])
+    env = dict(cluster.env(), PYTHONPATH=str(REPO / "src"), ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
+               **cluster.ssh_env())
+    done = subprocess.run([str(Path(sys.executable).parent / "gpufleet"), "fleet", "accept", "sn1", "-i", str(inv),
+                           "--reports-dir", str(tmp_path / "reports"), "--run-id", "accept-1", "--slurm", "--plain"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 1, done.stdout[-4000:] + done.stderr[-2000:]
+    sn1 = cluster.node("sn1")
+    assert sn1["State"] == "IDLE+DRAIN" and sn1["Reason"].startswith("gpufleet: accept-1 "), sn1
+    assert "accepting" not in sn1["Reason"]
+    assert cluster.node_state("sn2") == "IDLE" and cluster.node("sn3")["Reason"].startswith("admin: leave me")
+    kept = json.loads((tmp_path / "reports" / "accept-1" / "slurm.json").read_text())["actions"]
+    assert [a["action"] for a in kept] == ["take_over", "drain_resume"]
+    assert kept[0]["decisions"][0]["reason_before"].startswith("admin: GPU 3 replaced")
+    assert [d["slurm_node"] for d in kept[1]["decisions"]] == ["sn1"] and kept[1]["decisions"][0]["done"]
+
+
+@needs_slurm
+@pytest.mark.slow
+def test_playbook_check_mode_shows_the_drain_and_changes_nothing_and_bad_input_stops_first(cluster, tmp_path):
+    """validate.yml itself (ansible-playbook): a bad gpufleet_slurm_max_drain stops the run before any node is
+    touched, naming the variable; under --check the node not accepted is shown as one to drain, and stays idle."""
+    nodes = {n: {"gpufleet_node_env": dict(cluster.host_vars(n)["gpufleet_node_env"], PYTHONPATH=str(REPO / "src"))}
+             for n in cluster.names}
+    inv = cluster.inventory(tmp_path / "inventory.yml", host_vars=nodes, gpufleet_benchmarks=[])
+    env = dict(cluster.env(), PYTHONPATH=str(REPO / "src"), ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
+               **cluster.ssh_env())
+
+    def playbook(run_id: str, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "validate.yml", "-i", str(inv),
+                               "--limit", "sn2", "-e", f"gpufleet_reports_dir={tmp_path / 'reports'}", "-e",
+                               f"gpufleet_run_id={run_id}", "-e", "gpufleet_slurm_action=drain_resume", *args],
+                              cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+
+    done = playbook("bad", "-e", "gpufleet_slurm_max_drain=lots")
+    assert done.returncode != 0 and "gpufleet_slurm_max_drain is \"lots\"" in done.stdout, done.stdout[-3000:]
+    assert not (tmp_path / "reports" / "bad" / "hosts").exists()
+    done = playbook("checked", "--check")
+    assert done.returncode != 0, done.stdout[-3000:]  # the node is not accepted
+    assert "would drain" in done.stdout and "check mode: nothing changed" in done.stdout, done.stdout[-3000:]
+    assert cluster.node_state("sn2") == "IDLE" and sinfo(cluster)["sn2"][0] == "idle"
+    kept = json.loads((tmp_path / "reports" / "checked" / "slurm.json").read_text())["actions"]
+    assert len(kept) == 1 and kept[0]["check_mode"] and kept[0]["decisions"][0]["do"] == "drain"
