@@ -99,6 +99,25 @@ def test_reason_names_gpufleet_run_class_and_first_check_within_the_limit():
     assert "=" not in slurm.reason("a=b") and slurm.is_own(slurm.reason("anything"))
 
 
+def test_breaker_counts_only_nodes_this_run_takes_out_of_service():
+    """plan() over Slurm's nodes as scontrol gives them: a failing node already drained by gpufleet gets its reason
+    renewed without counting against the limit; an admin's drain is left alone and not counted either."""
+    shown = slurm.parse_nodes("\n".join([
+        "NodeName=a State=IDLE Partitions=p",
+        f"NodeName=b State=IDLE+DRAIN Partitions=p Reason={slurm.reason('run-0 hardware: gpu_health.ecc')} [root@t]",
+        "NodeName=c State=DOWN+DRAIN+NOT_RESPONDING Partitions=p Reason=admin: PSU [root@t]",
+        "NodeName=d State=IDLE Partitions=p"]))
+    assert shown["c"]["base"] == "DOWN" and "DRAIN" in shown["c"]["flags"] and shown["c"]["reason"] == "admin: PSU [root@t]"
+    failing = {"verdict": "fail", "results": [{"group": "gpu_health", "check": "xid", "status": "fail", "class": "hardware"}]}
+    report = {"run_id": "run-9", "nodes": {"a": failing, "b": failing, "c": failing, "d": {"verdict": "pass", "results": []}}}
+    planned = fleet_slurm.plan(report, shown, "drain_resume", (1, False))  # one new drain allowed
+    assert not planned["breaker"]["tripped"]
+    assert [d["do"] for d in planned["decisions"]] == ["drain", "drain", "nothing", "nothing"]
+    assert "left alone" in planned["decisions"][2]["why"]
+    planned = fleet_slurm.plan(report, shown, "drain_resume", (0, False))
+    assert planned["breaker"]["tripped"] and planned["breaker"]["would_drain"] == ["a"]
+
+
 @pytest.mark.parametrize("value", ["none", "drain", "drain_resume"])
 def test_the_action_and_its_limit_are_checked_with_the_variable_named(value):
     assert fleet_slurm.parse_action(value) == value
