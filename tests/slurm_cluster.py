@@ -1,11 +1,12 @@
 """A real Slurm cluster for tests: Debian's slurmctld, slurmd and munged, on the network-namespace test hosts.
 
 One munged with a key made here (its socket in the cluster's folder, which every daemon and scontrol reach through
-`AuthInfo=socket=`), slurmctld on this machine listening for the hosts at this machine's end of the first host's
-veth pair, and one slurmd per test host, run inside that host's namespace with its own node name (`slurmd -N`), its
-own spool folder and log. Every port is picked free; nothing listens beyond loopback and the test hosts' links.
+`AuthInfo=socket=`), slurmctld on this machine, and one slurmd per test host, run inside that host's namespace with
+its own node name (`slurmd -N`), its own spool folder and log. Every port is picked free, and every message goes
+over the test hosts' links: slurmctld is dialled at this machine's end of the first host's veth pair (it listens
+on every address, as Slurm has no option to bind one), each slurmd at its host's address.
 
-    with SlurmCluster(["sn1", "sn2"], net=218, tag="gfs") as slurm:
+    with SlurmCluster(["sn1", "sn2"], net=219, tag="gfs") as slurm:
         slurm.wait_idle()
         slurm.scontrol("update", "nodename=sn1", "state=drain", "reason=admin: fan")
         slurm.node_state("sn1")   # 'IDLE+DRAIN', read back with `scontrol show node`
