@@ -19,7 +19,7 @@ $(BIN)/python:
 	bash scripts/system-deps.sh venv
 	$(PYTHON) -m venv $(VENV)
 
-# python3-venv, ssh, sshd, iproute2 when missing (apt-get, as root); says what to install otherwise.
+# python3-venv, ssh, sshd, iproute2, Slurm's daemons and munge when missing (apt-get, as root); says what to install otherwise.
 system-deps:
 	bash scripts/system-deps.sh test
 

@@ -2,6 +2,7 @@
 
     gpufleet collect [--out FILE]                 record NVML + sysfs readings as JSON
     gpufleet check [--group G ...] [--json]       run checks, print a host document
+    gpufleet check --slurm-health [epilog]        Slurm's health check: silent when healthy, drains on a hard fault
     gpufleet bench matmul|memory|nccl|sdc|soak [--tier T] [--duration-s N]   run benchmarks, print a host document
     gpufleet counters --phase before|after [--json]   every GPU's error counters and the fabric's (InfiniBand, PCIe AER)
     gpufleet finetune --config FILE [--nnodes N]  LoRA fine-tune under torchrun, print a host document
@@ -17,11 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import socket
 import sys
 from pathlib import Path
 
-from gpufleet import collect, engine, guard, lock, report, runs, schema, views
-from gpufleet.checks import GROUPS
+from gpufleet import collect, engine, guard, lock, report, runs, schema, slurm, views
+from gpufleet.checks import GROUPS, slurm_health
 from gpufleet.collect import counters
 from gpufleet.command_line import Parser, add_document_arguments, json_arg, print_doc, results_exit
 from gpufleet.errors import InputError
@@ -45,14 +48,32 @@ def cmd_check(args) -> int:
     readings = collect.load_recording(args.readings) if args.readings else collect.read_all(args.root)
     doc = engine.check_host(
         readings,
-        args.group or None,
+        slurm_health.GROUPS if args.slurm_health else args.group or None,
         host=args.host,
         profile_name=args.profile,
         overrides=json_arg(args.thresholds, "--thresholds"),
         profile_dir=args.profile_dir,
     )
+    if args.slurm_health:
+        return _slurm_health(doc, args)
     print_doc(doc, args.json)
     return results_exit(doc["results"], args.exit_zero)
+
+
+def _slurm_health(doc: dict, args) -> int:
+    """Silent and 0 on a healthy node; on a hard fault, drain this node (its Slurm name: --slurm-node, else
+    SLURMD_NODENAME, which slurmd sets for its health check, prolog and epilog, else the short host name) and exit 1."""
+    faults = slurm_health.hard_faults(doc["results"], args.slurm_health)
+    if not faults:
+        return 0
+    name = args.slurm_node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    why = slurm.reason(slurm_health.reason_text(faults))
+    if args.dry_run:
+        print(f"would drain {name}: {why}")
+        return 1
+    slurm.drain(name, why)
+    print(f"drained {name}: {why}", file=sys.stderr)
+    return 1
 
 
 def cmd_bench(args) -> int:
@@ -88,12 +109,8 @@ def cmd_counters(args) -> int:
 
 
 def cmd_report(args) -> int:
-    slurm = dict(pair.split("=", 1) for pair in args.slurm_name or [] if "=" in pair)
-    bad = [pair for pair in args.slurm_name or [] if "=" not in pair]
-    if bad:
-        raise InputError(f"--slurm-name {bad[0]!r}: expected HOST=SLURM_NAME")
     summary = report.build(Path(args.run_dir), expected_hosts=args.expect_host or None, db=args.db,
-                           use_store=not args.no_store, baseline=args.baseline, slurm_names=slurm or None)
+                           use_store=not args.no_store, baseline=args.baseline, slurm_names=slurm.names_arg(args.slurm_name))
     if args.set_baseline:
         if not summary.get("store"):
             raise InputError(f"--set-baseline (gpufleet_baseline_set) needs the store, and there is none: {summary.get('store_note')}")
@@ -155,6 +172,13 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--group", action="append", choices=list(GROUPS), help="check group (repeatable; default all)")
     k.add_argument("--readings", help="replay a recording from `gpufleet collect` instead of reading this host")
     k.add_argument("--root", default="/", help="filesystem root to read sysfs/procfs under (tests)")
+    k.add_argument("--slurm-health", nargs="?", const="health", choices=slurm_health.MODES,
+                   help="Slurm's health check (HealthCheckProgram, prolog; `epilog` also fails on processes left on a "
+                   "GPU): silent and exit 0 when healthy; on a hard fault (Xid, ECC, row remap, a GPU gone) drain this "
+                   "node with the reason and exit 1")
+    k.add_argument("--slurm-node", help="with --slurm-health: this node's Slurm name (default: $SLURMD_NODENAME, "
+                   "else the short host name)")
+    k.add_argument("--dry-run", action="store_true", help="with --slurm-health: print the drain instead of doing it")
     add_document_arguments(k)
     k.set_defaults(func=cmd_check)
 

@@ -5,6 +5,8 @@
     gpufleet baseline set RUN_ID | show | clear [--db PATH | --reports-dir DIR] [--json]
     gpufleet store rebuild [--reports-dir DIR] [--db PATH]
     gpufleet versions RUN_DIR [--hosts H1,H2,...] [--json]   the software and firmware table of the run's nodes
+    gpufleet slurm RUN_DIR --action none|drain|drain_resume [--max-drain N|N%] [--check]   the verdict in Slurm
+    gpufleet slurm RUN_DIR --take-over HOST ... [--check]   nodes under acceptance drained by gpufleet first
 
 Default store: <run_dir>/../gpufleet.db for record; <reports-dir>/gpufleet.db (reports-dir default ./reports)
 for the others.
@@ -19,9 +21,10 @@ import sqlite3
 import sys
 from pathlib import Path
 
-from gpufleet import paths, runs, schema
+from gpufleet import paths, runs, schema, slurm
 from gpufleet.errors import InputError
 from gpufleet.fleet import num, versions
+from gpufleet.fleet import slurm as fleet_slurm
 from gpufleet.fleet.repair import open_for_run, repair
 from gpufleet.fleet.run_files import read_run_info
 from gpufleet.fleet.store import DamagedStore, Store, default_path
@@ -300,8 +303,20 @@ def _where(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
+def cmd_slurm(args) -> int:
+    names = slurm.names_arg(args.slurm_name)
+    if args.take_over:
+        record = fleet_slurm.take_over(Path(args.run_dir), runs.run_id_of(args.run_dir), args.take_over, names=names,
+                                       check=args.check)
+    else:
+        record = fleet_slurm.act(Path(args.run_dir), args.action, args.max_drain, names=names, check=args.check)
+    lines = fleet_slurm.summary_lines(record)
+    _print({**record, "summary": lines}, args.json, "\n".join(lines))
+    return 0 if record["ok"] else 1
+
+
 def add_parsers(sub) -> None:
-    """Register record, history, baseline, store and versions on the engine's subcommands."""
+    """Register record, history, baseline, store, versions and slurm on the engine's subcommands."""
     r = sub.add_parser("record", help="on the controller: add a host document (stdin) to RUN_DIR/hosts/HOST.json and the store")
     r.add_argument("run_dir", help="the run's folder (<reports_dir>/<run_id>)")
     r.add_argument("host", help="the inventory host name: the document is hosts/HOST.json")
@@ -338,3 +353,18 @@ def add_parsers(sub) -> None:
     v.add_argument("--hosts", help="comma-separated inventory host names (default: every document in RUN_DIR/hosts)")
     v.add_argument("--json", action="store_true", help="print JSON")
     v.set_defaults(func=cmd_versions)
+
+    sl = sub.add_parser("slurm", help="act on RUN_DIR/report.json in Slurm: drain the nodes not accepted, resume those "
+                        "gpufleet drained that pass now (slurm.json in the run folder keeps what was done)")
+    sl.add_argument("run_dir", help="the run's folder, holding report.json")
+    sl.add_argument("--action", default="none", help=f"gpufleet_slurm_action: {', '.join(fleet_slurm.ACTIONS)} (default none)")
+    sl.add_argument("--max-drain", default=fleet_slurm.DEFAULT_MAX_DRAIN, help="gpufleet_slurm_max_drain: at most this "
+                    "many nodes (N) or percent of a partition (N%%) drained by one run (default %(default)s)")
+    sl.add_argument("--check", action="store_true", help="change nothing; say what would be done")
+    sl.add_argument("--take-over", action="append", metavar="HOST", help="before an acceptance run: drain this "
+                    "inventory host's Slurm node with a gpufleet reason whatever drained it before, so the action after the report resumes it "
+                    "when accepted (repeatable; gpufleet fleet accept --slurm)")
+    sl.add_argument("--slurm-name", action="append", help="HOST=NAME: the Slurm node name of an inventory host "
+                    "(default: run.json's, else the inventory name)")
+    sl.add_argument("--json", action="store_true", help="print the record as JSON")
+    sl.set_defaults(func=cmd_slurm)

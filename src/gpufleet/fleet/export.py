@@ -226,19 +226,26 @@ def drain_line(run_id: str, name: str, checks: list[str], classes: list[str] | N
     return f'scontrol update {node_arg} State=DRAIN Reason="{reason}"'
 
 
+def failing_checks(node: dict) -> tuple[list[str], list[str]]:
+    """A node's checks that failed or could not run (group.check, each once) and the class of each, in its
+    results' order."""
+    checks, classes = [], []
+    for r in node["results"]:
+        if r["status"] in (schema.FAIL, schema.ERROR):
+            cid = f"{r['group']}.{r['check']}" if r.get("group") else r["check"]
+            if cid not in checks:
+                checks.append(cid)
+                classes.append(failure_class.of(r))
+    return checks, classes
+
+
 def drain_lines(report: dict, mapping: dict | None = None) -> list[str]:
     """One drain line per node not accepted, in the report's order (worst first)."""
     lines = []
     for host, node in report["nodes"].items():
         if node["verdict"] != schema.FAIL:
             continue
-        checks, classes = [], []
-        for r in node["results"]:
-            if r["status"] in (schema.FAIL, schema.ERROR):
-                cid = f"{r['group']}.{r['check']}" if r.get("group") else r["check"]
-                if cid not in checks:
-                    checks.append(cid)
-                    classes.append(failure_class.of(r))
+        checks, classes = failing_checks(node)
         lines.append(drain_line(report["run_id"], slurm_name(host, mapping), checks, classes))
     return lines
 

@@ -10,6 +10,7 @@ import yaml
 
 from gpufleet import paths
 from gpufleet.errors import InputError
+from gpufleet.fleet import slurm as fleet_slurm
 from gpufleet.runner import record as rec
 from gpufleet.runner import resume as resume_mod
 from gpufleet.runner.core import (
@@ -81,15 +82,34 @@ def _tier_vars(tier: str | None, soak_duration_s: int | None) -> dict:
     return out
 
 
+def _slurm_vars(action: str | None, max_drain: str | None, take_over: bool) -> dict:
+    """--slurm [drain|drain_resume] and --slurm-max-drain as the playbook's variables; accept also takes the nodes
+    over in Slurm before testing them (gpufleet_slurm_take_over)."""
+    if action is None:
+        if max_drain is not None:
+            raise InputError("--slurm-max-drain needs --slurm")
+        return {}
+    out = {"gpufleet_slurm_action": fleet_slurm.parse_action(action)}
+    if max_drain is not None:
+        fleet_slurm.parse_max_drain(max_drain)
+        out["gpufleet_slurm_max_drain"] = max_drain
+    if take_over:
+        out["gpufleet_slurm_take_over"] = True
+    return out
+
+
 def fleet_run(inventory: str, *, limit: str | None = None, tier: str | None = None, soak_duration_s: int | None = None,
               run_id: str | None = None, reports_dir: str | Path | None = None, extra_vars: dict | None = None,
               project: Project | str | None = None, view=None, envvars: dict | None = None,
-              peers: list[str] | None = None, command: str = "run") -> Outcome:
-    """validate.yml over the inventory's gpu_nodes (narrowed by limit): one attempt of a new run."""
+              peers: list[str] | None = None, command: str = "run", slurm: str | None = None,
+              slurm_max_drain: str | None = None) -> Outcome:
+    """validate.yml over the inventory's gpu_nodes (narrowed by limit): one attempt of a new run. `slurm`: act on
+    the verdict in Slurm (drain, drain_resume); `accept` also drains its nodes with a gpufleet reason first."""
     project = project if isinstance(project, Project) else find_project(project)
     user_vars = dict(extra_vars or {})
     check_user_vars(user_vars)
     user_vars.update(_tier_vars(tier, soak_duration_s))
+    user_vars.update(_slurm_vars(slurm, slurm_max_drain, take_over=command == "accept"))
     inv, hosts = nodes_of(project, inventory, limit)
     peers = list(peers or [])
     unknown = [p for p in peers if p not in inv.hosts]

@@ -38,6 +38,12 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tier", choices=["smoke", "acceptance", "soak"], help="how deep to test (default: acceptance)")
     p.add_argument("--soak-duration-s", type=int, help="the soak tier's duration in seconds")
     p.add_argument("--run-id", help="the run's name (default: the UTC time); a used one is refused")
+    p.add_argument("--slurm", nargs="?", const="drain_resume", choices=["drain", "drain_resume"],
+                   help="after the report, drain the nodes not accepted and (drain_resume, the default) resume those "
+                   "gpufleet drained that pass (gpufleet_slurm_action); accept also drains its nodes with a gpufleet "
+                   "reason before testing them, so an accepted one is resumed")
+    p.add_argument("--slurm-max-drain", metavar="N|N%", help="the breaker: at most N nodes or N%% of a partition "
+                   "drained by the run (gpufleet_slurm_max_drain; default 50%%)")
 
 
 def _view(args):
@@ -53,14 +59,15 @@ def _finish(args, outcome) -> int:
 def cmd_run(args) -> int:
     out = api.fleet_run(args.inventory, limit=args.limit, tier=args.tier, soak_duration_s=args.soak_duration_s,
                         run_id=args.run_id, reports_dir=args.reports_dir, extra_vars=api.parse_extra_vars(args.extra_vars),
-                        project=args.project, view=_view(args))
+                        project=args.project, view=_view(args), slurm=args.slurm, slurm_max_drain=args.slurm_max_drain)
     return _finish(args, out)
 
 
 def cmd_accept(args) -> int:
     out = api.fleet_accept(args.nodes, peers=args.peers or [], inventory=args.inventory, tier=args.tier,
                            soak_duration_s=args.soak_duration_s, run_id=args.run_id, reports_dir=args.reports_dir,
-                           extra_vars=api.parse_extra_vars(args.extra_vars), project=args.project, view=_view(args))
+                           extra_vars=api.parse_extra_vars(args.extra_vars), project=args.project, view=_view(args),
+                           slurm=args.slurm, slurm_max_drain=args.slurm_max_drain)
     return _finish(args, out)
 
 

@@ -1,0 +1,184 @@
+"""A real Slurm cluster for tests: Debian's slurmctld, slurmd and munged, on the network-namespace test hosts.
+
+One munged with a key made here (its socket in the cluster's folder, which every daemon and scontrol reach through
+`AuthInfo=socket=`), slurmctld on this machine, and one slurmd per test host, run inside that host's namespace with
+its own node name (`slurmd -N`), its own spool folder and log. Every port is picked free, and every message goes
+over the test hosts' links: slurmctld is dialled at this machine's end of the first host's veth pair (it listens
+on every address, as Slurm has no option to bind one), each slurmd at its host's address.
+
+    with SlurmCluster(["sn1", "sn2"], net=219, tag="gfs") as slurm:
+        slurm.wait_idle()
+        slurm.scontrol("update", "nodename=sn1", "state=drain", "reason=admin: fan")
+        slurm.node_state("sn1")   # 'IDLE+DRAIN', read back with `scontrol show node`
+
+Needs root, the test hosts' tools and slurmctld, slurmd, munged, scontrol (scripts/system-deps.sh test installs
+them); `skip_reason()` says what is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+
+import testhosts
+from waiting import wait_for
+
+TOOLS = ("slurmctld", "slurmd", "munged", "scontrol", "sinfo")
+TOOL_PATH = f"{testhosts.TOOL_PATH}:/usr/bin"
+
+
+def skip_reason() -> str | None:
+    """Why a Slurm cluster cannot be made here, or None."""
+    why = testhosts.skip_reason()
+    if why:
+        return why
+    missing = [t for t in TOOLS if not shutil.which(t, path=TOOL_PATH)]
+    if missing:
+        return (f"missing {', '.join(missing)}: run scripts/system-deps.sh test as root "
+                "(apt-get install slurmctld slurmd munge slurm-client)")
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class SlurmCluster(testhosts.TestFleet):
+    """Test hosts `names` (testhosts.TestFleet), each a Slurm node of that name, one partition `gpu` holding them all;
+    `health_check` (a program) runs as HealthCheckProgram every few seconds."""
+
+    __test__ = False
+
+    def __init__(self, names: list[str], *, net: int, tag: str, health_check: Path | None = None):
+        super().__init__(names, net=net, tag=tag)
+        self.health_check = health_check
+        self.dir = Path(tempfile.mkdtemp(prefix=f"{tag}-slurm-"))
+        self.conf = self.dir / "slurm.conf"
+        self.munge_socket = self.dir / "munge" / "munge.socket"
+        self.procs: list[subprocess.Popen] = []
+
+    # ------------------------------------------------------------ life cycle
+
+    def env(self) -> dict:
+        """Environment for scontrol, sinfo and gpufleet's Slurm commands: this cluster's slurm.conf."""
+        return dict(os.environ, SLURM_CONF=str(self.conf), PATH=TOOL_PATH)
+
+    def _start(self, argv: list[str], log: str) -> subprocess.Popen:
+        out = open(self.dir / log, "ab")  # noqa: SIM115 - the daemon's log, closed with the test's folder
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=self.env(), start_new_session=True)
+        out.close()
+        self.procs.append(proc)
+        return proc
+
+    def _up(self) -> None:
+        super()._up()
+        munge = self.munge_socket.parent
+        munge.mkdir(mode=0o700)
+        key = self.dir / "munge.key"
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o600)
+        self._start(["munged", "--foreground", "--force", f"--socket={self.munge_socket}", f"--key-file={key}",
+                     f"--pid-file={munge}/munged.pid", f"--seed-file={munge}/munged.seed",
+                     f"--log-file={self.dir}/munged.log"], "munged.out")
+        wait_for(self.munge_socket.exists, 60, "munged's socket")
+        controller = self.hosts[self.names[0]][1]  # this machine's end of the first host's link
+        self.ctld_port, self.slurmd_port = free_port(), free_port()
+        nodes = "\n".join(f"NodeName={n} NodeAddr={self.address(n)} CPUs=1 RealMemory=64 State=UNKNOWN"
+                          for n in self.names)
+        health = (f"HealthCheckProgram={self.health_check}\nHealthCheckInterval=5\nHealthCheckNodeState=ANY\n"
+                  if self.health_check else "")
+        for sub in ("state", "spool"):
+            (self.dir / sub).mkdir()
+        self.conf.write_text(f"""\
+ClusterName=gpufleettest
+SlurmctldHost={socket.gethostname()}({controller})
+SlurmctldPort={self.ctld_port}
+SlurmdPort={self.slurmd_port}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket={self.munge_socket}
+StateSaveLocation={self.dir}/state
+SlurmdSpoolDir={self.dir}/spool/%n
+SlurmctldPidFile={self.dir}/slurmctld.pid
+SlurmdPidFile={self.dir}/slurmd-%n.pid
+SlurmctldLogFile={self.dir}/slurmctld.log
+SlurmdLogFile={self.dir}/slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SchedulerType=sched/builtin
+SelectType=select/linear
+MpiDefault=none
+ReturnToService=2
+SlurmdTimeout=300
+{health}{nodes}
+PartitionName=gpu Nodes={','.join(self.names)} Default=YES State=UP
+""")
+        self._start(["slurmctld", "-D", "-c", "-i", "-f", str(self.conf)], "slurmctld.out")
+        wait_for(lambda: self._answers(), 120, f"slurmctld on {controller}:{self.ctld_port} (log: {self.dir}/slurmctld.log)")
+        for name in self.names:
+            netns = self.hosts[name][0]
+            (self.dir / "spool" / name).mkdir()
+            # nsenter, not `ip netns exec`: only the network is the host's own; /sys (slurmd's cgroups) stays this machine's.
+            self._start(["nsenter", f"--net=/run/netns/{netns}", "slurmd", "-D", "-N", name, "-f", str(self.conf)], f"slurmd-{name}.out")
+
+    def _answers(self) -> bool:
+        return subprocess.run(["scontrol", "ping"], env=self.env(), capture_output=True, text=True, timeout=60).returncode == 0
+
+    def close(self) -> None:
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        for proc in reversed(self.procs):
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=60)
+        super().close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    # ------------------------------------------------------------ what tests use
+
+    def scontrol(self, *args: str) -> str:
+        done = subprocess.run(["scontrol", *args], env=self.env(), capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, f"scontrol {shlex.join(args)}: {done.stderr}"
+        return done.stdout
+
+    def node(self, name: str) -> dict:
+        """`scontrol show node NAME -o` as {key: value}; Reason's value runs to the end of the line's field."""
+        line = self.scontrol("show", "node", name, "-o").strip()
+        fields, key = {}, None
+        for word in line.split(" "):
+            if "=" in word and word.split("=", 1)[0].replace("_", "").isalnum():
+                key, value = word.split("=", 1)
+                fields[key] = value
+            elif key:
+                fields[key] += " " + word  # a value with spaces (Reason)
+        return fields
+
+    def node_state(self, name: str) -> str:
+        return self.node(name)["State"]
+
+    def wait_idle(self, timeout_s: float = 180) -> None:
+        """Every node registered and idle (its slurmd answered the controller)."""
+        wait_for(lambda: all(self.node_state(n).split("+")[0] == "IDLE" for n in self.names), timeout_s,
+                 f"every slurmd registered idle (logs in {self.dir})")
+
+    def log(self, name: str) -> str:
+        path = self.dir / name
+        return path.read_text(errors="replace") if path.exists() else ""
