@@ -16,12 +16,22 @@ import pytest
 
 from module_runner import REPO, run_module  # noqa: E402  (also puts the collection on sys.path)
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import check_module, engine, report_module  # noqa: E402
+from ansible_collections.gpufleet.cluster.plugins.action import node_take as node_take_action  # noqa: E402
+from ansible_collections.gpufleet.cluster.plugins.doc_fragments import node_lock as node_lock_fragment  # noqa: E402
+from ansible_collections.gpufleet.cluster.plugins.module_utils import (  # noqa: E402
+    check_module,
+    engine,
+    lock_module,
+    record_module,
+    report_module,
+)
 from ansible_collections.gpufleet.cluster.plugins.modules import (  # noqa: E402
     fleet_report,
     gpu_health,
     gpu_inventory,
     host_hygiene,
+    host_record,
+    node_take,
     run_start,
 )
 
@@ -304,6 +314,11 @@ def test_modules_document_the_arguments_they_take():
         yaml.safe_load(mod.EXAMPLES)
     report_doc = yaml.safe_load(fleet_report.DOCUMENTATION)
     assert set(report_doc["options"]) == set(report_module.report_argument_spec())
+    # The action plugins of the same name take what their module's DOCUMENTATION names.
+    assert set(yaml.safe_load(host_record.DOCUMENTATION)["options"]) == set(record_module.record_argument_spec())
+    lock_fragment = yaml.safe_load(node_lock_fragment.ModuleDocFragment.DOCUMENTATION)["options"]
+    assert set(lock_fragment) == set(lock_module.lock_argument_spec())
+    assert set(yaml.safe_load(node_take.DOCUMENTATION)["options"]) | set(lock_fragment) == set(node_take_action.ARGUMENT_SPEC)
 
 
 def test_run_start_without_a_run_id_returns_the_one_the_engine_minted(tmp_path, capsys):

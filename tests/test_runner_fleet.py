@@ -193,11 +193,12 @@ def test_a_full_run_shows_each_node_live_and_a_lost_node_is_run_again_alone_with
     for host in ("node-a", "node-c"):
         seen = node_lines(lines, host)
         stages = [s for s, _, _ in seen]
-        # In order, each stage once it runs: reached, checked group by group, across the nodes, reported.
-        assert stages[0] == "reach" and stages[-1] == "done", out
+        # In order, each stage once it runs: locked (the first thing asked of the node), checked (the groups of one
+        # task), across the nodes, reported.
+        assert stages[0] == "lock" and stages[-1] == "done", out
         checks = list(dict.fromkeys(what for s, what, _ in seen if s == "checks"))
-        assert checks == list(NODE_GROUPS), out
-        assert ("checks", "gpu_inventory", "so far error") in seen, out  # no GPU: the checks erred
+        assert checks == [", ".join(NODE_GROUPS)], out
+        assert ("checks", ", ".join(NODE_GROUPS), "so far error") in seen, out  # no GPU: the checks erred
         assert "cross-node" in stages and stages.index("cross-node") > stages.index("checks"), out
         assert seen[-1] == ("done", "", "not accepted"), out
         # One line per change: never the same line twice in a row.

@@ -54,6 +54,11 @@ def doc_res(*statuses, check="x", group="gpu_health"):
     ({"resolved_action": "gpufleet.cluster.gpu_counters", "task": "Read the error counters after the benchmarks"}, ("counters", "after")),
     ({"resolved_action": "gpufleet.cluster.benchmark", "task": "Run the benchmarks inside the node: matmul, memory, nccl"},
      ("benchmarks", "matmul, memory, nccl")),
+    # The node stage's modules in one task each (node_steps): the stage and what it runs, from the task's name.
+    ({"resolved_action": "gpufleet.cluster.node_steps", "task": "Run the check groups on the node: gpu_inventory, gpu_health",
+      "task_path": f"{ROLE}/main.yml:50"}, ("checks", "gpu_inventory, gpu_health")),
+    ({"resolved_action": "gpufleet.cluster.node_steps", "task": "Run the benchmarks inside the node: matmul, sdc",
+      "task_path": f"{ROLE}/main.yml:60"}, ("benchmarks", "matmul, sdc")),
     ({"resolved_action": "gpufleet.cluster.benchmark", "task": "Start NCCL across the nodes at once: a, b",
       "task_path": f"{ROLE}/nccl_multinode.yml:100"}, ("cross-node", "NCCL: a, b")),
     ({"resolved_action": "gpufleet.cluster.benchmark", "task": "Start the training gate across the nodes at once: a, b",
@@ -142,11 +147,24 @@ def test_the_plain_view_writes_one_timestamped_line_per_change():
     lines = out.getvalue().splitlines()
     assert lines == [
         "2026-11-23T10:00:03Z  run r1: run (validate.yml) on 2 node(s): node-a, n-b",
-        "2026-11-23T10:00:03Z  node-a  checks      gpu_inventory                     0 s  so far error",
-        "2026-11-23T10:00:03Z  node-a  done                                         12 s  not accepted",
-        "2026-11-23T10:00:03Z  n-b     done                                          0 s  accepted",
-        "2026-11-23T10:00:03Z  peer1   waiting                                       0 s  peer",
+        "2026-11-23T10:00:03Z  node-a  checks      gpu_inventory                                 0 s  so far error",
+        "2026-11-23T10:00:03Z  node-a  done                                                     12 s  not accepted",
+        "2026-11-23T10:00:03Z  n-b     done                                                      0 s  accepted",
+        "2026-11-23T10:00:03Z  peer1   waiting                                                   0 s  peer",
     ]
+
+
+def test_the_results_of_a_node_steps_task_count_its_documents_and_its_errors():
+    fleet = FleetState(["node-a"], clock=Clock())
+    task = "Run the check groups on the node: gpu_inventory, gpu_health, host_hygiene"
+    fleet.apply(ev("runner_on_start", "node-a", task=task, action="gpufleet.cluster.node_steps", uuid="c"))
+    res = {"docs": [{"results": [result("gpu_inventory", "gpu_count")]}, {"results": [result("gpu_health", "ecc", "warn")]}],
+           "steps": ["gpu_inventory", "gpu_health"], "errors": [result("host_hygiene", "engine", "error")]}
+    assert fleet.apply(ev("runner_on_ok", "node-a", task=task, action="gpufleet.cluster.node_steps", uuid="c", res=res)) == ["node-a"]
+    a = fleet.nodes["node-a"]
+    assert (a.stage, a.activity, a.counts) == ("checks", "gpu_inventory, gpu_health, host_hygiene",
+                                               {"pass": 1, "warn": 1, "error": 1})
+    assert a.so_far() == "error"
 
 
 def test_the_plain_view_reports_the_write_back_and_the_controller_plays():

@@ -11,7 +11,8 @@ module: host_record
 short_description: Write a node's host document into its run on the controller
 version_added: 0.2.0
 description:
-  - Runs C(python -m gpufleet record RUN_DIR HOST) on the controller with the document on its standard input.
+  - Runs C(python -m gpufleet record RUN_DIR HOST) on the controller with the document on its standard input, from the
+    task's own worker (an action plugin), whatever host the task runs for.
   - The document is written to C(RUN_DIR/hosts/HOST.json) beside the target and renamed into place, readable by the
     owner and the group only, and indexed in the run history (the SQLite store beside the run folders).
   - With O(replace_groups), the results of those groups in the existing document are replaced by the new ones and
@@ -55,7 +56,7 @@ options:
   python:
     description:
       - Python interpreter on the controller that has the gpufleet engine installed.
-      - Left out, the interpreter running this module is used.
+      - Left out, the interpreter running Ansible is used.
     type: path
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
@@ -95,36 +96,15 @@ record:
   type: dict
 """
 
-import json
-import sys
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import EngineError, run_json
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import EngineError
+from ansible_collections.gpufleet.cluster.plugins.module_utils.record_module import record_argument_spec, run_record
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            run_dir=dict(type="path", required=True),
-            host=dict(type="str", required=True),
-            document=dict(type="dict", required=True),
-            replace_groups=dict(type="list", elements="str", default=[]),
-            folder=dict(type="str", default="hosts", choices=["hosts", "peers"]),
-            python=dict(type="path"),
-            engine_src=dict(type="path"),
-            db=dict(type="path"),
-        ),
-        supports_check_mode=False,
-    )
-    p = module.params
-    args = ["record", p["run_dir"], p["host"], "--folder", p["folder"]]
-    for group in p["replace_groups"]:
-        args += ["--replace-group", group]
-    if p["db"]:
-        args += ["--db", p["db"]]
+    module = AnsibleModule(argument_spec=record_argument_spec(), supports_check_mode=False)
     try:
-        dummy, record = run_json(p["python"] or sys.executable, args, 120, "the controller",
-                                 input_text=json.dumps(p["document"], sort_keys=True), engine_src=p["engine_src"])
+        record = run_record(module.params)
     except EngineError as exc:
         module.fail_json(**exc.fail_kwargs())
     module.exit_json(changed=True, path=record.get("path"), record=record)

@@ -22,47 +22,14 @@ description:
   - V(heartbeat) tells jobs of the run that run in the background (NCCL and training across nodes, the fine-tune)
     that the controller still waits for them; a job whose controller stopped waiting stops itself.
 options:
-  python:
-    description: Path on the node of the Python interpreter that has the gpufleet engine (C(gpufleet_python)).
-    type: path
-    required: true
   state:
     description: V(acquired) takes or joins the lock, V(heartbeat) renews the heartbeat, V(released) gives it back.
     type: str
     choices: [acquired, heartbeat, released]
     default: acquired
-  path:
-    description: The lock file on the node (C(gpufleet_lock_path)).
-    type: path
-    default: /run/lock/gpufleet-node.lock
-  run_id:
-    description: The run taking the lock.
-    type: str
-    required: true
-  holder:
-    description: The inventory host the lock is taken for; several hosts of one run may share a machine.
-    type: str
-    required: true
-  ttl_s:
-    description: Seconds the lease lasts when it is not given back (with V(acquired)).
-    type: int
-    default: 3600
-  controller:
-    description: The controller running the run, recorded in the lock (gpufleet.cluster.run_start returns it).
-    type: dict
-    default: {}
-  dead_runs:
-    description: Runs whose locks are stale because the controller knows they were killed.
-    type: list
-    elements: str
-    default: []
-  wait_s:
-    description: With V(acquired), seconds to wait for another run to give the node back before answering
-      RV(acquired=false) (C(gpufleet_lock_wait_s)).
-    type: int
-    default: 0
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.cluster.node_lock
 attributes:
   check_mode:
     support: full
@@ -117,23 +84,14 @@ import json
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import EngineError, run_json
+from ansible_collections.gpufleet.cluster.plugins.module_utils.lock_module import lock_argument_spec
 
 COMMANDS = {"acquired": "acquire", "heartbeat": "heartbeat", "released": "release"}
 
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            python=dict(type="path", required=True),
-            state=dict(type="str", choices=list(COMMANDS), default="acquired"),
-            path=dict(type="path", default="/run/lock/gpufleet-node.lock"),
-            run_id=dict(type="str", required=True),
-            holder=dict(type="str", required=True),
-            ttl_s=dict(type="int", default=3600),
-            controller=dict(type="dict", default={}),
-            dead_runs=dict(type="list", elements="str", default=[]),
-            wait_s=dict(type="int", default=0),
-        ),
+        argument_spec=dict(lock_argument_spec(), state=dict(type="str", choices=list(COMMANDS), default="acquired")),
         supports_check_mode=True,
     )
     p = module.params

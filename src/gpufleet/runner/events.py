@@ -57,15 +57,16 @@ def classify(event_data: dict) -> tuple[str | None, str]:
             return stage, _across(task)
     if short == "ping":
         return "reach", ""
-    if short == "node_lock":
+    if short in ("node_lock", "node_take"):
         return "lock", ""
     if short in CHECK_MODULES:
         return "checks", short
     if short == "gpu_counters":
         return "counters", "after" if "after" in task else "before"
-    if short == "benchmark":
+    if short in ("benchmark", "node_steps"):  # node_steps: a stage's modules in one task, named after its stage
         which = _suffix(task)
-        return "benchmarks", which if which and "{{" not in which else ""
+        stage = "benchmarks" if short == "benchmark" or "benchmark" in task else "checks"
+        return stage, which if which and "{{" not in which else ""
     if short in ("finetune",):
         return "fine-tune", ""
     if short == "host_record":  # on the controller, one node after another: the write-back
@@ -76,10 +77,13 @@ def classify(event_data: dict) -> tuple[str | None, str]:
 
 
 def results_of(res: dict | None) -> list[dict]:
-    """The results a module returned (a host document under `gpufleet`), or none."""
-    doc = (res or {}).get("gpufleet")
-    results = doc.get("results") if isinstance(doc, dict) else None
-    return [r for r in results if isinstance(r, dict)] if isinstance(results, list) else []
+    """The results a module returned (a host document under `gpufleet`; node_steps: its `docs` and `errors`), or none."""
+    res = res or {}
+    docs = [res.get("gpufleet")] + (res["docs"] if isinstance(res.get("docs"), list) else [])
+    results = [r for doc in docs if isinstance(doc, dict) and isinstance(doc.get("results"), list) for r in doc["results"]]
+    if isinstance(res.get("errors"), list):
+        results += res["errors"]
+    return [r for r in results if isinstance(r, dict)]
 
 
 @dataclass

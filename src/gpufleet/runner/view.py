@@ -4,7 +4,7 @@ Both show one line per node: its stage, the check or benchmark under way, the ti
 the worst verdict of its results so far (at the end: accepted or not accepted). The plain view writes a line
 each time one of those changes, never for the clock alone, so a log stays short:
 
-    2026-11-23T10:00:03Z  node-a  checks      gpu_health              12 s  so far error
+    2026-11-23T10:00:03Z  node-a  checks      gpu_inventory, gpu_health, host_hygiene      12 s  so far error
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from typing import TextIO
 
 from gpufleet.runner.events import FleetState, NodeState
 
-ACTIVITY_CHARS = 28
+# Wide enough for the check groups of one task: "gpu_inventory, gpu_health, host_hygiene".
+ACTIVITY_CHARS = 40
 
 
 def timestamp(at: float | None = None) -> str:
