@@ -155,6 +155,26 @@ def test_gpufleet_versions_names_the_nodes_the_nccl_run_leaves_out(tmp_path):
     assert bad.returncode != 0 and "nope/hosts does not exist" in bad.stderr, bad.stderr
 
 
+def test_a_replaced_node_alone_in_its_run_is_held_against_its_peers_documents(tmp_path):
+    """`gpufleet fleet accept NEW --peers P1 P2`: the run has one document, so the peers' latest ones in the store
+    make the majority; a new node with another net plugin is left out of the NCCL run, the peers never are."""
+    odd = {"path": "/opt/hpcx/nccl_rdma_sharp_plugin/lib/libnccl-net.so", "sha256": PLUGIN_B}
+    build(tmp_path, {h: versions_of() for h in ("n0", "n1", "n2")}, run_id="base")
+    run_dir = write_run(tmp_path / "reports", "accept", {"n2": dict(node_doc("n2", 2), versions=versions_of(nccl_net_plugin=odd))})
+    assert run_versions(run_dir, ["n2"])["left_out"] == {}  # alone, nothing to differ from
+    out = run_versions(run_dir, ["n2"], ["n0", "n1", "n9"])
+    assert set(out["left_out"]) == {"n2"}
+    assert PLUGIN_A in out["left_out"]["n2"]["why"] and PLUGIN_B in out["left_out"]["n2"]["why"]
+    assert out["peers"] == ["n0", "n1"] and "no readable node document" in out["unreadable"]["n9"]
+    # The command line the playbook runs, with the peers it joins.
+    proc = subprocess.run([sys.executable, "-m", "gpufleet", "versions", str(run_dir), "--json", "--hosts", "n2", "--peers", "n0,n1"],
+                          capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO / "src")))
+    assert proc.returncode == 0 and set(json.loads(proc.stdout)["left_out"]) == {"n2"}, proc.stderr
+    # With the plugin of its peers it joins.
+    same = write_run(tmp_path / "reports", "accept2", {"n2": dict(node_doc("n2", 2), versions=versions_of())})
+    assert run_versions(same, ["n2"], ["n0", "n1"])["left_out"] == {}
+
+
 # ---------------------------------------------------------------- the node's readings
 
 

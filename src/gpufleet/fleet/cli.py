@@ -4,7 +4,7 @@
     gpufleet history NODE|GPU-UUID|SERIAL [--db PATH | --reports-dir DIR] [--json]
     gpufleet baseline set RUN_ID | show | clear [--db PATH | --reports-dir DIR] [--json]
     gpufleet store rebuild [--reports-dir DIR] [--db PATH]
-    gpufleet versions RUN_DIR [--hosts H1,H2,...] [--json]   the software and firmware table of the run's nodes
+    gpufleet versions RUN_DIR [--hosts H1,H2,...] [--peers P1,...] [--json]   the software and firmware table of the run's nodes
     gpufleet slurm RUN_DIR --action none|drain|drain_resume [--max-drain N|N%] [--check]   the verdict in Slurm
     gpufleet slurm RUN_DIR --take-over HOST ... [--check]   nodes under acceptance drained by gpufleet first
 
@@ -250,10 +250,12 @@ def cmd_store(args) -> int:
 # ---------------------------------------------------------------- versions
 
 
-def run_versions(run_dir: Path, hosts: list[str] | None) -> dict:
+def run_versions(run_dir: Path, hosts: list[str] | None, peers: list[str] | None = None) -> dict:
     """The software and firmware table of RUN_DIR/hosts/*.json (those of `hosts` when given), and the nodes the NCCL
     run across nodes must leave out: {"table", "left_out": {host: {"ready": False, "why"}}, "unreadable": {host: why}}.
-    A host without a readable document is named under unreadable and judged by nobody."""
+    A host without a readable document is named under unreadable and judged by nobody. The known-good `peers`
+    that join the run count in the majority with their latest documents in the run's store (in a replacement's
+    run, the one node of the run is held against them); they are never left out."""
     folder = run_dir / "hosts"
     if not folder.is_dir():
         raise InputError(f"{folder} does not exist; expected the run folder of a run whose node stage wrote documents")
@@ -269,9 +271,19 @@ def run_versions(run_dir: Path, hosts: list[str] | None) -> dict:
             unreadable[host] = why or "the document has no versions"
         else:
             by_host[host] = doc["versions"]
+    peer_by_host: dict[str, dict] = {}
+    if peers:
+        store_path = default_path(run_dir.parent)
+        try:
+            with Store(store_path, create=False) as store:
+                peer_by_host, missing = versions.peer_versions(store, peers, runs.run_id_of(run_dir))
+        except InputError as exc:  # none there, or damaged
+            missing = {peer: f"its documents could not be looked up: {exc}" for peer in peers}
+        unreadable.update(missing)
     left_out = {host: {"ready": False, "why": f"its NCCL differs from the other nodes': {why}"}
-                for host, why in versions.nccl_left_out(by_host).items()}
-    return {"run_dir": str(run_dir), "table": versions.table(by_host), "left_out": left_out, "unreadable": unreadable}
+                for host, why in versions.nccl_left_out(by_host, peer_by_host).items()}
+    return {"run_dir": str(run_dir), "table": versions.table({**peer_by_host, **by_host}), "peers": sorted(peer_by_host),
+            "left_out": left_out, "unreadable": unreadable}
 
 
 def versions_text(out: dict) -> str:
@@ -289,7 +301,8 @@ def versions_text(out: dict) -> str:
 
 def cmd_versions(args) -> int:
     hosts = [h for h in args.hosts.split(",") if h] if args.hosts is not None else None
-    out = run_versions(Path(args.run_dir), hosts)
+    peers = [h for h in (args.peers or "").split(",") if h]
+    out = run_versions(Path(args.run_dir), hosts, peers)
     _print(out, args.json, versions_text(out))
     return 0
 
@@ -351,6 +364,8 @@ def add_parsers(sub) -> None:
                        "and which nodes differ in NCCL or its net plugin")
     v.add_argument("run_dir", help="the run's folder (<reports_dir>/<run_id>)")
     v.add_argument("--hosts", help="comma-separated inventory host names (default: every document in RUN_DIR/hosts)")
+    v.add_argument("--peers", help="comma-separated known-good nodes that join the NCCL run across nodes: their latest "
+                   "documents in the store count in the majority")
     v.add_argument("--json", action="store_true", help="print JSON")
     v.set_defaults(func=cmd_versions)
 

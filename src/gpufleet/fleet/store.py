@@ -531,6 +531,13 @@ class Store:
     def documents(self, run_id: str) -> list[dict]:
         return [dict(r) for r in self.conn.execute("SELECT * FROM documents WHERE run_id = ? ORDER BY host", (run_id,))]
 
+    def latest_document(self, host: str, not_run_id: str) -> dict | None:
+        """The host's most recent readable node document of another run, with that run's folder, or None."""
+        row = self.conn.execute(
+            "SELECT d.*, r.run_dir FROM documents d JOIN runs r ON r.run_id = d.run_id WHERE d.host = ? AND d.role = 'node'"
+            " AND d.ok = 1 AND d.path IS NOT NULL AND d.run_id != ? ORDER BY d.started DESC LIMIT 1", (host, not_run_id)).fetchone()
+        return dict(row) if row else None
+
     def previous_after(self, uuid: str, run_id: str, before: str | None, host: str | None = None) -> dict | None:
         """The latest `after` snapshot of this GPU (or of this fabric device of node `host`) in an earlier run than
         run_id: {"run_id", "host", "read_at", "boot_id", "verdict", "counters": {name: value}}, or None."""

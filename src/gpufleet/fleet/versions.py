@@ -182,16 +182,35 @@ def judge(host: str, tab: dict) -> dict | None:
                         value=len(found), unit="components", detail=detail)
 
 
-def nccl_left_out(versions_by_host: dict[str, dict]) -> dict[str, str]:
+def nccl_left_out(versions_by_host: dict[str, dict], peers: dict[str, dict] | None = None) -> dict[str, str]:
     """{host: why it must stay out of the NCCL run across nodes}: it differs from the majority in NCCL or its net
-    plugin (all of them where there is no majority)."""
-    tab = table(versions_by_host)
+    plugin (all of them where there is no majority). The known-good peers that join the run ({peer: versions},
+    from their latest documents) count in the majority but are never left out themselves."""
+    tab = table({**(peers or {}), **versions_by_host})
     out = {}
-    for host in tab["hosts"]:
+    for host in sorted(versions_by_host):
         nccl = [d for d in differences(host, tab) if d["nccl"]]
         if nccl:
             out[host] = "; ".join(sentence(d) for d in nccl)
     return out
+
+
+def peer_versions(store: Any, peers: list[str], run_id: str) -> tuple[dict[str, dict], dict[str, str]]:
+    """({peer: versions} from each peer's latest node document of another run in the store, {peer: why not})."""
+    found, missing = {}, {}
+    for peer in peers:
+        row = store.latest_document(peer, run_id)
+        doc = None
+        if row and row.get("run_dir"):
+            try:
+                doc, _ = schema.parse_host_doc((Path(row["run_dir"]) / row["path"]).read_bytes())
+            except OSError:
+                doc = None
+        if doc and isinstance(doc.get("versions"), dict):
+            found[peer] = doc["versions"]
+        else:
+            missing[peer] = f"no readable node document of it in the store {store.path}"
+    return found, missing
 
 
 def baseline_versions(store: Any, base_id: str) -> dict[str, dict]:
