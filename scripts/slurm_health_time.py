@@ -69,7 +69,7 @@ def main() -> int:
     handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
     cmd = [sys.executable, "-m", "gpufleet", "check", f"--slurm-health={args.mode}", "--dry-run",
            "--thresholds", args.thresholds]
-    runs = [one_run(cmd, handles) for _ in range(args.runs)]
+    runs = [one_run(cmd, handles) for run_number in range(args.runs)]
     walls = sorted(r["wall_s"] for r in runs)
     print(json.dumps({"command": cmd, "gpus": len(handles), "runs": runs, "wall_s_median": walls[len(walls) // 2],
                       "wall_s_max": walls[-1]}, indent=1))

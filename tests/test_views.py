@@ -296,8 +296,7 @@ def test_hw_document_and_text_of_an_eight_gpu_node(tmp_path):
     assert "CPU        2 socket(s) x Intel(R) Xeon(R) Platinum 8480+: 8 cores, 16 threads" in text
     assert "node 1: CPUs 4-7,12-15 (8), 1007.8 GiB memory" in text
     assert "8 x NVIDIA H100 80GB HBM3, 81559 MiB each" in text
-    # The recording is older than the InfoROM reading: "?" in its column.
-    gpu0 = r"^  0\s+0000:18:00\.0\s+0\s+Gen5 x16 \(max Gen5 x16\)\s+1652823051200\s+96\.00\.89\.00\.01\s+\?\s+GPU-344e"
+    gpu0 = r"^  0\s+0000:18:00\.0\s+0\s+Gen5 x16 \(max Gen5 x16\)\s+1652823051200\s+96\.00\.89\.00\.01\s+G520\.0200\.00\.05\s+GPU-344e"
     assert re.search(gpu0, text, re.M)
     assert ("  GPU 0-7: 18 active: links 0-4 -> NVSwitch 0000:05:00.0, links 5-8 -> NVSwitch 0000:06:00.0, "
             "links 9-12 -> NVSwitch 0000:07:00.0, links 13-17 -> NVSwitch 0000:08:00.0") in text  # fmt: skip
