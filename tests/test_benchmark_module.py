@@ -92,10 +92,10 @@ def test_single_node_nccl_gets_its_own_free_port_and_a_timeout_inside_the_module
 def test_across_nodes_passes_rank_master_and_port(fake_engine, capsys):
     fake_engine(STAND_IN.replace('if name == "matmul":', 'if name == "nccl":'))
     out = run_benchmark({"python": sys.executable, "benchmarks": ["nccl"], "nnodes": 3, "node_rank": 2,
-                      "master_addr": "10.0.0.1", "master_port": 29600, "timeout_s": 600}, capsys)
+                      "master_addr": "127.0.0.2", "master_port": 29600, "timeout_s": 600}, capsys)
     argv = out["gpufleet"]["results"][0]["detail"]["argv"]
     opts = dict(zip(argv[5::2], argv[6::2]))
-    assert (opts["--nnodes"], opts["--node-rank"], opts["--master-addr"], opts["--master-port"]) == ("3", "2", "10.0.0.1", "29600")
+    assert (opts["--nnodes"], opts["--node-rank"], opts["--master-addr"], opts["--master-port"]) == ("3", "2", "127.0.0.2", "29600")
     assert float(opts["--timeout-s"]) == 540
 
 
@@ -104,10 +104,10 @@ def test_training_across_nodes_gets_the_nodes_own_figure_and_the_same_placement(
     single = {"check": "train_gpt2", "group": "benchmark", "status": "pass", "value": 512198, "unit": "tokens/s/GPU",
               "reason": "r", "remedy": None, "threshold": {"key": "k"}, "detail": {"world_size": 8, "command": ["torchrun"]}}
     out = run_benchmark({"python": sys.executable, "benchmarks": ["train_gpt2"], "nnodes": 2, "node_rank": 1,
-                         "master_addr": "10.0.0.1", "master_port": 29511, "timeout_s": 600, "train_reference": single}, capsys)
+                         "master_addr": "127.0.0.2", "master_port": 29511, "timeout_s": 600, "train_reference": single}, capsys)
     argv = out["gpufleet"]["results"][0]["detail"]["argv"]
     opts = dict(zip(argv[5::2], argv[6::2]))
-    assert (opts["--nnodes"], opts["--node-rank"], opts["--master-addr"], opts["--master-port"]) == ("2", "1", "10.0.0.1", "29511")
+    assert (opts["--nnodes"], opts["--node-rank"], opts["--master-addr"], opts["--master-port"]) == ("2", "1", "127.0.0.2", "29511")
     assert float(opts["--timeout-s"]) == 540
     # Only what the engine needs of the node's own result: its figure, or why it has none.
     assert json.loads(opts["--train-reference"]) == {"check": "train_gpt2", "group": "benchmark", "status": "pass",

@@ -53,7 +53,7 @@ def test_report_names_the_flapping_port_the_aer_error_and_the_odd_node(tmp_path)
     trees = {"node-a": hgx(tmp_path / "node-a"), "node-b": hgx(tmp_path / "node-b"),
              "node-c": hgx(tmp_path / "node-c", hca_names=(0, 1, 2, 3, 5, 4, 6, 7), ib_rates={2: "200 Gb/sec (2X NDR)"})}
     reports = tmp_path / "reports"
-    with TestFleet(NODES, net=231, tag="gff") as fleet:
+    with TestFleet(NODES, net=235, tag="gff") as fleet:
         for name, tree in trees.items():
             fleet.sys_from(name, tree.root / "sys")
         # The engine of this checkout on the nodes; one benchmark, so the counters are read before and after it.

@@ -40,7 +40,7 @@ print(json.dumps({"schema_version": 1, "host": "n1", "engine_version": "9.9", "p
 
 def test_arguments_and_environment_reach_the_engine(fake_engine, capsys):
     fake_engine(ECHO)
-    out = run_finetune({"nnodes": 2, "node_rank": 1, "master_addr": "10.0.0.1", "master_port": 29600, "timeout_s": 600,
+    out = run_finetune({"nnodes": 2, "node_rank": 1, "master_addr": "127.0.0.2", "master_port": 29600, "timeout_s": 600,
                         "rdzv_timeout_s": 120, "max_steps": 20, "output_dir": "/out/run1", "host_name": "n1",
                         "env": {"CUDA_VISIBLE_DEVICES": "0,1", "GPUFLEET_TEST_FLAG": True, "GPUFLEET_TEST_N": 4}}, capsys)
     assert out["_exit_code"] == 0 and out["changed"] is True, out
@@ -48,7 +48,7 @@ def test_arguments_and_environment_reach_the_engine(fake_engine, capsys):
     argv = res["detail"]["argv"]
     assert argv[:3] == ["finetune", "--config", "/cfg/tiny.yml"] and argv[-1] == "--json"
     opts = dict(zip(argv[3:-1:2], argv[4:-1:2]))
-    assert (opts["--nnodes"], opts["--node-rank"], opts["--master-addr"], opts["--master-port"]) == ("2", "1", "10.0.0.1", "29600")
+    assert (opts["--nnodes"], opts["--node-rank"], opts["--master-addr"], opts["--master-port"]) == ("2", "1", "127.0.0.2", "29600")
     assert (opts["--rdzv-timeout-s"], opts["--max-steps"], opts["--output-dir"], opts["--host"]) == ("120", "20", "/out/run1", "n1")
     # The engine kills torchrun a minute before the module's own kill, so a hang comes back with its log tail.
     assert opts["--timeout-s"] == "540" and engine_results.torchrun_engine_timeout_s(600) == 540

@@ -400,3 +400,27 @@ def test_the_controller_identity_is_this_machine():
     assert me["host"] == socket.gethostname() and me["pid"] > 1
     assert runs.controller_alive(me) is True
     assert runs.controller_alive(dict(me, host="elsewhere")) is None
+
+
+SLOW_READING_ENGINE = """
+    import hashlib, json, sys, time
+    from ansible_collections.gpufleet.cluster.plugins.module_utils import engine
+    time.sleep(2 * engine.CHECK_EVERY_S)  # starts reading after the module's first wait for it ended
+    data = sys.stdin.buffer.read()
+    print(json.dumps({"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}))
+"""
+
+
+def test_a_large_input_reaches_an_engine_that_is_slow_to_start(fake_engine, monkeypatch):
+    """host_record hands the engine a host document of hundreds of KiB on stdin; an engine slow to start (a loaded
+    controller) must still get all of it: it once got the first 64 KiB and waited for the rest until its timeout."""
+    import hashlib
+
+    import module_runner  # noqa: F401  (puts the collection on sys.path)
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import run_json
+    fake_engine(SLOW_READING_ENGINE)
+    monkeypatch.setenv("PYTHONPATH", f"{os.environ['PYTHONPATH']}:{REPO / 'collections'}")
+    document = json.dumps({"results": [{"detail": "x" * 1000, "n": i} for i in range(1000)]})
+    assert len(document) > 15 * 65536  # many times what a pipe holds
+    rc, got = run_json(sys.executable, ["record"], 60, "the controller", input_text=document)
+    assert rc == 0 and got == {"bytes": len(document), "sha256": hashlib.sha256(document.encode()).hexdigest()}

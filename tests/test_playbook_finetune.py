@@ -26,6 +26,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+import testhosts
+
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
@@ -91,6 +93,7 @@ def two_hosts():
     if missing:
         pytest.skip(f"missing {', '.join(missing)}: apt-get install openssh-server openssh-client iproute2")
     # Short: ssh's control sockets live under it and a socket path is at most 108 bytes.
+    claims = testhosts.claim(215, "gfft")  # the network and names of HOSTS
     state = Path(tempfile.mkdtemp(prefix="gfft-"))
     env = dict(os.environ, PATH=TOOL_PATH)
     try:
@@ -124,6 +127,8 @@ def two_hosts():
         mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
         if not any(m == str(state) or m.startswith(f"{state}/") for m in mounts):
             shutil.rmtree(state, ignore_errors=True)
+        for lock in claims:
+            lock.close()
 
 
 def two_host_inventory(hosts: dict, path: Path, **group_vars) -> Path:

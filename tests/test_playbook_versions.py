@@ -32,7 +32,7 @@ def fleet():
     why = skip_reason()
     if why:
         pytest.skip(why)
-    with TestFleet(NODES, net=241, tag="gfs") as hosts:
+    with TestFleet(NODES, net=241, tag="gfq") as hosts:
         yield hosts
 
 

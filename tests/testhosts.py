@@ -17,6 +17,7 @@ Needs root, iproute2, openssh-server and -client; `skip_reason()` says what is m
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import signal
@@ -50,6 +51,19 @@ def skip_reason() -> str | None:
     return None
 
 
+def claim(net: int, tag: str) -> list:
+    """Hold network 10.<net>.0.0/16 and the namespace names <tag>-* until the returned files are closed: another
+    fleet on either (another test file on the other worker, another suite on this machine) waits for them instead
+    of taking the same addresses."""
+    os.makedirs("/run/lock", exist_ok=True)
+    claims = []
+    for what in (f"net{net}", f"tag-{tag}"):
+        lock = open(f"/run/lock/gpufleet-testfleet-{what}.lock", "a+")  # noqa: SIM115 - held until closed by the caller
+        fcntl.flock(lock, fcntl.LOCK_EX)  # an event wait: the holder's close or death releases it
+        claims.append(lock)
+    return claims
+
+
 def _env() -> dict:
     return dict(os.environ, PATH=TOOL_PATH)
 
@@ -73,6 +87,7 @@ class TestFleet:
     # ------------------------------------------------------------ life cycle
 
     def __enter__(self) -> "TestFleet":
+        self._claim()
         try:
             self._up()
         except BaseException:
@@ -98,7 +113,21 @@ class TestFleet:
             subprocess.run(["ip", "-n", netns, "route", "add", f"10.{self.net}.0.0/16", "via", host_ip], check=True, env=env)
             Path(f"/proc/sys/net/ipv4/conf/{netns}-h/forwarding").write_text("1\n")
 
+    def _claim(self) -> None:
+        self._claims = claim(self.net, self.tag)
+
+    def _release(self) -> None:
+        for lock in getattr(self, "_claims", []):
+            lock.close()
+        self._claims = []
+
     def close(self) -> None:
+        try:
+            self._down()
+        finally:
+            self._release()
+
+    def _down(self) -> None:
         env = _env()
         for name, (netns, _, _) in self.hosts.items():
             subprocess.run(["bash", str(TESTHOST), "down", name, netns, str(self.state)], env=env, capture_output=True,

@@ -18,6 +18,7 @@ import select
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 
@@ -136,11 +137,22 @@ def run_engine(python, args, timeout_s, host, input_text=None, engine_src=None):
     env = dict(os.environ, LC_ALL="C", LANG="C", PYTHONIOENCODING="utf-8", GPUFLEET_PARENT_PID=str(os.getpid()))
     if engine_src:
         env["PYTHONPATH"] = os.pathsep.join([engine_src] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    # The input comes from a file, not a pipe: communicate() called again after a timeout does not go on
+    # sending what a pipe had not taken yet, and an engine slow to start would wait for the rest of it forever.
+    stdin = subprocess.DEVNULL
+    if input_text is not None:
+        stdin = tempfile.TemporaryFile()
+        stdin.write(input_text.encode("utf-8"))
+        stdin.seek(0)
     # Its own session, so a timeout can kill everything the engine started.
-    proc = subprocess.Popen(
-        cmd, stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, env=env, start_new_session=True, preexec_fn=_die_with_parent,
-    )
+    try:
+        proc = subprocess.Popen(
+            cmd, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+    finally:
+        if input_text is not None:
+            stdin.close()
 
     def interrupted(signum, frame):
         raise _Interrupted(signal.Signals(signum).name)
@@ -152,15 +164,12 @@ def run_engine(python, args, timeout_s, host, input_text=None, engine_src=None):
         except ValueError:  # not the main thread: nothing to install
             pass
     deadline = time.monotonic() + timeout_s
-    data = input_text.encode("utf-8") if input_text is not None else None
     try:
         while True:
             try:
-                out, err = proc.communicate(data, timeout=max(0.01, min(CHECK_EVERY_S, deadline - time.monotonic())))
+                out, err = proc.communicate(timeout=max(0.01, min(CHECK_EVERY_S, deadline - time.monotonic())))
                 break
             except subprocess.TimeoutExpired:
-                # The input is on its way already: communicate() refuses it a second time and goes on sending it.
-                data = None
                 if controller_gone():
                     raise _Interrupted("the controller closed the connection")
                 if time.monotonic() >= deadline:

@@ -1,0 +1,62 @@
+"""The test hosts of different test files never share addresses or namespace names: the suite runs its files on two
+workers at once (and another suite may run on the same machine), and two fleets on one /16 take each other's hosts."""
+
+from __future__ import annotations
+
+import re
+import threading
+from pathlib import Path
+
+import yaml
+
+from testhosts import TestFleet
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+
+
+def fleets() -> list[tuple[str, int, str]]:
+    """(where, second octet of 10.<net>.0.0/16, namespace prefix) of every set of test hosts the suite makes."""
+    found = []
+    for path in sorted(TESTS.glob("test_*.py")):  # not the helpers: their docstrings hold examples
+        text = path.read_text()
+        for net, tag in re.findall(r"(?:TestFleet|SlurmCluster)\([^)]*?net=(\d+), tag=\"(\w+)\"", text):
+            found.append((path.name, int(net), tag))
+        for net, tag in re.findall(r"^NET, TAG = (\d+), \"(\w+)\"", text, re.M):
+            found.append((path.name, int(net), tag))
+        for netns, net in re.findall(r"\"(\w+)-\w+\", \"10\.(\d+)\.\d+\.1\"", text):
+            found.append((path.name, int(net), netns))
+    inventory = yaml.safe_load((REPO / "molecule" / "default" / "inventory" / "hosts.yml").read_text())
+    for name, hvars in inventory["all"]["children"]["gpu_nodes"]["hosts"].items():
+        found.append(("molecule/default", int(hvars["ansible_host"].split(".")[1]), hvars["testhost_netns"].split("-")[0]))
+    return found
+
+
+def test_every_fleet_has_a_network_and_names_of_its_own():
+    found = fleets()
+    # The fleets this suite is known to make; a pattern that stopped matching would make the check below empty.
+    assert {"test_runner_fleet.py", "test_slurm.py", "test_playbook_finetune.py", "molecule/default"} <= {w for w, _, _ in found}
+    by_net, by_tag = {}, {}
+    for where, net, tag in found:
+        by_net.setdefault(net, set()).add(where)
+        by_tag.setdefault(tag, set()).add(where)
+    shared = {f"10.{n}.0.0/16": sorted(w) for n, w in by_net.items() if len(w) > 1}
+    shared |= {f"namespaces {t}-*": sorted(w) for t, w in by_tag.items() if len(w) > 1}
+    assert not shared, f"test host networks or namespace names used by more than one place: {shared}"
+
+
+def test_a_second_fleet_on_the_same_network_waits_for_the_first():
+    first, second = TestFleet(["node-a"], net=250, tag="gfu1"), TestFleet(["node-a"], net=250, tag="gfu2")
+    try:
+        first._claim()
+        claimed = threading.Event()
+        waiter = threading.Thread(target=lambda: (second._claim(), claimed.set()), daemon=True)
+        waiter.start()
+        assert not claimed.wait(1), "the second fleet took network 250 while the first held it"
+        first._release()
+        assert claimed.wait(120), "the second fleet did not get network 250 after the first gave it back"
+    finally:
+        first._release()
+        second._release()
+        for fleet in (first, second):
+            fleet.state.rmdir() if not any(fleet.state.iterdir()) else None
