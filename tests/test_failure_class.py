@@ -104,7 +104,8 @@ def test_a_version_1_store_is_migrated_and_its_rows_take_the_default_class(tmp_p
     conn.commit()
     conn.close()
     with Store(path) as store:
-        assert store.conn.execute("SELECT value FROM gpufleet_meta WHERE key = 'schema_version'").fetchone()[0] == "2"
+        assert store.conn.execute("SELECT value FROM gpufleet_meta WHERE key = 'schema_version'").fetchone()[0] == "3"
+        assert "versions" in [r[1] for r in store.conn.execute("PRAGMA table_info(documents)")]
         assert store.gpu_failures("GPU-aaaa", None, "r9") == []
         (ecc,) = store.gpu_failures("GPU-bbbb", None, "r9")
         assert ecc["class"] == "hardware" and ecc["check_id"] == "gpu_health.ecc"

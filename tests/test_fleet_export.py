@@ -154,7 +154,9 @@ def test_the_text_is_what_prometheus_client_writes_for_the_same_series():
     from prometheus_client.core import GaugeMetricFamily
 
     odd = ["", 'say "hi"', "back\\slash", "two\nlines", "{braces}", "ünïcode", "a,b=c"]
-    values = [0, 1, -2.5, 1e-9, 123456789.0, 3.0e21, float("nan"), float("inf"), float("-inf")]
+    # Values again after their first time (formatted once, then reused), zero after minus zero, NaN twice.
+    values = [0, 1, -2.5, 1e-9, 123456789.0, 3.0e21, float("nan"), float("inf"), float("-inf"),
+              -0.0, 0.0, -0.0, 1, -2.5, 123456789.0, float("nan"), float("inf")]
     gauges = [export._Gauge("gpufleet_test_plain", "no labels", ())]
     gauges[0].labels().set(7)
     g = export._Gauge("gpufleet_test_odd", 'help with \\ and\nnewline "quoted"', ("node", "check", "class", "gpu"))

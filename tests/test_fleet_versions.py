@@ -126,6 +126,22 @@ def test_a_fleet_upgraded_since_the_baseline_warns_against_it(tmp_path):
     assert "2.7.0+cu128 (3 of 3)" in (tmp_path / "reports/r2/report.md").read_text()
 
 
+def test_a_baseline_indexed_before_the_store_kept_versions_is_read_from_its_documents(tmp_path):
+    """A store of schema 2 (no versions column) is migrated: the baseline's rows then hold no versions, and the
+    table takes them from the baseline's documents instead."""
+    from gpufleet.fleet.store import Store
+
+    hosts = ("n0", "n1", "n2")
+    build(tmp_path, {h: versions_of() for h in hosts}, run_id="base")
+    with Store(tmp_path / "reports" / "gpufleet.db") as store:
+        assert json.loads(store.documents("base")[0]["versions"])["torch"] == "2.7.0+cu128"
+        with store.write() as c:
+            c.execute("UPDATE documents SET versions = NULL")
+    rep = build(tmp_path, {h: versions_of(torch="2.8.0+cu128") for h in hosts}, run_id="r2", baseline="base")
+    (torch,) = [r for r in rep["fleet"]["versions"]["rows"] if r["component"] == "torch"]
+    assert torch["baseline"]["value"] == "2.7.0+cu128", torch
+
+
 def test_one_node_without_a_baseline_has_nothing_to_compare_with(tmp_path):
     rep = build(tmp_path, {"n0": versions_of()})
     assert fleet_versions(rep, "n0") is None

@@ -61,11 +61,12 @@ def make_dir(path: Path | str) -> Path:
     return target
 
 
-def write_atomic(path: Path | str, text: str, mode: int = FILE_MODE) -> Path:
+def write_atomic(path: Path | str, text: str, mode: int = FILE_MODE, *, durable: bool = True) -> Path:
     """Write text to path through a temporary file in the same folder and a rename.
 
     The temporary file starts with a dot, which the readers of run folders skip. On failure (a full disk, say)
     the temporary file is removed, the old file stays as it was and InputError names the file and the cause.
+    durable=False skips the fsync, for files made again from others (a fleet's Prometheus files: one each).
     """
     path = Path(path)
     try:
@@ -76,7 +77,8 @@ def write_atomic(path: Path | str, text: str, mode: int = FILE_MODE) -> Path:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except OSError as exc:

@@ -102,6 +102,18 @@ def exposition(gauges: list[_Gauge]) -> str:
     names here are fixed ones of the legacy character set, so only help texts and label values need escaping."""
     from prometheus_client.utils import floatToGoString
 
+    # A fleet's files hold few distinct values (statuses, flags, thresholds) many times: each is formatted once.
+    # Not zeros (0.0 == -0.0, which prints otherwise) nor NaN (never equal to itself).
+    texts: dict[float, str] = {}
+
+    def go(value: float) -> str:
+        text = texts.get(value) if value else None
+        if text is None:
+            text = floatToGoString(value)
+            if value and value == value:
+                texts[value] = text
+        return text
+
     out = []
     for g in gauges:
         doc = g.doc.replace("\\", r"\\").replace("\n", r"\n")
@@ -111,7 +123,7 @@ def exposition(gauges: list[_Gauge]) -> str:
         labels = "{{" + ",".join(f'{g.labelnames[i]}="{{{i}}}"' for i in order) + "}}" if order else ""
         line = f"{g.name}{labels} {{{len(order)}}}\n"
         for values, value in g.series.items():
-            out.append(line.format(*_label_values(values), floatToGoString(value)))
+            out.append(line.format(*_label_values(values), go(value)))
     return "".join(out)
 
 
@@ -194,8 +206,10 @@ def write_prometheus(run_dir: Path, report: dict, fleet: dict) -> dict[str, str]
     written = {}
     for host, node in report["nodes"].items():
         path = paths.inside(folder, f"{paths.safe_name(host, 'the node name')}.prom", what=f"the Prometheus file of {host}")
-        # The textfile format write_to_textfile writes, through write_atomic for its mode (0640) like every report file.
-        paths.write_atomic(path, exposition(node_gauges(node, fleet, report["run_id"], report.get("generated"), baseline)))
+        # The textfile format write_to_textfile writes, through write_atomic for its mode (0640) like every report file;
+        # not synced to disk one by one: each is made again from report.json, which is.
+        paths.write_atomic(path, exposition(node_gauges(node, fleet, report["run_id"], report.get("generated"), baseline)),
+                           durable=False)
         written[host] = str(path)
     return written
 

@@ -54,7 +54,7 @@ from gpufleet.fleet import DB_NAME, GROUP, metrics, sdc
 from gpufleet.fleet.counter_table import FABRIC_COUNTERS
 from gpufleet.fleet.run_files import read_baseline_file, read_json, read_run_info, write_baseline_file
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 APPLICATION = "gpufleet"
 BUSY_TIMEOUT_S = 60.0  # a rebuild of a long history holds the write lock for seconds, not minutes
 HOST_TABLES = ("documents", "gpus", "results", "metrics", "counters", "gpu_flags", "sdc_hashes")
@@ -199,10 +199,11 @@ class Store:
                              "(a newer gpufleet wrote it: upgrade, or rebuild the store with this one into another file)")
 
     def _migrate(self, c: sqlite3.Connection) -> None:
-        """Version 1 -> 2: the failure_class columns (sdc_hashes is created by the DDL). Idempotent."""
-        for table in ("results", "gpu_flags"):
-            if "failure_class" not in {r[1] for r in c.execute(f"PRAGMA table_info({table})")}:
-                c.execute(f"ALTER TABLE {table} ADD COLUMN failure_class TEXT")
+        """Version 1 -> 2: the failure_class columns (sdc_hashes is created by the DDL). 2 -> 3: each document's
+        versions (the software and firmware table reads them from here, not from the run folders). Idempotent."""
+        for table, column in (("results", "failure_class"), ("gpu_flags", "failure_class"), ("documents", "versions")):
+            if column not in {r[1] for r in c.execute(f"PRAGMA table_info({table})")}:
+                c.execute(f"ALTER TABLE {table} ADD COLUMN {column} TEXT")
         c.execute("UPDATE gpufleet_meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
     def _wal(self) -> None:
@@ -299,12 +300,13 @@ class Store:
                 c.execute(f"DELETE FROM {table} WHERE run_id = ? AND host = ?", (run_id, host))
             sha = _sha256(raw) if raw is not None else None
             if doc is None:
-                c.execute("INSERT INTO documents VALUES (?, ?, ?, ?, ?, 0, ?, NULL, ?)",
+                c.execute("INSERT INTO documents VALUES (?, ?, ?, ?, ?, 0, ?, NULL, ?, NULL)",
                           (run_id, host, role, path, sha, problem or "unreadable", schema.ERROR))
                 return
             results = [r for r in doc.get("results") or [] if schema.result_problem(r) is None]
-            c.execute("INSERT INTO documents VALUES (?, ?, ?, ?, ?, 1, NULL, ?, ?)",
-                      (run_id, host, role, path, sha, doc.get("started"), schema.verdict(results)))
+            versions = doc.get("versions") if isinstance(doc.get("versions"), dict) else None
+            c.execute("INSERT INTO documents VALUES (?, ?, ?, ?, ?, 1, NULL, ?, ?, ?)",
+                      (run_id, host, role, path, sha, doc.get("started"), schema.verdict(results), _json(versions)))
             self._insert_node_rows(c, run_id, host, results, found)
 
     def _insert_node_rows(self, c: sqlite3.Connection, run_id: str, host: str, results: list[dict], found: dict | None = None) -> None:

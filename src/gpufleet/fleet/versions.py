@@ -21,6 +21,7 @@ some nodes is a difference. Without a strict majority (two nodes, two values) ev
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -195,38 +196,42 @@ def nccl_left_out(versions_by_host: dict[str, dict], peers: dict[str, dict] | No
     return out
 
 
+def stored_versions(row: dict, run_dir: str | Path | None) -> dict | None:
+    """A document row's versions: those the store kept, else (a row indexed before it kept them) the document's own."""
+    if row.get("versions"):
+        versions = json.loads(row["versions"])
+        return versions if isinstance(versions, dict) else None
+    if not run_dir or not row.get("path"):
+        return None
+    try:
+        doc, _ = schema.parse_host_doc((Path(run_dir) / row["path"]).read_bytes())
+    except OSError:
+        return None
+    return doc["versions"] if doc and isinstance(doc.get("versions"), dict) else None
+
+
 def peer_versions(store: Any, peers: list[str], run_id: str) -> tuple[dict[str, dict], dict[str, str]]:
     """({peer: versions} from each peer's latest node document of another run in the store, {peer: why not})."""
     found, missing = {}, {}
     for peer in peers:
         row = store.latest_document(peer, run_id)
-        doc = None
-        if row and row.get("run_dir"):
-            try:
-                doc, _ = schema.parse_host_doc((Path(row["run_dir"]) / row["path"]).read_bytes())
-            except OSError:
-                doc = None
-        if doc and isinstance(doc.get("versions"), dict):
-            found[peer] = doc["versions"]
+        versions = stored_versions(row, row.get("run_dir")) if row else None
+        if versions is not None:
+            found[peer] = versions
         else:
             missing[peer] = f"no readable node document of it in the store {store.path}"
     return found, missing
 
 
 def baseline_versions(store: Any, base_id: str) -> dict[str, dict]:
-    """{host: versions} of the baseline run's node documents (the store keeps where they are); unreadable ones
-    are left out."""
-    run = store.run(base_id) or {}
-    if not run.get("run_dir"):
-        return {}
+    """{host: versions} of the baseline run's node documents, as the store kept them; unreadable ones are left
+    out."""
+    run_dir = (store.run(base_id) or {}).get("run_dir")
     out = {}
     for row in store.documents(base_id):
-        if row.get("role") != "node" or not row.get("ok") or not row.get("path"):
+        if row.get("role") != "node" or not row.get("ok"):
             continue
-        try:
-            doc, _ = schema.parse_host_doc((Path(run["run_dir"]) / row["path"]).read_bytes())
-        except OSError:
-            continue
-        if doc and isinstance(doc.get("versions"), dict):
-            out[row["host"]] = doc["versions"]
+        versions = stored_versions(row, run_dir)
+        if versions is not None:
+            out[row["host"]] = versions
     return out
