@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from testhosts import TestFleet
+from testhosts import claim
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
@@ -46,17 +46,15 @@ def test_every_fleet_has_a_network_and_names_of_its_own():
 
 
 def test_a_second_fleet_on_the_same_network_waits_for_the_first():
-    first, second = TestFleet(["node-a"], net=250, tag="gfu1"), TestFleet(["node-a"], net=250, tag="gfu2")
+    first = claim(250, "gfu1")
+    claimed, second = threading.Event(), []
+    waiter = threading.Thread(target=lambda: (second.extend(claim(250, "gfu2")), claimed.set()), daemon=True)
     try:
-        first._claim()
-        claimed = threading.Event()
-        waiter = threading.Thread(target=lambda: (second._claim(), claimed.set()), daemon=True)
         waiter.start()
         assert not claimed.wait(1), "the second fleet took network 250 while the first held it"
-        first._release()
+        for lock in first:
+            lock.close()
         assert claimed.wait(120), "the second fleet did not get network 250 after the first gave it back"
     finally:
-        first._release()
-        second._release()
-        for fleet in (first, second):
-            fleet.state.rmdir() if not any(fleet.state.iterdir()) else None
+        for lock in first + second:
+            lock.close()

@@ -83,11 +83,12 @@ class TestFleet:
         self.state = Path(tempfile.mkdtemp(prefix=f"{tag}-"))
         self.key = self.state / "id_ed25519"
         self.hosts = {name: (f"{tag}-{i}", f"10.{net}.{i + 1}.1", f"10.{net}.{i + 1}.2") for i, name in enumerate(names)}
+        self.claims: list = []  # claim()'s locks, held from __enter__ to close()
 
     # ------------------------------------------------------------ life cycle
 
     def __enter__(self) -> "TestFleet":
-        self._claim()
+        self.claims = claim(self.net, self.tag)
         try:
             self._up()
         except BaseException:
@@ -113,19 +114,13 @@ class TestFleet:
             subprocess.run(["ip", "-n", netns, "route", "add", f"10.{self.net}.0.0/16", "via", host_ip], check=True, env=env)
             Path(f"/proc/sys/net/ipv4/conf/{netns}-h/forwarding").write_text("1\n")
 
-    def _claim(self) -> None:
-        self._claims = claim(self.net, self.tag)
-
-    def _release(self) -> None:
-        for lock in getattr(self, "_claims", []):
-            lock.close()
-        self._claims = []
-
     def close(self) -> None:
         try:
             self._down()
         finally:
-            self._release()
+            for lock in self.claims:
+                lock.close()
+            self.claims = []
 
     def _down(self) -> None:
         env = _env()
