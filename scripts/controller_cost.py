@@ -191,6 +191,45 @@ exit $rc
 """
 
 
+# --tasks: each forked worker's own CPU (and that of the processes it waited for) when its task is done, one JSON
+# line a worker, through a sitecustomize that only ansible-playbook's process tree loads from this folder.
+TASKS_HOOK = """import os, sys
+if os.path.basename(sys.argv[0]) == "ansible-playbook":
+    import json, resource
+    from ansible.executor.process import worker
+
+    _run = worker.WorkerProcess._run
+
+    def _measured_run(self):
+        try:
+            return _run(self)
+        finally:
+            own, waited = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+            line = json.dumps({{"task": self._task.get_name(), "host": self._host.name,
+                               "worker_cpu_s": round(own.ru_utime + own.ru_stime, 4),
+                               "children_cpu_s": round(waited.ru_utime + waited.ru_stime, 4)}})
+            with open({log!r}, "a") as out:
+                out.write(line + "\\n")
+
+    worker.WorkerProcess._run = _measured_run
+"""
+
+
+def task_table(path: Path) -> list[dict]:
+    """Per task name: workers, their CPU seconds (own, and of the processes they waited for)."""
+    by_task: dict[str, dict] = {}
+    for line in path.read_text().splitlines() if path.exists() else []:
+        w = json.loads(line)
+        t = by_task.setdefault(w["task"], {"task": w["task"], "workers": 0, "worker_cpu_s": 0.0, "children_cpu_s": 0.0})
+        t["workers"] += 1
+        t["worker_cpu_s"] += w["worker_cpu_s"]
+        t["children_cpu_s"] += w["children_cpu_s"]
+    rows = sorted(by_task.values(), key=lambda t: -(t["worker_cpu_s"] + t["children_cpu_s"]))
+    for t in rows:
+        t["worker_cpu_s"], t["children_cpu_s"] = round(t["worker_cpu_s"], 3), round(t["children_cpu_s"], 3)
+    return rows
+
+
 def seconds_of_times(line: str) -> float:
     """`times`'s children line, e.g. '0m1.234s 0m0.100s' -> 1.334."""
     total = 0.0
@@ -235,6 +274,10 @@ def cmd_playbook(args) -> list[dict]:
                        ANSIBLE_PIPELINING=str(args.pipelining), ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
             if args.poll is not None:
                 env["ANSIBLE_INTERNAL_POLL_INTERVAL"] = str(args.poll)
+            if args.tasks:
+                (tmp / "hook").mkdir()
+                (tmp / "hook" / "sitecustomize.py").write_text(TASKS_HOOK.format(log=str(tmp / "workers.jsonl")))
+                env["PYTHONPATH"] = os.pathsep.join([str(tmp / "hook"), env["PYTHONPATH"]])
             argv = [str(Path(PY).parent / "ansible-playbook"), str(ROOT / "validate.yml"), "-i", str(tmp / "inventory.json"),
                     "-e", json.dumps({"gpufleet_reports_dir": str(tmp / "reports"), "gpufleet_run_id": "measured",
                                       **({"gpufleet_stages": []} if args.no_stages else {})})]
@@ -263,6 +306,8 @@ def cmd_playbook(args) -> list[dict]:
                    "main_process_cpu_s": round(main_cpu, 1), "internal_poll_interval_s": args.poll,
                    "peak_rss_mib": round(after.ru_maxrss / 1024, 1), "documents": len(nodes),
                    "node_module_runs": len(runs)}
+            if args.tasks:
+                row["tasks"] = task_table(tmp / "workers.jsonl")
         print(json.dumps(row), flush=True)
         rows.append(row)
     return rows
@@ -285,6 +330,8 @@ def main() -> None:
     b.add_argument("--no-stages", action="store_true", help="gpufleet_stages=[]: only the controller's plays (prepare, give "
                    "back, report), no node touched; for fleets too large to run whole here")
     b.add_argument("--poll", type=float, help="ANSIBLE_INTERNAL_POLL_INTERVAL (default: ansible.cfg's, else Ansible's)")
+    b.add_argument("--tasks", action="store_true", help="also each task's workers and their CPU (a sitecustomize hook in "
+                   "ansible-playbook's tree; it adds its own small cost)")
     b.add_argument("--out", help="folder for the JSON of the figures")
     b.set_defaults(func=cmd_playbook)
     args = p.parse_args()

@@ -248,9 +248,9 @@ def test_module_documents_its_arguments_and_is_in_the_checks_group():
     doc = yaml.safe_load(gpu_counters.DOCUMENTATION)
     fragment = yaml.safe_load(ModuleDocFragment.DOCUMENTATION)["options"]
     assert "gpufleet.cluster.engine_check" in doc["extends_documentation_fragment"]
-    assert set(doc["options"]) | set(fragment) == set(gpu_counters.argument_spec())
-    assert doc["options"]["phase"]["choices"] == list(gpu_counters.PHASES) == list(counters.PHASES)
-    assert set(check_module.check_argument_spec()) < set(gpu_counters.argument_spec())
+    assert set(doc["options"]) | set(fragment) == set(check_module.counters_argument_spec())
+    assert doc["options"]["phase"]["choices"] == list(check_module.COUNTER_PHASES) == list(counters.PHASES)
+    assert set(check_module.check_argument_spec()) < set(check_module.counters_argument_spec())
     assert yaml.safe_load(gpu_counters.RETURN)["gpufleet"]["type"] == "dict"
     yaml.safe_load(gpu_counters.EXAMPLES)
     runtime = yaml.safe_load((REPO / "meta" / "runtime.yml").read_text())

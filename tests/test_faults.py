@@ -118,7 +118,7 @@ def test_a_lost_node_a_killed_engine_and_a_truncated_document_are_each_named(fle
     proc, run_dir = start_playbook(fleet, inventory, tmp_path / "reports")
     lines: list[str] = []
     try:
-        read_until(proc, lines, "Take the node lock", 120)
+        read_until(proc, lines, "Check and benchmark the node", 120)
         fleet.kill_sshd("node-c")
         soak = fleet.wait_for(lambda: fleet.pids("node-b", "bench soak"), 120, "node-b's soak engine")
         fleet.kill("node-b", "bench soak")

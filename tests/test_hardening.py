@@ -424,3 +424,34 @@ def test_a_large_input_reaches_an_engine_that_is_slow_to_start(fake_engine, monk
     assert len(document) > 15 * 65536  # many times what a pipe holds
     rc, got = run_json(sys.executable, ["record"], 60, "the controller", input_text=document)
     assert rc == 0 and got == {"bytes": len(document), "sha256": hashlib.sha256(document.encode()).hexdigest()}
+
+
+ENGINE_KILLED_WITH_A_WORKER_LEFT = """
+    import json, os, signal, subprocess, sys, time
+    # A worker of the engine's own (same process group, its output inherited), as the soak's spawned ranks are;
+    # then the engine is killed, as when someone kills it on the node.
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    with open(sys.argv[-1], "w") as out:
+        out.write(str(worker.pid))
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_an_engine_killed_with_a_worker_left_holding_its_output_ends_the_module_run_at_once(fake_engine, tmp_path):
+    """A soak engine killed on the node left its ranks holding its output open; the module waited for them until
+    its timeout (17 minutes), and they ran on. Now they are killed a grace period after the engine is gone."""
+    import module_runner  # noqa: F401  (puts the collection on sys.path)
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import run_engine
+    fake_engine(ENGINE_KILLED_WITH_A_WORKER_LEFT)
+    pid_file = tmp_path / "worker.pid"
+    t0 = time.monotonic()
+    rc, out, err = run_engine(sys.executable, ["bench", str(pid_file)], 300, "node-b")
+    assert rc == -signal.SIGKILL, (rc, out, err)
+    assert time.monotonic() - t0 < 120  # the grace period and a busy machine's slack, far below the timeout
+    worker = int(pid_file.read_text())
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and Path(f"/proc/{worker}").exists() and \
+            Path(f"/proc/{worker}/stat").read_text().split(")")[-1].split()[0] != "Z":
+        time.sleep(0.1)
+    assert not Path(f"/proc/{worker}").exists() or \
+        Path(f"/proc/{worker}/stat").read_text().split(")")[-1].split()[0] == "Z", "the worker outlived its engine"

@@ -9,12 +9,12 @@ import module_runner  # noqa: E402  F401 (puts the collection on sys.path)
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils import (  # noqa: E402
     benchmark_module,
+    check_module,
     engine,
     engine_schema,
 )
 from ansible_collections.gpufleet.cluster.plugins.modules import (  # noqa: E402
     finetune,
-    gpu_counters,
     gpu_health,
     gpu_inventory,
     host_hygiene,
@@ -55,7 +55,7 @@ def test_check_groups_and_the_finetune_group_are_the_engines():
         assert mod.GROUP in checks.GROUPS, mod.__name__
     assert {m.GROUP for m in (gpu_inventory, gpu_health, host_hygiene)} == set(checks.GROUPS)
     assert finetune.GROUP == finetune_results.GROUP
-    assert gpu_counters.PHASES == counters.PHASES
+    assert check_module.COUNTER_PHASES == counters.PHASES
 
 
 def test_the_exit_codes_the_modules_read_as_results_are_the_engines():

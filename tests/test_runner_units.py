@@ -54,11 +54,14 @@ def doc_res(*statuses, check="x", group="gpu_health"):
     ({"resolved_action": "gpufleet.cluster.gpu_counters", "task": "Read the error counters after the benchmarks"}, ("counters", "after")),
     ({"resolved_action": "gpufleet.cluster.benchmark", "task": "Run the benchmarks inside the node: matmul, memory, nccl"},
      ("benchmarks", "matmul, memory, nccl")),
-    # The node stage's modules in one task each (node_steps): the stage and what it runs, from the task's name.
+    # Several of the node's modules in one task (node_steps): the stage and what it runs, from the task's name.
     ({"resolved_action": "gpufleet.cluster.node_steps", "task": "Run the check groups on the node: gpu_inventory, gpu_health",
       "task_path": f"{ROLE}/main.yml:50"}, ("checks", "gpu_inventory, gpu_health")),
     ({"resolved_action": "gpufleet.cluster.node_steps", "task": "Run the benchmarks inside the node: matmul, sdc",
       "task_path": f"{ROLE}/main.yml:60"}, ("benchmarks", "matmul, sdc")),
+    # The whole node stage in one task starts with the checks; its own line says when the benchmarks start.
+    ({"resolved_action": "gpufleet.cluster.node_validate", "task": "Check and benchmark the node: matmul, sdc",
+      "task_path": f"{ROLE}/main.yml:13"}, ("checks", "")),
     ({"resolved_action": "gpufleet.cluster.benchmark", "task": "Start NCCL across the nodes at once: a, b",
       "task_path": f"{ROLE}/nccl_multinode.yml:100"}, ("cross-node", "NCCL: a, b")),
     ({"resolved_action": "gpufleet.cluster.benchmark", "task": "Start the training gate across the nodes at once: a, b",
@@ -154,17 +157,38 @@ def test_the_plain_view_writes_one_timestamped_line_per_change():
     ]
 
 
-def test_the_results_of_a_node_steps_task_count_its_documents_and_its_errors():
+def test_the_results_of_a_node_steps_task_count_the_documents_of_its_steps():
     fleet = FleetState(["node-a"], clock=Clock())
     task = "Run the check groups on the node: gpu_inventory, gpu_health, host_hygiene"
     fleet.apply(ev("runner_on_start", "node-a", task=task, action="gpufleet.cluster.node_steps", uuid="c"))
-    res = {"docs": [{"results": [result("gpu_inventory", "gpu_count")]}, {"results": [result("gpu_health", "ecc", "warn")]}],
-           "steps": ["gpu_inventory", "gpu_health"], "errors": [result("host_hygiene", "engine", "error")]}
+    res = {"steps": [{"name": "gpu_inventory", "result": {"gpufleet": {"results": [result("gpu_inventory", "gpu_count")]}}},
+                     {"name": "gpu_health", "result": {"gpufleet": {"results": [result("gpu_health", "ecc", "warn")]}}},
+                     {"name": "host_hygiene", "result": {"failed": True, "msg": "no engine"}}]}
     assert fleet.apply(ev("runner_on_ok", "node-a", task=task, action="gpufleet.cluster.node_steps", uuid="c", res=res)) == ["node-a"]
     a = fleet.nodes["node-a"]
-    assert (a.stage, a.activity, a.counts) == ("checks", "gpu_inventory, gpu_health, host_hygiene",
-                                               {"pass": 1, "warn": 1, "error": 1})
-    assert a.so_far() == "error"
+    assert (a.stage, a.activity, a.counts) == ("checks", "gpu_inventory, gpu_health, host_hygiene", {"pass": 1, "warn": 1})
+
+
+def test_the_node_stage_in_one_task_shows_its_benchmarks_its_counts_and_the_write_back():
+    clock = Clock()
+    fleet = FleetState(["node-a", "node-b"], clock=clock)
+    task = "Check and benchmark the node: matmul, memory"
+    fleet.apply(ev("runner_on_start", "node-a", task=task, action="gpufleet.cluster.node_validate", uuid="n"))
+    clock.now += 1
+    assert fleet.tick() == ["node-a"]
+    a = fleet.nodes["node-a"]
+    assert (a.stage, a.activity) == ("checks", "")
+    # The line the action prints when the benchmarks start; another host's or another tool's lines change nothing.
+    assert fleet.apply({"event": "verbose", "stdout": "[node-a] gpufleet: benchmarks: matmul, memory"}) == ["node-a"]
+    assert (a.stage, a.activity) == ("benchmarks", "matmul, memory")
+    assert fleet.apply({"event": "verbose", "stdout": "[node-z] gpufleet: benchmarks: matmul"}) == []
+    assert fleet.apply({"event": "verbose", "stdout": "[node-b] gpufleet: nowhere: x"}) == []
+    assert fleet.apply({"event": "verbose", "stdout": "PLAY RECAP"}) == []
+    res = {"path": "/r/hosts/node-a.json", "status_counts": {"pass": 40, "warn": 2, "error": 1}}
+    assert fleet.apply(ev("runner_on_ok", "node-a", task=task, action="gpufleet.cluster.node_validate", uuid="n",
+                          res=res)) == ["node-a"]
+    assert (a.stage, a.activity, a.counts, a.so_far()) == ("record", "host document written",
+                                                           {"pass": 40, "warn": 2, "error": 1}, "error")
 
 
 def test_the_plain_view_reports_the_write_back_and_the_controller_plays():

@@ -164,6 +164,7 @@ def run_engine(python, args, timeout_s, host, input_text=None, engine_src=None):
         except ValueError:  # not the main thread: nothing to install
             pass
     deadline = time.monotonic() + timeout_s
+    exited_at = None
     try:
         while True:
             try:
@@ -174,6 +175,15 @@ def run_engine(python, args, timeout_s, host, input_text=None, engine_src=None):
                     raise _Interrupted("the controller closed the connection")
                 if time.monotonic() >= deadline:
                     raise
+                if proc.poll() is not None:
+                    # The engine is gone (killed, say) but workers it started still hold its output open: they must
+                    # not outlive it, nor keep this module waiting until its timeout.
+                    exited_at = exited_at or time.monotonic()
+                    if time.monotonic() - exited_at >= KILL_GRACE_S:
+                        try:
+                            os.killpg(proc.pid, signal.SIGKILL)
+                        except (ProcessLookupError, PermissionError):
+                            pass
     except _Interrupted as why:
         # Nobody will read what the engine would say: stop it and everything it started, then go.
         _kill_group(proc)

@@ -1,10 +1,17 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0.txt)
-"""The node lock's arguments, shared by node_lock and the node_take action (doc fragment gpufleet.cluster.node_lock).
+"""Body of node_lock (the node lock taken, renewed or given back) and its arguments, which the node_validate action
+shares (doc fragment gpufleet.cluster.node_lock).
 """
 
 from __future__ import annotations
+
+import json
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import EngineError, run_json
+
+LOCK_COMMANDS = {"acquired": "acquire", "heartbeat": "heartbeat", "released": "release"}
 
 
 def lock_argument_spec():
@@ -18,3 +25,27 @@ def lock_argument_spec():
         dead_runs=dict(type="list", elements="str", default=[]),
         wait_s=dict(type="int", default=0),
     )
+
+
+def lock_module_argument_spec():
+    return dict(lock_argument_spec(), state=dict(type="str", choices=list(LOCK_COMMANDS), default="acquired"))
+
+
+def run_lock_module(module):
+    """Body of node_lock: the engine's `gpufleet lock` on the node; another run holding it is an answer, not a failure."""
+    p = module.params
+    if module.check_mode:
+        args = ["lock", "show", "--path", p["path"]]
+    else:
+        args = ["lock", LOCK_COMMANDS[p["state"]], "--path", p["path"], "--run-id", p["run_id"], "--holder", p["holder"]]
+        if p["state"] == "acquired":
+            args += ["--ttl-s", str(p["ttl_s"]), "--controller", json.dumps(p["controller"], sort_keys=True)]
+            for run in p["dead_runs"]:
+                args += ["--dead-run", run]
+            args += ["--wait-s", str(p["wait_s"])]
+    try:
+        dummy, out = run_json(p["python"], args, 60 + max(p["wait_s"], 0), p["holder"])
+    except EngineError as exc:
+        module.fail_json(**exc.fail_kwargs())
+    out.setdefault("reason", None)
+    module.exit_json(changed=not module.check_mode and p["state"] != "heartbeat", **out)

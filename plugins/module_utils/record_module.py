@@ -36,7 +36,9 @@ def run_record(p):
     args = ["record", p["run_dir"], p["host"], "--folder", p["folder"]]
     for group in p["replace_groups"]:
         args += ["--replace-group", group]
-    if p["db"]:
+    if p.get("no_store"):
+        args += ["--no-store"]  # the report indexes the whole run
+    elif p["db"]:
         args += ["--db", p["db"]]
     dummy, record = run_json(p["python"] or sys.executable, args, 120, "the controller",
                              input_text=json.dumps(p["document"], sort_keys=True), engine_src=p["engine_src"])

@@ -155,36 +155,12 @@ gpufleet:
           seconds: 0.2
 """
 
-import json
-import socket
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.cluster.plugins.module_utils.check_module import check_argument_spec
-from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import RESULT_RCS, TAIL_CHARS, EngineError, node_args, run_json
-
-PHASES = ("before", "after")
-
-
-def argument_spec():
-    return dict(check_argument_spec(), phase=dict(type="str", required=True, choices=list(PHASES)))
-
-
-def counters_command(p):
-    return ["counters", "--phase", p["phase"], "--json"] + node_args(p["host_name"], p["profile"], p["thresholds"])
+from ansible_collections.gpufleet.cluster.plugins.module_utils.check_module import counters_argument_spec, run_counters_module
 
 
 def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    p = module.params
-    host = p["host_name"] or socket.gethostname()
-    try:
-        dummy, doc = run_json(p["python"], counters_command(p), p["timeout_s"], host, ok_rcs=RESULT_RCS)
-    except EngineError as exc:
-        module.fail_json(**exc.fail_kwargs())
-    if not isinstance(doc.get("results"), list):
-        module.fail_json(msg="gpufleet counters on %s printed a document without a results list" % host,
-                         stdout=json.dumps(doc)[:TAIL_CHARS])
-    module.exit_json(changed=False, gpufleet=doc)
+    run_counters_module(AnsibleModule(argument_spec=counters_argument_spec(), supports_check_mode=True))
 
 
 if __name__ == "__main__":

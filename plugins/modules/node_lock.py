@@ -80,36 +80,12 @@ record:
   type: dict
 """
 
-import json
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import EngineError, run_json
-from ansible_collections.gpufleet.cluster.plugins.module_utils.lock_module import lock_argument_spec
-
-COMMANDS = {"acquired": "acquire", "heartbeat": "heartbeat", "released": "release"}
+from ansible_collections.gpufleet.cluster.plugins.module_utils.lock_module import lock_module_argument_spec, run_lock_module
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(lock_argument_spec(), state=dict(type="str", choices=list(COMMANDS), default="acquired")),
-        supports_check_mode=True,
-    )
-    p = module.params
-    if module.check_mode:
-        args = ["lock", "show", "--path", p["path"]]
-    else:
-        args = ["lock", COMMANDS[p["state"]], "--path", p["path"], "--run-id", p["run_id"], "--holder", p["holder"]]
-        if p["state"] == "acquired":
-            args += ["--ttl-s", str(p["ttl_s"]), "--controller", json.dumps(p["controller"], sort_keys=True)]
-            for run in p["dead_runs"]:
-                args += ["--dead-run", run]
-            args += ["--wait-s", str(p["wait_s"])]
-    try:
-        dummy, out = run_json(p["python"], args, 60 + max(p["wait_s"], 0), p["holder"])
-    except EngineError as exc:
-        module.fail_json(**exc.fail_kwargs())
-    out.setdefault("reason", None)
-    module.exit_json(changed=not module.check_mode and p["state"] != "heartbeat", **out)
+    run_lock_module(AnsibleModule(argument_spec=lock_module_argument_spec(), supports_check_mode=True))
 
 
 if __name__ == "__main__":

@@ -8,20 +8,23 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: node_steps
-short_description: Run several of the node's gpufleet modules in one task, each keeping its own outcome
+short_description: Run several of the node's gpufleet modules on the node in one module run, each keeping its own outcome
 version_added: 0.3.0
 description:
-  - Runs each step's module on the node, one after another, from one task (an action plugin), so that the controller
-    pays for one task and not for one for each module.
-  - A step whose module could not answer, or during which the node was lost, becomes an C(error) result of its group
-    (check C(engine)) in RV(errors); the documents of the steps before it stay in RV(docs). A node lost during a step
-    makes the task unreachable, after the remaining steps were tried as each would have been on its own.
+  - Runs the body of each step's module (gpufleet.cluster's node_lock, gpu_inventory, gpu_health, host_hygiene,
+    gpu_counters, benchmark), one after another, in one module process on the node. Ansible charges the controller
+    for every module it sends to a node; the node stage of validate.yml sends this one twice a node instead of
+    seven modules.
+  - Each step's arguments are those of its module, checked as that module checks them. A step that fails (its module
+    would have failed) is returned with C(failed) and its message; the steps after it still run.
+  - A C(node_lock) step that does not leave the lock held by this run (another run holds it, or the lock could not
+    be taken) ends the list there: nothing is measured on a node this run does not hold.
 options:
   steps:
     description:
-      - The steps, in order. Each has C(module) (one of gpu_inventory, gpu_health, host_hygiene, gpu_counters, benchmark
-        of gpufleet.cluster), C(args) (that module's arguments), optionally C(name) (its name in RV(steps); default
-        the module) and C(after_benchmark) (true - skipped when the node was lost during the benchmark step).
+      - The steps, in order. Each has C(module) (one of node_lock, gpu_inventory, gpu_health, host_hygiene,
+        gpu_counters, benchmark) and C(args) (that module's arguments), and optionally C(name) (its name in
+        RV(steps); default the module).
     type: list
     elements: dict
     required: true
@@ -30,12 +33,13 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: full
-    details: Each module is run in check mode and answers as it does then.
+    details: Each step runs as its module does in check mode.
   diff_mode:
     support: none
   platform:
     platforms: posix
 seealso:
+  - module: gpufleet.cluster.node_lock
   - module: gpufleet.cluster.gpu_inventory
   - module: gpufleet.cluster.benchmark
 author:
@@ -52,19 +56,88 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-docs:
-  description: The host documents of the steps that answered, in the order of the steps.
-  returned: always
-  type: list
-  elements: dict
 steps:
-  description: The name of each step whose document is in RV(docs), in the same order.
-  returned: always
-  type: list
-  elements: str
-errors:
-  description: One C(error) result (gpufleet's result schema) for each step that could not answer, naming its group.
+  description:
+    - One entry a step that ran, in order, with C(name), C(module) and C(result) (what that module would have
+      returned; a host document under C(gpufleet) for the check, counter and benchmark steps).
   returned: always
   type: list
   elements: dict
 """
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible_collections.gpufleet.cluster.plugins.module_utils.benchmark_module import benchmark_argument_spec, run_benchmark_module
+from ansible_collections.gpufleet.cluster.plugins.module_utils.check_module import (
+    check_argument_spec,
+    counters_argument_spec,
+    run_check_module,
+    run_counters_module,
+)
+from ansible_collections.gpufleet.cluster.plugins.module_utils.lock_module import lock_module_argument_spec, run_lock_module
+
+# Each step's module: its arguments and its body.
+STEPS = {
+    "node_lock": (lock_module_argument_spec, run_lock_module),
+    "gpu_inventory": (check_argument_spec, lambda module: run_check_module(module, "gpu_inventory")),
+    "gpu_health": (check_argument_spec, lambda module: run_check_module(module, "gpu_health")),
+    "host_hygiene": (check_argument_spec, lambda module: run_check_module(module, "host_hygiene")),
+    "gpu_counters": (counters_argument_spec, run_counters_module),
+    "benchmark": (benchmark_argument_spec, run_benchmark_module),
+}
+
+
+class StepDone(Exception):
+    """A step's module body answered (exit_json or fail_json): its result."""
+
+    def __init__(self, result):
+        super().__init__()
+        self.result = result
+
+
+class StepModule:
+    """What a module body asks of its AnsibleModule, for a step run inside this one."""
+
+    def __init__(self, params, check_mode):
+        self.params = params
+        self.check_mode = check_mode
+
+    def exit_json(self, **result):
+        raise StepDone(result)
+
+    def fail_json(self, **result):
+        raise StepDone(dict(result, failed=True))
+
+
+def run_step(module_name, args, check_mode):
+    """What the step's module would have returned."""
+    spec, body = STEPS[module_name]
+    checked = ArgumentSpecValidator(spec()).validate(args or {})
+    if checked.error_messages:
+        return {"failed": True, "msg": "%s: %s" % (module_name, "; ".join(checked.error_messages))}
+    try:
+        body(StepModule(checked.validated_parameters, check_mode))
+    except StepDone as done:
+        return done.result
+    return {"failed": True, "msg": "%s ended without an answer" % module_name}
+
+
+def main():
+    module = AnsibleModule(argument_spec=dict(steps=dict(type="list", elements="dict", required=True)),
+                           supports_check_mode=True)
+    ran = []
+    for step in module.params["steps"]:
+        name = step.get("module")
+        if name not in STEPS:
+            module.fail_json(msg="step module %r is none of %s" % (name, ", ".join(STEPS)))
+        result = run_step(name, step.get("args"), module.check_mode)
+        ran.append({"name": step.get("name") or name, "module": name, "result": result})
+        args = step.get("args") or {}
+        if name == "node_lock" and args.get("state", "acquired") == "acquired" and not module.check_mode \
+                and (result.get("failed") or not result.get("acquired")):
+            break  # nothing is measured on a node this run does not hold
+    module.exit_json(changed=False, steps=ran)
+
+
+if __name__ == "__main__":
+    main()

@@ -70,4 +70,10 @@ record:
   description: The lock record as it stands.
   returned: success
   type: dict
+result:
+  description:
+    - The C(lock.node_lock) result for the host document (gpufleet's result schema) - C(pass) when this run holds the
+      node (saying when a stale lock was taken over), C(error) naming the run that holds it.
+  returned: success, not in check mode
+  type: dict
 """

@@ -9,6 +9,7 @@ host documents, so the statuses are in the events). Nothing here talks to Ansibl
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -59,11 +60,13 @@ def classify(event_data: dict) -> tuple[str | None, str]:
         return "reach", ""
     if short in ("node_lock", "node_take"):
         return "lock", ""
+    if short == "node_validate":  # the whole node stage in one task: its lines say when the benchmarks start
+        return "checks", ""
     if short in CHECK_MODULES:
         return "checks", short
     if short == "gpu_counters":
         return "counters", "after" if "after" in task else "before"
-    if short in ("benchmark", "node_steps"):  # node_steps: a stage's modules in one task, named after its stage
+    if short in ("benchmark", "node_steps"):  # node_steps: several modules in one task, named after its stage
         which = _suffix(task)
         stage = "benchmarks" if short == "benchmark" or "benchmark" in task else "checks"
         return stage, which if which and "{{" not in which else ""
@@ -76,14 +79,23 @@ def classify(event_data: dict) -> tuple[str | None, str]:
     return None, ""
 
 
-def results_of(res: dict | None) -> list[dict]:
-    """The results a module returned (a host document under `gpufleet`; node_steps: its `docs` and `errors`), or none."""
+def status_counts(res: dict | None) -> dict[str, int]:
+    """How many results of each status a task returned: a host document under `gpufleet`, node_steps' documents
+    of its steps, or node_validate's own count (`status_counts`: it keeps the documents on the controller)."""
     res = res or {}
-    docs = [res.get("gpufleet")] + (res["docs"] if isinstance(res.get("docs"), list) else [])
-    results = [r for doc in docs if isinstance(doc, dict) and isinstance(doc.get("results"), list) for r in doc["results"]]
-    if isinstance(res.get("errors"), list):
-        results += res["errors"]
-    return [r for r in results if isinstance(r, dict)]
+    if isinstance(res.get("status_counts"), dict):
+        return {k: v for k, v in res["status_counts"].items() if isinstance(v, int)}
+    docs = [res.get("gpufleet")] + [s.get("result", {}).get("gpufleet") for s in res.get("steps") or [] if isinstance(s, dict)]
+    counts: dict[str, int] = {}
+    for doc in docs:
+        for r in doc.get("results") or [] if isinstance(doc, dict) else []:
+            if isinstance(r, dict):
+                counts[r.get("status")] = counts.get(r.get("status"), 0) + 1
+    return counts
+
+
+# The line node_validate prints when a node's benchmarks start: "[HOST] gpufleet: benchmarks: matmul, memory".
+STAGE_LINE = re.compile(r"^\[(?P<host>[^\]]+)\] gpufleet: (?P<stage>[a-z-]+)(?:: (?P<what>.*))?$")
 
 
 @dataclass
@@ -165,6 +177,14 @@ class FleetState:
                 if n.started is not None and n.ended is None:
                     n.ended = now
             return []
+        if kind == "verbose":
+            line = STAGE_LINE.match((event.get("stdout") or "").strip())
+            n = self.node(line.group("host")) if line else None
+            if n is None or line.group("stage") not in STAGES:
+                return []
+            before = n.key()
+            n.stage, n.activity = line.group("stage"), line.group("what") or ""
+            return [n.host] if n.key() != before else []
         host = data.get("host")
         stage, activity = classify(data)
         if kind == "playbook_on_task_start":
@@ -202,10 +222,11 @@ class FleetState:
             n.unreachable = True
             n.counts[schema.ERROR] = n.counts.get(schema.ERROR, 0) + 1
         elif kind in ("runner_on_ok", "runner_on_failed"):
-            for r in results_of(data.get("res")):
-                status = r.get("status")
+            for status, count in status_counts(data.get("res")).items():
                 if status in _RANK:
-                    n.counts[status] = n.counts.get(status, 0) + 1
+                    n.counts[status] = n.counts.get(status, 0) + count
+            if kind == "runner_on_ok" and (data.get("resolved_action") or "").endswith(".node_validate"):
+                n.stage, n.activity = "record", "host document written"
             if kind == "runner_on_failed" and stage is not None and not data.get("ignore_errors"):
                 # The role turns a module that could not answer into an error result.
                 n.counts[schema.ERROR] = n.counts.get(schema.ERROR, 0) + 1

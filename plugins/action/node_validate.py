@@ -1,0 +1,217 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0.txt)
+"""gpufleet.cluster.node_validate: the whole node stage of validate.yml in one task.
+
+Ansible charges the controller for every task on every node (a worker forked, the task's templates compiled, its
+result copied and cleaned in the main process) and for every module sent: far more than the stage's own work. So
+one task a node, and two module runs on it (gpufleet.cluster.node_steps): the lock, the check groups and the
+counters before; then the benchmarks, the counters after and, when no later stage needs the node, the lock given
+back. A node lost during the second keeps what the first measured. The host document is written here, in the
+task's worker, with the engine's own writer (no process started for it), and only a summary goes back to the main
+process. Between the two, a line `[HOST] gpufleet: benchmarks: ...` tells the live view where the node is.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from ansible.errors import AnsibleConnectionFailure
+from ansible.utils.display import Display
+from ansible_collections.gpufleet.cluster.plugins.action.node_take import ARGUMENT_SPEC as TAKE_SPEC
+from ansible_collections.gpufleet.cluster.plugins.action.node_take import LOCK_ARGS, NodeTake, lock_result, utc_now
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import EngineError
+from ansible_collections.gpufleet.cluster.plugins.module_utils.record_module import run_record
+
+display = Display()
+
+CHECK_GROUPS = ("gpu_inventory", "gpu_health", "host_hygiene")
+# Each step's module and the group its `error` result goes to when the module could not answer.
+GROUPS = {"gpu_inventory": "gpu_inventory", "gpu_health": "gpu_health", "host_hygiene": "host_hygiene",
+          "gpu_counters": "counters", "benchmark": "benchmark", "node_lock": "lock"}
+REMEDY_DEFAULT = "read the reason, fix the node or the input and re-run validate.yml"
+REMEDY_UNREACHABLE = ("check the inventory address, ssh access (ansible_user, keys) and that the node is up; then "
+                      "re-run with --limit")
+
+# The engine's writer of host documents, from the collection's own src/ (what `gpufleet record` runs): imported once
+# in Ansible's main process, which loads this plugin before forking the workers that run it.
+ENGINE_SRC = str(Path(__file__).resolve().parents[2] / "src")
+try:
+    if ENGINE_SRC not in sys.path:
+        sys.path.append(ENGINE_SRC)
+    from gpufleet.fleet.cli import record as write_host_document
+except ImportError:  # the controller's Python lacks what the engine needs: `gpufleet record` under controller_python
+    write_host_document = None
+
+ARGUMENT_SPEC = {
+    "lock": {"type": "dict", "required": True, "options": TAKE_SPEC},
+    "check_args": {"type": "dict", "required": True},
+    "benchmark_args": {"type": "dict"},
+    "release": {"type": "bool", "default": False},
+    "multinode": {"type": "bool", "default": True},
+    "run_dir": {"type": "path", "required": True},
+    "document": {"type": "dict", "required": True},
+    "controller_python": {"type": "path"},
+}
+
+
+def error_result(check, group, reason, remedy, klass, detail):
+    return {"check": check, "group": group, "status": "error", "value": None, "unit": None, "threshold": None,
+            "class": klass, "reason": reason, "remedy": remedy, "detail": detail, "started": utc_now(), "seconds": 0.0}
+
+
+def group_error(group, res):
+    """The `error` result of a group whose module could not answer."""
+    msg = res.get("msg") or "the %s module failed without a message" % group
+    stderr = res.get("stderr") or ""
+    return error_result("engine", group, msg, res.get("remedy") or REMEDY_DEFAULT,
+                        "environment" if "No space left on device" in msg + stderr else "software",
+                        {"rc": res.get("rc"), "stderr": stderr, "cmd": res.get("cmd")})
+
+
+class ActionModule(NodeTake):
+
+    _requires_connection = True
+
+    def run(self, tmp=None, task_vars=None):
+        results = super(ActionModule, self).run(tmp, task_vars)
+        dummy, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        host = task_vars.get("inventory_hostname")
+        lock_args = args["lock"]
+        bench = args["benchmark_args"]
+        release = {"module": "node_lock", "name": "release",
+                   "args": dict(dict((k, lock_args[k]) for k in ("python", "path", "run_id", "holder")), state="released")}
+        checks = [{"module": g, "args": args["check_args"]} for g in CHECK_GROUPS]
+        checks.append({"module": "gpu_counters", "name": "counters_before", "args": dict(args["check_args"], phase="before")})
+        second = []
+        if bench:
+            second = [{"module": "benchmark", "args": bench},
+                      {"module": "gpu_counters", "name": "counters_after", "args": dict(args["check_args"], phase="after")}]
+        if args["release"]:
+            second.append(release)
+
+        lock_step = {"module": "node_lock", "args": dict((k, lock_args[k]) for k in LOCK_ARGS)}  # the wait comes after
+        done, lost, errors, lock = [], None, [], None
+        try:
+            ran = self._steps([lock_step] + checks + ([] if bench else second), task_vars)
+            lock = ran.pop(0)["result"]
+            if lock.get("failed"):
+                ran = []  # the lock could not be taken: nothing else ran
+            if not lock.get("failed") and not lock.get("acquired") and not self._task.check_mode:
+                lock = self.take(lock_args, task_vars, first=lock)  # a stale lock of this controller, or the wait
+                if lock.get("acquired"):
+                    ran = self._steps(checks + ([] if bench else second), task_vars)
+            done += ran
+            if lock.get("acquired") and bench:
+                display.display("[%s] gpufleet: benchmarks: %s" % (host, ", ".join(bench.get("benchmarks") or [])))
+                try:
+                    done += self._steps(second, task_vars)
+                except AnsibleConnectionFailure as exc:
+                    lost = "the node was lost during the benchmarks: %s" % exc
+                    errors.append(group_error("benchmark", {"msg": lost}))
+        except AnsibleConnectionFailure as exc:
+            lost = str(exc)
+            if lock is None:
+                errors.append(error_result("reachable", "connection", "node did not answer: %s" % (lost or "no message"),
+                                           REMEDY_UNREACHABLE, "environment",
+                                           {"ansible_host": task_vars.get("ansible_host", host)}))
+            else:
+                errors.append(group_error("gpu_inventory", {"msg": "the node was lost during the checks: %s" % lost}))
+        except EngineError as exc:  # `gpufleet run alive` on this controller could not answer
+            lock = dict(exc.fail_kwargs(), failed=True)
+
+        reachable = lock is not None
+        locked = bool(reachable and not lock.get("failed") and lock.get("acquired"))
+        lock_results = []
+        if lock is not None and lock.get("failed"):
+            errors.insert(0, group_error("lock", lock))
+        elif lock is not None and not self._task.check_mode:
+            lock_results.append(lock_result(lock, lock_args))
+        docs, released = [], False
+        for step in done:
+            res = step["result"]
+            if step["module"] == "node_lock":
+                released = not res.get("failed")
+                if res.get("failed"):
+                    display.warning("%s: could not give the node lock back: %s" % (host, res.get("msg")))
+            elif isinstance(res.get("gpufleet"), dict) and not res.get("failed"):
+                docs.append((step["name"], res["gpufleet"]))
+            else:
+                errors.append(group_error(GROUPS[step["module"]], res))
+                display.warning("%s on %s: %s" % (step["module"], host, errors[-1]["reason"]))
+
+        document = dict(args["document"])
+        if docs:
+            document.update(docs[0][1])
+        document.update(host=host, seconds=round(sum(d.get("seconds") or 0 for dummy, d in docs), 4),
+                        results=lock_results + [r for dummy, d in docs for r in d.get("results") or []] + errors)
+        path = self._write(args, host, document)
+        if isinstance(path, dict):
+            # The document could not be written: the task fails, saying why, and the node leaves the later plays;
+            # its lock goes back now, as no later play will give it back.
+            if locked and not released:
+                try:
+                    self._steps([release], task_vars)
+                except AnsibleConnectionFailure:
+                    pass
+            return dict(results, failed=True, **path)
+
+        benchmark = [d for name, d in docs if name == "benchmark"]
+        trains = [r for d in benchmark for r in d.get("results") or [] if r.get("check") == "train_gpt2"]
+        why = ("the node did not answer" if not reachable else
+               "another run holds it" if not locked and not errors else
+               "a module could not run on it (%s)" % ", ".join(dict.fromkeys(e["group"] for e in errors)) if errors else "")
+        counts = {}
+        for r in document["results"]:
+            counts[r.get("status")] = counts.get(r.get("status"), 0) + 1
+        results.update(
+            changed=False, path=path, steps=[name for name, dummy in docs], status_counts=counts,
+            ansible_facts={
+                "validate_node_reachable": reachable, "validate_node_locked": locked,
+                "validate_node_lock_held": locked and not released,
+                "validate_node_lock_results": lock_results, "validate_node_errors": errors,
+                # Read by the entry point nccl_multinode: the node's own train_gpt2 figure for the scaling across nodes.
+                "validate_node_benchmark": {"gpufleet": {"results": trains}} if benchmark else {},
+                # Read by nccl_multinode and finetune_multinode: a node that was not reached, that another run holds,
+                # or where a module could not run, stays out of the runs across nodes so it cannot hold the others up.
+                "validate_node_multinode": {"wanted": args["multinode"], "ready": reachable and locked and not errors,
+                                            "why": why},
+            })
+        if lost:
+            results["msg"] = lost
+            display.warning("%s: %s; what it measured before is in its host document" % (host, lost))
+        return results
+
+    def _steps(self, steps, task_vars):
+        """The steps run on the node by one gpufleet.cluster.node_steps module."""
+        if not steps:
+            return []
+        res = self._execute_module(module_name="gpufleet.cluster.node_steps", module_args={"steps": steps},
+                                   task_vars=task_vars)
+        if res.get("unreachable"):
+            raise AnsibleConnectionFailure(res.get("msg") or "the node did not answer")
+        if res.get("failed") or not isinstance(res.get("steps"), list):
+            # The module itself could not run (no Python on the node, say): every step is an error of its group.
+            return [{"name": s.get("name") or s["module"], "module": s["module"], "result": dict(res, failed=True)}
+                    for s in steps]
+        return res["steps"]
+
+    def _write(self, args, host, document):
+        """The host document written under RUN_DIR/hosts; its path, or the failure as a dict."""
+        if self._task.check_mode:
+            return None
+        python = args["controller_python"]
+        if write_host_document is not None and (not python or python == sys.executable):
+            try:
+                return write_host_document(Path(args["run_dir"]), host, document)["path"]
+            except Exception as exc:  # InputError and OSError alike: said, as `gpufleet record` would
+                return {"msg": "the host document of %s could not be written under %s: %s" % (host, args["run_dir"], exc)}
+        try:
+            done = run_record({"run_dir": args["run_dir"], "host": host, "document": document, "replace_groups": [],
+                               "folder": "hosts", "python": python, "engine_src": ENGINE_SRC, "db": None,
+                               "no_store": True})
+        except EngineError as exc:
+            return exc.fail_kwargs()
+        return done.get("path")

@@ -1,0 +1,107 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: node_validate
+short_description: The node stage of validate.yml in one task - lock, checks, counters, benchmarks, host document
+version_added: 0.4.0
+description:
+  - An action plugin. Runs M(gpufleet.cluster.node_steps) on the node twice - first the node lock (taken as
+    M(gpufleet.cluster.node_take) takes it, with the takeover of a run of this controller that is gone and the bounded
+    wait), the check groups gpu_inventory, gpu_health and host_hygiene, and the error counters before; then the
+    benchmarks, the counters after and, with O(release), the lock given back.
+  - A node another run holds is not measured; a step whose module could not answer is an C(error) result of its
+    group; a node lost during the benchmarks keeps what the first run measured.
+  - Writes the node's host document to O(run_dir)/hosts on the controller from the task's own worker (the engine's
+    writer, or C(gpufleet record --no-store) under O(controller_python) when that is another interpreter); the report
+    indexes it into the store. Only a summary and the facts below go back to Ansible's main process.
+  - "Prints C([HOST] gpufleet: benchmarks: NAMES) when the node's benchmarks start, for whoever watches the run."
+  - Fails only when the host document could not be written; the lock is then given back.
+options:
+  lock:
+    description:
+      - The node lock - the options of M(gpufleet.cluster.node_take) (C(python), C(path), C(run_id), C(holder),
+        C(ttl_s), C(controller), C(dead_runs), C(wait_s), C(controller_python), C(engine_src)).
+    type: dict
+    required: true
+  check_args:
+    description: The arguments the check groups and the counter readings share (those of M(gpufleet.cluster.gpu_health)).
+    type: dict
+    required: true
+  benchmark_args:
+    description: The arguments of M(gpufleet.cluster.benchmark); left out, no benchmarks and no counters after them.
+    type: dict
+  release:
+    description: Give the lock back at the end (no later stage of the run needs the node).
+    type: bool
+    default: false
+  multinode:
+    description: Whether the node wants the runs across nodes (C(gpufleet_nccl_multinode)), for RV(ansible_facts).
+    type: bool
+    default: true
+  run_dir:
+    description: The run's folder on the controller.
+    type: path
+    required: true
+  document:
+    description: The host document the results go into (its keys before any group answered).
+    type: dict
+    required: true
+  controller_python:
+    description: Python interpreter on the controller with the gpufleet engine; left out, the one running Ansible.
+    type: path
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: partial
+    details: The lock is only read, the modules run as they do in check mode, and no host document is written.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+seealso:
+  - module: gpufleet.cluster.node_steps
+  - module: gpufleet.cluster.node_take
+author:
+  - gpufleet maintainers (!UNKNOWN)
+"""
+
+EXAMPLES = r"""
+- name: Check and benchmark the node
+  gpufleet.cluster.node_validate:
+    lock: {python: /opt/gpufleet/venv/bin/python, run_id: r1, holder: "{{ inventory_hostname }}"}
+    check_args: {python: /opt/gpufleet/venv/bin/python, host_name: "{{ inventory_hostname }}"}
+    benchmark_args: {python: /opt/gpufleet/venv/bin/python, benchmarks: [matmul, memory], host_name: "{{ inventory_hostname }}"}
+    release: true
+    run_dir: /srv/gpufleet/reports/r1
+    document: {schema_version: 1, host: "{{ inventory_hostname }}", versions: {}, seconds: 0.0, results: []}
+"""
+
+RETURN = r"""
+path:
+  description: The host document written on the controller (null in check mode).
+  returned: success
+  type: str
+steps:
+  description: The steps whose host documents are in it, in order.
+  returned: success
+  type: list
+  elements: str
+status_counts:
+  description: How many of the document's results have each status.
+  returned: success
+  type: dict
+ansible_facts:
+  description:
+    - C(validate_node_reachable), C(validate_node_locked), C(validate_node_lock_held) (taken and not given back),
+      C(validate_node_lock_results), C(validate_node_errors), C(validate_node_benchmark) (the train_gpt2 results) and
+      C(validate_node_multinode) (C(wanted), C(ready), C(why)), which the later plays of validate.yml read.
+  returned: success
+  type: dict
+"""
