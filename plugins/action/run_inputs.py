@@ -150,8 +150,7 @@ def _finetune_failure(hosts, values, defaults):
         return failure
     for host in hosts:
         # The engine stops torchrun this margin before the timeout (gpufleet.cluster.finetune); the rendezvous must end first.
-        rdzv, timeout = (values[host].get(name, defaults[name]) for name in ("gpufleet_finetune_rdzv_timeout_s",
-                                                                               "gpufleet_finetune_timeout_s"))
+        timeout, rdzv = (values[host].get(name, defaults[name]) for name in FT_TIMEOUTS)
         margin_s = torchrun_margin_s(int(str(timeout)))
         if not int(str(rdzv)) < int(str(timeout)) - margin_s:
             return ("gpufleet_finetune_rdzv_timeout_s for %s (%s) must be less than gpufleet_finetune_timeout_s (%s) "
