@@ -32,6 +32,7 @@ from ansible_collections.gpufleet.cluster.plugins.modules import (  # noqa: E402
     host_record,
     node_take,
     node_validate,
+    run_inputs,
     run_start,
 )
 
@@ -322,13 +323,19 @@ def test_modules_document_the_arguments_they_take():
     # after it in this process: read its argument spec in a process of its own.
     action_specs = json.loads(subprocess.run(
         [sys.executable, "-c", "import json, sys; sys.path.insert(0, sys.argv[1]); from ansible_collections.gpufleet.cluster"
-         ".plugins.action import node_take, node_validate; print(json.dumps({'node_take': sorted(node_take.ARGUMENT_SPEC), "
-         "'node_validate': sorted(node_validate.ARGUMENT_SPEC), 'lock': sorted(node_validate.ARGUMENT_SPEC['lock']['options'])}))",
-         str(REPO / "collections")],
+         ".plugins.action import node_take, node_validate, run_inputs; print(json.dumps({'node_take': node_take.ARGUMENT_SPEC, "
+         "'node_validate': sorted(node_validate.ARGUMENT_SPEC), 'lock': node_validate.ARGUMENT_SPEC['lock']['options'], "
+         "'run_inputs': run_inputs.ARGUMENT_SPEC}))", str(REPO / "collections")],
         capture_output=True, text=True, check=True, timeout=120).stdout)
     assert set(yaml.safe_load(node_take.DOCUMENTATION)["options"]) | set(lock_fragment) == set(action_specs["node_take"])
     assert set(yaml.safe_load(node_validate.DOCUMENTATION)["options"]) == set(action_specs["node_validate"])
     assert action_specs["lock"] == action_specs["node_take"]  # node_validate's lock option is node_take's arguments
+    inputs_doc = yaml.safe_load(run_inputs.DOCUMENTATION)["options"]
+    assert set(inputs_doc) == set(action_specs["run_inputs"])
+    for name, spec in action_specs["run_inputs"].items():
+        assert {k: inputs_doc[name].get(k) for k in spec} == spec, name
+    yaml.safe_load(run_inputs.EXAMPLES)
+    yaml.safe_load(run_inputs.RETURN)
 
 
 def test_run_start_without_a_run_id_returns_the_one_the_engine_minted(tmp_path, capsys):

@@ -196,6 +196,33 @@ def test_relative_gpufleet_python_is_refused_with_its_name(tmp_path):
     assert '"venv/bin/python"' in out
 
 
+@pytest.mark.parametrize("node_b_vars, message", [
+    ({"gpufleet_node_env": {"BAD-NAME": "1"}},
+     "gpufleet_node_env for node-b must be a mapping of environment variable name -> string or number, for example "
+     "{CUDA_VISIBLE_DEVICES: '0,1,2,3'}; got {\"BAD-NAME\": \"1\"}"),
+    ({"gpufleet_nccl_timeout_s": "soon"}, 'gpufleet_nccl_timeout_s for node-b must be a positive whole number of seconds; got "soon"'),
+    ({"gpufleet_finetune": "maybe"}, 'gpufleet_finetune for node-b must be true or false; got "maybe"'),
+    ({"gpufleet_soak_duration_s": 0},
+     "gpufleet_soak_duration_s for node-b must be a positive whole number of seconds, for example 7200; got 0"),
+    ({"gpufleet_tier": "soak"}, "gpufleet_tier must be the same on every node of the run (set it for the group or with -e)"),
+])
+def test_a_bad_variable_of_the_second_node_stops_the_run_naming_node_and_variable(tmp_path, node_b_vars, message):
+    # Unreachable addresses: gpufleet.cluster.run_inputs checks every node's variables before any node is contacted.
+    inventory = tmp_path / "hosts.yml"
+    node = {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": 1}
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {
+        "node-a": node, "node-b": dict(node, **node_b_vars)}}}}}))
+    proc, run_dir = run_validate(tmp_path, inventory=str(inventory))
+    out = " ".join(output(proc).split())  # the messages are folded over lines
+
+    assert proc.returncode != 0, out
+    assert message in out, out[-5000:]
+    if "gpufleet_tier" in node_b_vars:
+        assert '"node-b": "soak"' in out and '"node-a": "acceptance"' in out, out[-5000:]
+    assert "node-a for" not in out and "for node-a" not in out  # the first node's variables pass
+    assert not run_dir.exists()  # stopped before the run folder, let alone a node
+
+
 # ---------------------------------------------------------------- one run per node, and the lock given back
 
 

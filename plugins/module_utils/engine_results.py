@@ -85,4 +85,9 @@ def torchrun_engine_timeout_s(timeout_s):
     The engine kills torchrun first and still reports the log tail; the
     margin covers its start-up and the kill, before this module's own kill.
     """
-    return max(1, timeout_s - min(60, max(10, timeout_s // 4)))
+    return max(1, timeout_s - torchrun_margin_s(timeout_s))
+
+
+def torchrun_margin_s(timeout_s):
+    """How long before timeout_s the engine stops torchrun: 10 to 60 seconds, a quarter of timeout_s between."""
+    return min(60, max(10, timeout_s // 4))

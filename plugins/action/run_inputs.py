@@ -1,0 +1,219 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0.txt)
+"""gpufleet.cluster.run_inputs: check every node's variables on the controller in one task, before any node is
+touched.
+
+One pass instead of an assert looping over the nodes for each variable: every hostvars[node] builds that node's
+variables again, which cost the controller far more than the checks themselves. Each node's variables are read
+once; the checks run in the order the playbooks gave them, each over every node, and the first that fails gives
+its message, naming the variable, the node and the value.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+
+import yaml
+from ansible.plugins.action import ActionBase
+from ansible.plugins.filter.core import to_json
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_results import torchrun_margin_s
+
+CHECK_SETS = ("node", "validate", "finetune", "finetune_if_set", "run")
+ARGUMENT_SPEC = {
+    "hosts": {"type": "list", "elements": "str", "required": True},
+    "checks": {"type": "list", "elements": "str", "required": True, "choices": list(CHECK_SETS)},
+}
+# hostvars holds the inventory's values only: the role's defaults stand in for a fine-tune variable a node leaves unset.
+ROLE_DEFAULTS = os.path.join(os.path.dirname(__file__), "..", "..", "roles", "validate_node", "defaults", "main.yml")
+BENCHMARKS = ["matmul", "memory", "nccl", "sdc", "train_gpt2"]
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+FT_TIMEOUTS = ("gpufleet_finetune_timeout_s", "gpufleet_finetune_rdzv_timeout_s")
+FT_RUN_WIDE = ("gpufleet_finetune_config", "gpufleet_finetune_max_steps", "gpufleet_finetune_master_port") + FT_TIMEOUTS
+
+
+def _whole(value):
+    """`value | string is match('^[0-9]+$')`."""
+    return re.match(r"^[0-9]+$", str(value)) is not None
+
+
+def _positive_whole(value):
+    return _whole(value) and int(str(value)) > 0
+
+
+def _port(value):
+    return _whole(value) and 0 < int(str(value)) < 65536
+
+
+def _boolean_text(value):
+    return isinstance(value, bool) or str(value).lower() in ("true", "false", "yes", "no")
+
+
+def _abs_path(value):
+    return isinstance(value, str) and os.path.isabs(value)
+
+
+def _home_or_abs(value):
+    return isinstance(value, str) and (os.path.isabs(value) or re.match(r"~(/|$)", value) is not None)
+
+
+def _finetune_config(value):
+    return isinstance(value, str) and len(value.strip()) > 0 and (
+        os.path.isabs(value) or re.match(r"~(/|$)", value) is not None or ".." not in value.split("/"))
+
+
+def _iterable(value):
+    try:
+        iter(value)
+    except TypeError:
+        return False
+    return True
+
+
+def _list(value):
+    """A list, neither a string nor a mapping (Jinja's `is sequence and is not string and is not mapping`)."""
+    return hasattr(value, "__len__") and hasattr(value, "__getitem__") and not isinstance(value, (str, Mapping))
+
+
+def _node_env(value):
+    env = value or {}
+    return isinstance(env, Mapping) and all(ENV_NAME.match(str(k)) for k in env) and not any(
+        isinstance(v, Mapping) or (not isinstance(v, str) and _iterable(v)) or v is None for v in env.values())
+
+
+# Per node: (variable, test of a value the node sets, what the message says is expected). A variable the node
+# leaves unset passes, except where a default is given (the third item of DEFAULTED).
+EXPECT_SECONDS = "must be a positive whole number of seconds"
+NODE_CHECKS = [
+    ("gpufleet_python", _abs_path, "must be the absolute path of a Python interpreter on the node, for example "
+                                   "/opt/gpufleet/venv/bin/python"),
+    ("gpufleet_thresholds", lambda v: isinstance(v or {}, Mapping),
+     "must be a mapping of threshold -> value, for example {gpus_expected: 8}"),
+    ("gpufleet_node_env", _node_env, "must be a mapping of environment variable name -> string or number, for example "
+                                     "{CUDA_VISIBLE_DEVICES: '0,1,2,3'}"),
+]
+VALIDATE_CHECKS = [
+    ("gpufleet_check_timeout_s", _positive_whole, EXPECT_SECONDS),
+    ("gpufleet_benchmarks", lambda v: _list(v) and all(b in BENCHMARKS for b in v),
+     "must be a list of benchmarks from matmul, memory, nccl, sdc and train_gpt2, for example [matmul, memory, nccl, "
+     "sdc], or [] to run none"),
+    ("gpufleet_benchmark_tier", lambda v: v in ("quick", "thorough"), "must be quick or thorough"),
+    ("gpufleet_nccl_multinode", _boolean_text, "must be true or false"),
+    ("gpufleet_nccl_master_port", _port, "must be a TCP port, 1 to 65535, open between the nodes"),
+    # One loop over the nodes for both timeouts: see _failure.
+    (("gpufleet_benchmark_timeout_s", "gpufleet_nccl_timeout_s"), _positive_whole, EXPECT_SECONDS),
+]
+FINETUNE_CHECKS = [
+    ("gpufleet_finetune", _boolean_text, "must be true or false"),
+    ("gpufleet_finetune_config", _finetune_config,
+     "must be the path of a fine-tune config, relative to gpufleet_finetune_dir on the node and inside it "
+     "(files/configs/qwen2-7b-lora.yml), or absolute"),
+    ("gpufleet_finetune_dir", _home_or_abs,
+     "must be an absolute path on the node, or one under ~, for example ~/gpufleet-finetune"),
+    ("gpufleet_finetune_max_steps", _whole,
+     "must be a whole number of steps, 0 for the config's training.max_steps"),
+    ("gpufleet_finetune_master_port", _port, "must be a TCP port, 1 to 65535, open between the nodes"),
+    (FT_TIMEOUTS, _positive_whole, EXPECT_SECONDS),
+]
+RUN_CHECKS = [
+    ("gpufleet_soak_duration_s", _positive_whole, "must be a positive whole number of seconds, for example 7200"),
+    ("gpufleet_lock_path", _abs_path, "must be the absolute path of the lock file on the node, for example "
+                                      "/run/lock/gpufleet-node.lock"),
+    ("gpufleet_lock_wait_s", _whole, "must be a whole number of seconds to wait for another run to give the node "
+                                     "back, 0 for none"),
+]
+# Checked with a default for a node that leaves them unset (`hostvars[node].x | default(...)`).
+DEFAULTED = {"gpufleet_benchmark_tier": "quick", "gpufleet_tier": "acceptance"}
+TIERS = ("smoke", "acceptance", "soak")
+VARIABLES = sorted({name for checks in (NODE_CHECKS, VALIDATE_CHECKS, FINETUNE_CHECKS, RUN_CHECKS)
+                    for names, dummy, dummy2 in checks for name in ((names,) if isinstance(names, str) else names)}
+                   | {"gpufleet_tier"})
+
+
+def _failure(checks, hosts, values):
+    """The message of the first check that fails, over every node in turn, or None."""
+    for names, test, expect in checks:
+        for host in hosts:
+            for name in (names,) if isinstance(names, str) else names:
+                if name in values[host] or name in DEFAULTED:
+                    value = values[host].get(name, DEFAULTED.get(name))
+                    if not test(value):
+                        return "%s for %s %s; got %s" % (name, host, expect, to_json(values[host].get(name)))
+    return None
+
+
+def _finetune_failure(hosts, values, defaults):
+    failure = _failure(FINETUNE_CHECKS, hosts, values)
+    if failure:
+        return failure
+    for host in hosts:
+        # The engine stops torchrun this margin before the timeout (gpufleet.cluster.finetune); the rendezvous must end first.
+        timeout, rdzv = (values[host].get(name, defaults[name]) for name in FT_TIMEOUTS)
+        margin_s = torchrun_margin_s(int(str(timeout)))
+        if not int(str(rdzv)) < int(str(timeout)) - margin_s:
+            return ("gpufleet_finetune_rdzv_timeout_s for %s (%s) must be less than gpufleet_finetune_timeout_s (%s) "
+                    "less its %s s margin" % (host, rdzv, timeout, margin_s))
+    # One job: a node with another config, step count, port or timeout would wait for a run that never comes.
+    first = hosts[0]
+    for host in hosts[1:]:
+        for name in FT_RUN_WIDE:
+            value, first_value = (values[h].get(name, defaults[name]) for h in (host, first))
+            if str(value) != str(first_value):
+                return ("%s must be the same on every node of the fine-tune (set it for the group): %s has %s, %s has %s"
+                        % (name, host, to_json(value), first, to_json(first_value)))
+    return None
+
+
+def _run_failure(hosts, values):
+    failure = _failure([("gpufleet_tier", lambda v: v in TIERS, "must be smoke, acceptance or soak")], hosts, values)
+    if failure:
+        return failure
+    tiers = dict((host, values[host].get("gpufleet_tier", "acceptance")) for host in hosts)
+    if len(set(tiers.values())) > 1:
+        return "gpufleet_tier must be the same on every node of the run (set it for the group or with -e); got %s" % (
+            to_json(tiers))
+    return _failure(RUN_CHECKS, hosts, values)
+
+
+def inputs_failure(checks, hosts, values, finetune_defaults):
+    """The first failure of the check sets named in checks, in the playbooks' order, or None.
+
+    values: per host, the variables it sets (a variable it does not set is absent).
+    """
+    failure = None
+    if "node" in checks:
+        failure = _failure(NODE_CHECKS, hosts, values)
+    if not failure and "validate" in checks:
+        failure = _failure(VALIDATE_CHECKS, hosts, values)
+    if not failure and ("finetune" in checks or (
+            "finetune_if_set" in checks and any("gpufleet_finetune" in values[host] for host in hosts))):
+        failure = _finetune_failure(hosts, values, finetune_defaults)
+    if not failure and "run" in checks:
+        failure = _run_failure(hosts, values)
+    return failure
+
+
+class ActionModule(ActionBase):
+
+    TRANSFERS_FILES = False
+    _requires_connection = False
+
+    def run(self, tmp=None, task_vars=None):
+        results = super(ActionModule, self).run(tmp, task_vars)
+        dummy, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        hostvars = task_vars["hostvars"]
+        values = {}
+        for host in args["hosts"]:
+            node_vars = hostvars[host]  # builds the node's variables: once per node
+            values[host] = dict((name, node_vars[name]) for name in VARIABLES if name in node_vars)
+        finetune_defaults = {}
+        if {"finetune", "finetune_if_set"} & set(args["checks"]):
+            with open(ROLE_DEFAULTS) as defaults_file:
+                finetune_defaults = yaml.safe_load(defaults_file)
+        failure = inputs_failure(args["checks"], args["hosts"], values, finetune_defaults)
+        results.update(changed=False, hosts=len(args["hosts"]))
+        if failure:
+            results.update(failed=True, msg=failure)
+        return results
