@@ -201,6 +201,8 @@ if os.path.basename(sys.argv[0]) == "ansible-playbook":
     _run = worker.WorkerProcess._run
 
     def _measured_run(self):
+        if {profile!r}:
+            sys.setprofile(None)
         try:
             return _run(self)
         finally:
@@ -212,6 +214,12 @@ if os.path.basename(sys.argv[0]) == "ansible-playbook":
                 out.write(line + "\\n")
 
     worker.WorkerProcess._run = _measured_run
+    if {profile!r}:  # the main process profiled (the workers it forks drop the profiler)
+        import atexit, cProfile
+        _profile = cProfile.Profile()
+        _profile.enable()
+        _main_pid = os.getpid()
+        atexit.register(lambda: os.getpid() == _main_pid and _profile.dump_stats({profile!r}))
 """
 
 
@@ -276,7 +284,8 @@ def cmd_playbook(args) -> list[dict]:
                 env["ANSIBLE_INTERNAL_POLL_INTERVAL"] = str(args.poll)
             if args.tasks:
                 (tmp / "hook").mkdir()
-                (tmp / "hook" / "sitecustomize.py").write_text(TASKS_HOOK.format(log=str(tmp / "workers.jsonl")))
+                (tmp / "hook" / "sitecustomize.py").write_text(TASKS_HOOK.format(
+                    log=str(tmp / "workers.jsonl"), profile=str(Path(args.profile_main).resolve()) if args.profile_main else ""))
                 env["PYTHONPATH"] = os.pathsep.join([str(tmp / "hook"), env["PYTHONPATH"]])
             argv = [str(Path(PY).parent / "ansible-playbook"), str(ROOT / "validate.yml"), "-i", str(tmp / "inventory.json"),
                     "-e", json.dumps({"gpufleet_reports_dir": str(tmp / "reports"), "gpufleet_run_id": "measured",
@@ -332,6 +341,7 @@ def main() -> None:
     b.add_argument("--poll", type=float, help="ANSIBLE_INTERNAL_POLL_INTERVAL (default: ansible.cfg's, else Ansible's)")
     b.add_argument("--tasks", action="store_true", help="also each task's workers and their CPU (a sitecustomize hook in "
                    "ansible-playbook's tree; it adds its own small cost)")
+    b.add_argument("--profile-main", help="with --tasks: also profile ansible-playbook's main process (cProfile) into this file")
     b.add_argument("--out", help="folder for the JSON of the figures")
     b.set_defaults(func=cmd_playbook)
     args = p.parse_args()

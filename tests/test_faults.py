@@ -111,14 +111,15 @@ def wait_clean(fleet: TestFleet, timeout_s: float = 180, folders: bool = True) -
 
 
 def test_a_lost_node_a_killed_engine_and_a_truncated_document_are_each_named(fleet, tmp_path):
-    # node-c: its sshd is killed while it is checked; node-b: its engine is killed mid-soak (the soak runs for as
-    # long as it is asked, so there is time to find it); node-a: its document is cut short before the report.
+    # node-c: its sshd is killed once it is checked, as its soak starts; node-b: its engine is killed mid-soak (the
+    # soak runs for as long as it is asked, so there is time to find it); node-a: its document is cut short before
+    # the report.
     inventory = fleet.inventory(tmp_path / "hosts.yml", gpufleet_tier="soak", gpufleet_soak_duration_s=3,
                                 host_vars={"node-b": {"gpufleet_soak_duration_s": 120}})
     proc, run_dir = start_playbook(fleet, inventory, tmp_path / "reports")
     lines: list[str] = []
     try:
-        read_until(proc, lines, "Check and benchmark the node", 120)
+        read_until(proc, lines, "[node-c] gpufleet: benchmarks", 120)
         fleet.kill_sshd("node-c")
         soak = fleet.wait_for(lambda: fleet.pids("node-b", "bench soak"), 120, "node-b's soak engine")
         fleet.kill("node-b", "bench soak")

@@ -166,14 +166,16 @@ def test_a_full_run_shows_each_node_live_and_a_lost_node_is_run_again_alone_with
     # A token in every node's environment (the inventory) and another passed with -e: neither may reach a file of
     # the run folder (runner.json, ansible-runner's command, env/ and events, the reports).
     node_token, var_token = f"node-token-{uuid.uuid4().hex}", f"var-token-{uuid.uuid4().hex}"
+    # node-b benchmarks its memory (seconds on the CPU): it is lost meanwhile, after its checks.
     inv = inventory(fleet, tmp_path / "hosts.yml",
                     host_vars={n: {"gpufleet_node_env": dict(fleet.host_vars(n)["gpufleet_node_env"], PYTHONPATH=str(REPO / "src"),
-                                                             SITE_TOKEN=node_token)} for n in NODES})
+                                                             SITE_TOKEN=node_token),
+                                   **({"gpufleet_benchmarks": ["memory"]} if n == "node-b" else {})} for n in NODES})
     proc = gpufleet(fleet, tmp_path, "run", "-i", str(inv), "--reports-dir", str(reports), "--run-id", run_id,
                     "-e", f"site_api_token={var_token}")
     lines: list[str] = []
     with ended(proc):
-        read_until(proc, lines, lambda line: re.search(r"  node-b +checks ", line), 180, "node-b's checks")
+        read_until(proc, lines, lambda line: re.search(r"  node-b +benchmarks ", line), 180, "node-b's benchmarks")
         fleet.kill_sshd("node-b")
         rc = finish(proc, lines, 400)
     out = "\n".join(lines)
@@ -329,7 +331,7 @@ def test_a_variable_refused_before_any_node_is_could_not_run(tmp_path):
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2, out
-    assert ('could not run: Check gpufleet_benchmark_tier on every node: gpufleet_benchmark_tier for localhost must be '
+    assert ("could not run: Check every node's variables: gpufleet_benchmark_tier for localhost must be "
             'quick or thorough; got "bogus"') in out, out
     summary = json.loads(proc.stdout.splitlines()[-1])
     assert summary["exit"] == 2 and summary["nodes"] == {"localhost": "no report"}

@@ -59,9 +59,9 @@ def doc_res(*statuses, check="x", group="gpu_health"):
       "task_path": f"{ROLE}/main.yml:50"}, ("checks", "gpu_inventory, gpu_health")),
     ({"resolved_action": "gpufleet.cluster.node_steps", "task": "Run the benchmarks inside the node: matmul, sdc",
       "task_path": f"{ROLE}/main.yml:60"}, ("benchmarks", "matmul, sdc")),
-    # The whole node stage in one task starts with the checks; its own line says when the benchmarks start.
+    # The whole node stage in one task starts with the lock; its own lines say what follows.
     ({"resolved_action": "gpufleet.cluster.node_validate", "task": "Check and benchmark the node: matmul, sdc",
-      "task_path": f"{ROLE}/main.yml:13"}, ("checks", "")),
+      "task_path": f"{ROLE}/main.yml:13"}, ("lock", "")),
     ({"resolved_action": "gpufleet.cluster.benchmark", "task": "Start NCCL across the nodes at once: a, b",
       "task_path": f"{ROLE}/nccl_multinode.yml:100"}, ("cross-node", "NCCL: a, b")),
     ({"resolved_action": "gpufleet.cluster.benchmark", "task": "Start the training gate across the nodes at once: a, b",
@@ -169,7 +169,7 @@ def test_the_results_of_a_node_steps_task_count_the_documents_of_its_steps():
     assert (a.stage, a.activity, a.counts) == ("checks", "gpu_inventory, gpu_health, host_hygiene", {"pass": 1, "warn": 1})
 
 
-def test_the_node_stage_in_one_task_shows_its_benchmarks_its_counts_and_the_write_back():
+def test_the_node_stage_in_one_task_shows_its_checks_its_benchmarks_its_counts_and_the_write_back():
     clock = Clock()
     fleet = FleetState(["node-a", "node-b"], clock=clock)
     task = "Check and benchmark the node: matmul, memory"
@@ -177,18 +177,39 @@ def test_the_node_stage_in_one_task_shows_its_benchmarks_its_counts_and_the_writ
     clock.now += 1
     assert fleet.tick() == ["node-a"]
     a = fleet.nodes["node-a"]
-    assert (a.stage, a.activity) == ("checks", "")
-    # The line the action prints when the benchmarks start; another host's or another tool's lines change nothing.
+    assert (a.stage, a.activity) == ("lock", "")
+    # The lines the action prints as the node goes, with what it measured so far; another host's or another
+    # tool's lines change nothing.
+    line = "[node-a] gpufleet: checks: gpu_inventory, gpu_health, host_hygiene | error=1 pass=40 warn=2"
+    assert fleet.apply({"event": "verbose", "stdout": line}) == ["node-a"]
+    assert (a.stage, a.activity, a.counts, a.so_far()) == ("checks", "gpu_inventory, gpu_health, host_hygiene",
+                                                           {"pass": 40, "warn": 2, "error": 1}, "error")
     assert fleet.apply({"event": "verbose", "stdout": "[node-a] gpufleet: benchmarks: matmul, memory"}) == ["node-a"]
-    assert (a.stage, a.activity) == ("benchmarks", "matmul, memory")
+    assert (a.stage, a.activity, a.counts["pass"]) == ("benchmarks", "matmul, memory", 40)
     assert fleet.apply({"event": "verbose", "stdout": "[node-z] gpufleet: benchmarks: matmul"}) == []
     assert fleet.apply({"event": "verbose", "stdout": "[node-b] gpufleet: nowhere: x"}) == []
     assert fleet.apply({"event": "verbose", "stdout": "PLAY RECAP"}) == []
-    res = {"path": "/r/hosts/node-a.json", "status_counts": {"pass": 40, "warn": 2, "error": 1}}
+    res = {"path": "/r/hosts/node-a.json", "status_counts": {"pass": 52, "warn": 2, "error": 1}}
     assert fleet.apply(ev("runner_on_ok", "node-a", task=task, action="gpufleet.cluster.node_validate", uuid="n",
                           res=res)) == ["node-a"]
-    assert (a.stage, a.activity, a.counts, a.so_far()) == ("record", "host document written",
-                                                           {"pass": 40, "warn": 2, "error": 1}, "error")
+    assert (a.stage, a.activity, a.counts) == ("record", "host document written", {"pass": 52, "warn": 2, "error": 1})
+    # A node lost on the way: what it measured before is counted, and it shows as unreachable.
+    fleet.apply(ev("runner_on_start", "node-b", task=task, action="gpufleet.cluster.node_validate", uuid="m"))
+    res = {"path": "/r/hosts/node-b.json", "status_counts": {"pass": 3, "error": 1}, "node_lost": True, "msg": "lost"}
+    assert fleet.apply(ev("runner_on_ok", "node-b", task=task, action="gpufleet.cluster.node_validate", uuid="m",
+                          res=res)) == ["node-b"]
+    assert fleet.nodes["node-b"].so_far() == "unreachable" and a.so_far() == "error"
+
+
+def test_a_stage_line_before_the_tick_is_not_undone_by_the_task_start_it_follows():
+    clock = Clock()
+    fleet = FleetState(["node-a"], clock=clock)
+    fleet.apply(ev("runner_on_start", "node-a", task="Check and benchmark the node: matmul",
+                   action="gpufleet.cluster.node_validate", uuid="n"))
+    fleet.apply({"event": "verbose", "stdout": "[node-a] gpufleet: checks: gpu_inventory | pass=3"})
+    clock.now += 1
+    assert fleet.tick() == []
+    assert fleet.nodes["node-a"].stage == "checks"
 
 
 def test_the_plain_view_reports_the_write_back_and_the_controller_plays():

@@ -9,7 +9,8 @@ one task a node, and two module runs on it (gpufleet.cluster.node_steps): the lo
 counters before; then the benchmarks, the counters after and, when no later stage needs the node, the lock given
 back. A node lost during the second keeps what the first measured. The host document is written here, in the
 task's worker, with the engine's own writer (no process started for it), and only a summary goes back to the main
-process. Between the two, a line `[HOST] gpufleet: benchmarks: ...` tells the live view where the node is.
+process. After each, a line `[HOST] gpufleet: checks|benchmarks: ... | pass=N ...` tells the live view where the
+node is and how it fares so far.
 """
 
 from __future__ import annotations
@@ -71,6 +72,21 @@ def group_error(group, res):
                         {"rc": res.get("rc"), "stderr": stderr, "cmd": res.get("cmd")})
 
 
+def stage_line(host, stage, what, lock=None, ran=()):
+    """The line that tells whoever watches the run (gpufleet.runner.events.STAGE_LINE) where the node is, with the
+    statuses of what it has measured so far: `[HOST] gpufleet: STAGE: WHAT | pass=N warn=N ...`."""
+    counts = {}
+    if lock is not None:
+        counts["pass" if lock.get("acquired") else "error"] = 1  # the lock's own result
+    for step in ran:
+        res = step["result"]
+        doc = res.get("gpufleet") if isinstance(res.get("gpufleet"), dict) and not res.get("failed") else None
+        for status in [r.get("status") for r in (doc or {}).get("results") or []] if doc else ["error"]:
+            counts[status] = counts.get(status, 0) + 1
+    line = "[%s] gpufleet: %s: %s" % (host, stage, what)
+    return line + (" | " + " ".join("%s=%d" % kv for kv in sorted(counts.items())) if counts else "")
+
+
 class ActionModule(NodeTake):
 
     _requires_connection = True
@@ -104,8 +120,10 @@ class ActionModule(NodeTake):
                 if lock.get("acquired"):
                     ran = self._steps(checks + ([] if bench else second), task_vars)
             done += ran
+            if lock.get("acquired"):
+                display.display(stage_line(host, "checks", ", ".join(CHECK_GROUPS), lock, ran))
             if lock.get("acquired") and bench:
-                display.display("[%s] gpufleet: benchmarks: %s" % (host, ", ".join(bench.get("benchmarks") or [])))
+                display.display(stage_line(host, "benchmarks", ", ".join(bench.get("benchmarks") or [])))
                 try:
                     done += self._steps(second, task_vars)
                 except AnsibleConnectionFailure as exc:
@@ -180,7 +198,7 @@ class ActionModule(NodeTake):
                                             "why": why},
             })
         if lost:
-            results["msg"] = lost
+            results.update(msg=lost, node_lost=True)
             display.warning("%s: %s; what it measured before is in its host document" % (host, lost))
         return results
 

@@ -19,6 +19,8 @@ description:
     would have failed) is returned with C(failed) and its message; the steps after it still run.
   - A C(node_lock) step that does not leave the lock held by this run (another run holds it, or the lock could not
     be taken) ends the list there: nothing is measured on a node this run does not hold.
+  - Once whoever started it is gone (the run was stopped), no further step runs but a C(node_lock) step that gives
+    the lock back.
 options:
   steps:
     description:
@@ -74,6 +76,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.check_module impo
     run_check_module,
     run_counters_module,
 )
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import controller_gone
 from ansible_collections.gpufleet.cluster.plugins.module_utils.lock_module import lock_module_argument_spec, run_lock_module
 
 # Each step's module: its arguments and its body.
@@ -130,6 +133,8 @@ def main():
         name = step.get("module")
         if name not in STEPS:
             module.fail_json(msg="step module %r is none of %s" % (name, ", ".join(STEPS)))
+        if controller_gone() and not (name == "node_lock" and (step.get("args") or {}).get("state") == "released"):
+            continue  # nobody will read it (the run was stopped): nothing more is measured, a lock is still given back
         result = run_step(name, step.get("args"), module.check_mode)
         ran.append({"name": step.get("name") or name, "module": name, "result": result})
         args = step.get("args") or {}

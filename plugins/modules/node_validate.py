@@ -97,6 +97,10 @@ status_counts:
   description: How many of the document's results have each status.
   returned: success
   type: dict
+node_lost:
+  description: True when the node stopped answering (at the lock, during the checks or the benchmarks); RV(msg) says how.
+  returned: when the node was lost
+  type: bool
 ansible_facts:
   description:
     - C(validate_node_reachable), C(validate_node_locked), C(validate_node_lock_held) (taken and not given back),

@@ -60,8 +60,8 @@ def classify(event_data: dict) -> tuple[str | None, str]:
         return "reach", ""
     if short in ("node_lock", "node_take"):
         return "lock", ""
-    if short == "node_validate":  # the whole node stage in one task: its lines say when the benchmarks start
-        return "checks", ""
+    if short == "node_validate":  # the whole node stage in one task, the lock first: its lines say what follows
+        return "lock", ""
     if short in CHECK_MODULES:
         return "checks", short
     if short == "gpu_counters":
@@ -94,8 +94,9 @@ def status_counts(res: dict | None) -> dict[str, int]:
     return counts
 
 
-# The line node_validate prints when a node's benchmarks start: "[HOST] gpufleet: benchmarks: matmul, memory".
-STAGE_LINE = re.compile(r"^\[(?P<host>[^\]]+)\] gpufleet: (?P<stage>[a-z-]+)(?:: (?P<what>.*))?$")
+# The lines node_validate prints as a node goes, with the statuses of what it measured so far:
+# "[HOST] gpufleet: checks: gpu_inventory, gpu_health, host_hygiene | error=1 pass=40", "[HOST] gpufleet: benchmarks: matmul".
+STAGE_LINE = re.compile(r"^\[(?P<host>[^\]]+)\] gpufleet: (?P<stage>[a-z-]+)(?:: (?P<what>[^|]*?))?(?: \| (?P<counts>[a-z]+=\d+(?: [a-z]+=\d+)*))?$")
 
 
 @dataclass
@@ -183,7 +184,10 @@ class FleetState:
             if n is None or line.group("stage") not in STAGES:
                 return []
             before = n.key()
-            n.stage, n.activity = line.group("stage"), line.group("what") or ""
+            self.pending.pop(n.host, None)  # its task is under way: the start it reported must not come after this
+            n.stage, n.activity = line.group("stage"), (line.group("what") or "").strip()
+            if line.group("counts"):  # what the node measured so far, in place of what the events counted
+                n.counts = {k: int(v) for k, v in (pair.split("=") for pair in line.group("counts").split())}
             return [n.host] if n.key() != before else []
         host = data.get("host")
         stage, activity = classify(data)
@@ -221,12 +225,15 @@ class FleetState:
         if kind == "runner_on_unreachable":
             n.unreachable = True
             n.counts[schema.ERROR] = n.counts.get(schema.ERROR, 0) + 1
+        elif kind == "runner_on_ok" and (data.get("resolved_action") or "").endswith(".node_validate"):
+            # Its count is the whole host document's: it replaces what its lines said so far.
+            n.counts = {s: c for s, c in status_counts(data.get("res")).items() if s in _RANK}
+            n.stage, n.activity = "record", "host document written"
+            n.unreachable = n.unreachable or bool((data.get("res") or {}).get("node_lost"))
         elif kind in ("runner_on_ok", "runner_on_failed"):
             for status, count in status_counts(data.get("res")).items():
                 if status in _RANK:
                     n.counts[status] = n.counts.get(status, 0) + count
-            if kind == "runner_on_ok" and (data.get("resolved_action") or "").endswith(".node_validate"):
-                n.stage, n.activity = "record", "host document written"
             if kind == "runner_on_failed" and stage is not None and not data.get("ignore_errors"):
                 # The role turns a module that could not answer into an error result.
                 n.counts[schema.ERROR] = n.counts.get(schema.ERROR, 0) + 1
