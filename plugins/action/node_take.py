@@ -35,8 +35,8 @@ def lock_result(lock, args):
     if acquired:
         reason = "held by this run (%s)" % args["run_id"]
         if stale:
-            reason += "; took over the stale lock of run %s: %s" % ((stale.get("previous") or {}).get("run_id", "?"),
-                                                                   stale.get("reason"))
+            previous = (stale.get("previous") or {}).get("run_id", "?")
+            reason += "; took over the stale lock of run %s: %s" % (previous, stale.get("reason"))
         remedy = None
     else:
         reason = "not measured: %s. Figures taken while another run loads the GPUs would be neither run's" % lock.get("reason")

@@ -15,7 +15,6 @@ node is and how it fares so far.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -79,6 +78,8 @@ def stage_line(host, stage, what, lock=None, ran=()):
     if lock is not None:
         counts["pass" if lock.get("acquired") else "error"] = 1  # the lock's own result
     for step in ran:
+        if step["module"] == "node_lock":
+            continue  # a give-back is no result of the node's
         res = step["result"]
         doc = res.get("gpufleet") if isinstance(res.get("gpufleet"), dict) and not res.get("failed") else None
         for status in [r.get("status") for r in (doc or {}).get("results") or []] if doc else ["error"]:

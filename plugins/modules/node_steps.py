@@ -18,7 +18,7 @@ description:
   - Each step's arguments are those of its module, checked as that module checks them. A step that fails (its module
     would have failed) is returned with C(failed) and its message; the steps after it still run.
   - A C(node_lock) step that does not leave the lock held by this run (another run holds it, or the lock could not
-    be taken) ends the list there: nothing is measured on a node this run does not hold.
+    be taken) ends the list there, as nothing is measured on a node this run does not hold.
   - Once whoever started it is gone (the run was stopped), no further step runs but a C(node_lock) step that gives
     the lock back.
 options:

@@ -98,7 +98,7 @@ status_counts:
   returned: success
   type: dict
 node_lost:
-  description: True when the node stopped answering (at the lock, during the checks or the benchmarks); RV(msg) says how.
+  description: True when the node stopped answering (at the lock, during the checks or the benchmarks); the message says how.
   returned: when the node was lost
   type: bool
 ansible_facts:
