@@ -28,6 +28,10 @@ commit measures that commit.
     .venv/bin/python scripts/controller_cost.py stages --nodes 64 256 1024 --out DIR
     .venv/bin/python scripts/controller_cost.py stages --nodes 1024 --profile DIR/report.prof
     .venv/bin/python scripts/controller_cost.py playbook --nodes 64 --forks 8 --out DIR
+    .venv/bin/python scripts/controller_cost.py playbook --nodes 64 --forks 64 --tasks --node-bench-s 60
+
+--tasks adds each task's workers and their CPU; --node-bench-s keeps each node's benchmarks busy for that long (a
+sleep), so that what the controller spends while it waits for real nodes shows.
 """
 
 from __future__ import annotations
@@ -161,7 +165,7 @@ def cmd_stages(args) -> list[dict]:
 REPLAY = r'''#!{py}
 """Node replay for scripts/controller_cost.py: `-m gpufleet check|bench|counters` print this node's part of
 its recorded host document at once; anything else runs the real engine."""
-import json, os, sys
+import json, os, sys, time
 argv = sys.argv[1:]
 cmd = argv[2] if argv[:2] == ["-m", "gpufleet"] and len(argv) > 2 else None
 if cmd not in ("check", "bench", "counters"):
@@ -175,6 +179,7 @@ elif cmd == "counters":
     phase = argv[argv.index("--phase") + 1]
     keep = lambda r: r["check"] == "snapshot_" + phase
 else:
+    time.sleep({bench_s})  # --node-bench-s: the node busy with its benchmarks for as long, as real nodes are
     prefixes = {{"matmul": ("matmul",), "memory": ("hbm", "pcie"), "nccl": ("nccl",), "sdc": ("sdc",)}}
     names = [a for a in argv[3:] if not a.startswith("-")]
     keep = lambda r: r["group"] == "benchmark" and r["check"].startswith(sum((prefixes.get(b, ()) for b in names), ()))
@@ -265,7 +270,7 @@ def cmd_playbook(args) -> list[dict]:
             for host, doc in node_documents(n, "2026-11-21T10:00:00Z").items():
                 (tmp / "docs" / f"{host}.json").write_text(json.dumps(doc))
             replay, node_py, log = tmp / "replay-python", tmp / "node-python", tmp / "node-cpu"
-            replay.write_text(REPLAY.format(py=PY, docs=str(tmp / "docs")))
+            replay.write_text(REPLAY.format(py=PY, docs=str(tmp / "docs"), bench_s=args.node_bench_s))
             node_py.write_text(NODE_PYTHON.format(py=PY, log=log))
             replay.chmod(0o755)
             node_py.chmod(0o755)
@@ -309,7 +314,8 @@ def cmd_playbook(args) -> list[dict]:
                 shutil.copy(tmp / "ansible.log", Path(args.out or ".") / f"ansible-{n}.log")
                 raise SystemExit(f"{n} nodes: no report (rc {rc}); see ansible-{n}.log")
             nodes = json.loads(report.read_text())["nodes"]
-            row = {"nodes": n, "forks": args.forks, "pipelining": args.pipelining, "rc": rc, "wall_s": round(wall, 1),
+            row = {"nodes": n, "forks": args.forks, "node_bench_s": args.node_bench_s, "pipelining": args.pipelining,
+                   "rc": rc, "wall_s": round(wall, 1),
                    "tree_cpu_s": round(total, 1), "node_side_cpu_s": round(node, 1),
                    "controller_cpu_s": round(total - node, 1), "controller_cpu_s_per_node": round((total - node) / n, 3),
                    "main_process_cpu_s": round(main_cpu, 1), "internal_poll_interval_s": args.poll,
@@ -341,6 +347,8 @@ def main() -> None:
     b.add_argument("--poll", type=float, help="ANSIBLE_INTERNAL_POLL_INTERVAL (default: ansible.cfg's, else Ansible's)")
     b.add_argument("--tasks", action="store_true", help="also each task's workers and their CPU (a sitecustomize hook in "
                    "ansible-playbook's tree; it adds its own small cost)")
+    b.add_argument("--node-bench-s", type=float, default=0.0, help="each node's benchmark run takes this many seconds "
+                   "(sleeping), as on real nodes: what the controller spends while it waits for them")
     b.add_argument("--profile-main", help="with --tasks: also profile ansible-playbook's main process (cProfile) into this file")
     b.add_argument("--out", help="folder for the JSON of the figures")
     b.set_defaults(func=cmd_playbook)
