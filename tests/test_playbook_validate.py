@@ -252,10 +252,13 @@ def lock_result(doc: dict) -> dict:
 
 
 def node_stage_s(doc: dict) -> tuple[float, float]:
-    """When a run held the node: its lock result's start to its last result's end, epoch seconds."""
-    def epoch(r: dict) -> float:
-        return datetime.datetime.fromisoformat(r["started"].replace("Z", "+00:00")).timestamp()
-    return epoch(lock_result(doc)), max(epoch(r) + (r.get("seconds") or 0) for r in doc["results"])
+    """When a run held the node: from when its lock record says it took the node to its last result's end, epoch
+    seconds."""
+    def epoch(iso: str) -> float:
+        return datetime.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+    lock = lock_result(doc)
+    since = lock["detail"]["record"]["holders"][doc["host"]]["since"]
+    return epoch(since), max(epoch(r["started"]) + (r.get("seconds") or 0) for r in doc["results"])
 
 
 @pytest.mark.parametrize("folders", ["one reports folder", "two reports folders"])
@@ -291,8 +294,10 @@ def test_a_run_asked_to_wait_measures_the_node_after_the_other(tmp_path):
         assert measured(docs[i]), docs[i]
         got = lock_result(docs[i])
         assert got["status"] == "pass" and "took over" not in got["reason"], got
-    # One after the other: the second waited for the first to give the node back.
-    assert max(lock_result(docs[i])["detail"]["waited_s"] for i in (1, 2)) > 0, docs
+    # One after the other: the second waited for the first to give the node back, or asked for it only once the
+    # first had (a node is given back as soon as its node stage is done; on a loaded machine the runs may not meet).
+    (s1, e1), (s2, e2) = node_stage_s(docs[1]), node_stage_s(docs[2])
+    assert max(lock_result(docs[i])["detail"]["waited_s"] for i in (1, 2)) > 0 or e1 <= s2 or e2 <= s1, docs
 
 
 def test_an_interrupted_run_leaves_no_lock_in_the_way(tmp_path):

@@ -27,9 +27,9 @@ def utc_now():
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def lock_result(lock, args):
+def lock_result(lock, args, started=None):
     """The `lock.node_lock` result (gpufleet.schema.result keys): pass when this run holds the node, else the error
-    naming the run that holds it."""
+    naming the run that holds it. started: when the lock was asked for (default now)."""
     acquired = bool(lock.get("acquired"))
     stale = lock.get("stale")
     if acquired:
@@ -45,7 +45,7 @@ def lock_result(lock, args):
                   "node once sure it is dead)" % (args["holder"], args["path"]))
     return {"check": "node_lock", "group": "lock", "status": "pass" if acquired else "error", "value": None,
             "unit": None, "threshold": None, "class": None if acquired else "environment", "reason": reason,
-            "remedy": remedy, "started": utc_now(), "seconds": 0.0,
+            "remedy": remedy, "started": started or utc_now(), "seconds": 0.0,
             "detail": {"path": args["path"], "record": lock.get("record"), "stale": stale,
                        "waited_s": lock.get("waited_s") or 0}}
 

@@ -111,6 +111,7 @@ class ActionModule(NodeTake):
 
         lock_step = {"module": "node_lock", "args": dict((k, lock_args[k]) for k in LOCK_ARGS)}  # the wait comes after
         done, lost, errors, lock = [], None, [], None
+        asked = utc_now()  # the lock result's start: when this run asked for the node
         try:
             ran = self._steps([lock_step] + checks + ([] if bench else second), task_vars)
             lock = ran.pop(0)["result"]
@@ -147,7 +148,7 @@ class ActionModule(NodeTake):
         if lock is not None and lock.get("failed"):
             errors.insert(0, group_error("lock", lock))
         elif lock is not None and not self._task.check_mode:
-            lock_results.append(lock_result(lock, lock_args))
+            lock_results.append(lock_result(lock, lock_args, asked))
         docs, released = [], False
         for step in done:
             res = step["result"]
