@@ -104,9 +104,12 @@ def test_rebuild_equals_incremental(tmp_path):
         a, b = incremental.dump(), rebuilt.dump()
         for table in a:
             assert a[table] == b[table], table
-        # Every fleet result of both runs' fleet.json is in the store.
-        fleet_results = sum(len(node["results"]) for run_id in ("r1", "r2")
-                            for node in json.loads((reports / run_id / "fleet.json").read_text())["nodes"].values())
+        # Every fleet result of both runs' report.json is in the store, one for each check fleet.json names.
+        fleet_results = sum(1 for run_id in ("r1", "r2")
+                            for node in json.loads((reports / run_id / "report.json").read_text())["nodes"].values()
+                            for r in node["results"] if r["group"] == "fleet")
+        assert fleet_results == sum(len(node["fleet_checks"]) for run_id in ("r1", "r2")
+                                    for node in json.loads((reports / run_id / "fleet.json").read_text())["nodes"].values())
         assert fleet_results >= 6 * 8
         assert incremental.conn.execute("SELECT COUNT(*) FROM results WHERE group_name = 'fleet'").fetchone()[0] == fleet_results
 

@@ -252,13 +252,13 @@ def lock_result(doc: dict) -> dict:
 
 
 def node_stage_s(doc: dict) -> tuple[float, float]:
-    """When a run held the node: from when its lock record says it took the node to its last result's end, epoch
-    seconds."""
+    """When a run held the node, epoch seconds: from when it took the node (the heartbeat its lock record holds from
+    that moment, exact) to its last result's end (a start in whole seconds plus the duration: never after the true
+    end). A run that took the node after another's end is therefore never taken for one that overlapped it."""
     def epoch(iso: str) -> float:
         return datetime.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
-    lock = lock_result(doc)
-    since = lock["detail"]["record"]["holders"][doc["host"]]["since"]
-    return epoch(since), max(epoch(r["started"]) + (r.get("seconds") or 0) for r in doc["results"])
+    taken = lock_result(doc)["detail"]["record"]["holders"][doc["host"]]["heartbeat_at"]
+    return taken, max(epoch(r["started"]) + (r.get("seconds") or 0) for r in doc["results"])
 
 
 @pytest.mark.parametrize("folders", ["one reports folder", "two reports folders"])

@@ -357,7 +357,7 @@ def add_parsers(sub) -> None:
 
     s = sub.add_parser("store", help="the store of every run: rebuild it from the run folders")
     ssub = s.add_subparsers(dest="action", required=True)
-    _where(ssub.add_parser("rebuild", help="recreate the store from REPORTS_DIR/<run>/ (run.json, hosts/, fleet.json, report.json)"))
+    _where(ssub.add_parser("rebuild", help="recreate the store from REPORTS_DIR/<run>/ (run.json, hosts/, report.json)"))
     s.set_defaults(func=cmd_store)
 
     v = sub.add_parser("versions", help="on the controller: the software and firmware of a run's nodes (hosts/*.json), "

@@ -88,6 +88,10 @@ class _Gauge:
     def set(self, value: float) -> None:
         self.series[self._values] = float(value)
 
+    def put(self, values: tuple[str, ...], value: float) -> None:
+        """labels(*values).set(value) for label values that are strings already (a fleet's hundreds of thousands)."""
+        self.series[values] = float(value)
+
 
 def _label_values(values: tuple[str, ...]) -> tuple[str, ...]:
     joined = "".join(values)
@@ -96,15 +100,16 @@ def _label_values(values: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(v.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"') for v in values)
 
 
-def exposition(gauges: list[_Gauge]) -> str:
+def exposition(gauges: list[_Gauge], texts: dict[float, str] | None = None) -> str:
     """The text format prometheus_client's generate_latest writes, line for line (HELP, TYPE, then each series with
     its labels sorted by name), without its per-series objects and checks, which cost most of a fleet's report: the
-    names here are fixed ones of the legacy character set, so only help texts and label values need escaping."""
+    names here are fixed ones of the legacy character set, so only help texts and label values need escaping.
+    `texts`: the values formatted so far, shared by the files of one fleet."""
     from prometheus_client.utils import floatToGoString
 
-    # A fleet's files hold few distinct values (statuses, flags, thresholds) many times: each is formatted once.
-    # Not zeros (0.0 == -0.0, which prints otherwise) nor NaN (never equal to itself).
-    texts: dict[float, str] = {}
+    # A fleet's files hold few distinct values (statuses, flags, thresholds, the same figures) many times: each is
+    # formatted once. Not zeros (0.0 == -0.0, which prints otherwise) nor NaN (never equal to itself).
+    texts = {} if texts is None else texts
 
     def go(value: float) -> str:
         text = texts.get(value) if value else None
@@ -149,7 +154,7 @@ def node_gauges(node: dict, fleet: dict, run_id: str, generated: str | None, bas
         cid = f"{r['group']}.{r['check']}" if r.get("group") else r["check"]
         worst[cid] = max(worst.get(cid, (0, "")), (_SEVERITY.get(r.get("status"), 4), failure_class.of(r) or ""))
     for cid, (s, cls) in worst.items():
-        sev.labels(host, cid, cls).set(s)
+        sev.put((host, cid, cls), s)
     gauge("gpufleet_run_info", "The run this file comes from, and the baseline it was compared with", ("node", "run_id", "baseline")) \
         .labels(host, run_id, _label(baseline)).set(1)
     gauge("gpufleet_report_timestamp_seconds", "When the report of the run was made (Unix time)", ("node",)).labels(host).set(_epoch(generated))
@@ -166,7 +171,7 @@ def node_gauges(node: dict, fleet: dict, run_id: str, generated: str | None, bas
         labels = (("node", "gpu", "uuid") if desc["per_gpu"] else ("node",)) + extra
         values = ((host, _label(m["index"] if m["index"] is not None else m.get("cuda_index")), _label(m["uuid"]))
                   if desc["per_gpu"] else (host,)) + tuple(desc["labels"].values())
-        gauge(desc["family"], _FAMILY_HELP.get(desc["family"], desc["label"]), labels).labels(*values).set(m["value"] * desc["to_base"])
+        gauge(desc["family"], _FAMILY_HELP.get(desc["family"], desc["label"]), labels).put(values, m["value"] * desc["to_base"])
     dev = gauge("gpufleet_fleet_deviation_ratio", "A figure against its fleet reference as a fraction, (x - reference) / "
                 "reference (negative: below it); check says which reference", ("node", "gpu", "uuid", "check", "metric"))
     zed = gauge("gpufleet_fleet_robust_z", "Robust z-score 0.6745 * (x - median) / MAD of a figure against its reference",
@@ -175,13 +180,13 @@ def node_gauges(node: dict, fleet: dict, run_id: str, generated: str | None, bas
         for c in (r.get("detail") or {}).get("comparisons") or []:
             labels = (host, _label(c.get("index") if c.get("index") is not None else c.get("cuda_index")), _label(c.get("uuid")),
                       f"fleet.{r['check']}", c["metric"])
-            dev.labels(*labels).set(c["deviation_pct"] / 100)
+            dev.put(labels, c["deviation_pct"] / 100)
             if c.get("robust_z") is not None:
-                zed.labels(*labels).set(c["robust_z"])
+                zed.put(labels, c["robust_z"])
     spread = gauge("gpufleet_sample_spread_ratio", "(max - min) / median of a benchmark's samples on one GPU, as a fraction",
                    ("node", "gpu", "uuid", "metric"))
     for s in found["spreads"]:
-        spread.labels(host, _label(s["index"] if s["index"] is not None else s.get("cuda_index")), _label(s["uuid"]), s["key"]).set(s["spread_pct"] / 100)
+        spread.put((host, _label(s["index"] if s["index"] is not None else s.get("cuda_index")), _label(s["uuid"]), s["key"]), s["spread_pct"] / 100)
     total = gauge("gpufleet_gpu_counter", "Cumulative GPU error counter at the latest snapshot", ("node", "gpu", "uuid", "counter"))
     rate = gauge("gpufleet_gpu_counter_growth_per_second", "Growth of a GPU error counter per second, during the run or "
                  "since the GPU's previous run", ("node", "gpu", "uuid", "counter", "window"))
@@ -193,9 +198,9 @@ def node_gauges(node: dict, fleet: dict, run_id: str, generated: str | None, bas
             for name, e in (g.get("counters") or {}).items():
                 ids = (host, _label(g.get("index")), _label(g.get("uuid")), name)
                 if e.get("total") is not None:
-                    total.labels(*ids).set(e["total"])
+                    total.put(ids, e["total"])
                 if e.get("per_h") is not None:
-                    rate.labels(*ids, window).set(e["per_h"] / 3600)
+                    rate.put((*ids, window), e["per_h"] / 3600)
     return list(gauges.values())
 
 
@@ -203,12 +208,12 @@ def write_prometheus(run_dir: Path, report: dict, fleet: dict) -> dict[str, str]
     """<run_dir>/prometheus/<host>.prom for every node of the report; {host: path}."""
     folder = paths.make_dir(Path(run_dir) / "prometheus")
     baseline = (fleet.get("baseline") or {}).get("run_id")
-    written = {}
+    written, texts = {}, {}
     for host, node in report["nodes"].items():
         path = paths.inside(folder, f"{paths.safe_name(host, 'the node name')}.prom", what=f"the Prometheus file of {host}")
         # The textfile format write_to_textfile writes, through write_atomic for its mode (0640) like every report file;
         # not synced to disk one by one: each is made again from report.json, which is.
-        paths.write_atomic(path, exposition(node_gauges(node, fleet, report["run_id"], report.get("generated"), baseline)),
+        paths.write_atomic(path, exposition(node_gauges(node, fleet, report["run_id"], report.get("generated"), baseline), texts),
                            durable=False)
         written[host] = str(path)
     return written

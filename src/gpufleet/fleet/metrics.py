@@ -33,6 +33,7 @@ logic runs in CI; the comparisons then say "CPU run" and claim nothing.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from pathlib import PurePath
@@ -50,9 +51,11 @@ _NCCL = re.compile(r"nccl_(node|multinode)_(\w+?)_busbw_gbps_(le_1MiB|le_64MiB|g
 _TRAIN = re.compile(r"(train_gpt2|finetune)_(node|multinode)_tokens_per_s_per_gpu")
 
 
+@functools.lru_cache(maxsize=512)
 def describe(key: str) -> dict:
     """What a metric key means: label (for sentences), unit, Prometheus family (named in base units) and labels,
-    to_base (the factor from the unit to the family's base unit), shared, per_gpu."""
+    to_base (the factor from the unit to the family's base unit), shared, per_gpu. One dict per key, shared by
+    every caller (a fleet asks hundreds of thousands of times): read it, never change it."""
     m = re.fullmatch(r"matmul_(\w+)_tflops", key)
     if m:
         return {"label": f"{m[1]} matmul", "unit": "TFLOPS", "family": "gpufleet_matmul_flops", "to_base": 1e12,

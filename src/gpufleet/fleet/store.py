@@ -249,6 +249,19 @@ class Store:
             raise
         self.conn.execute("COMMIT")
 
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[sqlite3.Connection]:
+        """One read transaction: the queries inside see one state of the store and take its lock once (a fleet's
+        judgement asks tens of thousands of questions). Nothing inside may write."""
+        if self.conn.in_transaction:
+            yield self.conn
+            return
+        self.conn.execute("BEGIN")
+        try:
+            yield self.conn
+        finally:
+            self.conn.execute("COMMIT")
+
     # ------------------------------------------------------------ runs
 
     def upsert_run(self, run_id: str, run_dir: Path | str | None, info: dict | None = None) -> None:
@@ -291,13 +304,15 @@ class Store:
     # ------------------------------------------------------------ host documents
 
     def index_document(self, run_id: str, host: str, doc: dict | None, *, path: str | None, raw: bytes | None = None,
-                       problem: str | None = None, role: str = "node", found: dict | None = None) -> None:
+                       problem: str | None = None, role: str = "node", found: dict | None = None, fresh: bool = False) -> None:
         """Replace every row of (run_id, host) with what `doc` holds; `doc` None records why (problem) instead.
-        `found`: metrics.extract() of the document's readable results, when the caller has it already."""
+        `found`: metrics.extract() of the document's readable results, when the caller has it already. `fresh`:
+        the caller knows the run has a row in runs and none of the host's rows yet (nothing to delete)."""
         with self.write() as c:
-            c.execute("INSERT OR IGNORE INTO runs (run_id) VALUES (?)", (run_id,))
-            for table in HOST_TABLES:
-                c.execute(f"DELETE FROM {table} WHERE run_id = ? AND host = ?", (run_id, host))
+            if not fresh:
+                c.execute("INSERT OR IGNORE INTO runs (run_id) VALUES (?)", (run_id,))
+                for table in HOST_TABLES:
+                    c.execute(f"DELETE FROM {table} WHERE run_id = ? AND host = ?", (run_id, host))
             sha = _sha256(raw) if raw is not None else None
             if doc is None:
                 c.execute("INSERT INTO documents VALUES (?, ?, ?, ?, ?, 0, ?, NULL, ?, NULL)",
@@ -320,27 +335,26 @@ class Store:
         c.executemany("INSERT INTO metrics VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                       [(run_id, host, m["index"], m["uuid"], m["serial"], m["key"], m["value"], m["unit"], int(m["cpu"]),
                         m["context"], m["source"]) for m in found["metrics"]])
-        rows = []
-        for phase in ("before", "after"):
-            snap = found["snapshots"].get(phase)
-            if not snap:
+        # A later run compares its counters with each GPU's and fabric device's last snapshot of an earlier run, the
+        # one after the benchmarks (previous_after); the one before them stays in the host document. Half the rows
+        # of a fleet's run, which nothing read.
+        phase, rows = "after", []
+        snap = found["snapshots"].get(phase)
+        for g in (snap or {}).get("gpus") or []:
+            if not isinstance(g, dict):
                 continue
-            for g in snap.get("gpus") or []:
-                if not isinstance(g, dict):
-                    continue
-                for name, value in (g.get("counters") or {}).items():
-                    rows.append((run_id, host, g.get("index"), g.get("uuid"), g.get("serial"), phase, snap.get("read_at"),
-                                 snap.get("boot_id"), name, value if isinstance(value, int) and not isinstance(value, bool) else None))
+            for name, value in (g.get("counters") or {}).items():
+                rows.append((run_id, host, g.get("index"), g.get("uuid"), g.get("serial"), phase, snap.get("read_at"),
+                             snap.get("boot_id"), name, value if isinstance(value, int) and not isinstance(value, bool) else None))
         judged = {row[0] for row in FABRIC_COUNTERS}
-        for phase in ("before", "after"):
-            snap = found["snapshots"]["fabric"].get(phase)
-            for d in (snap or {}).get("devices") or []:
-                if not isinstance(d, dict):
-                    continue
-                for name, value in (d.get("counters") or {}).items():
-                    if name in judged:
-                        rows.append((run_id, host, None, d.get("id"), None, phase, snap.get("read_at"), snap.get("boot_id"),
-                                     name, value if isinstance(value, int) and not isinstance(value, bool) else None))
+        snap = found["snapshots"]["fabric"].get(phase)
+        for d in (snap or {}).get("devices") or []:
+            if not isinstance(d, dict):
+                continue
+            for name, value in (d.get("counters") or {}).items():
+                if name in judged:
+                    rows.append((run_id, host, None, d.get("id"), None, phase, snap.get("read_at"), snap.get("boot_id"),
+                                 name, value if isinstance(value, int) and not isinstance(value, bool) else None))
         c.executemany("INSERT INTO counters VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
         c.executemany("INSERT INTO sdc_hashes (run_id, host, gpu_index, uuid, serial, comparable, computation, sha256) "
                       "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -394,6 +408,10 @@ class Store:
         run_id = runs.run_id_of(run_dir)
         info = read_run_info(run_dir)
         self.upsert_run(run_id, run_dir.resolve(), info)
+        # A run the store holds no host row of (the report after records that wrote only the folder, a rebuild):
+        # each document's rows go in without first deleting, for each of its tables, rows that are not there.
+        fresh = not any(self.conn.execute(f"SELECT 1 FROM {table} WHERE run_id = ? LIMIT 1", (run_id,)).fetchone()
+                        for table in HOST_TABLES)
         done: dict = {"run_id": run_id, "documents": 0, "unreadable": [], "missing": []}
         seen = set()
         for role, folder in (("node", "hosts"), ("peer", "peers")):
@@ -414,7 +432,7 @@ class Store:
                         raw = path.read_bytes()
                     except OSError as exc:
                         why = f"{rel} cannot be read: {exc.strerror or exc}"
-                        self.index_document(run_id, host, None, path=rel, problem=why, role=role)
+                        self.index_document(run_id, host, None, path=rel, problem=why, role=role, fresh=fresh)
                         done["unreadable"].append({"host": host, "reason": why})
                         continue
                     doc, why = schema.parse_host_doc(raw)
@@ -422,21 +440,21 @@ class Store:
                     why = f"{rel} is unreadable: {why}"
                     done["unreadable"].append({"host": host, "reason": why})
                 self.index_document(run_id, host, doc, path=rel, raw=raw, problem=why, role=role,
-                                    found=(known or {}).get("found"))
+                                    found=(known or {}).get("found"), fresh=fresh)
                 done["documents"] += doc is not None
         hosts = [h for h in (info.get("hosts") or []) if isinstance(h, str)] + expected
         for host in dict.fromkeys(hosts):
             if host not in seen:
                 why = f"hosts/{host}.json does not exist: the node never reported (unreachable, or the run was interrupted)"
-                self.index_document(run_id, host, None, path=f"hosts/{host}.json", problem=why)
+                self.index_document(run_id, host, None, path=f"hosts/{host}.json", problem=why, fresh=fresh)
                 done["missing"].append(host)
                 seen.add(host)
         return done
 
     def rebuild(self, reports_dir: Path | str) -> dict:
         """Recreate the store from the run folders under reports_dir, in one transaction: readers see the old
-        store until the new one is complete. Verdicts come from each run's report.json and the fleet results
-        from its fleet.json; the baseline from baseline.json beside the store."""
+        store until the new one is complete. Verdicts and the fleet results (group fleet) come from each run's
+        report.json; the baseline from baseline.json beside the store."""
         reports_dir = Path(reports_dir)
         if not reports_dir.is_dir():
             raise InputError(f"reports directory {reports_dir} does not exist; expected the folder holding the run folders "
@@ -463,13 +481,12 @@ class Store:
         return summary
 
     def _restore_report(self, run_dir: Path, done: dict) -> None:
-        """Fleet results and verdicts of a run that was reported (fleet.json, report.json)."""
+        """Fleet results and verdicts of a run that was reported (report.json)."""
         run_id = done["run_id"]
-        fleet = read_json(run_dir / "fleet.json")
-        if isinstance(fleet, dict) and isinstance(fleet.get("nodes"), dict):
-            self.record_fleet(run_id, {h: n.get("results") or [] for h, n in fleet["nodes"].items() if isinstance(n, dict)})
         rep = read_json(run_dir / "report.json")
         if isinstance(rep, dict) and isinstance(rep.get("nodes"), dict):
+            self.record_fleet(run_id, {h: [r for r in n.get("results") or [] if isinstance(r, dict) and r.get("group") == GROUP]
+                                       for h, n in rep["nodes"].items() if isinstance(n, dict)})
             nodes = {h: n.get("verdict") for h, n in rep["nodes"].items() if isinstance(n, dict) and n.get("verdict") in schema.STATUSES}
             known = {r[0] for r in self.conn.execute("SELECT host FROM documents WHERE run_id = ?", (run_id,))}
             for host in nodes:

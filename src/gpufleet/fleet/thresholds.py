@@ -50,9 +50,11 @@ def thresholds_for(profile: Any) -> dict:
 class Thresholds:
     def __init__(self, table: dict):
         self.table = table
+        # Looked up hundreds of thousands of times in a fleet's judgement.
+        self._values = {key: (entry or {}).get("value") for key, entry in table.items()}
 
     def value(self, key: str) -> Any:
-        return (self.table.get(key) or {}).get("value")
+        return self._values.get(key)
 
     def field(self, key: str, **extra) -> dict:
         entry = self.table.get(key) or {}

@@ -10,7 +10,7 @@ build() reads them all and writes, beside hosts/:
     report.md     node table (failures first), the fleet view and drain lines, then each node's findings
     report.html   the same, self-contained (inline CSS, no scripts, no external assets)
     junit.xml     one testsuite per node, one testcase per check
-    fleet.json    the fleet layer's results per node (group fleet), its metrics and medians
+    fleet.json    the fleet layer's inputs per node (its metrics) and each fleet check's status, the medians
     prometheus/<host>.prom, drain.txt   (gpufleet.fleet.export)
 
 The fleet layer (gpufleet.fleet) adds results of group `fleet` to every node whose document could be read,

@@ -3,6 +3,7 @@ junit.xml, fleet.json, prometheus/<host>.prom and drain.txt written, the run ind
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import operator
@@ -113,6 +114,9 @@ def _choose_baseline(run_dir: Path, store, explicit: str | None) -> dict | None:
 
 
 def _fleet_document(report: dict, fleet: dict, drain: list[str]) -> dict:
+    """The fleet layer's inputs (each node's metrics, GPUs and sample spreads; the fleet's and the baseline's
+    medians; the view, the versions) and each node's fleet checks by status. The fleet results themselves are in
+    report.json, with the node's other results (group fleet): a fleet's worth of evidence is written once."""
     return {
         "schema_version": schema.SCHEMA_VERSION,
         "run_id": report["run_id"],
@@ -122,7 +126,7 @@ def _fleet_document(report: dict, fleet: dict, drain: list[str]) -> dict:
         "store_problems": report["fleet"]["store_problems"],
         "baseline": fleet["baseline"],
         "nodes": {
-            host: {"verdict": report["nodes"][host]["verdict"], "results": results,
+            host: {"verdict": report["nodes"][host]["verdict"], "fleet_checks": {r["check"]: r["status"] for r in results},
                    **{k: fleet["metrics"][host][k] for k in ("gpus", "metrics", "spreads", "cpu")}}
             for host, results in fleet["results"].items()
         },
@@ -197,7 +201,8 @@ def _build(run_dir: Path, expected_hosts: list[str] | None, db: Path | str | Non
         readable = {n["host"]: {"results": n["results"], "profile": n[DOC_PROFILE], "versions": n["versions"]}
                     for n in nodes if DOC_PROFILE in n}
         del read  # the raw documents, no longer needed
-        fleet = compare.evaluate(run_id, readable, store=store, store_note=store_note, baseline=chosen, extracted=extracted)
+        with store.reading() if store is not None else contextlib.nullcontext():
+            fleet = compare.evaluate(run_id, readable, store=store, store_note=store_note, baseline=chosen, extracted=extracted)
         for node in nodes:
             node.pop(DOC_PROFILE, None)
             node["results"] = node["results"] + fleet["results"].get(node["host"], [])
