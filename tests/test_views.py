@@ -264,6 +264,13 @@ def test_system_reading_of_a_two_socket_tree(tmp_path):
     assert (s["kernel"], s["os"]) == ("6.8.0-49-generic", "Ubuntu 22.04.5 LTS")
 
 
+def test_an_empty_infiniband_class_folder_is_no_infiniband(tmp_path):
+    """ib_core loaded and no HCA (a cloud VM without InfiniBand): the folder exists and holds nothing."""
+    (tmp_path / "sys/class/infiniband").mkdir(parents=True)
+    assert system.read_infiniband(tmp_path, {}) == {"present": False, "reason": f"{tmp_path}/sys/class/infiniband is empty",
+                                                    "hcas": []}
+
+
 def test_hw_document_and_text_of_an_eight_gpu_node(tmp_path):
     rec = _recording(H100_8)["nvml"]
     tree = hgx_like(tmp_path, rec)

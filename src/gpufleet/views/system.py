@@ -240,7 +240,8 @@ def read_infiniband(root: Path, unreadable: dict) -> dict:
                 "ports": ports,
             }
         )
-    return {"present": True, "reason": None if hcas else f"{base} is empty", "hcas": hcas}
+    # present: an InfiniBand device is; a class folder with none in it (ib_core loaded, no HCA) is not that.
+    return {"present": bool(hcas), "reason": None if hcas else f"{base} is empty", "hcas": hcas}
 
 
 def read(root: str = "/") -> dict:
