@@ -158,11 +158,11 @@ def test_the_text_is_what_prometheus_client_writes_for_the_same_series():
     values = [0, 1, -2.5, 1e-9, 123456789.0, 3.0e21, float("nan"), float("inf"), float("-inf"),
               -0.0, 0.0, -0.0, 1, -2.5, 123456789.0, float("nan"), float("inf")]
     gauges = [export._Gauge("gpufleet_test_plain", "no labels", ())]
-    gauges[0].labels().set(7)
+    gauges[0].put((), 7)
     g = export._Gauge("gpufleet_test_odd", 'help with \\ and\nnewline "quoted"', ("node", "check", "class", "gpu"))
     for i, v in enumerate(values):
-        g.labels(odd[i % len(odd)], odd[(i + 3) % len(odd)], f"c{i}", i).set(v)
-    g.labels(odd[0], odd[3], "c0", 0).set(42)  # set again: the last value wins, in its first place
+        g.put((odd[i % len(odd)], odd[(i + 3) % len(odd)], f"c{i}", str(i)), v)
+    g.put((odd[0], odd[3], "c0", "0"), 42)  # set again: the last value wins, in its first place
     gauges += [g, export._Gauge("gpufleet_test_empty", "no series", ("node",))]
 
     class Collector:

@@ -74,22 +74,14 @@ def _label(v) -> str:
 
 
 class _Gauge:
-    """One gauge family's series, {label values: value}, set as prometheus_client's Gauge is (`.labels(...).set(v)`,
-    the last value wins) but without a child object per series, which cost half of a fleet's report."""
+    """One gauge family's series, {label values: value}: `put(values, v)` sets a series as prometheus_client's
+    `.labels(*values).set(v)` does (the last value wins), without a child object per series, which cost half of a
+    fleet's report. The label values are strings already, in the order of the label names."""
 
     def __init__(self, name: str, doc: str, labels: tuple[str, ...]):
         self.name, self.doc, self.labelnames, self.series = name, doc, labels, {}
-        self._values: tuple = ()
-
-    def labels(self, *values) -> _Gauge:
-        self._values = tuple(map(str, values))
-        return self
-
-    def set(self, value: float) -> None:
-        self.series[self._values] = float(value)
 
     def put(self, values: tuple[str, ...], value: float) -> None:
-        """labels(*values).set(value) for label values that are strings already (a fleet's hundreds of thousands)."""
         self.series[values] = float(value)
 
 
@@ -143,10 +135,10 @@ def node_gauges(node: dict, fleet: dict, run_id: str, generated: str | None, bas
         return gauges[name]
 
     accepted = node["verdict"] in (schema.PASS, schema.WARN)
-    gauge("gpufleet_node_accepted", "1 when gpufleet accepted the node in its latest run, 0 when not", ("node",)).labels(host).set(int(accepted))
+    gauge("gpufleet_node_accepted", "1 when gpufleet accepted the node in its latest run, 0 when not", ("node",)).put((host,), int(accepted))
     verdict = gauge("gpufleet_node_verdict", "1 for the node's verdict in the latest run, 0 for the others", ("node", "verdict"))
     for v in (schema.PASS, schema.WARN, schema.FAIL):
-        verdict.labels(host, v).set(int(node["verdict"] == v))
+        verdict.put((host, v), int(node["verdict"] == v))
     sev = gauge("gpufleet_check_severity", f"Status of each check in the latest run: {SEVERITY_HELP}; class: hardware, "
                 "environment, configuration or software", ("node", "check", "class"))
     worst: dict[str, tuple[int, str]] = {}
@@ -156,13 +148,13 @@ def node_gauges(node: dict, fleet: dict, run_id: str, generated: str | None, bas
     for cid, (s, cls) in worst.items():
         sev.put((host, cid, cls), s)
     gauge("gpufleet_run_info", "The run this file comes from, and the baseline it was compared with", ("node", "run_id", "baseline")) \
-        .labels(host, run_id, _label(baseline)).set(1)
-    gauge("gpufleet_report_timestamp_seconds", "When the report of the run was made (Unix time)", ("node",)).labels(host).set(_epoch(generated))
+        .put((host, run_id, _label(baseline)), 1)
+    gauge("gpufleet_report_timestamp_seconds", "When the report of the run was made (Unix time)", ("node",)).put((host,), _epoch(generated))
     found = (fleet.get("metrics") or {}).get(host)
     if not found:
         return list(gauges.values())
     gauge("gpufleet_cpu_run", "1 when the figures come from a CPU run: a logic check, not a performance figure", ("node",)) \
-        .labels(host).set(int(found.get("cpu", False)))
+        .put((host,), int(found.get("cpu", False)))
     for m in found["metrics"]:
         desc = fm.describe(m["key"])
         if desc["per_gpu"] and m["scope"] == "node":
