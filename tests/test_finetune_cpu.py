@@ -388,7 +388,15 @@ Root Cause (first observed failure):
 ============================================================"""
     f = failures.describe(log, rc=1, timed_out=False, timeout_s=60, rdzv_timeout_s=5, master="m:1", node_rank=1)
     assert (f["rank"], f["local_rank"], f["host"], f["exitcode"]) == (9, 1, "node1", -9)
-    assert "rank 9 (local rank 1) on node1 was killed by signal 9" in f["cause"]
+    assert "rank 9 (local rank 1) on node1 was killed by SIGKILL (signal 9; often the host running out of memory)" in f["cause"]
+    # A rank that aborted as its interpreter exited (a thread still in native code): what native code printed.
+    aborted = ("step 4/4 loss 6.1247 lr 0 step 0.207s tokens/s/rank 7437\nterminate called without an active exception\n"
+               "Fatal Python error: Aborted\n\nThread 0x00007f0d2be9ab80 (most recent call first):\n  <no Python frame>\n"
+               + log.replace("-9 (pid: 28923)", "-6 (pid: 16264)").replace("Signal 9 (SIGKILL)", "Signal 6 (SIGABRT)"))
+    f = failures.describe(aborted, rc=1, timed_out=False, timeout_s=60, rdzv_timeout_s=5, master="m:1", node_rank=1)
+    assert f["cause"] == ("rank 9 (local rank 1) on node1 was aborted by SIGABRT (signal 6): terminate called without "
+                          "an active exception; Fatal Python error: Aborted"), f
+    assert "out of memory" not in f["cause"]
     refused = "torch.distributed.DistNetworkError: The client socket has timed out after 5000ms while trying to connect to (10.0.0.1, 29500)."
     f = failures.describe(refused, rc=1, timed_out=False, timeout_s=60, rdzv_timeout_s=5, master="10.0.0.1:29500", node_rank=1)
     assert f["phase"] == "rendezvous" and "node 1 could not reach the rendezvous at 10.0.0.1:29500" in f["cause"]
@@ -444,7 +452,7 @@ def test_the_seeds_zero3_variant_trains_on_two_cpu_ranks(tmp_path):
     path.write_text(yaml.safe_dump(doc))
     out = worker.run(str(path), nproc_per_node=2, max_steps=4, output_dir=str(tmp_path / "out"), timeout_s=400,
                      env_extra={"OMP_NUM_THREADS": "1"}, master_port=free_port())
-    assert out["rc"] == 0, out["log_tail"]
+    assert out["rc"] == 0, (out["failure"], out["log_tail"])
     assert out["backend"] == "deepspeed" and out["world_size"] == 2
     ds = out["deepspeed_config"]
     assert ds["zero_optimization"]["stage"] == 3 and ds["zero_optimization"]["overlap_comm"] is True

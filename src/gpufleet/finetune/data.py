@@ -274,30 +274,35 @@ def batches(samples: Iterable[dict], batch_size: int, max_len: int, packing: boo
 
 def prefetch(batches_: Iterator[dict], depth: int = 4, pin: bool = False) -> Iterator[dict]:
     """Build batches in a background thread while the GPU trains on earlier ones; pinned, so that the copy
-    to the GPU does not wait for the GPU's queued work. An error in the thread is raised here, in order."""
+    to the GPU does not wait for the GPU's queued work. An error in the thread is raised here, in order.
+    Closing the generator stops the thread and waits for it to end."""
     import queue
     import threading
 
     q: queue.Queue = queue.Queue(maxsize=depth)
     stop = threading.Event()
 
+    def offer(item) -> bool:
+        """Queue `item` unless the consumer has gone; False if it has."""
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.5)
+                return True
+            except queue.Full:
+                continue
+        return False
+
     def fill():
         try:
             for batch in batches_:
                 if pin:
                     batch = {k: (v.pin_memory() if hasattr(v, "pin_memory") else v) for k, v in batch.items()}
-                while not stop.is_set():
-                    try:
-                        q.put(("batch", batch), timeout=0.5)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
+                if not offer(("batch", batch)):
                     return
         except BaseException as exc:  # noqa: BLE001  (handed to the consumer, which raises it)
-            q.put(("error", exc))
+            offer(("error", exc))
             return
-        q.put(("end", None))
+        offer(("end", None))
 
     thread = threading.Thread(target=fill, name="gpufleet-batches", daemon=True)
     thread.start()
@@ -311,3 +316,4 @@ def prefetch(batches_: Iterator[dict], depth: int = 4, pin: bool = False) -> Ite
             yield item
     finally:
         stop.set()
+        thread.join()  # it ends after the batch it is building: none outlives its consumer

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 from pathlib import Path
 
 _STORE_TIMEOUT = re.compile(r"Timed out after (\d+) seconds waiting for clients\. (\d+)/(\d+) clients joined")
@@ -21,6 +22,22 @@ _EXC_LINE = re.compile(r"^\s*(?:\[rank\d+\]:\s*)?((?:[A-Za-z_][\w.]*\.)?[A-Za-z_
 _GLOO_PEER = re.compile(r"(?:Read error|Write error|Connection closed by peer|Connection reset by peer)\s*\[([^\]]+)\]:(\d+)"
                         r"(?::\s*([^.]+))?")
 _NCCL_PEER = re.compile(r"ncclRemoteError|remote process exited or there was a network error")
+# What native code printed as it aborted a rank (SIGABRT): C++'s terminate, or Python's fatal error.
+_ABORT_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)?(terminate called .*|Fatal Python error: .*)$", re.MULTILINE)
+
+
+def _killed_by(code: int, log: str) -> str:
+    """'killed by SIGKILL (...)' for a rank's negative exit code, with what the log says of it."""
+    try:
+        name = signal.Signals(code).name
+    except ValueError:
+        name = f"signal {code}"
+    if code == signal.SIGKILL:
+        return f"killed by {name} (signal {code}; often the host running out of memory)"
+    if code == signal.SIGABRT:
+        lines = _ABORT_LINE.findall(log)
+        return f"aborted by {name} (signal {code})" + (f": {'; '.join(dict.fromkeys(lines))}" if lines else "")
+    return f"killed by {name} (signal {code})"
 
 
 def peer_lost(message: str | None) -> dict | None:
@@ -114,7 +131,7 @@ def describe(log: str, *, rc: int | None, timed_out: bool, timeout_s: float, rdz
         if message:
             cause = f"{where} failed first: {message}"
         elif isinstance(code, int) and code < 0:
-            cause = f"{where} was killed by signal {-code} (SIGKILL often means the host ran out of memory)"
+            cause = f"{where} was {_killed_by(-code, log)}"
         else:
             cause = f"{where} exited {code}"
         return {"phase": "workers", "node_rank": node_rank, **rc_block, "cause": cause}

@@ -245,50 +245,55 @@ def worker(config_path: str, out_path: str, max_steps: int | None = None, output
         torch.cuda.reset_peak_memory_stats(device)
     losses, step_s, step_tokens, grad_norms, lrs = [], [], [], [], []
     net.train()
-    for step in range(t["max_steps"]):
-        t0 = time.perf_counter()
-        loss_acc = torch.zeros((), device=device)
-        tokens = 0
-        for micro in range(accum):
-            batch = next(train_batches)
-            tokens += batch["real_tokens"]
-            last = micro == accum - 1
-            sync = ddp.no_sync() if (ddp is not None and not last) else contextlib.nullcontext()
-            with sync:
-                with amp():
-                    loss = net(**to_dev(batch)).loss
-                if use_ds:
-                    engine.backward(loss)
-                    engine.step()  # DeepSpeed steps the optimizer only at the accumulation boundary
-                else:
-                    (loss / accum).backward()
-            loss_acc += loss.detach() / accum
-        if not use_ds:
-            grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, t["max_grad_norm"])))
-            opt.step()
-            sched.step()
-            opt.zero_grad(set_to_none=True)
-        lrs.append(sched.get_last_lr()[0])
-        loss_val = loss_acc.item()  # waits for the step: the timer below covers the GPU work
-        if cuda:
-            torch.cuda.synchronize(device)
-        step_s.append(time.perf_counter() - t0)
-        step_tokens.append(tokens)
-        (loss_mean,) = _dist_sum([loss_val], world, device)
-        losses.append(loss_mean / world)
-        if rank == 0 and ((step + 1) % t["logging_steps"] == 0 or step == 0 or step + 1 == t["max_steps"]):
-            print(f"step {step + 1}/{t['max_steps']} loss {losses[-1]:.4f} lr {lrs[-1]:.3g} "
-                  f"step {step_s[-1]:.3f}s tokens/s/rank {tokens / step_s[-1]:.0f}", flush=True)
-        if tb is not None:
-            tb.add_scalar("train/loss", losses[-1], step + 1)
-            tb.add_scalar("train/lr", lrs[-1], step + 1)
-            tb.add_scalar("train/tokens_per_s_rank0", tokens / step_s[-1], step + 1)
-            if grad_norms:
-                tb.add_scalar("train/grad_norm", grad_norms[-1], step + 1)
-        if t["eval_steps"] and (step + 1) % t["eval_steps"] == 0 and step + 1 < t["max_steps"]:
-            evals.append({"step": step + 1, "loss": evaluate()})
-            if tb is not None and evals[-1]["loss"] is not None:
-                tb.add_scalar("eval/loss", evals[-1]["loss"], step + 1)
+    try:
+        for step in range(t["max_steps"]):
+            t0 = time.perf_counter()
+            loss_acc = torch.zeros((), device=device)
+            tokens = 0
+            for micro in range(accum):
+                batch = next(train_batches)
+                tokens += batch["real_tokens"]
+                last = micro == accum - 1
+                sync = ddp.no_sync() if (ddp is not None and not last) else contextlib.nullcontext()
+                with sync:
+                    with amp():
+                        loss = net(**to_dev(batch)).loss
+                    if use_ds:
+                        engine.backward(loss)
+                        engine.step()  # DeepSpeed steps the optimizer only at the accumulation boundary
+                    else:
+                        (loss / accum).backward()
+                loss_acc += loss.detach() / accum
+            if not use_ds:
+                grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, t["max_grad_norm"])))
+                opt.step()
+                sched.step()
+                opt.zero_grad(set_to_none=True)
+            lrs.append(sched.get_last_lr()[0])
+            loss_val = loss_acc.item()  # waits for the step: the timer below covers the GPU work
+            if cuda:
+                torch.cuda.synchronize(device)
+            step_s.append(time.perf_counter() - t0)
+            step_tokens.append(tokens)
+            (loss_mean,) = _dist_sum([loss_val], world, device)
+            losses.append(loss_mean / world)
+            if rank == 0 and ((step + 1) % t["logging_steps"] == 0 or step == 0 or step + 1 == t["max_steps"]):
+                print(f"step {step + 1}/{t['max_steps']} loss {losses[-1]:.4f} lr {lrs[-1]:.3g} "
+                      f"step {step_s[-1]:.3f}s tokens/s/rank {tokens / step_s[-1]:.0f}", flush=True)
+            if tb is not None:
+                tb.add_scalar("train/loss", losses[-1], step + 1)
+                tb.add_scalar("train/lr", lrs[-1], step + 1)
+                tb.add_scalar("train/tokens_per_s_rank0", tokens / step_s[-1], step + 1)
+                if grad_norms:
+                    tb.add_scalar("train/grad_norm", grad_norms[-1], step + 1)
+            if t["eval_steps"] and (step + 1) % t["eval_steps"] == 0 and step + 1 < t["max_steps"]:
+                evals.append({"step": step + 1, "loss": evaluate()})
+                if tb is not None and evals[-1]["loss"] is not None:
+                    tb.add_scalar("eval/loss", evals[-1]["loss"], step + 1)
+    finally:
+        # Stops and joins the batch thread: one still running while the interpreter exits can abort the
+        # process (SIGABRT) after the run's results were written.
+        train_batches.close()
     evals.append({"step": t["max_steps"], "loss": evaluate()})
     if tb is not None:
         for e in (evals[0], evals[-1]):
