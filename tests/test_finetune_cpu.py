@@ -397,6 +397,12 @@ Root Cause (first observed failure):
     assert f["cause"] == ("rank 9 (local rank 1) on node1 was aborted by SIGABRT (signal 6): terminate called without "
                           "an active exception; Fatal Python error: Aborted"), f
     assert "out of memory" not in f["cause"]
+    f = failures.describe(log.replace("-9 (pid: 28923)", "-50 (pid: 28923)"), rc=1, timed_out=False, timeout_s=60,
+                          rdzv_timeout_s=5, master="m:1", node_rank=1)
+    assert f["cause"] == "rank 9 (local rank 1) on node1 was killed by signal 50", f
+    f = failures.describe(log.replace("-9 (pid: 28923)", "-15 (pid: 28923)"), rc=1, timed_out=False, timeout_s=60,
+                          rdzv_timeout_s=5, master="m:1", node_rank=1)
+    assert f["cause"] == "rank 9 (local rank 1) on node1 was killed by SIGTERM (signal 15)", f
     refused = "torch.distributed.DistNetworkError: The client socket has timed out after 5000ms while trying to connect to (10.0.0.1, 29500)."
     f = failures.describe(refused, rc=1, timed_out=False, timeout_s=60, rdzv_timeout_s=5, master="10.0.0.1:29500", node_rank=1)
     assert f["phase"] == "rendezvous" and "node 1 could not reach the rendezvous at 10.0.0.1:29500" in f["cause"]

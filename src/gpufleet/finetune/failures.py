@@ -30,8 +30,8 @@ def _killed_by(code: int, log: str) -> str:
     """'killed by SIGKILL (...)' for a rank's negative exit code, with what the log says of it."""
     try:
         name = signal.Signals(code).name
-    except ValueError:
-        name = f"signal {code}"
+    except ValueError:  # a number with no name here
+        return f"killed by signal {code}"
     if code == signal.SIGKILL:
         return f"killed by {name} (signal {code}; often the host running out of memory)"
     if code == signal.SIGABRT:
