@@ -204,6 +204,7 @@ def test_minimal_playbook_document(tmp_path):
         "counts": {"error": 1, "fail": 0, "warn": 0, "skip": 0, "pass": 0},
         "failed_checks": ["connection.reachable"],
         "warned_checks": [],
+        "causes": ["connection.reachable: host unreachable: ssh: connect to host 10.2.0.130 port 22: No route to host"],
     }
     assert "No route to host" in (tmp_path / "report.md").read_text()
 
@@ -227,7 +228,7 @@ def test_warn_only_fleet_is_accepted(tmp_path):
 def test_summary_text(built):
     run, summary, _ = built
     text = report.summary_text(summary)
-    assert text.splitlines()[0] == "fleet verdict: FAIL (4 node(s): 3 fail, 1 pass)"
+    assert text.splitlines()[0] == "fleet verdict: FAIL (4 node(s): 3 not accepted, 1 accepted)"
     node2 = next(line for line in text.splitlines() if line.strip().startswith("node2"))
     assert "FAIL" in node2 and "gpu_health.gpu_ecc" in node2 and "host_hygiene.pcie_acs" in node2
     assert str(run / "report.html") in text

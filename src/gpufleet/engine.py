@@ -3,7 +3,9 @@ counters before and after the benchmarks (counters_host)."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 import time
 
 from gpufleet import collect, failure_class, profiles, schema
@@ -62,6 +64,9 @@ def check_host(
 
 
 BENCHMARKS = ("matmul", "memory", "nccl", "sdc", "train_gpt2", "soak")
+NO_TORCH = "no torch in {python} (No module named 'torch'), which every benchmark needs"
+NO_TORCH_REMEDY = ("install torch with CUDA in gpufleet_python (bringup.yml, role python_env), or set gpufleet_python to a "
+                   "Python that has it (`make validate` looks for one on the machine: NODE_PYTHON=...)")
 # smoke: seconds a benchmark (one matmul shape in bf16, a short HBM pass, all_reduce at a few sizes);
 # quick: minutes a node; thorough: the full sweeps. The soak runs for its own duration at any tier.
 TIERS = ("smoke", "quick", "thorough")
@@ -148,6 +153,11 @@ def bench_host(
         profile, log=watch_log, not_again=not_again)
     if gpus == 1 and (nccl_options or {}).get("nnodes", 1) == 1:
         runners["nccl"] = lambda: [schema.result("nccl", schema.SKIP, benchmarks.ONE_GPU_NCCL)]
+    if importlib.util.find_spec("torch") is None:
+        # Every benchmark needs torch: one cause in the same words for each, not a crash each.
+        for name in names:
+            runners[name] = lambda name=name: [schema.result(name, schema.ERROR, NO_TORCH.format(python=sys.executable),
+                                                             remedy=NO_TORCH_REMEDY)]
     results = []
     for name in names:
         t1, when = time.monotonic(), schema.utc_now()

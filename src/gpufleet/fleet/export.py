@@ -38,7 +38,7 @@ import shlex
 import time
 from pathlib import Path
 
-from gpufleet import failure_class, paths, schema
+from gpufleet import causes, failure_class, paths, schema
 from gpufleet.errors import InputError
 from gpufleet.fleet import metrics as fm
 
@@ -58,7 +58,7 @@ _FAMILY_HELP = {
 }
 # Slurm node names and hostlist expressions (node[01-04]); anything else is refused.
 _SLURM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-\[\],]*")
-_REASON_CHARS = re.compile(r"[^A-Za-z0-9._:,;=+ -]")
+_REASON_CHARS = re.compile(r"[^A-Za-z0-9._:,;=+ /()-]")
 _REASON_CHECKS = 4  # failing checks named in a drain reason; the report has them all
 
 
@@ -221,10 +221,11 @@ def slurm_name(host: str, mapping: dict | None) -> str:
 
 def drain_line(run_id: str, name: str, checks: list[str], classes: list[str] | None = None) -> str:
     """`scontrol update NodeName=<name> State=DRAIN Reason="gpufleet: <run_id>: hardware: <checks>; environment: ..."`,
-    the checks grouped by their class (`classes`, one per check), hardware first: the one that needs a repair. Safe
-    to paste into a shell: the reason holds no character a shell expands inside double quotes, a hostlist's
-    brackets are quoted."""
-    pairs = sorted(zip(checks, classes), key=lambda x: failure_class.CLASSES.index(x[1])) if classes else [(c, "") for c in checks]
+    the checks (or causes: causes.label) grouped by their class (`classes`, one per check), hardware first: the one
+    that needs a repair. Safe to paste into a shell: the reason holds no character a shell expands inside double
+    quotes, a hostlist's brackets are quoted."""
+    pairs = sorted(zip(checks, classes), key=lambda x: failure_class.CLASSES.index(x[1] or failure_class.SOFTWARE)) \
+        if classes else [(c, "") for c in checks]
     by_class: dict[str, list[str]] = {}
     for check, cls in pairs[:_REASON_CHECKS]:
         by_class.setdefault(cls, []).append(check)
@@ -237,17 +238,11 @@ def drain_line(run_id: str, name: str, checks: list[str], classes: list[str] | N
     return f'scontrol update {node_arg} State=DRAIN Reason="{reason}"'
 
 
-def failing_checks(node: dict) -> tuple[list[str], list[str]]:
-    """A node's checks that failed or could not run (group.check, each once) and the class of each, in its
-    results' order."""
-    checks, classes = [], []
-    for r in node["results"]:
-        if r["status"] in (schema.FAIL, schema.ERROR):
-            cid = f"{r['group']}.{r['check']}" if r.get("group") else r["check"]
-            if cid not in checks:
-                checks.append(cid)
-                classes.append(failure_class.of(r))
-    return checks, classes
+def failing_causes(node: dict) -> tuple[list[str], list[str]]:
+    """A node's causes of failure, each named once (causes.label: the check, or the reason several checks share
+    and how many), and the class of each; hardware first, as causes.grouped orders them."""
+    groups = node.get("causes") if isinstance(node.get("causes"), list) else causes.grouped(node["results"])
+    return [causes.label(g) for g in groups], [g["class"] for g in groups]
 
 
 def drain_lines(report: dict, mapping: dict | None = None) -> list[str]:
@@ -256,8 +251,8 @@ def drain_lines(report: dict, mapping: dict | None = None) -> list[str]:
     for host, node in report["nodes"].items():
         if node["verdict"] != schema.FAIL:
             continue
-        checks, classes = failing_checks(node)
-        lines.append(drain_line(report["run_id"], slurm_name(host, mapping), checks, classes))
+        named, classes = failing_causes(node)
+        lines.append(drain_line(report["run_id"], slurm_name(host, mapping), named, classes))
     return lines
 
 

@@ -22,7 +22,7 @@ import math
 import re
 from pathlib import Path
 
-from gpufleet import failure_class, paths, schema, slurm
+from gpufleet import paths, schema, slurm
 from gpufleet.errors import InputError
 from gpufleet.fleet import export
 from gpufleet.fleet.run_files import read_run_info
@@ -53,13 +53,13 @@ def parse_max_drain(value) -> tuple[int, bool]:
 
 
 def drain_reason(run_id: str, node: dict) -> str:
-    """`gpufleet: <run> <class>: <first failing check> +N more`, hardware first as in drain.txt."""
-    checks, classes = export.failing_checks(node)
-    if not checks:
+    """`gpufleet: <run> <class>: <first cause> +N more`, a cause being a failing check or the reason several share
+    (causes.label), hardware first as in drain.txt."""
+    named, classes = export.failing_causes(node)
+    if not named:
         return slurm.reason(f"{run_id} not accepted")
-    first = min(range(len(checks)), key=lambda i: failure_class.CLASSES.index(classes[i]) if classes[i] else 9)
-    more = f" +{len(checks) - 1} more" if len(checks) > 1 else ""
-    return slurm.reason(f"{run_id} {classes[first] or 'failed'}: {checks[first]}{more}")
+    more = f" +{len(named) - 1} more" if len(named) > 1 else ""
+    return slurm.reason(f"{run_id} {classes[0] or 'failed'}: {named[0]}{more}")
 
 
 def _allowed(max_drain: tuple[int, bool], partition_size: int) -> int:

@@ -8,7 +8,7 @@ import json
 import math
 from typing import Any
 
-from gpufleet import failure_class, schema
+from gpufleet import causes, failure_class, schema
 from gpufleet.fleet import num
 from gpufleet.fleet.view import VIEW_COLUMNS
 
@@ -243,9 +243,26 @@ def node_versions_text(node: dict) -> str:
 
 
 def fleet_line(report: dict) -> str:
+    """The nodes accepted or not, then the results by status, in the node table's columns and with its counts (a
+    node is not accepted for an error as for a failure: "1 fail" beside a table of errors read as a contradiction)."""
     by = report["nodes_by_verdict"]
     n = sum(by.values())
-    parts = ", ".join(f"{by[s]} {s}" for s in (schema.FAIL, schema.WARN, schema.PASS) if by.get(s))
+    results = ", ".join(f"{(report.get('counts') or {}).get(s, 0)} {s}" for s in STATUS_ORDER)
     if report["verdict"] == schema.FAIL:
-        return f"{by[schema.FAIL]} of {n} node(s) failed acceptance ({parts})"
-    return f"all {n} node(s) accepted ({parts})"
+        return f"{by[schema.FAIL]} of {n} node(s) not accepted; results: {results}"
+    warned = f", {by[schema.WARN]} with warnings" if by.get(schema.WARN) else ""
+    return f"all {n} node(s) accepted{warned}; results: {results}"
+
+
+def node_causes(node: dict) -> list[dict]:
+    """The node's causes (causes.grouped), as report.json keeps them or, for a report made before it did, anew."""
+    kept = node.get("causes")
+    return kept if isinstance(kept, list) else causes.grouped(node["results"])
+
+
+def findings(node: dict, limit: int = 6) -> tuple[list[str], int]:
+    """What the node table says of a node: each cause of its failing results once (causes.label), then the checks
+    that warn; (the first `limit`, how many more)."""
+    items = [causes.label(g) for g in node_causes(node)]
+    items += [check_id(r) for r in node["results"] if r["status"] == schema.WARN]
+    return items[:limit], max(0, len(items) - limit)

@@ -10,7 +10,7 @@ import operator
 import sqlite3
 from pathlib import Path
 
-from gpufleet import __version__, paths, runs, schema
+from gpufleet import __version__, causes, paths, runs, schema
 from gpufleet.errors import InputError
 from gpufleet.fleet import compare, export, metrics, store as fleet_store
 from gpufleet.fleet.repair import open_for_run
@@ -21,6 +21,8 @@ from gpufleet.report.nodes import DOC_PROFILE, DOC_READ, load_nodes, load_peers,
 
 REPORT_FILES = {"json": "report.json", "md": "report.md", "html": "report.html", "junit": "junit.xml"}
 FLEET_FILE, DRAIN_FILE, PROMETHEUS_DIR = "fleet.json", "drain.txt", "prometheus"
+# A node's verdict in words: "fail" is also what results are counted by, and a node fails for errors too.
+VERDICT_WORDS = {schema.FAIL: "not accepted", schema.WARN: "accepted with warnings", schema.PASS: "accepted"}
 
 
 def _refresh(node: dict) -> dict:
@@ -32,6 +34,7 @@ def _refresh(node: dict) -> dict:
                            for r in node["results"] if class_text(r)]
     node["figures"] = [{"check": check_id(r), "value": r.get("value"), "unit": r.get("unit"), "trust": trust_text(r)}
                        for r in node["results"] if trust_text(r)]
+    node["causes"] = causes.grouped(node["results"])
     return node
 
 
@@ -65,6 +68,7 @@ def summarize(report: dict, files: dict) -> dict:
             "counts": node["counts"],
             "failed_checks": [check_id(r) for r in node["results"] if r["status"] in (schema.FAIL, schema.ERROR)],
             "warned_checks": [check_id(r) for r in node["results"] if r["status"] == schema.WARN],
+            "causes": [causes.line(g) for g in node["causes"]],
         }
     fleet = report.get("fleet") or {}
     return {
@@ -72,6 +76,7 @@ def summarize(report: dict, files: dict) -> dict:
         "run_id": report["run_id"],
         "verdict": report["verdict"],
         "nodes": nodes,
+        "not_accepted": not_accepted_text(nodes),
         "files": files,
         "store": fleet.get("store"),
         "store_note": fleet.get("store_note"),
@@ -81,6 +86,19 @@ def summarize(report: dict, files: dict) -> dict:
         "prometheus": fleet.get("prometheus") or {},
         "prometheus_note": fleet.get("prometheus_note"),
     }
+
+
+def not_accepted_text(nodes: dict, max_causes: int = 3) -> str:
+    """The nodes not accepted and why, each cause once (causes.line): `n1, n2: cause (N checks: ...); cause | n3:
+    ...`, the nodes that failed for the same causes named together; what the playbook's failure message says."""
+    by_why: dict[str, list[str]] = {}
+    for host, node in nodes.items():
+        if node["verdict"] == schema.FAIL:
+            why = node["causes"][:max_causes]
+            more = len(node["causes"]) - len(why)
+            text = "; ".join(why) + (f"; and {more} more cause(s)" if more > 0 else "") if why else "no failing check"
+            by_why.setdefault(text, []).append(host)
+    return " | ".join(f"{', '.join(hosts)}: {why}" for why, hosts in by_why.items())
 
 
 def _open_store(run_dir: Path, db: Path | str | None, use_store: bool):
@@ -261,14 +279,14 @@ def summary_text(summary: dict) -> str:
     nodes = summary["nodes"]
     width = max((len(h) for h in nodes), default=4)
     by = {s: sum(1 for n in nodes.values() if n["verdict"] == s) for s in (schema.FAIL, schema.WARN, schema.PASS)}
-    tally = ", ".join(f"{by[s]} {s}" for s in by if by[s])
+    tally = ", ".join(f"{by[s]} {VERDICT_WORDS[s]}" for s in by if by[s])
     lines = [f"fleet verdict: {summary['verdict'].upper()} ({len(nodes)} node(s): {tally})"]
     for host, n in nodes.items():
         line = f"  {host:<{width}}  {n['verdict'].upper():<4}"
-        if n["failed_checks"]:
-            line += "  failing: " + ", ".join(n["failed_checks"])
+        if n.get("causes"):
+            line += "  failing: " + "; ".join(n["causes"])
         if n.get("warned_checks"):
-            line += ("; " if n["failed_checks"] else "  ") + "warning: " + ", ".join(n["warned_checks"])
+            line += ("; " if n.get("causes") else "  ") + "warning: " + ", ".join(n["warned_checks"])
         lines.append(line.rstrip())
     files = summary["files"]
     lines.append(f"report: {files['html']}")

@@ -15,6 +15,7 @@ import math
 import re
 from typing import Any
 
+from gpufleet.causes import in_shared
 from gpufleet.schema import size_text
 from gpufleet.report.formatting import (
     STATUS_ORDER,
@@ -27,8 +28,10 @@ from gpufleet.report.formatting import (
     fleet_columns,
     fleet_line,
     fleet_note,
+    findings,
     fmt_scalar,
     kept_locks,
+    node_causes,
     node_versions_text,
     ordered_results,
     threshold_text,
@@ -128,6 +131,16 @@ def _finding_row(res: dict) -> str:
     )
 
 
+def _cause_row(group: dict) -> str:
+    """One row for a cause several failing checks share: the checks listed, the reason and remedy once."""
+    text = f"<div>{_e(group['cause'])}</div>"
+    if group["remedy"]:
+        text += f'<div class="remedy"><b>Remedy:</b> {_e(group["remedy"])}</div>'
+    checks = ", ".join(f"<code>{_e(c)}</code>" for c in group["checks"])
+    return (f'<tr class="s-{_e(group["status"])}"><td>{_badge(group["status"])}</td><td>{_e(group["class"] or "")}</td>'
+            f'<td>{len(group["checks"])} checks: {checks}</td><td></td><td></td><td></td><td>{text}</td></tr>')
+
+
 def _node_section(node: dict, anchor: str) -> str:
     facts = []
     if node.get("reported_host"):
@@ -145,11 +158,15 @@ def _node_section(node: dict, anchor: str) -> str:
     if facts:
         out.append(f'<p class="meta">{"; ".join(facts)}</p>')
     bad, good = ordered_results(node["results"])
-    if bad:
+    # A reason several failing checks give is said once, with those checks; the other results one row each.
+    shared = [g for g in node_causes(node) if len(g["checks"]) > 1]
+    bad = [r for r in bad if not in_shared(r, shared)]
+    if shared or bad:
         out.append(
             '<table class="results"><thead><tr><th>status</th><th>class</th><th>check</th><th>value</th><th>trust</th><th>threshold</th>'
             "<th>reason, remedy, evidence</th></tr></thead><tbody>"
         )
+        out += [_cause_row(g) for g in shared]
         out += [_finding_row(r) for r in bad]
         out.append("</tbody></table>")
     if good:
@@ -321,11 +338,11 @@ def render(report: dict) -> str:
         counts = "".join(
             f'<td class="n{" zero" if not node["counts"][s] else ""}">{node["counts"][s]}</td>' for s in STATUS_ORDER
         )
-        bad, _ = ordered_results(node["results"])
+        items, more = findings(node, limit=12)
         rows.append(
             f'<tr class="s-{_e(node["verdict"])}"><td><a href="#{anchor}">{_e(node["host"])}</a></td>'
             f"<td>{_badge(node['verdict'])}</td>{counts}<td>{_e(node.get('profile') or '')}</td>"
-            f"<td>{', '.join(f'<code>{_e(check_id(r))}</code>' for r in bad)}</td></tr>"
+            f"<td>{', '.join(f'<code>{_e(i)}</code>' for i in items)}{f' and {more} more' if more else ''}</td></tr>"
         )
     title = f"gpufleet report {report['run_id']}: {report['verdict'].upper()}"
     return "\n".join(
@@ -341,7 +358,7 @@ def render(report: dict) -> str:
             "<h2>Nodes</h2>",
             "<table><thead><tr><th>node</th><th>verdict</th>"
             + "".join(f"<th>{_e(s)}</th>" for s in STATUS_ORDER)
-            + "<th>profile</th><th>not passing</th></tr></thead><tbody>",
+            + "<th>profile</th><th>failing (each cause once), warning</th></tr></thead><tbody>",
             *rows,
             "</tbody></table>",
             *([f'<p class="meta">Locks not given back (the next run takes them over or waits out the lease): '

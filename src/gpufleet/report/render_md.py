@@ -11,6 +11,7 @@ import json
 import re
 from typing import Any
 
+from gpufleet.causes import in_shared
 from gpufleet.schema import size_text
 from gpufleet.report.formatting import (
     STATUS_ORDER,
@@ -23,8 +24,10 @@ from gpufleet.report.formatting import (
     fleet_columns,
     fleet_line,
     fleet_note,
+    findings,
     fmt_scalar,
     kept_locks,
+    node_causes,
     node_versions_text,
     ordered_results,
     threshold_text,
@@ -104,9 +107,21 @@ def _node_section(node: dict) -> list[str]:
     if facts:
         lines += ["; ".join(facts) + ".", ""]
     bad, good = ordered_results(node["results"])
-    if bad:
-        lines += [f"### Not passing ({len(bad)})", ""]
-        for res in bad:
+    shared = [g for g in node_causes(node) if len(g["checks"]) > 1]
+    if shared:
+        lines += [f"### Causes ({len(shared)})", "", "Failing results that give one reason, said once; each result is in "
+                  "report.json.", ""]
+        for group in shared:
+            lines += [f"#### {_inline(group['status'].upper())} {_inline(group['cause'])}", ""]
+            if group["class"]:
+                lines.append(f"- class: {_inline(group['class'])}")
+            if group["remedy"]:
+                lines.append(f"- remedy: {_inline(group['remedy'])}")
+            lines += [f"- {len(group['checks'])} checks: " + ", ".join(_code(c) for c in group["checks"]), ""]
+    rest = [r for r in bad if not in_shared(r, shared)]
+    if rest:
+        lines += [f"### Not passing ({len(rest)}{' more' if shared else ''})", ""]
+        for res in rest:
             lines += _finding(res)
     if good:
         lines += [f"### Passed ({len(good)})", "", "| check | value | trust | threshold | reason |", "| --- | --- | --- | --- | --- |"]
@@ -208,12 +223,12 @@ def render(report: dict) -> str:
         f"Generated {report['generated']} from {_code(str(report['run_dir']) + '/hosts')}. "
         "Every result is kept unchanged in report.json.",
         "",
-        "| node | verdict | " + " | ".join(STATUS_ORDER) + " | profile | not passing |",
+        "| node | verdict | " + " | ".join(STATUS_ORDER) + " | profile | failing (each cause once), warning |",
         "| --- | --- | " + " | ".join("---:" for _ in STATUS_ORDER) + " | --- | --- |",
     ]
     for node in nodes:
-        bad, _ = ordered_results(node["results"])
-        listed = ", ".join(_code(check_id(r)) for r in bad[:6]) + (f" and {len(bad) - 6} more" if len(bad) > 6 else "")
+        items, more = findings(node)
+        listed = ", ".join(_code(i) for i in items) + (f" and {more} more" if more else "")
         lines.append(
             f"| {_inline(node['host'])} | **{node['verdict'].upper()}** | "
             + " | ".join(str(node["counts"][s]) for s in STATUS_ORDER)

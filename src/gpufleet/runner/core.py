@@ -357,19 +357,24 @@ def not_accepted_why(report: dict | None, finals: dict) -> dict[str, list[dict]]
 
 
 def ending_text(why: dict[str, list[dict]], message: str) -> str:
-    """The last lines of a run: one per node not accepted (its worst check with the reason, then the others'
-    names), and the run's one-line ending last."""
+    """The last lines of a run: one per node not accepted (its worst cause with the reason, then the others), and
+    the run's one-line ending last. A reason several checks give is said once, with how many checks gave it."""
     lines = []
     for host, bad in why.items():
         if not bad:
             lines.append(f"  {host}: not accepted, with no failing check in the report")
             continue
-        first = bad[0]
+        groups = {}
+        for b in bad:  # worst first already; the checks that give one reason together
+            groups.setdefault(b["reason"] or f"\0{b['check']}", []).append(b)
+        (first, *same), *rest = groups.values()
         reason = first["reason"] if len(first["reason"]) <= WHY_REASON_CHARS else first["reason"][:WHY_REASON_CHARS - 3] + "..."
-        line = f"  {host}: {first['status']} {first['check']}: {reason or '(no reason given)'}"
-        others = [f"{b['check']} ({b['status']})" for b in bad[1:1 + WHY_MORE_CHECKS]]
+        shared = f" and {len(same)} more check(s) with the same reason" if same else ""
+        line = f"  {host}: {first['status']} {first['check']}{shared}: {reason or '(no reason given)'}"
+        others = [f"{g[0]['check']} ({g[0]['status']}" + (f", {len(g)} checks with its reason)" if len(g) > 1 else ")")
+                  for g in rest[:WHY_MORE_CHECKS]]
         if others:
-            left = len(bad) - 1 - len(others)
+            left = len(rest) - len(others)
             line += "; also " + ", ".join(others) + (f" and {left} more" if left else "")
         lines.append(line)
     return "\n".join([*lines, message])
