@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,7 @@ import pytest
 
 import slurm_cluster
 from gpufleet import slurm
-from gpufleet.collect import kernel_log
+from gpufleet.collect import kernel_log, nvml
 from gpufleet.fleet import slurm as fleet_slurm
 from slurm_cluster import SlurmCluster
 from waiting import wait_for
@@ -44,6 +45,14 @@ def xid_readings(path: Path) -> Path:
     readings = json.loads(healthy_readings(path).read_text())
     bus = readings["nvml"]["gpus"][0]["pci_bus_id"][:-2]  # 0000:00:06.0 -> 0000:00:06
     readings["kernel_log"]["xid_events"] = [kernel_log.parse_xid(f"NVRM: Xid (PCI:{bus}): 79, pid=1, GPU has fallen off the bus.")]
+    path.write_text(json.dumps(readings))
+    return path
+
+
+def no_driver_readings(path: Path) -> Path:
+    """The healthy readings with the driver gone, as collect.nvml reads a node without libnvidia-ml.so."""
+    readings = json.loads(healthy_readings(path).read_text())
+    readings["nvml"] = {"available": False, "error": nvml.NO_DRIVER, "gpus": []}
     path.write_text(json.dumps(readings))
     return path
 
@@ -230,6 +239,13 @@ exec {sys.executable} -m gpufleet check --slurm-health --readings {readings}/$SL
         assert reason.startswith("gpufleet: health hardware: xid GPU 0: Xid 79 at 0000:00:06"), reason
         assert sinfo(cluster)["sh1"][0] == "drained"
         assert cluster.node_state("sh2") == "IDLE"
+        # sh2's driver goes (libnvidia-ml.so no longer loads): NVML reads nothing, every check errs for that one
+        # cause, and the node is drained with it as the reason.
+        no_driver_readings(readings / "sh2.json")
+        wait_for(lambda: cluster.node_state("sh2") == "IDLE+DRAIN", 180, f"the health check draining sh2 (log {health_log})")
+        reason = cluster.node("sh2")["Reason"]
+        assert reason.startswith("gpufleet: health software: no NVIDIA driver: libnvidia-ml.so not found ("), reason
+        assert sinfo(cluster)["sh2"][0] == "drained"
 
 
 def test_health_check_is_silent_when_healthy_and_says_what_it_would_drain(tmp_path):
@@ -238,6 +254,21 @@ def test_health_check_is_silent_when_healthy_and_says_what_it_would_drain(tmp_pa
     done = gpufleet("check", "--slurm-health", "--dry-run", "--slurm-node", "n7", "--readings",
                     str(xid_readings(tmp_path / "x.json")), "--thresholds", THRESHOLDS)
     assert done.returncode == 1 and done.stdout.startswith("would drain n7: gpufleet: health hardware: xid GPU 0: Xid 79")
+    # A node whose driver is gone (no libnvidia-ml.so, or NVML unable to start) is drained with that as the cause;
+    # one whose gpufleet lacks nvidia-ml-py is not: the GPUs may be fine, gpufleet could not read them.
+    done = gpufleet("check", "--slurm-health", "--dry-run", "--slurm-node", "n7", "--readings",
+                    str(no_driver_readings(tmp_path / "nd.json")), "--thresholds", THRESHOLDS)
+    assert done.returncode == 1, done.stderr
+    assert re.fullmatch(r"would drain n7: gpufleet: health software: no NVIDIA driver: libnvidia-ml\.so not found "
+                        r"\(\d+ checks\)\n", done.stdout), done.stdout
+    for error in ("NVML init failed: Driver Not Loaded", "nvidia-ml-py is not installed: No module named 'pynvml'"):
+        readings = json.loads((tmp_path / "nd.json").read_text())
+        readings["nvml"]["error"] = error
+        (tmp_path / "e.json").write_text(json.dumps(readings))
+        done = gpufleet("check", "--slurm-health", "--dry-run", "--slurm-node", "n7", "--readings", str(tmp_path / "e.json"),
+                        "--thresholds", THRESHOLDS)
+        assert done.returncode == (1 if error.startswith("NVML init") else 0), (error, done.stdout)
+    assert done.stdout == "" and "could not read the GPUs, node left in service: nvidia-ml-py is not installed" in done.stderr
     # The epilog also fails on a process left on a GPU.
     readings = json.loads(healthy_readings(tmp_path / "ok.json").read_text())
     readings["nvml"]["gpus"][0]["processes"] = [{"pid": 4242, "name": "python", "used_memory_mib": 1024}]

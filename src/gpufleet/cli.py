@@ -65,9 +65,12 @@ def _slurm_health(doc: dict, args) -> int:
     SLURMD_NODENAME, which slurmd sets for its health check, prolog and epilog, else the short host name) and exit 1."""
     faults = slurm_health.hard_faults(doc["results"], args.slurm_health)
     if not faults:
+        unread = slurm_health.not_read(doc["results"])
+        if unread:  # slurmd keeps the program's stderr in its log; the node stays in service
+            print(f"gpufleet health check could not read the GPUs, node left in service: {unread}", file=sys.stderr)
         return 0
     name = args.slurm_node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
-    why = slurm.reason(slurm_health.reason_text(faults))
+    why = slurm.reason(slurm_health.reason_text(faults, doc["results"]))
     if args.dry_run:
         print(f"would drain {name}: {why}")
         return 1

@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable
 
 from gpufleet import profiles, schema
+from gpufleet.collect import nvml
 from gpufleet.schema import ERROR, FAIL, PASS, SKIP, WARN
 
 NO_DRIVER_REMEDY = "install the NVIDIA driver (bringup.yml, role nvidia_driver) or run on a GPU node"
@@ -38,7 +39,10 @@ def gpu_check(name: str, *, needs_gpus: bool = True) -> Callable:
                     remedy="record the readings again with `gpufleet collect`",
                 )
             if not nv.get("available"):
-                return schema.result(name, ERROR, nv.get("error") or "NVML is not available", remedy=NO_DRIVER_REMEDY)
+                # driver_unusable: the driver is what is missing (its library, or NVML cannot start), not our package
+                # or our reader; Slurm's health check drains such a node (checks.slurm_health).
+                return schema.result(name, ERROR, nv.get("error") or "NVML is not available", remedy=NO_DRIVER_REMEDY,
+                                     detail={"driver_unusable": nvml.driver_unusable(nv)})
             gpus = nv.get("gpus") or []
             if needs_gpus and not gpus:
                 reason = "NVML reports no GPU, so there is nothing to check"

@@ -70,6 +70,7 @@ from pathlib import Path
 
 MIB = 1024 * 1024
 NO_DRIVER = "no NVIDIA driver: libnvidia-ml.so not found"
+INIT_FAILED = "NVML init failed"
 
 # fmt: off
 GPU_FIELDS = (
@@ -108,6 +109,13 @@ HW_SLOWDOWN_EVENTS = {
 COMPUTE_MODES = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Exclusive_Process"}
 FABRIC_STATES = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "completed"}
 NVLINK_COUNTERS = ("crc_flit", "crc_data", "replay", "recovery")
+
+
+def driver_unusable(reading: dict) -> bool:
+    """Whether a reading says the driver itself is missing or will not start (libnvidia-ml.so not found, nvmlInit
+    failing: driver not loaded, library and kernel module of different versions), not that the binding is missing."""
+    error = str(reading.get("error") or "")
+    return not reading.get("available") and (error == NO_DRIVER or error.startswith(INIT_FAILED))
 
 
 def error_text(exc: Exception) -> str:
@@ -517,7 +525,7 @@ def read() -> dict:
     except pynvml.NVMLError_LibraryNotFound:
         return {"available": False, "error": NO_DRIVER, "gpus": []}
     except Exception as exc:
-        return {"available": False, "error": f"NVML init failed: {error_text(exc)}", "gpus": []}
+        return {"available": False, "error": f"{INIT_FAILED}: {error_text(exc)}", "gpus": []}
     try:
         out = {
             "available": True,
