@@ -137,6 +137,34 @@ def test_unreachable_node_is_reported_and_others_still_checked(tmp_path, two_hos
     assert "deadnode: connection.reachable: node did not answer" in " ".join(out.split()), out[-3000:]
 
 
+def test_check_mode_measures_nothing_leaves_no_run_and_says_what_a_real_run_would_do(tmp_path):
+    """--check: no run folder, no history, no lock taken; the node asked only who holds its lock; exit 0."""
+    lock = tmp_path / "node.lock"
+    held = subprocess.run([sys.executable, "-m", "gpufleet", "lock", "acquire", "--path", str(lock), "--run-id", "other-run",
+                           "--holder", "localhost", "--ttl-s", "3600"], capture_output=True, text=True, timeout=60)
+    assert held.returncode == 0, held.stderr
+    before = lock.read_text()
+    proc, run_dir = run_validate(tmp_path, "--check")
+    out = " ".join(output(proc).split())
+    assert proc.returncode == 0, output(proc)[-4000:]
+    assert not run_dir.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["ansible-tmp", "node.lock", "node.lock.guard"]
+    assert lock.read_text() == before, "check mode leaves the lock as it found it"
+    assert "check mode: nothing was measured, no run folder was made and no run was added to the history" in out
+    assert f"A real run would create {run_dir} (run id {run_dir.name}, tier acceptance) and check 1 node(s)" in out
+    assert ("localhost: answers, gpufleet_python runs the engine; node lock held by run other-run (taken " in out
+            and "would run the checks gpu_inventory, gpu_health, host_hygiene, counters, then the benchmarks matmul" in out)
+    assert "no results" not in out and "report.md:" not in out and "fleet verdict" not in out
+
+
+def test_check_mode_fails_naming_a_node_a_real_run_could_not_check(tmp_path, two_host_inventory):
+    proc, run_dir = run_validate(tmp_path / "reports", "--check", inventory=str(two_host_inventory))
+    out = " ".join(output(proc).split())
+    assert proc.returncode != 0, out[-3000:]
+    assert not run_dir.exists() and {p.name for p in (tmp_path / "reports").iterdir()} <= {"ansible-tmp"}
+    assert "check mode: 1 node(s) a real run could not check: deadnode (node did not answer" in out, out[-3000:]
+    assert "localhost: answers, gpufleet_python runs the engine; node lock free" in out
+
+
 def test_the_run_across_nodes_is_off_with_gpufleet_nccl_multinode_false(tmp_path, two_host_inventory):
     """The switch for the cross-node stage: no node joins, none is told it was left out, its play does nothing."""
     proc, run_dir = run_validate(tmp_path / "reports", "-e", "gpufleet_nccl_multinode=false",

@@ -110,6 +110,8 @@ class ActionModule(NodeTake):
             second.append(release)
 
         lock_step = {"module": "node_lock", "args": dict((k, lock_args[k]) for k in LOCK_ARGS)}  # the wait comes after
+        if self._task.check_mode:
+            return self._plan(results, task_vars, host, lock_step, bench, args["multinode"])
         done, lost, errors, lock = [], None, [], None
         asked = utc_now()  # the lock result's start: when this run asked for the node
         try:
@@ -202,6 +204,35 @@ class ActionModule(NodeTake):
         if lost:
             results.update(msg=lost, node_lost=True)
             display.warning("%s: %s; what it measured before is in its host document" % (host, lost))
+        return results
+
+    def _plan(self, results, task_vars, host, lock_step, bench, multinode):
+        """Check mode: nothing measured and nothing written. The node is asked only who holds its lock (the lock
+        module in check mode reads it), which also shows that it answers and that gpufleet_python runs the engine;
+        the facts say what a real run would do there (validate_node_check_plan, read by check_mode_plan.yml)."""
+        plan = {"reachable": True, "engine": None, "lock": None, "checks": list(CHECK_GROUPS) + ["counters"],
+                "benchmarks": list((bench or {}).get("benchmarks") or []), "tier": (bench or {}).get("tier")}
+        try:
+            lock = self._steps([lock_step], task_vars)[0]["result"]
+        except AnsibleConnectionFailure as exc:
+            plan.update(reachable=False, engine="node did not answer: %s" % (exc or "no message"))
+            lock = None
+        if lock is not None and lock.get("failed"):
+            plan["engine"] = lock.get("msg") or "gpufleet_python could not run the engine"
+        elif lock is not None:
+            record = lock.get("record") or {}
+            holders = record.get("holders") or {}
+            plan["lock"] = ("held by run %s (taken %s, for %s): a real run waits gpufleet_lock_wait_s for it, or takes it "
+                            "over if its holder is gone" % (record.get("run_id"), record.get("taken"), ", ".join(sorted(holders)))
+                            if holders else "free")
+        display.display("[%s] gpufleet: check mode: would run %s; benchmarks %s" % (
+            host, ", ".join(plan["checks"]), ", ".join(plan["benchmarks"]) or "none"))
+        results.update(
+            changed=False, msg="check mode: nothing measured or written", ansible_facts={
+                "validate_node_check_plan": plan, "validate_node_reachable": plan["reachable"],
+                "validate_node_locked": False, "validate_node_lock_held": False, "validate_node_lock_results": [],
+                "validate_node_errors": [], "validate_node_benchmark": {},
+                "validate_node_multinode": {"wanted": multinode, "ready": False, "why": "check mode"}})
         return results
 
     def _steps(self, steps, task_vars):

@@ -52,6 +52,12 @@ options:
     description: Add an attempt to an existing run instead of refusing its id.
     type: bool
     default: false
+  dry_run:
+    description:
+      - Check the run id, the host names and a reused id as for a run, and create and record nothing; C(run_dir) is
+        the folder a real run would use. What C(validate.yml --check) runs.
+    type: bool
+    default: false
   engine_src:
     description:
       - Folder on the controller holding the gpufleet package (the collection's C(src/)); it goes first on
@@ -100,10 +106,14 @@ run_dir:
   type: str
   sample: /srv/gpufleet/reports/after-reimage
 attempt:
-  description: The number of this attempt, 1 for a new run.
+  description: The number of this attempt, 1 for a new run; null with O(dry_run).
   returned: success
   type: int
   sample: 1
+dry_run:
+  description: True when O(dry_run) was set and nothing was created.
+  returned: with O(dry_run)
+  type: bool
 resumed:
   description: Whether the run existed before (a resumed run).
   returned: success
@@ -138,6 +148,7 @@ def main():
             resume=dict(type="bool", default=False),
             python=dict(type="path"),
             engine_src=dict(type="path"),
+            dry_run=dict(type="bool", default=False),
         ),
         supports_check_mode=False,
     )
@@ -152,11 +163,13 @@ def main():
             args += ["--" + key, p[key]]
     if p["resume"]:
         args.append("--resume")
+    if p["dry_run"]:
+        args.append("--dry-run")
     try:
         dummy, started = run_json(p["python"] or sys.executable, args, 120, "the controller", engine_src=p["engine_src"])
     except EngineError as exc:
         module.fail_json(**exc.fail_kwargs())
-    module.exit_json(changed=True, **started)
+    module.exit_json(changed=not p["dry_run"], **started)
 
 
 if __name__ == "__main__":

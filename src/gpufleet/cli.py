@@ -126,7 +126,7 @@ def cmd_report(args) -> int:
 
 def cmd_run_start(args) -> int:
     started = runs.start(args.reports_dir, args.run_id, playbook=args.playbook, hosts=args.host or [], tier=args.tier,
-                         resume=args.resume, limit=args.limit, stages=args.stage)
+                         resume=args.resume, limit=args.limit, stages=args.stage, dry_run=args.dry_run)
     print(json.dumps(started, sort_keys=True))
     return 0
 
@@ -228,6 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("--limit", help="the attempt's --limit, as given")
     rs.add_argument("--stage", action="append", help="a stage the attempt runs (repeatable; default: all)")
     rs.add_argument("--resume", action="store_true", help="add an attempt to an existing run instead of refusing it")
+    rs.add_argument("--dry-run", action="store_true", help="check as for a run, create and record nothing (validate.yml --check)")
     rs.set_defaults(func=cmd_run_start)
     ra = run_sub.add_parser("alive", help="whether a run's controller process (a lock's `controller`) still runs here")
     ra.add_argument("--controller", required=True, help="the controller record, JSON: host, pid, started_ticks, boot_id")

@@ -135,10 +135,12 @@ def start(
     resume: bool = False,
     limit: str | None = None,
     stages: list[str] | None = None,
+    dry_run: bool = False,
 ) -> dict:
     """Create or resume the run; return {"run_id", "run_dir", "attempt", "resumed", "controller", "dead_runs"}.
 
     The run id is minted here when none is given (gpufleet_run_id left out): the one place a run gets its id.
+    `dry_run` (validate.yml --check): the same checks, nothing created or recorded; "dry_run": true in the answer.
     """
     run_id = run_id or new_run_id()
     paths.safe_name(run_id, "gpufleet_run_id")
@@ -146,7 +148,7 @@ def start(
         paths.safe_name(host, "the inventory host name")
     if not reports_dir or not os.path.isabs(reports_dir):
         raise InputError(f"gpufleet_reports_dir must be an absolute path; got {reports_dir!r}")
-    reports = paths.make_dir(Path(reports_dir).resolve())
+    reports = Path(reports_dir).resolve() if dry_run else paths.make_dir(Path(reports_dir).resolve())
     run_dir = paths.inside(reports, run_id, what=f"gpufleet_run_id {run_id!r}")
     now = schema.utc_now()
     controller = controller_identity()
@@ -163,6 +165,9 @@ def start(
             f"that run with `gpufleet fleet resume {run_id}` (gpufleet_resume=true)")
     if resume and not used:
         raise InputError(f"gpufleet_resume is set but there is no run {run_id!r} in {reports} to resume")
+    if dry_run:
+        return {"run_id": run_id, "run_dir": str(run_dir), "attempt": None, "resumed": bool(used), "controller": controller,
+                "dead_runs": [], "dry_run": True}
     paths.make_dir(run_dir)
     paths.make_dir(run_dir / "hosts")
     if used and (run_dir / RUN_FILE).exists():
