@@ -165,6 +165,33 @@ def test_check_mode_fails_naming_a_node_a_real_run_could_not_check(tmp_path, two
     assert "localhost: answers, gpufleet_python runs the engine; node lock free" in out
 
 
+def test_a_sites_profile_folder_and_its_checks_turned_off_reach_the_node(tmp_path):
+    """gpufleet_profile_dir on the controller is what the node's engine judges by; gpufleet_checks_disabled turns a
+    check off there, reported as skip with that line; a bad entry of either stops the run before any node."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "site-gpu.yml").write_text(yaml.safe_dump({"name": "site-gpu", "match": ["Site GPU"], "uncalibrated": "not measured",
+                                                      "thresholds": {"gpus_expected": {"value": 2, "source": "our boards"}}}))
+    settings = {"gpufleet_benchmarks": [], "gpufleet_profile_dir": str(site), "gpufleet_profile": "site-gpu",
+                "gpufleet_checks_disabled": ["host_hygiene.pcie_acs", "counters.fabric_before"]}
+    proc, run_dir = run_validate(tmp_path / "reports", "-e", json.dumps(settings))
+    doc = host_doc(run_dir, "localhost")
+    assert doc["profile"]["name"] == "site-gpu" and doc["profile"]["path"] == f"gpufleet_profile_dir {site / 'site-gpu.yml'}"
+    assert doc["profile"]["thresholds"]["gpus_expected"] == {"value": 2, "source": "our boards"}
+    by = {f"{r['group']}.{r['check']}": r for r in doc["results"]}
+    for cid in settings["gpufleet_checks_disabled"]:
+        assert by[cid]["status"] == "skip" and by[cid]["reason"] == f"turned off for this node: gpufleet_checks_disabled: [{cid}]"
+    assert by["profile.profile"]["reason"] == "profile site-gpu is uncalibrated: not measured"
+
+    for bad, message in ((dict(settings, gpufleet_checks_disabled=["host_hygiene.acs"]),
+                          "gpufleet_checks_disabled: host_hygiene.acs is not a check; expected one of host_hygiene.pcie_acs"),
+                         (dict(settings, gpufleet_profile_dir=str(tmp_path / "nowhere")), "is not a folder"),
+                         (dict(settings, gpufleet_profile_dir="site"), "gpufleet_profile_dir must be an absolute folder")):
+        proc, run_dir = run_validate(tmp_path / "bad", "-e", json.dumps(bad))
+        assert proc.returncode != 0 and message in " ".join(output(proc).split()), output(proc)[-3000:]
+        assert not run_dir.exists(), "refused before the run starts"
+
+
 def test_the_run_across_nodes_is_off_with_gpufleet_nccl_multinode_false(tmp_path, two_host_inventory):
     """The switch for the cross-node stage: no node joins, none is told it was left out, its play does nothing."""
     proc, run_dir = run_validate(tmp_path / "reports", "-e", "gpufleet_nccl_multinode=false",

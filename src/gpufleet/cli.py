@@ -10,6 +10,7 @@
     gpufleet record | history | baseline | store | versions  the fleet's memory (gpufleet.fleet.cli)
     gpufleet status [--json] [--count N]          every GPU of this node (NVML), refreshed until Ctrl-C
     gpufleet hw [--json] [--root DIR]             this node's hardware: CPUs, NUMA, memory, GPUs, NVLink, HCAs
+    gpufleet profiles [--site-dir DIR] [--json]   the threshold profiles known, a site's own first
 
 Exit codes: errors.EXIT_CODES, at the end of every command's --help.
 """
@@ -23,7 +24,7 @@ import socket
 import sys
 from pathlib import Path
 
-from gpufleet import collect, engine, guard, lock, report, runs, schema, slurm, views
+from gpufleet import collect, engine, guard, lock, profiles, report, runs, schema, slurm, views
 from gpufleet.checks import GROUPS, slurm_health
 from gpufleet.collect import counters
 from gpufleet.command_line import Parser, add_document_arguments, json_arg, print_doc, results_exit
@@ -162,6 +163,24 @@ def cmd_lock(args) -> int:
     return 0
 
 
+def cmd_profiles(args) -> int:
+    """The profiles this engine knows, the site's first; what validate.yml checks on the controller before any node
+    (gpufleet_profile_dir, gpufleet_checks_disabled)."""
+    known = profiles.load_all(args.profile_dir, site_dir=args.site_dir)
+    off = engine.checks_disabled(json.loads(args.checks_disabled) if args.checks_disabled else [])
+    rows = [{"name": name, "site": bool(doc.get("site")), "path": doc["path"], "match": doc.get("match") or [],
+             "uncalibrated": doc.get("uncalibrated")} for name, doc in known.items()]
+    if args.json:
+        print(json.dumps({"profiles": rows, "checks_disabled": off}, sort_keys=True))
+        return 0
+    for row in rows:
+        note = f"; uncalibrated: {row['uncalibrated']}" if row["uncalibrated"] else ""
+        print(f"{row['name']:<16} {'site' if row['site'] else 'shipped'}  {row['path']}  matches {row['match'] or 'none'}{note}")
+    if off:
+        print(f"checks turned off: {', '.join(off)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="gpufleet", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -206,6 +225,13 @@ def build_parser() -> argparse.ArgumentParser:
     f.set_defaults(func=finetune_cli.command)
 
     views.add_parsers(sub)  # status, hw: the operator views of one node
+
+    pr = sub.add_parser("profiles", help="the threshold profiles this engine knows, a site's own first; refuses a bad one")
+    pr.add_argument("--site-dir", help="a site's own profiles, found before the shipped ones (gpufleet_profile_dir)")
+    pr.add_argument("--profile-dir", help="directory of the shipped profile YAML files")
+    pr.add_argument("--checks-disabled", help="JSON list of group.check to check as gpufleet_checks_disabled")
+    pr.add_argument("--json", action="store_true", help="print them as JSON")
+    pr.set_defaults(func=cmd_profiles)
 
     c = sub.add_parser("counters", help="snapshot every GPU's error counters (ECC, row remapping, NVLink, PCIe replay, "
                                         "Xid), every InfiniBand port's counters and the PCIe AER counts of the GPUs, "

@@ -4,6 +4,7 @@ counters before and after the benchmarks (counters_host)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import sys
 import time
@@ -19,6 +20,53 @@ from gpufleet.collect import counters, kernel_log, nvml
 from gpufleet.collect.host import read_boot_id, read_fabric
 from gpufleet.errors import InputError
 from gpufleet.train import gpt2
+
+
+# A site's checks turned off on a node (gpufleet_checks_disabled, passed by the role to every engine process it
+# starts there): each is reported as `skip` saying so, what it found kept in its detail.
+CHECKS_DISABLED_ENV = "GPUFLEET_CHECKS_DISABLED"
+CHECKS_DISABLED_VARIABLE = "gpufleet_checks_disabled"
+# Groups whose checks are results of other steps than the check groups (the benchmarks, the counters, the profile).
+OTHER_GROUPS = ("benchmark", "benchmark_multinode", "counters", "profile", "finetune")
+
+
+def checks_disabled(listed=None) -> list[str]:
+    """The checks turned off: `listed`, else CHECKS_DISABLED_ENV (JSON), each `group.check`; InputError naming the
+    variable for one that is no check."""
+    if listed is None:
+        text = os.environ.get(CHECKS_DISABLED_ENV)
+        try:
+            listed = json.loads(text) if text else []
+        except ValueError as exc:
+            raise InputError(f"{CHECKS_DISABLED_ENV} is not JSON ({exc}); expected a list of group.check") from None
+    if not isinstance(listed, list) or not all(isinstance(c, str) for c in listed):
+        raise InputError(f"{CHECKS_DISABLED_VARIABLE} is {listed!r}; expected a list of checks, each group.check "
+                         "(for example [host_hygiene.pcie_acs])")
+    for cid in listed:
+        group, _, check = cid.partition(".")
+        known = [name for name, _ in GROUPS.get(group, [])]
+        if not check or (group in GROUPS and check not in known) or (group not in GROUPS and group not in OTHER_GROUPS):
+            expected = (f"one of {', '.join(f'{group}.{n}' for n in known)}" if known else
+                        f"group.check, the group one of {', '.join([*GROUPS, *OTHER_GROUPS])}")
+            raise InputError(f"{CHECKS_DISABLED_VARIABLE}: {cid} is not a check; expected {expected}")
+    return listed
+
+
+def disabled(results: list[dict]) -> list[dict]:
+    """The results with each check of checks_disabled() as `skip`, the line that turned it off as its reason."""
+    off = checks_disabled()
+    if not off:
+        return results
+    out = []
+    for res in results:
+        cid = f"{res.get('group')}.{res['check']}"
+        if cid in off:
+            found = {k: res.get(k) for k in ("status", "value", "unit", "reason")}
+            res = dict(schema.result(res["check"], schema.SKIP, f"turned off for this node: {CHECKS_DISABLED_VARIABLE}: [{cid}]",
+                                     group=res.get("group"), detail={"disabled_by": CHECKS_DISABLED_VARIABLE, "found": found}),
+                       started=res.get("started"), seconds=res.get("seconds"))
+        out.append(res)
+    return out
 
 
 def visible_gpus(nvml_count: int) -> int:
@@ -54,12 +102,18 @@ def check_host(
     if profile["note"] and "gpu_inventory" in groups:  # said once per host, not once per group
         results.append(
             dict(
-                schema.result("profile", schema.WARN, profile["note"], remedy="add a profile under files/profiles/ or set gpufleet_profile"),
+                schema.result("profile", schema.WARN, profile["note"],
+                              remedy="add a profile of this model to the site's gpufleet_profile_dir, or set gpufleet_profile"),
                 group="profile",
                 started=started,
                 seconds=0.0,
             )
         )
+    elif profile.get("uncalibrated") and "gpu_inventory" in groups:  # information: nothing for the operator to do
+        results.append(dict(schema.result("profile", schema.PASS, f"profile {profile['name']} is uncalibrated: "
+                                          f"{profile['uncalibrated']}", detail={"path": profile["path"]}),
+                            group="profile", started=started, seconds=0.0))
+    results = disabled(results)
     return schema.host_document(host, profile, readings, started, t0, results)
 
 
@@ -176,7 +230,7 @@ def bench_host(
             r = foreign_processes(name, steps)
             r.update(group=benchmarks.GROUP, started=schema.utc_now(), seconds=0.0)
             results.append(r)
-    return schema.host_document(host, profile, readings, started, t0, results)
+    return schema.host_document(host, profile, readings, started, t0, disabled(results))
 
 
 def counters_host(phase: str, readings: dict | None = None, *, root: str = "/", host: str | None = None,
@@ -199,7 +253,7 @@ def counters_host(phase: str, readings: dict | None = None, *, root: str = "/", 
                         lambda: counters.fabric_snapshot(phase, readings, boot_id=boot_id, boot_id_error=boot_error))]
     if phase == "after":
         res.append(schema.timed(counters.GROUP, "processes_after", lambda: processes_after(readings, profile)))
-    return schema.host_document(host, profile, readings, started, t0, res)
+    return schema.host_document(host, profile, readings, started, t0, disabled(res))
 
 
 def processes_after(readings: dict, profile: dict) -> dict:

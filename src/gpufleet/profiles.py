@@ -5,20 +5,30 @@ source, and bounds numbers with `min` and `max`; a model profile overrides some
 keys; inventory overrides any key (`gpufleet_thresholds`). Unknown keys, wrong
 types and numbers out of bounds (a negative minimum, a fraction over 1) are
 refused with a message that names the file or variable and the key.
+
+A site's own profiles (validate.yml's `gpufleet_profile_dir`) come before the
+shipped ones: matched first, and one of the same name replaces the shipped one.
+On a node they come from GPUFLEET_SITE_PROFILES, the folder's files as
+{controller path: YAML text} (the role passes them to every engine process it
+starts there), or GPUFLEET_SITE_PROFILE_DIR, a folder on the node itself. A
+profile that says `uncalibrated: <why>` has figures nobody measured yet.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-GENERIC = "generic"
-
-
 from gpufleet.errors import InputError
+
+GENERIC = "generic"
+SITE_DIR_ENV = "GPUFLEET_SITE_PROFILE_DIR"
+SITE_TEXTS_ENV = "GPUFLEET_SITE_PROFILES"
+SITE_VARIABLE = "gpufleet_profile_dir"
 
 
 class ProfileError(InputError):
@@ -43,11 +53,17 @@ def default_profile_dir() -> Path:
 
 def _load_file(path: Path) -> dict:
     try:
-        doc = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ProfileError(f"profile file {path} does not parse as YAML: {exc}") from None
+        text = path.read_text()
     except OSError as exc:
         raise ProfileError(f"profile file {path} cannot be read: {exc.strerror}") from None
+    return _parse(text, path)
+
+
+def _parse(text: str, path: Path | str) -> dict:
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ProfileError(f"profile file {path} does not parse as YAML: {exc}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("name"), str):
         raise ProfileError(f"profile file {path}: expected a mapping with a 'name' string")
     thresholds = doc.get("thresholds") or {}
@@ -61,8 +77,38 @@ def _load_file(path: Path) -> dict:
     for field in ("match", "exclude"):
         if not isinstance(doc.get(field, []), list):
             raise ProfileError(f"profile file {path}: '{field}' must be a list of name substrings")
+    if not isinstance(doc.get("uncalibrated", ""), str):
+        raise ProfileError(f"profile file {path}: 'uncalibrated' must say why (a string), or be left out")
     doc["path"] = str(path)
     return doc
+
+
+def site_profiles(site_dir: Path | str | None = None) -> list[dict]:
+    """The site's own profiles: those of `site_dir`, else of the environment (SITE_TEXTS_ENV, SITE_DIR_ENV)."""
+    texts = os.environ.get(SITE_TEXTS_ENV) if site_dir is None else None
+    if texts:
+        try:
+            files = json.loads(texts)
+        except ValueError as exc:
+            raise ProfileError(f"{SITE_TEXTS_ENV} is not JSON ({exc}); expected {{profile file: its YAML text}}") from None
+        if not isinstance(files, dict):
+            raise ProfileError(f"{SITE_TEXTS_ENV}: expected {{profile file: its YAML text}}")
+        docs = [_parse(str(text), f"{SITE_VARIABLE} {name}") for name, text in sorted(files.items())]
+    else:
+        folder = site_dir or os.environ.get(SITE_DIR_ENV)
+        if not folder:
+            return []
+        if not Path(folder).is_dir():
+            raise ProfileError(f"{SITE_VARIABLE} {folder} is not a folder; expected a folder of profile YAML files")
+        docs = [_load_file(path) for path in sorted(Path(folder).glob("*.yml"))]
+        if not docs:
+            raise ProfileError(f"{SITE_VARIABLE} {folder} holds no profile (*.yml); expected the site's profile files")
+    for doc in docs:
+        if doc["name"] == GENERIC:
+            raise ProfileError(f"profile file {doc['path']}: a site profile cannot replace {GENERIC}.yml, which declares "
+                               "every key; set a site-wide value through gpufleet_thresholds")
+        doc["site"] = True
+    return docs
 
 
 _TYPES = {
@@ -91,12 +137,18 @@ def _bounds_problem(entry: dict, value: Any) -> str | None:
     return f"expected {kind} of at least {lo}" if lo is not None else f"expected {kind} of at most {hi}"
 
 
-def load_all(profile_dir: Path | None = None) -> dict[str, dict]:
+def load_all(profile_dir: Path | None = None, site_dir: Path | str | None = None) -> dict[str, dict]:
+    """Every profile by name, the site's first (site_profiles()), then the shipped ones of `profile_dir`."""
     profile_dir = Path(profile_dir) if profile_dir else default_profile_dir()
     profiles = {}
+    for doc in site_profiles(site_dir):
+        if doc["name"] in profiles:
+            raise ProfileError(f"profile files {profiles[doc['name']]['path']} and {doc['path']} are both named "
+                               f"{doc['name']!r}; expected one profile of each name in {SITE_VARIABLE}")
+        profiles[doc["name"]] = doc
     for path in sorted(profile_dir.glob("*.yml")):
         doc = _load_file(path)
-        profiles[doc["name"]] = doc
+        profiles.setdefault(doc["name"], doc)  # a site profile of the same name stands instead
     if GENERIC not in profiles:
         raise ProfileError(f"profile directory {profile_dir} has no {GENERIC}.yml (the base of every profile)")
     base = profiles[GENERIC]["thresholds"]
@@ -188,6 +240,7 @@ def resolve(
         "note": note,
         "path": profiles[name]["path"],
         "thresholds": thresholds,
+        **({"uncalibrated": profiles[name]["uncalibrated"]} if profiles[name].get("uncalibrated") else {}),
     }
 
 
