@@ -125,6 +125,47 @@ def test_the_readme_table_lists_every_series(fleet_run):
     assert promql and set(re.findall(r"\bgpufleet_[a-z0-9_]+", "".join(promql))) <= table
 
 
+def test_the_readme_table_names_every_label_of_each_series(fleet_run):
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = {name: set(labels.split(",")) for name, labels in re.findall(r"^\| `(gpufleet_[a-z0-9_]+)\{([a-z_,]+)\}`", readme, re.M)}
+    documented = {name: set(labels.split(",")) for name, labels in re.findall(r"\b(gpufleet_[a-z0-9_]+)\{([a-z_,]+)\}", export.__doc__)}
+    written: dict[str, set] = {}
+    for family in _families(fleet_run["run"]).values():
+        for sample in family.samples:
+            written.setdefault(family.name, set()).update(sample.labels)
+    assert table == documented
+    for name, labels in written.items():
+        assert table[name] == labels, name
+
+
+def test_textfiles_where_node_exporter_reads_them_replaced_whole_and_none_left_stale(tmp_path):
+    collector = tmp_path / "textfile_collector"
+    collector.mkdir()
+    (collector / "other_exporter.prom").write_text("other_metric 1\n")
+    (collector / "gpufleet_gone.prom").write_text("gpufleet_node_accepted{node=\"gone\"} 1\n")  # a node since removed
+    (collector / "gpufleet_n9.prom").write_text("gpufleet_node_accepted{node=\"n9\"} 1\n")  # in the inventory, not run
+    docs = {"n0": node_doc("n0", 0, read_at=R),
+            "n1": node_doc("n1", 1, read_at=R, extra=[ecc_failure(gpus_of(1)[2])])}
+    run = write_run(tmp_path / "reports", "t1", docs)
+    report.build(run, textfile_dir=collector, fleet_hosts=["n0", "n1", "n9"])
+    assert sorted(p.name for p in collector.iterdir()) == ["gpufleet_n0.prom", "gpufleet_n1.prom", "gpufleet_n9.prom",
+                                                            "other_exporter.prom"]
+    n1 = collector / "gpufleet_n1.prom"
+    assert n1.read_text() == (run / "prometheus" / "n1.prom").read_text() and oct(n1.stat().st_mode & 0o777) == "0o644"
+    assert _find(_samples(n1), "gpufleet_check_severity", node="n1", check="gpu_health.ecc", **{"class": "hardware"}) == 3
+    first = n1.stat().st_ino
+    # The next run of n1 alone (--limit), without the ECC result: that series is gone from its file, replaced
+    # through a rename (a new inode; node_exporter never reads half a file); n0's file stays.
+    run2 = write_run(tmp_path / "reports", "t2", {"n1": node_doc("n1", 1, read_at=R)})
+    report.build(run2, textfile_dir=collector, fleet_hosts=["n0", "n1", "n9"])
+    assert n1.stat().st_ino != first and (collector / "gpufleet_n0.prom").exists()
+    assert not [k for k in _samples(n1) if ("check", "gpu_health.ecc") in k[1]]
+    assert _find(_samples(n1), "gpufleet_run_info", node="n1", run_id="t2") == 1
+    assert not [p for p in collector.iterdir() if p.name.startswith(".")]
+    with pytest.raises(InputError, match="gpufleet_prometheus_textfile_dir .* is not a folder"):
+        report.build(run2, textfile_dir=tmp_path / "nowhere")
+
+
 def test_drain_lines_for_the_nodes_not_accepted(fleet_run):
     drain = (fleet_run["run"] / "drain.txt").read_text().splitlines()
     assert drain[0] == "# gpufleet r1: 1 node(s) not accepted; run these lines to drain them in Slurm"

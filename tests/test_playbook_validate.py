@@ -62,8 +62,13 @@ def host_doc(run_dir: Path, host: str) -> dict:
 
 def test_local_run_fails_acceptance_and_writes_every_report(tmp_path):
     # The benchmark stage off ([]): tests/test_playbook_benchmarks.py runs it. No gpufleet_run_id: one is minted.
-    proc, run_dir = run_validate(tmp_path, "-e", json.dumps({"gpufleet_benchmarks": []}), minted_run_id=True)
+    collector = tmp_path.parent / f"{tmp_path.name}-textfile"  # node_exporter's folder, outside the reports
+    collector.mkdir()
+    proc, run_dir = run_validate(tmp_path, "-e", json.dumps({"gpufleet_benchmarks": [],
+                                                             "gpufleet_prometheus_textfile_dir": str(collector)}),
+                                 minted_run_id=True)
     out = output(proc)
+    assert (collector / "gpufleet_localhost.prom").read_text() == (run_dir / "prometheus" / "localhost.prom").read_text()
 
     assert proc.returncode != 0, out  # no GPU here: the node must not be accepted
     for name in ("hosts/localhost.json", "report.json", "report.md", "report.html", "junit.xml"):

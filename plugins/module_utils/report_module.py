@@ -22,6 +22,8 @@ def report_argument_spec():
         baseline=dict(type="str"),
         set_baseline=dict(type="bool", default=False),
         slurm_names=dict(type="dict", default={}),
+        prometheus_textfile_dir=dict(type="path"),
+        fleet_hosts=dict(type="list", elements="str"),
     )
 
 
@@ -45,6 +47,10 @@ def run_report_module(module, python):
         args.append("--set-baseline")
     for host, name in sorted(p["slurm_names"].items()):
         args += ["--slurm-name", "%s=%s" % (host, name)]
+    if p["prometheus_textfile_dir"]:
+        args += ["--textfile-dir", p["prometheus_textfile_dir"]]
+        for host in p["fleet_hosts"] or []:
+            args += ["--fleet-host", host]
     try:
         rc, summary = run_json(python, args, p["timeout_s"], "the controller", ok_rcs=(0, 1), engine_src=p["engine_src"])
     except EngineError as exc:

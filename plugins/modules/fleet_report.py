@@ -60,6 +60,17 @@ options:
         goes by its inventory name.
     type: dict
     default: {}
+  prometheus_textfile_dir:
+    description:
+      - A node_exporter textfile-collector folder on the controller (C(gpufleet_prometheus_textfile_dir)); each node's
+        Prometheus file is also written there as C(gpufleet_<node>.prom), replaced whole through a rename.
+    type: path
+  fleet_hosts:
+    description:
+      - With O(prometheus_textfile_dir), the inventory's nodes; a C(gpufleet_*.prom) there of a node not among them
+        is removed, so a node taken out of the inventory leaves no stale file.
+    type: list
+    elements: str
   timeout_s:
     description:
       - Seconds the report may take before its process group is killed and the module fails.

@@ -114,7 +114,8 @@ def cmd_counters(args) -> int:
 
 def cmd_report(args) -> int:
     summary = report.build(Path(args.run_dir), expected_hosts=args.expect_host or None, db=args.db,
-                           use_store=not args.no_store, baseline=args.baseline, slurm_names=slurm.names_arg(args.slurm_name))
+                           use_store=not args.no_store, baseline=args.baseline, slurm_names=slurm.names_arg(args.slurm_name),
+                           textfile_dir=args.textfile_dir, fleet_hosts=args.fleet_host)
     if args.set_baseline:
         if not summary.get("store"):
             raise InputError(f"--set-baseline (gpufleet_baseline_set) needs the store, and there is none: {summary.get('store_note')}")
@@ -291,6 +292,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--baseline", help="compare with this run (default: run.json's baseline, else the store's)")
     r.add_argument("--slurm-name", action="append", help="HOST=NAME: the Slurm node name of an inventory host for drain.txt")
     r.add_argument("--set-baseline", action="store_true", help="make this run the fleet's baseline once reported")
+    r.add_argument("--textfile-dir", help="also write gpufleet_<node>.prom into this node_exporter textfile-collector "
+                   "folder (gpufleet_prometheus_textfile_dir), each replaced whole")
+    r.add_argument("--fleet-host", action="append", help="with --textfile-dir: a node of the inventory (repeatable); the "
+                   "gpufleet_*.prom there of a node not among them is removed")
     r.set_defaults(func=cmd_report)
     fleet_cli.add_parsers(sub)  # record, history, baseline, store, versions: the fleet's memory
     runner_cli.add_parsers(sub)  # fleet run|accept|resume|locate: the playbooks through ansible-runner

@@ -2,6 +2,7 @@
 
     <run_dir>/prometheus/<host>.prom   node_exporter's textfile collector format, in the text format of
                                        prometheus_client's write_to_textfile (a temporary file renamed into place)
+    <textfile dir>/gpufleet_<host>.prom  the same, where node_exporter reads it (gpufleet_prometheus_textfile_dir)
     <run_dir>/drain.txt                one `scontrol update NodeName=... State=DRAIN Reason="gpufleet: ..."` per
                                        node not accepted; the failing checks by class, hardware first
 
@@ -196,18 +197,39 @@ def node_gauges(node: dict, fleet: dict, run_id: str, generated: str | None, bas
     return list(gauges.values())
 
 
-def write_prometheus(run_dir: Path, report: dict, fleet: dict) -> dict[str, str]:
-    """<run_dir>/prometheus/<host>.prom for every node of the report; {host: path}."""
+TEXTFILE_PREFIX = "gpufleet_"  # <prefix><node>.prom in a textfile-collector folder other exporters share
+TEXTFILE_MODE = 0o644  # node_exporter runs as a user of its own and must read it
+
+
+def write_prometheus(run_dir: Path, report: dict, fleet: dict, textfile_dir: Path | str | None = None,
+                     fleet_hosts: list[str] | None = None) -> dict[str, str]:
+    """<run_dir>/prometheus/<host>.prom for every node of the report; {host: path}. With `textfile_dir` (validate.yml's
+    gpufleet_prometheus_textfile_dir, node_exporter's --collector.textfile.directory) also gpufleet_<host>.prom
+    there, each replaced whole by a rename (node_exporter reads *.prom only, never the temporary dot file): a series
+    the run no longer gives is gone with the old file. With `fleet_hosts` (the inventory's nodes), the gpufleet_*.prom
+    there of a node no longer among them is removed; the files of nodes this run did not cover (--limit) stay."""
     folder = paths.make_dir(Path(run_dir) / "prometheus")
+    collector = Path(textfile_dir) if textfile_dir else None
+    if collector is not None and not collector.is_dir():
+        raise InputError(f"gpufleet_prometheus_textfile_dir {collector} is not a folder; expected node_exporter's "
+                         "--collector.textfile.directory on the controller")
     baseline = (fleet.get("baseline") or {}).get("run_id")
     written, texts = {}, {}
     for host, node in report["nodes"].items():
-        path = paths.inside(folder, f"{paths.safe_name(host, 'the node name')}.prom", what=f"the Prometheus file of {host}")
+        name = paths.safe_name(host, "the node name")
+        path = paths.inside(folder, f"{name}.prom", what=f"the Prometheus file of {host}")
+        text = exposition(node_gauges(node, fleet, report["run_id"], report.get("generated"), baseline), texts)
         # The textfile format write_to_textfile writes, through write_atomic for its mode (0640) like every report file;
         # not synced to disk one by one: each is made again from report.json, which is.
-        paths.write_atomic(path, exposition(node_gauges(node, fleet, report["run_id"], report.get("generated"), baseline), texts),
-                           durable=False)
+        paths.write_atomic(path, text, durable=False)
         written[host] = str(path)
+        if collector is not None:
+            paths.write_atomic(collector / f"{TEXTFILE_PREFIX}{name}.prom", text, mode=TEXTFILE_MODE, durable=False)
+    if collector is not None and fleet_hosts is not None:
+        keep = {f"{TEXTFILE_PREFIX}{h}.prom" for h in fleet_hosts} | {f"{TEXTFILE_PREFIX}{h}.prom" for h in report["nodes"]}
+        for stale in collector.glob(f"{TEXTFILE_PREFIX}*.prom"):
+            if stale.name not in keep:
+                stale.unlink(missing_ok=True)
     return written
 
 

@@ -164,6 +164,8 @@ def build(
     use_store: bool = True,
     baseline: str | None = None,
     slurm_names: dict | None = None,
+    textfile_dir: Path | str | None = None,
+    fleet_hosts: list[str] | None = None,
 ) -> dict:
     """Read RUN_DIR/hosts/*.json, add the fleet layer, write the reports, return the summary.
 
@@ -172,7 +174,8 @@ def build(
     its GPUs' median, the fleet, the baseline, its counters' growth, GPUs that failed before), which count in its
     verdict; fleet.json, prometheus/<host>.prom and drain.txt are written beside the reports, and the verdicts
     are recorded in the store. `slurm_names` maps inventory names to Slurm node names (default: the same;
-    run.json's "slurm_node_names" when it has them).
+    run.json's "slurm_node_names" when it has them). `textfile_dir` and `fleet_hosts`: the Prometheus files also
+    where node_exporter reads them (export.write_prometheus).
 
     Raises InputError when RUN_DIR is missing, not a directory, has no hosts/
     folder (or an empty one with no expected hosts), or cannot be written,
@@ -183,15 +186,19 @@ def build(
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _build(Path(run_dir), expected_hosts, db, use_store, baseline, slurm_names)
+        return _build(Path(run_dir), expected_hosts, db, use_store, baseline, slurm_names, textfile_dir, fleet_hosts)
     finally:
         if collecting:
             gc.enable()
 
 
 def _build(run_dir: Path, expected_hosts: list[str] | None, db: Path | str | None, use_store: bool,
-           baseline: str | None, slurm_names: dict | None) -> dict:
+           baseline: str | None, slurm_names: dict | None, textfile_dir: Path | str | None = None,
+           fleet_hosts: list[str] | None = None) -> dict:
     run_dir = Path(run_dir)
+    if textfile_dir is not None and not Path(textfile_dir).is_dir():  # said before anything is written
+        raise InputError(f"gpufleet_prometheus_textfile_dir {textfile_dir} is not a folder; expected node_exporter's "
+                         "--collector.textfile.directory on the controller")
     nodes = load_nodes(run_dir, expected_hosts)
     run_id = runs.run_id_of(run_dir)
     # Each document is read, parsed and its metrics extracted once: the store's indexing and the fleet judgement
@@ -252,7 +259,7 @@ def _build(run_dir: Path, expected_hosts: list[str] | None, db: Path | str | Non
         # No indent: that would take json's pure-Python encoder, several times slower on a fleet's tens of megabytes.
         _write(Path(files["fleet"]), json.dumps(_fleet_document(report, fleet, drain), default=str) + "\n")
         try:
-            report["fleet"]["prometheus"] = export.write_prometheus(run_dir, report, fleet)
+            report["fleet"]["prometheus"] = export.write_prometheus(run_dir, report, fleet, textfile_dir, fleet_hosts)
         except ImportError:  # a controller installed without the controller extra: the acceptance report comes first
             report["fleet"]["prometheus_note"] = ("no Prometheus files: prometheus_client is not installed in the controller's "
                                                   "Python (pip install 'gpufleet[controller]')")
