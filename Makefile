@@ -3,7 +3,9 @@
 #
 # Both create .venv with `python3 -m venv` and install the project into it the
 # first time. INVENTORY=inventory/<site> and ARGS='-e ... --limit ...' pass
-# through to ansible-playbook.
+# through to ansible-playbook. On inventory/local, make validate first says which
+# Python the node side runs (one with torch, CUDA and nvidia-ml-py when the machine
+# has it; NODE_PYTHON=... to choose) and how many GPUs it expects (EXPECTED_GPUS=N).
 
 PYTHON ?= python3
 VENV := .venv
@@ -12,6 +14,9 @@ INVENTORY ?= inventory/local
 # The CPU build of torch for the tests; the version the CI machines hold on disk.
 TORCH_SPEC ?= torch==2.13.0
 ARGS ?=
+NODE_PYTHON ?=
+EXPECTED_GPUS ?=
+LOCAL_NODE := $(VENV)/local-node.json
 
 .PHONY: validate test lint sanity clean system-deps
 
@@ -33,11 +38,18 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $@ $(VENV)/.installed-controller
 
-# Exits non-zero when a node fails acceptance (on a machine without a GPU it does).
+# Exits non-zero when a node fails acceptance (on a machine without a GPU it does). The report named at the end is
+# the one this run made (none under --check).
 validate: $(VENV)/.installed-controller
-	@rc=0; PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/ansible-playbook validate.yml -i $(INVENTORY) $(ARGS) || rc=$$?; \
+	@local=; if [ "$(INVENTORY)" = inventory/local ]; then \
+	  $(BIN)/python scripts/local_node.py --out $(LOCAL_NODE) --node-python "$(NODE_PYTHON)" --expected-gpus "$(EXPECTED_GPUS)" \
+	    || exit 2; \
+	  local="-e @$(LOCAL_NODE)"; fi; \
+	before=$$(ls -td reports/*/ 2>/dev/null | head -n 1); \
+	rc=0; PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/ansible-playbook validate.yml -i $(INVENTORY) $$local $(ARGS) || rc=$$?; \
 	run=$$(ls -td reports/*/ 2>/dev/null | head -n 1); \
-	if [ -n "$$run" ]; then echo "report: $(CURDIR)/$${run}report.html (and report.md, report.json, junit.xml)"; fi; \
+	if [ -n "$$run" ] && [ "$$run" != "$$before" ]; then \
+	  echo "report: $(CURDIR)/$${run}report.html (and report.md, report.json, junit.xml)"; fi; \
 	exit $$rc
 
 test: system-deps $(VENV)/.installed-test

@@ -198,6 +198,11 @@ def gpu_count(readings, gpus, profile):
             **fields,
         )
     if found < expected:
+        source = profile["thresholds"]["gpus_expected"]["source"]
+        if not source.startswith("inventory override"):  # the profile's board count: this machine may be another board
+            missing_remedy += (f"; or, if this machine has {found} GPUs by design, say so: gpufleet_thresholds: "
+                               f"{{gpus_expected: {found}}} for it (make validate: EXPECTED_GPUS={found}); profile "
+                               f"{profile['name']} expects {expected} ({source})")
         return schema.result("gpu_count", FAIL, f"{found_text}, expected {expected}", remedy=missing_remedy, **fields)
     if found > expected:
         return schema.result(
