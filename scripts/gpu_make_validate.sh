@@ -60,7 +60,7 @@ try:
     rep = json.loads((Path(out) / "run" / "report.json").read_text())
     node = next(iter(rep["nodes"].values()))
     rows += [("verdict", rep["verdict"]), ("counts", " ".join(f"{k}={v}" for k, v in rep["counts"].items())),
-             ("profile", node.get("profile")), ("gpus_expected", next((r["threshold"] for r in node["results"] if r["check"] == "gpu_count"), {}).get("value")),
+             ("profile", node.get("profile")), ("gpus_expected", (next((r.get("threshold") for r in node["results"] if r["check"] == "gpu_count"), None) or {}).get("value")),
              ("causes", "; ".join(g["cause"][:80] + f" ({len(g['checks'])})" for g in node.get("causes", [])) or "none")]
     for r in node["results"]:
         if r.get("group") == "benchmark" and r.get("value") is not None:
