@@ -1,5 +1,5 @@
 """Turn the quick benchmarks' output (gpufleet.bench.*.run(): matmul, memory, nccl, train_gpt2) into results of
-the one schema. The soak's judgement is checks.soak; measuring again and each figure's trust, checks.watched.
+the one schema. The soak's judgement is checks.soak; measuring again and each figure's trust, measure.
 
 Each function takes the benchmark's output and the profile and returns a list
 of results; the raw output rides along in `detail` so nothing measured is lost.
@@ -8,9 +8,8 @@ of results; the raw output rides along in `detail` so nothing measured is lost.
 from __future__ import annotations
 
 from gpufleet import profiles, schema
-from gpufleet.bench import sig
+from gpufleet.numbers import mfu, significant
 from gpufleet.schema import ERROR, FAIL, PASS, WARN, result
-from gpufleet.train.gpt2 import mfu
 
 GROUP = "benchmark"
 CPU_NOTE = "CPU run: logic check only, not a performance figure"
@@ -54,7 +53,7 @@ def flag_gpus(res: dict, gpus: list[dict]) -> dict:
             if key not in seen:
                 seen.add(key)
                 flagged.append({"index": g.get("index"), "uuid": g.get("uuid"), "serial": g.get("serial")})
-        res["detail"] = {**res["detail"], "flagged_gpus": flagged}
+        return res.replace(detail={**res["detail"], "flagged_gpus": flagged})
     return res
 
 
@@ -69,22 +68,22 @@ def _sample_drops(figures: list, profile: dict) -> tuple[list, dict]:
             continue
         drop = round(100 * (samples["median"] - samples["min"]) / samples["median"], 1)
         if drop > limit:
-            drops.append({"gpu": gpu, "figure": what, "unit": unit, "min": sig(samples["min"]),
-                          "median": sig(samples["median"]), "drop_pct": drop, "n": samples.get("n")})
+            drops.append({"gpu": gpu, "figure": what, "unit": unit, "min": significant(samples["min"]),
+                          "median": significant(samples["median"]), "drop_pct": drop, "n": samples.get("n")})
     return drops, thr
 
 
 def _noisy(res: dict, drops: list, thr: dict, flagged: list) -> tuple[dict, list]:
     """A passing result whose samples dropped becomes a warn: its figure is not yet the node's (confirmed by
-    measuring again, checks.watched.watched). The drops and their limit go into detail either way."""
-    res["detail"] = {**res["detail"], "sample_drops": drops, "sample_drop_threshold": thr}
+    measuring again, measure.watched). The drops and their limit go into detail either way."""
+    res = res.replace(detail={**res["detail"], "sample_drops": drops, "sample_drop_threshold": thr})
     if drops and res["status"] == PASS:
         text = "; ".join(f"GPU {d['gpu']['index'] if d['gpu'].get('index') is not None else '?'} {d['figure']} sample "
                          f"{d['min']:g} {d['unit']}, {d['drop_pct']:g}% below its median {d['median']:g}" for d in drops)
-        res.update(status=WARN, reason=f"{res['reason']}, but a timed sample fell far below its GPU's median "
-                                       f"(more than {thr['value']:g}%): {text}; the figure is not yet the node's",
-                   remedy="another process or a clock drop disturbed the measurement: it is measured again; "
-                          "compare detail.monitor (processes, clocks, reasons)")
+        res = res.replace(status=WARN, reason=f"{res['reason']}, but a timed sample fell far below its GPU's median "
+                                              f"(more than {thr['value']:g}%): {text}; the figure is not yet the node's",
+                          remedy="another process or a clock drop disturbed the measurement: it is measured again; "
+                                 "compare detail.monitor (processes, clocks, reasons)")
         flagged = [d["gpu"] for d in drops]
     return res, flagged
 
@@ -120,13 +119,13 @@ def matmul(out: dict, profile: dict) -> list[dict]:
     spread = bf16.get("spread_pct")
     spread_max = profiles.value(profile, "matmul_spread_pct_max")
     if not cpu and throttled and res["status"] == PASS:
-        res.update(status=FAIL, reason=f"{res['reason']}, but GPU(s) throttled during the run: {throttled}",
-                   remedy="hardware slowdown under load: check cooling, power delivery and the GPU's health")
+        res = res.replace(status=FAIL, reason=f"{res['reason']}, but GPU(s) throttled during the run: {throttled}",
+                          remedy="hardware slowdown under load: check cooling, power delivery and the GPU's health")
         by_index = {g["index"]: g for g in ident.values()}
         flagged = [by_index.get(int(i)) or {"index": int(i), "uuid": None} for i in throttled]
     elif not cpu and spread_max is not None and spread is not None and spread > spread_max and res["status"] == PASS:
-        res.update(status=WARN, reason=f"{res['reason']}, but GPUs differ by {spread}% (more than {spread_max}%)",
-                   remedy="the slowest GPU in detail.per_gpu is the one to look at")
+        res = res.replace(status=WARN, reason=f"{res['reason']}, but GPUs differ by {spread}% (more than {spread_max}%)",
+                          remedy="the slowest GPU in detail.per_gpu is the one to look at")
         slowest = min((d for d, v in out["per_device"].items() if (v.get("bf16") or {}).get("tflops") is not None),
                       key=lambda d: out["per_device"][d]["bf16"]["tflops"], default=None)
         flagged = [ident[slowest]] if slowest is not None else []

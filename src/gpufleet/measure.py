@@ -1,0 +1,241 @@
+"""The node's benchmark steps, each measured until its figures can be trusted: measured again when another
+process used its GPUs or when a figure that warns or fails needs confirming (`watched()`), each result's `trust`,
+and the step's `<step>_processes` (`foreign_processes()`). `NodeSteps` runs the benchmarks of one host
+document: how each is measured here, how it is judged (a function of checks/, given by the caller) there."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import time
+from typing import Callable
+
+from gpufleet import profiles, registry, schema
+from gpufleet.bench import matmul, nccl, sdc, soak
+from gpufleet.bench.monitor import sampled
+from gpufleet.bench.watch import describe, wait_quiet
+from gpufleet.schema import ERROR, FAIL, PASS, WARN, Result, result
+from gpufleet.train import gpt2
+
+# Results whose figure is measured once more before a warn or fail stands (the soak's windows are many
+# measurements already, and a second soak would double its hours: a soak is measured again only when disturbed).
+CONFIRMED_CHECKS = tuple(c.name for b in registry.BENCHMARKS for c in b.checks if c.confirmed)
+
+
+def _foreign(out: dict) -> tuple[list, float | None, dict]:
+    """(foreign processes the step's sampler saw, its start in epoch seconds, the sampler's own summary)."""
+    mon = out.get("monitor") or out.get("sampler") or {}
+    return mon.get("foreign") or [], mon.get("started_epoch") or out.get("started_epoch"), mon
+
+
+def _brief(res: dict) -> dict:
+    return {k: res.get(k) for k in ("check", "status", "value", "unit", "reason")}
+
+
+def watched(step: str, run, judge, profile: dict, *, log: list, confirm: bool = True, wait=None,
+            not_again: str | None = None) -> list[dict]:
+    """Measure a step (run() -> output, judge(output, profile) -> results) until its figures can be trusted.
+
+    - A foreign process on a GPU during the step (its sampler's `foreign`): wait until the GPUs are quiet
+      (at most disturbed_wait_s) and measure again, at most disturbed_remeasure_max times; else every result
+      is `error` "disturbed by pid N (name, MiB) ... from t1 to t2", trust `disturbed`. `not_again` says why a
+      step is never measured again (too long, or every node of a run across nodes would have to): disturbed
+      once, its results are that error.
+    - A CONFIRMED_CHECKS result that warns or fails (under its minimum, an outlier, a sample far below its
+      median) is measured once more (confirm_remeasure_max) and judged on the second measurement, both kept:
+      trust `confirmed` (slow confirmed, or passed on confirmation), `inconclusive` when the samples dropped again.
+    - Otherwise trust `clean`; a result without a figure (skip, error, or no value) gets no trust. Every
+      attempt, every process seen and the seconds of each go into detail.attempts; `log` gets each attempt's
+      sightings for the step's foreign_processes result.
+    """
+    wait = wait or wait_quiet
+    disturbed_max = profiles.value(profile, "disturbed_remeasure_max") or 0
+    wait_s = profiles.value(profile, "disturbed_wait_s") or 0
+    confirm_max = profiles.value(profile, "confirm_remeasure_max") or 0 if confirm else 0
+    attempts: list[dict] = []
+    first_clean: dict | None = None  # check -> result of the clean measurement a confirmation follows
+    disturbed = confirmations = 0
+    while True:
+        t0 = time.monotonic()
+        out = run()
+        res = judge(out, profile)
+        seconds = round(time.monotonic() - t0, 1)
+        foreign, epoch, mon = _foreign(out)
+        attempt = {"attempt": len(attempts) + 1, "seconds": seconds, "results": [_brief(r) for r in res],
+                   "processes": mon.get("processes") or [], "foreign": [describe(p, epoch) for p in foreign]}
+        attempts.append(attempt)
+        log.append({"step": step, "attempt": attempt["attempt"], "device": out.get("device"), "foreign": foreign,
+                    "started_epoch": epoch, "watch_error": mon.get("error"),
+                    "processes_unreadable": mon.get("processes_unreadable")})
+        if foreign:
+            why = None
+            if not_again:
+                why = f"not measured again: {not_again}"
+            elif disturbed >= disturbed_max:
+                why = f"still disturbed after {disturbed} measurement(s) again"
+            else:
+                quiet = wait(wait_s)
+                attempt["wait"] = {k: quiet.get(k) for k in ("quiet", "waited_s", "error")}
+                attempt["processes_while_waiting"] = quiet.get("processes") or []
+                if not quiet.get("quiet"):
+                    why = f"the GPUs did not become quiet within {wait_s:g} s" + (f" ({quiet['error']})" if quiet.get("error") else "")
+            if why:
+                return [_disturbed(r, foreign, epoch, why, attempts, profile) for r in res]
+            disturbed += 1
+            continue
+        doubtful = [r for r in res if r["check"] in CONFIRMED_CHECKS and r["status"] in (WARN, FAIL)]
+        if doubtful and first_clean is None and confirmations < confirm_max:
+            confirmations += 1
+            first_clean = {r["check"]: r for r in res}
+            attempt["confirm"] = [r["check"] for r in doubtful]
+            continue
+        break
+    return [_trust(r, (first_clean or {}).get(r["check"]), attempts) for r in res]
+
+
+def _disturbed(res: Result, foreign: list, epoch: float | None, why: str, attempts: list, profile: dict) -> Result:
+    names = "; ".join(describe(p, epoch) for p in foreign)
+    # A process is not a fault of the board: the GPUs the figure would have flagged are not named.
+    detail = {**{k: v for k, v in res["detail"].items() if k != "flagged_gpus"}, "attempts": attempts,
+              "disturbed_value": res.get("value"), "judged_as": _brief(res),
+              "disturbed_wait_threshold": profiles.threshold(profile, "disturbed_wait_s",
+                                                             max=profiles.value(profile, "disturbed_wait_s"))}
+    # The class says so too: a disturbed figure does not follow the GPU to its next run (fleet.returning_gpu).
+    return res.replace(
+        status=ERROR, value=None, trust=schema.DISTURBED, failure_class=registry.ENVIRONMENT, detail=detail,
+        reason=f"disturbed by {names}; {why}; the figure measured beside it "
+               + f"({res['value']} {res.get('unit') or ''}".rstrip() + ") is not the node's",
+        remedy="find out what runs on the GPU (detail.attempts[].processes) and stop it or keep the node out of "
+               "the scheduler while it is validated; then run again")
+
+
+def _trust(res: Result, first: dict | None, attempts: list) -> Result:
+    """How far the figure can be trusted, said in `trust` and in the reason; both measurements kept."""
+    detail = {**res["detail"], "attempts": attempts}
+    if res["status"] in (schema.SKIP, ERROR) or res.get("value") is None:
+        return res.replace(detail=detail)  # trust describes a figure: a result without one has none to describe
+    if first is None or first["status"] not in (WARN, FAIL):
+        return res.replace(detail=detail, trust=schema.CLEAN)
+    extra_s = attempts[-1]["seconds"]
+    detail["confirmation_s"] = extra_s
+    was = f"first {first.get('value')}, then {res.get('value')} {res.get('unit') or ''}".rstrip()
+    if detail.get("sample_drops"):
+        return res.replace(detail=detail, status=WARN if res["status"] == PASS else res["status"],
+                           trust=schema.INCONCLUSIVE,
+                           reason=f"inconclusive: {res['reason']}; measured twice ({was}), the samples dropped again "
+                                  f"(the confirmation took {extra_s:g} s)")
+    if res["status"] in (WARN, FAIL):
+        return res.replace(detail=detail, trust=schema.CONFIRMED,
+                           reason=f"slow (confirmed): {res['reason']}; measured twice ({was}; the confirmation took "
+                                  f"{extra_s:g} s)")
+    return res.replace(detail=detail, trust=schema.CONFIRMED,
+                       reason=f"{res['reason']}; passed on confirmation ({was}; the first measurement said: "
+                              f"{first['reason']}; the confirmation took {extra_s:g} s)")
+
+
+def foreign_processes(step: str, log: list) -> dict:
+    """`<step>_processes`: what else ran on the node's GPUs while a step measured them (log: watched()'s
+    entries of that step). Any foreign process fails the node, even when the step was measured again once quiet:
+    a node shared during validation is not the node a training job will get. Not the GPU's fault: no GPU flagged."""
+    check = f"{step}_processes"
+    detail = {"attempts": log}
+    seen = [f"{describe(p, e['started_epoch'])} (attempt {e['attempt']})" for e in log for p in e["foreign"]]
+    if seen:
+        return result(check, FAIL, f"foreign process(es) on the GPUs while {step} measured them: " + "; ".join(seen),
+                      value=len(seen), unit="sightings", detail=detail,
+                      remedy="another workload used the GPU during validation: stop it (or drain the node from the "
+                             "scheduler first) and validate again; the figures measured beside it were measured again "
+                             "or marked disturbed")
+    unwatched = [f"attempt {e['attempt']}: {e.get('watch_error') or e.get('processes_unreadable')}" for e in log
+                 if e.get("watch_error") or e.get("processes_unreadable")]
+    if unwatched:
+        return result(check, ERROR, f"the GPUs' processes could not be listed while {step} measured: {'; '.join(unwatched)}",
+                      detail=detail, remedy="check NVML (`nvidia-smi`) on the node and run again")
+    return result(check, PASS, f"no foreign process on the GPUs while {step} measured them ({len(log)} measurement(s))",
+                  value=0, unit="sightings", detail=detail)
+
+
+def visible_gpus(nvml_count: int) -> int:
+    """GPUs this node's processes may use: NVML sees every GPU, CUDA only those CUDA_VISIBLE_DEVICES lists."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is None:
+        return nvml_count
+    return min(nvml_count, len([x for x in listed.split(",") if x.strip()]))
+
+
+# judge(output, profile) -> results: how a benchmark's output is judged (checks/), given by whoever runs the steps.
+Judge = Callable[[dict, dict], list]
+
+
+class NodeSteps:
+    """The benchmarks of one host document, measured on this node: each a registry.BENCHMARKS entry, its run here
+    and its judge given by the caller; a watched one measured again when disturbed (watched()).
+
+    `nccl_options` places nccl and train_gpt2 under torchrun (nnodes, node_rank, master, timeouts); `soak_options`
+    go to bench.soak.run (duration_s).
+    """
+
+    def __init__(self, names: list[str], tier: str, gpus: int, profile: dict, *, nccl_options: dict | None = None,
+                 soak_options: dict | None = None):
+        self.names, self.tier, self.gpus, self.profile = names, tier, gpus, profile
+        self.nccl_options, self.soak_options = nccl_options or {}, soak_options or {}
+        # torchrun placement and limits, shared by the NCCL benchmark and the training gate.
+        self.multi = {k: v for k, v in self.nccl_options.items()
+                      if k in ("nnodes", "node_rank", "master_addr", "master_port", "timeout_s", "rdzv_timeout_s")}
+        # What each attempt of each watched step saw, for the node's foreign_processes results.
+        self.log: list = []
+        # With matmul in the same run, the SDC computations run in the matmul workers, after their timed products
+        # (no second start of torch and CUDA per GPU): in its first attempt only (a remeasure of a disturbed matmul is
+        # about speed; the hashes do not depend on it), kept here until the sdc step reports them.
+        self._folded_sdc: dict = {}
+
+    def _matmul(self) -> dict:
+        out = matmul.run(self.tier, sdc_tier=self.tier if "sdc" in self.names and not self._folded_sdc else None)
+        if "sdc" in out:
+            self._folded_sdc["out"] = out.pop("sdc")
+        return out
+
+    def _sdc(self) -> dict:  # its own processes when matmul did not compute it (not in the run, after it, or crashed)
+        if "out" not in self._folded_sdc:
+            self._folded_sdc["out"] = sdc.run(self.tier, n_gpus=self.gpus)
+        return self._folded_sdc["out"]
+
+    def _train(self) -> dict:
+        # Across nodes every node starts together, so no one-GPU run first: the scaling is against this node's
+        # single-node figure, which the run measured before. Inside a node, one GPU first, then every GPU of the
+        # node: their ratio is the scaling efficiency.
+        single = gpt2.run(nproc_per_node=1) if self.gpus > 1 and self.multi.get("nnodes", 1) == 1 else None
+        full = gpt2.run(**self.multi)
+        return {"device": full.get("device"), "full": full, "single": single}
+
+    def _run(self, name: str) -> Callable[[], dict]:
+        """How a benchmark runs here: those that share work or take options below; any other, the run(tier) of
+        its file gpufleet/bench/<name>.py."""
+        special = {
+            "matmul": self._matmul,
+            "nccl": lambda: sampled(lambda: nccl.run(self.tier, **self.nccl_options)),
+            "sdc": self._sdc,
+            "train_gpt2": lambda: sampled(self._train),
+            "soak": lambda: soak.run(**self.soak_options),
+        }
+        return special.get(name) or (lambda: importlib.import_module(f"gpufleet.bench.{name}").run(self.tier))
+
+    def measure(self, name: str, judge: Judge) -> list:
+        """One benchmark's results: measured (again while disturbed, once more to confirm) and judged."""
+        bench = next(b for b in registry.BENCHMARKS if b.name == name)
+        if not bench.watched:
+            return judge(self._run(name)(), self.profile)
+        # Across nodes a disturbed node cannot measure again alone: its peers would have to start with it.
+        not_again = ("every node of the run would have to measure again with it"
+                     if bench.multinode and self.multi.get("nnodes", 1) > 1 else None)
+        return watched(name, self._run(name), judge, self.profile, log=self.log, not_again=not_again,
+                       confirm=any(c.confirmed for c in bench.checks))
+
+    def processes(self) -> list:
+        """Each watched step's `<step>_processes`: what else ran on its GPUs (a CPU run has no GPU to watch)."""
+        out = []
+        for name in self.names:
+            steps = [e for e in self.log if e["step"] == name]
+            if any(e.get("device") == "cuda" for e in steps):
+                out.append(foreign_processes(name, steps))
+        return out
