@@ -3,7 +3,10 @@
 #
 # Both create .venv with `python3 -m venv` and install the project into it the
 # first time. INVENTORY=inventory/<site> and ARGS='-e ... --limit ...' pass
-# through to ansible-playbook.
+# through to ansible-playbook. System packages (python3-venv; for the tests ssh,
+# sshd, iproute2, Slurm's daemons, munge) are installed only when asked:
+# SYSTEM_DEPS=install, or CI=true on a CI machine; otherwise make names what is
+# missing and the tests that need it skip, saying so.
 
 PYTHON ?= python3
 VENV := .venv
@@ -12,16 +15,20 @@ INVENTORY ?= inventory/local
 # The CPU build of torch for the tests; the version the CI machines hold on disk.
 TORCH_SPEC ?= torch==2.13.0
 ARGS ?=
+# install: apt-get what is missing (as root; also when CI=true). Empty: only say what is missing.
+SYSTEM_DEPS ?=
+DEPS := SYSTEM_DEPS='$(SYSTEM_DEPS)' bash scripts/system-deps.sh
 
 .PHONY: validate test lint sanity clean system-deps
 
 $(BIN)/python:
-	bash scripts/system-deps.sh venv
+	$(DEPS) venv
 	$(PYTHON) -m venv $(VENV)
 
-# python3-venv, ssh, sshd, iproute2, Slurm's daemons and munge when missing (apt-get, as root); says what to install otherwise.
+# python3-venv, ssh, sshd, iproute2, Slurm's daemons and munge: installed when missing with SYSTEM_DEPS=install or
+# CI=true (apt-get, as root, no service started); otherwise named, and the tests that need them skip.
 system-deps:
-	bash scripts/system-deps.sh test
+	$(DEPS) test
 
 # A stamp per extra: pyproject.toml changes reinstall.
 $(VENV)/.installed-controller: pyproject.toml | $(BIN)/python
