@@ -81,6 +81,18 @@ def test_the_licence_is_in_the_repository_and_the_tarball(tarball):
     assert {"changelogs/config.yaml", "changelogs/changelog.yaml", "CHANGELOG.rst"} <= names
 
 
+def test_the_docs_quote_the_tarballs_size_and_version(tarball):
+    """docs/installed-collection.md gives the size, within 20%, and every tarball named carries galaxy.yml's version."""
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    quoted = re.search(r"\.tar\.gz`, about (\d+) kB", (REPO / "docs" / "installed-collection.md").read_text())
+    assert quoted, "docs/installed-collection.md no longer quotes the tarball's size"
+    size_kb = tarball.stat().st_size / 1000
+    assert abs(int(quoted.group(1)) - size_kb) <= 0.2 * size_kb, f"quoted {quoted.group(1)} kB; built {size_kb:.0f} kB"
+    for page in pages:
+        for named in re.findall(r"gpufleet-cluster-([0-9][^\s`/]*?)\.tar\.gz", page.read_text()):
+            assert named == galaxy()["version"], f"{page.name} names gpufleet-cluster-{named}.tar.gz"
+
+
 def test_changelog_fragments_use_the_configs_sections():
     config = yaml.safe_load((REPO / "changelogs" / "config.yaml").read_text())
     sections = {name for name, _ in config["sections"]} | {config["prelude_section_name"], config["trivial_section_name"]}

@@ -2,7 +2,7 @@ class InputError(ValueError):
     """Bad input (file, option, inventory variable). The message names it and what was expected."""
 
 
-# Every gpufleet command exits with these codes; each parser's --help and the README show this table.
+# Every gpufleet command exits with these codes; each parser's --help and docs/operations.md show this table.
 EXIT_CODES = """\
 exit codes (every gpufleet command):
   0    done: every result passed or warned (report, fleet: every node accepted; locate: nothing slow;
