@@ -13,8 +13,8 @@ that host's link; munged listens on a socket in the cluster's folder only.
         slurm.scontrol("update", "nodename=sn1", "state=drain", "reason=admin: fan")
         slurm.node_state("sn1")   # 'IDLE+DRAIN', read back with `scontrol show node`
 
-Needs root, the test hosts' tools and slurmctld, slurmd, munged, scontrol (scripts/system-deps.sh test installs
-them); `skip_reason()` says what is missing.
+Needs root, the test hosts' tools and slurmctld, slurmd, munged, scontrol (`make test SYSTEM_DEPS=install` installs
+them, starting no service); `skip_reason()` says what is missing.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ def skip_reason() -> str | None:
         return why
     missing = [t for t in TOOLS if not shutil.which(t, path=TOOL_PATH)]
     if missing:
-        return (f"missing {', '.join(missing)}: run scripts/system-deps.sh test as root "
-                "(apt-get install slurmctld slurmd munge slurm-client)")
+        return (f"missing {', '.join(missing)}: apt-get install slurmctld slurmd munge slurm-client, or as root "
+                "make test SYSTEM_DEPS=install")
     return None
 
 

@@ -296,7 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_report)
     fleet_cli.add_parsers(sub)  # record, history, baseline, store, versions: the fleet's memory
     runner_cli.add_parsers(sub)  # fleet run|accept|resume|locate: the playbooks through ansible-runner
-    p.description = f"{__doc__.split(chr(10) * 2)[0]}\n\n{sub.listing()}\n\nEach command's --help says more."
+    summary = __doc__.split("\n\n")[0]
+    p.description = f"{summary}\n\n{sub.listing()}\n\nEach command's --help says more."
     return p
 
 
