@@ -6,6 +6,10 @@
 # through to ansible-playbook. On inventory/local, make validate first says which
 # Python the node side runs (one with torch, CUDA and nvidia-ml-py when the machine
 # has it; NODE_PYTHON=... to choose) and how many GPUs it expects (EXPECTED_GPUS=N).
+# System packages (python3-venv; for the tests ssh,
+# sshd, iproute2, Slurm's daemons, munge) are installed only when asked:
+# SYSTEM_DEPS=install, or CI=true on a CI machine; otherwise make names what is
+# missing and the tests that need it skip, saying so.
 
 PYTHON ?= python3
 VENV := .venv
@@ -17,16 +21,20 @@ ARGS ?=
 NODE_PYTHON ?=
 EXPECTED_GPUS ?=
 LOCAL_NODE := $(VENV)/local-node.json
+# install: apt-get what is missing (as root; also when CI=true). Empty: only say what is missing.
+SYSTEM_DEPS ?=
+DEPS := SYSTEM_DEPS='$(SYSTEM_DEPS)' bash scripts/system-deps.sh
 
 .PHONY: validate test lint sanity clean system-deps
 
 $(BIN)/python:
-	bash scripts/system-deps.sh venv
+	$(DEPS) venv
 	$(PYTHON) -m venv $(VENV)
 
-# python3-venv, ssh, sshd, iproute2, Slurm's daemons and munge when missing (apt-get, as root); says what to install otherwise.
+# python3-venv, ssh, sshd, iproute2, Slurm's daemons and munge: installed when missing with SYSTEM_DEPS=install or
+# CI=true (apt-get, as root, no service started); otherwise named, and the tests that need them skip.
 system-deps:
-	bash scripts/system-deps.sh test
+	$(DEPS) test
 
 # A stamp per extra: pyproject.toml changes reinstall.
 $(VENV)/.installed-controller: pyproject.toml | $(BIN)/python

@@ -2,17 +2,19 @@
 
 One munged with a key made here (its socket in the cluster's folder, which every daemon and scontrol reach through
 `AuthInfo=socket=`), slurmctld on this machine, and one slurmd per test host, run inside that host's namespace with
-its own node name (`slurmd -N`), its own spool folder and log. Every port is picked free, and every message goes
-over the test hosts' links: slurmctld is dialled at this machine's end of the first host's veth pair (it listens
-on every address, as Slurm has no option to bind one), each slurmd at its host's address.
+its own node name (`slurmd -N`), its own spool folder and log. No daemon listens in this machine's network
+namespace, so nothing it starts can answer (or take the ports of) a Slurm the machine already runs: Slurm has no
+option to bind one address, so slurmctld runs in the first host's namespace beside that host's slurmd (on ports
+of its own), and every slurmd in its host's. scontrol and sinfo dial slurmctld at the first host's address over
+that host's link; munged listens on a socket in the cluster's folder only.
 
     with SlurmCluster(["sn1", "sn2"], net=219, tag="gfs") as slurm:
         slurm.wait_idle()
         slurm.scontrol("update", "nodename=sn1", "state=drain", "reason=admin: fan")
         slurm.node_state("sn1")   # 'IDLE+DRAIN', read back with `scontrol show node`
 
-Needs root, the test hosts' tools and slurmctld, slurmd, munged, scontrol (scripts/system-deps.sh test installs
-them); `skip_reason()` says what is missing.
+Needs root, the test hosts' tools and slurmctld, slurmd, munged, scontrol (`make test SYSTEM_DEPS=install` installs
+them, starting no service); `skip_reason()` says what is missing.
 """
 
 from __future__ import annotations
@@ -40,8 +42,8 @@ def skip_reason() -> str | None:
         return why
     missing = [t for t in TOOLS if not shutil.which(t, path=TOOL_PATH)]
     if missing:
-        return (f"missing {', '.join(missing)}: run scripts/system-deps.sh test as root "
-                "(apt-get install slurmctld slurmd munge slurm-client)")
+        return (f"missing {', '.join(missing)}: apt-get install slurmctld slurmd munge slurm-client, or as root "
+                "make test SYSTEM_DEPS=install")
     return None
 
 
@@ -89,7 +91,7 @@ class SlurmCluster(testhosts.TestFleet):
                      f"--pid-file={munge}/munged.pid", f"--seed-file={munge}/munged.seed",
                      f"--log-file={self.dir}/munged.log"], "munged.out")
         wait_for(self.munge_socket.exists, 60, "munged's socket")
-        controller = self.hosts[self.names[0]][1]  # this machine's end of the first host's link
+        controller = self.address(self.names[0])  # slurmctld runs in the first host's namespace
         self.ctld_port, self.slurmd_port = free_port(), free_port()
         nodes = "\n".join(f"NodeName={n} NodeAddr={self.address(n)} CPUs=1 RealMemory=64 State=UNKNOWN"
                           for n in self.names)
@@ -125,13 +127,16 @@ SlurmdTimeout=300
 {health}{nodes}
 PartitionName=gpu Nodes={','.join(self.names)} Default=YES State=UP
 """)
-        self._start(["slurmctld", "-D", "-c", "-i", "-f", str(self.conf)], "slurmctld.out")
+        # nsenter, not `ip netns exec`: only the network is the host's own; /sys (slurmd's cgroups) stays this machine's.
+        self._start(self.in_netns(self.names[0], "slurmctld", "-D", "-c", "-i", "-f", str(self.conf)), "slurmctld.out")
         wait_for(lambda: self._answers(), 120, f"slurmctld on {controller}:{self.ctld_port} (log: {self.dir}/slurmctld.log)")
         for name in self.names:
-            netns = self.hosts[name][0]
             (self.dir / "spool" / name).mkdir()
-            # nsenter, not `ip netns exec`: only the network is the host's own; /sys (slurmd's cgroups) stays this machine's.
-            self._start(["nsenter", f"--net=/run/netns/{netns}", "slurmd", "-D", "-N", name, "-f", str(self.conf)], f"slurmd-{name}.out")
+            self._start(self.in_netns(name, "slurmd", "-D", "-N", name, "-f", str(self.conf)), f"slurmd-{name}.out")
+
+    def in_netns(self, name: str, *argv: str) -> list[str]:
+        """argv run in host `name`'s network namespace."""
+        return ["nsenter", f"--net=/run/netns/{self.hosts[name][0]}", *argv]
 
     def _answers(self) -> bool:
         return subprocess.run(["scontrol", "ping"], env=self.env(), capture_output=True, text=True, timeout=60).returncode == 0

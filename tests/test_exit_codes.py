@@ -1,4 +1,4 @@
-"""One table of exit codes: at the end of every gpufleet parser's --help, and the same in the README."""
+"""One table of exit codes: at the end of every gpufleet parser's --help, and the same in docs/operations.md."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from gpufleet import cli
 from gpufleet.errors import EXIT_CODES
 from gpufleet.finetune import cli as finetune_cli
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+OPERATIONS = Path(__file__).resolve().parents[1] / "docs" / "operations.md"
 
 
 def _parsers(parser: argparse.ArgumentParser, name: str = "gpufleet"):
@@ -36,8 +36,8 @@ def test_python_m_gpufleet_finetune_shows_it_too(capsys):
     assert capsys.readouterr().out.rstrip().endswith(EXIT_CODES)
 
 
-def test_the_readme_shows_the_same_table():
-    assert "```text\n" + EXIT_CODES + "\n```" in README.read_text()
+def test_the_operations_guide_shows_the_same_table():
+    assert "```text\n" + EXIT_CODES + "\n```" in OPERATIONS.read_text()
 
 
 def test_results_exit():

@@ -222,6 +222,34 @@ def test_limit_to_one_node_still_prepares_and_reports(tmp_path, two_host_invento
     assert set(report["nodes"]) == {"deadnode"}
 
 
+def test_each_stage_has_its_tag_and_the_rest_always_runs(tmp_path):
+    done = subprocess.run([str(BIN / "ansible-playbook"), "validate.yml", "-i", "inventory/local", "--list-tags"],
+                          cwd=REPO, env=playbook_env(tmp_path), capture_output=True, text=True, timeout=120)
+    plays = [line.split("TAGS: ")[1] for line in done.stdout.splitlines() if line.strip().startswith("play #")]
+    assert plays == ["[always]", "[node]", "[multinode]", "[finetune]", "[always]", "[always]"], done.stdout
+
+
+def test_skipped_tag_leaves_its_stage_out_and_the_run_records_it(tmp_path, two_host_inventory):
+    proc, run_dir = run_validate(tmp_path / "reports", "--skip-tags", "multinode", "-e", json.dumps({"gpufleet_benchmarks": []}),
+                                 inventory=str(two_host_inventory))
+    out = output(proc)
+    assert proc.returncode != 0, out  # deadnode is not accepted
+    local = host_doc(run_dir, "localhost")
+    assert {r["group"] for r in local["results"]} >= set(GROUPS), out
+    assert not [r for r in local["results"] if r["group"] == "benchmark_multinode"], "the multinode stage was skipped"
+    (attempt,) = json.loads((run_dir / "run.json").read_text())["attempts"]
+    assert attempt["stages"] == ["node", "finetune"], attempt
+    assert (run_dir / "report.json").is_file() and not (tmp_path / "reports" / "node.lock").exists()
+
+
+def test_tags_and_gpufleet_stages_together_are_refused(tmp_path):
+    proc, run_dir = run_validate(tmp_path, "--tags", "node", "-e", json.dumps({"gpufleet_stages": ["node"]}))
+    out = output(proc)
+    assert proc.returncode != 0 and not run_dir.exists(), out
+    assert 'the tags select the stages ["node"] of node, multinode and finetune, and gpufleet_stages is ["node"]: ' \
+           "give the stages one way" in out, out
+
+
 def test_unknown_threshold_reaches_the_user_as_the_engine_message(tmp_path):
     proc, run_dir = run_validate(tmp_path, "-e", json.dumps({"gpufleet_thresholds": {"nope": 1}}))
     out = output(proc)

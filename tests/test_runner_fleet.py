@@ -331,10 +331,12 @@ def test_a_variable_refused_before_any_node_is_could_not_run(tmp_path):
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2, out
+    # --json: the JSON alone on stdout, with one exit field; the view's lines, the reason among them, on stderr.
     assert ("could not run: Check every node's variables: gpufleet_benchmark_tier for localhost must be "
-            'quick or thorough; got "bogus"') in out, out
-    summary = json.loads(proc.stdout.splitlines()[-1])
+            'quick or thorough; got "bogus"') in proc.stderr, out
+    summary = json.loads(proc.stdout)
     assert summary["exit"] == 2 and summary["nodes"] == {"localhost": "no report"}
+    assert [k for k in summary if k in ("exit", "rc", "returncode", "exit_code")] == ["exit"], summary
     assert not (tmp_path / "bad" / "hosts").exists() or not list((tmp_path / "bad" / "hosts").iterdir())
 
 

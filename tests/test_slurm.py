@@ -98,6 +98,41 @@ def cluster(request):
         yield c
 
 
+def listening(pid: int | str) -> dict[str, int]:
+    """{socket inode: port} of the TCP sockets listening in process `pid`'s network namespace."""
+    found = {}
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A":  # TCP_LISTEN
+                found[fields[9]] = int(fields[1].rsplit(":", 1)[1], 16)
+    return found
+
+
+def socket_inodes(pid: int) -> set[str]:
+    fds = Path(f"/proc/{pid}/fd")
+    links = (os.readlink(fd) for fd in fds.iterdir())
+    return {link[len("socket:["):-1] for link in links if link.startswith("socket:[")}
+
+
+@needs_slurm
+def test_daemons_listen_only_in_the_test_hosts_own_namespaces(cluster):
+    """A machine that runs its own Slurm keeps it: no daemon the tests start listens in this machine's namespace."""
+    own_netns, own_listening = os.readlink("/proc/self/ns/net"), listening("self")
+    seen = {}
+    for proc in cluster.procs:
+        name = Path(f"/proc/{proc.pid}/comm").read_text().strip()
+        theirs = {inode: port for inode, port in listening(proc.pid).items() if inode in socket_inodes(proc.pid)}
+        assert not set(theirs) & set(own_listening), f"{name} listens in this machine's network namespace: {theirs}"
+        if name == "munged":
+            assert not theirs, f"munged listens on TCP ports {sorted(theirs.values())}; expected its socket file alone"
+        else:
+            assert os.readlink(f"/proc/{proc.pid}/ns/net") != own_netns, f"{name} runs in this machine's network namespace"
+        seen.setdefault(name, set()).update(theirs.values())
+    assert set(seen) == {"munged", "slurmctld", "slurmd"}, seen
+    assert cluster.ctld_port in seen["slurmctld"] and cluster.slurmd_port in seen["slurmd"], seen
+
+
 def test_reason_names_gpufleet_run_class_and_first_check_within_the_limit():
     node = {"results": [{"group": "gpu_health", "check": "temperature", "status": "warn"},
                         {"group": "host_hygiene", "check": "nccl_env", "status": "fail", "class": "configuration"},

@@ -47,7 +47,8 @@ def skip_reason() -> str | None:
         return "needs root: the test hosts are network namespaces, veth pairs and overlay mounts"
     missing = [t for t in TOOLS if not shutil.which(t, path=TOOL_PATH)]
     if missing:
-        return f"missing {', '.join(missing)}: apt-get install openssh-server openssh-client iproute2"
+        return (f"missing {', '.join(missing)}: apt-get install openssh-server openssh-client iproute2, or as root "
+                "make test SYSTEM_DEPS=install")
     return None
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: bringup_record
-short_description: Record what a bring-up role applied, so validation can tell when it drifted
+short_description: "Internal: record what a bring-up role applied, so validation can tell when it drifted"
 version_added: 0.1.0
 description:
   - Writes one role's section of the bring-up record, C(/etc/gpufleet/bringup.json) by default, leaving the other
@@ -20,6 +20,7 @@ description:
     C(applied_at) then keeps the time they were first applied.
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.cluster.internal
 attributes:
   check_mode:
     support: full

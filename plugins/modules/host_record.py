@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: host_record
-short_description: Write a node's host document into its run on the controller
+short_description: "Internal: write a node's host document into its run on the controller"
 version_added: 0.2.0
 description:
   - Runs C(python -m gpufleet record RUN_DIR HOST) on the controller with the document on its standard input, from the
@@ -60,6 +60,7 @@ options:
     type: path
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.cluster.internal
 attributes:
   check_mode:
     support: none

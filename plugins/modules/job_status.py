@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: job_status
-short_description: Wait on a background job of a run and tell it the controller is still there
+short_description: "Internal: wait on a background job of a run and tell it the controller is still there"
 version_added: 0.2.0
 description:
   - The status of a job started with C(async), as M(ansible.builtin.async_status) gives it, after renewing the
@@ -33,6 +33,7 @@ options:
     type: dict
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.cluster.internal
   - ansible.builtin.action_common_attributes.flow
 attributes:
   action:

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: locate_step
-short_description: Plan the rounds that find a fleet's slow node or slow link, on the controller
+short_description: "Internal: plan the rounds that find a fleet's slow node or slow link, on the controller"
 version_added: 0.2.0
 description:
   - Runs C(python -m gpufleet fleet locate-step RUN_DIR) on the controller, between the rounds of locate.yml.
@@ -87,6 +87,7 @@ options:
     default: 120
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.cluster.internal
 attributes:
   check_mode:
     support: none

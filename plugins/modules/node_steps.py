@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: node_steps
-short_description: Run several of the node's gpufleet modules on the node in one module run, each keeping its own outcome
+short_description: "Internal: run several of the node's gpufleet modules on the node in one module run, each keeping its own outcome"
 version_added: 0.3.0
 description:
   - Runs the body of each step's module (gpufleet.cluster's node_lock, gpu_inventory, gpu_health, host_hygiene,
@@ -32,6 +32,7 @@ options:
     required: true
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.cluster.internal
 attributes:
   check_mode:
     support: full

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: node_take
-short_description: Take the node for a run, taking over the lock of a run this controller knows is gone
+short_description: "Internal: take the node for a run, taking over the lock of a run this controller knows is gone"
 version_added: 0.3.0
 description:
   - Takes the node lock with M(gpufleet.cluster.node_lock) (V(acquired)), all in one task (an action plugin).
@@ -27,6 +27,7 @@ options:
     type: path
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.cluster.internal
   - gpufleet.cluster.node_lock
 attributes:
   check_mode:

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: node_validate
-short_description: The node stage of validate.yml in one task - lock, checks, counters, benchmarks, host document
+short_description: "Internal: the node stage of validate.yml in one task - lock, checks, counters, benchmarks, host document"
 version_added: 0.4.0
 description:
   - An action plugin. Runs M(gpufleet.cluster.node_steps) on the node twice - first the node lock (taken as
@@ -57,6 +57,7 @@ options:
     type: path
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.cluster.internal
 attributes:
   check_mode:
     support: partial

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: run_inputs
-short_description: Check every node's variables on the controller in one task, before any node is touched
+short_description: "Internal: check every node's variables on the controller in one task, before any node is touched"
 version_added: 0.3.0
 description:
   - Reads each node's variables once (C(hostvars)) and checks them on the controller, in the task's worker (an action
@@ -44,6 +44,7 @@ options:
     required: true
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.cluster.internal
 attributes:
   check_mode:
     support: full

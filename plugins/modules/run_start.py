@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: run_start
-short_description: Start or resume a validation run on the controller
+short_description: "Internal: start or resume a validation run on the controller"
 version_added: 0.2.0
 description:
   - Runs C(python -m gpufleet run start) on the controller. It checks that the run id and every host name of the
@@ -70,6 +70,7 @@ options:
     type: path
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.cluster.internal
 attributes:
   check_mode:
     support: none

@@ -1,3 +1,5 @@
 """gpufleet: bring-up and acceptance of NVIDIA GPU nodes for LLM training."""
 
-__version__ = "0.1.0"
+from gpufleet.version import VERSION as __version__  # galaxy.yml's, written there alone
+
+__all__ = ["__version__"]

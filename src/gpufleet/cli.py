@@ -1,16 +1,7 @@
 """gpufleet command line: the same engine the Ansible modules run.
 
-    gpufleet collect [--out FILE]                 record NVML + sysfs readings as JSON
-    gpufleet check [--group G ...] [--json]       run checks, print a host document
-    gpufleet check --slurm-health [epilog]        Slurm's health check: silent when healthy, drains on a hard fault
-    gpufleet bench matmul|memory|nccl|sdc|soak [--tier T] [--duration-s N]   run benchmarks, print a host document
-    gpufleet counters --phase before|after [--json]   every GPU's error counters and the fabric's (InfiniBand, PCIe AER)
-    gpufleet finetune --config FILE [--nnodes N]  LoRA fine-tune under torchrun, print a host document
-    gpufleet report RUN_DIR [--expect-host H ...] aggregate hosts/*.json into reports, with the fleet layer
-    gpufleet record | history | baseline | store | versions  the fleet's memory (gpufleet.fleet.cli)
-    gpufleet status [--json] [--count N]          every GPU of this node (NVML), refreshed until Ctrl-C
-    gpufleet hw [--json] [--root DIR]             this node's hardware: CPUs, NUMA, memory, GPUs, NVLink, HCAs
-    gpufleet profiles [--site-dir DIR] [--json]   the threshold profiles known, a site's own first
+The commands, grouped as `gpufleet --help` lists them, are COMMAND_GROUPS below; each command's --help says the
+rest. The playbooks' and modules' own commands (INTERNAL) run as any other but are left out of that list.
 
 Exit codes: errors.EXIT_CODES, at the end of every command's --help.
 """
@@ -22,9 +13,10 @@ import json
 import os
 import socket
 import sys
+import textwrap
 from pathlib import Path
 
-from gpufleet import collect, engine, guard, lock, profiles, report, runs, schema, slurm, views
+from gpufleet import __version__, collect, engine, guard, lock, profiles, report, runs, schema, slurm, views
 from gpufleet.checks import GROUPS, slurm_health
 from gpufleet.collect import counters
 from gpufleet.command_line import Parser, add_document_arguments, json_arg, print_doc, results_exit
@@ -180,11 +172,51 @@ def cmd_profiles(args) -> int:
     if off:
         print(f"checks turned off: {', '.join(off)}")
     return 0
+# The commands as `gpufleet --help` lists them: each group, then its commands in order. A new command is its name on
+# one of these lines (and its parser where it lives); one in no group is listed under "more" and fails
+# tests/test_cli_conventions.py.
+COMMAND_GROUPS = {
+    "the fleet, on the controller": ("fleet", "report", "history", "baseline", "store", "versions", "slurm", "profiles"),
+    "one node, on the node": ("check", "bench", "counters", "status", "hw", "collect", "finetune"),
+}
+# The playbooks' and modules' own steps: they run as any command but are left out of --help.
+INTERNAL = ("run", "lock", "record")
+HELP_COLUMNS = 100
+
+
+class Commands:
+    """The subcommands' action, keeping each command's one-line help for the grouped list of `gpufleet --help`
+    instead of argparse's one flat list."""
+
+    def __init__(self, action: argparse._SubParsersAction):
+        self.action = action
+        self.helps: dict[str, str] = {}
+
+    def add_parser(self, name: str, **kwargs) -> argparse.ArgumentParser:
+        self.helps[name] = kwargs.pop("help", "")
+        return self.action.add_parser(name, **kwargs)
+
+    def unplaced(self) -> list[str]:
+        """Commands in no group of COMMAND_GROUPS and not INTERNAL."""
+        return sorted(set(self.helps) - set(INTERNAL) - {n for names in COMMAND_GROUPS.values() for n in names})
+
+    def listing(self) -> str:
+        groups = {**COMMAND_GROUPS, **({"more": tuple(self.unplaced())} if self.unplaced() else {})}
+        width = max(len(n) for names in groups.values() for n in names)
+        lines = []
+        for group, names in groups.items():
+            lines.append(f"{group}:")
+            for name in (n for n in names if n in self.helps):
+                lines += textwrap.wrap(self.helps[name], HELP_COLUMNS, initial_indent=f"  {name:<{width}}  ",
+                                       subsequent_indent=" " * (width + 4))
+        return "\n".join(lines)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = Parser(prog="gpufleet", description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="command", required=True)
+    p = Parser(prog="gpufleet", usage="gpufleet [-h] [--version] COMMAND ...")
+    p.add_argument("--version", action="version", version=f"gpufleet {__version__}")
+    sub = Commands(p.add_subparsers(dest="command", required=True, metavar="COMMAND", help=argparse.SUPPRESS,
+                                      prog="gpufleet"))
 
     c = sub.add_parser("collect", help="record NVML and sysfs readings as JSON")
     c.add_argument("--root", default="/", help="filesystem root to read sysfs/procfs under (tests)")
@@ -299,6 +331,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_report)
     fleet_cli.add_parsers(sub)  # record, history, baseline, store, versions: the fleet's memory
     runner_cli.add_parsers(sub)  # fleet run|accept|resume|locate: the playbooks through ansible-runner
+    summary = __doc__.split("\n\n")[0]
+    p.description = f"{summary}\n\n{sub.listing()}\n\nEach command's --help says more."
     return p
 
 

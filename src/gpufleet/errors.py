@@ -2,11 +2,13 @@ class InputError(ValueError):
     """Bad input (file, option, inventory variable). The message names it and what was expected."""
 
 
-# Every gpufleet command exits with these codes; each parser's --help and the README show this table.
+# Every gpufleet command exits with these codes; each parser's --help and docs/operations.md show this table.
 EXIT_CODES = """\
 exit codes (every gpufleet command):
-  0    done: every result passed or warned (report, fleet: every node accepted; locate: nothing slow)
+  0    done: every result passed or warned (report, fleet: every node accepted; locate: nothing slow;
+       status, hw: the GPUs read)
   1    a result failed or erred (report, fleet: a node not accepted; locate: a slow node or link named;
-       status: no GPU to show); check, bench, counters and finetune exit 0 here with --exit-zero
+       status, hw: no GPU could be read, after showing what could); check, bench, counters and finetune
+       exit 0 here with --exit-zero
   2    bad input or could not run: the message names the variable, file or host and what was expected
   130  interrupted (Ctrl-C or SIGTERM)"""

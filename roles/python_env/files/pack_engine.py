@@ -5,8 +5,9 @@ for the same sources (sorted names, no times or owners), so copying it to a node
 
     python pack_engine.py CHECKOUT OUT.tar.gz
 
-Takes pyproject.toml, README.md and src/gpufleet/**/*.py and *.yml, following the profiles link.
-Prints the number of files packed.
+Takes pyproject.toml, README.md and src/gpufleet/**/*.py and *.yml, following the profiles link, and the file the
+engine's version comes from (src/gpufleet/version.py): galaxy.yml in a checkout, MANIFEST.json in an installed
+collection. Prints the number of files packed.
 """
 
 import gzip
@@ -16,10 +17,12 @@ import sys
 import tarfile
 
 PATTERNS = (".py", ".yml")
+VERSION_FILES = ("galaxy.yml", "MANIFEST.json")
 
 
 def engine_files(checkout):
     names = ["pyproject.toml", "README.md"]
+    names += [f for f in VERSION_FILES if os.path.isfile(os.path.join(checkout, f))][:1]
     for top, dirs, files in os.walk(os.path.join(checkout, "src", "gpufleet"), followlinks=True):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
         names.extend(os.path.relpath(os.path.join(top, f), checkout) for f in files if f.endswith(PATTERNS))

@@ -359,8 +359,8 @@ def add_parsers(sub) -> None:
     _where(ssub.add_parser("rebuild", help="recreate the store from REPORTS_DIR/<run>/ (run.json, hosts/, report.json)"))
     s.set_defaults(func=cmd_store)
 
-    v = sub.add_parser("versions", help="on the controller: the software and firmware of a run's nodes (hosts/*.json), "
-                       "and which nodes differ in NCCL or its net plugin")
+    v = sub.add_parser("versions", help="the software and firmware of a run's nodes (hosts/*.json), and which nodes "
+                       "differ in NCCL or its net plugin")
     v.add_argument("run_dir", help="the run's folder (<reports_dir>/<run_id>)")
     v.add_argument("--hosts", help="comma-separated inventory host names (default: every document in RUN_DIR/hosts)")
     v.add_argument("--peers", help="comma-separated known-good nodes that join the NCCL run across nodes: their latest "

@@ -7,7 +7,7 @@
                                        node not accepted; the failing checks by class, hardware first
 
 Series, named in base units after Prometheus' naming guide (bytes, seconds, ratios; FLOP/s as _flops). Labels:
-node = the inventory name; gpu = the NVML index, uuid; check = <group>.<check>. README's table lists them all.
+node = the inventory name; gpu = the NVML index, uuid; check = <group>.<check>. docs/reports.md's table lists them all.
 
     gpufleet_node_accepted{node}                       1 accepted, 0 not
     gpufleet_node_verdict{node,verdict}                1 for the node's verdict, 0 for the others

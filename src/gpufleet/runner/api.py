@@ -254,6 +254,8 @@ def fleet_locate(inventory: str, *, limit: str | None = None, run_id: str | None
 
 
 def outcome_json(outcome: Outcome) -> str:
-    return json.dumps({"exit": outcome.exit, "status": outcome.status, "rc": outcome.rc, "interrupted": outcome.interrupted,
+    """The run's ending for --json: one exit field, `exit`, the command's own (ansible-playbook's return code is
+    ansible-runner's, in the run folder's runner/ artifacts and runner.json)."""
+    return json.dumps({"exit": outcome.exit, "status": outcome.status, "interrupted": outcome.interrupted,
                        "nodes": outcome.finals, "message": outcome.message, "why": outcome.why}, sort_keys=True)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from gpufleet.errors import InputError
@@ -30,8 +31,8 @@ def _common(p: argparse.ArgumentParser, *, inventory_required: bool = True) -> N
     p.add_argument("--project", help="a gpufleet checkout whose playbooks to run (default: this folder's, the engine's "
                    "checkout, or the installed collection gpufleet.cluster)")
     p.add_argument("--plain", action="store_true", help="plain timestamped lines instead of the live table")
-    p.add_argument("--json", action="store_true", help="end with one JSON line: exit code, status, verdict per node, and why "
-                   "(each node not accepted: its failing checks with their reasons)")
+    p.add_argument("--json", action="store_true", help="print one JSON line on stdout at the end: exit code, status, verdict "
+                   "per node, and why (each node not accepted: its failing checks with their reasons); the view goes to stderr")
 
 
 def _run_options(p: argparse.ArgumentParser) -> None:
@@ -47,7 +48,8 @@ def _run_options(p: argparse.ArgumentParser) -> None:
 
 
 def _view(args):
-    return make_view(plain=True if args.plain else None)
+    # --json: stdout holds the JSON alone; the view (live or plain lines) goes to stderr.
+    return make_view(plain=True if args.plain else None, stream=sys.stderr if args.json else None)
 
 
 def _finish(args, outcome) -> int:
@@ -123,8 +125,8 @@ def _locate_options(p: argparse.ArgumentParser) -> None:
 
 
 def add_parsers(sub) -> None:
-    fleet = sub.add_parser("fleet", help="on the controller: run the playbooks with a live view, resume a run, locate a slow node")
-    fsub = fleet.add_subparsers(dest="fleet_command", required=True)
+    fleet = sub.add_parser("fleet", help="run the playbooks with a live view, resume a run, locate a slow node")
+    fsub = fleet.add_subparsers(dest="fleet_command", required=True, metavar="COMMAND")
 
     r = fsub.add_parser("run", help="validate.yml over the inventory's gpu_nodes, with a live view")
     _common(r)
@@ -154,7 +156,9 @@ def add_parsers(sub) -> None:
     _locate_options(loc)
     loc.set_defaults(func=cmd_locate)
 
-    st = fsub.add_parser("locate-step", help="(locate.yml) start a localisation, or judge the round just run and plan the next")
+    # locate.yml's own step (its controller module runs it): no help, so `gpufleet fleet --help` leaves it out.
+    st = fsub.add_parser("locate-step", description="(locate.yml) start a localisation, or judge the round just run and "
+                         "plan the next")
     st.add_argument("run_dir", metavar="RUN_DIR")
     st.add_argument("--start", action="store_true", help="a new localisation over the --node's")
     st.add_argument("--node", action="append", help="a node to locate among, in inventory order (repeatable; with --start)")

@@ -38,6 +38,7 @@ import json
 import os
 import re
 import socket
+import sys
 from pathlib import Path
 
 from gpufleet import collect, schema
@@ -352,7 +353,11 @@ def cmd_hw(args) -> int:
     else:
         doc = read_live(args.root)
     print(json.dumps(doc, sort_keys=True) if args.json else render_text(doc))
-    return 0
+    # The views' rule (errors.EXIT_CODES): 1 when no GPU could be read, after showing what could be, as status does.
+    if doc["nvml"]["available"] and doc["gpus"]:
+        return 0
+    print(f"gpufleet hw: no GPU read: {doc['nvml']['error'] or 'NVML sees no GPU on this node'}", file=sys.stderr)
+    return 1
 
 
 def add_parser(sub) -> None:

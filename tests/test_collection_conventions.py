@@ -1,0 +1,131 @@
+"""The collection keeps Ansible's conventions: the version written once (galaxy.yml) and the same everywhere, the
+Apache-2.0 licence in the repository and the built tarball, antsibull-changelog fragments under the sections of its
+config, and the internal modules marked as such in `ansible-doc -l` with the public and internal lists of
+docs/modules.md the same as the code's."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpufleet import version
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+INTERNAL_NOTE = "Internal to gpufleet.cluster."
+
+
+@pytest.fixture(scope="module")
+def tarball(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("dist")
+    subprocess.run([str(BIN / "ansible-galaxy"), "collection", "build", str(REPO), "--output-path", str(out)],
+                   cwd=out, check=True, capture_output=True, timeout=300)
+    (built,) = out.glob("gpufleet-cluster-*.tar.gz")
+    return built
+
+
+def galaxy() -> dict:
+    return yaml.safe_load((REPO / "galaxy.yml").read_text())
+
+
+def test_the_version_is_written_once_and_is_the_same_everywhere(tarball, tmp_path):
+    written = galaxy()["version"]
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert "version" not in project and "version" in project["dynamic"]
+    assert version.VERSION == written
+    with tarfile.open(tarball) as tar:
+        manifest = json.load(tar.extractfile("MANIFEST.json"))
+    assert manifest["collection_info"]["version"] == written and tarball.name == f"gpufleet-cluster-{written}.tar.gz"
+    # From MANIFEST.json where there is no galaxy.yml: the installed collection's src/.
+    (tmp_path / "installed").mkdir()
+    (tmp_path / "installed" / "MANIFEST.json").write_text(json.dumps(manifest))
+    assert version.read(tmp_path / "installed") == written
+    # Derived, not copied: the engine's package built from a galaxy.yml of another version takes that version.
+    src = tmp_path / "checkout"
+    shutil.copytree(REPO / "src", src / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(REPO / name, src / name)
+    (src / "galaxy.yml").write_text((REPO / "galaxy.yml").read_text().replace(f"version: {written}", "version: 9.8.7"))
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                           str(tmp_path / "wheels"), str(src)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert [p.name.split("-")[1] for p in (tmp_path / "wheels").glob("gpufleet-*.whl")] == ["9.8.7"]
+
+
+def test_the_engine_packed_for_the_nodes_carries_its_version(tmp_path):
+    pack = REPO / "roles" / "python_env" / "files" / "pack_engine.py"
+    subprocess.run([sys.executable, str(pack), str(REPO), str(tmp_path / "engine.tar.gz")], check=True, capture_output=True)
+    with tarfile.open(tmp_path / "engine.tar.gz") as tar:
+        names = tar.getnames()
+    assert "galaxy.yml" in names and "src/gpufleet/version.py" in names and "pyproject.toml" in names
+
+
+def test_the_licence_is_in_the_repository_and_the_tarball(tarball):
+    text = (REPO / "LICENSE").read_text()
+    assert text.lstrip().startswith("Apache License\n                           Version 2.0, January 2004")
+    assert "END OF TERMS AND CONDITIONS" in text and "APPENDIX: How to apply the Apache License" in text
+    assert galaxy()["license"] == ["Apache-2.0"]
+    assert tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["license"] == "Apache-2.0"
+    with tarfile.open(tarball) as tar:
+        assert tar.extractfile("LICENSE").read().decode() == text
+        names = set(tar.getnames())
+    assert {"changelogs/config.yaml", "changelogs/changelog.yaml", "CHANGELOG.rst"} <= names
+
+
+def test_the_docs_quote_the_tarballs_size_and_version(tarball):
+    """docs/installed-collection.md gives the size, within 20%, and every tarball named carries galaxy.yml's version."""
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    quoted = re.search(r"\.tar\.gz`, about (\d+) kB", (REPO / "docs" / "installed-collection.md").read_text())
+    assert quoted, "docs/installed-collection.md no longer quotes the tarball's size"
+    size_kb = tarball.stat().st_size / 1000
+    assert abs(int(quoted.group(1)) - size_kb) <= 0.2 * size_kb, f"quoted {quoted.group(1)} kB; built {size_kb:.0f} kB"
+    for page in pages:
+        for named in re.findall(r"gpufleet-cluster-([0-9][^\s`/]*?)\.tar\.gz", page.read_text()):
+            assert named == galaxy()["version"], f"{page.name} names gpufleet-cluster-{named}.tar.gz"
+
+
+def test_changelog_fragments_use_the_configs_sections():
+    config = yaml.safe_load((REPO / "changelogs" / "config.yaml").read_text())
+    sections = {name for name, _ in config["sections"]} | {config["prelude_section_name"], config["trivial_section_name"]}
+    fragments = sorted((REPO / "changelogs" / "fragments").glob("*.y*ml"))
+    assert fragments, "no changelog fragment: every change adds one (docs/releasing.md)"
+    for path in fragments:
+        doc = yaml.safe_load(path.read_text())
+        assert isinstance(doc, dict) and set(doc) <= sections, f"{path.name}: sections {sorted(doc)}; expected of {sorted(sections)}"
+        for section, lines in doc.items():
+            if section != config["prelude_section_name"]:
+                assert isinstance(lines, list) and all(isinstance(line, str) and line for line in lines), (path.name, section)
+    assert yaml.safe_load((REPO / "changelogs" / "changelog.yaml").read_text())["ancestor"] is None
+
+
+def modules_md_table(heading: str) -> set[str]:
+    text = (REPO / "docs" / "modules.md").read_text()
+    section = text.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    return set(re.findall(r"^\| `gpufleet\.cluster\.(\w+)` \|", section, flags=re.M))
+
+
+def ansible_doc(*args: str) -> dict:
+    done = subprocess.run([str(BIN / "ansible-doc"), *args, "--json"], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, env={"PATH": f"{BIN}:/usr/bin:/bin", "ANSIBLE_NOCOLOR": "1", "HOME": str(REPO / ".ansible")})
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_internal_modules_are_marked_and_the_docs_list_both_kinds():
+    listed = {name.removeprefix("gpufleet.cluster."): text for name, text in ansible_doc("-l", "gpufleet.cluster").items()}
+    internal = {name for name, text in listed.items() if text.startswith("Internal:")}
+    assert internal and modules_md_table("Internal modules") == internal
+    assert modules_md_table("Public modules") == set(listed) - internal
+    docs = ansible_doc(*(f"gpufleet.cluster.{name}" for name in sorted(listed)))
+    for name in listed:
+        notes = " ".join(docs[f"gpufleet.cluster.{name}"]["doc"].get("notes") or [])
+        assert (INTERNAL_NOTE in notes) == (name in internal), f"{name}: internal {name in internal}, notes: {notes}"
