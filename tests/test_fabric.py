@@ -16,7 +16,7 @@ import pytest
 from gpufleet import profiles, schema
 from gpufleet.checks import host_hygiene
 from gpufleet.collect import counters, host
-from gpufleet.fleet import fabric_growth, fabric_peers, metrics
+from gpufleet.fleet import fabric_growth, metrics
 from gpufleet.fleet.thresholds import Thresholds, thresholds_for
 
 from sysfs_tree import hgx, vm

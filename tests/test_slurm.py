@@ -9,7 +9,6 @@ readings (one with an Xid 79 added to its kernel log), made into report.json by 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path

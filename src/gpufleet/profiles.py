@@ -15,10 +15,9 @@ from typing import Any
 
 import yaml
 
-GENERIC = "generic"
-
-
 from gpufleet.errors import InputError
+
+GENERIC = "generic"
 
 
 class ProfileError(InputError):
