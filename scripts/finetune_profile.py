@@ -95,7 +95,6 @@ def main() -> int:
     from torch.profiler import ProfilerActivity, profile
 
     from gpufleet.finetune import config as fconfig, data, model as fmodel
-    from gpufleet.finetune.worker import _tokenizer
 
     cfg = fconfig.load(a.config)
     t, d, m = cfg["training"], cfg["data"], cfg["model"]
@@ -114,7 +113,7 @@ def main() -> int:
     records = data.load_records(d["dataset_name"], hub=d["dataset_name_source"] == "hub", config_name=d["dataset_config"],
                                 split=d["split"])
     train_idx, _ = data.split_indices(len(records), d["eval_samples"], t["seed"], d["max_samples"], source=d["dataset_name"])
-    tok = _tokenizer(cfg, records, train_idx, 0, 1)
+    tok = data.tokenizer(cfg, records, train_idx, 0, 1)
     dtype = getattr(torch, m["torch_dtype"]) if cuda else torch.float32
     model = fmodel.build_trainable(cfg, vocab_size=len(tok), dtype=dtype, device=device, device_map={"": str(device)})
     model.to(device).train()

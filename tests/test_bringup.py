@@ -37,7 +37,7 @@ def tune(root: Path, *args: str) -> tuple[int, dict]:
 def drift_result(root: Path, required: bool = True) -> dict:
     readings = {"host": host.read(str(root), {}), "nvml": {}}
     prof = profiles.resolve(H100, overrides={"bringup_required": required})
-    return host_hygiene.check_bringup_drift(readings, prof)
+    return host_hygiene.bringup.check_bringup_drift(readings, prof)
 
 
 # --- bringup_facts ----------------------------------------------------------------------------------
@@ -160,7 +160,7 @@ def test_tuning_script_clears_acs_and_sets_governor_and_sysctl(tmp_path):
     # The engine's own reader and checks see what the script did.
     after = {"host": host.read(str(tree.root), tree.environ), "nvml": {}}
     prof = profiles.resolve(H100, overrides={"ib_ports_min": 8})
-    for check in (host_hygiene.check_pcie_acs, host_hygiene.check_numa_balancing, host_hygiene.check_cpu_governor):
+    for check in (host_hygiene.pcie.check_pcie_acs, host_hygiene.numa.check_numa_balancing, host_hygiene.kernel.check_cpu_governor):
         assert check(after, prof)["status"] == schema.PASS
     assert tune(tree.root, *args)[1]["changed"] == []  # a second run changes nothing
 
@@ -273,5 +273,5 @@ def test_corrupt_record_is_an_error(tmp_path):
 
 
 def test_recorded_readings_without_the_section_are_an_error():
-    r = host_hygiene.check_bringup_drift({"host": {}, "nvml": {}}, profiles.resolve(H100))
+    r = host_hygiene.bringup.check_bringup_drift({"host": {}, "nvml": {}}, profiles.resolve(H100))
     assert r["status"] == schema.ERROR and "no 'bringup' section" in r["reason"]

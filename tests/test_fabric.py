@@ -16,7 +16,7 @@ import pytest
 from gpufleet import profiles, schema
 from gpufleet.checks import host_hygiene
 from gpufleet.collect import counters, host
-from gpufleet.fleet import fabric_growth, fabric_peers, metrics
+from gpufleet.fleet import fabric_growth, metrics
 from gpufleet.fleet.thresholds import Thresholds, thresholds_for
 
 from sysfs_tree import hgx, vm
@@ -73,7 +73,7 @@ def test_aer_files_absent_or_unreadable_are_named(tmp_path):
     aer = host.read(str(tree.root), tree.environ)["aer"]
     assert aer["present"] is False and "no aer_dev_* file" in aer["reason"]
     assert all(d["correctable"] is None and "not present" in d["reason"] for d in aer["devices"])
-    res = host_hygiene.check_pcie_aer(_readings(tree), profiles.resolve(H100))
+    res = host_hygiene.pcie.check_pcie_aer(_readings(tree), profiles.resolve(H100))
     assert res["status"] == schema.SKIP and "no aer_dev_* file" in res["reason"]
 
 
@@ -94,8 +94,8 @@ def test_a_gpu_vm_without_infiniband_or_aer_statistics_skips_and_hw_says_why(tmp
     for path in tree.root.glob("sys/devices/**/aer_dev_*"):
         path.unlink()
     r = _readings(tree)
-    assert host_hygiene.check_pcie_aer(r, profiles.resolve(H100))["status"] == schema.SKIP
-    assert host_hygiene.check_gpu_nic_rails(r, profiles.resolve(H100))["status"] == schema.SKIP
+    assert host_hygiene.pcie.check_pcie_aer(r, profiles.resolve(H100))["status"] == schema.SKIP
+    assert host_hygiene.infiniband.check_gpu_nic_rails(r, profiles.resolve(H100))["status"] == schema.SKIP
     res = counters.fabric_snapshot("before", r, boot_id="b")
     assert res["status"] == schema.SKIP and "no aer_dev_* file" in res["reason"]
     text = _gpufleet("hw", "--root", str(tree.root)).stdout
@@ -193,10 +193,10 @@ def test_a_counter_back_below_without_a_reboot_stopped_counting(tmp_path):
 
 
 def test_port_trained_at_fewer_lanes_is_named(tmp_path):
-    res = host_hygiene.check_ib_port_speed(_readings(hgx(tmp_path, ib_rates={4: "200 Gb/sec (2X NDR)"})), profiles.resolve(H100))
+    res = host_hygiene.infiniband.check_ib_port_speed(_readings(hgx(tmp_path, ib_rates={4: "200 Gb/sec (2X NDR)"})), profiles.resolve(H100))
     assert res["status"] == schema.FAIL and res["value"] == 1
     assert "mlx5_4/1 at 200 Gb/sec (2X NDR) (a lower rate and fewer lanes than its InfiniBand siblings at 400 Gb/sec (4X NDR))" in res["reason"]
-    ok = host_hygiene.check_ib_port_speed(_readings(hgx(tmp_path / "ok")), profiles.resolve(H100))
+    ok = host_hygiene.infiniband.check_ib_port_speed(_readings(hgx(tmp_path / "ok")), profiles.resolve(H100))
     assert ok["status"] == schema.PASS and "8 active port(s) alike" in ok["reason"]
 
 
@@ -204,19 +204,19 @@ def test_pcie_aer_since_boot(tmp_path):
     tree = hgx(tmp_path)
     prof = profiles.resolve(H100)
     tree.aer(GPU3_BRIDGE, "correctable", {"RxErr": 4})
-    res = host_hygiene.check_pcie_aer(_readings(tree), prof)
+    res = host_hygiene.pcie.check_pcie_aer(_readings(tree), prof)
     assert res["status"] == schema.PASS and "bridge 0000:72:00.0 (above 0000:73:00.0): 4 (RxErr 4)" in res["reason"]
     tree.aer("0000:74:00.0", "nonfatal", {"CmpltTO": 1})
-    res = host_hygiene.check_pcie_aer(_readings(tree), prof)
+    res = host_hygiene.pcie.check_pcie_aer(_readings(tree), prof)
     assert res["status"] == schema.WARN and "non-fatal uncorrectable: HCA 0000:74:00.0: 1 (CmpltTO 1)" in res["reason"]
     tree.aer(GPU3_BRIDGE, "fatal", {"DLP": 1})
-    res = host_hygiene.check_pcie_aer(_readings(tree), prof)
+    res = host_hygiene.pcie.check_pcie_aer(_readings(tree), prof)
     assert res["status"] == schema.FAIL and "fatal: bridge 0000:72:00.0 (above 0000:73:00.0): 1 (DLP 1)" in res["reason"]
     assert res["threshold"]["key"] == "fabric_aer_fatal_max" and res["class"] == "hardware"
 
 
 def test_rails_pair_each_gpu_with_the_hca_under_its_switch(tmp_path):
-    res = host_hygiene.check_gpu_nic_rails(_readings(hgx(tmp_path, hca_names=(0, 1, 2, 3, 5, 4, 6, 7))), profiles.resolve(H100))
+    res = host_hygiene.infiniband.check_gpu_nic_rails(_readings(hgx(tmp_path, hca_names=(0, 1, 2, 3, 5, 4, 6, 7))), profiles.resolve(H100))
     assert res["status"] == schema.PASS
     rails = {r["gpu"]: r["hca"] for r in res["detail"]["rails"]}
     assert rails == {0: "mlx5_0", 1: "mlx5_1", 2: "mlx5_2", 3: "mlx5_3", 4: "mlx5_5", 5: "mlx5_4", 6: "mlx5_6", 7: "mlx5_7"}
@@ -224,7 +224,7 @@ def test_rails_pair_each_gpu_with_the_hca_under_its_switch(tmp_path):
 
 
 def test_a_gpu_with_no_hca_beside_it_is_named(tmp_path):
-    res = host_hygiene.check_gpu_nic_rails(_readings(hgx(tmp_path, no_hca=(6,))), profiles.resolve(H100))
+    res = host_hygiene.infiniband.check_gpu_nic_rails(_readings(hgx(tmp_path, no_hca=(6,))), profiles.resolve(H100))
     assert res["status"] == schema.FAIL and res["value"] == 1
     assert "GPU 6 (0000:d3:00.0, NUMA node 1): nearest HCA mlx5_4 (0000:94:00.0) only through the CPU" in res["reason"]
 

@@ -121,7 +121,7 @@ def test_a_lost_node_a_killed_engine_and_a_truncated_document_are_each_named(fle
     try:
         read_until(proc, lines, "[node-c] gpufleet: benchmarks", 120)
         fleet.kill_sshd("node-c")
-        soak = fleet.wait_for(lambda: fleet.pids("node-b", "bench soak"), 120, "node-b's soak engine")
+        fleet.wait_for(lambda: fleet.pids("node-b", "bench soak"), 120, "node-b's soak engine")
         fleet.kill("node-b", "bench soak")
         read_until(proc, lines, "PLAY [Report on the fleet]", 240)
         path = run_dir / "hosts" / "node-a.json"

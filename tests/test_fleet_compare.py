@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from gpufleet import report, schema
+from gpufleet import report
 from gpufleet.report import formatting
 from gpufleet.errors import InputError
 from gpufleet.fleet import compare, counter_growth, metrics, peers, robust, short_uuid, thresholds

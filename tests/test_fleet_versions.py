@@ -76,10 +76,10 @@ def test_a_node_with_another_net_plugin_fails_naming_the_file_and_both_hashes(tm
     assert first.startswith("| **NCCL net plugin** |") and f"n1: /opt/hpcx/nccl_rdma_sharp_plugin/lib/libnccl-net.so (sha256 {PLUGIN_B})" in first, first
     assert "| NVIDIA driver | 570.124.06 (3 of 3) |" in section
     html = (tmp_path / "reports/r1/report.html").read_text()
-    assert "<h2>Software and firmware</h2>" in html and f'<tr class="s-warn"><td>NCCL net plugin</td>' in html
+    assert "<h2>Software and firmware</h2>" in html and '<tr class="s-warn"><td>NCCL net plugin</td>' in html
     assert html.index("<td>NCCL net plugin</td>") < html.index("<td>NVIDIA driver</td>")
     junit = (tmp_path / "reports/r1/junit.xml").read_text()
-    assert f'name="version.nccl_net_plugin" value="{{&quot;path&quot;: &quot;/opt/hpcx' in junit
+    assert 'name="version.nccl_net_plugin" value="{&quot;path&quot;: &quot;/opt/hpcx' in junit
 
 
 def test_a_node_with_another_driver_or_no_ofed_warns_and_the_nccl_run_keeps_it(tmp_path):
@@ -100,7 +100,7 @@ def test_two_nodes_that_disagree_are_both_named(tmp_path):
     rep = build(tmp_path, by_host)
     for host, other in (("n0", "2.21.5 on n1"), ("n1", "2.26.2 on n0")):
         res = fleet_versions(rep, host)
-        assert res["status"] == "fail" and f"NCCL (torch's): " in res["reason"], res
+        assert res["status"] == "fail" and "NCCL (torch's): " in res["reason"], res
         assert f"{other} (no majority: the nodes do not agree)" in res["reason"], res["reason"]
     assert set(versions.nccl_left_out(by_host)) == {"n0", "n1"}
 

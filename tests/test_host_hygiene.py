@@ -229,12 +229,12 @@ def test_nccl_conf_line_with_spaces_has_no_effect(tmp_path):
 
 def test_socket_ifname_syntax():
     ifs = ["docker0", "eth0", "eth1", "ib0", "lo"]
-    assert host_hygiene.socket_ifname_matches("eth", ifs) == ["eth0", "eth1"]
-    assert host_hygiene.socket_ifname_matches("=eth", ifs) == []
-    assert host_hygiene.socket_ifname_matches("=eth1,ib0", ifs) == ["eth1", "ib0"]
-    assert host_hygiene.socket_ifname_matches("^docker,lo", ifs) == ["eth0", "eth1", "ib0"]
-    assert host_hygiene.socket_ifname_matches("^=eth0", ifs) == ["docker0", "eth1", "ib0", "lo"]
-    assert host_hygiene.nccl_int("1") == 1 and host_hygiene.nccl_int("0x10") == 16 and host_hygiene.nccl_int("yes") == 0
+    assert host_hygiene.nccl_env.socket_ifname_matches("eth", ifs) == ["eth0", "eth1"]
+    assert host_hygiene.nccl_env.socket_ifname_matches("=eth", ifs) == []
+    assert host_hygiene.nccl_env.socket_ifname_matches("=eth1,ib0", ifs) == ["eth1", "ib0"]
+    assert host_hygiene.nccl_env.socket_ifname_matches("^docker,lo", ifs) == ["eth0", "eth1", "ib0"]
+    assert host_hygiene.nccl_env.socket_ifname_matches("^=eth0", ifs) == ["docker0", "eth1", "ib0", "lo"]
+    assert host_hygiene.nccl_env.nccl_int("1") == 1 and host_hygiene.nccl_env.nccl_int("0x10") == 16 and host_hygiene.nccl_env.nccl_int("yes") == 0
 
 
 def test_fabric_manager_inactive_fails(tmp_path):

@@ -206,7 +206,7 @@ def test_fleet_names_the_corrupt_gpu_that_its_own_node_could_not(runs):
     assert node["status"] == "pass"  # one GPU: nothing inside the node to outvote it
     res = _fleet_sdc(runs["r1"], "n2")
     assert res["status"] == "fail" and res["class"] == "hardware"
-    assert res["reason"].startswith(f"GPU 0 (") and f"train_mlp sha256 {BAD[:12]}… against 3 of 4 GPUs" in res["reason"]
+    assert res["reason"].startswith("GPU 0 (") and f"train_mlp sha256 {BAD[:12]}… against 3 of 4 GPUs" in res["reason"]
     assert res["detail"]["flagged_gpus"] == [{"index": 0, "uuid": n2["uuid"], "serial": n2["serial"]}]
     assert runs["r1"]["nodes"]["n2"]["verdict"] == "fail"
     for host in ("n0", "n1", "n3"):

@@ -1,16 +1,21 @@
-# -*- coding: utf-8 -*-
-# Copyright: gpufleet contributors
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0.txt)
 """gpufleet.cluster.node_validate: the whole node stage of validate.yml in one task.
 
 Ansible charges the controller for every task on every node (a worker forked, the task's templates compiled, its
 result copied and cleaned in the main process) and for every module sent: far more than the stage's own work. So
-one task a node, and two module runs on it (gpufleet.cluster.node_steps): the lock, the check groups and the
-counters before; then the benchmarks, the counters after and, when no later stage needs the node, the lock given
-back. A node lost during the second keeps what the first measured. The host document is written here, in the
-task's worker, with the engine's own writer (no process started for it), and only a summary goes back to the main
-process. After each, a line `[HOST] gpufleet: checks|benchmarks: ... | pass=N ...` tells the live view where the
-node is and how it fares so far.
+one task a node, and two module runs on it (gpufleet.cluster.node_steps, each running several modules' bodies in
+one process on the node):
+
+    run 1  node_lock (take the node for this run)  gpu_inventory  gpu_health  host_hygiene  gpu_counters (before)
+           [the lock held by another run of this controller that is gone, or the bounded wait: NodeTake.take()]
+    run 2  benchmark  gpu_counters (after)  [node_lock released, when no later play needs the node]
+
+A node lost during run 2 keeps what run 1 measured. Each step keeps its own outcome: a step whose module could not
+answer is an `error` result of its group (engine_schema.STEP_GROUPS), a node that did not answer one of
+connection.reachable. The host document is then written here, in the task's worker, with the engine's own writer
+(no process started for it), and only a summary and the facts the later plays read (validate_node_multinode,
+validate_node_lock_held, ...) go back to the main process. After each run, a line
+`[HOST] gpufleet: checks|benchmarks: ... | pass=N ...` tells the live view (gpufleet.runner.events) where the node
+is and how it fares so far.
 """
 
 from __future__ import annotations
@@ -32,15 +37,30 @@ REMEDY_DEFAULT = "read the reason, fix the node or the input and re-run validate
 REMEDY_UNREACHABLE = ("check the inventory address, ssh access (ansible_user, keys) and that the node is up; then "
                       "re-run with --limit")
 
-# The engine's writer of host documents, from the collection's own src/ (what `gpufleet record` runs): imported once
-# in Ansible's main process, which loads this plugin before forking the workers that run it.
+# The engine's writer of host documents (what `gpufleet record` runs), imported once in Ansible's main process,
+# which loads this plugin before forking the workers that run it: the installed engine (pip install
+# '<checkout>[controller]'); else the collection's own src/, which the collection ships so that the controller
+# needs no install (README, "Install"); else none, and `gpufleet record` runs under controller_python.
 ENGINE_SRC = str(Path(__file__).resolve().parents[2] / "src")
-try:
-    if ENGINE_SRC not in sys.path:
-        sys.path.append(ENGINE_SRC)
-    from gpufleet.fleet.cli import record as write_host_document
-except ImportError:  # the controller's Python lacks what the engine needs: `gpufleet record` under controller_python
-    write_host_document = None
+
+
+def _engine_writer():
+    try:
+        from gpufleet.fleet.cli import record
+    except ImportError:
+        pass
+    else:
+        return record
+    sys.path.append(ENGINE_SRC)  # only where the engine is not installed
+    try:
+        from gpufleet.fleet.cli import record
+    except ImportError:  # the controller's Python lacks what the engine needs
+        sys.path.remove(ENGINE_SRC)
+        return None
+    return record
+
+
+write_host_document = _engine_writer()
 
 ARGUMENT_SPEC = {
     "lock": {"type": "dict", "required": True, "options": TAKE_SPEC},

@@ -82,6 +82,14 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_schema imp
 from ansible_collections.gpufleet.cluster.plugins.module_utils.lock_module import lock_module_argument_spec, run_lock_module
 
 
+# How several modules run in one: every gpufleet module's body is a function of module_utils, body(module), that
+# reads module.params and module.check_mode and ends with module.exit_json(...) or module.fail_json(...); the
+# module files only build an AnsibleModule and call it. Here each step's arguments are checked against its module's
+# argument spec (ArgumentSpecValidator, as AnsibleModule would), and its body is called with a StepModule, whose
+# exit_json and fail_json raise StepDone carrying the result instead of printing it and exiting: so the bodies run
+# one after another, unchanged, in this one process, and each step's result is what its module would have returned.
+
+
 def _check_group_body(group):
     return lambda module: run_check_module(module, group)
 
@@ -102,7 +110,8 @@ class StepDone(Exception):
 
 
 class StepModule:
-    """What a module body asks of its AnsibleModule, for a step run inside this one."""
+    """The part of AnsibleModule a module body uses (params, check_mode, exit_json, fail_json), for a step run
+    inside this module: its answer is raised as StepDone, not printed."""
 
     def __init__(self, params, check_mode):
         self.params = params

@@ -2,7 +2,8 @@
 
 - A check: its name, the group its results carry, the class of its warn and fail (failure_class.py says what
   each class means), the profile keys it judges against (files/profiles/generic.yml declares each), and, for the
-  checks of a check group, the function in `checks/<group>.py` that makes it (default: the check's name).
+  checks of a check group, the function that makes it (default: the check's name in `checks/<group>.py`;
+  `file.function` in a group split into one file per concern, `checks/<group>/<file>.py`).
 - A check group (`gpufleet check --group G`, and the gpufleet.cluster module of the same name on the node).
 - A benchmark (`gpufleet bench NAME`, the `benchmark` module's choices): the checks of its results, the run tiers
   (gpufleet_tier) it runs in, whether gpufleet_benchmarks may name it and does by default, whether it runs across
@@ -29,7 +30,9 @@ class Check:
     name: str
     failure_class: str  # of its warn and fail; an `error` is software unless this is environment
     thresholds: tuple[str, ...] = ()  # the profile keys it judges against
-    function: str | None = None  # a check group's check: its function in checks/<group>.py, when not `name`
+    # A check group's check: its function in checks/<group>.py when not `name`; in a group split by concern
+    # (checks/<group>/<file>.py), `file.function`.
+    function: str | None = None
     confirmed: bool = False  # a benchmark's figure measured once more before its warn or fail stands
 
 
@@ -84,19 +87,19 @@ CHECK_GROUPS = (
         Check("processes", ENVIRONMENT),
     )),
     Group("host_hygiene", module="host_hygiene", checks=(
-        Check("pcie_acs", CONFIGURATION, function="check_pcie_acs"),
-        Check("numa_affinity", CONFIGURATION, function="check_numa_affinity"),
-        Check("infiniband", HARDWARE, ("ib_ports_min", "ib_rate_min_gbps"), function="check_infiniband"),
-        Check("ib_port_speed", HARDWARE, function="check_ib_port_speed"),
-        Check("gpu_nic_rails", HARDWARE, function="check_gpu_nic_rails"),
-        Check("pcie_aer", HARDWARE, ("fabric_aer_fatal_max", "fabric_aer_nonfatal_max"), function="check_pcie_aer"),
-        Check("peermem", SOFTWARE, function="check_peermem"),
-        Check("iommu", CONFIGURATION, ("iommu_passthrough_required",), function="check_iommu"),
-        Check("numa_balancing", CONFIGURATION, ("numa_balancing_expected",), function="check_numa_balancing"),
-        Check("cpu_governor", CONFIGURATION, ("cpu_governor_expected",), function="check_cpu_governor"),
-        Check("fabric_manager", SOFTWARE, function="check_fabric_manager"),
-        Check("nccl_env", CONFIGURATION, function="check_nccl_env"),
-        Check("bringup_drift", CONFIGURATION, ("bringup_required",), function="check_bringup_drift"),
+        Check("pcie_acs", CONFIGURATION, function="pcie.check_pcie_acs"),
+        Check("numa_affinity", CONFIGURATION, function="numa.check_numa_affinity"),
+        Check("infiniband", HARDWARE, ("ib_ports_min", "ib_rate_min_gbps"), function="infiniband.check_infiniband"),
+        Check("ib_port_speed", HARDWARE, function="infiniband.check_ib_port_speed"),
+        Check("gpu_nic_rails", HARDWARE, function="infiniband.check_gpu_nic_rails"),
+        Check("pcie_aer", HARDWARE, ("fabric_aer_fatal_max", "fabric_aer_nonfatal_max"), function="pcie.check_pcie_aer"),
+        Check("peermem", SOFTWARE, function="infiniband.check_peermem"),
+        Check("iommu", CONFIGURATION, ("iommu_passthrough_required",), function="kernel.check_iommu"),
+        Check("numa_balancing", CONFIGURATION, ("numa_balancing_expected",), function="numa.check_numa_balancing"),
+        Check("cpu_governor", CONFIGURATION, ("cpu_governor_expected",), function="kernel.check_cpu_governor"),
+        Check("fabric_manager", SOFTWARE, function="kernel.check_fabric_manager"),
+        Check("nccl_env", CONFIGURATION, function="nccl_env.check_nccl_env"),
+        Check("bringup_drift", CONFIGURATION, ("bringup_required",), function="bringup.check_bringup_drift"),
     )),
 )
 

@@ -10,7 +10,7 @@ boot by gpufleet-host-tuning.service:
 
 --acs-off       clears the PCIe ACS control register of every bridge above an
                 NVIDIA GPU or a network/InfiniBand controller, found through
-                sysfs the way gpufleet's collect/host.py finds them (with ACS
+                sysfs the way gpufleet's collect/host/pci.py finds them (with ACS
                 P2P redirect on, GPU-GPU and GPU-NIC traffic detours through
                 the root complex). Written through the device's sysfs config
                 file, the way `setpci -s BDF ECAP_ACS+6.w=0` does.
@@ -58,7 +58,7 @@ def pci_kind(vendor, pci_class):
 
 
 def upstream_chain(resolved_path):
-    """Bridge BDFs above a device, from its resolved sysfs path (as collect/host.py does)."""
+    """Bridge BDFs above a device, from its resolved sysfs path (as collect/host/pci.py does)."""
     parts = resolved_path.split("/")
     start = next((i for i, p in enumerate(parts) if p.startswith("pci") and ":" in p), None)
     if start is None:

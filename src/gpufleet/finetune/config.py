@@ -293,3 +293,19 @@ def require_runtime(cfg: dict) -> None:
                 f"but deepspeed is not importable here ({exc}); install it (pip install deepspeed --no-build-isolation, "
                 "after torch) or set distributed.deepspeed: null for plain DDP"
             ) from None
+
+
+def deepspeed_config(cfg: dict, world: int, bf16: bool) -> dict:
+    """The DeepSpeed JSON with its "auto" values filled from the training section."""
+    t = cfg["training"]
+    ds = json.loads(json.dumps(cfg["distributed"]["deepspeed_config"]))
+    fill = {"train_micro_batch_size_per_gpu": t["per_device_train_batch_size"],
+            "gradient_accumulation_steps": t["gradient_accumulation_steps"],
+            "train_batch_size": t["per_device_train_batch_size"] * t["gradient_accumulation_steps"] * world,
+            "gradient_clipping": t["max_grad_norm"]}
+    for key, val in fill.items():
+        if ds.get(key, "auto") == "auto":
+            ds[key] = val
+    if isinstance(ds.get("bf16"), dict) and ds["bf16"].get("enabled") == "auto":
+        ds["bf16"]["enabled"] = bf16
+    return ds

@@ -132,6 +132,32 @@ def wrap_tokenizer(tokenizer_json: str):
     return fast
 
 
+def tokenizer(cfg: dict, records, train_idx, rank: int, world: int):
+    """model.build_tokenizer: rank 0 trains a BPE and sends it to every rank; else AutoTokenizer."""
+    build = cfg["model"]["build_tokenizer"]
+    if build is None:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(cfg["model"]["tokenizer"] or cfg["model"]["name"])
+        if tok.pad_token is None:
+            tok.pad_token = tok.eos_token
+        return tok
+    import torch.distributed as dist  # a rank's: the tokenizer is sent from rank 0
+
+    payload = [None]
+    if rank == 0:
+        texts = []
+        for i in train_idx:
+            try:
+                texts.append(conversation_text(records[i]))
+            except GlaiveFormatError:
+                continue
+        payload = [build_bpe_tokenizer(texts, build.get("vocab_size", 1024)).backend_tokenizer.to_str()]
+    if world > 1:
+        dist.broadcast_object_list(payload, src=0)  # BPE training is not bit-reproducible across processes
+    return wrap_tokenizer(payload[0])
+
+
 def load_records(name: str, *, hub: bool = False, config_name: str | None = None, split: str = "train"):
     """A `datasets.Dataset` from a .json/.jsonl file, a saved or plain data directory, or (hub) a hub repository.
     The config (config.py) has checked the name: a local path exists, a hub one was written hf://org/name."""

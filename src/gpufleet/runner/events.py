@@ -22,6 +22,8 @@ CHECK_MODULES = registry.group_names()  # each check group's module is named aft
 # Task files of the role whose tasks are a stage of their own, whatever the module.
 STAGE_FILES = {"nccl_multinode": "cross-node", "finetune_multinode": "fine-tune", "locate": "locate",
                "lock_take": "lock", "release": "release"}
+# The task file of a job across nodes, which both runs across nodes share: its stage is the job's (fine-tune or not).
+JOB_FILE = "job_across_nodes"
 # Worst first for the "so far" column; unreachable is worse than any result.
 _RANK = {"unreachable": 6, schema.ERROR: 5, schema.FAIL: 4, schema.WARN: 3, schema.PASS: 2, schema.SKIP: 1}
 FINAL_EVENT = "playbook_on_stats"
@@ -51,6 +53,10 @@ def classify(event_data: dict) -> tuple[str | None, str]:
     path = (event_data.get("task_path") or "").rsplit(":", 1)[0]
     stem = path.rsplit("/", 1)[-1].rsplit(".", 1)[0]
     in_role = "/tasks/" in path  # the playbooks' own tasks run on the controller
+    if in_role and stem == JOB_FILE:  # its names are the caller's: "Start NCCL across the nodes at once: a, b"
+        if "{{" in task:  # not templated yet: the stage from the module alone
+            return {"finetune": "fine-tune", "benchmark": "cross-node"}.get(short), ""
+        return ("fine-tune" if short == "finetune" or "fine-tune" in task else "cross-node"), _across(task)
     for prefix, stage in STAGE_FILES.items():
         if in_role and stem.startswith(prefix) and stem != "locate_report":
             if stage == "locate":  # which round and partner: FleetState.describe says, from locate.json

@@ -336,7 +336,7 @@ def _software_lines(sw: dict, row) -> list[str]:
 def read_live(root: str) -> dict:
     """Every reading of this node, then the document."""
     nv = nvml.read()
-    active = {g["index"]: [l["link"] for l in g.get("nvlink") or [] if l.get("active")] for g in nv.get("gpus") or []}
+    active = {g["index"]: [link["link"] for link in g.get("nvlink") or [] if link.get("active")] for g in nv.get("gpus") or []}
     types, _ = gpu_reads.nvlink_remote_types({i: links for i, links in active.items() if links})
     return build(nv, system.read(root), system.toolkit(), types, software_reading=software.read(root))
 

@@ -1,0 +1,143 @@
+"""The kernel and the node's services: IOMMU, the CPU frequency governor, NVIDIA Fabric Manager."""
+
+from __future__ import annotations
+
+from gpufleet import profiles
+from gpufleet.checks.host_hygiene.readings import BRINGUP, devices, section
+from gpufleet.schema import ERROR, FAIL, PASS, SKIP, WARN, result
+
+
+def _cmdline_passthrough(flags: dict) -> bool:
+    return flags.get("iommu") == "pt" or flags.get("iommu.passthrough") in ("1", "y", "on")
+
+
+def check_iommu(readings: dict, profile: dict) -> dict:
+    name = "iommu"
+    if not devices(readings, "gpu"):
+        return result(name, SKIP, "no NVIDIA GPU on the PCI bus")
+    io, err = section(readings, name, "iommu")
+    if err:
+        return err
+    required = profiles.value(profile, "iommu_passthrough_required")
+    thr = profiles.threshold(profile, "iommu_passthrough_required")
+    detail = {k: io.get(k) for k in ("groups_path", "group_count", "gpu_groups", "cmdline_flags", "cmdline_path")}
+    if not io.get("groups_present"):
+        return result(
+            name, PASS, f"no IOMMU active (no groups under {io.get('groups_path')})", threshold=thr, detail=detail
+        )
+    groups = io.get("gpu_groups") or []
+    translated = [g for g in groups if g.get("mode") == "translated"]
+    other = [g for g in groups if g.get("mode") is None]
+    if translated:
+        return result(
+            name,
+            FAIL if required else WARN,
+            f"IOMMU translates DMA for {len(translated)} GPU(s) (group type {translated[0]['type']}, "
+            f"e.g. {translated[0]['bdf']}): GPUDirect RDMA and P2P pay for every translation",
+            value=len(translated),
+            unit="gpus",
+            threshold=thr,
+            remedy="boot with iommu=pt (with intel_iommu=on or amd_iommu=on) so host devices use identity mapping",
+            detail=detail,
+        )
+    if other:
+        if _cmdline_passthrough(io.get("cmdline_flags") or {}):
+            return result(
+                name,
+                PASS,
+                "GPU IOMMU group type not exposed; the kernel command line sets passthrough",
+                threshold=thr,
+                detail=detail,
+            )
+        g = other[0]
+        return result(
+            name,
+            WARN,
+            f"IOMMU mode of {len(other)} GPU(s) unknown (e.g. {g['bdf']}: type {g.get('type')!r}, {g.get('reason') or 'not identity or DMA'}) "
+            "and the kernel command line has no iommu=pt",
+            threshold=thr,
+            remedy="boot with iommu=pt, or confirm the GPUs are not assigned to vfio",
+            detail=detail,
+        )
+    return result(
+        name, PASS, f"IOMMU in passthrough (identity) for all {len(groups)} GPU group(s)", threshold=thr, detail=detail
+    )
+
+
+# --- kernel and CPU tuning -----------------------------------------------------------------
+
+
+def check_cpu_governor(readings: dict, profile: dict) -> dict:
+    name = "cpu_governor"
+    gov, err = section(readings, name, "cpu_governors")
+    if err:
+        return err
+    thr = profiles.threshold(profile, "cpu_governor_expected")
+    expected = thr["value"]
+    counts = gov.get("counts") or {}
+    detail = {k: gov.get(k) for k in ("path", "counts", "cpus", "cpus_without_cpufreq")}
+    if not gov.get("present"):
+        return result(name, SKIP, "no CPU frequency scaling exposed (cpufreq absent)", threshold=thr, detail=detail)
+    if expected is None:
+        return result(
+            name,
+            WARN,
+            f"governors {counts}; cpu_governor_expected is not set",
+            threshold=thr,
+            remedy="set gpufleet_thresholds.cpu_governor_expected",
+            detail=detail,
+        )
+    off = {g: n for g, n in counts.items() if g != expected}
+    if off:
+        n_off = sum(off.values())
+        return result(
+            name,
+            FAIL,
+            f"{n_off} of {sum(counts.values())} CPUs not on the {expected} governor: {off}",
+            value=n_off,
+            unit="cpus",
+            threshold=thr,
+            remedy=f"{BRINGUP}, or cpupower frequency-set -g {expected}",
+            detail=detail,
+        )
+    return result(
+        name,
+        PASS,
+        f"all {counts[expected]} CPUs with cpufreq use the {expected} governor",
+        value=0,
+        unit="cpus",
+        threshold=thr,
+        detail=detail,
+    )
+
+
+# --- fabric manager --------------------------------------------------------------------------
+
+
+def check_fabric_manager(readings: dict, profile: dict) -> dict:
+    name = "fabric_manager"
+    switches = devices(readings, "nvswitch")
+    if not switches:
+        return result(name, SKIP, "no NVSwitch on the PCI bus, so no fabric manager is needed")
+    fm, err = section(readings, name, "fabricmanager")
+    if err:
+        return err
+    detail = {"nvswitches": [s["bdf"] for s in switches], **fm}
+    if not fm.get("asked") or not fm.get("state"):
+        return result(
+            name, ERROR, f"could not ask systemd about nvidia-fabricmanager: {fm.get('reason')}", detail=detail
+        )
+    if fm["state"] == "active":
+        return result(name, PASS, f"nvidia-fabricmanager active for {len(switches)} NVSwitch(es)", detail=detail)
+    return result(
+        name,
+        FAIL,
+        f"nvidia-fabricmanager is {fm['state']} with {len(switches)} NVSwitch(es) present: "
+        "CUDA cannot start on these GPUs until it runs",
+        remedy="systemctl enable --now nvidia-fabricmanager; its version must match the driver exactly "
+        "(journalctl -u nvidia-fabricmanager says why it stopped)",
+        detail=detail,
+    )
+
+
+# --- NCCL environment --------------------------------------------------------------------------

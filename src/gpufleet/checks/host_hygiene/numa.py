@@ -1,0 +1,109 @@
+"""NUMA: each GPU and its NIC on one NUMA node, and automatic NUMA balancing."""
+
+from __future__ import annotations
+
+from gpufleet import profiles
+from gpufleet.checks.host_hygiene.readings import (
+    BRINGUP,
+    devices,
+    host_readings,
+    section,
+)
+from gpufleet.schema import FAIL, PASS, SKIP, WARN, result
+
+
+def _rdma_nics(readings: dict) -> list[dict]:
+    """NICs that back an RDMA device when there are any, else every NIC."""
+    nics = devices(readings, "nic")
+    ib = host_readings(readings).get("infiniband") or {}
+    hca_bdfs = {p.get("pci_bdf") for p in ib.get("ports") or [] if p.get("pci_bdf")}
+    rdma = [n for n in nics if n["bdf"] in hca_bdfs]
+    return rdma or nics
+
+
+def check_numa_affinity(readings: dict, profile: dict) -> dict:
+    name = "numa_affinity"
+    gpus = devices(readings, "gpu")
+    if not gpus:
+        return result(name, SKIP, "no NVIDIA GPU on the PCI bus")
+    nodes = [n["node"] for n in (host_readings(readings).get("numa") or {}).get("nodes") or []]
+    nics = _rdma_nics(readings)
+    table = {
+        "numa_nodes": nodes,
+        "gpus": {g["bdf"]: g["numa_node"] for g in gpus},
+        "nics": {n["bdf"]: n["numa_node"] for n in nics},
+    }
+    if len(nodes) <= 1:
+        return result(name, PASS, f"single NUMA node ({len(nodes)} listed): every GPU and NIC is local", detail=table)
+    unknown = [g["bdf"] for g in gpus if g["numa_node"] < 0]
+    if unknown:
+        return result(
+            name,
+            WARN,
+            f"{len(unknown)} GPU(s) report numa_node -1 on a host with {len(nodes)} NUMA nodes ({', '.join(unknown)}): "
+            "the firmware does not say which socket they hang off, so jobs cannot be pinned near them",
+            value=len(unknown),
+            unit="gpus",
+            remedy="check the BIOS NUMA/SRAT settings (one NUMA node per socket, ACPI proximity for PCIe) and update firmware",
+            detail=table,
+        )
+    nic_nodes = sorted({n["numa_node"] for n in nics if n["numa_node"] >= 0})
+    lonely = [g for g in gpus if nic_nodes and g["numa_node"] not in nic_nodes]
+    if lonely:
+        on = sorted({g["numa_node"] for g in lonely})
+        return result(
+            name,
+            WARN,
+            f"{len(lonely)} GPU(s) sit on NUMA node(s) {on} with no NIC while NICs sit on node(s) {nic_nodes}: "
+            "their GPUDirect RDMA traffic crosses the socket interconnect",
+            value=len(lonely),
+            unit="gpus",
+            remedy="check HCA placement and riser cabling against the platform's reference layout",
+            detail=table,
+        )
+    return result(
+        name,
+        PASS,
+        f"{len(gpus)} GPU(s) on NUMA node(s) {sorted({g['numa_node'] for g in gpus})}, "
+        f"{len(nics)} NIC(s) on node(s) {nic_nodes}",
+        detail=table,
+    )
+
+
+# --- InfiniBand ------------------------------------------------------------------------
+
+
+def check_numa_balancing(readings: dict, profile: dict) -> dict:
+    name = "numa_balancing"
+    numa, err = section(readings, name, "numa")
+    if err:
+        return err
+    found = numa.get("numa_balancing")
+    thr = profiles.threshold(profile, "numa_balancing_expected")
+    expected = thr["value"]
+    detail = {"path": numa.get("numa_balancing_path"), "value": found, "reason": numa.get("reason")}
+    if found is None:
+        return result(
+            name, SKIP, f"automatic NUMA balancing not exposed ({numa.get('reason')})", threshold=thr, detail=detail
+        )
+    if expected is None:
+        return result(
+            name,
+            WARN,
+            f"kernel.numa_balancing is {found}; numa_balancing_expected is not set",
+            value=found,
+            threshold=thr,
+            remedy="set gpufleet_thresholds.numa_balancing_expected",
+            detail=detail,
+        )
+    if found != expected:
+        return result(
+            name,
+            FAIL,
+            f"kernel.numa_balancing is {found}, expected {expected}",
+            value=found,
+            threshold=thr,
+            remedy=f"{BRINGUP}, or sysctl -w kernel.numa_balancing={expected} and persist it in /etc/sysctl.d",
+            detail=detail,
+        )
+    return result(name, PASS, f"kernel.numa_balancing is {found}", value=found, threshold=thr, detail=detail)
