@@ -15,6 +15,7 @@ for the others.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sqlite3
@@ -25,9 +26,10 @@ from gpufleet import paths, runs, schema, slurm
 from gpufleet.errors import InputError
 from gpufleet.fleet import num, versions
 from gpufleet.fleet import slurm as fleet_slurm
-from gpufleet.fleet.repair import open_for_run, repair
+from gpufleet.fleet.repair import open_for_run, repair, use_for_run
 from gpufleet.fleet.run_files import read_run_info
 from gpufleet.fleet.store import DamagedStore, Store, default_path
+from gpufleet.fleet.store_tables import problem
 
 DEFAULT_REPORTS_DIR = "reports"
 
@@ -40,6 +42,18 @@ def _store_path(args) -> Path:
 
 def _open(args, *, create: bool = False):
     return Store(_store_path(args), create=create)
+
+
+def _store_errors(cmd):
+    """A SQLite error met while a command uses the store, said for what it means (the store damaged, busy, a full
+    disk), naming the store: exit 2, never a traceback."""
+    @functools.wraps(cmd)
+    def run(args) -> int:
+        try:
+            return cmd(args)
+        except sqlite3.Error as exc:
+            raise problem(_store_path(args), exc) from None
+    return run
 
 
 def _print(doc, as_json: bool, text: str) -> None:
@@ -126,15 +140,19 @@ def cmd_record(args) -> int:
     done["store"] = done["store_error"] = None
     if not args.no_store:
         db = Path(args.db) if args.db else default_path(run_dir.resolve().parent)
-        try:
-            with open_for_run(db, run_dir) as store:
-                store.upsert_run(done["run_id"], run_dir.resolve(), read_run_info(run_dir))
-                raw = Path(done["path"]).read_bytes()
-                merged, why = schema.parse_host_doc(raw)
-                if args.folder == "hosts" or not store.conn.execute(
-                        "SELECT 1 FROM documents WHERE run_id = ? AND host = ? AND role = 'node'", (done["run_id"], args.host)).fetchone():
-                    store.index_document(done["run_id"], args.host, merged, path=f"{args.folder}/{args.host}.json", raw=raw,
-                                         problem=why, role="node" if args.folder == "hosts" else "peer")
+        raw = Path(done["path"]).read_bytes()
+        merged, why = schema.parse_host_doc(raw)
+
+        def index(store: Store) -> None:
+            store.upsert_run(done["run_id"], run_dir.resolve(), read_run_info(run_dir))
+            if args.folder == "hosts" or not store.conn.execute(
+                    "SELECT 1 FROM documents WHERE run_id = ? AND host = ? AND role = 'node'", (done["run_id"], args.host)).fetchone():
+                store.index_document(done["run_id"], args.host, merged, path=f"{args.folder}/{args.host}.json", raw=raw,
+                                     problem=why, role="node" if args.folder == "hosts" else "peer")
+
+        try:  # a store found damaged on opening or while indexing is repaired, and the document indexed into the new one
+            store, _ = use_for_run(open_for_run(db, run_dir), run_dir, index)
+            store.close()
             done["store"] = str(db)
         except (InputError, sqlite3.Error) as exc:
             # The host document is the record and it is written; the report indexes the whole run again.
@@ -185,6 +203,7 @@ def history_text(hist: dict) -> str:
     return "\n".join(lines)
 
 
+@_store_errors
 def cmd_history(args) -> int:
     with _open(args) as store:
         hist = store.history(args.key)
@@ -195,6 +214,7 @@ def cmd_history(args) -> int:
 # ---------------------------------------------------------------- baseline and store
 
 
+@_store_errors
 def cmd_baseline(args) -> int:
     with _open(args) as store:
         if args.action == "set":
@@ -220,6 +240,7 @@ def cmd_baseline(args) -> int:
     return 0
 
 
+@_store_errors
 def cmd_store(args) -> int:
     reports_dir = Path(args.reports_dir or DEFAULT_REPORTS_DIR)
     if not reports_dir.is_dir():
@@ -232,7 +253,7 @@ def cmd_store(args) -> int:
         damage = None
         if path.exists():
             try:
-                Store(path).close()
+                Store(path, check=True).close()
             except DamagedStore as exc:
                 damage = exc
         summary = repair(path, reports_dir, damage, by="gpufleet store rebuild")

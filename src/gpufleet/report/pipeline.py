@@ -13,7 +13,7 @@ from pathlib import Path
 from gpufleet import __version__, paths, runs, schema
 from gpufleet.errors import InputError
 from gpufleet.fleet import compare, export, metrics, store as fleet_store
-from gpufleet.fleet.repair import open_for_run
+from gpufleet.fleet.repair import open_for_run, use_for_run
 from gpufleet.fleet.run_files import read_run_info
 from gpufleet.report import render_html, render_junit, render_md
 from gpufleet.report.formatting import STATUS_ORDER, check_id, class_text, trust_text
@@ -89,10 +89,10 @@ def _open_store(run_dir: Path, db: Path | str | None, use_store: bool):
     if not use_store:
         return None, "no store: the report was made with --no-store, so there is no history or baseline to compare with"
     if db is not None:
-        return open_for_run(Path(db), run_dir), None
+        return open_for_run(Path(db), run_dir, check=True), None
     path = fleet_store.default_path(run_dir.resolve().parent)
     try:
-        return open_for_run(path, run_dir), None
+        return open_for_run(path, run_dir, check=True), None
     except InputError as exc:
         return None, f"no store: {exc}"
 
@@ -190,8 +190,8 @@ def _build(run_dir: Path, expected_hosts: list[str] | None, db: Path | str | Non
     store, store_note = _open_store(run_dir, db, use_store)
     try:
         if store is not None:
-            try:
-                store.index_run(run_dir, expected_hosts=expected_hosts, read=read)
+            try:  # a store found damaged here is repaired, and this run indexed into the new one
+                store, _ = use_for_run(store, run_dir, lambda s: s.index_run(run_dir, expected_hosts=expected_hosts, read=read))
             except (InputError, sqlite3.Error) as exc:  # locked past its timeout, a full disk: the report still comes
                 store.close()
                 store, store_note = None, f"no store: {store.path} could not be written ({exc}); history and baseline comparisons skip"
