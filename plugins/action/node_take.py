@@ -20,7 +20,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import Eng
 from ansible_collections.gpufleet.cluster.plugins.module_utils.lock_module import lock_argument_spec
 
 ARGUMENT_SPEC = dict(lock_argument_spec(), controller_python={"type": "path"}, engine_src={"type": "path"})
-LOCK_ARGS = ("python", "path", "run_id", "holder", "ttl_s", "controller", "dead_runs")  # wait_s only when waiting
+LOCK_ARGS = ("python", "path", "run_id", "holder", "ttl_s", "controller", "dead_runs", "node_env")  # wait_s: when waiting
 
 
 def utc_now():

@@ -54,6 +54,7 @@ ARGUMENT_SPEC = {
     "run_dir": {"type": "path", "required": True},
     "document": {"type": "dict", "required": True},
     "controller_python": {"type": "path"},
+    "node_env": {"type": "dict", "default": {}, "no_log": True},
 }
 
 
@@ -96,7 +97,8 @@ class ActionModule(NodeTake):
         results = super(ActionModule, self).run(tmp, task_vars)
         dummy, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         host = task_vars.get("inventory_hostname")
-        lock_args = args["lock"]
+        self._node_env = args["node_env"]  # the node's environment, as the module's input (no_log)
+        lock_args = dict(args["lock"], node_env=args["node_env"])
         bench = args["benchmark_args"]
         release = {"module": "node_lock", "name": "release",
                    "args": dict(dict((k, lock_args[k]) for k in ("python", "path", "run_id", "holder")), state="released")}
@@ -208,8 +210,8 @@ class ActionModule(NodeTake):
         """The steps run on the node by one gpufleet.cluster.node_steps module."""
         if not steps:
             return []
-        res = self._execute_module(module_name="gpufleet.cluster.node_steps", module_args={"steps": steps},
-                                   task_vars=task_vars)
+        res = self._execute_module(module_name="gpufleet.cluster.node_steps", task_vars=task_vars,
+                                   module_args={"steps": steps, "node_env": self._node_env})
         if res.get("unreachable"):
             raise AnsibleConnectionFailure(res.get("msg") or "the node did not answer")
         if res.get("failed") or not isinstance(res.get("steps"), list):

@@ -38,6 +38,21 @@ REMEDY_RERUN = "read the stderr tail, fix the node and run the playbook again"
 
 _NO_ENGINE = re.compile(r"No module named '?gpufleet'?\s*$", re.MULTILINE)
 
+# gpufleet_node_env: what the engine and everything it starts get in their environment. It reaches this module as
+# its input (option node_env, no_log), never as Ansible's `environment`, which writes every value into the module's
+# command line (`/bin/sh -c 'NAME=value python ...'`), readable by any user of the node in /proc/<pid>/cmdline.
+NODE_ENV = {}
+
+
+def add_node_env(env):
+    """The node's environment for the engine processes this module starts (option node_env)."""
+    for name, value in (env or {}).items():
+        NODE_ENV[str(name)] = str(value)
+
+
+def node_env_argument_spec():
+    return dict(node_env=dict(type="dict", default={}, no_log=True))
+
 
 class EngineError(Exception):
     """The engine could not give an answer; the message says why and what to do."""
@@ -134,7 +149,8 @@ def run_engine(python, args, timeout_s, host, input_text=None, engine_src=None):
     cmd = [python, "-m", "gpufleet"] + list(args)
     # C locale: the engine parses tool output; UTF-8 stays the encoding of its JSON. GPUFLEET_PARENT_PID: the
     # engine's guard stops everything should this module go without the kernel's signal reaching it.
-    env = dict(os.environ, LC_ALL="C", LANG="C", PYTHONIOENCODING="utf-8", GPUFLEET_PARENT_PID=str(os.getpid()))
+    env = dict(os.environ, **NODE_ENV)
+    env.update(LC_ALL="C", LANG="C", PYTHONIOENCODING="utf-8", GPUFLEET_PARENT_PID=str(os.getpid()))
     if engine_src:
         env["PYTHONPATH"] = os.pathsep.join([engine_src] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     # The input comes from a file, not a pipe: communicate() called again after a timeout does not go on

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import EngineError, run_json
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import EngineError, add_node_env, node_env_argument_spec, run_json
 
 LOCK_COMMANDS = {"acquired": "acquire", "heartbeat": "heartbeat", "released": "release"}
 
@@ -24,6 +24,7 @@ def lock_argument_spec():
         controller=dict(type="dict", default={}),
         dead_runs=dict(type="list", elements="str", default=[]),
         wait_s=dict(type="int", default=0),
+        **node_env_argument_spec()
     )
 
 
@@ -34,6 +35,7 @@ def lock_module_argument_spec():
 def run_lock_module(module):
     """Body of node_lock: the engine's `gpufleet lock` on the node; another run holding it is an answer, not a failure."""
     p = module.params
+    add_node_env(p["node_env"])
     if module.check_mode:
         args = ["lock", "show", "--path", p["path"]]
     else:

@@ -34,6 +34,7 @@ options:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.flow
+  - gpufleet.cluster.node_env
 attributes:
   action:
     support: full

@@ -32,6 +32,7 @@ options:
     required: true
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.cluster.node_env
 attributes:
   check_mode:
     support: full
@@ -76,7 +77,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.check_module impo
     run_check_module,
     run_counters_module,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import controller_gone
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import add_node_env, controller_gone, node_env_argument_spec
 from ansible_collections.gpufleet.cluster.plugins.module_utils.lock_module import lock_module_argument_spec, run_lock_module
 
 # Each step's module: its arguments and its body.
@@ -126,8 +127,9 @@ def run_step(module_name, args, check_mode):
 
 
 def main():
-    module = AnsibleModule(argument_spec=dict(steps=dict(type="list", elements="dict", required=True)),
-                           supports_check_mode=True)
+    module = AnsibleModule(argument_spec=dict(steps=dict(type="list", elements="dict", required=True),
+                                              **node_env_argument_spec()), supports_check_mode=True)
+    add_node_env(module.params["node_env"])
     ran = []
     for step in module.params["steps"]:
         name = step.get("module")

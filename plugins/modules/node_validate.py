@@ -57,6 +57,7 @@ options:
     type: path
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.cluster.node_env
 attributes:
   check_mode:
     support: partial
