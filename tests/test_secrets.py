@@ -32,7 +32,7 @@ def fleet():
     why = skip_reason()
     if why:
         pytest.skip(why)
-    with TestFleet(["node-a"], net=219, tag="gfs") as hosts:
+    with TestFleet(["node-a"], net=225, tag="gfk") as hosts:
         yield hosts
 
 

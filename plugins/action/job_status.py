@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 from ansible.utils.vars import merge_hash
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import stop_with_controller
 
 
 class ActionModule(ActionBase):
@@ -23,8 +24,10 @@ class ActionModule(ActionBase):
             "jid": {"type": "str", "required": True},
             "mode": {"type": "str", "choices": ["status", "cleanup"], "default": "status"},
             "heartbeat": {"type": "dict"},
-            "node_env": {"type": "dict", "default": {}, "no_log": True},
+            "node_env": {"type": "dict", "default": {}},
         })
+        # A worker whose ansible-playbook is gone renews no heartbeat: the job it checks on stops itself.
+        stop_with_controller()
         beat = None
         if args["heartbeat"] and args["mode"] == "status":
             beat = self._execute_module(module_name="gpufleet.cluster.node_lock",

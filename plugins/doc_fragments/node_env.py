@@ -13,9 +13,10 @@ options:
     description:
       - Environment variables for the engine and everything it starts on the node (C(gpufleet_node_env), for example
         C(CUDA_VISIBLE_DEVICES), a token, proxies), added to the module's own environment.
-      - They reach the node as the module's input and are kept out of its output (no_log), never on a command line;
-        Ansible's C(environment) keyword would write each value into the module's command line, which every user
-        of the node can read. The playbooks set it for the group C(gpufleet.cluster.node) with C(module_defaults).
+      - They reach the node as the module's input, never on a command line (Ansible's C(environment) keyword would
+        write each value into the module's command line, which every user of the node can read); the module's
+        result names the variables only. The playbooks set it for the group C(gpufleet.cluster.node) with
+        C(module_defaults).
     type: dict
     default: {}
 """

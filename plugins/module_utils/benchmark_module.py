@@ -112,7 +112,7 @@ def run_benchmark_module(module):
     at all (no interpreter, no engine, input it refuses).
     """
     p = module.params
-    add_node_env(p["node_env"])
+    add_node_env(p)
     # Nothing on the node changes, but benchmarks load its GPUs for minutes: not in a dry run.
     host, started, t0 = start_engine_run(
         module, "benchmark", benchmark_input_problem(p), p["benchmarks"], BENCHMARK_GROUP,

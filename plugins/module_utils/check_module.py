@@ -51,7 +51,7 @@ def _engine_document(module, args, what):
     """
     p = module.params
     host = p["host_name"] or socket.gethostname()
-    add_node_env(p["node_env"])
+    add_node_env(p)
     try:
         dummy, doc = run_json(p["python"], args, p["timeout_s"], host, ok_rcs=RESULT_RCS)
     except EngineError as exc:

@@ -316,8 +316,8 @@ def main():
         module, "finetune", input_problem(p), ["finetune"], GROUP,
         "fine-tune not run in check mode: it writes an adapter and loads the GPUs; run without --check")
     # The engine's environment: this process's, the node's (node_env), then env's; torchrun and every rank inherit it.
-    add_node_env(p["node_env"])
-    add_node_env(dict((k, env_value(v)) for k, v in p["env"].items()))
+    add_node_env(p)
+    add_node_env(p, dict((k, env_value(v)) for k, v in p["env"].items()))
     args = engine_args(p)
     doc, results = run_engine_results(module, p, args, host, "finetune", GROUP, "gpufleet finetune",
                                       dict(nnodes=p["nnodes"], node_rank=p["node_rank"],

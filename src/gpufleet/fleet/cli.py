@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from gpufleet import paths, runs, schema, slurm
+from gpufleet.command_line import json_arg
 from gpufleet.errors import InputError
 from gpufleet.fleet import num, versions
 from gpufleet.fleet import slurm as fleet_slurm
@@ -74,8 +75,13 @@ def _attempt(run_dir: Path) -> int:
 FOLDERS = ("hosts", "peers")  # nodes of the run; known-good peers that only joined its run across nodes
 
 
-def record(run_dir: Path, host: str, new_doc: dict, replace_groups: list[str] | None = None, folder: str = "hosts") -> dict:
+def record(run_dir: Path, host: str, new_doc: dict, replace_groups: list[str] | None = None, folder: str = "hosts",
+           controller: dict | None = None) -> dict:
     """Write RUN_DIR/FOLDER/HOST.json, atomically, readable by owner and group.
+
+    `controller`: the run's controller as the writer knows it (run start's record of the ansible-playbook main
+    process). When it is gone, the writer is what a stopped run left behind (a worker of a killed ansible-playbook,
+    whose node another run may measure by now): refused, so nothing it measured is taken for a normal run's figures.
 
     Without replace_groups the document is written whole. With them it is merged as the playbook adds results
     to a node's document: the existing document's results of those groups are dropped, new_doc's added, the
@@ -88,6 +94,10 @@ def record(run_dir: Path, host: str, new_doc: dict, replace_groups: list[str] | 
         raise InputError(f"--folder {folder!r}; expected one of {', '.join(FOLDERS)}")
     if not run_dir.is_dir():
         raise InputError(f"run directory {run_dir} does not exist; expected the run's folder (gpufleet run start makes it)")
+    if controller and runs.controller_alive(controller) is False:
+        raise InputError(f"the document of {host} is not written: the controller of run {runs.run_id_of(run_dir)} "
+                         f"(ansible-playbook pid {controller.get('pid')} on {controller.get('host')}) is gone, so this "
+                         "comes from a process its stopped run left behind; the node's next run measures it again")
     hosts_dir = paths.make_dir(run_dir / folder)
     path = paths.inside(hosts_dir, f"{host}.json", what=f"the host document of {host}")
     new_results = list(new_doc["results"])
@@ -136,7 +146,8 @@ def cmd_record(args) -> int:
     doc, why = schema.parse_host_doc(raw)
     if doc is None:
         raise InputError(f"stdin: the host document for {args.host} is unreadable: {why}")
-    done = record(run_dir, args.host, doc, args.replace_group, args.folder)
+    controller = json_arg(args.controller, "--controller") or None
+    done = record(run_dir, args.host, doc, args.replace_group, args.folder, controller)
     done["store"] = done["store_error"] = None
     if not args.no_store:
         db = Path(args.db) if args.db else default_path(run_dir.resolve().parent)
@@ -360,6 +371,8 @@ def add_parsers(sub) -> None:
                    "nodes that only joined its run across nodes)")
     r.add_argument("--db", help="the store (default: RUN_DIR/../gpufleet.db)")
     r.add_argument("--no-store", action="store_true", help="write the document only; do not index it")
+    r.add_argument("--controller", help="JSON of the run's controller (run start's): the document is refused when "
+                   "that ansible-playbook is gone, as it comes from what a stopped run left behind")
     r.set_defaults(func=cmd_record)
 
     h = sub.add_parser("history", help="a node's, a GPU's or a serial's figures and verdicts over the runs of the store")
