@@ -4,6 +4,7 @@ junit.xml, fleet.json, prometheus/<host>.prom and drain.txt written, the run ind
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import json
 import operator
@@ -188,10 +189,11 @@ def _build(run_dir: Path, expected_hosts: list[str] | None, db: Path | str | Non
             if len(known["valid"]) == len(node["results"]) and all(map(operator.is_, known["valid"], node["results"])):
                 extracted[node["host"]] = known["found"]
     store, store_note = _open_store(run_dir, db, use_store)
+    index = functools.partial(fleet_store.Store.index_run, run_dir=run_dir, expected_hosts=expected_hosts, read=read)
     try:
         if store is not None:
             try:  # a store found damaged here is repaired, and this run indexed into the new one
-                store, _ = use_for_run(store, run_dir, lambda s: s.index_run(run_dir, expected_hosts=expected_hosts, read=read))
+                store, _ = use_for_run(store, run_dir, index)
             except (InputError, sqlite3.Error) as exc:  # locked past its timeout, a full disk: the report still comes
                 store.close()
                 store, store_note = None, f"no store: {store.path} could not be written ({exc}); history and baseline comparisons skip"
@@ -200,7 +202,7 @@ def _build(run_dir: Path, expected_hosts: list[str] | None, db: Path | str | Non
         chosen = _choose_baseline(run_dir, store, baseline)
         readable = {n["host"]: {"results": n["results"], "profile": n[DOC_PROFILE], "versions": n["versions"]}
                     for n in nodes if DOC_PROFILE in n}
-        del read  # the raw documents, no longer needed
+        del read, index  # the raw documents, no longer needed
         with store.reading() if store is not None else contextlib.nullcontext():
             fleet = compare.evaluate(run_id, readable, store=store, store_note=store_note, baseline=chosen, extracted=extracted)
         for node in nodes:
