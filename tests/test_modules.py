@@ -17,6 +17,7 @@ import pytest
 from module_runner import REPO, run_module  # noqa: E402  (also puts the collection on sys.path)
 
 from ansible_collections.gpufleet.cluster.plugins.doc_fragments import node_lock as node_lock_fragment  # noqa: E402
+from ansible_collections.gpufleet.cluster.plugins.doc_fragments import node_env as node_env_fragment  # noqa: E402
 from ansible_collections.gpufleet.cluster.plugins.module_utils import (  # noqa: E402
     check_module,
     engine,
@@ -307,7 +308,15 @@ def test_modules_document_the_arguments_they_take():
     from ansible_collections.gpufleet.cluster.plugins.doc_fragments.engine_check import ModuleDocFragment
 
     fragment = yaml.safe_load(ModuleDocFragment.DOCUMENTATION)["options"]
-    assert set(fragment) == set(check_module.check_argument_spec())
+    node_env = yaml.safe_load(node_env_fragment.ModuleDocFragment.DOCUMENTATION)["options"]
+    assert set(fragment) | set(node_env) == set(check_module.check_argument_spec())
+    # Every module that runs the engine on a node takes the node's environment as its input, kept out of its output.
+    runtime = yaml.safe_load((REPO / "meta" / "runtime.yml").read_text())
+    for name in runtime["action_groups"]["node"]:
+        doc = yaml.safe_load((REPO / "plugins" / "modules" / f"{name}.py").read_text().split('DOCUMENTATION = r"""', 1)[1]
+                             .split('"""', 1)[0])
+        assert "gpufleet.cluster.node_env" in doc["extends_documentation_fragment"], name
+    assert check_module.check_argument_spec()["node_env"]["type"] == "dict"
     for mod in CHECK_MODULES.values():
         doc = yaml.safe_load(mod.DOCUMENTATION)
         assert "gpufleet.cluster.engine_check" in doc["extends_documentation_fragment"]
@@ -318,7 +327,7 @@ def test_modules_document_the_arguments_they_take():
     # The action plugins of the same name take what their module's DOCUMENTATION names.
     assert set(yaml.safe_load(host_record.DOCUMENTATION)["options"]) == set(record_module.record_argument_spec())
     lock_fragment = yaml.safe_load(node_lock_fragment.ModuleDocFragment.DOCUMENTATION)["options"]
-    assert set(lock_fragment) == set(lock_module.lock_argument_spec())
+    assert set(lock_fragment) | set(node_env) == set(lock_module.lock_argument_spec())
     # Importing an action plugin loads Ansible's controller, which takes over the warnings of every module run
     # after it in this process: read its argument spec in a process of its own.
     action_specs = json.loads(subprocess.run(
@@ -327,8 +336,8 @@ def test_modules_document_the_arguments_they_take():
          "'node_validate': sorted(node_validate.ARGUMENT_SPEC), 'lock': node_validate.ARGUMENT_SPEC['lock']['options'], "
          "'run_inputs': run_inputs.ARGUMENT_SPEC}))", str(REPO / "collections")],
         capture_output=True, text=True, check=True, timeout=120).stdout)
-    assert set(yaml.safe_load(node_take.DOCUMENTATION)["options"]) | set(lock_fragment) == set(action_specs["node_take"])
-    assert set(yaml.safe_load(node_validate.DOCUMENTATION)["options"]) == set(action_specs["node_validate"])
+    assert set(yaml.safe_load(node_take.DOCUMENTATION)["options"]) | set(lock_fragment) | set(node_env) == set(action_specs["node_take"])
+    assert set(yaml.safe_load(node_validate.DOCUMENTATION)["options"]) | set(node_env) == set(action_specs["node_validate"])
     assert action_specs["lock"] == action_specs["node_take"]  # node_validate's lock option is node_take's arguments
     inputs_doc = yaml.safe_load(run_inputs.DOCUMENTATION)["options"]
     assert set(inputs_doc) == set(action_specs["run_inputs"])

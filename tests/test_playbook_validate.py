@@ -250,23 +250,34 @@ def test_tags_and_gpufleet_stages_together_are_refused(tmp_path):
            "give the stages one way" in out, out
 
 
-def test_unknown_threshold_reaches_the_user_as_the_engine_message(tmp_path):
-    proc, run_dir = run_validate(tmp_path, "-e", json.dumps({"gpufleet_thresholds": {"nope": 1}}))
-    out = output(proc)
+@pytest.mark.parametrize("thresholds, message", [
+    ({"nope": 1}, "gpufleet_thresholds for localhost: gpufleet_thresholds.nope is not a known threshold; expected one of"),
+    ({"gpus_expected": "eight"}, "gpufleet_thresholds for localhost: gpufleet_thresholds.gpus_expected = 'eight' has the "
+                                 "wrong type; expected int or null"),
+    ({"power_limit_min_ratio": 1.5}, "gpufleet_thresholds for localhost: gpufleet_thresholds.power_limit_min_ratio = 1.5 is "
+                                     "out of bounds; expected a number from 0 to 1"),
+    ({"gpu_temperature_warn_c": float("nan")}, "gpufleet_thresholds for localhost: gpufleet_thresholds.gpu_temperature_warn_c "
+                                               "= nan is out of bounds; expected a number, not nan"),
+])
+def test_a_bad_threshold_stops_the_run_before_any_node_is_touched(tmp_path, thresholds, message):
+    # JSON as -e takes it (NaN included); refused on the controller against the profiles, so no lock is taken and no
+    # node is measured, drained or recorded as failed.
+    proc, run_dir = run_validate(tmp_path, "-e", json.dumps({"gpufleet_thresholds": thresholds}))
+    out = " ".join(output(proc).split())
 
     assert proc.returncode != 0, out
-    assert "gpufleet_thresholds.nope is not a known threshold" in out
-    doc = host_doc(run_dir, "localhost")
-    errors = [r for r in doc["results"] if r["check"] == "engine"]
-    # Every module that runs the engine says so: the check groups, the counters before and after the benchmarks.
-    assert sorted(r["group"] for r in errors) == sorted(GROUPS + ("benchmark", "counters", "counters"))
-    result_keys = set(schema.result("x", schema.ERROR, "r")) | {"started", "seconds"}
-    for r in errors:
-        assert set(r) == result_keys
-        assert r["status"] == "error"
-        assert "gpufleet_thresholds.nope" in r["reason"]
-        assert r["remedy"]
-        assert r["detail"]["rc"] == 2
+    assert message in out, out[-5000:]
+    assert not run_dir.exists() and not (tmp_path / "node.lock").exists()
+    assert "TASK [Check and benchmark the node" not in out
+
+
+def test_a_bad_slurm_node_name_stops_the_run_before_any_node_is_touched(tmp_path):
+    proc, run_dir = run_validate(tmp_path, "-e", "gpufleet_slurm_node_name='gpu 01'")
+    out = " ".join(output(proc).split())
+
+    assert proc.returncode != 0, out
+    assert "gpufleet_slurm_node_name for localhost: the Slurm node name of localhost is 'gpu 01'" in out, out[-5000:]
+    assert not run_dir.exists() and not (tmp_path / "node.lock").exists()
 
 
 def test_thresholds_that_are_not_a_mapping_stop_before_any_node(tmp_path):

@@ -123,3 +123,19 @@ def test_code_span_holds_backticks_and_pipes():
     for text in ("``` x", "y ````", "plain"):
         tokens = MarkdownIt("commonmark").parseInline(_code(text))[0].children
         assert [t.type for t in tokens] == ["code_inline"] and tokens[0].content == text
+
+
+def test_a_threshold_source_reaches_report_md_as_text(tmp_path):
+    """A profile's `source` is free text: a link (javascript: too), an image or emphasis in it stays text."""
+    source = "see [the guide](javascript:alert(1)) ![x](http://e/x.png) and *not* _this_ ~~either~~"
+    results = failing_results()
+    for res in results:
+        if res.get("threshold"):
+            res["threshold"]["source"] = source
+    run_dir = write_run(tmp_path, "r1", {"n0": host_doc("n0", results)}, started="2026-11-21T10:00:00Z")
+    report.build(run_dir, use_store=False)
+    md = (run_dir / "report.md").read_text()
+    line = next(line for line in md.splitlines() if line.startswith("- threshold:") and "javascript" in line)
+    tokens = MarkdownIt("commonmark").enable("strikethrough").parseInline(line)[0].children
+    assert [t.type for t in tokens] == ["text"], [t.type for t in tokens]
+    assert source in tokens[0].content

@@ -61,8 +61,10 @@ def inventory(fleet: TestFleet, path: Path, host_vars: dict | None = None, **gro
 
 def gpufleet(fleet: TestFleet | None, tmp_path: Path, *args: str) -> subprocess.Popen:
     """`gpufleet fleet ARGS --plain` in the background, its output line by line (fleet None: no test hosts)."""
+    (tmp_path / "tmp").mkdir(exist_ok=True)
     env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
-               PYTHONUNBUFFERED="1", PYTHONPATH=str(REPO / "src"), **(fleet.ssh_env() if fleet else {}))
+               TMPDIR=str(tmp_path / "tmp"), PYTHONUNBUFFERED="1", PYTHONPATH=str(REPO / "src"),
+               **(fleet.ssh_env() if fleet else {}))
     return subprocess.Popen([str(BIN / "gpufleet"), "fleet", *args, "--plain"], cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
@@ -337,7 +339,7 @@ def test_a_variable_refused_before_any_node_is_could_not_run(tmp_path):
     summary = json.loads(proc.stdout)
     assert summary["exit"] == 2 and summary["nodes"] == {"localhost": "no report"}
     assert [k for k in summary if k in ("exit", "rc", "returncode", "exit_code")] == ["exit"], summary
-    assert not (tmp_path / "bad" / "hosts").exists() or not list((tmp_path / "bad" / "hosts").iterdir())
+    assert not (tmp_path / "bad").exists()  # a failed start leaves no run folder; the run id stays free
 
 
 def test_an_interrupted_run_gives_its_node_locks_back(tmp_path):
@@ -362,3 +364,6 @@ def test_an_interrupted_run_gives_its_node_locks_back(tmp_path):
     assert rc == 130, out
     assert not lock_path.exists(), out + "\n" + lock_path.read_text()
     assert "could not be given back" not in out, out
+    # Ansible's temporary folders go with the run, although ansible-playbook was stopped before it could remove them.
+    left = [*(tmp_path / "ansible-tmp").glob("ansible-local-*"), *(tmp_path / "tmp").glob("gpufleet-ansible-*")]
+    assert not left, left

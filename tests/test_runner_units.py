@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.errors import InputError
-from gpufleet.runner import core, record, resume
+from gpufleet.runner import core, private, record, resume
 from gpufleet.runner.api import parse_extra_vars
 from gpufleet.runner.events import FleetState, classify
 from gpufleet.runner.view import LiveView, PlainView
@@ -512,11 +512,11 @@ def test_the_end_of_a_run_names_each_node_not_accepted_with_its_failing_checks(t
 
 
 def test_extra_variables_and_the_environment_are_kept_out_of_the_artifacts(tmp_path):
-    kept, withheld = core.recorded_vars({"gpufleet_finetune": True, "gpufleet_node_env": {"TOKEN": "s3"},
+    kept, withheld = private.recorded_vars({"gpufleet_finetune": True, "gpufleet_node_env": {"TOKEN": "s3"},
                                          "ansible_become_password": "s4"})
     assert kept == {"gpufleet_finetune": True} and withheld == ["ansible_become_password", "gpufleet_node_env"]
 
-    path = core.write_private_vars({"ansible_become_password": "s4"})
+    path = private.write_private_vars({"ansible_become_password": "s4"})
     try:
         assert json.loads(path.read_text()) == {"ansible_become_password": "s4"}
         assert (os.stat(path).st_mode & 0o777, os.stat(path.parent).st_mode & 0o777) == (0o600, 0o700)
@@ -528,8 +528,8 @@ def test_extra_variables_and_the_environment_are_kept_out_of_the_artifacts(tmp_p
     # ansible-runner's command artifact as it writes it: the environment gpufleet did not set loses its values.
     (tmp_path / "command").write_text(json.dumps({"command": ["ansible-playbook", "-e", f"@{path}"], "cwd": "/x",
                                                   "env": {"PATH": "/bin", "ANSIBLE_BECOME_PASS": "s5", "HOME": "/root"}}))
-    core.redact_command(tmp_path, {"PATH"})
+    private.redact_command(tmp_path, {"PATH"})
     doc = json.loads((tmp_path / "command").read_text())
-    assert doc["env"] == {"PATH": "/bin", "ANSIBLE_BECOME_PASS": core.NOT_RECORDED, "HOME": core.NOT_RECORDED}
+    assert doc["env"] == {"PATH": "/bin", "ANSIBLE_BECOME_PASS": private.NOT_RECORDED, "HOME": private.NOT_RECORDED}
     assert doc["command"][-1] == f"@{path}" and os.stat(tmp_path / "command").st_mode & 0o777 == 0o600
-    core.redact_command(tmp_path / "missing", {"PATH"})  # no artifact yet: nothing to do
+    private.redact_command(tmp_path / "missing", {"PATH"})  # no artifact yet: nothing to do

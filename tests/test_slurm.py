@@ -162,6 +162,24 @@ def test_breaker_counts_only_nodes_this_run_takes_out_of_service():
     assert planned["breaker"]["tripped"] and planned["breaker"]["would_drain"] == ["a"]
 
 
+def test_a_node_another_run_held_is_never_drained():
+    """Its node_lock error is an environment failure of another gpufleet run's making, not the node's: neither
+    drain.txt nor the Slurm action drains it; a node that also failed a check of its own still is."""
+    from gpufleet.fleet import export
+
+    held = {"verdict": "fail", "results": [
+        {"group": "lock", "check": "node_lock", "status": "error", "class": "environment", "reason": "held by run r0"}]}
+    broken = {"verdict": "fail", "results": held["results"] + [
+        {"group": "gpu_health", "check": "xid", "status": "fail", "class": "hardware"}]}
+    report = {"run_id": "run-9", "nodes": {"a": held, "b": broken}}
+    lines = export.drain_lines(report)
+    assert len(lines) == 1 and "NodeName=b " in lines[0], lines
+    shown = slurm.parse_nodes("NodeName=a State=IDLE Partitions=p\nNodeName=b State=IDLE Partitions=p")
+    planned = fleet_slurm.plan(report, shown, "drain_resume", (50, True))
+    assert [(d["host"], d["do"]) for d in planned["decisions"]] == [("a", "nothing"), ("b", "drain")]
+    assert "another gpufleet run held it" in planned["decisions"][0]["why"]
+
+
 @pytest.mark.parametrize("value", ["none", "drain", "drain_resume"])
 def test_the_action_and_its_limit_are_checked_with_the_variable_named(value):
     assert fleet_slurm.parse_action(value) == value

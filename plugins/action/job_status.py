@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 from ansible.utils.vars import merge_hash
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import stop_with_controller
 
 
 class ActionModule(ActionBase):
@@ -23,11 +24,15 @@ class ActionModule(ActionBase):
             "jid": {"type": "str", "required": True},
             "mode": {"type": "str", "choices": ["status", "cleanup"], "default": "status"},
             "heartbeat": {"type": "dict"},
+            "node_env": {"type": "dict", "default": {}},
         })
+        # A worker whose ansible-playbook is gone renews no heartbeat: the job it checks on stops itself.
+        stop_with_controller()
         beat = None
         if args["heartbeat"] and args["mode"] == "status":
             beat = self._execute_module(module_name="gpufleet.cluster.node_lock",
-                                        module_args=dict(args["heartbeat"], state="heartbeat"), task_vars=task_vars)
+                                        module_args=dict(args["heartbeat"], state="heartbeat", node_env=args["node_env"]),
+                                        task_vars=task_vars)
         # As the async_status action does: the job's results file is in the shell's async_dir on the node.
         async_dir = self._remote_expand_user(self.get_shell_option("async_dir", default="~/.ansible_async"))
         log_path = self._connection._shell.join_path(async_dir, args["jid"])

@@ -16,12 +16,12 @@ import time
 
 from ansible.errors import AnsibleConnectionFailure
 from ansible.plugins.action import ActionBase
-from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import EngineError, run_json
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import EngineError, run_json, stop_with_controller
 from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_schema import result
 from ansible_collections.gpufleet.cluster.plugins.module_utils.lock_module import lock_argument_spec
 
 ARGUMENT_SPEC = dict(lock_argument_spec(), controller_python={"type": "path"}, engine_src={"type": "path"})
-LOCK_ARGS = ("python", "path", "run_id", "holder", "ttl_s", "controller", "dead_runs")  # wait_s only when waiting
+LOCK_ARGS = ("python", "path", "run_id", "holder", "ttl_s", "controller", "dead_runs", "node_env")  # wait_s: when waiting
 
 
 def utc_now():
@@ -85,6 +85,7 @@ class ActionModule(NodeTake):
     def run(self, tmp=None, task_vars=None):
         results = super(ActionModule, self).run(tmp, task_vars)
         dummy, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        stop_with_controller()  # nothing taken for a run whose ansible-playbook is gone
         try:
             lock = self.take(args, task_vars)
         except AnsibleConnectionFailure as exc:

@@ -27,7 +27,7 @@ from ansible.errors import AnsibleConnectionFailure
 from ansible.utils.display import Display
 from ansible_collections.gpufleet.cluster.plugins.action.node_take import ARGUMENT_SPEC as TAKE_SPEC
 from ansible_collections.gpufleet.cluster.plugins.action.node_take import LOCK_ARGS, NodeTake, lock_result, utc_now
-from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import EngineError
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import EngineError, stop_with_controller
 from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_schema import CHECK_GROUPS, STEP_GROUPS, result
 from ansible_collections.gpufleet.cluster.plugins.module_utils.record_module import run_record
 
@@ -71,6 +71,7 @@ ARGUMENT_SPEC = {
     "run_dir": {"type": "path", "required": True},
     "document": {"type": "dict", "required": True},
     "controller_python": {"type": "path"},
+    "node_env": {"type": "dict", "default": {}},
 }
 
 
@@ -113,7 +114,11 @@ class ActionModule(NodeTake):
         results = super(ActionModule, self).run(tmp, task_vars)
         dummy, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         host = task_vars.get("inventory_hostname")
-        lock_args = args["lock"]
+        self._node_env = args["node_env"]  # the node's environment, as the module's input
+        lock_args = dict(args["lock"], node_env=args["node_env"])
+        # This worker, and with it what it runs on the node, ends with the run's ansible-playbook (kill -9 included).
+        stop_with_controller()
+        self._lock_spec = dict((k, lock_args[k]) for k in ("path", "run_id", "holder"))
         bench = args["benchmark_args"]
         release = {"module": "node_lock", "name": "release",
                    "args": dict(dict((k, lock_args[k]) for k in ("python", "path", "run_id", "holder")), state="released")}
@@ -126,7 +131,8 @@ class ActionModule(NodeTake):
         if args["release"]:
             second.append(release)
 
-        lock_step = {"module": "node_lock", "args": dict((k, lock_args[k]) for k in LOCK_ARGS)}  # the wait comes after
+        # The wait comes after; the node's environment goes to node_steps once, not into each step's arguments.
+        lock_step = {"module": "node_lock", "args": dict((k, lock_args[k]) for k in LOCK_ARGS if k != "node_env")}
         if self._task.check_mode:
             return self._plan(results, task_vars, host, lock_step, bench, args["multinode"])
         done, lost, errors, lock = [], None, [], None
@@ -256,8 +262,8 @@ class ActionModule(NodeTake):
         """The steps run on the node by one gpufleet.cluster.node_steps module."""
         if not steps:
             return []
-        res = self._execute_module(module_name="gpufleet.cluster.node_steps", module_args={"steps": steps},
-                                   task_vars=task_vars)
+        res = self._execute_module(module_name="gpufleet.cluster.node_steps", task_vars=task_vars,
+                                   module_args={"steps": steps, "node_env": self._node_env, "lock": self._lock_spec})
         if res.get("unreachable"):
             raise AnsibleConnectionFailure(res.get("msg") or "the node did not answer")
         if res.get("failed") or not isinstance(res.get("steps"), list):
@@ -271,15 +277,16 @@ class ActionModule(NodeTake):
         if self._task.check_mode:
             return None
         python = args["controller_python"]
+        controller = args["lock"]["controller"] or None  # refused when gone: what a stopped run left behind
         if write_host_document is not None and (not python or python == sys.executable):
             try:
-                return write_host_document(Path(args["run_dir"]), host, document)["path"]
+                return write_host_document(Path(args["run_dir"]), host, document, controller=controller)["path"]
             except Exception as exc:  # InputError and OSError alike: said, as `gpufleet record` would
                 return {"msg": "the host document of %s could not be written under %s: %s" % (host, args["run_dir"], exc)}
         try:
             done = run_record({"run_dir": args["run_dir"], "host": host, "document": document, "replace_groups": [],
                                "folder": "hosts", "python": python, "engine_src": ENGINE_SRC, "db": None,
-                               "no_store": True})
+                               "no_store": True, "controller": controller})
         except EngineError as exc:
             return exc.fail_kwargs()
         return done.get("path")

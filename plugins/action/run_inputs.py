@@ -12,9 +12,12 @@ its message, naming the variable, the node and the value.
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import sys
 from collections.abc import Mapping
+from pathlib import Path
 
 import yaml
 from ansible.plugins.action import ActionBase
@@ -25,6 +28,20 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_schema imp
     RUN_TIERS,
     SELECTABLE_BENCHMARKS,
 )
+
+# The engine that ships with the collection (its src/), whose profiles the nodes hold their thresholds against and
+# whose report reads the Slurm names: the same checks, on the controller, before any node is touched.
+ENGINE_SRC = str(Path(__file__).resolve().parents[2] / "src")
+try:
+    if ENGINE_SRC not in sys.path:
+        sys.path.append(ENGINE_SRC)
+    from gpufleet import paths as engine_paths
+    from gpufleet import profiles
+    from gpufleet.errors import InputError
+    from gpufleet.fleet.export import slurm_name
+    ENGINE_MISSING = None
+except ImportError as exc:  # said when the checks that need it run
+    ENGINE_MISSING = "the engine in %s cannot be imported by the controller's Python (%s)" % (ENGINE_SRC, exc)
 
 CHECK_SETS = ("node", "validate", "finetune", "finetune_if_set", "run")
 ARGUMENT_SPEC = {
@@ -127,12 +144,22 @@ RUN_CHECKS = [
                                       "/run/lock/gpufleet-node.lock"),
     ("gpufleet_lock_wait_s", _whole, "must be a whole number of seconds to wait for another run to give the node "
                                      "back, 0 for none"),
+    ("gpufleet_lock_ttl_s", _whole, "must be a whole number of seconds the node's lock lasts when its run never gives it "
+                                    "back, 0 for the longest the run can take there"),
+    ("gpufleet_lock_heartbeat_timeout_s", _positive_whole, EXPECT_SECONDS),
+    # What the report and the run's start read, each node's value (the -e and group values every node sees).
+    ("gpufleet_resume", _boolean_text, "must be true or false"),
+    ("gpufleet_baseline_set", _boolean_text, "must be true or false"),
+    ("gpufleet_history_db", lambda v: v in (None, "") or isinstance(v, str),
+     "must be the path of the store file, for example /srv/gpufleet/reports/gpufleet.db"),
+    ("gpufleet_controller_python", lambda v: v in (None, "") or _abs_path(v),
+     "must be the absolute path of a Python interpreter on the controller"),
 ]
 # Checked with a default for a node that leaves them unset (`hostvars[node].x | default(...)`).
 DEFAULTED = {"gpufleet_benchmark_tier": "quick", "gpufleet_tier": "acceptance"}
 VARIABLES = sorted({name for checks in (NODE_CHECKS, VALIDATE_CHECKS, FINETUNE_CHECKS, RUN_CHECKS)
                     for names, dummy, dummy2 in checks for name in ((names,) if isinstance(names, str) else names)}
-                   | {"gpufleet_tier"})
+                   | {"gpufleet_tier", "gpufleet_profile", "gpufleet_slurm_node_name", "gpufleet_baseline"})
 
 
 def _failure(checks, hosts, values):
@@ -169,6 +196,50 @@ def _finetune_failure(hosts, values, defaults):
     return None
 
 
+def _thresholds_failure(hosts, values):
+    """The first node whose gpufleet_profile or gpufleet_thresholds the engine on the node would refuse (an unknown
+    profile or key, a wrong type, a number out of the key's bounds, NaN or infinity), in the engine's own words,
+    or None. Each distinct pair is checked once."""
+    seen = {}
+    for host in hosts:
+        profile = values[host].get("gpufleet_profile") or None
+        overrides = values[host].get("gpufleet_thresholds") or {}
+        if profile is not None and not isinstance(profile, str):
+            return "gpufleet_profile for %s must be the name of a profile of files/profiles; got %s" % (host, to_json(profile))
+        key = json.dumps([profile, overrides], sort_keys=True, default=str)
+        if key not in seen:
+            if ENGINE_MISSING:
+                return "gpufleet_thresholds for %s could not be checked: %s" % (host, ENGINE_MISSING)
+            try:
+                profiles.resolve(None, profile_name=profile, overrides=dict(overrides))
+                seen[key] = None
+            except InputError as exc:
+                seen[key] = str(exc)
+        if seen[key]:
+            name = "gpufleet_profile" if seen[key].startswith("gpufleet_profile") else "gpufleet_thresholds"
+            return "%s for %s: %s" % (name, host, seen[key])
+    return None
+
+
+def _names_failure(hosts, values):
+    """The first Slurm node name the report's drain lines would refuse (gpufleet_slurm_node_name), or a
+    gpufleet_baseline that is no run id, or None."""
+    checks = (("gpufleet_slurm_node_name", lambda host, value: slurm_name(host, {host: value})),
+              ("gpufleet_baseline", lambda host, value: engine_paths.safe_name(value, "gpufleet_baseline")))
+    for host in hosts:
+        for name, check in checks:
+            value = values[host].get(name)
+            if value in (None, ""):
+                continue
+            if ENGINE_MISSING:
+                return "%s for %s could not be checked: %s" % (name, host, ENGINE_MISSING)
+            try:
+                check(host, value)
+            except InputError as exc:
+                return "%s for %s: %s" % (name, host, exc)
+    return None
+
+
 def _run_failure(hosts, values):
     failure = _failure([("gpufleet_tier", lambda v: v in RUN_TIERS,
                         "must be %s or %s" % (", ".join(RUN_TIERS[:-1]), RUN_TIERS[-1]))], hosts, values)
@@ -178,7 +249,7 @@ def _run_failure(hosts, values):
     if len(set(tiers.values())) > 1:
         return "gpufleet_tier must be the same on every node of the run (set it for the group or with -e); got %s" % (
             to_json(tiers))
-    return _failure(RUN_CHECKS, hosts, values)
+    return _failure(RUN_CHECKS, hosts, values) or _names_failure(hosts, values)
 
 
 def inputs_failure(checks, hosts, values, finetune_defaults):
@@ -188,7 +259,7 @@ def inputs_failure(checks, hosts, values, finetune_defaults):
     """
     failure = None
     if "node" in checks:
-        failure = _failure(NODE_CHECKS, hosts, values)
+        failure = _failure(NODE_CHECKS, hosts, values) or _thresholds_failure(hosts, values)
     if not failure and "validate" in checks:
         failure = _failure(VALIDATE_CHECKS, hosts, values)
     if not failure and ("finetune" in checks or (

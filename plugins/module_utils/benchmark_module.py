@@ -10,7 +10,7 @@ import json
 import socket
 import time
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import node_args
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import add_node_env, node_args, node_env_argument_spec
 from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_results import (
     run_engine_results,
     start_engine_run,
@@ -45,6 +45,7 @@ def benchmark_argument_spec():
         master_port=dict(type="int"),
         train_reference=dict(type="dict"),
         soak_duration_s=dict(type="int"),
+        **node_env_argument_spec()
     )
 
 
@@ -110,6 +111,7 @@ def run_benchmark_module(module):
     at all (no interpreter, no engine, input it refuses).
     """
     p = module.params
+    add_node_env(p)
     # Nothing on the node changes, but benchmarks load its GPUs for minutes: not in a dry run.
     host, started, t0 = start_engine_run(
         module, "benchmark", benchmark_input_problem(p), p["benchmarks"], BENCHMARK_GROUP,

@@ -14,7 +14,9 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import (
     RESULT_RCS,
     TAIL_CHARS,
     EngineError,
+    add_node_env,
     node_args,
+    node_env_argument_spec,
     run_json,
 )
 
@@ -27,6 +29,7 @@ def check_argument_spec():
         thresholds=dict(type="dict"),
         timeout_s=dict(type="int", default=120),
         host_name=dict(type="str"),
+        **node_env_argument_spec()
     )
 
 
@@ -48,6 +51,7 @@ def _engine_document(module, args, what):
     """
     p = module.params
     host = p["host_name"] or socket.gethostname()
+    add_node_env(p)
     try:
         dummy, doc = run_json(p["python"], args, p["timeout_s"], host, ok_rcs=RESULT_RCS)
     except EngineError as exc:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import multiprocessing
 import os
 import re
 import select
@@ -37,6 +38,29 @@ REMEDY_RERUN = "read the stderr tail, fix the node and run the playbook again"
 
 
 _NO_ENGINE = re.compile(r"No module named '?gpufleet'?\s*$", re.MULTILINE)
+
+# gpufleet_node_env: what the engine and everything it starts get in their environment. It reaches this module as
+# its input (option node_env), never as Ansible's `environment`, which writes every value into the module's command
+# line (`/bin/sh -c 'NAME=value python ...'`), readable by any user of the node in /proc/<pid>/cmdline. Its values
+# leave the module's parameters as soon as they are taken, so its result (invocation.module_args, printed at -vvv)
+# names the variables only. Not no_log: Ansible would then mask every occurrence of each value in the whole result,
+# a "1" or "eth0" included, which would mangle the host document.
+NODE_ENV = {}
+WITHHELD = "(withheld)"
+
+
+def add_node_env(params, env=None):
+    """Take params["node_env"] (or `env`) into the environment of the engine processes this module starts; the
+    values in params are replaced by WITHHELD."""
+    env = params.get("node_env") if env is None else env
+    for name, value in (env or {}).items():
+        NODE_ENV[str(name)] = str(value)
+    if env is params.get("node_env") and params.get("node_env"):
+        params["node_env"] = dict((name, WITHHELD) for name in params["node_env"])
+
+
+def node_env_argument_spec():
+    return dict(node_env=dict(type="dict", default={}))
 
 
 class EngineError(Exception):
@@ -103,6 +127,21 @@ def controller_gone():
         return False
 
 
+def stop_with_controller():
+    """In a task's worker on the controller (an action plugin): the kernel sends the worker SIGTERM when the
+    ansible-playbook process that forked it dies, kill -9 included (PR_SET_PDEATHSIG), and Ansible's handler in the
+    worker then kills the worker's process group: the ssh client, or the module's own process on a local
+    connection. The node sees its connection close and stops what the task started there (controller_gone), so a
+    run whose controller is gone measures no more, nor writes a document. Already gone (the worker's parent is no
+    longer the process that forked it): the same, at once. Nothing outside a worker (no multiprocessing parent)."""
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+    _die_with_parent()
+    if os.getppid() != parent.pid:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 class _Interrupted(Exception):
     pass
 
@@ -134,7 +173,8 @@ def run_engine(python, args, timeout_s, host, input_text=None, engine_src=None):
     cmd = [python, "-m", "gpufleet"] + list(args)
     # C locale: the engine parses tool output; UTF-8 stays the encoding of its JSON. GPUFLEET_PARENT_PID: the
     # engine's guard stops everything should this module go without the kernel's signal reaching it.
-    env = dict(os.environ, LC_ALL="C", LANG="C", PYTHONIOENCODING="utf-8", GPUFLEET_PARENT_PID=str(os.getpid()))
+    env = dict(os.environ, **NODE_ENV)
+    env.update(LC_ALL="C", LANG="C", PYTHONIOENCODING="utf-8", GPUFLEET_PARENT_PID=str(os.getpid()))
     if engine_src:
         env["PYTHONPATH"] = os.pathsep.join([engine_src] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     # The input comes from a file, not a pipe: communicate() called again after a timeout does not go on

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import EngineError, run_json
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import EngineError, add_node_env, node_env_argument_spec, run_json
 
 LOCK_COMMANDS = {"acquired": "acquire", "heartbeat": "heartbeat", "released": "release"}
+# The engine waits this long at the least for the processes of a stale lock's run to stop (gpufleet.lock.STOP_WAIT_S).
+STOP_WAIT_S = 60
 
 
 def lock_argument_spec():
@@ -24,6 +26,7 @@ def lock_argument_spec():
         controller=dict(type="dict", default={}),
         dead_runs=dict(type="list", elements="str", default=[]),
         wait_s=dict(type="int", default=0),
+        **node_env_argument_spec()
     )
 
 
@@ -34,6 +37,7 @@ def lock_module_argument_spec():
 def run_lock_module(module):
     """Body of node_lock: the engine's `gpufleet lock` on the node; another run holding it is an answer, not a failure."""
     p = module.params
+    add_node_env(p)
     if module.check_mode:
         args = ["lock", "show", "--path", p["path"]]
     else:
@@ -44,7 +48,7 @@ def run_lock_module(module):
                 args += ["--dead-run", run]
             args += ["--wait-s", str(p["wait_s"])]
     try:
-        dummy, out = run_json(p["python"], args, 60 + max(p["wait_s"], 0), p["holder"])
+        dummy, out = run_json(p["python"], args, 60 + max(p["wait_s"], STOP_WAIT_S), p["holder"])
     except EngineError as exc:
         module.fail_json(**exc.fail_kwargs())
     out.setdefault("reason", None)

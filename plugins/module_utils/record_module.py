@@ -25,6 +25,7 @@ def record_argument_spec():
         python=dict(type="path"),
         engine_src=dict(type="path"),
         db=dict(type="path"),
+        controller=dict(type="dict"),
     )
 
 
@@ -40,6 +41,8 @@ def run_record(p):
         args += ["--no-store"]  # the report indexes the whole run
     elif p["db"]:
         args += ["--db", p["db"]]
+    if p.get("controller"):
+        args += ["--controller", json.dumps(p["controller"], sort_keys=True)]
     dummy, record = run_json(p["python"] or sys.executable, args, 120, "the controller",
                              input_text=json.dumps(p["document"], sort_keys=True), engine_src=p["engine_src"])
     return record

@@ -116,6 +116,7 @@ options:
     type: int
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.cluster.node_env
 attributes:
   check_mode:
     support: partial

@@ -103,6 +103,7 @@ options:
     type: str
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.cluster.node_env
 attributes:
   check_mode:
     support: partial
@@ -219,12 +220,11 @@ gpufleet:
 """
 
 import json
-import os
 import re
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import node_args
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import add_node_env, node_args, node_env_argument_spec
 from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_results import (
     run_engine_results,
     start_engine_run,
@@ -256,6 +256,7 @@ def argument_spec():
         thresholds=dict(type="dict"),
         profile=dict(type="str"),
         host_name=dict(type="str"),
+        **node_env_argument_spec()
     )
 
 
@@ -314,8 +315,9 @@ def main():
     host, started, t0 = start_engine_run(
         module, "finetune", input_problem(p), ["finetune"], GROUP,
         "fine-tune not run in check mode: it writes an adapter and loads the GPUs; run without --check")
-    # The engine's environment is this process's (run_engine copies it): torchrun and every rank inherit it.
-    os.environ.update((k, env_value(v)) for k, v in p["env"].items())
+    # The engine's environment: this process's, the node's (node_env), then env's; torchrun and every rank inherit it.
+    add_node_env(p)
+    add_node_env(p, dict((k, env_value(v)) for k, v in p["env"].items()))
     args = engine_args(p)
     doc, results = run_engine_results(module, p, args, host, "finetune", GROUP, "gpufleet finetune",
                                       dict(nnodes=p["nnodes"], node_rank=p["node_rank"],

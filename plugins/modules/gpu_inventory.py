@@ -18,6 +18,7 @@ description:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - gpufleet.cluster.engine_check
+  - gpufleet.cluster.node_env
 attributes:
   check_mode:
     support: full

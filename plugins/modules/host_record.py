@@ -58,6 +58,11 @@ options:
       - Python interpreter on the controller that has the gpufleet engine installed.
       - Left out, the interpreter running Ansible is used.
     type: path
+  controller:
+    description:
+      - The run's controller as C(gpufleet.cluster.run_start) returned it. When that ansible-playbook process is gone,
+        the document comes from what a stopped run left behind and is refused (the task fails, nothing is written).
+    type: dict
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - gpufleet.cluster.internal

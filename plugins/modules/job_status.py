@@ -35,6 +35,7 @@ extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - gpufleet.cluster.internal
   - ansible.builtin.action_common_attributes.flow
+  - gpufleet.cluster.node_env
 attributes:
   action:
     support: full

@@ -30,6 +30,7 @@ options:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - gpufleet.cluster.node_lock
+  - gpufleet.cluster.node_env
 attributes:
   check_mode:
     support: full

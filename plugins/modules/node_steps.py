@@ -21,6 +21,9 @@ description:
     be taken) ends the list there, as nothing is measured on a node this run does not hold.
   - Once whoever started it is gone (the run was stopped), no further step runs but a C(node_lock) step that gives
     the lock back.
+  - While the run holds the node lock (O(lock)), every engine process a step starts carries it in its environment
+    (C(GPUFLEET_LOCK)): it does not start once the run no longer holds the lock, stops itself when the run loses it
+    or is told to stop, and a run that would take a stale lock over finds it and waits for it to be gone.
 options:
   steps:
     description:
@@ -30,9 +33,15 @@ options:
     type: list
     elements: dict
     required: true
+  lock:
+    description:
+      - The node lock of the run (C(path), C(run_id), C(holder)), held from a C(node_lock) step of the list that takes
+        it, or from the start when the list has none (the run took it before).
+    type: dict
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - gpufleet.cluster.internal
+  - gpufleet.cluster.node_env
 attributes:
   check_mode:
     support: full
@@ -68,6 +77,9 @@ steps:
   elements: dict
 """
 
+import json
+import os
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible_collections.gpufleet.cluster.plugins.module_utils.benchmark_module import benchmark_argument_spec, run_benchmark_module
@@ -77,10 +89,11 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.check_module impo
     run_check_module,
     run_counters_module,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import controller_gone
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import add_node_env, controller_gone, node_env_argument_spec
 from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_schema import CHECK_GROUPS
 from ansible_collections.gpufleet.cluster.plugins.module_utils.lock_module import lock_module_argument_spec, run_lock_module
 
+LOCK_ENV = "GPUFLEET_LOCK"  # gpufleet.lock.ENV
 
 # How several modules run in one: every gpufleet module's body is a function of module_utils, body(module), that
 # reads module.params and module.check_mode and ends with module.exit_json(...) or module.fail_json(...); the
@@ -138,21 +151,34 @@ def run_step(module_name, args, check_mode):
 
 
 def main():
-    module = AnsibleModule(argument_spec=dict(steps=dict(type="list", elements="dict", required=True)),
+    module = AnsibleModule(argument_spec=dict(steps=dict(type="list", elements="dict", required=True),
+                                              lock=dict(type="dict"), **node_env_argument_spec()),
                            supports_check_mode=True)
+    add_node_env(module.params)
+    steps = module.params["steps"]
+    spec = module.params["lock"]
+    marker = json.dumps({"path": spec["path"], "run_id": spec["run_id"], "holder": spec["holder"],
+                         "heartbeat_timeout_s": None}, sort_keys=True) if spec else None
+    held = not any(s.get("module") == "node_lock" and (s.get("args") or {}).get("state", "acquired") == "acquired"
+                   for s in steps)
     ran = []
-    for step in module.params["steps"]:
+    for step in steps:
         name = step.get("module")
         if name not in STEPS:
             module.fail_json(msg="step module %r is none of %s" % (name, ", ".join(STEPS)))
         if controller_gone() and not (name == "node_lock" and (step.get("args") or {}).get("state") == "released"):
             continue  # nobody will read it (the run was stopped): nothing more is measured, a lock is still given back
+        if marker and held and name != "node_lock":
+            os.environ[LOCK_ENV] = marker  # what the engine processes of this step carry (run_engine copies it)
+        else:
+            os.environ.pop(LOCK_ENV, None)
         result = run_step(name, step.get("args"), module.check_mode)
         ran.append({"name": step.get("name") or name, "module": name, "result": result})
         args = step.get("args") or {}
-        if name == "node_lock" and args.get("state", "acquired") == "acquired" and not module.check_mode \
-                and (result.get("failed") or not result.get("acquired")):
-            break  # nothing is measured on a node this run does not hold
+        if name == "node_lock" and args.get("state", "acquired") == "acquired" and not module.check_mode:
+            held = bool(result.get("acquired")) and not result.get("failed")
+            if not held:
+                break  # nothing is measured on a node this run does not hold
     module.exit_json(changed=False, steps=ran)
 
 

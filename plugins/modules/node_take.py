@@ -29,6 +29,7 @@ extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - gpufleet.cluster.internal
   - gpufleet.cluster.node_lock
+  - gpufleet.cluster.node_env
 attributes:
   check_mode:
     support: full

@@ -58,6 +58,7 @@ options:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - gpufleet.cluster.internal
+  - gpufleet.cluster.node_env
 attributes:
   check_mode:
     support: partial

@@ -27,7 +27,10 @@ options:
   checks:
     description:
       - The sets of checks to apply.
-      - V(node) - C(gpufleet_python), C(gpufleet_thresholds), C(gpufleet_node_env) (every playbook that runs on the nodes).
+      - V(node) - C(gpufleet_python), C(gpufleet_thresholds), C(gpufleet_node_env) (every playbook that runs on the nodes);
+        then C(gpufleet_profile) and C(gpufleet_thresholds) against the collection's profiles (files/profiles), as the
+        engine on the node holds them - an unknown profile or key, a wrong type, a number outside the key's bounds,
+        NaN or infinity - in the engine's own words.
       - V(validate) - C(gpufleet_check_timeout_s), C(gpufleet_benchmarks), C(gpufleet_benchmark_tier),
         C(gpufleet_nccl_multinode), C(gpufleet_nccl_master_port), C(gpufleet_benchmark_timeout_s),
         C(gpufleet_nccl_timeout_s) (validate.yml).
@@ -37,7 +40,10 @@ options:
       - V(finetune_if_set) - the V(finetune) checks when a node sets C(gpufleet_finetune) (validate.yml, where the
         fine-tune is optional).
       - V(run) - C(gpufleet_tier) (one of smoke, acceptance, soak, the same on every node), C(gpufleet_soak_duration_s),
-        C(gpufleet_lock_path), C(gpufleet_lock_wait_s).
+        C(gpufleet_lock_path), C(gpufleet_lock_wait_s), C(gpufleet_lock_ttl_s), C(gpufleet_lock_heartbeat_timeout_s);
+        what the run's start and its report read - C(gpufleet_resume), C(gpufleet_baseline_set), C(gpufleet_history_db),
+        C(gpufleet_controller_python), C(gpufleet_slurm_node_name) (a name the drain lines take), C(gpufleet_baseline)
+        (a run id).
     type: list
     elements: str
     choices: [node, validate, finetune, finetune_if_set, run]

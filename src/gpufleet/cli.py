@@ -338,8 +338,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    guard.start_from_env()  # stop what this command starts should the run that asked for it be gone
     try:
+        guard.start_from_env()  # stop what this command starts should the run that asked for it be gone
         return args.func(args)
     except InputError as exc:
         print(f"gpufleet {args.command}: {exc}", file=sys.stderr)

@@ -1,10 +1,11 @@
 """Leave nothing behind on a node: stop what this engine started when the run that asked for it is gone.
 
 The module that starts the engine (plugins/module_utils/engine.py) asks the kernel to send the engine SIGTERM
-when the module dies (PR_SET_PDEATHSIG) and names itself in GPUFLEET_PARENT_PID; a job the controller waits on
-in the background also names the node lock to watch in GPUFLEET_LOCK ({"path", "run_id", "holder",
-"heartbeat_timeout_s"}): when the controller stops renewing its heartbeat, or the run loses the lock, the job is
-stopped. Either way every process group the engine started (torchrun and its ranks) is terminated and every
+when the module dies (PR_SET_PDEATHSIG) and names itself in GPUFLEET_PARENT_PID; every engine process of a run
+that holds the node lock names it in GPUFLEET_LOCK ({"path", "run_id", "holder", "heartbeat_timeout_s"}): when the
+run loses the lock or is told to stop (a run that takes a stale lock over marks it so, lock.py), or, for a job the
+controller waits on in the background, the controller stops renewing its heartbeat, the job is stopped; a process
+whose run no longer holds the lock does not start at all. Either way every process group the engine started (torchrun and its ranks) is terminated and every
 work folder it registered is removed; on SIGTERM the engine then exits. The controller's silence counts from the
 job's start at the earliest (it was there to start it). Once stopped, the guard stays so: a process group tracked
 after the stop (the engine was still preparing when its run went) is stopped at once.
@@ -28,6 +29,7 @@ import threading
 import time
 
 from gpufleet import lock
+from gpufleet.errors import InputError
 
 _groups: set[int] = set()
 _dirs: set[str] = set()
@@ -182,16 +184,25 @@ def _watch(parent_pid: int | None, lock_spec: dict | None, started_s: float) -> 
         if parent_pid and os.getppid() != parent_pid:
             _on_signal(signal.SIGTERM, None)
         if lock_spec:
-            why = lock.check(lock_spec["path"], lock_spec["run_id"], lock_spec["holder"],
-                             float(lock_spec.get("heartbeat_timeout_s") or 120), since_s=started_s)
+            why = _lock_problem(lock_spec, started_s)
             if why:
                 stop(why)
                 return
         time.sleep(_POLL_S)
 
 
+def _lock_problem(spec: dict, started_s: float) -> str | None:
+    """Why the run this job works for no longer holds the node (lock.check). A spec without heartbeat_timeout_s
+    watches the heartbeat for 120 s; null for a job the controller waits on directly, which renews none."""
+    timeout_s = spec.get("heartbeat_timeout_s", 120)
+    return lock.check(spec["path"], spec["run_id"], spec["holder"], None if timeout_s is None else float(timeout_s),
+                      since_s=started_s)
+
+
 def start_from_env() -> None:
-    """Install the signal handlers and, when the environment asks for it, the watcher thread."""
+    """Install the signal handlers and, when the environment asks for it, the watcher thread. InputError when the
+    run the environment names (GPUFLEET_LOCK) no longer holds the node: nothing is started for a run that was given
+    back, taken over or told to stop."""
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _on_signal)
     parent = os.environ.get("GPUFLEET_PARENT_PID")
@@ -208,5 +219,10 @@ def start_from_env() -> None:
             lock_spec = None
     if parent_pid is None and lock_spec is None:
         return
-    threading.Thread(target=_watch, args=(parent_pid, lock_spec, time.time()), name="gpufleet-guard",
+    started_s = time.time()
+    if lock_spec:
+        why = _lock_problem(lock_spec, started_s)
+        if why:
+            raise InputError(f"not run: {why}")
+    threading.Thread(target=_watch, args=(parent_pid, lock_spec, started_s), name="gpufleet-guard",
                      daemon=True).start()

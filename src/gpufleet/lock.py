@@ -15,6 +15,13 @@ recorded with its start time, is gone: `gpufleet.runs.dead_runs`, `gpufleet run 
 controller, which this one cannot ask, every holder's lease expired. A run of the same controller whose process
 still runs keeps the node however long it takes. A run that finds the node held fails it as an `error`, or first
 waits up to `wait_s` (gpufleet_lock_wait_s) for it.
+
+A stale lock is taken over only once no process of its run still works on the node: every engine process a run
+starts there carries GPUFLEET_LOCK ({"path", "run_id", "holder", ...}) in its environment, and so does everything
+it starts (`working()` finds them in /proc). While some remain, the record is marked "stopping" (by whom and why),
+their guard sees it and stops them (guard.py), and the run that wants the node waits up to STOP_WAIT_S (or
+gpufleet_lock_wait_s when longer) for them to be gone; after that it is refused, naming the run and its processes.
+An engine process whose run no longer holds the lock (given back, taken over, told to stop) refuses to start.
 Long jobs started in the background (NCCL and training across nodes) also check the holder's heartbeat, which
 the controller renews while it waits for them: a job whose controller stopped waiting is stopped (guard.py).
 """
@@ -33,6 +40,10 @@ from gpufleet.errors import InputError
 
 DEFAULT_PATH = "/run/lock/gpufleet-node.lock"
 LOCK_SCHEMA_VERSION = 1
+ENV = "GPUFLEET_LOCK"  # the lock an engine process works under: {"path", "run_id", "holder", "heartbeat_timeout_s"}
+# How long a run waits, at the least, for the processes of a stale lock's run to stop once told to (their guard looks
+# every 2 s, then gives what it started 5 s to end before it kills it).
+STOP_WAIT_S = 60.0
 
 
 def _boot_id() -> str | None:
@@ -117,23 +128,61 @@ def _write(path: Path, rec: dict) -> None:
     paths.write_atomic(path, json.dumps(rec, sort_keys=True) + "\n", mode=0o644)
 
 
-def acquire(path: str | Path, run_id: str, holder: str, ttl_s: float, *, controller: dict | None = None,
-            dead_runs: tuple | list = (), wait_s: float = 0, poll_s: float = 1.0) -> dict:
-    """Take (or join, for the same run) the node's lock for `holder`, waiting up to `wait_s` while another run
-    holds it.
+def working(path: str | Path, run_id: str) -> list[dict]:
+    """The processes on this node that work for `run_id` under the lock at `path` (their environment's
+    GPUFLEET_LOCK names both), [{"pid", "command"}]; a process whose environment this user cannot read is another
+    user's, not a run's of this lock."""
+    want = os.path.normpath(str(path))
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                environ = f.read()
+            if f"{ENV}=".encode() not in environ:
+                continue
+            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                command = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+            with open(f"/proc/{entry.name}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":  # exited, not reaped yet: works no more
+                    continue
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        for var in environ.split(b"\0"):
+            if var.startswith(f"{ENV}=".encode()):
+                try:
+                    spec = json.loads(var[len(ENV) + 1:])
+                except ValueError:
+                    spec = None
+                if isinstance(spec, dict) and spec.get("run_id") == run_id and os.path.normpath(str(spec.get("path"))) == want:
+                    found.append({"pid": int(entry.name), "command": command[:200]})
+    return found
 
-    Returns {"acquired": True, "record", "stale": None or {"reason", "previous"}, "waited_s"} or
-    {"acquired": False, "record", "reason", "waited_s"} when another run holds it.
+
+def acquire(path: str | Path, run_id: str, holder: str, ttl_s: float, *, controller: dict | None = None,
+            dead_runs: tuple | list = (), wait_s: float = 0, poll_s: float = 1.0, stop_wait_s: float = STOP_WAIT_S) -> dict:
+    """Take (or join, for the same run) the node's lock for `holder`, waiting up to `wait_s` while another run
+    holds it, and up to `stop_wait_s` at the least while the processes of a stale lock's run stop.
+
+    Returns {"acquired": True, "record", "stale": None or {"reason", "previous", "waited_for"}, "waited_s"} or
+    {"acquired": False, "record", "reason", "waited_s", "working"} when another run holds it.
     """
     started = time.monotonic()
+    waited_for: dict[int, dict] = {}
     while True:
         got = _acquire_once(Path(path), run_id, holder, ttl_s, controller, dead_runs)
         waited_s = time.monotonic() - started
-        if got["acquired"] or waited_s >= wait_s:
-            if not got["acquired"] and wait_s > 0:
-                got["reason"] += f" (waited {waited_s:.0f} s of gpufleet_lock_wait_s {wait_s:g})"
+        waited_for.update((p["pid"], p) for p in got.get("working") or [])
+        if got.get("stale") and waited_for:
+            got["stale"]["waited_for"] = list(waited_for.values())
+        limit = max(wait_s, stop_wait_s) if got.get("working") else wait_s
+        if got["acquired"] or waited_s >= limit:
+            if not got["acquired"] and limit > 0:
+                got["reason"] += (f" (waited {waited_s:.0f} s of " + (f"gpufleet_lock_wait_s {wait_s:g}" if limit == wait_s
+                                                                       else f"{stop_wait_s:g} s for them to stop") + ")")
             return dict(got, waited_s=round(waited_s, 1))
-        time.sleep(min(poll_s, max(wait_s - waited_s, 0.01)))
+        time.sleep(min(poll_s, max(limit - waited_s, 0.01)))
 
 
 def _acquire_once(path: Path, run_id: str, holder: str, ttl_s: float, controller: dict | None,
@@ -148,11 +197,24 @@ def _acquire_once(path: Path, run_id: str, holder: str, ttl_s: float, controller
                 lease = "" if _same_controller(rec, controller) else "; its lease runs to " + _iso(max(
                     (h.get("expires_at") or 0) for h in rec["holders"].values() if isinstance(h, dict)))
                 return {"acquired": False, "record": rec, "reason": f"the node is held by {describe(rec)}{lease}"}
+            left = working(path, rec["run_id"]) if rec.get("run_id") else []
+            if left:
+                # Its run is gone, not what it started here: they are told to stop (their guard reads this), and the
+                # node is taken over once none is left, never while one still measures.
+                if (rec.get("stopping") or {}).get("by") != run_id:
+                    rec["stopping"] = {"by": run_id, "since": schema.utc_now(), "reason": why}
+                    _write(path, rec)
+                named = ", ".join(f"pid {p['pid']} ({p['command'][:80]})" for p in left[:5])
+                return {"acquired": False, "record": rec, "working": left,
+                        "reason": f"the node is held by {describe(rec)}: {why}, but {len(left)} of its processes still "
+                                  f"work on the node ({named}); they were told to stop, and the node is taken over once "
+                                  "they have"}
             stale = {"reason": why, "previous": rec}
             rec = None
         if rec is None:
             rec = {"schema_version": LOCK_SCHEMA_VERSION, "run_id": run_id, "controller": controller or {},
                    "taken": schema.utc_now(), "boot_id": _boot_id(), "holders": {}}
+        now = time.time()  # after the look for a stale run's processes: the moment the node is this run's
         rec["holders"][holder] = {"since": schema.utc_now(), "expires_at": now + ttl_s, "heartbeat_at": now}
         _write(path, rec)
     return {"acquired": True, "record": rec, "stale": stale}
@@ -185,13 +247,20 @@ def release(path: str | Path, run_id: str, holder: str) -> dict:
     return {"released": True, "reason": None}
 
 
-def check(path: str | Path, run_id: str, holder: str, heartbeat_timeout_s: float, since_s: float = 0) -> str | None:
-    """Why a job of `run_id` on this node must stop (lock lost, or the controller stopped waiting), or None.
-    `since_s` (epoch s) is when the job started: the controller was there to start it, so its silence counts from
-    then at the earliest (its first poll may come well after the lock was taken on a busy controller)."""
+def check(path: str | Path, run_id: str, holder: str, heartbeat_timeout_s: float | None, since_s: float = 0) -> str | None:
+    """Why a job of `run_id` on this node must stop (lock lost, its run told to stop, or the controller stopped
+    waiting), or None. `since_s` (epoch s) is when the job started: the controller was there to start it, so its
+    silence counts from then at the earliest (its first poll may come well after the lock was taken on a busy
+    controller). heartbeat_timeout_s None: the controller renews no heartbeat for this job (it waits on it directly)."""
     rec, now = read(path), time.time()
     if rec is None or rec.get("run_id") != run_id or holder not in rec.get("holders", {}):
         return _lost(rec, run_id, holder)
+    if isinstance(rec.get("stopping"), dict):
+        stop = rec["stopping"]
+        return (f"run {run_id!r} was told to stop: {stop.get('reason')}; run {stop.get('by')!r} takes the node over once "
+                "nothing of it works here")
+    if heartbeat_timeout_s is None:
+        return None
     beat = max(rec["holders"][holder].get("heartbeat_at") or 0, since_s)
     if now - beat > heartbeat_timeout_s:
         return (f"the controller has not checked on this job for {now - beat:.0f} s (more than "

@@ -17,6 +17,7 @@ profile that says `uncalibrated: <why>` has figures nobody measured yet.
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -127,11 +128,14 @@ def _type_ok(kind: str, value: Any) -> bool:
 
 def _bounds_problem(entry: dict, value: Any) -> str | None:
     """What a number outside the key's declared bounds (generic.yml's min and max) should have been; None when
-    it is inside them, null, or the key is not a number."""
+    it is inside them, null, or the key is not a number. NaN and infinity are no number to hold a reading
+    against: every comparison with NaN is false, so a check would pass whatever it read."""
     lo, hi = entry.get("min"), entry.get("max")
+    kind = "an integer" if entry["type"] == "int" else "a number"
+    if _TYPES["number"](value) and not math.isfinite(value):
+        return f"expected {kind}, not {value!r}"
     if value is None or not _TYPES["number"](value) or ((lo is None or value >= lo) and (hi is None or value <= hi)):
         return None
-    kind = "an integer" if entry["type"] == "int" else "a number"
     if lo is not None and hi is not None:
         return f"expected {kind} from {lo} to {hi}"
     return f"expected {kind} of at least {lo}" if lo is not None else f"expected {kind} of at most {hi}"
@@ -233,6 +237,8 @@ def resolve(
         why = _bounds_problem(profiles[GENERIC]["thresholds"][key], value)
         if why:
             raise ProfileError(f"gpufleet_thresholds.{key} = {value!r} is out of bounds; {why} (or null)")
+        if isinstance(value, list) and any(_TYPES["number"](v) and not math.isfinite(v) for v in value):
+            raise ProfileError(f"gpufleet_thresholds.{key} = {value!r} holds a number that is not finite")
         thresholds[key] = {"value": value, "source": "inventory override (gpufleet_thresholds)"}
     return {
         "name": name,

@@ -2,7 +2,9 @@
 
     store.py    the SQLite store (<reports_dir>/gpufleet.db): runs, host documents, GPUs, results, metrics,
                 counter snapshots, GPU flags and the baseline; an index that `rebuild()` recreates from the run folders
-    repair.py   a damaged or missing store moved aside and rebuilt before a run indexes into it (open_for_run)
+                (store_tables.py its tables, store_folders.py the run folders, store_baseline.py, store_queries.py)
+    repair.py   a damaged or missing store moved aside and rebuilt before a run indexes into it (open_for_run), or
+                when a run meets the damage while it uses the store (use_for_run)
     run_files.py  run.json and baseline.json, the files the store reads beside it and in the run folders
     metrics.py  the comparable figures of one host document (matmul per dtype, HBM, PCIe, NCCL busbw per
                 collective and size band, training tokens/s), each per GPU where it is one, with its unit

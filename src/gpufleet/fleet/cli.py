@@ -15,6 +15,7 @@ for the others.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sqlite3
@@ -22,12 +23,14 @@ import sys
 from pathlib import Path
 
 from gpufleet import paths, runs, schema, slurm
+from gpufleet.command_line import json_arg
 from gpufleet.errors import InputError
 from gpufleet.fleet import num, versions
 from gpufleet.fleet import slurm as fleet_slurm
-from gpufleet.fleet.repair import open_for_run, repair
+from gpufleet.fleet.repair import open_for_run, repair, use_for_run
 from gpufleet.fleet.run_files import read_run_info
 from gpufleet.fleet.store import DamagedStore, Store, default_path
+from gpufleet.fleet.store_tables import problem
 
 DEFAULT_REPORTS_DIR = "reports"
 
@@ -40,6 +43,18 @@ def _store_path(args) -> Path:
 
 def _open(args, *, create: bool = False):
     return Store(_store_path(args), create=create)
+
+
+def _store_errors(cmd):
+    """A SQLite error met while a command uses the store, said for what it means (the store damaged, busy, a full
+    disk), naming the store: exit 2, never a traceback."""
+    @functools.wraps(cmd)
+    def run(args) -> int:
+        try:
+            return cmd(args)
+        except sqlite3.Error as exc:
+            raise problem(_store_path(args), exc) from None
+    return run
 
 
 def _print(doc, as_json: bool, text: str) -> None:
@@ -60,8 +75,13 @@ def _attempt(run_dir: Path) -> int:
 FOLDERS = ("hosts", "peers")  # nodes of the run; known-good peers that only joined its run across nodes
 
 
-def record(run_dir: Path, host: str, new_doc: dict, replace_groups: list[str] | None = None, folder: str = "hosts") -> dict:
+def record(run_dir: Path, host: str, new_doc: dict, replace_groups: list[str] | None = None, folder: str = "hosts",
+           controller: dict | None = None) -> dict:
     """Write RUN_DIR/FOLDER/HOST.json, atomically, readable by owner and group.
+
+    `controller`: the run's controller as the writer knows it (run start's record of the ansible-playbook main
+    process). When it is gone, the writer is what a stopped run left behind (a worker of a killed ansible-playbook,
+    whose node another run may measure by now): refused, so nothing it measured is taken for a normal run's figures.
 
     Without replace_groups the document is written whole. With them it is merged as the playbook adds results
     to a node's document: the existing document's results of those groups are dropped, new_doc's added, the
@@ -74,6 +94,10 @@ def record(run_dir: Path, host: str, new_doc: dict, replace_groups: list[str] | 
         raise InputError(f"--folder {folder!r}; expected one of {', '.join(FOLDERS)}")
     if not run_dir.is_dir():
         raise InputError(f"run directory {run_dir} does not exist; expected the run's folder (gpufleet run start makes it)")
+    if controller and runs.controller_alive(controller) is False:
+        raise InputError(f"the document of {host} is not written: the controller of run {runs.run_id_of(run_dir)} "
+                         f"(ansible-playbook pid {controller.get('pid')} on {controller.get('host')}) is gone, so this "
+                         "comes from a process its stopped run left behind; the node's next run measures it again")
     hosts_dir = paths.make_dir(run_dir / folder)
     path = paths.inside(hosts_dir, f"{host}.json", what=f"the host document of {host}")
     new_results = list(new_doc["results"])
@@ -121,19 +145,24 @@ def cmd_record(args) -> int:
     doc, why = schema.parse_host_doc(raw)
     if doc is None:
         raise InputError(f"stdin: the host document for {args.host} is unreadable: {why}")
-    done = record(run_dir, args.host, doc, args.replace_group, args.folder)
+    controller = json_arg(args.controller, "--controller") or None
+    done = record(run_dir, args.host, doc, args.replace_group, args.folder, controller)
     done["store"] = done["store_error"] = None
     if not args.no_store:
         db = Path(args.db) if args.db else default_path(run_dir.resolve().parent)
-        try:
-            with open_for_run(db, run_dir) as store:
-                store.upsert_run(done["run_id"], run_dir.resolve(), read_run_info(run_dir))
-                raw = Path(done["path"]).read_bytes()
-                merged, why = schema.parse_host_doc(raw)
-                if args.folder == "hosts" or not store.conn.execute(
-                        "SELECT 1 FROM documents WHERE run_id = ? AND host = ? AND role = 'node'", (done["run_id"], args.host)).fetchone():
-                    store.index_document(done["run_id"], args.host, merged, path=f"{args.folder}/{args.host}.json", raw=raw,
-                                         problem=why, role="node" if args.folder == "hosts" else "peer")
+        raw = Path(done["path"]).read_bytes()
+        merged, why = schema.parse_host_doc(raw)
+
+        def index(store: Store) -> None:
+            store.upsert_run(done["run_id"], run_dir.resolve(), read_run_info(run_dir))
+            if args.folder == "hosts" or not store.conn.execute(
+                    "SELECT 1 FROM documents WHERE run_id = ? AND host = ? AND role = 'node'", (done["run_id"], args.host)).fetchone():
+                store.index_document(done["run_id"], args.host, merged, path=f"{args.folder}/{args.host}.json", raw=raw,
+                                     problem=why, role="node" if args.folder == "hosts" else "peer")
+
+        try:  # a store found damaged on opening or while indexing is repaired, and the document indexed into the new one
+            store, _ = use_for_run(open_for_run(db, run_dir), run_dir, index)
+            store.close()
             done["store"] = str(db)
         except (InputError, sqlite3.Error) as exc:
             # The host document is the record and it is written; the report indexes the whole run again.
@@ -184,6 +213,7 @@ def history_text(hist: dict) -> str:
     return "\n".join(lines)
 
 
+@_store_errors
 def cmd_history(args) -> int:
     with _open(args) as store:
         hist = store.history(args.key)
@@ -194,6 +224,7 @@ def cmd_history(args) -> int:
 # ---------------------------------------------------------------- baseline and store
 
 
+@_store_errors
 def cmd_baseline(args) -> int:
     with _open(args) as store:
         if args.action == "set":
@@ -219,6 +250,7 @@ def cmd_baseline(args) -> int:
     return 0
 
 
+@_store_errors
 def cmd_store(args) -> int:
     reports_dir = Path(args.reports_dir or DEFAULT_REPORTS_DIR)
     if not reports_dir.is_dir():
@@ -231,7 +263,7 @@ def cmd_store(args) -> int:
         damage = None
         if path.exists():
             try:
-                Store(path).close()
+                Store(path, check=True).close()
             except DamagedStore as exc:
                 damage = exc
         summary = repair(path, reports_dir, damage, by="gpufleet store rebuild")
@@ -338,6 +370,8 @@ def add_parsers(sub) -> None:
                    "nodes that only joined its run across nodes)")
     r.add_argument("--db", help="the store (default: RUN_DIR/../gpufleet.db)")
     r.add_argument("--no-store", action="store_true", help="write the document only; do not index it")
+    r.add_argument("--controller", help="JSON of the run's controller (run start's): the document is refused when "
+                   "that ansible-playbook is gone, as it comes from what a stopped run left behind")
     r.set_defaults(func=cmd_record)
 
     h = sub.add_parser("history", help="a node's, a GPU's or a serial's figures and verdicts over the runs of the store")

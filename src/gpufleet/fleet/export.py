@@ -267,11 +267,21 @@ def failing_causes(node: dict) -> tuple[list[str], list[str]]:
     return [causes.label(g) for g in groups], [g["class"] for g in groups]
 
 
+LOCK_CHECK = "lock.node_lock"  # the node lock's result: an error when another run held the node
+
+
+def held_elsewhere(node: dict) -> bool:
+    """Whether the node failed only because another gpufleet run held it (its node_lock error alone): it was not
+    measured, which is not the node's fault, and draining it would take a healthy node out of service."""
+    checks, _ = failing_checks(node)
+    return bool(checks) and set(checks) == {LOCK_CHECK}
+
+
 def drain_lines(report: dict, mapping: dict | None = None) -> list[str]:
-    """One drain line per node not accepted, in the report's order (worst first)."""
+    """One drain line per node not accepted, in the report's order (worst first); none for a node another run held."""
     lines = []
     for host, node in report["nodes"].items():
-        if node["verdict"] != schema.FAIL:
+        if node["verdict"] != schema.FAIL or held_elsewhere(node):
             continue
         named, classes = failing_causes(node)
         lines.append(drain_line(report["run_id"], slurm_name(host, mapping), named, classes))

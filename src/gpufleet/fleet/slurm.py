@@ -83,6 +83,8 @@ def plan(report: dict, nodes: dict, action: str, max_drain: tuple[int, bool], na
         own, out = slurm.is_own(now["reason"]), slurm.out_of_service(now)
         if out and not own:
             d["why"] = f"left alone: {now['state']} for a reason gpufleet did not write ({now['reason'] or 'none given'})"
+        elif not accepted and export.held_elsewhere(node):
+            d["why"] = "not measured: another gpufleet run held it (its node lock), which is not the node's fault"
         elif not accepted:
             d.update(do="drain", reason=drain_reason(report["run_id"], node),
                      why="not accepted" + (" (already drained by gpufleet: reason renewed)" if out else ""))

@@ -4,6 +4,7 @@ junit.xml, fleet.json, prometheus/<host>.prom and drain.txt written, the run ind
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import importlib
 import json
@@ -14,7 +15,7 @@ from pathlib import Path
 from gpufleet import __version__, causes, paths, registry, runs, schema
 from gpufleet.errors import InputError
 from gpufleet.fleet import compare, export, metrics, store as fleet_store
-from gpufleet.fleet.repair import open_for_run
+from gpufleet.fleet.repair import open_for_run, use_for_run
 from gpufleet.fleet.run_files import read_run_info
 from gpufleet.report.formatting import STATUS_ORDER, check_id, class_text, trust_text
 from gpufleet.report.nodes import DOC_PROFILE, DOC_READ, load_nodes, load_peers, node_order
@@ -109,10 +110,10 @@ def _open_store(run_dir: Path, db: Path | str | None, use_store: bool):
     if not use_store:
         return None, "no store: the report was made with --no-store, so there is no history or baseline to compare with"
     if db is not None:
-        return open_for_run(Path(db), run_dir), None
+        return open_for_run(Path(db), run_dir, check=True), None
     path = fleet_store.default_path(run_dir.resolve().parent)
     try:
-        return open_for_run(path, run_dir), None
+        return open_for_run(path, run_dir, check=True), None
     except InputError as exc:
         return None, f"no store: {exc}"
 
@@ -215,10 +216,11 @@ def _build(run_dir: Path, expected_hosts: list[str] | None, db: Path | str | Non
             if len(known["valid"]) == len(node["results"]) and all(map(operator.is_, known["valid"], node["results"])):
                 extracted[node["host"]] = known["found"]
     store, store_note = _open_store(run_dir, db, use_store)
+    index = functools.partial(fleet_store.Store.index_run, run_dir=run_dir, expected_hosts=expected_hosts, read=read)
     try:
         if store is not None:
-            try:
-                store.index_run(run_dir, expected_hosts=expected_hosts, read=read)
+            try:  # a store found damaged here is repaired, and this run indexed into the new one
+                store, _ = use_for_run(store, run_dir, index)
             except (InputError, sqlite3.Error) as exc:  # locked past its timeout, a full disk: the report still comes
                 store.close()
                 store, store_note = None, f"no store: {store.path} could not be written ({exc}); history and baseline comparisons skip"
@@ -227,7 +229,7 @@ def _build(run_dir: Path, expected_hosts: list[str] | None, db: Path | str | Non
         chosen = _choose_baseline(run_dir, store, baseline)
         readable = {n["host"]: {"results": n["results"], "profile": n[DOC_PROFILE], "versions": n["versions"]}
                     for n in nodes if DOC_PROFILE in n}
-        del read  # the raw documents, no longer needed
+        del read, index  # the raw documents, no longer needed
         with store.reading() if store is not None else contextlib.nullcontext():
             fleet = compare.evaluate(run_id, readable, store=store, store_note=store_note, baseline=chosen, extracted=extracted)
         for node in nodes:

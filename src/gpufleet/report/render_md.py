@@ -46,6 +46,12 @@ def _inline(text: Any) -> str:
     return s.replace("\\", "\\\\").replace("|", "\\|").replace("<", "\\<")
 
 
+def _prose(text: Any) -> str:
+    """_inline, and nothing in it read as Markdown: no link, image or emphasis (a profile's `source` is free text,
+    and the document that carries it may be anyone's)."""
+    return re.sub(r"([\[\]()*_`~!#&])", r"\\\1", _inline(text))
+
+
 def _code(text: Any) -> str:
     """A code span that holds any text: its fence is longer than any run of backticks inside, and a pipe is
     escaped so that it cannot end a table cell (GFM drops the backslash inside the span)."""
@@ -80,7 +86,7 @@ def _finding(res: dict) -> list[str]:
         lines.append(f"- trust: {_inline(trust)}")
     bound, source = threshold_text(res.get("threshold"))
     if bound:
-        lines.append(f"- threshold: {_inline(bound)}" + (f" (source: {_inline(source)})" if source else ""))
+        lines.append(f"- threshold: {_inline(bound)}" + (f" (source: {_prose(source)})" if source else ""))
     lines.append(f"- reason: {_inline(res.get('reason') or '(no reason given)')}")
     if res.get("remedy"):
         lines.append(f"- remedy: {_inline(res['remedy'])}")

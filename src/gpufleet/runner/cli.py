@@ -13,6 +13,7 @@ named), 2 could not run (bad input, a playbook error before any node, ansible-ru
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -58,6 +59,21 @@ def _finish(args, outcome) -> int:
     return outcome.exit
 
 
+def _json_when_refused(cmd):
+    """--json ends with its line at exit 2 too: input refused before anything ran (the message is on stderr as well)."""
+    @functools.wraps(cmd)
+    def run(args) -> int:
+        try:
+            return cmd(args)
+        except InputError as exc:
+            if args.json:
+                print(json.dumps({"exit": 2, "status": "refused", "rc": None, "interrupted": False, "nodes": {},
+                                  "message": f"gpufleet fleet {args.fleet_command}: {exc}", "why": {}}, sort_keys=True))
+            raise
+    return run
+
+
+@_json_when_refused
 def cmd_run(args) -> int:
     out = api.fleet_run(args.inventory, limit=args.limit, tier=args.tier, soak_duration_s=args.soak_duration_s,
                         run_id=args.run_id, reports_dir=args.reports_dir, extra_vars=api.parse_extra_vars(args.extra_vars),
@@ -65,6 +81,7 @@ def cmd_run(args) -> int:
     return _finish(args, out)
 
 
+@_json_when_refused
 def cmd_accept(args) -> int:
     out = api.fleet_accept(args.nodes, peers=args.peers or [], inventory=args.inventory, tier=args.tier,
                            soak_duration_s=args.soak_duration_s, run_id=args.run_id, reports_dir=args.reports_dir,
@@ -73,6 +90,7 @@ def cmd_accept(args) -> int:
     return _finish(args, out)
 
 
+@_json_when_refused
 def cmd_resume(args) -> int:
     plan, out = api.fleet_resume(args.run_id, reports_dir=args.reports_dir, inventory=args.inventory,
                                  extra_vars=api.parse_extra_vars(args.extra_vars), only_unfinished=args.only_unfinished,
@@ -85,6 +103,7 @@ def cmd_resume(args) -> int:
     return _finish(args, out)
 
 
+@_json_when_refused
 def cmd_locate(args) -> int:
     out = api.fleet_locate(args.inventory, limit=args.limit, run_id=args.run_id, reports_dir=args.reports_dir,
                            method=args.method, ratio=args.ratio, pair_rounds=args.pair_rounds, max_rounds=args.max_rounds,

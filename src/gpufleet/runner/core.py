@@ -18,7 +18,6 @@ import json
 import os
 import shutil
 import signal
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from gpufleet.errors import InputError
 from gpufleet.report.formatting import check_id, ordered_results
 from gpufleet.runner import record as rec
 from gpufleet.runner.events import Failure, FleetState
+from gpufleet.runner.private import ansible_local_tmp, recorded_vars, redact_command, write_private_vars
 from gpufleet.runner.project import Project, tool_env
 
 EXIT_ACCEPTED, EXIT_NOT_ACCEPTED, EXIT_COULD_NOT_RUN, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -46,11 +46,6 @@ RESERVED_VARS = {
 # absent): check the cancel flag every second, and keep ansible's own output out of ours.
 RUNNER_SETTINGS = {"pexpect_timeout": 1, "suppress_ansible_output": True}
 ACCEPTED, NOT_ACCEPTED = "accepted", "not accepted"
-# -e variables whose values runner.json keeps for a resume: the gpufleet_* settings. Any other (a become password)
-# and a node's environment (a token in gpufleet_node_env) may hold a secret: runner.json keeps only its name, and
-# a resume asks for it again.
-SECRET_VARS = {"gpufleet_node_env"}
-NOT_RECORDED = "(not recorded)"
 WHY_REASON_CHARS, WHY_MORE_CHECKS = 160, 5  # the end of a run: the first reason cut here, this many more checks named
 
 
@@ -100,36 +95,6 @@ class Outcome:
     failures: list
     message: str = ""
     why: dict = field(default_factory=dict)  # host not accepted -> its failing checks, worst first (not_accepted_why)
-
-
-def recorded_vars(user_vars: dict) -> tuple[dict, list[str]]:
-    """(the -e variables runner.json keeps with their values, the names of those it keeps without)."""
-    kept = {k: v for k, v in user_vars.items() if k.startswith("gpufleet_") and k not in SECRET_VARS}
-    return kept, sorted(set(user_vars) - set(kept))
-
-
-def write_private_vars(values: dict) -> Path:
-    """The playbook's extra variables in a file of a private temporary folder (0700; the file 0600), outside the
-    run folder: ansible-playbook reads them with -e @FILE, so that neither ansible-runner's command artifact nor
-    its env/ holds their values. The caller removes the folder."""
-    folder = Path(tempfile.mkdtemp(prefix="gpufleet-vars-"))
-    path = folder / "extravars.json"
-    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as handle:
-        json.dump(values, handle)
-    return path
-
-
-def redact_command(artifact_dir: Path, keep: set[str]) -> None:
-    """ansible-runner's artifacts/<ident>/command holds the whole environment ansible-playbook got (this process's,
-    which may hold a password or a token): keep the names, and the values of the variables gpufleet set itself."""
-    path = Path(artifact_dir) / "command"
-    doc, _ = rec.read_json(path)
-    if not isinstance(doc, dict) or not isinstance(doc.get("env"), dict):
-        return
-    if all(v == NOT_RECORDED for k, v in doc["env"].items() if k not in keep):
-        return
-    doc["env"] = {k: v if k in keep else NOT_RECORDED for k, v in doc["env"].items()}
-    paths.write_atomic(path, json.dumps(doc), mode=0o600)
 
 
 def check_user_vars(user_vars: dict) -> None:
@@ -234,6 +199,7 @@ def invoke(project: Project, inv: Invocation, view, *, envvars: dict | None = No
                          "(pip install 'gpufleet[controller]')") from None
 
     run_dir = inv.run_dir
+    made_run_dir = not run_dir.exists()
     prepare_run_dir(run_dir, resume=inv.resume)
     record = rec.read_record(run_dir) or {"schema_version": rec.RECORD_SCHEMA_VERSION, "run_id": inv.run_id,
                                            "reports_dir": str(inv.reports_dir), "invocations": []}
@@ -269,9 +235,12 @@ def invoke(project: Project, inv: Invocation, view, *, envvars: dict | None = No
             view.update(changed)
         return True  # keep every event in the artifacts
 
-    # The mark lets a later invocation find an ansible-playbook its killed controller left running.
+    # The mark lets a later invocation find an ansible-playbook its killed controller left running. Ansible's own
+    # temporary folder (ansible-local-*) goes into one of ours, removed when the run ends however it ends: a
+    # cancelled ansible-playbook has no time to remove its own.
+    local_tmp = ansible_local_tmp()
     env = {"PATH": tool_env()["PATH"], "GPUFLEET_RUNNER_RUN_DIR": str(run_dir), "ANSIBLE_NOCOLOR": "1",
-           "ANSIBLE_FORCE_COLOR": "0", **(envvars or {})}
+           "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_LOCAL_TEMP": str(local_tmp), **(envvars or {})}
     status, rc, error = "error", None, ""
     artifact_dir = rec.runner_dir(run_dir) / "artifacts" / ident
     own_env = set(env) - set(envvars or {})
@@ -318,6 +287,7 @@ def invoke(project: Project, inv: Invocation, view, *, envvars: dict | None = No
     if interrupted:
         stop_leftovers(run_dir)
         kept = release_locks(project, inv, env, own_env, ident)
+    shutil.rmtree(local_tmp, ignore_errors=True)
     last_stage = {h: n.stage for h, n in fleet.nodes.items()}
     report, finals = None, {}
     if interrupted:
@@ -338,9 +308,14 @@ def invoke(project: Project, inv: Invocation, view, *, envvars: dict | None = No
 
     entry.update(ended=schema.utc_now(), status="interrupted" if interrupted else status, rc=rc, exit=code,
                  interrupted=interrupted, last_stage=last_stage)
-    record = rec.read_record(run_dir) or record
-    record["invocations"] = [entry if i.get("n") == n else i for i in record["invocations"]]
-    rec.write_record(run_dir, record)
+    if made_run_dir and not (run_dir / runs.RUN_FILE).exists():
+        # The playbook stopped before it started the run (input refused, interrupted at once): no run folder is
+        # left holding only ansible-runner's files, and the run id stays free.
+        shutil.rmtree(run_dir, ignore_errors=True)
+    else:
+        record = rec.read_record(run_dir) or record
+        record["invocations"] = [entry if i.get("n") == n else i for i in record["invocations"]]
+        rec.write_record(run_dir, record)
     return Outcome(code, status, rc, interrupted, finals, report, fleet.failures, message, why)
 
 
@@ -416,14 +391,31 @@ def _kept_note(kept: dict | str) -> str:
 
 
 def judge_report(inv: Invocation, started: float, status: str, rc, fleet: FleetState) -> tuple[int, dict, str]:
-    """The exit code from the verdicts of the report this invocation wrote; none written: could not run."""
+    """The exit code from the verdicts of the report this invocation wrote; none written, or no node answered:
+    could not run."""
     report, finals = report_finals(inv.run_dir, inv.hosts, started)
     if report is None:
         return EXIT_COULD_NOT_RUN, {h: "no report" for h in inv.hosts}, _ending(inv, EXIT_COULD_NOT_RUN, status, rc,
                                                                                fleet, None)
+    silent = unreachable(report, inv.hosts)
+    if inv.hosts and len(silent) == len(inv.hosts):
+        named = "; ".join(f"{h}: {why}" for h, why in silent.items())
+        return (EXIT_COULD_NOT_RUN, {h: "not reached" for h in inv.hosts},
+                f"run {inv.run_id}: could not run: no node answered ({named[:600]}); report: {inv.run_dir / 'report.md'}")
     fleet.finish(finals)
     code = EXIT_ACCEPTED if all(f == ACCEPTED for f in finals.values()) else EXIT_NOT_ACCEPTED
     return code, finals, _ending(inv, code, status, rc, fleet, report)
+
+
+def unreachable(report: dict, hosts: list[str]) -> dict[str, str]:
+    """The nodes of `hosts` the run could not reach (their `connection.reachable` error), with its reason."""
+    out = {}
+    for host in hosts:
+        for r in ((report.get("nodes") or {}).get(host) or {}).get("results") or []:
+            if r.get("group") == "connection" and r.get("check") == "reachable" and r.get("status") == schema.ERROR:
+                out[host] = " ".join(str(r.get("reason") or "").split())[:WHY_REASON_CHARS]
+                break
+    return out
 
 
 def fleet_started_epoch(inv: Invocation) -> float:
@@ -446,6 +438,8 @@ def _ending(inv: Invocation, code: int, status: str, rc, fleet: FleetState, repo
         # The controller's own tasks first: a variable refused before any node, a report that could not be made.
         failed = sorted((f for f in fleet.failures if f.msg), key=lambda f: f.node_play)
         why = "; ".join(f"{f.task}: {' '.join(f.msg.split())}" for f in failed[:3]) or f"ansible-playbook ended {status} (rc {rc})"
+        if not (run_dir / runs.RUN_FILE).exists():  # the run never started: its folder goes (invoke), nothing to point at
+            return f"run {inv.run_id}: could not run: {why}"
         return f"run {inv.run_id}: could not run: {why}. ansible-runner's output: {rec.runner_dir(run_dir)}/artifacts"
     bad = [h for h in inv.hosts if fleet.nodes[h].final != ACCEPTED]
     files = (report or {}).get("files") or {}

@@ -1,0 +1,137 @@
+"""The store's reading of run folders: a run folder indexed (run.json, hosts/*.json, peers/*.json), the whole store
+rebuilt from every run folder under the reports folder (verdicts and fleet results from each report.json, the
+baseline from baseline.json), and the log of those rebuilds (table repairs).
+
+A mixin of fleet.store.Store: it uses the connection, the transactions and the indexing of one document there.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpufleet import runs, schema
+from gpufleet.errors import InputError
+from gpufleet.fleet import GROUP
+from gpufleet.fleet.run_files import read_baseline_file, read_json, read_run_info
+from gpufleet.fleet.store_tables import HOST_TABLES
+
+
+class RunFolders:
+    """Indexing whole run folders, and the store rebuilt from them."""
+
+    def index_run(self, run_dir: Path | str, *, expected_hosts: list[str] | None = None, read: dict | None = None) -> dict:
+        """Index one run folder: its run.json, every hosts/*.json and peers/*.json; a host named by run.json or
+        expected but without a document is recorded as missing. One transaction. Returns what was indexed.
+        `read`: files the caller has read and parsed already, so they are not read again: {"hosts/<host>.json":
+        {"raw": bytes, "doc": schema.parse_host_doc's document or None, "why": its reason, "found": optional
+        metrics.extract() of the readable results}}."""
+        run_dir = Path(run_dir)
+        with self.write():
+            return self._index_run(run_dir, expected_hosts or [], read or {})
+
+    def _index_run(self, run_dir: Path, expected: list[str], read: dict | None = None) -> dict:
+        run_id = runs.run_id_of(run_dir)
+        info = read_run_info(run_dir)
+        self.upsert_run(run_id, run_dir.resolve(), info)
+        # A run the store holds no host row of (the report after records that wrote only the folder, a rebuild):
+        # each document's rows go in without first deleting, for each of its tables, rows that are not there.
+        fresh = not any(self.conn.execute(f"SELECT 1 FROM {table} WHERE run_id = ? LIMIT 1", (run_id,)).fetchone()
+                        for table in HOST_TABLES)
+        done: dict = {"run_id": run_id, "documents": 0, "unreadable": [], "missing": []}
+        seen = set()
+        for role, folder in (("node", "hosts"), ("peer", "peers")):
+            base = run_dir / folder
+            if not base.is_dir():
+                continue
+            for path in sorted(p for p in base.glob("*.json") if not p.name.startswith(".")):
+                host = path.stem
+                if host in seen:
+                    continue  # a node that also joined as a peer: its own document is the one indexed
+                seen.add(host)
+                rel = f"{folder}/{path.name}"
+                known = (read or {}).get(rel)
+                if known is not None:
+                    raw, doc, why = known["raw"], known["doc"], known["why"]
+                else:
+                    try:
+                        raw = path.read_bytes()
+                    except OSError as exc:
+                        why = f"{rel} cannot be read: {exc.strerror or exc}"
+                        self.index_document(run_id, host, None, path=rel, problem=why, role=role, fresh=fresh)
+                        done["unreadable"].append({"host": host, "reason": why})
+                        continue
+                    doc, why = schema.parse_host_doc(raw)
+                if doc is None:
+                    why = f"{rel} is unreadable: {why}"
+                    done["unreadable"].append({"host": host, "reason": why})
+                self.index_document(run_id, host, doc, path=rel, raw=raw, problem=why, role=role,
+                                    found=(known or {}).get("found"), fresh=fresh)
+                done["documents"] += doc is not None
+        hosts = [h for h in (info.get("hosts") or []) if isinstance(h, str)] + expected
+        for host in dict.fromkeys(hosts):
+            if host not in seen:
+                why = f"hosts/{host}.json does not exist: the node never reported (unreachable, or the run was interrupted)"
+                self.index_document(run_id, host, None, path=f"hosts/{host}.json", problem=why, fresh=fresh)
+                done["missing"].append(host)
+                seen.add(host)
+        return done
+
+    def rebuild(self, reports_dir: Path | str) -> dict:
+        """Recreate the store from the run folders under reports_dir, in one transaction: readers see the old
+        store until the new one is complete. Verdicts and the fleet results (group fleet) come from each run's
+        report.json; the baseline from baseline.json beside the store."""
+        reports_dir = Path(reports_dir)
+        if not reports_dir.is_dir():
+            raise InputError(f"reports directory {reports_dir} does not exist; expected the folder holding the run folders "
+                             "(gpufleet_reports_dir, default ./reports)")
+        summary: dict = {"reports_dir": str(reports_dir), "store": str(self.path), "runs": [], "unreadable": [], "missing": []}
+        with self.write() as c:
+            kept_baseline = [dict(r) for r in c.execute("SELECT * FROM baseline")]
+            for table in ("runs", "baseline", *HOST_TABLES):
+                c.execute(f"DELETE FROM {table}")
+            for run_dir in sorted(p for p in reports_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
+                if not ((run_dir / "run.json").exists() or (run_dir / "hosts").is_dir()):
+                    continue
+                done = self._index_run(run_dir, [])
+                self._restore_report(run_dir, done)
+                summary["runs"].append(done["run_id"])
+                summary["unreadable"] += [{"run_id": done["run_id"], **u} for u in done["unreadable"]]
+                summary["missing"] += [{"run_id": done["run_id"], "host": h} for h in done["missing"]]
+            saved = read_baseline_file(self.path.parent)
+            if saved:
+                c.execute("INSERT INTO baseline (run_id, set_at, cleared_at) VALUES (?, ?, NULL)", (saved["run_id"], saved.get("set_at") or schema.utc_now()))
+            else:
+                c.executemany("INSERT INTO baseline (run_id, set_at, cleared_at) VALUES (?, ?, ?)", [(b["run_id"], b["set_at"], b["cleared_at"]) for b in kept_baseline])
+        summary["baseline"] = (self.baseline() or {}).get("run_id")
+        return summary
+
+    def _restore_report(self, run_dir: Path, done: dict) -> None:
+        """Fleet results and verdicts of a run that was reported (report.json)."""
+        run_id = done["run_id"]
+        rep = read_json(run_dir / "report.json")
+        if isinstance(rep, dict) and isinstance(rep.get("nodes"), dict):
+            self.record_fleet(run_id, {h: [r for r in n.get("results") or [] if isinstance(r, dict) and r.get("group") == GROUP]
+                                       for h, n in rep["nodes"].items() if isinstance(n, dict)})
+            nodes = {h: n.get("verdict") for h, n in rep["nodes"].items() if isinstance(n, dict) and n.get("verdict") in schema.STATUSES}
+            known = {r[0] for r in self.conn.execute("SELECT host FROM documents WHERE run_id = ?", (run_id,))}
+            for host in nodes:
+                if host not in known:  # in the report (an expected host that never reported), not in the folder
+                    self.index_document(run_id, host, None, path=f"hosts/{host}.json",
+                                        problem=f"hosts/{host}.json does not exist: the report lists the node, which never reported")
+                    done["missing"].append(host)
+            if rep.get("verdict") in schema.STATUSES:
+                self.record_verdicts(run_id, rep["verdict"], nodes, rep.get("generated"))
+
+    def log_repair(self, what: str, note: str, *, moved_aside: Path | None, runs: int, baseline: str | None) -> dict:
+        row = {"at": schema.utc_now(), "what": what, "moved_aside": str(moved_aside) if moved_aside else None,
+               "runs": runs, "baseline": baseline, "note": note}
+        with self.write() as c:
+            c.execute("INSERT INTO repairs (at, what, moved_aside, runs, baseline, note) "
+                      "VALUES (:at, :what, :moved_aside, :runs, :baseline, :note)", row)
+        return row
+
+    def repairs_since(self, since: str | None) -> list[dict]:
+        """The store's repairs (damaged or missing, rebuilt) at or after `since` (a run's start), oldest first."""
+        return [dict(r) for r in self.conn.execute(
+            "SELECT * FROM repairs WHERE what <> 'rebuild' AND at >= ? ORDER BY at", (since or "",))]
+
