@@ -12,7 +12,7 @@ from gpufleet.bench.monitor import sampled
 from gpufleet.checks import GROUPS, benchmarks, gpu_health, gpu_inventory
 from gpufleet.checks import sdc as sdc_check
 from gpufleet.checks import soak as soak_check
-from gpufleet.checks.watched import foreign_processes, watched
+from gpufleet.checks.watched import foreign_processes, measured_again, watched
 from gpufleet.collect import counters, kernel_log, nvml
 from gpufleet.collect.host import read_boot_id, read_fabric
 from gpufleet.errors import InputError
@@ -129,8 +129,10 @@ def bench_host(
         "nccl": lambda: watched(
             "nccl", lambda: sampled(lambda: nccl.run(tier, **(nccl_options or {}))),
             lambda out, prof: benchmarks.nccl(out, prof, host_has_ib=host_has_ib), profile, log=watch_log, not_again=not_again),
+        # A disturbed soak is not run again in full: its disturbed windows are, bounded (checks.soak.remeasure_plan).
         "soak": lambda: watched("soak", lambda: soak.run(**(soak_options or {})), soak_check.soak, profile,
-                                log=watch_log, confirm=False),
+                                log=watch_log, confirm=False, combine=soak_check.combined,
+                                again=lambda first: soak.run(**soak_check.remeasure_plan(first, profile))),
         "sdc": lambda: sdc_check.results(sdc_run(), profile, readings["nvml"]),
     }
 
@@ -166,6 +168,8 @@ def bench_host(
             r = foreign_processes(name, steps)
             r.update(group=benchmarks.GROUP, started=schema.utc_now(), seconds=0.0)
             results.append(r)
+    if any(e.get("device") == "cuda" for e in watch_log):  # the time spent measuring again, and why (0: all clear)
+        results.append({**measured_again(watch_log), "group": benchmarks.GROUP, "started": schema.utc_now(), "seconds": 0.0})
     return schema.host_document(host, profile, readings, started, t0, results)
 
 

@@ -12,7 +12,10 @@ A benchmark result also says how far its figure can be trusted: "trust": "clean"
 "inconclusive" (checks.watched).
 
 `class` (failure_class.py): hardware, environment, configuration or software when the status is warn, fail or
-error; None for pass and skip.
+error; None for pass, info and skip.
+
+A `warn` says what to do: its `remedy`. A finding with no action for the operator is `info` (result() makes a
+warn without a remedy one): the report lists it apart, and it does not change the node's verdict.
 
 A host document bundles one host's results:
 
@@ -35,8 +38,8 @@ from gpufleet import failure_class as failure_classes
 
 SCHEMA_VERSION = 1
 
-PASS, WARN, FAIL, SKIP, ERROR = "pass", "warn", "fail", "skip", "error"
-STATUSES = (PASS, WARN, FAIL, SKIP, ERROR)
+PASS, WARN, FAIL, SKIP, ERROR, INFO = "pass", "warn", "fail", "skip", "error", "info"
+STATUSES = (PASS, WARN, FAIL, SKIP, ERROR, INFO)
 
 # How far a performance figure can be trusted (a result's optional `trust`): measured once with nothing else on
 # the GPU; measured twice and judged on both; measured beside a foreign process; or measured twice without a
@@ -45,7 +48,7 @@ CLEAN, CONFIRMED, DISTURBED, INCONCLUSIVE = "clean", "confirmed", "disturbed", "
 TRUSTS = (CLEAN, CONFIRMED, DISTURBED, INCONCLUSIVE)
 
 # Worst first: the order a verdict and a report sort by.
-_SEVERITY = {ERROR: 4, FAIL: 3, WARN: 2, SKIP: 1, PASS: 0}
+_SEVERITY = {ERROR: 5, FAIL: 4, WARN: 3, INFO: 2, SKIP: 1, PASS: 0}
 
 
 def utc_now() -> str:
@@ -74,6 +77,8 @@ def result(
         raise ValueError(f"check {check!r}: every result needs a plain reason")
     if failure_class is not None and failure_class not in failure_classes.CLASSES:
         raise ValueError(f"check {check!r}: class {failure_class!r} is not one of {failure_classes.CLASSES}")
+    if status == WARN and not remedy:
+        status = INFO  # nothing for the operator to do: information, which does not change the verdict
     return failure_classes.stamp({
         "check": check,
         "group": group,
@@ -109,7 +114,8 @@ def verdict(results: Iterable[dict]) -> str:
     """A node passes acceptance only when nothing failed and nothing errored.
 
     `error` (the check could not run) counts against acceptance: a node we
-    could not verify is not accepted. `skip` (not applicable here) does not.
+    could not verify is not accepted. `skip` (not applicable here) and `info`
+    (a finding with no action) do not; a `warn` makes the verdict warn.
     """
     statuses = {r["status"] for r in results}
     if statuses & {FAIL, ERROR}:
@@ -201,7 +207,8 @@ def host_document(host, profile, readings, started, t0, results) -> dict:
         "schema_version": SCHEMA_VERSION,
         "host": host or socket.gethostname(),
         "engine_version": __version__,
-        "profile": {"name": profile["name"], "path": profile["path"], "thresholds": profile["thresholds"]},
+        "profile": {"name": profile["name"], "path": profile["path"], "thresholds": profile["thresholds"],
+                    "calibration": profile.get("calibration")},
         "versions": versions(readings),
         "started": started,
         "seconds": round(time.monotonic() - t0, 4),

@@ -71,12 +71,80 @@ class _Flags:
         return flag_gpus(res, self.by_status.get(res["status"], []))
 
 
+def disturbed_windows(out: dict) -> list[int]:
+    """The soak's windows in which its sampler saw a foreign process on any GPU: every GPU of the node loads
+    together (each round ends in an all_reduce), so such a window is no GPU's own figure."""
+    per_gpu = (out.get("sampler") or {}).get("per_gpu") or {}
+    return sorted({w["index"] for g in per_gpu.values() for w in g.get("windows") or [] if w.get("foreign_processes")})
+
+
+def remeasure_plan(first: dict, profile: dict) -> dict:
+    """bench.soak.run's options to measure a disturbed soak's windows again: as long as those windows (two at
+    least, to compare), at most soak_remeasure_max_s, whatever the soak's own length."""
+    cap = profiles.value(profile, "soak_remeasure_max_s") or 0
+    window = min(first.get("window_s") or 30.0, cap / 2) if cap else first.get("window_s") or 30.0
+    n = max(2, len(disturbed_windows(first)))
+    duration = min(cap, n * window) if cap else n * window
+    return {"duration_s": max(duration, 2 * window), "window_s": window}
+
+
+def combined(first: dict, again: dict) -> dict:
+    """What a disturbed soak is judged on: the first soak with its disturbed windows left out of the slowdown
+    judgement (their figures kept apart), and the short soak that measured them again (soak() judges both)."""
+    gone = set(disturbed_windows(first))
+    gpus = {}
+    for rank, g in (first.get("gpus") or {}).items():
+        windows = [w if w["index"] not in gone else {**w, "matmul_tflops": None, "hbm_gbps": None, "disturbed": True,
+                                                     "disturbed_figures": {"matmul_tflops": w.get("matmul_tflops"),
+                                                                           "hbm_gbps": w.get("hbm_gbps")}}
+                   for w in g.get("windows") or []]
+        kept = {k: [w[k] for w in windows if w.get(k) is not None] for k in ("matmul_tflops", "hbm_gbps")}
+        gpus[rank] = {**g, "windows": windows, **{f"{k}_median": sig(statistics.median(v)) if v else None for k, v in kept.items()}}
+    nccl = first.get("nccl")
+    if nccl:
+        nccl = {**nccl, "windows": [w if w["index"] not in gone else {**w, "busbw_gbps": None, "disturbed": True}
+                                    for w in nccl.get("windows") or []]}
+    return {**first, "gpus": gpus, "nccl": nccl, "disturbed_windows": sorted(gone), "remeasured": again}
+
+
 def soak(out: dict, profile: dict) -> list[dict]:
     """The soak's verdict: soak_throttle, soak_errors and soak_slowdown, each naming the GPU and the time.
 
     A soak that could not start is one `soak` result (fail). On the CPU (no CUDA) only a process that
     failed or an all_reduce that gave wrong results counts; the rest is `skip`, not a performance figure.
+    A disturbed soak measured again (combined()) is judged on both parts, each check the worse of the two.
     """
+    if out.get("remeasured") is not None:
+        return _both(out, profile)
+    return _one(out, profile)
+
+
+def _both(out: dict, profile: dict) -> list[dict]:
+    first = {k: v for k, v in out.items() if k != "remeasured"}
+    again = out["remeasured"]
+    windows = ", ".join(str(w) for w in out.get("disturbed_windows") or []) or "none"
+    head = (f"the soak ({first.get('ran_s'):g} s; windows {windows} disturbed, left out of the slowdown judgement)",
+            f"those windows measured again once the GPUs were quiet ({again.get('ran_s'):g} s)")
+    mine, theirs = {r["check"]: r for r in _one(first, profile)}, {r["check"]: r for r in _one(again, profile)}
+    results = []
+    for check in dict.fromkeys([*mine, *theirs]):
+        a, b = mine.get(check), theirs.get(check)
+        if a is None or b is None:
+            results.append(a or b)
+            continue
+        worse = b if schema.severity(b["status"]) > schema.severity(a["status"]) else a
+        remedy = "; ".join(dict.fromkeys(r["remedy"] for r in (a, b) if r.get("remedy") and r["status"] not in (PASS, schema.SKIP)))
+        flagged = [g for r in (a, b) if r["status"] == worse["status"] for g in r["detail"].get("flagged_gpus") or []]
+        values = [r["value"] for r in (a, b) if isinstance(r.get("value"), (int, float))]
+        detail = {**a["detail"], "remeasured": b["detail"], "disturbed_windows": out.get("disturbed_windows")}
+        detail.pop("flagged_gpus", None)
+        res = result(check, worse["status"], f"{head[0]}: {a['reason']}; {head[1]}: {b['reason']}", value=max(values) if values else None,
+                     unit=worse.get("unit"), threshold=worse.get("threshold"), remedy=remedy or None, detail=detail)
+        results.append(flag_gpus(res, flagged))
+    return results
+
+
+def _one(out: dict, profile: dict) -> list[dict]:
     cpu = out["device"] == "cpu"
     base = {k: out.get(k) for k in ("method", "versions", "started", "duration_s", "ran_s", "window_s", "n_windows",
                                     "world_size", "stopped_early", "stop_reason", "after_effects")}

@@ -9,9 +9,10 @@ from gpufleet import failure_class, profiles, schema
 from gpufleet.bench.watch import describe, wait_quiet
 from gpufleet.schema import ERROR, FAIL, PASS, WARN, result
 
-# Results whose figure is measured once more before a warn or fail stands (the soak's windows are many
-# measurements already, and a second soak would double its hours: a soak is measured again only when disturbed).
+# Results whose figure may be measured again to confirm it (detail.measure_again, checks.figures); the soak's
+# windows are many measurements already, and a disturbed soak measures its disturbed windows again (combine).
 CONFIRMED_CHECKS = ("matmul_bf16", "hbm_bandwidth", "pcie_h2d_bandwidth", "pcie_d2h_bandwidth")
+FIRST, DISTURBED_AGAIN, CONFIRM = "first", "disturbed", "confirm"
 
 
 def _foreign(out: dict) -> tuple[list, float | None, dict]:
@@ -24,41 +25,56 @@ def _brief(res: dict) -> dict:
     return {k: res.get(k) for k in ("check", "status", "value", "unit", "reason")}
 
 
+def _again(res: list[dict]) -> list[tuple[str, str]]:
+    """(check, why) of the results that ask to be measured again."""
+    return [(r["check"], r["detail"]["measure_again"]) for r in res
+            if r["check"] in CONFIRMED_CHECKS and (r.get("detail") or {}).get("measure_again")]
+
+
 def watched(step: str, run, judge, profile: dict, *, log: list, confirm: bool = True, wait=None,
-            not_again: str | None = None) -> list[dict]:
+            not_again: str | None = None, again=None, combine=None) -> list[dict]:
     """Measure a step (run() -> output, judge(output, profile) -> results) until its figures can be trusted.
 
     - A foreign process on a GPU during the step (its sampler's `foreign`): wait until the GPUs are quiet
       (at most disturbed_wait_s) and measure again, at most disturbed_remeasure_max times; else every result
       is `error` "disturbed by pid N (name, MiB) ... from t1 to t2", trust `disturbed`. `not_again` says why a
       step is never measured again (too long, or every node of a run across nodes would have to): disturbed
-      once, its results are that error.
-    - A CONFIRMED_CHECKS result that warns or fails (under its minimum, an outlier, a sample far below its
-      median) is measured once more (confirm_remeasure_max) and judged on the second measurement, both kept:
-      trust `confirmed` (slow confirmed, or passed on confirmation), `inconclusive` when the samples dropped again.
+      once, its results are that error. `again(first output)` measures a disturbed step again (default run():
+      the soak measures only its disturbed windows), and `combine(first output, again's)` is what is judged then.
+    - A CONFIRMED_CHECKS result that asks for it (detail.measure_again: its samples fell, or its 95% interval
+      reaches across its limit) is measured again, at most confirm_remeasure_max times and while the next
+      measurement fits in confirm_budget_s, and judged on the last: trust `confirmed` once it is clear,
+      `inconclusive` when it still asks. A figure clear the first time is measured once.
     - Otherwise trust `clean`; a result without a figure (skip, error, or no value) gets no trust. Every
       attempt, every process seen and the seconds of each go into detail.attempts; `log` gets each attempt's
-      sightings for the step's foreign_processes result.
+      sightings and what it was for (first, disturbed, confirm), for the step's foreign_processes result and the
+      time spent measuring again (measured_again()).
     """
     wait = wait or wait_quiet
     disturbed_max = profiles.value(profile, "disturbed_remeasure_max") or 0
     wait_s = profiles.value(profile, "disturbed_wait_s") or 0
-    confirm_max = profiles.value(profile, "confirm_remeasure_max") or 0 if confirm else 0
+    confirm_max = (profiles.value(profile, "confirm_remeasure_max") or 0) if confirm else 0
+    budget_s = profiles.value(profile, "confirm_budget_s")
     attempts: list[dict] = []
     first_clean: dict | None = None  # check -> result of the clean measurement a confirmation follows
     disturbed = confirmations = 0
+    confirm_s = 0.0
+    purpose, measure, first_out = FIRST, run, None
     while True:
         t0 = time.monotonic()
-        out = run()
-        res = judge(out, profile)
+        out = measure()
+        judged_out = combine(first_out, out) if combine and first_out is not None else out
+        res = judge(judged_out, profile)
         seconds = round(time.monotonic() - t0, 1)
         foreign, epoch, mon = _foreign(out)
-        attempt = {"attempt": len(attempts) + 1, "seconds": seconds, "results": [_brief(r) for r in res],
+        attempt = {"attempt": len(attempts) + 1, "purpose": purpose, "seconds": seconds, "results": [_brief(r) for r in res],
                    "processes": mon.get("processes") or [], "foreign": [describe(p, epoch) for p in foreign]}
         attempts.append(attempt)
-        log.append({"step": step, "attempt": attempt["attempt"], "device": out.get("device"), "foreign": foreign,
-                    "started_epoch": epoch, "watch_error": mon.get("error"),
+        log.append({"step": step, "attempt": attempt["attempt"], "purpose": purpose, "seconds": seconds,
+                    "device": out.get("device"), "foreign": foreign, "started_epoch": epoch, "watch_error": mon.get("error"),
                     "processes_unreadable": mon.get("processes_unreadable")})
+        if purpose == CONFIRM:
+            confirm_s += seconds
         if foreign:
             why = None
             if not_again:
@@ -74,16 +90,27 @@ def watched(step: str, run, judge, profile: dict, *, log: list, confirm: bool = 
             if why:
                 return [_disturbed(r, foreign, epoch, why, attempts, profile) for r in res]
             disturbed += 1
+            if again is not None:
+                first_out = first_out if first_out is not None else out
+                measure = lambda: again(first_out)  # noqa: E731
+            purpose = DISTURBED_AGAIN
             continue
-        doubtful = [r for r in res if r["check"] in CONFIRMED_CHECKS and r["status"] in (WARN, FAIL)]
-        if doubtful and first_clean is None and confirmations < confirm_max:
+        doubtful = _again(res)
+        fits = budget_s is None or confirm_s + seconds <= budget_s
+        if doubtful and confirmations < confirm_max and fits:
             confirmations += 1
-            first_clean = {r["check"]: r for r in res}
-            attempt["confirm"] = [r["check"] for r in doubtful]
+            first_clean = first_clean or {r["check"]: r for r in res}
+            attempt["confirm"] = [check for check, _ in doubtful]
+            attempt["confirm_why"] = [why for _, why in doubtful]
+            purpose, measure = CONFIRM, run
             continue
+        if doubtful:
+            attempt["confirm_stopped"] = (f"at most {confirm_max} measurement(s) again" if confirmations >= confirm_max else
+                                          f"the next measurement ({seconds:g} s) would pass the budget of {budget_s:g} s "
+                                          f"({confirm_s:g} s spent)")
         break
     for r in res:
-        _trust(r, (first_clean or {}).get(r["check"]), attempts)
+        _trust(r, (first_clean or {}).get(r["check"]), attempts, confirm_s)
     return res
 
 
@@ -102,27 +129,47 @@ def _disturbed(res: dict, foreign: list, epoch: float | None, why: str, attempts
     return res
 
 
-def _trust(res: dict, first: dict | None, attempts: list) -> None:
-    """How far the figure can be trusted, said in `trust` and in the reason; both measurements kept."""
+def _trust(res: dict, first: dict | None, attempts: list, confirm_s: float) -> None:
+    """How far the figure can be trusted, said in `trust` and in the reason; every measurement kept."""
     res["detail"] = {**res["detail"], "attempts": attempts}
     if res["status"] in (schema.SKIP, ERROR) or res.get("value") is None:
         return  # trust describes a figure: a result without one has none to describe
-    if first is None or first["status"] not in (WARN, FAIL):
+    if first is None:
         res["trust"] = schema.CLEAN
         return
-    extra_s = attempts[-1]["seconds"]
-    res["detail"]["confirmation_s"] = extra_s
-    was = f"first {first.get('value')}, then {res.get('value')} {res.get('unit') or ''}".rstrip()
-    if res["detail"].get("sample_drops"):
+    res["detail"]["confirmation_s"] = confirm_s
+    n = sum(1 for a in attempts if a.get("purpose") != DISTURBED_AGAIN)
+    was = f"{first.get('value')}, then {res.get('value')} {res.get('unit') or ''}".rstrip()
+    asked = first["detail"].get("measure_again")
+    still = res["detail"].get("measure_again")
+    if still:
+        stopped = attempts[-1].get("confirm_stopped") or "no more measurement"
         res.update(status=WARN if res["status"] == PASS else res["status"], trust=schema.INCONCLUSIVE,
-                   reason=f"inconclusive: {res['reason']}; measured twice ({was}), the samples dropped again "
-                          f"(the confirmation took {extra_s:g} s)")
+                   reason=f"inconclusive: {res['reason']}; measured {n} times (first {was}; {confirm_s:g} s more), still "
+                          f"{still} ({stopped})")
+        if not res.get("remedy"):
+            res["remedy"] = ("run the node's benchmarks again on an idle node; a figure that stays this close to its limit "
+                             "is the node's: set the limit from the model's calibration (docs/calibration.md)")
     elif res["status"] in (WARN, FAIL):
-        res.update(trust=schema.CONFIRMED, reason=f"slow (confirmed): {res['reason']}; measured twice ({was}; the "
-                                                  f"confirmation took {extra_s:g} s)")
+        res.update(trust=schema.CONFIRMED, reason=f"confirmed: {res['reason']}; measured {n} times (first {was}; "
+                                                  f"{confirm_s:g} s more, because {asked})")
     else:
-        res.update(trust=schema.CONFIRMED, reason=f"{res['reason']}; passed on confirmation ({was}; the first "
-                                                  f"measurement said: {first['reason']}; the confirmation took {extra_s:g} s)")
+        res.update(trust=schema.CONFIRMED, reason=f"{res['reason']}; passed on confirmation (first {was}; {confirm_s:g} s "
+                                                  f"more; the first measurement said: {first['reason']})")
+
+
+def measured_again(log: list) -> dict:
+    """`measured_again`: the seconds the node's benchmarks spent measuring again, step by step and why (a
+    disturbed step, or figures to confirm); 0 when every figure was clear the first time."""
+    by: dict[tuple, float] = {}
+    for e in log:
+        if e.get("purpose") in (DISTURBED_AGAIN, CONFIRM):
+            by[(e["step"], e["purpose"])] = round(by.get((e["step"], e["purpose"]), 0.0) + (e.get("seconds") or 0.0), 1)
+    total = round(sum(by.values()), 1)
+    parts = [f"{step} {s:g} s ({'disturbed' if why == DISTURBED_AGAIN else 'to confirm a figure'})" for (step, why), s in by.items()]
+    reason = f"measured again for {total:g} s: " + ", ".join(parts) if parts else "nothing measured again: every figure was clear the first time"
+    return result("measured_again", PASS, reason, value=total, unit="s",
+                  detail={"by_step": [{"step": st, "why": why, "seconds": s} for (st, why), s in by.items()]})
 
 
 def foreign_processes(step: str, log: list) -> dict:
