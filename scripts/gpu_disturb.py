@@ -6,7 +6,8 @@ Usage: python3 scripts/gpu_disturb.py --gpu 1 --seconds 900 [--kind matmul|copy]
 CUDA_VISIBLE_DEVICES and CUDA's own device order do not matter). --kind matmul loops bf16 products of N x N
 matrices (default 8192: the whole GPU; 1024 occupies a few SMs, yet every kernel still takes the GPU's time
 slices from the other process); --kind copy loops device-to-device copies of N MiB (default 4096: HBM
-bandwidth). --duty below 1 sleeps between bursts, for a lighter disturbance. A validation run beside it
+bandwidth); --kind pcie loops pinned host-to-device and device-to-host copies of N MiB (default 1024: the PCIe
+link alone). --duty below 1 sleeps between bursts, for a lighter disturbance. A validation run beside it
 must name it in gpu_health.processes (pid, name, memory), and that GPU's benchmark figures must drop.
 
 It names its process "gpu_disturb" (/proc/<pid>/comm, what gpu_health.processes reports), prints its pid and
@@ -63,8 +64,9 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="gpu_disturb", description=__doc__.split("\n\n")[0])
     p.add_argument("--gpu", type=int, help="NVML index of the GPU to keep busy")
     p.add_argument("--seconds", type=float, required=True, help="how long to keep it busy")
-    p.add_argument("--kind", choices=["matmul", "copy"], default="matmul")
-    p.add_argument("--size", type=int, help="matmul: matrix side (default 8192); copy: MiB per copy (default 4096)")
+    p.add_argument("--kind", choices=["matmul", "copy", "pcie"], default="matmul")
+    p.add_argument("--size", type=int, help="matmul: matrix side (default 8192); copy: MiB per copy (default 4096); "
+                                            "pcie: MiB per host-device copy (default 1024)")
     p.add_argument("--duty", type=float, default=1.0, help="busy fraction of the time, 0 < duty <= 1 (default 1)")
     p.add_argument("--cpu", action="store_true", help="run on the CPU at a tiny size (logic check without a GPU)")
     args = p.parse_args(argv)
@@ -95,6 +97,20 @@ def main(argv=None) -> int:
         c = torch.empty(n, n, device=device, dtype=torch.bfloat16)
         op, unit, per_op = (lambda: torch.mm(a, b, out=c)), "TFLOPS", 2 * n**3 / 1e12
         what = f"bf16 matmul {n}x{n}x{n} in a loop"
+    elif args.kind == "pcie":  # pinned host memory to the GPU and back: only the PCIe link and the host's memory
+        mib = args.size or (1024 if not args.cpu else 8)
+        host = torch.empty(mib << 20, dtype=torch.uint8).random_(0, 255)
+        host = host.pin_memory() if device.type == "cuda" else host
+        dev = torch.empty(mib << 20, dtype=torch.uint8, device=device)
+        back = torch.empty_like(host)
+        back = back.pin_memory() if device.type == "cuda" else back
+
+        def op():
+            dev.copy_(host, non_blocking=True)
+            back.copy_(dev, non_blocking=True)
+
+        unit, per_op = "GB/s (host to device and back)", 2 * (mib << 20) / 1e9
+        what = f"host-device copies of {mib} MiB each way in a loop"
     else:
         mib = args.size or (4096 if not args.cpu else 8)
         src = torch.empty(mib << 20, dtype=torch.uint8, device=device).random_(0, 255)
