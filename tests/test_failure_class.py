@@ -27,7 +27,8 @@ def processes_failure(gpu: dict) -> dict:
 def test_defaults_per_check_and_overrides_where_the_cause_is_known():
     assert schema.result("processes", schema.FAIL, "pid 1")["class"] == "environment"
     assert schema.result("ecc", schema.FAIL, "2 errors")["class"] == "hardware"
-    assert schema.result("power_limit", schema.WARN, "low")["class"] == "configuration"
+    assert schema.result("power_limit", schema.WARN, "low", remedy="raise it")["class"] == "configuration"
+    assert schema.result("power_limit", schema.WARN, "low")["class"] is None  # no action: info, no class
     # Could not run: software, unless what stopped it is beside the node (the lock).
     assert schema.result("ecc", schema.ERROR, "unreadable")["class"] == "software"
     assert schema.result("node_lock", schema.ERROR, "held by run r0")["class"] == "environment"

@@ -38,6 +38,7 @@ MARGIN_FACTOR = 1.5
 MARGIN_PCT = 1.0
 MIN_N = 20
 TABLE = "docs/results/calibration/table.md"
+UNCALIBRATED = "generic: this model is not calibrated"  # said beside a relative limit no calibration set
 
 # threshold key -> the measure its per-metric defaults come from
 MEASURE_OF = {
@@ -149,7 +150,7 @@ def uncalibrated_text(limit: dict) -> str:
     if limit.get("calibrated") is not False:
         return ""
     what = f" for {limit['metric']}" if limit.get("metric") else ""
-    return f"; {limit['key']} is not calibrated for this GPU model{what} (generic {limit['value']:g})" \
+    return f"; {limit['key']} {limit['value']:g}%{what}: {UNCALIBRATED}" \
         if isinstance(limit.get("value"), (int, float)) else ""
 
 

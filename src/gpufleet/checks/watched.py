@@ -96,7 +96,7 @@ def watched(step: str, run, judge, profile: dict, *, log: list, confirm: bool = 
             purpose = DISTURBED_AGAIN
             continue
         doubtful = _again(res)
-        fits = budget_s is None or confirm_s + seconds <= budget_s
+        fits = budget_s is None or (budget_s > 0 and confirm_s + seconds <= budget_s)
         if doubtful and confirmations < confirm_max and fits:
             confirmations += 1
             first_clean = first_clean or {r["check"]: r for r in res}
@@ -134,14 +134,14 @@ def _trust(res: dict, first: dict | None, attempts: list, confirm_s: float) -> N
     res["detail"] = {**res["detail"], "attempts": attempts}
     if res["status"] in (schema.SKIP, ERROR) or res.get("value") is None:
         return  # trust describes a figure: a result without one has none to describe
-    if first is None:
+    still = res["detail"].get("measure_again")
+    if first is None and not still:
         res["trust"] = schema.CLEAN
         return
     res["detail"]["confirmation_s"] = confirm_s
     n = sum(1 for a in attempts if a.get("purpose") != DISTURBED_AGAIN)
-    was = f"{first.get('value')}, then {res.get('value')} {res.get('unit') or ''}".rstrip()
-    asked = first["detail"].get("measure_again")
-    still = res["detail"].get("measure_again")
+    was = f"{first.get('value')}, then {res.get('value')} {res.get('unit') or ''}".rstrip() if first else f"{res.get('value')}"
+    asked = (first or res)["detail"].get("measure_again")
     if still:
         stopped = attempts[-1].get("confirm_stopped") or "no more measurement"
         res.update(status=WARN if res["status"] == PASS else res["status"], trust=schema.INCONCLUSIVE,
