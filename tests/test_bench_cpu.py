@@ -158,7 +158,7 @@ def test_matmul_keeps_the_best_shapes_samples_and_the_device_uuid(profile):
     assert samples["spread_pct"] == round(100 * (samples["max"] - samples["min"]) / samples["median"], 2)
     (res,) = benchmarks.matmul(out, profile)
     row = res["detail"]["per_gpu"]["cpu"]
-    assert row["uuid"] is None and row["samples_tflops"] == samples and set(row) == {"bf16", "error", "uuid", "samples_tflops"}
+    assert row["uuid"] is None and row["samples_tflops"] == samples and set(row) == {"bf16", "error", "uuid", "pci_bus_id", "samples_tflops"}
 
 
 def test_memory_samples_carry_their_spread(profile):

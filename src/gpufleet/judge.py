@@ -26,7 +26,7 @@ from gpufleet.schema import FAIL, PASS, WARN
 MAX, MIN = "max", "min"
 # Low samples a figure may have without a cause before it is not yet the node's (the rule: one is not a
 # disturbance by itself), and how far the deepest of them may go, in multiples of the drop limit.
-ISOLATED_DEPTH_FACTOR = 2.0
+ISOLATED_DEPTH_FACTOR = 3.0
 Z95 = 1.96
 
 

@@ -70,6 +70,7 @@ def matmul(out: dict, profile: dict) -> list[dict]:
     detail = {"summary": out["summary"], "method": out["method"], "versions": out["versions"], "monitor": mon,
               "per_gpu": {d: {k: v.get(k, {}).get("tflops") for k in out["method"]["dtypes"]}
                           | {"error": v.get("error"), "uuid": (v.get("device") or {}).get("uuid"),
+                             "pci_bus_id": (v.get("device") or {}).get("pci_bus_id"),
                              "samples_tflops": (v.get("bf16") or {}).get("samples_tflops")}
                           | ({"phases_s": v["phases_s"]} if v.get("phases_s") else {})  # a worker's, where one ran
                           for d, v in out["per_device"].items()},
@@ -108,7 +109,7 @@ def matmul(out: dict, profile: dict) -> list[dict]:
         judged = figures.judged([(ident[d], "matmul_bf16_tflops", "bf16 matmul", "TFLOPS", (v.get("bf16") or {}).get("samples_tflops"))
                                  for d, v in out["per_device"].items()], profile, mon)
         res, flagged = figures.with_samples(res, judged, flagged, profile, "matmul_bf16_tflops")
-        res = figures.near_limit(res, judged, "matmul_bf16_tflops_min")
+        res = figures.near_limit(res, judged, "matmul_bf16_tflops_min", profile, "matmul_bf16_tflops")
     return [flag_gpus(res, flagged)]
 
 
@@ -146,7 +147,7 @@ def memory(out: dict, profile: dict) -> list[dict]:
             judged = figures.judged([(_cuda_gpu(mon, v), metric, what, "GB/s", v.get(field)) for v in per[part].values()],
                                     profile, mon)
             r, flagged = figures.with_samples(r, judged, r["detail"].get("flagged_gpus") or [], profile, metric)
-            res[i] = flag_gpus(figures.near_limit(r, judged, key), flagged)
+            res[i] = flag_gpus(figures.near_limit(r, judged, key, profile, metric), flagged)
     return res
 
 

@@ -111,19 +111,26 @@ def _hardware(j: dict) -> bool:
     return any(not c["what"].startswith("pid ") for c in j["causes"])
 
 
-def near_limit(res: dict, figures: list[dict], value_key: str) -> dict:
+def near_limit(res: dict, figures: list[dict], value_key: str, profile: dict, metric: str) -> dict:
     """detail.measure_again where the slowest figure's 95% interval reaches across its minimum (value_key): one
-    more measurement could change the verdict. A figure clear of it on one side costs no extra time."""
+    more measurement could change the verdict. A figure kept without its samples has no interval: it counts as
+    close within confirm_band_pct of the minimum. A figure clear of it on one side costs no extra time."""
     limit = (res.get("threshold") or {}).get("value")
-    if limit is None or res.get("value") is None or "measure_again" in res["detail"]:
+    if limit is None or res.get("value") is None or "measure_again" in res["detail"] or not figures:
         return res
-    slow = min((j for j in figures if j["interval"]), key=lambda j: j["median"], default=None)
-    if slow is None:
-        return res
-    j = judge.judge(res["value"], judge.Limit(value_key, limit, kind=judge.MIN), interval=slow["interval"])
+    slow = min(figures, key=lambda j: j["median"])
+    if slow["interval"]:
+        interval, how = slow["interval"], "its 95% interval"
+    else:
+        band = calibration.entry(profile["thresholds"], "confirm_band_pct", metric)
+        if band["value"] is None:
+            return res
+        interval = (res["value"] * (1 - band["value"] / 100), res["value"] * (1 + band["value"] / 100))
+        how = f"within confirm_band_pct {band['value']:g}% of it (no samples kept to give an interval:"
+    j = judge.judge(res["value"], judge.Limit(value_key, limit, kind=judge.MIN), interval=interval)
     if not j.near:
         return res
-    lo, hi = slow["interval"]
-    return {**res, "detail": {**res["detail"], "measure_again": (
-        f"{_who(slow)} {res['value']:g} {slow['unit']}: its 95% interval {sig(lo):g} to {sig(hi):g} reaches across the "
-        f"minimum {limit:g}")}}
+    lo, hi = interval
+    why = (f"{_who(slow)} {res['value']:g} {slow['unit']}: {how} {sig(lo):g} to {sig(hi):g}"
+           f"{')' if not slow['interval'] else ''} reaches across the minimum {limit:g}")
+    return {**res, "detail": {**res["detail"], "measure_again": why}}

@@ -32,6 +32,11 @@ def comparison_sentence(c: dict, thr: Thresholds, warn: str, fail: str, who: str
     words = "fail threshold" if c["status"] == FAIL else "threshold"
     note = f", {UNCALIBRATED}" if thr.uncalibrated(warn, c["metric"]) else ""
     head = f"{who}{c['label']} {num(c['value'])} {c['unit']}"
+    own = c.get("own_past") or {}
+    if own.get("changed") and c["status"] == WARN:  # inside the healthy spread, but not where this GPU used to be
+        return (f"{head} is {pct_text(below, limit)}% below {c['reference_is']} {num(c['reference'])}; over its last "
+                f"{own['runs']} runs it was {own['usual_below_pct']:.1f}% below: {own['change_pct']:.1f}% more, a change against "
+                f"its own past (threshold {num(own['limit_pct'])}%)")
     z = f", robust z {c['robust_z']}" if c.get("robust_z") is not None else ""
     return f"{head} is {pct_text(below, limit)}% below {c['reference_is']} {num(c['reference'])}{z} ({words} {num(limit)}%{note})"
 
@@ -69,7 +74,8 @@ def fleet_result(check: str, status: str, reason: str, *, cpu: bool = False, **f
     return res
 
 
-EVIDENCE_KEYS = ("metric", "index", "uuid", "serial", "value", "reference", "deviation_pct", "robust_z", "n", "status", "baseline_host")
+EVIDENCE_KEYS = ("metric", "index", "uuid", "serial", "value", "reference", "deviation_pct", "robust_z", "n", "status", "baseline_host",
+                 "own_past")
 
 
 def evidence_rows(comparisons: list[dict]) -> list[dict]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import statistics
 
 from gpufleet.fleet import flagged, gpu_text, metrics as fm, num
+from gpufleet.fleet.character import held, steady_text
 from gpufleet.fleet.findings import (
     comparison_row,
     evidence_rows,
@@ -46,7 +47,9 @@ def fleet_groups(founds: dict[str, dict]) -> dict[tuple, dict[str, dict]]:
     return groups
 
 
-def gpu_vs_node(host: str, found: dict, thr: Thresholds) -> dict:
+def gpu_vs_node(host: str, found: dict, thr: Thresholds, past: dict | None = None) -> dict:
+    """Each GPU against its node's median; `past` (character.past_deviations): a GPU is also held against its own
+    place among its siblings in earlier runs."""
     comparisons = []
     for key in fm.GPU_METRICS:
         rows = [m for m in found["metrics"] if m["key"] == key and m["scope"] == "gpu"]
@@ -57,12 +60,13 @@ def gpu_vs_node(host: str, found: dict, thr: Thresholds) -> dict:
         if len(rows) == 2:
             for m, other in (rows, rows[::-1]):
                 comparisons.append(comparison_row(m, other["value"], f"its only sibling {gpu_text(other).split(' (')[0]} at", thr,
-                                               GPU_WARN, GPU_FAIL, n=2, robust_z=None))
+                                               GPU_WARN, GPU_FAIL, n=2, robust_z=None, context=m["context"]))
             continue
         med, mad = robust([m["value"] for m in rows])
         for m in rows:
             comparisons.append(comparison_row(m, med, "the node median", thr, GPU_WARN, GPU_FAIL, n=len(rows), mad=round(mad, 4),
-                                           robust_z=robust_z(m["value"], med, mad)))
+                                           robust_z=robust_z(m["value"], med, mad), context=m["context"]))
+    comparisons = [held(c, past or {}, thr) for c in comparisons]
     cpu = any(c["cpu"] for c in comparisons)
     threshold = thr.pair(GPU_WARN, GPU_FAIL)
     if not comparisons:
@@ -76,10 +80,11 @@ def gpu_vs_node(host: str, found: dict, thr: Thresholds) -> dict:
         keys = sorted({c["metric"] for c in comparisons}, key=fm.GPU_METRICS.index)
         within = "of each other" if n_gpus == 2 else "of the node median"
         reason = (f"all {n_gpus} GPUs within {limit_text(thr, GPU_WARN, keys)} {within} on {len(keys)} metric(s) "
-                  f"({', '.join(fm.describe(k)['label'] for k in keys)}); {gap_text(comparisons)}")
+                  f"({', '.join(fm.describe(k)['label'] for k in keys)}); {gap_text(comparisons)}{steady_text(comparisons)}")
     return fleet_result("gpu_vs_node", status, reason, cpu=cpu, value=below_pct, unit="% below", threshold=threshold,
                    remedy="compare that GPU's clocks, power and temperature in the benchmark's monitor detail and its health "
-                          "checks; re-run the node's benchmarks; a GPU that stays slow needs service (reseat, RMA)",
+                          "checks, and its earlier runs (gpufleet history <uuid>); re-run the node's benchmarks; a GPU that "
+                          "stays slow needs service (reseat, RMA)",
                    detail={"comparisons": evidence_rows(comparisons), "flagged_gpus": flagged_from(comparisons)})
 
 
