@@ -187,6 +187,40 @@ def test_a_foreign_process_in_a_soak_window_is_named_with_what_the_sampler_saw(h
     assert "disturbed by pid 1 (gpu_disturb, 1002 MiB) on GPU 0 from 10:00:35Z to 10:01:14Z" in results[0]["reason"]
 
 
+def test_a_disturbed_soak_is_not_run_again_in_full(h200):
+    """A two-hour soak (120 windows of 60 s) meets a foreign process for 80 s: its disturbed windows are left out
+    of the slowdown judgement and measured again as one short soak, at most soak_remeasure_max_s (120 s), however
+    long the soak was; the node is not accepted either way (soak_processes)."""
+    sampler = sampled(1, 7200)
+    for t in range(7200):
+        sampler.note_processes(0, float(t), [{"pid": os.getpid(), "name": "python3", "used_memory_mib": 9000}]
+                               + ([DISTURB] if 150 <= t < 230 else []))
+    windows = [667.0] * 120
+    windows[2], windows[3] = 384.0, 470.0  # the windows the process shared
+    first = gpu_soak([windows], window_s=60.0, sampler=sampler)
+    plans: list = []
+
+    def again(disturbed_out):
+        plans.append(soak_check.remeasure_plan(disturbed_out, h200))
+        n = int(plans[-1]["duration_s"] // plans[-1]["window_s"])
+        return gpu_soak([[666.0] * n], window_s=plans[-1]["window_s"])
+
+    log: list = []
+    results = {r["check"]: r for r in watched("soak", replay([first]), soak_check.soak, h200, log=log, confirm=False,
+                                              wait=quiet_after(3.0)[0], again=again, combine=soak_check.combined)}
+    assert plans == [{"duration_s": 120.0, "window_s": 60.0}]  # two windows of the first soak's length, not 7200 s
+    assert soak_check.disturbed_windows(first) == [2, 3]
+    slow = results["soak_slowdown"]
+    assert slow["status"] == "pass" and slow["detail"]["disturbed_windows"] == [2, 3]
+    assert slow["reason"].startswith("the soak (7200.6 s; windows 2, 3 disturbed, left out of the slowdown judgement): ")
+    assert "; those windows measured again once the GPUs were quiet (120.6 s): every window" in slow["reason"]
+    assert [a["purpose"] for a in slow["detail"]["attempts"]] == ["first", "disturbed"]
+    node = foreign_processes("soak", log)
+    assert node["status"] == "fail" and "pid 1 (gpu_disturb, 1002 MiB) on GPU 0" in node["reason"]
+    spent = measured_again(log)
+    assert spent["detail"]["by_step"] == [{"step": "soak", "why": "disturbed", "seconds": spent["value"]}]
+
+
 # --- a window slows down ----------------------------------------------------------------------------------
 
 

@@ -36,7 +36,7 @@ FORMAT = "gpufleet-calibration-limits/1"
 FOLDER = "calibration"
 MARGIN_FACTOR = 1.5
 MARGIN_PCT = 1.0
-MIN_N = 20
+MIN_N = 10
 TABLE = "docs/results/calibration/table.md"
 UNCALIBRATED = "generic: this model is not calibrated"  # said beside a relative limit no calibration set
 

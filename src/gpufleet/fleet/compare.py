@@ -101,7 +101,7 @@ def evaluate(run_id: str, nodes: dict[str, dict], *, store: Any = None, store_no
                                    {"run_id": base_id, "note": base_note,
                                     "versions": versions.baseline_versions(store, base_id) if versions_base else {}})
     # A warning about a fact the baseline accepted as it is now is information (fleet/facts.py).
-    accepted = baseline_facts(store, base_id if not base_note else None, nodes)
+    accepted = baseline_facts(store, base_id if versions_base else None, nodes)
     settled = {host: settle(n["results"], accepted.get(host) or {}, base_id) for host, n in nodes.items()}
     out: dict = {"node_results": {h: r for h, r in settled.items() if r is not None}, "versions": version_table, "results": {}, "metrics": founds, "baseline": {**(baseline or {}), "note": base_note} if baseline or base_note else None}
     for host in nodes:

@@ -34,9 +34,10 @@ def comparison_sentence(c: dict, thr: Thresholds, warn: str, fail: str, who: str
     head = f"{who}{c['label']} {num(c['value'])} {c['unit']}"
     own = c.get("own_past") or {}
     if own.get("changed") and c["status"] == WARN:  # inside the healthy spread, but not where this GPU used to be
+        usual = own["usual_below_pct"]
         return (f"{head} is {pct_text(below, limit)}% below {c['reference_is']} {num(c['reference'])}; over its last "
-                f"{own['runs']} runs it was {own['usual_below_pct']:.1f}% below: {own['change_pct']:.1f}% more, a change against "
-                f"its own past (threshold {num(own['limit_pct'])}%)")
+                f"{own['runs']} runs it was {abs(usual):.1f}% {'below' if usual >= 0 else 'above'} it: {own['change_pct']:.1f}% "
+                f"lower, a change against its own past (threshold {num(own['limit_pct'])}%)")
     z = f", robust z {c['robust_z']}" if c.get("robust_z") is not None else ""
     return f"{head} is {pct_text(below, limit)}% below {c['reference_is']} {num(c['reference'])}{z} ({words} {num(limit)}%{note})"
 
