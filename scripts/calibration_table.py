@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from gpufleet import calibration, profiles  # noqa: E402
 from gpufleet.checks import replay  # noqa: E402
+from gpufleet.checks import soak as soak_check  # noqa: E402
 from gpufleet.fleet import compare  # noqa: E402
 from gpufleet.fleet import metrics as fm  # noqa: E402
 from gpufleet.judge import ISOLATED_DEPTH_FACTOR, below_pct  # noqa: E402
@@ -136,6 +137,8 @@ def spreads(rows: list[dict]) -> dict:
             s = f["summary"]
             if s.get("median"):
                 out["sample_spread_pct"][f["metric"]].append((round(100 * (s["max"] - s["min"]) / s["median"], 2), where))
+        for metric, drops in soak_windows(r["document"]).items():
+            out["soak_window_pct"][metric] += [(d, where) for d in drops]
     # Per machine and round: every GPU's figure against the others' (the fleet's gpu_vs_node), the node-level
     # figures against the round's nodes (node_vs_fleet), the spread of a node's GPUs.
     rounds: dict = defaultdict(list)
@@ -178,6 +181,24 @@ def spreads(rows: list[dict]) -> dict:
                 out["node_vs_past_pct"][m["key"]].append(
                     (round(max(0.0, below_pct(m["value"], statistics.median(past[key]))), 2), r["round"]))
             past[key].append(m["value"])
+    return out
+
+
+def soak_windows(doc: dict) -> dict[str, list[float]]:
+    """A clean soak's windows below their own best windows' median (checks.soak's reference), per figure."""
+    out: dict = defaultdict(list)
+    for res in doc.get("results") or []:
+        if res.get("check") != "soak_slowdown" or res.get("status") in ("skip", "error") or fm.is_cpu(res):
+            continue
+        detail = res.get("detail") or {}
+        series = [(g.get("windows") or [], k) for g in (detail.get("per_gpu") or {}).values() for k in ("matmul_tflops", "hbm_gbps")]
+        series.append(((detail.get("nccl") or {}).get("windows") or [], "busbw_gbps"))
+        for windows, key in series:
+            values = [w[key] for w in windows if isinstance(w.get(key), (int, float))]
+            if len(values) < 2:
+                continue
+            best = statistics.median(sorted(values, reverse=True)[:min(soak_check.SOAK_BEST_WINDOWS, max(1, len(values) // 2))])
+            out[soak_check.WINDOW_METRICS[key]] += [round(max(0.0, below_pct(v, best)), 2) for v in values]
     return out
 
 

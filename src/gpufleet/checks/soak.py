@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from gpufleet import profiles, schema
+from gpufleet import calibration, judge, profiles, schema
 from gpufleet.bench import sig
 from gpufleet.checks.benchmarks import CPU_NOTE, flag_gpus
 from gpufleet.checks.gpu_inventory import Findings
@@ -19,6 +19,9 @@ SOAK_BEST_WINDOWS = 3
 # Counters whose growth during a soak fails it: memory the GPU could not correct or repair.
 SOAK_FAIL_COUNTERS = ("ecc_uncorrected_volatile", "ecc_uncorrected_aggregate", "row_remap_uncorrectable",
                       "row_remap_pending", "row_remap_failure")
+SLOWDOWN_KEY = "soak_slowdown_pct_max"
+# A soak window's figures and the metric each is calibrated as (calibration.py's soak_window_pct).
+WINDOW_METRICS = {"matmul_tflops": "matmul_bf16_tflops", "hbm_gbps": "hbm_copy_gbps", "busbw_gbps": "nccl_soak_all_reduce_busbw_gbps"}
 SOAK_REMEDY_THROTTLE = ("hardware slowdown under sustained load: check cooling (inlet temperature, fans, airflow for this "
                         "GPU's slot) and power delivery (PSUs, BMC power capping); detail.per_gpu has clocks, temperature "
                         "and power per window")
@@ -257,7 +260,7 @@ def _stretches(drops: list, limit: float | None) -> list[list]:
     """[(window, drop %)] -> runs of consecutive windows more than `limit`% down."""
     stretches: list[list] = []
     for w, d in drops:
-        if limit is None or d <= limit:
+        if limit is None or judge.judge(d, judge.Limit(SLOWDOWN_KEY, limit)).status == PASS:
             continue
         if stretches and stretches[-1][-1][0]["index"] == w["index"] - 1:
             stretches[-1].append((w, d))
@@ -323,8 +326,10 @@ def _sampler_saw(out: dict, index: int | None, windows: list) -> str:
 
 
 def _soak_slowdown(out, profile, base_detail, gpus, Findings, cpu) -> dict:
-    limit = profiles.value(profile, "soak_slowdown_pct_max")
-    thr = profiles.threshold(profile, "soak_slowdown_pct_max", max=limit, best_windows=SOAK_BEST_WINDOWS)
+    limit = profiles.value(profile, SLOWDOWN_KEY)
+    thr = profiles.threshold(profile, SLOWDOWN_KEY, max=limit, best_windows=SOAK_BEST_WINDOWS)
+    # A calibrated model's limit is per figure: its healthy windows' spread (calibration.py, soak_window_pct).
+    limits = {k: calibration.entry(profile["thresholds"], SLOWDOWN_KEY, m)["value"] for k, m in WINDOW_METRICS.items()}
     per_gpu = {r: {k: g.get(k) for k in ("uuid", "nvml_index", "name", "windows", "matmul_tflops_median", "hbm_gbps_median")}
                for r, g in (out.get("gpus") or {}).items()}
     detail = {**base_detail, "per_gpu": per_gpu, "nccl": out.get("nccl")}
@@ -342,7 +347,7 @@ def _soak_slowdown(out, profile, base_detail, gpus, Findings, cpu) -> dict:
     for rank, g in sorted(per_gpu.items(), key=lambda kv: int(kv[0])):
         index, prefix = gpus.label(rank)
         for key, what, unit in metrics:
-            stretches, best, drops = _slowed(g.get("windows") or [], key, limit)
+            stretches, best, drops = _slowed(g.get("windows") or [], key, limits[key])
             if best is None:
                 continue
             judged = True
@@ -356,7 +361,7 @@ def _soak_slowdown(out, profile, base_detail, gpus, Findings, cpu) -> dict:
                 flags.add(FAIL, gpus.by_rank.get(rank))
             # Window by window against its siblings: a stretch the whole node shared is not this GPU's.
             own = {w["index"] for stretch in stretches for w, _ in stretch}
-            behind, node = _behind_siblings(per_gpu, rank, key, limit)
+            behind, node = _behind_siblings(per_gpu, rank, key, limits[key])
             for stretch in behind:
                 if all(w["index"] in own for w, _ in stretch):
                     continue  # named already against its own best windows
@@ -375,13 +380,13 @@ def _soak_slowdown(out, profile, base_detail, gpus, Findings, cpu) -> dict:
         for rank, m in sorted(medians.items(), key=lambda kv: int(kv[0])):
             drop = _drop_pct(node, m)
             worst = max(worst, drop)
-            if limit is not None and drop > limit:
+            if limits[key] is not None and judge.judge(drop, judge.Limit(SLOWDOWN_KEY, limits[key])).status != PASS:
                 index, prefix = gpus.label(rank)
                 f.add(FAIL, f"{prefix}{what} median {m:g} {unit} over the soak, {drop:g}% below the node's median GPU "
                             f"({sig(node):g} {unit})", gpu=index, remedy=remedy)
                 flags.add(FAIL, gpus.by_rank.get(rank))
     nccl = out.get("nccl") or {}
-    stretches, best, drops = _slowed(nccl.get("windows") or [], "busbw_gbps", limit)
+    stretches, best, drops = _slowed(nccl.get("windows") or [], "busbw_gbps", limits["busbw_gbps"])
     if best is not None:
         worst = max([worst] + [d for _, d in drops])
         for stretch in stretches:
