@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
-
 import yaml
 
 from gpufleet.errors import InputError
@@ -152,12 +150,3 @@ def uncalibrated_text(limit: dict) -> str:
     what = f" for {limit['metric']}" if limit.get("metric") else ""
     return f"; {limit['key']} {limit['value']:g}%{what}: {UNCALIBRATED}" \
         if isinstance(limit.get("value"), (int, float)) else ""
-
-
-def measured(doc: dict, measure: str, metric: str) -> dict | None:
-    return ((doc or {}).get("measures") or {}).get(measure, {}).get(metric)
-
-
-def describe(doc: dict | None) -> dict[str, Any]:
-    """The calibration's provenance, for the host document's profile."""
-    return {k: doc.get(k) for k in ("path", "gpu_models", "table", "runs")} if doc else {}

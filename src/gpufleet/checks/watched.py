@@ -167,7 +167,8 @@ def measured_again(log: list) -> dict:
             by[(e["step"], e["purpose"])] = round(by.get((e["step"], e["purpose"]), 0.0) + (e.get("seconds") or 0.0), 1)
     total = round(sum(by.values()), 1)
     parts = [f"{step} {s:g} s ({'disturbed' if why == DISTURBED_AGAIN else 'to confirm a figure'})" for (step, why), s in by.items()]
-    reason = f"measured again for {total:g} s: " + ", ".join(parts) if parts else "nothing measured again: every figure was clear the first time"
+    reason = (f"measured again for {total:g} s: " + ", ".join(parts) if parts else
+              "nothing measured again: every figure was clear the first time")
     return result("measured_again", PASS, reason, value=total, unit="s",
                   detail={"by_step": [{"step": st, "why": why, "seconds": s} for (st, why), s in by.items()]})
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import statistics
 
-from gpufleet.fleet import gpu_text, num
+from gpufleet.fleet import gpu_text
 from gpufleet.fleet.findings import (
     comparison_row,
     evidence_rows,

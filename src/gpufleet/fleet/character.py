@@ -5,7 +5,7 @@ that past, more than fleet_below_baseline_warn_pct (calibrated: the model's run-
 outside the healthy spread (fleet_gpu_below_node_warn_pct) is named at once, whatever its past.
 
     past_deviations(store, founds, run_id)  {(uuid, metric, context): [% below its siblings' median, newest run
-                                            first]} over the latest HISTORY_RUNS runs in which its node was accepted
+                                            first]} over its node's latest HISTORY_RUNS runs in which it was accepted
     held(row, past, thr)                    a gpu_vs_node comparison with its own past: `own_past`, and warn where
                                             the GPU moved against it
 """
@@ -30,7 +30,7 @@ def past_deviations(store: Any, founds: dict[str, dict], run_id: str) -> dict[tu
         return {}
     wanted = {m["uuid"] for f in founds.values() for m in f["metrics"] if m["scope"] == "gpu" and m.get("uuid")}
     groups: dict[tuple, list] = defaultdict(list)  # newest run first: the store's order
-    for r in store.gpu_past(sorted(wanted), run_id):
+    for r in store.gpu_past(list(founds), run_id, HISTORY_RUNS):
         groups[(r["run_id"], r["host"], r["metric"], r["context"])].append((r["uuid"], r["value"]))
     out: dict[tuple, list[float]] = defaultdict(list)
     for (_, _, metric, context), members in groups.items():

@@ -547,19 +547,20 @@ class Store:
             "SELECT m.* FROM metrics m JOIN documents d ON d.run_id = m.run_id AND d.host = m.host "
             "WHERE m.run_id = ? AND d.role = 'node' ORDER BY m.host, m.metric, m.gpu_index", (run_id,))]
 
-    def gpu_past(self, uuids: list[str], run_id: str) -> list[dict]:
-        """Every per-GPU figure of the runs other than run_id in which a node held one of these GPUs and was
-        accepted (pass or warn), the siblings' beside theirs: {"run_id", "host", "uuid", "metric", "context",
-        "value", "started"}, newest run first (fleet/character.py holds a GPU against its own past)."""
-        if not uuids:
+    def gpu_past(self, hosts: list[str], run_id: str, runs: int) -> list[dict]:
+        """The per-GPU figures of each of these nodes' latest `runs` runs other than run_id in which it was accepted
+        (pass or warn): {"run_id", "host", "uuid", "metric", "context", "value"}, newest run first, so that
+        fleet/character.py holds a GPU against its own place among its siblings. At most `runs` documents a node."""
+        if not hosts:
             return []
-        wanted = json.dumps(sorted(set(uuids)))
         return [dict(r) for r in self.conn.execute(
-            "SELECT m.run_id, m.host, m.uuid, m.metric, m.context, m.value, r.started FROM metrics m "
-            "JOIN documents d ON d.run_id = m.run_id AND d.host = m.host JOIN runs r ON r.run_id = m.run_id "
-            "WHERE m.uuid IS NOT NULL AND m.cpu = 0 AND m.run_id <> ? AND d.role = 'node' AND d.verdict IN ('pass', 'warn') "
-            "AND (m.run_id, m.host) IN (SELECT DISTINCT run_id, host FROM metrics WHERE uuid IN (SELECT value FROM json_each(?))) "
-            "ORDER BY r.started DESC, m.run_id DESC", (run_id, wanted))]
+            "WITH recent AS (SELECT run_id, host, started FROM (SELECT d.run_id, d.host, r.started, ROW_NUMBER() OVER "
+            "(PARTITION BY d.host ORDER BY r.started DESC, d.run_id DESC) AS k FROM documents d JOIN runs r ON r.run_id = d.run_id "
+            "WHERE d.role = 'node' AND d.verdict IN ('pass', 'warn') AND d.run_id <> ? AND d.host IN (SELECT value FROM json_each(?))) "
+            "WHERE k <= ?) "
+            "SELECT m.run_id, m.host, m.uuid, m.metric, m.context, m.value FROM recent JOIN metrics m "
+            "ON m.run_id = recent.run_id AND m.host = recent.host WHERE m.uuid IS NOT NULL AND m.cpu = 0 "
+            "ORDER BY recent.started DESC, m.run_id DESC", (run_id, json.dumps(sorted(set(hosts))), runs))]
 
     def documents(self, run_id: str) -> list[dict]:
         return [dict(r) for r in self.conn.execute("SELECT * FROM documents WHERE run_id = ? ORDER BY host", (run_id,))]
