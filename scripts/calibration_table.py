@@ -316,7 +316,8 @@ def render(by_model: dict, files: list[str], problems: list[str], profile_dir: P
     for model, m in by_model.items():
         lines += [f"## {model}", "", f"Profile `{m['profile'] or 'none (no profile matches: not calibrated)'}`; "
                   f"{m['runs']} node-runs ({m['clean']} clean, {m['disturbed']} disturbed, {m['beside']} beside a disturbed "
-                  f"node) in {m['rounds']} rounds on {m['machines']} machine(s); commits {', '.join(m['commits'])}.", "",
+                  f"node) in {m['rounds']} rounds on {m['machines']} machine(s); commits {', '.join(m['commits'])}; node "
+                  f"stage median {m['wall_s']['clean']} s clean, {m['wall_s']['disturbed']} s disturbed.", "",
                   "| check | clean runs | false alarms recorded | false alarms today | disturbed runs | detections recorded | "
                   "detections today |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for check, t in sorted(m["outcomes"].items(), key=lambda kv: (not kv[0].startswith("node "), kv[0])):
@@ -334,6 +335,11 @@ def render(by_model: dict, files: list[str], problems: list[str], profile_dir: P
                              f"{', '.join(str(generic.get(k)) for k in keys)} | {', '.join(f'`{k}`' for k in keys)} |")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _median(values: list) -> float | str:
+    values = [v for v in values if isinstance(v, (int, float))]
+    return round(statistics.median(values), 1) if values else "-"
 
 
 def main(argv=None) -> int:
@@ -381,7 +387,8 @@ def main(argv=None) -> int:
         m.update(outcomes=outcomes(mrows, today), runs=len(mrows), rounds=len(rounds),
                  clean=sum(condition(r) == "clean" for r in mrows), disturbed=sum(condition(r) == "disturbed" for r in mrows),
                  beside=sum(condition(r) == "beside" for r in mrows), machines=len({machine_of(r) for r in mrows}),
-                 commits=sorted({(r.get("commit") or "?")[:8] for r in mrows}))
+                 commits=sorted({(r.get("commit") or "?")[:8] for r in mrows}),
+                 wall_s={c: _median([r.get("wall_s") for r in mrows if condition(r) == c]) for c in ("clean", "disturbed")})
     args.table.parent.mkdir(parents=True, exist_ok=True)
     args.table.write_text(render(by_model, files, problems, args.profile_dir))
     if args.json:

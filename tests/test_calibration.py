@@ -178,6 +178,7 @@ def test_the_calibration_table_counts_false_alarms_and_detections_recorded_and_t
     assert cal["measures"]["node_vs_past_pct"]["matmul_bf16_tflops"]["n"] > 0
     md = table.read_text()
     assert "## NVIDIA H100 80GB HBM3" in md and "Profile `h100-sxm`; 10 node-runs (8 clean, 2 disturbed" in md
+    assert "node stage median 113.0 s clean, 113.0 s disturbed" in md
     rows = {line.split("|")[1].strip(" `"): [c.strip() for c in line.split("|")[2:-1]] for line in md.splitlines()
             if line.startswith("| `")}
     # columns: clean runs, false alarms recorded, today, disturbed runs, detections recorded, today

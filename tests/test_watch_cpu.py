@@ -116,6 +116,22 @@ def test_waiting_for_quiet_without_nvml_is_not_quiet():
     assert got["quiet"] is False and got["error"].startswith("NVML unavailable")
 
 
+def test_the_sampler_keeps_when_each_slowdown_and_each_replay_was_seen():
+    """GpuMonitor's causes: the span of each hardware or thermal slowdown reason, and PCIe replays between two
+    reads, on the clock the samples' ends are read on; a software power cap (normal under load) is none."""
+    from gpufleet.bench.monitor import GpuMonitor
+
+    mon = GpuMonitor()
+    for t, mask, replays in ((1.0, 0x4, 10), (1.2, 0x4 | 0x40, 10), (1.4, 0x4 | 0x40, 12), (1.6, 0x4, 12), (1.8, 0x8, None)):
+        mon.note_causes("0", t, mask, replays)
+    mon.per_gpu["0"] = {"pci_bus_id": PCI[0], "reasons_mask": 0x4c}
+    assert mon.causes["0"] == [{"what": "PCIe replays 10 -> 12", "t_s": [1.2, 1.4]},
+                               {"what": "HW thermal slowdown", "t_s": [1.2, 1.4]}]
+    summary = mon.summary()
+    assert summary["per_gpu"]["0"]["causes"][-1] == {"what": "HW slowdown", "t_s": [1.8, 1.8]}  # still on at the end
+    assert summary["started_monotonic"] == mon._t0
+
+
 # --- a foreign process appears mid-step -------------------------------------------------------------------
 
 

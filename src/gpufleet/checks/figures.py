@@ -65,8 +65,9 @@ def judged(figures: list, profile: dict, monitor: dict) -> list[dict]:
 
 
 def _who(j: dict) -> str:
-    index = j["gpu"].get("index")
-    return f"GPU {index if index is not None else '?'} {j['figure']}"
+    index, uuid = j["gpu"].get("index"), j["gpu"].get("uuid")
+    name = f"GPU {index}" if index is not None else f"{uuid[:12]}…" if uuid else "GPU ?"
+    return f"{name} {j['figure']}"
 
 
 def _text(j: dict) -> str:
