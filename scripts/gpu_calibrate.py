@@ -80,7 +80,7 @@ def node_stage(node: str, gpus: list[int], n_machine_gpus: int, cpu: bool, thres
     if len(gpus) > 1:
         steps.append(["bench", "nccl", "--tier", "quick", "--master-port", str(free_port()), *common])
     steps.append(["counters", "--phase", "after", *common])
-    t0, docs, errors = time.monotonic(), [], []
+    t0, epoch0, docs, errors = time.monotonic(), time.time(), [], []
     for step in steps:
         doc, err, secs = engine(step, env, 900)
         if doc is None:
@@ -95,7 +95,8 @@ def node_stage(node: str, gpus: list[int], n_machine_gpus: int, cpu: bool, thres
         merged["results"].append({"check": "engine", "group": "calibration", "status": "error",
                                   "reason": f"{e['step']}: {e['error']}", "value": None, "unit": None,
                                   "threshold": None, "remedy": None, "detail": {}, "class": "software"})
-    return {"document": merged, "wall_s": round(time.monotonic() - t0, 2)}
+    return {"document": merged, "wall_s": round(time.monotonic() - t0, 2), "started_epoch": round(epoch0, 2),
+            "ended_epoch": round(time.time(), 2)}
 
 
 class Disturbance:
@@ -139,7 +140,8 @@ class Disturbance:
             self.record["pids"].append(p.pid)
             first = p.stdout.readline().strip()  # printed once CUDA is up, just before the work starts
             self.record["lines"].append(first)
-            self.record["ready_epoch"] = self.record["ready_epoch"] or round(time.time(), 2)
+            if first.startswith("gpu_disturb pid"):  # empty: stopped before it began (the stages were over)
+                self.record["ready_epoch"] = self.record["ready_epoch"] or round(time.time(), 2)
         for p in procs:
             rest = p.communicate()[0]
             self.record["lines"].append(rest.strip()[-300:])
@@ -219,7 +221,7 @@ def plan_round(rng: random.Random, n_gpus: int, disturbed: bool, kinds: list[str
         return None
     kind = rng.choice(kinds)
     gpus = [rng.randrange(n_gpus)]
-    latest = max(4.0, 0.75 * stage_s)
+    latest = max(4.0, 0.6 * stage_s)
     if kind == "short":
         delay, duration = rng.uniform(2, latest), rng.uniform(1, 3)
     else:
@@ -278,14 +280,15 @@ def main(argv=None) -> int:
     out = Path(args.out)
     reports = out / "calibration-reports"
     reports.mkdir(parents=True, exist_ok=True)
-    db = reports / "gpufleet.db"
+    # A store per layout: a node of four GPUs is never compared with a baseline of one-GPU nodes.
+    dbs = {layout: reports / f"gpufleet-{layout}.db" for layout in ("split", "node")}
     facts = machine_facts(args.cpu)
     if not args.cpu and "other_user" in kinds and os.geteuid() == 0:
         let_others_run_python()
     n_gpus = facts["gpus_on_machine"]
     commit = git_commit()
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-    t_start, rows, baseline_set = time.monotonic(), [], False
+    t_start, rows, baseline_set = time.monotonic(), [], set()
     print(f"calibration: {facts}; seed {seed}; budget {args.budget_s} s; layout {args.layout}; kinds {kinds}",
           flush=True)
     k, stage_s = 0, {}
@@ -295,7 +298,7 @@ def main(argv=None) -> int:
         plan = plan_round(rng, n_gpus, disturbed, kinds, stage_s.get(layout, 20.0))
         if layout == "split":
             nodes = {f"gpu{i}": [i] for i in range(n_gpus)}
-            thresholds = {"gpus_expected": 1}
+            thresholds = {"gpus_expected": n_gpus}  # NVML sees every GPU of the machine from each node
         else:
             nodes = {"node": list(range(n_gpus))}
             thresholds = {"gpus_expected": n_gpus}
@@ -321,17 +324,22 @@ def main(argv=None) -> int:
         stage_s[layout] = max(st["wall_s"] for st in stages.values())
         for node, st in stages.items():
             (run_dir / "hosts" / f"{node}.json").write_text(json.dumps(st["document"]))
-        judged = report(run_dir, db, list(nodes))
-        if not baseline_set and not plan:
-            print(f"  baseline: {set_baseline(db, round_id)}", flush=True)
-            baseline_set = True
+        judged = report(run_dir, dbs[layout], list(nodes))
+        if layout not in baseline_set and not plan:
+            print(f"  baseline: {set_baseline(dbs[layout], round_id)}", flush=True)
+            baseline_set.add(layout)
         for node, gpus in nodes.items():
-            ran = bool(plan) and bool(dist.record["pids"])
-            affected = ran and (args.cpu or bool(set(plan["gpus"]) & set(gpus)))
+            # Affected: the disturbance ran on this node's GPUs while its stage ran (the times overlap).
+            st = stages[node]
+            rec = dist.record if dist else {}
+            overlap = (bool(rec.get("ready_epoch")) and rec["ready_epoch"] < st["ended_epoch"]
+                       and (rec.get("end_epoch") or st["ended_epoch"]) > st["started_epoch"])
+            affected = overlap and (args.cpu or bool(set(plan["gpus"]) & set(gpus)))
             row = {"format": FORMAT, "round": round_id, "node": node, "layout": layout, "seed": seed,
                    "machine": dict(facts, node_gpus=gpus), "commit": commit,
                    "condition": "disturbed" if plan else "clean", "node_affected": affected,
-                   "disturbance": dist.record if dist else None, "wall_s": stages[node]["wall_s"],
+                   "disturbance": dist.record if dist else None, "wall_s": st["wall_s"],
+                   "stage_epochs": [st["started_epoch"], st["ended_epoch"]],
                    "document": stages[node]["document"], "report": judged.get(node) or {}}
             rows.append(row)
             with open(args.data, "a") as f:

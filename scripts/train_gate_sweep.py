@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from gpufleet import numbers
 from gpufleet.train import gpt2
 
 PEAK_TFLOPS = 989
@@ -21,7 +22,7 @@ def row(tag, r):
         print(f"{tag:28} failed rc={r.get('rc')}: {r.get('log_tail', '')[:400]}")
         return
     r0 = r["ranks"][0]
-    mfu = gpt2.mfu(r["tokens_per_s_per_gpu"], r0["flops_per_token"], PEAK_TFLOPS)
+    mfu = numbers.mfu(r["tokens_per_s_per_gpu"], r0["flops_per_token"], PEAK_TFLOPS)
     print(f"{tag:28} {r['tokens_per_s_per_gpu']:>10,.0f} tok/s/GPU  MFU {mfu:6.1%}  step {r0['step_s_median'] * 1e3:7.1f} ms  "
           f"mem {r0['peak_memory_gib']:5.1f} GiB  loss {r0['loss_first']:.2f}->{r0['loss_last']:.2f}")
 

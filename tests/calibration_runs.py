@@ -22,7 +22,7 @@ from pathlib import Path
 from gpufleet import profiles
 from gpufleet.bench import summarize
 from gpufleet.checks import benchmarks
-from gpufleet.checks.watched import foreign_processes
+from gpufleet.measure import foreign_processes
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDING = ROOT / "docs/results/2026-11-23-h100-x1-fleet/fleet-A.tar.gz"
@@ -106,8 +106,7 @@ def document(node: str, bf16: list[float], *, d2h_low: dict | None = None, hbm_l
         memory_output(mon, d2h_low, hbm_low), profile)
     bench.append(foreign_processes("memory", [{"step": "memory", "attempt": 1, "device": "cuda", "foreign": mon["foreign"],
                                                "started_epoch": EPOCH}]))
-    for r in bench:
-        r.update(group="benchmark", started=doc["started"], seconds=10.0)
+    bench = [r.replace(group="benchmark", started=doc["started"], seconds=10.0) for r in bench]
     doc["results"] = [_four_gpus(r) for r in doc["results"] if r["group"] != "benchmark"] + bench
     doc["host"] = node
     doc["profile"] = {k: profile.get(k) for k in ("name", "path", "thresholds", "calibration")}  # as today's engine writes it

@@ -1,5 +1,5 @@
 """Limits from measurement, judged through the real judges: recorded calibration samples, healthy and disturbed,
-replayed through checks.benchmarks, checks.watched and the fleet layer; the calibration table built by
+replayed through checks.benchmarks, measure.watched and the fleet layer; the calibration table built by
 scripts/calibration_table.py from node-runs in the harness's format (tests/calibration_runs.py: the recorded H100
 document with the figures issue 28 reports)."""
 
@@ -17,7 +17,7 @@ import yaml
 import calibration_runs as cr
 from gpufleet import calibration, judge, profiles, report, schema
 from gpufleet.checks import benchmarks, replay
-from gpufleet.checks.watched import foreign_processes, watched
+from gpufleet.measure import foreign_processes, watched
 from gpufleet.fleet import compare
 
 ROOT = Path(__file__).resolve().parent.parent

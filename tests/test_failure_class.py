@@ -38,10 +38,23 @@ def test_defaults_per_check_and_overrides_where_the_cause_is_known():
     assert schema.result("something_new", schema.FAIL, "x")["class"] == "software"
     with pytest.raises(ValueError, match="class 'board' is not one of"):
         schema.result("ecc", schema.FAIL, "x", failure_class="board")
-    # A status changed after the result was made is classed again where results are stamped.
+    # A result is a value: its class cannot go stale. A changed result is a new one, classed again.
     res = schema.result("matmul_bf16", schema.PASS, "fine")
-    res["status"] = schema.FAIL
-    assert schema.timed("benchmark", "matmul_bf16", lambda: res)["class"] == "hardware"
+    with pytest.raises(TypeError, match="cannot be changed"):
+        res["status"] = schema.FAIL
+    with pytest.raises(TypeError, match="cannot be changed"):
+        res.update(status=schema.FAIL)
+    assert res.replace(status=schema.FAIL)["class"] == "hardware"
+    assert res.replace(status=schema.FAIL).replace(status=schema.PASS)["class"] is None
+    assert schema.timed("benchmark", "matmul_bf16", lambda: res.replace(status=schema.WARN, remedy="look"))["class"] == "hardware"
+    # A known cause stays with the result through its changes, until it passes.
+    known = schema.result("memory_bandwidth", schema.ERROR, "wrong data", failure_class="hardware")
+    assert known.replace(reason="wrong data on GPU 1")["class"] == "hardware"
+    assert known.replace(status=schema.PASS)["class"] is None
+    # The same keys, in the same order, as results always had: the host document's schema is unchanged.
+    assert list(schema.timed("gpu_health", "ecc", lambda: schema.result("ecc", schema.FAIL, "2"))) == [
+        *schema.RESULT_KEYS, "started", "seconds"]
+    assert json.loads(json.dumps(known)) == dict(known)
     # A document from before results carried a class: the default.
     assert failure_class.of({"check": "processes", "group": "gpu_health", "status": "fail"}) == "environment"
     # Every check of the node groups has its own entry (a new check must be classed on purpose).

@@ -15,14 +15,15 @@ from pathlib import Path
 import pytest
 
 from gpufleet import engine
-from gpufleet.checks import gpu_health, gpu_inventory
+from gpufleet import checks
+from gpufleet.checks import gpu_inventory
 from gpufleet.collect import kernel_log, nvml
 
 DATA = Path(__file__).resolve().parent / "data" / "readings"
 HEALTHY = DATA / "h100-sxm-8gpu-healthy.json"
 SRC = Path(__file__).resolve().parents[1] / "src"
 GROUPS = ["gpu_inventory", "gpu_health"]
-GPU_CHECKS = [name for name, _ in gpu_inventory.CHECKS + gpu_health.CHECKS]
+GPU_CHECKS = [name for name, _ in checks.GROUPS["gpu_inventory"] + checks.GROUPS["gpu_health"]]
 
 
 def healthy() -> dict:

@@ -8,20 +8,20 @@ import os
 import pytest
 
 from gpufleet import engine, profiles, schema
-from gpufleet.checks import host_hygiene
+from gpufleet.checks import GROUPS, host_hygiene
 from gpufleet.collect import host
 from sysfs_tree import ACS_OFF, ACS_REDIRECT_ON, Tree, config_space, hgx, vm
 
 H100 = "NVIDIA H100 80GB HBM3"
 SITE = {"ib_ports_min": 8, "ib_rate_min_gbps": 400}
-CHECK_NAMES = [n for n, _ in host_hygiene.CHECKS]
+CHECK_NAMES = [n for n, _ in GROUPS["host_hygiene"]]
 
 
 def run(tree: Tree, overrides: dict | None = None) -> dict[str, dict]:
     """Read the tree and run every host hygiene check: {check: result}."""
     readings = {"host": host.read(str(tree.root), tree.environ), "nvml": {}}
     prof = profiles.resolve(H100, overrides=SITE if overrides is None else overrides)
-    return {name: fn(readings, prof) for name, fn in host_hygiene.CHECKS}
+    return {name: fn(readings, prof) for name, fn in GROUPS["host_hygiene"]}
 
 
 def statuses(results: dict[str, dict]) -> dict[str, str]:
@@ -105,7 +105,7 @@ def test_read_this_machine_returns_documented_keys():
     assert isinstance(h["infiniband"]["present"], bool)
     assert h["is_root"] == (os.geteuid() == 0)
     prof = profiles.resolve(None)
-    for name, fn in host_hygiene.CHECKS:
+    for name, fn in GROUPS["host_hygiene"]:
         assert (
             schema.timed("host_hygiene", name, lambda fn=fn: fn({"host": h, "nvml": {}}, prof))["status"]
             in schema.STATUSES

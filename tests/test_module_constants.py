@@ -1,9 +1,15 @@
 """What the gpufleet.cluster modules copy from the engine (module_utils may run where the engine cannot be
-imported) is the engine's own: each copy held against the engine's value."""
+imported) is the engine's own: each copy held against the engine's declaration (gpufleet/registry.py). Every
+literal copy Ansible forces (module_utils/engine_schema.py, the modules' DOCUMENTATION and argument choices, the
+role's argument_specs.yml, defaults and vars) is listed here, so a new check group, benchmark or tier that misses
+one fails a test naming it."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
+
+import yaml
 
 import module_runner  # noqa: E402  F401 (puts the collection on sys.path)
 
@@ -14,13 +20,16 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils import (  # noqa:
     engine_schema,
 )
 from ansible_collections.gpufleet.cluster.plugins.modules import (  # noqa: E402
+    benchmark,
     finetune,
     gpu_health,
     gpu_inventory,
     host_hygiene,
+    node_steps,
+    run_inputs,
 )
 
-from gpufleet import checks, failure_class, schema  # noqa: E402
+from gpufleet import checks, failure_class, registry, schema  # noqa: E402
 from gpufleet.collect import counters  # noqa: E402
 from gpufleet import engine as engine_py  # noqa: E402
 from gpufleet.checks import benchmarks  # noqa: E402
@@ -28,20 +37,93 @@ from gpufleet.errors import EXIT_CODES  # noqa: E402
 from gpufleet.finetune import results as finetune_results  # noqa: E402
 
 
+ROOT = Path(__file__).resolve().parents[1]
+ROLE = ROOT / "roles" / "validate_node"
+
+
+def _doc(module) -> dict:
+    return yaml.safe_load(module.DOCUMENTATION)
+
+
 def test_benchmarks_tiers_and_their_group_are_the_engines():
-    assert engine_schema.BENCHMARKS == engine_py.BENCHMARKS
-    assert engine_schema.BENCHMARK_TIERS == engine_py.TIERS
-    assert engine_schema.BENCHMARK_GROUP == benchmarks.GROUP
-    assert set(benchmark_module.MULTINODE_BENCHMARKS) < set(engine_py.BENCHMARKS)
+    assert engine_py.BENCHMARKS == registry.benchmark_names() == engine_schema.BENCHMARKS
+    assert engine_py.TIERS == registry.BENCHMARK_TIERS == engine_schema.BENCHMARK_TIERS
+    assert engine_schema.BENCHMARK_GROUP == benchmarks.GROUP == registry.BENCHMARK_GROUP
+    assert engine_schema.SELECTABLE_BENCHMARKS == registry.benchmark_names(selectable=True)
+    assert engine_schema.DEFAULT_BENCHMARKS == registry.benchmark_names(default=True)
+    assert engine_schema.MULTINODE_BENCHMARKS == registry.benchmark_names(multinode=True)
+    assert benchmark_module.MULTINODE_BENCHMARKS is engine_schema.MULTINODE_BENCHMARKS
+    assert engine_schema.RUN_TIERS == registry.RUN_TIERS
+    assert {t: set(b) for t, b in engine_schema.TIER_BENCHMARKS.items()} == {
+        t: set(registry.tier_benchmarks(t)) for t in registry.RUN_TIERS if t != "acceptance"}
+    assert set(registry.tier_benchmarks("acceptance")) == set(registry.benchmark_names(selectable=True))
 
 
-def test_the_host_documents_the_modules_build_are_the_engines():
+def test_every_literal_copy_of_the_benchmarks_and_tiers_is_the_registrys():
+    options = _doc(benchmark)["options"]
+    assert options["benchmarks"]["choices"] == list(registry.benchmark_names())
+    assert options["tier"]["choices"] == list(registry.BENCHMARK_TIERS)
+    specs = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+    listed = [(entry, o) for entry, spec in specs.items() for name, o in (spec.get("options") or {}).items()
+              if name == "gpufleet_benchmarks"]
+    assert listed, "argument_specs.yml: no entry point takes gpufleet_benchmarks"
+    for entry, option in listed:
+        assert option["choices"] == list(registry.benchmark_names(selectable=True)), entry
+        assert option["default"] == list(registry.benchmark_names(default=True)), entry
+    for entry, spec in specs.items():
+        tier = (spec.get("options") or {}).get("gpufleet_benchmark_tier")
+        if tier:  # smoke is gpufleet_tier's own
+            assert tier["choices"] == [t for t in registry.BENCHMARK_TIERS if t != "smoke"], entry
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    assert defaults["gpufleet_benchmarks"] == list(registry.benchmark_names(default=True))
+    assert defaults["gpufleet_tier"] in registry.RUN_TIERS
+    # vars/main.yml: validate_node_benchmarks, the benchmarks of each gpufleet_tier.
+    tiers = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["validate_node_benchmarks"]
+    found = dict(re.findall(r"'(\w+)': (\[[^]]*\]|gpufleet_benchmarks)", tiers))
+    assert set(found) == set(registry.RUN_TIERS), tiers
+    assert found["acceptance"] == "gpufleet_benchmarks"
+    for tier in ("smoke", "soak"):
+        assert set(yaml.safe_load(found[tier])) == set(registry.tier_benchmarks(tier)), tier
+    run_tier = _doc(run_inputs)["options"]["checks"]["description"]
+    assert "(one of %s," % ", ".join(registry.RUN_TIERS) in " ".join(run_tier)
+
+
+def test_every_copy_of_the_check_groups_is_the_registrys():
+    assert engine_schema.CHECK_GROUPS == registry.group_names() == tuple(checks.GROUPS)
+    assert {m.GROUP for m in (gpu_inventory, gpu_health, host_hygiene)} == set(registry.group_names())
+    assert {g.module for g in registry.CHECK_GROUPS} == set(registry.group_names())
+    # Each node step's module and the group of its error: the declared groups' modules.
+    declared = {g.module: g.name for g in registry.CHECK_GROUPS + registry.OTHER_GROUPS if g.module}
+    declared["benchmark"] = registry.BENCHMARK_GROUP
+    assert engine_schema.STEP_GROUPS == declared
+    assert set(node_steps.STEPS) == set(declared)
+    steps_doc = " ".join(_doc(node_steps)["options"]["steps"]["description"])
+    assert all(m in steps_doc for m in declared), steps_doc
+    # Every check of a group has its function, where its declaration says.
+    for g in registry.CHECK_GROUPS:
+        assert [name for name, dummy in checks.GROUPS[g.name]] == [c.name for c in g.checks]
+
+
+def test_every_declared_threshold_is_a_profile_key_and_every_key_is_declared():
+    generic = set(yaml.safe_load((ROOT / "src" / "gpufleet" / "profiles" / "generic.yml").read_text())["thresholds"])
+    declared = registry.declared_thresholds()
+    assert not declared - generic, "declared in registry.py, missing from generic.yml"
+    assert not generic - declared, "in generic.yml, but no check in registry.py names it"
+
+
+def test_the_results_the_modules_make_are_the_engines():
     assert engine_schema.SCHEMA_VERSION == schema.SCHEMA_VERSION
-    for status in ("pass", "skip", "error"):
-        copy = engine_schema.result("gpu_ecc", status, "why", "gpu_health", "2026-01-01T00:00:00Z", 0.5)
-        real = schema.result("gpu_ecc", status, "why", group="gpu_health", failure_class=copy["class"])
-        assert set(copy) == set(real) - {"trust"} | {"started", "seconds"}, status
-        assert copy["class"] in failure_class.CLASSES + (None,)
+    assert engine_schema.STATUSES == schema.STATUSES
+    assert set(engine_schema.ENVIRONMENT_CHECKS) == {
+        c for c, cls in failure_class.DEFAULTS.items() if cls == failure_class.ENVIRONMENT}
+    for check in failure_class.DEFAULTS:
+        for status in ("pass", "skip", "error"):
+            for known in (None, failure_class.HARDWARE):
+                copy = engine_schema.result(check, status, "why", group="g", remedy="r", detail={"a": 1},
+                                            failure_class=known, started="2026-01-01T00:00:00Z", seconds=0.5)
+                real = schema.result(check, status, "why", group="g", remedy="r", detail={"a": 1},
+                                     failure_class=known, started="2026-01-01T00:00:00Z", seconds=0.5)
+                assert list(copy.items()) == list(real.items()), (check, status, known)
     classes = {engine_schema.failure_class_of(engine.EngineError(msg, stderr=err))
                for msg, err in (("exited 1", "No space left on device"), ("exited 1", "Traceback"))}
     assert classes == {failure_class.ENVIRONMENT, failure_class.SOFTWARE}
@@ -50,10 +132,7 @@ def test_the_host_documents_the_modules_build_are_the_engines():
                         "results"}
 
 
-def test_check_groups_and_the_finetune_group_are_the_engines():
-    for mod in (gpu_inventory, gpu_health, host_hygiene):
-        assert mod.GROUP in checks.GROUPS, mod.__name__
-    assert {m.GROUP for m in (gpu_inventory, gpu_health, host_hygiene)} == set(checks.GROUPS)
+def test_the_finetune_group_and_counter_phases_are_the_engines():
     assert finetune.GROUP == finetune_results.GROUP
     assert check_module.COUNTER_PHASES == counters.PHASES
 

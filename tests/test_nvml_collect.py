@@ -13,11 +13,11 @@ import pynvml
 import pytest
 
 from gpufleet import collect, engine
-from gpufleet.checks import gpu_health, gpu_inventory
+from gpufleet.checks import GROUPS, gpu_inventory
 from gpufleet.collect import kernel_log, nvml
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-GPU_CHECKS = [name for name, _ in gpu_inventory.CHECKS + gpu_health.CHECKS]
+GPU_CHECKS = [name for name, _ in GROUPS["gpu_inventory"] + GROUPS["gpu_health"]]
 
 
 def _driver_loadable() -> bool:

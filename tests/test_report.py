@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 import subprocess
@@ -395,9 +394,8 @@ def test_junit_elements_carry_reason_remedy_detail(built):
 
 
 def test_junit_survives_control_characters(tmp_path):
-    res = copy.deepcopy(failing_results()[1])
-    res["reason"] = "Xid 79 \x1b[31mfallen off the bus\x00"
-    res["detail"] = {"kernel_log_tail": "line\x07one\nline two"}
+    res = failing_results()[1].replace(reason="Xid 79 \x1b[31mfallen off the bus\x00",
+                                       detail={"kernel_log_tail": "line\x07one\nline two"})
     write_host(tmp_path, "node1", host_doc("node1", [res]))
     report.build(tmp_path)
     failure = ET.parse(tmp_path / "junit.xml").getroot().find(".//failure")

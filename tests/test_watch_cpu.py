@@ -2,7 +2,7 @@
 
 The readings are replayed through the real code that takes them: ProcessWatch.note / SoakSampler.note_processes
 get the process lists NVML gives (pid, name, MiB) at each sample, the benchmark outputs are built as the
-benchmarks build them (bench.summarize over timed samples), and checks.benchmarks, checks.soak and checks.watched judge them. The processes
+benchmarks build them (bench.summarize over timed samples), and checks.benchmarks, checks.soak and measure judge them. The processes
 are real: this test's own children are the step's own tree, pid 1 (not ours) stands for a foreign workload.
 """
 
@@ -22,7 +22,7 @@ from gpufleet.bench import summarize  # noqa: E402
 from gpufleet.bench.watch import ProcessWatch, process_tree, wait_quiet  # noqa: E402
 from gpufleet.checks import benchmarks  # noqa: E402
 from gpufleet.checks import soak as soak_check  # noqa: E402
-from gpufleet.checks.watched import foreign_processes, measured_again, watched  # noqa: E402
+from gpufleet.measure import foreign_processes, measured_again, watched  # noqa: E402
 from test_soak_cpu import EPOCH, PCI, UUID, gpu_soak, sampled  # noqa: E402
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only logic tests")

@@ -17,6 +17,7 @@ import time
 from ansible.errors import AnsibleConnectionFailure
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import EngineError, run_json
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_schema import result
 from ansible_collections.gpufleet.cluster.plugins.module_utils.lock_module import lock_argument_spec
 
 ARGUMENT_SPEC = dict(lock_argument_spec(), controller_python={"type": "path"}, engine_src={"type": "path"})
@@ -43,11 +44,10 @@ def lock_result(lock, args, started=None):
         remedy = ("wait for that run to finish and re-run with --limit %s (gpufleet_lock_wait_s=SECONDS waits for it); if "
                   "it was stopped on another controller, its lock is stale when its lease runs out (or remove %s on the "
                   "node once sure it is dead)" % (args["holder"], args["path"]))
-    return {"check": "node_lock", "group": "lock", "status": "pass" if acquired else "error", "value": None,
-            "unit": None, "threshold": None, "class": None if acquired else "environment", "reason": reason,
-            "remedy": remedy, "started": started or utc_now(), "seconds": 0.0,
-            "detail": {"path": args["path"], "record": lock.get("record"), "stale": stale,
-                       "waited_s": lock.get("waited_s") or 0}}
+    return result("node_lock", "pass" if acquired else "error", reason, group="lock", remedy=remedy,
+                  started=started or utc_now(), seconds=0.0,
+                  detail={"path": args["path"], "record": lock.get("record"), "stale": stale,
+                          "waited_s": lock.get("waited_s") or 0})
 
 
 class NodeTake(ActionBase):

@@ -23,14 +23,11 @@ from ansible.utils.display import Display
 from ansible_collections.gpufleet.cluster.plugins.action.node_take import ARGUMENT_SPEC as TAKE_SPEC
 from ansible_collections.gpufleet.cluster.plugins.action.node_take import LOCK_ARGS, NodeTake, lock_result, utc_now
 from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import EngineError
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_schema import CHECK_GROUPS, STEP_GROUPS, result
 from ansible_collections.gpufleet.cluster.plugins.module_utils.record_module import run_record
 
 display = Display()
 
-CHECK_GROUPS = ("gpu_inventory", "gpu_health", "host_hygiene")
-# Each step's module and the group its `error` result goes to when the module could not answer.
-GROUPS = {"gpu_inventory": "gpu_inventory", "gpu_health": "gpu_health", "host_hygiene": "host_hygiene",
-          "gpu_counters": "counters", "benchmark": "benchmark", "node_lock": "lock"}
 REMEDY_DEFAULT = "read the reason, fix the node or the input and re-run validate.yml"
 REMEDY_UNREACHABLE = ("check the inventory address, ssh access (ansible_user, keys) and that the node is up; then "
                       "re-run with --limit")
@@ -58,8 +55,8 @@ ARGUMENT_SPEC = {
 
 
 def error_result(check, group, reason, remedy, klass, detail):
-    return {"check": check, "group": group, "status": "error", "value": None, "unit": None, "threshold": None,
-            "class": klass, "reason": reason, "remedy": remedy, "detail": detail, "started": utc_now(), "seconds": 0.0}
+    return result(check, "error", reason, group=group, remedy=remedy, detail=detail, failure_class=klass,
+                  started=utc_now(), seconds=0.0)
 
 
 def group_error(group, res):
@@ -159,7 +156,7 @@ class ActionModule(NodeTake):
             elif isinstance(res.get("gpufleet"), dict) and not res.get("failed"):
                 docs.append((step["name"], res["gpufleet"]))
             else:
-                errors.append(group_error(GROUPS[step["module"]], res))
+                errors.append(group_error(STEP_GROUPS[step["module"]], res))
                 display.warning("%s on %s: %s" % (step["module"], host, errors[-1]["reason"]))
 
         document = dict(args["document"])

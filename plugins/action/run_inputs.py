@@ -20,6 +20,11 @@ import yaml
 from ansible.plugins.action import ActionBase
 from ansible.plugins.filter.core import to_json
 from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_results import torchrun_margin_s
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_schema import (
+    DEFAULT_BENCHMARKS,
+    RUN_TIERS,
+    SELECTABLE_BENCHMARKS,
+)
 
 CHECK_SETS = ("node", "validate", "finetune", "finetune_if_set", "run")
 ARGUMENT_SPEC = {
@@ -28,7 +33,6 @@ ARGUMENT_SPEC = {
 }
 # hostvars holds the inventory's values only: the role's defaults stand in for a fine-tune variable a node leaves unset.
 ROLE_DEFAULTS = os.path.join(os.path.dirname(__file__), "..", "..", "roles", "validate_node", "defaults", "main.yml")
-BENCHMARKS = ["matmul", "memory", "nccl", "sdc", "train_gpt2"]
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 FT_TIMEOUTS = ("gpufleet_finetune_timeout_s", "gpufleet_finetune_rdzv_timeout_s")
 FT_RUN_WIDE = ("gpufleet_finetune_config", "gpufleet_finetune_max_steps", "gpufleet_finetune_master_port") + FT_TIMEOUTS
@@ -96,9 +100,9 @@ NODE_CHECKS = [
 ]
 VALIDATE_CHECKS = [
     ("gpufleet_check_timeout_s", _positive_whole, EXPECT_SECONDS),
-    ("gpufleet_benchmarks", lambda v: _list(v) and all(b in BENCHMARKS for b in v),
-     "must be a list of benchmarks from matmul, memory, nccl, sdc and train_gpt2, for example [matmul, memory, nccl, "
-     "sdc], or [] to run none"),
+    ("gpufleet_benchmarks", lambda v: _list(v) and all(b in SELECTABLE_BENCHMARKS for b in v),
+     "must be a list of benchmarks from %s and %s, for example [%s], or [] to run none"
+     % (", ".join(SELECTABLE_BENCHMARKS[:-1]), SELECTABLE_BENCHMARKS[-1], ", ".join(DEFAULT_BENCHMARKS))),
     ("gpufleet_benchmark_tier", lambda v: v in ("quick", "thorough"), "must be quick or thorough"),
     ("gpufleet_nccl_multinode", _boolean_text, "must be true or false"),
     ("gpufleet_nccl_master_port", _port, "must be a TCP port, 1 to 65535, open between the nodes"),
@@ -126,7 +130,6 @@ RUN_CHECKS = [
 ]
 # Checked with a default for a node that leaves them unset (`hostvars[node].x | default(...)`).
 DEFAULTED = {"gpufleet_benchmark_tier": "quick", "gpufleet_tier": "acceptance"}
-TIERS = ("smoke", "acceptance", "soak")
 VARIABLES = sorted({name for checks in (NODE_CHECKS, VALIDATE_CHECKS, FINETUNE_CHECKS, RUN_CHECKS)
                     for names, dummy, dummy2 in checks for name in ((names,) if isinstance(names, str) else names)}
                    | {"gpufleet_tier"})
@@ -167,7 +170,8 @@ def _finetune_failure(hosts, values, defaults):
 
 
 def _run_failure(hosts, values):
-    failure = _failure([("gpufleet_tier", lambda v: v in TIERS, "must be smoke, acceptance or soak")], hosts, values)
+    failure = _failure([("gpufleet_tier", lambda v: v in RUN_TIERS,
+                        "must be %s or %s" % (", ".join(RUN_TIERS[:-1]), RUN_TIERS[-1]))], hosts, values)
     if failure:
         return failure
     tiers = dict((host, values[host].get("gpufleet_tier", "acceptance")) for host in hosts)

@@ -21,6 +21,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_schema imp
     BENCHMARK_GROUP,
     BENCHMARK_TIERS,
     BENCHMARKS,
+    MULTINODE_BENCHMARKS,
     host_document,
 )
 
@@ -47,8 +48,6 @@ def benchmark_argument_spec():
     )
 
 
-# Benchmarks that run across hosts (nnodes > 1), under torchrun.
-MULTINODE_BENCHMARKS = ("nccl", "train_gpt2")
 
 
 def benchmark_input_problem(p):

@@ -77,17 +77,19 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.check_module impo
     run_counters_module,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import controller_gone
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_schema import CHECK_GROUPS
 from ansible_collections.gpufleet.cluster.plugins.module_utils.lock_module import lock_module_argument_spec, run_lock_module
 
-# Each step's module: its arguments and its body.
-STEPS = {
-    "node_lock": (lock_module_argument_spec, run_lock_module),
-    "gpu_inventory": (check_argument_spec, lambda module: run_check_module(module, "gpu_inventory")),
-    "gpu_health": (check_argument_spec, lambda module: run_check_module(module, "gpu_health")),
-    "host_hygiene": (check_argument_spec, lambda module: run_check_module(module, "host_hygiene")),
-    "gpu_counters": (counters_argument_spec, run_counters_module),
-    "benchmark": (benchmark_argument_spec, run_benchmark_module),
-}
+
+def _check_group_body(group):
+    return lambda module: run_check_module(module, group)
+
+
+# Each step's module: its arguments and its body (engine_schema.STEP_GROUPS names them all).
+STEPS = dict([("node_lock", (lock_module_argument_spec, run_lock_module))]
+             + [(g, (check_argument_spec, _check_group_body(g))) for g in CHECK_GROUPS]
+             + [("gpu_counters", (counters_argument_spec, run_counters_module)),
+                ("benchmark", (benchmark_argument_spec, run_benchmark_module))])
 
 
 class StepDone(Exception):

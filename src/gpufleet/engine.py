@@ -6,25 +6,14 @@ from __future__ import annotations
 import os
 import time
 
-from gpufleet import collect, failure_class, profiles, schema
-from gpufleet.bench import matmul, memory, nccl, sdc, soak
-from gpufleet.bench.monitor import sampled
+from gpufleet import collect, profiles, registry, schema
+from gpufleet.measure import NodeSteps, visible_gpus
 from gpufleet.checks import GROUPS, benchmarks, gpu_health, gpu_inventory
 from gpufleet.checks import sdc as sdc_check
 from gpufleet.checks import soak as soak_check
-from gpufleet.checks.watched import foreign_processes, measured_again, watched
 from gpufleet.collect import counters, kernel_log, nvml
 from gpufleet.collect.host import read_boot_id, read_fabric
 from gpufleet.errors import InputError
-from gpufleet.train import gpt2
-
-
-def visible_gpus(nvml_count: int) -> int:
-    """GPUs this node's processes may use: NVML sees every GPU, CUDA only those CUDA_VISIBLE_DEVICES lists."""
-    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if listed is None:
-        return nvml_count
-    return min(nvml_count, len([x for x in listed.split(",") if x.strip()]))
 
 
 def check_host(
@@ -50,21 +39,13 @@ def check_host(
         for name, fn in GROUPS[group]:
             results.append(schema.timed(group, name, lambda fn=fn: fn(readings, profile)))
     if profile["note"] and "gpu_inventory" in groups:  # said once per host, not once per group
-        results.append(
-            dict(
-                schema.result("profile", schema.WARN, profile["note"], remedy="add a profile under files/profiles/ or set gpufleet_profile"),
-                group="profile",
-                started=started,
-                seconds=0.0,
-            )
-        )
+        results.append(schema.result("profile", schema.WARN, profile["note"], group="profile", started=started,
+                                     seconds=0.0, remedy="add a profile under files/profiles/ or set gpufleet_profile"))
     return schema.host_document(host, profile, readings, started, t0, results)
 
 
-BENCHMARKS = ("matmul", "memory", "nccl", "sdc", "train_gpt2", "soak")
-# smoke: seconds a benchmark (one matmul shape in bf16, a short HBM pass, all_reduce at a few sizes);
-# quick: minutes a node; thorough: the full sweeps. The soak runs for its own duration at any tier.
-TIERS = ("smoke", "quick", "thorough")
+BENCHMARKS = registry.benchmark_names()
+TIERS = registry.BENCHMARK_TIERS
 
 
 def bench_host(
@@ -81,10 +62,10 @@ def bench_host(
 ) -> dict:
     """Run benchmarks on this host; one host document with group `benchmark`.
 
-    `nccl_options` places nccl and train_gpt2 under torchrun (nnodes, node_rank, master, timeouts). Across nodes
-    `train_reference` is this node's own single-node benchmark.train_gpt2 result from earlier in the run
-    (status, value, reason, world_size): the cross-node scaling efficiency is measured against its figure.
-    `soak_options` go to bench.soak.run (duration_s).
+    measure.NodeSteps measures (`nccl_options`: torchrun's placement; `soak_options`: duration_s); each
+    benchmark's judge of checks/ judges. Across nodes `train_reference` is this node's own single-node
+    benchmark.train_gpt2 result from earlier in the run (status, value, reason, world_size): the cross-node
+    scaling efficiency is measured against its figure.
     """
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:
@@ -98,78 +79,34 @@ def bench_host(
     profile = profiles.resolve(schema.first_gpu_name(readings), profile_name=profile_name, overrides=overrides, profile_dir=profile_dir)
     started, t0 = schema.utc_now(), time.monotonic()
     host_has_ib = bool(((readings["host"].get("infiniband") or {}).get("ports")))
-    # Steps whose sampler lists the GPUs' processes: measured again when disturbed, confirmed before a fail
-    # (checks.watched); `watch_log` holds what each attempt saw, for the node's foreign_processes result.
-    watch_log: list = []
-    # With matmul in the same run, the SDC computations run in the matmul workers, after their timed products (no
-    # second start of torch and CUDA per GPU): in its first attempt only (a remeasure of a disturbed matmul is
-    # about speed; the hashes do not depend on it), kept here until the sdc step reports them.
-    folded_sdc: dict = {}
-
-    def matmul_run():
-        out = matmul.run(tier, sdc_tier=tier if "sdc" in names and not folded_sdc else None)
-        if "sdc" in out:
-            folded_sdc["out"] = out.pop("sdc")
-        return out
-
-    def sdc_run():  # its own processes when matmul did not compute it (not in the run, after it, or crashed)
-        if "out" not in folded_sdc:
-            folded_sdc["out"] = sdc.run(tier, n_gpus=gpus)
-        return folded_sdc["out"]
-
     gpus = visible_gpus(len(readings["nvml"].get("gpus") or []))
-    # torchrun placement and limits, shared by the NCCL benchmark and the training gate.
-    multi = {k: v for k, v in (nccl_options or {}).items()
-             if k in ("nnodes", "node_rank", "master_addr", "master_port", "timeout_s", "rdzv_timeout_s")}
-    # Across nodes a disturbed node cannot measure again alone: its peers would have to start with it.
-    not_again = "every node of the run would have to measure again with it" if multi.get("nnodes", 1) > 1 else None
-    runners = {
-        "matmul": lambda: watched("matmul", matmul_run, benchmarks.matmul, profile, log=watch_log),
-        "memory": lambda: watched("memory", lambda: memory.run(tier), benchmarks.memory, profile, log=watch_log),
-        "nccl": lambda: watched(
-            "nccl", lambda: sampled(lambda: nccl.run(tier, **(nccl_options or {}))),
-            lambda out, prof: benchmarks.nccl(out, prof, host_has_ib=host_has_ib), profile, log=watch_log, not_again=not_again),
-        # A disturbed soak is not run again in full: its disturbed windows are, bounded (checks.soak.remeasure_plan).
-        "soak": lambda: watched("soak", lambda: soak.run(**(soak_options or {})), soak_check.soak, profile,
-                                log=watch_log, confirm=False, combine=soak_check.combined,
-                                again=lambda first: soak.run(**soak_check.remeasure_plan(first, profile))),
-        "sdc": lambda: sdc_check.results(sdc_run(), profile, readings["nvml"]),
+    steps = NodeSteps(names, tier, gpus, profile, nccl_options=nccl_options, soak_options=soak_options)
+    # Each benchmark's judge: those that need more than (output, profile) here; any other, the function of its
+    # name in checks/benchmarks.py.
+    judges = {
+        "nccl": lambda out, prof: benchmarks.nccl(out, prof, host_has_ib=host_has_ib),
+        "sdc": lambda out, prof: sdc_check.results(out, prof, readings["nvml"]),
+        "train_gpt2": lambda out, prof: benchmarks.train_gpt2(out["full"], prof, single=out["single"],
+                                                              reference=train_reference),
+        "soak": soak_check.soak,
     }
-
-    def train():
-        # Across nodes every node starts together, so no one-GPU run first: the scaling is against this node's
-        # single-node figure, which the run measured before (train_reference). Inside a node, one GPU first,
-        # then every GPU of the node: their ratio is the scaling efficiency.
-        single = gpt2.run(nproc_per_node=1) if gpus > 1 and multi.get("nnodes", 1) == 1 else None
-        full = gpt2.run(**multi)
-        return {"device": full.get("device"), "full": full, "single": single}
-
-    runners["train_gpt2"] = lambda: watched(
-        "train_gpt2", lambda: sampled(train),
-        lambda out, prof: benchmarks.train_gpt2(out["full"], prof, single=out["single"], reference=train_reference),
-        profile, log=watch_log, not_again=not_again)
-    if gpus == 1 and (nccl_options or {}).get("nnodes", 1) == 1:
-        runners["nccl"] = lambda: [schema.result("nccl", schema.SKIP, benchmarks.ONE_GPU_NCCL)]
+    # A disturbed soak is not run again in full: its disturbed windows are, bounded (checks.soak.remeasure_plan).
+    extra = {"soak": {"again_plan": lambda first: soak_check.remeasure_plan(first, profile), "combine": soak_check.combined}}
+    one_gpu = gpus == 1 and (nccl_options or {}).get("nnodes", 1) == 1
     results = []
     for name in names:
         t1, when = time.monotonic(), schema.utc_now()
         try:
-            batch = runners[name]()
+            if name == "nccl" and one_gpu:
+                batch = [schema.result("nccl", schema.SKIP, benchmarks.ONE_GPU_NCCL)]
+            else:
+                batch = steps.measure(name, judges.get(name) or getattr(benchmarks, name), **extra.get(name, {}))
         except Exception as exc:  # one broken benchmark must not hide the others
             batch = [schema.result(name, schema.ERROR, f"benchmark crashed: {type(exc).__name__}: {exc}")]
         for r in batch:
-            r.update(group=benchmarks.GROUP, started=when, seconds=round(time.monotonic() - t1, 2))
-            failure_class.stamp(r)  # its status may have changed after it was made
             gpu_inventory.name_flagged(r, readings["nvml"].get("gpus") or [])  # the serial beside the UUID
-        results.extend(batch)
-    for name in names:  # each watched step says what else ran on its GPUs; a CPU run has no GPU to watch
-        steps = [e for e in watch_log if e["step"] == name]
-        if any(e.get("device") == "cuda" for e in steps):
-            r = foreign_processes(name, steps)
-            r.update(group=benchmarks.GROUP, started=schema.utc_now(), seconds=0.0)
-            results.append(r)
-    if any(e.get("device") == "cuda" for e in watch_log):  # the time spent measuring again, and why (0: all clear)
-        results.append({**measured_again(watch_log), "group": benchmarks.GROUP, "started": schema.utc_now(), "seconds": 0.0})
+            results.append(r.replace(group=benchmarks.GROUP, started=when, seconds=round(time.monotonic() - t1, 2)))
+    results += [r.replace(group=benchmarks.GROUP, started=schema.utc_now(), seconds=0.0) for r in steps.processes()]
     return schema.host_document(host, profile, readings, started, t0, results)
 
 
@@ -203,7 +140,6 @@ def processes_after(readings: dict, profile: dict) -> dict:
     if isinstance(nv, dict) and not nv.get("available") and nv.get("error") == nvml.NO_DRIVER:
         return schema.result("processes_after", schema.SKIP, f"{nvml.NO_DRIVER}, so there are no GPU processes to list")
     res = gpu_health.processes(readings, profile)
-    res["check"] = "processes_after"
     if res["status"] not in (schema.PASS, schema.SKIP):
-        res["reason"] = f"after the benchmarks: {res['reason']}"
-    return res
+        return res.replace(check="processes_after", reason=f"after the benchmarks: {res['reason']}")
+    return res.replace(check="processes_after")

@@ -1,21 +1,22 @@
 """The one result schema every check, benchmark and report shares.
 
-A check result is a plain dict:
+A check result is a `Result`, a dict that cannot be changed (a changed result is a new one: `r.replace(...)`):
 
-    {"check": "gpu_ecc", "group": "gpu_health", "status": "fail",
+    {"check": "ecc", "group": "gpu_health", "status": "fail",
      "value": 2, "unit": "errors", "threshold": {"max": 0, "source": "..."},
      "reason": "GPU 3: 2 volatile uncorrectable ECC errors",
      "remedy": "drain the node; reset GPU 3 ...", "detail": {...}, "class": "hardware",
      "started": "2026-11-21T21:00:00Z", "seconds": 0.01}
 
 A benchmark result also says how far its figure can be trusted: "trust": "clean" | "confirmed" | "disturbed" |
-"inconclusive" (checks.watched).
+"inconclusive" (measure).
 
 `class` (failure_class.py): hardware, environment, configuration or software when the status is warn, fail or
-error; None for pass, info and skip.
+error; None for pass, info and skip. It is derived when the result is made (registry.py declares each check's),
+never set by hand.
 
-A `warn` says what to do: its `remedy`. A finding with no action for the operator is `info` (result() makes a
-warn without a remedy one): the report lists it apart, and it does not change the node's verdict.
+A `warn` says what to do: its `remedy`. A finding with no action for the operator is `info` (result(), and so
+every replace(), makes a warn without a remedy one): the report lists it apart, and it changes no verdict.
 
 A host document bundles one host's results:
 
@@ -26,6 +27,7 @@ A host document bundles one host's results:
 
 from __future__ import annotations
 
+import copy
 import datetime as _dt
 import json
 import platform
@@ -55,6 +57,56 @@ def utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+class Result(dict):
+    """One result: a dict (so JSON, Ansible and every reader's `r["status"]` take it as it is) that cannot be
+    changed. Its `class` is derived from its check, group and status (failure_class.default) unless the cause is
+    known (`failure_class=`), so it cannot go stale: a changed result is a new one, `r.replace(status=..., ...)`.
+    """
+
+    __slots__ = ("own_class",)
+
+    def replace(self, **changes) -> "Result":
+        """A new result with these keys changed (and `failure_class=`, the known cause); the class derived again."""
+        own = changes.pop("failure_class", self.own_class)
+        fields = {k: v for k, v in self.items() if k not in ("check", "status", "reason", "class")} | changes
+        return result(changes.get("check", self["check"]), changes.get("status", self["status"]),
+                      changes.get("reason", self["reason"]), failure_class=own,
+                      **{k: v for k, v in fields.items() if k not in ("check", "status", "reason")})
+
+    def _frozen(self, *args, **kwargs):
+        raise TypeError("a result cannot be changed: make a new one with its replace(...)")
+
+    __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = __ior__ = _frozen  # type: ignore[assignment]
+
+    def __reduce__(self):  # pickled and copied as what it is, not key by key through __setitem__
+        return (_rebuild, (dict(self), self.own_class))
+
+    def __copy__(self) -> "Result":
+        return self
+
+    def __deepcopy__(self, memo) -> "Result":
+        return _rebuild(copy.deepcopy(dict(self), memo), self.own_class)
+
+
+def as_result(res: dict) -> Result:
+    """A result from a plain dict of the result's keys (one read back, or made before results were values)."""
+    if isinstance(res, Result):
+        return res
+    own = res.get("class") if res.get("class") in failure_classes.CLASSES else None
+    return result(res["check"], res["status"], res["reason"], failure_class=own,
+                  **{k: v for k, v in res.items() if k not in ("check", "status", "reason", "class")})
+
+
+def _rebuild(data: dict, own_class: str | None) -> Result:
+    res = Result(data)
+    res.own_class = own_class
+    return res
+
+
+# The keys of every result, in the order a host document writes them; `trust`, `started` and `seconds` when known.
+RESULT_KEYS = ("check", "group", "status", "value", "unit", "threshold", "reason", "remedy", "detail", "class")
+
+
 def result(
     check: str,
     status: str,
@@ -68,7 +120,11 @@ def result(
     detail: dict | None = None,
     trust: str | None = None,
     failure_class: str | None = None,
-) -> dict:
+    **stamped: Any,
+) -> Result:
+    """The one constructor of a result. `failure_class` is the cause where it is known (wrong data moved by a
+    copy is hardware, whatever the check); else the class is the check's default for the status. `stamped`:
+    `started` and `seconds`, where the result was timed."""
     if status not in STATUSES:
         raise ValueError(f"status {status!r} is not one of {STATUSES}")
     if trust is not None and trust not in TRUSTS:
@@ -77,9 +133,13 @@ def result(
         raise ValueError(f"check {check!r}: every result needs a plain reason")
     if failure_class is not None and failure_class not in failure_classes.CLASSES:
         raise ValueError(f"check {check!r}: class {failure_class!r} is not one of {failure_classes.CLASSES}")
+    unknown = set(stamped) - {"started", "seconds"}
+    if unknown:
+        raise TypeError(f"check {check!r}: result() got unknown key(s) {sorted(unknown)}")
     if status == WARN and not remedy:
         status = INFO  # nothing for the operator to do: information, which does not change the verdict
-    return failure_classes.stamp({
+    derived = None if status in (PASS, SKIP, INFO) else failure_class or failure_classes.default(check, status, group)
+    res = _rebuild({
         "check": check,
         "group": group,
         "status": status,
@@ -89,8 +149,9 @@ def result(
         "reason": reason,
         "remedy": remedy,
         "detail": detail or {},
-        "class": failure_class,
-    } | ({"trust": trust} if trust is not None else {}))
+        "class": derived,
+    } | ({"trust": trust} if trust is not None else {}) | stamped, failure_class)
+    return res
 
 
 def size_text(size_bytes: float) -> str:
@@ -125,18 +186,14 @@ def verdict(results: Iterable[dict]) -> str:
     return PASS
 
 
-def timed(group: str, check: str, fn: Callable[[], dict]) -> dict:
-    """Run one check, stamp group and timing, and turn a crash into `error`."""
+def timed(group: str, check: str, fn: Callable[[], Result]) -> Result:
+    """Run one check; the result again with its group and timing, a crash an `error`."""
     started, t0 = utc_now(), time.monotonic()
     try:
         res = fn()
     except Exception as exc:  # a broken check must not hide the others
         res = result(check, ERROR, f"check crashed: {type(exc).__name__}: {exc}")
-    res["group"] = group
-    failure_classes.stamp(res)  # the status may have changed since the result was made
-    res["started"] = started
-    res["seconds"] = round(time.monotonic() - t0, 4)
-    return res
+    return as_result(res).replace(group=group, started=started, seconds=round(time.monotonic() - t0, 4))
 
 
 # ---------------------------------------------------------------- the host document

@@ -13,6 +13,8 @@ import re
 import statistics
 import time
 
+from gpufleet.numbers import significant as sig  # noqa: F401 (the benchmarks round their figures with it)
+
 # Bump when a change to method (shapes, sizes, timer, statistic) would move the numbers.
 BENCHMARK_VERSION = 1
 
@@ -85,11 +87,6 @@ def summarize(samples: list[float]) -> dict:
         "n": len(samples),
         "spread_pct": round(100 * (max(samples) - min(samples)) / median, 2) if median else None,
     }
-
-
-def sig(x: float, digits: int = 4) -> float:
-    """Round to significant digits: 791.2 TFLOPS on a GPU, 0.01234 on a CPU run."""
-    return float(f"{x:.{digits}g}")
 
 
 _UUID = re.compile(r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}")

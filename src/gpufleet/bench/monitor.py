@@ -142,7 +142,7 @@ class GpuMonitor:
 def sampled(run) -> dict:
     """run() -> a benchmark's output, measured with a GpuMonitor beside it, whose summary goes under "monitor": the
     steps that launch their own workers (NCCL, the training gate, the fine-tune under torchrun) are watched as
-    matmul and memory are (checks.watched reads the processes it saw)."""
+    matmul and memory are (measure reads the processes it saw)."""
     with GpuMonitor() as mon:
         out = run()
     return {**out, "monitor": mon.summary()}

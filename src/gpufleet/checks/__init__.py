@@ -1,5 +1,6 @@
-"""Check groups. Each group module exposes CHECKS: a list of
-(check_name, function(readings, profile) -> result dict).
+"""Check groups: each check a pure function(readings, profile) -> result of its group's file, declared in
+registry.CHECK_GROUPS (name, class, thresholds, function); GROUPS maps each group to its [(name, function)] in the
+declared order.
 
 `readings` is what collect.read_all() returns (or a recording of it):
 {"nvml": {...}, "host": {...}}. Checks are pure functions of readings and
@@ -8,10 +9,11 @@ profile, so recorded readings replay exactly in tests.
 
 from __future__ import annotations
 
+from gpufleet import registry
 from gpufleet.checks import gpu_health, gpu_inventory, host_hygiene
 
-GROUPS = {
-    "gpu_inventory": gpu_inventory.CHECKS,
-    "gpu_health": gpu_health.CHECKS,
-    "host_hygiene": host_hygiene.CHECKS,
-}
+# The file of each declared group's checks.
+_FILES = {"gpu_inventory": gpu_inventory, "gpu_health": gpu_health, "host_hygiene": host_hygiene}
+
+GROUPS = {g.name: [(c.name, getattr(_FILES[g.name], c.function or c.name)) for c in g.checks]
+          for g in registry.CHECK_GROUPS}

@@ -1,5 +1,5 @@
 """Turn the quick benchmarks' output (gpufleet.bench.*.run(): matmul, memory, nccl, train_gpt2) into results of
-the one schema. The soak's judgement is checks.soak; measuring again and each figure's trust, checks.watched.
+the one schema. The soak's judgement is checks.soak; measuring again and each figure's trust, measure.
 
 Each function takes the benchmark's output and the profile and returns a list
 of results; the raw output rides along in `detail` so nothing measured is lost.
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from gpufleet import calibration, judge, profiles, schema
 from gpufleet.checks import figures
+from gpufleet.numbers import mfu
 from gpufleet.schema import ERROR, FAIL, PASS, WARN, result
-from gpufleet.train.gpt2 import mfu
 
 GROUP = "benchmark"
 CPU_NOTE = "CPU run: logic check only, not a performance figure"
@@ -54,7 +54,7 @@ def flag_gpus(res: dict, gpus: list[dict]) -> dict:
             if key not in seen:
                 seen.add(key)
                 flagged.append({"index": g.get("index"), "uuid": g.get("uuid"), "serial": g.get("serial")})
-        res["detail"] = {**res["detail"], "flagged_gpus": flagged}
+        return res.replace(detail={**res["detail"], "flagged_gpus": flagged})
     return res
 
 
@@ -91,17 +91,17 @@ def matmul(out: dict, profile: dict) -> list[dict]:
     spread_thr = calibration.entry(profile["thresholds"], "matmul_spread_pct_max", "matmul_bf16_tflops")
     spread_max = spread_thr["value"]
     if not cpu and throttled and res["status"] == PASS:
-        res.update(status=FAIL, reason=f"{res['reason']}, but GPU(s) throttled during the run: {throttled}",
-                   remedy="hardware slowdown under load: check cooling, power delivery and the GPU's health")
+        res = res.replace(status=FAIL, reason=f"{res['reason']}, but GPU(s) throttled during the run: {throttled}",
+                          remedy="hardware slowdown under load: check cooling, power delivery and the GPU's health")
         by_index = {g["index"]: g for g in ident.values()}
         flagged = [by_index.get(int(i)) or {"index": int(i), "uuid": None} for i in throttled]
     elif (not cpu and spread is not None and res["status"] == PASS
           and judge.judge(spread, judge.Limit("matmul_spread_pct_max", spread_max, breach=WARN)).status == WARN):
-        res.update(status=WARN, reason=f"{res['reason']}, but GPUs differ by {spread}% (more than {spread_max:g}%"
-                                       f"{calibration.uncalibrated_text(spread_thr)})",
-                   remedy="the slowest GPU in detail.per_gpu is the one to look at: compare its clocks, power and "
-                          "temperature in detail.monitor with its siblings'; one that stays slow needs service")
-        res["detail"] = {**res["detail"], "spread_threshold": spread_thr}
+        res = res.replace(status=WARN, reason=f"{res['reason']}, but GPUs differ by {spread}% (more than {spread_max:g}%"
+                                              f"{calibration.uncalibrated_text(spread_thr)})",
+                          remedy="the slowest GPU in detail.per_gpu is the one to look at: compare its clocks, power and "
+                                 "temperature in detail.monitor with its siblings'; one that stays slow needs service",
+                          detail={**res["detail"], "spread_threshold": spread_thr})
         slowest = min((d for d, v in out["per_device"].items() if (v.get("bf16") or {}).get("tflops") is not None),
                       key=lambda d: out["per_device"][d]["bf16"]["tflops"], default=None)
         flagged = [ident[slowest]] if slowest is not None else []

@@ -1,5 +1,5 @@
 """A quick benchmark's figures judged from their samples and what the step's sampler saw (judge.samples), and
-each figure's 95% interval, so that checks.watched measures again only a figure close to its limit.
+each figure's 95% interval, so that measure.watched measures again only a figure close to its limit.
 
 A figure's samples are judged together: one low sample with nothing seen then is this platform's normal and
 stands (`isolated`); samples that fell while the sampler saw a cause on that GPU (a foreign process, a hardware
@@ -10,8 +10,7 @@ last two means the figure is not yet the node's: the result warns and asks to be
 from __future__ import annotations
 
 from gpufleet import calibration, judge, profiles
-from gpufleet.bench import sig
-from gpufleet.collect.nvml import HW_SLOWDOWN_EVENTS
+from gpufleet.numbers import significant as sig
 from gpufleet.schema import PASS, WARN
 
 SAMPLE_KEY = "sample_drop_pct_max"
@@ -26,7 +25,8 @@ def causes(monitor: dict, index: int | None) -> list[dict]:
     g = (monitor.get("per_gpu") or {}).get(str(index)) or {}
     out = list(g.get("causes") or [])
     if "causes" not in g:  # a sampler that kept no times: the reasons it saw at some moment of the step
-        out += [{"what": HW_SLOWDOWN_EVENTS.get(n, n), "t_s": None} for n in g.get("throttled") or []]
+        # (their NVML names: the controller replays documents without the node's readers)
+        out += [{"what": n.replace("_", " "), "t_s": None} for n in g.get("throttled") or []]
     out += [{"what": f"pid {p['pid']} ({p.get('name') or 'name unknown'})", "t_s": [p.get("first_s"), p.get("last_s")]}
             for p in monitor.get("foreign") or [] if p.get("index") == index]
     return out
@@ -83,29 +83,30 @@ def _text(j: dict) -> str:
 
 def with_samples(res: dict, figures: list[dict], flagged: list, profile: dict, metric: str) -> tuple[dict, list]:
     """The result with its samples' judgement: an isolated low sample is noted in a passing reason; samples that
-    fell or were disturbed make a passing result warn, its figure not yet the node's (measured again: checks.watched,
+    fell or were disturbed make a passing result warn, its figure not yet the node's (measured again: measure.watched,
     detail.measure_again). Returns (result, the GPUs it flags)."""
     brief = [{**{k: v for k, v in j.items() if k != "limit"}, "limit": j["limit"]["value"]} for j in figures]
     detail = {**res["detail"], "samples_judged": brief,
               "sample_drop_threshold": calibration.entry(profile["thresholds"], SAMPLE_KEY, metric)}
     bad = [j for j in figures if j["verdict"] in NOT_THE_FIGURE]
     isolated = [j for j in figures if j["verdict"] == judge.ISOLATED]
-    out = {**res, "detail": detail}
     if bad:  # whatever the status, this figure is not the node's yet: measured again
-        out["detail"] = {**detail, "measure_again": "samples fell: " + "; ".join(_who(j) for j in bad)}
+        detail = {**detail, "measure_again": "samples fell: " + "; ".join(_who(j) for j in bad)}
     if bad and res["status"] == PASS:
         caused = [j for j in bad if j["verdict"] == judge.DISTURBED]
-        out.update(status=WARN, reason=f"{res['reason']}, but the figure is not yet the node's: "
-                                       + "; ".join(_text(j) for j in bad) + calibration.uncalibrated_text(bad[0]["limit"]),
-                   remedy=("another process or a slowdown pulled the samples down: it is measured again; see what the "
-                           "sampler saw in detail.monitor (processes, clock event reasons, PCIe replays)" if caused else
-                           "the samples fell with nothing seen on the GPU: it is measured again; should it stay so, run the "
-                           "benchmark alone on the node (gpufleet bench) and compare detail.monitor with a quiet node's"),
-                   **{"class": "hardware" if any(_hardware(j) for j in caused) else "environment"})
+        out = res.replace(status=WARN, detail=detail,
+                          reason=f"{res['reason']}, but the figure is not yet the node's: "
+                                 + "; ".join(_text(j) for j in bad) + calibration.uncalibrated_text(bad[0]["limit"]),
+                          remedy=("another process or a slowdown pulled the samples down: it is measured again; see what the "
+                                  "sampler saw in detail.monitor (processes, clock event reasons, PCIe replays)" if caused else
+                                  "the samples fell with nothing seen on the GPU: it is measured again; should it stay so, run "
+                                  "the benchmark alone on the node (gpufleet bench) and compare detail.monitor with a quiet "
+                                  "node's"),
+                          failure_class="hardware" if any(_hardware(j) for j in caused) else "environment")
         return out, [j["gpu"] for j in bad]
     if isolated and res["status"] == PASS:
-        out["reason"] = f"{res['reason']}; " + "; ".join(_text(j) for j in isolated)
-    return out, flagged
+        return res.replace(detail=detail, reason=f"{res['reason']}; " + "; ".join(_text(j) for j in isolated)), flagged
+    return res.replace(detail=detail), flagged
 
 
 def _hardware(j: dict) -> bool:
@@ -134,4 +135,4 @@ def near_limit(res: dict, figures: list[dict], value_key: str, profile: dict, me
     lo, hi = interval
     why = (f"{_who(slow)} {res['value']:g} {slow['unit']}: {how} {sig(lo):g} to {sig(hi):g}"
            f"{')' if not slow['interval'] else ''} reaches across the minimum {limit:g}")
-    return {**res, "detail": {**res["detail"], "measure_again": why}}
+    return res.replace(detail={**res["detail"], "measure_again": why})

@@ -515,19 +515,5 @@ def processes(readings, gpus, profile):
         detail={"processes": listing, "visibility": visibility},
     )
     if not vis["resolved"] and res["status"] != PASS:  # a passing reason carries the note already
-        res["reason"] += f"; {vis['note']}"
+        return res.replace(reason=f"{res['reason']}; {vis['note']}")
     return res
-
-
-CHECKS = [
-    ("ecc", ecc),
-    ("row_remapping", row_remapping),
-    ("retired_pages", retired_pages),
-    ("xid", xid),
-    ("clock_events", clock_events),
-    ("temperature", temperature),
-    ("power_limit", power_limit),
-    ("pcie_link", pcie_link),
-    ("nvlink", nvlink),
-    ("processes", processes),
-]

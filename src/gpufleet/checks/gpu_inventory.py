@@ -409,15 +409,3 @@ def compute_mode(readings, gpus, profile):
             f.add(WARN, f"compute mode {mode}", gpu=g["index"], remedy=reset)
     modes = sorted({p["compute_mode"] for p in per_gpu if p["compute_mode"]})
     return f.result("compute_mode", f"compute mode {', '.join(modes)}", value=modes, detail={"per_gpu": per_gpu})
-
-
-CHECKS = [
-    ("gpu_count", gpu_count),
-    ("gpu_model", gpu_model),
-    ("gpu_memory", gpu_memory),
-    ("driver_version", driver_version),
-    ("vbios", vbios),
-    ("persistence_mode", persistence_mode),
-    ("mig_mode", mig_mode),
-    ("compute_mode", compute_mode),
-]

@@ -839,20 +839,3 @@ def check_bringup_drift(readings: dict, profile: dict) -> dict:
         threshold=thr,
         detail=detail,
     )
-
-
-CHECKS = [
-    ("pcie_acs", check_pcie_acs),
-    ("numa_affinity", check_numa_affinity),
-    ("infiniband", check_infiniband),
-    ("ib_port_speed", check_ib_port_speed),
-    ("gpu_nic_rails", check_gpu_nic_rails),
-    ("pcie_aer", check_pcie_aer),
-    ("peermem", check_peermem),
-    ("iommu", check_iommu),
-    ("numa_balancing", check_numa_balancing),
-    ("cpu_governor", check_cpu_governor),
-    ("fabric_manager", check_fabric_manager),
-    ("nccl_env", check_nccl_env),
-    ("bringup_drift", check_bringup_drift),
-]

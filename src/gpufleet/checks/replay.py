@@ -70,9 +70,10 @@ def benchmark_results(results: list[dict], profile: dict) -> list[dict]:
         else:
             out.append(res)
             continue
-        new = {**new, "group": res.get("group"), "started": res.get("started"), "seconds": res.get("seconds"),
-               "detail": {**new["detail"], "replayed": {"recorded_status": res.get("status"), "recorded_trust": res.get("trust")}}}
+        trust = None
         if res.get("trust") is not None and new["status"] not in (schema.SKIP, schema.ERROR):
-            new["trust"] = res["trust"] if not new["detail"].get("measure_again") else schema.INCONCLUSIVE
-        out.append(new)
+            trust = res["trust"] if not new["detail"].get("measure_again") else schema.INCONCLUSIVE
+        stamped = {k: res[k] for k in ("started", "seconds") if res.get(k) is not None}
+        out.append(new.replace(group=res.get("group"), trust=trust, **stamped, detail={
+            **new["detail"], "replayed": {"recorded_status": res.get("status"), "recorded_trust": res.get("trust")}}))
     return out

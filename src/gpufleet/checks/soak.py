@@ -7,10 +7,10 @@ import statistics
 import time
 
 from gpufleet import calibration, judge, profiles, schema
-from gpufleet.bench import sig
 from gpufleet.checks.benchmarks import CPU_NOTE, flag_gpus
 from gpufleet.checks.gpu_inventory import Findings
 from gpufleet.collect.nvml import HW_SLOWDOWN_EVENTS
+from gpufleet.numbers import significant
 from gpufleet.schema import ERROR, FAIL, PASS, WARN, result
 
 # A GPU's best windows of a soak are its own reference: every window is judged against their median
@@ -102,7 +102,7 @@ def combined(first: dict, again: dict) -> dict:
                                                                            "hbm_gbps": w.get("hbm_gbps")}}
                    for w in g.get("windows") or []]
         kept = {k: [w[k] for w in windows if w.get(k) is not None] for k in ("matmul_tflops", "hbm_gbps")}
-        gpus[rank] = {**g, "windows": windows, **{f"{k}_median": sig(statistics.median(v)) if v else None for k, v in kept.items()}}
+        gpus[rank] = {**g, "windows": windows, **{f"{k}_median": significant(statistics.median(v)) if v else None for k, v in kept.items()}}
     nccl = first.get("nccl")
     if nccl:
         nccl = {**nccl, "windows": [w if w["index"] not in gone else {**w, "busbw_gbps": None, "disturbed": True}
@@ -356,7 +356,7 @@ def _soak_slowdown(out, profile, base_detail, gpus, Findings, cpu) -> dict:
                 low, low_drop = max(stretch, key=lambda wd: wd[1])
                 head = stretch[0][0][key]
                 f.add(FAIL, _stretch_text(out, g, prefix, what, unit, key, stretch,
-                                          f"{_drop_pct(best, head):g}% below its best windows' median {sig(best):g} {unit} "
+                                          f"{_drop_pct(best, head):g}% below its best windows' median {significant(best):g} {unit} "
                                           f"(lowest {low[key]:g} {unit}, {low_drop:g}% below)"), gpu=index, remedy=remedy)
                 flags.add(FAIL, gpus.by_rank.get(rank))
             # Window by window against its siblings: a stretch the whole node shared is not this GPU's.
@@ -369,7 +369,7 @@ def _soak_slowdown(out, profile, base_detail, gpus, Findings, cpu) -> dict:
                 worst = max([worst] + [d for _, d in stretch])
                 f.add(FAIL, _stretch_text(out, g, prefix, what, unit, key, stretch,
                                           f"{drop:g}% below the node's median GPU in that window "
-                                          f"({sig(node[first['index']]):g} {unit})"), gpu=index, remedy=remedy)
+                                          f"({significant(node[first['index']]):g} {unit})"), gpu=index, remedy=remedy)
                 flags.add(FAIL, gpus.by_rank.get(rank))
     # Against its siblings over the soak: a GPU slow from the first window on is not slower than itself.
     for key, what, unit in metrics:
@@ -383,7 +383,7 @@ def _soak_slowdown(out, profile, base_detail, gpus, Findings, cpu) -> dict:
             if limits[key] is not None and judge.judge(drop, judge.Limit(SLOWDOWN_KEY, limits[key])).status != PASS:
                 index, prefix = gpus.label(rank)
                 f.add(FAIL, f"{prefix}{what} median {m:g} {unit} over the soak, {drop:g}% below the node's median GPU "
-                            f"({sig(node):g} {unit})", gpu=index, remedy=remedy)
+                            f"({significant(node):g} {unit})", gpu=index, remedy=remedy)
                 flags.add(FAIL, gpus.by_rank.get(rank))
     nccl = out.get("nccl") or {}
     stretches, best, drops = _slowed(nccl.get("windows") or [], "busbw_gbps", limits["busbw_gbps"])
@@ -392,7 +392,7 @@ def _soak_slowdown(out, profile, base_detail, gpus, Findings, cpu) -> dict:
         for stretch in stretches:
             first = stretch[0][0]
             f.add(FAIL, f"all_reduce busbw {first['busbw_gbps']:g} GB/s in the window {_soak_when(out, first['start_s'], 'from')}, "
-                        f"{_drop_pct(best, first['busbw_gbps']):g}% below the best windows' median {sig(best):g} GB/s",
+                        f"{_drop_pct(best, first['busbw_gbps']):g}% below the best windows' median {significant(best):g} GB/s",
                   remedy="NVLink or NVSwitch bandwidth fell under load: check gpu_health.nvlink and the NVLink error counters "
                          "(soak_errors), and the fabric manager")
     if not judged:

@@ -12,9 +12,9 @@ import argparse
 import sys
 import time
 
-from gpufleet import collect, failure_class, profiles, schema
+from gpufleet import collect, profiles, schema
 from gpufleet.bench.monitor import sampled
-from gpufleet.checks.watched import foreign_processes, watched
+from gpufleet.measure import foreign_processes, watched
 from gpufleet.command_line import Parser, add_document_arguments, json_arg, print_doc, results_exit
 from gpufleet.errors import InputError
 from gpufleet.finetune import config
@@ -60,9 +60,8 @@ def document(args) -> dict:
     res = watched("finetune", run, results.to_results, profile, log=log,
                   not_again="a fine-tune takes too long to run twice")
     if any(e.get("device") == "cuda" for e in log):  # a CPU run has no GPU to watch
-        res.append(dict(foreign_processes("finetune", log), group=results.GROUP, started=schema.utc_now(),
-                        seconds=0.0))
-    return schema.host_document(args.host, profile, readings, started, t0, [failure_class.stamp(r) for r in res])
+        res.append(foreign_processes("finetune", log).replace(group=results.GROUP, started=schema.utc_now(), seconds=0.0))
+    return schema.host_document(args.host, profile, readings, started, t0, res)
 
 
 def command(args) -> int:

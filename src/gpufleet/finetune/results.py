@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from gpufleet import profiles
+from gpufleet import numbers, profiles
 from gpufleet.checks.benchmarks import CPU_NOTE
 from gpufleet.schema import FAIL, PASS, SKIP, WARN, result, utc_now
 
@@ -45,11 +45,7 @@ def _finite(x) -> bool:
 
 
 def mfu(out: dict, peak_tflops: float | None) -> float | None:
-    fpt = (out.get("flops") or {}).get("flops_per_token")
-    tps = out.get("tokens_per_s_per_gpu")
-    if not peak_tflops or not fpt or not tps:
-        return None
-    return fpt * tps / (peak_tflops * 1e12)
+    return numbers.mfu(out.get("tokens_per_s_per_gpu"), (out.get("flops") or {}).get("flops_per_token"), peak_tflops)
 
 
 def to_results(out: dict, profile: dict) -> list[dict]:
@@ -62,9 +58,7 @@ def to_results(out: dict, profile: dict) -> list[dict]:
             "step_s_median", "tokens_per_row", "flops", "peak_gpu_memory_gib", "peak_host_rss_gib", "setup_s",
             "train_s", "adapter_dir", "output_dir", "tensorboard", "deepspeed_config")
     detail = {k: out.get(k) for k in keep if k in out}
-    res = _judge(out, profile, detail, cpu)
-    res.update(group=GROUP, started=started, seconds=out.get("seconds"))
-    return [res]
+    return [_judge(out, profile, detail, cpu).replace(group=GROUP, started=started, seconds=out.get("seconds"))]
 
 
 def _judge(out: dict, profile: dict, detail: dict, cpu: bool) -> dict:

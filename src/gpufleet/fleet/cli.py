@@ -98,9 +98,8 @@ def record(run_dir: Path, host: str, new_doc: dict, replace_groups: list[str] | 
                 error = schema.result(
                     "results_file", schema.ERROR,
                     f"the host document could not be read to {what} ({why}); what it held is in {rel}",
-                    group=schema.REPORT_GROUP, detail={"file": rel},
+                    group=schema.REPORT_GROUP, detail={"file": rel}, started=schema.utc_now(), seconds=0.0,
                     remedy=f"look at the .unreadable file; re-run validate.yml --limit {host} to check the node again")
-                error.update(started=schema.utc_now(), seconds=0.0)
                 merged = dict(new_doc, results=new_results + [error])
             else:
                 if (old.get("attempt") or 1) < attempt:

@@ -59,13 +59,13 @@ def settle(results: list[dict], accepted: dict[str, dict], base_id: str | None) 
             out.append(r)
             continue
         moved = {k: (before.get(k), v) for k, v in facts.items() if before.get(k) != v}
+        r = schema.as_result(r)
         if not moved:
-            out.append({**r, "status": INFO, "class": None,
-                        "reason": f"{r['reason']} (as in baseline run {base_id}, which accepted it: listed, not warned again)",
-                        "detail": {**r["detail"], "accepted_in_baseline": base_id}})
+            out.append(r.replace(status=INFO, detail={**r["detail"], "accepted_in_baseline": base_id},
+                                 reason=f"{r['reason']} (as in baseline run {base_id}, which accepted it: listed, not warned again)"))
         else:
             text = "; ".join(f"{k} was {'absent' if a is None else a}, now {b}" for k, (a, b) in moved.items())
-            out.append({**r, "reason": f"{r['reason']}; changed since baseline run {base_id}: {text}",
-                        "detail": {**r["detail"], "changed_since_baseline": {k: {"was": a, "now": b} for k, (a, b) in moved.items()}}})
+            out.append(r.replace(reason=f"{r['reason']}; changed since baseline run {base_id}: {text}", detail={
+                **r["detail"], "changed_since_baseline": {k: {"was": a, "now": b} for k, (a, b) in moved.items()}}))
         changed = True
     return out if changed else None

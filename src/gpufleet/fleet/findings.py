@@ -70,9 +70,8 @@ def fleet_result(check: str, status: str, reason: str, *, cpu: bool = False, **f
         fields.pop("remedy", None)
     if status == PASS:
         fields.pop("remedy", None)
-    res = schema.result(check, status, reason, group=GROUP, detail=detail, **fields)
-    res.update(started=schema.utc_now(), seconds=0.0)
-    return res
+    return schema.result(check, status, reason, group=GROUP, detail=detail, started=schema.utc_now(), seconds=0.0,
+                         **fields)
 
 
 EVIDENCE_KEYS = ("metric", "index", "uuid", "serial", "value", "reference", "deviation_pct", "robust_z", "n", "status", "baseline_host",

@@ -17,7 +17,8 @@ The fleet layer (gpufleet.fleet) adds results of group `fleet` to every node who
 and they count in its verdict; the run is indexed into the store (gpufleet.db beside the run folder).
 
 Its parts: nodes.py reads the run's host documents into nodes, formatting.py holds what the renderers share,
-render_md.py, render_html.py and render_junit.py write one rendering each, and pipeline.py builds the whole;
+render_json.py, render_md.py, render_html.py and render_junit.py write one rendering each (the output formats of
+registry.OUTPUTS, which pipeline.py loops over), and pipeline.py builds the whole;
 build() and summary_text() are the package's entry points.
 """
 

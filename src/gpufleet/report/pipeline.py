@@ -5,21 +5,23 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib
 import json
 import operator
 import sqlite3
 from pathlib import Path
 
-from gpufleet import __version__, paths, runs, schema
+from gpufleet import __version__, paths, registry, runs, schema
 from gpufleet.errors import InputError
 from gpufleet.fleet import compare, export, metrics, store as fleet_store
 from gpufleet.fleet.repair import open_for_run
 from gpufleet.fleet.run_files import read_run_info
-from gpufleet.report import render_html, render_junit, render_md
 from gpufleet.report.formatting import STATUS_ORDER, check_id, class_text, trust_text
 from gpufleet.report.nodes import DOC_PROFILE, DOC_READ, load_nodes, load_peers, node_order
 
-REPORT_FILES = {"json": "report.json", "md": "report.md", "html": "report.html", "junit": "junit.xml"}
+# Each output format of registry.OUTPUTS: its file, and the render(report) -> str of its module in gpufleet.report.
+REPORT_FILES = {o.name: o.file for o in registry.OUTPUTS}
+RENDERERS = {o.name: importlib.import_module(f"gpufleet.report.{o.renderer}").render for o in registry.OUTPUTS}
 FLEET_FILE, DRAIN_FILE, PROMETHEUS_DIR = "fleet.json", "drain.txt", "prometheus"
 
 
@@ -239,10 +241,8 @@ def _build(run_dir: Path, expected_hosts: list[str] | None, db: Path | str | Non
             report["fleet"]["prometheus_note"] = ("no Prometheus files: prometheus_client is not installed in the controller's "
                                                   "Python (pip install 'gpufleet[controller]')")
         export.write_drain(run_dir, drain, run_id)
-        _write(Path(files["json"]), json.dumps(report, default=str) + "\n")
-        _write(Path(files["md"]), render_md.render(report))
-        _write(Path(files["html"]), render_html.render(report))
-        _write(Path(files["junit"]), render_junit.render(report))
+        for name, render in RENDERERS.items():
+            _write(Path(files[name]), render(report))
         if store is not None:
             try:
                 store.record_fleet(run_id, fleet["results"])
@@ -272,7 +272,7 @@ def summary_text(summary: dict) -> str:
         lines.append(line.rstrip())
     files = summary["files"]
     lines.append(f"report: {files['html']}")
-    lines.append(f"        {files['md']}, {files['json']}, {files['junit']}")
+    lines.append("        " + ", ".join(files[name] for name in REPORT_FILES if name != "html"))
     if files.get("fleet"):
         prom = f", {Path(files['fleet']).parent / PROMETHEUS_DIR}/<node>.prom" if summary.get("prometheus") else ""
         lines.append(f"fleet:  {files['fleet']}{prom}")

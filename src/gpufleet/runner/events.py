@@ -13,12 +13,12 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from gpufleet import schema
+from gpufleet import registry, schema
 
 # In the order a node goes through them; the progress bar counts a node's place in it.
 STAGES = ("waiting", "reach", "lock", "checks", "counters", "benchmarks", "record", "cross-node", "fine-tune", "locate",
           "release", "report", "done")
-CHECK_MODULES = ("gpu_inventory", "gpu_health", "host_hygiene")
+CHECK_MODULES = registry.group_names()  # each check group's module is named after it
 # Task files of the role whose tasks are a stage of their own, whatever the module.
 STAGE_FILES = {"nccl_multinode": "cross-node", "finetune_multinode": "fine-tune", "locate": "locate",
                "lock_take": "lock", "release": "release"}

@@ -230,12 +230,6 @@ def run(shape: str = "gpt2-small", *, batch: int = 64, steps: int = 20, warmup: 
     }
 
 
-def mfu(tokens_per_s_per_gpu: float, fpt: float, peak_tflops: float | None) -> float | None:
-    if not peak_tflops or not tokens_per_s_per_gpu:
-        return None
-    return fpt * tokens_per_s_per_gpu / (peak_tflops * 1e12)
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(prog="gpufleet.train.gpt2")
     p.add_argument("--worker", action="store_true")

@@ -1,17 +1,25 @@
-"""Watched and confirmed measurements: a benchmark step measured again when another process used its GPUs or
-when a figure that warns or fails needs confirming, each result's `trust`, and the step's `<step>_processes`."""
+"""The node's benchmark steps, each measured until its figures can be trusted: measured again when another
+process used its GPUs or while a figure asks to be confirmed (`watched()`), each result's `trust`, the step's
+`<step>_processes` (`foreign_processes()`) and the seconds spent measuring again (`measured_again()`). `NodeSteps` runs the benchmarks of one host
+document: how each is measured here, how it is judged (a function of checks/, given by the caller) there."""
 
 from __future__ import annotations
 
+import importlib
+import os
 import time
+from typing import Callable
 
-from gpufleet import failure_class, profiles, schema
+from gpufleet import profiles, registry, schema
+from gpufleet.bench import matmul, nccl, sdc, soak
+from gpufleet.bench.monitor import sampled
 from gpufleet.bench.watch import describe, wait_quiet
-from gpufleet.schema import ERROR, FAIL, PASS, WARN, result
+from gpufleet.schema import ERROR, FAIL, PASS, WARN, Result, result
+from gpufleet.train import gpt2
 
 # Results whose figure may be measured again to confirm it (detail.measure_again, checks.figures); the soak's
 # windows are many measurements already, and a disturbed soak measures its disturbed windows again (combine).
-CONFIRMED_CHECKS = ("matmul_bf16", "hbm_bandwidth", "pcie_h2d_bandwidth", "pcie_d2h_bandwidth")
+CONFIRMED_CHECKS = tuple(c.name for b in registry.BENCHMARKS for c in b.checks if c.confirmed)
 FIRST, DISTURBED_AGAIN, CONFIRM = "first", "disturbed", "confirm"
 
 
@@ -109,53 +117,52 @@ def watched(step: str, run, judge, profile: dict, *, log: list, confirm: bool = 
                                           f"the next measurement ({seconds:g} s) would pass the budget of {budget_s:g} s "
                                           f"({confirm_s:g} s spent)")
         break
-    for r in res:
-        _trust(r, (first_clean or {}).get(r["check"]), attempts, confirm_s)
-    return res
+    return [_trust(r, (first_clean or {}).get(r["check"]), attempts, confirm_s) for r in res]
 
 
-def _disturbed(res: dict, foreign: list, epoch: float | None, why: str, attempts: list, profile: dict) -> dict:
+def _disturbed(res: Result, foreign: list, epoch: float | None, why: str, attempts: list, profile: dict) -> Result:
     names = "; ".join(describe(p, epoch) for p in foreign)
     # A process is not a fault of the board: the GPUs the figure would have flagged are not named.
-    res["detail"] = {**{k: v for k, v in res["detail"].items() if k != "flagged_gpus"}, "attempts": attempts, "disturbed_value": res.get("value"),
-                     "judged_as": _brief(res), "disturbed_wait_threshold": profiles.threshold(
-                         profile, "disturbed_wait_s", max=profiles.value(profile, "disturbed_wait_s"))}
+    detail = {**{k: v for k, v in res["detail"].items() if k != "flagged_gpus"}, "attempts": attempts,
+              "disturbed_value": res.get("value"), "judged_as": _brief(res),
+              "disturbed_wait_threshold": profiles.threshold(profile, "disturbed_wait_s",
+                                                             max=profiles.value(profile, "disturbed_wait_s"))}
     # The class says so too: a disturbed figure does not follow the GPU to its next run (fleet.returning_gpu).
-    res.update(status=ERROR, value=None, trust=schema.DISTURBED, **{"class": failure_class.ENVIRONMENT},
-               reason=f"disturbed by {names}; {why}; the figure measured beside it ({res['value']} {res.get('unit') or ''}".rstrip()
-                      + ") is not the node's",
-               remedy="find out what runs on the GPU (detail.attempts[].processes) and stop it or keep the node out of "
-                      "the scheduler while it is validated; then run again")
-    return res
+    return res.replace(
+        status=ERROR, value=None, trust=schema.DISTURBED, failure_class=registry.ENVIRONMENT, detail=detail,
+        reason=f"disturbed by {names}; {why}; the figure measured beside it "
+               + f"({res['value']} {res.get('unit') or ''}".rstrip() + ") is not the node's",
+        remedy="find out what runs on the GPU (detail.attempts[].processes) and stop it or keep the node out of "
+               "the scheduler while it is validated; then run again")
 
 
-def _trust(res: dict, first: dict | None, attempts: list, confirm_s: float) -> None:
+def _trust(res: Result, first: dict | None, attempts: list, confirm_s: float) -> Result:
     """How far the figure can be trusted, said in `trust` and in the reason; every measurement kept."""
-    res["detail"] = {**res["detail"], "attempts": attempts}
+    detail = {**res["detail"], "attempts": attempts}
     if res["status"] in (schema.SKIP, ERROR) or res.get("value") is None:
-        return  # trust describes a figure: a result without one has none to describe
-    still = res["detail"].get("measure_again")
+        return res.replace(detail=detail)  # trust describes a figure: a result without one has none to describe
+    still = detail.get("measure_again")
     if first is None and not still:
-        res["trust"] = schema.CLEAN
-        return
-    res["detail"]["confirmation_s"] = confirm_s
+        return res.replace(detail=detail, trust=schema.CLEAN)
+    detail["confirmation_s"] = confirm_s
     n = sum(1 for a in attempts if a.get("purpose") != DISTURBED_AGAIN)
     was = f"{first.get('value')}, then {res.get('value')} {res.get('unit') or ''}".rstrip() if first else f"{res.get('value')}"
     asked = (first or res)["detail"].get("measure_again")
     if still:
         stopped = attempts[-1].get("confirm_stopped") or "no more measurement"
-        res.update(status=WARN if res["status"] == PASS else res["status"], trust=schema.INCONCLUSIVE,
-                   reason=f"inconclusive: {res['reason']}; measured {n} times (first {was}; {confirm_s:g} s more), still "
-                          f"{still} ({stopped})")
-        if not res.get("remedy"):
-            res["remedy"] = ("run the node's benchmarks again on an idle node; a figure that stays this close to its limit "
-                             "is the node's: set the limit from the model's calibration (docs/calibration.md)")
-    elif res["status"] in (WARN, FAIL):
-        res.update(trust=schema.CONFIRMED, reason=f"confirmed: {res['reason']}; measured {n} times (first {was}; "
-                                                  f"{confirm_s:g} s more, because {asked})")
-    else:
-        res.update(trust=schema.CONFIRMED, reason=f"{res['reason']}; passed on confirmation (first {was}; {confirm_s:g} s "
-                                                  f"more; the first measurement said: {first['reason']})")
+        return res.replace(detail=detail, status=WARN if res["status"] == PASS else res["status"], trust=schema.INCONCLUSIVE,
+                           reason=f"inconclusive: {res['reason']}; measured {n} times (first {was}; {confirm_s:g} s more), "
+                                  f"still {still} ({stopped})",
+                           remedy=res.get("remedy") or ("run the node's benchmarks again on an idle node; a figure that stays "
+                                                        "this close to its limit is the node's: set the limit from the model's "
+                                                        "calibration (docs/calibration.md)"))
+    if res["status"] in (WARN, FAIL):
+        return res.replace(detail=detail, trust=schema.CONFIRMED,
+                           reason=f"confirmed: {res['reason']}; measured {n} times (first {was}; {confirm_s:g} s more, "
+                                  f"because {asked})")
+    return res.replace(detail=detail, trust=schema.CONFIRMED,
+                       reason=f"{res['reason']}; passed on confirmation (first {was}; {confirm_s:g} s more; the first "
+                              f"measurement said: {first['reason']})")
 
 
 def measured_again(log: list) -> dict:
@@ -169,7 +176,7 @@ def measured_again(log: list) -> dict:
     parts = [f"{step} {s:g} s ({'disturbed' if why == DISTURBED_AGAIN else 'to confirm a figure'})" for (step, why), s in by.items()]
     reason = (f"measured again for {total:g} s: " + ", ".join(parts) if parts else
               "nothing measured again: every figure was clear the first time")
-    return result("measured_again", PASS, reason, value=total, unit="s",
+    return result(registry.MEASURED_AGAIN_CHECK.name, PASS, reason, value=total, unit="s",
                   detail={"by_step": [{"step": st, "why": why, "seconds": s} for (st, why), s in by.items()]})
 
 
@@ -193,3 +200,96 @@ def foreign_processes(step: str, log: list) -> dict:
                       detail=detail, remedy="check NVML (`nvidia-smi`) on the node and run again")
     return result(check, PASS, f"no foreign process on the GPUs while {step} measured them ({len(log)} measurement(s))",
                   value=0, unit="sightings", detail=detail)
+
+
+def visible_gpus(nvml_count: int) -> int:
+    """GPUs this node's processes may use: NVML sees every GPU, CUDA only those CUDA_VISIBLE_DEVICES lists."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is None:
+        return nvml_count
+    return min(nvml_count, len([x for x in listed.split(",") if x.strip()]))
+
+
+# judge(output, profile) -> results: how a benchmark's output is judged (checks/), given by whoever runs the steps.
+Judge = Callable[[dict, dict], list]
+
+
+class NodeSteps:
+    """The benchmarks of one host document, measured on this node: each a registry.BENCHMARKS entry, its run here
+    and its judge given by the caller; a watched one measured again when disturbed (watched()).
+
+    `nccl_options` places nccl and train_gpt2 under torchrun (nnodes, node_rank, master, timeouts); `soak_options`
+    go to bench.soak.run (duration_s).
+    """
+
+    def __init__(self, names: list[str], tier: str, gpus: int, profile: dict, *, nccl_options: dict | None = None,
+                 soak_options: dict | None = None):
+        self.names, self.tier, self.gpus, self.profile = names, tier, gpus, profile
+        self.nccl_options, self.soak_options = nccl_options or {}, soak_options or {}
+        # torchrun placement and limits, shared by the NCCL benchmark and the training gate.
+        self.multi = {k: v for k, v in self.nccl_options.items()
+                      if k in ("nnodes", "node_rank", "master_addr", "master_port", "timeout_s", "rdzv_timeout_s")}
+        # What each attempt of each watched step saw, for the node's foreign_processes results.
+        self.log: list = []
+        # With matmul in the same run, the SDC computations run in the matmul workers, after their timed products
+        # (no second start of torch and CUDA per GPU): in its first attempt only (a remeasure of a disturbed matmul is
+        # about speed; the hashes do not depend on it), kept here until the sdc step reports them.
+        self._folded_sdc: dict = {}
+
+    def _matmul(self) -> dict:
+        out = matmul.run(self.tier, sdc_tier=self.tier if "sdc" in self.names and not self._folded_sdc else None)
+        if "sdc" in out:
+            self._folded_sdc["out"] = out.pop("sdc")
+        return out
+
+    def _sdc(self) -> dict:  # its own processes when matmul did not compute it (not in the run, after it, or crashed)
+        if "out" not in self._folded_sdc:
+            self._folded_sdc["out"] = sdc.run(self.tier, n_gpus=self.gpus)
+        return self._folded_sdc["out"]
+
+    def _train(self) -> dict:
+        # Across nodes every node starts together, so no one-GPU run first: the scaling is against this node's
+        # single-node figure, which the run measured before. Inside a node, one GPU first, then every GPU of the
+        # node: their ratio is the scaling efficiency.
+        single = gpt2.run(nproc_per_node=1) if self.gpus > 1 and self.multi.get("nnodes", 1) == 1 else None
+        full = gpt2.run(**self.multi)
+        return {"device": full.get("device"), "full": full, "single": single}
+
+    def _run(self, name: str) -> Callable[[], dict]:
+        """How a benchmark runs here: those that share work or take options below; any other, the run(tier) of
+        its file gpufleet/bench/<name>.py."""
+        special = {
+            "matmul": self._matmul,
+            "nccl": lambda: sampled(lambda: nccl.run(self.tier, **self.nccl_options)),
+            "sdc": self._sdc,
+            "train_gpt2": lambda: sampled(self._train),
+            "soak": lambda: soak.run(**self.soak_options),
+        }
+        return special.get(name) or (lambda: importlib.import_module(f"gpufleet.bench.{name}").run(self.tier))
+
+    def measure(self, name: str, judge: Judge, *, again_plan: Callable[[dict], dict] | None = None,
+                combine: Callable[[dict, dict], dict] | None = None) -> list:
+        """One benchmark's results: measured (again while disturbed, again while a figure asks to be confirmed) and
+        judged. The soak, disturbed, is measured again as again_plan(first output) says (its options: its disturbed
+        windows, bounded) and judged on combine(first, again) (checks.soak)."""
+        bench = next(b for b in registry.BENCHMARKS if b.name == name)
+        if not bench.watched:
+            return judge(self._run(name)(), self.profile)
+        # Across nodes a disturbed node cannot measure again alone: its peers would have to start with it.
+        not_again = ("every node of the run would have to measure again with it"
+                     if bench.multinode and self.multi.get("nnodes", 1) > 1 else None)
+        again = (lambda first: soak.run(**again_plan(first))) if name == "soak" and again_plan else None
+        return watched(name, self._run(name), judge, self.profile, log=self.log, not_again=not_again,
+                       confirm=any(c.confirmed for c in bench.checks), again=again, combine=combine if again else None)
+
+    def processes(self) -> list:
+        """Each watched step's `<step>_processes`: what else ran on its GPUs (a CPU run has no GPU to watch); and
+        `measured_again`, the seconds the node spent measuring again and why."""
+        out = []
+        for name in self.names:
+            steps = [e for e in self.log if e["step"] == name]
+            if any(e.get("device") == "cuda" for e in steps):
+                out.append(foreign_processes(name, steps))
+        if any(e.get("device") == "cuda" for e in self.log):
+            out.append(measured_again(self.log))
+        return out

@@ -1,0 +1,266 @@
+"""Every check group, check, benchmark and output format, declared once: what the rest of the project reads.
+
+- A check: its name, the group its results carry, the class of its warn and fail (failure_class.py says what
+  each class means), the profile keys it judges against (files/profiles/generic.yml declares each), and, for the
+  checks of a check group, the function in `checks/<group>.py` that makes it (default: the check's name).
+- A check group (`gpufleet check --group G`, and the gpufleet.cluster module of the same name on the node).
+- A benchmark (`gpufleet bench NAME`, the `benchmark` module's choices): the checks of its results, the run tiers
+  (gpufleet_tier) it runs in, whether gpufleet_benchmarks may name it and does by default, whether it runs across
+  nodes under torchrun, whether a sampler watches its GPUs (its `<name>_processes` result).
+- An output format of the report: its key in the report's `files`, its file name, the module of
+  `gpufleet.report` whose `render(report) -> str` writes it.
+
+Where Ansible needs a literal copy (the modules' DOCUMENTATION and argument choices, module_utils/engine_schema.py,
+roles/validate_node's argument_specs.yml, defaults and vars), tests/test_module_constants.py holds every copy to
+this file. Nothing here imports the rest of gpufleet: every layer may read it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# The failure classes (failure_class.py explains them).
+HARDWARE, ENVIRONMENT, CONFIGURATION, SOFTWARE = "hardware", "environment", "configuration", "software"
+CLASSES = (HARDWARE, ENVIRONMENT, CONFIGURATION, SOFTWARE)
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    failure_class: str  # of its warn and fail; an `error` is software unless this is environment
+    thresholds: tuple[str, ...] = ()  # the profile keys it judges against
+    function: str | None = None  # a check group's check: its function in checks/<group>.py, when not `name`
+    confirmed: bool = False  # a benchmark's figure measured again while it asks to be confirmed (checks/figures.py)
+
+
+@dataclass(frozen=True)
+class Group:
+    name: str
+    checks: tuple[Check, ...]
+    module: str | None = None  # the gpufleet.cluster module that runs the group on the node (node_steps' step)
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    checks: tuple[Check, ...]  # the checks of its results (group `benchmark`, across nodes `benchmark_multinode`)
+    run_tiers: tuple[str, ...]  # the gpufleet_tier values whose node stage runs it
+    selectable: bool = True  # gpufleet_benchmarks may name it (acceptance tier)
+    default: bool = False  # in gpufleet_benchmarks' default
+    multinode: bool = False  # runs across nodes under torchrun (nnodes > 1)
+    watched: bool = True  # a sampler lists its GPUs' processes: its `<name>_processes` result
+
+
+@dataclass(frozen=True)
+class Output:
+    name: str  # its key in the report summary's `files`
+    file: str  # under the run folder
+    renderer: str  # the module of gpufleet.report whose render(report) -> str writes it
+
+
+# ------------------------------------------------------------------------------------------------- check groups
+
+CHECK_GROUPS = (
+    Group("gpu_inventory", module="gpu_inventory", checks=(
+        Check("gpu_count", HARDWARE, ("gpus_expected", "driver_version")),
+        Check("gpu_model", CONFIGURATION),
+        Check("gpu_memory", HARDWARE, ("gpu_memory_min_mib",)),
+        Check("driver_version", SOFTWARE, ("driver_version", "driver_version_min")),
+        Check("vbios", SOFTWARE),
+        Check("persistence_mode", CONFIGURATION, ("persistence_mode_required",)),
+        Check("mig_mode", CONFIGURATION),
+        Check("compute_mode", CONFIGURATION),
+    )),
+    Group("gpu_health", module="gpu_health", checks=(
+        Check("ecc", HARDWARE, ("ecc_volatile_uncorrected_max", "ecc_aggregate_uncorrected_max")),
+        Check("row_remapping", HARDWARE),
+        Check("retired_pages", HARDWARE),
+        Check("xid", HARDWARE, ("xid_fail_codes",)),
+        Check("clock_events", HARDWARE),
+        Check("temperature", HARDWARE, ("gpu_temperature_warn_c", "memory_temperature_warn_c")),
+        Check("power_limit", CONFIGURATION, ("power_limit_min_ratio",)),
+        Check("pcie_link", HARDWARE, ("pcie_gen_min", "pcie_width_min")),
+        Check("nvlink", HARDWARE, ("gpus_expected", "nvlink_links_per_gpu")),
+        Check("processes", ENVIRONMENT),
+    )),
+    Group("host_hygiene", module="host_hygiene", checks=(
+        Check("pcie_acs", CONFIGURATION, function="check_pcie_acs"),
+        Check("numa_affinity", CONFIGURATION, function="check_numa_affinity"),
+        Check("infiniband", HARDWARE, ("ib_ports_min", "ib_rate_min_gbps"), function="check_infiniband"),
+        Check("ib_port_speed", HARDWARE, function="check_ib_port_speed"),
+        Check("gpu_nic_rails", HARDWARE, function="check_gpu_nic_rails"),
+        Check("pcie_aer", HARDWARE, ("fabric_aer_fatal_max", "fabric_aer_nonfatal_max"), function="check_pcie_aer"),
+        Check("peermem", SOFTWARE, function="check_peermem"),
+        Check("iommu", CONFIGURATION, ("iommu_passthrough_required",), function="check_iommu"),
+        Check("numa_balancing", CONFIGURATION, ("numa_balancing_expected",), function="check_numa_balancing"),
+        Check("cpu_governor", CONFIGURATION, ("cpu_governor_expected",), function="check_cpu_governor"),
+        Check("fabric_manager", SOFTWARE, function="check_fabric_manager"),
+        Check("nccl_env", CONFIGURATION, function="check_nccl_env"),
+        Check("bringup_drift", CONFIGURATION, ("bringup_required",), function="check_bringup_drift"),
+    )),
+)
+
+# ------------------------------------------------------------------------------------------------- benchmarks
+
+BENCHMARK_GROUP = "benchmark"  # the node's own benchmarks
+MULTINODE_GROUP = "benchmark_multinode"  # the NCCL and training runs across nodes
+# How much each benchmark measures: smoke seconds a benchmark (one matmul shape in bf16, a short HBM pass,
+# all_reduce at a few sizes); quick minutes a node; thorough the full sweeps. The soak runs for its own duration.
+BENCHMARK_TIERS = ("smoke", "quick", "thorough")
+# gpufleet_tier: smoke (the smoke benchmarks), acceptance (gpufleet_benchmarks, then the runs across nodes), soak.
+RUN_TIERS = ("smoke", "acceptance", "soak")
+
+# A quick benchmark figure judged from its samples, and measured again while close to its limit (checks/figures.py).
+SAMPLED = ("sample_drop_pct_max", "sample_drops_allowed", "confirm_band_pct")
+
+BENCHMARKS = (
+    Benchmark("matmul", run_tiers=("smoke", "acceptance"), default=True, checks=(
+        Check("matmul_bf16", HARDWARE, ("matmul_bf16_tflops_min", "matmul_spread_pct_max") + SAMPLED, confirmed=True),
+    )),
+    Benchmark("memory", run_tiers=("smoke", "acceptance"), default=True, checks=(
+        Check("memory_bandwidth", HARDWARE),
+        Check("hbm_bandwidth", HARDWARE, ("hbm_copy_gbps_min",) + SAMPLED, confirmed=True),
+        Check("pcie_h2d_bandwidth", HARDWARE, ("pcie_h2d_gbps_min",) + SAMPLED, confirmed=True),
+        Check("pcie_d2h_bandwidth", HARDWARE, ("pcie_d2h_gbps_min",) + SAMPLED, confirmed=True),
+    )),
+    Benchmark("nccl", run_tiers=("smoke", "acceptance"), default=True, multinode=True, checks=(
+        Check("nccl", SOFTWARE),
+        Check("nccl_sendrecv", HARDWARE, ("nccl_sendrecv_pair_ratio_min",)),
+        Check("nccl_transport", CONFIGURATION),
+        Check("nccl_all_reduce", HARDWARE, ("nccl_allreduce_busbw_gbps_min",)),
+        Check("nccl_all_gather", HARDWARE),
+        Check("nccl_reduce_scatter", HARDWARE),
+        Check("nccl_all_to_all", HARDWARE),
+    )),
+    Benchmark("sdc", run_tiers=("acceptance", "soak"), default=True, watched=False, checks=(
+        Check("sdc", HARDWARE, ("driver_version",)),
+    )),
+    Benchmark("train_gpt2", run_tiers=("acceptance",), multinode=True, checks=(
+        Check("train_gpt2", SOFTWARE, ("train_gpt2_tokens_per_s_per_gpu_min", "bf16_dense_peak_tflops")),
+        Check("train_scaling", HARDWARE, ("train_scaling_efficiency_min",)),
+    )),
+    Benchmark("soak", run_tiers=("soak",), selectable=False, checks=(
+        Check("soak", SOFTWARE, ("soak_remeasure_max_s",)),
+        Check("soak_throttle", HARDWARE, ("soak_throttle_s_max", "xid_fail_codes")),
+        Check("soak_errors", HARDWARE, ("xid_fail_codes",)),
+        Check("soak_slowdown", HARDWARE, ("soak_slowdown_pct_max",)),
+    )),
+)
+
+# ------------------------------------------------------------------------------------------------- the other groups
+
+# Results made outside the check groups and the benchmarks: each group's checks, in the order they come.
+OTHER_GROUPS = (
+    Group("profile", checks=(Check("profile", CONFIGURATION),)),
+    Group("counters", module="gpu_counters", checks=(
+        Check("snapshot_before", SOFTWARE), Check("snapshot_after", SOFTWARE),
+        Check("fabric_before", SOFTWARE), Check("fabric_after", SOFTWARE),
+        Check("processes_after", ENVIRONMENT),
+    )),
+    Group("lock", module="node_lock", checks=(Check("node_lock", ENVIRONMENT),)),
+    Group("connection", checks=(Check("reachable", ENVIRONMENT),)),
+    Group("finetune", checks=(
+        Check("finetune", SOFTWARE, ("finetune_tokens_per_s_per_gpu_min", "bf16_dense_peak_tflops")),
+        Check("finetune_processes", ENVIRONMENT),
+    )),
+    Group("report", checks=(Check("results_file", SOFTWARE),)),
+    Group("fleet", checks=(
+        Check("gpu_vs_node", HARDWARE, ("fleet_gpu_below_node_warn_pct", "fleet_gpu_below_node_fail_pct")),
+        Check("node_vs_fleet", HARDWARE, ("fleet_node_below_fleet_warn_pct", "fleet_node_below_fleet_fail_pct",
+                                          "fleet_min_nodes")),
+        Check("node_vs_baseline", HARDWARE, ("fleet_below_baseline_warn_pct", "fleet_below_baseline_fail_pct")),
+        Check("node_vs_baseline_fleet", HARDWARE, ("fleet_below_baseline_warn_pct", "fleet_below_baseline_fail_pct")),
+        Check("sample_spread", ENVIRONMENT, ("fleet_sample_spread_pct_floor", "fleet_sample_spread_ratio_max")),
+        Check("counters_during_run", HARDWARE, (
+            "fleet_counter_ecc_corrected_per_h_max", "fleet_counter_nvlink_crc_per_h_max",
+            "fleet_counter_nvlink_replay_recovery_per_h_max", "fleet_counter_pcie_replay_per_h_max",
+            "fleet_counter_row_remap_per_h_max", "fleet_counter_xid_per_h_max", "fleet_counter_min_window_h")),
+        Check("counters_since_previous_run", HARDWARE),
+        Check("fabric_during_run", HARDWARE, (
+            "fabric_aer_correctable_per_h_max", "fabric_ib_ber_max", "fabric_ib_fatal_errors_max",
+            "fabric_ib_link_downed_max", "fabric_ib_link_error_recovery_per_min_max",
+            "fabric_ib_local_ack_timeout_per_h_max", "fabric_ib_rcv_errors_per_h_max",
+            "fabric_ib_xmit_discards_per_h_max")),
+        Check("fabric_since_previous_run", HARDWARE),
+        Check("ib_ports_vs_fleet", HARDWARE, ("fleet_fabric_reference_share_min",)),
+        Check("rails_vs_fleet", HARDWARE, ("fleet_fabric_reference_share_min",)),
+        Check("returning_gpu", HARDWARE),
+        # fleet.sdc and fleet.versions: the fleet's own judgement of checks whose node-side name means another
+        Check("fleet.sdc", HARDWARE),
+        Check("fleet.versions", CONFIGURATION),
+    )),
+)
+# A module that could not run on the node: an `error` of the module's group, check `engine`.
+ENGINE_CHECK = Check("engine", SOFTWARE)
+# The seconds a node's benchmarks spent measuring again, and why (group benchmark; measure.measured_again).
+MEASURED_AGAIN_CHECK = Check("measured_again", SOFTWARE)
+
+# Profile keys no single check owns: the watch of every benchmark (measure again when disturbed, confirm a figure
+# within a budget) and `gpufleet fleet locate`.
+SHARED_THRESHOLDS = ("confirm_remeasure_max", "confirm_budget_s", "disturbed_remeasure_max", "disturbed_wait_s",
+                     "locate_busbw_ratio_min")
+
+# ------------------------------------------------------------------------------------------------- outputs
+
+# The report's renderings of report.json, written in this order (report/pipeline.py loops over them).
+OUTPUTS = (
+    Output("json", "report.json", "render_json"),
+    Output("md", "report.md", "render_md"),
+    Output("html", "report.html", "render_html"),
+    Output("junit", "junit.xml", "render_junit"),
+)
+
+# ------------------------------------------------------------------------------------------------- lookups
+
+
+def group(name: str) -> Group:
+    """A check group by name; KeyError names the groups there are."""
+    for g in CHECK_GROUPS:
+        if g.name == name:
+            return g
+    raise KeyError(f"no check group {name!r}; expected one of {group_names()}")
+
+
+def group_names() -> tuple[str, ...]:
+    return tuple(g.name for g in CHECK_GROUPS)
+
+
+def benchmark_names(*, selectable: bool | None = None, default: bool | None = None,
+                    multinode: bool | None = None) -> tuple[str, ...]:
+    """The benchmarks' names, in their order, those with the given properties."""
+    return tuple(b.name for b in BENCHMARKS
+                 if (selectable is None or b.selectable == selectable) and (default is None or b.default == default)
+                 and (multinode is None or b.multinode == multinode))
+
+
+def tier_benchmarks(run_tier: str) -> tuple[str, ...]:
+    """The benchmarks a run tier runs; in acceptance, those gpufleet_benchmarks names (all it may name here)."""
+    return tuple(b.name for b in BENCHMARKS if run_tier in b.run_tiers)
+
+
+def watched_checks() -> tuple[Check, ...]:
+    """`<step>_processes` of every watched benchmark: what else ran on its GPUs while it measured."""
+    return tuple(Check(f"{b.name}_processes", ENVIRONMENT) for b in BENCHMARKS if b.watched)
+
+
+def failure_classes() -> dict[str, str]:
+    """check name (or `group.check` where a name is shared) -> the class of its warn and fail."""
+    out: dict[str, str] = {}
+    for g in CHECK_GROUPS + OTHER_GROUPS:
+        out.update((c.name, c.failure_class) for c in g.checks)
+    for b in BENCHMARKS:
+        out.update((c.name, c.failure_class) for c in b.checks)
+    out.update((c.name, c.failure_class) for c in watched_checks())
+    out[ENGINE_CHECK.name] = ENGINE_CHECK.failure_class
+    out[MEASURED_AGAIN_CHECK.name] = MEASURED_AGAIN_CHECK.failure_class
+    return out
+
+
+def declared_thresholds() -> set[str]:
+    """Every profile key a check or the shared machinery judges against."""
+    keys = set(SHARED_THRESHOLDS)
+    for g in CHECK_GROUPS + OTHER_GROUPS:
+        keys.update(k for c in g.checks for k in c.thresholds)
+    for b in BENCHMARKS:
+        keys.update(k for c in b.checks for k in c.thresholds)
+    return keys
