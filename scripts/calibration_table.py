@@ -14,7 +14,7 @@ The calibration is written first and the replay reads it (where --limits is the 
 --profile-dir): the replayed false alarms are in-sample (the limits come from these very runs), the detections
 are not.
 
-  python3 scripts/calibration_table.py docs/results/calibration/runs.jsonl [more.jsonl ...] \\
+  python3 scripts/calibration_table.py docs/results/calibration [more.jsonl ...] \\
       --table docs/results/calibration/table.md --limits files/profiles/calibration [--json table.json]
 """
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import gzip
 import json
 import statistics
 import sys
@@ -42,6 +43,10 @@ from gpufleet.judge import ISOLATED_DEPTH_FACTOR, below_pct  # noqa: E402
 
 FORMAT = "gpufleet-calibration/1"
 NOT_PASSING = ("warn", "fail", "error")
+# The fleet checks that hold a node against the store (its baseline, its past): the replay has no store, so today's
+# columns say nothing of them ("-").
+NEEDS_STORE = ("fleet.node_vs_baseline", "fleet.node_vs_baseline_fleet", "fleet.counters_since_previous_run",
+               "fleet.fabric_since_previous_run", "fleet.returning_gpu")
 SAMPLED = {"matmul_bf16_tflops": ("matmul_bf16", "samples_tflops"), "hbm_copy_gbps": ("hbm", "samples_gbps"),
            "pcie_h2d_gbps": ("pcie", "samples_h2d_gbps"), "pcie_d2h_gbps": ("pcie", "samples_d2h_gbps")}
 # Which limits each measure sets (calibration.MEASURE_OF, read the other way), for the table.
@@ -50,11 +55,21 @@ for _key, _measure in calibration.MEASURE_OF.items():
     SETS[_measure].append(_key)
 
 
+def data_files(paths: list[Path]) -> list[Path]:
+    """The files named, a folder's *.jsonl and *.jsonl.gz in name order."""
+    out = []
+    for path in paths:
+        out += sorted([*path.glob("*.jsonl"), *path.glob("*.jsonl.gz")]) if path.is_dir() else [path]
+    return out
+
+
 def read_rows(paths: list[Path]) -> tuple[list[dict], list[str]]:
-    """Every node-run of the files, in file order; and what could not be read, line by line."""
+    """Every node-run of the files (gzip where the name ends .gz), in file order; and what could not be read, line
+    by line."""
     rows, problems = [], []
     for path in paths:
-        for n, line in enumerate(path.read_text().splitlines(), 1):
+        text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+        for n, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
             try:
@@ -306,10 +321,11 @@ def render(by_model: dict, files: list[str], problems: list[str], profile_dir: P
     lines = ["# Calibration table", "",
              f"From {', '.join(f'`{f}`' for f in files)} by `scripts/calibration_table.py`. Per GPU model: each check's "
              "node-runs, its false alarms on clean runs (`warn`, `fail` or `error` where nothing was disturbed) and its "
-             "detections on disturbed runs (the disturbance ran on the node's own GPUs); *recorded* is what the run said, "
+             "detections on disturbed runs (the disturbance ran on the node's own GPUs), and what did not pass on the nodes "
+             "beside a disturbed one (another node of the same machine); *recorded* is what the run said, "
              "*today* what today's judges say of the same figures (the benchmark figures and the fleet layer judged again; "
-             "the other checks as recorded, the baseline comparisons left out). Today's false alarms are in-sample: the "
-             "calibrated limits come from these runs.", ""]
+             "the other checks as recorded; `-` for the checks that hold a node against the store, which the replay has "
+             "not). Today's false alarms are in-sample: the calibrated limits come from these runs.", ""]
     if problems:
         lines += [f"Lines not read: {len(problems)} (" + "; ".join(problems[:5]) + ")", ""]
     generic = generic_limits(profile_dir)
@@ -319,10 +335,12 @@ def render(by_model: dict, files: list[str], problems: list[str], profile_dir: P
                   f"node) in {m['rounds']} rounds on {m['machines']} machine(s); commits {', '.join(m['commits'])}; node "
                   f"stage median {m['wall_s']['clean']} s clean, {m['wall_s']['disturbed']} s disturbed.", "",
                   "| check | clean runs | false alarms recorded | false alarms today | disturbed runs | detections recorded | "
-                  "detections today |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+                  "detections today | beside runs | not passing recorded | not passing today |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for check, t in sorted(m["outcomes"].items(), key=lambda kv: (not kv[0].startswith("node "), kv[0])):
-            lines.append(f"| `{check}` | {t['clean']} | {t['fa_rec']} | {t['fa_now']} | {t['disturbed']} | {t['det_rec']} | "
-                         f"{t['det_now']} |")
+            now = ("-", "-", "-") if check in NEEDS_STORE else (t["fa_now"], t["det_now"], t["beside_now"])
+            lines.append(f"| `{check}` | {t['clean']} | {t['fa_rec']} | {now[0]} | {t['disturbed']} | {t['det_rec']} | "
+                         f"{now[1]} | {t['beside']} | {t['beside_rec']} | {now[2]} |")
         lines += ["", "Healthy spread (percent; clean runs), and the limit it gives (x"
                   f"{calibration.MARGIN_FACTOR:g} + {calibration.MARGIN_PCT:g}, from {calibration.MIN_N} figures on):", "",
                   "| measure | metric | figures | median | p95 | largest | limit | generic | sets |",
@@ -344,7 +362,8 @@ def _median(values: list) -> float | str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("data", nargs="+", type=Path, help="JSON-lines files of scripts/gpu_calibrate.py")
+    p.add_argument("data", nargs="+", type=Path, help="JSON-lines files of scripts/gpu_calibrate.py (.jsonl or "
+                                                       ".jsonl.gz), or folders of them")
     p.add_argument("--table", type=Path, required=True, help="the Markdown table to write")
     p.add_argument("--profile-dir", type=Path, default=None,
                    help="the profiles today's judges read (default: the engine's, files/profiles)")
@@ -353,11 +372,12 @@ def main(argv=None) -> int:
     p.add_argument("--json", type=Path, help="the table as JSON too")
     p.add_argument("--include-cpu", action="store_true", help="count CPU runs (a check of this script, no calibration)")
     args = p.parse_args(argv)
-    missing = [str(f) for f in args.data if not f.is_file()]
+    missing = [str(f) for f in args.data if not f.exists()]
     if missing:
-        p.error(f"no such data file: {', '.join(missing)}")
-    rows, problems = read_rows(args.data)
-    files = [str(f) for f in args.data]
+        p.error(f"no such data file or folder: {', '.join(missing)}")
+    paths = data_files(args.data)
+    rows, problems = read_rows(paths)
+    files = [str(f) for f in paths]
     by_model_rows: dict = defaultdict(list)
     for r in rows:
         if model_of(r) != "cpu" or args.include_cpu:

@@ -5,6 +5,7 @@ document with the figures issue 28 reports)."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 import subprocess
@@ -162,7 +163,13 @@ def test_the_judge_is_one_function_for_minimums_relative_limits_and_samples():
 
 
 def test_the_calibration_table_counts_false_alarms_and_detections_recorded_and_today(profile_dir, tmp_path):
-    data = cr.write(tmp_path / "runs.jsonl", cr.runs(8, 2))
+    # Two calls of the harness, one file each (one of them gzipped): the folder is read whole.
+    folder = tmp_path / "calibration"
+    folder.mkdir()
+    rows = cr.runs(8, 2)
+    cr.write(folder / "a.jsonl", rows[:5])
+    (folder / "b.jsonl.gz").write_bytes(gzip.compress(cr.write(tmp_path / "b.jsonl", rows[5:]).read_bytes()))
+    data = folder
     table, limits = tmp_path / "table.md", profile_dir / "calibration"
     done = subprocess.run([sys.executable, str(SCRIPT), str(data), "--table", str(table), "--profile-dir", str(profile_dir),
                            "--limits", str(limits), "--json", str(tmp_path / "table.json")], capture_output=True, text=True)
@@ -173,6 +180,7 @@ def test_the_calibration_table_counts_false_alarms_and_detections_recorded_and_t
     drop = cal["measures"]["sample_drop_pct"]["pcie_d2h_gbps"]
     # The lowest healthy sample, 43.29% below, counts at a third (one low sample may go that deep): 14.43.
     assert drop["n"] == 32 and drop["value"] == pytest.approx(43.29 / 3, abs=0.01) and "r000" in drop["source"]
+    assert cal["runs"]["files"] == [str(folder / "a.jsonl"), str(folder / "b.jsonl.gz")]
     gpu = cal["measures"]["gpu_vs_node_pct"]["matmul_bf16_tflops"]
     assert gpu["n"] == 32 and 5.5 < gpu["value"] < 6.5  # the quick tier's GPU 0, 732.7 against about 780
     assert cal["measures"]["node_vs_past_pct"]["matmul_bf16_tflops"]["n"] > 0
@@ -181,12 +189,13 @@ def test_the_calibration_table_counts_false_alarms_and_detections_recorded_and_t
     assert "node stage median 113.0 s clean, 113.0 s disturbed" in md
     rows = {line.split("|")[1].strip(" `"): [c.strip() for c in line.split("|")[2:-1]] for line in md.splitlines()
             if line.startswith("| `")}
-    # columns: clean runs, false alarms recorded, today, disturbed runs, detections recorded, today
-    assert rows["node verdict"] == ["8", "4", "0", "2", "2", "2"]
-    assert rows["node not accepted, process named"][3:] == ["2", "2", "2"]
+    # columns: clean runs, false alarms recorded, today, disturbed runs, detections recorded, today, beside runs, ...
+    assert rows["node verdict"] == ["8", "4", "0", "2", "2", "2", "0", "0", "0"]
+    assert rows["node not accepted, process named"][3:6] == ["2", "2", "2"]
+    assert rows["fleet.node_vs_baseline"][2] == "-"  # the replay has no store to hold a node against
     assert rows["benchmark.pcie_d2h_bandwidth"][:3] == ["8", "4", "0"]
     assert rows["fleet.sample_spread"][:3] == ["8", "4", "0"]
-    assert rows["benchmark.memory_processes"][3:] == ["2", "2", "2"]
+    assert rows["benchmark.memory_processes"][3:6] == ["2", "2", "2"]
     assert "| sample_drop_pct | pcie_d2h_gbps | 32 |" in md and "`sample_drop_pct_max`" in md
     assert json.loads((tmp_path / "table.json").read_text())[cr.MODEL]["profile"] == "h100-sxm"
 
@@ -199,7 +208,7 @@ def test_the_table_refuses_what_it_cannot_read(tmp_path):
     assert "runs.jsonl:2: not JSON" in (tmp_path / "t.md").read_text()
     missing = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "none.jsonl"), "--table", str(tmp_path / "t.md")],
                              capture_output=True, text=True)
-    assert missing.returncode == 2 and "no such data file" in missing.stderr
+    assert missing.returncode == 2 and "no such data file or folder" in missing.stderr
 
 
 # ---------------------------------------------------------------- a GPU's own character, a node's stable facts
