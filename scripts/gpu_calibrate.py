@@ -203,7 +203,7 @@ def report(run_dir: Path, db: Path, nodes: list[str]) -> dict:
         results = entry.get("results") or []
         out[node] = {"verdict": entry.get("verdict"),
                      "not_passing": [{k: r.get(k) for k in ("check", "group", "status", "reason", "class")}
-                                     for r in results if r.get("status") not in ("pass", "skip")]}
+                                     for r in results if r.get("status") not in ("pass", "skip", "info")]}
     return out
 
 

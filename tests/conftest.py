@@ -1,5 +1,7 @@
 """Shared test set-up."""
 
+import os
+import shutil
 import textwrap
 from pathlib import Path
 
@@ -14,6 +16,23 @@ try:
     import torch._dynamo  # noqa: F401
 except ImportError:  # no torch: the tests that need it skip
     pass
+
+
+@pytest.fixture(scope="session", autouse=True)
+def generic_limits(tmp_path_factory):
+    """The tests judge with the profiles' own limits: the shipped calibration files (files/profiles/calibration/)
+    come from GPU runs and move as runs add up, so the engine here reads a copy of the profiles without them. A test
+    that needs a calibration writes its own (test_calibration.py)."""
+    copy = tmp_path_factory.mktemp("profiles")
+    for f in (Path(__file__).resolve().parent.parent / "files" / "profiles").glob("*.yml"):
+        shutil.copy(f, copy)
+    before = os.environ.get("GPUFLEET_PROFILE_DIR")
+    os.environ["GPUFLEET_PROFILE_DIR"] = str(copy)
+    yield copy
+    if before is None:
+        os.environ.pop("GPUFLEET_PROFILE_DIR", None)
+    else:
+        os.environ["GPUFLEET_PROFILE_DIR"] = before
 
 
 @pytest.fixture

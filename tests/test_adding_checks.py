@@ -54,7 +54,9 @@ def applied(tmp_path_factory):
 
 
 def run_engine(root: Path, code: str, tmp_path: Path) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(root / "src"), CUDA_VISIBLE_DEVICES="")
+    # The applied checkout's own profiles, not the copy the other tests judge with (conftest.generic_limits).
+    env = {k: v for k, v in os.environ.items() if k != "GPUFLEET_PROFILE_DIR"} | {"PYTHONPATH": str(root / "src"),
+                                                                                "CUDA_VISIBLE_DEVICES": ""}
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

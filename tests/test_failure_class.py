@@ -27,7 +27,8 @@ def processes_failure(gpu: dict) -> dict:
 def test_defaults_per_check_and_overrides_where_the_cause_is_known():
     assert schema.result("processes", schema.FAIL, "pid 1")["class"] == "environment"
     assert schema.result("ecc", schema.FAIL, "2 errors")["class"] == "hardware"
-    assert schema.result("power_limit", schema.WARN, "low")["class"] == "configuration"
+    assert schema.result("power_limit", schema.WARN, "low", remedy="raise it")["class"] == "configuration"
+    assert schema.result("power_limit", schema.WARN, "low")["class"] is None  # no action: info, no class
     # Could not run: software, unless what stopped it is beside the node (the lock).
     assert schema.result("ecc", schema.ERROR, "unreadable")["class"] == "software"
     assert schema.result("node_lock", schema.ERROR, "held by run r0")["class"] == "environment"
@@ -45,7 +46,7 @@ def test_defaults_per_check_and_overrides_where_the_cause_is_known():
         res.update(status=schema.FAIL)
     assert res.replace(status=schema.FAIL)["class"] == "hardware"
     assert res.replace(status=schema.FAIL).replace(status=schema.PASS)["class"] is None
-    assert schema.timed("benchmark", "matmul_bf16", lambda: res.replace(status=schema.WARN))["class"] == "hardware"
+    assert schema.timed("benchmark", "matmul_bf16", lambda: res.replace(status=schema.WARN, remedy="look"))["class"] == "hardware"
     # A known cause stays with the result through its changes, until it passes.
     known = schema.result("memory_bandwidth", schema.ERROR, "wrong data", failure_class="hardware")
     assert known.replace(reason="wrong data on GPU 1")["class"] == "hardware"

@@ -16,6 +16,7 @@ from gpufleet.report import formatting
 from gpufleet.errors import InputError
 from gpufleet.fleet import compare, counter_growth, metrics, peers, robust, short_uuid, thresholds
 from gpufleet.fleet.store import Store
+from gpufleet.judge import Limit
 
 from test_fleet_synthetic import ecc_failure, gpus_of, h200_node, h200_two_nodes, node_doc, write_run
 
@@ -77,7 +78,7 @@ def test_slow_gpu_named_with_its_numbers_side_by_side(two_runs):
     gpu3 = two_runs["n1_gpus"][3]
     assert res["status"] == "warn"
     assert res["reason"].startswith(f"GPU 3 ({short_uuid(gpu3['uuid'])}, serial {gpu3['serial']}) bf16 matmul ")
-    assert "below the node median" in res["reason"] and "(threshold 5%)" in res["reason"] and "robust z" in res["reason"]
+    assert "below the node median" in res["reason"] and "(threshold 5%, generic: this model is not calibrated)" in res["reason"] and "robust z" in res["reason"]
     assert ";" not in res["reason"]  # one finding: only GPU 3, only bf16
     assert res["detail"]["flagged_gpus"] == [{"index": 3, "uuid": gpu3["uuid"], "serial": gpu3["serial"]}]
     bad = [c for c in res["detail"]["comparisons"] if c["status"] != "pass"]
@@ -164,7 +165,7 @@ def test_fleet_view_shows_each_node_against_fleet_and_baseline(two_runs):
 
 @pytest.mark.parametrize("value,status", [(95.0, "pass"), (94.99, "warn"), (85.0, "warn"), (84.99, "fail"), (120.0, "pass")])
 def test_judge_edges(value, status):
-    assert robust.judge(value, 100.0, 5, 15)[0] == status
+    assert robust.judge(value, 100.0, Limit("fleet_gpu_below_node_warn_pct", 5, fail=15))[0] == status
 
 
 @pytest.mark.parametrize("factor,status", [(0.95, "pass"), (0.9499, "warn")])

@@ -116,10 +116,36 @@ def test_verdict_per_node_and_fleet(built):
     assert {h: n["verdict"] for h, n in summary["nodes"].items()} == verdicts
 
 
+def test_a_finding_with_no_action_is_information_apart_from_the_warnings(tmp_path):
+    """A warn without a remedy is `info`: the node still passes, and every rendering lists it apart."""
+    run = tmp_path / "run-info"
+    # A finding with no action for the operator: information, listed apart, part of no verdict.
+    noted = schema.result("nccl_transport", schema.WARN, "inter-node traffic used TCP sockets (no InfiniBand on this host)",
+                          group="benchmark")
+    write_host(run, "node1", host_doc("node1", passing_results() + [noted]))
+    summary = report.build(run)
+    doc = json.loads((run / "report.json").read_text())
+    node1 = doc["nodes"]["node1"]
+    assert node1["counts"] == {"error": 0, "fail": 0, "warn": 0, "info": 1, "skip": 0, "pass": 2}
+    (info,) = [r for r in node1["results"] if r["check"] == "nccl_transport"]
+    assert info["status"] == "info" and info["class"] is None and node1["verdict"] == "pass"
+    assert summary["nodes"]["node1"]["warned_checks"] == [] and node1["not_passing"] == []
+    md = (run / "report.md").read_text()
+    start = md.index("\n## node1")
+    section = md[start:md.find("\n## ", start + 3)]
+    assert "### Not passing" not in section
+    assert "### Information: findings with no action for the operator; they do not change the verdict (1)" in section
+    assert "used TCP sockets" in section.split("### Passed")[0]
+    html = (run / "report.html").read_text()
+    assert "1 information: findings with no action" in html and "b-info" in html
+    case = ET.parse(run / "junit.xml").getroot().find(".//testcase[@name='benchmark.nccl_transport']")
+    assert case.find("system-out").text.startswith("INFO ") and case.find("failure") is None
+
+
 def test_counts_and_failed_checks(built):
     _, summary, doc = built
-    assert doc["nodes"]["node2"]["counts"] == {"error": 1, "fail": 1, "warn": 1, "skip": 1, "pass": 1}
-    assert doc["nodes"]["node1"]["counts"] == {"error": 0, "fail": 0, "warn": 0, "skip": 0, "pass": 2}
+    assert doc["nodes"]["node2"]["counts"] == {"error": 1, "fail": 1, "warn": 1, "info": 0, "skip": 1, "pass": 1}
+    assert doc["nodes"]["node1"]["counts"] == {"error": 0, "fail": 0, "warn": 0, "info": 0, "skip": 0, "pass": 2}
     assert summary["nodes"]["node2"]["failed_checks"] == ["gpu_health.gpu_ecc", "host_hygiene.pcie_acs"]
     assert summary["nodes"]["node1"]["failed_checks"] == []
     assert doc["counts"]["error"] == 3  # node2's crash, node3's file, node4's silence
@@ -200,7 +226,7 @@ def test_minimal_playbook_document(tmp_path):
     summary = report.build(tmp_path, expected_hosts=["node1"])
     assert summary["nodes"]["node1"] == {
         "verdict": "fail",
-        "counts": {"error": 1, "fail": 0, "warn": 0, "skip": 0, "pass": 0},
+        "counts": {"error": 1, "fail": 0, "warn": 0, "info": 0, "skip": 0, "pass": 0},
         "failed_checks": ["connection.reachable"],
         "warned_checks": [],
         "causes": ["connection.reachable: host unreachable: ssh: connect to host 10.2.0.130 port 22: No route to host"],
@@ -268,7 +294,7 @@ def test_markdown_failures_first(built):
     md = (run / "report.md").read_text()
     table = [line for line in md.splitlines() if re.match(r"\| node\d \|", line)]
     assert [line.split("|")[1].strip() for line in table] == ["node2", "node3", "node4", "node1"]
-    assert "| node2 | **FAIL** | 1 | 1 | 1 | 1 | 1 |" in md
+    assert "| node2 | **FAIL** | 1 | 1 | 1 | 0 | 1 | 1 |" in md
     sections = re.findall(r"^## (node\d): (\w+)$", md, re.M)
     assert sections == [("node2", "FAIL"), ("node3", "FAIL"), ("node4", "FAIL"), ("node1", "PASS")]
     node2 = md.split("## node2")[1].split("## node3")[0]

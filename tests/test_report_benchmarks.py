@@ -169,7 +169,7 @@ def trusted_results() -> list[dict]:
         schema.result("hbm_bandwidth", schema.FAIL, "slowest GPU HBM copy 2100 GB/s", value=2100.0, unit="GB/s",
                       trust=schema.CLEAN),
         schema.result("pcie_h2d_bandwidth", schema.WARN, "samples dropped twice", value=20.5, unit="GB/s",
-                      trust=schema.INCONCLUSIVE),
+                      trust=schema.INCONCLUSIVE, remedy="run the node's benchmarks again on an idle node"),
         schema.result("soak", schema.ERROR, "disturbed by pid 4242 (python, 9000 MiB)", trust=schema.DISTURBED,
                       failure_class="environment"),
     )

@@ -22,7 +22,7 @@ from gpufleet.bench import summarize  # noqa: E402
 from gpufleet.bench.watch import ProcessWatch, process_tree, wait_quiet  # noqa: E402
 from gpufleet.checks import benchmarks  # noqa: E402
 from gpufleet.checks import soak as soak_check  # noqa: E402
-from gpufleet.measure import foreign_processes, watched  # noqa: E402
+from gpufleet.measure import foreign_processes, measured_again, watched  # noqa: E402
 from test_soak_cpu import EPOCH, PCI, UUID, gpu_soak, sampled  # noqa: E402
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only logic tests")
@@ -116,6 +116,22 @@ def test_waiting_for_quiet_without_nvml_is_not_quiet():
     assert got["quiet"] is False and got["error"].startswith("NVML unavailable")
 
 
+def test_the_sampler_keeps_when_each_slowdown_and_each_replay_was_seen():
+    """GpuMonitor's causes: the span of each hardware or thermal slowdown reason, and PCIe replays between two
+    reads, on the clock the samples' ends are read on; a software power cap (normal under load) is none."""
+    from gpufleet.bench.monitor import GpuMonitor
+
+    mon = GpuMonitor()
+    for t, mask, replays in ((1.0, 0x4, 10), (1.2, 0x4 | 0x40, 10), (1.4, 0x4 | 0x40, 12), (1.6, 0x4, 12), (1.8, 0x8, None)):
+        mon.note_causes("0", t, mask, replays)
+    mon.per_gpu["0"] = {"pci_bus_id": PCI[0], "reasons_mask": 0x4c}
+    assert mon.causes["0"] == [{"what": "PCIe replays 10 -> 12", "t_s": [1.2, 1.4]},
+                               {"what": "HW thermal slowdown", "t_s": [1.2, 1.4]}]
+    summary = mon.summary()
+    assert summary["per_gpu"]["0"]["causes"][-1] == {"what": "HW slowdown", "t_s": [1.8, 1.8]}  # still on at the end
+    assert summary["started_monotonic"] == mon._t0
+
+
 # --- a foreign process appears mid-step -------------------------------------------------------------------
 
 
@@ -187,6 +203,40 @@ def test_a_foreign_process_in_a_soak_window_is_named_with_what_the_sampler_saw(h
     assert "disturbed by pid 1 (gpu_disturb, 1002 MiB) on GPU 0 from 10:00:35Z to 10:01:14Z" in results[0]["reason"]
 
 
+def test_a_disturbed_soak_is_not_run_again_in_full(h200):
+    """A two-hour soak (120 windows of 60 s) meets a foreign process for 80 s: its disturbed windows are left out
+    of the slowdown judgement and measured again as one short soak, at most soak_remeasure_max_s (120 s), however
+    long the soak was; the node is not accepted either way (soak_processes)."""
+    sampler = sampled(1, 7200)
+    for t in range(7200):
+        sampler.note_processes(0, float(t), [{"pid": os.getpid(), "name": "python3", "used_memory_mib": 9000}]
+                               + ([DISTURB] if 150 <= t < 230 else []))
+    windows = [667.0] * 120
+    windows[2], windows[3] = 384.0, 470.0  # the windows the process shared
+    first = gpu_soak([windows], window_s=60.0, sampler=sampler)
+    plans: list = []
+
+    def again(disturbed_out):
+        plans.append(soak_check.remeasure_plan(disturbed_out, h200))
+        n = int(plans[-1]["duration_s"] // plans[-1]["window_s"])
+        return gpu_soak([[666.0] * n], window_s=plans[-1]["window_s"])
+
+    log: list = []
+    results = {r["check"]: r for r in watched("soak", replay([first]), soak_check.soak, h200, log=log, confirm=False,
+                                              wait=quiet_after(3.0)[0], again=again, combine=soak_check.combined)}
+    assert plans == [{"duration_s": 120.0, "window_s": 60.0}]  # two windows of the first soak's length, not 7200 s
+    assert soak_check.disturbed_windows(first) == [2, 3]
+    slow = results["soak_slowdown"]
+    assert slow["status"] == "pass" and slow["detail"]["disturbed_windows"] == [2, 3]
+    assert slow["reason"].startswith("the soak (7200.6 s; windows 2, 3 disturbed, left out of the slowdown judgement): ")
+    assert "; those windows measured again once the GPUs were quiet (120.6 s): every window" in slow["reason"]
+    assert [a["purpose"] for a in slow["detail"]["attempts"]] == ["first", "disturbed"]
+    node = foreign_processes("soak", log)
+    assert node["status"] == "fail" and "pid 1 (gpu_disturb, 1002 MiB) on GPU 0" in node["reason"]
+    spent = measured_again(log)
+    assert spent["detail"]["by_step"] == [{"step": "soak", "why": "disturbed", "seconds": spent["value"]}]
+
+
 # --- a window slows down ----------------------------------------------------------------------------------
 
 
@@ -203,50 +253,82 @@ def test_a_slow_stretch_in_the_first_windows_no_longer_lowers_its_own_reference(
 
 
 def test_a_sample_far_below_the_median_is_not_yet_the_nodes_figure_on_one_gpu(h200):
-    """The field report's HBM samples: 2.9 to 4.3 TB/s around a 4.28 TB/s median, on a node of one GPU."""
+    """The field report's HBM samples: 2.9 to 4.3 TB/s around a 4.28 TB/s median, on a node of one GPU: two samples
+    fell more than 20%, one of them 32%, with nothing seen on the GPU: more than one low sample, the figure is not
+    yet the node's."""
     hbm = [4280.0] * 14 + [2900.0, 3100.0, 4300.0, 4290.0, 3500.0, 4270.0]
     (res,) = benchmarks.memory(gpu_memory(hbm, QUIET), h200)
-    assert res["status"] == "warn"
-    assert ("a timed sample fell far below its GPU's median (more than 20%): GPU 0 HBM copy sample 2900 GB/s, "
-            "32.2% below its median 4280") in res["reason"]
+    assert res["status"] == "warn" and res["class"] == "environment" and res["remedy"]
+    assert ("the figure is not yet the node's: GPU 0 HBM copy: 2 of 20 samples more than 20% below its median 4280 GB/s "
+            "(lowest 2900, 32.24% below), with nothing seen on the GPU then") in res["reason"]
     assert res["detail"]["sample_drop_threshold"]["key"] == "sample_drop_pct_max"
     assert "at most 12.3% below" in res["detail"]["sample_drop_threshold"]["source"]
+    assert res["detail"]["measure_again"].startswith("samples fell: GPU 0 HBM copy")
     (ok,) = benchmarks.memory(gpu_memory([4280.0 - (i % 3) * 20 for i in range(20)], QUIET), h200)
-    assert ok["status"] == "pass" and ok["detail"]["sample_drops"] == []
+    assert ok["status"] == "pass" and [j["verdict"] for j in ok["detail"]["samples_judged"]] == ["steady"]
+    assert "measure_again" not in ok["detail"]
+
+
+def test_one_low_sample_with_nothing_seen_is_no_disturbance(h200):
+    """One sample in 20 far below its median on a quiet GPU (issue 28: a PCIe copy 43% below) passes, said in the
+    reason; the same sample while the sampler saw a hardware slowdown on that GPU is not the node's figure."""
+    one_low = HEALTHY[:19] + [500.0]
+    (res,) = watched("matmul", replay([gpu_matmul(one_low, QUIET)]), benchmarks.matmul, h200, log=[])
+    assert res["status"] == "pass" and res["trust"] == "clean" and len(res["detail"]["attempts"]) == 1
+    assert "GPU 0 bf16 matmul: 1 of 20 samples more than 20% below its median 792 TFLOPS (lowest 500, 36.87% below), " \
+           "nothing seen then: one low sample is not a disturbance" in res["reason"]
+    slowed = copy.deepcopy(QUIET)
+    slowed["per_gpu"]["0"]["causes"] = [{"what": "HW thermal slowdown", "t_s": [3.0, 3.4]}]
+    (warned,) = benchmarks.matmul(gpu_matmul(one_low, slowed), h200)
+    assert warned["status"] == "warn" and warned["class"] == "hardware"
+    assert "the sampler saw then: HW thermal slowdown" in warned["reason"]
 
 
 def test_a_flaky_result_passes_on_confirmation_with_both_figures_kept(h200):
-    dropped = HEALTHY[:19] + [500.0]
+    dropped = HEALTHY[:15] + [500.0] * 5
     log: list = []
     (res,) = watched("matmul", replay([gpu_matmul(dropped, QUIET), gpu_matmul(HEALTHY, QUIET)]),
                      benchmarks.matmul, h200, log=log)
     assert res["status"] == "pass" and res["trust"] == "confirmed"
-    assert "passed on confirmation (first 792.0, then 792.0 TFLOPS; the first measurement said:" in res["reason"]
-    assert "sample 500 TFLOPS, 36.9% below its median 792" in res["reason"]
+    assert "passed on confirmation (first 791.0, then 792.0 TFLOPS;" in res["reason"]
+    assert "5 of 20 samples more than 20% below its median 791 TFLOPS" in res["reason"]
     assert [a["results"][0]["status"] for a in res["detail"]["attempts"]] == ["warn", "pass"]
     assert res["detail"]["attempts"][0]["confirm"] == ["matmul_bf16"]
+    assert [a["purpose"] for a in res["detail"]["attempts"]] == ["first", "confirm"]
     assert res["detail"]["confirmation_s"] == res["detail"]["attempts"][1]["seconds"]
     assert foreign_processes("matmul", log)["status"] == "pass"
+    spent = measured_again(log)
+    assert spent["status"] == "pass" and spent["detail"]["by_step"][0]["why"] == "confirm"
+    assert spent["reason"].startswith("measured again for ") and "matmul" in spent["reason"]
 
 
-def test_a_slow_result_is_confirmed_before_it_fails(h200):
+def test_a_clear_slow_result_fails_at_once_and_a_close_one_is_measured_again(h200):
     slow = [600.0 + (i % 3) for i in range(20)]
-    (res,) = watched("matmul", replay([gpu_matmul(slow, QUIET), gpu_matmul([s - 5 for s in slow], QUIET)]),
-                     benchmarks.matmul, h200, log=[])
-    assert res["status"] == "fail" and res["trust"] == "confirmed"
-    assert res["reason"].startswith("slow (confirmed): slowest GPU bf16 matmul 596.0 TFLOPS is under the minimum")
-    assert "measured twice (first 601.0, then 596.0 TFLOPS; the confirmation took" in res["reason"]
+    (res,) = watched("matmul", replay([gpu_matmul(slow, QUIET)]), benchmarks.matmul, h200, log=[])
+    assert res["status"] == "fail" and res["trust"] == "clean" and len(res["detail"]["attempts"]) == 1
+    # Samples around the 700 TFLOPS minimum: its interval reaches across it, so it is measured again until clear.
+    close = [690.0 + (i % 7) * 3 for i in range(20)]
+    clear = [740.0 + (i % 3) for i in range(20)]
+    (res,) = watched("matmul", replay([gpu_matmul(close, QUIET), gpu_matmul(clear, QUIET)]), benchmarks.matmul, h200, log=[])
+    assert res["status"] == "pass" and res["trust"] == "confirmed" and len(res["detail"]["attempts"]) == 2
+    assert "reaches across the minimum 700" in res["detail"]["attempts"][0]["confirm_why"][0]
     # Confirmation off (confirm_remeasure_max 0): measured once, the verdict stands on one figure.
     off = profiles.resolve("NVIDIA H200", overrides={"confirm_remeasure_max": 0})
-    (once,) = watched("matmul", replay([gpu_matmul(slow, QUIET)]), benchmarks.matmul, off, log=[])
-    assert once["status"] == "fail" and once["trust"] == "clean" and len(once["detail"]["attempts"]) == 1
+    (once,) = watched("matmul", replay([gpu_matmul(close, QUIET)]), benchmarks.matmul, off, log=[])
+    assert once["trust"] == "inconclusive" and len(once["detail"]["attempts"]) == 1
+    # A budget the next measurement does not fit in: not measured again, and said so.
+    tight = profiles.resolve("NVIDIA H200", overrides={"confirm_budget_s": 0})
+    (stopped,) = watched("matmul", replay([gpu_matmul(close, QUIET)]), benchmarks.matmul, tight, log=[])
+    assert stopped["trust"] == "inconclusive" and "would pass the budget of 0 s" in stopped["reason"]
 
 
-def test_samples_that_drop_twice_are_inconclusive(h200):
-    dropped = HEALTHY[:19] + [500.0]
-    (res,) = watched("matmul", replay([gpu_matmul(dropped, QUIET), gpu_matmul(copy.deepcopy(dropped), QUIET)]),
+def test_samples_that_drop_again_and_again_are_inconclusive(h200):
+    dropped = HEALTHY[:15] + [500.0] * 5
+    (res,) = watched("matmul", replay([gpu_matmul(copy.deepcopy(dropped), QUIET) for _ in range(4)]),
                      benchmarks.matmul, h200, log=[])
     assert res["status"] == "warn" and res["trust"] == "inconclusive" and res["reason"].startswith("inconclusive: ")
+    assert len(res["detail"]["attempts"]) == 4 and "at most 3 measurement(s) again" in res["reason"]
+    assert res["remedy"]
 
 
 def test_a_clean_figure_is_measured_once(h200):

@@ -29,7 +29,7 @@ RUN_TIERS = ("smoke", "acceptance", "soak")
 TIER_BENCHMARKS = {"smoke": ("matmul", "memory", "nccl"), "soak": ("sdc", "soak")}
 SCHEMA_VERSION = 1  # gpufleet.schema.SCHEMA_VERSION: the host documents this module builds itself
 
-STATUSES = ("pass", "warn", "fail", "skip", "error")
+STATUSES = ("pass", "warn", "fail", "skip", "error", "info")
 # The checks whose `error` is of class environment (what stopped them is beside the node); any other is software.
 ENVIRONMENT_CHECKS = ("processes", "matmul_processes", "memory_processes", "nccl_processes", "train_gpt2_processes",
                       "soak_processes", "processes_after", "node_lock", "reachable", "finetune_processes",

@@ -146,6 +146,8 @@ def bench_host(
                                                               reference=train_reference),
         "soak": soak_check.soak,
     }
+    # A disturbed soak is not run again in full: its disturbed windows are, bounded (checks.soak.remeasure_plan).
+    extra = {"soak": {"again_plan": lambda first: soak_check.remeasure_plan(first, profile), "combine": soak_check.combined}}
     one_gpu = gpus == 1 and (nccl_options or {}).get("nnodes", 1) == 1
     no_torch = importlib.util.find_spec("torch") is None  # every benchmark needs it: one cause in the same words
     results = []
@@ -157,7 +159,7 @@ def bench_host(
             elif name == "nccl" and one_gpu:
                 batch = [schema.result("nccl", schema.SKIP, benchmarks.ONE_GPU_NCCL)]
             else:
-                batch = steps.measure(name, judges.get(name) or getattr(benchmarks, name))
+                batch = steps.measure(name, judges.get(name) or getattr(benchmarks, name), **extra.get(name, {}))
         except Exception as exc:  # one broken benchmark must not hide the others
             batch = [schema.result(name, schema.ERROR, f"benchmark crashed: {type(exc).__name__}: {exc}")]
         for r in batch:

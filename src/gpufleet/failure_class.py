@@ -26,8 +26,8 @@ DEFAULTS = registry.failure_classes()
 
 
 def default(check: str, status: str, group: str | None = None) -> str | None:
-    """The class of a `status` result of this check when nothing more is known; None for pass and skip."""
-    if status in ("pass", "skip"):
+    """The class of a `status` result of this check when nothing more is known; None for pass, skip and info."""
+    if status in ("pass", "skip", "info"):
         return None
     cls = DEFAULTS.get(f"{group}.{check}") or DEFAULTS.get(check) or SOFTWARE
     return cls if status != "error" or cls == ENVIRONMENT else SOFTWARE
@@ -36,7 +36,7 @@ def default(check: str, status: str, group: str | None = None) -> str | None:
 def of(res: dict) -> str | None:
     """The class of a result: its own where it has a valid one, else the default (documents made before results
     carried a class, or a status changed after the result was made)."""
-    if res.get("status") in ("pass", "skip"):
+    if res.get("status") in ("pass", "skip", "info"):
         return None
     own = res.get("class")
     return own if own in CLASSES else default(res.get("check") or "", res.get("status") or "", res.get("group"))

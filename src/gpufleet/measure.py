@@ -1,6 +1,6 @@
 """The node's benchmark steps, each measured until its figures can be trusted: measured again when another
-process used its GPUs or when a figure that warns or fails needs confirming (`watched()`), each result's `trust`,
-and the step's `<step>_processes` (`foreign_processes()`). `NodeSteps` runs the benchmarks of one host
+process used its GPUs or while a figure asks to be confirmed (`watched()`), each result's `trust`, the step's
+`<step>_processes` (`foreign_processes()`) and the seconds spent measuring again (`measured_again()`). `NodeSteps` runs the benchmarks of one host
 document: how each is measured here, how it is judged (a function of checks/, given by the caller) there."""
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from gpufleet.bench.watch import describe, wait_quiet
 from gpufleet.schema import ERROR, FAIL, PASS, WARN, Result, result
 from gpufleet.train import gpt2
 
-# Results whose figure is measured once more before a warn or fail stands (the soak's windows are many
-# measurements already, and a second soak would double its hours: a soak is measured again only when disturbed).
+# Results whose figure may be measured again to confirm it (detail.measure_again, checks.figures); the soak's
+# windows are many measurements already, and a disturbed soak measures its disturbed windows again (combine).
 CONFIRMED_CHECKS = tuple(c.name for b in registry.BENCHMARKS for c in b.checks if c.confirmed)
+FIRST, DISTURBED_AGAIN, CONFIRM = "first", "disturbed", "confirm"
 
 
 def _foreign(out: dict) -> tuple[list, float | None, dict]:
@@ -32,41 +33,56 @@ def _brief(res: dict) -> dict:
     return {k: res.get(k) for k in ("check", "status", "value", "unit", "reason")}
 
 
+def _again(res: list[dict]) -> list[tuple[str, str]]:
+    """(check, why) of the results that ask to be measured again."""
+    return [(r["check"], r["detail"]["measure_again"]) for r in res
+            if r["check"] in CONFIRMED_CHECKS and (r.get("detail") or {}).get("measure_again")]
+
+
 def watched(step: str, run, judge, profile: dict, *, log: list, confirm: bool = True, wait=None,
-            not_again: str | None = None) -> list[dict]:
+            not_again: str | None = None, again=None, combine=None) -> list[dict]:
     """Measure a step (run() -> output, judge(output, profile) -> results) until its figures can be trusted.
 
     - A foreign process on a GPU during the step (its sampler's `foreign`): wait until the GPUs are quiet
       (at most disturbed_wait_s) and measure again, at most disturbed_remeasure_max times; else every result
       is `error` "disturbed by pid N (name, MiB) ... from t1 to t2", trust `disturbed`. `not_again` says why a
       step is never measured again (too long, or every node of a run across nodes would have to): disturbed
-      once, its results are that error.
-    - A CONFIRMED_CHECKS result that warns or fails (under its minimum, an outlier, a sample far below its
-      median) is measured once more (confirm_remeasure_max) and judged on the second measurement, both kept:
-      trust `confirmed` (slow confirmed, or passed on confirmation), `inconclusive` when the samples dropped again.
+      once, its results are that error. `again(first output)` measures a disturbed step again (default run():
+      the soak measures only its disturbed windows), and `combine(first output, again's)` is what is judged then.
+    - A CONFIRMED_CHECKS result that asks for it (detail.measure_again: its samples fell, or its 95% interval
+      reaches across its limit) is measured again, at most confirm_remeasure_max times and while the next
+      measurement fits in confirm_budget_s, and judged on the last: trust `confirmed` once it is clear,
+      `inconclusive` when it still asks. A figure clear the first time is measured once.
     - Otherwise trust `clean`; a result without a figure (skip, error, or no value) gets no trust. Every
       attempt, every process seen and the seconds of each go into detail.attempts; `log` gets each attempt's
-      sightings for the step's foreign_processes result.
+      sightings and what it was for (first, disturbed, confirm), for the step's foreign_processes result and the
+      time spent measuring again (measured_again()).
     """
     wait = wait or wait_quiet
     disturbed_max = profiles.value(profile, "disturbed_remeasure_max") or 0
     wait_s = profiles.value(profile, "disturbed_wait_s") or 0
-    confirm_max = profiles.value(profile, "confirm_remeasure_max") or 0 if confirm else 0
+    confirm_max = (profiles.value(profile, "confirm_remeasure_max") or 0) if confirm else 0
+    budget_s = profiles.value(profile, "confirm_budget_s")
     attempts: list[dict] = []
     first_clean: dict | None = None  # check -> result of the clean measurement a confirmation follows
     disturbed = confirmations = 0
+    confirm_s = 0.0
+    purpose, measure, first_out = FIRST, run, None
     while True:
         t0 = time.monotonic()
-        out = run()
-        res = judge(out, profile)
+        out = measure()
+        judged_out = combine(first_out, out) if combine and first_out is not None else out
+        res = judge(judged_out, profile)
         seconds = round(time.monotonic() - t0, 1)
         foreign, epoch, mon = _foreign(out)
-        attempt = {"attempt": len(attempts) + 1, "seconds": seconds, "results": [_brief(r) for r in res],
+        attempt = {"attempt": len(attempts) + 1, "purpose": purpose, "seconds": seconds, "results": [_brief(r) for r in res],
                    "processes": mon.get("processes") or [], "foreign": [describe(p, epoch) for p in foreign]}
         attempts.append(attempt)
-        log.append({"step": step, "attempt": attempt["attempt"], "device": out.get("device"), "foreign": foreign,
-                    "started_epoch": epoch, "watch_error": mon.get("error"),
+        log.append({"step": step, "attempt": attempt["attempt"], "purpose": purpose, "seconds": seconds,
+                    "device": out.get("device"), "foreign": foreign, "started_epoch": epoch, "watch_error": mon.get("error"),
                     "processes_unreadable": mon.get("processes_unreadable")})
+        if purpose == CONFIRM:
+            confirm_s += seconds
         if foreign:
             why = None
             if not_again:
@@ -82,15 +98,26 @@ def watched(step: str, run, judge, profile: dict, *, log: list, confirm: bool = 
             if why:
                 return [_disturbed(r, foreign, epoch, why, attempts, profile) for r in res]
             disturbed += 1
+            if again is not None:
+                first_out = first_out if first_out is not None else out
+                measure = lambda: again(first_out)  # noqa: E731
+            purpose = DISTURBED_AGAIN
             continue
-        doubtful = [r for r in res if r["check"] in CONFIRMED_CHECKS and r["status"] in (WARN, FAIL)]
-        if doubtful and first_clean is None and confirmations < confirm_max:
+        doubtful = _again(res)
+        fits = budget_s is None or (budget_s > 0 and confirm_s + seconds <= budget_s)
+        if doubtful and confirmations < confirm_max and fits:
             confirmations += 1
-            first_clean = {r["check"]: r for r in res}
-            attempt["confirm"] = [r["check"] for r in doubtful]
+            first_clean = first_clean or {r["check"]: r for r in res}
+            attempt["confirm"] = [check for check, _ in doubtful]
+            attempt["confirm_why"] = [why for _, why in doubtful]
+            purpose, measure = CONFIRM, run
             continue
+        if doubtful:
+            attempt["confirm_stopped"] = (f"at most {confirm_max} measurement(s) again" if confirmations >= confirm_max else
+                                          f"the next measurement ({seconds:g} s) would pass the budget of {budget_s:g} s "
+                                          f"({confirm_s:g} s spent)")
         break
-    return [_trust(r, (first_clean or {}).get(r["check"]), attempts) for r in res]
+    return [_trust(r, (first_clean or {}).get(r["check"]), attempts, confirm_s) for r in res]
 
 
 def _disturbed(res: Result, foreign: list, epoch: float | None, why: str, attempts: list, profile: dict) -> Result:
@@ -109,28 +136,48 @@ def _disturbed(res: Result, foreign: list, epoch: float | None, why: str, attemp
                "the scheduler while it is validated; then run again")
 
 
-def _trust(res: Result, first: dict | None, attempts: list) -> Result:
-    """How far the figure can be trusted, said in `trust` and in the reason; both measurements kept."""
+def _trust(res: Result, first: dict | None, attempts: list, confirm_s: float) -> Result:
+    """How far the figure can be trusted, said in `trust` and in the reason; every measurement kept."""
     detail = {**res["detail"], "attempts": attempts}
     if res["status"] in (schema.SKIP, ERROR) or res.get("value") is None:
         return res.replace(detail=detail)  # trust describes a figure: a result without one has none to describe
-    if first is None or first["status"] not in (WARN, FAIL):
+    still = detail.get("measure_again")
+    if first is None and not still:
         return res.replace(detail=detail, trust=schema.CLEAN)
-    extra_s = attempts[-1]["seconds"]
-    detail["confirmation_s"] = extra_s
-    was = f"first {first.get('value')}, then {res.get('value')} {res.get('unit') or ''}".rstrip()
-    if detail.get("sample_drops"):
-        return res.replace(detail=detail, status=WARN if res["status"] == PASS else res["status"],
-                           trust=schema.INCONCLUSIVE,
-                           reason=f"inconclusive: {res['reason']}; measured twice ({was}), the samples dropped again "
-                                  f"(the confirmation took {extra_s:g} s)")
+    detail["confirmation_s"] = confirm_s
+    n = sum(1 for a in attempts if a.get("purpose") != DISTURBED_AGAIN)
+    was = f"{first.get('value')}, then {res.get('value')} {res.get('unit') or ''}".rstrip() if first else f"{res.get('value')}"
+    asked = (first or res)["detail"].get("measure_again")
+    if still:
+        stopped = attempts[-1].get("confirm_stopped") or "no more measurement"
+        return res.replace(detail=detail, status=WARN if res["status"] == PASS else res["status"], trust=schema.INCONCLUSIVE,
+                           reason=f"inconclusive: {res['reason']}; measured {n} times (first {was}; {confirm_s:g} s more), "
+                                  f"still {still} ({stopped})",
+                           remedy=res.get("remedy") or ("run the node's benchmarks again on an idle node; a figure that stays "
+                                                        "this close to its limit is the node's: set the limit from the model's "
+                                                        "calibration (docs/calibration.md)"))
     if res["status"] in (WARN, FAIL):
         return res.replace(detail=detail, trust=schema.CONFIRMED,
-                           reason=f"slow (confirmed): {res['reason']}; measured twice ({was}; the confirmation took "
-                                  f"{extra_s:g} s)")
+                           reason=f"confirmed: {res['reason']}; measured {n} times (first {was}; {confirm_s:g} s more, "
+                                  f"because {asked})")
     return res.replace(detail=detail, trust=schema.CONFIRMED,
-                       reason=f"{res['reason']}; passed on confirmation ({was}; the first measurement said: "
-                              f"{first['reason']}; the confirmation took {extra_s:g} s)")
+                       reason=f"{res['reason']}; passed on confirmation (first {was}; {confirm_s:g} s more; the first "
+                              f"measurement said: {first['reason']})")
+
+
+def measured_again(log: list) -> dict:
+    """`measured_again`: the seconds the node's benchmarks spent measuring again, step by step and why (a
+    disturbed step, or figures to confirm); 0 when every figure was clear the first time."""
+    by: dict[tuple, float] = {}
+    for e in log:
+        if e.get("purpose") in (DISTURBED_AGAIN, CONFIRM):
+            by[(e["step"], e["purpose"])] = round(by.get((e["step"], e["purpose"]), 0.0) + (e.get("seconds") or 0.0), 1)
+    total = round(sum(by.values()), 1)
+    parts = [f"{step} {s:g} s ({'disturbed' if why == DISTURBED_AGAIN else 'to confirm a figure'})" for (step, why), s in by.items()]
+    reason = (f"measured again for {total:g} s: " + ", ".join(parts) if parts else
+              "nothing measured again: every figure was clear the first time")
+    return result(registry.MEASURED_AGAIN_CHECK.name, PASS, reason, value=total, unit="s",
+                  detail={"by_step": [{"step": st, "why": why, "seconds": s} for (st, why), s in by.items()]})
 
 
 def foreign_processes(step: str, log: list) -> dict:
@@ -220,22 +267,29 @@ class NodeSteps:
         }
         return special.get(name) or (lambda: importlib.import_module(f"gpufleet.bench.{name}").run(self.tier))
 
-    def measure(self, name: str, judge: Judge) -> list:
-        """One benchmark's results: measured (again while disturbed, once more to confirm) and judged."""
+    def measure(self, name: str, judge: Judge, *, again_plan: Callable[[dict], dict] | None = None,
+                combine: Callable[[dict, dict], dict] | None = None) -> list:
+        """One benchmark's results: measured (again while disturbed, again while a figure asks to be confirmed) and
+        judged. The soak, disturbed, is measured again as again_plan(first output) says (its options: its disturbed
+        windows, bounded) and judged on combine(first, again) (checks.soak)."""
         bench = next(b for b in registry.BENCHMARKS if b.name == name)
         if not bench.watched:
             return judge(self._run(name)(), self.profile)
         # Across nodes a disturbed node cannot measure again alone: its peers would have to start with it.
         not_again = ("every node of the run would have to measure again with it"
                      if bench.multinode and self.multi.get("nnodes", 1) > 1 else None)
+        again = (lambda first: soak.run(**again_plan(first))) if name == "soak" and again_plan else None
         return watched(name, self._run(name), judge, self.profile, log=self.log, not_again=not_again,
-                       confirm=any(c.confirmed for c in bench.checks))
+                       confirm=any(c.confirmed for c in bench.checks), again=again, combine=combine if again else None)
 
     def processes(self) -> list:
-        """Each watched step's `<step>_processes`: what else ran on its GPUs (a CPU run has no GPU to watch)."""
+        """Each watched step's `<step>_processes`: what else ran on its GPUs (a CPU run has no GPU to watch); and
+        `measured_again`, the seconds the node spent measuring again and why."""
         out = []
         for name in self.names:
             steps = [e for e in self.log if e["step"] == name]
             if any(e.get("device") == "cuda" for e in steps):
                 out.append(foreign_processes(name, steps))
+        if any(e.get("device") == "cuda" for e in self.log):
+            out.append(measured_again(self.log))
         return out

@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from gpufleet import calibration
 from gpufleet.errors import InputError
 
 GENERIC = "generic"
@@ -203,7 +204,8 @@ def resolve(
 ) -> dict:
     """The effective profile: generic <- model profile <- inventory overrides.
 
-    Returns {"name", "matched", "note", "thresholds": {key: {"value", "source"}}}.
+    Returns {"name", "matched", "note", "thresholds": {key: {"value", "source"}}, "calibration"}; a relative
+    limit's entry also says whether it is `calibrated` and its per-metric values (`by_metric`, calibration.py).
     """
     profiles = load_all(profile_dir)
     note = None
@@ -226,6 +228,8 @@ def resolve(
     thresholds = {k: {"value": v["value"], "source": v["source"]} for k, v in profiles[GENERIC]["thresholds"].items()}
     for key, entry in profiles[name]["thresholds"].items():
         thresholds[key] = {"value": entry["value"], "source": entry["source"]}
+    # The model's measured healthy spread sets its relative limits per metric; an inventory override still wins.
+    thresholds, calibrated = calibration.apply(thresholds, name, profiles[name]["path"])
     for key, value in (overrides or {}).items():
         if key not in thresholds:
             raise ProfileError(
@@ -247,6 +251,7 @@ def resolve(
         "path": profiles[name]["path"],
         "thresholds": thresholds,
         **({"uncalibrated": profiles[name]["uncalibrated"]} if profiles[name].get("uncalibrated") else {}),
+        "calibration": calibrated,
     }
 
 

@@ -12,8 +12,11 @@ A benchmark result also says how far its figure can be trusted: "trust": "clean"
 "inconclusive" (measure).
 
 `class` (failure_class.py): hardware, environment, configuration or software when the status is warn, fail or
-error; None for pass and skip. It is derived when the result is made (registry.py declares each check's), never
-set by hand.
+error; None for pass, info and skip. It is derived when the result is made (registry.py declares each check's),
+never set by hand.
+
+A `warn` says what to do: its `remedy`. A finding with no action for the operator is `info` (result(), and so
+every replace(), makes a warn without a remedy one): the report lists it apart, and it changes no verdict.
 
 A host document bundles one host's results:
 
@@ -37,8 +40,8 @@ from gpufleet import failure_class as failure_classes
 
 SCHEMA_VERSION = 1
 
-PASS, WARN, FAIL, SKIP, ERROR = "pass", "warn", "fail", "skip", "error"
-STATUSES = (PASS, WARN, FAIL, SKIP, ERROR)
+PASS, WARN, FAIL, SKIP, ERROR, INFO = "pass", "warn", "fail", "skip", "error", "info"
+STATUSES = (PASS, WARN, FAIL, SKIP, ERROR, INFO)
 
 # How far a performance figure can be trusted (a result's optional `trust`): measured once with nothing else on
 # the GPU; measured twice and judged on both; measured beside a foreign process; or measured twice without a
@@ -47,7 +50,7 @@ CLEAN, CONFIRMED, DISTURBED, INCONCLUSIVE = "clean", "confirmed", "disturbed", "
 TRUSTS = (CLEAN, CONFIRMED, DISTURBED, INCONCLUSIVE)
 
 # Worst first: the order a verdict and a report sort by.
-_SEVERITY = {ERROR: 4, FAIL: 3, WARN: 2, SKIP: 1, PASS: 0}
+_SEVERITY = {ERROR: 5, FAIL: 4, WARN: 3, INFO: 2, SKIP: 1, PASS: 0}
 
 
 def utc_now() -> str:
@@ -133,7 +136,9 @@ def result(
     unknown = set(stamped) - {"started", "seconds"}
     if unknown:
         raise TypeError(f"check {check!r}: result() got unknown key(s) {sorted(unknown)}")
-    derived = None if status in (PASS, SKIP) else failure_class or failure_classes.default(check, status, group)
+    if status == WARN and not remedy:
+        status = INFO  # nothing for the operator to do: information, which does not change the verdict
+    derived = None if status in (PASS, SKIP, INFO) else failure_class or failure_classes.default(check, status, group)
     res = _rebuild({
         "check": check,
         "group": group,
@@ -170,7 +175,8 @@ def verdict(results: Iterable[dict]) -> str:
     """A node passes acceptance only when nothing failed and nothing errored.
 
     `error` (the check could not run) counts against acceptance: a node we
-    could not verify is not accepted. `skip` (not applicable here) does not.
+    could not verify is not accepted. `skip` (not applicable here) and `info`
+    (a finding with no action) do not; a `warn` makes the verdict warn.
     """
     statuses = {r["status"] for r in results}
     if statuses & {FAIL, ERROR}:
@@ -258,7 +264,8 @@ def host_document(host, profile, readings, started, t0, results) -> dict:
         "schema_version": SCHEMA_VERSION,
         "host": host or socket.gethostname(),
         "engine_version": __version__,
-        "profile": {"name": profile["name"], "path": profile["path"], "thresholds": profile["thresholds"]},
+        "profile": {"name": profile["name"], "path": profile["path"], "thresholds": profile["thresholds"],
+                    "calibration": profile.get("calibration")},
         "versions": versions(readings),
         "started": started,
         "seconds": round(time.monotonic() - t0, 4),

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 
 from gpufleet.bench import (
     BENCHMARK_VERSION,
@@ -104,22 +105,24 @@ def measure_device(device_index: int | None, dtype_names, tier: str) -> dict:
             sets = [_make_inputs(torch, dtype_name, m, n, k, device) for _ in range(INPUT_SETS)]
             for i in range(WARMUP_ITERS):
                 mm(*sets[i % INPUT_SETS])
-            tflops = []
+            tflops, ends = [], []
             for i in range(ITERS[tier]):
                 if flush is not None:
                     flush.zero_()
                 timer.start()
                 mm(*sets[i % INPUT_SETS])
                 tflops.append(2 * m * n * k / timer.stop_s() / 1e12)
-            per_shape.append({"shape_mnk": [m, n, k], "tflops": summarize(tflops)})
+                ends.append(round(time.monotonic(), 3))  # the sampler's causes are read against it (checks.figures)
+            per_shape.append({"shape_mnk": [m, n, k], "tflops": summarize(tflops), "ends_s": ends})
             del sets
         best = max(per_shape, key=lambda s: s["tflops"]["median"])
         out[dtype_name] = {
             "tflops": sig(best["tflops"]["median"]),
             "tflops_max": sig(max(s["tflops"]["max"] for s in per_shape)),
             "best_shape_mnk": best["shape_mnk"],
-            "samples_tflops": best["tflops"],  # the best shape's timed samples: n, min, median, max, spread_pct
-            "per_shape": per_shape,
+            # the best shape's timed samples: values, n, min, median, max, spread_pct, and when each ended
+            "samples_tflops": {**best["tflops"], "ends_s": best["ends_s"]},
+            "per_shape": [{k: v for k, v in s.items() if k != "ends_s"} for s in per_shape],
         }
     if device.type == "cuda":
         out["device"] = {"name": torch.cuda.get_device_name(device), "pci_bus_id": cuda_pci_bus_id(torch, device),

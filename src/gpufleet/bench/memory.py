@@ -6,11 +6,13 @@
   time, so each GPU's own link shows (a link trained down to x8 or Gen4 halves the figure);
   PCIe Gen5 x16 carries about 64 GB/s raw each way, some 53-57 GB/s in practice.
 Each figure is the median of `iters` timed copies after warm-up, timed with CUDA events; the samples
-(n, min, median, max, spread_pct = (max - min) / median) are kept per GPU, so a GPU disturbed while
-measured shows. The smoke tier copies less, fewer times (seconds for a node).
+(every value, n, min, median, max, spread_pct = (max - min) / median, and when each ended on the monotonic clock,
+`ends_s`) are kept per GPU, so a GPU disturbed while measured shows, and when. The smoke tier copies less, fewer times (seconds for a node).
 """
 
 from __future__ import annotations
+
+import time
 
 from gpufleet.bench import (
     BENCHMARK_VERSION,
@@ -37,16 +39,18 @@ TIMEOUT_S = {"smoke": 300, "quick": 600, "thorough": 1200, "cpu": 300}  # all GP
 BARRIER_TIMEOUT_S = 300
 
 
-def _timed_copies(torch, dst, src, iters, device) -> list[float]:
+def _timed_copies(torch, dst, src, iters, device) -> tuple[list[float], list[float]]:
+    """(seconds of each timed copy, the monotonic time each ended: the sampler's causes are read against it)."""
     timer = DeviceTimer(device)
     for _ in range(WARMUP_ITERS):
         dst.copy_(src, non_blocking=True)
-    seconds = []
+    seconds, ends = [], []
     for _ in range(iters):
         timer.start()
         dst.copy_(src, non_blocking=True)
         seconds.append(timer.stop_s())
-    return seconds
+        ends.append(round(time.monotonic(), 3))
+    return seconds, ends
 
 
 def hbm_device(device_index, tier) -> dict:
@@ -58,11 +62,12 @@ def hbm_device(device_index, tier) -> dict:
     n = SIZES_BYTES[tier]["hbm"]
     src = torch.randint(0, 255, (n,), dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
-    secs = _timed_copies(torch, dst, src, ITERS[tier], device)
+    secs, ends = _timed_copies(torch, dst, src, ITERS[tier], device)
     ok = bool(torch.equal(dst, src))  # the copy really moved the data
     gbps = [2 * n / s / 1e9 for s in secs]
     cuda = device.type == "cuda"
-    return {"hbm_copy_gbps": sig(summarize(gbps)["median"]), "samples_gbps": summarize(gbps), "bytes": n, "correct": ok,
+    return {"hbm_copy_gbps": sig(summarize(gbps)["median"]), "samples_gbps": {**summarize(gbps), "ends_s": ends},
+            "bytes": n, "correct": ok,
             "uuid": cuda_uuid(torch, device) if cuda else None, "pci_bus_id": cuda_pci_bus_id(torch, device) if cuda else None}
 
 
@@ -74,15 +79,17 @@ def pcie_device(device_index, tier) -> dict:
     n = SIZES_BYTES[tier]["pcie"]
     host = torch.randint(0, 255, (n,), dtype=torch.uint8).pin_memory()
     dev = torch.empty(n, dtype=torch.uint8, device=device)
-    h2d = [n / s / 1e9 for s in _timed_copies(torch, dev, host, ITERS[tier], device)]
+    secs, h2d_ends = _timed_copies(torch, dev, host, ITERS[tier], device)
+    h2d = [n / s / 1e9 for s in secs]
     back = torch.empty_like(host).pin_memory()
-    d2h = [n / s / 1e9 for s in _timed_copies(torch, back, dev, ITERS[tier], device)]
+    secs, d2h_ends = _timed_copies(torch, back, dev, ITERS[tier], device)
+    d2h = [n / s / 1e9 for s in secs]
     ok = bool(torch.equal(back, host))
     return {
         "h2d_gbps": sig(summarize(h2d)["median"]),
         "d2h_gbps": sig(summarize(d2h)["median"]),
-        "samples_h2d_gbps": summarize(h2d),
-        "samples_d2h_gbps": summarize(d2h),
+        "samples_h2d_gbps": {**summarize(h2d), "ends_s": h2d_ends},
+        "samples_d2h_gbps": {**summarize(d2h), "ends_s": d2h_ends},
         "bytes": n,
         "correct": ok,
         "uuid": cuda_uuid(torch, device),

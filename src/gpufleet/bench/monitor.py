@@ -32,11 +32,18 @@ class GpuMonitor:
     Without NVML (no driver, CPU runs) it records why and samples nothing.
     """
 
+    MAX_CAUSES = 200
+
     def __init__(self, interval_s: float = 0.2):
         self.interval_s = interval_s
         self.error = None
         self.samples = 0
         self.per_gpu: dict[str, dict] = {}
+        # What can pull a timed sample down, with when (seconds since the start): a hardware or thermal slowdown
+        # reason's spans, PCIe replays between two samples (checks.figures reads them against the samples' times).
+        self.causes: dict[str, list] = {}
+        self._open: dict[str, dict] = {}
+        self._replays: dict[str, tuple] = {}
         self.watch = ProcessWatch()
         self.started_epoch = time.time()
         self._t0 = time.monotonic()
@@ -73,7 +80,8 @@ class GpuMonitor:
             g = self.per_gpu[str(i)]
             try:
                 getter = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or nv.nvmlDeviceGetCurrentClocksThrottleReasons
-                g["reasons_mask"] |= int(getter(h))
+                mask = int(getter(h))
+                g["reasons_mask"] |= mask
                 t = nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)
                 g["temperature_max_c"] = t if g["temperature_max_c"] is None else max(g["temperature_max_c"], t)
                 clk = nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)
@@ -82,9 +90,29 @@ class GpuMonitor:
                 g["power_max_w"] = p if g["power_max_w"] is None else max(g["power_max_w"], p)
             except Exception as exc:
                 g["error"] = str(exc)
+                mask = None
+            replay, _ = nvml.read_field(nv.nvmlDeviceGetPcieReplayCounter, h)
+            self.note_causes(str(i), time.monotonic() - self._t0, mask, replay)
             if i in self._watched:
                 self.watch.note(i, time.monotonic() - self._t0, *list_processes(nv, h))
         self.samples += 1
+
+    def note_causes(self, index: str, t_s: float, mask: int | None, pcie_replay: int | None) -> None:
+        """One GPU's clock event reasons and PCIe replay counter read at t_s: the spans of hardware and thermal
+        slowdowns, and replays that grew since the last read."""
+        spans, open_ = self.causes.setdefault(index, []), self._open.setdefault(index, {})
+        names = set(reason_names(mask)) & HW_SLOWDOWN_EVENTS.keys() if mask is not None else set(open_)
+        for name in list(open_):
+            if name not in names:
+                spans.append({"what": HW_SLOWDOWN_EVENTS[name], "t_s": open_.pop(name)})
+        for name in names:
+            open_.setdefault(name, [round(t_s, 2), round(t_s, 2)])[1] = round(t_s, 2)
+        last = self._replays.get(index)
+        if pcie_replay is not None:
+            if last is not None and pcie_replay > last[1]:
+                spans.append({"what": f"PCIe replays {last[1]} -> {pcie_replay}", "t_s": [last[0], round(t_s, 2)]})
+            self._replays[index] = (round(t_s, 2), pcie_replay)
+        del spans[self.MAX_CAUSES:]
 
     def _run(self):
         while not self._stop.wait(self.interval_s):
@@ -102,9 +130,12 @@ class GpuMonitor:
         per_gpu = {}
         for idx, g in self.per_gpu.items():
             names = reason_names(g["reasons_mask"])
-            per_gpu[idx] = {**g, "reasons": names, "throttled": sorted(HW_SLOWDOWN_EVENTS.keys() & set(names))}
+            still = [{"what": HW_SLOWDOWN_EVENTS[n], "t_s": span} for n, span in (self._open.get(idx) or {}).items()]
+            per_gpu[idx] = {**g, "reasons": names, "throttled": sorted(HW_SLOWDOWN_EVENTS.keys() & set(names)),
+                            "causes": (self.causes.get(idx) or []) + still}
         return {"samples": self.samples, "interval_s": self.interval_s, "error": self.error, "per_gpu": per_gpu,
-                "started_epoch": self.started_epoch, "processes": self.watch.processes(), "foreign": self.watch.foreign(),
+                "started_epoch": self.started_epoch, "started_monotonic": self._t0,
+                "processes": self.watch.processes(), "foreign": self.watch.foreign(),
                 "processes_unreadable": {str(i): e for i, e in self.watch.unreadable.items()}}
 
 

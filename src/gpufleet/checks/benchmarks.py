@@ -7,8 +7,9 @@ of results; the raw output rides along in `detail` so nothing measured is lost.
 
 from __future__ import annotations
 
-from gpufleet import profiles, schema
-from gpufleet.numbers import mfu, significant
+from gpufleet import calibration, judge, profiles, schema
+from gpufleet.checks import figures
+from gpufleet.numbers import mfu
 from gpufleet.schema import ERROR, FAIL, PASS, WARN, result
 
 GROUP = "benchmark"
@@ -16,7 +17,7 @@ CPU_NOTE = "CPU run: logic check only, not a performance figure"
 
 
 def _against_min(check, value, unit, profile, key, what, remedy, detail, cpu):
-    """pass/fail against a minimum threshold; warn when none is set; never a claim on CPU."""
+    """pass/fail against a minimum threshold (judge.judge); warn when none is set; never a claim on CPU."""
     limit = profiles.value(profile, key)
     thr = profiles.threshold(profile, key, min=limit)
     if value is None:
@@ -26,7 +27,7 @@ def _against_min(check, value, unit, profile, key, what, remedy, detail, cpu):
     if limit is None:
         return result(check, WARN, f"{what} {value} {unit}; no threshold set ({key})", value=value, unit=unit, threshold=thr,
                       remedy=f"set gpufleet_thresholds.{key} or add it to the GPU's profile", detail=detail)
-    if value < limit:
+    if judge.judge(value, judge.Limit(key, limit, kind=judge.MIN)).status == FAIL:
         return result(check, FAIL, f"{what} {value} {unit} is under the minimum {limit} {unit}", value=value, unit=unit,
                       threshold=thr, remedy=remedy, detail=detail)
     return result(check, PASS, f"{what} {value} {unit} (minimum {limit})", value=value, unit=unit, threshold=thr, detail=detail)
@@ -57,37 +58,6 @@ def flag_gpus(res: dict, gpus: list[dict]) -> dict:
     return res
 
 
-def _sample_drops(figures: list, profile: dict) -> tuple[list, dict]:
-    """Timed samples far below their GPU's median: [(gpu, what, unit, samples summary)] -> the drops over the limit
-    ({"gpu", "figure", "min", "median", "drop_pct"}) and the limit's threshold. One GPU is judged as well as eight."""
-    limit = profiles.value(profile, "sample_drop_pct_max")
-    thr = profiles.threshold(profile, "sample_drop_pct_max", max=limit)
-    drops = []
-    for gpu, what, unit, samples in figures:
-        if limit is None or not samples or not samples.get("median"):
-            continue
-        drop = round(100 * (samples["median"] - samples["min"]) / samples["median"], 1)
-        if drop > limit:
-            drops.append({"gpu": gpu, "figure": what, "unit": unit, "min": significant(samples["min"]),
-                          "median": significant(samples["median"]), "drop_pct": drop, "n": samples.get("n")})
-    return drops, thr
-
-
-def _noisy(res: dict, drops: list, thr: dict, flagged: list) -> tuple[dict, list]:
-    """A passing result whose samples dropped becomes a warn: its figure is not yet the node's (confirmed by
-    measuring again, measure.watched). The drops and their limit go into detail either way."""
-    res = res.replace(detail={**res["detail"], "sample_drops": drops, "sample_drop_threshold": thr})
-    if drops and res["status"] == PASS:
-        text = "; ".join(f"GPU {d['gpu']['index'] if d['gpu'].get('index') is not None else '?'} {d['figure']} sample "
-                         f"{d['min']:g} {d['unit']}, {d['drop_pct']:g}% below its median {d['median']:g}" for d in drops)
-        res = res.replace(status=WARN, reason=f"{res['reason']}, but a timed sample fell far below its GPU's median "
-                                              f"(more than {thr['value']:g}%): {text}; the figure is not yet the node's",
-                          remedy="another process or a clock drop disturbed the measurement: it is measured again; "
-                                 "compare detail.monitor (processes, clocks, reasons)")
-        flagged = [d["gpu"] for d in drops]
-    return res, flagged
-
-
 def _cuda_gpu(monitor: dict, info: dict) -> dict:
     """A CUDA device's identity for flagged_gpus, from what the benchmark read of it ({"uuid", "pci_bus_id"})."""
     return {"index": _nvml_index(monitor, info.get("pci_bus_id")), "uuid": info.get("uuid"), "serial": None}
@@ -100,6 +70,7 @@ def matmul(out: dict, profile: dict) -> list[dict]:
     detail = {"summary": out["summary"], "method": out["method"], "versions": out["versions"], "monitor": mon,
               "per_gpu": {d: {k: v.get(k, {}).get("tflops") for k in out["method"]["dtypes"]}
                           | {"error": v.get("error"), "uuid": (v.get("device") or {}).get("uuid"),
+                             "pci_bus_id": (v.get("device") or {}).get("pci_bus_id"),
                              "samples_tflops": (v.get("bf16") or {}).get("samples_tflops")}
                           | ({"phases_s": v["phases_s"]} if v.get("phases_s") else {})  # a worker's, where one ran
                           for d, v in out["per_device"].items()},
@@ -117,22 +88,28 @@ def matmul(out: dict, profile: dict) -> list[dict]:
                if limit is not None and (v.get("bf16") or {}).get("tflops") is not None and v["bf16"]["tflops"] < limit]
     throttled = _throttled(mon)
     spread = bf16.get("spread_pct")
-    spread_max = profiles.value(profile, "matmul_spread_pct_max")
+    spread_thr = calibration.entry(profile["thresholds"], "matmul_spread_pct_max", "matmul_bf16_tflops")
+    spread_max = spread_thr["value"]
     if not cpu and throttled and res["status"] == PASS:
         res = res.replace(status=FAIL, reason=f"{res['reason']}, but GPU(s) throttled during the run: {throttled}",
                           remedy="hardware slowdown under load: check cooling, power delivery and the GPU's health")
         by_index = {g["index"]: g for g in ident.values()}
         flagged = [by_index.get(int(i)) or {"index": int(i), "uuid": None} for i in throttled]
-    elif not cpu and spread_max is not None and spread is not None and spread > spread_max and res["status"] == PASS:
-        res = res.replace(status=WARN, reason=f"{res['reason']}, but GPUs differ by {spread}% (more than {spread_max}%)",
-                          remedy="the slowest GPU in detail.per_gpu is the one to look at")
+    elif (not cpu and spread is not None and res["status"] == PASS
+          and judge.judge(spread, judge.Limit("matmul_spread_pct_max", spread_max, breach=WARN)).status == WARN):
+        res = res.replace(status=WARN, reason=f"{res['reason']}, but GPUs differ by {spread}% (more than {spread_max:g}%"
+                                              f"{calibration.uncalibrated_text(spread_thr)})",
+                          remedy="the slowest GPU in detail.per_gpu is the one to look at: compare its clocks, power and "
+                                 "temperature in detail.monitor with its siblings'; one that stays slow needs service",
+                          detail={**res["detail"], "spread_threshold": spread_thr})
         slowest = min((d for d, v in out["per_device"].items() if (v.get("bf16") or {}).get("tflops") is not None),
                       key=lambda d: out["per_device"][d]["bf16"]["tflops"], default=None)
         flagged = [ident[slowest]] if slowest is not None else []
     if not cpu:
-        drops, thr = _sample_drops([(ident[d], "bf16 matmul", "TFLOPS", (v.get("bf16") or {}).get("samples_tflops"))
-                                    for d, v in out["per_device"].items()], profile)
-        res, flagged = _noisy(res, drops, thr, flagged)
+        judged = figures.judged([(ident[d], "matmul_bf16_tflops", "bf16 matmul", "TFLOPS", (v.get("bf16") or {}).get("samples_tflops"))
+                                 for d, v in out["per_device"].items()], profile, mon)
+        res, flagged = figures.with_samples(res, judged, flagged, profile, "matmul_bf16_tflops")
+        res = figures.near_limit(res, judged, "matmul_bf16_tflops_min", profile, "matmul_bf16_tflops")
     return [flag_gpus(res, flagged)]
 
 
@@ -162,15 +139,15 @@ def memory(out: dict, profile: dict) -> list[dict]:
                            "a link trained down shows here: compare with gpu_health.pcie_link", detail, cpu)
         res += [flag_gpus(h2d, under("pcie", "h2d_gbps", "pcie_h2d_gbps_min")), flag_gpus(d2h, under("pcie", "d2h_gbps", "pcie_d2h_gbps_min"))]
     if not cpu:
-        figures = {"hbm_bandwidth": [("hbm", "HBM copy", "samples_gbps")],
-                   "pcie_h2d_bandwidth": [("pcie", "host-to-device", "samples_h2d_gbps")],
-                   "pcie_d2h_bandwidth": [("pcie", "device-to-host", "samples_d2h_gbps")]}
+        parts = {"hbm_bandwidth": ("hbm", "hbm_copy_gbps", "HBM copy", "samples_gbps", "hbm_copy_gbps_min"),
+                 "pcie_h2d_bandwidth": ("pcie", "pcie_h2d_gbps", "host-to-device", "samples_h2d_gbps", "pcie_h2d_gbps_min"),
+                 "pcie_d2h_bandwidth": ("pcie", "pcie_d2h_gbps", "device-to-host", "samples_d2h_gbps", "pcie_d2h_gbps_min")}
         for i, r in enumerate(res):
-            drops, thr = _sample_drops([(_cuda_gpu(mon, v), what, "GB/s", v.get(field)) for part, what, field in figures[r["check"]]
-                                        for v in per[part].values()], profile)
-            flagged = r["detail"].get("flagged_gpus") or []
-            r, flagged = _noisy(r, drops, thr, flagged)
-            res[i] = flag_gpus(r, flagged)
+            part, metric, what, field, key = parts[r["check"]]
+            judged = figures.judged([(_cuda_gpu(mon, v), metric, what, "GB/s", v.get(field)) for v in per[part].values()],
+                                    profile, mon)
+            r, flagged = figures.with_samples(r, judged, r["detail"].get("flagged_gpus") or [], profile, metric)
+            res[i] = flag_gpus(figures.near_limit(r, judged, key, profile, metric), flagged)
     return res
 
 

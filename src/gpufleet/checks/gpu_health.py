@@ -28,7 +28,7 @@ def ecc(readings, gpus, profile):
     agg_max = profiles.value(profile, "ecc_aggregate_uncorrected_max")
     counters = ("ecc_volatile_uncorrected", "ecc_volatile_corrected", "ecc_aggregate_uncorrected", "ecc_aggregate_corrected")
     f = Findings()
-    per_gpu = []
+    per_gpu, facts = [], {}
     for g in gpus:
         i = g["index"]
         per_gpu.append({"index": i, "ecc_mode_current": g.get("ecc_mode_current"), **{c: g.get(c) for c in counters}})
@@ -52,6 +52,8 @@ def ecc(readings, gpus, profile):
                 remedy=RESET_REMEDY + "; if uncorrectable errors come back, replace the GPU (RMA)",
             )
         if agg_max is not None and agg > agg_max:
+            # A stable fact of this GPU: once a baseline run accepted it, only a change warns (fleet/facts.py).
+            facts[f"ecc_aggregate_uncorrected:{g.get('uuid') or i}"] = agg
             f.add(
                 WARN,
                 f"{agg} uncorrectable ECC errors over its lifetime",
@@ -66,7 +68,7 @@ def ecc(readings, gpus, profile):
         value=max(vols) if vols else None,
         unit="errors",
         threshold=profiles.threshold(profile, "ecc_volatile_uncorrected_max", aggregate_max=agg_max),
-        detail={"per_gpu": per_gpu},
+        detail={"per_gpu": per_gpu, **({"facts": facts} if facts else {})},
     )
 
 

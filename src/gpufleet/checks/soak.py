@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from gpufleet import profiles, schema
+from gpufleet import calibration, judge, profiles, schema
 from gpufleet.checks.benchmarks import CPU_NOTE, flag_gpus
 from gpufleet.checks.gpu_inventory import Findings
 from gpufleet.collect.nvml import HW_SLOWDOWN_EVENTS
@@ -19,6 +19,9 @@ SOAK_BEST_WINDOWS = 3
 # Counters whose growth during a soak fails it: memory the GPU could not correct or repair.
 SOAK_FAIL_COUNTERS = ("ecc_uncorrected_volatile", "ecc_uncorrected_aggregate", "row_remap_uncorrectable",
                       "row_remap_pending", "row_remap_failure")
+SLOWDOWN_KEY = "soak_slowdown_pct_max"
+# A soak window's figures and the metric each is calibrated as (calibration.py's soak_window_pct).
+WINDOW_METRICS = {"matmul_tflops": "matmul_bf16_tflops", "hbm_gbps": "hbm_copy_gbps", "busbw_gbps": "nccl_soak_all_reduce_busbw_gbps"}
 SOAK_REMEDY_THROTTLE = ("hardware slowdown under sustained load: check cooling (inlet temperature, fans, airflow for this "
                         "GPU's slot) and power delivery (PSUs, BMC power capping); detail.per_gpu has clocks, temperature "
                         "and power per window")
@@ -71,12 +74,80 @@ class _Flags:
         return flag_gpus(res, self.by_status.get(res["status"], []))
 
 
+def disturbed_windows(out: dict) -> list[int]:
+    """The soak's windows in which its sampler saw a foreign process on any GPU: every GPU of the node loads
+    together (each round ends in an all_reduce), so such a window is no GPU's own figure."""
+    per_gpu = (out.get("sampler") or {}).get("per_gpu") or {}
+    return sorted({w["index"] for g in per_gpu.values() for w in g.get("windows") or [] if w.get("foreign_processes")})
+
+
+def remeasure_plan(first: dict, profile: dict) -> dict:
+    """bench.soak.run's options to measure a disturbed soak's windows again: as long as those windows (two at
+    least, to compare), at most soak_remeasure_max_s, whatever the soak's own length."""
+    cap = profiles.value(profile, "soak_remeasure_max_s") or 0
+    window = min(first.get("window_s") or 30.0, cap / 2) if cap else first.get("window_s") or 30.0
+    n = max(2, len(disturbed_windows(first)))
+    duration = min(cap, n * window) if cap else n * window
+    return {"duration_s": max(duration, 2 * window), "window_s": window}
+
+
+def combined(first: dict, again: dict) -> dict:
+    """What a disturbed soak is judged on: the first soak with its disturbed windows left out of the slowdown
+    judgement (their figures kept apart), and the short soak that measured them again (soak() judges both)."""
+    gone = set(disturbed_windows(first))
+    gpus = {}
+    for rank, g in (first.get("gpus") or {}).items():
+        windows = [w if w["index"] not in gone else {**w, "matmul_tflops": None, "hbm_gbps": None, "disturbed": True,
+                                                     "disturbed_figures": {"matmul_tflops": w.get("matmul_tflops"),
+                                                                           "hbm_gbps": w.get("hbm_gbps")}}
+                   for w in g.get("windows") or []]
+        kept = {k: [w[k] for w in windows if w.get(k) is not None] for k in ("matmul_tflops", "hbm_gbps")}
+        gpus[rank] = {**g, "windows": windows, **{f"{k}_median": significant(statistics.median(v)) if v else None for k, v in kept.items()}}
+    nccl = first.get("nccl")
+    if nccl:
+        nccl = {**nccl, "windows": [w if w["index"] not in gone else {**w, "busbw_gbps": None, "disturbed": True}
+                                    for w in nccl.get("windows") or []]}
+    return {**first, "gpus": gpus, "nccl": nccl, "disturbed_windows": sorted(gone), "remeasured": again}
+
+
 def soak(out: dict, profile: dict) -> list[dict]:
     """The soak's verdict: soak_throttle, soak_errors and soak_slowdown, each naming the GPU and the time.
 
     A soak that could not start is one `soak` result (fail). On the CPU (no CUDA) only a process that
     failed or an all_reduce that gave wrong results counts; the rest is `skip`, not a performance figure.
+    A disturbed soak measured again (combined()) is judged on both parts, each check the worse of the two.
     """
+    if out.get("remeasured") is not None:
+        return _both(out, profile)
+    return _one(out, profile)
+
+
+def _both(out: dict, profile: dict) -> list[dict]:
+    first = {k: v for k, v in out.items() if k != "remeasured"}
+    again = out["remeasured"]
+    windows = ", ".join(str(w) for w in out.get("disturbed_windows") or []) or "none"
+    head = (f"the soak ({first.get('ran_s'):g} s; windows {windows} disturbed, left out of the slowdown judgement)",
+            f"those windows measured again once the GPUs were quiet ({again.get('ran_s'):g} s)")
+    mine, theirs = {r["check"]: r for r in _one(first, profile)}, {r["check"]: r for r in _one(again, profile)}
+    results = []
+    for check in dict.fromkeys([*mine, *theirs]):
+        a, b = mine.get(check), theirs.get(check)
+        if a is None or b is None:
+            results.append(a or b)
+            continue
+        worse = b if schema.severity(b["status"]) > schema.severity(a["status"]) else a
+        remedy = "; ".join(dict.fromkeys(r["remedy"] for r in (a, b) if r.get("remedy") and r["status"] not in (PASS, schema.SKIP)))
+        flagged = [g for r in (a, b) if r["status"] == worse["status"] for g in r["detail"].get("flagged_gpus") or []]
+        values = [r["value"] for r in (a, b) if isinstance(r.get("value"), (int, float))]
+        detail = {**a["detail"], "remeasured": b["detail"], "disturbed_windows": out.get("disturbed_windows")}
+        detail.pop("flagged_gpus", None)
+        res = result(check, worse["status"], f"{head[0]}: {a['reason']}; {head[1]}: {b['reason']}", value=max(values) if values else None,
+                     unit=worse.get("unit"), threshold=worse.get("threshold"), remedy=remedy or None, detail=detail)
+        results.append(flag_gpus(res, flagged))
+    return results
+
+
+def _one(out: dict, profile: dict) -> list[dict]:
     cpu = out["device"] == "cpu"
     base = {k: out.get(k) for k in ("method", "versions", "started", "duration_s", "ran_s", "window_s", "n_windows",
                                     "world_size", "stopped_early", "stop_reason", "after_effects")}
@@ -189,7 +260,7 @@ def _stretches(drops: list, limit: float | None) -> list[list]:
     """[(window, drop %)] -> runs of consecutive windows more than `limit`% down."""
     stretches: list[list] = []
     for w, d in drops:
-        if limit is None or d <= limit:
+        if limit is None or judge.judge(d, judge.Limit(SLOWDOWN_KEY, limit)).status == PASS:
             continue
         if stretches and stretches[-1][-1][0]["index"] == w["index"] - 1:
             stretches[-1].append((w, d))
@@ -255,8 +326,10 @@ def _sampler_saw(out: dict, index: int | None, windows: list) -> str:
 
 
 def _soak_slowdown(out, profile, base_detail, gpus, Findings, cpu) -> dict:
-    limit = profiles.value(profile, "soak_slowdown_pct_max")
-    thr = profiles.threshold(profile, "soak_slowdown_pct_max", max=limit, best_windows=SOAK_BEST_WINDOWS)
+    limit = profiles.value(profile, SLOWDOWN_KEY)
+    thr = profiles.threshold(profile, SLOWDOWN_KEY, max=limit, best_windows=SOAK_BEST_WINDOWS)
+    # A calibrated model's limit is per figure: its healthy windows' spread (calibration.py, soak_window_pct).
+    limits = {k: calibration.entry(profile["thresholds"], SLOWDOWN_KEY, m)["value"] for k, m in WINDOW_METRICS.items()}
     per_gpu = {r: {k: g.get(k) for k in ("uuid", "nvml_index", "name", "windows", "matmul_tflops_median", "hbm_gbps_median")}
                for r, g in (out.get("gpus") or {}).items()}
     detail = {**base_detail, "per_gpu": per_gpu, "nccl": out.get("nccl")}
@@ -274,7 +347,7 @@ def _soak_slowdown(out, profile, base_detail, gpus, Findings, cpu) -> dict:
     for rank, g in sorted(per_gpu.items(), key=lambda kv: int(kv[0])):
         index, prefix = gpus.label(rank)
         for key, what, unit in metrics:
-            stretches, best, drops = _slowed(g.get("windows") or [], key, limit)
+            stretches, best, drops = _slowed(g.get("windows") or [], key, limits[key])
             if best is None:
                 continue
             judged = True
@@ -288,7 +361,7 @@ def _soak_slowdown(out, profile, base_detail, gpus, Findings, cpu) -> dict:
                 flags.add(FAIL, gpus.by_rank.get(rank))
             # Window by window against its siblings: a stretch the whole node shared is not this GPU's.
             own = {w["index"] for stretch in stretches for w, _ in stretch}
-            behind, node = _behind_siblings(per_gpu, rank, key, limit)
+            behind, node = _behind_siblings(per_gpu, rank, key, limits[key])
             for stretch in behind:
                 if all(w["index"] in own for w, _ in stretch):
                     continue  # named already against its own best windows
@@ -307,13 +380,13 @@ def _soak_slowdown(out, profile, base_detail, gpus, Findings, cpu) -> dict:
         for rank, m in sorted(medians.items(), key=lambda kv: int(kv[0])):
             drop = _drop_pct(node, m)
             worst = max(worst, drop)
-            if limit is not None and drop > limit:
+            if limits[key] is not None and judge.judge(drop, judge.Limit(SLOWDOWN_KEY, limits[key])).status != PASS:
                 index, prefix = gpus.label(rank)
                 f.add(FAIL, f"{prefix}{what} median {m:g} {unit} over the soak, {drop:g}% below the node's median GPU "
                             f"({significant(node):g} {unit})", gpu=index, remedy=remedy)
                 flags.add(FAIL, gpus.by_rank.get(rank))
     nccl = out.get("nccl") or {}
-    stretches, best, drops = _slowed(nccl.get("windows") or [], "busbw_gbps", limit)
+    stretches, best, drops = _slowed(nccl.get("windows") or [], "busbw_gbps", limits["busbw_gbps"])
     if best is not None:
         worst = max([worst] + [d for _, d in drops])
         for stretch in stretches:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import statistics
 
-from gpufleet.fleet import gpu_text, num
+from gpufleet.fleet import gpu_text
 from gpufleet.fleet.findings import (
     comparison_row,
     evidence_rows,
@@ -14,6 +14,7 @@ from gpufleet.fleet.findings import (
     fleet_result,
     gap_text,
     judge_comparisons,
+    limit_text,
 )
 from gpufleet.fleet.peers import node_rows
 from gpufleet.fleet.thresholds import BASE_FAIL, BASE_WARN, Thresholds
@@ -69,7 +70,8 @@ def node_vs_baseline(host: str, found: dict, base: list[dict], base_id: str, thr
         comparisons, thr, BASE_WARN, BASE_FAIL,
         lambda c: f"{gpu_text(c)} " if c.get("index") is not None or c.get("uuid") else f"node {host} ")
     if reason is None:
-        reason = (f"node {host} and its GPUs within {num(thr.value(BASE_WARN))}% of baseline run {base_id} on "
+        reason = (f"node {host} and its GPUs within {limit_text(thr, BASE_WARN, [c['metric'] for c in comparisons])} of "
+                  f"baseline run {base_id} on "
                   f"{len(comparisons)} figure(s); {gap_text(comparisons)}")
     return fleet_result("node_vs_baseline", status, reason, cpu=any(c["cpu"] for c in comparisons), value=below_pct,
                    unit="% below", threshold=threshold,
@@ -114,7 +116,8 @@ def node_vs_baseline_fleet(host: str, found: dict, medians: dict, base_id: str, 
         return fleet_result("node_vs_baseline_fleet", SKIP, why, threshold=threshold, detail={"baseline": base_id, "not_comparable": not_comparable})
     status, reason, below_pct = judge_comparisons(comparisons, thr, BASE_WARN, BASE_FAIL, lambda c: f"node {host} ")
     if reason is None:
-        reason = (f"node {host} within {num(thr.value(BASE_WARN))}% of baseline run {base_id}'s fleet median on "
+        reason = (f"node {host} within {limit_text(thr, BASE_WARN, [c['metric'] for c in comparisons])} of baseline run "
+                  f"{base_id}'s fleet median on "
                   f"{len(comparisons)} metric(s); {gap_text(comparisons)}")
     return fleet_result("node_vs_baseline_fleet", status, reason, cpu=any(c["cpu"] for c in comparisons), value=below_pct,
                    unit="% below", threshold=threshold,

@@ -1,6 +1,7 @@
 """The fleet layer's judgement: results of group `fleet`, per node, in the one result schema.
 
-    gpu_vs_node                  each GPU against its node's median, per metric
+    gpu_vs_node                  each GPU against its node's median, per metric, and against its own place among
+                                 its siblings in earlier runs (fleet/character.py)
     node_vs_fleet                each node against this run's fleet median (3 nodes or more: fleet_min_nodes)
     node_vs_baseline             the node and each GPU (by uuid) against the baseline run's figure for them
     node_vs_baseline_fleet       the node against the baseline run's fleet median
@@ -42,8 +43,10 @@ from typing import Any
 
 from gpufleet.fleet import metrics as fm, sdc, versions
 from gpufleet.fleet.baseline import baseline_index, baseline_medians, node_vs_baseline, node_vs_baseline_fleet
+from gpufleet.fleet.character import past_deviations
 from gpufleet.fleet.counter_growth import counters_during_run, counters_since_previous_run
 from gpufleet.fleet.fabric_growth import fabric_during_run, fabric_since_previous_run
+from gpufleet.fleet.facts import baseline_facts, settle
 from gpufleet.fleet.fabric_peers import fabric_layouts, ib_ports_vs_fleet, rails_vs_fleet
 from gpufleet.fleet.findings import fleet_result
 from gpufleet.fleet.peers import fleet_groups, fleet_stats, gpu_vs_node, node_vs_fleet, sample_spread
@@ -62,8 +65,9 @@ def evaluate(run_id: str, nodes: dict[str, dict], *, store: Any = None, store_no
     store_note saying why there is none. baseline: {"run_id", "source"} or None. extracted: {host:
     metrics.extract() of its results} that the caller has already, for some or all of the nodes.
 
-    Returns {"results": {host: [fleet results]}, "metrics": {host: metrics.extract()}, "fleet_medians",
-    "baseline", "view", "versions": versions.table()}.
+    Returns {"results": {host: [fleet results]}, "node_results": {host: its own results with the warnings about
+    facts the baseline accepted turned into information (facts.py), where any}, "metrics": {host:
+    metrics.extract()}, "fleet_medians", "baseline", "view", "versions": versions.table()}.
     """
     extracted = extracted or {}
     founds = {host: extracted[host] if host in extracted else fm.extract(n["results"]) for host, n in nodes.items()}
@@ -89,13 +93,17 @@ def evaluate(run_id: str, nodes: dict[str, dict], *, store: Any = None, store_no
         if not base_rows:
             base_note = f"baseline run {base_id} has no benchmark figures in the store"
     medians = baseline_medians(base_rows)
+    past = past_deviations(store, founds, run_id)  # each GPU's place among its siblings in earlier runs
     base_index = baseline_index(base_rows)
     # The baseline's versions come from its documents, whether or not it measured any figure.
     versions_base = base_id and store is not None and base_id != run_id and store.run(base_id)
     version_table = versions.table({host: n.get("versions") or {} for host, n in nodes.items()},
                                    {"run_id": base_id, "note": base_note,
                                     "versions": versions.baseline_versions(store, base_id) if versions_base else {}})
-    out: dict = {"versions": version_table, "results": {}, "metrics": founds, "baseline": {**(baseline or {}), "note": base_note} if baseline or base_note else None}
+    # A warning about a fact the baseline accepted as it is now is information (fleet/facts.py).
+    accepted = baseline_facts(store, base_id if versions_base else None, nodes)
+    settled = {host: settle(n["results"], accepted.get(host) or {}, base_id) for host, n in nodes.items()}
+    out: dict = {"node_results": {h: r for h, r in settled.items() if r is not None}, "versions": version_table, "results": {}, "metrics": founds, "baseline": {**(baseline or {}), "note": base_note} if baseline or base_note else None}
     for host in nodes:
         found, thr = founds[host], thrs[host]
         fabric = found["snapshots"]["fabric"]
@@ -106,7 +114,7 @@ def evaluate(run_id: str, nodes: dict[str, dict], *, store: Any = None, store_no
             if version_res:
                 out["results"][host] = version_res
             continue  # nothing else the fleet layer reads (a host that never got to its checks)
-        res = [gpu_vs_node(host, found, thr), node_vs_fleet(host, found, groups, thr, stats)]
+        res = [gpu_vs_node(host, found, thr, past), node_vs_fleet(host, found, groups, thr, stats)]
         if base_note:
             for check in ("node_vs_baseline", "node_vs_baseline_fleet"):
                 res.append(fleet_result(check, SKIP, base_note, threshold=thr.pair(BASE_WARN, BASE_FAIL)))

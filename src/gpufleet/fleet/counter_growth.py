@@ -12,6 +12,7 @@ from gpufleet.fleet import flagged, gpu_text, num
 from gpufleet.fleet.counter_table import COUNTERS, PERSISTENT
 from gpufleet.fleet.findings import fleet_result, listed_text
 from gpufleet.fleet.thresholds import MIN_WINDOW, Thresholds
+from gpufleet.judge import Limit, judge
 from gpufleet.schema import FAIL, PASS, SKIP, WARN
 
 
@@ -83,9 +84,9 @@ def _judge_growth(entry: dict, hours: float | None, thr: Thresholds) -> dict:
     if hours is None or hours < min_window:
         # Too short to extrapolate: the growth against what min_window at the maximum rate gives.
         allowed = limit * min_window
-        entry.update(status=WARN if g > allowed else PASS, allowed_count=allowed, judged_by="count")
+        entry.update(status=judge(g, Limit(key, allowed, breach=WARN)).status, allowed_count=allowed, judged_by="count")
     else:
-        entry.update(status=WARN if g / hours > limit else PASS, judged_by="rate")
+        entry.update(status=judge(g / hours, Limit(key, limit, breach=WARN)).status, judged_by="rate")
     return entry
 
 

@@ -43,8 +43,8 @@ from gpufleet import causes, failure_class, paths, schema
 from gpufleet.errors import InputError
 from gpufleet.fleet import metrics as fm
 
-SEVERITY_HELP = "0 pass, 1 skip, 2 warn, 3 fail, 4 error"
-_SEVERITY = {schema.PASS: 0, schema.SKIP: 1, schema.WARN: 2, schema.FAIL: 3, schema.ERROR: 4}
+SEVERITY_HELP = "0 pass, 0.5 info (a finding with no action), 1 skip, 2 warn, 3 fail, 4 error"
+_SEVERITY = {schema.PASS: 0, schema.INFO: 0.5, schema.SKIP: 1, schema.WARN: 2, schema.FAIL: 3, schema.ERROR: 4}
 _FAMILY_HELP = {
     "gpufleet_matmul_flops": "Matmul floating-point operations per second per GPU: the best shape's median "
                              "(benchmark.matmul_bf16)",

@@ -17,6 +17,7 @@ from gpufleet.fleet.counter_growth import hours_between, window_text
 from gpufleet.fleet.counter_table import FABRIC_COUNTERS, PORT_COUNTER_BITS
 from gpufleet.fleet.findings import fleet_result, listed_text
 from gpufleet.fleet.thresholds import MIN_WINDOW, Thresholds
+from gpufleet.judge import Limit, judge
 from gpufleet.schema import FAIL, PASS, SKIP, WARN
 
 _UNIT = {"count": "", "per_min": "/min", "per_h": "/h", "ber": ""}
@@ -41,18 +42,22 @@ def _devices(snap: dict | None) -> dict:
     return {d["id"]: d for d in (snap or {}).get("devices") or [] if isinstance(d, dict) and d.get("id")}
 
 
+def _past(figure: float, limit: float) -> bool:
+    return judge(figure, Limit("fabric", limit)).status != PASS
+
+
 def _over(entry: dict, how: str, growth: int, hours: float | None, limit: float, rate_gbps: Any, thr: Thresholds) -> bool:
     """Whether the growth is over the limit; records how it was judged in the entry."""
     if how == "count":
         entry.update(judged_by=f"more than {_num(limit)} in the window")
-        return growth > limit
+        return _past(growth, limit)
     if how == "per_min":
         if not hours:
             entry.update(judged_by=f"count: the window's length is unknown, more than {_num(limit)}")
-            return growth > limit
+            return _past(growth, limit)
         entry["per_min"] = round(growth / (hours * 60), 3)
         entry.update(judged_by=f"average over the window, more than {_num(limit)}/min")
-        return entry["per_min"] > limit
+        return _past(entry["per_min"], limit)
     per_h = limit
     if how == "ber":
         if not isinstance(rate_gbps, (int, float)):
@@ -68,9 +73,9 @@ def _over(entry: dict, how: str, growth: int, hours: float | None, limit: float,
         allowed = per_h * min_window
         entry.update(allowed_count=allowed, judged_by=f"count: the window is too short to extrapolate, at most "
                                                       f"{_num(allowed)} ({_num(per_h)}/h over {_num(min_window)} h)")
-        return growth > allowed
+        return _past(growth, allowed)
     entry.update(judged_by=f"rate, at most {_num(per_h)}/h")
-    return growth / hours > per_h
+    return _past(growth / hours, per_h)
 
 
 def _judge(spec: tuple, old: dict, new: dict, rebooted: bool, hours: float | None, thr: Thresholds) -> dict | None:

@@ -7,6 +7,7 @@ from typing import Any
 
 from gpufleet import schema
 from gpufleet.fleet import GROUP, flagged, gpu_text, num
+from gpufleet.calibration import UNCALIBRATED
 from gpufleet.fleet.robust import judge
 from gpufleet.fleet.thresholds import Thresholds
 from gpufleet.schema import FAIL, PASS, SKIP, WARN
@@ -17,7 +18,7 @@ MAX_LISTED = 6  # findings named in a reason; all of them are in detail
 
 
 def comparison_row(m: dict, reference: float, ref_text: str, thr: Thresholds, warn: str, fail: str, **extra) -> dict:
-    status, deviation = judge(m["value"], reference, thr.value(warn), thr.value(fail))
+    status, deviation = judge(m["value"], reference, thr.limit(warn, fail, m["key"]))
     return {"metric": m["key"], "label": m["label"], "unit": m["unit"], "index": m.get("index"), "uuid": m.get("uuid"),
             "serial": m.get("serial"), "cuda_index": m.get("cuda_index"), "mapped_by": m.get("mapped_by"),
             "value": m["value"], "reference": reference, "reference_is": ref_text,
@@ -27,17 +28,32 @@ def comparison_row(m: dict, reference: float, ref_text: str, thr: Thresholds, wa
 def comparison_sentence(c: dict, thr: Thresholds, warn: str, fail: str, who: str = "") -> str:
     below = -c["deviation_pct"]
     which = fail if c["status"] == FAIL else warn
-    limit = thr.value(which)
+    limit = thr.value(which, c["metric"])
     words = "fail threshold" if c["status"] == FAIL else "threshold"
+    note = f", {UNCALIBRATED}" if thr.uncalibrated(warn, c["metric"]) else ""
     head = f"{who}{c['label']} {num(c['value'])} {c['unit']}"
+    own = c.get("own_past") or {}
+    if own.get("changed") and c["status"] == WARN:  # inside the healthy spread, but not where this GPU used to be
+        usual = own["usual_below_pct"]
+        return (f"{head} is {pct_text(below, limit)}% below {c['reference_is']} {num(c['reference'])}; over its last "
+                f"{own['runs']} runs it was {abs(usual):.1f}% {'below' if usual >= 0 else 'above'} it: {own['change_pct']:.1f}% "
+                f"lower, a change against its own past (threshold {num(own['limit_pct'])}%)")
     z = f", robust z {c['robust_z']}" if c.get("robust_z") is not None else ""
-    return f"{head} is {pct_text(below, limit)}% below {c['reference_is']} {num(c['reference'])}{z} ({words} {num(limit)}%)"
+    return f"{head} is {pct_text(below, limit)}% below {c['reference_is']} {num(c['reference'])}{z} ({words} {num(limit)}%{note})"
 
 
 def pct_text(value: float, limit: Any = None) -> str:
     """One decimal, two where one would read as the threshold itself (5.02% over a 5% threshold is not '5.0%')."""
     text = f"{value:.1f}"
     return f"{value:.2f}" if isinstance(limit, (int, float)) and float(text) == float(limit) else text
+
+
+def limit_text(thr: Thresholds, key: str, metrics: list[str]) -> str:
+    """The limit a passing reason names: "5%", or the range of the per-metric limits; "generic" where the model is
+    not calibrated for them."""
+    values = sorted({thr.value(key, m) for m in metrics if thr.value(key, m) is not None})
+    text = f"{num(values[0])}%" if len(values) == 1 else f"{num(values[0])}% to {num(values[-1])}% (per metric)" if values else "?"
+    return text + (f" ({UNCALIBRATED})" if any(thr.uncalibrated(key, m) for m in metrics) else "")
 
 
 def listed_text(parts: list[str]) -> str:
@@ -58,7 +74,8 @@ def fleet_result(check: str, status: str, reason: str, *, cpu: bool = False, **f
                          **fields)
 
 
-EVIDENCE_KEYS = ("metric", "index", "uuid", "serial", "value", "reference", "deviation_pct", "robust_z", "n", "status", "baseline_host")
+EVIDENCE_KEYS = ("metric", "index", "uuid", "serial", "value", "reference", "deviation_pct", "robust_z", "n", "status", "baseline_host",
+                 "own_past")
 
 
 def evidence_rows(comparisons: list[dict]) -> list[dict]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import statistics
 
 from gpufleet.fleet import flagged, gpu_text, metrics as fm, num
+from gpufleet.fleet.character import held, steady_text
 from gpufleet.fleet.findings import (
     comparison_row,
     evidence_rows,
@@ -14,9 +15,12 @@ from gpufleet.fleet.findings import (
     fleet_result,
     gap_text,
     judge_comparisons,
+    limit_text,
     listed_text,
 )
 from gpufleet.fleet.robust import robust, robust_z
+from gpufleet.calibration import UNCALIBRATED
+from gpufleet.judge import Limit, judge
 from gpufleet.fleet.thresholds import (
     GPU_FAIL,
     GPU_WARN,
@@ -43,7 +47,9 @@ def fleet_groups(founds: dict[str, dict]) -> dict[tuple, dict[str, dict]]:
     return groups
 
 
-def gpu_vs_node(host: str, found: dict, thr: Thresholds) -> dict:
+def gpu_vs_node(host: str, found: dict, thr: Thresholds, past: dict | None = None) -> dict:
+    """Each GPU against its node's median; `past` (character.past_deviations): a GPU is also held against its own
+    place among its siblings in earlier runs."""
     comparisons = []
     for key in fm.GPU_METRICS:
         rows = [m for m in found["metrics"] if m["key"] == key and m["scope"] == "gpu"]
@@ -54,12 +60,13 @@ def gpu_vs_node(host: str, found: dict, thr: Thresholds) -> dict:
         if len(rows) == 2:
             for m, other in (rows, rows[::-1]):
                 comparisons.append(comparison_row(m, other["value"], f"its only sibling {gpu_text(other).split(' (')[0]} at", thr,
-                                               GPU_WARN, GPU_FAIL, n=2, robust_z=None))
+                                               GPU_WARN, GPU_FAIL, n=2, robust_z=None, context=m["context"]))
             continue
         med, mad = robust([m["value"] for m in rows])
         for m in rows:
             comparisons.append(comparison_row(m, med, "the node median", thr, GPU_WARN, GPU_FAIL, n=len(rows), mad=round(mad, 4),
-                                           robust_z=robust_z(m["value"], med, mad)))
+                                           robust_z=robust_z(m["value"], med, mad), context=m["context"]))
+    comparisons = [held(c, past or {}, thr) for c in comparisons]
     cpu = any(c["cpu"] for c in comparisons)
     threshold = thr.pair(GPU_WARN, GPU_FAIL)
     if not comparisons:
@@ -72,11 +79,12 @@ def gpu_vs_node(host: str, found: dict, thr: Thresholds) -> dict:
         n_gpus = max(c["n"] for c in comparisons)
         keys = sorted({c["metric"] for c in comparisons}, key=fm.GPU_METRICS.index)
         within = "of each other" if n_gpus == 2 else "of the node median"
-        reason = (f"all {n_gpus} GPUs within {num(thr.value(GPU_WARN))}% {within} on {len(keys)} metric(s) "
-                  f"({', '.join(fm.describe(k)['label'] for k in keys)}); {gap_text(comparisons)}")
+        reason = (f"all {n_gpus} GPUs within {limit_text(thr, GPU_WARN, keys)} {within} on {len(keys)} metric(s) "
+                  f"({', '.join(fm.describe(k)['label'] for k in keys)}); {gap_text(comparisons)}{steady_text(comparisons)}")
     return fleet_result("gpu_vs_node", status, reason, cpu=cpu, value=below_pct, unit="% below", threshold=threshold,
                    remedy="compare that GPU's clocks, power and temperature in the benchmark's monitor detail and its health "
-                          "checks; re-run the node's benchmarks; a GPU that stays slow needs service (reseat, RMA)",
+                          "checks, and its earlier runs (gpufleet history <uuid>); re-run the node's benchmarks; a GPU that "
+                          "stays slow needs service (reseat, RMA)",
                    detail={"comparisons": evidence_rows(comparisons), "flagged_gpus": flagged_from(comparisons)})
 
 
@@ -112,7 +120,8 @@ def node_vs_fleet(host: str, found: dict, groups: dict, thr: Thresholds, stats: 
         return fleet_result("node_vs_fleet", SKIP, why, threshold=threshold, detail={"nodes_with_figures": too_few})
     status, reason, below_pct = judge_comparisons(comparisons, thr, NODE_WARN, NODE_FAIL, lambda c: f"node {host} ")
     if reason is None:
-        reason = (f"node {host} within {num(thr.value(NODE_WARN))}% of the fleet median on {len(comparisons)} metric(s); "
+        reason = (f"node {host} within {limit_text(thr, NODE_WARN, [c['metric'] for c in comparisons])} of the fleet median "
+                  f"on {len(comparisons)} metric(s); "
                   f"{gap_text(comparisons)}")
     return fleet_result("node_vs_fleet", status, reason, cpu=cpu, value=below_pct, unit="% below", threshold=threshold,
                    remedy="compare this node's checks (clocks, power limit, PCIe link, NVLink, host tuning) with a node near "
@@ -121,7 +130,7 @@ def node_vs_fleet(host: str, found: dict, groups: dict, thr: Thresholds, stats: 
 
 
 def sample_spread(host: str, found: dict, thr: Thresholds) -> dict:
-    ratio_max, floor = thr.value(SPREAD_RATIO), thr.value(SPREAD_FLOOR)
+    ratio_max = thr.value(SPREAD_RATIO)
     threshold = thr.field(SPREAD_FLOOR, ratio=thr.field(SPREAD_RATIO))
     spreads = found["spreads"]
     if not spreads:
@@ -129,15 +138,19 @@ def sample_spread(host: str, found: dict, thr: Thresholds) -> dict:
     rows = []
     for key in dict.fromkeys(s["key"] for s in spreads):
         mine = [s for s in spreads if s["key"] == key]
+        floor = thr.value(SPREAD_FLOOR, key)  # a calibrated model's: its healthy spread of this figure, with margin
         for s in mine:
             siblings = [o["spread_pct"] for o in mine if o is not s]
             sib = statistics.median(siblings) if siblings else None
             ratio = None if sib is None else (s["spread_pct"] / sib if sib > 0 else (float("inf") if s["spread_pct"] > 0 else 1.0))
-            disturbed = (sib is not None and floor is not None and ratio_max is not None
-                         and s["spread_pct"] > floor and ratio > ratio_max)
+            disturbed = (sib is not None and ratio_max is not None
+                         and judge(s["spread_pct"], Limit(SPREAD_FLOOR, floor, breach=WARN)).status == WARN
+                         and judge(ratio, Limit(SPREAD_RATIO, ratio_max, breach=WARN)).status == WARN)
             shown = None if ratio is None else "inf" if ratio == float("inf") else round(ratio, 2)
-            rows.append({**s, "siblings_median_spread_pct": sib, "ratio": shown, "status": WARN if disturbed else PASS})
-    keep = ("key", "index", "uuid", "serial", "n", "min", "median", "max", "spread_pct", "siblings_median_spread_pct", "ratio", "status")
+            rows.append({**s, "siblings_median_spread_pct": sib, "ratio": shown, "floor_pct": floor,
+                         "status": WARN if disturbed else PASS})
+    keep = ("key", "index", "uuid", "serial", "n", "min", "median", "max", "spread_pct", "siblings_median_spread_pct", "ratio",
+            "floor_pct", "status")
     cpu = any(s["cpu"] for s in spreads)
     bad = [r for r in rows if r["status"] == WARN]
     if not any(r["siblings_median_spread_pct"] is not None for r in rows):
@@ -152,7 +165,9 @@ def sample_spread(host: str, found: dict, thr: Thresholds) -> dict:
             ratio = ("with siblings at 0%" if r["ratio"] == "inf" else
                      f"{r['ratio']:.1f} times its siblings' median spread {r['siblings_median_spread_pct']:.1f}%")
             parts.append(f"{gpu_text(r)} {r['label']} samples spread {r['spread_pct']:.1f}% ({num(r['min'])} to {num(r['max'])} {unit}"
-                         f" over {r['n']} samples), {ratio} (thresholds: over {num(floor)}% and over {num(ratio_max)} times): "
+                         f" over {r['n']} samples), {ratio} (thresholds: over {num(r['floor_pct'])}%"
+                         f"{f' ({UNCALIBRATED})' if thr.uncalibrated(SPREAD_FLOOR, r['key']) else ''}"
+                         f" and over {num(ratio_max)} times): "
                          "disturbed while measured, its median is not the GPU's figure")
         reason = listed_text(parts)
     else:

@@ -3,6 +3,8 @@ snapshots, the SDC hashes of the same comparable keys. A mixin of fleet.store.St
 
 from __future__ import annotations
 
+import json
+
 from gpufleet import failure_class, schema
 from gpufleet.errors import InputError
 from gpufleet.fleet.store_tables import HOST_TABLES
@@ -24,6 +26,21 @@ class Queries:
         return [dict(r) for r in self.conn.execute(
             "SELECT m.* FROM metrics m JOIN documents d ON d.run_id = m.run_id AND d.host = m.host "
             "WHERE m.run_id = ? AND d.role = 'node' ORDER BY m.host, m.metric, m.gpu_index", (run_id,))]
+
+    def gpu_past(self, hosts: list[str], run_id: str, runs: int) -> list[dict]:
+        """The per-GPU figures of each of these nodes' latest `runs` runs other than run_id in which it was accepted
+        (pass or warn): {"run_id", "host", "uuid", "metric", "context", "value"}, newest run first, so that
+        fleet/character.py holds a GPU against its own place among its siblings. At most `runs` documents a node."""
+        if not hosts:
+            return []
+        return [dict(r) for r in self.conn.execute(
+            "WITH recent AS (SELECT run_id, host, started FROM (SELECT d.run_id, d.host, r.started, ROW_NUMBER() OVER "
+            "(PARTITION BY d.host ORDER BY r.started DESC, d.run_id DESC) AS k FROM documents d JOIN runs r ON r.run_id = d.run_id "
+            "WHERE d.role = 'node' AND d.verdict IN ('pass', 'warn') AND d.run_id <> ? AND d.host IN (SELECT value FROM json_each(?))) "
+            "WHERE k <= ?) "
+            "SELECT m.run_id, m.host, m.uuid, m.metric, m.context, m.value FROM recent JOIN metrics m "
+            "ON m.run_id = recent.run_id AND m.host = recent.host WHERE m.uuid IS NOT NULL AND m.cpu = 0 "
+            "ORDER BY recent.started DESC, m.run_id DESC", (run_id, json.dumps(sorted(set(hosts))), runs))]
 
     def documents(self, run_id: str) -> list[dict]:
         return [dict(r) for r in self.conn.execute("SELECT * FROM documents WHERE run_id = ? ORDER BY host", (run_id,))]

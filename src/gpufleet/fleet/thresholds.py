@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from gpufleet import profiles
+from gpufleet import judge, profiles
 from gpufleet.fleet.counter_table import COUNTERS, FABRIC_COUNTERS
 
 
@@ -40,7 +40,7 @@ def thresholds_for(profile: Any) -> dict:
     this controller's files."""
     if not isinstance(profile, dict):
         return dict(_profile_thresholds(profile if isinstance(profile, str) else None))
-    out = {key: {"value": entry["value"], "source": entry.get("source")}
+    out = {key: {k: entry[k] for k in ("value", "source", "calibrated", "by_metric") if k in entry}
            for key, entry in (profile.get("thresholds") or {}).items() if isinstance(entry, dict) and "value" in entry}
     if any(key not in out for key in KEYS_READ):
         out = {**_profile_thresholds(profiles.GENERIC), **out}
@@ -48,17 +48,38 @@ def thresholds_for(profile: Any) -> dict:
 
 
 class Thresholds:
+    """A node's thresholds; a calibrated key's limit is per metric (calibration.py): value(key, metric)."""
+
     def __init__(self, table: dict):
         self.table = table
         # Looked up hundreds of thousands of times in a fleet's judgement.
         self._values = {key: (entry or {}).get("value") for key, entry in table.items()}
+        self._by_metric = {key: {m: e["value"] for m, e in entry["by_metric"].items()}
+                           for key, entry in table.items() if isinstance((entry or {}).get("by_metric"), dict)}
 
-    def value(self, key: str) -> Any:
+    def value(self, key: str, metric: str | None = None) -> Any:
+        if metric is not None and key in self._by_metric:
+            own = self._by_metric[key].get(metric)
+            if own is not None:
+                return own
         return self._values.get(key)
+
+    def uncalibrated(self, key: str, metric: str | None = None) -> bool:
+        """The model has no calibrated limit for this key and metric: the generic one stands, and is said so."""
+        entry = self.table.get(key) or {}
+        return entry.get("calibrated") is not None and not (metric and metric in self._by_metric.get(key, {}))
+
+    def limit(self, warn: str, fail: str, metric: str | None = None) -> judge.Limit:
+        return judge.Limit(warn, self.value(warn, metric), fail=self.value(fail, metric))
 
     def field(self, key: str, **extra) -> dict:
         entry = self.table.get(key) or {}
-        return {"key": key, "value": entry.get("value"), "source": entry.get("source"), **extra}
+        out = {"key": key, "value": entry.get("value"), "source": entry.get("source"), **extra}
+        if entry.get("calibrated") is not None:
+            out["calibrated"] = entry["calibrated"]
+        if key in self._by_metric:
+            out["by_metric"] = self._by_metric[key]
+        return out
 
     def pair(self, warn: str, fail: str) -> dict:
         """The result's threshold: the warn key, with the fail key inside it."""

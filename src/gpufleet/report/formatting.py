@@ -22,9 +22,18 @@ def check_id(res: dict) -> str:
 
 
 def ordered_results(results: list[dict]) -> tuple[list[dict], list[dict]]:
-    """(not passing, worst first; passing), each in the order the checks ran."""
-    bad = sorted((r for r in results if r["status"] != schema.PASS), key=lambda r: -schema.severity(r["status"]))
+    """(not passing, worst first; passing), each in the order the checks ran; information (information()) is
+    neither: it is listed apart."""
+    bad = sorted((r for r in results if r["status"] not in (schema.PASS, schema.INFO)), key=lambda r: -schema.severity(r["status"]))
     return bad, [r for r in results if r["status"] == schema.PASS]
+
+
+INFO_TITLE = "Information: findings with no action for the operator; they do not change the verdict"
+
+
+def information(results: list[dict]) -> list[dict]:
+    """The results of status info, in the order the checks ran."""
+    return [r for r in results if r["status"] == schema.INFO]
 
 
 TRUST_NOT_RECORDED = "not recorded"  # a benchmark figure of a document made before results carried `trust`

@@ -234,7 +234,7 @@ def _build(run_dir: Path, expected_hosts: list[str] | None, db: Path | str | Non
             fleet = compare.evaluate(run_id, readable, store=store, store_note=store_note, baseline=chosen, extracted=extracted)
         for node in nodes:
             node.pop(DOC_PROFILE, None)
-            node["results"] = node["results"] + fleet["results"].get(node["host"], [])
+            node["results"] = fleet["node_results"].get(node["host"], node["results"]) + fleet["results"].get(node["host"], [])
             _refresh(node)
         report = assemble(run_dir, sorted(nodes, key=node_order))
         info = read_run_info(run_dir)

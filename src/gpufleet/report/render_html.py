@@ -18,6 +18,7 @@ from typing import Any
 from gpufleet.causes import in_shared
 from gpufleet.schema import size_text
 from gpufleet.report.formatting import (
+    INFO_TITLE,
     STATUS_ORDER,
     VERSIONS_HEAD,
     VERSIONS_TITLE,
@@ -30,6 +31,7 @@ from gpufleet.report.formatting import (
     fleet_note,
     findings,
     fmt_scalar,
+    information,
     kept_locks,
     node_causes,
     node_versions_text,
@@ -48,7 +50,7 @@ table{border-collapse:collapse;margin:.5em 0}th,td{border:1px solid #d0d7de;padd
 th{background:#f6f8fa}td.n{text-align:right;font-variant-numeric:tabular-nums}td.zero{color:#8c959f}
 code{font:12px ui-monospace,SFMono-Regular,Menlo,monospace}pre{margin:.2em 0;white-space:pre-wrap;font:12px ui-monospace,monospace}
 .badge{display:inline-block;min-width:3.2em;text-align:center;padding:0 .4em;border-radius:3px;font-weight:600;font-size:12px;color:#fff}
-.b-pass{background:#1a7f37}.b-warn{background:#9a6700}.b-fail{background:#cf222e}.b-error{background:#8250df}.b-skip{background:#6e7781}
+.b-pass{background:#1a7f37}.b-warn{background:#9a6700}.b-fail{background:#cf222e}.b-error{background:#8250df}.b-skip{background:#6e7781}.b-info{background:#0969da}
 tr.s-fail>td{background:#ffebe9}tr.s-error>td{background:#fbefff}tr.s-warn>td{background:#fff8c5}tr.s-skip>td{background:#f6f8fa}
 .remedy{margin-top:.3em}.remedy b{color:#0969da}.src{color:#57606a;font-size:12px}.meta{color:#57606a}
 details{margin-top:.3em}summary{cursor:pointer;color:#0969da}table.kv{margin:.3em 0;font-size:12px}table.kv th{font-weight:600;white-space:nowrap}
@@ -69,6 +71,16 @@ _MAX_DEPTH = 3  # deeper evidence is shown as JSON
 
 def _e(text: Any) -> str:
     return html.escape(str(text), quote=True)
+
+
+def _plain_table(results: list[dict]) -> str:
+    rows = "".join(
+        f"<tr><td>{_badge(r['status'])}</td><td><code>{_e(check_id(r))}</code></td>"
+        f"<td>{_e(value_text(r))}</td><td>{_e(trust_text(r))}</td><td>{_threshold_cell(r)}</td><td>{_e(r.get('reason') or '')}</td></tr>"
+        for r in results
+    )
+    return ("<table><thead><tr><th>status</th><th>check</th><th>value</th><th>trust</th><th>threshold</th><th>reason</th></tr></thead>"
+            f"<tbody>{rows}</tbody></table>")
 
 
 def _badge(status: str) -> str:
@@ -169,17 +181,15 @@ def _node_section(node: dict, anchor: str) -> str:
         out += [_cause_row(g) for g in shared]
         out += [_finding_row(r) for r in bad]
         out.append("</tbody></table>")
+    info = information(node["results"])
+    if info:  # findings with no action: shown apart, open, and part of no verdict
+        out.append(f"<details open><summary>{len(info)} {_e(INFO_TITLE[0].lower() + INFO_TITLE[1:])}</summary>"
+                   + _plain_table(info) + "</details>")
     if good:
-        rows = "".join(
-            f"<tr><td>{_badge(r['status'])}</td><td><code>{_e(check_id(r))}</code></td>"
-            f"<td>{_e(value_text(r))}</td><td>{_e(trust_text(r))}</td><td>{_threshold_cell(r)}</td><td>{_e(r.get('reason') or '')}</td></tr>"
-            for r in good
-        )
         # Passes are folded away unless nothing else is there to read.
         out.append(
-            f"<details{'' if bad else ' open'}><summary>{len(good)} passed check{'s' if len(good) != 1 else ''}</summary>"
-            "<table><thead><tr><th>status</th><th>check</th><th>value</th><th>trust</th><th>threshold</th><th>reason</th></tr></thead>"
-            f"<tbody>{rows}</tbody></table></details>"
+            f"<details{'' if bad or info else ' open'}><summary>{len(good)} passed check{'s' if len(good) != 1 else ''}</summary>"
+            + _plain_table(good) + "</details>"
         )
     charts = _busbw_section(node)
     if charts:

@@ -14,6 +14,7 @@ from typing import Any
 from gpufleet.causes import in_shared
 from gpufleet.schema import size_text
 from gpufleet.report.formatting import (
+    INFO_TITLE,
     STATUS_ORDER,
     VERSIONS_HEAD,
     VERSIONS_TITLE,
@@ -26,6 +27,7 @@ from gpufleet.report.formatting import (
     fleet_note,
     findings,
     fmt_scalar,
+    information,
     kept_locks,
     node_causes,
     node_versions_text,
@@ -129,9 +131,11 @@ def _node_section(node: dict) -> list[str]:
         lines += [f"### Not passing ({len(rest)}{' more' if shared else ''})", ""]
         for res in rest:
             lines += _finding(res)
-    if good:
-        lines += [f"### Passed ({len(good)})", "", "| check | value | trust | threshold | reason |", "| --- | --- | --- | --- | --- |"]
-        for res in good:
+    for title, rows in ((INFO_TITLE, information(node["results"])), ("Passed", good)):
+        if not rows:
+            continue
+        lines += [f"### {title} ({len(rows)})", "", "| check | value | trust | threshold | reason |", "| --- | --- | --- | --- | --- |"]
+        for res in rows:
             bound, _ = threshold_text(res.get("threshold"))
             lines.append(f"| {_code(check_id(res))} | {_inline(value_text(res))} | {_inline(trust_text(res))} | {_inline(bound)} | "
                          f"{_inline(res.get('reason') or '')} |")

@@ -25,7 +25,7 @@ STAGE_FILES = {"nccl_multinode": "cross-node", "finetune_multinode": "fine-tune"
 # The task file of a job across nodes, which both runs across nodes share: its stage is the job's (fine-tune or not).
 JOB_FILE = "job_across_nodes"
 # Worst first for the "so far" column; unreachable is worse than any result.
-_RANK = {"unreachable": 6, schema.ERROR: 5, schema.FAIL: 4, schema.WARN: 3, schema.PASS: 2, schema.SKIP: 1}
+_RANK = {"unreachable": 7, schema.ERROR: 6, schema.FAIL: 5, schema.WARN: 4, schema.INFO: 3, schema.PASS: 2, schema.SKIP: 1}
 FINAL_EVENT = "playbook_on_stats"
 
 
