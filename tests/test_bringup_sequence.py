@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sysfs_tree import vm
+from sysfs_tree import fake_nvml, vm
 from testhosts import TestFleet, skip_reason
 
 pytestmark = pytest.mark.slow
@@ -53,9 +53,7 @@ def make_vm(host_root: Path) -> None:
     shutil.rmtree(tree.root / "sys/class/net/ens3")
     tree.net({"eth0": "up"})
     nvml = host_root / NVML_DIR.strip("/")
-    nvml.mkdir(parents=True)
-    subprocess.run(["cc", "-shared", "-fPIC", f'-DSTATE_FILE="{NVML_DIR}/gpus"', "-o", str(nvml / "libnvidia-ml.so.1"),
-                    str(REPO / "tests/data/fake_nvml.c")], check=True, capture_output=True)
+    fake_nvml(nvml / "libnvidia-ml.so.1", f"{NVML_DIR}/gpus")
     (nvml / "gpus").write_text("00000000:00:05.0 1\n")
     shadow = host_root / NO_ENSUREPIP.strip("/") / "shadow/ensurepip"
     shadow.mkdir(parents=True)
