@@ -58,6 +58,13 @@ NET_MAX_BYTES = 256 * MiB
 MARGIN = 0.02
 
 
+def size_text(size: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", MiB), ("KiB", 1 << 10)):
+        if size >= scale:
+            return f"{size / scale:g} {unit}"
+    return f"{size} B"
+
+
 def variants(role_settings: dict) -> list[tuple[str, dict, int | None]]:
     """(name, NCCL variables, size cap) in the order they run; the baseline recurs so drift shows."""
     role = [(f"role:{k}", {k: str(v)}, None) for k, v in sorted(role_settings.items())]
@@ -141,7 +148,8 @@ def judge(runs: list[dict]) -> list[dict]:
         rows.append({
             "variant": name, "against": against, "runs": len(mine), "cells": len(ratios),
             "geomean_ratio": round(math.exp(sum(math.log(r) for r in ratios.values()) / len(ratios)), 4),
-            "worst": f"{worst[0]} {worst[1] // MiB} MiB {ratios[worst]:.3f}", "best": f"{best[0]} {best[1] // MiB} MiB {ratios[best]:.3f}",
+            "worst": f"{worst[0]} {size_text(worst[1])} {ratios[worst]:.3f}",
+            "best": f"{best[0]} {size_text(best[1])} {ratios[best]:.3f}",
             "cells_below": len(below), "cells_above": len(above), "verdict": verdict,
         })
     return rows
@@ -183,7 +191,7 @@ def write_outputs(out: Path, runs: list[dict], left_out: list[str], evidence: di
     for key in keys:
         vals = [statistics.median([c[key] for c in cs if key in c]) if any(key in c for c in cs) else None
                 for cs in by_variant.values()]
-        table.append(f"| {key[0]} | {key[1] // MiB} MiB | " + " | ".join("" if v is None else f"{v:.1f}" for v in vals) + " |")
+        table.append(f"| {key[0]} | {size_text(key[1])} | " + " | ".join("" if v is None else f"{v:.4g}" for v in vals) + " |")
     (out / "table.md").write_text("busbw GB/s, median over a variant's runs\n\n" + "\n".join(table) + "\n")
     return text
 
