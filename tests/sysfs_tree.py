@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import os
 import struct
+import subprocess
 from pathlib import Path
 
 # ACS control values: what Linux sets on switch ports when an IOMMU is on
 # (source validation, P2P request/completion redirect, upstream forwarding), and all off.
 ACS_REDIRECT_ON = 0x001D
 ACS_OFF = 0x0000
+FAKE_NVML_SOURCE = Path(__file__).resolve().parent / "data" / "fake_nvml.c"
 
 
 def config_space(
@@ -349,3 +351,12 @@ def vm(tmp: Path) -> Tree:
     (tmp / "bin").mkdir(exist_ok=True)
     tree.environ.update({"PATH": str(tmp / "bin")})  # no systemctl: never needed without NVSwitch
     return tree
+
+
+def fake_nvml(library: Path, state: str) -> Path:
+    """Build the NVML stand-in (tests/data/fake_nvml.c) at `library`, answering from the file `state` ("<NVML bus id>
+    <persistence 0|1>" a line; no file: a driver not loaded). Needs a C compiler."""
+    library.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["cc", "-shared", "-fPIC", f'-DSTATE_FILE="{state}"', "-o", str(library), str(FAKE_NVML_SOURCE)],
+                   check=True, capture_output=True)
+    return library

@@ -13,6 +13,8 @@ import sys
 import tarfile
 from pathlib import Path
 
+import shutil
+
 import pytest
 
 from module_runner import REPO, run_module  # noqa: E402  (also puts the collection on sys.path)
@@ -22,7 +24,7 @@ from ansible_collections.gpufleet.cluster.plugins.modules import bringup_facts, 
 from gpufleet import profiles, schema  # noqa: E402
 from gpufleet.checks import host_hygiene  # noqa: E402
 from gpufleet.collect import host  # noqa: E402
-from sysfs_tree import ACS_REDIRECT_ON, hgx, vm  # noqa: E402
+from sysfs_tree import ACS_REDIRECT_ON, fake_nvml, hgx, vm  # noqa: E402
 
 TUNING = REPO / "roles/host_tuning/files/gpufleet_host_tuning.py"
 PACK = REPO / "roles/python_env/files/pack_engine.py"
@@ -80,6 +82,32 @@ def test_facts_on_this_machine_name_why_the_kernel_is_off_limits(capsys):
     if out["container"]["is_container"]:
         assert out["kernel"]["touchable"] is False and "container" in out["kernel"]["reason"]
     assert out["kernel"]["reason"]
+
+
+@pytest.mark.skipif(not shutil.which("cc"), reason="needs a C compiler for the NVML stand-in")
+def test_facts_read_persistence_mode_through_nvml(tmp_path, capsys):
+    tree = vm(tmp_path)
+    state = tmp_path / "gpus"
+    lib = fake_nvml(tmp_path / "libnvidia-ml.so.1", str(state))
+    state.write_text("00000000:00:05.0 1\n00000000:00:06.0 0\n")
+    out = run_module(bringup_facts, {"root": str(tree.root), "nvml_library": str(lib)}, capsys)
+    assert out["persistence"] == {"read": True, "reason": None, "gpus": [
+        {"index": 0, "bus_id": "0000:00:05.0", "enabled": True}, {"index": 1, "bus_id": "0000:00:06.0", "enabled": False}]}
+    # No driver behind the library: NVML's own words.
+    state.unlink()
+    out = run_module(bringup_facts, {"root": str(tree.root), "nvml_library": str(lib)}, capsys)
+    assert out["persistence"] == {"read": False, "gpus": [],
+                                  "reason": f"{lib}: nvmlInit_v2: Driver Not Loaded (NVML error 9)"}
+
+
+def test_facts_say_why_persistence_mode_was_not_read(tmp_path, capsys):
+    tree = vm(tmp_path)
+    out = run_module(bringup_facts, {"root": str(tree.root)}, capsys)
+    assert out["persistence"] == {"read": False, "reason": "not asked (no nvml_library)", "gpus": []}
+    out = run_module(bringup_facts, {"root": str(tree.root), "nvml_library": str(tmp_path / "libnvidia-ml.so.1")}, capsys)
+    assert out["persistence"]["read"] is False and out["persistence"]["reason"].startswith(f"cannot load {tmp_path}")
+    out = run_module(bringup_facts, {"root": str(tree.root), "nvml_library": "libc.so.6"}, capsys)
+    assert "undefined symbol: nvmlErrorString" in out["persistence"]["reason"]
 
 
 def test_facts_refuse_a_missing_root(tmp_path, capsys):

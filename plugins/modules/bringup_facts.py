@@ -15,6 +15,8 @@ description:
     driver version (C(/sys/module/nvidia/version), else C(/proc/driver/nvidia/version)), InfiniBand HCAs with their
     ports and link layers, network interfaces, loaded kernel modules, CPU frequency governors and the sysctls the
     bring-up roles set.
+  - With O(nvml_library), reads every GPU's persistence mode through NVML (C(libnvidia-ml), loaded with C(ctypes)),
+    so a role can verify it where the GPUs' settings are not its to change.
   - Says whether the kernel of this node can be changed now. It cannot in a container or a chroot, or where
     C(/proc/sys) is not writable; then the roles lay down their persistent files and skip the runtime writes.
     When O(root) is not C(/) the writes go to the tree under it, which is not a kernel, so they are allowed.
@@ -35,6 +37,12 @@ options:
       - Directory under which C(sys/) and C(proc/) are read. C(/) on a real node; tests point it at a fake tree.
     type: path
     default: /
+  nvml_library:
+    description:
+      - The NVML library to read persistence mode through, a file name the dynamic loader finds (C(libnvidia-ml.so.1))
+        or a path. Empty (the default) reads no NVML.
+    type: str
+    default: ""
 seealso:
   - module: gpufleet.cluster.bringup_record
 author:
@@ -105,6 +113,13 @@ cmdline:
   returned: always
   type: str
   sample: BOOT_IMAGE=/vmlinuz-6.8.0-49-generic root=UUID=x ro iommu=pt
+persistence:
+  description:
+    - Persistence mode of each GPU as NVML reports it (C(read) false, with the C(reason), when NVML could not be read
+      or O(nvml_library) is empty). C(bus_id) as sysfs writes it.
+  returned: always
+  type: dict
+  sample: {read: true, reason: null, gpus: [{index: 0, bus_id: "0000:00:06.0", enabled: true}]}
 sysctl:
   description: Current values of the sysctls the bring-up roles set (null where absent).
   returned: always
@@ -112,6 +127,7 @@ sysctl:
   sample: {kernel.numa_balancing: "1", vm.nr_hugepages: "0"}
 """
 
+import ctypes
 import os
 import re
 import subprocess
@@ -124,7 +140,10 @@ _DRIVER_LINE = re.compile(r"Kernel Module(?: for \S+)?\s+([0-9]+\.[0-9]+(?:\.[0-
 
 
 def build_module():
-    return AnsibleModule(argument_spec=dict(root=dict(type="path", default="/")), supports_check_mode=True)
+    return AnsibleModule(
+        argument_spec=dict(root=dict(type="path", default="/"), nvml_library=dict(type="str", default="")),
+        supports_check_mode=True,
+    )
 
 
 def text(path):
@@ -207,6 +226,60 @@ def read_modules(root):
     return {"readable": True, "loaded": sorted(set(line.split()[0] for line in listing.splitlines() if line.strip()))}
 
 
+class PciInfo(ctypes.Structure):
+    """nvmlPciInfo_t as nvmlDeviceGetPciInfo_v3 fills it (nvml.h)."""
+
+    _fields_ = [("busIdLegacy", ctypes.c_char * 16), ("domain", ctypes.c_uint), ("bus", ctypes.c_uint),
+                ("device", ctypes.c_uint), ("pciDeviceId", ctypes.c_uint), ("pciSubSystemId", ctypes.c_uint),
+                ("busId", ctypes.c_char * 32)]
+
+
+class NvmlError(Exception):
+    pass
+
+
+def sysfs_bdf(nvml_bus_id):
+    """NVML's "00000000:00:06.0" as sysfs names the device: "0000:00:06.0"."""
+    domain, _, rest = nvml_bus_id.lower().partition(":")
+    return "%s:%s" % (domain[-4:].rjust(4, "0"), rest)
+
+
+def read_persistence(library):
+    """Each GPU's persistence mode through NVML, by ctypes: this module runs before any NVML binding is installed."""
+    if not library:
+        return {"read": False, "reason": "not asked (no nvml_library)", "gpus": []}
+    try:
+        nvml = ctypes.CDLL(library)
+    except OSError as exc:
+        return {"read": False, "reason": "cannot load %s: %s" % (library, exc), "gpus": []}
+
+    def call(name, *args):
+        rc = getattr(nvml, name)(*args)
+        if rc != 0:
+            raise NvmlError("%s: %s (NVML error %d)" % (name, (nvml.nvmlErrorString(rc) or b"?").decode(), rc))
+
+    gpus = []
+    try:  # AttributeError: a library without NVML's symbols
+        nvml.nvmlErrorString.restype = ctypes.c_char_p
+        call("nvmlInit_v2")
+    except (NvmlError, AttributeError) as exc:
+        return {"read": False, "reason": "%s: %s" % (library, exc), "gpus": []}
+    try:
+        count = ctypes.c_uint(0)
+        call("nvmlDeviceGetCount_v2", ctypes.byref(count))
+        for index in range(count.value):
+            handle, mode, pci = ctypes.c_void_p(), ctypes.c_int(-1), PciInfo()
+            call("nvmlDeviceGetHandleByIndex_v2", ctypes.c_uint(index), ctypes.byref(handle))
+            call("nvmlDeviceGetPciInfo_v3", handle, ctypes.byref(pci))
+            call("nvmlDeviceGetPersistenceMode", handle, ctypes.byref(mode))
+            gpus.append({"index": index, "bus_id": sysfs_bdf(pci.busId.decode()), "enabled": mode.value == 1})
+    except (NvmlError, AttributeError) as exc:
+        return {"read": False, "reason": str(exc), "gpus": gpus}
+    finally:
+        nvml.nvmlShutdown()
+    return {"read": True, "reason": None, "gpus": gpus}
+
+
 def detect_container(module):
     """(is_container, how): the signals systemd uses, then systemd-detect-virt itself."""
     marker = text("/run/systemd/container")
@@ -268,6 +341,7 @@ def main():
         modules=read_modules(root),
         cpufreq=read_cpufreq(root),
         cmdline=text(os.path.join(root, "proc/cmdline")),
+        persistence=read_persistence(module.params["nvml_library"]),
         sysctl=dict((k, text(os.path.join(root, "proc/sys", k.replace(".", "/")))) for k in SYSCTLS),
     )
 

@@ -182,7 +182,13 @@ def _sendrecv_matrix(torch, dist, size, rank, world, device, iters):
     return [[next((m[s][d] for m in gathered if m[s][d] is not None), None) for d in range(world)] for s in range(world)]
 
 
-def worker(tier: str, out_path: str, use_graph: bool) -> None:
+def tier_sizes(tier: str, max_bytes: int | None = None) -> dict:
+    """The tier's sizes per collective, less those above max_bytes (a slow transport measured at its small end)."""
+    capped = {name: [s for s in sizes if not max_bytes or s <= max_bytes] for name, sizes in SIZES[tier].items()}
+    return {name: sizes for name, sizes in capped.items() if sizes}
+
+
+def worker(tier: str, out_path: str, use_graph: bool, max_bytes: int | None = None) -> None:
     import warnings
 
     import torch
@@ -202,7 +208,8 @@ def worker(tier: str, out_path: str, use_graph: bool) -> None:
         dist.init_process_group("gloo")
         use_graph = False
     results: dict = {}
-    for name, sizes in SIZES[tier].items():
+    sizes_of = tier_sizes(tier, max_bytes)
+    for name, sizes in sizes_of.items():
         if name == "sendrecv":
             continue
         rows = []
@@ -226,8 +233,8 @@ def worker(tier: str, out_path: str, use_graph: bool) -> None:
                 torch.cuda.empty_cache()
         results[name] = rows
     matrix = None
-    if world == local_world and world > 1 and "sendrecv" in SIZES[tier]:  # inside one node only: names a slow NVLink pair
-        size = SIZES[tier]["sendrecv"][0]
+    if world == local_world and world > 1 and "sendrecv" in sizes_of:  # inside one node only: names a slow NVLink pair
+        size = sizes_of["sendrecv"][0]
         matrix = {"size_bytes": size, "gbps": _sendrecv_matrix(torch, dist, size, rank, world, device, 5 if tier != "cpu" else 2)}
     if local_rank == 0:  # every node reports the run; the figures are the same on all
         doc = {
@@ -357,8 +364,9 @@ def main(argv=None):
     p.add_argument("--tier", default="quick", choices=list(SIZES))
     p.add_argument("--out", required=True)
     p.add_argument("--no-graph", action="store_true")
+    p.add_argument("--max-bytes", type=int, help="leave out the tier's sizes above this (a slow transport)")
     args = p.parse_args(argv)
-    worker(args.tier, args.out, not args.no_graph)
+    worker(args.tier, args.out, not args.no_graph, args.max_bytes)
 
 
 if __name__ == "__main__":
