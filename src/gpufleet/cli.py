@@ -8,6 +8,8 @@
     gpufleet finetune --config FILE [--nnodes N]  LoRA fine-tune under torchrun, print a host document
     gpufleet report RUN_DIR [--expect-host H ...] aggregate hosts/*.json into reports, with the fleet layer
     gpufleet record | history | baseline | store | versions  the fleet's memory (gpufleet.fleet.cli)
+    gpufleet slurm sweep | ladder | evidence      keeping the fleet in service (gpufleet.service.cli)
+    gpufleet node-stage --tier T --run-dir DIR    on a node, inside a sweep's Slurm job: the tier's node stage
     gpufleet status [--json] [--count N]          every GPU of this node (NVML), refreshed until Ctrl-C
     gpufleet hw [--json] [--root DIR]             this node's hardware: CPUs, NUMA, memory, GPUs, NVLink, HCAs
 
@@ -23,7 +25,7 @@ import socket
 import sys
 from pathlib import Path
 
-from gpufleet import collect, engine, guard, lock, report, runs, schema, slurm, views
+from gpufleet import collect, engine, guard, lock, node_stage, report, runs, schema, slurm, views
 from gpufleet.checks import GROUPS, slurm_health
 from gpufleet.collect import counters
 from gpufleet.command_line import Parser, add_document_arguments, json_arg, print_doc, results_exit
@@ -32,6 +34,7 @@ from gpufleet.finetune import cli as finetune_cli
 from gpufleet.fleet import cli as fleet_cli
 from gpufleet.fleet.store import Store
 from gpufleet.runner import cli as runner_cli
+from gpufleet.service import cli as service_cli
 from gpufleet.lock import DEFAULT_PATH as DEFAULT_LOCK_PATH
 
 
@@ -264,11 +267,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_report)
     fleet_cli.add_parsers(sub)  # record, history, baseline, store, versions: the fleet's memory
     runner_cli.add_parsers(sub)  # fleet run|accept|resume|locate: the playbooks through ansible-runner
+    service_cli.add_parsers(sub)  # slurm sweep, ladder, evidence: the fleet kept in service
+    node_stage.add_parser(sub)  # node-stage: what a sweep job runs on its node
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(service_cli.route(sys.argv[1:] if argv is None else argv))
     guard.start_from_env()  # stop what this command starts should the run that asked for it be gone
     try:
         return args.func(args)

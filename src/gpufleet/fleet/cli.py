@@ -324,6 +324,13 @@ def cmd_slurm(args) -> int:
     else:
         record = fleet_slurm.act(Path(args.run_dir), args.action, args.max_drain, names=names, check=args.check)
     lines = fleet_slurm.summary_lines(record)
+    store = default_path(Path(args.run_dir).resolve().parent)
+    if store.exists() and not args.check:  # what it did counts in the fleet's costs (fleet/service_log.py)
+        try:
+            with Store(store) as opened:
+                opened.index_events(Path(args.run_dir))
+        except (InputError, sqlite3.Error) as exc:  # slurm.json keeps it; the next report indexes it
+            print(f"gpufleet slurm: {args.run_dir}/slurm.json is written, but indexing it into {store} failed: {exc}", file=sys.stderr)
     _print({**record, "summary": lines}, args.json, "\n".join(lines))
     return 0 if record["ok"] else 1
 
@@ -371,7 +378,8 @@ def add_parsers(sub) -> None:
 
     sl = sub.add_parser("slurm", help="act on RUN_DIR/report.json in Slurm: drain the nodes not accepted, resume those "
                         "gpufleet drained that pass now (slurm.json in the run folder keeps what was done)")
-    sl.add_argument("run_dir", help="the run's folder, holding report.json")
+    sl.add_argument("run_dir", help="the run's folder, holding report.json (`gpufleet slurm sweep --help`: idle nodes swept "
+                    "as Slurm jobs)")
     sl.add_argument("--action", default="none", help=f"gpufleet_slurm_action: {', '.join(fleet_slurm.ACTIONS)} (default none)")
     sl.add_argument("--max-drain", default=fleet_slurm.DEFAULT_MAX_DRAIN, help="gpufleet_slurm_max_drain: at most this "
                     "many nodes (N) or percent of a partition (N%%) drained by one run (default %(default)s)")

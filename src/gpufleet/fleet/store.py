@@ -24,6 +24,8 @@ Tables (a null GPU index means a node-level row):
     baseline       run_id, set_at, cleared_at (the current baseline: the row not cleared)
     repairs        at, what (damaged | missing | rebuild), moved_aside, runs, baseline, note: each rebuild, so the
                    report of a run during which the store was repaired says so
+    events         run_id, source (slurm.json | sweep.json | ladder.json), seq, at, host, slurm_node, kind, step,
+                   done, detail (JSON): what keeping the fleet in service did (fleet/service_log.py)
 
 A damaged or foreign file at the store's path (garbage, a cut-short file, another application's SQLite) is
 moved aside as <name>.damaged-<UTC time> and the store rebuilt from the run folders; a missing store is rebuilt
@@ -32,6 +34,9 @@ before a run indexes into it (fleet/repair.py: `open_for_run`, `repair`), so his
 Schema version 2 added failure_class (failure_class.py: hardware, environment, configuration, software) to results
 and gpu_flags, and the table sdc_hashes; a version 1 store is migrated when opened (rows indexed before carry
 no class, and readers take the check's default).
+
+Schema version 4 added the table events; a version 3 store gets it when opened, and its rows from the run
+folders at the next report of each run or `gpufleet store rebuild`.
 
 Indexing a host document replaces every row of that (run_id, host) in one transaction, so indexing twice is
 the same as once, and a reader never sees half a document.
@@ -50,11 +55,11 @@ from typing import Any, Iterator
 
 from gpufleet import failure_class, runs, schema
 from gpufleet.errors import InputError
-from gpufleet.fleet import DB_NAME, GROUP, metrics, sdc
+from gpufleet.fleet import DB_NAME, GROUP, metrics, sdc, service_log
 from gpufleet.fleet.counter_table import FABRIC_COUNTERS
 from gpufleet.fleet.run_files import read_baseline_file, read_json, read_run_info, write_baseline_file
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 APPLICATION = "gpufleet"
 BUSY_TIMEOUT_S = 60.0  # a rebuild of a long history holds the write lock for seconds, not minutes
 HOST_TABLES = ("documents", "gpus", "results", "metrics", "counters", "gpu_flags", "sdc_hashes")
@@ -90,6 +95,10 @@ CREATE TABLE IF NOT EXISTS sdc_hashes (
 CREATE INDEX IF NOT EXISTS sdc_comparable ON sdc_hashes (comparable, computation);
 CREATE TABLE IF NOT EXISTS repairs (
     at TEXT NOT NULL, what TEXT NOT NULL, moved_aside TEXT, runs INTEGER, baseline TEXT, note TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS events (
+    run_id TEXT NOT NULL, source TEXT NOT NULL, seq INTEGER NOT NULL, at TEXT, host TEXT, slurm_node TEXT,
+    kind TEXT NOT NULL, step TEXT, done INTEGER, detail TEXT);
+CREATE INDEX IF NOT EXISTS events_host ON events (host, at);
 CREATE INDEX IF NOT EXISTS documents_host ON documents (host);
 CREATE INDEX IF NOT EXISTS results_run_host ON results (run_id, host);
 CREATE INDEX IF NOT EXISTS gpus_uuid ON gpus (uuid);
@@ -200,7 +209,8 @@ class Store:
 
     def _migrate(self, c: sqlite3.Connection) -> None:
         """Version 1 -> 2: the failure_class columns (sdc_hashes is created by the DDL). 2 -> 3: each document's
-        versions (the software and firmware table reads them from here, not from the run folders). Idempotent."""
+        versions (the software and firmware table reads them from here, not from the run folders). 3 -> 4: the
+        table events, made by the DDL. Idempotent."""
         for table, column in (("results", "failure_class"), ("gpu_flags", "failure_class"), ("documents", "versions")):
             if column not in {r[1] for r in c.execute(f"PRAGMA table_info({table})")}:
                 c.execute(f"ALTER TABLE {table} ADD COLUMN {column} TEXT")
@@ -449,6 +459,7 @@ class Store:
                 self.index_document(run_id, host, None, path=f"hosts/{host}.json", problem=why, fresh=fresh)
                 done["missing"].append(host)
                 seen.add(host)
+        self._index_events(run_dir, run_id)
         return done
 
     def rebuild(self, reports_dir: Path | str) -> dict:
@@ -462,7 +473,7 @@ class Store:
         summary: dict = {"reports_dir": str(reports_dir), "store": str(self.path), "runs": [], "unreadable": [], "missing": []}
         with self.write() as c:
             kept_baseline = [dict(r) for r in c.execute("SELECT * FROM baseline")]
-            for table in ("runs", "baseline", *HOST_TABLES):
+            for table in ("runs", "baseline", "events", *HOST_TABLES):
                 c.execute(f"DELETE FROM {table}")
             for run_dir in sorted(p for p in reports_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
                 if not ((run_dir / "run.json").exists() or (run_dir / "hosts").is_dir()):
@@ -496,6 +507,36 @@ class Store:
                     done["missing"].append(host)
             if rep.get("verdict") in schema.STATUSES:
                 self.record_verdicts(run_id, rep["verdict"], nodes, rep.get("generated"))
+
+    # ------------------------------------------------------------ service events (fleet/service_log.py)
+
+    def index_events(self, run_dir: Path | str) -> None:
+        """The run folder's action records (slurm.json, sweep.json, ladder.json) indexed again, each in place of its rows."""
+        with self.write():
+            self._index_events(Path(run_dir), runs.run_id_of(run_dir))
+
+    def _index_events(self, run_dir: Path, run_id: str) -> None:
+        with self.write() as c:
+            for source, rows in service_log.run_rows(run_dir, run_id).items():
+                c.execute("DELETE FROM events WHERE run_id = ? AND source = ?", (run_id, source))
+                c.executemany(f"INSERT INTO events VALUES ({', '.join('?' * len(service_log.COLUMNS))})", rows)
+
+    def events(self, host: str | None = None, kind: str | None = None) -> list[dict]:
+        """Events oldest first, of one node and of one kind when given."""
+        where = " AND ".join(w for w, v in (("host = ?", host), ("kind = ?", kind)) if v is not None) or "1"
+        return [service_log.as_event(r) for r in self.conn.execute(
+            f"SELECT {', '.join(service_log.COLUMNS)} FROM events WHERE {where} ORDER BY at, run_id, source, seq",
+            [v for v in (host, kind) if v is not None])]
+
+    def node_runs(self, host: str) -> list[dict]:
+        """The node's runs with a readable document, oldest first: {"run_id", "started", "verdict", "clean"} (clean:
+        no result warned, failed or erred)."""
+        return [{"run_id": r["run_id"], "started": r["started"], "verdict": r["verdict"], "clean": not r["bad"]}
+                for r in self.conn.execute(
+                    "SELECT d.run_id, COALESCE(r.started, d.started) AS started, d.verdict, EXISTS (SELECT 1 FROM results x "
+                    "WHERE x.run_id = d.run_id AND x.host = d.host AND x.status IN ('warn', 'fail', 'error')) AS bad "
+                    "FROM documents d JOIN runs r ON r.run_id = d.run_id WHERE d.host = ? AND d.role = 'node' AND d.ok = 1 "
+                    "ORDER BY started, d.run_id", (host,))]
 
     def log_repair(self, what: str, note: str, *, moved_aside: Path | None, runs: int, baseline: str | None) -> dict:
         row = {"at": schema.utc_now(), "what": what, "moved_aside": str(moved_aside) if moved_aside else None,
@@ -662,7 +703,11 @@ class Store:
                         "SELECT check_id, status, reason, failure_class FROM gpu_flags WHERE run_id = ? AND host = ? AND "
                         "(uuid = ? OR (uuid IS NULL AND gpu_index = ?))", (g["run_id"], g["host"], g["uuid"], g["gpu_index"]))],
                 })
-        return {"kind": kind, "key": value, "store": str(self.path), "baseline": (self.baseline() or {}).get("run_id"), "runs": rows}
+        out = {"kind": kind, "key": value, "store": str(self.path), "baseline": (self.baseline() or {}).get("run_id"), "runs": rows}
+        if kind == "node":
+            out["service"] = {"costs": service_log.costs(self, [value])["nodes"][value],
+                              "ladder": [e["detail"] for e in self.events(value, "ladder")]}
+        return out
 
     def _metrics(self, run_id: str, host: str, gpu_index: int | None) -> dict:
         where = "gpu_index IS NULL" if gpu_index is None else "gpu_index = ?"
