@@ -28,7 +28,7 @@ REACCEPT_PREFIX = f"{PREFIX} REACCEPT"
 REASON_MAX_CHARS = 128
 # Characters kept in a reason: no '=' (scontrol's key=value output), nothing a shell expands inside quotes.
 _REASON_CHARS = re.compile(r"[^A-Za-z0-9._:,;+ /()-]")
-_FIELD = re.compile(r" (?=[A-Za-z_]+=)")
+_FIELD = re.compile(r" (?=[A-Za-z_][A-Za-z0-9_:/]*=)")  # keys such as AllocNode:Sid, CPUs/Task
 # Where scontrol is when the caller's PATH lacks it (slurmd runs a HealthCheckProgram with a bare environment).
 _SEARCH_PATH = "/usr/bin:/usr/local/bin:/opt/slurm/bin:/usr/sbin"
 TIMEOUT_S = 60
@@ -161,13 +161,19 @@ def submit(options: list[str], script: str) -> str:
 
 
 def queued(job_name: str) -> list[dict]:
-    """The jobs of that name slurmctld holds now, pending or running: [{"job_id", "state", "node", "comment"}]."""
-    out = run_tool("squeue", "-h", "-a", "--name", job_name, "-o", "%i|%T|%N|%k")
-    return [dict(zip(("job_id", "state", "node", "comment"), line.split("|", 3))) for line in out.splitlines() if line.count("|") >= 3]
+    """The jobs of that name slurmctld holds now, pending or running: [{"job_id", "state", "node", "comment"}]; node is
+    where it runs, else the node it asked for."""
+    out = run_tool("squeue", "-h", "-a", "--name", job_name, "-o", "%i|%T|%N|%n|%k")
+    jobs = []
+    for line in out.splitlines():
+        if line.count("|") >= 4:
+            job_id, state, node, asked, comment = line.split("|", 4)
+            jobs.append({"job_id": job_id, "state": state, "node": node or asked, "comment": comment})
+    return jobs
 
 
 def job(job_id: str) -> dict | None:
-    """What Slurm says of one job: {"state", "start", "end", "elapsed_s", "node", "reason"}; slurmctld while it
+    """What Slurm says of one job: {"state", "start", "end", "elapsed_s", "slurm_reason"}; slurmctld while it
     still holds the job (MinJobAge), else sacct where accounting runs; None when neither knows it."""
     try:
         shown = fields(scontrol("show", "job", "-o", job_id))
@@ -175,16 +181,17 @@ def job(job_id: str) -> dict | None:
         shown = {}
     if shown.get("JobState"):
         return {"state": shown["JobState"], "start": _time(shown.get("StartTime")), "end": _time(shown.get("EndTime")),
-                "elapsed_s": duration_s(shown.get("RunTime")), "node": shown.get("NodeList"), "reason": shown.get("Reason")}
+                "elapsed_s": duration_s(shown.get("RunTime")),
+                "slurm_reason": None if shown.get("Reason") in (None, "None", "(null)") else shown["Reason"]}
     try:
-        line = run_tool("sacct", "-n", "-P", "-X", "-j", job_id, "-o", "State,Start,End,ElapsedRaw,NodeList").splitlines()
+        line = run_tool("sacct", "-n", "-P", "-X", "-j", job_id, "-o", "State,Start,End,ElapsedRaw").splitlines()
     except InputError:
         return None
     if not line:
         return None
-    state, start, end, elapsed, node = (line[0].split("|") + [""] * 5)[:5]
+    state, start, end, elapsed = (line[0].split("|") + [""] * 4)[:4]
     return {"state": state.split()[0], "start": _time(start), "end": _time(end),
-            "elapsed_s": float(elapsed) if elapsed.isdigit() else None, "node": node, "reason": None}
+            "elapsed_s": float(elapsed) if elapsed.isdigit() else None, "slurm_reason": None}
 
 
 def cancel(job_id: str) -> None:

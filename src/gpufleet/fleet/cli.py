@@ -181,8 +181,25 @@ def history_text(hist: dict) -> str:
         ids = {(r["uuid"], r["serial"]) for r in hist["runs"]}
         title = f"{'GPU' if hist['kind'] == 'gpu' else 'serial'} {hist['key']}: {len(rows)} run(s); " + "; ".join(
             f"uuid {u}, serial {s}" for u, s in sorted(ids, key=str))
-    lines = [title + (f" (* baseline {base})" if base else ""), "", _table(header, rows), "", f"store: {hist['store']}"]
+    lines = [title + (f" (* baseline {base})" if base else ""), "", _table(header, rows), "", *_service_lines(hist.get("service")),
+             f"store: {hist['store']}"]
     return "\n".join(lines)
+
+
+def _service_lines(service: dict | None) -> list[str]:
+    """A node's sweeps, faults and remediation steps (fleet/service_log.py), when it has any."""
+    if not service or not (service["costs"]["sweeps"] or service["costs"]["faults"] or service["ladder"]):
+        return []
+    c = service["costs"]
+    lines = [f"in service: sweeps {c['sweeps']} ({c['sweep_gpu_hours']} GPU-h, {c['sweep_gpu_hours_7d']} in the last 7 days)"
+             + ("; out of service now" if c["out_of_service"] else "")]
+    for f in c["faults"]:
+        back = f"back in service {f['resumed_at']} ({num(f['return_s'])} s later)" if f["resumed_at"] else "not back yet"
+        lines.append(f"  fault: first sign run {f['first_sign_run']} {f['first_sign']}, drained {f['drained_at']} "
+                     f"({num(f['fault_to_drain_s'])} s later), {back}")
+    lines += [f"  ladder: {s.get('at')} run {s.get('run_id')}: {s.get('step')}" + (" (done)" if s.get("done") else "")
+              + f": {s.get('why')}" for s in service["ladder"]]
+    return lines + [""]
 
 
 def cmd_history(args) -> int:

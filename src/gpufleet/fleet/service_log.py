@@ -12,7 +12,7 @@ Costs, per node and for the fleet:
 
     fault_to_drain_s   from a fault's first sign to the node's drain by gpufleet: the first sign is the first of the
                        unbroken row of the node's runs not passing clean (a warn, fail or error) that ends with the
-                       run whose verdict drained it
+                       run whose verdict drained it, since the node was last back in service
     return_s           from that drain to the node's resume (back in service); open while it is still out
     sweep_gpu_hours    GPU-hours the sweep jobs held the node (its GPUs x the job's seconds), in all and in the last
                        7 days
@@ -102,15 +102,15 @@ def node_costs(host: str, events: list[dict], runs: list[dict], now_s: float | N
     now_s = time.time() if now_s is None else now_s
     sweeps = [e for e in events if e["kind"] == "sweep_job"]
     hours = [(e["detail"].get("gpu_hours") or 0.0, epoch(e["at"]) or 0) for e in sweeps]
-    faults, out_since = [], None
+    faults, out_since, back_at = [], None, None
     for e in events:
         if e["kind"] == "resume" and out_since is not None:
-            out_since["resumed_at"] = e["at"]
+            out_since["resumed_at"] = back_at = e["at"]
             out_since["return_s"] = _between(out_since["drained_at"], e["at"])
             out_since = None
         drained = (e["kind"] == "drain" and e["step"] in FAULT_DRAINS) or (e["kind"] == "ladder" and e["step"] == "rma" and e["done"])
         if drained and out_since is None:
-            sign = first_sign(runs, e["run_id"])
+            sign = first_sign(runs, e["run_id"], back_at)
             out_since = {"run_id": e["run_id"], "first_sign": sign and sign["started"], "first_sign_run": sign and sign["run_id"],
                          "drained_at": e["at"], "fault_to_drain_s": _between(sign and sign["started"], e["at"]),
                          "resumed_at": None, "return_s": None}
@@ -122,13 +122,14 @@ def node_costs(host: str, events: list[dict], runs: list[dict], now_s: float | N
             "out_for_s": max(0.0, now_s - (epoch(out_since["drained_at"]) or now_s)) if out_since else None}
 
 
-def first_sign(runs: list[dict], run_id: str) -> dict | None:
-    """The first run of the unbroken row of runs not clean that ends with run_id; run_id's own when it stands alone."""
+def first_sign(runs: list[dict], run_id: str, back_at: str | None = None) -> dict | None:
+    """The first run of the unbroken row of runs not clean that ends with run_id, none of them before the node was
+    last back in service (`back_at`: a repaired GPU that warns as returning is no sign of the next fault)."""
     ids = [r["run_id"] for r in runs]
     if run_id not in ids:
         return None
     i = ids.index(run_id)
-    while i > 0 and not runs[i - 1]["clean"]:
+    while i > 0 and not runs[i - 1]["clean"] and (back_at is None or (runs[i - 1]["started"] or "") >= back_at):
         i -= 1
     return runs[i]
 

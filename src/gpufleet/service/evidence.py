@@ -166,13 +166,17 @@ def build(store, host: str, *, gpu: str | None = None, run_ids: list[str] | None
         counts = [c for c in counts if c["kind"] == "fabric" or c["device"].startswith(f"GPU {gpu_index} ")]
     bundle.json("counters.json", counts)
     bundle.text("counters.md", counters_md(counts))
-    bundle.json("identity.json", identity(rows, docs))
+    ids = identity(rows, docs)
+    bundle.json("identity.json", ids)
     lines = kernel_lines([(r, d) for r, d in docs if r in chosen])
     bundle.text("kernel_log.txt", "\n".join(lines) + "\n" if lines else "(no kernel log line quoted by the failing checks)\n")
     steps = ladder.with_outcomes([e["detail"] for e in store.events(host, "ladder")])
     bundle.json("ladder.json", steps)
     bug_note = _bug_report(bundle, host, bug_report_command, bug_report_file)
-    bundle.text("summary.md", summary_md(host, gpu_rows[-1] if gpu_rows else None, rows, chosen, docs, steps, bug_note))
+    failed = [r for r in gpu_rows if any(f["status"] in (schema.FAIL, schema.ERROR) for f in r["flags"])] if gpu_rows \
+        else [r for r in rows if r["verdict"] == schema.FAIL]
+    bundle.text("summary.md", summary_md(host, gpu_rows[-1] if gpu_rows else None, failed[0] if failed else None, chosen, docs,
+                                         steps, ids["latest"] or {}, bug_note))
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     top = f"gpufleet-evidence-{paths.safe_name(host, 'NODE')}-{stamp}"
     manifest = {"node": host, "gpu": gpu, "runs": chosen, "made": schema.utc_now(), "gpufleet": __version__,
@@ -220,10 +224,19 @@ def _bug_report(bundle: Bundle, host: str, template: str | None, file: Path | No
 
 
 def identity(rows: list[dict], docs: list[tuple[str, dict]]) -> dict:
-    versions = {run_id: {k: (doc.get("versions") or {}).get(k) for k in ("driver", "cuda_driver", "vbios", "inforom_image", "kernel", "os")}
-                for run_id, doc in docs}
-    return {"gpus_by_run": {r["run_id"]: r.get("gpus") for r in rows},
-            "inventory": metrics.inventory(docs[-1][1]["results"]) if docs else [], "versions_by_run": versions}
+    """Serials, UUIDs, PCI addresses and VBIOS of each GPU (gpu_inventory.gpu_count), the driver, InfoROM and kernel,
+    as each run saw them."""
+    out = {"gpus_by_run": {r["run_id"]: r.get("gpus") for r in rows}, "by_run": {}}
+    for run_id, doc in docs:
+        count = next((r for r in doc["results"] if r.get("group") == "gpu_inventory" and r.get("check") == "gpu_count"), None)
+        inv = ((count or {}).get("detail") or {}).get("inventory") or {}
+        ver = doc.get("versions") or {}
+        out["by_run"][run_id] = {"gpus": inv.get("gpus"), "driver": inv.get("driver_version") or ver.get("driver"),
+                                 "cuda_driver": inv.get("cuda_driver_version") or ver.get("cuda_driver"),
+                                 "vbios": ver.get("vbios") or [g.get("vbios") for g in inv.get("gpus") or []],
+                                 "inforom_image": ver.get("inforom_image"), "kernel": ver.get("kernel"), "os": ver.get("os")}
+    out["latest"] = out["by_run"][docs[-1][0]] if docs else None
+    return out
 
 
 def figures_md(figs: dict, host: str, gpu: dict | None) -> str:
@@ -249,23 +262,22 @@ def counters_md(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def summary_md(host: str, gpu: dict | None, rows: list[dict], chosen: list[str], docs: list[tuple[str, dict]],
-               steps: list[dict], bug_note: str) -> str:
+def summary_md(host: str, gpu: dict | None, first: dict | None, chosen: list[str], docs: list[tuple[str, dict]],
+               steps: list[dict], ids: dict, bug_note: str) -> str:
     by_run = dict(docs)
     failing = [(run_id, r) for run_id in chosen for r in (by_run.get(run_id) or {}).get("results") or []
                if r.get("status") in (schema.FAIL, schema.ERROR)]
-    first = next((r for r in rows if r["verdict"] == schema.FAIL), None)
     who = f"{host}, GPU {gpu['index']} ({gpu.get('uuid')}, serial {gpu.get('serial')})" if gpu else host
-    latest = by_run.get(chosen[-1]) or {}
-    ver = latest.get("versions") or {}
+    tried = [f"{s['step']} in run {s.get('run_id')} ({s.get('at')}): " + ("done" if s.get("done") else "proposed, not done")
+             + (f", {s['outcome']}" if s.get("outcome") else "") for s in steps if s.get("step") in ladder.ACTABLE]
     lines = [f"# Evidence: {who}", "",
-             f"- What failed: " + ("; ".join(sorted({f"{r.get('group')}.{r.get('check')}: {r.get('reason')}" for _, r in failing})) or "nothing failed in the runs given"),
-             f"- Since: run {first['run_id']} ({first['started']}), the first run that did not accept it; runs here: {', '.join(chosen)}"
-             if first else "- Since: no run failed it",
-             "- Already tried: " + ("; ".join(f"{s['step']} in run {s.get('run_id')} ({s.get('at')}): "
-                                              + ("done" if s.get("done") else "proposed, not done") + (f", {s['outcome']}" if s.get("outcome") else "")
-                                              for s in steps if s.get("step") in ladder.ACTABLE) or "nothing"),
-             f"- Driver {ver.get('driver')}, CUDA driver {ver.get('cuda_driver')}, VBIOS {ver.get('vbios')}, InfoROM {ver.get('inforom_image')}",
+             "- What failed: " + ("; ".join(sorted({f"{r.get('group')}.{r.get('check')}: {r.get('reason')}" for _, r in failing}))
+                                  or "nothing failed in the runs given"),
+             f"- Since: run {first['run_id']} ({first['started']}), the first run that failed it; runs here: {', '.join(chosen)}"
+             if first else f"- Since: no run failed it; runs here: {', '.join(chosen)}",
+             "- Already tried: " + ("; ".join(tried) or "nothing"),
+             f"- Driver {ids.get('driver')}, CUDA driver {ids.get('cuda_driver')}, VBIOS {ids.get('vbios')}, "
+             f"InfoROM {ids.get('inforom_image') or 'not read'}, kernel {ids.get('kernel')}",
              f"- nvidia-bug-report.log: {bug_note}", "",
              "Files: documents/ (host documents of those runs), figures.md (against the fleet and the baseline), counters.md, "
              "identity.json, kernel_log.txt, ladder.json, manifest.json."]
