@@ -205,6 +205,35 @@ def test_a_normal_job_preempts_a_sweep_job_and_the_node_gets_no_verdict(cluster,
     assert not (tmp_path / "node.lock").exists()
 
 
+@needs_slurm
+def test_the_same_sweep_from_ansible_shows_its_plan_in_check_mode_and_submits_when_asked(cluster, tmp_path):
+    recorded = tmp_path / "readings"
+    recorded.mkdir()
+    for name in ("sn1", "sn2", "sn3"):
+        readings(recorded / f"{name}.json")
+    extra = {"gpufleet_sweep_partitions": ["gpu"], "gpufleet_sweep_partition": SWEEP, "gpufleet_sweep_max_share": "1",
+             "gpufleet_sweep_submit": True, "gpufleet_python": sys.executable, "gpufleet_lock_path": str(tmp_path / "node.lock"),
+             "gpufleet_thresholds": {"gpus_expected": 1}, "gpufleet_reports_dir": str(tmp_path / "reports"),
+             "gpufleet_sweep_node_args": [f"--readings={recorded}/{{node}}.json"],
+             "gpufleet_ladder_commands": {"reboot": "scontrol reboot {slurm_node}"}}
+    env = dict(cluster.env(), PYTHONPATH=str(REPO / "src"), ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"))
+
+    def playbook(*more: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "sweep.yml", "-e", json.dumps(extra), *more],
+                              cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+
+    done = playbook("--check")
+    # The plan: the job it would submit on sn1 (one node at once), with the run's name still to come.
+    assert done.returncode == 0 and "node-stage --tier smoke --run-dir RUN_DIR --run-id RUN_ID --host sn1" in done.stdout, \
+        done.stdout[-3000:]
+    assert "JobId=" not in cluster.scontrol("show", "job", "-o") and not (tmp_path / "reports").exists()
+    done = playbook()
+    assert done.returncode == 0 and "changed=1" in done.stdout, done.stdout[-3000:]
+    [run_dir] = [p for p in (tmp_path / "reports").iterdir() if p.is_dir()]
+    [job] = json.loads((run_dir / "sweep.json").read_text())["jobs"]
+    assert job["state"] == "COMPLETED" and job["judged"] and json.loads((run_dir / "report.json").read_text())["nodes"]
+
+
 # ---------------------------------------------------------------- the ladder
 
 

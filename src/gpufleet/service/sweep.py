@@ -22,6 +22,7 @@ submitted.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -158,8 +159,10 @@ def submit(reports_dir: Path, opts: dict) -> dict:
     why = preemption_problem(config, parts, submit_to, opts.get("qos"))
     if why:
         raise InputError(why)
-    reports_dir = paths.make_dir(Path(reports_dir).resolve())
-    with paths.folder_lock(reports_dir):
+    reports_dir = Path(reports_dir).resolve()
+    if opts.get("submit"):
+        paths.make_dir(reports_dir)
+    with paths.folder_lock(reports_dir) if reports_dir.is_dir() else contextlib.nullcontext():  # a plan makes nothing
         shown = slurm.show_nodes()
         last = {}
         store_path = fleet_store.default_path(reports_dir)
