@@ -50,6 +50,7 @@ DEFAULT_WAIT_MIN = 10
 POLL_S = 5.0
 # Jobs whose node gets no verdict: preempted by real work, cancelled, or never started before their deadline.
 NO_VERDICT = ("PREEMPTED", "CANCELLED", "DEADLINE", "REVOKED", "REQUEUED")
+RUNNING = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "RESIZING", "REQUEUE_HOLD", "SIGNALING", "STAGE_OUT")
 # What the controller passes into the job: never its whole environment (tokens, passwords).
 EXPORTED = ("PATH", "LANG", "SLURM_CONF", "PYTHONPATH")
 _SHARE = re.compile(r"(\d+)(%?)")
@@ -226,6 +227,9 @@ def collect(run_dir: Path) -> dict:
     for job in record["jobs"]:
         doc_path = Path(run_dir) / "hosts" / f"{job['host']}.json"
         end = slurm.job(job["job_id"]) if job.get("job_id") else None
+        if (end or {}).get("state") in RUNNING:
+            raise InputError(f"sweep job {job['job_id']} on {job['node']} is {end['state']}: judge the sweep once its jobs "
+                             "have ended (they end by their time limit at the latest)")
         job.update(end or {}, state=(end or {}).get("state") or ("NOT_SUBMITTED" if job.get("error") else "UNKNOWN"))
         doc = read_json(doc_path)
         if not _gpus(doc) and not shown:
