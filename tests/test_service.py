@@ -15,6 +15,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 import slurm_cluster
 from gpufleet import slurm
@@ -156,8 +157,10 @@ def test_a_sweep_takes_idle_nodes_only_and_each_document_reaches_the_report(clus
     assert rep["service"]["sweep"]["plan"]["skipped"]["sn2"] == "running a job (ALLOCATED)"
     md = (run_dir / "report.md").read_text()
     assert "## Fleet in service" in md and "- skipped sn2: running a job (ALLOCATED)" in md and "- deferred sn3:" in md
-    prom = (run_dir / "prometheus" / "gpufleet-service.prom").read_text()
-    assert f'gpufleet_sweep_gpu_hours{{node="sn1",window="all"}} {job["gpu_hours"]}' in prom, prom
+    prom = {f.name: f for f in text_string_to_metric_families((run_dir / "prometheus" / "gpufleet-service.prom").read_text())}
+    [gpu_s] = [x.value for x in prom["gpufleet_sweep_gpu_seconds"].samples if x.labels == {"node": "sn1", "window": "all"}]
+    assert gpu_s == pytest.approx(job["gpu_hours"] * 3600)
+    assert all(name.endswith(("_seconds", "_sweeps", "_service", "_taken")) for name in prom), list(prom)
     assert job_state(cluster, busy) == "RUNNING"  # the user's job never noticed
 
     # The sweep's cost per node is in the history too, and the store holds the job.

@@ -7,13 +7,15 @@ one function an output, each from the same gathered data, so each can be registe
     prometheus_text(data)  prometheus/gpufleet-service.prom, node_exporter's textfile format:
 
         gpufleet_sweeps{node}                              sweep jobs of the node in the store
-        gpufleet_sweep_gpu_hours{node,window}              GPU-hours its sweep jobs held; window: all | 7d
+        gpufleet_sweep_gpu_seconds{node,window}            GPU-seconds its sweep jobs held (GPUs x seconds); window:
+                                                           all | 7d (the report says GPU-hours)
         gpufleet_fault_to_drain_seconds{node}              its latest fault: first sign to drain
         gpufleet_return_to_service_seconds{node}           its latest repair: drain to resume
         gpufleet_out_of_service{node}                      1 while gpufleet keeps it drained for a fault
         gpufleet_ladder_steps_taken{node}                  steps taken since its ladder last cleared
-        gpufleet_fleet_sweep_gpu_hours{window}             gpufleet_fleet_fault_to_drain_seconds_median
-        gpufleet_fleet_return_to_service_seconds_median    gpufleet_fleet_nodes_out_of_service
+        gpufleet_fleet_sweep_gpu_seconds{window}           gpufleet_fleet_median_fault_to_drain_seconds
+        gpufleet_fleet_median_return_to_service_seconds    gpufleet_fleet_nodes_out_of_service
+    (base units, as export.py's: seconds, not hours)
 """
 
 from __future__ import annotations
@@ -118,18 +120,19 @@ def prometheus_text(data: dict) -> str:
         return Gauge(name, doc, labels, {})
 
     sweeps = gauge("gpufleet_sweeps", "Sweep jobs of the node in the store", "node")
-    hours = gauge("gpufleet_sweep_gpu_hours", "GPU-hours the node's sweep jobs held: all, or the last 7 days", "node", "window")
+    gpu_s = gauge("gpufleet_sweep_gpu_seconds", "GPU-seconds the node's sweep jobs held (GPUs x seconds): all, or the last "
+                  "7 days", "node", "window")
     to_drain = gauge("gpufleet_fault_to_drain_seconds", "The node's latest fault: seconds from its first sign to its drain", "node")
     back = gauge("gpufleet_return_to_service_seconds", "The node's latest repair: seconds from its drain to its resume", "node")
     out = gauge("gpufleet_out_of_service", "1 while gpufleet keeps the node drained for a fault", "node")
     steps = gauge("gpufleet_ladder_steps_taken", "Remediation steps taken since the node's ladder last cleared", "node")
-    fleet = [gauge("gpufleet_fleet_sweep_gpu_hours", "GPU-hours all sweep jobs held: all, or the last 7 days", "window"),
-             gauge("gpufleet_fleet_fault_to_drain_seconds_median", "Median seconds from a fault's first sign to its drain"),
-             gauge("gpufleet_fleet_return_to_service_seconds_median", "Median seconds from a drain to the resume"),
+    fleet = [gauge("gpufleet_fleet_sweep_gpu_seconds", "GPU-seconds all sweep jobs held: all, or the last 7 days", "window"),
+             gauge("gpufleet_fleet_median_fault_to_drain_seconds", "Median seconds from a fault's first sign to its drain"),
+             gauge("gpufleet_fleet_median_return_to_service_seconds", "Median seconds from a drain to the resume"),
              gauge("gpufleet_fleet_nodes_out_of_service", "Nodes gpufleet keeps drained for a fault")]
     for host, n in data["costs"]["nodes"].items():
         sweeps.series[(host,)] = float(n["sweeps"])
-        hours.series[(host, "all")], hours.series[(host, "7d")] = n["sweep_gpu_hours"], n["sweep_gpu_hours_7d"]
+        gpu_s.series[(host, "all")], gpu_s.series[(host, "7d")] = n["sweep_gpu_hours"] * 3600, n["sweep_gpu_hours_7d"] * 3600
         out.series[(host,)] = float(n["out_of_service"])
         steps.series[(host,)] = float(data["steps_taken"].get(host, 0))
         last = n["faults"][-1] if n["faults"] else {}
@@ -139,11 +142,11 @@ def prometheus_text(data: dict) -> str:
         if closed:
             back.series[(host,)] = closed[-1]["return_s"]
     f = data["costs"]["fleet"]
-    fleet[0].series[("all",)], fleet[0].series[("7d",)] = f["sweep_gpu_hours"], f["sweep_gpu_hours_7d"]
+    fleet[0].series[("all",)], fleet[0].series[("7d",)] = f["sweep_gpu_hours"] * 3600, f["sweep_gpu_hours_7d"] * 3600
     for g, value in zip(fleet[1:], (f["fault_to_drain_s_median"], f["return_s_median"], len(f["out_of_service"]))):
         if value is not None:
             g.series[()] = float(value)
-    return exposition([sweeps, hours, to_drain, back, out, steps, *fleet])
+    return exposition([sweeps, gpu_s, to_drain, back, out, steps, *fleet])
 
 
 def write(run_dir: Path, db: Path | None = None) -> dict:
