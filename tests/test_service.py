@@ -237,6 +237,20 @@ def test_the_same_sweep_from_ansible_shows_its_plan_in_check_mode_and_submits_wh
     assert job["state"] == "COMPLETED" and job["judged"] and json.loads((run_dir / "report.json").read_text())["nodes"]
 
 
+@needs_slurm
+def test_a_node_another_run_holds_is_not_measured_and_gets_no_verdict(cluster, tmp_path):
+    lock = tmp_path / "node.lock"
+    done = gpufleet("lock", "acquire", "--path", str(lock), "--run-id", "validate-7", "--holder", "sn1", "--ttl-s", "3600")
+    assert json.loads(done.stdout)["acquired"]
+    done = gpufleet(*sweep_args(tmp_path, sys.executable, "--max-share", "1", "--submit", "--run-id", "sw-3"), env=cluster.env())
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [job] = json.loads((tmp_path / "reports" / "sw-3" / "sweep.json").read_text())["jobs"]
+    assert job["state"] == "COMPLETED" and not job["judged"]
+    assert "not measured: the node is held by run 'validate-7'" in job["note"] and "no verdict for the node" in job["note"]
+    assert not (tmp_path / "reports" / "sw-3" / "report.json").exists()
+    assert json.loads(lock.read_text())["run_id"] == "validate-7"  # still the other run's
+
+
 # ---------------------------------------------------------------- the ladder
 
 
@@ -486,6 +500,17 @@ def test_the_ladder_comes_from_the_profile_and_a_bad_one_is_named(tmp_path):
     assert ladder.steps_for(ladder.policy(None, profiles), {"class": "hardware", "check": "x"}) == ["retest", "reboot", "reboot", "rma"]
     with pytest.raises(Exception, match=r"site.yml: remediation.checks.gpu_health.xid = \['retest', 'rmaa'\]"):
         ladder.policy("site", profiles)
+
+
+def test_a_ladder_left_open_closes_once_a_later_run_accepted_the_node():
+    """The replacement flow accepted the node in a run no ladder judged: its next failure starts at the bottom."""
+    steps = [{"run_id": "r1", "step": "reboot", "done": "x", "at": "2026-11-01T01:00:00Z"},
+             {"run_id": "r2", "step": "rma", "done": "x", "at": "2026-11-01T02:00:00Z"}]
+    runs = [{"run_id": "r2", "started": "2026-11-01T01:30:00Z", "verdict": "fail"},
+            {"run_id": "a3", "started": "2026-11-02T00:00:00Z", "verdict": "pass"},
+            {"run_id": "s4", "started": "2026-11-03T00:00:00Z", "verdict": "fail"}]
+    assert ladder.accepted_since(runs, steps, "s4")["run_id"] == "a3"
+    assert ladder.accepted_since(runs[:1] + runs[2:], steps, "s4") is None and ladder.accepted_since(runs, [], "s4") is None
 
 
 def test_costs_from_the_events_first_sign_to_drain_and_back_in_service():

@@ -528,6 +528,11 @@ class Store:
             f"SELECT {', '.join(service_log.COLUMNS)} FROM events WHERE {where} ORDER BY at, run_id, source, seq",
             [v for v in (host, kind) if v is not None])]
 
+    def gpus(self, run_id: str, host: str) -> list[dict]:
+        """The node's GPUs in that run: [{"gpu_index", "uuid", "serial"}], by index."""
+        return [dict(r) for r in self.conn.execute("SELECT gpu_index, uuid, serial FROM gpus WHERE run_id = ? AND host = ? "
+                                                   "ORDER BY gpu_index", (run_id, host))]
+
     def node_runs(self, host: str) -> list[dict]:
         """The node's runs with a readable document, oldest first: {"run_id", "started", "verdict", "clean"} (clean:
         no result warned, failed or erred)."""

@@ -126,22 +126,29 @@ def with_outcomes(steps: list[dict]) -> list[dict]:
     return out
 
 
-def serial_change(history: dict, run_id: str) -> str | None:
-    """'GPU 0 serial A -> B' when a GPU of the node in run_id has another serial or UUID than in its run before."""
-    rows = [r for r in history.get("runs") or [] if r.get("document") == "ok" and r.get("gpus")]
-    ids = [r["run_id"] for r in rows]
+def serial_change(store, host: str, run_id: str, runs: list[dict]) -> str | None:
+    """'GPU 0 serial A -> B' when a GPU of the node in run_id has another serial or UUID than in its run before
+    (`runs`: store.node_runs(host))."""
+    ids = [r["run_id"] for r in runs]
     if run_id not in ids or ids.index(run_id) == 0:
         return None
-    now, before = rows[ids.index(run_id)]["gpus"], rows[ids.index(run_id) - 1]["gpus"]
-    was = {g["gpu_index"]: g for g in before}
+    was = {g["gpu_index"]: g for g in store.gpus(ids[ids.index(run_id) - 1], host)}
     changes = []
-    for g in now:
+    for g in store.gpus(run_id, host):
         old = was.get(g["gpu_index"])
         for key in ("serial", "uuid"):
             if old and old.get(key) and g.get(key) and old[key] != g[key]:
                 changes.append(f"GPU {g['gpu_index']} {key} {old[key]} -> {g[key]}")
                 break
     return "; ".join(changes) or None
+
+
+def accepted_since(runs: list[dict], steps: list[dict], run_id: str) -> dict | None:
+    """A run other than run_id that accepted the node after its ladder's latest record (the replacement flow, a run
+    no ladder judged), or None."""
+    last = steps[-1].get("at") or "" if steps else None
+    return next((r for r in runs if last is not None and r["run_id"] != run_id and (r["started"] or "") > last
+                 and r["verdict"] in (schema.PASS, schema.WARN)), None)
 
 
 # ---------------------------------------------------------------- judging a run
@@ -191,7 +198,13 @@ def _decide(store, host: str, node: dict, run_id: str, ctx: dict) -> list[dict]:
     base = {"host": host, "slurm_node": ctx["slurm_node"], "run_id": run_id, "at": schema.utc_now(), "done": False,
             "verdict": node["verdict"], "state": shown and shown["state"], "reason_before": shown and shown["reason"]}
     out = []
-    changed = serial_change(store.history(host), run_id) if store_knows(store, host) else None
+    runs = store.node_runs(host)
+    since = accepted_since(runs, before, run_id)
+    if since and not (shown is not None and slurm.is_held(shown["reason"])):
+        out.append(dict(base, step="clear", done=True, why=f"accepted in run {since['run_id']} after its ladder's last step "
+                        f"({before[-1]['step']}): the ladder clears"))
+        before = []
+    changed = serial_change(store, host, run_id, runs)
     if changed:
         out.append(dict(base, step="restart", done=True, why=f"{changed}: a replaced board starts its ladder again"))
         before = []
@@ -233,13 +246,6 @@ def _decide(store, host: str, node: dict, run_id: str, ctx: dict) -> list[dict]:
         why += f"; after {taken[-1]['step']} (run {taken[-1]['run_id']}) the fault came again"
     out.append(dict(base, step=step, rung=rung + 1, proposed=True, why=why, command=ctx["cmds"].get(step)))
     return out
-
-
-def store_knows(store, host: str) -> bool:
-    try:
-        return store.resolve(host)[0] == "node"
-    except InputError:
-        return False
 
 
 def _breaker(steps: list[dict], act: set[str], shown: dict | None, max_actions, run_dir: Path) -> dict:

@@ -236,9 +236,11 @@ def collect(run_dir: Path) -> dict:
             shown = slurm.show_nodes()  # the node's GPUs as Slurm counts them (Gres), for a job without a document
         job["gpus"] = _gpus(doc) or (shown.get(job["node"]) or {}).get("gpus")
         job["gpu_hours"] = round((job.get("elapsed_s") or 0) * (job["gpus"] or 0) / 3600, 4)
-        if job["state"] in NO_VERDICT or job["state"] in ("UNKNOWN", "NOT_SUBMITTED"):
+        held = next((r for r in (doc or {}).get("results") or [] if r.get("check") == "node_lock" and r.get("status") == "error"), None) \
+            if isinstance(doc, dict) else None
+        if job["state"] in NO_VERDICT or job["state"] in ("UNKNOWN", "NOT_SUBMITTED") or held:
             job["judged"] = False
-            job["note"] = _note(job)
+            job["note"] = f"{held['reason']}: no verdict for the node" if held else _note(job)
             if doc_path.exists():
                 aside = paths.make_dir(Path(run_dir) / "sweep" / "not-judged") / doc_path.name
                 os.replace(doc_path, aside)
