@@ -167,6 +167,11 @@ def test_a_sweep_takes_idle_nodes_only_and_each_document_reaches_the_report(clus
     hist = json.loads(gpufleet("history", "sn1", "--reports-dir", str(tmp_path / "reports"), "--json").stdout)
     assert hist["service"]["costs"]["sweeps"] == 1 and hist["service"]["costs"]["sweep_gpu_hours"] == job["gpu_hours"]
     assert "sweeps 1" in gpufleet("history", "sn1", "--reports-dir", str(tmp_path / "reports")).stdout
+    # The run folder is the record: a store rebuilt from the folders holds the same events.
+    (tmp_path / "reports" / "gpufleet.db").unlink()
+    assert gpufleet("store", "rebuild", "--reports-dir", str(tmp_path / "reports")).returncode == 0
+    again = json.loads(gpufleet("history", "sn1", "--reports-dir", str(tmp_path / "reports"), "--json").stdout)
+    assert again["service"] == hist["service"]
 
 
 @needs_slurm
