@@ -13,7 +13,6 @@ the documents.
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path

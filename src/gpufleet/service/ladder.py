@@ -5,7 +5,7 @@ the next step of its ladder; for each node it accepted, its ladder cleared.
     reset_gpu  the site's GPU reset of each GPU the fault names (default `ssh {host} nvidia-smi -r -i {gpu_index}`)
     reboot     the site's reboot (default `scontrol reboot {slurm_node}`)
     rma        handed over for repair: drained with the reason "gpufleet: RMA ...", and left so by every run until a
-               person (`gpufleet ladder clear NODE`) or the replacement flow (`gpufleet fleet accept NODE --slurm`)
+               person (`gpufleet ladder --clear NODE`) or the replacement flow (`gpufleet fleet accept NODE --slurm`)
                clears it
 
 Which steps, in which order: the profile's `remediation` (generic.yml), by the failure class of the node's first
@@ -218,7 +218,7 @@ def _decide(store, host: str, node: dict, run_id: str, ctx: dict) -> list[dict]:
     if accepted:
         if before and shown is not None and slurm.is_rma(shown["reason"]):
             return out + [dict(base, step="hold", why="accepted, but handed over for repair: stays drained until "
-                               "`gpufleet ladder clear` or the replacement flow clears it")]
+                               "`gpufleet ladder --clear` or the replacement flow clears it")]
         if before:
             out.append(dict(base, step="clear", done=True, why=f"accepted in run {run_id}: the ladder clears (it was at "
                             f"{before[-1]['step']})"))

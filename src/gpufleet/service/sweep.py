@@ -36,7 +36,6 @@ from gpufleet.errors import InputError
 from gpufleet.fleet import store as fleet_store
 from gpufleet.fleet.cli import record as record_document
 from gpufleet.fleet.run_files import read_json
-from gpufleet.node_stage import TIERS
 
 JOB_NAME = "gpufleet-sweep"
 SWEEP_FILE = "sweep.json"
