@@ -98,7 +98,9 @@ def cluster():
 
 
 def sbatch(cluster: SlurmCluster, *args: str) -> str:
-    done = subprocess.run(["sbatch", "--parsable", *args], env=cluster.env(), capture_output=True, text=True, timeout=120)
+    """A user's job; its output nowhere (sbatch's default is slurm-<id>.out in this folder)."""
+    done = subprocess.run(["sbatch", "--parsable", "--output=/dev/null", *args], env=cluster.env(), capture_output=True,
+                          text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip().split(";")[0]
 
