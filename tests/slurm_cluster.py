@@ -55,13 +55,18 @@ def free_port() -> int:
 
 class SlurmCluster(testhosts.TestFleet):
     """Test hosts `names` (testhosts.TestFleet), each a Slurm node of that name, one partition `gpu` holding them all;
-    `health_check` (a program) runs as HealthCheckProgram every few seconds."""
+    `health_check` (a program) runs as HealthCheckProgram every few seconds. With `sweep_partition`, a second
+    partition of that name over the same nodes, below `gpu` (PriorityTier 1 against 10): a job of `gpu` preempts
+    one of it, which is cancelled (PreemptType=preempt/partition_prio, PreemptMode=CANCEL), as docs/fleet-in-service.md
+    sets a site up for sweeps."""
 
     __test__ = False
 
-    def __init__(self, names: list[str], *, net: int, tag: str, health_check: Path | None = None):
+    def __init__(self, names: list[str], *, net: int, tag: str, health_check: Path | None = None,
+                 sweep_partition: str | None = None):
         super().__init__(names, net=net, tag=tag)
         self.health_check = health_check
+        self.sweep_partition = sweep_partition
         self.dir = Path(tempfile.mkdtemp(prefix=f"{tag}-slurm-"))
         self.conf = self.dir / "slurm.conf"
         self.munge_socket = self.dir / "munge" / "munge.socket"
@@ -97,6 +102,11 @@ class SlurmCluster(testhosts.TestFleet):
                           for n in self.names)
         health = (f"HealthCheckProgram={self.health_check}\nHealthCheckInterval=5\nHealthCheckNodeState=ANY\n"
                   if self.health_check else "")
+        partitions = f"PartitionName=gpu Nodes={','.join(self.names)} Default=YES State=UP"
+        if self.sweep_partition:
+            # KillWait: seconds between SIGTERM and SIGKILL of a preempted job's processes.
+            partitions = (f"PreemptType=preempt/partition_prio\nPreemptMode=CANCEL\nKillWait=5\n{partitions} PriorityTier=10\n"
+                          f"PartitionName={self.sweep_partition} Nodes={','.join(self.names)} State=UP PriorityTier=1")
         for sub in ("state", "spool"):
             (self.dir / sub).mkdir()
         self.conf.write_text(f"""\
@@ -125,7 +135,7 @@ MpiDefault=none
 ReturnToService=2
 SlurmdTimeout=300
 {health}{nodes}
-PartitionName=gpu Nodes={','.join(self.names)} Default=YES State=UP
+{partitions}
 """)
         # nsenter, not `ip netns exec`: only the network is the host's own; /sys (slurmd's cgroups) stays this machine's.
         self._start(self.in_netns(self.names[0], "slurmctld", "-D", "-c", "-i", "-f", str(self.conf)), "slurmctld.out")

@@ -10,7 +10,7 @@ import pytest
 
 from gpufleet import failure_class, report, schema
 from gpufleet.fleet import store_tables
-from gpufleet.fleet.store import Store
+from gpufleet.fleet.store import SCHEMA_VERSION, Store
 
 from test_fleet_synthetic import _stamp, ecc_failure, gpus_of, node_doc, write_run
 
@@ -118,7 +118,7 @@ def test_a_version_1_store_is_migrated_and_its_rows_take_the_default_class(tmp_p
     conn.commit()
     conn.close()
     with Store(path) as store:
-        assert store.conn.execute("SELECT value FROM gpufleet_meta WHERE key = 'schema_version'").fetchone()[0] == "3"
+        assert store.conn.execute("SELECT value FROM gpufleet_meta WHERE key = 'schema_version'").fetchone()[0] == str(SCHEMA_VERSION)
         assert "versions" in [r[1] for r in store.conn.execute("PRAGMA table_info(documents)")]
         assert store.gpu_failures("GPU-aaaa", None, "r9") == []
         (ecc,) = store.gpu_failures("GPU-bbbb", None, "r9")

@@ -16,7 +16,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from gpufleet import __version__, collect, engine, guard, lock, profiles, report, runs, schema, slurm, views
+from gpufleet import __version__, collect, engine, guard, lock, node_stage, profiles, report, runs, schema, slurm, views
 from gpufleet.checks import GROUPS, slurm_health
 from gpufleet.collect import counters
 from gpufleet.command_line import Parser, add_document_arguments, json_arg, print_doc, results_exit
@@ -25,6 +25,7 @@ from gpufleet.finetune import cli as finetune_cli
 from gpufleet.fleet import cli as fleet_cli
 from gpufleet.fleet.store import Store
 from gpufleet.runner import cli as runner_cli
+from gpufleet.service import cli as service_cli
 from gpufleet.lock import DEFAULT_PATH as DEFAULT_LOCK_PATH
 
 
@@ -177,10 +178,11 @@ def cmd_profiles(args) -> int:
 # tests/test_cli_conventions.py.
 COMMAND_GROUPS = {
     "the fleet, on the controller": ("fleet", "report", "history", "baseline", "store", "versions", "slurm", "profiles"),
+    "the fleet in service, on the controller": ("slurm-sweep", "ladder", "evidence"),
     "one node, on the node": ("check", "bench", "counters", "status", "hw", "collect", "finetune"),
 }
 # The playbooks' and modules' own steps: they run as any command but are left out of --help.
-INTERNAL = ("run", "lock", "record")
+INTERNAL = ("run", "lock", "record", "node-stage")
 HELP_COLUMNS = 100
 
 
@@ -331,13 +333,15 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_report)
     fleet_cli.add_parsers(sub)  # record, history, baseline, store, versions: the fleet's memory
     runner_cli.add_parsers(sub)  # fleet run|accept|resume|locate: the playbooks through ansible-runner
+    service_cli.add_parsers(sub)  # slurm sweep, ladder, evidence: the fleet kept in service
+    node_stage.add_parser(sub)  # node-stage: what a sweep job runs on its node
     summary = __doc__.split("\n\n")[0]
     p.description = f"{summary}\n\n{sub.listing()}\n\nEach command's --help says more."
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(service_cli.route(sys.argv[1:] if argv is None else argv))
     try:
         guard.start_from_env()  # stop what this command starts should the run that asked for it be gone
         return args.func(args)

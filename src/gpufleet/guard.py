@@ -14,6 +14,8 @@ after the stop (the engine was still preparing when its run went) is stopped at 
     guard.track(proc) / untrack(proc) a child process group (started with start_new_session=True)
     guard.track_dir(path) / untrack_dir(path)
     guard.stopped()                   why the job was stopped, or None: results say it
+    guard.at_stop(fn)                 fn() once the engine is stopped, before a signal ends it (a sweep job
+                                      gives its node lock back)
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ _groups: set[int] = set()
 _dirs: set[str] = set()
 _lock = threading.Lock()
 _stopped: list[str] = []
+_at_stop: list = []
 _POLL_S = 2.0
 _GRACE_S = 5.0
 
@@ -74,6 +77,11 @@ def untrack_dir(path: str) -> None:
 
 def stopped() -> str | None:
     return _stopped[0] if _stopped else None
+
+
+def at_stop(fn) -> None:
+    with _lock:
+        _at_stop.append(fn)
 
 
 def _kill_groups() -> None:
@@ -165,6 +173,14 @@ def stop(reason: str) -> None:
         print(f"gpufleet: stopping: {reason}", file=sys.stderr, flush=True)
     _kill_groups()
     _remove_dirs()
+    with _lock:
+        todo = list(_at_stop)
+        _at_stop.clear()
+    for fn in todo:
+        try:
+            fn()
+        except Exception as exc:  # noqa: BLE001 - the stop goes on; the exit follows
+            print(f"gpufleet: while stopping: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
 
 
 def _on_signal(signum, frame) -> None:

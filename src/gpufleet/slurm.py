@@ -1,4 +1,6 @@
-"""Slurm through its own command line: nodes read back (`scontrol show node -o`), drained with a reason, resumed.
+"""Slurm through its own command line: nodes read back (`scontrol show node -o`), drained with a reason, resumed;
+the configuration and partitions read (`scontrol show config`, `show partition -o`); batch jobs submitted
+(`sbatch`), listed (`squeue`) and read back (`scontrol show job -o`, else `sacct` once slurmctld forgot them).
 
 Every reason gpufleet writes starts with PREFIX ("gpufleet:"): a later run resumes only nodes whose reason starts
 so, and never one an administrator drained or Slurm itself set down for a reason of its own. Reasons are kept to
@@ -13,14 +15,20 @@ import os
 import re
 import shutil
 import subprocess
+import time
 
 from gpufleet.errors import InputError
 
 PREFIX = "gpufleet:"
+# Drained by gpufleet until a person or an acceptance run clears it, never resumed by a run's verdict alone: a node
+# handed over for repair at the top of the remediation ladder, and one sent back through `gpufleet fleet accept`
+# (a GPU replaced, an RMA closed), which the replacement flow takes over and resumes once accepted.
+RMA_PREFIX = f"{PREFIX} RMA"
+REACCEPT_PREFIX = f"{PREFIX} REACCEPT"
 REASON_MAX_CHARS = 128
 # Characters kept in a reason: no '=' (scontrol's key=value output), nothing a shell expands inside quotes.
 _REASON_CHARS = re.compile(r"[^A-Za-z0-9._:,;+ /()-]")
-_FIELD = re.compile(r" (?=[A-Za-z_]+=)")
+_FIELD = re.compile(r" (?=[A-Za-z_][A-Za-z0-9_:/]*=)")  # keys such as AllocNode:Sid, CPUs/Task
 # Where scontrol is when the caller's PATH lacks it (slurmd runs a HealthCheckProgram with a bare environment).
 _SEARCH_PATH = "/usr/bin:/usr/local/bin:/opt/slurm/bin:/usr/sbin"
 TIMEOUT_S = 60
@@ -37,6 +45,15 @@ def is_own(node_reason: str | None) -> bool:
     return bool(node_reason) and node_reason.startswith(PREFIX)
 
 
+def is_rma(node_reason: str | None) -> bool:
+    return bool(node_reason) and node_reason.startswith(RMA_PREFIX)
+
+
+def is_held(node_reason: str | None) -> bool:
+    """Drained for repair or for re-acceptance: left so until a person or the replacement flow clears it."""
+    return bool(node_reason) and node_reason.startswith((RMA_PREFIX, REACCEPT_PREFIX))
+
+
 def names_arg(pairs: list[str] | None) -> dict | None:
     """--slurm-name HOST=NAME (repeatable) as {host: name}; None when none is given."""
     bad = [pair for pair in pairs or [] if "=" not in pair]
@@ -45,19 +62,20 @@ def names_arg(pairs: list[str] | None) -> dict | None:
     return dict(pair.split("=", 1) for pair in pairs or []) or None
 
 
-def scontrol_path() -> str:
-    found = shutil.which("scontrol") or shutil.which("scontrol", path=_SEARCH_PATH)
+def tool_path(name: str = "scontrol") -> str:
+    found = shutil.which(name) or shutil.which(name, path=_SEARCH_PATH)
     if not found:
-        raise InputError("scontrol not found on PATH or in /usr/bin, /usr/local/bin, /opt/slurm/bin: install Slurm's client "
-                         "commands (Debian: apt-get install slurm-client) or put scontrol on PATH")
+        raise InputError(f"{name} not found on PATH or in /usr/bin, /usr/local/bin, /opt/slurm/bin: install Slurm's client "
+                         "commands (Debian: apt-get install slurm-client) or put them on PATH")
     return found
 
 
-def scontrol(*args: str) -> str:
-    """scontrol's output; InputError naming the command and its message when it fails."""
-    cmd = [scontrol_path(), *args]
+def run_tool(name: str, *args: str, stdin: str | None = None) -> str:
+    """The output of Slurm's command `name`; InputError naming the command and its message when it fails."""
+    cmd = [tool_path(name), *args]
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, env=dict(os.environ, LC_ALL="C"))
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, input=stdin,
+                              env=dict(os.environ, LC_ALL="C"))
     except subprocess.TimeoutExpired:
         raise InputError(f"`{' '.join(cmd)}` did not answer within {TIMEOUT_S} s: is slurmctld reachable?") from None
     if done.returncode != 0:
@@ -65,23 +83,34 @@ def scontrol(*args: str) -> str:
     return done.stdout
 
 
+def scontrol(*args: str) -> str:
+    return run_tool("scontrol", *args)
+
+
+def fields(line: str) -> dict[str, str]:
+    """One line of `scontrol show ... -o` as {key: value}; a value with spaces (Reason, Comment) runs to the next key."""
+    return {k: v.strip() for k, v in (f.split("=", 1) for f in _FIELD.split(line.strip()) if "=" in f)}
+
+
 def parse_nodes(text: str) -> dict[str, dict]:
     """`scontrol show node -o` -> {name: {"state", "base", "flags", "reason", "partitions"}}; `base` is the state
     without flags and suffixes (IDLE, ALLOCATED, MIXED, DOWN, ...), `flags` the rest (DRAIN, NOT_RESPONDING, ...)."""
     nodes = {}
     for line in text.splitlines():
-        fields = {k: v.strip() for k, v in (f.split("=", 1) for f in _FIELD.split(line.strip()) if "=" in f)}
-        name = fields.get("NodeName")
+        shown = fields(line)
+        name = shown.get("NodeName")
         if not name:
             continue
-        state = fields.get("State", "")
+        state = shown.get("State", "")
         base, *flags = state.split("+")
         if base and base[-1] in "*~#!%$@^-":  # * not responding, ~ powered off, ...: a flag, not a state
             flags.append({"*": "NOT_RESPONDING"}.get(base[-1], base[-1]))
             base = base.rstrip("*~#!%$@^-")
+        gpus = re.search(r"(?:^|,)gpu(?::[^:,(]+)?:(\d+)", shown.get("Gres", ""))
         nodes[name] = {"state": state, "base": base, "flags": flags,
-                       "reason": None if fields.get("Reason") in (None, "", "(null)") else fields["Reason"],
-                       "partitions": [p for p in fields.get("Partitions", "").split(",") if p]}
+                       "reason": None if shown.get("Reason") in (None, "", "(null)") else shown["Reason"],
+                       "partitions": [p for p in shown.get("Partitions", "").split(",") if p],
+                       "gpus": int(gpus.group(1)) if gpus else None}
     return nodes
 
 
@@ -102,3 +131,88 @@ def drain(name: str, why: str) -> None:
 
 def resume(name: str) -> None:
     scontrol("update", f"nodename={name}", "state=resume")
+
+
+def config() -> dict[str, str]:
+    """`scontrol show config` as {key: value}."""
+    out = {}
+    for line in scontrol("show", "config").splitlines():
+        key, sep, value = line.partition(" = ")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
+
+
+def partitions() -> dict[str, dict]:
+    """{name: {"priority_tier": int, "preempt_mode": str, "state": str}} from `scontrol show partition -o`."""
+    out = {}
+    for line in scontrol("show", "partition", "-o").splitlines():
+        shown = fields(line)
+        if shown.get("PartitionName"):
+            tier = shown.get("PriorityTier", "1")
+            out[shown["PartitionName"]] = {"priority_tier": int(tier) if tier.isdigit() else 1,
+                                           "preempt_mode": shown.get("PreemptMode", ""), "state": shown.get("State", "")}
+    return out
+
+
+def submit(options: list[str], script: str) -> str:
+    """`sbatch --parsable OPTIONS` with the batch script on stdin; the job id."""
+    return run_tool("sbatch", "--parsable", *options, stdin=script).strip().split(";")[0]
+
+
+def queued(job_name: str) -> list[dict]:
+    """The jobs of that name slurmctld holds now, pending or running: [{"job_id", "state", "node", "comment"}]; node is
+    where it runs, else the node it asked for."""
+    out = run_tool("squeue", "-h", "-a", "--name", job_name, "-o", "%i|%T|%N|%n|%k")
+    jobs = []
+    for line in out.splitlines():
+        if line.count("|") >= 4:
+            job_id, state, node, asked, comment = line.split("|", 4)
+            jobs.append({"job_id": job_id, "state": state, "node": node or asked, "comment": comment})
+    return jobs
+
+
+def job(job_id: str) -> dict | None:
+    """What Slurm says of one job: {"state", "start", "end", "elapsed_s", "slurm_reason"}; slurmctld while it
+    still holds the job (MinJobAge), else sacct where accounting runs; None when neither knows it."""
+    try:
+        shown = fields(scontrol("show", "job", "-o", job_id))
+    except InputError:
+        shown = {}
+    if shown.get("JobState"):
+        return {"state": shown["JobState"], "start": _time(shown.get("StartTime")), "end": _time(shown.get("EndTime")),
+                "elapsed_s": duration_s(shown.get("RunTime")),
+                "slurm_reason": None if shown.get("Reason") in (None, "None", "(null)") else shown["Reason"]}
+    try:
+        line = run_tool("sacct", "-n", "-P", "-X", "-j", job_id, "-o", "State,Start,End,ElapsedRaw").splitlines()
+    except InputError:
+        return None
+    if not line:
+        return None
+    state, start, end, elapsed = (line[0].split("|") + [""] * 4)[:4]
+    return {"state": state.split()[0], "start": _time(start), "end": _time(end),
+            "elapsed_s": float(elapsed) if elapsed.isdigit() else None, "slurm_reason": None}
+
+
+def cancel(job_id: str) -> None:
+    run_tool("scancel", job_id)
+
+
+def _time(text: str | None) -> str | None:
+    """Slurm's local time (2026-11-26T13:08:50) as gpufleet's UTC time; None for Unknown or None."""
+    if not text or not text[:1].isdigit():
+        return None
+    try:
+        local = time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(local))
+
+
+def duration_s(text: str | None) -> float | None:
+    """[D-]HH:MM:SS (or MM:SS) as seconds."""
+    found = re.fullmatch(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)", text or "")
+    if not found:
+        return None
+    days, hours, minutes, seconds = (int(g or 0) for g in found.groups())
+    return float(((days * 24 + hours) * 60 + minutes) * 60 + seconds)

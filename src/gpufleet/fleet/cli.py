@@ -209,8 +209,25 @@ def history_text(hist: dict) -> str:
         ids = {(r["uuid"], r["serial"]) for r in hist["runs"]}
         title = f"{'GPU' if hist['kind'] == 'gpu' else 'serial'} {hist['key']}: {len(rows)} run(s); " + "; ".join(
             f"uuid {u}, serial {s}" for u, s in sorted(ids, key=str))
-    lines = [title + (f" (* baseline {base})" if base else ""), "", _table(header, rows), "", f"store: {hist['store']}"]
+    lines = [title + (f" (* baseline {base})" if base else ""), "", _table(header, rows), "", *_service_lines(hist.get("service")),
+             f"store: {hist['store']}"]
     return "\n".join(lines)
+
+
+def _service_lines(service: dict | None) -> list[str]:
+    """A node's sweeps, faults and remediation steps (fleet/service_log.py), when it has any."""
+    if not service or not (service["costs"]["sweeps"] or service["costs"]["faults"] or service["ladder"]):
+        return []
+    c = service["costs"]
+    lines = [f"in service: sweeps {c['sweeps']} ({c['sweep_gpu_hours']} GPU-h, {c['sweep_gpu_hours_7d']} in the last 7 days)"
+             + ("; out of service now" if c["out_of_service"] else "")]
+    for f in c["faults"]:
+        back = f"back in service {f['resumed_at']} ({num(f['return_s'])} s later)" if f["resumed_at"] else "not back yet"
+        lines.append(f"  fault: first sign run {f['first_sign_run']} {f['first_sign']}, drained {f['drained_at']} "
+                     f"({num(f['fault_to_drain_s'])} s later), {back}")
+    lines += [f"  ladder: {s.get('at')} run {s.get('run_id')}: {s.get('step')}" + (" (done)" if s.get("done") else "")
+              + f": {s.get('why')}" for s in service["ladder"]]
+    return lines + [""]
 
 
 @_store_errors
@@ -355,6 +372,13 @@ def cmd_slurm(args) -> int:
     else:
         record = fleet_slurm.act(Path(args.run_dir), args.action, args.max_drain, names=names, check=args.check)
     lines = fleet_slurm.summary_lines(record)
+    store = default_path(Path(args.run_dir).resolve().parent)
+    if store.exists() and not args.check:  # what it did counts in the fleet's costs (fleet/service_log.py)
+        try:
+            with Store(store) as opened:
+                opened.index_events(Path(args.run_dir))
+        except (InputError, sqlite3.Error) as exc:  # slurm.json keeps it; the next report indexes it
+            print(f"gpufleet slurm: {args.run_dir}/slurm.json is written, but indexing it into {store} failed: {exc}", file=sys.stderr)
     _print({**record, "summary": lines}, args.json, "\n".join(lines))
     return 0 if record["ok"] else 1
 
@@ -404,7 +428,8 @@ def add_parsers(sub) -> None:
 
     sl = sub.add_parser("slurm", help="act on RUN_DIR/report.json in Slurm: drain the nodes not accepted, resume those "
                         "gpufleet drained that pass now (slurm.json in the run folder keeps what was done)")
-    sl.add_argument("run_dir", help="the run's folder, holding report.json")
+    sl.add_argument("run_dir", help="the run's folder, holding report.json (`gpufleet slurm sweep --help`: idle nodes swept "
+                    "as Slurm jobs)")
     sl.add_argument("--action", default="none", help=f"gpufleet_slurm_action: {', '.join(fleet_slurm.ACTIONS)} (default none)")
     sl.add_argument("--max-drain", default=fleet_slurm.DEFAULT_MAX_DRAIN, help="gpufleet_slurm_max_drain: at most this "
                     "many nodes (N) or percent of a partition (N%%) drained by one run (default %(default)s)")

@@ -1,5 +1,6 @@
 """The files beside the store and in the run folders that it reads and writes: a run's run.json (with what
-can be derived when it is missing or unreadable) and the baseline file beside the store."""
+can be derived when it is missing or unreadable), the baseline file beside the store, and the sections that actions
+after the report put into its report.md."""
 
 from __future__ import annotations
 
@@ -11,6 +12,22 @@ from typing import Any
 from gpufleet import paths
 from gpufleet.errors import InputError
 from gpufleet.fleet import BASELINE_FILE
+
+def put_md_section(path: Path, heading: str, lines: list[str]) -> None:
+    """report.md with its section `heading` (a line "## ...") replaced by `lines` (which start with it), up to the
+    next "## " heading; appended when it has none. Nothing when there is no report.md yet."""
+    if not path.exists():
+        return
+    text = path.read_text().rstrip("\n")
+    start = text.find(f"\n{heading}\n")
+    if start < 0:
+        head, tail = text, ""
+    else:
+        head = text[:start]
+        nxt = text.find("\n## ", start + len(heading) + 2)
+        tail = "\n" + text[nxt:] if nxt >= 0 else ""
+    paths.write_atomic(path, head.rstrip("\n") + "\n\n" + "\n".join(lines).rstrip("\n") + tail + "\n")
+
 
 def read_json(path: Path) -> Any:
     try:

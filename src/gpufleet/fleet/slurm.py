@@ -5,8 +5,9 @@
            drain_resume  that, and every node gpufleet itself drained (reason starting "gpufleet:") that is
                          accepted now is resumed
 
-A node drained or down for a reason gpufleet did not write (an administrator's, Slurm's own) is never touched;
-the record says so for each. The breaker: one run drains at most `max_drain` nodes, a count ("2") or a share of
+A node drained or down for a reason gpufleet did not write (an administrator's, Slurm's own) is never touched,
+nor one held for repair or re-acceptance (reasons "gpufleet: RMA ...", "gpufleet: REACCEPT ..."); the record says so
+for each. The breaker: one run drains at most `max_drain` nodes, a count ("2") or a share of
 each partition a node to drain belongs to ("50%", at least one node); past it the run drains none, names the
 nodes it would have drained and why, and fails. Resuming is never held back by it. With check mode nothing is
 changed and the record says what would have been done.
@@ -25,7 +26,7 @@ from pathlib import Path
 from gpufleet import paths, schema, slurm
 from gpufleet.errors import InputError
 from gpufleet.fleet import export
-from gpufleet.fleet.run_files import read_run_info
+from gpufleet.fleet.run_files import put_md_section, read_run_info
 
 ACTIONS = ("none", "drain", "drain_resume")
 # NVSentinel's fault-quarantine circuit breaker quarantines at most 50% of the nodes by default
@@ -67,6 +68,21 @@ def _allowed(max_drain: tuple[int, bool], partition_size: int) -> int:
     return max(1, math.floor(partition_size * number / 100)) if percent else number
 
 
+def over_limit(taken_out: list[str], nodes: dict, max_drain: tuple[int, bool]) -> list[str]:
+    """What is past the limit when these Slurm nodes are taken out of service now (nodes: slurm.show_nodes()): one
+    sentence per partition over its share, or one for a count; empty when within it."""
+    label = f"{max_drain[0]}{'%' * max_drain[1]}"
+    if not max_drain[1]:
+        return [f"{len(taken_out)} nodes, more than {max_drain[0]}"] if len(taken_out) > max_drain[0] else []
+    over = []
+    for part in sorted({p for n in taken_out for p in (nodes.get(n) or {}).get("partitions", [])}):
+        size = sum(1 for n in nodes.values() if part in n["partitions"])
+        count = sum(1 for n in taken_out if part in (nodes.get(n) or {}).get("partitions", []))
+        if count > _allowed(max_drain, size):
+            over.append(f"partition {part}: {count} of its {size} nodes, more than {label} ({_allowed(max_drain, size)} node(s))")
+    return over
+
+
 def plan(report: dict, nodes: dict, action: str, max_drain: tuple[int, bool], names: dict | None = None) -> dict:
     """What to do for each node of the report, given Slurm's nodes now (slurm.show_nodes()); the breaker applied."""
     decisions = []
@@ -83,6 +99,9 @@ def plan(report: dict, nodes: dict, action: str, max_drain: tuple[int, bool], na
         own, out = slurm.is_own(now["reason"]), slurm.out_of_service(now)
         if out and not own:
             d["why"] = f"left alone: {now['state']} for a reason gpufleet did not write ({now['reason'] or 'none given'})"
+        elif out and slurm.is_held(now["reason"]):
+            d["why"] = (f"left alone: held for repair or re-acceptance ({now['reason']}); `gpufleet ladder --clear` or the "
+                        "replacement flow (`gpufleet fleet accept NODE --slurm`, which resumes it once accepted) clears it")
         elif not accepted and export.held_elsewhere(node):
             d["why"] = "not measured: another gpufleet run held it (its node lock), which is not the node's fault"
         elif not accepted:
@@ -97,16 +116,7 @@ def plan(report: dict, nodes: dict, action: str, max_drain: tuple[int, bool], na
             d["why"] = "accepted and in service"
     breaker = {"max_drain": f"{max_drain[0]}{'%' * max_drain[1]}", "tripped": False}
     new = [d for d in decisions if d["do"] == "drain" and d.get("new")]
-    over = []
-    if max_drain[1]:
-        for part in sorted({p for d in new for p in nodes[d["slurm_node"]]["partitions"]}):
-            size = sum(1 for n in nodes.values() if part in n["partitions"])
-            count = sum(1 for d in new if part in nodes[d["slurm_node"]]["partitions"])
-            if count > _allowed(max_drain, size):
-                over.append(f"partition {part}: {count} of its {size} nodes, more than {breaker['max_drain']} "
-                            f"({_allowed(max_drain, size)} node(s))")
-    elif len(new) > max_drain[0]:
-        over.append(f"{len(new)} nodes, more than {max_drain[0]}")
+    over = over_limit([d["slurm_node"] for d in new], nodes, max_drain)
     if over:
         would = [d["slurm_node"] for d in new]
         breaker.update(tripped=True, would_drain=would,
@@ -197,10 +207,7 @@ def _keep(run_dir: Path, record: dict) -> None:
     report = json.loads(report_json.read_text())
     report["slurm"] = record
     paths.write_atomic(report_json, json.dumps(report, default=str) + "\n")
-    md = run_dir / "report.md"
-    if md.exists():
-        text = md.read_text().split(f"\n{MD_HEADING}\n")[0].rstrip("\n")
-        paths.write_atomic(md, text + "\n\n" + "\n".join(summary_lines(record)) + "\n")
+    put_md_section(run_dir / "report.md", MD_HEADING, summary_lines(record))
 
 
 def summary_lines(record: dict) -> list[str]:

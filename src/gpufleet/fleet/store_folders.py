@@ -11,7 +11,7 @@ from pathlib import Path
 
 from gpufleet import runs, schema
 from gpufleet.errors import InputError
-from gpufleet.fleet import GROUP
+from gpufleet.fleet import GROUP, service_log
 from gpufleet.fleet.run_files import read_baseline_file, read_json, read_run_info
 from gpufleet.fleet.store_tables import HOST_TABLES
 
@@ -74,6 +74,7 @@ class RunFolders:
                 self.index_document(run_id, host, None, path=f"hosts/{host}.json", problem=why, fresh=fresh)
                 done["missing"].append(host)
                 seen.add(host)
+        self._index_events(run_dir, run_id)
         return done
 
     def rebuild(self, reports_dir: Path | str) -> dict:
@@ -87,7 +88,7 @@ class RunFolders:
         summary: dict = {"reports_dir": str(reports_dir), "store": str(self.path), "runs": [], "unreadable": [], "missing": []}
         with self.write() as c:
             kept_baseline = [dict(r) for r in c.execute("SELECT * FROM baseline")]
-            for table in ("runs", "baseline", *HOST_TABLES):
+            for table in ("runs", "baseline", "events", *HOST_TABLES):
                 c.execute(f"DELETE FROM {table}")
             for run_dir in sorted(p for p in reports_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
                 if not ((run_dir / "run.json").exists() or (run_dir / "hosts").is_dir()):
@@ -121,6 +122,20 @@ class RunFolders:
                     done["missing"].append(host)
             if rep.get("verdict") in schema.STATUSES:
                 self.record_verdicts(run_id, rep["verdict"], nodes, rep.get("generated"))
+
+    # ------------------------------------------------------------ service events (fleet/service_log.py)
+
+    def index_events(self, run_dir: Path | str) -> None:
+        """The run folder's action records (slurm.json, sweep.json, ladder.json) indexed again, each in place of its rows."""
+        with self.write():
+            self._index_events(Path(run_dir), runs.run_id_of(run_dir))
+
+    def _index_events(self, run_dir: Path, run_id: str) -> None:
+        with self.write() as c:
+            for source, rows in service_log.run_rows(run_dir, run_id).items():
+                c.execute("DELETE FROM events WHERE run_id = ? AND source = ?", (run_id, source))
+                c.executemany(f"INSERT INTO events ({', '.join(service_log.COLUMNS)}) "
+                              f"VALUES ({', '.join('?' * len(service_log.COLUMNS))})", rows)
 
     def log_repair(self, what: str, note: str, *, moved_aside: Path | None, runs: int, baseline: str | None) -> dict:
         row = {"at": schema.utc_now(), "what": what, "moved_aside": str(moved_aside) if moved_aside else None,

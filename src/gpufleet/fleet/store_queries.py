@@ -7,6 +7,7 @@ import json
 
 from gpufleet import failure_class, schema
 from gpufleet.errors import InputError
+from gpufleet.fleet import service_log
 from gpufleet.fleet.store_tables import HOST_TABLES
 
 ACCEPTED = (schema.PASS, schema.WARN)
@@ -41,6 +42,28 @@ class Queries:
             "SELECT m.run_id, m.host, m.uuid, m.metric, m.context, m.value FROM recent JOIN metrics m "
             "ON m.run_id = recent.run_id AND m.host = recent.host WHERE m.uuid IS NOT NULL AND m.cpu = 0 "
             "ORDER BY recent.started DESC, m.run_id DESC", (run_id, json.dumps(sorted(set(hosts))), runs))]
+
+    def events(self, host: str | None = None, kind: str | None = None) -> list[dict]:
+        """Events oldest first, of one node and of one kind when given."""
+        where = " AND ".join(w for w, v in (("host = ?", host), ("kind = ?", kind)) if v is not None) or "1"
+        return [service_log.as_event(r) for r in self.conn.execute(
+            f"SELECT {', '.join(service_log.COLUMNS)} FROM events WHERE {where} ORDER BY at, run_id, source, seq",
+            [v for v in (host, kind) if v is not None])]
+
+    def gpus(self, run_id: str, host: str) -> list[dict]:
+        """The node's GPUs in that run: [{"gpu_index", "uuid", "serial"}], by index."""
+        return [dict(r) for r in self.conn.execute("SELECT gpu_index, uuid, serial FROM gpus WHERE run_id = ? AND host = ? "
+                                                   "ORDER BY gpu_index", (run_id, host))]
+
+    def node_runs(self, host: str) -> list[dict]:
+        """The node's runs with a readable document, oldest first: {"run_id", "started", "verdict", "clean"} (clean:
+        no result warned, failed or erred)."""
+        return [{"run_id": r["run_id"], "started": r["started"], "verdict": r["verdict"], "clean": not r["bad"]}
+                for r in self.conn.execute(
+                    "SELECT d.run_id, COALESCE(r.started, d.started) AS started, d.verdict, EXISTS (SELECT 1 FROM results x "
+                    "WHERE x.run_id = d.run_id AND x.host = d.host AND x.status IN ('warn', 'fail', 'error')) AS bad "
+                    "FROM documents d JOIN runs r ON r.run_id = d.run_id WHERE d.host = ? AND d.role = 'node' AND d.ok = 1 "
+                    "ORDER BY started, d.run_id", (host,))]
 
     def documents(self, run_id: str) -> list[dict]:
         return [dict(r) for r in self.conn.execute("SELECT * FROM documents WHERE run_id = ? ORDER BY host", (run_id,))]
@@ -157,7 +180,11 @@ class Queries:
                         "SELECT check_id, status, reason, failure_class FROM gpu_flags WHERE run_id = ? AND host = ? AND "
                         "(uuid = ? OR (uuid IS NULL AND gpu_index = ?))", (g["run_id"], g["host"], g["uuid"], g["gpu_index"]))],
                 })
-        return {"kind": kind, "key": value, "store": str(self.path), "baseline": (self.baseline() or {}).get("run_id"), "runs": rows}
+        out = {"kind": kind, "key": value, "store": str(self.path), "baseline": (self.baseline() or {}).get("run_id"), "runs": rows}
+        if kind == "node":
+            out["service"] = {"costs": service_log.costs(self, [value])["nodes"][value],
+                              "ladder": [e["detail"] for e in self.events(value, "ladder")]}
+        return out
 
     def _metrics(self, run_id: str, host: str, gpu_index: int | None) -> dict:
         where = "gpu_index IS NULL" if gpu_index is None else "gpu_index = ?"

@@ -1,6 +1,6 @@
 """The store's tables and their migrations, and what a SQLite error says about the file.
 
-Schema version 3. Tables (a null GPU index means a node-level row):
+Schema version 4. Tables (a null GPU index means a node-level row):
 
     gpufleet_meta  application, schema_version
     runs           run_id, run_dir, started, playbook, tier, attempts, hosts, baseline_ref (the run it was compared
@@ -18,9 +18,12 @@ Schema version 3. Tables (a null GPU index means a node-level row):
     baseline       run_id, set_at, cleared_at (the current baseline: the row not cleared)
     repairs        at, what (damaged | missing | rebuild), moved_aside, runs, baseline, note: each rebuild, so the
                    report of a run during which the store was repaired says so
+    events         run_id, source (slurm.json | sweep.json | ladder.json), seq, at, host, slurm_node, kind, step,
+                   done, detail (JSON): what keeping the fleet in service did (fleet/service_log.py)
 
 Versions: 2 added failure_class (failure_class.py) to results and gpu_flags, and the table sdc_hashes; the table
-repairs came while the store was at 2; 3 added documents.versions. An older store is migrated when opened (rows
+repairs came while the store was at 2; 3 added documents.versions; 4 added the table events (made by the tables below; its
+rows come from the run folders at the next report of each run or `gpufleet store rebuild`). An older store is migrated when opened (rows
 indexed before carry no class, and readers take the check's default). A new store gets the same columns in the
 same order from the tables below as a migrated one gets from ALTER TABLE, and every INSERT names its columns.
 """
@@ -33,7 +36,7 @@ from pathlib import Path
 
 from gpufleet.errors import InputError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 APPLICATION = "gpufleet"
 HOST_TABLES = ("documents", "gpus", "results", "metrics", "counters", "gpu_flags", "sdc_hashes")
 # The columns a migration adds, at the end of their table, in this order: (table, column, schema version).
@@ -74,6 +77,10 @@ CREATE TABLE IF NOT EXISTS sdc_hashes (
 CREATE INDEX IF NOT EXISTS sdc_comparable ON sdc_hashes (comparable, computation);
 CREATE TABLE IF NOT EXISTS repairs (
     at TEXT NOT NULL, what TEXT NOT NULL, moved_aside TEXT, runs INTEGER, baseline TEXT, note TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS events (
+    run_id TEXT NOT NULL, source TEXT NOT NULL, seq INTEGER NOT NULL, at TEXT, host TEXT, slurm_node TEXT,
+    kind TEXT NOT NULL, step TEXT, done INTEGER, detail TEXT);
+CREATE INDEX IF NOT EXISTS events_host ON events (host, at);
 CREATE INDEX IF NOT EXISTS documents_host ON documents (host);
 CREATE INDEX IF NOT EXISTS results_run_host ON results (run_id, host);
 CREATE INDEX IF NOT EXISTS gpus_uuid ON gpus (uuid);

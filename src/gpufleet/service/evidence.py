@@ -1,0 +1,284 @@
+"""`gpufleet evidence NODE [--gpu UUID|SERIAL] [--runs RUN ...]`: one archive to attach to a vendor's RMA ticket.
+
+    summary.md              what failed, since when, what was already tried, what the archive holds
+    documents/<run>/<node>.json   the node's host documents of the failing runs (or of --runs)
+    figures.md, figures.json      every figure of the node (or GPU) run by run, the run's fleet median and the
+                                  baseline run's beside it
+    counters.md, counters.json    the error counters (Xid, ECC, row remaps, NVLink, PCIe replays, InfiniBand, AER)
+                                  of each run: before and after its benchmarks, growth during it and since the run before
+    identity.json           serials, UUIDs, PCI addresses, VBIOS, InfoROM, driver, kernel, as each run saw them
+    kernel_log.txt          the kernel log lines the failing checks quote (Xid, AER, ...)
+    ladder.json             the remediation steps taken, each with its outcome
+    nvidia-bug-report.log.gz  from the site's command (--bug-report-command) or a file (--bug-report), where given
+    manifest.json           every file, its sha256, and how many secrets were replaced
+
+No secret leaves with it: every file passes through redact.Redactor (secrets named with --redact, this process's
+secret environment values, key=value secrets, URL credentials, tokens).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import statistics
+import tarfile
+import time
+from pathlib import Path
+
+from gpufleet import __version__, paths, schema
+from gpufleet.errors import InputError
+from gpufleet.fleet import metrics, num
+from gpufleet.fleet.run_files import read_json
+from gpufleet.service import commands, ladder
+from gpufleet.service.redact import Redactor
+
+MAX_RUNS = 10  # failing runs whose documents go in by default, the latest
+
+
+class Bundle:
+    """Files of the archive, redacted as they are added."""
+
+    def __init__(self, redactor: Redactor):
+        self.redactor, self.files = redactor, {}
+
+    def json(self, name: str, value) -> None:
+        self.files[name] = (json.dumps(self.redactor.json(value), indent=1, sort_keys=True, default=str) + "\n").encode()
+
+    def text(self, name: str, text: str) -> None:
+        self.files[name] = self.redactor.text(text).encode()
+
+    def gz_text(self, name: str, raw: bytes) -> None:
+        text = (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode("utf-8", errors="replace")
+        self.files[name] = gzip.compress(self.redactor.text(text).encode(), mtime=0)
+
+
+def _doc(store, run_id: str, host: str) -> dict | None:
+    run_dir = (store.run(run_id) or {}).get("run_dir")
+    doc = read_json(Path(run_dir) / "hosts" / f"{host}.json") if run_dir else None
+    return doc if isinstance(doc, dict) and isinstance(doc.get("results"), list) else None
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def figures(store, rows: list[dict], gpu_index: int | None) -> dict:
+    """{metric: [{"run_id", "started", "value", "unit", "fleet_median", "baseline_median"}]} of the node (gpu_index
+    None) or of one GPU, over its runs."""
+    base = (store.baseline() or {}).get("run_id")
+
+    def medians(run_id: str | None) -> dict:
+        by: dict = {}
+        for m in store.run_metrics(run_id) if run_id else []:
+            if (m["gpu_index"] is None) == (gpu_index is None):
+                by.setdefault(m["metric"], []).append(m["value"])
+        return {k: _median(v) for k, v in by.items()}
+
+    base_medians = medians(base)
+    out: dict = {}
+    for r in rows:
+        fleet = medians(r["run_id"])
+        for key, m in sorted((r.get("metrics") or {}).items()):
+            out.setdefault(key, []).append({"run_id": r["run_id"], "started": r.get("started"), "value": m["value"],
+                                            "unit": m.get("unit"), "cpu": m.get("cpu"), "fleet_median": fleet.get(key),
+                                            "baseline_median": base_medians.get(key)})
+    return {"baseline_run": base, "figures": out}
+
+
+def counters(docs: list[tuple[str, dict]]) -> list[dict]:
+    """Per run, device and counter: before, after, growth during the run and since the run before (after - after)."""
+    rows, last = [], {}
+    for run_id, doc in docs:
+        snaps = metrics.snapshots(doc["results"])
+        for kind, before, after, listed in (("gpu", snaps.get("before"), snaps.get("after"), "gpus"),
+                                            ("fabric", snaps["fabric"].get("before"), snaps["fabric"].get("after"), "devices")):
+            was = {_device(d): d.get("counters") or {} for d in (before or {}).get(listed) or [] if isinstance(d, dict)}
+            for d in (after or {}).get(listed) or []:
+                if not isinstance(d, dict):
+                    continue
+                device = _device(d)
+                for name, value in sorted((d.get("counters") or {}).items()):
+                    if not isinstance(value, int):
+                        continue
+                    start, prev = was.get(device, {}).get(name), last.get((device, name))
+                    rows.append({"run_id": run_id, "kind": kind, "device": device, "serial": d.get("serial"), "counter": name,
+                                 "before": start, "after": value,
+                                 "during_run": value - start if isinstance(start, int) else None,
+                                 "since_previous_run": value - prev if isinstance(prev, int) else None})
+                    last[(device, name)] = value
+    return rows
+
+
+def _device(d: dict) -> str:
+    return f"GPU {d['index']} {d.get('uuid') or ''}".strip() if "index" in d else str(d.get("id"))
+
+
+def kernel_lines(docs: list[tuple[str, dict]]) -> list[str]:
+    """The kernel log lines the checks that did not pass quote (detail.events[].message, detail.lines)."""
+    out = []
+    for run_id, doc in docs:
+        for r in doc["results"]:
+            detail = r.get("detail") if isinstance(r.get("detail"), dict) else {}
+            if r.get("status") == schema.PASS:
+                continue
+            quoted = [e.get("message") for e in detail.get("events") or [] if isinstance(e, dict)] + list(detail.get("lines") or [])
+            out += [f"{run_id} {r.get('group')}.{r.get('check')}: {line}" for line in quoted if isinstance(line, str)]
+    return out
+
+
+def build(store, host: str, *, gpu: str | None = None, run_ids: list[str] | None = None, out: Path | None = None,
+          bug_report_command: str | None = None, bug_report_file: Path | None = None, redact: list[str] | None = None) -> dict:
+    """Write the archive; {"path", "files", "redactions", "runs"}."""
+    hist = store.history(host)
+    if hist["kind"] != "node":
+        raise InputError(f"NODE {host!r} is a GPU or serial in the store; expected an inventory host name (the GPU goes with --gpu)")
+    rows = hist["runs"]
+    gpu_hist = store.history(gpu) if gpu else None
+    if gpu_hist is not None and gpu_hist["kind"] == "node":
+        raise InputError(f"--gpu {gpu!r} is a node in the store; expected a GPU UUID (GPU-...) or serial")
+    gpu_rows = [r for r in (gpu_hist or {}).get("runs", []) if r["node"] == host]
+    if gpu_hist is not None and not gpu_rows:
+        raise InputError(f"--gpu {gpu}: the store has no run where that GPU was in {host}")
+    known = [r["run_id"] for r in rows]
+    for run_id in run_ids or []:
+        if run_id not in known:
+            raise InputError(f"--runs {run_id}: {host} has no document in that run; its runs: {', '.join(known[-8:])}")
+    if run_ids:
+        chosen = list(run_ids)
+    elif gpu_rows:
+        chosen = [r["run_id"] for r in gpu_rows if any(f["status"] in (schema.FAIL, schema.ERROR) for f in r["flags"])][-MAX_RUNS:]
+    else:
+        chosen = [r["run_id"] for r in rows if r["verdict"] == schema.FAIL][-MAX_RUNS:]
+    chosen = chosen or known[-1:]
+    docs = [(r["run_id"], d) for r in rows if (d := _doc(store, r["run_id"], host)) is not None]
+    bundle = Bundle(Redactor(redact))
+    for run_id, doc in docs:
+        if run_id in chosen:
+            bundle.json(f"documents/{run_id}/{host}.json", doc)
+    gpu_index = gpu_rows[-1]["index"] if gpu_rows else None
+    figs = figures(store, gpu_rows or rows, gpu_index)
+    bundle.json("figures.json", figs)
+    bundle.text("figures.md", figures_md(figs, host, gpu_rows[-1] if gpu_rows else None))
+    counts = counters(docs)
+    if gpu_rows:
+        counts = [c for c in counts if c["kind"] == "fabric" or c["device"].startswith(f"GPU {gpu_index} ")]
+    bundle.json("counters.json", counts)
+    bundle.text("counters.md", counters_md(counts))
+    ids = identity(rows, docs)
+    bundle.json("identity.json", ids)
+    lines = kernel_lines([(r, d) for r, d in docs if r in chosen])
+    bundle.text("kernel_log.txt", "\n".join(lines) + "\n" if lines else "(no kernel log line quoted by the failing checks)\n")
+    steps = ladder.with_outcomes([e["detail"] for e in store.events(host, "ladder")])
+    bundle.json("ladder.json", steps)
+    bug_note = _bug_report(bundle, host, bug_report_command, bug_report_file)
+    failed = [r for r in gpu_rows if any(f["status"] in (schema.FAIL, schema.ERROR) for f in r["flags"])] if gpu_rows \
+        else [r for r in rows if r["verdict"] == schema.FAIL]
+    bundle.text("summary.md", summary_md(host, gpu_rows[-1] if gpu_rows else None, failed[0] if failed else None, chosen, docs,
+                                         steps, ids["latest"] or {}, bug_note))
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    top = f"gpufleet-evidence-{paths.safe_name(host, 'NODE')}-{stamp}"
+    manifest = {"node": host, "gpu": gpu, "runs": chosen, "made": schema.utc_now(), "gpufleet": __version__,
+                "redactions": bundle.redactor.count, "files": {n: hashlib.sha256(b).hexdigest() for n, b in sorted(bundle.files.items())}}
+    bundle.json("manifest.json", manifest)
+    path = Path(out) if out else Path(f"{top}.tar.gz")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, raw in sorted(bundle.files.items()):
+            info = tarfile.TarInfo(f"{top}/{name}")
+            info.size, info.mtime, info.mode = len(raw), int(time.time()), 0o640
+            tar.addfile(info, io.BytesIO(raw))
+    _write_bytes(path, buf.getvalue())
+    return {"path": str(path), "files": sorted(bundle.files), "redactions": bundle.redactor.count, "runs": chosen,
+            "bug_report": bug_note}
+
+
+def _write_bytes(path: Path, raw: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(raw)
+        tmp.chmod(0o640)
+        tmp.replace(path)
+    except OSError as exc:
+        raise InputError(f"cannot write the evidence archive {path}: {exc.strerror or exc}") from None
+
+
+def _bug_report(bundle: Bundle, host: str, template: str | None, file: Path | None) -> str:
+    """nvidia-bug-report.log.gz into the bundle from a file or the site's command; what happened, in words."""
+    if file:
+        try:
+            bundle.gz_text("nvidia-bug-report.log.gz", Path(file).read_bytes())
+        except OSError as exc:
+            raise InputError(f"--bug-report {file}: {exc.strerror or exc}") from None
+        return f"from {file}"
+    if not template:
+        return "not included: no --bug-report-command or --bug-report (run nvidia-bug-report.sh on the node)"
+    argv = commands.words(template, {"host": host, "slurm_node": host}, what="--bug-report-command")
+    done = commands.run_capture(argv)
+    if done["rc"] != 0 or not done["raw"]:
+        return f"not included: `{' '.join(argv)}` exited {done['rc']} (nvidia-bug-report.sh missing on the node?): {done['output'][-300:]}"
+    bundle.gz_text("nvidia-bug-report.log.gz", done["raw"])
+    return f"from `{' '.join(argv)}`"
+
+
+def identity(rows: list[dict], docs: list[tuple[str, dict]]) -> dict:
+    """Serials, UUIDs, PCI addresses and VBIOS of each GPU (gpu_inventory.gpu_count), the driver, InfoROM and kernel,
+    as each run saw them."""
+    out = {"gpus_by_run": {r["run_id"]: r.get("gpus") for r in rows}, "by_run": {}}
+    for run_id, doc in docs:
+        count = next((r for r in doc["results"] if r.get("group") == "gpu_inventory" and r.get("check") == "gpu_count"), None)
+        inv = ((count or {}).get("detail") or {}).get("inventory") or {}
+        ver = doc.get("versions") or {}
+        out["by_run"][run_id] = {"gpus": inv.get("gpus"), "driver": inv.get("driver_version") or ver.get("driver"),
+                                 "cuda_driver": inv.get("cuda_driver_version") or ver.get("cuda_driver"),
+                                 "vbios": ver.get("vbios") or [g.get("vbios") for g in inv.get("gpus") or []],
+                                 "inforom_image": ver.get("inforom_image"), "kernel": ver.get("kernel"), "os": ver.get("os")}
+    out["latest"] = out["by_run"][docs[-1][0]] if docs else None
+    return out
+
+
+def figures_md(figs: dict, host: str, gpu: dict | None) -> str:
+    who = f"{host} GPU {gpu['index']} ({gpu.get('uuid')}, serial {gpu.get('serial')})" if gpu else host
+    lines = [f"# Figures of {who}", "", f"Baseline run: {figs['baseline_run'] or 'none set'}.", ""]
+    for key, points in figs["figures"].items():
+        lines += [f"## {key} ({points[0].get('unit') or ''})", "", "| run | started | value | fleet median | baseline median |",
+                  "| --- | --- | --- | --- | --- |"]
+        lines += [f"| {p['run_id']} | {p['started']} | {num(p['value'])}{' (cpu)' if p.get('cpu') else ''} | "
+                  f"{num(p['fleet_median']) if p['fleet_median'] is not None else '-'} | "
+                  f"{num(p['baseline_median']) if p['baseline_median'] is not None else '-'} |" for p in points]
+        lines.append("")
+    return "\n".join(lines) + ("(no figure recorded)\n" if not figs["figures"] else "")
+
+
+def counters_md(rows: list[dict]) -> str:
+    shown = [r for r in rows if r["after"] or r["during_run"] or r["since_previous_run"]]
+    lines = ["# Error counters", "", "Counters above zero or that grew; counters.json has every one.", "",
+             "| run | device | counter | before | after | growth in the run | since the run before |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines += [f"| {r['run_id']} | {r['device']} | {r['counter']} | {r['before'] if r['before'] is not None else '-'} | {r['after']} | "
+              f"{r['during_run'] if r['during_run'] is not None else '-'} | "
+              f"{r['since_previous_run'] if r['since_previous_run'] is not None else '-'} |" for r in shown]
+    return "\n".join(lines) + "\n"
+
+
+def summary_md(host: str, gpu: dict | None, first: dict | None, chosen: list[str], docs: list[tuple[str, dict]],
+               steps: list[dict], ids: dict, bug_note: str) -> str:
+    by_run = dict(docs)
+    failing = [(run_id, r) for run_id in chosen for r in (by_run.get(run_id) or {}).get("results") or []
+               if r.get("status") in (schema.FAIL, schema.ERROR)]
+    who = f"{host}, GPU {gpu['index']} ({gpu.get('uuid')}, serial {gpu.get('serial')})" if gpu else host
+    tried = [f"{s['step']} in run {s.get('run_id')} ({s.get('at')}): " + ("done" if s.get("done") else "proposed, not done")
+             + (f", {s['outcome']}" if s.get("outcome") else "") for s in steps if s.get("step") in ladder.ACTABLE]
+    lines = [f"# Evidence: {who}", "",
+             "- What failed: " + ("; ".join(sorted({f"{r.get('group')}.{r.get('check')}: {r.get('reason')}" for _, r in failing}))
+                                  or "nothing failed in the runs given"),
+             f"- Since: run {first['run_id']} ({first['started']}), the first run that failed it; runs here: {', '.join(chosen)}"
+             if first else f"- Since: no run failed it; runs here: {', '.join(chosen)}",
+             "- Already tried: " + ("; ".join(tried) or "nothing"),
+             f"- Driver {ids.get('driver')}, CUDA driver {ids.get('cuda_driver')}, VBIOS {ids.get('vbios')}, "
+             f"InfoROM {ids.get('inforom_image') or 'not read'}, kernel {ids.get('kernel')}",
+             f"- nvidia-bug-report.log: {bug_note}", "",
+             "Files: documents/ (host documents of those runs), figures.md (against the fleet and the baseline), counters.md, "
+             "identity.json, kernel_log.txt, ladder.json, manifest.json."]
+    return "\n".join(lines) + "\n"

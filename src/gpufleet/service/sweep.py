@@ -1,0 +1,293 @@
+"""`gpufleet slurm sweep --tier smoke|acceptance`: a tier's node stage on idle nodes, as Slurm jobs that real work
+preempts, judged as a run.
+
+    where       idle nodes of the chosen partitions only (base state IDLE, no flag: not drained, down, reserved,
+                completing or powered down); one job a node, --exclusive, --nodelist that node: never beside a job
+    priority    --nice (default 10000) and the site's --qos; submitted to a partition (or QOS) that real work
+                preempts (docs/fleet-in-service.md); --no-requeue, so a preempted job is cancelled, never requeued:
+                it leaves no verdict for its node, only a note, and the next sweep takes the node again
+    time        --time (the tier's limit) and --deadline: a job that cannot start in time is removed by Slurm;
+                at most --max-share of the idle nodes (default 25%, at least one node) held at once, the sweep
+                jobs already queued counted, the nodes measured longest ago first
+    on the node `srun ... gpufleet node-stage`: the engine in the job, its document written to the run's hosts/ in
+                the shared reports folder; nothing over SSH
+    the run     RUN_DIR/run.json (playbook sweep), sweep.json (the plan, each job and what became of it), the
+                report over the documents of the jobs that ran to their end (or failed: an `error` of group sweep),
+                judged against the baseline, the fleet and each node's history as usual; then `gpufleet slurm`'s
+                action with its breaker, the ladder, and the costs (outputs.py)
+
+Without --submit the sweep is a plan: which nodes, which are skipped and why, the sbatch line of each; nothing is
+submitted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+import shlex
+import time
+from pathlib import Path
+
+from gpufleet import paths, report, runs, schema, slurm
+from gpufleet.errors import InputError
+from gpufleet.fleet import store as fleet_store
+from gpufleet.fleet.cli import record as record_document
+from gpufleet.fleet.run_files import read_json
+
+JOB_NAME = "gpufleet-sweep"
+SWEEP_FILE = "sweep.json"
+GROUP = "sweep"
+DEFAULT_SHARE = "25%"
+DEFAULT_NICE = 10000
+# Minutes: the node stage took 35.3 s (smoke) and 44.4 s (acceptance) on one H100 (docs/results/2026-11-23-h100-x1-fleet);
+# the limit leaves room for a slow start, a node with eight GPUs and a measurement taken again.
+TIME_LIMIT_MIN = {"smoke": 10, "acceptance": 20}
+DEFAULT_WAIT_MIN = 10
+POLL_S = 5.0
+# Jobs whose node gets no verdict: preempted by real work, cancelled, or never started before their deadline.
+NO_VERDICT = ("PREEMPTED", "CANCELLED", "DEADLINE", "REVOKED", "REQUEUED")
+RUNNING = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "RESIZING", "REQUEUE_HOLD", "SIGNALING", "STAGE_OUT")
+# What the controller passes into the job: never its whole environment (tokens, passwords).
+EXPORTED = ("PATH", "LANG", "SLURM_CONF", "PYTHONPATH")
+_SHARE = re.compile(r"(\d+)(%?)")
+
+
+def parse_share(value) -> tuple[int, bool]:
+    found = _SHARE.fullmatch(str(value).strip())
+    if not found or int(found.group(1)) < 1 or (found.group(2) and int(found.group(1)) > 100):
+        raise InputError(f"gpufleet_sweep_max_share (--max-share) is {value!r}; expected a count of nodes (e.g. 4) or a "
+                         "percent of the idle nodes from 1% to 100% (e.g. 25%)")
+    return int(found.group(1)), bool(found.group(2))
+
+
+def idle_or_why(node: dict) -> str | None:
+    """None when Slurm may give the node to a job now and none runs there; else why it is skipped."""
+    if node["base"] == "IDLE" and not node["flags"]:
+        return None
+    if node["base"] in ("ALLOCATED", "MIXED"):
+        return f"running a job ({node['state']})"
+    reason = f": {node['reason']}" if node.get("reason") else ""
+    return f"not idle: {node['state']}{reason}"
+
+
+def preemption_problem(config: dict, parts: dict, submit_to: list[str], qos: str | None) -> str | None:
+    """Why sweep jobs could not be preempted by real work here, or None. preempt/partition_prio: the partition the
+    jobs go to must have a lower PriorityTier than another partition over its nodes; preempt/qos: a QOS is named."""
+    kind = config.get("PreemptType", "preempt/none")
+    if kind in ("preempt/none", "(null)", ""):
+        return ("PreemptType is preempt/none in slurm.conf: real work could not preempt a sweep job. Set "
+                "PreemptType=preempt/partition_prio (a sweep partition of lower PriorityTier) or preempt/qos, with "
+                "PreemptMode=CANCEL or REQUEUE (docs/fleet-in-service.md)")
+    if kind == "preempt/qos" and not qos:
+        return "PreemptType is preempt/qos: name the QOS that real work preempts with --qos (gpufleet_sweep_qos)"
+    if kind == "preempt/partition_prio":
+        top = max((p["priority_tier"] for p in parts.values()), default=1)
+        low = [name for name in submit_to if parts.get(name, {}).get("priority_tier", top) >= top]
+        if low:
+            return (f"PreemptType is preempt/partition_prio, but partition {low[0]} has the highest PriorityTier "
+                    f"({top}): submit sweeps to a partition below the one real work runs in (--sweep-partition)")
+    return None
+
+
+def plan(shown: dict, partitions: list[str], queued: list[dict], share: tuple[int, bool], last_tested: dict,
+         hosts: dict | None = None) -> dict:
+    """Which nodes this sweep takes: {"idle", "skipped": {node: why}, "chosen", "deferred": {node: why}, "allowed",
+    "held"}. `queued`: sweep jobs slurmctld holds now (any sweep); `last_tested`: {node: when its latest document was
+    made}; `hosts`: {Slurm node: inventory name}."""
+    member = {n: v for n, v in shown.items() if set(v["partitions"]) & set(partitions)}
+    unknown = [p for p in partitions if not any(p in v["partitions"] for v in shown.values())]
+    if unknown:
+        raise InputError(f"partition {unknown[0]} holds no node Slurm lists (scontrol show node); expected the partitions "
+                         "of the nodes to sweep (gpufleet_sweep_partitions, --partition)")
+    held = {q["node"]: q for q in queued if q.get("node")}
+    skipped, idle = {}, []
+    for name, node in sorted(member.items()):
+        if name in held:
+            skipped[name] = f"a sweep job ({held[name]['job_id']}, {held[name]['state']}) is already there"
+            continue
+        why = idle_or_why(node)
+        if why:
+            skipped[name] = why
+        else:
+            idle.append(name)
+    number, percent = share
+    pool = len(idle) + len([n for n in held if n in member])
+    allowed = max(1, math.floor(pool * number / 100)) if percent else number
+    free = max(0, allowed - len(queued))
+    order = sorted(idle, key=lambda n: (last_tested.get((hosts or {}).get(n, n)) or "", n))
+    chosen = order[:free]
+    deferred = {n: f"over the share: {allowed} of {pool} idle node(s) at once, {len(queued)} sweep job(s) already queued"
+                for n in order[free:]}
+    return {"partitions": partitions, "idle": idle, "skipped": skipped, "chosen": chosen, "deferred": deferred,
+            "allowed": allowed, "held": len(queued), "share": f"{number}{'%' * percent}"}
+
+
+def job_request(run_dir: Path, run_id: str, node: str, host: str, opts: dict) -> tuple[list[str], str]:
+    """(sbatch options, batch script) of one node's job."""
+    limit_min = opts["time_limit_min"]
+    argv = [opts["python"], "-m", "gpufleet", "node-stage", "--tier", opts["tier"], "--run-dir", str(run_dir), "--run-id",
+            run_id, "--host", host, "--lock-path", opts["lock_path"], "--lock-ttl-s", str(limit_min * 60 + 120)]
+    for key, flag in (("thresholds", "--thresholds"), ("profile", "--profile"), ("benchmark_tier", "--benchmark-tier")):
+        if opts.get(key):
+            argv += [flag, opts[key]]
+    if opts.get("benchmarks") is not None:
+        argv += ["--benchmarks", *opts["benchmarks"]]
+    argv += [a.replace("{node}", node).replace("{host}", host) for a in opts.get("node_args") or []]
+    script = (f"#!/bin/sh\n# gpufleet slurm sweep: run {run_id}, tier {opts['tier']}, node {node} (docs/fleet-in-service.md)\n"
+              f"exec srun --nodes=1 --ntasks=1 {shlex.join(argv)}\n")
+    exported = [k for k in EXPORTED if k in os.environ]
+    options = [f"--job-name={JOB_NAME}", f"--comment={run_id}", f"--partition={opts['submit_partition'] or opts['node_partition'][node]}",
+               f"--nodelist={node}", "--nodes=1", "--ntasks=1", "--exclusive", f"--time={limit_min}", f"--nice={opts['nice']}",
+               "--no-requeue", f"--deadline=now+{(opts['wait_min'] + limit_min) * 60}",
+               f"--output={run_dir / 'sweep' / (host + '.out')}", f"--chdir={run_dir / 'sweep'}",
+               f"--export={','.join(exported) or 'NONE'}"]
+    if opts.get("qos"):
+        options.append(f"--qos={opts['qos']}")
+    return options, script
+
+
+def submit(reports_dir: Path, opts: dict) -> dict:
+    """Plan under the reports folder's lock (two sweeps at once see each other's jobs) and, with opts["submit"],
+    start the run and submit its jobs. The sweep record (also RUN_DIR/sweep.json when submitted)."""
+    names = opts.get("names") or {}
+    hosts = {v: k for k, v in names.items()}
+    config, parts = slurm.config(), slurm.partitions()
+    submit_to = [opts["submit_partition"]] if opts["submit_partition"] else opts["partitions"]
+    why = preemption_problem(config, parts, submit_to, opts.get("qos"))
+    if why:
+        raise InputError(why)
+    reports_dir = Path(reports_dir).resolve()
+    if opts.get("submit"):
+        paths.make_dir(reports_dir)
+    with paths.folder_lock(reports_dir) if reports_dir.is_dir() else contextlib.nullcontext():  # a plan makes nothing
+        shown = slurm.show_nodes()
+        last = {}
+        store_path = fleet_store.default_path(reports_dir)
+        if store_path.exists():
+            with fleet_store.Store(store_path) as store:
+                last = {h: (store.node_runs(h) or [{}])[-1].get("started") for h in (hosts.get(n, n) for n in shown)}
+        planned = plan(shown, opts["partitions"], slurm.queued(JOB_NAME), parse_share(opts["max_share"]), last, hosts)
+        record = {"tier": opts["tier"], "submitted": None, "plan": planned, "jobs": [],
+                  "settings": {k: opts.get(k) for k in ("time_limit_min", "wait_min", "nice", "qos", "submit_partition", "max_share")}}
+        opts["node_partition"] = {n: next(p for p in shown[n]["partitions"] if p in opts["partitions"]) for n in planned["chosen"]}
+        if not opts.get("submit") or not planned["chosen"]:
+            record["requests"] = {n: job_request(Path("RUN_DIR"), "RUN_ID", n, hosts.get(n, n), opts) for n in planned["chosen"]}
+            return record
+        run = runs.start(str(reports_dir), opts.get("run_id"), playbook="sweep", hosts=[], tier=opts["tier"])
+        run_dir = Path(run["run_dir"])
+        paths.make_dir(run_dir / "sweep")
+        record.update(run_id=run["run_id"], run_dir=str(run_dir), submitted=schema.utc_now())
+        for node in planned["chosen"]:
+            host = hosts.get(node, node)
+            options, script = job_request(run_dir, run["run_id"], node, host, opts)
+            job = {"node": node, "host": host, "sbatch": options}
+            try:
+                job["job_id"] = slurm.submit(options, script)
+            except InputError as exc:
+                job["error"] = str(exc)
+            record["jobs"].append(job)
+        keep(run_dir, record)
+    return record
+
+
+def keep(run_dir: Path, record: dict) -> None:
+    paths.write_atomic(Path(run_dir) / SWEEP_FILE, json.dumps(record, indent=1, sort_keys=True, default=str) + "\n")
+
+
+def wait(record: dict, limit_s: float) -> None:
+    """Until slurmctld holds none of the run's jobs, asked every POLL_S; those still there after limit_s are cancelled
+    (named in the record) and given two minutes more to end."""
+    ids = {j["job_id"] for j in record["jobs"] if j.get("job_id")}
+    deadline, cancelled = time.monotonic() + limit_s, False
+    while ids:
+        left = {q["job_id"] for q in slurm.queued(JOB_NAME)} & ids
+        if not left:
+            return
+        if time.monotonic() > deadline:
+            if cancelled:
+                return  # their ends are read back as Slurm has them
+            for job_id in sorted(left):
+                slurm.cancel(job_id)
+            record["cancelled_by_sweep"], cancelled = sorted(left), True
+            deadline = time.monotonic() + 120
+        time.sleep(POLL_S)
+
+
+def collect(run_dir: Path) -> dict:
+    """Each job's end read back from Slurm; the documents of jobs that left no verdict moved aside (sweep/not-judged),
+    an `error` of group sweep for a job that failed. The record, with "judged": the hosts the report covers."""
+    record = read_json(Path(run_dir) / SWEEP_FILE)
+    if not isinstance(record, dict) or not isinstance(record.get("jobs"), list):
+        raise InputError(f"{Path(run_dir) / SWEEP_FILE}: no sweep record; expected the run folder of `gpufleet slurm sweep --submit`")
+    judged, shown = [], {}
+    for job in record["jobs"]:
+        doc_path = Path(run_dir) / "hosts" / f"{job['host']}.json"
+        end = slurm.job(job["job_id"]) if job.get("job_id") else None
+        if (end or {}).get("state") in RUNNING:
+            raise InputError(f"sweep job {job['job_id']} on {job['node']} is {end['state']}: judge the sweep once its jobs "
+                             "have ended (they end by their time limit at the latest)")
+        job.update(end or {}, state=(end or {}).get("state") or ("NOT_SUBMITTED" if job.get("error") else "UNKNOWN"))
+        doc = read_json(doc_path)
+        if not _gpus(doc) and not shown:
+            shown = slurm.show_nodes()  # the node's GPUs as Slurm counts them (Gres), for a job without a document
+        job["gpus"] = _gpus(doc) or (shown.get(job["node"]) or {}).get("gpus")
+        job["gpu_hours"] = round((job.get("elapsed_s") or 0) * (job["gpus"] or 0) / 3600, 4)
+        held = next((r for r in (doc or {}).get("results") or [] if r.get("check") == "node_lock" and r.get("status") == "error"), None) \
+            if isinstance(doc, dict) else None
+        if job["state"] in NO_VERDICT or job["state"] in ("UNKNOWN", "NOT_SUBMITTED") or held:
+            job["judged"] = False
+            job["note"] = f"{held['reason']}: no verdict for the node" if held else _note(job)
+            if doc_path.exists():
+                aside = paths.make_dir(Path(run_dir) / "sweep" / "not-judged") / doc_path.name
+                os.replace(doc_path, aside)
+                job["note"] += f"; what it measured is kept in sweep/not-judged/{doc_path.name}"
+            continue
+        job["judged"] = True
+        judged.append(job["host"])
+        if job["state"] != "COMPLETED" or not isinstance(doc, dict):
+            _job_error(Path(run_dir), job, doc)
+    record["judged"] = judged
+    keep(run_dir, record)
+    return record
+
+
+def _gpus(doc) -> int | None:
+    for r in (doc or {}).get("results") or [] if isinstance(doc, dict) else []:
+        if r.get("check") == "gpu_count" and isinstance(r.get("value"), int):
+            return r["value"]
+    return None
+
+
+def _note(job: dict) -> str:
+    return {"PREEMPTED": "preempted by real work: no verdict for the node; the next sweep takes it again",
+            "CANCELLED": "cancelled before it ended: no verdict for the node",
+            "DEADLINE": "could not start before its deadline (the node was taken): no verdict",
+            "NOT_SUBMITTED": f"not submitted: {job.get('error')}"}.get(
+        job["state"], f"ended {job['state']}: no verdict for the node")
+
+
+def _job_error(run_dir: Path, job: dict, doc) -> None:
+    """The job ran but did not end well (its time limit, a failure, its node lost): an `error` in its document."""
+    out = run_dir / "sweep" / f"{job['host']}.out"
+    tail = out.read_text(errors="replace")[-2000:] if out.exists() else ""
+    what = "before writing its document" if not isinstance(doc, dict) else "after the document it kept"
+    res = schema.result("job", schema.ERROR, f"sweep job {job['job_id']} ended {job['state']} {what}", group=GROUP,
+                        failure_class="environment", detail={"job_id": job["job_id"], "state": job["state"], "output_tail": tail},
+                        remedy=f"read sweep/{job['host']}.out; the node stage hung or died: the ladder re-tests the node")
+    res.update(started=schema.utc_now(), seconds=0.0)
+    new = {"schema_version": schema.SCHEMA_VERSION, "host": job["host"], "started": res["started"], "seconds": 0.0,
+           "results": [res]}
+    record_document(run_dir, job["host"], new, [GROUP])
+
+
+def judge(run_dir: Path, *, names: dict | None = None) -> dict | None:
+    """The report over the jobs' documents (None when no job left a verdict); the run marked finished."""
+    record = collect(run_dir)
+    if not record["judged"]:
+        return None
+    summary = report.build(Path(run_dir), expected_hosts=record["judged"], slurm_names=names)
+    runs.finish(Path(run_dir), summary["verdict"])
+    return summary
