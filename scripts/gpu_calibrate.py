@@ -171,6 +171,10 @@ def let_others_run_python() -> None:
             pass
 
 
+def as_text(v) -> str:
+    return v.decode() if isinstance(v, bytes) else v
+
+
 def machine_facts(cpu: bool) -> dict:
     if cpu:
         return {"gpu_model": "cpu", "gpus_on_machine": 1, "driver": None, "host": socket.gethostname()}
@@ -183,7 +187,6 @@ def machine_facts(cpu: bool) -> dict:
         driver = pynvml.nvmlSystemGetDriverVersion()
     finally:
         pynvml.nvmlShutdown()
-    as_text = (lambda v: v.decode() if isinstance(v, bytes) else v)
     return {"gpu_model": as_text(name), "gpus_on_machine": n, "driver": as_text(driver), "host": socket.gethostname()}
 
 

@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpufleet import schema
 from waiting import wait_for
 
 pytestmark = pytest.mark.slow

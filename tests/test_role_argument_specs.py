@@ -4,7 +4,6 @@ every entry point a playbook includes has a spec, and a spec's default is the ro
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 import yaml
