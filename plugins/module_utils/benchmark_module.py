@@ -49,8 +49,6 @@ def benchmark_argument_spec():
     )
 
 
-
-
 def benchmark_input_problem(p):
     """What is wrong with the benchmark module's arguments, or None."""
     if not p["benchmarks"]:

@@ -14,8 +14,8 @@ import time
 # The check groups (`gpufleet check --group G`), each run by the gpufleet.cluster module of its name.
 CHECK_GROUPS = ("gpu_inventory", "gpu_health", "host_hygiene")
 # The group of the `error` result a node step's module gives when it could not answer.
-STEP_GROUPS = dict([(g, g) for g in CHECK_GROUPS] + [("gpu_counters", "counters"), ("benchmark", "benchmark"),
-                                                      ("node_lock", "lock")])
+STEP_GROUPS = dict([(g, g) for g in CHECK_GROUPS]
+                   + [("gpu_counters", "counters"), ("benchmark", "benchmark"), ("node_lock", "lock")])
 # Benchmarks `gpufleet bench` knows, their tiers, and the group of their results.
 BENCHMARKS = ("matmul", "memory", "nccl", "sdc", "train_gpt2", "soak")
 BENCHMARK_TIERS = ("smoke", "quick", "thorough")
