@@ -165,7 +165,12 @@ def main() -> int:
         raise SystemExit(f"make validate: EXPECTED_GPUS={args.expected_gpus!r}; expected a whole number of GPUs, 1 or more")
     venv_python = sys.executable
     venv = Path(venv_python).parent.parent / "node"
-    python, why = choose_python(args.node_python, venv_python, venv)
+    try:
+        python, why = choose_python(args.node_python, venv_python, venv)
+    except subprocess.CalledProcessError as exc:  # pip or venv could not make .venv/node (no registry, no wheel)
+        raise SystemExit(f"make validate: could not make {venv} for the node's Python: `{' '.join(map(str, exc.cmd))}` "
+                         f"exited {exc.returncode}; where no package registry is reachable, point pip at a wheelhouse "
+                         "(PIP_NO_INDEX=1 PIP_FIND_LINKS=/path/to/wheels), or give NODE_PYTHON") from None
     say(f"the node's Python: {python}, {why}")
     count, what = expected_gpus(args.expected_gpus, venv_python)
     say(f"GPUs: {what}")

@@ -189,9 +189,11 @@ def test_a_full_run_shows_each_node_live_and_a_lost_node_is_run_again_alone_with
     assert lines[0].endswith(f"run {run_id}: run (validate.yml, checkout {REPO}) on 3 node(s): node-a, node-b, node-c"), out
     assert lines[-1].endswith(f"run {run_id}: 3 of 3 node(s) not accepted: node-a, node-b, node-c; report: "
                               f"{run_dir / 'report.md'}"), out
-    # Above it, why: each node's worst check with its reason, then the other failing checks by name.
+    # Above it, why: each node's worst cause (its first check, how many more give that reason, the reason once), then
+    # the other causes by name.
     for line, host in zip(lines[-4:-1], NODES):
-        assert re.fullmatch(rf"{STAMP}    {host}: (error|fail) [a-z_]+\.[a-z_0-9]+: \S.*", line), out
+        assert re.fullmatch(rf"{STAMP}    {host}: (error|fail) [a-z_]+\.[a-z_0-9]+( and \d+ more check\(s\) with the same "
+                            rf"reason)?: \S.*", line), out
     assert not files_holding(run_dir, node_token, var_token)
     assert stat.S_IMODE(run_dir.stat().st_mode) == stat.S_IMODE((run_dir / "runner").stat().st_mode) == 0o750
     for host in ("node-a", "node-c"):
