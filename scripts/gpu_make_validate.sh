@@ -23,12 +23,14 @@ say() { echo "== $*" | tee -a "$log"; }
 export PIP_NO_INDEX=1 PIP_FIND_LINKS="$repo/.whl" PIP_DISABLE_PIP_VERSION_CHECK=1 LC_ALL=C.UTF-8
 tmp=$(mktemp -d)
 clone="$tmp/gpufleet"
-if git -C "$repo" rev-parse --git-dir >/dev/null 2>&1; then
+# A clone only where the checkout is its HEAD: a copied working tree (a GPU machine's copy of a checkout) may carry a
+# .git of an older commit, and a clone of it would test that commit, not these files.
+if git -C "$repo" rev-parse --git-dir >/dev/null 2>&1 && [ -z "$(git -C "$repo" status --porcelain --untracked-files=no 2>/dev/null)" ]; then
   git clone -q "$repo" "$clone" && how="git clone of $(git -C "$repo" rev-parse --short HEAD)"
 else  # a copy of the working tree without its .git: the same files, what a clone would hold
   mkdir -p "$clone" && tar -C "$repo" --exclude=./.git --exclude=./.venv --exclude=./.whl --exclude=./reports \
     --exclude=./.pytest_cache --exclude='*.egg-info' --exclude='__pycache__' -cf - . | tar -C "$clone" -xf -
-  how="copy of the working tree (no .git here)"
+  how="copy of the working tree (no .git here, or files that differ from its HEAD)"
 fi
 say "fresh checkout: $how in $clone"
 { nvidia-smi -L; python3 --version; python3 -c 'import torch, pynvml; print("python3: torch", torch.__version__, "cuda", torch.cuda.is_available(), torch.cuda.device_count())'; \
