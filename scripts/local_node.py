@@ -85,6 +85,10 @@ def usable(info: dict | None) -> bool:
     return bool(info and info.get("torch") and info.get("cuda") and info.get("pynvml") and info.get("yaml"))
 
 
+# The package folders of a Python, one a line (a venv's own, then its base's), for a .pth of the node venv.
+BASE_SITE = "import site, sys; print('\\n'.join(dict.fromkeys(p for p in site.getsitepackages() + [site.getusersitepackages()] if p)))"
+
+
 def node_venv(base: str, venv: Path) -> str:
     """.venv/node: a venv over `base`'s packages (its torch) with the engine, and nvidia-ml-py and PyYAML where
     `base` lacks them; pip as configured (a local wheelhouse where the machine reaches no registry)."""
@@ -93,6 +97,12 @@ def node_venv(base: str, venv: Path) -> str:
     if not (python.exists() and stamp.exists() and stamp.read_text().strip() == base):
         shutil.rmtree(venv, ignore_errors=True)
         subprocess.run([base, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+        # --system-site-packages reaches the base interpreter's packages, not those of a venv `base` may itself be
+        # (a machine's torch often lives in one): a .pth names `base`'s own package folders.
+        folders = subprocess.run([base, "-c", BASE_SITE], capture_output=True, text=True, check=True).stdout
+        ours = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        (Path(ours) / "gpufleet-node-base.pth").write_text(folders)
         subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "-e", str(REPO)], check=True)
         info = probe(str(python)) or {}
         missing = [pkg for mod, pkg in (("pynvml", "nvidia-ml-py>=12.535"), ("yaml", "PyYAML>=6")) if not info.get(mod)]
