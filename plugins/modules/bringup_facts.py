@@ -43,6 +43,13 @@ options:
         or a path. Empty (the default) reads no NVML.
     type: str
     default: ""
+  not_a_container:
+    description:
+      - The operator's word that this node runs its own kernel although it looks like a container (a microVM whose
+        PID 1 is not an init, whose C(/run/systemd/container) says docker). The container signal is still returned
+        in RV(container); RV(kernel) is then judged as on any node (chroot, a writable C(/proc/sys)).
+    type: bool
+    default: false
 seealso:
   - module: gpufleet.cluster.bringup_record
 author:
@@ -141,7 +148,8 @@ _DRIVER_LINE = re.compile(r"Kernel Module(?: for \S+)?\s+([0-9]+\.[0-9]+(?:\.[0-
 
 def build_module():
     return AnsibleModule(
-        argument_spec=dict(root=dict(type="path", default="/"), nvml_library=dict(type="str", default="")),
+        argument_spec=dict(root=dict(type="path", default="/"), nvml_library=dict(type="str", default=""),
+                           not_a_container=dict(type="bool", default=False)),
         supports_check_mode=True,
     )
 
@@ -312,7 +320,7 @@ def kernel_state(module, root, container):
     if os.path.realpath(root) != "/":
         return {"touchable": True, "reason": "writes go to the tree under %s, not to a kernel" % root}
     is_container, how = container
-    if is_container:
+    if is_container and not module.params["not_a_container"]:
         return {"touchable": False, "reason": "this node is a container (%s): its kernel belongs to the host" % how}
     if in_chroot():
         return {"touchable": False, "reason": "running in a chroot: the kernel belongs to the system outside it"}
