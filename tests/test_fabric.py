@@ -22,6 +22,8 @@ from gpufleet.fleet.thresholds import Thresholds, thresholds_for
 from sysfs_tree import hgx, vm
 
 SRC = Path(__file__).resolve().parents[1] / "src"
+# The H100 VM's NVML, recorded: hw shows its GPU whether or not this machine has one (and so exits 0).
+VM_READINGS = SRC.parent / "tests" / "data" / "readings" / "recorded-h100-x1-vm.json"
 H100 = "NVIDIA H100 80GB HBM3"
 GPU3_BRIDGE = "0000:72:00.0"  # the switch's downstream port above GPU 3 (0000:73:00.0) of hgx()
 
@@ -98,7 +100,7 @@ def test_a_gpu_vm_without_infiniband_or_aer_statistics_skips_and_hw_says_why(tmp
     assert host_hygiene.infiniband.check_gpu_nic_rails(r, profiles.resolve(H100))["status"] == schema.SKIP
     res = counters.fabric_snapshot("before", r, boot_id="b")
     assert res["status"] == schema.SKIP and "no aer_dev_* file" in res["reason"]
-    text = _gpufleet("hw", "--root", str(tree.root)).stdout
+    text = _gpufleet("hw", "--root", str(tree.root), "--readings", str(VM_READINGS)).stdout
     assert "PCIe AER   not read (no aer_dev_* file under any GPU, HCA or bridge above them" in text
     # With the AER files back the snapshot is read, and the judgement says there is no InfiniBand to judge.
     for bdf in ("0000:00:05.0",):
