@@ -283,8 +283,9 @@ def main(argv=None) -> int:
     out = Path(args.out)
     reports = out / "calibration-reports"
     reports.mkdir(parents=True, exist_ok=True)
-    # A store per layout: a node of four GPUs is never compared with a baseline of one-GPU nodes.
-    dbs = {layout: reports / f"gpufleet-{layout}.db" for layout in ("split", "node")}
+    # A reports folder and store per layout (baseline.json lies beside the store): a node of four GPUs is never
+    # compared with a baseline of one-GPU nodes.
+    dbs = {layout: reports / layout / "gpufleet.db" for layout in ("split", "node")}
     facts = machine_facts(args.cpu)
     if not args.cpu and "other_user" in kinds and os.geteuid() == 0:
         let_others_run_python()
@@ -306,7 +307,7 @@ def main(argv=None) -> int:
             nodes = {"node": list(range(n_gpus))}
             thresholds = {"gpus_expected": n_gpus}
         round_id = f"{stamp}-r{k:03d}-{layout}-{plan['kind'] if plan else 'clean'}"
-        run_dir = reports / round_id
+        run_dir = reports / layout / round_id
         (run_dir / "hosts").mkdir(parents=True)
         dist = Disturbance(plan["kind"], plan["gpus"], plan["delay_s"], plan["duration_s"], args.cpu) if plan else None
         stages: dict = {}
@@ -355,7 +356,7 @@ def main(argv=None) -> int:
     print()
     print(table(rows))
     with tarfile.open(out / "calibration-reports.tar.gz", "w:gz") as tar:  # the reports; the documents are in --data
-        for f in sorted(reports.glob("*/report.*")):
+        for f in sorted(reports.glob("*/*/report.*")):
             tar.add(f, arcname=str(f.relative_to(reports)))
     return 0
 
