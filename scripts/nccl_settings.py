@@ -100,11 +100,11 @@ def run_variant(out: Path, name: str, nccl_env: dict, max_bytes: int | None, tie
     proc = subprocess.Popen(cmd, env=clean_env(extra), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     try:
-        log, _ = proc.communicate(timeout=timeout_s)
+        log = proc.communicate(timeout=timeout_s)[0]
         timed_out = False
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)  # torchrun and every rank: one process group
-        log, _ = proc.communicate()
+        log = proc.communicate()[0]
         timed_out = True
     doc = json.loads(result_path.read_text()) if result_path.exists() else {}
     doc.update(variant=name, nccl_env=nccl_env, max_bytes=max_bytes, rc=proc.returncode, timed_out=timed_out,

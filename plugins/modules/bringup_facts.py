@@ -248,8 +248,8 @@ class NvmlError(Exception):
 
 def sysfs_bdf(nvml_bus_id):
     """NVML's "00000000:00:06.0" as sysfs names the device: "0000:00:06.0"."""
-    domain, _, rest = nvml_bus_id.lower().partition(":")
-    return "%s:%s" % (domain[-4:].rjust(4, "0"), rest)
+    parts = nvml_bus_id.lower().partition(":")
+    return "%s:%s" % (parts[0][-4:].rjust(4, "0"), parts[2])
 
 
 def read_persistence(library):
