@@ -153,12 +153,21 @@ def _descendants(root: int) -> set[int]:
     return found
 
 
+def _started(pid: int) -> int | None:
+    """The process's start time (clock ticks since boot): a pid used again later is another process."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 class LastSeen:
     """For each pid, a time at which it was still alive (taken before the look that found it alive): a process
     seen alive after a moment T ran after T. Polled until every one is gone."""
 
     def __init__(self, pids: dict[int, str]):
         self.pids = pids
+        self.started = {pid: _started(pid) for pid in pids}
         self.alive_after: dict[int, float] = {}
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -168,7 +177,7 @@ class LastSeen:
         while left:
             for pid in list(left):
                 t0 = time.time()
-                if _alive(pid):
+                if _alive(pid) and _started(pid) == self.started[pid]:
                     self.alive_after[pid] = t0
                 else:
                     left.discard(pid)

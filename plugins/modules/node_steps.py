@@ -22,8 +22,8 @@ description:
   - Once whoever started it is gone (the run was stopped), no further step runs but a C(node_lock) step that gives
     the lock back.
   - While the run holds the node lock (O(lock)), every engine process a step starts carries it in its environment
-    (C(GPUFLEET_LOCK)), so it does not start once the run no longer holds the lock, stops itself when the run loses it
-    or is told to stop, and a run that would take a stale lock over finds it and waits for it to be gone.
+    (C(GPUFLEET_LOCK)). Such a process does not start once the run no longer holds the lock, stops itself when the
+    run loses it or is told to stop, and a run that would take a stale lock over finds it and waits for it to end.
 options:
   steps:
     description:
