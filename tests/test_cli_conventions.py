@@ -6,6 +6,7 @@ no GPU could be read)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -56,7 +57,7 @@ def test_a_command_in_no_group_is_still_listed_and_named():
     sub.add_parser("check", help="x")
     sub.add_parser("sweep", help="a new command")
     assert sub.unplaced() == ["sweep"]
-    assert sub.listing().endswith("more:\n  sweep     a new command")
+    assert re.search(r"\nmore:\n  sweep +a new command$", sub.listing())  # aligned with the longest command name
 
 
 def recording_without_gpus(path: Path) -> Path:

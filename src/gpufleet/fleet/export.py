@@ -273,8 +273,9 @@ LOCK_CHECK = "lock.node_lock"  # the node lock's result: an error when another r
 def held_elsewhere(node: dict) -> bool:
     """Whether the node failed only because another gpufleet run held it (its node_lock error alone): it was not
     measured, which is not the node's fault, and draining it would take a healthy node out of service."""
-    checks, _ = failing_checks(node)
-    return bool(checks) and set(checks) == {LOCK_CHECK}
+    checks = {f"{r['group']}.{r['check']}" if r.get("group") else r["check"]
+              for r in node["results"] if r["status"] in (schema.FAIL, schema.ERROR)}
+    return checks == {LOCK_CHECK}
 
 
 def drain_lines(report: dict, mapping: dict | None = None) -> list[str]:
