@@ -33,7 +33,7 @@ STATUSES = ("pass", "warn", "fail", "skip", "error", "info")
 # The checks whose `error` is of class environment (what stopped them is beside the node); any other is software.
 ENVIRONMENT_CHECKS = ("processes", "matmul_processes", "memory_processes", "nccl_processes", "train_gpt2_processes",
                       "soak_processes", "processes_after", "node_lock", "reachable", "finetune_processes",
-                      "sample_spread")
+                      "sample_spread", "sweep_job")
 
 
 def utc_now():

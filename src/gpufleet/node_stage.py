@@ -17,30 +17,29 @@ import json
 import time
 from pathlib import Path
 
-from gpufleet import collect, engine, guard, lock, paths, schema
+from gpufleet import collect, engine, guard, lock, paths, registry, schema
 from gpufleet.checks import GROUPS
 from gpufleet.command_line import json_arg
 from gpufleet.errors import InputError
 
-# tier -> (benchmarks, benchmark tier): validate_node_benchmarks and validate_node_benchmark_tier of the role.
-TIERS = {"smoke": (["matmul", "memory", "nccl"], "smoke"), "acceptance": (["matmul", "memory", "nccl", "sdc"], "quick")}
+# tier -> (benchmarks, benchmark tier), as the role's validate_node_benchmarks and validate_node_benchmark_tier pick
+# them: smoke's at the smoke tier; acceptance's gpufleet_benchmarks default at gpufleet_benchmark_tier's (quick).
+TIERS = {"smoke": (list(registry.tier_benchmarks("smoke")), "smoke"),
+         "acceptance": ([b for b in registry.benchmark_names(default=True) if b in registry.tier_benchmarks("acceptance")], "quick")}
 GROUP_LOCK = "lock"
 
 
 def lock_result(got: dict, lock_path: str, run_id: str, started: str) -> dict:
     """`lock.node_lock`, as the playbook's node stage records it: pass when this run holds the node, else the error
     naming the run that does (nothing is measured beside another run)."""
+    detail = {"path": lock_path, "record": got.get("record"), "stale": got.get("stale"), "waited_s": got.get("waited_s") or 0}
     if got["acquired"]:
         stale = got.get("stale")
         reason = f"held by this run ({run_id})" + (
             f"; took over the stale lock of run {(stale.get('previous') or {}).get('run_id', '?')}: {stale.get('reason')}" if stale else "")
-        res = schema.result("node_lock", schema.PASS, reason, group=GROUP_LOCK)
-    else:
-        res = schema.result("node_lock", schema.ERROR, f"not measured: {got['reason']}", group=GROUP_LOCK,
-                            remedy="the next sweep measures the node once that run gave it back")
-    res["detail"] = {"path": lock_path, "record": got.get("record"), "stale": got.get("stale"), "waited_s": got.get("waited_s") or 0}
-    res.update(started=started, seconds=0.0)
-    return res
+        return schema.result("node_lock", schema.PASS, reason, group=GROUP_LOCK, detail=detail, started=started, seconds=0.0)
+    return schema.result("node_lock", schema.ERROR, f"not measured: {got['reason']}", group=GROUP_LOCK, detail=detail,
+                         remedy="the next sweep measures the node once that run gave it back", started=started, seconds=0.0)
 
 
 def run(tier: str, run_dir: Path, run_id: str, host: str, *, lock_path: str = lock.DEFAULT_PATH, ttl_s: float = 3600,

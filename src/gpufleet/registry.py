@@ -167,6 +167,8 @@ OTHER_GROUPS = (
         Check("finetune_processes", ENVIRONMENT),
     )),
     Group("report", checks=(Check("results_file", SOFTWARE),)),
+    # a sweep's Slurm job that ended without finishing its node stage (its time limit, a failure, its node lost)
+    Group("sweep", checks=(Check("sweep_job", ENVIRONMENT),)),
     Group("fleet", checks=(
         Check("gpu_vs_node", HARDWARE, ("fleet_gpu_below_node_warn_pct", "fleet_gpu_below_node_fail_pct")),
         Check("node_vs_fleet", HARDWARE, ("fleet_node_below_fleet_warn_pct", "fleet_node_below_fleet_fail_pct",

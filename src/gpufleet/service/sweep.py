@@ -12,7 +12,7 @@ preempts, judged as a run.
     on the node `srun ... gpufleet node-stage`: the engine in the job, its document written to the run's hosts/ in
                 the shared reports folder; nothing over SSH
     the run     RUN_DIR/run.json (playbook sweep), sweep.json (the plan, each job and what became of it), the
-                report over the documents of the jobs that ran to their end (or failed: an `error` of group sweep),
+                report over the documents of the jobs that ran to their end (or failed: an `error` `sweep.sweep_job`),
                 judged against the baseline, the fleet and each node's history as usual; then `gpufleet slurm`'s
                 action with its breaker, the ladder, and the costs (outputs.py)
 
@@ -31,12 +31,14 @@ import shlex
 import time
 from pathlib import Path
 
-from gpufleet import paths, report, runs, schema, slurm
+from gpufleet import paths, profiles, registry, report, runs, schema, slurm
 from gpufleet.errors import InputError
 from gpufleet.fleet import store as fleet_store
 from gpufleet.fleet.cli import record as record_document
 from gpufleet.fleet.run_files import read_json
 
+# The run tiers a node stage in a job runs (the soak lasts hours: no sweep).
+TIERS = tuple(t for t in registry.RUN_TIERS if t != "soak")
 JOB_NAME = "gpufleet-sweep"
 SWEEP_FILE = "sweep.json"
 GROUP = "sweep"
@@ -51,7 +53,9 @@ POLL_S = 5.0
 NO_VERDICT = ("PREEMPTED", "CANCELLED", "DEADLINE", "REVOKED", "REQUEUED")
 RUNNING = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "RESIZING", "REQUEUE_HOLD", "SIGNALING", "STAGE_OUT")
 # What the controller passes into the job: never its whole environment (tokens, passwords).
-EXPORTED = ("PATH", "LANG", "SLURM_CONF", "PYTHONPATH")
+# The site's profiles and checks turned off reach the engine as they do from the playbooks (profiles.SITE_DIR_ENV,
+# engine.CHECKS_DISABLED_ENV).
+EXPORTED = ("PATH", "LANG", "SLURM_CONF", "PYTHONPATH", "GPUFLEET_PROFILE_DIR", profiles.SITE_DIR_ENV, "GPUFLEET_CHECKS_DISABLED")
 _SHARE = re.compile(r"(\d+)(%?)")
 
 
@@ -218,7 +222,7 @@ def wait(record: dict, limit_s: float) -> None:
 
 def collect(run_dir: Path) -> dict:
     """Each job's end read back from Slurm; the documents of jobs that left no verdict moved aside (sweep/not-judged),
-    an `error` of group sweep for a job that failed. The record, with "judged": the hosts the report covers."""
+    an `error` `sweep.sweep_job` for a job that failed. The record, with "judged": the hosts the report covers."""
     record = read_json(Path(run_dir) / SWEEP_FILE)
     if not isinstance(record, dict) or not isinstance(record.get("jobs"), list):
         raise InputError(f"{Path(run_dir) / SWEEP_FILE}: no sweep record; expected the run folder of `gpufleet slurm sweep --submit`")
@@ -274,10 +278,10 @@ def _job_error(run_dir: Path, job: dict, doc) -> None:
     out = run_dir / "sweep" / f"{job['host']}.out"
     tail = out.read_text(errors="replace")[-2000:] if out.exists() else ""
     what = "before writing its document" if not isinstance(doc, dict) else "after the document it kept"
-    res = schema.result("job", schema.ERROR, f"sweep job {job['job_id']} ended {job['state']} {what}", group=GROUP,
-                        failure_class="environment", detail={"job_id": job["job_id"], "state": job["state"], "output_tail": tail},
-                        remedy=f"read sweep/{job['host']}.out; the node stage hung or died: the ladder re-tests the node")
-    res.update(started=schema.utc_now(), seconds=0.0)
+    res = schema.result("sweep_job", schema.ERROR, f"sweep job {job['job_id']} ended {job['state']} {what}", group=GROUP,
+                        detail={"job_id": job["job_id"], "state": job["state"], "output_tail": tail},
+                        remedy=f"read sweep/{job['host']}.out; the node stage hung or died: the ladder re-tests the node",
+                        started=schema.utc_now(), seconds=0.0)
     new = {"schema_version": schema.SCHEMA_VERSION, "host": job["host"], "started": res["started"], "seconds": 0.0,
            "results": [res]}
     record_document(run_dir, job["host"], new, [GROUP])
