@@ -125,9 +125,9 @@ def test_the_reports_guide_lists_every_series(fleet_run):
     assert promql and set(re.findall(r"\bgpufleet_[a-z0-9_]+", "".join(promql))) <= table
 
 
-def test_the_readme_table_names_every_label_of_each_series(fleet_run):
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    table = {name: set(labels.split(",")) for name, labels in re.findall(r"^\| `(gpufleet_[a-z0-9_]+)\{([a-z_,]+)\}`", readme, re.M)}
+def test_the_docs_table_names_every_label_of_each_series(fleet_run):
+    page = (Path(__file__).resolve().parents[1] / "docs" / "reports.md").read_text()
+    table = {name: set(labels.split(",")) for name, labels in re.findall(r"^\| `(gpufleet_[a-z0-9_]+)\{([a-z_,]+)\}`", page, re.M)}
     documented = {name: set(labels.split(",")) for name, labels in re.findall(r"\b(gpufleet_[a-z0-9_]+)\{([a-z_,]+)\}", export.__doc__)}
     written: dict[str, set] = {}
     for family in _families(fleet_run["run"]).values():
