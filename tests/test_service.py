@@ -492,8 +492,8 @@ def test_sweeps_need_preemption_and_bad_input_names_the_variable():
         ["ssh", "n 1; rm", "nvidia-smi", "-r", "-i", "3"]  # a word each: nothing reaches a shell
     done = gpufleet("slurm", "sweep", "--tier", "smoke", "--partition", "gpu", "--max-share", "200%")
     assert done.returncode == 2 and "gpufleet_sweep_max_share (--max-share) is '200%'" in done.stderr
-    # The controller's tiers (a time limit each) are the node stage's, which it cannot import (the import layers).
-    assert set(sweep.TIME_LIMIT_MIN) == set(node_stage.TIERS)
+    # The controller's tiers, each with a time limit, are the node stage's (which the controller cannot import).
+    assert list(sweep.TIERS) == list(sweep.TIME_LIMIT_MIN) == list(node_stage.TIERS)
 
 
 def test_the_ladder_comes_from_the_profile_and_a_bad_one_is_named(tmp_path):

@@ -132,7 +132,7 @@ def _ladder_options(p: argparse.ArgumentParser) -> None:
 def add_parsers(sub) -> None:
     s = sub.add_parser(SWEEP_COMMAND, prog="gpufleet slurm sweep", help="`gpufleet slurm sweep`: a tier's node stage as "
                        "preemptible Slurm jobs on idle nodes, then judged as a run")
-    s.add_argument("--tier", required=True, choices=list(sweep.TIME_LIMIT_MIN))  # node_stage.TIERS, without its imports
+    s.add_argument("--tier", required=True, choices=list(sweep.TIERS))
     s.add_argument("--partition", action="append", help="a partition whose idle nodes to sweep (repeatable; gpufleet_sweep_partitions)")
     s.add_argument("--submit", action="store_true", help="submit the jobs (default: print the plan, submit nothing)")
     s.add_argument("--sweep-partition", help="the partition the jobs go to, one real work preempts (default: the node's own, "
