@@ -159,7 +159,7 @@ RUN_CHECKS = [
 DEFAULTED = {"gpufleet_benchmark_tier": "quick", "gpufleet_tier": "acceptance"}
 VARIABLES = sorted({name for checks in (NODE_CHECKS, VALIDATE_CHECKS, FINETUNE_CHECKS, RUN_CHECKS)
                     for names, dummy, dummy2 in checks for name in ((names,) if isinstance(names, str) else names)}
-                   | {"gpufleet_tier", "gpufleet_profile", "gpufleet_slurm_node_name", "gpufleet_baseline"})
+                   | {"gpufleet_tier", "gpufleet_profile", "gpufleet_profile_dir", "gpufleet_slurm_node_name", "gpufleet_baseline"})
 
 
 def _failure(checks, hosts, values):
@@ -199,19 +199,23 @@ def _finetune_failure(hosts, values, defaults):
 def _thresholds_failure(hosts, values):
     """The first node whose gpufleet_profile or gpufleet_thresholds the engine on the node would refuse (an unknown
     profile or key, a wrong type, a number out of the key's bounds, NaN or infinity), in the engine's own words,
-    or None. Each distinct pair is checked once."""
+    or None. Each distinct pair is checked once, with the node's site profiles (gpufleet_profile_dir) where it has
+    a folder of them; a gpufleet_profile_dir that is no absolute folder is left to run_prepare, which names it."""
     seen = {}
     for host in hosts:
         profile = values[host].get("gpufleet_profile") or None
         overrides = values[host].get("gpufleet_thresholds") or {}
+        site_dir = values[host].get("gpufleet_profile_dir") or None
         if profile is not None and not isinstance(profile, str):
             return "gpufleet_profile for %s must be the name of a profile of files/profiles; got %s" % (host, to_json(profile))
-        key = json.dumps([profile, overrides], sort_keys=True, default=str)
+        if site_dir is not None and not (_abs_path(site_dir) and os.path.isdir(site_dir)):
+            continue
+        key = json.dumps([profile, overrides, site_dir], sort_keys=True, default=str)
         if key not in seen:
             if ENGINE_MISSING:
                 return "gpufleet_thresholds for %s could not be checked: %s" % (host, ENGINE_MISSING)
             try:
-                profiles.resolve(None, profile_name=profile, overrides=dict(overrides))
+                profiles.resolve(None, profile_name=profile, overrides=dict(overrides), site_dir=site_dir)
                 seen[key] = None
             except InputError as exc:
                 seen[key] = str(exc)

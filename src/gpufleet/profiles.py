@@ -201,13 +201,15 @@ def resolve(
     profile_name: str | None = None,
     overrides: dict | None = None,
     profile_dir: Path | None = None,
+    site_dir: Path | str | None = None,
 ) -> dict:
-    """The effective profile: generic <- model profile <- inventory overrides.
+    """The effective profile: generic <- model profile <- inventory overrides. `site_dir`: the site's profiles from
+    that folder rather than from the environment (site_profiles()), as the controller checks a node's.
 
     Returns {"name", "matched", "note", "thresholds": {key: {"value", "source"}}, "calibration"}; a relative
     limit's entry also says whether it is `calibrated` and its per-metric values (`by_metric`, calibration.py).
     """
-    profiles = load_all(profile_dir)
+    profiles = load_all(profile_dir, site_dir)
     note = None
     if profile_name:
         if profile_name not in profiles:
