@@ -38,13 +38,16 @@ BIN = Path(sys.executable).parent
 ENGINE_MARKS = (b"-m\0gpufleet", b"gpufleet.bench", b"gpufleet.finetune", b"torch.distributed.run")
 
 # An engine-like process of run `old`: its guard watches the lock (GPUFLEET_LOCK, as node_steps and the background
-# jobs give it), it measures in a child of its own session, and it ends once that child does.
+# jobs give it), it measures in a child of its own session, and it ends once that child does. It names the child
+# once the child runs its own code: until its exec is through, /proc shows the child no environment to be found by.
 ENGINE = textwrap.dedent("""
     import subprocess, sys
     from gpufleet import guard
     guard.start_from_env()
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+    child = subprocess.Popen([sys.executable, "-c", "import time; print(flush=True); time.sleep(600)"],
+                             start_new_session=True, stdout=subprocess.PIPE)
     guard.track(child)
+    child.stdout.readline()
     print(child.pid, flush=True)
     child.wait()
 """)
