@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gpufleet import profiles  # noqa: E402
+from gpufleet import numbers, profiles  # noqa: E402
 from gpufleet.checks import benchmarks  # noqa: E402
 from gpufleet.train import gpt2  # noqa: E402
 
@@ -21,7 +21,7 @@ def test_flops_per_token_is_the_palm_formula_for_gpt2_small():
     assert 124_000_000 < n_all < 125_000_000
     n = n_all - cfg.block_size * cfg.n_embd
     assert gpt2.flops_per_token(model, cfg) == 6 * n + 12 * 12 * 12 * 64 * 1024
-    assert gpt2.mfu(400_000, gpt2.flops_per_token(model, cfg), 989) == pytest.approx(400_000 * (6 * n + 12 * 12 * 12 * 64 * 1024) / 989e12)
+    assert numbers.mfu(400_000, gpt2.flops_per_token(model, cfg), 989) == pytest.approx(400_000 * (6 * n + 12 * 12 * 12 * 64 * 1024) / 989e12)
 
 
 def test_ddp_two_ranks_train_and_report_scaling():
