@@ -25,11 +25,12 @@ those the run's own drains took out: past it nothing is done and the judgement f
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from gpufleet import failure_class, paths, profiles, runs, schema, slurm
 from gpufleet.errors import InputError
-from gpufleet.fleet import export, store as fleet_store
+from gpufleet.fleet import export, service_log, store as fleet_store
 from gpufleet.fleet import slurm as fleet_slurm
 from gpufleet.fleet.run_files import read_json, read_run_info
 from gpufleet.service import commands
@@ -320,6 +321,11 @@ def clear(reports_dir: Path, host: str, who: str, note: str, *, names: dict | No
     paths.safe_name(host, "NODE")
     run = runs.start(str(Path(reports_dir).resolve()), f"ladder-clear-{host}-{runs.new_run_id()}", playbook="ladder", hosts=[])
     name = export.slurm_name(host, names)
+    with fleet_store.Store(fleet_store.default_path(reports_dir)) as store:
+        latest = max((e["at"] or "" for e in store.events(host=host, kind="ladder")), default="")
+    # Events order by their second: a clear recorded in the second of the node's last step could sort before it.
+    while schema.utc_now() <= latest and (service_log.epoch(latest) or 0) - time.time() < 2:
+        time.sleep(0.05)
     step = {"host": host, "slurm_node": name, "run_id": run["run_id"], "at": schema.utc_now(), "step": "clear", "done": True,
             "by": who, "why": f"cleared by {who}: {note}"}
     try:
