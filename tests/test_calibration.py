@@ -266,3 +266,26 @@ def test_a_stable_fact_the_baseline_accepted_is_listed_not_warned_again(tmp_path
     more = {r["check"]: r for r in _run(reports, "r2", {"node": doc(3)}, "2026-11-22T10:00:00Z", baseline="b")["node"]["results"]}
     assert more["ecc"]["status"] == "warn" and "changed since baseline run b: ecc_aggregate_uncorrected:GPU-" in more["ecc"]["reason"]
     assert "was 2, now 3" in more["ecc"]["reason"]
+
+
+def test_run_folders_become_calibration_lines_only_where_no_foreign_process_was_seen(tmp_path):
+    # A node-run counts as clean by what it saw, never by its verdict: the warned clean one stays, the one with a
+    # foreign process on its GPU is left out and named.
+    clean, disturbed = cr.runs(1, 1)
+    run_dir = tmp_path / "reports" / "r1"
+    (run_dir / "hosts").mkdir(parents=True)
+    (run_dir / "hosts" / "quiet.json").write_text(json.dumps(dict(clean["document"], host="quiet")))
+    (run_dir / "hosts" / "busy.json").write_text(json.dumps(dict(disturbed["document"], host="busy")))
+    out = tmp_path / "calibration" / "runs.jsonl.gz"
+    out.parent.mkdir()
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "calibration_from_runs.py"), str(run_dir), "--machine",
+                           "lab-a", "--out", str(out)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "left out: " in done.stdout and "/busy: not clean (benchmark.memory_processes" in done.stdout
+    [row] = [json.loads(line) for line in gzip.decompress(out.read_bytes()).decode().splitlines()]
+    assert row["node"] == "quiet" and row["condition"] == "clean" and row["machine"]["host"] == "lab-a"
+    assert row["machine"]["gpu_model"] == cr.MODEL and row["machine"]["gpus_on_machine"] == 4
+    table = tmp_path / "table.md"
+    done = subprocess.run([sys.executable, str(SCRIPT), str(out.parent), "--table", str(table)], capture_output=True, text=True)
+    assert done.returncode == 0 and "1 node-runs of 1 GPU model(s)" in done.stdout, done.stdout + done.stderr
+    assert "Profile `h100-sxm`; 1 node-runs (1 clean, 0 disturbed" in table.read_text()
