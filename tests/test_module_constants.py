@@ -22,6 +22,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils import (  # noqa:
 from ansible_collections.gpufleet.cluster.plugins.modules import (  # noqa: E402
     benchmark,
     finetune,
+    gpu_counters,
     gpu_health,
     gpu_inventory,
     host_hygiene,
@@ -130,6 +131,28 @@ def test_the_results_the_modules_make_are_the_engines():
     doc = engine_schema.host_document("node0", "2026-01-01T00:00:00Z", 1.0, [])
     assert set(doc) == {"schema_version", "host", "engine_version", "profile", "versions", "started", "seconds",
                         "results"}
+
+
+# The modules that return a host document, whose RETURN documents its results; the benchmark's carry `trust` too.
+RESULT_MODULES = (gpu_inventory, gpu_health, host_hygiene, gpu_counters, benchmark, finetune)
+
+
+def test_every_module_that_returns_results_documents_every_key_of_a_result():
+    for module in RESULT_MODULES:
+        name = f"plugins/modules/{module.__name__.rsplit('.', 1)[-1]}.py RETURN gpufleet.results"
+        results = yaml.safe_load(module.RETURN)["gpufleet"]["contains"]["results"]
+        text = " ".join(results["description"])
+        keys = [*schema.RESULT_KEYS, "started", "seconds"] + (["trust"] if module is benchmark else [])
+        undocumented = [k for k in keys if f"C({k})" not in text]
+        assert not undocumented, f"{name}: no word on {undocumented}"
+        unnamed = [c for c in failure_class.CLASSES if f"V({c})" not in text]
+        assert not unnamed, f"{name}: the failure classes {unnamed} are not named"
+        for sample in results.get("sample") or []:
+            missing = [k for k in keys if k not in sample]
+            assert not missing, f"{name}: the sample lacks {missing}"
+            made = schema.result(sample["check"], sample["status"], sample["reason"], group=sample["group"],
+                                 remedy=sample["remedy"])
+            assert sample["class"] == made["class"], f"{name}: the sample's class is not the one the engine gives"
 
 
 def test_the_finetune_group_and_counter_phases_are_the_engines():

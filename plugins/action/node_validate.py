@@ -1,21 +1,28 @@
-"""gpufleet.cluster.node_validate: the whole node stage of validate.yml in one task.
+"""gpufleet.cluster.node_validate: the whole node stage of validate.yml, for one node, in one task.
 
-Ansible charges the controller for every task on every node (a worker forked, the task's templates compiled, its
-result copied and cleaned in the main process) and for every module sent: far more than the stage's own work. So
-one task a node, and two module runs on it (gpufleet.cluster.node_steps, each running several modules' bodies in
-one process on the node):
+What it does, on the controller, in the task's own worker:
 
-    run 1  node_lock (take the node for this run)  gpu_inventory  gpu_health  host_hygiene  gpu_counters (before)
-           [the lock held by another run of this controller that is gone, or the bounded wait: NodeTake.take()]
-    run 2  benchmark  gpu_counters (after)  [node_lock released, when no later play needs the node]
+    run 1 on the node (gpufleet.cluster.node_steps)   node_lock (take the node for this run), gpu_inventory,
+                                                      gpu_health, host_hygiene, gpu_counters (before)
+          [a lock held by a run of this controller that is gone is taken over, or waited for: NodeTake.take()]
+    run 2 on the node (gpufleet.cluster.node_steps)   benchmark, gpu_counters (after),
+                                                      node_lock released when no later play needs the node
+    here                                              the node's host document built from the steps' results and
+                                                      written to RUN_DIR/hosts/<host>.json; a summary returned
 
-A node lost during run 2 keeps what run 1 measured. Each step keeps its own outcome: a step whose module could not
-answer is an `error` result of its group (engine_schema.STEP_GROUPS), a node that did not answer one of
-connection.reachable. The host document is then written here, in the task's worker, with the engine's own writer
-(no process started for it), and only a summary and the facts the later plays read (validate_node_multinode,
-validate_node_lock_held, ...) go back to the main process. After each run, a line
-`[HOST] gpufleet: checks|benchmarks: ... | pass=N ...` tells the live view (gpufleet.runner.events) where the node
-is and how it fares so far.
+Why one task, and two module runs: most of what a run costs the controller is Ansible's own work per task and per
+module it sends to a node (a worker forked, the task's templates compiled, its result copied back into the main
+process and cleaned there), far more than the stage's work. One task a node that sends one module twice keeps a
+whole run near 0.15 to 0.24 s of controller CPU a node (docs/scale.md; scripts/controller_cost.py measures it).
+Two runs, not one, so that a node lost during the benchmarks keeps what run 1 measured.
+
+What reaches the document when something goes wrong: a step whose module could not answer is an `error` result of
+its group (engine_schema.STEP_GROUPS); a node that did not answer, one error result connection.reachable; a node
+another run holds is not measured and its document names that run. The document is written with the engine's own
+writer (no process started for it); only a summary and the facts the later plays read (validate_node_multinode,
+validate_node_lock_held, ...) go back to the main process, since a result's size is paid again there. After each
+run, a line `[HOST] gpufleet: checks|benchmarks: ... | pass=N ...` tells the live view (gpufleet.runner.events)
+where the node is and how it fares so far.
 """
 
 from __future__ import annotations

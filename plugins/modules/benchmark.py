@@ -229,8 +229,11 @@ gpufleet:
       type: float
     results:
       description:
-        - One entry per measured figure with C(check), C(group), C(status) (pass, warn, fail, skip or error),
-          C(value), C(unit), C(threshold), C(reason), C(remedy), C(detail), C(started) and C(seconds).
+        - One entry per measured figure with C(check), C(group), C(status) (pass, info, warn, fail, skip or error),
+          C(value), C(unit), C(threshold), C(reason), C(remedy), C(detail), C(class), C(trust) (how far the figure can
+          be trusted, one of V(clean), V(confirmed), V(disturbed) or V(inconclusive)), C(started) and C(seconds).
+        - C(class) is the failure class of a C(warn), C(fail) or C(error) result, one of V(hardware), V(environment),
+          V(configuration) or V(software) (C(gpufleet.failure_class)); null for the other statuses.
         - C(detail) keeps the raw measurements and the method (warm-up, iterations, sizes, timer, versions); the NCCL
           results carry C(rows), one per message size with C(size_bytes), C(algbw_gbps), C(busbw_gbps) and C(correct).
       type: list
@@ -245,6 +248,8 @@ gpufleet:
           reason: "slowest GPU bf16 matmul 779.2 TFLOPS (minimum 700)"
           remedy: null
           detail: {}
+          class: null
+          trust: clean
           started: "2026-11-21T21:00:00Z"
           seconds: 41.2
 """

@@ -115,6 +115,10 @@ gpufleet:
         - The GPUs' snapshot, group C(counters), then the fabric's (after the benchmarks also C(processes_after)). Its C(detail) holds C(phase),
           C(read_at) (UTC), C(boot_id), C(gpus) (each with C(index), C(uuid), C(serial), C(pci_bus_id), C(visible) and C(counters)) and C(unreadable)
           (C(<index>.<counter>) to the reason it could not be read).
+        - Each result has C(check), C(group), C(status), C(value), C(unit), C(threshold), C(reason), C(remedy),
+          C(detail), C(class), C(started) and C(seconds).
+        - C(class) is the failure class of a C(warn), C(fail) or C(error) result, one of V(hardware), V(environment),
+          V(configuration) or V(software) (C(gpufleet.failure_class)); null for the other statuses.
       type: list
       elements: dict
       sample:
@@ -152,6 +156,7 @@ gpufleet:
                   pcie_replay: 0
                   xid: 0
             unreadable: {}
+          class: null
           started: "2026-11-23T10:00:00Z"
           seconds: 0.2
 """

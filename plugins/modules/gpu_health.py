@@ -87,8 +87,10 @@ gpufleet:
       type: float
     results:
       description:
-        - One entry per check with C(check), C(group), C(status) (pass, warn, fail, skip or error), C(value), C(unit),
-          C(threshold), C(reason), C(remedy), C(detail), C(started) and C(seconds).
+        - One entry per check with C(check), C(group), C(status) (pass, info, warn, fail, skip or error), C(value), C(unit),
+          C(threshold), C(reason), C(remedy), C(detail), C(class), C(started) and C(seconds).
+        - C(class) is the failure class of a C(warn), C(fail) or C(error) result, one of V(hardware), V(environment),
+          V(configuration) or V(software) (C(gpufleet.failure_class)); null for the other statuses.
       type: list
       elements: dict
       sample:
@@ -101,6 +103,7 @@ gpufleet:
           reason: "GPU 3: 2 volatile uncorrectable ECC errors"
           remedy: "drain the node, then reset the GPU with no process on it: `nvidia-smi -r -i 3`"
           detail: {}
+          class: hardware
           started: "2026-11-21T21:00:00Z"
           seconds: 0.01
 """

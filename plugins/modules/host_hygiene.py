@@ -88,8 +88,10 @@ gpufleet:
       type: float
     results:
       description:
-        - One entry per check with C(check), C(group), C(status) (pass, warn, fail, skip or error), C(value), C(unit),
-          C(threshold), C(reason), C(remedy), C(detail), C(started) and C(seconds).
+        - One entry per check with C(check), C(group), C(status) (pass, info, warn, fail, skip or error), C(value), C(unit),
+          C(threshold), C(reason), C(remedy), C(detail), C(class), C(started) and C(seconds).
+        - C(class) is the failure class of a C(warn), C(fail) or C(error) result, one of V(hardware), V(environment),
+          V(configuration) or V(software) (C(gpufleet.failure_class)); null for the other statuses.
       type: list
       elements: dict
       sample:
@@ -102,6 +104,7 @@ gpufleet:
           reason: "6 active InfiniBand ports, expected at least 8"
           remedy: check the cables and the subnet manager for the ports that are down
           detail: {}
+          class: hardware
           started: "2026-11-21T21:00:00Z"
           seconds: 0.01
 """

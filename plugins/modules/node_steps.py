@@ -11,12 +11,21 @@ module: node_steps
 short_description: "Internal: run several of the node's gpufleet modules on the node in one module run, each keeping its own outcome"
 version_added: 0.3.0
 description:
-  - Runs the body of each step's module (gpufleet.cluster's node_lock, gpu_inventory, gpu_health, host_hygiene,
-    gpu_counters, benchmark), one after another, in one module process on the node. Ansible charges the controller
-    for every module it sends to a node; the node stage of validate.yml sends this one twice a node instead of
-    seven modules.
-  - Each step's arguments are those of its module, checked as that module checks them. A step that fails (its module
-    would have failed) is returned with C(failed) and its message; the steps after it still run.
+  - Runs several of the collection's node modules (node_lock, gpu_inventory, gpu_health, host_hygiene, gpu_counters,
+    benchmark) one after another in one module process on the node, and returns, for each, what that module would
+    have returned had it been sent alone.
+  - Why one module for several. Most of what a run costs the controller is Ansible's own work per task and per module
+    it sends to a node (a worker forked, the module sent, its result copied back into the main process), far more
+    than the modules' work. The node stage of validate.yml (M(gpufleet.cluster.node_validate), one task a node)
+    sends this module twice a node instead of seven modules, which keeps a whole run near 0.15 to 0.24 s of
+    controller CPU a node (docs/scale.md, scripts/controller_cost.py).
+  - How. Every module file of the collection only builds an AnsibleModule and hands it to its body, a function of
+    module_utils that reads C(params) and C(check_mode) and answers with C(exit_json) or C(fail_json). Each step's
+    arguments are checked against its module's argument spec, as AnsibleModule checks them, and its body is called
+    with a stand-in that has the same four members and hands the answer back instead of printing it and exiting. The
+    bodies are the modules' own, unchanged.
+  - A step that fails (its module would have failed) is returned with C(failed) and its message; the steps after it
+    still run.
   - A C(node_lock) step that does not leave the lock held by this run (another run holds it, or the lock could not
     be taken) ends the list there, as nothing is measured on a node this run does not hold.
   - Once whoever started it is gone (the run was stopped), no further step runs but a C(node_lock) step that gives
@@ -95,12 +104,12 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.lock_module impor
 
 LOCK_ENV = "GPUFLEET_LOCK"  # gpufleet.lock.ENV
 
-# How several modules run in one: every gpufleet module's body is a function of module_utils, body(module), that
-# reads module.params and module.check_mode and ends with module.exit_json(...) or module.fail_json(...); the
-# module files only build an AnsibleModule and call it. Here each step's arguments are checked against its module's
-# argument spec (ArgumentSpecValidator, as AnsibleModule would), and its body is called with a StepModule, whose
-# exit_json and fail_json raise StepDone carrying the result instead of printing it and exiting: so the bodies run
-# one after another, unchanged, in this one process, and each step's result is what its module would have returned.
+# How one module run holds several modules (DOCUMENTATION, "How"): for each step
+#   1. its arguments are checked against its module's argument spec (ArgumentSpecValidator, as AnsibleModule does);
+#   2. its module's body is called with a StepModule: params and check_mode as AnsibleModule has them, and
+#      exit_json / fail_json that raise StepDone carrying the answer instead of printing it and ending the process;
+#   3. that answer is the step's entry in RV(steps): what the module would have returned had it been sent alone.
+# So the bodies run unchanged, one after another, in this one process.
 
 
 def _check_group_body(group):

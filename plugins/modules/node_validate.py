@@ -15,6 +15,10 @@ description:
     M(gpufleet.cluster.node_take) takes it, with the takeover of a run of this controller that is gone and the bounded
     wait), the check groups gpu_inventory, gpu_health and host_hygiene, and the error counters before; then the
     benchmarks, the counters after and, with O(release), the lock given back.
+  - Why one task for the whole stage. Most of what a run costs the controller is Ansible's own work per task and per
+    module it sends to a node, far more than the stage's work; one task a node that sends one module twice keeps a
+    whole run near 0.15 to 0.24 s of controller CPU a node (docs/scale.md). Two module runs, not one, so that a node
+    lost during the benchmarks keeps what the first run measured.
   - A node another run holds is not measured; a step whose module could not answer is an C(error) result of its
     group; a node lost during the benchmarks keeps what the first run measured.
   - Writes the node's host document to O(run_dir)/hosts on the controller from the task's own worker (the engine's
