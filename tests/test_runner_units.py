@@ -88,6 +88,11 @@ def doc_res(*statuses, check="x", group="gpu_health"):
      ("benchmarks", "")),
     ({"resolved_action": "gpufleet.cluster.node_lock", "task_path": f"{ROLE}/lock_take.yml:9"}, ("lock", "")),
     ({"resolved_action": "gpufleet.cluster.benchmark", "task_path": f"{ROLE}/locate_round.yml:30"}, ("locate", "")),
+    # A localisation round runs its group through the shared job file: still the locate stage.
+    ({"resolved_action": "gpufleet.cluster.benchmark", "task": "Start NCCL with the node's group of the round: node-a, node-b",
+      "task_path": f"{ROLE}/job_across_nodes.yml:37"}, ("locate", "")),
+    ({"resolved_action": "gpufleet.cluster.job_status", "task": "Wait for the group's NCCL run of the round to finish",
+      "task_path": f"{ROLE}/job_across_nodes.yml:50"}, ("locate", "")),
     ({"resolved_action": "gpufleet.cluster.fleet_report", "task_path": f"{ROLE}/run_report.yml:7"}, ("report", "")),
     ({"resolved_action": "ansible.builtin.set_fact", "task_path": f"{ROLE}/main.yml:8"}, (None, "")),
     # The playbooks' own tasks run on the controller, even when the event names the first node of the play.

@@ -56,6 +56,8 @@ def classify(event_data: dict) -> tuple[str | None, str]:
     if in_role and stem == JOB_FILE:  # its names are the caller's: "Start NCCL across the nodes at once: a, b"
         if "{{" in task:  # not templated yet: the stage from the module alone
             return {"finetune": "fine-tune", "benchmark": "cross-node"}.get(short), ""
+        if "of the round" in task:  # a localisation round's group run (locate_round.yml): FleetState.describe says which
+            return "locate", ""
         return ("fine-tune" if short == "finetune" or "fine-tune" in task else "cross-node"), _across(task)
     for prefix, stage in STAGE_FILES.items():
         if in_role and stem.startswith(prefix) and stem != "locate_report":
