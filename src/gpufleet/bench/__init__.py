@@ -13,7 +13,8 @@ import re
 import statistics
 import time
 
-from gpufleet.numbers import significant as sig  # noqa: F401 (the benchmarks round their figures with it)
+from gpufleet.collect.nvml.binding import init_nvml, pynvml
+from gpufleet.numbers import significant
 
 # Bump when a change to method (shapes, sizes, timer, statistic) would move the numbers.
 BENCHMARK_VERSION = 1
@@ -80,7 +81,7 @@ def summarize(samples: list[float]) -> dict:
     the calibration can measure the healthy spread from them."""
     median = statistics.median(samples)
     return {
-        "values": [sig(x) for x in samples],
+        "values": [significant(x) for x in samples],
         "median": median,
         "max": max(samples),
         "min": min(samples),
@@ -111,9 +112,7 @@ def cuda_uuid(torch, device) -> str | None:
     if found:
         return found
     try:
-        import pynvml
-
-        pynvml.nvmlInit()
+        init_nvml()
         try:
             handle = pynvml.nvmlDeviceGetHandleByPciBusId(cuda_pci_bus_id(torch, device) + ".0")
             raw = pynvml.nvmlDeviceGetUUID(handle)

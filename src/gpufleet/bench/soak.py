@@ -28,8 +28,9 @@ import socket
 import statistics
 import time
 
-from gpufleet.bench import BENCHMARK_VERSION, DeviceTimer, cuda_pci_bus_id, cuda_uuid, sig, torch_versions
+from gpufleet.bench import BENCHMARK_VERSION, DeviceTimer, cuda_pci_bus_id, cuda_uuid, torch_versions
 from gpufleet.bench.monitor import SoakSampler
+from gpufleet.numbers import significant
 
 SIZES = {
     "cuda": {"matmul_n": 8192, "copy_bytes": 1 << 30, "nccl_bytes": 256 << 20, "nccl_iters": 10,
@@ -185,7 +186,7 @@ def _windows(bursts: list, window_s: float, n_windows: int, unit_scale: float) -
         sums[w][0] += work
         sums[w][1] += secs
         sums[w][2] += 1
-    return [{"index": w, "start_s": round(w * window_s, 1), "value": sig(work / secs / unit_scale) if secs else None,
+    return [{"index": w, "start_s": round(w * window_s, 1), "value": significant(work / secs / unit_scale) if secs else None,
              "bursts": count} for w, (work, secs, count) in enumerate(sums)]
 
 
@@ -396,8 +397,8 @@ def _finish(out: dict, ranks: dict, cuda: bool) -> dict:
             # NVML's index of this CUDA device: by UUID, else by PCI bus id (torch gives "0000:18:00", NVML adds ".0").
             "nvml_index": by_uuid.get((info.get("uuid") or "").lower(), by_pci.get(info.get("pci_bus_id") or "-")),
             "windows": windows,
-            "matmul_tflops_median": sig(statistics.median(mm_vals)) if mm_vals else None,
-            "hbm_gbps_median": sig(statistics.median(hbm_vals)) if hbm_vals else None,
+            "matmul_tflops_median": significant(statistics.median(mm_vals)) if mm_vals else None,
+            "hbm_gbps_median": significant(statistics.median(hbm_vals)) if hbm_vals else None,
             "bursts": len(rank["matmul"]) + len(rank["copy"]),
             "last_burst_s": rank["last_s"],
             "done_s": rank["done_s"],
@@ -417,9 +418,9 @@ def _finish(out: dict, ranks: dict, cuda: bool) -> dict:
             "size_bytes": nbytes,
             "rounds": len(rounds),
             "windows": [{"index": w, "start_s": round(w * window_s, 1),
-                         "busbw_gbps": sig(statistics.median(per_window[w])) if w in per_window else None}
+                         "busbw_gbps": significant(statistics.median(per_window[w])) if w in per_window else None}
                         for w in range(n_windows)],
-            "busbw_gbps_median": sig(statistics.median(busbw)) if busbw else None,
+            "busbw_gbps_median": significant(statistics.median(busbw)) if busbw else None,
             "wrong": [{"t_s": t, "rank": r} for t, r in wrong],
         }
     return out

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from gpufleet import profiles
 from gpufleet.checks.gpu_inventory import UNREADABLE_REMEDY, Findings, gpu_check, gpu_list, not_supported, unreadable
-from gpufleet.collect.nvml import CLOCK_EVENT_BITS, HW_SLOWDOWN_EVENTS, nvlink_error_counts, visible_indices
+from gpufleet.collect.nvml.clocks import CLOCK_EVENT_BITS, HW_SLOWDOWN_EVENTS
+from gpufleet.collect.nvml.links import nvlink_error_counts
+from gpufleet.collect.nvml.processes import visible_indices
 from gpufleet.schema import ERROR, FAIL, PASS, SKIP, WARN, result
 
 RESET_REMEDY = "drain the node, then reset the GPU with no process on it: `nvidia-smi -r -i {gpus}`"

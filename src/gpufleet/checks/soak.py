@@ -9,7 +9,7 @@ import time
 from gpufleet import calibration, judge, profiles, schema
 from gpufleet.checks.benchmarks import CPU_NOTE, flag_gpus
 from gpufleet.checks.gpu_inventory import Findings
-from gpufleet.collect.nvml import HW_SLOWDOWN_EVENTS
+from gpufleet.collect.nvml.clocks import HW_SLOWDOWN_EVENTS
 from gpufleet.numbers import significant
 from gpufleet.schema import ERROR, FAIL, PASS, WARN, result
 
