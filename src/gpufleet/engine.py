@@ -198,7 +198,7 @@ def processes_after(readings: dict, profile: dict) -> dict:
     nv = readings.get("nvml")
     if isinstance(nv, dict) and not nv.get("available") and nv.get("error") == nvml.NO_DRIVER:
         return schema.result("processes_after", schema.SKIP, f"{nvml.NO_DRIVER}, so there are no GPU processes to list")
-    res = gpu_health.processes(readings, profile)
+    res = gpu_health.occupancy.processes(readings, profile)
     if res["status"] not in (schema.PASS, schema.SKIP):
         return res.replace(check="processes_after", reason=f"after the benchmarks: {res['reason']}")
     return res.replace(check="processes_after")
