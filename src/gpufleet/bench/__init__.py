@@ -9,6 +9,7 @@ numbers carry "device": "cpu" and are never a performance claim.
 
 from __future__ import annotations
 
+import queue
 import re
 import statistics
 import time
@@ -129,22 +130,20 @@ def cuda_pci_bus_id(torch, device) -> str:
     return f"{p.pci_domain_id:04x}:{p.pci_bus_id:02x}:{p.pci_device_id:02x}"
 
 
-def gather(procs: list, keys: list, queue, timeout_s: float, what: str = "worker") -> dict:
-    """The results (key, value) that worker processes put on `queue`, one per key, waiting at most timeout_s.
+def gather(procs: list, keys: list, result_queue, timeout_s: float, what: str = "worker") -> dict:
+    """The results (key, value) that worker processes put on `result_queue`, one per key, waiting at most timeout_s.
 
     A worker that exits without a result (killed, a crash in the driver) or is still running at the
     timeout gets {"error": ...} instead; the latter is killed, so no process outlives the benchmark.
     """
-    import queue as queue_mod
-
     results: dict = {}
     pending = dict(zip(keys, procs))
     gone_since: dict = {}
     deadline = time.monotonic() + timeout_s
     while pending and time.monotonic() < deadline:
         try:
-            key, value = queue.get(timeout=1.0)
-        except queue_mod.Empty:
+            key, value = result_queue.get(timeout=1.0)
+        except queue.Empty:
             now = time.monotonic()
             for key, proc in list(pending.items()):
                 if proc.exitcode is None:

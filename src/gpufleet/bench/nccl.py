@@ -30,6 +30,7 @@ import os
 import re
 import shutil
 import tempfile
+import warnings
 
 from gpufleet import guard
 from gpufleet.bench import BENCHMARK_VERSION, DeviceTimer
@@ -190,8 +191,6 @@ def tier_sizes(tier: str, max_bytes: int | None = None) -> dict:
 
 
 def worker(tier: str, out_path: str, use_graph: bool, max_bytes: int | None = None) -> None:
-    import warnings
-
     import torch
     import torch.distributed as dist
 

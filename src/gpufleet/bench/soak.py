@@ -22,8 +22,10 @@ logic only, never a performance figure.
 
 from __future__ import annotations
 
+import datetime
 import math
 import os
+import queue
 import socket
 import statistics
 import time
@@ -86,8 +88,6 @@ def worker(rank: int, world: int, cuda: bool, cfg: dict, port: int, go, out) -> 
     Messages on `out`: ("ready", rank, info), ("matmul"|"copy", rank, t_end_s, seconds, work),
     ("nccl", rank, t_end_s, seconds_per_op, correct), ("done", rank, t_s), ("error", rank, t_s, text).
     """
-    import datetime
-
     import torch
     import torch.distributed as dist
 
@@ -195,8 +195,6 @@ def run(duration_s: float = DEFAULT_DURATION_S, *, window_s: float | None = None
         on_start=None) -> dict:
     """Soak every visible GPU for duration_s; see the module docstring. Never raises for a GPU that fails.
     on_start(pids), if given, is called once every process is set up and the load starts."""
-    import queue as queue_mod
-
     import torch
     import torch.multiprocessing as mp
 
@@ -249,7 +247,7 @@ def run(duration_s: float = DEFAULT_DURATION_S, *, window_s: float | None = None
         while len(ready) < world and time.monotonic() < deadline and not out["setup_error"]:
             try:
                 kind, rank, *rest = messages.get(timeout=1.0)
-            except queue_mod.Empty:
+            except queue.Empty:
                 dead = [r for r, p in enumerate(procs) if p.exitcode is not None and r not in ready]
                 if dead:
                     who = f"CUDA device {dead[0]}'s process" if cuda else f"process {dead[0]}"
@@ -300,7 +298,7 @@ def run(duration_s: float = DEFAULT_DURATION_S, *, window_s: float | None = None
             note_exits()
             try:
                 kind, rank, *rest = messages.get(timeout=1.0)
-            except queue_mod.Empty:
+            except queue.Empty:
                 note_exits()
                 if any(p.exitcode is not None and ranks[r]["done_s"] is None for r, p in enumerate(procs)):
                     break  # one died without a word: the others wait for it in the next collective
@@ -314,7 +312,7 @@ def run(duration_s: float = DEFAULT_DURATION_S, *, window_s: float | None = None
                 note_exits()
                 try:
                     kind, rank, *rest = messages.get(timeout=0.2)
-                except queue_mod.Empty:
+                except queue.Empty:
                     continue
                 take(kind, rank, rest)
                 if all(ranks[r]["done_s"] is not None for r in ranks):
