@@ -57,10 +57,10 @@ def disabled(results: list) -> list:
     for res in results:
         cid = f"{res.get('group')}.{res['check']}"
         if cid in off:
-            found = {k: res.get(k) for k in ("status", "value", "unit", "reason")}
+            as_found = {k: res.get(k) for k in ("status", "value", "unit", "reason")}
             stamped = {k: res[k] for k in ("started", "seconds") if k in res}
             res = schema.result(res["check"], schema.SKIP, f"turned off for this node: {CHECKS_DISABLED_VARIABLE}: [{cid}]",
-                                group=res.get("group"), detail={"disabled_by": CHECKS_DISABLED_VARIABLE, "found": found},
+                                group=res.get("group"), detail={"disabled_by": CHECKS_DISABLED_VARIABLE, "found": as_found},
                                 **stamped)
         out.append(res)
     return out

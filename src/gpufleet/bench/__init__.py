@@ -109,9 +109,9 @@ def uuid_text(raw) -> str | None:
 def cuda_uuid(torch, device) -> str | None:
     """A CUDA device's UUID in NVML's form "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx": torch's, else NVML's for
     the device's PCI bus id; None when neither gives one."""
-    found = uuid_text(getattr(torch.cuda.get_device_properties(device), "uuid", None))
-    if found:
-        return found
+    torch_uuid = uuid_text(getattr(torch.cuda.get_device_properties(device), "uuid", None))
+    if torch_uuid:
+        return torch_uuid
     try:
         init_nvml()
         try:

@@ -39,14 +39,14 @@ def baseline_index(base: list[dict]) -> tuple[dict, dict]:
     return node_base, {(b["uuid"], b["metric"]): b for b in base if b["gpu_index"] is not None and b["uuid"]}
 
 
-def node_vs_baseline(host: str, found: dict, base: list[dict], base_id: str, thr: Thresholds,
+def node_vs_baseline(host: str, node_metrics: dict, base: list[dict], base_id: str, thr: Thresholds,
                      index: tuple | None = None) -> dict:
     """index: baseline_index(base), so that a run of many nodes does not go through every baseline row per node."""
     threshold = thr.pair(BASE_WARN, BASE_FAIL)
     comparisons, not_comparable = [], []
     by_host, gpu_base = index or baseline_index(base)
     node_base = by_host.get(host, {})
-    for m in found["metrics"]:
+    for m in node_metrics["metrics"]:
         if m["scope"] == "node":
             b, what = node_base.get(m["key"]), f"baseline run {base_id}'s figure for this node"
         elif m.get("uuid"):
@@ -91,13 +91,13 @@ def baseline_medians(base: list[dict]) -> dict[tuple, dict]:
                 "unit": rows[0]["unit"]} for k, rows in groups.items()}
 
 
-def node_vs_baseline_fleet(host: str, found: dict, medians: dict, base_id: str, thr: Thresholds) -> dict:
+def node_vs_baseline_fleet(host: str, node_metrics: dict, medians: dict, base_id: str, thr: Thresholds) -> dict:
     threshold = thr.pair(BASE_WARN, BASE_FAIL)
     comparisons, not_comparable = [], []
     by_metric: dict[str, list] = {}
     for (key, context), med in medians.items():
         by_metric.setdefault(key, []).append((context, med))
-    for m in node_rows(found, shared=True):
+    for m in node_rows(node_metrics, shared=True):
         options = by_metric.get(m["key"]) or []
         match = next((med for context, med in options if context == m["context"]), None)
         if match is None:

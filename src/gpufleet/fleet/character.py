@@ -4,7 +4,7 @@ against its own past in the store, so that it is not named again in every run: w
 that past, more than fleet_below_baseline_warn_pct (calibrated: the model's run-to-run spread of a figure). A GPU
 outside the healthy spread (fleet_gpu_below_node_warn_pct) is named at once, whatever its past.
 
-    past_deviations(store, founds, run_id)  {(uuid, metric, context): [% below its siblings' median, newest run
+    past_deviations(store, metrics_by_host, run_id)  {(uuid, metric, context): [% below its siblings' median, newest run
                                             first]} over its node's latest HISTORY_RUNS runs in which it was accepted
     held(row, past, thr)                    a gpu_vs_node comparison with its own past: `own_past`, and warn where
                                             the GPU moved against it
@@ -25,12 +25,12 @@ HISTORY_RUNS = 5  # the latest runs a GPU is held against
 MIN_RUNS = 2  # fewer than this is no character yet
 
 
-def past_deviations(store: Any, founds: dict[str, dict], run_id: str) -> dict[tuple, list[float]]:
+def past_deviations(store: Any, metrics_by_host: dict[str, dict], run_id: str) -> dict[tuple, list[float]]:
     if store is None:
         return {}
-    wanted = {m["uuid"] for f in founds.values() for m in f["metrics"] if m["scope"] == "gpu" and m.get("uuid")}
+    wanted = {m["uuid"] for f in metrics_by_host.values() for m in f["metrics"] if m["scope"] == "gpu" and m.get("uuid")}
     groups: dict[tuple, list] = defaultdict(list)  # newest run first: the store's order
-    for r in store.gpu_past(list(founds), run_id, HISTORY_RUNS):
+    for r in store.gpu_past(list(metrics_by_host), run_id, HISTORY_RUNS):
         groups[(r["run_id"], r["host"], r["metric"], r["context"])].append((r["uuid"], r["value"]))
     out: dict[tuple, list[float]] = defaultdict(list)
     for (_, _, metric, context), members in groups.items():

@@ -151,8 +151,8 @@ def _totals_text(gpus: list[tuple[dict, dict]]) -> str:
     return "; ".join(f"{label} {', '.join(v)}" for label, v in by.items())
 
 
-def counters_during_run(host: str, found: dict, thr: Thresholds) -> dict:
-    snaps = found["snapshots"]
+def counters_during_run(host: str, node_metrics: dict, thr: Thresholds) -> dict:
+    snaps = node_metrics["snapshots"]
     threshold = thr.field(MIN_WINDOW)
     before, after = snaps.get("before"), snaps.get("after")
     if not before or not after:
@@ -203,8 +203,8 @@ _COUNTER_REMEDY = {
 }
 
 
-def counters_since_previous_run(host: str, run_id: str, found: dict, store: Any, store_note: str | None, thr: Thresholds) -> dict:
-    snaps = found["snapshots"]
+def counters_since_previous_run(host: str, run_id: str, node_metrics: dict, store: Any, store_note: str | None, thr: Thresholds) -> dict:
+    snaps = node_metrics["snapshots"]
     threshold = thr.field(MIN_WINDOW)
     now = snaps.get("before") or snaps.get("after")
     if not now:

@@ -151,12 +151,12 @@ def node_gauges(node: dict, fleet: dict, run_id: str, generated: str | None, bas
     gauge("gpufleet_run_info", "The run this file comes from, and the baseline it was compared with", ("node", "run_id", "baseline")) \
         .put((host, run_id, _label(baseline)), 1)
     gauge("gpufleet_report_timestamp_seconds", "When the report of the run was made (Unix time)", ("node",)).put((host,), _epoch(generated))
-    found = (fleet.get("metrics") or {}).get(host)
-    if not found:
+    node_metrics = (fleet.get("metrics") or {}).get(host)
+    if not node_metrics:
         return list(gauges.values())
     gauge("gpufleet_cpu_run", "1 when the figures come from a CPU run: a logic check, not a performance figure", ("node",)) \
-        .put((host,), int(found.get("cpu", False)))
-    for m in found["metrics"]:
+        .put((host,), int(node_metrics.get("cpu", False)))
+    for m in node_metrics["metrics"]:
         desc = fm.describe(m["key"])
         if desc["per_gpu"] and m["scope"] == "node":
             continue  # the node's slowest GPU: min() over the per-GPU series says it
@@ -178,7 +178,7 @@ def node_gauges(node: dict, fleet: dict, run_id: str, generated: str | None, bas
                 zed.put(labels, c["robust_z"])
     spread = gauge("gpufleet_sample_spread_ratio", "(max - min) / median of a benchmark's samples on one GPU, as a fraction",
                    ("node", "gpu", "uuid", "metric"))
-    for s in found["spreads"]:
+    for s in node_metrics["spreads"]:
         spread.put((host, _label(s["index"] if s["index"] is not None else s.get("cuda_index")), _label(s["uuid"]), s["key"]), s["spread_pct"] / 100)
     total = gauge("gpufleet_gpu_counter", "Cumulative GPU error counter at the latest snapshot", ("node", "gpu", "uuid", "counter"))
     rate = gauge("gpufleet_gpu_counter_growth_per_second", "Growth of a GPU error counter per second, during the run or "

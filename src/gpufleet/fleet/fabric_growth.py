@@ -173,8 +173,8 @@ def _threshold(keys: dict, thr: Thresholds) -> dict:
     return next(iter(keys.values())) if keys else thr.field("fabric_ib_ber_max")
 
 
-def _no_snapshots(found: dict, during: bool) -> str | None:
-    fab = found["snapshots"]["fabric"]
+def _no_snapshots(node_metrics: dict, during: bool) -> str | None:
+    fab = node_metrics["snapshots"]["fabric"]
     have = fab.get("before") and fab.get("after") if during else fab.get("before") or fab.get("after")
     if have:
         return None
@@ -187,12 +187,12 @@ def _no_snapshots(found: dict, during: bool) -> str | None:
     return "no fabric snapshots in this node's results (documents from before them have none)"
 
 
-def fabric_during_run(host: str, found: dict, thr: Thresholds) -> dict:
+def fabric_during_run(host: str, node_metrics: dict, thr: Thresholds) -> dict:
     check = "fabric_during_run"
-    why = _no_snapshots(found, during=True)
+    why = _no_snapshots(node_metrics, during=True)
     if why:
         return fleet_result(check, SKIP, f"no fabric counter growth during the run to judge: {why}", threshold=thr.field("fabric_ib_ber_max"))
-    fab = found["snapshots"]["fabric"]
+    fab = node_metrics["snapshots"]["fabric"]
     before, after = fab["before"], fab["after"]
     hours = hours_between(before.get("read_at"), after.get("read_at"))
     rebooted = bool(before.get("boot_id") and after.get("boot_id") and before["boot_id"] != after["boot_id"])
@@ -220,15 +220,15 @@ def fabric_during_run(host: str, found: dict, thr: Thresholds) -> dict:
                                 "unreadable": {**(before.get("unreadable") or {}), **(after.get("unreadable") or {})}})
 
 
-def fabric_since_previous_run(host: str, run_id: str, found: dict, store: Any, store_note: str | None, thr: Thresholds) -> dict:
+def fabric_since_previous_run(host: str, run_id: str, node_metrics: dict, store: Any, store_note: str | None, thr: Thresholds) -> dict:
     check = "fabric_since_previous_run"
-    why = _no_snapshots(found, during=False)
+    why = _no_snapshots(node_metrics, during=False)
     if why is None and store is None:
         why = store_note or "no store"
     if why:
         return fleet_result(check, SKIP, f"no fabric counter growth since the previous run to judge: {why}",
                             threshold=thr.field("fabric_ib_ber_max"))
-    fab = found["snapshots"]["fabric"]
+    fab = node_metrics["snapshots"]["fabric"]
     now = fab.get("before") or fab.get("after")
     pairs, since, first, hours_by = [], {}, [], {}
     for ident, dev in _devices(now).items():

@@ -16,11 +16,11 @@ from gpufleet.schema import FAIL, PASS, SKIP, WARN
 
 
 def _detail(results: list, check: str) -> dict | None:
-    found = None
+    last = None
     for r in results or []:
         if isinstance(r, dict) and r.get("group") == "host_hygiene" and r.get("check") == check:
-            found = r
-    return found.get("detail") if found and isinstance(found.get("detail"), dict) else None
+            last = r
+    return last.get("detail") if last and isinstance(last.get("detail"), dict) else None
 
 
 def fabric_layouts(nodes: dict[str, dict]) -> dict[str, dict]:

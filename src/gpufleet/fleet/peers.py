@@ -34,25 +34,25 @@ from gpufleet.fleet.thresholds import (
 from gpufleet.schema import PASS, SKIP, WARN
 
 
-def node_rows(found: dict, *, shared: bool = False) -> list[dict]:
-    return [m for m in found["metrics"] if m["scope"] == "node" and (shared or not m["shared"])]
+def node_rows(node_metrics: dict, *, shared: bool = False) -> list[dict]:
+    return [m for m in node_metrics["metrics"] if m["scope"] == "node" and (shared or not m["shared"])]
 
 
-def fleet_groups(founds: dict[str, dict]) -> dict[tuple, dict[str, dict]]:
+def fleet_groups(metrics_by_host: dict[str, dict]) -> dict[tuple, dict[str, dict]]:
     """(metric, context) -> {host: node-level metric} over the nodes of the run, shared metrics left out."""
     groups: dict[tuple, dict[str, dict]] = {}
-    for host, found in founds.items():
-        for m in node_rows(found):
+    for host, node_metrics in metrics_by_host.items():
+        for m in node_rows(node_metrics):
             groups.setdefault((m["key"], m["context"]), {})[host] = m
     return groups
 
 
-def gpu_vs_node(host: str, found: dict, thr: Thresholds, past: dict | None = None) -> dict:
+def gpu_vs_node(host: str, node_metrics: dict, thr: Thresholds, past: dict | None = None) -> dict:
     """Each GPU against its node's median; `past` (character.past_deviations): a GPU is also held against its own
     place among its siblings in earlier runs."""
     comparisons = []
     for key in fm.GPU_METRICS:
-        rows = [m for m in found["metrics"] if m["key"] == key and m["scope"] == "gpu"]
+        rows = [m for m in node_metrics["metrics"] if m["key"] == key and m["scope"] == "gpu"]
         if len(rows) < 2:
             continue
         if min(m["value"] for m in rows) <= 0:
@@ -70,7 +70,7 @@ def gpu_vs_node(host: str, found: dict, thr: Thresholds, past: dict | None = Non
     cpu = any(c["cpu"] for c in comparisons)
     threshold = thr.pair(GPU_WARN, GPU_FAIL)
     if not comparisons:
-        gpus = {m.get("cuda_index") for m in found["metrics"] if m["scope"] == "gpu"}
+        gpus = {m.get("cuda_index") for m in node_metrics["metrics"] if m["scope"] == "gpu"}
         why = ("one GPU measured on this node: no sibling to compare it with" if len(gpus) == 1 else
                "no per-GPU benchmark figures in this node's results (matmul and memory did not run or gave no figure)")
         return fleet_result("gpu_vs_node", SKIP, why, threshold=threshold)
@@ -93,10 +93,10 @@ def fleet_stats(groups: dict) -> dict[tuple, tuple[float, float]]:
     return {k: robust([m["value"] for m in members.values()]) for k, members in groups.items()}
 
 
-def node_vs_fleet(host: str, found: dict, groups: dict, thr: Thresholds, stats: dict | None = None) -> dict:
+def node_vs_fleet(host: str, node_metrics: dict, groups: dict, thr: Thresholds, stats: dict | None = None) -> dict:
     min_nodes = thr.value(MIN_NODES) or 3
     threshold = thr.field(NODE_WARN, fail=thr.field(NODE_FAIL), min_nodes=thr.field(MIN_NODES))
-    mine = node_rows(found)
+    mine = node_rows(node_metrics)
     if not mine:
         return fleet_result("node_vs_fleet", SKIP, "no node-level benchmark figures in this node's results to compare with the fleet",
                        threshold=threshold)
@@ -129,10 +129,10 @@ def node_vs_fleet(host: str, found: dict, groups: dict, thr: Thresholds, stats: 
                    detail={"comparisons": evidence_rows(comparisons), "too_few_nodes": too_few})
 
 
-def sample_spread(host: str, found: dict, thr: Thresholds) -> dict:
+def sample_spread(host: str, node_metrics: dict, thr: Thresholds) -> dict:
     ratio_max = thr.value(SPREAD_RATIO)
     threshold = thr.field(SPREAD_FLOOR, ratio=thr.field(SPREAD_RATIO))
-    spreads = found["spreads"]
+    spreads = node_metrics["spreads"]
     if not spreads:
         return fleet_result("sample_spread", SKIP, "no per-sample figures in this node's benchmark results", threshold=threshold)
     rows = []

@@ -12,29 +12,29 @@ _DRIFT_NAMED_MAX = 6  # drifted settings named in a reason; all are in detail
 
 def _drift(item: dict) -> tuple[str, str | None]:
     """('held' | 'drifted' | 'unreadable', what to say) for one expectation the collector read."""
-    what, found, why = item.get("what"), item.get("found"), item.get("found_reason")
+    what, current, why = item.get("what"), item.get("found"), item.get("found_reason")
     where = item.get("glob") or item.get("path")
     if why and ("not present" in why or "no file matches" in why):
         return "drifted", f"{what} ({where}) is gone"
     if why:
         return "unreadable", f"{what}: {why}"
     if "sha256" in item:
-        if found == item["sha256"]:
+        if current == item["sha256"]:
             return "held", None
         return "drifted", f"{what} ({where}) changed since bringup"
     if "exists" in item:
-        if bool(found) == bool(item["exists"]):
+        if bool(current) == bool(item["exists"]):
             return "held", None
         return "drifted", f"{what} ({where}) is {'missing' if item['exists'] else 'present again'}"
     expected = str(item.get("value"))
     if "glob" in item:
-        off = {v: n for v, n in (found or {}).items() if v != expected}
+        off = {v: n for v, n in (current or {}).items() if v != expected}
         if not off:
             return "held", None
-        return "drifted", f"{what} is {off} on {sum(off.values())} of {sum(found.values())} ({where}), bringup set {expected}"
-    if found == expected:
+        return "drifted", f"{what} is {off} on {sum(off.values())} of {sum(current.values())} ({where}), bringup set {expected}"
+    if current == expected:
         return "held", None
-    return "drifted", f"{what} is {found} ({where}), bringup set {expected}"
+    return "drifted", f"{what} is {current} ({where}), bringup set {expected}"
 
 
 def check_bringup_drift(readings: dict, profile: dict) -> dict:

@@ -212,9 +212,9 @@ def check_peermem(readings: dict, profile: dict) -> dict:
     if not mods.get("readable"):
         return result(name, ERROR, f"cannot tell whether nvidia_peermem is loaded: {mods.get('reason')}", detail=detail)
     loaded = mods.get("loaded") or {}
-    found = [m for m in ("nvidia_peermem", "nv_peer_mem") if loaded.get(m)]
-    if found:
-        return result(name, PASS, f"{found[0]} loaded: GPUDirect RDMA available to NCCL", detail=detail)
+    loaded_modules = [m for m in ("nvidia_peermem", "nv_peer_mem") if loaded.get(m)]
+    if loaded_modules:
+        return result(name, PASS, f"{loaded_modules[0]} loaded: GPUDirect RDMA available to NCCL", detail=detail)
     return result(
         name,
         FAIL,

@@ -78,11 +78,11 @@ def check_numa_balancing(readings: dict, profile: dict) -> dict:
     numa, err = section(readings, name, "numa")
     if err:
         return err
-    found = numa.get("numa_balancing")
+    balancing = numa.get("numa_balancing")
     thr = profiles.threshold(profile, "numa_balancing_expected")
     expected = thr["value"]
-    detail = {"path": numa.get("numa_balancing_path"), "value": found, "reason": numa.get("reason")}
-    if found is None:
+    detail = {"path": numa.get("numa_balancing_path"), "value": balancing, "reason": numa.get("reason")}
+    if balancing is None:
         return result(
             name, SKIP, f"automatic NUMA balancing not exposed ({numa.get('reason')})", threshold=thr, detail=detail
         )
@@ -90,20 +90,20 @@ def check_numa_balancing(readings: dict, profile: dict) -> dict:
         return result(
             name,
             WARN,
-            f"kernel.numa_balancing is {found}; numa_balancing_expected is not set",
-            value=found,
+            f"kernel.numa_balancing is {balancing}; numa_balancing_expected is not set",
+            value=balancing,
             threshold=thr,
             remedy="set gpufleet_thresholds.numa_balancing_expected",
             detail=detail,
         )
-    if found != expected:
+    if balancing != expected:
         return result(
             name,
             FAIL,
-            f"kernel.numa_balancing is {found}, expected {expected}",
-            value=found,
+            f"kernel.numa_balancing is {balancing}, expected {expected}",
+            value=balancing,
             threshold=thr,
             remedy=f"{BRINGUP}, or sysctl -w kernel.numa_balancing={expected} and persist it in /etc/sysctl.d",
             detail=detail,
         )
-    return result(name, PASS, f"kernel.numa_balancing is {found}", value=found, threshold=thr, detail=detail)
+    return result(name, PASS, f"kernel.numa_balancing is {balancing}", value=balancing, threshold=thr, detail=detail)
