@@ -4,10 +4,11 @@ against its own past in the store, so that it is not named again in every run: w
 that past, more than fleet_below_baseline_warn_pct (calibrated: the model's run-to-run spread of a figure). A GPU
 outside the healthy spread (fleet_gpu_below_node_warn_pct) is named at once, whatever its past.
 
-    past_deviations(store, metrics_by_host, run_id)  {(uuid, metric, context): [% below its siblings' median, newest run
-                                            first]} over its node's latest HISTORY_RUNS runs in which it was accepted
-    held(row, past, thr)                    a gpu_vs_node comparison with its own past: `own_past`, and warn where
-                                            the GPU moved against it
+    past_deviations(store, metrics_by_host, run_id)
+        {(uuid, metric, context): [% below its siblings' median, newest run first]} over its node's latest
+        HISTORY_RUNS runs in which it was accepted
+    held(row, past, thresholds)
+        a gpu_vs_node comparison with its own past: `own_past`, and warn where the GPU moved against it
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def past_deviations(store: Any, metrics_by_host: dict[str, dict], run_id: str) -
     return dict(out)
 
 
-def held(row: dict, past: dict[tuple, list[float]], thr: Thresholds) -> dict:
+def held(row: dict, past: dict[tuple, list[float]], thresholds: Thresholds) -> dict:
     """The comparison row with `own_past` where the GPU has one: {"runs", "usual_below_pct", "change_pct",
     "limit_pct", "changed"}; a passing row whose GPU moved more than the limit against its usual place warns."""
     mine = past.get((row.get("uuid"), row["metric"], row.get("context")))
@@ -54,7 +55,7 @@ def held(row: dict, past: dict[tuple, list[float]], thr: Thresholds) -> dict:
         return row
     usual = statistics.median(mine)
     change = round(-row["deviation_pct"] - usual, 2)
-    limit = thr.value(BASE_WARN, row["metric"])
+    limit = thresholds.value(BASE_WARN, row["metric"])
     changed = judge(change, Limit(BASE_WARN, limit, breach=WARN)).status == WARN
     own = {"runs": len(mine), "usual_below_pct": round(usual, 2), "change_pct": change, "limit_pct": limit, "changed": changed}
     return {**row, "own_past": own, "status": WARN if changed and row["status"] == PASS else row["status"]}

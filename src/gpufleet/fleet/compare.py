@@ -72,7 +72,7 @@ def evaluate(run_id: str, nodes: dict[str, dict], *, store: Any = None, store_no
     extracted = extracted or {}
     metrics_by_host = {host: extracted[host] if host in extracted else fm.extract(n["results"]) for host, n in nodes.items()}
     sdc_rows = {host: sdc.hash_rows(n["results"]) for host, n in nodes.items()}
-    thrs = {host: Thresholds(thresholds_for(n.get("profile"))) for host, n in nodes.items()}
+    thresholds_by_host = {host: Thresholds(thresholds_for(n.get("profile"))) for host, n in nodes.items()}
     groups = fleet_groups(metrics_by_host)
     layouts = fabric_layouts(nodes)
     stats = fleet_stats(groups)
@@ -105,7 +105,7 @@ def evaluate(run_id: str, nodes: dict[str, dict], *, store: Any = None, store_no
     settled = {host: settle(n["results"], accepted.get(host) or {}, base_id) for host, n in nodes.items()}
     out: dict = {"node_results": {h: r for h, r in settled.items() if r is not None}, "versions": version_table, "results": {}, "metrics": metrics_by_host, "baseline": {**(baseline or {}), "note": base_note} if baseline or base_note else None}
     for host in nodes:
-        node_metrics, thr = metrics_by_host[host], thrs[host]
+        node_metrics, thresholds = metrics_by_host[host], thresholds_by_host[host]
         fabric = node_metrics["snapshots"]["fabric"]
         version_res = [r for r in [versions.judge(host, version_table)] if r]
         if not (node_metrics["gpus"] or node_metrics["metrics"] or node_metrics["spreads"] or node_metrics["snapshots"].get("before")
@@ -114,20 +114,20 @@ def evaluate(run_id: str, nodes: dict[str, dict], *, store: Any = None, store_no
             if version_res:
                 out["results"][host] = version_res
             continue  # nothing else the fleet layer reads (a host that never got to its checks)
-        res = [gpu_vs_node(host, node_metrics, thr, past), node_vs_fleet(host, node_metrics, groups, thr, stats)]
+        res = [gpu_vs_node(host, node_metrics, thresholds, past), node_vs_fleet(host, node_metrics, groups, thresholds, stats)]
         if base_note:
             for check in ("node_vs_baseline", "node_vs_baseline_fleet"):
-                res.append(fleet_result(check, SKIP, base_note, threshold=thr.pair(BASE_WARN, BASE_FAIL)))
+                res.append(fleet_result(check, SKIP, base_note, threshold=thresholds.pair(BASE_WARN, BASE_FAIL)))
         else:
-            res.append(node_vs_baseline(host, node_metrics, base_rows, base_id, thr, base_index))
-            res.append(node_vs_baseline_fleet(host, node_metrics, medians, base_id, thr))
-        res.append(sample_spread(host, node_metrics, thr))
-        res.append(counters_during_run(host, node_metrics, thr))
-        res.append(counters_since_previous_run(host, run_id, node_metrics, store, store_note, thr))
-        res.append(fabric_during_run(host, node_metrics, thr))
-        res.append(fabric_since_previous_run(host, run_id, node_metrics, store, store_note, thr))
-        res.append(ib_ports_vs_fleet(host, layouts, thr))
-        res.append(rails_vs_fleet(host, layouts, thr))
+            res.append(node_vs_baseline(host, node_metrics, base_rows, base_id, thresholds, base_index))
+            res.append(node_vs_baseline_fleet(host, node_metrics, medians, base_id, thresholds))
+        res.append(sample_spread(host, node_metrics, thresholds))
+        res.append(counters_during_run(host, node_metrics, thresholds))
+        res.append(counters_since_previous_run(host, run_id, node_metrics, store, store_note, thresholds))
+        res.append(fabric_during_run(host, node_metrics, thresholds))
+        res.append(fabric_since_previous_run(host, run_id, node_metrics, store, store_note, thresholds))
+        res.append(ib_ports_vs_fleet(host, layouts, thresholds))
+        res.append(rails_vs_fleet(host, layouts, thresholds))
         res.append(returning_gpu(host, run_id, node_metrics, store, store_note))
         if sdc_rows[host]:
             res.append(sdc.judge(host, run_id, sdc_rows, store, store_note, sdc_votes))

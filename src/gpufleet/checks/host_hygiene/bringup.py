@@ -42,22 +42,22 @@ def check_bringup_drift(readings: dict, profile: dict) -> dict:
     rec, err = section(readings, name, "bringup")
     if err:
         return err
-    thr = profiles.threshold(profile, "bringup_required")
-    required = thr["value"]
+    threshold = profiles.threshold(profile, "bringup_required")
+    required = threshold["value"]
     roles = rec.get("roles") or {}
     detail = {"path": rec.get("path"), "roles": roles}
     if not rec.get("present") or (rec.get("readable") and not roles):
         said = f"no bringup record at {rec.get('path')}" if not rec.get("present") else f"{rec.get('path')} names no role"
         if not required:
             return result(
-                name, SKIP, f"bringup.yml has not run on this node ({said}); bringup_required is false", threshold=thr,
+                name, SKIP, f"bringup.yml has not run on this node ({said}); bringup_required is false", threshold=threshold,
                 detail=detail,
             )
         return result(
             name,
             FAIL,
             f"bringup.yml has not run on this node since it was imaged ({said})",
-            threshold=thr,
+            threshold=threshold,
             remedy=RUN_BRINGUP,
             detail=detail,
         )
@@ -66,7 +66,7 @@ def check_bringup_drift(readings: dict, profile: dict) -> dict:
             name,
             ERROR,
             f"cannot read the bringup record: {rec.get('reason')}",
-            threshold=thr,
+            threshold=threshold,
             remedy=f"run the check as root, or {RUN_BRINGUP} to write the record again",
             detail=detail,
         )
@@ -94,7 +94,7 @@ def check_bringup_drift(readings: dict, profile: dict) -> dict:
             f"{len(drifted)} setting(s) applied by bringup.yml no longer hold: {said}; run bringup.yml",
             value=len(drifted),
             unit="settings",
-            threshold=thr,
+            threshold=threshold,
             remedy=f"{RUN_BRINGUP}; it applies the settings again and records them (reboot when it says one is pending)",
             detail=detail,
         )
@@ -103,7 +103,7 @@ def check_bringup_drift(readings: dict, profile: dict) -> dict:
             name,
             ERROR,
             f"{len(unreadable)} recorded setting(s) could not be read: {'; '.join(unreadable[:_DRIFT_NAMED_MAX])}",
-            threshold=thr,
+            threshold=threshold,
             remedy="run the check as root (become: true)",
             detail=detail,
         )
@@ -114,6 +114,6 @@ def check_bringup_drift(readings: dict, profile: dict) -> dict:
         f"all {held} setting(s) bringup.yml recorded for {', '.join(roles)} still hold (last applied {applied[-1]})",
         value=0,
         unit="settings",
-        threshold=thr,
+        threshold=threshold,
         detail=detail,
     )

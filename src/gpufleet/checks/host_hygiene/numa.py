@@ -79,12 +79,12 @@ def check_numa_balancing(readings: dict, profile: dict) -> dict:
     if err:
         return err
     balancing = numa.get("numa_balancing")
-    thr = profiles.threshold(profile, "numa_balancing_expected")
-    expected = thr["value"]
+    threshold = profiles.threshold(profile, "numa_balancing_expected")
+    expected = threshold["value"]
     detail = {"path": numa.get("numa_balancing_path"), "value": balancing, "reason": numa.get("reason")}
     if balancing is None:
         return result(
-            name, SKIP, f"automatic NUMA balancing not exposed ({numa.get('reason')})", threshold=thr, detail=detail
+            name, SKIP, f"automatic NUMA balancing not exposed ({numa.get('reason')})", threshold=threshold, detail=detail
         )
     if expected is None:
         return result(
@@ -92,7 +92,7 @@ def check_numa_balancing(readings: dict, profile: dict) -> dict:
             WARN,
             f"kernel.numa_balancing is {balancing}; numa_balancing_expected is not set",
             value=balancing,
-            threshold=thr,
+            threshold=threshold,
             remedy="set gpufleet_thresholds.numa_balancing_expected",
             detail=detail,
         )
@@ -102,8 +102,8 @@ def check_numa_balancing(readings: dict, profile: dict) -> dict:
             FAIL,
             f"kernel.numa_balancing is {balancing}, expected {expected}",
             value=balancing,
-            threshold=thr,
+            threshold=threshold,
             remedy=f"{BRINGUP}, or sysctl -w kernel.numa_balancing={expected} and persist it in /etc/sysctl.d",
             detail=detail,
         )
-    return result(name, PASS, f"kernel.numa_balancing is {balancing}", value=balancing, threshold=thr, detail=detail)
+    return result(name, PASS, f"kernel.numa_balancing is {balancing}", value=balancing, threshold=threshold, detail=detail)
