@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpufleet.fleet import metrics as fm, sdc, versions
+from gpufleet.fleet import metrics, sdc, versions
 from gpufleet.fleet.baseline import baseline_index, baseline_medians, node_vs_baseline, node_vs_baseline_fleet
 from gpufleet.fleet.character import past_deviations
 from gpufleet.fleet.counter_growth import counters_during_run, counters_since_previous_run
@@ -70,7 +70,7 @@ def evaluate(run_id: str, nodes: dict[str, dict], *, store: Any = None, store_no
     metrics.extract()}, "fleet_medians", "baseline", "view", "versions": versions.table()}.
     """
     extracted = extracted or {}
-    metrics_by_host = {host: extracted[host] if host in extracted else fm.extract(n["results"]) for host, n in nodes.items()}
+    metrics_by_host = {host: extracted[host] if host in extracted else metrics.extract(n["results"]) for host, n in nodes.items()}
     sdc_rows = {host: sdc.hash_rows(n["results"]) for host, n in nodes.items()}
     thresholds_by_host = {host: Thresholds(thresholds_for(n.get("profile"))) for host, n in nodes.items()}
     groups = fleet_groups(metrics_by_host)

@@ -8,7 +8,7 @@ import datetime as dt
 from typing import Any
 
 from gpufleet import schema
-from gpufleet.fleet import flagged, gpu_text, num
+from gpufleet.fleet import flagged, gpu_text, figure_text
 from gpufleet.fleet.counter_table import COUNTERS, PERSISTENT
 from gpufleet.fleet.findings import fleet_result, listed_text
 from gpufleet.fleet.thresholds import MIN_WINDOW, Thresholds
@@ -93,8 +93,8 @@ def _judge_growth(entry: dict, hours: float | None, thresholds: Thresholds) -> d
 def _how_judged(thresholds: Thresholds) -> str:
     min_window = thresholds.value(MIN_WINDOW) or 1.0
     return (f"uncorrected ECC, rows remapped for uncorrectable errors and remap failures: any growth fails; the others: growth "
-            f"per hour against their fleet_counter_*_per_h_max, and over a window shorter than {num(min_window)} h (too short "
-            f"to extrapolate) the count against what {num(min_window)} h at that rate gives")
+            f"per hour against their fleet_counter_*_per_h_max, and over a window shorter than {figure_text(min_window)} h (too short "
+            f"to extrapolate) the count against what {figure_text(min_window)} h at that rate gives")
 
 
 def _snap_gpus(snap: dict) -> dict:
@@ -128,14 +128,14 @@ def _counter_findings(gpus: list[tuple[dict, dict]], thresholds: Thresholds) -> 
         flags.append(flagged(g))
         for e in bad:
             status = schema.worst([status, e["status"]])
-            rate = f", {num(e['per_h'])}/h" if e.get("per_h") is not None else ""
+            rate = f", {figure_text(e['per_h'])}/h" if e.get("per_h") is not None else ""
             if e["threshold_key"] is None:
                 limit = "any growth fails"
             elif e["judged_by"] == "count":
-                limit = (f"{e['threshold_key']} {num(e.get('limit_per_h'))}/h; judged by count, the window being too short to "
-                         f"extrapolate: at most {num(e['allowed_count'])}")
+                limit = (f"{e['threshold_key']} {figure_text(e.get('limit_per_h'))}/h; judged by count, the window being too short to "
+                         f"extrapolate: at most {figure_text(e['allowed_count'])}")
             else:
-                limit = f"{e['threshold_key']} {num(e.get('limit_per_h'))}/h; judged by rate"
+                limit = f"{e['threshold_key']} {figure_text(e.get('limit_per_h'))}/h; judged by rate"
             parts.append(f"{gpu_text(g)}: {e['label']} grew by {e['growth']} in {window_text(e['window_h'])}{rate} "
                          f"(now {e['total']}; {limit})" + (f"; {'; '.join(e['notes'])}" if e["notes"] else ""))
     return status, parts, flags

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpufleet import schema
-from gpufleet.fleet import num
+from gpufleet.fleet import figure_text
 from gpufleet.fleet.counter_growth import hours_between, window_text
 from gpufleet.fleet.counter_table import FABRIC_COUNTERS, PORT_COUNTER_BITS
 from gpufleet.fleet.findings import fleet_result, listed_text
@@ -35,7 +35,7 @@ _REMEDY = {
 def _num(v: Any) -> str:
     """A figure in a sentence; a whole float without its .0 (720 per hour, not 720.0)."""
     whole = isinstance(v, (int, float)) and float(v).is_integer()
-    return f"{int(v):,}" if whole and abs(v) >= 1000 else str(int(v)) if whole else num(v)
+    return f"{int(v):,}" if whole and abs(v) >= 1000 else str(int(v)) if whole else figure_text(v)
 
 
 def _devices(snap: dict | None) -> dict:

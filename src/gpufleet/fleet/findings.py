@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpufleet import schema
-from gpufleet.fleet import GROUP, flagged, gpu_text, num
+from gpufleet.fleet import GROUP, flagged, gpu_text, figure_text
 from gpufleet.calibration import UNCALIBRATED
 from gpufleet.fleet.robust import judge
 from gpufleet.fleet.thresholds import Thresholds
@@ -31,15 +31,15 @@ def comparison_sentence(c: dict, thresholds: Thresholds, warn: str, fail: str, w
     limit = thresholds.value(which, c["metric"])
     words = "fail threshold" if c["status"] == FAIL else "threshold"
     note = f", {UNCALIBRATED}" if thresholds.uncalibrated(warn, c["metric"]) else ""
-    head = f"{who}{c['label']} {num(c['value'])} {c['unit']}"
+    head = f"{who}{c['label']} {figure_text(c['value'])} {c['unit']}"
     own = c.get("own_past") or {}
     if own.get("changed") and c["status"] == WARN:  # inside the healthy spread, but not where this GPU used to be
         usual = own["usual_below_pct"]
-        return (f"{head} is {pct_text(below, limit)}% below {c['reference_is']} {num(c['reference'])}; over its last "
+        return (f"{head} is {pct_text(below, limit)}% below {c['reference_is']} {figure_text(c['reference'])}; over its last "
                 f"{own['runs']} runs it was {abs(usual):.1f}% {'below' if usual >= 0 else 'above'} it: {own['change_pct']:.1f}% "
-                f"lower, a change against its own past (threshold {num(own['limit_pct'])}%)")
+                f"lower, a change against its own past (threshold {figure_text(own['limit_pct'])}%)")
     z = f", robust z {c['robust_z']}" if c.get("robust_z") is not None else ""
-    return f"{head} is {pct_text(below, limit)}% below {c['reference_is']} {num(c['reference'])}{z} ({words} {num(limit)}%{note})"
+    return f"{head} is {pct_text(below, limit)}% below {c['reference_is']} {figure_text(c['reference'])}{z} ({words} {figure_text(limit)}%{note})"
 
 
 def pct_text(value: float, limit: Any = None) -> str:
@@ -52,7 +52,7 @@ def limit_text(thresholds: Thresholds, key: str, metrics: list[str]) -> str:
     """The limit a passing reason names: "5%", or the range of the per-metric limits; "generic" where the model is
     not calibrated for them."""
     values = sorted({thresholds.value(key, m) for m in metrics if thresholds.value(key, m) is not None})
-    text = f"{num(values[0])}%" if len(values) == 1 else f"{num(values[0])}% to {num(values[-1])}% (per metric)" if values else "?"
+    text = f"{figure_text(values[0])}%" if len(values) == 1 else f"{figure_text(values[0])}% to {figure_text(values[-1])}% (per metric)" if values else "?"
     return text + (f" ({UNCALIBRATED})" if any(thresholds.uncalibrated(key, m) for m in metrics) else "")
 
 

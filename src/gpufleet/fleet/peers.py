@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import statistics
 
-from gpufleet.fleet import flagged, gpu_text, metrics as fm, num
+from gpufleet.fleet import flagged, gpu_text, metrics, figure_text
 from gpufleet.fleet.character import held, steady_text
 from gpufleet.fleet.findings import (
     comparison_row,
@@ -51,7 +51,7 @@ def gpu_vs_node(host: str, node_metrics: dict, thresholds: Thresholds, past: dic
     """Each GPU against its node's median; `past` (character.past_deviations): a GPU is also held against its own
     place among its siblings in earlier runs."""
     comparisons = []
-    for key in fm.GPU_METRICS:
+    for key in metrics.GPU_METRICS:
         rows = [m for m in node_metrics["metrics"] if m["key"] == key and m["scope"] == "gpu"]
         if len(rows) < 2:
             continue
@@ -77,10 +77,10 @@ def gpu_vs_node(host: str, node_metrics: dict, thresholds: Thresholds, past: dic
     status, reason, below_pct = judge_comparisons(comparisons, thresholds, GPU_WARN, GPU_FAIL, lambda c: f"{gpu_text(c)} ")
     if reason is None:
         n_gpus = max(c["n"] for c in comparisons)
-        keys = sorted({c["metric"] for c in comparisons}, key=fm.GPU_METRICS.index)
+        keys = sorted({c["metric"] for c in comparisons}, key=metrics.GPU_METRICS.index)
         within = "of each other" if n_gpus == 2 else "of the node median"
         reason = (f"all {n_gpus} GPUs within {limit_text(thresholds, GPU_WARN, keys)} {within} on {len(keys)} metric(s) "
-                  f"({', '.join(fm.describe(k)['label'] for k in keys)}); {gap_text(comparisons)}{steady_text(comparisons)}")
+                  f"({', '.join(metrics.describe(k)['label'] for k in keys)}); {gap_text(comparisons)}{steady_text(comparisons)}")
     return fleet_result("gpu_vs_node", status, reason, cpu=cpu, value=below_pct, unit="% below", threshold=threshold,
                    remedy="compare that GPU's clocks, power and temperature in the benchmark's monitor detail and its health "
                           "checks, and its earlier runs (gpufleet history <uuid>); re-run the node's benchmarks; a GPU that "
@@ -161,13 +161,13 @@ def sample_spread(host: str, node_metrics: dict, thresholds: Thresholds) -> dict
     if bad:
         parts = []
         for r in sorted(bad, key=lambda r: -r["spread_pct"]):
-            unit = fm.describe(r["key"])["unit"]
+            unit = metrics.describe(r["key"])["unit"]
             ratio = ("with siblings at 0%" if r["ratio"] == "inf" else
                      f"{r['ratio']:.1f} times its siblings' median spread {r['siblings_median_spread_pct']:.1f}%")
-            parts.append(f"{gpu_text(r)} {r['label']} samples spread {r['spread_pct']:.1f}% ({num(r['min'])} to {num(r['max'])} {unit}"
-                         f" over {r['n']} samples), {ratio} (thresholds: over {num(r['floor_pct'])}%"
+            parts.append(f"{gpu_text(r)} {r['label']} samples spread {r['spread_pct']:.1f}% ({figure_text(r['min'])} to {figure_text(r['max'])} {unit}"
+                         f" over {r['n']} samples), {ratio} (thresholds: over {figure_text(r['floor_pct'])}%"
                          f"{f' ({UNCALIBRATED})' if thresholds.uncalibrated(SPREAD_FLOOR, r['key']) else ''}"
-                         f" and over {num(ratio_max)} times): "
+                         f" and over {figure_text(ratio_max)} times): "
                          "disturbed while measured, its median is not the GPU's figure")
         reason = listed_text(parts)
     else:

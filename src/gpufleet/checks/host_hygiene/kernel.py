@@ -119,20 +119,20 @@ def check_fabric_manager(readings: dict, profile: dict) -> dict:
     switches = devices(readings, "nvswitch")
     if not switches:
         return result(name, SKIP, "no NVSwitch on the PCI bus, so no fabric manager is needed")
-    fm, err = section(readings, name, "fabricmanager")
+    fabric_manager, err = section(readings, name, "fabricmanager")
     if err:
         return err
-    detail = {"nvswitches": [s["bdf"] for s in switches], **fm}
-    if not fm.get("asked") or not fm.get("state"):
+    detail = {"nvswitches": [s["bdf"] for s in switches], **fabric_manager}
+    if not fabric_manager.get("asked") or not fabric_manager.get("state"):
         return result(
-            name, ERROR, f"could not ask systemd about nvidia-fabricmanager: {fm.get('reason')}", detail=detail
+            name, ERROR, f"could not ask systemd about nvidia-fabricmanager: {fabric_manager.get('reason')}", detail=detail
         )
-    if fm["state"] == "active":
+    if fabric_manager["state"] == "active":
         return result(name, PASS, f"nvidia-fabricmanager active for {len(switches)} NVSwitch(es)", detail=detail)
     return result(
         name,
         FAIL,
-        f"nvidia-fabricmanager is {fm['state']} with {len(switches)} NVSwitch(es) present: "
+        f"nvidia-fabricmanager is {fabric_manager['state']} with {len(switches)} NVSwitch(es) present: "
         "CUDA cannot start on these GPUs until it runs",
         remedy="systemctl enable --now nvidia-fabricmanager; its version must match the driver exactly "
         "(journalctl -u nvidia-fabricmanager says why it stopped)",
