@@ -1,4 +1,4 @@
-"""The node's software and firmware beside what NVML gives (driver, CUDA, VBIOS, InfoROM: collect/nvml.py): the
+"""The node's software and firmware beside what NVML gives (driver, CUDA, VBIOS, InfoROM: collect/nvml/): the
 HCAs' firmware and board id, OFED or rdma-core, NCCL (the library torch uses and every libnccl the dynamic loader
 would find), the NCCL net plugin NCCL would load (path and sha256 of its content), and torch.
 

@@ -81,7 +81,7 @@ from gpufleet.collect.nvml.binding import (
     read_field,
 )
 from gpufleet.collect.nvml.clocks import clock_events
-from gpufleet.collect.nvml.links import nvlink_links, nvlink_totals, read_fabric
+from gpufleet.collect.nvml.links import nvlink_links, nvlink_totals, read_fabric_state
 from gpufleet.collect.nvml.memory import read_remapped_rows, read_retired_pages
 from gpufleet.collect.nvml.processes import gpu_processes
 
@@ -179,7 +179,7 @@ def _gpu(index: int) -> dict:
 
     gpu["nvlink"] = nvlink_links(h, unreadable)
     gpu["nvlink_error_totals"] = nvlink_totals(h, unreadable)
-    put("fabric", read_fabric, h)
+    put("fabric", read_fabric_state, h)
     put("pcie_replay", lambda: int(pynvml.nvmlDeviceGetPcieReplayCounter(h)))
     gpu["processes"] = gpu_processes(h, unreadable)
     return gpu

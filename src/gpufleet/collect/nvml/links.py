@@ -11,7 +11,7 @@ FABRIC_STATES = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "com
 NVLINK_COUNTERS = ("crc_flit", "crc_data", "replay", "recovery")
 
 
-def read_fabric(handle) -> dict:
+def read_fabric_state(handle) -> dict:
     def versioned():
         info = pynvml.c_nvmlGpuFabricInfo_v2_t()
         pynvml.nvmlDeviceGetGpuFabricInfoV(handle, ctypes.byref(info))
