@@ -1,4 +1,11 @@
-"""Read the GPUs through NVML (the `pynvml` module of the nvidia-ml-py package).
+"""Read the GPUs through NVML (the `pynvml` module of the nvidia-ml-py package): read() here, the readings of
+each concern in a file of its own, which bench/ and views/ read with too:
+
+    binding.py    pynvml (imported once, guarded) and the calls through it: read_field, call_first, field_value
+    clocks.py     clock event (throttle) reasons
+    memory.py     remapped rows, retired pages
+    links.py      NVLink states and error counters, the fabric registration
+    processes.py  each GPU's processes, the GPUs CUDA_VISIBLE_DEVICES leaves
 
 read() never raises. Every field is read on its own: a field the GPU or driver
 does not support (or any other NVML error on it) reads as None, and the GPU's
