@@ -45,7 +45,7 @@ class _IndentedDumper(yaml.SafeDumper):
 
     def increase_indent(self, flow=False, indentless=False):
         return super().increase_indent(flow, False)
-from gpufleet.fleet import metrics as fm  # noqa: E402
+from gpufleet.fleet import metrics as fleet_metrics  # noqa: E402
 from gpufleet.judge import ISOLATED_DEPTH_FACTOR, below_pct  # noqa: E402
 
 FORMAT = "gpufleet-calibration/1"
@@ -121,7 +121,7 @@ def sampled_figures(doc: dict) -> list[dict]:
     out = []
     for res in doc.get("results") or []:
         detail = res.get("detail") if isinstance(res.get("detail"), dict) else {}
-        if res.get("group") != "benchmark" or res.get("trust") == "disturbed" or fm.is_cpu(res):
+        if res.get("group") != "benchmark" or res.get("trust") == "disturbed" or fleet_metrics.is_cpu(res):
             continue
         if res.get("check") == "matmul_bf16":
             for row in (detail.get("per_gpu") or {}).values():
@@ -167,7 +167,7 @@ def spreads(rows: list[dict]) -> dict:
     for r in clean:
         rounds[(r["round"], machine_of(r))].append(r)
     for (rnd, _), members in rounds.items():
-        found = {r["node"]: fm.extract(r["document"]) for r in members}
+        found = {r["node"]: fleet_metrics.extract(r["document"]) for r in members}
         per_metric: dict = defaultdict(list)
         for found_one in found.values():
             for m in found_one["metrics"]:
@@ -192,7 +192,7 @@ def spreads(rows: list[dict]) -> dict:
     # Each GPU (uuid) and each node against the median of its own earlier clean figures, in the files' order.
     past: dict = defaultdict(list)
     for r in clean:
-        for m in fm.extract(r["document"])["metrics"]:
+        for m in fleet_metrics.extract(r["document"])["metrics"]:
             if m["cpu"] or m["shared"] or m["value"] <= 0:
                 continue
             who = m["uuid"] if m["scope"] == "gpu" else f"{machine_of(r)}|{r['node']}"
@@ -210,7 +210,7 @@ def soak_windows(doc: dict) -> dict[str, list[float]]:
     """A clean soak's windows below their own best windows' median (checks.soak's reference), per figure."""
     out: dict = defaultdict(list)
     for res in doc.get("results") or []:
-        if res.get("check") != "soak_slowdown" or res.get("status") in ("skip", "error") or fm.is_cpu(res):
+        if res.get("check") != "soak_slowdown" or res.get("status") in ("skip", "error") or fleet_metrics.is_cpu(res):
             continue
         detail = res.get("detail") or {}
         series = [(g.get("windows") or [], k) for g in (detail.get("per_gpu") or {}).values() for k in ("matmul_tflops", "hbm_gbps")]

@@ -20,6 +20,7 @@ from ansible_collections.gpufleet.cluster.plugins.modules import gpu_counters  #
 
 from gpufleet import schema  # noqa: E402
 from gpufleet.collect import counters, kernel_log, nvml  # noqa: E402
+from gpufleet.collect.nvml.links import NVLINK_COUNTERS  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "readings"
 H200 = DATA / "recorded-h200-x2-vm.json"
@@ -90,8 +91,8 @@ def test_unreadable_counters_are_null_with_the_nvml_reason():
     g["remapped_rows"] = None
     g["unreadable"]["remapped_rows"] = "Not Supported"
     for link in g["nvlink"]:
-        link["errors"] = dict.fromkeys(nvml.NVLINK_COUNTERS)
-    g["nvlink_error_totals"] = dict.fromkeys(nvml.NVLINK_COUNTERS)
+        link["errors"] = dict.fromkeys(NVLINK_COUNTERS)
+    g["nvlink_error_totals"] = dict.fromkeys(NVLINK_COUNTERS)
     g["unreadable"]["nvlink.errors.crc_data"] = "Not Supported"
     d = counters.snapshot("before", r)["detail"]
     c = d["gpus"][4]["counters"]

@@ -18,6 +18,8 @@ from gpufleet import engine
 from gpufleet import checks
 from gpufleet.checks import gpu_inventory
 from gpufleet.collect import kernel_log, nvml
+from gpufleet.collect.nvml.links import NVLINK_COUNTERS
+from gpufleet.collect.nvml.processes import visible_indices
 
 DATA = Path(__file__).resolve().parent / "data" / "readings"
 HEALTHY = DATA / "h100-sxm-8gpu-healthy.json"
@@ -334,7 +336,7 @@ def test_crc_counts_fall_back_to_the_all_links_totals():
     readings = healthy()
     for g in readings["nvml"]["gpus"]:
         for link in g["nvlink"]:
-            link["errors"] = dict.fromkeys(nvml.NVLINK_COUNTERS)
+            link["errors"] = dict.fromkeys(NVLINK_COUNTERS)
         g["unreadable"]["nvlink.errors.crc_flit"] = "Not Supported"
     gpu(readings, 5)["nvlink_error_totals"]["crc_data"] = 4
     r = run(readings)["nvlink"]
@@ -342,10 +344,10 @@ def test_crc_counts_fall_back_to_the_all_links_totals():
     row = next(p for p in r["detail"]["per_gpu"] if p["index"] == 5)
     assert row["crc_source"] == "all-links totals" and row["crc_errors"] == 4 and row["errors"]["crc_data"] == 4
     for g in readings["nvml"]["gpus"]:  # nothing readable: None, not a made-up zero
-        g["nvlink_error_totals"] = dict.fromkeys(nvml.NVLINK_COUNTERS)
+        g["nvlink_error_totals"] = dict.fromkeys(NVLINK_COUNTERS)
     r = run(readings)["nvlink"]
     assert r["status"] == "pass" and "no CRC counter readable" in r["reason"]
-    assert r["detail"]["per_gpu"][0]["errors"] == dict.fromkeys(nvml.NVLINK_COUNTERS)
+    assert r["detail"]["per_gpu"][0]["errors"] == dict.fromkeys(NVLINK_COUNTERS)
 
 
 def test_seven_gpus_compare_links_between_gpus():
@@ -572,7 +574,7 @@ def test_visible_gpus_resolve_like_cuda(cvd, indices, resolved):
     uuids = {i: g["uuid"].removeprefix("GPU-") for i, g in enumerate(gpus)}
     if cvd:
         cvd = cvd.format(u5=uuids[5], u2=uuids[2], u5p=uuids[5][:12])
-    vis = nvml.visible_indices(gpus, cvd)
+    vis = visible_indices(gpus, cvd)
     assert vis["indices"] == indices and vis["resolved"] is resolved
     assert vis["all"] is (set(indices) == set(range(8)))
     assert (vis["note"] is None) is (vis["all"] and resolved)

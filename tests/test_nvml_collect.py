@@ -15,6 +15,10 @@ import pytest
 from gpufleet import collect, engine
 from gpufleet.checks import GROUPS, gpu_inventory
 from gpufleet.collect import kernel_log, nvml
+from gpufleet.collect.nvml.binding import bus_id, call_first, cuda_version, read_field
+from gpufleet.collect.nvml.clocks import CLOCK_EVENT_BITS
+from gpufleet.collect.nvml.links import NVLINK_COUNTERS
+from gpufleet.collect.nvml.processes import process_name
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 GPU_CHECKS = [name for name, _ in GROUPS["gpu_inventory"] + GROUPS["gpu_health"]]
@@ -48,12 +52,12 @@ def assert_gpu_schema(gpu: dict) -> None:
         assert gpu[key] is None or isinstance(gpu[key], bool), key
     if gpu["clock_event_reasons"] is not None:
         mask = gpu["clock_event_reasons"]["mask"]
-        assert gpu["clock_event_reasons"]["names"] == [n for n, b in nvml.CLOCK_EVENT_BITS.items() if mask & b]
+        assert gpu["clock_event_reasons"]["names"] == [n for n, b in CLOCK_EVENT_BITS.items() if mask & b]
     if gpu["pcie"] is not None:
         assert set(gpu["pcie"]) == {"gen_current", "gen_max", "gen_gpu_max", "width_current", "width_max"}
     for link in gpu["nvlink"] or []:
         assert set(link) == {"link", "active", "remote_pci_bus_id", "errors"}
-        assert set(link["errors"]) == set(nvml.NVLINK_COUNTERS)
+        assert set(link["errors"]) == set(NVLINK_COUNTERS)
     assert gpu["pcie_replay"] is None or isinstance(gpu["pcie_replay"], int)
     pids = [p["pid"] for p in gpu["processes"] or []]
     assert pids == sorted(set(pids))  # one entry per pid
@@ -103,19 +107,19 @@ def test_read_helper_turns_nvml_errors_into_text():
     def broken():
         raise ValueError("bad struct")
 
-    assert nvml.read_field(lambda a, b: a + b, 2, 3) == (5, None)
-    assert nvml.read_field(not_supported) == (None, "Not Supported")
-    assert nvml.read_field(broken) == (None, "ValueError: bad struct")
+    assert read_field(lambda a, b: a + b, 2, 3) == (5, None)
+    assert read_field(not_supported) == (None, "Not Supported")
+    assert read_field(broken) == (None, "ValueError: bad struct")
 
 
 def test_call_first_falls_back_and_keeps_the_first_error():
     def missing_symbol():
         raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
 
-    assert nvml.call_first((None,), (missing_symbol,), (lambda x: x * 2, 21)) == 42
-    value, err = nvml.read_field(nvml.call_first, (missing_symbol,), (lambda: (_ for _ in ()).throw(KeyError("x")),))
+    assert call_first((None,), (missing_symbol,), (lambda x: x * 2, 21)) == 42
+    value, err = read_field(call_first, (missing_symbol,), (lambda: (_ for _ in ()).throw(KeyError("x")),))
     assert value is None and err == "Function Not Found"
-    assert nvml.read_field(nvml.call_first, (None,))[1].startswith("RuntimeError: the installed nvidia-ml-py has no function")
+    assert read_field(call_first, (None,))[1].startswith("RuntimeError: the installed nvidia-ml-py has no function")
 
 
 @pytest.mark.parametrize(
@@ -123,12 +127,12 @@ def test_call_first_falls_back_and_keeps_the_first_error():
     [(b"00000000:18:00.0", "0000:18:00.0"), ("00000000:AB:00.0", "0000:ab:00.0"), ("0001:5D:00.0", "0001:5d:00.0"), (b"", None)],
 )
 def test_bus_id_matches_the_lspci_form(raw, want):
-    assert nvml.bus_id(raw) == want
+    assert bus_id(raw) == want
 
 
 @pytest.mark.parametrize("raw, want", [(13000, "13.0"), (12020, "12.2"), (12080, "12.8"), (11040, "11.4")])
 def test_cuda_version_form(raw, want):
-    assert nvml.cuda_version(raw) == want
+    assert cuda_version(raw) == want
 
 
 def test_collect_cli_output_replays_to_the_same_verdicts(tmp_path):
@@ -201,13 +205,13 @@ def test_parse_xid_ignores_other_nvrm_lines():
 
 
 def test_process_name_reads_comm_then_the_cmdline(tmp_path):
-    assert nvml.process_name(os.getpid()) == Path("/proc/self/comm").read_text().strip()
+    assert process_name(os.getpid()) == Path("/proc/self/comm").read_text().strip()
     (tmp_path / "41").mkdir()
     (tmp_path / "41" / "cmdline").write_bytes(b"/opt/venv/bin/python3\0train.py\0--steps\0")
-    assert nvml.process_name(41, str(tmp_path)) == "python3"  # no comm (a kernel that hides it): the cmdline's first word
+    assert process_name(41, str(tmp_path)) == "python3"  # no comm (a kernel that hides it): the cmdline's first word
     (tmp_path / "41" / "comm").write_text("pt_main_thread\n")
-    assert nvml.process_name(41, str(tmp_path)) == "pt_main_thread"
-    assert nvml.process_name(42, str(tmp_path)) is None  # not in this pid namespace
+    assert process_name(41, str(tmp_path)) == "pt_main_thread"
+    assert process_name(42, str(tmp_path)) is None  # not in this pid namespace
 
 
 def test_the_reading_records_cuda_visible_devices(monkeypatch):

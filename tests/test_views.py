@@ -18,6 +18,7 @@ import pytest
 
 from gpufleet import cli
 from gpufleet.collect import nvml
+from gpufleet.collect.nvml.links import nvlink_error_counts
 from gpufleet.views import gpu as gpu_reads
 from gpufleet.views import hw, status, system
 from sysfs_tree import Tree, vm
@@ -78,7 +79,7 @@ def test_status_document_from_every_recording(path):
             assert g[key] == src[key]
         assert g["nvlink_links_active"] == sum(1 for link in src["nvlink"] if link["active"])
         if src["nvlink"]:
-            assert g["nvlink_errors"] == nvml.nvlink_error_counts(src)[0]
+            assert g["nvlink_errors"] == nvlink_error_counts(src)[0]
         else:  # a GPU without NVLink (the one-GPU VMs): no counts, and why
             assert g["nvlink_errors"] is None and g["unreadable"]["nvlink_errors"]
         # What collect does not read is named as such, never made up.

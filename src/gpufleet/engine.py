@@ -57,10 +57,10 @@ def disabled(results: list) -> list:
     for res in results:
         cid = f"{res.get('group')}.{res['check']}"
         if cid in off:
-            found = {k: res.get(k) for k in ("status", "value", "unit", "reason")}
+            as_found = {k: res.get(k) for k in ("status", "value", "unit", "reason")}
             stamped = {k: res[k] for k in ("started", "seconds") if k in res}
             res = schema.result(res["check"], schema.SKIP, f"turned off for this node: {CHECKS_DISABLED_VARIABLE}: [{cid}]",
-                                group=res.get("group"), detail={"disabled_by": CHECKS_DISABLED_VARIABLE, "found": found},
+                                group=res.get("group"), detail={"disabled_by": CHECKS_DISABLED_VARIABLE, "found": as_found},
                                 **stamped)
         out.append(res)
     return out
@@ -198,7 +198,7 @@ def processes_after(readings: dict, profile: dict) -> dict:
     nv = readings.get("nvml")
     if isinstance(nv, dict) and not nv.get("available") and nv.get("error") == nvml.NO_DRIVER:
         return schema.result("processes_after", schema.SKIP, f"{nvml.NO_DRIVER}, so there are no GPU processes to list")
-    res = gpu_health.processes(readings, profile)
+    res = gpu_health.occupancy.processes(readings, profile)
     if res["status"] not in (schema.PASS, schema.SKIP):
         return res.replace(check="processes_after", reason=f"after the benchmarks: {res['reason']}")
     return res.replace(check="processes_after")

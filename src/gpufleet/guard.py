@@ -130,14 +130,14 @@ def _descendant_groups(pgids: set[int]) -> set[int]:
     children: dict[int, list[int]] = {}
     for pid, (_state, ppid, _pgrp) in table.items():
         children.setdefault(ppid, []).append(pid)
-    found = {pid for pid, (_state, _ppid, pgrp) in table.items() if pgrp in pgids}
-    todo = list(found)
+    members = {pid for pid, (_state, _ppid, pgrp) in table.items() if pgrp in pgids}
+    todo = list(members)
     while todo:
         for pid in children.get(todo.pop(), []):
-            if pid not in found:
-                found.add(pid)
+            if pid not in members:
+                members.add(pid)
                 todo.append(pid)
-    return {table[pid][2] for pid in found}
+    return {table[pid][2] for pid in members}
 
 
 def _group_alive(pgid: int) -> bool:

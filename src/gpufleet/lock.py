@@ -133,7 +133,7 @@ def working(path: str | Path, run_id: str) -> list[dict]:
     GPUFLEET_LOCK names both), [{"pid", "command"}]; a process whose environment this user cannot read is another
     user's, not a run's of this lock."""
     want = os.path.normpath(str(path))
-    found = []
+    workers = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
@@ -156,8 +156,8 @@ def working(path: str | Path, run_id: str) -> list[dict]:
                 except ValueError:
                     spec = None
                 if isinstance(spec, dict) and spec.get("run_id") == run_id and os.path.normpath(str(spec.get("path"))) == want:
-                    found.append({"pid": int(entry.name), "command": command[:200]})
-    return found
+                    workers.append({"pid": int(entry.name), "command": command[:200]})
+    return workers
 
 
 def acquire(path: str | Path, run_id: str, holder: str, ttl_s: float, *, controller: dict | None = None,

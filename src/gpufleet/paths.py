@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import re
 import tempfile
@@ -93,8 +94,6 @@ def write_atomic(path: Path | str, text: str, mode: int = FILE_MODE, *, durable:
 @contextlib.contextmanager
 def folder_lock(folder: Path | str):
     """One holder at a time of this folder (flock on the folder itself, so nothing is left beside its files)."""
-    import fcntl
-
     try:
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     except OSError as exc:

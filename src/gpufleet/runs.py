@@ -53,21 +53,21 @@ def controller_identity(pid: int | None = None) -> dict:
     task, so the main process is the outermost of the ancestors whose command line names ansible-playbook. Its
     start time (clock ticks since boot) and the boot id tell it from a later process given the same pid."""
     pid = pid or os.getpid()
-    found = None
+    main_process = None
     seen = 0
     while pid > 1 and seen < 64:
         stat = _proc_stat(pid)
         if stat is None:
             break
         if "ansible-playbook" in stat[2]:
-            found = (pid, stat[1])
-        elif found is not None:
+            main_process = (pid, stat[1])
+        elif main_process is not None:
             break  # above the main process: the shell or ansible-runner that started it
         pid, seen = stat[0], seen + 1
-    if found is None:
+    if main_process is None:
         own = _proc_stat(os.getpid())
-        found = (os.getpid(), own[1] if own else None)
-    return {"host": socket.gethostname(), "pid": found[0], "started_ticks": found[1], "boot_id": _boot_id()}
+        main_process = (os.getpid(), own[1] if own else None)
+    return {"host": socket.gethostname(), "pid": main_process[0], "started_ticks": main_process[1], "boot_id": _boot_id()}
 
 
 def controller_alive(controller: dict) -> bool | None:

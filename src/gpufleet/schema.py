@@ -3,10 +3,11 @@
 A check result is a `Result`, a dict that cannot be changed (a changed result is a new one: `r.replace(...)`):
 
     {"check": "ecc", "group": "gpu_health", "status": "fail",
-     "value": 2, "unit": "errors", "threshold": {"max": 0, "source": "..."},
+     "value": 2, "unit": "errors",
+     "threshold": {"key": "ecc_volatile_uncorrected_max", "value": 0, "source": "...", "aggregate_max": 0},
      "reason": "GPU 3: 2 volatile uncorrectable ECC errors",
-     "remedy": "drain the node; reset GPU 3 ...", "detail": {...}, "class": "hardware",
-     "started": "2026-11-21T21:00:00Z", "seconds": 0.01}
+     "remedy": "drain the node, then reset the GPU with no process on it: `nvidia-smi -r -i 3`; ...",
+     "detail": {...}, "class": "hardware", "started": "2026-11-21T21:00:00Z", "seconds": 0.01}
 
 A benchmark result also says how far its figure can be trusted: "trust": "clean" | "confirmed" | "disturbed" |
 "inconclusive" (measure).

@@ -63,11 +63,11 @@ def names_arg(pairs: list[str] | None) -> dict | None:
 
 
 def tool_path(name: str = "scontrol") -> str:
-    found = shutil.which(name) or shutil.which(name, path=_SEARCH_PATH)
-    if not found:
+    path = shutil.which(name) or shutil.which(name, path=_SEARCH_PATH)
+    if not path:
         raise InputError(f"{name} not found on PATH or in /usr/bin, /usr/local/bin, /opt/slurm/bin: install Slurm's client "
                          "commands (Debian: apt-get install slurm-client) or put them on PATH")
-    return found
+    return path
 
 
 def run_tool(name: str, *args: str, stdin: str | None = None) -> str:
@@ -211,8 +211,8 @@ def _time(text: str | None) -> str | None:
 
 def duration_s(text: str | None) -> float | None:
     """[D-]HH:MM:SS (or MM:SS) as seconds."""
-    found = re.fullmatch(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)", text or "")
-    if not found:
+    parts = re.fullmatch(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)", text or "")
+    if not parts:
         return None
-    days, hours, minutes, seconds = (int(g or 0) for g in found.groups())
+    days, hours, minutes, seconds = (int(g or 0) for g in parts.groups())
     return float(((days * 24 + hours) * 60 + minutes) * 60 + seconds)

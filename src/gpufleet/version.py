@@ -20,9 +20,9 @@ UNKNOWN = "0+unknown"
 def read(root: Path = ROOT) -> str:
     galaxy = root / "galaxy.yml"
     if galaxy.is_file():
-        found = re.search(r"""^version:\s*["']?([^"'\s#]+)""", galaxy.read_text(), flags=re.M)
-        if found:
-            return found.group(1)
+        version_match = re.search(r"""^version:\s*["']?([^"'\s#]+)""", galaxy.read_text(), flags=re.M)
+        if version_match:
+            return version_match.group(1)
     manifest = root / "MANIFEST.json"
     if manifest.is_file():
         try:

@@ -9,11 +9,13 @@ numbers carry "device": "cpu" and are never a performance claim.
 
 from __future__ import annotations
 
+import queue
 import re
 import statistics
 import time
 
-from gpufleet.numbers import significant as sig  # noqa: F401 (the benchmarks round their figures with it)
+from gpufleet.collect.nvml.binding import init_nvml, pynvml
+from gpufleet.numbers import significant
 
 # Bump when a change to method (shapes, sizes, timer, statistic) would move the numbers.
 BENCHMARK_VERSION = 1
@@ -80,7 +82,7 @@ def summarize(samples: list[float]) -> dict:
     the calibration can measure the healthy spread from them."""
     median = statistics.median(samples)
     return {
-        "values": [sig(x) for x in samples],
+        "values": [significant(x) for x in samples],
         "median": median,
         "max": max(samples),
         "min": min(samples),
@@ -107,13 +109,11 @@ def uuid_text(raw) -> str | None:
 def cuda_uuid(torch, device) -> str | None:
     """A CUDA device's UUID in NVML's form "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx": torch's, else NVML's for
     the device's PCI bus id; None when neither gives one."""
-    found = uuid_text(getattr(torch.cuda.get_device_properties(device), "uuid", None))
-    if found:
-        return found
+    torch_uuid = uuid_text(getattr(torch.cuda.get_device_properties(device), "uuid", None))
+    if torch_uuid:
+        return torch_uuid
     try:
-        import pynvml
-
-        pynvml.nvmlInit()
+        init_nvml()
         try:
             handle = pynvml.nvmlDeviceGetHandleByPciBusId(cuda_pci_bus_id(torch, device) + ".0")
             raw = pynvml.nvmlDeviceGetUUID(handle)
@@ -130,22 +130,20 @@ def cuda_pci_bus_id(torch, device) -> str:
     return f"{p.pci_domain_id:04x}:{p.pci_bus_id:02x}:{p.pci_device_id:02x}"
 
 
-def gather(procs: list, keys: list, queue, timeout_s: float, what: str = "worker") -> dict:
-    """The results (key, value) that worker processes put on `queue`, one per key, waiting at most timeout_s.
+def gather(procs: list, keys: list, result_queue, timeout_s: float, what: str = "worker") -> dict:
+    """The results (key, value) that worker processes put on `result_queue`, one per key, waiting at most timeout_s.
 
     A worker that exits without a result (killed, a crash in the driver) or is still running at the
     timeout gets {"error": ...} instead; the latter is killed, so no process outlives the benchmark.
     """
-    import queue as queue_mod
-
     results: dict = {}
     pending = dict(zip(keys, procs))
     gone_since: dict = {}
     deadline = time.monotonic() + timeout_s
     while pending and time.monotonic() < deadline:
         try:
-            key, value = queue.get(timeout=1.0)
-        except queue_mod.Empty:
+            key, value = result_queue.get(timeout=1.0)
+        except queue.Empty:
             now = time.monotonic()
             for key, proc in list(pending.items()):
                 if proc.exitcode is None:

@@ -26,13 +26,13 @@ from gpufleet.bench import (
     cuda_pci_bus_id,
     cuda_uuid,
     gather,
-    sig,
     spread_pct,
     summarize,
     torch_versions,
 )
 from gpufleet.bench import sdc
 from gpufleet.bench.monitor import GpuMonitor
+from gpufleet.numbers import significant
 
 DTYPES = ("bf16", "fp16", "tf32", "fp8")
 
@@ -117,8 +117,8 @@ def measure_device(device_index: int | None, dtype_names, tier: str) -> dict:
             del sets
         best = max(per_shape, key=lambda s: s["tflops"]["median"])
         out[dtype_name] = {
-            "tflops": sig(best["tflops"]["median"]),
-            "tflops_max": sig(max(s["tflops"]["max"] for s in per_shape)),
+            "tflops": significant(best["tflops"]["median"]),
+            "tflops_max": significant(max(s["tflops"]["max"] for s in per_shape)),
             "best_shape_mnk": best["shape_mnk"],
             # the best shape's timed samples: values, n, min, median, max, spread_pct, and when each ended
             "samples_tflops": {**best["tflops"], "ends_s": best["ends_s"]},

@@ -20,12 +20,12 @@ from gpufleet.bench import (
     cuda_pci_bus_id,
     cuda_uuid,
     gather,
-    sig,
     spread_pct,
     summarize,
     torch_versions,
 )
 from gpufleet.bench.monitor import GpuMonitor
+from gpufleet.numbers import significant
 
 SIZES_BYTES = {
     "smoke": {"hbm": 2 << 30, "pcie": 256 << 20},
@@ -66,7 +66,7 @@ def hbm_device(device_index, tier) -> dict:
     ok = bool(torch.equal(dst, src))  # the copy really moved the data
     gbps = [2 * n / s / 1e9 for s in secs]
     cuda = device.type == "cuda"
-    return {"hbm_copy_gbps": sig(summarize(gbps)["median"]), "samples_gbps": {**summarize(gbps), "ends_s": ends},
+    return {"hbm_copy_gbps": significant(summarize(gbps)["median"]), "samples_gbps": {**summarize(gbps), "ends_s": ends},
             "bytes": n, "correct": ok,
             "uuid": cuda_uuid(torch, device) if cuda else None, "pci_bus_id": cuda_pci_bus_id(torch, device) if cuda else None}
 
@@ -86,8 +86,8 @@ def pcie_device(device_index, tier) -> dict:
     d2h = [n / s / 1e9 for s in secs]
     ok = bool(torch.equal(back, host))
     return {
-        "h2d_gbps": sig(summarize(h2d)["median"]),
-        "d2h_gbps": sig(summarize(d2h)["median"]),
+        "h2d_gbps": significant(summarize(h2d)["median"]),
+        "d2h_gbps": significant(summarize(d2h)["median"]),
         "samples_h2d_gbps": {**summarize(h2d), "ends_s": h2d_ends},
         "samples_d2h_gbps": {**summarize(d2h), "ends_s": d2h_ends},
         "bytes": n,

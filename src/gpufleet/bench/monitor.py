@@ -18,8 +18,10 @@ import time
 from collections import Counter
 
 from gpufleet.bench.watch import ProcessWatch, list_processes
-from gpufleet.collect import counters, kernel_log, nvml
-from gpufleet.collect.nvml import CLOCK_EVENT_BITS, HW_SLOWDOWN_EVENTS, as_text, bus_id, visible_indices
+from gpufleet.collect import counters, kernel_log
+from gpufleet.collect.nvml.binding import as_text, bus_id, call_first, init_nvml, pynvml, read_field
+from gpufleet.collect.nvml.clocks import CLOCK_EVENT_BITS, HW_SLOWDOWN_EVENTS
+from gpufleet.collect.nvml.processes import visible_indices
 
 
 def reason_names(mask: int) -> list[str]:
@@ -53,9 +55,7 @@ class GpuMonitor:
     def __enter__(self):
         self.started_epoch, self._t0 = time.time(), time.monotonic()
         try:
-            import pynvml
-
-            pynvml.nvmlInit()
+            init_nvml()
             self._nvml = pynvml
             self._handles = {}
             listed = [{"index": i, "uuid": as_text(pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i)))}
@@ -91,7 +91,7 @@ class GpuMonitor:
             except Exception as exc:
                 g["error"] = str(exc)
                 mask = None
-            replay, _ = nvml.read_field(nv.nvmlDeviceGetPcieReplayCounter, h)
+            replay, _ = read_field(nv.nvmlDeviceGetPcieReplayCounter, h)
             self.note_causes(str(i), time.monotonic() - self._t0, mask, replay)
             if i in self._watched:
                 self.watch.note(i, time.monotonic() - self._t0, *list_processes(nv, h))
@@ -198,9 +198,7 @@ class SoakSampler:
 
     def open(self) -> "SoakSampler":
         try:
-            import pynvml
-
-            pynvml.nvmlInit()
+            init_nvml()
             self._nvml = pynvml
             listed = []
             for i in range(pynvml.nvmlDeviceGetCount()):
@@ -312,13 +310,13 @@ class SoakSampler:
         nv = self._nvml
         getter = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or nv.nvmlDeviceGetCurrentClocksThrottleReasons
         for i, h in self._handles.items():
-            sm, err = nvml.read_field(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM)
-            mem, _ = nvml.read_field(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM)
-            temp, _ = nvml.read_field(nvml.call_first,
+            sm, err = read_field(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM)
+            mem, _ = read_field(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM)
+            temp, _ = read_field(call_first,
                                    (getattr(nv, "nvmlDeviceGetTemperatureV", None), h, nv.NVML_TEMPERATURE_GPU),
                                    (getattr(nv, "nvmlDeviceGetTemperature", None), h, nv.NVML_TEMPERATURE_GPU))
-            power, _ = nvml.read_field(lambda: nv.nvmlDeviceGetPowerUsage(h) / 1000.0)
-            mask, err2 = nvml.read_field(lambda: int(getter(h)))
+            power, _ = read_field(lambda: nv.nvmlDeviceGetPowerUsage(h) / 1000.0)
+            mask, err2 = read_field(lambda: int(getter(h)))
             if err or err2:
                 self.gpu_errors.setdefault(i, err or err2)
             self.note_sample(i, t, sm, mem, temp, power, mask)

@@ -30,10 +30,12 @@ import os
 import re
 import shutil
 import tempfile
+import warnings
 
 from gpufleet import guard
-from gpufleet.bench import BENCHMARK_VERSION, DeviceTimer, sig
+from gpufleet.bench import BENCHMARK_VERSION, DeviceTimer
 from gpufleet.bench.launch import torchrun
+from gpufleet.numbers import significant
 
 MiB, GiB = 1 << 20, 1 << 30
 SIZES = {
@@ -176,7 +178,7 @@ def _sendrecv_matrix(torch, dist, size, rank, world, device, iters):
                 if rank == dst:
                     ok = bool(torch.all(buf == float(src)))
                     buf.fill_(float(rank))
-                    matrix[src][dst] = {"gbps": sig(size / secs / 1e9), "correct": ok}
+                    matrix[src][dst] = {"gbps": significant(size / secs / 1e9), "correct": ok}
     gathered = [None] * world
     dist.all_gather_object(gathered, matrix)
     return [[next((m[s][d] for m in gathered if m[s][d] is not None), None) for d in range(world)] for s in range(world)]
@@ -189,8 +191,6 @@ def tier_sizes(tier: str, max_bytes: int | None = None) -> dict:
 
 
 def worker(tier: str, out_path: str, use_graph: bool, max_bytes: int | None = None) -> None:
-    import warnings
-
     import torch
     import torch.distributed as dist
 
@@ -221,8 +221,8 @@ def worker(tier: str, out_path: str, use_graph: bool, max_bytes: int | None = No
                 ok = check()
                 secs, launch, per_mode = _time_ops(torch, op, row["iters"], device, use_graph)
                 algbw = size / secs / 1e9
-                row.update(time_us=sig(secs * 1e6), algbw_gbps=sig(algbw), busbw_gbps=sig(algbw * BUS_FACTOR[name](world)), launch=launch,
-                           time_us_by_launch={k: sig(v * 1e6) if isinstance(v, float) else v for k, v in per_mode.items()})
+                row.update(time_us=significant(secs * 1e6), algbw_gbps=significant(algbw), busbw_gbps=significant(algbw * BUS_FACTOR[name](world)), launch=launch,
+                           time_us_by_launch={k: significant(v * 1e6) if isinstance(v, float) else v for k, v in per_mode.items()})
             except RuntimeError as exc:  # e.g. a collective gloo does not have
                 ok, row["error"] = False, f"{type(exc).__name__}: {str(exc)[:300]}"
             oks = [None] * world

@@ -24,7 +24,9 @@ GPU.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
+import multiprocessing as mp
 import os
 import time
 
@@ -49,8 +51,6 @@ WORKSPACE_CONFIG = ":4096:8"
 def cublas_version() -> str | None:
     """The cuBLAS(Lt) library this process loaded, from cublasLtGetVersion (e.g. 120805 -> "12.8.5"); None before
     any CUDA product ran or without CUDA."""
-    import ctypes
-
     try:
         with open("/proc/self/maps", encoding="utf-8") as maps:
             path = next((line.split()[-1] for line in maps if "libcublasLt" in line), None)
@@ -183,8 +183,6 @@ def run(tier: str = "quick", n_gpus: int | None = None) -> dict:
     processes may use (the engine counts them with NVML), so that this process need not load torch and CUDA
     only to count them (seconds, on top of every worker's own start); None: torch counts them.
     A run that also has matmul computes these in the matmul workers instead (bench/matmul.py, report())."""
-    import multiprocessing as mp
-
     if n_gpus is None:
         import torch
 

@@ -22,14 +22,17 @@ logic only, never a performance figure.
 
 from __future__ import annotations
 
+import datetime
 import math
 import os
+import queue
 import socket
 import statistics
 import time
 
-from gpufleet.bench import BENCHMARK_VERSION, DeviceTimer, cuda_pci_bus_id, cuda_uuid, sig, torch_versions
+from gpufleet.bench import BENCHMARK_VERSION, DeviceTimer, cuda_pci_bus_id, cuda_uuid, torch_versions
 from gpufleet.bench.monitor import SoakSampler
+from gpufleet.numbers import significant
 
 SIZES = {
     "cuda": {"matmul_n": 8192, "copy_bytes": 1 << 30, "nccl_bytes": 256 << 20, "nccl_iters": 10,
@@ -85,8 +88,6 @@ def worker(rank: int, world: int, cuda: bool, cfg: dict, port: int, go, out) -> 
     Messages on `out`: ("ready", rank, info), ("matmul"|"copy", rank, t_end_s, seconds, work),
     ("nccl", rank, t_end_s, seconds_per_op, correct), ("done", rank, t_s), ("error", rank, t_s, text).
     """
-    import datetime
-
     import torch
     import torch.distributed as dist
 
@@ -185,7 +186,7 @@ def _windows(bursts: list, window_s: float, n_windows: int, unit_scale: float) -
         sums[w][0] += work
         sums[w][1] += secs
         sums[w][2] += 1
-    return [{"index": w, "start_s": round(w * window_s, 1), "value": sig(work / secs / unit_scale) if secs else None,
+    return [{"index": w, "start_s": round(w * window_s, 1), "value": significant(work / secs / unit_scale) if secs else None,
              "bursts": count} for w, (work, secs, count) in enumerate(sums)]
 
 
@@ -194,8 +195,6 @@ def run(duration_s: float = DEFAULT_DURATION_S, *, window_s: float | None = None
         on_start=None) -> dict:
     """Soak every visible GPU for duration_s; see the module docstring. Never raises for a GPU that fails.
     on_start(pids), if given, is called once every process is set up and the load starts."""
-    import queue as queue_mod
-
     import torch
     import torch.multiprocessing as mp
 
@@ -248,7 +247,7 @@ def run(duration_s: float = DEFAULT_DURATION_S, *, window_s: float | None = None
         while len(ready) < world and time.monotonic() < deadline and not out["setup_error"]:
             try:
                 kind, rank, *rest = messages.get(timeout=1.0)
-            except queue_mod.Empty:
+            except queue.Empty:
                 dead = [r for r, p in enumerate(procs) if p.exitcode is not None and r not in ready]
                 if dead:
                     who = f"CUDA device {dead[0]}'s process" if cuda else f"process {dead[0]}"
@@ -299,7 +298,7 @@ def run(duration_s: float = DEFAULT_DURATION_S, *, window_s: float | None = None
             note_exits()
             try:
                 kind, rank, *rest = messages.get(timeout=1.0)
-            except queue_mod.Empty:
+            except queue.Empty:
                 note_exits()
                 if any(p.exitcode is not None and ranks[r]["done_s"] is None for r, p in enumerate(procs)):
                     break  # one died without a word: the others wait for it in the next collective
@@ -313,7 +312,7 @@ def run(duration_s: float = DEFAULT_DURATION_S, *, window_s: float | None = None
                 note_exits()
                 try:
                     kind, rank, *rest = messages.get(timeout=0.2)
-                except queue_mod.Empty:
+                except queue.Empty:
                     continue
                 take(kind, rank, rest)
                 if all(ranks[r]["done_s"] is not None for r in ranks):
@@ -396,8 +395,8 @@ def _finish(out: dict, ranks: dict, cuda: bool) -> dict:
             # NVML's index of this CUDA device: by UUID, else by PCI bus id (torch gives "0000:18:00", NVML adds ".0").
             "nvml_index": by_uuid.get((info.get("uuid") or "").lower(), by_pci.get(info.get("pci_bus_id") or "-")),
             "windows": windows,
-            "matmul_tflops_median": sig(statistics.median(mm_vals)) if mm_vals else None,
-            "hbm_gbps_median": sig(statistics.median(hbm_vals)) if hbm_vals else None,
+            "matmul_tflops_median": significant(statistics.median(mm_vals)) if mm_vals else None,
+            "hbm_gbps_median": significant(statistics.median(hbm_vals)) if hbm_vals else None,
             "bursts": len(rank["matmul"]) + len(rank["copy"]),
             "last_burst_s": rank["last_s"],
             "done_s": rank["done_s"],
@@ -417,9 +416,9 @@ def _finish(out: dict, ranks: dict, cuda: bool) -> dict:
             "size_bytes": nbytes,
             "rounds": len(rounds),
             "windows": [{"index": w, "start_s": round(w * window_s, 1),
-                         "busbw_gbps": sig(statistics.median(per_window[w])) if w in per_window else None}
+                         "busbw_gbps": significant(statistics.median(per_window[w])) if w in per_window else None}
                         for w in range(n_windows)],
-            "busbw_gbps_median": sig(statistics.median(busbw)) if busbw else None,
+            "busbw_gbps_median": significant(statistics.median(busbw)) if busbw else None,
             "wrong": [{"t_s": t, "rank": r} for t, r in wrong],
         }
     return out

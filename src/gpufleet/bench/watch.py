@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 import time
 
-from gpufleet.collect import nvml
-from gpufleet.collect.nvml import as_text, visible_indices
+from gpufleet.collect.nvml.binding import as_text, init_nvml, pynvml
+from gpufleet.collect.nvml.processes import gpu_processes, visible_indices
 
 # Every pid ever found in this process's tree: a worker of an earlier step that NVML still lists for a
 # moment after it exited is no longer in /proc, yet it was ours.
@@ -100,7 +100,7 @@ class ProcessWatch:
 def list_processes(nv, handle) -> tuple[list | None, str | None]:
     """One GPU's compute and graphics processes through NVML (collect.nvml), or None and why."""
     unreadable: dict = {}
-    procs = nvml.gpu_processes(handle, unreadable)
+    procs = gpu_processes(handle, unreadable)
     return procs, unreadable.get("processes")
 
 
@@ -110,9 +110,7 @@ def wait_quiet(wait_s: float, poll_s: float = 1.0, indices: list[int] | None = N
     t0 = time.monotonic()
     watch = ProcessWatch()
     try:
-        import pynvml
-
-        pynvml.nvmlInit()
+        init_nvml()
     except Exception as exc:
         return {"quiet": False, "waited_s": 0.0, "processes": [], "error": f"NVML unavailable: {exc}"}
     try:

@@ -19,10 +19,10 @@ _FILES = {"gpu_inventory": gpu_inventory, "gpu_health": gpu_health, "host_hygien
 
 def _function(group: str, path: str):
     """The function a declaration names: `name` in the group's file, or `file.name` in the group's package."""
-    found = _FILES[group]
+    target = _FILES[group]
     for part in path.split("."):
-        found = getattr(found, part)
-    return found
+        target = getattr(target, part)
+    return target
 
 
 GROUPS = {g.name: [(c.name, _function(g.name, c.function or c.name)) for c in g.checks] for g in registry.CHECK_GROUPS}

@@ -19,18 +19,18 @@ CPU_NOTE = "CPU run: logic check only, not a performance figure"
 def _against_min(check, value, unit, profile, key, what, remedy, detail, cpu):
     """pass/fail against a minimum threshold (judge.judge); warn when none is set; never a claim on CPU."""
     limit = profiles.value(profile, key)
-    thr = profiles.threshold(profile, key, min=limit)
+    threshold = profiles.threshold(profile, key, min=limit)
     if value is None:
-        return result(check, ERROR, f"{what}: no value measured", threshold=thr, detail=detail)
+        return result(check, ERROR, f"{what}: no value measured", threshold=threshold, detail=detail)
     if cpu:
-        return result(check, schema.SKIP, f"{what} {value} {unit}; {CPU_NOTE}", value=value, unit=unit, threshold=thr, detail=detail)
+        return result(check, schema.SKIP, f"{what} {value} {unit}; {CPU_NOTE}", value=value, unit=unit, threshold=threshold, detail=detail)
     if limit is None:
-        return result(check, WARN, f"{what} {value} {unit}; no threshold set ({key})", value=value, unit=unit, threshold=thr,
+        return result(check, WARN, f"{what} {value} {unit}; no threshold set ({key})", value=value, unit=unit, threshold=threshold,
                       remedy=f"set gpufleet_thresholds.{key} or add it to the GPU's profile", detail=detail)
     if judge.judge(value, judge.Limit(key, limit, kind=judge.MIN)).status == FAIL:
         return result(check, FAIL, f"{what} {value} {unit} is under the minimum {limit} {unit}", value=value, unit=unit,
-                      threshold=thr, remedy=remedy, detail=detail)
-    return result(check, PASS, f"{what} {value} {unit} (minimum {limit})", value=value, unit=unit, threshold=thr, detail=detail)
+                      threshold=threshold, remedy=remedy, detail=detail)
+    return result(check, PASS, f"{what} {value} {unit} (minimum {limit})", value=value, unit=unit, threshold=threshold, detail=detail)
 
 
 def _throttled(monitor: dict) -> dict:
@@ -205,15 +205,15 @@ def _sendrecv(matrix: dict, profile: dict, cpu: bool, base: dict) -> dict:
     median = vals[len(vals) // 2]
     ratio = profiles.value(profile, "nccl_sendrecv_pair_ratio_min")
     slow = [f"{s}->{d} {c['gbps']} GB/s" for s, d, c in cells if c["gbps"] < ratio * median]
-    thr = profiles.threshold(profile, "nccl_sendrecv_pair_ratio_min", min=ratio)
+    threshold = profiles.threshold(profile, "nccl_sendrecv_pair_ratio_min", min=ratio)
     if cpu:
-        return result("nccl_sendrecv", schema.SKIP, f"{len(cells)} pairs correct; {CPU_NOTE}", value=median, unit="GB/s", threshold=thr, detail=detail)
+        return result("nccl_sendrecv", schema.SKIP, f"{len(cells)} pairs correct; {CPU_NOTE}", value=median, unit="GB/s", threshold=threshold, detail=detail)
     if slow:
         return result("nccl_sendrecv", FAIL, f"slow pairs (under {ratio:.0%} of the median {median} GB/s): {', '.join(slow)}",
-                      value=vals[0], unit="GB/s", threshold=thr, detail=detail,
+                      value=vals[0], unit="GB/s", threshold=threshold, detail=detail,
                       remedy="the GPUs named share the slow link: check gpu_health.nvlink for them and their NVLink error counters")
     return result("nccl_sendrecv", PASS, f"{len(cells)} pairs, slowest {vals[0]} GB/s, median {median} GB/s",
-                  value=vals[0], unit="GB/s", threshold=thr, detail=detail)
+                  value=vals[0], unit="GB/s", threshold=threshold, detail=detail)
 
 
 def _inter_node(log: dict, host_has_ib: bool | None, base: dict, cpu: bool) -> dict:
@@ -293,14 +293,14 @@ def train_gpt2(full: dict, profile: dict, *, single: dict | None = None, referen
 
 def _scaling(eff: float, what: str, profile: dict, cpu: bool, detail: dict, remedy: str) -> dict:
     limit = profiles.value(profile, "train_scaling_efficiency_min")
-    thr = profiles.threshold(profile, "train_scaling_efficiency_min", min=limit)
+    threshold = profiles.threshold(profile, "train_scaling_efficiency_min", min=limit)
     if cpu:
         status, reason = schema.SKIP, f"{what}; {CPU_NOTE}"
     elif eff < limit:
         status, reason = FAIL, f"{what}, under the minimum {limit:.0%}"
     else:
         status, reason = PASS, what
-    return result("train_scaling", status, reason, value=eff, unit="ratio", threshold=thr, detail=detail,
+    return result("train_scaling", status, reason, value=eff, unit="ratio", threshold=threshold, detail=detail,
                   remedy=remedy if status == FAIL else None)
 
 
@@ -319,10 +319,10 @@ def _scaling_across_nodes(full: dict, per_gpu: int, reference: dict | None, prof
         missing = (f"this node's single-node benchmark.train_gpt2 result has no figure "
                    f"(status {ref.get('status')}: {ref.get('reason') or 'no reason given'})")
     if missing:
-        thr = profiles.threshold(profile, "train_scaling_efficiency_min", min=profiles.value(profile, "train_scaling_efficiency_min"))
+        threshold = profiles.threshold(profile, "train_scaling_efficiency_min", min=profiles.value(profile, "train_scaling_efficiency_min"))
         return result("train_scaling", ERROR,
                       f"no scaling efficiency across {nnodes} nodes: the single-node per-GPU figure of this node is missing; {missing}",
-                      threshold=thr, detail=detail,
+                      threshold=threshold, detail=detail,
                       remedy="keep train_gpt2 in gpufleet_benchmarks and fix what benchmark.train_gpt2 of this node says, then re-run")
     eff = round(per_gpu / ref_value, 3)
     on = f" on {ref['world_size']} GPU(s)" if ref.get("world_size") else ""

@@ -10,7 +10,7 @@ last two means the figure is not yet the node's: the result warns and asks to be
 from __future__ import annotations
 
 from gpufleet import calibration, judge, profiles
-from gpufleet.numbers import significant as sig
+from gpufleet.numbers import significant
 from gpufleet.schema import PASS, WARN
 
 SAMPLE_KEY = "sample_drop_pct_max"
@@ -58,7 +58,7 @@ def judged(figures: list, profile: dict, monitor: dict) -> list[dict]:
         verdict = judge.samples(values, limit["value"], allowed=1 if allowed is None else allowed,
                                 causes=causes(monitor, gpu.get("index")), ends_s=ends)
         out.append({"gpu": gpu, "metric": metric, "figure": label, "unit": unit, "n": samples.get("n"),
-                    "median": sig(samples["median"]), "min": sig(samples["min"]), "verdict": verdict["verdict"],
+                    "median": significant(samples["median"]), "min": significant(samples["min"]), "verdict": verdict["verdict"],
                     "low": len(verdict["low"]), "deepest_pct": verdict["deepest_pct"], "causes": verdict["causes"],
                     "every_sample": every, "interval": judge.median_interval(values) if every else None, "limit": limit})
     return out
@@ -133,6 +133,6 @@ def near_limit(res: dict, figures: list[dict], value_key: str, profile: dict, me
     if not j.near:
         return res
     lo, hi = interval
-    why = (f"{_who(slow)} {res['value']:g} {slow['unit']}: {how} {sig(lo):g} to {sig(hi):g}"
+    why = (f"{_who(slow)} {res['value']:g} {slow['unit']}: {how} {significant(lo):g} to {significant(hi):g}"
            f"{')' if not slow['interval'] else ''} reaches across the minimum {limit:g}")
     return res.replace(detail={**res["detail"], "measure_again": why})

@@ -166,7 +166,7 @@ def gpu_count(readings, gpus, profile):
     """The number of GPUs NVML sees against gpus_expected. Its detail holds the inventory."""
     nv = readings["nvml"]
     expected = profiles.value(profile, "gpus_expected")
-    found = len(gpus)
+    count = len(gpus)
     inventory = {
         "driver_version": nv.get("driver_version"),
         "cuda_driver_version": nv.get("cuda_driver_version"),
@@ -178,17 +178,17 @@ def gpu_count(readings, gpus, profile):
         ],
     }
     fields = dict(
-        value=found, unit="GPUs", threshold=profiles.threshold(profile, "gpus_expected"), detail={"inventory": inventory}
+        value=count, unit="GPUs", threshold=profiles.threshold(profile, "gpus_expected"), detail={"inventory": inventory}
     )
     missing_remedy = (
         "look for a GPU that fell off the bus (xid check, Xid 79) or is missing from `lspci -d 10de:`; "
         "reset or reseat it, or replace it"
     )
-    if found == 0:
+    if count == 0:
         reason = "NVML reports no GPU" + (f" ({nv['error']})" if nv.get("error") else "")
         return schema.result("gpu_count", FAIL, reason, remedy=missing_remedy, **fields)
     names = sorted({g.get("name") or "unknown" for g in gpus})
-    found_text = f"found {found} GPUs ({', '.join(names)})" if found != 1 else f"found 1 GPU ({names[0]})"
+    found_text = f"found {count} GPUs ({', '.join(names)})" if count != 1 else f"found 1 GPU ({names[0]})"
     if expected is None:
         return schema.result(
             "gpu_count",
@@ -197,14 +197,14 @@ def gpu_count(readings, gpus, profile):
             remedy="set gpufleet_thresholds.gpus_expected in inventory",
             **fields,
         )
-    if found < expected:
+    if count < expected:
         source = profile["thresholds"]["gpus_expected"]["source"]
         if not source.startswith("inventory override"):  # the profile's board count: this machine may be another board
-            missing_remedy += (f"; or, if this machine has {found} GPUs by design, say so: gpufleet_thresholds: "
-                               f"{{gpus_expected: {found}}} for it (make validate: EXPECTED_GPUS={found}); profile "
+            missing_remedy += (f"; or, if this machine has {count} GPUs by design, say so: gpufleet_thresholds: "
+                               f"{{gpus_expected: {count}}} for it (make validate: EXPECTED_GPUS={count}); profile "
                                f"{profile['name']} expects {expected} ({source})")
         return schema.result("gpu_count", FAIL, f"{found_text}, expected {expected}", remedy=missing_remedy, **fields)
-    if found > expected:
+    if count > expected:
         return schema.result(
             "gpu_count",
             FAIL,
@@ -273,26 +273,26 @@ def gpu_memory(readings, gpus, profile):
 def driver_version(readings, gpus, profile):
     """The driver against driver_version_min and, when pinned, driver_version."""
     nv = readings["nvml"]
-    found = nv.get("driver_version")
+    installed = nv.get("driver_version")
     minimum = profiles.value(profile, "driver_version_min")
     pinned = profiles.value(profile, "driver_version")
     fields = dict(
-        value=found,
+        value=installed,
         threshold=profiles.threshold(profile, "driver_version_min", pinned=pinned),
         detail={
-            "driver_version": found,
+            "driver_version": installed,
             "cuda_driver_version": nv.get("cuda_driver_version"),
             "nvml_version": nv.get("nvml_version"),
         },
     )
     upgrade = "install a newer driver (bringup.yml, role nvidia_driver)"
-    if found is None:
+    if installed is None:
         why = (nv.get("unreadable") or {}).get("driver_version", "not in the readings")
         return schema.result("driver_version", ERROR, f"driver version unreadable ({why})", remedy="check `nvidia-smi`", **fields)
-    have = version_tuple(found)
+    have = version_tuple(installed)
     if have is None:
         return schema.result(
-            "driver_version", ERROR, f"driver version {found!r} is not a dotted version", remedy="check `nvidia-smi`", **fields
+            "driver_version", ERROR, f"driver version {installed!r} is not a dotted version", remedy="check `nvidia-smi`", **fields
         )
     for key, want in (("driver_version_min", minimum), ("driver_version", pinned)):
         if want is not None and version_tuple(want) is None:
@@ -305,16 +305,16 @@ def driver_version(readings, gpus, profile):
             )
     f = Findings()
     if minimum is not None and have < version_tuple(minimum):
-        f.add(FAIL, f"driver {found} is older than the minimum {minimum}", remedy=upgrade)
+        f.add(FAIL, f"driver {installed} is older than the minimum {minimum}", remedy=upgrade)
     if pinned is not None and have != version_tuple(pinned):
         f.add(
             FAIL,
-            f"driver {found} differs from the pinned {pinned}",
+            f"driver {installed} differs from the pinned {pinned}",
             remedy="re-run bringup.yml to install the pinned driver, or update gpufleet_thresholds.driver_version",
         )
     if minimum is None and pinned is None:
-        f.add(WARN, f"driver {found}; neither a minimum nor a pin is set", remedy="set gpufleet_thresholds.driver_version_min")
-    ok = f"driver {found}" + (f" >= {minimum}" if minimum else "") + (", matches the pin" if pinned else "")
+        f.add(WARN, f"driver {installed}; neither a minimum nor a pin is set", remedy="set gpufleet_thresholds.driver_version_min")
+    ok = f"driver {installed}" + (f" >= {minimum}" if minimum else "") + (", matches the pin" if pinned else "")
     if pinned is None:
         f.add(PASS, "no site pin set (driver_version)")
     return f.result("driver_version", ok, **fields)

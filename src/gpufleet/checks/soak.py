@@ -9,7 +9,7 @@ import time
 from gpufleet import calibration, judge, profiles, schema
 from gpufleet.checks.benchmarks import CPU_NOTE, flag_gpus
 from gpufleet.checks.gpu_inventory import Findings
-from gpufleet.collect.nvml import HW_SLOWDOWN_EVENTS
+from gpufleet.collect.nvml.clocks import HW_SLOWDOWN_EVENTS
 from gpufleet.numbers import significant
 from gpufleet.schema import ERROR, FAIL, PASS, WARN, result
 
@@ -162,15 +162,15 @@ def _one(out: dict, profile: dict) -> list[dict]:
 
 def _soak_throttle(out, profile, base, gpus, Findings, cpu) -> dict:
     limit = profiles.value(profile, "soak_throttle_s_max")
-    thr = profiles.threshold(profile, "soak_throttle_s_max", max=limit)
+    threshold = profiles.threshold(profile, "soak_throttle_s_max", max=limit)
     sampler = out.get("sampler") or {}
     detail = {**base, "per_gpu": {i: {k: g.get(k) for k in ("uuid", "serial", "pci_bus_id", "throttle", "windows", "error")}
                                   for i, g in (sampler.get("per_gpu") or {}).items()}}
     if cpu:
-        return result("soak_throttle", schema.SKIP, f"no GPU clocks to watch; {CPU_NOTE}", threshold=thr, detail=detail)
+        return result("soak_throttle", schema.SKIP, f"no GPU clocks to watch; {CPU_NOTE}", threshold=threshold, detail=detail)
     if sampler.get("error") or not sampler.get("per_gpu"):
         return result("soak_throttle", ERROR, f"could not watch the GPUs' clocks during the soak: {sampler.get('error') or 'no GPU sampled'}",
-                      threshold=thr, detail=detail, remedy="check NVML (`nvidia-smi`) on the node and run the soak again")
+                      threshold=threshold, detail=detail, remedy="check NVML (`nvidia-smi`) on the node and run the soak again")
     f, flags = Findings(), _Flags()
     worst = 0.0
     clocks = []
@@ -189,7 +189,7 @@ def _soak_throttle(out, profile, base, gpus, Findings, cpu) -> dict:
             f.add(PASS, f"some readings failed: {g['error']}", gpu=int(i))
     ok = (f"no hardware or thermal slowdown on {len(sampler['per_gpu'])} GPU(s) over {out.get('ran_s'):g} s"
           + (f" (lowest SM clock {min(clocks)} MHz)" if clocks else ""))
-    return flags.apply(f.result("soak_throttle", ok, value=worst, unit="s", threshold=thr, detail=detail))
+    return flags.apply(f.result("soak_throttle", ok, value=worst, unit="s", threshold=threshold, detail=detail))
 
 
 def _soak_errors(out, profile, base, gpus, Findings, cpu) -> dict:
@@ -327,7 +327,7 @@ def _sampler_saw(out: dict, index: int | None, windows: list) -> str:
 
 def _soak_slowdown(out, profile, base_detail, gpus, Findings, cpu) -> dict:
     limit = profiles.value(profile, SLOWDOWN_KEY)
-    thr = profiles.threshold(profile, SLOWDOWN_KEY, max=limit, best_windows=SOAK_BEST_WINDOWS)
+    threshold = profiles.threshold(profile, SLOWDOWN_KEY, max=limit, best_windows=SOAK_BEST_WINDOWS)
     # A calibrated model's limit is per figure: its healthy windows' spread (calibration.py, soak_window_pct).
     limits = {k: calibration.entry(profile["thresholds"], SLOWDOWN_KEY, m)["value"] for k, m in WINDOW_METRICS.items()}
     per_gpu = {r: {k: g.get(k) for k in ("uuid", "nvml_index", "name", "windows", "matmul_tflops_median", "hbm_gbps_median")}
@@ -336,7 +336,7 @@ def _soak_slowdown(out, profile, base_detail, gpus, Findings, cpu) -> dict:
     n_windows = out.get("n_windows") or 0
     if cpu:
         return result("soak_slowdown", schema.SKIP, f"{n_windows} windows of {out.get('window_s'):g} s on "
-                      f"{len(per_gpu)} CPU processes; {CPU_NOTE}", threshold=thr, detail=detail)
+                      f"{len(per_gpu)} CPU processes; {CPU_NOTE}", threshold=threshold, detail=detail)
     f, flags = Findings(), _Flags()
     worst = 0.0
     judged = False
@@ -399,9 +399,9 @@ def _soak_slowdown(out, profile, base_detail, gpus, Findings, cpu) -> dict:
         return result("soak_slowdown", schema.SKIP,
                       f"{n_windows} window(s) of {out.get('window_s'):g} s: a slowdown needs two or more, to compare "
                       "each window with the best; soak longer",
-                      threshold=thr, detail=detail)
+                      threshold=threshold, detail=detail)
     ok = (f"every window of every GPU within {limit:g}% of its best windows and of its siblings over {n_windows} windows of "
           f"{out.get('window_s'):g} s" if limit is not None else f"{n_windows} windows judged")
-    return flags.apply(f.result("soak_slowdown", ok, value=worst, unit="%", threshold=thr, detail=detail))
+    return flags.apply(f.result("soak_slowdown", ok, value=worst, unit="%", threshold=threshold, detail=detail))
 
 

@@ -17,7 +17,7 @@ says why), `skip` where there is no NVIDIA driver. Detail:
 
 A counter that cannot be read is null and named in `unreadable`. `xid` counts the Xid events of that GPU in
 this boot's kernel log. `visible` says whether this node's CUDA_VISIBLE_DEVICES leaves the GPU to it
-(collect.nvml.visible_indices); the fleet layer judges the visible ones. Counts are cumulative since the
+(collect.visible_indices); the fleet layer judges the visible ones. Counts are cumulative since the
 driver loaded (volatile ECC, PCIe replay, NVLink) or over the GPU's life (aggregate ECC, row remapping):
 a `boot_id` that differs between two snapshots means the node rebooted between them.
 """
@@ -26,6 +26,10 @@ from __future__ import annotations
 
 from gpufleet import schema
 from gpufleet.collect import host as host_reads, nvml
+from gpufleet.collect.nvml.binding import read_field
+from gpufleet.collect.nvml.links import nvlink_error_counts, nvlink_links, nvlink_totals
+from gpufleet.collect.nvml.memory import read_remapped_rows
+from gpufleet.collect.nvml.processes import visible_indices
 
 GROUP = "counters"
 PHASES = ("before", "after")
@@ -76,7 +80,7 @@ def gpu_counters(gpu: dict, log: dict | None) -> tuple[dict, dict, str]:
         counters[name] = int(value) if value is not None else None  # pending/failure: 0 or 1
         if value is None:
             missing[name] = _why(gpu, "remapped_rows")
-    links, source = nvml.nvlink_error_counts(gpu)
+    links, source = nvlink_error_counts(gpu)
     for counter in ("crc_data", "crc_flit", "replay", "recovery"):
         counters[f"nvlink_{counter}"] = links[counter]
         if links[counter] is None:
@@ -118,7 +122,7 @@ def snapshot(phase: str, readings: dict, *, boot_id: str | None = None, boot_id_
         why = nv.get("error") or "NVML reports no GPU"
         return schema.result(check, schema.ERROR, f"GPU counters not read: {why}", detail=detail,
                              remedy="see gpu_inventory.gpu_count: check `nvidia-smi -L` and `lspci -d 10de:`")
-    vis = nvml.visible_indices(gpus, nv.get("cuda_visible_devices"))
+    vis = visible_indices(gpus, nv.get("cuda_visible_devices"))
     visible = set(vis["indices"])
     log = readings.get("kernel_log")
     sources = {}
@@ -147,11 +151,11 @@ def read_live(nv, handle) -> dict:
     for name, counter in (("volatile", nv.NVML_VOLATILE_ECC), ("aggregate", nv.NVML_AGGREGATE_ECC)):
         for kind_name, kind in (("uncorrected", nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
                                 ("corrected", nv.NVML_MEMORY_ERROR_TYPE_CORRECTED)):
-            g[f"ecc_{name}_{kind_name}"], _ = nvml.read_field(nv.nvmlDeviceGetTotalEccErrors, handle, kind, counter)
-    g["remapped_rows"], _ = nvml.read_field(nvml.read_remapped_rows, handle)
-    g["nvlink"] = nvml.nvlink_links(handle, g["unreadable"])
-    g["nvlink_error_totals"] = nvml.nvlink_totals(handle, g["unreadable"])
-    g["pcie_replay"], _ = nvml.read_field(lambda: int(nv.nvmlDeviceGetPcieReplayCounter(handle)))
+            g[f"ecc_{name}_{kind_name}"], _ = read_field(nv.nvmlDeviceGetTotalEccErrors, handle, kind, counter)
+    g["remapped_rows"], _ = read_field(read_remapped_rows, handle)
+    g["nvlink"] = nvlink_links(handle, g["unreadable"])
+    g["nvlink_error_totals"] = nvlink_totals(handle, g["unreadable"])
+    g["pcie_replay"], _ = read_field(lambda: int(nv.nvmlDeviceGetPcieReplayCounter(handle)))
     values, _, _ = gpu_counters(g, None)
     values.pop("xid")
     return values

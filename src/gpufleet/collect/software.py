@@ -1,4 +1,4 @@
-"""The node's software and firmware beside what NVML gives (driver, CUDA, VBIOS, InfoROM: collect/nvml.py): the
+"""The node's software and firmware beside what NVML gives (driver, CUDA, VBIOS, InfoROM: collect/nvml/): the
 HCAs' firmware and board id, OFED or rdma-core, NCCL (the library torch uses and every libnccl the dynamic loader
 would find), the NCCL net plugin NCCL would load (path and sha256 of its content), and torch.
 
@@ -102,9 +102,9 @@ def _read_hcas(root: Path) -> dict:
 def _which(root: Path, name: str, environ: Mapping[str, str]) -> Path | None:
     dirs = [d for d in environ.get("PATH", os.defpath).split(os.pathsep) if d.startswith("/")]
     for folder in dict.fromkeys(dirs + ["/usr/bin", "/usr/sbin", "/bin", "/sbin"]):
-        found = shutil.which(name, path=str(root / folder.lstrip("/")))
-        if found:
-            return Path(found)
+        path = shutil.which(name, path=str(root / folder.lstrip("/")))
+        if path:
+            return Path(path)
     return None
 
 
@@ -229,10 +229,10 @@ def _read_torch() -> dict:
     except importlib.metadata.PackageNotFoundError:
         version = None
     text, reason = read_text(folder / "version.py")
-    found = dict(re.findall(r"^(__version__|cuda)\s*(?::[^=]*)?=\s*(.+)$", text or "", flags=re.M))
+    assignments = dict(re.findall(r"^(__version__|cuda)\s*(?::[^=]*)?=\s*(.+)$", text or "", flags=re.M))
     try:
-        version = version or ast.literal_eval(found["__version__"])
-        cuda = ast.literal_eval(found["cuda"]) if "cuda" in found else None
+        version = version or ast.literal_eval(assignments["__version__"])
+        cuda = ast.literal_eval(assignments["cuda"]) if "cuda" in assignments else None
     except (ValueError, SyntaxError, KeyError):
         cuda = None
     return {"version": version, "cuda": cuda, "path": str(folder),
@@ -302,13 +302,13 @@ def _read_net_plugin(root: Path, dirs: list[str], environ: Mapping[str, str]) ->
         candidates = [setting, f"libnccl-net-{setting}.so"]
     else:
         candidates = ["libnccl-net.so"]
-    found, seen = [], set()
+    plugin_files, seen = [], set()
     for folder in dirs:
         for name in sorted(glob.glob(str(root / folder.lstrip("/") / "libnccl-net*.so*"))):
             real = os.path.realpath(name)
             if real not in seen and os.path.isfile(real):
                 seen.add(real)
-                found.append(_plugin_file(root, Path(name)))
+                plugin_files.append(_plugin_file(root, Path(name)))
     path = next((p for p in (_find(root, c, dirs) for c in candidates) if p is not None), None)
     if path is not None:
         reason = None
@@ -318,7 +318,7 @@ def _read_net_plugin(root: Path, dirs: list[str], environ: Mapping[str, str]) ->
         reason = (f"none of {', '.join(candidates)} in LD_LIBRARY_PATH or the loader's folders: NCCL uses its internal "
                   "network transports")
     return {"setting": setting, "setting_source": source, "candidates": candidates,
-            "loads": _plugin_file(root, path) if path is not None else None, "found": found, "reason": reason}
+            "loads": _plugin_file(root, path) if path is not None else None, "found": plugin_files, "reason": reason}
 
 
 def read(root: str = "/", environ: Mapping[str, str] | None = None) -> dict:

@@ -253,12 +253,12 @@ def _hub_or_local(cfg: dict, path: Path, section: str, key: str, what: str) -> N
         return
     given = Path(value).expanduser()
     tried = [given] if given.is_absolute() else [(path.parent / given).resolve(), given.resolve()]
-    found = next((t for t in tried if t.exists()), None)
-    if found is None:
+    existing = next((t for t in tried if t.exists()), None)
+    if existing is None:
         hint = f"; a hub {what} is named {HUB}{value}" if _HUB_NAME.fullmatch(value) and "/" in value else ""
         raise _fail(path, f"{section}.{key}", f"names {value!r}, which does not exist (looked for "
                     f"{' and '.join(str(t) for t in dict.fromkeys(tried))}); expected a local path that exists or {HUB}org/name{hint}")
-    cfg[section][key], cfg[section][f"{key}_source"] = str(found), "local"
+    cfg[section][key], cfg[section][f"{key}_source"] = str(existing), "local"
 
 
 def _load_deepspeed(ds_path: Path, path: Path) -> dict:

@@ -9,9 +9,11 @@ never on the prompt or on what a function returned.
 
 from __future__ import annotations
 
+import queue
 import random
 from array import array
 import re
+import threading
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -302,9 +304,6 @@ def prefetch(batches_: Iterator[dict], depth: int = 4, pin: bool = False) -> Ite
     """Build batches in a background thread while the GPU trains on earlier ones; pinned, so that the copy
     to the GPU does not wait for the GPU's queued work. An error in the thread is raised here, in order.
     Closing the generator stops the thread and waits for it to end."""
-    import queue
-    import threading
-
     q: queue.Queue = queue.Queue(maxsize=depth)
     stop = threading.Event()
 

@@ -86,17 +86,17 @@ def _judge(out: dict, profile: dict, detail: dict, cpu: bool) -> dict:
         return result("finetune", FAIL, f"{what}: the held-out eval did not produce a loss", value=value, unit="tokens/s/GPU",
                       detail=detail, remedy="check data.eval_samples and that the held-out records have assistant turns")
     limit = profiles.value(profile, MIN_KEY) if MIN_KEY in profile["thresholds"] else None
-    thr = profiles.threshold(profile, MIN_KEY, min=limit) if MIN_KEY in profile["thresholds"] else None
+    threshold = profiles.threshold(profile, MIN_KEY, min=limit) if MIN_KEY in profile["thresholds"] else None
     mfu_text = f", MFU {detail['mfu']:.1%}" if detail["mfu"] is not None and not cpu else ""
     summary = (f"{what}: loss {out['loss_first']:.4f} -> {out['loss_last']:.4f}, eval loss {out['eval_loss_first']:.4f} -> "
                f"{out['eval_loss']:.4f}; {value} tokens/s/GPU{mfu_text}")
     if cpu:
-        return result("finetune", SKIP, f"{summary}; {CPU_NOTE}", value=value, unit="tokens/s/GPU", threshold=thr, detail=detail)
+        return result("finetune", SKIP, f"{summary}; {CPU_NOTE}", value=value, unit="tokens/s/GPU", threshold=threshold, detail=detail)
     if limit is not None and value is not None and value < limit:
         return result("finetune", FAIL, f"{summary}: under the minimum {limit} tokens/s/GPU", value=value, unit="tokens/s/GPU",
-                      threshold=thr, detail=detail,
+                      threshold=threshold, detail=detail,
                       remedy="compare benchmark.matmul_bf16 and benchmark_multinode.nccl_all_reduce: the slower one is the layer to fix first")
     if _finite(out.get("eval_loss_first")) and out["eval_loss"] > out["eval_loss_first"]:
-        return result("finetune", WARN, f"{summary}: the eval loss rose", value=value, unit="tokens/s/GPU", threshold=thr, detail=detail,
+        return result("finetune", WARN, f"{summary}: the eval loss rose", value=value, unit="tokens/s/GPU", threshold=threshold, detail=detail,
                       remedy="the adapter got worse on held-out data: lower training.learning_rate or train on more data")
-    return result("finetune", PASS, summary, value=value, unit="tokens/s/GPU", threshold=thr, detail=detail)
+    return result("finetune", PASS, summary, value=value, unit="tokens/s/GPU", threshold=threshold, detail=detail)

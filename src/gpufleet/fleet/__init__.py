@@ -53,7 +53,7 @@ def flagged(gpu: dict) -> dict:
     return {"index": gpu.get("index"), "uuid": gpu.get("uuid"), "serial": gpu.get("serial")}
 
 
-def num(v: Any, unit: str | None = None) -> str:
+def figure_text(v: Any, unit: str | None = None) -> str:
     """A figure in a sentence: 4,234 GB/s, 791.6 TFLOPS, 55.33 GB/s, 526,504 tokens/s/GPU."""
     if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
         text = str(v)

@@ -39,14 +39,14 @@ def baseline_index(base: list[dict]) -> tuple[dict, dict]:
     return node_base, {(b["uuid"], b["metric"]): b for b in base if b["gpu_index"] is not None and b["uuid"]}
 
 
-def node_vs_baseline(host: str, found: dict, base: list[dict], base_id: str, thr: Thresholds,
+def node_vs_baseline(host: str, node_metrics: dict, base: list[dict], base_id: str, thresholds: Thresholds,
                      index: tuple | None = None) -> dict:
     """index: baseline_index(base), so that a run of many nodes does not go through every baseline row per node."""
-    threshold = thr.pair(BASE_WARN, BASE_FAIL)
+    threshold = thresholds.pair(BASE_WARN, BASE_FAIL)
     comparisons, not_comparable = [], []
     by_host, gpu_base = index or baseline_index(base)
     node_base = by_host.get(host, {})
-    for m in found["metrics"]:
+    for m in node_metrics["metrics"]:
         if m["scope"] == "node":
             b, what = node_base.get(m["key"]), f"baseline run {base_id}'s figure for this node"
         elif m.get("uuid"):
@@ -61,16 +61,16 @@ def node_vs_baseline(host: str, found: dict, base: list[dict], base_id: str, thr
             not_comparable.append({"metric": m["key"], "index": m.get("index"), "uuid": m.get("uuid"), "why": why})
             continue
         if b["value"] > 0:
-            comparisons.append(comparison_row(m, b["value"], what, thr, BASE_WARN, BASE_FAIL, baseline_host=b["host"]))
+            comparisons.append(comparison_row(m, b["value"], what, thresholds, BASE_WARN, BASE_FAIL, baseline_host=b["host"]))
     if not comparisons:
         why = (f"nothing comparable: {not_comparable[0]['why']}" if not_comparable else
                f"node {host} and its GPUs are not in baseline run {base_id} (node_vs_baseline_fleet holds it against that run's fleet)")
         return fleet_result("node_vs_baseline", SKIP, why, threshold=threshold, detail={"baseline": base_id, "not_comparable": not_comparable})
     status, reason, below_pct = judge_comparisons(
-        comparisons, thr, BASE_WARN, BASE_FAIL,
+        comparisons, thresholds, BASE_WARN, BASE_FAIL,
         lambda c: f"{gpu_text(c)} " if c.get("index") is not None or c.get("uuid") else f"node {host} ")
     if reason is None:
-        reason = (f"node {host} and its GPUs within {limit_text(thr, BASE_WARN, [c['metric'] for c in comparisons])} of "
+        reason = (f"node {host} and its GPUs within {limit_text(thresholds, BASE_WARN, [c['metric'] for c in comparisons])} of "
                   f"baseline run {base_id} on "
                   f"{len(comparisons)} figure(s); {gap_text(comparisons)}")
     return fleet_result("node_vs_baseline", status, reason, cpu=any(c["cpu"] for c in comparisons), value=below_pct,
@@ -91,13 +91,13 @@ def baseline_medians(base: list[dict]) -> dict[tuple, dict]:
                 "unit": rows[0]["unit"]} for k, rows in groups.items()}
 
 
-def node_vs_baseline_fleet(host: str, found: dict, medians: dict, base_id: str, thr: Thresholds) -> dict:
-    threshold = thr.pair(BASE_WARN, BASE_FAIL)
+def node_vs_baseline_fleet(host: str, node_metrics: dict, medians: dict, base_id: str, thresholds: Thresholds) -> dict:
+    threshold = thresholds.pair(BASE_WARN, BASE_FAIL)
     comparisons, not_comparable = [], []
     by_metric: dict[str, list] = {}
     for (key, context), med in medians.items():
         by_metric.setdefault(key, []).append((context, med))
-    for m in node_rows(found, shared=True):
+    for m in node_rows(node_metrics, shared=True):
         options = by_metric.get(m["key"]) or []
         match = next((med for context, med in options if context == m["context"]), None)
         if match is None:
@@ -109,14 +109,14 @@ def node_vs_baseline_fleet(host: str, found: dict, medians: dict, base_id: str, 
             continue
         if match["value"] > 0:
             comparisons.append(comparison_row(m, match["value"], f"baseline run {base_id}'s fleet median of {match['n']} node(s)",
-                                           thr, BASE_WARN, BASE_FAIL, n=match["n"]))
+                                           thresholds, BASE_WARN, BASE_FAIL, n=match["n"]))
     if not comparisons:
         why = (f"nothing comparable: {not_comparable[0]['why']}" if not_comparable else
                f"baseline run {base_id} has none of this node's figures")
         return fleet_result("node_vs_baseline_fleet", SKIP, why, threshold=threshold, detail={"baseline": base_id, "not_comparable": not_comparable})
-    status, reason, below_pct = judge_comparisons(comparisons, thr, BASE_WARN, BASE_FAIL, lambda c: f"node {host} ")
+    status, reason, below_pct = judge_comparisons(comparisons, thresholds, BASE_WARN, BASE_FAIL, lambda c: f"node {host} ")
     if reason is None:
-        reason = (f"node {host} within {limit_text(thr, BASE_WARN, [c['metric'] for c in comparisons])} of baseline run "
+        reason = (f"node {host} within {limit_text(thresholds, BASE_WARN, [c['metric'] for c in comparisons])} of baseline run "
                   f"{base_id}'s fleet median on "
                   f"{len(comparisons)} metric(s); {gap_text(comparisons)}")
     return fleet_result("node_vs_baseline_fleet", status, reason, cpu=any(c["cpu"] for c in comparisons), value=below_pct,

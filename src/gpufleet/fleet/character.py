@@ -4,10 +4,11 @@ against its own past in the store, so that it is not named again in every run: w
 that past, more than fleet_below_baseline_warn_pct (calibrated: the model's run-to-run spread of a figure). A GPU
 outside the healthy spread (fleet_gpu_below_node_warn_pct) is named at once, whatever its past.
 
-    past_deviations(store, founds, run_id)  {(uuid, metric, context): [% below its siblings' median, newest run
-                                            first]} over its node's latest HISTORY_RUNS runs in which it was accepted
-    held(row, past, thr)                    a gpu_vs_node comparison with its own past: `own_past`, and warn where
-                                            the GPU moved against it
+    past_deviations(store, metrics_by_host, run_id)
+        {(uuid, metric, context): [% below its siblings' median, newest run first]} over its node's latest
+        HISTORY_RUNS runs in which it was accepted
+    held(row, past, thresholds)
+        a gpu_vs_node comparison with its own past: `own_past`, and warn where the GPU moved against it
 """
 
 from __future__ import annotations
@@ -25,12 +26,12 @@ HISTORY_RUNS = 5  # the latest runs a GPU is held against
 MIN_RUNS = 2  # fewer than this is no character yet
 
 
-def past_deviations(store: Any, founds: dict[str, dict], run_id: str) -> dict[tuple, list[float]]:
+def past_deviations(store: Any, metrics_by_host: dict[str, dict], run_id: str) -> dict[tuple, list[float]]:
     if store is None:
         return {}
-    wanted = {m["uuid"] for f in founds.values() for m in f["metrics"] if m["scope"] == "gpu" and m.get("uuid")}
+    wanted = {m["uuid"] for f in metrics_by_host.values() for m in f["metrics"] if m["scope"] == "gpu" and m.get("uuid")}
     groups: dict[tuple, list] = defaultdict(list)  # newest run first: the store's order
-    for r in store.gpu_past(list(founds), run_id, HISTORY_RUNS):
+    for r in store.gpu_past(list(metrics_by_host), run_id, HISTORY_RUNS):
         groups[(r["run_id"], r["host"], r["metric"], r["context"])].append((r["uuid"], r["value"]))
     out: dict[tuple, list[float]] = defaultdict(list)
     for (_, _, metric, context), members in groups.items():
@@ -46,7 +47,7 @@ def past_deviations(store: Any, founds: dict[str, dict], run_id: str) -> dict[tu
     return dict(out)
 
 
-def held(row: dict, past: dict[tuple, list[float]], thr: Thresholds) -> dict:
+def held(row: dict, past: dict[tuple, list[float]], thresholds: Thresholds) -> dict:
     """The comparison row with `own_past` where the GPU has one: {"runs", "usual_below_pct", "change_pct",
     "limit_pct", "changed"}; a passing row whose GPU moved more than the limit against its usual place warns."""
     mine = past.get((row.get("uuid"), row["metric"], row.get("context")))
@@ -54,7 +55,7 @@ def held(row: dict, past: dict[tuple, list[float]], thr: Thresholds) -> dict:
         return row
     usual = statistics.median(mine)
     change = round(-row["deviation_pct"] - usual, 2)
-    limit = thr.value(BASE_WARN, row["metric"])
+    limit = thresholds.value(BASE_WARN, row["metric"])
     changed = judge(change, Limit(BASE_WARN, limit, breach=WARN)).status == WARN
     own = {"runs": len(mine), "usual_below_pct": round(usual, 2), "change_pct": change, "limit_pct": limit, "changed": changed}
     return {**row, "own_past": own, "status": WARN if changed and row["status"] == PASS else row["status"]}

@@ -25,7 +25,7 @@ from pathlib import Path
 from gpufleet import paths, runs, schema, slurm
 from gpufleet.command_line import json_arg
 from gpufleet.errors import InputError
-from gpufleet.fleet import num, versions
+from gpufleet.fleet import figure_text, versions
 from gpufleet.fleet import slurm as fleet_slurm
 from gpufleet.fleet.repair import open_for_run, repair, use_for_run
 from gpufleet.fleet.run_files import read_run_info
@@ -191,7 +191,7 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 def history_text(hist: dict) -> str:
     base = hist.get("baseline")
     mark = lambda run: f"{run} *" if run == base else run  # noqa: E731
-    fig = lambda m, key: num(m[key]["value"]) + (" (cpu)" if m[key]["cpu"] else "") if key in m else "-"  # noqa: E731
+    fig = lambda m, key: figure_text(m[key]["value"]) + (" (cpu)" if m[key]["cpu"] else "") if key in m else "-"  # noqa: E731
     if hist["kind"] == "node":
         cols = [c for c in _NODE_COLUMNS if any(c[1] in r["metrics"] for r in hist["runs"])]
         header = ["run", "started", "verdict", *(c[0] for c in cols), "not passing"]
@@ -222,9 +222,9 @@ def _service_lines(service: dict | None) -> list[str]:
     lines = [f"in service: sweeps {c['sweeps']} ({c['sweep_gpu_hours']} GPU-h, {c['sweep_gpu_hours_7d']} in the last 7 days)"
              + ("; out of service now" if c["out_of_service"] else "")]
     for f in c["faults"]:
-        back = f"back in service {f['resumed_at']} ({num(f['return_s'])} s later)" if f["resumed_at"] else "not back yet"
+        back = f"back in service {f['resumed_at']} ({figure_text(f['return_s'])} s later)" if f["resumed_at"] else "not back yet"
         lines.append(f"  fault: first sign run {f['first_sign_run']} {f['first_sign']}, drained {f['drained_at']} "
-                     f"({num(f['fault_to_drain_s'])} s later), {back}")
+                     f"({figure_text(f['fault_to_drain_s'])} s later), {back}")
     lines += [f"  ladder: {s.get('at')} run {s.get('run_id')}: {s.get('step')}" + (" (done)" if s.get("done") else "")
               + f": {s.get('why')}" for s in service["ladder"]]
     return lines + [""]

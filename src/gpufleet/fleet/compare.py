@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpufleet.fleet import metrics as fm, sdc, versions
+from gpufleet.fleet import metrics, sdc, versions
 from gpufleet.fleet.baseline import baseline_index, baseline_medians, node_vs_baseline, node_vs_baseline_fleet
 from gpufleet.fleet.character import past_deviations
 from gpufleet.fleet.counter_growth import counters_during_run, counters_since_previous_run
@@ -70,10 +70,10 @@ def evaluate(run_id: str, nodes: dict[str, dict], *, store: Any = None, store_no
     metrics.extract()}, "fleet_medians", "baseline", "view", "versions": versions.table()}.
     """
     extracted = extracted or {}
-    founds = {host: extracted[host] if host in extracted else fm.extract(n["results"]) for host, n in nodes.items()}
+    metrics_by_host = {host: extracted[host] if host in extracted else metrics.extract(n["results"]) for host, n in nodes.items()}
     sdc_rows = {host: sdc.hash_rows(n["results"]) for host, n in nodes.items()}
-    thrs = {host: Thresholds(thresholds_for(n.get("profile"))) for host, n in nodes.items()}
-    groups = fleet_groups(founds)
+    thresholds_by_host = {host: Thresholds(thresholds_for(n.get("profile"))) for host, n in nodes.items()}
+    groups = fleet_groups(metrics_by_host)
     layouts = fabric_layouts(nodes)
     stats = fleet_stats(groups)
     sdc_votes: dict = {}  # (comparable keys, computation) -> votes, counted once for the run
@@ -93,7 +93,7 @@ def evaluate(run_id: str, nodes: dict[str, dict], *, store: Any = None, store_no
         if not base_rows:
             base_note = f"baseline run {base_id} has no benchmark figures in the store"
     medians = baseline_medians(base_rows)
-    past = past_deviations(store, founds, run_id)  # each GPU's place among its siblings in earlier runs
+    past = past_deviations(store, metrics_by_host, run_id)  # each GPU's place among its siblings in earlier runs
     base_index = baseline_index(base_rows)
     # The baseline's versions come from its documents, whether or not it measured any figure.
     versions_base = base_id and store is not None and base_id != run_id and store.run(base_id)
@@ -103,37 +103,37 @@ def evaluate(run_id: str, nodes: dict[str, dict], *, store: Any = None, store_no
     # A warning about a fact the baseline accepted as it is now is information (fleet/facts.py).
     accepted = baseline_facts(store, base_id if versions_base else None, nodes)
     settled = {host: settle(n["results"], accepted.get(host) or {}, base_id) for host, n in nodes.items()}
-    out: dict = {"node_results": {h: r for h, r in settled.items() if r is not None}, "versions": version_table, "results": {}, "metrics": founds, "baseline": {**(baseline or {}), "note": base_note} if baseline or base_note else None}
+    out: dict = {"node_results": {h: r for h, r in settled.items() if r is not None}, "versions": version_table, "results": {}, "metrics": metrics_by_host, "baseline": {**(baseline or {}), "note": base_note} if baseline or base_note else None}
     for host in nodes:
-        found, thr = founds[host], thrs[host]
-        fabric = found["snapshots"]["fabric"]
+        node_metrics, thresholds = metrics_by_host[host], thresholds_by_host[host]
+        fabric = node_metrics["snapshots"]["fabric"]
         version_res = [r for r in [versions.judge(host, version_table)] if r]
-        if not (found["gpus"] or found["metrics"] or found["spreads"] or found["snapshots"].get("before")
-                or found["snapshots"].get("after") or found["snapshots"]["problems"] or sdc_rows[host]
+        if not (node_metrics["gpus"] or node_metrics["metrics"] or node_metrics["spreads"] or node_metrics["snapshots"].get("before")
+                or node_metrics["snapshots"].get("after") or node_metrics["snapshots"]["problems"] or sdc_rows[host]
                 or fabric.get("before") or fabric.get("after") or fabric["problems"] or layouts.get(host)):
             if version_res:
                 out["results"][host] = version_res
             continue  # nothing else the fleet layer reads (a host that never got to its checks)
-        res = [gpu_vs_node(host, found, thr, past), node_vs_fleet(host, found, groups, thr, stats)]
+        res = [gpu_vs_node(host, node_metrics, thresholds, past), node_vs_fleet(host, node_metrics, groups, thresholds, stats)]
         if base_note:
             for check in ("node_vs_baseline", "node_vs_baseline_fleet"):
-                res.append(fleet_result(check, SKIP, base_note, threshold=thr.pair(BASE_WARN, BASE_FAIL)))
+                res.append(fleet_result(check, SKIP, base_note, threshold=thresholds.pair(BASE_WARN, BASE_FAIL)))
         else:
-            res.append(node_vs_baseline(host, found, base_rows, base_id, thr, base_index))
-            res.append(node_vs_baseline_fleet(host, found, medians, base_id, thr))
-        res.append(sample_spread(host, found, thr))
-        res.append(counters_during_run(host, found, thr))
-        res.append(counters_since_previous_run(host, run_id, found, store, store_note, thr))
-        res.append(fabric_during_run(host, found, thr))
-        res.append(fabric_since_previous_run(host, run_id, found, store, store_note, thr))
-        res.append(ib_ports_vs_fleet(host, layouts, thr))
-        res.append(rails_vs_fleet(host, layouts, thr))
-        res.append(returning_gpu(host, run_id, found, store, store_note))
+            res.append(node_vs_baseline(host, node_metrics, base_rows, base_id, thresholds, base_index))
+            res.append(node_vs_baseline_fleet(host, node_metrics, medians, base_id, thresholds))
+        res.append(sample_spread(host, node_metrics, thresholds))
+        res.append(counters_during_run(host, node_metrics, thresholds))
+        res.append(counters_since_previous_run(host, run_id, node_metrics, store, store_note, thresholds))
+        res.append(fabric_during_run(host, node_metrics, thresholds))
+        res.append(fabric_since_previous_run(host, run_id, node_metrics, store, store_note, thresholds))
+        res.append(ib_ports_vs_fleet(host, layouts, thresholds))
+        res.append(rails_vs_fleet(host, layouts, thresholds))
+        res.append(returning_gpu(host, run_id, node_metrics, store, store_note))
         if sdc_rows[host]:
             res.append(sdc.judge(host, run_id, sdc_rows, store, store_note, sdc_votes))
         out["results"][host] = res + version_res
     out["fleet_medians"] = {f"{k}|{c}": {"metric": k, "context": c, "value": stats[(k, c)][0],
                                          "n": len(v), "unit": next(iter(v.values()))["unit"]} for (k, c), v in groups.items()}
     out["baseline_medians"] = {f"{k}|{c}": {"metric": k, "context": c, **v} for (k, c), v in medians.items()}
-    out["view"] = view_rows(founds, groups, medians, base_rows, out["results"], stats)
+    out["view"] = view_rows(metrics_by_host, groups, medians, base_rows, out["results"], stats)
     return out

@@ -8,7 +8,7 @@ import datetime as dt
 from typing import Any
 
 from gpufleet import schema
-from gpufleet.fleet import flagged, gpu_text, num
+from gpufleet.fleet import flagged, gpu_text, figure_text
 from gpufleet.fleet.counter_table import COUNTERS, PERSISTENT
 from gpufleet.fleet.findings import fleet_result, listed_text
 from gpufleet.fleet.thresholds import MIN_WINDOW, Thresholds
@@ -64,9 +64,9 @@ def _growth(old: dict, new: dict, rebooted: bool) -> dict:
     return out
 
 
-def _judge_growth(entry: dict, hours: float | None, thr: Thresholds) -> dict:
+def _judge_growth(entry: dict, hours: float | None, thresholds: Thresholds) -> dict:
     g, key = entry["growth"], entry["threshold_key"]
-    min_window = thr.value(MIN_WINDOW) or 1.0
+    min_window = thresholds.value(MIN_WINDOW) or 1.0
     entry = dict(entry, window_h=None if hours is None else round(hours, 4), per_h=None, judged_by=None, status=PASS)
     if g is None:
         entry["status"] = SKIP
@@ -76,7 +76,7 @@ def _judge_growth(entry: dict, hours: float | None, thr: Thresholds) -> dict:
     if key is None:
         entry.update(status=FAIL if g > 0 else PASS, judged_by="any growth fails")
         return entry
-    limit = thr.value(key)
+    limit = thresholds.value(key)
     entry["limit_per_h"] = limit
     if limit is None:
         entry["judged_by"] = f"not judged ({key} is null)"
@@ -90,11 +90,11 @@ def _judge_growth(entry: dict, hours: float | None, thr: Thresholds) -> dict:
     return entry
 
 
-def _how_judged(thr: Thresholds) -> str:
-    min_window = thr.value(MIN_WINDOW) or 1.0
+def _how_judged(thresholds: Thresholds) -> str:
+    min_window = thresholds.value(MIN_WINDOW) or 1.0
     return (f"uncorrected ECC, rows remapped for uncorrectable errors and remap failures: any growth fails; the others: growth "
-            f"per hour against their fleet_counter_*_per_h_max, and over a window shorter than {num(min_window)} h (too short "
-            f"to extrapolate) the count against what {num(min_window)} h at that rate gives")
+            f"per hour against their fleet_counter_*_per_h_max, and over a window shorter than {figure_text(min_window)} h (too short "
+            f"to extrapolate) the count against what {figure_text(min_window)} h at that rate gives")
 
 
 def _snap_gpus(snap: dict) -> dict:
@@ -118,7 +118,7 @@ def _counter_evidence(entries: dict) -> dict:
     return out
 
 
-def _counter_findings(gpus: list[tuple[dict, dict]], thr: Thresholds) -> tuple[str, list[str], list[dict]]:
+def _counter_findings(gpus: list[tuple[dict, dict]], thresholds: Thresholds) -> tuple[str, list[str], list[dict]]:
     """(status, finding sentences, flagged GPUs) over [(GPU, {counter: judged entry})]."""
     status, parts, flags = PASS, [], []
     for g, entries in gpus:
@@ -128,14 +128,14 @@ def _counter_findings(gpus: list[tuple[dict, dict]], thr: Thresholds) -> tuple[s
         flags.append(flagged(g))
         for e in bad:
             status = schema.worst([status, e["status"]])
-            rate = f", {num(e['per_h'])}/h" if e.get("per_h") is not None else ""
+            rate = f", {figure_text(e['per_h'])}/h" if e.get("per_h") is not None else ""
             if e["threshold_key"] is None:
                 limit = "any growth fails"
             elif e["judged_by"] == "count":
-                limit = (f"{e['threshold_key']} {num(e.get('limit_per_h'))}/h; judged by count, the window being too short to "
-                         f"extrapolate: at most {num(e['allowed_count'])}")
+                limit = (f"{e['threshold_key']} {figure_text(e.get('limit_per_h'))}/h; judged by count, the window being too short to "
+                         f"extrapolate: at most {figure_text(e['allowed_count'])}")
             else:
-                limit = f"{e['threshold_key']} {num(e.get('limit_per_h'))}/h; judged by rate"
+                limit = f"{e['threshold_key']} {figure_text(e.get('limit_per_h'))}/h; judged by rate"
             parts.append(f"{gpu_text(g)}: {e['label']} grew by {e['growth']} in {window_text(e['window_h'])}{rate} "
                          f"(now {e['total']}; {limit})" + (f"; {'; '.join(e['notes'])}" if e["notes"] else ""))
     return status, parts, flags
@@ -151,9 +151,9 @@ def _totals_text(gpus: list[tuple[dict, dict]]) -> str:
     return "; ".join(f"{label} {', '.join(v)}" for label, v in by.items())
 
 
-def counters_during_run(host: str, found: dict, thr: Thresholds) -> dict:
-    snaps = found["snapshots"]
-    threshold = thr.field(MIN_WINDOW)
+def counters_during_run(host: str, node_metrics: dict, thresholds: Thresholds) -> dict:
+    snaps = node_metrics["snapshots"]
+    threshold = thresholds.field(MIN_WINDOW)
     before, after = snaps.get("before"), snaps.get("after")
     if not before or not after:
         problems = snaps.get("problems") or {}
@@ -172,11 +172,11 @@ def counters_during_run(host: str, found: dict, thr: Thresholds) -> dict:
         old = b_gpus.get(ident)
         if old is None:
             continue
-        entries = {n: _judge_growth(e, hours, thr) for n, e in _growth(old.get("counters") or {}, g.get("counters") or {}, rebooted).items()}
+        entries = {n: _judge_growth(e, hours, thresholds) for n, e in _growth(old.get("counters") or {}, g.get("counters") or {}, rebooted).items()}
         judged.append((g, entries))
     if not judged:
         return fleet_result("counters_during_run", SKIP, "the snapshots before and after name no GPU in common", threshold=threshold)
-    status, parts, flags = _counter_findings(judged, thr)
+    status, parts, flags = _counter_findings(judged, thresholds)
     window = f"{before.get('read_at')} to {after.get('read_at')} ({window_text(hours)})"
     totals = _totals_text(judged)
     if parts:
@@ -189,7 +189,7 @@ def counters_during_run(host: str, found: dict, thr: Thresholds) -> dict:
     return fleet_result("counters_during_run", status, reason, threshold=threshold,
                    remedy=_COUNTER_REMEDY[status] if status != PASS else None,
                    detail={"window": {"from": before.get("read_at"), "to": after.get("read_at"), "hours": hours, "rebooted": rebooted},
-                           "judged": _how_judged(thr),
+                           "judged": _how_judged(thresholds),
                            "per_gpu": [{**flagged(g), "counters": _counter_evidence(e)} for g, e in judged],
                            "unreadable": {**(before.get("unreadable") or {}), **(after.get("unreadable") or {})},
                            "flagged_gpus": flags})
@@ -203,9 +203,9 @@ _COUNTER_REMEDY = {
 }
 
 
-def counters_since_previous_run(host: str, run_id: str, found: dict, store: Any, store_note: str | None, thr: Thresholds) -> dict:
-    snaps = found["snapshots"]
-    threshold = thr.field(MIN_WINDOW)
+def counters_since_previous_run(host: str, run_id: str, node_metrics: dict, store: Any, store_note: str | None, thresholds: Thresholds) -> dict:
+    snaps = node_metrics["snapshots"]
+    threshold = thresholds.field(MIN_WINDOW)
     now = snaps.get("before") or snaps.get("after")
     if not now:
         why = "; ".join((snaps.get("problems") or {}).values()) or (
@@ -223,7 +223,7 @@ def counters_since_previous_run(host: str, run_id: str, found: dict, store: Any,
             continue
         rebooted = bool(prev.get("boot_id") and now.get("boot_id") and prev["boot_id"] != now["boot_id"])
         hours = hours_between(prev["read_at"], now.get("read_at"))
-        entries = {n: _judge_growth(e, hours, thr) for n, e in _growth(prev["counters"], g.get("counters") or {}, rebooted).items()}
+        entries = {n: _judge_growth(e, hours, thresholds) for n, e in _growth(prev["counters"], g.get("counters") or {}, rebooted).items()}
         for e in entries.values():
             e.update(since_run=prev["run_id"], since_node=prev["host"], since_read_at=prev["read_at"], rebooted=rebooted)
         judged.append((g, entries))
@@ -233,7 +233,7 @@ def counters_since_previous_run(host: str, run_id: str, found: dict, store: Any,
                        f"no earlier snapshot of this node's {len(first)} GPU(s) in the store: this is their first run with counter "
                        "snapshots; this run's totals are the reference for the next", threshold=threshold,
                        detail={"first_seen": [flagged(g) for g in first]})
-    status, parts, flags = _counter_findings(judged, thr)
+    status, parts, flags = _counter_findings(judged, thresholds)
     runs = ", ".join(f"run {r} (node {p['host']}, read {p['read_at']}, "
                      f"{'accepted' if p.get('verdict') in ('pass', 'warn') else 'not accepted' if p.get('verdict') else 'not reported'})"
                      for r, p in since.items())
@@ -251,7 +251,7 @@ def counters_since_previous_run(host: str, run_id: str, found: dict, store: Any,
     return fleet_result("counters_since_previous_run", status, reason, threshold=threshold,
                    remedy=_COUNTER_REMEDY[status] if status != PASS else None,
                    detail={"since": {r: {k: p.get(k) for k in ("host", "read_at", "boot_id", "verdict")} for r, p in since.items()},
-                           "judged": _how_judged(thr),
+                           "judged": _how_judged(thresholds),
                            "per_gpu": [{**flagged(g), "since_run": next(iter(e.values()))["since_run"],
                                         "window_h": next(iter(e.values()))["window_h"], "counters": _counter_evidence(e)}
                                        for g, e in judged],

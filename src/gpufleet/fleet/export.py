@@ -41,7 +41,7 @@ from pathlib import Path
 
 from gpufleet import causes, failure_class, paths, schema
 from gpufleet.errors import InputError
-from gpufleet.fleet import metrics as fm
+from gpufleet.fleet import metrics
 
 SEVERITY_HELP = "0 pass, 0.5 info (a finding with no action), 1 skip, 2 warn, 3 fail, 4 error"
 _SEVERITY = {schema.PASS: 0, schema.INFO: 0.5, schema.SKIP: 1, schema.WARN: 2, schema.FAIL: 3, schema.ERROR: 4}
@@ -151,13 +151,13 @@ def node_gauges(node: dict, fleet: dict, run_id: str, generated: str | None, bas
     gauge("gpufleet_run_info", "The run this file comes from, and the baseline it was compared with", ("node", "run_id", "baseline")) \
         .put((host, run_id, _label(baseline)), 1)
     gauge("gpufleet_report_timestamp_seconds", "When the report of the run was made (Unix time)", ("node",)).put((host,), _epoch(generated))
-    found = (fleet.get("metrics") or {}).get(host)
-    if not found:
+    node_metrics = (fleet.get("metrics") or {}).get(host)
+    if not node_metrics:
         return list(gauges.values())
     gauge("gpufleet_cpu_run", "1 when the figures come from a CPU run: a logic check, not a performance figure", ("node",)) \
-        .put((host,), int(found.get("cpu", False)))
-    for m in found["metrics"]:
-        desc = fm.describe(m["key"])
+        .put((host,), int(node_metrics.get("cpu", False)))
+    for m in node_metrics["metrics"]:
+        desc = metrics.describe(m["key"])
         if desc["per_gpu"] and m["scope"] == "node":
             continue  # the node's slowest GPU: min() over the per-GPU series says it
         extra = tuple(desc["labels"])
@@ -178,7 +178,7 @@ def node_gauges(node: dict, fleet: dict, run_id: str, generated: str | None, bas
                 zed.put(labels, c["robust_z"])
     spread = gauge("gpufleet_sample_spread_ratio", "(max - min) / median of a benchmark's samples on one GPU, as a fraction",
                    ("node", "gpu", "uuid", "metric"))
-    for s in found["spreads"]:
+    for s in node_metrics["spreads"]:
         spread.put((host, _label(s["index"] if s["index"] is not None else s.get("cuda_index")), _label(s["uuid"]), s["key"]), s["spread_pct"] / 100)
     total = gauge("gpufleet_gpu_counter", "Cumulative GPU error counter at the latest snapshot", ("node", "gpu", "uuid", "counter"))
     rate = gauge("gpufleet_gpu_counter_growth_per_second", "Growth of a GPU error counter per second, during the run or "

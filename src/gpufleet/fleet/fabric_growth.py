@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpufleet import schema
-from gpufleet.fleet import num
+from gpufleet.fleet import figure_text
 from gpufleet.fleet.counter_growth import hours_between, window_text
 from gpufleet.fleet.counter_table import FABRIC_COUNTERS, PORT_COUNTER_BITS
 from gpufleet.fleet.findings import fleet_result, listed_text
@@ -35,7 +35,7 @@ _REMEDY = {
 def _num(v: Any) -> str:
     """A figure in a sentence; a whole float without its .0 (720 per hour, not 720.0)."""
     whole = isinstance(v, (int, float)) and float(v).is_integer()
-    return f"{int(v):,}" if whole and abs(v) >= 1000 else str(int(v)) if whole else num(v)
+    return f"{int(v):,}" if whole and abs(v) >= 1000 else str(int(v)) if whole else figure_text(v)
 
 
 def _devices(snap: dict | None) -> dict:
@@ -46,7 +46,7 @@ def _past(figure: float, limit: float) -> bool:
     return judge(figure, Limit("fabric", limit)).status != PASS
 
 
-def _over(entry: dict, how: str, growth: int, hours: float | None, limit: float, rate_gbps: Any, thr: Thresholds) -> bool:
+def _over(entry: dict, how: str, growth: int, hours: float | None, limit: float, rate_gbps: Any, thresholds: Thresholds) -> bool:
     """Whether the growth is over the limit; records how it was judged in the entry."""
     if how == "count":
         entry.update(judged_by=f"more than {_num(limit)} in the window")
@@ -66,7 +66,7 @@ def _over(entry: dict, how: str, growth: int, hours: float | None, limit: float,
         per_h = round(limit * rate_gbps * 1e9 * 3600, 6)
         entry["limit_per_h"] = per_h
         entry["arithmetic"] = f"{limit:g} x {rate_gbps:g}e9 b/s x 3600 s = {_num(per_h)} per hour"
-    min_window = thr.value(MIN_WINDOW) or 1.0
+    min_window = thresholds.value(MIN_WINDOW) or 1.0
     if hours:
         entry["per_h"] = round(growth / hours, 3)
     if hours is None or hours < min_window:
@@ -78,7 +78,7 @@ def _over(entry: dict, how: str, growth: int, hours: float | None, limit: float,
     return _past(growth / hours, per_h)
 
 
-def _judge(spec: tuple, old: dict, new: dict, rebooted: bool, hours: float | None, thr: Thresholds) -> dict | None:
+def _judge(spec: tuple, old: dict, new: dict, rebooted: bool, hours: float | None, thresholds: Thresholds) -> dict | None:
     """One counter of one device judged from old to new; None where it was not read either time."""
     name, label, kind, how, key, over_status = spec
     a, b = (old.get("counters") or {}).get(name), (new.get("counters") or {}).get(name)
@@ -105,17 +105,17 @@ def _judge(spec: tuple, old: dict, new: dict, rebooted: bool, hours: float | Non
         e.update(status=WARN, stopped=f"at {b}, the maximum of its {bits}-bit IBTA PortCounters field: it counts no more "
                                       "until reset (perfquery -R), so its growth is unknown")
     e["growth"] = growth
-    limit = thr.value(key)
+    limit = thresholds.value(key)
     e["limit"] = limit
     if limit is None:
         e["judged_by"] = f"not judged ({key} is null)"
-    elif _over(e, how, growth, hours, limit, new.get("rate_gbps"), thr):
+    elif _over(e, how, growth, hours, limit, new.get("rate_gbps"), thresholds):
         e["status"] = schema.worst([e["status"], over_status])
         e["over"] = True
     return e
 
 
-def _judge_devices(old_snap: dict, new_snap: dict, rebooted: bool, hours: float | None, thr: Thresholds,
+def _judge_devices(old_snap: dict, new_snap: dict, rebooted: bool, hours: float | None, thresholds: Thresholds,
                    pairs: list[tuple[dict, dict]] | None = None) -> list[tuple[dict, list[dict]]]:
     """[(device, [judged counters])] over the devices of both snapshots (or the given (old, new) pairs)."""
     if pairs is None:
@@ -126,7 +126,7 @@ def _judge_devices(old_snap: dict, new_snap: dict, rebooted: bool, hours: float 
     out = []
     for old, new in pairs:
         entries = [e for spec in FABRIC_COUNTERS if spec[2] == new.get("kind")
-                   for e in [_judge(spec, old, new, rebooted, hours, thr)] if e is not None]
+                   for e in [_judge(spec, old, new, rebooted, hours, thresholds)] if e is not None]
         out.append((new, entries))
     return out
 
@@ -152,7 +152,7 @@ def _sentence(dev: dict, e: dict, hours: float | None) -> str:
     return text + ")"
 
 
-def _findings(judged: list[tuple[dict, list[dict]]], hours_of: Any, thr: Thresholds) -> tuple[str, list[str], dict, list]:
+def _findings(judged: list[tuple[dict, list[dict]]], hours_of: Any, thresholds: Thresholds) -> tuple[str, list[str], dict, list]:
     """(status, sentences, {key: threshold field} of the keys named, evidence rows)."""
     status, parts, keys, evidence = PASS, [], {}, []
     for dev, entries in judged:
@@ -165,16 +165,16 @@ def _findings(judged: list[tuple[dict, list[dict]]], hours_of: Any, thr: Thresho
         for e in bad:
             status = schema.worst([status, e["status"]])
             parts.append(_sentence(dev, e, hours_of(dev)))
-            keys[e["key"]] = thr.field(e["key"])
+            keys[e["key"]] = thresholds.field(e["key"])
     return status, parts, keys, evidence
 
 
-def _threshold(keys: dict, thr: Thresholds) -> dict:
-    return next(iter(keys.values())) if keys else thr.field("fabric_ib_ber_max")
+def _threshold(keys: dict, thresholds: Thresholds) -> dict:
+    return next(iter(keys.values())) if keys else thresholds.field("fabric_ib_ber_max")
 
 
-def _no_snapshots(found: dict, during: bool) -> str | None:
-    fab = found["snapshots"]["fabric"]
+def _no_snapshots(node_metrics: dict, during: bool) -> str | None:
+    fab = node_metrics["snapshots"]["fabric"]
     have = fab.get("before") and fab.get("after") if during else fab.get("before") or fab.get("after")
     if have:
         return None
@@ -187,17 +187,17 @@ def _no_snapshots(found: dict, during: bool) -> str | None:
     return "no fabric snapshots in this node's results (documents from before them have none)"
 
 
-def fabric_during_run(host: str, found: dict, thr: Thresholds) -> dict:
+def fabric_during_run(host: str, node_metrics: dict, thresholds: Thresholds) -> dict:
     check = "fabric_during_run"
-    why = _no_snapshots(found, during=True)
+    why = _no_snapshots(node_metrics, during=True)
     if why:
-        return fleet_result(check, SKIP, f"no fabric counter growth during the run to judge: {why}", threshold=thr.field("fabric_ib_ber_max"))
-    fab = found["snapshots"]["fabric"]
+        return fleet_result(check, SKIP, f"no fabric counter growth during the run to judge: {why}", threshold=thresholds.field("fabric_ib_ber_max"))
+    fab = node_metrics["snapshots"]["fabric"]
     before, after = fab["before"], fab["after"]
     hours = hours_between(before.get("read_at"), after.get("read_at"))
     rebooted = bool(before.get("boot_id") and after.get("boot_id") and before["boot_id"] != after["boot_id"])
-    judged = _judge_devices(before, after, rebooted, hours, thr)
-    status, parts, keys, evidence = _findings(judged, lambda d: hours, thr)
+    judged = _judge_devices(before, after, rebooted, hours, thresholds)
+    status, parts, keys, evidence = _findings(judged, lambda d: hours, thresholds)
     window = f"{before.get('read_at')} to {after.get('read_at')} ({window_text(hours)})"
     n_ib = sum(1 for d, _ in judged if d.get("kind") == "ib_port")
     scope = f"{n_ib} InfiniBand port(s) and {len(judged) - n_ib} PCIe device(s)"
@@ -212,7 +212,7 @@ def fabric_during_run(host: str, found: dict, thr: Thresholds) -> dict:
     for what, why in (("no InfiniBand", after.get("infiniband")), ("no AER counts", after.get("aer"))):
         if why:
             reason += f"; {what} ({why})"
-    return fleet_result(check, status, reason, threshold=_threshold(keys, thr), remedy=_REMEDY.get(status),
+    return fleet_result(check, status, reason, threshold=_threshold(keys, thresholds), remedy=_REMEDY.get(status),
                         detail={"window": {"from": before.get("read_at"), "to": after.get("read_at"), "hours": hours,
                                            "rebooted": rebooted},
                                 "judged": scope, "thresholds": keys, "devices": evidence,
@@ -220,15 +220,15 @@ def fabric_during_run(host: str, found: dict, thr: Thresholds) -> dict:
                                 "unreadable": {**(before.get("unreadable") or {}), **(after.get("unreadable") or {})}})
 
 
-def fabric_since_previous_run(host: str, run_id: str, found: dict, store: Any, store_note: str | None, thr: Thresholds) -> dict:
+def fabric_since_previous_run(host: str, run_id: str, node_metrics: dict, store: Any, store_note: str | None, thresholds: Thresholds) -> dict:
     check = "fabric_since_previous_run"
-    why = _no_snapshots(found, during=False)
+    why = _no_snapshots(node_metrics, during=False)
     if why is None and store is None:
         why = store_note or "no store"
     if why:
         return fleet_result(check, SKIP, f"no fabric counter growth since the previous run to judge: {why}",
-                            threshold=thr.field("fabric_ib_ber_max"))
-    fab = found["snapshots"]["fabric"]
+                            threshold=thresholds.field("fabric_ib_ber_max"))
+    fab = node_metrics["snapshots"]["fabric"]
     now = fab.get("before") or fab.get("after")
     pairs, since, first, hours_by = [], {}, [], {}
     for ident, dev in _devices(now).items():
@@ -239,19 +239,19 @@ def fabric_since_previous_run(host: str, run_id: str, found: dict, store: Any, s
         rebooted = bool(prev.get("boot_id") and now.get("boot_id") and prev["boot_id"] != now["boot_id"])
         hours = hours_between(prev["read_at"], now.get("read_at"))
         old = {**dev, "counters": prev["counters"]}
-        for d, entries in _judge_devices({}, {}, rebooted, hours, thr, pairs=[(old, dev)]):
+        for d, entries in _judge_devices({}, {}, rebooted, hours, thresholds, pairs=[(old, dev)]):
             pairs.append((d, entries))
         hours_by[ident] = hours
         since[prev["run_id"]] = prev
     if not pairs:
         return fleet_result(check, SKIP, f"no earlier fabric snapshot of this node's {len(first)} device(s) in the store: "
-                            "this run's counts are the reference for the next", threshold=thr.field("fabric_ib_ber_max"))
-    status, parts, keys, evidence = _findings(pairs, lambda d: hours_by.get(d.get("id")), thr)
+                            "this run's counts are the reference for the next", threshold=thresholds.field("fabric_ib_ber_max"))
+    status, parts, keys, evidence = _findings(pairs, lambda d: hours_by.get(d.get("id")), thresholds)
     runs = ", ".join(f"run {r} (read {p['read_at']})" for r, p in since.items())
     reason = (f"since {runs}: " + listed_text(parts)) if parts else (
         f"no fabric counter grew beyond its limit on {len(pairs)} device(s) since {runs}")
     if first:
         reason += f"; first snapshot of {len(first)} device(s)"
-    return fleet_result(check, status, reason, threshold=_threshold(keys, thr), remedy=_REMEDY.get(status),
+    return fleet_result(check, status, reason, threshold=_threshold(keys, thresholds), remedy=_REMEDY.get(status),
                         detail={"since": {r: {k: p.get(k) for k in ("host", "read_at", "boot_id", "verdict")} for r, p in since.items()},
                                 "thresholds": keys, "devices": evidence, "first_seen": first})

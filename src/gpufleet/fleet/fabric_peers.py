@@ -16,11 +16,11 @@ from gpufleet.schema import FAIL, PASS, SKIP, WARN
 
 
 def _detail(results: list, check: str) -> dict | None:
-    found = None
+    last = None
     for r in results or []:
         if isinstance(r, dict) and r.get("group") == "host_hygiene" and r.get("check") == check:
-            found = r
-    return found.get("detail") if found and isinstance(found.get("detail"), dict) else None
+            last = r
+    return last.get("detail") if last and isinstance(last.get("detail"), dict) else None
 
 
 def fabric_layouts(nodes: dict[str, dict]) -> dict[str, dict]:
@@ -47,9 +47,9 @@ def _reference(values: dict, share: float) -> tuple:
     return value, sorted(h for h, v in values.items() if v == value)
 
 
-def ib_ports_vs_fleet(host: str, layouts: dict[str, dict], thr: Thresholds) -> dict:
+def ib_ports_vs_fleet(host: str, layouts: dict[str, dict], thresholds: Thresholds) -> dict:
     check = "ib_ports_vs_fleet"
-    share, threshold = thr.value(SHARE) or 0.5, thr.field(SHARE)
+    share, threshold = thresholds.value(SHARE) or 0.5, thresholds.field(SHARE)
     mine = (layouts.get(host) or {}).get("ports") or {}
     if not mine:
         return fleet_result(check, SKIP, "no active InfiniBand port on this node to compare (host_hygiene.ib_port_speed)")
@@ -82,9 +82,9 @@ def ib_ports_vs_fleet(host: str, layouts: dict[str, dict], thr: Thresholds) -> d
                         detail={"ports": rows})
 
 
-def rails_vs_fleet(host: str, layouts: dict[str, dict], thr: Thresholds) -> dict:
+def rails_vs_fleet(host: str, layouts: dict[str, dict], thresholds: Thresholds) -> dict:
     check = "rails_vs_fleet"
-    share, threshold = thr.value(SHARE) or 0.5, thr.field(SHARE)
+    share, threshold = thresholds.value(SHARE) or 0.5, thresholds.field(SHARE)
     mine = (layouts.get(host) or {}).get("rails") or {}
     if not mine:
         return fleet_result(check, SKIP, "no GPU-HCA pairing read on this node (host_hygiene.gpu_nic_rails)")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpufleet import schema
-from gpufleet.fleet import GROUP, flagged, gpu_text, num
+from gpufleet.fleet import GROUP, flagged, gpu_text, figure_text
 from gpufleet.calibration import UNCALIBRATED
 from gpufleet.fleet.robust import judge
 from gpufleet.fleet.thresholds import Thresholds
@@ -17,29 +17,29 @@ CPU_PREFIX = "CPU run: logic check only, not a performance figure"
 MAX_LISTED = 6  # findings named in a reason; all of them are in detail
 
 
-def comparison_row(m: dict, reference: float, ref_text: str, thr: Thresholds, warn: str, fail: str, **extra) -> dict:
-    status, deviation = judge(m["value"], reference, thr.limit(warn, fail, m["key"]))
+def comparison_row(m: dict, reference: float, ref_text: str, thresholds: Thresholds, warn: str, fail: str, **extra) -> dict:
+    status, deviation = judge(m["value"], reference, thresholds.limit(warn, fail, m["key"]))
     return {"metric": m["key"], "label": m["label"], "unit": m["unit"], "index": m.get("index"), "uuid": m.get("uuid"),
             "serial": m.get("serial"), "cuda_index": m.get("cuda_index"), "mapped_by": m.get("mapped_by"),
             "value": m["value"], "reference": reference, "reference_is": ref_text,
             "deviation_pct": round(deviation, 2), "status": status, "cpu": m.get("cpu", False), **extra}
 
 
-def comparison_sentence(c: dict, thr: Thresholds, warn: str, fail: str, who: str = "") -> str:
+def comparison_sentence(c: dict, thresholds: Thresholds, warn: str, fail: str, who: str = "") -> str:
     below = -c["deviation_pct"]
     which = fail if c["status"] == FAIL else warn
-    limit = thr.value(which, c["metric"])
+    limit = thresholds.value(which, c["metric"])
     words = "fail threshold" if c["status"] == FAIL else "threshold"
-    note = f", {UNCALIBRATED}" if thr.uncalibrated(warn, c["metric"]) else ""
-    head = f"{who}{c['label']} {num(c['value'])} {c['unit']}"
+    note = f", {UNCALIBRATED}" if thresholds.uncalibrated(warn, c["metric"]) else ""
+    head = f"{who}{c['label']} {figure_text(c['value'])} {c['unit']}"
     own = c.get("own_past") or {}
     if own.get("changed") and c["status"] == WARN:  # inside the healthy spread, but not where this GPU used to be
         usual = own["usual_below_pct"]
-        return (f"{head} is {pct_text(below, limit)}% below {c['reference_is']} {num(c['reference'])}; over its last "
+        return (f"{head} is {pct_text(below, limit)}% below {c['reference_is']} {figure_text(c['reference'])}; over its last "
                 f"{own['runs']} runs it was {abs(usual):.1f}% {'below' if usual >= 0 else 'above'} it: {own['change_pct']:.1f}% "
-                f"lower, a change against its own past (threshold {num(own['limit_pct'])}%)")
+                f"lower, a change against its own past (threshold {figure_text(own['limit_pct'])}%)")
     z = f", robust z {c['robust_z']}" if c.get("robust_z") is not None else ""
-    return f"{head} is {pct_text(below, limit)}% below {c['reference_is']} {num(c['reference'])}{z} ({words} {num(limit)}%{note})"
+    return f"{head} is {pct_text(below, limit)}% below {c['reference_is']} {figure_text(c['reference'])}{z} ({words} {figure_text(limit)}%{note})"
 
 
 def pct_text(value: float, limit: Any = None) -> str:
@@ -48,12 +48,12 @@ def pct_text(value: float, limit: Any = None) -> str:
     return f"{value:.2f}" if isinstance(limit, (int, float)) and float(text) == float(limit) else text
 
 
-def limit_text(thr: Thresholds, key: str, metrics: list[str]) -> str:
+def limit_text(thresholds: Thresholds, key: str, metrics: list[str]) -> str:
     """The limit a passing reason names: "5%", or the range of the per-metric limits; "generic" where the model is
     not calibrated for them."""
-    values = sorted({thr.value(key, m) for m in metrics if thr.value(key, m) is not None})
-    text = f"{num(values[0])}%" if len(values) == 1 else f"{num(values[0])}% to {num(values[-1])}% (per metric)" if values else "?"
-    return text + (f" ({UNCALIBRATED})" if any(thr.uncalibrated(key, m) for m in metrics) else "")
+    values = sorted({thresholds.value(key, m) for m in metrics if thresholds.value(key, m) is not None})
+    text = f"{figure_text(values[0])}%" if len(values) == 1 else f"{figure_text(values[0])}% to {figure_text(values[-1])}% (per metric)" if values else "?"
+    return text + (f" ({UNCALIBRATED})" if any(thresholds.uncalibrated(key, m) for m in metrics) else "")
 
 
 def listed_text(parts: list[str]) -> str:
@@ -95,11 +95,11 @@ def worst_status(comparisons: list[dict]) -> str:
     return schema.worst((c["status"] for c in comparisons), default=PASS)
 
 
-def judge_comparisons(comparisons: list[dict], thr: Thresholds, warn: str, fail: str, who) -> tuple[str, str | None, float]:
+def judge_comparisons(comparisons: list[dict], thresholds: Thresholds, warn: str, fail: str, who) -> tuple[str, str | None, float]:
     """The worst status; the sentences of the comparisons that did not pass, the largest gap first (None when every
     one passed), each led by who(comparison); and the largest gap below the reference in % (0 when none is below)."""
     bad = sorted((c for c in comparisons if c["status"] != PASS), key=lambda c: c["deviation_pct"])
-    reason = listed_text([comparison_sentence(c, thr, warn, fail, who=who(c)) for c in bad]) if bad else None
+    reason = listed_text([comparison_sentence(c, thresholds, warn, fail, who=who(c)) for c in bad]) if bad else None
     below_pct = max(max((-c["deviation_pct"] for c in comparisons), default=0.0), 0.0)
     return worst_status(comparisons), reason, round(below_pct, 2)
 

@@ -106,11 +106,11 @@ def _results(doc_or_results: Any) -> list[dict]:
 
 def _find(results: list[dict], group: str, check: str) -> dict | None:
     """The last result of that group and check (a later pass of the same stage replaces an earlier one)."""
-    found = None
+    last = None
     for r in results:
         if r.get("group") == group and r.get("check") == check:
-            found = r
-    return found
+            last = r
+    return last
 
 
 def snapshots(results: list[dict]) -> dict:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import statistics
 
-from gpufleet.fleet import flagged, gpu_text, metrics as fm, num
+from gpufleet.fleet import flagged, gpu_text, metrics, figure_text
 from gpufleet.fleet.character import held, steady_text
 from gpufleet.fleet.findings import (
     comparison_row,
@@ -34,53 +34,53 @@ from gpufleet.fleet.thresholds import (
 from gpufleet.schema import PASS, SKIP, WARN
 
 
-def node_rows(found: dict, *, shared: bool = False) -> list[dict]:
-    return [m for m in found["metrics"] if m["scope"] == "node" and (shared or not m["shared"])]
+def node_rows(node_metrics: dict, *, shared: bool = False) -> list[dict]:
+    return [m for m in node_metrics["metrics"] if m["scope"] == "node" and (shared or not m["shared"])]
 
 
-def fleet_groups(founds: dict[str, dict]) -> dict[tuple, dict[str, dict]]:
+def fleet_groups(metrics_by_host: dict[str, dict]) -> dict[tuple, dict[str, dict]]:
     """(metric, context) -> {host: node-level metric} over the nodes of the run, shared metrics left out."""
     groups: dict[tuple, dict[str, dict]] = {}
-    for host, found in founds.items():
-        for m in node_rows(found):
+    for host, node_metrics in metrics_by_host.items():
+        for m in node_rows(node_metrics):
             groups.setdefault((m["key"], m["context"]), {})[host] = m
     return groups
 
 
-def gpu_vs_node(host: str, found: dict, thr: Thresholds, past: dict | None = None) -> dict:
+def gpu_vs_node(host: str, node_metrics: dict, thresholds: Thresholds, past: dict | None = None) -> dict:
     """Each GPU against its node's median; `past` (character.past_deviations): a GPU is also held against its own
     place among its siblings in earlier runs."""
     comparisons = []
-    for key in fm.GPU_METRICS:
-        rows = [m for m in found["metrics"] if m["key"] == key and m["scope"] == "gpu"]
+    for key in metrics.GPU_METRICS:
+        rows = [m for m in node_metrics["metrics"] if m["key"] == key and m["scope"] == "gpu"]
         if len(rows) < 2:
             continue
         if min(m["value"] for m in rows) <= 0:
             continue  # a figure of zero is no measurement to hold others against
         if len(rows) == 2:
             for m, other in (rows, rows[::-1]):
-                comparisons.append(comparison_row(m, other["value"], f"its only sibling {gpu_text(other).split(' (')[0]} at", thr,
+                comparisons.append(comparison_row(m, other["value"], f"its only sibling {gpu_text(other).split(' (')[0]} at", thresholds,
                                                GPU_WARN, GPU_FAIL, n=2, robust_z=None, context=m["context"]))
             continue
         med, mad = robust([m["value"] for m in rows])
         for m in rows:
-            comparisons.append(comparison_row(m, med, "the node median", thr, GPU_WARN, GPU_FAIL, n=len(rows), mad=round(mad, 4),
+            comparisons.append(comparison_row(m, med, "the node median", thresholds, GPU_WARN, GPU_FAIL, n=len(rows), mad=round(mad, 4),
                                            robust_z=robust_z(m["value"], med, mad), context=m["context"]))
-    comparisons = [held(c, past or {}, thr) for c in comparisons]
+    comparisons = [held(c, past or {}, thresholds) for c in comparisons]
     cpu = any(c["cpu"] for c in comparisons)
-    threshold = thr.pair(GPU_WARN, GPU_FAIL)
+    threshold = thresholds.pair(GPU_WARN, GPU_FAIL)
     if not comparisons:
-        gpus = {m.get("cuda_index") for m in found["metrics"] if m["scope"] == "gpu"}
+        gpus = {m.get("cuda_index") for m in node_metrics["metrics"] if m["scope"] == "gpu"}
         why = ("one GPU measured on this node: no sibling to compare it with" if len(gpus) == 1 else
                "no per-GPU benchmark figures in this node's results (matmul and memory did not run or gave no figure)")
         return fleet_result("gpu_vs_node", SKIP, why, threshold=threshold)
-    status, reason, below_pct = judge_comparisons(comparisons, thr, GPU_WARN, GPU_FAIL, lambda c: f"{gpu_text(c)} ")
+    status, reason, below_pct = judge_comparisons(comparisons, thresholds, GPU_WARN, GPU_FAIL, lambda c: f"{gpu_text(c)} ")
     if reason is None:
         n_gpus = max(c["n"] for c in comparisons)
-        keys = sorted({c["metric"] for c in comparisons}, key=fm.GPU_METRICS.index)
+        keys = sorted({c["metric"] for c in comparisons}, key=metrics.GPU_METRICS.index)
         within = "of each other" if n_gpus == 2 else "of the node median"
-        reason = (f"all {n_gpus} GPUs within {limit_text(thr, GPU_WARN, keys)} {within} on {len(keys)} metric(s) "
-                  f"({', '.join(fm.describe(k)['label'] for k in keys)}); {gap_text(comparisons)}{steady_text(comparisons)}")
+        reason = (f"all {n_gpus} GPUs within {limit_text(thresholds, GPU_WARN, keys)} {within} on {len(keys)} metric(s) "
+                  f"({', '.join(metrics.describe(k)['label'] for k in keys)}); {gap_text(comparisons)}{steady_text(comparisons)}")
     return fleet_result("gpu_vs_node", status, reason, cpu=cpu, value=below_pct, unit="% below", threshold=threshold,
                    remedy="compare that GPU's clocks, power and temperature in the benchmark's monitor detail and its health "
                           "checks, and its earlier runs (gpufleet history <uuid>); re-run the node's benchmarks; a GPU that "
@@ -93,10 +93,10 @@ def fleet_stats(groups: dict) -> dict[tuple, tuple[float, float]]:
     return {k: robust([m["value"] for m in members.values()]) for k, members in groups.items()}
 
 
-def node_vs_fleet(host: str, found: dict, groups: dict, thr: Thresholds, stats: dict | None = None) -> dict:
-    min_nodes = thr.value(MIN_NODES) or 3
-    threshold = thr.field(NODE_WARN, fail=thr.field(NODE_FAIL), min_nodes=thr.field(MIN_NODES))
-    mine = node_rows(found)
+def node_vs_fleet(host: str, node_metrics: dict, groups: dict, thresholds: Thresholds, stats: dict | None = None) -> dict:
+    min_nodes = thresholds.value(MIN_NODES) or 3
+    threshold = thresholds.field(NODE_WARN, fail=thresholds.field(NODE_FAIL), min_nodes=thresholds.field(MIN_NODES))
+    mine = node_rows(node_metrics)
     if not mine:
         return fleet_result("node_vs_fleet", SKIP, "no node-level benchmark figures in this node's results to compare with the fleet",
                        threshold=threshold)
@@ -110,7 +110,7 @@ def node_vs_fleet(host: str, found: dict, groups: dict, thr: Thresholds, stats: 
         med, mad = stats[key] if stats and key in stats else robust([x["value"] for x in members.values()])
         if med <= 0:
             continue
-        comparisons.append(comparison_row(m, med, f"the fleet median of {len(members)} nodes", thr, NODE_WARN, NODE_FAIL,
+        comparisons.append(comparison_row(m, med, f"the fleet median of {len(members)} nodes", thresholds, NODE_WARN, NODE_FAIL,
                                        n=len(members), mad=round(mad, 4), robust_z=robust_z(m["value"], med, mad)))
     cpu = any(m["cpu"] for m in mine)
     if not comparisons:
@@ -118,9 +118,9 @@ def node_vs_fleet(host: str, found: dict, groups: dict, thr: Thresholds, stats: 
         why = (f"{n} node(s) of this run have these figures; a fleet median needs at least {min_nodes} ({MIN_NODES})"
                + (": with two, the median cannot tell which one is off" if n == 2 else ""))
         return fleet_result("node_vs_fleet", SKIP, why, threshold=threshold, detail={"nodes_with_figures": too_few})
-    status, reason, below_pct = judge_comparisons(comparisons, thr, NODE_WARN, NODE_FAIL, lambda c: f"node {host} ")
+    status, reason, below_pct = judge_comparisons(comparisons, thresholds, NODE_WARN, NODE_FAIL, lambda c: f"node {host} ")
     if reason is None:
-        reason = (f"node {host} within {limit_text(thr, NODE_WARN, [c['metric'] for c in comparisons])} of the fleet median "
+        reason = (f"node {host} within {limit_text(thresholds, NODE_WARN, [c['metric'] for c in comparisons])} of the fleet median "
                   f"on {len(comparisons)} metric(s); "
                   f"{gap_text(comparisons)}")
     return fleet_result("node_vs_fleet", status, reason, cpu=cpu, value=below_pct, unit="% below", threshold=threshold,
@@ -129,16 +129,16 @@ def node_vs_fleet(host: str, found: dict, groups: dict, thr: Thresholds, stats: 
                    detail={"comparisons": evidence_rows(comparisons), "too_few_nodes": too_few})
 
 
-def sample_spread(host: str, found: dict, thr: Thresholds) -> dict:
-    ratio_max = thr.value(SPREAD_RATIO)
-    threshold = thr.field(SPREAD_FLOOR, ratio=thr.field(SPREAD_RATIO))
-    spreads = found["spreads"]
+def sample_spread(host: str, node_metrics: dict, thresholds: Thresholds) -> dict:
+    ratio_max = thresholds.value(SPREAD_RATIO)
+    threshold = thresholds.field(SPREAD_FLOOR, ratio=thresholds.field(SPREAD_RATIO))
+    spreads = node_metrics["spreads"]
     if not spreads:
         return fleet_result("sample_spread", SKIP, "no per-sample figures in this node's benchmark results", threshold=threshold)
     rows = []
     for key in dict.fromkeys(s["key"] for s in spreads):
         mine = [s for s in spreads if s["key"] == key]
-        floor = thr.value(SPREAD_FLOOR, key)  # a calibrated model's: its healthy spread of this figure, with margin
+        floor = thresholds.value(SPREAD_FLOOR, key)  # a calibrated model's: its healthy spread of this figure, with margin
         for s in mine:
             siblings = [o["spread_pct"] for o in mine if o is not s]
             sib = statistics.median(siblings) if siblings else None
@@ -161,13 +161,13 @@ def sample_spread(host: str, found: dict, thr: Thresholds) -> dict:
     if bad:
         parts = []
         for r in sorted(bad, key=lambda r: -r["spread_pct"]):
-            unit = fm.describe(r["key"])["unit"]
+            unit = metrics.describe(r["key"])["unit"]
             ratio = ("with siblings at 0%" if r["ratio"] == "inf" else
                      f"{r['ratio']:.1f} times its siblings' median spread {r['siblings_median_spread_pct']:.1f}%")
-            parts.append(f"{gpu_text(r)} {r['label']} samples spread {r['spread_pct']:.1f}% ({num(r['min'])} to {num(r['max'])} {unit}"
-                         f" over {r['n']} samples), {ratio} (thresholds: over {num(r['floor_pct'])}%"
-                         f"{f' ({UNCALIBRATED})' if thr.uncalibrated(SPREAD_FLOOR, r['key']) else ''}"
-                         f" and over {num(ratio_max)} times): "
+            parts.append(f"{gpu_text(r)} {r['label']} samples spread {r['spread_pct']:.1f}% ({figure_text(r['min'])} to {figure_text(r['max'])} {unit}"
+                         f" over {r['n']} samples), {ratio} (thresholds: over {figure_text(r['floor_pct'])}%"
+                         f"{f' ({UNCALIBRATED})' if thresholds.uncalibrated(SPREAD_FLOOR, r['key']) else ''}"
+                         f" and over {figure_text(ratio_max)} times): "
                          "disturbed while measured, its median is not the GPU's figure")
         reason = listed_text(parts)
     else:

@@ -99,13 +99,13 @@ def use_for_run(store: Store, run_dir: Path | str, use: Callable[[Store], Any]) 
         return store, use(store)
     except sqlite3.Error as exc:
         hurt = problem(store.path, exc)
-        found = _identity(store.path)
+        damaged_identity = _identity(store.path)
         store.close()
         if not isinstance(hurt, DamagedStore):
             raise hurt from None
     path, run_dir = store.path, Path(run_dir).resolve()
     with paths.folder_lock(path.parent):
-        if _identity(path) == found:  # still the file found damaged: nobody repaired it meanwhile
+        if _identity(path) == damaged_identity:  # still the file found damaged: nobody repaired it meanwhile
             _repair_for(path, run_dir, hurt)
     store = Store(path)
     try:

@@ -10,8 +10,8 @@ from gpufleet.fleet.findings import fleet_result, listed_text
 from gpufleet.schema import PASS, SKIP, WARN
 
 
-def returning_gpu(host: str, run_id: str, found: dict, store: Any, store_note: str | None) -> dict:
-    gpus = [g for g in found["gpus"] if g.get("uuid") or g.get("serial")]
+def returning_gpu(host: str, run_id: str, node_metrics: dict, store: Any, store_note: str | None) -> dict:
+    gpus = [g for g in node_metrics["gpus"] if g.get("uuid") or g.get("serial")]
     if store is None:
         return fleet_result("returning_gpu", SKIP, f"no history to look GPUs up in: {store_note or 'no store'}")
     if not gpus:

@@ -46,11 +46,11 @@ def parse_action(value) -> str:
 def parse_max_drain(value) -> tuple[int, bool]:
     """(number, is_percent) of gpufleet_slurm_max_drain: a count of nodes (0 or more) or a percent (1% to 100%)."""
     text = str(value).strip()
-    found = _MAX_DRAIN.fullmatch(text) if not isinstance(value, bool) else None
-    if not found or (found.group(2) and not 0 < int(found.group(1)) <= 100):
+    parts = _MAX_DRAIN.fullmatch(text) if not isinstance(value, bool) else None
+    if not parts or (parts.group(2) and not 0 < int(parts.group(1)) <= 100):
         raise InputError(f"gpufleet_slurm_max_drain is {value!r}; expected a count of nodes (e.g. 2) or a percent of a "
                          "partition from 1% to 100% (e.g. 50%)")
-    return int(found.group(1)), bool(found.group(2))
+    return int(parts.group(1)), bool(parts.group(2))
 
 
 def drain_reason(run_id: str, node: dict) -> str:

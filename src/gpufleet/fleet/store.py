@@ -197,9 +197,9 @@ class Store(RunFolders, Baseline, Queries):
     # ------------------------------------------------------------ host documents
 
     def index_document(self, run_id: str, host: str, doc: dict | None, *, path: str | None, raw: bytes | None = None,
-                       problem: str | None = None, role: str = "node", found: dict | None = None, fresh: bool = False) -> None:
+                       problem: str | None = None, role: str = "node", node_metrics: dict | None = None, fresh: bool = False) -> None:
         """Replace every row of (run_id, host) with what `doc` holds; `doc` None records why (problem) instead.
-        `found`: metrics.extract() of the document's readable results, when the caller has it already. `fresh`:
+        `node_metrics`: metrics.extract() of the document's readable results, when the caller has it already. `fresh`:
         the caller knows the run has a row in runs and none of the host's rows yet (nothing to delete)."""
         with self.write() as c:
             if not fresh:
@@ -215,11 +215,11 @@ class Store(RunFolders, Baseline, Queries):
             versions = doc.get("versions") if isinstance(doc.get("versions"), dict) else None
             c.execute(f"INSERT INTO documents ({_DOCUMENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, 1, NULL, ?, ?, ?)",
                       (run_id, host, role, path, sha, doc.get("started"), schema.verdict(results), _json(versions)))
-            self._insert_node_rows(c, run_id, host, results, found)
+            self._insert_node_rows(c, run_id, host, results, node_metrics)
 
-    def _insert_node_rows(self, c: sqlite3.Connection, run_id: str, host: str, results: list[dict], found: dict | None = None) -> None:
-        found = found if found is not None else metrics.extract(results)
-        gpus = found["gpus"]
+    def _insert_node_rows(self, c: sqlite3.Connection, run_id: str, host: str, results: list[dict], node_metrics: dict | None = None) -> None:
+        node_metrics = node_metrics if node_metrics is not None else metrics.extract(results)
+        gpus = node_metrics["gpus"]
         by_index = {g["index"]: g for g in gpus}
         c.executemany("INSERT INTO gpus (run_id, host, gpu_index, uuid, serial, pci_bus_id, name, visible) "
                       "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -229,12 +229,12 @@ class Store(RunFolders, Baseline, Queries):
         c.executemany("INSERT INTO metrics (run_id, host, gpu_index, uuid, serial, metric, value, unit, cpu, context, source) "
                       "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                       [(run_id, host, m["index"], m["uuid"], m["serial"], m["key"], m["value"], m["unit"], int(m["cpu"]),
-                        m["context"], m["source"]) for m in found["metrics"]])
+                        m["context"], m["source"]) for m in node_metrics["metrics"]])
         # A later run compares its counters with each GPU's and fabric device's last snapshot of an earlier run, the
         # one after the benchmarks (previous_after); the one before them stays in the host document. Half the rows
         # of a fleet's run, which nothing read.
         phase, rows = "after", []
-        snap = found["snapshots"].get(phase)
+        snap = node_metrics["snapshots"].get(phase)
         for g in (snap or {}).get("gpus") or []:
             if not isinstance(g, dict):
                 continue
@@ -242,7 +242,7 @@ class Store(RunFolders, Baseline, Queries):
                 rows.append((run_id, host, g.get("index"), g.get("uuid"), g.get("serial"), phase, snap.get("read_at"),
                              snap.get("boot_id"), name, value if isinstance(value, int) and not isinstance(value, bool) else None))
         judged = {row[0] for row in FABRIC_COUNTERS}
-        snap = found["snapshots"]["fabric"].get(phase)
+        snap = node_metrics["snapshots"]["fabric"].get(phase)
         for d in (snap or {}).get("devices") or []:
             if not isinstance(d, dict):
                 continue

@@ -23,7 +23,7 @@ class RunFolders:
         """Index one run folder: its run.json, every hosts/*.json and peers/*.json; a host named by run.json or
         expected but without a document is recorded as missing. One transaction. Returns what was indexed.
         `read`: files the caller has read and parsed already, so they are not read again: {"hosts/<host>.json":
-        {"raw": bytes, "doc": schema.parse_host_doc's document or None, "why": its reason, "found": optional
+        {"raw": bytes, "doc": schema.parse_host_doc's document or None, "why": its reason, "metrics": optional
         metrics.extract() of the readable results}}."""
         run_dir = Path(run_dir)
         with self.write():
@@ -65,7 +65,7 @@ class RunFolders:
                     why = f"{rel} is unreadable: {why}"
                     done["unreadable"].append({"host": host, "reason": why})
                 self.index_document(run_id, host, doc, path=rel, raw=raw, problem=why, role=role,
-                                    found=(known or {}).get("found"), fresh=fresh)
+                                    node_metrics=(known or {}).get("metrics"), fresh=fresh)
                 done["documents"] += doc is not None
         hosts = [h for h in (info.get("hosts") or []) if isinstance(h, str)] + expected
         for host in dict.fromkeys(hosts):

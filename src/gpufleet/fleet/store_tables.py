@@ -193,6 +193,6 @@ def check_pages(conn: sqlite3.Connection, path: Path) -> None:
         rows = conn.execute("PRAGMA quick_check(5)").fetchall()
     except sqlite3.DatabaseError as exc:
         raise problem(path, exc) from None
-    found = [r[0] for r in rows if r[0] != "ok"]
-    if found:
-        raise damaged(path, f"SQLite's check of its pages failed ({'; '.join(found)[:300]})")
+    problems = [r[0] for r in rows if r[0] != "ok"]
+    if problems:
+        raise damaged(path, f"SQLite's check of its pages failed ({'; '.join(problems)[:300]})")

@@ -169,18 +169,18 @@ def sentence(d: dict) -> str:
 
 def judge(host: str, tab: dict) -> dict | None:
     """The node's fleet.versions result, or None where it differs in nothing (the table shows the sameness)."""
-    found = differences(host, tab)
-    if not found:
+    differing = differences(host, tab)
+    if not differing:
         return None
-    nccl = [d for d in found if d["nccl"]]
-    reason = listed_text([sentence(d) for d in nccl + [d for d in found if not d["nccl"]]])
+    nccl = [d for d in differing if d["nccl"]]
+    reason = listed_text([sentence(d) for d in nccl + [d for d in differing if not d["nccl"]]])
     remedy = ("install the same NCCL and net plugin as the other nodes (or remove the odd one), then re-run; the NCCL "
               "run across nodes leaves this node out until then" if nccl else
               "bring the node to the fleet's versions (or the fleet to the new ones, and make that run the baseline)")
-    detail = {"differences": found, "versions": {r["component"]: r["values"].get(host) for r in tab["rows"]
+    detail = {"differences": differing, "versions": {r["component"]: r["values"].get(host) for r in tab["rows"]
                                                  if host in r["values"]}}
     return fleet_result("versions", schema.FAIL if nccl else schema.WARN, reason, remedy=remedy, threshold=THRESHOLD,
-                        value=len(found), unit="components", detail=detail)
+                        value=len(differing), unit="components", detail=detail)
 
 
 def nccl_left_out(versions_by_host: dict[str, dict], peers: dict[str, dict] | None = None) -> dict[str, str]:
@@ -212,15 +212,15 @@ def stored_versions(row: dict, run_dir: str | Path | None) -> dict | None:
 
 def peer_versions(store: Any, peers: list[str], run_id: str) -> tuple[dict[str, dict], dict[str, str]]:
     """({peer: versions} from each peer's latest node document of another run in the store, {peer: why not})."""
-    found, missing = {}, {}
+    by_peer, missing = {}, {}
     for peer in peers:
         row = store.latest_document(peer, run_id)
         versions = stored_versions(row, row.get("run_dir")) if row else None
         if versions is not None:
-            found[peer] = versions
+            by_peer[peer] = versions
         else:
             missing[peer] = f"no readable node document of it in the store {store.path}"
-    return found, missing
+    return by_peer, missing
 
 
 def baseline_versions(store: Any, base_id: str) -> dict[str, dict]:

@@ -18,14 +18,14 @@ VIEW_COLUMNS = (
 )
 
 
-def view_rows(founds: dict, groups: dict, medians: dict, base_rows: list[dict], results: dict,
+def view_rows(metrics_by_host: dict, groups: dict, medians: dict, base_rows: list[dict], results: dict,
               stats: dict | None = None) -> list[dict]:
     """Per node, the fleet view's columns: value, fleet median, baseline figure, deviations, worst status."""
     rows = []
     stats = stats if stats is not None else fleet_stats(groups)
     base_node = {(b["host"], b["metric"], b["context"]): b for b in base_rows if b["gpu_index"] is None}
-    for host, found in founds.items():
-        by_key = {m["key"]: m for m in found["metrics"] if m["scope"] == "node"}
+    for host, node_metrics in metrics_by_host.items():
+        by_key = {m["key"]: m for m in node_metrics["metrics"] if m["scope"] == "node"}
         checks = {r["check"]: r for r in results.get(host, [])}
         cols = {}
         for col, title, keys in VIEW_COLUMNS:
@@ -55,5 +55,5 @@ def view_rows(founds: dict, groups: dict, medians: dict, base_rows: list[dict], 
                 "status": schema.worst(statuses + [c["status"] for c in gpu_outliers], default=PASS),
                 "gpu_outliers": [{**flagged(c), "deviation_pct": c["deviation_pct"], "status": c["status"]} for c in gpu_outliers],
             }
-        rows.append({"host": host, "columns": cols, "cpu": found["cpu"]})
+        rows.append({"host": host, "columns": cols, "cpu": node_metrics["cpu"]})
     return rows

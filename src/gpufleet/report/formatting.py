@@ -9,7 +9,7 @@ import math
 from typing import Any
 
 from gpufleet import causes, failure_class, schema
-from gpufleet.fleet import num
+from gpufleet.fleet import figure_text
 from gpufleet.fleet.view import VIEW_COLUMNS
 
 # Worst first: the column order of count tables and the order findings are listed in.
@@ -183,14 +183,14 @@ def fleet_columns(report: dict) -> list[tuple[str, str, str | None]]:
 
 def fleet_cell_parts(cell: dict) -> list[str]:
     """A view cell's figure, then against the fleet median and the baseline: ["791.6", "fleet -2.1% (808.5)", ...]."""
-    parts = [num(cell["value"])]
+    parts = [figure_text(cell["value"])]
     if cell.get("vs_fleet_pct") is not None:
-        parts.append(f"fleet {cell['vs_fleet_pct']:+.1f}% ({num(cell['fleet_median'])}, {cell['fleet_n']} nodes)")
+        parts.append(f"fleet {cell['vs_fleet_pct']:+.1f}% ({figure_text(cell['fleet_median'])}, {cell['fleet_n']} nodes)")
     if cell.get("vs_baseline_pct") is not None:
-        parts.append(f"baseline {cell['vs_baseline_pct']:+.1f}% ({num(cell['baseline'])})")
+        parts.append(f"baseline {cell['vs_baseline_pct']:+.1f}% ({figure_text(cell['baseline'])})")
     elif cell.get("baseline_fleet_median"):
         pct = (cell["value"] - cell["baseline_fleet_median"]) / cell["baseline_fleet_median"] * 100
-        parts.append(f"baseline fleet {pct:+.1f}% ({num(cell['baseline_fleet_median'])})")
+        parts.append(f"baseline fleet {pct:+.1f}% ({figure_text(cell['baseline_fleet_median'])})")
     for g in cell.get("gpu_outliers") or []:
         parts.append(f"GPU {g['index'] if g['index'] is not None else '?'} {g['deviation_pct']:+.1f}% vs its node")
     return parts

@@ -212,9 +212,9 @@ def _build(run_dir: Path, expected_hosts: list[str] | None, db: Path | str | Non
     for node in nodes:
         known = read.get(node["source"])
         if known is not None and known["doc"] is not None:
-            known["found"] = metrics.extract(known["valid"])
+            known["metrics"] = metrics.extract(known["valid"])
             if len(known["valid"]) == len(node["results"]) and all(map(operator.is_, known["valid"], node["results"])):
-                extracted[node["host"]] = known["found"]
+                extracted[node["host"]] = known["metrics"]
     store, store_note = _open_store(run_dir, db, use_store)
     index = functools.partial(fleet_store.Store.index_run, run_dir=run_dir, expected_hosts=expected_hosts, read=read)
     try:

@@ -140,7 +140,7 @@ def running_playbooks(run_dir: Path) -> list[int]:
     Other processes that carry the mark, such as ssh's ControlPersist masters, outlive a run by design.
     """
     mark = f"GPUFLEET_RUNNER_RUN_DIR={run_dir}".encode()
-    found = []
+    pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
@@ -150,5 +150,5 @@ def running_playbooks(run_dir: Path) -> list[int]:
         except OSError:
             continue
         if mark in environ and b"ansible-playbook" in cmdline:
-            found.append(int(entry.name))
-    return sorted(found)
+            pids.append(int(entry.name))
+    return sorted(pids)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from gpufleet import __version__, paths, schema
 from gpufleet.errors import InputError
-from gpufleet.fleet import metrics, num
+from gpufleet.fleet import metrics, figure_text
 from gpufleet.fleet.run_files import read_json
 from gpufleet.service import commands, ladder
 from gpufleet.service.redact import Redactor
@@ -245,9 +245,9 @@ def figures_md(figs: dict, host: str, gpu: dict | None) -> str:
     for key, points in figs["figures"].items():
         lines += [f"## {key} ({points[0].get('unit') or ''})", "", "| run | started | value | fleet median | baseline median |",
                   "| --- | --- | --- | --- | --- |"]
-        lines += [f"| {p['run_id']} | {p['started']} | {num(p['value'])}{' (cpu)' if p.get('cpu') else ''} | "
-                  f"{num(p['fleet_median']) if p['fleet_median'] is not None else '-'} | "
-                  f"{num(p['baseline_median']) if p['baseline_median'] is not None else '-'} |" for p in points]
+        lines += [f"| {p['run_id']} | {p['started']} | {figure_text(p['value'])}{' (cpu)' if p.get('cpu') else ''} | "
+                  f"{figure_text(p['fleet_median']) if p['fleet_median'] is not None else '-'} | "
+                  f"{figure_text(p['baseline_median']) if p['baseline_median'] is not None else '-'} |" for p in points]
         lines.append("")
     return "\n".join(lines) + ("(no figure recorded)\n" if not figs["figures"] else "")
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from gpufleet import paths
-from gpufleet.fleet import num, service_log
+from gpufleet.fleet import figure_text, service_log
 from gpufleet.fleet import store as fleet_store
 from gpufleet.fleet.export import exposition
 from gpufleet.fleet.run_files import put_md_section, read_json
@@ -97,7 +97,7 @@ def cost_lines(costs: dict, steps_taken: dict) -> list[str]:
         for host, n in costs["nodes"].items():
             last = n["faults"][-1] if n["faults"] else {}
             back = _hours(last.get("return_s")) if last.get("resumed_at") else ("still out" if n["out_of_service"] else "-")
-            lines.append(f"| {host} | {n['sweeps']} | {num(n['sweep_gpu_hours'])} ({num(n['sweep_gpu_hours_7d'])}) | {len(n['faults'])} "
+            lines.append(f"| {host} | {n['sweeps']} | {figure_text(n['sweep_gpu_hours'])} ({figure_text(n['sweep_gpu_hours_7d'])}) | {len(n['faults'])} "
                          f"| {_hours(last.get('fault_to_drain_s'))} | {back} | {steps_taken.get(host, 0)} |")
     return lines
 

@@ -60,11 +60,11 @@ _SHARE = re.compile(r"(\d+)(%?)")
 
 
 def parse_share(value) -> tuple[int, bool]:
-    found = _SHARE.fullmatch(str(value).strip())
-    if not found or int(found.group(1)) < 1 or (found.group(2) and int(found.group(1)) > 100):
+    parts = _SHARE.fullmatch(str(value).strip())
+    if not parts or int(parts.group(1)) < 1 or (parts.group(2) and int(parts.group(1)) > 100):
         raise InputError(f"gpufleet_sweep_max_share (--max-share) is {value!r}; expected a count of nodes (e.g. 4) or a "
                          "percent of the idle nodes from 1% to 100% (e.g. 25%)")
-    return int(found.group(1)), bool(found.group(2))
+    return int(parts.group(1)), bool(parts.group(2))
 
 
 def idle_or_why(node: dict) -> str | None:

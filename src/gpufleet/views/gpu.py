@@ -20,7 +20,22 @@ from __future__ import annotations
 import time
 
 from gpufleet.collect import nvml
-from gpufleet.collect.nvml import MIB, NVLINK_COUNTERS
+from gpufleet.collect.nvml.binding import (
+    BINDING_MISSING,
+    MIB,
+    as_text,
+    bus_id,
+    call_first,
+    cuda_version,
+    error_text,
+    field_value,
+    init_nvml,
+    pynvml,
+    read_field,
+)
+from gpufleet.collect.nvml.clocks import clock_events
+from gpufleet.collect.nvml.links import NVLINK_COUNTERS, nvlink_counter_calls
+from gpufleet.collect.nvml.processes import gpu_processes
 
 # fmt: off
 STATUS_GPU_FIELDS = (
@@ -75,10 +90,8 @@ class LiveReader:
         self._reads = 0
 
     def open(self) -> bool:
-        try:
-            import pynvml
-        except ImportError as exc:
-            self.error = f"nvidia-ml-py is not installed: {exc}"
+        if pynvml is None:
+            self.error = BINDING_MISSING
             return False
         try:
             pynvml.nvmlInit()
@@ -86,56 +99,54 @@ class LiveReader:
             self.error = nvml.NO_DRIVER
             return False
         except Exception as exc:
-            self.error = f"NVML init failed: {nvml.error_text(exc)}"
+            self.error = f"NVML init failed: {error_text(exc)}"
             return False
         self._open = True
         unreadable: dict = {}
         for key, fn in (
-            ("driver_version", lambda: nvml.as_text(pynvml.nvmlSystemGetDriverVersion())),
+            ("driver_version", lambda: as_text(pynvml.nvmlSystemGetDriverVersion())),
             (
                 "cuda_driver_version",
-                lambda: nvml.cuda_version(
-                    nvml.call_first(
+                lambda: cuda_version(
+                    call_first(
                         (getattr(pynvml, "nvmlSystemGetCudaDriverVersion_v2", None),),
                         (getattr(pynvml, "nvmlSystemGetCudaDriverVersion", None),),
                     )
                 ),
             ),
         ):
-            self.system[key], err = nvml.read_field(fn)
+            self.system[key], err = read_field(fn)
             if err:
                 unreadable[key] = err
         self.system["unreadable"] = unreadable
-        count, err = nvml.read_field(pynvml.nvmlDeviceGetCount)
+        count, err = read_field(pynvml.nvmlDeviceGetCount)
         if err:
             self.error = f"NVML could not count the GPUs: {err}"
         self.gpus = [self._open_gpu(i) for i in range(count or 0)]
         return True
 
     def _open_gpu(self, index: int) -> _Gpu:
-        import pynvml
-
         g = _Gpu(index)
-        g.handle, err = nvml.read_field(pynvml.nvmlDeviceGetHandleByIndex, index)
+        g.handle, err = read_field(pynvml.nvmlDeviceGetHandleByIndex, index)
         if err:
             g.static_unreadable["handle"] = err
             return g
         h = g.handle
         for key, fn in (
-            ("name", lambda: nvml.as_text(pynvml.nvmlDeviceGetName(h))),
-            ("uuid", lambda: nvml.as_text(pynvml.nvmlDeviceGetUUID(h))),
-            ("pci_bus_id", lambda: nvml.bus_id(pynvml.nvmlDeviceGetPciInfo(h).busId)),
+            ("name", lambda: as_text(pynvml.nvmlDeviceGetName(h))),
+            ("uuid", lambda: as_text(pynvml.nvmlDeviceGetUUID(h))),
+            ("pci_bus_id", lambda: bus_id(pynvml.nvmlDeviceGetPciInfo(h).busId)),
             ("temperature_slowdown_c", lambda: pynvml.nvmlDeviceGetTemperatureThreshold(
                 h, pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)),
             ("clock_sm_max_mhz", lambda: pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM)),
             ("clock_memory_max_mhz", lambda: pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_MEM)),
         ):
-            g.static[key], err = nvml.read_field(fn)
+            g.static[key], err = read_field(fn)
             if err:
                 g.static_unreadable[key] = err
         first_error = None
         for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
-            _, err = nvml.read_field(pynvml.nvmlDeviceGetNvLinkState, h, link)
+            _, err = read_field(pynvml.nvmlDeviceGetNvLinkState, h, link)
             if err:  # this GPU has no such link
                 first_error = first_error or err
             else:
@@ -149,25 +160,21 @@ class LiveReader:
     @staticmethod
     def _totals(handle) -> tuple[dict, dict]:
         """The all-links error totals (field values): ({counter: value}, {counter: error})."""
-        import pynvml
-
         values, errors = {}, {}
         for counter, name in NVLINK_TOTAL_FIELDS.items():
-            values[counter], err = nvml.read_field(nvml.field_value, handle, getattr(pynvml, name))
+            values[counter], err = read_field(field_value, handle, getattr(pynvml, name))
             if err:
                 errors[counter] = err
         return values, errors
 
     def _link_counter(self, g: _Gpu, link: int, counter: str):
         """One per-link counter through collect.nvml's fallbacks, starting with the one that worked before."""
-        import pynvml
-
-        calls = nvml.nvlink_counter_calls(pynvml, g.handle, link, counter)
+        calls = nvlink_counter_calls(g.handle, link, counter)
         pick = g.chain_pick.get((link, counter))
         order = ([pick] if pick is not None else []) + [i for i in range(len(calls)) if i != pick]
         first_err = None
         for i in order:
-            value, err = nvml.read_field(*calls[i])
+            value, err = read_field(*calls[i])
             if err is None:
                 g.chain_pick[(link, counter)] = i
                 return value, None
@@ -175,8 +182,6 @@ class LiveReader:
         return None, first_err
 
     def _read_gpu(self, g: _Gpu, refresh_counts: bool) -> dict:
-        import pynvml
-
         gpu = dict.fromkeys(STATUS_GPU_FIELDS)
         gpu["index"] = g.index
         unreadable = gpu["unreadable"] = dict(g.static_unreadable)
@@ -189,14 +194,14 @@ class LiveReader:
         h = g.handle
 
         def put(field, fn, *args):
-            gpu[field], err = nvml.read_field(fn, *args)
+            gpu[field], err = read_field(fn, *args)
             if err:
                 unreadable[field] = err
 
         # v2 counts the driver's reserved memory apart, as nvidia-smi does (v1's "used" includes it: 0.6 GiB
         # of an idle H200); v1 where the driver or binding lacks v2.
-        mem, err = nvml.read_field(
-            nvml.call_first,
+        mem, err = read_field(
+            call_first,
             (pynvml.nvmlDeviceGetMemoryInfo, h, getattr(pynvml, "nvmlMemory_v2", None)),
             (pynvml.nvmlDeviceGetMemoryInfo, h),
         )
@@ -204,23 +209,23 @@ class LiveReader:
         gpu["memory_total_mib"] = int(mem.total) // MIB if mem is not None else None
         if err:
             unreadable["memory_used_mib"] = unreadable["memory_total_mib"] = err
-        util, err = nvml.read_field(pynvml.nvmlDeviceGetUtilizationRates, h)
+        util, err = read_field(pynvml.nvmlDeviceGetUtilizationRates, h)
         gpu["utilization_gpu_pct"] = int(util.gpu) if util is not None else None
         gpu["utilization_memory_pct"] = int(util.memory) if util is not None else None
         if err:
             unreadable["utilization_gpu_pct"] = unreadable["utilization_memory_pct"] = err
         put(
             "temperature_c",
-            nvml.call_first,
+            call_first,
             (getattr(pynvml, "nvmlDeviceGetTemperatureV", None), h, pynvml.NVML_TEMPERATURE_GPU),
             (getattr(pynvml, "nvmlDeviceGetTemperature", None), h, pynvml.NVML_TEMPERATURE_GPU),
         )
-        put("memory_temperature_c", lambda: int(nvml.field_value(h, pynvml.NVML_FI_DEV_MEMORY_TEMP)))
+        put("memory_temperature_c", lambda: int(field_value(h, pynvml.NVML_FI_DEV_MEMORY_TEMP)))
         put("power_draw_w", lambda: pynvml.nvmlDeviceGetPowerUsage(h) / 1000)
         put("power_limit_w", lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000)
         put("clock_sm_mhz", pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_SM)
         put("clock_memory_mhz", pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_MEM)
-        put("clock_event_reasons", nvml.clock_events, h)
+        put("clock_event_reasons", clock_events, h)
         for counter_name, counter in (("volatile", pynvml.NVML_VOLATILE_ECC), ("aggregate", pynvml.NVML_AGGREGATE_ECC)):
             for kind_name, kind in (
                 ("uncorrected", pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
@@ -228,7 +233,7 @@ class LiveReader:
             ):
                 put(f"ecc_{counter_name}_{kind_name}", pynvml.nvmlDeviceGetTotalEccErrors, h, kind, counter)
         put("pcie_replay", pynvml.nvmlDeviceGetPcieReplayCounter, h)
-        gpu["processes"] = nvml.gpu_processes(h, unreadable)  # the same entries as collect.nvml's
+        gpu["processes"] = gpu_processes(h, unreadable)  # the same entries as collect.nvml's
         self._read_nvlink(g, gpu, unreadable, refresh_counts)
         return gpu
 
@@ -246,15 +251,13 @@ class LiveReader:
         return counts, errors
 
     def _read_nvlink(self, g: _Gpu, gpu: dict, unreadable: dict, refresh_counts: bool) -> None:
-        import pynvml
-
         if not g.links:
             gpu["nvlink_links_active"] = 0
             unreadable["nvlink_errors"] = g.links_error
             return
         active, state_err = [], None
         for link in g.links:
-            state, err = nvml.read_field(pynvml.nvmlDeviceGetNvLinkState, g.handle, link)
+            state, err = read_field(pynvml.nvmlDeviceGetNvLinkState, g.handle, link)
             if err:
                 state_err = state_err or err
             elif state == pynvml.NVML_FEATURE_ENABLED:
@@ -290,7 +293,7 @@ class LiveReader:
                     doc["gpus"].append(self._read_gpu(g, refresh_counts=g is turn))
                 except Exception as exc:  # a bug here must still leave the other GPUs' readings
                     gpu = dict.fromkeys(STATUS_GPU_FIELDS)
-                    gpu.update(index=g.index, unreadable={"gpu": f"{type(exc).__name__}: {nvml.error_text(exc)}"})
+                    gpu.update(index=g.index, unreadable={"gpu": f"{type(exc).__name__}: {error_text(exc)}"})
                     doc["gpus"].append(gpu)
         self._reads += 1
         doc["read_seconds"] = round(time.monotonic() - started, 4)
@@ -298,9 +301,7 @@ class LiveReader:
 
     def close(self) -> None:
         if self._open:
-            import pynvml
-
-            nvml.read_field(pynvml.nvmlShutdown)
+            read_field(pynvml.nvmlShutdown)
             self._open = False
 
     def __enter__(self) -> "LiveReader":
@@ -317,20 +318,18 @@ def nvlink_remote_types(links_by_gpu: dict[int, list[int]]) -> tuple[dict, str |
     if not links_by_gpu:
         return {}, None
     try:
-        import pynvml
-
-        pynvml.nvmlInit()
+        init_nvml()
     except Exception as exc:
-        return {}, f"NVML init failed: {nvml.error_text(exc)}"
+        return {}, f"NVML init failed: {error_text(exc)}"
     try:
         out: dict[int, dict] = {}
         fn = getattr(pynvml, "nvmlDeviceGetNvLinkRemoteDeviceType", None)
         for index, links in links_by_gpu.items():
-            handle, err = nvml.read_field(pynvml.nvmlDeviceGetHandleByIndex, index)
+            handle, err = read_field(pynvml.nvmlDeviceGetHandleByIndex, index)
             out[index] = {}
             for link in links:
-                kind, err = (None, err) if err or fn is None else nvml.read_field(fn, handle, link)
+                kind, err = (None, err) if err or fn is None else read_field(fn, handle, link)
                 out[index][link] = None if kind is None else REMOTE_TYPES.get(int(kind), "unknown")
         return out, None
     finally:
-        nvml.read_field(pynvml.nvmlShutdown)
+        read_field(pynvml.nvmlShutdown)

@@ -34,8 +34,7 @@ import sys
 import time
 
 from gpufleet import collect, schema
-from gpufleet.collect import nvml
-from gpufleet.collect.nvml import NVLINK_COUNTERS
+from gpufleet.collect.nvml.links import NVLINK_COUNTERS, nvlink_error_counts
 from gpufleet.errors import InputError
 from gpufleet.views.gpu import STATUS_GPU_FIELDS, LiveReader
 
@@ -65,7 +64,7 @@ def _nvlink_from_collect(g: dict, out: dict, unreadable: dict) -> None:
     if not links:
         unreadable["nvlink_errors"] = src_unreadable.get("nvlink", "no NVLink")
         return
-    out["nvlink_errors"], _ = nvml.nvlink_error_counts(g)  # as the checks and counter snapshots count them
+    out["nvlink_errors"], _ = nvlink_error_counts(g)  # as the checks and counter snapshots count them
     out["nvlink_errors_age_s"] = 0.0  # read with the rest of the reading
     for counter, value in out["nvlink_errors"].items():
         if value is None:

@@ -22,6 +22,7 @@ nccl_source: "torch.cuda.nccl.version()" or "<path of libnccl>, found by the dyn
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 from pathlib import Path
@@ -293,8 +294,6 @@ def _loaded_path(fragment: str) -> str | None:
 
 def _nccl_from_loader() -> tuple[str | None, str | None, str | None]:
     """(version, source, None) from the libnccl the dynamic loader finds, or (None, None, reason)."""
-    import ctypes
-
     errors = []
     for soname in ("libnccl.so.2", "libnccl.so"):
         try:

@@ -12,29 +12,29 @@ _DRIFT_NAMED_MAX = 6  # drifted settings named in a reason; all are in detail
 
 def _drift(item: dict) -> tuple[str, str | None]:
     """('held' | 'drifted' | 'unreadable', what to say) for one expectation the collector read."""
-    what, found, why = item.get("what"), item.get("found"), item.get("found_reason")
+    what, current, why = item.get("what"), item.get("found"), item.get("found_reason")
     where = item.get("glob") or item.get("path")
     if why and ("not present" in why or "no file matches" in why):
         return "drifted", f"{what} ({where}) is gone"
     if why:
         return "unreadable", f"{what}: {why}"
     if "sha256" in item:
-        if found == item["sha256"]:
+        if current == item["sha256"]:
             return "held", None
         return "drifted", f"{what} ({where}) changed since bringup"
     if "exists" in item:
-        if bool(found) == bool(item["exists"]):
+        if bool(current) == bool(item["exists"]):
             return "held", None
         return "drifted", f"{what} ({where}) is {'missing' if item['exists'] else 'present again'}"
     expected = str(item.get("value"))
     if "glob" in item:
-        off = {v: n for v, n in (found or {}).items() if v != expected}
+        off = {v: n for v, n in (current or {}).items() if v != expected}
         if not off:
             return "held", None
-        return "drifted", f"{what} is {off} on {sum(off.values())} of {sum(found.values())} ({where}), bringup set {expected}"
-    if found == expected:
+        return "drifted", f"{what} is {off} on {sum(off.values())} of {sum(current.values())} ({where}), bringup set {expected}"
+    if current == expected:
         return "held", None
-    return "drifted", f"{what} is {found} ({where}), bringup set {expected}"
+    return "drifted", f"{what} is {current} ({where}), bringup set {expected}"
 
 
 def check_bringup_drift(readings: dict, profile: dict) -> dict:
@@ -42,22 +42,22 @@ def check_bringup_drift(readings: dict, profile: dict) -> dict:
     rec, err = section(readings, name, "bringup")
     if err:
         return err
-    thr = profiles.threshold(profile, "bringup_required")
-    required = thr["value"]
+    threshold = profiles.threshold(profile, "bringup_required")
+    required = threshold["value"]
     roles = rec.get("roles") or {}
     detail = {"path": rec.get("path"), "roles": roles}
     if not rec.get("present") or (rec.get("readable") and not roles):
         said = f"no bringup record at {rec.get('path')}" if not rec.get("present") else f"{rec.get('path')} names no role"
         if not required:
             return result(
-                name, SKIP, f"bringup.yml has not run on this node ({said}); bringup_required is false", threshold=thr,
+                name, SKIP, f"bringup.yml has not run on this node ({said}); bringup_required is false", threshold=threshold,
                 detail=detail,
             )
         return result(
             name,
             FAIL,
             f"bringup.yml has not run on this node since it was imaged ({said})",
-            threshold=thr,
+            threshold=threshold,
             remedy=RUN_BRINGUP,
             detail=detail,
         )
@@ -66,7 +66,7 @@ def check_bringup_drift(readings: dict, profile: dict) -> dict:
             name,
             ERROR,
             f"cannot read the bringup record: {rec.get('reason')}",
-            threshold=thr,
+            threshold=threshold,
             remedy=f"run the check as root, or {RUN_BRINGUP} to write the record again",
             detail=detail,
         )
@@ -94,7 +94,7 @@ def check_bringup_drift(readings: dict, profile: dict) -> dict:
             f"{len(drifted)} setting(s) applied by bringup.yml no longer hold: {said}; run bringup.yml",
             value=len(drifted),
             unit="settings",
-            threshold=thr,
+            threshold=threshold,
             remedy=f"{RUN_BRINGUP}; it applies the settings again and records them (reboot when it says one is pending)",
             detail=detail,
         )
@@ -103,7 +103,7 @@ def check_bringup_drift(readings: dict, profile: dict) -> dict:
             name,
             ERROR,
             f"{len(unreadable)} recorded setting(s) could not be read: {'; '.join(unreadable[:_DRIFT_NAMED_MAX])}",
-            threshold=thr,
+            threshold=threshold,
             remedy="run the check as root (become: true)",
             detail=detail,
         )
@@ -114,6 +114,6 @@ def check_bringup_drift(readings: dict, profile: dict) -> dict:
         f"all {held} setting(s) bringup.yml recorded for {', '.join(roles)} still hold (last applied {applied[-1]})",
         value=0,
         unit="settings",
-        threshold=thr,
+        threshold=threshold,
         detail=detail,
     )

@@ -20,13 +20,13 @@ def check_infiniband(readings: dict, profile: dict) -> dict:
         return err
     need = profiles.value(profile, "ib_ports_min") or 0
     rate_min = profiles.value(profile, "ib_rate_min_gbps")
-    thr = profiles.threshold(profile, "ib_ports_min", ib_rate_min_gbps=profiles.threshold(profile, "ib_rate_min_gbps"))
+    threshold = profiles.threshold(profile, "ib_ports_min", ib_rate_min_gbps=profiles.threshold(profile, "ib_rate_min_gbps"))
     ports = ib.get("ports") or []
     detail = {"path": ib.get("path"), "ports": ports}
     if not ib.get("present") or not ports:
         if need == 0:
             return result(
-                name, SKIP, "no InfiniBand HCA found under /sys/class/infiniband", threshold=thr, detail=detail
+                name, SKIP, "no InfiniBand HCA found under /sys/class/infiniband", threshold=threshold, detail=detail
             )
         return result(
             name,
@@ -34,7 +34,7 @@ def check_infiniband(readings: dict, profile: dict) -> dict:
             f"expected at least {need} active InfiniBand port(s); no InfiniBand HCA found under /sys/class/infiniband",
             value=0,
             unit="ports",
-            threshold=thr,
+            threshold=threshold,
             remedy="check that the HCAs are seated and seen on the PCI bus, and that mlx5_core/ib_core (rdma-core or DOCA-OFED) are loaded",
             detail=detail,
         )
@@ -83,7 +83,7 @@ def check_infiniband(readings: dict, profile: dict) -> dict:
         reason,
         value=len(active),
         unit="ports",
-        threshold=thr,
+        threshold=threshold,
         remedy=(
             None
             if status == PASS
@@ -212,9 +212,9 @@ def check_peermem(readings: dict, profile: dict) -> dict:
     if not mods.get("readable"):
         return result(name, ERROR, f"cannot tell whether nvidia_peermem is loaded: {mods.get('reason')}", detail=detail)
     loaded = mods.get("loaded") or {}
-    found = [m for m in ("nvidia_peermem", "nv_peer_mem") if loaded.get(m)]
-    if found:
-        return result(name, PASS, f"{found[0]} loaded: GPUDirect RDMA available to NCCL", detail=detail)
+    loaded_modules = [m for m in ("nvidia_peermem", "nv_peer_mem") if loaded.get(m)]
+    if loaded_modules:
+        return result(name, PASS, f"{loaded_modules[0]} loaded: GPUDirect RDMA available to NCCL", detail=detail)
     return result(
         name,
         FAIL,

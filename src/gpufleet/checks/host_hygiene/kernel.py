@@ -19,11 +19,11 @@ def check_iommu(readings: dict, profile: dict) -> dict:
     if err:
         return err
     required = profiles.value(profile, "iommu_passthrough_required")
-    thr = profiles.threshold(profile, "iommu_passthrough_required")
+    threshold = profiles.threshold(profile, "iommu_passthrough_required")
     detail = {k: io.get(k) for k in ("groups_path", "group_count", "gpu_groups", "cmdline_flags", "cmdline_path")}
     if not io.get("groups_present"):
         return result(
-            name, PASS, f"no IOMMU active (no groups under {io.get('groups_path')})", threshold=thr, detail=detail
+            name, PASS, f"no IOMMU active (no groups under {io.get('groups_path')})", threshold=threshold, detail=detail
         )
     groups = io.get("gpu_groups") or []
     translated = [g for g in groups if g.get("mode") == "translated"]
@@ -36,7 +36,7 @@ def check_iommu(readings: dict, profile: dict) -> dict:
             f"e.g. {translated[0]['bdf']}): GPUDirect RDMA and P2P pay for every translation",
             value=len(translated),
             unit="gpus",
-            threshold=thr,
+            threshold=threshold,
             remedy="boot with iommu=pt (with intel_iommu=on or amd_iommu=on) so host devices use identity mapping",
             detail=detail,
         )
@@ -46,7 +46,7 @@ def check_iommu(readings: dict, profile: dict) -> dict:
                 name,
                 PASS,
                 "GPU IOMMU group type not exposed; the kernel command line sets passthrough",
-                threshold=thr,
+                threshold=threshold,
                 detail=detail,
             )
         g = other[0]
@@ -55,12 +55,12 @@ def check_iommu(readings: dict, profile: dict) -> dict:
             WARN,
             f"IOMMU mode of {len(other)} GPU(s) unknown (e.g. {g['bdf']}: type {g.get('type')!r}, {g.get('reason') or 'not identity or DMA'}) "
             "and the kernel command line has no iommu=pt",
-            threshold=thr,
+            threshold=threshold,
             remedy="boot with iommu=pt, or confirm the GPUs are not assigned to vfio",
             detail=detail,
         )
     return result(
-        name, PASS, f"IOMMU in passthrough (identity) for all {len(groups)} GPU group(s)", threshold=thr, detail=detail
+        name, PASS, f"IOMMU in passthrough (identity) for all {len(groups)} GPU group(s)", threshold=threshold, detail=detail
     )
 
 
@@ -72,18 +72,18 @@ def check_cpu_governor(readings: dict, profile: dict) -> dict:
     gov, err = section(readings, name, "cpu_governors")
     if err:
         return err
-    thr = profiles.threshold(profile, "cpu_governor_expected")
-    expected = thr["value"]
+    threshold = profiles.threshold(profile, "cpu_governor_expected")
+    expected = threshold["value"]
     counts = gov.get("counts") or {}
     detail = {k: gov.get(k) for k in ("path", "counts", "cpus", "cpus_without_cpufreq")}
     if not gov.get("present"):
-        return result(name, SKIP, "no CPU frequency scaling exposed (cpufreq absent)", threshold=thr, detail=detail)
+        return result(name, SKIP, "no CPU frequency scaling exposed (cpufreq absent)", threshold=threshold, detail=detail)
     if expected is None:
         return result(
             name,
             WARN,
             f"governors {counts}; cpu_governor_expected is not set",
-            threshold=thr,
+            threshold=threshold,
             remedy="set gpufleet_thresholds.cpu_governor_expected",
             detail=detail,
         )
@@ -96,7 +96,7 @@ def check_cpu_governor(readings: dict, profile: dict) -> dict:
             f"{n_off} of {sum(counts.values())} CPUs not on the {expected} governor: {off}",
             value=n_off,
             unit="cpus",
-            threshold=thr,
+            threshold=threshold,
             remedy=f"{BRINGUP}, or cpupower frequency-set -g {expected}",
             detail=detail,
         )
@@ -106,7 +106,7 @@ def check_cpu_governor(readings: dict, profile: dict) -> dict:
         f"all {counts[expected]} CPUs with cpufreq use the {expected} governor",
         value=0,
         unit="cpus",
-        threshold=thr,
+        threshold=threshold,
         detail=detail,
     )
 
@@ -119,20 +119,20 @@ def check_fabric_manager(readings: dict, profile: dict) -> dict:
     switches = devices(readings, "nvswitch")
     if not switches:
         return result(name, SKIP, "no NVSwitch on the PCI bus, so no fabric manager is needed")
-    fm, err = section(readings, name, "fabricmanager")
+    fabric_manager, err = section(readings, name, "fabricmanager")
     if err:
         return err
-    detail = {"nvswitches": [s["bdf"] for s in switches], **fm}
-    if not fm.get("asked") or not fm.get("state"):
+    detail = {"nvswitches": [s["bdf"] for s in switches], **fabric_manager}
+    if not fabric_manager.get("asked") or not fabric_manager.get("state"):
         return result(
-            name, ERROR, f"could not ask systemd about nvidia-fabricmanager: {fm.get('reason')}", detail=detail
+            name, ERROR, f"could not ask systemd about nvidia-fabricmanager: {fabric_manager.get('reason')}", detail=detail
         )
-    if fm["state"] == "active":
+    if fabric_manager["state"] == "active":
         return result(name, PASS, f"nvidia-fabricmanager active for {len(switches)} NVSwitch(es)", detail=detail)
     return result(
         name,
         FAIL,
-        f"nvidia-fabricmanager is {fm['state']} with {len(switches)} NVSwitch(es) present: "
+        f"nvidia-fabricmanager is {fabric_manager['state']} with {len(switches)} NVSwitch(es) present: "
         "CUDA cannot start on these GPUs until it runs",
         remedy="systemctl enable --now nvidia-fabricmanager; its version must match the driver exactly "
         "(journalctl -u nvidia-fabricmanager says why it stopped)",

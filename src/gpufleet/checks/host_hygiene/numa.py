@@ -78,32 +78,32 @@ def check_numa_balancing(readings: dict, profile: dict) -> dict:
     numa, err = section(readings, name, "numa")
     if err:
         return err
-    found = numa.get("numa_balancing")
-    thr = profiles.threshold(profile, "numa_balancing_expected")
-    expected = thr["value"]
-    detail = {"path": numa.get("numa_balancing_path"), "value": found, "reason": numa.get("reason")}
-    if found is None:
+    balancing = numa.get("numa_balancing")
+    threshold = profiles.threshold(profile, "numa_balancing_expected")
+    expected = threshold["value"]
+    detail = {"path": numa.get("numa_balancing_path"), "value": balancing, "reason": numa.get("reason")}
+    if balancing is None:
         return result(
-            name, SKIP, f"automatic NUMA balancing not exposed ({numa.get('reason')})", threshold=thr, detail=detail
+            name, SKIP, f"automatic NUMA balancing not exposed ({numa.get('reason')})", threshold=threshold, detail=detail
         )
     if expected is None:
         return result(
             name,
             WARN,
-            f"kernel.numa_balancing is {found}; numa_balancing_expected is not set",
-            value=found,
-            threshold=thr,
+            f"kernel.numa_balancing is {balancing}; numa_balancing_expected is not set",
+            value=balancing,
+            threshold=threshold,
             remedy="set gpufleet_thresholds.numa_balancing_expected",
             detail=detail,
         )
-    if found != expected:
+    if balancing != expected:
         return result(
             name,
             FAIL,
-            f"kernel.numa_balancing is {found}, expected {expected}",
-            value=found,
-            threshold=thr,
+            f"kernel.numa_balancing is {balancing}, expected {expected}",
+            value=balancing,
+            threshold=threshold,
             remedy=f"{BRINGUP}, or sysctl -w kernel.numa_balancing={expected} and persist it in /etc/sysctl.d",
             detail=detail,
         )
-    return result(name, PASS, f"kernel.numa_balancing is {found}", value=found, threshold=thr, detail=detail)
+    return result(name, PASS, f"kernel.numa_balancing is {balancing}", value=balancing, threshold=threshold, detail=detail)

@@ -108,10 +108,10 @@ def check_pcie_aer(readings: dict, profile: dict) -> dict:
         return err
     fatal_max = profiles.value(profile, "fabric_aer_fatal_max") or 0
     nonfatal_max = profiles.value(profile, "fabric_aer_nonfatal_max") or 0
-    thr = profiles.threshold(profile, "fabric_aer_fatal_max", fabric_aer_nonfatal_max=profiles.threshold(profile, "fabric_aer_nonfatal_max"))
+    threshold = profiles.threshold(profile, "fabric_aer_fatal_max", fabric_aer_nonfatal_max=profiles.threshold(profile, "fabric_aer_nonfatal_max"))
     devices = aer.get("devices") or []
     if not aer.get("present"):
-        return result(name, SKIP, f"no PCIe AER counts to read: {aer.get('reason')}", threshold=thr,
+        return result(name, SKIP, f"no PCIe AER counts to read: {aer.get('reason')}", threshold=threshold,
                       detail={"devices": len(devices), "reason": aer.get("reason")})
 
     def total(d: dict, sev: str) -> int:
@@ -136,9 +136,9 @@ def check_pcie_aer(readings: dict, profile: dict) -> dict:
     scope = f"{detail['devices_read']} GPU(s), HCA(s) and bridge(s) above them"
     if status == PASS:
         return result(name, PASS, f"no uncorrectable AER error since boot on {scope}{corr or '; no correctable one either'}",
-                      value=0, unit="errors", threshold=thr, detail=detail)
+                      value=0, unit="errors", threshold=threshold, detail=detail)
     return result(name, status, f"AER errors since boot on {scope}: " + "; ".join(parts) + corr,
-                  value=sums["fatal"] + sums["nonfatal"], unit="errors", threshold=thr, detail=detail,
+                  value=sums["fatal"] + sums["nonfatal"], unit="errors", threshold=threshold, detail=detail,
                   remedy="an uncorrectable PCIe error on that link: reseat the device (and its riser or cable), update the "
                          "device's and the switch's firmware, check the kernel log for the AER lines; a fatal one needs the "
                          "node drained and the link serviced before it is accepted")

@@ -54,14 +54,14 @@ def bringup_expectation(root: Path, item: Any) -> dict:
         return out | {"found": values, "found_reason": None if matched else f"no file matches {_under(root, where)}"}
     path = _under(root, where)
     if "sha256" in item:
-        found, reason = _sha256(path)
+        current, reason = _sha256(path)
     elif "exists" in item:
-        found, reason = os.path.lexists(path), None  # an enabled unit is a symlink to an absolute path
+        current, reason = os.path.lexists(path), None  # an enabled unit is a symlink to an absolute path
     elif "value" in item:
-        found, reason = read_text(path)
+        current, reason = read_text(path)
     else:
-        found, reason = None, "expectation has none of sha256, value, exists"
-    return out | {"found": found, "found_reason": reason}
+        current, reason = None, "expectation has none of sha256, value, exists"
+    return out | {"found": current, "found_reason": reason}
 
 
 def read_bringup(root: Path) -> dict:

@@ -16,14 +16,14 @@ def parse_nccl_conf(text: str) -> tuple[dict, list[dict]]:
     reported as ignored with the reason.
     """
     values, ignored = {}, []
-    for num, line in enumerate(text.splitlines(), 1):
+    for line_number, line in enumerate(text.splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         name, sep, value = line.partition("=")
         if not sep:
-            ignored.append({"line": num, "text": line, "reason": "no '=': NCCL skips it"})
+            ignored.append({"line": line_number, "text": line, "reason": "no '=': NCCL skips it"})
         elif name != name.strip() or not name:
-            ignored.append({"line": num, "text": line, "reason": "spaces around the name: NCCL reads a different name"})
+            ignored.append({"line": line_number, "text": line, "reason": "spaces around the name: NCCL reads a different name"})
         else:
             values.setdefault(name, value)  # NCCL's setenv(..., 0): the first line wins
     return values, ignored
