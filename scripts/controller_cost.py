@@ -51,7 +51,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
 
-from gpufleet import engine  # noqa: E402
+from gpufleet import host_documents  # noqa: E402
 import test_fleet_synthetic as synth  # noqa: E402
 import test_sdc  # noqa: E402
 
@@ -70,7 +70,7 @@ def host_name(i: int) -> str:
 
 def check_results() -> list[dict]:
     """gpu_health and host_hygiene of the recorded H100 readings, run through the real checks."""
-    doc = engine.check_host(synth.h100_readings(), ["gpu_health", "host_hygiene"], host="recorded", profile_name="h100-sxm")
+    doc = host_documents.check_host(synth.h100_readings(), ["gpu_health", "host_hygiene"], host="recorded", profile_name="h100-sxm")
     return doc["results"]
 
 

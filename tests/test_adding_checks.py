@@ -78,12 +78,12 @@ def test_the_guides_check_runs_in_its_group_with_its_class(applied, tmp_path):
     readings = ROOT / "tests" / "data" / "readings" / "recorded-h100-x1-vm.json"
     out = run_engine(applied, f"""
 import json
-from gpufleet import engine, failure_class, schema
+from gpufleet import failure_class, host_documents, schema
 readings = json.load(open({str(readings)!r}))
-doc = engine.check_host(readings, ["host_hygiene"], host="n0")
+doc = host_documents.check_host(readings, ["host_hygiene"], host="n0")
 res = [r for r in doc["results"] if r["check"] == "kernel_release"]
 del readings["host"]["kernel"]
-again = engine.check_host(readings, ["host_hygiene"], host="n0")
+again = host_documents.check_host(readings, ["host_hygiene"], host="n0")
 missing = [r for r in again["results"] if r["check"] == "kernel_release"]
 print(json.dumps({{"res": res, "missing": missing, "class": failure_class.default("kernel_release", "error")}}))
 """, tmp_path)
@@ -95,8 +95,8 @@ print(json.dumps({{"res": res, "missing": missing, "class": failure_class.defaul
 def test_the_guides_benchmark_runs_by_its_name_and_is_judged(applied, tmp_path):
     out = run_engine(applied, """
 import json
-from gpufleet import engine, registry
-doc = engine.bench_host(["host_copy"], tier="smoke", host="n0")
+from gpufleet import host_documents, registry
+doc = host_documents.bench_host(["host_copy"], tier="smoke", host="n0")
 print(json.dumps({"results": doc["results"], "names": registry.benchmark_names(),
                   "acceptance": registry.tier_benchmarks("acceptance")}))
 """, tmp_path)

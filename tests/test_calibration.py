@@ -247,13 +247,13 @@ def test_a_gpu_steadily_below_its_siblings_is_held_against_its_own_past(tmp_path
 def test_a_stable_fact_the_baseline_accepted_is_listed_not_warned_again(tmp_path):
     """A GPU with 2 uncorrectable ECC errors over its lifetime warns when first seen; once a baseline run accepted
     the node with them, they are information; a third error is a change, and warns again saying what it was."""
-    from gpufleet import collect, engine
+    from gpufleet import collect, host_documents
 
     readings = collect.load_recording(ROOT / "tests/data/readings/recorded-h100-x1-vm.json")
 
     def doc(lifetime: int) -> dict:  # the ECC check of the recorded GPU (the VM's other findings left out)
         readings["nvml"]["gpus"][0]["ecc_aggregate_uncorrected"] = lifetime
-        made = engine.check_host(readings, ["gpu_health"], host="node", overrides={"gpus_expected": 1})
+        made = host_documents.check_host(readings, ["gpu_health"], host="node", overrides={"gpus_expected": 1})
         return {**made, "results": [r for r in made["results"] if r["check"] == "ecc"]}
 
     reports = tmp_path / "reports"

@@ -17,7 +17,7 @@ import pytest
 
 from module_runner import run_module  # noqa: E402  (also puts the collection on sys.path)
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import engine, engine_results  # noqa: E402
+from ansible_collections.gpufleet.cluster.plugins.module_utils import engine_process, engine_results  # noqa: E402
 from ansible_collections.gpufleet.cluster.plugins.modules import finetune  # noqa: E402
 
 
@@ -76,7 +76,7 @@ def test_bad_arguments_fail_with_a_message_naming_them(args, message, capsys):
     out = run_finetune({"host_name": "n2", **args}, capsys)
     assert out["failed"] is True and out["_exit_code"] == 1
     assert message in out["msg"] and "on n2" in out["msg"], out["msg"]
-    assert out["remedy"] == engine.REMEDY_INPUT
+    assert out["remedy"] == engine_process.REMEDY_INPUT
 
 
 def test_check_mode_runs_nothing_and_says_so(fake_engine, capsys):
@@ -88,7 +88,7 @@ def test_check_mode_runs_nothing_and_says_so(fake_engine, capsys):
 
 
 def test_a_run_past_its_timeout_is_killed_with_its_process_group(fake_engine, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(engine, "KILL_GRACE_S", 0.5)
+    monkeypatch.setattr(engine_process, "KILL_GRACE_S", 0.5)
     pid_file = tmp_path / "child.pid"
     # An engine that ignores SIGTERM and has started a child of its own, as torchrun and its ranks are.
     fake_engine(f"""

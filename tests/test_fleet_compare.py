@@ -309,7 +309,7 @@ def test_a_node_profile_from_its_own_profile_dir_is_the_one_the_controller_judge
     reading profile files of its own (here it has none)."""
     import yaml
 
-    from gpufleet import engine, profiles
+    from gpufleet import host_documents, profiles
     from test_fleet_synthetic import h100_readings
 
     node_dir = tmp_path / "node-profiles"
@@ -318,7 +318,7 @@ def test_a_node_profile_from_its_own_profile_dir_is_the_one_the_controller_judge
     generic["thresholds"][thresholds.GPU_WARN].update(value=2, source="site: GPUs of a node within 2%")
     (node_dir / "generic.yml").write_text(yaml.safe_dump(generic))
     (node_dir / "site-gpu.yml").write_text(yaml.safe_dump({"name": "site-gpu", "match": [], "thresholds": {}}))
-    carried = engine.check_host(h100_readings(), ["gpu_inventory"], host="n0", profile_name="site-gpu",
+    carried = host_documents.check_host(h100_readings(), ["gpu_inventory"], host="n0", profile_name="site-gpu",
                                 profile_dir=node_dir)["profile"]
     assert carried["name"] == "site-gpu" and carried["path"] == str(node_dir / "site-gpu.yml")
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet import engine
+from gpufleet import host_documents
 from gpufleet import checks
 from gpufleet.checks import gpu_inventory
 from gpufleet.collect import kernel_log, nvml
@@ -33,7 +33,7 @@ def healthy() -> dict:
 
 
 def run(readings: dict, **kwargs) -> dict[str, dict]:
-    doc = engine.check_host(readings, GROUPS, host="node0", **kwargs)
+    doc = host_documents.check_host(readings, GROUPS, host="node0", **kwargs)
     return {r["check"]: r for r in doc["results"]}
 
 
@@ -495,7 +495,7 @@ def test_recorded_readings_replay_through_every_check(path):
     """Readings recorded on real GPU nodes: every check of every group runs, and inventory matches the recording."""
     readings = json.loads(path.read_text())
     assert set(readings) >= {"nvml", "host", "kernel_log"}
-    doc = engine.check_host(readings, host=path.stem)
+    doc = host_documents.check_host(readings, host=path.stem)
     crashed = [r for r in doc["results"] if "check crashed" in r["reason"]]
     assert crashed == []
     by_name = {r["check"]: r for r in doc["results"]}

@@ -357,7 +357,7 @@ def test_a_stopped_job_stops_the_processes_its_children_put_in_sessions_of_their
 MODULE = textwrap.dedent("""
     import sys
     sys.path.insert(0, sys.argv[1])
-    from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import run_engine
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_process import run_engine
     run_engine(sys.executable, ["hold"], 300, "test")
 """)
 
@@ -404,8 +404,8 @@ def test_the_controller_identity_is_this_machine():
 
 SLOW_READING_ENGINE = """
     import hashlib, json, sys, time
-    from ansible_collections.gpufleet.cluster.plugins.module_utils import engine
-    time.sleep(2 * engine.CHECK_EVERY_S)  # starts reading after the module's first wait for it ended
+    from ansible_collections.gpufleet.cluster.plugins.module_utils import engine_process
+    time.sleep(2 * engine_process.CHECK_EVERY_S)  # starts reading after the module's first wait for it ended
     data = sys.stdin.buffer.read()
     print(json.dumps({"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}))
 """
@@ -417,7 +417,7 @@ def test_a_large_input_reaches_an_engine_that_is_slow_to_start(fake_engine, monk
     import hashlib
 
     import module_runner  # noqa: F401  (puts the collection on sys.path)
-    from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import run_json
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_process import run_json
     fake_engine(SLOW_READING_ENGINE)
     monkeypatch.setenv("PYTHONPATH", f"{os.environ['PYTHONPATH']}:{REPO / 'collections'}")
     document = json.dumps({"results": [{"detail": "x" * 1000, "n": i} for i in range(1000)]})
@@ -441,7 +441,7 @@ def test_an_engine_killed_with_a_worker_left_holding_its_output_ends_the_module_
     """A soak engine killed on the node left its ranks holding its output open; the module waited for them until
     its timeout (17 minutes), and they ran on. Now they are killed a grace period after the engine is gone."""
     import module_runner  # noqa: F401  (puts the collection on sys.path)
-    from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import run_engine
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_process import run_engine
     fake_engine(ENGINE_KILLED_WITH_A_WORKER_LEFT)
     pid_file = tmp_path / "worker.pid"
     t0 = time.monotonic()

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from gpufleet import engine, profiles, schema
+from gpufleet import host_documents, profiles, schema
 from gpufleet.checks import GROUPS, host_hygiene
 from gpufleet.collect import host
 from sysfs_tree import ACS_OFF, ACS_REDIRECT_ON, Tree, config_space, hgx, vm
@@ -129,7 +129,7 @@ def test_hgx_passes_everything(tmp_path):
 def test_hgx_through_the_engine(tmp_path):
     tree = hgx(tmp_path)
     readings = {"host": host.read(str(tree.root), tree.environ), "nvml": {"gpus": [{"name": H100}]}}
-    doc = engine.check_host(readings, ["host_hygiene"], host="node0", overrides=SITE)
+    doc = host_documents.check_host(readings, ["host_hygiene"], host="node0", overrides=SITE)
     assert doc["profile"]["name"] == "h100-sxm"
     assert [r["check"] for r in doc["results"]] == CHECK_NAMES
     assert schema.verdict(doc["results"]) == schema.PASS

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet import engine
+from gpufleet import host_documents
 
 REPO = Path(__file__).resolve().parents[1]
 READINGS = REPO / "tests" / "data" / "readings" / "recorded-h100-x1-vm.json"
@@ -44,11 +44,11 @@ def test_it_says_which_python_the_node_runs_and_which_gpu_count_it_expects(tmp_p
 
 def test_a_board_with_fewer_gpus_than_its_profile_is_told_how_to_say_so():
     readings = json.loads(READINGS.read_text())  # one H100 80GB HBM3: profile h100-sxm, an 8-GPU board
-    count = next(r for r in engine.check_host(readings, ["gpu_inventory"])["results"] if r["check"] == "gpu_count")
+    count = next(r for r in host_documents.check_host(readings, ["gpu_inventory"])["results"] if r["check"] == "gpu_count")
     assert count["status"] == "fail" and count["reason"].endswith("expected 8")
     assert ("if this machine has 1 GPUs by design, say so: gpufleet_thresholds: {gpus_expected: 1} for it "
             "(make validate: EXPECTED_GPUS=1); profile h100-sxm expects 8 (HGX H100 8-GPU baseboard)") in count["remedy"]
-    said = next(r for r in engine.check_host(readings, ["gpu_inventory"], overrides={"gpus_expected": 2})["results"]
+    said = next(r for r in host_documents.check_host(readings, ["gpu_inventory"], overrides={"gpus_expected": 2})["results"]
                 if r["check"] == "gpu_count")
     assert said["status"] == "fail" and "by design" not in said["remedy"]  # the inventory said 2: a GPU is missing
 

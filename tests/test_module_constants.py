@@ -16,7 +16,7 @@ import module_runner  # noqa: E402  F401 (puts the collection on sys.path)
 from ansible_collections.gpufleet.cluster.plugins.module_utils import (  # noqa: E402
     benchmark_module,
     check_module,
-    engine,
+    engine_process,
     engine_schema,
 )
 from ansible_collections.gpufleet.cluster.plugins.modules import (  # noqa: E402
@@ -32,7 +32,7 @@ from ansible_collections.gpufleet.cluster.plugins.modules import (  # noqa: E402
 
 from gpufleet import checks, failure_class, registry, schema  # noqa: E402
 from gpufleet.collect import counters  # noqa: E402
-from gpufleet import engine as engine_py  # noqa: E402
+from gpufleet import host_documents as engine_py  # noqa: E402
 from gpufleet.checks import benchmarks  # noqa: E402
 from gpufleet.errors import EXIT_CODES  # noqa: E402
 from gpufleet.finetune import results as finetune_results  # noqa: E402
@@ -125,7 +125,7 @@ def test_the_results_the_modules_make_are_the_engines():
                 real = schema.result(check, status, "why", group="g", remedy="r", detail={"a": 1},
                                      failure_class=known, started="2026-01-01T00:00:00Z", seconds=0.5)
                 assert list(copy.items()) == list(real.items()), (check, status, known)
-    classes = {engine_schema.failure_class_of(engine.EngineError(msg, stderr=err))
+    classes = {engine_schema.failure_class_of(engine_process.EngineError(msg, stderr=err))
                for msg, err in (("exited 1", "No space left on device"), ("exited 1", "Traceback"))}
     assert classes == {failure_class.ENVIRONMENT, failure_class.SOFTWARE}
     doc = engine_schema.host_document("node0", "2026-01-01T00:00:00Z", 1.0, [])
@@ -163,4 +163,4 @@ def test_the_finetune_group_and_counter_phases_are_the_engines():
 def test_the_exit_codes_the_modules_read_as_results_are_the_engines():
     # 0: every result passed or warned; 1: a result failed or erred (data, not a module failure).
     codes = dict(re.findall(r"^  (\d+) +(.+)$", EXIT_CODES, re.MULTILINE))
-    assert tuple(int(c) for c in codes if codes[c].startswith(("done", "a result failed"))) == engine.RESULT_RCS
+    assert tuple(int(c) for c in codes if codes[c].startswith(("done", "a result failed"))) == engine_process.RESULT_RCS

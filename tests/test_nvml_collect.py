@@ -12,7 +12,7 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from gpufleet import collect, engine
+from gpufleet import collect, host_documents
 from gpufleet.checks import GROUPS, gpu_inventory
 from gpufleet.collect import kernel_log, nvml
 from gpufleet.collect.nvml.binding import bus_id, call_first, cuda_version, read_field
@@ -89,7 +89,7 @@ def test_no_driver_every_gpu_check_errors_with_the_readers_line():
     readings = collect.read_all()
     if readings["nvml"]["available"]:
         pytest.skip("this host has an NVIDIA driver; the GPU side is covered by test_read_on_this_host")
-    doc = engine.check_host(readings, ["gpu_inventory", "gpu_health"])
+    doc = host_documents.check_host(readings, ["gpu_inventory", "gpu_health"])
     by_name = {r["check"]: r for r in doc["results"]}
     assert set(GPU_CHECKS) <= set(by_name)
     for name in GPU_CHECKS:
@@ -141,8 +141,8 @@ def test_collect_cli_output_replays_to_the_same_verdicts(tmp_path):
     subprocess.run([sys.executable, "-m", "gpufleet", "collect", "--out", str(out)], check=True, env=_env(), timeout=120)
     recorded = json.loads(out.read_text())
     assert set(recorded) == {"nvml", "host", "kernel_log", "software"}
-    live = engine.check_host(collect.read_all(), ["gpu_inventory"])
-    replayed = engine.check_host(recorded, ["gpu_inventory"])
+    live = host_documents.check_host(collect.read_all(), ["gpu_inventory"])
+    replayed = host_documents.check_host(recorded, ["gpu_inventory"])
     assert replayed["versions"] == live["versions"]  # the software and firmware replay with the recording
     # Inventory does not move between two reads a second apart (temperatures and counters may).
     assert [(r["check"], r["status"], r["reason"]) for r in replayed["results"]] == [

@@ -23,7 +23,7 @@ def _stamp(res: dict) -> dict:
 
 
 def host_doc(host: str, results: list[dict], profile: str = "h100-sxm") -> dict:
-    """A host document shaped like engine.check_host() output."""
+    """A host document shaped like host_documents.check_host() output."""
     return {
         "schema_version": schema.SCHEMA_VERSION,
         "host": host,

@@ -19,7 +19,7 @@ from gpufleet.errors import InputError
 from gpufleet.runner import core, private, record, resume
 from gpufleet.runner.api import parse_extra_vars
 from gpufleet.runner.events import FleetState, classify
-from gpufleet.runner.view import LiveView, PlainView
+from gpufleet.runner.live_view import LiveView, PlainView
 
 ROLE = "/repo/collections/ansible_collections/gpufleet/cluster/roles/validate_node/tasks"
 

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from gpufleet import engine, report
+from gpufleet import host_documents, report
 from gpufleet.bench import sdc as bench_sdc
 from gpufleet.checks import sdc as sdc_check
 from gpufleet.checks.benchmarks import CPU_NOTE
@@ -70,7 +70,7 @@ def node_result(gpus: list[dict], **kw) -> dict:
 
 @cpu_run
 def test_cpu_run_compares_hashes_across_two_processes():
-    doc = engine.bench_host(["sdc"], host="cpu-node")
+    doc = host_documents.bench_host(["sdc"], host="cpu-node")
     (res,) = doc["results"]
     assert res["group"] == "benchmark" and res["check"] == "sdc"
     assert res["status"] == "skip" and CPU_NOTE in res["reason"] and res["detail"]["would_be"] == "pass", res
@@ -88,7 +88,7 @@ def test_cpu_run_compares_hashes_across_two_processes():
 
 @cpu_run
 def test_with_matmul_in_the_run_sdc_is_computed_in_the_matmul_workers():
-    doc = engine.bench_host(["matmul", "sdc"], host="cpu-node")
+    doc = host_documents.bench_host(["matmul", "sdc"], host="cpu-node")
     by_check = {r["check"]: r for r in doc["results"]}
     assert {"matmul_bf16", "sdc"} <= set(by_check), doc["results"]
     res = by_check["sdc"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpufleet import engine, profiles
+from gpufleet import host_documents, profiles
 from gpufleet.errors import InputError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -83,16 +83,16 @@ def test_new_models_match_their_nvml_names_cite_the_datasheet_and_say_they_are_u
         assert profiles.match(known, other) != name
     readings = json.loads(READINGS.read_text())
     readings["nvml"]["gpus"][0]["name"] = gpu
-    doc = engine.check_host(readings, ["gpu_inventory"])
+    doc = host_documents.check_host(readings, ["gpu_inventory"])
     (said,) = [r for r in doc["results"] if r["group"] == "profile"]
     assert said["status"] == "pass" and said["reason"].startswith(f"profile {name} is uncalibrated: ")
 
 
 def test_one_line_turns_a_check_off_and_it_is_reported_as_skip_with_that_line(monkeypatch):
     readings = json.loads(READINGS.read_text())
-    before = {r["check"]: r for r in engine.check_host(readings, ["gpu_health"])["results"]}
-    monkeypatch.setenv(engine.CHECKS_DISABLED_ENV, json.dumps(["gpu_health.temperature"]))
-    after = {r["check"]: r for r in engine.check_host(readings, ["gpu_health"])["results"]}
+    before = {r["check"]: r for r in host_documents.check_host(readings, ["gpu_health"])["results"]}
+    monkeypatch.setenv(host_documents.CHECKS_DISABLED_ENV, json.dumps(["gpu_health.temperature"]))
+    after = {r["check"]: r for r in host_documents.check_host(readings, ["gpu_health"])["results"]}
     off = after["temperature"]
     assert off["status"] == "skip" and off["reason"] == "turned off for this node: gpufleet_checks_disabled: [gpu_health.temperature]"
     assert off["detail"]["found"]["status"] == before["temperature"]["status"]  # what it found is kept
@@ -100,7 +100,7 @@ def test_one_line_turns_a_check_off_and_it_is_reported_as_skip_with_that_line(mo
         {k: r["status"] for k, r in before.items() if k != "temperature"}
     with pytest.raises(InputError, match="gpufleet_checks_disabled: host_hygiene.acs is not a check; expected one of "
                                          "host_hygiene.pcie_acs"):
-        engine.checks_disabled(["host_hygiene.acs"])
+        host_documents.checks_disabled(["host_hygiene.acs"])
     with pytest.raises(InputError, match="nowhere.x is not a check"):
-        engine.checks_disabled(["nowhere.x"])
-    assert engine.checks_disabled(["benchmark.nccl_all_reduce"]) == ["benchmark.nccl_all_reduce"]
+        host_documents.checks_disabled(["nowhere.x"])
+    assert host_documents.checks_disabled(["benchmark.nccl_all_reduce"]) == ["benchmark.nccl_all_reduce"]

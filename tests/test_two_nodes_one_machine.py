@@ -71,10 +71,10 @@ def test_no_scaling_result_from_a_one_gpu_node(profile):
 
 @pytest.mark.parametrize("listed, count", [(None, 2), ("1", 1), ("0,1", 2), ("", 0), ("0,1,2,3", 2)])
 def test_visible_gpus_follow_cuda_visible_devices(monkeypatch, listed, count):
-    from gpufleet import engine
+    from gpufleet import host_documents
 
     if listed is None:
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     else:
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", listed)
-    assert engine.visible_gpus(2) == count
+    assert host_documents.visible_gpus(2) == count

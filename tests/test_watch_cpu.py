@@ -17,7 +17,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gpufleet import engine, failure_class, profiles, schema  # noqa: E402
+from gpufleet import failure_class, host_documents, profiles, schema  # noqa: E402
 from gpufleet.bench import summarize  # noqa: E402
 from gpufleet.bench.watch import ProcessWatch, process_tree, wait_quiet  # noqa: E402
 from gpufleet.checks import benchmarks  # noqa: E402
@@ -358,14 +358,14 @@ def test_the_counters_after_the_benchmarks_list_processes_again(h200):
 
     readings = collect.load_recording("tests/data/readings/recorded-h200-x1-vm.json")
     readings["nvml"]["gpus"][0]["processes"] = []
-    doc = engine.counters_host("after", readings)
+    doc = host_documents.counters_host("after", readings)
     assert [(r["check"], r["status"]) for r in doc["results"]] == [("snapshot_after", "pass"), ("fabric_after", "skip"),
                                                                    ("processes_after", "pass")]
     readings["nvml"]["gpus"][0]["processes"] = [dict(DISTURB, kinds=["compute"])]
-    after = engine.counters_host("after", readings)["results"][2]
+    after = host_documents.counters_host("after", readings)["results"][2]
     assert after["status"] == "fail" and "after the benchmarks: " in after["reason"]
     assert "pid 1 (gpu_disturb, 1002 MiB)" in after["reason"]
-    assert [r["check"] for r in engine.counters_host("before", readings)["results"]] == ["snapshot_before", "fabric_before"]
+    assert [r["check"] for r in host_documents.counters_host("before", readings)["results"]] == ["snapshot_before", "fabric_before"]
 
 
 def test_a_window_behind_its_siblings_is_named_though_the_gpu_never_beat_it(h200):
@@ -381,16 +381,16 @@ def test_a_window_behind_its_siblings_is_named_though_the_gpu_never_beat_it(h200
 def test_no_driver_lists_no_processes_after():
     from gpufleet.collect import nvml
 
-    doc = engine.counters_host("after", {"nvml": {"available": False, "error": nvml.NO_DRIVER}, "host": {}})
+    doc = host_documents.counters_host("after", {"nvml": {"available": False, "error": nvml.NO_DRIVER}, "host": {}})
     # A reading with no host section at all: the fabric's snapshot cannot be taken from it.
     assert [(r["check"], r["status"]) for r in doc["results"]] == [("snapshot_after", "skip"), ("fabric_after", "error"),
                                                                    ("processes_after", "skip")]
 
 
 def test_the_engine_runs_benchmarks_watched():
-    from gpufleet import engine
+    from gpufleet import host_documents
 
-    doc = engine.bench_host(["matmul"], tier="smoke")
+    doc = host_documents.bench_host(["matmul"], tier="smoke")
     (res,) = doc["results"]  # a CPU run: no GPU to watch, so no matmul_processes result
     assert res["check"] == "matmul_bf16" and res["status"] == "skip" and "trust" not in res
     (attempt,) = res["detail"]["attempts"]
@@ -408,7 +408,7 @@ def gpu_nccl(busbw: float, mon: dict, nnodes: int = 1) -> dict:
 
 
 def gpu_train(tokens_per_s: float, mon: dict) -> dict:
-    """The training gate's step output (engine.bench_host): one GPU, then both, under the sampler."""
+    """The training gate's step output (host_documents.bench_host): one GPU, then both, under the sampler."""
     def gate(world):
         rank = {"tokens_per_s_per_gpu": tokens_per_s, "flops_per_token": 8.6e8, "step_s_median": 0.12, "loss_first": 10.9,
                 "loss_last": 7.5, "peak_memory_gib": 30.0}
@@ -417,7 +417,7 @@ def gpu_train(tokens_per_s: float, mon: dict) -> dict:
     return {"device": "cuda", "single": gate(1), "full": gate(2), "monitor": mon}
 
 
-def train_judge(out, prof):  # as engine.bench_host judges its training gate
+def train_judge(out, prof):  # as host_documents.bench_host judges its training gate
     return benchmarks.train_gpt2(out["full"], prof, single=out["single"])
 
 
@@ -496,9 +496,9 @@ def test_a_disturbed_fine_tune_is_an_error_never_a_pass(h200):
 
 
 def test_the_engine_watches_nccl_and_the_training_gate():
-    from gpufleet import engine
+    from gpufleet import host_documents
 
-    doc = engine.bench_host(["nccl", "train_gpt2"], tier="smoke")
+    doc = host_documents.bench_host(["nccl", "train_gpt2"], tier="smoke")
     by_check = {r["check"]: r for r in doc["results"]}
     assert "nccl_all_reduce" in by_check and "train_gpt2" in by_check, doc["results"]
     for check in ("nccl_all_reduce", "train_gpt2"):  # each measured once, through the sampler: nothing foreign

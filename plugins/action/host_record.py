@@ -10,7 +10,7 @@ same name would start a module process on the controller for every node, which c
 from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
-from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import EngineError
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_process import EngineError
 from ansible_collections.gpufleet.cluster.plugins.module_utils.record_module import record_argument_spec, run_record
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 from ansible.utils.vars import merge_hash
-from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import stop_with_controller
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_process import stop_with_controller
 
 
 class ActionModule(ActionBase):

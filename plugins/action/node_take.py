@@ -16,7 +16,7 @@ import time
 
 from ansible.errors import AnsibleConnectionFailure
 from ansible.plugins.action import ActionBase
-from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import EngineError, run_json, stop_with_controller
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_process import EngineError, run_json, stop_with_controller
 from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_schema import result
 from ansible_collections.gpufleet.cluster.plugins.module_utils.lock_module import lock_argument_spec
 

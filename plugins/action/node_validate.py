@@ -34,7 +34,7 @@ from ansible.errors import AnsibleConnectionFailure
 from ansible.utils.display import Display
 from ansible_collections.gpufleet.cluster.plugins.action.node_take import ARGUMENT_SPEC as TAKE_SPEC
 from ansible_collections.gpufleet.cluster.plugins.action.node_take import LOCK_ARGS, NodeTake, lock_result, utc_now
-from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import EngineError, stop_with_controller
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_process import EngineError, stop_with_controller
 from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_schema import CHECK_GROUPS, STEP_GROUPS, result
 from ansible_collections.gpufleet.cluster.plugins.module_utils.record_module import run_record
 

@@ -10,7 +10,7 @@ import json
 import socket
 import time
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import add_node_env, node_args, node_env_argument_spec
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_process import add_node_env, node_args, node_env_argument_spec
 from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_results import (
     run_engine_results,
     start_engine_run,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import socket
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_process import (
     RESULT_RCS,
     TAIL_CHARS,
     EngineError,

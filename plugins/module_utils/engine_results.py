@@ -11,7 +11,7 @@ import json
 import socket
 import time
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_process import (
     REMEDY_INPUT,
     REMEDY_RERUN,
     RESULT_RCS,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import EngineError, add_node_env, node_env_argument_spec, run_json
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_process import EngineError, add_node_env, node_env_argument_spec, run_json
 
 LOCK_COMMANDS = {"acquired": "acquire", "heartbeat": "heartbeat", "released": "release"}
 # The engine waits this long at the least for the processes of a stale lock's run to stop (gpufleet.lock.STOP_WAIT_S).

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sys
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import run_json
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_process import run_json
 
 
 def record_argument_spec():

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import EngineError, run_json
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_process import EngineError, run_json
 
 
 def report_argument_spec():

@@ -226,7 +226,7 @@ import re
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import add_node_env, node_args, node_env_argument_spec
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_process import add_node_env, node_args, node_env_argument_spec
 from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_results import (
     run_engine_results,
     start_engine_run,

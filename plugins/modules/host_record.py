@@ -103,7 +103,7 @@ record:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import EngineError
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_process import EngineError
 from ansible_collections.gpufleet.cluster.plugins.module_utils.record_module import record_argument_spec, run_record
 
 

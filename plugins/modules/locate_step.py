@@ -193,7 +193,7 @@ import json
 import sys
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import EngineError, run_json
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_process import EngineError, run_json
 
 
 def main():

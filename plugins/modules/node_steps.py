@@ -98,7 +98,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.check_module impo
     run_check_module,
     run_counters_module,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import add_node_env, controller_gone, node_env_argument_spec
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_process import add_node_env, controller_gone, node_env_argument_spec
 from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_schema import CHECK_GROUPS
 from ansible_collections.gpufleet.cluster.plugins.module_utils.lock_module import lock_module_argument_spec, run_lock_module
 

@@ -133,7 +133,7 @@ dead_runs:
 import sys
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.cluster.plugins.module_utils.engine import EngineError, run_json
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_process import EngineError, run_json
 
 
 def main():

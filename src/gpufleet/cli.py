@@ -16,7 +16,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from gpufleet import __version__, collect, engine, guard, lock, node_stage, profiles, report, runs, schema, slurm, views
+from gpufleet import __version__, collect, guard, host_documents, lock, node_stage, profiles, report, runs, schema, slurm, views
 from gpufleet.checks import GROUPS, slurm_health
 from gpufleet.collect import counters
 from gpufleet.command_line import Parser, add_document_arguments, json_arg, print_doc, results_exit
@@ -40,7 +40,7 @@ def cmd_collect(args) -> int:
 
 def cmd_check(args) -> int:
     readings = collect.load_recording(args.readings) if args.readings else collect.read_all(args.root)
-    doc = engine.check_host(
+    doc = host_documents.check_host(
         readings,
         slurm_health.GROUPS if args.slurm_health else args.group or None,
         host=args.host,
@@ -82,7 +82,7 @@ def cmd_bench(args) -> int:
         "timeout_s": args.timeout_s,
         "rdzv_timeout_s": args.rdzv_timeout_s,
     }
-    doc = engine.bench_host(
+    doc = host_documents.bench_host(
         args.benchmark,
         tier=args.tier,
         host=args.host,
@@ -99,7 +99,7 @@ def cmd_bench(args) -> int:
 
 def cmd_counters(args) -> int:
     readings = collect.load_recording(args.readings) if args.readings else None
-    doc = engine.counters_host(args.phase, readings, root=args.root, host=args.host, profile_name=args.profile,
+    doc = host_documents.counters_host(args.phase, readings, root=args.root, host=args.host, profile_name=args.profile,
                         overrides=json_arg(args.thresholds, "--thresholds"), profile_dir=args.profile_dir)
     print_doc(doc, args.json)
     return results_exit(doc["results"], args.exit_zero)
@@ -161,7 +161,7 @@ def cmd_profiles(args) -> int:
     """The profiles this engine knows, the site's first; what validate.yml checks on the controller before any node
     (gpufleet_profile_dir, gpufleet_checks_disabled)."""
     known = profiles.load_all(args.profile_dir, site_dir=args.site_dir)
-    off = engine.checks_disabled(json.loads(args.checks_disabled) if args.checks_disabled else [])
+    off = host_documents.checks_disabled(json.loads(args.checks_disabled) if args.checks_disabled else [])
     rows = [{"name": name, "site": bool(doc.get("site")), "path": doc["path"], "match": doc.get("match") or [],
              "uncalibrated": doc.get("uncalibrated")} for name, doc in known.items()]
     if args.json:
@@ -240,8 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
     k.set_defaults(func=cmd_check)
 
     b = sub.add_parser("bench", help="run benchmarks and print a host document")
-    b.add_argument("benchmark", nargs="+", choices=list(engine.BENCHMARKS))
-    b.add_argument("--tier", default="quick", choices=list(engine.TIERS))
+    b.add_argument("benchmark", nargs="+", choices=list(host_documents.BENCHMARKS))
+    b.add_argument("--tier", default="quick", choices=list(host_documents.TIERS))
     # nccl and train_gpt2 run under torchrun: where, and for how long.
     b.add_argument("--nnodes", type=int, default=1, help="number of hosts in the run")
     b.add_argument("--node-rank", type=int, default=0, help="this host's rank (inventory order)")

@@ -1,6 +1,6 @@
 """Leave nothing behind on a node: stop what this engine started when the run that asked for it is gone.
 
-The module that starts the engine (plugins/module_utils/engine.py) asks the kernel to send the engine SIGTERM
+The module that starts the engine (plugins/module_utils/engine_process.py) asks the kernel to send the engine SIGTERM
 when the module dies (PR_SET_PDEATHSIG) and names itself in GPUFLEET_PARENT_PID; every engine process of a run
 that holds the node lock names it in GPUFLEET_LOCK ({"path", "run_id", "holder", "heartbeat_timeout_s"}): when the
 run loses the lock or is told to stop (a run that takes a stale lock over marks it so, lock.py), or, for a job the

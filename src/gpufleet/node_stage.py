@@ -17,7 +17,7 @@ import json
 import time
 from pathlib import Path
 
-from gpufleet import collect, engine, guard, lock, paths, registry, schema
+from gpufleet import collect, guard, host_documents, lock, paths, registry, schema
 from gpufleet.checks import GROUPS
 from gpufleet.command_line import json_arg
 from gpufleet.errors import InputError
@@ -66,13 +66,13 @@ def run(tier: str, run_dir: Path, run_id: str, host: str, *, lock_path: str = lo
         t0 = time.monotonic()
         readings = collect.load_recording(readings_file) if readings_file else collect.read_all("/")
         profile = {"profile_name": profile_name, "overrides": overrides, "profile_dir": profile_dir}
-        checks = engine.check_host(readings, list(GROUPS), host=host, **profile)
-        before = engine.counters_host("before", readings if readings_file else None, host=host, **profile)
+        checks = host_documents.check_host(readings, list(GROUPS), host=host, **profile)
+        before = host_documents.counters_host("before", readings if readings_file else None, host=host, **profile)
         doc = dict(checks, results=doc["results"] + checks["results"] + before["results"])
         paths.write_atomic(path, json.dumps(doc, indent=1, sort_keys=True, default=str) + "\n")
         if names:
-            bench = engine.bench_host(names, tier=benchmark_tier or bench_tier, host=host, **profile)
-            after = engine.counters_host("after", readings if readings_file else None, host=host, **profile)
+            bench = host_documents.bench_host(names, tier=benchmark_tier or bench_tier, host=host, **profile)
+            after = host_documents.counters_host("after", readings if readings_file else None, host=host, **profile)
             doc["results"] += bench["results"] + after["results"]
         doc["seconds"] = round(time.monotonic() - t0, 4)
         paths.write_atomic(path, json.dumps(doc, indent=1, sort_keys=True, default=str) + "\n")
@@ -96,7 +96,7 @@ def add_parser(sub) -> None:
     p.add_argument("--run-dir", required=True, help="the run's folder in the shared reports folder")
     p.add_argument("--run-id", required=True, help="the run the node lock is taken for")
     p.add_argument("--benchmarks", nargs="*", help="gpufleet_benchmarks (default: the tier's)")
-    p.add_argument("--benchmark-tier", choices=list(engine.TIERS), help="gpufleet_benchmark_tier (default: the tier's)")
+    p.add_argument("--benchmark-tier", choices=list(host_documents.TIERS), help="gpufleet_benchmark_tier (default: the tier's)")
     p.add_argument("--lock-path", default=lock.DEFAULT_PATH, help="gpufleet_lock_path")
     p.add_argument("--lock-ttl-s", type=float, default=3600, help="seconds the lock lasts should the job never give it "
                    "back (the job's time limit)")

@@ -1,4 +1,4 @@
-"""Counter snapshots, read for `gpufleet counters --phase before|after` (engine.counters_host).
+"""Counter snapshots, read for `gpufleet counters --phase before|after` (host_documents.counters_host).
 
 One host document, group `counters`: first `snapshot_before` or `snapshot_after`, every GPU NVML sees with its
 cumulative error counters; then `fabric_before` or `fabric_after` (fabric_snapshot(): every InfiniBand port's

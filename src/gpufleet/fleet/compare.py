@@ -52,7 +52,7 @@ from gpufleet.fleet.findings import fleet_result
 from gpufleet.fleet.peers import fleet_groups, fleet_stats, gpu_vs_node, node_vs_fleet, sample_spread
 from gpufleet.fleet.returning import returning_gpu
 from gpufleet.fleet.thresholds import BASE_FAIL, BASE_WARN, Thresholds, thresholds_for
-from gpufleet.fleet.view import view_rows
+from gpufleet.fleet.report_rows import view_rows
 from gpufleet.schema import SKIP
 
 

@@ -1,6 +1,6 @@
 """Aggregate per-host result documents into one fleet report.
 
-    RUN_DIR/hosts/<host>.json   one host document per host (engine.check_host(),
+    RUN_DIR/hosts/<host>.json   one host document per host (host_documents.check_host(),
                                 or the playbook's minimal document for a host
                                 that could not be checked)
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from gpufleet import causes, failure_class, schema
 from gpufleet.fleet import figure_text
-from gpufleet.fleet.view import VIEW_COLUMNS
+from gpufleet.fleet.report_rows import VIEW_COLUMNS
 
 # Worst first: the column order of count tables and the order findings are listed in.
 STATUS_ORDER = sorted(schema.STATUSES, key=schema.severity, reverse=True)

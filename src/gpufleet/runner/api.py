@@ -31,7 +31,7 @@ from gpufleet.runner.events import FleetState
 from gpufleet.runner.locating import Progress
 from gpufleet.runs import new_run_id
 from gpufleet.runner.project import Project, find_project, nodes_of, read_inventory
-from gpufleet.runner.view import make_view
+from gpufleet.runner.live_view import make_view
 
 TIERS = ("smoke", "acceptance", "soak")
 LOCATE_METHODS = ("auto", "pairs", "bisect")

@@ -21,7 +21,7 @@ from pathlib import Path
 from gpufleet.errors import InputError
 from gpufleet.runner import api, locating
 from gpufleet.runner.api import outcome_json
-from gpufleet.runner.view import make_view
+from gpufleet.runner.live_view import make_view
 
 
 def _common(p: argparse.ArgumentParser, *, inventory_required: bool = True) -> None:
