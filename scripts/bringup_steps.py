@@ -48,8 +48,11 @@ def read_log(path: Path) -> dict:
         elif line.startswith("changed: [") and task and task not in changed_tasks:
             changed_tasks.append(task)
     recaps = RECAP.findall(text)
-    fatal = [line.strip() for line in text.splitlines() if line.startswith(("fatal:", "failed:")) or '"msg":' in line
-             or line.strip().startswith("msg:")]
+    fatal = [
+        line.strip()
+        for line in text.splitlines()
+        if line.startswith(("fatal:", "failed:")) or '"msg":' in line or line.strip().startswith("msg:")
+    ]
     return {
         "changed": sum(int(r[2]) for r in recaps) if recaps else None,
         "failed": sum(int(r[4]) + int(r[3]) for r in recaps) if recaps else None,
@@ -73,8 +76,13 @@ def read_report(path: str | None) -> dict:
     host, node = next(iter(nodes.items()))
     drift = next((r for r in node.get("results", []) if r.get("check") == "bringup_drift"), None)
     failing = [f"{r['group']}.{r['check']}" for r in node.get("results", []) if r.get("status") in ("fail", "error")]
-    return {"host": host, "verdict": node.get("verdict"), "failing": failing,
-            "drift_status": drift and drift.get("status"), "drift_reason": drift and drift.get("reason")}
+    return {
+        "host": host,
+        "verdict": node.get("verdict"),
+        "failing": failing,
+        "drift_status": drift and drift.get("status"),
+        "drift_reason": drift and drift.get("reason"),
+    }
 
 
 def judge(step: str, rc: int, log: dict, report: dict, expect_acceptance: bool) -> tuple[str, bool]:
@@ -84,8 +92,10 @@ def judge(step: str, rc: int, log: dict, report: dict, expect_acceptance: bool) 
         return log["text"].strip(), False
     if step == "pin-refused":
         named = REFUSED.search(" ".join(log["text"].split()))  # the message may be wrapped over lines
-        return (f"refused: {named.group(0)}" if named else f"not refused as it should be: {log['messages'][-1:]}",
-                rc != 0 and bool(named) and not log["changed"])
+        return (
+            f"refused: {named.group(0)}" if named else f"not refused as it should be: {log['messages'][-1:]}",
+            rc != 0 and bool(named) and not log["changed"],
+        )
     if kind == "validate":
         if "report_error" in report:
             return report["report_error"], False
@@ -100,7 +110,9 @@ def judge(step: str, rc: int, log: dict, report: dict, expect_acceptance: bool) 
     if rc != 0:
         return f"exit {rc}: {log['messages'][-1:] or 'see the log'}", False
     if step == "bringup-2":
-        return ("no change" if log["changed"] == 0 else f"changed: {', '.join(log['changed_tasks'])}"), log["changed"] == 0
+        return ("no change" if log["changed"] == 0 else f"changed: {', '.join(log['changed_tasks'])}"), log[
+            "changed"
+        ] == 0
     if step == "bringup-3":
         return f"restored: {', '.join(log['changed_tasks'])}", bool(log["changed"])
     if kind == "check":
@@ -114,9 +126,16 @@ def gpu_settings(out: Path) -> dict | None:
     if not before.exists() or not after.exists():
         return None
     same = before.read_text() == after.read_text()
-    return {"step": "gpu-settings", "rc": None, "changed": None, "seconds": None, "as_expected": same,
-            "outcome": "persistence, clocks, power limits, compute mode unchanged" if same
-            else f"CHANGED: compare {before.name} and {after.name}"}
+    return {
+        "step": "gpu-settings",
+        "rc": None,
+        "changed": None,
+        "seconds": None,
+        "as_expected": same,
+        "outcome": "persistence, clocks, power limits, compute mode unchanged"
+        if same
+        else f"CHANGED: compare {before.name} and {after.name}",
+    }
 
 
 def record(args) -> int:
@@ -124,8 +143,16 @@ def record(args) -> int:
     log = read_log(out / f"{args.step}.log")
     report = read_report(args.report)
     outcome, ok = judge(args.step, args.rc, log, report, os.environ.get("EXPECT_ACCEPTANCE", "1") != "0")
-    row = {"step": args.step, "rc": args.rc, "changed": log["changed"], "seconds": round(args.seconds, 1),
-           "outcome": outcome, "as_expected": ok, "changed_tasks": log["changed_tasks"], **report}
+    row = {
+        "step": args.step,
+        "rc": args.rc,
+        "changed": log["changed"],
+        "seconds": round(args.seconds, 1),
+        "outcome": outcome,
+        "as_expected": ok,
+        "changed_tasks": log["changed_tasks"],
+        **report,
+    }
     with open(out / "steps.jsonl", "a") as handle:
         handle.write(json.dumps(row) + "\n")
     print(f"== {args.step}: exit {args.rc}, {row['seconds']} s: {outcome}", flush=True)
@@ -143,8 +170,10 @@ def table(args) -> int:
         rc = "" if r["rc"] is None else r["rc"]
         changed = "" if r["changed"] is None else r["changed"]
         seconds = "" if r["seconds"] is None else r["seconds"]
-        lines.append(f"{r['step']:12} {rc!s:>3} {changed!s:>7} {seconds!s:>7}  {'yes' if r['as_expected'] else 'NO ':11}  "
-                     f"{r['outcome'][:220]}")
+        lines.append(
+            f"{r['step']:12} {rc!s:>3} {changed!s:>7} {seconds!s:>7}  {'yes' if r['as_expected'] else 'NO ':11}  "
+            f"{r['outcome'][:220]}"
+        )
     for r in rows:
         if r["step"].startswith(("bringup", "check")) and r.get("changed_tasks"):
             lines.append(f"{r['step']} changed: {'; '.join(r['changed_tasks'])}")

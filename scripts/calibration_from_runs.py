@@ -48,8 +48,11 @@ def _tier(doc: dict) -> str | None:
 
 def foreign_seen(doc: dict) -> list[str]:
     """The process checks of the node-run that did not pass: a foreign process was seen (or could not be ruled out)."""
-    return [f"{r.get('group')}.{r['check']} {r.get('status')}" for r in doc.get("results") or []
-            if r.get("check") in PROCESS_CHECKS and r.get("status") not in ("pass", "skip")]
+    return [
+        f"{r.get('group')}.{r['check']} {r.get('status')}"
+        for r in doc.get("results") or []
+        if r.get("check") in PROCESS_CHECKS and r.get("status") not in ("pass", "skip")
+    ]
 
 
 def rows_of(run_dir: Path, machine: str) -> tuple[list[dict], list[str]]:
@@ -58,8 +61,9 @@ def rows_of(run_dir: Path, machine: str) -> tuple[list[dict], list[str]]:
     if not hosts:
         raise SystemExit(f"{run_dir}: no hosts/*.json: expected a run folder of gpufleet validate")
     report = _read(run_dir / "report.json") if (run_dir / "report.json").is_file() else {}
-    run_id = report.get("run_id") or (_read(run_dir / "run.json").get("run_id") if (run_dir / "run.json").is_file()
-                                      else run_dir.name)
+    run_id = report.get("run_id") or (
+        _read(run_dir / "run.json").get("run_id") if (run_dir / "run.json").is_file() else run_dir.name
+    )
     rows, left_out = [], []
     for path in hosts:
         doc = _read(path)
@@ -71,18 +75,39 @@ def rows_of(run_dir: Path, machine: str) -> tuple[list[dict], list[str]]:
         inv = _inventory(doc)
         gpus = inv.get("gpus") or []
         entry = (report.get("nodes") or {}).get(node) or {}
-        rows.append({
-            "format": FORMAT, "round": f"{run_id}-run-clean", "node": node, "layout": "node", "seed": None,
-            "machine": {"gpu_model": gpus[0].get("name") if gpus else "unknown", "gpus_on_machine": len(gpus),
-                        "driver": inv.get("driver_version"), "host": machine,
-                        "node_gpus": [g.get("index") for g in gpus]},
-            "commit": None, "condition": "clean", "node_affected": False, "disturbance": None,
-            "wall_s": doc.get("seconds"), "stage_epochs": None, "tier": _tier(doc), "source": str(run_dir),
-            "document": doc,
-            "report": {"verdict": entry.get("verdict"),
-                       "not_passing": [{k: r.get(k) for k in ("check", "group", "status", "reason", "class")}
-                                       for r in entry.get("results") or []
-                                       if r.get("status") not in ("pass", "skip", "info")]}})
+        rows.append(
+            {
+                "format": FORMAT,
+                "round": f"{run_id}-run-clean",
+                "node": node,
+                "layout": "node",
+                "seed": None,
+                "machine": {
+                    "gpu_model": gpus[0].get("name") if gpus else "unknown",
+                    "gpus_on_machine": len(gpus),
+                    "driver": inv.get("driver_version"),
+                    "host": machine,
+                    "node_gpus": [g.get("index") for g in gpus],
+                },
+                "commit": None,
+                "condition": "clean",
+                "node_affected": False,
+                "disturbance": None,
+                "wall_s": doc.get("seconds"),
+                "stage_epochs": None,
+                "tier": _tier(doc),
+                "source": str(run_dir),
+                "document": doc,
+                "report": {
+                    "verdict": entry.get("verdict"),
+                    "not_passing": [
+                        {k: r.get(k) for k in ("check", "group", "status", "reason", "class")}
+                        for r in entry.get("results") or []
+                        if r.get("status") not in ("pass", "skip", "info")
+                    ],
+                },
+            }
+        )
     return rows, left_out
 
 

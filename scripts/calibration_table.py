@@ -45,6 +45,8 @@ class _IndentedDumper(yaml.SafeDumper):
 
     def increase_indent(self, flow=False, indentless=False):
         return super().increase_indent(flow, False)
+
+
 from gpufleet.fleet import metrics as fleet_metrics  # noqa: E402
 from gpufleet.judge import ISOLATED_DEPTH_FACTOR, below_pct  # noqa: E402
 
@@ -52,10 +54,19 @@ FORMAT = "gpufleet-calibration/1"
 NOT_PASSING = ("warn", "fail", "error")
 # The fleet checks that hold a node against the store (its baseline, its past): the replay has no store, so today's
 # columns say nothing of them ("-").
-NEEDS_STORE = ("fleet.node_vs_baseline", "fleet.node_vs_baseline_fleet", "fleet.counters_since_previous_run",
-               "fleet.fabric_since_previous_run", "fleet.returning_gpu")
-SAMPLED = {"matmul_bf16_tflops": ("matmul_bf16", "samples_tflops"), "hbm_copy_gbps": ("hbm", "samples_gbps"),
-           "pcie_h2d_gbps": ("pcie", "samples_h2d_gbps"), "pcie_d2h_gbps": ("pcie", "samples_d2h_gbps")}
+NEEDS_STORE = (
+    "fleet.node_vs_baseline",
+    "fleet.node_vs_baseline_fleet",
+    "fleet.counters_since_previous_run",
+    "fleet.fabric_since_previous_run",
+    "fleet.returning_gpu",
+)
+SAMPLED = {
+    "matmul_bf16_tflops": ("matmul_bf16", "samples_tflops"),
+    "hbm_copy_gbps": ("hbm", "samples_gbps"),
+    "pcie_h2d_gbps": ("pcie", "samples_h2d_gbps"),
+    "pcie_d2h_gbps": ("pcie", "samples_d2h_gbps"),
+}
 # Which limits each measure sets (calibration.MEASURE_OF, read the other way), for the table.
 SETS = defaultdict(list)
 for _key, _measure in calibration.MEASURE_OF.items():
@@ -126,7 +137,9 @@ def sampled_figures(doc: dict) -> list[dict]:
         if res.get("check") == "matmul_bf16":
             for row in (detail.get("per_gpu") or {}).values():
                 if isinstance(row, dict) and isinstance(row.get("samples_tflops"), dict):
-                    out.append({"metric": "matmul_bf16_tflops", "uuid": row.get("uuid"), "summary": row["samples_tflops"]})
+                    out.append(
+                        {"metric": "matmul_bf16_tflops", "uuid": row.get("uuid"), "summary": row["samples_tflops"]}
+                    )
         elif res.get("check") == "hbm_bandwidth":  # the memory results share their detail: read it once
             per = detail.get("per_gpu") or {}
             for metric, (part, field) in SAMPLED.items():
@@ -158,7 +171,9 @@ def spreads(rows: list[dict]) -> dict:
                 out["sample_drop_pct"][f["metric"]].append((round(healthy_drop(f["values"]), 2), where))
             s = f["summary"]
             if s.get("median"):
-                out["sample_spread_pct"][f["metric"]].append((round(100 * (s["max"] - s["min"]) / s["median"], 2), where))
+                out["sample_spread_pct"][f["metric"]].append(
+                    (round(100 * (s["max"] - s["min"]) / s["median"], 2), where)
+                )
         for metric, drops in soak_windows(r["document"]).items():
             out["soak_window_pct"][metric] += [(d, where) for d in drops]
     # Per machine and round: every GPU's figure against the others' (the fleet's gpu_vs_node), the node-level
@@ -201,7 +216,8 @@ def spreads(rows: list[dict]) -> dict:
             key = (who, m["key"], m["context"])
             if past[key]:
                 out["node_vs_past_pct"][m["key"]].append(
-                    (round(max(0.0, below_pct(m["value"], statistics.median(past[key]))), 2), r["round"]))
+                    (round(max(0.0, below_pct(m["value"], statistics.median(past[key]))), 2), r["round"])
+                )
             past[key].append(m["value"])
     return out
 
@@ -213,13 +229,19 @@ def soak_windows(doc: dict) -> dict[str, list[float]]:
         if res.get("check") != "soak_slowdown" or res.get("status") in ("skip", "error") or fleet_metrics.is_cpu(res):
             continue
         detail = res.get("detail") or {}
-        series = [(g.get("windows") or [], k) for g in (detail.get("per_gpu") or {}).values() for k in ("matmul_tflops", "hbm_gbps")]
+        series = [
+            (g.get("windows") or [], k)
+            for g in (detail.get("per_gpu") or {}).values()
+            for k in ("matmul_tflops", "hbm_gbps")
+        ]
         series.append(((detail.get("nccl") or {}).get("windows") or [], "busbw_gbps"))
         for windows, key in series:
             values = [w[key] for w in windows if isinstance(w.get(key), (int, float))]
             if len(values) < 2:
                 continue
-            best = statistics.median(sorted(values, reverse=True)[:min(soak_check.SOAK_BEST_WINDOWS, max(1, len(values) // 2))])
+            best = statistics.median(
+                sorted(values, reverse=True)[: min(soak_check.SOAK_BEST_WINDOWS, max(1, len(values) // 2))]
+            )
             out[soak_check.WINDOW_METRICS[key]] += [round(max(0.0, below_pct(v, best)), 2) for v in values]
     return out
 
@@ -227,8 +249,13 @@ def soak_windows(doc: dict) -> dict[str, list[float]]:
 def summarize(figures: list[tuple]) -> dict:
     values = sorted(v for v, _ in figures)
     p95 = values[min(len(values) - 1, int(0.95 * len(values)))]
-    return {"n": len(values), "median": round(statistics.median(values), 2), "p95": round(p95, 2), "value": round(values[-1], 2),
-            "at": next(w for v, w in figures if v == values[-1])}
+    return {
+        "n": len(values),
+        "median": round(statistics.median(values), 2),
+        "p95": round(p95, 2),
+        "value": round(values[-1], 2),
+        "at": next(w for v, w in figures if v == values[-1]),
+    }
 
 
 # ---------------------------------------------------------------- replay
@@ -240,16 +267,23 @@ def replay_round(members: list[dict], run_id: str, profile_dir: Path | None) -> 
     for r in members:
         doc = r["document"]
         prof = doc.get("profile") or {}
-        overrides = {k: e["value"] for k, e in (prof.get("thresholds") or {}).items()
-                     if isinstance(e, dict) and str(e.get("source", "")).startswith("inventory override")}
+        overrides = {
+            k: e["value"]
+            for k, e in (prof.get("thresholds") or {}).items()
+            if isinstance(e, dict) and str(e.get("source", "")).startswith("inventory override")
+        }
         try:
-            profile = profiles.resolve(None, profile_name=prof.get("name") or profiles.GENERIC, overrides=overrides,
-                                       profile_dir=profile_dir)
+            profile = profiles.resolve(
+                None, profile_name=prof.get("name") or profiles.GENERIC, overrides=overrides, profile_dir=profile_dir
+            )
         except profiles.ProfileError:
             profile = profiles.resolve(None, profile_name=profiles.GENERIC, profile_dir=profile_dir)
         results = [x for x in replay.benchmark_results(doc.get("results") or [], profile) if x.get("group") != "fleet"]
-        nodes[r["node"]] = {"results": results, "profile": {"name": profile["name"], "thresholds": profile["thresholds"]},
-                            "versions": doc.get("versions") or {}}
+        nodes[r["node"]] = {
+            "results": results,
+            "profile": {"name": profile["name"], "thresholds": profile["thresholds"]},
+            "versions": doc.get("versions") or {},
+        }
     fleet = compare.evaluate(run_id, nodes, store=None, store_note="replayed without the store of the calibration run")
     return {node: n["results"] + fleet["results"].get(node, []) for node, n in nodes.items()}
 
@@ -277,16 +311,31 @@ def names_process(statuses: dict, results: list[dict] | None = None) -> bool:
 
 def outcomes(rows: list[dict], today: dict) -> dict:
     """Per check: clean runs, false alarms, disturbed runs, detections (recorded, today); and the node verdicts."""
-    table: dict = defaultdict(lambda: {"clean": 0, "fa_rec": 0, "fa_now": 0, "disturbed": 0, "det_rec": 0, "det_now": 0,
-                                       "beside": 0, "beside_rec": 0, "beside_now": 0})
+    table: dict = defaultdict(
+        lambda: {
+            "clean": 0,
+            "fa_rec": 0,
+            "fa_now": 0,
+            "disturbed": 0,
+            "det_rec": 0,
+            "det_now": 0,
+            "beside": 0,
+            "beside_rec": 0,
+            "beside_now": 0,
+        }
+    )
     for r in rows:
         cond = condition(r)
         rec = recorded_statuses(r)
         now = {f"{x.get('group')}.{x.get('check')}": x.get("status") for x in today.get((r["round"], r["node"]), [])}
         rec["node verdict"] = (r.get("report") or {}).get("verdict") or verdict_of(rec)
         now["node verdict"] = verdict_of(now) if now else rec["node verdict"]
-        rec["node not accepted, process named"] = "fail" if rec["node verdict"] in ("fail", "error") and names_process(rec) else "pass"
-        now["node not accepted, process named"] = "fail" if now["node verdict"] in ("fail", "error") and names_process(now) else "pass"
+        rec["node not accepted, process named"] = (
+            "fail" if rec["node verdict"] in ("fail", "error") and names_process(rec) else "pass"
+        )
+        now["node not accepted, process named"] = (
+            "fail" if now["node verdict"] in ("fail", "error") and names_process(now) else "pass"
+        )
         for check in set(rec) | set(now):
             t = table[check]
             bad_rec, bad_now = rec.get(check) in NOT_PASSING, now.get(check) in NOT_PASSING
@@ -314,50 +363,86 @@ def limits_file(model: str, profile: str, measured: dict, rows: list[dict], file
     rounds = sorted({r["round"] for r in rows if condition(r) == "clean"})
     commits = sorted({r.get("commit") or "?" for r in rows})
     source = f"{', '.join(files)}: {len(rounds)} clean round(s) {rounds[0] if rounds else ''}..{rounds[-1] if rounds else ''}"
-    return {"format": calibration.FORMAT, "profile": profile, "gpu_models": [model], "table": table_path,
-            "generated": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "runs": {"files": files, "clean_rounds": len(rounds), "commits": commits,
-                     "machines": sorted({machine_of(r) for r in rows})},
-            "measures": {measure: {metric: {"quantile": 1.0, "value": s["value"], "n": s["n"], "p95": s["p95"],
-                                            "median": s["median"], "source": f"{source}; largest at {s['at']}"}
-                                   for metric, s in sorted(metrics.items())}
-                         for measure, metrics in sorted(measured.items())}}
+    return {
+        "format": calibration.FORMAT,
+        "profile": profile,
+        "gpu_models": [model],
+        "table": table_path,
+        "generated": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "runs": {
+            "files": files,
+            "clean_rounds": len(rounds),
+            "commits": commits,
+            "machines": sorted({machine_of(r) for r in rows}),
+        },
+        "measures": {
+            measure: {
+                metric: {
+                    "quantile": 1.0,
+                    "value": s["value"],
+                    "n": s["n"],
+                    "p95": s["p95"],
+                    "median": s["median"],
+                    "source": f"{source}; largest at {s['at']}",
+                }
+                for metric, s in sorted(metrics.items())
+            }
+            for measure, metrics in sorted(measured.items())
+        },
+    }
 
 
 def render(by_model: dict, files: list[str], problems: list[str], profile_dir: Path | None) -> str:
-    lines = ["# Calibration table", "",
-             f"From {', '.join(f'`{f}`' for f in files)} by `scripts/calibration_table.py`. Per GPU model: each check's "
-             "node-runs, its false alarms on clean runs (`warn`, `fail` or `error` where nothing was disturbed) and its "
-             "detections on disturbed runs (the disturbance ran on the node's own GPUs), and what did not pass on the nodes "
-             "beside a disturbed one (another node of the same machine); *recorded* is what the run said, "
-             "*today* what today's judges say of the same figures (the benchmark figures and the fleet layer judged again; "
-             "the other checks as recorded; `-` for the checks that hold a node against the store, which the replay has "
-             "not). Today's false alarms are in-sample: the calibrated limits come from these runs.", ""]
+    lines = [
+        "# Calibration table",
+        "",
+        f"From {', '.join(f'`{f}`' for f in files)} by `scripts/calibration_table.py`. Per GPU model: each check's "
+        "node-runs, its false alarms on clean runs (`warn`, `fail` or `error` where nothing was disturbed) and its "
+        "detections on disturbed runs (the disturbance ran on the node's own GPUs), and what did not pass on the nodes "
+        "beside a disturbed one (another node of the same machine); *recorded* is what the run said, "
+        "*today* what today's judges say of the same figures (the benchmark figures and the fleet layer judged again; "
+        "the other checks as recorded; `-` for the checks that hold a node against the store, which the replay has "
+        "not). Today's false alarms are in-sample: the calibrated limits come from these runs.",
+        "",
+    ]
     if problems:
         lines += [f"Lines not read: {len(problems)} (" + "; ".join(problems[:5]) + ")", ""]
     generic = generic_limits(profile_dir)
     for model, m in by_model.items():
-        lines += [f"## {model}", "", f"Profile `{m['profile'] or 'none (no profile matches: not calibrated)'}`; "
-                  f"{m['runs']} node-runs ({m['clean']} clean, {m['disturbed']} disturbed, {m['beside']} beside a disturbed "
-                  f"node) in {m['rounds']} rounds on {m['machines']} machine(s); commits {', '.join(m['commits'])}; node "
-                  f"stage median {m['wall_s']['clean']} s clean, {m['wall_s']['disturbed']} s disturbed.", "",
-                  "| check | clean runs | false alarms recorded | false alarms today | disturbed runs | detections recorded | "
-                  "detections today | beside runs | not passing recorded | not passing today |",
-                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        lines += [
+            f"## {model}",
+            "",
+            f"Profile `{m['profile'] or 'none (no profile matches: not calibrated)'}`; "
+            f"{m['runs']} node-runs ({m['clean']} clean, {m['disturbed']} disturbed, {m['beside']} beside a disturbed "
+            f"node) in {m['rounds']} rounds on {m['machines']} machine(s); commits {', '.join(m['commits'])}; node "
+            f"stage median {m['wall_s']['clean']} s clean, {m['wall_s']['disturbed']} s disturbed.",
+            "",
+            "| check | clean runs | false alarms recorded | false alarms today | disturbed runs | detections recorded | "
+            "detections today | beside runs | not passing recorded | not passing today |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
         for check, t in sorted(m["outcomes"].items(), key=lambda kv: (not kv[0].startswith("node "), kv[0])):
             now = ("-", "-", "-") if check in NEEDS_STORE else (t["fa_now"], t["det_now"], t["beside_now"])
-            lines.append(f"| `{check}` | {t['clean']} | {t['fa_rec']} | {now[0]} | {t['disturbed']} | {t['det_rec']} | "
-                         f"{now[1]} | {t['beside']} | {t['beside_rec']} | {now[2]} |")
-        lines += ["", "Healthy spread (percent; clean runs), and the limit it gives (x"
-                  f"{calibration.MARGIN_FACTOR:g} + {calibration.MARGIN_PCT:g}, from {calibration.MIN_N} figures on):", "",
-                  "| measure | metric | figures | median | p95 | largest | limit | generic | sets |",
-                  "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+            lines.append(
+                f"| `{check}` | {t['clean']} | {t['fa_rec']} | {now[0]} | {t['disturbed']} | {t['det_rec']} | "
+                f"{now[1]} | {t['beside']} | {t['beside_rec']} | {now[2]} |"
+            )
+        lines += [
+            "",
+            "Healthy spread (percent; clean runs), and the limit it gives (x"
+            f"{calibration.MARGIN_FACTOR:g} + {calibration.MARGIN_PCT:g}, from {calibration.MIN_N} figures on):",
+            "",
+            "| measure | metric | figures | median | p95 | largest | limit | generic | sets |",
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        ]
         for measure, metrics in sorted(m["measured"].items()):
             for metric, s in sorted(metrics.items()):
                 limit = calibration.limit_from(s["value"]) if s["n"] >= calibration.MIN_N else "-"
                 keys = SETS[measure]
-                lines.append(f"| {measure} | {metric} | {s['n']} | {s['median']:g} | {s['p95']:g} | {s['value']:g} | {limit} | "
-                             f"{', '.join(str(generic.get(k)) for k in keys)} | {', '.join(f'`{k}`' for k in keys)} |")
+                lines.append(
+                    f"| {measure} | {metric} | {s['n']} | {s['median']:g} | {s['p95']:g} | {s['value']:g} | {limit} | "
+                    f"{', '.join(str(generic.get(k)) for k in keys)} | {', '.join(f'`{k}`' for k in keys)} |"
+                )
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 
@@ -369,13 +454,25 @@ def _median(values: list) -> float | str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("data", nargs="+", type=Path, help="JSON-lines files of scripts/gpu_calibrate.py (.jsonl or "
-                                                       ".jsonl.gz), or folders of them")
+    p.add_argument(
+        "data",
+        nargs="+",
+        type=Path,
+        help="JSON-lines files of scripts/gpu_calibrate.py (.jsonl or .jsonl.gz), or folders of them",
+    )
     p.add_argument("--table", type=Path, required=True, help="the Markdown table to write")
-    p.add_argument("--profile-dir", type=Path, default=None,
-                   help="the profiles today's judges read (default: the engine's, files/profiles)")
-    p.add_argument("--limits", type=Path, help="folder to write the per-model calibration files to (the engine reads "
-                                               "<profile folder>/calibration: files/profiles/calibration)")
+    p.add_argument(
+        "--profile-dir",
+        type=Path,
+        default=None,
+        help="the profiles today's judges read (default: the engine's, files/profiles)",
+    )
+    p.add_argument(
+        "--limits",
+        type=Path,
+        help="folder to write the per-model calibration files to (the engine reads "
+        "<profile folder>/calibration: files/profiles/calibration)",
+    )
     p.add_argument("--json", type=Path, help="the table as JSON too")
     p.add_argument("--include-cpu", action="store_true", help="count CPU runs (a check of this script, no calibration)")
     args = p.parse_args(argv)
@@ -393,14 +490,17 @@ def main(argv=None) -> int:
     by_model = {}
     for model, mrows in sorted(by_model_rows.items()):
         profile = profiles.match(known, model)
-        measured = {measure: {metric: summarize(figs) for metric, figs in metrics.items() if figs}
-                    for measure, metrics in spreads(mrows).items()}
+        measured = {
+            measure: {metric: summarize(figs) for metric, figs in metrics.items() if figs}
+            for measure, metrics in spreads(mrows).items()
+        }
         if args.limits and profile:
             args.limits.mkdir(parents=True, exist_ok=True)
             doc = limits_file(model, profile, measured, mrows, files, str(args.table))
             (args.limits / f"{profile}.yml").write_text(
                 "# Written by scripts/calibration_table.py from the calibration runs; see its table.\n"
-                + yaml.dump(doc, Dumper=_IndentedDumper, sort_keys=False, width=120))
+                + yaml.dump(doc, Dumper=_IndentedDumper, sort_keys=False, width=120)
+            )
         by_model[model] = {"profile": profile, "measured": measured, "rows": mrows}
     for model, m in by_model.items():  # after every calibration file is written: today's judges read them
         mrows = m.pop("rows")
@@ -411,17 +511,26 @@ def main(argv=None) -> int:
         for rnd, members in rounds.items():
             for node, results in replay_round(members, rnd, args.profile_dir).items():
                 today[(rnd, node)] = results
-        m.update(outcomes=outcomes(mrows, today), runs=len(mrows), rounds=len(rounds),
-                 clean=sum(condition(r) == "clean" for r in mrows), disturbed=sum(condition(r) == "disturbed" for r in mrows),
-                 beside=sum(condition(r) == "beside" for r in mrows), machines=len({machine_of(r) for r in mrows}),
-                 commits=sorted({(r.get("commit") or "?")[:8] for r in mrows}),
-                 wall_s={c: _median([r.get("wall_s") for r in mrows if condition(r) == c]) for c in ("clean", "disturbed")})
+        m.update(
+            outcomes=outcomes(mrows, today),
+            runs=len(mrows),
+            rounds=len(rounds),
+            clean=sum(condition(r) == "clean" for r in mrows),
+            disturbed=sum(condition(r) == "disturbed" for r in mrows),
+            beside=sum(condition(r) == "beside" for r in mrows),
+            machines=len({machine_of(r) for r in mrows}),
+            commits=sorted({(r.get("commit") or "?")[:8] for r in mrows}),
+            wall_s={c: _median([r.get("wall_s") for r in mrows if condition(r) == c]) for c in ("clean", "disturbed")},
+        )
     args.table.parent.mkdir(parents=True, exist_ok=True)
     args.table.write_text(render(by_model, files, problems, args.profile_dir))
     if args.json:
         args.json.write_text(json.dumps(by_model, indent=1, default=str) + "\n")
-    print(f"{len(rows)} node-runs of {len(by_model)} GPU model(s) -> {args.table}"
-          + (f", {args.limits}" if args.limits else "") + (f"; {len(problems)} line(s) not read" if problems else ""))
+    print(
+        f"{len(rows)} node-runs of {len(by_model)} GPU model(s) -> {args.table}"
+        + (f", {args.limits}" if args.limits else "")
+        + (f"; {len(problems)} line(s) not read" if problems else "")
+    )
     return 0
 
 

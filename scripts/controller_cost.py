@@ -70,7 +70,9 @@ def host_name(i: int) -> str:
 
 def check_results() -> list[dict]:
     """gpu_health and host_hygiene of the recorded H100 readings, run through the real checks."""
-    doc = host_documents.check_host(synth.h100_readings(), ["gpu_health", "host_hygiene"], host="recorded", profile_name="h100-sxm")
+    doc = host_documents.check_host(
+        synth.h100_readings(), ["gpu_health", "host_hygiene"], host="recorded", profile_name="h100-sxm"
+    )
     return doc["results"]
 
 
@@ -79,8 +81,9 @@ def node_documents(n: int, started: str) -> dict[str, dict]:
     docs = {}
     for i in range(n):
         gpus = synth.gpus_of(i)
-        doc = synth.node_doc(host_name(i), i, gpus=gpus, read_at=(started, started), started=started,
-                             extra=[test_sdc.node_result(gpus)])
+        doc = synth.node_doc(
+            host_name(i), i, gpus=gpus, read_at=(started, started), started=started, extra=[test_sdc.node_result(gpus)]
+        )
         doc["results"] += copy.deepcopy(checks)
         docs[host_name(i)] = doc
     return docs
@@ -114,47 +117,73 @@ def one_run(reports: Path, run_id: str, docs: dict[str, dict], *, set_baseline: 
     if not record:  # the documents as the records leave them; the report indexes the whole run into the store again
         for host, doc in docs.items():
             (run_dir / "hosts").mkdir(exist_ok=True)
-            (run_dir / "hosts" / f"{host}.json").write_text(json.dumps(dict(doc, attempt=1), indent=1, sort_keys=True) + "\n")
+            (run_dir / "hosts" / f"{host}.json").write_text(
+                json.dumps(dict(doc, attempt=1), indent=1, sort_keys=True) + "\n"
+            )
     for host, doc in docs.items() if record else ():
-        _, cpu, rss, wall = run_child([PY, "-m", "gpufleet", "record", str(run_dir), host, "--folder", "hosts"],
-                                      json.dumps(doc, sort_keys=True).encode())
+        _, cpu, rss, wall = run_child(
+            [PY, "-m", "gpufleet", "record", str(run_dir), host, "--folder", "hosts"],
+            json.dumps(doc, sort_keys=True).encode(),
+        )
         rec_cpu, rec_rss, rec_wall = rec_cpu + cpu, max(rec_rss, rss), rec_wall + wall
     argv = [PY, "-m", "gpufleet", "report", str(run_dir), "--json"] + [a for h in docs for a in ("--expect-host", h)]
     out, rep_cpu, rep_rss, rep_wall = run_child(argv + (["--set-baseline"] if set_baseline else []))
     summary = json.loads(out)
     n = len(docs)
     if not record:
-        return {"nodes": n, "record_cpu_s": None, "record_cpu_s_per_node": None, "report_cpu_s": round(rep_cpu, 2),
-                "report_wall_s": round(rep_wall, 2), "report_cpu_s_per_node": round(rep_cpu / n, 4),
-                "peak_rss_mib": round(rep_rss / 1024, 1), "report_peak_rss_mib": round(rep_rss / 1024, 1),
-                "accepted": sum(1 for v in summary["nodes"].values() if v.get("accepted")), "baseline": summary.get("baseline")}
-    return {"nodes": n, "record_cpu_s": round(rec_cpu, 2), "record_cpu_s_per_node": round(rec_cpu / n, 4),
+        return {
+            "nodes": n,
+            "record_cpu_s": None,
+            "record_cpu_s_per_node": None,
+            "report_cpu_s": round(rep_cpu, 2),
+            "report_wall_s": round(rep_wall, 2),
             "report_cpu_s_per_node": round(rep_cpu / n, 4),
-            "report_cpu_s": round(rep_cpu, 2), "report_wall_s": round(rep_wall, 2),
-            "controller_cpu_s_per_node": round((rec_cpu + rep_cpu) / n, 4),
-            "peak_rss_mib": round(max(rec_rss, rep_rss) / 1024, 1), "report_peak_rss_mib": round(rep_rss / 1024, 1),
+            "peak_rss_mib": round(rep_rss / 1024, 1),
+            "report_peak_rss_mib": round(rep_rss / 1024, 1),
             "accepted": sum(1 for v in summary["nodes"].values() if v.get("accepted")),
-            "baseline": summary.get("baseline")}
+            "baseline": summary.get("baseline"),
+        }
+    return {
+        "nodes": n,
+        "record_cpu_s": round(rec_cpu, 2),
+        "record_cpu_s_per_node": round(rec_cpu / n, 4),
+        "report_cpu_s_per_node": round(rep_cpu / n, 4),
+        "report_cpu_s": round(rep_cpu, 2),
+        "report_wall_s": round(rep_wall, 2),
+        "controller_cpu_s_per_node": round((rec_cpu + rep_cpu) / n, 4),
+        "peak_rss_mib": round(max(rec_rss, rep_rss) / 1024, 1),
+        "report_peak_rss_mib": round(rep_rss / 1024, 1),
+        "accepted": sum(1 for v in summary["nodes"].values() if v.get("accepted")),
+        "baseline": summary.get("baseline"),
+    }
 
 
 def cmd_stages(args) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="gpufleet-cost-warm-") as warm:  # the bytecode cache filled, as on a
-        one_run(Path(warm) / "reports", "warm", node_documents(2, "2026-11-20T10:00:00Z"), set_baseline=False)  # used controller
+        one_run(
+            Path(warm) / "reports", "warm", node_documents(2, "2026-11-20T10:00:00Z"), set_baseline=False
+        )  # used controller
     for n in args.nodes:
         with tempfile.TemporaryDirectory(prefix=f"gpufleet-cost-{n}-") as tmp:
             reports = Path(tmp) / "reports"
             record = args.record_up_to is None or n <= args.record_up_to
             one_run(reports, "base", node_documents(n, "2026-11-20T10:00:00Z"), set_baseline=True, record=record)
-            row = one_run(reports, "measured", node_documents(n, "2026-11-21T10:00:00Z"), set_baseline=False, record=record)
+            row = one_run(
+                reports, "measured", node_documents(n, "2026-11-21T10:00:00Z"), set_baseline=False, record=record
+            )
             if args.profile:
                 import cProfile
 
                 from gpufleet import cli
 
                 shutil.rmtree(reports / "measured" / "prometheus", ignore_errors=True)
-                cProfile.runctx("cli.main(['report', str(reports / 'measured')])", {"cli": cli, "reports": reports}, {},
-                                args.profile)
+                cProfile.runctx(
+                    "cli.main(['report', str(reports / 'measured')])",
+                    {"cli": cli, "reports": reports},
+                    {},
+                    args.profile,
+                )
         print(json.dumps(row), flush=True)
         rows.append(row)
     return rows
@@ -275,26 +304,61 @@ def cmd_playbook(args) -> list[dict]:
             replay.chmod(0o755)
             node_py.chmod(0o755)
             log.mkdir()
-            hosts = {host_name(i): {"gpufleet_lock_path": str(tmp / "locks" / f"{host_name(i)}.lock")} for i in range(n)}
+            hosts = {
+                host_name(i): {"gpufleet_lock_path": str(tmp / "locks" / f"{host_name(i)}.lock")} for i in range(n)
+            }
             (tmp / "locks").mkdir()
-            inventory = {"all": {"children": {"gpu_nodes": {"hosts": hosts, "vars": {
-                "ansible_connection": "local", "ansible_python_interpreter": str(node_py),
-                "gpufleet_python": str(replay), "gpufleet_profile": "h100-sxm",
-                "gpufleet_benchmarks": ["matmul", "memory", "nccl", "sdc"], "gpufleet_nccl_multinode": False}}},
-                "hosts": {"localhost": {"ansible_connection": "local", "ansible_python_interpreter": PY}}}}
+            inventory = {
+                "all": {
+                    "children": {
+                        "gpu_nodes": {
+                            "hosts": hosts,
+                            "vars": {
+                                "ansible_connection": "local",
+                                "ansible_python_interpreter": str(node_py),
+                                "gpufleet_python": str(replay),
+                                "gpufleet_profile": "h100-sxm",
+                                "gpufleet_benchmarks": ["matmul", "memory", "nccl", "sdc"],
+                                "gpufleet_nccl_multinode": False,
+                            },
+                        }
+                    },
+                    "hosts": {"localhost": {"ansible_connection": "local", "ansible_python_interpreter": PY}},
+                }
+            }
             (tmp / "inventory.json").write_text(json.dumps(inventory))
-            env = dict(CHILD_ENV, PATH=f"{Path(PY).parent}:{os.environ['PATH']}", ANSIBLE_FORKS=str(args.forks),
-                       ANSIBLE_PIPELINING=str(args.pipelining), ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
+            env = dict(
+                CHILD_ENV,
+                PATH=f"{Path(PY).parent}:{os.environ['PATH']}",
+                ANSIBLE_FORKS=str(args.forks),
+                ANSIBLE_PIPELINING=str(args.pipelining),
+                ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+            )
             if args.poll is not None:
                 env["ANSIBLE_INTERNAL_POLL_INTERVAL"] = str(args.poll)
             if args.tasks:
                 (tmp / "hook").mkdir()
-                (tmp / "hook" / "sitecustomize.py").write_text(TASKS_HOOK.format(
-                    log=str(tmp / "workers.jsonl"), profile=str(Path(args.profile_main).resolve()) if args.profile_main else ""))
+                (tmp / "hook" / "sitecustomize.py").write_text(
+                    TASKS_HOOK.format(
+                        log=str(tmp / "workers.jsonl"),
+                        profile=str(Path(args.profile_main).resolve()) if args.profile_main else "",
+                    )
+                )
                 env["PYTHONPATH"] = os.pathsep.join([str(tmp / "hook"), env["PYTHONPATH"]])
-            argv = [str(Path(PY).parent / "ansible-playbook"), str(ROOT / "validate.yml"), "-i", str(tmp / "inventory.json"),
-                    "-e", json.dumps({"gpufleet_reports_dir": str(tmp / "reports"), "gpufleet_run_id": "measured",
-                                      **({"gpufleet_stages": []} if args.no_stages else {})})]
+            argv = [
+                str(Path(PY).parent / "ansible-playbook"),
+                str(ROOT / "validate.yml"),
+                "-i",
+                str(tmp / "inventory.json"),
+                "-e",
+                json.dumps(
+                    {
+                        "gpufleet_reports_dir": str(tmp / "reports"),
+                        "gpufleet_run_id": "measured",
+                        **({"gpufleet_stages": []} if args.no_stages else {}),
+                    }
+                ),
+            ]
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             t0 = time.monotonic()
             with open(tmp / "ansible.log", "wb") as out:
@@ -314,13 +378,23 @@ def cmd_playbook(args) -> list[dict]:
                 shutil.copy(tmp / "ansible.log", Path(args.out or ".") / f"ansible-{n}.log")
                 raise SystemExit(f"{n} nodes: no report (rc {rc}); see ansible-{n}.log")
             nodes = json.loads(report.read_text())["nodes"]
-            row = {"nodes": n, "forks": args.forks, "node_bench_s": args.node_bench_s, "pipelining": args.pipelining,
-                   "rc": rc, "wall_s": round(wall, 1),
-                   "tree_cpu_s": round(total, 1), "node_side_cpu_s": round(node, 1),
-                   "controller_cpu_s": round(total - node, 1), "controller_cpu_s_per_node": round((total - node) / n, 3),
-                   "main_process_cpu_s": round(main_cpu, 1), "internal_poll_interval_s": args.poll,
-                   "peak_rss_mib": round(after.ru_maxrss / 1024, 1), "documents": len(nodes),
-                   "node_module_runs": len(runs)}
+            row = {
+                "nodes": n,
+                "forks": args.forks,
+                "node_bench_s": args.node_bench_s,
+                "pipelining": args.pipelining,
+                "rc": rc,
+                "wall_s": round(wall, 1),
+                "tree_cpu_s": round(total, 1),
+                "node_side_cpu_s": round(node, 1),
+                "controller_cpu_s": round(total - node, 1),
+                "controller_cpu_s_per_node": round((total - node) / n, 3),
+                "main_process_cpu_s": round(main_cpu, 1),
+                "internal_poll_interval_s": args.poll,
+                "peak_rss_mib": round(after.ru_maxrss / 1024, 1),
+                "documents": len(nodes),
+                "node_module_runs": len(runs),
+            }
             if args.tasks:
                 row["tasks"] = task_table(tmp / "workers.jsonl")
         print(json.dumps(row), flush=True)
@@ -331,10 +405,16 @@ def cmd_playbook(args) -> list[dict]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="what", required=True)
-    s = sub.add_parser("stages", help="the controller's stages at each fleet size, one process each as the playbook runs them")
+    s = sub.add_parser(
+        "stages", help="the controller's stages at each fleet size, one process each as the playbook runs them"
+    )
     s.add_argument("--nodes", type=int, nargs="+", default=[64, 256, 1024])
-    s.add_argument("--record-up-to", type=int, help="above this many nodes, write the host documents directly instead of "
-                   "one `gpufleet record` each (its cost per node is flat: measure it at the smaller sizes)")
+    s.add_argument(
+        "--record-up-to",
+        type=int,
+        help="above this many nodes, write the host documents directly instead of "
+        "one `gpufleet record` each (its cost per node is flat: measure it at the smaller sizes)",
+    )
     s.add_argument("--profile", help="also profile `gpufleet report` of the measured run (cProfile) into this file")
     s.add_argument("--out", help="folder for the JSON of the figures")
     s.set_defaults(func=cmd_stages)
@@ -342,21 +422,38 @@ def main() -> None:
     b.add_argument("--nodes", type=int, nargs="+", default=[64])
     b.add_argument("--forks", type=int, default=8)
     b.add_argument("--pipelining", choices=["True", "False"], default="True")
-    b.add_argument("--no-stages", action="store_true", help="gpufleet_stages=[]: only the controller's plays (prepare, give "
-                   "back, report), no node touched; for fleets too large to run whole here")
+    b.add_argument(
+        "--no-stages",
+        action="store_true",
+        help="gpufleet_stages=[]: only the controller's plays (prepare, give "
+        "back, report), no node touched; for fleets too large to run whole here",
+    )
     b.add_argument("--poll", type=float, help="ANSIBLE_INTERNAL_POLL_INTERVAL (default: ansible.cfg's, else Ansible's)")
-    b.add_argument("--tasks", action="store_true", help="also each task's workers and their CPU (a sitecustomize hook in "
-                   "ansible-playbook's tree; it adds its own small cost)")
-    b.add_argument("--node-bench-s", type=float, default=0.0, help="each node's benchmark run takes this many seconds "
-                   "(sleeping), as on real nodes: what the controller spends while it waits for them")
-    b.add_argument("--profile-main", help="with --tasks: also profile ansible-playbook's main process (cProfile) into this file")
+    b.add_argument(
+        "--tasks",
+        action="store_true",
+        help="also each task's workers and their CPU (a sitecustomize hook in "
+        "ansible-playbook's tree; it adds its own small cost)",
+    )
+    b.add_argument(
+        "--node-bench-s",
+        type=float,
+        default=0.0,
+        help="each node's benchmark run takes this many seconds "
+        "(sleeping), as on real nodes: what the controller spends while it waits for them",
+    )
+    b.add_argument(
+        "--profile-main", help="with --tasks: also profile ansible-playbook's main process (cProfile) into this file"
+    )
     b.add_argument("--out", help="folder for the JSON of the figures")
     b.set_defaults(func=cmd_playbook)
     args = p.parse_args()
     rows = args.func(args)
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
-        (Path(args.out) / f"{args.what}-{'-'.join(map(str, args.nodes))}.json").write_text(json.dumps(rows, indent=1) + "\n")
+        (Path(args.out) / f"{args.what}-{'-'.join(map(str, args.nodes))}.json").write_text(
+            json.dumps(rows, indent=1) + "\n"
+        )
 
 
 if __name__ == "__main__":

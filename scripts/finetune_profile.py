@@ -33,11 +33,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
+
 def timeline(events: list[dict], gap_us: float = 2000) -> dict:
     """GPU busy time (the union of kernel, copy and memset intervals) against the span from the first to the
     last, and the idle gaps longer than gap_us with the longest host operator running through each."""
-    gpu = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")),
-                 key=lambda e: e["ts"])
+    gpu = sorted(
+        (e for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")),
+        key=lambda e: e["ts"],
+    )
     if not gpu:
         return {"gpu_events": 0}
     host = [e for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
@@ -56,17 +59,31 @@ def timeline(events: list[dict], gap_us: float = 2000) -> dict:
         # the innermost host operator running through at least 80% of the gap
         inside = [e for e in host if min(g1, e["ts"] + e["dur"]) - max(g0, e["ts"]) >= 0.8 * (g1 - g0)]
         op = min(inside, key=lambda e: e["dur"])["name"] if inside else None
-        listed.append({"at_ms": round((g0 - gpu[0]["ts"]) / 1e3, 1), "idle_ms": round((g1 - g0) / 1e3, 1), "host_op": op})
-    return {"gpu_events": len(gpu), "span_ms": span_us / 1e3, "busy_ms": busy_us / 1e3, "busy_fraction": busy_us / span_us,
-            "idle_gaps_over_ms": gap_us / 1e3, "idle_in_gaps_ms": sum(g1 - g0 for g0, g1 in gaps) / 1e3, "longest_gaps": listed}
+        listed.append(
+            {"at_ms": round((g0 - gpu[0]["ts"]) / 1e3, 1), "idle_ms": round((g1 - g0) / 1e3, 1), "host_op": op}
+        )
+    return {
+        "gpu_events": len(gpu),
+        "span_ms": span_us / 1e3,
+        "busy_ms": busy_us / 1e3,
+        "busy_fraction": busy_us / span_us,
+        "idle_gaps_over_ms": gap_us / 1e3,
+        "idle_in_gaps_ms": sum(g1 - g0 for g0, g1 in gaps) / 1e3,
+        "longest_gaps": listed,
+    }
 
 
 def timeline_lines(tl: dict) -> list[str]:
     if not tl.get("gpu_events"):
         return ["no GPU events in the trace"]
-    lines = [f"GPU busy {tl['busy_ms']:.1f} ms of {tl['span_ms']:.1f} ms ({100 * tl['busy_fraction']:.1f}%); "
-             f"idle in gaps over {tl['idle_gaps_over_ms']:g} ms: {tl['idle_in_gaps_ms']:.1f} ms"]
-    lines += [f"  idle {g['idle_ms']:6.1f} ms at {g['at_ms']:7.1f} ms while the host ran {g['host_op']}" for g in tl["longest_gaps"]]
+    lines = [
+        f"GPU busy {tl['busy_ms']:.1f} ms of {tl['span_ms']:.1f} ms ({100 * tl['busy_fraction']:.1f}%); "
+        f"idle in gaps over {tl['idle_gaps_over_ms']:g} ms: {tl['idle_in_gaps_ms']:.1f} ms"
+    ]
+    lines += [
+        f"  idle {g['idle_ms']:6.1f} ms at {g['at_ms']:7.1f} ms while the host ran {g['host_op']}"
+        for g in tl["longest_gaps"]
+    ]
     return lines
 
 
@@ -110,21 +127,35 @@ def main() -> int:
     if cuda:
         fmodel.select_sdpa_backends(t["sdpa_backends"])
     torch.manual_seed(t["seed"])
-    records = data.load_records(d["dataset_name"], hub=d["dataset_name_source"] == "hub", config_name=d["dataset_config"],
-                                split=d["split"])
-    train_idx, _ = data.split_indices(len(records), d["eval_samples"], t["seed"], d["max_samples"], source=d["dataset_name"])
+    records = data.load_records(
+        d["dataset_name"], hub=d["dataset_name_source"] == "hub", config_name=d["dataset_config"], split=d["split"]
+    )
+    train_idx, _ = data.split_indices(
+        len(records), d["eval_samples"], t["seed"], d["max_samples"], source=d["dataset_name"]
+    )
     tok = data.tokenizer(cfg, records, train_idx, 0, 1)
     dtype = getattr(torch, m["torch_dtype"]) if cuda else torch.float32
     model = fmodel.build_trainable(cfg, vocab_size=len(tok), dtype=dtype, device=device, device_map={"": str(device)})
     model.to(device).train()
     samples = data.Samples(records, tok, d["max_seq_length"])
-    batches = data.prefetch(data.batches(samples.forever(train_idx, t["seed"]), t["per_device_train_batch_size"],
-                                         d["max_seq_length"], d["packing"], tok.pad_token_id), pin=cuda)
+    batches = data.prefetch(
+        data.batches(
+            samples.forever(train_idx, t["seed"]),
+            t["per_device_train_batch_size"],
+            d["max_seq_length"],
+            d["packing"],
+            tok.pad_token_id,
+        ),
+        pin=cuda,
+    )
 
     def micro(keep):
         batch = next(batches)
-        inputs = {k: v.to(device, non_blocking=True) for k, v in batch.items()
-                  if k != "real_tokens" and (keep is None or k in keep)}
+        inputs = {
+            k: v.to(device, non_blocking=True)
+            for k, v in batch.items()
+            if k != "real_tokens" and (keep is None or k in keep)
+        }
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda and t["bf16"]):
             loss = model(**inputs).loss
         loss.backward()
@@ -148,8 +179,16 @@ def main() -> int:
             sync()
             wall.append(time.perf_counter() - t0)
         model.zero_grad(set_to_none=True)
-        rows.append({"mode": mode, "host_s_median": sorted(host)[len(host) // 2], "wall_s_median": sorted(wall)[len(wall) // 2],
-                     "tokens_per_s": tokens / sum(wall), "host_s": host, "wall_s": wall})
+        rows.append(
+            {
+                "mode": mode,
+                "host_s_median": sorted(host)[len(host) // 2],
+                "wall_s_median": sorted(wall)[len(wall) // 2],
+                "tokens_per_s": tokens / sum(wall),
+                "host_s": host,
+                "wall_s": wall,
+            }
+        )
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with profile(activities=acts) as prof:
@@ -172,10 +211,18 @@ def main() -> int:
     lines += ["", "top by host time (self):"]
     lines += [f"  {e.self_cpu_time_total / 1e3:10.1f} ms {e.count:6d}x  {e.key[:110]}" for e in top_cpu]
     (out / "profile.txt").write_text("\n".join(lines) + "\n")
-    doc = {"config": a.config, "warmup_s": warmup_s, "modes": rows, "timeline": tl,
-           "profile": {"micro_batches": 2, "kernels_launched": sum(e.count for e in kernels),
-                       "top_gpu": [{"name": e.key, "ms": e.self_device_time_total / 1e3, "count": e.count} for e in top_gpu],
-                       "top_host": [{"name": e.key, "ms": e.self_cpu_time_total / 1e3, "count": e.count} for e in top_cpu]}}
+    doc = {
+        "config": a.config,
+        "warmup_s": warmup_s,
+        "modes": rows,
+        "timeline": tl,
+        "profile": {
+            "micro_batches": 2,
+            "kernels_launched": sum(e.count for e in kernels),
+            "top_gpu": [{"name": e.key, "ms": e.self_device_time_total / 1e3, "count": e.count} for e in top_gpu],
+            "top_host": [{"name": e.key, "ms": e.self_cpu_time_total / 1e3, "count": e.count} for e in top_cpu],
+        },
+    }
     (out / "profile.json").write_text(json.dumps(doc, indent=1))
     print("\n".join(lines[:2]))
     print(f"\n{'mode':10} {'host s':>8} {'wall s':>8} {'tokens/s':>10}")

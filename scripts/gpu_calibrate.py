@@ -51,8 +51,13 @@ def engine(args: list[str], env: dict, timeout_s: float) -> tuple[dict | None, s
     """One engine command: (its host document, or None; stderr's tail or the reason; seconds)."""
     t0 = time.monotonic()
     try:
-        p = subprocess.run([sys.executable, "-m", "gpufleet", *args, "--json", "--exit-zero"], env=env,
-                           capture_output=True, text=True, timeout=timeout_s)
+        p = subprocess.run(
+            [sys.executable, "-m", "gpufleet", *args, "--json", "--exit-zero"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
     except subprocess.TimeoutExpired:
         return None, f"timed out after {timeout_s} s", time.monotonic() - t0
     try:
@@ -73,10 +78,12 @@ def node_stage(node: str, gpus: list[int], n_machine_gpus: int, cpu: bool, thres
     if not cpu:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
     common = ["--host", node, "--thresholds", json.dumps(thresholds)]
-    steps = [["check", *sum((["--group", g] for g in CHECK_GROUPS), []), *common],
-             ["counters", "--phase", "before", *common],
-             ["bench", "matmul", "sdc", "--tier", "quick", *common],
-             ["bench", "memory", "--tier", "quick", *common]]
+    steps = [
+        ["check", *sum((["--group", g] for g in CHECK_GROUPS), []), *common],
+        ["counters", "--phase", "before", *common],
+        ["bench", "matmul", "sdc", "--tier", "quick", *common],
+        ["bench", "memory", "--tier", "quick", *common],
+    ]
     if len(gpus) > 1:
         steps.append(["bench", "nccl", "--tier", "quick", "--master-port", str(free_port()), *common])
     steps.append(["counters", "--phase", "after", *common])
@@ -92,11 +99,26 @@ def node_stage(node: str, gpus: list[int], n_machine_gpus: int, cpu: bool, thres
     merged["host"] = node
     merged["seconds"] = round(sum(d.get("seconds") or 0 for d in docs), 2)
     for e in errors:  # an engine command that gave no document is an error result: nothing is dropped
-        merged["results"].append({"check": "engine", "group": "calibration", "status": "error",
-                                  "reason": f"{e['step']}: {e['error']}", "value": None, "unit": None,
-                                  "threshold": None, "remedy": None, "detail": {}, "class": "software"})
-    return {"document": merged, "wall_s": round(time.monotonic() - t0, 2), "started_epoch": round(epoch0, 2),
-            "ended_epoch": round(time.time(), 2)}
+        merged["results"].append(
+            {
+                "check": "engine",
+                "group": "calibration",
+                "status": "error",
+                "reason": f"{e['step']}: {e['error']}",
+                "value": None,
+                "unit": None,
+                "threshold": None,
+                "remedy": None,
+                "detail": {},
+                "class": "software",
+            }
+        )
+    return {
+        "document": merged,
+        "wall_s": round(time.monotonic() - t0, 2),
+        "started_epoch": round(epoch0, 2),
+        "ended_epoch": round(time.time(), 2),
+    }
 
 
 class Disturbance:
@@ -104,8 +126,17 @@ class Disturbance:
 
     def __init__(self, kind: str, gpus: list[int], delay_s: float, duration_s: float, cpu: bool):
         self.kind, self.gpus, self.delay_s, self.duration_s, self.cpu = kind, gpus, delay_s, duration_s, cpu
-        self.record = {"kind": kind, "gpus": gpus, "delay_s": round(delay_s, 1), "duration_s": round(duration_s, 1),
-                       "pids": [], "user": None, "ready_epoch": None, "end_epoch": None, "lines": []}
+        self.record = {
+            "kind": kind,
+            "gpus": gpus,
+            "delay_s": round(delay_s, 1),
+            "duration_s": round(duration_s, 1),
+            "pids": [],
+            "user": None,
+            "ready_epoch": None,
+            "end_epoch": None,
+            "lines": [],
+        }
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.stop = threading.Event()
         self.procs: list = []
@@ -122,7 +153,10 @@ class Disturbance:
         if self.kind == "one_gpu":
             return [(base + where + ["--kind", "matmul", "--size", "2048"], None)]
         # other_user: two processes of uid 65534 on the same GPU
-        return [(base + where + ["--kind", "matmul"], NOBODY), (base + where + ["--kind", "copy", "--size", "1024"], NOBODY)]
+        return [
+            (base + where + ["--kind", "matmul"], NOBODY),
+            (base + where + ["--kind", "copy", "--size", "1024"], NOBODY),
+        ]
 
     def _run(self):
         if self.stop.wait(self.delay_s):
@@ -193,9 +227,23 @@ def machine_facts(cpu: bool) -> dict:
 def report(run_dir: Path, db: Path, nodes: list[str]) -> dict:
     """`gpufleet report` over the round's host documents: each node's verdict and what did not pass."""
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
-    p = subprocess.run([sys.executable, "-m", "gpufleet", "report", str(run_dir), "--db", str(db), "--json",
-                        *sum((["--expect-host", n] for n in nodes), [])], env=env, capture_output=True, text=True,
-                       timeout=300)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpufleet",
+            "report",
+            str(run_dir),
+            "--db",
+            str(db),
+            "--json",
+            *sum((["--expect-host", n] for n in nodes), []),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     out = {}
     try:
         rep = json.loads((run_dir / "report.json").read_text())
@@ -204,16 +252,26 @@ def report(run_dir: Path, db: Path, nodes: list[str]) -> dict:
     for node in nodes:
         entry = (rep.get("nodes") or {}).get(node) or {}
         results = entry.get("results") or []
-        out[node] = {"verdict": entry.get("verdict"),
-                     "not_passing": [{k: r.get(k) for k in ("check", "group", "status", "reason", "class")}
-                                     for r in results if r.get("status") not in ("pass", "skip", "info")]}
+        out[node] = {
+            "verdict": entry.get("verdict"),
+            "not_passing": [
+                {k: r.get(k) for k in ("check", "group", "status", "reason", "class")}
+                for r in results
+                if r.get("status") not in ("pass", "skip", "info")
+            ],
+        }
     return out
 
 
 def set_baseline(db: Path, run_id: str) -> str:
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
-    p = subprocess.run([sys.executable, "-m", "gpufleet", "baseline", "set", run_id, "--db", str(db)], env=env,
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "gpufleet", "baseline", "set", run_id, "--db", str(db)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return (p.stdout + p.stderr).strip()[-300:]
 
 
@@ -234,15 +292,21 @@ def plan_round(rng: random.Random, n_gpus: int, disturbed: bool, kinds: list[str
 
 def git_commit() -> str | None:
     try:
-        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              timeout=10).stdout.strip() or None
+        return (
+            subprocess.run(
+                ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+            or None
+        )
     except OSError:
         return None
 
 
 def table(rows: list[dict]) -> str:
     """Per layout and condition: node-runs, verdicts, and the checks that did not pass (how often)."""
-    lines = [f"{'layout':6} {'condition':10} {'runs':>4} {'pass':>4} {'warn':>4} {'fail':>4} {'err':>4}  not passing (count)"]
+    lines = [
+        f"{'layout':6} {'condition':10} {'runs':>4} {'pass':>4} {'warn':>4} {'fail':>4} {'err':>4}  not passing (count)"
+    ]
     groups: dict = {}
     for r in rows:
         key = (r["layout"], "disturbed" if r["node_affected"] else ("clean" if r["condition"] == "clean" else "beside"))
@@ -255,8 +319,10 @@ def table(rows: list[dict]) -> str:
                 name = f"{f['group']}.{f['check']}:{f['status']}"
                 checks[name] = checks.get(name, 0) + 1
         top = ", ".join(f"{k} ({v})" for k, v in sorted(checks.items(), key=lambda kv: -kv[1])[:6])
-        lines.append(f"{layout:6} {cond:10} {len(rs):4} {verdicts.count('pass'):4} {verdicts.count('warn'):4} "
-                     f"{verdicts.count('fail'):4} {verdicts.count('error'):4}  {top or '-'}")
+        lines.append(
+            f"{layout:6} {cond:10} {len(rs):4} {verdicts.count('pass'):4} {verdicts.count('warn'):4} "
+            f"{verdicts.count('fail'):4} {verdicts.count('error'):4}  {top or '-'}"
+        )
     walls = sorted(r["wall_s"] for r in rows)
     if walls:
         lines.append(f"node stage wall: median {walls[len(walls) // 2]:.1f} s over {len(walls)} node-runs")
@@ -293,8 +359,9 @@ def main(argv=None) -> int:
     commit = git_commit()
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     t_start, rows, baseline_set = time.monotonic(), [], set()
-    print(f"calibration: {facts}; seed {seed}; budget {args.budget_s} s; layout {args.layout}; kinds {kinds}",
-          flush=True)
+    print(
+        f"calibration: {facts}; seed {seed}; budget {args.budget_s} s; layout {args.layout}; kinds {kinds}", flush=True
+    )
     k, stage_s = 0, {}
     while time.monotonic() - t_start < args.budget_s:
         layout = args.layout if args.layout != "both" else ("split" if k % 2 == 0 else "node")
@@ -336,22 +403,40 @@ def main(argv=None) -> int:
             # Affected: the disturbance ran on this node's GPUs while its stage ran (the times overlap).
             st = stages[node]
             rec = dist.record if dist else {}
-            overlap = (bool(rec.get("ready_epoch")) and rec["ready_epoch"] < st["ended_epoch"]
-                       and (rec.get("end_epoch") or st["ended_epoch"]) > st["started_epoch"])
+            overlap = (
+                bool(rec.get("ready_epoch"))
+                and rec["ready_epoch"] < st["ended_epoch"]
+                and (rec.get("end_epoch") or st["ended_epoch"]) > st["started_epoch"]
+            )
             affected = overlap and (args.cpu or bool(set(plan["gpus"]) & set(gpus)))
-            row = {"format": FORMAT, "round": round_id, "node": node, "layout": layout, "seed": seed,
-                   "machine": dict(facts, node_gpus=gpus), "commit": commit,
-                   "condition": "disturbed" if plan else "clean", "node_affected": affected,
-                   "disturbance": dist.record if dist else None, "wall_s": st["wall_s"],
-                   "stage_epochs": [st["started_epoch"], st["ended_epoch"]],
-                   "document": stages[node]["document"], "report": judged.get(node) or {}}
+            row = {
+                "format": FORMAT,
+                "round": round_id,
+                "node": node,
+                "layout": layout,
+                "seed": seed,
+                "machine": dict(facts, node_gpus=gpus),
+                "commit": commit,
+                "condition": "disturbed" if plan else "clean",
+                "node_affected": affected,
+                "disturbance": dist.record if dist else None,
+                "wall_s": st["wall_s"],
+                "stage_epochs": [st["started_epoch"], st["ended_epoch"]],
+                "document": stages[node]["document"],
+                "report": judged.get(node) or {},
+            }
             rows.append(row)
             with open(args.data, "a") as f:
                 f.write(json.dumps(row, separators=(",", ":")) + "\n")
         mine = [judged.get(n, {}) for n in nodes]
-        print(f"[{time.monotonic() - t_start:6.0f} s] {round_id}: {time.monotonic() - t0:.1f} s; "
-              + "; ".join(f"{n} {j.get('verdict')} {[f['group'] + '.' + f['check'] for f in j.get('not_passing') or []]}"
-                          for n, j in zip(nodes, mine)), flush=True)
+        print(
+            f"[{time.monotonic() - t_start:6.0f} s] {round_id}: {time.monotonic() - t0:.1f} s; "
+            + "; ".join(
+                f"{n} {j.get('verdict')} {[f['group'] + '.' + f['check'] for f in j.get('not_passing') or []]}"
+                for n, j in zip(nodes, mine)
+            ),
+            flush=True,
+        )
         k += 1
     print()
     print(table(rows))

@@ -65,8 +65,12 @@ def main(argv=None) -> int:
     p.add_argument("--gpu", type=int, help="NVML index of the GPU to keep busy")
     p.add_argument("--seconds", type=float, required=True, help="how long to keep it busy")
     p.add_argument("--kind", choices=["matmul", "copy", "pcie"], default="matmul")
-    p.add_argument("--size", type=int, help="matmul: matrix side (default 8192); copy: MiB per copy (default 4096); "
-                                            "pcie: MiB per host-device copy (default 1024)")
+    p.add_argument(
+        "--size",
+        type=int,
+        help="matmul: matrix side (default 8192); copy: MiB per copy (default 4096); "
+        "pcie: MiB per host-device copy (default 1024)",
+    )
     p.add_argument("--duty", type=float, default=1.0, help="busy fraction of the time, 0 < duty <= 1 (default 1)")
     p.add_argument("--cpu", action="store_true", help="run on the CPU at a tiny size (logic check without a GPU)")
     args = p.parse_args(argv)
@@ -154,8 +158,11 @@ def main(argv=None) -> int:
     elapsed = time.monotonic() - t0
     rate = done * per_op / busy if busy else 0.0
     why = f"stopped by {stop['why']}" if stop["why"] else "time is up"
-    print(f"gpu_disturb pid {os.getpid()}: {why} after {elapsed:.1f} s; {int(done)} operations, "
-          f"{rate:.4g} {unit} while busy", flush=True)
+    print(
+        f"gpu_disturb pid {os.getpid()}: {why} after {elapsed:.1f} s; {int(done)} operations, "
+        f"{rate:.4g} {unit} while busy",
+        flush=True,
+    )
     return 0
 
 

@@ -121,14 +121,20 @@ def _draws(queue):
         rows.append((label, round(time.time() - t, 3)))
 
     timed("cpu randn, seeded generator, x2, to GPU", lambda: sdc._inputs(torch, n, dev))
-    timed("cpu rand, seeded generator, x2, to GPU",
-          lambda: [torch.rand(n, n, generator=torch.Generator().manual_seed(1)).to(dev) for _ in range(2)])
-    timed("gpu randn, seeded generator, x2",
-          lambda: [torch.randn(n, n, device=dev, generator=torch.Generator(device=dev).manual_seed(1)) for _ in range(2)])
+    timed(
+        "cpu rand, seeded generator, x2, to GPU",
+        lambda: [torch.rand(n, n, generator=torch.Generator().manual_seed(1)).to(dev) for _ in range(2)],
+    )
+    timed(
+        "gpu randn, seeded generator, x2",
+        lambda: [torch.randn(n, n, device=dev, generator=torch.Generator(device=dev).manual_seed(1)) for _ in range(2)],
+    )
     torch.use_deterministic_algorithms(True)
     timed("deterministic on: cpu randn, seeded, x2, to GPU", lambda: sdc._inputs(torch, n, dev))
-    timed("deterministic on: gpu randn, seeded, x2",
-          lambda: [torch.randn(n, n, device=dev, generator=torch.Generator(device=dev).manual_seed(1)) for _ in range(2)])
+    timed(
+        "deterministic on: gpu randn, seeded, x2",
+        lambda: [torch.randn(n, n, device=dev, generator=torch.Generator(device=dev).manual_seed(1)) for _ in range(2)],
+    )
     timed("deterministic on: sdc.measure_device (all)", lambda: sdc.measure_device(0, "gpu"))
     rows.append(("measure_device phases_s", sdc.measure_device(0, "gpu")["phases_s"]))
     queue.put(rows)
@@ -150,8 +156,12 @@ def engine(names: list[str]) -> dict:
     """`python -m gpufleet bench NAMES --json` as the benchmark module runs it: wall s, each result's seconds,
     and the workers' phases (matmul detail.per_gpu[].phases_s, sdc's)."""
     t0 = time.monotonic()
-    p = subprocess.run([sys.executable, "-m", "gpufleet", "bench", *names, "--tier", "quick", "--json", "--exit-zero"],
-                       capture_output=True, text=True, timeout=600)
+    p = subprocess.run(
+        [sys.executable, "-m", "gpufleet", "bench", *names, "--tier", "quick", "--json", "--exit-zero"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     wall = round(time.monotonic() - t0, 2)
     try:
         doc = json.loads(p.stdout)
@@ -160,19 +170,26 @@ def engine(names: list[str]) -> dict:
     res = {r["check"]: r for r in doc["results"]}
     mm = (res.get("matmul_bf16") or {}).get("detail") or {}
     sd = (res.get("sdc") or {}).get("detail") or {}
-    return {"names": names, "wall_s": wall, "rc": p.returncode, "doc_s": doc["seconds"],
-            "results": {c: (r["status"], r.get("seconds"), r.get("trust"), len((r.get("detail") or {}).get("attempts") or []))
-                        for c, r in res.items()},
-            "matmul_phases_s": {d: g.get("phases_s") for d, g in (mm.get("per_gpu") or {}).items()},
-            "sdc_phases_s": {d: g.get("phases_s") for d, g in (sd.get("per_gpu") or {}).items()},
-            "sampler_saw": [(x["first_s"], x["last_s"]) for x in (mm.get("monitor") or {}).get("processes") or []]}
+    return {
+        "names": names,
+        "wall_s": wall,
+        "rc": p.returncode,
+        "doc_s": doc["seconds"],
+        "results": {
+            c: (r["status"], r.get("seconds"), r.get("trust"), len((r.get("detail") or {}).get("attempts") or []))
+            for c, r in res.items()
+        },
+        "matmul_phases_s": {d: g.get("phases_s") for d, g in (mm.get("per_gpu") or {}).items()},
+        "sdc_phases_s": {d: g.get("phases_s") for d, g in (sd.get("per_gpu") or {}).items()},
+        "sampler_saw": [(x["first_s"], x["last_s"]) for x in (mm.get("monitor") or {}).get("processes") or []],
+    }
 
 
 CASE_CODE = {
     "before": "from gpufleet.bench import matmul; matmul.run('quick')",
     "matmul": "from gpufleet.bench import matmul; matmul.run('quick')",
     "matmul+sdc": "from gpufleet.bench import matmul; o = matmul.run('quick', sdc_tier='quick'); "
-                  "print('SDC', [v.get('seconds') for v in o['sdc']['per_device'].values()])",
+    "print('SDC', [v.get('seconds') for v in o['sdc']['per_device'].values()])",
 }
 
 
@@ -186,8 +203,14 @@ def case(name: str, before: str | None) -> dict:
     wall = time.monotonic() - t0
     inner = next((float(x.split()[1]) for x in p.stdout.splitlines() if x.startswith("WALL")), None)
     sdc_s = next((x[4:] for x in p.stdout.splitlines() if x.startswith("SDC")), "")
-    return {"case": name, "process_s": round(wall, 2), "run_s": round(inner, 2) if inner else None, "rc": p.returncode,
-            "sdc_s": sdc_s, "stderr_tail": p.stderr[-800:]}
+    return {
+        "case": name,
+        "process_s": round(wall, 2),
+        "run_s": round(inner, 2) if inner else None,
+        "rc": p.returncode,
+        "sdc_s": sdc_s,
+        "stderr_tail": p.stderr[-800:],
+    }
 
 
 def main() -> int:
@@ -214,7 +237,9 @@ def main() -> int:
         print()
         for e in report["engine"]:
             print(f"{' '.join(e['names']):11} wall {e['wall_s']:6.2f}  results {e.get('results')}")
-            print(f"            matmul worker {e.get('matmul_phases_s')}  sdc {e.get('sdc_phases_s')}  on GPU {e.get('sampler_saw')}")
+            print(
+                f"            matmul worker {e.get('matmul_phases_s')}  sdc {e.get('sdc_phases_s')}  on GPU {e.get('sampler_saw')}"
+            )
         for label, s_ in report["draws"]:
             print(f"  {label:50} {s_}")
         return 0
@@ -226,8 +251,11 @@ def main() -> int:
                 c["round"] = r + 1
                 report["cases"].append(c)
                 print(json.dumps({k: c[k] for k in ("case", "round", "process_s", "run_s", "rc", "sdc_s")}), flush=True)
-    for label, fold, kill in (("matmul alone", False, True), ("matmul+sdc, killed as gather does", True, True),
-                              ("matmul+sdc, left to exit", True, False)):
+    for label, fold, kill in (
+        ("matmul alone", False, True),
+        ("matmul+sdc, killed as gather does", True, True),
+        ("matmul+sdc, left to exit", True, False),
+    ):
         report["phases"][label] = phases(fold, kill)
     if args.json:
         with open(args.json, "w") as f:
@@ -235,8 +263,11 @@ def main() -> int:
     print("\ncase         runs: process s (run s)")
     for n in dict.fromkeys(c["case"] for c in report["cases"]):
         rows = [c for c in report["cases"] if c["case"] == n]
-        print(f"{n:12} " + ", ".join(f"{c['process_s']} ({c['run_s']})" for c in rows)
-              + f"  median run {statistics.median([c['run_s'] or 0 for c in rows]):.2f}  rc {[c['rc'] for c in rows]} {rows[-1]['sdc_s']}")
+        print(
+            f"{n:12} "
+            + ", ".join(f"{c['process_s']} ({c['run_s']})" for c in rows)
+            + f"  median run {statistics.median([c['run_s'] or 0 for c in rows]):.2f}  rc {[c['rc'] for c in rows]} {rows[-1]['sdc_s']}"
+        )
     for label, rows in report["phases"].items():
         print(f"\n{label}: {rows[0]['at_s']}")
         for row in rows[1:]:

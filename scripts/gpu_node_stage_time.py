@@ -46,25 +46,66 @@ def main() -> int:
             run_dir = out / "reports" / run_id
             (run_dir / "hosts").mkdir(parents=True, exist_ok=True)
             t0 = time.monotonic()
-            done = subprocess.run([args.python, "-m", "gpufleet", "node-stage", "--tier", tier, "--run-dir", str(run_dir), "--run-id",
-                                   run_id, "--host", "node0", "--lock-path", str(out / "node.lock"), "--thresholds", thresholds],
-                                  capture_output=True, text=True)
+            done = subprocess.run(
+                [
+                    args.python,
+                    "-m",
+                    "gpufleet",
+                    "node-stage",
+                    "--tier",
+                    tier,
+                    "--run-dir",
+                    str(run_dir),
+                    "--run-id",
+                    run_id,
+                    "--host",
+                    "node0",
+                    "--lock-path",
+                    str(out / "node.lock"),
+                    "--thresholds",
+                    thresholds,
+                ],
+                capture_output=True,
+                text=True,
+            )
             wall_s = time.monotonic() - t0
             (run_dir / "node-stage.log").write_text(done.stdout + done.stderr)
-            doc = json.loads((run_dir / "hosts" / "node0.json").read_text()) if (run_dir / "hosts" / "node0.json").exists() else {}
-            report = subprocess.run([args.python, "-m", "gpufleet", "report", str(run_dir), "--no-store", "--json"],
-                                    capture_output=True, text=True)
+            doc = (
+                json.loads((run_dir / "hosts" / "node0.json").read_text())
+                if (run_dir / "hosts" / "node0.json").exists()
+                else {}
+            )
+            report = subprocess.run(
+                [args.python, "-m", "gpufleet", "report", str(run_dir), "--no-store", "--json"],
+                capture_output=True,
+                text=True,
+            )
             verdict = json.loads(report.stdout)["verdict"] if report.stdout.strip().startswith("{") else "no report"
-            rows.append({"tier": tier, "run": i, "rc": done.returncode, "wall_s": round(wall_s, 1),
-                         "engine_s": doc.get("seconds"), "verdict": verdict, "gpus": gpus})
+            rows.append(
+                {
+                    "tier": tier,
+                    "run": i,
+                    "rc": done.returncode,
+                    "wall_s": round(wall_s, 1),
+                    "engine_s": doc.get("seconds"),
+                    "verdict": verdict,
+                    "gpus": gpus,
+                }
+            )
             print(json.dumps(rows[-1]), flush=True)
     (out / "times.json").write_text(json.dumps(rows, indent=1) + "\n")
-    print(f"\n{'tier':11} {'median s':>8} {'GPU-h/sweep':>11} {'8-GPU node':>10}  " + "  ".join(f"{c:>10}" for c, _ in CADENCES))
+    print(
+        f"\n{'tier':11} {'median s':>8} {'GPU-h/sweep':>11} {'8-GPU node':>10}  "
+        + "  ".join(f"{c:>10}" for c, _ in CADENCES)
+    )
     for tier in ("smoke", "acceptance"):
         wall = statistics.median(r["wall_s"] for r in rows if r["tier"] == tier)
         per8 = wall * 8 / 3600
-        print(f"{tier:11} {wall:8.1f} {wall * max(gpus, 1) / 3600:11.4f} {per8:10.4f}  "
-              + "  ".join(f"{per8 * n:10.3f}" for _, n in CADENCES) + "   (GPU-h per 8-GPU node per week)")
+        print(
+            f"{tier:11} {wall:8.1f} {wall * max(gpus, 1) / 3600:11.4f} {per8:10.4f}  "
+            + "  ".join(f"{per8 * n:10.3f}" for _, n in CADENCES)
+            + "   (GPU-h per 8-GPU node per week)"
+        )
     return 0
 
 

@@ -42,10 +42,25 @@ def one_process(device_index: int | None, size: int, repeats: int, queue) -> Non
             same = sum(torch.equal(compute(), first) for _ in range(repeats - 1))
             if device.type == "cuda":
                 torch.cuda.synchronize()
-            rows.append({"computation": name, "repeats": repeats, "identical_to_first": same + 1,
-                         "sha256": sdc.tensor_sha256(first), "seconds": round(time.monotonic() - t0, 2)})
-        queue.put({"pid": os.getpid(), "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-                   "torch": torch.__version__, "cuda": torch.version.cuda, "cublas": sdc.cublas_version(), "rows": rows})
+            rows.append(
+                {
+                    "computation": name,
+                    "repeats": repeats,
+                    "identical_to_first": same + 1,
+                    "sha256": sdc.tensor_sha256(first),
+                    "seconds": round(time.monotonic() - t0, 2),
+                }
+            )
+        queue.put(
+            {
+                "pid": os.getpid(),
+                "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+                "torch": torch.__version__,
+                "cuda": torch.version.cuda,
+                "cublas": sdc.cublas_version(),
+                "rows": rows,
+            }
+        )
     except Exception as exc:  # the table says which process failed and why
         queue.put({"pid": os.getpid(), "error": f"{type(exc).__name__}: {exc}"})
 
@@ -76,17 +91,23 @@ def main() -> int:
             print(f"{i:>8} error: {run['error']}")
             continue
         for r in run["rows"]:
-            print(f"{i:>8} {r['computation']:<22} {r['identical_to_first']:>8}/{r['repeats']:<9} {r['sha256'][:16]:<18} {r['seconds']:>7}")
+            print(
+                f"{i:>8} {r['computation']:<22} {r['identical_to_first']:>8}/{r['repeats']:<9} {r['sha256'][:16]:<18} {r['seconds']:>7}"
+            )
     ok = [r for r in runs if "error" not in r]
     if ok:
-        print(f"\n{ok[0]['device']}, torch {ok[0]['torch']}, CUDA {ok[0]['cuda']}, cuBLAS {ok[0]['cublas']}, size {args.size}")
+        print(
+            f"\n{ok[0]['device']}, torch {ok[0]['torch']}, CUDA {ok[0]['cuda']}, cuBLAS {ok[0]['cublas']}, size {args.size}"
+        )
     holds = bool(ok) and len(ok) == len(runs)
     for name in [r["computation"] for r in ok[0]["rows"]] if ok else []:
         per = [next(r for r in run["rows"] if r["computation"] == name) for run in ok]
         repeats_ok = all(r["identical_to_first"] == r["repeats"] for r in per)
         across_ok = len({r["sha256"] for r in per}) == 1
-        print(f"{name:<22} repeats identical: {'yes' if repeats_ok else 'NO'}; across {len(per)} processes: "
-              f"{'yes' if across_ok else 'NO'}")
+        print(
+            f"{name:<22} repeats identical: {'yes' if repeats_ok else 'NO'}; across {len(per)} processes: "
+            f"{'yes' if across_ok else 'NO'}"
+        )
         if not name.endswith("tf32_on"):
             holds = holds and repeats_ok and across_ok
     if ok:

@@ -100,8 +100,12 @@ def node_venv(base: str, venv: Path) -> str:
         # --system-site-packages reaches the base interpreter's packages, not those of a venv `base` may itself be
         # (a machine's torch often lives in one): a .pth names `base`'s own package folders.
         folders = subprocess.run([base, "-c", BASE_SITE], capture_output=True, text=True, check=True).stdout
-        ours = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                              capture_output=True, text=True, check=True).stdout.strip()
+        ours = subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         (Path(ours) / "gpufleet-node-base.pth").write_text(folders)
         subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "-e", str(REPO)], check=True)
         info = probe(str(python)) or {}
@@ -118,29 +122,50 @@ def choose_python(given: str, venv_python: str, venv: Path) -> tuple[str, str]:
         info = probe(given)
         if info is None:
             raise SystemExit(f"make validate: NODE_PYTHON={given} does not run; expected a Python interpreter")
-        lacks = [what for what, ok in (("torch", info.get("torch")), ("CUDA", info.get("cuda")), ("nvidia-ml-py", info.get("pynvml")),
-                                        ("PyYAML", info.get("yaml"))) if not ok]
+        lacks = [
+            what
+            for what, ok in (
+                ("torch", info.get("torch")),
+                ("CUDA", info.get("cuda")),
+                ("nvidia-ml-py", info.get("pynvml")),
+                ("PyYAML", info.get("yaml")),
+            )
+            if not ok
+        ]
         node = node_venv(given, venv) if given != venv_python else given
-        return node, (f"NODE_PYTHON={given}" + (f", with the engine in {venv}" if node != given else "")
-                      + (f"; it lacks {', '.join(lacks)}" if lacks else f": torch {info['torch']} with CUDA, nvidia-ml-py")
-                      + (" (nvidia-ml-py and PyYAML installed beside it)" if node != given and lacks else ""))
+        return node, (
+            f"NODE_PYTHON={given}"
+            + (f", with the engine in {venv}" if node != given else "")
+            + (f"; it lacks {', '.join(lacks)}" if lacks else f": torch {info['torch']} with CUDA, nvidia-ml-py")
+            + (" (nvidia-ml-py and PyYAML installed beside it)" if node != given and lacks else "")
+        )
     probes = {p: probe(p) for p in candidates(venv_python)}
     for python, info in probes.items():
         if usable(info):
             where = "the controller's .venv" if python == venv_python else f"this machine's own {python}"
             node = python if python == venv_python else node_venv(python, venv)
-            return node, (f"{where}: torch {info['torch']} with CUDA ({info['cuda_devices']} device(s)), nvidia-ml-py"
-                          + ("" if node == python else f"; the engine beside them in {venv}"))
+            return node, (
+                f"{where}: torch {info['torch']} with CUDA ({info['cuda_devices']} device(s)), nvidia-ml-py"
+                + ("" if node == python else f"; the engine beside them in {venv}")
+            )
     for python, info in probes.items():
         if info and info.get("torch") and info.get("cuda"):
             node = node_venv(python, venv)
-            return node, (f"this machine's own {python}: torch {info['torch']} with CUDA; nvidia-ml-py and PyYAML installed "
-                          f"beside it in {venv}")
+            return node, (
+                f"this machine's own {python}: torch {info['torch']} with CUDA; nvidia-ml-py and PyYAML installed "
+                f"beside it in {venv}"
+            )
     info = probes.get(venv_python) or {}
     how = "to measure, give a Python with torch (CUDA) and nvidia-ml-py: make validate NODE_PYTHON=/path/to/python"
     if info.get("torch"):
-        return venv_python, f"the controller's .venv: torch {info['torch']} without CUDA, so the benchmarks run on the CPU (no figure); {how}"
-    return venv_python, f"the controller's .venv, which has no torch: no Python here has it, so each benchmark says so; {how}"
+        return (
+            venv_python,
+            f"the controller's .venv: torch {info['torch']} without CUDA, so the benchmarks run on the CPU (no figure); {how}",
+        )
+    return (
+        venv_python,
+        f"the controller's .venv, which has no torch: no Python here has it, so each benchmark says so; {how}",
+    )
 
 
 def expected_gpus(given: str, venv_python: str) -> tuple[int | None, str]:
@@ -159,10 +184,14 @@ def expected_gpus(given: str, venv_python: str) -> tuple[int | None, str]:
     if seen["expected"] == seen["count"]:
         return None, f"{found}, which expects {seen['expected']} GPU(s) ({seen['source']}); to change it: {change}"
     if seen["expected"] is None:
-        return seen["count"], f"{found}, which sets no GPU count: expecting what NVML sees, {seen['count']}; to change it: {change}"
-    return seen["count"], (f"{found}, which expects {seen['expected']} ({seen['source']}): expecting what NVML sees on this "
-                           f"machine, {seen['count']}; to hold it to {seen['expected']}: make validate "
-                           f"EXPECTED_GPUS={seen['expected']}")
+        return seen[
+            "count"
+        ], f"{found}, which sets no GPU count: expecting what NVML sees, {seen['count']}; to change it: {change}"
+    return seen["count"], (
+        f"{found}, which expects {seen['expected']} ({seen['source']}): expecting what NVML sees on this "
+        f"machine, {seen['count']}; to hold it to {seen['expected']}: make validate "
+        f"EXPECTED_GPUS={seen['expected']}"
+    )
 
 
 def main() -> int:
@@ -172,15 +201,19 @@ def main() -> int:
     ap.add_argument("--expected-gpus", default="", help="EXPECTED_GPUS: the GPU count to expect, as given")
     args = ap.parse_args()
     if args.expected_gpus and not (args.expected_gpus.isdigit() and int(args.expected_gpus) > 0):
-        raise SystemExit(f"make validate: EXPECTED_GPUS={args.expected_gpus!r}; expected a whole number of GPUs, 1 or more")
+        raise SystemExit(
+            f"make validate: EXPECTED_GPUS={args.expected_gpus!r}; expected a whole number of GPUs, 1 or more"
+        )
     venv_python = sys.executable
     venv = Path(venv_python).parent.parent / "node"
     try:
         python, why = choose_python(args.node_python, venv_python, venv)
     except subprocess.CalledProcessError as exc:  # pip or venv could not make .venv/node (no registry, no wheel)
-        raise SystemExit(f"make validate: could not make {venv} for the node's Python: `{' '.join(map(str, exc.cmd))}` "
-                         f"exited {exc.returncode}; where no package registry is reachable, point pip at a wheelhouse "
-                         "(PIP_NO_INDEX=1 PIP_FIND_LINKS=/path/to/wheels), or give NODE_PYTHON") from None
+        raise SystemExit(
+            f"make validate: could not make {venv} for the node's Python: `{' '.join(map(str, exc.cmd))}` "
+            f"exited {exc.returncode}; where no package registry is reachable, point pip at a wheelhouse "
+            "(PIP_NO_INDEX=1 PIP_FIND_LINKS=/path/to/wheels), or give NODE_PYTHON"
+        ) from None
     say(f"the node's Python: {python}, {why}")
     count, what = expected_gpus(args.expected_gpus, venv_python)
     say(f"GPUs: {what}")

@@ -68,11 +68,18 @@ def size_text(size: int) -> str:
 def variants(role_settings: dict) -> list[tuple[str, dict, int | None]]:
     """(name, NCCL variables, size cap) in the order they run; the baseline recurs so drift shows."""
     role = [(f"role:{k}", {k: str(v)}, None) for k, v in sorted(role_settings.items())]
-    out = [("base", {}, None), *role, ("role:all", {k: str(v) for k, v in role_settings.items()}, None),
-           ("base", {}, None), ("ib-documented", dict(IB_DOCUMENTED), None), ("seeds:ring", {"NCCL_ALGO": "Ring"}, None),
-           ("seeds:simple", {"NCCL_PROTO": "Simple"}, None),
-           ("seeds:ring+simple", {"NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple"}, None), ("base", {}, None),
-           ("net:base", dict(NET_PATH), NET_MAX_BYTES)]
+    out = [
+        ("base", {}, None),
+        *role,
+        ("role:all", {k: str(v) for k, v in role_settings.items()}, None),
+        ("base", {}, None),
+        ("ib-documented", dict(IB_DOCUMENTED), None),
+        ("seeds:ring", {"NCCL_ALGO": "Ring"}, None),
+        ("seeds:simple", {"NCCL_PROTO": "Simple"}, None),
+        ("seeds:ring+simple", {"NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple"}, None),
+        ("base", {}, None),
+        ("net:base", dict(NET_PATH), NET_MAX_BYTES),
+    ]
     ifname = role_settings.get("NCCL_SOCKET_IFNAME")
     if ifname:
         out.append(("net:ifname", {**NET_PATH, "NCCL_SOCKET_IFNAME": str(ifname)}, NET_MAX_BYTES))
@@ -85,20 +92,43 @@ def clean_env(extra: dict) -> dict:
     return {**env, **ALWAYS, **extra}
 
 
-def run_variant(out: Path, name: str, nccl_env: dict, max_bytes: int | None, tier: str, nproc: int, timeout_s: float,
-                debug_dir: Path | None = None) -> dict:
+def run_variant(
+    out: Path,
+    name: str,
+    nccl_env: dict,
+    max_bytes: int | None,
+    tier: str,
+    nproc: int,
+    timeout_s: float,
+    debug_dir: Path | None = None,
+) -> dict:
     """One torchrun of the engine's worker; its output with how it ran."""
     result_path = out / "runs" / f"{name.replace(':', '_')}-{int(time.time() * 1000)}.json"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-           "-m", "gpufleet.bench.nccl", "--worker", "--tier", tier, "--out", str(result_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        "-m",
+        "gpufleet.bench.nccl",
+        "--worker",
+        "--tier",
+        tier,
+        "--out",
+        str(result_path),
+    ]
     if max_bytes:
         cmd += ["--max-bytes", str(max_bytes)]
     extra = dict(nccl_env)
     if debug_dir:  # the evidence runs: what NCCL chose, in its own words, in files of its own
-        extra.update(NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,NET,GRAPH", NCCL_DEBUG_FILE=str(debug_dir / "nccl.%h.%p.log"))
+        extra.update(
+            NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,NET,GRAPH", NCCL_DEBUG_FILE=str(debug_dir / "nccl.%h.%p.log")
+        )
     start = time.monotonic()
-    proc = subprocess.Popen(cmd, env=clean_env(extra), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, env=clean_env(extra), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     try:
         log = proc.communicate(timeout=timeout_s)[0]
         timed_out = False
@@ -107,16 +137,27 @@ def run_variant(out: Path, name: str, nccl_env: dict, max_bytes: int | None, tie
         log = proc.communicate()[0]
         timed_out = True
     doc = json.loads(result_path.read_text()) if result_path.exists() else {}
-    doc.update(variant=name, nccl_env=nccl_env, max_bytes=max_bytes, rc=proc.returncode, timed_out=timed_out,
-               seconds=round(time.monotonic() - start, 1), log_tail=log[-3000:])
+    doc.update(
+        variant=name,
+        nccl_env=nccl_env,
+        max_bytes=max_bytes,
+        rc=proc.returncode,
+        timed_out=timed_out,
+        seconds=round(time.monotonic() - start, 1),
+        log_tail=log[-3000:],
+    )
     result_path.write_text(json.dumps(doc, indent=1))
     return doc
 
 
 def cells(doc: dict) -> dict:
     """(collective, size in bytes) -> busbw GB/s of a run's correct measurements."""
-    return {(name, row["size_bytes"]): row["busbw_gbps"] for name, rows in (doc.get("collectives") or {}).items()
-            for row in rows if row.get("correct") and row.get("busbw_gbps")}
+    return {
+        (name, row["size_bytes"]): row["busbw_gbps"]
+        for name, rows in (doc.get("collectives") or {}).items()
+        for row in rows
+        if row.get("correct") and row.get("busbw_gbps")
+    }
 
 
 def judge(runs: list[dict]) -> list[dict]:
@@ -134,24 +175,48 @@ def judge(runs: list[dict]) -> list[dict]:
         if name == "net:ifname" and net_base:  # the network path against itself without the setting
             ref = {k: statistics.median(b[k] for b in net_base if k in b) for k in set().union(*net_base)}
             ref_low, ref_high, against = {k: 1.0 for k in ref}, {k: 1.0 for k in ref}, "net:base"
-        ratios = {k: statistics.median(m[k] for m in mine if k in m) / ref[k]
-                  for k in set().union(*mine) & set(ref) if ref[k]}
+        ratios = {
+            k: statistics.median(m[k] for m in mine if k in m) / ref[k] for k in set().union(*mine) & set(ref) if ref[k]
+        }
         if not ratios:
-            rows.append({"variant": name, "against": against, "cells": 0, "runs": len(mine),
-                         "verdict": "not comparable (no cell in common with its reference)"})
+            rows.append(
+                {
+                    "variant": name,
+                    "against": against,
+                    "cells": 0,
+                    "runs": len(mine),
+                    "verdict": "not comparable (no cell in common with its reference)",
+                }
+            )
             continue
         worst, best = min(ratios, key=ratios.get), max(ratios, key=ratios.get)
         below = [k for k, r in ratios.items() if r < ref_low[k] - MARGIN]
         above = [k for k, r in ratios.items() if r > ref_high[k] + MARGIN]
-        verdict = ("reference" if name == "base" else "hurts" if below and not above else "helps" if above and not below
-                   else "mixed" if above and below else "no effect beyond the baseline's spread")
-        rows.append({
-            "variant": name, "against": against, "runs": len(mine), "cells": len(ratios),
-            "geomean_ratio": round(math.exp(sum(math.log(r) for r in ratios.values()) / len(ratios)), 4),
-            "worst": f"{worst[0]} {size_text(worst[1])} {ratios[worst]:.3f}",
-            "best": f"{best[0]} {size_text(best[1])} {ratios[best]:.3f}",
-            "cells_below": len(below), "cells_above": len(above), "verdict": verdict,
-        })
+        verdict = (
+            "reference"
+            if name == "base"
+            else "hurts"
+            if below and not above
+            else "helps"
+            if above and not below
+            else "mixed"
+            if above and below
+            else "no effect beyond the baseline's spread"
+        )
+        rows.append(
+            {
+                "variant": name,
+                "against": against,
+                "runs": len(mine),
+                "cells": len(ratios),
+                "geomean_ratio": round(math.exp(sum(math.log(r) for r in ratios.values()) / len(ratios)), 4),
+                "worst": f"{worst[0]} {size_text(worst[1])} {ratios[worst]:.3f}",
+                "best": f"{best[0]} {size_text(best[1])} {ratios[best]:.3f}",
+                "cells_below": len(below),
+                "cells_above": len(above),
+                "verdict": verdict,
+            }
+        )
     return rows
 
 
@@ -163,15 +228,30 @@ def write_outputs(out: Path, runs: list[dict], left_out: list[str], evidence: di
                 handle.write(f"{run['variant']},{n},{name},{size},{busbw}\n")
     summary = judge(runs)
     base_runs = [cells(r) for r in runs if r["variant"] == "base"]
-    spread = max((max(b[k] for b in base_runs if k in b) / min(b[k] for b in base_runs if k in b) - 1
-                  for k in set().union(*base_runs)), default=0) if len(base_runs) > 1 else None
-    lines = [f"{'variant':20} {'against':9} {'runs':>4} {'cells':>5} {'geomean':>8}  {'worst cell':28} {'best cell':28} verdict"]
+    spread = (
+        max(
+            (
+                max(b[k] for b in base_runs if k in b) / min(b[k] for b in base_runs if k in b) - 1
+                for k in set().union(*base_runs)
+            ),
+            default=0,
+        )
+        if len(base_runs) > 1
+        else None
+    )
+    lines = [
+        f"{'variant':20} {'against':9} {'runs':>4} {'cells':>5} {'geomean':>8}  {'worst cell':28} {'best cell':28} verdict"
+    ]
     for row in summary:
-        lines.append(f"{row['variant']:20} {row['against']:9} {row['runs']:>4} {row['cells']:>5} "
-                     f"{row.get('geomean_ratio', ''):>8}  {row.get('worst', ''):28} {row.get('best', ''):28} {row['verdict']}")
-    lines.append(f"baseline runs: {len(base_runs)}; their largest spread in one cell: "
-                 f"{'n/a' if spread is None else f'{spread * 100:.1f}%'}; a cell moved when it leaves the baseline's range "
-                 f"by more than {MARGIN * 100:.0f}%")
+        lines.append(
+            f"{row['variant']:20} {row['against']:9} {row['runs']:>4} {row['cells']:>5} "
+            f"{row.get('geomean_ratio', ''):>8}  {row.get('worst', ''):28} {row.get('best', ''):28} {row['verdict']}"
+        )
+    lines.append(
+        f"baseline runs: {len(base_runs)}; their largest spread in one cell: "
+        f"{'n/a' if spread is None else f'{spread * 100:.1f}%'}; a cell moved when it leaves the baseline's range "
+        f"by more than {MARGIN * 100:.0f}%"
+    )
     failed = [f"{r['variant']} (rc {r['rc']}{', timed out' if r['timed_out'] else ''})" for r in runs if r["rc"] != 0]
     if failed:
         lines.append("runs that failed: " + "; ".join(failed) + " (their log_tail in runs/)")
@@ -181,17 +261,24 @@ def write_outputs(out: Path, runs: list[dict], left_out: list[str], evidence: di
         lines.append(f"NCCL's log, {name}: transports {what.get('transports')}, network {what.get('networks')}")
     text = "\n".join(lines) + "\n"
     (out / "summary.txt").write_text(text)
-    (out / "summary.json").write_text(json.dumps({"variants": summary, "left_out": left_out, "evidence": evidence,
-                                                  "baseline_spread": spread}, indent=1))
+    (out / "summary.json").write_text(
+        json.dumps(
+            {"variants": summary, "left_out": left_out, "evidence": evidence, "baseline_spread": spread}, indent=1
+        )
+    )
     by_variant = {}
     for run in runs:
         by_variant.setdefault(run["variant"], []).append(cells(run))
     keys = sorted(set().union(*[c for cs in by_variant.values() for c in cs]))
     table = ["| collective | size | " + " | ".join(by_variant) + " |", "|---|---:|" + "---:|" * len(by_variant)]
     for key in keys:
-        vals = [statistics.median([c[key] for c in cs if key in c]) if any(key in c for c in cs) else None
-                for cs in by_variant.values()]
-        table.append(f"| {key[0]} | {size_text(key[1])} | " + " | ".join("" if v is None else f"{v:.4g}" for v in vals) + " |")
+        vals = [
+            statistics.median([c[key] for c in cs if key in c]) if any(key in c for c in cs) else None
+            for cs in by_variant.values()
+        ]
+        table.append(
+            f"| {key[0]} | {size_text(key[1])} | " + " | ".join("" if v is None else f"{v:.4g}" for v in vals) + " |"
+        )
     (out / "table.md").write_text("busbw GB/s, median over a variant's runs\n\n" + "\n".join(table) + "\n")
     return text
 
@@ -207,7 +294,9 @@ def settings_from(record: Path) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--out", required=True)
-    parser.add_argument("--record", default="/etc/gpufleet/bringup.json", help="bring-up record with the nccl role's settings")
+    parser.add_argument(
+        "--record", default="/etc/gpufleet/bringup.json", help="bring-up record with the nccl role's settings"
+    )
     parser.add_argument("--conf", default="/etc/nccl.conf", help="NCCL's conf file, moved aside while measuring")
     parser.add_argument("--tier", default="quick", help="the benchmark's tier (cpu: gloo, logic only)")
     parser.add_argument("--nproc", type=int, help="ranks (default: the GPUs torch sees)")
@@ -246,17 +335,31 @@ def main(argv=None) -> int:
                     continue
                 debug_dir = out / "nccl-logs" / name.replace(":", "_")
                 debug_dir.mkdir(parents=True, exist_ok=True)
-                run_variant(out, f"evidence-{name}", nccl_env, max_bytes, args.tier, nproc, args.run_timeout_s, debug_dir)
+                run_variant(
+                    out, f"evidence-{name}", nccl_env, max_bytes, args.tier, nproc, args.run_timeout_s, debug_dir
+                )
                 text = "".join(p.read_text(errors="replace") for p in sorted(debug_dir.glob("nccl.*.log")))
                 parsed = parse_nccl_log(text)
                 evidence[name] = {"transports": parsed["transports"], "networks": parsed["networks"]}
     finally:
         if aside.exists():
             shutil.move(aside, conf)
-    (out / "method.json").write_text(json.dumps({
-        "role_settings": role_settings, "always": ALWAYS, "tier": args.tier, "nproc": nproc, "torch": torch.__version__,
-        "nccl": ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None,
-        "conf_moved_aside": str(conf), "variants": [v[0] for v in planned], "margin": MARGIN}, indent=1))
+    (out / "method.json").write_text(
+        json.dumps(
+            {
+                "role_settings": role_settings,
+                "always": ALWAYS,
+                "tier": args.tier,
+                "nproc": nproc,
+                "torch": torch.__version__,
+                "nccl": ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None,
+                "conf_moved_aside": str(conf),
+                "variants": [v[0] for v in planned],
+                "margin": MARGIN,
+            },
+            indent=1,
+        )
+    )
     print(write_outputs(out, runs, left_out, evidence), end="")
     return 0 if runs and all(r["rc"] == 0 for r in runs) else 1
 

@@ -55,8 +55,15 @@ def one_run(cmd: list[str], handles: list) -> dict:
         polls += 1
         time.sleep(0.02)
     out, err = p.communicate()
-    return {"wall_s": round(time.monotonic() - t0, 3), "rc": p.returncode, "stdout": out, "stderr_tail": err[-2000:],
-            "own_processes_on_gpus": sorted(seen_pids), "gpu_util_max_pct": util_max, "nvml_polls": polls}
+    return {
+        "wall_s": round(time.monotonic() - t0, 3),
+        "rc": p.returncode,
+        "stdout": out,
+        "stderr_tail": err[-2000:],
+        "own_processes_on_gpus": sorted(seen_pids),
+        "gpu_util_max_pct": util_max,
+        "nvml_polls": polls,
+    }
 
 
 def main() -> int:
@@ -67,12 +74,30 @@ def main() -> int:
     args = ap.parse_args()
     pynvml.nvmlInit()
     handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
-    cmd = [sys.executable, "-m", "gpufleet", "check", f"--slurm-health={args.mode}", "--dry-run",
-           "--thresholds", args.thresholds]
+    cmd = [
+        sys.executable,
+        "-m",
+        "gpufleet",
+        "check",
+        f"--slurm-health={args.mode}",
+        "--dry-run",
+        "--thresholds",
+        args.thresholds,
+    ]
     runs = [one_run(cmd, handles) for run_number in range(args.runs)]
     walls = sorted(r["wall_s"] for r in runs)
-    print(json.dumps({"command": cmd, "gpus": len(handles), "runs": runs, "wall_s_median": walls[len(walls) // 2],
-                      "wall_s_max": walls[-1]}, indent=1))
+    print(
+        json.dumps(
+            {
+                "command": cmd,
+                "gpus": len(handles),
+                "runs": runs,
+                "wall_s_median": walls[len(walls) // 2],
+                "wall_s_max": walls[-1],
+            },
+            indent=1,
+        )
+    )
     return 0
 
 

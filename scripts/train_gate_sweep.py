@@ -23,8 +23,10 @@ def row(tag, r):
         return
     r0 = r["ranks"][0]
     mfu = numbers.mfu(r["tokens_per_s_per_gpu"], r0["flops_per_token"], PEAK_TFLOPS)
-    print(f"{tag:28} {r['tokens_per_s_per_gpu']:>10,.0f} tok/s/GPU  MFU {mfu:6.1%}  step {r0['step_s_median'] * 1e3:7.1f} ms  "
-          f"mem {r0['peak_memory_gib']:5.1f} GiB  loss {r0['loss_first']:.2f}->{r0['loss_last']:.2f}")
+    print(
+        f"{tag:28} {r['tokens_per_s_per_gpu']:>10,.0f} tok/s/GPU  MFU {mfu:6.1%}  step {r0['step_s_median'] * 1e3:7.1f} ms  "
+        f"mem {r0['peak_memory_gib']:5.1f} GiB  loss {r0['loss_first']:.2f}->{r0['loss_last']:.2f}"
+    )
 
 
 def main(out_dir, *batches):

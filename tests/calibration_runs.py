@@ -52,12 +52,31 @@ def samples(median: float, spread_pct: float, n: int = 20, low: dict | None = No
 
 
 def monitor(foreign: list | None = None) -> dict:
-    per_gpu = {str(i): {"pci_bus_id": f"0000:{0x18 + i:02x}:00.0", "reasons": ["sw_power_cap"], "reasons_mask": 4,
-                        "throttled": [], "causes": [], "temperature_max_c": 67, "sm_clock_min_mhz": 1755, "power_max_w": 690.0}
-               for i in range(4)}
+    per_gpu = {
+        str(i): {
+            "pci_bus_id": f"0000:{0x18 + i:02x}:00.0",
+            "reasons": ["sw_power_cap"],
+            "reasons_mask": 4,
+            "throttled": [],
+            "causes": [],
+            "temperature_max_c": 67,
+            "sm_clock_min_mhz": 1755,
+            "power_max_w": 690.0,
+        }
+        for i in range(4)
+    }
     procs = [dict(p, index=1, own=False, first_s=0.7, last_s=2.3, samples=9) for p in foreign or []]
-    return {"samples": 40, "interval_s": 0.2, "error": None, "per_gpu": per_gpu, "started_epoch": EPOCH,
-            "started_monotonic": T0, "processes": procs, "foreign": procs, "processes_unreadable": {}}
+    return {
+        "samples": 40,
+        "interval_s": 0.2,
+        "error": None,
+        "per_gpu": per_gpu,
+        "started_epoch": EPOCH,
+        "started_monotonic": T0,
+        "processes": procs,
+        "foreign": procs,
+        "processes_unreadable": {},
+    }
 
 
 def _device(i: int) -> dict:
@@ -68,13 +87,24 @@ def matmul_output(bf16: list[float], mon: dict) -> dict:
     per = {}
     for i, v in enumerate(bf16):
         s = samples(v, 5.15)
-        per[str(i)] = {"bf16": {"tflops": v, "samples_tflops": s, "per_shape": []}, "fp16": {"tflops": round(v * 0.92, 1), "per_shape": []},
-                       "tf32": {"tflops": round(v * 0.493, 1), "per_shape": []}, "fp8": {"tflops": round(v * 1.65, 1), "per_shape": []},
-                       "device": _device(i)}
+        per[str(i)] = {
+            "bf16": {"tflops": v, "samples_tflops": s, "per_shape": []},
+            "fp16": {"tflops": round(v * 0.92, 1), "per_shape": []},
+            "tf32": {"tflops": round(v * 0.493, 1), "per_shape": []},
+            "fp8": {"tflops": round(v * 1.65, 1), "per_shape": []},
+            "device": _device(i),
+        }
     summary = {d: {"tflops_min": min(p[d]["tflops"] for p in per.values())} for d in ("bf16", "fp16", "tf32", "fp8")}
     summary["bf16"]["spread_pct"] = round(100 * (max(bf16) - min(bf16)) / max(bf16), 2)
-    return {"benchmark": "matmul", "device": "cuda", "method": {"dtypes": ["bf16", "fp16", "tf32", "fp8"], "tier": "quick"},
-            "versions": {}, "summary": summary, "per_device": per, "monitor": mon}
+    return {
+        "benchmark": "matmul",
+        "device": "cuda",
+        "method": {"dtypes": ["bf16", "fp16", "tf32", "fp8"], "tier": "quick"},
+        "versions": {},
+        "summary": summary,
+        "per_device": per,
+        "monitor": mon,
+    }
 
 
 def memory_output(mon: dict, d2h_low: dict | None = None, hbm_low: dict | None = None) -> dict:
@@ -83,33 +113,66 @@ def memory_output(mon: dict, d2h_low: dict | None = None, hbm_low: dict | None =
     for i in range(4):
         dev = _device(i)
         h = samples(3008.0, 2.61, low=(hbm_low or {}).get(i))
-        hbm[str(i)] = {"hbm_copy_gbps": round(h["median"], 1), "samples_gbps": h, "bytes": 4 << 30, "correct": True,
-                       "uuid": dev["uuid"], "pci_bus_id": dev["pci_bus_id"]}
+        hbm[str(i)] = {
+            "hbm_copy_gbps": round(h["median"], 1),
+            "samples_gbps": h,
+            "bytes": 4 << 30,
+            "correct": True,
+            "uuid": dev["uuid"],
+            "pci_bus_id": dev["pci_bus_id"],
+        }
         up, down = samples(54.81, 0.72), samples(PCIE_D2H_MEDIAN, 1.17, low=(d2h_low or {}).get(i))
-        pcie[str(i)] = {"h2d_gbps": round(up["median"], 2), "d2h_gbps": round(down["median"], 2), "samples_h2d_gbps": up,
-                        "samples_d2h_gbps": down, "bytes": 1 << 30, "correct": True, "uuid": dev["uuid"],
-                        "pci_bus_id": dev["pci_bus_id"]}
-    return {"benchmark": "memory", "device": "cuda", "method": {"tier": "quick"},
-            "summary": {"hbm_copy_gbps_min": min(v["hbm_copy_gbps"] for v in hbm.values()),
-                        "h2d_gbps_min": min(v["h2d_gbps"] for v in pcie.values()),
-                        "d2h_gbps_min": min(v["d2h_gbps"] for v in pcie.values())},
-            "per_device": {"hbm": hbm, "pcie": pcie}, "monitor": mon}
+        pcie[str(i)] = {
+            "h2d_gbps": round(up["median"], 2),
+            "d2h_gbps": round(down["median"], 2),
+            "samples_h2d_gbps": up,
+            "samples_d2h_gbps": down,
+            "bytes": 1 << 30,
+            "correct": True,
+            "uuid": dev["uuid"],
+            "pci_bus_id": dev["pci_bus_id"],
+        }
+    return {
+        "benchmark": "memory",
+        "device": "cuda",
+        "method": {"tier": "quick"},
+        "summary": {
+            "hbm_copy_gbps_min": min(v["hbm_copy_gbps"] for v in hbm.values()),
+            "h2d_gbps_min": min(v["h2d_gbps"] for v in pcie.values()),
+            "d2h_gbps_min": min(v["d2h_gbps"] for v in pcie.values()),
+        },
+        "per_device": {"hbm": hbm, "pcie": pcie},
+        "monitor": mon,
+    }
 
 
-def document(node: str, bf16: list[float], *, d2h_low: dict | None = None, hbm_low: dict | None = None,
-             foreign: list | None = None) -> dict:
+def document(
+    node: str,
+    bf16: list[float],
+    *,
+    d2h_low: dict | None = None,
+    hbm_low: dict | None = None,
+    foreign: list | None = None,
+) -> dict:
     """A node document of four GPUs: the recorded checks, these benchmark figures judged by today's checks."""
     profile = profiles.resolve(MODEL, overrides={"gpus_expected": 4})
     doc = copy.deepcopy(recorded())
     mon = monitor(foreign)
     bench = benchmarks.matmul(matmul_output(bf16, monitor()), profile) + benchmarks.memory(
-        memory_output(mon, d2h_low, hbm_low), profile)
-    bench.append(foreign_processes("memory", [{"step": "memory", "attempt": 1, "device": "cuda", "foreign": mon["foreign"],
-                                               "started_epoch": EPOCH}]))
+        memory_output(mon, d2h_low, hbm_low), profile
+    )
+    bench.append(
+        foreign_processes(
+            "memory",
+            [{"step": "memory", "attempt": 1, "device": "cuda", "foreign": mon["foreign"], "started_epoch": EPOCH}],
+        )
+    )
     bench = [r.replace(group="benchmark", started=doc["started"], seconds=10.0) for r in bench]
     doc["results"] = [_four_gpus(r) for r in doc["results"] if r["group"] != "benchmark"] + bench
     doc["host"] = node
-    doc["profile"] = {k: profile.get(k) for k in ("name", "path", "thresholds", "calibration")}  # as today's engine writes it
+    doc["profile"] = {
+        k: profile.get(k) for k in ("name", "path", "thresholds", "calibration")
+    }  # as today's engine writes it
     return doc
 
 
@@ -119,8 +182,10 @@ def _four_gpus(res: dict) -> dict:
     listed = (detail.get("inventory") or {}).get("gpus") if res["check"] == "gpu_count" else detail.get("gpus")
     if res["check"] not in ("gpu_count", "snapshot_before", "snapshot_after") or not listed:
         return res
-    four = [dict(listed[0], index=i, uuid=UUIDS[i], serial=f"16527240681{i:02d}", pci_bus_id=f"0000:{0x18 + i:02x}:00.0")
-            for i in range(4)]
+    four = [
+        dict(listed[0], index=i, uuid=UUIDS[i], serial=f"16527240681{i:02d}", pci_bus_id=f"0000:{0x18 + i:02x}:00.0")
+        for i in range(4)
+    ]
     if res["check"] == "gpu_count":
         return {**res, "detail": {**detail, "inventory": {**detail["inventory"], "gpus": four}}}
     return {**res, "detail": {**detail, "gpus": four}}
@@ -128,22 +193,56 @@ def _four_gpus(res: dict) -> dict:
 
 def row(doc: dict, round_id: str, condition: str = "clean", report: dict | None = None) -> dict:
     disturbed = condition == "disturbed"
-    return {"format": "gpufleet-calibration/1", "round": round_id, "node": doc["host"], "layout": "node", "seed": 1,
-            "machine": {"gpu_model": MODEL, "gpus_on_machine": 4, "node_gpus": [0, 1, 2, 3], "driver": "580.159.04",
-                        "host": "h100-x4"},
-            "commit": "0" * 40, "condition": condition, "node_affected": disturbed,
-            "disturbance": {"kind": "memcopy", "gpus": [1], "pids": [DISTURB["pid"]], "user": None} if disturbed else None,
-            "wall_s": 113.0, "document": doc, "report": report or {"verdict": "pass", "not_passing": []}}
+    return {
+        "format": "gpufleet-calibration/1",
+        "round": round_id,
+        "node": doc["host"],
+        "layout": "node",
+        "seed": 1,
+        "machine": {
+            "gpu_model": MODEL,
+            "gpus_on_machine": 4,
+            "node_gpus": [0, 1, 2, 3],
+            "driver": "580.159.04",
+            "host": "h100-x4",
+        },
+        "commit": "0" * 40,
+        "condition": condition,
+        "node_affected": disturbed,
+        "disturbance": {"kind": "memcopy", "gpus": [1], "pids": [DISTURB["pid"]], "user": None} if disturbed else None,
+        "wall_s": 113.0,
+        "document": doc,
+        "report": report or {"verdict": "pass", "not_passing": []},
+    }
 
 
 # What the run of the issue said of the healthy node: three warnings, none of them a fault.
-ISSUE_REPORT = {"verdict": "warn", "not_passing": [
-    {"check": "pcie_d2h_bandwidth", "group": "benchmark", "status": "warn", "class": "hardware",
-     "reason": "inconclusive: one of 20 samples on GPU 0 was 31.03 GB/s, 43% below its median of 54.72 GB/s"},
-    {"check": "gpu_vs_node", "group": "fleet", "status": "warn", "class": "hardware",
-     "reason": "GPU 0 bf16 matmul 732.7 TFLOPS is 6.3% below the node median 781.7 (threshold 5%)"},
-    {"check": "sample_spread", "group": "fleet", "status": "warn", "class": "environment",
-     "reason": "GPU 0 PCIe device-to-host samples spread 44%"}]}
+ISSUE_REPORT = {
+    "verdict": "warn",
+    "not_passing": [
+        {
+            "check": "pcie_d2h_bandwidth",
+            "group": "benchmark",
+            "status": "warn",
+            "class": "hardware",
+            "reason": "inconclusive: one of 20 samples on GPU 0 was 31.03 GB/s, 43% below its median of 54.72 GB/s",
+        },
+        {
+            "check": "gpu_vs_node",
+            "group": "fleet",
+            "status": "warn",
+            "class": "hardware",
+            "reason": "GPU 0 bf16 matmul 732.7 TFLOPS is 6.3% below the node median 781.7 (threshold 5%)",
+        },
+        {
+            "check": "sample_spread",
+            "group": "fleet",
+            "status": "warn",
+            "class": "environment",
+            "reason": "GPU 0 PCIe device-to-host samples spread 44%",
+        },
+    ],
+}
 
 
 def runs(clean: int = 8, disturbed: int = 2) -> list[dict]:
@@ -154,12 +253,24 @@ def runs(clean: int = 8, disturbed: int = 2) -> list[dict]:
         jitter = 1 + 0.004 * ((k % 3) - 1)
         bf16 = [round(v * jitter, 1) for v in (QUICK_BF16 if k % 2 else TORCH_BF16)]
         low = {0: {(3 * k) % 20: PCIE_LOW}} if k % 2 == 0 else None
-        out.append(row(document("node", bf16, d2h_low=low), f"r{k:03d}-node-clean", report=ISSUE_REPORT if low else None))
+        out.append(
+            row(document("node", bf16, d2h_low=low), f"r{k:03d}-node-clean", report=ISSUE_REPORT if low else None)
+        )
     for k in range(clean, clean + disturbed):
         fall = {1: {i: 2000.0 + 20 * i for i in range(5, 12)}}
         doc = document("node", TORCH_BF16, hbm_low=fall, foreign=[DISTURB])
-        rep = {"verdict": "fail", "not_passing": [{"check": "memory_processes", "group": "benchmark", "status": "fail",
-                                                   "class": "environment", "reason": "pid 2002 (gpu_disturb, 1002 MiB)"}]}
+        rep = {
+            "verdict": "fail",
+            "not_passing": [
+                {
+                    "check": "memory_processes",
+                    "group": "benchmark",
+                    "status": "fail",
+                    "class": "environment",
+                    "reason": "pid 2002 (gpu_disturb, 1002 MiB)",
+                }
+            ],
+        }
         out.append(row(doc, f"r{k:03d}-node-memcopy", "disturbed", rep))
     return out
 

@@ -26,15 +26,65 @@ ROLES = Path(__file__).resolve().parents[1] / "roles"
 BARE_KEYS = {"when", "failed_when", "changed_when", "until", "that"}
 # Ansible's own names and Jinja's globals: never a role's input.
 MAGIC = {
-    "hostvars", "groups", "group_names", "inventory_hostname", "inventory_hostname_short", "inventory_dir",
-    "inventory_file", "play_hosts", "playbook_dir", "role_path", "role_name", "omit", "item", "ansible_loop",
-    "ansible_index_var", "lookup", "query", "q", "now", "range", "dict", "lipsum", "cycler", "joiner", "namespace",
-    "undef", "true", "false", "none", "True", "False", "None", "environment", "ansible_failed_result",
-    "ansible_failed_task", "ansible_facts", "ansible_check_mode", "ansible_diff_mode", "ansible_limit",
-    "ansible_play_hosts", "ansible_play_hosts_all", "ansible_play_batch", "ansible_playbook_python", "ansible_host",
-    "ansible_user", "ansible_python_interpreter", "ansible_version", "ansible_run_tags", "ansible_skip_tags",
-    "ansible_forks", "ansible_connection", "ansible_parent_role_names", "ansible_role_names", "ansible_verbosity",
-    "loop", "varname", "super", "self", "ansible_local",
+    "hostvars",
+    "groups",
+    "group_names",
+    "inventory_hostname",
+    "inventory_hostname_short",
+    "inventory_dir",
+    "inventory_file",
+    "play_hosts",
+    "playbook_dir",
+    "role_path",
+    "role_name",
+    "omit",
+    "item",
+    "ansible_loop",
+    "ansible_index_var",
+    "lookup",
+    "query",
+    "q",
+    "now",
+    "range",
+    "dict",
+    "lipsum",
+    "cycler",
+    "joiner",
+    "namespace",
+    "undef",
+    "true",
+    "false",
+    "none",
+    "True",
+    "False",
+    "None",
+    "environment",
+    "ansible_failed_result",
+    "ansible_failed_task",
+    "ansible_facts",
+    "ansible_check_mode",
+    "ansible_diff_mode",
+    "ansible_limit",
+    "ansible_play_hosts",
+    "ansible_play_hosts_all",
+    "ansible_play_batch",
+    "ansible_playbook_python",
+    "ansible_host",
+    "ansible_user",
+    "ansible_python_interpreter",
+    "ansible_version",
+    "ansible_run_tags",
+    "ansible_skip_tags",
+    "ansible_forks",
+    "ansible_connection",
+    "ansible_parent_role_names",
+    "ansible_role_names",
+    "ansible_verbosity",
+    "loop",
+    "varname",
+    "super",
+    "self",
+    "ansible_local",
 }
 ENV = jinja2.Environment(extensions=["jinja2.ext.do", "jinja2.ext.loopcontrols"])
 NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -136,7 +186,9 @@ def reads(role: Path, entry: str = "main") -> dict[str, list[str]]:
     files = entry_files(role, entry)
     # Handlers and templates belong to the main entry point (the tasks that notify or template them).
     if entry == "main":
-        files += sorted((role / "templates").glob("*.j2")) + [p for p in [role / "handlers" / "main.yml"] if p.is_file()]
+        files += sorted((role / "templates").glob("*.j2")) + [
+            p for p in [role / "handlers" / "main.yml"] if p.is_file()
+        ]
     prefixes = ("gpufleet_", f"{role.name}_")
     defined, used = role_facts(role), {}
     for path in files:
@@ -161,5 +213,8 @@ def reads(role: Path, entry: str = "main") -> dict[str, list[str]]:
                 used.setdefault(inner, set()).add(f"vars/main.yml:{name}")
                 if inner in role_vars:
                     todo.append(inner)
-    return {name: sorted(where) for name, where in sorted(used.items())
-            if name not in defined and name not in MAGIC and not name.startswith("ansible_")}
+    return {
+        name: sorted(where)
+        for name, where in sorted(used.items())
+        if name not in defined and name not in MAGIC and not name.startswith("ansible_")
+    }

@@ -42,8 +42,10 @@ def skip_reason() -> str | None:
         return why
     missing = [t for t in TOOLS if not shutil.which(t, path=TOOL_PATH)]
     if missing:
-        return (f"missing {', '.join(missing)}: apt-get install slurmctld slurmd munge slurm-client, or as root "
-                "make test SYSTEM_DEPS=install")
+        return (
+            f"missing {', '.join(missing)}: apt-get install slurmctld slurmd munge slurm-client, or as root "
+            "make test SYSTEM_DEPS=install"
+        )
     return None
 
 
@@ -62,8 +64,15 @@ class SlurmCluster(testhosts.TestFleet):
 
     __test__ = False
 
-    def __init__(self, names: list[str], *, net: int, tag: str, health_check: Path | None = None,
-                 sweep_partition: str | None = None):
+    def __init__(
+        self,
+        names: list[str],
+        *,
+        net: int,
+        tag: str,
+        health_check: Path | None = None,
+        sweep_partition: str | None = None,
+    ):
         super().__init__(names, net=net, tag=tag)
         self.health_check = health_check
         self.sweep_partition = sweep_partition
@@ -92,21 +101,37 @@ class SlurmCluster(testhosts.TestFleet):
         key = self.dir / "munge.key"
         key.write_bytes(os.urandom(1024))
         key.chmod(0o600)
-        self._start(["munged", "--foreground", "--force", f"--socket={self.munge_socket}", f"--key-file={key}",
-                     f"--pid-file={munge}/munged.pid", f"--seed-file={munge}/munged.seed",
-                     f"--log-file={self.dir}/munged.log"], "munged.out")
+        self._start(
+            [
+                "munged",
+                "--foreground",
+                "--force",
+                f"--socket={self.munge_socket}",
+                f"--key-file={key}",
+                f"--pid-file={munge}/munged.pid",
+                f"--seed-file={munge}/munged.seed",
+                f"--log-file={self.dir}/munged.log",
+            ],
+            "munged.out",
+        )
         wait_for(self.munge_socket.exists, 60, "munged's socket")
         controller = self.address(self.names[0])  # slurmctld runs in the first host's namespace
         self.ctld_port, self.slurmd_port = free_port(), free_port()
-        nodes = "\n".join(f"NodeName={n} NodeAddr={self.address(n)} CPUs=1 RealMemory=64 State=UNKNOWN"
-                          for n in self.names)
-        health = (f"HealthCheckProgram={self.health_check}\nHealthCheckInterval=5\nHealthCheckNodeState=ANY\n"
-                  if self.health_check else "")
+        nodes = "\n".join(
+            f"NodeName={n} NodeAddr={self.address(n)} CPUs=1 RealMemory=64 State=UNKNOWN" for n in self.names
+        )
+        health = (
+            f"HealthCheckProgram={self.health_check}\nHealthCheckInterval=5\nHealthCheckNodeState=ANY\n"
+            if self.health_check
+            else ""
+        )
         partitions = f"PartitionName=gpu Nodes={','.join(self.names)} Default=YES State=UP"
         if self.sweep_partition:
             # KillWait: seconds between SIGTERM and SIGKILL of a preempted job's processes.
-            partitions = (f"PreemptType=preempt/partition_prio\nPreemptMode=CANCEL\nKillWait=5\n{partitions} PriorityTier=10\n"
-                          f"PartitionName={self.sweep_partition} Nodes={','.join(self.names)} State=UP PriorityTier=1")
+            partitions = (
+                f"PreemptType=preempt/partition_prio\nPreemptMode=CANCEL\nKillWait=5\n{partitions} PriorityTier=10\n"
+                f"PartitionName={self.sweep_partition} Nodes={','.join(self.names)} State=UP PriorityTier=1"
+            )
         for sub in ("state", "spool"):
             (self.dir / sub).mkdir()
         self.conf.write_text(f"""\
@@ -139,7 +164,9 @@ SlurmdTimeout=300
 """)
         # nsenter, not `ip netns exec`: only the network is the host's own; /sys (slurmd's cgroups) stays this machine's.
         self._start(self.in_netns(self.names[0], "slurmctld", "-D", "-c", "-i", "-f", str(self.conf)), "slurmctld.out")
-        wait_for(lambda: self._answers(), 120, f"slurmctld on {controller}:{self.ctld_port} (log: {self.dir}/slurmctld.log)")
+        wait_for(
+            lambda: self._answers(), 120, f"slurmctld on {controller}:{self.ctld_port} (log: {self.dir}/slurmctld.log)"
+        )
         for name in self.names:
             (self.dir / "spool" / name).mkdir()
             self._start(self.in_netns(name, "slurmd", "-D", "-N", name, "-f", str(self.conf)), f"slurmd-{name}.out")
@@ -149,7 +176,10 @@ SlurmdTimeout=300
         return ["nsenter", f"--net=/run/netns/{self.hosts[name][0]}", *argv]
 
     def _answers(self) -> bool:
-        return subprocess.run(["scontrol", "ping"], env=self.env(), capture_output=True, text=True, timeout=60).returncode == 0
+        return (
+            subprocess.run(["scontrol", "ping"], env=self.env(), capture_output=True, text=True, timeout=60).returncode
+            == 0
+        )
 
     def close(self) -> None:
         for proc in reversed(self.procs):
@@ -191,8 +221,11 @@ SlurmdTimeout=300
 
     def wait_idle(self, timeout_s: float = 180) -> None:
         """Every node registered and idle (its slurmd answered the controller)."""
-        wait_for(lambda: all(self.node_state(n).split("+")[0] == "IDLE" for n in self.names), timeout_s,
-                 f"every slurmd registered idle (logs in {self.dir})")
+        wait_for(
+            lambda: all(self.node_state(n).split("+")[0] == "IDLE" for n in self.names),
+            timeout_s,
+            f"every slurmd registered idle (logs in {self.dir})",
+        )
 
     def log(self, name: str) -> str:
         path = self.dir / name

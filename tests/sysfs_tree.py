@@ -51,18 +51,57 @@ def config_space(
 
 
 # The port counters an mlx5 HCA shows under counters/ and hw_counters/ (a subset of each), all at 0.
-IB_COUNTERS = ("symbol_error", "link_error_recovery", "link_downed", "port_rcv_errors", "port_rcv_remote_physical_errors",
-               "port_rcv_switch_relay_errors", "port_xmit_discards", "port_xmit_constraint_errors",
-               "port_rcv_constraint_errors", "local_link_integrity_errors", "excessive_buffer_overrun_errors",
-               "VL15_dropped", "port_xmit_wait", "port_xmit_data", "port_rcv_data")
+IB_COUNTERS = (
+    "symbol_error",
+    "link_error_recovery",
+    "link_downed",
+    "port_rcv_errors",
+    "port_rcv_remote_physical_errors",
+    "port_rcv_switch_relay_errors",
+    "port_xmit_discards",
+    "port_xmit_constraint_errors",
+    "port_rcv_constraint_errors",
+    "local_link_integrity_errors",
+    "excessive_buffer_overrun_errors",
+    "VL15_dropped",
+    "port_xmit_wait",
+    "port_xmit_data",
+    "port_rcv_data",
+)
 IB_HW_COUNTERS = ("rnr_nak_retry_err", "local_ack_timeout_err", "out_of_sequence", "packet_seq_err", "lifespan")
 # aer_dev_* names, as kernels from 5.x print them.
 AER_NAMES = {
     "correctable": ("RxErr", "BadTLP", "BadDLLP", "Rollover", "Timeout", "NonFatalErr", "CorrIntErr", "HeaderOF"),
-    "nonfatal": ("Undefined", "DLP", "SDES", "TLP", "FCP", "CmpltTO", "CmpltAbrt", "UnxCmplt", "RxOF", "MalfTLP",
-                 "ECRC", "UnsupReq", "ACSViol"),
-    "fatal": ("Undefined", "DLP", "SDES", "TLP", "FCP", "CmpltTO", "CmpltAbrt", "UnxCmplt", "RxOF", "MalfTLP",
-              "ECRC", "UnsupReq", "ACSViol"),
+    "nonfatal": (
+        "Undefined",
+        "DLP",
+        "SDES",
+        "TLP",
+        "FCP",
+        "CmpltTO",
+        "CmpltAbrt",
+        "UnxCmplt",
+        "RxOF",
+        "MalfTLP",
+        "ECRC",
+        "UnsupReq",
+        "ACSViol",
+    ),
+    "fatal": (
+        "Undefined",
+        "DLP",
+        "SDES",
+        "TLP",
+        "FCP",
+        "CmpltTO",
+        "CmpltAbrt",
+        "UnxCmplt",
+        "RxOF",
+        "MalfTLP",
+        "ECRC",
+        "UnsupReq",
+        "ACSViol",
+    ),
 }
 AER_TOTAL = {"correctable": "TOTAL_ERR_COR", "nonfatal": "TOTAL_ERR_NONFATAL", "fatal": "TOTAL_ERR_FATAL"}
 
@@ -357,6 +396,9 @@ def fake_nvml(library: Path, state: str) -> Path:
     """Build the NVML stand-in (tests/data/fake_nvml.c) at `library`, answering from the file `state` ("<NVML bus id>
     <persistence 0|1>" a line; no file: a driver not loaded). Needs a C compiler."""
     library.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["cc", "-shared", "-fPIC", f'-DSTATE_FILE="{state}"', "-o", str(library), str(FAKE_NVML_SOURCE)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["cc", "-shared", "-fPIC", f'-DSTATE_FILE="{state}"', "-o", str(library), str(FAKE_NVML_SOURCE)],
+        check=True,
+        capture_output=True,
+    )
     return library

@@ -19,13 +19,22 @@ GUIDE = ROOT / "docs" / "adding-checks.md"
 # The places each change may touch, as the guide's headings promise.
 MOST_PLACES = {"check": 2, "benchmark": 4, "output": 2}
 # <!-- guide: CHANGE append|create FILE -->  or  <!-- guide: CHANGE after "ANCHOR" FILE -->, then a fenced block.
-DIRECTIVE = re.compile(r'<!-- guide: (\w+) (append|create|after "((?:[^"\\]|\\.)*)") (\S+) -->\n```\w*\n(.*?)```',
-                       re.DOTALL)
+DIRECTIVE = re.compile(
+    r'<!-- guide: (\w+) (append|create|after "((?:[^"\\]|\\.)*)") (\S+) -->\n```\w*\n(.*?)```', re.DOTALL
+)
 
 
 def snippets() -> list[dict]:
-    return [{"change": m[1], "how": m[2].split(" ")[0], "anchor": m[3] and m[3].replace('\\"', '"'),
-             "file": m[4], "text": m[5]} for m in DIRECTIVE.finditer(GUIDE.read_text())]
+    return [
+        {
+            "change": m[1],
+            "how": m[2].split(" ")[0],
+            "anchor": m[3] and m[3].replace('\\"', '"'),
+            "file": m[4],
+            "text": m[5],
+        }
+        for m in DIRECTIVE.finditer(GUIDE.read_text())
+    ]
 
 
 def apply(root: Path, snippet: dict) -> None:
@@ -55,10 +64,13 @@ def applied(tmp_path_factory):
 
 def run_engine(root: Path, code: str, tmp_path: Path) -> dict:
     # The applied checkout's own profiles, not the copy the other tests judge with (conftest.generic_limits).
-    env = {k: v for k, v in os.environ.items() if k != "GPUFLEET_PROFILE_DIR"} | {"PYTHONPATH": str(root / "src"),
-                                                                                "CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=600)
+    env = {k: v for k, v in os.environ.items() if k != "GPUFLEET_PROFILE_DIR"} | {
+        "PYTHONPATH": str(root / "src"),
+        "CUDA_VISIBLE_DEVICES": "",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.splitlines()[-1])
 
@@ -76,7 +88,9 @@ def test_the_guide_touches_no_more_places_than_it_says():
 
 def test_the_guides_check_runs_in_its_group_with_its_class(applied, tmp_path):
     readings = ROOT / "tests" / "data" / "readings" / "recorded-h100-x1-vm.json"
-    out = run_engine(applied, f"""
+    out = run_engine(
+        applied,
+        f"""
 import json
 from gpufleet import failure_class, host_documents, schema
 readings = json.load(open({str(readings)!r}))
@@ -86,20 +100,26 @@ del readings["host"]["kernel"]
 again = host_documents.check_host(readings, ["host_hygiene"], host="n0")
 missing = [r for r in again["results"] if r["check"] == "kernel_release"]
 print(json.dumps({{"res": res, "missing": missing, "class": failure_class.default("kernel_release", "error")}}))
-""", tmp_path)
+""",
+        tmp_path,
+    )
     assert [(r["group"], r["status"]) for r in out["res"]] == [("host_hygiene", "pass")], out
     assert out["res"][0]["value"] and out["res"][0]["reason"].startswith("kernel ")
     assert out["missing"][0]["status"] == "error" and out["missing"][0]["class"] == "software"
 
 
 def test_the_guides_benchmark_runs_by_its_name_and_is_judged(applied, tmp_path):
-    out = run_engine(applied, """
+    out = run_engine(
+        applied,
+        """
 import json
 from gpufleet import host_documents, registry
 doc = host_documents.bench_host(["host_copy"], tier="smoke", host="n0")
 print(json.dumps({"results": doc["results"], "names": registry.benchmark_names(),
                   "acceptance": registry.tier_benchmarks("acceptance")}))
-""", tmp_path)
+""",
+        tmp_path,
+    )
     assert "host_copy" in out["names"] and "host_copy" in out["acceptance"]
     (res,) = out["results"]
     assert (res["check"], res["group"], res["unit"]) == ("host_copy_bandwidth", "benchmark", "GB/s"), res
@@ -109,19 +129,43 @@ print(json.dumps({"results": doc["results"], "names": registry.benchmark_names()
 def test_the_guides_output_is_written_by_the_report(applied, tmp_path):
     run_dir = tmp_path / "reports" / "r1"
     (run_dir / "hosts").mkdir(parents=True)
-    doc = {"schema_version": 1, "host": "n0", "engine_version": "0", "profile": None, "versions": {},
-           "started": "2026-11-21T21:00:00Z", "seconds": 1.0,
-           "results": [{"check": "ecc", "group": "gpu_health", "status": "pass", "value": 0, "unit": None,
-                        "threshold": None, "reason": "no ECC errors", "remedy": None, "detail": {}, "class": None,
-                        "started": "2026-11-21T21:00:00Z", "seconds": 0.1}]}
+    doc = {
+        "schema_version": 1,
+        "host": "n0",
+        "engine_version": "0",
+        "profile": None,
+        "versions": {},
+        "started": "2026-11-21T21:00:00Z",
+        "seconds": 1.0,
+        "results": [
+            {
+                "check": "ecc",
+                "group": "gpu_health",
+                "status": "pass",
+                "value": 0,
+                "unit": None,
+                "threshold": None,
+                "reason": "no ECC errors",
+                "remedy": None,
+                "detail": {},
+                "class": None,
+                "started": "2026-11-21T21:00:00Z",
+                "seconds": 0.1,
+            }
+        ],
+    }
     (run_dir / "hosts" / "n0.json").write_text(json.dumps(doc))
-    out = run_engine(applied, f"""
+    out = run_engine(
+        applied,
+        f"""
 import json
 from pathlib import Path
 from gpufleet import report
 summary = report.build(Path({str(run_dir)!r}))
 print(json.dumps(summary["files"]))
-""", tmp_path)
+""",
+        tmp_path,
+    )
     assert out["csv"] == str(run_dir / "report.csv")
     lines = Path(out["csv"]).read_text().splitlines()
     assert lines[0].startswith("node,verdict,") and lines[1].startswith("n0,pass,"), lines

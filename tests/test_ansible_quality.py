@@ -45,7 +45,11 @@ def tool_env(**extra: str) -> dict:
 def test_ansible_lint_production_profile_is_clean():
     proc = subprocess.run(
         [str(BIN / "ansible-lint"), "--profile", "production", "--offline", "--nocolor"],
-        cwd=REPO, env=tool_env(), capture_output=True, text=True, timeout=600,
+        cwd=REPO,
+        env=tool_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
@@ -80,25 +84,48 @@ def test_ansible_test_sanity(tmp_path, ansible_test_home):
     from ansible.release import __version__ as core_version
 
     env = tool_env(ANSIBLE_COLLECTIONS_PATH=str(tmp_path / "collections"))
-    subprocess.run([str(BIN / "ansible-galaxy"), "collection", "build", str(REPO), "--output-path", str(tmp_path / "dist")],
-                   cwd=tmp_path, env=env, check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [str(BIN / "ansible-galaxy"), "collection", "build", str(REPO), "--output-path", str(tmp_path / "dist")],
+        cwd=tmp_path,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     (tarball,) = (tmp_path / "dist").glob("gpufleet-cluster-*.tar.gz")
-    subprocess.run([str(BIN / "ansible-galaxy"), "collection", "install", str(tarball), "-p", str(tmp_path / "collections")],
-                   cwd=tmp_path, env=env, check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [str(BIN / "ansible-galaxy"), "collection", "install", str(tarball), "-p", str(tmp_path / "collections")],
+        cwd=tmp_path,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     root = tmp_path / "collections" / "ansible_collections" / "gpufleet" / "cluster"
     modules = sorted((root / "plugins" / "modules").glob("*.py"))
     assert modules
     ignore = root / "tests" / "sanity" / f"ignore-{'.'.join(core_version.split('.')[:2])}.txt"
-    assert ignore.is_file(), f"the collection ships no {ignore.name} for ansible-core {core_version}: copy tests/sanity/ignore-2.19.txt"
+    assert ignore.is_file(), (
+        f"the collection ships no {ignore.name} for ansible-core {core_version}: copy tests/sanity/ignore-2.19.txt"
+    )
     listed = ignore.read_text()
-    missing = [f for f in [*(f"plugins/modules/{m.name} {LICENSE_IGNORE}" for m in modules),
-                           *(f"{p.relative_to(root)} pylint!skip" for p in sorted((root / "src").rglob("*.py")))]
-               if f not in listed]
+    missing = [
+        f
+        for f in [
+            *(f"plugins/modules/{m.name} {LICENSE_IGNORE}" for m in modules),
+            *(f"{p.relative_to(root)} pylint!skip" for p in sorted((root / "src").rglob("*.py"))),
+        ]
+        if f not in listed
+    ]
     assert not missing, f"add to tests/sanity/ignore-*.txt: {missing}"
 
     proc = subprocess.run(
         [str(BIN / "ansible-test"), "sanity", "--python", PY, "--requirements", "--color", "no"],
-        cwd=root, env=tool_env(HOME=str(ansible_test_home)), capture_output=True, text=True, timeout=900,
+        cwd=root,
+        env=tool_env(HOME=str(ansible_test_home)),
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out

@@ -48,7 +48,9 @@ def test_matmul_result_fails_under_threshold_and_on_throttle(profile):
     assert benchmarks.matmul(out, low)[0]["status"] == "fail"
     # The CPU's samples spread with the machine's load: no drop limit here (the per-sample judgement has tests of
     # its own over recorded samples).
-    ok = profiles.resolve("NVIDIA H100 80GB HBM3", overrides={"matmul_bf16_tflops_min": 0.0, "sample_drop_pct_max": 100})
+    ok = profiles.resolve(
+        "NVIDIA H100 80GB HBM3", overrides={"matmul_bf16_tflops_min": 0.0, "sample_drop_pct_max": 100}
+    )
     assert benchmarks.matmul(out, ok)[0]["status"] == "pass"
     out["monitor"] = {"per_gpu": {"0": {"throttled": ["hw_thermal_slowdown"]}}}
     res = benchmarks.matmul(out, ok)[0]
@@ -95,16 +97,35 @@ def test_nccl_timeout_kills_the_whole_group(profile):
 
 
 def test_nccl_wrong_result_fails(profile):
-    out = {"device": "cuda", "rc": 0, "world_size": 2, "nnodes": 1, "nccl_log": {},
-           "collectives": {"all_reduce": [{"size_bytes": 1 << 20, "busbw_gbps": 300.0, "algbw_gbps": 300.0, "correct": False}]}}
+    out = {
+        "device": "cuda",
+        "rc": 0,
+        "world_size": 2,
+        "nnodes": 1,
+        "nccl_log": {},
+        "collectives": {
+            "all_reduce": [{"size_bytes": 1 << 20, "busbw_gbps": 300.0, "algbw_gbps": 300.0, "correct": False}]
+        },
+    }
     (res,) = benchmarks.nccl(out, profile)
     assert res["status"] == "fail" and "wrong results" in res["reason"]
 
 
 def test_sendrecv_names_the_slow_pair(profile):
     cell = lambda g: {"gbps": g, "correct": True}  # noqa: E731
-    matrix = {"size_bytes": 1 << 28, "gbps": [[None, cell(300.0), cell(301.0)], [cell(299.0), None, cell(120.0)], [cell(300.5), cell(298.0), None]]}
-    out = {"device": "cuda", "rc": 0, "world_size": 3, "nnodes": 1, "nccl_log": {}, "collectives": {}, "sendrecv": matrix}
+    matrix = {
+        "size_bytes": 1 << 28,
+        "gbps": [[None, cell(300.0), cell(301.0)], [cell(299.0), None, cell(120.0)], [cell(300.5), cell(298.0), None]],
+    }
+    out = {
+        "device": "cuda",
+        "rc": 0,
+        "world_size": 3,
+        "nnodes": 1,
+        "nccl_log": {},
+        "collectives": {},
+        "sendrecv": matrix,
+    }
     (res,) = benchmarks.nccl(out, profile)
     assert res["status"] == "fail" and "1->2 120.0" in res["reason"]
 
@@ -123,8 +144,14 @@ def test_nccl_log_names_the_inter_node_transport(line, expect):
 
 
 def test_socket_fallback_on_an_infiniband_host_fails(profile):
-    base = {"device": "cuda", "rc": 0, "world_size": 16, "nnodes": 2, "collectives": {},
-            "nccl_log": nccl.parse_nccl_log("x NCCL INFO Channel 00/0 : 8[0] -> 0[0] [receive] via NET/Socket/0")}
+    base = {
+        "device": "cuda",
+        "rc": 0,
+        "world_size": 16,
+        "nnodes": 2,
+        "collectives": {},
+        "nccl_log": nccl.parse_nccl_log("x NCCL INFO Channel 00/0 : 8[0] -> 0[0] [receive] via NET/Socket/0"),
+    }
     res = {r["check"]: r for r in benchmarks.nccl(base, profile, host_has_ib=True)}
     assert res["nccl_transport"]["status"] == "fail"
     # Without InfiniBand there is nothing for the operator to change: information, not a warning.
@@ -134,8 +161,13 @@ def test_socket_fallback_on_an_infiniband_host_fails(profile):
 
 def test_bench_cli_prints_a_host_document():
     env = dict(os.environ)
-    cp = subprocess.run([sys.executable, "-m", "gpufleet", "bench", "matmul", "memory", "--json", "--host", "cpu-box"],
-                        capture_output=True, text=True, env=env, timeout=300)
+    cp = subprocess.run(
+        [sys.executable, "-m", "gpufleet", "bench", "matmul", "memory", "--json", "--host", "cpu-box"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert cp.returncode == 0, cp.stderr
     doc = json.loads(cp.stdout)
     assert doc["host"] == "cpu-box" and {r["check"] for r in doc["results"]} == {"matmul_bf16", "hbm_bandwidth"}
@@ -158,7 +190,11 @@ def test_matmul_keeps_the_best_shapes_samples_and_the_device_uuid(profile):
     assert samples["spread_pct"] == round(100 * (samples["max"] - samples["min"]) / samples["median"], 2)
     (res,) = benchmarks.matmul(out, profile)
     row = res["detail"]["per_gpu"]["cpu"]
-    assert row["uuid"] is None and row["samples_tflops"] == samples and set(row) == {"bf16", "error", "uuid", "pci_bus_id", "samples_tflops"}
+    assert (
+        row["uuid"] is None
+        and row["samples_tflops"] == samples
+        and set(row) == {"bf16", "error", "uuid", "pci_bus_id", "samples_tflops"}
+    )
 
 
 def test_memory_samples_carry_their_spread(profile):
@@ -183,13 +219,28 @@ def _gpu_matmul(tflops: dict, monitor_pci=("0000:18:00.0", "0000:2a:00.0")) -> d
     per_device = {}
     for d, (value, pci) in enumerate(zip(tflops, ("0000:18:00", "0000:2a:00"))):
         samples = {"n": 20, "min": value * 0.95, "median": value, "max": value * 1.01, "spread_pct": 6.0}
-        per_device[str(d)] = {"bf16": {"tflops": value, "tflops_max": value * 1.01, "best_shape_mnk": [8192] * 3,
-                                       "samples_tflops": samples, "per_shape": []},
-                              "device": {"name": "NVIDIA H200", "pci_bus_id": pci, "uuid": f"GPU-{d:08d}-aaaa-bbbb-cccc-dddddddddddd"}}
+        per_device[str(d)] = {
+            "bf16": {
+                "tflops": value,
+                "tflops_max": value * 1.01,
+                "best_shape_mnk": [8192] * 3,
+                "samples_tflops": samples,
+                "per_shape": [],
+            },
+            "device": {"name": "NVIDIA H200", "pci_bus_id": pci, "uuid": f"GPU-{d:08d}-aaaa-bbbb-cccc-dddddddddddd"},
+        }
     monitor = {"per_gpu": {str(i): {"pci_bus_id": pci, "throttled": []} for i, pci in enumerate(monitor_pci)}}
     vals = list(tflops)
-    return {"device": "cuda", "method": {"dtypes": ["bf16"]}, "versions": {}, "monitor": monitor, "per_device": per_device,
-            "summary": {"bf16": {"tflops_min": min(vals), "spread_pct": round(100 * (max(vals) - min(vals)) / max(vals), 2)}}}
+    return {
+        "device": "cuda",
+        "method": {"dtypes": ["bf16"]},
+        "versions": {},
+        "monitor": monitor,
+        "per_device": per_device,
+        "summary": {
+            "bf16": {"tflops_min": min(vals), "spread_pct": round(100 * (max(vals) - min(vals)) / max(vals), 2)}
+        },
+    }
 
 
 def test_matmul_results_flag_the_gpus_they_are_about():
@@ -197,7 +248,9 @@ def test_matmul_results_flag_the_gpus_they_are_about():
     out = _gpu_matmul([790.0, 650.0])
     (res,) = benchmarks.matmul(out, h200)
     assert res["status"] == "fail"
-    assert res["detail"]["flagged_gpus"] == [{"index": 1, "uuid": "GPU-00000001-aaaa-bbbb-cccc-dddddddddddd", "serial": None}]
+    assert res["detail"]["flagged_gpus"] == [
+        {"index": 1, "uuid": "GPU-00000001-aaaa-bbbb-cccc-dddddddddddd", "serial": None}
+    ]
     assert res["detail"]["per_gpu"]["1"]["uuid"] == "GPU-00000001-aaaa-bbbb-cccc-dddddddddddd"
     # The CUDA order need not be NVML's: the NVML index comes from the PCI bus id.
     out = _gpu_matmul([790.0, 650.0], monitor_pci=("0000:2a:00.0", "0000:18:00.0"))
@@ -215,14 +268,27 @@ def test_matmul_results_flag_the_gpus_they_are_about():
 
 def test_memory_results_flag_only_their_own_gpus(profile):
     h200 = profiles.resolve("NVIDIA H200")  # hbm 4000, pcie 45
-    hbm = {str(d): {"hbm_copy_gbps": v, "correct": True, "uuid": f"GPU-{d}", "pci_bus_id": pci,
-                    "samples_gbps": {"n": 20, "min": v, "median": v, "max": v, "spread_pct": 0.0}}
-           for d, (v, pci) in enumerate(((4200.0, "0000:18:00"), (3100.0, "0000:2a:00")))}
-    pcie = {str(d): {"h2d_gbps": v, "d2h_gbps": 55.0, "correct": True, "uuid": f"GPU-{d}", "pci_bus_id": pci}
-            for d, (v, pci) in enumerate(((55.0, "0000:18:00"), (27.0, "0000:2a:00")))}
-    out = {"device": "cuda", "method": {}, "monitor": {"per_gpu": {"0": {"pci_bus_id": "0000:18:00.0"}, "1": {"pci_bus_id": "0000:2a:00.0"}}},
-           "per_device": {"hbm": hbm, "pcie": pcie},
-           "summary": {"hbm_copy_gbps_min": 3100.0, "h2d_gbps_min": 27.0, "d2h_gbps_min": 55.0, "hbm_spread_pct": 26.2}}
+    hbm = {
+        str(d): {
+            "hbm_copy_gbps": v,
+            "correct": True,
+            "uuid": f"GPU-{d}",
+            "pci_bus_id": pci,
+            "samples_gbps": {"n": 20, "min": v, "median": v, "max": v, "spread_pct": 0.0},
+        }
+        for d, (v, pci) in enumerate(((4200.0, "0000:18:00"), (3100.0, "0000:2a:00")))
+    }
+    pcie = {
+        str(d): {"h2d_gbps": v, "d2h_gbps": 55.0, "correct": True, "uuid": f"GPU-{d}", "pci_bus_id": pci}
+        for d, (v, pci) in enumerate(((55.0, "0000:18:00"), (27.0, "0000:2a:00")))
+    }
+    out = {
+        "device": "cuda",
+        "method": {},
+        "monitor": {"per_gpu": {"0": {"pci_bus_id": "0000:18:00.0"}, "1": {"pci_bus_id": "0000:2a:00.0"}}},
+        "per_device": {"hbm": hbm, "pcie": pcie},
+        "summary": {"hbm_copy_gbps_min": 3100.0, "h2d_gbps_min": 27.0, "d2h_gbps_min": 55.0, "hbm_spread_pct": 26.2},
+    }
     res = {r["check"]: r for r in benchmarks.memory(out, h200)}
     assert res["hbm_bandwidth"]["detail"]["flagged_gpus"] == [{"index": 1, "uuid": "GPU-1", "serial": None}]
     assert res["pcie_h2d_bandwidth"]["detail"]["flagged_gpus"] == [{"index": 1, "uuid": "GPU-1", "serial": None}]
@@ -239,8 +305,11 @@ def test_gather_names_a_worker_that_died_and_kills_one_that_hangs():
     # can take a busy machine longer than the timeout. gather judges the processes, however they were started.
     ctx = mp.get_context("fork")
     queue = ctx.Queue()
-    procs = [ctx.Process(target=_answer, args=(0, queue)), ctx.Process(target=os._exit, args=(3,)),
-             ctx.Process(target=time.sleep, args=(60,))]
+    procs = [
+        ctx.Process(target=_answer, args=(0, queue)),
+        ctx.Process(target=os._exit, args=(3,)),
+        ctx.Process(target=time.sleep, args=(60,)),
+    ]
     for p in procs:
         p.start()
     t0 = time.monotonic()

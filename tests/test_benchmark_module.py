@@ -53,8 +53,10 @@ def test_hang_and_crash_become_error_results_and_keep_what_was_measured(fake_eng
     fake_engine(STAND_IN)
     t0 = time.monotonic()
     # 5 s: `bench memory` must start and say so first, which takes a busy machine seconds.
-    out = run_benchmark({"python": sys.executable, "benchmarks": ["matmul", "memory", "nccl"], "host_name": "n1",
-                      "timeout_s": 5}, capsys)
+    out = run_benchmark(
+        {"python": sys.executable, "benchmarks": ["matmul", "memory", "nccl"], "host_name": "n1", "timeout_s": 5},
+        capsys,
+    )
     assert time.monotonic() - t0 < 45  # the timeouts and the grace, not the hung one's 60 s
     assert out["_exit_code"] == 0 and "failed" not in out, out
     assert out["changed"] is False
@@ -79,7 +81,9 @@ def test_hang_and_crash_become_error_results_and_keep_what_was_measured(fake_eng
 
 def test_single_node_nccl_gets_its_own_free_port_and_a_timeout_inside_the_modules(fake_engine, capsys):
     fake_engine(STAND_IN.replace('if name == "matmul":', 'if name in ("matmul", "nccl"):'))
-    out = run_benchmark({"python": sys.executable, "benchmarks": ["nccl"], "timeout_s": 100, "tier": "thorough"}, capsys)
+    out = run_benchmark(
+        {"python": sys.executable, "benchmarks": ["nccl"], "timeout_s": 100, "tier": "thorough"}, capsys
+    )
     argv = out["gpufleet"]["results"][0]["detail"]["argv"]
     assert argv[:5] == ["bench", "nccl", "--tier", "thorough", "--json"]
     opts = dict(zip(argv[5::2], argv[6::2]))
@@ -91,37 +95,89 @@ def test_single_node_nccl_gets_its_own_free_port_and_a_timeout_inside_the_module
 
 def test_across_nodes_passes_rank_master_and_port(fake_engine, capsys):
     fake_engine(STAND_IN.replace('if name == "matmul":', 'if name == "nccl":'))
-    out = run_benchmark({"python": sys.executable, "benchmarks": ["nccl"], "nnodes": 3, "node_rank": 2,
-                      "master_addr": "127.0.0.2", "master_port": 29600, "timeout_s": 600}, capsys)
+    out = run_benchmark(
+        {
+            "python": sys.executable,
+            "benchmarks": ["nccl"],
+            "nnodes": 3,
+            "node_rank": 2,
+            "master_addr": "127.0.0.2",
+            "master_port": 29600,
+            "timeout_s": 600,
+        },
+        capsys,
+    )
     argv = out["gpufleet"]["results"][0]["detail"]["argv"]
     opts = dict(zip(argv[5::2], argv[6::2]))
-    assert (opts["--nnodes"], opts["--node-rank"], opts["--master-addr"], opts["--master-port"]) == ("3", "2", "127.0.0.2", "29600")
+    assert (opts["--nnodes"], opts["--node-rank"], opts["--master-addr"], opts["--master-port"]) == (
+        "3",
+        "2",
+        "127.0.0.2",
+        "29600",
+    )
     assert float(opts["--timeout-s"]) == 540
 
 
 def test_training_across_nodes_gets_the_nodes_own_figure_and_the_same_placement(fake_engine, capsys):
     fake_engine(STAND_IN.replace('if name == "matmul":', 'if name == "train_gpt2":'))
-    single = {"check": "train_gpt2", "group": "benchmark", "status": "pass", "value": 512198, "unit": "tokens/s/GPU",
-              "reason": "r", "remedy": None, "threshold": {"key": "k"}, "detail": {"world_size": 8, "command": ["torchrun"]}}
-    out = run_benchmark({"python": sys.executable, "benchmarks": ["train_gpt2"], "nnodes": 2, "node_rank": 1,
-                         "master_addr": "127.0.0.2", "master_port": 29511, "timeout_s": 600, "train_reference": single}, capsys)
+    single = {
+        "check": "train_gpt2",
+        "group": "benchmark",
+        "status": "pass",
+        "value": 512198,
+        "unit": "tokens/s/GPU",
+        "reason": "r",
+        "remedy": None,
+        "threshold": {"key": "k"},
+        "detail": {"world_size": 8, "command": ["torchrun"]},
+    }
+    out = run_benchmark(
+        {
+            "python": sys.executable,
+            "benchmarks": ["train_gpt2"],
+            "nnodes": 2,
+            "node_rank": 1,
+            "master_addr": "127.0.0.2",
+            "master_port": 29511,
+            "timeout_s": 600,
+            "train_reference": single,
+        },
+        capsys,
+    )
     argv = out["gpufleet"]["results"][0]["detail"]["argv"]
     opts = dict(zip(argv[5::2], argv[6::2]))
-    assert (opts["--nnodes"], opts["--node-rank"], opts["--master-addr"], opts["--master-port"]) == ("2", "1", "127.0.0.2", "29511")
+    assert (opts["--nnodes"], opts["--node-rank"], opts["--master-addr"], opts["--master-port"]) == (
+        "2",
+        "1",
+        "127.0.0.2",
+        "29511",
+    )
     assert float(opts["--timeout-s"]) == 540
     # Only what the engine needs of the node's own result: its figure, or why it has none.
-    assert json.loads(opts["--train-reference"]) == {"check": "train_gpt2", "group": "benchmark", "status": "pass",
-                                                     "value": 512198, "unit": "tokens/s/GPU", "reason": "r", "world_size": 8}
+    assert json.loads(opts["--train-reference"]) == {
+        "check": "train_gpt2",
+        "group": "benchmark",
+        "status": "pass",
+        "value": 512198,
+        "unit": "tokens/s/GPU",
+        "reason": "r",
+        "world_size": 8,
+    }
     # Left out, the engine gets none and its scaling result names the missing figure.
-    out = run_benchmark({"python": sys.executable, "benchmarks": ["train_gpt2"], "nnodes": 2, "node_rank": 0,
-                         "master_port": 29511}, capsys)
+    out = run_benchmark(
+        {"python": sys.executable, "benchmarks": ["train_gpt2"], "nnodes": 2, "node_rank": 0, "master_port": 29511},
+        capsys,
+    )
     assert "--train-reference" not in out["gpufleet"]["results"][0]["detail"]["argv"]
 
 
 @pytest.mark.parametrize(
     "args, message",
     [
-        ({"benchmarks": ["matmul", "nccl"], "nnodes": 2}, "nnodes = 2 runs across hosts, which only nccl and train_gpt2 do"),
+        (
+            {"benchmarks": ["matmul", "nccl"], "nnodes": 2},
+            "nnodes = 2 runs across hosts, which only nccl and train_gpt2 do",
+        ),
         ({"benchmarks": ["nccl"], "nnodes": 2, "node_rank": 2}, "node_rank = 2; expected 0 to nnodes - 1 (1)"),
         ({"benchmarks": []}, "benchmarks is empty"),
         ({"benchmarks": ["nccl"], "master_port": 70000}, "master_port = 70000; expected a TCP port"),
@@ -142,12 +198,17 @@ def test_unknown_benchmark_is_refused_by_the_argument_spec(capsys):
 
 def test_check_mode_runs_nothing_and_says_so(fake_engine, capsys):
     fake_engine("raise SystemExit('the engine must not run in check mode')\n")
-    out = run_benchmark({"python": sys.executable, "benchmarks": ["matmul", "nccl"], "host_name": "n3",
-                      "_ansible_check_mode": True}, capsys)
+    out = run_benchmark(
+        {"python": sys.executable, "benchmarks": ["matmul", "nccl"], "host_name": "n3", "_ansible_check_mode": True},
+        capsys,
+    )
     assert out["_exit_code"] == 0 and out["skipped"] is True and out["changed"] is False
     assert "not run in check mode" in out["msg"]
     results = out["gpufleet"]["results"]
-    assert [(r["check"], r["group"], r["status"]) for r in results] == [("matmul", "benchmark", "skip"), ("nccl", "benchmark", "skip")]
+    assert [(r["check"], r["group"], r["status"]) for r in results] == [
+        ("matmul", "benchmark", "skip"),
+        ("nccl", "benchmark", "skip"),
+    ]
     assert all(set(r) == RESULT_KEYS for r in results)
 
 
@@ -164,7 +225,9 @@ def test_unknown_threshold_gives_the_engine_message(capsys):
 
 def test_real_engine_on_the_cpu_returns_skip_results(capsys):
     pytest.importorskip("torch")
-    out = run_benchmark({"python": sys.executable, "benchmarks": ["memory"], "host_name": "cpu-box", "timeout_s": 120}, capsys)
+    out = run_benchmark(
+        {"python": sys.executable, "benchmarks": ["memory"], "host_name": "cpu-box", "timeout_s": 120}, capsys
+    )
     assert out["_exit_code"] == 0, out
     doc = out["gpufleet"]
     assert doc["host"] == "cpu-box" and doc["engine_version"]
@@ -176,8 +239,16 @@ def test_real_engine_on_the_cpu_returns_skip_results(capsys):
 
 def test_smoke_tier_and_the_soak_reach_the_engine(fake_engine, capsys):
     fake_engine(STAND_IN.replace('if name == "matmul":', 'if name in ("matmul", "soak"):'))
-    out = run_benchmark({"python": sys.executable, "benchmarks": ["matmul", "soak"], "tier": "smoke",
-                         "soak_duration_s": 120, "timeout_s": 900}, capsys)
+    out = run_benchmark(
+        {
+            "python": sys.executable,
+            "benchmarks": ["matmul", "soak"],
+            "tier": "smoke",
+            "soak_duration_s": 120,
+            "timeout_s": 900,
+        },
+        capsys,
+    )
     assert out["_exit_code"] == 0, out
     mm, soak = [r["detail"]["argv"] for r in out["gpufleet"]["results"]]
     assert mm[:5] == ["bench", "matmul", "--tier", "smoke", "--json"] and "--duration-s" not in mm
@@ -198,8 +269,10 @@ def test_the_error_of_the_matmul_and_sdc_engine_run_stands_for_both(fake_engine,
     out = run_benchmark({"python": sys.executable, "benchmarks": ["sdc", "matmul"], "timeout_s": 50}, capsys)
     assert out["_exit_code"] == 0, out
     errors = out["gpufleet"]["results"]
-    assert [(r["check"], r["status"], r["detail"]["benchmark"]) for r in errors] == [("matmul", "error", "matmul"),
-                                                                                    ("sdc", "error", "sdc")]
+    assert [(r["check"], r["status"], r["detail"]["benchmark"]) for r in errors] == [
+        ("matmul", "error", "matmul"),
+        ("sdc", "error", "sdc"),
+    ]
     assert all("RuntimeError: torchrun exploded" in r["reason"] and r["detail"]["timeout_s"] == 100 for r in errors)
     assert "sdc" in errors[0]["detail"]["cmd"] and "matmul" in errors[0]["detail"]["cmd"]
 

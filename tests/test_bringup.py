@@ -51,8 +51,12 @@ def test_facts_of_a_fake_hgx(tmp_path, capsys):
     out = run_module(bringup_facts, {"root": str(tree.root)}, capsys)
     assert out["_exit_code"] == 0 and out["changed"] is False
     assert len(out["pci"]["gpus"]) == 8 and len(out["pci"]["nvswitches"]) == 4
-    assert out["driver"] == {"loaded": True, "version": "550.127.05", "source": f"{tree.root}/sys/module/nvidia/version",
-                             "reason": None}
+    assert out["driver"] == {
+        "loaded": True,
+        "version": "550.127.05",
+        "source": f"{tree.root}/sys/module/nvidia/version",
+        "reason": None,
+    }
     assert [h["name"] for h in out["infiniband"]["hcas"]] == [f"mlx5_{i}" for i in range(8)]
     assert out["infiniband"]["hcas"][0]["link_layers"] == ["InfiniBand"]
     assert out["infiniband"]["hcas"][0]["ports"] == [{"port": 1, "state": "ACTIVE", "link_layer": "InfiniBand"}]
@@ -91,20 +95,31 @@ def test_facts_read_persistence_mode_through_nvml(tmp_path, capsys):
     lib = fake_nvml(tmp_path / "libnvidia-ml.so.1", str(state))
     state.write_text("00000000:00:05.0 1\n00000000:00:06.0 0\n")
     out = run_module(bringup_facts, {"root": str(tree.root), "nvml_library": str(lib)}, capsys)
-    assert out["persistence"] == {"read": True, "reason": None, "gpus": [
-        {"index": 0, "bus_id": "0000:00:05.0", "enabled": True}, {"index": 1, "bus_id": "0000:00:06.0", "enabled": False}]}
+    assert out["persistence"] == {
+        "read": True,
+        "reason": None,
+        "gpus": [
+            {"index": 0, "bus_id": "0000:00:05.0", "enabled": True},
+            {"index": 1, "bus_id": "0000:00:06.0", "enabled": False},
+        ],
+    }
     # No driver behind the library: NVML's own words.
     state.unlink()
     out = run_module(bringup_facts, {"root": str(tree.root), "nvml_library": str(lib)}, capsys)
-    assert out["persistence"] == {"read": False, "gpus": [],
-                                  "reason": f"{lib}: nvmlInit_v2: Driver Not Loaded (NVML error 9)"}
+    assert out["persistence"] == {
+        "read": False,
+        "gpus": [],
+        "reason": f"{lib}: nvmlInit_v2: Driver Not Loaded (NVML error 9)",
+    }
 
 
 def test_facts_say_why_persistence_mode_was_not_read(tmp_path, capsys):
     tree = vm(tmp_path)
     out = run_module(bringup_facts, {"root": str(tree.root)}, capsys)
     assert out["persistence"] == {"read": False, "reason": "not asked (no nvml_library)", "gpus": []}
-    out = run_module(bringup_facts, {"root": str(tree.root), "nvml_library": str(tmp_path / "libnvidia-ml.so.1")}, capsys)
+    out = run_module(
+        bringup_facts, {"root": str(tree.root), "nvml_library": str(tmp_path / "libnvidia-ml.so.1")}, capsys
+    )
     assert out["persistence"]["read"] is False and out["persistence"]["reason"].startswith(f"cannot load {tmp_path}")
     out = run_module(bringup_facts, {"root": str(tree.root), "nvml_library": "libc.so.6"}, capsys)
     assert "undefined symbol: nvmlErrorString" in out["persistence"]["reason"]
@@ -122,14 +137,19 @@ def test_record_is_written_once_and_kept(tmp_path, capsys):
     conf = tmp_path / "nccl.conf"
     conf.write_text("NCCL_DEBUG=WARN\n")
     rec = tmp_path / "etc/gpufleet/bringup.json"
-    args = {"path": str(rec), "role": "nccl", "settings": {"NCCL_DEBUG": "WARN"},
-            "expect": [{"what": "nccl.conf content", "path": str(conf)}]}
+    args = {
+        "path": str(rec),
+        "role": "nccl",
+        "settings": {"NCCL_DEBUG": "WARN"},
+        "expect": [{"what": "nccl.conf content", "path": str(conf)}],
+    }
     first = run_module(bringup_record, args, capsys)
     assert first["changed"] is True
     doc = json.loads(rec.read_text())
     section = doc["roles"]["nccl"]
-    assert section["expect"] == [{"what": "nccl.conf content", "path": str(conf),
-                                  "sha256": hashlib.sha256(conf.read_bytes()).hexdigest()}]
+    assert section["expect"] == [
+        {"what": "nccl.conf content", "path": str(conf), "sha256": hashlib.sha256(conf.read_bytes()).hexdigest()}
+    ]
     again = run_module(bringup_record, args, capsys)
     assert again["changed"] is False and json.loads(rec.read_text()) == doc
     # Another role's section leaves this one alone.
@@ -143,10 +163,20 @@ def test_record_is_written_once_and_kept(tmp_path, capsys):
 
 def test_record_check_mode_writes_nothing(tmp_path, capsys):
     rec = tmp_path / "bringup.json"
-    out = run_module(bringup_record, {"path": str(rec), "role": "nccl", "_ansible_check_mode": True,
-                                      "expect": [{"path": str(tmp_path / "not-yet")}]}, capsys)
+    out = run_module(
+        bringup_record,
+        {
+            "path": str(rec),
+            "role": "nccl",
+            "_ansible_check_mode": True,
+            "expect": [{"path": str(tmp_path / "not-yet")}],
+        },
+        capsys,
+    )
     assert out["changed"] is True and not rec.exists()
-    assert out["section"]["expect"] == [{"what": str(tmp_path / "not-yet"), "path": str(tmp_path / "not-yet"), "sha256": None}]
+    assert out["section"]["expect"] == [
+        {"what": str(tmp_path / "not-yet"), "path": str(tmp_path / "not-yet"), "sha256": None}
+    ]
 
 
 @pytest.mark.parametrize(
@@ -188,7 +218,11 @@ def test_tuning_script_clears_acs_and_sets_governor_and_sysctl(tmp_path):
     # The engine's own reader and checks see what the script did.
     after = {"host": host.read(str(tree.root), tree.environ), "nvml": {}}
     prof = profiles.resolve(H100, overrides={"ib_ports_min": 8})
-    for check in (host_hygiene.pcie.check_pcie_acs, host_hygiene.numa.check_numa_balancing, host_hygiene.kernel.check_cpu_governor):
+    for check in (
+        host_hygiene.pcie.check_pcie_acs,
+        host_hygiene.numa.check_numa_balancing,
+        host_hygiene.kernel.check_cpu_governor,
+    ):
         assert check(after, prof)["status"] == schema.PASS
     assert tune(tree.root, *args)[1]["changed"] == []  # a second run changes nothing
 
@@ -239,16 +273,35 @@ def applied_tree(tmp_path):
     conf = tree.write("etc/nccl.conf", "NCCL_IB_DISABLE=0\n")
     tree.write("etc/systemd/system/gpufleet-host-tuning.service", "[Unit]\n")
     os.symlink("/etc/systemd/system/gpufleet-host-tuning.service", root / "wants-link")
-    record(root, {
-        "nccl": {"applied_at": "2026-11-21T21:00:00Z", "settings": {"NCCL_IB_DISABLE": 0},
-                 "expect": [{"what": "nccl.conf content", "path": "/etc/nccl.conf",
-                             "sha256": hashlib.sha256(conf.read_bytes()).hexdigest()}]},
-        "host_tuning": {"applied_at": "2026-11-21T21:01:00Z", "settings": {},
-                        "expect": [{"what": "kernel.numa_balancing", "path": "/proc/sys/kernel/numa_balancing", "value": "0"},
-                                   {"what": "CPU governor", "glob": "/sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_governor",
-                                    "value": "performance"},
-                                   {"what": "host tuning unit enabled", "path": "/wants-link", "exists": True}]},
-    })
+    record(
+        root,
+        {
+            "nccl": {
+                "applied_at": "2026-11-21T21:00:00Z",
+                "settings": {"NCCL_IB_DISABLE": 0},
+                "expect": [
+                    {
+                        "what": "nccl.conf content",
+                        "path": "/etc/nccl.conf",
+                        "sha256": hashlib.sha256(conf.read_bytes()).hexdigest(),
+                    }
+                ],
+            },
+            "host_tuning": {
+                "applied_at": "2026-11-21T21:01:00Z",
+                "settings": {},
+                "expect": [
+                    {"what": "kernel.numa_balancing", "path": "/proc/sys/kernel/numa_balancing", "value": "0"},
+                    {
+                        "what": "CPU governor",
+                        "glob": "/sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_governor",
+                        "value": "performance",
+                    },
+                    {"what": "host tuning unit enabled", "path": "/wants-link", "exists": True},
+                ],
+            },
+        },
+    )
     return tree
 
 
@@ -264,8 +317,9 @@ def test_no_record_skips_unless_bringup_is_required(tmp_path):
 def test_a_record_that_holds_passes(tmp_path):
     r = drift_result(applied_tree(tmp_path).root)
     assert r["status"] == schema.PASS, r
-    assert r["reason"] == ("all 4 setting(s) bringup.yml recorded for host_tuning, nccl still hold "
-                           "(last applied 2026-11-21T21:01:00Z)")
+    assert r["reason"] == (
+        "all 4 setting(s) bringup.yml recorded for host_tuning, nccl still hold (last applied 2026-11-21T21:01:00Z)"
+    )
 
 
 def test_drift_is_named_setting_by_setting(tmp_path):

@@ -37,8 +37,24 @@ WHEELHOUSE = "/srv/wheelhouse"
 def wheelhouse(dest: Path) -> Path:
     """pip and wheel: what the VM's wheelhouse gives a venv made without ensurepip (scripts/gpu_wheelhouse.sh)."""
     dest.mkdir()
-    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "--dest",
-                    str(dest), "pip", "wheel"], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--dest",
+            str(dest),
+            "pip",
+            "wheel",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     return dest
 
 
@@ -57,9 +73,11 @@ def make_vm(host_root: Path) -> None:
     (nvml / "gpus").write_text("00000000:00:05.0 1\n")
     shadow = host_root / NO_ENSUREPIP.strip("/") / "shadow/ensurepip"
     shadow.mkdir(parents=True)
-    (shadow / "__init__.py").write_text('raise ImportError("no ensurepip here, as in Ubuntu\'s python3 without python3-venv")\n')
+    (shadow / "__init__.py").write_text(
+        'raise ImportError("no ensurepip here, as in Ubuntu\'s python3 without python3-venv")\n'
+    )
     python = host_root / NO_ENSUREPIP.strip("/") / "python3"
-    python.write_text(f"#!/bin/sh\nPYTHONPATH={NO_ENSUREPIP}/shadow exec {BIN / 'python'} \"$@\"\n")
+    python.write_text(f'#!/bin/sh\nPYTHONPATH={NO_ENSUREPIP}/shadow exec {BIN / "python"} "$@"\n')
     python.chmod(0o755)
 
 
@@ -67,15 +85,20 @@ def vm_inventory(fleet: TestFleet, path: Path) -> Path:
     """inventory/cloud-vm's settings for the test host, less what must point at the fake VM here."""
     cloud_vm = yaml.safe_load((REPO / "inventory/cloud-vm/group_vars/gpu_nodes.yml").read_text())
     cloud_vm.pop("gpufleet_controller_python")  # the controller here is this machine, not the node
-    return fleet.inventory(path, **{
-        **cloud_vm,
-        "nvidia_driver_sysfs_root": FAKE_ROOT, "host_tuning_sysfs_root": FAKE_ROOT, "nccl_sysfs_root": FAKE_ROOT,
-        "nvidia_driver_nvml_library": f"{NVML_DIR}/libnvidia-ml.so.1",
-        "python_env_system_python": f"{NO_ENSUREPIP}/python3",
-        "python_env_wheelhouse": WHEELHOUSE,
-        "python_env_packages": ["transformers"],  # peft is not in the test environment
-        "gpufleet_benchmarks": [],
-    })
+    return fleet.inventory(
+        path,
+        **{
+            **cloud_vm,
+            "nvidia_driver_sysfs_root": FAKE_ROOT,
+            "host_tuning_sysfs_root": FAKE_ROOT,
+            "nccl_sysfs_root": FAKE_ROOT,
+            "nvidia_driver_nvml_library": f"{NVML_DIR}/libnvidia-ml.so.1",
+            "python_env_system_python": f"{NO_ENSUREPIP}/python3",
+            "python_env_wheelhouse": WHEELHOUSE,
+            "python_env_packages": ["transformers"],  # peft is not in the test environment
+            "gpufleet_benchmarks": [],
+        },
+    )
 
 
 def steps(out: Path) -> dict:
@@ -92,27 +115,63 @@ def test_bringup_twice_held_drifted_and_restored_on_a_vm_like_host(tmp_path):
         host_root = fleet.root("gpu-vm")
         make_vm(host_root)
         inventory = vm_inventory(fleet, tmp_path / "inventory.yml")
-        env = {**os.environ, **fleet.ssh_env(), "PATH": f"{BIN}:{os.environ['PATH']}", "OUT": str(out),
-               "INVENTORY": str(inventory), "REPORTS_DIR": str(tmp_path / "reports"), "DRIVER_PIN": PIN,
-               "EXPECT_ACCEPTANCE": "0", "BUDGET_S": "1500", "TIER": "acceptance"}  # its benchmarks off: checks only
-        proc = subprocess.run(["bash", str(REPO / "scripts/gpu_bringup.sh")], env=env, capture_output=True, text=True,
-                              timeout=1800)
+        env = {
+            **os.environ,
+            **fleet.ssh_env(),
+            "PATH": f"{BIN}:{os.environ['PATH']}",
+            "OUT": str(out),
+            "INVENTORY": str(inventory),
+            "REPORTS_DIR": str(tmp_path / "reports"),
+            "DRIVER_PIN": PIN,
+            "EXPECT_ACCEPTANCE": "0",
+            "BUDGET_S": "1500",
+            "TIER": "acceptance",
+        }  # its benchmarks off: checks only
+        proc = subprocess.run(
+            ["bash", str(REPO / "scripts/gpu_bringup.sh")], env=env, capture_output=True, text=True, timeout=1800
+        )
         table = proc.stdout[-6000:] + proc.stderr[-3000:]
         ran = steps(out)
         logs = {name: (out / f"{name}.log").read_text() for name in ran}
 
         # The persistence mode of a GPU turned off: the role fails naming it, and changes nothing.
         (host_root / NVML_DIR.strip("/") / "gpus").write_text("00000000:00:05.0 0\n")
-        off = subprocess.run([str(BIN / "ansible-playbook"), "bringup.yml", "-i", str(inventory), "--tags", "nvidia_driver",
-                              "-e", f"nvidia_driver_version={PIN}"], cwd=REPO, env=env, capture_output=True, text=True,
-                             timeout=300)
-        pth = "".join(p.read_text() for p in host_root.glob("opt/gpufleet/venv/lib/python3.*/site-packages/*.pth")
-                      if p.name == "gpufleet-inherited.pth")
+        off = subprocess.run(
+            [
+                str(BIN / "ansible-playbook"),
+                "bringup.yml",
+                "-i",
+                str(inventory),
+                "--tags",
+                "nvidia_driver",
+                "-e",
+                f"nvidia_driver_version={PIN}",
+            ],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        pth = "".join(
+            p.read_text()
+            for p in host_root.glob("opt/gpufleet/venv/lib/python3.*/site-packages/*.pth")
+            if p.name == "gpufleet-inherited.pth"
+        )
 
     # Every step went as it should; the table printed last says so.
     assert proc.returncode == 0, table
-    assert list(ran) == ["pin-refused", "check", "bringup-1", "bringup-2", "validate-1", "drift", "validate-2",
-                         "bringup-3", "validate-3"], table
+    assert list(ran) == [
+        "pin-refused",
+        "check",
+        "bringup-1",
+        "bringup-2",
+        "validate-1",
+        "drift",
+        "validate-2",
+        "bringup-3",
+        "validate-3",
+    ], table
 
     # A pin that is not the loaded driver: refused by name, nothing installed or changed.
     assert f"is {PIN}, expected 550.127.05; nvidia_driver_install is false" in ran["pin-refused"]["outcome"]
@@ -129,7 +188,9 @@ def test_bringup_twice_held_drifted_and_restored_on_a_vm_like_host(tmp_path):
     assert "cpu governor: no CPU frequency scaling exposed (cpufreq absent)" in first
     assert "gpufleet.cluster.host_tuning : Apply ACS, governor and sysctls now" in ran["bringup-1"]["changed_tasks"]
     # The venv made without ensurepip, pip from the wheelhouse; torch and the rest seen through the .pth.
-    assert "gpufleet.cluster.python_env : Put pip into the venv from the wheelhouse's" in " ".join(ran["bringup-1"]["changed_tasks"])
+    assert "gpufleet.cluster.python_env : Put pip into the venv from the wheelhouse's" in " ".join(
+        ran["bringup-1"]["changed_tasks"]
+    )
     assert str(BIN.parent / "lib") in pth and pth.startswith("# gpufleet python_env: the packages of")
 
     # Twice: nothing changes.
@@ -138,14 +199,21 @@ def test_bringup_twice_held_drifted_and_restored_on_a_vm_like_host(tmp_path):
     # Held to it: bringup_drift passes, fails naming both drifted settings, passes again once bringup.yml restored them.
     assert ran["validate-1"]["drift_status"] == "pass", ran["validate-1"]
     reason = ran["validate-2"]["drift_reason"]
-    assert ran["validate-2"]["drift_status"] == "fail" and "nccl: nccl.conf content (/etc/nccl.conf) changed since bringup" in reason
-    assert f"host_tuning: kernel.numa_balancing is 1 ({FAKE_ROOT}/proc/sys/kernel/numa_balancing), bringup set 0" in reason
+    assert (
+        ran["validate-2"]["drift_status"] == "fail"
+        and "nccl: nccl.conf content (/etc/nccl.conf) changed since bringup" in reason
+    )
+    assert (
+        f"host_tuning: kernel.numa_balancing is 1 ({FAKE_ROOT}/proc/sys/kernel/numa_balancing), bringup set 0" in reason
+    )
     restored = ran["bringup-3"]["changed_tasks"]
     assert "gpufleet.cluster.nccl : Write /etc/nccl.conf" in restored
     assert "gpufleet.cluster.host_tuning : Apply ACS, governor and sysctls now" in restored
     assert ran["validate-3"]["drift_status"] == "pass", ran["validate-3"]
     # The CPU host has no GPU: validate.yml fails it for that alone, none of the host's settings.
-    assert ran["validate-3"]["verdict"] == "fail" and not [c for c in ran["validate-3"]["failing"] if c.startswith("host_hygiene")]
+    assert ran["validate-3"]["verdict"] == "fail" and not [
+        c for c in ran["validate-3"]["failing"] if c.startswith("host_hygiene")
+    ]
 
     # Persistence off on a VM whose GPU settings are not ours: a failure naming the GPU, and no change.
     off_out = " ".join((off.stdout + off.stderr).split())

@@ -38,11 +38,25 @@ def profile_dir(tmp_path) -> Path:
 def small_calibration(profile_dir: Path) -> Path:
     path = profile_dir / "calibration" / "h100-sxm.yml"
     path.parent.mkdir()
-    path.write_text(yaml.safe_dump({
-        "format": calibration.FORMAT, "profile": "h100-sxm", "gpu_models": [cr.MODEL], "table": "docs/results/calibration/table.md",
-        "measures": {"sample_drop_pct": {"pcie_d2h_gbps": {"value": 14.4, "n": 40, "source": "runs.jsonl rounds r000..r007"},
-                                         "hbm_copy_gbps": {"value": 1.3, "n": 8, "source": "too few"}},
-                     "gpu_vs_node_pct": {"matmul_bf16_tflops": {"value": 6.3, "n": 32, "source": "runs.jsonl rounds r000..r007"}}}}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "format": calibration.FORMAT,
+                "profile": "h100-sxm",
+                "gpu_models": [cr.MODEL],
+                "table": "docs/results/calibration/table.md",
+                "measures": {
+                    "sample_drop_pct": {
+                        "pcie_d2h_gbps": {"value": 14.4, "n": 40, "source": "runs.jsonl rounds r000..r007"},
+                        "hbm_copy_gbps": {"value": 1.3, "n": 8, "source": "too few"},
+                    },
+                    "gpu_vs_node_pct": {
+                        "matmul_bf16_tflops": {"value": 6.3, "n": 32, "source": "runs.jsonl rounds r000..r007"}
+                    },
+                },
+            }
+        )
+    )
     return path
 
 
@@ -66,18 +80,29 @@ def test_limits_come_from_a_calibration_file_and_their_source_names_it(profile_d
     # An inventory override wins over the calibration, for every metric.
     forced = profiles.resolve(cr.MODEL, profile_dir=profile_dir, overrides={"sample_drop_pct_max": 30})
     assert calibration.entry(forced["thresholds"], "sample_drop_pct_max", "pcie_d2h_gbps") == {
-        "key": "sample_drop_pct_max", "value": 30, "source": "inventory override (gpufleet_thresholds)", "calibrated": None,
-        "metric": "pcie_d2h_gbps"}
+        "key": "sample_drop_pct_max",
+        "value": 30,
+        "source": "inventory override (gpufleet_thresholds)",
+        "calibrated": None,
+        "metric": "pcie_d2h_gbps",
+    }
     # A model with no calibration keeps the generic limits, and the profile says so.
     h200 = profiles.resolve("NVIDIA H200", profile_dir=profile_dir)
-    assert h200["calibration"]["calibrated"] is False and "no calibration for profile h200-sxm" in h200["calibration"]["note"]
+    assert (
+        h200["calibration"]["calibrated"] is False
+        and "no calibration for profile h200-sxm" in h200["calibration"]["note"]
+    )
     assert h200["thresholds"]["fleet_gpu_below_node_warn_pct"]["calibrated"] is False
 
 
 def test_a_calibration_file_that_is_wrong_is_refused_by_name(profile_dir):
     path = small_calibration(profile_dir)
-    path.write_text(yaml.safe_dump({"format": calibration.FORMAT, "measures": {"sample_drop_pct": {"pcie_d2h_gbps": {"n": 3}}}}))
-    with pytest.raises(calibration.CalibrationError, match=r"h100-sxm.yml: sample_drop_pct.pcie_d2h_gbps needs a 'value'"):
+    path.write_text(
+        yaml.safe_dump({"format": calibration.FORMAT, "measures": {"sample_drop_pct": {"pcie_d2h_gbps": {"n": 3}}}})
+    )
+    with pytest.raises(
+        calibration.CalibrationError, match=r"h100-sxm.yml: sample_drop_pct.pcie_d2h_gbps needs a 'value'"
+    ):
         profiles.resolve(cr.MODEL, profile_dir=profile_dir)
 
 
@@ -100,16 +125,31 @@ def test_a_healthy_node_with_one_low_pcie_sample_passes(profile_dir):
     results = {f"{r['group']}.{r['check']}": r for r in _node_results(clean["document"], generic)}
     d2h = results["benchmark.pcie_d2h_bandwidth"]
     assert d2h["status"] == "pass" and "measure_again" not in d2h["detail"]
-    assert ("GPU 0 device-to-host: 1 of 20 samples more than 20% below its median 54.72 GB/s (lowest 31.03, 43.29% below), "
-            "nothing seen then: one low sample is not a disturbance") in d2h["reason"]
+    assert (
+        "GPU 0 device-to-host: 1 of 20 samples more than 20% below its median 54.72 GB/s (lowest 31.03, 43.29% below), "
+        "nothing seen then: one low sample is not a disturbance"
+    ) in d2h["reason"]
     assert [j["verdict"] for j in d2h["detail"]["samples_judged"]] == ["isolated", "steady", "steady", "steady"]
     spread = results["fleet.sample_spread"]
     assert spread["status"] == "warn" and "generic: this model is not calibrated" in spread["reason"]
     # Calibrated from the healthy runs (the table's builder measures the same): nothing warns.
     table_dir = profile_dir / "calibration"
-    subprocess.run([sys.executable, str(SCRIPT), str(cr.write(profile_dir.parent / "runs.jsonl", cr.runs(8, 0))),
-                    "--table", str(profile_dir.parent / "table.md"), "--profile-dir", str(profile_dir), "--limits", str(table_dir)],
-                   check=True, capture_output=True, text=True)
+    subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            str(cr.write(profile_dir.parent / "runs.jsonl", cr.runs(8, 0))),
+            "--table",
+            str(profile_dir.parent / "table.md"),
+            "--profile-dir",
+            str(profile_dir),
+            "--limits",
+            str(table_dir),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     calibrated = profiles.resolve(cr.MODEL, profile_dir=profile_dir, overrides={"gpus_expected": 4})
     judged = _node_results(clean["document"], calibrated)
     bad = [(r["group"], r["check"], r["status"]) for r in judged if r["status"] in ("warn", "fail", "error")]
@@ -128,12 +168,21 @@ def test_a_node_whose_samples_fall_while_a_process_is_seen_does_not_pass():
     out = cr.memory_output(cr.monitor([cr.DISTURB]), hbm_low=fall)
     hbm = next(r for r in benchmarks.memory(out, profile) if r["check"] == "hbm_bandwidth")
     assert hbm["status"] == "warn" and hbm["class"] == "environment"
-    assert "GPU 1 HBM copy: 7 of 20 samples" in hbm["reason"] and "the sampler saw then: pid 2002 (gpu_disturb)" in hbm["reason"]
+    assert (
+        "GPU 1 HBM copy: 7 of 20 samples" in hbm["reason"]
+        and "the sampler saw then: pid 2002 (gpu_disturb)" in hbm["reason"]
+    )
     assert [j["verdict"] for j in hbm["detail"]["samples_judged"]] == ["steady", "disturbed", "steady", "steady"]
     # Through the watched step: still disturbed when measured again, an error naming the process; the node fails.
     log: list = []
-    results = watched("memory", lambda: out, benchmarks.memory, profile, log=log,
-                      wait=lambda s: {"quiet": True, "waited_s": 3.0, "processes": [], "error": None})
+    results = watched(
+        "memory",
+        lambda: out,
+        benchmarks.memory,
+        profile,
+        log=log,
+        wait=lambda s: {"quiet": True, "waited_s": 3.0, "processes": [], "error": None},
+    )
     node = foreign_processes("memory", log)
     assert {r["status"] for r in results} == {"error"} and node["status"] == "fail"
     assert "pid 2002 (gpu_disturb, 1002 MiB) on GPU 1" in node["reason"]
@@ -150,11 +199,19 @@ def test_the_judge_is_one_function_for_minimums_relative_limits_and_samples():
     assert judge.median_interval(list(range(20))) == (4, 15) and judge.median_interval([1, 2, 3]) is None
     quiet = judge.samples([100.0] * 19 + [50.0], 20)
     assert quiet["verdict"] == "isolated" and quiet["deepest_pct"] == 50.0
-    seen = judge.samples([100.0] * 19 + [50.0], 20, causes=[{"what": "pid 9 (x)", "t_s": [1.85, 2.0]}],
-                         ends_s=[0.1 * (i + 1) for i in range(20)])
+    seen = judge.samples(
+        [100.0] * 19 + [50.0],
+        20,
+        causes=[{"what": "pid 9 (x)", "t_s": [1.85, 2.0]}],
+        ends_s=[0.1 * (i + 1) for i in range(20)],
+    )
     assert seen["verdict"] == "disturbed"
-    elsewhere = judge.samples([100.0] * 19 + [50.0], 20, causes=[{"what": "pid 9 (x)", "t_s": [0.2, 0.4]}],
-                              ends_s=[0.1 * (i + 1) for i in range(20)])
+    elsewhere = judge.samples(
+        [100.0] * 19 + [50.0],
+        20,
+        causes=[{"what": "pid 9 (x)", "t_s": [0.2, 0.4]}],
+        ends_s=[0.1 * (i + 1) for i in range(20)],
+    )
     assert elsewhere["verdict"] == "isolated"  # the process came and went while other samples ran
     assert judge.samples([100.0] * 17 + [70.0] * 3, 20)["verdict"] == "fell"
 
@@ -171,8 +228,23 @@ def test_the_calibration_table_counts_false_alarms_and_detections_recorded_and_t
     (folder / "b.jsonl.gz").write_bytes(gzip.compress(cr.write(tmp_path / "b.jsonl", rows[5:]).read_bytes()))
     data = folder
     table, limits = tmp_path / "table.md", profile_dir / "calibration"
-    done = subprocess.run([sys.executable, str(SCRIPT), str(data), "--table", str(table), "--profile-dir", str(profile_dir),
-                           "--limits", str(limits), "--json", str(tmp_path / "table.json")], capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            str(data),
+            "--table",
+            str(table),
+            "--profile-dir",
+            str(profile_dir),
+            "--limits",
+            str(limits),
+            "--json",
+            str(tmp_path / "table.json"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
     assert "10 node-runs of 1 GPU model(s)" in done.stdout
     cal = yaml.safe_load((limits / "h100-sxm.yml").read_text())
@@ -187,8 +259,11 @@ def test_the_calibration_table_counts_false_alarms_and_detections_recorded_and_t
     md = table.read_text()
     assert "## NVIDIA H100 80GB HBM3" in md and "Profile `h100-sxm`; 10 node-runs (8 clean, 2 disturbed" in md
     assert "node stage median 113.0 s clean, 113.0 s disturbed" in md
-    rows = {line.split("|")[1].strip(" `"): [c.strip() for c in line.split("|")[2:-1]] for line in md.splitlines()
-            if line.startswith("| `")}
+    rows = {
+        line.split("|")[1].strip(" `"): [c.strip() for c in line.split("|")[2:-1]]
+        for line in md.splitlines()
+        if line.startswith("| `")
+    }
     # columns: clean runs, false alarms recorded, today, disturbed runs, detections recorded, today, beside runs, ...
     assert rows["node verdict"] == ["8", "4", "0", "2", "2", "2", "0", "0", "0"]
     assert rows["node not accepted, process named"][3:6] == ["2", "2", "2"]
@@ -203,11 +278,16 @@ def test_the_calibration_table_counts_false_alarms_and_detections_recorded_and_t
 def test_the_table_refuses_what_it_cannot_read(tmp_path):
     bad = tmp_path / "runs.jsonl"
     bad.write_text('{"format": "other"}\nnot json\n')
-    done = subprocess.run([sys.executable, str(SCRIPT), str(bad), "--table", str(tmp_path / "t.md")], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), str(bad), "--table", str(tmp_path / "t.md")], capture_output=True, text=True
+    )
     assert done.returncode == 0 and "2 line(s) not read" in done.stdout
     assert "runs.jsonl:2: not JSON" in (tmp_path / "t.md").read_text()
-    missing = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "none.jsonl"), "--table", str(tmp_path / "t.md")],
-                             capture_output=True, text=True)
+    missing = subprocess.run(
+        [sys.executable, str(SCRIPT), str(tmp_path / "none.jsonl"), "--table", str(tmp_path / "t.md")],
+        capture_output=True,
+        text=True,
+    )
     assert missing.returncode == 2 and "no such data file or folder" in missing.stderr
 
 
@@ -232,14 +312,19 @@ def test_a_gpu_steadily_below_its_siblings_is_held_against_its_own_past(tmp_path
         assert nodes["node"]["verdict"] == "pass"
     gpu = {f"{r['group']}.{r['check']}": r for r in nodes["node"]["results"]}["fleet.gpu_vs_node"]
     assert gpu["status"] == "pass" and "held against their own past, not named again: GPU" in gpu["reason"]
-    assert "GPU 0 steadily 2.3% below its siblings (bf16 matmul, over its last 2 runs, now 2.3%; and 3 more figure(s))" in gpu["reason"]
+    assert (
+        "GPU 0 steadily 2.3% below its siblings (bf16 matmul, over its last 2 runs, now 2.3%; and 3 more figure(s))"
+        in gpu["reason"]
+    )
     slipped = list(cr.TORCH_BF16)
     slipped[2] = 720.0  # usually 775.8, the best of the four
     nodes = _run(reports, "r3", {"node": cr.document("node", slipped)}, "2026-11-23T10:00:00Z")
     gpu = {f"{r['group']}.{r['check']}": r for r in nodes["node"]["results"]}["fleet.gpu_vs_node"]
     assert gpu["status"] == "warn" and gpu["remedy"] and "gpufleet history" in gpu["remedy"]
-    assert ("bf16 matmul 720.0 TFLOPS is 3.6% below the node median 747.1; over its last 3 runs it was 2.2% above it: 5.9% "
-            "lower, a change against its own past (threshold 5%)") in gpu["reason"]
+    assert (
+        "bf16 matmul 720.0 TFLOPS is 3.6% below the node median 747.1; over its last 3 runs it was 2.2% above it: 5.9% "
+        "lower, a change against its own past (threshold 5%)"
+    ) in gpu["reason"]
     row = next(c for c in gpu["detail"]["comparisons"] if c["metric"] == "matmul_bf16_tflops" and c["status"] == "warn")
     assert row["uuid"] == cr.UUIDS[2] and row["own_past"]["runs"] == 3 and row["own_past"]["changed"] is True
 
@@ -259,12 +344,22 @@ def test_a_stable_fact_the_baseline_accepted_is_listed_not_warned_again(tmp_path
     reports = tmp_path / "reports"
     first = {r["check"]: r for r in _run(reports, "b", {"node": doc(2)}, "2026-11-20T10:00:00Z")["node"]["results"]}
     assert first["ecc"]["status"] == "warn" and first["ecc"]["detail"]["facts"] == {
-        f"ecc_aggregate_uncorrected:{readings['nvml']['gpus'][0]['uuid']}": 2}
-    again = {r["check"]: r for r in _run(reports, "r1", {"node": doc(2)}, "2026-11-21T10:00:00Z", baseline="b")["node"]["results"]}
+        f"ecc_aggregate_uncorrected:{readings['nvml']['gpus'][0]['uuid']}": 2
+    }
+    again = {
+        r["check"]: r
+        for r in _run(reports, "r1", {"node": doc(2)}, "2026-11-21T10:00:00Z", baseline="b")["node"]["results"]
+    }
     assert again["ecc"]["status"] == "info" and again["ecc"]["class"] is None
     assert "(as in baseline run b, which accepted it: listed, not warned again)" in again["ecc"]["reason"]
-    more = {r["check"]: r for r in _run(reports, "r2", {"node": doc(3)}, "2026-11-22T10:00:00Z", baseline="b")["node"]["results"]}
-    assert more["ecc"]["status"] == "warn" and "changed since baseline run b: ecc_aggregate_uncorrected:GPU-" in more["ecc"]["reason"]
+    more = {
+        r["check"]: r
+        for r in _run(reports, "r2", {"node": doc(3)}, "2026-11-22T10:00:00Z", baseline="b")["node"]["results"]
+    }
+    assert (
+        more["ecc"]["status"] == "warn"
+        and "changed since baseline run b: ecc_aggregate_uncorrected:GPU-" in more["ecc"]["reason"]
+    )
     assert "was 2, now 3" in more["ecc"]["reason"]
 
 
@@ -278,14 +373,27 @@ def test_run_folders_become_calibration_lines_only_where_no_foreign_process_was_
     (run_dir / "hosts" / "busy.json").write_text(json.dumps(dict(disturbed["document"], host="busy")))
     out = tmp_path / "calibration" / "runs.jsonl.gz"
     out.parent.mkdir()
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "calibration_from_runs.py"), str(run_dir), "--machine",
-                           "lab-a", "--out", str(out)], capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "calibration_from_runs.py"),
+            str(run_dir),
+            "--machine",
+            "lab-a",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
     assert "left out: " in done.stdout and "/busy: not clean (benchmark.memory_processes" in done.stdout
     [row] = [json.loads(line) for line in gzip.decompress(out.read_bytes()).decode().splitlines()]
     assert row["node"] == "quiet" and row["condition"] == "clean" and row["machine"]["host"] == "lab-a"
     assert row["machine"]["gpu_model"] == cr.MODEL and row["machine"]["gpus_on_machine"] == 4
     table = tmp_path / "table.md"
-    done = subprocess.run([sys.executable, str(SCRIPT), str(out.parent), "--table", str(table)], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), str(out.parent), "--table", str(table)], capture_output=True, text=True
+    )
     assert done.returncode == 0 and "1 node-runs of 1 GPU model(s)" in done.stdout, done.stdout + done.stderr
     assert "Profile `h100-sxm`; 1 node-runs (1 clean, 0 disturbed" in table.read_text()

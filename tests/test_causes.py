@@ -28,8 +28,13 @@ READINGS = REPO / "tests" / "data" / "readings" / "recorded-h100-x1-vm.json"
 
 
 def engine(*args: str, env: dict | None = None, python: tuple[str, ...] = (sys.executable,)) -> dict:
-    done = subprocess.run([*python, "-m", "gpufleet", *args, "--json", "--exit-zero"], capture_output=True, text=True,
-                          env=env, timeout=300)
+    done = subprocess.run(
+        [*python, "-m", "gpufleet", *args, "--json", "--exit-zero"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout)
 
@@ -42,19 +47,41 @@ def no_driver_run(tmp_path_factory) -> Path:
     readings["nvml"] = {"available": False, "error": nvml.NO_DRIVER, "gpus": []}
     (tmp / "no-driver.json").write_text(json.dumps(readings))
     # The GPU groups: the recording is older than host_hygiene's sections.
-    doc = engine("check", "--group", "gpu_inventory", "--group", "gpu_health", "--readings", str(tmp / "no-driver.json"),
-                 "--host", "n1")
+    doc = engine(
+        "check",
+        "--group",
+        "gpu_inventory",
+        "--group",
+        "gpu_health",
+        "--readings",
+        str(tmp / "no-driver.json"),
+        "--host",
+        "n1",
+    )
     # A Python without torch: this interpreter with -S (no site-packages), given the engine and PyYAML alone.
     site = tmp / "site"
     shutil.copytree(Path(yaml.__file__).parent, site / "yaml")
     env = dict(os.environ, PYTHONPATH=f"{REPO / 'src'}:{site}")
-    bench = engine("bench", "matmul", "memory", "--tier", "smoke", "--host", "n1", env=env, python=(sys.executable, "-S"))
+    bench = engine(
+        "bench", "matmul", "memory", "--tier", "smoke", "--host", "n1", env=env, python=(sys.executable, "-S")
+    )
     doc["results"] += bench["results"]
     healthy = json.loads(READINGS.read_text())
     healthy["nvml"]["gpus"][0]["processes"] = []
     (tmp / "ok.json").write_text(json.dumps(healthy))
-    ok = engine("check", "--group", "gpu_inventory", "--group", "gpu_health", "--readings", str(tmp / "ok.json"),
-                "--host", "n2", "--thresholds", json.dumps({"gpus_expected": 1}))
+    ok = engine(
+        "check",
+        "--group",
+        "gpu_inventory",
+        "--group",
+        "gpu_health",
+        "--readings",
+        str(tmp / "ok.json"),
+        "--host",
+        "n2",
+        "--thresholds",
+        json.dumps({"gpus_expected": 1}),
+    )
     run_dir = tmp / "run-c"
     (run_dir / "hosts").mkdir(parents=True)
     (run_dir / "hosts" / "n1.json").write_text(json.dumps(doc))
@@ -68,7 +95,11 @@ def test_the_engine_names_each_cause_in_the_same_words(no_driver_run):
     assert nvml_checks and {r["reason"] for r in nvml_checks} == {nvml.NO_DRIVER}
     bench = [r for r in doc["results"] if r["group"] == "benchmark"]
     assert [(r["check"], r["status"]) for r in bench] == [("matmul", "error"), ("memory", "error")]
-    assert len({r["reason"] for r in bench}) == 1 and "no torch in" in bench[0]["reason"] and "crashed" not in bench[0]["reason"]
+    assert (
+        len({r["reason"] for r in bench}) == 1
+        and "no torch in" in bench[0]["reason"]
+        and "crashed" not in bench[0]["reason"]
+    )
     assert "gpufleet_python" in bench[0]["remedy"]
 
 
@@ -86,7 +117,10 @@ def test_report_says_each_cause_once(no_driver_run):
     # The summary's counts are the table's, and the words say "not accepted" of the node that errs.
     md = (no_driver_run / "report.md").read_text()
     counts = rep["counts"]
-    assert f"1 of 2 node(s) not accepted; results: {counts['error']} error, {counts['fail']} fail, {counts['warn']} warn" in md
+    assert (
+        f"1 of 2 node(s) not accepted; results: {counts['error']} error, {counts['fail']} fail, {counts['warn']} warn"
+        in md
+    )
     row = next(line for line in md.splitlines() if line.startswith("| n1 |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert [int(c) for c in cells[2:7]] == [node["counts"][s] for s in ("error", "fail", "warn", "skip", "pass")]
@@ -101,7 +135,10 @@ def test_report_says_each_cause_once(no_driver_run):
     # drain.txt and the Slurm reason lead with the cause, not with a side effect of it.
     drain = (no_driver_run / "drain.txt").read_text().splitlines()[1]
     assert f'Reason="gpufleet: run-c: software: {nvml.NO_DRIVER} ({n_nvml} checks), no torch in ' in drain, drain
-    assert fleet_slurm.drain_reason("run-c", node) == f"gpufleet: run-c software: {nvml.NO_DRIVER} ({n_nvml} checks) +1 more"
+    assert (
+        fleet_slurm.drain_reason("run-c", node)
+        == f"gpufleet: run-c software: {nvml.NO_DRIVER} ({n_nvml} checks) +1 more"
+    )
 
     # The summary the playbook's failure message and `gpufleet report` print.
     assert summary["not_accepted"].startswith(f"n1: {nvml.NO_DRIVER} ({n_nvml} checks: gpu_inventory.gpu_count, ")
@@ -118,18 +155,23 @@ def test_the_runs_ending_says_each_cause_once(no_driver_run):
     text = core.ending_text(why, "end")
     first = text.splitlines()[0]
     n_nvml = len(rep["nodes"]["n1"]["causes"][0]["checks"])
-    assert re.match(rf"  n1: error gpu_inventory\.\w+ and {n_nvml - 1} more check\(s\) with the same reason: "
-                    rf"{re.escape(nvml.NO_DRIVER)}; also benchmark\.matmul \(error, 2 checks with its reason\)$", first), first
+    assert re.match(
+        rf"  n1: error gpu_inventory\.\w+ and {n_nvml - 1} more check\(s\) with the same reason: "
+        rf"{re.escape(nvml.NO_DRIVER)}; also benchmark\.matmul \(error, 2 checks with its reason\)$",
+        first,
+    ), first
     assert text.count(nvml.NO_DRIVER) == 1
 
 
 def test_grouping_keeps_different_reasons_apart_and_hardware_first():
-    res = [schema.result("a", "error", "same words", group="g", remedy="r1"),
-           schema.result("xid", "fail", "GPU 0: Xid 79", group="gpu_health"),
-           schema.result("b", "error", "same  words", group="g"),
-           schema.result("c", "warn", "same words", group="g"),
-           {"check": "d", "group": "g", "status": "fail"},
-           {"check": "e", "group": "g", "status": "fail"}]
+    res = [
+        schema.result("a", "error", "same words", group="g", remedy="r1"),
+        schema.result("xid", "fail", "GPU 0: Xid 79", group="gpu_health"),
+        schema.result("b", "error", "same  words", group="g"),
+        schema.result("c", "warn", "same words", group="g"),
+        {"check": "d", "group": "g", "status": "fail"},
+        {"check": "e", "group": "g", "status": "fail"},
+    ]
     groups = causes.grouped(res)
     assert [g["checks"] for g in groups] == [["gpu_health.xid"], ["g.a", "g.b"], ["g.d"], ["g.e"]]
     assert groups[1]["remedy"] == "r1" and groups[1]["status"] == "error"

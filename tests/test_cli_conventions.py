@@ -20,7 +20,9 @@ READINGS = REPO / "tests" / "data" / "readings" / "recorded-h100-x1-vm.json"
 
 
 def gpufleet(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpufleet", *args], capture_output=True, text=True, cwd=cwd, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "gpufleet", *args], capture_output=True, text=True, cwd=cwd, timeout=300
+    )
 
 
 def test_version_is_galaxy_ymls():
@@ -39,7 +41,7 @@ def test_help_groups_every_command_and_leaves_the_internal_ones_out():
     assert len(grouped) == len(set(grouped)) and not set(grouped) & set(cli.INTERNAL)
     assert registered() == set(grouped) | set(cli.INTERNAL)
     text = gpufleet("--help").stdout
-    listing = text[text.index(next(iter(cli.COMMAND_GROUPS))):text.index("options:")]
+    listing = text[text.index(next(iter(cli.COMMAND_GROUPS))) : text.index("options:")]
     listed = [line.split()[0] for line in listing.splitlines() if line.startswith("  ") and not line.startswith("   ")]
     assert listed == grouped, listing
     for group in cli.COMMAND_GROUPS:
@@ -91,8 +93,18 @@ def test_json_is_alone_on_stdout(tmp_path):
     run_dir = tmp_path / "reports" / "r1"
     (run_dir / "hosts").mkdir(parents=True)
     for host in ("n1", "n2"):
-        done = gpufleet("check", "--readings", str(READINGS), "--group", "gpu_inventory", "--host", host, "--json",
-                        "--thresholds", '{"gpus_expected": 1}')
+        done = gpufleet(
+            "check",
+            "--readings",
+            str(READINGS),
+            "--group",
+            "gpu_inventory",
+            "--host",
+            host,
+            "--json",
+            "--thresholds",
+            '{"gpus_expected": 1}',
+        )
         assert only_json(done)["host"] == host
         (run_dir / "hosts" / f"{host}.json").write_text(done.stdout)
     commands = [
@@ -108,4 +120,3 @@ def test_json_is_alone_on_stdout(tmp_path):
         assert done.returncode in (0, 1), (argv, done.stderr)
         doc = only_json(done)
         assert not isinstance(doc, dict) or "rc" not in doc, (argv, doc)
-

@@ -27,8 +27,13 @@ INTERNAL_NOTE = "Internal to gpufleet.cluster."
 @pytest.fixture(scope="module")
 def tarball(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("dist")
-    subprocess.run([str(BIN / "ansible-galaxy"), "collection", "build", str(REPO), "--output-path", str(out)],
-                   cwd=out, check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [str(BIN / "ansible-galaxy"), "collection", "build", str(REPO), "--output-path", str(out)],
+        cwd=out,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     (built,) = out.glob("gpufleet-cluster-*.tar.gz")
     return built
 
@@ -55,15 +60,32 @@ def test_the_version_is_written_once_and_is_the_same_everywhere(tarball, tmp_pat
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(REPO / name, src / name)
     (src / "galaxy.yml").write_text((REPO / "galaxy.yml").read_text().replace(f"version: {written}", "version: 9.8.7"))
-    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                           str(tmp_path / "wheels"), str(src)], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path / "wheels"),
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert [p.name.split("-")[1] for p in (tmp_path / "wheels").glob("gpufleet-*.whl")] == ["9.8.7"]
 
 
 def test_the_engine_packed_for_the_nodes_carries_its_version(tmp_path):
     pack = REPO / "roles" / "python_env" / "files" / "pack_engine.py"
-    subprocess.run([sys.executable, str(pack), str(REPO), str(tmp_path / "engine.tar.gz")], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, str(pack), str(REPO), str(tmp_path / "engine.tar.gz")], check=True, capture_output=True
+    )
     with tarfile.open(tmp_path / "engine.tar.gz") as tar:
         names = tar.getnames()
     assert "galaxy.yml" in names and "src/gpufleet/version.py" in names and "pyproject.toml" in names
@@ -95,15 +117,23 @@ def test_the_docs_quote_the_tarballs_size_and_version(tarball):
 
 def test_changelog_fragments_use_the_configs_sections():
     config = yaml.safe_load((REPO / "changelogs" / "config.yaml").read_text())
-    sections = {name for name, _ in config["sections"]} | {config["prelude_section_name"], config["trivial_section_name"]}
+    sections = {name for name, _ in config["sections"]} | {
+        config["prelude_section_name"],
+        config["trivial_section_name"],
+    }
     fragments = sorted((REPO / "changelogs" / "fragments").glob("*.y*ml"))
     assert fragments, "no changelog fragment: every change adds one (docs/releasing.md)"
     for path in fragments:
         doc = yaml.safe_load(path.read_text())
-        assert isinstance(doc, dict) and set(doc) <= sections, f"{path.name}: sections {sorted(doc)}; expected of {sorted(sections)}"
+        assert isinstance(doc, dict) and set(doc) <= sections, (
+            f"{path.name}: sections {sorted(doc)}; expected of {sorted(sections)}"
+        )
         for section, lines in doc.items():
             if section != config["prelude_section_name"]:
-                assert isinstance(lines, list) and all(isinstance(line, str) and line for line in lines), (path.name, section)
+                assert isinstance(lines, list) and all(isinstance(line, str) and line for line in lines), (
+                    path.name,
+                    section,
+                )
     assert yaml.safe_load((REPO / "changelogs" / "changelog.yaml").read_text())["ancestor"] is None
 
 
@@ -114,14 +144,22 @@ def modules_md_table(heading: str) -> set[str]:
 
 
 def ansible_doc(*args: str) -> dict:
-    done = subprocess.run([str(BIN / "ansible-doc"), *args, "--json"], cwd=REPO, capture_output=True, text=True,
-                          timeout=300, env={"PATH": f"{BIN}:/usr/bin:/bin", "ANSIBLE_NOCOLOR": "1", "HOME": str(REPO / ".ansible")})
+    done = subprocess.run(
+        [str(BIN / "ansible-doc"), *args, "--json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PATH": f"{BIN}:/usr/bin:/bin", "ANSIBLE_NOCOLOR": "1", "HOME": str(REPO / ".ansible")},
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
 
 def test_internal_modules_are_marked_and_the_docs_list_both_kinds():
-    listed = {name.removeprefix("gpufleet.cluster."): text for name, text in ansible_doc("-l", "gpufleet.cluster").items()}
+    listed = {
+        name.removeprefix("gpufleet.cluster."): text for name, text in ansible_doc("-l", "gpufleet.cluster").items()
+    }
     internal = {name for name, text in listed.items() if text.startswith("Internal:")}
     assert internal and modules_md_table("Internal modules") == internal
     assert modules_md_table("Public modules") == set(listed) - internal

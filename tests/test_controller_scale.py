@@ -26,8 +26,9 @@ def docs(n: int, started: str) -> dict:
     out = {}
     for i in range(n):
         gpus = gpus_of(i)
-        out[f"node-{i:02d}"] = node_doc(f"node-{i:02d}", i, gpus=gpus, started=started, read_at=(started, started),
-                                        extra=[node_result(gpus)])
+        out[f"node-{i:02d}"] = node_doc(
+            f"node-{i:02d}", i, gpus=gpus, started=started, read_at=(started, started), extra=[node_result(gpus)]
+        )
     return out
 
 

@@ -47,7 +47,11 @@ def test_recorded_h200_counters_as_the_readings_hold_them():
     assert d["read_at"].endswith("Z")
     for g, entry in zip(r["nvml"]["gpus"], d["gpus"]):
         assert (entry["index"], entry["uuid"], entry["serial"], entry["pci_bus_id"]) == (
-            g["index"], g["uuid"], g["serial"], g["pci_bus_id"])
+            g["index"],
+            g["uuid"],
+            g["serial"],
+            g["pci_bus_id"],
+        )
         assert entry["visible"] is True
         c = entry["counters"]
         assert list(c) == list(counters.COUNTERS)
@@ -75,8 +79,13 @@ def test_xid_events_count_per_gpu_and_an_unreadable_log_is_named(tmp_path):
     xids = {g["index"]: g["counters"]["xid"] for g in d["gpus"]}
     assert xids == {0: 2, 1: 0, 2: 0, 3: 1, 4: 0, 5: 0, 6: 0, 7: 0}
     assert d["unreadable"] == {} and d["xid_source"] == str(tmp_path / "dev" / "kmsg")
-    r["kernel_log"] = {"source": "none", "readable": False, "error": "kernel log unreadable: /dev/kmsg: Operation not permitted",
-                       "lines": 0, "xid_events": []}
+    r["kernel_log"] = {
+        "source": "none",
+        "readable": False,
+        "error": "kernel log unreadable: /dev/kmsg: Operation not permitted",
+        "lines": 0,
+        "xid_events": [],
+    }
     res = counters.snapshot("after", r)
     assert res["status"] == "pass"
     assert all(g["counters"]["xid"] is None for g in res["detail"]["gpus"])
@@ -120,12 +129,21 @@ def test_every_gpu_is_listed_with_whether_this_node_may_use_it():
 @pytest.mark.parametrize(
     "nv, status, reason",
     [
-        ({"available": False, "error": nvml.NO_DRIVER, "gpus": []}, "skip",
-         "no NVIDIA driver: libnvidia-ml.so not found, so there are no GPU counters to read"),
-        ({"available": False, "error": "NVML init failed: Driver Not Loaded", "gpus": []}, "error",
-         "GPU counters not read: NVML init failed: Driver Not Loaded"),
-        ({"available": True, "error": "NVML could not count the GPUs: Unknown Error", "gpus": []}, "error",
-         "GPU counters not read: NVML could not count the GPUs: Unknown Error"),
+        (
+            {"available": False, "error": nvml.NO_DRIVER, "gpus": []},
+            "skip",
+            "no NVIDIA driver: libnvidia-ml.so not found, so there are no GPU counters to read",
+        ),
+        (
+            {"available": False, "error": "NVML init failed: Driver Not Loaded", "gpus": []},
+            "error",
+            "GPU counters not read: NVML init failed: Driver Not Loaded",
+        ),
+        (
+            {"available": True, "error": "NVML could not count the GPUs: Unknown Error", "gpus": []},
+            "error",
+            "GPU counters not read: NVML could not count the GPUs: Unknown Error",
+        ),
     ],
 )
 def test_no_driver_skips_and_a_broken_one_errs(nv, status, reason):
@@ -140,17 +158,37 @@ def test_cli_replays_a_recording_into_a_host_document(tmp_path):
     r["host"]["boot_id"] = "4e1c0b9a-0000-4000-8000-000000000001"
     path = tmp_path / "h200.json"
     path.write_text(json.dumps(r))
-    cmd = [sys.executable, "-m", "gpufleet", "counters", "--phase", "after", "--readings", str(path), "--json", "--host", "node3"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "gpufleet",
+        "counters",
+        "--phase",
+        "after",
+        "--readings",
+        str(path),
+        "--json",
+        "--host",
+        "node3",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=120)
     # The recording holds no process lists: processes_after errs, and a result that errs exits 1.
     assert proc.returncode == 1, proc.stderr
     doc = json.loads(proc.stdout)
-    assert doc["host"] == "node3" and doc["profile"]["name"] == "h200-sxm" and doc["versions"]["driver"] == r["nvml"]["driver_version"]
+    assert (
+        doc["host"] == "node3"
+        and doc["profile"]["name"] == "h200-sxm"
+        and doc["versions"]["driver"] == r["nvml"]["driver_version"]
+    )
     res, fabric, after = doc["results"]
     # A recording from before the fabric readings: no InfiniBand there, and no AER section.
     assert (fabric["check"], fabric["group"], fabric["status"]) == ("fabric_after", "counters", "skip")
     assert "no InfiniBand" in fabric["reason"] and "no 'aer' section" in fabric["reason"]
-    assert set(res) == RESULT_KEYS and (res["check"], res["group"], res["status"]) == ("snapshot_after", "counters", "pass")
+    assert set(res) == RESULT_KEYS and (res["check"], res["group"], res["status"]) == (
+        "snapshot_after",
+        "counters",
+        "pass",
+    )
     assert (after["check"], after["group"], after["status"]) == ("processes_after", "counters", "error")
     assert "GPU processes unreadable" in after["reason"]
     zero = subprocess.run(cmd + ["--exit-zero"], capture_output=True, text=True, env=_env(), timeout=120)
@@ -162,8 +200,13 @@ def test_cli_replays_a_recording_into_a_host_document(tmp_path):
 
 
 def test_cli_on_this_host():
-    proc = subprocess.run([sys.executable, "-m", "gpufleet", "counters", "--phase", "before", "--json"],
-                          capture_output=True, text=True, env=_env(), timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpufleet", "counters", "--phase", "before", "--json"],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     res, fabric = json.loads(proc.stdout)["results"]
     assert res["group"] == "counters" and res["check"] == "snapshot_before"
@@ -213,14 +256,22 @@ def test_module_returns_the_snapshot_document(capsys):
 
 
 def test_module_runs_in_check_mode_and_passes_thresholds_and_profile(capsys):
-    args = {"python": sys.executable, "phase": "after", "profile": "h200-sxm", "thresholds": {"gpus_expected": 2},
-            "_ansible_check_mode": True}
+    args = {
+        "python": sys.executable,
+        "phase": "after",
+        "profile": "h200-sxm",
+        "thresholds": {"gpus_expected": 2},
+        "_ansible_check_mode": True,
+    }
     out = run_module(gpu_counters, args, capsys)
     assert out["_exit_code"] == 0, out
     doc = out["gpufleet"]
     assert doc["results"][0]["check"] == "snapshot_after"
     assert doc["profile"]["name"] == "h200-sxm"
-    assert doc["profile"]["thresholds"]["gpus_expected"] == {"value": 2, "source": "inventory override (gpufleet_thresholds)"}
+    assert doc["profile"]["thresholds"]["gpus_expected"] == {
+        "value": 2,
+        "source": "inventory override (gpufleet_thresholds)",
+    }
 
 
 @pytest.mark.parametrize(
@@ -267,7 +318,15 @@ def test_snapshots_of_two_phases_subtract():
     after_r["nvml"]["gpus"][1]["nvlink"][0]["errors"]["crc_data"] += 40
     before = counters.snapshot("before", before_r, boot_id="b")["detail"]
     after = counters.snapshot("after", after_r, boot_id="b")["detail"]
-    grown = {a["uuid"]: {k: a["counters"][k] - b["counters"][k] for k in counters.COUNTERS
-                         if a["counters"][k] is not None and b["counters"][k] is not None and a["counters"][k] != b["counters"][k]}
-             for a, b in zip(after["gpus"], before["gpus"])}
-    assert grown == {before_r["nvml"]["gpus"][0]["uuid"]: {}, before_r["nvml"]["gpus"][1]["uuid"]: {"nvlink_crc_data": 40}}
+    grown = {
+        a["uuid"]: {
+            k: a["counters"][k] - b["counters"][k]
+            for k in counters.COUNTERS
+            if a["counters"][k] is not None and b["counters"][k] is not None and a["counters"][k] != b["counters"][k]
+        }
+        for a, b in zip(after["gpus"], before["gpus"])
+    }
+    assert grown == {
+        before_r["nvml"]["gpus"][0]["uuid"]: {},
+        before_r["nvml"]["gpus"][1]["uuid"]: {"nvlink_crc_data": 40},
+    }

@@ -28,13 +28,19 @@ pytest.importorskip("ansible_runner")
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 # The codes the table names, each with the words that start its line.
-TABLE = {int(line.split()[0]): line.split(None, 1)[1] for line in EXIT_CODES.splitlines()[1:] if line.split()[0].isdigit()}
+TABLE = {
+    int(line.split()[0]): line.split(None, 1)[1] for line in EXIT_CODES.splitlines()[1:] if line.split()[0].isdigit()
+}
 
 
 def unreachable_inventory(tmp_path: Path) -> str:
     path = tmp_path / "silent.yml"
-    node = {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": 1,
-            "ansible_ssh_common_args": "-o ConnectTimeout=5 -o StrictHostKeyChecking=no"}
+    node = {
+        "ansible_connection": "ssh",
+        "ansible_host": "127.0.0.1",
+        "ansible_port": 1,
+        "ansible_ssh_common_args": "-o ConnectTimeout=5 -o StrictHostKeyChecking=no",
+    }
     path.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {"node-a": node, "node-b": node}}}}}))
     return str(path)
 
@@ -42,11 +48,29 @@ def unreachable_inventory(tmp_path: Path) -> str:
 def fleet_run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
     """`gpufleet fleet run --json` (its temporary folders under tmp_path): the process and its last line, parsed."""
     (tmp_path / "tmp").mkdir(exist_ok=True)
-    env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", TMPDIR=str(tmp_path / "tmp"), HOME=str(tmp_path / "home"))
+    env = dict(
+        os.environ, PATH=f"{BIN}:{os.environ['PATH']}", TMPDIR=str(tmp_path / "tmp"), HOME=str(tmp_path / "home")
+    )
     env.pop("ANSIBLE_LOCAL_TEMP", None)
-    proc = subprocess.run([str(BIN / "gpufleet"), "fleet", "run", "--reports-dir", str(tmp_path / "reports"), "--plain",
-                           "--json", "-e", f"gpufleet_lock_path={tmp_path / 'node.lock'}", *args],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            str(BIN / "gpufleet"),
+            "fleet",
+            "run",
+            "--reports-dir",
+            str(tmp_path / "reports"),
+            "--plain",
+            "--json",
+            "-e",
+            f"gpufleet_lock_path={tmp_path / 'node.lock'}",
+            *args,
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()
     assert lines, proc.stderr[-3000:]
@@ -55,13 +79,15 @@ def fleet_run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, 
 
 def left_temporary(tmp_path: Path) -> list[str]:
     """Ansible's and the runner's temporary folders still there after a run."""
-    return [p.name for p in (tmp_path / "tmp").glob("gpufleet-ansible-*")] + \
-           [p.name for p in (tmp_path / "home" / ".ansible" / "tmp").glob("ansible-local-*")]
+    return [p.name for p in (tmp_path / "tmp").glob("gpufleet-ansible-*")] + [
+        p.name for p in (tmp_path / "home" / ".ansible" / "tmp").glob("ansible-local-*")
+    ]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["a run id already used", "a threshold refused", "no node answered",
-                                  "a node not accepted"])
+@pytest.mark.parametrize(
+    "case", ["a run id already used", "a threshold refused", "no node answered", "a node not accepted"]
+)
 def test_a_fleet_run_exits_as_the_table_says_and_ends_with_its_json_line(tmp_path, case):
     reports = tmp_path / "reports"
     if case == "a run id already used":
@@ -69,8 +95,15 @@ def test_a_fleet_run_exits_as_the_table_says_and_ends_with_its_json_line(tmp_pat
         proc, line = fleet_run(tmp_path, "-i", "inventory/local", "--run-id", "used")
         expected, words = 2, "run id 'used' is already used"
     elif case == "a threshold refused":
-        proc, line = fleet_run(tmp_path, "-i", "inventory/local", "--run-id", "typo",
-                               "-e", json.dumps({"gpufleet_thresholds": {"nope": 1}}))
+        proc, line = fleet_run(
+            tmp_path,
+            "-i",
+            "inventory/local",
+            "--run-id",
+            "typo",
+            "-e",
+            json.dumps({"gpufleet_thresholds": {"nope": 1}}),
+        )
         expected, words = 2, "gpufleet_thresholds for localhost: gpufleet_thresholds.nope is not a known threshold"
         assert not (reports / "typo").exists(), "a failed start leaves no run folder"
     elif case == "no node answered":
@@ -78,7 +111,9 @@ def test_a_fleet_run_exits_as_the_table_says_and_ends_with_its_json_line(tmp_pat
         expected, words = 2, "no node answered"
         assert line["nodes"] == {"node-a": "not reached", "node-b": "not reached"}
     else:
-        proc, line = fleet_run(tmp_path, "-i", "inventory/local", "--run-id", "cpu", "-e", '{"gpufleet_benchmarks": []}')
+        proc, line = fleet_run(
+            tmp_path, "-i", "inventory/local", "--run-id", "cpu", "-e", '{"gpufleet_benchmarks": []}'
+        )
         expected, words = 1, "node(s) not accepted"  # no GPU here
         assert line["nodes"] == {"localhost": "not accepted"} and line["why"]["localhost"]
     assert expected in TABLE

@@ -22,8 +22,17 @@ def _parsers(parser: argparse.ArgumentParser, name: str = "gpufleet"):
 
 def test_every_parser_ends_its_help_with_the_table():
     parsers = dict(_parsers(cli.build_parser()))
-    assert {"gpufleet check", "gpufleet bench", "gpufleet counters", "gpufleet status", "gpufleet report",
-            "gpufleet fleet run", "gpufleet fleet resume", "gpufleet baseline set", "gpufleet lock acquire"} <= set(parsers)
+    assert {
+        "gpufleet check",
+        "gpufleet bench",
+        "gpufleet counters",
+        "gpufleet status",
+        "gpufleet report",
+        "gpufleet fleet run",
+        "gpufleet fleet resume",
+        "gpufleet baseline set",
+        "gpufleet lock acquire",
+    } <= set(parsers)
     for name, parser in parsers.items():
         assert parser.format_help().rstrip().endswith(EXIT_CODES), name
 

@@ -57,14 +57,22 @@ def test_port_counters_and_aer_are_read_from_the_tree(tmp_path):
     tree.aer(GPU3_BRIDGE, "correctable", {"RxErr": 2, "BadTLP": 1})
     h = host.read(str(tree.root), tree.environ)
     port = h["infiniband"]["ports"][3]
-    assert (port["hca"], port["lanes"], port["counters"]["symbol_error"], port["counters"]["rnr_nak_retry_err"]) == ("mlx5_3", 4, 17, 0)
+    assert (port["hca"], port["lanes"], port["counters"]["symbol_error"], port["counters"]["rnr_nak_retry_err"]) == (
+        "mlx5_3",
+        4,
+        17,
+        0,
+    )
     assert "lifespan" not in port["counters"] and "port_xmit_data" in port["counters"]
     by_bdf = {d["bdf"]: d for d in h["aer"]["devices"]}
     # every GPU, HCA and bridge up to the root port, each once; NVSwitches and the management NIC are not on a GPU's path
     assert len(by_bdf) == 48 and "0000:06:00.0" not in by_bdf and "0000:00:1c.0" not in by_bdf
     bridge = by_bdf[GPU3_BRIDGE]
     assert bridge["role"] == "bridge" and bridge["below"] == ["0000:73:00.0"]
-    assert bridge["correctable"] == {"total": 3, "names": {"RxErr": 2, "BadTLP": 1}} and bridge["fatal"] == {"total": 0, "names": {}}
+    assert bridge["correctable"] == {"total": 3, "names": {"RxErr": 2, "BadTLP": 1}} and bridge["fatal"] == {
+        "total": 0,
+        "names": {},
+    }
     assert by_bdf["0000:73:00.0"]["role"] == "gpu" and by_bdf["0000:74:00.0"]["role"] == "hca"
 
 
@@ -167,10 +175,16 @@ def test_aer_on_a_gpu_bridge_fatal_fails_nonfatal_and_correctable_warn(tmp_path)
     assert "own figure" in res["detail"]["thresholds"]["fabric_aer_correctable_per_h_max"]["source"]
 
 
-@pytest.mark.parametrize("change, words", [
-    (lambda t: (t.root / "sys/class/infiniband/mlx5_2/ports/1/counters/link_downed").unlink(), "read before (0), unreadable or gone now"),
-    (lambda t: t.ib_counter("mlx5_2", 1, "link_downed", 255), "the maximum of its 8-bit IBTA PortCounters field"),
-])
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        (
+            lambda t: (t.root / "sys/class/infiniband/mlx5_2/ports/1/counters/link_downed").unlink(),
+            "read before (0), unreadable or gone now",
+        ),
+        (lambda t: t.ib_counter("mlx5_2", 1, "link_downed", 255), "the maximum of its 8-bit IBTA PortCounters field"),
+    ],
+)
 def test_a_counter_that_stops_counting_is_named(tmp_path, change, words):
     tree = hgx(tmp_path)
     tree.ib_counter("mlx5_2", 1, "port_rcv_errors", 50)
@@ -195,9 +209,14 @@ def test_a_counter_back_below_without_a_reboot_stopped_counting(tmp_path):
 
 
 def test_port_trained_at_fewer_lanes_is_named(tmp_path):
-    res = host_hygiene.infiniband.check_ib_port_speed(_readings(hgx(tmp_path, ib_rates={4: "200 Gb/sec (2X NDR)"})), profiles.resolve(H100))
+    res = host_hygiene.infiniband.check_ib_port_speed(
+        _readings(hgx(tmp_path, ib_rates={4: "200 Gb/sec (2X NDR)"})), profiles.resolve(H100)
+    )
     assert res["status"] == schema.FAIL and res["value"] == 1
-    assert "mlx5_4/1 at 200 Gb/sec (2X NDR) (a lower rate and fewer lanes than its InfiniBand siblings at 400 Gb/sec (4X NDR))" in res["reason"]
+    assert (
+        "mlx5_4/1 at 200 Gb/sec (2X NDR) (a lower rate and fewer lanes than its InfiniBand siblings at 400 Gb/sec (4X NDR))"
+        in res["reason"]
+    )
     ok = host_hygiene.infiniband.check_ib_port_speed(_readings(hgx(tmp_path / "ok")), profiles.resolve(H100))
     assert ok["status"] == schema.PASS and "8 active port(s) alike" in ok["reason"]
 
@@ -213,15 +232,28 @@ def test_pcie_aer_since_boot(tmp_path):
     assert res["status"] == schema.WARN and "non-fatal uncorrectable: HCA 0000:74:00.0: 1 (CmpltTO 1)" in res["reason"]
     tree.aer(GPU3_BRIDGE, "fatal", {"DLP": 1})
     res = host_hygiene.pcie.check_pcie_aer(_readings(tree), prof)
-    assert res["status"] == schema.FAIL and "fatal: bridge 0000:72:00.0 (above 0000:73:00.0): 1 (DLP 1)" in res["reason"]
+    assert (
+        res["status"] == schema.FAIL and "fatal: bridge 0000:72:00.0 (above 0000:73:00.0): 1 (DLP 1)" in res["reason"]
+    )
     assert res["threshold"]["key"] == "fabric_aer_fatal_max" and res["class"] == "hardware"
 
 
 def test_rails_pair_each_gpu_with_the_hca_under_its_switch(tmp_path):
-    res = host_hygiene.infiniband.check_gpu_nic_rails(_readings(hgx(tmp_path, hca_names=(0, 1, 2, 3, 5, 4, 6, 7))), profiles.resolve(H100))
+    res = host_hygiene.infiniband.check_gpu_nic_rails(
+        _readings(hgx(tmp_path, hca_names=(0, 1, 2, 3, 5, 4, 6, 7))), profiles.resolve(H100)
+    )
     assert res["status"] == schema.PASS
     rails = {r["gpu"]: r["hca"] for r in res["detail"]["rails"]}
-    assert rails == {0: "mlx5_0", 1: "mlx5_1", 2: "mlx5_2", 3: "mlx5_3", 4: "mlx5_5", 5: "mlx5_4", 6: "mlx5_6", 7: "mlx5_7"}
+    assert rails == {
+        0: "mlx5_0",
+        1: "mlx5_1",
+        2: "mlx5_2",
+        3: "mlx5_3",
+        4: "mlx5_5",
+        5: "mlx5_4",
+        6: "mlx5_6",
+        7: "mlx5_7",
+    }
     assert all(r["shared_bridges"] == 2 and r["same_numa"] for r in res["detail"]["rails"])
 
 
@@ -235,8 +267,9 @@ def test_a_gpu_with_no_hca_beside_it_is_named(tmp_path):
 
 
 def _gpufleet(*args: str, stdin: str | None = None, rc: int = 0) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "gpufleet", *args], input=stdin, capture_output=True, text=True,
-                          env=_env(), timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpufleet", *args], input=stdin, capture_output=True, text=True, env=_env(), timeout=300
+    )
     assert proc.returncode == rc, (args, proc.stderr[-2000:])
     return proc
 
@@ -256,8 +289,11 @@ def _node_stage(run_dir: Path, name: str, tree, disturb=None) -> None:
 
 def test_report_names_the_flapping_port_the_aer_errors_and_the_odd_node(tmp_path):
     reports = tmp_path / "reports"
-    trees = {"n0": hgx(tmp_path / "n0"), "n1": hgx(tmp_path / "n1"),
-             "n2": hgx(tmp_path / "n2", hca_names=(0, 1, 2, 3, 5, 4, 6, 7), ib_rates={2: "200 Gb/sec (2X NDR)"})}
+    trees = {
+        "n0": hgx(tmp_path / "n0"),
+        "n1": hgx(tmp_path / "n1"),
+        "n2": hgx(tmp_path / "n2", hca_names=(0, 1, 2, 3, 5, 4, 6, 7), ib_rates={2: "200 Gb/sec (2X NDR)"}),
+    }
 
     def flap(tree):
         tree.ib_counter("mlx5_3", 1, "link_error_recovery", 40)
@@ -276,14 +312,21 @@ def test_report_names_the_flapping_port_the_aer_errors_and_the_odd_node(tmp_path
 
     flapped = res("n1", "fleet", "fabric_during_run")
     assert flapped["status"] == "fail"
-    assert "mlx5_3 port 1: link error recoveries grew by 40" in flapped["reason"] and "(a flapping link)" in flapped["reason"]
+    assert (
+        "mlx5_3 port 1: link error recoveries grew by 40" in flapped["reason"]
+        and "(a flapping link)" in flapped["reason"]
+    )
     assert "bridge 0000:72:00.0 (above 0000:73:00.0): fatal AER errors grew by 1" in flapped["reason"]
     assert "NVSentinel" in flapped["detail"]["thresholds"]["fabric_ib_link_error_recovery_per_min_max"]["source"]
     assert res("n1", "host_hygiene", "pcie_aer")["status"] == "pass"  # read before the fatal one came
     assert res("n0", "fleet", "fabric_during_run")["status"] == "pass"
     assert res("n0", "fleet", "fabric_since_previous_run")["status"] == "skip"  # the first run: the reference
     slow = res("n2", "fleet", "ib_ports_vs_fleet")
-    assert slow["status"] == "fail" and "mlx5_2/1 at 200 Gb/sec (2X NDR) while 2 of 3 nodes run it at 400 Gb/sec (4X NDR) (n0, n1)" in slow["reason"]
+    assert (
+        slow["status"] == "fail"
+        and "mlx5_2/1 at 200 Gb/sec (2X NDR) while 2 of 3 nodes run it at 400 Gb/sec (4X NDR) (n0, n1)"
+        in slow["reason"]
+    )
     assert slow["threshold"]["key"] == "fleet_fabric_reference_share_min" and "majority" in slow["threshold"]["source"]
     assert res("n2", "host_hygiene", "ib_port_speed")["status"] == "fail"
     rails = res("n2", "fleet", "rails_vs_fleet")

@@ -32,11 +32,31 @@ GPU3_BRIDGE = "0000:72:00.0"
 
 
 def playbook(fleet: TestFleet, inventory: Path, reports: Path, run_id: str) -> tuple[int, str]:
-    env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", ANSIBLE_LOCAL_TEMP=str(reports.parent / "ansible-tmp"),
-               ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", **fleet.ssh_env())
-    proc = subprocess.run([str(BIN / "ansible-playbook"), "validate.yml", "-i", str(inventory), "-e", f"gpufleet_run_id={run_id}",
-                           "-e", f"gpufleet_reports_dir={reports}"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=540)
+    env = dict(
+        os.environ,
+        PATH=f"{BIN}:{os.environ['PATH']}",
+        ANSIBLE_LOCAL_TEMP=str(reports.parent / "ansible-tmp"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_FORCE_COLOR="0",
+        **fleet.ssh_env(),
+    )
+    proc = subprocess.run(
+        [
+            str(BIN / "ansible-playbook"),
+            "validate.yml",
+            "-i",
+            str(inventory),
+            "-e",
+            f"gpufleet_run_id={run_id}",
+            "-e",
+            f"gpufleet_reports_dir={reports}",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
     (reports.parent / f"{run_id}.log").write_text(proc.stdout + proc.stderr)
     return proc.returncode, proc.stdout + proc.stderr
 
@@ -50,15 +70,20 @@ def test_report_names_the_flapping_port_the_aer_error_and_the_odd_node(tmp_path)
     why = skip_reason() or (None if shutil.which("nsenter", path=TOOL_PATH) else "missing nsenter (util-linux)")
     if why:
         pytest.skip(why)
-    trees = {"node-a": hgx(tmp_path / "node-a"), "node-b": hgx(tmp_path / "node-b"),
-             "node-c": hgx(tmp_path / "node-c", hca_names=(0, 1, 2, 3, 5, 4, 6, 7), ib_rates={2: "200 Gb/sec (2X NDR)"})}
+    trees = {
+        "node-a": hgx(tmp_path / "node-a"),
+        "node-b": hgx(tmp_path / "node-b"),
+        "node-c": hgx(tmp_path / "node-c", hca_names=(0, 1, 2, 3, 5, 4, 6, 7), ib_rates={2: "200 Gb/sec (2X NDR)"}),
+    }
     reports = tmp_path / "reports"
     with TestFleet(NODES, net=235, tag="gff") as fleet:
         for name, tree in trees.items():
             fleet.sys_from(name, tree.root / "sys")
         # The engine of this checkout on the nodes; one benchmark, so the counters are read before and after it.
-        nodes = {n: {"gpufleet_node_env": dict(fleet.host_vars(n)["gpufleet_node_env"], PYTHONPATH=str(REPO / "src"))}
-                 for n in NODES}
+        nodes = {
+            n: {"gpufleet_node_env": dict(fleet.host_vars(n)["gpufleet_node_env"], PYTHONPATH=str(REPO / "src"))}
+            for n in NODES
+        }
         inventory = fleet.inventory(tmp_path / "hosts.yml", host_vars=nodes, gpufleet_benchmarks=["memory"])
         first, second = f"fab1-{uuid.uuid4().hex[:8]}", f"fab2-{uuid.uuid4().hex[:8]}"
         rc, out = playbook(fleet, inventory, reports, first)
@@ -76,7 +101,10 @@ def test_report_names_the_flapping_port_the_aer_error_and_the_odd_node(tmp_path)
 
     flapped = result(rep, "node-b", "fleet", "fabric_since_previous_run")
     assert flapped["status"] == "fail" and f"since run {first}" in flapped["reason"], flapped["reason"]
-    assert "mlx5_3 port 1: link error recoveries grew by 40" in flapped["reason"] and "(a flapping link)" in flapped["reason"]
+    assert (
+        "mlx5_3 port 1: link error recoveries grew by 40" in flapped["reason"]
+        and "(a flapping link)" in flapped["reason"]
+    )
     assert "mlx5_3 port 1: link downs grew by 1" in flapped["reason"]
     assert "bridge 0000:72:00.0 (above 0000:73:00.0): fatal AER errors grew by 1" in flapped["reason"]
     sources = flapped["detail"]["thresholds"]
@@ -87,11 +115,16 @@ def test_report_names_the_flapping_port_the_aer_error_and_the_odd_node(tmp_path)
     assert result(rep, "node-a", "fleet", "fabric_since_previous_run")["status"] == "pass"
 
     slow = result(rep, "node-c", "fleet", "ib_ports_vs_fleet")
-    assert slow["status"] == "fail" and "mlx5_2/1 at 200 Gb/sec (2X NDR) while 2 of 3 nodes run it at 400 Gb/sec (4X NDR)" in slow["reason"]
+    assert (
+        slow["status"] == "fail"
+        and "mlx5_2/1 at 200 Gb/sec (2X NDR) while 2 of 3 nodes run it at 400 Gb/sec (4X NDR)" in slow["reason"]
+    )
     assert slow["threshold"]["key"] == "fleet_fabric_reference_share_min" and slow["threshold"]["source"]
     assert result(rep, "node-c", "host_hygiene", "ib_port_speed")["status"] == "fail"
     rails = result(rep, "node-c", "fleet", "rails_vs_fleet")
     assert rails["status"] == "warn" and "GPU 4 sits beside mlx5_5 where 2 of 3 nodes have mlx5_4" in rails["reason"]
     assert result(rep, "node-a", "fleet", "rails_vs_fleet")["status"] == "pass"
     md = (reports / second / "report.md").read_text()
-    assert "a flapping link" in md and "fatal AER errors" in md and "mlx5_2/1 at 200 Gb/sec" in md and "NVSentinel" in md
+    assert (
+        "a flapping link" in md and "fatal AER errors" in md and "mlx5_2/1 at 200 Gb/sec" in md and "NVSentinel" in md
+    )

@@ -19,9 +19,16 @@ R1, R2 = "2026-11-20T10:00:00Z", "2026-11-21T10:00:00Z"
 
 def processes_failure(gpu: dict) -> dict:
     """gpu_health.processes failing: another process held the GPU's memory, named in flagged_gpus."""
-    return _stamp(schema.result("processes", schema.FAIL, f"GPU {gpu['index']}: pid 4242 (python3, 70000 MiB)", value=1,
-                                detail={"flagged_gpus": [{"index": gpu["index"], "uuid": gpu["uuid"], "serial": gpu["serial"]}]}),
-                  "gpu_health")
+    return _stamp(
+        schema.result(
+            "processes",
+            schema.FAIL,
+            f"GPU {gpu['index']}: pid 4242 (python3, 70000 MiB)",
+            value=1,
+            detail={"flagged_gpus": [{"index": gpu["index"], "uuid": gpu["uuid"], "serial": gpu["serial"]}]},
+        ),
+        "gpu_health",
+    )
 
 
 def test_defaults_per_check_and_overrides_where_the_cause_is_known():
@@ -34,7 +41,9 @@ def test_defaults_per_check_and_overrides_where_the_cause_is_known():
     assert schema.result("node_lock", schema.ERROR, "held by run r0")["class"] == "environment"
     assert schema.result("ecc", schema.PASS, "none")["class"] is None
     assert schema.result("sdc", schema.SKIP, "cpu", failure_class="hardware")["class"] is None
-    assert schema.result("memory_bandwidth", schema.ERROR, "wrong data", failure_class="hardware")["class"] == "hardware"
+    assert (
+        schema.result("memory_bandwidth", schema.ERROR, "wrong data", failure_class="hardware")["class"] == "hardware"
+    )
     assert schema.result("something_new", schema.FAIL, "x")["class"] == "software"
     with pytest.raises(ValueError, match="class 'board' is not one of"):
         schema.result("ecc", schema.FAIL, "x", failure_class="board")
@@ -46,14 +55,20 @@ def test_defaults_per_check_and_overrides_where_the_cause_is_known():
         res.update(status=schema.FAIL)
     assert res.replace(status=schema.FAIL)["class"] == "hardware"
     assert res.replace(status=schema.FAIL).replace(status=schema.PASS)["class"] is None
-    assert schema.timed("benchmark", "matmul_bf16", lambda: res.replace(status=schema.WARN, remedy="look"))["class"] == "hardware"
+    assert (
+        schema.timed("benchmark", "matmul_bf16", lambda: res.replace(status=schema.WARN, remedy="look"))["class"]
+        == "hardware"
+    )
     # A known cause stays with the result through its changes, until it passes.
     known = schema.result("memory_bandwidth", schema.ERROR, "wrong data", failure_class="hardware")
     assert known.replace(reason="wrong data on GPU 1")["class"] == "hardware"
     assert known.replace(status=schema.PASS)["class"] is None
     # The same keys, in the same order, as results always had: the host document's schema is unchanged.
     assert list(schema.timed("gpu_health", "ecc", lambda: schema.result("ecc", schema.FAIL, "2"))) == [
-        *schema.RESULT_KEYS, "started", "seconds"]
+        *schema.RESULT_KEYS,
+        "started",
+        "seconds",
+    ]
     assert json.loads(json.dumps(known)) == dict(known)
     # A document from before results carried a class: the default.
     assert failure_class.of({"check": "processes", "group": "gpu_health", "status": "fail"}) == "environment"
@@ -68,14 +83,24 @@ def two_runs(tmp_path_factory):
     """r1: n0's GPU 2 held by another process, n1's GPU 3 with ECC errors; r2: both nodes clean."""
     reports = tmp_path_factory.mktemp("reports")
     g0, g1 = gpus_of(0), gpus_of(1)
-    report.build(write_run(reports, "r1", {
-        "n0": node_doc("n0", 0, started=R1, extra=[processes_failure(g0[2])]),
-        "n1": node_doc("n1", 1, started=R1, extra=[ecc_failure(g1[3])]),
-        "n2": node_doc("n2", 2, started=R1)}))
+    report.build(
+        write_run(
+            reports,
+            "r1",
+            {
+                "n0": node_doc("n0", 0, started=R1, extra=[processes_failure(g0[2])]),
+                "n1": node_doc("n1", 1, started=R1, extra=[ecc_failure(g1[3])]),
+                "n2": node_doc("n2", 2, started=R1),
+            },
+        )
+    )
     report.build(write_run(reports, "r2", {h: node_doc(h, i, started=R2) for i, h in enumerate(("n0", "n1", "n2"))}))
-    return {"reports": reports, "gpus": (g0, g1),
-            "r1": json.loads((reports / "r1" / "report.json").read_text()),
-            "r2": json.loads((reports / "r2" / "report.json").read_text())}
+    return {
+        "reports": reports,
+        "gpus": (g0, g1),
+        "r1": json.loads((reports / "r1" / "report.json").read_text()),
+        "r2": json.loads((reports / "r2" / "report.json").read_text()),
+    }
 
 
 def _fleet(rep: dict, host: str, check: str) -> dict:
@@ -92,16 +117,24 @@ def test_only_hardware_failures_follow_a_gpu_to_the_next_run(two_runs):
     with Store(two_runs["reports"] / "gpufleet.db") as store:
         assert store.gpu_failures(g0[2]["uuid"], g0[2]["serial"], "r2") == []
         hist = store.history(g0[2]["uuid"])
-        assert hist["runs"][0]["flags"] == [{"check_id": "gpu_health.processes", "status": "fail", "class": "environment",
-                                             "reason": "GPU 2: pid 4242 (python3, 70000 MiB)"}]
+        assert hist["runs"][0]["flags"] == [
+            {
+                "check_id": "gpu_health.processes",
+                "status": "fail",
+                "class": "environment",
+                "reason": "GPU 2: pid 4242 (python3, 70000 MiB)",
+            }
+        ]
         node = store.history("n1")["runs"][0]["not_passing"]
         assert {"check": "gpu_health.ecc", "status": "fail", "class": "hardware"} in node
 
 
 def test_drain_line_and_prometheus_name_the_class(two_runs):
     drain = two_runs["r1"]["fleet"]["drain"]
-    assert any('NodeName=n0 ' in line and 'Reason="gpufleet: r1: environment: gpu_health.processes"' in line for line in drain)
-    assert any('NodeName=n1 ' in line and 'Reason="gpufleet: r1: hardware: gpu_health.ecc"' in line for line in drain)
+    assert any(
+        "NodeName=n0 " in line and 'Reason="gpufleet: r1: environment: gpu_health.processes"' in line for line in drain
+    )
+    assert any("NodeName=n1 " in line and 'Reason="gpufleet: r1: hardware: gpu_health.ecc"' in line for line in drain)
     prom = (two_runs["reports"] / "r1" / "prometheus" / "n0.prom").read_text()
     assert 'gpufleet_check_severity{check="gpu_health.processes",class="environment",node="n0"} 3.0' in prom
     assert 'gpufleet_check_severity{check="gpu_inventory.gpu_count",class="",node="n0"} 0.0' in prom
@@ -113,12 +146,16 @@ def test_a_version_1_store_is_migrated_and_its_rows_take_the_default_class(tmp_p
     conn.executescript(version_1_tables())  # results and gpu_flags without failure_class, documents without versions
     conn.execute("INSERT INTO gpufleet_meta VALUES ('application', 'gpufleet'), ('schema_version', '1')")
     conn.execute("INSERT INTO runs (run_id, started) VALUES ('r0', ?)", (R1,))
-    conn.executemany("INSERT INTO gpu_flags VALUES ('r0', 'n0', ?, ?, NULL, ?, 'fail', 'old')",
-                     [(1, "GPU-aaaa", "gpu_health.processes"), (2, "GPU-bbbb", "gpu_health.ecc")])
+    conn.executemany(
+        "INSERT INTO gpu_flags VALUES ('r0', 'n0', ?, ?, NULL, ?, 'fail', 'old')",
+        [(1, "GPU-aaaa", "gpu_health.processes"), (2, "GPU-bbbb", "gpu_health.ecc")],
+    )
     conn.commit()
     conn.close()
     with Store(path) as store:
-        assert store.conn.execute("SELECT value FROM gpufleet_meta WHERE key = 'schema_version'").fetchone()[0] == str(SCHEMA_VERSION)
+        assert store.conn.execute("SELECT value FROM gpufleet_meta WHERE key = 'schema_version'").fetchone()[0] == str(
+            SCHEMA_VERSION
+        )
         assert "versions" in [r[1] for r in store.conn.execute("PRAGMA table_info(documents)")]
         assert store.gpu_failures("GPU-aaaa", None, "r9") == []
         (ecc,) = store.gpu_failures("GPU-bbbb", None, "r9")

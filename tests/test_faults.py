@@ -47,12 +47,29 @@ def fleet():
 def start_playbook(fleet: TestFleet, inventory: Path, reports: Path, *extra: str, playbook: str = "validate.yml"):
     """ansible-playbook in the background, its output line by line; (process, run dir, lines read so far)."""
     run_id = f"test-{uuid.uuid4().hex[:10]}"
-    env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", ANSIBLE_LOCAL_TEMP=str(reports / "ansible-tmp"),
-               ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", PYTHONUNBUFFERED="1", **fleet.ssh_env())
-    cmd = [str(BIN / "ansible-playbook"), playbook, "-i", str(inventory), "-e", f"gpufleet_run_id={run_id}",
-           "-e", f"gpufleet_reports_dir={reports}", *extra]
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    env = dict(
+        os.environ,
+        PATH=f"{BIN}:{os.environ['PATH']}",
+        ANSIBLE_LOCAL_TEMP=str(reports / "ansible-tmp"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_FORCE_COLOR="0",
+        PYTHONUNBUFFERED="1",
+        **fleet.ssh_env(),
+    )
+    cmd = [
+        str(BIN / "ansible-playbook"),
+        playbook,
+        "-i",
+        str(inventory),
+        "-e",
+        f"gpufleet_run_id={run_id}",
+        "-e",
+        f"gpufleet_reports_dir={reports}",
+        *extra,
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     return proc, reports / run_id
 
 
@@ -114,8 +131,12 @@ def test_a_lost_node_a_killed_engine_and_a_truncated_document_are_each_named(fle
     # node-c: its sshd is killed once it is checked, as its soak starts; node-b: its engine is killed mid-soak (the
     # soak runs for as long as it is asked, so there is time to find it); node-a: its document is cut short before
     # the report.
-    inventory = fleet.inventory(tmp_path / "hosts.yml", gpufleet_tier="soak", gpufleet_soak_duration_s=3,
-                                host_vars={"node-b": {"gpufleet_soak_duration_s": 120}})
+    inventory = fleet.inventory(
+        tmp_path / "hosts.yml",
+        gpufleet_tier="soak",
+        gpufleet_soak_duration_s=3,
+        host_vars={"node-b": {"gpufleet_soak_duration_s": 120}},
+    )
     proc, run_dir = start_playbook(fleet, inventory, tmp_path / "reports")
     lines: list[str] = []
     try:
@@ -153,8 +174,9 @@ def test_a_lost_node_a_killed_engine_and_a_truncated_document_are_each_named(fle
 
 def test_a_hung_nccl_job_stops_both_nodes_within_its_timeout(fleet, tmp_path):
     timeout_s = 90
-    inventory = fleet.inventory(tmp_path / "hosts.yml", ["node-a", "node-b"], gpufleet_benchmarks=["nccl"],
-                                gpufleet_nccl_timeout_s=timeout_s)
+    inventory = fleet.inventory(
+        tmp_path / "hosts.yml", ["node-a", "node-b"], gpufleet_benchmarks=["nccl"], gpufleet_nccl_timeout_s=timeout_s
+    )
     proc, run_dir = start_playbook(fleet, inventory, tmp_path / "reports")
     lines: list[str] = []
     try:
@@ -169,10 +191,14 @@ def test_a_hung_nccl_job_stops_both_nodes_within_its_timeout(fleet, tmp_path):
     assert proc.returncode != 0, out[-8000:]
     assert time.monotonic() - stopped < timeout_s + 150, out[-5000:]
     for host in ("node-a", "node-b"):
-        (nccl,) = [r for r in doc(run_dir, host)["results"] if r["group"] == "benchmark_multinode" and r["check"] == "nccl"]
+        (nccl,) = [
+            r for r in doc(run_dir, host)["results"] if r["group"] == "benchmark_multinode" and r["check"] == "nccl"
+        ]
         assert nccl["status"] == "fail" and "timed out" in nccl["reason"], nccl
         # Its checks and its own benchmarks inside the node are whole.
-        assert [r for r in doc(run_dir, host)["results"] if r["group"] == "benchmark" and r["check"] == "nccl_all_reduce"]
+        assert [
+            r for r in doc(run_dir, host)["results"] if r["group"] == "benchmark" and r["check"] == "nccl_all_reduce"
+        ]
     assert "benchmark_multinode.nccl" in (run_dir / "report.md").read_text()
     # No process is left; a failed benchmark keeps its log folder as evidence, named in its result.
     left = wait_clean(fleet, folders=False)
@@ -194,12 +220,33 @@ def test_a_full_reports_filesystem_is_named_and_what_was_written_stays_whole(tmp
         # Room for the run's folder and its host document, not for the reports as well.
         (full / "ballast").write_bytes(b"\0" * (48 * 1024))
         run_id = f"test-{uuid.uuid4().hex[:10]}"
-        env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
-                   ANSIBLE_NOCOLOR="1")
-        proc = subprocess.run([str(BIN / "ansible-playbook"), "validate.yml", "-i", "inventory/local",
-                               "-e", f"gpufleet_run_id={run_id}", "-e", f"gpufleet_reports_dir={full}",
-                               "-e", f"gpufleet_lock_path={tmp_path / 'node.lock'}", "-e", '{"gpufleet_benchmarks": []}'],
-                              cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        env = dict(
+            os.environ,
+            PATH=f"{BIN}:{os.environ['PATH']}",
+            ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
+            ANSIBLE_NOCOLOR="1",
+        )
+        proc = subprocess.run(
+            [
+                str(BIN / "ansible-playbook"),
+                "validate.yml",
+                "-i",
+                "inventory/local",
+                "-e",
+                f"gpufleet_run_id={run_id}",
+                "-e",
+                f"gpufleet_reports_dir={full}",
+                "-e",
+                f"gpufleet_lock_path={tmp_path / 'node.lock'}",
+                "-e",
+                '{"gpufleet_benchmarks": []}',
+            ],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         out = proc.stdout + proc.stderr
         assert proc.returncode != 0, out[-5000:]
         # The file system's words (a file write) or SQLite's (the store): either way the fault is named.
@@ -216,8 +263,13 @@ def test_a_full_reports_filesystem_is_named_and_what_was_written_stays_whole(tmp
 
 def test_sigint_during_the_node_benchmarks_leaves_nothing_running(fleet, tmp_path):
     # node-a finishes first and writes its document; node-b is interrupted mid-soak.
-    inventory = fleet.inventory(tmp_path / "hosts.yml", ["node-a", "node-b"], gpufleet_tier="soak",
-                                gpufleet_soak_duration_s=2, host_vars={"node-b": {"gpufleet_soak_duration_s": 300}})
+    inventory = fleet.inventory(
+        tmp_path / "hosts.yml",
+        ["node-a", "node-b"],
+        gpufleet_tier="soak",
+        gpufleet_soak_duration_s=2,
+        host_vars={"node-b": {"gpufleet_soak_duration_s": 300}},
+    )
     proc, run_dir = start_playbook(fleet, inventory, tmp_path / "reports")
     lines: list[str] = []
     try:
@@ -236,13 +288,19 @@ def test_sigint_during_the_node_benchmarks_leaves_nothing_running(fleet, tmp_pat
 
 
 def test_sigterm_while_a_job_runs_across_nodes_stops_it_on_every_node(fleet, tmp_path):
-    inventory = fleet.inventory(tmp_path / "hosts.yml", ["node-a", "node-b"], gpufleet_benchmarks=[],
-                                gpufleet_finetune=True, gpufleet_finetune_config="files/configs/tiny-qwen2-lora.yml",
-                                gpufleet_finetune_max_steps=5000, gpufleet_finetune_timeout_s=600,
-                                gpufleet_finetune_rdzv_timeout_s=60,
-                                # Well above the gap between two polls of a busy controller (7-8 s measured at a load
-                                # of 7), so the job runs until the SIGTERM; it stops 30 s + a poll + its grace after.
-                                gpufleet_lock_heartbeat_timeout_s=30)
+    inventory = fleet.inventory(
+        tmp_path / "hosts.yml",
+        ["node-a", "node-b"],
+        gpufleet_benchmarks=[],
+        gpufleet_finetune=True,
+        gpufleet_finetune_config="files/configs/tiny-qwen2-lora.yml",
+        gpufleet_finetune_max_steps=5000,
+        gpufleet_finetune_timeout_s=600,
+        gpufleet_finetune_rdzv_timeout_s=60,
+        # Well above the gap between two polls of a busy controller (7-8 s measured at a load
+        # of 7), so the job runs until the SIGTERM; it stops 30 s + a poll + its grace after.
+        gpufleet_lock_heartbeat_timeout_s=30,
+    )
     proc, run_dir = start_playbook(fleet, inventory, tmp_path / "reports")
     lines: list[str] = []
     try:
@@ -255,8 +313,12 @@ def test_sigterm_while_a_job_runs_across_nodes_stops_it_on_every_node(fleet, tmp
             os.killpg(proc.pid, signal.SIGKILL)
     # The jobs run in the background on the nodes: they stop once the controller no longer checks on them.
     left = wait_clean(fleet)
-    logs = {str(log): log.read_text(errors="replace")[-1500:] for host, what in left.items() for folder in what["folders"]
-            for log in (fleet.root(host) / "tmp" / folder).glob("*.log")}
+    logs = {
+        str(log): log.read_text(errors="replace")[-1500:]
+        for host, what in left.items()
+        for folder in what["folders"]
+        for log in (fleet.root(host) / "tmp" / folder).glob("*.log")
+    }
     assert not left, (left, logs, "".join(lines)[-3000:])
     for host in ("node-a", "node-b"):  # written before the interrupt, and still whole
         assert {r["group"] for r in doc(run_dir, host)["results"]} >= {"gpu_inventory", "gpu_health"}

@@ -56,7 +56,11 @@ def test_shipped_configs_load_with_the_seeds_settings():
     assert base["lora"]["target_modules"] == config.QWEN2_PROJECTIONS
     t = base["training"]
     assert (t["learning_rate"], t["lr_scheduler_type"], t["warmup_ratio"]) == (2e-5, "cosine", 0.03)
-    assert (t["per_device_train_batch_size"], t["gradient_accumulation_steps"], t["gradient_checkpointing"]) == (2, 4, True)
+    assert (t["per_device_train_batch_size"], t["gradient_accumulation_steps"], t["gradient_checkpointing"]) == (
+        2,
+        4,
+        True,
+    )
     assert base["data"]["max_seq_length"] == 4096 and base["distributed"]["deepspeed"] is None
 
     z3 = config.load(CONFIGS / "qwen2-7b-lora-zero3.yml")
@@ -71,20 +75,25 @@ def test_shipped_configs_load_with_the_seeds_settings():
     assert Path(tiny["data"]["dataset_name"]) == SAMPLE  # resolved beside the config
 
 
-@pytest.mark.parametrize("text, key", [
-    ("model: {name: x}\ntraining: {learning_rte: 0.1}\ndata: {dataset_name: d}", "training.learning_rte"),
-    ("model: {name: x}\nlora: {r: '64'}\ndata: {dataset_name: d}", "lora.r"),
-    ("model: {name: x}\nlora: {dropout: 1.5}\ndata: {dataset_name: d}", "lora.dropout"),
-    ("model: {name: x}\nlora: {target_modules: []}\ndata: {dataset_name: d}", "lora.target_modules"),
-    ("lora: {r: 8}\ndata: {dataset_name: d}", "model.name"),
-    ("model: {name: x, random_init: true}\ndata: {dataset_name: d}", "model.architecture"),
-    ("model: {name: x, random_init: true, architecture: qwen2-7b}\nlora: {target_modules: [c_attn]}\ndata: {dataset_name: d}",
-     "lora.target_modules"),
-    ("model: {name: x, build_tokenizer: {vocab: 9}}\ndata: {dataset_name: d}", "model.build_tokenizer.vocab"),
-    ("model: {name: x}\ndata: {dataset_name: d}\ndistributed: {deepspeed: nope.json}", "distributed.deepspeed"),
-    ("model: {name: x}\ndata: {dataset_name: d}\noptimizer: {}", "optimizer"),
-    ("model: {name: x}\ndata: {dataset_name: d, max_seq_length: true}", "data.max_seq_length"),
-])
+@pytest.mark.parametrize(
+    "text, key",
+    [
+        ("model: {name: x}\ntraining: {learning_rte: 0.1}\ndata: {dataset_name: d}", "training.learning_rte"),
+        ("model: {name: x}\nlora: {r: '64'}\ndata: {dataset_name: d}", "lora.r"),
+        ("model: {name: x}\nlora: {dropout: 1.5}\ndata: {dataset_name: d}", "lora.dropout"),
+        ("model: {name: x}\nlora: {target_modules: []}\ndata: {dataset_name: d}", "lora.target_modules"),
+        ("lora: {r: 8}\ndata: {dataset_name: d}", "model.name"),
+        ("model: {name: x, random_init: true}\ndata: {dataset_name: d}", "model.architecture"),
+        (
+            "model: {name: x, random_init: true, architecture: qwen2-7b}\nlora: {target_modules: [c_attn]}\ndata: {dataset_name: d}",
+            "lora.target_modules",
+        ),
+        ("model: {name: x, build_tokenizer: {vocab: 9}}\ndata: {dataset_name: d}", "model.build_tokenizer.vocab"),
+        ("model: {name: x}\ndata: {dataset_name: d}\ndistributed: {deepspeed: nope.json}", "distributed.deepspeed"),
+        ("model: {name: x}\ndata: {dataset_name: d}\noptimizer: {}", "optimizer"),
+        ("model: {name: x}\ndata: {dataset_name: d, max_seq_length: true}", "data.max_seq_length"),
+    ],
+)
 def test_config_errors_name_the_file_and_the_key(tmp_path, text, key):
     path = tmp_path / "bad.yml"
     path.write_text(text)
@@ -99,7 +108,7 @@ def test_unreadable_and_unparsable_configs_are_named(tmp_path):
     (tmp_path / "broken.yml").write_text("model: [unclosed\n")
     with pytest.raises(InputError, match="broken.yml does not parse as YAML"):
         config.load(tmp_path / "broken.yml")
-    (tmp_path / "ds.json").write_text("{\"zero_optimization\": {\"stage\": 9}}")
+    (tmp_path / "ds.json").write_text('{"zero_optimization": {"stage": 9}}')
     (tmp_path / "c.yml").write_text("model: {name: x}\ndata: {dataset_name: d}\ndistributed: {deepspeed: ds.json}")
     with pytest.raises(InputError, match="distributed.deepspeed names .*ds.json, which needs zero_optimization.stage"):
         config.load(tmp_path / "c.yml")
@@ -107,7 +116,10 @@ def test_unreadable_and_unparsable_configs_are_named(tmp_path):
 
 def test_deepspeed_asked_but_missing_is_a_clear_error_before_launch(monkeypatch):
     monkeypatch.setitem(sys.modules, "deepspeed", None)  # what a machine without deepspeed sees: the import fails
-    with pytest.raises(InputError, match="distributed.deepspeed names .*ds_config_zero3_optimized.json, but deepspeed is not importable"):
+    with pytest.raises(
+        InputError,
+        match="distributed.deepspeed names .*ds_config_zero3_optimized.json, but deepspeed is not importable",
+    ):
         worker.run(str(CONFIGS / "qwen2-7b-lora-zero3.yml"))
 
 
@@ -125,24 +137,28 @@ def test_the_shipped_sample_parses_as_glaive():
         assert p[0]["role"] == "system" and not p[0]["content"].startswith("SYSTEM:")
     calls = [m["content"] for p in parsed for m in p if m["content"].startswith("<functioncall>")]
     for c in calls:  # glaive's shape: the arguments are a JSON string in single quotes
-        args = c[c.index("'{") + 1: c.rindex("}'") + 1]
+        args = c[c.index("'{") + 1 : c.rindex("}'") + 1]
         assert isinstance(json.loads(args), dict)
 
 
 def test_parse_glaive_turns_of_a_multi_turn_exchange():
-    rec = {"system": "SYSTEM: You are a helpful assistant with access to the following functions. Use them if required -\n{\"name\": \"f\"}",
-           "chat": "USER: Convert 5 USD to EUR\n\n\nASSISTANT: <functioncall> {\"name\": \"f\", \"arguments\": '{\"a\": 5}'} <|endoftext|>"
-                   "\n\n\nFUNCTION RESPONSE: {\"r\": 4.2}\n\n\nASSISTANT: That is 4.20 EUR. <|endoftext|>\n\n\n"
-                   "USER: Thanks!\n\n\nASSISTANT: You're welcome. <|endoftext|>\n\n\n"}
+    rec = {
+        "system": 'SYSTEM: You are a helpful assistant with access to the following functions. Use them if required -\n{"name": "f"}',
+        "chat": 'USER: Convert 5 USD to EUR\n\n\nASSISTANT: <functioncall> {"name": "f", "arguments": \'{"a": 5}\'} <|endoftext|>'
+        '\n\n\nFUNCTION RESPONSE: {"r": 4.2}\n\n\nASSISTANT: That is 4.20 EUR. <|endoftext|>\n\n\n'
+        "USER: Thanks!\n\n\nASSISTANT: You're welcome. <|endoftext|>\n\n\n",
+    }
     msgs = data.parse_glaive(rec)
     assert [m["role"] for m in msgs] == ["system", "user", "assistant", "tool", "assistant", "user", "assistant"]
     assert msgs[0]["content"].startswith("You are a helpful assistant")
-    assert msgs[2]["content"] == "<functioncall> {\"name\": \"f\", \"arguments\": '{\"a\": 5}'}"
-    assert msgs[3]["content"] == "{\"r\": 4.2}"
+    assert msgs[2]["content"] == '<functioncall> {"name": "f", "arguments": \'{"a": 5}\'}'
+    assert msgs[3]["content"] == '{"r": 4.2}'
     assert msgs[4]["content"] == "That is 4.20 EUR."
 
 
-@pytest.mark.parametrize("rec", [{"system": "x"}, {"chat": "hello there\nUSER: hi\n\n\nASSISTANT: yo"}, {"chat": "USER: only a question"}])
+@pytest.mark.parametrize(
+    "rec", [{"system": "x"}, {"chat": "hello there\nUSER: hi\n\n\nASSISTANT: yo"}, {"chat": "USER: only a question"}]
+)
 def test_malformed_glaive_records_are_refused(rec):
     with pytest.raises(data.GlaiveFormatError):
         data.parse_glaive(rec)
@@ -204,7 +220,9 @@ def test_packing_fills_rows_with_whole_samples(tokenizer):
     assert width == max(len(r["input_ids"]) for r in rows[:2])
     assert batch["real_tokens"] == int(batch["attention_mask"].sum())
     padded = batch["attention_mask"] == 0
-    assert bool((batch["labels"][padded] == data.IGNORE).all()) and bool((batch["input_ids"][padded] == tokenizer.pad_token_id).all())
+    assert bool((batch["labels"][padded] == data.IGNORE).all()) and bool(
+        (batch["input_ids"][padded] == tokenizer.pad_token_id).all()
+    )
 
 
 def test_load_records_reads_local_json_and_names_a_missing_path(tmp_path):
@@ -238,8 +256,10 @@ def test_flops_per_token_is_4n_plus_lora_plus_attention():
     with torch.device("meta"):
         from transformers import AutoModelForCausalLM
 
-        m = model.apply_lora(AutoModelForCausalLM.from_config(model.qwen2_config("tiny-qwen2", 512)),
-                             {"r": 8, "alpha": 16, "dropout": 0.0, "bias": "none", "target_modules": ["q_proj", "v_proj"]})
+        m = model.apply_lora(
+            AutoModelForCausalLM.from_config(model.qwen2_config("tiny-qwen2", 512)),
+            {"r": 8, "alpha": 16, "dropout": 0.0, "bias": "none", "target_modules": ["q_proj", "v_proj"]},
+        )
     f = model.flops_per_token(m, 100)
     n_lora = 2 * (8 * (64 + 64) + 8 * (64 + 32))  # 2 layers, r=8: q 64->64, v 64->32 (2 KV heads of 16)
     n_all = sum(p.numel() for p in m.parameters())
@@ -259,9 +279,17 @@ def two_nodes(tmp_path_factory):
     outs = [None, None]
 
     def node(rank):
-        outs[rank] = worker.run(str(TINY), nproc_per_node=1, nnodes=2, node_rank=rank, master_port=port,
-                                output_dir=str(out_dir / f"node{rank}"), timeout_s=300, rdzv_timeout_s=60,
-                                env_extra={"OMP_NUM_THREADS": "1"})  # two "nodes" share this machine's cores
+        outs[rank] = worker.run(
+            str(TINY),
+            nproc_per_node=1,
+            nnodes=2,
+            node_rank=rank,
+            master_port=port,
+            output_dir=str(out_dir / f"node{rank}"),
+            timeout_s=300,
+            rdzv_timeout_s=60,
+            env_extra={"OMP_NUM_THREADS": "1"},
+        )  # two "nodes" share this machine's cores
 
     threads = [threading.Thread(target=node, args=(r,)) for r in (0, 1)]
     for th in threads:
@@ -289,7 +317,8 @@ def test_two_node_run_trains_evaluates_and_saves_the_adapter(two_nodes):
     # tokens are real tokens, no padding: the per-rank counts add up to the total
     assert n0["tokens_per_s_total"] == pytest.approx(n0["tokens_per_s_per_gpu"] * 2)
     assert sum(r["tokens_timed"] for r in n0["ranks"]) == pytest.approx(
-        n0["tokens_per_s_total"] * max(r["seconds_timed"] for r in n0["ranks"]))
+        n0["tokens_per_s_total"] * max(r["seconds_timed"] for r in n0["ranks"])
+    )
 
     adapter = Path(n0["adapter_dir"])
     assert adapter == out_dir / "node0" / "adapter" and (adapter / "adapter_config.json").is_file()
@@ -322,14 +351,20 @@ def test_the_cpu_run_is_a_skip_and_a_gpu_run_of_the_same_figures_passes_with_mfu
     prof = profiles.resolve("NVIDIA H100 80GB HBM3")
     (res,) = results.to_results(n0, prof)
     assert res["check"] == "finetune" and res["group"] == "finetune" and res["status"] == "skip"
-    assert "CPU run" in res["reason"] and res["value"] == round(n0["tokens_per_s_per_gpu"]) and res["unit"] == "tokens/s/GPU"
+    assert (
+        "CPU run" in res["reason"]
+        and res["value"] == round(n0["tokens_per_s_per_gpu"])
+        and res["unit"] == "tokens/s/GPU"
+    )
     assert res["detail"]["params_trainable"] == n0["params_trainable"] and res["detail"]["eval_loss"] == n0["eval_loss"]
     # The same figures as a GPU run reported them: the mapping passes and computes MFU against the profile's peak.
     gpu = dict(n0, device="cuda")
     (res,) = results.to_results(gpu, prof)
     peak = profiles.value(prof, "bf16_dense_peak_tflops")
     assert res["status"] == "pass" and peak
-    assert res["detail"]["mfu"] == pytest.approx(n0["flops"]["flops_per_token"] * n0["tokens_per_s_per_gpu"] / (peak * 1e12))
+    assert res["detail"]["mfu"] == pytest.approx(
+        n0["flops"]["flops_per_token"] * n0["tokens_per_s_per_gpu"] / (peak * 1e12)
+    )
     flat = dict(gpu, losses=[n0["losses"][-1]] * 4 + [n0["losses"][0]] * 4)
     (res,) = results.to_results(flat, prof)
     assert res["status"] == "fail" and "did not go down" in res["reason"] and res["remedy"]
@@ -344,14 +379,39 @@ def test_the_cpu_run_is_a_skip_and_a_gpu_run_of_the_same_figures_passes_with_mfu
 
 def test_a_rendezvous_that_never_completes_fails_within_its_timeout_naming_it(tmp_path):
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "gpufleet", "finetune", "--config", str(TINY), "--nnodes", "2",
-                           "--node-rank", "0", "--master-port", str(free_port()), "--rdzv-timeout-s", "5", "--timeout-s", "120",
-                           "--output-dir", str(tmp_path), "--json"], capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpufleet",
+            "finetune",
+            "--config",
+            str(TINY),
+            "--nnodes",
+            "2",
+            "--node-rank",
+            "0",
+            "--master-port",
+            str(free_port()),
+            "--rdzv-timeout-s",
+            "5",
+            "--timeout-s",
+            "120",
+            "--output-dir",
+            str(tmp_path),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     elapsed = time.monotonic() - t0
     assert proc.returncode == 1, proc.stderr  # the result failed
     doc = json.loads(proc.stdout)
     (res,) = doc["results"]
-    assert res["status"] == "fail" and "rendezvous timed out" in res["reason"] and "1 of 2 nodes joined" in res["reason"]
+    assert (
+        res["status"] == "fail" and "rendezvous timed out" in res["reason"] and "1 of 2 nodes joined" in res["reason"]
+    )
     assert res["detail"]["failure"]["phase"] == "rendezvous" and "every node" in res["remedy"]
     assert res["detail"]["launch"]["rdzv_timeout_s"] == 5
     assert elapsed < 60  # the rendezvous timeout, not the run's 120 s
@@ -360,9 +420,14 @@ def test_a_rendezvous_that_never_completes_fails_within_its_timeout_naming_it(tm
 
 def test_a_failing_rank_is_named_with_its_error(tmp_path):
     bad = tmp_path / "bad.yml"
-    bad.write_text(TINY.read_text().replace("eval_samples: 8", "eval_samples: 100")
-                   .replace("../data/glaive-sample.jsonl", str(SAMPLE)))
-    out = worker.run(str(bad), nproc_per_node=2, output_dir=str(tmp_path / "out"), timeout_s=120, master_port=free_port())
+    bad.write_text(
+        TINY.read_text()
+        .replace("eval_samples: 8", "eval_samples: 100")
+        .replace("../data/glaive-sample.jsonl", str(SAMPLE))
+    )
+    out = worker.run(
+        str(bad), nproc_per_node=2, output_dir=str(tmp_path / "out"), timeout_s=120, master_port=free_port()
+    )
     assert out["rc"] != 0 and not out["timed_out"]
     f = out["failure"]
     assert f["phase"] == "workers" and f["rank"] in (0, 1) and f["host"]
@@ -388,23 +453,46 @@ Root Cause (first observed failure):
 ============================================================"""
     f = failures.describe(log, rc=1, timed_out=False, timeout_s=60, rdzv_timeout_s=5, master="m:1", node_rank=1)
     assert (f["rank"], f["local_rank"], f["host"], f["exitcode"]) == (9, 1, "node1", -9)
-    assert "rank 9 (local rank 1) on node1 was killed by SIGKILL (signal 9; often the host running out of memory)" in f["cause"]
+    assert (
+        "rank 9 (local rank 1) on node1 was killed by SIGKILL (signal 9; often the host running out of memory)"
+        in f["cause"]
+    )
     # A rank that aborted as its interpreter exited (a thread still in native code): what native code printed.
-    aborted = ("step 4/4 loss 6.1247 lr 0 step 0.207s tokens/s/rank 7437\nterminate called without an active exception\n"
-               "Fatal Python error: Aborted\n\nThread 0x00007f0d2be9ab80 (most recent call first):\n  <no Python frame>\n"
-               + log.replace("-9 (pid: 28923)", "-6 (pid: 16264)").replace("Signal 9 (SIGKILL)", "Signal 6 (SIGABRT)"))
+    aborted = (
+        "step 4/4 loss 6.1247 lr 0 step 0.207s tokens/s/rank 7437\nterminate called without an active exception\n"
+        "Fatal Python error: Aborted\n\nThread 0x00007f0d2be9ab80 (most recent call first):\n  <no Python frame>\n"
+        + log.replace("-9 (pid: 28923)", "-6 (pid: 16264)").replace("Signal 9 (SIGKILL)", "Signal 6 (SIGABRT)")
+    )
     f = failures.describe(aborted, rc=1, timed_out=False, timeout_s=60, rdzv_timeout_s=5, master="m:1", node_rank=1)
-    assert f["cause"] == ("rank 9 (local rank 1) on node1 was aborted by SIGABRT (signal 6): terminate called without "
-                          "an active exception; Fatal Python error: Aborted"), f
+    assert f["cause"] == (
+        "rank 9 (local rank 1) on node1 was aborted by SIGABRT (signal 6): terminate called without "
+        "an active exception; Fatal Python error: Aborted"
+    ), f
     assert "out of memory" not in f["cause"]
-    f = failures.describe(log.replace("-9 (pid: 28923)", "-50 (pid: 28923)"), rc=1, timed_out=False, timeout_s=60,
-                          rdzv_timeout_s=5, master="m:1", node_rank=1)
+    f = failures.describe(
+        log.replace("-9 (pid: 28923)", "-50 (pid: 28923)"),
+        rc=1,
+        timed_out=False,
+        timeout_s=60,
+        rdzv_timeout_s=5,
+        master="m:1",
+        node_rank=1,
+    )
     assert f["cause"] == "rank 9 (local rank 1) on node1 was killed by signal 50", f
-    f = failures.describe(log.replace("-9 (pid: 28923)", "-15 (pid: 28923)"), rc=1, timed_out=False, timeout_s=60,
-                          rdzv_timeout_s=5, master="m:1", node_rank=1)
+    f = failures.describe(
+        log.replace("-9 (pid: 28923)", "-15 (pid: 28923)"),
+        rc=1,
+        timed_out=False,
+        timeout_s=60,
+        rdzv_timeout_s=5,
+        master="m:1",
+        node_rank=1,
+    )
     assert f["cause"] == "rank 9 (local rank 1) on node1 was killed by SIGTERM (signal 15)", f
     refused = "torch.distributed.DistNetworkError: The client socket has timed out after 5000ms while trying to connect to (10.0.0.1, 29500)."
-    f = failures.describe(refused, rc=1, timed_out=False, timeout_s=60, rdzv_timeout_s=5, master="10.0.0.1:29500", node_rank=1)
+    f = failures.describe(
+        refused, rc=1, timed_out=False, timeout_s=60, rdzv_timeout_s=5, master="10.0.0.1:29500", node_rank=1
+    )
     assert f["phase"] == "rendezvous" and "node 1 could not reach the rendezvous at 10.0.0.1:29500" in f["cause"]
     assert failures.describe("", rc=0, timed_out=False, timeout_s=1, rdzv_timeout_s=1, master="m", node_rank=0) is None
     f = failures.describe("step 3", rc=None, timed_out=True, timeout_s=30, rdzv_timeout_s=5, master="m", node_rank=0)
@@ -428,22 +516,37 @@ Root Cause (first observed failure):
   traceback : Traceback (most recent call last):
     RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.215.2.2]:30860. This is typically caused by a remote worker crashing.
 ============================================================"""
-    f = failures.describe(log, rc=1, timed_out=False, timeout_s=60, rdzv_timeout_s=5, master="10.215.1.2:29513", node_rank=0)
+    f = failures.describe(
+        log, rc=1, timed_out=False, timeout_s=60, rdzv_timeout_s=5, master="10.215.1.2:29513", node_rank=0
+    )
     assert f["phase"] == "peer" and (f["peer_addr"], f["peer_port"]) == ("10.215.2.2", 30860)
     assert "rank 0 (local rank 0) on node-a lost its connection to the rank at 10.215.2.2:30860" in f["cause"]
     assert "Connection closed by peer" in f["error"]
     (res,) = results.to_results({"rc": 1, "failure": f}, profiles.resolve(None))
     assert res["status"] == "fail" and "another node of the run died" in res["remedy"]
     reset = "RuntimeError: [pair.cc:537] Read error [10.0.0.7]:41364: Connection reset by peer. This is typically"
-    assert failures.peer_lost(reset) == {"peer_addr": "10.0.0.7", "peer_port": 41364, "what": "Connection reset by peer"}
+    assert failures.peer_lost(reset) == {
+        "peer_addr": "10.0.0.7",
+        "peer_port": 41364,
+        "what": "Connection reset by peer",
+    }
     assert failures.peer_lost("ValueError: eval_samples=100 is more than the records") is None
     # A rank that failed by itself is not a lost peer.
-    f = failures.describe(log.replace("Connection closed by peer [10.215.2.2]:30860", "out of memory"), rc=1, timed_out=False,
-                          timeout_s=60, rdzv_timeout_s=5, master="m:1", node_rank=0)
+    f = failures.describe(
+        log.replace("Connection closed by peer [10.215.2.2]:30860", "out of memory"),
+        rc=1,
+        timed_out=False,
+        timeout_s=60,
+        rdzv_timeout_s=5,
+        master="m:1",
+        node_rank=0,
+    )
     assert f["phase"] == "workers" and "failed first" in f["cause"]
     # The other node: its torchrun was SIGKILLed and logged nothing.
     f = failures.describe("", rc=-9, timed_out=False, timeout_s=60, rdzv_timeout_s=5, master="m:1", node_rank=1)
-    assert f["phase"] == "killed" and f["cause"] == "torchrun on node rank 1 was killed by signal 9 before it could report"
+    assert (
+        f["phase"] == "killed" and f["cause"] == "torchrun on node rank 1 was killed by signal 9 before it could report"
+    )
 
 
 def test_the_seeds_zero3_variant_trains_on_two_cpu_ranks(tmp_path):
@@ -456,13 +559,23 @@ def test_the_seeds_zero3_variant_trains_on_two_cpu_ranks(tmp_path):
     doc["training"]["gradient_checkpointing"] = False
     path = tmp_path / "tiny-zero3.yml"
     path.write_text(yaml.safe_dump(doc))
-    out = worker.run(str(path), nproc_per_node=2, max_steps=4, output_dir=str(tmp_path / "out"), timeout_s=400,
-                     env_extra={"OMP_NUM_THREADS": "1"}, master_port=free_port())
+    out = worker.run(
+        str(path),
+        nproc_per_node=2,
+        max_steps=4,
+        output_dir=str(tmp_path / "out"),
+        timeout_s=400,
+        env_extra={"OMP_NUM_THREADS": "1"},
+        master_port=free_port(),
+    )
     assert out["rc"] == 0, (out["failure"], out["log_tail"])
     assert out["backend"] == "deepspeed" and out["world_size"] == 2
     ds = out["deepspeed_config"]
     assert ds["zero_optimization"]["stage"] == 3 and ds["zero_optimization"]["overlap_comm"] is True
-    assert ds["train_batch_size"] == doc["training"]["per_device_train_batch_size"] * doc["training"]["gradient_accumulation_steps"] * 2
+    assert (
+        ds["train_batch_size"]
+        == doc["training"]["per_device_train_batch_size"] * doc["training"]["gradient_accumulation_steps"] * 2
+    )
     assert out["params_trainable"] == 2 * 8 * ((64 + 64) * 2 + (64 + 32) * 2 + (64 + 128) * 3)  # full sizes, not shards
     assert out["losses"][-1] < out["losses"][0]
     assert (Path(out["adapter_dir"]) / "adapter_model.safetensors").is_file()

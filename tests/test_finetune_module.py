@@ -40,16 +40,38 @@ print(json.dumps({"schema_version": 1, "host": "n1", "engine_version": "9.9", "p
 
 def test_arguments_and_environment_reach_the_engine(fake_engine, capsys):
     fake_engine(ECHO)
-    out = run_finetune({"nnodes": 2, "node_rank": 1, "master_addr": "127.0.0.2", "master_port": 29600, "timeout_s": 600,
-                        "rdzv_timeout_s": 120, "max_steps": 20, "output_dir": "/out/run1", "host_name": "n1",
-                        "env": {"CUDA_VISIBLE_DEVICES": "0,1", "GPUFLEET_TEST_FLAG": True, "GPUFLEET_TEST_N": 4}}, capsys)
+    out = run_finetune(
+        {
+            "nnodes": 2,
+            "node_rank": 1,
+            "master_addr": "127.0.0.2",
+            "master_port": 29600,
+            "timeout_s": 600,
+            "rdzv_timeout_s": 120,
+            "max_steps": 20,
+            "output_dir": "/out/run1",
+            "host_name": "n1",
+            "env": {"CUDA_VISIBLE_DEVICES": "0,1", "GPUFLEET_TEST_FLAG": True, "GPUFLEET_TEST_N": 4},
+        },
+        capsys,
+    )
     assert out["_exit_code"] == 0 and out["changed"] is True, out
     (res,) = out["gpufleet"]["results"]
     argv = res["detail"]["argv"]
     assert argv[:3] == ["finetune", "--config", "/cfg/tiny.yml"] and argv[-1] == "--json"
     opts = dict(zip(argv[3:-1:2], argv[4:-1:2]))
-    assert (opts["--nnodes"], opts["--node-rank"], opts["--master-addr"], opts["--master-port"]) == ("2", "1", "127.0.0.2", "29600")
-    assert (opts["--rdzv-timeout-s"], opts["--max-steps"], opts["--output-dir"], opts["--host"]) == ("120", "20", "/out/run1", "n1")
+    assert (opts["--nnodes"], opts["--node-rank"], opts["--master-addr"], opts["--master-port"]) == (
+        "2",
+        "1",
+        "127.0.0.2",
+        "29600",
+    )
+    assert (opts["--rdzv-timeout-s"], opts["--max-steps"], opts["--output-dir"], opts["--host"]) == (
+        "120",
+        "20",
+        "/out/run1",
+        "n1",
+    )
     # The engine kills torchrun a minute before the module's own kill, so a hang comes back with its log tail.
     assert opts["--timeout-s"] == "540" and engine_results.torchrun_engine_timeout_s(600) == 540
     assert res["detail"]["env"] == {"CUDA_VISIBLE_DEVICES": "0,1", "GPUFLEET_TEST_FLAG": "1", "GPUFLEET_TEST_N": "4"}
@@ -63,15 +85,21 @@ def test_max_steps_zero_keeps_the_configs(fake_engine, capsys):
     assert "--max-steps" not in argv and "--rdzv-timeout-s" not in argv
 
 
-@pytest.mark.parametrize("args, message", [
-    ({"rdzv_timeout_s": 600, "timeout_s": 600}, "rdzv_timeout_s = 600; expected 1 to 539 s, under the engine's limit inside timeout_s 600"),
-    ({"env": {"BAD-NAME": "1"}}, "env name 'BAD-NAME' is not an environment variable name"),
-    ({"env": {"X": {"nested": 1}}}, 'env X = {"nested": 1}; expected a string or a number'),
-    ({"nnodes": 2, "node_rank": 2}, "node_rank = 2; expected 0 to nnodes - 1 (1)"),
-    ({"master_port": 0}, "master_port = 0; expected a TCP port"),
-    ({"max_steps": -1}, "max_steps = -1; expected 0"),
-    ({"timeout_s": 0}, "timeout_s = 0; expected a positive number of seconds"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            {"rdzv_timeout_s": 600, "timeout_s": 600},
+            "rdzv_timeout_s = 600; expected 1 to 539 s, under the engine's limit inside timeout_s 600",
+        ),
+        ({"env": {"BAD-NAME": "1"}}, "env name 'BAD-NAME' is not an environment variable name"),
+        ({"env": {"X": {"nested": 1}}}, 'env X = {"nested": 1}; expected a string or a number'),
+        ({"nnodes": 2, "node_rank": 2}, "node_rank = 2; expected 0 to nnodes - 1 (1)"),
+        ({"master_port": 0}, "master_port = 0; expected a TCP port"),
+        ({"max_steps": -1}, "max_steps = -1; expected 0"),
+        ({"timeout_s": 0}, "timeout_s = 0; expected a positive number of seconds"),
+    ],
+)
 def test_bad_arguments_fail_with_a_message_naming_them(args, message, capsys):
     out = run_finetune({"host_name": "n2", **args}, capsys)
     assert out["failed"] is True and out["_exit_code"] == 1
@@ -84,7 +112,9 @@ def test_check_mode_runs_nothing_and_says_so(fake_engine, capsys):
     out = run_finetune({"host_name": "n3", "_ansible_check_mode": True}, capsys)
     assert out["_exit_code"] == 0 and out["skipped"] is True and out["changed"] is False
     (res,) = out["gpufleet"]["results"]
-    assert (res["check"], res["group"], res["status"]) == ("finetune", "finetune", "skip") and "check mode" in res["reason"]
+    assert (res["check"], res["group"], res["status"]) == ("finetune", "finetune", "skip") and "check mode" in res[
+        "reason"
+    ]
 
 
 def test_a_run_past_its_timeout_is_killed_with_its_process_group(fake_engine, tmp_path, monkeypatch, capsys):
@@ -105,14 +135,20 @@ def test_a_run_past_its_timeout_is_killed_with_its_process_group(fake_engine, tm
     assert time.monotonic() - t0 < 60  # the timeout and the grace, not the engine's 120 s
     assert out["_exit_code"] == 0 and "failed" not in out, out  # an error result, so the node still reaches the report
     (res,) = out["gpufleet"]["results"]
-    assert res["status"] == "error" and res["group"] == "finetune" and "passed its timeout of 5 s on n4" in res["reason"]
+    assert (
+        res["status"] == "error" and res["group"] == "finetune" and "passed its timeout of 5 s on n4" in res["reason"]
+    )
     assert "step 3/2000" in res["detail"]["stderr"] and res["remedy"] == finetune.REMEDY_TIMEOUT
     child = int(pid_file.read_text())
     stat = Path(f"/proc/{child}/stat")
     deadline = time.monotonic() + 60
-    while stat.exists() and stat.read_text().split(")")[-1].split()[0] not in ("Z", "X") and time.monotonic() < deadline:
+    while (
+        stat.exists() and stat.read_text().split(")")[-1].split()[0] not in ("Z", "X") and time.monotonic() < deadline
+    ):
         time.sleep(0.1)
-    assert not stat.exists() or stat.read_text().split(")")[-1].split()[0] in ("Z", "X"), "the engine's child outlived the kill"
+    assert not stat.exists() or stat.read_text().split(")")[-1].split()[0] in ("Z", "X"), (
+        "the engine's child outlived the kill"
+    )
 
 
 def test_engine_that_cannot_run_fails_the_module(capsys):

@@ -16,8 +16,10 @@ from gpufleet.errors import InputError
 from gpufleet.finetune import config, data, model
 from waiting import wait_for
 
-BASE = {"model": {"name": "x", "random_init": True, "architecture": "tiny-qwen2"},
-        "data": {"dataset_name": "files/data/glaive-sample.jsonl"}}
+BASE = {
+    "model": {"name": "x", "random_init": True, "architecture": "tiny-qwen2"},
+    "data": {"dataset_name": "files/data/glaive-sample.jsonl"},
+}
 
 
 def free_port() -> int:
@@ -41,15 +43,18 @@ def test_throughput_options_default_off_and_take_their_values(tmp_path):
     assert cfg["training"]["liger_kernels"] == ["rope", "fused_linear_cross_entropy"]
 
 
-@pytest.mark.parametrize("training, key", [
-    ({"torch_compile": "model"}, "training.torch_compile"),
-    ({"liger_kernels": ["layer_norm"]}, "training.liger_kernels"),
-    ({"liger_kernels": ["rope", "rope"]}, "training.liger_kernels"),
-    ({"liger_kernels": "rope"}, "training.liger_kernels"),
-    ({"sdpa_backends": []}, "training.sdpa_backends"),
-    ({"sdpa_backends": ["flash", "flex"]}, "training.sdpa_backends"),
-    ({"sdpa_backends": "flash"}, "training.sdpa_backends"),
-])
+@pytest.mark.parametrize(
+    "training, key",
+    [
+        ({"torch_compile": "model"}, "training.torch_compile"),
+        ({"liger_kernels": ["layer_norm"]}, "training.liger_kernels"),
+        ({"liger_kernels": ["rope", "rope"]}, "training.liger_kernels"),
+        ({"liger_kernels": "rope"}, "training.liger_kernels"),
+        ({"sdpa_backends": []}, "training.sdpa_backends"),
+        ({"sdpa_backends": ["flash", "flex"]}, "training.sdpa_backends"),
+        ({"sdpa_backends": "flash"}, "training.sdpa_backends"),
+    ],
+)
 def test_bad_throughput_options_are_refused_naming_the_key(tmp_path, training, key):
     with pytest.raises(InputError, match=key):
         config.load(_cfg(tmp_path, **training))
@@ -65,14 +70,24 @@ def test_liger_kernels_without_the_package_is_a_clear_error_before_launch(tmp_pa
 def test_sdpa_backends_switch_torch_and_tag_the_compile_cache():
     import torch
 
-    switches = {name: getattr(torch.backends.cuda, f.replace("enable_", "") + "_enabled") for name, f in model.SDPA_SWITCHES.items()}
+    switches = {
+        name: getattr(torch.backends.cuda, f.replace("enable_", "") + "_enabled")
+        for name, f in model.SDPA_SWITCHES.items()
+    }
     before = {name: read() for name, read in switches.items()}
     tag = torch.compiler.config.cache_key_tag
     try:
         model.select_sdpa_backends(None)  # null: torch's own choice, untouched
-        assert {name: read() for name, read in switches.items()} == before and torch.compiler.config.cache_key_tag == tag
+        assert {
+            name: read() for name, read in switches.items()
+        } == before and torch.compiler.config.cache_key_tag == tag
         model.select_sdpa_backends(["math", "flash"])
-        assert {name: read() for name, read in switches.items()} == {"flash": True, "efficient": False, "cudnn": False, "math": True}
+        assert {name: read() for name, read in switches.items()} == {
+            "flash": True,
+            "efficient": False,
+            "cudnn": False,
+            "math": True,
+        }
         # A graph compiled under other switches must not come back from the on-disk cache.
         assert torch.compiler.config.cache_key_tag == "sdpa=flash,math"
     finally:
@@ -160,8 +175,9 @@ def test_a_process_that_closed_its_prefetch_exits_cleanly():
 
 def test_samples_are_tokenized_once_and_later_epochs_get_the_same_tokens(monkeypatch):
     records = data.load_records("files/data/glaive-sample.jsonl")
-    tok = data.wrap_tokenizer(data.build_bpe_tokenizer([data.conversation_text(r) for r in records], 512)
-                              .backend_tokenizer.to_str())
+    tok = data.wrap_tokenizer(
+        data.build_bpe_tokenizer([data.conversation_text(r) for r in records], 512).backend_tokenizer.to_str()
+    )
     calls = []
     real = data.tokenize_conversation
     monkeypatch.setattr(data, "tokenize_conversation", lambda *a, **k: calls.append(1) or real(*a, **k))
@@ -192,8 +208,15 @@ def test_compiled_layers_train_like_eager_on_the_cpu(tmp_path):
         doc["data"]["dataset_name"] = str(Path("files/data/glaive-sample.jsonl").resolve())
         path = tmp_path / f"{mode}.yml"
         path.write_text(yaml.safe_dump(doc))
-        runs[mode] = worker.run(str(path), nproc_per_node=1, max_steps=3, output_dir=str(tmp_path / mode),
-                                timeout_s=400, env_extra={"OMP_NUM_THREADS": "2"}, master_port=free_port())
+        runs[mode] = worker.run(
+            str(path),
+            nproc_per_node=1,
+            max_steps=3,
+            output_dir=str(tmp_path / mode),
+            timeout_s=400,
+            env_extra={"OMP_NUM_THREADS": "2"},
+            master_port=free_port(),
+        )
         assert runs[mode]["rc"] == 0, runs[mode]["log_tail"]
     assert runs["layers"]["model"]["torch_compile"] == "layers"
     assert runs["layers"]["losses"] == pytest.approx(runs["none"]["losses"], rel=1e-3)

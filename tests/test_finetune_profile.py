@@ -27,10 +27,14 @@ def _k(ts, dur, cat="kernel"):
 
 
 def test_busy_time_is_the_union_of_overlapping_intervals_and_gaps_name_the_host_op(prof):
-    events = [_k(0, 1000), _k(500, 1000), _k(1500, 500, "gpu_memset"),  # 0..2000 busy, overlapping
-              _k(5000, 1000),                                             # idle 2000..5000
-              {"ph": "X", "cat": "cpu_op", "ts": 1900, "dur": 3000, "name": "aten::slow_host_thing"},
-              {"ph": "X", "cat": "cpu_op", "ts": 0, "dur": 9000, "name": "outer"}]
+    events = [
+        _k(0, 1000),
+        _k(500, 1000),
+        _k(1500, 500, "gpu_memset"),  # 0..2000 busy, overlapping
+        _k(5000, 1000),  # idle 2000..5000
+        {"ph": "X", "cat": "cpu_op", "ts": 1900, "dur": 3000, "name": "aten::slow_host_thing"},
+        {"ph": "X", "cat": "cpu_op", "ts": 0, "dur": 9000, "name": "outer"},
+    ]
     tl = prof.timeline(events, gap_us=2000)
     assert tl["busy_ms"] == pytest.approx(3.0) and tl["span_ms"] == pytest.approx(6.0)
     assert tl["busy_fraction"] == pytest.approx(0.5) and tl["idle_in_gaps_ms"] == pytest.approx(3.0)

@@ -28,9 +28,19 @@ def _run(capsys, monkeypatch, *argv, stdin: bytes | None = None) -> tuple[int, s
 
 
 def _doc(group: str, check: str, host: str = "n0") -> dict:
-    res = dict(schema.result(check, schema.PASS, f"{check} ran", group=group), started="2026-11-20T10:00:00Z", seconds=0.1)
-    return {"schema_version": 1, "host": host, "engine_version": "0.1.0", "profile": {"name": "h100-sxm"}, "versions": {},
-            "started": "2026-11-20T10:00:00Z", "seconds": 1.0, "results": [res]}
+    res = dict(
+        schema.result(check, schema.PASS, f"{check} ran", group=group), started="2026-11-20T10:00:00Z", seconds=0.1
+    )
+    return {
+        "schema_version": 1,
+        "host": host,
+        "engine_version": "0.1.0",
+        "profile": {"name": "h100-sxm"},
+        "versions": {},
+        "started": "2026-11-20T10:00:00Z",
+        "seconds": 1.0,
+        "results": [res],
+    }
 
 
 @pytest.fixture
@@ -41,13 +51,17 @@ def run_dir(tmp_path):
 
 
 def test_record_writes_whole_or_merges_groups_and_indexes(capsys, monkeypatch, run_dir):
-    rc, out, _ = _run(capsys, monkeypatch, "record", str(run_dir), "n0", stdin=json.dumps(node_doc("n0", 0, read_at=R1)).encode())
+    rc, out, _ = _run(
+        capsys, monkeypatch, "record", str(run_dir), "n0", stdin=json.dumps(node_doc("n0", 0, read_at=R1)).encode()
+    )
     assert rc == 0
     first = json.loads(out)
     assert first["store"] == str(run_dir.parent / "gpufleet.db") and first["unreadable_kept"] is None
     assert oct(os.stat(first["path"]).st_mode & 0o777) == "0o640"
     add = ["record", str(run_dir), "n0", "--replace-group", "benchmark_multinode"]
-    rc, out, _ = _run(capsys, monkeypatch, *add, stdin=json.dumps(_doc("benchmark_multinode", "nccl_all_reduce")).encode())
+    rc, out, _ = _run(
+        capsys, monkeypatch, *add, stdin=json.dumps(_doc("benchmark_multinode", "nccl_all_reduce")).encode()
+    )
     assert rc == 0 and json.loads(out)["replaced_groups"] == ["benchmark_multinode"]
     # Again: the group's earlier results are replaced, not added twice; the others are kept.
     _run(capsys, monkeypatch, *add, stdin=json.dumps(_doc("benchmark_multinode", "train_gpt2")).encode())
@@ -58,11 +72,21 @@ def test_record_writes_whole_or_merges_groups_and_indexes(capsys, monkeypatch, r
     assert rc == 0 and [r["run_id"] for r in json.loads(out)["runs"]] == ["r1"]
     assert json.loads(out)["runs"][0]["metrics"]["matmul_bf16_tflops"]["value"] > 800
     # Without --replace-group the document is written whole: the node stage ran again.
-    _run(capsys, monkeypatch, "record", str(run_dir), "n0", stdin=json.dumps(_doc("gpu_inventory", "gpu_count")).encode())
+    _run(
+        capsys, monkeypatch, "record", str(run_dir), "n0", stdin=json.dumps(_doc("gpu_inventory", "gpu_count")).encode()
+    )
     assert [r["check"] for r in json.loads((run_dir / "hosts" / "n0.json").read_text())["results"]] == ["gpu_count"]
     # A peer that only joined the run across nodes: peers/, indexed as a peer.
-    rc, out, _ = _run(capsys, monkeypatch, "record", str(run_dir), "p0", "--folder", "peers",
-                      stdin=json.dumps(_doc("benchmark_multinode", "nccl_all_reduce", host="p0")).encode())
+    rc, out, _ = _run(
+        capsys,
+        monkeypatch,
+        "record",
+        str(run_dir),
+        "p0",
+        "--folder",
+        "peers",
+        stdin=json.dumps(_doc("benchmark_multinode", "nccl_all_reduce", host="p0")).encode(),
+    )
     assert json.loads(out)["path"] == str(run_dir / "peers" / "p0.json")
     from gpufleet.fleet.store import Store
 
@@ -72,13 +96,22 @@ def test_record_writes_whole_or_merges_groups_and_indexes(capsys, monkeypatch, r
 
 def test_record_keeps_an_unreadable_document_aside(capsys, monkeypatch, run_dir):
     (run_dir / "hosts" / "n0.json").write_text("{truncated")
-    rc, out, _ = _run(capsys, monkeypatch, "record", str(run_dir), "n0", "--no-store",
-                      stdin=json.dumps(_doc("benchmark_multinode", "nccl_all_reduce")).encode())
+    rc, out, _ = _run(
+        capsys,
+        monkeypatch,
+        "record",
+        str(run_dir),
+        "n0",
+        "--no-store",
+        stdin=json.dumps(_doc("benchmark_multinode", "nccl_all_reduce")).encode(),
+    )
     assert rc == 0 and json.loads(out)["store"] is None
     assert (run_dir / "hosts" / "n0.json.unreadable").read_text() == "{truncated"
     doc = json.loads((run_dir / "hosts" / "n0.json").read_text())
     err = next(r for r in doc["results"] if r["check"] == "results_file")
-    assert err["status"] == "error" and "hosts/n0.json.unreadable" in err["reason"] and "not valid JSON" in err["reason"]
+    assert (
+        err["status"] == "error" and "hosts/n0.json.unreadable" in err["reason"] and "not valid JSON" in err["reason"]
+    )
 
 
 def test_record_writes_the_document_even_when_the_store_cannot_take_it(capsys, monkeypatch, run_dir):
@@ -89,15 +122,18 @@ def test_record_writes_the_document_even_when_the_store_cannot_take_it(capsys, m
     assert json.loads((run_dir / "hosts" / "n0.json").read_text())["host"] == "n0"
 
 
-@pytest.mark.parametrize("argv,stdin,message", [
-    (["record", "{run}", "n0"], b"[1, 2]", "stdin: the host document for n0 is unreadable: expected a JSON object"),
-    (["record", "{run}", "../n0"], None, "the host name '../n0' is not a plain name"),
-    (["record", "{run}/nope", "n0"], None, "run directory .*nope does not exist"),
-    (["history", "n0", "--reports-dir", "{run}"], None, "store .*gpufleet.db does not exist"),
-    (["baseline", "set", "r9", "--reports-dir", "{reports}"], None, "run 'r9' is not in the store"),
-    (["store", "rebuild", "--reports-dir", "{run}/missing"], None, "reports directory .*missing does not exist"),
-    (["report", "{run}", "--slurm-name", "n0"], None, "--slurm-name 'n0': expected HOST=SLURM_NAME"),
-])
+@pytest.mark.parametrize(
+    "argv,stdin,message",
+    [
+        (["record", "{run}", "n0"], b"[1, 2]", "stdin: the host document for n0 is unreadable: expected a JSON object"),
+        (["record", "{run}", "../n0"], None, "the host name '../n0' is not a plain name"),
+        (["record", "{run}/nope", "n0"], None, "run directory .*nope does not exist"),
+        (["history", "n0", "--reports-dir", "{run}"], None, "store .*gpufleet.db does not exist"),
+        (["baseline", "set", "r9", "--reports-dir", "{reports}"], None, "run 'r9' is not in the store"),
+        (["store", "rebuild", "--reports-dir", "{run}/missing"], None, "reports directory .*missing does not exist"),
+        (["report", "{run}", "--slurm-name", "n0"], None, "--slurm-name 'n0': expected HOST=SLURM_NAME"),
+    ],
+)
 def test_bad_input_is_named(capsys, monkeypatch, run_dir, argv, stdin, message):
     import re
 
@@ -107,7 +143,9 @@ def test_bad_input_is_named(capsys, monkeypatch, run_dir, argv, stdin, message):
 
         Store(run_dir.parent / "gpufleet.db").close()
     argv = [a.format(run=run_dir, reports=run_dir.parent) for a in argv]
-    rc, _, err = _run(capsys, monkeypatch, *argv, stdin=stdin if stdin is not None else json.dumps(_doc("x", "y")).encode())
+    rc, _, err = _run(
+        capsys, monkeypatch, *argv, stdin=stdin if stdin is not None else json.dumps(_doc("x", "y")).encode()
+    )
     assert rc == 2 and re.search(message, err), err
 
 
@@ -137,14 +175,27 @@ def test_report_compares_with_a_given_baseline_and_maps_slurm_names(capsys, monk
     r1 = write_run(reports, "r1", {f"n{i}": node_doc(f"n{i}", i, started=R1[0]) for i in range(3)})
     assert _run(capsys, monkeypatch, "report", str(r1))[0] == 0
     bad = node_doc("n1", 1, factors={("pcie_h2d_gbps", g): 0.5 for g in range(8)})
-    bad["results"].append(dict(schema.result("pcie_link", schema.FAIL, "GPU 0 at x8", group="gpu_health",
-                                              detail={"flagged_gpus": [{"index": 0, "uuid": gpus_of(1)[0]["uuid"], "serial": None}]})))
+    bad["results"].append(
+        dict(
+            schema.result(
+                "pcie_link",
+                schema.FAIL,
+                "GPU 0 at x8",
+                group="gpu_health",
+                detail={"flagged_gpus": [{"index": 0, "uuid": gpus_of(1)[0]["uuid"], "serial": None}]},
+            )
+        )
+    )
     r2 = write_run(reports, "r2", {"n0": node_doc("n0", 0), "n1": bad, "n2": node_doc("n2", 2)})
-    rc, out, _ = _run(capsys, monkeypatch, "report", str(r2), "--baseline", "r1", "--slurm-name", "n1=gpu-a[07]", "--json")
+    rc, out, _ = _run(
+        capsys, monkeypatch, "report", str(r2), "--baseline", "r1", "--slurm-name", "n1=gpu-a[07]", "--json"
+    )
     summary = json.loads(out)
     assert rc == 1 and summary["baseline"] == "r1"
-    assert summary["drain"] == ["scontrol update 'NodeName=gpu-a[07]' State=DRAIN Reason=\"gpufleet: r2: hardware: gpu_health.pcie_link, "
-                                "fleet.node_vs_fleet, fleet.node_vs_baseline, fleet.node_vs_baseline_fleet\""]
+    assert summary["drain"] == [
+        "scontrol update 'NodeName=gpu-a[07]' State=DRAIN Reason=\"gpufleet: r2: hardware: gpu_health.pcie_link, "
+        'fleet.node_vs_fleet, fleet.node_vs_baseline, fleet.node_vs_baseline_fleet"'
+    ]
     assert "fleet.node_vs_baseline" in summary["nodes"]["n1"]["failed_checks"]  # 50% under: past the 15% fail threshold
     assert (r2 / "drain.txt").read_text().splitlines()[1] == summary["drain"][0]
     rc, out, _ = _run(capsys, monkeypatch, "report", str(r2), "--no-store")
@@ -155,8 +206,13 @@ def test_record_reads_stdin_as_a_command(tmp_path):
     """The command as the playbook runs it: a host document piped in, a JSON line out."""
     run = tmp_path / "reports" / "r1"
     (run / "hosts").mkdir(parents=True)
-    proc = subprocess.run([sys.executable, "-m", "gpufleet", "record", str(run), "n0"], input=json.dumps(node_doc("n0", 0)),
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpufleet", "record", str(run), "n0"],
+        input=json.dumps(node_doc("n0", 0)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["results"] == len(node_doc("n0", 0)["results"])
 
@@ -187,7 +243,11 @@ def test_store_rebuild_moves_a_damaged_store_aside_and_brings_the_baseline_back(
     assert f"moved aside: {aside} (not a gpufleet store: file is not a database)" in out and "baseline: r1" in out
     rc, out, _ = _run(capsys, monkeypatch, "history", "n0", "--reports-dir", str(reports), "--json")
     hist = json.loads(out)
-    assert [r["run_id"] for r in hist["runs"]] == ["r1"] and hist["runs"][0]["verdict"] == "pass" and hist["baseline"] == "r1"
+    assert (
+        [r["run_id"] for r in hist["runs"]] == ["r1"]
+        and hist["runs"][0]["verdict"] == "pass"
+        and hist["baseline"] == "r1"
+    )
 
 
 def test_store_rebuild_moves_a_foreign_sqlite_file_aside(capsys, monkeypatch, tmp_path):
@@ -222,7 +282,9 @@ def test_the_next_run_repairs_the_store_and_its_report_says_so(capsys, monkeypat
     # The next run as the playbook makes it: the node documents recorded as they come, then the report.
     r2 = write_run(reports, "r2", {}, started="2026-11-21T10:00:00Z")
     for i in range(2):
-        rc, out, err = _run(capsys, monkeypatch, "record", str(r2), f"n{i}", stdin=json.dumps(node_doc(f"n{i}", i)).encode())
+        rc, out, err = _run(
+            capsys, monkeypatch, "record", str(r2), f"n{i}", stdin=json.dumps(node_doc(f"n{i}", i)).encode()
+        )
         assert rc == 0 and json.loads(out)["store"] == str(db), err
     rc, out, _ = _run(capsys, monkeypatch, "report", str(r2), "--json")
     summary = json.loads(out)
@@ -239,7 +301,12 @@ def test_the_next_run_repairs_the_store_and_its_report_says_so(capsys, monkeypat
     assert rep["fleet"]["store_problems"] == [problem]
     assert json.loads((r2 / "fleet.json").read_text())["store_problems"] == [problem]
     md = (r2 / "report.md").read_text()
-    assert f"store {db}" in md and "baseline run r1" in md and "Store problem during this run:" in md and "rebuilt by run r2" in md
+    assert (
+        f"store {db}" in md
+        and "baseline run r1" in md
+        and "Store problem during this run:" in md
+        and "rebuilt by run r2" in md
+    )
     assert "Store problem during this run:" in (r2 / "report.html").read_text()
     # The history is whole again: both runs, with their verdicts.
     rc, out, _ = _run(capsys, monkeypatch, "history", "n0", "--reports-dir", str(reports), "--json")
@@ -265,8 +332,16 @@ def test_concurrent_records_repair_a_damaged_store_once(tmp_path):
     write_run(reports, "r1", {"n0": node_doc("n0", 0, started=R1[0])})
     (reports / "gpufleet.db").write_bytes(b"not a store " * 400)
     r2 = write_run(reports, "r2", {}, started="2026-11-21T10:00:00Z")
-    procs = [subprocess.Popen([sys.executable, "-m", "gpufleet", "record", str(r2), f"n{i}"], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(6)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "gpufleet", "record", str(r2), f"n{i}"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(6)
+    ]
     for i, proc in enumerate(procs):
         out, err = proc.communicate(json.dumps(node_doc(f"n{i}", i)), timeout=120)
         assert proc.returncode == 0 and json.loads(out)["store"] == str(reports / "gpufleet.db"), err

@@ -25,7 +25,12 @@ R2 = ("2026-11-21T10:00:00Z", "2026-11-21T10:15:00Z")
 
 
 def _not_passing(rep: dict) -> set[tuple[str, str]]:
-    return {(h, formatting.check_id(r)) for h, n in rep["nodes"].items() for r in n["results"] if r["status"] in ("warn", "fail", "error")}
+    return {
+        (h, formatting.check_id(r))
+        for h, n in rep["nodes"].items()
+        for r in n["results"]
+        if r["status"] in ("warn", "fail", "error")
+    }
 
 
 def _fleet(rep: dict, host: str, check: str) -> dict:
@@ -47,12 +52,19 @@ def two_runs(tmp_path_factory):
     n1_gpus = gpus_of(1)
     n1_gpus[6] = dict(moved, index=6, pci_bus_id=n1_gpus[6]["pci_bus_id"])  # n4's GPU 2, now in n1's slot 6
     r2 = {
-        "n0": node_doc("n0", 0, read_at=R2, started=R2[0], spreads={("hbm_copy_gbps", 2): 57.0}),  # disturbed while measured
+        "n0": node_doc(
+            "n0", 0, read_at=R2, started=R2[0], spreads={("hbm_copy_gbps", 2): 57.0}
+        ),  # disturbed while measured
         "n1": node_doc("n1", 1, gpus=n1_gpus, read_at=R2, started=R2[0], factors={("matmul_bf16_tflops", 3): 0.91}),
         "n2": node_doc("n2", 2, read_at=R2, started=R2[0], factors={("hbm_copy_gbps", i): 0.92 for i in range(8)}),
-        "n3": node_doc("n3", 3, read_at=R2, started=R2[0],
-                       before={5: {"nvlink_replay": 12}, 4: {"nvlink_crc_data": 10}},  # GPU 4's counter was reset since r1
-                       after={5: {"nvlink_replay": 12, "nvlink_crc_data": 5000}, 4: {"nvlink_crc_data": 10}}),
+        "n3": node_doc(
+            "n3",
+            3,
+            read_at=R2,
+            started=R2[0],
+            before={5: {"nvlink_replay": 12}, 4: {"nvlink_crc_data": 10}},  # GPU 4's counter was reset since r1
+            after={5: {"nvlink_replay": 12, "nvlink_crc_data": 5000}, 4: {"nvlink_crc_data": 10}},
+        ),
         "n5": node_doc("n5", 5, read_at=R2, started=R2[0]),  # a new node, not in the baseline
     }
     summary = report.build(write_run(reports, "r2", r2))
@@ -64,13 +76,24 @@ def two_runs(tmp_path_factory):
 def test_the_report_names_each_injected_fault_and_nothing_else(two_runs):
     assert _not_passing(two_runs["r2"]) == {
         ("n0", "fleet.sample_spread"),
-        ("n1", "fleet.gpu_vs_node"), ("n1", "fleet.node_vs_fleet"), ("n1", "fleet.node_vs_baseline"),
-        ("n1", "fleet.node_vs_baseline_fleet"), ("n1", "fleet.returning_gpu"),
-        ("n2", "fleet.node_vs_fleet"), ("n2", "fleet.node_vs_baseline"), ("n2", "fleet.node_vs_baseline_fleet"),
-        ("n3", "fleet.counters_during_run"), ("n3", "fleet.counters_since_previous_run"),
+        ("n1", "fleet.gpu_vs_node"),
+        ("n1", "fleet.node_vs_fleet"),
+        ("n1", "fleet.node_vs_baseline"),
+        ("n1", "fleet.node_vs_baseline_fleet"),
+        ("n1", "fleet.returning_gpu"),
+        ("n2", "fleet.node_vs_fleet"),
+        ("n2", "fleet.node_vs_baseline"),
+        ("n2", "fleet.node_vs_baseline_fleet"),
+        ("n3", "fleet.counters_during_run"),
+        ("n3", "fleet.counters_since_previous_run"),
     }
-    assert {h: n["verdict"] for h, n in two_runs["r2"]["nodes"].items()} == {"n0": "warn", "n1": "warn", "n2": "warn", "n3": "warn",
-                                                                             "n5": "pass"}
+    assert {h: n["verdict"] for h, n in two_runs["r2"]["nodes"].items()} == {
+        "n0": "warn",
+        "n1": "warn",
+        "n2": "warn",
+        "n3": "warn",
+        "n5": "pass",
+    }
 
 
 def test_slow_gpu_named_with_its_numbers_side_by_side(two_runs):
@@ -78,13 +101,20 @@ def test_slow_gpu_named_with_its_numbers_side_by_side(two_runs):
     gpu3 = two_runs["n1_gpus"][3]
     assert res["status"] == "warn"
     assert res["reason"].startswith(f"GPU 3 ({short_uuid(gpu3['uuid'])}, serial {gpu3['serial']}) bf16 matmul ")
-    assert "below the node median" in res["reason"] and "(threshold 5%, generic: this model is not calibrated)" in res["reason"] and "robust z" in res["reason"]
+    assert (
+        "below the node median" in res["reason"]
+        and "(threshold 5%, generic: this model is not calibrated)" in res["reason"]
+        and "robust z" in res["reason"]
+    )
     assert ";" not in res["reason"]  # one finding: only GPU 3, only bf16
     assert res["detail"]["flagged_gpus"] == [{"index": 3, "uuid": gpu3["uuid"], "serial": gpu3["serial"]}]
     bad = [c for c in res["detail"]["comparisons"] if c["status"] != "pass"]
     assert len(bad) == 1 and 7.5 < -bad[0]["deviation_pct"] < 10 and bad[0]["robust_z"] < -3
     base = _fleet(two_runs["r2"], "n1", "node_vs_baseline")
-    assert f"GPU 3 ({short_uuid(gpu3['uuid'])}" in base["reason"] and "baseline run r1's figure for this GPU" in base["reason"]
+    assert (
+        f"GPU 3 ({short_uuid(gpu3['uuid'])}" in base["reason"]
+        and "baseline run r1's figure for this GPU" in base["reason"]
+    )
 
 
 def test_slow_node_named_against_fleet_and_baseline(two_runs):
@@ -121,14 +151,21 @@ def test_gpu_moved_from_a_failed_node_is_recognised(two_runs):
     moved = two_runs["moved"]
     res = _fleet(two_runs["r2"], "n1", "returning_gpu")
     assert res["status"] == "warn"
-    assert f"run r1 ({R1[0]}) in node n4 as GPU 2, gpu_health.ecc fail (hardware); now in node n1 as GPU 6" in res["reason"]
+    assert (
+        f"run r1 ({R1[0]}) in node n4 as GPU 2, gpu_health.ecc fail (hardware); now in node n1 as GPU 6"
+        in res["reason"]
+    )
     assert res["detail"]["flagged_gpus"] == [{"index": 6, "uuid": moved["uuid"], "serial": moved["serial"]}]
     assert all(_fleet(two_runs["r2"], h, "returning_gpu")["status"] == "pass" for h in ("n0", "n2", "n3", "n5"))
 
 
 def test_disturbed_gpu_flagged_by_its_sample_spread(two_runs):
     res = _fleet(two_runs["r2"], "n0", "sample_spread")
-    assert res["status"] == "warn" and res["reason"].startswith("GPU 2 (") and "HBM copy samples spread 57.0%" in res["reason"]
+    assert (
+        res["status"] == "warn"
+        and res["reason"].startswith("GPU 2 (")
+        and "HBM copy samples spread 57.0%" in res["reason"]
+    )
     assert "times its siblings' median spread 2.0%" in res["reason"] and res["reason"].count("GPU ") == 1
 
 
@@ -146,7 +183,9 @@ def test_first_run_has_nothing_to_compare_counters_with(two_runs):
     res = _fleet(two_runs["r1"], "n0", "counters_since_previous_run")
     assert res["status"] == "skip" and "first run with counter snapshots" in res["reason"]
     assert two_runs["r1"]["nodes"]["n4"]["verdict"] == "fail"
-    assert two_runs["r1"]["fleet"]["drain"] == ['scontrol update NodeName=n4 State=DRAIN Reason="gpufleet: r1: hardware: gpu_health.ecc"']
+    assert two_runs["r1"]["fleet"]["drain"] == [
+        'scontrol update NodeName=n4 State=DRAIN Reason="gpufleet: r1: hardware: gpu_health.ecc"'
+    ]
 
 
 def test_fleet_view_shows_each_node_against_fleet_and_baseline(two_runs):
@@ -163,7 +202,9 @@ def test_fleet_view_shows_each_node_against_fleet_and_baseline(two_runs):
 # ---------------------------------------------------------------- thresholds at their edges
 
 
-@pytest.mark.parametrize("value,status", [(95.0, "pass"), (94.99, "warn"), (85.0, "warn"), (84.99, "fail"), (120.0, "pass")])
+@pytest.mark.parametrize(
+    "value,status", [(95.0, "pass"), (94.99, "warn"), (85.0, "warn"), (84.99, "fail"), (120.0, "pass")]
+)
 def test_judge_edges(value, status):
     assert robust.judge(value, 100.0, Limit("fleet_gpu_below_node_warn_pct", 5, fail=15))[0] == status
 
@@ -187,7 +228,10 @@ def test_two_gpus_are_held_against_each_other_the_slower_named():
     found = metrics.extract(h200_node()["results"])
     res = peers.gpu_vs_node("localhost", found, thresholds.Thresholds(thresholds.thresholds_for("h200-sxm")))
     assert res["status"] == "warn"
-    assert "GPU 1 (GPU-755c8ad9…, serial 1653724049352) bf16 matmul 791.6 TFLOPS is 5.2% below its only sibling GPU 0 at 834.6" in res["reason"]
+    assert (
+        "GPU 1 (GPU-755c8ad9…, serial 1653724049352) bf16 matmul 791.6 TFLOPS is 5.2% below its only sibling GPU 0 at 834.6"
+        in res["reason"]
+    )
     assert "GPU 0 (GPU-df63b106…, serial 1653724058331) fp16 matmul 738.1 TFLOPS is 6.1% below" in res["reason"]
     assert "HBM" not in res["reason"] and "PCIe" not in res["reason"]
 
@@ -201,14 +245,24 @@ def test_fleet_median_needs_three_nodes():
     assert base["status"] == "skip" and "no store" in base["reason"]
 
 
-@pytest.mark.parametrize("growth,minutes,status", [(3600, 15, "pass"), (3601, 15, "warn"), (7200, 120, "pass"), (7201, 120, "warn")])
+@pytest.mark.parametrize(
+    "growth,minutes,status", [(3600, 15, "pass"), (3601, 15, "warn"), (7200, 120, "pass"), (7201, 120, "warn")]
+)
 def test_counter_rate_edges(growth, minutes, status):
     gpus = gpus_of(0, 2)
     after_at = f"2026-11-21T{10 + minutes // 60:02d}:{minutes % 60:02d}:00Z"
-    doc = node_doc("n0", 0, gpus=gpus, read_at=("2026-11-21T10:00:00Z", after_at),
-                   before={0: {"nvlink_crc_data": 100}}, after={0: {"nvlink_crc_data": 100 + growth}})
+    doc = node_doc(
+        "n0",
+        0,
+        gpus=gpus,
+        read_at=("2026-11-21T10:00:00Z", after_at),
+        before={0: {"nvlink_crc_data": 100}},
+        after={0: {"nvlink_crc_data": 100 + growth}},
+    )
     found = metrics.extract(doc)
-    res = counter_growth.counters_during_run("n0", found, thresholds.Thresholds(thresholds.thresholds_for(doc["profile"])))
+    res = counter_growth.counters_during_run(
+        "n0", found, thresholds.Thresholds(thresholds.thresholds_for(doc["profile"]))
+    )
     assert res["status"] == status
     entry = res["detail"]["per_gpu"][0]["counters"]["nvlink_crc"]
     assert entry["judged_by"].startswith("count" if minutes < 60 else "rate")
@@ -216,13 +270,22 @@ def test_counter_rate_edges(growth, minutes, status):
 
 def test_uncorrected_ecc_growth_fails_and_a_reboot_is_said():
     gpus = gpus_of(0, 2)
-    doc = node_doc("n0", 0, gpus=gpus, read_at=("2026-11-21T10:00:00Z", "2026-11-21T10:20:00Z"),
-                   before={1: {"ecc_uncorrected_aggregate": 3, "nvlink_crc_data": 500}},
-                   after={1: {"ecc_uncorrected_aggregate": 4, "nvlink_crc_data": 20}})
+    doc = node_doc(
+        "n0",
+        0,
+        gpus=gpus,
+        read_at=("2026-11-21T10:00:00Z", "2026-11-21T10:20:00Z"),
+        before={1: {"ecc_uncorrected_aggregate": 3, "nvlink_crc_data": 500}},
+        after={1: {"ecc_uncorrected_aggregate": 4, "nvlink_crc_data": 20}},
+    )
     doc["results"][-1]["detail"]["boot_id"] = "boot-2"  # the after snapshot: another boot
     found = metrics.extract(doc)
-    res = counter_growth.counters_during_run("n0", found, thresholds.Thresholds(thresholds.thresholds_for(doc["profile"])))
-    assert res["status"] == "fail" and "GPU 1 (" in res["reason"] and "uncorrected ECC errors grew by 1" in res["reason"]
+    res = counter_growth.counters_during_run(
+        "n0", found, thresholds.Thresholds(thresholds.thresholds_for(doc["profile"]))
+    )
+    assert (
+        res["status"] == "fail" and "GPU 1 (" in res["reason"] and "uncorrected ECC errors grew by 1" in res["reason"]
+    )
     assert "rebooted between the snapshots" in res["reason"]
     assert res["detail"]["per_gpu"][1]["counters"]["nvlink_crc"]["growth"] == 20  # counted since the reboot
 
@@ -239,20 +302,34 @@ def test_no_snapshot_skips_saying_why():
 @pytest.mark.parametrize("spread,status", [(10.0, "pass"), (10.5, "warn")])
 def test_spread_floor_edge(spread, status):
     # Siblings at 2%: 10% is 5 times theirs but not over the 10% floor; 10.5% is over both.
-    doc = node_doc("n0", 0, gpus=gpus_of(0, 4), spreads={("hbm_copy_gbps", i): 2.0 for i in range(4)} | {("hbm_copy_gbps", 1): spread})
+    doc = node_doc(
+        "n0",
+        0,
+        gpus=gpus_of(0, 4),
+        spreads={("hbm_copy_gbps", i): 2.0 for i in range(4)} | {("hbm_copy_gbps", 1): spread},
+    )
     for res in doc["results"]:  # exact spread_pct, as the node writes it
         if res["check"] == "hbm_bandwidth":
             res["detail"]["per_gpu"]["hbm"]["1"]["samples_gbps"]["spread_pct"] = spread
     found = metrics.extract(doc)
-    assert peers.sample_spread("n0", found, thresholds.Thresholds(thresholds.thresholds_for("h100-sxm")))["status"] == status
+    assert (
+        peers.sample_spread("n0", found, thresholds.Thresholds(thresholds.thresholds_for("h100-sxm")))["status"]
+        == status
+    )
 
 
 def test_cpu_run_compares_but_claims_nothing():
-    docs = {f"n{i}": node_doc(f"n{i}", i, cpu=True, factors={("hbm_copy_gbps", g): 0.9 for g in range(8)} if i == 2 else None)
-            for i in range(3)}
+    docs = {
+        f"n{i}": node_doc(
+            f"n{i}", i, cpu=True, factors={("hbm_copy_gbps", g): 0.9 for g in range(8)} if i == 2 else None
+        )
+        for i in range(3)
+    }
     out = compare.evaluate("cpu", {h: {"results": d["results"], "profile": d["profile"]} for h, d in docs.items()})
     res = next(r for r in out["results"]["n2"] if r["check"] == "node_vs_fleet")
-    assert res["status"] == "skip" and res["reason"].startswith("CPU run: logic check only, not a performance figure: node n2 HBM copy")
+    assert res["status"] == "skip" and res["reason"].startswith(
+        "CPU run: logic check only, not a performance figure: node n2 HBM copy"
+    )
     assert res["detail"]["would_be"] == "warn"
     assert all(r["status"] != "warn" for rs in out["results"].values() for r in rs)
 
@@ -263,7 +340,9 @@ def test_cpu_run_compares_but_claims_nothing():
 def test_cuda_index_maps_by_uuid_else_position():
     found = metrics.extract(h200_node()["results"])  # recorded before benchmarks named their GPUs
     gpu1 = [m for m in found["metrics"] if m["scope"] == "gpu" and m["cuda_index"] == "1"]
-    assert {m["mapped_by"] for m in gpu1} == {"position"} and {m["uuid"] for m in gpu1} == {"GPU-755c8ad9-4858-d710-94b4-5641916ac523"}
+    assert {m["mapped_by"] for m in gpu1} == {"position"} and {m["uuid"] for m in gpu1} == {
+        "GPU-755c8ad9-4858-d710-94b4-5641916ac523"
+    }
     found = metrics.extract(node_doc("n0", 0))
     assert {m["mapped_by"] for m in found["metrics"] if m["scope"] == "gpu"} == {"uuid"}
 
@@ -290,7 +369,10 @@ def test_nccl_bands_and_shared_multinode_figures():
     assert keys["nccl_multinode_all_reduce_busbw_gbps_le_1MiB"]["size_bytes"] == 1 << 20
     assert keys["nccl_multinode_all_reduce_busbw_gbps_le_64MiB"]["size_bytes"] == 64 << 20
     assert keys["nccl_multinode_all_reduce_busbw_gbps_gt_64MiB"]["shared"] is True
-    assert keys["train_gpt2_node_tokens_per_s_per_gpu"]["value"] == 526504 and not keys["train_gpt2_node_tokens_per_s_per_gpu"]["shared"]
+    assert (
+        keys["train_gpt2_node_tokens_per_s_per_gpu"]["value"] == 526504
+        and not keys["train_gpt2_node_tokens_per_s_per_gpu"]["shared"]
+    )
 
 
 def test_explicit_baseline_must_be_in_the_store(tmp_path):
@@ -318,8 +400,9 @@ def test_a_node_profile_from_its_own_profile_dir_is_the_one_the_controller_judge
     generic["thresholds"][thresholds.GPU_WARN].update(value=2, source="site: GPUs of a node within 2%")
     (node_dir / "generic.yml").write_text(yaml.safe_dump(generic))
     (node_dir / "site-gpu.yml").write_text(yaml.safe_dump({"name": "site-gpu", "match": [], "thresholds": {}}))
-    carried = host_documents.check_host(h100_readings(), ["gpu_inventory"], host="n0", profile_name="site-gpu",
-                                profile_dir=node_dir)["profile"]
+    carried = host_documents.check_host(
+        h100_readings(), ["gpu_inventory"], host="n0", profile_name="site-gpu", profile_dir=node_dir
+    )["profile"]
     assert carried["name"] == "site-gpu" and carried["path"] == str(node_dir / "site-gpu.yml")
 
     doc = node_doc("n0", 0, gpus=gpus_of(0, 3))
@@ -331,7 +414,9 @@ def test_a_node_profile_from_its_own_profile_dir_is_the_one_the_controller_judge
     monkeypatch.setenv("GPUFLEET_PROFILE_DIR", str(tmp_path / "no-profiles-here"))
     thresholds._profile_thresholds.cache_clear()
     try:
-        res = peers.gpu_vs_node("n0", metrics.extract(doc), thresholds.Thresholds(thresholds.thresholds_for(doc["profile"])))
+        res = peers.gpu_vs_node(
+            "n0", metrics.extract(doc), thresholds.Thresholds(thresholds.thresholds_for(doc["profile"]))
+        )
     finally:
         thresholds._profile_thresholds.cache_clear()
     assert res["status"] == "warn", res

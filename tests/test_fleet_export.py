@@ -41,8 +41,14 @@ def fleet_run(tmp_path_factory):
     gpus = gpus_of(1)
     docs = {
         "n0": node_doc("n0", 0, read_at=R),
-        "n1": node_doc("n1", 1, read_at=R, factors={("matmul_bf16_tflops", 3): 0.8}, after={5: {"nvlink_crc_data": 40}},
-                       extra=[ecc_failure(gpus[2])]),
+        "n1": node_doc(
+            "n1",
+            1,
+            read_at=R,
+            factors={("matmul_bf16_tflops", 3): 0.8},
+            after={5: {"nvlink_crc_data": 40}},
+            extra=[ecc_failure(gpus[2])],
+        ),
         "n2": node_doc("n2", 2, read_at=R),
     }
     run = write_run(reports, "r1", docs)
@@ -69,26 +75,53 @@ def test_metrics_and_outlier_scores_are_labelled_by_gpu_uuid_and_check(fleet_run
     assert 650e12 < bf16 < 680e12  # the recorded 825 TFLOPS, at 80%, in FLOP/s
     assert _find(n1, "gpufleet_hbm_copy_bytes_per_second", node="n1", gpu="0") > 2900e9
     assert _find(n1, "gpufleet_pcie_copy_bytes_per_second", node="n1", gpu="7", direction="d2h") > 50e9
-    assert _find(n1, "gpufleet_nccl_busbw_bytes_per_second", node="n1", scope="node", collective="all_reduce",
-                 band="gt_64MiB") == 346.5e9
-    dev = _find(n1, "gpufleet_fleet_deviation_ratio", node="n1", gpu="3", uuid=gpu3["uuid"], check="fleet.gpu_vs_node",
-                metric="matmul_bf16_tflops")
+    assert (
+        _find(
+            n1,
+            "gpufleet_nccl_busbw_bytes_per_second",
+            node="n1",
+            scope="node",
+            collective="all_reduce",
+            band="gt_64MiB",
+        )
+        == 346.5e9
+    )
+    dev = _find(
+        n1,
+        "gpufleet_fleet_deviation_ratio",
+        node="n1",
+        gpu="3",
+        uuid=gpu3["uuid"],
+        check="fleet.gpu_vs_node",
+        metric="matmul_bf16_tflops",
+    )
     assert -0.21 < dev < -0.19
-    assert _find(n1, "gpufleet_fleet_robust_z", node="n1", gpu="3", check="fleet.gpu_vs_node", metric="matmul_bf16_tflops") < -3
+    assert (
+        _find(n1, "gpufleet_fleet_robust_z", node="n1", gpu="3", check="fleet.gpu_vs_node", metric="matmul_bf16_tflops")
+        < -3
+    )
     assert _find(n1, "gpufleet_sample_spread_ratio", node="n1", gpu="0", metric="hbm_copy_gbps") == pytest.approx(0.02)
     assert _find(n1, "gpufleet_gpu_counter", node="n1", gpu="5", counter="nvlink_crc") == 40
-    assert _find(n1, "gpufleet_gpu_counter_growth_per_second", node="n1", gpu="5", counter="nvlink_crc",
-                 window="run") == pytest.approx(160 / 3600)
+    assert _find(
+        n1, "gpufleet_gpu_counter_growth_per_second", node="n1", gpu="5", counter="nvlink_crc", window="run"
+    ) == pytest.approx(160 / 3600)
     # Per-GPU figures carry no node-level duplicate (the slowest GPU is min() over them).
     assert not [k for k in n1 if k[0] == "gpufleet_matmul_flops" and ("gpu", "") in k[1]]
 
 
 # Units Prometheus' naming guide replaces by base units (bytes, seconds, ratios), and prefixes of scaled units.
-_NOT_BASE = re.compile(r"_(k|m|g|t)?bps\b|_(g|t|p)flops|_pct|_percent|_per_(hour|minute|day)|_(milli|micro|kilo|mega|giga|tera)"
-                       r"|_(kib|mib|gib|kb|mb|gb|ms|us|ns|hours?|minutes?)(_|$)")
+_NOT_BASE = re.compile(
+    r"_(k|m|g|t)?bps\b|_(g|t|p)flops|_pct|_percent|_per_(hour|minute|day)|_(milli|micro|kilo|mega|giga|tera)"
+    r"|_(kib|mib|gib|kb|mb|gb|ms|us|ns|hours?|minutes?)(_|$)"
+)
 # Words that must end a name when they are its unit.
-_UNIT_ENDINGS = {"bytes": ("_bytes", "_bytes_per_second"), "seconds": ("_seconds",), "second": ("_per_second", "_per_second_per_gpu"),
-                 "flops": ("_flops",), "ratio": ("_ratio",)}
+_UNIT_ENDINGS = {
+    "bytes": ("_bytes", "_bytes_per_second"),
+    "seconds": ("_seconds",),
+    "second": ("_per_second", "_per_second_per_gpu"),
+    "flops": ("_flops",),
+    "ratio": ("_ratio",),
+}
 
 
 def _families(run) -> dict:
@@ -108,7 +141,9 @@ def test_every_name_follows_the_naming_convention(fleet_run):
         for word, endings in _UNIT_ENDINGS.items():
             if re.search(rf"(^|_){word}(_|$)", name):
                 assert name.endswith(endings), f"{name}: the unit {word} must end the name ({endings})"
-        assert not name.endswith(("_total", "_count", "_sum", "_bucket", "_created")), name  # counter/histogram suffixes
+        assert not name.endswith(("_total", "_count", "_sum", "_bucket", "_created")), (
+            name
+        )  # counter/histogram suffixes
         assert family.type == "gauge" and family.documentation.strip(), name
         if name.endswith("_info"):
             assert {s.value for s in family.samples} == {1}
@@ -127,8 +162,14 @@ def test_the_reports_guide_lists_every_series(fleet_run):
 
 def test_the_docs_table_names_every_label_of_each_series(fleet_run):
     page = (Path(__file__).resolve().parents[1] / "docs" / "reports.md").read_text()
-    table = {name: set(labels.split(",")) for name, labels in re.findall(r"^\| `(gpufleet_[a-z0-9_]+)\{([a-z_,]+)\}`", page, re.M)}
-    documented = {name: set(labels.split(",")) for name, labels in re.findall(r"\b(gpufleet_[a-z0-9_]+)\{([a-z_,]+)\}", export.__doc__)}
+    table = {
+        name: set(labels.split(","))
+        for name, labels in re.findall(r"^\| `(gpufleet_[a-z0-9_]+)\{([a-z_,]+)\}`", page, re.M)
+    }
+    documented = {
+        name: set(labels.split(","))
+        for name, labels in re.findall(r"\b(gpufleet_[a-z0-9_]+)\{([a-z_,]+)\}", export.__doc__)
+    }
     written: dict[str, set] = {}
     for family in _families(fleet_run["run"]).values():
         for sample in family.samples:
@@ -142,17 +183,22 @@ def test_textfiles_where_node_exporter_reads_them_replaced_whole_and_none_left_s
     collector = tmp_path / "textfile_collector"
     collector.mkdir()
     (collector / "other_exporter.prom").write_text("other_metric 1\n")
-    (collector / "gpufleet_gone.prom").write_text("gpufleet_node_accepted{node=\"gone\"} 1\n")  # a node since removed
-    (collector / "gpufleet_n9.prom").write_text("gpufleet_node_accepted{node=\"n9\"} 1\n")  # in the inventory, not run
-    docs = {"n0": node_doc("n0", 0, read_at=R),
-            "n1": node_doc("n1", 1, read_at=R, extra=[ecc_failure(gpus_of(1)[2])])}
+    (collector / "gpufleet_gone.prom").write_text('gpufleet_node_accepted{node="gone"} 1\n')  # a node since removed
+    (collector / "gpufleet_n9.prom").write_text('gpufleet_node_accepted{node="n9"} 1\n')  # in the inventory, not run
+    docs = {"n0": node_doc("n0", 0, read_at=R), "n1": node_doc("n1", 1, read_at=R, extra=[ecc_failure(gpus_of(1)[2])])}
     run = write_run(tmp_path / "reports", "t1", docs)
     report.build(run, textfile_dir=collector, fleet_hosts=["n0", "n1", "n9"])
-    assert sorted(p.name for p in collector.iterdir()) == ["gpufleet_n0.prom", "gpufleet_n1.prom", "gpufleet_n9.prom",
-                                                            "other_exporter.prom"]
+    assert sorted(p.name for p in collector.iterdir()) == [
+        "gpufleet_n0.prom",
+        "gpufleet_n1.prom",
+        "gpufleet_n9.prom",
+        "other_exporter.prom",
+    ]
     n1 = collector / "gpufleet_n1.prom"
     assert n1.read_text() == (run / "prometheus" / "n1.prom").read_text() and oct(n1.stat().st_mode & 0o777) == "0o644"
-    assert _find(_samples(n1), "gpufleet_check_severity", node="n1", check="gpu_health.ecc", **{"class": "hardware"}) == 3
+    assert (
+        _find(_samples(n1), "gpufleet_check_severity", node="n1", check="gpu_health.ecc", **{"class": "hardware"}) == 3
+    )
     first = n1.stat().st_ino
     # The next run of n1 alone (--limit), without the ECC result: that series is gone from its file, replaced
     # through a rename (a new inode; node_exporter never reads half a file); n0's file stays.
@@ -170,8 +216,10 @@ def test_drain_lines_for_the_nodes_not_accepted(fleet_run):
     drain = (fleet_run["run"] / "drain.txt").read_text().splitlines()
     assert drain[0] == "# gpufleet r1: 1 node(s) not accepted; run these lines to drain them in Slurm"
     # GPU 3 at 80% is also the node's slowest GPU: 20% under the fleet's too.
-    assert drain[1:] == ['scontrol update NodeName=n1 State=DRAIN Reason="gpufleet: r1: hardware: gpu_health.ecc, fleet.gpu_vs_node, '
-                         'fleet.node_vs_fleet"']
+    assert drain[1:] == [
+        'scontrol update NodeName=n1 State=DRAIN Reason="gpufleet: r1: hardware: gpu_health.ecc, fleet.gpu_vs_node, '
+        'fleet.node_vs_fleet"'
+    ]
     md = (fleet_run["run"] / "report.md").read_text()
     assert "```sh\n" + drain[1] + "\n```" in md
     assert json.loads((fleet_run["run"] / "report.json").read_text())["fleet"]["drain"] == drain[1:]
@@ -179,10 +227,13 @@ def test_drain_lines_for_the_nodes_not_accepted(fleet_run):
 
 def test_drain_line_quoting():
     line = export.drain_line("run-7", "gpu[01-02]", ["a.b", "c.d", "e.f", "g.h", "i.j", "k.l"])
-    assert line == "scontrol update 'NodeName=gpu[01-02]' State=DRAIN Reason=\"gpufleet: run-7: a.b, c.d, e.f, g.h +2 more\""
+    assert (
+        line
+        == "scontrol update 'NodeName=gpu[01-02]' State=DRAIN Reason=\"gpufleet: run-7: a.b, c.d, e.f, g.h +2 more\""
+    )
     words = shlex.split(line)  # what a shell hands scontrol
     assert words[2] == "NodeName=gpu[01-02]" and words[4] == "Reason=gpufleet: run-7: a.b, c.d, e.f, g.h +2 more"
-    assert '$' not in export.drain_line("r", "n0", ["x.$(reboot)`id`"])
+    assert "$" not in export.drain_line("r", "n0", ["x.$(reboot)`id`"])
     with pytest.raises(InputError, match="the Slurm node name of n0 is 'n0; reboot'"):
         export.slurm_name("n0", {"n0": "n0; reboot"})
 
@@ -196,8 +247,25 @@ def test_the_text_is_what_prometheus_client_writes_for_the_same_series():
 
     odd = ["", 'say "hi"', "back\\slash", "two\nlines", "{braces}", "ünïcode", "a,b=c"]
     # Values again after their first time (formatted once, then reused), zero after minus zero, NaN twice.
-    values = [0, 1, -2.5, 1e-9, 123456789.0, 3.0e21, float("nan"), float("inf"), float("-inf"),
-              -0.0, 0.0, -0.0, 1, -2.5, 123456789.0, float("nan"), float("inf")]
+    values = [
+        0,
+        1,
+        -2.5,
+        1e-9,
+        123456789.0,
+        3.0e21,
+        float("nan"),
+        float("inf"),
+        float("-inf"),
+        -0.0,
+        0.0,
+        -0.0,
+        1,
+        -2.5,
+        123456789.0,
+        float("nan"),
+        float("inf"),
+    ]
     gauges = [export._Gauge("gpufleet_test_plain", "no labels", ())]
     gauges[0].put((), 7)
     g = export._Gauge("gpufleet_test_odd", 'help with \\ and\nnewline "quoted"', ("node", "check", "class", "gpu"))

@@ -52,18 +52,45 @@ def fleet():
 
 
 def playbook(fleet: TestFleet, inventory: Path, reports: Path, run_id: str, *extra: str) -> tuple[int, str]:
-    env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", ANSIBLE_LOCAL_TEMP=str(reports.parent / "ansible-tmp"),
-               ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", **fleet.ssh_env())
-    proc = subprocess.run([str(BIN / "ansible-playbook"), "validate.yml", "-i", str(inventory), "-e", f"gpufleet_run_id={run_id}",
-                           "-e", f"gpufleet_reports_dir={reports}", *extra],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=420)
+    env = dict(
+        os.environ,
+        PATH=f"{BIN}:{os.environ['PATH']}",
+        ANSIBLE_LOCAL_TEMP=str(reports.parent / "ansible-tmp"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_FORCE_COLOR="0",
+        **fleet.ssh_env(),
+    )
+    proc = subprocess.run(
+        [
+            str(BIN / "ansible-playbook"),
+            "validate.yml",
+            "-i",
+            str(inventory),
+            "-e",
+            f"gpufleet_run_id={run_id}",
+            "-e",
+            f"gpufleet_reports_dir={reports}",
+            *extra,
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=420,
+    )
     (reports.parent / f"{run_id}.log").write_text(proc.stdout + proc.stderr)  # kept for a failing test's reader
     return proc.returncode, proc.stdout + proc.stderr
 
 
 def gpufleet(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "python"), "-m", "gpufleet", *args], cwd=REPO, capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, PYTHONPATH=str(REPO / "src")))
+    return subprocess.run(
+        [str(BIN / "python"), "-m", "gpufleet", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=str(REPO / "src")),
+    )
 
 
 def doc(path: Path) -> dict:
@@ -82,9 +109,17 @@ def fleet_result(report: dict, host: str, check: str) -> dict:
 def test_baseline_reused_run_id_corrupt_document_and_a_replacement_run_with_a_peer(fleet, tmp_path):
     reports = tmp_path / "reports"
     # The engine of this checkout on the nodes, wherever the environment's own install points.
-    nodes = {n: {"gpufleet_node_env": dict(fleet.host_vars(n)["gpufleet_node_env"], PYTHONPATH=str(REPO / "src"))} for n in NODES}
-    inventory = fleet.inventory(tmp_path / "hosts.yml", host_vars=nodes, gpufleet_benchmarks=[], gpufleet_tier="acceptance",
-                                gpufleet_nccl_timeout_s=90)
+    nodes = {
+        n: {"gpufleet_node_env": dict(fleet.host_vars(n)["gpufleet_node_env"], PYTHONPATH=str(REPO / "src"))}
+        for n in NODES
+    }
+    inventory = fleet.inventory(
+        tmp_path / "hosts.yml",
+        host_vars=nodes,
+        gpufleet_benchmarks=[],
+        gpufleet_tier="acceptance",
+        gpufleet_nccl_timeout_s=90,
+    )
     first, third = f"base-{uuid.uuid4().hex[:8]}", f"repl-{uuid.uuid4().hex[:8]}"
     run1 = reports / first
 
@@ -95,9 +130,14 @@ def test_baseline_reused_run_id_corrupt_document_and_a_replacement_run_with_a_pe
     assert sorted(p.name for p in (run1 / "hosts").iterdir()) == [f"{n}.json" for n in NODES]
     assert not (run1 / "peers").exists()
     for host in NODES:
-        mn = [r for r in doc(run1 / "hosts" / f"{host}.json")["results"] if r["group"] == "benchmark_multinode"
-              and r["check"] == "nccl_all_reduce"]
-        assert mn and mn[0]["detail"]["multinode"]["members"] == NODES and mn[0]["detail"]["multinode"]["peers"] == [], mn
+        mn = [
+            r
+            for r in doc(run1 / "hosts" / f"{host}.json")["results"]
+            if r["group"] == "benchmark_multinode" and r["check"] == "nccl_all_reduce"
+        ]
+        assert (
+            mn and mn[0]["detail"]["multinode"]["members"] == NODES and mn[0]["detail"]["multinode"]["peers"] == []
+        ), mn
     shown = gpufleet("baseline", "show", "--json", "--reports-dir", str(reports))
     assert shown.returncode == 0 and json.loads(shown.stdout)["run_id"] == first, shown.stdout + shown.stderr
     kept = snapshot(run1)
@@ -136,10 +176,23 @@ def test_baseline_reused_run_id_corrupt_document_and_a_replacement_run_with_a_pe
     # controller says that run's ansible-playbook is gone, so the peer is taken over, and that is said.
     gone = subprocess.Popen(["true"])
     gone.wait()
-    lock.acquire(fleet.root("node-a") / "run" / "lock" / "gpufleet-node.lock", "killed-elsewhere", "node-a", 3600,
-                 controller=dict(controller_identity(), pid=gone.pid))
-    rc, out = playbook(fleet, inventory, reports, third, "--limit", "node-c", "-e",
-                       json.dumps({"gpufleet_peers": ["node-a", "node-b"]}))
+    lock.acquire(
+        fleet.root("node-a") / "run" / "lock" / "gpufleet-node.lock",
+        "killed-elsewhere",
+        "node-a",
+        3600,
+        controller=dict(controller_identity(), pid=gone.pid),
+    )
+    rc, out = playbook(
+        fleet,
+        inventory,
+        reports,
+        third,
+        "--limit",
+        "node-c",
+        "-e",
+        json.dumps({"gpufleet_peers": ["node-a", "node-b"]}),
+    )
     run3 = reports / third
     assert rc != 0 and "Fail when a node was not accepted" in out, out[-6000:]
     assert sorted(p.name for p in (run3 / "hosts").iterdir()) == ["node-c.json"], out[-6000:]
@@ -148,17 +201,28 @@ def test_baseline_reused_run_id_corrupt_document_and_a_replacement_run_with_a_pe
     mn = [r for r in c["results"] if r["group"] == "benchmark_multinode" and r["check"] == "nccl_all_reduce"]
     assert mn, c["results"]
     info = mn[0]["detail"]["multinode"]
-    assert (info["members"], info["master"], info["node_rank"], info["peers"]) == (["node-a", "node-c"], "node-a", 1, ["node-a"]), info
+    assert (info["members"], info["master"], info["node_rank"], info["peers"]) == (
+        ["node-a", "node-c"],
+        "node-a",
+        1,
+        ["node-a"],
+    ), info
     assert list(info["left_out"]) == ["node-b"] and "did not answer" in info["left_out"]["node-b"], info
     assert list(info["peers_taken_over"]) == ["node-a"], info
-    assert info["peers_taken_over"]["node-a"].startswith("took over the stale lock of run killed-elsewhere: its run was stopped"), info
+    assert info["peers_taken_over"]["node-a"].startswith(
+        "took over the stale lock of run killed-elsewhere: its run was stopped"
+    ), info
     assert sorted(p.name for p in (run3 / "peers").iterdir()) == ["node-a.json"]
     peer = doc(run3 / "peers" / "node-a.json")
     assert peer["host"] == "node-a"
-    assert {r["group"] for r in peer["results"]} == {"benchmark_multinode"}, peer["results"]  # no node stage on the peer
+    assert {r["group"] for r in peer["results"]} == {"benchmark_multinode"}, peer[
+        "results"
+    ]  # no node stage on the peer
     (peer_mn,) = [r for r in peer["results"] if r["check"] == "nccl_all_reduce"]
     # Each rank times the same collectives: the peer's figure beside the new node's.
-    assert peer_mn["detail"]["multinode"]["node_rank"] == 0 and peer_mn["value"] > 0 and peer_mn["unit"] == mn[0]["unit"], peer_mn
+    assert (
+        peer_mn["detail"]["multinode"]["node_rank"] == 0 and peer_mn["value"] > 0 and peer_mn["unit"] == mn[0]["unit"]
+    ), peer_mn
     # The peer's own documents are never touched; its lock was given back (a later run can take it).
     assert snapshot(run1)["hosts/node-a.json"] == kept["hosts/node-a.json"]
     assert (fleet.root("node-a") / "run" / "lock").is_dir()  # where its lock was taken
@@ -170,7 +234,11 @@ def test_baseline_reused_run_id_corrupt_document_and_a_replacement_run_with_a_pe
     (aside,) = reports.glob("gpufleet.db.damaged-*")
     assert aside.read_bytes() == b"garbage over the store " * 100
     (problem,) = report["fleet"]["store_problems"]
-    assert f"moved aside to {aside}" in problem and f"rebuilt by run {third}" in problem and f"baseline {first} restored" in problem, problem
+    assert (
+        f"moved aside to {aside}" in problem
+        and f"rebuilt by run {third}" in problem
+        and f"baseline {first} restored" in problem
+    ), problem
     vs = fleet_result(report, "node-c", "node_vs_baseline")
     assert first in json.dumps(vs), vs
     # The peer's figures of the run across nodes are shown beside node-c's, and judge nothing.

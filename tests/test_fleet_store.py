@@ -46,18 +46,31 @@ def test_two_processes_write_at_once(tmp_path):
     doc = tmp_path / "doc.json"
     doc.write_text(json.dumps(node_doc("node", 0, read_at=R1)))
     Store(db).close()  # both find the store made; creating it at once is covered by its own retry
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(db), run, str(doc), str(go)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for run in ("runA", "runB")]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(db), run, str(doc), str(go)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for run in ("runA", "runB")
+    ]
     # Both ready (imported, which takes a busy machine seconds) before either writes: they write at once.
-    wait_for(lambda: all(Path(f"{go}.{run}").exists() for run in ("runA", "runB")), 120, "both writers ready",
-             interval_s=0.05)
+    wait_for(
+        lambda: all(Path(f"{go}.{run}").exists() for run in ("runA", "runB")),
+        120,
+        "both writers ready",
+        interval_s=0.05,
+    )
     go.touch()
     outs = [p.communicate(timeout=60) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outs]
     with Store(db) as store:
         docs = store.conn.execute("SELECT run_id, COUNT(*) FROM documents GROUP BY run_id").fetchall()
         assert sorted(tuple(r) for r in docs) == [("runA", 25), ("runB", 25)]
-        per_doc = store.conn.execute("SELECT COUNT(*) FROM metrics WHERE run_id = 'runA' AND host = 'node0'").fetchone()[0]
+        per_doc = store.conn.execute(
+            "SELECT COUNT(*) FROM metrics WHERE run_id = 'runA' AND host = 'node0'"
+        ).fetchone()[0]
         assert store.conn.execute("SELECT COUNT(*) FROM metrics").fetchone()[0] == 50 * per_doc > 0
         assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
@@ -78,11 +91,17 @@ def _two_runs(reports: Path) -> None:
     """r1 and r2 as a playbook makes them: each host document recorded as it arrives, then the report."""
     r1 = {f"n{i}": node_doc(f"n{i}", i, read_at=R1, started=R1[0]) for i in range(3)}
     r1["n2"]["results"].append(ecc_failure(gpus_of(2)[1]))
-    r2 = {f"n{i}": node_doc(f"n{i}", i, read_at=R2, started=R2[0], factors={("hbm_copy_gbps", 0): 0.9} if i == 1 else None)
-          for i in range(3)}
+    r2 = {
+        f"n{i}": node_doc(
+            f"n{i}", i, read_at=R2, started=R2[0], factors={("hbm_copy_gbps", 0): 0.9} if i == 1 else None
+        )
+        for i in range(3)
+    }
     for run_id, docs, at in (("r1", r1, R1), ("r2", r2, R2)):
         run_dir = write_run(reports, run_id, {}, started=at[0])
-        (run_dir / "run.json").write_text(json.dumps({"run_id": run_id, "started": at[0], "hosts": sorted(docs), "attempts": []}))
+        (run_dir / "run.json").write_text(
+            json.dumps({"run_id": run_id, "started": at[0], "hosts": sorted(docs), "attempts": []})
+        )
         for host, doc in docs.items():
             done = fleet_cli.record(run_dir, host, doc)
             with Store(reports / "gpufleet.db") as store:
@@ -105,13 +124,23 @@ def test_rebuild_equals_incremental(tmp_path):
         for table in a:
             assert a[table] == b[table], table
         # Every fleet result of both runs' report.json is in the store, one for each check fleet.json names.
-        fleet_results = sum(1 for run_id in ("r1", "r2")
-                            for node in json.loads((reports / run_id / "report.json").read_text())["nodes"].values()
-                            for r in node["results"] if r["group"] == "fleet")
-        assert fleet_results == sum(len(node["fleet_checks"]) for run_id in ("r1", "r2")
-                                    for node in json.loads((reports / run_id / "fleet.json").read_text())["nodes"].values())
+        fleet_results = sum(
+            1
+            for run_id in ("r1", "r2")
+            for node in json.loads((reports / run_id / "report.json").read_text())["nodes"].values()
+            for r in node["results"]
+            if r["group"] == "fleet"
+        )
+        assert fleet_results == sum(
+            len(node["fleet_checks"])
+            for run_id in ("r1", "r2")
+            for node in json.loads((reports / run_id / "fleet.json").read_text())["nodes"].values()
+        )
         assert fleet_results >= 6 * 8
-        assert incremental.conn.execute("SELECT COUNT(*) FROM results WHERE group_name = 'fleet'").fetchone()[0] == fleet_results
+        assert (
+            incremental.conn.execute("SELECT COUNT(*) FROM results WHERE group_name = 'fleet'").fetchone()[0]
+            == fleet_results
+        )
 
 
 def test_rebuild_records_a_corrupt_and_a_missing_document_and_keeps_the_run(tmp_path):
@@ -167,7 +196,10 @@ def test_history_of_a_node_a_gpu_and_a_serial(tmp_path):
     with Store(reports / "gpufleet.db") as store:
         node = store.history("n1")
         assert [r["run_id"] for r in node["runs"]] == ["r1", "r2"] and node["baseline"] == "r1"
-        assert node["runs"][1]["metrics"]["hbm_copy_gbps"]["value"] < node["runs"][0]["metrics"]["hbm_copy_gbps"]["value"] * 0.92
+        assert (
+            node["runs"][1]["metrics"]["hbm_copy_gbps"]["value"]
+            < node["runs"][0]["metrics"]["hbm_copy_gbps"]["value"] * 0.92
+        )
         assert ("fleet.node_vs_baseline", "warn") in {(x["check"], x["status"]) for x in node["runs"][1]["not_passing"]}
         by_uuid, by_serial = store.history(gpu["uuid"]), store.history(gpu["serial"])
         assert by_uuid["kind"] == "gpu" and by_serial["kind"] == "serial"

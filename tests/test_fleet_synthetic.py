@@ -21,9 +21,22 @@ from gpufleet.fleet import metrics
 ROOT = Path(__file__).resolve().parents[1]
 READINGS = ROOT / "tests" / "data" / "readings"
 RESULTS = ROOT / "docs" / "results"
-COUNTER_NAMES = ("ecc_corrected_volatile", "ecc_uncorrected_volatile", "ecc_corrected_aggregate", "ecc_uncorrected_aggregate",
-                 "row_remap_correctable", "row_remap_uncorrectable", "row_remap_pending", "row_remap_failure",
-                 "nvlink_crc_data", "nvlink_crc_flit", "nvlink_replay", "nvlink_recovery", "pcie_replay", "xid")
+COUNTER_NAMES = (
+    "ecc_corrected_volatile",
+    "ecc_uncorrected_volatile",
+    "ecc_corrected_aggregate",
+    "ecc_uncorrected_aggregate",
+    "row_remap_correctable",
+    "row_remap_uncorrectable",
+    "row_remap_pending",
+    "row_remap_failure",
+    "nvlink_crc_data",
+    "nvlink_crc_flit",
+    "nvlink_replay",
+    "nvlink_recovery",
+    "pcie_replay",
+    "xid",
+)
 
 
 @functools.lru_cache(maxsize=None)
@@ -44,7 +57,9 @@ def h200_node() -> dict:
 
 
 def h200_two_nodes() -> dict:
-    return copy.deepcopy(_load(RESULTS / "2026-11-21-h200-x2-two-nodes" / "validate-two-nodes-after-fix" / "report.json")["nodes"])
+    return copy.deepcopy(
+        _load(RESULTS / "2026-11-21-h200-x2-two-nodes" / "validate-two-nodes-after-fix" / "report.json")["nodes"]
+    )
 
 
 def _stamp(res: dict, group: str) -> dict:
@@ -56,9 +71,17 @@ def gpus_of(node_no: int, n: int = 8) -> list[dict]:
     out = []
     for g in h100_readings()["nvml"]["gpus"][:n]:
         uuid = g["uuid"]
-        out.append({"index": g["index"], "uuid": f"GPU-{node_no:02x}{uuid[6:]}", "serial": f"{int(g['serial']) + 1000 * node_no}",
-                    "pci_bus_id": g["pci_bus_id"], "name": g["name"], "memory_total_mib": g["memory_total_mib"],
-                    "vbios": g["vbios_version"]})
+        out.append(
+            {
+                "index": g["index"],
+                "uuid": f"GPU-{node_no:02x}{uuid[6:]}",
+                "serial": f"{int(g['serial']) + 1000 * node_no}",
+                "pci_bus_id": g["pci_bus_id"],
+                "name": g["name"],
+                "memory_total_mib": g["memory_total_mib"],
+                "vbios": g["vbios_version"],
+            }
+        )
     return out
 
 
@@ -67,27 +90,57 @@ def recorded_counters(g: dict) -> dict:
     links = g.get("nvlink") or []
     link_sum = lambda k: sum((lk.get("errors") or {}).get(k) or 0 for lk in links)  # noqa: E731
     rows = g.get("remapped_rows") or {}
-    return {"ecc_corrected_volatile": g["ecc_volatile_corrected"], "ecc_uncorrected_volatile": g["ecc_volatile_uncorrected"],
-            "ecc_corrected_aggregate": g["ecc_aggregate_corrected"], "ecc_uncorrected_aggregate": g["ecc_aggregate_uncorrected"],
-            "row_remap_correctable": rows.get("correctable", 0), "row_remap_uncorrectable": rows.get("uncorrectable", 0),
-            "row_remap_pending": int(bool(rows.get("pending"))), "row_remap_failure": int(bool(rows.get("failure"))),
-            "nvlink_crc_data": link_sum("crc_data"), "nvlink_crc_flit": link_sum("crc_flit"), "nvlink_replay": link_sum("replay"),
-            "nvlink_recovery": link_sum("recovery"), "pcie_replay": 0, "xid": 0}
+    return {
+        "ecc_corrected_volatile": g["ecc_volatile_corrected"],
+        "ecc_uncorrected_volatile": g["ecc_volatile_uncorrected"],
+        "ecc_corrected_aggregate": g["ecc_aggregate_corrected"],
+        "ecc_uncorrected_aggregate": g["ecc_aggregate_uncorrected"],
+        "row_remap_correctable": rows.get("correctable", 0),
+        "row_remap_uncorrectable": rows.get("uncorrectable", 0),
+        "row_remap_pending": int(bool(rows.get("pending"))),
+        "row_remap_failure": int(bool(rows.get("failure"))),
+        "nvlink_crc_data": link_sum("crc_data"),
+        "nvlink_crc_flit": link_sum("crc_flit"),
+        "nvlink_replay": link_sum("replay"),
+        "nvlink_recovery": link_sum("recovery"),
+        "pcie_replay": 0,
+        "xid": 0,
+    }
 
 
-def snapshot(phase: str, gpus: list[dict], read_at: str, boot_id: str = "boot-1", counters: dict | None = None,
-             visible: list[int] | None = None) -> dict:
+def snapshot(
+    phase: str,
+    gpus: list[dict],
+    read_at: str,
+    boot_id: str = "boot-1",
+    counters: dict | None = None,
+    visible: list[int] | None = None,
+) -> dict:
     """A counters.snapshot_<phase> result: the recorded counters, with `counters[index][name]` in their place."""
     recorded = h100_readings()["nvml"]["gpus"]
     entries = []
     for g in gpus:
         values = recorded_counters(recorded[g["index"] % len(recorded)])
         values.update((counters or {}).get(g["index"], {}))
-        entries.append({"index": g["index"], "uuid": g["uuid"], "serial": g["serial"], "pci_bus_id": g["pci_bus_id"],
-                        "visible": visible is None or g["index"] in visible, "counters": values})
-    return _stamp(schema.result(f"snapshot_{phase}", schema.PASS, f"counters of {len(gpus)} GPU(s) read",
-                                detail={"phase": phase, "read_at": read_at, "boot_id": boot_id, "gpus": entries, "unreadable": {}}),
-                  "counters")
+        entries.append(
+            {
+                "index": g["index"],
+                "uuid": g["uuid"],
+                "serial": g["serial"],
+                "pci_bus_id": g["pci_bus_id"],
+                "visible": visible is None or g["index"] in visible,
+                "counters": values,
+            }
+        )
+    return _stamp(
+        schema.result(
+            f"snapshot_{phase}",
+            schema.PASS,
+            f"counters of {len(gpus)} GPU(s) read",
+            detail={"phase": phase, "read_at": read_at, "boot_id": boot_id, "gpus": entries, "unreadable": {}},
+        ),
+        "counters",
+    )
 
 
 def _factor(node_no: int, i: int) -> float:
@@ -100,8 +153,15 @@ def _samples(value: float, spread_pct: float, n: int = 20) -> dict:
     return {"n": n, "min": lo, "median": value, "max": hi, "spread_pct": round((hi - lo) / value * 100, 2)}
 
 
-def benchmark_results(node_no: int, gpus: list[dict], *, factors: dict | None = None, spreads: dict | None = None,
-                      with_uuid: bool = True, cpu: bool = False) -> list[dict]:
+def benchmark_results(
+    node_no: int,
+    gpus: list[dict],
+    *,
+    factors: dict | None = None,
+    spreads: dict | None = None,
+    with_uuid: bool = True,
+    cpu: bool = False,
+) -> list[dict]:
     """matmul, memory and NCCL results of one node: the recorded figures per GPU, perturbed.
 
     factors: {(metric key, NVML index): factor} on top of healthy variation; spreads: {(metric key, index): spread %}.
@@ -109,7 +169,11 @@ def benchmark_results(node_no: int, gpus: list[dict], *, factors: dict | None = 
     factors, spreads = factors or {}, spreads or {}
     bench = {r["check"]: r for r in h100_bench()}
     mm, mem = bench["matmul_bf16"], bench["hbm_bandwidth"]
-    base_mm, base_hbm, base_pcie = mm["detail"]["per_gpu"]["0"], mem["detail"]["per_gpu"]["hbm"]["0"], mem["detail"]["per_gpu"]["pcie"]["0"]
+    base_mm, base_hbm, base_pcie = (
+        mm["detail"]["per_gpu"]["0"],
+        mem["detail"]["per_gpu"]["hbm"]["0"],
+        mem["detail"]["per_gpu"]["pcie"]["0"],
+    )
     per_gpu, hbm, pcie = {}, {}, {}
     for cuda, g in enumerate(gpus):
         i, f = g["index"], _factor(node_no, g["index"])
@@ -119,30 +183,66 @@ def benchmark_results(node_no: int, gpus: list[dict], *, factors: dict | None = 
         hb = round(base_hbm["hbm_copy_gbps"] * f * factors.get(("hbm_copy_gbps", i), 1.0), 1)
         h2d = round(base_pcie["h2d_gbps"] * f * factors.get(("pcie_h2d_gbps", i), 1.0), 2)
         d2h = round(base_pcie["d2h_gbps"] * f * factors.get(("pcie_d2h_gbps", i), 1.0), 2)
-        hbm[str(cuda)] = {"bytes": base_hbm["bytes"], "correct": True, "hbm_copy_gbps": hb,
-                          "samples_gbps": _samples(hb, spreads.get(("hbm_copy_gbps", i), 2.0))}
-        pcie[str(cuda)] = {"bytes": base_pcie["bytes"], "correct": True, "h2d_gbps": h2d, "d2h_gbps": d2h,
-                           "samples_h2d_gbps": _samples(h2d, spreads.get(("pcie_h2d_gbps", i), 1.0)),
-                           "samples_d2h_gbps": _samples(d2h, spreads.get(("pcie_d2h_gbps", i), 1.0))}
+        hbm[str(cuda)] = {
+            "bytes": base_hbm["bytes"],
+            "correct": True,
+            "hbm_copy_gbps": hb,
+            "samples_gbps": _samples(hb, spreads.get(("hbm_copy_gbps", i), 2.0)),
+        }
+        pcie[str(cuda)] = {
+            "bytes": base_pcie["bytes"],
+            "correct": True,
+            "h2d_gbps": h2d,
+            "d2h_gbps": d2h,
+            "samples_h2d_gbps": _samples(h2d, spreads.get(("pcie_h2d_gbps", i), 1.0)),
+            "samples_d2h_gbps": _samples(d2h, spreads.get(("pcie_d2h_gbps", i), 1.0)),
+        }
         if with_uuid:
             fig["uuid"] = hbm[str(cuda)]["uuid"] = pcie[str(cuda)]["uuid"] = g["uuid"]
         per_gpu[str(cuda)] = fig
     slowest = min(v["bf16"] for v in per_gpu.values())
     note = "; CPU run: logic check only, not a performance figure" if cpu else ""
     status = schema.SKIP if cpu else schema.PASS
-    mm_res = schema.result("matmul_bf16", status, f"slowest GPU bf16 matmul {slowest} TFLOPS (minimum 700){note}", value=slowest,
-                           unit="TFLOPS", threshold={"key": "matmul_bf16_tflops_min", "value": 700, "min": 700, "source": "h100-sxm"},
-                           detail={"method": mm["detail"]["method"], "monitor": {}, "per_gpu": per_gpu, "per_shape": {},
-                                   "summary": {}})
-    mem_detail = {"method": mem["detail"]["method"], "monitor": {}, "per_gpu": {"hbm": hbm, "pcie": pcie}, "summary": {}}
+    mm_res = schema.result(
+        "matmul_bf16",
+        status,
+        f"slowest GPU bf16 matmul {slowest} TFLOPS (minimum 700){note}",
+        value=slowest,
+        unit="TFLOPS",
+        threshold={"key": "matmul_bf16_tflops_min", "value": 700, "min": 700, "source": "h100-sxm"},
+        detail={"method": mm["detail"]["method"], "monitor": {}, "per_gpu": per_gpu, "per_shape": {}, "summary": {}},
+    )
+    mem_detail = {
+        "method": mem["detail"]["method"],
+        "monitor": {},
+        "per_gpu": {"hbm": hbm, "pcie": pcie},
+        "summary": {},
+    }
     out = [_stamp(mm_res, "benchmark")]
     low = min(v["hbm_copy_gbps"] for v in hbm.values())
-    out.append(_stamp(schema.result("hbm_bandwidth", status, f"slowest GPU HBM copy {low} GB/s{note}", value=low, unit="GB/s",
-                                    detail=mem_detail), "benchmark"))
+    out.append(
+        _stamp(
+            schema.result(
+                "hbm_bandwidth",
+                status,
+                f"slowest GPU HBM copy {low} GB/s{note}",
+                value=low,
+                unit="GB/s",
+                detail=mem_detail,
+            ),
+            "benchmark",
+        )
+    )
     for check, field in (("pcie_h2d_bandwidth", "h2d_gbps"), ("pcie_d2h_bandwidth", "d2h_gbps")):
         low = min(v[field] for v in pcie.values())
-        out.append(_stamp(schema.result(check, status, f"slowest GPU {field} {low} GB/s{note}", value=low, unit="GB/s",
-                                        detail=mem_detail), "benchmark"))
+        out.append(
+            _stamp(
+                schema.result(
+                    check, status, f"slowest GPU {field} {low} GB/s{note}", value=low, unit="GB/s", detail=mem_detail
+                ),
+                "benchmark",
+            )
+        )
     for res in h200_node()["results"]:
         if res["group"] == "benchmark" and res["check"].startswith("nccl_") and res["check"] != "nccl_sendrecv":
             res = copy.deepcopy(res)
@@ -153,14 +253,35 @@ def benchmark_results(node_no: int, gpus: list[dict], *, factors: dict | None = 
 
 
 def inventory_result(gpus: list[dict]) -> dict:
-    return _stamp(schema.result("gpu_count", schema.PASS, f"found {len(gpus)} GPUs", value=len(gpus), unit="GPUs",
-                                detail={"inventory": {"driver_version": "550.54.15", "gpus": gpus}}), "gpu_inventory")
+    return _stamp(
+        schema.result(
+            "gpu_count",
+            schema.PASS,
+            f"found {len(gpus)} GPUs",
+            value=len(gpus),
+            unit="GPUs",
+            detail={"inventory": {"driver_version": "550.54.15", "gpus": gpus}},
+        ),
+        "gpu_inventory",
+    )
 
 
-def node_doc(host: str, node_no: int, *, gpus: list[dict] | None = None, factors: dict | None = None, spreads: dict | None = None,
-             before: dict | None = None, after: dict | None = None, read_at: tuple[str, str] | None = None,
-             boot_id: str = "boot-1", extra: list[dict] | None = None, with_uuid: bool = True, cpu: bool = False,
-             started: str = "2026-11-21T10:00:00Z") -> dict:
+def node_doc(
+    host: str,
+    node_no: int,
+    *,
+    gpus: list[dict] | None = None,
+    factors: dict | None = None,
+    spreads: dict | None = None,
+    before: dict | None = None,
+    after: dict | None = None,
+    read_at: tuple[str, str] | None = None,
+    boot_id: str = "boot-1",
+    extra: list[dict] | None = None,
+    with_uuid: bool = True,
+    cpu: bool = False,
+    started: str = "2026-11-21T10:00:00Z",
+) -> dict:
     """One node's host document: inventory, benchmarks, and counter snapshots when read_at is given."""
     gpus = gpus if gpus is not None else gpus_of(node_no)
     results = [inventory_result(gpus)]
@@ -170,26 +291,50 @@ def node_doc(host: str, node_no: int, *, gpus: list[dict] | None = None, factors
     if read_at:
         results.append(snapshot("after", gpus, read_at[1], boot_id, after))
     results += extra or []
-    return {"schema_version": schema.SCHEMA_VERSION, "host": host, "engine_version": "0.1.0",
-            "profile": {"name": "h100-sxm", "path": "files/profiles/h100-sxm.yml", "thresholds": {}},
-            "versions": {"engine": "0.1.0", "driver": "550.54.15"}, "started": started, "seconds": 60.0, "results": results}
+    return {
+        "schema_version": schema.SCHEMA_VERSION,
+        "host": host,
+        "engine_version": "0.1.0",
+        "profile": {"name": "h100-sxm", "path": "files/profiles/h100-sxm.yml", "thresholds": {}},
+        "versions": {"engine": "0.1.0", "driver": "550.54.15"},
+        "started": started,
+        "seconds": 60.0,
+        "results": results,
+    }
 
 
 def ecc_failure(gpu: dict) -> dict:
     """gpu_health.ecc failing on one GPU, naming it in detail.flagged_gpus."""
-    return _stamp(schema.result("ecc", schema.FAIL, f"GPU {gpu['index']}: 2 volatile uncorrectable ECC errors", value=2,
-                                unit="errors", remedy="drain the node; reset the GPU",
-                                detail={"flagged_gpus": [{"index": gpu["index"], "uuid": gpu["uuid"], "serial": gpu["serial"]}]}),
-                  "gpu_health")
+    return _stamp(
+        schema.result(
+            "ecc",
+            schema.FAIL,
+            f"GPU {gpu['index']}: 2 volatile uncorrectable ECC errors",
+            value=2,
+            unit="errors",
+            remedy="drain the node; reset the GPU",
+            detail={"flagged_gpus": [{"index": gpu["index"], "uuid": gpu["uuid"], "serial": gpu["serial"]}]},
+        ),
+        "gpu_health",
+    )
 
 
-def write_run(reports_dir: Path, run_id: str, docs: dict[str, dict], *, started: str | None = None, baseline: str | None = None) -> Path:
+def write_run(
+    reports_dir: Path, run_id: str, docs: dict[str, dict], *, started: str | None = None, baseline: str | None = None
+) -> Path:
     """A run folder as the playbook leaves it: run.json and hosts/<host>.json."""
     run_dir = reports_dir / run_id
     (run_dir / "hosts").mkdir(parents=True, exist_ok=True)
-    run = {"schema_version": 1, "run_id": run_id, "playbook": "validate", "started": started or min(d["started"] for d in docs.values()),
-           "tier": "quick", "hosts": sorted(docs), "baseline": baseline,
-           "attempts": [{"attempt": 1, "started": started, "limit": None, "stages": None}]}
+    run = {
+        "schema_version": 1,
+        "run_id": run_id,
+        "playbook": "validate",
+        "started": started or min(d["started"] for d in docs.values()),
+        "tier": "quick",
+        "hosts": sorted(docs),
+        "baseline": baseline,
+        "attempts": [{"attempt": 1, "started": started, "limit": None, "stages": None}],
+    }
     (run_dir / "run.json").write_text(json.dumps(run))
     for host, doc in docs.items():
         (run_dir / "hosts" / f"{host}.json").write_text(json.dumps(doc))

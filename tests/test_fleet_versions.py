@@ -26,15 +26,29 @@ PLUGIN_A, PLUGIN_B = "a" * 64, "b" * 64
 
 def versions_of(**changes) -> dict:
     """A node's versions as schema.versions() writes them, the same on every node unless changed."""
-    base = {"engine": "0.1.0", "driver": "570.124.06", "cuda_driver": "12.8", "nvml": "12.570.124.06",
-            "kernel": "6.8.0-60-generic", "os": "Ubuntu 22.04.5 LTS", "python": "3.11.7",
-            "vbios": ["96.00.A5.00.01"] * 8, "inforom_image": ["G520.0200.00.05"] * 8,
-            "hca_fw": {f"mlx5_{i}": "28.42.1000" for i in range(8)}, "hca_board_id": {f"mlx5_{i}": "MT_0000000838" for i in range(8)},
-            "ofed": "MLNX_OFED_LINUX-24.10-1.1.4.0", "rdma_core": None, "nccl": "2.26.2",
-            "nccl_libraries": {"/usr/lib/x86_64-linux-gnu/libnccl.so.2.26.2": "2.26.2"},
-            "nccl_net_plugin": {"path": "/opt/hpcx/nccl_rdma_sharp_plugin/lib/libnccl-net.so", "sha256": PLUGIN_A},
-            "torch": "2.7.0+cu128", "torch_cuda": "12.8",
-            "not_read": {"rdma_core": "no rdma-core package in /var/lib/dpkg/status and no libibverbs.so.1.* in the loader's folders"}}
+    base = {
+        "engine": "0.1.0",
+        "driver": "570.124.06",
+        "cuda_driver": "12.8",
+        "nvml": "12.570.124.06",
+        "kernel": "6.8.0-60-generic",
+        "os": "Ubuntu 22.04.5 LTS",
+        "python": "3.11.7",
+        "vbios": ["96.00.A5.00.01"] * 8,
+        "inforom_image": ["G520.0200.00.05"] * 8,
+        "hca_fw": {f"mlx5_{i}": "28.42.1000" for i in range(8)},
+        "hca_board_id": {f"mlx5_{i}": "MT_0000000838" for i in range(8)},
+        "ofed": "MLNX_OFED_LINUX-24.10-1.1.4.0",
+        "rdma_core": None,
+        "nccl": "2.26.2",
+        "nccl_libraries": {"/usr/lib/x86_64-linux-gnu/libnccl.so.2.26.2": "2.26.2"},
+        "nccl_net_plugin": {"path": "/opt/hpcx/nccl_rdma_sharp_plugin/lib/libnccl-net.so", "sha256": PLUGIN_A},
+        "torch": "2.7.0+cu128",
+        "torch_cuda": "12.8",
+        "not_read": {
+            "rdma_core": "no rdma-core package in /var/lib/dpkg/status and no libibverbs.so.1.* in the loader's folders"
+        },
+    }
     return {**base, **changes}
 
 
@@ -55,12 +69,15 @@ def fleet_versions(rep: dict, host: str) -> dict | None:
 
 def test_a_node_with_another_net_plugin_fails_naming_the_file_and_both_hashes(tmp_path):
     odd = {"path": "/opt/hpcx/nccl_rdma_sharp_plugin/lib/libnccl-net.so", "sha256": PLUGIN_B}
-    rep = build(tmp_path, {"n0": versions_of(), "n1": versions_of(nccl_net_plugin=odd, kernel="6.8.0-59-generic"),
-                           "n2": versions_of()})
+    rep = build(
+        tmp_path,
+        {"n0": versions_of(), "n1": versions_of(nccl_net_plugin=odd, kernel="6.8.0-59-generic"), "n2": versions_of()},
+    )
     res = fleet_versions(rep, "n1")
     assert res["status"] == "fail" and res["class"] == "configuration", res
-    assert res["reason"].startswith("NCCL net plugin: /opt/hpcx/nccl_rdma_sharp_plugin/lib/libnccl-net.so (sha256 "
-                                    f"{PLUGIN_B}) here; ")
+    assert res["reason"].startswith(
+        f"NCCL net plugin: /opt/hpcx/nccl_rdma_sharp_plugin/lib/libnccl-net.so (sha256 {PLUGIN_B}) here; "
+    )
     assert f"(sha256 {PLUGIN_A}) on n0, n2 (the majority)" in res["reason"], res["reason"]
     assert res["threshold"]["source"] and res["detail"]["differences"][0]["component"] == "nccl_net_plugin"
     assert fleet_versions(rep, "n0") is None and fleet_versions(rep, "n2") is None
@@ -69,11 +86,16 @@ def test_a_node_with_another_net_plugin_fails_naming_the_file_and_both_hashes(tm
     assert rows[0]["component"] == "nccl_net_plugin" and [d["host"] for d in rows[0]["differs"]] == ["n1"]
     # NCCL's difference, which fails, before the kernel's, which warns; then the rows without one.
     assert rows[1]["component"] == "kernel" and rows[0]["majority_n"] == 2 and not any(r["differs"] for r in rows[2:])
-    assert res["reason"].endswith("; kernel: 6.8.0-59-generic here; 6.8.0-60-generic on n0, n2 (the majority)"), res["reason"]
+    assert res["reason"].endswith("; kernel: 6.8.0-59-generic here; 6.8.0-60-generic on n0, n2 (the majority)"), res[
+        "reason"
+    ]
     md = (tmp_path / "reports/r1/report.md").read_text()
     section = md.split("## Software and firmware", 1)[1]
     first = section.split("| --- | --- | --- | --- |\n", 1)[1].splitlines()[0]
-    assert first.startswith("| **NCCL net plugin** |") and f"n1: /opt/hpcx/nccl_rdma_sharp_plugin/lib/libnccl-net.so (sha256 {PLUGIN_B})" in first, first
+    assert (
+        first.startswith("| **NCCL net plugin** |")
+        and f"n1: /opt/hpcx/nccl_rdma_sharp_plugin/lib/libnccl-net.so (sha256 {PLUGIN_B})" in first
+    ), first
     assert "| NVIDIA driver | 570.124.06 (3 of 3) |" in section
     html = (tmp_path / "reports/r1/report.html").read_text()
     assert "<h2>Software and firmware</h2>" in html and '<tr class="s-warn"><td>NCCL net plugin</td>' in html
@@ -92,7 +114,9 @@ def test_a_node_with_another_driver_or_no_ofed_warns_and_the_nccl_run_keeps_it(t
     # rdma-core read on no node: the same everywhere, no difference.
     (rdma,) = [r for r in rep["fleet"]["versions"]["rows"] if r["component"] == "rdma_core"]
     assert rdma["majority"] == "not found" and not rdma["differs"] and rdma["not_read"]["n0"].startswith("no rdma-core")
-    assert versions.nccl_left_out({h: versions_of() for h in ("n0", "n1")} | {"n2": versions_of(driver="565.57.01")}) == {}
+    assert (
+        versions.nccl_left_out({h: versions_of() for h in ("n0", "n1")} | {"n2": versions_of(driver="565.57.01")}) == {}
+    )
 
 
 def test_two_nodes_that_disagree_are_both_named(tmp_path):
@@ -150,8 +174,10 @@ def test_one_node_without_a_baseline_has_nothing_to_compare_with(tmp_path):
 
 def test_gpufleet_versions_names_the_nodes_the_nccl_run_leaves_out(tmp_path):
     odd = {"path": "/opt/hpcx/nccl_rdma_sharp_plugin/lib/libnccl-net.so", "sha256": PLUGIN_B}
-    docs = {h: dict(node_doc(h, i), versions=versions_of(**({"nccl_net_plugin": odd} if h == "n2" else {})))
-            for i, h in enumerate(("n0", "n1", "n2"))}
+    docs = {
+        h: dict(node_doc(h, i), versions=versions_of(**({"nccl_net_plugin": odd} if h == "n2" else {})))
+        for i, h in enumerate(("n0", "n1", "n2"))
+    }
     run_dir = write_run(tmp_path, "r1", docs)
     (run_dir / "hosts" / "n3.json").write_text("{")
     out = run_versions(run_dir, ["n0", "n1", "n2", "n3"])
@@ -159,15 +185,32 @@ def test_gpufleet_versions_names_the_nodes_the_nccl_run_leaves_out(tmp_path):
     assert PLUGIN_A in out["left_out"]["n2"]["why"] and PLUGIN_B in out["left_out"]["n2"]["why"]
     assert set(out["unreadable"]) == {"n3"}
     # The command line the playbook runs, on the controller.
-    proc = subprocess.run([sys.executable, "-m", "gpufleet", "versions", str(run_dir), "--json", "--hosts", "n0,n1,n2"],
-                          capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO / "src")))
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpufleet", "versions", str(run_dir), "--json", "--hosts", "n0,n1,n2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=str(REPO / "src")),
+    )
     assert proc.returncode == 0, proc.stderr
     assert set(json.loads(proc.stdout)["left_out"]) == {"n2"}
-    text = subprocess.run([sys.executable, "-m", "gpufleet", "versions", str(run_dir), "--hosts", "n0,n1"], capture_output=True,
-                          text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO / "src")))
-    assert text.returncode == 0 and "NVIDIA driver: 570.124.06" in text.stdout and "left out" not in text.stdout, text.stdout
-    bad = subprocess.run([sys.executable, "-m", "gpufleet", "versions", str(tmp_path / "nope")], capture_output=True, text=True,
-                         timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO / "src")))
+    text = subprocess.run(
+        [sys.executable, "-m", "gpufleet", "versions", str(run_dir), "--hosts", "n0,n1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=str(REPO / "src")),
+    )
+    assert text.returncode == 0 and "NVIDIA driver: 570.124.06" in text.stdout and "left out" not in text.stdout, (
+        text.stdout
+    )
+    bad = subprocess.run(
+        [sys.executable, "-m", "gpufleet", "versions", str(tmp_path / "nope")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=str(REPO / "src")),
+    )
     assert bad.returncode != 0 and "nope/hosts does not exist" in bad.stderr, bad.stderr
 
 
@@ -176,15 +219,22 @@ def test_a_replaced_node_alone_in_its_run_is_held_against_its_peers_documents(tm
     make the majority; a new node with another net plugin is left out of the NCCL run, the peers never are."""
     odd = {"path": "/opt/hpcx/nccl_rdma_sharp_plugin/lib/libnccl-net.so", "sha256": PLUGIN_B}
     build(tmp_path, {h: versions_of() for h in ("n0", "n1", "n2")}, run_id="base")
-    run_dir = write_run(tmp_path / "reports", "accept", {"n2": dict(node_doc("n2", 2), versions=versions_of(nccl_net_plugin=odd))})
+    run_dir = write_run(
+        tmp_path / "reports", "accept", {"n2": dict(node_doc("n2", 2), versions=versions_of(nccl_net_plugin=odd))}
+    )
     assert run_versions(run_dir, ["n2"])["left_out"] == {}  # alone, nothing to differ from
     out = run_versions(run_dir, ["n2"], ["n0", "n1", "n9"])
     assert set(out["left_out"]) == {"n2"}
     assert PLUGIN_A in out["left_out"]["n2"]["why"] and PLUGIN_B in out["left_out"]["n2"]["why"]
     assert out["peers"] == ["n0", "n1"] and "no readable node document" in out["unreadable"]["n9"]
     # The command line the playbook runs, with the peers it joins.
-    proc = subprocess.run([sys.executable, "-m", "gpufleet", "versions", str(run_dir), "--json", "--hosts", "n2", "--peers", "n0,n1"],
-                          capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO / "src")))
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpufleet", "versions", str(run_dir), "--json", "--hosts", "n2", "--peers", "n0,n1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=str(REPO / "src")),
+    )
     assert proc.returncode == 0 and set(json.loads(proc.stdout)["left_out"]) == {"n2"}, proc.stderr
     # With the plugin of its peers it joins.
     same = write_run(tmp_path / "reports", "accept2", {"n2": dict(node_doc("n2", 2), versions=versions_of())})
@@ -209,9 +259,16 @@ def tree(tmp_path) -> Path:
     for i, fw in enumerate(("28.42.1000", "28.39.2048")):
         _write(root / f"sys/class/infiniband/mlx5_{i}/fw_ver", fw + "\n")
         _write(root / f"sys/class/infiniband/mlx5_{i}/board_id", "MT_0000000838\n")
-    _write(root / "usr/bin/ofed_info", "#!/bin/sh\n[ \"$1\" = -s ] && echo MLNX_OFED_LINUX-24.10-1.1.4.0: && exit 0\nexit 1\n", 0o755)
-    _write(root / "var/lib/dpkg/status", "Package: rdma-core\nStatus: install ok installed\nVersion: 2404mlnx51-1.2404066\n\n"
-                                         "Package: libibverbs1\nStatus: deinstall ok config-files\nVersion: 1.0\n")
+    _write(
+        root / "usr/bin/ofed_info",
+        '#!/bin/sh\n[ "$1" = -s ] && echo MLNX_OFED_LINUX-24.10-1.1.4.0: && exit 0\nexit 1\n',
+        0o755,
+    )
+    _write(
+        root / "var/lib/dpkg/status",
+        "Package: rdma-core\nStatus: install ok installed\nVersion: 2404mlnx51-1.2404066\n\n"
+        "Package: libibverbs1\nStatus: deinstall ok config-files\nVersion: 1.0\n",
+    )
     _write(root / "etc/ld.so.conf", "include /etc/ld.so.conf.d/*.conf\n")
     _write(root / "etc/ld.so.conf.d/hpcx.conf", "# HPC-X\n/opt/hpcx/nccl_rdma_sharp_plugin/lib\n")
     _write(root / "opt/hpcx/nccl_rdma_sharp_plugin/lib/libnccl-net.so", b"plugin one")
@@ -223,20 +280,30 @@ def tree(tmp_path) -> Path:
 def test_software_readings_of_a_fake_tree(tree):
     out = software.read(str(tree), {"PATH": "/usr/bin"})
     assert [(h["hca"], h["fw_ver"], h["board_id"]) for h in out["hcas"]["hcas"]] == [
-        ("mlx5_0", "28.42.1000", "MT_0000000838"), ("mlx5_1", "28.39.2048", "MT_0000000838")]
+        ("mlx5_0", "28.42.1000", "MT_0000000838"),
+        ("mlx5_1", "28.39.2048", "MT_0000000838"),
+    ]
     assert out["ofed"]["version"] == "MLNX_OFED_LINUX-24.10-1.1.4.0", out["ofed"]
     assert out["rdma_core"]["version"] == "2404mlnx51-1.2404066" and "rdma-core" in out["rdma_core"]["source"]
     plugin = out["nccl_net_plugin"]
     assert plugin["setting"] is None and plugin["candidates"] == ["libnccl-net.so"]
-    assert plugin["loads"] == {"path": "/opt/hpcx/nccl_rdma_sharp_plugin/lib/libnccl-net.so",
-                               "sha256": hashlib.sha256(b"plugin one").hexdigest(), "size_bytes": 10, "reason": None}
-    assert {f["path"] for f in plugin["found"]} == {"/opt/hpcx/nccl_rdma_sharp_plugin/lib/libnccl-net.so",
-                                                   "/opt/hpcx/nccl_rdma_sharp_plugin/lib/libnccl-net-ofi.so"}
+    assert plugin["loads"] == {
+        "path": "/opt/hpcx/nccl_rdma_sharp_plugin/lib/libnccl-net.so",
+        "sha256": hashlib.sha256(b"plugin one").hexdigest(),
+        "size_bytes": 10,
+        "reason": None,
+    }
+    assert {f["path"] for f in plugin["found"]} == {
+        "/opt/hpcx/nccl_rdma_sharp_plugin/lib/libnccl-net.so",
+        "/opt/hpcx/nccl_rdma_sharp_plugin/lib/libnccl-net-ofi.so",
+    }
     # A library that cannot be asked gives the version its file name carries.
     libs = {lib["path"]: lib["version"] for lib in out["nccl"]["libraries"]}
     if "x86_64" in os.uname().machine:
         assert libs == {"/usr/lib/x86_64-linux-gnu/libnccl.so.2.26.2": "2.26.2"}, out["nccl"]
-    ver = schema.versions({"nvml": {"available": False, "error": "no NVIDIA driver", "gpus": []}, "host": {}, "software": out})
+    ver = schema.versions(
+        {"nvml": {"available": False, "error": "no NVIDIA driver", "gpus": []}, "host": {}, "software": out}
+    )
     assert ver["hca_fw"] == {"mlx5_0": "28.42.1000", "mlx5_1": "28.39.2048"} and ver["ofed"].startswith("MLNX_OFED")
     assert ver["nccl_net_plugin"]["sha256"] == hashlib.sha256(b"plugin one").hexdigest()
     assert ver["vbios"] is None and ver["not_read"]["vbios"] == "no NVIDIA driver"
@@ -264,7 +331,9 @@ def test_a_node_without_infiniband_ofed_or_nccl_says_why(tmp_path):
     assert out["hcas"]["present"] is False and out["hcas"]["reason"].endswith("sys/class/infiniband: not present")
     assert out["ofed"]["version"] is None and "ofed_info not found" in out["ofed"]["reason"]
     assert out["rdma_core"]["version"] is None and out["rdma_core"]["reason"]
-    assert out["nccl_net_plugin"]["loads"] is None and "NCCL uses its internal network" in out["nccl_net_plugin"]["reason"]
+    assert (
+        out["nccl_net_plugin"]["loads"] is None and "NCCL uses its internal network" in out["nccl_net_plugin"]["reason"]
+    )
     ver = schema.versions({"nvml": {}, "host": {}, "software": out})
     assert {k for k in ver["not_read"]} >= {"hca_fw", "hca_board_id", "ofed", "rdma_core", "nccl_net_plugin"}
     assert all(ver[k] is None for k in ver["not_read"])
@@ -272,9 +341,22 @@ def test_a_node_without_infiniband_ofed_or_nccl_says_why(tmp_path):
 
 def test_gpufleet_hw_shows_the_software_of_the_tree(tree):
     # NVML from the H100 VM's recording, so that hw reads a GPU (exit 0) whether or not this machine has one.
-    proc = subprocess.run([sys.executable, "-m", "gpufleet", "hw", "--root", str(tree), "--readings",
-                           str(REPO / "tests" / "data" / "readings" / "recorded-h100-x1-vm.json")], capture_output=True,
-                          text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO / "src"), PATH="/usr/bin:/bin"))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpufleet",
+            "hw",
+            "--root",
+            str(tree),
+            "--readings",
+            str(REPO / "tests" / "data" / "readings" / "recorded-h100-x1-vm.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=str(REPO / "src"), PATH="/usr/bin:/bin"),
+    )
     assert proc.returncode == 0, proc.stderr
     assert "OFED       MLNX_OFED_LINUX-24.10-1.1.4.0; rdma-core 2404mlnx51-1.2404066" in proc.stdout, proc.stdout
     sha = hashlib.sha256(b"plugin one").hexdigest()

@@ -196,7 +196,14 @@ CASES = [
     ("mig-on", _set(1, "mig_mode_current", True), "mig_mode", "fail", "GPU 1: MIG enabled", "-mig 0"),
     ("seven-gpus", _drop_gpu(4), "gpu_count", "fail", "found 7 GPUs (NVIDIA H100 80GB HBM3), expected 8", "Xid 79"),
     ("mixed-model", _set(6, "name", "NVIDIA H100 PCIe"), "gpu_model", "fail", "mixed GPU models", "one GPU model"),
-    ("small-memory", _set(0, "memory_total_mib", 40960), "gpu_memory", "fail", "GPU 0: 40960 MiB < 80000 MiB", "replace"),
+    (
+        "small-memory",
+        _set(0, "memory_total_mib", 40960),
+        "gpu_memory",
+        "fail",
+        "GPU 0: 40960 MiB < 80000 MiB",
+        "replace",
+    ),
     (
         "old-driver",
         lambda r: r["nvml"].update(driver_version="470.82.01"),
@@ -221,7 +228,14 @@ CASES = [
         "GPUs 0, 1: persistence mode off",
         "-i 0,1 -pm 1",
     ),
-    ("prohibited", _set(3, "compute_mode", "Prohibited"), "compute_mode", "fail", "GPU 3: compute mode Prohibited", "-c DEFAULT"),
+    (
+        "prohibited",
+        _set(3, "compute_mode", "Prohibited"),
+        "compute_mode",
+        "fail",
+        "GPU 3: compute mode Prohibited",
+        "-c DEFAULT",
+    ),
     (
         "hw-slowdown",
         _set(5, "clock_event_reasons", {"mask": 0x8 | 0x40, "names": ["hw_slowdown", "hw_thermal_slowdown"]}),
@@ -240,7 +254,10 @@ CASES = [
     ),
     (
         "power-cap-busy",
-        _all(_set(2, "clock_event_reasons", {"mask": 0x4, "names": ["sw_power_cap"]}), _set(2, "utilization_gpu_pct", 100)),
+        _all(
+            _set(2, "clock_event_reasons", {"mask": 0x4, "names": ["sw_power_cap"]}),
+            _set(2, "utilization_gpu_pct", 100),
+        ),
         "clock_events",
         "warn",
         "GPU 2: SW power cap while busy (100% utilization)",
@@ -278,7 +295,9 @@ def test_one_fault_is_caught_and_named(case_id, change, check, status, reason, r
     assert r["remedy"] and remedy in r["remedy"], r["remedy"]
     assert r["detail"], "the evidence belongs in detail"
     # Only the check that owns the fault moves (seven GPUs also changes nothing else: they are still healthy).
-    others = {n: results[n]["status"] for n in GPU_CHECKS if n != check and results[n]["status"] not in ("pass", "skip")}
+    others = {
+        n: results[n]["status"] for n in GPU_CHECKS if n != check and results[n]["status"] not in ("pass", "skip")
+    }
     assert others == {}, others
 
 
@@ -381,7 +400,9 @@ def test_xid_79_from_a_real_kernel_log_line_fails(tmp_path):
     assert "GPU 0: Xid 79 at 0000:18:00" in r["reason"]  # the fail code leads
     assert "GPU 1: Xid 109 at 0000:2a:00" in r["reason"]  # not a hardware code: warn, still reported
     # The GPU behind the failure, by identity: a GPU moved to another node is still recognised.
-    assert r["detail"]["flagged_gpus"] == [{"index": 0, "uuid": gpu(readings, 0)["uuid"], "serial": gpu(readings, 0)["serial"]}]
+    assert r["detail"]["flagged_gpus"] == [
+        {"index": 0, "uuid": gpu(readings, 0)["uuid"], "serial": gpu(readings, 0)["serial"]}
+    ]
     assert "xid-errors" in r["remedy"]
     assert r["value"] == 2 and r["detail"]["events"][0]["message"].endswith("GPU has fallen off the bus.")
 
@@ -454,7 +475,10 @@ def test_nvml_unavailable_every_gpu_check_errors():
     for name in GPU_CHECKS:
         assert results[name]["status"] == "error"
         assert results[name]["reason"] == "NVML init failed: Driver Not Loaded"
-        assert results[name]["remedy"] == "install the NVIDIA driver (bringup.yml, role nvidia_driver) or run on a GPU node"
+        assert (
+            results[name]["remedy"]
+            == "install the NVIDIA driver (bringup.yml, role nvidia_driver) or run on a GPU node"
+        )
 
 
 # --- the CLI and recordings ---------------------------------------------------------------------------
@@ -468,7 +492,11 @@ def test_check_cli_on_a_recording_prints_the_host_document(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")])))
     cmd = [sys.executable, "-m", "gpufleet", "check", "--readings", str(path), "--json", "--host", "node7"]
     proc = subprocess.run(
-        cmd + ["--group", "gpu_inventory", "--group", "gpu_health"], capture_output=True, text=True, env=env, timeout=120
+        cmd + ["--group", "gpu_inventory", "--group", "gpu_health"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert proc.returncode == 1, proc.stderr  # a check failed: the node would not be accepted
     doc = json.loads(proc.stdout)
@@ -479,9 +507,13 @@ def test_check_cli_on_a_recording_prints_the_host_document(tmp_path):
     assert statuses["pcie_link"] == "fail"
     assert {s for n, s in statuses.items() if n != "pcie_link"} <= {"pass", "skip"}
     assert all(r["group"] in GROUPS and r["seconds"] >= 0 for r in doc["results"])
-    zero = subprocess.run(cmd + ["--group", "gpu_health", "--exit-zero"], capture_output=True, text=True, env=env, timeout=120)
+    zero = subprocess.run(
+        cmd + ["--group", "gpu_health", "--exit-zero"], capture_output=True, text=True, env=env, timeout=120
+    )
     assert zero.returncode == 0 and "fail" in zero.stdout, zero.stderr
-    healthy_only = subprocess.run(cmd + ["--group", "gpu_inventory"], capture_output=True, text=True, env=env, timeout=120)
+    healthy_only = subprocess.run(
+        cmd + ["--group", "gpu_inventory"], capture_output=True, text=True, env=env, timeout=120
+    )
     assert healthy_only.returncode == 0 and json.loads(healthy_only.stdout)["results"], healthy_only.stderr
 
 
@@ -532,10 +564,15 @@ def test_a_process_on_a_gpu_fails_and_names_gpu_pid_name_and_memory():
     assert "GPU 6: pid 77 (name unknown: not in this host's /proc, memory not reported)" in r["reason"]
     assert "drain the node" in r["remedy"] and "not the node's" in r["remedy"] and "nvidia-smi -i 3" in r["remedy"]
     assert [(p["index"], p["uuid"], p["pid"]) for p in r["detail"]["processes"]] == [
-        (3, gpu(readings, 3)["uuid"], 4242), (6, gpu(readings, 6)["uuid"], 77)]
+        (3, gpu(readings, 3)["uuid"], 4242),
+        (6, gpu(readings, 6)["uuid"], 77),
+    ]
     assert r["detail"]["flagged_gpus"] == [
-        {"index": i, "uuid": gpu(readings, i)["uuid"], "serial": gpu(readings, i)["serial"]} for i in (3, 6)]
-    others = {n: results[n]["status"] for n in GPU_CHECKS if n != "processes" and results[n]["status"] not in ("pass", "skip")}
+        {"index": i, "uuid": gpu(readings, i)["uuid"], "serial": gpu(readings, i)["serial"]} for i in (3, 6)
+    ]
+    others = {
+        n: results[n]["status"] for n in GPU_CHECKS if n != "processes" and results[n]["status"] not in ("pass", "skip")
+    }
     assert others == {}
 
 
@@ -586,15 +623,20 @@ def test_processes_judges_only_the_gpus_this_node_may_use():
     readings["nvml"]["cuda_visible_devices"] = "0,1,2,3"  # one machine split into two nodes
     r = run(readings)["processes"]
     assert r["status"] == "pass" and r["value"] == 0
-    assert r["reason"] == ("no process on the 4 GPUs of this node (GPUs 0-3); "
-                           "CUDA_VISIBLE_DEVICES='0,1,2,3' leaves 4 of 8 GPUs to this node")
+    assert r["reason"] == (
+        "no process on the 4 GPUs of this node (GPUs 0-3); "
+        "CUDA_VISIBLE_DEVICES='0,1,2,3' leaves 4 of 8 GPUs to this node"
+    )
     assert r["detail"]["visibility"]["indices"] == [0, 1, 2, 3]
     readings["nvml"]["cuda_visible_devices"] = gpu(readings, 5)["uuid"]
     r = run(readings)["processes"]
     assert r["status"] == "fail" and "GPU 5: pid 901" in r["reason"]
     readings["nvml"]["cuda_visible_devices"] = "GPU-deadbeef"
     r = run(readings)["processes"]
-    assert r["status"] == "fail" and "entry 'GPU-deadbeef' matches no GPU UUID NVML sees, so every GPU is judged" in r["reason"]
+    assert (
+        r["status"] == "fail"
+        and "entry 'GPU-deadbeef' matches no GPU UUID NVML sees, so every GPU is judged" in r["reason"]
+    )
     readings["nvml"]["cuda_visible_devices"] = ""
     r = run(readings)["processes"]
     assert r["status"] == "skip" and "leaves no GPU to this node" in r["reason"]
@@ -608,8 +650,12 @@ def test_flagged_gpus_name_the_gpus_behind_the_worst_status_only():
     gpu(readings, 4)["temperature_c"] = 82
     results = run(readings)
     assert results["ecc"]["status"] == "fail"
-    assert results["ecc"]["detail"]["flagged_gpus"] == [{"index": 3, "uuid": gpu(readings, 3)["uuid"], "serial": gpu(readings, 3)["serial"]}]
-    assert results["temperature"]["detail"]["flagged_gpus"] == [{"index": 4, "uuid": gpu(readings, 4)["uuid"], "serial": None}]
+    assert results["ecc"]["detail"]["flagged_gpus"] == [
+        {"index": 3, "uuid": gpu(readings, 3)["uuid"], "serial": gpu(readings, 3)["serial"]}
+    ]
+    assert results["temperature"]["detail"]["flagged_gpus"] == [
+        {"index": 4, "uuid": gpu(readings, 4)["uuid"], "serial": None}
+    ]
     for name in GPU_CHECKS:
         if results[name]["status"] in ("pass", "skip"):
             assert "flagged_gpus" not in results[name]["detail"], name
@@ -625,8 +671,10 @@ def test_a_benchmark_finding_gets_the_serial_and_index_of_the_gpu_it_names_by_uu
 
     readings = healthy()
     target = gpu(readings, 6)
-    res = benchmarks.flag_gpus(schema.result("hbm_bandwidth", schema.FAIL, "slow"),
-                               [{"index": None, "uuid": target["uuid"].upper(), "serial": None}])
+    res = benchmarks.flag_gpus(
+        schema.result("hbm_bandwidth", schema.FAIL, "slow"),
+        [{"index": None, "uuid": target["uuid"].upper(), "serial": None}],
+    )
     gpu_inventory.name_flagged(res, readings["nvml"]["gpus"])
     assert res["detail"]["flagged_gpus"] == [{"index": 6, "uuid": target["uuid"].upper(), "serial": target["serial"]}]
 

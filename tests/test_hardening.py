@@ -76,8 +76,9 @@ def test_a_run_id_names_one_run_and_a_resume_adds_an_attempt(tmp_path):
     assert Path(first["run_dir"]) == tmp_path / "r1" and (tmp_path / "r1" / "hosts").is_dir()
     with pytest.raises(InputError, match="gpufleet_run_id 'r1' is already used by the run in .* never overwritten"):
         runs.start(str(tmp_path), "r1", playbook="validate", hosts=["node-a"])
-    again = runs.start(str(tmp_path), "r1", playbook="validate", hosts=["node-b"], resume=True, limit="node-b",
-                       stages=["multinode"])
+    again = runs.start(
+        str(tmp_path), "r1", playbook="validate", hosts=["node-b"], resume=True, limit="node-b", stages=["multinode"]
+    )
     assert again["attempt"] == 2 and again["resumed"]
     doc = runs.read_run(tmp_path / "r1")
     assert [a["attempt"] for a in doc["attempts"]] == [1, 2]
@@ -87,10 +88,13 @@ def test_a_run_id_names_one_run_and_a_resume_adds_an_attempt(tmp_path):
         runs.start(str(tmp_path), "r9", playbook="validate", hosts=[], resume=True)
 
 
-@pytest.mark.parametrize("run_id, host, message", [
-    ("../../somewhere", "node-a", "gpufleet_run_id '../../somewhere' is not a plain name"),
-    ("r1", "node/../../x", "the inventory host name 'node/../../x' is not a plain name"),
-])
+@pytest.mark.parametrize(
+    "run_id, host, message",
+    [
+        ("../../somewhere", "node-a", "gpufleet_run_id '../../somewhere' is not a plain name"),
+        ("r1", "node/../../x", "the inventory host name 'node/../../x' is not a plain name"),
+    ],
+)
 def test_names_that_would_leave_the_reports_folder_are_refused(tmp_path, run_id, host, message):
     with pytest.raises(InputError, match=message.replace(".", r"\.").replace("(", r"\(")):
         runs.start(str(tmp_path / "reports"), run_id, playbook="validate", hosts=[host])
@@ -128,7 +132,10 @@ def test_one_run_holds_a_node_and_a_second_is_told_which(tmp_path):
     assert lock.acquire(path, "r1", "node-b", 600)["acquired"]
     other = lock.acquire(path, "r2", "node-a", 600)
     assert not other["acquired"]
-    assert "the node is held by run 'r1' (controller ctl, pid 1)" in other["reason"] and "node-a, node-b" in other["reason"]
+    assert (
+        "the node is held by run 'r1' (controller ctl, pid 1)" in other["reason"]
+        and "node-a, node-b" in other["reason"]
+    )
     assert lock.release(path, "r1", "node-a")["released"]
     assert not lock.acquire(path, "r2", "node-a", 600)["acquired"]  # node-b still holds it for r1
     assert lock.release(path, "r1", "node-b")["released"]
@@ -136,11 +143,14 @@ def test_one_run_holds_a_node_and_a_second_is_told_which(tmp_path):
     assert lock.acquire(path, "r2", "node-a", 600)["acquired"]
 
 
-@pytest.mark.parametrize("how, says", [
-    ("expired", "its lease expired at"),
-    ("dead", "its run was stopped: the controller's ansible-playbook process for it is gone"),
-    ("rebooted", "the node rebooted since it was taken"),
-])
+@pytest.mark.parametrize(
+    "how, says",
+    [
+        ("expired", "its lease expired at"),
+        ("dead", "its run was stopped: the controller's ansible-playbook process for it is gone"),
+        ("rebooted", "the node rebooted since it was taken"),
+    ],
+)
 def test_a_stale_lock_is_taken_over_and_said_so(tmp_path, how, says):
     path = tmp_path / "node.lock"
     lock.acquire(path, "old", "node-a", 0.01 if how == "expired" else 600)
@@ -171,7 +181,9 @@ def test_a_run_waits_for_the_node_when_asked_and_no_longer(tmp_path):
     refused = lock.acquire(path, "r2", "node-a", 600, wait_s=0.3, poll_s=0.05)
     assert not refused["acquired"] and "held by run 'r1'" in refused["reason"] and "waited" in refused["reason"]
     got = {}
-    waiter = threading.Thread(target=lambda: got.update(lock.acquire(path, "r2", "node-a", 600, wait_s=300, poll_s=0.05)))
+    waiter = threading.Thread(
+        target=lambda: got.update(lock.acquire(path, "r2", "node-a", 600, wait_s=300, poll_s=0.05))
+    )
     waiter.start()
     lock.release(path, "r1", "node-a")
     waiter.join(timeout=300)
@@ -182,7 +194,8 @@ def test_the_controller_is_the_outermost_ansible_playbook_process(tmp_path):
     # ansible-playbook forks a worker (same command line) per task, and the worker starts the module: the run's
     # controller is the main process, which lives as long as the run, never the worker.
     nest = tmp_path / "nest.py"
-    nest.write_text(textwrap.dedent("""\
+    nest.write_text(
+        textwrap.dedent("""\
         import json, subprocess, sys
         from gpufleet import runs
         n = int(sys.argv[1])
@@ -190,7 +203,8 @@ def test_the_controller_is_the_outermost_ansible_playbook_process(tmp_path):
             print(json.dumps(runs.controller_identity()))  # the module, under the worker
         else:
             subprocess.run([sys.executable, sys.argv[0], str(n - 1)] + (["ansible-playbook"] if n > 1 else []), check=True)
-        """))
+        """)
+    )
     main = subprocess.Popen([sys.executable, str(nest), "2", "ansible-playbook"], stdout=subprocess.PIPE, text=True)
     me = json.loads(main.communicate(timeout=60)[0])
     assert me["pid"] == main.pid
@@ -243,8 +257,13 @@ def _alive(pid: int) -> bool:
 
 
 def _start_guarded(tmp_path, env=None):
-    proc = subprocess.Popen([sys.executable, "-c", GUARDED, str(tmp_path)], stdout=subprocess.PIPE, text=True,
-                            env=dict(os.environ, **(env or {})), start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", GUARDED, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, **(env or {})),
+        start_new_session=True,
+    )
     child_pid, work = proc.stdout.readline().split()
     return proc, int(child_pid), Path(work)
 
@@ -312,8 +331,13 @@ def test_what_a_job_starts_after_its_run_was_stopped_is_stopped_at_once(tmp_path
     path = tmp_path / "node.lock"
     lock.acquire(path, "r1", "node-a", 600)
     spec = json.dumps({"path": str(path), "run_id": "r1", "holder": "node-a", "heartbeat_timeout_s": 1})
-    proc = subprocess.Popen([sys.executable, "-c", STARTED_AFTER_THE_STOP], stdout=subprocess.PIPE, text=True,
-                            env=dict(os.environ, GPUFLEET_LOCK=spec), start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", STARTED_AFTER_THE_STOP],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, GPUFLEET_LOCK=spec),
+        start_new_session=True,
+    )
     child = int(proc.stdout.readline())
     try:
         assert _wait_gone(child), "what the job started after its run was stopped runs on"
@@ -378,8 +402,12 @@ def test_a_module_whose_controller_is_gone_leaves_no_engine_behind(tmp_path, fak
     fake_engine(HOLDING_ENGINE)
     pids_file = tmp_path / "pids"
     env = dict(os.environ, PIDS_FILE=str(pids_file))
-    module = subprocess.Popen([sys.executable, "-c", MODULE, str(REPO / "collections")], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, env=env)
+    module = subprocess.Popen(
+        [sys.executable, "-c", MODULE, str(REPO / "collections")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
     wait_for(pids_file.exists, 120, "the engine's pids", interval_s=0.1)
     engine, child = map(int, pids_file.read_text().split())
     if how == "connection":
@@ -418,6 +446,7 @@ def test_a_large_input_reaches_an_engine_that_is_slow_to_start(fake_engine, monk
 
     import module_runner  # noqa: F401  (puts the collection on sys.path)
     from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_process import run_json
+
     fake_engine(SLOW_READING_ENGINE)
     monkeypatch.setenv("PYTHONPATH", f"{os.environ['PYTHONPATH']}:{REPO / 'collections'}")
     document = json.dumps({"results": [{"detail": "x" * 1000, "n": i} for i in range(1000)]})
@@ -442,6 +471,7 @@ def test_an_engine_killed_with_a_worker_left_holding_its_output_ends_the_module_
     its timeout (17 minutes), and they ran on. Now they are killed a grace period after the engine is gone."""
     import module_runner  # noqa: F401  (puts the collection on sys.path)
     from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_process import run_engine
+
     fake_engine(ENGINE_KILLED_WITH_A_WORKER_LEFT)
     pid_file = tmp_path / "worker.pid"
     t0 = time.monotonic()
@@ -450,8 +480,13 @@ def test_an_engine_killed_with_a_worker_left_holding_its_output_ends_the_module_
     assert time.monotonic() - t0 < 120  # the grace period and a busy machine's slack, far below the timeout
     worker = int(pid_file.read_text())
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and Path(f"/proc/{worker}").exists() and \
-            Path(f"/proc/{worker}/stat").read_text().split(")")[-1].split()[0] != "Z":
+    while (
+        time.monotonic() < deadline
+        and Path(f"/proc/{worker}").exists()
+        and Path(f"/proc/{worker}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    ):
         time.sleep(0.1)
-    assert not Path(f"/proc/{worker}").exists() or \
-        Path(f"/proc/{worker}/stat").read_text().split(")")[-1].split()[0] == "Z", "the worker outlived its engine"
+    assert (
+        not Path(f"/proc/{worker}").exists()
+        or Path(f"/proc/{worker}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    ), "the worker outlived its engine"

@@ -8,20 +8,42 @@ import time
 
 from gpufleet import __version__, profiles, schema
 
-READINGS = {"nvml": {"gpus": [{"name": "NVIDIA H100 80GB HBM3"}], "driver_version": "580.95.05",
-                     "cuda_driver_version": "13.0", "nvml_version": "13.580.95.05"},
-            "host": {"kernel": "6.8.0-88-generic", "os": "Ubuntu 24.04.3 LTS"}}
+READINGS = {
+    "nvml": {
+        "gpus": [{"name": "NVIDIA H100 80GB HBM3"}],
+        "driver_version": "580.95.05",
+        "cuda_driver_version": "13.0",
+        "nvml_version": "13.580.95.05",
+    },
+    "host": {"kernel": "6.8.0-88-generic", "os": "Ubuntu 24.04.3 LTS"},
+}
 
 
 def _doc() -> dict:
     profile = profiles.resolve(schema.first_gpu_name(READINGS))
-    results = [dict(schema.result("gpu_count", schema.PASS, "8 GPUs"), group="gpu_inventory", started=schema.utc_now(), seconds=0.1)]
+    results = [
+        dict(
+            schema.result("gpu_count", schema.PASS, "8 GPUs"),
+            group="gpu_inventory",
+            started=schema.utc_now(),
+            seconds=0.1,
+        )
+    ]
     return schema.host_document("node7", profile, READINGS, schema.utc_now(), time.monotonic(), results)
 
 
 def test_a_built_document_reads_back_whole():
     doc = _doc()
-    assert set(doc) == {"schema_version", "host", "engine_version", "profile", "versions", "started", "seconds", "results"}
+    assert set(doc) == {
+        "schema_version",
+        "host",
+        "engine_version",
+        "profile",
+        "versions",
+        "started",
+        "seconds",
+        "results",
+    }
     assert doc["profile"]["name"] == "h100-sxm" and doc["host"] == "node7" and doc["engine_version"] == __version__
     assert doc["versions"]["driver"] == "580.95.05" and doc["versions"]["os"] == "Ubuntu 24.04.3 LTS"
     back, why = schema.parse_host_doc(json.dumps(doc).encode())
@@ -53,4 +75,6 @@ def test_what_cannot_be_read_says_why():
 def test_a_result_that_cannot_be_reported_says_why():
     assert schema.result_problem("pass") == "expected an object, got str"
     assert schema.result_problem({"status": "pass"}) == "missing 'check' (a non-empty string)"
-    assert schema.result_problem({"check": "x", "status": "ok"}).startswith("'status' is 'ok'; expected one of pass, warn")
+    assert schema.result_problem({"check": "x", "status": "ok"}).startswith(
+        "'status' is 'ok'; expected one of pass, warn"
+    )

@@ -234,7 +234,11 @@ def test_socket_ifname_syntax():
     assert host_hygiene.nccl_env.socket_ifname_matches("=eth1,ib0", ifs) == ["eth1", "ib0"]
     assert host_hygiene.nccl_env.socket_ifname_matches("^docker,lo", ifs) == ["eth0", "eth1", "ib0"]
     assert host_hygiene.nccl_env.socket_ifname_matches("^=eth0", ifs) == ["docker0", "eth1", "ib0", "lo"]
-    assert host_hygiene.nccl_env.nccl_int("1") == 1 and host_hygiene.nccl_env.nccl_int("0x10") == 16 and host_hygiene.nccl_env.nccl_int("yes") == 0
+    assert (
+        host_hygiene.nccl_env.nccl_int("1") == 1
+        and host_hygiene.nccl_env.nccl_int("0x10") == 16
+        and host_hygiene.nccl_env.nccl_int("yes") == 0
+    )
 
 
 def test_fabric_manager_inactive_fails(tmp_path):

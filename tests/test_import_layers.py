@@ -15,8 +15,14 @@ LINT = Path(sys.executable).parent / "lint-imports"
 
 def _lint(src: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(src))
-    return subprocess.run([str(LINT), "--config", str(ROOT / "pyproject.toml"), "--no-cache"], cwd=src, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [str(LINT), "--config", str(ROOT / "pyproject.toml"), "--no-cache"],
+        cwd=src,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_import_contracts_kept():

@@ -31,15 +31,27 @@ TARBALL_MAX_BYTES = 1024 * 1024  # measured 0.38 MB; recorded GPU results or bui
 LEFT_OUT = ("build/", "dist/", "docs/results/", "tests/data/", "collections/", "reports/", ".venv/", ".git/")
 # What the playbooks need from the collection itself: the engine bringup.yml puts on the nodes (python_env packs
 # pyproject.toml, README.md and src/gpufleet), the threshold profiles, and finetune.yml's configs and sample data.
-SHIPPED = ("pyproject.toml", "README.md", "src/gpufleet/cli.py", "files/profiles/generic.yml",
-           "files/configs/tiny-qwen2-lora.yml", "files/data/glaive-sample.jsonl", "roles/python_env/files/pack_engine.py")
+SHIPPED = (
+    "pyproject.toml",
+    "README.md",
+    "src/gpufleet/cli.py",
+    "files/profiles/generic.yml",
+    "files/configs/tiny-qwen2-lora.yml",
+    "files/data/glaive-sample.jsonl",
+    "roles/python_env/files/pack_engine.py",
+)
 
 
 def ansible_env(collections: Path, tmp: Path, **extra: str) -> dict:
     """Only the installed copy is on the collections path; no ansible.cfg of the checkout is read."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-    env.update(PATH=f"{BIN}:{os.environ['PATH']}", ANSIBLE_COLLECTIONS_PATH=str(collections),
-               ANSIBLE_LOCAL_TEMP=str(tmp / "ansible-tmp"), ANSIBLE_NOCOLOR="1", **extra)
+    env.update(
+        PATH=f"{BIN}:{os.environ['PATH']}",
+        ANSIBLE_COLLECTIONS_PATH=str(collections),
+        ANSIBLE_LOCAL_TEMP=str(tmp / "ansible-tmp"),
+        ANSIBLE_NOCOLOR="1",
+        **extra,
+    )
     return env
 
 
@@ -55,8 +67,15 @@ def test_installed_collection_runs_validate_from_another_directory(tmp_path):
     work.mkdir()
     collections = tmp_path / "collections"
     env = ansible_env(collections, tmp_path)
-    subprocess.run([str(BIN / "ansible-galaxy"), "collection", "build", str(REPO), "--output-path", str(dist)],
-                   cwd=work, env=env, check=True, capture_output=True, text=True, timeout=120)
+    subprocess.run(
+        [str(BIN / "ansible-galaxy"), "collection", "build", str(REPO), "--output-path", str(dist)],
+        cwd=work,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     (tarball,) = dist.glob("gpufleet-cluster-*.tar.gz")
     size = tarball.stat().st_size
     assert size < TARBALL_MAX_BYTES, f"{tarball.name} is {size} bytes"
@@ -68,17 +87,35 @@ def test_installed_collection_runs_validate_from_another_directory(tmp_path):
     assert not set(SHIPPED) - set(names)
 
     # --- installed, then used from a directory with an inventory alone ----------------------------------------
-    subprocess.run([str(BIN / "ansible-galaxy"), "collection", "install", str(tarball), "-p", str(collections)],
-                   cwd=work, env=env, check=True, capture_output=True, text=True, timeout=120)
+    subprocess.run(
+        [str(BIN / "ansible-galaxy"), "collection", "install", str(tarball), "-p", str(collections)],
+        cwd=work,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     installed = collections / "ansible_collections" / "gpufleet" / "cluster"
-    listed = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "list", "gpufleet.cluster", "--format", "json"],
-                            cwd=work, env=env, check=True, capture_output=True, text=True, timeout=60)
+    listed = subprocess.run(
+        [str(BIN / "ansible-galaxy"), "collection", "list", "gpufleet.cluster", "--format", "json"],
+        cwd=work,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert list(json.loads(listed.stdout)) == [str(collections / "ansible_collections")], listed.stdout
 
     # The engine goes to the nodes as bringup.yml's python_env role packs it, here from the installed copy.
     pack = tmp_path / "engine.tar.gz"
-    subprocess.run([sys.executable, str(installed / "roles/python_env/files/pack_engine.py"), str(installed), str(pack)],
-                   check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [sys.executable, str(installed / "roles/python_env/files/pack_engine.py"), str(installed), str(pack)],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     with tarfile.open(pack) as tar:
         packed = set(tar.getnames())
     assert {"pyproject.toml", "README.md", "src/gpufleet/cli.py", "src/gpufleet/profiles/generic.yml"} <= packed
@@ -86,8 +123,14 @@ def test_installed_collection_runs_validate_from_another_directory(tmp_path):
     playbooks = [f"gpufleet.cluster.{p}" for p in ("validate", "bringup", "finetune", "locate", "release")]
     inventory = work / "inv.yml"
     inventory.write_text("all:\n  children:\n    gpu_nodes:\n      hosts:\n        node-a: {}\n")
-    checked = subprocess.run([str(BIN / "ansible-playbook"), "--syntax-check", "-i", str(inventory), *playbooks],
-                             cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    checked = subprocess.run(
+        [str(BIN / "ansible-playbook"), "--syntax-check", "-i", str(inventory), *playbooks],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert checked.returncode == 0, checked.stdout + checked.stderr
     before = snapshot(installed)
 
@@ -96,10 +139,21 @@ def test_installed_collection_runs_validate_from_another_directory(tmp_path):
         pytest.skip(why)
     with TestFleet(["node-a"], net=234, tag="gfi") as fleet:
         fleet.inventory(inventory, gpufleet_benchmarks=[])
-        proc = subprocess.run([str(BIN / "ansible-playbook"), "gpufleet.cluster.validate", "-i", inventory.name,
-                               "-e", "gpufleet_run_id=installed-1"],
-                              cwd=work, env=ansible_env(collections, tmp_path, **fleet.ssh_env()),
-                              capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [
+                str(BIN / "ansible-playbook"),
+                "gpufleet.cluster.validate",
+                "-i",
+                inventory.name,
+                "-e",
+                "gpufleet_run_id=installed-1",
+            ],
+            cwd=work,
+            env=ansible_env(collections, tmp_path, **fleet.ssh_env()),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     out = (proc.stdout + proc.stderr)[-12000:]
 
     # The node has no GPU: it fails acceptance, and the report says so.

@@ -45,18 +45,46 @@ def fleet():
 def test_locate_names_the_host_whose_link_is_slow(fleet, tmp_path):
     fleet.slow_link("node-c", "8mbit")
     # The engine of this checkout on the nodes, wherever the environment's own install points.
-    nodes = {n: {"gpufleet_node_env": dict(fleet.host_vars(n)["gpufleet_node_env"], PYTHONPATH=str(REPO / "src"))}
-             for n in NODES}
+    nodes = {
+        n: {"gpufleet_node_env": dict(fleet.host_vars(n)["gpufleet_node_env"], PYTHONPATH=str(REPO / "src"))}
+        for n in NODES
+    }
     inventory = fleet.inventory(tmp_path / "hosts.yml", host_vars=nodes, gpufleet_nccl_timeout_s=150)
     run_id = f"loc-{uuid.uuid4().hex[:8]}"
     reports = tmp_path / "reports"
-    env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
-               PYTHONUNBUFFERED="1", PYTHONPATH=str(REPO / "src"), **fleet.ssh_env())
-    proc = subprocess.run([str(BIN / "gpufleet"), "fleet", "locate", "-i", str(inventory), "--reports-dir", str(reports),
-                           # Gloo's figures on shared CPU cores (other tests run beside this one) vary by tens of
-                           # percent, more under load; the slowed link costs over 90%.
-                           "--run-id", run_id, "--base-port", "29721", "--ratio", "0.2", "--plain"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    env = dict(
+        os.environ,
+        PATH=f"{BIN}:{os.environ['PATH']}",
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
+        PYTHONUNBUFFERED="1",
+        PYTHONPATH=str(REPO / "src"),
+        **fleet.ssh_env(),
+    )
+    proc = subprocess.run(
+        [
+            str(BIN / "gpufleet"),
+            "fleet",
+            "locate",
+            "-i",
+            str(inventory),
+            "--reports-dir",
+            str(reports),
+            # Gloo's figures on shared CPU cores (other tests run beside this one) vary by tens of
+            # percent, more under load; the slowed link costs over 90%.
+            "--run-id",
+            run_id,
+            "--base-port",
+            "29721",
+            "--ratio",
+            "0.2",
+            "--plain",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     out = proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     run_dir = reports / run_id
@@ -69,7 +97,9 @@ def test_locate_names_the_host_whose_link_is_slow(fleet, tmp_path):
     assert finding["kind"] == "node" and finding["node"] == "node-c" and finding["why"] == "slow"
     first, second = state["rounds"]
     assert [(g["members"], g["master"], g["port"]) for g in first["groups"]] == [
-        (["node-a", "node-b"], "node-a", 29721), (["node-c", "node-d"], "node-c", 29722)]
+        (["node-a", "node-b"], "node-a", 29721),
+        (["node-c", "node-d"], "node-c", 29722),
+    ]
     assert [g["slow"] for g in first["groups"]] == [False, True], first
     # Each of the slow pair with a node known good: node-c slow again, node-d at the reference.
     by_node = {m: g for g in second["groups"] for m in g["members"] if m in ("node-c", "node-d")}
@@ -87,11 +117,17 @@ def test_locate_names_the_host_whose_link_is_slow(fleet, tmp_path):
                 assert [x["check"] for x in kept["results"]] == ["nccl_all_reduce"], kept
 
     # The live view follows every node's round, and ends with what each node was found to be.
-    assert any(re.fullmatch(rf"{STAMP}  node-c +locate +round 1: with node-d +\d+ s  so far -", line) for line in lines), out
+    assert any(
+        re.fullmatch(rf"{STAMP}  node-c +locate +round 1: with node-d +\d+ s  so far -", line) for line in lines
+    ), out
     assert any(re.search(r"  node-c +locate +round 2: with node-[ab] ", line) for line in lines), out
-    finals = {m.group(1): m.group(2) for line in lines if (m := re.fullmatch(rf"{STAMP}  (node-\w) +done +\d+ s  (.+)", line))}
+    finals = {
+        m.group(1): m.group(2) for line in lines if (m := re.fullmatch(rf"{STAMP}  (node-\w) +done +\d+ s  (.+)", line))
+    }
     assert finals == {"node-a": "good", "node-b": "good", "node-c": "slow node", "node-d": "good"}, out
-    assert lines[-1].endswith(f"run {run_id}: locate (pairs, 2 round(s)): node-c is slow; see {run_dir / 'locate.json'}"), out
+    assert lines[-1].endswith(
+        f"run {run_id}: locate (pairs, 2 round(s)): node-c is slow; see {run_dir / 'locate.json'}"
+    ), out
     # The run is recorded as a localisation, and every node is given back.
     attempts = json.loads((run_dir / "run.json").read_text())["attempts"]
     assert [a["playbook"] for a in attempts] == ["locate"]

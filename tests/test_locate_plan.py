@@ -24,8 +24,14 @@ def names(n: int) -> list[str]:
     return [f"node{i:03d}" for i in range(n)]
 
 
-def fleet(slow_node: str | None = None, slow_pair: tuple | None = None, noise: float = 0.05, seed: int = 7,
-          failing: str | None = None, log: list | None = None):
+def fleet(
+    slow_node: str | None = None,
+    slow_pair: tuple | None = None,
+    noise: float = 0.05,
+    seed: int = 7,
+    failing: str | None = None,
+    log: list | None = None,
+):
     rnd = random.Random(seed)
 
     def measure(members):
@@ -88,8 +94,10 @@ def test_pairs_find_a_slow_node_in_two_rounds(n):
     first, second = run_rounds(state)
     assert sorted(m for g in first for m in g) == sorted(nodes) and all(len(g) == 2 for g in first)
     partner = next(m for g in first if slow in g for m in g if m != slow)
-    assert sorted(second) == sorted([sorted([slow, g[1] if g[0] == slow else g[0]], key=nodes.index) for g in second if slow in g]
-                                    + [g for g in second if partner in g])
+    assert sorted(second) == sorted(
+        [sorted([slow, g[1] if g[0] == slow else g[0]], key=nodes.index) for g in second if slow in g]
+        + [g for g in second if partner in g]
+    )
     assert all(len(g) == 2 for g in second) and {slow, partner} <= {m for g in second for m in g}
     assert partner in state["known_good"] and slow not in state["known_good"]
     # The finding quotes the figures of every round the node ran in.
@@ -112,7 +120,7 @@ def test_bisection_finds_a_slow_node_in_about_log2_rounds(n):
         assert rounds == int(math.log2(n))
     # Round 1 runs the two halves of the whole fleet at once; each later round halves the slow group.
     first = run_rounds(state)[0]
-    assert first == [nodes[: (n + 1) // 2], nodes[(n + 1) // 2:]]
+    assert first == [nodes[: (n + 1) // 2], nodes[(n + 1) // 2 :]]
     sizes = [max(len(g) for g in groups) for groups in run_rounds(state)]
     assert sizes == sorted(sizes, reverse=True) and sizes[-1] == 2
     # Each round runs at most the groups it needs: the halves of the slow group, never the whole fleet again.
@@ -285,9 +293,18 @@ def test_the_state_is_plain_json_and_a_cap_on_rounds_stops_with_what_is_known():
 def round_file(run_dir, k, host, members, value=None, error=None, failed_reason=None):
     results = []
     if value is not None:
-        results.append({"check": "nccl_all_reduce", "status": "skip", "value": value, "unit": "GB/s",
-                        "reason": "all_reduce busbw at 64 KiB over 4 ranks: 0.02 GB/s; CPU run: logic check only, not a performance figure",
-                        "detail": {"rows": [{"size_bytes": 4096, "busbw_gbps": 0.01}, {"size_bytes": 65536, "busbw_gbps": value}]}})
+        results.append(
+            {
+                "check": "nccl_all_reduce",
+                "status": "skip",
+                "value": value,
+                "unit": "GB/s",
+                "reason": "all_reduce busbw at 64 KiB over 4 ranks: 0.02 GB/s; CPU run: logic check only, not a performance figure",
+                "detail": {
+                    "rows": [{"size_bytes": 4096, "busbw_gbps": 0.01}, {"size_bytes": 65536, "busbw_gbps": value}]
+                },
+            }
+        )
     if failed_reason:
         results.append({"check": "nccl", "status": "fail", "value": None, "reason": failed_reason})
     path = run_dir / "locate" / f"round-{k}" / f"{host}.json"
@@ -325,8 +342,9 @@ def test_step_reads_each_nodes_round_file_judges_the_round_and_writes_locate_jso
     assert {f["node"] for f in state["findings"]} == {"c", "d"}
     d = next(f for f in state["findings"] if f["node"] == "d")
     assert d["evidence"][-1]["status"] == "failed"
-    assert d["evidence"][-1]["reason"] == ("b: NCCL benchmark timed out and was killed; "
-                                           "d: the NCCL run did not finish on this node")
+    assert d["evidence"][-1]["reason"] == (
+        "b: NCCL benchmark timed out and was killed; d: the NCCL run did not finish on this node"
+    )
     summary = locating.step_summary(state, tmp_path)
     assert summary["done"] and summary["rounds_run"] == 2 and summary["locate_json"] == str(tmp_path / "locate.json")
     # Done is done: another step changes nothing.

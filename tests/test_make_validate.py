@@ -21,8 +21,12 @@ BIN = Path(sys.executable).parent
 
 def local_node(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict | None]:
     out = tmp_path / "local-node.json"
-    done = subprocess.run([sys.executable, str(REPO / "scripts" / "local_node.py"), "--out", str(out), *args],
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "local_node.py"), "--out", str(out), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     return done, (json.loads(out.read_text()) if out.exists() else None)
 
 
@@ -33,10 +37,16 @@ def test_it_says_which_python_the_node_runs_and_which_gpu_count_it_expects(tmp_p
     assert lines[0].startswith(f"make validate: the node's Python: {sys.executable}, the controller's .venv: ")
     # Here: no CUDA (the CPU build of torch), no driver: said, with how to choose another Python.
     assert "NODE_PYTHON=" in lines[0]
-    assert lines[1] == "make validate: GPUs: no NVIDIA driver: libnvidia-ml.so not found: no GPU to check, the node will not be accepted"
+    assert (
+        lines[1]
+        == "make validate: GPUs: no NVIDIA driver: libnvidia-ml.so not found: no GPU to check, the node will not be accepted"
+    )
     assert chosen == {"gpufleet_local_python": sys.executable}
     done, chosen = local_node(tmp_path, "--node-python", sys.executable, "--expected-gpus", "4")
-    assert done.returncode == 0 and chosen == {"gpufleet_local_python": sys.executable, "gpufleet_local_gpus_expected": 4}
+    assert done.returncode == 0 and chosen == {
+        "gpufleet_local_python": sys.executable,
+        "gpufleet_local_gpus_expected": 4,
+    }
     assert "make validate: GPUs: 4 GPU(s) expected, as EXPECTED_GPUS says; NVML sees 0" in done.stdout
     done, _ = local_node(tmp_path, "--expected-gpus", "four")
     assert done.returncode == 1 and "EXPECTED_GPUS='four'; expected a whole number of GPUs" in done.stderr
@@ -44,12 +54,19 @@ def test_it_says_which_python_the_node_runs_and_which_gpu_count_it_expects(tmp_p
 
 def test_a_board_with_fewer_gpus_than_its_profile_is_told_how_to_say_so():
     readings = json.loads(READINGS.read_text())  # one H100 80GB HBM3: profile h100-sxm, an 8-GPU board
-    count = next(r for r in host_documents.check_host(readings, ["gpu_inventory"])["results"] if r["check"] == "gpu_count")
+    count = next(
+        r for r in host_documents.check_host(readings, ["gpu_inventory"])["results"] if r["check"] == "gpu_count"
+    )
     assert count["status"] == "fail" and count["reason"].endswith("expected 8")
-    assert ("if this machine has 1 GPUs by design, say so: gpufleet_thresholds: {gpus_expected: 1} for it "
-            "(make validate: EXPECTED_GPUS=1); profile h100-sxm expects 8 (HGX H100 8-GPU baseboard)") in count["remedy"]
-    said = next(r for r in host_documents.check_host(readings, ["gpu_inventory"], overrides={"gpus_expected": 2})["results"]
-                if r["check"] == "gpu_count")
+    assert (
+        "if this machine has 1 GPUs by design, say so: gpufleet_thresholds: {gpus_expected: 1} for it "
+        "(make validate: EXPECTED_GPUS=1); profile h100-sxm expects 8 (HGX H100 8-GPU baseboard)"
+    ) in count["remedy"]
+    said = next(
+        r
+        for r in host_documents.check_host(readings, ["gpu_inventory"], overrides={"gpus_expected": 2})["results"]
+        if r["check"] == "gpu_count"
+    )
     assert said["status"] == "fail" and "by design" not in said["remedy"]  # the inventory said 2: a GPU is missing
 
 
@@ -60,13 +77,34 @@ def test_inventory_local_takes_what_make_validate_chose(tmp_path):
     done, _ = local_node(tmp_path, "--expected-gpus", "3")
     assert done.returncode == 0, done.stderr
     env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"))
-    proc = subprocess.run([str(BIN / "ansible-playbook"), "validate.yml", "-i", "inventory/local", "-e",
-                           f"@{tmp_path / 'local-node.json'}", "-e", f"gpufleet_reports_dir={tmp_path / 'reports'}",
-                           "-e", "gpufleet_run_id=local", "-e", f"gpufleet_lock_path={tmp_path / 'node.lock'}",
-                           "-e", json.dumps({"gpufleet_benchmarks": []})],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            str(BIN / "ansible-playbook"),
+            "validate.yml",
+            "-i",
+            "inventory/local",
+            "-e",
+            f"@{tmp_path / 'local-node.json'}",
+            "-e",
+            f"gpufleet_reports_dir={tmp_path / 'reports'}",
+            "-e",
+            "gpufleet_run_id=local",
+            "-e",
+            f"gpufleet_lock_path={tmp_path / 'node.lock'}",
+            "-e",
+            json.dumps({"gpufleet_benchmarks": []}),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     out = " ".join((proc.stdout + proc.stderr).split())
     assert "GPUs expected: 3 (gpufleet_thresholds.gpus_expected) on localhost. To change it:" in out, out[-3000:]
     assert "(make validate: EXPECTED_GPUS=N)" in out
     doc = json.loads((tmp_path / "reports" / "local" / "hosts" / "localhost.json").read_text())
-    assert doc["profile"]["thresholds"]["gpus_expected"] == {"value": 3, "source": "inventory override (gpufleet_thresholds)"}
+    assert doc["profile"]["thresholds"]["gpus_expected"] == {
+        "value": 3,
+        "source": "inventory override (gpufleet_thresholds)",
+    }

@@ -56,7 +56,8 @@ def test_benchmarks_tiers_and_their_group_are_the_engines():
     assert benchmark_module.MULTINODE_BENCHMARKS is engine_schema.MULTINODE_BENCHMARKS
     assert engine_schema.RUN_TIERS == registry.RUN_TIERS
     assert {t: set(b) for t, b in engine_schema.TIER_BENCHMARKS.items()} == {
-        t: set(registry.tier_benchmarks(t)) for t in registry.RUN_TIERS if t != "acceptance"}
+        t: set(registry.tier_benchmarks(t)) for t in registry.RUN_TIERS if t != "acceptance"
+    }
     assert set(registry.tier_benchmarks("acceptance")) == set(registry.benchmark_names(selectable=True))
 
 
@@ -65,8 +66,12 @@ def test_every_literal_copy_of_the_benchmarks_and_tiers_is_the_registrys():
     assert options["benchmarks"]["choices"] == list(registry.benchmark_names())
     assert options["tier"]["choices"] == list(registry.BENCHMARK_TIERS)
     specs = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]
-    listed = [(entry, o) for entry, spec in specs.items() for name, o in (spec.get("options") or {}).items()
-              if name == "gpufleet_benchmarks"]
+    listed = [
+        (entry, o)
+        for entry, spec in specs.items()
+        for name, o in (spec.get("options") or {}).items()
+        if name == "gpufleet_benchmarks"
+    ]
     assert listed, "argument_specs.yml: no entry point takes gpufleet_benchmarks"
     for entry, option in listed:
         assert option["choices"] == list(registry.benchmark_names(selectable=True)), entry
@@ -116,21 +121,50 @@ def test_the_results_the_modules_make_are_the_engines():
     assert engine_schema.SCHEMA_VERSION == schema.SCHEMA_VERSION
     assert engine_schema.STATUSES == schema.STATUSES
     assert set(engine_schema.ENVIRONMENT_CHECKS) == {
-        c for c, cls in failure_class.DEFAULTS.items() if cls == failure_class.ENVIRONMENT}
+        c for c, cls in failure_class.DEFAULTS.items() if cls == failure_class.ENVIRONMENT
+    }
     for check in failure_class.DEFAULTS:
         for status in ("pass", "skip", "error"):
             for known in (None, failure_class.HARDWARE):
-                copy = engine_schema.result(check, status, "why", group="g", remedy="r", detail={"a": 1},
-                                            failure_class=known, started="2026-01-01T00:00:00Z", seconds=0.5)
-                real = schema.result(check, status, "why", group="g", remedy="r", detail={"a": 1},
-                                     failure_class=known, started="2026-01-01T00:00:00Z", seconds=0.5)
+                copy = engine_schema.result(
+                    check,
+                    status,
+                    "why",
+                    group="g",
+                    remedy="r",
+                    detail={"a": 1},
+                    failure_class=known,
+                    started="2026-01-01T00:00:00Z",
+                    seconds=0.5,
+                )
+                real = schema.result(
+                    check,
+                    status,
+                    "why",
+                    group="g",
+                    remedy="r",
+                    detail={"a": 1},
+                    failure_class=known,
+                    started="2026-01-01T00:00:00Z",
+                    seconds=0.5,
+                )
                 assert list(copy.items()) == list(real.items()), (check, status, known)
-    classes = {engine_schema.failure_class_of(engine_process.EngineError(msg, stderr=err))
-               for msg, err in (("exited 1", "No space left on device"), ("exited 1", "Traceback"))}
+    classes = {
+        engine_schema.failure_class_of(engine_process.EngineError(msg, stderr=err))
+        for msg, err in (("exited 1", "No space left on device"), ("exited 1", "Traceback"))
+    }
     assert classes == {failure_class.ENVIRONMENT, failure_class.SOFTWARE}
     doc = engine_schema.host_document("node0", "2026-01-01T00:00:00Z", 1.0, [])
-    assert set(doc) == {"schema_version", "host", "engine_version", "profile", "versions", "started", "seconds",
-                        "results"}
+    assert set(doc) == {
+        "schema_version",
+        "host",
+        "engine_version",
+        "profile",
+        "versions",
+        "started",
+        "seconds",
+        "results",
+    }
 
 
 # The modules that return a host document, whose RETURN documents its results; the benchmark's carry `trust` too.
@@ -150,8 +184,9 @@ def test_every_module_that_returns_results_documents_every_key_of_a_result():
         for sample in results.get("sample") or []:
             missing = [k for k in keys if k not in sample]
             assert not missing, f"{name}: the sample lacks {missing}"
-            made = schema.result(sample["check"], sample["status"], sample["reason"], group=sample["group"],
-                                 remedy=sample["remedy"])
+            made = schema.result(
+                sample["check"], sample["status"], sample["reason"], group=sample["group"], remedy=sample["remedy"]
+            )
             assert sample["class"] == made["class"], f"{name}: the sample's class is not the one the engine gives"
 
 

@@ -105,12 +105,15 @@ def test_unknown_threshold_gives_the_engine_message(capsys):
     assert out["remedy"] == engine.REMEDY_INPUT
 
 
-@pytest.mark.parametrize("key, value, expected", [
-    ("hbm_copy_gbps_min", -1, "a number of at least 0"),
-    ("gpus_expected", -8, "an integer of at least 1"),
-    ("power_limit_min_ratio", 1.5, "a number from 0 to 1"),
-    ("fleet_below_baseline_fail_pct", 150, "a number from 0 to 100"),
-])
+@pytest.mark.parametrize(
+    "key, value, expected",
+    [
+        ("hbm_copy_gbps_min", -1, "a number of at least 0"),
+        ("gpus_expected", -8, "an integer of at least 1"),
+        ("power_limit_min_ratio", 1.5, "a number from 0 to 1"),
+        ("fleet_below_baseline_fail_pct", 150, "a number from 0 to 100"),
+    ],
+)
 def test_out_of_bounds_thresholds_are_refused_naming_the_key(capsys, key, value, expected):
     """A negative minimum or a fraction over 1 would quietly turn a check off: the engine refuses it."""
     out = run_module(gpu_health, {"python": sys.executable, "thresholds": {key: value}}, capsys)
@@ -127,11 +130,16 @@ def test_a_profile_file_out_of_bounds_is_refused_naming_file_and_key(tmp_path):
         shutil.copy(path, tmp_path)
     h100 = tmp_path / "h100-sxm.yml"
     h100.write_text(h100.read_text().replace("  gpus_expected:\n    value: 8", "  gpus_expected:\n    value: -8"))
-    with pytest.raises(profiles.ProfileError, match=rf"profile file {h100}: threshold 'gpus_expected' = -8; expected an integer of at least 1"):
+    with pytest.raises(
+        profiles.ProfileError,
+        match=rf"profile file {h100}: threshold 'gpus_expected' = -8; expected an integer of at least 1",
+    ):
         profiles.resolve(None, profile_dir=tmp_path)
     generic = tmp_path / "generic.yml"
     generic.write_text(generic.read_text().replace("    type: str\n", "    type: str\n    min: 0\n", 1))
-    with pytest.raises(profiles.ProfileError, match="threshold 'driver_version_min' min = 0; expected a number, on an int or number"):
+    with pytest.raises(
+        profiles.ProfileError, match="threshold 'driver_version_min' min = 0; expected a number, on an int or number"
+    ):
         profiles.resolve(None, profile_dir=tmp_path)
 
 
@@ -254,8 +262,10 @@ def test_engine_runs_in_c_locale(fake_engine, capsys):
 
 def _write_host_doc(run_dir: Path, host: str) -> None:
     doc = subprocess.run(
-        [sys.executable, "-m", "gpufleet", "check", "--host", host, "--json", "--exit-zero"], capture_output=True, text=True,
-        check=True
+        [sys.executable, "-m", "gpufleet", "check", "--host", host, "--json", "--exit-zero"],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     (run_dir / "hosts").mkdir(parents=True, exist_ok=True)
     (run_dir / "hosts" / f"{host}.json").write_text(doc)
@@ -271,8 +281,12 @@ def test_fleet_report_lists_failed_nodes_without_failing(tmp_path, capsys):
     assert out["accepted"] is False
     assert out["verdict"] == "fail"
     assert out["failed_hosts"] == ["nodeA", "nodeB"]  # nodeB never reported
-    for key, name in (("report_json", "report.json"), ("report_md", "report.md"),
-                      ("report_html", "report.html"), ("junit_xml", "junit.xml")):
+    for key, name in (
+        ("report_json", "report.json"),
+        ("report_md", "report.md"),
+        ("report_html", "report.html"),
+        ("junit_xml", "junit.xml"),
+    ):
         assert out[key] == str(run_dir / name)
         assert (run_dir / name).is_file()
 
@@ -288,10 +302,23 @@ def test_module_resolves_through_ansible_with_check_mode(tmp_path):
     """`ansible localhost -m gpufleet.cluster.X --check` from the checkout: ansible.cfg finds the collection."""
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", ANSIBLE_LOCAL_TEMP=str(tmp_path))
     proc = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible"), "localhost", "-m", "gpufleet.cluster.gpu_inventory",
-         "-a", json.dumps({"python": sys.executable, "host_name": "adhoc", "thresholds": {"gpus_expected": 8}}),
-         "-e", f"ansible_python_interpreter={sys.executable}", "--check", "-o"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+        [
+            str(Path(sys.executable).parent / "ansible"),
+            "localhost",
+            "-m",
+            "gpufleet.cluster.gpu_inventory",
+            "-a",
+            json.dumps({"python": sys.executable, "host_name": "adhoc", "thresholds": {"gpus_expected": 8}}),
+            "-e",
+            f"ansible_python_interpreter={sys.executable}",
+            "--check",
+            "-o",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "SUCCESS" in proc.stdout
@@ -313,8 +340,12 @@ def test_modules_document_the_arguments_they_take():
     # Every module that runs the engine on a node takes the node's environment as its input, kept out of its output.
     runtime = yaml.safe_load((REPO / "meta" / "runtime.yml").read_text())
     for name in runtime["action_groups"]["node"]:
-        doc = yaml.safe_load((REPO / "plugins" / "modules" / f"{name}.py").read_text().split('DOCUMENTATION = r"""', 1)[1]
-                             .split('"""', 1)[0])
+        doc = yaml.safe_load(
+            (REPO / "plugins" / "modules" / f"{name}.py")
+            .read_text()
+            .split('DOCUMENTATION = r"""', 1)[1]
+            .split('"""', 1)[0]
+        )
         assert "gpufleet.cluster.node_env" in doc["extends_documentation_fragment"], name
     assert check_module.check_argument_spec()["node_env"]["type"] == "dict"
     for mod in CHECK_MODULES.values():
@@ -330,14 +361,29 @@ def test_modules_document_the_arguments_they_take():
     assert set(lock_fragment) | set(node_env) == set(lock_module.lock_argument_spec())
     # Importing an action plugin loads Ansible's controller, which takes over the warnings of every module run
     # after it in this process: read its argument spec in a process of its own.
-    action_specs = json.loads(subprocess.run(
-        [sys.executable, "-c", "import json, sys; sys.path.insert(0, sys.argv[1]); from ansible_collections.gpufleet.cluster"
-         ".plugins.action import node_take, node_validate, run_inputs; print(json.dumps({'node_take': node_take.ARGUMENT_SPEC, "
-         "'node_validate': sorted(node_validate.ARGUMENT_SPEC), 'lock': node_validate.ARGUMENT_SPEC['lock']['options'], "
-         "'run_inputs': run_inputs.ARGUMENT_SPEC}))", str(REPO / "collections")],
-        capture_output=True, text=True, check=True, timeout=120).stdout)
-    assert set(yaml.safe_load(node_take.DOCUMENTATION)["options"]) | set(lock_fragment) | set(node_env) == set(action_specs["node_take"])
-    assert set(yaml.safe_load(node_validate.DOCUMENTATION)["options"]) | set(node_env) == set(action_specs["node_validate"])
+    action_specs = json.loads(
+        subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import json, sys; sys.path.insert(0, sys.argv[1]); from ansible_collections.gpufleet.cluster"
+                ".plugins.action import node_take, node_validate, run_inputs; print(json.dumps({'node_take': node_take.ARGUMENT_SPEC, "
+                "'node_validate': sorted(node_validate.ARGUMENT_SPEC), 'lock': node_validate.ARGUMENT_SPEC['lock']['options'], "
+                "'run_inputs': run_inputs.ARGUMENT_SPEC}))",
+                str(REPO / "collections"),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        ).stdout
+    )
+    assert set(yaml.safe_load(node_take.DOCUMENTATION)["options"]) | set(lock_fragment) | set(node_env) == set(
+        action_specs["node_take"]
+    )
+    assert set(yaml.safe_load(node_validate.DOCUMENTATION)["options"]) | set(node_env) == set(
+        action_specs["node_validate"]
+    )
     assert action_specs["lock"] == action_specs["node_take"]  # node_validate's lock option is node_take's arguments
     inputs_doc = yaml.safe_load(run_inputs.DOCUMENTATION)["options"]
     assert set(inputs_doc) == set(action_specs["run_inputs"])
@@ -348,8 +394,11 @@ def test_modules_document_the_arguments_they_take():
 
 
 def test_run_start_without_a_run_id_returns_the_one_the_engine_minted(tmp_path, capsys):
-    out = run_module(run_start, {"reports_dir": str(tmp_path), "hosts": ["node0"], "python": sys.executable,
-                                 "engine_src": str(REPO / "src")}, capsys)
+    out = run_module(
+        run_start,
+        {"reports_dir": str(tmp_path), "hosts": ["node0"], "python": sys.executable, "engine_src": str(REPO / "src")},
+        capsys,
+    )
     assert out["_exit_code"] == 0, out
     run_dir = Path(out["run_dir"])
     assert run_dir.parent == tmp_path and run_dir.name == out["run_id"]

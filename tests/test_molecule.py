@@ -35,8 +35,9 @@ def test_molecule_scenario(scenario):
         pytest.skip("needs root: the scenario creates network namespaces, veth pairs and mounts")
     path = f"{BIN}:{os.environ.get('PATH', '')}:/usr/sbin:/sbin"
     missing = [t for t in TOOLS if not shutil.which(t, path=path)]
-    assert not missing, (f"missing {missing}: apt-get install openssh-server iproute2, or as root "
-                         "make test SYSTEM_DEPS=install")
+    assert not missing, (
+        f"missing {missing}: apt-get install openssh-server iproute2, or as root make test SYSTEM_DEPS=install"
+    )
     proc = subprocess.run(
         [str(BIN / "molecule"), "test", "--scenario-name", scenario],
         cwd=REPO,

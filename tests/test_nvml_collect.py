@@ -62,7 +62,10 @@ def assert_gpu_schema(gpu: dict) -> None:
     pids = [p["pid"] for p in gpu["processes"] or []]
     assert pids == sorted(set(pids))  # one entry per pid
     for proc in gpu["processes"] or []:
-        assert set(proc) == {"pid", "name", "used_memory_mib", "kinds"} and set(proc["kinds"]) <= {"compute", "graphics"}
+        assert set(proc) == {"pid", "name", "used_memory_mib", "kinds"} and set(proc["kinds"]) <= {
+            "compute",
+            "graphics",
+        }
     json.dumps(gpu)  # plain JSON, so it records and replays
 
 
@@ -124,7 +127,12 @@ def test_call_first_falls_back_and_keeps_the_first_error():
 
 @pytest.mark.parametrize(
     "raw, want",
-    [(b"00000000:18:00.0", "0000:18:00.0"), ("00000000:AB:00.0", "0000:ab:00.0"), ("0001:5D:00.0", "0001:5d:00.0"), (b"", None)],
+    [
+        (b"00000000:18:00.0", "0000:18:00.0"),
+        ("00000000:AB:00.0", "0000:ab:00.0"),
+        ("0001:5D:00.0", "0001:5d:00.0"),
+        (b"", None),
+    ],
 )
 def test_bus_id_matches_the_lspci_form(raw, want):
     assert bus_id(raw) == want
@@ -138,7 +146,9 @@ def test_cuda_version_form(raw, want):
 def test_collect_cli_output_replays_to_the_same_verdicts(tmp_path):
     """`gpufleet collect` output is what gets recorded: replaying it must judge the GPUs as a live check does."""
     out = tmp_path / "readings.json"
-    subprocess.run([sys.executable, "-m", "gpufleet", "collect", "--out", str(out)], check=True, env=_env(), timeout=120)
+    subprocess.run(
+        [sys.executable, "-m", "gpufleet", "collect", "--out", str(out)], check=True, env=_env(), timeout=120
+    )
     recorded = json.loads(out.read_text())
     assert set(recorded) == {"nvml", "host", "kernel_log", "software"}
     live = host_documents.check_host(collect.read_all(), ["gpu_inventory"])
@@ -170,7 +180,11 @@ def test_kernel_log_parses_xids_from_a_kmsg_file(tmp_path):
     assert log["readable"] and log["error"] is None
     assert log["source"] == str(tmp_path / "dev" / "kmsg")
     assert log["lines"] == 5  # continuation lines are not messages
-    assert [(e["pci"], e["xid"]) for e in log["xid_events"]] == [("0000:18:00", 79), ("0000:ab:00", 48), ("0000:5d:00", 13)]
+    assert [(e["pci"], e["xid"]) for e in log["xid_events"]] == [
+        ("0000:18:00", 79),
+        ("0000:ab:00", 48),
+        ("0000:5d:00", 13),
+    ]
     assert log["xid_events"][0]["message"].startswith("NVRM: Xid (PCI:0000:18:00): 79, pid=")
     assert log["xid_events"][0]["message"].endswith("GPU has fallen off the bus.")
 

@@ -68,16 +68,25 @@ def _spec(path: Path, run_id: str) -> str:
 def test_a_stale_lock_is_taken_over_only_once_nothing_of_its_run_works_on_the_node(tmp_path):
     path = tmp_path / "node.lock"
     lock.acquire(path, "old", "node-a", 600)
-    engine = subprocess.Popen([sys.executable, "-c", ENGINE], stdout=subprocess.PIPE, text=True, start_new_session=True,
-                              env=dict(os.environ, GPUFLEET_LOCK=_spec(path, "old")))
+    engine = subprocess.Popen(
+        [sys.executable, "-c", ENGINE],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=dict(os.environ, GPUFLEET_LOCK=_spec(path, "old")),
+    )
     try:
         child = int(engine.stdout.readline())
         # The controller says run old is gone; its processes are not: refused at once when asked not to wait,
         # naming the run and a process of it, and the record says who waits for them to stop.
         refused = lock.acquire(path, "new", "node-a", 600, dead_runs=["old"], stop_wait_s=0)
         assert not refused["acquired"], refused
-        assert "held by run 'old'" in refused["reason"] and "its run was stopped" in refused["reason"], refused["reason"]
-        assert "still work on the node" in refused["reason"] and f"pid {engine.pid}" in refused["reason"], refused["reason"]
+        assert "held by run 'old'" in refused["reason"] and "its run was stopped" in refused["reason"], refused[
+            "reason"
+        ]
+        assert "still work on the node" in refused["reason"] and f"pid {engine.pid}" in refused["reason"], refused[
+            "reason"
+        ]
         assert {p["pid"] for p in refused["working"]} >= {engine.pid, child}
         assert json.loads(path.read_text())["stopping"]["by"] == "new"
         # Waiting: the old run's guard reads the mark and stops what it started, the node is taken over after.
@@ -85,7 +94,9 @@ def test_a_stale_lock_is_taken_over_only_once_nothing_of_its_run_works_on_the_no
         taken_at = time.time()
         assert got["acquired"] and got["stale"]["previous"]["run_id"] == "old", got
         assert {p["pid"] for p in got["stale"]["waited_for"]} >= {engine.pid, child}
-        assert not _alive(child) and (engine.poll() is not None or not _alive(engine.pid)), "taken over while old still works"
+        assert not _alive(child) and (engine.poll() is not None or not _alive(engine.pid)), (
+            "taken over while old still works"
+        )
         assert got["record"]["holders"]["node-a"]["heartbeat_at"] <= taken_at
         assert "stopping" not in json.loads(path.read_text())
     finally:
@@ -96,9 +107,13 @@ def test_a_stale_lock_is_taken_over_only_once_nothing_of_its_run_works_on_the_no
 def test_an_engine_whose_run_no_longer_holds_the_node_does_not_start(tmp_path):
     path = tmp_path / "node.lock"
     lock.acquire(path, "new", "node-a", 600)
-    done = subprocess.run([sys.executable, "-m", "gpufleet", "check", "--group", "gpu_inventory", "--json"],
-                          env=dict(os.environ, GPUFLEET_LOCK=_spec(path, "old")), capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "gpufleet", "check", "--group", "gpu_inventory", "--json"],
+        env=dict(os.environ, GPUFLEET_LOCK=_spec(path, "old")),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 2 and not done.stdout, done
     assert "not run: run 'old' no longer holds the node lock: run 'new'" in done.stderr, done.stderr
 
@@ -194,25 +209,67 @@ class LastSeen:
 def test_kill_9_of_ansible_playbook_stops_its_measuring_and_the_next_run_takes_over_after(fleet, tmp_path):
     local_lock = tmp_path / "node.lock"
     remote_lock = "/run/lock/gpufleet-node.lock"
-    ssh = {"ansible_connection": "ssh", "ansible_user": "root", "ansible_ssh_private_key_file": str(fleet.key),
-           "ansible_ssh_common_args": "-o UserKnownHostsFile=/dev/null -o StrictHostKeyChecking=no -o IdentitiesOnly=yes"}
+    ssh = {
+        "ansible_connection": "ssh",
+        "ansible_user": "root",
+        "ansible_ssh_private_key_file": str(fleet.key),
+        "ansible_ssh_common_args": "-o UserKnownHostsFile=/dev/null -o StrictHostKeyChecking=no -o IdentitiesOnly=yes",
+    }
     inventory = tmp_path / "hosts.yml"
-    inventory.write_text(yaml.safe_dump({"all": {
-        "vars": {"ansible_python_interpreter": sys.executable, "gpufleet_python": str(BIN / "python"),
-                 "gpufleet_nccl_multinode": False},
-        "children": {"gpu_nodes": {"hosts": {
-            "localhost": {"ansible_connection": "local", "gpufleet_lock_path": str(local_lock),
-                          "gpufleet_node_env": {"OMP_NUM_THREADS": 1}},
-            "node-a": {**ssh, **fleet.host_vars("node-a"), "gpufleet_lock_path": remote_lock}}}}}}))
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "vars": {
+                        "ansible_python_interpreter": sys.executable,
+                        "gpufleet_python": str(BIN / "python"),
+                        "gpufleet_nccl_multinode": False,
+                    },
+                    "children": {
+                        "gpu_nodes": {
+                            "hosts": {
+                                "localhost": {
+                                    "ansible_connection": "local",
+                                    "gpufleet_lock_path": str(local_lock),
+                                    "gpufleet_node_env": {"OMP_NUM_THREADS": 1},
+                                },
+                                "node-a": {**ssh, **fleet.host_vars("node-a"), "gpufleet_lock_path": remote_lock},
+                            }
+                        }
+                    },
+                }
+            }
+        )
+    )
     reports = tmp_path / "reports"
-    env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
-               ANSIBLE_NOCOLOR="1", **fleet.ssh_env())
+    env = dict(
+        os.environ,
+        PATH=f"{BIN}:{os.environ['PATH']}",
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
+        ANSIBLE_NOCOLOR="1",
+        **fleet.ssh_env(),
+    )
 
     def playbook(run_id: str, *extra: str) -> subprocess.Popen:
-        return subprocess.Popen([str(BIN / "ansible-playbook"), "validate.yml", "-i", str(inventory),
-                                 "-e", f"gpufleet_run_id={run_id}", "-e", f"gpufleet_reports_dir={reports}", *extra],
-                                cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
+        return subprocess.Popen(
+            [
+                str(BIN / "ansible-playbook"),
+                "validate.yml",
+                "-i",
+                str(inventory),
+                "-e",
+                f"gpufleet_run_id={run_id}",
+                "-e",
+                f"gpufleet_reports_dir={reports}",
+                *extra,
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
 
     k1_id, k2_id = f"k1-{uuid.uuid4().hex[:6]}", f"k2-{uuid.uuid4().hex[:6]}"
     k1 = playbook(k1_id, "-e", "gpufleet_tier=soak", "-e", "gpufleet_soak_duration_s=600")
@@ -248,8 +305,24 @@ def test_kill_9_of_ansible_playbook_stops_its_measuring_and_the_next_run_takes_o
         assert any(r["group"] == "gpu_inventory" for r in doc["results"])  # k2 measured it
     # k1 left no document, so nothing of it is in the store as a run with figures.
     assert not list((reports / k1_id / "hosts").glob("*.json")), list((reports / k1_id / "hosts").iterdir())
-    assert subprocess.run([str(BIN / "gpufleet"), "store", "rebuild", "--reports-dir", str(reports)],
-                          capture_output=True, text=True, timeout=300).returncode == 0
-    hist = json.loads(subprocess.run([str(BIN / "gpufleet"), "history", "localhost", "--reports-dir", str(reports), "--json"],
-                                     capture_output=True, text=True, timeout=300).stdout)
-    assert [(r["run_id"], r["document"] == "ok") for r in hist["runs"] if r["run_id"] == k1_id] in ([], [(k1_id, False)])
+    assert (
+        subprocess.run(
+            [str(BIN / "gpufleet"), "store", "rebuild", "--reports-dir", str(reports)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        ).returncode
+        == 0
+    )
+    hist = json.loads(
+        subprocess.run(
+            [str(BIN / "gpufleet"), "history", "localhost", "--reports-dir", str(reports), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        ).stdout
+    )
+    assert [(r["run_id"], r["document"] == "ok") for r in hist["runs"] if r["run_id"] == k1_id] in (
+        [],
+        [(k1_id, False)],
+    )

@@ -36,12 +36,28 @@ COLLECTIVES = {"nccl_all_reduce", "nccl_all_gather", "nccl_reduce_scatter", "ncc
 
 def run_validate(tmp_path: Path, *extra: str, inventory: str = "inventory/local", timeout: int = 300):
     run_id = f"test-{uuid.uuid4().hex[:12]}"
-    env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
-               ANSIBLE_ASYNC_DIR=str(tmp_path / "ansible-async"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
-    cmd = [str(BIN / "ansible-playbook"), "validate.yml", "-i", inventory,
-           "-e", f"gpufleet_run_id={run_id}", "-e", f"gpufleet_reports_dir={tmp_path}",
-           # A lock of the test's own: tests running at once on this machine would otherwise hold its node.
-           "-e", f"gpufleet_lock_path={tmp_path / 'node.lock'}", *extra]
+    env = dict(
+        os.environ,
+        PATH=f"{BIN}:{os.environ['PATH']}",
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
+        ANSIBLE_ASYNC_DIR=str(tmp_path / "ansible-async"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_FORCE_COLOR="0",
+    )
+    cmd = [
+        str(BIN / "ansible-playbook"),
+        "validate.yml",
+        "-i",
+        inventory,
+        "-e",
+        f"gpufleet_run_id={run_id}",
+        "-e",
+        f"gpufleet_reports_dir={tmp_path}",
+        # A lock of the test's own: tests running at once on this machine would otherwise hold its node.
+        "-e",
+        f"gpufleet_lock_path={tmp_path / 'node.lock'}",
+        *extra,
+    ]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
     return proc, tmp_path / run_id
 
@@ -136,11 +152,23 @@ def test_local_run_draws_busbw_in_report_html_and_tabulates_it_in_md(local_run):
 @pytest.mark.parametrize(
     "variables, message",
     [
-        ({"gpufleet_benchmark_tier": "bogus"}, 'gpufleet_benchmark_tier for localhost must be quick or thorough; got "bogus"'),
-        ({"gpufleet_benchmarks": ["matmul", "fft"]}, "gpufleet_benchmarks for localhost must be a list of benchmarks from matmul, memory, nccl, sdc and train_gpt2"),
+        (
+            {"gpufleet_benchmark_tier": "bogus"},
+            'gpufleet_benchmark_tier for localhost must be quick or thorough; got "bogus"',
+        ),
+        (
+            {"gpufleet_benchmarks": ["matmul", "fft"]},
+            "gpufleet_benchmarks for localhost must be a list of benchmarks from matmul, memory, nccl, sdc and train_gpt2",
+        ),
         ({"gpufleet_benchmarks": "matmul"}, "gpufleet_benchmarks for localhost must be a list of benchmarks"),
-        ({"gpufleet_nccl_master_port": 70000}, "gpufleet_nccl_master_port for localhost must be a TCP port, 1 to 65535"),
-        ({"gpufleet_nccl_timeout_s": "soon"}, "gpufleet_nccl_timeout_s for localhost must be a positive whole number of seconds"),
+        (
+            {"gpufleet_nccl_master_port": 70000},
+            "gpufleet_nccl_master_port for localhost must be a TCP port, 1 to 65535",
+        ),
+        (
+            {"gpufleet_nccl_timeout_s": "soon"},
+            "gpufleet_nccl_timeout_s for localhost must be a positive whole number of seconds",
+        ),
         ({"gpufleet_nccl_multinode": "maybe"}, "gpufleet_nccl_multinode for localhost must be true or false"),
     ],
 )
@@ -157,14 +185,32 @@ def test_bad_benchmark_variable_fails_early_naming_it(tmp_path, variables, messa
 
 def two_node_inventory(tmp_path: Path, port: int, group_vars: dict | None = None, **node_b_vars) -> Path:
     """node-a and node-b: both this machine, so a run across them really starts two torchruns."""
-    node = {"ansible_connection": "local", "ansible_host": "127.0.0.1",
-            "ansible_python_interpreter": "{{ ansible_playbook_python }}", "gpufleet_python": "{{ ansible_playbook_python }}"}
+    node = {
+        "ansible_connection": "local",
+        "ansible_host": "127.0.0.1",
+        "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+        "gpufleet_python": "{{ ansible_playbook_python }}",
+    }
     inventory = tmp_path / "inventory.yml"
-    inventory.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {
-        # Node benchmarks off unless asked for: the one-node tests cover them.
-        "vars": {"gpufleet_nccl_master_port": port, "gpufleet_benchmarks": [], **(group_vars or {})},
-        "hosts": {"node-a": dict(node), "node-b": dict(node, **node_b_vars)},
-    }}}}))
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "children": {
+                        "gpu_nodes": {
+                            # Node benchmarks off unless asked for: the one-node tests cover them.
+                            "vars": {
+                                "gpufleet_nccl_master_port": port,
+                                "gpufleet_benchmarks": [],
+                                **(group_vars or {}),
+                            },
+                            "hosts": {"node-a": dict(node), "node-b": dict(node, **node_b_vars)},
+                        }
+                    }
+                }
+            }
+        )
+    )
     return inventory
 
 
@@ -194,7 +240,9 @@ def test_two_nodes_run_nccl_and_training_across_both_and_merge_into_each_documen
             assert all(r["correct"] for r in detail["rows"]), detail["rows"]
             assert "--nnodes=2" in detail["command"] and f"--master-port={port}" in detail["command"]
             mn = detail["multinode"]
-            assert mn["members"] == ["node-a", "node-b"] and mn["master"] == "node-a" and mn["master_addr"] == "127.0.0.1"
+            assert (
+                mn["members"] == ["node-a", "node-b"] and mn["master"] == "node-a" and mn["master_addr"] == "127.0.0.1"
+            )
             assert mn["node_rank"] == rank and mn["master_port"] == port and mn["left_out"] == {}
         # Gloo on the CPU writes no NCCL log: there is no transport to judge.
         assert multi["nccl_transport"]["status"] == "skip", multi["nccl_transport"]
@@ -220,8 +268,9 @@ def test_two_nodes_run_nccl_and_training_across_both_and_merge_into_each_documen
         assert scaling["threshold"]["key"] == "train_scaling_efficiency_min"
 
     report = json.loads((run_dir / "report.json").read_text())
-    assert {r["check"] for r in report["nodes"]["node-b"]["results"] if r["group"] == "benchmark_multinode"} >= COLLECTIVES | {
-        "train_gpt2", "train_scaling"}
+    assert {
+        r["check"] for r in report["nodes"]["node-b"]["results"] if r["group"] == "benchmark_multinode"
+    } >= COLLECTIVES | {"train_gpt2", "train_scaling"}
     page = (run_dir / "report.html").read_text()
     assert page.count('<svg class="chart"') == 2  # one chart per node: the run across nodes
     assert "4 ranks over 2 nodes" in page
@@ -237,7 +286,9 @@ def test_a_node_that_never_comes_makes_both_stop_within_the_timeout(tmp_path):
     """node-b dials a port nobody listens on: node-a waits for it, both are killed at the timeout. The training
     gate across the nodes then does not wait out a second timeout: it says the run could not meet for NCCL."""
     port = free_port()
-    inventory = two_node_inventory(tmp_path, port, {"gpufleet_benchmarks": ["train_gpt2"]}, gpufleet_nccl_master_port=free_port())
+    inventory = two_node_inventory(
+        tmp_path, port, {"gpufleet_benchmarks": ["train_gpt2"]}, gpufleet_nccl_master_port=free_port()
+    )
     timeout_s = 16
     t0 = time.monotonic()
     proc, run_dir = run_validate(tmp_path, "-e", f"gpufleet_nccl_timeout_s={timeout_s}", inventory=str(inventory))
@@ -251,8 +302,10 @@ def test_a_node_that_never_comes_makes_both_stop_within_the_timeout(tmp_path):
         assert [r["check"] for r in multi] == ["nccl", "train_gpt2"], (host, multi)
         res, train = multi
         assert train["status"] == "skip", train
-        assert train["reason"] == ("no training run across nodes: the NCCL run across nodes did not finish on node-a, node-b"
-                                   " (benchmark_multinode.nccl says why)"), train
+        assert train["reason"] == (
+            "no training run across nodes: the NCCL run across nodes did not finish on node-a, node-b"
+            " (benchmark_multinode.nccl says why)"
+        ), train
         assert res["status"] in ("fail", "error"), res
         assert "timed out" in res["reason"] or "timeout" in res["reason"], res
         assert res["remedy"]
@@ -261,7 +314,8 @@ def test_a_node_that_never_comes_makes_both_stop_within_the_timeout(tmp_path):
         assert {r["group"] for r in doc["results"]} >= {"gpu_inventory", "gpu_health", "host_hygiene"}
     report = json.loads((run_dir / "report.json").read_text())
     assert "benchmark_multinode.nccl" in " ".join(
-        f"{r['group']}.{r['check']}" for r in report["nodes"]["node-a"]["results"] if r["status"] in ("fail", "error"))
+        f"{r['group']}.{r['check']}" for r in report["nodes"]["node-a"]["results"] if r["status"] in ("fail", "error")
+    )
     # Bounded by the timeout (plus the checks and the polling), not by torchrun's own rendezvous limit.
     assert elapsed < timeout_s + 90, elapsed
     assert not _leftover_workers()
@@ -278,8 +332,13 @@ def test_an_unreachable_node_is_left_out_and_the_others_run_without_it(tmp_path)
     hosts = doc["all"]["children"]["gpu_nodes"]["hosts"]
     hosts["node-b"]["gpufleet_benchmarks"] = ["train_gpt2"]
     doc["all"]["children"]["gpu_nodes"]["hosts"] = {
-        "deadnode": {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": 1,
-                     "ansible_ssh_common_args": "-o ConnectTimeout=5 -o BatchMode=yes", "gpufleet_benchmarks": ["train_gpt2"]},
+        "deadnode": {
+            "ansible_connection": "ssh",
+            "ansible_host": "127.0.0.1",
+            "ansible_port": 1,
+            "ansible_ssh_common_args": "-o ConnectTimeout=5 -o BatchMode=yes",
+            "gpufleet_benchmarks": ["train_gpt2"],
+        },
         **hosts,
     }
     inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -289,12 +348,23 @@ def test_an_unreachable_node_is_left_out_and_the_others_run_without_it(tmp_path)
 
     note, train_note = [r for r in host_doc(run_dir, "deadnode")["results"] if r["group"] == "benchmark_multinode"]
     assert note["status"] == "skip" and note["check"] == "nccl"
-    assert note["reason"] == "left out of the NCCL run across nodes: the node did not answer; the run covered node-a, node-b"
+    assert (
+        note["reason"]
+        == "left out of the NCCL run across nodes: the node did not answer; the run covered node-a, node-b"
+    )
     assert train_note["status"] == "skip" and train_note["check"] == "train_gpt2"
-    assert train_note["reason"] == "left out of the training run across nodes: the node did not answer; the run covered node-a, node-b"
-    (lacking,) = [r for r in host_doc(run_dir, "node-b")["results"] if r["check"] == "train_gpt2" and r["group"] == "benchmark_multinode"]
+    assert (
+        train_note["reason"]
+        == "left out of the training run across nodes: the node did not answer; the run covered node-a, node-b"
+    )
+    (lacking,) = [
+        r
+        for r in host_doc(run_dir, "node-b")["results"]
+        if r["check"] == "train_gpt2" and r["group"] == "benchmark_multinode"
+    ]
     assert lacking["status"] == "skip" and lacking["reason"] == (
-        "no training run across nodes: gpufleet_benchmarks of node-a does not include train_gpt2, and the run across nodes needs it on every node")
+        "no training run across nodes: gpufleet_benchmarks of node-a does not include train_gpt2, and the run across nodes needs it on every node"
+    )
     assert not [r for r in host_doc(run_dir, "node-a")["results"] if r["check"].startswith("train")]
     for host, rank in (("node-a", 0), ("node-b", 1)):
         multi = {r["check"]: r for r in host_doc(run_dir, host)["results"] if r["group"] == "benchmark_multinode"}

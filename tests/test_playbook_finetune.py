@@ -38,8 +38,11 @@ REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 # The hosts see this machine's root, but with fresh /tmp and /run: the checkout and the Python environment
 # (gpufleet_python) are bound in read-only at their own paths, wherever they are.
-SHARED = [f"{p}:{p}" for p in sorted({str(REPO), sys.prefix})
-          if not any(p != q and p.startswith(q + "/") for q in (str(REPO), sys.prefix))]
+SHARED = [
+    f"{p}:{p}"
+    for p in sorted({str(REPO), sys.prefix})
+    if not any(p != q and p.startswith(q + "/") for q in (str(REPO), sys.prefix))
+]
 TESTHOST = REPO / "molecule" / "resources" / "testhost.sh"
 TOOLS = ("ip", "sshd", "ssh", "ssh-keygen", "chroot", "mount", "umount", "mountpoint")
 TOOL_PATH = f"{BIN}:{os.environ.get('PATH', '')}:/usr/sbin:/sbin"
@@ -55,14 +58,36 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def run_playbook(playbook: str, inventory: Path | str, reports: Path, *extra: str, env_extra: dict | None = None,
-                 background: bool = False, timeout_s: int = 300):
+def run_playbook(
+    playbook: str,
+    inventory: Path | str,
+    reports: Path,
+    *extra: str,
+    env_extra: dict | None = None,
+    background: bool = False,
+    timeout_s: int = 300,
+):
     """ansible-playbook from the repository root into reports/<run-id>; (process or completed, run dir)."""
     run_id = f"test-{uuid.uuid4().hex[:12]}"
-    env = dict(os.environ, PATH=TOOL_PATH, ANSIBLE_LOCAL_TEMP=str(reports / "ansible-tmp"),
-               ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", **(env_extra or {}))
-    cmd = [str(BIN / "ansible-playbook"), playbook, "-i", str(inventory),
-           "-e", f"gpufleet_run_id={run_id}", "-e", f"gpufleet_reports_dir={reports}", *extra]
+    env = dict(
+        os.environ,
+        PATH=TOOL_PATH,
+        ANSIBLE_LOCAL_TEMP=str(reports / "ansible-tmp"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_FORCE_COLOR="0",
+        **(env_extra or {}),
+    )
+    cmd = [
+        str(BIN / "ansible-playbook"),
+        playbook,
+        "-i",
+        str(inventory),
+        "-e",
+        f"gpufleet_run_id={run_id}",
+        "-e",
+        f"gpufleet_reports_dir={reports}",
+        *extra,
+    ]
     if background:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         return proc, reports / run_id
@@ -98,31 +123,50 @@ def two_hosts():
     env = dict(os.environ, PATH=TOOL_PATH)
     try:
         key = state / "id_ed25519"
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gpufleet-finetune-test", "-f", str(key)],
-                       check=True, env=env)
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gpufleet-finetune-test", "-f", str(key)],
+            check=True,
+            env=env,
+        )
         for name, (netns, host_ip, node_ip) in HOSTS.items():
             # A run that was killed may have left its namespace and veth behind.
-            subprocess.run(["bash", str(TESTHOST), "down", name, netns, str(state)], env=env, capture_output=True, timeout=120)
-            subprocess.run(["bash", str(TESTHOST), "up", name, netns, host_ip, node_ip, str(state), f"{key}.pub", *SHARED],
-                           check=True, env=env, capture_output=True, text=True, timeout=120)
+            subprocess.run(
+                ["bash", str(TESTHOST), "down", name, netns, str(state)], env=env, capture_output=True, timeout=120
+            )
+            subprocess.run(
+                ["bash", str(TESTHOST), "up", name, netns, host_ip, node_ip, str(state), f"{key}.pub", *SHARED],
+                check=True,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
         # testhost.sh links each host to this machine only; route each /30 to the other through this machine.
         # Forwarding is switched on for the two veth ends alone (not net.ipv4.ip_forward), and goes with them.
         (a_ns, a_gw, a_ip), (b_ns, b_gw, b_ip) = HOSTS.values()
         for netns, gw, other in ((a_ns, a_gw, b_ip), (b_ns, b_gw, a_ip)):
-            subprocess.run(["ip", "-n", netns, "route", "add", other.rsplit(".", 1)[0] + ".0/30", "via", gw],
-                           check=True, env=env)
+            subprocess.run(
+                ["ip", "-n", netns, "route", "add", other.rsplit(".", 1)[0] + ".0/30", "via", gw], check=True, env=env
+            )
             try:
                 Path(f"/proc/sys/net/ipv4/conf/{netns}-h/forwarding").write_text("1\n")
             except OSError as exc:
                 pytest.skip(f"cannot route between the test hosts: forwarding on {netns}-h: {exc}")
         # The rendezvous needs this: node-b must reach a port on node-a.
-        probe = subprocess.run(["ip", "netns", "exec", b_ns, "bash", "-c", f"exec 3<>/dev/tcp/{a_ip}/22"],
-                               env=env, capture_output=True, text=True, timeout=10)
+        probe = subprocess.run(
+            ["ip", "netns", "exec", b_ns, "bash", "-c", f"exec 3<>/dev/tcp/{a_ip}/22"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         assert probe.returncode == 0, f"node-b cannot reach node-a's sshd: {probe.stderr}"
         yield {"state": state, "key": key}
     finally:
         for name, (netns, _, _) in HOSTS.items():
-            subprocess.run(["bash", str(TESTHOST), "down", name, netns, str(state)], env=env, capture_output=True, timeout=120)
+            subprocess.run(
+                ["bash", str(TESTHOST), "down", name, netns, str(state)], env=env, capture_output=True, timeout=120
+            )
         # Never delete through a mount that is still there: the hosts' /dev is this machine's, bound in.
         mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
         if not any(m == str(state) or m.startswith(f"{state}/") for m in mounts):
@@ -138,7 +182,7 @@ def two_host_inventory(hosts: dict, path: Path, **group_vars) -> Path:
         "ansible_python_interpreter": "/usr/bin/python3",
         "ansible_ssh_private_key_file": str(hosts["key"]),
         "ansible_ssh_common_args": "-o UserKnownHostsFile=/dev/null -o StrictHostKeyChecking=no -o IdentitiesOnly=yes "
-                                   "-o ConnectTimeout=10",
+        "-o ConnectTimeout=10",
         # The overlay's lower layer is this machine's root: the same interpreter, engine and torch are there.
         "gpufleet_python": str(BIN / "python"),
         "gpufleet_finetune_config": "files/configs/tiny-qwen2-lora.yml",
@@ -152,14 +196,19 @@ def two_host_inventory(hosts: dict, path: Path, **group_vars) -> Path:
         # "nodes" share this machine's cores, and a marker that finds this node's torchrun processes.
         env = {"GLOO_SOCKET_IFNAME": "eth0", "OMP_NUM_THREADS": 1, "GPUFLEET_TEST_NODE": name}
         nodes[name] = {"ansible_host": node_ip, "gpufleet_node_env": env}
-    path.write_text(yaml.safe_dump({"all": {"vars": common, "children": {"gpu_nodes": {"hosts": nodes}}}}, sort_keys=False))
+    path.write_text(
+        yaml.safe_dump({"all": {"vars": common, "children": {"gpu_nodes": {"hosts": nodes}}}}, sort_keys=False)
+    )
     return path
 
 
 def ssh_env(hosts: dict) -> dict:
     # Root logins: modules go down the ssh channel (pipelining) instead of through temporary files.
-    return {"ANSIBLE_SSH_CONTROL_PATH_DIR": str(hosts["state"] / "cp"), "ANSIBLE_HOST_KEY_CHECKING": "false",
-            "ANSIBLE_PIPELINING": "true"}
+    return {
+        "ANSIBLE_SSH_CONTROL_PATH_DIR": str(hosts["state"] / "cp"),
+        "ANSIBLE_HOST_KEY_CHECKING": "false",
+        "ANSIBLE_PIPELINING": "true",
+    }
 
 
 def node_root(hosts: dict, name: str) -> Path:
@@ -170,7 +219,9 @@ def node_root(hosts: dict, name: str) -> Path:
 def torchrun_pids(name: str) -> list[int]:
     """torchrun and its ranks on one test host: processes of its network namespace that carry its marker."""
     netns = HOSTS[name][0]
-    pids = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True, env=dict(os.environ, PATH=TOOL_PATH))
+    pids = subprocess.run(
+        ["ip", "netns", "pids", netns], capture_output=True, text=True, env=dict(os.environ, PATH=TOOL_PATH)
+    )
     found = []
     for pid in pids.stdout.split():
         try:
@@ -230,17 +281,21 @@ def test_a_node_that_dies_mid_run_stops_both_and_is_named(two_hosts, tmp_path):
     well before the timeout, the playbook fails, and node-a's result names node-b. The timeout leaves room for a
     busy machine's start (torch and the model loaded on both hosts): the test waits for step 3 itself."""
     timeout_s = 300
-    inventory = two_host_inventory(two_hosts, tmp_path / "hosts.yml", gpufleet_finetune_timeout_s=timeout_s,
-                                   gpufleet_finetune_max_steps=2000)  # far longer than the test waits
+    inventory = two_host_inventory(
+        two_hosts, tmp_path / "hosts.yml", gpufleet_finetune_timeout_s=timeout_s, gpufleet_finetune_max_steps=2000
+    )  # far longer than the test waits
     t0 = time.monotonic()
-    proc, run_dir = run_playbook("finetune.yml", inventory, tmp_path / "reports", env_extra=ssh_env(two_hosts),
-                                 background=True)
+    proc, run_dir = run_playbook(
+        "finetune.yml", inventory, tmp_path / "reports", env_extra=ssh_env(two_hosts), background=True
+    )
     try:
         # Rank 0 (node-a) logs each step to its torchrun log, in node-a's /tmp.
         tmp_a = node_root(two_hosts, "node-a") / "tmp"
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and proc.poll() is None:
-            if any("step 3/" in log.read_text(errors="replace") for log in tmp_a.glob("gpufleet-finetune-*/torchrun.log")):
+            if any(
+                "step 3/" in log.read_text(errors="replace") for log in tmp_a.glob("gpufleet-finetune-*/torchrun.log")
+            ):
                 break
             time.sleep(0.5)
         else:
@@ -282,24 +337,37 @@ def test_a_node_that_dies_mid_run_stops_both_and_is_named(two_hosts, tmp_path):
 # ---------------------------------------------------------------- bad variables stop the run before any node
 
 
-@pytest.mark.parametrize("node_b_vars, message", [
-    ({"gpufleet_node_env": "CUDA_VISIBLE_DEVICES=0"}, "gpufleet_node_env for node-b must be a mapping"),
-    ({"gpufleet_node_env": {"BAD-NAME": "1"}}, "gpufleet_node_env for node-b must be a mapping of environment variable name"),
-    ({"gpufleet_finetune_rdzv_timeout_s": 600, "gpufleet_finetune_timeout_s": 600},
-     "gpufleet_finetune_rdzv_timeout_s for node-b (600) must be less than gpufleet_finetune_timeout_s (600) less its 60 s margin"),
-    ({"gpufleet_finetune_master_port": 70000}, "gpufleet_finetune_master_port for node-b must be a TCP port"),
-    ({"gpufleet_finetune_max_steps": "many"}, "gpufleet_finetune_max_steps for node-b must be a whole number"),
-    ({"gpufleet_finetune_dir": "relative/dir"}, "gpufleet_finetune_dir for node-b must be an absolute path"),
-    ({"gpufleet_finetune_config": "files/configs/qwen2-7b-lora-zero3.yml"},
-     "gpufleet_finetune_config must be the same on every node of the fine-tune (set it for the group): "
-     "node-b has \"files/configs/qwen2-7b-lora-zero3.yml\", node-a has \"files/configs/qwen2-7b-lora.yml\""),
-])
+@pytest.mark.parametrize(
+    "node_b_vars, message",
+    [
+        ({"gpufleet_node_env": "CUDA_VISIBLE_DEVICES=0"}, "gpufleet_node_env for node-b must be a mapping"),
+        (
+            {"gpufleet_node_env": {"BAD-NAME": "1"}},
+            "gpufleet_node_env for node-b must be a mapping of environment variable name",
+        ),
+        (
+            {"gpufleet_finetune_rdzv_timeout_s": 600, "gpufleet_finetune_timeout_s": 600},
+            "gpufleet_finetune_rdzv_timeout_s for node-b (600) must be less than gpufleet_finetune_timeout_s (600) less its 60 s margin",
+        ),
+        ({"gpufleet_finetune_master_port": 70000}, "gpufleet_finetune_master_port for node-b must be a TCP port"),
+        ({"gpufleet_finetune_max_steps": "many"}, "gpufleet_finetune_max_steps for node-b must be a whole number"),
+        ({"gpufleet_finetune_dir": "relative/dir"}, "gpufleet_finetune_dir for node-b must be an absolute path"),
+        (
+            {"gpufleet_finetune_config": "files/configs/qwen2-7b-lora-zero3.yml"},
+            "gpufleet_finetune_config must be the same on every node of the fine-tune (set it for the group): "
+            'node-b has "files/configs/qwen2-7b-lora-zero3.yml", node-a has "files/configs/qwen2-7b-lora.yml"',
+        ),
+    ],
+)
 def test_bad_finetune_variables_stop_the_run_naming_them(tmp_path, node_b_vars, message):
     # Unreachable addresses: the checks run on the controller before any node is contacted.
     inventory = tmp_path / "hosts.yml"
     node = {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": 1}
-    inventory.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {
-        "node-a": node, "node-b": dict(node, **node_b_vars)}}}}}))
+    inventory.write_text(
+        yaml.safe_dump(
+            {"all": {"children": {"gpu_nodes": {"hosts": {"node-a": node, "node-b": dict(node, **node_b_vars)}}}}}
+        )
+    )
     proc, run_dir = run_playbook("finetune.yml", inventory, tmp_path / "reports", timeout_s=120)
     out = " ".join(output(proc).split())  # the messages are folded over lines
     assert proc.returncode != 0
@@ -311,13 +379,25 @@ def test_bad_finetune_variables_stop_the_run_naming_them(tmp_path, node_b_vars, 
 
 
 def test_validate_runs_the_finetune_stage_when_asked_and_adds_it_to_the_document(tmp_path):
-    extra = {"gpufleet_benchmarks": [], "gpufleet_finetune": True, "gpufleet_finetune_dir": str(tmp_path / "ft"),
-             "gpufleet_lock_path": str(tmp_path / "node.lock"),
-             "gpufleet_finetune_config": "files/configs/tiny-qwen2-lora.yml", "gpufleet_finetune_max_steps": 4,
-             "gpufleet_finetune_master_port": free_port(), "gpufleet_finetune_timeout_s": 180,
-             "gpufleet_finetune_rdzv_timeout_s": 60}
-    proc, run_dir = run_playbook("validate.yml", "inventory/local", tmp_path / "reports", "-e", json.dumps(extra),
-                                 env_extra={"ANSIBLE_ASYNC_DIR": str(tmp_path / "ansible-async")})
+    extra = {
+        "gpufleet_benchmarks": [],
+        "gpufleet_finetune": True,
+        "gpufleet_finetune_dir": str(tmp_path / "ft"),
+        "gpufleet_lock_path": str(tmp_path / "node.lock"),
+        "gpufleet_finetune_config": "files/configs/tiny-qwen2-lora.yml",
+        "gpufleet_finetune_max_steps": 4,
+        "gpufleet_finetune_master_port": free_port(),
+        "gpufleet_finetune_timeout_s": 180,
+        "gpufleet_finetune_rdzv_timeout_s": 60,
+    }
+    proc, run_dir = run_playbook(
+        "validate.yml",
+        "inventory/local",
+        tmp_path / "reports",
+        "-e",
+        json.dumps(extra),
+        env_extra={"ANSIBLE_ASYNC_DIR": str(tmp_path / "ansible-async")},
+    )
     out = output(proc)
     assert proc.returncode != 0, out  # no GPU: the node is not accepted
     doc = json.loads((run_dir / "hosts" / "localhost.json").read_text())
@@ -331,11 +411,15 @@ def test_validate_runs_the_finetune_stage_when_asked_and_adds_it_to_the_document
     assert "finetune.finetune" in (run_dir / "report.md").read_text()
 
 
-
 def test_validate_checks_the_finetune_variables_when_the_stage_is_on(tmp_path):
-    proc, run_dir = run_playbook("validate.yml", "inventory/local", tmp_path / "reports",
-                                 "-e", json.dumps({"gpufleet_finetune": True, "gpufleet_node_env": ["OMP_NUM_THREADS=1"]}),
-                                 timeout_s=120)
+    proc, run_dir = run_playbook(
+        "validate.yml",
+        "inventory/local",
+        tmp_path / "reports",
+        "-e",
+        json.dumps({"gpufleet_finetune": True, "gpufleet_node_env": ["OMP_NUM_THREADS=1"]}),
+        timeout_s=120,
+    )
     out = " ".join(output(proc).split())
     assert proc.returncode != 0
     assert "gpufleet_node_env for localhost must be a mapping" in out, out[-5000:]
@@ -347,20 +431,45 @@ def test_nodes_that_cannot_join_are_left_out_with_the_reason(tmp_path):
     if shutil.which("ssh") is None:
         pytest.skip("the ssh client is needed to try a node over ssh (Debian: apt-get install openssh-client)")
     inventory = tmp_path / "hosts.yml"
-    inventory.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {
-        "deadnode": {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": 1,
-                     "ansible_ssh_common_args": "-o ConnectTimeout=5 -o BatchMode=yes"},
-        "localhost": {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}",
-                      "gpufleet_python": str(tmp_path / "no-such-python")},
-    }}}}}))
-    proc, run_dir = run_playbook("finetune.yml", inventory, tmp_path / "reports",
-                                 "-e", f"gpufleet_finetune_dir={tmp_path / 'ft'}", timeout_s=120)
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "children": {
+                        "gpu_nodes": {
+                            "hosts": {
+                                "deadnode": {
+                                    "ansible_connection": "ssh",
+                                    "ansible_host": "127.0.0.1",
+                                    "ansible_port": 1,
+                                    "ansible_ssh_common_args": "-o ConnectTimeout=5 -o BatchMode=yes",
+                                },
+                                "localhost": {
+                                    "ansible_connection": "local",
+                                    "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+                                    "gpufleet_python": str(tmp_path / "no-such-python"),
+                                },
+                            }
+                        }
+                    }
+                }
+            }
+        )
+    )
+    proc, run_dir = run_playbook(
+        "finetune.yml", inventory, tmp_path / "reports", "-e", f"gpufleet_finetune_dir={tmp_path / 'ft'}", timeout_s=120
+    )
     out = output(proc)
     assert proc.returncode != 0, out
     assert "Start the fine-tune" not in out
     dead, local = finetune_result(run_dir, "deadnode"), finetune_result(run_dir, "localhost")
-    assert dead["status"] == "error" and dead["reason"].startswith("left out of the fine-tune across nodes: the node did not answer")
-    assert local["status"] == "error" and f"gpufleet_python {tmp_path / 'no-such-python'} does not exist on localhost" in local["reason"]
+    assert dead["status"] == "error" and dead["reason"].startswith(
+        "left out of the fine-tune across nodes: the node did not answer"
+    )
+    assert (
+        local["status"] == "error"
+        and f"gpufleet_python {tmp_path / 'no-such-python'} does not exist on localhost" in local["reason"]
+    )
     for res in (dead, local):
         assert res["reason"].endswith("no node could join, so none ran") and res["remedy"]
         assert res["detail"]["multinode"]["members"] == []

@@ -30,19 +30,34 @@ GROUPS = ("gpu_inventory", "gpu_health", "host_hygiene")
 
 
 def playbook_env(tmp_path: Path) -> dict:
-    return dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
-                ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+    return dict(
+        os.environ,
+        PATH=f"{BIN}:{os.environ['PATH']}",
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_FORCE_COLOR="0",
+    )
 
 
-def run_validate(tmp_path: Path, *extra: str, inventory: str = "inventory/local",
-                 minted_run_id: bool = False) -> tuple[subprocess.CompletedProcess, Path]:
+def run_validate(
+    tmp_path: Path, *extra: str, inventory: str = "inventory/local", minted_run_id: bool = False
+) -> tuple[subprocess.CompletedProcess, Path]:
     """minted_run_id: leave gpufleet_run_id out, so the run gets the id `run start` mints."""
     run_id = f"test-{uuid.uuid4().hex[:12]}"
     env = playbook_env(tmp_path)
-    cmd = [str(BIN / "ansible-playbook"), "validate.yml", "-i", inventory,
-           *([] if minted_run_id else ["-e", f"gpufleet_run_id={run_id}"]), "-e", f"gpufleet_reports_dir={tmp_path}",
-           # A lock of the test's own: tests running at once on this machine would otherwise hold its node.
-           "-e", f"gpufleet_lock_path={tmp_path / 'node.lock'}", *extra]
+    cmd = [
+        str(BIN / "ansible-playbook"),
+        "validate.yml",
+        "-i",
+        inventory,
+        *([] if minted_run_id else ["-e", f"gpufleet_run_id={run_id}"]),
+        "-e",
+        f"gpufleet_reports_dir={tmp_path}",
+        # A lock of the test's own: tests running at once on this machine would otherwise hold its node.
+        "-e",
+        f"gpufleet_lock_path={tmp_path / 'node.lock'}",
+        *extra,
+    ]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     if minted_run_id:
         folders = [p for p in tmp_path.iterdir() if (p / "run.json").is_file()]
@@ -63,11 +78,16 @@ def test_local_run_fails_acceptance_and_writes_every_report(tmp_path):
     # The benchmark stage off ([]): tests/test_playbook_benchmarks.py runs it. No gpufleet_run_id: one is minted.
     collector = tmp_path.parent / f"{tmp_path.name}-textfile"  # node_exporter's folder, outside the reports
     collector.mkdir()
-    proc, run_dir = run_validate(tmp_path, "-e", json.dumps({"gpufleet_benchmarks": [],
-                                                             "gpufleet_prometheus_textfile_dir": str(collector)}),
-                                 minted_run_id=True)
+    proc, run_dir = run_validate(
+        tmp_path,
+        "-e",
+        json.dumps({"gpufleet_benchmarks": [], "gpufleet_prometheus_textfile_dir": str(collector)}),
+        minted_run_id=True,
+    )
     out = output(proc)
-    assert (collector / "gpufleet_localhost.prom").read_text() == (run_dir / "prometheus" / "localhost.prom").read_text()
+    assert (collector / "gpufleet_localhost.prom").read_text() == (
+        run_dir / "prometheus" / "localhost.prom"
+    ).read_text()
 
     assert proc.returncode != 0, out  # no GPU here: the node must not be accepted
     for name in ("hosts/localhost.json", "report.json", "report.md", "report.html", "junit.xml"):
@@ -93,8 +113,10 @@ def test_local_run_fails_acceptance_and_writes_every_report(tmp_path):
     assert f"report.html: {run_dir / 'report.html'}" in out
     # The cause once, with how many checks it explains, not each check in turn.
     shared = [r for r in gpu_results if r["reason"] == "no NVIDIA driver: libnvidia-ml.so not found"]
-    assert f"1 node(s) failed acceptance: localhost: no NVIDIA driver: libnvidia-ml.so not found ({len(shared)} checks: " \
-        in " ".join(out.split()), out[-3000:]
+    assert (
+        f"1 node(s) failed acceptance: localhost: no NVIDIA driver: libnvidia-ml.so not found ({len(shared)} checks: "
+        in " ".join(out.split())
+    ), out[-3000:]
 
 
 @pytest.fixture
@@ -103,26 +125,48 @@ def two_host_inventory(tmp_path) -> Path:
     if shutil.which("ssh") is None:
         pytest.skip("the ssh client is needed to reach a node over ssh (Debian: apt-get install openssh-client)")
     inventory = tmp_path / "inventory.yml"
-    inventory.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {
-        "localhost": {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}",
-                      "gpufleet_python": "{{ ansible_playbook_python }}"},
-        "deadnode": {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": 1,
-                     "ansible_ssh_common_args": "-o ConnectTimeout=5 -o BatchMode=yes"},
-    }}}}}))
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "children": {
+                        "gpu_nodes": {
+                            "hosts": {
+                                "localhost": {
+                                    "ansible_connection": "local",
+                                    "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+                                    "gpufleet_python": "{{ ansible_playbook_python }}",
+                                },
+                                "deadnode": {
+                                    "ansible_connection": "ssh",
+                                    "ansible_host": "127.0.0.1",
+                                    "ansible_port": 1,
+                                    "ansible_ssh_common_args": "-o ConnectTimeout=5 -o BatchMode=yes",
+                                },
+                            }
+                        }
+                    }
+                }
+            }
+        )
+    )
     return inventory
 
 
 def test_unreachable_node_is_reported_and_others_still_checked(tmp_path, two_host_inventory):
     # One benchmark is enough for the benchmark stage to run on the reachable node (the others would cost a minute).
-    proc, run_dir = run_validate(tmp_path / "reports", "-e", json.dumps({"gpufleet_benchmarks": ["nccl"]}),
-                                 inventory=str(two_host_inventory))
+    proc, run_dir = run_validate(
+        tmp_path / "reports", "-e", json.dumps({"gpufleet_benchmarks": ["nccl"]}), inventory=str(two_host_inventory)
+    )
     out = output(proc)
 
     assert proc.returncode != 0, out
     dead = host_doc(run_dir, "deadnode")
     # Nothing ran on it; the NCCL run across nodes says it left the node out.
     assert [(r["check"], r["group"], r["status"]) for r in dead["results"]] == [
-        ("reachable", "connection", "error"), ("nccl", "benchmark_multinode", "skip")]
+        ("reachable", "connection", "error"),
+        ("nccl", "benchmark_multinode", "skip"),
+    ]
     assert "Connection refused" in dead["results"][0]["reason"] or "port 1" in dead["results"][0]["reason"]
     assert dead["results"][0]["remedy"]
     assert dead["results"][1]["reason"].startswith("left out of the NCCL run across nodes: the node did not answer")
@@ -144,19 +188,43 @@ def test_unreachable_node_is_reported_and_others_still_checked(tmp_path, two_hos
 def test_check_mode_measures_nothing_leaves_no_run_and_says_what_a_real_run_would_do(tmp_path):
     """--check: no run folder, no history, no lock taken; the node asked only who holds its lock; exit 0."""
     lock = tmp_path / "node.lock"
-    held = subprocess.run([sys.executable, "-m", "gpufleet", "lock", "acquire", "--path", str(lock), "--run-id", "other-run",
-                           "--holder", "localhost", "--ttl-s", "3600"], capture_output=True, text=True, timeout=60)
+    held = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpufleet",
+            "lock",
+            "acquire",
+            "--path",
+            str(lock),
+            "--run-id",
+            "other-run",
+            "--holder",
+            "localhost",
+            "--ttl-s",
+            "3600",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert held.returncode == 0, held.stderr
     before = lock.read_text()
     proc, run_dir = run_validate(tmp_path, "--check")
     out = " ".join(output(proc).split())
     assert proc.returncode == 0, output(proc)[-4000:]
-    assert not run_dir.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["ansible-tmp", "node.lock", "node.lock.guard"]
+    assert not run_dir.exists() and sorted(p.name for p in tmp_path.iterdir()) == [
+        "ansible-tmp",
+        "node.lock",
+        "node.lock.guard",
+    ]
     assert lock.read_text() == before, "check mode leaves the lock as it found it"
     assert "check mode: nothing was measured, no run folder was made and no run was added to the history" in out
     assert f"A real run would create {run_dir} (run id {run_dir.name}, tier acceptance) and check 1 node(s)" in out
-    assert ("localhost: answers, gpufleet_python runs the engine; node lock held by run other-run (taken " in out
-            and "would run the checks gpu_inventory, gpu_health, host_hygiene, counters, then the benchmarks matmul" in out)
+    assert (
+        "localhost: answers, gpufleet_python runs the engine; node lock held by run other-run (taken " in out
+        and "would run the checks gpu_inventory, gpu_health, host_hygiene, counters, then the benchmarks matmul" in out
+    )
     assert "no results" not in out and "report.md:" not in out and "fleet verdict" not in out
 
 
@@ -174,23 +242,45 @@ def test_a_sites_profile_folder_and_its_checks_turned_off_reach_the_node(tmp_pat
     check off there, reported as skip with that line; a bad entry of either stops the run before any node."""
     site = tmp_path / "site"
     site.mkdir()
-    (site / "site-gpu.yml").write_text(yaml.safe_dump({"name": "site-gpu", "match": ["Site GPU"], "uncalibrated": "not measured",
-                                                      "thresholds": {"gpus_expected": {"value": 2, "source": "our boards"}}}))
-    settings = {"gpufleet_benchmarks": [], "gpufleet_profile_dir": str(site), "gpufleet_profile": "site-gpu",
-                "gpufleet_checks_disabled": ["host_hygiene.pcie_acs", "counters.fabric_before"]}
+    (site / "site-gpu.yml").write_text(
+        yaml.safe_dump(
+            {
+                "name": "site-gpu",
+                "match": ["Site GPU"],
+                "uncalibrated": "not measured",
+                "thresholds": {"gpus_expected": {"value": 2, "source": "our boards"}},
+            }
+        )
+    )
+    settings = {
+        "gpufleet_benchmarks": [],
+        "gpufleet_profile_dir": str(site),
+        "gpufleet_profile": "site-gpu",
+        "gpufleet_checks_disabled": ["host_hygiene.pcie_acs", "counters.fabric_before"],
+    }
     proc, run_dir = run_validate(tmp_path / "reports", "-e", json.dumps(settings))
     doc = host_doc(run_dir, "localhost")
-    assert doc["profile"]["name"] == "site-gpu" and doc["profile"]["path"] == f"gpufleet_profile_dir {site / 'site-gpu.yml'}"
+    assert (
+        doc["profile"]["name"] == "site-gpu"
+        and doc["profile"]["path"] == f"gpufleet_profile_dir {site / 'site-gpu.yml'}"
+    )
     assert doc["profile"]["thresholds"]["gpus_expected"] == {"value": 2, "source": "our boards"}
     by = {f"{r['group']}.{r['check']}": r for r in doc["results"]}
     for cid in settings["gpufleet_checks_disabled"]:
-        assert by[cid]["status"] == "skip" and by[cid]["reason"] == f"turned off for this node: gpufleet_checks_disabled: [{cid}]"
+        assert (
+            by[cid]["status"] == "skip"
+            and by[cid]["reason"] == f"turned off for this node: gpufleet_checks_disabled: [{cid}]"
+        )
     assert by["profile.profile"]["reason"] == "profile site-gpu is uncalibrated: not measured"
 
-    for bad, message in ((dict(settings, gpufleet_checks_disabled=["host_hygiene.acs"]),
-                          "gpufleet_checks_disabled: host_hygiene.acs is not a check; expected one of host_hygiene.pcie_acs"),
-                         (dict(settings, gpufleet_profile_dir=str(tmp_path / "nowhere")), "is not a folder"),
-                         (dict(settings, gpufleet_profile_dir="site"), "gpufleet_profile_dir must be an absolute folder")):
+    for bad, message in (
+        (
+            dict(settings, gpufleet_checks_disabled=["host_hygiene.acs"]),
+            "gpufleet_checks_disabled: host_hygiene.acs is not a check; expected one of host_hygiene.pcie_acs",
+        ),
+        (dict(settings, gpufleet_profile_dir=str(tmp_path / "nowhere")), "is not a folder"),
+        (dict(settings, gpufleet_profile_dir="site"), "gpufleet_profile_dir must be an absolute folder"),
+    ):
         proc, run_dir = run_validate(tmp_path / "bad", "-e", json.dumps(bad))
         assert proc.returncode != 0 and message in " ".join(output(proc).split()), output(proc)[-3000:]
         assert not run_dir.exists(), "refused before the run starts"
@@ -198,8 +288,14 @@ def test_a_sites_profile_folder_and_its_checks_turned_off_reach_the_node(tmp_pat
 
 def test_the_run_across_nodes_is_off_with_gpufleet_nccl_multinode_false(tmp_path, two_host_inventory):
     """The switch for the cross-node stage: no node joins, none is told it was left out, its play does nothing."""
-    proc, run_dir = run_validate(tmp_path / "reports", "-e", "gpufleet_nccl_multinode=false",
-                                 "-e", json.dumps({"gpufleet_benchmarks": []}), inventory=str(two_host_inventory))
+    proc, run_dir = run_validate(
+        tmp_path / "reports",
+        "-e",
+        "gpufleet_nccl_multinode=false",
+        "-e",
+        json.dumps({"gpufleet_benchmarks": []}),
+        inventory=str(two_host_inventory),
+    )
     out = output(proc)
 
     assert proc.returncode != 0, out  # deadnode is not accepted
@@ -222,15 +318,27 @@ def test_limit_to_one_node_still_prepares_and_reports(tmp_path, two_host_invento
 
 
 def test_each_stage_has_its_tag_and_the_rest_always_runs(tmp_path):
-    done = subprocess.run([str(BIN / "ansible-playbook"), "validate.yml", "-i", "inventory/local", "--list-tags"],
-                          cwd=REPO, env=playbook_env(tmp_path), capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [str(BIN / "ansible-playbook"), "validate.yml", "-i", "inventory/local", "--list-tags"],
+        cwd=REPO,
+        env=playbook_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     plays = [line.split("TAGS: ")[1] for line in done.stdout.splitlines() if line.strip().startswith("play #")]
     assert plays == ["[always]", "[node]", "[multinode]", "[finetune]", "[always]", "[always]"], done.stdout
 
 
 def test_skipped_tag_leaves_its_stage_out_and_the_run_records_it(tmp_path, two_host_inventory):
-    proc, run_dir = run_validate(tmp_path / "reports", "--skip-tags", "multinode", "-e", json.dumps({"gpufleet_benchmarks": []}),
-                                 inventory=str(two_host_inventory))
+    proc, run_dir = run_validate(
+        tmp_path / "reports",
+        "--skip-tags",
+        "multinode",
+        "-e",
+        json.dumps({"gpufleet_benchmarks": []}),
+        inventory=str(two_host_inventory),
+    )
     out = output(proc)
     assert proc.returncode != 0, out  # deadnode is not accepted
     local = host_doc(run_dir, "localhost")
@@ -245,19 +353,36 @@ def test_tags_and_gpufleet_stages_together_are_refused(tmp_path):
     proc, run_dir = run_validate(tmp_path, "--tags", "node", "-e", json.dumps({"gpufleet_stages": ["node"]}))
     out = output(proc)
     assert proc.returncode != 0 and not run_dir.exists(), out
-    assert 'the tags select the stages ["node"] of node, multinode and finetune, and gpufleet_stages is ["node"]: ' \
-           "give the stages one way" in out, out
+    assert (
+        'the tags select the stages ["node"] of node, multinode and finetune, and gpufleet_stages is ["node"]: '
+        "give the stages one way" in out
+    ), out
 
 
-@pytest.mark.parametrize("thresholds, message", [
-    ({"nope": 1}, "gpufleet_thresholds for localhost: gpufleet_thresholds.nope is not a known threshold; expected one of"),
-    ({"gpus_expected": "eight"}, "gpufleet_thresholds for localhost: gpufleet_thresholds.gpus_expected = 'eight' has the "
-                                 "wrong type; expected int or null"),
-    ({"power_limit_min_ratio": 1.5}, "gpufleet_thresholds for localhost: gpufleet_thresholds.power_limit_min_ratio = 1.5 is "
-                                     "out of bounds; expected a number from 0 to 1"),
-    ({"gpu_temperature_warn_c": float("nan")}, "gpufleet_thresholds for localhost: gpufleet_thresholds.gpu_temperature_warn_c "
-                                               "= nan is out of bounds; expected a number, not nan"),
-])
+@pytest.mark.parametrize(
+    "thresholds, message",
+    [
+        (
+            {"nope": 1},
+            "gpufleet_thresholds for localhost: gpufleet_thresholds.nope is not a known threshold; expected one of",
+        ),
+        (
+            {"gpus_expected": "eight"},
+            "gpufleet_thresholds for localhost: gpufleet_thresholds.gpus_expected = 'eight' has the "
+            "wrong type; expected int or null",
+        ),
+        (
+            {"power_limit_min_ratio": 1.5},
+            "gpufleet_thresholds for localhost: gpufleet_thresholds.power_limit_min_ratio = 1.5 is "
+            "out of bounds; expected a number from 0 to 1",
+        ),
+        (
+            {"gpu_temperature_warn_c": float("nan")},
+            "gpufleet_thresholds for localhost: gpufleet_thresholds.gpu_temperature_warn_c "
+            "= nan is out of bounds; expected a number, not nan",
+        ),
+    ],
+)
 def test_a_bad_threshold_stops_the_run_before_any_node_is_touched(tmp_path, thresholds, message):
     # JSON as -e takes it (NaN included); refused on the controller against the profiles, so no lock is taken and no
     # node is measured, drained or recorded as failed.
@@ -297,22 +422,38 @@ def test_relative_gpufleet_python_is_refused_with_its_name(tmp_path):
     assert '"venv/bin/python"' in out
 
 
-@pytest.mark.parametrize("node_b_vars, message", [
-    ({"gpufleet_node_env": {"BAD-NAME": "1"}},
-     "gpufleet_node_env for node-b must be a mapping of environment variable name -> string or number, for example "
-     "{CUDA_VISIBLE_DEVICES: '0,1,2,3'}; got {\"BAD-NAME\": \"1\"}"),
-    ({"gpufleet_nccl_timeout_s": "soon"}, 'gpufleet_nccl_timeout_s for node-b must be a positive whole number of seconds; got "soon"'),
-    ({"gpufleet_finetune": "maybe"}, 'gpufleet_finetune for node-b must be true or false; got "maybe"'),
-    ({"gpufleet_soak_duration_s": 0},
-     "gpufleet_soak_duration_s for node-b must be a positive whole number of seconds, for example 7200; got 0"),
-    ({"gpufleet_tier": "soak"}, "gpufleet_tier must be the same on every node of the run (set it for the group or with -e)"),
-])
+@pytest.mark.parametrize(
+    "node_b_vars, message",
+    [
+        (
+            {"gpufleet_node_env": {"BAD-NAME": "1"}},
+            "gpufleet_node_env for node-b must be a mapping of environment variable name -> string or number, for example "
+            '{CUDA_VISIBLE_DEVICES: \'0,1,2,3\'}; got {"BAD-NAME": "1"}',
+        ),
+        (
+            {"gpufleet_nccl_timeout_s": "soon"},
+            'gpufleet_nccl_timeout_s for node-b must be a positive whole number of seconds; got "soon"',
+        ),
+        ({"gpufleet_finetune": "maybe"}, 'gpufleet_finetune for node-b must be true or false; got "maybe"'),
+        (
+            {"gpufleet_soak_duration_s": 0},
+            "gpufleet_soak_duration_s for node-b must be a positive whole number of seconds, for example 7200; got 0",
+        ),
+        (
+            {"gpufleet_tier": "soak"},
+            "gpufleet_tier must be the same on every node of the run (set it for the group or with -e)",
+        ),
+    ],
+)
 def test_a_bad_variable_of_the_second_node_stops_the_run_naming_node_and_variable(tmp_path, node_b_vars, message):
     # Unreachable addresses: gpufleet.cluster.run_inputs checks every node's variables before any node is contacted.
     inventory = tmp_path / "hosts.yml"
     node = {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": 1}
-    inventory.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {
-        "node-a": node, "node-b": dict(node, **node_b_vars)}}}}}))
+    inventory.write_text(
+        yaml.safe_dump(
+            {"all": {"children": {"gpu_nodes": {"hosts": {"node-a": node, "node-b": dict(node, **node_b_vars)}}}}}
+        )
+    )
     proc, run_dir = run_validate(tmp_path, inventory=str(inventory))
     out = " ".join(output(proc).split())  # the messages are folded over lines
 
@@ -334,10 +475,15 @@ def measured(doc: dict) -> bool:
 def run_two_at_once(tmp_path: Path, reports: dict, *extra: str) -> dict:
     """The operator's command, with the reports folders and the lock file in tmp_path (the same lock for both):
     {1: host document of c1, 2: of c2}."""
-    script = " ".join(
-        f"ansible-playbook validate.yml -i inventory/local -e '{{\"gpufleet_benchmarks\": []}}' -e gpufleet_run_id=c{i} "
-        f"-e gpufleet_reports_dir={reports[i]} -e gpufleet_lock_path={tmp_path / 'node.lock'} {' '.join(extra)} "
-        f"> {tmp_path}/out{i} 2>&1 &" for i in (1, 2)) + " wait"
+    script = (
+        " ".join(
+            f"ansible-playbook validate.yml -i inventory/local -e '{{\"gpufleet_benchmarks\": []}}' -e gpufleet_run_id=c{i} "
+            f"-e gpufleet_reports_dir={reports[i]} -e gpufleet_lock_path={tmp_path / 'node.lock'} {' '.join(extra)} "
+            f"> {tmp_path}/out{i} 2>&1 &"
+            for i in (1, 2)
+        )
+        + " wait"
+    )
     subprocess.run(["bash", "-c", script], cwd=REPO, env=playbook_env(tmp_path), timeout=600, check=True)
     out = "\n".join((tmp_path / f"out{i}").read_text() for i in (1, 2))
     docs = {}
@@ -356,8 +502,10 @@ def node_stage_s(doc: dict) -> tuple[float, float]:
     """When a run held the node, epoch seconds: from when it took the node (the heartbeat its lock record holds from
     that moment, exact) to its last result's end (a start in whole seconds plus the duration: never after the true
     end). A run that took the node after another's end is therefore never taken for one that overlapped it."""
+
     def epoch(iso: str) -> float:
         return datetime.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
     taken = lock_result(doc)["detail"]["record"]["holders"][doc["host"]]["heartbeat_at"]
     return taken, max(epoch(r["started"]) + (r.get("seconds") or 0) for r in doc["results"])
 
@@ -403,15 +551,37 @@ def test_a_run_asked_to_wait_measures_the_node_after_the_other(tmp_path):
 
 def test_an_interrupted_run_leaves_no_lock_in_the_way(tmp_path):
     lock_path = tmp_path / "node.lock"
-    cmd = [str(BIN / "ansible-playbook"), "validate.yml", "-i", "inventory/local", "-e", '{"gpufleet_benchmarks": []}',
-           "-e", "gpufleet_run_id=stopped", "-e", f"gpufleet_reports_dir={tmp_path / 'reports1'}",
-           "-e", f"gpufleet_lock_path={lock_path}"]
+    cmd = [
+        str(BIN / "ansible-playbook"),
+        "validate.yml",
+        "-i",
+        "inventory/local",
+        "-e",
+        '{"gpufleet_benchmarks": []}',
+        "-e",
+        "gpufleet_run_id=stopped",
+        "-e",
+        f"gpufleet_reports_dir={tmp_path / 'reports1'}",
+        "-e",
+        f"gpufleet_lock_path={lock_path}",
+    ]
     # Its own process group, as in a terminal: Ctrl-C sends SIGINT to the whole foreground group.
-    proc = subprocess.Popen(cmd, cwd=REPO, env=playbook_env(tmp_path), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        env=playbook_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
-        wait_for(lambda: lock_path.exists() and '"stopped"' in lock_path.read_text(), 240, "the run to take the node lock",
-                 interval_s=0.2)
+        wait_for(
+            lambda: lock_path.exists() and '"stopped"' in lock_path.read_text(),
+            240,
+            "the run to take the node lock",
+            interval_s=0.2,
+        )
         os.killpg(proc.pid, signal.SIGINT)
         out = proc.communicate(timeout=240)[0]
     finally:
@@ -422,15 +592,18 @@ def test_an_interrupted_run_leaves_no_lock_in_the_way(tmp_path):
     # The next run, from another reports folder, measures the node at once: no lease to wait out. The stopped run's
     # module may have given the lock back on its way out (its steps end once the controller is gone, the give-back
     # still runs); a lock it left is taken over, saying why.
-    proc, run_dir = run_validate(tmp_path / "reports2", "-e", json.dumps({"gpufleet_benchmarks": []}),
-                                 "-e", f"gpufleet_lock_path={lock_path}")
+    proc, run_dir = run_validate(
+        tmp_path / "reports2", "-e", json.dumps({"gpufleet_benchmarks": []}), "-e", f"gpufleet_lock_path={lock_path}"
+    )
     doc = host_doc(run_dir, "localhost")
     assert measured(doc), output(proc)
     lock_result = next(r for r in doc["results"] if r["check"] == "node_lock")
     assert lock_result["status"] == "pass" and lock_result["detail"]["waited_s"] == 0, lock_result
     if lock_result["detail"]["stale"]:
-        assert ("took over the stale lock of run stopped: its run was stopped: the controller's ansible-playbook "
-                "process for it is gone") in lock_result["reason"], lock_result
+        assert (
+            "took over the stale lock of run stopped: its run was stopped: the controller's ansible-playbook "
+            "process for it is gone"
+        ) in lock_result["reason"], lock_result
 
 
 RELEASE_AFTER_FAILURE = """
@@ -466,21 +639,42 @@ RELEASE_AFTER_FAILURE = """
 def test_a_failed_run_gives_back_every_lock_it_can_reach_and_names_the_others(tmp_path):
     if shutil.which("ssh") is None:
         pytest.skip("the ssh client is needed to reach a node over ssh (Debian: apt-get install openssh-client)")
-    local = {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}",
-             "gpufleet_python": "{{ ansible_playbook_python }}"}
+    local = {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+        "gpufleet_python": "{{ ansible_playbook_python }}",
+    }
     inventory = tmp_path / "inventory.yml"
-    inventory.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {
-        "node-a": local, "node-failed": local, "node-lost": local}}}}}))
+    inventory.write_text(
+        yaml.safe_dump(
+            {"all": {"children": {"gpu_nodes": {"hosts": {"node-a": local, "node-failed": local, "node-lost": local}}}}}
+        )
+    )
     # The play that gives the nodes back, as validate.yml has it.
     release_play = (REPO / "playbooks" / "validate.yml").read_text().split("- name: Give the nodes back")[1]
     release_play = "- name: Give the nodes back" + release_play.split("\n- name:")[0]
     playbook = tmp_path / "failing.yml"
     playbook.write_text(RELEASE_AFTER_FAILURE + release_play.replace("gpufleet_validate_hosts", "groups['gpu_nodes']"))
     lock_path = tmp_path / "node.lock"
-    proc = subprocess.run([str(BIN / "ansible-playbook"), str(playbook), "-i", str(inventory),
-                           "-e", "gpufleet_run_id=failing", "-e", f"gpufleet_reports_dir={tmp_path / 'reports'}",
-                           "-e", f"gpufleet_lock_path={lock_path}"],
-                          cwd=REPO, env=playbook_env(tmp_path), capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            str(BIN / "ansible-playbook"),
+            str(playbook),
+            "-i",
+            str(inventory),
+            "-e",
+            "gpufleet_run_id=failing",
+            "-e",
+            f"gpufleet_reports_dir={tmp_path / 'reports'}",
+            "-e",
+            f"gpufleet_lock_path={lock_path}",
+        ],
+        cwd=REPO,
+        env=playbook_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     out = output(proc)
 
     assert "Give the node lock back for each node an earlier play failed" in out, out

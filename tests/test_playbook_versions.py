@@ -42,10 +42,21 @@ def test_a_node_with_another_net_plugin_is_left_out_of_the_nccl_run_and_named(fl
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content)
     good, odd = (hashlib.sha256(CONTENT[n]).hexdigest() for n in ("node-a", "node-b"))
-    nodes = {n: {"gpufleet_node_env": dict(fleet.host_vars(n)["gpufleet_node_env"], PYTHONPATH=str(REPO / "src"),
-                                           LD_LIBRARY_PATH="/opt/nccl-net")} for n in NODES}
-    inventory = fleet.inventory(tmp_path / "hosts.yml", host_vars=nodes, gpufleet_benchmarks=[], gpufleet_tier="acceptance",
-                                gpufleet_nccl_timeout_s=90)
+    nodes = {
+        n: {
+            "gpufleet_node_env": dict(
+                fleet.host_vars(n)["gpufleet_node_env"], PYTHONPATH=str(REPO / "src"), LD_LIBRARY_PATH="/opt/nccl-net"
+            )
+        }
+        for n in NODES
+    }
+    inventory = fleet.inventory(
+        tmp_path / "hosts.yml",
+        host_vars=nodes,
+        gpufleet_benchmarks=[],
+        gpufleet_tier="acceptance",
+        gpufleet_nccl_timeout_s=90,
+    )
     reports, run_id = tmp_path / "reports", f"plugin-{uuid.uuid4().hex[:8]}"
     rc, out = playbook(fleet, inventory, reports, run_id)
     assert rc != 0 and "Fail when a node was not accepted" in out, out[-6000:]
@@ -59,14 +70,19 @@ def test_a_node_with_another_net_plugin_is_left_out_of_the_nccl_run_and_named(fl
     # node-b: left out before the run across nodes, naming the file and both hashes.
     (left,) = [r for r in doc(run / "hosts" / "node-b.json")["results"] if r["group"] == "benchmark_multinode"]
     assert left["check"] == "nccl" and left["status"] == "skip", left
-    assert left["reason"].startswith("left out of the NCCL run across nodes: its NCCL differs from the other nodes': "
-                                     f"NCCL net plugin: {PLUGIN} (sha256 {odd}) here; {PLUGIN} (sha256 {good}) on node-a, "
-                                     "node-c (the majority)"), left["reason"]
+    assert left["reason"].startswith(
+        "left out of the NCCL run across nodes: its NCCL differs from the other nodes': "
+        f"NCCL net plugin: {PLUGIN} (sha256 {odd}) here; {PLUGIN} (sha256 {good}) on node-a, "
+        "node-c (the majority)"
+    ), left["reason"]
     assert "the run covered node-a, node-c" in left["reason"], left["reason"]
     # node-a and node-c ran it together.
     for name in ("node-a", "node-c"):
-        ran = [r for r in doc(run / "hosts" / f"{name}.json")["results"] if r["group"] == "benchmark_multinode"
-               and r["check"] == "nccl_all_reduce"]
+        ran = [
+            r
+            for r in doc(run / "hosts" / f"{name}.json")["results"]
+            if r["group"] == "benchmark_multinode" and r["check"] == "nccl_all_reduce"
+        ]
         assert ran and ran[0]["detail"]["multinode"]["members"] == ["node-a", "node-c"], (name, ran)
         assert ran[0]["detail"]["multinode"]["left_out"]["node-b"].startswith("its NCCL differs"), ran[0]["detail"]
 

@@ -13,36 +13,64 @@ REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 DOCS = sorted((REPO / "docs").glob("*.md"))
 FIRST_SCREEN_LINES = 60  # a terminal or a browser window, about
-CODE = [*REPO.glob("*.yml"), *(REPO / "playbooks").glob("*.yml"), *(REPO / "roles").rglob("*.yml"),
-        *(REPO / "roles").rglob("*.j2"), *(REPO / "plugins").rglob("*.py"), *(REPO / "src").rglob("*.py"),
-        *(REPO / "files").rglob("*.yml"), *(REPO / "inventory").rglob("*.yml")]
+CODE = [
+    *REPO.glob("*.yml"),
+    *(REPO / "playbooks").glob("*.yml"),
+    *(REPO / "roles").rglob("*.yml"),
+    *(REPO / "roles").rglob("*.j2"),
+    *(REPO / "plugins").rglob("*.py"),
+    *(REPO / "src").rglob("*.py"),
+    *(REPO / "files").rglob("*.yml"),
+    *(REPO / "inventory").rglob("*.yml"),
+]
 
 
 def spec(entry: str = "main") -> dict:
-    specs = yaml.safe_load((REPO / "roles" / "validate_node" / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+    specs = yaml.safe_load((REPO / "roles" / "validate_node" / "meta" / "argument_specs.yml").read_text())[
+        "argument_specs"
+    ]
     return specs[entry]["options"]
 
 
 def all_options() -> dict:
-    specs = yaml.safe_load((REPO / "roles" / "validate_node" / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+    specs = yaml.safe_load((REPO / "roles" / "validate_node" / "meta" / "argument_specs.yml").read_text())[
+        "argument_specs"
+    ]
     return {name: option for body in specs.values() for name, option in body["options"].items()}
 
 
 def test_the_first_screen_is_enough_to_start():
     screen = "\n".join(README.read_text().splitlines()[:FIRST_SCREEN_LINES])
-    for needed in ("Contents:", "## Quick start", "**The controller**", "python3", "**Each node**", "ssh", "become",
-                   "29511", "bringup.yml", "torch", "**The inventory**", "gpu_nodes", "make validate",
-                   "ansible-playbook validate.yml -i inventory/<site>", "make test", "report.html"):
+    for needed in (
+        "Contents:",
+        "## Quick start",
+        "**The controller**",
+        "python3",
+        "**Each node**",
+        "ssh",
+        "become",
+        "29511",
+        "bringup.yml",
+        "torch",
+        "**The inventory**",
+        "gpu_nodes",
+        "make validate",
+        "ansible-playbook validate.yml -i inventory/<site>",
+        "make test",
+        "report.html",
+    ):
         assert needed in screen, f"{needed!r} is not in the README's first {FIRST_SCREEN_LINES} lines"
 
 
 def test_the_contents_name_every_section_and_every_guide_is_linked():
     text = README.read_text()
-    contents = text[text.index("Contents:"):text.index("\n\n", text.index("Contents:"))]
+    contents = text[text.index("Contents:") : text.index("\n\n", text.index("Contents:"))]
     for section in re.findall(r"^## (.+)$", text, flags=re.M):
         assert f"(#{slug(section)})" in contents, f"README section {section!r} is not in its contents"
     linked = set(re.findall(r"\]\(docs/([^)#]+\.md)", text))
-    assert {p.name for p in DOCS} <= linked, f"guides the README does not link: {sorted({p.name for p in DOCS} - linked)}"
+    assert {p.name for p in DOCS} <= linked, (
+        f"guides the README does not link: {sorted({p.name for p in DOCS} - linked)}"
+    )
 
 
 def test_ci_finds_the_test_command():
@@ -101,11 +129,14 @@ def test_the_defaults_the_docs_give_are_the_roles():
     for page in [README, *DOCS]:
         for name, value in yaml_lines(page):
             if name in defaults and name != "gpufleet_thresholds":  # the thresholds shown are overrides, by design
-                assert yaml.safe_load(value) == defaults[name], f"{page.name}: {name}: {value}; the default is {defaults[name]!r}"
+                assert yaml.safe_load(value) == defaults[name], (
+                    f"{page.name}: {name}: {value}; the default is {defaults[name]!r}"
+                )
                 checked += 1
         for name, value in re.findall(r"^\| `(gpufleet_\w+)` \| `([^`]*)` \|", page.read_text(), flags=re.M):
-            assert written(options[name].get("default")) == value, f"{page.name}: {name} defaults to {value}; the spec " \
-                                                                    f"says {options[name].get('default')!r}"
+            assert written(options[name].get("default")) == value, (
+                f"{page.name}: {name} defaults to {value}; the spec says {options[name].get('default')!r}"
+            )
             checked += 1
     assert checked > 15, checked
 
@@ -119,7 +150,7 @@ def test_the_lists_the_docs_give_are_the_specs():
     tiers = re.search(r"a tier of (\w+) or (\w+),", inventory).groups()
     assert set(tiers) == set(options["gpufleet_benchmark_tier"]["choices"])
     fleet = (REPO / "docs" / "fleet.md").read_text()
-    table = fleet[fleet.index("**Tiers**"):fleet.index("**Resume.**")]
+    table = fleet[fleet.index("**Tiers**") : fleet.index("**Resume.**")]
     assert re.findall(r"^\| `(\w+)`", table, flags=re.M) == options["gpufleet_tier"]["choices"]
     (acceptance,) = [line for line in table.splitlines() if line.startswith("| `acceptance`")]
     assert "training gate" not in acceptance or "off by default" in acceptance, acceptance

@@ -53,7 +53,9 @@ def passing_results() -> list[dict]:
 
 def failing_results() -> list[dict]:
     return [
-        schema.result("gpu_count", schema.PASS, "8 GPUs found, 8 expected", group="gpu_inventory", value=8, unit="GPUs"),
+        schema.result(
+            "gpu_count", schema.PASS, "8 GPUs found, 8 expected", group="gpu_inventory", value=8, unit="GPUs"
+        ),
         schema.result(
             "gpu_ecc",
             schema.FAIL,
@@ -61,7 +63,11 @@ def failing_results() -> list[dict]:
             group="gpu_health",
             value=2,
             unit="errors",
-            threshold={"key": "ecc_volatile_uncorrected_max", "value": 0, "source": "reset the GPU after any uncorrectable error"},
+            threshold={
+                "key": "ecc_volatile_uncorrected_max",
+                "value": 0,
+                "source": "reset the GPU after any uncorrectable error",
+            },
             remedy="drain the node; reset GPU 3 and re-run",
             detail={"gpus": [{"index": 3, "volatile_uncorrected": 2}, {"index": 5, "volatile_uncorrected": 0}]},
         ),
@@ -120,8 +126,12 @@ def test_a_finding_with_no_action_is_information_apart_from_the_warnings(tmp_pat
     """A warn without a remedy is `info`: the node still passes, and every rendering lists it apart."""
     run = tmp_path / "run-info"
     # A finding with no action for the operator: information, listed apart, part of no verdict.
-    noted = schema.result("nccl_transport", schema.WARN, "inter-node traffic used TCP sockets (no InfiniBand on this host)",
-                          group="benchmark")
+    noted = schema.result(
+        "nccl_transport",
+        schema.WARN,
+        "inter-node traffic used TCP sockets (no InfiniBand on this host)",
+        group="benchmark",
+    )
     write_host(run, "node1", host_doc("node1", passing_results() + [noted]))
     summary = report.build(run)
     doc = json.loads((run / "report.json").read_text())
@@ -132,7 +142,7 @@ def test_a_finding_with_no_action_is_information_apart_from_the_warnings(tmp_pat
     assert summary["nodes"]["node1"]["warned_checks"] == [] and node1["not_passing"] == []
     md = (run / "report.md").read_text()
     start = md.index("\n## node1")
-    section = md[start:md.find("\n## ", start + 3)]
+    section = md[start : md.find("\n## ", start + 3)]
     assert "### Not passing" not in section
     assert "### Information: findings with no action for the operator; they do not change the verdict (1)" in section
     assert "used TCP sockets" in section.split("### Passed")[0]
@@ -298,9 +308,16 @@ def test_markdown_failures_first(built):
     sections = re.findall(r"^## (node\d): (\w+)$", md, re.M)
     assert sections == [("node2", "FAIL"), ("node3", "FAIL"), ("node4", "FAIL"), ("node1", "PASS")]
     node2 = md.split("## node2")[1].split("## node3")[0]
-    order = [node2.index(s) for s in ("ERROR `host_hygiene.pcie_acs`", "FAIL `gpu_health.gpu_ecc`",
-                                      "WARN `benchmarks.nccl_allreduce_8gpu`", "SKIP `host_hygiene.ib_ports`",
-                                      "### Passed (1)")]
+    order = [
+        node2.index(s)
+        for s in (
+            "ERROR `host_hygiene.pcie_acs`",
+            "FAIL `gpu_health.gpu_ecc`",
+            "WARN `benchmarks.nccl_allreduce_8gpu`",
+            "SKIP `host_hygiene.ib_ports`",
+            "### Passed (1)",
+        )
+    ]
     assert order == sorted(order)
 
 
@@ -330,7 +347,7 @@ def test_html_failures_first_with_evidence(built):
     node2 = page.split("<h2>node2")[1].split("<h2>node3")[0]
     assert node2.index("gpu_health.gpu_ecc") < node2.index("passed check")
     ecc_row = node2.split("<code>gpu_health.gpu_ecc</code>")[1].split("</tr>\n")[0]
-    assert '<details><summary>evidence' in ecc_row
+    assert "<details><summary>evidence" in ecc_row
     assert "<th>volatile_uncorrected</th>" in ecc_row  # per-GPU records as a small table
     assert "ecc_volatile_uncorrected_max = 0" in ecc_row and "source: reset the GPU" in ecc_row
     assert 'class="s-fail"' in page and 'class="s-error"' in page and "b-warn" in page
@@ -363,7 +380,12 @@ def test_junit_counts(built):
     suites = {s.get("name"): s for s in root.findall("testsuite")}
     assert list(suites) == ["node2", "node3", "node4", "node1"]
     node2 = suites["node2"]
-    assert (node2.get("tests"), node2.get("failures"), node2.get("errors"), node2.get("skipped")) == ("5", "1", "1", "1")
+    assert (node2.get("tests"), node2.get("failures"), node2.get("errors"), node2.get("skipped")) == (
+        "5",
+        "1",
+        "1",
+        "1",
+    )
     cases = {c.get("name"): c for c in node2.findall("testcase")}
     assert set(cases) == {
         "gpu_inventory.gpu_count",
@@ -395,8 +417,9 @@ def test_junit_elements_carry_reason_remedy_detail(built):
 
 
 def test_junit_survives_control_characters(tmp_path):
-    res = failing_results()[1].replace(reason="Xid 79 \x1b[31mfallen off the bus\x00",
-                                       detail={"kernel_log_tail": "line\x07one\nline two"})
+    res = failing_results()[1].replace(
+        reason="Xid 79 \x1b[31mfallen off the bus\x00", detail={"kernel_log_tail": "line\x07one\nline two"}
+    )
     write_host(tmp_path, "node1", host_doc("node1", [res]))
     report.build(tmp_path)
     failure = ET.parse(tmp_path / "junit.xml").getroot().find(".//failure")
@@ -435,8 +458,10 @@ def test_cli_exit_2_for_missing_run_dir(tmp_path):
 
 def test_nodes_whose_locks_were_not_given_back_are_named(fleet):
     """run.json's last attempt names the nodes whose lock it could not give back: the report names them."""
-    attempts = [{"attempt": 1, "locks_not_given_back": {"node1": "gone"}},
-                {"attempt": 2, "locks_not_given_back": {"node2": "did not answer", "node5<b>": "unreachable"}}]
+    attempts = [
+        {"attempt": 1, "locks_not_given_back": {"node1": "gone"}},
+        {"attempt": 2, "locks_not_given_back": {"node2": "did not answer", "node5<b>": "unreachable"}},
+    ]
     (fleet / "run.json").write_text(json.dumps({"run_id": fleet.name, "attempts": attempts}))
     report.build(fleet, use_store=False)
     md = (fleet / "report.md").read_text()
@@ -448,7 +473,9 @@ def test_nodes_whose_locks_were_not_given_back_are_named(fleet):
 
 
 def test_no_lock_line_when_every_lock_was_given_back(fleet):
-    (fleet / "run.json").write_text(json.dumps({"run_id": fleet.name, "attempts": [{"attempt": 1, "locks_not_given_back": {}}]}))
+    (fleet / "run.json").write_text(
+        json.dumps({"run_id": fleet.name, "attempts": [{"attempt": 1, "locks_not_given_back": {}}]})
+    )
     report.build(fleet, use_store=False)
     assert "Locks not given back" not in (fleet / "report.md").read_text()
     assert "Locks not given back" not in (fleet / "report.html").read_text()

@@ -27,8 +27,14 @@ def _stamp(res: dict, group: str = "benchmark") -> dict:
 def nccl_result(name: str, busbw: dict, world: int, nnodes: int, status=schema.PASS, **detail) -> dict:
     rows = [{"size_bytes": s, "iters": 20, "busbw_gbps": b, "algbw_gbps": b, "correct": True} for s, b in busbw.items()]
     top = rows[-1]["busbw_gbps"]
-    return schema.result(f"nccl_{name}", status, f"{name} busbw {top} GB/s", value=top, unit="GB/s",
-                         detail={"rows": rows, "world_size": world, "nnodes": nnodes, "backend": "nccl", **detail})
+    return schema.result(
+        f"nccl_{name}",
+        status,
+        f"{name} busbw {top} GB/s",
+        value=top,
+        unit="GB/s",
+        detail={"rows": rows, "world_size": world, "nnodes": nnodes, "backend": "nccl", **detail},
+    )
 
 
 SIZES = [MiB << i for i in range(0, 13, 2)]  # 1 MiB .. 4 GiB
@@ -39,21 +45,40 @@ CURVE = {s: round(40 + 330 * (1 - 1 / (1 + s / (64 * MiB))), 1) for s in SIZES}
 def gpu_node_results() -> list[dict]:
     curve = CURVE
     results = [
-        _stamp(schema.result("matmul_bf16", schema.PASS, "slowest GPU bf16 matmul 779.2 TFLOPS (minimum 700)", value=779.2,
-                             unit="TFLOPS", threshold={"key": "matmul_bf16_tflops_min", "value": 700, "source": SOURCE, "min": 700})),
-        _stamp(schema.result("hbm_bandwidth", schema.FAIL, "slowest GPU HBM copy 2100 GB/s is under the minimum 2600 GB/s",
-                             value=2100.0, unit="GB/s", remedy="compare GPUs in detail",
-                             threshold={"key": "hbm_copy_gbps_min", "value": 2600, "source": "H100 SXM HBM3", "min": 2600})),
+        _stamp(
+            schema.result(
+                "matmul_bf16",
+                schema.PASS,
+                "slowest GPU bf16 matmul 779.2 TFLOPS (minimum 700)",
+                value=779.2,
+                unit="TFLOPS",
+                threshold={"key": "matmul_bf16_tflops_min", "value": 700, "source": SOURCE, "min": 700},
+            )
+        ),
+        _stamp(
+            schema.result(
+                "hbm_bandwidth",
+                schema.FAIL,
+                "slowest GPU HBM copy 2100 GB/s is under the minimum 2600 GB/s",
+                value=2100.0,
+                unit="GB/s",
+                remedy="compare GPUs in detail",
+                threshold={"key": "hbm_copy_gbps_min", "value": 2600, "source": "H100 SXM HBM3", "min": 2600},
+            )
+        ),
     ]
     for name in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
         results.append(_stamp(nccl_result(name, curve, 8, 1)))
     # A row that failed has no busbw: it is left out of the curve, not drawn at zero.
     results[-1]["detail"]["rows"].append({"size_bytes": 8 * GiB, "error": "out of memory", "correct": False})
     across = {s: round(b / 8, 1) for s, b in curve.items()}
-    results.append(_stamp(nccl_result("all_reduce", across, 16, 2),
-                          group="benchmark_multinode"))
-    results.append(_stamp(schema.result("nccl_transport", schema.PASS, "InfiniBand with GPUDirect RDMA", value="ib_gdr"),
-                          group="benchmark_multinode"))
+    results.append(_stamp(nccl_result("all_reduce", across, 16, 2), group="benchmark_multinode"))
+    results.append(
+        _stamp(
+            schema.result("nccl_transport", schema.PASS, "InfiniBand with GPUDirect RDMA", value="ib_gdr"),
+            group="benchmark_multinode",
+        )
+    )
     return results
 
 
@@ -61,8 +86,16 @@ def gpu_node_results() -> list[dict]:
 def built(tmp_path) -> Path:
     run = tmp_path / "run-bench"
     (run / "hosts").mkdir(parents=True)
-    doc = {"schema_version": 1, "host": "node1<b>", "engine_version": "0.1.0", "profile": {"name": "h100-sxm"},
-           "versions": {}, "started": "2026-11-21T21:00:00Z", "seconds": 60.0, "results": gpu_node_results()}
+    doc = {
+        "schema_version": 1,
+        "host": "node1<b>",
+        "engine_version": "0.1.0",
+        "profile": {"name": "h100-sxm"},
+        "versions": {},
+        "started": "2026-11-21T21:00:00Z",
+        "seconds": 60.0,
+        "results": gpu_node_results(),
+    }
     (run / "hosts" / "node1.json").write_text(json.dumps(doc))
     report.build(run)
     return run
@@ -70,15 +103,23 @@ def built(tmp_path) -> Path:
 
 def test_busbw_series_one_chart_per_run_and_only_measured_rows():
     charts = formatting.busbw_series(gpu_node_results())
-    assert [(c["group"], c["world_size"], c["nnodes"]) for c in charts] == [("benchmark", 8, 1), ("benchmark_multinode", 16, 2)]
+    assert [(c["group"], c["world_size"], c["nnodes"]) for c in charts] == [
+        ("benchmark", 8, 1),
+        ("benchmark_multinode", 16, 2),
+    ]
     inside, across = charts
     assert [line["label"] for line in inside["lines"]] == ["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
     assert [p[0] for p in inside["lines"][-1]["points"]] == SIZES  # no 8 GiB point
     assert "8 ranks in one node" in inside["title"] and "16 ranks over 2 nodes" in across["title"]
-    assert formatting.busbw_series([_stamp(schema.result("nccl", schema.FAIL, "timed out", detail={"log_tail": "x"}))]) == []
+    assert (
+        formatting.busbw_series([_stamp(schema.result("nccl", schema.FAIL, "timed out", detail={"log_tail": "x"}))])
+        == []
+    )
 
 
-@pytest.mark.parametrize("size, text", [(4096, "4 KiB"), (MiB, "1 MiB"), (256 * MiB, "256 MiB"), (4 * GiB, "4 GiB"), (512, "512 B")])
+@pytest.mark.parametrize(
+    "size, text", [(4096, "4 KiB"), (MiB, "1 MiB"), (256 * MiB, "256 MiB"), (4 * GiB, "4 GiB"), (512, "512 B")]
+)
 def test_sizes_are_written_in_binary_units(size, text):
     assert schema.size_text(size) == text
 
@@ -116,7 +157,10 @@ def test_benchmark_values_read_against_their_thresholds(built):
     hbm = md.split("FAIL `benchmark.hbm_bandwidth`")[1].split("####")[0]
     assert "- value: 2,100 GB/s" in hbm
     assert "- threshold: hbm_copy_gbps_min: min 2600 (source: H100 SXM HBM3)" in hbm
-    assert "| `benchmark.matmul_bf16` | 779.2 TFLOPS | not recorded | matmul_bf16_tflops_min: min 700 | slowest GPU bf16 matmul" in md
+    assert (
+        "| `benchmark.matmul_bf16` | 779.2 TFLOPS | not recorded | matmul_bf16_tflops_min: min 700 | slowest GPU bf16 matmul"
+        in md
+    )
 
 
 def test_md_tabulates_busbw_per_size_and_collective(built):
@@ -146,8 +190,14 @@ def test_no_chart_without_rows(tmp_path):
 
 
 def test_a_second_threshold_inside_the_first_reads_as_key_and_value():
-    shown, source = formatting.threshold_text({"key": "ib_ports_min", "value": 8, "source": "site fact",
-                                           "ib_rate_min_gbps": {"key": "ib_rate_min_gbps", "value": 400, "source": "NDR"}})
+    shown, source = formatting.threshold_text(
+        {
+            "key": "ib_ports_min",
+            "value": 8,
+            "source": "site fact",
+            "ib_rate_min_gbps": {"key": "ib_rate_min_gbps", "value": 400, "source": "NDR"},
+        }
+    )
     assert shown == "ib_ports_min = 8; ib_rate_min_gbps = 400" and source == "site fact; NDR"
 
 
@@ -164,17 +214,43 @@ def trusted_results() -> list[dict]:
     """Benchmark figures as the watched steps leave them: each with its trust, each not passing with its class."""
     thr = {"key": "matmul_bf16_tflops_min", "value": 700, "source": SOURCE, "min": 700}
     figures = (
-        schema.result("matmul_bf16", schema.PASS, "slowest GPU 779.2 TFLOPS", value=779.2, unit="TFLOPS", threshold=thr,
-                      trust=schema.CONFIRMED),
-        schema.result("hbm_bandwidth", schema.FAIL, "slowest GPU HBM copy 2100 GB/s", value=2100.0, unit="GB/s",
-                      trust=schema.CLEAN),
-        schema.result("pcie_h2d_bandwidth", schema.WARN, "samples dropped twice", value=20.5, unit="GB/s",
-                      trust=schema.INCONCLUSIVE, remedy="run the node's benchmarks again on an idle node"),
-        schema.result("soak", schema.ERROR, "disturbed by pid 4242 (python, 9000 MiB)", trust=schema.DISTURBED,
-                      failure_class="environment"),
+        schema.result(
+            "matmul_bf16",
+            schema.PASS,
+            "slowest GPU 779.2 TFLOPS",
+            value=779.2,
+            unit="TFLOPS",
+            threshold=thr,
+            trust=schema.CONFIRMED,
+        ),
+        schema.result(
+            "hbm_bandwidth",
+            schema.FAIL,
+            "slowest GPU HBM copy 2100 GB/s",
+            value=2100.0,
+            unit="GB/s",
+            trust=schema.CLEAN,
+        ),
+        schema.result(
+            "pcie_h2d_bandwidth",
+            schema.WARN,
+            "samples dropped twice",
+            value=20.5,
+            unit="GB/s",
+            trust=schema.INCONCLUSIVE,
+            remedy="run the node's benchmarks again on an idle node",
+        ),
+        schema.result(
+            "soak",
+            schema.ERROR,
+            "disturbed by pid 4242 (python, 9000 MiB)",
+            trust=schema.DISTURBED,
+            failure_class="environment",
+        ),
     )
     count = schema.result("gpu_count", schema.PASS, "8 GPUs found", value=8, unit="GPUs")
     return [_stamp(count, "gpu_inventory")] + [_stamp(r) for r in figures]
+
 
 def test_trust_beside_each_figure_and_class_beside_each_failing_check(tmp_path):
     run = _build_one(tmp_path, trusted_results())
@@ -195,10 +271,16 @@ def test_trust_beside_each_figure_and_class_beside_each_failing_check(tmp_path):
 
     node = json.loads((run / "report.json").read_text())["nodes"]["node1"]
     assert {f["check"]: f["trust"] for f in node["figures"]} == {
-        "benchmark.matmul_bf16": "confirmed", "benchmark.hbm_bandwidth": "clean",
-        "benchmark.pcie_h2d_bandwidth": "inconclusive", "benchmark.soak": "disturbed"}
+        "benchmark.matmul_bf16": "confirmed",
+        "benchmark.hbm_bandwidth": "clean",
+        "benchmark.pcie_h2d_bandwidth": "inconclusive",
+        "benchmark.soak": "disturbed",
+    }
     assert {f["check"]: f["class"] for f in node["not_passing"]} == {
-        "benchmark.hbm_bandwidth": "hardware", "benchmark.pcie_h2d_bandwidth": "hardware", "benchmark.soak": "environment"}
+        "benchmark.hbm_bandwidth": "hardware",
+        "benchmark.pcie_h2d_bandwidth": "hardware",
+        "benchmark.soak": "environment",
+    }
 
     root = ET.parse(run / "junit.xml").getroot()
     failure = root.find(".//testcase[@name='benchmark.hbm_bandwidth']/failure")
@@ -219,6 +301,8 @@ def test_an_older_document_gets_its_class_from_the_check_and_trust_not_recorded(
     soak = md.split("ERROR `benchmark.soak`")[1].split("####")[0]
     assert "- class: software" in soak and "- trust" not in soak  # an error of soak is software by default; no figure
     page = (run / "report.html").read_text()
-    assert "<td>hardware</td><td><code>benchmark.hbm_bandwidth</code></td><td>2,100 GB/s</td><td>not recorded</td>" in page
+    assert (
+        "<td>hardware</td><td><code>benchmark.hbm_bandwidth</code></td><td>2,100 GB/s</td><td>not recorded</td>" in page
+    )
     assert "<td><code>benchmark.matmul_bf16</code></td><td>779.2 TFLOPS</td><td>not recorded</td>" in page
     assert json.loads((run / "hosts" / "node1.json").read_text())["results"] == older  # the document stays as it was

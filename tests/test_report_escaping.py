@@ -103,7 +103,9 @@ def test_junit_parses_and_keeps_one_package_per_node(run):
     cases = [(suite.name, case.classname, case.name) for suite in xml for case in suite]
     assert cases and {s for s, _, _ in cases} >= {"n0.example.com", "n1.example.com", "n2"}
     for suite, classname, name in cases:
-        assert classname == render_junit.classname(suite) and classname.count(".") == 1  # package gpufleet, class: the node
+        assert (
+            classname == render_junit.classname(suite) and classname.count(".") == 1
+        )  # package gpufleet, class: the node
     root = ET.parse(run / "junit.xml").getroot()
     assert not root.findall(".//img") and not root.findall(".//script")
     assert any(POISON.split("\n")[0] in (f.get("message") or "") for f in [*root.iter("failure"), *root.iter("error")])

@@ -12,7 +12,16 @@ from role_variables import ROLES, reads
 
 REPO = ROLES.parent
 ROLE_NAMES = sorted(p.name for p in ROLES.iterdir() if (p / "tasks").is_dir())
-TYPES = {"str": str, "int": int, "bool": bool, "list": list, "dict": dict, "float": (int, float), "path": str, "raw": object}
+TYPES = {
+    "str": str,
+    "int": int,
+    "bool": bool,
+    "list": list,
+    "dict": dict,
+    "float": (int, float),
+    "path": str,
+    "raw": object,
+}
 
 
 def specs(role: str) -> dict:
@@ -24,8 +33,11 @@ def entry_points_used() -> dict[str, set[str]]:
     used = {role: {"main"} for role in ROLE_NAMES}
     for path in [*REPO.glob("*.yml"), *(REPO / "playbooks").glob("*.yml"), *(REPO / "molecule").rglob("*.yml")]:
         text = path.read_text()
-        for role, entry in re.findall(r"name: (?:gpufleet\.cluster\.)?(\w+)\n(?:\s+#.*\n|\s+rolespec_validate: \w+\n)*"
-                                      r"\s+tasks_from: (\w+)", text):
+        for role, entry in re.findall(
+            r"name: (?:gpufleet\.cluster\.)?(\w+)\n(?:\s+#.*\n|\s+rolespec_validate: \w+\n)*"
+            r"\s+tasks_from: (\w+)",
+            text,
+        ):
             used.setdefault(role, {"main"}).add(entry)
     return used
 
@@ -46,7 +58,11 @@ def test_each_entry_point_specifies_exactly_what_it_reads(role):
 
 @pytest.mark.parametrize("role", ROLE_NAMES)
 def test_spec_defaults_are_the_roles_defaults(role):
-    defaults = yaml.safe_load((ROLES / role / "defaults" / "main.yml").read_text()) if (ROLES / role / "defaults" / "main.yml").is_file() else {}
+    defaults = (
+        yaml.safe_load((ROLES / role / "defaults" / "main.yml").read_text())
+        if (ROLES / role / "defaults" / "main.yml").is_file()
+        else {}
+    )
     specified = {}
     for entry, body in specs(role).items():
         for name, option in (body.get("options") or {}).items():
@@ -55,10 +71,14 @@ def test_spec_defaults_are_the_roles_defaults(role):
                 value = option["default"]
                 assert isinstance(value, TYPES[option["type"]]), (role, entry, name, value)
                 if name in defaults:
-                    assert value == defaults[name], f"{role} {entry}: {name} defaults to {value!r} in the spec, " \
-                                                    f"{defaults[name]!r} in defaults/main.yml"
+                    assert value == defaults[name], (
+                        f"{role} {entry}: {name} defaults to {value!r} in the spec, "
+                        f"{defaults[name]!r} in defaults/main.yml"
+                    )
             elif name in defaults and defaults[name] is not None and "{{" not in str(defaults[name]):
-                pytest.fail(f"{role} {entry}: {name} has a default in defaults/main.yml ({defaults[name]!r}) but none in its spec")
+                pytest.fail(
+                    f"{role} {entry}: {name} has a default in defaults/main.yml ({defaults[name]!r}) but none in its spec"
+                )
             specified.setdefault(name, option)
     unspecified = sorted(set(defaults) - set(specified))
     assert not unspecified, f"roles/{role}/defaults/main.yml sets variables no entry point specifies: {unspecified}"
@@ -88,5 +108,11 @@ def test_the_reader_sees_variables_through_includes_vars_and_hostvars(tmp_path):
   ansible.builtin.debug:
     msg: "{{ demo_fact }} {% for x in demo_list %}{{ x }}{% endfor %}"
 """)
-    assert set(reads(role)) == {"gpufleet_python", "gpufleet_lock_path", "gpufleet_run_hosts", "demo_flag", "gpufleet_tier",
-                                "demo_list"}
+    assert set(reads(role)) == {
+        "gpufleet_python",
+        "gpufleet_lock_path",
+        "gpufleet_run_hosts",
+        "demo_flag",
+        "gpufleet_tier",
+        "demo_list",
+    }

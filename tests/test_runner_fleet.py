@@ -54,19 +54,37 @@ def fleet():
 
 def inventory(fleet: TestFleet, path: Path, host_vars: dict | None = None, **group_vars) -> Path:
     # The engine of this checkout on the nodes, wherever the environment's own install points.
-    nodes = {n: {"gpufleet_node_env": dict(fleet.host_vars(n)["gpufleet_node_env"], PYTHONPATH=str(REPO / "src")),
-                 **(host_vars or {}).get(n, {})} for n in NODES}
+    nodes = {
+        n: {
+            "gpufleet_node_env": dict(fleet.host_vars(n)["gpufleet_node_env"], PYTHONPATH=str(REPO / "src")),
+            **(host_vars or {}).get(n, {}),
+        }
+        for n in NODES
+    }
     return fleet.inventory(path, host_vars=nodes, gpufleet_benchmarks=[], gpufleet_nccl_timeout_s=90, **group_vars)
 
 
 def gpufleet(fleet: TestFleet | None, tmp_path: Path, *args: str) -> subprocess.Popen:
     """`gpufleet fleet ARGS --plain` in the background, its output line by line (fleet None: no test hosts)."""
     (tmp_path / "tmp").mkdir(exist_ok=True)
-    env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
-               TMPDIR=str(tmp_path / "tmp"), PYTHONUNBUFFERED="1", PYTHONPATH=str(REPO / "src"),
-               **(fleet.ssh_env() if fleet else {}))
-    return subprocess.Popen([str(BIN / "gpufleet"), "fleet", *args, "--plain"], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    env = dict(
+        os.environ,
+        PATH=f"{BIN}:{os.environ['PATH']}",
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
+        TMPDIR=str(tmp_path / "tmp"),
+        PYTHONUNBUFFERED="1",
+        PYTHONPATH=str(REPO / "src"),
+        **(fleet.ssh_env() if fleet else {}),
+    )
+    return subprocess.Popen(
+        [str(BIN / "gpufleet"), "fleet", *args, "--plain"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def read_until(proc: subprocess.Popen, lines: list[str], predicate, timeout_s: float, what: str) -> None:
@@ -150,10 +168,29 @@ def tasks_run(run_dir: Path, ident: str) -> set[tuple[str, str]]:
 def start_sshd(fleet: TestFleet, name: str) -> None:
     """Bring back the sshd kill_sshd stopped (as testhost.sh starts it)."""
     netns = fleet.hosts[name][0]
-    subprocess.run(["ip", "netns", "exec", netns, "chroot", str(fleet.root(name)), "/usr/sbin/sshd", "-f",
-                    "/etc/ssh/sshd_config_gpufleet_testhost"], check=True, env=dict(os.environ, PATH=f"{os.environ['PATH']}:/usr/sbin"))
-    fleet.wait_for(lambda: subprocess.run(["bash", "-c", f"exec 3<>/dev/tcp/{fleet.address(name)}/22"],
-                                          capture_output=True).returncode == 0, 60, f"{name}'s sshd back")
+    subprocess.run(
+        [
+            "ip",
+            "netns",
+            "exec",
+            netns,
+            "chroot",
+            str(fleet.root(name)),
+            "/usr/sbin/sshd",
+            "-f",
+            "/etc/ssh/sshd_config_gpufleet_testhost",
+        ],
+        check=True,
+        env=dict(os.environ, PATH=f"{os.environ['PATH']}:/usr/sbin"),
+    )
+    fleet.wait_for(
+        lambda: (
+            subprocess.run(["bash", "-c", f"exec 3<>/dev/tcp/{fleet.address(name)}/22"], capture_output=True).returncode
+            == 0
+        ),
+        60,
+        f"{name}'s sshd back",
+    )
 
 
 def files_holding(folder: Path, *secrets: str) -> list[str]:
@@ -169,12 +206,32 @@ def test_a_full_run_shows_each_node_live_and_a_lost_node_is_run_again_alone_with
     # the run folder (runner.json, ansible-runner's command, env/ and events, the reports).
     node_token, var_token = f"node-token-{uuid.uuid4().hex}", f"var-token-{uuid.uuid4().hex}"
     # node-b benchmarks its memory (seconds on the CPU): it is lost meanwhile, after its checks.
-    inv = inventory(fleet, tmp_path / "hosts.yml",
-                    host_vars={n: {"gpufleet_node_env": dict(fleet.host_vars(n)["gpufleet_node_env"], PYTHONPATH=str(REPO / "src"),
-                                                             SITE_TOKEN=node_token),
-                                   **({"gpufleet_benchmarks": ["memory"]} if n == "node-b" else {})} for n in NODES})
-    proc = gpufleet(fleet, tmp_path, "run", "-i", str(inv), "--reports-dir", str(reports), "--run-id", run_id,
-                    "-e", f"site_api_token={var_token}")
+    inv = inventory(
+        fleet,
+        tmp_path / "hosts.yml",
+        host_vars={
+            n: {
+                "gpufleet_node_env": dict(
+                    fleet.host_vars(n)["gpufleet_node_env"], PYTHONPATH=str(REPO / "src"), SITE_TOKEN=node_token
+                ),
+                **({"gpufleet_benchmarks": ["memory"]} if n == "node-b" else {}),
+            }
+            for n in NODES
+        },
+    )
+    proc = gpufleet(
+        fleet,
+        tmp_path,
+        "run",
+        "-i",
+        str(inv),
+        "--reports-dir",
+        str(reports),
+        "--run-id",
+        run_id,
+        "-e",
+        f"site_api_token={var_token}",
+    )
     lines: list[str] = []
     with ended(proc):
         read_until(proc, lines, lambda line: re.search(r"  node-b +benchmarks ", line), 180, "node-b's benchmarks")
@@ -186,14 +243,20 @@ def test_a_full_run_shows_each_node_live_and_a_lost_node_is_run_again_alone_with
 
     # Every line is timestamped; the first says what runs where, the last how it ended.
     assert all(re.match(STAMP + "  ", line) for line in lines), out
-    assert lines[0].endswith(f"run {run_id}: run (validate.yml, checkout {REPO}) on 3 node(s): node-a, node-b, node-c"), out
-    assert lines[-1].endswith(f"run {run_id}: 3 of 3 node(s) not accepted: node-a, node-b, node-c; report: "
-                              f"{run_dir / 'report.md'}"), out
+    assert lines[0].endswith(
+        f"run {run_id}: run (validate.yml, checkout {REPO}) on 3 node(s): node-a, node-b, node-c"
+    ), out
+    assert lines[-1].endswith(
+        f"run {run_id}: 3 of 3 node(s) not accepted: node-a, node-b, node-c; report: {run_dir / 'report.md'}"
+    ), out
     # Above it, why: each node's worst cause (its first check, how many more give that reason, the reason once), then
     # the other causes by name.
     for line, host in zip(lines[-4:-1], NODES):
-        assert re.fullmatch(rf"{STAMP}    {host}: (error|fail) [a-z_]+\.[a-z_0-9]+( and \d+ more check\(s\) with the same "
-                            rf"reason)?: \S.*", line), out
+        assert re.fullmatch(
+            rf"{STAMP}    {host}: (error|fail) [a-z_]+\.[a-z_0-9]+( and \d+ more check\(s\) with the same "
+            rf"reason)?: \S.*",
+            line,
+        ), out
     assert not files_holding(run_dir, node_token, var_token)
     assert stat.S_IMODE(run_dir.stat().st_mode) == stat.S_IMODE((run_dir / "runner").stat().st_mode) == 0o750
     for host in ("node-a", "node-c"):
@@ -229,21 +292,40 @@ def test_a_full_run_shows_each_node_live_and_a_lost_node_is_run_again_alone_with
     start_sshd(fleet, "node-b")
     rc, lines = run(fleet, tmp_path, "resume", run_id, "--reports-dir", str(reports), "--only-unfinished")
     assert rc == 2 and "give it again with -e" in lines[-1] and "site_api_token" in lines[-1], lines
-    rc, lines = run(fleet, tmp_path, "resume", run_id, "--reports-dir", str(reports), "--only-unfinished", "--json",
-                    "-e", f"site_api_token={var_token}")
+    rc, lines = run(
+        fleet,
+        tmp_path,
+        "resume",
+        run_id,
+        "--reports-dir",
+        str(reports),
+        "--only-unfinished",
+        "--json",
+        "-e",
+        f"site_api_token={var_token}",
+    )
     out = "\n".join(lines)
     assert rc == 1, out
     ending = json.loads(lines.pop())  # --json: the same ending, with why
     assert set(ending["why"]) == set(NODES) and all(ending["why"][h][0]["reason"] for h in NODES), ending
     assert not files_holding(run_dir, node_token, var_token)
-    assert any(line.endswith("  step 1: --limit node-b, stages node, multinode, peers node-a, node-c") for line in lines), out
-    assert lines[-1].endswith(f"run {run_id}: resumed; 3 of 3 node(s) not accepted: node-a, node-b, node-c; report: "
-                              f"{run_dir / 'report.md'}"), out
+    assert any(
+        line.endswith("  step 1: --limit node-b, stages node, multinode, peers node-a, node-c") for line in lines
+    ), out
+    assert lines[-1].endswith(
+        f"run {run_id}: resumed; 3 of 3 node(s) not accepted: node-a, node-b, node-c; report: {run_dir / 'report.md'}"
+    ), out
     second = invocations(run_dir)[1]
     assert (second["command"], second["limit"], second["stages"], second["peers"]) == (
-        "resume", ["node-b"], ["node", "multinode"], ["node-a", "node-c"])
+        "resume",
+        ["node-b"],
+        ["node", "multinode"],
+        ["node-a", "node-c"],
+    )
     b_after = doc(run_dir, "node-b")
-    assert not [r for r in b_after["results"] if r["status"] == "error" and r["check"] in ("engine", "reachable")], b_after
+    assert not [r for r in b_after["results"] if r["status"] == "error" and r["check"] in ("engine", "reachable")], (
+        b_after
+    )
     assert {r["group"] for r in node_stage(b_after)} >= set(NODE_GROUPS)
     # Nothing that finished ran again: node-a's and node-c's documents are as they were, and no check ran on them.
     assert {h: doc(run_dir, h) for h in ("node-a", "node-c")} == kept
@@ -268,19 +350,35 @@ def test_an_interrupted_run_keeps_what_finished_and_resumes_only_what_did_not(fl
     inv = inventory(fleet, tmp_path / "hosts.yml", host_vars={"node-c": {"gpufleet_benchmarks": ["memory", "nccl"]}})
     # A token passed with -e: neither the run nor the release after the interrupt may write it into the run folder.
     token = f"var-token-{uuid.uuid4().hex}"
-    proc = gpufleet(fleet, tmp_path, "run", "-i", str(inv), "--reports-dir", str(reports), "--run-id", run_id,
-                    "-e", f"site_api_token={token}")
+    proc = gpufleet(
+        fleet,
+        tmp_path,
+        "run",
+        "-i",
+        str(inv),
+        "--reports-dir",
+        str(reports),
+        "--run-id",
+        run_id,
+        "-e",
+        f"site_api_token={token}",
+    )
     lines: list[str] = []
     with ended(proc):
         read_until(proc, lines, lambda line: re.search(r"  node-c +benchmarks ", line), 180, "node-c's benchmarks")
-        fleet.wait_for(lambda: all((run_dir / "hosts" / f"{h}.json").exists() for h in ("node-a", "node-b")), 240,
-                       "the documents of node-a and node-b")
+        fleet.wait_for(
+            lambda: all((run_dir / "hosts" / f"{h}.json").exists() for h in ("node-a", "node-b")),
+            240,
+            "the documents of node-a and node-b",
+        )
         assert not (run_dir / "hosts" / "node-c.json").exists()
         rc = interrupt(proc, lines)
     out = "\n".join(lines)
     assert rc == 130, out
-    assert lines[-1].endswith(f"run {run_id}: interrupted; the documents of node-a, node-b are in {run_dir / 'hosts'}. "
-                              f"Go on with: gpufleet fleet resume {run_id} --reports-dir {reports}"), out
+    assert lines[-1].endswith(
+        f"run {run_id}: interrupted; the documents of node-a, node-b are in {run_dir / 'hosts'}. "
+        f"Go on with: gpufleet fleet resume {run_id} --reports-dir {reports}"
+    ), out
     (first,) = invocations(run_dir)
     assert first["interrupted"] and first["exit"] == 130 and first["status"] == "interrupted" and first["ended"]
     assert first["last_stage"]["node-c"] == "benchmarks", first
@@ -292,7 +390,9 @@ def test_an_interrupted_run_keeps_what_finished_and_resumes_only_what_did_not(fl
 
     # Dry run first: node-c's node stage, then the run across the nodes that never came.
     again = ("-e", f"site_api_token={token}")
-    rc, lines = run(fleet, tmp_path, "resume", run_id, "--reports-dir", str(reports), "--only-unfinished", "--dry-run", *again)
+    rc, lines = run(
+        fleet, tmp_path, "resume", run_id, "--reports-dir", str(reports), "--only-unfinished", "--dry-run", *again
+    )
     out = "\n".join(lines)
     assert rc == 0, out
     assert [line.split("  ", 1)[1] for line in lines] == [
@@ -310,7 +410,11 @@ def test_an_interrupted_run_keeps_what_finished_and_resumes_only_what_did_not(fl
     assert rc == 1, out
     _, second, third = invocations(run_dir)
     assert (second["limit"], second["stages"], third["limit"], third["stages"]) == (
-        ["node-c"], ["node"], NODES, ["multinode"])
+        ["node-c"],
+        ["node"],
+        NODES,
+        ["multinode"],
+    )
     # Every result kept; nothing that finished ran twice.
     for host, results in kept.items():
         assert node_stage(doc(run_dir, host)) == results
@@ -319,7 +423,11 @@ def test_an_interrupted_run_keeps_what_finished_and_resumes_only_what_did_not(fl
     c = doc(run_dir, "node-c")
     assert {r["group"] for r in c["results"]} >= set(NODE_GROUPS) | {"benchmark", "benchmark_multinode"}
     for host in NODES:
-        mn = [r for r in doc(run_dir, host)["results"] if r["group"] == "benchmark_multinode" and r["check"] == "nccl_all_reduce"]
+        mn = [
+            r
+            for r in doc(run_dir, host)["results"]
+            if r["group"] == "benchmark_multinode" and r["check"] == "nccl_all_reduce"
+        ]
         assert mn and mn[0]["detail"]["multinode"]["members"] == NODES, (host, doc(run_dir, host)["results"])
     attempts = json.loads((run_dir / "run.json").read_text())["attempts"]
     assert [a.get("stages") for a in attempts] == [None, ["node"], ["multinode"]], attempts
@@ -330,14 +438,34 @@ def test_an_interrupted_run_keeps_what_finished_and_resumes_only_what_did_not(fl
 def test_a_variable_refused_before_any_node_is_could_not_run(tmp_path):
     """No test hosts needed: the playbook stops on the controller, and the runner says why (exit 2)."""
     env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"))
-    proc = subprocess.run([str(BIN / "gpufleet"), "fleet", "run", "-i", "inventory/local", "--reports-dir", str(tmp_path),
-                           "--run-id", "bad", "-e", '{"gpufleet_benchmark_tier": "bogus"}', "--json"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            str(BIN / "gpufleet"),
+            "fleet",
+            "run",
+            "-i",
+            "inventory/local",
+            "--reports-dir",
+            str(tmp_path),
+            "--run-id",
+            "bad",
+            "-e",
+            '{"gpufleet_benchmark_tier": "bogus"}',
+            "--json",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2, out
     # --json: the JSON alone on stdout, with one exit field; the view's lines, the reason among them, on stderr.
-    assert ("could not run: Check every node's variables: gpufleet_benchmark_tier for localhost must be "
-            'quick or thorough; got "bogus"') in proc.stderr, out
+    assert (
+        "could not run: Check every node's variables: gpufleet_benchmark_tier for localhost must be "
+        'quick or thorough; got "bogus"'
+    ) in proc.stderr, out
     summary = json.loads(proc.stdout)
     assert summary["exit"] == 2 and summary["nodes"] == {"localhost": "no report"}
     assert [k for k in summary if k in ("exit", "rc", "returncode", "exit_code")] == ["exit"], summary
@@ -349,8 +477,21 @@ def test_an_interrupted_run_gives_its_node_locks_back(tmp_path):
     # the run holds the node, gives the lock back before it ends (a bare ansible-playbook cannot: its next run takes
     # the node over at once, tests/test_playbook_validate.py).
     lock_path = tmp_path / "node.lock"
-    proc = gpufleet(None, tmp_path, "run", "-i", "inventory/local", "--run-id", "stopped", "--reports-dir",
-                    str(tmp_path / "reports"), "-e", '{"gpufleet_benchmarks": []}', "-e", f"gpufleet_lock_path={lock_path}")
+    proc = gpufleet(
+        None,
+        tmp_path,
+        "run",
+        "-i",
+        "inventory/local",
+        "--run-id",
+        "stopped",
+        "--reports-dir",
+        str(tmp_path / "reports"),
+        "-e",
+        '{"gpufleet_benchmarks": []}',
+        "-e",
+        f"gpufleet_lock_path={lock_path}",
+    )
     lines: list[str] = []
 
     def taken() -> bool:

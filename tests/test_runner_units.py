@@ -48,59 +48,169 @@ def doc_res(*statuses, check="x", group="gpu_health"):
 # ---------------------------------------------------------------- events
 
 
-@pytest.mark.parametrize("data, expected", [
-    ({"resolved_action": "ansible.builtin.ping"}, ("reach", "")),
-    ({"resolved_action": "gpufleet.cluster.gpu_health"}, ("checks", "gpu_health")),
-    ({"resolved_action": "gpufleet.cluster.gpu_counters", "task": "Read the error counters after the benchmarks"}, ("counters", "after")),
-    ({"resolved_action": "gpufleet.cluster.benchmark", "task": "Run the benchmarks inside the node: matmul, memory, nccl"},
-     ("benchmarks", "matmul, memory, nccl")),
-    # Several of the node's modules in one task (node_steps): the stage and what it runs, from the task's name.
-    ({"resolved_action": "gpufleet.cluster.node_steps", "task": "Run the check groups on the node: gpu_inventory, gpu_health",
-      "task_path": f"{ROLE}/main.yml:50"}, ("checks", "gpu_inventory, gpu_health")),
-    ({"resolved_action": "gpufleet.cluster.node_steps", "task": "Run the benchmarks inside the node: matmul, sdc",
-      "task_path": f"{ROLE}/main.yml:60"}, ("benchmarks", "matmul, sdc")),
-    # The whole node stage in one task starts with the lock; its own lines say what follows.
-    ({"resolved_action": "gpufleet.cluster.node_validate", "task": "Check and benchmark the node: matmul, sdc",
-      "task_path": f"{ROLE}/main.yml:13"}, ("lock", "")),
-    ({"resolved_action": "gpufleet.cluster.benchmark", "task": "Start NCCL across the nodes at once: a, b",
-      "task_path": f"{ROLE}/nccl_multinode.yml:100"}, ("cross-node", "NCCL: a, b")),
-    ({"resolved_action": "gpufleet.cluster.benchmark", "task": "Start the training gate across the nodes at once: a, b",
-      "task_path": f"{ROLE}/nccl_multinode.yml:200"}, ("cross-node", "training: a, b")),
-    ({"resolved_action": "gpufleet.cluster.job_status", "task": "Wait for NCCL across the nodes to finish",
-      "task_path": f"{ROLE}/nccl_multinode.yml:120"}, ("cross-node", "")),
-    ({"resolved_action": "gpufleet.cluster.finetune", "task": "Start the fine-tune on every node at once: a, b",
-      "task_path": f"{ROLE}/finetune_multinode.yml:5"}, ("fine-tune", "fine-tune: a, b")),
-    # The job file both runs across nodes share: the stage is the job's, from its module or its name.
-    ({"resolved_action": "gpufleet.cluster.benchmark", "task": "Start NCCL across the nodes at once: a, b",
-      "task_path": f"{ROLE}/job_across_nodes.yml:25"}, ("cross-node", "NCCL: a, b")),
-    ({"resolved_action": "gpufleet.cluster.benchmark", "task": "Start the training gate across the nodes at once: a, b",
-      "task_path": f"{ROLE}/job_across_nodes.yml:25"}, ("cross-node", "training: a, b")),
-    ({"resolved_action": "gpufleet.cluster.finetune", "task": "Start the fine-tune on every node at once: a, b",
-      "task_path": f"{ROLE}/job_across_nodes.yml:37"}, ("fine-tune", "fine-tune: a, b")),
-    ({"resolved_action": "gpufleet.cluster.finetune",
-      "task": "{{ validate_node_job_start ~ ': ' ~ validate_node_job_members | join(', ') }}",
-      "task_path": f"{ROLE}/job_across_nodes.yml:37"}, ("fine-tune", "")),
-    ({"resolved_action": "gpufleet.cluster.job_status", "task": "Wait for the fine-tune to finish on every node",
-      "task_path": f"{ROLE}/job_across_nodes.yml:50"}, ("fine-tune", "")),
-    ({"resolved_action": "gpufleet.cluster.job_status", "task": "Wait for NCCL across the nodes to finish",
-      "task_path": f"{ROLE}/job_across_nodes.yml:50"}, ("cross-node", "")),
-    ({"resolved_action": "gpufleet.cluster.benchmark", "task": "Run the benchmarks inside the node: {{ x | join(', ') }}"},
-     ("benchmarks", "")),
-    ({"resolved_action": "gpufleet.cluster.node_lock", "task_path": f"{ROLE}/lock_take.yml:9"}, ("lock", "")),
-    ({"resolved_action": "gpufleet.cluster.benchmark", "task_path": f"{ROLE}/locate_round.yml:30"}, ("locate", "")),
-    # A localisation round runs its group through the shared job file: still the locate stage.
-    ({"resolved_action": "gpufleet.cluster.benchmark", "task": "Start NCCL with the node's group of the round: node-a, node-b",
-      "task_path": f"{ROLE}/job_across_nodes.yml:37"}, ("locate", "")),
-    ({"resolved_action": "gpufleet.cluster.job_status", "task": "Wait for the group's NCCL run of the round to finish",
-      "task_path": f"{ROLE}/job_across_nodes.yml:50"}, ("locate", "")),
-    ({"resolved_action": "gpufleet.cluster.fleet_report", "task_path": f"{ROLE}/run_report.yml:7"}, ("report", "")),
-    ({"resolved_action": "ansible.builtin.set_fact", "task_path": f"{ROLE}/main.yml:8"}, (None, "")),
-    # The playbooks' own tasks run on the controller, even when the event names the first node of the play.
-    ({"resolved_action": "ansible.builtin.assert", "task_path": "/repo/playbooks/locate.yml:30"}, (None, "")),
-    ({"resolved_action": "gpufleet.cluster.node_lock", "task_path": f"{ROLE}/release.yml:5"}, ("release", "")),
-    ({"resolved_action": "gpufleet.cluster.host_record", "task_path": f"{ROLE}/main.yml:190"},
-     ("record", "writing its host document")),
-])
+@pytest.mark.parametrize(
+    "data, expected",
+    [
+        ({"resolved_action": "ansible.builtin.ping"}, ("reach", "")),
+        ({"resolved_action": "gpufleet.cluster.gpu_health"}, ("checks", "gpu_health")),
+        (
+            {
+                "resolved_action": "gpufleet.cluster.gpu_counters",
+                "task": "Read the error counters after the benchmarks",
+            },
+            ("counters", "after"),
+        ),
+        (
+            {
+                "resolved_action": "gpufleet.cluster.benchmark",
+                "task": "Run the benchmarks inside the node: matmul, memory, nccl",
+            },
+            ("benchmarks", "matmul, memory, nccl"),
+        ),
+        # Several of the node's modules in one task (node_steps): the stage and what it runs, from the task's name.
+        (
+            {
+                "resolved_action": "gpufleet.cluster.node_steps",
+                "task": "Run the check groups on the node: gpu_inventory, gpu_health",
+                "task_path": f"{ROLE}/main.yml:50",
+            },
+            ("checks", "gpu_inventory, gpu_health"),
+        ),
+        (
+            {
+                "resolved_action": "gpufleet.cluster.node_steps",
+                "task": "Run the benchmarks inside the node: matmul, sdc",
+                "task_path": f"{ROLE}/main.yml:60",
+            },
+            ("benchmarks", "matmul, sdc"),
+        ),
+        # The whole node stage in one task starts with the lock; its own lines say what follows.
+        (
+            {
+                "resolved_action": "gpufleet.cluster.node_validate",
+                "task": "Check and benchmark the node: matmul, sdc",
+                "task_path": f"{ROLE}/main.yml:13",
+            },
+            ("lock", ""),
+        ),
+        (
+            {
+                "resolved_action": "gpufleet.cluster.benchmark",
+                "task": "Start NCCL across the nodes at once: a, b",
+                "task_path": f"{ROLE}/nccl_multinode.yml:100",
+            },
+            ("cross-node", "NCCL: a, b"),
+        ),
+        (
+            {
+                "resolved_action": "gpufleet.cluster.benchmark",
+                "task": "Start the training gate across the nodes at once: a, b",
+                "task_path": f"{ROLE}/nccl_multinode.yml:200",
+            },
+            ("cross-node", "training: a, b"),
+        ),
+        (
+            {
+                "resolved_action": "gpufleet.cluster.job_status",
+                "task": "Wait for NCCL across the nodes to finish",
+                "task_path": f"{ROLE}/nccl_multinode.yml:120",
+            },
+            ("cross-node", ""),
+        ),
+        (
+            {
+                "resolved_action": "gpufleet.cluster.finetune",
+                "task": "Start the fine-tune on every node at once: a, b",
+                "task_path": f"{ROLE}/finetune_multinode.yml:5",
+            },
+            ("fine-tune", "fine-tune: a, b"),
+        ),
+        # The job file both runs across nodes share: the stage is the job's, from its module or its name.
+        (
+            {
+                "resolved_action": "gpufleet.cluster.benchmark",
+                "task": "Start NCCL across the nodes at once: a, b",
+                "task_path": f"{ROLE}/job_across_nodes.yml:25",
+            },
+            ("cross-node", "NCCL: a, b"),
+        ),
+        (
+            {
+                "resolved_action": "gpufleet.cluster.benchmark",
+                "task": "Start the training gate across the nodes at once: a, b",
+                "task_path": f"{ROLE}/job_across_nodes.yml:25",
+            },
+            ("cross-node", "training: a, b"),
+        ),
+        (
+            {
+                "resolved_action": "gpufleet.cluster.finetune",
+                "task": "Start the fine-tune on every node at once: a, b",
+                "task_path": f"{ROLE}/job_across_nodes.yml:37",
+            },
+            ("fine-tune", "fine-tune: a, b"),
+        ),
+        (
+            {
+                "resolved_action": "gpufleet.cluster.finetune",
+                "task": "{{ validate_node_job_start ~ ': ' ~ validate_node_job_members | join(', ') }}",
+                "task_path": f"{ROLE}/job_across_nodes.yml:37",
+            },
+            ("fine-tune", ""),
+        ),
+        (
+            {
+                "resolved_action": "gpufleet.cluster.job_status",
+                "task": "Wait for the fine-tune to finish on every node",
+                "task_path": f"{ROLE}/job_across_nodes.yml:50",
+            },
+            ("fine-tune", ""),
+        ),
+        (
+            {
+                "resolved_action": "gpufleet.cluster.job_status",
+                "task": "Wait for NCCL across the nodes to finish",
+                "task_path": f"{ROLE}/job_across_nodes.yml:50",
+            },
+            ("cross-node", ""),
+        ),
+        (
+            {
+                "resolved_action": "gpufleet.cluster.benchmark",
+                "task": "Run the benchmarks inside the node: {{ x | join(', ') }}",
+            },
+            ("benchmarks", ""),
+        ),
+        ({"resolved_action": "gpufleet.cluster.node_lock", "task_path": f"{ROLE}/lock_take.yml:9"}, ("lock", "")),
+        ({"resolved_action": "gpufleet.cluster.benchmark", "task_path": f"{ROLE}/locate_round.yml:30"}, ("locate", "")),
+        # A localisation round runs its group through the shared job file: still the locate stage.
+        (
+            {
+                "resolved_action": "gpufleet.cluster.benchmark",
+                "task": "Start NCCL with the node's group of the round: node-a, node-b",
+                "task_path": f"{ROLE}/job_across_nodes.yml:37",
+            },
+            ("locate", ""),
+        ),
+        (
+            {
+                "resolved_action": "gpufleet.cluster.job_status",
+                "task": "Wait for the group's NCCL run of the round to finish",
+                "task_path": f"{ROLE}/job_across_nodes.yml:50",
+            },
+            ("locate", ""),
+        ),
+        ({"resolved_action": "gpufleet.cluster.fleet_report", "task_path": f"{ROLE}/run_report.yml:7"}, ("report", "")),
+        ({"resolved_action": "ansible.builtin.set_fact", "task_path": f"{ROLE}/main.yml:8"}, (None, "")),
+        # The playbooks' own tasks run on the controller, even when the event names the first node of the play.
+        ({"resolved_action": "ansible.builtin.assert", "task_path": "/repo/playbooks/locate.yml:30"}, (None, "")),
+        ({"resolved_action": "gpufleet.cluster.node_lock", "task_path": f"{ROLE}/release.yml:5"}, ("release", "")),
+        (
+            {"resolved_action": "gpufleet.cluster.host_record", "task_path": f"{ROLE}/main.yml:190"},
+            ("record", "writing its host document"),
+        ),
+    ],
+)
 def test_classify_names_the_stage_and_what_is_under_way(data, expected):
     assert classify(data) == expected
 
@@ -113,8 +223,15 @@ def test_a_node_shows_a_task_once_it_runs_and_never_a_skipped_one():
     a = fleet.nodes["node-a"]
     assert (a.stage, a.activity, a.so_far(), a.started) == ("reach", "", "-", 1000.0)
     # A task whose condition skips it reports a start too: it never shows.
-    fleet.apply(ev("runner_on_start", "node-a", task="Run the benchmarks inside the node: nccl",
-                   action="gpufleet.cluster.benchmark", uuid="b"))
+    fleet.apply(
+        ev(
+            "runner_on_start",
+            "node-a",
+            task="Run the benchmarks inside the node: nccl",
+            action="gpufleet.cluster.benchmark",
+            uuid="b",
+        )
+    )
     assert fleet.apply(ev("runner_on_skipped", "node-a", action="gpufleet.cluster.benchmark", uuid="b")) == []
     assert a.stage == "reach"
     # A long task shows once it has been going a moment (ansible-runner's cancel poll ticks about every second).
@@ -123,26 +240,68 @@ def test_a_node_shows_a_task_once_it_runs_and_never_a_skipped_one():
     clock.now += 1
     assert fleet.tick() == ["node-a"] and (a.stage, a.activity) == ("checks", "gpu_health")
     # Its results give the verdict so far: the worst status seen.
-    assert fleet.apply(ev("runner_on_ok", "node-a", action="gpufleet.cluster.gpu_health", uuid="h",
-                          res=doc_res("pass", "warn", "skip"))) == ["node-a"]
+    assert fleet.apply(
+        ev(
+            "runner_on_ok",
+            "node-a",
+            action="gpufleet.cluster.gpu_health",
+            uuid="h",
+            res=doc_res("pass", "warn", "skip"),
+        )
+    ) == ["node-a"]
     assert a.so_far() == "warn" and a.counts == {"pass": 1, "warn": 1, "skip": 1}
-    fleet.apply(ev("runner_on_start", "node-a", action="gpufleet.cluster.benchmark", uuid="n",
-                   task="Start NCCL across the nodes at once: node-a, node-b", path=f"{ROLE}/nccl_multinode.yml:90"))
-    fleet.apply(ev("runner_on_ok", "node-a", action="ansible.builtin.set_fact", uuid="n2", path=f"{ROLE}/nccl_multinode.yml:95"))
+    fleet.apply(
+        ev(
+            "runner_on_start",
+            "node-a",
+            action="gpufleet.cluster.benchmark",
+            uuid="n",
+            task="Start NCCL across the nodes at once: node-a, node-b",
+            path=f"{ROLE}/nccl_multinode.yml:90",
+        )
+    )
+    fleet.apply(
+        ev("runner_on_ok", "node-a", action="ansible.builtin.set_fact", uuid="n2", path=f"{ROLE}/nccl_multinode.yml:95")
+    )
     clock.now += 1
     fleet.tick()
     assert (a.stage, a.activity) == ("cross-node", "NCCL: node-a, node-b")
     # A helper task of the same stage keeps what is under way.
-    fleet.apply(ev("runner_on_start", "node-a", action="ansible.builtin.fail", uuid="f", path=f"{ROLE}/nccl_multinode.yml:110"))
-    fleet.apply(ev("runner_on_skipped", "node-a", action="ansible.builtin.fail", uuid="f", path=f"{ROLE}/nccl_multinode.yml:110"))
+    fleet.apply(
+        ev("runner_on_start", "node-a", action="ansible.builtin.fail", uuid="f", path=f"{ROLE}/nccl_multinode.yml:110")
+    )
+    fleet.apply(
+        ev(
+            "runner_on_skipped",
+            "node-a",
+            action="ansible.builtin.fail",
+            uuid="f",
+            path=f"{ROLE}/nccl_multinode.yml:110",
+        )
+    )
     assert a.activity == "NCCL: node-a, node-b"
     # A node that cannot be reached says so; a module that failed counts as an error.
     fleet.apply(ev("runner_on_start", "node-b", action="ansible.builtin.ping", uuid="p2"))
-    assert fleet.apply(ev("runner_on_unreachable", "node-b", action="ansible.builtin.ping", uuid="p2",
-                          res={"msg": "ssh: connect to host 10.0.0.2 port 22: Connection refused"})) == ["node-b"]
+    assert fleet.apply(
+        ev(
+            "runner_on_unreachable",
+            "node-b",
+            action="ansible.builtin.ping",
+            uuid="p2",
+            res={"msg": "ssh: connect to host 10.0.0.2 port 22: Connection refused"},
+        )
+    ) == ["node-b"]
     assert fleet.nodes["node-b"].so_far() == "unreachable"
-    fleet.apply(ev("runner_on_failed", "node-a", action="gpufleet.cluster.benchmark", uuid="n", res={"msg": "engine died"},
-                   path=f"{ROLE}/nccl_multinode.yml:90"))
+    fleet.apply(
+        ev(
+            "runner_on_failed",
+            "node-a",
+            action="gpufleet.cluster.benchmark",
+            uuid="n",
+            res={"msg": "engine died"},
+            path=f"{ROLE}/nccl_multinode.yml:90",
+        )
+    )
     assert a.so_far() == "error" and fleet.failures[-1].msg == "engine died" and fleet.failures[-1].node_play
     # The report's verdicts end it.
     fleet.apply({"event": "playbook_on_stats", "event_data": {}})
@@ -160,8 +319,11 @@ def test_the_plain_view_writes_one_timestamped_line_per_change():
     view.start(fleet)
     view.message("run r1: run (validate.yml) on 2 node(s): node-a, n-b")
     fleet.apply(ev("runner_on_start", "node-a", action="gpufleet.cluster.gpu_inventory", uuid="i"))
-    view.update(fleet.apply(ev("runner_on_ok", "node-a", action="gpufleet.cluster.gpu_inventory", uuid="i",
-                               res=doc_res("error"))))
+    view.update(
+        fleet.apply(
+            ev("runner_on_ok", "node-a", action="gpufleet.cluster.gpu_inventory", uuid="i", res=doc_res("error"))
+        )
+    )
     view.update(["node-a"])  # nothing changed: no line
     clock.now += 12
     fleet.finish({"node-a": "not accepted", "n-b": "accepted"})
@@ -180,12 +342,22 @@ def test_the_results_of_a_node_steps_task_count_the_documents_of_its_steps():
     fleet = FleetState(["node-a"], clock=Clock())
     task = "Run the check groups on the node: gpu_inventory, gpu_health, host_hygiene"
     fleet.apply(ev("runner_on_start", "node-a", task=task, action="gpufleet.cluster.node_steps", uuid="c"))
-    res = {"steps": [{"name": "gpu_inventory", "result": {"gpufleet": {"results": [result("gpu_inventory", "gpu_count")]}}},
-                     {"name": "gpu_health", "result": {"gpufleet": {"results": [result("gpu_health", "ecc", "warn")]}}},
-                     {"name": "host_hygiene", "result": {"failed": True, "msg": "no engine"}}]}
-    assert fleet.apply(ev("runner_on_ok", "node-a", task=task, action="gpufleet.cluster.node_steps", uuid="c", res=res)) == ["node-a"]
+    res = {
+        "steps": [
+            {"name": "gpu_inventory", "result": {"gpufleet": {"results": [result("gpu_inventory", "gpu_count")]}}},
+            {"name": "gpu_health", "result": {"gpufleet": {"results": [result("gpu_health", "ecc", "warn")]}}},
+            {"name": "host_hygiene", "result": {"failed": True, "msg": "no engine"}},
+        ]
+    }
+    assert fleet.apply(
+        ev("runner_on_ok", "node-a", task=task, action="gpufleet.cluster.node_steps", uuid="c", res=res)
+    ) == ["node-a"]
     a = fleet.nodes["node-a"]
-    assert (a.stage, a.activity, a.counts) == ("checks", "gpu_inventory, gpu_health, host_hygiene", {"pass": 1, "warn": 1})
+    assert (a.stage, a.activity, a.counts) == (
+        "checks",
+        "gpu_inventory, gpu_health, host_hygiene",
+        {"pass": 1, "warn": 1},
+    )
 
 
 def test_the_node_stage_in_one_task_shows_its_checks_its_benchmarks_its_counts_and_the_write_back():
@@ -201,30 +373,43 @@ def test_the_node_stage_in_one_task_shows_its_checks_its_benchmarks_its_counts_a
     # tool's lines change nothing.
     line = "[node-a] gpufleet: checks: gpu_inventory, gpu_health, host_hygiene | error=1 pass=40 warn=2"
     assert fleet.apply({"event": "verbose", "stdout": line}) == ["node-a"]
-    assert (a.stage, a.activity, a.counts, a.so_far()) == ("checks", "gpu_inventory, gpu_health, host_hygiene",
-                                                           {"pass": 40, "warn": 2, "error": 1}, "error")
+    assert (a.stage, a.activity, a.counts, a.so_far()) == (
+        "checks",
+        "gpu_inventory, gpu_health, host_hygiene",
+        {"pass": 40, "warn": 2, "error": 1},
+        "error",
+    )
     assert fleet.apply({"event": "verbose", "stdout": "[node-a] gpufleet: benchmarks: matmul, memory"}) == ["node-a"]
     assert (a.stage, a.activity, a.counts["pass"]) == ("benchmarks", "matmul, memory", 40)
     assert fleet.apply({"event": "verbose", "stdout": "[node-z] gpufleet: benchmarks: matmul"}) == []
     assert fleet.apply({"event": "verbose", "stdout": "[node-b] gpufleet: nowhere: x"}) == []
     assert fleet.apply({"event": "verbose", "stdout": "PLAY RECAP"}) == []
     res = {"path": "/r/hosts/node-a.json", "status_counts": {"pass": 52, "warn": 2, "error": 1}}
-    assert fleet.apply(ev("runner_on_ok", "node-a", task=task, action="gpufleet.cluster.node_validate", uuid="n",
-                          res=res)) == ["node-a"]
+    assert fleet.apply(
+        ev("runner_on_ok", "node-a", task=task, action="gpufleet.cluster.node_validate", uuid="n", res=res)
+    ) == ["node-a"]
     assert (a.stage, a.activity, a.counts) == ("record", "host document written", {"pass": 52, "warn": 2, "error": 1})
     # A node lost on the way: what it measured before is counted, and it shows as unreachable.
     fleet.apply(ev("runner_on_start", "node-b", task=task, action="gpufleet.cluster.node_validate", uuid="m"))
     res = {"path": "/r/hosts/node-b.json", "status_counts": {"pass": 3, "error": 1}, "node_lost": True, "msg": "lost"}
-    assert fleet.apply(ev("runner_on_ok", "node-b", task=task, action="gpufleet.cluster.node_validate", uuid="m",
-                          res=res)) == ["node-b"]
+    assert fleet.apply(
+        ev("runner_on_ok", "node-b", task=task, action="gpufleet.cluster.node_validate", uuid="m", res=res)
+    ) == ["node-b"]
     assert fleet.nodes["node-b"].so_far() == "unreachable" and a.so_far() == "error"
 
 
 def test_a_stage_line_before_the_tick_is_not_undone_by_the_task_start_it_follows():
     clock = Clock()
     fleet = FleetState(["node-a"], clock=clock)
-    fleet.apply(ev("runner_on_start", "node-a", task="Check and benchmark the node: matmul",
-                   action="gpufleet.cluster.node_validate", uuid="n"))
+    fleet.apply(
+        ev(
+            "runner_on_start",
+            "node-a",
+            task="Check and benchmark the node: matmul",
+            action="gpufleet.cluster.node_validate",
+            uuid="n",
+        )
+    )
     fleet.apply({"event": "verbose", "stdout": "[node-a] gpufleet: checks: gpu_inventory | pass=3"})
     clock.now += 1
     assert fleet.tick() == []
@@ -240,14 +425,33 @@ def test_the_plain_view_reports_the_write_back_and_the_controller_plays():
     fleet = FleetState(["node-a", "node-b"], clock=clock)
     view.start(fleet)
     for host in ("node-a", "node-b"):
-        fleet.apply(ev("runner_on_start", host, action="gpufleet.cluster.host_record", uuid=f"r-{host}",
-                       path=f"{ROLE}/main.yml:190"))
+        fleet.apply(
+            ev(
+                "runner_on_start",
+                host,
+                action="gpufleet.cluster.host_record",
+                uuid=f"r-{host}",
+                path=f"{ROLE}/main.yml:190",
+            )
+        )
         clock.now += 1
         view.update(fleet.tick())
     view.update(fleet.apply({"event": "playbook_on_play_start", "event_data": {"play": "Give the nodes back"}}))
-    fleet.apply(ev("runner_on_start", "node-a", action="gpufleet.cluster.node_lock", uuid="l", path=f"{ROLE}/release.yml:10"))
-    view.update(fleet.apply(ev("runner_on_ok", "node-a", action="gpufleet.cluster.node_lock", uuid="l", res={},
-                               path=f"{ROLE}/release.yml:10")))
+    fleet.apply(
+        ev("runner_on_start", "node-a", action="gpufleet.cluster.node_lock", uuid="l", path=f"{ROLE}/release.yml:10")
+    )
+    view.update(
+        fleet.apply(
+            ev(
+                "runner_on_ok",
+                "node-a",
+                action="gpufleet.cluster.node_lock",
+                uuid="l",
+                res={},
+                path=f"{ROLE}/release.yml:10",
+            )
+        )
+    )
     view.update(fleet.apply({"event": "playbook_on_play_start", "event_data": {"play": "Report on the fleet"}}))
     lines = [line.split("  ", 1)[1] for line in out.getvalue().splitlines()]
     assert [" ".join(line.split()) for line in lines] == [
@@ -273,8 +477,20 @@ def test_the_live_view_draws_a_table_and_a_progress_bar():
     view.stop()
     text = console.export_text()
     assert "run r1: a message above the table" in text
-    for word in ("node", "stage", "now", "elapsed", "verdict so far", "node-a", "checks", "gpu_health", "fail",
-                 "node-b", "accepted", "nodes"):
+    for word in (
+        "node",
+        "stage",
+        "now",
+        "elapsed",
+        "verdict so far",
+        "node-a",
+        "checks",
+        "gpu_health",
+        "fail",
+        "node-b",
+        "accepted",
+        "nodes",
+    ):
         assert word in text, (word, text)
 
 
@@ -299,64 +515,113 @@ def make_run(tmp_path: Path, docs: dict, *, run: dict | None = None, invocations
         path = run_dir / "hosts" / f"{host}.json"
         path.write_text(results if isinstance(results, str) else json.dumps({"host": host, "results": results}))
     hosts = list(docs)
-    (run_dir / "run.json").write_text(json.dumps(run or {
-        "schema_version": 1, "run_id": "r1", "playbook": "validate", "tier": "acceptance", "hosts": hosts,
-        "attempts": [{"attempt": 1, "playbook": "validate", "hosts": hosts, "limit": None, "stages": None}]}))
+    (run_dir / "run.json").write_text(
+        json.dumps(
+            run
+            or {
+                "schema_version": 1,
+                "run_id": "r1",
+                "playbook": "validate",
+                "tier": "acceptance",
+                "hosts": hosts,
+                "attempts": [{"attempt": 1, "playbook": "validate", "hosts": hosts, "limit": None, "stages": None}],
+            }
+        )
+    )
     if invocations is not None:
-        record.write_record(run_dir, {"schema_version": 1, "run_id": "r1", "inventory": "/inv", "invocations": invocations})
+        record.write_record(
+            run_dir, {"schema_version": 1, "run_id": "r1", "inventory": "/inv", "invocations": invocations}
+        )
     return run_dir
 
 
 def test_resume_runs_again_what_did_not_finish_with_the_finished_nodes_as_peers(tmp_path):
-    run_dir = make_run(tmp_path, {
-        "a": NODE_OK + multinode(["a", "c"]),
-        "b": [result("connection", "reachable", "error")] + [result("benchmark_multinode", "nccl", "skip")],
-        "c": NODE_OK + multinode(["a", "c"]),
-    })
-    (run_dir / "run.json").write_text(json.dumps({"run_id": "r1", "tier": "acceptance", "hosts": ["a", "b", "c", "d"],
-                                                  "attempts": [{"playbook": "validate", "hosts": ["a", "b", "c", "d"]}]}))
+    run_dir = make_run(
+        tmp_path,
+        {
+            "a": NODE_OK + multinode(["a", "c"]),
+            "b": [result("connection", "reachable", "error")] + [result("benchmark_multinode", "nccl", "skip")],
+            "c": NODE_OK + multinode(["a", "c"]),
+        },
+    )
+    (run_dir / "run.json").write_text(
+        json.dumps(
+            {
+                "run_id": "r1",
+                "tier": "acceptance",
+                "hosts": ["a", "b", "c", "d"],
+                "attempts": [{"playbook": "validate", "hosts": ["a", "b", "c", "d"]}],
+            }
+        )
+    )
     plan = resume.plan(record.load_run_folder(run_dir))
     assert plan.hosts == ["a", "b", "c", "d"] and plan.stages == ["node", "multinode", "finetune"]
-    assert plan.reasons == {"b": {"node": "it could not be reached", "multinode": "runs again with its node stage"},
-                            "d": {"node": "no host document: its node stage did not finish",
-                                  "multinode": "runs again with its node stage"}}
-    assert [vars(s) for s in plan.steps] == [{"limit": ["b", "d"], "stages": ["node", "multinode"], "peers": ["a", "c"]}]
+    assert plan.reasons == {
+        "b": {"node": "it could not be reached", "multinode": "runs again with its node stage"},
+        "d": {"node": "no host document: its node stage did not finish", "multinode": "runs again with its node stage"},
+    }
+    assert [vars(s) for s in plan.steps] == [
+        {"limit": ["b", "d"], "stages": ["node", "multinode"], "peers": ["a", "c"]}
+    ]
     assert plan.finished == ["a", "c"]
     assert "step 1: --limit b,d, stages node, multinode, peers a, c" in plan.text()
 
 
 def test_resume_reruns_failed_and_erred_stages_unless_only_the_unfinished_are_asked_for(tmp_path):
-    run_dir = make_run(tmp_path, {
-        "a": NODE_OK + multinode(["a", "b"]),
-        "b": NODE_OK[:1] + [result("gpu_health", "ecc", "fail"), result("gpu_health", "xid", "error")] + multinode(["a", "b"]),
-        "c": NODE_OK + multinode(["a", "b", "c"], status="fail"),
-    })
+    run_dir = make_run(
+        tmp_path,
+        {
+            "a": NODE_OK + multinode(["a", "b"]),
+            "b": NODE_OK[:1]
+            + [result("gpu_health", "ecc", "fail"), result("gpu_health", "xid", "error")]
+            + multinode(["a", "b"]),
+            "c": NODE_OK + multinode(["a", "b", "c"], status="fail"),
+        },
+    )
     folder = record.load_run_folder(run_dir)
     plan = resume.plan(folder)
     assert plan.reasons["b"]["node"] == "failed gpu_health.ecc; erred gpu_health.xid"
     assert plan.reasons["c"] == {"multinode": "failed benchmark_multinode.nccl_all_reduce"}
     # b's node stage runs first alone; then the run across nodes for b and c, a joining as a peer.
-    assert [vars(s) for s in plan.steps] == [{"limit": ["b"], "stages": ["node"], "peers": []},
-                                            {"limit": ["b", "c"], "stages": ["multinode"], "peers": ["a"]}]
+    assert [vars(s) for s in plan.steps] == [
+        {"limit": ["b"], "stages": ["node"], "peers": []},
+        {"limit": ["b", "c"], "stages": ["multinode"], "peers": ["a"]},
+    ]
     plan = resume.plan(folder, only_unfinished=True)
     assert plan.reasons == {} and plan.steps == [] and "nothing to run again" in plan.text()
 
 
 def test_resume_finds_stages_cut_off_or_missing(tmp_path):
     start = time.time()
-    run_dir = make_run(tmp_path, {
-        "a": NODE_OK,  # its node stage finished; the run across nodes never came
-        "b": NODE_OK + [result("benchmark_multinode", "nccl", "skip", left_out={"c": "the node did not answer"})],
-        "c": NODE_OK + multinode(["a", "c"]),
-        "d": "{ not json",
-        "e": NODE_OK + [result("benchmark_multinode", "nccl", "error", multinode={"members": ["a", "e"]})],
-        "f": NODE_OK + [result("gpu_health", "engine", "error")] + multinode(["f", "a"]),
-    }, invocations=[{"n": 1, "command": "run", "hosts": ["a", "b", "c", "d", "e", "f"], "stages": None,
-                     "started_epoch": start + 60, "ended": None, "interrupted": True, "extravars": {}}])
+    run_dir = make_run(
+        tmp_path,
+        {
+            "a": NODE_OK,  # its node stage finished; the run across nodes never came
+            "b": NODE_OK + [result("benchmark_multinode", "nccl", "skip", left_out={"c": "the node did not answer"})],
+            "c": NODE_OK + multinode(["a", "c"]),
+            "d": "{ not json",
+            "e": NODE_OK + [result("benchmark_multinode", "nccl", "error", multinode={"members": ["a", "e"]})],
+            "f": NODE_OK + [result("gpu_health", "engine", "error")] + multinode(["f", "a"]),
+        },
+        invocations=[
+            {
+                "n": 1,
+                "command": "run",
+                "hosts": ["a", "b", "c", "d", "e", "f"],
+                "stages": None,
+                "started_epoch": start + 60,
+                "ended": None,
+                "interrupted": True,
+                "extravars": {},
+            }
+        ],
+    )
     plan = resume.plan(record.load_run_folder(run_dir), only_unfinished=True)
     why = plan.reasons
-    assert why["a"] == {"node": "invocation 1 was cut off before the node's document was written",
-                        "multinode": "runs again with its node stage"}
+    assert why["a"] == {
+        "node": "invocation 1 was cut off before the node's document was written",
+        "multinode": "runs again with its node stage",
+    }
     os.utime(run_dir / "hosts" / "a.json", (start + 120, start + 120))
     os.utime(run_dir / "hosts" / "b.json", (start + 120, start + 120))
     os.utime(run_dir / "hosts" / "c.json", (start + 120, start + 120))
@@ -372,25 +637,47 @@ def test_resume_finds_stages_cut_off_or_missing(tmp_path):
     assert why["f"]["node"] == "it did not finish (gpu_health.engine)"
     assert [vars(s) for s in plan.steps] == [
         {"limit": ["d", "f"], "stages": ["node"], "peers": []},
-        {"limit": ["a", "b", "d", "e", "f"], "stages": ["multinode"], "peers": ["c"]}]
+        {"limit": ["a", "b", "d", "e", "f"], "stages": ["multinode"], "peers": ["c"]},
+    ]
 
 
 def test_resume_covers_the_stages_the_run_covers(tmp_path):
     docs = {"a": NODE_OK, "b": []}
-    run = {"run_id": "r1", "tier": "smoke", "hosts": ["a", "b"], "attempts": [{"playbook": "validate", "hosts": ["a", "b"]}]}
+    run = {
+        "run_id": "r1",
+        "tier": "smoke",
+        "hosts": ["a", "b"],
+        "attempts": [{"playbook": "validate", "hosts": ["a", "b"]}],
+    }
     plan = resume.plan(record.load_run_folder(make_run(tmp_path / "smoke", docs, run=run)))
-    assert plan.stages == ["node"] and [vars(s) for s in plan.steps] == [{"limit": ["b"], "stages": ["node"], "peers": []}]
-    run = dict(run, tier="acceptance", attempts=[{"playbook": "validate", "hosts": ["a", "b"], "stages": ["node", "multinode"]}])
-    plan = resume.plan(record.load_run_folder(make_run(tmp_path / "two", docs, run=run)),
-                       hostvars={"a": {"gpufleet_nccl_multinode": False}})
+    assert plan.stages == ["node"] and [vars(s) for s in plan.steps] == [
+        {"limit": ["b"], "stages": ["node"], "peers": []}
+    ]
+    run = dict(
+        run,
+        tier="acceptance",
+        attempts=[{"playbook": "validate", "hosts": ["a", "b"], "stages": ["node", "multinode"]}],
+    )
+    plan = resume.plan(
+        record.load_run_folder(make_run(tmp_path / "two", docs, run=run)),
+        hostvars={"a": {"gpufleet_nccl_multinode": False}},
+    )
     assert plan.stages == ["node", "multinode"]
-    assert plan.reasons == {"b": {"node": "its host document holds no results of the node stage",
-                                  "multinode": "runs again with its node stage"}}
-    plan = resume.plan(record.load_run_folder(make_run(tmp_path / "ft", docs, run=dict(run, attempts=[{"hosts": ["a", "b"]}]))),
-                       extravars={"gpufleet_finetune": True, "gpufleet_nccl_multinode": "false"})
+    assert plan.reasons == {
+        "b": {
+            "node": "its host document holds no results of the node stage",
+            "multinode": "runs again with its node stage",
+        }
+    }
+    plan = resume.plan(
+        record.load_run_folder(make_run(tmp_path / "ft", docs, run=dict(run, attempts=[{"hosts": ["a", "b"]}]))),
+        extravars={"gpufleet_finetune": True, "gpufleet_nccl_multinode": "false"},
+    )
     assert plan.reasons["a"] == {"finetune": "no results of this stage in its host document"}
-    assert [vars(s) for s in plan.steps] == [{"limit": ["b"], "stages": ["node"], "peers": []},
-                                            {"limit": ["a", "b"], "stages": ["finetune"], "peers": []}]
+    assert [vars(s) for s in plan.steps] == [
+        {"limit": ["b"], "stages": ["node"], "peers": []},
+        {"limit": ["a", "b"], "stages": ["finetune"], "peers": []},
+    ]
 
 
 # ---------------------------------------------------------------- checks before anything runs
@@ -399,7 +686,10 @@ def test_resume_covers_the_stages_the_run_covers(tmp_path):
 def test_extra_vars_parse_as_ansible_playbook_takes_them(tmp_path):
     (tmp_path / "vars.yml").write_text("gpufleet_benchmarks: [nccl]\n")
     assert parse_extra_vars(['{"gpufleet_benchmarks": []}', "a=1 b='two words'", f"@{tmp_path / 'vars.yml'}"]) == {
-        "gpufleet_benchmarks": ["nccl"], "a": "1", "b": "two words"}
+        "gpufleet_benchmarks": ["nccl"],
+        "a": "1",
+        "b": "two words",
+    }
     with pytest.raises(InputError, match="key=value"):
         parse_extra_vars(["justaword"])
     (tmp_path / "list.yml").write_text("[1, 2]\n")
@@ -419,7 +709,9 @@ def test_a_used_run_id_or_a_run_still_going_is_refused_before_anything_runs(tmp_
         core.prepare_run_dir(run_dir, resume=False)
     from gpufleet import runs
 
-    record.write_record(run_dir, {"invocations": [{"n": 1, "ended": None, "controller": runs.controller_identity(os.getpid())}]})
+    record.write_record(
+        run_dir, {"invocations": [{"n": 1, "ended": None, "controller": runs.controller_identity(os.getpid())}]}
+    )
     with pytest.raises(InputError, match="is running now"):
         core.prepare_run_dir(run_dir, resume=True)
     with pytest.raises(InputError, match="--run-id"):
@@ -449,12 +741,18 @@ def test_the_playbooks_come_from_a_checkout_or_the_installed_collection(tmp_path
     assert "installed collection gpufleet.cluster" in installed.describe()
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["fleet", "run", "-i", "/nonexistent/inventory"], "inventory /nonexistent/inventory does not exist"),
-    (["fleet", "run", "-i", "inventory/local", "-e", "gpufleet_run_id=x"], "gpufleet_run_id is set by the runner; use --run-id"),
-    (["fleet", "resume", "no-such-run", "--reports-dir", "{tmp}"], "there is no run folder"),
-    (["fleet", "locate-step", "{tmp}/nope"], "does not exist"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["fleet", "run", "-i", "/nonexistent/inventory"], "inventory /nonexistent/inventory does not exist"),
+        (
+            ["fleet", "run", "-i", "inventory/local", "-e", "gpufleet_run_id=x"],
+            "gpufleet_run_id is set by the runner; use --run-id",
+        ),
+        (["fleet", "resume", "no-such-run", "--reports-dir", "{tmp}"], "there is no run folder"),
+        (["fleet", "locate-step", "{tmp}/nope"], "does not exist"),
+    ],
+)
 def test_bad_input_exits_2_naming_what_is_wrong(tmp_path, capsys, argv, message):
     from gpufleet import cli
 
@@ -471,13 +769,19 @@ def test_the_end_of_a_run_names_each_node_not_accepted_with_its_failing_checks(t
     from gpufleet.runner import api
 
     long_reason = "GPU 3: 2 volatile uncorrectable ECC errors " + "x" * 300
-    run_dir = make_run(tmp_path, {
-        "node-a": NODE_OK,
-        "node-b": [result("gpu_inventory", "gpu_count"), dict(result("gpu_health", "ecc", "fail"), reason=long_reason),
-                   result("host_hygiene", "iommu", "warn")]
-                  + [result("host_hygiene", f"c{i}", "error") for i in range(7)],
-        "node-c": [dict(result("gpu_health", "ecc", "fail"), reason="2 ECC\nerrors")],
-    })
+    run_dir = make_run(
+        tmp_path,
+        {
+            "node-a": NODE_OK,
+            "node-b": [
+                result("gpu_inventory", "gpu_count"),
+                dict(result("gpu_health", "ecc", "fail"), reason=long_reason),
+                result("host_hygiene", "iommu", "warn"),
+            ]
+            + [result("host_hygiene", f"c{i}", "error") for i in range(7)],
+            "node-c": [dict(result("gpu_health", "ecc", "fail"), reason="2 ECC\nerrors")],
+        },
+    )
     for path in (run_dir / "hosts").iterdir():  # whole host documents, as the report reads them
         path.write_text(json.dumps(dict(json.loads(path.read_text()), schema_version=schema.SCHEMA_VERSION)))
     report.build(run_dir, use_store=False)
@@ -517,8 +821,9 @@ def test_the_end_of_a_run_names_each_node_not_accepted_with_its_failing_checks(t
 
 
 def test_extra_variables_and_the_environment_are_kept_out_of_the_artifacts(tmp_path):
-    kept, withheld = private.recorded_vars({"gpufleet_finetune": True, "gpufleet_node_env": {"TOKEN": "s3"},
-                                         "ansible_become_password": "s4"})
+    kept, withheld = private.recorded_vars(
+        {"gpufleet_finetune": True, "gpufleet_node_env": {"TOKEN": "s3"}, "ansible_become_password": "s4"}
+    )
     assert kept == {"gpufleet_finetune": True} and withheld == ["ansible_become_password", "gpufleet_node_env"]
 
     path = private.write_private_vars({"ansible_become_password": "s4"})
@@ -531,8 +836,15 @@ def test_extra_variables_and_the_environment_are_kept_out_of_the_artifacts(tmp_p
         path.parent.rmdir()
 
     # ansible-runner's command artifact as it writes it: the environment gpufleet did not set loses its values.
-    (tmp_path / "command").write_text(json.dumps({"command": ["ansible-playbook", "-e", f"@{path}"], "cwd": "/x",
-                                                  "env": {"PATH": "/bin", "ANSIBLE_BECOME_PASS": "s5", "HOME": "/root"}}))
+    (tmp_path / "command").write_text(
+        json.dumps(
+            {
+                "command": ["ansible-playbook", "-e", f"@{path}"],
+                "cwd": "/x",
+                "env": {"PATH": "/bin", "ANSIBLE_BECOME_PASS": "s5", "HOME": "/root"},
+            }
+        )
+    )
     private.redact_command(tmp_path, {"PATH"})
     doc = json.loads((tmp_path / "command").read_text())
     assert doc["env"] == {"PATH": "/bin", "ANSIBLE_BECOME_PASS": private.NOT_RECORDED, "HOME": private.NOT_RECORDED}

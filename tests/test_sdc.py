@@ -19,6 +19,8 @@ from test_fleet_synthetic import _stamp, gpus_of, node_doc, write_run
 
 R1, R2, R3 = "2026-11-20T10:00:00Z", "2026-11-21T10:00:00Z", "2026-11-22T10:00:00Z"
 COMPUTATIONS = tuple(bench_sdc.SIZES["gpu"])
+
+
 def _has_cuda() -> bool:
     try:
         import torch
@@ -41,8 +43,14 @@ def good(name: str) -> str:
 BAD = hashlib.sha256(b"one flipped bit").hexdigest()
 
 
-def gpu_out(gpus: list[dict], *, corrupt: dict | None = None, differing: dict | None = None, cublas: dict | None = None,
-            versions: dict | None = None) -> dict:
+def gpu_out(
+    gpus: list[dict],
+    *,
+    corrupt: dict | None = None,
+    differing: dict | None = None,
+    cublas: dict | None = None,
+    versions: dict | None = None,
+) -> dict:
     """What bench/sdc.run() returns on a node of these GPUs (H200s): every hash right except `corrupt`
     {gpu index: computation}; `differing` {gpu index: repeats unlike the first}; `cublas` {gpu index: version}."""
     per = {}
@@ -51,13 +59,30 @@ def gpu_out(gpus: list[dict], *, corrupt: dict | None = None, differing: dict | 
         per[str(i)] = {
             "hashes": {n: BAD if (corrupt or {}).get(i) == n else good(n) for n in COMPUTATIONS},
             "repeats_differing": {n: (differing or {}).get(i, 0) if n == "matmul_fp32" else 0 for n in COMPUTATIONS},
-            "seconds": 9.5, "cublas": (cublas or {}).get(i, "13.1.0"),
-            "device": {"name": "NVIDIA H200", "pci_bus_id": g["pci_bus_id"][:12], "uuid": g["uuid"], "sm_count": 132,
-                       "capability": "9.0"},
+            "seconds": 9.5,
+            "cublas": (cublas or {}).get(i, "13.1.0"),
+            "device": {
+                "name": "NVIDIA H200",
+                "pci_bus_id": g["pci_bus_id"][:12],
+                "uuid": g["uuid"],
+                "sm_count": 132,
+                "capability": "9.0",
+            },
         }
-    return {"benchmark": "sdc", "device": "cuda", "versions": versions or VERSIONS, "per_device": per,
-            "method": {"sdc_version": bench_sdc.SDC_VERSION, "seed": bench_sdc.SEED, "sizes": bench_sdc.SIZES["gpu"],
-                       "repeats": bench_sdc.REPEATS["gpu"], "tf32": False, "cublas_workspace_config": bench_sdc.WORKSPACE_CONFIG}}
+    return {
+        "benchmark": "sdc",
+        "device": "cuda",
+        "versions": versions or VERSIONS,
+        "per_device": per,
+        "method": {
+            "sdc_version": bench_sdc.SDC_VERSION,
+            "seed": bench_sdc.SEED,
+            "sizes": bench_sdc.SIZES["gpu"],
+            "repeats": bench_sdc.REPEATS["gpu"],
+            "tf32": False,
+            "cublas_workspace_config": bench_sdc.WORKSPACE_CONFIG,
+        },
+    }
 
 
 def node_result(gpus: list[dict], **kw) -> dict:
@@ -128,10 +153,12 @@ def test_deterministic_algorithms_switch_on_without_loading_the_compiler():
     import subprocess
     import sys
 
-    code = ("import sys, torch; from gpufleet.bench import sdc; assert not torch.are_deterministic_algorithms_enabled(); "
-            "sdc.deterministic_algorithms(torch); "
-            "print(torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(), "
-            "'torch._inductor.config' in sys.modules)")
+    code = (
+        "import sys, torch; from gpufleet.bench import sdc; assert not torch.are_deterministic_algorithms_enabled(); "
+        "sdc.deterministic_algorithms(torch); "
+        "print(torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(), "
+        "'torch._inductor.config' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["True", "False", "False"]
@@ -144,7 +171,9 @@ def test_node_names_the_gpu_that_disagrees_with_the_majority():
     gpus = gpus_of(0)
     res = node_result(gpus, corrupt={5: "matmul_fp32"})
     assert res["status"] == "fail" and res["class"] == "hardware"
-    assert res["reason"].startswith(f"matmul_fp32: GPU 5 ({gpus[5]['uuid']}) disagree(s) with the 7 of 8 GPUs that agree")
+    assert res["reason"].startswith(
+        f"matmul_fp32: GPU 5 ({gpus[5]['uuid']}) disagree(s) with the 7 of 8 GPUs that agree"
+    )
     assert res["detail"]["flagged_gpus"] == [{"index": 5, "uuid": gpus[5]["uuid"], "serial": gpus[5]["serial"]}]
     clean = node_result(gpus)
     assert clean["status"] == "pass" and "8 GPUs" in clean["reason"] and clean["class"] is None
@@ -160,7 +189,10 @@ def test_node_without_a_majority_fails_without_naming_a_gpu():
 def test_gpu_that_disagrees_with_itself_fails():
     gpus = gpus_of(0, n=1)
     res = node_result(gpus, differing={0: 3})
-    assert res["status"] == "fail" and f"gave 3 of {bench_sdc.REPEATS['gpu'] - 1} repeats of matmul_fp32 unlike its first" in res["reason"]
+    assert (
+        res["status"] == "fail"
+        and f"gave 3 of {bench_sdc.REPEATS['gpu'] - 1} repeats of matmul_fp32 unlike its first" in res["reason"]
+    )
     assert res["detail"]["flagged_gpus"][0]["uuid"] == gpus[0]["uuid"]
     alone = node_result(gpus)
     assert alone["status"] == "pass" and "1 GPU:" in alone["reason"] and "across nodes" in alone["reason"]
@@ -192,9 +224,16 @@ def runs(tmp_path_factory):
     docs = {f"n{i}": _doc(f"n{i}", i, gpus[i], R1, corrupt={0: "train_mlp"} if i == 2 else None) for i in range(4)}
     report.build(write_run(reports, "r1", docs))
     other = gpus_of(9, n=1)
-    report.build(write_run(reports, "r2", {
-        "n2": _doc("n2", 2, gpus[2], R2, corrupt={0: "train_mlp"}),
-        "n9": _doc("n9", 9, other, R2, versions=dict(VERSIONS, torch="2.12.0+cu130"))}))
+    report.build(
+        write_run(
+            reports,
+            "r2",
+            {
+                "n2": _doc("n2", 2, gpus[2], R2, corrupt={0: "train_mlp"}),
+                "n9": _doc("n9", 9, other, R2, versions=dict(VERSIONS, torch="2.12.0+cu130")),
+            },
+        )
+    )
     report.build(write_run(reports, "r3", {"n2": _doc("n2", 2, gpus[2], R3)}))
     load = lambda run: json.loads((reports / run / "report.json").read_text())  # noqa: E731
     return {"reports": reports, "gpus": gpus, "r1": load("r1"), "r2": load("r2"), "r3": load("r3")}
@@ -230,7 +269,9 @@ def test_other_versions_are_never_compared(runs):
 
 def test_a_repaired_gpu_agrees_and_its_old_hash_no_longer_votes(runs):
     res = _fleet_sdc(runs["r3"], "n2")
-    assert res["status"] == "pass" and "among 4 GPUs" in res["reason"], res["reason"]  # its r3 hash stands for it, not r1's
+    assert res["status"] == "pass" and "among 4 GPUs" in res["reason"], res[
+        "reason"
+    ]  # its r3 hash stands for it, not r1's
     with Store(runs["reports"] / "gpufleet.db") as store:
         rows = store.sdc_hashes(json.dumps(_fleet_comparable(runs), sort_keys=True), "train_mlp", "none")
         assert len(rows) == 6 and sum(r["sha256"] == BAD for r in rows) == 2  # r1 and r2 kept, as indexed
@@ -247,5 +288,7 @@ def test_a_gpu_that_did_not_finish_is_an_error_and_the_others_keep_their_hashes(
     out = gpu_out(gpus)
     out["per_device"]["1"] = {"error": "sdc on GPU 1 exited with code -9 without a result"}
     (res,) = sdc_check.results(out, {}, {"gpus": gpus, "driver_version": "580.95.05"})
-    assert res["status"] == "error" and res["class"] == "software" and "GPU 1" in res["reason"] and "-9" in res["reason"]
+    assert (
+        res["status"] == "error" and res["class"] == "software" and "GPU 1" in res["reason"] and "-9" in res["reason"]
+    )
     assert res["detail"]["per_gpu"]["0"]["hashes"]["matmul_bf16"] == good("matmul_bf16")

@@ -82,26 +82,63 @@ class ProcessWatch:
 def test_a_token_in_gpufleet_node_env_is_in_no_command_line_and_no_verbose_output(fleet, tmp_path):
     token = f"hf_{uuid.uuid4().hex}"
     env_of = lambda name: dict(fleet.host_vars(name)["gpufleet_node_env"], HF_TOKEN=token)  # noqa: E731
-    ssh = {"ansible_connection": "ssh", "ansible_user": "root", "ansible_ssh_private_key_file": str(fleet.key),
-           "ansible_ssh_common_args": "-o UserKnownHostsFile=/dev/null -o StrictHostKeyChecking=no -o IdentitiesOnly=yes"}
+    ssh = {
+        "ansible_connection": "ssh",
+        "ansible_user": "root",
+        "ansible_ssh_private_key_file": str(fleet.key),
+        "ansible_ssh_common_args": "-o UserKnownHostsFile=/dev/null -o StrictHostKeyChecking=no -o IdentitiesOnly=yes",
+    }
     hosts = {
-        "localhost": {"ansible_connection": "local", "gpufleet_lock_path": str(tmp_path / "node.lock"),
-                      "gpufleet_node_env": {"HF_TOKEN": token}},
+        "localhost": {
+            "ansible_connection": "local",
+            "gpufleet_lock_path": str(tmp_path / "node.lock"),
+            "gpufleet_node_env": {"HF_TOKEN": token},
+        },
         "node-a": {**ssh, **fleet.host_vars("node-a"), "gpufleet_node_env": env_of("node-a")},
     }
     inventory = tmp_path / "hosts.yml"
-    inventory.write_text(yaml.safe_dump({"all": {"vars": {"ansible_python_interpreter": sys.executable,
-                                                          "gpufleet_python": str(BIN / "python"),
-                                                          "gpufleet_benchmarks": ["matmul"],
-                                                          "gpufleet_nccl_multinode": False},
-                                                 "children": {"gpu_nodes": {"hosts": hosts}}}}))
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "vars": {
+                        "ansible_python_interpreter": sys.executable,
+                        "gpufleet_python": str(BIN / "python"),
+                        "gpufleet_benchmarks": ["matmul"],
+                        "gpufleet_nccl_multinode": False,
+                    },
+                    "children": {"gpu_nodes": {"hosts": hosts}},
+                }
+            }
+        )
+    )
     inventory.chmod(0o600)
-    env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
-               ANSIBLE_NOCOLOR="1", **fleet.ssh_env())
+    env = dict(
+        os.environ,
+        PATH=f"{BIN}:{os.environ['PATH']}",
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
+        ANSIBLE_NOCOLOR="1",
+        **fleet.ssh_env(),
+    )
     with ProcessWatch(token) as watch:
-        proc = subprocess.run([str(BIN / "ansible-playbook"), "validate.yml", "-vvv", "-i", str(inventory),
-                               "-e", f"gpufleet_run_id=secret-{uuid.uuid4().hex[:8]}", "-e", f"gpufleet_reports_dir={tmp_path}"],
-                              cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+        proc = subprocess.run(
+            [
+                str(BIN / "ansible-playbook"),
+                "validate.yml",
+                "-vvv",
+                "-i",
+                str(inventory),
+                "-e",
+                f"gpufleet_run_id=secret-{uuid.uuid4().hex[:8]}",
+                "-e",
+                f"gpufleet_reports_dir={tmp_path}",
+            ],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
     out = proc.stdout + proc.stderr
     assert "Check and benchmark the node" in out, out[-5000:]
     assert watch.engines, "no engine process was seen: the watch saw nothing of the run"

@@ -47,25 +47,52 @@ def readings(path: Path, *, xids: int = 0, serial: str | None = None, note: str 
     if serial:
         gpu["serial"] = serial
     doc["host"]["aer"] = {"devices": [], "present": False, "reason": "no GPU or HCA on the PCI bus"}
-    doc["host"]["bringup"] = {"path": "/etc/gpufleet/bringup.json", "present": False, "readable": False,
-                              "reason": "/etc/gpufleet/bringup.json: not present", "roles": {}}
+    doc["host"]["bringup"] = {
+        "path": "/etc/gpufleet/bringup.json",
+        "present": False,
+        "readable": False,
+        "reason": "/etc/gpufleet/bringup.json: not present",
+        "roles": {},
+    }
     bus = gpu["pci_bus_id"][:-2]
-    doc["kernel_log"]["xid_events"] = [kernel_log.parse_xid(f"NVRM: Xid (PCI:{bus}): 79, pid={i + 1}, GPU has fallen off the bus.{note}")
-                                       for i in range(xids)]
+    doc["kernel_log"]["xid_events"] = [
+        kernel_log.parse_xid(f"NVRM: Xid (PCI:{bus}): 79, pid={i + 1}, GPU has fallen off the bus.{note}")
+        for i in range(xids)
+    ]
     path.write_text(json.dumps(doc))
     return path
 
 
 def gpufleet(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpufleet", *args], capture_output=True, text=True, env=env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "gpufleet", *args], capture_output=True, text=True, env=env, timeout=timeout
+    )
 
 
-def judged_run(reports: Path, run_id: str, nodes: dict[str, Path], env: dict | None = None, *, playbook: str = "validate",
-               thresholds: str = THRESHOLDS, counters: bool = False) -> Path:
+def judged_run(
+    reports: Path,
+    run_id: str,
+    nodes: dict[str, Path],
+    env: dict | None = None,
+    *,
+    playbook: str = "validate",
+    thresholds: str = THRESHOLDS,
+    counters: bool = False,
+) -> Path:
     """A run folder as validate.yml leaves it, from the real engine over recorded readings: run.json, each node's
     checks (and with `counters` its counter snapshots), the report (indexed into reports/gpufleet.db)."""
-    done = gpufleet("run", "start", str(reports), run_id, "--playbook", playbook, "--tier", "acceptance",
-                    *(f"--host={h}" for h in nodes), env=env)
+    done = gpufleet(
+        "run",
+        "start",
+        str(reports),
+        run_id,
+        "--playbook",
+        playbook,
+        "--tier",
+        "acceptance",
+        *(f"--host={h}" for h in nodes),
+        env=env,
+    )
     assert done.returncode == 0, done.stderr
     run_dir = reports / run_id
     for host, recorded in nodes.items():
@@ -81,7 +108,7 @@ def judged_run(reports: Path, run_id: str, nodes: dict[str, Path], env: dict | N
 
 def stand_in(path: Path, calls: Path, word: str) -> Path:
     """A site command that only records how it was called."""
-    path.write_text(f"#!/bin/sh\necho \"{word} $*\" >> {calls}\n")
+    path.write_text(f'#!/bin/sh\necho "{word} $*" >> {calls}\n')
     path.chmod(0o755)
     return path
 
@@ -99,8 +126,13 @@ def cluster():
 
 def sbatch(cluster: SlurmCluster, *args: str) -> str:
     """A user's job; its output nowhere (sbatch's default is slurm-<id>.out in this folder)."""
-    done = subprocess.run(["sbatch", "--parsable", "--output=/dev/null", *args], env=cluster.env(), capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        ["sbatch", "--parsable", "--output=/dev/null", *args],
+        env=cluster.env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout.strip().split(";")[0]
 
@@ -118,9 +150,26 @@ def sweep_args(tmp_path: Path, python: str = sys.executable, *extra: str) -> lis
     recorded.mkdir(exist_ok=True)
     for name in ("sn1", "sn2", "sn3"):
         readings(recorded / f"{name}.json")
-    return ["slurm", "sweep", "--tier", "smoke", "--partition", "gpu", "--sweep-partition", SWEEP, "--python", python,
-            "--lock-path", str(tmp_path / "node.lock"), "--thresholds", THRESHOLDS, f"--node-arg=--readings={recorded}/{{node}}.json",
-            "--reports-dir", str(tmp_path / "reports"), *extra]
+    return [
+        "slurm",
+        "sweep",
+        "--tier",
+        "smoke",
+        "--partition",
+        "gpu",
+        "--sweep-partition",
+        SWEEP,
+        "--python",
+        python,
+        "--lock-path",
+        str(tmp_path / "node.lock"),
+        "--thresholds",
+        THRESHOLDS,
+        f"--node-arg=--readings={recorded}/{{node}}.json",
+        "--reports-dir",
+        str(tmp_path / "reports"),
+        *extra,
+    ]
 
 
 # ---------------------------------------------------------------- sweeps
@@ -159,8 +208,13 @@ def test_a_sweep_takes_idle_nodes_only_and_each_document_reaches_the_report(clus
     assert rep["service"]["sweep"]["plan"]["skipped"]["sn2"] == "running a job (ALLOCATED)"
     md = (run_dir / "report.md").read_text()
     assert "## Fleet in service" in md and "- skipped sn2: running a job (ALLOCATED)" in md and "- deferred sn3:" in md
-    prom = {f.name: f for f in text_string_to_metric_families((run_dir / "prometheus" / "gpufleet-service.prom").read_text())}
-    [gpu_s] = [x.value for x in prom["gpufleet_sweep_gpu_seconds"].samples if x.labels == {"node": "sn1", "window": "all"}]
+    prom = {
+        f.name: f
+        for f in text_string_to_metric_families((run_dir / "prometheus" / "gpufleet-service.prom").read_text())
+    }
+    [gpu_s] = [
+        x.value for x in prom["gpufleet_sweep_gpu_seconds"].samples if x.labels == {"node": "sn1", "window": "all"}
+    ]
     assert gpu_s == pytest.approx(job["gpu_hours"] * 3600)
     assert all(name.endswith(("_seconds", "_sweeps", "_service", "_taken")) for name in prom), list(prom)
     assert job_state(cluster, busy) == "RUNNING"  # the user's job never noticed
@@ -181,18 +235,29 @@ def test_a_normal_job_preempts_a_sweep_job_and_the_node_gets_no_verdict(cluster,
     # The node's interpreter is the real one, and then the job stays on the node until preempted: the engine has
     # written the node's document by the time a user's job comes.
     python = tmp_path / "python"
-    python.write_text(f"#!/bin/sh\n{sys.executable} \"$@\" || exit $?\nexec sleep 100000\n")
+    python.write_text(f'#!/bin/sh\n{sys.executable} "$@" || exit $?\nexec sleep 100000\n')
     python.chmod(0o755)
     args = sweep_args(tmp_path, str(python), "--max-share", "1", "--submit", "--run-id", "sw-2")
-    sweeping = subprocess.Popen([sys.executable, "-m", "gpufleet", *args], env=cluster.env(), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+    sweeping = subprocess.Popen(
+        [sys.executable, "-m", "gpufleet", *args],
+        env=cluster.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         run_dir = tmp_path / "reports" / "sw-2"
-        wait_for(lambda: (run_dir / "hosts" / "sn1.json").exists() and (run_dir / "sweep.json").exists(), 300,
-                 "the sweep job's document of sn1")
+        wait_for(
+            lambda: (run_dir / "hosts" / "sn1.json").exists() and (run_dir / "sweep.json").exists(),
+            300,
+            "the sweep job's document of sn1",
+        )
         [job] = json.loads((run_dir / "sweep.json").read_text())["jobs"]
-        wait_for(lambda: json.loads((run_dir / "hosts" / "sn1.json").read_text()).get("seconds") is not None, 300,
-                 "the node stage finished")
+        wait_for(
+            lambda: json.loads((run_dir / "hosts" / "sn1.json").read_text()).get("seconds") is not None,
+            300,
+            "the node stage finished",
+        )
         user = sbatch(cluster, "-p", "gpu", "-w", "sn1", "--wrap", "sleep 100000")
         wait_for(lambda: job_state(cluster, user) == "RUNNING", 180, "the user's job running on sn1")
         out, err = sweeping.communicate(timeout=600)
@@ -221,21 +286,35 @@ def test_the_same_sweep_from_ansible_shows_its_plan_in_check_mode_and_submits_wh
     recorded.mkdir()
     for name in ("sn1", "sn2", "sn3"):
         readings(recorded / f"{name}.json")
-    extra = {"gpufleet_sweep_partitions": ["gpu"], "gpufleet_sweep_partition": SWEEP, "gpufleet_sweep_max_share": "1",
-             "gpufleet_sweep_submit": True, "gpufleet_python": sys.executable, "gpufleet_lock_path": str(tmp_path / "node.lock"),
-             "gpufleet_thresholds": {"gpus_expected": 1}, "gpufleet_reports_dir": str(tmp_path / "reports"),
-             "gpufleet_sweep_node_args": [f"--readings={recorded}/{{node}}.json"],
-             "gpufleet_ladder_commands": {"reboot": "scontrol reboot {slurm_node}"}}
+    extra = {
+        "gpufleet_sweep_partitions": ["gpu"],
+        "gpufleet_sweep_partition": SWEEP,
+        "gpufleet_sweep_max_share": "1",
+        "gpufleet_sweep_submit": True,
+        "gpufleet_python": sys.executable,
+        "gpufleet_lock_path": str(tmp_path / "node.lock"),
+        "gpufleet_thresholds": {"gpus_expected": 1},
+        "gpufleet_reports_dir": str(tmp_path / "reports"),
+        "gpufleet_sweep_node_args": [f"--readings={recorded}/{{node}}.json"],
+        "gpufleet_ladder_commands": {"reboot": "scontrol reboot {slurm_node}"},
+    }
     env = dict(cluster.env(), PYTHONPATH=str(REPO / "src"), ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"))
 
     def playbook(*more: str) -> subprocess.CompletedProcess:
-        return subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "sweep.yml", "-e", json.dumps(extra), *more],
-                              cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+        return subprocess.run(
+            [str(Path(sys.executable).parent / "ansible-playbook"), "sweep.yml", "-e", json.dumps(extra), *more],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
 
     done = playbook("--check")
     # The plan: the job it would submit on sn1 (one node at once), with the run's name still to come.
-    assert done.returncode == 0 and "node-stage --tier smoke --run-dir RUN_DIR --run-id RUN_ID --host sn1" in done.stdout, \
-        done.stdout[-3000:]
+    assert (
+        done.returncode == 0 and "node-stage --tier smoke --run-dir RUN_DIR --run-id RUN_ID --host sn1" in done.stdout
+    ), done.stdout[-3000:]
     assert "JobId=" not in cluster.scontrol("show", "job", "-o") and not (tmp_path / "reports").exists()
     done = playbook()
     assert done.returncode == 0 and "changed=1" in done.stdout, done.stdout[-3000:]
@@ -247,13 +326,19 @@ def test_the_same_sweep_from_ansible_shows_its_plan_in_check_mode_and_submits_wh
 @needs_slurm
 def test_a_node_another_run_holds_is_not_measured_and_gets_no_verdict(cluster, tmp_path):
     lock = tmp_path / "node.lock"
-    done = gpufleet("lock", "acquire", "--path", str(lock), "--run-id", "validate-7", "--holder", "sn1", "--ttl-s", "3600")
+    done = gpufleet(
+        "lock", "acquire", "--path", str(lock), "--run-id", "validate-7", "--holder", "sn1", "--ttl-s", "3600"
+    )
     assert json.loads(done.stdout)["acquired"]
-    done = gpufleet(*sweep_args(tmp_path, sys.executable, "--max-share", "1", "--submit", "--run-id", "sw-3"), env=cluster.env())
+    done = gpufleet(
+        *sweep_args(tmp_path, sys.executable, "--max-share", "1", "--submit", "--run-id", "sw-3"), env=cluster.env()
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     [job] = json.loads((tmp_path / "reports" / "sw-3" / "sweep.json").read_text())["jobs"]
     assert job["state"] == "COMPLETED" and not job["judged"]
-    assert "not measured: the node is held by run 'validate-7'" in job["note"] and "no verdict for the node" in job["note"]
+    assert (
+        "not measured: the node is held by run 'validate-7'" in job["note"] and "no verdict for the node" in job["note"]
+    )
     assert not (tmp_path / "reports" / "sw-3" / "report.json").exists()
     assert json.loads(lock.read_text())["run_id"] == "validate-7"  # still the other run's
 
@@ -263,8 +348,15 @@ def test_a_node_another_run_holds_is_not_measured_and_gets_no_verdict(cluster, t
 
 def ladder_cmd(cluster, run_dir: Path, calls: Path, *extra: str) -> subprocess.CompletedProcess:
     reset, reboot = stand_in(calls.parent / "reset", calls, "reset"), stand_in(calls.parent / "reboot", calls, "reboot")
-    return gpufleet("ladder", str(run_dir), "--json", f"--command=reset_gpu={reset} {{gpu_index}} {{slurm_node}}",
-                    f"--command=reboot={reboot} {{slurm_node}}", *extra, env=cluster.env())
+    return gpufleet(
+        "ladder",
+        str(run_dir),
+        "--json",
+        f"--command=reset_gpu={reset} {{gpu_index}} {{slurm_node}}",
+        f"--command=reboot={reboot} {{slurm_node}}",
+        *extra,
+        env=cluster.env(),
+    )
 
 
 def steps_of(done: subprocess.CompletedProcess, host: str) -> list[dict]:
@@ -307,12 +399,17 @@ def test_the_ladder_climbs_from_retest_through_reset_and_reboot_to_rma_over_a_re
     [step] = steps_of(ladder_cmd(cluster, run_dir, calls, *act), "sn1")
     assert step["step"] == "rma" and step["done"]
     sn1 = cluster.node("sn1")
-    assert sn1["State"] == "IDLE+DRAIN" and sn1["Reason"].startswith(f"gpufleet: RMA r4 hardware: gpu_health.xid GPU 0 serial {SERIAL}")
+    assert sn1["State"] == "IDLE+DRAIN" and sn1["Reason"].startswith(
+        f"gpufleet: RMA r4 hardware: gpu_health.xid GPU 0 serial {SERIAL}"
+    )
 
     # Accepted by a later run, it stays drained for repair: neither the Slurm action nor the ladder lets it go.
     run_dir = judged_run(reports, "r5", {"sn1": good, "sn2": good, "sn3": good}, cluster.env())
     done = gpufleet("slurm", str(run_dir), "--action", "drain_resume", "--json", env=cluster.env())
-    assert "left alone: held for repair" in {d["slurm_node"]: d for d in json.loads(done.stdout)["decisions"]}["sn1"]["why"]
+    assert (
+        "left alone: held for repair"
+        in {d["slurm_node"]: d for d in json.loads(done.stdout)["decisions"]}["sn1"]["why"]
+    )
     [step] = steps_of(ladder_cmd(cluster, run_dir, calls, *act), "sn1")
     assert step["step"] == "hold" and cluster.node("sn1")["Reason"].startswith("gpufleet: RMA r4")
     assert calls_of(calls) == ["reset 0 sn1", "reboot sn1"]
@@ -325,7 +422,7 @@ def test_the_ladder_climbs_from_retest_through_reset_and_reboot_to_rma_over_a_re
     assert all(s["at"] for s in taken)
     [fault] = hist["costs"]["faults"]
     assert fault["first_sign_run"] == "r1" and fault["fault_to_drain_s"] is not None and hist["costs"]["out_of_service"]
-    assert "gpufleet_out_of_service{node=\"sn1\"} 1.0" in (run_dir / "prometheus" / "gpufleet-service.prom").read_text()
+    assert 'gpufleet_out_of_service{node="sn1"} 1.0' in (run_dir / "prometheus" / "gpufleet-service.prom").read_text()
     # What was tried reaches the vendor's summary.
     bundle = tmp_path / "e.tar.gz"
     assert gpufleet("evidence", "sn1", "--reports-dir", str(reports), "--out", str(bundle)).returncode == 0
@@ -334,8 +431,18 @@ def test_the_ladder_climbs_from_retest_through_reset_and_reboot_to_rma_over_a_re
     assert "reset_gpu in run r2" in summary and "reboot in run r3" in summary and "rma in run r4" in summary
 
     # A person clears it once repaired: still drained, now for the acceptance that alone resumes it; its ladder restarts.
-    done = gpufleet("ladder", "--clear", "sn1", "--by", "alice", "--note", "GPU 0 replaced, ticket 42", "--reports-dir",
-                    str(reports), env=cluster.env())
+    done = gpufleet(
+        "ladder",
+        "--clear",
+        "sn1",
+        "--by",
+        "alice",
+        "--note",
+        "GPU 0 replaced, ticket 42",
+        "--reports-dir",
+        str(reports),
+        env=cluster.env(),
+    )
     assert done.returncode == 0, done.stderr
     sn1 = cluster.node("sn1")
     assert sn1["State"] == "IDLE+DRAIN" and sn1["Reason"].startswith("gpufleet: REACCEPT ladder-clear-sn1-"), sn1
@@ -355,7 +462,9 @@ def test_the_ladder_clears_when_the_fault_is_gone_and_starts_again_at_retest(clu
         if run_id == "r2":
             assert [s["step"] for s in steps] == ["reset_gpu"] and calls_of(calls) == ["reset 0 sn1"]
         if run_id == "r3":
-            assert [s["step"] for s in steps] == ["clear"] and "the ladder clears (it was at reset_gpu)" in steps[0]["why"]
+            assert [s["step"] for s in steps] == ["clear"] and "the ladder clears (it was at reset_gpu)" in steps[0][
+                "why"
+            ]
             wait_for(lambda: cluster.node_state("sn1") == "IDLE", 120, "sn1 resumed once accepted")
     assert [s["step"] for s in steps] == ["retest"] and steps[0]["rung"] == 1  # r4: a new fault starts at the bottom
     costs = json.loads(gpufleet("history", "sn1", "--reports-dir", str(reports), "--json").stdout)["service"]["costs"]
@@ -373,10 +482,23 @@ def test_a_replaced_serial_sends_the_node_back_through_acceptance(cluster, tmp_p
     good = readings(tmp_path / "ok.json")
     judged_run(reports, "a1", {"sn1": good, "sn2": good}, cluster.env())
     # A sweep finds sn1 with another board: accepted by the sweep's checks, but not by an acceptance with its peers.
-    run_dir = judged_run(reports, "s2", {"sn1": readings(tmp_path / "new.json", serial="9990001112223"), "sn2": good},
-                         cluster.env(), playbook="sweep")
+    run_dir = judged_run(
+        reports,
+        "s2",
+        {"sn1": readings(tmp_path / "new.json", serial="9990001112223"), "sn2": good},
+        cluster.env(),
+        playbook="sweep",
+    )
     accept = stand_in(tmp_path / "accept", calls, "accept")
-    done = gpufleet("ladder", str(run_dir), "--json", "--act", "reaccept", f"--command=reaccept={accept} {{host}}", env=cluster.env())
+    done = gpufleet(
+        "ladder",
+        str(run_dir),
+        "--json",
+        "--act",
+        "reaccept",
+        f"--command=reaccept={accept} {{host}}",
+        env=cluster.env(),
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     steps = steps_of(done, "sn1")
     assert [s["step"] for s in steps] == ["restart", "reaccept"] and steps[1]["done"]
@@ -405,7 +527,13 @@ def test_a_replaced_serial_sends_the_node_back_through_acceptance(cluster, tmp_p
 
 
 def test_the_evidence_bundle_holds_what_a_vendor_asks_for_and_no_secret(tmp_path, monkeypatch):
-    secrets = {"hf_TOKENtokenTOKENtoken1234", "Hunter2-admin-pass", "env-api-token-5678", "site-vault-pass-42", "bearer-xyz-0123"}
+    secrets = {
+        "hf_TOKENtokenTOKENtoken1234",
+        "Hunter2-admin-pass",
+        "env-api-token-5678",
+        "site-vault-pass-42",
+        "bearer-xyz-0123",
+    }
     reports = tmp_path / "reports"
     good = readings(tmp_path / "ok.json")
     # The secrets come in where an operator's input or a node's log would bring them: a threshold value, a kernel
@@ -416,12 +544,27 @@ def test_the_evidence_bundle_holds_what_a_vendor_asks_for_and_no_secret(tmp_path
         judged_run(reports, f"r{i}", {"n1": bad if i > 1 else good, "n2": good}, thresholds=thresholds, counters=True)
     monkeypatch.setenv("GPUFLEET_TEST_API_TOKEN", "env-api-token-5678")
     report_cmd = tmp_path / "bug-report"
-    report_cmd.write_text("#!/bin/sh\necho 'nvidia-bug-report.sh of' \"$1\"\necho 'Authorization: Bearer bearer-xyz-0123'\n"
-                          "echo 'vault site-vault-pass-42 env-api-token-5678'\n")
+    report_cmd.write_text(
+        "#!/bin/sh\necho 'nvidia-bug-report.sh of' \"$1\"\necho 'Authorization: Bearer bearer-xyz-0123'\n"
+        "echo 'vault site-vault-pass-42 env-api-token-5678'\n"
+    )
     report_cmd.chmod(0o755)
     out = tmp_path / "evidence.tar.gz"
-    done = gpufleet("evidence", "n1", "--gpu", SERIAL, "--reports-dir", str(reports), "--out", str(out),
-                    "--bug-report-command", f"{report_cmd} {{host}}", "--redact", "site-vault-pass-42", "--json")
+    done = gpufleet(
+        "evidence",
+        "n1",
+        "--gpu",
+        SERIAL,
+        "--reports-dir",
+        str(reports),
+        "--out",
+        str(out),
+        "--bug-report-command",
+        f"{report_cmd} {{host}}",
+        "--redact",
+        "site-vault-pass-42",
+        "--json",
+    )
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["runs"] == ["r2", "r3"] and result["redactions"] > 0
@@ -433,14 +576,32 @@ def test_the_evidence_bundle_holds_what_a_vendor_asks_for_and_no_secret(tmp_path
     for name, raw in files.items():
         for secret in secrets:
             assert secret.encode() not in raw, f"{secret} in {name}"
-    assert {"summary.md", "documents/r2/n1.json", "documents/r3/n1.json", "figures.md", "figures.json", "counters.md",
-            "counters.json", "identity.json", "kernel_log.txt", "ladder.json", "nvidia-bug-report.log.gz", "manifest.json"} <= set(files)
+    assert {
+        "summary.md",
+        "documents/r2/n1.json",
+        "documents/r3/n1.json",
+        "figures.md",
+        "figures.json",
+        "counters.md",
+        "counters.json",
+        "identity.json",
+        "kernel_log.txt",
+        "ladder.json",
+        "nvidia-bug-report.log.gz",
+        "manifest.json",
+    } <= set(files)
     summary = files["summary.md"].decode()
     assert f"serial {SERIAL}" in summary and "gpu_health.xid" in summary and "Since: run r2" in summary
     assert "Driver 580.159.04" in summary and "96.00.DA.00.0C" in files["identity.json"].decode()
-    assert "Xid (PCI:0000:00:06): 79" in files["kernel_log.txt"].decode() and REDACTED in files["kernel_log.txt"].decode()
+    assert (
+        "Xid (PCI:0000:00:06): 79" in files["kernel_log.txt"].decode() and REDACTED in files["kernel_log.txt"].decode()
+    )
     xid = [c for c in json.loads(files["counters.json"]) if c["counter"] == "xid"]
-    assert [(c["run_id"], c["after"], c["since_previous_run"]) for c in xid] == [("r1", 0, None), ("r2", 2, 2), ("r3", 3, 1)]
+    assert [(c["run_id"], c["after"], c["since_previous_run"]) for c in xid] == [
+        ("r1", 0, None),
+        ("r2", 2, 2),
+        ("r3", 3, 1),
+    ]
     assert json.loads(files["documents/r3/n1.json"])["host"] == "n1"  # still a document after redaction
     bug = files["nvidia-bug-report.log.gz"].decode()
     assert "nvidia-bug-report.sh of n1" in bug and REDACTED in bug
@@ -452,16 +613,31 @@ def test_the_evidence_bundle_holds_what_a_vendor_asks_for_and_no_secret(tmp_path
 
 
 def test_the_plan_names_every_node_it_skips_and_keeps_to_its_share():
-    shown = slurm.parse_nodes("\n".join([
-        "NodeName=a State=IDLE Partitions=gpu", "NodeName=b State=ALLOCATED Partitions=gpu",
-        "NodeName=c State=IDLE+DRAIN Partitions=gpu Reason=admin: fan [root@t]", "NodeName=d State=DOWN* Partitions=gpu",
-        "NodeName=e State=MIXED Partitions=gpu", "NodeName=f State=IDLE Partitions=gpu", "NodeName=g State=IDLE Partitions=cpu",
-        "NodeName=h State=IDLE+RESERVED Partitions=gpu", "NodeName=i State=IDLE Partitions=gpu"]))
+    shown = slurm.parse_nodes(
+        "\n".join(
+            [
+                "NodeName=a State=IDLE Partitions=gpu",
+                "NodeName=b State=ALLOCATED Partitions=gpu",
+                "NodeName=c State=IDLE+DRAIN Partitions=gpu Reason=admin: fan [root@t]",
+                "NodeName=d State=DOWN* Partitions=gpu",
+                "NodeName=e State=MIXED Partitions=gpu",
+                "NodeName=f State=IDLE Partitions=gpu",
+                "NodeName=g State=IDLE Partitions=cpu",
+                "NodeName=h State=IDLE+RESERVED Partitions=gpu",
+                "NodeName=i State=IDLE Partitions=gpu",
+            ]
+        )
+    )
     queued = [{"job_id": "7", "state": "RUNNING", "node": "i", "comment": "sw-0"}]
     planned = sweep.plan(shown, ["gpu"], queued, (100, True), {"f": "2026-11-01T00:00:00Z"})
-    assert planned["skipped"] == {"b": "running a job (ALLOCATED)", "c": "not idle: IDLE+DRAIN: admin: fan [root@t]",
-                                  "d": "not idle: DOWN*", "e": "running a job (MIXED)", "h": "not idle: IDLE+RESERVED",
-                                  "i": "a sweep job (7, RUNNING) is already there"}
+    assert planned["skipped"] == {
+        "b": "running a job (ALLOCATED)",
+        "c": "not idle: IDLE+DRAIN: admin: fan [root@t]",
+        "d": "not idle: DOWN*",
+        "e": "running a job (MIXED)",
+        "h": "not idle: IDLE+RESERVED",
+        "i": "a sweep job (7, RUNNING) is already there",
+    }
     # Three nodes in the pool (a, f idle; i swept): 100% is three at once, one of them already taken.
     assert planned["chosen"] == ["a", "f"] and planned["allowed"] == 3  # never tested first, then the oldest
     planned = sweep.plan(shown, ["gpu"], queued, (50, True), {})
@@ -473,10 +649,13 @@ def test_the_plan_names_every_node_it_skips_and_keeps_to_its_share():
 
 def test_sweeps_need_preemption_and_bad_input_names_the_variable():
     parts = {"gpu": {"priority_tier": 10}, "sweep": {"priority_tier": 1}}
-    assert "PreemptType is preempt/none" in sweep.preemption_problem({"PreemptType": "preempt/none"}, parts, ["sweep"], None)
+    assert "PreemptType is preempt/none" in sweep.preemption_problem(
+        {"PreemptType": "preempt/none"}, parts, ["sweep"], None
+    )
     assert sweep.preemption_problem({"PreemptType": "preempt/partition_prio"}, parts, ["sweep"], None) is None
     assert "partition gpu has the highest PriorityTier" in sweep.preemption_problem(
-        {"PreemptType": "preempt/partition_prio"}, parts, ["gpu"], None)
+        {"PreemptType": "preempt/partition_prio"}, parts, ["gpu"], None
+    )
     assert "--qos" in sweep.preemption_problem({"PreemptType": "preempt/qos"}, parts, ["gpu"], None)
     for bad in ("0", "0%", "150%", "many"):
         with pytest.raises(Exception, match="gpufleet_sweep_max_share"):
@@ -488,8 +667,14 @@ def test_sweeps_need_preemption_and_bad_input_names_the_variable():
         commands.parse(["reboot=scontrol reboot {node}"], ladder.ACTABLE)
     with pytest.raises(Exception, match="STEP one of"):
         commands.parse(["rebot=x"], ladder.ACTABLE)
-    assert commands.words("ssh {host} nvidia-smi -r -i {gpu_index}", {"host": "n 1; rm", "gpu_index": 3}) == \
-        ["ssh", "n 1; rm", "nvidia-smi", "-r", "-i", "3"]  # a word each: nothing reaches a shell
+    assert commands.words("ssh {host} nvidia-smi -r -i {gpu_index}", {"host": "n 1; rm", "gpu_index": 3}) == [
+        "ssh",
+        "n 1; rm",
+        "nvidia-smi",
+        "-r",
+        "-i",
+        "3",
+    ]  # a word each: nothing reaches a shell
     done = gpufleet("slurm", "sweep", "--tier", "smoke", "--partition", "gpu", "--max-share", "200%")
     assert done.returncode == 2 and "gpufleet_sweep_max_share (--max-share) is '200%'" in done.stderr
     # The controller's tiers, each with a time limit, are the node stage's (which the controller cannot import).
@@ -498,38 +683,95 @@ def test_sweeps_need_preemption_and_bad_input_names_the_variable():
 
 def test_the_ladder_comes_from_the_profile_and_a_bad_one_is_named(tmp_path):
     pol = ladder.policy("h100-sxm")
-    assert ladder.steps_for(pol, {"class": "hardware", "check": "gpu_health.xid"}) == ["retest", "reset_gpu", "reboot", "rma"]
-    assert ladder.steps_for(pol, {"class": "hardware", "check": "gpu_health.row_remapping"}) == ["retest", "reset_gpu", "rma"]
+    assert ladder.steps_for(pol, {"class": "hardware", "check": "gpu_health.xid"}) == [
+        "retest",
+        "reset_gpu",
+        "reboot",
+        "rma",
+    ]
+    assert ladder.steps_for(pol, {"class": "hardware", "check": "gpu_health.row_remapping"}) == [
+        "retest",
+        "reset_gpu",
+        "rma",
+    ]
     assert ladder.steps_for(pol, {"class": "configuration", "check": "gpu_inventory.mig_mode"}) == []
     profiles = tmp_path / "profiles"
     profiles.mkdir()
     generic = (REPO / "files" / "profiles" / "generic.yml").read_text()
-    (profiles / "generic.yml").write_text(generic.replace("hardware: [retest, reset_gpu, reboot, rma]", "hardware: [retest, reboot, reboot, rma]"))
-    (profiles / "site.yml").write_text("name: site\nmatch: []\nthresholds: {}\nremediation:\n  checks:\n    gpu_health.xid: [retest, rmaa]\n")
-    assert ladder.steps_for(ladder.policy(None, profiles), {"class": "hardware", "check": "x"}) == ["retest", "reboot", "reboot", "rma"]
+    (profiles / "generic.yml").write_text(
+        generic.replace("hardware: [retest, reset_gpu, reboot, rma]", "hardware: [retest, reboot, reboot, rma]")
+    )
+    (profiles / "site.yml").write_text(
+        "name: site\nmatch: []\nthresholds: {}\nremediation:\n  checks:\n    gpu_health.xid: [retest, rmaa]\n"
+    )
+    assert ladder.steps_for(ladder.policy(None, profiles), {"class": "hardware", "check": "x"}) == [
+        "retest",
+        "reboot",
+        "reboot",
+        "rma",
+    ]
     with pytest.raises(Exception, match=r"site.yml: remediation.checks.gpu_health.xid = \['retest', 'rmaa'\]"):
         ladder.policy("site", profiles)
 
 
 def test_a_ladder_left_open_closes_once_a_later_run_accepted_the_node():
     """The replacement flow accepted the node in a run no ladder judged: its next failure starts at the bottom."""
-    steps = [{"run_id": "r1", "step": "reboot", "done": "x", "at": "2026-11-01T01:00:00Z"},
-             {"run_id": "r2", "step": "rma", "done": "x", "at": "2026-11-01T02:00:00Z"}]
-    runs = [{"run_id": "r2", "started": "2026-11-01T01:30:00Z", "verdict": "fail"},
-            {"run_id": "a3", "started": "2026-11-02T00:00:00Z", "verdict": "pass"},
-            {"run_id": "s4", "started": "2026-11-03T00:00:00Z", "verdict": "fail"}]
+    steps = [
+        {"run_id": "r1", "step": "reboot", "done": "x", "at": "2026-11-01T01:00:00Z"},
+        {"run_id": "r2", "step": "rma", "done": "x", "at": "2026-11-01T02:00:00Z"},
+    ]
+    runs = [
+        {"run_id": "r2", "started": "2026-11-01T01:30:00Z", "verdict": "fail"},
+        {"run_id": "a3", "started": "2026-11-02T00:00:00Z", "verdict": "pass"},
+        {"run_id": "s4", "started": "2026-11-03T00:00:00Z", "verdict": "fail"},
+    ]
     assert ladder.accepted_since(runs, steps, "s4")["run_id"] == "a3"
-    assert ladder.accepted_since(runs[:1] + runs[2:], steps, "s4") is None and ladder.accepted_since(runs, [], "s4") is None
+    assert (
+        ladder.accepted_since(runs[:1] + runs[2:], steps, "s4") is None
+        and ladder.accepted_since(runs, [], "s4") is None
+    )
 
 
 def test_costs_from_the_events_first_sign_to_drain_and_back_in_service():
-    runs = [{"run_id": "r1", "started": "2026-11-01T00:00:00Z", "clean": True},
-            {"run_id": "r2", "started": "2026-11-01T01:00:00Z", "clean": False},  # a warn: the first sign
-            {"run_id": "r3", "started": "2026-11-01T02:00:00Z", "clean": False}]
-    events = [{"run_id": "s", "kind": "sweep_job", "at": "2026-11-01T01:00:30Z", "step": "COMPLETED", "done": 1, "detail": {"gpu_hours": 0.08}},
-              {"run_id": "r3", "kind": "drain", "at": "2026-11-01T02:30:00Z", "step": "drain_resume", "done": 1, "detail": {}},
-              {"run_id": "r3", "kind": "drain", "at": "2026-11-01T03:00:00Z", "step": "drain_resume", "done": 1, "detail": {}},
-              {"run_id": "r9", "kind": "resume", "at": "2026-11-02T02:30:00Z", "step": "drain_resume", "done": 1, "detail": {}}]
+    runs = [
+        {"run_id": "r1", "started": "2026-11-01T00:00:00Z", "clean": True},
+        {"run_id": "r2", "started": "2026-11-01T01:00:00Z", "clean": False},  # a warn: the first sign
+        {"run_id": "r3", "started": "2026-11-01T02:00:00Z", "clean": False},
+    ]
+    events = [
+        {
+            "run_id": "s",
+            "kind": "sweep_job",
+            "at": "2026-11-01T01:00:30Z",
+            "step": "COMPLETED",
+            "done": 1,
+            "detail": {"gpu_hours": 0.08},
+        },
+        {
+            "run_id": "r3",
+            "kind": "drain",
+            "at": "2026-11-01T02:30:00Z",
+            "step": "drain_resume",
+            "done": 1,
+            "detail": {},
+        },
+        {
+            "run_id": "r3",
+            "kind": "drain",
+            "at": "2026-11-01T03:00:00Z",
+            "step": "drain_resume",
+            "done": 1,
+            "detail": {},
+        },
+        {
+            "run_id": "r9",
+            "kind": "resume",
+            "at": "2026-11-02T02:30:00Z",
+            "step": "drain_resume",
+            "done": 1,
+            "detail": {},
+        },
+    ]
     now = service_log.epoch("2026-11-03T00:00:00Z")
     costs = service_log.node_costs("n1", events, runs, now_s=now)
     [fault] = costs["faults"]
@@ -541,8 +783,13 @@ def test_costs_from_the_events_first_sign_to_drain_and_back_in_service():
 
 def test_redaction_keeps_figures_and_json_whole():
     r = Redactor(["vault-pw-1"], environ={"MY_TOKEN": "tok-12345", "PWD": "/work"})
-    text = r.text('token=abc Authorization: Bearer zzz https://u:p4ss@h/x tokens_per_s=5 vault-pw-1 tok-12345 /work')
-    assert text == ("token=[REDACTED] Authorization: [REDACTED] [REDACTED] https://u:[REDACTED]@h/x tokens_per_s=5 "
-                    "[REDACTED] [REDACTED] /work")
-    assert r.json({"password": 7, "train_tokens_per_s": 5, "note": "HF_TOKEN=hf_abcdefghijklmnopqrstu"}) == \
-        {"password": REDACTED, "train_tokens_per_s": 5, "note": f"HF_TOKEN={REDACTED}"}
+    text = r.text("token=abc Authorization: Bearer zzz https://u:p4ss@h/x tokens_per_s=5 vault-pw-1 tok-12345 /work")
+    assert text == (
+        "token=[REDACTED] Authorization: [REDACTED] [REDACTED] https://u:[REDACTED]@h/x tokens_per_s=5 "
+        "[REDACTED] [REDACTED] /work"
+    )
+    assert r.json({"password": 7, "train_tokens_per_s": 5, "note": "HF_TOKEN=hf_abcdefghijklmnopqrstu"}) == {
+        "password": REDACTED,
+        "train_tokens_per_s": 5,
+        "note": f"HF_TOKEN={REDACTED}",
+    }

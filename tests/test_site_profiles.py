@@ -27,10 +27,16 @@ def site_dir(tmp_path: Path, **docs: dict) -> Path:
 
 
 def test_site_profiles_come_first_and_replace_a_shipped_one_of_their_name(tmp_path):
-    folder = site_dir(tmp_path, **{
-        "h100-sxm": {"match": ["H100 80GB HBM3"], "thresholds": {"gpus_expected": {"value": 4, "source": "our 4-GPU boards"}}},
-        "h100-lab": {"match": ["H100"], "thresholds": {}},
-    })
+    folder = site_dir(
+        tmp_path,
+        **{
+            "h100-sxm": {
+                "match": ["H100 80GB HBM3"],
+                "thresholds": {"gpus_expected": {"value": 4, "source": "our 4-GPU boards"}},
+            },
+            "h100-lab": {"match": ["H100"], "thresholds": {}},
+        },
+    )
     known = profiles.load_all(site_dir=folder)
     assert list(known)[:2] == ["h100-lab", "h100-sxm"] and known["h100-sxm"]["path"] == str(folder / "h100-sxm.yml")
     assert profiles.match(known, "NVIDIA H100 80GB HBM3") == "h100-lab"  # the site's are matched first
@@ -39,8 +45,14 @@ def test_site_profiles_come_first_and_replace_a_shipped_one_of_their_name(tmp_pa
 
 
 def test_the_nodes_read_the_site_profiles_from_the_environment(tmp_path, monkeypatch):
-    folder = site_dir(tmp_path, mine={"match": ["Mine"], "uncalibrated": "datasheet only",
-                                      "thresholds": {"gpus_expected": {"value": 2, "source": "our boards"}}})
+    folder = site_dir(
+        tmp_path,
+        mine={
+            "match": ["Mine"],
+            "uncalibrated": "datasheet only",
+            "thresholds": {"gpus_expected": {"value": 2, "source": "our boards"}},
+        },
+    )
     path = str(folder / "mine.yml")
     monkeypatch.setenv(profiles.SITE_TEXTS_ENV, json.dumps({path: (folder / "mine.yml").read_text()}))
     resolved = profiles.resolve("NVIDIA Mine 96GB")
@@ -49,31 +61,49 @@ def test_the_nodes_read_the_site_profiles_from_the_environment(tmp_path, monkeyp
     assert resolved["uncalibrated"] == "datasheet only"
 
 
-@pytest.mark.parametrize("docs, message", [
-    ({"generic": {"thresholds": {}}}, "a site profile cannot replace generic.yml"),
-    ({"bad": {"thresholds": {"no_such_key": {"value": 1, "source": "x"}}}}, "unknown threshold 'no_such_key'"),
-    ({"bad": {"thresholds": {"gpus_expected": {"value": 2}}}}, "threshold 'gpus_expected' must be a mapping with 'value' and a non-empty 'source'"),
-    ({}, "holds no profile (*.yml)"),
-])
+@pytest.mark.parametrize(
+    "docs, message",
+    [
+        ({"generic": {"thresholds": {}}}, "a site profile cannot replace generic.yml"),
+        ({"bad": {"thresholds": {"no_such_key": {"value": 1, "source": "x"}}}}, "unknown threshold 'no_such_key'"),
+        (
+            {"bad": {"thresholds": {"gpus_expected": {"value": 2}}}},
+            "threshold 'gpus_expected' must be a mapping with 'value' and a non-empty 'source'",
+        ),
+        ({}, "holds no profile (*.yml)"),
+    ],
+)
 def test_a_bad_site_folder_is_refused_naming_the_file(tmp_path, docs, message):
     folder = site_dir(tmp_path, **docs)
     with pytest.raises(profiles.ProfileError) as err:
         profiles.load_all(site_dir=folder)
     assert message in str(err.value)
     # As validate.yml checks it on the controller before any node.
-    done = subprocess.run([sys.executable, "-m", "gpufleet", "profiles", "--site-dir", str(folder)], capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "gpufleet", "profiles", "--site-dir", str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2 and message in done.stderr
 
 
-@pytest.mark.parametrize("name, gpu", [("a100-sxm-80gb", "NVIDIA A100-SXM4-80GB"), ("h100-pcie", "NVIDIA H100 PCIe"),
-                                       ("b200", "NVIDIA B200")])
+@pytest.mark.parametrize(
+    "name, gpu",
+    [("a100-sxm-80gb", "NVIDIA A100-SXM4-80GB"), ("h100-pcie", "NVIDIA H100 PCIe"), ("b200", "NVIDIA B200")],
+)
 def test_new_models_match_their_nvml_names_cite_the_datasheet_and_say_they_are_uncalibrated(name, gpu):
     known = profiles.load_all()
     assert profiles.match(known, gpu) == name
     doc = known[name]
     assert "not measured" in doc["uncalibrated"]
-    for key in ("gpu_memory_min_mib", "pcie_gen_min", "matmul_bf16_tflops_min", "hbm_copy_gbps_min", "bf16_dense_peak_tflops"):
+    for key in (
+        "gpu_memory_min_mib",
+        "pcie_gen_min",
+        "matmul_bf16_tflops_min",
+        "hbm_copy_gbps_min",
+        "bf16_dense_peak_tflops",
+    ):
         assert "datasheet" in doc["thresholds"][key]["source"], (name, key)
     for key, entry in doc["thresholds"].items():  # a share of a datasheet figure is not a measured one
         if key.endswith("_min") and key not in ("gpu_memory_min_mib", "pcie_gen_min") and entry["value"] is not None:
@@ -94,12 +124,18 @@ def test_one_line_turns_a_check_off_and_it_is_reported_as_skip_with_that_line(mo
     monkeypatch.setenv(host_documents.CHECKS_DISABLED_ENV, json.dumps(["gpu_health.temperature"]))
     after = {r["check"]: r for r in host_documents.check_host(readings, ["gpu_health"])["results"]}
     off = after["temperature"]
-    assert off["status"] == "skip" and off["reason"] == "turned off for this node: gpufleet_checks_disabled: [gpu_health.temperature]"
+    assert (
+        off["status"] == "skip"
+        and off["reason"] == "turned off for this node: gpufleet_checks_disabled: [gpu_health.temperature]"
+    )
     assert off["detail"]["found"]["status"] == before["temperature"]["status"]  # what it found is kept
-    assert {k: r["status"] for k, r in after.items() if k != "temperature"} == \
-        {k: r["status"] for k, r in before.items() if k != "temperature"}
-    with pytest.raises(InputError, match="gpufleet_checks_disabled: host_hygiene.acs is not a check; expected one of "
-                                         "host_hygiene.pcie_acs"):
+    assert {k: r["status"] for k, r in after.items() if k != "temperature"} == {
+        k: r["status"] for k, r in before.items() if k != "temperature"
+    }
+    with pytest.raises(
+        InputError,
+        match="gpufleet_checks_disabled: host_hygiene.acs is not a check; expected one of host_hygiene.pcie_acs",
+    ):
         host_documents.checks_disabled(["host_hygiene.acs"])
     with pytest.raises(InputError, match="nowhere.x is not a check"):
         host_documents.checks_disabled(["nowhere.x"])

@@ -44,7 +44,9 @@ def xid_readings(path: Path) -> Path:
     """The healthy readings with Xid 79 (fallen off the bus) on its GPU, as the kernel log gives it."""
     readings = json.loads(healthy_readings(path).read_text())
     bus = readings["nvml"]["gpus"][0]["pci_bus_id"][:-2]  # 0000:00:06.0 -> 0000:00:06
-    readings["kernel_log"]["xid_events"] = [kernel_log.parse_xid(f"NVRM: Xid (PCI:{bus}): 79, pid=1, GPU has fallen off the bus.")]
+    readings["kernel_log"]["xid_events"] = [
+        kernel_log.parse_xid(f"NVRM: Xid (PCI:{bus}): 79, pid=1, GPU has fallen off the bus.")
+    ]
     path.write_text(json.dumps(readings))
     return path
 
@@ -58,7 +60,9 @@ def no_driver_readings(path: Path) -> Path:
 
 
 def gpufleet(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpufleet", *args], capture_output=True, text=True, env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "gpufleet", *args], capture_output=True, text=True, env=env, timeout=300
+    )
 
 
 def make_run(reports: Path, run_id: str, failing: list[str], passing: list[str]) -> Path:
@@ -68,9 +72,21 @@ def make_run(reports: Path, run_id: str, failing: list[str], passing: list[str])
     bad, good = xid_readings(reports / f"{run_id}-xid.json"), healthy_readings(reports / f"{run_id}-ok.json")
     for host in failing + passing:
         # The GPU groups: the recording holds no host section for host_hygiene to judge.
-        done = gpufleet("check", "--group", "gpu_inventory", "--group", "gpu_health", "--readings",
-                        str(bad if host in failing else good), "--host", host, "--json", "--exit-zero",
-                        "--thresholds", THRESHOLDS)
+        done = gpufleet(
+            "check",
+            "--group",
+            "gpu_inventory",
+            "--group",
+            "gpu_health",
+            "--readings",
+            str(bad if host in failing else good),
+            "--host",
+            host,
+            "--json",
+            "--exit-zero",
+            "--thresholds",
+            THRESHOLDS,
+        )
         assert done.returncode == 0, done.stderr
         (run_dir / "hosts" / f"{host}.json").write_text(done.stdout)
     done = gpufleet("report", str(run_dir), "--no-store", "--json")
@@ -85,8 +101,9 @@ def act(cluster: SlurmCluster, run_dir: Path, *args: str) -> subprocess.Complete
 
 def sinfo(cluster: SlurmCluster) -> dict[str, tuple[str, str]]:
     """{node: (state, reason)} from sinfo."""
-    out = subprocess.run(["sinfo", "-N", "-h", "-o", "%N|%T|%E"], env=cluster.env(), capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        ["sinfo", "-N", "-h", "-o", "%N|%T|%E"], env=cluster.env(), capture_output=True, text=True, check=True
+    ).stdout
     return {n: (s, r) for n, s, r in (line.split("|", 2) for line in out.splitlines())}
 
 
@@ -112,7 +129,7 @@ def listening(pid: int | str) -> dict[str, int]:
 def socket_inodes(pid: int) -> set[str]:
     fds = Path(f"/proc/{pid}/fd")
     links = (os.readlink(fd) for fd in fds.iterdir())
-    return {link[len("socket:["):-1] for link in links if link.startswith("socket:[")}
+    return {link[len("socket:[") : -1] for link in links if link.startswith("socket:[")}
 
 
 @needs_slurm
@@ -127,16 +144,22 @@ def test_daemons_listen_only_in_the_test_hosts_own_namespaces(cluster):
         if name == "munged":
             assert not theirs, f"munged listens on TCP ports {sorted(theirs.values())}; expected its socket file alone"
         else:
-            assert os.readlink(f"/proc/{proc.pid}/ns/net") != own_netns, f"{name} runs in this machine's network namespace"
+            assert os.readlink(f"/proc/{proc.pid}/ns/net") != own_netns, (
+                f"{name} runs in this machine's network namespace"
+            )
         seen.setdefault(name, set()).update(theirs.values())
     assert set(seen) == {"munged", "slurmctld", "slurmd"}, seen
     assert cluster.ctld_port in seen["slurmctld"] and cluster.slurmd_port in seen["slurmd"], seen
 
 
 def test_reason_names_gpufleet_run_class_and_first_check_within_the_limit():
-    node = {"results": [{"group": "gpu_health", "check": "temperature", "status": "warn"},
-                        {"group": "host_hygiene", "check": "nccl_env", "status": "fail", "class": "configuration"},
-                        {"group": "gpu_health", "check": "xid", "status": "fail", "class": "hardware"}]}
+    node = {
+        "results": [
+            {"group": "gpu_health", "check": "temperature", "status": "warn"},
+            {"group": "host_hygiene", "check": "nccl_env", "status": "fail", "class": "configuration"},
+            {"group": "gpu_health", "check": "xid", "status": "fail", "class": "hardware"},
+        ]
+    }
     assert fleet_slurm.drain_reason("run-7", node) == "gpufleet: run-7 hardware: gpu_health.xid +1 more"
     long = slurm.reason("x" * 300 + " a=b")
     assert len(long) == slurm.REASON_MAX_CHARS and long.startswith("gpufleet: xxx") and long.endswith("...")
@@ -146,14 +169,29 @@ def test_reason_names_gpufleet_run_class_and_first_check_within_the_limit():
 def test_breaker_counts_only_nodes_this_run_takes_out_of_service():
     """plan() over Slurm's nodes as scontrol gives them: a failing node already drained by gpufleet gets its reason
     renewed without counting against the limit; an admin's drain is left alone and not counted either."""
-    shown = slurm.parse_nodes("\n".join([
-        "NodeName=a State=IDLE Partitions=p",
-        f"NodeName=b State=IDLE+DRAIN Partitions=p Reason={slurm.reason('run-0 hardware: gpu_health.ecc')} [root@t]",
-        "NodeName=c State=DOWN+DRAIN+NOT_RESPONDING Partitions=p Reason=admin: PSU [root@t]",
-        "NodeName=d State=IDLE Partitions=p"]))
-    assert shown["c"]["base"] == "DOWN" and "DRAIN" in shown["c"]["flags"] and shown["c"]["reason"] == "admin: PSU [root@t]"
-    failing = {"verdict": "fail", "results": [{"group": "gpu_health", "check": "xid", "status": "fail", "class": "hardware"}]}
-    report = {"run_id": "run-9", "nodes": {"a": failing, "b": failing, "c": failing, "d": {"verdict": "pass", "results": []}}}
+    shown = slurm.parse_nodes(
+        "\n".join(
+            [
+                "NodeName=a State=IDLE Partitions=p",
+                f"NodeName=b State=IDLE+DRAIN Partitions=p Reason={slurm.reason('run-0 hardware: gpu_health.ecc')} [root@t]",
+                "NodeName=c State=DOWN+DRAIN+NOT_RESPONDING Partitions=p Reason=admin: PSU [root@t]",
+                "NodeName=d State=IDLE Partitions=p",
+            ]
+        )
+    )
+    assert (
+        shown["c"]["base"] == "DOWN"
+        and "DRAIN" in shown["c"]["flags"]
+        and shown["c"]["reason"] == "admin: PSU [root@t]"
+    )
+    failing = {
+        "verdict": "fail",
+        "results": [{"group": "gpu_health", "check": "xid", "status": "fail", "class": "hardware"}],
+    }
+    report = {
+        "run_id": "run-9",
+        "nodes": {"a": failing, "b": failing, "c": failing, "d": {"verdict": "pass", "results": []}},
+    }
     planned = fleet_slurm.plan(report, shown, "drain_resume", (1, False))  # one new drain allowed
     assert not planned["breaker"]["tripped"]
     assert [d["do"] for d in planned["decisions"]] == ["drain", "drain", "nothing", "nothing"]
@@ -167,10 +205,22 @@ def test_a_node_another_run_held_is_never_drained():
     drain.txt nor the Slurm action drains it; a node that also failed a check of its own still is."""
     from gpufleet.fleet import export
 
-    held = {"verdict": "fail", "results": [
-        {"group": "lock", "check": "node_lock", "status": "error", "class": "environment", "reason": "held by run r0"}]}
-    broken = {"verdict": "fail", "results": held["results"] + [
-        {"group": "gpu_health", "check": "xid", "status": "fail", "class": "hardware"}]}
+    held = {
+        "verdict": "fail",
+        "results": [
+            {
+                "group": "lock",
+                "check": "node_lock",
+                "status": "error",
+                "class": "environment",
+                "reason": "held by run r0",
+            }
+        ],
+    }
+    broken = {
+        "verdict": "fail",
+        "results": held["results"] + [{"group": "gpu_health", "check": "xid", "status": "fail", "class": "hardware"}],
+    }
     report = {"run_id": "run-9", "nodes": {"a": held, "b": broken}}
     lines = export.drain_lines(report)
     assert len(lines) == 1 and "NodeName=b " in lines[0], lines
@@ -195,7 +245,9 @@ def test_the_action_and_its_limit_are_checked_with_the_variable_named(value):
 def test_failing_drained_with_reason_own_drain_resumed_admin_drain_left_alone(cluster, tmp_path):
     # An administrator drained sn3 for a reason of their own; gpufleet had drained sn2 in an earlier run.
     cluster.scontrol("update", "nodename=sn3", "state=drain", "reason=admin: fan replaced, burn-in pending")
-    cluster.scontrol("update", "nodename=sn2", "state=drain", f"reason={slurm.reason('run-0 hardware: gpu_health.xid')}")
+    cluster.scontrol(
+        "update", "nodename=sn2", "state=drain", f"reason={slurm.reason('run-0 hardware: gpu_health.xid')}"
+    )
     run_dir = make_run(tmp_path, "run-1", failing=["sn1"], passing=["sn2", "sn3"])
 
     # Check mode: the record says what would be done, and Slurm is as it was.
@@ -230,7 +282,9 @@ def test_failing_drained_with_reason_own_drain_resumed_admin_drain_left_alone(cl
 
 @needs_slurm
 def test_drain_alone_never_resumes_and_none_does_nothing(cluster, tmp_path):
-    cluster.scontrol("update", "nodename=sn2", "state=drain", f"reason={slurm.reason('run-0 hardware: gpu_health.ecc')}")
+    cluster.scontrol(
+        "update", "nodename=sn2", "state=drain", f"reason={slurm.reason('run-0 hardware: gpu_health.ecc')}"
+    )
     run_dir = make_run(tmp_path, "run-2", failing=["sn1"], passing=["sn2", "sn3"])
     assert act(cluster, run_dir).returncode == 0  # the default: none
     assert [cluster.node_state(n) for n in ("sn1", "sn2", "sn3")] == ["IDLE", "IDLE+DRAIN", "IDLE"]
@@ -243,7 +297,9 @@ def test_drain_alone_never_resumes_and_none_does_nothing(cluster, tmp_path):
 
 @needs_slurm
 def test_breaker_trips_on_a_small_partition_and_never_blocks_resuming(cluster, tmp_path):
-    cluster.scontrol("update", "nodename=sn3", "state=drain", f"reason={slurm.reason('run-0 hardware: gpu_health.xid')}")
+    cluster.scontrol(
+        "update", "nodename=sn3", "state=drain", f"reason={slurm.reason('run-0 hardware: gpu_health.xid')}"
+    )
     run_dir = make_run(tmp_path, "run-3", failing=["sn1", "sn2"], passing=["sn3"])
     # 2 of the partition's 3 nodes: past 50% (one node).
     done = act(cluster, run_dir, "--action", "drain_resume", "--max-drain", "50%")
@@ -275,7 +331,7 @@ def test_health_check_program_drains_its_node_on_an_xid(tmp_path):
     # As slurmd runs it: no arguments, a bare environment with SLURMD_NODENAME; the recording of each node by name.
     program = tmp_path / "gpufleet-health.sh"
     program.write_text(f"""#!/bin/sh
-export SLURM_CONF={tmp_path}/conf-link PYTHONPATH={REPO / 'src'}
+export SLURM_CONF={tmp_path}/conf-link PYTHONPATH={REPO / "src"}
 exec {sys.executable} -m gpufleet check --slurm-health --readings {readings}/$SLURMD_NODENAME.json --thresholds '{THRESHOLDS}'
 """)
     program.chmod(0o755)
@@ -287,7 +343,9 @@ exec {sys.executable} -m gpufleet check --slurm-health --readings {readings}/$SL
         health_log = cluster.dir / "slurmd-sh1.log"
         # Both healthy until sh1's readings show an Xid; sh2's stay healthy, and it stays in service.
         xid_readings(readings / "sh1.json")
-        wait_for(lambda: cluster.node_state("sh1") == "IDLE+DRAIN", 180, f"the health check draining sh1 (log {health_log})")
+        wait_for(
+            lambda: cluster.node_state("sh1") == "IDLE+DRAIN", 180, f"the health check draining sh1 (log {health_log})"
+        )
         reason = cluster.node("sh1")["Reason"]
         assert reason.startswith("gpufleet: health hardware: xid GPU 0: Xid 79 at 0000:00:06"), reason
         assert sinfo(cluster)["sh1"][0] == "drained"
@@ -295,38 +353,86 @@ exec {sys.executable} -m gpufleet check --slurm-health --readings {readings}/$SL
         # sh2's driver goes (libnvidia-ml.so no longer loads): NVML reads nothing, every check errs for that one
         # cause, and the node is drained with it as the reason.
         no_driver_readings(readings / "sh2.json")
-        wait_for(lambda: cluster.node_state("sh2") == "IDLE+DRAIN", 180, f"the health check draining sh2 (log {health_log})")
+        wait_for(
+            lambda: cluster.node_state("sh2") == "IDLE+DRAIN", 180, f"the health check draining sh2 (log {health_log})"
+        )
         reason = cluster.node("sh2")["Reason"]
         assert reason.startswith("gpufleet: health software: no NVIDIA driver: libnvidia-ml.so not found ("), reason
         assert sinfo(cluster)["sh2"][0] == "drained"
 
 
 def test_health_check_is_silent_when_healthy_and_says_what_it_would_drain(tmp_path):
-    done = gpufleet("check", "--slurm-health", "--readings", str(healthy_readings(tmp_path / "ok.json")), "--thresholds", THRESHOLDS)
+    done = gpufleet(
+        "check", "--slurm-health", "--readings", str(healthy_readings(tmp_path / "ok.json")), "--thresholds", THRESHOLDS
+    )
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
-    done = gpufleet("check", "--slurm-health", "--dry-run", "--slurm-node", "n7", "--readings",
-                    str(xid_readings(tmp_path / "x.json")), "--thresholds", THRESHOLDS)
-    assert done.returncode == 1 and done.stdout.startswith("would drain n7: gpufleet: health hardware: xid GPU 0: Xid 79")
+    done = gpufleet(
+        "check",
+        "--slurm-health",
+        "--dry-run",
+        "--slurm-node",
+        "n7",
+        "--readings",
+        str(xid_readings(tmp_path / "x.json")),
+        "--thresholds",
+        THRESHOLDS,
+    )
+    assert done.returncode == 1 and done.stdout.startswith(
+        "would drain n7: gpufleet: health hardware: xid GPU 0: Xid 79"
+    )
     # A node whose driver is gone (no libnvidia-ml.so, or NVML unable to start) is drained with that as the cause;
     # one whose gpufleet lacks nvidia-ml-py is not: the GPUs may be fine, gpufleet could not read them.
-    done = gpufleet("check", "--slurm-health", "--dry-run", "--slurm-node", "n7", "--readings",
-                    str(no_driver_readings(tmp_path / "nd.json")), "--thresholds", THRESHOLDS)
+    done = gpufleet(
+        "check",
+        "--slurm-health",
+        "--dry-run",
+        "--slurm-node",
+        "n7",
+        "--readings",
+        str(no_driver_readings(tmp_path / "nd.json")),
+        "--thresholds",
+        THRESHOLDS,
+    )
     assert done.returncode == 1, done.stderr
-    assert re.fullmatch(r"would drain n7: gpufleet: health software: no NVIDIA driver: libnvidia-ml\.so not found "
-                        r"\(\d+ checks\)\n", done.stdout), done.stdout
+    assert re.fullmatch(
+        r"would drain n7: gpufleet: health software: no NVIDIA driver: libnvidia-ml\.so not found "
+        r"\(\d+ checks\)\n",
+        done.stdout,
+    ), done.stdout
     for error in ("NVML init failed: Driver Not Loaded", "nvidia-ml-py is not installed: No module named 'pynvml'"):
         readings = json.loads((tmp_path / "nd.json").read_text())
         readings["nvml"]["error"] = error
         (tmp_path / "e.json").write_text(json.dumps(readings))
-        done = gpufleet("check", "--slurm-health", "--dry-run", "--slurm-node", "n7", "--readings", str(tmp_path / "e.json"),
-                        "--thresholds", THRESHOLDS)
+        done = gpufleet(
+            "check",
+            "--slurm-health",
+            "--dry-run",
+            "--slurm-node",
+            "n7",
+            "--readings",
+            str(tmp_path / "e.json"),
+            "--thresholds",
+            THRESHOLDS,
+        )
         assert done.returncode == (1 if error.startswith("NVML init") else 0), (error, done.stdout)
-    assert done.stdout == "" and "could not read the GPUs, node left in service: nvidia-ml-py is not installed" in done.stderr
+    assert (
+        done.stdout == ""
+        and "could not read the GPUs, node left in service: nvidia-ml-py is not installed" in done.stderr
+    )
     # The epilog also fails on a process left on a GPU.
     readings = json.loads(healthy_readings(tmp_path / "ok.json").read_text())
     readings["nvml"]["gpus"][0]["processes"] = [{"pid": 4242, "name": "python", "used_memory_mib": 1024}]
     (tmp_path / "p.json").write_text(json.dumps(readings))
-    args = ["check", "--dry-run", "--slurm-node", "n7", "--readings", str(tmp_path / "p.json"), "--thresholds", THRESHOLDS]
+    args = [
+        "check",
+        "--dry-run",
+        "--slurm-node",
+        "n7",
+        "--readings",
+        str(tmp_path / "p.json"),
+        "--thresholds",
+        THRESHOLDS,
+    ]
     assert gpufleet(*args, "--slurm-health").returncode == 0
     done = gpufleet(*args, "--slurm-health", "epilog")
     assert done.returncode == 1 and "processes GPU 0: pid 4242 (python, 1024 MiB)" in done.stdout, done.stdout
@@ -342,10 +448,24 @@ def test_replacement_taken_over_from_an_admin_drain_and_resumed_once_accepted(cl
     done = gpufleet("slurm", str(run_dir), "--take-over", "new", "--slurm-name", "new=sn1", "--json", env=cluster.env())
     assert done.returncode == 0, done.stderr
     sn1 = cluster.node("sn1")
-    assert sn1["State"] == "IDLE+DRAIN" and sn1["Reason"].startswith("gpufleet: run-5 accepting, was IDLE+DRAIN: admin: GPU 3")
+    assert sn1["State"] == "IDLE+DRAIN" and sn1["Reason"].startswith(
+        "gpufleet: run-5 accepting, was IDLE+DRAIN: admin: GPU 3"
+    )
     (run_dir / "hosts").mkdir()
-    done = gpufleet("check", "--group", "gpu_inventory", "--group", "gpu_health", "--readings",
-                    str(healthy_readings(tmp_path / "ok.json")), "--host", "new", "--json", "--thresholds", THRESHOLDS)
+    done = gpufleet(
+        "check",
+        "--group",
+        "gpu_inventory",
+        "--group",
+        "gpu_health",
+        "--readings",
+        str(healthy_readings(tmp_path / "ok.json")),
+        "--host",
+        "new",
+        "--json",
+        "--thresholds",
+        THRESHOLDS,
+    )
     (run_dir / "hosts" / "new.json").write_text(done.stdout)
     assert json.loads(gpufleet("report", str(run_dir), "--no-store", "--json").stdout)["verdict"] != "fail"
     done = act(cluster, run_dir, "--action", "drain_resume", "--slurm-name", "new=sn1")
@@ -366,14 +486,38 @@ def test_fleet_accept_slurm_takes_the_node_over_and_drains_it_with_the_runs_reas
     pytest.importorskip("ansible_runner")
     cluster.scontrol("update", "nodename=sn1", "state=drain", "reason=admin: GPU 3 replaced")
     cluster.scontrol("update", "nodename=sn3", "state=drain", "reason=admin: leave me")
-    nodes = {n: {"gpufleet_node_env": dict(cluster.host_vars(n)["gpufleet_node_env"], PYTHONPATH=str(REPO / "src"))}
-             for n in cluster.names}
+    nodes = {
+        n: {"gpufleet_node_env": dict(cluster.host_vars(n)["gpufleet_node_env"], PYTHONPATH=str(REPO / "src"))}
+        for n in cluster.names
+    }
     inv = cluster.inventory(tmp_path / "inventory.yml", host_vars=nodes, gpufleet_benchmarks=[])
-    env = dict(cluster.env(), PYTHONPATH=str(REPO / "src"), ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
-               **cluster.ssh_env())
-    done = subprocess.run([str(Path(sys.executable).parent / "gpufleet"), "fleet", "accept", "sn1", "-i", str(inv),
-                           "--reports-dir", str(tmp_path / "reports"), "--run-id", "accept-1", "--slurm", "--plain"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    env = dict(
+        cluster.env(),
+        PYTHONPATH=str(REPO / "src"),
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
+        **cluster.ssh_env(),
+    )
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "gpufleet"),
+            "fleet",
+            "accept",
+            "sn1",
+            "-i",
+            str(inv),
+            "--reports-dir",
+            str(tmp_path / "reports"),
+            "--run-id",
+            "accept-1",
+            "--slurm",
+            "--plain",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 1, done.stdout[-4000:] + done.stderr[-2000:]
     sn1 = cluster.node("sn1")
     assert sn1["State"] == "IDLE+DRAIN" and sn1["Reason"].startswith("gpufleet: accept-1 "), sn1
@@ -392,20 +536,44 @@ def test_playbook_check_mode_names_the_action_and_changes_nothing_and_bad_input_
     touched, naming the variable; --check measures nothing (docs/slurm.md), so it names the action a real run would
     take, leaves no run behind, and the node stays idle. `gpufleet slurm RUN --check` shows the drains of a run
     (test_failing_drained_with_reason_own_drain_resumed_admin_drain_left_alone)."""
-    nodes = {n: {"gpufleet_node_env": dict(cluster.host_vars(n)["gpufleet_node_env"], PYTHONPATH=str(REPO / "src"))}
-             for n in cluster.names}
+    nodes = {
+        n: {"gpufleet_node_env": dict(cluster.host_vars(n)["gpufleet_node_env"], PYTHONPATH=str(REPO / "src"))}
+        for n in cluster.names
+    }
     inv = cluster.inventory(tmp_path / "inventory.yml", host_vars=nodes, gpufleet_benchmarks=[])
-    env = dict(cluster.env(), PYTHONPATH=str(REPO / "src"), ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
-               **cluster.ssh_env())
+    env = dict(
+        cluster.env(),
+        PYTHONPATH=str(REPO / "src"),
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
+        **cluster.ssh_env(),
+    )
 
     def playbook(run_id: str, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "validate.yml", "-i", str(inv),
-                               "--limit", "sn2", "-e", f"gpufleet_reports_dir={tmp_path / 'reports'}", "-e",
-                               f"gpufleet_run_id={run_id}", "-e", "gpufleet_slurm_action=drain_resume", *args],
-                              cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+        return subprocess.run(
+            [
+                str(Path(sys.executable).parent / "ansible-playbook"),
+                "validate.yml",
+                "-i",
+                str(inv),
+                "--limit",
+                "sn2",
+                "-e",
+                f"gpufleet_reports_dir={tmp_path / 'reports'}",
+                "-e",
+                f"gpufleet_run_id={run_id}",
+                "-e",
+                "gpufleet_slurm_action=drain_resume",
+                *args,
+            ],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
 
     done = playbook("bad", "-e", "gpufleet_slurm_max_drain=lots")
-    assert done.returncode != 0 and "gpufleet_slurm_max_drain is \"lots\"" in done.stdout, done.stdout[-3000:]
+    assert done.returncode != 0 and 'gpufleet_slurm_max_drain is "lots"' in done.stdout, done.stdout[-3000:]
     assert not (tmp_path / "reports" / "bad" / "hosts").exists()
     done = playbook("checked", "--check")
     assert done.returncode == 0, done.stdout[-3000:]  # the node answered; nothing was judged

@@ -29,14 +29,31 @@ from waiting import wait_for  # noqa: E402
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only logic tests")
 
 EPOCH = 1795428000.0  # 2026-11-23T10:00:00Z
-UUID = ["GPU-df63b106-711b-65ab-d334-1175fcbc7655", "GPU-755c8ad9-4858-d710-94b4-5641916ac523",
-        "GPU-0c2d9a51-6a8e-4a7e-9d59-2f3c3b1d9e01"]
+UUID = [
+    "GPU-df63b106-711b-65ab-d334-1175fcbc7655",
+    "GPU-755c8ad9-4858-d710-94b4-5641916ac523",
+    "GPU-0c2d9a51-6a8e-4a7e-9d59-2f3c3b1d9e01",
+]
 PCI = ["0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0"]
 SERIAL = ["1653724058331", "1653724049352", "1653724049999"]
-ZERO_COUNTERS = {c: 0 for c in ("ecc_corrected_volatile", "ecc_uncorrected_volatile", "ecc_corrected_aggregate",
-                                "ecc_uncorrected_aggregate", "row_remap_correctable", "row_remap_uncorrectable",
-                                "row_remap_pending", "row_remap_failure", "nvlink_crc_data", "nvlink_crc_flit",
-                                "nvlink_replay", "nvlink_recovery", "pcie_replay")}
+ZERO_COUNTERS = {
+    c: 0
+    for c in (
+        "ecc_corrected_volatile",
+        "ecc_uncorrected_volatile",
+        "ecc_corrected_aggregate",
+        "ecc_uncorrected_aggregate",
+        "row_remap_correctable",
+        "row_remap_uncorrectable",
+        "row_remap_pending",
+        "row_remap_failure",
+        "nvlink_crc_data",
+        "nvlink_crc_flit",
+        "nvlink_replay",
+        "nvlink_recovery",
+        "pcie_replay",
+    )
+}
 
 
 @pytest.fixture(scope="module")
@@ -78,15 +95,30 @@ def test_cpu_soak_runs_for_its_duration_in_windows_with_all_reduce_rounds(cpu_so
 
 @pytest.mark.slow
 def test_soak_cli_prints_a_host_document():
-    cp = subprocess.run([sys.executable, "-m", "gpufleet", "bench", "soak", "--duration-s", "2", "--json", "--host", "cpu-box"],
-                        capture_output=True, text=True, env=dict(os.environ), timeout=180)
+    cp = subprocess.run(
+        [sys.executable, "-m", "gpufleet", "bench", "soak", "--duration-s", "2", "--json", "--host", "cpu-box"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        timeout=180,
+    )
     assert cp.returncode == 0, cp.stderr
     doc = json.loads(cp.stdout)
     assert [(r["check"], r["group"], r["status"]) for r in doc["results"]] == [
-        ("soak_throttle", "benchmark", "skip"), ("soak_errors", "benchmark", "skip"), ("soak_slowdown", "benchmark", "skip")]
-    bad = subprocess.run([sys.executable, "-m", "gpufleet", "bench", "soak", "--duration-s", "0"],
-                         capture_output=True, text=True, timeout=180)
-    assert bad.returncode == 2 and "soak duration 0.0 s; expected a positive number of seconds (--duration-s)" in bad.stderr
+        ("soak_throttle", "benchmark", "skip"),
+        ("soak_errors", "benchmark", "skip"),
+        ("soak_slowdown", "benchmark", "skip"),
+    ]
+    bad = subprocess.run(
+        [sys.executable, "-m", "gpufleet", "bench", "soak", "--duration-s", "0"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert (
+        bad.returncode == 2
+        and "soak duration 0.0 s; expected a positive number of seconds (--duration-s)" in bad.stderr
+    )
 
 
 def _cpu_s(pid: int) -> float:
@@ -112,7 +144,9 @@ def _soak_in_thread(**kwargs):
     runner.start()
     wait_for(lambda: started.is_set() or not runner.is_alive(), 300, "the soak's start")
     assert started.is_set(), got.get("out", {}).get("setup_error")
-    wait_for(lambda: all(_cpu_s(p) >= s + 0.5 for p, s in zip(got["pids"], got["cpu_s"])), 120, "load in both processes")
+    wait_for(
+        lambda: all(_cpu_s(p) >= s + 0.5 for p, s in zip(got["pids"], got["cpu_s"])), 120, "load in both processes"
+    )
     return runner, got, got["pids"]
 
 
@@ -174,9 +208,18 @@ class _Exited:
 
 
 def _ranks(bursts_per_rank: list, last_s: list) -> dict:
-    return {r: {"info": None, "matmul": [(0.0, 0.1, 1.0)] * (n - n // 2), "copy": [(0.0, 0.1, 1.0)] * (n // 2),
-                "nccl": [], "done_s": None, "error": None, "last_s": last}
-            for r, (n, last) in enumerate(zip(bursts_per_rank, last_s))}
+    return {
+        r: {
+            "info": None,
+            "matmul": [(0.0, 0.1, 1.0)] * (n - n // 2),
+            "copy": [(0.0, 0.1, 1.0)] * (n // 2),
+            "nccl": [],
+            "done_s": None,
+            "error": None,
+            "last_s": last,
+        }
+        for r, (n, last) in enumerate(zip(bursts_per_rank, last_s))
+    }
 
 
 def test_a_killed_rank_is_named_even_when_a_slow_peer_has_fewer_bursts():
@@ -193,8 +236,13 @@ def test_a_rank_that_died_a_collective_timeout_after_the_hung_one_stopped_is_an_
     """NCCL's watchdog ends a rank that waited a whole collective timeout for a hung one: the hung one is named."""
     ranks = _ranks([40, 41], [7.1, 7.3])
     out = {"after_effects": []}
-    soak._attribute(out, ranks, {}, [_Exited(None), _Exited(-6)], {1: 128.0}, True, (120.0, 180.0), time.monotonic() - 130)
-    assert ranks[0]["error"]["error"].startswith("stopped answering: no burst after this time") and ranks[1]["error"] is None
+    soak._attribute(
+        out, ranks, {}, [_Exited(None), _Exited(-6)], {1: 128.0}, True, (120.0, 180.0), time.monotonic() - 130
+    )
+    assert (
+        ranks[0]["error"]["error"].startswith("stopped answering: no burst after this time")
+        and ranks[1]["error"] is None
+    )
     assert [(e["rank"], e["error"]) for e in out["after_effects"]] == [(1, "process exited with code -6")]
     assert out["stop_reason"].startswith("GPU 0 failed: stopped answering")
 
@@ -232,17 +280,39 @@ def bursts(values_per_window: list, window_s: float, scale: float, per_window: i
     return out
 
 
-def gpu_soak(tflops: list[list], *, gbps: list[list] | None = None, busbw: list | None = None, window_s: float = 30.0,
-             errors: dict | None = None, wrong: list | None = None, sampler: SoakSampler | None = None) -> dict:
+def gpu_soak(
+    tflops: list[list],
+    *,
+    gbps: list[list] | None = None,
+    busbw: list | None = None,
+    window_s: float = 30.0,
+    errors: dict | None = None,
+    wrong: list | None = None,
+    sampler: SoakSampler | None = None,
+) -> dict:
     """A soak of len(tflops) GPUs over len(tflops[0]) windows, built as soak.run builds it."""
     n_gpus, n_windows = len(tflops), len(tflops[0])
     gbps = gbps or [[4200.0] * n_windows for _ in range(n_gpus)]
     sampler = sampler or sampled(n_gpus, n_windows * window_s)
-    out = {"benchmark": "soak", "device": "cuda", "method": {"window_s": window_s}, "versions": {"torch": "2.11"},
-           "duration_s": n_windows * window_s, "window_s": window_s, "n_windows": n_windows, "world_size": n_gpus,
-           "started": "2026-11-23T10:00:00Z", "started_epoch": EPOCH, "ran_s": n_windows * window_s + 0.6,
-           "setup_error": None, "stopped_early": bool(errors), "stop_reason": None, "gpus": {}, "nccl": None,
-           "sampler": sampler.summary(window_s, n_windows)}
+    out = {
+        "benchmark": "soak",
+        "device": "cuda",
+        "method": {"window_s": window_s},
+        "versions": {"torch": "2.11"},
+        "duration_s": n_windows * window_s,
+        "window_s": window_s,
+        "n_windows": n_windows,
+        "world_size": n_gpus,
+        "started": "2026-11-23T10:00:00Z",
+        "started_epoch": EPOCH,
+        "ran_s": n_windows * window_s + 0.6,
+        "setup_error": None,
+        "stopped_early": bool(errors),
+        "stop_reason": None,
+        "gpus": {},
+        "nccl": None,
+        "sampler": sampler.summary(window_s, n_windows),
+    }
     ranks = {}
     for r in range(n_gpus):
         nccl = []
@@ -251,10 +321,21 @@ def gpu_soak(tflops: list[list], *, gbps: list[list] | None = None, busbw: list 
             for w, bw in enumerate(busbw or [360.0] * n_windows):
                 secs = soak.SIZES["cuda"]["nccl_bytes"] / (bw / factor * 1e9)
                 nccl.append((w * window_s + 10, secs, not (wrong and (r, w) in wrong)))
-        ranks[r] = {"info": {"name": "NVIDIA H200", "uuid": UUID[r], "pci_bus_id": PCI[r][:-2], "matmul_ops_per_burst": 360,
-                             "copy_ops_per_burst": 60},
-                    "matmul": bursts(tflops[r], window_s, 1e12), "copy": bursts(gbps[r], window_s, 1e9), "nccl": nccl,
-                    "done_s": n_windows * window_s + 0.5, "error": (errors or {}).get(r), "last_s": n_windows * window_s}
+        ranks[r] = {
+            "info": {
+                "name": "NVIDIA H200",
+                "uuid": UUID[r],
+                "pci_bus_id": PCI[r][:-2],
+                "matmul_ops_per_burst": 360,
+                "copy_ops_per_burst": 60,
+            },
+            "matmul": bursts(tflops[r], window_s, 1e12),
+            "copy": bursts(gbps[r], window_s, 1e9),
+            "nccl": nccl,
+            "done_s": n_windows * window_s + 0.5,
+            "error": (errors or {}).get(r),
+            "last_s": n_windows * window_s,
+        }
     return soak._finish(out, ranks, cuda=True)
 
 
@@ -283,12 +364,25 @@ def test_a_healthy_soak_passes_and_says_what_it_watched(h200):
     out = gpu_soak([[790.0] * 20, [786.0] * 20])
     assert out["gpus"]["1"]["nvml_index"] == 1 and out["gpus"]["0"]["matmul_tflops_median"] == 790.0
     res = verdict(out, h200)
-    assert {k: r["status"] for k, r in res.items()} == {"soak_throttle": "pass", "soak_errors": "pass", "soak_slowdown": "pass"}
-    assert res["soak_throttle"]["reason"] == "no hardware or thermal slowdown on 2 GPU(s) over 600.6 s (lowest SM clock 1980 MHz)"
+    assert {k: r["status"] for k, r in res.items()} == {
+        "soak_throttle": "pass",
+        "soak_errors": "pass",
+        "soak_slowdown": "pass",
+    }
+    assert (
+        res["soak_throttle"]["reason"]
+        == "no hardware or thermal slowdown on 2 GPU(s) over 600.6 s (lowest SM clock 1980 MHz)"
+    )
     assert res["soak_errors"]["reason"].startswith("no error counter moved, no Xid, every GPU held the load to the end")
     assert "20 all_reduce rounds correct" in res["soak_errors"]["reason"]
-    assert res["soak_slowdown"]["reason"] == "every window of every GPU within 10% of its best windows and of its siblings over 20 windows of 30 s"
-    assert res["soak_slowdown"]["threshold"]["key"] == "soak_slowdown_pct_max" and res["soak_slowdown"]["threshold"]["value"] == 10
+    assert (
+        res["soak_slowdown"]["reason"]
+        == "every window of every GPU within 10% of its best windows and of its siblings over 20 windows of 30 s"
+    )
+    assert (
+        res["soak_slowdown"]["threshold"]["key"] == "soak_slowdown_pct_max"
+        and res["soak_slowdown"]["threshold"]["value"] == 10
+    )
     # The software power cap under load is recorded, not judged.
     assert res["soak_throttle"]["detail"]["per_gpu"]["0"]["throttle"]["sw_power_cap"]["seconds"] == 600.0
     assert all("flagged_gpus" not in r["detail"] for r in res.values())
@@ -298,10 +392,11 @@ def test_a_gpu_that_slows_is_named_with_the_window_it_happened(h200):
     slow = [790.0] * 12 + [700.0] * 8  # 11.4% below from 360 s on
     res = verdict(gpu_soak([[790.0] * 20, slow]), h200)["soak_slowdown"]
     assert res["status"] == "fail" and res["value"] == 11.4 and res["unit"] == "%"
-    assert ("GPU 1: bf16 matmul 700 TFLOPS in the window from 2026-11-23T10:06:00Z (360 s into the soak) and 7 window(s) "
-            "after it, 11.4% below its best windows' median 790 TFLOPS (lowest 700 TFLOPS, 11.4% below); the sampler saw "
-            "then: SM clock median 1980 MHz; power median 690 W; clock event reasons sw_power_cap; no foreign process"
-            ) in res["reason"]
+    assert (
+        "GPU 1: bf16 matmul 700 TFLOPS in the window from 2026-11-23T10:06:00Z (360 s into the soak) and 7 window(s) "
+        "after it, 11.4% below its best windows' median 790 TFLOPS (lowest 700 TFLOPS, 11.4% below); the sampler saw "
+        "then: SM clock median 1980 MHz; power median 690 W; clock event reasons sw_power_cap; no foreign process"
+    ) in res["reason"]
     assert res["detail"]["flagged_gpus"] == [{"index": 1, "uuid": UUID[1], "serial": SERIAL[1]}]
     # At the threshold exactly it passes.
     edge = verdict(gpu_soak([[790.0] * 20, [790.0] * 12 + [711.0] * 8]), h200)["soak_slowdown"]
@@ -311,7 +406,10 @@ def test_a_gpu_that_slows_is_named_with_the_window_it_happened(h200):
 def test_a_gpu_slow_from_the_start_is_named_against_its_siblings(h200):
     res = verdict(gpu_soak([[790.0] * 10, [791.0] * 10, [640.0] * 10]), h200)["soak_slowdown"]
     assert res["status"] == "fail"
-    assert "GPU 2: bf16 matmul median 640 TFLOPS over the soak, 19% below the node's median GPU (790 TFLOPS)" in res["reason"]
+    assert (
+        "GPU 2: bf16 matmul median 640 TFLOPS over the soak, 19% below the node's median GPU (790 TFLOPS)"
+        in res["reason"]
+    )
     assert [g["index"] for g in res["detail"]["flagged_gpus"]] == [2]
 
 
@@ -320,8 +418,10 @@ def test_hbm_and_nccl_slowdowns_are_named(h200):
     res = verdict(gpu_soak([[790.0] * 10] * 2, gbps=gbps, busbw=[360.0] * 6 + [250.0] * 4), h200)["soak_slowdown"]
     assert res["status"] == "fail"
     assert "GPU 1: HBM copy 3500 GB/s in the window from 2026-11-23T10:02:30Z (150 s into the soak)" in res["reason"]
-    assert ("all_reduce busbw 250 GB/s in the window from 2026-11-23T10:03:00Z (180 s into the soak), 30.6% below the best "
-            "windows' median 360 GB/s") in res["reason"]
+    assert (
+        "all_reduce busbw 250 GB/s in the window from 2026-11-23T10:03:00Z (180 s into the soak), 30.6% below the best "
+        "windows' median 360 GB/s"
+    ) in res["reason"]
 
 
 def test_a_soak_too_short_to_compare_windows_skips_the_slowdown(h200):
@@ -353,8 +453,10 @@ def test_counters_that_move_and_xids_name_the_gpu_and_time(h200, tmp_path):
     kmsg = tmp_path / "dev" / "kmsg"
     kmsg.write_text("4,1,1,-;NVRM: Xid (PCI:0000:2a:00): 13, pid=9, Graphics Exception\n")
     sampler.note_kernel_log(kernel_log.read(str(tmp_path)), None)  # at the start: already there, not an event
-    kmsg.write_text(kmsg.read_text() + "4,2,2,-;NVRM: Xid (PCI:0000:2a:00): 48, pid=9, DBE\n"
-                    "4,3,3,-;NVRM: Xid (PCI:0000:18:00): 31, pid=9, MMU Fault\n")
+    kmsg.write_text(
+        kmsg.read_text() + "4,2,2,-;NVRM: Xid (PCI:0000:2a:00): 48, pid=9, DBE\n"
+        "4,3,3,-;NVRM: Xid (PCI:0000:18:00): 31, pid=9, MMU Fault\n"
+    )
     sampler.note_kernel_log(kernel_log.read(str(tmp_path)), 330.0)
     res = verdict(gpu_soak([[790.0] * 20] * 2, sampler=sampler), h200)["soak_errors"]
     assert res["status"] == "fail" and res["value"] == 5 and res["unit"] == "events"
@@ -373,7 +475,10 @@ def test_counters_that_move_and_xids_name_the_gpu_and_time(h200, tmp_path):
     sampler = sampled(2, 600)
     sampler.note_counters(0, dict(ZERO_COUNTERS, nvlink_crc_data=3), 125.0)
     res = verdict(gpu_soak([[790.0] * 20] * 2, sampler=sampler), h200)["soak_errors"]
-    assert res["status"] == "warn" and res["reason"] == "GPU 0: nvlink_crc_data 0 -> 3, first at 2026-11-23T10:02:05Z (125 s into the soak)"
+    assert (
+        res["status"] == "warn"
+        and res["reason"] == "GPU 0: nvlink_crc_data 0 -> 3, first at 2026-11-23T10:02:05Z (125 s into the soak)"
+    )
     assert "fleet.counter_rates" in res["remedy"]
 
 
@@ -381,8 +486,10 @@ def test_a_gpu_whose_load_stopped_and_a_wrong_all_reduce_fail(h200):
     errors = {1: {"t_s": 754.2, "error": "RuntimeError: CUDA error: an illegal memory access was encountered"}}
     res = verdict(gpu_soak([[790.0] * 30] * 2, errors=errors, wrong=[(0, 7)]), h200)["soak_errors"]
     assert res["status"] == "fail"
-    assert ("GPU 1: the load stopped at 2026-11-23T10:12:34Z (754 s into the soak): RuntimeError: CUDA error: "
-            "an illegal memory access was encountered") in res["reason"]
+    assert (
+        "GPU 1: the load stopped at 2026-11-23T10:12:34Z (754 s into the soak): RuntimeError: CUDA error: "
+        "an illegal memory access was encountered"
+    ) in res["reason"]
     assert "GPU 0: all_reduce gave wrong results at 2026-11-23T10:03:40Z (220 s into the soak)" in res["reason"]
     assert [g["index"] for g in res["detail"]["flagged_gpus"]] == [1, 0]
 
@@ -394,10 +501,22 @@ def test_no_watch_is_an_error_not_a_pass(h200):
     assert res["soak_throttle"]["status"] == "error" and "Driver Not Loaded" in res["soak_throttle"]["reason"]
     assert res["soak_errors"]["status"] == "error"
     sampler = sampled(2, 300)
-    sampler.note_kernel_log({"source": "none", "readable": False, "error": "kernel log unreadable: /dev/kmsg: Operation not permitted",
-                             "lines": 0, "xid_events": []}, None)
+    sampler.note_kernel_log(
+        {
+            "source": "none",
+            "readable": False,
+            "error": "kernel log unreadable: /dev/kmsg: Operation not permitted",
+            "lines": 0,
+            "xid_events": [],
+        },
+        None,
+    )
     res = verdict(gpu_soak([[790.0] * 10] * 2, sampler=sampler), h200)["soak_errors"]
-    assert res["status"] == "error" and "Xid events not watched: kernel log unreadable" in res["reason"] and "root" in res["remedy"]
+    assert (
+        res["status"] == "error"
+        and "Xid events not watched: kernel log unreadable" in res["reason"]
+        and "root" in res["remedy"]
+    )
 
 
 def test_windows_grow_for_long_soaks():

@@ -50,7 +50,7 @@ def damage(db: Path, how: str) -> None:
     if how == "random bytes over the middle":
         raw = bytearray(db.read_bytes())
         rnd, mid = random.Random(32), len(raw) // 2
-        raw[mid - 4096:mid + 4096] = bytes(rnd.randrange(256) for _ in range(8192))
+        raw[mid - 4096 : mid + 4096] = bytes(rnd.randrange(256) for _ in range(8192))
         db.write_bytes(bytes(raw))
     elif how == "not a database":
         db.write_bytes(b"\x00\xffnot sqlite at all\x00" * 1000)
@@ -95,7 +95,9 @@ def test_the_next_run_moves_a_damaged_store_aside_and_rebuilds_it(capsys, monkey
     # The next run as the playbook makes it: documents recorded as they come, then the report.
     r2 = write_run(reports, "r2", {}, started=R2)
     for i in range(3):
-        rc, out, err = _run(capsys, monkeypatch, "record", str(r2), f"n{i}", stdin=json.dumps(node_doc(f"n{i}", i, started=R2)).encode())
+        rc, out, err = _run(
+            capsys, monkeypatch, "record", str(r2), f"n{i}", stdin=json.dumps(node_doc(f"n{i}", i, started=R2)).encode()
+        )
         assert rc == 0 and json.loads(out)["store"] == str(db), err
     rc, out, err = _run(capsys, monkeypatch, "report", str(r2), "--json")
     summary = json.loads(out)
@@ -111,7 +113,11 @@ def test_the_next_run_moves_a_damaged_store_aside_and_rebuilds_it(capsys, monkey
     # The history is whole: every run, this one indexed too, with its verdict.
     rc, out, err = _run(capsys, monkeypatch, "history", "n0", "--reports-dir", str(reports), "--json")
     assert rc == 0, err
-    assert [(r["run_id"], r["verdict"]) for r in json.loads(out)["runs"]] == [("r0", "pass"), ("r1", "pass"), ("r2", "pass")]
+    assert [(r["run_id"], r["verdict"]) for r in json.loads(out)["runs"]] == [
+        ("r0", "pass"),
+        ("r1", "pass"),
+        ("r2", "pass"),
+    ]
 
 
 @pytest.mark.parametrize("how", DAMAGE)
@@ -146,8 +152,12 @@ def test_a_full_disk_is_said_with_exit_2(tmp_path):
             except OSError:
                 pass
         for argv in (["store", "rebuild"], ["history", "n0"]):
-            done = subprocess.run([sys.executable, "-m", "gpufleet", *argv, "--reports-dir", str(reports)],
-                                  capture_output=True, text=True, timeout=120)
+            done = subprocess.run(
+                [sys.executable, "-m", "gpufleet", *argv, "--reports-dir", str(reports)],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
             if argv[0] == "history" and done.returncode == 0:
                 continue  # reading needs no room where its -shm fits
             assert done.returncode == 2 and "Traceback" not in done.stderr, (argv, done.stderr)

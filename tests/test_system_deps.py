@@ -20,8 +20,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 TOOLS = ("bash", "make", "id", "chmod", "rm", "cat", "printf")
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"),
-                                reason="needs root and unshare: each run gets a mount namespace of its own")
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("unshare"),
+    reason="needs root and unshare: each run gets a mount namespace of its own",
+)
 
 FAKE_APT = """#!/bin/bash
 # Records the call and whether a service could start now (policy-rc.d: 101 is "not allowed").
@@ -51,8 +53,14 @@ def tools(tmp_path: Path, python_ok: bool = True) -> Path:
     return bin_dir
 
 
-def make(tmp_path: Path, target: str, *make_args: str, env: dict | None = None, policy: str | None = None,
-         python_ok: bool = True) -> tuple[subprocess.CompletedProcess, str, str]:
+def make(
+    tmp_path: Path,
+    target: str,
+    *make_args: str,
+    env: dict | None = None,
+    policy: str | None = None,
+    python_ok: bool = True,
+) -> tuple[subprocess.CompletedProcess, str, str]:
     """`make TARGET` in the checkout, in a mount namespace with an empty /usr/sbin (holding `policy` as policy-rc.d
     when given). Returns the run, what apt-get recorded, and policy-rc.d as the run left it ('' when none)."""
     bin_dir = tools(tmp_path, python_ok)
@@ -60,13 +68,21 @@ def make(tmp_path: Path, target: str, *make_args: str, env: dict | None = None, 
     if policy is not None:
         policy_file.write_text(policy)
         policy_file.chmod(0o755)
-    setup = f"mount -t tmpfs gpufleet-test /usr/sbin && {'cp -p ' + str(policy_file) + ' /usr/sbin/ && ' if policy else ''}"
+    setup = (
+        f"mount -t tmpfs gpufleet-test /usr/sbin && {'cp -p ' + str(policy_file) + ' /usr/sbin/ && ' if policy else ''}"
+    )
     after = "; rc=$?; cat /usr/sbin/policy-rc.d 2>/dev/null > " + str(tmp_path / "policy-after") + "; exit $rc"
     run_env = {k: v for k, v in os.environ.items() if k not in ("CI", "SYSTEM_DEPS", "MAKEFLAGS", "MAKELEVEL")}
     run_env.update(env or {})
     inner = f"{setup}PATH={bin_dir} make -s --no-print-directory {target} {' '.join(make_args)}{after}"
-    done = subprocess.run(["unshare", "-m", "--propagation", "private", "bash", "-c", inner], cwd=REPO, env=run_env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "bash", "-c", inner],
+        cwd=REPO,
+        env=run_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     apt_log = tmp_path / "apt.log"
     left = tmp_path / "policy-after"
     return done, apt_log.read_text() if apt_log.exists() else "", left.read_text() if left.exists() else ""
@@ -90,20 +106,30 @@ def test_no_venv_without_python3_venv_and_nothing_installed(tmp_path):
     again = tmp_path / "again"
     again.mkdir()
     bin_dir = tools(again, python_ok=False)
-    done = subprocess.run(["bash", str(REPO / "scripts" / "system-deps.sh"), "venv"], cwd=REPO, capture_output=True,
-                          text=True, timeout=60, env={"PATH": str(bin_dir)})
+    done = subprocess.run(
+        ["bash", str(REPO / "scripts" / "system-deps.sh"), "venv"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": str(bin_dir)},
+    )
     assert done.returncode == 1 and "python3-venv" in done.stderr, done.stderr
     assert not (again / "apt.log").exists()
 
 
 @needs_root
-@pytest.mark.parametrize("asked", [{"env": {"CI": "true"}}, {"make_args": ["SYSTEM_DEPS=install"]}], ids=["CI", "make-variable"])
+@pytest.mark.parametrize(
+    "asked", [{"env": {"CI": "true"}}, {"make_args": ["SYSTEM_DEPS=install"]}], ids=["CI", "make-variable"]
+)
 def test_asked_it_installs_with_no_service_started_and_the_policy_taken_away(tmp_path, asked):
     done, apt, left = make(tmp_path, "system-deps", *asked.get("make_args", []), env=asked.get("env"))
     assert done.returncode == 0, done.stderr
     assert "args: install -y -qq --no-install-recommends" in apt and "slurmctld" in apt, apt
     assert "frontend: noninteractive" in apt, apt
-    assert apt.count("policy: 101") == 2, f"a service could start while packages were installed: {apt}"  # update, install
+    assert apt.count("policy: 101") == 2, (
+        f"a service could start while packages were installed: {apt}"
+    )  # update, install
     assert left == "", f"policy-rc.d left behind: {left!r}"
 
 

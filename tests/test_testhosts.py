@@ -28,14 +28,18 @@ def fleets() -> list[tuple[str, int, str]]:
             found.append((path.name, int(net), netns))
     inventory = yaml.safe_load((REPO / "molecule" / "default" / "inventory" / "hosts.yml").read_text())
     for name, hvars in inventory["all"]["children"]["gpu_nodes"]["hosts"].items():
-        found.append(("molecule/default", int(hvars["ansible_host"].split(".")[1]), hvars["testhost_netns"].split("-")[0]))
+        found.append(
+            ("molecule/default", int(hvars["ansible_host"].split(".")[1]), hvars["testhost_netns"].split("-")[0])
+        )
     return found
 
 
 def test_every_fleet_has_a_network_and_names_of_its_own():
     found = fleets()
     # The fleets this suite is known to make; a pattern that stopped matching would make the check below empty.
-    assert {"test_runner_fleet.py", "test_slurm.py", "test_playbook_finetune.py", "molecule/default"} <= {w for w, _, _ in found}
+    assert {"test_runner_fleet.py", "test_slurm.py", "test_playbook_finetune.py", "molecule/default"} <= {
+        w for w, _, _ in found
+    }
     by_net, by_tag = {}, {}
     for where, net, tag in found:
         by_net.setdefault(net, set()).add(where)

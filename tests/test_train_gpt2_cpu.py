@@ -21,7 +21,9 @@ def test_flops_per_token_is_the_palm_formula_for_gpt2_small():
     assert 124_000_000 < n_all < 125_000_000
     n = n_all - cfg.block_size * cfg.n_embd
     assert gpt2.flops_per_token(model, cfg) == 6 * n + 12 * 12 * 12 * 64 * 1024
-    assert numbers.mfu(400_000, gpt2.flops_per_token(model, cfg), 989) == pytest.approx(400_000 * (6 * n + 12 * 12 * 12 * 64 * 1024) / 989e12)
+    assert numbers.mfu(400_000, gpt2.flops_per_token(model, cfg), 989) == pytest.approx(
+        400_000 * (6 * n + 12 * 12 * 12 * 64 * 1024) / 989e12
+    )
 
 
 def test_ddp_two_ranks_train_and_report_scaling():
@@ -37,16 +39,31 @@ def test_ddp_two_ranks_train_and_report_scaling():
     res = {r["check"]: r for r in benchmarks.train_gpt2(full, prof, single=single)}
     assert res["train_gpt2"]["status"] == "skip" and res["train_gpt2"]["value"] > 0
     assert res["train_scaling"]["status"] == "skip"
-    assert res["train_scaling"]["value"] == pytest.approx(full["tokens_per_s_per_gpu"] / single["tokens_per_s_per_gpu"], rel=1e-2)
+    assert res["train_scaling"]["value"] == pytest.approx(
+        full["tokens_per_s_per_gpu"] / single["tokens_per_s_per_gpu"], rel=1e-2
+    )
     assert res["train_gpt2"]["detail"]["mfu"] is not None
 
     # The same figures as a run across two nodes would report them (the playbook test runs one for real):
     # scaled against this node's own single-node result, or an error that names the missing figure.
     across = dict(full, nnodes=2)
-    reference = {"check": "train_gpt2", "group": "benchmark", "status": "skip", "value": 1000, "reason": "r", "world_size": 1}
+    reference = {
+        "check": "train_gpt2",
+        "group": "benchmark",
+        "status": "skip",
+        "value": 1000,
+        "reason": "r",
+        "world_size": 1,
+    }
     train, scaling = benchmarks.train_gpt2(across, prof, reference=reference)
-    assert train["status"] == "skip" and "on 2 GPU(s) over 2 nodes" in train["reason"] and train["detail"]["nnodes"] == 2
-    assert scaling["check"] == "train_scaling" and scaling["status"] == "skip" and "not a performance figure" in scaling["reason"]
+    assert (
+        train["status"] == "skip" and "on 2 GPU(s) over 2 nodes" in train["reason"] and train["detail"]["nnodes"] == 2
+    )
+    assert (
+        scaling["check"] == "train_scaling"
+        and scaling["status"] == "skip"
+        and "not a performance figure" in scaling["reason"]
+    )
     assert scaling["value"] == pytest.approx(train["value"] / 1000, abs=1e-3)
     assert scaling["detail"]["tokens_per_s_per_gpu_one_node"] == 1000 and scaling["detail"]["world_size_one_node"] == 1
     (_, missing) = benchmarks.train_gpt2(across, prof, reference=None)

@@ -20,10 +20,14 @@ def _results(host: str) -> list[dict]:
 
 def _nccl_out(results: list[dict], group: str) -> dict:
     """The NCCL benchmark's output as the engine had it, from what its results kept in detail."""
-    coll = [r for r in results if r["group"] == group and r["check"] in
-            ("nccl_all_reduce", "nccl_all_gather", "nccl_reduce_scatter", "nccl_all_to_all")]
+    coll = [
+        r
+        for r in results
+        if r["group"] == group
+        and r["check"] in ("nccl_all_reduce", "nccl_all_gather", "nccl_reduce_scatter", "nccl_all_to_all")
+    ]
     base = {k: coll[0]["detail"][k] for k in ("method", "world_size", "nnodes", "backend", "rc", "nccl_log", "command")}
-    return {**base, "device": "cuda", "collectives": {r["check"][len("nccl_"):]: r["detail"]["rows"] for r in coll}}
+    return {**base, "device": "cuda", "collectives": {r["check"][len("nccl_") :]: r["detail"]["rows"] for r in coll}}
 
 
 @pytest.fixture(scope="module")
@@ -58,10 +62,24 @@ def test_a_real_network_transport_is_still_judged(profile):
 
 
 def test_no_scaling_result_from_a_one_gpu_node(profile):
-    full = {"device": "cuda", "rc": 0, "world_size": 1, "nnodes": 1, "tokens_per_s_per_gpu": 539168.0,
-            "tokens_per_s_total": 539168.0,
-            "ranks": [{"flops_per_token": 1.0e9, "step_s_median": 0.12, "loss_first": 11.0, "loss_last": 10.6,
-                       "peak_memory_gib": 28.5, "tokens_per_s_per_gpu": 539168.0}]}
+    full = {
+        "device": "cuda",
+        "rc": 0,
+        "world_size": 1,
+        "nnodes": 1,
+        "tokens_per_s_per_gpu": 539168.0,
+        "tokens_per_s_total": 539168.0,
+        "ranks": [
+            {
+                "flops_per_token": 1.0e9,
+                "step_s_median": 0.12,
+                "loss_first": 11.0,
+                "loss_last": 10.6,
+                "peak_memory_gib": 28.5,
+                "tokens_per_s_per_gpu": 539168.0,
+            }
+        ],
+    }
     single = {**full, "tokens_per_s_per_gpu": 538600.0}
     checks = [r["check"] for r in benchmarks.train_gpt2(full, profile, single=single)]
     assert checks == ["train_gpt2"]

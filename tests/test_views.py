@@ -189,7 +189,10 @@ def test_a_recording_without_the_parts_a_command_reads_is_refused_naming_them(tm
     assert cli.main(["hw", "--readings", str(path), "--json"]) == 0
     capsys.readouterr()
     assert cli.main(["check", "--readings", str(path)]) == 2
-    assert f"readings file {path}: expected an object with 'nvml' and 'host' (from `gpufleet collect`)" in capsys.readouterr().err
+    assert (
+        f"readings file {path}: expected an object with 'nvml' and 'host' (from `gpufleet collect`)"
+        in capsys.readouterr().err
+    )
     path.write_text("[]")
     assert cli.main(["status", "--readings", str(path), "--json"]) == 2
     assert f"readings file {path}: expected an object with 'nvml' (from `gpufleet collect`)" in capsys.readouterr().err
@@ -234,7 +237,7 @@ def hgx_like(tmp_path: Path, rec: dict) -> Tree:
     for i, g in enumerate(rec["gpus"]):
         numa = 0 if i < 4 else 1
         tree.pci(g["pci_bus_id"], vendor="0x10de", device="0x2330", cls="0x030200", driver="nvidia", numa_node=numa)
-        nic = f"0000:{0xc0 + i:02x}:00.0"
+        nic = f"0000:{0xC0 + i:02x}:00.0"
         tree.pci(nic, vendor="0x15b3", device="0x1021", cls="0x020700", driver="mlx5_core", numa_node=numa)
         down = i == len(rec["gpus"]) - 1
         tree.ib_port(f"mlx5_{i}", 1, bdf=nic, state="1: DOWN" if down else "4: ACTIVE",
@@ -268,8 +271,11 @@ def test_system_reading_of_a_two_socket_tree(tmp_path):
 def test_an_empty_infiniband_class_folder_is_no_infiniband(tmp_path):
     """ib_core loaded and no HCA (a cloud VM without InfiniBand): the folder exists and holds nothing."""
     (tmp_path / "sys/class/infiniband").mkdir(parents=True)
-    assert system.read_infiniband(tmp_path, {}) == {"present": False, "reason": f"{tmp_path}/sys/class/infiniband is empty",
-                                                    "hcas": []}
+    assert system.read_infiniband(tmp_path, {}) == {
+        "present": False,
+        "reason": f"{tmp_path}/sys/class/infiniband is empty",
+        "hcas": [],
+    }
 
 
 def test_hw_document_and_text_of_an_eight_gpu_node(tmp_path):

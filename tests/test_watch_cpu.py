@@ -48,31 +48,74 @@ def monitor(readings: list) -> dict:
     watch = ProcessWatch()
     for t, procs in readings:
         watch.note(0, t, procs)
-    return {"samples": len(readings), "interval_s": 0.2, "error": None, "started_epoch": EPOCH,
-            "per_gpu": {"0": {"pci_bus_id": PCI[0], "reasons": [], "throttled": []}},
-            "processes": watch.processes(), "foreign": watch.foreign(), "processes_unreadable": {}}
+    return {
+        "samples": len(readings),
+        "interval_s": 0.2,
+        "error": None,
+        "started_epoch": EPOCH,
+        "per_gpu": {"0": {"pci_bus_id": PCI[0], "reasons": [], "throttled": []}},
+        "processes": watch.processes(),
+        "foreign": watch.foreign(),
+        "processes_unreadable": {},
+    }
 
 
 def gpu_matmul(samples: list, mon: dict) -> dict:
     """A one-GPU matmul output as bench.matmul.run builds it, from the best shape's timed samples (TFLOPS)."""
     s = summarize(samples)
     shape = {"shape_mnk": [8192, 8192, 8192], "tflops": s}
-    per = {"bf16": {"tflops": s["median"], "tflops_max": s["max"], "best_shape_mnk": [8192] * 3, "samples_tflops": s,
-                    "per_shape": [shape]},
-           "device": {"name": "NVIDIA H200", "pci_bus_id": PCI[0][:-2], "uuid": UUID[0]}}
-    return {"benchmark": "matmul", "device": "cuda", "method": {"dtypes": ["bf16"]}, "versions": {},
-            "summary": {"bf16": {"tflops_min": s["median"], "tflops_median": s["median"], "tflops_max": s["median"],
-                                 "spread_pct": 0.0}},
-            "per_device": {"0": per}, "monitor": mon}
+    per = {
+        "bf16": {
+            "tflops": s["median"],
+            "tflops_max": s["max"],
+            "best_shape_mnk": [8192] * 3,
+            "samples_tflops": s,
+            "per_shape": [shape],
+        },
+        "device": {"name": "NVIDIA H200", "pci_bus_id": PCI[0][:-2], "uuid": UUID[0]},
+    }
+    return {
+        "benchmark": "matmul",
+        "device": "cuda",
+        "method": {"dtypes": ["bf16"]},
+        "versions": {},
+        "summary": {
+            "bf16": {
+                "tflops_min": s["median"],
+                "tflops_median": s["median"],
+                "tflops_max": s["median"],
+                "spread_pct": 0.0,
+            }
+        },
+        "per_device": {"0": per},
+        "monitor": mon,
+    }
 
 
 def gpu_memory(hbm_samples: list, mon: dict) -> dict:
     s = summarize(hbm_samples)
-    hbm = {"hbm_copy_gbps": s["median"], "samples_gbps": s, "bytes": 4 << 30, "correct": True, "uuid": UUID[0],
-           "pci_bus_id": PCI[0][:-2]}
-    return {"benchmark": "memory", "device": "cuda", "method": {}, "versions": {},
-            "summary": {"hbm_copy_gbps_min": s["median"], "hbm_spread_pct": 0.0, "h2d_gbps_min": None, "d2h_gbps_min": None},
-            "per_device": {"hbm": {"0": hbm}, "pcie": {}}, "monitor": mon}
+    hbm = {
+        "hbm_copy_gbps": s["median"],
+        "samples_gbps": s,
+        "bytes": 4 << 30,
+        "correct": True,
+        "uuid": UUID[0],
+        "pci_bus_id": PCI[0][:-2],
+    }
+    return {
+        "benchmark": "memory",
+        "device": "cuda",
+        "method": {},
+        "versions": {},
+        "summary": {
+            "hbm_copy_gbps_min": s["median"],
+            "hbm_spread_pct": 0.0,
+            "h2d_gbps_min": None,
+            "d2h_gbps_min": None,
+        },
+        "per_device": {"hbm": {"0": hbm}, "pcie": {}},
+        "monitor": mon,
+    }
 
 
 QUIET = monitor([(t / 5, [{"pid": os.getpid(), "name": "python3", "used_memory_mib": 2048}]) for t in range(50)])
@@ -105,7 +148,9 @@ def test_the_step_tree_holds_its_workers_and_not_other_processes(child):
     watch.note(0, 1.0, [{"pid": child.pid, "name": "python3", "used_memory_mib": 900}, DISTURB])
     watch.note(0, 2.5, [{"pid": child.pid, "name": "python3", "used_memory_mib": 950}])
     assert [(p["pid"], p["own"], p["first_s"], p["last_s"]) for p in watch.processes()] == [
-        (1, False, 1.0, 1.0), (child.pid, True, 1.0, 2.5)]
+        (1, False, 1.0, 1.0),
+        (child.pid, True, 1.0, 2.5),
+    ]
     assert watch.processes()[1]["used_memory_mib"] == 950 and watch.foreign() == watch.processes()[:1]
     watch.note(1, 3.0, None, "Not Supported")
     assert watch.unreadable == {1: "Not Supported"}
@@ -122,11 +167,19 @@ def test_the_sampler_keeps_when_each_slowdown_and_each_replay_was_seen():
     from gpufleet.bench.monitor import GpuMonitor
 
     mon = GpuMonitor()
-    for t, mask, replays in ((1.0, 0x4, 10), (1.2, 0x4 | 0x40, 10), (1.4, 0x4 | 0x40, 12), (1.6, 0x4, 12), (1.8, 0x8, None)):
+    for t, mask, replays in (
+        (1.0, 0x4, 10),
+        (1.2, 0x4 | 0x40, 10),
+        (1.4, 0x4 | 0x40, 12),
+        (1.6, 0x4, 12),
+        (1.8, 0x8, None),
+    ):
         mon.note_causes("0", t, mask, replays)
-    mon.per_gpu["0"] = {"pci_bus_id": PCI[0], "reasons_mask": 0x4c}
-    assert mon.causes["0"] == [{"what": "PCIe replays 10 -> 12", "t_s": [1.2, 1.4]},
-                               {"what": "HW thermal slowdown", "t_s": [1.2, 1.4]}]
+    mon.per_gpu["0"] = {"pci_bus_id": PCI[0], "reasons_mask": 0x4C}
+    assert mon.causes["0"] == [
+        {"what": "PCIe replays 10 -> 12", "t_s": [1.2, 1.4]},
+        {"what": "HW thermal slowdown", "t_s": [1.2, 1.4]},
+    ]
     summary = mon.summary()
     assert summary["per_gpu"]["0"]["causes"][-1] == {"what": "HW slowdown", "t_s": [1.8, 1.8]}  # still on at the end
     assert summary["started_monotonic"] == mon._t0
@@ -141,8 +194,14 @@ def test_a_foreign_process_mid_benchmark_is_measured_again_and_fails_the_node(h2
     samples = [790.0] * 8 + [400.0, 420.0, 380.0] + [700.0] * 9
     wait, calls = quiet_after(14.0)
     log: list = []
-    (res,) = watched("matmul", replay([gpu_matmul(samples, disturbed), gpu_matmul(HEALTHY, QUIET)]),
-                     benchmarks.matmul, h200, log=log, wait=wait)
+    (res,) = watched(
+        "matmul",
+        replay([gpu_matmul(samples, disturbed), gpu_matmul(HEALTHY, QUIET)]),
+        benchmarks.matmul,
+        h200,
+        log=log,
+        wait=wait,
+    )
     # Measured again once quiet: the second figure is the node's, and nothing disturbed it.
     assert calls == [120] and res["status"] == "pass" and res["trust"] == "clean" and res["value"] == 792.0
     first = res["detail"]["attempts"][0]
@@ -153,27 +212,43 @@ def test_a_foreign_process_mid_benchmark_is_measured_again_and_fails_the_node(h2
     # The node is not accepted: a workload shared its GPU while it was measured.
     node = foreign_processes("matmul", log)
     assert node["check"] == "matmul_processes" and node["status"] == "fail" and node["value"] == 1
-    assert ("while matmul measured them: pid 1 (gpu_disturb, 1002 MiB) on GPU 0 from 10:00:02Z to 10:00:07Z (attempt 1)"
-            in node["reason"])
+    assert (
+        "while matmul measured them: pid 1 (gpu_disturb, 1002 MiB) on GPU 0 from 10:00:02Z to 10:00:07Z (attempt 1)"
+        in node["reason"]
+    )
     assert schema.verdict([res, node]) == "fail"
 
 
 def test_a_gpu_that_never_becomes_quiet_is_an_error_naming_the_process(h200):
     disturbed = monitor([(t / 5, [DISTURB]) for t in range(50)])
     log: list = []
-    (res,) = watched("matmul", replay([gpu_matmul(HEALTHY, disturbed)] * 3), benchmarks.matmul, h200, log=log,
-                     wait=lambda s: {"quiet": False, "waited_s": s, "processes": [], "error": None})
+    (res,) = watched(
+        "matmul",
+        replay([gpu_matmul(HEALTHY, disturbed)] * 3),
+        benchmarks.matmul,
+        h200,
+        log=log,
+        wait=lambda s: {"quiet": False, "waited_s": s, "processes": [], "error": None},
+    )
     assert res["status"] == "error" and res["trust"] == "disturbed" and res["value"] is None
-    assert res["reason"].startswith("disturbed by pid 1 (gpu_disturb, 1002 MiB) on GPU 0 from 10:00:00Z to 10:00:09Z; "
-                                    "the GPUs did not become quiet within 120 s; the figure measured beside it (792.0 TFLOPS)")
+    assert res["reason"].startswith(
+        "disturbed by pid 1 (gpu_disturb, 1002 MiB) on GPU 0 from 10:00:00Z to 10:00:09Z; "
+        "the GPUs did not become quiet within 120 s; the figure measured beside it (792.0 TFLOPS)"
+    )
     # A disturbed figure never passes, though it cleared the minimum.
     assert res["detail"]["judged_as"]["status"] == "pass" and res["detail"]["disturbed_value"] == 792.0
     assert "flagged_gpus" not in res["detail"]  # a process is not a fault of the board
     assert res["class"] == "environment"  # nor does it follow the GPU to its next run
     # Quiet in time but disturbed again: bounded by disturbed_remeasure_max.
     dropped = HEALTHY[:19] + [400.0]
-    (again,) = watched("matmul", replay([gpu_matmul(dropped, disturbed)] * 3), benchmarks.matmul, h200,
-                       log=log, wait=quiet_after(1.0)[0])
+    (again,) = watched(
+        "matmul",
+        replay([gpu_matmul(dropped, disturbed)] * 3),
+        benchmarks.matmul,
+        h200,
+        log=log,
+        wait=quiet_after(1.0)[0],
+    )
     assert again["status"] == "error" and "still disturbed after 1 measurement(s) again" in again["reason"]
     assert again["detail"]["judged_as"]["status"] == "warn" and "flagged_gpus" not in again["detail"]
     assert len(again["detail"]["attempts"]) == 2
@@ -183,22 +258,31 @@ def test_a_foreign_process_in_a_soak_window_is_named_with_what_the_sampler_saw(h
     """The soak of the field report: another workload for 40 s of 150 s, windows 667, 384, 470, 666, 665 TFLOPS."""
     sampler = sampled(1, 150)
     for t in range(150):
-        sampler.note_processes(0, float(t), [{"pid": os.getpid(), "name": "python3", "used_memory_mib": 9000}]
-                               + ([DISTURB] if 35 <= t < 75 else []))
-    out = gpu_soak([[667.0, 384.0, 470.0, 666.0, 665.0]], gbps=[[4260.0, 2400.0, 3040.0, 4250.0, 4260.0]], sampler=sampler)
+        sampler.note_processes(
+            0,
+            float(t),
+            [{"pid": os.getpid(), "name": "python3", "used_memory_mib": 9000}] + ([DISTURB] if 35 <= t < 75 else []),
+        )
+    out = gpu_soak(
+        [[667.0, 384.0, 470.0, 666.0, 665.0]], gbps=[[4260.0, 2400.0, 3040.0, 4250.0, 4260.0]], sampler=sampler
+    )
     assert [e for e in out["sampler"]["events"] if e["kind"] == "process"] == [
-        {"kind": "process", "index": 0, "t_s": 35.0, "pid": 1, "name": "gpu_disturb", "used_memory_mib": 1002}]
+        {"kind": "process", "index": 0, "t_s": 35.0, "pid": 1, "name": "gpu_disturb", "used_memory_mib": 1002}
+    ]
     res = {r["check"]: r for r in soak_check.soak(out, h200)}["soak_slowdown"]
     assert res["status"] == "fail" and res["value"] == 43.7
-    assert ("GPU 0: bf16 matmul 384 TFLOPS in the window from 2026-11-23T10:00:30Z (30 s into the soak) and 1 window(s) "
-            "after it, 42.4% below its best windows' median 666.5 TFLOPS (lowest 384 TFLOPS, 42.4% below); the sampler saw "
-            "then: SM clock median 1980 MHz; power median 690 W; clock event reasons sw_power_cap; foreign process(es) "
-            "pid 1 (gpu_disturb, 1002 MiB)") in res["reason"]
+    assert (
+        "GPU 0: bf16 matmul 384 TFLOPS in the window from 2026-11-23T10:00:30Z (30 s into the soak) and 1 window(s) "
+        "after it, 42.4% below its best windows' median 666.5 TFLOPS (lowest 384 TFLOPS, 42.4% below); the sampler saw "
+        "then: SM clock median 1980 MHz; power median 690 W; clock event reasons sw_power_cap; foreign process(es) "
+        "pid 1 (gpu_disturb, 1002 MiB)"
+    ) in res["reason"]
     assert "GPU 0: HBM copy 2400 GB/s in the window from 2026-11-23T10:00:30Z" in res["reason"]
     # The soak is measured again once quiet; still disturbed, it is an error naming the process and its time.
     log: list = []
-    results = watched("soak", replay([out, out]), soak_check.soak, h200, log=log, confirm=False,
-                      wait=quiet_after(5.0)[0])
+    results = watched(
+        "soak", replay([out, out]), soak_check.soak, h200, log=log, confirm=False, wait=quiet_after(5.0)[0]
+    )
     assert {r["status"] for r in results} == {"error"} and {r["trust"] for r in results} == {"disturbed"}
     assert "disturbed by pid 1 (gpu_disturb, 1002 MiB) on GPU 0 from 10:00:35Z to 10:01:14Z" in results[0]["reason"]
 
@@ -209,8 +293,11 @@ def test_a_disturbed_soak_is_not_run_again_in_full(h200):
     long the soak was; the node is not accepted either way (soak_processes)."""
     sampler = sampled(1, 7200)
     for t in range(7200):
-        sampler.note_processes(0, float(t), [{"pid": os.getpid(), "name": "python3", "used_memory_mib": 9000}]
-                               + ([DISTURB] if 150 <= t < 230 else []))
+        sampler.note_processes(
+            0,
+            float(t),
+            [{"pid": os.getpid(), "name": "python3", "used_memory_mib": 9000}] + ([DISTURB] if 150 <= t < 230 else []),
+        )
     windows = [667.0] * 120
     windows[2], windows[3] = 384.0, 470.0  # the windows the process shared
     first = gpu_soak([windows], window_s=60.0, sampler=sampler)
@@ -222,13 +309,27 @@ def test_a_disturbed_soak_is_not_run_again_in_full(h200):
         return gpu_soak([[666.0] * n], window_s=plans[-1]["window_s"])
 
     log: list = []
-    results = {r["check"]: r for r in watched("soak", replay([first]), soak_check.soak, h200, log=log, confirm=False,
-                                              wait=quiet_after(3.0)[0], again=again, combine=soak_check.combined)}
+    results = {
+        r["check"]: r
+        for r in watched(
+            "soak",
+            replay([first]),
+            soak_check.soak,
+            h200,
+            log=log,
+            confirm=False,
+            wait=quiet_after(3.0)[0],
+            again=again,
+            combine=soak_check.combined,
+        )
+    }
     assert plans == [{"duration_s": 120.0, "window_s": 60.0}]  # two windows of the first soak's length, not 7200 s
     assert soak_check.disturbed_windows(first) == [2, 3]
     slow = results["soak_slowdown"]
     assert slow["status"] == "pass" and slow["detail"]["disturbed_windows"] == [2, 3]
-    assert slow["reason"].startswith("the soak (7200.6 s; windows 2, 3 disturbed, left out of the slowdown judgement): ")
+    assert slow["reason"].startswith(
+        "the soak (7200.6 s; windows 2, 3 disturbed, left out of the slowdown judgement): "
+    )
     assert "; those windows measured again once the GPUs were quiet (120.6 s): every window" in slow["reason"]
     assert [a["purpose"] for a in slow["detail"]["attempts"]] == ["first", "disturbed"]
     node = foreign_processes("soak", log)
@@ -259,8 +360,10 @@ def test_a_sample_far_below_the_median_is_not_yet_the_nodes_figure_on_one_gpu(h2
     hbm = [4280.0] * 14 + [2900.0, 3100.0, 4300.0, 4290.0, 3500.0, 4270.0]
     (res,) = benchmarks.memory(gpu_memory(hbm, QUIET), h200)
     assert res["status"] == "warn" and res["class"] == "environment" and res["remedy"]
-    assert ("the figure is not yet the node's: GPU 0 HBM copy: 2 of 20 samples more than 20% below its median 4280 GB/s "
-            "(lowest 2900, 32.24% below), with nothing seen on the GPU then") in res["reason"]
+    assert (
+        "the figure is not yet the node's: GPU 0 HBM copy: 2 of 20 samples more than 20% below its median 4280 GB/s "
+        "(lowest 2900, 32.24% below), with nothing seen on the GPU then"
+    ) in res["reason"]
     assert res["detail"]["sample_drop_threshold"]["key"] == "sample_drop_pct_max"
     assert "at most 12.3% below" in res["detail"]["sample_drop_threshold"]["source"]
     assert res["detail"]["measure_again"].startswith("samples fell: GPU 0 HBM copy")
@@ -275,8 +378,10 @@ def test_one_low_sample_with_nothing_seen_is_no_disturbance(h200):
     one_low = HEALTHY[:19] + [500.0]
     (res,) = watched("matmul", replay([gpu_matmul(one_low, QUIET)]), benchmarks.matmul, h200, log=[])
     assert res["status"] == "pass" and res["trust"] == "clean" and len(res["detail"]["attempts"]) == 1
-    assert "GPU 0 bf16 matmul: 1 of 20 samples more than 20% below its median 792 TFLOPS (lowest 500, 36.87% below), " \
-           "nothing seen then: one low sample is not a disturbance" in res["reason"]
+    assert (
+        "GPU 0 bf16 matmul: 1 of 20 samples more than 20% below its median 792 TFLOPS (lowest 500, 36.87% below), "
+        "nothing seen then: one low sample is not a disturbance" in res["reason"]
+    )
     slowed = copy.deepcopy(QUIET)
     slowed["per_gpu"]["0"]["causes"] = [{"what": "HW thermal slowdown", "t_s": [3.0, 3.4]}]
     (warned,) = benchmarks.matmul(gpu_matmul(one_low, slowed), h200)
@@ -287,8 +392,9 @@ def test_one_low_sample_with_nothing_seen_is_no_disturbance(h200):
 def test_a_flaky_result_passes_on_confirmation_with_both_figures_kept(h200):
     dropped = HEALTHY[:15] + [500.0] * 5
     log: list = []
-    (res,) = watched("matmul", replay([gpu_matmul(dropped, QUIET), gpu_matmul(HEALTHY, QUIET)]),
-                     benchmarks.matmul, h200, log=log)
+    (res,) = watched(
+        "matmul", replay([gpu_matmul(dropped, QUIET), gpu_matmul(HEALTHY, QUIET)]), benchmarks.matmul, h200, log=log
+    )
     assert res["status"] == "pass" and res["trust"] == "confirmed"
     assert "passed on confirmation (first 791.0, then 792.0 TFLOPS;" in res["reason"]
     assert "5 of 20 samples more than 20% below its median 791 TFLOPS" in res["reason"]
@@ -309,7 +415,9 @@ def test_a_clear_slow_result_fails_at_once_and_a_close_one_is_measured_again(h20
     # Samples around the 700 TFLOPS minimum: its interval reaches across it, so it is measured again until clear.
     close = [690.0 + (i % 7) * 3 for i in range(20)]
     clear = [740.0 + (i % 3) for i in range(20)]
-    (res,) = watched("matmul", replay([gpu_matmul(close, QUIET), gpu_matmul(clear, QUIET)]), benchmarks.matmul, h200, log=[])
+    (res,) = watched(
+        "matmul", replay([gpu_matmul(close, QUIET), gpu_matmul(clear, QUIET)]), benchmarks.matmul, h200, log=[]
+    )
     assert res["status"] == "pass" and res["trust"] == "confirmed" and len(res["detail"]["attempts"]) == 2
     assert "reaches across the minimum 700" in res["detail"]["attempts"][0]["confirm_why"][0]
     # Confirmation off (confirm_remeasure_max 0): measured once, the verdict stands on one figure.
@@ -324,8 +432,9 @@ def test_a_clear_slow_result_fails_at_once_and_a_close_one_is_measured_again(h20
 
 def test_samples_that_drop_again_and_again_are_inconclusive(h200):
     dropped = HEALTHY[:15] + [500.0] * 5
-    (res,) = watched("matmul", replay([gpu_matmul(copy.deepcopy(dropped), QUIET) for _ in range(4)]),
-                     benchmarks.matmul, h200, log=[])
+    (res,) = watched(
+        "matmul", replay([gpu_matmul(copy.deepcopy(dropped), QUIET) for _ in range(4)]), benchmarks.matmul, h200, log=[]
+    )
     assert res["status"] == "warn" and res["trust"] == "inconclusive" and res["reason"].startswith("inconclusive: ")
     assert len(res["detail"]["attempts"]) == 4 and "at most 3 measurement(s) again" in res["reason"]
     assert res["remedy"]
@@ -341,9 +450,16 @@ def test_a_result_without_a_figure_gets_no_trust(h200):
     error with no value, so it gets no trust, while the training figure beside it is clean."""
     out = gpu_train(300000.0, QUIET)
     out["full"] = dict(out["full"], nnodes=2, world_size=4)
-    res = {r["check"]: r for r in watched("train_gpt2", replay([out]),
-                                          lambda o, prof: benchmarks.train_gpt2(o["full"], prof, reference=None),
-                                          h200, log=[])}
+    res = {
+        r["check"]: r
+        for r in watched(
+            "train_gpt2",
+            replay([out]),
+            lambda o, prof: benchmarks.train_gpt2(o["full"], prof, reference=None),
+            h200,
+            log=[],
+        )
+    }
     scaling = res["train_scaling"]
     assert scaling["status"] == "error" and scaling["value"] is None and "single-node" in scaling["reason"]
     assert "trust" not in scaling and len(scaling["detail"]["attempts"]) == 1
@@ -359,13 +475,19 @@ def test_the_counters_after_the_benchmarks_list_processes_again(h200):
     readings = collect.load_recording("tests/data/readings/recorded-h200-x1-vm.json")
     readings["nvml"]["gpus"][0]["processes"] = []
     doc = host_documents.counters_host("after", readings)
-    assert [(r["check"], r["status"]) for r in doc["results"]] == [("snapshot_after", "pass"), ("fabric_after", "skip"),
-                                                                   ("processes_after", "pass")]
+    assert [(r["check"], r["status"]) for r in doc["results"]] == [
+        ("snapshot_after", "pass"),
+        ("fabric_after", "skip"),
+        ("processes_after", "pass"),
+    ]
     readings["nvml"]["gpus"][0]["processes"] = [dict(DISTURB, kinds=["compute"])]
     after = host_documents.counters_host("after", readings)["results"][2]
     assert after["status"] == "fail" and "after the benchmarks: " in after["reason"]
     assert "pid 1 (gpu_disturb, 1002 MiB)" in after["reason"]
-    assert [r["check"] for r in host_documents.counters_host("before", readings)["results"]] == ["snapshot_before", "fabric_before"]
+    assert [r["check"] for r in host_documents.counters_host("before", readings)["results"]] == [
+        "snapshot_before",
+        "fabric_before",
+    ]
 
 
 def test_a_window_behind_its_siblings_is_named_though_the_gpu_never_beat_it(h200):
@@ -373,8 +495,10 @@ def test_a_window_behind_its_siblings_is_named_though_the_gpu_never_beat_it(h200
     tflops = [[790.0] * 6, [791.0] * 6, [700.0, 700.0, 700.0, 700.0, 770.0, 770.0]]
     res = {r["check"]: r for r in soak_check.soak(gpu_soak(tflops), h200)}["soak_slowdown"]
     assert res["status"] == "fail"
-    assert ("GPU 2: bf16 matmul 700 TFLOPS in the window from 2026-11-23T10:00:00Z (0 s into the soak) and 3 window(s) "
-            "after it, 11.4% below the node's median GPU in that window (790 TFLOPS); the sampler saw then:") in res["reason"]
+    assert (
+        "GPU 2: bf16 matmul 700 TFLOPS in the window from 2026-11-23T10:00:00Z (0 s into the soak) and 3 window(s) "
+        "after it, 11.4% below the node's median GPU in that window (790 TFLOPS); the sampler saw then:"
+    ) in res["reason"]
     assert [g["index"] for g in res["detail"]["flagged_gpus"]] == [2]
 
 
@@ -383,8 +507,11 @@ def test_no_driver_lists_no_processes_after():
 
     doc = host_documents.counters_host("after", {"nvml": {"available": False, "error": nvml.NO_DRIVER}, "host": {}})
     # A reading with no host section at all: the fabric's snapshot cannot be taken from it.
-    assert [(r["check"], r["status"]) for r in doc["results"]] == [("snapshot_after", "skip"), ("fabric_after", "error"),
-                                                                   ("processes_after", "skip")]
+    assert [(r["check"], r["status"]) for r in doc["results"]] == [
+        ("snapshot_after", "skip"),
+        ("fabric_after", "error"),
+        ("processes_after", "skip"),
+    ]
 
 
 def test_the_engine_runs_benchmarks_watched():
@@ -403,17 +530,41 @@ def test_the_engine_runs_benchmarks_watched():
 def gpu_nccl(busbw: float, mon: dict, nnodes: int = 1) -> dict:
     """An NCCL output of two ranks as bench.nccl.run builds it, with the sampler's summary (bench.monitor.sampled)."""
     rows = [{"size_bytes": 1 << 30, "busbw_gbps": busbw, "algbw_gbps": busbw, "correct": True}]
-    return {"benchmark": "nccl", "device": "cuda", "rc": 0, "world_size": 2 * nnodes, "nnodes": nnodes, "nccl_log": {},
-            "collectives": {"all_reduce": rows}, "monitor": mon}
+    return {
+        "benchmark": "nccl",
+        "device": "cuda",
+        "rc": 0,
+        "world_size": 2 * nnodes,
+        "nnodes": nnodes,
+        "nccl_log": {},
+        "collectives": {"all_reduce": rows},
+        "monitor": mon,
+    }
 
 
 def gpu_train(tokens_per_s: float, mon: dict) -> dict:
     """The training gate's step output (host_documents.bench_host): one GPU, then both, under the sampler."""
+
     def gate(world):
-        rank = {"tokens_per_s_per_gpu": tokens_per_s, "flops_per_token": 8.6e8, "step_s_median": 0.12, "loss_first": 10.9,
-                "loss_last": 7.5, "peak_memory_gib": 30.0}
-        return {"benchmark": "train_gpt2", "device": "cuda", "nnodes": 1, "rc": 0, "world_size": world,
-                "tokens_per_s_per_gpu": tokens_per_s, "tokens_per_s_total": tokens_per_s * world, "ranks": [rank] * world}
+        rank = {
+            "tokens_per_s_per_gpu": tokens_per_s,
+            "flops_per_token": 8.6e8,
+            "step_s_median": 0.12,
+            "loss_first": 10.9,
+            "loss_last": 7.5,
+            "peak_memory_gib": 30.0,
+        }
+        return {
+            "benchmark": "train_gpt2",
+            "device": "cuda",
+            "nnodes": 1,
+            "rc": 0,
+            "world_size": world,
+            "tokens_per_s_per_gpu": tokens_per_s,
+            "tokens_per_s_total": tokens_per_s * world,
+            "ranks": [rank] * world,
+        }
+
     return {"device": "cuda", "single": gate(1), "full": gate(2), "monitor": mon}
 
 
@@ -428,8 +579,9 @@ DISTURBED = monitor([(t / 5, [OURS] + ([DISTURB] if 10 <= t < 30 else [])) for t
 def test_nccl_disturbed_mid_run_is_measured_again_and_fails_the_node(h200):
     wait, calls = quiet_after(3.0)
     log: list = []
-    res = watched("nccl", replay([gpu_nccl(200.0, DISTURBED), gpu_nccl(360.0, QUIET)]),
-                  benchmarks.nccl, h200, log=log, wait=wait)
+    res = watched(
+        "nccl", replay([gpu_nccl(200.0, DISTURBED), gpu_nccl(360.0, QUIET)]), benchmarks.nccl, h200, log=log, wait=wait
+    )
     (allreduce,) = res
     # The collective beside the workload measured 200 GB/s; once quiet, 360 is the node's figure.
     assert calls == [120] and allreduce["check"] == "nccl_all_reduce" and allreduce["status"] == "pass"
@@ -450,11 +602,12 @@ def test_a_training_gate_never_quiet_is_an_error_naming_the_process(h200):
         return {"quiet": False, "waited_s": wait_s, "processes": [dict(DISTURB, index=0, own=False)], "error": None}
 
     log: list = []
-    res = watched("train_gpt2", replay([gpu_train(300000.0, DISTURBED)]), train_judge, h200, log=log,
-                  wait=never_quiet)
+    res = watched("train_gpt2", replay([gpu_train(300000.0, DISTURBED)]), train_judge, h200, log=log, wait=never_quiet)
     assert calls == [120] and [r["check"] for r in res] == ["train_gpt2", "train_scaling"]
     for r in res:  # the slow figure beside the workload is never held against the GPUs, nor passed
-        assert r["status"] == "error" and r["trust"] == "disturbed" and r["class"] == "environment" and r["value"] is None
+        assert (
+            r["status"] == "error" and r["trust"] == "disturbed" and r["class"] == "environment" and r["value"] is None
+        )
         assert r["reason"].startswith("disturbed by pid 1 (gpu_disturb, 1002 MiB) on GPU 0 from 10:00:02Z")
         assert "did not become quiet within 120 s" in r["reason"] and "flagged_gpus" not in r["detail"]
     assert res[0]["detail"]["disturbed_value"] == 300000
@@ -464,8 +617,15 @@ def test_a_training_gate_never_quiet_is_an_error_naming_the_process(h200):
 def test_across_nodes_a_disturbed_step_is_not_measured_again(h200):
     wait, calls = quiet_after(1.0)
     log: list = []
-    res = watched("nccl", replay([gpu_nccl(40.0, DISTURBED, nnodes=2)]), benchmarks.nccl, h200, log=log,
-                  wait=wait, not_again="every node of the run would have to measure again with it")
+    res = watched(
+        "nccl",
+        replay([gpu_nccl(40.0, DISTURBED, nnodes=2)]),
+        benchmarks.nccl,
+        h200,
+        log=log,
+        wait=wait,
+        not_again="every node of the run would have to measure again with it",
+    )
     assert calls == [] and len(log) == 1  # no wait, one measurement
     assert [r["check"] for r in res] == ["nccl_all_reduce", "nccl_transport"]
     for r in res:
@@ -477,22 +637,43 @@ def test_across_nodes_a_disturbed_step_is_not_measured_again(h200):
 def test_a_disturbed_fine_tune_is_an_error_never_a_pass(h200):
     from gpufleet.finetune import results
 
-    out = {"benchmark": "finetune", "device": "cuda", "rc": 0, "world_size": 1, "steps": 40, "losses": [2.0, 1.8, 1.5, 1.2],
-           "loss_first": 2.0, "loss_last": 1.2, "eval_loss_first": 1.9, "eval_loss": 1.3, "tokens_per_s_per_gpu": 9000.0,
-           "model": {"name": "Qwen/Qwen2-0.5B"}, "seconds": 300.0}
+    out = {
+        "benchmark": "finetune",
+        "device": "cuda",
+        "rc": 0,
+        "world_size": 1,
+        "steps": 40,
+        "losses": [2.0, 1.8, 1.5, 1.2],
+        "loss_first": 2.0,
+        "loss_last": 1.2,
+        "eval_loss_first": 1.9,
+        "eval_loss": 1.3,
+        "tokens_per_s_per_gpu": 9000.0,
+        "model": {"name": "Qwen/Qwen2-0.5B"},
+        "seconds": 300.0,
+    }
     (clean,) = results.to_results(out, h200)
     assert clean["status"] == "pass"  # the same figures, measured alone, pass
     wait, calls = quiet_after(1.0)
     log: list = []
-    (res,) = watched("finetune", replay([dict(out, monitor=DISTURBED)]), results.to_results, h200, log=log,
-                     wait=wait, not_again="a fine-tune takes too long to run twice")
+    (res,) = watched(
+        "finetune",
+        replay([dict(out, monitor=DISTURBED)]),
+        results.to_results,
+        h200,
+        log=log,
+        wait=wait,
+        not_again="a fine-tune takes too long to run twice",
+    )
     assert calls == [] and res["group"] == "finetune"
     assert res["status"] == "error" and res["class"] == "environment" and res["trust"] == "disturbed"
     assert res["value"] is None and res["detail"]["disturbed_value"] == 9000
     assert "pid 1 (gpu_disturb, 1002 MiB) on GPU 0" in res["reason"] and "a fine-tune takes too long" in res["reason"]
     assert [p["pid"] for p in res["detail"]["attempts"][0]["processes"]] == [os.getpid(), 1]  # the evidence
     node = foreign_processes("finetune", log)
-    assert node["check"] == "finetune_processes" and node["status"] == "fail" and failure_class.of(node) == "environment"
+    assert (
+        node["check"] == "finetune_processes" and node["status"] == "fail" and failure_class.of(node) == "environment"
+    )
 
 
 def test_the_engine_watches_nccl_and_the_training_gate():

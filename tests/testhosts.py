@@ -37,8 +37,11 @@ TOOLS = ("ip", "sshd", "ssh", "ssh-keygen", "chroot", "mount", "umount", "mountp
 TOOL_PATH = f"{BIN}:{os.environ.get('PATH', '')}:/usr/sbin:/sbin"
 # The hosts see this machine's root, but with fresh /tmp and /run: the checkout and the Python environment
 # (gpufleet_python) are bound in read-only at their own paths, wherever they are.
-SHARED = [f"{p}:{p}" for p in sorted({str(REPO), sys.prefix})
-          if not any(p != q and p.startswith(q + "/") for q in (str(REPO), sys.prefix))]
+SHARED = [
+    f"{p}:{p}"
+    for p in sorted({str(REPO), sys.prefix})
+    if not any(p != q and p.startswith(q + "/") for q in (str(REPO), sys.prefix))
+]
 
 
 def skip_reason() -> str | None:
@@ -47,8 +50,10 @@ def skip_reason() -> str | None:
         return "needs root: the test hosts are network namespaces, veth pairs and overlay mounts"
     missing = [t for t in TOOLS if not shutil.which(t, path=TOOL_PATH)]
     if missing:
-        return (f"missing {', '.join(missing)}: apt-get install openssh-server openssh-client iproute2, or as root "
-                "make test SYSTEM_DEPS=install")
+        return (
+            f"missing {', '.join(missing)}: apt-get install openssh-server openssh-client iproute2, or as root "
+            "make test SYSTEM_DEPS=install"
+        )
     return None
 
 
@@ -83,7 +88,9 @@ class TestFleet:
         # Short: ssh's control sockets live under it and a socket path is at most 108 bytes.
         self.state = Path(tempfile.mkdtemp(prefix=f"{tag}-"))
         self.key = self.state / "id_ed25519"
-        self.hosts = {name: (f"{tag}-{i}", f"10.{net}.{i + 1}.1", f"10.{net}.{i + 1}.2") for i, name in enumerate(names)}
+        self.hosts = {
+            name: (f"{tag}-{i}", f"10.{net}.{i + 1}.1", f"10.{net}.{i + 1}.2") for i, name in enumerate(names)
+        }
         self.claims: list = []  # claim()'s locks, held from __enter__ to close()
 
     # ------------------------------------------------------------ life cycle
@@ -102,17 +109,39 @@ class TestFleet:
 
     def _up(self) -> None:
         env = _env()
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"gpufleet-{self.tag}", "-f", str(self.key)],
-                       check=True, env=env)
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"gpufleet-{self.tag}", "-f", str(self.key)],
+            check=True,
+            env=env,
+        )
         for name, (netns, host_ip, node_ip) in self.hosts.items():
             # A run that was killed may have left its namespace and veth behind.
-            subprocess.run(["bash", str(TESTHOST), "down", name, netns, str(self.state)], env=env, capture_output=True,
-                           timeout=120)
-            up = subprocess.run(["bash", str(TESTHOST), "up", name, netns, host_ip, node_ip, str(self.state),
-                                 f"{self.key}.pub", *self.shared], env=env, capture_output=True, text=True, timeout=120)
+            subprocess.run(
+                ["bash", str(TESTHOST), "down", name, netns, str(self.state)], env=env, capture_output=True, timeout=120
+            )
+            up = subprocess.run(
+                [
+                    "bash",
+                    str(TESTHOST),
+                    "up",
+                    name,
+                    netns,
+                    host_ip,
+                    node_ip,
+                    str(self.state),
+                    f"{self.key}.pub",
+                    *self.shared,
+                ],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
             if up.returncode != 0:
                 raise RuntimeError(f"test host {name} did not come up: {up.stderr[-2000:]}")
-            subprocess.run(["ip", "-n", netns, "route", "add", f"10.{self.net}.0.0/16", "via", host_ip], check=True, env=env)
+            subprocess.run(
+                ["ip", "-n", netns, "route", "add", f"10.{self.net}.0.0/16", "via", host_ip], check=True, env=env
+            )
             Path(f"/proc/sys/net/ipv4/conf/{netns}-h/forwarding").write_text("1\n")
 
     def close(self) -> None:
@@ -126,8 +155,9 @@ class TestFleet:
     def _down(self) -> None:
         env = _env()
         for name, (netns, _, _) in self.hosts.items():
-            subprocess.run(["bash", str(TESTHOST), "down", name, netns, str(self.state)], env=env, capture_output=True,
-                           timeout=120)
+            subprocess.run(
+                ["bash", str(TESTHOST), "down", name, netns, str(self.state)], env=env, capture_output=True, timeout=120
+            )
         # Never delete through a mount that is still there: the hosts' /dev is this machine's, bound in.
         mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
         if not any(m == str(self.state) or m.startswith(f"{self.state}/") for m in mounts):
@@ -144,8 +174,11 @@ class TestFleet:
 
     def ssh_env(self) -> dict:
         """Environment for ansible-playbook: root logins, modules down the ssh channel (pipelining)."""
-        return {"ANSIBLE_SSH_CONTROL_PATH_DIR": str(self.state / "cp"), "ANSIBLE_HOST_KEY_CHECKING": "false",
-                "ANSIBLE_PIPELINING": "true"}
+        return {
+            "ANSIBLE_SSH_CONTROL_PATH_DIR": str(self.state / "cp"),
+            "ANSIBLE_HOST_KEY_CHECKING": "false",
+            "ANSIBLE_PIPELINING": "true",
+        }
 
     def host_vars(self, name: str) -> dict:
         # Per node: gloo must use the namespace's own interface (every host shares this machine's host name),
@@ -153,7 +186,9 @@ class TestFleet:
         env = {"GLOO_SOCKET_IFNAME": "eth0", "OMP_NUM_THREADS": 1, "GPUFLEET_TEST_NODE": name}
         return {"ansible_host": self.address(name), "gpufleet_node_env": env}
 
-    def inventory(self, path: Path, names: list[str] | None = None, host_vars: dict | None = None, **group_vars) -> Path:
+    def inventory(
+        self, path: Path, names: list[str] | None = None, host_vars: dict | None = None, **group_vars
+    ) -> Path:
         """An inventory of these hosts in group gpu_nodes, in the order given; host_vars: name -> extra vars."""
         common = {
             "ansible_connection": "ssh",
@@ -161,14 +196,15 @@ class TestFleet:
             "ansible_python_interpreter": "/usr/bin/python3",
             "ansible_ssh_private_key_file": str(self.key),
             "ansible_ssh_common_args": "-o UserKnownHostsFile=/dev/null -o StrictHostKeyChecking=no "
-                                       "-o IdentitiesOnly=yes -o ConnectTimeout=10",
+            "-o IdentitiesOnly=yes -o ConnectTimeout=10",
             # The overlay's lower layer is this machine's root: the same interpreter, engine and torch are there.
             "gpufleet_python": str(BIN / "python"),
             **group_vars,
         }
         nodes = {n: {**self.host_vars(n), **(host_vars or {}).get(n, {})} for n in (names or self.names)}
-        path.write_text(yaml.safe_dump({"all": {"vars": common, "children": {"gpu_nodes": {"hosts": nodes}}}},
-                                       sort_keys=False))
+        path.write_text(
+            yaml.safe_dump({"all": {"vars": common, "children": {"gpu_nodes": {"hosts": nodes}}}}, sort_keys=False)
+        )
         return path
 
     def pids(self, name: str, *marks: str) -> list[int]:
@@ -203,17 +239,53 @@ class TestFleet:
         sshd lives in (`ip netns exec` gave it one of its own, with the namespace's sysfs): the host's checks and
         counters then read that tree, and what the test writes into it later."""
         (sshd,) = [pid for pid in self.pids(name, "sshd_config_gpufleet_testhost")]
-        subprocess.run(["nsenter", "-t", str(sshd), "-m", "mount", "--bind", str(sys_dir), str(self.root(name) / "sys")],
-                       check=True, env=_env(), capture_output=True)
+        subprocess.run(
+            ["nsenter", "-t", str(sshd), "-m", "mount", "--bind", str(sys_dir), str(self.root(name) / "sys")],
+            check=True,
+            env=_env(),
+            capture_output=True,
+        )
 
     def slow_link(self, name: str, rate: str) -> None:
         """Limit the host's link to `rate` (tc syntax, e.g. 2mbit) both ways."""
         netns = self.hosts[name][0]
         env = _env()
-        for cmd in (["tc", "qdisc", "replace", "dev", f"{netns}-h", "root", "tbf", "rate", rate, "burst", "32kbit",
-                     "latency", "400ms"],
-                    ["ip", "netns", "exec", netns, "tc", "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", rate,
-                     "burst", "32kbit", "latency", "400ms"]):
+        for cmd in (
+            [
+                "tc",
+                "qdisc",
+                "replace",
+                "dev",
+                f"{netns}-h",
+                "root",
+                "tbf",
+                "rate",
+                rate,
+                "burst",
+                "32kbit",
+                "latency",
+                "400ms",
+            ],
+            [
+                "ip",
+                "netns",
+                "exec",
+                netns,
+                "tc",
+                "qdisc",
+                "replace",
+                "dev",
+                "eth0",
+                "root",
+                "tbf",
+                "rate",
+                rate,
+                "burst",
+                "32kbit",
+                "latency",
+                "400ms",
+            ],
+        ):
             subprocess.run(cmd, check=True, env=env, capture_output=True)
 
     # Poll a condition until it holds (tests/waiting.py).

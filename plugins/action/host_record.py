@@ -15,7 +15,6 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.record_module imp
 
 
 class ActionModule(ActionBase):
-
     _requires_connection = False
 
     def run(self, tmp=None, task_vars=None):

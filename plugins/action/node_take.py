@@ -16,12 +16,25 @@ import time
 
 from ansible.errors import AnsibleConnectionFailure
 from ansible.plugins.action import ActionBase
-from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_process import EngineError, run_json, stop_with_controller
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_process import (
+    EngineError,
+    run_json,
+    stop_with_controller,
+)
 from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_schema import result
 from ansible_collections.gpufleet.cluster.plugins.module_utils.lock_module import lock_argument_spec
 
 ARGUMENT_SPEC = dict(lock_argument_spec(), controller_python={"type": "path"}, engine_src={"type": "path"})
-LOCK_ARGS = ("python", "path", "run_id", "holder", "ttl_s", "controller", "dead_runs", "node_env")  # wait_s: when waiting
+LOCK_ARGS = (
+    "python",
+    "path",
+    "run_id",
+    "holder",
+    "ttl_s",
+    "controller",
+    "dead_runs",
+    "node_env",
+)  # wait_s: when waiting
 
 
 def utc_now():
@@ -40,18 +53,32 @@ def lock_result(lock, args, started=None):
             reason += "; took over the stale lock of run %s: %s" % (previous, stale.get("reason"))
         remedy = None
     else:
-        reason = "not measured: %s. Figures taken while another run loads the GPUs would be neither run's" % lock.get("reason")
-        remedy = ("wait for that run to finish and re-run with --limit %s (gpufleet_lock_wait_s=SECONDS waits for it); if "
-                  "it was stopped on another controller, its lock is stale when its lease runs out (or remove %s on the "
-                  "node once sure it is dead)" % (args["holder"], args["path"]))
-    return result("node_lock", "pass" if acquired else "error", reason, group="lock", remedy=remedy,
-                  started=started or utc_now(), seconds=0.0,
-                  detail={"path": args["path"], "record": lock.get("record"), "stale": stale,
-                          "waited_s": lock.get("waited_s") or 0})
+        reason = "not measured: %s. Figures taken while another run loads the GPUs would be neither run's" % lock.get(
+            "reason"
+        )
+        remedy = (
+            "wait for that run to finish and re-run with --limit %s (gpufleet_lock_wait_s=SECONDS waits for it); if "
+            "it was stopped on another controller, its lock is stale when its lease runs out (or remove %s on the "
+            "node once sure it is dead)" % (args["holder"], args["path"])
+        )
+    return result(
+        "node_lock",
+        "pass" if acquired else "error",
+        reason,
+        group="lock",
+        remedy=remedy,
+        started=started or utc_now(),
+        seconds=0.0,
+        detail={
+            "path": args["path"],
+            "record": lock.get("record"),
+            "stale": stale,
+            "waited_s": lock.get("waited_s") or 0,
+        },
+    )
 
 
 class NodeTake(ActionBase):
-
     _requires_connection = True
 
     def take(self, args, task_vars, first=None):
@@ -61,12 +88,20 @@ class NodeTake(ActionBase):
         lock_args = dict((k, args[k]) for k in LOCK_ARGS)
         lock = first if first is not None else self._lock(lock_args, task_vars)
         held_here = (lock.get("record") or {}).get("controller") or {}
-        if not lock.get("failed") and lock.get("acquired") is False and held_here.get("host") == args["controller"].get("host"):
+        if (
+            not lock.get("failed")
+            and lock.get("acquired") is False
+            and held_here.get("host") == args["controller"].get("host")
+        ):
             # A run killed from another reports folder of this controller is not in dead_runs: ask this controller
             # whether the holder's ansible-playbook still runs, and take the node over when it does not.
-            dummy, alive = run_json(args["controller_python"] or sys.executable,
-                                    ["run", "alive", "--controller", json.dumps(held_here, sort_keys=True)], 60,
-                                    "the controller", engine_src=args["engine_src"])
+            dummy, alive = run_json(
+                args["controller_python"] or sys.executable,
+                ["run", "alive", "--controller", json.dumps(held_here, sort_keys=True)],
+                60,
+                "the controller",
+                engine_src=args["engine_src"],
+            )
             if alive.get("alive") is False:
                 lock = self._lock(dict(lock_args, dead_runs=args["dead_runs"] + [lock["record"]["run_id"]]), task_vars)
         if not lock.get("failed") and lock.get("acquired") is False and args["wait_s"] > 0:
@@ -74,14 +109,15 @@ class NodeTake(ActionBase):
         return lock
 
     def _lock(self, module_args, task_vars):
-        lock = self._execute_module(module_name="gpufleet.cluster.node_lock", module_args=module_args, task_vars=task_vars)
+        lock = self._execute_module(
+            module_name="gpufleet.cluster.node_lock", module_args=module_args, task_vars=task_vars
+        )
         if lock.get("unreachable"):
             raise AnsibleConnectionFailure(lock.get("msg") or "the node did not answer")
         return lock
 
 
 class ActionModule(NodeTake):
-
     def run(self, tmp=None, task_vars=None):
         results = super(ActionModule, self).run(tmp, task_vars)
         dummy, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)

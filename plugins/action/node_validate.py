@@ -41,8 +41,9 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.record_module imp
 display = Display()
 
 REMEDY_DEFAULT = "read the reason, fix the node or the input and re-run validate.yml"
-REMEDY_UNREACHABLE = ("check the inventory address, ssh access (ansible_user, keys) and that the node is up; then "
-                      "re-run with --limit")
+REMEDY_UNREACHABLE = (
+    "check the inventory address, ssh access (ansible_user, keys) and that the node is up; then re-run with --limit"
+)
 
 # The engine's writer of host documents (what `gpufleet record` runs), imported once in Ansible's main process,
 # which loads this plugin before forking the workers that run it: the installed engine (pip install
@@ -83,17 +84,31 @@ ARGUMENT_SPEC = {
 
 
 def error_result(check, group, reason, remedy, klass, detail):
-    return result(check, "error", reason, group=group, remedy=remedy, detail=detail, failure_class=klass,
-                  started=utc_now(), seconds=0.0)
+    return result(
+        check,
+        "error",
+        reason,
+        group=group,
+        remedy=remedy,
+        detail=detail,
+        failure_class=klass,
+        started=utc_now(),
+        seconds=0.0,
+    )
 
 
 def group_error(group, res):
     """The `error` result of a group whose module could not answer."""
     msg = res.get("msg") or "the %s module failed without a message" % group
     stderr = res.get("stderr") or ""
-    return error_result("engine", group, msg, res.get("remedy") or REMEDY_DEFAULT,
-                        "environment" if "No space left on device" in msg + stderr else "software",
-                        {"rc": res.get("rc"), "stderr": stderr, "cmd": res.get("cmd")})
+    return error_result(
+        "engine",
+        group,
+        msg,
+        res.get("remedy") or REMEDY_DEFAULT,
+        "environment" if "No space left on device" in msg + stderr else "software",
+        {"rc": res.get("rc"), "stderr": stderr, "cmd": res.get("cmd")},
+    )
 
 
 def stage_line(host, stage, what, lock=None, ran=()):
@@ -114,7 +129,6 @@ def stage_line(host, stage, what, lock=None, ran=()):
 
 
 class ActionModule(NodeTake):
-
     _requires_connection = True
 
     def run(self, tmp=None, task_vars=None):
@@ -127,14 +141,21 @@ class ActionModule(NodeTake):
         stop_with_controller()
         self._lock_spec = dict((k, lock_args[k]) for k in ("path", "run_id", "holder"))
         bench = args["benchmark_args"]
-        release = {"module": "node_lock", "name": "release",
-                   "args": dict(dict((k, lock_args[k]) for k in ("python", "path", "run_id", "holder")), state="released")}
+        release = {
+            "module": "node_lock",
+            "name": "release",
+            "args": dict(dict((k, lock_args[k]) for k in ("python", "path", "run_id", "holder")), state="released"),
+        }
         checks = [{"module": g, "args": args["check_args"]} for g in CHECK_GROUPS]
-        checks.append({"module": "gpu_counters", "name": "counters_before", "args": dict(args["check_args"], phase="before")})
+        checks.append(
+            {"module": "gpu_counters", "name": "counters_before", "args": dict(args["check_args"], phase="before")}
+        )
         second = []
         if bench:
-            second = [{"module": "benchmark", "args": bench},
-                      {"module": "gpu_counters", "name": "counters_after", "args": dict(args["check_args"], phase="after")}]
+            second = [
+                {"module": "benchmark", "args": bench},
+                {"module": "gpu_counters", "name": "counters_after", "args": dict(args["check_args"], phase="after")},
+            ]
         if args["release"]:
             second.append(release)
 
@@ -166,9 +187,16 @@ class ActionModule(NodeTake):
         except AnsibleConnectionFailure as exc:
             lost = str(exc)
             if lock is None:
-                errors.append(error_result("reachable", "connection", "node did not answer: %s" % (lost or "no message"),
-                                           REMEDY_UNREACHABLE, "environment",
-                                           {"ansible_host": task_vars.get("ansible_host", host)}))
+                errors.append(
+                    error_result(
+                        "reachable",
+                        "connection",
+                        "node did not answer: %s" % (lost or "no message"),
+                        REMEDY_UNREACHABLE,
+                        "environment",
+                        {"ansible_host": task_vars.get("ansible_host", host)},
+                    )
+                )
             else:
                 errors.append(group_error("gpu_inventory", {"msg": "the node was lost during the checks: %s" % lost}))
         except EngineError as exc:  # `gpufleet run alive` on this controller could not answer
@@ -197,8 +225,11 @@ class ActionModule(NodeTake):
         document = dict(args["document"])
         if docs:
             document.update(docs[0][1])
-        document.update(host=host, seconds=round(sum(d.get("seconds") or 0 for dummy, d in docs), 4),
-                        results=lock_results + [r for dummy, d in docs for r in d.get("results") or []] + errors)
+        document.update(
+            host=host,
+            seconds=round(sum(d.get("seconds") or 0 for dummy, d in docs), 4),
+            results=lock_results + [r for dummy, d in docs for r in d.get("results") or []] + errors,
+        )
         path = self._write(args, host, document)
         if isinstance(path, dict):
             # The document could not be written: the task fails, saying why, and the node leaves the later plays;
@@ -212,25 +243,40 @@ class ActionModule(NodeTake):
 
         benchmark = [d for name, d in docs if name == "benchmark"]
         trains = [r for d in benchmark for r in d.get("results") or [] if r.get("check") == "train_gpt2"]
-        why = ("the node did not answer" if not reachable else
-               "another run holds it" if not locked and not errors else
-               "a module could not run on it (%s)" % ", ".join(dict.fromkeys(e["group"] for e in errors)) if errors else "")
+        why = (
+            "the node did not answer"
+            if not reachable
+            else "another run holds it"
+            if not locked and not errors
+            else "a module could not run on it (%s)" % ", ".join(dict.fromkeys(e["group"] for e in errors))
+            if errors
+            else ""
+        )
         counts = {}
         for r in document["results"]:
             counts[r.get("status")] = counts.get(r.get("status"), 0) + 1
         results.update(
-            changed=False, path=path, steps=[name for name, dummy in docs], status_counts=counts,
+            changed=False,
+            path=path,
+            steps=[name for name, dummy in docs],
+            status_counts=counts,
             ansible_facts={
-                "validate_node_reachable": reachable, "validate_node_locked": locked,
+                "validate_node_reachable": reachable,
+                "validate_node_locked": locked,
                 "validate_node_lock_held": locked and not released,
-                "validate_node_lock_results": lock_results, "validate_node_errors": errors,
+                "validate_node_lock_results": lock_results,
+                "validate_node_errors": errors,
                 # Read by the entry point nccl_multinode: the node's own train_gpt2 figure for the scaling across nodes.
                 "validate_node_benchmark": {"gpufleet": {"results": trains}} if benchmark else {},
                 # Read by nccl_multinode and finetune_multinode: a node that was not reached, that another run holds,
                 # or where a module could not run, stays out of the runs across nodes so it cannot hold the others up.
-                "validate_node_multinode": {"wanted": args["multinode"], "ready": reachable and locked and not errors,
-                                            "why": why},
-            })
+                "validate_node_multinode": {
+                    "wanted": args["multinode"],
+                    "ready": reachable and locked and not errors,
+                    "why": why,
+                },
+            },
+        )
         if lost:
             results.update(msg=lost, node_lost=True)
             display.warning("%s: %s; what it measured before is in its host document" % (host, lost))
@@ -240,8 +286,14 @@ class ActionModule(NodeTake):
         """Check mode: nothing measured and nothing written. The node is asked only who holds its lock (the lock
         module in check mode reads it), which also shows that it answers and that gpufleet_python runs the engine;
         the facts say what a real run would do there (validate_node_check_plan, read by check_mode_plan.yml)."""
-        plan = {"reachable": True, "engine": None, "lock": None, "checks": list(CHECK_GROUPS) + ["counters"],
-                "benchmarks": list((bench or {}).get("benchmarks") or []), "tier": (bench or {}).get("tier")}
+        plan = {
+            "reachable": True,
+            "engine": None,
+            "lock": None,
+            "checks": list(CHECK_GROUPS) + ["counters"],
+            "benchmarks": list((bench or {}).get("benchmarks") or []),
+            "tier": (bench or {}).get("tier"),
+        }
         try:
             lock = self._steps([lock_step], task_vars)[0]["result"]
         except AnsibleConnectionFailure as exc:
@@ -252,31 +304,49 @@ class ActionModule(NodeTake):
         elif lock is not None:
             record = lock.get("record") or {}
             holders = record.get("holders") or {}
-            plan["lock"] = ("held by run %s (taken %s, for %s): a real run waits gpufleet_lock_wait_s for it, or takes it "
-                            "over if its holder is gone" % (record.get("run_id"), record.get("taken"), ", ".join(sorted(holders)))
-                            if holders else "free")
-        display.display("[%s] gpufleet: check mode: would run %s; benchmarks %s" % (
-            host, ", ".join(plan["checks"]), ", ".join(plan["benchmarks"]) or "none"))
+            plan["lock"] = (
+                "held by run %s (taken %s, for %s): a real run waits gpufleet_lock_wait_s for it, or takes it "
+                "over if its holder is gone" % (record.get("run_id"), record.get("taken"), ", ".join(sorted(holders)))
+                if holders
+                else "free"
+            )
+        display.display(
+            "[%s] gpufleet: check mode: would run %s; benchmarks %s"
+            % (host, ", ".join(plan["checks"]), ", ".join(plan["benchmarks"]) or "none")
+        )
         results.update(
-            changed=False, msg="check mode: nothing measured or written", ansible_facts={
-                "validate_node_check_plan": plan, "validate_node_reachable": plan["reachable"],
-                "validate_node_locked": False, "validate_node_lock_held": False, "validate_node_lock_results": [],
-                "validate_node_errors": [], "validate_node_benchmark": {},
-                "validate_node_multinode": {"wanted": multinode, "ready": False, "why": "check mode"}})
+            changed=False,
+            msg="check mode: nothing measured or written",
+            ansible_facts={
+                "validate_node_check_plan": plan,
+                "validate_node_reachable": plan["reachable"],
+                "validate_node_locked": False,
+                "validate_node_lock_held": False,
+                "validate_node_lock_results": [],
+                "validate_node_errors": [],
+                "validate_node_benchmark": {},
+                "validate_node_multinode": {"wanted": multinode, "ready": False, "why": "check mode"},
+            },
+        )
         return results
 
     def _steps(self, steps, task_vars):
         """The steps run on the node by one gpufleet.cluster.node_steps module."""
         if not steps:
             return []
-        res = self._execute_module(module_name="gpufleet.cluster.node_steps", task_vars=task_vars,
-                                   module_args={"steps": steps, "node_env": self._node_env, "lock": self._lock_spec})
+        res = self._execute_module(
+            module_name="gpufleet.cluster.node_steps",
+            task_vars=task_vars,
+            module_args={"steps": steps, "node_env": self._node_env, "lock": self._lock_spec},
+        )
         if res.get("unreachable"):
             raise AnsibleConnectionFailure(res.get("msg") or "the node did not answer")
         if res.get("failed") or not isinstance(res.get("steps"), list):
             # The module itself could not run (no Python on the node, say): every step is an error of its group.
-            return [{"name": s.get("name") or s["module"], "module": s["module"], "result": dict(res, failed=True)}
-                    for s in steps]
+            return [
+                {"name": s.get("name") or s["module"], "module": s["module"], "result": dict(res, failed=True)}
+                for s in steps
+            ]
         return res["steps"]
 
     def _write(self, args, host, document):
@@ -289,11 +359,24 @@ class ActionModule(NodeTake):
             try:
                 return write_host_document(Path(args["run_dir"]), host, document, controller=controller)["path"]
             except Exception as exc:  # InputError and OSError alike: said, as `gpufleet record` would
-                return {"msg": "the host document of %s could not be written under %s: %s" % (host, args["run_dir"], exc)}
+                return {
+                    "msg": "the host document of %s could not be written under %s: %s" % (host, args["run_dir"], exc)
+                }
         try:
-            done = run_record({"run_dir": args["run_dir"], "host": host, "document": document, "replace_groups": [],
-                               "folder": "hosts", "python": python, "engine_src": ENGINE_SRC, "db": None,
-                               "no_store": True, "controller": controller})
+            done = run_record(
+                {
+                    "run_dir": args["run_dir"],
+                    "host": host,
+                    "document": document,
+                    "replace_groups": [],
+                    "folder": "hosts",
+                    "python": python,
+                    "engine_src": ENGINE_SRC,
+                    "db": None,
+                    "no_store": True,
+                    "controller": controller,
+                }
+            )
         except EngineError as exc:
             return exc.fail_kwargs()
         return done.get("path")

@@ -39,6 +39,7 @@ try:
     from gpufleet import profiles
     from gpufleet.errors import InputError
     from gpufleet.fleet.export import slurm_name
+
     ENGINE_MISSING = None
 except ImportError as exc:  # said when the checks that need it run
     ENGINE_MISSING = "the engine in %s cannot be imported by the controller's Python (%s)" % (ENGINE_SRC, exc)
@@ -81,8 +82,11 @@ def _home_or_abs(value):
 
 
 def _finetune_config(value):
-    return isinstance(value, str) and len(value.strip()) > 0 and (
-        os.path.isabs(value) or re.match(r"~(/|$)", value) is not None or ".." not in value.split("/"))
+    return (
+        isinstance(value, str)
+        and len(value.strip()) > 0
+        and (os.path.isabs(value) or re.match(r"~(/|$)", value) is not None or ".." not in value.split("/"))
+    )
 
 
 def _iterable(value):
@@ -100,26 +104,44 @@ def _list(value):
 
 def _node_env(value):
     env = value or {}
-    return isinstance(env, Mapping) and all(ENV_NAME.match(str(k)) for k in env) and not any(
-        isinstance(v, Mapping) or (not isinstance(v, str) and _iterable(v)) or v is None for v in env.values())
+    return (
+        isinstance(env, Mapping)
+        and all(ENV_NAME.match(str(k)) for k in env)
+        and not any(
+            isinstance(v, Mapping) or (not isinstance(v, str) and _iterable(v)) or v is None for v in env.values()
+        )
+    )
 
 
 # Per node: (variable, test of a value the node sets, what the message says is expected). A variable the node
 # leaves unset passes, except where a default is given (the third item of DEFAULTED).
 EXPECT_SECONDS = "must be a positive whole number of seconds"
 NODE_CHECKS = [
-    ("gpufleet_python", _abs_path, "must be the absolute path of a Python interpreter on the node, for example "
-                                   "/opt/gpufleet/venv/bin/python"),
-    ("gpufleet_thresholds", lambda v: isinstance(v or {}, Mapping),
-     "must be a mapping of threshold -> value, for example {gpus_expected: 8}"),
-    ("gpufleet_node_env", _node_env, "must be a mapping of environment variable name -> string or number, for example "
-                                     "{CUDA_VISIBLE_DEVICES: '0,1,2,3'}"),
+    (
+        "gpufleet_python",
+        _abs_path,
+        "must be the absolute path of a Python interpreter on the node, for example /opt/gpufleet/venv/bin/python",
+    ),
+    (
+        "gpufleet_thresholds",
+        lambda v: isinstance(v or {}, Mapping),
+        "must be a mapping of threshold -> value, for example {gpus_expected: 8}",
+    ),
+    (
+        "gpufleet_node_env",
+        _node_env,
+        "must be a mapping of environment variable name -> string or number, for example "
+        "{CUDA_VISIBLE_DEVICES: '0,1,2,3'}",
+    ),
 ]
 VALIDATE_CHECKS = [
     ("gpufleet_check_timeout_s", _positive_whole, EXPECT_SECONDS),
-    ("gpufleet_benchmarks", lambda v: _list(v) and all(b in SELECTABLE_BENCHMARKS for b in v),
-     "must be a list of benchmarks from %s and %s, for example [%s], or [] to run none"
-     % (", ".join(SELECTABLE_BENCHMARKS[:-1]), SELECTABLE_BENCHMARKS[-1], ", ".join(DEFAULT_BENCHMARKS))),
+    (
+        "gpufleet_benchmarks",
+        lambda v: _list(v) and all(b in SELECTABLE_BENCHMARKS for b in v),
+        "must be a list of benchmarks from %s and %s, for example [%s], or [] to run none"
+        % (", ".join(SELECTABLE_BENCHMARKS[:-1]), SELECTABLE_BENCHMARKS[-1], ", ".join(DEFAULT_BENCHMARKS)),
+    ),
     ("gpufleet_benchmark_tier", lambda v: v in ("quick", "thorough"), "must be quick or thorough"),
     ("gpufleet_nccl_multinode", _boolean_text, "must be true or false"),
     ("gpufleet_nccl_master_port", _port, "must be a TCP port, 1 to 65535, open between the nodes"),
@@ -128,38 +150,65 @@ VALIDATE_CHECKS = [
 ]
 FINETUNE_CHECKS = [
     ("gpufleet_finetune", _boolean_text, "must be true or false"),
-    ("gpufleet_finetune_config", _finetune_config,
-     "must be the path of a fine-tune config, relative to gpufleet_finetune_dir on the node and inside it "
-     "(files/configs/qwen2-7b-lora.yml), or absolute"),
-    ("gpufleet_finetune_dir", _home_or_abs,
-     "must be an absolute path on the node, or one under ~, for example ~/gpufleet-finetune"),
-    ("gpufleet_finetune_max_steps", _whole,
-     "must be a whole number of steps, 0 for the config's training.max_steps"),
+    (
+        "gpufleet_finetune_config",
+        _finetune_config,
+        "must be the path of a fine-tune config, relative to gpufleet_finetune_dir on the node and inside it "
+        "(files/configs/qwen2-7b-lora.yml), or absolute",
+    ),
+    (
+        "gpufleet_finetune_dir",
+        _home_or_abs,
+        "must be an absolute path on the node, or one under ~, for example ~/gpufleet-finetune",
+    ),
+    ("gpufleet_finetune_max_steps", _whole, "must be a whole number of steps, 0 for the config's training.max_steps"),
     ("gpufleet_finetune_master_port", _port, "must be a TCP port, 1 to 65535, open between the nodes"),
     (FT_TIMEOUTS, _positive_whole, EXPECT_SECONDS),
 ]
 RUN_CHECKS = [
     ("gpufleet_soak_duration_s", _positive_whole, "must be a positive whole number of seconds, for example 7200"),
-    ("gpufleet_lock_path", _abs_path, "must be the absolute path of the lock file on the node, for example "
-                                      "/run/lock/gpufleet-node.lock"),
-    ("gpufleet_lock_wait_s", _whole, "must be a whole number of seconds to wait for another run to give the node "
-                                     "back, 0 for none"),
-    ("gpufleet_lock_ttl_s", _whole, "must be a whole number of seconds the node's lock lasts when its run never gives it "
-                                    "back, 0 for the longest the run can take there"),
+    (
+        "gpufleet_lock_path",
+        _abs_path,
+        "must be the absolute path of the lock file on the node, for example /run/lock/gpufleet-node.lock",
+    ),
+    (
+        "gpufleet_lock_wait_s",
+        _whole,
+        "must be a whole number of seconds to wait for another run to give the node back, 0 for none",
+    ),
+    (
+        "gpufleet_lock_ttl_s",
+        _whole,
+        "must be a whole number of seconds the node's lock lasts when its run never gives it "
+        "back, 0 for the longest the run can take there",
+    ),
     ("gpufleet_lock_heartbeat_timeout_s", _positive_whole, EXPECT_SECONDS),
     # What the report and the run's start read, each node's value (the -e and group values every node sees).
     ("gpufleet_resume", _boolean_text, "must be true or false"),
     ("gpufleet_baseline_set", _boolean_text, "must be true or false"),
-    ("gpufleet_history_db", lambda v: v in (None, "") or isinstance(v, str),
-     "must be the path of the store file, for example /srv/gpufleet/reports/gpufleet.db"),
-    ("gpufleet_controller_python", lambda v: v in (None, "") or _abs_path(v),
-     "must be the absolute path of a Python interpreter on the controller"),
+    (
+        "gpufleet_history_db",
+        lambda v: v in (None, "") or isinstance(v, str),
+        "must be the path of the store file, for example /srv/gpufleet/reports/gpufleet.db",
+    ),
+    (
+        "gpufleet_controller_python",
+        lambda v: v in (None, "") or _abs_path(v),
+        "must be the absolute path of a Python interpreter on the controller",
+    ),
 ]
 # Checked with a default for a node that leaves them unset (`hostvars[node].x | default(...)`).
 DEFAULTED = {"gpufleet_benchmark_tier": "quick", "gpufleet_tier": "acceptance"}
-VARIABLES = sorted({name for checks in (NODE_CHECKS, VALIDATE_CHECKS, FINETUNE_CHECKS, RUN_CHECKS)
-                    for names, dummy, dummy2 in checks for name in ((names,) if isinstance(names, str) else names)}
-                   | {"gpufleet_tier", "gpufleet_profile", "gpufleet_profile_dir", "gpufleet_slurm_node_name", "gpufleet_baseline"})
+VARIABLES = sorted(
+    {
+        name
+        for checks in (NODE_CHECKS, VALIDATE_CHECKS, FINETUNE_CHECKS, RUN_CHECKS)
+        for names, dummy, dummy2 in checks
+        for name in ((names,) if isinstance(names, str) else names)
+    }
+    | {"gpufleet_tier", "gpufleet_profile", "gpufleet_profile_dir", "gpufleet_slurm_node_name", "gpufleet_baseline"}
+)
 
 
 def _failure(checks, hosts, values):
@@ -183,16 +232,20 @@ def _finetune_failure(hosts, values, defaults):
         timeout, rdzv = (values[host].get(name, defaults[name]) for name in FT_TIMEOUTS)
         margin_s = torchrun_margin_s(int(str(timeout)))
         if not int(str(rdzv)) < int(str(timeout)) - margin_s:
-            return ("gpufleet_finetune_rdzv_timeout_s for %s (%s) must be less than gpufleet_finetune_timeout_s (%s) "
-                    "less its %s s margin" % (host, rdzv, timeout, margin_s))
+            return (
+                "gpufleet_finetune_rdzv_timeout_s for %s (%s) must be less than gpufleet_finetune_timeout_s (%s) "
+                "less its %s s margin" % (host, rdzv, timeout, margin_s)
+            )
     # One job: a node with another config, step count, port or timeout would wait for a run that never comes.
     first = hosts[0]
     for host in hosts[1:]:
         for name in FT_RUN_WIDE:
             value, first_value = (values[h].get(name, defaults[name]) for h in (host, first))
             if str(value) != str(first_value):
-                return ("%s must be the same on every node of the fine-tune (set it for the group): %s has %s, %s has %s"
-                        % (name, host, to_json(value), first, to_json(first_value)))
+                return (
+                    "%s must be the same on every node of the fine-tune (set it for the group): %s has %s, %s has %s"
+                    % (name, host, to_json(value), first, to_json(first_value))
+                )
     return None
 
 
@@ -207,7 +260,10 @@ def _thresholds_failure(hosts, values):
         overrides = values[host].get("gpufleet_thresholds") or {}
         site_dir = values[host].get("gpufleet_profile_dir") or None
         if profile is not None and not isinstance(profile, str):
-            return "gpufleet_profile for %s must be the name of a profile of files/profiles; got %s" % (host, to_json(profile))
+            return "gpufleet_profile for %s must be the name of a profile of files/profiles; got %s" % (
+                host,
+                to_json(profile),
+            )
         if site_dir is not None and not (_abs_path(site_dir) and os.path.isdir(site_dir)):
             continue
         key = json.dumps([profile, overrides, site_dir], sort_keys=True, default=str)
@@ -228,8 +284,10 @@ def _thresholds_failure(hosts, values):
 def _names_failure(hosts, values):
     """The first Slurm node name the report's drain lines would refuse (gpufleet_slurm_node_name), or a
     gpufleet_baseline that is no run id, or None."""
-    checks = (("gpufleet_slurm_node_name", lambda host, value: slurm_name(host, {host: value})),
-              ("gpufleet_baseline", lambda host, value: engine_paths.safe_name(value, "gpufleet_baseline")))
+    checks = (
+        ("gpufleet_slurm_node_name", lambda host, value: slurm_name(host, {host: value})),
+        ("gpufleet_baseline", lambda host, value: engine_paths.safe_name(value, "gpufleet_baseline")),
+    )
     for host in hosts:
         for name, check in checks:
             value = values[host].get(name)
@@ -245,14 +303,18 @@ def _names_failure(hosts, values):
 
 
 def _run_failure(hosts, values):
-    failure = _failure([("gpufleet_tier", lambda v: v in RUN_TIERS,
-                        "must be %s or %s" % (", ".join(RUN_TIERS[:-1]), RUN_TIERS[-1]))], hosts, values)
+    failure = _failure(
+        [("gpufleet_tier", lambda v: v in RUN_TIERS, "must be %s or %s" % (", ".join(RUN_TIERS[:-1]), RUN_TIERS[-1]))],
+        hosts,
+        values,
+    )
     if failure:
         return failure
     tiers = dict((host, values[host].get("gpufleet_tier", "acceptance")) for host in hosts)
     if len(set(tiers.values())) > 1:
         return "gpufleet_tier must be the same on every node of the run (set it for the group or with -e); got %s" % (
-            to_json(tiers))
+            to_json(tiers)
+        )
     return _failure(RUN_CHECKS, hosts, values) or _names_failure(hosts, values)
 
 
@@ -266,8 +328,10 @@ def inputs_failure(checks, hosts, values, finetune_defaults):
         failure = _failure(NODE_CHECKS, hosts, values) or _thresholds_failure(hosts, values)
     if not failure and "validate" in checks:
         failure = _failure(VALIDATE_CHECKS, hosts, values)
-    if not failure and ("finetune" in checks or (
-            "finetune_if_set" in checks and any("gpufleet_finetune" in values[host] for host in hosts))):
+    if not failure and (
+        "finetune" in checks
+        or ("finetune_if_set" in checks and any("gpufleet_finetune" in values[host] for host in hosts))
+    ):
         failure = _finetune_failure(hosts, values, finetune_defaults)
     if not failure and "run" in checks:
         failure = _run_failure(hosts, values)
@@ -275,7 +339,6 @@ def inputs_failure(checks, hosts, values, finetune_defaults):
 
 
 class ActionModule(ActionBase):
-
     TRANSFERS_FILES = False
     _requires_connection = False
 

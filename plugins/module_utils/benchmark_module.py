@@ -1,8 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0.txt)
-"""Body of the benchmark module: one engine run per benchmark, one host document for all.
-"""
+"""Body of the benchmark module: one engine run per benchmark, one host document for all."""
 
 from __future__ import annotations
 
@@ -10,7 +9,11 @@ import json
 import socket
 import time
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_process import add_node_env, node_args, node_env_argument_spec
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_process import (
+    add_node_env,
+    node_args,
+    node_env_argument_spec,
+)
 from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_results import (
     run_engine_results,
     start_engine_run,
@@ -26,8 +29,10 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_schema imp
 )
 
 
-REMEDY_TIMEOUT = ("the benchmark hung or needs longer than timeout_s: read the stderr tail and the node's gpu_health "
-                  "results, then re-run, with a longer timeout_s if the tier needs it")
+REMEDY_TIMEOUT = (
+    "the benchmark hung or needs longer than timeout_s: read the stderr tail and the node's gpu_health "
+    "results, then re-run, with a longer timeout_s if the tier needs it"
+)
 
 
 def benchmark_argument_spec():
@@ -45,7 +50,7 @@ def benchmark_argument_spec():
         master_port=dict(type="int"),
         train_reference=dict(type="dict"),
         soak_duration_s=dict(type="int"),
-        **node_env_argument_spec()
+        **node_env_argument_spec(),
     )
 
 
@@ -58,7 +63,10 @@ def benchmark_input_problem(p):
         return problem
     if p["nnodes"] > 1 and [b for b in p["benchmarks"] if b not in MULTINODE_BENCHMARKS]:
         return "nnodes = %s runs across hosts, which only %s do; got benchmarks %s" % (
-            p["nnodes"], " and ".join(MULTINODE_BENCHMARKS), p["benchmarks"])
+            p["nnodes"],
+            " and ".join(MULTINODE_BENCHMARKS),
+            p["benchmarks"],
+        )
     if p["master_port"] is not None and not 0 < p["master_port"] < 65536:
         return "master_port = %s; expected a TCP port, 1 to 65535" % p["master_port"]
     return None
@@ -81,10 +89,25 @@ def engine_runs(names):
 
 def bench_command(names, p, master_port=None):
     name = names[0]
-    args = ["bench"] + list(names) + ["--tier", p["tier"], "--json"] + node_args(p["host_name"], p["profile"], p["thresholds"])
+    args = (
+        ["bench"]
+        + list(names)
+        + ["--tier", p["tier"], "--json"]
+        + node_args(p["host_name"], p["profile"], p["thresholds"])
+    )
     if name in ("nccl", "train_gpt2"):  # both run under torchrun
-        args += ["--nnodes", str(p["nnodes"]), "--node-rank", str(p["node_rank"]), "--master-addr", p["master_addr"],
-                 "--master-port", str(master_port), "--timeout-s", str(torchrun_engine_timeout_s(p["timeout_s"]))]
+        args += [
+            "--nnodes",
+            str(p["nnodes"]),
+            "--node-rank",
+            str(p["node_rank"]),
+            "--master-addr",
+            p["master_addr"],
+            "--master-port",
+            str(master_port),
+            "--timeout-s",
+            str(torchrun_engine_timeout_s(p["timeout_s"])),
+        ]
     if name == "soak" and p["soak_duration_s"]:
         args += ["--duration-s", str(p["soak_duration_s"])]
     if name == "train_gpt2" and p["nnodes"] > 1 and p["train_reference"]:
@@ -112,19 +135,35 @@ def run_benchmark_module(module):
     add_node_env(p)
     # Nothing on the node changes, but benchmarks load its GPUs for minutes: not in a dry run.
     host, started, t0 = start_engine_run(
-        module, "benchmark", benchmark_input_problem(p), p["benchmarks"], BENCHMARK_GROUP,
-        "benchmarks not run in check mode: they load the GPUs; run without --check to measure")
+        module,
+        "benchmark",
+        benchmark_input_problem(p),
+        p["benchmarks"],
+        BENCHMARK_GROUP,
+        "benchmarks not run in check mode: they load the GPUs; run without --check to measure",
+    )
     docs, results = [], []
     for names in engine_runs(p["benchmarks"]):
         # Inside one node the port only has to be free; across nodes every node dials the master's.
         port = p["master_port"] if p["nnodes"] > 1 or p["master_port"] else free_port()
         what = "gpufleet bench %s" % " ".join(names)
         run_p = dict(p, timeout_s=p["timeout_s"] * len(names))  # each benchmark of the run has its own timeout_s
-        doc, name_results = run_engine_results(module, run_p, bench_command(names, p, port), host, names[0],
-                                               BENCHMARK_GROUP, what, dict(benchmark=names[0]), REMEDY_TIMEOUT)
+        doc, name_results = run_engine_results(
+            module,
+            run_p,
+            bench_command(names, p, port),
+            host,
+            names[0],
+            BENCHMARK_GROUP,
+            what,
+            dict(benchmark=names[0]),
+            REMEDY_TIMEOUT,
+        )
         if doc is None:  # the run's error stands for each of its benchmarks
-            name_results += [dict(name_results[0], check=name, detail=dict(name_results[0]["detail"], benchmark=name))
-                             for name in names[1:]]
+            name_results += [
+                dict(name_results[0], check=name, detail=dict(name_results[0]["detail"], benchmark=name))
+                for name in names[1:]
+            ]
         else:
             docs.append(doc)
         results.extend(name_results)

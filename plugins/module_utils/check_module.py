@@ -29,7 +29,7 @@ def check_argument_spec():
         thresholds=dict(type="dict"),
         timeout_s=dict(type="int", default=120),
         host_name=dict(type="str"),
-        **node_env_argument_spec()
+        **node_env_argument_spec(),
     )
 
 
@@ -57,8 +57,10 @@ def _engine_document(module, args, what):
     except EngineError as exc:
         module.fail_json(**exc.fail_kwargs())
     if not isinstance(doc.get("results"), list):
-        module.fail_json(msg="gpufleet %s on %s printed a document without a results list" % (what, host),
-                         stdout=json.dumps(doc)[:TAIL_CHARS])
+        module.fail_json(
+            msg="gpufleet %s on %s printed a document without a results list" % (what, host),
+            stdout=json.dumps(doc)[:TAIL_CHARS],
+        )
     return doc
 
 

@@ -32,7 +32,9 @@ CHECK_EVERY_S = 1.0
 PR_SET_PDEATHSIG = 1
 
 
-REMEDY_BRINGUP = "run bringup.yml (role python_env) or set gpufleet_python to an interpreter that has the gpufleet engine"
+REMEDY_BRINGUP = (
+    "run bringup.yml (role python_env) or set gpufleet_python to an interpreter that has the gpufleet engine"
+)
 REMEDY_INPUT = "fix the variable or file the message names and run the playbook again"
 REMEDY_RERUN = "read the stderr tail, fix the node and run the playbook again"
 
@@ -79,7 +81,9 @@ class EngineError(Exception):
         self.remedy = remedy
 
     def fail_kwargs(self):
-        kwargs = dict(msg=self.msg, rc=self.rc, stdout=self.stdout, stderr=self.stderr, cmd=self.cmd, remedy=self.remedy)
+        kwargs = dict(
+            msg=self.msg, rc=self.rc, stdout=self.stdout, stderr=self.stderr, cmd=self.cmd, remedy=self.remedy
+        )
         return dict((k, v) for k, v in kwargs.items() if v is not None)
 
 
@@ -187,7 +191,12 @@ def run_engine(python, args, timeout_s, host, input_text=None, engine_src=None):
     # Its own session, so a timeout can kill everything the engine started.
     try:
         proc = subprocess.Popen(
-            cmd, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True,
+            cmd,
+            stdin=stdin,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            start_new_session=True,
             preexec_fn=_die_with_parent,
         )
     finally:
@@ -280,8 +289,15 @@ def run_json(python, args, timeout_s, host, ok_rcs=(0,), input_text=None, engine
         )
     if rc == 2:
         # Bad input: the engine's message names the variable or file.
-        raise EngineError(err.strip() or "gpufleet refused its input (exit 2)", rc=rc, stdout=tail(out),
-                          stderr=tail(err), cmd=cmd, remedy=REMEDY_INPUT, kind="input")
+        raise EngineError(
+            err.strip() or "gpufleet refused its input (exit 2)",
+            rc=rc,
+            stdout=tail(out),
+            stderr=tail(err),
+            cmd=cmd,
+            remedy=REMEDY_INPUT,
+            kind="input",
+        )
     exited = EngineError(
         "'%s' exited %s on %s; stderr tail: %s" % (" ".join(cmd), rc, host, tail(err) or "(empty)"),
         rc=rc,
@@ -306,8 +322,14 @@ def run_json(python, args, timeout_s, host, ok_rcs=(0,), input_text=None, engine
             kind="output",
         )
     if not isinstance(doc, dict):
-        raise EngineError("'%s' on %s printed JSON that is not an object" % (" ".join(cmd), host), rc=rc,
-                          stdout=tail(out), stderr=tail(err), cmd=cmd, kind="output")
+        raise EngineError(
+            "'%s' on %s printed JSON that is not an object" % (" ".join(cmd), host),
+            rc=rc,
+            stdout=tail(out),
+            stderr=tail(err),
+            cmd=cmd,
+            kind="output",
+        )
     return rc, doc
 
 

@@ -39,8 +39,9 @@ def start_engine_run(module, name, problem, checks, group, check_mode_msg):
     started, t0 = utc_now(), time.monotonic()
     if module.check_mode:
         results = [result(check, "skip", check_mode_msg, group=group, started=started, seconds=0.0) for check in checks]
-        module.exit_json(changed=False, skipped=True, msg=check_mode_msg,
-                         gpufleet=host_document(host, started, 0.0, results))
+        module.exit_json(
+            changed=False, skipped=True, msg=check_mode_msg, gpufleet=host_document(host, started, 0.0, results)
+        )
     return host, started, t0
 
 
@@ -59,13 +60,33 @@ def run_engine_results(module, p, args, host, check, group, what, detail, timeou
             module.fail_json(**exc.fail_kwargs())
         remedy = timeout_remedy if exc.kind == "timeout" else exc.remedy
         detail = dict(detail, rc=exc.rc, cmd=exc.cmd, stderr=exc.stderr, stdout=exc.stdout, timeout_s=p["timeout_s"])
-        return None, [result(check, "error", exc.msg, group=group, remedy=remedy, detail=detail,
-                             failure_class=failure_class_of(exc), started=when, seconds=round(time.monotonic() - t0, 2))]
+        return None, [
+            result(
+                check,
+                "error",
+                exc.msg,
+                group=group,
+                remedy=remedy,
+                detail=detail,
+                failure_class=failure_class_of(exc),
+                started=when,
+                seconds=round(time.monotonic() - t0, 2),
+            )
+        ]
     if not isinstance(doc.get("results"), list):
         detail = dict(detail, cmd=[p["python"], "-m", "gpufleet"] + list(args), stdout=json.dumps(doc)[:TAIL_CHARS])
-        return None, [result(check, "error", "%s on %s printed a document without a results list" % (what, host),
-                             group=group, remedy=REMEDY_RERUN, detail=detail, started=when,
-                             seconds=round(time.monotonic() - t0, 2))]
+        return None, [
+            result(
+                check,
+                "error",
+                "%s on %s printed a document without a results list" % (what, host),
+                group=group,
+                remedy=REMEDY_RERUN,
+                detail=detail,
+                started=when,
+                seconds=round(time.monotonic() - t0, 2),
+            )
+        ]
     return doc, doc["results"]
 
 

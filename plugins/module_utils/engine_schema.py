@@ -14,8 +14,9 @@ import time
 # The check groups (`gpufleet check --group G`), each run by the gpufleet.cluster module of its name.
 CHECK_GROUPS = ("gpu_inventory", "gpu_health", "host_hygiene")
 # The group of the `error` result a node step's module gives when it could not answer.
-STEP_GROUPS = dict([(g, g) for g in CHECK_GROUPS]
-                   + [("gpu_counters", "counters"), ("benchmark", "benchmark"), ("node_lock", "lock")])
+STEP_GROUPS = dict(
+    [(g, g) for g in CHECK_GROUPS] + [("gpu_counters", "counters"), ("benchmark", "benchmark"), ("node_lock", "lock")]
+)
 # Benchmarks `gpufleet bench` knows, their tiers, and the group of their results.
 BENCHMARKS = ("matmul", "memory", "nccl", "sdc", "train_gpt2", "soak")
 BENCHMARK_TIERS = ("smoke", "quick", "thorough")
@@ -31,17 +32,40 @@ SCHEMA_VERSION = 1  # gpufleet.schema.SCHEMA_VERSION: the host documents this mo
 
 STATUSES = ("pass", "warn", "fail", "skip", "error", "info")
 # The checks whose `error` is of class environment (what stopped them is beside the node); any other is software.
-ENVIRONMENT_CHECKS = ("processes", "matmul_processes", "memory_processes", "nccl_processes", "train_gpt2_processes",
-                      "soak_processes", "processes_after", "node_lock", "reachable", "finetune_processes",
-                      "sample_spread", "sweep_job")
+ENVIRONMENT_CHECKS = (
+    "processes",
+    "matmul_processes",
+    "memory_processes",
+    "nccl_processes",
+    "train_gpt2_processes",
+    "soak_processes",
+    "processes_after",
+    "node_lock",
+    "reachable",
+    "finetune_processes",
+    "sample_spread",
+    "sweep_job",
+)
 
 
 def utc_now():
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def result(check, status, reason, group=None, value=None, unit=None, threshold=None, remedy=None, detail=None,
-           failure_class=None, started=None, seconds=None):
+def result(
+    check,
+    status,
+    reason,
+    group=None,
+    value=None,
+    unit=None,
+    threshold=None,
+    remedy=None,
+    detail=None,
+    failure_class=None,
+    started=None,
+    seconds=None,
+):
     """gpufleet.schema.result for what a module says itself (skipped, passed, or could not run: the judging of
     figures is the engine's); the class derived as the engine derives it, `failure_class` where the cause is known."""
     if status not in ("pass", "skip", "error"):
@@ -51,8 +75,18 @@ def result(check, status, reason, group=None, value=None, unit=None, threshold=N
     derived = None
     if status == "error":
         derived = failure_class or ("environment" if check in ENVIRONMENT_CHECKS else "software")
-    res = dict(check=check, group=group, status=status, value=value, unit=unit, threshold=threshold, reason=reason,
-               remedy=remedy, detail=detail or {}, **{"class": derived})
+    res = dict(
+        check=check,
+        group=group,
+        status=status,
+        value=value,
+        unit=unit,
+        threshold=threshold,
+        reason=reason,
+        remedy=remedy,
+        detail=detail or {},
+        **{"class": derived},
+    )
     if started is not None or seconds is not None:
         res.update(started=started, seconds=seconds)
     return res
@@ -66,6 +100,13 @@ def failure_class_of(exc):
 def host_document(host, started, seconds, results, first=None):
     """A host document; `first` (an engine document) gives engine version, profile and versions."""
     first = first or {}
-    return dict(schema_version=first.get("schema_version", SCHEMA_VERSION), host=host,
-                engine_version=first.get("engine_version"), profile=first.get("profile"),
-                versions=first.get("versions") or {}, started=started, seconds=seconds, results=results)
+    return dict(
+        schema_version=first.get("schema_version", SCHEMA_VERSION),
+        host=host,
+        engine_version=first.get("engine_version"),
+        profile=first.get("profile"),
+        versions=first.get("versions") or {},
+        started=started,
+        seconds=seconds,
+        results=results,
+    )

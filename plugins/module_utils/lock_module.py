@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import json
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_process import EngineError, add_node_env, node_env_argument_spec, run_json
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_process import (
+    EngineError,
+    add_node_env,
+    node_env_argument_spec,
+    run_json,
+)
 
 LOCK_COMMANDS = {"acquired": "acquire", "heartbeat": "heartbeat", "released": "release"}
 # The engine waits this long at the least for the processes of a stale lock's run to stop (gpufleet.lock.STOP_WAIT_S).
@@ -26,7 +31,7 @@ def lock_argument_spec():
         controller=dict(type="dict", default={}),
         dead_runs=dict(type="list", elements="str", default=[]),
         wait_s=dict(type="int", default=0),
-        **node_env_argument_spec()
+        **node_env_argument_spec(),
     )
 
 
@@ -41,7 +46,16 @@ def run_lock_module(module):
     if module.check_mode:
         args = ["lock", "show", "--path", p["path"]]
     else:
-        args = ["lock", LOCK_COMMANDS[p["state"]], "--path", p["path"], "--run-id", p["run_id"], "--holder", p["holder"]]
+        args = [
+            "lock",
+            LOCK_COMMANDS[p["state"]],
+            "--path",
+            p["path"],
+            "--run-id",
+            p["run_id"],
+            "--holder",
+            p["holder"],
+        ]
         if p["state"] == "acquired":
             args += ["--ttl-s", str(p["ttl_s"]), "--controller", json.dumps(p["controller"], sort_keys=True)]
             for run in p["dead_runs"]:

@@ -43,6 +43,12 @@ def run_record(p):
         args += ["--db", p["db"]]
     if p.get("controller"):
         args += ["--controller", json.dumps(p["controller"], sort_keys=True)]
-    dummy, record = run_json(p["python"] or sys.executable, args, 120, "the controller",
-                             input_text=json.dumps(p["document"], sort_keys=True), engine_src=p["engine_src"])
+    dummy, record = run_json(
+        p["python"] or sys.executable,
+        args,
+        120,
+        "the controller",
+        input_text=json.dumps(p["document"], sort_keys=True),
+        engine_src=p["engine_src"],
+    )
     return record

@@ -1,8 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0.txt)
-"""Body of fleet_report: the engine's `gpufleet report` over a run folder, on the controller.
-"""
+"""Body of fleet_report: the engine's `gpufleet report` over a run folder, on the controller."""
 
 from __future__ import annotations
 
@@ -52,7 +51,9 @@ def run_report_module(module, python):
         for host in p["fleet_hosts"] or []:
             args += ["--fleet-host", host]
     try:
-        rc, summary = run_json(python, args, p["timeout_s"], "the controller", ok_rcs=(0, 1), engine_src=p["engine_src"])
+        rc, summary = run_json(
+            python, args, p["timeout_s"], "the controller", ok_rcs=(0, 1), engine_src=p["engine_src"]
+        )
     except EngineError as exc:
         module.fail_json(**exc.fail_kwargs())
     files = summary.get("files") or {}

@@ -255,7 +255,10 @@ gpufleet:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.cluster.plugins.module_utils.benchmark_module import benchmark_argument_spec, run_benchmark_module
+from ansible_collections.gpufleet.cluster.plugins.module_utils.benchmark_module import (
+    benchmark_argument_spec,
+    run_benchmark_module,
+)
 
 
 def build_module():

@@ -148,8 +148,11 @@ _DRIVER_LINE = re.compile(r"Kernel Module(?: for \S+)?\s+([0-9]+\.[0-9]+(?:\.[0-
 
 def build_module():
     return AnsibleModule(
-        argument_spec=dict(root=dict(type="path", default="/"), nvml_library=dict(type="str", default=""),
-                           not_a_container=dict(type="bool", default=False)),
+        argument_spec=dict(
+            root=dict(type="path", default="/"),
+            nvml_library=dict(type="str", default=""),
+            not_a_container=dict(type="bool", default=False),
+        ),
         supports_check_mode=True,
     )
 
@@ -193,7 +196,12 @@ def read_driver(root):
     match = _DRIVER_LINE.search(text(proc) or "")
     if match:
         return {"loaded": True, "version": match.group(1), "source": proc, "reason": None}
-    return {"loaded": False, "version": None, "source": None, "reason": "neither %s nor %s names a version" % (path, proc)}
+    return {
+        "loaded": False,
+        "version": None,
+        "source": None,
+        "reason": "neither %s nor %s names a version" % (path, proc),
+    }
 
 
 def read_infiniband(root):
@@ -237,9 +245,15 @@ def read_modules(root):
 class PciInfo(ctypes.Structure):
     """nvmlPciInfo_t as nvmlDeviceGetPciInfo_v3 fills it (nvml.h)."""
 
-    _fields_ = [("busIdLegacy", ctypes.c_char * 16), ("domain", ctypes.c_uint), ("bus", ctypes.c_uint),
-                ("device", ctypes.c_uint), ("pciDeviceId", ctypes.c_uint), ("pciSubSystemId", ctypes.c_uint),
-                ("busId", ctypes.c_char * 32)]
+    _fields_ = [
+        ("busIdLegacy", ctypes.c_char * 16),
+        ("domain", ctypes.c_uint),
+        ("bus", ctypes.c_uint),
+        ("device", ctypes.c_uint),
+        ("pciDeviceId", ctypes.c_uint),
+        ("pciSubSystemId", ctypes.c_uint),
+        ("busId", ctypes.c_char * 32),
+    ]
 
 
 class NvmlError(Exception):

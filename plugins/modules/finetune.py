@@ -226,7 +226,11 @@ import re
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_process import add_node_env, node_args, node_env_argument_spec
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_process import (
+    add_node_env,
+    node_args,
+    node_env_argument_spec,
+)
 from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_results import (
     run_engine_results,
     start_engine_run,
@@ -237,8 +241,10 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_schema imp
 
 GROUP = "finetune"  # gpufleet.finetune.results.GROUP
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-REMEDY_TIMEOUT = ("the fine-tune hung past timeout_s and was killed: read the stderr tail and the other nodes' finetune "
-                  "results; raise timeout_s only if the steps simply need longer")
+REMEDY_TIMEOUT = (
+    "the fine-tune hung past timeout_s and was killed: read the stderr tail and the other nodes' finetune "
+    "results; raise timeout_s only if the steps simply need longer"
+)
 
 
 def argument_spec():
@@ -258,7 +264,7 @@ def argument_spec():
         thresholds=dict(type="dict"),
         profile=dict(type="str"),
         host_name=dict(type="str"),
-        **node_env_argument_spec()
+        **node_env_argument_spec(),
     )
 
 
@@ -280,20 +286,38 @@ def input_problem(p):
     if p["rdzv_timeout_s"] is not None:
         inner = torchrun_engine_timeout_s(p["timeout_s"])
         if not 0 < p["rdzv_timeout_s"] < inner:
-            return ("rdzv_timeout_s = %s; expected 1 to %s s, under the engine's limit inside timeout_s %s"
-                    % (p["rdzv_timeout_s"], inner - 1, p["timeout_s"]))
+            return "rdzv_timeout_s = %s; expected 1 to %s s, under the engine's limit inside timeout_s %s" % (
+                p["rdzv_timeout_s"],
+                inner - 1,
+                p["timeout_s"],
+            )
     for name, value in p["env"].items():
         if not _ENV_NAME.match(name):
-            return "env name %r is not an environment variable name (letters, digits and _, not starting with a digit)" % name
+            return (
+                "env name %r is not an environment variable name (letters, digits and _, not starting with a digit)"
+                % name
+            )
         if isinstance(value, (dict, list)) or value is None:
             return "env %s = %s; expected a string or a number" % (name, json.dumps(value))
     return None
 
 
 def engine_args(p):
-    args = ["finetune", "--config", p["config"], "--nnodes", str(p["nnodes"]), "--node-rank", str(p["node_rank"]),
-            "--master-addr", p["master_addr"], "--master-port", str(p["master_port"]),
-            "--timeout-s", str(torchrun_engine_timeout_s(p["timeout_s"]))]
+    args = [
+        "finetune",
+        "--config",
+        p["config"],
+        "--nnodes",
+        str(p["nnodes"]),
+        "--node-rank",
+        str(p["node_rank"]),
+        "--master-addr",
+        p["master_addr"],
+        "--master-port",
+        str(p["master_port"]),
+        "--timeout-s",
+        str(torchrun_engine_timeout_s(p["timeout_s"])),
+    ]
     if p["rdzv_timeout_s"]:
         args += ["--rdzv-timeout-s", str(p["rdzv_timeout_s"])]
     if p["max_steps"]:
@@ -315,15 +339,28 @@ def main():
     module = build_module()
     p = module.params
     host, started, t0 = start_engine_run(
-        module, "finetune", input_problem(p), ["finetune"], GROUP,
-        "fine-tune not run in check mode: it writes an adapter and loads the GPUs; run without --check")
+        module,
+        "finetune",
+        input_problem(p),
+        ["finetune"],
+        GROUP,
+        "fine-tune not run in check mode: it writes an adapter and loads the GPUs; run without --check",
+    )
     # The engine's environment: this process's, the node's (node_env), then env's; torchrun and every rank inherit it.
     add_node_env(p)
     add_node_env(p, dict((k, env_value(v)) for k, v in p["env"].items()))
     args = engine_args(p)
-    doc, results = run_engine_results(module, p, args, host, "finetune", GROUP, "gpufleet finetune",
-                                      dict(nnodes=p["nnodes"], node_rank=p["node_rank"],
-                                           master="%s:%s" % (p["master_addr"], p["master_port"])), REMEDY_TIMEOUT)
+    doc, results = run_engine_results(
+        module,
+        p,
+        args,
+        host,
+        "finetune",
+        GROUP,
+        "gpufleet finetune",
+        dict(nnodes=p["nnodes"], node_rank=p["node_rank"], master="%s:%s" % (p["master_addr"], p["master_port"])),
+        REMEDY_TIMEOUT,
+    )
     if doc is None:  # the run was killed, crashed or printed no usable document: its error result alone
         doc = host_document(host, started, round(time.monotonic() - t0, 2), results)
     # It ran: an adapter and logs were written (or a failed run's log kept).

@@ -160,7 +160,10 @@ junit_xml:
 import sys
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.cluster.plugins.module_utils.report_module import report_argument_spec, run_report_module
+from ansible_collections.gpufleet.cluster.plugins.module_utils.report_module import (
+    report_argument_spec,
+    run_report_module,
+)
 
 
 def build_module():

@@ -162,7 +162,10 @@ gpufleet:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.cluster.plugins.module_utils.check_module import counters_argument_spec, run_counters_module
+from ansible_collections.gpufleet.cluster.plugins.module_utils.check_module import (
+    counters_argument_spec,
+    run_counters_module,
+)
 
 
 def main():

@@ -82,7 +82,10 @@ record:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.cluster.plugins.module_utils.lock_module import lock_module_argument_spec, run_lock_module
+from ansible_collections.gpufleet.cluster.plugins.module_utils.lock_module import (
+    lock_module_argument_spec,
+    run_lock_module,
+)
 
 
 def main():

@@ -91,16 +91,26 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
-from ansible_collections.gpufleet.cluster.plugins.module_utils.benchmark_module import benchmark_argument_spec, run_benchmark_module
+from ansible_collections.gpufleet.cluster.plugins.module_utils.benchmark_module import (
+    benchmark_argument_spec,
+    run_benchmark_module,
+)
 from ansible_collections.gpufleet.cluster.plugins.module_utils.check_module import (
     check_argument_spec,
     counters_argument_spec,
     run_check_module,
     run_counters_module,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_process import add_node_env, controller_gone, node_env_argument_spec
+from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_process import (
+    add_node_env,
+    controller_gone,
+    node_env_argument_spec,
+)
 from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_schema import CHECK_GROUPS
-from ansible_collections.gpufleet.cluster.plugins.module_utils.lock_module import lock_module_argument_spec, run_lock_module
+from ansible_collections.gpufleet.cluster.plugins.module_utils.lock_module import (
+    lock_module_argument_spec,
+    run_lock_module,
+)
 
 LOCK_ENV = "GPUFLEET_LOCK"  # gpufleet.lock.ENV
 
@@ -117,10 +127,14 @@ def _check_group_body(group):
 
 
 # Each step's module: its arguments and its body (engine_schema.STEP_GROUPS names them all).
-STEPS = dict([("node_lock", (lock_module_argument_spec, run_lock_module))]
-             + [(g, (check_argument_spec, _check_group_body(g))) for g in CHECK_GROUPS]
-             + [("gpu_counters", (counters_argument_spec, run_counters_module)),
-                ("benchmark", (benchmark_argument_spec, run_benchmark_module))])
+STEPS = dict(
+    [("node_lock", (lock_module_argument_spec, run_lock_module))]
+    + [(g, (check_argument_spec, _check_group_body(g))) for g in CHECK_GROUPS]
+    + [
+        ("gpu_counters", (counters_argument_spec, run_counters_module)),
+        ("benchmark", (benchmark_argument_spec, run_benchmark_module)),
+    ]
+)
 
 
 class StepDone(Exception):
@@ -160,16 +174,26 @@ def run_step(module_name, args, check_mode):
 
 
 def main():
-    module = AnsibleModule(argument_spec=dict(steps=dict(type="list", elements="dict", required=True),
-                                              lock=dict(type="dict"), **node_env_argument_spec()),
-                           supports_check_mode=True)
+    module = AnsibleModule(
+        argument_spec=dict(
+            steps=dict(type="list", elements="dict", required=True), lock=dict(type="dict"), **node_env_argument_spec()
+        ),
+        supports_check_mode=True,
+    )
     add_node_env(module.params)
     steps = module.params["steps"]
     spec = module.params["lock"]
-    marker = json.dumps({"path": spec["path"], "run_id": spec["run_id"], "holder": spec["holder"],
-                         "heartbeat_timeout_s": None}, sort_keys=True) if spec else None
-    held = not any(s.get("module") == "node_lock" and (s.get("args") or {}).get("state", "acquired") == "acquired"
-                   for s in steps)
+    marker = (
+        json.dumps(
+            {"path": spec["path"], "run_id": spec["run_id"], "holder": spec["holder"], "heartbeat_timeout_s": None},
+            sort_keys=True,
+        )
+        if spec
+        else None
+    )
+    held = not any(
+        s.get("module") == "node_lock" and (s.get("args") or {}).get("state", "acquired") == "acquired" for s in steps
+    )
     ran = []
     for step in steps:
         name = step.get("module")

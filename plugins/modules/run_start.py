@@ -167,7 +167,9 @@ def main():
     if p["dry_run"]:
         args.append("--dry-run")
     try:
-        dummy, started = run_json(p["python"] or sys.executable, args, 120, "the controller", engine_src=p["engine_src"])
+        dummy, started = run_json(
+            p["python"] or sys.executable, args, 120, "the controller", engine_src=p["engine_src"]
+        )
     except EngineError as exc:
         module.fail_json(**exc.fail_kwargs())
     module.exit_json(changed=not p["dry_run"], **started)

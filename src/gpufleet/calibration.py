@@ -51,9 +51,11 @@ MEASURE_OF = {
 }
 MEASURES = tuple(dict.fromkeys(MEASURE_OF.values()))
 # A warn level raised by calibration lifts its fail level to at least itself: a figure never fails before it warns.
-FAIL_OF = {"fleet_gpu_below_node_warn_pct": "fleet_gpu_below_node_fail_pct",
-           "fleet_node_below_fleet_warn_pct": "fleet_node_below_fleet_fail_pct",
-           "fleet_below_baseline_warn_pct": "fleet_below_baseline_fail_pct"}
+FAIL_OF = {
+    "fleet_gpu_below_node_warn_pct": "fleet_gpu_below_node_fail_pct",
+    "fleet_node_below_fleet_warn_pct": "fleet_node_below_fleet_fail_pct",
+    "fleet_below_baseline_warn_pct": "fleet_below_baseline_fail_pct",
+}
 
 
 class CalibrationError(InputError):
@@ -85,12 +87,16 @@ def load(path: Path) -> dict | None:
         raise CalibrationError(f"calibration file {path}: 'measures' must be a mapping of measure -> metric -> figures")
     for measure, metrics in measures.items():
         if measure not in MEASURES:
-            raise CalibrationError(f"calibration file {path}: unknown measure {measure!r}; expected one of {', '.join(MEASURES)}")
+            raise CalibrationError(
+                f"calibration file {path}: unknown measure {measure!r}; expected one of {', '.join(MEASURES)}"
+            )
         for metric, fig in (metrics or {}).items():
             ok = isinstance(fig, dict) and isinstance(fig.get("value"), (int, float)) and isinstance(fig.get("n"), int)
             if not ok or fig["value"] < 0 or not fig.get("source"):
-                raise CalibrationError(f"calibration file {path}: {measure}.{metric} needs a 'value' (percent, not "
-                                       "negative), an integer 'n' and a 'source' (the runs it was measured in)")
+                raise CalibrationError(
+                    f"calibration file {path}: {measure}.{metric} needs a 'value' (percent, not "
+                    "negative), an integer 'n' and a 'source' (the runs it was measured in)"
+                )
     doc["path"] = str(path)
     return doc
 
@@ -102,8 +108,10 @@ def apply(thresholds: dict, name: str, profile_path: str | Path) -> tuple[dict, 
     doc = load(path)
     out = dict(thresholds)
     if doc is None:
-        info = {"calibrated": False, "note": f"no calibration for profile {name} ({path} does not exist): relative "
-                                             "limits are the generic ones"}
+        info = {
+            "calibrated": False,
+            "note": f"no calibration for profile {name} ({path} does not exist): relative limits are the generic ones",
+        }
         for key in MEASURE_OF:
             if key in out:
                 out[key] = {**out[key], "calibrated": False}
@@ -116,18 +124,30 @@ def apply(thresholds: dict, name: str, profile_path: str | Path) -> tuple[dict, 
             if fig["n"] < MIN_N:
                 continue
             value = limit_from(fig["value"])
-            by_metric[metric] = {"value": value, "source": (
-                f"calibration {name}: healthy {measure} up to {fig['value']:g}% over {fig['n']} figure(s) "
-                f"({fig['source']}; {doc.get('table') or TABLE}), x{MARGIN_FACTOR:g} + {MARGIN_PCT:g}")}
+            by_metric[metric] = {
+                "value": value,
+                "source": (
+                    f"calibration {name}: healthy {measure} up to {fig['value']:g}% over {fig['n']} figure(s) "
+                    f"({fig['source']}; {doc.get('table') or TABLE}), x{MARGIN_FACTOR:g} + {MARGIN_PCT:g}"
+                ),
+            }
         out[key] = {**out[key], "calibrated": bool(by_metric), **({"by_metric": by_metric} if by_metric else {})}
         fail_key = FAIL_OF.get(key)
         if by_metric and fail_key in out and out[fail_key]["value"] is not None:
-            lifted = {m: {"value": max(out[fail_key]["value"], e["value"]), "source": f"at least {key} ({e['source']})"}
-                      for m, e in by_metric.items() if e["value"] > out[fail_key]["value"]}
+            lifted = {
+                m: {"value": max(out[fail_key]["value"], e["value"]), "source": f"at least {key} ({e['source']})"}
+                for m, e in by_metric.items()
+                if e["value"] > out[fail_key]["value"]
+            }
             if lifted:
                 out[fail_key] = {**out[fail_key], "by_metric": lifted}
-    info = {"calibrated": True, "path": str(path), "table": doc.get("table") or TABLE,
-            "gpu_models": doc.get("gpu_models") or [], "runs": doc.get("runs")}
+    info = {
+        "calibrated": True,
+        "path": str(path),
+        "table": doc.get("table") or TABLE,
+        "gpu_models": doc.get("gpu_models") or [],
+        "runs": doc.get("runs"),
+    }
     return out, info
 
 
@@ -139,14 +159,22 @@ def entry(thresholds: dict, key: str, metric: str | None = None) -> dict:
     calibrated = base.get("calibrated")
     if own is not None:
         return {"key": key, "value": own["value"], "source": own["source"], "calibrated": True, "metric": metric}
-    return {"key": key, "value": base.get("value"), "source": base.get("source"),
-            "calibrated": False if calibrated is not None else None, "metric": metric}
+    return {
+        "key": key,
+        "value": base.get("value"),
+        "source": base.get("source"),
+        "calibrated": False if calibrated is not None else None,
+        "metric": metric,
+    }
 
 
 def uncalibrated_text(limit: dict) -> str:
-    """"" for a calibrated limit or one calibration does not set; else what the reason says about it."""
+    """ "" for a calibrated limit or one calibration does not set; else what the reason says about it."""
     if limit.get("calibrated") is not False:
         return ""
     what = f" for {limit['metric']}" if limit.get("metric") else ""
-    return f"; {limit['key']} {limit['value']:g}%{what}: {UNCALIBRATED}" \
-        if isinstance(limit.get("value"), (int, float)) else ""
+    return (
+        f"; {limit['key']} {limit['value']:g}%{what}: {UNCALIBRATED}"
+        if isinstance(limit.get("value"), (int, float))
+        else ""
+    )

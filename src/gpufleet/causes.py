@@ -25,8 +25,9 @@ def _words(text) -> str:
 
 def in_shared(res: dict, groups: list[dict]) -> bool:
     """Whether a result is one of the failing results of a cause that several checks share."""
-    return res.get("status") in FAILING and any(len(g["checks"]) > 1 and g["cause"] == _words(res.get("reason"))
-                                                for g in groups)
+    return res.get("status") in FAILING and any(
+        len(g["checks"]) > 1 and g["cause"] == _words(res.get("reason")) for g in groups
+    )
 
 
 def grouped(results: list[dict]) -> list[dict]:
@@ -39,8 +40,17 @@ def grouped(results: list[dict]) -> list[dict]:
             continue
         reason = _words(res.get("reason"))
         key = reason or f"\0{i}"  # no reason: nothing to share
-        group = groups.setdefault(key, {"cause": reason or "no reason given", "status": res["status"], "classes": [],
-                                        "remedy": None, "checks": [], "first": i})
+        group = groups.setdefault(
+            key,
+            {
+                "cause": reason or "no reason given",
+                "status": res["status"],
+                "classes": [],
+                "remedy": None,
+                "checks": [],
+                "first": i,
+            },
+        )
         group["status"] = schema.worst((group["status"], res["status"]))
         group["classes"].append(failure_class.of(res))
         group["remedy"] = group["remedy"] or _words(res.get("remedy")) or None
@@ -49,8 +59,9 @@ def grouped(results: list[dict]) -> list[dict]:
     out = []
     for group in groups.values():
         classes = [c for c in group.pop("classes") if c]
-        group["class"] = max(dict.fromkeys(classes), key=lambda c: (classes.count(c), -failure_class.CLASSES.index(c)),
-                             default=None)
+        group["class"] = max(
+            dict.fromkeys(classes), key=lambda c: (classes.count(c), -failure_class.CLASSES.index(c)), default=None
+        )
         out.append(group)
     out.sort(key=lambda g: (g["class"] != failure_class.HARDWARE, -len(g["checks"]), g["first"]))
     for group in out:
@@ -70,5 +81,7 @@ def line(group: dict, max_checks: int = 5) -> str:
     checks = group["checks"]
     if len(checks) == 1:
         return f"{checks[0]}: {group['cause']}"
-    named = ", ".join(checks[:max_checks]) + (f" and {len(checks) - max_checks} more" if len(checks) > max_checks else "")
+    named = ", ".join(checks[:max_checks]) + (
+        f" and {len(checks) - max_checks} more" if len(checks) > max_checks else ""
+    )
     return f"{group['cause']} ({len(checks)} checks: {named})"

@@ -26,8 +26,11 @@ def results_exit(results: list[dict], exit_zero: bool = False) -> int:
 
 
 def add_exit_zero(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--exit-zero", action="store_true", help="exit 0 when the command ran, whatever its results "
-                   "(default: 1 when a result failed or erred)")
+    p.add_argument(
+        "--exit-zero",
+        action="store_true",
+        help="exit 0 when the command ran, whatever its results (default: 1 when a result failed or erred)",
+    )
 
 
 def add_document_arguments(p: argparse.ArgumentParser) -> None:

@@ -119,7 +119,7 @@ def _processes() -> dict[int, tuple[str, int, int]] | None:
                 stat = f.read()
         except OSError:  # gone meanwhile
             continue
-        state, ppid, pgrp = stat[stat.rindex(")") + 2:].split()[:3]
+        state, ppid, pgrp = stat[stat.rindex(")") + 2 :].split()[:3]
         table[int(pid)] = (state, int(ppid), int(pgrp))
     return table
 
@@ -211,8 +211,9 @@ def _lock_problem(spec: dict, started_s: float) -> str | None:
     """Why the run this job works for no longer holds the node (lock.check). A spec without heartbeat_timeout_s
     watches the heartbeat for 120 s; null for a job the controller waits on directly, which renews none."""
     timeout_s = spec.get("heartbeat_timeout_s", 120)
-    return lock.check(spec["path"], spec["run_id"], spec["holder"], None if timeout_s is None else float(timeout_s),
-                      since_s=started_s)
+    return lock.check(
+        spec["path"], spec["run_id"], spec["holder"], None if timeout_s is None else float(timeout_s), since_s=started_s
+    )
 
 
 def start_from_env() -> None:
@@ -240,5 +241,4 @@ def start_from_env() -> None:
         why = _lock_problem(lock_spec, started_s)
         if why:
             raise InputError(f"not run: {why}")
-    threading.Thread(target=_watch, args=(parent_pid, lock_spec, started_s), name="gpufleet-guard",
-                     daemon=True).start()
+    threading.Thread(target=_watch, args=(parent_pid, lock_spec, started_s), name="gpufleet-guard", daemon=True).start()

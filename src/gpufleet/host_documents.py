@@ -36,14 +36,19 @@ def checks_disabled(listed=None) -> list[str]:
         except ValueError as exc:
             raise InputError(f"{CHECKS_DISABLED_ENV} is not JSON ({exc}); expected a list of group.check") from None
     if not isinstance(listed, list) or not all(isinstance(c, str) for c in listed):
-        raise InputError(f"{CHECKS_DISABLED_VARIABLE} is {listed!r}; expected a list of checks, each group.check "
-                         "(for example [host_hygiene.pcie_acs])")
+        raise InputError(
+            f"{CHECKS_DISABLED_VARIABLE} is {listed!r}; expected a list of checks, each group.check "
+            "(for example [host_hygiene.pcie_acs])"
+        )
     for cid in listed:
         group, _, check = cid.partition(".")
         known = [name for name, _ in GROUPS.get(group, [])]
         if not check or (group in GROUPS and check not in known) or (group not in GROUPS and group not in OTHER_GROUPS):
-            expected = (f"one of {', '.join(f'{group}.{n}' for n in known)}" if known else
-                        f"group.check, the group one of {', '.join([*GROUPS, *OTHER_GROUPS])}")
+            expected = (
+                f"one of {', '.join(f'{group}.{n}' for n in known)}"
+                if known
+                else f"group.check, the group one of {', '.join([*GROUPS, *OTHER_GROUPS])}"
+            )
             raise InputError(f"{CHECKS_DISABLED_VARIABLE}: {cid} is not a check; expected {expected}")
     return listed
 
@@ -59,9 +64,14 @@ def disabled(results: list) -> list:
         if cid in off:
             as_found = {k: res.get(k) for k in ("status", "value", "unit", "reason")}
             stamped = {k: res[k] for k in ("started", "seconds") if k in res}
-            res = schema.result(res["check"], schema.SKIP, f"turned off for this node: {CHECKS_DISABLED_VARIABLE}: [{cid}]",
-                                group=res.get("group"), detail={"disabled_by": CHECKS_DISABLED_VARIABLE, "found": as_found},
-                                **stamped)
+            res = schema.result(
+                res["check"],
+                schema.SKIP,
+                f"turned off for this node: {CHECKS_DISABLED_VARIABLE}: [{cid}]",
+                group=res.get("group"),
+                detail={"disabled_by": CHECKS_DISABLED_VARIABLE, "found": as_found},
+                **stamped,
+            )
         out.append(res)
     return out
 
@@ -89,19 +99,39 @@ def check_host(
         for name, fn in GROUPS[group]:
             results.append(schema.timed(group, name, lambda fn=fn: fn(readings, profile)))
     if profile["note"] and "gpu_inventory" in groups:  # said once per host, not once per group
-        results.append(schema.result("profile", schema.WARN, profile["note"], group="profile", started=started, seconds=0.0,
-                                     remedy="add a profile of this model to the site's gpufleet_profile_dir, or set gpufleet_profile"))
+        results.append(
+            schema.result(
+                "profile",
+                schema.WARN,
+                profile["note"],
+                group="profile",
+                started=started,
+                seconds=0.0,
+                remedy="add a profile of this model to the site's gpufleet_profile_dir, or set gpufleet_profile",
+            )
+        )
     elif profile.get("uncalibrated") and "gpu_inventory" in groups:  # information: nothing for the operator to do
-        results.append(schema.result("profile", schema.PASS, f"profile {profile['name']} is uncalibrated: {profile['uncalibrated']}",
-                                     group="profile", detail={"path": profile["path"]}, started=started, seconds=0.0))
+        results.append(
+            schema.result(
+                "profile",
+                schema.PASS,
+                f"profile {profile['name']} is uncalibrated: {profile['uncalibrated']}",
+                group="profile",
+                detail={"path": profile["path"]},
+                started=started,
+                seconds=0.0,
+            )
+        )
     return schema.host_document(host, profile, readings, started, t0, disabled(results))
 
 
 BENCHMARKS = registry.benchmark_names()
 TIERS = registry.BENCHMARK_TIERS
 NO_TORCH = "no torch in {python} (No module named 'torch'), which every benchmark needs"
-NO_TORCH_REMEDY = ("install torch with CUDA in gpufleet_python (bringup.yml, role python_env), or set gpufleet_python to a "
-                   "Python that has it (`make validate` looks for one on the machine: NODE_PYTHON=...)")
+NO_TORCH_REMEDY = (
+    "install torch with CUDA in gpufleet_python (bringup.yml, role python_env), or set gpufleet_python to a "
+    "Python that has it (`make validate` looks for one on the machine: NODE_PYTHON=...)"
+)
 
 
 def bench_host(
@@ -132,7 +162,9 @@ def bench_host(
     if "soak" in names and duration_s is not None and not duration_s > 0:
         raise InputError(f"soak duration {duration_s} s; expected a positive number of seconds (--duration-s)")
     readings = {"nvml": collect.nvml.read(), "host": collect.host.read()}
-    profile = profiles.resolve(schema.first_gpu_name(readings), profile_name=profile_name, overrides=overrides, profile_dir=profile_dir)
+    profile = profiles.resolve(
+        schema.first_gpu_name(readings), profile_name=profile_name, overrides=overrides, profile_dir=profile_dir
+    )
     started, t0 = schema.utc_now(), time.monotonic()
     host_has_ib = bool(((readings["host"].get("infiniband") or {}).get("ports")))
     gpus = visible_gpus(len(readings["nvml"].get("gpus") or []))
@@ -142,12 +174,15 @@ def bench_host(
     judges = {
         "nccl": lambda out, prof: benchmarks.nccl(out, prof, host_has_ib=host_has_ib),
         "sdc": lambda out, prof: sdc_check.results(out, prof, readings["nvml"]),
-        "train_gpt2": lambda out, prof: benchmarks.train_gpt2(out["full"], prof, single=out["single"],
-                                                              reference=train_reference),
+        "train_gpt2": lambda out, prof: benchmarks.train_gpt2(
+            out["full"], prof, single=out["single"], reference=train_reference
+        ),
         "soak": soak_check.soak,
     }
     # A disturbed soak is not run again in full: its disturbed windows are, bounded (checks.soak.remeasure_plan).
-    extra = {"soak": {"again_plan": lambda first: soak_check.remeasure_plan(first, profile), "combine": soak_check.combined}}
+    extra = {
+        "soak": {"again_plan": lambda first: soak_check.remeasure_plan(first, profile), "combine": soak_check.combined}
+    }
     one_gpu = gpus == 1 and (nccl_options or {}).get("nnodes", 1) == 1
     no_torch = importlib.util.find_spec("torch") is None  # every benchmark needs it: one cause in the same words
     results = []
@@ -155,7 +190,9 @@ def bench_host(
         t1, when = time.monotonic(), schema.utc_now()
         try:
             if no_torch:
-                batch = [schema.result(name, schema.ERROR, NO_TORCH.format(python=sys.executable), remedy=NO_TORCH_REMEDY)]
+                batch = [
+                    schema.result(name, schema.ERROR, NO_TORCH.format(python=sys.executable), remedy=NO_TORCH_REMEDY)
+                ]
             elif name == "nccl" and one_gpu:
                 batch = [schema.result("nccl", schema.SKIP, benchmarks.ONE_GPU_NCCL)]
             else:
@@ -169,24 +206,45 @@ def bench_host(
     return schema.host_document(host, profile, readings, started, t0, disabled(results))
 
 
-def counters_host(phase: str, readings: dict | None = None, *, root: str = "/", host: str | None = None,
-                  profile_name: str | None = None, overrides: dict | None = None, profile_dir=None) -> dict:
+def counters_host(
+    phase: str,
+    readings: dict | None = None,
+    *,
+    root: str = "/",
+    host: str | None = None,
+    profile_name: str | None = None,
+    overrides: dict | None = None,
+    profile_dir=None,
+) -> dict:
     """The counters host document: this host now (readings None) or a recording of `gpufleet collect`."""
     if phase not in counters.PHASES:
         raise ValueError(f"phase {phase!r}; expected one of {counters.PHASES}")
     started, t0 = schema.utc_now(), time.monotonic()
     if readings is None:
         boot_id, boot_error = read_boot_id(root)
-        readings = {"nvml": nvml.read(), "kernel_log": kernel_log.read(root),
-                    "host": {"kernel": os.uname().release, "boot_id": boot_id, **read_fabric(root)}}
+        readings = {
+            "nvml": nvml.read(),
+            "kernel_log": kernel_log.read(root),
+            "host": {"kernel": os.uname().release, "boot_id": boot_id, **read_fabric(root)},
+        }
     else:
         boot_id = (readings.get("host") or {}).get("boot_id")
         boot_error = None if boot_id else "the recording holds no boot id (host.boot_id)"
-    profile = profiles.resolve(schema.first_gpu_name(readings), profile_name=profile_name, overrides=overrides,
-                               profile_dir=profile_dir)
-    res = [schema.timed(counters.GROUP, f"snapshot_{phase}", lambda: counters.snapshot(phase, readings, boot_id=boot_id, boot_id_error=boot_error)),
-           schema.timed(counters.GROUP, counters.FABRIC_CHECK.format(phase=phase),
-                        lambda: counters.fabric_snapshot(phase, readings, boot_id=boot_id, boot_id_error=boot_error))]
+    profile = profiles.resolve(
+        schema.first_gpu_name(readings), profile_name=profile_name, overrides=overrides, profile_dir=profile_dir
+    )
+    res = [
+        schema.timed(
+            counters.GROUP,
+            f"snapshot_{phase}",
+            lambda: counters.snapshot(phase, readings, boot_id=boot_id, boot_id_error=boot_error),
+        ),
+        schema.timed(
+            counters.GROUP,
+            counters.FABRIC_CHECK.format(phase=phase),
+            lambda: counters.fabric_snapshot(phase, readings, boot_id=boot_id, boot_id_error=boot_error),
+        ),
+    ]
     if phase == "after":
         res.append(schema.timed(counters.GROUP, "processes_after", lambda: processes_after(readings, profile)))
     return schema.host_document(host, profile, readings, started, t0, disabled(res))

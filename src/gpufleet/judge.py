@@ -93,8 +93,14 @@ def median_interval(values: list[float]) -> tuple[float, float] | None:
 STEADY, ISOLATED, FELL, DISTURBED = "steady", "isolated", "fell", "disturbed"
 
 
-def samples(values: list[float], drop_pct: float | None, *, allowed: int = 1, causes: list[dict] | None = None,
-            ends_s: list[float] | None = None) -> dict:
+def samples(
+    values: list[float],
+    drop_pct: float | None,
+    *,
+    allowed: int = 1,
+    causes: list[dict] | None = None,
+    ends_s: list[float] | None = None,
+) -> dict:
     """A figure's timed samples judged together.
 
     values: every timed sample (higher is better); drop_pct: how far below their median a sample may fall before

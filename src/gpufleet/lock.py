@@ -102,7 +102,7 @@ def _same_controller(rec: dict, controller: dict | None) -> bool:
 
 
 def describe(rec: dict) -> str:
-    """"run R (controller C, pid P), taken T" for messages."""
+    """ "run R (controller C, pid P), taken T" for messages."""
     ctl = rec.get("controller") or {}
     who = f"controller {ctl.get('host', '?')}, pid {ctl.get('pid', '?')}"
     return f"run {rec.get('run_id')!r} ({who}), taken {rec.get('taken')}, held for {', '.join(sorted(rec['holders'])) or 'nobody'}"
@@ -115,8 +115,10 @@ def _guarded(path: Path):
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(f"{path}.guard", os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
-        raise InputError(f"cannot use the node lock {path}: {exc.strerror}; set gpufleet_lock_path to a file in a "
-                         "folder the node's user can write") from None
+        raise InputError(
+            f"cannot use the node lock {path}: {exc.strerror}; set gpufleet_lock_path to a file in a "
+            "folder the node's user can write"
+        ) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -152,16 +154,30 @@ def working(path: str | Path, run_id: str) -> list[dict]:
         for var in environ.split(b"\0"):
             if var.startswith(f"{ENV}=".encode()):
                 try:
-                    spec = json.loads(var[len(ENV) + 1:])
+                    spec = json.loads(var[len(ENV) + 1 :])
                 except ValueError:
                     spec = None
-                if isinstance(spec, dict) and spec.get("run_id") == run_id and os.path.normpath(str(spec.get("path"))) == want:
+                if (
+                    isinstance(spec, dict)
+                    and spec.get("run_id") == run_id
+                    and os.path.normpath(str(spec.get("path"))) == want
+                ):
                     workers.append({"pid": int(entry.name), "command": command[:200]})
     return workers
 
 
-def acquire(path: str | Path, run_id: str, holder: str, ttl_s: float, *, controller: dict | None = None,
-            dead_runs: tuple | list = (), wait_s: float = 0, poll_s: float = 1.0, stop_wait_s: float = STOP_WAIT_S) -> dict:
+def acquire(
+    path: str | Path,
+    run_id: str,
+    holder: str,
+    ttl_s: float,
+    *,
+    controller: dict | None = None,
+    dead_runs: tuple | list = (),
+    wait_s: float = 0,
+    poll_s: float = 1.0,
+    stop_wait_s: float = STOP_WAIT_S,
+) -> dict:
     """Take (or join, for the same run) the node's lock for `holder`, waiting up to `wait_s` while another run
     holds it, and up to `stop_wait_s` at the least while the processes of a stale lock's run stop.
 
@@ -179,14 +195,18 @@ def acquire(path: str | Path, run_id: str, holder: str, ttl_s: float, *, control
         limit = max(wait_s, stop_wait_s) if got.get("working") else wait_s
         if got["acquired"] or waited_s >= limit:
             if not got["acquired"] and limit > 0:
-                got["reason"] += (f" (waited {waited_s:.0f} s of " + (f"gpufleet_lock_wait_s {wait_s:g}" if limit == wait_s
-                                                                       else f"{stop_wait_s:g} s for them to stop") + ")")
+                got["reason"] += (
+                    f" (waited {waited_s:.0f} s of "
+                    + (f"gpufleet_lock_wait_s {wait_s:g}" if limit == wait_s else f"{stop_wait_s:g} s for them to stop")
+                    + ")"
+                )
             return dict(got, waited_s=round(waited_s, 1))
         time.sleep(min(poll_s, max(limit - waited_s, 0.01)))
 
 
-def _acquire_once(path: Path, run_id: str, holder: str, ttl_s: float, controller: dict | None,
-                  dead_runs: tuple | list) -> dict:
+def _acquire_once(
+    path: Path, run_id: str, holder: str, ttl_s: float, controller: dict | None, dead_runs: tuple | list
+) -> dict:
     now = time.time()
     with _guarded(path):
         rec = read(path)
@@ -194,8 +214,12 @@ def _acquire_once(path: Path, run_id: str, holder: str, ttl_s: float, controller
         if rec is not None and rec.get("run_id") != run_id:
             why = stale_reason(rec, now, dead_runs, controller)
             if why is None:
-                lease = "" if _same_controller(rec, controller) else "; its lease runs to " + _iso(max(
-                    (h.get("expires_at") or 0) for h in rec["holders"].values() if isinstance(h, dict)))
+                lease = (
+                    ""
+                    if _same_controller(rec, controller)
+                    else "; its lease runs to "
+                    + _iso(max((h.get("expires_at") or 0) for h in rec["holders"].values() if isinstance(h, dict)))
+                )
                 return {"acquired": False, "record": rec, "reason": f"the node is held by {describe(rec)}{lease}"}
             left = working(path, rec["run_id"]) if rec.get("run_id") else []
             if left:
@@ -205,15 +229,25 @@ def _acquire_once(path: Path, run_id: str, holder: str, ttl_s: float, controller
                     rec["stopping"] = {"by": run_id, "since": schema.utc_now(), "reason": why}
                     _write(path, rec)
                 named = ", ".join(f"pid {p['pid']} ({p['command'][:80]})" for p in left[:5])
-                return {"acquired": False, "record": rec, "working": left,
-                        "reason": f"the node is held by {describe(rec)}: {why}, but {len(left)} of its processes still "
-                                  f"work on the node ({named}); they were told to stop, and the node is taken over once "
-                                  "they have"}
+                return {
+                    "acquired": False,
+                    "record": rec,
+                    "working": left,
+                    "reason": f"the node is held by {describe(rec)}: {why}, but {len(left)} of its processes still "
+                    f"work on the node ({named}); they were told to stop, and the node is taken over once "
+                    "they have",
+                }
             stale = {"reason": why, "previous": rec}
             rec = None
         if rec is None:
-            rec = {"schema_version": LOCK_SCHEMA_VERSION, "run_id": run_id, "controller": controller or {},
-                   "taken": schema.utc_now(), "boot_id": _boot_id(), "holders": {}}
+            rec = {
+                "schema_version": LOCK_SCHEMA_VERSION,
+                "run_id": run_id,
+                "controller": controller or {},
+                "taken": schema.utc_now(),
+                "boot_id": _boot_id(),
+                "holders": {},
+            }
         now = time.time()  # after the look for a stale run's processes: the moment the node is this run's
         rec["holders"][holder] = {"since": schema.utc_now(), "expires_at": now + ttl_s, "heartbeat_at": now}
         _write(path, rec)
@@ -247,7 +281,9 @@ def release(path: str | Path, run_id: str, holder: str) -> dict:
     return {"released": True, "reason": None}
 
 
-def check(path: str | Path, run_id: str, holder: str, heartbeat_timeout_s: float | None, since_s: float = 0) -> str | None:
+def check(
+    path: str | Path, run_id: str, holder: str, heartbeat_timeout_s: float | None, since_s: float = 0
+) -> str | None:
     """Why a job of `run_id` on this node must stop (lock lost, its run told to stop, or the controller stopped
     waiting), or None. `since_s` (epoch s) is when the job started: the controller was there to start it, so its
     silence counts from then at the earliest (its first poll may come well after the lock was taken on a busy
@@ -257,14 +293,18 @@ def check(path: str | Path, run_id: str, holder: str, heartbeat_timeout_s: float
         return _lost(rec, run_id, holder)
     if isinstance(rec.get("stopping"), dict):
         stop = rec["stopping"]
-        return (f"run {run_id!r} was told to stop: {stop.get('reason')}; run {stop.get('by')!r} takes the node over once "
-                "nothing of it works here")
+        return (
+            f"run {run_id!r} was told to stop: {stop.get('reason')}; run {stop.get('by')!r} takes the node over once "
+            "nothing of it works here"
+        )
     if heartbeat_timeout_s is None:
         return None
     beat = max(rec["holders"][holder].get("heartbeat_at") or 0, since_s)
     if now - beat > heartbeat_timeout_s:
-        return (f"the controller has not checked on this job for {now - beat:.0f} s (more than "
-                f"{heartbeat_timeout_s:g} s): it was stopped or lost its connection")
+        return (
+            f"the controller has not checked on this job for {now - beat:.0f} s (more than "
+            f"{heartbeat_timeout_s:g} s): it was stopped or lost its connection"
+        )
     return None
 
 

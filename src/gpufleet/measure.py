@@ -35,12 +35,26 @@ def _brief(res: dict) -> dict:
 
 def _again(res: list[dict]) -> list[tuple[str, str]]:
     """(check, why) of the results that ask to be measured again."""
-    return [(r["check"], r["detail"]["measure_again"]) for r in res
-            if r["check"] in CONFIRMED_CHECKS and (r.get("detail") or {}).get("measure_again")]
+    return [
+        (r["check"], r["detail"]["measure_again"])
+        for r in res
+        if r["check"] in CONFIRMED_CHECKS and (r.get("detail") or {}).get("measure_again")
+    ]
 
 
-def watched(step: str, run, judge, profile: dict, *, log: list, confirm: bool = True, wait=None,
-            not_again: str | None = None, again=None, combine=None) -> list[dict]:
+def watched(
+    step: str,
+    run,
+    judge,
+    profile: dict,
+    *,
+    log: list,
+    confirm: bool = True,
+    wait=None,
+    not_again: str | None = None,
+    again=None,
+    combine=None,
+) -> list[dict]:
     """Measure a step (run() -> output, judge(output, profile) -> results) until its figures can be trusted.
 
     - A foreign process on a GPU during the step (its sampler's `foreign`): wait until the GPUs are quiet
@@ -75,12 +89,28 @@ def watched(step: str, run, judge, profile: dict, *, log: list, confirm: bool = 
         res = judge(judged_out, profile)
         seconds = round(time.monotonic() - t0, 1)
         foreign, epoch, mon = _foreign(out)
-        attempt = {"attempt": len(attempts) + 1, "purpose": purpose, "seconds": seconds, "results": [_brief(r) for r in res],
-                   "processes": mon.get("processes") or [], "foreign": [describe(p, epoch) for p in foreign]}
+        attempt = {
+            "attempt": len(attempts) + 1,
+            "purpose": purpose,
+            "seconds": seconds,
+            "results": [_brief(r) for r in res],
+            "processes": mon.get("processes") or [],
+            "foreign": [describe(p, epoch) for p in foreign],
+        }
         attempts.append(attempt)
-        log.append({"step": step, "attempt": attempt["attempt"], "purpose": purpose, "seconds": seconds,
-                    "device": out.get("device"), "foreign": foreign, "started_epoch": epoch, "watch_error": mon.get("error"),
-                    "processes_unreadable": mon.get("processes_unreadable")})
+        log.append(
+            {
+                "step": step,
+                "attempt": attempt["attempt"],
+                "purpose": purpose,
+                "seconds": seconds,
+                "device": out.get("device"),
+                "foreign": foreign,
+                "started_epoch": epoch,
+                "watch_error": mon.get("error"),
+                "processes_unreadable": mon.get("processes_unreadable"),
+            }
+        )
         if purpose == CONFIRM:
             confirm_s += seconds
         if foreign:
@@ -94,7 +124,9 @@ def watched(step: str, run, judge, profile: dict, *, log: list, confirm: bool = 
                 attempt["wait"] = {k: quiet.get(k) for k in ("quiet", "waited_s", "error")}
                 attempt["processes_while_waiting"] = quiet.get("processes") or []
                 if not quiet.get("quiet"):
-                    why = f"the GPUs did not become quiet within {wait_s:g} s" + (f" ({quiet['error']})" if quiet.get("error") else "")
+                    why = f"the GPUs did not become quiet within {wait_s:g} s" + (
+                        f" ({quiet['error']})" if quiet.get("error") else ""
+                    )
             if why:
                 return [_disturbed(r, foreign, epoch, why, attempts, profile) for r in res]
             disturbed += 1
@@ -113,9 +145,12 @@ def watched(step: str, run, judge, profile: dict, *, log: list, confirm: bool = 
             purpose, measure = CONFIRM, run
             continue
         if doubtful:
-            attempt["confirm_stopped"] = (f"at most {confirm_max} measurement(s) again" if confirmations >= confirm_max else
-                                          f"the next measurement ({seconds:g} s) would pass the budget of {budget_s:g} s "
-                                          f"({confirm_s:g} s spent)")
+            attempt["confirm_stopped"] = (
+                f"at most {confirm_max} measurement(s) again"
+                if confirmations >= confirm_max
+                else f"the next measurement ({seconds:g} s) would pass the budget of {budget_s:g} s "
+                f"({confirm_s:g} s spent)"
+            )
         break
     return [_trust(r, (first_clean or {}).get(r["check"]), attempts, confirm_s) for r in res]
 
@@ -123,17 +158,28 @@ def watched(step: str, run, judge, profile: dict, *, log: list, confirm: bool = 
 def _disturbed(res: Result, foreign: list, epoch: float | None, why: str, attempts: list, profile: dict) -> Result:
     names = "; ".join(describe(p, epoch) for p in foreign)
     # A process is not a fault of the board: the GPUs the figure would have flagged are not named.
-    detail = {**{k: v for k, v in res["detail"].items() if k != "flagged_gpus"}, "attempts": attempts,
-              "disturbed_value": res.get("value"), "judged_as": _brief(res),
-              "disturbed_wait_threshold": profiles.threshold(profile, "disturbed_wait_s",
-                                                             max=profiles.value(profile, "disturbed_wait_s"))}
+    detail = {
+        **{k: v for k, v in res["detail"].items() if k != "flagged_gpus"},
+        "attempts": attempts,
+        "disturbed_value": res.get("value"),
+        "judged_as": _brief(res),
+        "disturbed_wait_threshold": profiles.threshold(
+            profile, "disturbed_wait_s", max=profiles.value(profile, "disturbed_wait_s")
+        ),
+    }
     # The class says so too: a disturbed figure does not follow the GPU to its next run (fleet.returning_gpu).
     return res.replace(
-        status=ERROR, value=None, trust=schema.DISTURBED, failure_class=registry.ENVIRONMENT, detail=detail,
+        status=ERROR,
+        value=None,
+        trust=schema.DISTURBED,
+        failure_class=registry.ENVIRONMENT,
+        detail=detail,
         reason=f"disturbed by {names}; {why}; the figure measured beside it "
-               + f"({res['value']} {res.get('unit') or ''}".rstrip() + ") is not the node's",
+        + f"({res['value']} {res.get('unit') or ''}".rstrip()
+        + ") is not the node's",
         remedy="find out what runs on the GPU (detail.attempts[].processes) and stop it or keep the node out of "
-               "the scheduler while it is validated; then run again")
+        "the scheduler while it is validated; then run again",
+    )
 
 
 def _trust(res: Result, first: dict | None, attempts: list, confirm_s: float) -> Result:
@@ -146,23 +192,40 @@ def _trust(res: Result, first: dict | None, attempts: list, confirm_s: float) ->
         return res.replace(detail=detail, trust=schema.CLEAN)
     detail["confirmation_s"] = confirm_s
     n = sum(1 for a in attempts if a.get("purpose") != DISTURBED_AGAIN)
-    was = f"{first.get('value')}, then {res.get('value')} {res.get('unit') or ''}".rstrip() if first else f"{res.get('value')}"
+    was = (
+        f"{first.get('value')}, then {res.get('value')} {res.get('unit') or ''}".rstrip()
+        if first
+        else f"{res.get('value')}"
+    )
     asked = (first or res)["detail"].get("measure_again")
     if still:
         stopped = attempts[-1].get("confirm_stopped") or "no more measurement"
-        return res.replace(detail=detail, status=WARN if res["status"] == PASS else res["status"], trust=schema.INCONCLUSIVE,
-                           reason=f"inconclusive: {res['reason']}; measured {n} times (first {was}; {confirm_s:g} s more), "
-                                  f"still {still} ({stopped})",
-                           remedy=res.get("remedy") or ("run the node's benchmarks again on an idle node; a figure that stays "
-                                                        "this close to its limit is the node's: set the limit from the model's "
-                                                        "calibration (docs/calibration.md)"))
+        return res.replace(
+            detail=detail,
+            status=WARN if res["status"] == PASS else res["status"],
+            trust=schema.INCONCLUSIVE,
+            reason=f"inconclusive: {res['reason']}; measured {n} times (first {was}; {confirm_s:g} s more), "
+            f"still {still} ({stopped})",
+            remedy=res.get("remedy")
+            or (
+                "run the node's benchmarks again on an idle node; a figure that stays "
+                "this close to its limit is the node's: set the limit from the model's "
+                "calibration (docs/calibration.md)"
+            ),
+        )
     if res["status"] in (WARN, FAIL):
-        return res.replace(detail=detail, trust=schema.CONFIRMED,
-                           reason=f"confirmed: {res['reason']}; measured {n} times (first {was}; {confirm_s:g} s more, "
-                                  f"because {asked})")
-    return res.replace(detail=detail, trust=schema.CONFIRMED,
-                       reason=f"{res['reason']}; passed on confirmation (first {was}; {confirm_s:g} s more; the first "
-                              f"measurement said: {first['reason']})")
+        return res.replace(
+            detail=detail,
+            trust=schema.CONFIRMED,
+            reason=f"confirmed: {res['reason']}; measured {n} times (first {was}; {confirm_s:g} s more, "
+            f"because {asked})",
+        )
+    return res.replace(
+        detail=detail,
+        trust=schema.CONFIRMED,
+        reason=f"{res['reason']}; passed on confirmation (first {was}; {confirm_s:g} s more; the first "
+        f"measurement said: {first['reason']})",
+    )
 
 
 def measured_again(log: list) -> dict:
@@ -173,11 +236,23 @@ def measured_again(log: list) -> dict:
         if e.get("purpose") in (DISTURBED_AGAIN, CONFIRM):
             by[(e["step"], e["purpose"])] = round(by.get((e["step"], e["purpose"]), 0.0) + (e.get("seconds") or 0.0), 1)
     total = round(sum(by.values()), 1)
-    parts = [f"{step} {s:g} s ({'disturbed' if why == DISTURBED_AGAIN else 'to confirm a figure'})" for (step, why), s in by.items()]
-    reason = (f"measured again for {total:g} s: " + ", ".join(parts) if parts else
-              "nothing measured again: every figure was clear the first time")
-    return result(registry.MEASURED_AGAIN_CHECK.name, PASS, reason, value=total, unit="s",
-                  detail={"by_step": [{"step": st, "why": why, "seconds": s} for (st, why), s in by.items()]})
+    parts = [
+        f"{step} {s:g} s ({'disturbed' if why == DISTURBED_AGAIN else 'to confirm a figure'})"
+        for (step, why), s in by.items()
+    ]
+    reason = (
+        f"measured again for {total:g} s: " + ", ".join(parts)
+        if parts
+        else "nothing measured again: every figure was clear the first time"
+    )
+    return result(
+        registry.MEASURED_AGAIN_CHECK.name,
+        PASS,
+        reason,
+        value=total,
+        unit="s",
+        detail={"by_step": [{"step": st, "why": why, "seconds": s} for (st, why), s in by.items()]},
+    )
 
 
 def foreign_processes(step: str, log: list) -> dict:
@@ -188,18 +263,38 @@ def foreign_processes(step: str, log: list) -> dict:
     detail = {"attempts": log}
     seen = [f"{describe(p, e['started_epoch'])} (attempt {e['attempt']})" for e in log for p in e["foreign"]]
     if seen:
-        return result(check, FAIL, f"foreign process(es) on the GPUs while {step} measured them: " + "; ".join(seen),
-                      value=len(seen), unit="sightings", detail=detail,
-                      remedy="another workload used the GPU during validation: stop it (or drain the node from the "
-                             "scheduler first) and validate again; the figures measured beside it were measured again "
-                             "or marked disturbed")
-    unwatched = [f"attempt {e['attempt']}: {e.get('watch_error') or e.get('processes_unreadable')}" for e in log
-                 if e.get("watch_error") or e.get("processes_unreadable")]
+        return result(
+            check,
+            FAIL,
+            f"foreign process(es) on the GPUs while {step} measured them: " + "; ".join(seen),
+            value=len(seen),
+            unit="sightings",
+            detail=detail,
+            remedy="another workload used the GPU during validation: stop it (or drain the node from the "
+            "scheduler first) and validate again; the figures measured beside it were measured again "
+            "or marked disturbed",
+        )
+    unwatched = [
+        f"attempt {e['attempt']}: {e.get('watch_error') or e.get('processes_unreadable')}"
+        for e in log
+        if e.get("watch_error") or e.get("processes_unreadable")
+    ]
     if unwatched:
-        return result(check, ERROR, f"the GPUs' processes could not be listed while {step} measured: {'; '.join(unwatched)}",
-                      detail=detail, remedy="check NVML (`nvidia-smi`) on the node and run again")
-    return result(check, PASS, f"no foreign process on the GPUs while {step} measured them ({len(log)} measurement(s))",
-                  value=0, unit="sightings", detail=detail)
+        return result(
+            check,
+            ERROR,
+            f"the GPUs' processes could not be listed while {step} measured: {'; '.join(unwatched)}",
+            detail=detail,
+            remedy="check NVML (`nvidia-smi`) on the node and run again",
+        )
+    return result(
+        check,
+        PASS,
+        f"no foreign process on the GPUs while {step} measured them ({len(log)} measurement(s))",
+        value=0,
+        unit="sightings",
+        detail=detail,
+    )
 
 
 def visible_gpus(nvml_count: int) -> int:
@@ -222,13 +317,24 @@ class NodeSteps:
     go to bench.soak.run (duration_s).
     """
 
-    def __init__(self, names: list[str], tier: str, gpus: int, profile: dict, *, nccl_options: dict | None = None,
-                 soak_options: dict | None = None):
+    def __init__(
+        self,
+        names: list[str],
+        tier: str,
+        gpus: int,
+        profile: dict,
+        *,
+        nccl_options: dict | None = None,
+        soak_options: dict | None = None,
+    ):
         self.names, self.tier, self.gpus, self.profile = names, tier, gpus, profile
         self.nccl_options, self.soak_options = nccl_options or {}, soak_options or {}
         # torchrun placement and limits, shared by the NCCL benchmark and the training gate.
-        self.multi = {k: v for k, v in self.nccl_options.items()
-                      if k in ("nnodes", "node_rank", "master_addr", "master_port", "timeout_s", "rdzv_timeout_s")}
+        self.multi = {
+            k: v
+            for k, v in self.nccl_options.items()
+            if k in ("nnodes", "node_rank", "master_addr", "master_port", "timeout_s", "rdzv_timeout_s")
+        }
         # What each attempt of each watched step saw, for the node's foreign_processes results.
         self.log: list = []
         # With matmul in the same run, the SDC computations run in the matmul workers, after their timed products
@@ -267,8 +373,14 @@ class NodeSteps:
         }
         return special.get(name) or (lambda: importlib.import_module(f"gpufleet.bench.{name}").run(self.tier))
 
-    def measure(self, name: str, judge: Judge, *, again_plan: Callable[[dict], dict] | None = None,
-                combine: Callable[[dict, dict], dict] | None = None) -> list:
+    def measure(
+        self,
+        name: str,
+        judge: Judge,
+        *,
+        again_plan: Callable[[dict], dict] | None = None,
+        combine: Callable[[dict, dict], dict] | None = None,
+    ) -> list:
         """One benchmark's results: measured (again while disturbed, again while a figure asks to be confirmed) and
         judged. The soak, disturbed, is measured again as again_plan(first output) says (its options: its disturbed
         windows, bounded) and judged on combine(first, again) (checks.soak)."""
@@ -276,11 +388,23 @@ class NodeSteps:
         if not bench.watched:
             return judge(self._run(name)(), self.profile)
         # Across nodes a disturbed node cannot measure again alone: its peers would have to start with it.
-        not_again = ("every node of the run would have to measure again with it"
-                     if bench.multinode and self.multi.get("nnodes", 1) > 1 else None)
+        not_again = (
+            "every node of the run would have to measure again with it"
+            if bench.multinode and self.multi.get("nnodes", 1) > 1
+            else None
+        )
         again = (lambda first: soak.run(**again_plan(first))) if name == "soak" and again_plan else None
-        return watched(name, self._run(name), judge, self.profile, log=self.log, not_again=not_again,
-                       confirm=any(c.confirmed for c in bench.checks), again=again, combine=combine if again else None)
+        return watched(
+            name,
+            self._run(name),
+            judge,
+            self.profile,
+            log=self.log,
+            not_again=not_again,
+            confirm=any(c.confirmed for c in bench.checks),
+            again=again,
+            combine=combine if again else None,
+        )
 
     def processes(self) -> list:
         """Each watched step's `<step>_processes`: what else ran on its GPUs (a CPU run has no GPU to watch); and

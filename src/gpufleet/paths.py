@@ -73,7 +73,9 @@ def write_atomic(path: Path | str, text: str, mode: int = FILE_MODE, *, durable:
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
-        raise InputError(f"cannot write {path}: {exc.strerror or exc}; expected a writable folder with space left") from None
+        raise InputError(
+            f"cannot write {path}: {exc.strerror or exc}; expected a writable folder with space left"
+        ) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
@@ -87,7 +89,9 @@ def write_atomic(path: Path | str, text: str, mode: int = FILE_MODE, *, durable:
             os.unlink(tmp)
         except OSError:
             pass
-        raise InputError(f"cannot write {path}: {exc.strerror or exc}; expected a writable folder with space left") from None
+        raise InputError(
+            f"cannot write {path}: {exc.strerror or exc}; expected a writable folder with space left"
+        ) from None
     return path
 
 

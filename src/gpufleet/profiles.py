@@ -92,7 +92,9 @@ def site_profiles(site_dir: Path | str | None = None) -> list[dict]:
         try:
             files = json.loads(texts)
         except ValueError as exc:
-            raise ProfileError(f"{SITE_TEXTS_ENV} is not JSON ({exc}); expected {{profile file: its YAML text}}") from None
+            raise ProfileError(
+                f"{SITE_TEXTS_ENV} is not JSON ({exc}); expected {{profile file: its YAML text}}"
+            ) from None
         if not isinstance(files, dict):
             raise ProfileError(f"{SITE_TEXTS_ENV}: expected {{profile file: its YAML text}}")
         docs = [_parse(str(text), f"{SITE_VARIABLE} {name}") for name, text in sorted(files.items())]
@@ -107,8 +109,10 @@ def site_profiles(site_dir: Path | str | None = None) -> list[dict]:
             raise ProfileError(f"{SITE_VARIABLE} {folder} holds no profile (*.yml); expected the site's profile files")
     for doc in docs:
         if doc["name"] == GENERIC:
-            raise ProfileError(f"profile file {doc['path']}: a site profile cannot replace {GENERIC}.yml, which declares "
-                               "every key; set a site-wide value through gpufleet_thresholds")
+            raise ProfileError(
+                f"profile file {doc['path']}: a site profile cannot replace {GENERIC}.yml, which declares "
+                "every key; set a site-wide value through gpufleet_thresholds"
+            )
         doc["site"] = True
     return docs
 
@@ -148,8 +152,10 @@ def load_all(profile_dir: Path | None = None, site_dir: Path | str | None = None
     profiles = {}
     for doc in site_profiles(site_dir):
         if doc["name"] in profiles:
-            raise ProfileError(f"profile files {profiles[doc['name']]['path']} and {doc['path']} are both named "
-                               f"{doc['name']!r}; expected one profile of each name in {SITE_VARIABLE}")
+            raise ProfileError(
+                f"profile files {profiles[doc['name']]['path']} and {doc['path']} are both named "
+                f"{doc['name']!r}; expected one profile of each name in {SITE_VARIABLE}"
+            )
         profiles[doc["name"]] = doc
     for path in sorted(profile_dir.glob("*.yml")):
         doc = _load_file(path)
@@ -164,19 +170,25 @@ def load_all(profile_dir: Path | None = None, site_dir: Path | str | None = None
             )
         for bound in ("min", "max"):
             if bound in entry and not (entry["type"] in ("int", "number") and _TYPES["number"](entry[bound])):
-                raise ProfileError(f"profile file {profiles[GENERIC]['path']}: threshold '{key}' {bound} = {entry[bound]!r}; "
-                                   "expected a number, on an int or number threshold only")
+                raise ProfileError(
+                    f"profile file {profiles[GENERIC]['path']}: threshold '{key}' {bound} = {entry[bound]!r}; "
+                    "expected a number, on an int or number threshold only"
+                )
     for name, doc in profiles.items():
         for key, entry in doc["thresholds"].items():
             if key not in base:
-                raise ProfileError(f"profile file {doc['path']}: unknown threshold '{key}'; known: {', '.join(sorted(base))}")
+                raise ProfileError(
+                    f"profile file {doc['path']}: unknown threshold '{key}'; known: {', '.join(sorted(base))}"
+                )
             if not _type_ok(base[key]["type"], entry["value"]):
                 raise ProfileError(
                     f"profile file {doc['path']}: threshold '{key}' = {entry['value']!r}; expected {base[key]['type']} or null"
                 )
             why = _bounds_problem(base[key], entry["value"])
             if why:
-                raise ProfileError(f"profile file {doc['path']}: threshold '{key}' = {entry['value']!r}; {why} (or null)")
+                raise ProfileError(
+                    f"profile file {doc['path']}: threshold '{key}' = {entry['value']!r}; {why} (or null)"
+                )
     return profiles
 
 

@@ -64,43 +64,70 @@ class Output:
 # ------------------------------------------------------------------------------------------------- check groups
 
 CHECK_GROUPS = (
-    Group("gpu_inventory", module="gpu_inventory", checks=(
-        Check("gpu_count", HARDWARE, ("gpus_expected", "driver_version")),
-        Check("gpu_model", CONFIGURATION),
-        Check("gpu_memory", HARDWARE, ("gpu_memory_min_mib",)),
-        Check("driver_version", SOFTWARE, ("driver_version", "driver_version_min")),
-        Check("vbios", SOFTWARE),
-        Check("persistence_mode", CONFIGURATION, ("persistence_mode_required",)),
-        Check("mig_mode", CONFIGURATION),
-        Check("compute_mode", CONFIGURATION),
-    )),
-    Group("gpu_health", module="gpu_health", checks=(
-        Check("ecc", HARDWARE, ("ecc_volatile_uncorrected_max", "ecc_aggregate_uncorrected_max"), function="memory.ecc"),
-        Check("row_remapping", HARDWARE, function="memory.row_remapping"),
-        Check("retired_pages", HARDWARE, function="memory.retired_pages"),
-        Check("xid", HARDWARE, ("xid_fail_codes",), function="faults.xid"),
-        Check("clock_events", HARDWARE, function="throttling.clock_events"),
-        Check("temperature", HARDWARE, ("gpu_temperature_warn_c", "memory_temperature_warn_c"), function="throttling.temperature"),
-        Check("power_limit", CONFIGURATION, ("power_limit_min_ratio",), function="throttling.power_limit"),
-        Check("pcie_link", HARDWARE, ("pcie_gen_min", "pcie_width_min"), function="links.pcie_link"),
-        Check("nvlink", HARDWARE, ("gpus_expected", "nvlink_links_per_gpu"), function="links.nvlink"),
-        Check("processes", ENVIRONMENT, function="occupancy.processes"),
-    )),
-    Group("host_hygiene", module="host_hygiene", checks=(
-        Check("pcie_acs", CONFIGURATION, function="pcie.check_pcie_acs"),
-        Check("numa_affinity", CONFIGURATION, function="numa.check_numa_affinity"),
-        Check("infiniband", HARDWARE, ("ib_ports_min", "ib_rate_min_gbps"), function="infiniband.check_infiniband"),
-        Check("ib_port_speed", HARDWARE, function="infiniband.check_ib_port_speed"),
-        Check("gpu_nic_rails", HARDWARE, function="infiniband.check_gpu_nic_rails"),
-        Check("pcie_aer", HARDWARE, ("fabric_aer_fatal_max", "fabric_aer_nonfatal_max"), function="pcie.check_pcie_aer"),
-        Check("peermem", SOFTWARE, function="infiniband.check_peermem"),
-        Check("iommu", CONFIGURATION, ("iommu_passthrough_required",), function="kernel.check_iommu"),
-        Check("numa_balancing", CONFIGURATION, ("numa_balancing_expected",), function="numa.check_numa_balancing"),
-        Check("cpu_governor", CONFIGURATION, ("cpu_governor_expected",), function="kernel.check_cpu_governor"),
-        Check("fabric_manager", SOFTWARE, function="kernel.check_fabric_manager"),
-        Check("nccl_env", CONFIGURATION, function="nccl_env.check_nccl_env"),
-        Check("bringup_drift", CONFIGURATION, ("bringup_required",), function="bringup.check_bringup_drift"),
-    )),
+    Group(
+        "gpu_inventory",
+        module="gpu_inventory",
+        checks=(
+            Check("gpu_count", HARDWARE, ("gpus_expected", "driver_version")),
+            Check("gpu_model", CONFIGURATION),
+            Check("gpu_memory", HARDWARE, ("gpu_memory_min_mib",)),
+            Check("driver_version", SOFTWARE, ("driver_version", "driver_version_min")),
+            Check("vbios", SOFTWARE),
+            Check("persistence_mode", CONFIGURATION, ("persistence_mode_required",)),
+            Check("mig_mode", CONFIGURATION),
+            Check("compute_mode", CONFIGURATION),
+        ),
+    ),
+    Group(
+        "gpu_health",
+        module="gpu_health",
+        checks=(
+            Check(
+                "ecc",
+                HARDWARE,
+                ("ecc_volatile_uncorrected_max", "ecc_aggregate_uncorrected_max"),
+                function="memory.ecc",
+            ),
+            Check("row_remapping", HARDWARE, function="memory.row_remapping"),
+            Check("retired_pages", HARDWARE, function="memory.retired_pages"),
+            Check("xid", HARDWARE, ("xid_fail_codes",), function="faults.xid"),
+            Check("clock_events", HARDWARE, function="throttling.clock_events"),
+            Check(
+                "temperature",
+                HARDWARE,
+                ("gpu_temperature_warn_c", "memory_temperature_warn_c"),
+                function="throttling.temperature",
+            ),
+            Check("power_limit", CONFIGURATION, ("power_limit_min_ratio",), function="throttling.power_limit"),
+            Check("pcie_link", HARDWARE, ("pcie_gen_min", "pcie_width_min"), function="links.pcie_link"),
+            Check("nvlink", HARDWARE, ("gpus_expected", "nvlink_links_per_gpu"), function="links.nvlink"),
+            Check("processes", ENVIRONMENT, function="occupancy.processes"),
+        ),
+    ),
+    Group(
+        "host_hygiene",
+        module="host_hygiene",
+        checks=(
+            Check("pcie_acs", CONFIGURATION, function="pcie.check_pcie_acs"),
+            Check("numa_affinity", CONFIGURATION, function="numa.check_numa_affinity"),
+            Check("infiniband", HARDWARE, ("ib_ports_min", "ib_rate_min_gbps"), function="infiniband.check_infiniband"),
+            Check("ib_port_speed", HARDWARE, function="infiniband.check_ib_port_speed"),
+            Check("gpu_nic_rails", HARDWARE, function="infiniband.check_gpu_nic_rails"),
+            Check(
+                "pcie_aer",
+                HARDWARE,
+                ("fabric_aer_fatal_max", "fabric_aer_nonfatal_max"),
+                function="pcie.check_pcie_aer",
+            ),
+            Check("peermem", SOFTWARE, function="infiniband.check_peermem"),
+            Check("iommu", CONFIGURATION, ("iommu_passthrough_required",), function="kernel.check_iommu"),
+            Check("numa_balancing", CONFIGURATION, ("numa_balancing_expected",), function="numa.check_numa_balancing"),
+            Check("cpu_governor", CONFIGURATION, ("cpu_governor_expected",), function="kernel.check_cpu_governor"),
+            Check("fabric_manager", SOFTWARE, function="kernel.check_fabric_manager"),
+            Check("nccl_env", CONFIGURATION, function="nccl_env.check_nccl_env"),
+            Check("bringup_drift", CONFIGURATION, ("bringup_required",), function="bringup.check_bringup_drift"),
+        ),
+    ),
 )
 
 # ------------------------------------------------------------------------------------------------- benchmarks
@@ -117,37 +144,69 @@ RUN_TIERS = ("smoke", "acceptance", "soak")
 SAMPLED = ("sample_drop_pct_max", "sample_drops_allowed", "confirm_band_pct")
 
 BENCHMARKS = (
-    Benchmark("matmul", run_tiers=("smoke", "acceptance"), default=True, checks=(
-        Check("matmul_bf16", HARDWARE, ("matmul_bf16_tflops_min", "matmul_spread_pct_max") + SAMPLED, confirmed=True),
-    )),
-    Benchmark("memory", run_tiers=("smoke", "acceptance"), default=True, checks=(
-        Check("memory_bandwidth", HARDWARE),
-        Check("hbm_bandwidth", HARDWARE, ("hbm_copy_gbps_min",) + SAMPLED, confirmed=True),
-        Check("pcie_h2d_bandwidth", HARDWARE, ("pcie_h2d_gbps_min",) + SAMPLED, confirmed=True),
-        Check("pcie_d2h_bandwidth", HARDWARE, ("pcie_d2h_gbps_min",) + SAMPLED, confirmed=True),
-    )),
-    Benchmark("nccl", run_tiers=("smoke", "acceptance"), default=True, multinode=True, checks=(
-        Check("nccl", SOFTWARE),
-        Check("nccl_sendrecv", HARDWARE, ("nccl_sendrecv_pair_ratio_min",)),
-        Check("nccl_transport", CONFIGURATION),
-        Check("nccl_all_reduce", HARDWARE, ("nccl_allreduce_busbw_gbps_min",)),
-        Check("nccl_all_gather", HARDWARE),
-        Check("nccl_reduce_scatter", HARDWARE),
-        Check("nccl_all_to_all", HARDWARE),
-    )),
-    Benchmark("sdc", run_tiers=("acceptance", "soak"), default=True, watched=False, checks=(
-        Check("sdc", HARDWARE, ("driver_version",)),
-    )),
-    Benchmark("train_gpt2", run_tiers=("acceptance",), multinode=True, checks=(
-        Check("train_gpt2", SOFTWARE, ("train_gpt2_tokens_per_s_per_gpu_min", "bf16_dense_peak_tflops")),
-        Check("train_scaling", HARDWARE, ("train_scaling_efficiency_min",)),
-    )),
-    Benchmark("soak", run_tiers=("soak",), selectable=False, checks=(
-        Check("soak", SOFTWARE, ("soak_remeasure_max_s",)),
-        Check("soak_throttle", HARDWARE, ("soak_throttle_s_max", "xid_fail_codes")),
-        Check("soak_errors", HARDWARE, ("xid_fail_codes",)),
-        Check("soak_slowdown", HARDWARE, ("soak_slowdown_pct_max",)),
-    )),
+    Benchmark(
+        "matmul",
+        run_tiers=("smoke", "acceptance"),
+        default=True,
+        checks=(
+            Check(
+                "matmul_bf16", HARDWARE, ("matmul_bf16_tflops_min", "matmul_spread_pct_max") + SAMPLED, confirmed=True
+            ),
+        ),
+    ),
+    Benchmark(
+        "memory",
+        run_tiers=("smoke", "acceptance"),
+        default=True,
+        checks=(
+            Check("memory_bandwidth", HARDWARE),
+            Check("hbm_bandwidth", HARDWARE, ("hbm_copy_gbps_min",) + SAMPLED, confirmed=True),
+            Check("pcie_h2d_bandwidth", HARDWARE, ("pcie_h2d_gbps_min",) + SAMPLED, confirmed=True),
+            Check("pcie_d2h_bandwidth", HARDWARE, ("pcie_d2h_gbps_min",) + SAMPLED, confirmed=True),
+        ),
+    ),
+    Benchmark(
+        "nccl",
+        run_tiers=("smoke", "acceptance"),
+        default=True,
+        multinode=True,
+        checks=(
+            Check("nccl", SOFTWARE),
+            Check("nccl_sendrecv", HARDWARE, ("nccl_sendrecv_pair_ratio_min",)),
+            Check("nccl_transport", CONFIGURATION),
+            Check("nccl_all_reduce", HARDWARE, ("nccl_allreduce_busbw_gbps_min",)),
+            Check("nccl_all_gather", HARDWARE),
+            Check("nccl_reduce_scatter", HARDWARE),
+            Check("nccl_all_to_all", HARDWARE),
+        ),
+    ),
+    Benchmark(
+        "sdc",
+        run_tiers=("acceptance", "soak"),
+        default=True,
+        watched=False,
+        checks=(Check("sdc", HARDWARE, ("driver_version",)),),
+    ),
+    Benchmark(
+        "train_gpt2",
+        run_tiers=("acceptance",),
+        multinode=True,
+        checks=(
+            Check("train_gpt2", SOFTWARE, ("train_gpt2_tokens_per_s_per_gpu_min", "bf16_dense_peak_tflops")),
+            Check("train_scaling", HARDWARE, ("train_scaling_efficiency_min",)),
+        ),
+    ),
+    Benchmark(
+        "soak",
+        run_tiers=("soak",),
+        selectable=False,
+        checks=(
+            Check("soak", SOFTWARE, ("soak_remeasure_max_s",)),
+            Check("soak_throttle", HARDWARE, ("soak_throttle_s_max", "xid_fail_codes")),
+            Check("soak_errors", HARDWARE, ("xid_fail_codes",)),
+            Check("soak_slowdown", HARDWARE, ("soak_slowdown_pct_max",)),
+        ),
+    ),
 )
 
 # ------------------------------------------------------------------------------------------------- the other groups
@@ -155,45 +214,80 @@ BENCHMARKS = (
 # Results made outside the check groups and the benchmarks: each group's checks, in the order they come.
 OTHER_GROUPS = (
     Group("profile", checks=(Check("profile", CONFIGURATION),)),
-    Group("counters", module="gpu_counters", checks=(
-        Check("snapshot_before", SOFTWARE), Check("snapshot_after", SOFTWARE),
-        Check("fabric_before", SOFTWARE), Check("fabric_after", SOFTWARE),
-        Check("processes_after", ENVIRONMENT),
-    )),
+    Group(
+        "counters",
+        module="gpu_counters",
+        checks=(
+            Check("snapshot_before", SOFTWARE),
+            Check("snapshot_after", SOFTWARE),
+            Check("fabric_before", SOFTWARE),
+            Check("fabric_after", SOFTWARE),
+            Check("processes_after", ENVIRONMENT),
+        ),
+    ),
     Group("lock", module="node_lock", checks=(Check("node_lock", ENVIRONMENT),)),
     Group("connection", checks=(Check("reachable", ENVIRONMENT),)),
-    Group("finetune", checks=(
-        Check("finetune", SOFTWARE, ("finetune_tokens_per_s_per_gpu_min", "bf16_dense_peak_tflops")),
-        Check("finetune_processes", ENVIRONMENT),
-    )),
+    Group(
+        "finetune",
+        checks=(
+            Check("finetune", SOFTWARE, ("finetune_tokens_per_s_per_gpu_min", "bf16_dense_peak_tflops")),
+            Check("finetune_processes", ENVIRONMENT),
+        ),
+    ),
     Group("report", checks=(Check("results_file", SOFTWARE),)),
     # a sweep's Slurm job that ended without finishing its node stage (its time limit, a failure, its node lost)
     Group("sweep", checks=(Check("sweep_job", ENVIRONMENT),)),
-    Group("fleet", checks=(
-        Check("gpu_vs_node", HARDWARE, ("fleet_gpu_below_node_warn_pct", "fleet_gpu_below_node_fail_pct")),
-        Check("node_vs_fleet", HARDWARE, ("fleet_node_below_fleet_warn_pct", "fleet_node_below_fleet_fail_pct",
-                                          "fleet_min_nodes")),
-        Check("node_vs_baseline", HARDWARE, ("fleet_below_baseline_warn_pct", "fleet_below_baseline_fail_pct")),
-        Check("node_vs_baseline_fleet", HARDWARE, ("fleet_below_baseline_warn_pct", "fleet_below_baseline_fail_pct")),
-        Check("sample_spread", ENVIRONMENT, ("fleet_sample_spread_pct_floor", "fleet_sample_spread_ratio_max")),
-        Check("counters_during_run", HARDWARE, (
-            "fleet_counter_ecc_corrected_per_h_max", "fleet_counter_nvlink_crc_per_h_max",
-            "fleet_counter_nvlink_replay_recovery_per_h_max", "fleet_counter_pcie_replay_per_h_max",
-            "fleet_counter_row_remap_per_h_max", "fleet_counter_xid_per_h_max", "fleet_counter_min_window_h")),
-        Check("counters_since_previous_run", HARDWARE),
-        Check("fabric_during_run", HARDWARE, (
-            "fabric_aer_correctable_per_h_max", "fabric_ib_ber_max", "fabric_ib_fatal_errors_max",
-            "fabric_ib_link_downed_max", "fabric_ib_link_error_recovery_per_min_max",
-            "fabric_ib_local_ack_timeout_per_h_max", "fabric_ib_rcv_errors_per_h_max",
-            "fabric_ib_xmit_discards_per_h_max")),
-        Check("fabric_since_previous_run", HARDWARE),
-        Check("ib_ports_vs_fleet", HARDWARE, ("fleet_fabric_reference_share_min",)),
-        Check("rails_vs_fleet", HARDWARE, ("fleet_fabric_reference_share_min",)),
-        Check("returning_gpu", HARDWARE),
-        # fleet.sdc and fleet.versions: the fleet's own judgement of checks whose node-side name means another
-        Check("fleet.sdc", HARDWARE),
-        Check("fleet.versions", CONFIGURATION),
-    )),
+    Group(
+        "fleet",
+        checks=(
+            Check("gpu_vs_node", HARDWARE, ("fleet_gpu_below_node_warn_pct", "fleet_gpu_below_node_fail_pct")),
+            Check(
+                "node_vs_fleet",
+                HARDWARE,
+                ("fleet_node_below_fleet_warn_pct", "fleet_node_below_fleet_fail_pct", "fleet_min_nodes"),
+            ),
+            Check("node_vs_baseline", HARDWARE, ("fleet_below_baseline_warn_pct", "fleet_below_baseline_fail_pct")),
+            Check(
+                "node_vs_baseline_fleet", HARDWARE, ("fleet_below_baseline_warn_pct", "fleet_below_baseline_fail_pct")
+            ),
+            Check("sample_spread", ENVIRONMENT, ("fleet_sample_spread_pct_floor", "fleet_sample_spread_ratio_max")),
+            Check(
+                "counters_during_run",
+                HARDWARE,
+                (
+                    "fleet_counter_ecc_corrected_per_h_max",
+                    "fleet_counter_nvlink_crc_per_h_max",
+                    "fleet_counter_nvlink_replay_recovery_per_h_max",
+                    "fleet_counter_pcie_replay_per_h_max",
+                    "fleet_counter_row_remap_per_h_max",
+                    "fleet_counter_xid_per_h_max",
+                    "fleet_counter_min_window_h",
+                ),
+            ),
+            Check("counters_since_previous_run", HARDWARE),
+            Check(
+                "fabric_during_run",
+                HARDWARE,
+                (
+                    "fabric_aer_correctable_per_h_max",
+                    "fabric_ib_ber_max",
+                    "fabric_ib_fatal_errors_max",
+                    "fabric_ib_link_downed_max",
+                    "fabric_ib_link_error_recovery_per_min_max",
+                    "fabric_ib_local_ack_timeout_per_h_max",
+                    "fabric_ib_rcv_errors_per_h_max",
+                    "fabric_ib_xmit_discards_per_h_max",
+                ),
+            ),
+            Check("fabric_since_previous_run", HARDWARE),
+            Check("ib_ports_vs_fleet", HARDWARE, ("fleet_fabric_reference_share_min",)),
+            Check("rails_vs_fleet", HARDWARE, ("fleet_fabric_reference_share_min",)),
+            Check("returning_gpu", HARDWARE),
+            # fleet.sdc and fleet.versions: the fleet's own judgement of checks whose node-side name means another
+            Check("fleet.sdc", HARDWARE),
+            Check("fleet.versions", CONFIGURATION),
+        ),
+    ),
 )
 # A module that could not run on the node: an `error` of the module's group, check `engine`.
 ENGINE_CHECK = Check("engine", SOFTWARE)
@@ -202,8 +296,13 @@ MEASURED_AGAIN_CHECK = Check("measured_again", SOFTWARE)
 
 # Profile keys no single check owns: the watch of every benchmark (measure again when disturbed, confirm a figure
 # within a budget) and `gpufleet fleet locate`.
-SHARED_THRESHOLDS = ("confirm_remeasure_max", "confirm_budget_s", "disturbed_remeasure_max", "disturbed_wait_s",
-                     "locate_busbw_ratio_min")
+SHARED_THRESHOLDS = (
+    "confirm_remeasure_max",
+    "confirm_budget_s",
+    "disturbed_remeasure_max",
+    "disturbed_wait_s",
+    "locate_busbw_ratio_min",
+)
 
 # ------------------------------------------------------------------------------------------------- outputs
 
@@ -230,12 +329,17 @@ def group_names() -> tuple[str, ...]:
     return tuple(g.name for g in CHECK_GROUPS)
 
 
-def benchmark_names(*, selectable: bool | None = None, default: bool | None = None,
-                    multinode: bool | None = None) -> tuple[str, ...]:
+def benchmark_names(
+    *, selectable: bool | None = None, default: bool | None = None, multinode: bool | None = None
+) -> tuple[str, ...]:
     """The benchmarks' names, in their order, those with the given properties."""
-    return tuple(b.name for b in BENCHMARKS
-                 if (selectable is None or b.selectable == selectable) and (default is None or b.default == default)
-                 and (multinode is None or b.multinode == multinode))
+    return tuple(
+        b.name
+        for b in BENCHMARKS
+        if (selectable is None or b.selectable == selectable)
+        and (default is None or b.default == default)
+        and (multinode is None or b.multinode == multinode)
+    )
 
 
 def tier_benchmarks(run_tier: str) -> tuple[str, ...]:

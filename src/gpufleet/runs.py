@@ -34,7 +34,7 @@ def _proc_stat(pid: int) -> tuple[int, int, str] | None:
     except OSError:
         return None
     # The command name may hold spaces and parentheses: the fields start after the last ')'.
-    fields = stat[stat.rindex(")") + 2:].split()
+    fields = stat[stat.rindex(")") + 2 :].split()
     return int(fields[1]), int(fields[19]), cmdline
 
 
@@ -67,7 +67,12 @@ def controller_identity(pid: int | None = None) -> dict:
     if main_process is None:
         own = _proc_stat(os.getpid())
         main_process = (os.getpid(), own[1] if own else None)
-    return {"host": socket.gethostname(), "pid": main_process[0], "started_ticks": main_process[1], "boot_id": _boot_id()}
+    return {
+        "host": socket.gethostname(),
+        "pid": main_process[0],
+        "started_ticks": main_process[1],
+        "boot_id": _boot_id(),
+    }
 
 
 def controller_alive(controller: dict) -> bool | None:
@@ -162,26 +167,55 @@ def start(
         raise InputError(
             f"gpufleet_run_id {run_id!r} is already used by the run in {run_dir}{started}: a run id names one run "
             f"and is never overwritten; choose another gpufleet_run_id (or leave it out for a new one), or resume "
-            f"that run with `gpufleet fleet resume {run_id}` (gpufleet_resume=true)")
+            f"that run with `gpufleet fleet resume {run_id}` (gpufleet_resume=true)"
+        )
     if resume and not used:
         raise InputError(f"gpufleet_resume is set but there is no run {run_id!r} in {reports} to resume")
     if dry_run:
-        return {"run_id": run_id, "run_dir": str(run_dir), "attempt": None, "resumed": bool(used), "controller": controller,
-                "dead_runs": [], "dry_run": True}
+        return {
+            "run_id": run_id,
+            "run_dir": str(run_dir),
+            "attempt": None,
+            "resumed": bool(used),
+            "controller": controller,
+            "dead_runs": [],
+            "dry_run": True,
+        }
     paths.make_dir(run_dir)
     paths.make_dir(run_dir / "hosts")
     if used and (run_dir / RUN_FILE).exists():
         doc = read_run(run_dir)
     else:  # a new run, or one from before run records: hosts/ without run.json
-        doc = {"schema_version": RUN_SCHEMA_VERSION, "run_id": run_id, "playbook": playbook, "started": now,
-               "tier": tier, "hosts": [], "attempts": []}
+        doc = {
+            "schema_version": RUN_SCHEMA_VERSION,
+            "run_id": run_id,
+            "playbook": playbook,
+            "started": now,
+            "tier": tier,
+            "hosts": [],
+            "attempts": [],
+        }
     doc["hosts"] = sorted(set(doc.get("hosts") or []) | set(hosts))
-    attempt = {"attempt": len(doc["attempts"]) + 1, "started": now, "playbook": playbook, "limit": limit or None,
-               "stages": stages or None, "tier": tier, "hosts": list(hosts), "controller": controller}
+    attempt = {
+        "attempt": len(doc["attempts"]) + 1,
+        "started": now,
+        "playbook": playbook,
+        "limit": limit or None,
+        "stages": stages or None,
+        "tier": tier,
+        "hosts": list(hosts),
+        "controller": controller,
+    }
     doc["attempts"].append(attempt)
     paths.write_atomic(run_dir / RUN_FILE, json.dumps(doc, indent=1, sort_keys=True) + "\n")
-    return {"run_id": run_id, "run_dir": str(run_dir), "attempt": attempt["attempt"], "resumed": bool(used),
-            "controller": controller, "dead_runs": [r for r in dead_runs(reports) if r != run_id]}
+    return {
+        "run_id": run_id,
+        "run_dir": str(run_dir),
+        "attempt": attempt["attempt"],
+        "resumed": bool(used),
+        "controller": controller,
+        "dead_runs": [r for r in dead_runs(reports) if r != run_id],
+    }
 
 
 def finish(run_dir: Path, verdict: str | None) -> None:

@@ -70,9 +70,13 @@ class Result(dict):
         """A new result with these keys changed (and `failure_class=`, the known cause); the class derived again."""
         own = changes.pop("failure_class", self.own_class)
         fields = {k: v for k, v in self.items() if k not in ("check", "status", "reason", "class")} | changes
-        return result(changes.get("check", self["check"]), changes.get("status", self["status"]),
-                      changes.get("reason", self["reason"]), failure_class=own,
-                      **{k: v for k, v in fields.items() if k not in ("check", "status", "reason")})
+        return result(
+            changes.get("check", self["check"]),
+            changes.get("status", self["status"]),
+            changes.get("reason", self["reason"]),
+            failure_class=own,
+            **{k: v for k, v in fields.items() if k not in ("check", "status", "reason")},
+        )
 
     def _frozen(self, *args, **kwargs):
         raise TypeError("a result cannot be changed: make a new one with its replace(...)")
@@ -94,8 +98,13 @@ def as_result(res: dict) -> Result:
     if isinstance(res, Result):
         return res
     own = res.get("class") if res.get("class") in failure_classes.CLASSES else None
-    return result(res["check"], res["status"], res["reason"], failure_class=own,
-                  **{k: v for k, v in res.items() if k not in ("check", "status", "reason", "class")})
+    return result(
+        res["check"],
+        res["status"],
+        res["reason"],
+        failure_class=own,
+        **{k: v for k, v in res.items() if k not in ("check", "status", "reason", "class")},
+    )
 
 
 def _rebuild(data: dict, own_class: str | None) -> Result:
@@ -140,18 +149,23 @@ def result(
     if status == WARN and not remedy:
         status = INFO  # nothing for the operator to do: information, which does not change the verdict
     derived = None if status in (PASS, SKIP, INFO) else failure_class or failure_classes.default(check, status, group)
-    res = _rebuild({
-        "check": check,
-        "group": group,
-        "status": status,
-        "value": value,
-        "unit": unit,
-        "threshold": threshold,
-        "reason": reason,
-        "remedy": remedy,
-        "detail": detail or {},
-        "class": derived,
-    } | ({"trust": trust} if trust is not None else {}) | stamped, failure_class)
+    res = _rebuild(
+        {
+            "check": check,
+            "group": group,
+            "status": status,
+            "value": value,
+            "unit": unit,
+            "threshold": threshold,
+            "reason": reason,
+            "remedy": remedy,
+            "detail": detail or {},
+            "class": derived,
+        }
+        | ({"trust": trust} if trust is not None else {})
+        | stamped,
+        failure_class,
+    )
     return res
 
 
@@ -238,9 +252,13 @@ def versions(readings: dict) -> dict:
 
     gpus = nv.get("gpus") or []
     for key, field in (("vbios", "vbios_version"), ("inforom_image", "inforom_image_version")):
-        put(key, [g.get(field) for g in gpus] if gpus and any(g.get(field) for g in gpus) else None,
+        put(
+            key,
+            [g.get(field) for g in gpus] if gpus and any(g.get(field) for g in gpus) else None,
             next(((g.get("unreadable") or {}).get(field) for g in gpus if (g.get("unreadable") or {}).get(field)), None)
-            or nv.get("error") or "no GPU listed by NVML")
+            or nv.get("error")
+            or "no GPU listed by NVML",
+        )
     hcas = sw.get("hcas") or {}
     for key, field in (("hca_fw", "fw_ver"), ("hca_board_id", "board_id")):
         put(key, {h["hca"]: h.get(field) for h in hcas.get("hcas") or []}, hcas.get("reason"))
@@ -252,7 +270,11 @@ def versions(readings: dict) -> dict:
     put("nccl_libraries", {lib["path"]: lib.get("version") for lib in nccl.get("libraries") or []}, nccl.get("reason"))
     plugin = sw.get("nccl_net_plugin") or {}
     loads = plugin.get("loads")
-    put("nccl_net_plugin", {"path": loads["path"], "sha256": loads.get("sha256")} if loads else None, plugin.get("reason"))
+    put(
+        "nccl_net_plugin",
+        {"path": loads["path"], "sha256": loads.get("sha256")} if loads else None,
+        plugin.get("reason"),
+    )
     torch = sw.get("torch") or {}
     put("torch", torch.get("version"), torch.get("reason"))
     put("torch_cuda", torch.get("cuda"), torch.get("reason") or f"torch {torch.get('version')} is a build without CUDA")
@@ -265,8 +287,12 @@ def host_document(host, profile, readings, started, t0, results) -> dict:
         "schema_version": SCHEMA_VERSION,
         "host": host or socket.gethostname(),
         "engine_version": __version__,
-        "profile": {"name": profile["name"], "path": profile["path"], "thresholds": profile["thresholds"],
-                    "calibration": profile.get("calibration")},
+        "profile": {
+            "name": profile["name"],
+            "path": profile["path"],
+            "thresholds": profile["thresholds"],
+            "calibration": profile.get("calibration"),
+        },
         "versions": versions(readings),
         "started": started,
         "seconds": round(time.monotonic() - t0, 4),
@@ -301,7 +327,10 @@ def parse_host_doc(raw: bytes) -> tuple[dict | None, str | None]:
         return None, f"expected a JSON object (a host document), got {type(doc).__name__}"
     missing = [k for k in ("schema_version", "host", "results") if k not in doc]
     if missing:
-        return None, f"missing required key(s) {', '.join(missing)}; expected a host document with schema_version, host and results"
+        return (
+            None,
+            f"missing required key(s) {', '.join(missing)}; expected a host document with schema_version, host and results",
+        )
     if doc["schema_version"] != SCHEMA_VERSION:
         return None, f"schema_version is {doc['schema_version']!r}; this report reads version {SCHEMA_VERSION}"
     if not isinstance(doc["host"], str) or not doc["host"]:

@@ -37,7 +37,7 @@ TIMEOUT_S = 60
 def reason(text: str) -> str:
     """`gpufleet: <text>`, characters outside a plain set replaced by '_', cut to REASON_MAX_CHARS."""
     full = _REASON_CHARS.sub("_", f"{PREFIX} {text}")
-    return full if len(full) <= REASON_MAX_CHARS else full[:REASON_MAX_CHARS - 3] + "..."
+    return full if len(full) <= REASON_MAX_CHARS else full[: REASON_MAX_CHARS - 3] + "..."
 
 
 def is_own(node_reason: str | None) -> bool:
@@ -65,8 +65,10 @@ def names_arg(pairs: list[str] | None) -> dict | None:
 def tool_path(name: str = "scontrol") -> str:
     path = shutil.which(name) or shutil.which(name, path=_SEARCH_PATH)
     if not path:
-        raise InputError(f"{name} not found on PATH or in /usr/bin, /usr/local/bin, /opt/slurm/bin: install Slurm's client "
-                         "commands (Debian: apt-get install slurm-client) or put them on PATH")
+        raise InputError(
+            f"{name} not found on PATH or in /usr/bin, /usr/local/bin, /opt/slurm/bin: install Slurm's client "
+            "commands (Debian: apt-get install slurm-client) or put them on PATH"
+        )
     return path
 
 
@@ -74,12 +76,15 @@ def run_tool(name: str, *args: str, stdin: str | None = None) -> str:
     """The output of Slurm's command `name`; InputError naming the command and its message when it fails."""
     cmd = [tool_path(name), *args]
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, input=stdin,
-                              env=dict(os.environ, LC_ALL="C"))
+        done = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=TIMEOUT_S, input=stdin, env=dict(os.environ, LC_ALL="C")
+        )
     except subprocess.TimeoutExpired:
         raise InputError(f"`{' '.join(cmd)}` did not answer within {TIMEOUT_S} s: is slurmctld reachable?") from None
     if done.returncode != 0:
-        raise InputError(f"`{' '.join(cmd)}` failed (exit {done.returncode}): {(done.stderr or done.stdout).strip()[-500:]}")
+        raise InputError(
+            f"`{' '.join(cmd)}` failed (exit {done.returncode}): {(done.stderr or done.stdout).strip()[-500:]}"
+        )
     return done.stdout
 
 
@@ -107,10 +112,14 @@ def parse_nodes(text: str) -> dict[str, dict]:
             flags.append({"*": "NOT_RESPONDING"}.get(base[-1], base[-1]))
             base = base.rstrip("*~#!%$@^-")
         gpus = re.search(r"(?:^|,)gpu(?::[^:,(]+)?:(\d+)", shown.get("Gres", ""))
-        nodes[name] = {"state": state, "base": base, "flags": flags,
-                       "reason": None if shown.get("Reason") in (None, "", "(null)") else shown["Reason"],
-                       "partitions": [p for p in shown.get("Partitions", "").split(",") if p],
-                       "gpus": int(gpus.group(1)) if gpus else None}
+        nodes[name] = {
+            "state": state,
+            "base": base,
+            "flags": flags,
+            "reason": None if shown.get("Reason") in (None, "", "(null)") else shown["Reason"],
+            "partitions": [p for p in shown.get("Partitions", "").split(",") if p],
+            "gpus": int(gpus.group(1)) if gpus else None,
+        }
     return nodes
 
 
@@ -150,8 +159,11 @@ def partitions() -> dict[str, dict]:
         shown = fields(line)
         if shown.get("PartitionName"):
             tier = shown.get("PriorityTier", "1")
-            out[shown["PartitionName"]] = {"priority_tier": int(tier) if tier.isdigit() else 1,
-                                           "preempt_mode": shown.get("PreemptMode", ""), "state": shown.get("State", "")}
+            out[shown["PartitionName"]] = {
+                "priority_tier": int(tier) if tier.isdigit() else 1,
+                "preempt_mode": shown.get("PreemptMode", ""),
+                "state": shown.get("State", ""),
+            }
     return out
 
 
@@ -180,9 +192,13 @@ def job(job_id: str) -> dict | None:
     except InputError:
         shown = {}
     if shown.get("JobState"):
-        return {"state": shown["JobState"], "start": _time(shown.get("StartTime")), "end": _time(shown.get("EndTime")),
-                "elapsed_s": duration_s(shown.get("RunTime")),
-                "slurm_reason": None if shown.get("Reason") in (None, "None", "(null)") else shown["Reason"]}
+        return {
+            "state": shown["JobState"],
+            "start": _time(shown.get("StartTime")),
+            "end": _time(shown.get("EndTime")),
+            "elapsed_s": duration_s(shown.get("RunTime")),
+            "slurm_reason": None if shown.get("Reason") in (None, "None", "(null)") else shown["Reason"],
+        }
     try:
         line = run_tool("sacct", "-n", "-P", "-X", "-j", job_id, "-o", "State,Start,End,ElapsedRaw").splitlines()
     except InputError:
@@ -190,8 +206,13 @@ def job(job_id: str) -> dict | None:
     if not line:
         return None
     state, start, end, elapsed = (line[0].split("|") + [""] * 4)[:4]
-    return {"state": state.split()[0], "start": _time(start), "end": _time(end),
-            "elapsed_s": float(elapsed) if elapsed.isdigit() else None, "slurm_reason": None}
+    return {
+        "state": state.split()[0],
+        "start": _time(start),
+        "end": _time(end),
+        "elapsed_s": float(elapsed) if elapsed.isdigit() else None,
+        "slurm_reason": None,
+    }
 
 
 def cancel(job_id: str) -> None:

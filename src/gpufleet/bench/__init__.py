@@ -125,7 +125,7 @@ def cuda_uuid(torch, device) -> str | None:
 
 
 def cuda_pci_bus_id(torch, device) -> str:
-    """"0000:18:00", the kernel log's form; NVML adds the function (".0")."""
+    """ "0000:18:00", the kernel log's form; NVML adds the function (".0")."""
     p = torch.cuda.get_device_properties(device)
     return f"{p.pci_domain_id:04x}:{p.pci_bus_id:02x}:{p.pci_device_id:02x}"
 

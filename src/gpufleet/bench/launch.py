@@ -64,8 +64,9 @@ def torchrun(
     with open(log_path, "wb") as log:
         # Its own session, so a timeout kills torchrun and every rank; SIGTERM (which torchrun passes on to its
         # ranks) should this engine die, and the guard stops it should the run that asked for it be gone.
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                preexec_fn=guard.die_with_parent)
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, preexec_fn=guard.die_with_parent
+        )
         guard.track(proc)
         try:
             rc, timed_out = proc.wait(timeout=timeout_s), False

@@ -66,7 +66,10 @@ def _make_inputs(torch, dtype_name, m, n, k, device):
         b = torch.randn(n, k, device=device, generator=gen).to(torch.float8_e4m3fn).t()
         return a, b
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32}[dtype_name]
-    return (torch.randn(m, k, device=device, dtype=dtype, generator=gen), torch.randn(k, n, device=device, dtype=dtype, generator=gen))
+    return (
+        torch.randn(m, k, device=device, dtype=dtype, generator=gen),
+        torch.randn(k, n, device=device, dtype=dtype, generator=gen),
+    )
 
 
 def _product(torch, dtype_name, device):
@@ -125,8 +128,11 @@ def measure_device(device_index: int | None, dtype_names, tier: str) -> dict:
             "per_shape": [{k: v for k, v in s.items() if k != "ends_s"} for s in per_shape],
         }
     if device.type == "cuda":
-        out["device"] = {"name": torch.cuda.get_device_name(device), "pci_bus_id": cuda_pci_bus_id(torch, device),
-                         "uuid": cuda_uuid(torch, device)}
+        out["device"] = {
+            "name": torch.cuda.get_device_name(device),
+            "pci_bus_id": cuda_pci_bus_id(torch, device),
+            "uuid": cuda_uuid(torch, device),
+        }
     else:
         out["device"] = {"name": "cpu", "pci_bus_id": None, "uuid": None}
     return out
@@ -196,12 +202,18 @@ def run(tier: str = "quick", dtypes=None, sdc_tier: str | None = None) -> dict:
             keys = sdc.worker_keys(n_gpus)
             ctx = mp.get_context("spawn")
             barrier, queue = ctx.Barrier(len(keys)), ctx.Queue()
-            procs = [ctx.Process(target=_worker, args=(k if n_gpus else None, k, dtype_names, tier, barrier, queue, sdc_kind))
-                     for k in keys]
+            procs = [
+                ctx.Process(
+                    target=_worker, args=(k if n_gpus else None, k, dtype_names, tier, barrier, queue, sdc_kind)
+                )
+                for k in keys
+            ]
             for p in procs:
                 p.start()
             timeout_s = TIMEOUT_S[tier] + (sdc.TIMEOUT_S if sdc_kind else 0)
-            per_device = gather(procs, keys, queue, timeout_s, what="matmul on GPU" if n_gpus else "matmul in CPU process")
+            per_device = gather(
+                procs, keys, queue, timeout_s, what="matmul on GPU" if n_gpus else "matmul in CPU process"
+            )
             if sdc_kind:
                 # A worker lost before it put anything: its error stands for the SDC computations too.
                 sdc_per_device = {k: per_device[k].pop("sdc", None) or per_device[k] for k in keys}

@@ -66,9 +66,14 @@ def hbm_device(device_index, tier) -> dict:
     ok = bool(torch.equal(dst, src))  # the copy really moved the data
     gbps = [2 * n / s / 1e9 for s in secs]
     cuda = device.type == "cuda"
-    return {"hbm_copy_gbps": significant(summarize(gbps)["median"]), "samples_gbps": {**summarize(gbps), "ends_s": ends},
-            "bytes": n, "correct": ok,
-            "uuid": cuda_uuid(torch, device) if cuda else None, "pci_bus_id": cuda_pci_bus_id(torch, device) if cuda else None}
+    return {
+        "hbm_copy_gbps": significant(summarize(gbps)["median"]),
+        "samples_gbps": {**summarize(gbps), "ends_s": ends},
+        "bytes": n,
+        "correct": ok,
+        "uuid": cuda_uuid(torch, device) if cuda else None,
+        "pci_bus_id": cuda_pci_bus_id(torch, device) if cuda else None,
+    }
 
 
 def pcie_device(device_index, tier) -> dict:

@@ -58,14 +58,22 @@ class GpuMonitor:
             init_nvml()
             self._nvml = pynvml
             self._handles = {}
-            listed = [{"index": i, "uuid": as_text(pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i)))}
-                      for i in range(pynvml.nvmlDeviceGetCount())]
+            listed = [
+                {"index": i, "uuid": as_text(pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i)))}
+                for i in range(pynvml.nvmlDeviceGetCount())
+            ]
             # Processes are watched on the GPUs this node may use: another job's on the others is not ours to judge.
             self._watched = set(visible_indices(listed, os.environ.get("CUDA_VISIBLE_DEVICES"))["indices"])
             for i in range(pynvml.nvmlDeviceGetCount()):
                 h = pynvml.nvmlDeviceGetHandleByIndex(i)
                 self._handles[i] = h
-                self.per_gpu[str(i)] = {"pci_bus_id": bus_id(pynvml.nvmlDeviceGetPciInfo(h).busId), "reasons_mask": 0, "temperature_max_c": None, "sm_clock_min_mhz": None, "power_max_w": None}
+                self.per_gpu[str(i)] = {
+                    "pci_bus_id": bus_id(pynvml.nvmlDeviceGetPciInfo(h).busId),
+                    "reasons_mask": 0,
+                    "temperature_max_c": None,
+                    "sm_clock_min_mhz": None,
+                    "power_max_w": None,
+                }
         except Exception as exc:  # no driver, no NVML: record, do not fail the benchmark
             self.error = f"NVML unavailable: {exc}"
             return self
@@ -79,7 +87,10 @@ class GpuMonitor:
         for i, h in self._handles.items():
             g = self.per_gpu[str(i)]
             try:
-                getter = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or nv.nvmlDeviceGetCurrentClocksThrottleReasons
+                getter = (
+                    getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
+                    or nv.nvmlDeviceGetCurrentClocksThrottleReasons
+                )
                 mask = int(getter(h))
                 g["reasons_mask"] |= mask
                 t = nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)
@@ -112,7 +123,7 @@ class GpuMonitor:
             if last is not None and pcie_replay > last[1]:
                 spans.append({"what": f"PCIe replays {last[1]} -> {pcie_replay}", "t_s": [last[0], round(t_s, 2)]})
             self._replays[index] = (round(t_s, 2), pcie_replay)
-        del spans[self.MAX_CAUSES:]
+        del spans[self.MAX_CAUSES :]
 
     def _run(self):
         while not self._stop.wait(self.interval_s):
@@ -131,12 +142,23 @@ class GpuMonitor:
         for idx, g in self.per_gpu.items():
             names = reason_names(g["reasons_mask"])
             still = [{"what": HW_SLOWDOWN_EVENTS[n], "t_s": span} for n, span in (self._open.get(idx) or {}).items()]
-            per_gpu[idx] = {**g, "reasons": names, "throttled": sorted(HW_SLOWDOWN_EVENTS.keys() & set(names)),
-                            "causes": (self.causes.get(idx) or []) + still}
-        return {"samples": self.samples, "interval_s": self.interval_s, "error": self.error, "per_gpu": per_gpu,
-                "started_epoch": self.started_epoch, "started_monotonic": self._t0,
-                "processes": self.watch.processes(), "foreign": self.watch.foreign(),
-                "processes_unreadable": {str(i): e for i, e in self.watch.unreadable.items()}}
+            per_gpu[idx] = {
+                **g,
+                "reasons": names,
+                "throttled": sorted(HW_SLOWDOWN_EVENTS.keys() & set(names)),
+                "causes": (self.causes.get(idx) or []) + still,
+            }
+        return {
+            "samples": self.samples,
+            "interval_s": self.interval_s,
+            "error": self.error,
+            "per_gpu": per_gpu,
+            "started_epoch": self.started_epoch,
+            "started_monotonic": self._t0,
+            "processes": self.watch.processes(),
+            "foreign": self.watch.foreign(),
+            "processes_unreadable": {str(i): e for i, e in self.watch.unreadable.items()},
+        }
 
 
 def sampled(run) -> dict:
@@ -168,8 +190,13 @@ class SoakSampler:
 
     MAX_EVENTS = 500
 
-    def __init__(self, interval_s: float = 1.0, counters_every_s: float = 5.0, kernel_log_every_s: float = 15.0,
-                 indices: list[int] | None = None):
+    def __init__(
+        self,
+        interval_s: float = 1.0,
+        counters_every_s: float = 5.0,
+        kernel_log_every_s: float = 15.0,
+        indices: list[int] | None = None,
+    ):
         self.interval_s = interval_s
         self.counters_every_s = counters_every_s
         self.kernel_log_every_s = kernel_log_every_s
@@ -282,8 +309,16 @@ class SoakSampler:
         for counter, value in now.items():
             old = before.get(counter)
             if value is not None and old is not None and value > old:
-                self._event({"kind": "counter", "index": index, "t_s": round(t, 1), "counter": counter,
-                             "from": old, "to": value})
+                self._event(
+                    {
+                        "kind": "counter",
+                        "index": index,
+                        "t_s": round(t, 1),
+                        "counter": counter,
+                        "from": old,
+                        "to": value,
+                    }
+                )
         self.counters_last[index] = {k: (v if v is not None else before.get(k)) for k, v in now.items()}
 
     def _read_kernel_log(self, t: float | None) -> None:
@@ -302,19 +337,31 @@ class SoakSampler:
             for ev in log.get("xid_events") or []:
                 if new.get(ev.get("message"), 0) > 0:
                     new[ev.get("message")] -= 1
-                    self._event({"kind": "xid", "index": by_pci.get(ev.get("pci")), "t_s": round(t, 1),
-                                 "pci": ev.get("pci"), "xid": ev.get("xid"), "message": ev.get("message")})
+                    self._event(
+                        {
+                            "kind": "xid",
+                            "index": by_pci.get(ev.get("pci")),
+                            "t_s": round(t, 1),
+                            "pci": ev.get("pci"),
+                            "xid": ev.get("xid"),
+                            "message": ev.get("message"),
+                        }
+                    )
         self._xid_seen = seen
 
     def _sample(self, t: float) -> None:
         nv = self._nvml
-        getter = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or nv.nvmlDeviceGetCurrentClocksThrottleReasons
+        getter = (
+            getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or nv.nvmlDeviceGetCurrentClocksThrottleReasons
+        )
         for i, h in self._handles.items():
             sm, err = read_field(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM)
             mem, _ = read_field(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM)
-            temp, _ = read_field(call_first,
-                                   (getattr(nv, "nvmlDeviceGetTemperatureV", None), h, nv.NVML_TEMPERATURE_GPU),
-                                   (getattr(nv, "nvmlDeviceGetTemperature", None), h, nv.NVML_TEMPERATURE_GPU))
+            temp, _ = read_field(
+                call_first,
+                (getattr(nv, "nvmlDeviceGetTemperatureV", None), h, nv.NVML_TEMPERATURE_GPU),
+                (getattr(nv, "nvmlDeviceGetTemperature", None), h, nv.NVML_TEMPERATURE_GPU),
+            )
             power, _ = read_field(lambda: nv.nvmlDeviceGetPowerUsage(h) / 1000.0)
             mask, err2 = read_field(lambda: int(getter(h)))
             if err or err2:
@@ -329,20 +376,41 @@ class SoakSampler:
         self.watch.note(index, t, procs, error)
         for p in self.watch.foreign():
             if p["pid"] not in before and p["index"] == index:
-                self._event({"kind": "process", "index": index, "t_s": round(t, 1), "pid": p["pid"], "name": p["name"],
-                             "used_memory_mib": p["used_memory_mib"]})
+                self._event(
+                    {
+                        "kind": "process",
+                        "index": index,
+                        "t_s": round(t, 1),
+                        "pid": p["pid"],
+                        "name": p["name"],
+                        "used_memory_mib": p["used_memory_mib"],
+                    }
+                )
 
     def note_sample(self, index: int, t: float, sm_mhz, mem_mhz, temperature_c, power_w, reasons_mask) -> None:
         """One GPU's reading at t (None where unreadable): into the series; each clock event reason counted."""
         self.series.setdefault(index, []).append(
-            (round(t, 2), sm_mhz, mem_mhz, temperature_c, round(power_w, 1) if power_w is not None else None, reasons_mask))
+            (
+                round(t, 2),
+                sm_mhz,
+                mem_mhz,
+                temperature_c,
+                round(power_w, 1) if power_w is not None else None,
+                reasons_mask,
+            )
+        )
         for name in reason_names(reasons_mask or 0):
-            seen = self.throttle.setdefault(index, {}).setdefault(name, {"first_s": round(t, 1), "last_s": None, "samples": 0})
+            seen = self.throttle.setdefault(index, {}).setdefault(
+                name, {"first_s": round(t, 1), "last_s": None, "samples": 0}
+            )
             if seen["samples"] == 0 and name in HW_SLOWDOWN_EVENTS:
                 self._event({"kind": "clock_event", "index": index, "t_s": round(t, 1), "reason": name})
             # Seconds: samples x interval; a reason seen in one sample counts one interval.
-            seen.update(last_s=round(t, 1), samples=seen["samples"] + 1,
-                        seconds=round((seen["samples"] + 1) * self.interval_s, 1))
+            seen.update(
+                last_s=round(t, 1),
+                samples=seen["samples"] + 1,
+                seconds=round((seen["samples"] + 1) * self.interval_s, 1),
+            )
 
     def _run(self) -> None:
         next_counters = self.counters_every_s
@@ -379,19 +447,25 @@ class SoakSampler:
                 mask = 0
                 for r in rows:
                     mask |= r[5] or 0
-                windows.append({
-                    "index": w, "start_s": round(lo, 1), "samples": len(rows),
-                    "sm_clock_min_mhz": min(sm) if sm else None,
-                    "sm_clock_median_mhz": statistics.median(sm) if sm else None,
-                    "mem_clock_min_mhz": min(mem) if mem else None,
-                    "temperature_max_c": max(temp) if temp else None,
-                    "power_median_w": round(statistics.median(power), 1) if power else None,
-                    "power_max_w": max(power) if power else None,
-                    "reasons": reason_names(mask),
-                    "foreign_processes": [{k: p[k] for k in ("pid", "name", "used_memory_mib", "first_s", "last_s")}
-                                          for p in self.watch.foreign()
-                                          if p["index"] == i and p["first_s"] < hi and p["last_s"] >= lo],
-                })
+                windows.append(
+                    {
+                        "index": w,
+                        "start_s": round(lo, 1),
+                        "samples": len(rows),
+                        "sm_clock_min_mhz": min(sm) if sm else None,
+                        "sm_clock_median_mhz": statistics.median(sm) if sm else None,
+                        "mem_clock_min_mhz": min(mem) if mem else None,
+                        "temperature_max_c": max(temp) if temp else None,
+                        "power_median_w": round(statistics.median(power), 1) if power else None,
+                        "power_max_w": max(power) if power else None,
+                        "reasons": reason_names(mask),
+                        "foreign_processes": [
+                            {k: p[k] for k in ("pid", "name", "used_memory_mib", "first_s", "last_s")}
+                            for p in self.watch.foreign()
+                            if p["index"] == i and p["first_s"] < hi and p["last_s"] >= lo
+                        ],
+                    }
+                )
             per_gpu[str(i)] = {
                 **info,
                 "windows": windows,

@@ -181,7 +181,9 @@ def _sendrecv_matrix(torch, dist, size, rank, world, device, iters):
                     matrix[src][dst] = {"gbps": significant(size / secs / 1e9), "correct": ok}
     gathered = [None] * world
     dist.all_gather_object(gathered, matrix)
-    return [[next((m[s][d] for m in gathered if m[s][d] is not None), None) for d in range(world)] for s in range(world)]
+    return [
+        [next((m[s][d] for m in gathered if m[s][d] is not None), None) for d in range(world)] for s in range(world)
+    ]
 
 
 def tier_sizes(tier: str, max_bytes: int | None = None) -> dict:
@@ -221,8 +223,15 @@ def worker(tier: str, out_path: str, use_graph: bool, max_bytes: int | None = No
                 ok = check()
                 secs, launch, per_mode = _time_ops(torch, op, row["iters"], device, use_graph)
                 algbw = size / secs / 1e9
-                row.update(time_us=significant(secs * 1e6), algbw_gbps=significant(algbw), busbw_gbps=significant(algbw * BUS_FACTOR[name](world)), launch=launch,
-                           time_us_by_launch={k: significant(v * 1e6) if isinstance(v, float) else v for k, v in per_mode.items()})
+                row.update(
+                    time_us=significant(secs * 1e6),
+                    algbw_gbps=significant(algbw),
+                    busbw_gbps=significant(algbw * BUS_FACTOR[name](world)),
+                    launch=launch,
+                    time_us_by_launch={
+                        k: significant(v * 1e6) if isinstance(v, float) else v for k, v in per_mode.items()
+                    },
+                )
             except RuntimeError as exc:  # e.g. a collective gloo does not have
                 ok, row["error"] = False, f"{type(exc).__name__}: {str(exc)[:300]}"
             oks = [None] * world
@@ -235,7 +244,10 @@ def worker(tier: str, out_path: str, use_graph: bool, max_bytes: int | None = No
     matrix = None
     if world == local_world and world > 1 and "sendrecv" in sizes_of:  # inside one node only: names a slow NVLink pair
         size = sizes_of["sendrecv"][0]
-        matrix = {"size_bytes": size, "gbps": _sendrecv_matrix(torch, dist, size, rank, world, device, 5 if tier != "cpu" else 2)}
+        matrix = {
+            "size_bytes": size,
+            "gbps": _sendrecv_matrix(torch, dist, size, rank, world, device, 5 if tier != "cpu" else 2),
+        }
     if local_rank == 0:  # every node reports the run; the figures are the same on all
         doc = {
             "node_rank": rank // local_world,
@@ -344,7 +356,8 @@ def run(
             "requested_tier": requested,
             "sizes_bytes": SIZES[tier],
             "warmup_iters": WARMUP_ITERS,
-            "iters": "about 4 GiB per measurement, 5 to 50 operations" if tier == "smoke"
+            "iters": "about 4 GiB per measurement, 5 to 50 operations"
+            if tier == "smoke"
             else "about 8 GiB per measurement, 10 to 200 operations",
             "timer": "cuda events around back-to-back operations" if n_gpus else "perf_counter",
             "launch": "faster of eager and cuda_graph" if use_graph and n_gpus else "eager",

@@ -89,7 +89,7 @@ def _computations(torch, device, sizes: dict) -> dict:
         out[name] = lambda a=a, b=b: torch.matmul(a, b)
     width, depth, batch, steps = sizes["train_mlp"]
     gen = torch.Generator().manual_seed(SEED)
-    weights0 = [torch.randn(width, width, generator=gen) / width ** 0.5 for _ in range(depth)]
+    weights0 = [torch.randn(width, width, generator=gen) / width**0.5 for _ in range(depth)]
     x = torch.randn(batch, width, generator=gen).to(device)
     target = torch.randn(batch, width, generator=gen).to(device)
 
@@ -143,18 +143,32 @@ def measure_device(device_index: int | None, kind: str) -> dict:
         laps.lap(name)
         hashes[name] = tensor_sha256(first)
         laps.lap("hashes")
-    info = {"hashes": hashes, "repeats_differing": differing, "seconds": round(time.monotonic() - t0, 2),
-            "phases_s": laps.seconds, "versions": torch_versions()}
+    info = {
+        "hashes": hashes,
+        "repeats_differing": differing,
+        "seconds": round(time.monotonic() - t0, 2),
+        "phases_s": laps.seconds,
+        "versions": torch_versions(),
+    }
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
-        info["device"] = {"name": torch.cuda.get_device_name(device), "pci_bus_id": cuda_pci_bus_id(torch, device),
-                          "uuid": cuda_uuid(torch, device), "sm_count": props.multi_processor_count,
-                          "capability": f"{props.major}.{props.minor}"}
+        info["device"] = {
+            "name": torch.cuda.get_device_name(device),
+            "pci_bus_id": cuda_pci_bus_id(torch, device),
+            "uuid": cuda_uuid(torch, device),
+            "sm_count": props.multi_processor_count,
+            "capability": f"{props.major}.{props.minor}",
+        }
         info["cublas"] = cublas_version()
     else:
         # The vector unit picks the CPU kernels: only processes of the same one are compared.
-        info["device"] = {"name": "cpu", "pci_bus_id": None, "uuid": None, "sm_count": os.cpu_count(),
-                          "capability": torch.backends.cpu.get_cpu_capability()}
+        info["device"] = {
+            "name": "cpu",
+            "pci_bus_id": None,
+            "uuid": None,
+            "sm_count": os.cpu_count(),
+            "capability": torch.backends.cpu.get_cpu_capability(),
+        }
         info["cublas"] = None
     return info
 
@@ -204,11 +218,19 @@ def report(per_device: dict, keys: list, tier: str, kind: str, computed_in: str)
         "benchmark": "sdc",
         "device": "cuda" if kind == "gpu" else "cpu",
         "method": {
-            "benchmark_version": BENCHMARK_VERSION, "sdc_version": SDC_VERSION, "tier": tier, "seed": SEED,
-            "sizes": SIZES[kind], "repeats": REPEATS[kind], "tf32": False, "deterministic_algorithms": True,
-            "cublas_workspace_config": WORKSPACE_CONFIG, "inputs": "drawn on the CPU from the seed, copied to the device",
+            "benchmark_version": BENCHMARK_VERSION,
+            "sdc_version": SDC_VERSION,
+            "tier": tier,
+            "seed": SEED,
+            "sizes": SIZES[kind],
+            "repeats": REPEATS[kind],
+            "tf32": False,
+            "deterministic_algorithms": True,
+            "cublas_workspace_config": WORKSPACE_CONFIG,
+            "inputs": "drawn on the CPU from the seed, copied to the device",
             "hash": "sha256 of the first repeat's output bytes (train_mlp: the weights after the last step)",
-            "processes": len(keys), "computed_in": computed_in,
+            "processes": len(keys),
+            "computed_in": computed_in,
         },
         # The workers' torch: the versions of what computed the hashes.
         "versions": next((v["versions"] for v in per_device.values() if v.get("versions")), {}),

@@ -35,10 +35,20 @@ from gpufleet.bench.monitor import SoakSampler
 from gpufleet.numbers import significant
 
 SIZES = {
-    "cuda": {"matmul_n": 8192, "copy_bytes": 1 << 30, "nccl_bytes": 256 << 20, "nccl_iters": 10,
-             "burst_s": {"matmul": 0.5, "copy": 0.25}},
-    "cpu": {"matmul_n": 96, "copy_bytes": 4 << 20, "nccl_bytes": 256 << 10, "nccl_iters": 3,
-            "burst_s": {"matmul": 0.05, "copy": 0.025}},
+    "cuda": {
+        "matmul_n": 8192,
+        "copy_bytes": 1 << 30,
+        "nccl_bytes": 256 << 20,
+        "nccl_iters": 10,
+        "burst_s": {"matmul": 0.5, "copy": 0.25},
+    },
+    "cpu": {
+        "matmul_n": 96,
+        "copy_bytes": 4 << 20,
+        "nccl_bytes": 256 << 10,
+        "nccl_iters": 3,
+        "burst_s": {"matmul": 0.05, "copy": 0.025},
+    },
 }
 WINDOW_S = 30.0
 MAX_WINDOWS = 120
@@ -97,8 +107,11 @@ def worker(rank: int, world: int, cuda: bool, cfg: dict, port: int, go, out) -> 
         if cuda:
             device = torch.device("cuda", rank)
             torch.cuda.set_device(device)
-            info = {"name": torch.cuda.get_device_name(device), "uuid": cuda_uuid(torch, device),
-                    "pci_bus_id": cuda_pci_bus_id(torch, device)}
+            info = {
+                "name": torch.cuda.get_device_name(device),
+                "uuid": cuda_uuid(torch, device),
+                "pci_bus_id": cuda_pci_bus_id(torch, device),
+            }
         else:
             device = torch.device("cpu")
             torch.set_num_threads(1)  # one core a rank: the CPU run is logic, not load
@@ -113,14 +126,26 @@ def worker(rank: int, world: int, cuda: bool, cfg: dict, port: int, go, out) -> 
         timer = DeviceTimer(device)
         if world > 1:
             kwargs = {"device_id": device} if cuda else {}
-            dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                                    world_size=world, timeout=datetime.timedelta(seconds=cfg["step_timeout_s"]), **kwargs)
+            dist.init_process_group(
+                "nccl" if cuda else "gloo",
+                init_method=f"tcp://127.0.0.1:{port}",
+                rank=rank,
+                world_size=world,
+                timeout=datetime.timedelta(seconds=cfg["step_timeout_s"]),
+                **kwargs,
+            )
             buf = torch.empty(cfg["nccl_bytes"] // 4, device=device)
             flag = torch.zeros(2, device=device)
             dist.all_reduce(flag)  # the communicator is made here, inside the set-up time
         mm_ops = _ops_for(lambda: torch.mm(a, b, out=c), cfg["burst_s"]["matmul"], timer)
         copy_ops = _ops_for(lambda: dst.copy_(src, non_blocking=True), cfg["burst_s"]["copy"], timer)
-        out.put(("ready", rank, {**info, "pid": os.getpid(), "matmul_ops_per_burst": mm_ops, "copy_ops_per_burst": copy_ops}))
+        out.put(
+            (
+                "ready",
+                rank,
+                {**info, "pid": os.getpid(), "matmul_ops_per_burst": mm_ops, "copy_ops_per_burst": copy_ops},
+            )
+        )
         deadline = time.monotonic() + cfg["setup_timeout_s"]
         while go.value == 0.0:  # the parent sets the start once every rank is ready
             if time.monotonic() > deadline:
@@ -158,7 +183,9 @@ def worker(rank: int, world: int, cuda: bool, cfg: dict, port: int, go, out) -> 
             where = "work"
         out.put(("done", rank, time.monotonic() - t0))
     except Exception as exc:  # reported with its time and where; the parent ends the soak
-        out.put(("error", rank, (time.monotonic() - t0) if t0 else None, f"{type(exc).__name__}: {str(exc)[:500]}", where))
+        out.put(
+            ("error", rank, (time.monotonic() - t0) if t0 else None, f"{type(exc).__name__}: {str(exc)[:500]}", where)
+        )
     finally:
         if world > 1 and dist.is_initialized():
             try:
@@ -186,13 +213,27 @@ def _windows(bursts: list, window_s: float, n_windows: int, unit_scale: float) -
         sums[w][0] += work
         sums[w][1] += secs
         sums[w][2] += 1
-    return [{"index": w, "start_s": round(w * window_s, 1), "value": significant(work / secs / unit_scale) if secs else None,
-             "bursts": count} for w, (work, secs, count) in enumerate(sums)]
+    return [
+        {
+            "index": w,
+            "start_s": round(w * window_s, 1),
+            "value": significant(work / secs / unit_scale) if secs else None,
+            "bursts": count,
+        }
+        for w, (work, secs, count) in enumerate(sums)
+    ]
 
 
-def run(duration_s: float = DEFAULT_DURATION_S, *, window_s: float | None = None, nccl_every_s: float | None = None,
-        setup_timeout_s: float = SETUP_TIMEOUT_S, step_timeout_s: float = STEP_TIMEOUT_S, grace_s: float = GRACE_S,
-        on_start=None) -> dict:
+def run(
+    duration_s: float = DEFAULT_DURATION_S,
+    *,
+    window_s: float | None = None,
+    nccl_every_s: float | None = None,
+    setup_timeout_s: float = SETUP_TIMEOUT_S,
+    step_timeout_s: float = STEP_TIMEOUT_S,
+    grace_s: float = GRACE_S,
+    on_start=None,
+) -> dict:
     """Soak every visible GPU for duration_s; see the module docstring. Never raises for a GPU that fails.
     on_start(pids), if given, is called once every process is set up and the load starts."""
     import torch
@@ -207,8 +248,13 @@ def run(duration_s: float = DEFAULT_DURATION_S, *, window_s: float | None = None
     window_s = window_s or window_for(duration_s, not cuda)
     n_windows = max(1, int(duration_s // window_s))
     nccl_every_s = nccl_every_s or min(NCCL_EVERY_S, window_s / 3)
-    cfg = {**sizes, "duration_s": duration_s, "nccl_every_s": nccl_every_s, "setup_timeout_s": setup_timeout_s,
-           "step_timeout_s": step_timeout_s}
+    cfg = {
+        **sizes,
+        "duration_s": duration_s,
+        "nccl_every_s": nccl_every_s,
+        "setup_timeout_s": setup_timeout_s,
+        "step_timeout_s": step_timeout_s,
+    }
     method = {
         "benchmark_version": BENCHMARK_VERSION,
         "device": "cuda" if cuda else "cpu",
@@ -217,26 +263,52 @@ def run(duration_s: float = DEFAULT_DURATION_S, *, window_s: float | None = None
         "windows": n_windows,
         "processes": world,
         "matmul": f"bf16 {sizes['matmul_n']}^3 products in bursts of about {sizes['burst_s']['matmul']} s, "
-                  "timed with cuda events" if cuda else "bf16 products on the CPU, perf_counter",
+        "timed with cuda events"
+        if cuda
+        else "bf16 products on the CPU, perf_counter",
         "hbm": f"dst.copy_(src) of {sizes['copy_bytes']} bytes in bursts of about {sizes['burst_s']['copy']} s, "
-               "bytes = read + written = 2 x size",
-        "nccl": (f"all_reduce of {sizes['nccl_bytes']} bytes, {sizes['nccl_iters']} timed, about every "
-                 f"{nccl_every_s:.3g} s, checked; busbw = algbw x 2(n-1)/n" if world > 1 else "one GPU: none"),
+        "bytes = read + written = 2 x size",
+        "nccl": (
+            f"all_reduce of {sizes['nccl_bytes']} bytes, {sizes['nccl_iters']} timed, about every "
+            f"{nccl_every_s:.3g} s, checked; busbw = algbw x 2(n-1)/n"
+            if world > 1
+            else "one GPU: none"
+        ),
         "window_statistic": "work of the bursts that ended in the window / their timed seconds",
         "timeouts_s": {"setup": setup_timeout_s, "collective": step_timeout_s, "grace": grace_s},
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
     }
-    out = {"benchmark": "soak", "device": "cuda" if cuda else "cpu", "method": method, "versions": torch_versions(),
-           "duration_s": duration_s, "window_s": window_s, "n_windows": n_windows, "world_size": world,
-           "started": None, "started_epoch": None, "ran_s": 0.0, "setup_error": None, "stopped_early": False,
-           "stop_reason": None, "after_effects": [], "gpus": {}, "nccl": None, "sampler": None}
+    out = {
+        "benchmark": "soak",
+        "device": "cuda" if cuda else "cpu",
+        "method": method,
+        "versions": torch_versions(),
+        "duration_s": duration_s,
+        "window_s": window_s,
+        "n_windows": n_windows,
+        "world_size": world,
+        "started": None,
+        "started_epoch": None,
+        "ran_s": 0.0,
+        "setup_error": None,
+        "stopped_early": False,
+        "stop_reason": None,
+        "after_effects": [],
+        "gpus": {},
+        "nccl": None,
+        "sampler": None,
+    }
 
     ctx = mp.get_context("spawn")
     messages, go = ctx.Queue(), ctx.Value("d", 0.0)
     port = _free_port()
-    procs = [ctx.Process(target=worker, args=(r, world, cuda, cfg, port, go, messages), daemon=True) for r in range(world)]
-    ranks = {r: {"info": None, "matmul": [], "copy": [], "nccl": [], "done_s": None, "error": None, "last_s": None}
-             for r in range(world)}
+    procs = [
+        ctx.Process(target=worker, args=(r, world, cuda, cfg, port, go, messages), daemon=True) for r in range(world)
+    ]
+    ranks = {
+        r: {"info": None, "matmul": [], "copy": [], "nccl": [], "done_s": None, "error": None, "last_s": None}
+        for r in range(world)
+    }
     sampler = SoakSampler() if cuda else None
     try:
         for proc in procs:
@@ -260,7 +332,9 @@ def run(duration_s: float = DEFAULT_DURATION_S, *, window_s: float | None = None
                 out["setup_error"] = f"CUDA device {rank}: {rest[1]}" if cuda else f"process {rank}: {rest[1]}"
         if not out["setup_error"] and len(ready) < world:
             missing = sorted(set(range(world)) - ready)
-            out["setup_error"] = f"{'CUDA devices' if cuda else 'processes'} {missing} not ready within {setup_timeout_s:g} s"
+            out["setup_error"] = (
+                f"{'CUDA devices' if cuda else 'processes'} {missing} not ready within {setup_timeout_s:g} s"
+            )
         if out["setup_error"]:
             return _finish(out, ranks, cuda)
         if sampler:
@@ -289,8 +363,11 @@ def run(duration_s: float = DEFAULT_DURATION_S, *, window_s: float | None = None
             elif kind == "done":
                 ranks[rank]["done_s"] = rest[0]
             elif kind == "error" and rank not in reports:
-                reports[rank] = {"t_s": round(rest[0], 1) if rest[0] is not None else None, "error": rest[1],
-                                 "where": rest[2] if len(rest) > 2 else "work"}
+                reports[rank] = {
+                    "t_s": round(rest[0], 1) if rest[0] is not None else None,
+                    "error": rest[1],
+                    "where": rest[2] if len(rest) > 2 else "work",
+                }
 
         while time.monotonic() < hard_end and not reports:
             if all(ranks[r]["done_s"] is not None for r in ranks):
@@ -330,8 +407,9 @@ def run(duration_s: float = DEFAULT_DURATION_S, *, window_s: float | None = None
     return _finish(out, ranks, cuda)
 
 
-def _attribute(out: dict, ranks: dict, reports: dict, procs: list, died_s: dict, cuda: bool, timeouts_s: tuple,
-               t0: float) -> None:
+def _attribute(
+    out: dict, ranks: dict, reports: dict, procs: list, died_s: dict, cuda: bool, timeouts_s: tuple, t0: float
+) -> None:
     """Which rank ended the soak, set as its `error`; what the others reported then goes to out["after_effects"].
 
     The ranks go round by round together, so a failure shows in every rank: the one whose own work failed,
@@ -350,28 +428,45 @@ def _attribute(out: dict, ranks: dict, reports: dict, procs: list, died_s: dict,
     most = max(bursts.values())
     own = [r for r in unfinished if r in reports and reports[r]["where"] != "collective"]
     behind = [r for r in unfinished if bursts[r] < most]
-    waited = [r for r in dead if r not in behind and any(
-        died_s.get(r, now) - (ranks[b]["last_s"] or 0.0) >= step_timeout_s for b in behind)]
+    waited = [
+        r
+        for r in dead
+        if r not in behind and any(died_s.get(r, now) - (ranks[b]["last_s"] or 0.0) >= step_timeout_s for b in behind)
+    ]
     died_first = [r for r in dead if r not in waited]
     culprits = own or died_first or behind or list(dead) or sorted(reports, key=lambda r: reports[r]["t_s"] or 0)[:1]
     for r in culprits:
         if r in reports:
             ranks[r]["error"] = {"t_s": reports[r]["t_s"], "error": reports[r]["error"]}
         elif r in dead:
-            ranks[r]["error"] = {"t_s": ranks[r]["last_s"], "error": f"process exited with code {dead[r]} during the soak"}
+            ranks[r]["error"] = {
+                "t_s": ranks[r]["last_s"],
+                "error": f"process exited with code {dead[r]} during the soak",
+            }
         elif reports:
-            ranks[r]["error"] = {"t_s": ranks[r]["last_s"], "error": "fell behind the others: no burst after this time while "
-                                 "they went on, and a collective waiting for it failed"}
+            ranks[r]["error"] = {
+                "t_s": ranks[r]["last_s"],
+                "error": "fell behind the others: no burst after this time while "
+                "they went on, and a collective waiting for it failed",
+            }
         else:
-            ranks[r]["error"] = {"t_s": ranks[r]["last_s"], "error": f"stopped answering: no burst after this time, and "
-                                 f"not finished {grace_s:g} s after the end; killed"}
+            ranks[r]["error"] = {
+                "t_s": ranks[r]["last_s"],
+                "error": f"stopped answering: no burst after this time, and "
+                f"not finished {grace_s:g} s after the end; killed",
+            }
     if not culprits:  # nobody reported, died or fell behind: every rank still working past the grace
         for r in unfinished:
-            ranks[r]["error"] = {"t_s": ranks[r]["last_s"], "error": f"not finished {grace_s:g} s after the end; killed"}
+            ranks[r]["error"] = {
+                "t_s": ranks[r]["last_s"],
+                "error": f"not finished {grace_s:g} s after the end; killed",
+            }
         culprits = unfinished
     out["after_effects"] = [{"rank": r, **reports[r]} for r in sorted(reports) if r not in culprits] + [
         {"rank": r, "t_s": now, "error": f"process exited with code {code}", "where": "exit"}
-        for r, code in sorted(dead.items()) if r not in culprits]
+        for r, code in sorted(dead.items())
+        if r not in culprits
+    ]
     first = culprits[0]
     out["stop_reason"] = f"{what} {first} failed: {ranks[first]['error']['error']}"
 
@@ -386,12 +481,24 @@ def _finish(out: dict, ranks: dict, cuda: bool) -> dict:
         info = rank["info"] or {}
         mm = _windows(rank["matmul"], window_s, n_windows, 1e12)
         hbm = _windows(rank["copy"], window_s, n_windows, 1e9)
-        windows = [{"index": m["index"], "start_s": m["start_s"], "matmul_tflops": m["value"], "hbm_gbps": h["value"],
-                    "matmul_bursts": m["bursts"], "copy_bursts": h["bursts"]} for m, h in zip(mm, hbm)]
+        windows = [
+            {
+                "index": m["index"],
+                "start_s": m["start_s"],
+                "matmul_tflops": m["value"],
+                "hbm_gbps": h["value"],
+                "matmul_bursts": m["bursts"],
+                "copy_bursts": h["bursts"],
+            }
+            for m, h in zip(mm, hbm)
+        ]
         mm_vals = [w["matmul_tflops"] for w in windows if w["matmul_tflops"] is not None]
         hbm_vals = [w["hbm_gbps"] for w in windows if w["hbm_gbps"] is not None]
         out["gpus"][str(r)] = {
-            **{k: info.get(k) for k in ("name", "uuid", "pci_bus_id", "pid", "matmul_ops_per_burst", "copy_ops_per_burst")},
+            **{
+                k: info.get(k)
+                for k in ("name", "uuid", "pci_bus_id", "pid", "matmul_ops_per_burst", "copy_ops_per_burst")
+            },
             # NVML's index of this CUDA device: by UUID, else by PCI bus id (torch gives "0000:18:00", NVML adds ".0").
             "nvml_index": by_uuid.get((info.get("uuid") or "").lower(), by_pci.get(info.get("pci_bus_id") or "-")),
             "windows": windows,
@@ -415,9 +522,14 @@ def _finish(out: dict, ranks: dict, cuda: bool) -> dict:
         out["nccl"] = {
             "size_bytes": nbytes,
             "rounds": len(rounds),
-            "windows": [{"index": w, "start_s": round(w * window_s, 1),
-                         "busbw_gbps": significant(statistics.median(per_window[w])) if w in per_window else None}
-                        for w in range(n_windows)],
+            "windows": [
+                {
+                    "index": w,
+                    "start_s": round(w * window_s, 1),
+                    "busbw_gbps": significant(statistics.median(per_window[w])) if w in per_window else None,
+                }
+                for w in range(n_windows)
+            ],
             "busbw_gbps_median": significant(statistics.median(busbw)) if busbw else None,
             "wrong": [{"t_s": t, "rank": r} for t, r in wrong],
         }

@@ -51,8 +51,10 @@ def describe(p: dict, started_epoch: float | None) -> str:
     """ "pid 1534 (gpu_disturb, 1002 MiB) on GPU 0 from 10:01:02Z to 10:01:40Z" """
     name = p.get("name") or "name unknown: not in this host's /proc"
     mem = f"{p['used_memory_mib']} MiB" if p.get("used_memory_mib") is not None else "memory not reported"
-    return (f"pid {p['pid']} ({name}, {mem}) on GPU {p['index']} from {when_utc(started_epoch, p['first_s'])} "
-            f"to {when_utc(started_epoch, p['last_s'])}")
+    return (
+        f"pid {p['pid']} ({name}, {mem}) on GPU {p['index']} from {when_utc(started_epoch, p['first_s'])} "
+        f"to {when_utc(started_epoch, p['last_s'])}"
+    )
 
 
 class ProcessWatch:
@@ -83,8 +85,15 @@ class ProcessWatch:
             key = (index, p["pid"])
             seen = self.seen.get(key)
             if seen is None:
-                seen = self.seen[key] = {"index": index, "pid": p["pid"], "name": p.get("name"), "own": self.is_own(p["pid"]),
-                                         "used_memory_mib": None, "first_s": round(t_s, 1), "samples": 0}
+                seen = self.seen[key] = {
+                    "index": index,
+                    "pid": p["pid"],
+                    "name": p.get("name"),
+                    "own": self.is_own(p["pid"]),
+                    "used_memory_mib": None,
+                    "first_s": round(t_s, 1),
+                    "samples": 0,
+                }
             mem = p.get("used_memory_mib")
             if mem is not None:
                 seen["used_memory_mib"] = max(seen["used_memory_mib"] or 0, mem)
@@ -128,8 +137,12 @@ def wait_quiet(wait_s: float, poll_s: float = 1.0, indices: list[int] | None = N
             if not present and not watch.unreadable:
                 return {"quiet": True, "waited_s": round(t, 1), "processes": watch.processes(), "error": None}
             if t >= wait_s:
-                return {"quiet": False, "waited_s": round(t, 1), "processes": watch.processes(),
-                        "error": "; ".join(f"GPU {i}: {e}" for i, e in watch.unreadable.items()) or None}
+                return {
+                    "quiet": False,
+                    "waited_s": round(t, 1),
+                    "processes": watch.processes(),
+                    "error": "; ".join(f"GPU {i}: {e}" for i, e in watch.unreadable.items()) or None,
+                }
             time.sleep(poll_s)
     finally:
         pynvml.nvmlShutdown()

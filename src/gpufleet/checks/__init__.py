@@ -16,7 +16,6 @@ from gpufleet.checks import gpu_health, gpu_inventory, host_hygiene
 _FILES = {"gpu_inventory": gpu_inventory, "gpu_health": gpu_health, "host_hygiene": host_hygiene}
 
 
-
 def _function(group: str, path: str):
     """The function a declaration names: `name` in the group's file, or `file.name` in the group's package."""
     target = _FILES[group]

@@ -27,8 +27,11 @@ def causes(monitor: dict, index: int | None) -> list[dict]:
     if "causes" not in g:  # a sampler that kept no times: the reasons it saw at some moment of the step
         # (their NVML names: the controller replays documents without the node's readers)
         out += [{"what": n.replace("_", " "), "t_s": None} for n in g.get("throttled") or []]
-    out += [{"what": f"pid {p['pid']} ({p.get('name') or 'name unknown'})", "t_s": [p.get("first_s"), p.get("last_s")]}
-            for p in monitor.get("foreign") or [] if p.get("index") == index]
+    out += [
+        {"what": f"pid {p['pid']} ({p.get('name') or 'name unknown'})", "t_s": [p.get("first_s"), p.get("last_s")]}
+        for p in monitor.get("foreign") or []
+        if p.get("index") == index
+    ]
     return out
 
 
@@ -55,12 +58,31 @@ def judged(figures: list, profile: dict, monitor: dict) -> list[dict]:
         values, every = _values(samples)
         ends = samples.get("ends_s")
         ends = [e - started for e in ends] if ends and started is not None and len(ends) == len(values) else None
-        verdict = judge.samples(values, limit["value"], allowed=1 if allowed is None else allowed,
-                                causes=causes(monitor, gpu.get("index")), ends_s=ends)
-        out.append({"gpu": gpu, "metric": metric, "figure": label, "unit": unit, "n": samples.get("n"),
-                    "median": significant(samples["median"]), "min": significant(samples["min"]), "verdict": verdict["verdict"],
-                    "low": len(verdict["low"]), "deepest_pct": verdict["deepest_pct"], "causes": verdict["causes"],
-                    "every_sample": every, "interval": judge.median_interval(values) if every else None, "limit": limit})
+        verdict = judge.samples(
+            values,
+            limit["value"],
+            allowed=1 if allowed is None else allowed,
+            causes=causes(monitor, gpu.get("index")),
+            ends_s=ends,
+        )
+        out.append(
+            {
+                "gpu": gpu,
+                "metric": metric,
+                "figure": label,
+                "unit": unit,
+                "n": samples.get("n"),
+                "median": significant(samples["median"]),
+                "min": significant(samples["min"]),
+                "verdict": verdict["verdict"],
+                "low": len(verdict["low"]),
+                "deepest_pct": verdict["deepest_pct"],
+                "causes": verdict["causes"],
+                "every_sample": every,
+                "interval": judge.median_interval(values) if every else None,
+                "limit": limit,
+            }
+        )
     return out
 
 
@@ -72,8 +94,10 @@ def _who(j: dict) -> str:
 
 def _text(j: dict) -> str:
     lim = j["limit"]["value"]
-    base = (f"{_who(j)}: {j['low']} of {j['n']} samples more than {lim:g}% below its median {j['median']:g} "
-            f"{j['unit']} (lowest {j['min']:g}, {j['deepest_pct']:g}% below)")
+    base = (
+        f"{_who(j)}: {j['low']} of {j['n']} samples more than {lim:g}% below its median {j['median']:g} "
+        f"{j['unit']} (lowest {j['min']:g}, {j['deepest_pct']:g}% below)"
+    )
     if j["verdict"] == judge.DISTURBED:
         return base + "; the sampler saw then: " + ", ".join(c["what"] for c in j["causes"])
     if j["verdict"] == judge.ISOLATED:
@@ -86,23 +110,33 @@ def with_samples(res: dict, figures: list[dict], flagged: list, profile: dict, m
     fell or were disturbed make a passing result warn, its figure not yet the node's (measured again: measure.watched,
     detail.measure_again). Returns (result, the GPUs it flags)."""
     brief = [{**{k: v for k, v in j.items() if k != "limit"}, "limit": j["limit"]["value"]} for j in figures]
-    detail = {**res["detail"], "samples_judged": brief,
-              "sample_drop_threshold": calibration.entry(profile["thresholds"], SAMPLE_KEY, metric)}
+    detail = {
+        **res["detail"],
+        "samples_judged": brief,
+        "sample_drop_threshold": calibration.entry(profile["thresholds"], SAMPLE_KEY, metric),
+    }
     bad = [j for j in figures if j["verdict"] in NOT_THE_FIGURE]
     isolated = [j for j in figures if j["verdict"] == judge.ISOLATED]
     if bad:  # whatever the status, this figure is not the node's yet: measured again
         detail = {**detail, "measure_again": "samples fell: " + "; ".join(_who(j) for j in bad)}
     if bad and res["status"] == PASS:
         caused = [j for j in bad if j["verdict"] == judge.DISTURBED]
-        out = res.replace(status=WARN, detail=detail,
-                          reason=f"{res['reason']}, but the figure is not yet the node's: "
-                                 + "; ".join(_text(j) for j in bad) + calibration.uncalibrated_text(bad[0]["limit"]),
-                          remedy=("another process or a slowdown pulled the samples down: it is measured again; see what the "
-                                  "sampler saw in detail.monitor (processes, clock event reasons, PCIe replays)" if caused else
-                                  "the samples fell with nothing seen on the GPU: it is measured again; should it stay so, run "
-                                  "the benchmark alone on the node (gpufleet bench) and compare detail.monitor with a quiet "
-                                  "node's"),
-                          failure_class="hardware" if any(_hardware(j) for j in caused) else "environment")
+        out = res.replace(
+            status=WARN,
+            detail=detail,
+            reason=f"{res['reason']}, but the figure is not yet the node's: "
+            + "; ".join(_text(j) for j in bad)
+            + calibration.uncalibrated_text(bad[0]["limit"]),
+            remedy=(
+                "another process or a slowdown pulled the samples down: it is measured again; see what the "
+                "sampler saw in detail.monitor (processes, clock event reasons, PCIe replays)"
+                if caused
+                else "the samples fell with nothing seen on the GPU: it is measured again; should it stay so, run "
+                "the benchmark alone on the node (gpufleet bench) and compare detail.monitor with a quiet "
+                "node's"
+            ),
+            failure_class="hardware" if any(_hardware(j) for j in caused) else "environment",
+        )
         return out, [j["gpu"] for j in bad]
     if isolated and res["status"] == PASS:
         return res.replace(detail=detail, reason=f"{res['reason']}; " + "; ".join(_text(j) for j in isolated)), flagged
@@ -133,6 +167,8 @@ def near_limit(res: dict, figures: list[dict], value_key: str, profile: dict, me
     if not j.near:
         return res
     lo, hi = interval
-    why = (f"{_who(slow)} {res['value']:g} {slow['unit']}: {how} {significant(lo):g} to {significant(hi):g}"
-           f"{')' if not slow['interval'] else ''} reaches across the minimum {limit:g}")
+    why = (
+        f"{_who(slow)} {res['value']:g} {slow['unit']}: {how} {significant(lo):g} to {significant(hi):g}"
+        f"{')' if not slow['interval'] else ''} reaches across the minimum {limit:g}"
+    )
     return res.replace(detail={**res["detail"], "measure_again": why})

@@ -16,9 +16,7 @@ from gpufleet.collect import nvml
 from gpufleet.schema import ERROR, FAIL, PASS, SKIP, WARN
 
 NO_DRIVER_REMEDY = "install the NVIDIA driver (bringup.yml, role nvidia_driver) or run on a GPU node"
-UNREADABLE_REMEDY = (
-    "read the GPU with `nvidia-smi -q -i {gpus}`; an unreadable field on a datacenter GPU points to a driver or GPU fault"
-)
+UNREADABLE_REMEDY = "read the GPU with `nvidia-smi -q -i {gpus}`; an unreadable field on a datacenter GPU points to a driver or GPU fault"
 
 
 def gpu_check(name: str, *, needs_gpus: bool = True) -> Callable:
@@ -41,14 +39,21 @@ def gpu_check(name: str, *, needs_gpus: bool = True) -> Callable:
             if not nv.get("available"):
                 # driver_unusable: the driver is what is missing (its library, or NVML cannot start), not our package
                 # or our reader; Slurm's health check drains such a node (checks.slurm_health).
-                return schema.result(name, ERROR, nv.get("error") or "NVML is not available", remedy=NO_DRIVER_REMEDY,
-                                     detail={"driver_unusable": nvml.driver_unusable(nv)})
+                return schema.result(
+                    name,
+                    ERROR,
+                    nv.get("error") or "NVML is not available",
+                    remedy=NO_DRIVER_REMEDY,
+                    detail={"driver_unusable": nvml.driver_unusable(nv)},
+                )
             gpus = nv.get("gpus") or []
             if needs_gpus and not gpus:
                 reason = "NVML reports no GPU, so there is nothing to check"
                 if nv.get("error"):
                     reason += f" ({nv['error']})"
-                return schema.result(name, ERROR, reason, remedy="see gpu_count: check `nvidia-smi -L` and `lspci -d 10de:`")
+                return schema.result(
+                    name, ERROR, reason, remedy="see gpu_count: check `nvidia-smi -L` and `lspci -d 10de:`"
+                )
             return name_flagged(fn(readings, gpus, profile), gpus)
 
         check.__name__ = check.__qualname__ = name
@@ -178,7 +183,10 @@ def gpu_count(readings, gpus, profile):
         ],
     }
     fields = dict(
-        value=count, unit="GPUs", threshold=profiles.threshold(profile, "gpus_expected"), detail={"inventory": inventory}
+        value=count,
+        unit="GPUs",
+        threshold=profiles.threshold(profile, "gpus_expected"),
+        detail={"inventory": inventory},
     )
     missing_remedy = (
         "look for a GPU that fell off the bus (xid check, Xid 79) or is missing from `lspci -d 10de:`; "
@@ -200,9 +208,11 @@ def gpu_count(readings, gpus, profile):
     if count < expected:
         source = profile["thresholds"]["gpus_expected"]["source"]
         if not source.startswith("inventory override"):  # the profile's board count: this machine may be another board
-            missing_remedy += (f"; or, if this machine has {count} GPUs by design, say so: gpufleet_thresholds: "
-                               f"{{gpus_expected: {count}}} for it (make validate: EXPECTED_GPUS={count}); profile "
-                               f"{profile['name']} expects {expected} ({source})")
+            missing_remedy += (
+                f"; or, if this machine has {count} GPUs by design, say so: gpufleet_thresholds: "
+                f"{{gpus_expected: {count}}} for it (make validate: EXPECTED_GPUS={count}); profile "
+                f"{profile['name']} expects {expected} ({source})"
+            )
         return schema.result("gpu_count", FAIL, f"{found_text}, expected {expected}", remedy=missing_remedy, **fields)
     if count > expected:
         return schema.result(
@@ -227,7 +237,9 @@ def gpu_model(readings, gpus, profile):
             by_name.setdefault(g["name"], []).append(g["index"])
     if len(by_name) > 1:
         listing = "; ".join(f"{name} on {gpu_list(idx)}" for name, idx in by_name.items())
-        f.add(FAIL, f"mixed GPU models: {listing}", remedy="a training node needs one GPU model: replace the odd GPU(s)")
+        f.add(
+            FAIL, f"mixed GPU models: {listing}", remedy="a training node needs one GPU model: replace the odd GPU(s)"
+        )
     only = next(iter(by_name), None)
     return f.result("gpu_model", f"{len(gpus)} x {only}", value=sorted(by_name), detail={"names": by_name})
 
@@ -242,7 +254,10 @@ def gpu_memory(readings, gpus, profile):
         mib = g.get("memory_total_mib")
         if mib is None:
             f.add(
-                ERROR, f"memory size unreadable ({unreadable(g, 'memory_total_mib')})", gpu=g["index"], remedy=UNREADABLE_REMEDY
+                ERROR,
+                f"memory size unreadable ({unreadable(g, 'memory_total_mib')})",
+                gpu=g["index"],
+                remedy=UNREADABLE_REMEDY,
             )
         elif minimum is not None and mib < minimum:
             f.add(
@@ -288,11 +303,17 @@ def driver_version(readings, gpus, profile):
     upgrade = "install a newer driver (bringup.yml, role nvidia_driver)"
     if installed is None:
         why = (nv.get("unreadable") or {}).get("driver_version", "not in the readings")
-        return schema.result("driver_version", ERROR, f"driver version unreadable ({why})", remedy="check `nvidia-smi`", **fields)
+        return schema.result(
+            "driver_version", ERROR, f"driver version unreadable ({why})", remedy="check `nvidia-smi`", **fields
+        )
     have = version_tuple(installed)
     if have is None:
         return schema.result(
-            "driver_version", ERROR, f"driver version {installed!r} is not a dotted version", remedy="check `nvidia-smi`", **fields
+            "driver_version",
+            ERROR,
+            f"driver version {installed!r} is not a dotted version",
+            remedy="check `nvidia-smi`",
+            **fields,
         )
     for key, want in (("driver_version_min", minimum), ("driver_version", pinned)):
         if want is not None and version_tuple(want) is None:
@@ -313,7 +334,11 @@ def driver_version(readings, gpus, profile):
             remedy="re-run bringup.yml to install the pinned driver, or update gpufleet_thresholds.driver_version",
         )
     if minimum is None and pinned is None:
-        f.add(WARN, f"driver {installed}; neither a minimum nor a pin is set", remedy="set gpufleet_thresholds.driver_version_min")
+        f.add(
+            WARN,
+            f"driver {installed}; neither a minimum nor a pin is set",
+            remedy="set gpufleet_thresholds.driver_version_min",
+        )
     ok = f"driver {installed}" + (f" >= {minimum}" if minimum else "") + (", matches the pin" if pinned else "")
     if pinned is None:
         f.add(PASS, "no site pin set (driver_version)")
@@ -327,7 +352,12 @@ def vbios(readings, gpus, profile):
     f = Findings()
     for g in gpus:
         if g.get("vbios_version") is None:
-            f.add(ERROR, f"VBIOS version unreadable ({unreadable(g, 'vbios_version')})", gpu=g["index"], remedy=UNREADABLE_REMEDY)
+            f.add(
+                ERROR,
+                f"VBIOS version unreadable ({unreadable(g, 'vbios_version')})",
+                gpu=g["index"],
+                remedy=UNREADABLE_REMEDY,
+            )
         else:
             by_version.setdefault(g["vbios_version"], []).append(g["index"])
     if len(by_version) > 1:
@@ -338,7 +368,10 @@ def vbios(readings, gpus, profile):
             remedy="update the GPU firmware so every GPU runs the same VBIOS (vendor firmware bundle, nvfwupd)",
         )
     return f.result(
-        "vbios", f"VBIOS {next(iter(by_version), None)} on every GPU", value=sorted(by_version), detail={"versions": by_version}
+        "vbios",
+        f"VBIOS {next(iter(by_version), None)} on every GPU",
+        value=sorted(by_version),
+        detail={"versions": by_version},
     )
 
 
@@ -389,7 +422,12 @@ def mig_mode(readings, gpus, profile):
         if mode is None and not_supported(g, "mig_mode_current"):
             f.add(PASS, "MIG not supported, so off", gpu=g["index"])
         elif mode is None:
-            f.add(ERROR, f"MIG mode unreadable ({unreadable(g, 'mig_mode_current')})", gpu=g["index"], remedy=UNREADABLE_REMEDY)
+            f.add(
+                ERROR,
+                f"MIG mode unreadable ({unreadable(g, 'mig_mode_current')})",
+                gpu=g["index"],
+                remedy=UNREADABLE_REMEDY,
+            )
         elif mode:
             f.add(
                 FAIL,
@@ -409,11 +447,20 @@ def compute_mode(readings, gpus, profile):
     for g in gpus:
         mode = g.get("compute_mode")
         if mode is None:
-            f.add(ERROR, f"compute mode unreadable ({unreadable(g, 'compute_mode')})", gpu=g["index"], remedy=UNREADABLE_REMEDY)
+            f.add(
+                ERROR,
+                f"compute mode unreadable ({unreadable(g, 'compute_mode')})",
+                gpu=g["index"],
+                remedy=UNREADABLE_REMEDY,
+            )
         elif mode == "Prohibited":
             f.add(FAIL, "compute mode Prohibited: no process can use the GPU", gpu=g["index"], remedy=reset)
         elif mode == "Exclusive_Process":
-            f.add(PASS, "compute mode Exclusive_Process: one process per GPU, as one rank per GPU training runs", gpu=g["index"])
+            f.add(
+                PASS,
+                "compute mode Exclusive_Process: one process per GPU, as one rank per GPU training runs",
+                gpu=g["index"],
+            )
         elif mode != "Default":
             f.add(WARN, f"compute mode {mode}", gpu=g["index"], remedy=reset)
     modes = sorted({p["compute_mode"] for p in per_gpu if p["compute_mode"]})

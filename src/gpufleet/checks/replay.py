@@ -31,20 +31,34 @@ def matmul_output(detail: dict) -> dict:
             entry["error"] = row["error"]
         for dtype in dtypes:
             if row.get(dtype) is not None:
-                entry[dtype] = {"tflops": row[dtype], "per_shape": ((detail.get("per_shape") or {}).get(dev) or {}).get(dtype, [])}
+                entry[dtype] = {
+                    "tflops": row[dtype],
+                    "per_shape": ((detail.get("per_shape") or {}).get(dev) or {}).get(dtype, []),
+                }
         if row.get("samples_tflops") and "bf16" in entry:
             entry["bf16"]["samples_tflops"] = row["samples_tflops"]
         per_device[dev] = entry
-    return {"benchmark": "matmul", "device": "cpu" if _cpu(detail) else "cuda", "method": detail.get("method") or {},
-            "summary": detail.get("summary") or {}, "versions": detail.get("versions") or {}, "per_device": per_device,
-            "monitor": detail.get("monitor") or {}}
+    return {
+        "benchmark": "matmul",
+        "device": "cpu" if _cpu(detail) else "cuda",
+        "method": detail.get("method") or {},
+        "summary": detail.get("summary") or {},
+        "versions": detail.get("versions") or {},
+        "per_device": per_device,
+        "monitor": detail.get("monitor") or {},
+    }
 
 
 def memory_output(detail: dict) -> dict:
     """bench.memory.run's output, from the detail the memory results share."""
-    return {"benchmark": "memory", "device": "cpu" if _cpu(detail) else "cuda", "method": detail.get("method") or {},
-            "summary": detail.get("summary") or {}, "per_device": detail.get("per_gpu") or {"hbm": {}, "pcie": {}},
-            "monitor": detail.get("monitor") or {}}
+    return {
+        "benchmark": "memory",
+        "device": "cpu" if _cpu(detail) else "cuda",
+        "method": detail.get("method") or {},
+        "summary": detail.get("summary") or {},
+        "per_device": detail.get("per_gpu") or {"hbm": {}, "pcie": {}},
+        "monitor": detail.get("monitor") or {},
+    }
 
 
 def _kept(res: dict) -> bool:
@@ -74,6 +88,15 @@ def benchmark_results(results: list[dict], profile: dict) -> list[dict]:
         if res.get("trust") is not None and new["status"] not in (schema.SKIP, schema.ERROR):
             trust = res["trust"] if not new["detail"].get("measure_again") else schema.INCONCLUSIVE
         stamped = {k: res[k] for k in ("started", "seconds") if res.get(k) is not None}
-        out.append(new.replace(group=res.get("group"), trust=trust, **stamped, detail={
-            **new["detail"], "replayed": {"recorded_status": res.get("status"), "recorded_trust": res.get("trust")}}))
+        out.append(
+            new.replace(
+                group=res.get("group"),
+                trust=trust,
+                **stamped,
+                detail={
+                    **new["detail"],
+                    "replayed": {"recorded_status": res.get("status"), "recorded_trust": res.get("trust")},
+                },
+            )
+        )
     return out

@@ -17,18 +17,29 @@ from gpufleet.checks.benchmarks import CPU_NOTE
 from gpufleet.schema import ERROR, FAIL, PASS, SKIP, result
 
 CHECK = "sdc"
-REMEDY = ("a GPU that computes different bits from its identical siblings corrupts training silently: drain the node, "
-          "run the check again at temperature (soak tier) and replace the GPU if it disagrees again")
+REMEDY = (
+    "a GPU that computes different bits from its identical siblings corrupts training silently: drain the node, "
+    "run the check again at temperature (soak tier) and replace the GPU if it disagrees again"
+)
 
 
 def comparable(info: dict, versions: dict, method: dict, driver: str | None) -> dict:
     """What must be equal for two GPUs' hashes to be comparable (bench/sdc.py says why each one)."""
     dev = info.get("device") or {}
-    return {"name": dev.get("name"), "sm_count": dev.get("sm_count"), "capability": dev.get("capability"),
-            "driver": driver, "cuda": versions.get("cuda_runtime"), "torch": versions.get("torch"),
-            "cublas": info.get("cublas"), "tf32": method.get("tf32"), "sdc_version": method.get("sdc_version"),
-            "sizes": method.get("sizes"), "seed": method.get("seed"),
-            "cublas_workspace_config": method.get("cublas_workspace_config")}
+    return {
+        "name": dev.get("name"),
+        "sm_count": dev.get("sm_count"),
+        "capability": dev.get("capability"),
+        "driver": driver,
+        "cuda": versions.get("cuda_runtime"),
+        "torch": versions.get("torch"),
+        "cublas": info.get("cublas"),
+        "tf32": method.get("tf32"),
+        "sdc_version": method.get("sdc_version"),
+        "sizes": method.get("sizes"),
+        "seed": method.get("seed"),
+        "cublas_workspace_config": method.get("cublas_workspace_config"),
+    }
 
 
 def comparable_key(c: dict) -> str:
@@ -61,10 +72,16 @@ def results(out: dict, profile: dict, nvml: dict | None = None) -> list[dict]:
         if "error" in info:
             per_gpu[d] = {"error": info["error"]}
             continue
-        per_gpu[d] = {**_nvml_gpu(info, nvml.get("gpus") or []), "cuda_index": d, "name": info["device"]["name"],
-                      "hashes": info["hashes"], "repeats_differing": info["repeats_differing"], "seconds": info["seconds"],
-                      "phases_s": info.get("phases_s"),
-                      "comparable": comparable(info, out["versions"], out["method"], nvml.get("driver_version"))}
+        per_gpu[d] = {
+            **_nvml_gpu(info, nvml.get("gpus") or []),
+            "cuda_index": d,
+            "name": info["device"]["name"],
+            "hashes": info["hashes"],
+            "repeats_differing": info["repeats_differing"],
+            "seconds": info["seconds"],
+            "phases_s": info.get("phases_s"),
+            "comparable": comparable(info, out["versions"], out["method"], nvml.get("driver_version")),
+        }
     detail = {"method": out["method"], "versions": out["versions"], "per_gpu": per_gpu}
     who, whos = ("CPU process", "CPU processes") if cpu else ("GPU", "GPUs")
 
@@ -77,14 +94,23 @@ def results(out: dict, profile: dict, nvml: dict | None = None) -> list[dict]:
 
     errors = [d for d, g in per_gpu.items() if "error" in g]
     if errors:
-        return [result(CHECK, ERROR, f"the SDC computations did not finish on {', '.join(named(d) for d in errors)}: "
-                       f"{per_gpu[errors[0]]['error']}", detail=detail,
-                       remedy="read the error; a GPU that cannot finish a seeded matmul is not fit for training")]
+        return [
+            result(
+                CHECK,
+                ERROR,
+                f"the SDC computations did not finish on {', '.join(named(d) for d in errors)}: "
+                f"{per_gpu[errors[0]]['error']}",
+                detail=detail,
+                remedy="read the error; a GPU that cannot finish a seeded matmul is not fit for training",
+            )
+        ]
     findings, bad = [], []
     for d, g in per_gpu.items():
         for name, n in g["repeats_differing"].items():
             if n:
-                findings.append(f"{named(d)} gave {n} of {out['method']['repeats'] - 1} repeats of {name} unlike its first")
+                findings.append(
+                    f"{named(d)} gave {n} of {out['method']['repeats'] - 1} repeats of {name} unlike its first"
+                )
                 bad.append(d)
     groups: dict = {}
     for d, g in per_gpu.items():
@@ -93,25 +119,47 @@ def results(out: dict, profile: dict, nvml: dict | None = None) -> list[dict]:
         for members in groups.values():
             top, others = majority({d: per_gpu[d]["hashes"][name] for d in members})
             if top is None and len(members) > 1:
-                findings.append(f"{name}: no majority among {', '.join(named(d) for d in members)}: one of them computes "
-                                "wrong bits (fleet.sdc compares them across nodes)")
+                findings.append(
+                    f"{name}: no majority among {', '.join(named(d) for d in members)}: one of them computes "
+                    "wrong bits (fleet.sdc compares them across nodes)"
+                )
             elif others:
-                findings.append(f"{name}: {', '.join(named(d) for d in others)} disagree(s) with the {len(members) - len(others)} "
-                                f"of {len(members)} {whos} that agree (sha256 {top[:12]}…)")
+                findings.append(
+                    f"{name}: {', '.join(named(d) for d in others)} disagree(s) with the {len(members) - len(others)} "
+                    f"of {len(members)} {whos} that agree (sha256 {top[:12]}…)"
+                )
                 bad += others
     if len(groups) > 1:
-        detail["not_compared"] = "GPUs of this node differ in model, SM count or versions: compared only within each kind"
+        detail["not_compared"] = (
+            "GPUs of this node differ in model, SM count or versions: compared only within each kind"
+        )
     bad = list(dict.fromkeys(bad))
     n, names = len(per_gpu), ", ".join(out["method"]["sizes"])
     if findings:
         status, reason = FAIL, "; ".join(findings)
     elif n == 1:
-        status, reason = PASS, (f"1 {who}: {names} bit-identical over {out['method']['repeats']} repeats; "
-                                "fleet.sdc compares it across nodes")
+        status, reason = (
+            PASS,
+            (
+                f"1 {who}: {names} bit-identical over {out['method']['repeats']} repeats; "
+                "fleet.sdc compares it across nodes"
+            ),
+        )
     else:
-        status, reason = PASS, f"{n} {whos}: {names} bit-identical across {whos} and {out['method']['repeats']} repeats each"
+        status, reason = (
+            PASS,
+            f"{n} {whos}: {names} bit-identical across {whos} and {out['method']['repeats']} repeats each",
+        )
     if cpu:
         detail["would_be"] = status
         return [result(CHECK, SKIP, f"{reason}; {CPU_NOTE}", detail=detail)]
-    return [result(CHECK, status, reason, detail={**detail, "flagged_gpus": flagged(bad)} if bad else detail,
-                   remedy=REMEDY if status == FAIL else None, failure_class="hardware" if status == FAIL else None)]
+    return [
+        result(
+            CHECK,
+            status,
+            reason,
+            detail={**detail, "flagged_gpus": flagged(bad)} if bad else detail,
+            remedy=REMEDY if status == FAIL else None,
+            failure_class="hardware" if status == FAIL else None,
+        )
+    ]

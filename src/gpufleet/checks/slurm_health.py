@@ -29,8 +29,12 @@ def _driver_gone(res: dict) -> bool:
 def hard_faults(results: list[dict], mode: str = "health") -> list[dict]:
     """The failed results among the hard-fault checks of `mode`, and the driver gone, in the document's order."""
     wanted = HARD_FAULTS + (EPILOG_FAULTS if mode == "epilog" else ())
-    return [r for r in results if f"{r.get('group')}.{r['check']}" in wanted
-            and (r["status"] == schema.FAIL or (r["check"] == "gpu_count" and _driver_gone(r)))]
+    return [
+        r
+        for r in results
+        if f"{r.get('group')}.{r['check']}" in wanted
+        and (r["status"] == schema.FAIL or (r["check"] == "gpu_count" and _driver_gone(r)))
+    ]
 
 
 def not_read(results: list[dict]) -> str | None:

@@ -17,14 +17,25 @@ from gpufleet.schema import ERROR, FAIL, PASS, WARN, result
 # (at most half the windows, so that a short soak's slow stretch is not part of its own reference).
 SOAK_BEST_WINDOWS = 3
 # Counters whose growth during a soak fails it: memory the GPU could not correct or repair.
-SOAK_FAIL_COUNTERS = ("ecc_uncorrected_volatile", "ecc_uncorrected_aggregate", "row_remap_uncorrectable",
-                      "row_remap_pending", "row_remap_failure")
+SOAK_FAIL_COUNTERS = (
+    "ecc_uncorrected_volatile",
+    "ecc_uncorrected_aggregate",
+    "row_remap_uncorrectable",
+    "row_remap_pending",
+    "row_remap_failure",
+)
 SLOWDOWN_KEY = "soak_slowdown_pct_max"
 # A soak window's figures and the metric each is calibrated as (calibration.py's soak_window_pct).
-WINDOW_METRICS = {"matmul_tflops": "matmul_bf16_tflops", "hbm_gbps": "hbm_copy_gbps", "busbw_gbps": "nccl_soak_all_reduce_busbw_gbps"}
-SOAK_REMEDY_THROTTLE = ("hardware slowdown under sustained load: check cooling (inlet temperature, fans, airflow for this "
-                        "GPU's slot) and power delivery (PSUs, BMC power capping); detail.per_gpu has clocks, temperature "
-                        "and power per window")
+WINDOW_METRICS = {
+    "matmul_tflops": "matmul_bf16_tflops",
+    "hbm_gbps": "hbm_copy_gbps",
+    "busbw_gbps": "nccl_soak_all_reduce_busbw_gbps",
+}
+SOAK_REMEDY_THROTTLE = (
+    "hardware slowdown under sustained load: check cooling (inlet temperature, fans, airflow for this "
+    "GPU's slot) and power delivery (PSUs, BMC power capping); detail.per_gpu has clocks, temperature "
+    "and power per window"
+)
 
 
 def _soak_when(out: dict, t_s: float | None, prep: str = "at") -> str:
@@ -49,7 +60,9 @@ class _SoakGpus:
             index = g.get("nvml_index")
             serial = (sampler.get(str(index)) or {}).get("serial") if index is not None else None
             self.by_rank[rank] = {"index": index, "uuid": g.get("uuid"), "serial": serial}
-        self.by_index = {str(i): {"index": int(i), "uuid": g.get("uuid"), "serial": g.get("serial")} for i, g in sampler.items()}
+        self.by_index = {
+            str(i): {"index": int(i), "uuid": g.get("uuid"), "serial": g.get("serial")} for i, g in sampler.items()
+        }
 
     def label(self, rank: str) -> tuple[int | None, str]:
         """(NVML index for Findings, or None with the label written into the text)."""
@@ -97,16 +110,33 @@ def combined(first: dict, again: dict) -> dict:
     gone = set(disturbed_windows(first))
     gpus = {}
     for rank, g in (first.get("gpus") or {}).items():
-        windows = [w if w["index"] not in gone else {**w, "matmul_tflops": None, "hbm_gbps": None, "disturbed": True,
-                                                     "disturbed_figures": {"matmul_tflops": w.get("matmul_tflops"),
-                                                                           "hbm_gbps": w.get("hbm_gbps")}}
-                   for w in g.get("windows") or []]
+        windows = [
+            w
+            if w["index"] not in gone
+            else {
+                **w,
+                "matmul_tflops": None,
+                "hbm_gbps": None,
+                "disturbed": True,
+                "disturbed_figures": {"matmul_tflops": w.get("matmul_tflops"), "hbm_gbps": w.get("hbm_gbps")},
+            }
+            for w in g.get("windows") or []
+        ]
         kept = {k: [w[k] for w in windows if w.get(k) is not None] for k in ("matmul_tflops", "hbm_gbps")}
-        gpus[rank] = {**g, "windows": windows, **{f"{k}_median": significant(statistics.median(v)) if v else None for k, v in kept.items()}}
+        gpus[rank] = {
+            **g,
+            "windows": windows,
+            **{f"{k}_median": significant(statistics.median(v)) if v else None for k, v in kept.items()},
+        }
     nccl = first.get("nccl")
     if nccl:
-        nccl = {**nccl, "windows": [w if w["index"] not in gone else {**w, "busbw_gbps": None, "disturbed": True}
-                                    for w in nccl.get("windows") or []]}
+        nccl = {
+            **nccl,
+            "windows": [
+                w if w["index"] not in gone else {**w, "busbw_gbps": None, "disturbed": True}
+                for w in nccl.get("windows") or []
+            ],
+        }
     return {**first, "gpus": gpus, "nccl": nccl, "disturbed_windows": sorted(gone), "remeasured": again}
 
 
@@ -126,8 +156,10 @@ def _both(out: dict, profile: dict) -> list[dict]:
     first = {k: v for k, v in out.items() if k != "remeasured"}
     again = out["remeasured"]
     windows = ", ".join(str(w) for w in out.get("disturbed_windows") or []) or "none"
-    head = (f"the soak ({first.get('ran_s'):g} s; windows {windows} disturbed, left out of the slowdown judgement)",
-            f"those windows measured again once the GPUs were quiet ({again.get('ran_s'):g} s)")
+    head = (
+        f"the soak ({first.get('ran_s'):g} s; windows {windows} disturbed, left out of the slowdown judgement)",
+        f"those windows measured again once the GPUs were quiet ({again.get('ran_s'):g} s)",
+    )
     mine, theirs = {r["check"]: r for r in _one(first, profile)}, {r["check"]: r for r in _one(again, profile)}
     results = []
     for check in dict.fromkeys([*mine, *theirs]):
@@ -136,41 +168,88 @@ def _both(out: dict, profile: dict) -> list[dict]:
             results.append(a or b)
             continue
         worse = b if schema.severity(b["status"]) > schema.severity(a["status"]) else a
-        remedy = "; ".join(dict.fromkeys(r["remedy"] for r in (a, b) if r.get("remedy") and r["status"] not in (PASS, schema.SKIP)))
+        remedy = "; ".join(
+            dict.fromkeys(r["remedy"] for r in (a, b) if r.get("remedy") and r["status"] not in (PASS, schema.SKIP))
+        )
         flagged = [g for r in (a, b) if r["status"] == worse["status"] for g in r["detail"].get("flagged_gpus") or []]
         values = [r["value"] for r in (a, b) if isinstance(r.get("value"), (int, float))]
         detail = {**a["detail"], "remeasured": b["detail"], "disturbed_windows": out.get("disturbed_windows")}
         detail.pop("flagged_gpus", None)
-        res = result(check, worse["status"], f"{head[0]}: {a['reason']}; {head[1]}: {b['reason']}", value=max(values) if values else None,
-                     unit=worse.get("unit"), threshold=worse.get("threshold"), remedy=remedy or None, detail=detail)
+        res = result(
+            check,
+            worse["status"],
+            f"{head[0]}: {a['reason']}; {head[1]}: {b['reason']}",
+            value=max(values) if values else None,
+            unit=worse.get("unit"),
+            threshold=worse.get("threshold"),
+            remedy=remedy or None,
+            detail=detail,
+        )
         results.append(flag_gpus(res, flagged))
     return results
 
 
 def _one(out: dict, profile: dict) -> list[dict]:
     cpu = out["device"] == "cpu"
-    base = {k: out.get(k) for k in ("method", "versions", "started", "duration_s", "ran_s", "window_s", "n_windows",
-                                    "world_size", "stopped_early", "stop_reason", "after_effects")}
+    base = {
+        k: out.get(k)
+        for k in (
+            "method",
+            "versions",
+            "started",
+            "duration_s",
+            "ran_s",
+            "window_s",
+            "n_windows",
+            "world_size",
+            "stopped_early",
+            "stop_reason",
+            "after_effects",
+        )
+    }
     if out.get("setup_error"):
-        return [result("soak", FAIL, f"soak could not start: {out['setup_error']}", detail=base,
-                       remedy="read the error: a GPU that cannot hold a sustained load (out of memory beside another "
-                              "process, a CUDA or NCCL error) is not fit for training; run gpu_health")]
+        return [
+            result(
+                "soak",
+                FAIL,
+                f"soak could not start: {out['setup_error']}",
+                detail=base,
+                remedy="read the error: a GPU that cannot hold a sustained load (out of memory beside another "
+                "process, a CUDA or NCCL error) is not fit for training; run gpu_health",
+            )
+        ]
     gpus = _SoakGpus(out)
-    return [_soak_throttle(out, profile, base, gpus, Findings, cpu), _soak_errors(out, profile, base, gpus, Findings, cpu),
-            _soak_slowdown(out, profile, base, gpus, Findings, cpu)]
+    return [
+        _soak_throttle(out, profile, base, gpus, Findings, cpu),
+        _soak_errors(out, profile, base, gpus, Findings, cpu),
+        _soak_slowdown(out, profile, base, gpus, Findings, cpu),
+    ]
 
 
 def _soak_throttle(out, profile, base, gpus, Findings, cpu) -> dict:
     limit = profiles.value(profile, "soak_throttle_s_max")
     threshold = profiles.threshold(profile, "soak_throttle_s_max", max=limit)
     sampler = out.get("sampler") or {}
-    detail = {**base, "per_gpu": {i: {k: g.get(k) for k in ("uuid", "serial", "pci_bus_id", "throttle", "windows", "error")}
-                                  for i, g in (sampler.get("per_gpu") or {}).items()}}
+    detail = {
+        **base,
+        "per_gpu": {
+            i: {k: g.get(k) for k in ("uuid", "serial", "pci_bus_id", "throttle", "windows", "error")}
+            for i, g in (sampler.get("per_gpu") or {}).items()
+        },
+    }
     if cpu:
-        return result("soak_throttle", schema.SKIP, f"no GPU clocks to watch; {CPU_NOTE}", threshold=threshold, detail=detail)
+        return result(
+            "soak_throttle", schema.SKIP, f"no GPU clocks to watch; {CPU_NOTE}", threshold=threshold, detail=detail
+        )
     if sampler.get("error") or not sampler.get("per_gpu"):
-        return result("soak_throttle", ERROR, f"could not watch the GPUs' clocks during the soak: {sampler.get('error') or 'no GPU sampled'}",
-                      threshold=threshold, detail=detail, remedy="check NVML (`nvidia-smi`) on the node and run the soak again")
+        return result(
+            "soak_throttle",
+            ERROR,
+            f"could not watch the GPUs' clocks during the soak: {sampler.get('error') or 'no GPU sampled'}",
+            threshold=threshold,
+            detail=detail,
+            remedy="check NVML (`nvidia-smi`) on the node and run the soak again",
+        )
     f, flags = Findings(), _Flags()
     worst = 0.0
     clocks = []
@@ -183,44 +262,70 @@ def _soak_throttle(out, profile, base, gpus, Findings, cpu) -> dict:
         if hw and (limit is None or seconds > limit):
             first = min(e["first_s"] for e in hw.values())
             names = ", ".join(HW_SLOWDOWN_EVENTS[n] for n in hw)
-            f.add(FAIL, f"{names} {_soak_when(out, first)}, {seconds:g} s in all", gpu=int(i), remedy=SOAK_REMEDY_THROTTLE)
+            f.add(
+                FAIL, f"{names} {_soak_when(out, first)}, {seconds:g} s in all", gpu=int(i), remedy=SOAK_REMEDY_THROTTLE
+            )
             flags.add(FAIL, gpus.by_index.get(i))
         if g.get("error"):
             f.add(PASS, f"some readings failed: {g['error']}", gpu=int(i))
-    ok = (f"no hardware or thermal slowdown on {len(sampler['per_gpu'])} GPU(s) over {out.get('ran_s'):g} s"
-          + (f" (lowest SM clock {min(clocks)} MHz)" if clocks else ""))
+    ok = f"no hardware or thermal slowdown on {len(sampler['per_gpu'])} GPU(s) over {out.get('ran_s'):g} s" + (
+        f" (lowest SM clock {min(clocks)} MHz)" if clocks else ""
+    )
     return flags.apply(f.result("soak_throttle", ok, value=worst, unit="s", threshold=threshold, detail=detail))
 
 
 def _soak_errors(out, profile, base, gpus, Findings, cpu) -> dict:
     fail_codes = set(profiles.value(profile, "xid_fail_codes") or [])
     sampler = out.get("sampler") or {}
-    events = [dict(e, utc=_soak_when(out, e.get("t_s"))) for e in sampler.get("events") or [] if e.get("kind") in ("counter", "xid")]
-    detail = {**base, "events": events, "events_dropped": sampler.get("events_dropped"),
-              "per_gpu": {i: {k: g.get(k) for k in ("uuid", "serial", "counters_start", "counters_end")}
-                          for i, g in (sampler.get("per_gpu") or {}).items()},
-              "processes": {r: {k: g.get(k) for k in ("uuid", "nvml_index", "error", "done_s", "last_burst_s", "bursts")}
-                            for r, g in (out.get("gpus") or {}).items()},
-              "nccl_wrong": (out.get("nccl") or {}).get("wrong")}
+    events = [
+        dict(e, utc=_soak_when(out, e.get("t_s")))
+        for e in sampler.get("events") or []
+        if e.get("kind") in ("counter", "xid")
+    ]
+    detail = {
+        **base,
+        "events": events,
+        "events_dropped": sampler.get("events_dropped"),
+        "per_gpu": {
+            i: {k: g.get(k) for k in ("uuid", "serial", "counters_start", "counters_end")}
+            for i, g in (sampler.get("per_gpu") or {}).items()
+        },
+        "processes": {
+            r: {k: g.get(k) for k in ("uuid", "nvml_index", "error", "done_s", "last_burst_s", "bursts")}
+            for r, g in (out.get("gpus") or {}).items()
+        },
+        "nccl_wrong": (out.get("nccl") or {}).get("wrong"),
+    }
     f, flags = Findings(), _Flags()
     for rank, g in sorted((out.get("gpus") or {}).items(), key=lambda kv: int(kv[0])):
         if g.get("error"):
             index, prefix = gpus.label(rank)
             err = g["error"]
-            f.add(FAIL, f"{prefix}the load stopped {_soak_when(out, err.get('t_s'))}: {err.get('error')}", gpu=index,
-                  remedy="read the error and the node's gpu_health (Xid, ECC); a GPU that cannot hold a sustained load is not "
-                         "fit for training")
+            f.add(
+                FAIL,
+                f"{prefix}the load stopped {_soak_when(out, err.get('t_s'))}: {err.get('error')}",
+                gpu=index,
+                remedy="read the error and the node's gpu_health (Xid, ECC); a GPU that cannot hold a sustained load is not "
+                "fit for training",
+            )
             flags.add(FAIL, gpus.by_rank.get(rank))
     for wrong in (out.get("nccl") or {}).get("wrong") or []:
         rank = str(wrong["rank"])
         index, prefix = gpus.label(rank)
-        f.add(FAIL, f"{prefix}all_reduce gave wrong results {_soak_when(out, wrong['t_s'])}", gpu=index,
-              remedy="wrong collective results point to a faulty GPU or NVLink: run gpu_health and the nccl benchmark")
+        f.add(
+            FAIL,
+            f"{prefix}all_reduce gave wrong results {_soak_when(out, wrong['t_s'])}",
+            gpu=index,
+            remedy="wrong collective results point to a faulty GPU or NVLink: run gpu_health and the nccl benchmark",
+        )
         flags.add(FAIL, gpus.by_rank.get(rank))
     if not cpu:
         if sampler.get("error") or not sampler.get("per_gpu"):
-            f.add(ERROR, f"could not read the error counters during the soak: {sampler.get('error') or 'no GPU sampled'}",
-                  remedy="check NVML (`nvidia-smi`) on the node and run the soak again")
+            f.add(
+                ERROR,
+                f"could not read the error counters during the soak: {sampler.get('error') or 'no GPU sampled'}",
+                remedy="check NVML (`nvidia-smi`) on the node and run the soak again",
+            )
         moved: dict[tuple, list] = {}
         for e in sampler.get("events") or []:
             if e.get("kind") == "counter":
@@ -228,27 +333,48 @@ def _soak_errors(out, profile, base, gpus, Findings, cpu) -> dict:
             elif e.get("kind") == "xid":
                 status = FAIL if e.get("xid") in fail_codes else WARN
                 where = "" if e.get("index") is not None else f"PCI {e.get('pci')}: "
-                f.add(status, f"{where}Xid {e.get('xid')} {_soak_when(out, e.get('t_s'))}", gpu=e.get("index"),
-                      remedy="look the Xid up in NVIDIA's catalog (docs.nvidia.com/deploy/xid-errors); the message is in detail.events")
+                f.add(
+                    status,
+                    f"{where}Xid {e.get('xid')} {_soak_when(out, e.get('t_s'))}",
+                    gpu=e.get("index"),
+                    remedy="look the Xid up in NVIDIA's catalog (docs.nvidia.com/deploy/xid-errors); the message is in detail.events",
+                )
                 flags.add(status, gpus.by_index.get(str(e.get("index"))))
         for (index, counter), evs in sorted(moved.items()):
             status = FAIL if counter in SOAK_FAIL_COUNTERS else WARN
             first, last = evs[0], evs[-1]
-            f.add(status, f"{counter} {first['from']} -> {last['to']}, first {_soak_when(out, first['t_s'])}", gpu=index,
-                  remedy=("memory errors the GPU could not correct under load: drain the node, reset the GPU; replace it if they "
-                          "come back" if status == FAIL else
-                          "errors corrected under load: the fleet layer judges their rate (fleet.counter_rates); a link or "
-                          "memory whose counts keep growing needs service"))
+            f.add(
+                status,
+                f"{counter} {first['from']} -> {last['to']}, first {_soak_when(out, first['t_s'])}",
+                gpu=index,
+                remedy=(
+                    "memory errors the GPU could not correct under load: drain the node, reset the GPU; replace it if they "
+                    "come back"
+                    if status == FAIL
+                    else "errors corrected under load: the fleet layer judges their rate (fleet.counter_rates); a link or "
+                    "memory whose counts keep growing needs service"
+                ),
+            )
             flags.add(status, gpus.by_index.get(str(index)))
         log = sampler.get("kernel_log") or {}
         if log.get("error"):
-            f.add(ERROR, f"Xid events not watched: {log['error']}",
-                  remedy="run the soak as root so /dev/kmsg can be read, or allow dmesg (sysctl kernel.dmesg_restrict=0)")
+            f.add(
+                ERROR,
+                f"Xid events not watched: {log['error']}",
+                remedy="run the soak as root so /dev/kmsg can be read, or allow dmesg (sysctl kernel.dmesg_restrict=0)",
+            )
     if cpu and f.status == PASS:
-        return result("soak_errors", schema.SKIP, f"{len(out.get('gpus') or {})} CPU processes ran to the end, all_reduce results "
-                      f"correct; {CPU_NOTE}", value=0, unit="events", detail=detail)
-    ok = (f"no error counter moved, no Xid, every GPU held the load to the end over {out.get('ran_s'):g} s"
-          + (f", {out['nccl']['rounds']} all_reduce rounds correct" if out.get("nccl") else ""))
+        return result(
+            "soak_errors",
+            schema.SKIP,
+            f"{len(out.get('gpus') or {})} CPU processes ran to the end, all_reduce results correct; {CPU_NOTE}",
+            value=0,
+            unit="events",
+            detail=detail,
+        )
+    ok = f"no error counter moved, no Xid, every GPU held the load to the end over {out.get('ran_s'):g} s" + (
+        f", {out['nccl']['rounds']} all_reduce rounds correct" if out.get("nccl") else ""
+    )
     return flags.apply(f.result("soak_errors", ok, value=len(events), unit="events", detail=detail))
 
 
@@ -289,12 +415,18 @@ def _behind_siblings(per_gpu: dict, rank: str, key: str, limit: float | None) ->
         return [], {}
     node: dict[int, float] = {}
     for w in range(max(len(g.get("windows") or []) for g in per_gpu.values())):
-        vals = [g["windows"][w][key] for g in per_gpu.values()
-                if w < len(g.get("windows") or []) and g["windows"][w].get(key) is not None]
+        vals = [
+            g["windows"][w][key]
+            for g in per_gpu.values()
+            if w < len(g.get("windows") or []) and g["windows"][w].get(key) is not None
+        ]
         if len(vals) >= 2:
             node[w] = statistics.median(vals)
-    drops = [(w, _drop_pct(node[w["index"]], w[key])) for w in per_gpu[rank].get("windows") or []
-             if w.get(key) is not None and w["index"] in node]
+    drops = [
+        (w, _drop_pct(node[w["index"]], w[key]))
+        for w in per_gpu[rank].get("windows") or []
+        if w.get(key) is not None and w["index"] in node
+    ]
     return _stretches(drops, limit), node
 
 
@@ -302,8 +434,10 @@ def _stretch_text(out: dict, g: dict, prefix: str, what: str, unit: str, key: st
     """ "GPU 1: bf16 matmul 700 TFLOPS in the window from <when> and 2 window(s) after it, <against>; the sampler saw..." """
     first = stretch[0][0]
     span = f" and {len(stretch) - 1} window(s) after it" if len(stretch) > 1 else ""
-    return (f"{prefix}{what} {first[key]:g} {unit} in the window {_soak_when(out, first['start_s'], 'from')}{span}, "
-            f"{against}; {_sampler_saw(out, g.get('nvml_index'), [w for w, _ in stretch])}")
+    return (
+        f"{prefix}{what} {first[key]:g} {unit} in the window {_soak_when(out, first['start_s'], 'from')}{span}, "
+        f"{against}; {_sampler_saw(out, g.get('nvml_index'), [w for w, _ in stretch])}"
+    )
 
 
 def _sampler_saw(out: dict, index: int | None, windows: list) -> str:
@@ -316,12 +450,20 @@ def _sampler_saw(out: dict, index: int | None, windows: list) -> str:
     power = [r["power_median_w"] for r in rows if r.get("power_median_w") is not None]
     reasons = sorted({n for r in rows for n in r.get("reasons") or []})
     procs = {p["pid"]: p for r in rows for p in r.get("foreign_processes") or []}
-    saw = [f"SM clock median {min(sm):g} MHz" if sm else "SM clock unread",
-           f"power median {min(power):g} W" if power else "power unread",
-           f"clock event reasons {', '.join(reasons)}" if reasons else "no clock event reason"]
-    saw.append("foreign process(es) " + ", ".join(
-        f"pid {p['pid']} ({p.get('name') or 'name unknown'}, {p.get('used_memory_mib')} MiB)" for p in procs.values())
-        if procs else "no foreign process")
+    saw = [
+        f"SM clock median {min(sm):g} MHz" if sm else "SM clock unread",
+        f"power median {min(power):g} W" if power else "power unread",
+        f"clock event reasons {', '.join(reasons)}" if reasons else "no clock event reason",
+    ]
+    saw.append(
+        "foreign process(es) "
+        + ", ".join(
+            f"pid {p['pid']} ({p.get('name') or 'name unknown'}, {p.get('used_memory_mib')} MiB)"
+            for p in procs.values()
+        )
+        if procs
+        else "no foreign process"
+    )
     return "the sampler saw then: " + "; ".join(saw)
 
 
@@ -330,20 +472,29 @@ def _soak_slowdown(out, profile, base_detail, gpus, Findings, cpu) -> dict:
     threshold = profiles.threshold(profile, SLOWDOWN_KEY, max=limit, best_windows=SOAK_BEST_WINDOWS)
     # A calibrated model's limit is per figure: its healthy windows' spread (calibration.py, soak_window_pct).
     limits = {k: calibration.entry(profile["thresholds"], SLOWDOWN_KEY, m)["value"] for k, m in WINDOW_METRICS.items()}
-    per_gpu = {r: {k: g.get(k) for k in ("uuid", "nvml_index", "name", "windows", "matmul_tflops_median", "hbm_gbps_median")}
-               for r, g in (out.get("gpus") or {}).items()}
+    per_gpu = {
+        r: {k: g.get(k) for k in ("uuid", "nvml_index", "name", "windows", "matmul_tflops_median", "hbm_gbps_median")}
+        for r, g in (out.get("gpus") or {}).items()
+    }
     detail = {**base_detail, "per_gpu": per_gpu, "nccl": out.get("nccl")}
     n_windows = out.get("n_windows") or 0
     if cpu:
-        return result("soak_slowdown", schema.SKIP, f"{n_windows} windows of {out.get('window_s'):g} s on "
-                      f"{len(per_gpu)} CPU processes; {CPU_NOTE}", threshold=threshold, detail=detail)
+        return result(
+            "soak_slowdown",
+            schema.SKIP,
+            f"{n_windows} windows of {out.get('window_s'):g} s on {len(per_gpu)} CPU processes; {CPU_NOTE}",
+            threshold=threshold,
+            detail=detail,
+        )
     f, flags = Findings(), _Flags()
     worst = 0.0
     judged = False
     metrics = (("matmul_tflops", "bf16 matmul", "TFLOPS"), ("hbm_gbps", "HBM copy", "GB/s"))
-    remedy = ("a GPU that cannot hold its throughput: compare its clocks, temperature and power per window "
-              "(soak_throttle detail) with the other GPUs; check cooling and power, and whether another process "
-              "used the GPU (gpu_health.processes)")
+    remedy = (
+        "a GPU that cannot hold its throughput: compare its clocks, temperature and power per window "
+        "(soak_throttle detail) with the other GPUs; check cooling and power, and whether another process "
+        "used the GPU (gpu_health.processes)"
+    )
     for rank, g in sorted(per_gpu.items(), key=lambda kv: int(kv[0])):
         index, prefix = gpus.label(rank)
         for key, what, unit in metrics:
@@ -355,9 +506,22 @@ def _soak_slowdown(out, profile, base_detail, gpus, Findings, cpu) -> dict:
             for stretch in stretches:
                 low, low_drop = max(stretch, key=lambda wd: wd[1])
                 head = stretch[0][0][key]
-                f.add(FAIL, _stretch_text(out, g, prefix, what, unit, key, stretch,
-                                          f"{_drop_pct(best, head):g}% below its best windows' median {significant(best):g} {unit} "
-                                          f"(lowest {low[key]:g} {unit}, {low_drop:g}% below)"), gpu=index, remedy=remedy)
+                f.add(
+                    FAIL,
+                    _stretch_text(
+                        out,
+                        g,
+                        prefix,
+                        what,
+                        unit,
+                        key,
+                        stretch,
+                        f"{_drop_pct(best, head):g}% below its best windows' median {significant(best):g} {unit} "
+                        f"(lowest {low[key]:g} {unit}, {low_drop:g}% below)",
+                    ),
+                    gpu=index,
+                    remedy=remedy,
+                )
                 flags.add(FAIL, gpus.by_rank.get(rank))
             # Window by window against its siblings: a stretch the whole node shared is not this GPU's.
             own = {w["index"] for stretch in stretches for w, _ in stretch}
@@ -367,9 +531,22 @@ def _soak_slowdown(out, profile, base_detail, gpus, Findings, cpu) -> dict:
                     continue  # named already against its own best windows
                 first, drop = stretch[0]
                 worst = max([worst] + [d for _, d in stretch])
-                f.add(FAIL, _stretch_text(out, g, prefix, what, unit, key, stretch,
-                                          f"{drop:g}% below the node's median GPU in that window "
-                                          f"({significant(node[first['index']]):g} {unit})"), gpu=index, remedy=remedy)
+                f.add(
+                    FAIL,
+                    _stretch_text(
+                        out,
+                        g,
+                        prefix,
+                        what,
+                        unit,
+                        key,
+                        stretch,
+                        f"{drop:g}% below the node's median GPU in that window "
+                        f"({significant(node[first['index']]):g} {unit})",
+                    ),
+                    gpu=index,
+                    remedy=remedy,
+                )
                 flags.add(FAIL, gpus.by_rank.get(rank))
     # Against its siblings over the soak: a GPU slow from the first window on is not slower than itself.
     for key, what, unit in metrics:
@@ -382,8 +559,13 @@ def _soak_slowdown(out, profile, base_detail, gpus, Findings, cpu) -> dict:
             worst = max(worst, drop)
             if limits[key] is not None and judge.judge(drop, judge.Limit(SLOWDOWN_KEY, limits[key])).status != PASS:
                 index, prefix = gpus.label(rank)
-                f.add(FAIL, f"{prefix}{what} median {m:g} {unit} over the soak, {drop:g}% below the node's median GPU "
-                            f"({significant(node):g} {unit})", gpu=index, remedy=remedy)
+                f.add(
+                    FAIL,
+                    f"{prefix}{what} median {m:g} {unit} over the soak, {drop:g}% below the node's median GPU "
+                    f"({significant(node):g} {unit})",
+                    gpu=index,
+                    remedy=remedy,
+                )
                 flags.add(FAIL, gpus.by_rank.get(rank))
     nccl = out.get("nccl") or {}
     stretches, best, drops = _slowed(nccl.get("windows") or [], "busbw_gbps", limits["busbw_gbps"])
@@ -391,17 +573,26 @@ def _soak_slowdown(out, profile, base_detail, gpus, Findings, cpu) -> dict:
         worst = max([worst] + [d for _, d in drops])
         for stretch in stretches:
             first = stretch[0][0]
-            f.add(FAIL, f"all_reduce busbw {first['busbw_gbps']:g} GB/s in the window {_soak_when(out, first['start_s'], 'from')}, "
-                        f"{_drop_pct(best, first['busbw_gbps']):g}% below the best windows' median {significant(best):g} GB/s",
-                  remedy="NVLink or NVSwitch bandwidth fell under load: check gpu_health.nvlink and the NVLink error counters "
-                         "(soak_errors), and the fabric manager")
+            f.add(
+                FAIL,
+                f"all_reduce busbw {first['busbw_gbps']:g} GB/s in the window {_soak_when(out, first['start_s'], 'from')}, "
+                f"{_drop_pct(best, first['busbw_gbps']):g}% below the best windows' median {significant(best):g} GB/s",
+                remedy="NVLink or NVSwitch bandwidth fell under load: check gpu_health.nvlink and the NVLink error counters "
+                "(soak_errors), and the fabric manager",
+            )
     if not judged:
-        return result("soak_slowdown", schema.SKIP,
-                      f"{n_windows} window(s) of {out.get('window_s'):g} s: a slowdown needs two or more, to compare "
-                      "each window with the best; soak longer",
-                      threshold=threshold, detail=detail)
-    ok = (f"every window of every GPU within {limit:g}% of its best windows and of its siblings over {n_windows} windows of "
-          f"{out.get('window_s'):g} s" if limit is not None else f"{n_windows} windows judged")
+        return result(
+            "soak_slowdown",
+            schema.SKIP,
+            f"{n_windows} window(s) of {out.get('window_s'):g} s: a slowdown needs two or more, to compare "
+            "each window with the best; soak longer",
+            threshold=threshold,
+            detail=detail,
+        )
+    ok = (
+        f"every window of every GPU within {limit:g}% of its best windows and of its siblings over {n_windows} windows of "
+        f"{out.get('window_s'):g} s"
+        if limit is not None
+        else f"{n_windows} windows judged"
+    )
     return flags.apply(f.result("soak_slowdown", ok, value=worst, unit="%", threshold=threshold, detail=detail))
-
-

@@ -17,8 +17,12 @@ from gpufleet.errors import InputError
 
 
 def read_all(root: str = "/") -> dict:
-    return {"nvml": nvml.read(), "host": host.read(root), "kernel_log": kernel_log.read(root),
-            "software": software.read(root)}
+    return {
+        "nvml": nvml.read(),
+        "host": host.read(root),
+        "kernel_log": kernel_log.read(root),
+        "software": software.read(root),
+    }
 
 
 def load_recording(path: str, parts: tuple[str, ...] = ("nvml", "host")) -> dict:

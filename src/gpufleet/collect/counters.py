@@ -84,7 +84,9 @@ def gpu_counters(gpu: dict, log: dict | None) -> tuple[dict, dict, str]:
     for counter in ("crc_data", "crc_flit", "replay", "recovery"):
         counters[f"nvlink_{counter}"] = links[counter]
         if links[counter] is None:
-            missing[f"nvlink_{counter}"] = _why(gpu, f"nvlink.errors.{counter}", f"nvlink_error_totals.{counter}", "nvlink")
+            missing[f"nvlink_{counter}"] = _why(
+                gpu, f"nvlink.errors.{counter}", f"nvlink_error_totals.{counter}", "nvlink"
+            )
     counters["pcie_replay"] = gpu.get("pcie_replay")
     if counters["pcie_replay"] is None:
         missing["pcie_replay"] = _why(gpu, "pcie_replay")
@@ -109,27 +111,50 @@ def snapshot(phase: str, readings: dict, *, boot_id: str | None = None, boot_id_
     if boot_id_error:
         detail["boot_id_error"] = boot_id_error
     if not isinstance(nv, dict):
-        return schema.result(check, schema.ERROR, "the readings hold no 'nvml' section (expected `gpufleet collect` output)",
-                             remedy="record the readings again with `gpufleet collect`", detail=detail)
+        return schema.result(
+            check,
+            schema.ERROR,
+            "the readings hold no 'nvml' section (expected `gpufleet collect` output)",
+            remedy="record the readings again with `gpufleet collect`",
+            detail=detail,
+        )
     if not nv.get("available"):
         why = nv.get("error") or "NVML is not available"
         if why == nvml.NO_DRIVER:
             return schema.result(check, schema.SKIP, f"{why}, so there are no GPU counters to read", detail=detail)
-        return schema.result(check, schema.ERROR, f"GPU counters not read: {why}", detail=detail,
-                             remedy="check the driver with `nvidia-smi`; a driver that does not load needs bringup.yml or a reboot")
+        return schema.result(
+            check,
+            schema.ERROR,
+            f"GPU counters not read: {why}",
+            detail=detail,
+            remedy="check the driver with `nvidia-smi`; a driver that does not load needs bringup.yml or a reboot",
+        )
     gpus = nv.get("gpus") or []
     if nv.get("error") or not gpus:
         why = nv.get("error") or "NVML reports no GPU"
-        return schema.result(check, schema.ERROR, f"GPU counters not read: {why}", detail=detail,
-                             remedy="see gpu_inventory.gpu_count: check `nvidia-smi -L` and `lspci -d 10de:`")
+        return schema.result(
+            check,
+            schema.ERROR,
+            f"GPU counters not read: {why}",
+            detail=detail,
+            remedy="see gpu_inventory.gpu_count: check `nvidia-smi -L` and `lspci -d 10de:`",
+        )
     vis = visible_indices(gpus, nv.get("cuda_visible_devices"))
     visible = set(vis["indices"])
     log = readings.get("kernel_log")
     sources = {}
     for g in gpus:
         counters, missing, sources[str(g.get("index"))] = gpu_counters(g, log)
-        detail["gpus"].append({"index": g.get("index"), "uuid": g.get("uuid"), "serial": g.get("serial"),
-                               "pci_bus_id": g.get("pci_bus_id"), "visible": g.get("index") in visible, "counters": counters})
+        detail["gpus"].append(
+            {
+                "index": g.get("index"),
+                "uuid": g.get("uuid"),
+                "serial": g.get("serial"),
+                "pci_bus_id": g.get("pci_bus_id"),
+                "visible": g.get("index") in visible,
+                "counters": counters,
+            }
+        )
         for counter, why in missing.items():
             detail["unreadable"][f"{g.get('index')}.{counter}"] = why
     detail["visibility"] = {k: vis[k] for k in ("cuda_visible_devices", "indices", "all", "resolved", "note")}
@@ -149,8 +174,10 @@ def read_live(nv, handle) -> dict:
     soak's sampler reads between its windows. {counter: value, None where unreadable}."""
     g: dict = {"unreadable": {}}
     for name, counter in (("volatile", nv.NVML_VOLATILE_ECC), ("aggregate", nv.NVML_AGGREGATE_ECC)):
-        for kind_name, kind in (("uncorrected", nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
-                                ("corrected", nv.NVML_MEMORY_ERROR_TYPE_CORRECTED)):
+        for kind_name, kind in (
+            ("uncorrected", nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
+            ("corrected", nv.NVML_MEMORY_ERROR_TYPE_CORRECTED),
+        ):
             g[f"ecc_{name}_{kind_name}"], _ = read_field(nv.nvmlDeviceGetTotalEccErrors, handle, kind, counter)
     g["remapped_rows"], _ = read_field(read_remapped_rows, handle)
     g["nvlink"] = nvlink_links(handle, g["unreadable"])
@@ -161,7 +188,9 @@ def read_live(nv, handle) -> dict:
     return values
 
 
-def fabric_snapshot(phase: str, readings: dict, *, boot_id: str | None = None, boot_id_error: str | None = None) -> dict:
+def fabric_snapshot(
+    phase: str, readings: dict, *, boot_id: str | None = None, boot_id_error: str | None = None
+) -> dict:
     """The fabric's snapshot of one phase (check fabric_before|fabric_after) from the host readings' `infiniband`
     and `aer` sections: every InfiniBand port with all its counters (counters/ and hw_counters/), and every GPU,
     HCA and bridge between each and its root port with its AER totals. Detail:
@@ -181,15 +210,25 @@ def fabric_snapshot(phase: str, readings: dict, *, boot_id: str | None = None, b
     if boot_id_error:
         detail["boot_id_error"] = boot_id_error
     if not isinstance(ib, dict) and not isinstance(aer, dict):
-        return schema.result(check, schema.ERROR, "the readings hold no host 'infiniband' or 'aer' section "
-                             "(expected `gpufleet collect` output)", remedy="record the readings again with `gpufleet collect`",
-                             detail=detail)
+        return schema.result(
+            check,
+            schema.ERROR,
+            "the readings hold no host 'infiniband' or 'aer' section (expected `gpufleet collect` output)",
+            remedy="record the readings again with `gpufleet collect`",
+            detail=detail,
+        )
     ports = (ib or {}).get("ports") or []
     for p in ports:
         ident = f"ib:{p.get('hca')}/{p.get('port')}"
-        detail["devices"].append({"id": ident, "kind": "ib_port", "name": f"{p.get('hca')} port {p.get('port')}",
-                                  **{k: p.get(k) for k in ("hca", "port", "pci_bdf", "state", "rate_gbps", "lanes", "link_layer")},
-                                  "counters": dict(p.get("counters") or {})})
+        detail["devices"].append(
+            {
+                "id": ident,
+                "kind": "ib_port",
+                "name": f"{p.get('hca')} port {p.get('port')}",
+                **{k: p.get(k) for k in ("hca", "port", "pci_bdf", "state", "rate_gbps", "lanes", "link_layer")},
+                "counters": dict(p.get("counters") or {}),
+            }
+        )
         for name, why in (p.get("counters_unreadable") or {}).items():
             detail["unreadable"][f"{ident}.{name}"] = why
     n_aer = 0
@@ -209,8 +248,18 @@ def fabric_snapshot(phase: str, readings: dict, *, boot_id: str | None = None, b
                 names[sev] = sev_read["names"]
         if any(v is not None for v in counters.values()):
             n_aer += 1
-            detail["devices"].append({"id": ident, "kind": "pcie", "name": name, "bdf": d.get("bdf"), "role": role,
-                                      "below": d.get("below") or [], "counters": counters, "aer_names": names})
+            detail["devices"].append(
+                {
+                    "id": ident,
+                    "kind": "pcie",
+                    "name": name,
+                    "bdf": d.get("bdf"),
+                    "role": role,
+                    "below": d.get("below") or [],
+                    "counters": counters,
+                    "aer_names": names,
+                }
+            )
     no_ib = None if ports else ((ib or {}).get("reason") or "no InfiniBand port listed")
     if n_aer:
         no_aer = None
@@ -220,10 +269,18 @@ def fabric_snapshot(phase: str, readings: dict, *, boot_id: str | None = None, b
         no_aer = "the readings hold no 'aer' section (recorded before AER was read)"
     detail["infiniband"], detail["aer"] = no_ib, no_aer
     if no_ib and no_aer:
-        return schema.result(check, schema.SKIP, f"no fabric counters to read: no InfiniBand ({no_ib}); no AER counts "
-                             f"({no_aer})", detail=detail)
-    parts = [f"{len(ports)} InfiniBand port(s)" if ports else f"no InfiniBand ({no_ib})",
-             f"AER counts of {n_aer} PCIe device(s) (GPUs, HCAs and the bridges above them)" if n_aer else f"no AER counts ({no_aer})"]
+        return schema.result(
+            check,
+            schema.SKIP,
+            f"no fabric counters to read: no InfiniBand ({no_ib}); no AER counts ({no_aer})",
+            detail=detail,
+        )
+    parts = [
+        f"{len(ports)} InfiniBand port(s)" if ports else f"no InfiniBand ({no_ib})",
+        f"AER counts of {n_aer} PCIe device(s) (GPUs, HCAs and the bridges above them)"
+        if n_aer
+        else f"no AER counts ({no_aer})",
+    ]
     reason = f"fabric counters read {phase} the benchmarks: " + "; ".join(parts)
     if detail["unreadable"]:
         reason += f"; {len(detail['unreadable'])} unreadable, named in detail.unreadable"

@@ -65,7 +65,7 @@ def _on_node(root: Path, path: Path) -> str:
     """The path as the node sees it."""
     text = str(path)
     base = str(root).rstrip("/")
-    return "/" + text[len(base):].lstrip("/") if base and text.startswith(base + "/") else text
+    return "/" + text[len(base) :].lstrip("/") if base and text.startswith(base + "/") else text
 
 
 def _sha256(path: Path) -> tuple[str | None, int | None, str | None]:
@@ -89,13 +89,23 @@ def _read_hcas(root: Path) -> dict:
     try:
         names = sorted(os.listdir(base))
     except OSError as exc:
-        return {"path": str(base), "present": False, "hcas": [],
-                "reason": f"{base}: {'not present' if isinstance(exc, FileNotFoundError) else exc.strerror or exc}"}
+        return {
+            "path": str(base),
+            "present": False,
+            "hcas": [],
+            "reason": f"{base}: {'not present' if isinstance(exc, FileNotFoundError) else exc.strerror or exc}",
+        }
     hcas = []
     for name in names:
         (fw, fw_reason), (board, board_reason) = read_text(base / name / "fw_ver"), read_text(base / name / "board_id")
-        hcas.append({"hca": name, "fw_ver": fw, "board_id": board,
-                     "reason": "; ".join(r for r in (fw_reason, board_reason) if r) or None})
+        hcas.append(
+            {
+                "hca": name,
+                "fw_ver": fw,
+                "board_id": board,
+                "reason": "; ".join(r for r in (fw_reason, board_reason) if r) or None,
+            }
+        )
     return {"path": str(base), "present": True, "hcas": hcas, "reason": None if hcas else f"{base} is empty"}
 
 
@@ -114,14 +124,23 @@ def _read_ofed(root: Path, environ: Mapping[str, str]) -> dict:
         return {"version": None, "command": None, "reason": "ofed_info not found on PATH: no MLNX_OFED or DOCA-OFED"}
     cmd = [str(exe), "-s"]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, stdin=subprocess.DEVNULL,
-                              env={"PATH": environ.get("PATH", os.defpath), "LC_ALL": "C"})
+        proc = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+            env={"PATH": environ.get("PATH", os.defpath), "LC_ALL": "C"},
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return {"version": None, "command": cmd, "reason": f"{' '.join(cmd)} could not run: {exc}"}
     text = proc.stdout.strip().splitlines()[0].strip().rstrip(":") if proc.stdout.strip() else ""
     if proc.returncode != 0 or not text:
-        return {"version": None, "command": cmd,
-                "reason": f"{' '.join(cmd)} gave rc {proc.returncode} and {text or 'no output'}: {proc.stderr.strip()[-300:]}"}
+        return {
+            "version": None,
+            "command": cmd,
+            "reason": f"{' '.join(cmd)} gave rc {proc.returncode} and {text or 'no output'}: {proc.stderr.strip()[-300:]}",
+        }
     return {"version": text, "command": cmd, "reason": None}
 
 
@@ -141,14 +160,21 @@ def _read_rdma_core(root: Path, library_dirs: list[str]) -> dict:
     installed = dpkg_versions(text or "", RDMA_CORE_PACKAGES)
     for package in RDMA_CORE_PACKAGES:
         if package in installed:
-            return {"version": installed[package], "source": f"package {package} ({_on_node(root, status)})", "reason": None}
+            return {
+                "version": installed[package],
+                "source": f"package {package} ({_on_node(root, status)})",
+                "reason": None,
+            }
     for folder in library_dirs:
         for name in sorted(glob.glob(str(root / folder.lstrip("/") / "libibverbs.so.1.*"))):
             m = re.search(r"libibverbs\.so\.(1\.[\d.]+)$", name)
             if m:
                 return {"version": f"libibverbs {m.group(1)}", "source": _on_node(root, Path(name)), "reason": None}
-    return {"version": None, "source": None,
-            "reason": f"no rdma-core package in {_on_node(root, status)} and no libibverbs.so.1.* in the loader's folders"}
+    return {
+        "version": None,
+        "source": None,
+        "reason": f"no rdma-core package in {_on_node(root, status)} and no libibverbs.so.1.* in the loader's folders",
+    }
 
 
 # --- where the dynamic loader looks ------------------------------------------------------------------
@@ -200,8 +226,14 @@ def nccl_library_version(path: Path) -> tuple[str | None, str | None]:
     (None, reason)."""
     named = re.search(r"libnccl\.so\.(\d+\.\d+\.\d+)$", path.name)
     try:
-        proc = subprocess.run([sys.executable, "-c", _NCCL_VERSION_CODE, str(path)], capture_output=True, text=True,
-                              timeout=COMMAND_TIMEOUT_S, stdin=subprocess.DEVNULL, env={"LC_ALL": "C"})
+        proc = subprocess.run(
+            [sys.executable, "-c", _NCCL_VERSION_CODE, str(path)],
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+            env={"LC_ALL": "C"},
+        )
         rc, code = proc.stdout.split() if proc.returncode == 0 else (None, None)
     except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
         proc, rc, code = None, None, f"{exc}"
@@ -209,7 +241,13 @@ def nccl_library_version(path: Path) -> tuple[str | None, str | None]:
         return nccl_version_text(code), None
     if named:
         return named.group(1), None
-    why = f"ncclGetVersion returned {rc}" if rc else (proc.stderr.strip().splitlines() or ["no output"])[-1] if proc else code
+    why = (
+        f"ncclGetVersion returned {rc}"
+        if rc
+        else (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        if proc
+        else code
+    )
     return None, f"{path}: no version in its name and it could not be asked ({why})"
 
 
@@ -235,8 +273,12 @@ def _read_torch() -> dict:
         cuda = ast.literal_eval(assignments["cuda"]) if "cuda" in assignments else None
     except (ValueError, SyntaxError, KeyError):
         cuda = None
-    return {"version": version, "cuda": cuda, "path": str(folder),
-            "reason": None if version else reason or f"{folder}/version.py names no __version__"}
+    return {
+        "version": version,
+        "cuda": cuda,
+        "path": str(folder),
+        "reason": None if version else reason or f"{folder}/version.py names no __version__",
+    }
 
 
 def _torch_nccl(torch: dict) -> dict:
@@ -259,8 +301,10 @@ def _torch_nccl(torch: dict) -> dict:
             path = Path(names[0])
             version, reason = nccl_library_version(path)
             return out | {"path": str(path), "version": version, "reason": reason}
-    return out | {"reason": f"no libnccl in {folder / 'lib'} or {folder.parent / 'nvidia/nccl/lib'}: torch may carry "
-                            "NCCL inside itself (`gpufleet hw` asks torch.cuda.nccl.version())"}
+    return out | {
+        "reason": f"no libnccl in {folder / 'lib'} or {folder.parent / 'nvidia/nccl/lib'}: torch may carry "
+        "NCCL inside itself (`gpufleet hw` asks torch.cuda.nccl.version())"
+    }
 
 
 def _read_nccl(root: Path, dirs: list[str], torch: dict) -> dict:
@@ -272,11 +316,21 @@ def _read_nccl(root: Path, dirs: list[str], torch: dict) -> dict:
                 continue
             seen.add(real)
             version, reason = nccl_library_version(Path(real))
-            libraries.append({"path": _on_node(root, Path(name)), "real_path": _on_node(root, Path(real)),
-                              "version": version, "reason": reason})
+            libraries.append(
+                {
+                    "path": _on_node(root, Path(name)),
+                    "real_path": _on_node(root, Path(real)),
+                    "version": version,
+                    "reason": reason,
+                }
+            )
     loads = _find(root, "libnccl.so.2", dirs)
-    return {"torch": _torch_nccl(torch), "libraries": libraries, "loads": _on_node(root, loads) if loads else None,
-            "reason": None if libraries else "no libnccl.so* in LD_LIBRARY_PATH or the loader's folders"}
+    return {
+        "torch": _torch_nccl(torch),
+        "libraries": libraries,
+        "loads": _on_node(root, loads) if loads else None,
+        "reason": None if libraries else "no libnccl.so* in LD_LIBRARY_PATH or the loader's folders",
+    }
 
 
 def _plugin_file(root: Path, path: Path) -> dict:
@@ -315,10 +369,18 @@ def _read_net_plugin(root: Path, dirs: list[str], environ: Mapping[str, str]) ->
     elif not candidates:
         reason = f"NCCL_NET_PLUGIN={setting} ({source}): NCCL uses its internal network transports"
     else:
-        reason = (f"none of {', '.join(candidates)} in LD_LIBRARY_PATH or the loader's folders: NCCL uses its internal "
-                  "network transports")
-    return {"setting": setting, "setting_source": source, "candidates": candidates,
-            "loads": _plugin_file(root, path) if path is not None else None, "found": plugin_files, "reason": reason}
+        reason = (
+            f"none of {', '.join(candidates)} in LD_LIBRARY_PATH or the loader's folders: NCCL uses its internal "
+            "network transports"
+        )
+    return {
+        "setting": setting,
+        "setting_source": source,
+        "candidates": candidates,
+        "loads": _plugin_file(root, path) if path is not None else None,
+        "found": plugin_files,
+        "reason": reason,
+    }
 
 
 def read(root: str = "/", environ: Mapping[str, str] | None = None) -> dict:

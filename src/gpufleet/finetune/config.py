@@ -36,6 +36,7 @@ def _int(min_=None):
     def ok(v):
         good = isinstance(v, int) and not isinstance(v, bool) and (min_ is None or v >= min_)
         return good, f"an integer{'' if min_ is None else f' >= {min_}'}"
+
     return ok
 
 
@@ -45,6 +46,7 @@ def _num(min_=None, below=None):
         good = good and (min_ is None or v >= min_) and (below is None or v < below)
         bounds = (f" >= {min_}" if min_ is not None else "") + (f" and < {below}" if below is not None else "")
         return good, f"a number{bounds}"
+
     return ok
 
 
@@ -59,6 +61,7 @@ def _str(v):
 def _choice(*names):
     def ok(v):
         return v in names, f"one of {', '.join(names)}"
+
     return ok
 
 
@@ -71,6 +74,7 @@ def _subset(*names, empty=True):
     def ok(v):
         good = isinstance(v, list) and all(x in names for x in v) and len(set(v)) == len(v) and (empty or bool(v))
         return good, f"a list of distinct names among {', '.join(names)}" + (" (empty for none)" if empty else "")
+
     return ok
 
 
@@ -80,9 +84,11 @@ def _mapping(v):
 
 def _opt(check):
     """null is allowed: it means "not set"."""
+
     def ok(v):
         good, what = check(v)
         return (v is None or good), f"{what} or null"
+
     return ok
 
 
@@ -95,7 +101,10 @@ SPEC: dict[str, dict[str, tuple]] = {
         "build_tokenizer": (_opt(_mapping), None),
         "torch_dtype": (_choice("bfloat16", "float16", "float32"), "bfloat16"),
         "attn_implementation": (_choice("sdpa", "eager", "flash_attention_2"), "sdpa"),
-        "random_init": (_bool, False),  # random weights of an architecture's shape: throughput where no weights can be had
+        "random_init": (
+            _bool,
+            False,
+        ),  # random weights of an architecture's shape: throughput where no weights can be had
         "architecture": (_opt(_choice(*ARCHITECTURES)), None),
     },
     "lora": {
@@ -210,19 +219,33 @@ def validate(doc: Any, path: str | Path = "<config>") -> dict:
 def _cross_checks(cfg: dict, path: Path) -> None:
     m = cfg["model"]
     if m["random_init"] and not m["architecture"]:
-        raise _fail(path, "model.architecture", f"is required with model.random_init: true; one of {', '.join(ARCHITECTURES)}")
+        raise _fail(
+            path, "model.architecture", f"is required with model.random_init: true; one of {', '.join(ARCHITECTURES)}"
+        )
     if m["architecture"] and not m["random_init"]:
-        raise _fail(path, "model.architecture", "only applies with model.random_init: true (weights come from model.name otherwise)")
+        raise _fail(
+            path,
+            "model.architecture",
+            "only applies with model.random_init: true (weights come from model.name otherwise)",
+        )
     if m["random_init"]:
         bad = [t for t in cfg["lora"]["target_modules"] if t not in QWEN2_PROJECTIONS]
         if bad:
-            raise _fail(path, "lora.target_modules", f"names {bad}, not projections of a Qwen2 layer ({', '.join(QWEN2_PROJECTIONS)})")
+            raise _fail(
+                path,
+                "lora.target_modules",
+                f"names {bad}, not projections of a Qwen2 layer ({', '.join(QWEN2_PROJECTIONS)})",
+            )
     if m["build_tokenizer"] is not None:
         if m["tokenizer"]:
             raise _fail(path, "model.build_tokenizer", "and model.tokenizer are both set; use one")
         for key, val in m["build_tokenizer"].items():
             if key not in BUILD_TOKENIZER_KEYS:
-                raise _fail(path, f"model.build_tokenizer.{key}", f"is not a known key; known: {', '.join(BUILD_TOKENIZER_KEYS)}")
+                raise _fail(
+                    path,
+                    f"model.build_tokenizer.{key}",
+                    f"is not a known key; known: {', '.join(BUILD_TOKENIZER_KEYS)}",
+                )
             good, what = BUILD_TOKENIZER_KEYS[key](val)
             if not good:
                 raise _fail(path, f"model.build_tokenizer.{key}", f"must be {what}; got {val!r}")
@@ -237,7 +260,11 @@ def _cross_checks(cfg: dict, path: Path) -> None:
         _hub_or_local(cfg, path, "model", "tokenizer", "tokenizer")
     _hub_or_local(cfg, path, "data", "dataset_name", "data set")
     data_file = Path(cfg["data"]["dataset_name"])
-    if cfg["data"]["dataset_name_source"] == "local" and data_file.is_file() and data_file.suffix not in (".json", ".jsonl"):
+    if (
+        cfg["data"]["dataset_name_source"] == "local"
+        and data_file.is_file()
+        and data_file.suffix not in (".json", ".jsonl")
+    ):
         raise _fail(path, "data.dataset_name", f"names the file {data_file}; a local data file must be .json or .jsonl")
 
 
@@ -246,9 +273,11 @@ def _hub_or_local(cfg: dict, path: Path, section: str, key: str, what: str) -> N
     config first, then the working folder), which must exist; cfg[section][key + "_source"]: hub or local."""
     value = cfg[section][key]
     if value.startswith(HUB):
-        name = value[len(HUB):]
+        name = value[len(HUB) :]
         if not _HUB_NAME.fullmatch(name):
-            raise _fail(path, f"{section}.{key}", f"is {value!r}; expected {HUB}org/name (a hub repository) or a local path")
+            raise _fail(
+                path, f"{section}.{key}", f"is {value!r}; expected {HUB}org/name (a hub repository) or a local path"
+            )
         cfg[section][key], cfg[section][f"{key}_source"] = name, "hub"
         return
     given = Path(value).expanduser()
@@ -256,8 +285,12 @@ def _hub_or_local(cfg: dict, path: Path, section: str, key: str, what: str) -> N
     existing = next((t for t in tried if t.exists()), None)
     if existing is None:
         hint = f"; a hub {what} is named {HUB}{value}" if _HUB_NAME.fullmatch(value) and "/" in value else ""
-        raise _fail(path, f"{section}.{key}", f"names {value!r}, which does not exist (looked for "
-                    f"{' and '.join(str(t) for t in dict.fromkeys(tried))}); expected a local path that exists or {HUB}org/name{hint}")
+        raise _fail(
+            path,
+            f"{section}.{key}",
+            f"names {value!r}, which does not exist (looked for "
+            f"{' and '.join(str(t) for t in dict.fromkeys(tried))}); expected a local path that exists or {HUB}org/name{hint}",
+        )
     cfg[section][key], cfg[section][f"{key}_source"] = str(existing), "local"
 
 
@@ -267,7 +300,9 @@ def _load_deepspeed(ds_path: Path, path: Path) -> dict:
     except OSError as exc:
         raise _fail(path, "distributed.deepspeed", f"names {ds_path}, which cannot be read: {exc.strerror}") from None
     except json.JSONDecodeError as exc:
-        raise _fail(path, "distributed.deepspeed", f"names {ds_path}, which is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+        raise _fail(
+            path, "distributed.deepspeed", f"names {ds_path}, which is not valid JSON: {exc.msg} at line {exc.lineno}"
+        ) from None
     zero = ds.get("zero_optimization") if isinstance(ds, dict) else None
     if not isinstance(zero, dict) or zero.get("stage") not in (0, 1, 2, 3):
         raise _fail(path, "distributed.deepspeed", f"names {ds_path}, which needs zero_optimization.stage 0-3")
@@ -299,10 +334,12 @@ def deepspeed_config(cfg: dict, world: int, bf16: bool) -> dict:
     """The DeepSpeed JSON with its "auto" values filled from the training section."""
     t = cfg["training"]
     ds = json.loads(json.dumps(cfg["distributed"]["deepspeed_config"]))
-    fill = {"train_micro_batch_size_per_gpu": t["per_device_train_batch_size"],
-            "gradient_accumulation_steps": t["gradient_accumulation_steps"],
-            "train_batch_size": t["per_device_train_batch_size"] * t["gradient_accumulation_steps"] * world,
-            "gradient_clipping": t["max_grad_norm"]}
+    fill = {
+        "train_micro_batch_size_per_gpu": t["per_device_train_batch_size"],
+        "gradient_accumulation_steps": t["gradient_accumulation_steps"],
+        "train_batch_size": t["per_device_train_batch_size"] * t["gradient_accumulation_steps"] * world,
+        "gradient_clipping": t["max_grad_norm"],
+    }
     for key, val in fill.items():
         if ds.get(key, "auto") == "auto":
             ds[key] = val

@@ -117,8 +117,12 @@ def build_bpe_tokenizer(texts: Iterable[str], vocab_size: int = 1024):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(list(texts), trainer)
     return wrap_tokenizer(tok.to_str())
 
@@ -128,8 +132,12 @@ def wrap_tokenizer(tokenizer_json: str):
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
 
-    fast = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(tokenizer_json), eos_token="<|im_end|>",
-                                   pad_token="<|endoftext|>", additional_special_tokens=["<|im_start|>", "<|im_end|>"])
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer.from_str(tokenizer_json),
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>", "<|im_end|>"],
+    )
     fast.chat_template = QWEN_CHAT_TEMPLATE
     return fast
 
@@ -178,16 +186,19 @@ def load_records(name: str, *, hub: bool = False, config_name: str | None = None
     raise InputError(f"data.dataset_name {name}: no such file or directory (a hub data set is named hf://org/name)")
 
 
-def split_indices(n: int, eval_samples: int, seed: int, max_samples: int | None = None, *,
-                  source: str = "the data set") -> tuple[list[int], list[int]]:
+def split_indices(
+    n: int, eval_samples: int, seed: int, max_samples: int | None = None, *, source: str = "the data set"
+) -> tuple[list[int], list[int]]:
     """A seeded shuffle of record indices, the same on every rank: (train, held-out eval)."""
     order = list(range(n))
     random.Random(seed).shuffle(order)
     if max_samples:
         order = order[:max_samples]
     if len(order) <= eval_samples:
-        raise InputError(f"data.dataset_name {source}: {len(order)} records cannot hold out data.eval_samples={eval_samples} "
-                         "and still train; lower data.eval_samples or use more data")
+        raise InputError(
+            f"data.dataset_name {source}: {len(order)} records cannot hold out data.eval_samples={eval_samples} "
+            "and still train; lower data.eval_samples or use more data"
+        )
     return order[eval_samples:], order[:eval_samples]
 
 
@@ -282,8 +293,10 @@ def collate(rows: list[dict], pad_id: int) -> dict:
         labels.append(list(r["labels"]) + [IGNORE] * pad)
         mask.append([1] * n + [0] * pad)
         pos.append(list(r.get("position_ids", range(n))) + [0] * pad)
-    batch = {k: torch.tensor(v, dtype=torch.long) for k, v in
-             (("input_ids", ids), ("labels", labels), ("attention_mask", mask), ("position_ids", pos))}
+    batch = {
+        k: torch.tensor(v, dtype=torch.long)
+        for k, v in (("input_ids", ids), ("labels", labels), ("attention_mask", mask), ("position_ids", pos))
+    }
     batch["real_tokens"] = sum(len(r["input_ids"]) for r in rows)
     return batch
 

@@ -16,11 +16,15 @@ from pathlib import Path
 _STORE_TIMEOUT = re.compile(r"Timed out after (\d+) seconds waiting for clients\. (\d+)/(\d+) clients joined")
 _CONNECT = re.compile(r"DistNetworkError: (.*?(?:trying to connect to|connect to) \(([^,]+), (\d+)\).*)")
 _FIELD = re.compile(r"^\s*(time|host|rank|exitcode|error_file)\s*:\s*(.*?)\s*$")
-_EXC_LINE = re.compile(r"^\s*(?:\[rank\d+\]:\s*)?((?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Interrupt)\b:?.*)$")
+_EXC_LINE = re.compile(
+    r"^\s*(?:\[rank\d+\]:\s*)?((?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Interrupt)\b:?.*)$"
+)
 # A rank whose peer went away: gloo names the peer's address ("Read error [10.0.0.2]:41364: Connection reset by
 # peer", "Connection closed by peer [10.0.0.2]:41364"); NCCL only says a remote process or the network failed.
-_GLOO_PEER = re.compile(r"(?:Read error|Write error|Connection closed by peer|Connection reset by peer)\s*\[([^\]]+)\]:(\d+)"
-                        r"(?::\s*([^.]+))?")
+_GLOO_PEER = re.compile(
+    r"(?:Read error|Write error|Connection closed by peer|Connection reset by peer)\s*\[([^\]]+)\]:(\d+)"
+    r"(?::\s*([^.]+))?"
+)
 _NCCL_PEER = re.compile(r"ncclRemoteError|remote process exited or there was a network error")
 # What native code printed as it aborted a rank (SIGABRT): C++'s terminate, or Python's fatal error.
 _ABORT_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)?(terminate called .*|Fatal Python error: .*)$", re.MULTILINE)
@@ -47,7 +51,9 @@ def peer_lost(message: str | None) -> dict | None:
         return None
     m = _GLOO_PEER.search(message)
     if m:
-        what = (m.group(3) or "").strip() or ("connection closed by peer" if "closed" in m.group(0) else "connection lost")
+        what = (m.group(3) or "").strip() or (
+            "connection closed by peer" if "closed" in m.group(0) else "connection lost"
+        )
         return {"peer_addr": m.group(1), "peer_port": int(m.group(2)), "what": what}
     if _NCCL_PEER.search(message):
         return {"peer_addr": None, "peer_port": None, "what": "NCCL: a remote process exited or the network failed"}
@@ -96,26 +102,36 @@ def _error_file_message(path: str | None) -> str | None:
         return None
 
 
-def describe(log: str, *, rc: int | None, timed_out: bool, timeout_s: float, rdzv_timeout_s: int,
-             master: str, node_rank: int) -> dict | None:
+def describe(
+    log: str, *, rc: int | None, timed_out: bool, timeout_s: float, rdzv_timeout_s: int, master: str, node_rank: int
+) -> dict | None:
     """{"cause", "phase", ...} for a run that failed; None for one that ended well."""
     if rc == 0 and not timed_out:
         return None
     m = _STORE_TIMEOUT.search(log)
     if m:
         joined, expected = int(m.group(2)), int(m.group(3))
-        return {"phase": "rendezvous", "node_rank": node_rank,
-                "cause": f"rendezvous timed out after {m.group(1)} s (rdzv_timeout_s {rdzv_timeout_s}): {joined} of "
-                         f"{expected} nodes joined at {master}; the missing node(s) never reached this port"}
+        return {
+            "phase": "rendezvous",
+            "node_rank": node_rank,
+            "cause": f"rendezvous timed out after {m.group(1)} s (rdzv_timeout_s {rdzv_timeout_s}): {joined} of "
+            f"{expected} nodes joined at {master}; the missing node(s) never reached this port",
+        }
     m = _CONNECT.search(log)
     if m and node_rank != 0:
-        return {"phase": "rendezvous", "node_rank": node_rank,
-                "cause": f"node {node_rank} could not reach the rendezvous at {m.group(2)}:{m.group(3)} within "
-                         f"rdzv_timeout_s {rdzv_timeout_s}: {m.group(1)}"}
+        return {
+            "phase": "rendezvous",
+            "node_rank": node_rank,
+            "cause": f"node {node_rank} could not reach the rendezvous at {m.group(2)}:{m.group(3)} within "
+            f"rdzv_timeout_s {rdzv_timeout_s}: {m.group(1)}",
+        }
     if timed_out:
-        return {"phase": "run", "node_rank": node_rank,
-                "cause": f"the run passed timeout_s {timeout_s} and was killed (a hang: a dead peer, a collective "
-                         "that never completes, or too many steps for the time given)"}
+        return {
+            "phase": "run",
+            "node_rank": node_rank,
+            "cause": f"the run passed timeout_s {timeout_s} and was killed (a hang: a dead peer, a collective "
+            "that never completes, or too many steps for the time given)",
+        }
     rc_block = root_cause(log)
     if rc_block:
         message = _error_file_message(rc_block.get("error_file")) or rc_block.get("error")
@@ -125,9 +141,15 @@ def describe(log: str, *, rc: int | None, timed_out: bool, timeout_s: float, rdz
         if peer:
             # This node's rank failed only because a peer went away: say so, so the dead node is looked for.
             at = f"the rank at {peer['peer_addr']}:{peer['peer_port']}" if peer["peer_addr"] else "a peer rank"
-            return {"phase": "peer", "node_rank": node_rank, **rc_block, **peer, "error": message,
-                    "cause": f"{where} lost its connection to {at} ({peer['what']}): that node died or the network "
-                             "to it failed; its own result says why (this rank's error is in detail.failure.error)"}
+            return {
+                "phase": "peer",
+                "node_rank": node_rank,
+                **rc_block,
+                **peer,
+                "error": message,
+                "cause": f"{where} lost its connection to {at} ({peer['what']}): that node died or the network "
+                "to it failed; its own result says why (this rank's error is in detail.failure.error)",
+            }
         if message:
             cause = f"{where} failed first: {message}"
         elif isinstance(code, int) and code < 0:
@@ -138,7 +160,14 @@ def describe(log: str, *, rc: int | None, timed_out: bool, timeout_s: float, rdz
     errors = [m.group(1) for m in map(_EXC_LINE.match, log.splitlines()) if m]
     if isinstance(rc, int) and rc < 0 and not errors:
         # Nothing in the log: torchrun itself was killed from outside (the node going down, an operator, the OOM killer).
-        return {"phase": "killed", "node_rank": node_rank, "signal": -rc,
-                "cause": f"torchrun on node rank {node_rank} was killed by signal {-rc} before it could report"}
-    return {"phase": "launch", "node_rank": node_rank,
-            "cause": errors[-1] if errors else f"torchrun exited {rc}; see the log tail"}
+        return {
+            "phase": "killed",
+            "node_rank": node_rank,
+            "signal": -rc,
+            "cause": f"torchrun on node rank {node_rank} was killed by signal {-rc} before it could report",
+        }
+    return {
+        "phase": "launch",
+        "node_rank": node_rank,
+        "cause": errors[-1] if errors else f"torchrun exited {rc}; see the log tail",
+    }

@@ -20,13 +20,31 @@ from gpufleet.errors import InputError
 
 # Shapes for random-weight runs. qwen2-7b: Qwen/Qwen2-7B-Instruct's config.json.
 SHAPES = {
-    "qwen2-7b": {"hidden_size": 3584, "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
-                 "intermediate_size": 18944, "vocab_size": 152064, "rope_theta": 1e6, "max_position_embeddings": 32768,
-                 "rms_norm_eps": 1e-6, "tie_word_embeddings": False},
+    "qwen2-7b": {
+        "hidden_size": 3584,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 28,
+        "num_key_value_heads": 4,
+        "intermediate_size": 18944,
+        "vocab_size": 152064,
+        "rope_theta": 1e6,
+        "max_position_embeddings": 32768,
+        "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": False,
+    },
     # Tests on the CPU: vocabulary from the tokenizer.
-    "tiny-qwen2": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-                   "intermediate_size": 128, "vocab_size": None, "rope_theta": 1e6, "max_position_embeddings": 4096,
-                   "rms_norm_eps": 1e-6, "tie_word_embeddings": False},
+    "tiny-qwen2": {
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "intermediate_size": 128,
+        "vocab_size": None,
+        "rope_theta": 1e6,
+        "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": False,
+    },
 }
 
 
@@ -36,10 +54,14 @@ def qwen2_config(architecture: str, vocab_size: int | None = None):
     shape = dict(SHAPES[architecture])
     if shape["vocab_size"] is None:
         if not vocab_size:
-            raise InputError(f"model.architecture {architecture} takes its vocabulary from the tokenizer; none was given")
+            raise InputError(
+                f"model.architecture {architecture} takes its vocabulary from the tokenizer; none was given"
+            )
         shape["vocab_size"] = vocab_size
     elif vocab_size and vocab_size > shape["vocab_size"]:
-        raise InputError(f"the tokenizer has {vocab_size} tokens, more than model.architecture {architecture}'s {shape['vocab_size']}")
+        raise InputError(
+            f"the tokenizer has {vocab_size} tokens, more than model.architecture {architecture}'s {shape['vocab_size']}"
+        )
     return Qwen2Config(**shape)
 
 
@@ -63,8 +85,9 @@ def load_base(model_cfg: dict, *, vocab_size: int, dtype, device=None, device_ma
         with torch.device(device) if device else contextlib.nullcontext():
             model = AutoModelForCausalLM.from_config(config, attn_implementation=attn, **_dtype_kwarg(dtype))
     else:
-        model = AutoModelForCausalLM.from_pretrained(model_cfg["name"], attn_implementation=attn, device_map=device_map,
-                                                     **_dtype_kwarg(dtype))
+        model = AutoModelForCausalLM.from_pretrained(
+            model_cfg["name"], attn_implementation=attn, device_map=device_map, **_dtype_kwarg(dtype)
+        )
     if vocab_size > model.get_input_embeddings().num_embeddings:
         model.resize_token_embeddings(vocab_size)
     model.config.use_cache = False  # no generation here; the KV cache only costs memory in training
@@ -79,12 +102,19 @@ def apply_liger(model, kernels: list[str]) -> None:
         raise InputError(f"training.liger_kernels applies to Qwen2 models; this model is {model.config.model_type!r}")
     from liger_kernel.transformers import apply_liger_kernel_to_qwen2
 
-    apply_liger_kernel_to_qwen2(model=model, cross_entropy=False, **{k: k in kernels for k in
-                                ("rope", "rms_norm", "swiglu", "fused_linear_cross_entropy")})
+    apply_liger_kernel_to_qwen2(
+        model=model,
+        cross_entropy=False,
+        **{k: k in kernels for k in ("rope", "rms_norm", "swiglu", "fused_linear_cross_entropy")},
+    )
 
 
-SDPA_SWITCHES = {"flash": "enable_flash_sdp", "efficient": "enable_mem_efficient_sdp", "cudnn": "enable_cudnn_sdp",
-                 "math": "enable_math_sdp"}
+SDPA_SWITCHES = {
+    "flash": "enable_flash_sdp",
+    "efficient": "enable_mem_efficient_sdp",
+    "cudnn": "enable_cudnn_sdp",
+    "math": "enable_math_sdp",
+}
 
 
 def select_sdpa_backends(names: list[str] | None) -> None:
@@ -125,8 +155,14 @@ def build_trainable(cfg: dict, *, vocab_size: int, dtype, device=None, device_ma
 def lora_config(lora_cfg: dict):
     from peft import LoraConfig
 
-    return LoraConfig(r=lora_cfg["r"], lora_alpha=lora_cfg["alpha"], lora_dropout=lora_cfg["dropout"],
-                      target_modules=list(lora_cfg["target_modules"]), bias=lora_cfg["bias"], task_type="CAUSAL_LM")
+    return LoraConfig(
+        r=lora_cfg["r"],
+        lora_alpha=lora_cfg["alpha"],
+        lora_dropout=lora_cfg["dropout"],
+        target_modules=list(lora_cfg["target_modules"]),
+        bias=lora_cfg["bias"],
+        task_type="CAUSAL_LM",
+    )
 
 
 def apply_lora(model, lora_cfg: dict):
@@ -166,6 +202,16 @@ def flops_per_token(model, tokens_per_row: float) -> dict:
     n_base = sum(_numel(p) for p in model.parameters()) - n_lora - embed
     layers, heads = cfg.num_hidden_layers, cfg.num_attention_heads
     head_size = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-    parts = {"dense_4n": 4 * n_base, "lora_6n": 6 * n_lora, "attention": 12 * layers * heads * head_size * tokens_per_row}
-    return {"flops_per_token": sum(parts.values()), "parts": parts, "n_base_matmul": n_base, "n_lora": n_lora,
-            "tokens_per_row": tokens_per_row, "convention": "4N + 6N_lora + 12LHQT"}
+    parts = {
+        "dense_4n": 4 * n_base,
+        "lora_6n": 6 * n_lora,
+        "attention": 12 * layers * heads * head_size * tokens_per_row,
+    }
+    return {
+        "flops_per_token": sum(parts.values()),
+        "parts": parts,
+        "n_base_matmul": n_base,
+        "n_lora": n_lora,
+        "tokens_per_row": tokens_per_row,
+        "convention": "4N + 6N_lora + 12LHQT",
+    }

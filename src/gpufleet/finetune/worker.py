@@ -133,8 +133,10 @@ def _process_group(cfg: dict) -> tuple:
     backend = cfg["distributed"]["ddp_backend"]
     backend = ("nccl" if cuda else "gloo") if backend == "auto" else backend
     if backend == "nccl" and not cuda:
-        raise InputError(f"fine-tune config {cfg['path']}: distributed.ddp_backend nccl needs CUDA; this host has none "
-                         "(use auto or gloo)")
+        raise InputError(
+            f"fine-tune config {cfg['path']}: distributed.ddp_backend nccl needs CUDA; this host has none "
+            "(use auto or gloo)"
+        )
     if cuda:
         torch.cuda.set_device(device)
         torch.backends.cuda.matmul.allow_tf32 = t["tf32"]
@@ -170,15 +172,19 @@ def setup(config_path: str, max_steps: int | None = None, output_dir: str | None
     # Local rank 0 of each node loads first (a hub download lands in the cache once), then the others read the cache.
     if r.world > 1 and r.local_rank != 0:
         dist.barrier()
-    records = data.load_records(d["dataset_name"], hub=d["dataset_name_source"] == "hub",
-                                config_name=d["dataset_config"], split=d["split"])
+    records = data.load_records(
+        d["dataset_name"], hub=d["dataset_name_source"] == "hub", config_name=d["dataset_config"], split=d["split"]
+    )
     if r.world > 1 and r.local_rank == 0:
         dist.barrier()
-    train_idx, r.eval_idx = data.split_indices(len(records), d["eval_samples"], t["seed"], d["max_samples"],
-                                               source=d["dataset_name"])
+    train_idx, r.eval_idx = data.split_indices(
+        len(records), d["eval_samples"], t["seed"], d["max_samples"], source=d["dataset_name"]
+    )
     if len(r.eval_idx) < r.world:
-        raise InputError(f"fine-tune config {cfg['path']}: data.eval_samples {len(r.eval_idx)} is under the world size "
-                         f"{r.world}; every rank needs a held-out record to evaluate")
+        raise InputError(
+            f"fine-tune config {cfg['path']}: data.eval_samples {len(r.eval_idx)} is under the world size "
+            f"{r.world}; every rank needs a held-out record to evaluate"
+        )
     if r.deepspeed:
         r.ds_config = fconfig.deepspeed_config(cfg, r.world, r.cuda and t["bf16"])
         if r.ds_config["zero_optimization"].get("stage") == 3:
@@ -189,40 +195,71 @@ def setup(config_path: str, max_steps: int | None = None, output_dir: str | None
     r.tokenizer = data.tokenizer(cfg, records, train_idx, r.rank, r.world)
     device_map = {"": str(r.device)} if (r.cuda and not r.deepspeed) else None
     # Compiled layers compile at the first forward: inside timing_warmup_steps.
-    r.model = fmodel.build_trainable(cfg, vocab_size=len(r.tokenizer), dtype=r.dtype,
-                                     device=r.device if not r.deepspeed else None, device_map=device_map)
+    r.model = fmodel.build_trainable(
+        cfg,
+        vocab_size=len(r.tokenizer),
+        dtype=r.dtype,
+        device=r.device if not r.deepspeed else None,
+        device_map=device_map,
+    )
     r.counts = fmodel.parameter_counts(r.model)
     if r.rank == 0:
-        print(f"trainable params: {r.counts['params_trainable']:,} of {r.counts['params_total']:,} "
-              f"({r.counts['trainable_pct']}%)", flush=True)
+        print(
+            f"trainable params: {r.counts['params_trainable']:,} of {r.counts['params_total']:,} "
+            f"({r.counts['trainable_pct']}%)",
+            flush=True,
+        )
     if not r.deepspeed:
         r.model.to(r.device)
     r.params = [p for p in r.model.parameters() if p.requires_grad]
     warmup = t["warmup_steps"] if t["warmup_steps"] is not None else math.ceil(t["warmup_ratio"] * t["max_steps"])
-    r.opt = torch.optim.AdamW(r.params, lr=t["learning_rate"], weight_decay=t["weight_decay"],
-                              fused=r.cuda and t["optim"] == "adamw_torch_fused")
+    r.opt = torch.optim.AdamW(
+        r.params,
+        lr=t["learning_rate"],
+        weight_decay=t["weight_decay"],
+        fused=r.cuda and t["optim"] == "adamw_torch_fused",
+    )
     from transformers import get_scheduler  # transformers loads in the ranks, not in run()'s launcher
 
-    r.sched = get_scheduler(SCHEDULES[t["lr_scheduler_type"]], r.opt, num_warmup_steps=warmup,
-                            num_training_steps=t["max_steps"])
+    r.sched = get_scheduler(
+        SCHEDULES[t["lr_scheduler_type"]], r.opt, num_warmup_steps=warmup, num_training_steps=t["max_steps"]
+    )
     if r.deepspeed:
-        r.net, r.opt, _, r.sched = r.deepspeed.initialize(model=r.model, optimizer=r.opt, lr_scheduler=r.sched,
-                                                          config=r.ds_config)
+        r.net, r.opt, _, r.sched = r.deepspeed.initialize(
+            model=r.model, optimizer=r.opt, lr_scheduler=r.sched, config=r.ds_config
+        )
     elif r.world > 1:
-        r.ddp = r.net = torch.nn.parallel.DistributedDataParallel(r.model,
-                                                                  device_ids=[r.local_rank] if r.cuda else None)
+        r.ddp = r.net = torch.nn.parallel.DistributedDataParallel(
+            r.model, device_ids=[r.local_rank] if r.cuda else None
+        )
     else:
         r.net = r.model
 
     bs, pad_id = t["per_device_train_batch_size"], r.tokenizer.pad_token_id
     r.samples = data.Samples(records, r.tokenizer, d["max_seq_length"])
-    r.train_batches = data.prefetch(data.batches(r.samples.forever(train_idx[r.rank::r.world], t["seed"] + r.rank), bs,
-                                                 d["max_seq_length"], d["packing"], pad_id), pin=r.cuda)
-    r.eval_batches = list(data.batches(r.samples(r.eval_idx[r.rank::r.world]), t["per_device_eval_batch_size"],
-                                       d["max_seq_length"], d["packing"], pad_id))
+    r.train_batches = data.prefetch(
+        data.batches(
+            r.samples.forever(train_idx[r.rank :: r.world], t["seed"] + r.rank),
+            bs,
+            d["max_seq_length"],
+            d["packing"],
+            pad_id,
+        ),
+        pin=r.cuda,
+    )
+    r.eval_batches = list(
+        data.batches(
+            r.samples(r.eval_idx[r.rank :: r.world]),
+            t["per_device_eval_batch_size"],
+            d["max_seq_length"],
+            d["packing"],
+            pad_id,
+        )
+    )
     if not r.eval_batches:
-        raise InputError(f"rank {r.rank}: none of its held-out records is usable ({r.samples.skipped}); raise "
-                         "data.eval_samples")
+        raise InputError(
+            f"rank {r.rank}: none of its held-out records is usable ({r.samples.skipped}); raise data.eval_samples"
+        )
     r.n_eval = int(_dist_max(len(r.eval_batches), r.world, r.device))
     r.setup_s = time.perf_counter() - t_start
     return r
@@ -294,9 +331,11 @@ def train(r: Rank, tb) -> Steps:
         for step in range(1, t["max_steps"] + 1):
             _step(r, steps)
             if r.rank == 0 and (step % t["logging_steps"] == 0 or step in (1, t["max_steps"])):
-                print(f"step {step}/{t['max_steps']} loss {steps.losses[-1]:.4f} lr {steps.lrs[-1]:.3g} "
-                      f"step {steps.seconds[-1]:.3f}s tokens/s/rank {steps.tokens[-1] / steps.seconds[-1]:.0f}",
-                      flush=True)
+                print(
+                    f"step {step}/{t['max_steps']} loss {steps.losses[-1]:.4f} lr {steps.lrs[-1]:.3g} "
+                    f"step {steps.seconds[-1]:.3f}s tokens/s/rank {steps.tokens[-1] / steps.seconds[-1]:.0f}",
+                    flush=True,
+                )
             if tb is not None:
                 tb.add_scalar("train/loss", steps.losses[-1], step)
                 tb.add_scalar("train/lr", steps.lrs[-1], step)
@@ -374,11 +413,18 @@ def figures(r: Rank, steps: Steps, adapter_dir: Path | None, tb_status: str) -> 
         "device_name": torch.cuda.get_device_name(r.device) if r.cuda else "cpu",
         "backend": "deepspeed" if r.deepspeed else r.backend,
         "deepspeed_config": r.ds_config,
-        "model": {"name": m["name"], "random_init": m["random_init"], "architecture": m["architecture"],
-                  "dtype": str(r.dtype).replace("torch.", ""), "attn_implementation": m["attn_implementation"],
-                  "vocab_size": len(r.tokenizer), "gradient_checkpointing": t["gradient_checkpointing"],
-                  "torch_compile": t["torch_compile"], "liger_kernels": t["liger_kernels"],
-                  "sdpa_backends": t["sdpa_backends"]},
+        "model": {
+            "name": m["name"],
+            "random_init": m["random_init"],
+            "architecture": m["architecture"],
+            "dtype": str(r.dtype).replace("torch.", ""),
+            "attn_implementation": m["attn_implementation"],
+            "vocab_size": len(r.tokenizer),
+            "gradient_checkpointing": t["gradient_checkpointing"],
+            "torch_compile": t["torch_compile"],
+            "liger_kernels": t["liger_kernels"],
+            "sdpa_backends": t["sdpa_backends"],
+        },
         "lora": r.cfg["lora"],
         **r.counts,
         "steps": t["max_steps"],
@@ -428,10 +474,20 @@ def worker(config_path: str, out_path: str, max_steps: int | None = None, output
         dist.destroy_process_group()
 
 
-def run(config_path: str, *, nproc_per_node: int | None = None, nnodes: int = 1, node_rank: int = 0,
-        master_addr: str = "127.0.0.1", master_port: int = 29513, timeout_s: float | None = None,
-        rdzv_timeout_s: int | None = None, max_steps: int | None = None, output_dir: str | None = None,
-        env_extra: dict | None = None) -> dict:
+def run(
+    config_path: str,
+    *,
+    nproc_per_node: int | None = None,
+    nnodes: int = 1,
+    node_rank: int = 0,
+    master_addr: str = "127.0.0.1",
+    master_port: int = 29513,
+    timeout_s: float | None = None,
+    rdzv_timeout_s: int | None = None,
+    max_steps: int | None = None,
+    output_dir: str | None = None,
+    env_extra: dict | None = None,
+) -> dict:
     """Launch the fine-tune on this host under torchrun; the run's figures as this node's local rank 0 saw them.
 
     Bad configs raise InputError here, before anything starts. Timeouts default to the config's
@@ -448,24 +504,51 @@ def run(config_path: str, *, nproc_per_node: int | None = None, nnodes: int = 1,
     if max_steps:
         args += ["--max-steps", str(max_steps)]
     env = {"HF_HUB_DISABLE_TELEMETRY": "1", "TOKENIZERS_PARALLELISM": "false", **(env_extra or {})}
-    res = torchrun("gpufleet.finetune.worker", args, nproc_per_node=nproc, nnodes=nnodes, node_rank=node_rank,
-                   master_addr=master_addr, master_port=master_port, timeout_s=timeout_s,
-                   rdzv_timeout_s=rdzv_timeout_s, env_extra=env, prefix="gpufleet-finetune-")
+    res = torchrun(
+        "gpufleet.finetune.worker",
+        args,
+        nproc_per_node=nproc,
+        nnodes=nnodes,
+        node_rank=node_rank,
+        master_addr=master_addr,
+        master_port=master_port,
+        timeout_s=timeout_s,
+        rdzv_timeout_s=rdzv_timeout_s,
+        env_extra=env,
+        prefix="gpufleet-finetune-",
+    )
     log = res["log_tail"]
     if res["workdir"] and Path(res["workdir"], "torchrun.log").is_file():
         log = Path(res["workdir"], "torchrun.log").read_text(errors="replace")
-    failure = failures.describe(log, rc=res["rc"], timed_out=res["timed_out"], timeout_s=timeout_s,
-                                rdzv_timeout_s=rdzv_timeout_s, master=f"{master_addr}:{master_port}", node_rank=node_rank)
+    failure = failures.describe(
+        log,
+        rc=res["rc"],
+        timed_out=res["timed_out"],
+        timeout_s=timeout_s,
+        rdzv_timeout_s=rdzv_timeout_s,
+        master=f"{master_addr}:{master_port}",
+        node_rank=node_rank,
+    )
     return {
         "benchmark": "finetune",
         "config_path": str(config_path),
         "device": "cuda" if n_gpus else "cpu",
-        "method": {"finetune_version": FINETUNE_VERSION, "loop": "plain PyTorch; DDP, or DeepSpeed when configured",
-                   "timer": "perf_counter around each optimizer step, after the loss is read back",
-                   "tokens": "real tokens (padding excluded), all ranks, over the slowest rank's time",
-                   "mfu": "4N + 6N_lora + 12LHQT per token (gpufleet.finetune.model)"},
-        "launch": {"nproc_per_node": nproc, "nnodes": nnodes, "node_rank": node_rank, "master_addr": master_addr,
-                   "master_port": master_port, "timeout_s": timeout_s, "rdzv_timeout_s": rdzv_timeout_s},
+        "method": {
+            "finetune_version": FINETUNE_VERSION,
+            "loop": "plain PyTorch; DDP, or DeepSpeed when configured",
+            "timer": "perf_counter around each optimizer step, after the loss is read back",
+            "tokens": "real tokens (padding excluded), all ranks, over the slowest rank's time",
+            "mfu": "4N + 6N_lora + 12LHQT per token (gpufleet.finetune.model)",
+        },
+        "launch": {
+            "nproc_per_node": nproc,
+            "nnodes": nnodes,
+            "node_rank": node_rank,
+            "master_addr": master_addr,
+            "master_port": master_port,
+            "timeout_s": timeout_s,
+            "rdzv_timeout_s": rdzv_timeout_s,
+        },
         **{k: res[k] for k in ("command", "rc", "timed_out", "seconds", "log_tail", "workdir")},
         "failure": failure,
         **res["out"],

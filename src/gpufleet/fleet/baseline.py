@@ -39,8 +39,9 @@ def baseline_index(base: list[dict]) -> tuple[dict, dict]:
     return node_base, {(b["uuid"], b["metric"]): b for b in base if b["gpu_index"] is not None and b["uuid"]}
 
 
-def node_vs_baseline(host: str, node_metrics: dict, base: list[dict], base_id: str, thresholds: Thresholds,
-                     index: tuple | None = None) -> dict:
+def node_vs_baseline(
+    host: str, node_metrics: dict, base: list[dict], base_id: str, thresholds: Thresholds, index: tuple | None = None
+) -> dict:
     """index: baseline_index(base), so that a run of many nodes does not go through every baseline row per node."""
     threshold = thresholds.pair(BASE_WARN, BASE_FAIL)
     comparisons, not_comparable = [], []
@@ -51,7 +52,9 @@ def node_vs_baseline(host: str, node_metrics: dict, base: list[dict], base_id: s
             b, what = node_base.get(m["key"]), f"baseline run {base_id}'s figure for this node"
         elif m.get("uuid"):
             b = gpu_base.get((m["uuid"], m["key"]))
-            what = f"baseline run {base_id}'s figure for this GPU" + (f" (then in node {b['host']})" if b and b["host"] != host else "")
+            what = f"baseline run {base_id}'s figure for this GPU" + (
+                f" (then in node {b['host']})" if b and b["host"] != host else ""
+            )
         else:
             continue
         if b is None:
@@ -61,24 +64,52 @@ def node_vs_baseline(host: str, node_metrics: dict, base: list[dict], base_id: s
             not_comparable.append({"metric": m["key"], "index": m.get("index"), "uuid": m.get("uuid"), "why": why})
             continue
         if b["value"] > 0:
-            comparisons.append(comparison_row(m, b["value"], what, thresholds, BASE_WARN, BASE_FAIL, baseline_host=b["host"]))
+            comparisons.append(
+                comparison_row(m, b["value"], what, thresholds, BASE_WARN, BASE_FAIL, baseline_host=b["host"])
+            )
     if not comparisons:
-        why = (f"nothing comparable: {not_comparable[0]['why']}" if not_comparable else
-               f"node {host} and its GPUs are not in baseline run {base_id} (node_vs_baseline_fleet holds it against that run's fleet)")
-        return fleet_result("node_vs_baseline", SKIP, why, threshold=threshold, detail={"baseline": base_id, "not_comparable": not_comparable})
+        why = (
+            f"nothing comparable: {not_comparable[0]['why']}"
+            if not_comparable
+            else f"node {host} and its GPUs are not in baseline run {base_id} (node_vs_baseline_fleet holds it against that run's fleet)"
+        )
+        return fleet_result(
+            "node_vs_baseline",
+            SKIP,
+            why,
+            threshold=threshold,
+            detail={"baseline": base_id, "not_comparable": not_comparable},
+        )
     status, reason, below_pct = judge_comparisons(
-        comparisons, thresholds, BASE_WARN, BASE_FAIL,
-        lambda c: f"{gpu_text(c)} " if c.get("index") is not None or c.get("uuid") else f"node {host} ")
+        comparisons,
+        thresholds,
+        BASE_WARN,
+        BASE_FAIL,
+        lambda c: f"{gpu_text(c)} " if c.get("index") is not None or c.get("uuid") else f"node {host} ",
+    )
     if reason is None:
-        reason = (f"node {host} and its GPUs within {limit_text(thresholds, BASE_WARN, [c['metric'] for c in comparisons])} of "
-                  f"baseline run {base_id} on "
-                  f"{len(comparisons)} figure(s); {gap_text(comparisons)}")
-    return fleet_result("node_vs_baseline", status, reason, cpu=any(c["cpu"] for c in comparisons), value=below_pct,
-                   unit="% below", threshold=threshold,
-                   remedy="the node or GPU got slower than when the baseline was taken: compare this run's health checks and "
-                          "versions (driver, firmware) with the baseline's; re-run the benchmarks; service what stays slow",
-                   detail={"baseline": base_id, "comparisons": evidence_rows(comparisons), "not_comparable": not_comparable,
-                           "flagged_gpus": flagged_from(comparisons)})
+        reason = (
+            f"node {host} and its GPUs within {limit_text(thresholds, BASE_WARN, [c['metric'] for c in comparisons])} of "
+            f"baseline run {base_id} on "
+            f"{len(comparisons)} figure(s); {gap_text(comparisons)}"
+        )
+    return fleet_result(
+        "node_vs_baseline",
+        status,
+        reason,
+        cpu=any(c["cpu"] for c in comparisons),
+        value=below_pct,
+        unit="% below",
+        threshold=threshold,
+        remedy="the node or GPU got slower than when the baseline was taken: compare this run's health checks and "
+        "versions (driver, firmware) with the baseline's; re-run the benchmarks; service what stays slow",
+        detail={
+            "baseline": base_id,
+            "comparisons": evidence_rows(comparisons),
+            "not_comparable": not_comparable,
+            "flagged_gpus": flagged_from(comparisons),
+        },
+    )
 
 
 def baseline_medians(base: list[dict]) -> dict[tuple, dict]:
@@ -87,8 +118,15 @@ def baseline_medians(base: list[dict]) -> dict[tuple, dict]:
     for b in base:
         if b["gpu_index"] is None:
             groups.setdefault((b["metric"], b["context"]), []).append(b)
-    return {k: {"value": statistics.median(r["value"] for r in rows), "n": len(rows), "cpu": any(r["cpu"] for r in rows),
-                "unit": rows[0]["unit"]} for k, rows in groups.items()}
+    return {
+        k: {
+            "value": statistics.median(r["value"] for r in rows),
+            "n": len(rows),
+            "cpu": any(r["cpu"] for r in rows),
+            "unit": rows[0]["unit"],
+        }
+        for k, rows in groups.items()
+    }
 
 
 def node_vs_baseline_fleet(host: str, node_metrics: dict, medians: dict, base_id: str, thresholds: Thresholds) -> dict:
@@ -102,25 +140,59 @@ def node_vs_baseline_fleet(host: str, node_metrics: dict, medians: dict, base_id
         match = next((med for context, med in options if context == m["context"]), None)
         if match is None:
             if options:
-                not_comparable.append({"metric": m["key"], "why": f"measured differently (baseline {options[0][0]}, this run {m['context']})"})
+                not_comparable.append(
+                    {
+                        "metric": m["key"],
+                        "why": f"measured differently (baseline {options[0][0]}, this run {m['context']})",
+                    }
+                )
             continue
         if bool(match["cpu"]) != bool(m["cpu"]):
             not_comparable.append({"metric": m["key"], "why": "one of the two is a CPU run"})
             continue
         if match["value"] > 0:
-            comparisons.append(comparison_row(m, match["value"], f"baseline run {base_id}'s fleet median of {match['n']} node(s)",
-                                           thresholds, BASE_WARN, BASE_FAIL, n=match["n"]))
+            comparisons.append(
+                comparison_row(
+                    m,
+                    match["value"],
+                    f"baseline run {base_id}'s fleet median of {match['n']} node(s)",
+                    thresholds,
+                    BASE_WARN,
+                    BASE_FAIL,
+                    n=match["n"],
+                )
+            )
     if not comparisons:
-        why = (f"nothing comparable: {not_comparable[0]['why']}" if not_comparable else
-               f"baseline run {base_id} has none of this node's figures")
-        return fleet_result("node_vs_baseline_fleet", SKIP, why, threshold=threshold, detail={"baseline": base_id, "not_comparable": not_comparable})
-    status, reason, below_pct = judge_comparisons(comparisons, thresholds, BASE_WARN, BASE_FAIL, lambda c: f"node {host} ")
+        why = (
+            f"nothing comparable: {not_comparable[0]['why']}"
+            if not_comparable
+            else f"baseline run {base_id} has none of this node's figures"
+        )
+        return fleet_result(
+            "node_vs_baseline_fleet",
+            SKIP,
+            why,
+            threshold=threshold,
+            detail={"baseline": base_id, "not_comparable": not_comparable},
+        )
+    status, reason, below_pct = judge_comparisons(
+        comparisons, thresholds, BASE_WARN, BASE_FAIL, lambda c: f"node {host} "
+    )
     if reason is None:
-        reason = (f"node {host} within {limit_text(thresholds, BASE_WARN, [c['metric'] for c in comparisons])} of baseline run "
-                  f"{base_id}'s fleet median on "
-                  f"{len(comparisons)} metric(s); {gap_text(comparisons)}")
-    return fleet_result("node_vs_baseline_fleet", status, reason, cpu=any(c["cpu"] for c in comparisons), value=below_pct,
-                   unit="% below", threshold=threshold,
-                   remedy="this node is slower than the fleet was at the baseline: compare its checks with a node of the "
-                          "baseline run; a replacement node that is slower than the nodes it joins holds back every job",
-                   detail={"baseline": base_id, "comparisons": evidence_rows(comparisons), "not_comparable": not_comparable})
+        reason = (
+            f"node {host} within {limit_text(thresholds, BASE_WARN, [c['metric'] for c in comparisons])} of baseline run "
+            f"{base_id}'s fleet median on "
+            f"{len(comparisons)} metric(s); {gap_text(comparisons)}"
+        )
+    return fleet_result(
+        "node_vs_baseline_fleet",
+        status,
+        reason,
+        cpu=any(c["cpu"] for c in comparisons),
+        value=below_pct,
+        unit="% below",
+        threshold=threshold,
+        remedy="this node is slower than the fleet was at the baseline: compare its checks with a node of the "
+        "baseline run; a replacement node that is slower than the nodes it joins holds back every job",
+        detail={"baseline": base_id, "comparisons": evidence_rows(comparisons), "not_comparable": not_comparable},
+    )

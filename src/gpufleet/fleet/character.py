@@ -29,7 +29,9 @@ MIN_RUNS = 2  # fewer than this is no character yet
 def past_deviations(store: Any, metrics_by_host: dict[str, dict], run_id: str) -> dict[tuple, list[float]]:
     if store is None:
         return {}
-    wanted = {m["uuid"] for f in metrics_by_host.values() for m in f["metrics"] if m["scope"] == "gpu" and m.get("uuid")}
+    wanted = {
+        m["uuid"] for f in metrics_by_host.values() for m in f["metrics"] if m["scope"] == "gpu" and m.get("uuid")
+    }
     groups: dict[tuple, list] = defaultdict(list)  # newest run first: the store's order
     for r in store.gpu_past(list(metrics_by_host), run_id, HISTORY_RUNS):
         groups[(r["run_id"], r["host"], r["metric"], r["context"])].append((r["uuid"], r["value"]))
@@ -57,12 +59,18 @@ def held(row: dict, past: dict[tuple, list[float]], thresholds: Thresholds) -> d
     change = round(-row["deviation_pct"] - usual, 2)
     limit = thresholds.value(BASE_WARN, row["metric"])
     changed = judge(change, Limit(BASE_WARN, limit, breach=WARN)).status == WARN
-    own = {"runs": len(mine), "usual_below_pct": round(usual, 2), "change_pct": change, "limit_pct": limit, "changed": changed}
+    own = {
+        "runs": len(mine),
+        "usual_below_pct": round(usual, 2),
+        "change_pct": change,
+        "limit_pct": limit,
+        "changed": changed,
+    }
     return {**row, "own_past": own, "status": WARN if changed and row["status"] == PASS else row["status"]}
 
 
 def steady_text(rows: list[dict]) -> str:
-    """"; held against their own past, not named again: GPU 0 steadily 2.3% below its siblings (bf16 matmul, over
+    """ "; held against their own past, not named again: GPU 0 steadily 2.3% below its siblings (bf16 matmul, over
     its last 3 runs; and 3 more figures)" for the passing GPUs a percent or more below their siblings, as always."""
     by_gpu: dict[tuple, list[dict]] = defaultdict(list)
     for r in rows:
@@ -72,6 +80,8 @@ def steady_text(rows: list[dict]) -> str:
     for mine in by_gpu.values():
         top = max(mine, key=lambda r: r["own_past"]["usual_below_pct"])
         more = f"; and {len(mine) - 1} more figure(s)" if len(mine) > 1 else ""
-        parts.append(f"{gpu_text(top).split(' (')[0]} steadily {top['own_past']['usual_below_pct']:.1f}% below its siblings "
-                     f"({top['label']}, over its last {top['own_past']['runs']} runs, now {-top['deviation_pct']:.1f}%{more})")
+        parts.append(
+            f"{gpu_text(top).split(' (')[0]} steadily {top['own_past']['usual_below_pct']:.1f}% below its siblings "
+            f"({top['label']}, over its last {top['own_past']['runs']} runs, now {-top['deviation_pct']:.1f}%{more})"
+        )
     return f"; held against their own past, not named again: {'; '.join(parts)}" if parts else ""

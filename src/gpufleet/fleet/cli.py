@@ -48,12 +48,14 @@ def _open(args, *, create: bool = False):
 def _store_errors(cmd):
     """A SQLite error met while a command uses the store, said for what it means (the store damaged, busy, a full
     disk), naming the store: exit 2, never a traceback."""
+
     @functools.wraps(cmd)
     def run(args) -> int:
         try:
             return cmd(args)
         except sqlite3.Error as exc:
             raise problem(_store_path(args), exc) from None
+
     return run
 
 
@@ -75,8 +77,14 @@ def _attempt(run_dir: Path) -> int:
 FOLDERS = ("hosts", "peers")  # nodes of the run; known-good peers that only joined its run across nodes
 
 
-def record(run_dir: Path, host: str, new_doc: dict, replace_groups: list[str] | None = None, folder: str = "hosts",
-           controller: dict | None = None) -> dict:
+def record(
+    run_dir: Path,
+    host: str,
+    new_doc: dict,
+    replace_groups: list[str] | None = None,
+    folder: str = "hosts",
+    controller: dict | None = None,
+) -> dict:
     """Write RUN_DIR/FOLDER/HOST.json, atomically, readable by owner and group.
 
     `controller`: the run's controller as the writer knows it (run start's record of the ansible-playbook main
@@ -93,11 +101,15 @@ def record(run_dir: Path, host: str, new_doc: dict, replace_groups: list[str] | 
     if folder not in FOLDERS:
         raise InputError(f"--folder {folder!r}; expected one of {', '.join(FOLDERS)}")
     if not run_dir.is_dir():
-        raise InputError(f"run directory {run_dir} does not exist; expected the run's folder (gpufleet run start makes it)")
+        raise InputError(
+            f"run directory {run_dir} does not exist; expected the run's folder (gpufleet run start makes it)"
+        )
     if controller and runs.controller_alive(controller) is False:
-        raise InputError(f"the document of {host} is not written: the controller of run {runs.run_id_of(run_dir)} "
-                         f"(ansible-playbook pid {controller.get('pid')} on {controller.get('host')}) is gone, so this "
-                         "comes from a process its stopped run left behind; the node's next run measures it again")
+        raise InputError(
+            f"the document of {host} is not written: the controller of run {runs.run_id_of(run_dir)} "
+            f"(ansible-playbook pid {controller.get('pid')} on {controller.get('host')}) is gone, so this "
+            "comes from a process its stopped run left behind; the node's next run measures it again"
+        )
     hosts_dir = paths.make_dir(run_dir / folder)
     path = paths.inside(hosts_dir, f"{host}.json", what=f"the host document of {host}")
     new_results = list(new_doc["results"])
@@ -116,27 +128,43 @@ def record(run_dir: Path, host: str, new_doc: dict, replace_groups: list[str] | 
                 try:
                     os.replace(path, kept_aside)
                 except OSError as exc:
-                    raise InputError(f"cannot keep the unreadable {path} aside as {kept_aside}: {exc.strerror}") from None
+                    raise InputError(
+                        f"cannot keep the unreadable {path} aside as {kept_aside}: {exc.strerror}"
+                    ) from None
                 rel = f"{folder}/{kept_aside.name}"
                 what = f"add the {', '.join(groups)} results to it" if groups else "replace it"
                 error = schema.result(
-                    "results_file", schema.ERROR,
+                    "results_file",
+                    schema.ERROR,
                     f"the host document could not be read to {what} ({why}); what it held is in {rel}",
-                    group=schema.REPORT_GROUP, detail={"file": rel}, started=schema.utc_now(), seconds=0.0,
-                    remedy=f"look at the .unreadable file; re-run validate.yml --limit {host} to check the node again")
+                    group=schema.REPORT_GROUP,
+                    detail={"file": rel},
+                    started=schema.utc_now(),
+                    seconds=0.0,
+                    remedy=f"look at the .unreadable file; re-run validate.yml --limit {host} to check the node again",
+                )
                 merged = dict(new_doc, results=new_results + [error])
             else:
                 if (old.get("attempt") or 1) < attempt:
                     # A resumed run changes a document an earlier attempt wrote: that one is kept as it was.
-                    keep = paths.make_dir(paths.inside(run_dir, "attempts", str(old.get("attempt") or 1), folder, what="attempts"))
+                    keep = paths.make_dir(
+                        paths.inside(run_dir, "attempts", str(old.get("attempt") or 1), folder, what="attempts")
+                    )
                     paths.write_atomic(keep / f"{host}.json", path.read_text())
                 if groups:
                     kept = [r for r in old["results"] if not (isinstance(r, dict) and r.get("group") in groups)]
                     merged = dict(old, results=kept + new_results)
         merged["attempt"] = attempt
         paths.write_atomic(path, json.dumps(merged, indent=1, sort_keys=True, default=str) + "\n")
-    return {"run_id": runs.run_id_of(run_dir), "host": host, "folder": folder, "path": str(path),
-            "results": len(merged["results"]), "replaced_groups": groups, "unreadable_kept": str(kept_aside) if kept_aside else None}
+    return {
+        "run_id": runs.run_id_of(run_dir),
+        "host": host,
+        "folder": folder,
+        "path": str(path),
+        "results": len(merged["results"]),
+        "replaced_groups": groups,
+        "unreadable_kept": str(kept_aside) if kept_aside else None,
+    }
 
 
 def cmd_record(args) -> int:
@@ -155,10 +183,22 @@ def cmd_record(args) -> int:
 
         def index(store: Store) -> None:
             store.upsert_run(done["run_id"], run_dir.resolve(), read_run_info(run_dir))
-            if args.folder == "hosts" or not store.conn.execute(
-                    "SELECT 1 FROM documents WHERE run_id = ? AND host = ? AND role = 'node'", (done["run_id"], args.host)).fetchone():
-                store.index_document(done["run_id"], args.host, merged, path=f"{args.folder}/{args.host}.json", raw=raw,
-                                     problem=why, role="node" if args.folder == "hosts" else "peer")
+            if (
+                args.folder == "hosts"
+                or not store.conn.execute(
+                    "SELECT 1 FROM documents WHERE run_id = ? AND host = ? AND role = 'node'",
+                    (done["run_id"], args.host),
+                ).fetchone()
+            ):
+                store.index_document(
+                    done["run_id"],
+                    args.host,
+                    merged,
+                    path=f"{args.folder}/{args.host}.json",
+                    raw=raw,
+                    problem=why,
+                    role="node" if args.folder == "hosts" else "peer",
+                )
 
         try:  # a store found damaged on opening or while indexing is repaired, and the document indexed into the new one
             store, _ = use_for_run(open_for_run(db, run_dir), run_dir, index)
@@ -175,10 +215,15 @@ def cmd_record(args) -> int:
 # ---------------------------------------------------------------- history
 
 
-_NODE_COLUMNS = (("bf16 TFLOPS", "matmul_bf16_tflops"), ("HBM GB/s", "hbm_copy_gbps"), ("H2D GB/s", "pcie_h2d_gbps"),
-                 ("D2H GB/s", "pcie_d2h_gbps"), ("all_reduce GB/s", "nccl_node_all_reduce_busbw_gbps_gt_64MiB"),
-                 ("across nodes GB/s", "nccl_multinode_all_reduce_busbw_gbps_gt_64MiB"),
-                 ("GPT-2 tok/s/GPU", "train_gpt2_node_tokens_per_s_per_gpu"))
+_NODE_COLUMNS = (
+    ("bf16 TFLOPS", "matmul_bf16_tflops"),
+    ("HBM GB/s", "hbm_copy_gbps"),
+    ("H2D GB/s", "pcie_h2d_gbps"),
+    ("D2H GB/s", "pcie_d2h_gbps"),
+    ("all_reduce GB/s", "nccl_node_all_reduce_busbw_gbps_gt_64MiB"),
+    ("across nodes GB/s", "nccl_multinode_all_reduce_busbw_gbps_gt_64MiB"),
+    ("GPT-2 tok/s/GPU", "train_gpt2_node_tokens_per_s_per_gpu"),
+)
 _GPU_COLUMNS = _NODE_COLUMNS[:4]
 
 
@@ -195,22 +240,45 @@ def history_text(hist: dict) -> str:
     if hist["kind"] == "node":
         cols = [c for c in _NODE_COLUMNS if any(c[1] in r["metrics"] for r in hist["runs"])]
         header = ["run", "started", "verdict", *(c[0] for c in cols), "not passing"]
-        rows = [[mark(r["run_id"]), r["started"] or "?", (r["verdict"] or "?") + ("" if r["document"] == "ok" else " (no document)"),
-                 *(fig(r["metrics"], c[1]) for c in cols),
-                 ", ".join(f"{x['check']} {x['status']} ({x['class']})" for x in r["not_passing"][:4]) + (" …" if len(r["not_passing"]) > 4 else "")]
-                for r in hist["runs"]]
+        rows = [
+            [
+                mark(r["run_id"]),
+                r["started"] or "?",
+                (r["verdict"] or "?") + ("" if r["document"] == "ok" else " (no document)"),
+                *(fig(r["metrics"], c[1]) for c in cols),
+                ", ".join(f"{x['check']} {x['status']} ({x['class']})" for x in r["not_passing"][:4])
+                + (" …" if len(r["not_passing"]) > 4 else ""),
+            ]
+            for r in hist["runs"]
+        ]
         title = f"node {hist['key']}: {len(rows)} run(s)"
     else:
         cols = [c for c in _GPU_COLUMNS if any(c[1] in r["metrics"] for r in hist["runs"])]
         header = ["run", "started", "node", "GPU", "node verdict", *(c[0] for c in cols), "flagged by"]
-        rows = [[mark(r["run_id"]), r["started"] or "?", r["node"], str(r["index"]), r["verdict"] or "?",
-                 *(fig(r["metrics"], c[1]) for c in cols), ", ".join(f"{f['check_id']} {f['status']} ({f['class']})" for f in r["flags"]) or "-"]
-                for r in hist["runs"]]
+        rows = [
+            [
+                mark(r["run_id"]),
+                r["started"] or "?",
+                r["node"],
+                str(r["index"]),
+                r["verdict"] or "?",
+                *(fig(r["metrics"], c[1]) for c in cols),
+                ", ".join(f"{f['check_id']} {f['status']} ({f['class']})" for f in r["flags"]) or "-",
+            ]
+            for r in hist["runs"]
+        ]
         ids = {(r["uuid"], r["serial"]) for r in hist["runs"]}
         title = f"{'GPU' if hist['kind'] == 'gpu' else 'serial'} {hist['key']}: {len(rows)} run(s); " + "; ".join(
-            f"uuid {u}, serial {s}" for u, s in sorted(ids, key=str))
-    lines = [title + (f" (* baseline {base})" if base else ""), "", _table(header, rows), "", *_service_lines(hist.get("service")),
-             f"store: {hist['store']}"]
+            f"uuid {u}, serial {s}" for u, s in sorted(ids, key=str)
+        )
+    lines = [
+        title + (f" (* baseline {base})" if base else ""),
+        "",
+        _table(header, rows),
+        "",
+        *_service_lines(hist.get("service")),
+        f"store: {hist['store']}",
+    ]
     return "\n".join(lines)
 
 
@@ -219,14 +287,26 @@ def _service_lines(service: dict | None) -> list[str]:
     if not service or not (service["costs"]["sweeps"] or service["costs"]["faults"] or service["ladder"]):
         return []
     c = service["costs"]
-    lines = [f"in service: sweeps {c['sweeps']} ({c['sweep_gpu_hours']} GPU-h, {c['sweep_gpu_hours_7d']} in the last 7 days)"
-             + ("; out of service now" if c["out_of_service"] else "")]
+    lines = [
+        f"in service: sweeps {c['sweeps']} ({c['sweep_gpu_hours']} GPU-h, {c['sweep_gpu_hours_7d']} in the last 7 days)"
+        + ("; out of service now" if c["out_of_service"] else "")
+    ]
     for f in c["faults"]:
-        back = f"back in service {f['resumed_at']} ({figure_text(f['return_s'])} s later)" if f["resumed_at"] else "not back yet"
-        lines.append(f"  fault: first sign run {f['first_sign_run']} {f['first_sign']}, drained {f['drained_at']} "
-                     f"({figure_text(f['fault_to_drain_s'])} s later), {back}")
-    lines += [f"  ladder: {s.get('at')} run {s.get('run_id')}: {s.get('step')}" + (" (done)" if s.get("done") else "")
-              + f": {s.get('why')}" for s in service["ladder"]]
+        back = (
+            f"back in service {f['resumed_at']} ({figure_text(f['return_s'])} s later)"
+            if f["resumed_at"]
+            else "not back yet"
+        )
+        lines.append(
+            f"  fault: first sign run {f['first_sign_run']} {f['first_sign']}, drained {f['drained_at']} "
+            f"({figure_text(f['fault_to_drain_s'])} s later), {back}"
+        )
+    lines += [
+        f"  ladder: {s.get('at')} run {s.get('run_id')}: {s.get('step')}"
+        + (" (done)" if s.get("done") else "")
+        + f": {s.get('why')}"
+        for s in service["ladder"]
+    ]
     return lines + [""]
 
 
@@ -247,19 +327,30 @@ def cmd_baseline(args) -> int:
         if args.action == "set":
             paths.safe_name(args.run_id, "RUN_ID")
             base = store.set_baseline(args.run_id)
-            note = "" if base.get("verdict") in ("pass", "warn") else (
-                f" (note: that run's verdict is {base.get('verdict') or 'not reported'}: its figures are the reference all the same)")
+            note = (
+                ""
+                if base.get("verdict") in ("pass", "warn")
+                else (
+                    f" (note: that run's verdict is {base.get('verdict') or 'not reported'}: its figures are the reference all the same)"
+                )
+            )
             _print(base, args.json, f"baseline: run {base['run_id']}, set {base['set_at']}{note}")
         elif args.action == "clear":
             was = store.clear_baseline()
-            _print({"cleared": was}, args.json, f"baseline cleared (was run {was['run_id']})" if was else "no baseline was set")
+            _print(
+                {"cleared": was},
+                args.json,
+                f"baseline cleared (was run {was['run_id']})" if was else "no baseline was set",
+            )
         else:
             base = store.baseline()
             if base:
                 docs = store.documents(base["run_id"])
                 nodes = ", ".join(f"{d['host']} {d['verdict'] or '?'}" for d in docs if d["role"] == "node")
-                text = (f"baseline: run {base['run_id']} (started {base.get('started') or '?'}, verdict {base.get('verdict') or '?'}), "
-                        f"set {base['set_at']}\nnodes: {nodes or 'none'}\nstore: {store.path}")
+                text = (
+                    f"baseline: run {base['run_id']} (started {base.get('started') or '?'}, verdict {base.get('verdict') or '?'}), "
+                    f"set {base['set_at']}\nnodes: {nodes or 'none'}\nstore: {store.path}"
+                )
                 base = dict(base, nodes={d["host"]: d["verdict"] for d in docs if d["role"] == "node"})
             else:
                 text = f"no baseline set in {store.path}; set one with `gpufleet baseline set RUN_ID`"
@@ -271,8 +362,10 @@ def cmd_baseline(args) -> int:
 def cmd_store(args) -> int:
     reports_dir = Path(args.reports_dir or DEFAULT_REPORTS_DIR)
     if not reports_dir.is_dir():
-        raise InputError(f"reports directory {reports_dir} does not exist; expected the folder holding the run folders "
-                         "(--reports-dir, default ./reports)")
+        raise InputError(
+            f"reports directory {reports_dir} does not exist; expected the folder holding the run folders "
+            "(--reports-dir, default ./reports)"
+        )
     path = _store_path(args)
     if not path.parent.is_dir():
         Store(path).close()  # names the missing folder
@@ -287,7 +380,9 @@ def cmd_store(args) -> int:
     moved = (summary["repair"] or {}).get("moved_aside")
     text = [f"store {summary['store']} rebuilt from {summary['reports_dir']}: {len(summary['runs'])} run(s)"]
     if moved:
-        text.append(f"  moved aside: {moved} ({f'not a gpufleet store: {damage.cause}' if damage else 'left of a removed store'})")
+        text.append(
+            f"  moved aside: {moved} ({f'not a gpufleet store: {damage.cause}' if damage else 'left of a removed store'})"
+        )
     text += [f"  unreadable: run {u['run_id']}, {u['host']}: {u['reason']}" for u in summary["unreadable"]]
     text += [f"  missing: run {m['run_id']}, {m['host']}: no host document" for m in summary["missing"]]
     text.append(f"baseline: {summary['baseline'] or 'none'}")
@@ -328,10 +423,17 @@ def run_versions(run_dir: Path, hosts: list[str] | None, peers: list[str] | None
         except InputError as exc:  # none there, or damaged
             missing = {peer: f"its documents could not be looked up: {exc}" for peer in peers}
         unreadable.update(missing)
-    left_out = {host: {"ready": False, "why": f"its NCCL differs from the other nodes': {why}"}
-                for host, why in versions.nccl_left_out(by_host, peer_by_host).items()}
-    return {"run_dir": str(run_dir), "table": versions.table({**peer_by_host, **by_host}), "peers": sorted(peer_by_host),
-            "left_out": left_out, "unreadable": unreadable}
+    left_out = {
+        host: {"ready": False, "why": f"its NCCL differs from the other nodes': {why}"}
+        for host, why in versions.nccl_left_out(by_host, peer_by_host).items()
+    }
+    return {
+        "run_dir": str(run_dir),
+        "table": versions.table({**peer_by_host, **by_host}),
+        "peers": sorted(peer_by_host),
+        "left_out": left_out,
+        "unreadable": unreadable,
+    }
 
 
 def versions_text(out: dict) -> str:
@@ -367,8 +469,9 @@ def _where(p: argparse.ArgumentParser) -> None:
 def cmd_slurm(args) -> int:
     names = slurm.names_arg(args.slurm_name)
     if args.take_over:
-        record = fleet_slurm.take_over(Path(args.run_dir), runs.run_id_of(args.run_dir), args.take_over, names=names,
-                                       check=args.check)
+        record = fleet_slurm.take_over(
+            Path(args.run_dir), runs.run_id_of(args.run_dir), args.take_over, names=names, check=args.check
+        )
     else:
         record = fleet_slurm.act(Path(args.run_dir), args.action, args.max_drain, names=names, check=args.check)
     lines = fleet_slurm.summary_lines(record)
@@ -378,27 +481,45 @@ def cmd_slurm(args) -> int:
             with Store(store) as opened:
                 opened.index_events(Path(args.run_dir))
         except (InputError, sqlite3.Error) as exc:  # slurm.json keeps it; the next report indexes it
-            print(f"gpufleet slurm: {args.run_dir}/slurm.json is written, but indexing it into {store} failed: {exc}", file=sys.stderr)
+            print(
+                f"gpufleet slurm: {args.run_dir}/slurm.json is written, but indexing it into {store} failed: {exc}",
+                file=sys.stderr,
+            )
     _print({**record, "summary": lines}, args.json, "\n".join(lines))
     return 0 if record["ok"] else 1
 
 
 def add_parsers(sub) -> None:
     """Register record, history, baseline, store, versions and slurm on the engine's subcommands."""
-    r = sub.add_parser("record", help="on the controller: add a host document (stdin) to RUN_DIR/hosts/HOST.json and the store")
+    r = sub.add_parser(
+        "record", help="on the controller: add a host document (stdin) to RUN_DIR/hosts/HOST.json and the store"
+    )
     r.add_argument("run_dir", help="the run's folder (<reports_dir>/<run_id>)")
     r.add_argument("host", help="the inventory host name: the document is hosts/HOST.json")
-    r.add_argument("--replace-group", action="append", help="merge: replace this group's results in the existing document "
-                   "with the new ones, keep the rest (repeatable); without it the document is written whole")
-    r.add_argument("--folder", default="hosts", choices=list(FOLDERS), help="hosts (the run's nodes) or peers (known-good "
-                   "nodes that only joined its run across nodes)")
+    r.add_argument(
+        "--replace-group",
+        action="append",
+        help="merge: replace this group's results in the existing document "
+        "with the new ones, keep the rest (repeatable); without it the document is written whole",
+    )
+    r.add_argument(
+        "--folder",
+        default="hosts",
+        choices=list(FOLDERS),
+        help="hosts (the run's nodes) or peers (known-good nodes that only joined its run across nodes)",
+    )
     r.add_argument("--db", help="the store (default: RUN_DIR/../gpufleet.db)")
     r.add_argument("--no-store", action="store_true", help="write the document only; do not index it")
-    r.add_argument("--controller", help="JSON of the run's controller (run start's): the document is refused when "
-                   "that ansible-playbook is gone, as it comes from what a stopped run left behind")
+    r.add_argument(
+        "--controller",
+        help="JSON of the run's controller (run start's): the document is refused when "
+        "that ansible-playbook is gone, as it comes from what a stopped run left behind",
+    )
     r.set_defaults(func=cmd_record)
 
-    h = sub.add_parser("history", help="a node's, a GPU's or a serial's figures and verdicts over the runs of the store")
+    h = sub.add_parser(
+        "history", help="a node's, a GPU's or a serial's figures and verdicts over the runs of the store"
+    )
     h.add_argument("key", help="an inventory host name, a GPU UUID (GPU-...) or a GPU serial")
     _where(h)
     h.set_defaults(func=cmd_history)
@@ -414,30 +535,57 @@ def add_parsers(sub) -> None:
 
     s = sub.add_parser("store", help="the store of every run: rebuild it from the run folders")
     ssub = s.add_subparsers(dest="action", required=True)
-    _where(ssub.add_parser("rebuild", help="recreate the store from REPORTS_DIR/<run>/ (run.json, hosts/, report.json)"))
+    _where(
+        ssub.add_parser("rebuild", help="recreate the store from REPORTS_DIR/<run>/ (run.json, hosts/, report.json)")
+    )
     s.set_defaults(func=cmd_store)
 
-    v = sub.add_parser("versions", help="the software and firmware of a run's nodes (hosts/*.json), and which nodes "
-                       "differ in NCCL or its net plugin")
+    v = sub.add_parser(
+        "versions",
+        help="the software and firmware of a run's nodes (hosts/*.json), and which nodes "
+        "differ in NCCL or its net plugin",
+    )
     v.add_argument("run_dir", help="the run's folder (<reports_dir>/<run_id>)")
     v.add_argument("--hosts", help="comma-separated inventory host names (default: every document in RUN_DIR/hosts)")
-    v.add_argument("--peers", help="comma-separated known-good nodes that join the NCCL run across nodes: their latest "
-                   "documents in the store count in the majority")
+    v.add_argument(
+        "--peers",
+        help="comma-separated known-good nodes that join the NCCL run across nodes: their latest "
+        "documents in the store count in the majority",
+    )
     v.add_argument("--json", action="store_true", help="print JSON")
     v.set_defaults(func=cmd_versions)
 
-    sl = sub.add_parser("slurm", help="act on RUN_DIR/report.json in Slurm: drain the nodes not accepted, resume those "
-                        "gpufleet drained that pass now (slurm.json in the run folder keeps what was done)")
-    sl.add_argument("run_dir", help="the run's folder, holding report.json (`gpufleet slurm sweep --help`: idle nodes swept "
-                    "as Slurm jobs)")
-    sl.add_argument("--action", default="none", help=f"gpufleet_slurm_action: {', '.join(fleet_slurm.ACTIONS)} (default none)")
-    sl.add_argument("--max-drain", default=fleet_slurm.DEFAULT_MAX_DRAIN, help="gpufleet_slurm_max_drain: at most this "
-                    "many nodes (N) or percent of a partition (N%%) drained by one run (default %(default)s)")
+    sl = sub.add_parser(
+        "slurm",
+        help="act on RUN_DIR/report.json in Slurm: drain the nodes not accepted, resume those "
+        "gpufleet drained that pass now (slurm.json in the run folder keeps what was done)",
+    )
+    sl.add_argument(
+        "run_dir",
+        help="the run's folder, holding report.json (`gpufleet slurm sweep --help`: idle nodes swept as Slurm jobs)",
+    )
+    sl.add_argument(
+        "--action", default="none", help=f"gpufleet_slurm_action: {', '.join(fleet_slurm.ACTIONS)} (default none)"
+    )
+    sl.add_argument(
+        "--max-drain",
+        default=fleet_slurm.DEFAULT_MAX_DRAIN,
+        help="gpufleet_slurm_max_drain: at most this "
+        "many nodes (N) or percent of a partition (N%%) drained by one run (default %(default)s)",
+    )
     sl.add_argument("--check", action="store_true", help="change nothing; say what would be done")
-    sl.add_argument("--take-over", action="append", metavar="HOST", help="before an acceptance run: drain this "
-                    "inventory host's Slurm node with a gpufleet reason whatever drained it before, so the action after the report resumes it "
-                    "when accepted (repeatable; gpufleet fleet accept --slurm)")
-    sl.add_argument("--slurm-name", action="append", help="HOST=NAME: the Slurm node name of an inventory host "
-                    "(default: run.json's, else the inventory name)")
+    sl.add_argument(
+        "--take-over",
+        action="append",
+        metavar="HOST",
+        help="before an acceptance run: drain this "
+        "inventory host's Slurm node with a gpufleet reason whatever drained it before, so the action after the report resumes it "
+        "when accepted (repeatable; gpufleet fleet accept --slurm)",
+    )
+    sl.add_argument(
+        "--slurm-name",
+        action="append",
+        help="HOST=NAME: the Slurm node name of an inventory host (default: run.json's, else the inventory name)",
+    )
     sl.add_argument("--json", action="store_true", help="print the record as JSON")
     sl.set_defaults(func=cmd_slurm)

@@ -56,8 +56,15 @@ from gpufleet.fleet.report_rows import view_rows
 from gpufleet.schema import SKIP
 
 
-def evaluate(run_id: str, nodes: dict[str, dict], *, store: Any = None, store_note: str | None = None,
-             baseline: dict | None = None, extracted: dict[str, dict] | None = None) -> dict:
+def evaluate(
+    run_id: str,
+    nodes: dict[str, dict],
+    *,
+    store: Any = None,
+    store_note: str | None = None,
+    baseline: dict | None = None,
+    extracted: dict[str, dict] | None = None,
+) -> dict:
     """The fleet results of every node of a run.
 
     nodes: {host: {"results": [...], "profile": the document's profile (name and thresholds), "versions": the
@@ -70,7 +77,9 @@ def evaluate(run_id: str, nodes: dict[str, dict], *, store: Any = None, store_no
     metrics.extract()}, "fleet_medians", "baseline", "view", "versions": versions.table()}.
     """
     extracted = extracted or {}
-    metrics_by_host = {host: extracted[host] if host in extracted else metrics.extract(n["results"]) for host, n in nodes.items()}
+    metrics_by_host = {
+        host: extracted[host] if host in extracted else metrics.extract(n["results"]) for host, n in nodes.items()
+    }
     sdc_rows = {host: sdc.hash_rows(n["results"]) for host, n in nodes.items()}
     thresholds_by_host = {host: Thresholds(thresholds_for(n.get("profile"))) for host, n in nodes.items()}
     groups = fleet_groups(metrics_by_host)
@@ -97,24 +106,48 @@ def evaluate(run_id: str, nodes: dict[str, dict], *, store: Any = None, store_no
     base_index = baseline_index(base_rows)
     # The baseline's versions come from its documents, whether or not it measured any figure.
     versions_base = base_id and store is not None and base_id != run_id and store.run(base_id)
-    version_table = versions.table({host: n.get("versions") or {} for host, n in nodes.items()},
-                                   {"run_id": base_id, "note": base_note,
-                                    "versions": versions.baseline_versions(store, base_id) if versions_base else {}})
+    version_table = versions.table(
+        {host: n.get("versions") or {} for host, n in nodes.items()},
+        {
+            "run_id": base_id,
+            "note": base_note,
+            "versions": versions.baseline_versions(store, base_id) if versions_base else {},
+        },
+    )
     # A warning about a fact the baseline accepted as it is now is information (fleet/facts.py).
     accepted = baseline_facts(store, base_id if versions_base else None, nodes)
     settled = {host: settle(n["results"], accepted.get(host) or {}, base_id) for host, n in nodes.items()}
-    out: dict = {"node_results": {h: r for h, r in settled.items() if r is not None}, "versions": version_table, "results": {}, "metrics": metrics_by_host, "baseline": {**(baseline or {}), "note": base_note} if baseline or base_note else None}
+    out: dict = {
+        "node_results": {h: r for h, r in settled.items() if r is not None},
+        "versions": version_table,
+        "results": {},
+        "metrics": metrics_by_host,
+        "baseline": {**(baseline or {}), "note": base_note} if baseline or base_note else None,
+    }
     for host in nodes:
         node_metrics, thresholds = metrics_by_host[host], thresholds_by_host[host]
         fabric = node_metrics["snapshots"]["fabric"]
         version_res = [r for r in [versions.judge(host, version_table)] if r]
-        if not (node_metrics["gpus"] or node_metrics["metrics"] or node_metrics["spreads"] or node_metrics["snapshots"].get("before")
-                or node_metrics["snapshots"].get("after") or node_metrics["snapshots"]["problems"] or sdc_rows[host]
-                or fabric.get("before") or fabric.get("after") or fabric["problems"] or layouts.get(host)):
+        if not (
+            node_metrics["gpus"]
+            or node_metrics["metrics"]
+            or node_metrics["spreads"]
+            or node_metrics["snapshots"].get("before")
+            or node_metrics["snapshots"].get("after")
+            or node_metrics["snapshots"]["problems"]
+            or sdc_rows[host]
+            or fabric.get("before")
+            or fabric.get("after")
+            or fabric["problems"]
+            or layouts.get(host)
+        ):
             if version_res:
                 out["results"][host] = version_res
             continue  # nothing else the fleet layer reads (a host that never got to its checks)
-        res = [gpu_vs_node(host, node_metrics, thresholds, past), node_vs_fleet(host, node_metrics, groups, thresholds, stats)]
+        res = [
+            gpu_vs_node(host, node_metrics, thresholds, past),
+            node_vs_fleet(host, node_metrics, groups, thresholds, stats),
+        ]
         if base_note:
             for check in ("node_vs_baseline", "node_vs_baseline_fleet"):
                 res.append(fleet_result(check, SKIP, base_note, threshold=thresholds.pair(BASE_WARN, BASE_FAIL)))
@@ -132,8 +165,16 @@ def evaluate(run_id: str, nodes: dict[str, dict], *, store: Any = None, store_no
         if sdc_rows[host]:
             res.append(sdc.judge(host, run_id, sdc_rows, store, store_note, sdc_votes))
         out["results"][host] = res + version_res
-    out["fleet_medians"] = {f"{k}|{c}": {"metric": k, "context": c, "value": stats[(k, c)][0],
-                                         "n": len(v), "unit": next(iter(v.values()))["unit"]} for (k, c), v in groups.items()}
+    out["fleet_medians"] = {
+        f"{k}|{c}": {
+            "metric": k,
+            "context": c,
+            "value": stats[(k, c)][0],
+            "n": len(v),
+            "unit": next(iter(v.values()))["unit"],
+        }
+        for (k, c), v in groups.items()
+    }
     out["baseline_medians"] = {f"{k}|{c}": {"metric": k, "context": c, **v} for (k, c), v in medians.items()}
     out["view"] = view_rows(metrics_by_host, groups, medians, base_rows, out["results"], stats)
     return out

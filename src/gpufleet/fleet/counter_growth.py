@@ -55,12 +55,21 @@ def _growth(old: dict, new: dict, rebooted: bool) -> dict:
                 notes.append(f"{src} counted since the reboot")
             elif b < a:
                 growths.append(b)
-                notes.append(f"{src} went down from {a} to {b} (a driver reload or GPU reset cleared it): counted from the reset")
+                notes.append(
+                    f"{src} went down from {a} to {b} (a driver reload or GPU reset cleared it): counted from the reset"
+                )
             else:
                 growths.append(b - a)
-        out[name] = {"counter": name, "label": label, "threshold_key": key, "sources": list(sources),
-                     "total": combine(totals) if totals else None, "growth": combine(growths) if growths else None,
-                     "notes": notes, "unreadable": unreadable}
+        out[name] = {
+            "counter": name,
+            "label": label,
+            "threshold_key": key,
+            "sources": list(sources),
+            "total": combine(totals) if totals else None,
+            "growth": combine(growths) if growths else None,
+            "notes": notes,
+            "unreadable": unreadable,
+        }
     return out
 
 
@@ -92,9 +101,11 @@ def _judge_growth(entry: dict, hours: float | None, thresholds: Thresholds) -> d
 
 def _how_judged(thresholds: Thresholds) -> str:
     min_window = thresholds.value(MIN_WINDOW) or 1.0
-    return (f"uncorrected ECC, rows remapped for uncorrectable errors and remap failures: any growth fails; the others: growth "
-            f"per hour against their fleet_counter_*_per_h_max, and over a window shorter than {figure_text(min_window)} h (too short "
-            f"to extrapolate) the count against what {figure_text(min_window)} h at that rate gives")
+    return (
+        f"uncorrected ECC, rows remapped for uncorrectable errors and remap failures: any growth fails; the others: growth "
+        f"per hour against their fleet_counter_*_per_h_max, and over a window shorter than {figure_text(min_window)} h (too short "
+        f"to extrapolate) the count against what {figure_text(min_window)} h at that rate gives"
+    )
 
 
 def _snap_gpus(snap: dict) -> dict:
@@ -132,12 +143,16 @@ def _counter_findings(gpus: list[tuple[dict, dict]], thresholds: Thresholds) -> 
             if e["threshold_key"] is None:
                 limit = "any growth fails"
             elif e["judged_by"] == "count":
-                limit = (f"{e['threshold_key']} {figure_text(e.get('limit_per_h'))}/h; judged by count, the window being too short to "
-                         f"extrapolate: at most {figure_text(e['allowed_count'])}")
+                limit = (
+                    f"{e['threshold_key']} {figure_text(e.get('limit_per_h'))}/h; judged by count, the window being too short to "
+                    f"extrapolate: at most {figure_text(e['allowed_count'])}"
+                )
             else:
                 limit = f"{e['threshold_key']} {figure_text(e.get('limit_per_h'))}/h; judged by rate"
-            parts.append(f"{gpu_text(g)}: {e['label']} grew by {e['growth']} in {window_text(e['window_h'])}{rate} "
-                         f"(now {e['total']}; {limit})" + (f"; {'; '.join(e['notes'])}" if e["notes"] else ""))
+            parts.append(
+                f"{gpu_text(g)}: {e['label']} grew by {e['growth']} in {window_text(e['window_h'])}{rate} "
+                f"(now {e['total']}; {limit})" + (f"; {'; '.join(e['notes'])}" if e["notes"] else "")
+            )
     return status, parts, flags
 
 
@@ -162,9 +177,13 @@ def counters_during_run(host: str, node_metrics: dict, thresholds: Thresholds) -
         elif before or after:
             why = f"only the {'before' if before else 'after'} snapshot is in this node's results (the run stopped between them?)"
         else:
-            why = ("no counter snapshots in this node's results (gpufleet.cluster.gpu_counters did not run before and after "
-                   "the benchmarks; documents from before it existed have none)")
-        return fleet_result("counters_during_run", SKIP, f"no growth during the run to judge: {why}", threshold=threshold)
+            why = (
+                "no counter snapshots in this node's results (gpufleet.cluster.gpu_counters did not run before and after "
+                "the benchmarks; documents from before it existed have none)"
+            )
+        return fleet_result(
+            "counters_during_run", SKIP, f"no growth during the run to judge: {why}", threshold=threshold
+        )
     hours = hours_between(before.get("read_at"), after.get("read_at"))
     rebooted = bool(before.get("boot_id") and after.get("boot_id") and before["boot_id"] != after["boot_id"])
     b_gpus, judged = _snap_gpus(before), []
@@ -172,10 +191,15 @@ def counters_during_run(host: str, node_metrics: dict, thresholds: Thresholds) -
         old = b_gpus.get(ident)
         if old is None:
             continue
-        entries = {n: _judge_growth(e, hours, thresholds) for n, e in _growth(old.get("counters") or {}, g.get("counters") or {}, rebooted).items()}
+        entries = {
+            n: _judge_growth(e, hours, thresholds)
+            for n, e in _growth(old.get("counters") or {}, g.get("counters") or {}, rebooted).items()
+        }
         judged.append((g, entries))
     if not judged:
-        return fleet_result("counters_during_run", SKIP, "the snapshots before and after name no GPU in common", threshold=threshold)
+        return fleet_result(
+            "counters_during_run", SKIP, "the snapshots before and after name no GPU in common", threshold=threshold
+        )
     status, parts, flags = _counter_findings(judged, thresholds)
     window = f"{before.get('read_at')} to {after.get('read_at')} ({window_text(hours)})"
     totals = _totals_text(judged)
@@ -186,35 +210,54 @@ def counters_during_run(host: str, node_metrics: dict, thresholds: Thresholds) -
         reason += f"; cumulative: {totals}" if totals else "; every counter at 0"
     if rebooted:
         reason += "; the node rebooted between the snapshots (boot id changed): counters that a reboot clears are counted since it"
-    return fleet_result("counters_during_run", status, reason, threshold=threshold,
-                   remedy=_COUNTER_REMEDY[status] if status != PASS else None,
-                   detail={"window": {"from": before.get("read_at"), "to": after.get("read_at"), "hours": hours, "rebooted": rebooted},
-                           "judged": _how_judged(thresholds),
-                           "per_gpu": [{**flagged(g), "counters": _counter_evidence(e)} for g, e in judged],
-                           "unreadable": {**(before.get("unreadable") or {}), **(after.get("unreadable") or {})},
-                           "flagged_gpus": flags})
+    return fleet_result(
+        "counters_during_run",
+        status,
+        reason,
+        threshold=threshold,
+        remedy=_COUNTER_REMEDY[status] if status != PASS else None,
+        detail={
+            "window": {"from": before.get("read_at"), "to": after.get("read_at"), "hours": hours, "rebooted": rebooted},
+            "judged": _how_judged(thresholds),
+            "per_gpu": [{**flagged(g), "counters": _counter_evidence(e)} for g, e in judged],
+            "unreadable": {**(before.get("unreadable") or {}), **(after.get("unreadable") or {})},
+            "flagged_gpus": flags,
+        },
+    )
 
 
 _COUNTER_REMEDY = {
     FAIL: "an uncorrectable memory error happened on that GPU: drain the node, reset the GPU (row remapping needs it) and "
-          "run the checks again; a GPU whose uncorrectable errors or remap failures keep growing needs an RMA",
+    "run the checks again; a GPU whose uncorrectable errors or remap failures keep growing needs an RMA",
     WARN: "the error rate of that GPU or link is over what a healthy one shows: watch it in the next runs (gpufleet history "
-          "GPU-UUID); service the NVLink or PCIe path (reseat, firmware), or the GPU, if it keeps growing",
+    "GPU-UUID); service the NVLink or PCIe path (reseat, firmware), or the GPU, if it keeps growing",
 }
 
 
-def counters_since_previous_run(host: str, run_id: str, node_metrics: dict, store: Any, store_note: str | None, thresholds: Thresholds) -> dict:
+def counters_since_previous_run(
+    host: str, run_id: str, node_metrics: dict, store: Any, store_note: str | None, thresholds: Thresholds
+) -> dict:
     snaps = node_metrics["snapshots"]
     threshold = thresholds.field(MIN_WINDOW)
     now = snaps.get("before") or snaps.get("after")
     if not now:
         why = "; ".join((snaps.get("problems") or {}).values()) or (
             "no counter snapshots in this node's results (gpufleet.cluster.gpu_counters did not run; documents from "
-            "before it existed have none)")
-        return fleet_result("counters_since_previous_run", SKIP, f"no growth since the previous run to judge: {why}", threshold=threshold)
+            "before it existed have none)"
+        )
+        return fleet_result(
+            "counters_since_previous_run",
+            SKIP,
+            f"no growth since the previous run to judge: {why}",
+            threshold=threshold,
+        )
     if store is None:
-        return fleet_result("counters_since_previous_run", SKIP, f"no growth since the previous run to judge: {store_note or 'no store'}",
-                       threshold=threshold)
+        return fleet_result(
+            "counters_since_previous_run",
+            SKIP,
+            f"no growth since the previous run to judge: {store_note or 'no store'}",
+            threshold=threshold,
+        )
     judged, first, since = [], [], {}
     for g in _snap_gpus(now).values():
         prev = store.previous_after(g["uuid"], run_id, now.get("read_at")) if g.get("uuid") else None
@@ -223,36 +266,67 @@ def counters_since_previous_run(host: str, run_id: str, node_metrics: dict, stor
             continue
         rebooted = bool(prev.get("boot_id") and now.get("boot_id") and prev["boot_id"] != now["boot_id"])
         hours = hours_between(prev["read_at"], now.get("read_at"))
-        entries = {n: _judge_growth(e, hours, thresholds) for n, e in _growth(prev["counters"], g.get("counters") or {}, rebooted).items()}
+        entries = {
+            n: _judge_growth(e, hours, thresholds)
+            for n, e in _growth(prev["counters"], g.get("counters") or {}, rebooted).items()
+        }
         for e in entries.values():
-            e.update(since_run=prev["run_id"], since_node=prev["host"], since_read_at=prev["read_at"], rebooted=rebooted)
+            e.update(
+                since_run=prev["run_id"], since_node=prev["host"], since_read_at=prev["read_at"], rebooted=rebooted
+            )
         judged.append((g, entries))
         since[prev["run_id"]] = prev
     if not judged:
-        return fleet_result("counters_since_previous_run", SKIP,
-                       f"no earlier snapshot of this node's {len(first)} GPU(s) in the store: this is their first run with counter "
-                       "snapshots; this run's totals are the reference for the next", threshold=threshold,
-                       detail={"first_seen": [flagged(g) for g in first]})
+        return fleet_result(
+            "counters_since_previous_run",
+            SKIP,
+            f"no earlier snapshot of this node's {len(first)} GPU(s) in the store: this is their first run with counter "
+            "snapshots; this run's totals are the reference for the next",
+            threshold=threshold,
+            detail={"first_seen": [flagged(g) for g in first]},
+        )
     status, parts, flags = _counter_findings(judged, thresholds)
-    runs = ", ".join(f"run {r} (node {p['host']}, read {p['read_at']}, "
-                     f"{'accepted' if p.get('verdict') in ('pass', 'warn') else 'not accepted' if p.get('verdict') else 'not reported'})"
-                     for r, p in since.items())
+    runs = ", ".join(
+        f"run {r} (node {p['host']}, read {p['read_at']}, "
+        f"{'accepted' if p.get('verdict') in ('pass', 'warn') else 'not accepted' if p.get('verdict') else 'not reported'})"
+        for r, p in since.items()
+    )
     totals = _totals_text(judged)
     if parts:
         reason = f"since {runs}: " + listed_text(parts)
     else:
-        moved = any(e["growth"] for _, entries in judged for e in entries.values() if e["status"] == PASS and e.get("growth"))
-        reason = (f"{'counters grew within their limits' if moved else 'no counter moved'} on {len(judged)} GPU(s) since {runs}"
-                  + (f"; cumulative: {totals}" if totals else ""))
+        moved = any(
+            e["growth"] for _, entries in judged for e in entries.values() if e["status"] == PASS and e.get("growth")
+        )
+        reason = (
+            f"{'counters grew within their limits' if moved else 'no counter moved'} on {len(judged)} GPU(s) since {runs}"
+            + (f"; cumulative: {totals}" if totals else "")
+        )
     if any(e.get("rebooted") for _, entries in judged for e in entries.values()):
-        reason += "; the node rebooted since (boot id changed): counters that a reboot clears are counted since the reboot"
+        reason += (
+            "; the node rebooted since (boot id changed): counters that a reboot clears are counted since the reboot"
+        )
     if first:
         reason += f"; first snapshot of {', '.join(gpu_text(g) for g in first)}"
-    return fleet_result("counters_since_previous_run", status, reason, threshold=threshold,
-                   remedy=_COUNTER_REMEDY[status] if status != PASS else None,
-                   detail={"since": {r: {k: p.get(k) for k in ("host", "read_at", "boot_id", "verdict")} for r, p in since.items()},
-                           "judged": _how_judged(thresholds),
-                           "per_gpu": [{**flagged(g), "since_run": next(iter(e.values()))["since_run"],
-                                        "window_h": next(iter(e.values()))["window_h"], "counters": _counter_evidence(e)}
-                                       for g, e in judged],
-                           "first_seen": [flagged(g) for g in first], "flagged_gpus": flags})
+    return fleet_result(
+        "counters_since_previous_run",
+        status,
+        reason,
+        threshold=threshold,
+        remedy=_COUNTER_REMEDY[status] if status != PASS else None,
+        detail={
+            "since": {r: {k: p.get(k) for k in ("host", "read_at", "boot_id", "verdict")} for r, p in since.items()},
+            "judged": _how_judged(thresholds),
+            "per_gpu": [
+                {
+                    **flagged(g),
+                    "since_run": next(iter(e.values()))["since_run"],
+                    "window_h": next(iter(e.values()))["window_h"],
+                    "counters": _counter_evidence(e),
+                }
+                for g, e in judged
+            ],
+            "first_seen": [flagged(g) for g in first],
+            "flagged_gpus": flags,
+        },
+    )

@@ -47,11 +47,11 @@ SEVERITY_HELP = "0 pass, 0.5 info (a finding with no action), 1 skip, 2 warn, 3 
 _SEVERITY = {schema.PASS: 0, schema.INFO: 0.5, schema.SKIP: 1, schema.WARN: 2, schema.FAIL: 3, schema.ERROR: 4}
 _FAMILY_HELP = {
     "gpufleet_matmul_flops": "Matmul floating-point operations per second per GPU: the best shape's median "
-                             "(benchmark.matmul_bf16)",
+    "(benchmark.matmul_bf16)",
     "gpufleet_hbm_copy_bytes_per_second": "HBM copy bytes per second per GPU, read + write (benchmark.hbm_bandwidth)",
     "gpufleet_pcie_copy_bytes_per_second": "Pinned host/device copy bytes per second per GPU (benchmark.pcie_*_bandwidth)",
     "gpufleet_nccl_busbw_bytes_per_second": "NCCL bus bandwidth in bytes per second at the largest size of each size "
-                                            "band (nccl-tests conventions)",
+    "band (nccl-tests conventions)",
     "gpufleet_nccl_sendrecv_bytes_per_second": "NCCL send/recv bytes per second of the slowest GPU pair inside the node",
     "gpufleet_train_tokens_per_second_per_gpu": "GPT-2-small training gate tokens per second per GPU",
     "gpufleet_finetune_tokens_per_second_per_gpu": "LoRA fine-tune tokens per second per GPU",
@@ -90,7 +90,7 @@ def _label_values(values: tuple[str, ...]) -> tuple[str, ...]:
     joined = "".join(values)
     if "\\" not in joined and "\n" not in joined and '"' not in joined:
         return values
-    return tuple(v.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"') for v in values)
+    return tuple(v.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"") for v in values)
 
 
 def exposition(gauges: list[_Gauge], texts: dict[float, str] | None = None) -> str:
@@ -136,53 +136,97 @@ def node_gauges(node: dict, fleet: dict, run_id: str, generated: str | None, bas
         return gauges[name]
 
     accepted = node["verdict"] in (schema.PASS, schema.WARN)
-    gauge("gpufleet_node_accepted", "1 when gpufleet accepted the node in its latest run, 0 when not", ("node",)).put((host,), int(accepted))
-    verdict = gauge("gpufleet_node_verdict", "1 for the node's verdict in the latest run, 0 for the others", ("node", "verdict"))
+    gauge("gpufleet_node_accepted", "1 when gpufleet accepted the node in its latest run, 0 when not", ("node",)).put(
+        (host,), int(accepted)
+    )
+    verdict = gauge(
+        "gpufleet_node_verdict", "1 for the node's verdict in the latest run, 0 for the others", ("node", "verdict")
+    )
     for v in (schema.PASS, schema.WARN, schema.FAIL):
         verdict.put((host, v), int(node["verdict"] == v))
-    sev = gauge("gpufleet_check_severity", f"Status of each check in the latest run: {SEVERITY_HELP}; class: hardware, "
-                "environment, configuration or software", ("node", "check", "class"))
+    sev = gauge(
+        "gpufleet_check_severity",
+        f"Status of each check in the latest run: {SEVERITY_HELP}; class: hardware, "
+        "environment, configuration or software",
+        ("node", "check", "class"),
+    )
     worst: dict[str, tuple[int, str]] = {}
     for r in node["results"]:
         cid = f"{r['group']}.{r['check']}" if r.get("group") else r["check"]
         worst[cid] = max(worst.get(cid, (0, "")), (_SEVERITY.get(r.get("status"), 4), failure_class.of(r) or ""))
     for cid, (s, cls) in worst.items():
         sev.put((host, cid, cls), s)
-    gauge("gpufleet_run_info", "The run this file comes from, and the baseline it was compared with", ("node", "run_id", "baseline")) \
-        .put((host, run_id, _label(baseline)), 1)
-    gauge("gpufleet_report_timestamp_seconds", "When the report of the run was made (Unix time)", ("node",)).put((host,), _epoch(generated))
+    gauge(
+        "gpufleet_run_info",
+        "The run this file comes from, and the baseline it was compared with",
+        ("node", "run_id", "baseline"),
+    ).put((host, run_id, _label(baseline)), 1)
+    gauge("gpufleet_report_timestamp_seconds", "When the report of the run was made (Unix time)", ("node",)).put(
+        (host,), _epoch(generated)
+    )
     node_metrics = (fleet.get("metrics") or {}).get(host)
     if not node_metrics:
         return list(gauges.values())
-    gauge("gpufleet_cpu_run", "1 when the figures come from a CPU run: a logic check, not a performance figure", ("node",)) \
-        .put((host,), int(node_metrics.get("cpu", False)))
+    gauge(
+        "gpufleet_cpu_run", "1 when the figures come from a CPU run: a logic check, not a performance figure", ("node",)
+    ).put((host,), int(node_metrics.get("cpu", False)))
     for m in node_metrics["metrics"]:
         desc = metrics.describe(m["key"])
         if desc["per_gpu"] and m["scope"] == "node":
             continue  # the node's slowest GPU: min() over the per-GPU series says it
         extra = tuple(desc["labels"])
         labels = (("node", "gpu", "uuid") if desc["per_gpu"] else ("node",)) + extra
-        values = ((host, _label(m["index"] if m["index"] is not None else m.get("cuda_index")), _label(m["uuid"]))
-                  if desc["per_gpu"] else (host,)) + tuple(desc["labels"].values())
-        gauge(desc["family"], _FAMILY_HELP.get(desc["family"], desc["label"]), labels).put(values, m["value"] * desc["to_base"])
-    dev = gauge("gpufleet_fleet_deviation_ratio", "A figure against its fleet reference as a fraction, (x - reference) / "
-                "reference (negative: below it); check says which reference", ("node", "gpu", "uuid", "check", "metric"))
-    zed = gauge("gpufleet_fleet_robust_z", "Robust z-score 0.6745 * (x - median) / MAD of a figure against its reference",
-                ("node", "gpu", "uuid", "check", "metric"))
+        values = (
+            (host, _label(m["index"] if m["index"] is not None else m.get("cuda_index")), _label(m["uuid"]))
+            if desc["per_gpu"]
+            else (host,)
+        ) + tuple(desc["labels"].values())
+        gauge(desc["family"], _FAMILY_HELP.get(desc["family"], desc["label"]), labels).put(
+            values, m["value"] * desc["to_base"]
+        )
+    dev = gauge(
+        "gpufleet_fleet_deviation_ratio",
+        "A figure against its fleet reference as a fraction, (x - reference) / "
+        "reference (negative: below it); check says which reference",
+        ("node", "gpu", "uuid", "check", "metric"),
+    )
+    zed = gauge(
+        "gpufleet_fleet_robust_z",
+        "Robust z-score 0.6745 * (x - median) / MAD of a figure against its reference",
+        ("node", "gpu", "uuid", "check", "metric"),
+    )
     for r in (fleet.get("results") or {}).get(host, []):
         for c in (r.get("detail") or {}).get("comparisons") or []:
-            labels = (host, _label(c.get("index") if c.get("index") is not None else c.get("cuda_index")), _label(c.get("uuid")),
-                      f"fleet.{r['check']}", c["metric"])
+            labels = (
+                host,
+                _label(c.get("index") if c.get("index") is not None else c.get("cuda_index")),
+                _label(c.get("uuid")),
+                f"fleet.{r['check']}",
+                c["metric"],
+            )
             dev.put(labels, c["deviation_pct"] / 100)
             if c.get("robust_z") is not None:
                 zed.put(labels, c["robust_z"])
-    spread = gauge("gpufleet_sample_spread_ratio", "(max - min) / median of a benchmark's samples on one GPU, as a fraction",
-                   ("node", "gpu", "uuid", "metric"))
+    spread = gauge(
+        "gpufleet_sample_spread_ratio",
+        "(max - min) / median of a benchmark's samples on one GPU, as a fraction",
+        ("node", "gpu", "uuid", "metric"),
+    )
     for s in node_metrics["spreads"]:
-        spread.put((host, _label(s["index"] if s["index"] is not None else s.get("cuda_index")), _label(s["uuid"]), s["key"]), s["spread_pct"] / 100)
-    total = gauge("gpufleet_gpu_counter", "Cumulative GPU error counter at the latest snapshot", ("node", "gpu", "uuid", "counter"))
-    rate = gauge("gpufleet_gpu_counter_growth_per_second", "Growth of a GPU error counter per second, during the run or "
-                 "since the GPU's previous run", ("node", "gpu", "uuid", "counter", "window"))
+        spread.put(
+            (host, _label(s["index"] if s["index"] is not None else s.get("cuda_index")), _label(s["uuid"]), s["key"]),
+            s["spread_pct"] / 100,
+        )
+    total = gauge(
+        "gpufleet_gpu_counter",
+        "Cumulative GPU error counter at the latest snapshot",
+        ("node", "gpu", "uuid", "counter"),
+    )
+    rate = gauge(
+        "gpufleet_gpu_counter_growth_per_second",
+        "Growth of a GPU error counter per second, during the run or since the GPU's previous run",
+        ("node", "gpu", "uuid", "counter", "window"),
+    )
     for r in (fleet.get("results") or {}).get(host, []):
         window = {"counters_during_run": "run", "counters_since_previous_run": "since_previous_run"}.get(r["check"])
         if not window:
@@ -201,8 +245,13 @@ TEXTFILE_PREFIX = "gpufleet_"  # <prefix><node>.prom in a textfile-collector fol
 TEXTFILE_MODE = 0o644  # node_exporter runs as a user of its own and must read it
 
 
-def write_prometheus(run_dir: Path, report: dict, fleet: dict, textfile_dir: Path | str | None = None,
-                     fleet_hosts: list[str] | None = None) -> dict[str, str]:
+def write_prometheus(
+    run_dir: Path,
+    report: dict,
+    fleet: dict,
+    textfile_dir: Path | str | None = None,
+    fleet_hosts: list[str] | None = None,
+) -> dict[str, str]:
     """<run_dir>/prometheus/<host>.prom for every node of the report; {host: path}. With `textfile_dir` (validate.yml's
     gpufleet_prometheus_textfile_dir, node_exporter's --collector.textfile.directory) also gpufleet_<host>.prom
     there, each replaced whole by a rename (node_exporter reads *.prom only, never the temporary dot file): a series
@@ -211,8 +260,10 @@ def write_prometheus(run_dir: Path, report: dict, fleet: dict, textfile_dir: Pat
     folder = paths.make_dir(Path(run_dir) / "prometheus")
     collector = Path(textfile_dir) if textfile_dir else None
     if collector is not None and not collector.is_dir():
-        raise InputError(f"gpufleet_prometheus_textfile_dir {collector} is not a folder; expected node_exporter's "
-                         "--collector.textfile.directory on the controller")
+        raise InputError(
+            f"gpufleet_prometheus_textfile_dir {collector} is not a folder; expected node_exporter's "
+            "--collector.textfile.directory on the controller"
+        )
     baseline = (fleet.get("baseline") or {}).get("run_id")
     written, texts = {}, {}
     for host, node in report["nodes"].items():
@@ -226,7 +277,9 @@ def write_prometheus(run_dir: Path, report: dict, fleet: dict, textfile_dir: Pat
         if collector is not None:
             paths.write_atomic(collector / f"{TEXTFILE_PREFIX}{name}.prom", text, mode=TEXTFILE_MODE, durable=False)
     if collector is not None and fleet_hosts is not None:
-        keep = {f"{TEXTFILE_PREFIX}{h}.prom" for h in fleet_hosts} | {f"{TEXTFILE_PREFIX}{h}.prom" for h in report["nodes"]}
+        keep = {f"{TEXTFILE_PREFIX}{h}.prom" for h in fleet_hosts} | {
+            f"{TEXTFILE_PREFIX}{h}.prom" for h in report["nodes"]
+        }
         for stale in collector.glob(f"{TEXTFILE_PREFIX}*.prom"):
             if stale.name not in keep:
                 stale.unlink(missing_ok=True)
@@ -236,8 +289,10 @@ def write_prometheus(run_dir: Path, report: dict, fleet: dict, textfile_dir: Pat
 def slurm_name(host: str, mapping: dict | None) -> str:
     name = (mapping or {}).get(host, host)
     if not isinstance(name, str) or not _SLURM_NAME.fullmatch(name):
-        raise InputError(f"the Slurm node name of {host} is {name!r}; expected a Slurm node name or hostlist (letters, digits, "
-                         "'.', '_', '-', and [] , for ranges)")
+        raise InputError(
+            f"the Slurm node name of {host} is {name!r}; expected a Slurm node name or hostlist (letters, digits, "
+            "'.', '_', '-', and [] , for ranges)"
+        )
     return name
 
 
@@ -246,13 +301,17 @@ def drain_line(run_id: str, name: str, checks: list[str], classes: list[str] | N
     the checks (or causes: causes.label) grouped by their class (`classes`, one per check), hardware first: the one
     that needs a repair. Safe to paste into a shell: the reason holds no character a shell expands inside double
     quotes, a hostlist's brackets are quoted."""
-    pairs = sorted(zip(checks, classes), key=lambda x: failure_class.CLASSES.index(x[1] or failure_class.SOFTWARE)) \
-        if classes else [(c, "") for c in checks]
+    pairs = (
+        sorted(zip(checks, classes), key=lambda x: failure_class.CLASSES.index(x[1] or failure_class.SOFTWARE))
+        if classes
+        else [(c, "") for c in checks]
+    )
     by_class: dict[str, list[str]] = {}
     for check, cls in pairs[:_REASON_CHECKS]:
         by_class.setdefault(cls, []).append(check)
-    listed = "; ".join(f"{cls}: " * bool(cls) + ", ".join(cs) for cls, cs in by_class.items()) \
-        + (f" +{len(checks) - _REASON_CHECKS} more" if len(checks) > _REASON_CHECKS else "")
+    listed = "; ".join(f"{cls}: " * bool(cls) + ", ".join(cs) for cls, cs in by_class.items()) + (
+        f" +{len(checks) - _REASON_CHECKS} more" if len(checks) > _REASON_CHECKS else ""
+    )
     reason = _REASON_CHARS.sub("_", f"gpufleet: {run_id}: {listed or 'not accepted'}")
     node_arg = f"NodeName={name}"
     if not re.fullmatch(r"NodeName=[A-Za-z0-9._-]+", node_arg):
@@ -289,8 +348,11 @@ def drain_lines(report: dict, mapping: dict | None = None) -> list[str]:
 
 
 def write_drain(run_dir: Path, lines: list[str], run_id: str) -> str:
-    head = f"# gpufleet {run_id}: " + (f"{len(lines)} node(s) not accepted; run these lines to drain them in Slurm"
-                                         if lines else "every node accepted, none to drain")
+    head = f"# gpufleet {run_id}: " + (
+        f"{len(lines)} node(s) not accepted; run these lines to drain them in Slurm"
+        if lines
+        else "every node accepted, none to drain"
+    )
     path = Path(run_dir) / "drain.txt"
     paths.write_atomic(path, "\n".join([head, *lines]) + "\n")
     return str(path)

@@ -23,12 +23,12 @@ from gpufleet.schema import FAIL, PASS, SKIP, WARN
 _UNIT = {"count": "", "per_min": "/min", "per_h": "/h", "ber": ""}
 _REMEDY = {
     FAIL: "a port that flapped, went down, broke the spec's bit error ratio or lost its lossless contract: check it "
-          "with `mlxlink -d <hca> -p <port> -m -c -e` and the switch port beside it, reseat or replace the cable or "
-          "transceiver; a fatal AER error: reseat the device or its riser, update its firmware; drain the node and "
-          "run the checks again",
+    "with `mlxlink -d <hca> -p <port> -m -c -e` and the switch port beside it, reseat or replace the cable or "
+    "transceiver; a fatal AER error: reseat the device or its riser, update its firmware; drain the node and "
+    "run the checks again",
     WARN: "watch the rate in the next runs (gpufleet history); service the link or the PCIe path (reseat, cable, "
-          "firmware) if it keeps growing; a counter that stopped counting needs a reset (perfquery -R) or a reboot to "
-          "be judged again",
+    "firmware) if it keeps growing; a counter that stopped counting needs a reset (perfquery -R) or a reboot to "
+    "be judged again",
 }
 
 
@@ -46,7 +46,9 @@ def _past(figure: float, limit: float) -> bool:
     return judge(figure, Limit("fabric", limit)).status != PASS
 
 
-def _over(entry: dict, how: str, growth: int, hours: float | None, limit: float, rate_gbps: Any, thresholds: Thresholds) -> bool:
+def _over(
+    entry: dict, how: str, growth: int, hours: float | None, limit: float, rate_gbps: Any, thresholds: Thresholds
+) -> bool:
     """Whether the growth is over the limit; records how it was judged in the entry."""
     if how == "count":
         entry.update(judged_by=f"more than {_num(limit)} in the window")
@@ -71,20 +73,34 @@ def _over(entry: dict, how: str, growth: int, hours: float | None, limit: float,
         entry["per_h"] = round(growth / hours, 3)
     if hours is None or hours < min_window:
         allowed = per_h * min_window
-        entry.update(allowed_count=allowed, judged_by=f"count: the window is too short to extrapolate, at most "
-                                                      f"{_num(allowed)} ({_num(per_h)}/h over {_num(min_window)} h)")
+        entry.update(
+            allowed_count=allowed,
+            judged_by=f"count: the window is too short to extrapolate, at most "
+            f"{_num(allowed)} ({_num(per_h)}/h over {_num(min_window)} h)",
+        )
         return _past(growth, allowed)
     entry.update(judged_by=f"rate, at most {_num(per_h)}/h")
     return _past(growth / hours, per_h)
 
 
-def _judge(spec: tuple, old: dict, new: dict, rebooted: bool, hours: float | None, thresholds: Thresholds) -> dict | None:
+def _judge(
+    spec: tuple, old: dict, new: dict, rebooted: bool, hours: float | None, thresholds: Thresholds
+) -> dict | None:
     """One counter of one device judged from old to new; None where it was not read either time."""
     name, label, kind, how, key, over_status = spec
     a, b = (old.get("counters") or {}).get(name), (new.get("counters") or {}).get(name)
     if a is None and b is None:
         return None
-    e: dict = {"counter": name, "label": label, "before": a, "now": b, "growth": None, "status": PASS, "key": key, "notes": []}
+    e: dict = {
+        "counter": name,
+        "label": label,
+        "before": a,
+        "now": b,
+        "growth": None,
+        "status": PASS,
+        "key": key,
+        "notes": [],
+    }
     if b is None:
         e.update(status=WARN, stopped=f"read before ({a}), unreadable or gone now")
         return e
@@ -96,14 +112,20 @@ def _judge(spec: tuple, old: dict, new: dict, rebooted: bool, hours: float | Non
         e["notes"].append("counted since the reboot (boot id changed)")
     elif b < a:
         growth = b
-        e.update(status=WARN, stopped=f"went back from {a} to {b} without a reboot (cleared by hand, perfquery -R, or "
-                                      "a driver reload): counted from there")
+        e.update(
+            status=WARN,
+            stopped=f"went back from {a} to {b} without a reboot (cleared by hand, perfquery -R, or "
+            "a driver reload): counted from there",
+        )
     else:
         growth = b - a
     bits = PORT_COUNTER_BITS.get(name) if kind == "ib_port" else None
     if bits and b >= 2**bits - 1:
-        e.update(status=WARN, stopped=f"at {b}, the maximum of its {bits}-bit IBTA PortCounters field: it counts no more "
-                                      "until reset (perfquery -R), so its growth is unknown")
+        e.update(
+            status=WARN,
+            stopped=f"at {b}, the maximum of its {bits}-bit IBTA PortCounters field: it counts no more "
+            "until reset (perfquery -R), so its growth is unknown",
+        )
     e["growth"] = growth
     limit = thresholds.value(key)
     e["limit"] = limit
@@ -115,8 +137,14 @@ def _judge(spec: tuple, old: dict, new: dict, rebooted: bool, hours: float | Non
     return e
 
 
-def _judge_devices(old_snap: dict, new_snap: dict, rebooted: bool, hours: float | None, thresholds: Thresholds,
-                   pairs: list[tuple[dict, dict]] | None = None) -> list[tuple[dict, list[dict]]]:
+def _judge_devices(
+    old_snap: dict,
+    new_snap: dict,
+    rebooted: bool,
+    hours: float | None,
+    thresholds: Thresholds,
+    pairs: list[tuple[dict, dict]] | None = None,
+) -> list[tuple[dict, list[dict]]]:
     """[(device, [judged counters])] over the devices of both snapshots (or the given (old, new) pairs)."""
     if pairs is None:
         olds = _devices(old_snap)
@@ -125,8 +153,13 @@ def _judge_devices(old_snap: dict, new_snap: dict, rebooted: bool, hours: float 
         pairs += [(d, {**d, "counters": {}}) for d in gone]  # a device gone since: every counter stopped
     out = []
     for old, new in pairs:
-        entries = [e for spec in FABRIC_COUNTERS if spec[2] == new.get("kind")
-                   for e in [_judge(spec, old, new, rebooted, hours, thresholds)] if e is not None]
+        entries = [
+            e
+            for spec in FABRIC_COUNTERS
+            if spec[2] == new.get("kind")
+            for e in [_judge(spec, old, new, rebooted, hours, thresholds)]
+            if e is not None
+        ]
         out.append((new, entries))
     return out
 
@@ -140,8 +173,10 @@ def _sentence(dev: dict, e: dict, hours: float | None) -> str:
     elif e.get("per_h") is not None:
         rate = f", {_num(e['per_h'])}/h"
     flap = " (a flapping link)" if e["counter"] == "link_error_recovery" else ""
-    text = (f"{dev.get('name')}: {e['label']} grew by {e['growth']} in {window_text(hours)}{rate}{flap} (now {e['now']}; "
-            f"{e['key']} {_num(e['limit'])}; judged by {e['judged_by']}")
+    text = (
+        f"{dev.get('name')}: {e['label']} grew by {e['growth']} in {window_text(hours)}{rate}{flap} (now {e['now']}; "
+        f"{e['key']} {_num(e['limit'])}; judged by {e['judged_by']}"
+    )
     if e.get("arithmetic"):
         text += f": {e['arithmetic']}"
     if e.get("stopped"):
@@ -152,16 +187,27 @@ def _sentence(dev: dict, e: dict, hours: float | None) -> str:
     return text + ")"
 
 
-def _findings(judged: list[tuple[dict, list[dict]]], hours_of: Any, thresholds: Thresholds) -> tuple[str, list[str], dict, list]:
+def _findings(
+    judged: list[tuple[dict, list[dict]]], hours_of: Any, thresholds: Thresholds
+) -> tuple[str, list[str], dict, list]:
     """(status, sentences, {key: threshold field} of the keys named, evidence rows)."""
     status, parts, keys, evidence = PASS, [], {}, []
     for dev, entries in judged:
         bad = [e for e in entries if e["status"] in (WARN, FAIL)]
         moved = [e for e in entries if e.get("growth")]
         if bad or moved:
-            evidence.append({"id": dev.get("id"), "name": dev.get("name"),
-                             "counters": {e["counter"]: {k: v for k, v in e.items() if k not in ("label", "counter") and v not in (None, [])}
-                                          for e in bad + [m for m in moved if m not in bad]}})
+            evidence.append(
+                {
+                    "id": dev.get("id"),
+                    "name": dev.get("name"),
+                    "counters": {
+                        e["counter"]: {
+                            k: v for k, v in e.items() if k not in ("label", "counter") and v not in (None, [])
+                        }
+                        for e in bad + [m for m in moved if m not in bad]
+                    },
+                }
+            )
         for e in bad:
             status = schema.worst([status, e["status"]])
             parts.append(_sentence(dev, e, hours_of(dev)))
@@ -191,7 +237,12 @@ def fabric_during_run(host: str, node_metrics: dict, thresholds: Thresholds) -> 
     check = "fabric_during_run"
     why = _no_snapshots(node_metrics, during=True)
     if why:
-        return fleet_result(check, SKIP, f"no fabric counter growth during the run to judge: {why}", threshold=thresholds.field("fabric_ib_ber_max"))
+        return fleet_result(
+            check,
+            SKIP,
+            f"no fabric counter growth during the run to judge: {why}",
+            threshold=thresholds.field("fabric_ib_ber_max"),
+        )
     fab = node_metrics["snapshots"]["fabric"]
     before, after = fab["before"], fab["after"]
     hours = hours_between(before.get("read_at"), after.get("read_at"))
@@ -205,29 +256,46 @@ def fabric_during_run(host: str, node_metrics: dict, thresholds: Thresholds) -> 
         reason = f"during this run, {window}: " + listed_text(parts)
     else:
         moved = [f"{d.get('name')} {e['label']} +{e['growth']}" for d, es in judged for e in es if e.get("growth")]
-        reason = (f"no fabric counter grew beyond its limit on {scope} during this run, {window}"
-                  + (f"; grew within limits: {', '.join(moved[:6])}" if moved else "; none moved"))
+        reason = f"no fabric counter grew beyond its limit on {scope} during this run, {window}" + (
+            f"; grew within limits: {', '.join(moved[:6])}" if moved else "; none moved"
+        )
     if rebooted:
         reason += "; the node rebooted between the snapshots: counted since the reboot"
     for what, why in (("no InfiniBand", after.get("infiniband")), ("no AER counts", after.get("aer"))):
         if why:
             reason += f"; {what} ({why})"
-    return fleet_result(check, status, reason, threshold=_threshold(keys, thresholds), remedy=_REMEDY.get(status),
-                        detail={"window": {"from": before.get("read_at"), "to": after.get("read_at"), "hours": hours,
-                                           "rebooted": rebooted},
-                                "judged": scope, "thresholds": keys, "devices": evidence,
-                                "no_infiniband": after.get("infiniband"), "no_aer": after.get("aer"),
-                                "unreadable": {**(before.get("unreadable") or {}), **(after.get("unreadable") or {})}})
+    return fleet_result(
+        check,
+        status,
+        reason,
+        threshold=_threshold(keys, thresholds),
+        remedy=_REMEDY.get(status),
+        detail={
+            "window": {"from": before.get("read_at"), "to": after.get("read_at"), "hours": hours, "rebooted": rebooted},
+            "judged": scope,
+            "thresholds": keys,
+            "devices": evidence,
+            "no_infiniband": after.get("infiniband"),
+            "no_aer": after.get("aer"),
+            "unreadable": {**(before.get("unreadable") or {}), **(after.get("unreadable") or {})},
+        },
+    )
 
 
-def fabric_since_previous_run(host: str, run_id: str, node_metrics: dict, store: Any, store_note: str | None, thresholds: Thresholds) -> dict:
+def fabric_since_previous_run(
+    host: str, run_id: str, node_metrics: dict, store: Any, store_note: str | None, thresholds: Thresholds
+) -> dict:
     check = "fabric_since_previous_run"
     why = _no_snapshots(node_metrics, during=False)
     if why is None and store is None:
         why = store_note or "no store"
     if why:
-        return fleet_result(check, SKIP, f"no fabric counter growth since the previous run to judge: {why}",
-                            threshold=thresholds.field("fabric_ib_ber_max"))
+        return fleet_result(
+            check,
+            SKIP,
+            f"no fabric counter growth since the previous run to judge: {why}",
+            threshold=thresholds.field("fabric_ib_ber_max"),
+        )
     fab = node_metrics["snapshots"]["fabric"]
     now = fab.get("before") or fab.get("after")
     pairs, since, first, hours_by = [], {}, [], {}
@@ -244,14 +312,32 @@ def fabric_since_previous_run(host: str, run_id: str, node_metrics: dict, store:
         hours_by[ident] = hours
         since[prev["run_id"]] = prev
     if not pairs:
-        return fleet_result(check, SKIP, f"no earlier fabric snapshot of this node's {len(first)} device(s) in the store: "
-                            "this run's counts are the reference for the next", threshold=thresholds.field("fabric_ib_ber_max"))
+        return fleet_result(
+            check,
+            SKIP,
+            f"no earlier fabric snapshot of this node's {len(first)} device(s) in the store: "
+            "this run's counts are the reference for the next",
+            threshold=thresholds.field("fabric_ib_ber_max"),
+        )
     status, parts, keys, evidence = _findings(pairs, lambda d: hours_by.get(d.get("id")), thresholds)
     runs = ", ".join(f"run {r} (read {p['read_at']})" for r, p in since.items())
-    reason = (f"since {runs}: " + listed_text(parts)) if parts else (
-        f"no fabric counter grew beyond its limit on {len(pairs)} device(s) since {runs}")
+    reason = (
+        (f"since {runs}: " + listed_text(parts))
+        if parts
+        else (f"no fabric counter grew beyond its limit on {len(pairs)} device(s) since {runs}")
+    )
     if first:
         reason += f"; first snapshot of {len(first)} device(s)"
-    return fleet_result(check, status, reason, threshold=_threshold(keys, thresholds), remedy=_REMEDY.get(status),
-                        detail={"since": {r: {k: p.get(k) for k in ("host", "read_at", "boot_id", "verdict")} for r, p in since.items()},
-                                "thresholds": keys, "devices": evidence, "first_seen": first})
+    return fleet_result(
+        check,
+        status,
+        reason,
+        threshold=_threshold(keys, thresholds),
+        remedy=_REMEDY.get(status),
+        detail={
+            "since": {r: {k: p.get(k) for k in ("host", "read_at", "boot_id", "verdict")} for r, p in since.items()},
+            "thresholds": keys,
+            "devices": evidence,
+            "first_seen": first,
+        },
+    )

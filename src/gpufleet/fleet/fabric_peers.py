@@ -30,8 +30,11 @@ def fabric_layouts(nodes: dict[str, dict]) -> dict[str, dict]:
     for host, node in nodes.items():
         speed = _detail(node.get("results"), "ib_port_speed") or {}
         rails = _detail(node.get("results"), "gpu_nic_rails") or {}
-        ports = {p["port"]: {k: p.get(k) for k in ("rate", "rate_gbps", "lanes")}
-                 for p in speed.get("ports") or [] if isinstance(p, dict) and p.get("port")}
+        ports = {
+            p["port"]: {k: p.get(k) for k in ("rate", "rate_gbps", "lanes")}
+            for p in speed.get("ports") or []
+            if isinstance(p, dict) and p.get("port")
+        }
         pairs = {r["gpu"]: r["hca"] for r in rails.get("rails") or [] if isinstance(r, dict) and r.get("hca")}
         if ports or pairs:
             out[host] = {"ports": ports, "rails": pairs}
@@ -52,7 +55,9 @@ def ib_ports_vs_fleet(host: str, layouts: dict[str, dict], thresholds: Threshold
     share, threshold = thresholds.value(SHARE) or 0.5, thresholds.field(SHARE)
     mine = (layouts.get(host) or {}).get("ports") or {}
     if not mine:
-        return fleet_result(check, SKIP, "no active InfiniBand port on this node to compare (host_hygiene.ib_port_speed)")
+        return fleet_result(
+            check, SKIP, "no active InfiniBand port on this node to compare (host_hygiene.ib_port_speed)"
+        )
     peers = [h for h, lay in layouts.items() if h != host and lay["ports"]]
     if not peers:
         return fleet_result(check, SKIP, "no other node of this run has active InfiniBand ports to compare with")
@@ -63,23 +68,51 @@ def ib_ports_vs_fleet(host: str, layouts: dict[str, dict], thresholds: Threshold
         if len(values) < 2 or ref is None:
             continue
         ref_text = values[same[0]].get("rate")
-        low = [w for w, m, r in (("rate", p.get("rate_gbps"), ref[0]), ("lanes", p.get("lanes"), ref[1]))
-               if r is not None and (m is None or m < r)]
-        rows.append({"port": port, "rate": p.get("rate"), "reference": ref_text, "nodes_at_reference": same,
-                     "nodes": len(values), "status": FAIL if low else PASS})
+        low = [
+            w
+            for w, m, r in (("rate", p.get("rate_gbps"), ref[0]), ("lanes", p.get("lanes"), ref[1]))
+            if r is not None and (m is None or m < r)
+        ]
+        rows.append(
+            {
+                "port": port,
+                "rate": p.get("rate"),
+                "reference": ref_text,
+                "nodes_at_reference": same,
+                "nodes": len(values),
+                "status": FAIL if low else PASS,
+            }
+        )
         if low:
-            parts.append(f"{port} at {p.get('rate')} while {len(same)} of {len(values)} nodes run it at {ref_text} "
-                         f"({', '.join(same[:4])}{'...' if len(same) > 4 else ''})")
+            parts.append(
+                f"{port} at {p.get('rate')} while {len(same)} of {len(values)} nodes run it at {ref_text} "
+                f"({', '.join(same[:4])}{'...' if len(same) > 4 else ''})"
+            )
     if not rows:
-        return fleet_result(check, SKIP, "no port of this node has a rate and lane count shared by a majority of the nodes "
-                            "with the same port (HCA name and port number)", threshold=threshold)
+        return fleet_result(
+            check,
+            SKIP,
+            "no port of this node has a rate and lane count shared by a majority of the nodes "
+            "with the same port (HCA name and port number)",
+            threshold=threshold,
+        )
     if parts:
-        return fleet_result(check, FAIL, f"{len(parts)} port(s) slower than the same port on the other nodes: " + listed_text(parts),
-                            threshold=threshold, remedy="check the cable, transceiver and switch port of the named port (`mlxlink -d <hca> -m`); "
-                                   "a port trained lower than its peers slows every collective that crosses it",
-                            detail={"ports": rows})
-    return fleet_result(check, PASS, f"{len(rows)} port(s) at the rate and lanes most nodes show", threshold=threshold,
-                        detail={"ports": rows})
+        return fleet_result(
+            check,
+            FAIL,
+            f"{len(parts)} port(s) slower than the same port on the other nodes: " + listed_text(parts),
+            threshold=threshold,
+            remedy="check the cable, transceiver and switch port of the named port (`mlxlink -d <hca> -m`); "
+            "a port trained lower than its peers slows every collective that crosses it",
+            detail={"ports": rows},
+        )
+    return fleet_result(
+        check,
+        PASS,
+        f"{len(rows)} port(s) at the rate and lanes most nodes show",
+        threshold=threshold,
+        detail={"ports": rows},
+    )
 
 
 def rails_vs_fleet(host: str, layouts: dict[str, dict], thresholds: Thresholds) -> dict:
@@ -99,19 +132,38 @@ def rails_vs_fleet(host: str, layouts: dict[str, dict], thresholds: Thresholds) 
             undecided.append(gpu)  # no majority: two nodes that differ cannot say which is odd
             continue
         n = len(same)
-        rows.append({"gpu": gpu, "hca": hca, "reference": ref, "nodes_at_reference": same, "nodes": len(values),
-                     "status": WARN if hca != ref else PASS})
+        rows.append(
+            {
+                "gpu": gpu,
+                "hca": hca,
+                "reference": ref,
+                "nodes_at_reference": same,
+                "nodes": len(values),
+                "status": WARN if hca != ref else PASS,
+            }
+        )
         if hca != ref:
             parts.append(f"GPU {gpu} sits beside {hca} where {n} of {len(values)} nodes have {ref}")
     detail = {"rails": rows, "no_majority": undecided}
     if parts:
-        return fleet_result(check, WARN, "the rails differ from the other nodes': " + listed_text(parts), threshold=threshold,
-                            remedy="the HCAs are cabled or enumerated in another order than on the other nodes: a rail-optimised "
-                                   "fabric then routes this node's GPU n over another rail's switches; compare the slots "
-                                   "and cabling with the reference node, or name the HCAs per GPU (NCCL_IB_HCA, udev rules)",
-                            detail=detail)
+        return fleet_result(
+            check,
+            WARN,
+            "the rails differ from the other nodes': " + listed_text(parts),
+            threshold=threshold,
+            remedy="the HCAs are cabled or enumerated in another order than on the other nodes: a rail-optimised "
+            "fabric then routes this node's GPU n over another rail's switches; compare the slots "
+            "and cabling with the reference node, or name the HCAs per GPU (NCCL_IB_HCA, udev rules)",
+            detail=detail,
+        )
     if not rows:
-        return fleet_result(check, SKIP, f"no GPU's HCA is shared by a majority of the {len(peers) + 1} nodes",
-                            threshold=threshold, detail=detail)
-    return fleet_result(check, PASS, f"{len(rows)} GPU(s) beside the same HCA as on most nodes", threshold=threshold,
-                        detail=detail)
+        return fleet_result(
+            check,
+            SKIP,
+            f"no GPU's HCA is shared by a majority of the {len(peers) + 1} nodes",
+            threshold=threshold,
+            detail=detail,
+        )
+    return fleet_result(
+        check, PASS, f"{len(rows)} GPU(s) beside the same HCA as on most nodes", threshold=threshold, detail=detail
+    )

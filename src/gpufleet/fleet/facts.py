@@ -21,8 +21,11 @@ def _check_id(res: dict) -> str:
 
 
 def _with_facts(results: list[dict]) -> list[dict]:
-    return [r for r in results if r.get("status") == WARN and isinstance((r.get("detail") or {}).get("facts"), dict)
-            and r["detail"]["facts"]]
+    return [
+        r
+        for r in results
+        if r.get("status") == WARN and isinstance((r.get("detail") or {}).get("facts"), dict) and r["detail"]["facts"]
+    ]
 
 
 def baseline_facts(store: Any, base_id: str | None, nodes: dict[str, dict]) -> dict[str, dict]:
@@ -34,15 +37,23 @@ def baseline_facts(store: Any, base_id: str | None, nodes: dict[str, dict]) -> d
     run_dir = (store.run(base_id) or {}).get("run_dir")
     out: dict[str, dict] = {}
     for row in store.documents(base_id):
-        if row["host"] not in hosts or row.get("verdict") not in (schema.PASS, schema.WARN) or not row.get("path") or not run_dir:
+        if (
+            row["host"] not in hosts
+            or row.get("verdict") not in (schema.PASS, schema.WARN)
+            or not row.get("path")
+            or not run_dir
+        ):
             continue
         try:
             doc, _ = schema.parse_host_doc((Path(run_dir) / row["path"]).read_bytes())
         except OSError:
             continue
         if doc:
-            out[row["host"]] = {_check_id(r): (r.get("detail") or {}).get("facts") or {}
-                                for r in doc["results"] if isinstance(r, dict) and isinstance(r.get("detail"), dict)}
+            out[row["host"]] = {
+                _check_id(r): (r.get("detail") or {}).get("facts") or {}
+                for r in doc["results"]
+                if isinstance(r, dict) and isinstance(r.get("detail"), dict)
+            }
     return out
 
 
@@ -61,11 +72,23 @@ def settle(results: list[dict], accepted: dict[str, dict], base_id: str | None) 
         moved = {k: (before.get(k), v) for k, v in facts.items() if before.get(k) != v}
         r = schema.as_result(r)
         if not moved:
-            out.append(r.replace(status=INFO, detail={**r["detail"], "accepted_in_baseline": base_id},
-                                 reason=f"{r['reason']} (as in baseline run {base_id}, which accepted it: listed, not warned again)"))
+            out.append(
+                r.replace(
+                    status=INFO,
+                    detail={**r["detail"], "accepted_in_baseline": base_id},
+                    reason=f"{r['reason']} (as in baseline run {base_id}, which accepted it: listed, not warned again)",
+                )
+            )
         else:
             text = "; ".join(f"{k} was {'absent' if a is None else a}, now {b}" for k, (a, b) in moved.items())
-            out.append(r.replace(reason=f"{r['reason']}; changed since baseline run {base_id}: {text}", detail={
-                **r["detail"], "changed_since_baseline": {k: {"was": a, "now": b} for k, (a, b) in moved.items()}}))
+            out.append(
+                r.replace(
+                    reason=f"{r['reason']}; changed since baseline run {base_id}: {text}",
+                    detail={
+                        **r["detail"],
+                        "changed_since_baseline": {k: {"was": a, "now": b} for k, (a, b) in moved.items()},
+                    },
+                )
+            )
         changed = True
     return out if changed else None

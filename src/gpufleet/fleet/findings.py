@@ -1,5 +1,4 @@
-"""One comparison as a row, its sentence, and the fleet result that carries the comparisons of one check.
-"""
+"""One comparison as a row, its sentence, and the fleet result that carries the comparisons of one check."""
 
 from __future__ import annotations
 
@@ -17,12 +16,27 @@ CPU_PREFIX = "CPU run: logic check only, not a performance figure"
 MAX_LISTED = 6  # findings named in a reason; all of them are in detail
 
 
-def comparison_row(m: dict, reference: float, ref_text: str, thresholds: Thresholds, warn: str, fail: str, **extra) -> dict:
+def comparison_row(
+    m: dict, reference: float, ref_text: str, thresholds: Thresholds, warn: str, fail: str, **extra
+) -> dict:
     status, deviation = judge(m["value"], reference, thresholds.limit(warn, fail, m["key"]))
-    return {"metric": m["key"], "label": m["label"], "unit": m["unit"], "index": m.get("index"), "uuid": m.get("uuid"),
-            "serial": m.get("serial"), "cuda_index": m.get("cuda_index"), "mapped_by": m.get("mapped_by"),
-            "value": m["value"], "reference": reference, "reference_is": ref_text,
-            "deviation_pct": round(deviation, 2), "status": status, "cpu": m.get("cpu", False), **extra}
+    return {
+        "metric": m["key"],
+        "label": m["label"],
+        "unit": m["unit"],
+        "index": m.get("index"),
+        "uuid": m.get("uuid"),
+        "serial": m.get("serial"),
+        "cuda_index": m.get("cuda_index"),
+        "mapped_by": m.get("mapped_by"),
+        "value": m["value"],
+        "reference": reference,
+        "reference_is": ref_text,
+        "deviation_pct": round(deviation, 2),
+        "status": status,
+        "cpu": m.get("cpu", False),
+        **extra,
+    }
 
 
 def comparison_sentence(c: dict, thresholds: Thresholds, warn: str, fail: str, who: str = "") -> str:
@@ -35,9 +49,11 @@ def comparison_sentence(c: dict, thresholds: Thresholds, warn: str, fail: str, w
     own = c.get("own_past") or {}
     if own.get("changed") and c["status"] == WARN:  # inside the healthy spread, but not where this GPU used to be
         usual = own["usual_below_pct"]
-        return (f"{head} is {pct_text(below, limit)}% below {c['reference_is']} {figure_text(c['reference'])}; over its last "
-                f"{own['runs']} runs it was {abs(usual):.1f}% {'below' if usual >= 0 else 'above'} it: {own['change_pct']:.1f}% "
-                f"lower, a change against its own past (threshold {figure_text(own['limit_pct'])}%)")
+        return (
+            f"{head} is {pct_text(below, limit)}% below {c['reference_is']} {figure_text(c['reference'])}; over its last "
+            f"{own['runs']} runs it was {abs(usual):.1f}% {'below' if usual >= 0 else 'above'} it: {own['change_pct']:.1f}% "
+            f"lower, a change against its own past (threshold {figure_text(own['limit_pct'])}%)"
+        )
     z = f", robust z {c['robust_z']}" if c.get("robust_z") is not None else ""
     return f"{head} is {pct_text(below, limit)}% below {c['reference_is']} {figure_text(c['reference'])}{z} ({words} {figure_text(limit)}%{note})"
 
@@ -52,7 +68,13 @@ def limit_text(thresholds: Thresholds, key: str, metrics: list[str]) -> str:
     """The limit a passing reason names: "5%", or the range of the per-metric limits; "generic" where the model is
     not calibrated for them."""
     values = sorted({thresholds.value(key, m) for m in metrics if thresholds.value(key, m) is not None})
-    text = f"{figure_text(values[0])}%" if len(values) == 1 else f"{figure_text(values[0])}% to {figure_text(values[-1])}% (per metric)" if values else "?"
+    text = (
+        f"{figure_text(values[0])}%"
+        if len(values) == 1
+        else f"{figure_text(values[0])}% to {figure_text(values[-1])}% (per metric)"
+        if values
+        else "?"
+    )
     return text + (f" ({UNCALIBRATED})" if any(thresholds.uncalibrated(key, m) for m in metrics) else "")
 
 
@@ -70,12 +92,25 @@ def fleet_result(check: str, status: str, reason: str, *, cpu: bool = False, **f
         fields.pop("remedy", None)
     if status == PASS:
         fields.pop("remedy", None)
-    return schema.result(check, status, reason, group=GROUP, detail=detail, started=schema.utc_now(), seconds=0.0,
-                         **fields)
+    return schema.result(
+        check, status, reason, group=GROUP, detail=detail, started=schema.utc_now(), seconds=0.0, **fields
+    )
 
 
-EVIDENCE_KEYS = ("metric", "index", "uuid", "serial", "value", "reference", "deviation_pct", "robust_z", "n", "status", "baseline_host",
-                 "own_past")
+EVIDENCE_KEYS = (
+    "metric",
+    "index",
+    "uuid",
+    "serial",
+    "value",
+    "reference",
+    "deviation_pct",
+    "robust_z",
+    "n",
+    "status",
+    "baseline_host",
+    "own_past",
+)
 
 
 def evidence_rows(comparisons: list[dict]) -> list[dict]:
@@ -95,7 +130,9 @@ def worst_status(comparisons: list[dict]) -> str:
     return schema.worst((c["status"] for c in comparisons), default=PASS)
 
 
-def judge_comparisons(comparisons: list[dict], thresholds: Thresholds, warn: str, fail: str, who) -> tuple[str, str | None, float]:
+def judge_comparisons(
+    comparisons: list[dict], thresholds: Thresholds, warn: str, fail: str, who
+) -> tuple[str, str | None, float]:
     """The worst status; the sentences of the comparisons that did not pass, the largest gap first (None when every
     one passed), each led by who(comparison); and the largest gap below the reference in % (0 when none is below)."""
     bad = sorted((c for c in comparisons if c["status"] != PASS), key=lambda c: c["deviation_pct"])

@@ -152,7 +152,7 @@ def infer(state: dict) -> dict:
         if n in good:
             continue
         mine = [set(g["members"]) for g in slow_groups if n in g["members"]]
-        if any(a & b == {n} for i, a in enumerate(mine) for b in mine[i + 1:]):
+        if any(a & b == {n} for i, a in enumerate(mine) for b in mine[i + 1 :]):
             slow_nodes.append(n)
     links = []
     for g in slow_groups:
@@ -162,11 +162,13 @@ def infer(state: dict) -> dict:
             if pair not in links:
                 links.append(pair)
     # A slow group is explained by a slow node in it, or by both ends of a slow link in it.
-    unexplained = [g for g in slow_groups
-                   if not set(g["members"]) & set(slow_nodes) and not any(set(p) <= set(g["members"]) for p in links)]
+    unexplained = [
+        g
+        for g in slow_groups
+        if not set(g["members"]) & set(slow_nodes) and not any(set(p) <= set(g["members"]) for p in links)
+    ]
     # Follow the smallest: a slow group holding a smaller unexplained slow group is explained by it.
-    minimal = [g for g in unexplained
-               if not any(set(h["members"]) < set(g["members"]) for h in unexplained)]
+    minimal = [g for g in unexplained if not any(set(h["members"]) < set(g["members"]) for h in unexplained)]
     seen, dedup = set(), []
     for g in minimal:
         key = frozenset(g["members"])
@@ -245,8 +247,10 @@ def plan_next(state: dict) -> tuple[list[dict], list[str]]:
                     add([a, b], "link")
             if not any(gr["purpose"] == "link" and set(gr["members"]) <= set(members) for gr in groups):
                 if all(frozenset(p) in tested for p in _pairs_within(members, order)):
-                    notes.append(f"{', '.join(members)} are slow together in round {g['round']} while every pair of them "
-                                 "ran at the reference: more than one link, or load, slows them together")
+                    notes.append(
+                        f"{', '.join(members)} are slow together in round {g['round']} while every pair of them "
+                        "ran at the reference: more than one link, or load, slows them together"
+                    )
             continue
         if not free(cands):
             continue  # some of its nodes are busy this round: next round
@@ -277,7 +281,13 @@ def plan_next(state: dict) -> tuple[list[dict], list[str]]:
             add([node, partner], "untested")
 
     # More rounds of new pairs while nothing was found (a slow link shows only between the two nodes it joins).
-    if not groups and not know["unexplained"] and not know["slow_nodes"] and not know["links"] and state["method"] == "pairs":
+    if (
+        not groups
+        and not know["unexplained"]
+        and not know["slow_nodes"]
+        and not know["links"]
+        and state["method"] == "pairs"
+    ):
         done_pair_rounds = sum(1 for r in state["rounds"] if r.get("pair_round") is not None)
         if done_pair_rounds < state["pair_rounds"] and len(nodes) > 2:
             pairs, _ = round_robin(nodes, done_pair_rounds)
@@ -289,8 +299,10 @@ def plan_next(state: dict) -> tuple[list[dict], list[str]]:
 
 
 def _no_partner(node: str, obs: list[dict]) -> str:
-    return (f"{node} is slow with {', '.join(sorted(_partners(obs, node))) or 'its partner'} but no other node is left "
-            "to try it with, so a slow node cannot be told from a slow link")
+    return (
+        f"{node} is slow with {', '.join(sorted(_partners(obs, node))) or 'its partner'} but no other node is left "
+        "to try it with, so a slow node cannot be told from a slow link"
+    )
 
 
 def _pairs_within(members: list[str], order: dict) -> list[tuple[str, str]]:
@@ -321,23 +333,39 @@ def record_round(state: dict, figures: list[dict]) -> dict:
     for g, fig in zip(planned["groups"], figures):
         value = fig.get("busbw_gbps")
         ran = fig.get("status", "ok") == "ok" and isinstance(value, (int, float)) and not isinstance(value, bool)
-        groups.append(dict(g, busbw_gbps=value if ran else None, size_bytes=fig.get("size_bytes"),
-                           status="ok" if ran else "failed", reason=fig.get("reason")))
+        groups.append(
+            dict(
+                g,
+                busbw_gbps=value if ran else None,
+                size_bytes=fig.get("size_bytes"),
+                status="ok" if ran else "failed",
+                reason=fig.get("reason"),
+            )
+        )
     values = [g["busbw_gbps"] for g in groups if g["busbw_gbps"] is not None]
     previous = state["rounds"][-1]["reference_gbps"] if state["rounds"] else None
     if state.get("reference_gbps_fixed"):
         reference = float(state["reference_gbps_fixed"])
     else:
         own = (statistics.median(values) if len(values) >= 3 else max(values)) if values else None
-        reference = max(x for x in (own, previous) if x is not None) if own is not None or previous is not None else None
+        reference = (
+            max(x for x in (own, previous) if x is not None) if own is not None or previous is not None else None
+        )
     limit = state["threshold"]["value"] * reference if reference is not None else None
     for g in groups:
         g["slow"] = g["busbw_gbps"] is None or limit is None or g["busbw_gbps"] < limit
-    rec = {"round": planned["round"], "groups": groups, "reference_gbps": _round(reference), "limit_gbps": _round(limit)}
+    rec = {
+        "round": planned["round"],
+        "groups": groups,
+        "reference_gbps": _round(reference),
+        "limit_gbps": _round(limit),
+    }
     if len(values) == 1 and previous is None and not state.get("reference_gbps_fixed"):
         # Nothing to compare with: the group is its own reference, so it cannot be slow.
-        rec["note"] = (f"round {planned['round']} had one group and no reference to judge it by; with fewer than four "
-                       "nodes give reference_gbps (--reference-gbps)")
+        rec["note"] = (
+            f"round {planned['round']} had one group and no reference to judge it by; with fewer than four "
+            "nodes give reference_gbps (--reference-gbps)"
+        )
     if planned.get("pair_round") is not None:
         rec["pair_round"] = planned["pair_round"]
     state = dict(state, rounds=state["rounds"] + [rec], next=None)
@@ -349,11 +377,18 @@ def _round(x: float | None) -> float | None:
 
 
 def _advance(state: dict) -> dict:
-    know = infer(state) if state["rounds"] else {"good": [], "slow_nodes": [], "links": [], "unexplained": [],
-                                                  "untested": list(state["nodes"])}
-    state = dict(state, known_good=know["good"],
-                 suspects=sorted({n for g in know["unexplained"] for n in g["members"] if n not in know["good"]},
-                                 key=state["nodes"].index))
+    know = (
+        infer(state)
+        if state["rounds"]
+        else {"good": [], "slow_nodes": [], "links": [], "unexplained": [], "untested": list(state["nodes"])}
+    )
+    state = dict(
+        state,
+        known_good=know["good"],
+        suspects=sorted(
+            {n for g in know["unexplained"] for n in g["members"] if n not in know["good"]}, key=state["nodes"].index
+        ),
+    )
     groups, notes = plan_next(state)
     if groups and len(state["rounds"]) < state["max_rounds"]:
         pair_round = None
@@ -377,29 +412,52 @@ def conclude(state: dict, know: dict, notes: list[str]) -> dict:
     for node in know["slow_nodes"]:
         mine = [g for g in obs if node in g["members"]]
         failed = all(g["status"] == "failed" for g in mine if g["slow"])
-        findings.append({
-            "kind": "node", "node": node, "pair": None,
-            "why": "failed" if failed else "slow",
-            "text": (f"{node} is slow: slow with every partner it was tried with ("
-                     + "; ".join(_group_text(g, node) for g in mine) + ")"),
-            "evidence": [_evidence(g) for g in mine],
-        })
+        findings.append(
+            {
+                "kind": "node",
+                "node": node,
+                "pair": None,
+                "why": "failed" if failed else "slow",
+                "text": (
+                    f"{node} is slow: slow with every partner it was tried with ("
+                    + "; ".join(_group_text(g, node) for g in mine)
+                    + ")"
+                ),
+                "evidence": [_evidence(g) for g in mine],
+            }
+        )
     for a, b in know["links"]:
         mine = [g for g in obs if a in g["members"] or b in g["members"]]
-        findings.append({
-            "kind": "link", "node": None, "pair": [a, b], "why": "slow",
-            "text": (f"the link between {a} and {b} is slow: they are slow together, and each runs at the reference "
-                     "with other partners (" + "; ".join(_group_text(g) for g in mine) + ")"),
-            "evidence": [_evidence(g) for g in mine],
-        })
-    open_groups = [g for g in know["unexplained"]
-                   if not any(f["kind"] == "node" and f["node"] in g["members"] for f in findings)]
+        findings.append(
+            {
+                "kind": "link",
+                "node": None,
+                "pair": [a, b],
+                "why": "slow",
+                "text": (
+                    f"the link between {a} and {b} is slow: they are slow together, and each runs at the reference "
+                    "with other partners (" + "; ".join(_group_text(g) for g in mine) + ")"
+                ),
+                "evidence": [_evidence(g) for g in mine],
+            }
+        )
+    open_groups = [
+        g for g in know["unexplained"] if not any(f["kind"] == "node" and f["node"] in g["members"] for f in findings)
+    ]
     for g in open_groups:
-        findings.append({"kind": "group", "node": None, "pair": None, "members": list(g["members"]), "why": "unexplained",
-                         "text": f"{', '.join(g['members'])} ran slow together in round {g['round']} "
-                                 f"({_fig(g['busbw_gbps'])} GB/s, limit {_fig(g['limit_gbps'])}) and the rounds left "
-                                 "did not tell which node or link",
-                         "evidence": [_evidence(g)]})
+        findings.append(
+            {
+                "kind": "group",
+                "node": None,
+                "pair": None,
+                "members": list(g["members"]),
+                "why": "unexplained",
+                "text": f"{', '.join(g['members'])} ran slow together in round {g['round']} "
+                f"({_fig(g['busbw_gbps'])} GB/s, limit {_fig(g['limit_gbps'])}) and the rounds left "
+                "did not tell which node or link",
+                "evidence": [_evidence(g)],
+            }
+        )
     named = [f for f in findings if f["kind"] in ("node", "link")]
     if named and not open_groups:
         verdict = "found"
@@ -408,13 +466,24 @@ def conclude(state: dict, know: dict, notes: list[str]) -> dict:
     else:
         verdict = "none"
     if verdict == "none":
-        summary = (f"no slow node or link: every group of {len(state['rounds'])} round(s) ran at "
-                   f"{state['threshold']['value']:.0%} of the reference or better")
+        summary = (
+            f"no slow node or link: every group of {len(state['rounds'])} round(s) ran at "
+            f"{state['threshold']['value']:.0%} of the reference or better"
+        )
     else:
         summary = "; ".join(f["text"].split(":")[0] if f["kind"] != "group" else f["text"] for f in findings)
     notes = [r["note"] for r in state["rounds"] if r.get("note")] + notes
-    return dict(state, done=True, next=None, findings=findings, verdict=verdict, summary=summary, notes=notes,
-                known_good=know["good"], suspects=[])
+    return dict(
+        state,
+        done=True,
+        next=None,
+        findings=findings,
+        verdict=verdict,
+        summary=summary,
+        notes=notes,
+        known_good=know["good"],
+        suspects=[],
+    )
 
 
 def _fig(x) -> str:

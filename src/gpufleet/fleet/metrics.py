@@ -42,7 +42,11 @@ from typing import Any
 DTYPES = ("bf16", "fp16", "tf32", "fp8")
 GPU_METRICS = tuple(f"matmul_{d}_tflops" for d in DTYPES) + ("hbm_copy_gbps", "pcie_h2d_gbps", "pcie_d2h_gbps")
 BANDS = (("le_1MiB", 1 << 20), ("le_64MiB", 64 << 20), ("gt_64MiB", None))
-BAND_TEXT = {"le_1MiB": "sizes up to 1 MiB", "le_64MiB": "sizes over 1 MiB up to 64 MiB", "gt_64MiB": "sizes over 64 MiB"}
+BAND_TEXT = {
+    "le_1MiB": "sizes up to 1 MiB",
+    "le_64MiB": "sizes over 1 MiB up to 64 MiB",
+    "gt_64MiB": "sizes over 64 MiB",
+}
 CPU_MARK = "not a performance figure"
 SNAPSHOT_CHECKS = ("snapshot_before", "snapshot_after")
 FABRIC_CHECKS = ("fabric_before", "fabric_after")
@@ -58,35 +62,85 @@ def describe(key: str) -> dict:
     every caller (a fleet asks hundreds of thousands of times): read it, never change it."""
     m = re.fullmatch(r"matmul_(\w+)_tflops", key)
     if m:
-        return {"label": f"{m[1]} matmul", "unit": "TFLOPS", "family": "gpufleet_matmul_flops", "to_base": 1e12,
-                "labels": {"dtype": m[1]}, "shared": False, "per_gpu": True}
+        return {
+            "label": f"{m[1]} matmul",
+            "unit": "TFLOPS",
+            "family": "gpufleet_matmul_flops",
+            "to_base": 1e12,
+            "labels": {"dtype": m[1]},
+            "shared": False,
+            "per_gpu": True,
+        }
     if key == "hbm_copy_gbps":
-        return {"label": "HBM copy", "unit": "GB/s", "family": "gpufleet_hbm_copy_bytes_per_second", "to_base": 1e9,
-                "labels": {}, "shared": False, "per_gpu": True}
+        return {
+            "label": "HBM copy",
+            "unit": "GB/s",
+            "family": "gpufleet_hbm_copy_bytes_per_second",
+            "to_base": 1e9,
+            "labels": {},
+            "shared": False,
+            "per_gpu": True,
+        }
     if key in ("pcie_h2d_gbps", "pcie_d2h_gbps"):
         way = key.split("_")[1]
-        return {"label": "PCIe host-to-device" if way == "h2d" else "PCIe device-to-host", "unit": "GB/s",
-                "family": "gpufleet_pcie_copy_bytes_per_second", "to_base": 1e9, "labels": {"direction": way},
-                "shared": False, "per_gpu": True}
+        return {
+            "label": "PCIe host-to-device" if way == "h2d" else "PCIe device-to-host",
+            "unit": "GB/s",
+            "family": "gpufleet_pcie_copy_bytes_per_second",
+            "to_base": 1e9,
+            "labels": {"direction": way},
+            "shared": False,
+            "per_gpu": True,
+        }
     m = _NCCL.fullmatch(key)
     if m:
         where = "inside the node" if m[1] == "node" else "across nodes"
-        return {"label": f"{m[2]} busbw {where}, {BAND_TEXT[m[3]]}", "unit": "GB/s",
-                "family": "gpufleet_nccl_busbw_bytes_per_second", "to_base": 1e9,
-                "labels": {"scope": m[1], "collective": m[2], "band": m[3]}, "shared": m[1] == "multinode", "per_gpu": False}
+        return {
+            "label": f"{m[2]} busbw {where}, {BAND_TEXT[m[3]]}",
+            "unit": "GB/s",
+            "family": "gpufleet_nccl_busbw_bytes_per_second",
+            "to_base": 1e9,
+            "labels": {"scope": m[1], "collective": m[2], "band": m[3]},
+            "shared": m[1] == "multinode",
+            "per_gpu": False,
+        }
     if key == "nccl_node_sendrecv_gbps":
-        return {"label": "slowest send/recv pair inside the node", "unit": "GB/s",
-                "family": "gpufleet_nccl_sendrecv_bytes_per_second", "to_base": 1e9, "labels": {}, "shared": False,
-                "per_gpu": False}
+        return {
+            "label": "slowest send/recv pair inside the node",
+            "unit": "GB/s",
+            "family": "gpufleet_nccl_sendrecv_bytes_per_second",
+            "to_base": 1e9,
+            "labels": {},
+            "shared": False,
+            "per_gpu": False,
+        }
     m = _TRAIN.fullmatch(key)
     if m:
         what = "GPT-2 training" if m[1] == "train_gpt2" else "LoRA fine-tune"
         where = "inside the node" if m[2] == "node" else "across nodes"
-        family = "gpufleet_train_tokens_per_second_per_gpu" if m[1] == "train_gpt2" else "gpufleet_finetune_tokens_per_second_per_gpu"
-        return {"label": f"{what} {where}", "unit": "tokens/s/GPU", "family": family, "to_base": 1,
-                "labels": {"scope": m[2]}, "shared": m[2] == "multinode", "per_gpu": False}
-    return {"label": key, "unit": None, "family": "gpufleet_metric", "to_base": 1, "labels": {"metric": key},
-            "shared": False, "per_gpu": False}
+        family = (
+            "gpufleet_train_tokens_per_second_per_gpu"
+            if m[1] == "train_gpt2"
+            else "gpufleet_finetune_tokens_per_second_per_gpu"
+        )
+        return {
+            "label": f"{what} {where}",
+            "unit": "tokens/s/GPU",
+            "family": family,
+            "to_base": 1,
+            "labels": {"scope": m[2]},
+            "shared": m[2] == "multinode",
+            "per_gpu": False,
+        }
+    return {
+        "label": key,
+        "unit": None,
+        "family": "gpufleet_metric",
+        "to_base": 1,
+        "labels": {"metric": key},
+        "shared": False,
+        "per_gpu": False,
+    }
 
 
 def _finite(v: Any) -> bool:
@@ -144,15 +198,23 @@ def inventory(results: list[dict]) -> list[dict]:
     inv = ((count or {}).get("detail") or {}).get("inventory") or {}
     for g in inv.get("gpus") or []:
         if isinstance(g, dict) and isinstance(g.get("index"), int):
-            gpus[g["index"]] = {"index": g["index"], "uuid": g.get("uuid"), "serial": g.get("serial"),
-                                "pci_bus_id": g.get("pci_bus_id"), "name": g.get("name"), "visible": None}
+            gpus[g["index"]] = {
+                "index": g["index"],
+                "uuid": g.get("uuid"),
+                "serial": g.get("serial"),
+                "pci_bus_id": g.get("pci_bus_id"),
+                "name": g.get("name"),
+                "visible": None,
+            }
     snaps = snapshots(results)
     for phase in ("before", "after"):
         for g in (snaps.get(phase) or {}).get("gpus") or []:
             if not isinstance(g, dict) or not isinstance(g.get("index"), int):
                 continue
-            known = gpus.setdefault(g["index"], {"index": g["index"], "uuid": None, "serial": None, "pci_bus_id": None,
-                                                 "name": None, "visible": None})
+            known = gpus.setdefault(
+                g["index"],
+                {"index": g["index"], "uuid": None, "serial": None, "pci_bus_id": None, "name": None, "visible": None},
+            )
             for k in ("uuid", "serial", "pci_bus_id"):
                 known[k] = known[k] or g.get(k)
             if isinstance(g.get("visible"), bool):
@@ -172,19 +234,44 @@ class _Mapper:
     def gpu(self, cuda_index: str, uuid: str | None = None) -> dict:
         if uuid:
             g = self.by_uuid.get(uuid, {})
-            return {"index": g.get("index"), "uuid": uuid, "serial": g.get("serial"), "cuda_index": cuda_index, "mapped_by": "uuid"}
+            return {
+                "index": g.get("index"),
+                "uuid": uuid,
+                "serial": g.get("serial"),
+                "cuda_index": cuda_index,
+                "mapped_by": "uuid",
+            }
         if str(cuda_index).isdigit() and int(cuda_index) < len(self.position):
             g = self.position[int(cuda_index)]
-            return {"index": g["index"], "uuid": g.get("uuid"), "serial": g.get("serial"), "cuda_index": cuda_index,
-                    "mapped_by": "position", "mapped_from": self.position_from}
+            return {
+                "index": g["index"],
+                "uuid": g.get("uuid"),
+                "serial": g.get("serial"),
+                "cuda_index": cuda_index,
+                "mapped_by": "position",
+                "mapped_from": self.position_from,
+            }
         return {"index": None, "uuid": None, "serial": None, "cuda_index": cuda_index, "mapped_by": None}
 
 
 def _metric(key: str, value: float, *, gpu: dict | None, cpu: bool, context: str, source: str, **extra) -> dict:
     desc = describe(key)
-    row = {"key": key, "label": desc["label"], "value": float(value), "unit": desc["unit"], "scope": "gpu" if gpu else "node",
-           "index": None, "uuid": None, "serial": None, "cuda_index": None, "mapped_by": None, "cpu": cpu,
-           "context": context, "source": source, "shared": desc["shared"]}
+    row = {
+        "key": key,
+        "label": desc["label"],
+        "value": float(value),
+        "unit": desc["unit"],
+        "scope": "gpu" if gpu else "node",
+        "index": None,
+        "uuid": None,
+        "serial": None,
+        "cuda_index": None,
+        "mapped_by": None,
+        "cpu": cpu,
+        "context": context,
+        "source": source,
+        "shared": desc["shared"],
+    }
     if gpu:
         row.update({k: gpu.get(k) for k in ("index", "uuid", "serial", "cuda_index", "mapped_by")})
     row.update(extra)
@@ -207,7 +294,11 @@ def _spread(samples: Any) -> dict | None:
 def _best_shape_samples(per_shape: Any) -> dict | None:
     """Before benchmarks kept samples_tflops: the bf16 shape with the best median, whose samples gave the figure."""
     shapes = per_shape.get("bf16") if isinstance(per_shape, dict) else None
-    good = [s for s in shapes or [] if isinstance(s, dict) and isinstance(s.get("tflops"), dict) and _finite(s["tflops"].get("median"))]
+    good = [
+        s
+        for s in shapes or []
+        if isinstance(s, dict) and isinstance(s.get("tflops"), dict) and _finite(s["tflops"].get("median"))
+    ]
     return max(good, key=lambda s: s["tflops"]["median"])["tflops"] if good else None
 
 
@@ -227,19 +318,33 @@ def _matmul(res: dict, mapper: _Mapper, cpu: bool, out: dict) -> None:
         gpu = mapper.gpu(cuda, figures.get("uuid"))
         for dtype in DTYPES:
             if _finite(figures.get(dtype)):
-                out["metrics"].append(_metric(f"matmul_{dtype}_tflops", figures[dtype], gpu=gpu, cpu=cpu, context=_tier(detail), source=source))
+                out["metrics"].append(
+                    _metric(
+                        f"matmul_{dtype}_tflops", figures[dtype], gpu=gpu, cpu=cpu, context=_tier(detail), source=source
+                    )
+                )
         spread = _spread(figures.get("samples_tflops")) or _spread(_best_shape_samples(per_shape.get(cuda)))
         if spread and _finite(figures.get("bf16")):
-            out["spreads"].append({"key": "matmul_bf16_tflops", "label": "bf16 matmul", "cpu": cpu, "source": source,
-                                   **{k: gpu.get(k) for k in ("index", "uuid", "serial", "cuda_index", "mapped_by")}, **spread})
+            out["spreads"].append(
+                {
+                    "key": "matmul_bf16_tflops",
+                    "label": "bf16 matmul",
+                    "cpu": cpu,
+                    "source": source,
+                    **{k: gpu.get(k) for k in ("index", "uuid", "serial", "cuda_index", "mapped_by")},
+                    **spread,
+                }
+            )
 
 
 def _memory(res: dict, mapper: _Mapper, cpu: bool, out: dict) -> None:
     detail = res.get("detail") or {}
     per = detail.get("per_gpu") if isinstance(detail.get("per_gpu"), dict) else {}
-    parts = (("hbm", "hbm_copy_gbps", "samples_gbps", "benchmark.hbm_bandwidth"),
-             ("pcie", "h2d_gbps", "samples_h2d_gbps", "benchmark.pcie_h2d_bandwidth"),
-             ("pcie", "d2h_gbps", "samples_d2h_gbps", "benchmark.pcie_d2h_bandwidth"))
+    parts = (
+        ("hbm", "hbm_copy_gbps", "samples_gbps", "benchmark.hbm_bandwidth"),
+        ("pcie", "h2d_gbps", "samples_h2d_gbps", "benchmark.pcie_h2d_bandwidth"),
+        ("pcie", "d2h_gbps", "samples_d2h_gbps", "benchmark.pcie_d2h_bandwidth"),
+    )
     for part, field, samples, source in parts:
         devices = per.get(part) if isinstance(per.get(part), dict) else {}
         key = field if part == "hbm" else f"pcie_{field}"
@@ -250,8 +355,16 @@ def _memory(res: dict, mapper: _Mapper, cpu: bool, out: dict) -> None:
             out["metrics"].append(_metric(key, fig[field], gpu=gpu, cpu=cpu, context=_tier(detail), source=source))
             spread = _spread(fig.get(samples))
             if spread:
-                out["spreads"].append({"key": key, "label": describe(key)["label"], "cpu": cpu, "source": source,
-                                       **{k: gpu.get(k) for k in ("index", "uuid", "serial", "cuda_index", "mapped_by")}, **spread})
+                out["spreads"].append(
+                    {
+                        "key": key,
+                        "label": describe(key)["label"],
+                        "cpu": cpu,
+                        "source": source,
+                        **{k: gpu.get(k) for k in ("index", "uuid", "serial", "cuda_index", "mapped_by")},
+                        **spread,
+                    }
+                )
 
 
 def band_of(size_bytes: int) -> str:
@@ -263,29 +376,52 @@ def band_of(size_bytes: int) -> str:
 
 def _nccl(res: dict, scope: str, cpu: bool, out: dict) -> None:
     detail = res.get("detail") or {}
-    collective = res["check"][len("nccl_"):]
-    rows = [r for r in detail.get("rows") or [] if isinstance(r, dict) and r.get("correct", True)
-            and isinstance(r.get("size_bytes"), int) and _finite(r.get("busbw_gbps"))]
+    collective = res["check"][len("nccl_") :]
+    rows = [
+        r
+        for r in detail.get("rows") or []
+        if isinstance(r, dict)
+        and r.get("correct", True)
+        and isinstance(r.get("size_bytes"), int)
+        and _finite(r.get("busbw_gbps"))
+    ]
     best: dict[str, dict] = {}
     for r in rows:
         band = band_of(r["size_bytes"])
         if band not in best or r["size_bytes"] > best[band]["size_bytes"]:
             best[band] = r
     for band, r in best.items():
-        out["metrics"].append(_metric(f"nccl_{scope}_{collective}_busbw_gbps_{band}", r["busbw_gbps"], gpu=None, cpu=cpu,
-                                      context=f"size={r['size_bytes']},world={detail.get('world_size')}",
-                                      source=f"{res['group']}.{res['check']}", size_bytes=r["size_bytes"]))
+        out["metrics"].append(
+            _metric(
+                f"nccl_{scope}_{collective}_busbw_gbps_{band}",
+                r["busbw_gbps"],
+                gpu=None,
+                cpu=cpu,
+                context=f"size={r['size_bytes']},world={detail.get('world_size')}",
+                source=f"{res['group']}.{res['check']}",
+                size_bytes=r["size_bytes"],
+            )
+        )
 
 
 def _sendrecv(res: dict, cpu: bool, out: dict) -> None:
     detail = res.get("detail") or {}
     matrix = detail.get("matrix") if isinstance(detail.get("matrix"), dict) else {}
-    cells = [c.get("gbps") for row in matrix.get("gbps") or [] for c in row or [] if isinstance(c, dict) and c.get("correct")]
+    cells = [
+        c.get("gbps") for row in matrix.get("gbps") or [] for c in row or [] if isinstance(c, dict) and c.get("correct")
+    ]
     cells = [c for c in cells if _finite(c)]
     if cells:
-        out["metrics"].append(_metric("nccl_node_sendrecv_gbps", min(cells), gpu=None, cpu=cpu,
-                                      context=f"size={matrix.get('size_bytes')},world={detail.get('world_size')}",
-                                      source=f"{res['group']}.{res['check']}"))
+        out["metrics"].append(
+            _metric(
+                "nccl_node_sendrecv_gbps",
+                min(cells),
+                gpu=None,
+                cpu=cpu,
+                context=f"size={matrix.get('size_bytes')},world={detail.get('world_size')}",
+                source=f"{res['group']}.{res['check']}",
+            )
+        )
 
 
 def _tokens(res: dict, name: str, scope: str, cpu: bool, out: dict) -> None:
@@ -297,8 +433,16 @@ def _tokens(res: dict, name: str, scope: str, cpu: bool, out: dict) -> None:
     else:
         config = PurePath(str(detail.get("config_path") or "")).name or None
         context = f"config={config},seq={detail.get('max_seq_length')},world={detail.get('world_size')}"
-    out["metrics"].append(_metric(f"{name}_{scope}_tokens_per_s_per_gpu", res["value"], gpu=None, cpu=cpu, context=context,
-                                  source=f"{res['group']}.{res['check']}"))
+    out["metrics"].append(
+        _metric(
+            f"{name}_{scope}_tokens_per_s_per_gpu",
+            res["value"],
+            gpu=None,
+            cpu=cpu,
+            context=context,
+            source=f"{res['group']}.{res['check']}",
+        )
+    )
 
 
 def _natural(text: str) -> list:
@@ -322,12 +466,20 @@ def extract(doc_or_results: Any) -> dict:
         cpu = is_cpu(res)
         if group == "benchmark" and check == "matmul_bf16":
             _matmul(res, mapper, cpu, out)
-        elif group == "benchmark" and check in ("hbm_bandwidth", "pcie_h2d_bandwidth", "pcie_d2h_bandwidth") and not memory_done:
+        elif (
+            group == "benchmark"
+            and check in ("hbm_bandwidth", "pcie_h2d_bandwidth", "pcie_d2h_bandwidth")
+            and not memory_done
+        ):
             _memory(res, mapper, cpu, out)  # the three share one detail: read it once
             memory_done = True
         elif group == "benchmark" and check == "nccl_sendrecv":
             _sendrecv(res, cpu, out)
-        elif group in ("benchmark", "benchmark_multinode") and str(check).startswith("nccl_") and check not in ("nccl_transport", "nccl_sendrecv"):
+        elif (
+            group in ("benchmark", "benchmark_multinode")
+            and str(check).startswith("nccl_")
+            and check not in ("nccl_transport", "nccl_sendrecv")
+        ):
             _nccl(res, "node" if group == "benchmark" else "multinode", cpu, out)
         elif group in ("benchmark", "benchmark_multinode") and check == "train_gpt2":
             _tokens(res, "train_gpt2", "node" if group == "benchmark" else "multinode", cpu, out)
@@ -340,8 +492,17 @@ def extract(doc_or_results: Any) -> dict:
         rows = [m for m in out["metrics"] if m["key"] == key]
         if rows:
             slow = min(rows, key=lambda m: m["value"])
-            node_rows.append(_metric(key, slow["value"], gpu=None, cpu=any(m["cpu"] for m in rows), context=slow["context"],
-                                     source=slow["source"], slowest_gpu=slow["index"] if slow["index"] is not None else slow["cuda_index"]))
+            node_rows.append(
+                _metric(
+                    key,
+                    slow["value"],
+                    gpu=None,
+                    cpu=any(m["cpu"] for m in rows),
+                    context=slow["context"],
+                    source=slow["source"],
+                    slowest_gpu=slow["index"] if slow["index"] is not None else slow["cuda_index"],
+                )
+            )
     out["metrics"] += node_rows
     out["cpu"] = any(m["cpu"] for m in out["metrics"])
     return out

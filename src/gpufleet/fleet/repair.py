@@ -18,6 +18,7 @@ from gpufleet.fleet import BASELINE_FILE
 from gpufleet.fleet.store import DamagedStore, Store
 from gpufleet.fleet.store_tables import problem
 
+
 def _move_aside(path: Path, label: str) -> Path | None:
     """path (and its -wal and -shm) renamed to <name>.<label>-<UTC time>[-wal|-shm]; the new name of path, or of
     the first file moved when path itself is gone (a -wal left behind would be replayed into a new store)."""
@@ -32,13 +33,21 @@ def _move_aside(path: Path, label: str) -> Path | None:
             try:
                 os.replace(src, Path(f"{aside}{suffix}"))
             except OSError as exc:
-                raise InputError(f"cannot move {src} aside to {aside}{suffix}: {exc.strerror}; expected a writable folder") from None
+                raise InputError(
+                    f"cannot move {src} aside to {aside}{suffix}: {exc.strerror}; expected a writable folder"
+                ) from None
             first = first or Path(f"{aside}{suffix}")
     return first
 
 
-def repair(path: Path | str, reports_dir: Path | str, damage: DamagedStore | None = None, *, by: str,
-           own_run: str | None = None) -> dict:
+def repair(
+    path: Path | str,
+    reports_dir: Path | str,
+    damage: DamagedStore | None = None,
+    *,
+    by: str,
+    own_run: str | None = None,
+) -> dict:
     """Rebuild the store at path from the run folders under reports_dir. A damaged store (`damage`) is moved aside
     first; a missing one is created (any -wal or -shm left of it moved aside). The caller holds
     paths.folder_lock(path's folder). Returns rebuild()'s summary with "repair": the row logged in the store
@@ -54,16 +63,28 @@ def repair(path: Path | str, reports_dir: Path | str, damage: DamagedStore | Non
         others = [r for r in summary["runs"] if r != own_run]
         what = "damaged" if damage else "missing" if missing else "rebuild"
         base = summary["baseline"]
-        rebuilt = (f"rebuilt by {by} from the run folders of {summary['reports_dir']}: {len(summary['runs'])} run(s) re-indexed, "
-                   + (f"baseline {base} restored from {BASELINE_FILE}" if base and what != "rebuild" else f"baseline {base or 'none'}"))
+        rebuilt = (
+            f"rebuilt by {by} from the run folders of {summary['reports_dir']}: {len(summary['runs'])} run(s) re-indexed, "
+            + (
+                f"baseline {base} restored from {BASELINE_FILE}"
+                if base and what != "rebuild"
+                else f"baseline {base or 'none'}"
+            )
+        )
         if damage:
             note = f"{path} was not a gpufleet store ({damage.cause}): moved aside to {moved}; the store {rebuilt}"
         elif missing:
-            note = f"the store {path} did not exist{f' (its {moved.name} moved aside)' if moved else ''}; it was {rebuilt}"
+            note = (
+                f"the store {path} did not exist{f' (its {moved.name} moved aside)' if moved else ''}; it was {rebuilt}"
+            )
         else:
             note = f"the store {path} was {rebuilt}"
         first_store = missing and not others and not base
-        summary["repair"] = None if first_store else store.log_repair(what, note, moved_aside=moved, runs=len(summary["runs"]), baseline=base)
+        summary["repair"] = (
+            None
+            if first_store
+            else store.log_repair(what, note, moved_aside=moved, runs=len(summary["runs"]), baseline=base)
+        )
     return summary
 
 

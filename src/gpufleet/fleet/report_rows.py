@@ -1,5 +1,4 @@
-"""The fleet view: per node, what report.html and report.md show against the fleet and the baseline.
-"""
+"""The fleet view: per node, what report.html and report.md show against the fleet and the baseline."""
 
 from __future__ import annotations
 
@@ -13,13 +12,22 @@ from gpufleet.schema import PASS
 VIEW_COLUMNS = (
     ("matmul", "bf16 matmul, slowest GPU", ("matmul_bf16_tflops",)),
     ("hbm", "HBM copy, slowest GPU", ("hbm_copy_gbps",)),
-    ("busbw", "all_reduce busbw, largest sizes", ("nccl_node_all_reduce_busbw_gbps_gt_64MiB", "nccl_multinode_all_reduce_busbw_gbps_gt_64MiB")),
-    ("tokens", "GPT-2 tokens/s per GPU", ("train_gpt2_node_tokens_per_s_per_gpu", "train_gpt2_multinode_tokens_per_s_per_gpu")),
+    (
+        "busbw",
+        "all_reduce busbw, largest sizes",
+        ("nccl_node_all_reduce_busbw_gbps_gt_64MiB", "nccl_multinode_all_reduce_busbw_gbps_gt_64MiB"),
+    ),
+    (
+        "tokens",
+        "GPT-2 tokens/s per GPU",
+        ("train_gpt2_node_tokens_per_s_per_gpu", "train_gpt2_multinode_tokens_per_s_per_gpu"),
+    ),
 )
 
 
-def view_rows(metrics_by_host: dict, groups: dict, medians: dict, base_rows: list[dict], results: dict,
-              stats: dict | None = None) -> list[dict]:
+def view_rows(
+    metrics_by_host: dict, groups: dict, medians: dict, base_rows: list[dict], results: dict, stats: dict | None = None
+) -> list[dict]:
     """Per node, the fleet view's columns: value, fleet median, baseline figure, deviations, worst status."""
     rows = []
     stats = stats if stats is not None else fleet_stats(groups)
@@ -43,17 +51,28 @@ def view_rows(metrics_by_host: dict, groups: dict, medians: dict, base_rows: lis
                 for c in (checks.get(check, {}).get("detail") or {}).get("comparisons") or []:
                     if c["metric"] == m["key"] and c.get("index") is None:
                         statuses.append(c["status"])
-            gpu_outliers = [c for c in (checks.get("gpu_vs_node", {}).get("detail") or {}).get("comparisons") or []
-                            if c["metric"] == m["key"] and c["status"] != PASS]
+            gpu_outliers = [
+                c
+                for c in (checks.get("gpu_vs_node", {}).get("detail") or {}).get("comparisons") or []
+                if c["metric"] == m["key"] and c["status"] != PASS
+            ]
             cols[col] = {
-                "title": title, "metric": m["key"], "label": m["label"], "value": m["value"], "unit": m["unit"], "cpu": m["cpu"],
-                "fleet_median": fleet_med, "fleet_n": len(members) if fleet_med is not None else 0,
+                "title": title,
+                "metric": m["key"],
+                "label": m["label"],
+                "value": m["value"],
+                "unit": m["unit"],
+                "cpu": m["cpu"],
+                "fleet_median": fleet_med,
+                "fleet_n": len(members) if fleet_med is not None else 0,
                 "vs_fleet_pct": None if not fleet_med else round((m["value"] - fleet_med) / fleet_med * 100, 2),
                 "baseline": b["value"] if b else None,
                 "vs_baseline_pct": round((m["value"] - b["value"]) / b["value"] * 100, 2) if b and b["value"] else None,
                 "baseline_fleet_median": bmed["value"] if bmed else None,
                 "status": schema.worst(statuses + [c["status"] for c in gpu_outliers], default=PASS),
-                "gpu_outliers": [{**flagged(c), "deviation_pct": c["deviation_pct"], "status": c["status"]} for c in gpu_outliers],
+                "gpu_outliers": [
+                    {**flagged(c), "deviation_pct": c["deviation_pct"], "status": c["status"]} for c in gpu_outliers
+                ],
             }
         rows.append({"host": host, "columns": cols, "cpu": node_metrics["cpu"]})
     return rows

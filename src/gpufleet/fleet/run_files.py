@@ -13,6 +13,7 @@ from gpufleet import paths
 from gpufleet.errors import InputError
 from gpufleet.fleet import BASELINE_FILE
 
+
 def put_md_section(path: Path, heading: str, lines: list[str]) -> None:
     """report.md with its section `heading` (a line "## ...") replaced by `lines` (which start with it), up to the
     next "## " heading; appended when it has none. Nothing when there is no report.md yet."""
@@ -47,7 +48,9 @@ def read_run_info(run_dir: Path) -> dict:
             info = dict(doc)
             info["problem"] = None
         else:
-            info["problem"] = f"{path} is unreadable (not a JSON object); what the run holds was derived from its folder"
+            info["problem"] = (
+                f"{path} is unreadable (not a JSON object); what the run holds was derived from its folder"
+            )
     if not info.get("started"):
         starts = []
         hosts = run_dir / "hosts"
@@ -59,7 +62,9 @@ def read_run_info(run_dir: Path) -> dict:
             info["started"] = min(starts)
         else:  # hosts/ rather than the run folder: writing the reports does not change its time
             try:
-                info["started"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime((hosts if hosts.is_dir() else run_dir).stat().st_mtime))
+                info["started"] = time.strftime(
+                    "%Y-%m-%dT%H:%M:%SZ", time.gmtime((hosts if hosts.is_dir() else run_dir).stat().st_mtime)
+                )
             except OSError:
                 pass
     return info

@@ -50,23 +50,52 @@ def _slurm_rows(doc: dict) -> list[dict]:
             continue
         for d in record.get("decisions") or []:
             if isinstance(d, dict) and d.get("do") in ("drain", "resume") and d.get("done"):
-                rows.append({"at": d["done"], "host": d.get("host"), "slurm_node": d.get("slurm_node"), "kind": d["do"],
-                             "step": record.get("action"), "done": 1,
-                             "detail": {"reason": d.get("reason"), "why": d.get("why"), "new": d.get("new")}})
+                rows.append(
+                    {
+                        "at": d["done"],
+                        "host": d.get("host"),
+                        "slurm_node": d.get("slurm_node"),
+                        "kind": d["do"],
+                        "step": record.get("action"),
+                        "done": 1,
+                        "detail": {"reason": d.get("reason"), "why": d.get("why"), "new": d.get("new")},
+                    }
+                )
     return rows
 
 
 def _sweep_rows(doc: dict) -> list[dict]:
-    return [{"at": j.get("end") or j.get("start") or doc.get("submitted"), "host": j.get("node"), "slurm_node": j.get("node"),
-             "kind": "sweep_job", "step": j.get("state"), "done": int(bool(j.get("judged"))),
-             "detail": {k: j.get(k) for k in ("job_id", "state", "start", "end", "elapsed_s", "gpus", "gpu_hours", "note")}}
-            for j in doc.get("jobs") or [] if isinstance(j, dict)]
+    return [
+        {
+            "at": j.get("end") or j.get("start") or doc.get("submitted"),
+            "host": j.get("node"),
+            "slurm_node": j.get("node"),
+            "kind": "sweep_job",
+            "step": j.get("state"),
+            "done": int(bool(j.get("judged"))),
+            "detail": {
+                k: j.get(k) for k in ("job_id", "state", "start", "end", "elapsed_s", "gpus", "gpu_hours", "note")
+            },
+        }
+        for j in doc.get("jobs") or []
+        if isinstance(j, dict)
+    ]
 
 
 def _ladder_rows(doc: dict) -> list[dict]:
-    return [{"at": s.get("at"), "host": s.get("host"), "slurm_node": s.get("slurm_node"), "kind": "ladder", "step": s.get("step"),
-             "done": int(bool(s.get("done"))), "detail": s}
-            for s in doc.get("steps") or [] if isinstance(s, dict)]
+    return [
+        {
+            "at": s.get("at"),
+            "host": s.get("host"),
+            "slurm_node": s.get("slurm_node"),
+            "kind": "ladder",
+            "step": s.get("step"),
+            "done": int(bool(s.get("done"))),
+            "detail": s,
+        }
+        for s in doc.get("steps") or []
+        if isinstance(s, dict)
+    ]
 
 
 _READERS = {"slurm.json": _slurm_rows, "sweep.json": _sweep_rows, "ladder.json": _ladder_rows}
@@ -79,8 +108,21 @@ def run_rows(run_dir: Path, run_id: str) -> dict[str, list[tuple]]:
     for source in SOURCES:
         doc = read_json(Path(run_dir) / source)
         rows = _READERS[source](doc) if isinstance(doc, dict) else []
-        out[source] = [(run_id, source, i, r["at"], r["host"], r["slurm_node"], r["kind"], r["step"], r["done"],
-                        json.dumps(r["detail"], sort_keys=True, default=str)) for i, r in enumerate(rows)]
+        out[source] = [
+            (
+                run_id,
+                source,
+                i,
+                r["at"],
+                r["host"],
+                r["slurm_node"],
+                r["kind"],
+                r["step"],
+                r["done"],
+                json.dumps(r["detail"], sort_keys=True, default=str),
+            )
+            for i, r in enumerate(rows)
+        ]
     return out
 
 
@@ -108,18 +150,31 @@ def node_costs(host: str, events: list[dict], runs: list[dict], now_s: float | N
             out_since["resumed_at"] = back_at = e["at"]
             out_since["return_s"] = _between(out_since["drained_at"], e["at"])
             out_since = None
-        drained = (e["kind"] == "drain" and e["step"] in FAULT_DRAINS) or (e["kind"] == "ladder" and e["step"] == "rma" and e["done"])
+        drained = (e["kind"] == "drain" and e["step"] in FAULT_DRAINS) or (
+            e["kind"] == "ladder" and e["step"] == "rma" and e["done"]
+        )
         if drained and out_since is None:
             sign = first_sign(runs, e["run_id"], back_at)
-            out_since = {"run_id": e["run_id"], "first_sign": sign and sign["started"], "first_sign_run": sign and sign["run_id"],
-                         "drained_at": e["at"], "fault_to_drain_s": _between(sign and sign["started"], e["at"]),
-                         "resumed_at": None, "return_s": None}
+            out_since = {
+                "run_id": e["run_id"],
+                "first_sign": sign and sign["started"],
+                "first_sign_run": sign and sign["run_id"],
+                "drained_at": e["at"],
+                "fault_to_drain_s": _between(sign and sign["started"], e["at"]),
+                "resumed_at": None,
+                "return_s": None,
+            }
             faults.append(out_since)
-    return {"node": host, "sweeps": len(sweeps), "sweeps_judged": sum(e["done"] for e in sweeps),
-            "sweep_gpu_hours": round(sum(h for h, _ in hours), 4),
-            "sweep_gpu_hours_7d": round(sum(h for h, at in hours if at >= now_s - WEEK_S), 4),
-            "faults": faults, "out_of_service": out_since is not None,
-            "out_for_s": max(0.0, now_s - (epoch(out_since["drained_at"]) or now_s)) if out_since else None}
+    return {
+        "node": host,
+        "sweeps": len(sweeps),
+        "sweeps_judged": sum(e["done"] for e in sweeps),
+        "sweep_gpu_hours": round(sum(h for h, _ in hours), 4),
+        "sweep_gpu_hours_7d": round(sum(h for h, at in hours if at >= now_s - WEEK_S), 4),
+        "faults": faults,
+        "out_of_service": out_since is not None,
+        "out_for_s": max(0.0, now_s - (epoch(out_since["drained_at"]) or now_s)) if out_since else None,
+    }
 
 
 def first_sign(runs: list[dict], run_id: str, back_at: str | None = None) -> dict | None:
@@ -143,11 +198,16 @@ def fleet_costs(per_node: list[dict]) -> dict:
     """The fleet's: sweeps and their GPU-hours summed, the medians of the times, the nodes out of service now."""
     to_drain = [f["fault_to_drain_s"] for n in per_node for f in n["faults"] if f["fault_to_drain_s"] is not None]
     back = [f["return_s"] for n in per_node for f in n["faults"] if f["return_s"] is not None]
-    return {"nodes": len(per_node), "sweeps": sum(n["sweeps"] for n in per_node),
-            "sweep_gpu_hours": round(sum(n["sweep_gpu_hours"] for n in per_node), 4),
-            "sweep_gpu_hours_7d": round(sum(n["sweep_gpu_hours_7d"] for n in per_node), 4),
-            "faults": sum(len(n["faults"]) for n in per_node), "fault_to_drain_s_median": _median(to_drain),
-            "return_s_median": _median(back), "out_of_service": sorted(n["node"] for n in per_node if n["out_of_service"])}
+    return {
+        "nodes": len(per_node),
+        "sweeps": sum(n["sweeps"] for n in per_node),
+        "sweep_gpu_hours": round(sum(n["sweep_gpu_hours"] for n in per_node), 4),
+        "sweep_gpu_hours_7d": round(sum(n["sweep_gpu_hours_7d"] for n in per_node), 4),
+        "faults": sum(len(n["faults"]) for n in per_node),
+        "fault_to_drain_s_median": _median(to_drain),
+        "return_s_median": _median(back),
+        "out_of_service": sorted(n["node"] for n in per_node if n["out_of_service"]),
+    }
 
 
 def costs(store, hosts: list[str] | None = None) -> dict:

@@ -48,8 +48,10 @@ def parse_max_drain(value) -> tuple[int, bool]:
     text = str(value).strip()
     parts = _MAX_DRAIN.fullmatch(text) if not isinstance(value, bool) else None
     if not parts or (parts.group(2) and not 0 < int(parts.group(1)) <= 100):
-        raise InputError(f"gpufleet_slurm_max_drain is {value!r}; expected a count of nodes (e.g. 2) or a percent of a "
-                         "partition from 1% to 100% (e.g. 50%)")
+        raise InputError(
+            f"gpufleet_slurm_max_drain is {value!r}; expected a count of nodes (e.g. 2) or a percent of a "
+            "partition from 1% to 100% (e.g. 50%)"
+        )
     return int(parts.group(1)), bool(parts.group(2))
 
 
@@ -79,7 +81,9 @@ def over_limit(taken_out: list[str], nodes: dict, max_drain: tuple[int, bool]) -
         size = sum(1 for n in nodes.values() if part in n["partitions"])
         count = sum(1 for n in taken_out if part in (nodes.get(n) or {}).get("partitions", []))
         if count > _allowed(max_drain, size):
-            over.append(f"partition {part}: {count} of its {size} nodes, more than {label} ({_allowed(max_drain, size)} node(s))")
+            over.append(
+                f"partition {part}: {count} of its {size} nodes, more than {label} ({_allowed(max_drain, size)} node(s))"
+            )
     return over
 
 
@@ -90,23 +94,36 @@ def plan(report: dict, nodes: dict, action: str, max_drain: tuple[int, bool], na
         name = export.slurm_name(host, names)
         now = nodes.get(name)
         accepted = node["verdict"] != schema.FAIL
-        d = {"host": host, "slurm_node": name, "verdict": node["verdict"], "state": now and now["state"],
-             "reason_before": now and now["reason"], "do": "nothing"}
+        d = {
+            "host": host,
+            "slurm_node": name,
+            "verdict": node["verdict"],
+            "state": now and now["state"],
+            "reason_before": now and now["reason"],
+            "do": "nothing",
+        }
         decisions.append(d)
         if now is None:
             d["why"] = "not a node of this Slurm cluster (scontrol show node does not list it)"
             continue
         own, out = slurm.is_own(now["reason"]), slurm.out_of_service(now)
         if out and not own:
-            d["why"] = f"left alone: {now['state']} for a reason gpufleet did not write ({now['reason'] or 'none given'})"
+            d["why"] = (
+                f"left alone: {now['state']} for a reason gpufleet did not write ({now['reason'] or 'none given'})"
+            )
         elif out and slurm.is_held(now["reason"]):
-            d["why"] = (f"left alone: held for repair or re-acceptance ({now['reason']}); `gpufleet ladder --clear` or the "
-                        "replacement flow (`gpufleet fleet accept NODE --slurm`, which resumes it once accepted) clears it")
+            d["why"] = (
+                f"left alone: held for repair or re-acceptance ({now['reason']}); `gpufleet ladder --clear` or the "
+                "replacement flow (`gpufleet fleet accept NODE --slurm`, which resumes it once accepted) clears it"
+            )
         elif not accepted and export.held_elsewhere(node):
             d["why"] = "not measured: another gpufleet run held it (its node lock), which is not the node's fault"
         elif not accepted:
-            d.update(do="drain", reason=drain_reason(report["run_id"], node),
-                     why="not accepted" + (" (already drained by gpufleet: reason renewed)" if out else ""))
+            d.update(
+                do="drain",
+                reason=drain_reason(report["run_id"], node),
+                why="not accepted" + (" (already drained by gpufleet: reason renewed)" if out else ""),
+            )
             d["new"] = not out  # a node already out of service takes nothing more from the partition
         elif own and out and action == "drain_resume":
             d.update(do="resume", why="accepted; gpufleet had drained it")
@@ -119,9 +136,13 @@ def plan(report: dict, nodes: dict, action: str, max_drain: tuple[int, bool], na
     over = over_limit([d["slurm_node"] for d in new], nodes, max_drain)
     if over:
         would = [d["slurm_node"] for d in new]
-        breaker.update(tripped=True, would_drain=would,
-                       why=f"gpufleet_slurm_max_drain {breaker['max_drain']}: this run would drain " + "; ".join(over)
-                       + ". Nothing was drained; look at why so many failed, then drain by hand or raise the limit")
+        breaker.update(
+            tripped=True,
+            would_drain=would,
+            why=f"gpufleet_slurm_max_drain {breaker['max_drain']}: this run would drain "
+            + "; ".join(over)
+            + ". Nothing was drained; look at why so many failed, then drain by hand or raise the limit",
+        )
         for d in decisions:
             if d["do"] == "drain":
                 d.update(do="nothing", would="drain", why=f"breaker tripped: would drain ({d['why']})")
@@ -157,7 +178,9 @@ def act(run_dir: Path, action: str, max_drain, *, names: dict | None = None, che
                 d["state_after"] = (after.get(d["slurm_node"]) or {}).get("state")
                 d["reason_after"] = (after.get(d["slurm_node"]) or {}).get("reason")
     record["finished"] = schema.utc_now()
-    record["ok"] = not (record.get("breaker") or {}).get("tripped") and not any("error" in d for d in record["decisions"])
+    record["ok"] = not (record.get("breaker") or {}).get("tripped") and not any(
+        "error" in d for d in record["decisions"]
+    )
     _keep(run_dir, record)
     return record
 
@@ -171,17 +194,32 @@ def take_over(run_dir: Path, run_id: str, hosts: list[str], *, names: dict | Non
     pairs = [(host, export.slurm_name(host, names)) for host in hosts]
     unknown = [n for _, n in pairs if n not in now]
     if unknown:
-        raise InputError(f"{', '.join(unknown)}: not a node of this Slurm cluster (scontrol show node does not list it); "
-                         "set gpufleet_slurm_node_name in the inventory when the Slurm name differs")
-    record = {"run_id": run_id, "action": "take_over", "check_mode": check, "started": schema.utc_now(), "breaker": None,
-              "decisions": []}
+        raise InputError(
+            f"{', '.join(unknown)}: not a node of this Slurm cluster (scontrol show node does not list it); "
+            "set gpufleet_slurm_node_name in the inventory when the Slurm name differs"
+        )
+    record = {
+        "run_id": run_id,
+        "action": "take_over",
+        "check_mode": check,
+        "started": schema.utc_now(),
+        "breaker": None,
+        "decisions": [],
+    }
     for host, name in pairs:
         before = now[name]
-        d = {"host": host, "slurm_node": name, "verdict": "under test", "state": before["state"],
-             "reason_before": before["reason"], "do": "drain",
-             "reason": slurm.reason(f"{run_id} accepting, was {before['state']}"
-                                    + (f": {before['reason']}" if before["reason"] else "")),
-             "why": "named for acceptance: out of service while it is tested, resumed only when accepted"}
+        d = {
+            "host": host,
+            "slurm_node": name,
+            "verdict": "under test",
+            "state": before["state"],
+            "reason_before": before["reason"],
+            "do": "drain",
+            "reason": slurm.reason(
+                f"{run_id} accepting, was {before['state']}" + (f": {before['reason']}" if before["reason"] else "")
+            ),
+            "why": "named for acceptance: out of service while it is tested, resumed only when accepted",
+        }
         record["decisions"].append(d)
         if not check:
             slurm.drain(name, d["reason"])
@@ -220,12 +258,16 @@ def summary_lines(record: dict) -> list[str]:
     if breaker.get("tripped"):
         lines += [f"Breaker tripped: {breaker['why']}. Would have drained: {', '.join(breaker['would_drain'])}.", ""]
     for d in record["decisions"]:
-        did = {"drain": "drained" if not record["check_mode"] else "would drain",
-               "resume": "resumed" if not record["check_mode"] else "would resume"}.get(d["do"], "nothing done")
+        did = {
+            "drain": "drained" if not record["check_mode"] else "would drain",
+            "resume": "resumed" if not record["check_mode"] else "would resume",
+        }.get(d["do"], "nothing done")
         if "error" in d:
             did = f"FAILED to {d['do']}: {d['error']}"
-        reason = f" reason \"{d['reason']}\"" if d["do"] == "drain" else ""
+        reason = f' reason "{d["reason"]}"' if d["do"] == "drain" else ""
         after = f", now {d['state_after']}" if d.get("state_after") else ""
-        lines.append(f"- {d['slurm_node']} ({d['host']}, {d['verdict']}, was {d['state'] or 'unknown'}): {did}{reason}; "
-                     f"{d['why']}{after}")
+        lines.append(
+            f"- {d['slurm_node']} ({d['host']}, {d['verdict']}, was {d['state'] or 'unknown'}): {did}{reason}; "
+            f"{d['why']}{after}"
+        )
     return lines

@@ -67,19 +67,26 @@ class Store(RunFolders, Baseline, Queries):
     """One connection to the store; use as a context manager (`with Store(path) as store:`). `check`: SQLite's
     check of every page on opening (a run's report, `store rebuild`), so that damage is found before it is used."""
 
-    def __init__(self, path: Path | str, *, create: bool = True, busy_timeout_s: float = BUSY_TIMEOUT_S,
-                 check: bool = False):
+    def __init__(
+        self, path: Path | str, *, create: bool = True, busy_timeout_s: float = BUSY_TIMEOUT_S, check: bool = False
+    ):
         self.path = Path(path)
         if not self.path.exists():
             if not create:
-                raise InputError(f"store {self.path} does not exist; expected the file `gpufleet store rebuild` or a run makes "
-                                 "(--db PATH, or --reports-dir DIR holding gpufleet.db)")
+                raise InputError(
+                    f"store {self.path} does not exist; expected the file `gpufleet store rebuild` or a run makes "
+                    "(--db PATH, or --reports-dir DIR holding gpufleet.db)"
+                )
             if not self.path.parent.is_dir():
-                raise InputError(f"store {self.path}: the folder {self.path.parent} does not exist; expected an existing folder")
+                raise InputError(
+                    f"store {self.path}: the folder {self.path.parent} does not exist; expected an existing folder"
+                )
             try:  # create it owner and group only, like the run folders' files; -wal and -shm inherit the mode
                 os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o640))
             except OSError as exc:
-                raise InputError(f"cannot create the store {self.path}: {exc.strerror}; expected a writable folder") from None
+                raise InputError(
+                    f"cannot create the store {self.path}: {exc.strerror}; expected a writable folder"
+                ) from None
         elif self.path.is_dir():
             raise InputError(f"store {self.path} is a folder; expected an SQLite file (gpufleet.db)")
         self.busy_timeout_s = busy_timeout_s
@@ -140,8 +147,10 @@ class Store(RunFolders, Baseline, Queries):
         except sqlite3.OperationalError as exc:
             if "locked" not in str(exc) and "busy" not in str(exc):
                 raise store_tables.problem(self.path, exc) from None
-            raise InputError(f"store {self.path} stayed locked for {self.busy_timeout_s:g} s ({exc}); another process is "
-                             "writing to it: try again when it is done") from None
+            raise InputError(
+                f"store {self.path} stayed locked for {self.busy_timeout_s:g} s ({exc}); another process is "
+                "writing to it: try again when it is done"
+            ) from None
         try:
             yield self.conn
         except BaseException:
@@ -173,7 +182,8 @@ class Store(RunFolders, Baseline, Queries):
             "run_dir": str(run_dir) if run_dir is not None else None,
             "started": info.get("started"),
             "playbook": info.get("playbook"),
-            "tier": info.get("tier") or next((a.get("tier") for a in reversed(attempts or []) if isinstance(a, dict) and a.get("tier")), None),
+            "tier": info.get("tier")
+            or next((a.get("tier") for a in reversed(attempts or []) if isinstance(a, dict) and a.get("tier")), None),
             "attempts": len(attempts) if isinstance(attempts, list) else None,
             "hosts": _json(info.get("hosts")) if isinstance(info.get("hosts"), list) else None,
             "baseline_ref": info.get("baseline"),
@@ -182,22 +192,40 @@ class Store(RunFolders, Baseline, Queries):
         with self.write() as c:
             c.execute("INSERT OR IGNORE INTO runs (run_id) VALUES (?)", (run_id,))
             sets = ", ".join(f"{k} = COALESCE(?, {k})" for k in row if k != "run_id")
-            c.execute(f"UPDATE runs SET {sets} WHERE run_id = ?", [*(v for k, v in row.items() if k != "run_id"), run_id])
+            c.execute(
+                f"UPDATE runs SET {sets} WHERE run_id = ?", [*(v for k, v in row.items() if k != "run_id"), run_id]
+            )
             if "problem" in info and info["problem"] is None:
                 c.execute("UPDATE runs SET problem = NULL WHERE run_id = ?", (run_id,))
 
-    def record_verdicts(self, run_id: str, verdict: str, node_verdicts: dict[str, str], finished: str | None = None) -> None:
+    def record_verdicts(
+        self, run_id: str, verdict: str, node_verdicts: dict[str, str], finished: str | None = None
+    ) -> None:
         """The report's verdicts: the run's, and each node's (its documents row), fleet results included."""
         with self.write() as c:
             c.execute("INSERT OR IGNORE INTO runs (run_id) VALUES (?)", (run_id,))
-            c.execute("UPDATE runs SET verdict = ?, finished = COALESCE(?, finished) WHERE run_id = ?", (verdict, finished, run_id))
+            c.execute(
+                "UPDATE runs SET verdict = ?, finished = COALESCE(?, finished) WHERE run_id = ?",
+                (verdict, finished, run_id),
+            )
             for host, v in node_verdicts.items():
                 c.execute("UPDATE documents SET verdict = ? WHERE run_id = ? AND host = ?", (v, run_id, host))
 
     # ------------------------------------------------------------ host documents
 
-    def index_document(self, run_id: str, host: str, doc: dict | None, *, path: str | None, raw: bytes | None = None,
-                       problem: str | None = None, role: str = "node", node_metrics: dict | None = None, fresh: bool = False) -> None:
+    def index_document(
+        self,
+        run_id: str,
+        host: str,
+        doc: dict | None,
+        *,
+        path: str | None,
+        raw: bytes | None = None,
+        problem: str | None = None,
+        role: str = "node",
+        node_metrics: dict | None = None,
+        fresh: bool = False,
+    ) -> None:
         """Replace every row of (run_id, host) with what `doc` holds; `doc` None records why (problem) instead.
         `node_metrics`: metrics.extract() of the document's readable results, when the caller has it already. `fresh`:
         the caller knows the run has a row in runs and none of the host's rows yet (nothing to delete)."""
@@ -208,28 +236,63 @@ class Store(RunFolders, Baseline, Queries):
                     c.execute(f"DELETE FROM {table} WHERE run_id = ? AND host = ?", (run_id, host))
             sha = _sha256(raw) if raw is not None else None
             if doc is None:
-                c.execute(f"INSERT INTO documents ({_DOCUMENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, 0, ?, NULL, ?, NULL)",
-                          (run_id, host, role, path, sha, problem or "unreadable", schema.ERROR))
+                c.execute(
+                    f"INSERT INTO documents ({_DOCUMENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, 0, ?, NULL, ?, NULL)",
+                    (run_id, host, role, path, sha, problem or "unreadable", schema.ERROR),
+                )
                 return
             results = [r for r in doc.get("results") or [] if schema.result_problem(r) is None]
             versions = doc.get("versions") if isinstance(doc.get("versions"), dict) else None
-            c.execute(f"INSERT INTO documents ({_DOCUMENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, 1, NULL, ?, ?, ?)",
-                      (run_id, host, role, path, sha, doc.get("started"), schema.verdict(results), _json(versions)))
+            c.execute(
+                f"INSERT INTO documents ({_DOCUMENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, 1, NULL, ?, ?, ?)",
+                (run_id, host, role, path, sha, doc.get("started"), schema.verdict(results), _json(versions)),
+            )
             self._insert_node_rows(c, run_id, host, results, node_metrics)
 
-    def _insert_node_rows(self, c: sqlite3.Connection, run_id: str, host: str, results: list[dict], node_metrics: dict | None = None) -> None:
+    def _insert_node_rows(
+        self, c: sqlite3.Connection, run_id: str, host: str, results: list[dict], node_metrics: dict | None = None
+    ) -> None:
         node_metrics = node_metrics if node_metrics is not None else metrics.extract(results)
         gpus = node_metrics["gpus"]
         by_index = {g["index"]: g for g in gpus}
-        c.executemany("INSERT INTO gpus (run_id, host, gpu_index, uuid, serial, pci_bus_id, name, visible) "
-                      "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                      [(run_id, host, g["index"], g.get("uuid"), g.get("serial"), g.get("pci_bus_id"), g.get("name"),
-                        None if g.get("visible") is None else int(g["visible"])) for g in gpus])
+        c.executemany(
+            "INSERT INTO gpus (run_id, host, gpu_index, uuid, serial, pci_bus_id, name, visible) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (
+                    run_id,
+                    host,
+                    g["index"],
+                    g.get("uuid"),
+                    g.get("serial"),
+                    g.get("pci_bus_id"),
+                    g.get("name"),
+                    None if g.get("visible") is None else int(g["visible"]),
+                )
+                for g in gpus
+            ],
+        )
         self._insert_results(c, run_id, host, results, by_index, start=0)
-        c.executemany("INSERT INTO metrics (run_id, host, gpu_index, uuid, serial, metric, value, unit, cpu, context, source) "
-                      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                      [(run_id, host, m["index"], m["uuid"], m["serial"], m["key"], m["value"], m["unit"], int(m["cpu"]),
-                        m["context"], m["source"]) for m in node_metrics["metrics"]])
+        c.executemany(
+            "INSERT INTO metrics (run_id, host, gpu_index, uuid, serial, metric, value, unit, cpu, context, source) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (
+                    run_id,
+                    host,
+                    m["index"],
+                    m["uuid"],
+                    m["serial"],
+                    m["key"],
+                    m["value"],
+                    m["unit"],
+                    int(m["cpu"]),
+                    m["context"],
+                    m["source"],
+                )
+                for m in node_metrics["metrics"]
+            ],
+        )
         # A later run compares its counters with each GPU's and fabric device's last snapshot of an earlier run, the
         # one after the benchmarks (previous_after); the one before them stays in the host document. Half the rows
         # of a fleet's run, which nothing read.
@@ -239,8 +302,20 @@ class Store(RunFolders, Baseline, Queries):
             if not isinstance(g, dict):
                 continue
             for name, value in (g.get("counters") or {}).items():
-                rows.append((run_id, host, g.get("index"), g.get("uuid"), g.get("serial"), phase, snap.get("read_at"),
-                             snap.get("boot_id"), name, value if isinstance(value, int) and not isinstance(value, bool) else None))
+                rows.append(
+                    (
+                        run_id,
+                        host,
+                        g.get("index"),
+                        g.get("uuid"),
+                        g.get("serial"),
+                        phase,
+                        snap.get("read_at"),
+                        snap.get("boot_id"),
+                        name,
+                        value if isinstance(value, int) and not isinstance(value, bool) else None,
+                    )
+                )
         judged = {row[0] for row in FABRIC_COUNTERS}
         snap = node_metrics["snapshots"]["fabric"].get(phase)
         for d in (snap or {}).get("devices") or []:
@@ -248,20 +323,65 @@ class Store(RunFolders, Baseline, Queries):
                 continue
             for name, value in (d.get("counters") or {}).items():
                 if name in judged:
-                    rows.append((run_id, host, None, d.get("id"), None, phase, snap.get("read_at"), snap.get("boot_id"),
-                                 name, value if isinstance(value, int) and not isinstance(value, bool) else None))
-        c.executemany("INSERT INTO counters (run_id, host, gpu_index, uuid, serial, phase, read_at, boot_id, counter, value) "
-                      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
-        c.executemany("INSERT INTO sdc_hashes (run_id, host, gpu_index, uuid, serial, comparable, computation, sha256) "
-                      "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                      [(run_id, host, h["index"], h["uuid"], h["serial"] or by_index.get(h["index"], {}).get("serial"),
-                        h["comparable"], h["computation"], h["sha256"]) for h in sdc.hash_rows(results)])
+                    rows.append(
+                        (
+                            run_id,
+                            host,
+                            None,
+                            d.get("id"),
+                            None,
+                            phase,
+                            snap.get("read_at"),
+                            snap.get("boot_id"),
+                            name,
+                            value if isinstance(value, int) and not isinstance(value, bool) else None,
+                        )
+                    )
+        c.executemany(
+            "INSERT INTO counters (run_id, host, gpu_index, uuid, serial, phase, read_at, boot_id, counter, value) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            rows,
+        )
+        c.executemany(
+            "INSERT INTO sdc_hashes (run_id, host, gpu_index, uuid, serial, comparable, computation, sha256) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (
+                    run_id,
+                    host,
+                    h["index"],
+                    h["uuid"],
+                    h["serial"] or by_index.get(h["index"], {}).get("serial"),
+                    h["comparable"],
+                    h["computation"],
+                    h["sha256"],
+                )
+                for h in sdc.hash_rows(results)
+            ],
+        )
 
-    def _insert_results(self, c: sqlite3.Connection, run_id: str, host: str, results: list[dict], by_index: dict, start: int) -> None:
-        c.executemany("INSERT INTO results (run_id, host, seq, group_name, check_name, status, value, unit, reason, "
-                      "failure_class) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                      [(run_id, host, start + i, r.get("group"), r["check"], r["status"], _json(r.get("value")), r.get("unit"),
-                        r.get("reason"), failure_class.of(r)) for i, r in enumerate(results)])
+    def _insert_results(
+        self, c: sqlite3.Connection, run_id: str, host: str, results: list[dict], by_index: dict, start: int
+    ) -> None:
+        c.executemany(
+            "INSERT INTO results (run_id, host, seq, group_name, check_name, status, value, unit, reason, "
+            "failure_class) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (
+                    run_id,
+                    host,
+                    start + i,
+                    r.get("group"),
+                    r["check"],
+                    r["status"],
+                    _json(r.get("value")),
+                    r.get("unit"),
+                    r.get("reason"),
+                    failure_class.of(r),
+                )
+                for i, r in enumerate(results)
+            ],
+        )
         flags = []
         for r in results:
             if r["status"] not in (schema.WARN, schema.FAIL, schema.ERROR):
@@ -272,19 +392,43 @@ class Store(RunFolders, Baseline, Queries):
                     continue
                 known = by_index.get(f.get("index"), {})
                 uuid, serial = f.get("uuid") or known.get("uuid"), f.get("serial") or known.get("serial")
-                flags.append((run_id, host, f.get("index"), uuid, serial, f"{r.get('group')}.{r['check']}" if r.get("group") else r["check"],
-                              r["status"], r.get("reason"), failure_class.of(r)))
-        c.executemany("INSERT INTO gpu_flags (run_id, host, gpu_index, uuid, serial, check_id, status, reason, failure_class) "
-                      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", flags)
+                flags.append(
+                    (
+                        run_id,
+                        host,
+                        f.get("index"),
+                        uuid,
+                        serial,
+                        f"{r.get('group')}.{r['check']}" if r.get("group") else r["check"],
+                        r["status"],
+                        r.get("reason"),
+                        failure_class.of(r),
+                    )
+                )
+        c.executemany(
+            "INSERT INTO gpu_flags (run_id, host, gpu_index, uuid, serial, check_id, status, reason, failure_class) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            flags,
+        )
 
     def record_fleet(self, run_id: str, fleet_results: dict[str, list[dict]]) -> None:
         """The fleet layer's results of each node (group fleet), in place of any earlier ones of the run."""
         with self.write() as c:
             for host, results in fleet_results.items():
                 c.execute("DELETE FROM results WHERE run_id = ? AND host = ? AND group_name = ?", (run_id, host, GROUP))
-                c.execute("DELETE FROM gpu_flags WHERE run_id = ? AND host = ? AND check_id LIKE ?", (run_id, host, f"{GROUP}.%"))
-                start = c.execute("SELECT COALESCE(MAX(seq) + 1, 0) FROM results WHERE run_id = ? AND host = ?", (run_id, host)).fetchone()[0]
-                by_index = {r["gpu_index"]: {"uuid": r["uuid"], "serial": r["serial"]}
-                            for r in c.execute("SELECT gpu_index, uuid, serial FROM gpus WHERE run_id = ? AND host = ?", (run_id, host))}
-                self._insert_results(c, run_id, host, [r for r in results if schema.result_problem(r) is None], by_index, start)
-
+                c.execute(
+                    "DELETE FROM gpu_flags WHERE run_id = ? AND host = ? AND check_id LIKE ?",
+                    (run_id, host, f"{GROUP}.%"),
+                )
+                start = c.execute(
+                    "SELECT COALESCE(MAX(seq) + 1, 0) FROM results WHERE run_id = ? AND host = ?", (run_id, host)
+                ).fetchone()[0]
+                by_index = {
+                    r["gpu_index"]: {"uuid": r["uuid"], "serial": r["serial"]}
+                    for r in c.execute(
+                        "SELECT gpu_index, uuid, serial FROM gpus WHERE run_id = ? AND host = ?", (run_id, host)
+                    )
+                }
+                self._insert_results(
+                    c, run_id, host, [r for r in results if schema.result_problem(r) is None], by_index, start
+                )

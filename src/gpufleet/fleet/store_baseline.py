@@ -14,9 +14,11 @@ class Baseline:
     def set_baseline(self, run_id: str) -> dict:
         if not self.run(run_id):
             known = [r["run_id"] for r in self.runs()][-8:]
-            raise InputError(f"run {run_id!r} is not in the store {self.path}; expected one of its runs"
-                             + (f" (latest: {', '.join(known)})" if known else " (the store holds no run yet)")
-                             + "; if its folder exists, run `gpufleet store rebuild` first")
+            raise InputError(
+                f"run {run_id!r} is not in the store {self.path}; expected one of its runs"
+                + (f" (latest: {', '.join(known)})" if known else " (the store holds no run yet)")
+                + "; if its folder exists, run `gpufleet store rebuild` first"
+            )
         now = schema.utc_now()
         with self.write() as c:
             c.execute("UPDATE baseline SET cleared_at = ? WHERE cleared_at IS NULL", (now,))
@@ -32,11 +34,12 @@ class Baseline:
         return was
 
     def baseline(self) -> dict | None:
-        row = self.conn.execute("SELECT run_id, set_at FROM baseline WHERE cleared_at IS NULL ORDER BY set_at DESC LIMIT 1").fetchone()
+        row = self.conn.execute(
+            "SELECT run_id, set_at FROM baseline WHERE cleared_at IS NULL ORDER BY set_at DESC LIMIT 1"
+        ).fetchone()
         if not row:
             return None
         out = dict(row)
         run = self.run(out["run_id"]) or {}
         out.update(verdict=run.get("verdict"), started=run.get("started"), run_dir=run.get("run_dir"))
         return out
-

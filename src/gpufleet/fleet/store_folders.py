@@ -19,7 +19,9 @@ from gpufleet.fleet.store_tables import HOST_TABLES
 class RunFolders:
     """Indexing whole run folders, and the store rebuilt from them."""
 
-    def index_run(self, run_dir: Path | str, *, expected_hosts: list[str] | None = None, read: dict | None = None) -> dict:
+    def index_run(
+        self, run_dir: Path | str, *, expected_hosts: list[str] | None = None, read: dict | None = None
+    ) -> dict:
         """Index one run folder: its run.json, every hosts/*.json and peers/*.json; a host named by run.json or
         expected but without a document is recorded as missing. One transaction. Returns what was indexed.
         `read`: files the caller has read and parsed already, so they are not read again: {"hosts/<host>.json":
@@ -35,8 +37,10 @@ class RunFolders:
         self.upsert_run(run_id, run_dir.resolve(), info)
         # A run the store holds no host row of (the report after records that wrote only the folder, a rebuild):
         # each document's rows go in without first deleting, for each of its tables, rows that are not there.
-        fresh = not any(self.conn.execute(f"SELECT 1 FROM {table} WHERE run_id = ? LIMIT 1", (run_id,)).fetchone()
-                        for table in HOST_TABLES)
+        fresh = not any(
+            self.conn.execute(f"SELECT 1 FROM {table} WHERE run_id = ? LIMIT 1", (run_id,)).fetchone()
+            for table in HOST_TABLES
+        )
         done: dict = {"run_id": run_id, "documents": 0, "unreadable": [], "missing": []}
         seen = set()
         for role, folder in (("node", "hosts"), ("peer", "peers")):
@@ -64,8 +68,17 @@ class RunFolders:
                 if doc is None:
                     why = f"{rel} is unreadable: {why}"
                     done["unreadable"].append({"host": host, "reason": why})
-                self.index_document(run_id, host, doc, path=rel, raw=raw, problem=why, role=role,
-                                    node_metrics=(known or {}).get("metrics"), fresh=fresh)
+                self.index_document(
+                    run_id,
+                    host,
+                    doc,
+                    path=rel,
+                    raw=raw,
+                    problem=why,
+                    role=role,
+                    node_metrics=(known or {}).get("metrics"),
+                    fresh=fresh,
+                )
                 done["documents"] += doc is not None
         hosts = [h for h in (info.get("hosts") or []) if isinstance(h, str)] + expected
         for host in dict.fromkeys(hosts):
@@ -83,9 +96,17 @@ class RunFolders:
         report.json; the baseline from baseline.json beside the store."""
         reports_dir = Path(reports_dir)
         if not reports_dir.is_dir():
-            raise InputError(f"reports directory {reports_dir} does not exist; expected the folder holding the run folders "
-                             "(gpufleet_reports_dir, default ./reports)")
-        summary: dict = {"reports_dir": str(reports_dir), "store": str(self.path), "runs": [], "unreadable": [], "missing": []}
+            raise InputError(
+                f"reports directory {reports_dir} does not exist; expected the folder holding the run folders "
+                "(gpufleet_reports_dir, default ./reports)"
+            )
+        summary: dict = {
+            "reports_dir": str(reports_dir),
+            "store": str(self.path),
+            "runs": [],
+            "unreadable": [],
+            "missing": [],
+        }
         with self.write() as c:
             kept_baseline = [dict(r) for r in c.execute("SELECT * FROM baseline")]
             for table in ("runs", "baseline", "events", *HOST_TABLES):
@@ -100,9 +121,15 @@ class RunFolders:
                 summary["missing"] += [{"run_id": done["run_id"], "host": h} for h in done["missing"]]
             saved = read_baseline_file(self.path.parent)
             if saved:
-                c.execute("INSERT INTO baseline (run_id, set_at, cleared_at) VALUES (?, ?, NULL)", (saved["run_id"], saved.get("set_at") or schema.utc_now()))
+                c.execute(
+                    "INSERT INTO baseline (run_id, set_at, cleared_at) VALUES (?, ?, NULL)",
+                    (saved["run_id"], saved.get("set_at") or schema.utc_now()),
+                )
             else:
-                c.executemany("INSERT INTO baseline (run_id, set_at, cleared_at) VALUES (?, ?, ?)", [(b["run_id"], b["set_at"], b["cleared_at"]) for b in kept_baseline])
+                c.executemany(
+                    "INSERT INTO baseline (run_id, set_at, cleared_at) VALUES (?, ?, ?)",
+                    [(b["run_id"], b["set_at"], b["cleared_at"]) for b in kept_baseline],
+                )
         summary["baseline"] = (self.baseline() or {}).get("run_id")
         return summary
 
@@ -111,14 +138,29 @@ class RunFolders:
         run_id = done["run_id"]
         rep = read_json(run_dir / "report.json")
         if isinstance(rep, dict) and isinstance(rep.get("nodes"), dict):
-            self.record_fleet(run_id, {h: [r for r in n.get("results") or [] if isinstance(r, dict) and r.get("group") == GROUP]
-                                       for h, n in rep["nodes"].items() if isinstance(n, dict)})
-            nodes = {h: n.get("verdict") for h, n in rep["nodes"].items() if isinstance(n, dict) and n.get("verdict") in schema.STATUSES}
+            self.record_fleet(
+                run_id,
+                {
+                    h: [r for r in n.get("results") or [] if isinstance(r, dict) and r.get("group") == GROUP]
+                    for h, n in rep["nodes"].items()
+                    if isinstance(n, dict)
+                },
+            )
+            nodes = {
+                h: n.get("verdict")
+                for h, n in rep["nodes"].items()
+                if isinstance(n, dict) and n.get("verdict") in schema.STATUSES
+            }
             known = {r[0] for r in self.conn.execute("SELECT host FROM documents WHERE run_id = ?", (run_id,))}
             for host in nodes:
                 if host not in known:  # in the report (an expected host that never reported), not in the folder
-                    self.index_document(run_id, host, None, path=f"hosts/{host}.json",
-                                        problem=f"hosts/{host}.json does not exist: the report lists the node, which never reported")
+                    self.index_document(
+                        run_id,
+                        host,
+                        None,
+                        path=f"hosts/{host}.json",
+                        problem=f"hosts/{host}.json does not exist: the report lists the node, which never reported",
+                    )
                     done["missing"].append(host)
             if rep.get("verdict") in schema.STATUSES:
                 self.record_verdicts(run_id, rep["verdict"], nodes, rep.get("generated"))
@@ -134,19 +176,34 @@ class RunFolders:
         with self.write() as c:
             for source, rows in service_log.run_rows(run_dir, run_id).items():
                 c.execute("DELETE FROM events WHERE run_id = ? AND source = ?", (run_id, source))
-                c.executemany(f"INSERT INTO events ({', '.join(service_log.COLUMNS)}) "
-                              f"VALUES ({', '.join('?' * len(service_log.COLUMNS))})", rows)
+                c.executemany(
+                    f"INSERT INTO events ({', '.join(service_log.COLUMNS)}) "
+                    f"VALUES ({', '.join('?' * len(service_log.COLUMNS))})",
+                    rows,
+                )
 
     def log_repair(self, what: str, note: str, *, moved_aside: Path | None, runs: int, baseline: str | None) -> dict:
-        row = {"at": schema.utc_now(), "what": what, "moved_aside": str(moved_aside) if moved_aside else None,
-               "runs": runs, "baseline": baseline, "note": note}
+        row = {
+            "at": schema.utc_now(),
+            "what": what,
+            "moved_aside": str(moved_aside) if moved_aside else None,
+            "runs": runs,
+            "baseline": baseline,
+            "note": note,
+        }
         with self.write() as c:
-            c.execute("INSERT INTO repairs (at, what, moved_aside, runs, baseline, note) "
-                      "VALUES (:at, :what, :moved_aside, :runs, :baseline, :note)", row)
+            c.execute(
+                "INSERT INTO repairs (at, what, moved_aside, runs, baseline, note) "
+                "VALUES (:at, :what, :moved_aside, :runs, :baseline, :note)",
+                row,
+            )
         return row
 
     def repairs_since(self, since: str | None) -> list[dict]:
         """The store's repairs (damaged or missing, rebuilt) at or after `since` (a run's start), oldest first."""
-        return [dict(r) for r in self.conn.execute(
-            "SELECT * FROM repairs WHERE what <> 'rebuild' AND at >= ? ORDER BY at", (since or "",))]
-
+        return [
+            dict(r)
+            for r in self.conn.execute(
+                "SELECT * FROM repairs WHERE what <> 'rebuild' AND at >= ? ORDER BY at", (since or "",)
+            )
+        ]

@@ -42,10 +42,11 @@ HOST_TABLES = ("documents", "gpus", "results", "metrics", "counters", "gpu_flags
 # The columns a migration adds, at the end of their table, in this order: (table, column, schema version).
 ADDED_COLUMNS = (("results", "failure_class", 2), ("gpu_flags", "failure_class", 2), ("documents", "versions", 3))
 # The tables a store of each schema version holds for sure (the newer ones are created when it is opened).
-TABLES_OF_VERSION = {1: ("gpufleet_meta", "runs", "documents", "gpus", "results", "metrics", "counters", "gpu_flags",
-                         "baseline"),
-                     2: ("sdc_hashes",),
-                     3: ("repairs",)}
+TABLES_OF_VERSION = {
+    1: ("gpufleet_meta", "runs", "documents", "gpus", "results", "metrics", "counters", "gpu_flags", "baseline"),
+    2: ("sdc_hashes",),
+    3: ("repairs",),
+}
 
 DDL = """
 CREATE TABLE IF NOT EXISTS gpufleet_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -112,8 +113,11 @@ class DamagedStore(InputError):
 
 
 def damaged(path: Path, cause: str) -> DamagedStore:
-    return DamagedStore(f"{path} is not a gpufleet store: {cause}; expected the SQLite file a run or `gpufleet store "
-                        "rebuild` makes (both move a damaged one aside and rebuild it from the run folders)", cause)
+    return DamagedStore(
+        f"{path} is not a gpufleet store: {cause}; expected the SQLite file a run or `gpufleet store "
+        "rebuild` makes (both move a damaged one aside and rebuild it from the run folders)",
+        cause,
+    )
 
 
 def problem(path: Path, exc: sqlite3.Error) -> InputError:
@@ -121,9 +125,12 @@ def problem(path: Path, exc: sqlite3.Error) -> InputError:
     damaged, else an InputError naming the store and why it cannot be used now (busy, unreachable, a full disk)."""
     text = str(exc)
     lower = text.lower()
-    if isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, (sqlite3.ProgrammingError, sqlite3.NotSupportedError)) \
-            and (not isinstance(exc, sqlite3.OperationalError) or any(w in lower for w in _DAMAGE_WORDS)) \
-            and not any(w in lower for w in _NOT_DAMAGE):
+    if (
+        isinstance(exc, sqlite3.DatabaseError)
+        and not isinstance(exc, (sqlite3.ProgrammingError, sqlite3.NotSupportedError))
+        and (not isinstance(exc, sqlite3.OperationalError) or any(w in lower for w in _DAMAGE_WORDS))
+        and not any(w in lower for w in _NOT_DAMAGE)
+    ):
         return damaged(path, text)
     full = full_disk(path)
     if full:
@@ -150,17 +157,23 @@ def create_or_migrate(conn: sqlite3.Connection, path: Path) -> dict:
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if tables and "gpufleet_meta" not in tables:
         held = ", ".join(sorted(tables)[:5])
-        raise DamagedStore(f"{path} is an SQLite database but not a gpufleet store (no gpufleet_meta table; it holds "
-                           f"{held}); expected the file a run or `gpufleet store rebuild` makes",
-                           f"another SQLite database, tables {held}")
+        raise DamagedStore(
+            f"{path} is an SQLite database but not a gpufleet store (no gpufleet_meta table; it holds "
+            f"{held}); expected the file a run or `gpufleet store rebuild` makes",
+            f"another SQLite database, tables {held}",
+        )
     meta = dict(conn.execute("SELECT key, value FROM gpufleet_meta").fetchall()) if tables else {}
     if meta and meta.get("application") != APPLICATION:
-        raise DamagedStore(f"{path} is not a gpufleet store (application {meta.get('application')!r} in gpufleet_meta)",
-                           f"the store of application {meta.get('application')!r}")
+        raise DamagedStore(
+            f"{path} is not a gpufleet store (application {meta.get('application')!r} in gpufleet_meta)",
+            f"the store of application {meta.get('application')!r}",
+        )
     version = meta.get("schema_version")
     if meta and (not str(version).isdigit() or int(version) > SCHEMA_VERSION):
-        raise InputError(f"store {path} has schema version {version}; this gpufleet reads version {SCHEMA_VERSION} "
-                         "(a newer gpufleet wrote it: upgrade, or rebuild the store with this one into another file)")
+        raise InputError(
+            f"store {path} has schema version {version}; this gpufleet reads version {SCHEMA_VERSION} "
+            "(a newer gpufleet wrote it: upgrade, or rebuild the store with this one into another file)"
+        )
     if meta:
         lost = [t for v, names in TABLES_OF_VERSION.items() if v <= int(version) for t in names if t not in tables]
         if lost:
@@ -169,8 +182,10 @@ def create_or_migrate(conn: sqlite3.Connection, path: Path) -> dict:
         if stmt.strip():
             conn.execute(stmt)
     if not meta:
-        conn.execute("INSERT INTO gpufleet_meta (key, value) VALUES ('application', ?), ('schema_version', ?)",
-                     (APPLICATION, str(SCHEMA_VERSION)))
+        conn.execute(
+            "INSERT INTO gpufleet_meta (key, value) VALUES ('application', ?), ('schema_version', ?)",
+            (APPLICATION, str(SCHEMA_VERSION)),
+        )
         return {"application": APPLICATION, "schema_version": str(SCHEMA_VERSION)}
     if int(version) < SCHEMA_VERSION:  # a current store is not written to on opening
         _migrate(conn)

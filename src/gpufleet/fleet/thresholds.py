@@ -1,5 +1,4 @@
-"""A node's thresholds for the fleet comparisons: the keys read, and their look-up in the node's profile.
-"""
+"""A node's thresholds for the fleet comparisons: the keys read, and their look-up in the node's profile."""
 
 from __future__ import annotations
 
@@ -21,8 +20,19 @@ FABRIC_SHARE = "fleet_fabric_reference_share_min"
 
 
 # Every threshold key the fleet comparisons read: all of them are in generic.yml, none in a model profile.
-KEYS_READ = (GPU_WARN, GPU_FAIL, NODE_WARN, NODE_FAIL, BASE_WARN, BASE_FAIL, MIN_NODES, SPREAD_RATIO, SPREAD_FLOOR,
-             MIN_WINDOW, FABRIC_SHARE) + tuple(sorted({c[4] for c in COUNTERS if c[4]} | {c[4] for c in FABRIC_COUNTERS}))
+KEYS_READ = (
+    GPU_WARN,
+    GPU_FAIL,
+    NODE_WARN,
+    NODE_FAIL,
+    BASE_WARN,
+    BASE_FAIL,
+    MIN_NODES,
+    SPREAD_RATIO,
+    SPREAD_FLOOR,
+    MIN_WINDOW,
+    FABRIC_SHARE,
+) + tuple(sorted({c[4] for c in COUNTERS if c[4]} | {c[4] for c in FABRIC_COUNTERS}))
 
 
 @functools.lru_cache(maxsize=16)
@@ -40,8 +50,11 @@ def thresholds_for(profile: Any) -> dict:
     this controller's files."""
     if not isinstance(profile, dict):
         return dict(_profile_thresholds(profile if isinstance(profile, str) else None))
-    out = {key: {k: entry[k] for k in ("value", "source", "calibrated", "by_metric") if k in entry}
-           for key, entry in (profile.get("thresholds") or {}).items() if isinstance(entry, dict) and "value" in entry}
+    out = {
+        key: {k: entry[k] for k in ("value", "source", "calibrated", "by_metric") if k in entry}
+        for key, entry in (profile.get("thresholds") or {}).items()
+        if isinstance(entry, dict) and "value" in entry
+    }
     if any(key not in out for key in KEYS_READ):
         out = {**_profile_thresholds(profiles.GENERIC), **out}
     return out
@@ -54,8 +67,11 @@ class Thresholds:
         self.table = table
         # Looked up hundreds of thousands of times in a fleet's judgement.
         self._values = {key: (entry or {}).get("value") for key, entry in table.items()}
-        self._by_metric = {key: {m: e["value"] for m, e in entry["by_metric"].items()}
-                           for key, entry in table.items() if isinstance((entry or {}).get("by_metric"), dict)}
+        self._by_metric = {
+            key: {m: e["value"] for m, e in entry["by_metric"].items()}
+            for key, entry in table.items()
+            if isinstance((entry or {}).get("by_metric"), dict)
+        }
 
     def value(self, key: str, metric: str | None = None) -> Any:
         if metric is not None and key in self._by_metric:

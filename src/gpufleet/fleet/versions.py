@@ -55,9 +55,12 @@ LABELS = dict(COMPONENTS)
 NCCL_COMPONENTS = ("nccl", "nccl_libraries", "nccl_net_plugin")
 NOT_FOUND = "not found"
 MAX_HOSTS = 6
-THRESHOLD = {"key": "versions", "value": "the majority of the run's nodes, and the baseline run's",
-             "source": "one software and firmware set across a fleet (driver, firmware, OFED pinned); NCCL and its net "
-                       "plugin must be the same on every node of an NCCL run"}
+THRESHOLD = {
+    "key": "versions",
+    "value": "the majority of the run's nodes, and the baseline run's",
+    "source": "one software and firmware set across a fleet (driver, firmware, OFED pinned); NCCL and its net "
+    "plugin must be the same on every node of an NCCL run",
+}
 
 
 def value_text(component: str, value: Any) -> tuple[str, str]:
@@ -116,14 +119,23 @@ def table(versions_by_host: dict[str, dict], baseline: dict | None = None) -> di
         by_value: dict[str, list[str]] = {}
         for host, key in keys.items():
             by_value.setdefault(key, []).append(host)
-        differs = [{"host": h, "value": shown[h], "majority": majority is not None}
-                   for h, k in keys.items() if distinct > 1 and k != majority]
+        differs = [
+            {"host": h, "value": shown[h], "majority": majority is not None}
+            for h, k in keys.items()
+            if distinct > 1 and k != majority
+        ]
         row: dict[str, Any] = {
-            "component": component, "label": label, "values": shown, "not_read": reasons,
+            "component": component,
+            "label": label,
+            "values": shown,
+            "not_read": reasons,
             "majority": shown[by_value[majority][0]] if majority is not None else None,
-            "majority_n": majority_n, "n": len(keys),
+            "majority_n": majority_n,
+            "n": len(keys),
             "by_value": {shown[hosts[0]]: hosts for hosts in by_value.values()},
-            "differs": differs, "baseline": None, "baseline_differs": [],
+            "differs": differs,
+            "baseline": None,
+            "baseline_differs": [],
         }
         base_keys, base_shown, _ = _component_values(base_by_host, component)
         base_majority, base_n = _majority(base_keys)
@@ -133,10 +145,19 @@ def table(versions_by_host: dict[str, dict], baseline: dict | None = None) -> di
             row["baseline_differs"] = [{"host": h, "value": shown[h]} for h, k in keys.items() if k != base_majority]
         rows.append(row)
     # Differences first (NCCL's, which fail, before the others), then from the baseline; then in the components' order.
-    rows.sort(key=lambda r: (not r["differs"], not (r["differs"] and r["component"] in NCCL_COMPONENTS),
-                             not r["baseline_differs"]))
-    return {"hosts": sorted(by_host), "baseline_run": (baseline or {}).get("run_id") if base_by_host else None,
-            "baseline_note": (baseline or {}).get("note"), "rows": rows}
+    rows.sort(
+        key=lambda r: (
+            not r["differs"],
+            not (r["differs"] and r["component"] in NCCL_COMPONENTS),
+            not r["baseline_differs"],
+        )
+    )
+    return {
+        "hosts": sorted(by_host),
+        "baseline_run": (baseline or {}).get("run_id") if base_by_host else None,
+        "baseline_note": (baseline or {}).get("note"),
+        "rows": rows,
+    }
 
 
 def _others(row: dict, host: str) -> str:
@@ -151,15 +172,30 @@ def differences(host: str, tab: dict) -> list[dict]:
     for row in tab["rows"]:
         for d in row["differs"]:
             if d["host"] == host:
-                out.append({"component": row["component"], "label": row["label"], "value": d["value"],
-                            "others": _others(row, host), "against": "majority",
-                            "nccl": row["component"] in NCCL_COMPONENTS})
+                out.append(
+                    {
+                        "component": row["component"],
+                        "label": row["label"],
+                        "value": d["value"],
+                        "others": _others(row, host),
+                        "against": "majority",
+                        "nccl": row["component"] in NCCL_COMPONENTS,
+                    }
+                )
         for d in row["baseline_differs"]:
             if d["host"] == host and not any(x["host"] == host for x in row["differs"]):  # said once
                 base = row["baseline"]
-                out.append({"component": row["component"], "label": row["label"], "value": d["value"],
-                            "others": f"{base['value']} on {base['n']} of {base['of']} node(s) of baseline run "
-                                      f"{tab['baseline_run']}", "against": "baseline", "nccl": False})
+                out.append(
+                    {
+                        "component": row["component"],
+                        "label": row["label"],
+                        "value": d["value"],
+                        "others": f"{base['value']} on {base['n']} of {base['of']} node(s) of baseline run "
+                        f"{tab['baseline_run']}",
+                        "against": "baseline",
+                        "nccl": False,
+                    }
+                )
     return out
 
 
@@ -174,13 +210,26 @@ def judge(host: str, tab: dict) -> dict | None:
         return None
     nccl = [d for d in differing if d["nccl"]]
     reason = listed_text([sentence(d) for d in nccl + [d for d in differing if not d["nccl"]]])
-    remedy = ("install the same NCCL and net plugin as the other nodes (or remove the odd one), then re-run; the NCCL "
-              "run across nodes leaves this node out until then" if nccl else
-              "bring the node to the fleet's versions (or the fleet to the new ones, and make that run the baseline)")
-    detail = {"differences": differing, "versions": {r["component"]: r["values"].get(host) for r in tab["rows"]
-                                                 if host in r["values"]}}
-    return fleet_result("versions", schema.FAIL if nccl else schema.WARN, reason, remedy=remedy, threshold=THRESHOLD,
-                        value=len(differing), unit="components", detail=detail)
+    remedy = (
+        "install the same NCCL and net plugin as the other nodes (or remove the odd one), then re-run; the NCCL "
+        "run across nodes leaves this node out until then"
+        if nccl
+        else "bring the node to the fleet's versions (or the fleet to the new ones, and make that run the baseline)"
+    )
+    detail = {
+        "differences": differing,
+        "versions": {r["component"]: r["values"].get(host) for r in tab["rows"] if host in r["values"]},
+    }
+    return fleet_result(
+        "versions",
+        schema.FAIL if nccl else schema.WARN,
+        reason,
+        remedy=remedy,
+        threshold=THRESHOLD,
+        value=len(differing),
+        unit="components",
+        detail=detail,
+    )
 
 
 def nccl_left_out(versions_by_host: dict[str, dict], peers: dict[str, dict] | None = None) -> dict[str, str]:

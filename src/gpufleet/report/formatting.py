@@ -24,7 +24,10 @@ def check_id(res: dict) -> str:
 def ordered_results(results: list[dict]) -> tuple[list[dict], list[dict]]:
     """(not passing, worst first; passing), each in the order the checks ran; information (information()) is
     neither: it is listed apart."""
-    bad = sorted((r for r in results if r["status"] not in (schema.PASS, schema.INFO)), key=lambda r: -schema.severity(r["status"]))
+    bad = sorted(
+        (r for r in results if r["status"] not in (schema.PASS, schema.INFO)),
+        key=lambda r: -schema.severity(r["status"]),
+    )
     return bad, [r for r in results if r["status"] == schema.PASS]
 
 
@@ -143,7 +146,10 @@ def busbw_series(results: list[dict]) -> list[dict]:
         points = sorted(
             (r["size_bytes"], float(r["busbw_gbps"]))
             for r in rows
-            if isinstance(r, dict) and _finite(r.get("size_bytes")) and r["size_bytes"] > 0 and _finite(r.get("busbw_gbps"))
+            if isinstance(r, dict)
+            and _finite(r.get("size_bytes"))
+            and r["size_bytes"] > 0
+            and _finite(r.get("busbw_gbps"))
         )
         if not points:
             continue
@@ -161,7 +167,7 @@ def busbw_series(results: list[dict]) -> list[dict]:
                 "backend": backend,
                 "lines": [],
             }
-        label = res["check"][len("nccl_"):] if res["check"].startswith("nccl_") else res["check"]
+        label = res["check"][len("nccl_") :] if res["check"].startswith("nccl_") else res["check"]
         charts[key]["lines"].append({"label": label, "status": res["status"], "points": points})
     return list(charts.values())
 
@@ -185,7 +191,9 @@ def fleet_cell_parts(cell: dict) -> list[str]:
     """A view cell's figure, then against the fleet median and the baseline: ["791.6", "fleet -2.1% (808.5)", ...]."""
     parts = [figure_text(cell["value"])]
     if cell.get("vs_fleet_pct") is not None:
-        parts.append(f"fleet {cell['vs_fleet_pct']:+.1f}% ({figure_text(cell['fleet_median'])}, {cell['fleet_n']} nodes)")
+        parts.append(
+            f"fleet {cell['vs_fleet_pct']:+.1f}% ({figure_text(cell['fleet_median'])}, {cell['fleet_n']} nodes)"
+        )
     if cell.get("vs_baseline_pct") is not None:
         parts.append(f"baseline {cell['vs_baseline_pct']:+.1f}% ({figure_text(cell['baseline'])})")
     elif cell.get("baseline_fleet_median"):
@@ -206,10 +214,12 @@ def fleet_note(report: dict) -> str:
         against = f"no baseline ({base.get('note') or 'none set'})"
     store = f"store {fleet['store']}" if fleet.get("store") else (fleet.get("store_note") or "no store")
     cpu = any(r.get("cpu") for r in fleet.get("view") or [])
-    return (f"Each node's figure (slowest GPU where it is per GPU) against this run's fleet median and {against}; "
-            f"{store}. WARN and FAIL mark outliers, which the node's fleet.* results explain."
-            + (" CPU run: a logic check, not a performance figure." if cpu else "")
-            + "".join(f" Store problem during this run: {p}." for p in fleet.get("store_problems") or []))
+    return (
+        f"Each node's figure (slowest GPU where it is per GPU) against this run's fleet median and {against}; "
+        f"{store}. WARN and FAIL mark outliers, which the node's fleet.* results explain."
+        + (" CPU run: a logic check, not a performance figure." if cpu else "")
+        + "".join(f" Store problem during this run: {p}." for p in fleet.get("store_problems") or [])
+    )
 
 
 VERSIONS_TITLE = "Software and firmware"
@@ -219,11 +229,16 @@ MAX_DIFFERING = 12  # nodes named in a cell; the node's fleet.versions result an
 
 def versions_note(report: dict) -> str:
     tab = (report.get("fleet") or {}).get("versions") or {}
-    base = (f"baseline run {tab['baseline_run']}" if tab.get("baseline_run")
-            else f"no baseline ({tab.get('baseline_note') or 'none set'})")
-    return (f"One row per component across the {len(tab.get('hosts') or [])} node(s), those with a difference first; "
-            f"held against {base}. A difference in NCCL or its net plugin fails the node (it is left out of the NCCL "
-            "run across nodes); any other warns.")
+    base = (
+        f"baseline run {tab['baseline_run']}"
+        if tab.get("baseline_run")
+        else f"no baseline ({tab.get('baseline_note') or 'none set'})"
+    )
+    return (
+        f"One row per component across the {len(tab.get('hosts') or [])} node(s), those with a difference first; "
+        f"held against {base}. A difference in NCCL or its net plugin fails the node (it is left out of the NCCL "
+        "run across nodes); any other warns."
+    )
 
 
 def versions_rows(report: dict) -> list[dict]:
@@ -233,15 +248,29 @@ def versions_rows(report: dict) -> list[dict]:
     rows = []
     for row in tab.get("rows") or []:
         named = [f"{d['host']}: {d['value']}" for d in row["differs"]]
-        named += [f"{d['host']}: {d['value']} (against the baseline)" for d in row["baseline_differs"]
-                  if not any(x["host"] == d["host"] for x in row["differs"])]
+        named += [
+            f"{d['host']}: {d['value']} (against the baseline)"
+            for d in row["baseline_differs"]
+            if not any(x["host"] == d["host"] for x in row["differs"])
+        ]
         more = len(named) - MAX_DIFFERING
-        common = (f"{row['majority']} ({row['majority_n']} of {row['n']})" if row["majority"] is not None
-                  else f"no majority among {row['n']} node(s)")
+        common = (
+            f"{row['majority']} ({row['majority_n']} of {row['n']})"
+            if row["majority"] is not None
+            else f"no majority among {row['n']} node(s)"
+        )
         base = row.get("baseline")
-        rows.append({"cells": (row["label"], common, "; ".join(named[:MAX_DIFFERING]) + (f"; and {more} more" if more > 0 else ""),
-                               f"{base['value']} ({base['n']} of {base['of']})" if base else ""),
-                     "differs": bool(named)})
+        rows.append(
+            {
+                "cells": (
+                    row["label"],
+                    common,
+                    "; ".join(named[:MAX_DIFFERING]) + (f"; and {more} more" if more > 0 else ""),
+                    f"{base['value']} ({base['n']} of {base['of']})" if base else "",
+                ),
+                "differs": bool(named),
+            }
+        )
     return rows
 
 

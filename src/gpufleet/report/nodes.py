@@ -118,7 +118,9 @@ def load_nodes(run_dir: Path, expected_hosts: list[str] | None = None) -> list[d
         raise InputError(f"run directory {run_dir} is not a directory; expected a directory holding hosts/<host>.json")
     hosts_dir = run_dir / "hosts"
     if not hosts_dir.is_dir():
-        raise InputError(f"run directory {run_dir} has no hosts/ folder; expected {hosts_dir}/<host>.json per checked host")
+        raise InputError(
+            f"run directory {run_dir} has no hosts/ folder; expected {hosts_dir}/<host>.json per checked host"
+        )
     try:
         # Dot files are partial writes (temporary files of an atomic copy).
         host_files = sorted(p for p in hosts_dir.glob("*.json") if not p.name.startswith("."))

@@ -33,10 +33,14 @@ def _refresh(node: dict) -> dict:
     not pass and the trust of each benchmark figure, beside the results (which stay as they came)."""
     node["verdict"] = schema.verdict(node["results"])
     node["counts"] = {s: sum(1 for r in node["results"] if r["status"] == s) for s in STATUS_ORDER}
-    node["not_passing"] = [{"check": check_id(r), "status": r["status"], "class": class_text(r)}
-                           for r in node["results"] if class_text(r)]
-    node["figures"] = [{"check": check_id(r), "value": r.get("value"), "unit": r.get("unit"), "trust": trust_text(r)}
-                       for r in node["results"] if trust_text(r)]
+    node["not_passing"] = [
+        {"check": check_id(r), "status": r["status"], "class": class_text(r)} for r in node["results"] if class_text(r)
+    ]
+    node["figures"] = [
+        {"check": check_id(r), "value": r.get("value"), "unit": r.get("unit"), "trust": trust_text(r)}
+        for r in node["results"]
+        if trust_text(r)
+    ]
     node["causes"] = causes.grouped(node["results"])
     return node
 
@@ -52,7 +56,9 @@ def assemble(run_dir: Path, nodes: list[dict]) -> dict:
         "generated": schema.utc_now(),
         "report_engine_version": __version__,
         "verdict": verdict,
-        "nodes_by_verdict": {s: sum(1 for n in nodes if n["verdict"] == s) for s in (schema.FAIL, schema.WARN, schema.PASS)},
+        "nodes_by_verdict": {
+            s: sum(1 for n in nodes if n["verdict"] == s) for s in (schema.FAIL, schema.WARN, schema.PASS)
+        },
         "counts": counts,
         "nodes": {n["host"]: n for n in nodes},  # insertion order: worst verdict first
     }
@@ -122,8 +128,10 @@ def _choose_baseline(run_dir: Path, store, explicit: str | None) -> dict | None:
     """The baseline this run is compared with: --baseline, else run.json's "baseline", else the store's."""
     if explicit:
         if store is not None and not store.run(explicit):
-            raise InputError(f"--baseline {explicit!r}: no such run in the store {store.path}; expected a run it holds "
-                             "(gpufleet history, or gpufleet store rebuild when its folder exists)")
+            raise InputError(
+                f"--baseline {explicit!r}: no such run in the store {store.path}; expected a run it holds "
+                "(gpufleet history, or gpufleet store rebuild when its folder exists)"
+            )
         return {"run_id": explicit, "source": "--baseline"}
     info = read_run_info(run_dir)
     if isinstance(info.get("baseline"), str) and info["baseline"]:
@@ -147,8 +155,11 @@ def _fleet_document(report: dict, fleet: dict, drain: list[str]) -> dict:
         "store_problems": report["fleet"]["store_problems"],
         "baseline": fleet["baseline"],
         "nodes": {
-            host: {"verdict": report["nodes"][host]["verdict"], "fleet_checks": {r["check"]: r["status"] for r in results},
-                   **{k: fleet["metrics"][host][k] for k in ("gpus", "metrics", "spreads", "cpu")}}
+            host: {
+                "verdict": report["nodes"][host]["verdict"],
+                "fleet_checks": {r["check"]: r["status"] for r in results},
+                **{k: fleet["metrics"][host][k] for k in ("gpus", "metrics", "spreads", "cpu")},
+            }
             for host, results in fleet["results"].items()
         },
         "fleet_medians": fleet["fleet_medians"],
@@ -195,13 +206,22 @@ def build(
             gc.enable()
 
 
-def _build(run_dir: Path, expected_hosts: list[str] | None, db: Path | str | None, use_store: bool,
-           baseline: str | None, slurm_names: dict | None, textfile_dir: Path | str | None = None,
-           fleet_hosts: list[str] | None = None) -> dict:
+def _build(
+    run_dir: Path,
+    expected_hosts: list[str] | None,
+    db: Path | str | None,
+    use_store: bool,
+    baseline: str | None,
+    slurm_names: dict | None,
+    textfile_dir: Path | str | None = None,
+    fleet_hosts: list[str] | None = None,
+) -> dict:
     run_dir = Path(run_dir)
     if textfile_dir is not None and not Path(textfile_dir).is_dir():  # said before anything is written
-        raise InputError(f"gpufleet_prometheus_textfile_dir {textfile_dir} is not a folder; expected node_exporter's "
-                         "--collector.textfile.directory on the controller")
+        raise InputError(
+            f"gpufleet_prometheus_textfile_dir {textfile_dir} is not a folder; expected node_exporter's "
+            "--collector.textfile.directory on the controller"
+        )
     nodes = load_nodes(run_dir, expected_hosts)
     run_id = runs.run_id_of(run_dir)
     # Each document is read, parsed and its metrics extracted once: the store's indexing and the fleet judgement
@@ -223,18 +243,30 @@ def _build(run_dir: Path, expected_hosts: list[str] | None, db: Path | str | Non
                 store, _ = use_for_run(store, run_dir, index)
             except (InputError, sqlite3.Error) as exc:  # locked past its timeout, a full disk: the report still comes
                 store.close()
-                store, store_note = None, f"no store: {store.path} could not be written ({exc}); history and baseline comparisons skip"
+                store, store_note = (
+                    None,
+                    f"no store: {store.path} could not be written ({exc}); history and baseline comparisons skip",
+                )
         # What happened to the store since the run started (moved aside, rebuilt): the report says so.
-        store_problems = [r["note"] for r in store.repairs_since(read_run_info(run_dir).get("started"))] if store else []
+        store_problems = (
+            [r["note"] for r in store.repairs_since(read_run_info(run_dir).get("started"))] if store else []
+        )
         chosen = _choose_baseline(run_dir, store, baseline)
-        readable = {n["host"]: {"results": n["results"], "profile": n[DOC_PROFILE], "versions": n["versions"]}
-                    for n in nodes if DOC_PROFILE in n}
+        readable = {
+            n["host"]: {"results": n["results"], "profile": n[DOC_PROFILE], "versions": n["versions"]}
+            for n in nodes
+            if DOC_PROFILE in n
+        }
         del read, index  # the raw documents, no longer needed
         with store.reading() if store is not None else contextlib.nullcontext():
-            fleet = compare.evaluate(run_id, readable, store=store, store_note=store_note, baseline=chosen, extracted=extracted)
+            fleet = compare.evaluate(
+                run_id, readable, store=store, store_note=store_note, baseline=chosen, extracted=extracted
+            )
         for node in nodes:
             node.pop(DOC_PROFILE, None)
-            node["results"] = fleet["node_results"].get(node["host"], node["results"]) + fleet["results"].get(node["host"], [])
+            node["results"] = fleet["node_results"].get(node["host"], node["results"]) + fleet["results"].get(
+                node["host"], []
+            )
             _refresh(node)
         report = assemble(run_dir, sorted(nodes, key=node_order))
         info = read_run_info(run_dir)
@@ -265,18 +297,27 @@ def _build(run_dir: Path, expected_hosts: list[str] | None, db: Path | str | Non
         try:
             report["fleet"]["prometheus"] = export.write_prometheus(run_dir, report, fleet, textfile_dir, fleet_hosts)
         except ImportError:  # a controller installed without the controller extra: the acceptance report comes first
-            report["fleet"]["prometheus_note"] = ("no Prometheus files: prometheus_client is not installed in the controller's "
-                                                  "Python (pip install 'gpufleet[controller]')")
+            report["fleet"]["prometheus_note"] = (
+                "no Prometheus files: prometheus_client is not installed in the controller's "
+                "Python (pip install 'gpufleet[controller]')"
+            )
         export.write_drain(run_dir, drain, run_id)
         for name, render in RENDERERS.items():
             _write(Path(files[name]), render(report))
         if store is not None:
             try:
                 store.record_fleet(run_id, fleet["results"])
-                store.record_verdicts(run_id, report["verdict"], {h: n["verdict"] for h, n in report["nodes"].items()}, report["generated"])
+                store.record_verdicts(
+                    run_id,
+                    report["verdict"],
+                    {h: n["verdict"] for h, n in report["nodes"].items()},
+                    report["generated"],
+                )
             except (InputError, sqlite3.Error) as exc:
-                report["fleet"]["store_note"] = (f"the verdicts could not be recorded in {store.path} ({exc}); "
-                                                 "`gpufleet store rebuild` records them from the run folders")
+                report["fleet"]["store_note"] = (
+                    f"the verdicts could not be recorded in {store.path} ({exc}); "
+                    "`gpufleet store rebuild` records them from the run folders"
+                )
     finally:
         if store is not None:
             store.close()

@@ -79,8 +79,10 @@ def _plain_table(results: list[dict]) -> str:
         f"<td>{_e(value_text(r))}</td><td>{_e(trust_text(r))}</td><td>{_threshold_cell(r)}</td><td>{_e(r.get('reason') or '')}</td></tr>"
         for r in results
     )
-    return ("<table><thead><tr><th>status</th><th>check</th><th>value</th><th>trust</th><th>threshold</th><th>reason</th></tr></thead>"
-            f"<tbody>{rows}</tbody></table>")
+    return (
+        "<table><thead><tr><th>status</th><th>check</th><th>value</th><th>trust</th><th>threshold</th><th>reason</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table>"
+    )
 
 
 def _badge(status: str) -> str:
@@ -149,8 +151,10 @@ def _cause_row(group: dict) -> str:
     if group["remedy"]:
         text += f'<div class="remedy"><b>Remedy:</b> {_e(group["remedy"])}</div>'
     checks = ", ".join(f"<code>{_e(c)}</code>" for c in group["checks"])
-    return (f'<tr class="s-{_e(group["status"])}"><td>{_badge(group["status"])}</td><td>{_e(group["class"] or "")}</td>'
-            f'<td>{len(group["checks"])} checks: {checks}</td><td></td><td></td><td></td><td>{text}</td></tr>')
+    return (
+        f'<tr class="s-{_e(group["status"])}"><td>{_badge(group["status"])}</td><td>{_e(group["class"] or "")}</td>'
+        f"<td>{len(group['checks'])} checks: {checks}</td><td></td><td></td><td></td><td>{text}</td></tr>"
+    )
 
 
 def _node_section(node: dict, anchor: str) -> str:
@@ -183,13 +187,17 @@ def _node_section(node: dict, anchor: str) -> str:
         out.append("</tbody></table>")
     info = information(node["results"])
     if info:  # findings with no action: shown apart, open, and part of no verdict
-        out.append(f"<details open><summary>{len(info)} {_e(INFO_TITLE[0].lower() + INFO_TITLE[1:])}</summary>"
-                   + _plain_table(info) + "</details>")
+        out.append(
+            f"<details open><summary>{len(info)} {_e(INFO_TITLE[0].lower() + INFO_TITLE[1:])}</summary>"
+            + _plain_table(info)
+            + "</details>"
+        )
     if good:
         # Passes are folded away unless nothing else is there to read.
         out.append(
             f"<details{'' if bad or info else ' open'}><summary>{len(good)} passed check{'s' if len(good) != 1 else ''}</summary>"
-            + _plain_table(good) + "</details>"
+            + _plain_table(good)
+            + "</details>"
         )
     charts = _busbw_section(node)
     if charts:
@@ -247,16 +255,22 @@ def _busbw_svg(chart: dict) -> str:
     out.append(f'<line class="axis" x1="{_LEFT}" y1="{_TOP + ph}" x2="{_LEFT + pw}" y2="{_TOP + ph}"/>')
     out.append(f'<line class="axis" x1="{_LEFT}" y1="{_TOP}" x2="{_LEFT}" y2="{_TOP + ph}"/>')
     out.append(f'<text x="{_LEFT + pw / 2:.1f}" y="{_H - 8}" text-anchor="middle">message size (log2 scale)</text>')
-    out.append(f'<text x="14" y="{_TOP + ph / 2:.1f}" text-anchor="middle" transform="rotate(-90 14 {_TOP + ph / 2:.1f})">busbw (GB/s)</text>')
+    out.append(
+        f'<text x="14" y="{_TOP + ph / 2:.1f}" text-anchor="middle" transform="rotate(-90 14 {_TOP + ph / 2:.1f})">busbw (GB/s)</text>'
+    )
     for i, line in enumerate(chart["lines"]):
         color = _PALETTE[i % len(_PALETTE)]
         coords = " ".join(f"{x(s):.1f},{y(b):.1f}" for s, b in line["points"])
         out.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{coords}"/>')
         for s, b in line["points"]:
             tip = f"{line['label']}, {size_text(s)}: {fmt_scalar(b)} GB/s"
-            out.append(f'<circle cx="{x(s):.1f}" cy="{y(b):.1f}" r="3" fill="{color}"><title>{_e(tip)}</title></circle>')
+            out.append(
+                f'<circle cx="{x(s):.1f}" cy="{y(b):.1f}" r="3" fill="{color}"><title>{_e(tip)}</title></circle>'
+            )
         ly = _TOP + 10 + i * 18
-        out.append(f'<line x1="{_W - _RIGHT + 12}" y1="{ly}" x2="{_W - _RIGHT + 32}" y2="{ly}" stroke="{color}" stroke-width="2"/>')
+        out.append(
+            f'<line x1="{_W - _RIGHT + 12}" y1="{ly}" x2="{_W - _RIGHT + 32}" y2="{ly}" stroke="{color}" stroke-width="2"/>'
+        )
         out.append(f'<text x="{_W - _RIGHT + 38}" y="{ly + 4}">{_e(line["label"])} ({_e(line["status"])})</text>')
     out.append("</svg>")
     return "".join(out)
@@ -282,13 +296,19 @@ def _fleet_section(report: dict, anchors: dict[str, str]) -> str:
     fleet = report.get("fleet")
     if not fleet:
         return ""
-    out = ["<h2>Fleet</h2>", f'<p class="meta">{_e(fleet_note(report))}</p>']  # the store and baseline used, even with no figures
+    out = [
+        "<h2>Fleet</h2>",
+        f'<p class="meta">{_e(fleet_note(report))}</p>',
+    ]  # the store and baseline used, even with no figures
     columns = fleet_columns(report)
     rows = fleet.get("view") or []
     if columns:
         head = "".join(f"<th>{_e(title)} ({_e(unit or '')})</th>" for _, title, unit in columns)
         out.append(f'<table class="fleet"><thead><tr><th>node</th>{head}</tr></thead><tbody>')
-        tops = {col: max((r["columns"][col]["value"] for r in rows if r["columns"].get(col)), default=0) for col, _, _ in columns}
+        tops = {
+            col: max((r["columns"][col]["value"] for r in rows if r["columns"].get(col)), default=0)
+            for col, _, _ in columns
+        }
         for row in rows:
             cells = []
             for col, _, _ in columns:
@@ -300,7 +320,9 @@ def _fleet_section(report: dict, anchors: dict[str, str]) -> str:
                 width = max(0.0, min(100.0, cell["value"] / top * 100))
                 mark = ""
                 if cell.get("fleet_median"):
-                    mark = f'<b style="left:{min(100.0, cell["fleet_median"] / top * 100):.1f}%" title="fleet median"></b>'
+                    mark = (
+                        f'<b style="left:{min(100.0, cell["fleet_median"] / top * 100):.1f}%" title="fleet median"></b>'
+                    )
                 base = cell.get("baseline") or cell.get("baseline_fleet_median")
                 if base:
                     mark += f'<b class="base" style="left:{min(100.0, base / top * 100):.1f}%" title="baseline"></b>'
@@ -310,7 +332,8 @@ def _fleet_section(report: dict, anchors: dict[str, str]) -> str:
                 cells.append(
                     f'<td class="fv s-{_e(status)}"><div class="v">{_e(parts[0])}{badge}</div>'
                     f'<div class="bar s-{_e(status)}"><i style="width:{width:.1f}%"></i>{mark}</div>'
-                    + "".join(f'<div class="src">{_e(p)}</div>' for p in parts[1:]) + "</td>"
+                    + "".join(f'<div class="src">{_e(p)}</div>' for p in parts[1:])
+                    + "</td>"
                 )
             link = anchors.get(row["host"])
             name = f'<a href="#{link}">{_e(row["host"])}</a>' if link else _e(row["host"])
@@ -331,8 +354,13 @@ def _versions_section(report: dict) -> str:
     rows = versions_rows(report)
     if not rows:
         return ""
-    out = [f"<h2>{_e(VERSIONS_TITLE)}</h2>", f'<p class="meta">{_e(versions_note(report))}</p>',
-           '<table class="versions"><thead><tr>' + "".join(f"<th>{_e(h)}</th>" for h in VERSIONS_HEAD) + "</tr></thead><tbody>"]
+    out = [
+        f"<h2>{_e(VERSIONS_TITLE)}</h2>",
+        f'<p class="meta">{_e(versions_note(report))}</p>',
+        '<table class="versions"><thead><tr>'
+        + "".join(f"<th>{_e(h)}</th>" for h in VERSIONS_HEAD)
+        + "</tr></thead><tbody>",
+    ]
     for row in rows:
         marked = ' class="s-warn"' if row["differs"] else ""
         out.append(f"<tr{marked}>" + "".join(f"<td>{_e(c)}</td>" for c in row["cells"]) + "</tr>")
@@ -371,8 +399,14 @@ def render(report: dict) -> str:
             + "<th>profile</th><th>failing (each cause once), warning</th></tr></thead><tbody>",
             *rows,
             "</tbody></table>",
-            *([f'<p class="meta">Locks not given back (the next run takes them over or waits out the lease): '
-               f'{_e("; ".join(kept_locks(report)))}.</p>'] if kept_locks(report) else []),
+            *(
+                [
+                    f'<p class="meta">Locks not given back (the next run takes them over or waits out the lease): '
+                    f"{_e('; '.join(kept_locks(report)))}.</p>"
+                ]
+                if kept_locks(report)
+                else []
+            ),
             _fleet_section(report, {n["host"]: a for n, a in zip(nodes, anchors)}),
             _versions_section(report),
             *(_node_section(n, a) for n, a in zip(nodes, anchors)),

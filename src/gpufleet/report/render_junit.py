@@ -96,8 +96,12 @@ def render(report: dict) -> str:
         props = ET.SubElement(suite, "properties")
         facts = {"verdict": node["verdict"], "profile": node.get("profile"), "source": node.get("source")}
         # Per GPU, per HCA and the net plugin's path and hash are lists and mappings: written as JSON.
-        facts.update({f"version.{k}": json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v
-                      for k, v in (node.get("versions") or {}).items()})
+        facts.update(
+            {
+                f"version.{k}": json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v
+                for k, v in (node.get("versions") or {}).items()
+            }
+        )
         for name, value in facts.items():
             if value is not None:
                 ET.SubElement(props, "property", name=_x(name), value=_x(value))

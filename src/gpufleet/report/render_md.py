@@ -117,8 +117,12 @@ def _node_section(node: dict) -> list[str]:
     bad, good = ordered_results(node["results"])
     shared = [g for g in node_causes(node) if len(g["checks"]) > 1]
     if shared:
-        lines += [f"### Causes ({len(shared)})", "", "Failing results that give one reason, said once; each result is in "
-                  "report.json.", ""]
+        lines += [
+            f"### Causes ({len(shared)})",
+            "",
+            "Failing results that give one reason, said once; each result is in report.json.",
+            "",
+        ]
         for group in shared:
             lines += [f"#### {_inline(group['status'].upper())} {_inline(group['cause'])}", ""]
             if group["class"]:
@@ -134,11 +138,18 @@ def _node_section(node: dict) -> list[str]:
     for title, rows in ((INFO_TITLE, information(node["results"])), ("Passed", good)):
         if not rows:
             continue
-        lines += [f"### {title} ({len(rows)})", "", "| check | value | trust | threshold | reason |", "| --- | --- | --- | --- | --- |"]
+        lines += [
+            f"### {title} ({len(rows)})",
+            "",
+            "| check | value | trust | threshold | reason |",
+            "| --- | --- | --- | --- | --- |",
+        ]
         for res in rows:
             bound, _ = threshold_text(res.get("threshold"))
-            lines.append(f"| {_code(check_id(res))} | {_inline(value_text(res))} | {_inline(trust_text(res))} | {_inline(bound)} | "
-                         f"{_inline(res.get('reason') or '')} |")
+            lines.append(
+                f"| {_code(check_id(res))} | {_inline(value_text(res))} | {_inline(trust_text(res))} | {_inline(bound)} | "
+                f"{_inline(res.get('reason') or '')} |"
+            )
         lines.append("")
     lines += _busbw_tables(node)
     return lines
@@ -172,7 +183,9 @@ def _fleet_section(report: dict) -> list[str]:
     lines = ["## Fleet", "", _inline(fleet_note(report)), ""]  # the store and baseline used, even with no figures
     columns = fleet_columns(report)
     if columns:
-        lines.append("| node | " + " | ".join(f"{_inline(title)} ({_inline(unit or '')})" for _, title, unit in columns) + " |")
+        lines.append(
+            "| node | " + " | ".join(f"{_inline(title)} ({_inline(unit or '')})" for _, title, unit in columns) + " |"
+        )
         lines.append("| --- | " + " | ".join("---:" for _ in columns) + " |")
         for row in fleet.get("view") or []:
             cells = []
@@ -199,8 +212,14 @@ def _versions_section(report: dict) -> list[str]:
     rows = versions_rows(report)
     if not rows:
         return []
-    lines = [f"## {VERSIONS_TITLE}", "", _inline(versions_note(report)), "",
-             "| " + " | ".join(VERSIONS_HEAD) + " |", "| " + " | ".join("---" for _ in VERSIONS_HEAD) + " |"]
+    lines = [
+        f"## {VERSIONS_TITLE}",
+        "",
+        _inline(versions_note(report)),
+        "",
+        "| " + " | ".join(VERSIONS_HEAD) + " |",
+        "| " + " | ".join("---" for _ in VERSIONS_HEAD) + " |",
+    ]
     for row in rows:
         label, *rest = row["cells"]
         name = f"**{_inline(label)}**" if row["differs"] else _inline(label)
@@ -213,13 +232,21 @@ def _peers_section(report: dict) -> list[str]:
     peers = report.get("peers") or {}
     if not peers:
         return []
-    lines = ["## Peers", "", "Known-good nodes that joined the run across nodes without their node stage (peers/); their "
-             "figures of that run, beside the nodes', are part of no verdict.", "",
-             "| peer | check | status | value | reason |", "| --- | --- | --- | ---: | --- |"]
+    lines = [
+        "## Peers",
+        "",
+        "Known-good nodes that joined the run across nodes without their node stage (peers/); their "
+        "figures of that run, beside the nodes', are part of no verdict.",
+        "",
+        "| peer | check | status | value | reason |",
+        "| --- | --- | --- | ---: | --- |",
+    ]
     for host, peer in peers.items():
         for res in peer["results"]:
-            lines.append(f"| {_inline(host)} | {_code(check_id(res))} | {_inline(res['status'])} | {_inline(value_text(res))} | "
-                         f"{_inline(str(res.get('reason') or '')[:_EVIDENCE_CHARS])} |")
+            lines.append(
+                f"| {_inline(host)} | {_code(check_id(res))} | {_inline(res['status'])} | {_inline(value_text(res))} | "
+                f"{_inline(str(res.get('reason') or '')[:_EVIDENCE_CHARS])} |"
+            )
     return lines + [""]
 
 
@@ -246,8 +273,14 @@ def render(report: dict) -> str:
         )
     lines.append("")
     if kept_locks(report):
-        lines += [_inline("Locks not given back (the next run takes them over or waits out the lease): "
-                          + "; ".join(kept_locks(report))) + ".", ""]
+        lines += [
+            _inline(
+                "Locks not given back (the next run takes them over or waits out the lease): "
+                + "; ".join(kept_locks(report))
+            )
+            + ".",
+            "",
+        ]
     lines += _fleet_section(report)
     lines += _versions_section(report)
     lines += _peers_section(report)

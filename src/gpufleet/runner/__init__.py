@@ -25,5 +25,16 @@ from gpufleet.runner.core import (
     Outcome,
 )
 
-__all__ = ["fleet_run", "fleet_accept", "fleet_resume", "fleet_locate", "parse_extra_vars", "Invocation", "Outcome",
-           "EXIT_ACCEPTED", "EXIT_NOT_ACCEPTED", "EXIT_COULD_NOT_RUN", "EXIT_INTERRUPTED"]
+__all__ = [
+    "fleet_run",
+    "fleet_accept",
+    "fleet_resume",
+    "fleet_locate",
+    "parse_extra_vars",
+    "Invocation",
+    "Outcome",
+    "EXIT_ACCEPTED",
+    "EXIT_NOT_ACCEPTED",
+    "EXIT_COULD_NOT_RUN",
+    "EXIT_INTERRUPTED",
+]

@@ -98,11 +98,23 @@ def _slurm_vars(action: str | None, max_drain: str | None, take_over: bool) -> d
     return out
 
 
-def fleet_run(inventory: str, *, limit: str | None = None, tier: str | None = None, soak_duration_s: int | None = None,
-              run_id: str | None = None, reports_dir: str | Path | None = None, extra_vars: dict | None = None,
-              project: Project | str | None = None, view=None, envvars: dict | None = None,
-              peers: list[str] | None = None, command: str = "run", slurm: str | None = None,
-              slurm_max_drain: str | None = None) -> Outcome:
+def fleet_run(
+    inventory: str,
+    *,
+    limit: str | None = None,
+    tier: str | None = None,
+    soak_duration_s: int | None = None,
+    run_id: str | None = None,
+    reports_dir: str | Path | None = None,
+    extra_vars: dict | None = None,
+    project: Project | str | None = None,
+    view=None,
+    envvars: dict | None = None,
+    peers: list[str] | None = None,
+    command: str = "run",
+    slurm: str | None = None,
+    slurm_max_drain: str | None = None,
+) -> Outcome:
     """validate.yml over the inventory's gpu_nodes (narrowed by limit): one attempt of a new run. `slurm`: act on
     the verdict in Slurm (drain, drain_resume); `accept` also drains its nodes with a gpufleet reason first."""
     project = project if isinstance(project, Project) else find_project(project)
@@ -117,12 +129,22 @@ def fleet_run(inventory: str, *, limit: str | None = None, tier: str | None = No
         raise InputError(f"--peers {', '.join(unknown)}: not in the group gpu_nodes of {inventory}")
     both = [p for p in peers if p in hosts]
     if both:
-        raise InputError(f"--peers {', '.join(both)}: a peer joins the runs across nodes of nodes under test and cannot "
-                         "be one of them")
+        raise InputError(
+            f"--peers {', '.join(both)}: a peer joins the runs across nodes of nodes under test and cannot "
+            "be one of them"
+        )
     run_id = paths.safe_name(run_id or new_run_id(), "--run-id")
-    inv_obj = Invocation(command=command, playbook="validate", run_id=run_id, reports_dir=_reports_dir(reports_dir),
-                         inventory=inv.path, hosts=hosts, limit=hosts if limit or peers else None, peers=peers,
-                         user_vars=user_vars)
+    inv_obj = Invocation(
+        command=command,
+        playbook="validate",
+        run_id=run_id,
+        reports_dir=_reports_dir(reports_dir),
+        inventory=inv.path,
+        hosts=hosts,
+        limit=hosts if limit or peers else None,
+        peers=peers,
+        user_vars=user_vars,
+    )
     return invoke(project, inv_obj, view or make_view(), envvars=envvars)
 
 
@@ -133,10 +155,18 @@ def fleet_accept(nodes: list[str], *, peers: list[str] | None = None, inventory:
     return fleet_run(inventory, limit=",".join(nodes), peers=peers, command="accept", **kw)
 
 
-def fleet_resume(run_id: str, *, reports_dir: str | Path | None = None, inventory: str | None = None,
-                 extra_vars: dict | None = None, only_unfinished: bool = False, dry_run: bool = False,
-                 project: Project | str | None = None, view=None, envvars: dict | None = None
-                 ) -> tuple[resume_mod.ResumePlan, Outcome | None]:
+def fleet_resume(
+    run_id: str,
+    *,
+    reports_dir: str | Path | None = None,
+    inventory: str | None = None,
+    extra_vars: dict | None = None,
+    only_unfinished: bool = False,
+    dry_run: bool = False,
+    project: Project | str | None = None,
+    view=None,
+    envvars: dict | None = None,
+) -> tuple[resume_mod.ResumePlan, Outcome | None]:
     """Run again what did not finish (and, unless only_unfinished, what failed or erred) in the same run."""
     project = project if isinstance(project, Project) else find_project(project)
     run_dir = _reports_dir(reports_dir) / paths.safe_name(run_id, "RUN_ID")
@@ -145,20 +175,25 @@ def fleet_resume(run_id: str, *, reports_dir: str | Path | None = None, inventor
     first = next((i for i in record.get("invocations", []) if i.get("command") != "locate"), None)
     inventory = inventory or record.get("inventory")
     if not inventory:
-        raise InputError(f"run {run_id} was not started by gpufleet fleet (no {rec.runner_dir(run_dir) / rec.RECORD}): "
-                         "give its inventory with -i")
+        raise InputError(
+            f"run {run_id} was not started by gpufleet fleet (no {rec.runner_dir(run_dir) / rec.RECORD}): "
+            "give its inventory with -i"
+        )
     user_vars = dict((first or {}).get("extravars") or {})
     extra = dict(extra_vars or {})
     check_user_vars(extra)
     user_vars.update(extra)
     again = [name for name in (first or {}).get("extravars_withheld") or [] if name not in extra]
     if again and not dry_run:
-        raise InputError(f"run {run_id} was started with -e {', '.join(again)}, whose values are not recorded (they may "
-                         f"hold a secret): give {'it' if len(again) == 1 else 'them'} again with -e")
+        raise InputError(
+            f"run {run_id} was started with -e {', '.join(again)}, whose values are not recorded (they may "
+            f"hold a secret): give {'it' if len(again) == 1 else 'them'} again with -e"
+        )
     inv = read_inventory(project, inventory)
     peers = [p for p in (first or {}).get("peers") or [] if p in inv.hosts]
-    plan = resume_mod.plan(folder, only_unfinished=only_unfinished, hostvars=inv.hostvars, extravars=user_vars,
-                           peers=peers)
+    plan = resume_mod.plan(
+        folder, only_unfinished=only_unfinished, hostvars=inv.hostvars, extravars=user_vars, peers=peers
+    )
     view = view or make_view()
     if dry_run or not plan.steps:
         view.message(plan.text())
@@ -170,9 +205,19 @@ def fleet_resume(run_id: str, *, reports_dir: str | Path | None = None, inventor
     view.message(plan.text())
     outcome = None
     for step in plan.steps:
-        step_inv = Invocation(command="resume", playbook="validate", run_id=run_id, reports_dir=run_dir.parent,
-                              inventory=inv.path, hosts=step.limit, limit=step.limit, peers=step.peers,
-                              stages=step.stages, resume=True, user_vars=user_vars)
+        step_inv = Invocation(
+            command="resume",
+            playbook="validate",
+            run_id=run_id,
+            reports_dir=run_dir.parent,
+            inventory=inv.path,
+            hosts=step.limit,
+            limit=step.limit,
+            peers=step.peers,
+            stages=step.stages,
+            resume=True,
+            user_vars=user_vars,
+        )
         outcome = invoke(project, step_inv, view, envvars=envvars)
         if outcome.exit in (EXIT_INTERRUPTED, EXIT_COULD_NOT_RUN):
             return plan, outcome
@@ -185,13 +230,27 @@ def _whole_run_outcome(run_dir: Path, hosts: list[str], what: str) -> Outcome:
     """Every node of the run judged by its report.json (written by the last attempt)."""
     report, finals = report_finals(run_dir, hosts, since=0)
     if report is None:
-        return Outcome(EXIT_COULD_NOT_RUN, "no report", None, False, {}, None, [],
-                       f"run {run_dir.name}: {what}, but it has no report.json to judge it by")
+        return Outcome(
+            EXIT_COULD_NOT_RUN,
+            "no report",
+            None,
+            False,
+            {},
+            None,
+            [],
+            f"run {run_dir.name}: {what}, but it has no report.json to judge it by",
+        )
     bad = [h for h, f in finals.items() if f != ACCEPTED]
     code = EXIT_NOT_ACCEPTED if bad else EXIT_ACCEPTED
-    msg = (f"run {run_dir.name}: {what}; " + (f"{len(bad)} of {len(hosts)} node(s) not accepted: {', '.join(bad)}"
-                                              if bad else f"all {len(hosts)} node(s) accepted")
-           + f"; report: {run_dir / 'report.md'}")
+    msg = (
+        f"run {run_dir.name}: {what}; "
+        + (
+            f"{len(bad)} of {len(hosts)} node(s) not accepted: {', '.join(bad)}"
+            if bad
+            else f"all {len(hosts)} node(s) accepted"
+        )
+        + f"; report: {run_dir / 'report.md'}"
+    )
     return Outcome(code, "successful", 0, False, finals, report, [], msg, not_accepted_why(report, finals))
 
 
@@ -204,9 +263,15 @@ def judge_locate(inv: Invocation, started: float, status: str, rc, fleet: FleetS
     doc, why = rec.read_json(path)
     if doc is None or path.stat().st_mtime < started - 1 or not doc.get("done"):
         failed = [f for f in fleet.failures if f.msg]
-        detail = "; ".join(f"{f.task}: {' '.join(f.msg.split())}" for f in failed[:3]) or f"ansible-playbook ended {status} (rc {rc})"
-        return EXIT_COULD_NOT_RUN, {h: "no localisation" for h in inv.hosts}, (
-            f"run {inv.run_id}: the localisation did not finish ({why or 'locate.json not written'}): {detail}")
+        detail = (
+            "; ".join(f"{f.task}: {' '.join(f.msg.split())}" for f in failed[:3])
+            or f"ansible-playbook ended {status} (rc {rc})"
+        )
+        return (
+            EXIT_COULD_NOT_RUN,
+            {h: "no localisation" for h in inv.hosts},
+            (f"run {inv.run_id}: the localisation did not finish ({why or 'locate.json not written'}): {detail}"),
+        )
     finals = {h: "good" if h in doc.get("known_good", []) else "not judged" for h in inv.hosts}
     for f in doc.get("findings") or []:
         if f.get("kind") == "node":
@@ -221,14 +286,30 @@ def judge_locate(inv: Invocation, started: float, status: str, rc, fleet: FleetS
                     finals[h] = "slow together"
     rounds = len(doc.get("rounds") or [])
     code = EXIT_ACCEPTED if doc.get("verdict") == "none" else EXIT_NOT_ACCEPTED
-    return code, finals, f"run {inv.run_id}: locate ({doc.get('method')}, {rounds} round(s)): {doc.get('summary')}; see {path}"
+    return (
+        code,
+        finals,
+        f"run {inv.run_id}: locate ({doc.get('method')}, {rounds} round(s)): {doc.get('summary')}; see {path}",
+    )
 
 
-def fleet_locate(inventory: str, *, limit: str | None = None, run_id: str | None = None,
-                 reports_dir: str | Path | None = None, method: str = "auto", ratio: float | None = None,
-                 pair_rounds: int | None = None, max_rounds: int | None = None, reference_gbps: float | None = None,
-                 base_port: int | None = None, extra_vars: dict | None = None, project: Project | str | None = None,
-                 view=None, envvars: dict | None = None) -> Outcome:
+def fleet_locate(
+    inventory: str,
+    *,
+    limit: str | None = None,
+    run_id: str | None = None,
+    reports_dir: str | Path | None = None,
+    method: str = "auto",
+    ratio: float | None = None,
+    pair_rounds: int | None = None,
+    max_rounds: int | None = None,
+    reference_gbps: float | None = None,
+    base_port: int | None = None,
+    extra_vars: dict | None = None,
+    project: Project | str | None = None,
+    view=None,
+    envvars: dict | None = None,
+) -> Outcome:
     """locate.yml over the inventory's gpu_nodes: NCCL over pairs or halves, round after round (fleet/locate.py)."""
     project = project if isinstance(project, Project) else find_project(project)
     if method not in LOCATE_METHODS:
@@ -238,24 +319,47 @@ def fleet_locate(inventory: str, *, limit: str | None = None, run_id: str | None
     inv, hosts = nodes_of(project, inventory, limit)
     if len(hosts) < 2:
         raise InputError(f"locate needs two nodes or more; --limit {limit} leaves {', '.join(hosts) or 'none'}")
-    options = {"gpufleet_locate_method": method, "gpufleet_locate_ratio": ratio, "gpufleet_locate_pair_rounds": pair_rounds,
-               "gpufleet_locate_max_rounds": max_rounds, "gpufleet_locate_reference_gbps": reference_gbps,
-               "gpufleet_locate_base_port": base_port}
+    options = {
+        "gpufleet_locate_method": method,
+        "gpufleet_locate_ratio": ratio,
+        "gpufleet_locate_pair_rounds": pair_rounds,
+        "gpufleet_locate_max_rounds": max_rounds,
+        "gpufleet_locate_reference_gbps": reference_gbps,
+        "gpufleet_locate_base_port": base_port,
+    }
     run_id = paths.safe_name(run_id or new_run_id(), "--run-id")
     reports = _reports_dir(reports_dir)
     run_dir = reports / run_id
     # Locating inside an existing run (the one that was slow) adds an attempt to it.
     used = (run_dir / "run.json").exists() or (run_dir / "hosts").exists()
-    inv_obj = Invocation(command="locate", playbook="locate", run_id=run_id, reports_dir=reports, inventory=inv.path,
-                         hosts=hosts, limit=hosts if limit else None, resume=used, user_vars=user_vars,
-                         extra_vars={k: v for k, v in options.items() if v is not None})
-    return invoke(project, inv_obj, view or make_view(), envvars=envvars, judge=judge_locate,
-                  describe=Progress(run_dir))
+    inv_obj = Invocation(
+        command="locate",
+        playbook="locate",
+        run_id=run_id,
+        reports_dir=reports,
+        inventory=inv.path,
+        hosts=hosts,
+        limit=hosts if limit else None,
+        resume=used,
+        user_vars=user_vars,
+        extra_vars={k: v for k, v in options.items() if v is not None},
+    )
+    return invoke(
+        project, inv_obj, view or make_view(), envvars=envvars, judge=judge_locate, describe=Progress(run_dir)
+    )
 
 
 def outcome_json(outcome: Outcome) -> str:
     """The run's ending for --json: one exit field, `exit`, the command's own (ansible-playbook's return code is
     ansible-runner's, in the run folder's runner/ artifacts and runner.json)."""
-    return json.dumps({"exit": outcome.exit, "status": outcome.status, "interrupted": outcome.interrupted,
-                       "nodes": outcome.finals, "message": outcome.message, "why": outcome.why}, sort_keys=True)
-
+    return json.dumps(
+        {
+            "exit": outcome.exit,
+            "status": outcome.status,
+            "interrupted": outcome.interrupted,
+            "nodes": outcome.finals,
+            "message": outcome.message,
+            "why": outcome.why,
+        },
+        sort_keys=True,
+    )

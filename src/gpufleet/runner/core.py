@@ -108,18 +108,24 @@ def prepare_run_dir(run_dir: Path, *, resume: bool) -> None:
     paths.safe_name(run_dir.name, "--run-id")
     used = (run_dir / "run.json").exists() or (run_dir / "hosts").exists()
     if used and not resume:
-        raise InputError(f"run id {run_dir.name!r} is already used by the run in {run_dir}: a run id names one run; "
-                         f"choose another --run-id (or leave it out), or go on with `gpufleet fleet resume {run_dir.name}`")
+        raise InputError(
+            f"run id {run_dir.name!r} is already used by the run in {run_dir}: a run id names one run; "
+            f"choose another --run-id (or leave it out), or go on with `gpufleet fleet resume {run_dir.name}`"
+        )
     holder = rec.read_record(run_dir) if (rec.runner_dir(run_dir) / rec.RECORD).exists() else None
     for inv in (holder or {}).get("invocations", []):
         if not inv.get("ended") and runs.controller_alive(inv.get("controller") or {}):
-            raise InputError(f"run {run_dir.name} is running now (gpufleet pid {inv['controller'].get('pid')}); wait "
-                             "for it or stop it with Ctrl-C before starting another invocation of it")
+            raise InputError(
+                f"run {run_dir.name} is running now (gpufleet pid {inv['controller'].get('pid')}); wait "
+                "for it or stop it with Ctrl-C before starting another invocation of it"
+            )
     left = rec.running_playbooks(run_dir)
     if left:
-        raise InputError(f"run {run_dir.name}: processes of an earlier invocation are still running (pids "
-                         f"{', '.join(map(str, left))}), left by a controller that was killed; stop them "
-                         f"(kill {' '.join(map(str, left))}) or wait for them, then run this again")
+        raise InputError(
+            f"run {run_dir.name}: processes of an earlier invocation are still running (pids "
+            f"{', '.join(map(str, left))}), left by a controller that was killed; stop them "
+            f"(kill {' '.join(map(str, left))}) or wait for them, then run this again"
+        )
     paths.make_dir(rec.runner_dir(run_dir) / "env")
     paths.make_dir(rec.runner_dir(run_dir) / "artifacts")
     settings = rec.runner_dir(run_dir) / "env" / "settings"
@@ -186,7 +192,9 @@ class _Stop:
         return self.signum is not None
 
 
-def invoke(project: Project, inv: Invocation, view, *, envvars: dict | None = None, judge=None, describe=None) -> Outcome:
+def invoke(
+    project: Project, inv: Invocation, view, *, envvars: dict | None = None, judge=None, describe=None
+) -> Outcome:
     """Run one playbook through ansible-runner with the live view; record it; say how it ended.
 
     `judge(inv, started, status, rc, fleet) -> (exit code, {host: final verdict}, message)` reads what the
@@ -195,23 +203,43 @@ def invoke(project: Project, inv: Invocation, view, *, envvars: dict | None = No
     try:
         import ansible_runner  # the controller extra; only needed here
     except ImportError:
-        raise InputError("ansible-runner is not installed beside this Python: install the controller extra "
-                         "(pip install 'gpufleet[controller]')") from None
+        raise InputError(
+            "ansible-runner is not installed beside this Python: install the controller extra "
+            "(pip install 'gpufleet[controller]')"
+        ) from None
 
     run_dir = inv.run_dir
     made_run_dir = not run_dir.exists()
     prepare_run_dir(run_dir, resume=inv.resume)
-    record = rec.read_record(run_dir) or {"schema_version": rec.RECORD_SCHEMA_VERSION, "run_id": inv.run_id,
-                                           "reports_dir": str(inv.reports_dir), "invocations": []}
+    record = rec.read_record(run_dir) or {
+        "schema_version": rec.RECORD_SCHEMA_VERSION,
+        "run_id": inv.run_id,
+        "reports_dir": str(inv.reports_dir),
+        "invocations": [],
+    }
     record.update(project=str(project.root) if project.root else None, inventory=inv.inventory)
     n = len(record["invocations"]) + 1
     ident = f"{n:03d}-{inv.command}"
     started = time.time()
-    entry = {"n": n, "ident": ident, "command": inv.command, "playbook": inv.playbook, "started": schema.utc_now(),
-             "started_epoch": started, "ended": None, "status": "running", "rc": None, "exit": None,
-             "interrupted": False, "limit": inv.limit, "stages": inv.stages, "peers": inv.peers,
-             "hosts": inv.hosts, "last_stage": {},
-             "controller": runs.controller_identity(os.getpid())}
+    entry = {
+        "n": n,
+        "ident": ident,
+        "command": inv.command,
+        "playbook": inv.playbook,
+        "started": schema.utc_now(),
+        "started_epoch": started,
+        "ended": None,
+        "status": "running",
+        "rc": None,
+        "exit": None,
+        "interrupted": False,
+        "limit": inv.limit,
+        "stages": inv.stages,
+        "peers": inv.peers,
+        "hosts": inv.hosts,
+        "last_stage": {},
+        "controller": runs.controller_identity(os.getpid()),
+    }
     entry["extravars"], entry["extravars_withheld"] = recorded_vars(inv.user_vars)
     record["invocations"].append(entry)
     rec.write_record(run_dir, record)
@@ -222,8 +250,10 @@ def invoke(project: Project, inv: Invocation, view, *, envvars: dict | None = No
     limit = ",".join(inv.limit) if inv.limit else None
     stages = f", stages {', '.join(inv.stages)}" if inv.stages else ""
     peers = f", peers {', '.join(inv.peers)}" if inv.peers else ""
-    view.message(f"run {inv.run_id}: {inv.command} ({inv.playbook}.yml, {project.describe()}) on "
-                 f"{len(inv.hosts)} node(s): {', '.join(inv.hosts)}{stages}{peers}")
+    view.message(
+        f"run {inv.run_id}: {inv.command} ({inv.playbook}.yml, {project.describe()}) on "
+        f"{len(inv.hosts)} node(s): {', '.join(inv.hosts)}{stages}{peers}"
+    )
 
     def on_event(event: dict) -> bool:
         try:
@@ -239,8 +269,14 @@ def invoke(project: Project, inv: Invocation, view, *, envvars: dict | None = No
     # temporary folder (ansible-local-*) goes into one of ours, removed when the run ends however it ends: a
     # cancelled ansible-playbook has no time to remove its own.
     local_tmp = ansible_local_tmp()
-    env = {"PATH": tool_env()["PATH"], "GPUFLEET_RUNNER_RUN_DIR": str(run_dir), "ANSIBLE_NOCOLOR": "1",
-           "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_LOCAL_TEMP": str(local_tmp), **(envvars or {})}
+    env = {
+        "PATH": tool_env()["PATH"],
+        "GPUFLEET_RUNNER_RUN_DIR": str(run_dir),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_FORCE_COLOR": "0",
+        "ANSIBLE_LOCAL_TEMP": str(local_tmp),
+        **(envvars or {}),
+    }
     status, rc, error = "error", None, ""
     artifact_dir = rec.runner_dir(run_dir) / "artifacts" / ident
     own_env = set(env) - set(envvars or {})
@@ -293,7 +329,9 @@ def invoke(project: Project, inv: Invocation, view, *, envvars: dict | None = No
     if interrupted:
         code = EXIT_INTERRUPTED
         report, finals = report_finals(run_dir, inv.hosts, started)
-        finals = {h: "interrupted" for h in inv.hosts} | {h: f for h, f in finals.items() if f in (ACCEPTED, NOT_ACCEPTED)}
+        finals = {h: "interrupted" for h in inv.hosts} | {
+            h: f for h, f in finals.items() if f in (ACCEPTED, NOT_ACCEPTED)
+        }
         message = _ending(inv, code, status, rc, fleet, report) + _kept_note(kept)
     elif error:
         code, finals, message = EXIT_COULD_NOT_RUN, {h: "could not run" for h in inv.hosts}, error
@@ -306,8 +344,14 @@ def invoke(project: Project, inv: Invocation, view, *, envvars: dict | None = No
     view.message(ending_text(why, message))
     view.stop()
 
-    entry.update(ended=schema.utc_now(), status="interrupted" if interrupted else status, rc=rc, exit=code,
-                 interrupted=interrupted, last_stage=last_stage)
+    entry.update(
+        ended=schema.utc_now(),
+        status="interrupted" if interrupted else status,
+        rc=rc,
+        exit=code,
+        interrupted=interrupted,
+        last_stage=last_stage,
+    )
     if made_run_dir and not (run_dir / runs.RUN_FILE).exists():
         # The playbook stopped before it started the run (input refused, interrupted at once): no run folder is
         # left holding only ansible-runner's files, and the run id stays free.
@@ -326,8 +370,11 @@ def not_accepted_why(report: dict | None, finals: dict) -> dict[str, list[dict]]
     for host, final in finals.items():
         if final == NOT_ACCEPTED and host in nodes:
             bad, _ = ordered_results(nodes[host].get("results") or [])
-            why[host] = [{"check": check_id(r), "status": r["status"], "reason": " ".join(str(r.get("reason") or "").split())}
-                         for r in bad if r["status"] in (schema.FAIL, schema.ERROR)]
+            why[host] = [
+                {"check": check_id(r), "status": r["status"], "reason": " ".join(str(r.get("reason") or "").split())}
+                for r in bad
+                if r["status"] in (schema.FAIL, schema.ERROR)
+            ]
     return why
 
 
@@ -343,11 +390,17 @@ def ending_text(why: dict[str, list[dict]], message: str) -> str:
         for b in bad:  # worst first already; the checks that give one reason together
             groups.setdefault(b["reason"] or f"\0{b['check']}", []).append(b)
         (first, *same), *rest = groups.values()
-        reason = first["reason"] if len(first["reason"]) <= WHY_REASON_CHARS else first["reason"][:WHY_REASON_CHARS - 3] + "..."
+        reason = (
+            first["reason"]
+            if len(first["reason"]) <= WHY_REASON_CHARS
+            else first["reason"][: WHY_REASON_CHARS - 3] + "..."
+        )
         shared = f" and {len(same)} more check(s) with the same reason" if same else ""
         line = f"  {host}: {first['status']} {first['check']}{shared}: {reason or '(no reason given)'}"
-        others = [f"{g[0]['check']} ({g[0]['status']}" + (f", {len(g)} checks with its reason)" if len(g) > 1 else ")")
-                  for g in rest[:WHY_MORE_CHECKS]]
+        others = [
+            f"{g[0]['check']} ({g[0]['status']}" + (f", {len(g)} checks with its reason)" if len(g) > 1 else ")")
+            for g in rest[:WHY_MORE_CHECKS]
+        ]
         if others:
             left = len(rest) - len(others)
             line += "; also " + ", ".join(others) + (f" and {left} more" if left else "")
@@ -365,10 +418,19 @@ def release_locks(project: Project, inv: Invocation, env: dict, own_env: set[str
     vars_file = write_private_vars(inv.extravars())
     with _Stop():  # a second Ctrl-C does not cut the release short; the run is already stopped
         try:
-            ansible_runner.run(private_data_dir=str(rec.runner_dir(inv.run_dir)), project_dir=str(project.cwd),
-                               playbook=project.playbook("release"), inventory=inv.inventory,
-                               limit=",".join(inv.hosts + inv.peers), extravars=str(vars_file), envvars=env,
-                               ident=release_ident, quiet=True, suppress_env_files=True, rotate_artifacts=0)
+            ansible_runner.run(
+                private_data_dir=str(rec.runner_dir(inv.run_dir)),
+                project_dir=str(project.cwd),
+                playbook=project.playbook("release"),
+                inventory=inv.inventory,
+                limit=",".join(inv.hosts + inv.peers),
+                extravars=str(vars_file),
+                envvars=env,
+                ident=release_ident,
+                quiet=True,
+                suppress_env_files=True,
+                rotate_artifacts=0,
+            )
         except Exception as exc:  # the locks stay; the next run on this controller takes them over at once
             return f"ansible-runner failed: {type(exc).__name__}: {exc}"
         finally:
@@ -385,8 +447,10 @@ def _kept_note(kept: dict | str) -> str:
     if isinstance(kept, str):
         return f". Its node locks could not be given back ({kept}); the next run on this controller takes them over"
     if kept:
-        return (f". Its node locks could not be given back on {', '.join(sorted(kept))} (did not answer); the next run "
-                "on this controller takes them over")
+        return (
+            f". Its node locks could not be given back on {', '.join(sorted(kept))} (did not answer); the next run "
+            "on this controller takes them over"
+        )
     return ""
 
 
@@ -395,13 +459,19 @@ def judge_report(inv: Invocation, started: float, status: str, rc, fleet: FleetS
     could not run."""
     report, finals = report_finals(inv.run_dir, inv.hosts, started)
     if report is None:
-        return EXIT_COULD_NOT_RUN, {h: "no report" for h in inv.hosts}, _ending(inv, EXIT_COULD_NOT_RUN, status, rc,
-                                                                               fleet, None)
+        return (
+            EXIT_COULD_NOT_RUN,
+            {h: "no report" for h in inv.hosts},
+            _ending(inv, EXIT_COULD_NOT_RUN, status, rc, fleet, None),
+        )
     silent = unreachable(report, inv.hosts)
     if inv.hosts and len(silent) == len(inv.hosts):
         named = "; ".join(f"{h}: {why}" for h, why in silent.items())
-        return (EXIT_COULD_NOT_RUN, {h: "not reached" for h in inv.hosts},
-                f"run {inv.run_id}: could not run: no node answered ({named[:600]}); report: {inv.run_dir / 'report.md'}")
+        return (
+            EXIT_COULD_NOT_RUN,
+            {h: "not reached" for h in inv.hosts},
+            f"run {inv.run_id}: could not run: no node answered ({named[:600]}); report: {inv.run_dir / 'report.md'}",
+        )
     fleet.finish(finals)
     code = EXIT_ACCEPTED if all(f == ACCEPTED for f in finals.values()) else EXIT_NOT_ACCEPTED
     return code, finals, _ending(inv, code, status, rc, fleet, report)
@@ -429,16 +499,30 @@ def _ending(inv: Invocation, code: int, status: str, rc, fleet: FleetState, repo
     run_dir = inv.run_dir
     if code == EXIT_INTERRUPTED:
         since = fleet_started_epoch(inv)
-        written = [h for h in inv.hosts if (run_dir / "hosts" / f"{h}.json").exists()
-                   and (run_dir / "hosts" / f"{h}.json").stat().st_mtime >= since]
-        kept = f"the documents of {', '.join(written)} are in {run_dir / 'hosts'}" if written else f"nothing finished ({run_dir})"
-        return (f"run {inv.run_id}: interrupted; {kept}. Go on with: gpufleet fleet resume {inv.run_id} "
-                f"--reports-dir {inv.reports_dir}")
+        written = [
+            h
+            for h in inv.hosts
+            if (run_dir / "hosts" / f"{h}.json").exists() and (run_dir / "hosts" / f"{h}.json").stat().st_mtime >= since
+        ]
+        kept = (
+            f"the documents of {', '.join(written)} are in {run_dir / 'hosts'}"
+            if written
+            else f"nothing finished ({run_dir})"
+        )
+        return (
+            f"run {inv.run_id}: interrupted; {kept}. Go on with: gpufleet fleet resume {inv.run_id} "
+            f"--reports-dir {inv.reports_dir}"
+        )
     if code == EXIT_COULD_NOT_RUN:
         # The controller's own tasks first: a variable refused before any node, a report that could not be made.
         failed = sorted((f for f in fleet.failures if f.msg), key=lambda f: f.node_play)
-        why = "; ".join(f"{f.task}: {' '.join(f.msg.split())}" for f in failed[:3]) or f"ansible-playbook ended {status} (rc {rc})"
-        if not (run_dir / runs.RUN_FILE).exists():  # the run never started: its folder goes (invoke), nothing to point at
+        why = (
+            "; ".join(f"{f.task}: {' '.join(f.msg.split())}" for f in failed[:3])
+            or f"ansible-playbook ended {status} (rc {rc})"
+        )
+        if not (
+            run_dir / runs.RUN_FILE
+        ).exists():  # the run never started: its folder goes (invoke), nothing to point at
             return f"run {inv.run_id}: could not run: {why}"
         return f"run {inv.run_id}: could not run: {why}. ansible-runner's output: {rec.runner_dir(run_dir)}/artifacts"
     bad = [h for h in inv.hosts if fleet.nodes[h].final != ACCEPTED]
@@ -446,4 +530,4 @@ def _ending(inv: Invocation, code: int, status: str, rc, fleet: FleetState, repo
     where = files.get("md") or str(run_dir / "report.md")
     if code == EXIT_ACCEPTED:
         return f"run {inv.run_id}: all {len(inv.hosts)} node(s) accepted; report: {where}"
-    return (f"run {inv.run_id}: {len(bad)} of {len(inv.hosts)} node(s) not accepted: {', '.join(bad)}; report: {where}")
+    return f"run {inv.run_id}: {len(bad)} of {len(inv.hosts)} node(s) not accepted: {', '.join(bad)}; report: {where}"

@@ -16,16 +16,42 @@ from dataclasses import dataclass, field
 from gpufleet import registry, schema
 
 # In the order a node goes through them; the progress bar counts a node's place in it.
-STAGES = ("waiting", "reach", "lock", "checks", "counters", "benchmarks", "record", "cross-node", "fine-tune", "locate",
-          "release", "report", "done")
+STAGES = (
+    "waiting",
+    "reach",
+    "lock",
+    "checks",
+    "counters",
+    "benchmarks",
+    "record",
+    "cross-node",
+    "fine-tune",
+    "locate",
+    "release",
+    "report",
+    "done",
+)
 CHECK_MODULES = registry.group_names()  # each check group's module is named after it
 # Task files of the role whose tasks are a stage of their own, whatever the module.
-STAGE_FILES = {"nccl_multinode": "cross-node", "finetune_multinode": "fine-tune", "locate": "locate",
-               "lock_take": "lock", "release": "release"}
+STAGE_FILES = {
+    "nccl_multinode": "cross-node",
+    "finetune_multinode": "fine-tune",
+    "locate": "locate",
+    "lock_take": "lock",
+    "release": "release",
+}
 # The task file of a job across nodes, which both runs across nodes share: its stage is the job's (fine-tune or not).
 JOB_FILE = "job_across_nodes"
 # Worst first for the "so far" column; unreachable is worse than any result.
-_RANK = {"unreachable": 7, schema.ERROR: 6, schema.FAIL: 5, schema.WARN: 4, schema.INFO: 3, schema.PASS: 2, schema.SKIP: 1}
+_RANK = {
+    "unreachable": 7,
+    schema.ERROR: 6,
+    schema.FAIL: 5,
+    schema.WARN: 4,
+    schema.INFO: 3,
+    schema.PASS: 2,
+    schema.SKIP: 1,
+}
 FINAL_EVENT = "playbook_on_stats"
 
 
@@ -56,7 +82,9 @@ def classify(event_data: dict) -> tuple[str | None, str]:
     if in_role and stem == JOB_FILE:  # its names are the caller's: "Start NCCL across the nodes at once: a, b"
         if "{{" in task:  # not templated yet: the stage from the module alone
             return {"finetune": "fine-tune", "benchmark": "cross-node"}.get(short), ""
-        if "of the round" in task:  # a localisation round's group run (locate_round.yml): FleetState.describe says which
+        if (
+            "of the round" in task
+        ):  # a localisation round's group run (locate_round.yml): FleetState.describe says which
             return "locate", ""
         return ("fine-tune" if short == "finetune" or "fine-tune" in task else "cross-node"), _across(task)
     for prefix, stage in STAGE_FILES.items():
@@ -93,7 +121,9 @@ def status_counts(res: dict | None) -> dict[str, int]:
     res = res or {}
     if isinstance(res.get("status_counts"), dict):
         return {k: v for k, v in res["status_counts"].items() if isinstance(v, int)}
-    docs = [res.get("gpufleet")] + [s.get("result", {}).get("gpufleet") for s in res.get("steps") or [] if isinstance(s, dict)]
+    docs = [res.get("gpufleet")] + [
+        s.get("result", {}).get("gpufleet") for s in res.get("steps") or [] if isinstance(s, dict)
+    ]
     counts: dict[str, int] = {}
     for doc in docs:
         for r in doc.get("results") or [] if isinstance(doc, dict) else []:
@@ -104,7 +134,9 @@ def status_counts(res: dict | None) -> dict[str, int]:
 
 # The lines node_validate prints as a node goes, with the statuses of what it measured so far:
 # "[HOST] gpufleet: checks: gpu_inventory, gpu_health, host_hygiene | error=1 pass=40", "[HOST] gpufleet: benchmarks: matmul".
-STAGE_LINE = re.compile(r"^\[(?P<host>[^\]]+)\] gpufleet: (?P<stage>[a-z-]+)(?:: (?P<what>[^|]*?))?(?: \| (?P<counts>[a-z]+=\d+(?: [a-z]+=\d+)*))?$")
+STAGE_LINE = re.compile(
+    r"^\[(?P<host>[^\]]+)\] gpufleet: (?P<stage>[a-z-]+)(?:: (?P<what>[^|]*?))?(?: \| (?P<counts>[a-z]+=\d+(?: [a-z]+=\d+)*))?$"
+)
 
 
 @dataclass
@@ -213,8 +245,14 @@ class FleetState:
         if kind.startswith("runner_on_failed") or kind.startswith("runner_item_on_failed"):
             res = data.get("res") or {}
             if not data.get("ignore_errors"):
-                self.failures.append(Failure(host or "", data.get("task") or "", str(res.get("msg") or "")[:2000],
-                                             node_play=n is not None and stage is not None))
+                self.failures.append(
+                    Failure(
+                        host or "",
+                        data.get("task") or "",
+                        str(res.get("msg") or "")[:2000],
+                        node_play=n is not None and stage is not None,
+                    )
+                )
         if n is None:
             return []
         before = n.key()

@@ -33,8 +33,10 @@ def verdict_text(n: NodeState) -> str:
 
 def node_line(n: NodeState, now: float, host_width: int) -> str:
     activity = n.activity if len(n.activity) <= ACTIVITY_CHARS else n.activity[: ACTIVITY_CHARS - 3] + "..."
-    return (f"{n.host:<{host_width}}  {n.stage:<10}  {activity:<{ACTIVITY_CHARS}}  {n.elapsed_s(now):>5.0f} s  "
-            f"{verdict_text(n)}")
+    return (
+        f"{n.host:<{host_width}}  {n.stage:<10}  {activity:<{ACTIVITY_CHARS}}  {n.elapsed_s(now):>5.0f} s  "
+        f"{verdict_text(n)}"
+    )
 
 
 class PlainView:
@@ -96,15 +98,32 @@ class LiveView:
         fleet = self.fleet
         now = fleet.clock()
         table = Table(title=self.title or None, title_justify="left", expand=False, pad_edge=False)
-        for col, kw in (("node", {}), ("stage", {}), ("now", {"max_width": 40}), ("elapsed", {"justify": "right"}),
-                        ("verdict so far", {})):
+        for col, kw in (
+            ("node", {}),
+            ("stage", {}),
+            ("now", {"max_width": 40}),
+            ("elapsed", {"justify": "right"}),
+            ("verdict so far", {}),
+        ):
             table.add_column(col, **kw)
-        style = {"error": "red", "fail": "red", "unreachable": "red", "not accepted": "bold red", "warn": "yellow",
-                 "pass": "green", "accepted": "bold green"}
+        style = {
+            "error": "red",
+            "fail": "red",
+            "unreachable": "red",
+            "not accepted": "bold red",
+            "warn": "yellow",
+            "pass": "green",
+            "accepted": "bold green",
+        }
         for n in fleet.nodes.values():
             verdict = n.final or ("peer" if n.role == "peer" and n.so_far() == "-" else n.so_far())
-            table.add_row(n.host, n.stage, n.activity, f"{n.elapsed_s(now):.0f} s",
-                          Text(verdict, style=style.get(verdict, style.get(verdict.split(" ")[0], ""))))
+            table.add_row(
+                n.host,
+                n.stage,
+                n.activity,
+                f"{n.elapsed_s(now):.0f} s",
+                Text(verdict, style=style.get(verdict, style.get(verdict.split(" ")[0], ""))),
+            )
         total = max(fleet.total(), 1)
         done = fleet.progress()
         bar = ProgressBar(total=total, completed=done, width=40)

@@ -30,8 +30,11 @@ def _ratio(ratio: float | None, thresholds: dict | None) -> tuple[float, str]:
     if ratio is not None:
         return float(ratio), "option (gpufleet_locate_ratio / --ratio)"
     # Only this key of gpufleet_thresholds matters here; the nodes' engines judge the others.
-    prof = profiles.resolve(None, profile_name=profiles.GENERIC,
-                            overrides={k: v for k, v in (thresholds or {}).items() if k == locate.RATIO_KEY})
+    prof = profiles.resolve(
+        None,
+        profile_name=profiles.GENERIC,
+        overrides={k: v for k, v in (thresholds or {}).items() if k == locate.RATIO_KEY},
+    )
     entry = prof["thresholds"].get(locate.RATIO_KEY)
     if entry is None or entry["value"] is None:
         return locate.DEFAULT_RATIO, "gpufleet default"
@@ -42,15 +45,22 @@ def figure_of(docs: dict[str, dict | None], members: list[str]) -> dict:
     """A group's figure from its members' round files: busbw of the largest all-reduce, or why there is none."""
     missing = [m for m in members if docs.get(m) is None]
     if missing:
-        return {"busbw_gbps": None, "size_bytes": None, "status": "failed",
-                "reason": f"no result from {', '.join(missing)}: the run did not finish there"}
+        return {
+            "busbw_gbps": None,
+            "size_bytes": None,
+            "status": "failed",
+            "reason": f"no result from {', '.join(missing)}: the run did not finish there",
+        }
     why = []
     for m in members:
         doc = docs[m]
         if doc.get("error"):
             why.append(f"{m}: {doc['error']}"[:300])
-        why += [f"{m}: {r.get('reason')}"[:300] for r in doc.get("results") or []
-                if r.get("check") == "nccl" and r.get("status") in (schema.FAIL, schema.ERROR)]
+        why += [
+            f"{m}: {r.get('reason')}"[:300]
+            for r in doc.get("results") or []
+            if r.get("check") == "nccl" and r.get("status") in (schema.FAIL, schema.ERROR)
+        ]
     if why:
         return {"busbw_gbps": None, "size_bytes": None, "status": "failed", "reason": "; ".join(why)}
     for m in members:
@@ -59,16 +69,35 @@ def figure_of(docs: dict[str, dict | None], members: list[str]) -> dict:
             if r.get("check") == "nccl_all_reduce" and isinstance(value, (int, float)) and not isinstance(value, bool):
                 rows = (r.get("detail") or {}).get("rows") or []
                 sizes = [row.get("size_bytes") for row in rows if "busbw_gbps" in row]
-                return {"busbw_gbps": float(value), "size_bytes": max(sizes) if sizes else None, "status": "ok",
-                        "reason": None, "device": "cpu" if "not a performance figure" in (r.get("reason") or "") else None}
-    return {"busbw_gbps": None, "size_bytes": None, "status": "failed",
-            "reason": f"no all_reduce figure from {', '.join(members)}"}
+                return {
+                    "busbw_gbps": float(value),
+                    "size_bytes": max(sizes) if sizes else None,
+                    "status": "ok",
+                    "reason": None,
+                    "device": "cpu" if "not a performance figure" in (r.get("reason") or "") else None,
+                }
+    return {
+        "busbw_gbps": None,
+        "size_bytes": None,
+        "status": "failed",
+        "reason": f"no all_reduce figure from {', '.join(members)}",
+    }
 
 
-def step(run_dir: Path, *, start: bool = False, nodes: list[str] | None = None, left_out: dict | None = None,
-         method: str = "auto",
-         ratio: float | None = None, thresholds: dict | None = None, pair_rounds: int | None = None,
-         max_rounds: int | None = None, reference_gbps: float | None = None, base_port: int | None = None) -> dict:
+def step(
+    run_dir: Path,
+    *,
+    start: bool = False,
+    nodes: list[str] | None = None,
+    left_out: dict | None = None,
+    method: str = "auto",
+    ratio: float | None = None,
+    thresholds: dict | None = None,
+    pair_rounds: int | None = None,
+    max_rounds: int | None = None,
+    reference_gbps: float | None = None,
+    base_port: int | None = None,
+) -> dict:
     """Start a localisation or record the round just run; write locate.json; return the state."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -83,9 +112,16 @@ def step(run_dir: Path, *, start: bool = False, nodes: list[str] | None = None, 
             paths.write_atomic(state_path, json.dumps(state, indent=1, sort_keys=True) + "\n")
             return state
         try:
-            state = locate.start(list(nodes or []), method=method, ratio=value, ratio_source=source,
-                                 reference_gbps=reference_gbps, pair_rounds=pair_rounds or 1, max_rounds=max_rounds,
-                                 base_port=base_port or locate.DEFAULT_BASE_PORT)
+            state = locate.start(
+                list(nodes or []),
+                method=method,
+                ratio=value,
+                ratio_source=source,
+                reference_gbps=reference_gbps,
+                pair_rounds=pair_rounds or 1,
+                max_rounds=max_rounds,
+                base_port=base_port or locate.DEFAULT_BASE_PORT,
+            )
         except ValueError as exc:
             raise InputError(f"locate: {exc}") from None
         state["started"] = schema.utc_now()
@@ -118,12 +154,27 @@ def step(run_dir: Path, *, start: bool = False, nodes: list[str] | None = None, 
 def _too_few(nodes: list[str], left_out: dict, method: str, ratio: float, source: str) -> dict:
     """No round can run: fewer than two nodes could take part."""
     out = "; ".join(f"{h}: {why}" for h, why in left_out.items()) or "none"
-    return {"schema_version": locate.SCHEMA_VERSION, "nodes": nodes, "method": method, "method_asked": method,
-            "metric": locate.METRIC, "threshold": {"key": locate.RATIO_KEY, "value": ratio, "source": source},
-            "rounds": [], "done": True, "next": None, "known_good": [], "suspects": [], "left_out": left_out,
-            "findings": [], "notes": [], "verdict": "inconclusive", "started": schema.utc_now(), "ended": schema.utc_now(),
-            "summary": f"no localisation: it needs two nodes and {len(nodes)} could take part ({', '.join(nodes) or 'none'}); "
-                       f"left out: {out}"}
+    return {
+        "schema_version": locate.SCHEMA_VERSION,
+        "nodes": nodes,
+        "method": method,
+        "method_asked": method,
+        "metric": locate.METRIC,
+        "threshold": {"key": locate.RATIO_KEY, "value": ratio, "source": source},
+        "rounds": [],
+        "done": True,
+        "next": None,
+        "known_good": [],
+        "suspects": [],
+        "left_out": left_out,
+        "findings": [],
+        "notes": [],
+        "verdict": "inconclusive",
+        "started": schema.utc_now(),
+        "ended": schema.utc_now(),
+        "summary": f"no localisation: it needs two nodes and {len(nodes)} could take part ({', '.join(nodes) or 'none'}); "
+        f"left out: {out}",
+    }
 
 
 class Progress:
@@ -156,8 +207,16 @@ class Progress:
 def step_summary(state: dict, run_dir: Path) -> dict:
     """What the module returns: whether it is done, the next round, and the findings."""
     nxt = state.get("next") or {}
-    return {"done": bool(state.get("done")), "round": nxt.get("round"), "groups": nxt.get("groups") or [],
-            "verdict": state.get("verdict"), "summary": state.get("summary"), "findings": state.get("findings") or [],
-            "method": state.get("method"), "rounds_run": len(state.get("rounds") or []),
-            "max_rounds": state.get("max_rounds"), "left_out": state.get("left_out") or {},
-            "locate_json": str(Path(run_dir) / STATE_FILE)}
+    return {
+        "done": bool(state.get("done")),
+        "round": nxt.get("round"),
+        "groups": nxt.get("groups") or [],
+        "verdict": state.get("verdict"),
+        "summary": state.get("summary"),
+        "findings": state.get("findings") or [],
+        "method": state.get("method"),
+        "rounds_run": len(state.get("rounds") or []),
+        "max_rounds": state.get("max_rounds"),
+        "left_out": state.get("left_out") or {},
+        "locate_json": str(Path(run_dir) / STATE_FILE),
+    }

@@ -46,7 +46,7 @@ def ansible_local_tmp() -> Path:
     those of runners that are gone (killed before they could remove theirs) are removed first."""
     base = Path(tempfile.gettempdir())
     for old in base.glob(f"{LOCAL_TMP_PREFIX}*-*"):
-        pid = old.name[len(LOCAL_TMP_PREFIX):].split("-", 1)[0]
+        pid = old.name[len(LOCAL_TMP_PREFIX) :].split("-", 1)[0]
         if pid.isdigit() and not _alive(int(pid)) and old.is_dir() and old.stat().st_uid == os.getuid():
             shutil.rmtree(old, ignore_errors=True)
     return Path(tempfile.mkdtemp(prefix=f"{LOCAL_TMP_PREFIX}{os.getpid()}-"))

@@ -50,8 +50,10 @@ def find_project(explicit: str | None = None) -> Project:
     if explicit:
         root = Path(explicit).resolve()
         if not is_checkout(root):
-            raise InputError(f"--project {explicit}: {root} is not a gpufleet checkout (galaxy.yml, validate.yml and "
-                             "playbooks/validate.yml at its root)")
+            raise InputError(
+                f"--project {explicit}: {root} is not a gpufleet checkout (galaxy.yml, validate.yml and "
+                "playbooks/validate.yml at its root)"
+            )
         return Project(root, root)
     cwd = Path.cwd()
     if is_checkout(cwd):
@@ -102,11 +104,19 @@ def read_inventory(project: Project, inventory: str, limit: str | None = None) -
     if limit:
         cmd += ["--limit", limit]
     try:
-        proc = subprocess.run(cmd, cwd=project.cwd, env=tool_env({"ANSIBLE_NOCOLOR": "1"}), capture_output=True,
-                              text=True, timeout=INVENTORY_TIMEOUT_S)
+        proc = subprocess.run(
+            cmd,
+            cwd=project.cwd,
+            env=tool_env({"ANSIBLE_NOCOLOR": "1"}),
+            capture_output=True,
+            text=True,
+            timeout=INVENTORY_TIMEOUT_S,
+        )
     except FileNotFoundError:
-        raise InputError("ansible-inventory is not installed beside this Python: install the controller extra "
-                         "(pip install 'gpufleet[controller]')") from None
+        raise InputError(
+            "ansible-inventory is not installed beside this Python: install the controller extra "
+            "(pip install 'gpufleet[controller]')"
+        ) from None
     except subprocess.TimeoutExpired:
         raise InputError(f"ansible-inventory -i {inventory} took more than {INVENTORY_TIMEOUT_S} s") from None
     if proc.returncode != 0:
@@ -123,7 +133,9 @@ def nodes_of(project: Project, inventory: str, limit: str | None) -> tuple[Inven
     """The whole inventory and the nodes the limit picks (all of gpu_nodes without one)."""
     inv = read_inventory(project, inventory)
     if not inv.hosts:
-        raise InputError(f"inventory {inventory} has no hosts in the group {NODE_GROUP}; put the nodes to validate there")
+        raise InputError(
+            f"inventory {inventory} has no hosts in the group {NODE_GROUP}; put the nodes to validate there"
+        )
     if not limit:
         return inv, list(inv.hosts)
     if _PLAIN_LIMIT.fullmatch(limit) and all(h in inv.hosts for h in limit.split(",")):

@@ -106,8 +106,11 @@ def node_stage_reason(folder: RunFolder, host: str, only_unfinished: bool) -> st
     if _cut_off(inv) and folder.mtimes.get(host, 0) < inv.get("started_epoch", 0):
         return f"invocation {inv.get('n')} was cut off before the node's document was written"
     results = _node_results(doc)
-    unfinished = [r for r in results if r.get("status") in BAD and
-                  (r.get("check") in UNFINISHED_CHECKS or r.get("group") in UNFINISHED_GROUPS)]
+    unfinished = [
+        r
+        for r in results
+        if r.get("status") in BAD and (r.get("check") in UNFINISHED_CHECKS or r.get("group") in UNFINISHED_GROUPS)
+    ]
     if any(r.get("check") == "reachable" for r in unfinished):
         return "it could not be reached"
     if unfinished:
@@ -130,10 +133,10 @@ def cross_stage_reason(folder: RunFolder, host: str, stage: str, only_unfinished
     results = [r for r in doc.get("results", []) if isinstance(r, dict) and r.get("group") == group]
     if not results:
         inv = _last_invocation(folder, host, stage)
-        return ("it was cut off before this stage" if _cut_off(inv) else
-                "no results of this stage in its host document")
-    if stage == "multinode" and not any(isinstance(r.get("detail"), dict) and r["detail"].get("multinode")
-                                         for r in results):
+        return "it was cut off before this stage" if _cut_off(inv) else "no results of this stage in its host document"
+    if stage == "multinode" and not any(
+        isinstance(r.get("detail"), dict) and r["detail"].get("multinode") for r in results
+    ):
         return "it sat out the run across nodes (" + (results[0].get("reason") or "no reason given")[:160] + ")"
     # The one result a run across nodes leaves when it did not come together carries the run's own name.
     run_level = {"multinode": ("nccl", "train_gpt2"), "finetune": ("finetune",)}[stage]
@@ -171,8 +174,14 @@ def _var(host: str, name: str, hostvars: dict, extravars: dict):
     return (hostvars.get(host) or {}).get(name)
 
 
-def plan(folder: RunFolder, *, only_unfinished: bool = False, hostvars: dict | None = None,
-         extravars: dict | None = None, peers: list[str] | None = None) -> ResumePlan:
+def plan(
+    folder: RunFolder,
+    *,
+    only_unfinished: bool = False,
+    hostvars: dict | None = None,
+    extravars: dict | None = None,
+    peers: list[str] | None = None,
+) -> ResumePlan:
     """What to run again; `hostvars` and `extravars` say which nodes take part in which stage."""
     hostvars, extravars = hostvars or {}, extravars or {}
     hosts = folder.hosts()
@@ -180,7 +189,9 @@ def plan(folder: RunFolder, *, only_unfinished: bool = False, hostvars: dict | N
     peers = [p for p in (peers or []) if p not in hosts]
     wants = {
         "node": lambda h: True,
-        "multinode": lambda h: len(hosts) + len(peers) > 1 and _truthy(_var(h, "gpufleet_nccl_multinode", hostvars, extravars), True),
+        "multinode": lambda h: (
+            len(hosts) + len(peers) > 1 and _truthy(_var(h, "gpufleet_nccl_multinode", hostvars, extravars), True)
+        ),
         "finetune": lambda h: _truthy(_var(h, "gpufleet_finetune", hostvars, extravars), False),
     }
     reasons: dict[str, dict] = {}

@@ -36,15 +36,21 @@ def _print(doc, as_json: bool, text: str) -> None:
 
 def plan_text(record: dict) -> str:
     p = record["plan"]
-    lines = [f"sweep plan, tier {record['tier']}, partition(s) {', '.join(p['partitions'])}: {len(p['idle'])} idle node(s), at most "
-             f"{p['allowed']} at once ({p['share']}), {p['held']} sweep job(s) already queued"]
+    lines = [
+        f"sweep plan, tier {record['tier']}, partition(s) {', '.join(p['partitions'])}: {len(p['idle'])} idle node(s), at most "
+        f"{p['allowed']} at once ({p['share']}), {p['held']} sweep job(s) already queued"
+    ]
     for node, (options, _) in (record.get("requests") or {}).items():
         lines.append(f"  would submit on {node}: sbatch {' '.join(options)}")
-    lines += [f"  take {j['node']}: job {j.get('job_id') or 'not submitted: ' + str(j.get('error'))}" for j in record["jobs"]]
+    lines += [
+        f"  take {j['node']}: job {j.get('job_id') or 'not submitted: ' + str(j.get('error'))}" for j in record["jobs"]
+    ]
     lines += [f"  skip {n}: {why}" for n, why in p["skipped"].items()]
     lines += [f"  defer {n}: {why}" for n, why in p["deferred"].items()]
     if not record["jobs"]:
-        lines.append("nothing submitted" + ("" if not p["chosen"] else ": add --submit (gpufleet_sweep_submit: true) to submit"))
+        lines.append(
+            "nothing submitted" + ("" if not p["chosen"] else ": add --submit (gpufleet_sweep_submit: true) to submit")
+        )
     return "\n".join(lines)
 
 
@@ -60,11 +66,26 @@ def cmd_sweep(args) -> int:
     else:
         if not args.partition:
             raise InputError("--partition (gpufleet_sweep_partitions): name the partition(s) whose idle nodes to sweep")
-        opts = {"tier": args.tier, "partitions": args.partition, "submit_partition": args.sweep_partition, "qos": args.qos,
-                "nice": args.nice, "max_share": args.max_share, "time_limit_min": limit_min, "wait_min": args.wait_min,
-                "python": args.python, "lock_path": args.lock_path, "thresholds": args.thresholds, "profile": args.profile,
-                "benchmarks": args.benchmarks, "benchmark_tier": args.benchmark_tier, "node_args": args.node_arg,
-                "names": names, "submit": args.submit, "run_id": args.run_id}
+        opts = {
+            "tier": args.tier,
+            "partitions": args.partition,
+            "submit_partition": args.sweep_partition,
+            "qos": args.qos,
+            "nice": args.nice,
+            "max_share": args.max_share,
+            "time_limit_min": limit_min,
+            "wait_min": args.wait_min,
+            "python": args.python,
+            "lock_path": args.lock_path,
+            "thresholds": args.thresholds,
+            "profile": args.profile,
+            "benchmarks": args.benchmarks,
+            "benchmark_tier": args.benchmark_tier,
+            "node_args": args.node_arg,
+            "names": names,
+            "submit": args.submit,
+            "run_id": args.run_id,
+        }
         sweep.parse_share(args.max_share)
         record = sweep.submit(Path(args.reports_dir), opts)
         if not record["jobs"]:
@@ -83,7 +104,9 @@ def cmd_sweep(args) -> int:
     data = outputs.write(run_dir)
     ok = summary is None or summary["verdict"] != "fail"
     ok = ok and (done["slurm"] or {"ok": True})["ok"] and (done["ladder"] or {"ok": True})["ok"]
-    text = [f"sweep {run_dir.name}: " + (f"report verdict {summary['verdict']}" if summary else "no job left a verdict")]
+    text = [
+        f"sweep {run_dir.name}: " + (f"report verdict {summary['verdict']}" if summary else "no job left a verdict")
+    ]
     if done["slurm"]:
         text += fleet_slurm.summary_lines(done["slurm"])
     _print(dict(done, service=outputs.json_section(data)), args.json, "\n".join(text + [""] + outputs.md_section(data)))
@@ -97,8 +120,14 @@ def cmd_ladder(args) -> int:
             raise InputError("--clear NODE needs --by (who cleared it) and --note (the repair, the ticket)")
         record = ladder.clear(Path(args.reports_dir), args.clear, args.by, args.note, names=names)
     elif args.run_dir:
-        record = ladder.judge(Path(args.run_dir), act=ladder.parse_act(args.act), site_commands=commands.parse(args.command, ladder.ACTABLE),
-                              max_actions=args.max_drain, names=names, db=args.db)
+        record = ladder.judge(
+            Path(args.run_dir),
+            act=ladder.parse_act(args.act),
+            site_commands=commands.parse(args.command, ladder.ACTABLE),
+            max_actions=args.max_drain,
+            names=names,
+            db=args.db,
+        )
         outputs.write(Path(args.run_dir), args.db)
     else:
         raise InputError("gpufleet ladder: give RUN_DIR (a reported run) or --clear NODE")
@@ -109,83 +138,169 @@ def cmd_ladder(args) -> int:
 def cmd_evidence(args) -> int:
     db = Path(args.db) if args.db else default_path(args.reports_dir)
     with Store(db, create=False) as store:
-        done = evidence.build(store, args.node, gpu=args.gpu, run_ids=[r for v in args.runs or [] for r in v.split(",") if r],
-                              out=Path(args.out) if args.out else None, bug_report_command=args.bug_report_command,
-                              bug_report_file=args.bug_report, redact=args.redact)
-    _print(done, args.json, f"{done['path']}: {len(done['files'])} files, runs {', '.join(done['runs'])}, "
-                            f"{done['redactions']} secret(s) replaced; nvidia-bug-report.log {done['bug_report']}")
+        done = evidence.build(
+            store,
+            args.node,
+            gpu=args.gpu,
+            run_ids=[r for v in args.runs or [] for r in v.split(",") if r],
+            out=Path(args.out) if args.out else None,
+            bug_report_command=args.bug_report_command,
+            bug_report_file=args.bug_report,
+            redact=args.redact,
+        )
+    _print(
+        done,
+        args.json,
+        f"{done['path']}: {len(done['files'])} files, runs {', '.join(done['runs'])}, "
+        f"{done['redactions']} secret(s) replaced; nvidia-bug-report.log {done['bug_report']}",
+    )
     return 0
 
 
 def _ladder_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--act", action="append", help=f"take this step of the ladder where it is due (repeatable, or comma-separated: "
-                   f"{', '.join(ladder.ACTABLE)}, or all; gpufleet_ladder_act); default: propose only")
-    p.add_argument("--command", action="append", metavar="STEP=COMMAND", help="the site's command of a step, with {host}, "
-                   "{slurm_node}, {gpu_index}, {gpu_uuid}, {gpu_serial}, {run_id}, {reason} (default reset_gpu: "
-                   f"`{ladder.DEFAULT_COMMANDS['reset_gpu']}`, reboot: `{ladder.DEFAULT_COMMANDS['reboot']}`)")
-    p.add_argument("--max-drain", default=fleet_slurm.DEFAULT_MAX_DRAIN, help="gpufleet_slurm_max_drain: the breaker, which "
-                   "counts the nodes the ladder and the run's drains take out (default %(default)s)")
+    p.add_argument(
+        "--act",
+        action="append",
+        help=f"take this step of the ladder where it is due (repeatable, or comma-separated: "
+        f"{', '.join(ladder.ACTABLE)}, or all; gpufleet_ladder_act); default: propose only",
+    )
+    p.add_argument(
+        "--command",
+        action="append",
+        metavar="STEP=COMMAND",
+        help="the site's command of a step, with {host}, "
+        "{slurm_node}, {gpu_index}, {gpu_uuid}, {gpu_serial}, {run_id}, {reason} (default reset_gpu: "
+        f"`{ladder.DEFAULT_COMMANDS['reset_gpu']}`, reboot: `{ladder.DEFAULT_COMMANDS['reboot']}`)",
+    )
+    p.add_argument(
+        "--max-drain",
+        default=fleet_slurm.DEFAULT_MAX_DRAIN,
+        help="gpufleet_slurm_max_drain: the breaker, which "
+        "counts the nodes the ladder and the run's drains take out (default %(default)s)",
+    )
     p.add_argument("--slurm-name", action="append", help="HOST=NAME: the Slurm node name of an inventory host")
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
 def add_parsers(sub) -> None:
-    s = sub.add_parser(SWEEP_COMMAND, prog="gpufleet slurm sweep", help="`gpufleet slurm sweep`: a tier's node stage as "
-                       "preemptible Slurm jobs on idle nodes, then judged as a run")
+    s = sub.add_parser(
+        SWEEP_COMMAND,
+        prog="gpufleet slurm sweep",
+        help="`gpufleet slurm sweep`: a tier's node stage as "
+        "preemptible Slurm jobs on idle nodes, then judged as a run",
+    )
     s.add_argument("--tier", required=True, choices=list(sweep.TIERS))
-    s.add_argument("--partition", action="append", help="a partition whose idle nodes to sweep (repeatable; gpufleet_sweep_partitions)")
+    s.add_argument(
+        "--partition",
+        action="append",
+        help="a partition whose idle nodes to sweep (repeatable; gpufleet_sweep_partitions)",
+    )
     s.add_argument("--submit", action="store_true", help="submit the jobs (default: print the plan, submit nothing)")
-    s.add_argument("--sweep-partition", help="the partition the jobs go to, one real work preempts (default: the node's own, "
-                   "with --qos doing the preempting)")
+    s.add_argument(
+        "--sweep-partition",
+        help="the partition the jobs go to, one real work preempts (default: the node's own, "
+        "with --qos doing the preempting)",
+    )
     s.add_argument("--qos", help="the QOS of the jobs, one real work preempts (gpufleet_sweep_qos)")
     s.add_argument("--nice", type=int, default=sweep.DEFAULT_NICE, help="sbatch --nice (default %(default)s)")
-    s.add_argument("--max-share", default=sweep.DEFAULT_SHARE, help="at most this many idle nodes (N) or percent of them (N%%) "
-                   "held by sweep jobs at once (default %(default)s, at least one node)")
-    s.add_argument("--time-limit-min", type=int, help="each job's time limit in minutes (default: smoke "
-                   f"{sweep.TIME_LIMIT_MIN['smoke']}, acceptance {sweep.TIME_LIMIT_MIN['acceptance']})")
-    s.add_argument("--wait-min", type=int, default=sweep.DEFAULT_WAIT_MIN, help="minutes a job may wait to start before "
-                   "Slurm removes it (--deadline; default %(default)s)")
-    s.add_argument("--python", default="/opt/gpufleet/venv/bin/python", help="gpufleet_python on the nodes (default %(default)s)")
+    s.add_argument(
+        "--max-share",
+        default=sweep.DEFAULT_SHARE,
+        help="at most this many idle nodes (N) or percent of them (N%%) "
+        "held by sweep jobs at once (default %(default)s, at least one node)",
+    )
+    s.add_argument(
+        "--time-limit-min",
+        type=int,
+        help="each job's time limit in minutes (default: smoke "
+        f"{sweep.TIME_LIMIT_MIN['smoke']}, acceptance {sweep.TIME_LIMIT_MIN['acceptance']})",
+    )
+    s.add_argument(
+        "--wait-min",
+        type=int,
+        default=sweep.DEFAULT_WAIT_MIN,
+        help="minutes a job may wait to start before Slurm removes it (--deadline; default %(default)s)",
+    )
+    s.add_argument(
+        "--python", default="/opt/gpufleet/venv/bin/python", help="gpufleet_python on the nodes (default %(default)s)"
+    )
     s.add_argument("--lock-path", default="/run/lock/gpufleet-node.lock", help="gpufleet_lock_path on the nodes")
     s.add_argument("--thresholds", help="gpufleet_thresholds, a JSON object")
     s.add_argument("--profile", help="gpufleet_profile")
     s.add_argument("--benchmarks", nargs="*", help="gpufleet_benchmarks (default: the tier's)")
     s.add_argument("--benchmark-tier", help="gpufleet_benchmark_tier (default: the tier's)")
-    s.add_argument("--node-arg", action="append", help="one more argument of `gpufleet node-stage` on the node; {node} and "
-                   "{host} are replaced (repeatable)")
-    s.add_argument("--reports-dir", default=DEFAULT_REPORTS_DIR, help="the shared reports folder, the same path on the "
-                   "controller and the nodes (default ./%(default)s)")
+    s.add_argument(
+        "--node-arg",
+        action="append",
+        help="one more argument of `gpufleet node-stage` on the node; {node} and {host} are replaced (repeatable)",
+    )
+    s.add_argument(
+        "--reports-dir",
+        default=DEFAULT_REPORTS_DIR,
+        help="the shared reports folder, the same path on the controller and the nodes (default ./%(default)s)",
+    )
     s.add_argument("--run-id", help="the run's name (default: the UTC time)")
-    s.add_argument("--collect", metavar="RUN_DIR", help="judge the sweep of RUN_DIR, whose jobs have ended, instead of a new one")
-    s.add_argument("--action", default="none", help=f"gpufleet_slurm_action after the report: {', '.join(fleet_slurm.ACTIONS)} "
-                   "(default none)")
+    s.add_argument(
+        "--collect", metavar="RUN_DIR", help="judge the sweep of RUN_DIR, whose jobs have ended, instead of a new one"
+    )
+    s.add_argument(
+        "--action",
+        default="none",
+        help=f"gpufleet_slurm_action after the report: {', '.join(fleet_slurm.ACTIONS)} (default none)",
+    )
     _ladder_options(s)
     s.set_defaults(func=cmd_sweep)
 
-    lad = sub.add_parser("ladder", help="the remediation ladder of a reported run: each node not accepted gets its next step "
-                         "(proposed unless --act), each accepted one its ladder cleared")
+    lad = sub.add_parser(
+        "ladder",
+        help="the remediation ladder of a reported run: each node not accepted gets its next step "
+        "(proposed unless --act), each accepted one its ladder cleared",
+    )
     lad.add_argument("run_dir", nargs="?", help="the run's folder, holding report.json")
-    lad.add_argument("--clear", metavar="NODE", help="a person clears NODE's ladder (repair done, RMA closed); it stays drained "
-                     "until `gpufleet fleet accept NODE --slurm` accepts it")
+    lad.add_argument(
+        "--clear",
+        metavar="NODE",
+        help="a person clears NODE's ladder (repair done, RMA closed); it stays drained "
+        "until `gpufleet fleet accept NODE --slurm` accepts it",
+    )
     lad.add_argument("--by", help="with --clear: who clears it")
     lad.add_argument("--note", help="with --clear: what was done (the repair, the ticket)")
-    lad.add_argument("--reports-dir", default=DEFAULT_REPORTS_DIR, help="with --clear: the reports folder (default ./%(default)s)")
+    lad.add_argument(
+        "--reports-dir", default=DEFAULT_REPORTS_DIR, help="with --clear: the reports folder (default ./%(default)s)"
+    )
     lad.add_argument("--db", help="the store (default: RUN_DIR/../gpufleet.db)")
     _ladder_options(lad)
     lad.set_defaults(func=cmd_ladder)
 
-    e = sub.add_parser("evidence", help="one archive of a node's (or GPU's) failing runs for a vendor's RMA ticket, secrets removed")
+    e = sub.add_parser(
+        "evidence", help="one archive of a node's (or GPU's) failing runs for a vendor's RMA ticket, secrets removed"
+    )
     e.add_argument("node", help="the inventory host name")
     e.add_argument("--gpu", help="a GPU UUID (GPU-...) or serial: its figures, counters and the runs that flagged it")
-    e.add_argument("--runs", action="append", help="these runs' documents (repeatable or comma-separated; default: the "
-                   f"latest {evidence.MAX_RUNS} runs that failed it)")
+    e.add_argument(
+        "--runs",
+        action="append",
+        help="these runs' documents (repeatable or comma-separated; default: the "
+        f"latest {evidence.MAX_RUNS} runs that failed it)",
+    )
     e.add_argument("--out", help="the archive (default ./gpufleet-evidence-NODE-TIME.tar.gz)")
-    e.add_argument("--bug-report-command", help="the site's command that prints the node's nvidia-bug-report.log (gz or text) "
-                   "on stdout, with {host}; e.g. `ssh {host} sudo nvidia-bug-report.sh --output-file /dev/stdout`")
+    e.add_argument(
+        "--bug-report-command",
+        help="the site's command that prints the node's nvidia-bug-report.log (gz or text) "
+        "on stdout, with {host}; e.g. `ssh {host} sudo nvidia-bug-report.sh --output-file /dev/stdout`",
+    )
     e.add_argument("--bug-report", help="a nvidia-bug-report.log(.gz) fetched already")
-    e.add_argument("--redact", action="append", help="a secret to keep out of the archive (repeatable); secret environment "
-                   "variables and key=value secrets are removed without it")
-    e.add_argument("--reports-dir", default=DEFAULT_REPORTS_DIR, help="the reports folder holding gpufleet.db (default ./%(default)s)")
+    e.add_argument(
+        "--redact",
+        action="append",
+        help="a secret to keep out of the archive (repeatable); secret environment "
+        "variables and key=value secrets are removed without it",
+    )
+    e.add_argument(
+        "--reports-dir",
+        default=DEFAULT_REPORTS_DIR,
+        help="the reports folder holding gpufleet.db (default ./%(default)s)",
+    )
     e.add_argument("--db", help="the store (default: REPORTS_DIR/gpufleet.db)")
     e.add_argument("--json", action="store_true", help="print JSON")
     e.set_defaults(func=cmd_evidence)

@@ -41,8 +41,10 @@ def words(template: str, values: dict, *, check_only: bool = False, what: str = 
     for word in argv:
         unknown = [f for _, f, _, _ in string.Formatter().parse(word) if f is not None and f not in PLACEHOLDERS]
         if unknown:
-            raise InputError(f"{what} {template!r}: unknown placeholder {{{unknown[0]}}}; expected some of "
-                             + ", ".join(f"{{{p}}}" for p in PLACEHOLDERS))
+            raise InputError(
+                f"{what} {template!r}: unknown placeholder {{{unknown[0]}}}; expected some of "
+                + ", ".join(f"{{{p}}}" for p in PLACEHOLDERS)
+            )
     if check_only:
         return argv
     filled = {p: "" if values.get(p) is None else str(values[p]) for p in PLACEHOLDERS}
@@ -52,8 +54,14 @@ def words(template: str, values: dict, *, check_only: bool = False, what: str = 
 def run(argv: list[str], timeout_s: float = TIMEOUT_S) -> dict:
     """{"argv", "rc", "output"}: rc None when it could not start or ran past its timeout (then killed)."""
     try:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                                env=dict(os.environ, LC_ALL="C"))
+        proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+            env=dict(os.environ, LC_ALL="C"),
+        )
     except OSError as exc:
         return {"argv": argv, "rc": None, "output": f"could not start {argv[0]}: {exc.strerror or exc}"}
     try:
@@ -68,8 +76,13 @@ def run(argv: list[str], timeout_s: float = TIMEOUT_S) -> dict:
 def run_capture(argv: list[str], timeout_s: float = TIMEOUT_S) -> dict:
     """{"argv", "rc", "raw" (its whole standard output, bytes), "output" (the tail of its error output)}."""
     try:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                                env=dict(os.environ, LC_ALL="C"))
+        proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            env=dict(os.environ, LC_ALL="C"),
+        )
     except OSError as exc:
         return {"argv": argv, "rc": None, "raw": b"", "output": f"could not start {argv[0]}: {exc.strerror or exc}"}
     try:
@@ -78,4 +91,9 @@ def run_capture(argv: list[str], timeout_s: float = TIMEOUT_S) -> dict:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
         return {"argv": argv, "rc": None, "raw": b"", "output": f"killed after {timeout_s:g} s"}
-    return {"argv": argv, "rc": proc.returncode, "raw": raw, "output": err.decode(errors="replace")[-OUTPUT_TAIL_CHARS:]}
+    return {
+        "argv": argv,
+        "rc": proc.returncode,
+        "raw": raw,
+        "output": err.decode(errors="replace")[-OUTPUT_TAIL_CHARS:],
+    }

@@ -44,7 +44,9 @@ class Bundle:
         self.redactor, self.files = redactor, {}
 
     def json(self, name: str, value) -> None:
-        self.files[name] = (json.dumps(self.redactor.json(value), indent=1, sort_keys=True, default=str) + "\n").encode()
+        self.files[name] = (
+            json.dumps(self.redactor.json(value), indent=1, sort_keys=True, default=str) + "\n"
+        ).encode()
 
     def text(self, name: str, text: str) -> None:
         self.files[name] = self.redactor.text(text).encode()
@@ -81,9 +83,17 @@ def figures(store, rows: list[dict], gpu_index: int | None) -> dict:
     for r in rows:
         fleet = medians(r["run_id"])
         for key, m in sorted((r.get("metrics") or {}).items()):
-            out.setdefault(key, []).append({"run_id": r["run_id"], "started": r.get("started"), "value": m["value"],
-                                            "unit": m.get("unit"), "cpu": m.get("cpu"), "fleet_median": fleet.get(key),
-                                            "baseline_median": base_medians.get(key)})
+            out.setdefault(key, []).append(
+                {
+                    "run_id": r["run_id"],
+                    "started": r.get("started"),
+                    "value": m["value"],
+                    "unit": m.get("unit"),
+                    "cpu": m.get("cpu"),
+                    "fleet_median": fleet.get(key),
+                    "baseline_median": base_medians.get(key),
+                }
+            )
     return {"baseline_run": base, "figures": out}
 
 
@@ -92,8 +102,10 @@ def counters(docs: list[tuple[str, dict]]) -> list[dict]:
     rows, last = [], {}
     for run_id, doc in docs:
         snaps = metrics.snapshots(doc["results"])
-        for kind, before, after, listed in (("gpu", snaps.get("before"), snaps.get("after"), "gpus"),
-                                            ("fabric", snaps["fabric"].get("before"), snaps["fabric"].get("after"), "devices")):
+        for kind, before, after, listed in (
+            ("gpu", snaps.get("before"), snaps.get("after"), "gpus"),
+            ("fabric", snaps["fabric"].get("before"), snaps["fabric"].get("after"), "devices"),
+        ):
             was = {_device(d): d.get("counters") or {} for d in (before or {}).get(listed) or [] if isinstance(d, dict)}
             for d in (after or {}).get(listed) or []:
                 if not isinstance(d, dict):
@@ -103,10 +115,19 @@ def counters(docs: list[tuple[str, dict]]) -> list[dict]:
                     if not isinstance(value, int):
                         continue
                     start, prev = was.get(device, {}).get(name), last.get((device, name))
-                    rows.append({"run_id": run_id, "kind": kind, "device": device, "serial": d.get("serial"), "counter": name,
-                                 "before": start, "after": value,
-                                 "during_run": value - start if isinstance(start, int) else None,
-                                 "since_previous_run": value - prev if isinstance(prev, int) else None})
+                    rows.append(
+                        {
+                            "run_id": run_id,
+                            "kind": kind,
+                            "device": device,
+                            "serial": d.get("serial"),
+                            "counter": name,
+                            "before": start,
+                            "after": value,
+                            "during_run": value - start if isinstance(start, int) else None,
+                            "since_previous_run": value - prev if isinstance(prev, int) else None,
+                        }
+                    )
                     last[(device, name)] = value
     return rows
 
@@ -123,17 +144,30 @@ def kernel_lines(docs: list[tuple[str, dict]]) -> list[str]:
             detail = r.get("detail") if isinstance(r.get("detail"), dict) else {}
             if r.get("status") == schema.PASS:
                 continue
-            quoted = [e.get("message") for e in detail.get("events") or [] if isinstance(e, dict)] + list(detail.get("lines") or [])
+            quoted = [e.get("message") for e in detail.get("events") or [] if isinstance(e, dict)] + list(
+                detail.get("lines") or []
+            )
             out += [f"{run_id} {r.get('group')}.{r.get('check')}: {line}" for line in quoted if isinstance(line, str)]
     return out
 
 
-def build(store, host: str, *, gpu: str | None = None, run_ids: list[str] | None = None, out: Path | None = None,
-          bug_report_command: str | None = None, bug_report_file: Path | None = None, redact: list[str] | None = None) -> dict:
+def build(
+    store,
+    host: str,
+    *,
+    gpu: str | None = None,
+    run_ids: list[str] | None = None,
+    out: Path | None = None,
+    bug_report_command: str | None = None,
+    bug_report_file: Path | None = None,
+    redact: list[str] | None = None,
+) -> dict:
     """Write the archive; {"path", "files", "redactions", "runs"}."""
     hist = store.history(host)
     if hist["kind"] != "node":
-        raise InputError(f"NODE {host!r} is a GPU or serial in the store; expected an inventory host name (the GPU goes with --gpu)")
+        raise InputError(
+            f"NODE {host!r} is a GPU or serial in the store; expected an inventory host name (the GPU goes with --gpu)"
+        )
     rows = hist["runs"]
     gpu_hist = store.history(gpu) if gpu else None
     if gpu_hist is not None and gpu_hist["kind"] == "node":
@@ -148,7 +182,9 @@ def build(store, host: str, *, gpu: str | None = None, run_ids: list[str] | None
     if run_ids:
         chosen = list(run_ids)
     elif gpu_rows:
-        chosen = [r["run_id"] for r in gpu_rows if any(f["status"] in (schema.FAIL, schema.ERROR) for f in r["flags"])][-MAX_RUNS:]
+        chosen = [r["run_id"] for r in gpu_rows if any(f["status"] in (schema.FAIL, schema.ERROR) for f in r["flags"])][
+            -MAX_RUNS:
+        ]
     else:
         chosen = [r["run_id"] for r in rows if r["verdict"] == schema.FAIL][-MAX_RUNS:]
     chosen = chosen or known[-1:]
@@ -169,18 +205,41 @@ def build(store, host: str, *, gpu: str | None = None, run_ids: list[str] | None
     ids = identity(rows, docs)
     bundle.json("identity.json", ids)
     lines = kernel_lines([(r, d) for r, d in docs if r in chosen])
-    bundle.text("kernel_log.txt", "\n".join(lines) + "\n" if lines else "(no kernel log line quoted by the failing checks)\n")
+    bundle.text(
+        "kernel_log.txt", "\n".join(lines) + "\n" if lines else "(no kernel log line quoted by the failing checks)\n"
+    )
     steps = ladder.with_outcomes([e["detail"] for e in store.events(host, "ladder")])
     bundle.json("ladder.json", steps)
     bug_note = _bug_report(bundle, host, bug_report_command, bug_report_file)
-    failed = [r for r in gpu_rows if any(f["status"] in (schema.FAIL, schema.ERROR) for f in r["flags"])] if gpu_rows \
+    failed = (
+        [r for r in gpu_rows if any(f["status"] in (schema.FAIL, schema.ERROR) for f in r["flags"])]
+        if gpu_rows
         else [r for r in rows if r["verdict"] == schema.FAIL]
-    bundle.text("summary.md", summary_md(host, gpu_rows[-1] if gpu_rows else None, failed[0] if failed else None, chosen, docs,
-                                         steps, ids["latest"] or {}, bug_note))
+    )
+    bundle.text(
+        "summary.md",
+        summary_md(
+            host,
+            gpu_rows[-1] if gpu_rows else None,
+            failed[0] if failed else None,
+            chosen,
+            docs,
+            steps,
+            ids["latest"] or {},
+            bug_note,
+        ),
+    )
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     top = f"gpufleet-evidence-{paths.safe_name(host, 'NODE')}-{stamp}"
-    manifest = {"node": host, "gpu": gpu, "runs": chosen, "made": schema.utc_now(), "gpufleet": __version__,
-                "redactions": bundle.redactor.count, "files": {n: hashlib.sha256(b).hexdigest() for n, b in sorted(bundle.files.items())}}
+    manifest = {
+        "node": host,
+        "gpu": gpu,
+        "runs": chosen,
+        "made": schema.utc_now(),
+        "gpufleet": __version__,
+        "redactions": bundle.redactor.count,
+        "files": {n: hashlib.sha256(b).hexdigest() for n, b in sorted(bundle.files.items())},
+    }
     bundle.json("manifest.json", manifest)
     path = Path(out) if out else Path(f"{top}.tar.gz")
     buf = io.BytesIO()
@@ -190,8 +249,13 @@ def build(store, host: str, *, gpu: str | None = None, run_ids: list[str] | None
             info.size, info.mtime, info.mode = len(raw), int(time.time()), 0o640
             tar.addfile(info, io.BytesIO(raw))
     _write_bytes(path, buf.getvalue())
-    return {"path": str(path), "files": sorted(bundle.files), "redactions": bundle.redactor.count, "runs": chosen,
-            "bug_report": bug_note}
+    return {
+        "path": str(path),
+        "files": sorted(bundle.files),
+        "redactions": bundle.redactor.count,
+        "runs": chosen,
+        "bug_report": bug_note,
+    }
 
 
 def _write_bytes(path: Path, raw: bytes) -> None:
@@ -228,13 +292,20 @@ def identity(rows: list[dict], docs: list[tuple[str, dict]]) -> dict:
     as each run saw them."""
     out = {"gpus_by_run": {r["run_id"]: r.get("gpus") for r in rows}, "by_run": {}}
     for run_id, doc in docs:
-        count = next((r for r in doc["results"] if r.get("group") == "gpu_inventory" and r.get("check") == "gpu_count"), None)
+        count = next(
+            (r for r in doc["results"] if r.get("group") == "gpu_inventory" and r.get("check") == "gpu_count"), None
+        )
         inv = ((count or {}).get("detail") or {}).get("inventory") or {}
         ver = doc.get("versions") or {}
-        out["by_run"][run_id] = {"gpus": inv.get("gpus"), "driver": inv.get("driver_version") or ver.get("driver"),
-                                 "cuda_driver": inv.get("cuda_driver_version") or ver.get("cuda_driver"),
-                                 "vbios": ver.get("vbios") or [g.get("vbios") for g in inv.get("gpus") or []],
-                                 "inforom_image": ver.get("inforom_image"), "kernel": ver.get("kernel"), "os": ver.get("os")}
+        out["by_run"][run_id] = {
+            "gpus": inv.get("gpus"),
+            "driver": inv.get("driver_version") or ver.get("driver"),
+            "cuda_driver": inv.get("cuda_driver_version") or ver.get("cuda_driver"),
+            "vbios": ver.get("vbios") or [g.get("vbios") for g in inv.get("gpus") or []],
+            "inforom_image": ver.get("inforom_image"),
+            "kernel": ver.get("kernel"),
+            "os": ver.get("os"),
+        }
     out["latest"] = out["by_run"][docs[-1][0]] if docs else None
     return out
 
@@ -243,42 +314,83 @@ def figures_md(figs: dict, host: str, gpu: dict | None) -> str:
     who = f"{host} GPU {gpu['index']} ({gpu.get('uuid')}, serial {gpu.get('serial')})" if gpu else host
     lines = [f"# Figures of {who}", "", f"Baseline run: {figs['baseline_run'] or 'none set'}.", ""]
     for key, points in figs["figures"].items():
-        lines += [f"## {key} ({points[0].get('unit') or ''})", "", "| run | started | value | fleet median | baseline median |",
-                  "| --- | --- | --- | --- | --- |"]
-        lines += [f"| {p['run_id']} | {p['started']} | {figure_text(p['value'])}{' (cpu)' if p.get('cpu') else ''} | "
-                  f"{figure_text(p['fleet_median']) if p['fleet_median'] is not None else '-'} | "
-                  f"{figure_text(p['baseline_median']) if p['baseline_median'] is not None else '-'} |" for p in points]
+        lines += [
+            f"## {key} ({points[0].get('unit') or ''})",
+            "",
+            "| run | started | value | fleet median | baseline median |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        lines += [
+            f"| {p['run_id']} | {p['started']} | {figure_text(p['value'])}{' (cpu)' if p.get('cpu') else ''} | "
+            f"{figure_text(p['fleet_median']) if p['fleet_median'] is not None else '-'} | "
+            f"{figure_text(p['baseline_median']) if p['baseline_median'] is not None else '-'} |"
+            for p in points
+        ]
         lines.append("")
     return "\n".join(lines) + ("(no figure recorded)\n" if not figs["figures"] else "")
 
 
 def counters_md(rows: list[dict]) -> str:
     shown = [r for r in rows if r["after"] or r["during_run"] or r["since_previous_run"]]
-    lines = ["# Error counters", "", "Counters above zero or that grew; counters.json has every one.", "",
-             "| run | device | counter | before | after | growth in the run | since the run before |", "| --- | --- | --- | --- | --- | --- | --- |"]
-    lines += [f"| {r['run_id']} | {r['device']} | {r['counter']} | {r['before'] if r['before'] is not None else '-'} | {r['after']} | "
-              f"{r['during_run'] if r['during_run'] is not None else '-'} | "
-              f"{r['since_previous_run'] if r['since_previous_run'] is not None else '-'} |" for r in shown]
+    lines = [
+        "# Error counters",
+        "",
+        "Counters above zero or that grew; counters.json has every one.",
+        "",
+        "| run | device | counter | before | after | growth in the run | since the run before |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    lines += [
+        f"| {r['run_id']} | {r['device']} | {r['counter']} | {r['before'] if r['before'] is not None else '-'} | {r['after']} | "
+        f"{r['during_run'] if r['during_run'] is not None else '-'} | "
+        f"{r['since_previous_run'] if r['since_previous_run'] is not None else '-'} |"
+        for r in shown
+    ]
     return "\n".join(lines) + "\n"
 
 
-def summary_md(host: str, gpu: dict | None, first: dict | None, chosen: list[str], docs: list[tuple[str, dict]],
-               steps: list[dict], ids: dict, bug_note: str) -> str:
+def summary_md(
+    host: str,
+    gpu: dict | None,
+    first: dict | None,
+    chosen: list[str],
+    docs: list[tuple[str, dict]],
+    steps: list[dict],
+    ids: dict,
+    bug_note: str,
+) -> str:
     by_run = dict(docs)
-    failing = [(run_id, r) for run_id in chosen for r in (by_run.get(run_id) or {}).get("results") or []
-               if r.get("status") in (schema.FAIL, schema.ERROR)]
+    failing = [
+        (run_id, r)
+        for run_id in chosen
+        for r in (by_run.get(run_id) or {}).get("results") or []
+        if r.get("status") in (schema.FAIL, schema.ERROR)
+    ]
     who = f"{host}, GPU {gpu['index']} ({gpu.get('uuid')}, serial {gpu.get('serial')})" if gpu else host
-    tried = [f"{s['step']} in run {s.get('run_id')} ({s.get('at')}): " + ("done" if s.get("done") else "proposed, not done")
-             + (f", {s['outcome']}" if s.get("outcome") else "") for s in steps if s.get("step") in ladder.ACTABLE]
-    lines = [f"# Evidence: {who}", "",
-             "- What failed: " + ("; ".join(sorted({f"{r.get('group')}.{r.get('check')}: {r.get('reason')}" for _, r in failing}))
-                                  or "nothing failed in the runs given"),
-             f"- Since: run {first['run_id']} ({first['started']}), the first run that failed it; runs here: {', '.join(chosen)}"
-             if first else f"- Since: no run failed it; runs here: {', '.join(chosen)}",
-             "- Already tried: " + ("; ".join(tried) or "nothing"),
-             f"- Driver {ids.get('driver')}, CUDA driver {ids.get('cuda_driver')}, VBIOS {ids.get('vbios')}, "
-             f"InfoROM {ids.get('inforom_image') or 'not read'}, kernel {ids.get('kernel')}",
-             f"- nvidia-bug-report.log: {bug_note}", "",
-             "Files: documents/ (host documents of those runs), figures.md (against the fleet and the baseline), counters.md, "
-             "identity.json, kernel_log.txt, ladder.json, manifest.json."]
+    tried = [
+        f"{s['step']} in run {s.get('run_id')} ({s.get('at')}): "
+        + ("done" if s.get("done") else "proposed, not done")
+        + (f", {s['outcome']}" if s.get("outcome") else "")
+        for s in steps
+        if s.get("step") in ladder.ACTABLE
+    ]
+    lines = [
+        f"# Evidence: {who}",
+        "",
+        "- What failed: "
+        + (
+            "; ".join(sorted({f"{r.get('group')}.{r.get('check')}: {r.get('reason')}" for _, r in failing}))
+            or "nothing failed in the runs given"
+        ),
+        f"- Since: run {first['run_id']} ({first['started']}), the first run that failed it; runs here: {', '.join(chosen)}"
+        if first
+        else f"- Since: no run failed it; runs here: {', '.join(chosen)}",
+        "- Already tried: " + ("; ".join(tried) or "nothing"),
+        f"- Driver {ids.get('driver')}, CUDA driver {ids.get('cuda_driver')}, VBIOS {ids.get('vbios')}, "
+        f"InfoROM {ids.get('inforom_image') or 'not read'}, kernel {ids.get('kernel')}",
+        f"- nvidia-bug-report.log: {bug_note}",
+        "",
+        "Files: documents/ (host documents of those runs), figures.md (against the fleet and the baseline), counters.md, "
+        "identity.json, kernel_log.txt, ladder.json, manifest.json.",
+    ]
     return "\n".join(lines) + "\n"

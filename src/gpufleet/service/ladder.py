@@ -65,9 +65,13 @@ def policy(profile_name: str | None, profile_dir=None) -> dict:
                 raise InputError(f"{where}.{part} must be a mapping of name -> list of steps")
             for key, steps in entries.items():
                 if part == "classes" and key not in failure_class.CLASSES:
-                    raise InputError(f"{where}.classes.{key}: not a failure class; expected one of {', '.join(failure_class.CLASSES)}")
+                    raise InputError(
+                        f"{where}.classes.{key}: not a failure class; expected one of {', '.join(failure_class.CLASSES)}"
+                    )
                 if not isinstance(steps, list) or any(s not in STEPS for s in steps):
-                    raise InputError(f"{where}.{part}.{key} = {steps!r}; expected a list of steps from {', '.join(STEPS)}")
+                    raise InputError(
+                        f"{where}.{part}.{key} = {steps!r}; expected a list of steps from {', '.join(STEPS)}"
+                    )
                 out[part][key] = list(steps)
     return out
 
@@ -79,8 +83,11 @@ def fault_of(node: dict) -> dict | None:
         return None
     first = min(failing, key=lambda r: failure_class.CLASSES.index(failure_class.of(r)) if failure_class.of(r) else 9)
     detail = first.get("detail") if isinstance(first.get("detail"), dict) else {}
-    gpus = [{"index": g.get("index"), "uuid": g.get("uuid"), "serial": g.get("serial")}
-            for g in detail.get("flagged_gpus") or [] if isinstance(g, dict)]
+    gpus = [
+        {"index": g.get("index"), "uuid": g.get("uuid"), "serial": g.get("serial")}
+        for g in detail.get("flagged_gpus") or []
+        if isinstance(g, dict)
+    ]
     check = f"{first['group']}.{first['check']}" if first.get("group") else first["check"]
     return {"class": failure_class.of(first), "check": check, "reason": first.get("reason"), "gpus": gpus}
 
@@ -95,7 +102,9 @@ def parse_act(values: list[str] | None) -> set[str]:
     for value in values or []:
         for step in (v.strip() for v in str(value).split(",") if v.strip()):
             if step not in (*ACTABLE, "all"):
-                raise InputError(f"gpufleet_ladder_act (--act) {step!r}; expected steps of {', '.join(ACTABLE)}, or all")
+                raise InputError(
+                    f"gpufleet_ladder_act (--act) {step!r}; expected steps of {', '.join(ACTABLE)}, or all"
+                )
             chosen |= set(ACTABLE) if step == "all" else {step}
     return chosen
 
@@ -116,13 +125,19 @@ def with_outcomes(steps: list[dict]) -> list[dict]:
     restarted), or that it is the latest."""
     out = []
     for i, s in enumerate(steps):
-        later = [n for n in steps[i + 1:] if n.get("run_id") != s.get("run_id")]
+        later = [n for n in steps[i + 1 :] if n.get("run_id") != s.get("run_id")]
         outcome = None
         if s.get("done") and s.get("step") in ACTABLE:
             nxt = later[0] if later else None
-            outcome = ("no later run judged yet" if nxt is None else f"cleared in run {nxt['run_id']}" if nxt["step"] == "clear"
-                       else f"restarted in run {nxt['run_id']}" if nxt["step"] == "restart"
-                       else f"fault again in run {nxt['run_id']} ({(nxt.get('fault') or {}).get('check')})")
+            outcome = (
+                "no later run judged yet"
+                if nxt is None
+                else f"cleared in run {nxt['run_id']}"
+                if nxt["step"] == "clear"
+                else f"restarted in run {nxt['run_id']}"
+                if nxt["step"] == "restart"
+                else f"fault again in run {nxt['run_id']} ({(nxt.get('fault') or {}).get('check')})"
+            )
         out.append(dict(s, outcome=outcome))
     return out
 
@@ -148,15 +163,32 @@ def accepted_since(runs: list[dict], steps: list[dict], run_id: str) -> dict | N
     """A run other than run_id that accepted the node after its ladder's latest record (the replacement flow, a run
     no ladder judged), or None."""
     last = steps[-1].get("at") or "" if steps else None
-    return next((r for r in runs if last is not None and r["run_id"] != run_id and (r["started"] or "") > last
-                 and r["verdict"] in (schema.PASS, schema.WARN)), None)
+    return next(
+        (
+            r
+            for r in runs
+            if last is not None
+            and r["run_id"] != run_id
+            and (r["started"] or "") > last
+            and r["verdict"] in (schema.PASS, schema.WARN)
+        ),
+        None,
+    )
 
 
 # ---------------------------------------------------------------- judging a run
 
 
-def judge(run_dir: Path, *, act: set[str] | None = None, site_commands: dict | None = None, max_actions="50%",
-          names: dict | None = None, db: Path | None = None, profile_dir=None) -> dict:
+def judge(
+    run_dir: Path,
+    *,
+    act: set[str] | None = None,
+    site_commands: dict | None = None,
+    max_actions="50%",
+    names: dict | None = None,
+    db: Path | None = None,
+    profile_dir=None,
+) -> dict:
     """The ladder's record for RUN_DIR's report, acted on where opted in; appended to RUN_DIR/ladder.json and
     indexed into the store."""
     run_dir, act = Path(run_dir), act or set()
@@ -177,9 +209,19 @@ def judge(run_dir: Path, *, act: set[str] | None = None, site_commands: dict | N
     with fleet_store.Store(db) as store:
         store.index_events(run_dir)
         for host, node in report["nodes"].items():
-            record["steps"] += _decide(store, host, node, run_id, {
-                "slurm_node": export.slurm_name(host, names if isinstance(names, dict) else None), "shown": shown,
-                "acceptance_run": acceptance_run, "profile_dir": profile_dir, "cmds": cmds})
+            record["steps"] += _decide(
+                store,
+                host,
+                node,
+                run_id,
+                {
+                    "slurm_node": export.slurm_name(host, names if isinstance(names, dict) else None),
+                    "shown": shown,
+                    "acceptance_run": acceptance_run,
+                    "profile_dir": profile_dir,
+                    "cmds": cmds,
+                },
+            )
         record["breaker"] = _breaker(record["steps"], act, shown, max_actions, run_dir)
         for step in record["steps"]:
             if step["step"] in act and not step.get("done") and not record["breaker"]["tripped"]:
@@ -196,33 +238,67 @@ def _decide(store, host: str, node: dict, run_id: str, ctx: dict) -> list[dict]:
     here = [e["detail"] for e in events if e["run_id"] == run_id and e["detail"].get("done")]
     before = open_steps([e for e in events if e["run_id"] != run_id or e["detail"].get("done")])
     shown = (ctx["shown"] or {}).get(ctx["slurm_node"])
-    base = {"host": host, "slurm_node": ctx["slurm_node"], "run_id": run_id, "at": schema.utc_now(), "done": False,
-            "verdict": node["verdict"], "state": shown and shown["state"], "reason_before": shown and shown["reason"]}
+    base = {
+        "host": host,
+        "slurm_node": ctx["slurm_node"],
+        "run_id": run_id,
+        "at": schema.utc_now(),
+        "done": False,
+        "verdict": node["verdict"],
+        "state": shown and shown["state"],
+        "reason_before": shown and shown["reason"],
+    }
     out = []
     runs = store.node_runs(host)
     since = accepted_since(runs, before, run_id)
     if since and not (shown is not None and slurm.is_held(shown["reason"])):
-        out.append(dict(base, step="clear", done=True, why=f"accepted in run {since['run_id']} after its ladder's last step "
-                        f"({before[-1]['step']}): the ladder clears"))
+        out.append(
+            dict(
+                base,
+                step="clear",
+                done=True,
+                why=f"accepted in run {since['run_id']} after its ladder's last step "
+                f"({before[-1]['step']}): the ladder clears",
+            )
+        )
         before = []
     changed = serial_change(store, host, run_id, runs)
     if changed:
         out.append(dict(base, step="restart", done=True, why=f"{changed}: a replaced board starts its ladder again"))
         before = []
         if not ctx["acceptance_run"]:
-            out.append(dict(base, step=REACCEPT, proposed=True, command=ctx["cmds"].get(REACCEPT),
-                            why=f"{changed}: back through `gpufleet fleet accept {host} --slurm` with its peers; drained "
-                                "until accepted"))
+            out.append(
+                dict(
+                    base,
+                    step=REACCEPT,
+                    proposed=True,
+                    command=ctx["cmds"].get(REACCEPT),
+                    why=f"{changed}: back through `gpufleet fleet accept {host} --slurm` with its peers; drained "
+                    "until accepted",
+                )
+            )
     accepted = node["verdict"] != schema.FAIL
     if here and not changed:
         return [dict(base, step="none", why=f"already acted in this run: {here[-1]['step']}")]
     if accepted:
         if before and shown is not None and slurm.is_rma(shown["reason"]):
-            return out + [dict(base, step="hold", why="accepted, but handed over for repair: stays drained until "
-                               "`gpufleet ladder --clear` or the replacement flow clears it")]
+            return out + [
+                dict(
+                    base,
+                    step="hold",
+                    why="accepted, but handed over for repair: stays drained until "
+                    "`gpufleet ladder --clear` or the replacement flow clears it",
+                )
+            ]
         if before:
-            out.append(dict(base, step="clear", done=True, why=f"accepted in run {run_id}: the ladder clears (it was at "
-                            f"{before[-1]['step']})"))
+            out.append(
+                dict(
+                    base,
+                    step="clear",
+                    done=True,
+                    why=f"accepted in run {run_id}: the ladder clears (it was at {before[-1]['step']})",
+                )
+            )
         return out
     fault = fault_of(node)
     if fault is None:
@@ -239,8 +315,14 @@ def _decide(store, host: str, node: dict, run_id: str, ctx: dict) -> list[dict]:
     if rung >= len(ladder):
         if taken and taken[-1]["step"] == "rma":
             return out + [dict(base, step="hold", why="handed over for repair (RMA) since " + taken[-1]["at"])]
-        return out + [dict(base, step="end", why=f"the {fault['class']} ladder ({', '.join(ladder) or 'no step'}) has no "
-                           f"further step after {rung} taken: a person looks at {fault['check']}")]
+        return out + [
+            dict(
+                base,
+                step="end",
+                why=f"the {fault['class']} ladder ({', '.join(ladder) or 'no step'}) has no "
+                f"further step after {rung} taken: a person looks at {fault['check']}",
+            )
+        ]
     step = ladder[rung]
     why = f"{fault['check']} ({fault['class']}) in run {run_id}: step {rung + 1} of {len(ladder)}, {step}"
     if taken:
@@ -254,13 +336,23 @@ def _breaker(steps: list[dict], act: set[str], shown: dict | None, max_actions, 
     limit = fleet_slurm.parse_max_drain(max_actions)
     out = sorted({s["slurm_node"] for s in steps if s["step"] in act and s["step"] in TAKE_OUT})
     kept = read_json(run_dir / fleet_slurm.SLURM_FILE) or {}
-    drained = sorted({d["slurm_node"] for a in kept.get("actions") or [] if not a.get("check_mode")
-                      for d in a.get("decisions") or [] if d.get("do") == "drain" and d.get("new") and d.get("done")})
+    drained = sorted(
+        {
+            d["slurm_node"]
+            for a in kept.get("actions") or []
+            if not a.get("check_mode")
+            for d in a.get("decisions") or []
+            if d.get("do") == "drain" and d.get("new") and d.get("done")
+        }
+    )
     breaker = {"max_drain": str(max_actions), "ladder": out, "drained_by_run": drained, "tripped": False}
     over = fleet_slurm.over_limit(sorted(set(out) | set(drained)), shown or {}, limit) if out else []
     if over:
-        breaker.update(tripped=True, why=f"gpufleet_slurm_max_drain {max_actions}: the ladder would take out {', '.join(out)}"
-                       f" beside {', '.join(drained) or 'no node'} drained by the run: " + "; ".join(over) + ". Nothing was done")
+        breaker.update(
+            tripped=True,
+            why=f"gpufleet_slurm_max_drain {max_actions}: the ladder would take out {', '.join(out)}"
+            f" beside {', '.join(drained) or 'no node'} drained by the run: " + "; ".join(over) + ". Nothing was done",
+        )
     return breaker
 
 
@@ -272,28 +364,44 @@ def _act(step: dict, cmds: dict, shown: dict | None) -> None:
         step["not_done"] = f"{step['slurm_node']} is not a node Slurm lists (or Slurm could not be read)"
         return
     if name in NEED_DRAINED and not ("DRAIN" in now["flags"] and now["base"] == "IDLE"):
-        step["not_done"] = (f"{step['slurm_node']} is {now['state']}: a {name} runs only on a node drained and idle "
-                            "(gpufleet slurm --action drain, then wait for its jobs); proposed again at the next run")
+        step["not_done"] = (
+            f"{step['slurm_node']} is {now['state']}: a {name} runs only on a node drained and idle "
+            "(gpufleet slurm --action drain, then wait for its jobs); proposed again at the next run"
+        )
         return
     template = cmds.get(name)
     results = []
     if name in ("rma", REACCEPT):
         fault = step.get("fault") or {}
         gpus = ", ".join(f"GPU {g['index']} serial {g.get('serial') or '?'}" for g in fault.get("gpus") or [])
-        text = (f"RMA {step['run_id']} {fault.get('class')}: {fault.get('check')} {gpus}" if name == "rma"
-                else f"REACCEPT {step['run_id']}: {step['why'].split(':')[0]}")
+        text = (
+            f"RMA {step['run_id']} {fault.get('class')}: {fault.get('check')} {gpus}"
+            if name == "rma"
+            else f"REACCEPT {step['run_id']}: {step['why'].split(':')[0]}"
+        )
         step["reason"] = slurm.reason(text)
         try:
             slurm.drain(step["slurm_node"], step["reason"])
-            results.append({"argv": ["scontrol", "update", f"nodename={step['slurm_node']}", "state=drain"], "rc": 0, "output": ""})
+            results.append(
+                {"argv": ["scontrol", "update", f"nodename={step['slurm_node']}", "state=drain"], "rc": 0, "output": ""}
+            )
         except InputError as exc:
             results.append({"argv": ["scontrol", "update"], "rc": None, "output": str(exc)})
     if template:
         gpus = (step.get("fault") or {}).get("gpus") or [{}] if name == "reset_gpu" else [{}]
         for gpu in gpus:
-            argv = commands.words(template, {"host": step["host"], "slurm_node": step["slurm_node"], "run_id": step["run_id"],
-                                             "gpu_index": gpu.get("index"), "gpu_uuid": gpu.get("uuid"),
-                                             "gpu_serial": gpu.get("serial"), "reason": step.get("reason")})
+            argv = commands.words(
+                template,
+                {
+                    "host": step["host"],
+                    "slurm_node": step["slurm_node"],
+                    "run_id": step["run_id"],
+                    "gpu_index": gpu.get("index"),
+                    "gpu_uuid": gpu.get("uuid"),
+                    "gpu_serial": gpu.get("serial"),
+                    "reason": step.get("reason"),
+                },
+            )
             results.append(commands.run(argv))
     step["results"] = results
     step["done"] = schema.utc_now() if all(r["rc"] == 0 for r in results) else False
@@ -303,7 +411,9 @@ def _act(step: dict, cmds: dict, shown: dict | None) -> None:
     elif name == REACCEPT and not template:
         step["note"] = f"drained until accepted: run `gpufleet fleet accept {step['host']} -i INVENTORY --slurm`"
     elif name in NEED_DRAINED and not template:
-        step.update(done=False, failed=True, note=f"no command for {name}: set --command {name}=... (gpufleet_ladder_commands)")
+        step.update(
+            done=False, failed=True, note=f"no command for {name}: set --command {name}=... (gpufleet_ladder_commands)"
+        )
 
 
 def _keep(run_dir: Path, record: dict) -> None:
@@ -312,22 +422,34 @@ def _keep(run_dir: Path, record: dict) -> None:
     judgements = kept.get("judgements") if isinstance(kept, dict) and isinstance(kept.get("judgements"), list) else []
     judgements.append(record)
     steps = [s for j in judgements for s in j["steps"] if s["step"] not in ("none",)]
-    paths.write_atomic(run_dir / LADDER_FILE, json.dumps({"judgements": judgements, "steps": steps}, indent=1, default=str) + "\n")
+    paths.write_atomic(
+        run_dir / LADDER_FILE, json.dumps({"judgements": judgements, "steps": steps}, indent=1, default=str) + "\n"
+    )
 
 
 def clear(reports_dir: Path, host: str, who: str, note: str, *, names: dict | None = None) -> dict:
     """A person clears NODE's ladder (a repair done, an RMA closed): a run folder of its own records it; a node drained
     for RMA stays drained with a gpufleet reason that a run accepting it may resume."""
     paths.safe_name(host, "NODE")
-    run = runs.start(str(Path(reports_dir).resolve()), f"ladder-clear-{host}-{runs.new_run_id()}", playbook="ladder", hosts=[])
+    run = runs.start(
+        str(Path(reports_dir).resolve()), f"ladder-clear-{host}-{runs.new_run_id()}", playbook="ladder", hosts=[]
+    )
     name = export.slurm_name(host, names)
     with fleet_store.Store(fleet_store.default_path(reports_dir)) as store:
         latest = max((e["at"] or "" for e in store.events(host=host, kind="ladder")), default="")
     # Events order by their second: a clear recorded in the second of the node's last step could sort before it.
     while schema.utc_now() <= latest and (service_log.epoch(latest) or 0) - time.time() < 2:
         time.sleep(0.05)
-    step = {"host": host, "slurm_node": name, "run_id": run["run_id"], "at": schema.utc_now(), "step": "clear", "done": True,
-            "by": who, "why": f"cleared by {who}: {note}"}
+    step = {
+        "host": host,
+        "slurm_node": name,
+        "run_id": run["run_id"],
+        "at": schema.utc_now(),
+        "step": "clear",
+        "done": True,
+        "by": who,
+        "why": f"cleared by {who}: {note}",
+    }
     try:
         now = slurm.show_nodes().get(name)
     except InputError as exc:
@@ -336,8 +458,13 @@ def clear(reports_dir: Path, host: str, who: str, note: str, *, names: dict | No
         step["reason"] = slurm.reason(f"REACCEPT {run['run_id']}: RMA cleared by {who}")
         slurm.drain(name, step["reason"])
         step["note"] = "still drained: `gpufleet fleet accept NODE --slurm` resumes it once accepted"
-    record = {"run_id": run["run_id"], "at": step["at"], "act": ["clear"], "steps": [step],
-              "breaker": {"tripped": False}}
+    record = {
+        "run_id": run["run_id"],
+        "at": step["at"],
+        "act": ["clear"],
+        "steps": [step],
+        "breaker": {"tripped": False},
+    }
     _keep(Path(run["run_dir"]), record)
     with fleet_store.Store(fleet_store.default_path(reports_dir)) as store:
         store.index_events(Path(run["run_dir"]))

@@ -37,6 +37,7 @@ PROM_FILE = "gpufleet-service.prom"
 
 class Gauge(NamedTuple):
     """One gauge family, as export.exposition writes it."""
+
     name: str
     doc: str
     labelnames: tuple
@@ -47,11 +48,20 @@ def gather(run_dir: Path, store) -> dict:
     """The run's sweep and ladder records and the costs of every node with an event, from the store."""
     run_dir = Path(run_dir)
     costs = service_log.costs(store)
-    rungs = {h: len([s for s in ladder.open_steps(store.events(h, "ladder")) if s.get("done") and s.get("step") in ladder.STEPS])
-             for h in costs["nodes"]}
+    rungs = {
+        h: len(
+            [s for s in ladder.open_steps(store.events(h, "ladder")) if s.get("done") and s.get("step") in ladder.STEPS]
+        )
+        for h in costs["nodes"]
+    }
     judgements = (read_json(run_dir / ladder.LADDER_FILE) or {}).get("judgements") or []
-    return {"run_id": run_dir.name, "sweep": read_json(run_dir / sweep.SWEEP_FILE),
-            "ladder": judgements[-1] if judgements else None, "costs": costs, "steps_taken": rungs}
+    return {
+        "run_id": run_dir.name,
+        "sweep": read_json(run_dir / sweep.SWEEP_FILE),
+        "ladder": judgements[-1] if judgements else None,
+        "costs": costs,
+        "steps_taken": rungs,
+    }
 
 
 def _hours(s: float | None) -> str:
@@ -60,14 +70,18 @@ def _hours(s: float | None) -> str:
 
 def sweep_lines(sw: dict) -> list[str]:
     planned = sw.get("plan") or {}
-    lines = [f"Sweep, tier {sw.get('tier')}: {len(sw.get('jobs') or [])} job(s) on {len(planned.get('idle') or [])} idle "
-             f"node(s) of {', '.join(planned.get('partitions') or [])}, at most {planned.get('share')} at once."]
+    lines = [
+        f"Sweep, tier {sw.get('tier')}: {len(sw.get('jobs') or [])} job(s) on {len(planned.get('idle') or [])} idle "
+        f"node(s) of {', '.join(planned.get('partitions') or [])}, at most {planned.get('share')} at once."
+    ]
     lines += [f"- skipped {n}: {why}" for n, why in (planned.get("skipped") or {}).items()]
     lines += [f"- deferred {n}: {why}" for n, why in (planned.get("deferred") or {}).items()]
     for j in sw.get("jobs") or []:
         verdict = "judged" if j.get("judged") else j.get("note") or "not judged"
-        lines.append(f"- job {j.get('job_id', '-')} on {j['node']}: {j.get('state', 'submitted')}, "
-                     f"{_hours(j.get('elapsed_s'))}, {j.get('gpu_hours', 0)} GPU-h; {verdict}")
+        lines.append(
+            f"- job {j.get('job_id', '-')} on {j['node']}: {j.get('state', 'submitted')}, "
+            f"{_hours(j.get('elapsed_s'))}, {j.get('gpu_hours', 0)} GPU-h; {verdict}"
+        )
     return lines
 
 
@@ -78,7 +92,9 @@ def ladder_lines(lad: dict) -> list[str]:
         lines.append(f"Breaker tripped: {lad['breaker']['why']}.")
     for s in lad.get("steps") or []:
         if s["step"] in lad.get("act", []) and s["step"] in ladder.ACTABLE:
-            did = "done" if s.get("done") else "NOT done: " + (s.get("not_done") or s.get("note") or "its command failed")
+            did = (
+                "done" if s.get("done") else "NOT done: " + (s.get("not_done") or s.get("note") or "its command failed")
+            )
         else:
             did = "proposed" if s.get("proposed") else "recorded"
         command = f"; command `{s['command']}`" if s.get("command") and not s.get("done") else ""
@@ -88,17 +104,28 @@ def ladder_lines(lad: dict) -> list[str]:
 
 def cost_lines(costs: dict, steps_taken: dict) -> list[str]:
     f = costs["fleet"]
-    lines = [f"Costs over the store: {f['sweeps']} sweep job(s), {f['sweep_gpu_hours']} GPU-h ({f['sweep_gpu_hours_7d']} in the "
-             f"last 7 days); {f['faults']} fault(s) drained, first sign to drain median {_hours(f['fault_to_drain_s_median'])}, "
-             f"back in service median {_hours(f['return_s_median'])}; out of service now: {', '.join(f['out_of_service']) or 'none'}."]
+    lines = [
+        f"Costs over the store: {f['sweeps']} sweep job(s), {f['sweep_gpu_hours']} GPU-h ({f['sweep_gpu_hours_7d']} in the "
+        f"last 7 days); {f['faults']} fault(s) drained, first sign to drain median {_hours(f['fault_to_drain_s_median'])}, "
+        f"back in service median {_hours(f['return_s_median'])}; out of service now: {', '.join(f['out_of_service']) or 'none'}."
+    ]
     if costs["nodes"]:
-        lines += ["", "| node | sweeps | GPU-h (7 d) | faults | last: first sign to drain | last: back in service | ladder steps |",
-                  "| --- | --- | --- | --- | --- | --- | --- |"]
+        lines += [
+            "",
+            "| node | sweeps | GPU-h (7 d) | faults | last: first sign to drain | last: back in service | ladder steps |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
+        ]
         for host, n in costs["nodes"].items():
             last = n["faults"][-1] if n["faults"] else {}
-            back = _hours(last.get("return_s")) if last.get("resumed_at") else ("still out" if n["out_of_service"] else "-")
-            lines.append(f"| {host} | {n['sweeps']} | {figure_text(n['sweep_gpu_hours'])} ({figure_text(n['sweep_gpu_hours_7d'])}) | {len(n['faults'])} "
-                         f"| {_hours(last.get('fault_to_drain_s'))} | {back} | {steps_taken.get(host, 0)} |")
+            back = (
+                _hours(last.get("return_s"))
+                if last.get("resumed_at")
+                else ("still out" if n["out_of_service"] else "-")
+            )
+            lines.append(
+                f"| {host} | {n['sweeps']} | {figure_text(n['sweep_gpu_hours'])} ({figure_text(n['sweep_gpu_hours_7d'])}) | {len(n['faults'])} "
+                f"| {_hours(last.get('fault_to_drain_s'))} | {back} | {steps_taken.get(host, 0)} |"
+            )
     return lines
 
 
@@ -112,7 +139,12 @@ def md_section(data: dict) -> list[str]:
 
 
 def json_section(data: dict) -> dict:
-    return {"sweep": data.get("sweep"), "ladder": data.get("ladder"), "costs": data["costs"], "steps_taken": data["steps_taken"]}
+    return {
+        "sweep": data.get("sweep"),
+        "ladder": data.get("ladder"),
+        "costs": data["costs"],
+        "steps_taken": data["steps_taken"],
+    }
 
 
 def prometheus_text(data: dict) -> str:
@@ -120,19 +152,32 @@ def prometheus_text(data: dict) -> str:
         return Gauge(name, doc, labels, {})
 
     sweeps = gauge("gpufleet_sweeps", "Sweep jobs of the node in the store", "node")
-    gpu_s = gauge("gpufleet_sweep_gpu_seconds", "GPU-seconds the node's sweep jobs held (GPUs x seconds): all, or the last "
-                  "7 days", "node", "window")
-    to_drain = gauge("gpufleet_fault_to_drain_seconds", "The node's latest fault: seconds from its first sign to its drain", "node")
-    back = gauge("gpufleet_return_to_service_seconds", "The node's latest repair: seconds from its drain to its resume", "node")
+    gpu_s = gauge(
+        "gpufleet_sweep_gpu_seconds",
+        "GPU-seconds the node's sweep jobs held (GPUs x seconds): all, or the last 7 days",
+        "node",
+        "window",
+    )
+    to_drain = gauge(
+        "gpufleet_fault_to_drain_seconds", "The node's latest fault: seconds from its first sign to its drain", "node"
+    )
+    back = gauge(
+        "gpufleet_return_to_service_seconds", "The node's latest repair: seconds from its drain to its resume", "node"
+    )
     out = gauge("gpufleet_out_of_service", "1 while gpufleet keeps the node drained for a fault", "node")
     steps = gauge("gpufleet_ladder_steps_taken", "Remediation steps taken since the node's ladder last cleared", "node")
-    fleet = [gauge("gpufleet_fleet_sweep_gpu_seconds", "GPU-seconds all sweep jobs held: all, or the last 7 days", "window"),
-             gauge("gpufleet_fleet_median_fault_to_drain_seconds", "Median seconds from a fault's first sign to its drain"),
-             gauge("gpufleet_fleet_median_return_to_service_seconds", "Median seconds from a drain to the resume"),
-             gauge("gpufleet_fleet_nodes_out_of_service", "Nodes gpufleet keeps drained for a fault")]
+    fleet = [
+        gauge("gpufleet_fleet_sweep_gpu_seconds", "GPU-seconds all sweep jobs held: all, or the last 7 days", "window"),
+        gauge("gpufleet_fleet_median_fault_to_drain_seconds", "Median seconds from a fault's first sign to its drain"),
+        gauge("gpufleet_fleet_median_return_to_service_seconds", "Median seconds from a drain to the resume"),
+        gauge("gpufleet_fleet_nodes_out_of_service", "Nodes gpufleet keeps drained for a fault"),
+    ]
     for host, n in data["costs"]["nodes"].items():
         sweeps.series[(host,)] = float(n["sweeps"])
-        gpu_s.series[(host, "all")], gpu_s.series[(host, "7d")] = n["sweep_gpu_hours"] * 3600, n["sweep_gpu_hours_7d"] * 3600
+        gpu_s.series[(host, "all")], gpu_s.series[(host, "7d")] = (
+            n["sweep_gpu_hours"] * 3600,
+            n["sweep_gpu_hours_7d"] * 3600,
+        )
         out.series[(host,)] = float(n["out_of_service"])
         steps.series[(host,)] = float(data["steps_taken"].get(host, 0))
         last = n["faults"][-1] if n["faults"] else {}

@@ -19,8 +19,10 @@ _PATTERNS = [
     re.compile(rf"(?i)([A-Za-z0-9_.-]*{SECRET_NAME}[A-Za-z0-9_.-]*[\"']?\s*[:=]\s*){_VALUE}"),
     re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^\s:/@\"']+:)([^\s@/\"']+)(?=@)"),
     re.compile(r"()(-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----)", re.S),
-    re.compile(r"()\b(hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|AKIA[0-9A-Z]{16}|xox[abprs]-[A-Za-z0-9-]{10,}"
-               r"|eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}|sk-[A-Za-z0-9_-]{20,})"),
+    re.compile(
+        r"()\b(hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|AKIA[0-9A-Z]{16}|xox[abprs]-[A-Za-z0-9-]{10,}"
+        r"|eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}|sk-[A-Za-z0-9_-]{20,})"
+    ),
 ]
 MIN_VALUE_CHARS = 4  # shorter environment values ("1", "yes") would redact ordinary words
 
@@ -51,7 +53,12 @@ class Redactor:
     def json(self, value: Any, key: str = "") -> Any:
         """A JSON value with the members whose key says secret replaced whole, and every string redacted as text:
         still valid JSON."""
-        if key and _NAME.fullmatch(key) and value not in (None, "", REDACTED) and not isinstance(value, (dict, list, bool)):
+        if (
+            key
+            and _NAME.fullmatch(key)
+            and value not in (None, "", REDACTED)
+            and not isinstance(value, (dict, list, bool))
+        ):
             self.count += 1
             return REDACTED
         if isinstance(value, dict):

@@ -51,19 +51,39 @@ DEFAULT_WAIT_MIN = 10
 POLL_S = 5.0
 # Jobs whose node gets no verdict: preempted by real work, cancelled, or never started before their deadline.
 NO_VERDICT = ("PREEMPTED", "CANCELLED", "DEADLINE", "REVOKED", "REQUEUED")
-RUNNING = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "RESIZING", "REQUEUE_HOLD", "SIGNALING", "STAGE_OUT")
+RUNNING = (
+    "PENDING",
+    "CONFIGURING",
+    "RUNNING",
+    "COMPLETING",
+    "SUSPENDED",
+    "RESIZING",
+    "REQUEUE_HOLD",
+    "SIGNALING",
+    "STAGE_OUT",
+)
 # What the controller passes into the job: never its whole environment (tokens, passwords).
 # The site's profiles and checks turned off reach the engine as they do from the playbooks (profiles.SITE_DIR_ENV,
 # engine.CHECKS_DISABLED_ENV).
-EXPORTED = ("PATH", "LANG", "SLURM_CONF", "PYTHONPATH", "GPUFLEET_PROFILE_DIR", profiles.SITE_DIR_ENV, "GPUFLEET_CHECKS_DISABLED")
+EXPORTED = (
+    "PATH",
+    "LANG",
+    "SLURM_CONF",
+    "PYTHONPATH",
+    "GPUFLEET_PROFILE_DIR",
+    profiles.SITE_DIR_ENV,
+    "GPUFLEET_CHECKS_DISABLED",
+)
 _SHARE = re.compile(r"(\d+)(%?)")
 
 
 def parse_share(value) -> tuple[int, bool]:
     parts = _SHARE.fullmatch(str(value).strip())
     if not parts or int(parts.group(1)) < 1 or (parts.group(2) and int(parts.group(1)) > 100):
-        raise InputError(f"gpufleet_sweep_max_share (--max-share) is {value!r}; expected a count of nodes (e.g. 4) or a "
-                         "percent of the idle nodes from 1% to 100% (e.g. 25%)")
+        raise InputError(
+            f"gpufleet_sweep_max_share (--max-share) is {value!r}; expected a count of nodes (e.g. 4) or a "
+            "percent of the idle nodes from 1% to 100% (e.g. 25%)"
+        )
     return int(parts.group(1)), bool(parts.group(2))
 
 
@@ -82,30 +102,42 @@ def preemption_problem(config: dict, parts: dict, submit_to: list[str], qos: str
     jobs go to must have a lower PriorityTier than another partition over its nodes; preempt/qos: a QOS is named."""
     kind = config.get("PreemptType", "preempt/none")
     if kind in ("preempt/none", "(null)", ""):
-        return ("PreemptType is preempt/none in slurm.conf: real work could not preempt a sweep job. Set "
-                "PreemptType=preempt/partition_prio (a sweep partition of lower PriorityTier) or preempt/qos, with "
-                "PreemptMode=CANCEL or REQUEUE (docs/fleet-in-service.md)")
+        return (
+            "PreemptType is preempt/none in slurm.conf: real work could not preempt a sweep job. Set "
+            "PreemptType=preempt/partition_prio (a sweep partition of lower PriorityTier) or preempt/qos, with "
+            "PreemptMode=CANCEL or REQUEUE (docs/fleet-in-service.md)"
+        )
     if kind == "preempt/qos" and not qos:
         return "PreemptType is preempt/qos: name the QOS that real work preempts with --qos (gpufleet_sweep_qos)"
     if kind == "preempt/partition_prio":
         top = max((p["priority_tier"] for p in parts.values()), default=1)
         low = [name for name in submit_to if parts.get(name, {}).get("priority_tier", top) >= top]
         if low:
-            return (f"PreemptType is preempt/partition_prio, but partition {low[0]} has the highest PriorityTier "
-                    f"({top}): submit sweeps to a partition below the one real work runs in (--sweep-partition)")
+            return (
+                f"PreemptType is preempt/partition_prio, but partition {low[0]} has the highest PriorityTier "
+                f"({top}): submit sweeps to a partition below the one real work runs in (--sweep-partition)"
+            )
     return None
 
 
-def plan(shown: dict, partitions: list[str], queued: list[dict], share: tuple[int, bool], last_tested: dict,
-         hosts: dict | None = None) -> dict:
+def plan(
+    shown: dict,
+    partitions: list[str],
+    queued: list[dict],
+    share: tuple[int, bool],
+    last_tested: dict,
+    hosts: dict | None = None,
+) -> dict:
     """Which nodes this sweep takes: {"idle", "skipped": {node: why}, "chosen", "deferred": {node: why}, "allowed",
     "held"}. `queued`: sweep jobs slurmctld holds now (any sweep); `last_tested`: {node: when its latest document was
     made}; `hosts`: {Slurm node: inventory name}."""
     member = {n: v for n, v in shown.items() if set(v["partitions"]) & set(partitions)}
     unknown = [p for p in partitions if not any(p in v["partitions"] for v in shown.values())]
     if unknown:
-        raise InputError(f"partition {unknown[0]} holds no node Slurm lists (scontrol show node); expected the partitions "
-                         "of the nodes to sweep (gpufleet_sweep_partitions, --partition)")
+        raise InputError(
+            f"partition {unknown[0]} holds no node Slurm lists (scontrol show node); expected the partitions "
+            "of the nodes to sweep (gpufleet_sweep_partitions, --partition)"
+        )
     held = {q["node"]: q for q in queued if q.get("node")}
     skipped, idle = {}, []
     for name, node in sorted(member.items()):
@@ -123,31 +155,70 @@ def plan(shown: dict, partitions: list[str], queued: list[dict], share: tuple[in
     free = max(0, allowed - len(queued))
     order = sorted(idle, key=lambda n: (last_tested.get((hosts or {}).get(n, n)) or "", n))
     chosen = order[:free]
-    deferred = {n: f"over the share: {allowed} of {pool} idle node(s) at once, {len(queued)} sweep job(s) already queued"
-                for n in order[free:]}
-    return {"partitions": partitions, "idle": idle, "skipped": skipped, "chosen": chosen, "deferred": deferred,
-            "allowed": allowed, "held": len(queued), "share": f"{number}{'%' * percent}"}
+    deferred = {
+        n: f"over the share: {allowed} of {pool} idle node(s) at once, {len(queued)} sweep job(s) already queued"
+        for n in order[free:]
+    }
+    return {
+        "partitions": partitions,
+        "idle": idle,
+        "skipped": skipped,
+        "chosen": chosen,
+        "deferred": deferred,
+        "allowed": allowed,
+        "held": len(queued),
+        "share": f"{number}{'%' * percent}",
+    }
 
 
 def job_request(run_dir: Path, run_id: str, node: str, host: str, opts: dict) -> tuple[list[str], str]:
     """(sbatch options, batch script) of one node's job."""
     limit_min = opts["time_limit_min"]
-    argv = [opts["python"], "-m", "gpufleet", "node-stage", "--tier", opts["tier"], "--run-dir", str(run_dir), "--run-id",
-            run_id, "--host", host, "--lock-path", opts["lock_path"], "--lock-ttl-s", str(limit_min * 60 + 120)]
+    argv = [
+        opts["python"],
+        "-m",
+        "gpufleet",
+        "node-stage",
+        "--tier",
+        opts["tier"],
+        "--run-dir",
+        str(run_dir),
+        "--run-id",
+        run_id,
+        "--host",
+        host,
+        "--lock-path",
+        opts["lock_path"],
+        "--lock-ttl-s",
+        str(limit_min * 60 + 120),
+    ]
     for key, flag in (("thresholds", "--thresholds"), ("profile", "--profile"), ("benchmark_tier", "--benchmark-tier")):
         if opts.get(key):
             argv += [flag, opts[key]]
     if opts.get("benchmarks") is not None:
         argv += ["--benchmarks", *opts["benchmarks"]]
     argv += [a.replace("{node}", node).replace("{host}", host) for a in opts.get("node_args") or []]
-    script = (f"#!/bin/sh\n# gpufleet slurm sweep: run {run_id}, tier {opts['tier']}, node {node} (docs/fleet-in-service.md)\n"
-              f"exec srun --nodes=1 --ntasks=1 {shlex.join(argv)}\n")
+    script = (
+        f"#!/bin/sh\n# gpufleet slurm sweep: run {run_id}, tier {opts['tier']}, node {node} (docs/fleet-in-service.md)\n"
+        f"exec srun --nodes=1 --ntasks=1 {shlex.join(argv)}\n"
+    )
     exported = [k for k in EXPORTED if k in os.environ]
-    options = [f"--job-name={JOB_NAME}", f"--comment={run_id}", f"--partition={opts['submit_partition'] or opts['node_partition'][node]}",
-               f"--nodelist={node}", "--nodes=1", "--ntasks=1", "--exclusive", f"--time={limit_min}", f"--nice={opts['nice']}",
-               "--no-requeue", f"--deadline=now+{(opts['wait_min'] + limit_min) * 60}",
-               f"--output={run_dir / 'sweep' / (host + '.out')}", f"--chdir={run_dir / 'sweep'}",
-               f"--export={','.join(exported) or 'NONE'}"]
+    options = [
+        f"--job-name={JOB_NAME}",
+        f"--comment={run_id}",
+        f"--partition={opts['submit_partition'] or opts['node_partition'][node]}",
+        f"--nodelist={node}",
+        "--nodes=1",
+        "--ntasks=1",
+        "--exclusive",
+        f"--time={limit_min}",
+        f"--nice={opts['nice']}",
+        "--no-requeue",
+        f"--deadline=now+{(opts['wait_min'] + limit_min) * 60}",
+        f"--output={run_dir / 'sweep' / (host + '.out')}",
+        f"--chdir={run_dir / 'sweep'}",
+        f"--export={','.join(exported) or 'NONE'}",
+    ]
     if opts.get("qos"):
         options.append(f"--qos={opts['qos']}")
     return options, script
@@ -174,11 +245,22 @@ def submit(reports_dir: Path, opts: dict) -> dict:
             with fleet_store.Store(store_path) as store:
                 last = {h: (store.node_runs(h) or [{}])[-1].get("started") for h in (hosts.get(n, n) for n in shown)}
         planned = plan(shown, opts["partitions"], slurm.queued(JOB_NAME), parse_share(opts["max_share"]), last, hosts)
-        record = {"tier": opts["tier"], "submitted": None, "plan": planned, "jobs": [],
-                  "settings": {k: opts.get(k) for k in ("time_limit_min", "wait_min", "nice", "qos", "submit_partition", "max_share")}}
-        opts["node_partition"] = {n: next(p for p in shown[n]["partitions"] if p in opts["partitions"]) for n in planned["chosen"]}
+        record = {
+            "tier": opts["tier"],
+            "submitted": None,
+            "plan": planned,
+            "jobs": [],
+            "settings": {
+                k: opts.get(k) for k in ("time_limit_min", "wait_min", "nice", "qos", "submit_partition", "max_share")
+            },
+        }
+        opts["node_partition"] = {
+            n: next(p for p in shown[n]["partitions"] if p in opts["partitions"]) for n in planned["chosen"]
+        }
         if not opts.get("submit") or not planned["chosen"]:
-            record["requests"] = {n: job_request(Path("RUN_DIR"), "RUN_ID", n, hosts.get(n, n), opts) for n in planned["chosen"]}
+            record["requests"] = {
+                n: job_request(Path("RUN_DIR"), "RUN_ID", n, hosts.get(n, n), opts) for n in planned["chosen"]
+            }
             return record
         run = runs.start(str(reports_dir), opts.get("run_id"), playbook="sweep", hosts=[], tier=opts["tier"])
         run_dir = Path(run["run_dir"])
@@ -225,22 +307,36 @@ def collect(run_dir: Path) -> dict:
     an `error` `sweep.sweep_job` for a job that failed. The record, with "judged": the hosts the report covers."""
     record = read_json(Path(run_dir) / SWEEP_FILE)
     if not isinstance(record, dict) or not isinstance(record.get("jobs"), list):
-        raise InputError(f"{Path(run_dir) / SWEEP_FILE}: no sweep record; expected the run folder of `gpufleet slurm sweep --submit`")
+        raise InputError(
+            f"{Path(run_dir) / SWEEP_FILE}: no sweep record; expected the run folder of `gpufleet slurm sweep --submit`"
+        )
     judged, shown = [], {}
     for job in record["jobs"]:
         doc_path = Path(run_dir) / "hosts" / f"{job['host']}.json"
         end = slurm.job(job["job_id"]) if job.get("job_id") else None
         if (end or {}).get("state") in RUNNING:
-            raise InputError(f"sweep job {job['job_id']} on {job['node']} is {end['state']}: judge the sweep once its jobs "
-                             "have ended (they end by their time limit at the latest)")
+            raise InputError(
+                f"sweep job {job['job_id']} on {job['node']} is {end['state']}: judge the sweep once its jobs "
+                "have ended (they end by their time limit at the latest)"
+            )
         job.update(end or {}, state=(end or {}).get("state") or ("NOT_SUBMITTED" if job.get("error") else "UNKNOWN"))
         doc = read_json(doc_path)
         if not _gpus(doc) and not shown:
             shown = slurm.show_nodes()  # the node's GPUs as Slurm counts them (Gres), for a job without a document
         job["gpus"] = _gpus(doc) or (shown.get(job["node"]) or {}).get("gpus")
         job["gpu_hours"] = round((job.get("elapsed_s") or 0) * (job["gpus"] or 0) / 3600, 4)
-        held = next((r for r in (doc or {}).get("results") or [] if r.get("check") == "node_lock" and r.get("status") == "error"), None) \
-            if isinstance(doc, dict) else None
+        held = (
+            next(
+                (
+                    r
+                    for r in (doc or {}).get("results") or []
+                    if r.get("check") == "node_lock" and r.get("status") == "error"
+                ),
+                None,
+            )
+            if isinstance(doc, dict)
+            else None
+        )
         if job["state"] in NO_VERDICT or job["state"] in ("UNKNOWN", "NOT_SUBMITTED") or held:
             job["judged"] = False
             job["note"] = f"{held['reason']}: no verdict for the node" if held else _note(job)
@@ -266,11 +362,12 @@ def _gpus(doc) -> int | None:
 
 
 def _note(job: dict) -> str:
-    return {"PREEMPTED": "preempted by real work: no verdict for the node; the next sweep takes it again",
-            "CANCELLED": "cancelled before it ended: no verdict for the node",
-            "DEADLINE": "could not start before its deadline (the node was taken): no verdict",
-            "NOT_SUBMITTED": f"not submitted: {job.get('error')}"}.get(
-        job["state"], f"ended {job['state']}: no verdict for the node")
+    return {
+        "PREEMPTED": "preempted by real work: no verdict for the node; the next sweep takes it again",
+        "CANCELLED": "cancelled before it ended: no verdict for the node",
+        "DEADLINE": "could not start before its deadline (the node was taken): no verdict",
+        "NOT_SUBMITTED": f"not submitted: {job.get('error')}",
+    }.get(job["state"], f"ended {job['state']}: no verdict for the node")
 
 
 def _job_error(run_dir: Path, job: dict, doc) -> None:
@@ -278,12 +375,23 @@ def _job_error(run_dir: Path, job: dict, doc) -> None:
     out = run_dir / "sweep" / f"{job['host']}.out"
     tail = out.read_text(errors="replace")[-2000:] if out.exists() else ""
     what = "before writing its document" if not isinstance(doc, dict) else "after the document it kept"
-    res = schema.result("sweep_job", schema.ERROR, f"sweep job {job['job_id']} ended {job['state']} {what}", group=GROUP,
-                        detail={"job_id": job["job_id"], "state": job["state"], "output_tail": tail},
-                        remedy=f"read sweep/{job['host']}.out; the node stage hung or died: the ladder re-tests the node",
-                        started=schema.utc_now(), seconds=0.0)
-    new = {"schema_version": schema.SCHEMA_VERSION, "host": job["host"], "started": res["started"], "seconds": 0.0,
-           "results": [res]}
+    res = schema.result(
+        "sweep_job",
+        schema.ERROR,
+        f"sweep job {job['job_id']} ended {job['state']} {what}",
+        group=GROUP,
+        detail={"job_id": job["job_id"], "state": job["state"], "output_tail": tail},
+        remedy=f"read sweep/{job['host']}.out; the node stage hung or died: the ladder re-tests the node",
+        started=schema.utc_now(),
+        seconds=0.0,
+    )
+    new = {
+        "schema_version": schema.SCHEMA_VERSION,
+        "host": job["host"],
+        "started": res["started"],
+        "seconds": 0.0,
+        "results": [res],
+    }
     record_document(run_dir, job["host"], new, [GROUP])
 
 

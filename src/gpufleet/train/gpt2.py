@@ -121,7 +121,9 @@ def worker(shape: str, batch: int, steps: int, warmup: int, compile_model: bool,
         model = torch.compile(model)
     if world > 1:
         # gradient_as_bucket_view: gradients live in the all-reduce buckets, one copy fewer per step.
-        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank] if cuda else None, gradient_as_bucket_view=True)
+        model = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[local_rank] if cuda else None, gradient_as_bucket_view=True
+        )
     gen = torch.Generator(device=device).manual_seed(rank)
     data = torch.randint(0, cfg.vocab_size, (4, batch, cfg.block_size + 1), device=device, generator=gen)
     losses, step_s = [], []
@@ -201,9 +203,21 @@ def worker(shape: str, batch: int, steps: int, warmup: int, compile_model: bool,
             )
 
 
-def run(shape: str = "gpt2-small", *, batch: int = 64, steps: int = 20, warmup: int = 10, nproc_per_node: int | None = None,
-        nnodes: int = 1, node_rank: int = 0, master_addr: str = "127.0.0.1", master_port: int = 29512,
-        timeout_s: float = 900, rdzv_timeout_s: int = 120, compile_model: bool | None = None) -> dict:
+def run(
+    shape: str = "gpt2-small",
+    *,
+    batch: int = 64,
+    steps: int = 20,
+    warmup: int = 10,
+    nproc_per_node: int | None = None,
+    nnodes: int = 1,
+    node_rank: int = 0,
+    master_addr: str = "127.0.0.1",
+    master_port: int = 29512,
+    timeout_s: float = 900,
+    rdzv_timeout_s: int = 120,
+    compile_model: bool | None = None,
+) -> dict:
     import torch
 
     n_gpus = torch.cuda.device_count()
@@ -214,17 +228,34 @@ def run(shape: str = "gpt2-small", *, batch: int = 64, steps: int = 20, warmup: 
     args = ["--worker", "--shape", shape, "--batch", str(batch), "--steps", str(steps), "--warmup", str(warmup)]
     if compile_model:
         args.append("--compile")
-    res = torchrun("gpufleet.train.gpt2", args, nproc_per_node=nproc, nnodes=nnodes, node_rank=node_rank,
-                   master_addr=master_addr, master_port=master_port, timeout_s=timeout_s,
-                   rdzv_timeout_s=rdzv_timeout_s, prefix="gpufleet-gpt2-")
+    res = torchrun(
+        "gpufleet.train.gpt2",
+        args,
+        nproc_per_node=nproc,
+        nnodes=nnodes,
+        node_rank=node_rank,
+        master_addr=master_addr,
+        master_port=master_port,
+        timeout_s=timeout_s,
+        rdzv_timeout_s=rdzv_timeout_s,
+        prefix="gpufleet-gpt2-",
+    )
     return {
         "benchmark": "train_gpt2",
         "device": "cuda" if n_gpus else "cpu",
         "nnodes": nnodes,
         "node_rank": node_rank,
-        "method": {"train_version": TRAIN_VERSION, "shape": shape, "batch_per_gpu": batch, "steps": steps,
-                   "warmup_steps": warmup, "compiled": compile_model, "precision": "bf16 autocast",
-                   "timer": "perf_counter around synchronized steps", "mfu": "PaLM appendix B, 6N + 12LHQT"},
+        "method": {
+            "train_version": TRAIN_VERSION,
+            "shape": shape,
+            "batch_per_gpu": batch,
+            "steps": steps,
+            "warmup_steps": warmup,
+            "compiled": compile_model,
+            "precision": "bf16 autocast",
+            "timer": "perf_counter around synchronized steps",
+            "mfu": "PaLM appendix B, 6N + 12LHQT",
+        },
         **{k: res[k] for k in ("command", "rc", "timed_out", "seconds", "log_tail")},
         **res["out"],
     }

@@ -136,8 +136,10 @@ class LiveReader:
             ("name", lambda: as_text(pynvml.nvmlDeviceGetName(h))),
             ("uuid", lambda: as_text(pynvml.nvmlDeviceGetUUID(h))),
             ("pci_bus_id", lambda: bus_id(pynvml.nvmlDeviceGetPciInfo(h).busId)),
-            ("temperature_slowdown_c", lambda: pynvml.nvmlDeviceGetTemperatureThreshold(
-                h, pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)),
+            (
+                "temperature_slowdown_c",
+                lambda: pynvml.nvmlDeviceGetTemperatureThreshold(h, pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN),
+            ),
             ("clock_sm_max_mhz", lambda: pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM)),
             ("clock_memory_max_mhz", lambda: pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_MEM)),
         ):

@@ -48,8 +48,17 @@ from gpufleet.views import gpu as gpu_reads
 from gpufleet.views import system
 from gpufleet.views.status import index_ranges
 
-_GPU_KEYS = ("index", "name", "serial", "uuid", "vbios_version", "inforom_image_version", "memory_total_mib", "pci_bus_id",
-             "pcie")
+_GPU_KEYS = (
+    "index",
+    "name",
+    "serial",
+    "uuid",
+    "vbios_version",
+    "inforom_image_version",
+    "memory_total_mib",
+    "pci_bus_id",
+    "pcie",
+)
 _GPU_UNREADABLE = ("handle", *_GPU_KEYS[1:], "nvlink")
 
 
@@ -142,8 +151,10 @@ def build(
         "kernel": system_reading.get("kernel"),
         "os": system_reading.get("os"),
     }
-    nvml_error = nvml_reading.get("error") if nvml_reading.get("available") else (
-        nvml_reading.get("error") or "NVML is not available"
+    nvml_error = (
+        nvml_reading.get("error")
+        if nvml_reading.get("available")
+        else (nvml_reading.get("error") or "NVML is not available")
     )
     for key, name in (("driver", "driver_version"), ("cuda_driver", "cuda_driver_version"), ("nvml", "nvml_version")):
         if versions[key] is None:
@@ -181,9 +192,12 @@ _TRAFFIC = re.compile(r"(_data|_packets|_pkts|_requests|_wait|_handled|_sent|_ig
 
 
 def _port_errors(ib: dict) -> dict:
-    return {f"{p.get('hca')}/{p.get('port')}": {n: v for n, v in sorted((p.get("counters") or {}).items())
-                                                  if v and not _TRAFFIC.search(n)}
-            for p in ib.get("ports") or []}
+    return {
+        f"{p.get('hca')}/{p.get('port')}": {
+            n: v for n, v in sorted((p.get("counters") or {}).items()) if v and not _TRAFFIC.search(n)
+        }
+        for p in ib.get("ports") or []
+    }
 
 
 # --- text -------------------------------------------------------------------------------------------
@@ -223,9 +237,13 @@ def render_text(doc: dict) -> str:
     mem = doc["memory"]
     row("memory", f"{_gib(mem.get('total_mib'))} total, {_gib(mem.get('available_mib'))} available")
     for i, node in enumerate(doc["numa"] or [None]):
-        text = "not read" if node is None else (
-            f"node {node['node']}: CPUs {_v(node['cpulist'])} ({_v(node['cpu_count'])}), "
-            f"{_gib(node['memory_total_mib'])} memory"
+        text = (
+            "not read"
+            if node is None
+            else (
+                f"node {node['node']}: CPUs {_v(node['cpulist'])} ({_v(node['cpu_count'])}), "
+                f"{_gib(node['memory_total_mib'])} memory"
+            )
         )
         row("NUMA" if i == 0 else "", text)
     v = doc["versions"]
@@ -285,21 +303,34 @@ def render_text(doc: dict) -> str:
 
     if doc["infiniband"]["hcas"]:
         errs = {port: c for port, c in doc["port_errors"].items() if c}
-        row("port errs", "none on any port" if not errs else
-            "; ".join(f"{port} " + ", ".join(f"{n} {v}" for n, v in c.items()) for port, c in errs.items()))
+        row(
+            "port errs",
+            "none on any port"
+            if not errs
+            else "; ".join(f"{port} " + ", ".join(f"{n} {v}" for n, v in c.items()) for port, c in errs.items()),
+        )
     aer = doc["aer"]
     if not aer.get("present"):
         row("PCIe AER", f"not read ({aer.get('reason')})")
     else:
         read = [d for d in aer["devices"] if d.get("correctable") is not None]
         counted = [d for d in read if any((d.get(s) or {}).get("total") for s in ("correctable", "nonfatal", "fatal"))]
-        row("PCIe AER", f"since boot, {len(read)} device(s) (GPUs, HCAs, the bridges up to their root ports): "
-                        + ("no error" if not counted else f"errors on {len(counted)}"))
+        row(
+            "PCIe AER",
+            f"since boot, {len(read)} device(s) (GPUs, HCAs, the bridges up to their root ports): "
+            + ("no error" if not counted else f"errors on {len(counted)}"),
+        )
         for d in counted:
             where = f"{d['role']} {d['bdf']}" + (f" above {', '.join(d['below'])}" if d["role"] == "bridge" else "")
-            sev = ", ".join(f"{s} {(d.get(s) or {}).get('total')}" + (
-                f" ({', '.join(f'{n} {c}' for n, c in (d.get(s) or {}).get('names', {}).items())})" if (d.get(s) or {}).get("names") else "")
-                for s in ("correctable", "nonfatal", "fatal"))
+            sev = ", ".join(
+                f"{s} {(d.get(s) or {}).get('total')}"
+                + (
+                    f" ({', '.join(f'{n} {c}' for n, c in (d.get(s) or {}).get('names', {}).items())})"
+                    if (d.get(s) or {}).get("names")
+                    else ""
+                )
+                for s in ("correctable", "nonfatal", "fatal")
+            )
             lines.append(f"  {where}: {sev}")
 
     lines += _software_lines(doc.get("software") or {}, row)
@@ -336,7 +367,9 @@ def _software_lines(sw: dict, row) -> list[str]:
 def read_live(root: str) -> dict:
     """Every reading of this node, then the document."""
     nv = nvml.read()
-    active = {g["index"]: [link["link"] for link in g.get("nvlink") or [] if link.get("active")] for g in nv.get("gpus") or []}
+    active = {
+        g["index"]: [link["link"] for link in g.get("nvlink") or [] if link.get("active")] for g in nv.get("gpus") or []
+    }
     types, _ = gpu_reads.nvlink_remote_types({i: links for i, links in active.items() if links})
     return build(nv, system.read(root), system.toolkit(), types, software_reading=software.read(root))
 
@@ -348,8 +381,13 @@ def cmd_hw(args) -> int:
         )
     if args.readings:
         nv = collect.load_recording(args.readings, parts=("nvml",))["nvml"]
-        doc = build(nv, system.read(args.root), system.toolkit(), source=f"recording {args.readings}",
-                    software_reading=software.read(args.root))
+        doc = build(
+            nv,
+            system.read(args.root),
+            system.toolkit(),
+            source=f"recording {args.readings}",
+            software_reading=software.read(args.root),
+        )
     else:
         doc = read_live(args.root)
     print(json.dumps(doc, sort_keys=True) if args.json else render_text(doc))

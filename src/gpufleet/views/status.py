@@ -322,7 +322,10 @@ def cmd_status(args) -> int:
         print(f"gpufleet status: {NO_RICH}", file=sys.stderr)
         return 1
     if args.readings:
-        doc = document(from_collect(collect.load_recording(args.readings, parts=("nvml",))["nvml"]), source=f"recording {args.readings}")
+        doc = document(
+            from_collect(collect.load_recording(args.readings, parts=("nvml",))["nvml"]),
+            source=f"recording {args.readings}",
+        )
         return _show(doc, args.json)
     reader = LiveReader()
     reader.open()

@@ -32,7 +32,11 @@ def xid(readings, gpus, profile):
     for (pci, code), n in sorted(counts.items(), key=lambda kv: (str(kv[0][0]), kv[0][1] or 0)):
         times = f" x{n}" if n > 1 else ""
         index = by_pci.get(pci)
-        text = f"Xid {code}{times} at {pci}" if index is not None else f"PCI {pci} (not among the GPUs NVML sees): Xid {code}{times}"
+        text = (
+            f"Xid {code}{times} at {pci}"
+            if index is not None
+            else f"PCI {pci} (not among the GPUs NVML sees): Xid {code}{times}"
+        )
         if code in fail_codes:
             f.add(
                 FAIL,

@@ -26,7 +26,9 @@ def pcie_link(readings, gpus, profile):
     per_gpu = []
     for g in gpus:
         i, p = g["index"], g.get("pcie") or {}
-        per_gpu.append({"index": i, **p, "pstate": g.get("pstate"), "utilization_gpu_pct": g.get("utilization_gpu_pct")})
+        per_gpu.append(
+            {"index": i, **p, "pstate": g.get("pstate"), "utilization_gpu_pct": g.get("utilization_gpu_pct")}
+        )
         missing = [k for k in ("gen_current", "gen_max", "width_current", "width_max") if p.get(k) is None]
         if missing:
             f.add(
@@ -145,7 +147,8 @@ def nvlink(readings, gpus, profile):
             f.add(PASS, "links per GPU not set (nvlink_links_per_gpu), so only compared between GPUs")
         else:
             f.add(
-                PASS, f"{len(gpus)} of {gpus_expected} GPUs present, so links compared between GPUs, not with {per_link_expected}"
+                PASS,
+                f"{len(gpus)} of {gpus_expected} GPUs present, so links compared between GPUs, not with {per_link_expected}",
             )
     for p in per_gpu:
         if 0 < p["active"] != target:

@@ -19,7 +19,12 @@ def ecc(readings, gpus, profile):
     """ECC mode on; uncorrectable errors since the driver loaded fail, lifetime ones warn."""
     vol_max = profiles.value(profile, "ecc_volatile_uncorrected_max")
     agg_max = profiles.value(profile, "ecc_aggregate_uncorrected_max")
-    counters = ("ecc_volatile_uncorrected", "ecc_volatile_corrected", "ecc_aggregate_uncorrected", "ecc_aggregate_corrected")
+    counters = (
+        "ecc_volatile_uncorrected",
+        "ecc_volatile_corrected",
+        "ecc_aggregate_uncorrected",
+        "ecc_aggregate_corrected",
+    )
     f = Findings()
     per_gpu, facts = [], {}
     for g in gpus:
@@ -30,7 +35,9 @@ def ecc(readings, gpus, profile):
             f.add(ERROR, f"ECC mode unreadable ({unreadable(g, 'ecc_mode_current')})", gpu=i, remedy=UNREADABLE_REMEDY)
             continue
         if not mode:
-            f.add(FAIL, "ECC off", gpu=i, remedy="enable ECC: `nvidia-smi -i {gpus} -e 1`, then reset the GPU or reboot")
+            f.add(
+                FAIL, "ECC off", gpu=i, remedy="enable ECC: `nvidia-smi -i {gpus} -e 1`, then reset the GPU or reboot"
+            )
             continue
         missing = _ecc_unreadable(g, ("ecc_volatile_uncorrected", "ecc_aggregate_uncorrected"))
         if missing:
@@ -76,10 +83,14 @@ def row_remapping(readings, gpus, profile):
         if rows is None and not_supported(g, "remapped_rows"):
             f.add(SKIP, "row remapping not supported (pre-Ampere GPU; see retired_pages)", gpu=i)
         elif rows is None:
-            f.add(ERROR, f"remapped rows unreadable ({unreadable(g, 'remapped_rows')})", gpu=i, remedy=UNREADABLE_REMEDY)
+            f.add(
+                ERROR, f"remapped rows unreadable ({unreadable(g, 'remapped_rows')})", gpu=i, remedy=UNREADABLE_REMEDY
+            )
         else:
             if rows.get("failure"):
-                f.add(FAIL, "row remapping failed", gpu=i, remedy="GPU needs replacement (RMA): it ran out of spare rows")
+                f.add(
+                    FAIL, "row remapping failed", gpu=i, remedy="GPU needs replacement (RMA): it ran out of spare rows"
+                )
             if rows.get("pending"):
                 f.add(
                     FAIL,
@@ -108,7 +119,9 @@ def retired_pages(readings, gpus, profile):
         if pages is None and not_supported(g, "retired_pages"):
             f.add(SKIP, "page retirement not used (Ampere and later remap rows instead; see row_remapping)", gpu=i)
         elif pages is None:
-            f.add(ERROR, f"retired pages unreadable ({unreadable(g, 'retired_pages')})", gpu=i, remedy=UNREADABLE_REMEDY)
+            f.add(
+                ERROR, f"retired pages unreadable ({unreadable(g, 'retired_pages')})", gpu=i, remedy=UNREADABLE_REMEDY
+            )
         elif pages.get("pending"):
             f.add(
                 FAIL,
@@ -116,7 +129,9 @@ def retired_pages(readings, gpus, profile):
                 gpu=i,
                 remedy="reset the GPU to retire the pages: `nvidia-smi -r -i {gpus}` with no process on it",
             )
-    total = sum(((p["retired_pages"] or {}).get("sbe") or 0) + ((p["retired_pages"] or {}).get("dbe") or 0) for p in per_gpu)
+    total = sum(
+        ((p["retired_pages"] or {}).get("sbe") or 0) + ((p["retired_pages"] or {}).get("dbe") or 0) for p in per_gpu
+    )
     return f.result(
         "retired_pages",
         f"no retirement pending ({total} pages retired, all GPUs)",

@@ -44,7 +44,8 @@ def processes(readings, gpus, profile):
     n = len(judged)
     res = f.result(
         "processes",
-        f"no process on the {n} GPU{'s' if n != 1 else ''} of this node" + ("" if vis["all"] else f" ({gpu_list(vis['indices'])})"),
+        f"no process on the {n} GPU{'s' if n != 1 else ''} of this node"
+        + ("" if vis["all"] else f" ({gpu_list(vis['indices'])})"),
         value=len(listing),
         unit="processes",
         detail={"processes": listing, "visibility": visibility},

@@ -23,7 +23,10 @@ def clock_events(readings, gpus, profile):
         per_gpu.append({"index": i, "clock_event_reasons": ev, "utilization_gpu_pct": g.get("utilization_gpu_pct")})
         if ev is None:
             f.add(
-                ERROR, f"clock event reasons unreadable ({unreadable(g, 'clock_event_reasons')})", gpu=i, remedy=UNREADABLE_REMEDY
+                ERROR,
+                f"clock event reasons unreadable ({unreadable(g, 'clock_event_reasons')})",
+                gpu=i,
+                remedy=UNREADABLE_REMEDY,
             )
             continue
         mask = ev.get("mask") or 0
@@ -54,11 +57,18 @@ def temperature(readings, gpus, profile):
     """GPU temperature against the GPU's own slowdown threshold and the profile's margin; HBM against its limit."""
     warn_c = profiles.value(profile, "gpu_temperature_warn_c")
     mem_warn_c = profiles.value(profile, "memory_temperature_warn_c")
-    cooling = "check airflow, fans and inlet temperature for this GPU's position in the chassis; check the BMC sensor log"
+    cooling = (
+        "check airflow, fans and inlet temperature for this GPU's position in the chassis; check the BMC sensor log"
+    )
     f = Findings()
     per_gpu = []
     for g in gpus:
-        i, t, slow, mem_t = g["index"], g.get("temperature_c"), g.get("temperature_slowdown_c"), g.get("memory_temperature_c")
+        i, t, slow, mem_t = (
+            g["index"],
+            g.get("temperature_c"),
+            g.get("temperature_slowdown_c"),
+            g.get("memory_temperature_c"),
+        )
         per_gpu.append(
             {
                 "index": i,
@@ -122,7 +132,9 @@ def power_limit(readings, gpus, profile):
                 remedy="restore the default limit (`nvidia-smi -i {gpus} -pl <default W>`) and look for a site or BMC power cap",
             )
     if min_ratio is None:
-        f.add(WARN, "no minimum ratio set (power_limit_min_ratio)", remedy="set gpufleet_thresholds.power_limit_min_ratio")
+        f.add(
+            WARN, "no minimum ratio set (power_limit_min_ratio)", remedy="set gpufleet_thresholds.power_limit_min_ratio"
+        )
     ratios = [p["ratio"] for p in per_gpu if p["ratio"] is not None]
     lowest = min(ratios) if ratios else None
     return f.result(

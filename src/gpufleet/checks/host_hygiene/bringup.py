@@ -31,7 +31,10 @@ def _drift(item: dict) -> tuple[str, str | None]:
         off = {v: n for v, n in (current or {}).items() if v != expected}
         if not off:
             return "held", None
-        return "drifted", f"{what} is {off} on {sum(off.values())} of {sum(current.values())} ({where}), bringup set {expected}"
+        return (
+            "drifted",
+            f"{what} is {off} on {sum(off.values())} of {sum(current.values())} ({where}), bringup set {expected}",
+        )
     if current == expected:
         return "held", None
     return "drifted", f"{what} is {current} ({where}), bringup set {expected}"
@@ -47,10 +50,15 @@ def check_bringup_drift(readings: dict, profile: dict) -> dict:
     roles = rec.get("roles") or {}
     detail = {"path": rec.get("path"), "roles": roles}
     if not rec.get("present") or (rec.get("readable") and not roles):
-        said = f"no bringup record at {rec.get('path')}" if not rec.get("present") else f"{rec.get('path')} names no role"
+        said = (
+            f"no bringup record at {rec.get('path')}" if not rec.get("present") else f"{rec.get('path')} names no role"
+        )
         if not required:
             return result(
-                name, SKIP, f"bringup.yml has not run on this node ({said}); bringup_required is false", threshold=threshold,
+                name,
+                SKIP,
+                f"bringup.yml has not run on this node ({said}); bringup_required is false",
+                threshold=threshold,
                 detail=detail,
             )
         return result(

@@ -20,7 +20,9 @@ def check_infiniband(readings: dict, profile: dict) -> dict:
         return err
     need = profiles.value(profile, "ib_ports_min") or 0
     rate_min = profiles.value(profile, "ib_rate_min_gbps")
-    threshold = profiles.threshold(profile, "ib_ports_min", ib_rate_min_gbps=profiles.threshold(profile, "ib_rate_min_gbps"))
+    threshold = profiles.threshold(
+        profile, "ib_ports_min", ib_rate_min_gbps=profiles.threshold(profile, "ib_rate_min_gbps")
+    )
     ports = ib.get("ports") or []
     detail = {"path": ib.get("path"), "ports": ports}
     if not ib.get("present") or not ports:
@@ -104,32 +106,51 @@ def check_ib_port_speed(readings: dict, profile: dict) -> dict:
     if err:
         return err
     active = [p for p in ib.get("ports") or [] if p.get("state") == "ACTIVE"]
-    rows = [{"port": port_name(p), **{k: p.get(k) for k in ("hca", "pci_bdf", "rate", "rate_gbps", "lanes", "link_layer")}}
-            for p in active]
+    rows = [
+        {"port": port_name(p), **{k: p.get(k) for k in ("hca", "pci_bdf", "rate", "rate_gbps", "lanes", "link_layer")}}
+        for p in active
+    ]
     detail = {"ports": rows}
     if not active:
-        return result(name, SKIP, "no active InfiniBand or RoCE port to compare (see host_hygiene.infiniband)", detail=detail)
+        return result(
+            name, SKIP, "no active InfiniBand or RoCE port to compare (see host_hygiene.infiniband)", detail=detail
+        )
     slow, best_of = [], {}
     for layer in sorted({str(p.get("link_layer")) for p in active}):
         same = [p for p in active if str(p.get("link_layer")) == layer]
         rate = max((p["rate_gbps"] for p in same if isinstance(p.get("rate_gbps"), (int, float))), default=None)
         lanes = max((p["lanes"] for p in same if isinstance(p.get("lanes"), int)), default=None)
-        best_of[layer] = {"rate_gbps": rate, "lanes": lanes, "rate": next((p.get("rate") for p in same if p.get("rate_gbps") == rate), None)}
+        best_of[layer] = {
+            "rate_gbps": rate,
+            "lanes": lanes,
+            "rate": next((p.get("rate") for p in same if p.get("rate_gbps") == rate), None),
+        }
         for p in same:
-            low = [what for what, mine, best in (("rate", p.get("rate_gbps"), rate), ("lanes", p.get("lanes"), lanes))
-                   if best is not None and (mine is None or mine < best)]
+            low = [
+                what
+                for what, mine, best in (("rate", p.get("rate_gbps"), rate), ("lanes", p.get("lanes"), lanes))
+                if best is not None and (mine is None or mine < best)
+            ]
             if low:
                 slow.append((p, layer, low))
     detail["best"] = best_of
     if slow:
-        named = [f"{port_name(p)} at {_speed_text(p)} ({' and '.join('fewer lanes' if w == 'lanes' else 'a lower rate' for w in low)} "
-                 f"than its {layer} siblings at {best_of[layer]['rate'] or best_of[layer]['rate_gbps']})" for p, layer, low in slow]
+        named = [
+            f"{port_name(p)} at {_speed_text(p)} ({' and '.join('fewer lanes' if w == 'lanes' else 'a lower rate' for w in low)} "
+            f"than its {layer} siblings at {best_of[layer]['rate'] or best_of[layer]['rate_gbps']})"
+            for p, layer, low in slow
+        ]
         detail["slower"] = [port_name(p) for p, _, _ in slow]
-        return result(name, FAIL, f"{len(slow)} of {len(active)} active port(s) trained below their siblings: " + "; ".join(named),
-                      value=len(slow), unit="ports",
-                      remedy="a port trained at fewer lanes or a lower rate has a bad cable, transceiver or switch port: check it "
-                             "with `mlxlink -d <hca> -m`, reseat or replace the cable; every rank's traffic on that rail runs at its speed",
-                      detail=detail)
+        return result(
+            name,
+            FAIL,
+            f"{len(slow)} of {len(active)} active port(s) trained below their siblings: " + "; ".join(named),
+            value=len(slow),
+            unit="ports",
+            remedy="a port trained at fewer lanes or a lower rate has a bad cable, transceiver or switch port: check it "
+            "with `mlxlink -d <hca> -m`, reseat or replace the cable; every rank's traffic on that rail runs at its speed",
+            detail=detail,
+        )
     speeds = ", ".join(f"{layer} at {b['rate'] or b['rate_gbps']}" for layer, b in best_of.items())
     return result(name, PASS, f"{len(active)} active port(s) alike: {speeds}", value=0, unit="ports", detail=detail)
 
@@ -152,17 +173,31 @@ def rails(readings: dict) -> tuple[list[dict], list[dict]]:
     for p in (host_readings(readings).get("infiniband") or {}).get("ports") or []:
         if p.get("pci_bdf"):
             hca_name.setdefault(p["pci_bdf"], p.get("hca"))
-    hcas = [dict(d, hca=hca_name[d["bdf"]]) for d in host_readings(readings).get("pci") or [] if d.get("bdf") in hca_name]
+    hcas = [
+        dict(d, hca=hca_name[d["bdf"]]) for d in host_readings(readings).get("pci") or [] if d.get("bdf") in hca_name
+    ]
     out = []
     for n, g in enumerate(gpus):
-        ranked = sorted(hcas, key=lambda h: (-_shared(g.get("upstream") or [], h.get("upstream") or []),
-                                             h.get("numa_node") != g.get("numa_node"), h["hca"]))
+        ranked = sorted(
+            hcas,
+            key=lambda h: (
+                -_shared(g.get("upstream") or [], h.get("upstream") or []),
+                h.get("numa_node") != g.get("numa_node"),
+                h["hca"],
+            ),
+        )
         row = {"gpu": n, "gpu_bdf": g["bdf"], "gpu_numa": g.get("numa_node")}
         if ranked:
             h = ranked[0]
             shared = _shared(g.get("upstream") or [], h.get("upstream") or [])
-            row.update(hca=h["hca"], hca_bdf=h["bdf"], hca_numa=h.get("numa_node"), shared_bridges=shared,
-                       beside=shared > 0, same_numa=h.get("numa_node") == g.get("numa_node"))
+            row.update(
+                hca=h["hca"],
+                hca_bdf=h["bdf"],
+                hca_numa=h.get("numa_node"),
+                shared_bridges=shared,
+                beside=shared > 0,
+                same_numa=h.get("numa_node") == g.get("numa_node"),
+            )
         out.append(row)
     return out, hcas
 
@@ -176,23 +211,42 @@ def check_gpu_nic_rails(readings: dict, profile: dict) -> dict:
     if not rows:
         return result(name, SKIP, "no NVIDIA GPU on the PCI bus", detail=detail)
     if not hcas:
-        return result(name, SKIP, "no InfiniBand or RoCE HCA (nothing under /sys/class/infiniband with a PCI device): "
-                      "no rails to read", detail=detail)
+        return result(
+            name,
+            SKIP,
+            "no InfiniBand or RoCE HCA (nothing under /sys/class/infiniband with a PCI device): no rails to read",
+            detail=detail,
+        )
     lonely = [r for r in rows if not r.get("beside")]
     pairs = ", ".join(f"GPU {r['gpu']}-{r['hca']}" for r in rows)
     if lonely:
-        named = "; ".join(f"GPU {r['gpu']} ({r['gpu_bdf']}, NUMA node {r['gpu_numa']}): nearest HCA {r['hca']} ({r['hca_bdf']}) "
-                          f"only through the CPU{'' if r['same_numa'] else ', on another NUMA node'}" for r in lonely)
-        return result(name, FAIL, f"{len(lonely)} of {len(rows)} GPU(s) have no HCA beside them in the PCIe tree: {named}",
-                      value=len(lonely), unit="gpus", detail=detail,
-                      remedy="an HCA missing from the PCIe switch of these GPUs (not seated, not enumerated, or cabled to another "
-                             "slot): compare with the platform's reference layout and `nvidia-smi topo -m`; GPUDirect RDMA "
-                             "performs only with the HCA and GPU under one PCIe switch (NVIDIA GPUDirect RDMA user manual, "
-                             "system requirements)")
+        named = "; ".join(
+            f"GPU {r['gpu']} ({r['gpu_bdf']}, NUMA node {r['gpu_numa']}): nearest HCA {r['hca']} ({r['hca_bdf']}) "
+            f"only through the CPU{'' if r['same_numa'] else ', on another NUMA node'}"
+            for r in lonely
+        )
+        return result(
+            name,
+            FAIL,
+            f"{len(lonely)} of {len(rows)} GPU(s) have no HCA beside them in the PCIe tree: {named}",
+            value=len(lonely),
+            unit="gpus",
+            detail=detail,
+            remedy="an HCA missing from the PCIe switch of these GPUs (not seated, not enumerated, or cabled to another "
+            "slot): compare with the platform's reference layout and `nvidia-smi topo -m`; GPUDirect RDMA "
+            "performs only with the HCA and GPU under one PCIe switch (NVIDIA GPUDirect RDMA user manual, "
+            "system requirements)",
+        )
     far = [r for r in rows if not r["same_numa"]]
     note = f"; {len(far)} pair(s) across NUMA nodes" if far else ""
-    return result(name, PASS, f"every GPU has an HCA beside it under one PCIe switch: {pairs}{note}", value=0, unit="gpus",
-                  detail=detail)
+    return result(
+        name,
+        PASS,
+        f"every GPU has an HCA beside it under one PCIe switch: {pairs}{note}",
+        value=0,
+        unit="gpus",
+        detail=detail,
+    )
 
 
 def active_ib_ports(readings: dict) -> list[dict]:

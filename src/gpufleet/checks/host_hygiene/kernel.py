@@ -60,7 +60,11 @@ def check_iommu(readings: dict, profile: dict) -> dict:
             detail=detail,
         )
     return result(
-        name, PASS, f"IOMMU in passthrough (identity) for all {len(groups)} GPU group(s)", threshold=threshold, detail=detail
+        name,
+        PASS,
+        f"IOMMU in passthrough (identity) for all {len(groups)} GPU group(s)",
+        threshold=threshold,
+        detail=detail,
     )
 
 
@@ -77,7 +81,9 @@ def check_cpu_governor(readings: dict, profile: dict) -> dict:
     counts = gov.get("counts") or {}
     detail = {k: gov.get(k) for k in ("path", "counts", "cpus", "cpus_without_cpufreq")}
     if not gov.get("present"):
-        return result(name, SKIP, "no CPU frequency scaling exposed (cpufreq absent)", threshold=threshold, detail=detail)
+        return result(
+            name, SKIP, "no CPU frequency scaling exposed (cpufreq absent)", threshold=threshold, detail=detail
+        )
     if expected is None:
         return result(
             name,
@@ -125,7 +131,10 @@ def check_fabric_manager(readings: dict, profile: dict) -> dict:
     detail = {"nvswitches": [s["bdf"] for s in switches], **fabric_manager}
     if not fabric_manager.get("asked") or not fabric_manager.get("state"):
         return result(
-            name, ERROR, f"could not ask systemd about nvidia-fabricmanager: {fabric_manager.get('reason')}", detail=detail
+            name,
+            ERROR,
+            f"could not ask systemd about nvidia-fabricmanager: {fabric_manager.get('reason')}",
+            detail=detail,
         )
     if fabric_manager["state"] == "active":
         return result(name, PASS, f"nvidia-fabricmanager active for {len(switches)} NVSwitch(es)", detail=detail)

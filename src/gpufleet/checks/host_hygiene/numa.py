@@ -84,7 +84,11 @@ def check_numa_balancing(readings: dict, profile: dict) -> dict:
     detail = {"path": numa.get("numa_balancing_path"), "value": balancing, "reason": numa.get("reason")}
     if balancing is None:
         return result(
-            name, SKIP, f"automatic NUMA balancing not exposed ({numa.get('reason')})", threshold=threshold, detail=detail
+            name,
+            SKIP,
+            f"automatic NUMA balancing not exposed ({numa.get('reason')})",
+            threshold=threshold,
+            detail=detail,
         )
     if expected is None:
         return result(
@@ -106,4 +110,6 @@ def check_numa_balancing(readings: dict, profile: dict) -> dict:
             remedy=f"{BRINGUP}, or sysctl -w kernel.numa_balancing={expected} and persist it in /etc/sysctl.d",
             detail=detail,
         )
-    return result(name, PASS, f"kernel.numa_balancing is {balancing}", value=balancing, threshold=threshold, detail=detail)
+    return result(
+        name, PASS, f"kernel.numa_balancing is {balancing}", value=balancing, threshold=threshold, detail=detail
+    )

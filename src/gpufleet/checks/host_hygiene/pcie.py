@@ -95,7 +95,11 @@ def check_pcie_acs(readings: dict, profile: dict) -> dict:
 def _aer_text(d: dict, severity: str) -> str:
     sev = d.get(severity) or {}
     names = ", ".join(f"{n} {c}" for n, c in (sev.get("names") or {}).items())
-    where = f"bridge {d['bdf']} (above {', '.join(d.get('below') or [])})" if d.get("role") == "bridge" else f"{d.get('role', '').upper()} {d['bdf']}"
+    where = (
+        f"bridge {d['bdf']} (above {', '.join(d.get('below') or [])})"
+        if d.get("role") == "bridge"
+        else f"{d.get('role', '').upper()} {d['bdf']}"
+    )
     return f"{where}: {sev.get('total')}" + (f" ({names})" if names else "")
 
 
@@ -108,21 +112,34 @@ def check_pcie_aer(readings: dict, profile: dict) -> dict:
         return err
     fatal_max = profiles.value(profile, "fabric_aer_fatal_max") or 0
     nonfatal_max = profiles.value(profile, "fabric_aer_nonfatal_max") or 0
-    threshold = profiles.threshold(profile, "fabric_aer_fatal_max", fabric_aer_nonfatal_max=profiles.threshold(profile, "fabric_aer_nonfatal_max"))
+    threshold = profiles.threshold(
+        profile, "fabric_aer_fatal_max", fabric_aer_nonfatal_max=profiles.threshold(profile, "fabric_aer_nonfatal_max")
+    )
     devices = aer.get("devices") or []
     if not aer.get("present"):
-        return result(name, SKIP, f"no PCIe AER counts to read: {aer.get('reason')}", threshold=threshold,
-                      detail={"devices": len(devices), "reason": aer.get("reason")})
+        return result(
+            name,
+            SKIP,
+            f"no PCIe AER counts to read: {aer.get('reason')}",
+            threshold=threshold,
+            detail={"devices": len(devices), "reason": aer.get("reason")},
+        )
 
     def total(d: dict, sev: str) -> int:
         return (d.get(sev) or {}).get("total") or 0
 
     counted = {sev: [d for d in devices if total(d, sev)] for sev in ("fatal", "nonfatal", "correctable")}
     sums = {sev: sum(total(d, sev) for d in devices) for sev in counted}
-    detail = {"totals": sums, "devices_read": sum(1 for d in devices if d.get("correctable") is not None),
-              "unreadable": {d["bdf"]: d["reason"] for d in devices if d.get("reason")},
-              "counted": {sev: [{"bdf": d["bdf"], "role": d.get("role"), "below": d.get("below"), **(d.get(sev) or {})}
-                                for d in ds] for sev, ds in counted.items() if ds}}
+    detail = {
+        "totals": sums,
+        "devices_read": sum(1 for d in devices if d.get("correctable") is not None),
+        "unreadable": {d["bdf"]: d["reason"] for d in devices if d.get("reason")},
+        "counted": {
+            sev: [{"bdf": d["bdf"], "role": d.get("role"), "below": d.get("below"), **(d.get(sev) or {})} for d in ds]
+            for sev, ds in counted.items()
+            if ds
+        },
+    }
     parts, status = [], PASS
     if sums["fatal"] > fatal_max:
         status = FAIL
@@ -130,15 +147,39 @@ def check_pcie_aer(readings: dict, profile: dict) -> dict:
     if sums["nonfatal"] > nonfatal_max:
         status = worst([status, WARN])
         parts.append("non-fatal uncorrectable: " + "; ".join(_aer_text(d, "nonfatal") for d in counted["nonfatal"]))
-    corr = ("; correctable since boot: " + "; ".join(_aer_text(d, "correctable") for d in counted["correctable"][:_NAMED_MAX])
-            + (f" and {len(counted['correctable']) - _NAMED_MAX} more" if len(counted["correctable"]) > _NAMED_MAX else "")
-            ) if counted["correctable"] else ""
+    corr = (
+        (
+            "; correctable since boot: "
+            + "; ".join(_aer_text(d, "correctable") for d in counted["correctable"][:_NAMED_MAX])
+            + (
+                f" and {len(counted['correctable']) - _NAMED_MAX} more"
+                if len(counted["correctable"]) > _NAMED_MAX
+                else ""
+            )
+        )
+        if counted["correctable"]
+        else ""
+    )
     scope = f"{detail['devices_read']} GPU(s), HCA(s) and bridge(s) above them"
     if status == PASS:
-        return result(name, PASS, f"no uncorrectable AER error since boot on {scope}{corr or '; no correctable one either'}",
-                      value=0, unit="errors", threshold=threshold, detail=detail)
-    return result(name, status, f"AER errors since boot on {scope}: " + "; ".join(parts) + corr,
-                  value=sums["fatal"] + sums["nonfatal"], unit="errors", threshold=threshold, detail=detail,
-                  remedy="an uncorrectable PCIe error on that link: reseat the device (and its riser or cable), update the "
-                         "device's and the switch's firmware, check the kernel log for the AER lines; a fatal one needs the "
-                         "node drained and the link serviced before it is accepted")
+        return result(
+            name,
+            PASS,
+            f"no uncorrectable AER error since boot on {scope}{corr or '; no correctable one either'}",
+            value=0,
+            unit="errors",
+            threshold=threshold,
+            detail=detail,
+        )
+    return result(
+        name,
+        status,
+        f"AER errors since boot on {scope}: " + "; ".join(parts) + corr,
+        value=sums["fatal"] + sums["nonfatal"],
+        unit="errors",
+        threshold=threshold,
+        detail=detail,
+        remedy="an uncorrectable PCIe error on that link: reseat the device (and its riser or cable), update the "
+        "device's and the switch's firmware, check the kernel log for the AER lines; a fatal one needs the "
+        "node drained and the link serviced before it is accepted",
+    )

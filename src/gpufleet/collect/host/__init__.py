@@ -74,9 +74,22 @@ from gpufleet.collect.host.pci import (
 from gpufleet.collect.host.services import read_fabricmanager
 
 # What the other readers, views and checks read with (one package, whatever file holds it).
-__all__ = ["AER_SEVERITIES", "decode_acs", "os_pretty_name", "parse_int", "parse_link_speed", "parse_nccl_conf",
-           "parse_rate_gbps", "pci_kind", "read", "read_boot_id", "read_fabric", "read_ib_port", "read_text",
-           "upstream_chain"]
+__all__ = [
+    "AER_SEVERITIES",
+    "decode_acs",
+    "os_pretty_name",
+    "parse_int",
+    "parse_link_speed",
+    "parse_nccl_conf",
+    "parse_rate_gbps",
+    "pci_kind",
+    "read",
+    "read_boot_id",
+    "read_fabric",
+    "read_ib_port",
+    "read_text",
+    "upstream_chain",
+]
 
 
 def read_boot_id(root: str = "/") -> tuple[str | None, str | None]:
@@ -130,8 +143,11 @@ def read(root: str = "/", environ: Mapping[str, str] | None = None) -> dict:
     pci = out["pci"]
     section("acs", lambda: read_acs(rootp, pci), [])
     section("infiniband", lambda: read_infiniband(rootp), {"present": False, "ports": [], "reason": "crashed"})
-    section("aer", lambda: read_aer(rootp, pci, hca_bdfs(out["infiniband"])),
-            {"present": False, "devices": [], "reason": "crashed"})
+    section(
+        "aer",
+        lambda: read_aer(rootp, pci, hca_bdfs(out["infiniband"])),
+        {"present": False, "devices": [], "reason": "crashed"},
+    )
     section("modules", lambda: read_modules(rootp), {"readable": False, "loaded": {}, "reason": "crashed"})
     section("iommu", lambda: read_iommu(rootp, pci), {})
     section("numa", lambda: read_numa(rootp), {})

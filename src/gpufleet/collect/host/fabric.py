@@ -35,8 +35,15 @@ def parse_lanes(text: str | None) -> int | None:
 def read_ib_port(pdir: Path) -> dict:
     """One InfiniBand port's sysfs folder (.../infiniband/<hca>/ports/<n>): its state, speed and link layer."""
     state, phys, rate, layer = (read_text(pdir / f)[0] for f in ("state", "phys_state", "rate", "link_layer"))
-    return {"port": parse_int(pdir.name), "state": _state_name(state), "phys_state": _state_name(phys),
-            "rate_gbps": parse_rate_gbps(rate), "rate": rate, "lanes": parse_lanes(rate), "link_layer": layer}
+    return {
+        "port": parse_int(pdir.name),
+        "state": _state_name(state),
+        "phys_state": _state_name(phys),
+        "rate_gbps": parse_rate_gbps(rate),
+        "rate": rate,
+        "lanes": parse_lanes(rate),
+        "link_layer": layer,
+    }
 
 
 # hw_counters/lifespan is how many ms the driver caches the others, not a count.
@@ -71,8 +78,15 @@ def read_infiniband(root: Path) -> dict:
         bdf = os.path.basename(os.path.realpath(base / hca / "device")) if (base / hca / "device").exists() else None
         for port in listdir(base / hca / "ports") or []:
             pdir = base / hca / "ports" / port
-            ports.append({"hca": hca, **read_ib_port(pdir), "pci_bdf": bdf if bdf and BDF.match(bdf) else None,
-                          "path": str(pdir), **read_ib_counters(pdir)})
+            ports.append(
+                {
+                    "hca": hca,
+                    **read_ib_port(pdir),
+                    "pci_bdf": bdf if bdf and BDF.match(bdf) else None,
+                    "path": str(pdir),
+                    **read_ib_counters(pdir),
+                }
+            )
     return {"present": True, "path": str(base), "reason": None if hcas else f"{base} is empty", "ports": ports}
 
 
@@ -110,8 +124,13 @@ def read_aer(root: Path, pci: list[dict], hca_bdfs: set[str]) -> dict:
     devices, read_any = [], False
     for bdf in sorted(roles):
         ddir = root / "sys/bus/pci/devices" / bdf
-        entry: dict[str, Any] = {"bdf": bdf, "role": roles[bdf], "below": sorted(below.get(bdf, [])),
-                                 "path": os.path.realpath(ddir), "reason": None}
+        entry: dict[str, Any] = {
+            "bdf": bdf,
+            "role": roles[bdf],
+            "below": sorted(below.get(bdf, [])),
+            "path": os.path.realpath(ddir),
+            "reason": None,
+        }
         why = []
         for sev in AER_SEVERITIES:
             text, reason = read_text(ddir / f"aer_dev_{sev}")
@@ -126,8 +145,10 @@ def read_aer(root: Path, pci: list[dict], hca_bdfs: set[str]) -> dict:
     if not devices:
         reason = "no GPU or HCA on the PCI bus"
     elif not read_any:
-        reason = ("no aer_dev_* file under any GPU, HCA or bridge above them (a kernel without AER statistics, "
-                  "4.19 and later with CONFIG_PCIEAER, or AER not granted to the OS by the firmware)")
+        reason = (
+            "no aer_dev_* file under any GPU, HCA or bridge above them (a kernel without AER statistics, "
+            "4.19 and later with CONFIG_PCIEAER, or AER not granted to the OS by the firmware)"
+        )
     return {"present": read_any, "reason": reason, "devices": devices}
 
 

@@ -12,7 +12,6 @@ _MODULES_OF_INTEREST = ("nvidia", "nvidia_uvm", "nvidia_peermem", "nv_peer_mem",
 _IOMMU_FLAGS = ("iommu", "intel_iommu", "amd_iommu", "iommu.passthrough", "iommu.strict")
 
 
-
 def read_modules(root: Path) -> dict:
     path = root / "proc/modules"
     text, reason = read_text(path)

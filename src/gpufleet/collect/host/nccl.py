@@ -23,7 +23,9 @@ def parse_nccl_conf(text: str) -> tuple[dict, list[dict]]:
         if not sep:
             ignored.append({"line": line_number, "text": line, "reason": "no '=': NCCL skips it"})
         elif name != name.strip() or not name:
-            ignored.append({"line": line_number, "text": line, "reason": "spaces around the name: NCCL reads a different name"})
+            ignored.append(
+                {"line": line_number, "text": line, "reason": "spaces around the name: NCCL reads a different name"}
+            )
         else:
             values.setdefault(name, value)  # NCCL's setenv(..., 0): the first line wins
     return values, ignored

@@ -33,7 +33,6 @@ _GEN_BY_GTS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6, 128.0: 7}
 BDF = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
 
-
 def pci_kind(vendor: str | None, pci_class: str | None) -> str:
     cls = (pci_class or "").lower()
     base = cls[:6]  # "0x0302" of "0x030200"
@@ -99,7 +98,6 @@ def pci_device(devdir: Path) -> dict:
 def read_pci(root: Path) -> list[dict]:
     base = root / "sys/bus/pci/devices"
     return [pci_device(base / name) for name in (listdir(base) or [])]
-
 
 
 def _u16(data: bytes, off: int) -> int:

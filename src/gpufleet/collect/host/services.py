@@ -11,7 +11,6 @@ FABRICMANAGER_UNIT = "nvidia-fabricmanager"
 SYSTEMCTL_TIMEOUT_S = 10
 
 
-
 def systemctl_is_active(unit: str, environ: Mapping[str, str], timeout_s: float = SYSTEMCTL_TIMEOUT_S) -> dict:
     """Ask `systemctl is-active UNIT`, finding systemctl on environ's PATH."""
     search = environ.get("PATH", os.defpath)

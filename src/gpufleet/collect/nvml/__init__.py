@@ -162,8 +162,18 @@ def _gpu(index: int) -> dict:
         (getattr(pynvml, "nvmlDeviceGetTemperatureV", None), h, pynvml.NVML_TEMPERATURE_GPU),
         (getattr(pynvml, "nvmlDeviceGetTemperature", None), h, pynvml.NVML_TEMPERATURE_GPU),
     )
-    put("temperature_slowdown_c", pynvml.nvmlDeviceGetTemperatureThreshold, h, pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)
-    put("temperature_shutdown_c", pynvml.nvmlDeviceGetTemperatureThreshold, h, pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN)
+    put(
+        "temperature_slowdown_c",
+        pynvml.nvmlDeviceGetTemperatureThreshold,
+        h,
+        pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN,
+    )
+    put(
+        "temperature_shutdown_c",
+        pynvml.nvmlDeviceGetTemperatureThreshold,
+        h,
+        pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN,
+    )
     put("memory_temperature_c", lambda: int(field_value(h, pynvml.NVML_FI_DEV_MEMORY_TEMP)))
     put("power_draw_w", lambda: pynvml.nvmlDeviceGetPowerUsage(h) / 1000)
     put("power_limit_w", lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000)

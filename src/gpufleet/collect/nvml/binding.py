@@ -96,4 +96,3 @@ def field_value(handle, field_id: int, scope_id: int = 0):
         getattr(pynvml, "NVML_VALUE_TYPE_UNSIGNED_SHORT", 6): "usVal",
     }.get(val.valueType, "ullVal")
     return getattr(val.value, member)
-

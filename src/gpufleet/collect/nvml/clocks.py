@@ -32,4 +32,3 @@ def clock_events(handle) -> dict:
         (getattr(pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None), handle),
     )
     return {"mask": int(mask), "names": [name for name, bit in CLOCK_EVENT_BITS.items() if mask & bit]}
-

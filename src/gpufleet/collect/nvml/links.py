@@ -104,11 +104,12 @@ def nvlink_error_counts(gpu: dict) -> tuple[dict, str]:
     links = gpu.get("nvlink") or []
     per_link = {c: [(link.get("errors") or {}).get(c) for link in links] for c in NVLINK_COUNTERS}
     if any(v is not None for vals in per_link.values() for v in vals):
-        counts = {c: sum(v for v in vals if v is not None) if any(v is not None for v in vals) else None
-                  for c, vals in per_link.items()}
+        counts = {
+            c: sum(v for v in vals if v is not None) if any(v is not None for v in vals) else None
+            for c, vals in per_link.items()
+        }
         return counts, "per-link counters"
     totals = gpu.get("nvlink_error_totals") or {}
     if any(totals.get(c) is not None for c in NVLINK_COUNTERS):
         return {c: totals.get(c) for c in NVLINK_COUNTERS}, "all-links totals"
     return dict.fromkeys(NVLINK_COUNTERS), "no error counter readable"
-

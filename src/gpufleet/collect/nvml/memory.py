@@ -15,4 +15,3 @@ def read_retired_pages(handle) -> dict:
     dbe = pynvml.nvmlDeviceGetRetiredPages(handle, pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
     pending = pynvml.nvmlDeviceGetRetiredPagesPendingStatus(handle)
     return {"sbe": len(sbe), "dbe": len(dbe), "pending": pending == pynvml.NVML_FEATURE_ENABLED}
-

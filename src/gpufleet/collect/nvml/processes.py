@@ -47,7 +47,9 @@ def gpu_processes(handle, unreadable: dict) -> list | None:
             continue
         for proc in procs or []:
             pid = int(proc.pid)
-            entry = by_pid.setdefault(pid, {"pid": pid, "name": process_name(pid), "used_memory_mib": None, "kinds": []})
+            entry = by_pid.setdefault(
+                pid, {"pid": pid, "name": process_name(pid), "used_memory_mib": None, "kinds": []}
+            )
             if kind not in entry["kinds"]:
                 entry["kinds"].append(kind)
             used = getattr(proc, "usedGpuMemory", None)
@@ -87,13 +89,17 @@ def visible_indices(gpus: list[dict], cuda_visible_devices: str | None) -> dict:
             hits = [i for i, u in uuids.items() if u and u.startswith(entry.lower())]
             if len(hits) != 1:
                 why = "matches no GPU UUID NVML sees" if not hits else f"matches {len(hits)} GPU UUIDs"
-                return out | {"resolved": False,
-                              "note": f"CUDA_VISIBLE_DEVICES={cuda_visible_devices!r}: entry {entry!r} {why}, so every GPU is judged"}
+                return out | {
+                    "resolved": False,
+                    "note": f"CUDA_VISIBLE_DEVICES={cuda_visible_devices!r}: entry {entry!r} {why}, so every GPU is judged",
+                }
             index = hits[0]
         else:
             what = "a MIG instance" if entry.upper().startswith("MIG-") else "neither an index nor a GPU UUID"
-            return out | {"resolved": False,
-                          "note": f"CUDA_VISIBLE_DEVICES={cuda_visible_devices!r}: entry {entry!r} is {what}, so every GPU is judged"}
+            return out | {
+                "resolved": False,
+                "note": f"CUDA_VISIBLE_DEVICES={cuda_visible_devices!r}: entry {entry!r} is {what}, so every GPU is judged",
+            }
         if index in chosen:  # CUDA: a repeated device leaves none visible
             chosen = []
             break
@@ -103,4 +109,3 @@ def visible_indices(gpus: list[dict], cuda_visible_devices: str | None) -> dict:
     if hidden:
         note = f"CUDA_VISIBLE_DEVICES={cuda_visible_devices!r} leaves {len(chosen)} of {len(every)} GPUs to this node"
     return out | {"indices": chosen, "all": not hidden, "note": note}
-
