@@ -15,7 +15,7 @@ import pytest
 
 from module_runner import run_module  # noqa: E402  (also puts the collection on sys.path)
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import benchmark_module, engine, engine_results  # noqa: E402
+from ansible_collections.gpufleet.cluster.plugins.module_utils import benchmark_module, engine_process, engine_results  # noqa: E402
 from ansible_collections.gpufleet.cluster.plugins.modules import benchmark  # noqa: E402
 
 from gpufleet import schema  # noqa: E402
@@ -49,7 +49,7 @@ else:
 
 
 def test_hang_and_crash_become_error_results_and_keep_what_was_measured(fake_engine, monkeypatch, capsys):
-    monkeypatch.setattr(engine, "KILL_GRACE_S", 0.5)
+    monkeypatch.setattr(engine_process, "KILL_GRACE_S", 0.5)
     fake_engine(STAND_IN)
     t0 = time.monotonic()
     # 5 s: `bench memory` must start and say so first, which takes a busy machine seconds.
@@ -188,7 +188,7 @@ def test_bad_arguments_fail_with_a_message_naming_them(args, message, capsys):
     out = run_benchmark({"python": sys.executable, "host_name": "n2", **args}, capsys)
     assert out["failed"] is True and out["_exit_code"] == 1
     assert message in out["msg"] and "on n2" in out["msg"]
-    assert out["remedy"] == engine.REMEDY_INPUT
+    assert out["remedy"] == engine_process.REMEDY_INPUT
 
 
 def test_unknown_benchmark_is_refused_by_the_argument_spec(capsys):

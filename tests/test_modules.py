@@ -20,7 +20,7 @@ from ansible_collections.gpufleet.cluster.plugins.doc_fragments import node_lock
 from ansible_collections.gpufleet.cluster.plugins.doc_fragments import node_env as node_env_fragment  # noqa: E402
 from ansible_collections.gpufleet.cluster.plugins.module_utils import (  # noqa: E402
     check_module,
-    engine,
+    engine_process,
     lock_module,
     record_module,
     report_module,
@@ -102,7 +102,7 @@ def test_unknown_threshold_gives_the_engine_message(capsys):
     assert out["_exit_code"] == 1
     assert "gpufleet_thresholds.nope is not a known threshold" in out["msg"]
     assert out["rc"] == 2
-    assert out["remedy"] == engine.REMEDY_INPUT
+    assert out["remedy"] == engine_process.REMEDY_INPUT
 
 
 @pytest.mark.parametrize(
@@ -201,7 +201,7 @@ def test_engine_printing_no_json_is_an_error(fake_engine, capsys):
 
 def test_timeout_kills_the_whole_process_group(fake_engine, tmp_path, monkeypatch):
     """The engine and a child it started both ignore SIGTERM; both must be gone after the timeout."""
-    monkeypatch.setattr(engine, "KILL_GRACE_S", 0.5)
+    monkeypatch.setattr(engine_process, "KILL_GRACE_S", 0.5)
     pid_file = tmp_path / "child.pid"
     fake_engine(
         f"""
@@ -216,9 +216,9 @@ def test_timeout_kills_the_whole_process_group(fake_engine, tmp_path, monkeypatc
     )
     t0 = time.monotonic()
     try:
-        with pytest.raises(engine.EngineError) as err:
+        with pytest.raises(engine_process.EngineError) as err:
             # 5 s: the engine must start its child and say so first, which takes a busy machine seconds.
-            engine.run_json(sys.executable, ["check", "--group", "gpu_health", "--json"], 5, "node6")
+            engine_process.run_json(sys.executable, ["check", "--group", "gpu_health", "--json"], 5, "node6")
         elapsed = time.monotonic() - t0
         child_pid = int(pid_file.read_text())
         assert _gone(child_pid, wait_s=60), "the engine's child outlived the timeout"
