@@ -19,6 +19,7 @@
                 the NCCL run across nodes leaves out)
     export.py   a Prometheus textfile per node and the Slurm drain lines
     cli.py      `gpufleet record | history | baseline | store | versions`
+                (document_writer.py: a host document written into its run folder; history_text.py)
 
 The node side never imports this package: it runs on the controller only.
 """
