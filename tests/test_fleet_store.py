@@ -14,7 +14,7 @@ import pytest
 
 from gpufleet import report, schema
 from gpufleet.errors import InputError
-from gpufleet.fleet import cli as fleet_cli
+from gpufleet.fleet import document_writer, history_text
 from gpufleet.fleet.store import Store
 
 from waiting import wait_for
@@ -103,7 +103,7 @@ def _two_runs(reports: Path) -> None:
             json.dumps({"run_id": run_id, "started": at[0], "hosts": sorted(docs), "attempts": []})
         )
         for host, doc in docs.items():
-            done = fleet_cli.record(run_dir, host, doc)
+            done = document_writer.record(run_dir, host, doc)
             with Store(reports / "gpufleet.db") as store:
                 raw = Path(done["path"]).read_bytes()
                 store.index_document(run_id, host, schema.parse_host_doc(raw)[0], path=f"hosts/{host}.json", raw=raw)
@@ -205,7 +205,7 @@ def test_history_of_a_node_a_gpu_and_a_serial(tmp_path):
         assert by_uuid["kind"] == "gpu" and by_serial["kind"] == "serial"
         assert [r["run_id"] for r in by_uuid["runs"]] == ["r1", "r2"]
         assert {"check_id": "gpu_health.ecc", "status": "fail"}.items() <= by_uuid["runs"][0]["flags"][0].items()
-        text = fleet_cli.history_text(by_uuid)
+        text = history_text.history_text(by_uuid)
         assert "r1 *" in text and "gpu_health.ecc fail" in text and "n2" in text
         # The GPU failed in r1 and was back in r2 in the same node: said, with where and when.
         back = store.gpu_failures(gpu["uuid"], gpu["serial"], "r2")
@@ -227,7 +227,7 @@ def test_a_renamed_run_folder_keeps_the_run_id_run_json_holds(tmp_path):
     with Store(reports / "gpufleet.db") as store:
         assert [r[0] for r in store.conn.execute("SELECT run_id FROM runs")] == ["first-id"]
         assert store.conn.execute("SELECT COUNT(*) FROM documents WHERE run_id = 'renamed'").fetchone()[0] == 0
-    done = fleet_cli.record(run_dir, "node1", node_doc("node1", 1, read_at=R1))
+    done = document_writer.record(run_dir, "node1", node_doc("node1", 1, read_at=R1))
     assert done["run_id"] == "first-id"
     assert resume.plan(runner_record.load_run_folder(run_dir)).run_id == "first-id"
     # A folder without run.json (a run from before run records) is known by its name.

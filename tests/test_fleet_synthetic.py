@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 from gpufleet import schema
-from gpufleet.fleet import metrics
+from gpufleet.fleet import metric_keys, metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 READINGS = ROOT / "tests" / "data" / "readings"
@@ -177,7 +177,7 @@ def benchmark_results(
     per_gpu, hbm, pcie = {}, {}, {}
     for cuda, g in enumerate(gpus):
         i, f = g["index"], _factor(node_no, g["index"])
-        fig = {d: round(base_mm[d] * f * factors.get((f"matmul_{d}_tflops", i), 1.0), 1) for d in metrics.DTYPES}
+        fig = {d: round(base_mm[d] * f * factors.get((f"matmul_{d}_tflops", i), 1.0), 1) for d in metric_keys.DTYPES}
         fig["error"] = None
         fig["samples_tflops"] = _samples(fig["bf16"], spreads.get(("matmul_bf16_tflops", i), 4.0))
         hb = round(base_hbm["hbm_copy_gbps"] * f * factors.get(("hbm_copy_gbps", i), 1.0), 1)

@@ -14,7 +14,7 @@ import random
 import pytest
 
 from gpufleet.errors import InputError
-from gpufleet.fleet import locate
+from gpufleet.fleet import locate, locate_plan
 from gpufleet.runner import locating
 
 NORMAL_GBPS = 100.0
@@ -70,13 +70,13 @@ def test_round_robin_puts_every_node_in_one_pair_a_round_and_pairs_every_two_nod
     seen_pairs = set()
     rounds = n - 1 if n % 2 == 0 else n
     for i in range(rounds):
-        pairs, out = locate.round_robin(nodes, i)
+        pairs, out = locate_plan.round_robin(nodes, i)
         members = [m for p in pairs for m in p] + out
         assert sorted(members) == sorted(nodes), "every node once a round"
         assert len(out) == n % 2
         seen_pairs |= {frozenset(p) for p in pairs}
     assert len(seen_pairs) == n * (n - 1) // 2
-    pairs, out = locate.round_robin(nodes, 0)
+    pairs, out = locate_plan.round_robin(nodes, 0)
     assert pairs[0] == [nodes[0], nodes[1]] and pairs[1] == [nodes[2], nodes[3]], "round 1 pairs neighbours"
 
 
@@ -161,7 +161,7 @@ def test_a_slow_link_between_nodes_not_paired_first_is_found_in_the_round_that_p
     state = locate.simulate(nodes, fleet(slow_pair=pair), method="pairs", pair_rounds=n)
     (finding,) = state["findings"]
     assert finding["kind"] == "link" and finding["pair"] == list(pair)
-    met = next(i for i in range(n) if list(pair) in locate.round_robin(nodes, i)[0])
+    met = next(i for i in range(n) if list(pair) in locate_plan.round_robin(nodes, i)[0])
     # The rounds of new pairs up to the one that pairs them, then one round to clear both ends; the odd node out
     # of round 1 is tried in round 2 (here: with node000, which is how an odd fleet meets the link early).
     assert len(state["rounds"]) <= met + 2

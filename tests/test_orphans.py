@@ -29,7 +29,7 @@ import yaml
 
 from gpufleet import lock, runs
 from gpufleet.errors import InputError
-from gpufleet.fleet import cli as fleet_cli
+from gpufleet.fleet import document_writer
 from testhosts import TestFleet, skip_reason
 from waiting import wait_for
 
@@ -128,10 +128,10 @@ def test_a_document_from_a_run_whose_controller_is_gone_is_refused(tmp_path):
     started = runs.start(str(reports), "k1", playbook="validate", hosts=["n0"])
     doc = {"schema_version": 1, "host": "n0", "results": [], "started": "2026-11-20T10:00:00Z", "seconds": 0}
     with pytest.raises(InputError, match=r"the controller of run k1 \(ansible-playbook pid \d+ on .*\) is gone"):
-        fleet_cli.record(Path(started["run_dir"]), "n0", doc, controller=controller)
+        document_writer.record(Path(started["run_dir"]), "n0", doc, controller=controller)
     assert not list((reports / "k1" / "hosts").iterdir())
     # Its own controller alive (this process), or none named (gpufleet record by hand): written.
-    assert fleet_cli.record(Path(started["run_dir"]), "n0", doc, controller=started["controller"])["path"]
+    assert document_writer.record(Path(started["run_dir"]), "n0", doc, controller=started["controller"])["path"]
 
 
 # ---------------------------------------------------------------- kill -9 of ansible-playbook, end to end

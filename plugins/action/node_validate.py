@@ -54,14 +54,14 @@ ENGINE_SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 def _engine_writer():
     try:
-        from gpufleet.fleet.cli import record
+        from gpufleet.fleet.document_writer import record
     except ImportError:
         pass
     else:
         return record
     sys.path.append(ENGINE_SRC)  # only where the engine is not installed
     try:
-        from gpufleet.fleet.cli import record
+        from gpufleet.fleet.document_writer import record
     except ImportError:  # the controller's Python lacks what the engine needs
         sys.path.remove(ENGINE_SRC)
         return None

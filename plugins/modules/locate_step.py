@@ -19,7 +19,8 @@ description:
   - Each group runs NCCL under torchrun at once with the others of its round; its first node is its master and
     it has a port of its own (O(base_port) plus the group's place in the round).
   - The state, every round's figures and the findings are written to C(RUN_DIR/locate.json). The planning itself
-    is C(gpufleet.fleet.locate) (pairs, halving, and telling a slow node from a slow link).
+    is C(gpufleet.fleet.locate) and C(gpufleet.fleet.locate_plan) (pairs, halving, and telling a slow node from a
+    slow link).
   - A slow node or link found is data (RV(verdict)), never a module failure; the module fails only when the
     engine cannot run or refuses its input (a missing run folder, fewer than two nodes, a ratio out of range).
 options:

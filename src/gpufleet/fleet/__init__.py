@@ -8,6 +8,7 @@
     run_files.py  run.json and baseline.json, the files the store reads beside it and in the run folders
     metrics.py  the comparable figures of one host document (matmul per dtype, HBM, PCIe, NCCL busbw per
                 collective and size band, training tokens/s), each per GPU where it is one, with its unit
+                (metric_keys.py: what each key means)
     compare.py  the results of group `fleet` per node, each from its own module: peers.py (GPU against its
                 node's median, node against the fleet median, sample spread), baseline.py (against the baseline
                 run), counter_growth.py (counter rates, over counter_table.py), fabric_growth.py (InfiniBand port
@@ -18,6 +19,7 @@
                 the NCCL run across nodes leaves out)
     export.py   a Prometheus textfile per node and the Slurm drain lines
     cli.py      `gpufleet record | history | baseline | store | versions`
+                (document_writer.py: a host document written into its run folder; history_text.py)
 
 The node side never imports this package: it runs on the controller only.
 """

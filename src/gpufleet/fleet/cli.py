@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import os
 import sqlite3
 import sys
 from pathlib import Path
@@ -25,8 +24,10 @@ from pathlib import Path
 from gpufleet import paths, runs, schema, slurm
 from gpufleet.command_line import json_arg
 from gpufleet.errors import InputError
-from gpufleet.fleet import figure_text, versions
+from gpufleet.fleet import versions
 from gpufleet.fleet import slurm as fleet_slurm
+from gpufleet.fleet.document_writer import FOLDERS, record
+from gpufleet.fleet.history_text import history_text
 from gpufleet.fleet.repair import open_for_run, repair, use_for_run
 from gpufleet.fleet.run_files import read_run_info
 from gpufleet.fleet.store import DamagedStore, Store, default_path
@@ -64,107 +65,6 @@ def _print(doc, as_json: bool, text: str) -> None:
 
 
 # ---------------------------------------------------------------- record
-
-
-def _attempt(run_dir: Path) -> int:
-    """The run's latest attempt (run.json), 1 for a run without a record."""
-    try:
-        return len(runs.read_run(run_dir)["attempts"]) or 1
-    except InputError:
-        return 1
-
-
-FOLDERS = ("hosts", "peers")  # nodes of the run; known-good peers that only joined its run across nodes
-
-
-def record(
-    run_dir: Path,
-    host: str,
-    new_doc: dict,
-    replace_groups: list[str] | None = None,
-    folder: str = "hosts",
-    controller: dict | None = None,
-) -> dict:
-    """Write RUN_DIR/FOLDER/HOST.json, atomically, readable by owner and group.
-
-    `controller`: the run's controller as the writer knows it (run start's record of the ansible-playbook main
-    process). When it is gone, the writer is what a stopped run left behind (a worker of a killed ansible-playbook,
-    whose node another run may measure by now): refused, so nothing it measured is taken for a normal run's figures.
-
-    Without replace_groups the document is written whole. With them it is merged as the playbook adds results
-    to a node's document: the existing document's results of those groups are dropped, new_doc's added, the
-    rest kept; a node without a document gets new_doc. An existing document that cannot be read is kept aside
-    as HOST.json.unreadable (never lost), and the document written gets an `error` result `results_file`
-    naming it. Returns what it did.
-    """
-    paths.safe_name(host, "the host name")
-    if folder not in FOLDERS:
-        raise InputError(f"--folder {folder!r}; expected one of {', '.join(FOLDERS)}")
-    if not run_dir.is_dir():
-        raise InputError(
-            f"run directory {run_dir} does not exist; expected the run's folder (gpufleet run start makes it)"
-        )
-    if controller and runs.controller_alive(controller) is False:
-        raise InputError(
-            f"the document of {host} is not written: the controller of run {runs.run_id_of(run_dir)} "
-            f"(ansible-playbook pid {controller.get('pid')} on {controller.get('host')}) is gone, so this "
-            "comes from a process its stopped run left behind; the node's next run measures it again"
-        )
-    hosts_dir = paths.make_dir(run_dir / folder)
-    path = paths.inside(hosts_dir, f"{host}.json", what=f"the host document of {host}")
-    new_results = list(new_doc["results"])
-    groups = list(dict.fromkeys(replace_groups or []))
-    kept_aside = None
-    attempt = _attempt(run_dir)
-    with paths.folder_lock(hosts_dir):  # the read, merge and write of two `record`s never interleave
-        merged = dict(new_doc)
-        if path.exists():
-            try:
-                old, why = schema.parse_host_doc(path.read_bytes())
-            except OSError as exc:
-                old, why = None, exc.strerror or str(exc)
-            if old is None:
-                kept_aside = path.with_name(f"{host}.json.unreadable")
-                try:
-                    os.replace(path, kept_aside)
-                except OSError as exc:
-                    raise InputError(
-                        f"cannot keep the unreadable {path} aside as {kept_aside}: {exc.strerror}"
-                    ) from None
-                rel = f"{folder}/{kept_aside.name}"
-                what = f"add the {', '.join(groups)} results to it" if groups else "replace it"
-                error = schema.result(
-                    "results_file",
-                    schema.ERROR,
-                    f"the host document could not be read to {what} ({why}); what it held is in {rel}",
-                    group=schema.REPORT_GROUP,
-                    detail={"file": rel},
-                    started=schema.utc_now(),
-                    seconds=0.0,
-                    remedy=f"look at the .unreadable file; re-run validate.yml --limit {host} to check the node again",
-                )
-                merged = dict(new_doc, results=new_results + [error])
-            else:
-                if (old.get("attempt") or 1) < attempt:
-                    # A resumed run changes a document an earlier attempt wrote: that one is kept as it was.
-                    keep = paths.make_dir(
-                        paths.inside(run_dir, "attempts", str(old.get("attempt") or 1), folder, what="attempts")
-                    )
-                    paths.write_atomic(keep / f"{host}.json", path.read_text())
-                if groups:
-                    kept = [r for r in old["results"] if not (isinstance(r, dict) and r.get("group") in groups)]
-                    merged = dict(old, results=kept + new_results)
-        merged["attempt"] = attempt
-        paths.write_atomic(path, json.dumps(merged, indent=1, sort_keys=True, default=str) + "\n")
-    return {
-        "run_id": runs.run_id_of(run_dir),
-        "host": host,
-        "folder": folder,
-        "path": str(path),
-        "results": len(merged["results"]),
-        "replaced_groups": groups,
-        "unreadable_kept": str(kept_aside) if kept_aside else None,
-    }
 
 
 def cmd_record(args) -> int:
@@ -213,101 +113,6 @@ def cmd_record(args) -> int:
 
 
 # ---------------------------------------------------------------- history
-
-
-_NODE_COLUMNS = (
-    ("bf16 TFLOPS", "matmul_bf16_tflops"),
-    ("HBM GB/s", "hbm_copy_gbps"),
-    ("H2D GB/s", "pcie_h2d_gbps"),
-    ("D2H GB/s", "pcie_d2h_gbps"),
-    ("all_reduce GB/s", "nccl_node_all_reduce_busbw_gbps_gt_64MiB"),
-    ("across nodes GB/s", "nccl_multinode_all_reduce_busbw_gbps_gt_64MiB"),
-    ("GPT-2 tok/s/GPU", "train_gpt2_node_tokens_per_s_per_gpu"),
-)
-_GPU_COLUMNS = _NODE_COLUMNS[:4]
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
-    fmt = lambda row: "  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip()  # noqa: E731
-    return "\n".join([fmt(header), fmt(["-" * w for w in widths]), *(fmt(r) for r in rows)])
-
-
-def history_text(hist: dict) -> str:
-    base = hist.get("baseline")
-    mark = lambda run: f"{run} *" if run == base else run  # noqa: E731
-    fig = lambda m, key: figure_text(m[key]["value"]) + (" (cpu)" if m[key]["cpu"] else "") if key in m else "-"  # noqa: E731
-    if hist["kind"] == "node":
-        cols = [c for c in _NODE_COLUMNS if any(c[1] in r["metrics"] for r in hist["runs"])]
-        header = ["run", "started", "verdict", *(c[0] for c in cols), "not passing"]
-        rows = [
-            [
-                mark(r["run_id"]),
-                r["started"] or "?",
-                (r["verdict"] or "?") + ("" if r["document"] == "ok" else " (no document)"),
-                *(fig(r["metrics"], c[1]) for c in cols),
-                ", ".join(f"{x['check']} {x['status']} ({x['class']})" for x in r["not_passing"][:4])
-                + (" …" if len(r["not_passing"]) > 4 else ""),
-            ]
-            for r in hist["runs"]
-        ]
-        title = f"node {hist['key']}: {len(rows)} run(s)"
-    else:
-        cols = [c for c in _GPU_COLUMNS if any(c[1] in r["metrics"] for r in hist["runs"])]
-        header = ["run", "started", "node", "GPU", "node verdict", *(c[0] for c in cols), "flagged by"]
-        rows = [
-            [
-                mark(r["run_id"]),
-                r["started"] or "?",
-                r["node"],
-                str(r["index"]),
-                r["verdict"] or "?",
-                *(fig(r["metrics"], c[1]) for c in cols),
-                ", ".join(f"{f['check_id']} {f['status']} ({f['class']})" for f in r["flags"]) or "-",
-            ]
-            for r in hist["runs"]
-        ]
-        ids = {(r["uuid"], r["serial"]) for r in hist["runs"]}
-        title = f"{'GPU' if hist['kind'] == 'gpu' else 'serial'} {hist['key']}: {len(rows)} run(s); " + "; ".join(
-            f"uuid {u}, serial {s}" for u, s in sorted(ids, key=str)
-        )
-    lines = [
-        title + (f" (* baseline {base})" if base else ""),
-        "",
-        _table(header, rows),
-        "",
-        *_service_lines(hist.get("service")),
-        f"store: {hist['store']}",
-    ]
-    return "\n".join(lines)
-
-
-def _service_lines(service: dict | None) -> list[str]:
-    """A node's sweeps, faults and remediation steps (fleet/service_log.py), when it has any."""
-    if not service or not (service["costs"]["sweeps"] or service["costs"]["faults"] or service["ladder"]):
-        return []
-    c = service["costs"]
-    lines = [
-        f"in service: sweeps {c['sweeps']} ({c['sweep_gpu_hours']} GPU-h, {c['sweep_gpu_hours_7d']} in the last 7 days)"
-        + ("; out of service now" if c["out_of_service"] else "")
-    ]
-    for f in c["faults"]:
-        back = (
-            f"back in service {f['resumed_at']} ({figure_text(f['return_s'])} s later)"
-            if f["resumed_at"]
-            else "not back yet"
-        )
-        lines.append(
-            f"  fault: first sign run {f['first_sign_run']} {f['first_sign']}, drained {f['drained_at']} "
-            f"({figure_text(f['fault_to_drain_s'])} s later), {back}"
-        )
-    lines += [
-        f"  ladder: {s.get('at')} run {s.get('run_id')}: {s.get('step')}"
-        + (" (done)" if s.get("done") else "")
-        + f": {s.get('why')}"
-        for s in service["ladder"]
-    ]
-    return lines + [""]
 
 
 @_store_errors

@@ -41,7 +41,7 @@ from pathlib import Path
 
 from gpufleet import causes, failure_class, paths, schema
 from gpufleet.errors import InputError
-from gpufleet.fleet import metrics
+from gpufleet.fleet import metric_keys
 
 SEVERITY_HELP = "0 pass, 0.5 info (a finding with no action), 1 skip, 2 warn, 3 fail, 4 error"
 _SEVERITY = {schema.PASS: 0, schema.INFO: 0.5, schema.SKIP: 1, schema.WARN: 2, schema.FAIL: 3, schema.ERROR: 4}
@@ -171,7 +171,7 @@ def node_gauges(node: dict, fleet: dict, run_id: str, generated: str | None, bas
         "gpufleet_cpu_run", "1 when the figures come from a CPU run: a logic check, not a performance figure", ("node",)
     ).put((host,), int(node_metrics.get("cpu", False)))
     for m in node_metrics["metrics"]:
-        desc = metrics.describe(m["key"])
+        desc = metric_keys.describe(m["key"])
         if desc["per_gpu"] and m["scope"] == "node":
             continue  # the node's slowest GPU: min() over the per-GPU series says it
         extra = tuple(desc["labels"])

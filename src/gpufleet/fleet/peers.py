@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import statistics
 
-from gpufleet.fleet import flagged, gpu_text, metrics, figure_text
+from gpufleet.fleet import flagged, gpu_text, metric_keys, figure_text
 from gpufleet.fleet.character import held, steady_text
 from gpufleet.fleet.findings import (
     comparison_row,
@@ -51,7 +51,7 @@ def gpu_vs_node(host: str, node_metrics: dict, thresholds: Thresholds, past: dic
     """Each GPU against its node's median; `past` (character.past_deviations): a GPU is also held against its own
     place among its siblings in earlier runs."""
     comparisons = []
-    for key in metrics.GPU_METRICS:
+    for key in metric_keys.GPU_METRICS:
         rows = [m for m in node_metrics["metrics"] if m["key"] == key and m["scope"] == "gpu"]
         if len(rows) < 2:
             continue
@@ -105,11 +105,11 @@ def gpu_vs_node(host: str, node_metrics: dict, thresholds: Thresholds, past: dic
     )
     if reason is None:
         n_gpus = max(c["n"] for c in comparisons)
-        keys = sorted({c["metric"] for c in comparisons}, key=metrics.GPU_METRICS.index)
+        keys = sorted({c["metric"] for c in comparisons}, key=metric_keys.GPU_METRICS.index)
         within = "of each other" if n_gpus == 2 else "of the node median"
         reason = (
             f"all {n_gpus} GPUs within {limit_text(thresholds, GPU_WARN, keys)} {within} on {len(keys)} metric(s) "
-            f"({', '.join(metrics.describe(k)['label'] for k in keys)}); {gap_text(comparisons)}{steady_text(comparisons)}"
+            f"({', '.join(metric_keys.describe(k)['label'] for k in keys)}); {gap_text(comparisons)}{steady_text(comparisons)}"
         )
     return fleet_result(
         "gpu_vs_node",
@@ -265,7 +265,7 @@ def sample_spread(host: str, node_metrics: dict, thresholds: Thresholds) -> dict
     if bad:
         parts = []
         for r in sorted(bad, key=lambda r: -r["spread_pct"]):
-            unit = metrics.describe(r["key"])["unit"]
+            unit = metric_keys.describe(r["key"])["unit"]
             ratio = (
                 "with siblings at 0%"
                 if r["ratio"] == "inf"

@@ -34,7 +34,7 @@ from pathlib import Path
 from gpufleet import paths, profiles, registry, report, runs, schema, slurm
 from gpufleet.errors import InputError
 from gpufleet.fleet import store as fleet_store
-from gpufleet.fleet.cli import record as record_document
+from gpufleet.fleet.document_writer import record as record_document
 from gpufleet.fleet.run_files import read_json
 
 # The run tiers a node stage in a job runs (the soak lasts hours: no sweep).
