@@ -21,7 +21,7 @@ import yaml
 from gpufleet import causes, report, schema
 from gpufleet.collect import nvml
 from gpufleet.fleet import slurm as fleet_slurm
-from gpufleet.runner import core
+from gpufleet.runner import ending, invocation
 
 REPO = Path(__file__).resolve().parents[1]
 READINGS = REPO / "tests" / "data" / "readings" / "recorded-h100-x1-vm.json"
@@ -151,8 +151,8 @@ def test_report_says_each_cause_once(no_driver_run):
 def test_the_runs_ending_says_each_cause_once(no_driver_run):
     report.build(no_driver_run, use_store=False)
     rep = json.loads((no_driver_run / "report.json").read_text())
-    why = core.not_accepted_why(rep, {"n1": core.NOT_ACCEPTED, "n2": "accepted"})
-    text = core.ending_text(why, "end")
+    why = ending.not_accepted_why(rep, {"n1": invocation.NOT_ACCEPTED, "n2": "accepted"})
+    text = ending.ending_text(why, "end")
     first = text.splitlines()[0]
     n_nvml = len(rep["nodes"]["n1"]["causes"][0]["checks"])
     assert re.match(

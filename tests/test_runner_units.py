@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.errors import InputError
-from gpufleet.runner import core, private, record, resume
+from gpufleet.runner import core, ending, invocation, private, record, resume
 from gpufleet.runner.api import parse_extra_vars
 from gpufleet.runner.events import FleetState, classify
 from gpufleet.runner.live_view import LiveView, PlainView
@@ -696,7 +696,7 @@ def test_extra_vars_parse_as_ansible_playbook_takes_them(tmp_path):
     with pytest.raises(InputError, match="expected a mapping"):
         parse_extra_vars([f"@{tmp_path / 'list.yml'}"])
     with pytest.raises(InputError, match="gpufleet_run_id is set by the runner; use --run-id"):
-        core.check_user_vars({"gpufleet_run_id": "x"})
+        invocation.check_user_vars({"gpufleet_run_id": "x"})
 
 
 def test_a_used_run_id_or_a_run_still_going_is_refused_before_anything_runs(tmp_path):
@@ -720,9 +720,9 @@ def test_a_used_run_id_or_a_run_still_going_is_refused_before_anything_runs(tmp_
 
 def test_the_exit_code_comes_from_the_report_this_invocation_wrote(tmp_path):
     (tmp_path / "report.json").write_text(json.dumps({"nodes": {"a": {"verdict": "warn"}, "b": {"verdict": "fail"}}}))
-    report, finals = core.report_finals(tmp_path, ["a", "b", "c"], since=time.time() - 5)
+    report, finals = ending.report_finals(tmp_path, ["a", "b", "c"], since=time.time() - 5)
     assert finals == {"a": "accepted", "b": "not accepted", "c": "not in the report"}
-    report, finals = core.report_finals(tmp_path, ["a"], since=time.time() + 60)
+    report, finals = ending.report_finals(tmp_path, ["a"], since=time.time() + 60)
     assert report is None and finals == {}, "an older report.json says nothing about this invocation"
 
 
@@ -793,14 +793,14 @@ def test_the_end_of_a_run_names_each_node_not_accepted_with_its_failing_checks(t
     assert outcome.why["node-c"] == [{"check": "gpu_health.ecc", "status": "fail", "reason": "2 ECC errors"}]
     assert json.loads(api.outcome_json(outcome))["why"] == outcome.why
 
-    text = core.ending_text(outcome.why, outcome.message)
+    text = ending.ending_text(outcome.why, outcome.message)
     assert text.splitlines() == [
         "  node-b: error host_hygiene.c0: c0 error; also host_hygiene.c1 (error), host_hygiene.c2 (error), "
         "host_hygiene.c3 (error), host_hygiene.c4 (error), host_hygiene.c5 (error) and 2 more",
         "  node-c: fail gpu_health.ecc: 2 ECC errors",
         outcome.message,
     ]
-    cut = core.ending_text({"n": [{"check": "g.c", "status": "fail", "reason": long_reason}]}, "end").splitlines()[0]
+    cut = ending.ending_text({"n": [{"check": "g.c", "status": "fail", "reason": long_reason}]}, "end").splitlines()[0]
     assert cut.endswith("xxx...") and len(cut) < 200
 
     out = io.StringIO()  # the plain view: each line timestamped, the run's ending last

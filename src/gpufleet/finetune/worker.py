@@ -1,11 +1,11 @@
 """LoRA fine-tune of a causal LM on function-calling data, one process per GPU under torchrun.
 
 run() launches this module under torchrun on this host (one call per node in a multi-node run, each with
-its own node rank); worker() is what each rank runs, in four pieces: setup() (process group, data, tokenizer,
-model, AdamW and transformers' schedule with warm-up, DDP or DeepSpeed when the config names a DeepSpeed JSON),
-train() (the loop: gradient accumulation, TensorBoard scalars, evaluate() on a held-out split before and after
-training and every training.eval_steps), save_adapter() (save_pretrained) and figures(). Local rank 0 of every
-node writes the run's figures as JSON.
+its own node rank); worker() is what each rank runs, in four pieces: rank.setup() (process group, data,
+tokenizer, model, AdamW and transformers' schedule with warm-up, DDP or DeepSpeed when the config names a
+DeepSpeed JSON), loop.train() (gradient accumulation, TensorBoard scalars, loop.evaluate() on a held-out split
+before and after training and every training.eval_steps), loop.save_adapter() (save_pretrained) and figures().
+Local rank 0 of every node writes the run's figures as JSON.
 
 Throughput counts real tokens only (padding excluded), over the optimizer steps after
 training.timing_warmup_steps, all ranks summed over the slowest rank's time: tokens/s per GPU is that
@@ -15,15 +15,10 @@ total over the world size. MFU: see gpufleet.finetune.model.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import math
 import os
 import resource
 import socket
-import time
-from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -31,31 +26,12 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from gpufleet.bench.launch import torchrun
-from gpufleet.errors import InputError
 from gpufleet.finetune import config as fconfig
-from gpufleet.finetune import data, failures, model as fmodel
+from gpufleet.finetune import failures, model as fmodel
+from gpufleet.finetune.loop import Steps, save_adapter, train
+from gpufleet.finetune.rank import Rank, setup
 
 FINETUNE_VERSION = 1
-
-
-def _dist_sum(values: list[float], world: int, device) -> list[float]:
-    if world == 1:
-        return values
-    t = torch.tensor(values, dtype=torch.float64, device=device)
-    dist.all_reduce(t)  # SUM: gloo has no AVG
-    return t.tolist()
-
-
-def _dist_max(value: float, world: int, device) -> float:
-    if world == 1:
-        return value
-    t = torch.tensor([value], dtype=torch.float64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return t.item()
-
-
-# training.lr_scheduler_type -> transformers' schedule of that shape; each warms up over the warm-up steps.
-SCHEDULES = {"cosine": "cosine", "linear": "linear", "constant": "constant_with_warmup"}
 
 
 def _tensorboard(log_dir: Path):
@@ -65,314 +41,6 @@ def _tensorboard(log_dir: Path):
     except ImportError as exc:
         return None, f"not written: tensorboard is not installed ({exc}); pip install tensorboard"
     return SummaryWriter(log_dir=str(log_dir)), f"written to {log_dir}"
-
-
-@dataclass
-class Rank:
-    """What one rank set up and trains with."""
-
-    cfg: dict
-    out_dir: Path
-    rank: int
-    world: int
-    local_rank: int
-    local_world: int
-    cuda: bool
-    device: torch.device
-    backend: str  # nccl or gloo; "deepspeed" in the figures when DeepSpeed trains
-    deepspeed: object | None = None  # the module, when the config names a DeepSpeed JSON
-    ds_config: dict | None = None
-    hf_ds_config: object = None  # ZeRO-3: transformers' view of ds_config, alive while the model is built
-    dtype: torch.dtype = torch.float32
-    autocast: bool = False
-    tokenizer: object = None
-    model: object = None  # the peft model: what evaluates (without DeepSpeed) and what is saved
-    net: object = None  # what trains: DeepSpeed's engine, DDP around the model, or the model
-    ddp: object = None
-    params: list = field(default_factory=list)
-    opt: object = None
-    sched: object = None
-    counts: dict = field(default_factory=dict)
-    eval_idx: list = field(default_factory=list)
-    samples: object = None
-    train_batches: object = None
-    eval_batches: list = field(default_factory=list)
-    n_eval: int = 0  # eval batches every rank runs: the most any rank has
-    setup_s: float = 0.0
-
-    def to_device(self, batch: dict) -> dict:
-        return {k: v.to(self.device, non_blocking=True) for k, v in batch.items() if k != "real_tokens"}
-
-    def amp(self):
-        return torch.autocast("cuda", dtype=torch.bfloat16) if self.autocast else contextlib.nullcontext()
-
-    def evaluator(self):
-        return self.net if self.deepspeed else self.model
-
-
-@dataclass
-class Steps:
-    """What the loop measured, one entry per optimizer step; evals: {"step", "loss"}."""
-
-    losses: list = field(default_factory=list)
-    seconds: list = field(default_factory=list)
-    tokens: list = field(default_factory=list)
-    grad_norms: list = field(default_factory=list)
-    lrs: list = field(default_factory=list)
-    evals: list = field(default_factory=list)
-
-
-def _process_group(cfg: dict) -> tuple:
-    """(rank, world, local rank, local world, cuda, device, backend, deepspeed module or None), the process group
-    started when there is more than one rank."""
-    t = cfg["training"]
-    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    local_rank, local_world = int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("LOCAL_WORLD_SIZE", 1))
-    cuda = torch.cuda.is_available()
-    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
-    backend = cfg["distributed"]["ddp_backend"]
-    backend = ("nccl" if cuda else "gloo") if backend == "auto" else backend
-    if backend == "nccl" and not cuda:
-        raise InputError(
-            f"fine-tune config {cfg['path']}: distributed.ddp_backend nccl needs CUDA; this host has none "
-            "(use auto or gloo)"
-        )
-    if cuda:
-        torch.cuda.set_device(device)
-        torch.backends.cuda.matmul.allow_tf32 = t["tf32"]
-        torch.backends.cudnn.allow_tf32 = t["tf32"]
-        fmodel.select_sdpa_backends(t["sdpa_backends"])
-    fconfig.require_runtime(cfg)
-    deepspeed = None
-    if cfg["distributed"]["deepspeed"]:
-        import deepspeed  # only where the config asks for it: not every environment has it
-    if world > 1:
-        timeout = timedelta(seconds=cfg["distributed"]["collective_timeout_s"])
-        if deepspeed:
-            deepspeed.init_distributed(dist_backend=backend, timeout=timeout)
-        else:
-            dist.init_process_group(backend, timeout=timeout, **({"device_id": device} if cuda else {}))
-    return rank, world, local_rank, local_world, cuda, device, backend, deepspeed
-
-
-def setup(config_path: str, max_steps: int | None = None, output_dir: str | None = None) -> Rank:
-    """Everything a rank needs before its first step: config, process group, data, tokenizer, model, optimizer,
-    schedule, batches."""
-    t_start = time.perf_counter()
-    cfg = fconfig.load(config_path)
-    t, d, m = cfg["training"], cfg["data"], cfg["model"]
-    if max_steps:
-        t["max_steps"] = max_steps
-    r = Rank(cfg, Path(output_dir or t["output_dir"]).resolve(), *_process_group(cfg))
-    # bf16 weights on the GPU; on the CPU float32, where bf16 matmuls are slow and this run is a logic check.
-    r.dtype = getattr(torch, m["torch_dtype"]) if r.cuda else torch.float32  # torch_dtype: bfloat16, float16, float32
-    r.autocast = r.cuda and t["bf16"] and not r.deepspeed  # DeepSpeed casts by its own bf16 section
-    torch.manual_seed(t["seed"])  # the same LoRA initialisation on every rank
-
-    # Local rank 0 of each node loads first (a hub download lands in the cache once), then the others read the cache.
-    if r.world > 1 and r.local_rank != 0:
-        dist.barrier()
-    records = data.load_records(
-        d["dataset_name"], hub=d["dataset_name_source"] == "hub", config_name=d["dataset_config"], split=d["split"]
-    )
-    if r.world > 1 and r.local_rank == 0:
-        dist.barrier()
-    train_idx, r.eval_idx = data.split_indices(
-        len(records), d["eval_samples"], t["seed"], d["max_samples"], source=d["dataset_name"]
-    )
-    if len(r.eval_idx) < r.world:
-        raise InputError(
-            f"fine-tune config {cfg['path']}: data.eval_samples {len(r.eval_idx)} is under the world size "
-            f"{r.world}; every rank needs a held-out record to evaluate"
-        )
-    if r.deepspeed:
-        r.ds_config = fconfig.deepspeed_config(cfg, r.world, r.cuda and t["bf16"])
-        if r.ds_config["zero_optimization"].get("stage") == 3:
-            # Must exist before the model is built, so transformers builds it sharded (zero.Init).
-            from transformers.integrations import HfDeepSpeedConfig
-
-            r.hf_ds_config = HfDeepSpeedConfig(r.ds_config)  # kept: transformers holds a weak reference
-    r.tokenizer = data.tokenizer(cfg, records, train_idx, r.rank, r.world)
-    device_map = {"": str(r.device)} if (r.cuda and not r.deepspeed) else None
-    # Compiled layers compile at the first forward: inside timing_warmup_steps.
-    r.model = fmodel.build_trainable(
-        cfg,
-        vocab_size=len(r.tokenizer),
-        dtype=r.dtype,
-        device=r.device if not r.deepspeed else None,
-        device_map=device_map,
-    )
-    r.counts = fmodel.parameter_counts(r.model)
-    if r.rank == 0:
-        print(
-            f"trainable params: {r.counts['params_trainable']:,} of {r.counts['params_total']:,} "
-            f"({r.counts['trainable_pct']}%)",
-            flush=True,
-        )
-    if not r.deepspeed:
-        r.model.to(r.device)
-    r.params = [p for p in r.model.parameters() if p.requires_grad]
-    warmup = t["warmup_steps"] if t["warmup_steps"] is not None else math.ceil(t["warmup_ratio"] * t["max_steps"])
-    r.opt = torch.optim.AdamW(
-        r.params,
-        lr=t["learning_rate"],
-        weight_decay=t["weight_decay"],
-        fused=r.cuda and t["optim"] == "adamw_torch_fused",
-    )
-    from transformers import get_scheduler  # transformers loads in the ranks, not in run()'s launcher
-
-    r.sched = get_scheduler(
-        SCHEDULES[t["lr_scheduler_type"]], r.opt, num_warmup_steps=warmup, num_training_steps=t["max_steps"]
-    )
-    if r.deepspeed:
-        r.net, r.opt, _, r.sched = r.deepspeed.initialize(
-            model=r.model, optimizer=r.opt, lr_scheduler=r.sched, config=r.ds_config
-        )
-    elif r.world > 1:
-        r.ddp = r.net = torch.nn.parallel.DistributedDataParallel(
-            r.model, device_ids=[r.local_rank] if r.cuda else None
-        )
-    else:
-        r.net = r.model
-
-    bs, pad_id = t["per_device_train_batch_size"], r.tokenizer.pad_token_id
-    r.samples = data.Samples(records, r.tokenizer, d["max_seq_length"])
-    r.train_batches = data.prefetch(
-        data.batches(
-            r.samples.forever(train_idx[r.rank :: r.world], t["seed"] + r.rank),
-            bs,
-            d["max_seq_length"],
-            d["packing"],
-            pad_id,
-        ),
-        pin=r.cuda,
-    )
-    r.eval_batches = list(
-        data.batches(
-            r.samples(r.eval_idx[r.rank :: r.world]),
-            t["per_device_eval_batch_size"],
-            d["max_seq_length"],
-            d["packing"],
-            pad_id,
-        )
-    )
-    if not r.eval_batches:
-        raise InputError(
-            f"rank {r.rank}: none of its held-out records is usable ({r.samples.skipped}); raise data.eval_samples"
-        )
-    r.n_eval = int(_dist_max(len(r.eval_batches), r.world, r.device))
-    r.setup_s = time.perf_counter() - t_start
-    return r
-
-
-def evaluate(r: Rank) -> float | None:
-    """The mean loss per label token over every rank's held-out batches."""
-    net = r.evaluator()
-    net.eval()
-    loss_sum, tokens = 0.0, 0.0
-    with torch.no_grad():
-        for i in range(r.n_eval):
-            # A rank with fewer batches repeats its last, unweighted: ZeRO-3 needs every rank in every forward.
-            batch = r.eval_batches[min(i, len(r.eval_batches) - 1)]
-            with r.amp():
-                out = net(**r.to_device(batch))
-            n = int((batch["labels"][:, 1:] != data.IGNORE).sum())
-            if i < len(r.eval_batches) and n:
-                loss_sum, tokens = loss_sum + float(out.loss) * n, tokens + n
-    net.train()
-    loss_sum, tokens = _dist_sum([loss_sum, tokens], r.world, r.device)
-    return loss_sum / tokens if tokens else None
-
-
-def _step(r: Rank, steps: Steps) -> None:
-    """One optimizer step over gradient_accumulation_steps micro-batches, timed up to its loss read back."""
-    t = r.cfg["training"]
-    accum = t["gradient_accumulation_steps"]
-    t0 = time.perf_counter()
-    loss_acc = torch.zeros((), device=r.device)
-    tokens = 0
-    for micro in range(accum):
-        batch = next(r.train_batches)
-        tokens += batch["real_tokens"]
-        last = micro == accum - 1
-        with r.ddp.no_sync() if (r.ddp is not None and not last) else contextlib.nullcontext():
-            with r.amp():
-                loss = r.net(**r.to_device(batch)).loss
-            if r.deepspeed:
-                r.net.backward(loss)
-                r.net.step()  # DeepSpeed steps the optimizer only at the accumulation boundary
-            else:
-                (loss / accum).backward()
-        loss_acc += loss.detach() / accum
-    if not r.deepspeed:
-        steps.grad_norms.append(float(torch.nn.utils.clip_grad_norm_(r.params, t["max_grad_norm"])))
-        r.opt.step()
-        r.sched.step()
-        r.opt.zero_grad(set_to_none=True)
-    steps.lrs.append(r.sched.get_last_lr()[0])
-    loss_val = loss_acc.item()  # waits for the step: the timer below covers the GPU work
-    if r.cuda:
-        torch.cuda.synchronize(r.device)
-    steps.seconds.append(time.perf_counter() - t0)
-    steps.tokens.append(tokens)
-    (loss_sum,) = _dist_sum([loss_val], r.world, r.device)
-    steps.losses.append(loss_sum / r.world)
-
-
-def train(r: Rank, tb) -> Steps:
-    """training.max_steps optimizer steps, evaluated before, every training.eval_steps and after; the batch thread
-    stopped at the end, however the loop ends."""
-    t = r.cfg["training"]
-    steps = Steps(evals=[{"step": 0, "loss": evaluate(r)}])
-    if r.cuda:
-        torch.cuda.reset_peak_memory_stats(r.device)
-    r.net.train()
-    try:
-        for step in range(1, t["max_steps"] + 1):
-            _step(r, steps)
-            if r.rank == 0 and (step % t["logging_steps"] == 0 or step in (1, t["max_steps"])):
-                print(
-                    f"step {step}/{t['max_steps']} loss {steps.losses[-1]:.4f} lr {steps.lrs[-1]:.3g} "
-                    f"step {steps.seconds[-1]:.3f}s tokens/s/rank {steps.tokens[-1] / steps.seconds[-1]:.0f}",
-                    flush=True,
-                )
-            if tb is not None:
-                tb.add_scalar("train/loss", steps.losses[-1], step)
-                tb.add_scalar("train/lr", steps.lrs[-1], step)
-                tb.add_scalar("train/tokens_per_s_rank0", steps.tokens[-1] / steps.seconds[-1], step)
-                if steps.grad_norms:
-                    tb.add_scalar("train/grad_norm", steps.grad_norms[-1], step)
-            if t["eval_steps"] and step % t["eval_steps"] == 0 and step < t["max_steps"]:
-                steps.evals.append({"step": step, "loss": evaluate(r)})
-                if tb is not None and steps.evals[-1]["loss"] is not None:
-                    tb.add_scalar("eval/loss", steps.evals[-1]["loss"], step)
-    finally:
-        # Stops and joins the batch thread: one still running while the interpreter exits can abort the
-        # process (SIGABRT) after the run's results were written.
-        r.train_batches.close()
-    steps.evals.append({"step": t["max_steps"], "loss": evaluate(r)})
-    if tb is not None:
-        for e in (steps.evals[0], steps.evals[-1]):
-            if e["loss"] is not None:
-                tb.add_scalar("eval/loss", e["loss"], e["step"])
-        tb.close()
-    return steps
-
-
-def save_adapter(r: Rank) -> Path | None:
-    """The LoRA adapter and tokenizer, saved by rank 0 (under ZeRO-3 the weights gathered on every rank first)."""
-    if not r.cfg["training"]["save_adapter"]:
-        return None
-    adapter_dir = r.out_dir / "adapter"
-    gathered = contextlib.nullcontext()
-    if r.deepspeed and r.ds_config["zero_optimization"].get("stage") == 3:
-        r.net.empty_partition_cache()  # waits for the gathers the last eval prefetched, or the gather below fails
-        gathered = r.deepspeed.zero.GatheredParameters(r.params, modifier_rank=None)  # on every rank, or it hangs
-    with gathered:
-        if r.rank == 0:
-            r.model.save_pretrained(str(adapter_dir))
-            r.tokenizer.save_pretrained(str(adapter_dir))
-    return adapter_dir if r.rank == 0 else None
 
 
 def figures(r: Rank, steps: Steps, adapter_dir: Path | None, tb_status: str) -> dict | None:

@@ -8,15 +8,16 @@
     out.exit   # 0 accepted (locate: nothing slow), 1 not accepted (locate: found), 2 could not run, 130 interrupted
 
 `gpufleet fleet run|accept|resume|locate` (runner/cli.py) is the same on the command line. The playbooks stay
-what `ansible-playbook validate.yml` runs; the runner only drives them (core.py), turns their events into the
-live view (events.py, view.py), keeps its record and ansible-runner's artifacts under the run folder's runner/
+what `ansible-playbook validate.yml` runs; the runner only drives them (core.py, one playbook run of a run:
+invocation.py), says how each ended (ending.py), turns their events into the live view (events.py,
+live_view.py), keeps its record and ansible-runner's artifacts under the run folder's runner/
 (record.py), and decides what a resume runs again (resume.py).
 """
 
 from __future__ import annotations
 
 from gpufleet.runner.api import fleet_accept, fleet_locate, fleet_resume, fleet_run, parse_extra_vars
-from gpufleet.runner.core import (
+from gpufleet.runner.invocation import (
     EXIT_ACCEPTED,
     EXIT_COULD_NOT_RUN,
     EXIT_INTERRUPTED,

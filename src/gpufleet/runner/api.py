@@ -13,7 +13,9 @@ from gpufleet.errors import InputError
 from gpufleet.fleet import slurm as fleet_slurm
 from gpufleet.runner import record as rec
 from gpufleet.runner import resume as resume_mod
-from gpufleet.runner.core import (
+from gpufleet.runner.core import invoke
+from gpufleet.runner.ending import ending_text, not_accepted_why, report_finals
+from gpufleet.runner.invocation import (
     ACCEPTED,
     EXIT_ACCEPTED,
     EXIT_COULD_NOT_RUN,
@@ -22,10 +24,6 @@ from gpufleet.runner.core import (
     Invocation,
     Outcome,
     check_user_vars,
-    invoke,
-    ending_text,
-    not_accepted_why,
-    report_finals,
 )
 from gpufleet.runner.events import FleetState
 from gpufleet.runner.locating import Progress

@@ -3,7 +3,7 @@
 One invocation is one ansible-playbook run (`ansible_runner.run`), its private data dir the run folder's
 runner/ (artifacts/<ident>/ keeps its command, output and events). The playbook does the work and writes the
 run folder exactly as `ansible-playbook validate.yml` does; the runner adds the live view, the record of its
-invocations (runner/runner.json) and the exit code:
+invocations (runner/runner.json) and the exit code (how it is told: runner/ending.py):
 
     0  every node accepted            1  some node not accepted (report.json's verdicts)
     2  could not run: bad input, a playbook error before any node, ansible-runner failing
@@ -20,87 +20,27 @@ import shutil
 import signal
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpufleet import paths, runs, schema
 from gpufleet.errors import InputError
-from gpufleet.report.formatting import check_id, ordered_results
 from gpufleet.runner import record as rec
+from gpufleet.runner.ending import ending_line, ending_text, judge_report, kept_note, not_accepted_why, report_finals
 from gpufleet.runner.events import Failure, FleetState
+from gpufleet.runner.invocation import (
+    ACCEPTED,
+    EXIT_COULD_NOT_RUN,
+    EXIT_INTERRUPTED,
+    NOT_ACCEPTED,
+    Invocation,
+    Outcome,
+)
 from gpufleet.runner.private import ansible_local_tmp, recorded_vars, redact_command, write_private_vars
 from gpufleet.runner.project import Project, tool_env
 
-EXIT_ACCEPTED, EXIT_NOT_ACCEPTED, EXIT_COULD_NOT_RUN, EXIT_INTERRUPTED = 0, 1, 2, 130
-# Variables the runner sets itself; the operator gives them through its options.
-RESERVED_VARS = {
-    "gpufleet_run_id": "--run-id",
-    "gpufleet_reports_dir": "--reports-dir",
-    "gpufleet_resume": "gpufleet fleet resume",
-    "gpufleet_stages": "gpufleet fleet resume (it picks the stages)",
-    "gpufleet_peers": "gpufleet fleet accept --peers",
-    "gpufleet_tier": "--tier",
-    "gpufleet_soak_duration_s": "--soak-duration-s",
-}
 # ansible-runner reads these from env/settings only (it drops settings passed as an argument when the file is
 # absent): check the cancel flag every second, and keep ansible's own output out of ours.
 RUNNER_SETTINGS = {"pexpect_timeout": 1, "suppress_ansible_output": True}
-ACCEPTED, NOT_ACCEPTED = "accepted", "not accepted"
-WHY_REASON_CHARS, WHY_MORE_CHECKS = 160, 5  # the end of a run: the first reason cut here, this many more checks named
-
-
-@dataclass
-class Invocation:
-    """One playbook run of a run: what it runs and on which nodes."""
-
-    command: str  # run, accept, resume, locate
-    playbook: str  # validate, locate
-    run_id: str
-    reports_dir: Path
-    inventory: str
-    hosts: list[str]  # the nodes it covers (the limit), in inventory order
-    limit: list[str] | None = None
-    peers: list[str] = field(default_factory=list)
-    stages: list[str] | None = None
-    resume: bool = False
-    user_vars: dict = field(default_factory=dict)  # -e and --tier: kept for a resume
-    extra_vars: dict = field(default_factory=dict)  # playbook-specific (locate's options)
-
-    @property
-    def run_dir(self) -> Path:
-        return self.reports_dir / self.run_id
-
-    def extravars(self) -> dict:
-        out = dict(self.user_vars)
-        out.update(self.extra_vars)
-        out["gpufleet_run_id"] = self.run_id
-        out["gpufleet_reports_dir"] = str(self.reports_dir)
-        if self.resume:
-            out["gpufleet_resume"] = True
-        if self.stages:
-            out["gpufleet_stages"] = list(self.stages)
-        if self.peers:
-            out["gpufleet_peers"] = list(self.peers)
-        return out
-
-
-@dataclass
-class Outcome:
-    exit: int
-    status: str  # ansible-runner's: successful, failed, canceled, ... or "error"
-    rc: int | None
-    interrupted: bool
-    finals: dict  # host -> accepted / not accepted / why there is no verdict
-    report: dict | None
-    failures: list
-    message: str = ""
-    why: dict = field(default_factory=dict)  # host not accepted -> its failing checks, worst first (not_accepted_why)
-
-
-def check_user_vars(user_vars: dict) -> None:
-    for name, option in RESERVED_VARS.items():
-        if name in user_vars:
-            raise InputError(f"-e {name} is set by the runner; use {option} instead")
 
 
 def prepare_run_dir(run_dir: Path, *, resume: bool) -> None:
@@ -130,23 +70,6 @@ def prepare_run_dir(run_dir: Path, *, resume: bool) -> None:
     paths.make_dir(rec.runner_dir(run_dir) / "artifacts")
     settings = rec.runner_dir(run_dir) / "env" / "settings"
     paths.write_atomic(settings, json.dumps(RUNNER_SETTINGS) + "\n")
-
-
-def report_finals(run_dir: Path, hosts: list[str], since: float) -> tuple[dict | None, dict]:
-    """report.json when this invocation wrote it, and per node: accepted or not accepted."""
-    path = run_dir / "report.json"
-    doc, _ = rec.read_json(path)
-    if doc is None or path.stat().st_mtime < since - 1:
-        return None, {}
-    nodes = doc.get("nodes") or {}
-    finals = {}
-    for host in hosts:
-        verdict = (nodes.get(host) or {}).get("verdict")
-        if verdict is None:
-            finals[host] = "not in the report"
-        else:
-            finals[host] = ACCEPTED if verdict != schema.FAIL else NOT_ACCEPTED
-    return doc, finals
 
 
 def stop_leftovers(run_dir: Path, grace_s: float = 5.0) -> list[int]:
@@ -332,7 +255,7 @@ def invoke(
         finals = {h: "interrupted" for h in inv.hosts} | {
             h: f for h, f in finals.items() if f in (ACCEPTED, NOT_ACCEPTED)
         }
-        message = _ending(inv, code, status, rc, fleet, report) + _kept_note(kept)
+        message = ending_line(inv, code, status, rc, fleet, report) + kept_note(kept)
     elif error:
         code, finals, message = EXIT_COULD_NOT_RUN, {h: "could not run" for h in inv.hosts}, error
     else:
@@ -361,51 +284,6 @@ def invoke(
         record["invocations"] = [entry if i.get("n") == n else i for i in record["invocations"]]
         rec.write_record(run_dir, record)
     return Outcome(code, status, rc, interrupted, finals, report, fleet.failures, message, why)
-
-
-def not_accepted_why(report: dict | None, finals: dict) -> dict[str, list[dict]]:
-    """For every node not accepted, its checks that failed or erred, worst first: [{check, status, reason}]."""
-    nodes = (report or {}).get("nodes") or {}
-    why = {}
-    for host, final in finals.items():
-        if final == NOT_ACCEPTED and host in nodes:
-            bad, _ = ordered_results(nodes[host].get("results") or [])
-            why[host] = [
-                {"check": check_id(r), "status": r["status"], "reason": " ".join(str(r.get("reason") or "").split())}
-                for r in bad
-                if r["status"] in (schema.FAIL, schema.ERROR)
-            ]
-    return why
-
-
-def ending_text(why: dict[str, list[dict]], message: str) -> str:
-    """The last lines of a run: one per node not accepted (its worst cause with the reason, then the others), and
-    the run's one-line ending last. A reason several checks give is said once, with how many checks gave it."""
-    lines = []
-    for host, bad in why.items():
-        if not bad:
-            lines.append(f"  {host}: not accepted, with no failing check in the report")
-            continue
-        groups = {}
-        for b in bad:  # worst first already; the checks that give one reason together
-            groups.setdefault(b["reason"] or f"\0{b['check']}", []).append(b)
-        (first, *same), *rest = groups.values()
-        reason = (
-            first["reason"]
-            if len(first["reason"]) <= WHY_REASON_CHARS
-            else first["reason"][: WHY_REASON_CHARS - 3] + "..."
-        )
-        shared = f" and {len(same)} more check(s) with the same reason" if same else ""
-        line = f"  {host}: {first['status']} {first['check']}{shared}: {reason or '(no reason given)'}"
-        others = [
-            f"{g[0]['check']} ({g[0]['status']}" + (f", {len(g)} checks with its reason)" if len(g) > 1 else ")")
-            for g in rest[:WHY_MORE_CHECKS]
-        ]
-        if others:
-            left = len(rest) - len(others)
-            line += "; also " + ", ".join(others) + (f" and {left} more" if left else "")
-        lines.append(line)
-    return "\n".join([*lines, message])
 
 
 def release_locks(project: Project, inv: Invocation, env: dict, own_env: set[str], ident: str) -> dict | str:
@@ -441,93 +319,3 @@ def release_locks(project: Project, inv: Invocation, env: dict, own_env: set[str
     except (InputError, IndexError):
         return {}
     return last.get("locks_not_given_back") or {}
-
-
-def _kept_note(kept: dict | str) -> str:
-    if isinstance(kept, str):
-        return f". Its node locks could not be given back ({kept}); the next run on this controller takes them over"
-    if kept:
-        return (
-            f". Its node locks could not be given back on {', '.join(sorted(kept))} (did not answer); the next run "
-            "on this controller takes them over"
-        )
-    return ""
-
-
-def judge_report(inv: Invocation, started: float, status: str, rc, fleet: FleetState) -> tuple[int, dict, str]:
-    """The exit code from the verdicts of the report this invocation wrote; none written, or no node answered:
-    could not run."""
-    report, finals = report_finals(inv.run_dir, inv.hosts, started)
-    if report is None:
-        return (
-            EXIT_COULD_NOT_RUN,
-            {h: "no report" for h in inv.hosts},
-            _ending(inv, EXIT_COULD_NOT_RUN, status, rc, fleet, None),
-        )
-    silent = unreachable(report, inv.hosts)
-    if inv.hosts and len(silent) == len(inv.hosts):
-        named = "; ".join(f"{h}: {why}" for h, why in silent.items())
-        return (
-            EXIT_COULD_NOT_RUN,
-            {h: "not reached" for h in inv.hosts},
-            f"run {inv.run_id}: could not run: no node answered ({named[:600]}); report: {inv.run_dir / 'report.md'}",
-        )
-    fleet.finish(finals)
-    code = EXIT_ACCEPTED if all(f == ACCEPTED for f in finals.values()) else EXIT_NOT_ACCEPTED
-    return code, finals, _ending(inv, code, status, rc, fleet, report)
-
-
-def unreachable(report: dict, hosts: list[str]) -> dict[str, str]:
-    """The nodes of `hosts` the run could not reach (their `connection.reachable` error), with its reason."""
-    out = {}
-    for host in hosts:
-        for r in ((report.get("nodes") or {}).get(host) or {}).get("results") or []:
-            if r.get("group") == "connection" and r.get("check") == "reachable" and r.get("status") == schema.ERROR:
-                out[host] = " ".join(str(r.get("reason") or "").split())[:WHY_REASON_CHARS]
-                break
-    return out
-
-
-def fleet_started_epoch(inv: Invocation) -> float:
-    """When the latest invocation of this run started (runner.json)."""
-    doc = rec.read_record(inv.run_dir) or {}
-    invocations = doc.get("invocations") or [{}]
-    return float(invocations[-1].get("started_epoch") or 0)
-
-
-def _ending(inv: Invocation, code: int, status: str, rc, fleet: FleetState, report: dict | None) -> str:
-    run_dir = inv.run_dir
-    if code == EXIT_INTERRUPTED:
-        since = fleet_started_epoch(inv)
-        written = [
-            h
-            for h in inv.hosts
-            if (run_dir / "hosts" / f"{h}.json").exists() and (run_dir / "hosts" / f"{h}.json").stat().st_mtime >= since
-        ]
-        kept = (
-            f"the documents of {', '.join(written)} are in {run_dir / 'hosts'}"
-            if written
-            else f"nothing finished ({run_dir})"
-        )
-        return (
-            f"run {inv.run_id}: interrupted; {kept}. Go on with: gpufleet fleet resume {inv.run_id} "
-            f"--reports-dir {inv.reports_dir}"
-        )
-    if code == EXIT_COULD_NOT_RUN:
-        # The controller's own tasks first: a variable refused before any node, a report that could not be made.
-        failed = sorted((f for f in fleet.failures if f.msg), key=lambda f: f.node_play)
-        why = (
-            "; ".join(f"{f.task}: {' '.join(f.msg.split())}" for f in failed[:3])
-            or f"ansible-playbook ended {status} (rc {rc})"
-        )
-        if not (
-            run_dir / runs.RUN_FILE
-        ).exists():  # the run never started: its folder goes (invoke), nothing to point at
-            return f"run {inv.run_id}: could not run: {why}"
-        return f"run {inv.run_id}: could not run: {why}. ansible-runner's output: {rec.runner_dir(run_dir)}/artifacts"
-    bad = [h for h in inv.hosts if fleet.nodes[h].final != ACCEPTED]
-    files = (report or {}).get("files") or {}
-    where = files.get("md") or str(run_dir / "report.md")
-    if code == EXIT_ACCEPTED:
-        return f"run {inv.run_id}: all {len(inv.hosts)} node(s) accepted; report: {where}"
-    return f"run {inv.run_id}: {len(bad)} of {len(inv.hosts)} node(s) not accepted: {', '.join(bad)}; report: {where}"
