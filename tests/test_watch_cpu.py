@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 from gpufleet import failure_class, host_documents, profiles, schema  # noqa: E402
 from gpufleet.bench import summarize  # noqa: E402
 from gpufleet.bench.watch import ProcessWatch, process_tree, wait_quiet  # noqa: E402
-from gpufleet.checks import benchmarks  # noqa: E402
+from gpufleet.checks import benchmarks, collectives, training_gate  # noqa: E402
 from gpufleet.checks import soak as soak_check  # noqa: E402
 from gpufleet.measure import foreign_processes, measured_again, watched  # noqa: E402
 from test_soak_cpu import EPOCH, PCI, UUID, gpu_soak, sampled  # noqa: E402
@@ -455,7 +455,7 @@ def test_a_result_without_a_figure_gets_no_trust(h200):
         for r in watched(
             "train_gpt2",
             replay([out]),
-            lambda o, prof: benchmarks.train_gpt2(o["full"], prof, reference=None),
+            lambda o, prof: training_gate.train_gpt2(o["full"], prof, reference=None),
             h200,
             log=[],
         )
@@ -569,7 +569,7 @@ def gpu_train(tokens_per_s: float, mon: dict) -> dict:
 
 
 def train_judge(out, prof):  # as host_documents.bench_host judges its training gate
-    return benchmarks.train_gpt2(out["full"], prof, single=out["single"])
+    return training_gate.train_gpt2(out["full"], prof, single=out["single"])
 
 
 OURS = {"pid": os.getpid(), "name": "python3", "used_memory_mib": 30000}
@@ -580,7 +580,7 @@ def test_nccl_disturbed_mid_run_is_measured_again_and_fails_the_node(h200):
     wait, calls = quiet_after(3.0)
     log: list = []
     res = watched(
-        "nccl", replay([gpu_nccl(200.0, DISTURBED), gpu_nccl(360.0, QUIET)]), benchmarks.nccl, h200, log=log, wait=wait
+        "nccl", replay([gpu_nccl(200.0, DISTURBED), gpu_nccl(360.0, QUIET)]), collectives.nccl, h200, log=log, wait=wait
     )
     (allreduce,) = res
     # The collective beside the workload measured 200 GB/s; once quiet, 360 is the node's figure.
@@ -620,7 +620,7 @@ def test_across_nodes_a_disturbed_step_is_not_measured_again(h200):
     res = watched(
         "nccl",
         replay([gpu_nccl(40.0, DISTURBED, nnodes=2)]),
-        benchmarks.nccl,
+        collectives.nccl,
         h200,
         log=log,
         wait=wait,
