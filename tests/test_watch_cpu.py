@@ -22,6 +22,7 @@ from gpufleet.bench import summarize  # noqa: E402
 from gpufleet.bench.watch import ProcessWatch, process_tree, wait_quiet  # noqa: E402
 from gpufleet.checks import benchmarks, collectives, training_gate  # noqa: E402
 from gpufleet.checks import soak as soak_check  # noqa: E402
+from gpufleet.checks.soak import remeasure as soak_remeasure  # noqa: E402
 from gpufleet.measure import foreign_processes, measured_again, watched  # noqa: E402
 from test_soak_cpu import EPOCH, PCI, UUID, gpu_soak, sampled  # noqa: E402
 
@@ -304,7 +305,7 @@ def test_a_disturbed_soak_is_not_run_again_in_full(h200):
     plans: list = []
 
     def again(disturbed_out):
-        plans.append(soak_check.remeasure_plan(disturbed_out, h200))
+        plans.append(soak_remeasure.remeasure_plan(disturbed_out, h200))
         n = int(plans[-1]["duration_s"] // plans[-1]["window_s"])
         return gpu_soak([[666.0] * n], window_s=plans[-1]["window_s"])
 
@@ -320,11 +321,11 @@ def test_a_disturbed_soak_is_not_run_again_in_full(h200):
             confirm=False,
             wait=quiet_after(3.0)[0],
             again=again,
-            combine=soak_check.combined,
+            combine=soak_remeasure.combined,
         )
     }
     assert plans == [{"duration_s": 120.0, "window_s": 60.0}]  # two windows of the first soak's length, not 7200 s
-    assert soak_check.disturbed_windows(first) == [2, 3]
+    assert soak_remeasure.disturbed_windows(first) == [2, 3]
     slow = results["soak_slowdown"]
     assert slow["status"] == "pass" and slow["detail"]["disturbed_windows"] == [2, 3]
     assert slow["reason"].startswith(

@@ -14,6 +14,7 @@ from gpufleet.measure import NodeSteps, visible_gpus
 from gpufleet.checks import GROUPS, benchmarks, collectives, gpu_health, gpu_inventory, training_gate
 from gpufleet.checks import sdc as sdc_check
 from gpufleet.checks import soak as soak_check
+from gpufleet.checks.soak import remeasure as soak_remeasure
 from gpufleet.collect import counters, kernel_log, nvml
 from gpufleet.collect.host import read_boot_id, read_fabric
 from gpufleet.errors import InputError
@@ -179,9 +180,12 @@ def bench_host(
         ),
         "soak": soak_check.soak,
     }
-    # A disturbed soak is not run again in full: its disturbed windows are, bounded (checks.soak.remeasure_plan).
+    # A disturbed soak is not run again in full: its disturbed windows are, bounded (checks.soak.remeasure).
     extra = {
-        "soak": {"again_plan": lambda first: soak_check.remeasure_plan(first, profile), "combine": soak_check.combined}
+        "soak": {
+            "again_plan": lambda first: soak_remeasure.remeasure_plan(first, profile),
+            "combine": soak_remeasure.combined,
+        }
     }
     one_gpu = gpus == 1 and (nccl_options or {}).get("nnodes", 1) == 1
     no_torch = importlib.util.find_spec("torch") is None  # every benchmark needs it: one cause in the same words
