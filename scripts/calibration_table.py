@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from gpufleet import calibration, profiles  # noqa: E402
 from gpufleet.checks import replay  # noqa: E402
-from gpufleet.checks import soak as soak_check  # noqa: E402
+from gpufleet.checks.soak import slowdown as soak_slowdown  # noqa: E402
 from gpufleet.fleet import compare  # noqa: E402
 
 
@@ -223,7 +223,7 @@ def spreads(rows: list[dict]) -> dict:
 
 
 def soak_windows(doc: dict) -> dict[str, list[float]]:
-    """A clean soak's windows below their own best windows' median (checks.soak's reference), per figure."""
+    """A clean soak's windows below their own best windows' median (checks.soak.slowdown's reference), per figure."""
     out: dict = defaultdict(list)
     for res in doc.get("results") or []:
         if res.get("check") != "soak_slowdown" or res.get("status") in ("skip", "error") or fleet_metrics.is_cpu(res):
@@ -240,9 +240,9 @@ def soak_windows(doc: dict) -> dict[str, list[float]]:
             if len(values) < 2:
                 continue
             best = statistics.median(
-                sorted(values, reverse=True)[: min(soak_check.SOAK_BEST_WINDOWS, max(1, len(values) // 2))]
+                sorted(values, reverse=True)[: min(soak_slowdown.SOAK_BEST_WINDOWS, max(1, len(values) // 2))]
             )
-            out[soak_check.WINDOW_METRICS[key]] += [round(max(0.0, below_pct(v, best)), 2) for v in values]
+            out[soak_slowdown.WINDOW_METRICS[key]] += [round(max(0.0, below_pct(v, best)), 2) for v in values]
     return out
 
 

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 
 from gpufleet import profiles  # noqa: E402
 from gpufleet.bench import matmul, memory, nccl  # noqa: E402
-from gpufleet.checks import benchmarks  # noqa: E402
+from gpufleet.checks import benchmarks, collectives  # noqa: E402
 from waiting import left_running  # noqa: E402
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only logic tests")
@@ -82,7 +82,7 @@ def test_nccl_gloo_two_ranks_correct_results(profile):
             assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * nccl.BUS_FACTOR[name](2), rel=1e-3)
     m = out["sendrecv"]["gbps"]
     assert m[0][0] is None and m[0][1]["correct"] and m[1][0]["correct"]
-    res = {r["check"]: r for r in benchmarks.nccl(out, profile)}
+    res = {r["check"]: r for r in collectives.nccl(out, profile)}
     assert set(res) == {"nccl_all_reduce", "nccl_all_gather", "nccl_reduce_scatter", "nccl_all_to_all", "nccl_sendrecv"}
     assert all(r["status"] == "skip" for r in res.values())
 
@@ -91,7 +91,7 @@ def test_nccl_timeout_kills_the_whole_group(profile):
     t0 = time.monotonic()
     out = nccl.run(timeout_s=2)
     assert out["timed_out"] and time.monotonic() - t0 < 60
-    (res,) = benchmarks.nccl(out, profile)
+    (res,) = collectives.nccl(out, profile)
     assert res["status"] == "fail" and "timed out" in res["reason"]
     assert not left_running(r"gpufleet\.bench\.nccl --worker")
 
@@ -107,7 +107,7 @@ def test_nccl_wrong_result_fails(profile):
             "all_reduce": [{"size_bytes": 1 << 20, "busbw_gbps": 300.0, "algbw_gbps": 300.0, "correct": False}]
         },
     }
-    (res,) = benchmarks.nccl(out, profile)
+    (res,) = collectives.nccl(out, profile)
     assert res["status"] == "fail" and "wrong results" in res["reason"]
 
 
@@ -126,7 +126,7 @@ def test_sendrecv_names_the_slow_pair(profile):
         "collectives": {},
         "sendrecv": matrix,
     }
-    (res,) = benchmarks.nccl(out, profile)
+    (res,) = collectives.nccl(out, profile)
     assert res["status"] == "fail" and "1->2 120.0" in res["reason"]
 
 
@@ -152,10 +152,10 @@ def test_socket_fallback_on_an_infiniband_host_fails(profile):
         "collectives": {},
         "nccl_log": nccl.parse_nccl_log("x NCCL INFO Channel 00/0 : 8[0] -> 0[0] [receive] via NET/Socket/0"),
     }
-    res = {r["check"]: r for r in benchmarks.nccl(base, profile, host_has_ib=True)}
+    res = {r["check"]: r for r in collectives.nccl(base, profile, host_has_ib=True)}
     assert res["nccl_transport"]["status"] == "fail"
     # Without InfiniBand there is nothing for the operator to change: information, not a warning.
-    res = {r["check"]: r for r in benchmarks.nccl(base, profile, host_has_ib=False)}
+    res = {r["check"]: r for r in collectives.nccl(base, profile, host_has_ib=False)}
     assert res["nccl_transport"]["status"] == "info" and res["nccl_transport"]["class"] is None
 
 

@@ -1,6 +1,6 @@
 """The soak: real runs on the CPU (two processes with gloo, seconds), and its verdict on GPU-shaped soaks.
 
-The GPU-shaped soaks go through the real code that builds a soak's output: soak._finish from the bursts the
+The GPU-shaped soaks go through the real code that builds a soak's output: outcome.finish from the bursts the
 worker processes send, and SoakSampler.note_* from the readings its thread takes (NVML and the kernel log),
 so only the numbers are made up, never the shape.
 """
@@ -21,6 +21,7 @@ torch = pytest.importorskip("torch")
 
 from gpufleet import profiles  # noqa: E402
 from gpufleet.bench import soak  # noqa: E402
+from gpufleet.bench.soak import outcome  # noqa: E402
 from gpufleet.bench.monitor import SoakSampler  # noqa: E402
 from gpufleet.checks import soak as soak_check  # noqa: E402
 from gpufleet.collect import kernel_log  # noqa: E402
@@ -227,7 +228,9 @@ def test_a_killed_rank_is_named_even_when_a_slow_peer_has_fewer_bursts():
     not reported its failed collective yet. The death decides."""
     ranks = _ranks([41, 40], [7.3, 7.1])
     out = {"after_effects": []}
-    soak._attribute(out, ranks, {}, [_Exited(-9), _Exited(None)], {0: 7.9}, False, (30.0, 180.0), time.monotonic() - 12)
+    outcome.attribute(
+        out, ranks, {}, [_Exited(-9), _Exited(None)], {0: 7.9}, False, (30.0, 180.0), time.monotonic() - 12
+    )
     assert ranks[0]["error"]["error"] == "process exited with code -9 during the soak" and ranks[1]["error"] is None
     assert out["stop_reason"] == "process 0 failed: process exited with code -9 during the soak"
 
@@ -236,7 +239,7 @@ def test_a_rank_that_died_a_collective_timeout_after_the_hung_one_stopped_is_an_
     """NCCL's watchdog ends a rank that waited a whole collective timeout for a hung one: the hung one is named."""
     ranks = _ranks([40, 41], [7.1, 7.3])
     out = {"after_effects": []}
-    soak._attribute(
+    outcome.attribute(
         out, ranks, {}, [_Exited(None), _Exited(-6)], {1: 128.0}, True, (120.0, 180.0), time.monotonic() - 130
     )
     assert (
@@ -336,7 +339,7 @@ def gpu_soak(
             "error": (errors or {}).get(r),
             "last_s": n_windows * window_s,
         }
-    return soak._finish(out, ranks, cuda=True)
+    return outcome.finish(out, ranks, soak.SIZES["cuda"]["nccl_bytes"])
 
 
 def sampled(n_gpus: int, seconds: float, throttle: dict | None = None) -> SoakSampler:

@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from gpufleet import numbers, profiles  # noqa: E402
-from gpufleet.checks import benchmarks  # noqa: E402
+from gpufleet.checks import training_gate  # noqa: E402
 from gpufleet.train import gpt2  # noqa: E402
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only logic tests")
@@ -36,7 +36,7 @@ def test_ddp_two_ranks_train_and_report_scaling():
     # DDP keeps the replicas identical: both ranks start from the same weights and see the same loss scale.
     assert full["ranks"][0]["loss_first"] == pytest.approx(math.log(512), rel=0.1)
     prof = profiles.resolve("NVIDIA H200")
-    res = {r["check"]: r for r in benchmarks.train_gpt2(full, prof, single=single)}
+    res = {r["check"]: r for r in training_gate.train_gpt2(full, prof, single=single)}
     assert res["train_gpt2"]["status"] == "skip" and res["train_gpt2"]["value"] > 0
     assert res["train_scaling"]["status"] == "skip"
     assert res["train_scaling"]["value"] == pytest.approx(
@@ -55,7 +55,7 @@ def test_ddp_two_ranks_train_and_report_scaling():
         "reason": "r",
         "world_size": 1,
     }
-    train, scaling = benchmarks.train_gpt2(across, prof, reference=reference)
+    train, scaling = training_gate.train_gpt2(across, prof, reference=reference)
     assert (
         train["status"] == "skip" and "on 2 GPU(s) over 2 nodes" in train["reason"] and train["detail"]["nnodes"] == 2
     )
@@ -66,17 +66,17 @@ def test_ddp_two_ranks_train_and_report_scaling():
     )
     assert scaling["value"] == pytest.approx(train["value"] / 1000, abs=1e-3)
     assert scaling["detail"]["tokens_per_s_per_gpu_one_node"] == 1000 and scaling["detail"]["world_size_one_node"] == 1
-    (_, missing) = benchmarks.train_gpt2(across, prof, reference=None)
+    (_, missing) = training_gate.train_gpt2(across, prof, reference=None)
     assert missing["status"] == "error" and missing["value"] is None and missing["remedy"]
     assert "single-node per-GPU figure of this node is missing" in missing["reason"]
     failed = {"check": "train_gpt2", "status": "error", "value": None, "reason": "benchmark crashed: OOM"}
-    (_, missing) = benchmarks.train_gpt2(across, prof, reference=failed)
+    (_, missing) = training_gate.train_gpt2(across, prof, reference=failed)
     assert missing["status"] == "error" and "has no figure (status error: benchmark crashed: OOM)" in missing["reason"]
 
 
 def test_a_failed_run_is_a_failure_with_its_log():
     out = gpt2.run(timeout_s=1)
-    (res,) = benchmarks.train_gpt2(out, profiles.resolve("NVIDIA H200"))
+    (res,) = training_gate.train_gpt2(out, profiles.resolve("NVIDIA H200"))
     assert res["status"] == "fail" and "timed out" in res["reason"] and res["detail"]["log_tail"] is not None
 
 
@@ -91,6 +91,6 @@ def _free_port() -> int:
 def test_a_node_that_never_comes_fails_the_run_across_nodes_within_the_timeout():
     """Node rank 1 dials a master nobody runs: killed at the timeout, a failure that says so, with the log."""
     out = gpt2.run(nnodes=2, node_rank=1, master_port=_free_port(), timeout_s=4)
-    (res,) = benchmarks.train_gpt2(out, profiles.resolve("NVIDIA H200"), reference={"value": 1000})
+    (res,) = training_gate.train_gpt2(out, profiles.resolve("NVIDIA H200"), reference={"value": 1000})
     assert res["status"] == "fail" and res["reason"] == "GPT-2 training gate across 2 nodes timed out and was killed"
     assert "dead peer" in res["remedy"] and res["detail"]["log_tail"] is not None and res["detail"]["nnodes"] == 2

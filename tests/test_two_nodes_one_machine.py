@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet import profiles
-from gpufleet.checks import benchmarks
+from gpufleet.checks import collectives, training_gate
 
 RUN = Path(__file__).resolve().parents[1] / "docs/results/2026-11-21-h200-x2-two-nodes/validate-two-nodes/hosts"
 
@@ -39,7 +39,7 @@ def profile():
 def test_one_gpu_node_skips_the_collectives_inside_it(host, profile):
     out = _nccl_out(_results(host), "benchmark")
     assert out["world_size"] == 1  # the recorded run: busbw 0.0 on every collective, which once failed the node
-    (res,) = benchmarks.nccl(out, profile)
+    (res,) = collectives.nccl(out, profile)
     assert res["status"] == "skip" and "one GPU" in res["reason"]
 
 
@@ -47,7 +47,7 @@ def test_one_gpu_node_skips_the_collectives_inside_it(host, profile):
 def test_nodes_that_share_a_machine_skip_the_transport_check_naming_the_path(host, profile):
     out = _nccl_out(_results(host), "benchmark_multinode")
     assert out["nnodes"] == 2 and out["world_size"] == 2
-    res = {r["check"]: r for r in benchmarks.nccl(out, profile)}
+    res = {r["check"]: r for r in collectives.nccl(out, profile)}
     assert res["nccl_all_reduce"]["status"] == "pass" and res["nccl_all_reduce"]["value"] > 300
     transport = res["nccl_transport"]
     assert transport["status"] == "skip"
@@ -57,7 +57,7 @@ def test_nodes_that_share_a_machine_skip_the_transport_check_naming_the_path(hos
 def test_a_real_network_transport_is_still_judged(profile):
     out = _nccl_out(_results("node0"), "benchmark_multinode")
     out["nccl_log"] = {**out["nccl_log"], "transports": ["NET/Socket/0"], "inter_node": "socket"}
-    res = {r["check"]: r for r in benchmarks.nccl(out, profile, host_has_ib=True)}
+    res = {r["check"]: r for r in collectives.nccl(out, profile, host_has_ib=True)}
     assert res["nccl_transport"]["status"] == "fail"
 
 
@@ -81,9 +81,9 @@ def test_no_scaling_result_from_a_one_gpu_node(profile):
         ],
     }
     single = {**full, "tokens_per_s_per_gpu": 538600.0}
-    checks = [r["check"] for r in benchmarks.train_gpt2(full, profile, single=single)]
+    checks = [r["check"] for r in training_gate.train_gpt2(full, profile, single=single)]
     assert checks == ["train_gpt2"]
-    checks = [r["check"] for r in benchmarks.train_gpt2({**full, "world_size": 2}, profile, single=single)]
+    checks = [r["check"] for r in training_gate.train_gpt2({**full, "world_size": 2}, profile, single=single)]
     assert checks == ["train_gpt2", "train_scaling"]
 
 

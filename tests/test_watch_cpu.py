@@ -20,8 +20,9 @@ torch = pytest.importorskip("torch")
 from gpufleet import failure_class, host_documents, profiles, schema  # noqa: E402
 from gpufleet.bench import summarize  # noqa: E402
 from gpufleet.bench.watch import ProcessWatch, process_tree, wait_quiet  # noqa: E402
-from gpufleet.checks import benchmarks  # noqa: E402
+from gpufleet.checks import benchmarks, collectives, training_gate  # noqa: E402
 from gpufleet.checks import soak as soak_check  # noqa: E402
+from gpufleet.checks.soak import remeasure as soak_remeasure  # noqa: E402
 from gpufleet.measure import foreign_processes, measured_again, watched  # noqa: E402
 from test_soak_cpu import EPOCH, PCI, UUID, gpu_soak, sampled  # noqa: E402
 
@@ -304,7 +305,7 @@ def test_a_disturbed_soak_is_not_run_again_in_full(h200):
     plans: list = []
 
     def again(disturbed_out):
-        plans.append(soak_check.remeasure_plan(disturbed_out, h200))
+        plans.append(soak_remeasure.remeasure_plan(disturbed_out, h200))
         n = int(plans[-1]["duration_s"] // plans[-1]["window_s"])
         return gpu_soak([[666.0] * n], window_s=plans[-1]["window_s"])
 
@@ -320,11 +321,11 @@ def test_a_disturbed_soak_is_not_run_again_in_full(h200):
             confirm=False,
             wait=quiet_after(3.0)[0],
             again=again,
-            combine=soak_check.combined,
+            combine=soak_remeasure.combined,
         )
     }
     assert plans == [{"duration_s": 120.0, "window_s": 60.0}]  # two windows of the first soak's length, not 7200 s
-    assert soak_check.disturbed_windows(first) == [2, 3]
+    assert soak_remeasure.disturbed_windows(first) == [2, 3]
     slow = results["soak_slowdown"]
     assert slow["status"] == "pass" and slow["detail"]["disturbed_windows"] == [2, 3]
     assert slow["reason"].startswith(
@@ -455,7 +456,7 @@ def test_a_result_without_a_figure_gets_no_trust(h200):
         for r in watched(
             "train_gpt2",
             replay([out]),
-            lambda o, prof: benchmarks.train_gpt2(o["full"], prof, reference=None),
+            lambda o, prof: training_gate.train_gpt2(o["full"], prof, reference=None),
             h200,
             log=[],
         )
@@ -569,7 +570,7 @@ def gpu_train(tokens_per_s: float, mon: dict) -> dict:
 
 
 def train_judge(out, prof):  # as host_documents.bench_host judges its training gate
-    return benchmarks.train_gpt2(out["full"], prof, single=out["single"])
+    return training_gate.train_gpt2(out["full"], prof, single=out["single"])
 
 
 OURS = {"pid": os.getpid(), "name": "python3", "used_memory_mib": 30000}
@@ -580,7 +581,7 @@ def test_nccl_disturbed_mid_run_is_measured_again_and_fails_the_node(h200):
     wait, calls = quiet_after(3.0)
     log: list = []
     res = watched(
-        "nccl", replay([gpu_nccl(200.0, DISTURBED), gpu_nccl(360.0, QUIET)]), benchmarks.nccl, h200, log=log, wait=wait
+        "nccl", replay([gpu_nccl(200.0, DISTURBED), gpu_nccl(360.0, QUIET)]), collectives.nccl, h200, log=log, wait=wait
     )
     (allreduce,) = res
     # The collective beside the workload measured 200 GB/s; once quiet, 360 is the node's figure.
@@ -620,7 +621,7 @@ def test_across_nodes_a_disturbed_step_is_not_measured_again(h200):
     res = watched(
         "nccl",
         replay([gpu_nccl(40.0, DISTURBED, nnodes=2)]),
-        benchmarks.nccl,
+        collectives.nccl,
         h200,
         log=log,
         wait=wait,

@@ -11,9 +11,10 @@ import time
 
 from gpufleet import collect, profiles, registry, schema
 from gpufleet.measure import NodeSteps, visible_gpus
-from gpufleet.checks import GROUPS, benchmarks, gpu_health, gpu_inventory
+from gpufleet.checks import GROUPS, benchmarks, collectives, gpu_health, gpu_inventory, training_gate
 from gpufleet.checks import sdc as sdc_check
 from gpufleet.checks import soak as soak_check
+from gpufleet.checks.soak import remeasure as soak_remeasure
 from gpufleet.collect import counters, kernel_log, nvml
 from gpufleet.collect.host import read_boot_id, read_fabric
 from gpufleet.errors import InputError
@@ -172,16 +173,19 @@ def bench_host(
     # Each benchmark's judge: those that need more than (output, profile) here; any other, the function of its
     # name in checks/benchmarks.py.
     judges = {
-        "nccl": lambda out, prof: benchmarks.nccl(out, prof, host_has_ib=host_has_ib),
+        "nccl": lambda out, prof: collectives.nccl(out, prof, host_has_ib=host_has_ib),
         "sdc": lambda out, prof: sdc_check.results(out, prof, readings["nvml"]),
-        "train_gpt2": lambda out, prof: benchmarks.train_gpt2(
+        "train_gpt2": lambda out, prof: training_gate.train_gpt2(
             out["full"], prof, single=out["single"], reference=train_reference
         ),
         "soak": soak_check.soak,
     }
-    # A disturbed soak is not run again in full: its disturbed windows are, bounded (checks.soak.remeasure_plan).
+    # A disturbed soak is not run again in full: its disturbed windows are, bounded (checks.soak.remeasure).
     extra = {
-        "soak": {"again_plan": lambda first: soak_check.remeasure_plan(first, profile), "combine": soak_check.combined}
+        "soak": {
+            "again_plan": lambda first: soak_remeasure.remeasure_plan(first, profile),
+            "combine": soak_remeasure.combined,
+        }
     }
     one_gpu = gpus == 1 and (nccl_options or {}).get("nnodes", 1) == 1
     no_torch = importlib.util.find_spec("torch") is None  # every benchmark needs it: one cause in the same words
@@ -194,7 +198,7 @@ def bench_host(
                     schema.result(name, schema.ERROR, NO_TORCH.format(python=sys.executable), remedy=NO_TORCH_REMEDY)
                 ]
             elif name == "nccl" and one_gpu:
-                batch = [schema.result("nccl", schema.SKIP, benchmarks.ONE_GPU_NCCL)]
+                batch = [schema.result("nccl", schema.SKIP, collectives.ONE_GPU_NCCL)]
             else:
                 batch = steps.measure(name, judges.get(name) or getattr(benchmarks, name), **extra.get(name, {}))
         except Exception as exc:  # one broken benchmark must not hide the others
