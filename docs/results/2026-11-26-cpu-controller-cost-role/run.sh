@@ -11,3 +11,8 @@ for i in 2 3; do
 done
 (cd "$2" && "$PY" scripts/controller_cost.py playbook --nodes 64 --forks 8 --tasks --out "$3/after-tasks")
 (cd "$1" && "$PY" scripts/controller_cost.py playbook --nodes 64 --forks 8 --tasks --out "$3/before-tasks")
+# Again later, with nothing else running on the machine: three pairs, before first.
+for i in 1 2 3; do
+  (cd "$1" && "$PY" scripts/controller_cost.py playbook --nodes 64 --forks 8 --out "$3/quiet/before-$i")
+  (cd "$2" && "$PY" scripts/controller_cost.py playbook --nodes 64 --forks 8 --out "$3/quiet/after-$i")
+done
