@@ -128,19 +128,20 @@ def wait_clean(fleet: TestFleet, timeout_s: float = 180, folders: bool = True) -
 
 
 def test_a_lost_node_a_killed_engine_and_a_truncated_document_are_each_named(fleet, tmp_path):
-    # node-c: its sshd is killed once it is checked, as its soak starts; node-b: its engine is killed mid-soak (the
-    # soak runs for as long as it is asked, so there is time to find it); node-a: its document is cut short before
-    # the report.
+    # node-c: its sshd is killed once its soak runs; node-b: its engine is killed mid-soak (each soak runs for as long
+    # as it is asked, so there is time to find it); node-a: its document is cut short before the report.
     inventory = fleet.inventory(
         tmp_path / "hosts.yml",
         gpufleet_tier="soak",
         gpufleet_soak_duration_s=3,
-        host_vars={"node-b": {"gpufleet_soak_duration_s": 120}},
+        host_vars={"node-b": {"gpufleet_soak_duration_s": 120}, "node-c": {"gpufleet_soak_duration_s": 30}},
     )
     proc, run_dir = start_playbook(fleet, inventory, tmp_path / "reports")
     lines: list[str] = []
     try:
         read_until(proc, lines, "[node-c] gpufleet: benchmarks", 120)
+        # Its engine running is what makes the loss fall inside the benchmarks (the line alone may come late).
+        fleet.wait_for(lambda: fleet.pids("node-c", "bench soak"), 120, "node-c's soak engine")
         fleet.kill_sshd("node-c")
         fleet.wait_for(lambda: fleet.pids("node-b", "bench soak"), 120, "node-b's soak engine")
         fleet.kill("node-b", "bench soak")
