@@ -20,7 +20,7 @@ Disturbance kinds (scripts/gpu_disturb.py; each its own process, named gpu_distu
 
 Usage (GPU machine, from a checkout):
   python3 scripts/gpu_calibrate.py --out $OUT --data $OUT/runs.jsonl --budget-s 480 [--layout split|node|both]
-      [--disturbed-share 0.5] [--kinds compute,memcopy,...] [--seed N] [--cpu]
+      [--disturbed-share 0.5] [--kinds compute,memcopy,...] [--gpus-disturbed 1] [--seed N] [--cpu]
 The short table comes last; --cpu runs the same logic on a machine without a GPU (benchmarks on the CPU,
 disturbances as CPU loops: not a calibration, a check of this script).
 """
@@ -142,20 +142,22 @@ class Disturbance:
         self.procs: list = []
 
     def _commands(self) -> list[tuple[list[str], int | None]]:
+        """The kind's processes on each of the round's GPUs (one GPU unless --gpus-disturbed says more)."""
         base = [sys.executable, str(HERE / "gpu_disturb.py"), "--seconds", str(self.duration_s)]
-        where = ["--cpu"] if self.cpu else ["--gpu", str(self.gpus[0])]
-        if self.kind == "compute" or self.kind == "short":
-            return [(base + where + ["--kind", "matmul"], None)]
+        wheres = [["--cpu"]] if self.cpu else [["--gpu", str(g)] for g in self.gpus]
+        if self.kind in ("compute", "short"):
+            return [(base + where + ["--kind", "matmul"], None) for where in wheres]
         if self.kind == "memcopy":
-            return [(base + where + ["--kind", "copy"], None)]
+            return [(base + where + ["--kind", "copy"], None) for where in wheres]
         if self.kind == "pcie":
-            return [(base + where + ["--kind", "pcie"], None)]
+            return [(base + where + ["--kind", "pcie"], None) for where in wheres]
         if self.kind == "one_gpu":
-            return [(base + where + ["--kind", "matmul", "--size", "2048"], None)]
+            return [(base + where + ["--kind", "matmul", "--size", "2048"], None) for where in wheres]
         # other_user: two processes of uid 65534 on the same GPU
         return [
-            (base + where + ["--kind", "matmul"], NOBODY),
-            (base + where + ["--kind", "copy", "--size", "1024"], NOBODY),
+            (base + where + kind, NOBODY)
+            for where in wheres
+            for kind in (["--kind", "matmul"], ["--kind", "copy", "--size", "1024"])
         ]
 
     def _run(self):
@@ -275,13 +277,16 @@ def set_baseline(db: Path, run_id: str) -> str:
     return (p.stdout + p.stderr).strip()[-300:]
 
 
-def plan_round(rng: random.Random, n_gpus: int, disturbed: bool, kinds: list[str], stage_s: float) -> dict | None:
+def plan_round(
+    rng: random.Random, n_gpus: int, disturbed: bool, kinds: list[str], stage_s: float, gpus_disturbed: int = 1
+) -> dict | None:
     """The round's disturbance, or None. It starts at a random moment inside the node stage (`stage_s`, the last
-    round's), so that it meets the benchmarks; a short one lasts 1 to 3 s, inside one step."""
+    round's), so that it meets the benchmarks; a short one lasts 1 to 3 s, inside one step. It runs on
+    `gpus_disturbed` random GPUs (in the split layout each of them is a node of its own: a disturbed node-run each)."""
     if not disturbed:
         return None
     kind = rng.choice(kinds)
-    gpus = [rng.randrange(n_gpus)]
+    gpus = sorted(rng.sample(range(n_gpus), min(max(gpus_disturbed, 1), n_gpus)))
     latest = max(4.0, 0.6 * stage_s)
     if kind == "short":
         delay, duration = rng.uniform(2, latest), rng.uniform(1, 3)
@@ -339,6 +344,13 @@ def main(argv=None) -> int:
     p.add_argument("--kinds", default=",".join(KINDS), help=f"disturbance kinds, comma-separated, of {KINDS}")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--first-clean", type=int, default=1, help="rounds at the start that are always clean")
+    p.add_argument(
+        "--gpus-disturbed",
+        type=int,
+        default=1,
+        help="GPUs a disturbance runs on (random ones, the kind's processes on each); more than 1 gives more "
+        "disturbed node-runs a round in the split layout, fewer beside",
+    )
     p.add_argument("--cpu", action="store_true", help="logic check on a machine without a GPU")
     args = p.parse_args(argv)
     kinds = [k for k in args.kinds.split(",") if k]
@@ -366,7 +378,7 @@ def main(argv=None) -> int:
     while time.monotonic() - t_start < args.budget_s:
         layout = args.layout if args.layout != "both" else ("split" if k % 2 == 0 else "node")
         disturbed = k >= args.first_clean and rng.random() < args.disturbed_share
-        plan = plan_round(rng, n_gpus, disturbed, kinds, stage_s.get(layout, 20.0))
+        plan = plan_round(rng, n_gpus, disturbed, kinds, stage_s.get(layout, 20.0), args.gpus_disturbed)
         if layout == "split":
             nodes = {f"gpu{i}": [i] for i in range(n_gpus)}
             thresholds = {"gpus_expected": n_gpus}  # NVML sees every GPU of the machine from each node

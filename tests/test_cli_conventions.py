@@ -54,6 +54,26 @@ def test_help_groups_every_command_and_leaves_the_internal_ones_out():
     assert gpufleet("fleet", "locate-step", "--help").returncode == 0
 
 
+def test_each_family_adds_the_commands_it_is_listed_with_and_a_node_command_loads_its_own_alone():
+    """cli.FAMILIES is what main() loads a command's parser from: a command listed with the wrong module would not
+    parse. A node's `gpufleet check` or `gpufleet lock` loads none of the controller's packages (each engine process
+    on a node pays for what it imports)."""
+    for module, names in cli.FAMILIES.items():
+        sub = next(a for a in cli.build_parser(names[0])._actions if a.dest == "command")
+        assert set(sub.choices) == set(names), module
+    assert cli.route(["slurm", "sweep", "--tier", "quick"])[0] in cli.FAMILIES["gpufleet.service.cli"]
+    probe = (
+        "import sys; from gpufleet import cli; cli.build_parser(sys.argv[1]); "
+        "print(' '.join(m for m in sys.modules if m.startswith('gpufleet.')))"
+    )
+    for command in ("check", "bench", "counters", "lock"):
+        done = subprocess.run([sys.executable, "-c", probe, command], capture_output=True, text=True, timeout=120)
+        loaded = done.stdout.split()
+        assert done.returncode == 0 and "gpufleet.cli" in loaded, done.stderr
+        controller = [m for m in loaded if m.split(".")[1] in ("report", "runner", "service", "fleet")]
+        assert not controller, f"`gpufleet {command}` loads {controller}"
+
+
 def test_a_command_in_no_group_is_still_listed_and_named():
     sub = cli.Commands(cli.Parser(prog="t").add_subparsers())
     sub.add_parser("check", help="x")

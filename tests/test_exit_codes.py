@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from gpufleet import cli
+from gpufleet import cli, command_line
 from gpufleet.errors import EXIT_CODES
 from gpufleet.finetune import cli as finetune_cli
 
@@ -51,7 +51,7 @@ def test_the_operations_guide_shows_the_same_table():
 
 def test_results_exit():
     passed = [{"status": "pass"}, {"status": "warn"}, {"status": "skip"}]
-    assert cli.results_exit(passed) == 0
-    assert cli.results_exit(passed + [{"status": "error"}]) == 1
-    assert cli.results_exit(passed + [{"status": "fail"}]) == 1
-    assert cli.results_exit(passed + [{"status": "fail"}], exit_zero=True) == 0
+    assert command_line.results_exit(passed) == 0
+    assert command_line.results_exit(passed + [{"status": "error"}]) == 1
+    assert command_line.results_exit(passed + [{"status": "fail"}]) == 1
+    assert command_line.results_exit(passed + [{"status": "fail"}], exit_zero=True) == 0

@@ -80,6 +80,7 @@ ARGUMENT_SPEC = {
     "document": {"type": "dict", "required": True},
     "controller_python": {"type": "path"},
     "node_env": {"type": "dict", "default": {}},
+    "site_env": {"type": "dict", "default": {}},
 }
 
 
@@ -135,8 +136,10 @@ class ActionModule(NodeTake):
         results = super(ActionModule, self).run(tmp, task_vars)
         dummy, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         host = task_vars.get("inventory_hostname")
-        self._node_env = args["node_env"]  # the node's environment, as the module's input
-        lock_args = dict(args["lock"], node_env=args["node_env"])
+        # The node's environment beneath the site's, as the modules' input (never `environment`, which Ansible
+        # writes into each module's command line and costs the worker a templated keyword a node).
+        self._node_env = dict(args["site_env"], **args["node_env"])
+        lock_args = dict(args["lock"], node_env=self._node_env)
         # This worker, and with it what it runs on the node, ends with the run's ansible-playbook (kill -9 included).
         stop_with_controller()
         self._lock_spec = dict((k, lock_args[k]) for k in ("path", "run_id", "holder"))

@@ -59,6 +59,12 @@ options:
   controller_python:
     description: Python interpreter on the controller with the gpufleet engine; left out, the one running Ansible.
     type: path
+  site_env:
+    description:
+      - Environment of the site for every engine process on the node (the site's own profiles, the checks turned
+        off), beneath I(node_env), which wins where both name a variable. The module's input, never the command line.
+    type: dict
+    default: {}
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - gpufleet.cluster.internal

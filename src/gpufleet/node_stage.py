@@ -143,7 +143,7 @@ def command(args) -> int:
     return 0
 
 
-def add_parser(sub) -> None:
+def add_parsers(sub) -> None:
     p = sub.add_parser(
         "node-stage",
         help="on a node, inside a sweep's Slurm job: the tier's node stage, its host document "

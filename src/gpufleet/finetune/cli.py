@@ -84,6 +84,13 @@ def document(args) -> dict:
     return schema.host_document(args.host, profile, readings, started, t0, res)
 
 
+def add_parsers(sub) -> None:
+    """finetune on the engine's subcommands."""
+    f = sub.add_parser("finetune", help="LoRA fine-tune under torchrun (multi-node) and print a host document")
+    add_arguments(f)
+    f.set_defaults(func=command)
+
+
 def command(args) -> int:
     doc = document(args)
     print_doc(doc, args.json)

@@ -25,11 +25,6 @@ DEFAULT_REPORTS_DIR = "reports"
 SWEEP_COMMAND = "slurm-sweep"
 
 
-def route(argv: list[str]) -> list[str]:
-    """`gpufleet slurm sweep ...` is the parser's `slurm-sweep` (`gpufleet slurm RUN_DIR` takes a folder there)."""
-    return [SWEEP_COMMAND, *argv[2:]] if argv[:2] == ["slurm", "sweep"] else argv
-
-
 def _print(doc, as_json: bool, text: str) -> None:
     print(json.dumps(doc, sort_keys=True, default=str) if as_json else text)
 
