@@ -29,6 +29,7 @@ commit measures that commit.
     .venv/bin/python scripts/controller_cost.py stages --nodes 1024 --profile DIR/report.prof
     .venv/bin/python scripts/controller_cost.py playbook --nodes 64 --forks 8 --out DIR
     .venv/bin/python scripts/controller_cost.py playbook --nodes 64 --forks 64 --tasks --node-bench-s 60
+    .venv/bin/python scripts/controller_cost.py playbook --nodes 16 --tasks --profile-workers DIR
 
 --tasks adds each task's workers and their CPU; --node-bench-s keeps each node's benchmarks busy for that long (a
 sleep), so that what the controller spends while it waits for real nodes shows.
@@ -237,9 +238,17 @@ if os.path.basename(sys.argv[0]) == "ansible-playbook":
     def _measured_run(self):
         if {profile!r}:
             sys.setprofile(None)
+        worker_profile = None
+        if {workers!r} and self._task.action == "gpufleet.cluster.node_validate":  # the node task's workers
+            import cProfile
+            worker_profile = cProfile.Profile()
+            worker_profile.enable()
         try:
             return _run(self)
         finally:
+            if worker_profile is not None:
+                worker_profile.disable()
+                worker_profile.dump_stats(os.path.join({workers!r}, "worker-%d.prof" % os.getpid()))
             own, waited = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
             line = json.dumps({{"task": self._task.get_name(), "host": self._host.name,
                                "worker_cpu_s": round(own.ru_utime + own.ru_stime, 4),
@@ -342,6 +351,7 @@ def cmd_playbook(args) -> list[dict]:
                     TASKS_HOOK.format(
                         log=str(tmp / "workers.jsonl"),
                         profile=str(Path(args.profile_main).resolve()) if args.profile_main else "",
+                        workers=str(Path(args.profile_workers).resolve()) if args.profile_workers else "",
                     )
                 )
                 env["PYTHONPATH"] = os.pathsep.join([str(tmp / "hook"), env["PYTHONPATH"]])
@@ -444,6 +454,10 @@ def main() -> None:
     )
     b.add_argument(
         "--profile-main", help="with --tasks: also profile ansible-playbook's main process (cProfile) into this file"
+    )
+    b.add_argument(
+        "--profile-workers",
+        help="with --tasks: also profile each worker of the node task (cProfile), one worker-PID.prof in this folder",
     )
     b.add_argument("--out", help="folder for the JSON of the figures")
     b.set_defaults(func=cmd_playbook)
