@@ -43,8 +43,17 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 FORMAT = "gpufleet-calibration/1"
 KINDS = ("compute", "memcopy", "pcie", "other_user", "one_gpu", "short")
-CHECK_GROUPS = ("gpu_inventory", "gpu_health", "host_hygiene")
 NOBODY = 65534
+# Each kind's gpu_disturb processes on one GPU: (its work, the uid it runs as; None: ours).
+KIND_PROCESSES = {
+    "compute": [(["--kind", "matmul"], None)],
+    "short": [(["--kind", "matmul"], None)],
+    "memcopy": [(["--kind", "copy"], None)],
+    "pcie": [(["--kind", "pcie"], None)],
+    "one_gpu": [(["--kind", "matmul", "--size", "2048"], None)],
+    "other_user": [(["--kind", "matmul"], NOBODY), (["--kind", "copy", "--size", "1024"], NOBODY)],
+}
+CHECK_GROUPS = ("gpu_inventory", "gpu_health", "host_hygiene")
 
 
 def engine(args: list[str], env: dict, timeout_s: float) -> tuple[dict | None, str, float]:
@@ -145,20 +154,7 @@ class Disturbance:
         """The kind's processes on each of the round's GPUs (one GPU unless --gpus-disturbed says more)."""
         base = [sys.executable, str(HERE / "gpu_disturb.py"), "--seconds", str(self.duration_s)]
         wheres = [["--cpu"]] if self.cpu else [["--gpu", str(g)] for g in self.gpus]
-        if self.kind in ("compute", "short"):
-            return [(base + where + ["--kind", "matmul"], None) for where in wheres]
-        if self.kind == "memcopy":
-            return [(base + where + ["--kind", "copy"], None) for where in wheres]
-        if self.kind == "pcie":
-            return [(base + where + ["--kind", "pcie"], None) for where in wheres]
-        if self.kind == "one_gpu":
-            return [(base + where + ["--kind", "matmul", "--size", "2048"], None) for where in wheres]
-        # other_user: two processes of uid 65534 on the same GPU
-        return [
-            (base + where + kind, NOBODY)
-            for where in wheres
-            for kind in (["--kind", "matmul"], ["--kind", "copy", "--size", "1024"])
-        ]
+        return [(base + where + work, user) for where in wheres for work, user in KIND_PROCESSES[self.kind]]
 
     def _run(self):
         if self.stop.wait(self.delay_s):

@@ -137,7 +137,7 @@ class ActionModule(NodeTake):
         dummy, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         host = task_vars.get("inventory_hostname")
         # The node's environment beneath the site's, as the modules' input (never `environment`, which Ansible
-        # writes into each module's command line and costs the worker a templated keyword a node).
+        # writes into each module's command line).
         self._node_env = dict(args["site_env"], **args["node_env"])
         lock_args = dict(args["lock"], node_env=self._node_env)
         # This worker, and with it what it runs on the node, ends with the run's ansible-playbook (kill -9 included).
