@@ -204,13 +204,16 @@ def spreads(rows: list[dict]) -> dict:
             if len(values) >= 3 and min(values) > 0:
                 med = statistics.median(values)
                 out["node_vs_fleet_pct"][metric] += [(round(max(0.0, below_pct(v, med)), 2), rnd) for v in values]
-    # Each GPU (uuid) and each node against the median of its own earlier clean figures, in the files' order.
+    # Each GPU (uuid) and each node against the median of its own earlier clean figures, in the files' order. A node
+    # is its GPUs (their uuids): machines of one kind lent at different times share a host name but not their GPUs.
     past: dict = defaultdict(list)
     for r in clean:
-        for m in fleet_metrics.extract(r["document"])["metrics"]:
+        metrics = fleet_metrics.extract(r["document"])["metrics"]
+        gpus = ",".join(sorted({m["uuid"] for m in metrics if m["scope"] == "gpu" and m.get("uuid")}))
+        for m in metrics:
             if m["cpu"] or m["shared"] or m["value"] <= 0:
                 continue
-            who = m["uuid"] if m["scope"] == "gpu" else f"{machine_of(r)}|{r['node']}"
+            who = m["uuid"] if m["scope"] == "gpu" else f"{machine_of(r)}|{r['node']}|{gpus}"
             if not who:
                 continue
             key = (who, m["key"], m["context"])
@@ -288,13 +291,20 @@ def replay_round(members: list[dict], run_id: str, profile_dir: Path | None) -> 
     return {node: n["results"] + fleet["results"].get(node, []) for node, n in nodes.items()}
 
 
-def recorded_statuses(row: dict) -> dict[str, str]:
+def recorded_statuses(row: dict) -> tuple[dict[str, str], set[str]]:
+    """(each check's status as the run's report said it, the checks the report accepted that the node's document
+    did not: a stable fact the baseline had accepted, held against the store and not warned again)."""
     out = {}
     for res in row["document"].get("results") or []:
         out[f"{res.get('group')}.{res.get('check')}"] = res.get("status")
-    for f in (row.get("report") or {}).get("not_passing") or []:
-        out[f"{f.get('group')}.{f.get('check')}"] = f.get("status")
-    return out
+    report = row.get("report") or {}
+    listed = {f"{f.get('group')}.{f.get('check')}": f.get("status") for f in report.get("not_passing") or []}
+    accepted = set()
+    if "not_passing" in report:
+        accepted = {check for check, status in out.items() if status in NOT_PASSING and check not in listed}
+        out.update(dict.fromkeys(accepted, "info"))
+    out.update(listed)
+    return out, accepted
 
 
 def verdict_of(statuses: dict) -> str:
@@ -326,8 +336,11 @@ def outcomes(rows: list[dict], today: dict) -> dict:
     )
     for r in rows:
         cond = condition(r)
-        rec = recorded_statuses(r)
+        rec, accepted = recorded_statuses(r)
         now = {f"{x.get('group')}.{x.get('check')}": x.get("status") for x in today.get((r["round"], r["node"]), [])}
+        # The replay has no store: what the report accepted against it stays accepted where today judged it the same.
+        doc = {f"{x.get('group')}.{x.get('check')}": x.get("status") for x in r["document"].get("results") or []}
+        now.update({c: "info" for c in accepted if now.get(c) == doc.get(c)})
         rec["node verdict"] = (r.get("report") or {}).get("verdict") or verdict_of(rec)
         now["node verdict"] = verdict_of(now) if now else rec["node verdict"]
         rec["node not accepted, process named"] = (
@@ -430,15 +443,19 @@ def render(by_model: dict, files: list[str], problems: list[str], profile_dir: P
         lines += [
             "",
             "Healthy spread (percent; clean runs), and the limit it gives (x"
-            f"{calibration.MARGIN_FACTOR:g} + {calibration.MARGIN_PCT:g}, from {calibration.MIN_N} figures on):",
+            f"{calibration.MARGIN_FACTOR:g} + {calibration.MARGIN_PCT:g}, from {calibration.MIN_N} figures on; from "
+            "fewer, only where it is above the generic limit, marked *widens*):",
             "",
             "| measure | metric | figures | median | p95 | largest | limit | generic | sets |",
             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
         ]
         for measure, metrics in sorted(m["measured"].items()):
             for metric, s in sorted(metrics.items()):
-                limit = calibration.limit_from(s["value"]) if s["n"] >= calibration.MIN_N else "-"
                 keys = SETS[measure]
+                limit = calibration.limit_from(s["value"])
+                if s["n"] < calibration.MIN_N:  # calibration.apply: too few figures only widen the generic limit
+                    first = generic.get(keys[0])
+                    limit = f"{limit:g} *widens*" if isinstance(first, (int, float)) and limit > first else "-"
                 lines.append(
                     f"| {measure} | {metric} | {s['n']} | {s['median']:g} | {s['p95']:g} | {s['value']:g} | {limit} | "
                     f"{', '.join(str(generic.get(k)) for k in keys)} | {', '.join(f'`{k}`' for k in keys)} |"

@@ -53,6 +53,10 @@ def small_calibration(profile_dir: Path) -> Path:
                     "gpu_vs_node_pct": {
                         "matmul_bf16_tflops": {"value": 6.3, "n": 32, "source": "runs.jsonl rounds r000..r007"}
                     },
+                    "node_vs_past_pct": {
+                        "nccl_node_all_to_all_busbw_gbps_le_64MiB": {"value": 7.62, "n": 9, "source": "few, wide"},
+                        "nccl_node_all_reduce_busbw_gbps_le_64MiB": {"value": 0.19, "n": 9, "source": "few, narrow"},
+                    },
                 },
             }
         )
@@ -72,9 +76,19 @@ def test_limits_come_from_a_calibration_file_and_their_source_names_it(profile_d
     assert drop["value"] == calibration.limit_from(14.4) == 23.0 and drop["calibrated"] is True
     assert "calibration h100-sxm: healthy sample_drop_pct up to 14.4% over 40 figure(s)" in drop["source"]
     assert "runs.jsonl rounds r000..r007" in drop["source"] and "docs/results/calibration/table.md" in drop["source"]
-    # A measure of too few figures calibrates nothing: the generic limit stands, and says it is not calibrated.
+    # Too few figures that would narrow the generic limit set nothing: it stands, and says it is not calibrated.
     hbm = calibration.entry(prof["thresholds"], "sample_drop_pct_max", "hbm_copy_gbps")
     assert hbm["value"] == 20 and hbm["calibrated"] is False
+    # Too few figures never narrow a generic limit, but where they show it too tight they widen it, and say so.
+    wide = calibration.entry(
+        prof["thresholds"], "fleet_below_baseline_warn_pct", "nccl_node_all_to_all_busbw_gbps_le_64MiB"
+    )
+    assert wide["value"] == calibration.limit_from(7.62) == 12.5 and wide["calibrated"] is True
+    assert "over 9 figure(s)" in wide["source"] and "widens the generic 5%, never narrows it" in wide["source"]
+    narrow = calibration.entry(
+        prof["thresholds"], "fleet_below_baseline_warn_pct", "nccl_node_all_reduce_busbw_gbps_le_64MiB"
+    )
+    assert narrow["value"] == 5 and narrow["calibrated"] is False
     # The GPU's fail level is lifted to at least its calibrated warn level.
     assert calibration.entry(prof["thresholds"], "fleet_gpu_below_node_warn_pct", "matmul_bf16_tflops")["value"] == 10.5
     # An inventory override wins over the calibration, for every metric.

@@ -8,8 +8,10 @@ runs it came from. `apply()` turns it into the profile's limits, per metric, wit
     limit = the measured healthy spread x MARGIN_FACTOR + MARGIN_PCT, rounded up to half a percent
 
 so a figure as far from its reference as the worst healthy one passes, and one half as far again warns. A
-measure of fewer than MIN_N figures calibrates nothing. A relative limit of a model with no calibration (or none
-for that metric) keeps the generic value and says so: `calibrated` False in its threshold.
+measure of fewer than MIN_N figures sets no limit of its own, but where even those few healthy figures give a
+limit above the generic one (they show the generic limit too tight), that wider limit is taken: too few figures
+may widen a limit, never narrow it. A relative limit of a model with no calibration (or none for that metric)
+keeps the generic value and says so: `calibrated` False in its threshold.
 
     measure             what was measured on healthy GPUs (in percent)             limits it sets
     sample_drop_pct     a timed sample below its GPU's median, per figure          sample_drop_pct_max
@@ -120,15 +122,23 @@ def apply(thresholds: dict, name: str, profile_path: str | Path) -> tuple[dict, 
         if key not in out:
             continue
         by_metric = {}
+        generic = out[key].get("value")
         for metric, fig in sorted((doc["measures"].get(measure) or {}).items()):
-            if fig["n"] < MIN_N:
-                continue
             value = limit_from(fig["value"])
+            few = fig["n"] < MIN_N
+            # Too few figures to set a limit can still show the generic one too tight: they only widen it.
+            if few and not (isinstance(generic, (int, float)) and value > generic):
+                continue
             by_metric[metric] = {
                 "value": value,
                 "source": (
                     f"calibration {name}: healthy {measure} up to {fig['value']:g}% over {fig['n']} figure(s) "
                     f"({fig['source']}; {doc.get('table') or TABLE}), x{MARGIN_FACTOR:g} + {MARGIN_PCT:g}"
+                    + (
+                        f"; fewer than {MIN_N} figures: it widens the generic {generic:g}%, never narrows it"
+                        if few
+                        else ""
+                    )
                 ),
             }
         out[key] = {**out[key], "calibrated": bool(by_metric), **({"by_metric": by_metric} if by_metric else {})}
