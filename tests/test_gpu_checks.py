@@ -135,8 +135,8 @@ CASES = [
         _set(3, "ecc_aggregate_uncorrected", 5),
         "ecc",
         "warn",
-        "GPU 3: 5 uncorrectable ECC errors over its lifetime",
-        "row_remapping",
+        "GPU 3: 5 uncorrectable ECC errors over its lifetime (0 row(s) remapped for them, none pending or failed)",
+        "gpufleet baseline set",
     ),
     ("ecc-off", _set(1, "ecc_mode_current", False), "ecc", "fail", "GPU 1: ECC off", "-e 1"),
     (

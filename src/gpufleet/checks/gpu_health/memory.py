@@ -14,6 +14,15 @@ def _ecc_unreadable(g: dict, fields: tuple) -> str | None:
     return f"{', '.join(missing)} unreadable ({unreadable(g, missing[0])})" if missing else None
 
 
+def _repair_state(g: dict) -> str:
+    """What the GPU's own repair says of its past memory errors, where it is read: ' (repaired: ...)'."""
+    rows = g.get("remapped_rows")
+    if not isinstance(rows, dict):
+        return ""
+    state = "pending" if rows.get("pending") else "failed" if rows.get("failure") else "none pending or failed"
+    return f" ({rows.get('uncorrectable') or 0} row(s) remapped for them, {state})"
+
+
 @gpu_check("ecc")
 def ecc(readings, gpus, profile):
     """ECC mode on; uncorrectable errors since the driver loaded fail, lifetime ones warn."""
@@ -56,9 +65,12 @@ def ecc(readings, gpus, profile):
             facts[f"ecc_aggregate_uncorrected:{g.get('uuid') or i}"] = agg
             f.add(
                 WARN,
-                f"{agg} uncorrectable ECC errors over its lifetime",
+                f"{agg} uncorrectable ECC errors over its lifetime{_repair_state(g)}",
                 gpu=i,
-                remedy="watch the GPU: check row_remapping for pending or failed remaps and the Xid log for 48/63/64",
+                remedy=(
+                    "if the GPU's rows repaired them (none pending or failed), accept it with `gpufleet baseline set "
+                    "<run>`: only a new error then warns; else ask the provider for the GPU's history"
+                ),
             )
     vols = [p["ecc_volatile_uncorrected"] for p in per_gpu if p["ecc_volatile_uncorrected"] is not None]
     corrected = sum(p["ecc_volatile_corrected"] or 0 for p in per_gpu)
