@@ -452,10 +452,8 @@ def render(by_model: dict, files: list[str], problems: list[str], profile_dir: P
         for measure, metrics in sorted(m["measured"].items()):
             for metric, s in sorted(metrics.items()):
                 keys = SETS[measure]
-                limit = calibration.limit_from(s["value"])
-                if s["n"] < calibration.MIN_N:  # calibration.apply: too few figures only widen the generic limit
-                    first = generic.get(keys[0])
-                    limit = f"{limit:g} *widens*" if isinstance(first, (int, float)) and limit > first else "-"
+                limit = calibration.limit_for(s, generic.get(keys[0]))
+                limit = "-" if limit is None else f"{limit:g}" + (" *widens*" if s["n"] < calibration.MIN_N else "")
                 lines.append(
                     f"| {measure} | {metric} | {s['n']} | {s['median']:g} | {s['p95']:g} | {s['value']:g} | {limit} | "
                     f"{', '.join(str(generic.get(k)) for k in keys)} | {', '.join(f'`{k}`' for k in keys)} |"

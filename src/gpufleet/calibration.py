@@ -69,6 +69,15 @@ def limit_from(measured_pct: float) -> float:
     return math.ceil((measured_pct * MARGIN_FACTOR + MARGIN_PCT) * 2) / 2
 
 
+def limit_for(fig: dict, generic: float | None) -> float | None:
+    """The limit a measure's figures ({"value", "n"}) give against the generic one, or None where they set none:
+    too few figures can still show the generic limit too tight, so they may widen it, never narrow it."""
+    value = limit_from(fig["value"])
+    if fig["n"] < MIN_N and not (isinstance(generic, (int, float)) and value > generic):
+        return None
+    return value
+
+
 def path_for(profile_path: str | Path, name: str) -> Path:
     """Where a profile's calibration lives: the calibration folder beside its profile file."""
     return Path(profile_path).parent / FOLDER / f"{name}.yml"
@@ -124,11 +133,10 @@ def apply(thresholds: dict, name: str, profile_path: str | Path) -> tuple[dict, 
         by_metric = {}
         generic = out[key].get("value")
         for metric, fig in sorted((doc["measures"].get(measure) or {}).items()):
-            value = limit_from(fig["value"])
-            few = fig["n"] < MIN_N
-            # Too few figures to set a limit can still show the generic one too tight: they only widen it.
-            if few and not (isinstance(generic, (int, float)) and value > generic):
+            value = limit_for(fig, generic)
+            if value is None:
                 continue
+            few = fig["n"] < MIN_N
             by_metric[metric] = {
                 "value": value,
                 "source": (

@@ -15,7 +15,7 @@ def _ecc_unreadable(g: dict, fields: tuple) -> str | None:
 
 
 def _repair_state(g: dict) -> str:
-    """What the GPU's own repair says of its past memory errors, where it is read: ' (repaired: ...)'."""
+    """What the GPU's row remapping says of its past memory errors, where it was read: ' (N row(s) remapped ...)'."""
     rows = g.get("remapped_rows")
     if not isinstance(rows, dict):
         return ""
