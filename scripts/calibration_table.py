@@ -514,7 +514,7 @@ def main(argv=None) -> int:
             doc = limits_file(model, profile, measured, mrows, files, str(args.table))
             (args.limits / f"{profile}.yml").write_text(
                 "# Written by scripts/calibration_table.py from the calibration runs; see its table.\n"
-                + yaml.dump(doc, Dumper=_IndentedDumper, sort_keys=False, width=120)
+                + yaml.dump(doc, Dumper=_IndentedDumper, sort_keys=False, width=60)
             )
         by_model[model] = {"profile": profile, "measured": measured, "rows": mrows}
     for model, m in by_model.items():  # after every calibration file is written: today's judges read them
