@@ -452,8 +452,10 @@ def render(by_model: dict, files: list[str], problems: list[str], profile_dir: P
         for measure, metrics in sorted(m["measured"].items()):
             for metric, s in sorted(metrics.items()):
                 keys = SETS[measure]
-                limit = calibration.limit_for(s, generic.get(keys[0]))
-                limit = "-" if limit is None else f"{limit:g}" + (" *widens*" if s["n"] < calibration.MIN_N else "")
+                # one limit a key, as calibration.apply sets them: few figures may widen one key's and not another's
+                few = " *widens*" if s["n"] < calibration.MIN_N else ""
+                limits = [calibration.limit_for(s, generic.get(k)) for k in keys]
+                limit = ", ".join("-" if v is None else f"{v:g}{few}" for v in limits)
                 lines.append(
                     f"| {measure} | {metric} | {s['n']} | {s['median']:g} | {s['p95']:g} | {s['value']:g} | {limit} | "
                     f"{', '.join(str(generic.get(k)) for k in keys)} | {', '.join(f'`{k}`' for k in keys)} |"
