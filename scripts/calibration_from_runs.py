@@ -7,7 +7,7 @@ benchmarks' processes, counters.processes_after) passed or was skipped, that is 
 GPUs. A node-run that saw one is left out and said so. The machine is named by the caller (--machine): a run
 folder does not say which lease or host it ran on.
 
-  python3 scripts/calibration_from_runs.py RUN_DIR [RUN_DIR ...] --machine NAME --out FILE.jsonl.gz
+  python3 scripts/calibration_from_runs.py RUN_DIR [RUN_DIR ...] --machine NAME [--commit SHA] --out FILE.jsonl.gz
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def _read(path: Path) -> dict:
     return doc if isinstance(doc, dict) else {}
 
 
-def _inventory(doc: dict) -> dict:
+def inventory_of(doc: dict) -> dict:
     for res in doc.get("results") or []:
         inv = (res.get("detail") or {}).get("inventory") if isinstance(res.get("detail"), dict) else None
         if isinstance(inv, dict) and inv.get("gpus"):
@@ -55,7 +55,7 @@ def foreign_seen(doc: dict) -> list[str]:
     ]
 
 
-def rows_of(run_dir: Path, machine: str) -> tuple[list[dict], list[str]]:
+def rows_of(run_dir: Path, machine: str, commit: str | None = None) -> tuple[list[dict], list[str]]:
     """(a calibration line per clean node-run of the run folder, what was left out and why)."""
     hosts = sorted((run_dir / "hosts").glob("*.json"))
     if not hosts:
@@ -72,7 +72,7 @@ def rows_of(run_dir: Path, machine: str) -> tuple[list[dict], list[str]]:
         if seen:
             left_out.append(f"{run_dir}/{node}: not clean ({', '.join(seen)})")
             continue
-        inv = _inventory(doc)
+        inv = inventory_of(doc)
         gpus = inv.get("gpus") or []
         entry = (report.get("nodes") or {}).get(node) or {}
         rows.append(
@@ -89,7 +89,7 @@ def rows_of(run_dir: Path, machine: str) -> tuple[list[dict], list[str]]:
                     "host": machine,
                     "node_gpus": [g.get("index") for g in gpus],
                 },
-                "commit": None,
+                "commit": commit,
                 "condition": "clean",
                 "node_affected": False,
                 "disturbance": None,
@@ -115,11 +115,12 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("runs", nargs="+", type=Path, help="run folders (each with hosts/*.json)")
     p.add_argument("--machine", required=True, help="the machine the runs ran on, as the table should name it")
+    p.add_argument("--commit", help="the commit the runs ran (a run folder does not record it)")
     p.add_argument("--out", required=True, type=Path, help="the calibration file to write (.jsonl or .jsonl.gz)")
     args = p.parse_args(argv)
     rows, left_out = [], []
     for run_dir in args.runs:
-        got, skipped = rows_of(run_dir, args.machine)
+        got, skipped = rows_of(run_dir, args.machine, args.commit)
         rows += got
         left_out += skipped
     text = "".join(json.dumps(r, separators=(",", ":"), sort_keys=False) + "\n" for r in rows)

@@ -38,6 +38,11 @@ from gpufleet import calibration, profiles  # noqa: E402
 from gpufleet.checks import replay  # noqa: E402
 from gpufleet.checks.soak import slowdown as soak_slowdown  # noqa: E402
 from gpufleet.fleet import compare  # noqa: E402
+from gpufleet.fleet import metrics as fleet_metrics  # noqa: E402
+from gpufleet.judge import ISOLATED_DEPTH_FACTOR, below_pct  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "scripts"))
+from calibration_from_runs import inventory_of  # noqa: E402
 
 
 class _IndentedDumper(yaml.SafeDumper):
@@ -46,9 +51,6 @@ class _IndentedDumper(yaml.SafeDumper):
     def increase_indent(self, flow=False, indentless=False):
         return super().increase_indent(flow, False)
 
-
-from gpufleet.fleet import metrics as fleet_metrics  # noqa: E402
-from gpufleet.judge import ISOLATED_DEPTH_FACTOR, below_pct  # noqa: E402
 
 FORMAT = "gpufleet-calibration/1"
 NOT_PASSING = ("warn", "fail", "error")
@@ -110,6 +112,24 @@ def model_of(row: dict) -> str:
 def machine_of(row: dict) -> str:
     m = row.get("machine") or {}
     return f"{m.get('host')}|{m.get('gpu_model')}|{m.get('gpus_on_machine')}"
+
+
+def machine_count(rows: list[dict]) -> int:
+    """Machines, told apart by their GPUs: lent machines share the host name `vm`, and calibration_from_runs names
+    the machine of a run folder itself, so the same GPUs under two names are one machine. A round's GPUs are one
+    machine's; rounds that share a GPU are the same machine."""
+    groups: list[set] = []
+    by_round: dict = defaultdict(set)
+    for r in rows:
+        uuids = {g.get("uuid") for g in (inventory_of(r.get("document") or {}).get("gpus") or [])} - {None}
+        by_round[(r.get("round"), machine_of(r))] |= uuids or {machine_of(r)}
+    for found in by_round.values():
+        overlapping = [g for g in groups if g & found]
+        for g in overlapping:
+            groups.remove(g)
+            found |= g
+        groups.append(found)
+    return len(groups)
 
 
 def condition(row: dict) -> str:
@@ -513,7 +533,8 @@ def main(argv=None) -> int:
         }
         if args.limits and profile:
             args.limits.mkdir(parents=True, exist_ok=True)
-            doc = limits_file(model, profile, measured, mrows, files, str(args.table))
+            model_files = [f for f in files if any(r["_file"] == f for r in mrows)]  # this model's runs alone
+            doc = limits_file(model, profile, measured, mrows, model_files, str(args.table))
             (args.limits / f"{profile}.yml").write_text(
                 "# Written by scripts/calibration_table.py from the calibration runs; see its table.\n"
                 + yaml.dump(doc, Dumper=_IndentedDumper, sort_keys=False, width=60)
@@ -535,7 +556,7 @@ def main(argv=None) -> int:
             clean=sum(condition(r) == "clean" for r in mrows),
             disturbed=sum(condition(r) == "disturbed" for r in mrows),
             beside=sum(condition(r) == "beside" for r in mrows),
-            machines=len({machine_of(r) for r in mrows}),
+            machines=machine_count(mrows),
             commits=sorted({(r.get("commit") or "?")[:8] for r in mrows}),
             wall_s={c: _median([r.get("wall_s") for r in mrows if condition(r) == c]) for c in ("clean", "disturbed")},
         )
