@@ -114,22 +114,22 @@ def machine_of(row: dict) -> str:
     return f"{m.get('host')}|{m.get('gpu_model')}|{m.get('gpus_on_machine')}"
 
 
-def machine_count(rows: list[dict]) -> int:
-    """Machines, told apart by their GPUs: lent machines share the host name `vm`, and calibration_from_runs names
-    the machine of a run folder itself, so the same GPUs under two names are one machine. A round's GPUs are one
-    machine's; rounds that share a GPU are the same machine."""
-    groups: list[set] = []
+def machines(rows: list[dict]) -> list[int]:
+    """Each row's machine (a number), told apart by its GPUs: lent machines share the host name `vm`, and
+    calibration_from_runs names the machine of a run folder itself, so the same GPUs under two names are one machine.
+    A round's GPUs are one machine's; rounds that share a GPU are the same machine."""
     by_round: dict = defaultdict(set)
     for r in rows:
         uuids = {g.get("uuid") for g in (inventory_of(r.get("document") or {}).get("gpus") or [])} - {None}
         by_round[(r.get("round"), machine_of(r))] |= uuids or {machine_of(r)}
+    groups: list[set] = []
     for found in by_round.values():
-        overlapping = [g for g in groups if g & found]
-        for g in overlapping:
+        for g in [g for g in groups if g & found]:
             groups.remove(g)
             found |= g
         groups.append(found)
-    return len(groups)
+    where = {key: next(n for n, g in enumerate(groups) if found <= g) for key, found in by_round.items()}
+    return [where[(r.get("round"), machine_of(r))] for r in rows]
 
 
 def condition(row: dict) -> str:
@@ -392,6 +392,41 @@ def generic_limits(profile_dir: Path | None) -> dict:
     return {k: base[k]["value"] for k in calibration.MEASURE_OF if k in base}
 
 
+def held_out(rows: list[dict], generic: dict) -> dict:
+    """Each machine judged on the limits the other machines' clean runs give (leave one machine out): per measure
+    and metric, the machines and figures held out, how many lie above that limit, and the worst of them; and the
+    clean rounds with any figure above. The figure a limit is compared with is the one the calibration measures
+    (calibration.MEASURE_OF), so a figure above it is one the judge would not pass; where the others set no
+    limit, the generic one applies."""
+    clean = [r for r in rows if condition(r) == "clean"]
+    ids = machines(clean)
+    out: dict = {}
+    rounds_above: set = set()
+    for machine in sorted(set(ids)):
+        rest = spreads([r for r, m in zip(clean, ids) if m != machine])
+        for measure, metrics in spreads([r for r, m in zip(clean, ids) if m == machine]).items():
+            key = SETS[measure][0]  # the warn level (node_vs_past also sets confirm_band_pct)
+            for metric, figs in metrics.items():
+                ref = rest.get(measure, {}).get(metric)
+                limit = calibration.limit_for(summarize(ref), generic.get(key)) if ref else None
+                limit = generic.get(key) if limit is None else limit
+                if not figs or limit is None:
+                    continue
+                t = out.setdefault((measure, metric), {"machines": 0, "figures": 0, "above": 0, "worst": None})
+                t["machines"] += 1
+                t["figures"] += len(figs)
+                above = [v for v, _ in figs if v > limit]
+                t["above"] += len(above)
+                rounds_above |= {where.split("/")[0] for v, where in figs if v > limit}
+                if above and (t["worst"] is None or max(above) - limit > t["worst"][0] - t["worst"][1]):
+                    t["worst"] = (max(above), limit)
+    return {
+        "figures": [{"measure": measure, "metric": metric, **t} for (measure, metric), t in sorted(out.items())],
+        "rounds": len({r["round"] for r in clean}),
+        "rounds_above": sorted(rounds_above),
+    }
+
+
 def limits_file(model: str, profile: str, measured: dict, rows: list[dict], files: list[str], table_path: str) -> dict:
     rounds = sorted({r["round"] for r in rows if condition(r) == "clean"})
     commits = sorted({r.get("commit") or "?" for r in rows})
@@ -480,6 +515,27 @@ def render(by_model: dict, files: list[str], problems: list[str], profile_dir: P
                     f"| {measure} | {metric} | {s['n']} | {s['median']:g} | {s['p95']:g} | {s['value']:g} | {limit} | "
                     f"{', '.join(str(generic.get(k)) for k in keys)} | {', '.join(f'`{k}`' for k in keys)} |"
                 )
+        held = m["held_out"]["figures"]
+        above = [h for h in held if h["above"]]
+        lines += [
+            "",
+            f"Each machine against the limits the other machines give (leave one machine out, clean runs): "
+            f"{sum(h['figures'] for h in held)} figures of {len(held)} measure-metrics held out, "
+            f"{sum(h['above'] for h in above)} above the others' limit, in {len(m['held_out']['rounds_above'])} of "
+            f"{m['held_out']['rounds']} clean rounds" + (":" if above else "."),
+            "",
+        ]
+        if above:
+            lines += [
+                "| measure | metric | machines | figures | above | worst: figure, limit |",
+                "| --- | --- | ---: | ---: | ---: | --- |",
+            ]
+            lines += [
+                f"| {h['measure']} | {h['metric']} | {h['machines']} | {h['figures']} | {h['above']} | "
+                f"{h['worst'][0]:g}, {h['worst'][1]:g} |"
+                for h in above
+            ]
+            lines.append("")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 
@@ -556,7 +612,8 @@ def main(argv=None) -> int:
             clean=sum(condition(r) == "clean" for r in mrows),
             disturbed=sum(condition(r) == "disturbed" for r in mrows),
             beside=sum(condition(r) == "beside" for r in mrows),
-            machines=machine_count(mrows),
+            machines=len(set(machines(mrows))),
+            held_out=held_out(mrows, generic_limits(args.profile_dir)),
             commits=sorted({(r.get("commit") or "?")[:8] for r in mrows}),
             wall_s={c: _median([r.get("wall_s") for r in mrows if condition(r) == c]) for c in ("clean", "disturbed")},
         )

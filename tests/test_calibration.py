@@ -289,6 +289,50 @@ def test_the_calibration_table_counts_false_alarms_and_detections_recorded_and_t
     assert json.loads((tmp_path / "table.json").read_text())[cr.MODEL]["profile"] == "h100-sxm"
 
 
+def test_each_machine_is_judged_on_the_limits_the_others_give(profile_dir, tmp_path):
+    # Machine A: the healthy 4 x H100 of the issue. Machine B: other GPUs, two of its runs under another name (the
+    # same GPUs, so the same machine), and in one run two PCIe samples of GPU 2 far below the rest, deeper than any
+    # of A's: on A's limits (A's deepest, 43.29% at a third, 14.43 x 1.5 + 1 -> 23) that one figure lies above.
+    a = cr.runs(8, 0)
+    b = [cr.row(cr.document("node", cr.TORCH_BF16), f"b{k:03d}-node-clean") for k in range(2)]
+    b.append(cr.row(cr.document("node", cr.TORCH_BF16, d2h_low={2: {4: 20.0, 9: 21.0}}), "b002-node-clean"))
+    for k, r in enumerate(b):
+        r["machine"]["host"] = "vm" if k else "named-b"
+    text = "".join(json.dumps(r) + "\n" for r in a) + "".join(
+        json.dumps(r).replace("GPU-c6fd56ed-d066-0df8-36f9-70bb02825b3", "GPU-00000000-0000-0000-0000-0000000000b")
+        + "\n"
+        for r in b
+    )
+    (tmp_path / "runs.jsonl").write_text(text)
+    table, out = tmp_path / "table.md", tmp_path / "table.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            str(tmp_path / "runs.jsonl"),
+            "--table",
+            str(table),
+            "--profile-dir",
+            str(profile_dir),
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    got = json.loads(out.read_text())[cr.MODEL]
+    assert got["machines"] == 2  # A, and B under two names
+    held = {(h["measure"], h["metric"]): h for h in got["held_out"]["figures"]}
+    drop = held[("sample_drop_pct", "pcie_d2h_gbps")]
+    assert drop["machines"] == 2 and drop["figures"] == 4 * 11 and drop["above"] == 1
+    assert drop["worst"][0] > 55 and drop["worst"][1] == 23.0
+    assert "b002-node-clean" in got["held_out"]["rounds_above"] and got["held_out"]["rounds"] == 11
+    md = table.read_text()
+    assert "on 2 machine(s)" in md and "Each machine against the limits the other machines give" in md
+    assert "| sample_drop_pct | pcie_d2h_gbps | 2 | 44 | 1 |" in md
+
+
 def test_the_table_refuses_what_it_cannot_read(tmp_path):
     bad = tmp_path / "runs.jsonl"
     bad.write_text('{"format": "other"}\nnot json\n')
