@@ -415,11 +415,12 @@ def held_out(rows: list[dict], generic: dict) -> dict:
                 t = out.setdefault((measure, metric), {"machines": 0, "figures": 0, "above": 0, "worst": None})
                 t["machines"] += 1
                 t["figures"] += len(figs)
-                above = [v for v, _ in figs if v > limit]
+                above = [(v, where) for v, where in figs if v > limit]
                 t["above"] += len(above)
-                rounds_above |= {where.split("/")[0] for v, where in figs if v > limit}
-                if above and (t["worst"] is None or max(above) - limit > t["worst"][0] - t["worst"][1]):
-                    t["worst"] = (max(above), limit)
+                rounds_above |= {where.split("/")[0] for _, where in above}
+                worst = max((v for v, _ in above), default=None)
+                if worst is not None and (t["worst"] is None or worst - limit > t["worst"][0] - t["worst"][1]):
+                    t["worst"] = (worst, limit)
     return {
         "figures": [{"measure": measure, "metric": metric, **t} for (measure, metric), t in sorted(out.items())],
         "rounds": len({r["round"] for r in clean}),
@@ -580,6 +581,7 @@ def main(argv=None) -> int:
         if model_of(r) != "cpu" or args.include_cpu:
             by_model_rows[model_of(r)].append(r)
     known = profiles.load_all(args.profile_dir)
+    generic = generic_limits(args.profile_dir)
     by_model = {}
     for model, mrows in sorted(by_model_rows.items()):
         profile = profiles.match(known, model)
@@ -589,8 +591,8 @@ def main(argv=None) -> int:
         }
         if args.limits and profile:
             args.limits.mkdir(parents=True, exist_ok=True)
-            model_files = [f for f in files if any(r["_file"] == f for r in mrows)]  # this model's runs alone
-            doc = limits_file(model, profile, measured, mrows, model_files, str(args.table))
+            mine = {r["_file"] for r in mrows}  # this model's runs alone
+            doc = limits_file(model, profile, measured, mrows, [f for f in files if f in mine], str(args.table))
             (args.limits / f"{profile}.yml").write_text(
                 "# Written by scripts/calibration_table.py from the calibration runs; see its table.\n"
                 + yaml.dump(doc, Dumper=_IndentedDumper, sort_keys=False, width=60)
@@ -613,7 +615,7 @@ def main(argv=None) -> int:
             disturbed=sum(condition(r) == "disturbed" for r in mrows),
             beside=sum(condition(r) == "beside" for r in mrows),
             machines=len(set(machines(mrows))),
-            held_out=held_out(mrows, generic_limits(args.profile_dir)),
+            held_out=held_out(mrows, generic),
             commits=sorted({(r.get("commit") or "?")[:8] for r in mrows}),
             wall_s={c: _median([r.get("wall_s") for r in mrows if condition(r) == c]) for c in ("clean", "disturbed")},
         )
