@@ -461,7 +461,7 @@ def limits_file(model: str, profile: str, measured: dict, rows: list[dict], file
     }
 
 
-def render(by_model: dict, files: list[str], problems: list[str], profile_dir: Path | None) -> str:
+def render(by_model: dict, files: list[str], problems: list[str], generic: dict) -> str:
     lines = [
         "# Calibration table",
         "",
@@ -476,7 +476,6 @@ def render(by_model: dict, files: list[str], problems: list[str], profile_dir: P
     ]
     if problems:
         lines += [f"Lines not read: {len(problems)} (" + "; ".join(problems[:5]) + ")", ""]
-    generic = generic_limits(profile_dir)
     for model, m in by_model.items():
         lines += [
             f"## {model}",
@@ -620,7 +619,7 @@ def main(argv=None) -> int:
             wall_s={c: _median([r.get("wall_s") for r in mrows if condition(r) == c]) for c in ("clean", "disturbed")},
         )
     args.table.parent.mkdir(parents=True, exist_ok=True)
-    args.table.write_text(render(by_model, files, problems, args.profile_dir))
+    args.table.write_text(render(by_model, files, problems, generic))
     if args.json:
         args.json.write_text(json.dumps(by_model, indent=1, default=str) + "\n")
     print(
