@@ -186,6 +186,15 @@ def worst(statuses: Iterable[str], default: str = PASS) -> str:
     return max(statuses, key=severity) if statuses else default
 
 
+def confirmed(res: dict) -> bool:
+    """Whether a warn or fail stands as the node's: a finding read from the node (a counter, a setting, an Xid) is;
+    a performance figure is only once measured again and still past its limit (trust `confirmed`). A figure
+    measured once (`clean`, nothing asked to confirm it), beside another process (`disturbed`) or never settled
+    (`inconclusive`) is not: what acts on a failure (drain, the remediation ladder) acts only on confirmed ones."""
+    trust = res.get("trust")
+    return trust is None or trust == CONFIRMED
+
+
 def verdict(results: Iterable[dict]) -> str:
     """A node passes acceptance only when nothing failed and nothing errored.
 
