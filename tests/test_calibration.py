@@ -20,6 +20,7 @@ from gpufleet import calibration, judge, profiles, report, schema
 from gpufleet.checks import benchmarks, replay
 from gpufleet.measure import foreign_processes, watched
 from gpufleet.fleet import compare
+from test_fleet_synthetic import measured_twice
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "calibration_table.py"
@@ -145,7 +146,9 @@ def test_a_healthy_node_with_one_low_pcie_sample_passes(profile_dir):
     ) in d2h["reason"]
     assert [j["verdict"] for j in d2h["detail"]["samples_judged"]] == ["isolated", "steady", "steady", "steady"]
     spread = results["fleet.sample_spread"]
-    assert spread["status"] == "warn" and "generic: this model is not calibrated" in spread["reason"]
+    # Only the controller compares spreads, on a figure the node measured once: inconclusive, not a warning.
+    assert spread["status"] == "info" and spread["trust"] == "inconclusive"
+    assert "generic: this model is not calibrated" in spread["reason"]
     # Calibrated from the healthy runs (the table's builder measures the same): nothing warns.
     table_dir = profile_dir / "calibration"
     subprocess.run(
@@ -352,11 +355,15 @@ def test_the_table_refuses_what_it_cannot_read(tmp_path):
 # ---------------------------------------------------------------- a GPU's own character, a node's stable facts
 
 
-def _run(reports: Path, run_id: str, docs: dict, started: str, **build) -> dict:
+def _run(reports: Path, run_id: str, docs: dict, started: str, twice: bool = False, **build) -> dict:
+    """A run reported; twice: each node measured its figures twice against the references the run handed it."""
     hosts = reports / run_id / "hosts"
     hosts.mkdir(parents=True)
+    docs = {host: dict(doc, host=host, started=started) for host, doc in docs.items()}
     for host, doc in docs.items():
-        (hosts / f"{host}.json").write_text(json.dumps(dict(doc, host=host, started=started)))
+        (hosts / f"{host}.json").write_text(json.dumps(doc))
+    if twice:
+        measured_twice(reports / run_id, docs)
     report.build(reports / run_id, **build)
     return json.loads((reports / run_id / "report.json").read_text())["nodes"]
 
@@ -376,9 +383,20 @@ def test_a_gpu_steadily_below_its_siblings_is_held_against_its_own_past(tmp_path
     )
     slipped = list(cr.TORCH_BF16)
     slipped[2] = 720.0  # usually 775.8, the best of the four
-    nodes = _run(reports, "r3", {"node": cr.document("node", slipped)}, "2026-11-23T10:00:00Z")
+    # Measured once (no record from the node's stage): inconclusive, nothing to act on yet.
+    shutil.copytree(reports, tmp_path / "once")
+    nodes = _run(tmp_path / "once", "r3", {"node": cr.document("node", slipped)}, "2026-11-23T10:00:00Z")
     gpu = {f"{r['group']}.{r['check']}": r for r in nodes["node"]["results"]}["fleet.gpu_vs_node"]
-    assert gpu["status"] == "warn" and gpu["remedy"] and "gpufleet history" in gpu["remedy"]
+    assert gpu["status"] == "info" and gpu["trust"] == "inconclusive" and "inconclusive: GPU 2" in gpu["reason"]
+    # The node's stage measured it twice against its own past, handed to it: the change stands.
+    nodes = _run(reports, "r3", {"node": cr.document("node", slipped)}, "2026-11-23T10:00:00Z", twice=True)
+    gpu = {f"{r['group']}.{r['check']}": r for r in nodes["node"]["results"]}["fleet.gpu_vs_node"]
+    assert (
+        gpu["status"] == "warn"
+        and gpu["trust"] == "confirmed"
+        and gpu["remedy"]
+        and "gpufleet history" in gpu["remedy"]
+    )
     assert (
         "bf16 matmul 720.0 TFLOPS is 3.6% below the node median 747.1; over its last 3 runs it was 2.2% above it: 5.9% "
         "lower, a change against its own past (threshold 5%)"

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from gpufleet import report, schema
-from gpufleet.fleet import metrics, peers, sdc
+from gpufleet.fleet import sdc
+from gpufleet.comparisons import metrics, peers
 
 from test_fleet_synthetic import gpus_of, node_doc, write_run
 from test_sdc import node_result

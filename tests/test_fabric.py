@@ -16,8 +16,9 @@ import pytest
 from gpufleet import profiles, schema
 from gpufleet.checks import host_hygiene
 from gpufleet.collect import counters, host
-from gpufleet.fleet import fabric_growth, metrics
-from gpufleet.fleet.thresholds import Thresholds, thresholds_for
+from gpufleet.fleet import fabric_growth
+from gpufleet.comparisons import metrics
+from gpufleet.comparisons.thresholds import Thresholds, thresholds_for
 
 from sysfs_tree import hgx, vm
 

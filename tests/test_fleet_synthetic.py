@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 from gpufleet import schema
-from gpufleet.fleet import metric_keys, metrics
+from gpufleet.comparisons import metric_keys, metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 READINGS = ROOT / "tests" / "data" / "readings"
@@ -339,6 +339,28 @@ def write_run(
     for host, doc in docs.items():
         (run_dir / "hosts" / f"{host}.json").write_text(json.dumps(doc))
     return run_dir
+
+
+def measured_twice(run_dir: Path, docs: dict[str, dict]) -> None:
+    """The run's documents as nodes' stages leave them when each measured every figure twice and found the same:
+    the run's references written as validate.yml writes them before the nodes' stage (fleet/references.py), each
+    node's figures held against its own by the node's comparisons (comparisons.node.Held), the figures past or near
+    a limit kept in detail.held with both measurements' states (comparisons/confirm.py)."""
+    from gpufleet.comparisons import metrics
+    from gpufleet.comparisons.confirm import RECORD, beyond
+    from gpufleet.comparisons.node import Held, read
+    from gpufleet.fleet import references
+    from gpufleet.fleet.store import Store
+
+    with Store(run_dir.parent / "gpufleet.db") as store:
+        references.write(run_dir, sorted(docs), store, None, references.choose_baseline(run_dir, store, None))
+    for host, doc in docs.items():
+        held = Held(read(run_dir, host), doc["profile"], metrics.inventory(doc["results"]), host)
+        bench = [r for r in doc["results"] if r.get("group") == "benchmark"]
+        record = {k: [st, st] for k, st in held(bench).items() if beyond(st) or st.get("near")}
+        for r in bench:
+            r["detail"][RECORD] = record
+        (run_dir / "hosts" / f"{host}.json").write_text(json.dumps(doc))
 
 
 # ---------------------------------------------------------------- the builders make what the recordings hold

@@ -5,7 +5,8 @@ What it does, on the controller, in the task's own worker:
     run 1 on the node (gpufleet.cluster.node_steps)   node_lock (take the node for this run), gpu_inventory,
                                                       gpu_health, host_hygiene, gpu_counters (before)
           [a lock held by a run of this controller that is gone is taken over, or waited for: NodeTake.take()]
-    run 2 on the node (gpufleet.cluster.node_steps)   benchmark, gpu_counters (after),
+    run 2 on the node (gpufleet.cluster.node_steps)   benchmark (handed RUN_DIR/references/<host>.json, what its
+                                                      figures are held against), gpu_counters (after),
                                                       node_lock released when no later play needs the node
     here                                              the node's host document built from the steps' results and
                                                       written to RUN_DIR/hosts/<host>.json; a summary returned
@@ -27,6 +28,7 @@ where the node is and how it fares so far.
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
 
@@ -52,23 +54,23 @@ REMEDY_UNREACHABLE = (
 ENGINE_SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
-def _engine_writer():
+def _engine(module, name):
+    """A name of the engine, from the installed engine or the collection's src/; None where neither imports."""
     try:
-        from gpufleet.fleet.document_writer import record
+        return getattr(importlib.import_module(module), name)
     except ImportError:
         pass
-    else:
-        return record
     sys.path.append(ENGINE_SRC)  # only where the engine is not installed
     try:
-        from gpufleet.fleet.document_writer import record
+        return getattr(importlib.import_module(module), name)
     except ImportError:  # the controller's Python lacks what the engine needs
         sys.path.remove(ENGINE_SRC)
         return None
-    return record
 
 
-write_host_document = _engine_writer()
+write_host_document = _engine("gpufleet.fleet.document_writer", "record")
+# What the node's figures are held against, written for the run before the nodes' stage (gpufleet references).
+read_references = _engine("gpufleet.comparisons.node", "read")
 
 ARGUMENT_SPEC = {
     "lock": {"type": "dict", "required": True, "options": TAKE_SPEC},
@@ -144,6 +146,10 @@ class ActionModule(NodeTake):
         stop_with_controller()
         self._lock_spec = dict((k, lock_args[k]) for k in ("path", "run_id", "holder"))
         bench = args["benchmark_args"]
+        # Its references go to the node with its benchmarks, which measure again a figure past one of them.
+        refs = read_references(args["run_dir"], host) if bench and read_references else None
+        if refs:
+            bench = dict(bench, references=refs)
         release = {
             "module": "node_lock",
             "name": "release",

@@ -49,6 +49,7 @@ def benchmark_argument_spec():
         master_addr=dict(type="str", default="127.0.0.1"),
         master_port=dict(type="int"),
         train_reference=dict(type="dict"),
+        references=dict(type="dict"),
         soak_duration_s=dict(type="int"),
         **node_env_argument_spec(),
     )
@@ -110,6 +111,8 @@ def bench_command(names, p, master_port=None):
         ]
     if name == "soak" and p["soak_duration_s"]:
         args += ["--duration-s", str(p["soak_duration_s"])]
+    if p["references"] and p["nnodes"] == 1:  # across nodes no node measures again alone
+        args += ["--references", json.dumps(p["references"], sort_keys=True)]
     if name == "train_gpt2" and p["nnodes"] > 1 and p["train_reference"]:
         args += ["--train-reference", json.dumps(train_reference(p["train_reference"]), sort_keys=True)]
     return args

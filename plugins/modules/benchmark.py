@@ -110,6 +110,13 @@ options:
       - Left out, or without a C(value) (that run failed), the C(train_scaling) result is an C(error) naming the
         missing figure.
     type: dict
+  references:
+    description:
+      - What this host's figures are held against, as C(gpufleet references) writes it for a run (its baseline
+        run's figures, its GPUs' place among their siblings in its earlier runs, the baseline run's fleet medians).
+        A figure past one of them is measured again on the host, so that a warning or a failure never rests on one
+        measurement. Used with O(nnodes=1) only.
+    type: dict
   soak_duration_s:
     description:
       - Seconds of sustained load for V(soak); left out, the engine's default. O(timeout_s) must leave room for it.

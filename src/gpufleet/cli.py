@@ -28,7 +28,7 @@ FAMILIES = {
     "gpufleet.report.cli": ("report",),
     "gpufleet.finetune.cli": ("finetune",),
     "gpufleet.views": ("status", "hw"),
-    "gpufleet.fleet.cli": ("record", "history", "baseline", "store", "versions", "slurm"),
+    "gpufleet.fleet.cli": ("record", "history", "baseline", "store", "versions", "slurm", "references"),
     "gpufleet.runner.cli": ("fleet",),
     "gpufleet.service.cli": ("slurm-sweep", "ladder", "evidence"),
     "gpufleet.node_stage": ("node-stage",),
@@ -54,7 +54,7 @@ COMMAND_GROUPS = {
     "one node, on the node": ("check", "bench", "counters", "status", "hw", "collect", "finetune"),
 }
 # The playbooks' and modules' own steps: they run as any command but are left out of --help.
-INTERNAL = ("run", "lock", "record", "node-stage")
+INTERNAL = ("run", "lock", "record", "references", "node-stage")
 HELP_COLUMNS = 100
 
 

@@ -53,7 +53,7 @@ def json_arg(text: str | None, what: str) -> dict:
     if val is None:
         return {}
     if not isinstance(val, dict):
-        raise InputError(f"{what} must be a JSON object of threshold -> value, got {type(val).__name__}")
+        raise InputError(f"{what} must be a JSON object, got {type(val).__name__}")
     return val
 
 

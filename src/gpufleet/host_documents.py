@@ -15,6 +15,7 @@ from gpufleet.checks import GROUPS, benchmarks, collectives, gpu_health, gpu_inv
 from gpufleet.checks import sdc as sdc_check
 from gpufleet.checks import soak as soak_check
 from gpufleet.checks.soak import remeasure as soak_remeasure
+from gpufleet.comparisons.node import Held
 from gpufleet.collect import counters, kernel_log, nvml
 from gpufleet.collect.host import read_boot_id, read_fabric
 from gpufleet.errors import InputError
@@ -146,13 +147,16 @@ def bench_host(
     nccl_options: dict | None = None,
     train_reference: dict | None = None,
     soak_options: dict | None = None,
+    references: dict | None = None,
 ) -> dict:
     """Run benchmarks on this host; one host document with group `benchmark`.
 
     measure.NodeSteps measures (`nccl_options`: torchrun's placement; `soak_options`: duration_s); each
     benchmark's judge of checks/ judges. Across nodes `train_reference` is this node's own single-node
     benchmark.train_gpt2 result from earlier in the run (status, value, reason, world_size): the cross-node
-    scaling efficiency is measured against its figure.
+    scaling efficiency is measured against its figure. `references` (comparisons/node.py): what the controller
+    holds this node's figures against (its baseline, its GPUs' past, the baseline's fleet), so that a figure past
+    one of them is measured again here before anything warns or fails.
     """
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:
@@ -169,7 +173,8 @@ def bench_host(
     started, t0 = schema.utc_now(), time.monotonic()
     host_has_ib = bool(((readings["host"].get("infiniband") or {}).get("ports")))
     gpus = visible_gpus(len(readings["nvml"].get("gpus") or []))
-    steps = NodeSteps(names, tier, gpus, profile, nccl_options=nccl_options, soak_options=soak_options)
+    hold = Held(references, profile, readings["nvml"].get("gpus") or [], host) if references else None
+    steps = NodeSteps(names, tier, gpus, profile, nccl_options=nccl_options, soak_options=soak_options, hold=hold)
     # Each benchmark's judge: those that need more than (output, profile) here; any other, the function of its
     # name in checks/benchmarks.py.
     judges = {

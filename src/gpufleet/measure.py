@@ -11,10 +11,11 @@ import time
 from typing import Callable
 
 from gpufleet import profiles, registry, schema
+from gpufleet.comparisons.confirm import RECORD, beyond
 from gpufleet.bench import matmul, nccl, sdc, soak
 from gpufleet.bench.monitor import sampled
 from gpufleet.bench.watch import describe, wait_quiet
-from gpufleet.schema import ERROR, FAIL, PASS, WARN, Result, result
+from gpufleet.schema import ERROR, FAIL, PASS, Result, result
 from gpufleet.train import gpt2
 
 # Results whose figure may be measured again to confirm it (detail.measure_again, checks.figures); the soak's
@@ -33,13 +34,54 @@ def _brief(res: dict) -> dict:
     return {k: res.get(k) for k in ("check", "status", "value", "unit", "reason")}
 
 
-def _again(res: list[dict]) -> list[tuple[str, str]]:
-    """(check, why) of the results that ask to be measured again."""
-    return [
-        (r["check"], r["detail"]["measure_again"])
-        for r in res
-        if r["check"] in CONFIRMED_CHECKS and (r.get("detail") or {}).get("measure_again")
-    ]
+def _figure(r: dict) -> bool:
+    """A confirmed check's result with a figure held against a limit (a warning that no limit is set is no figure
+    past one): what a measurement again can confirm or clear."""
+    limited = (r.get("threshold") or {}).get("value") is not None or (r.get("detail") or {}).get("measure_again")
+    return (
+        r["check"] in CONFIRMED_CHECKS
+        and r["status"] not in (schema.SKIP, ERROR)
+        and r.get("value") is not None
+        and bool(limited)
+    )
+
+
+def _state(r: dict) -> dict:
+    st = {"status": r["status"]}
+    if (r.get("detail") or {}).get("measure_again"):
+        st["near"] = True  # its samples fell, or its interval reaches across its limit
+    return st
+
+
+def _asks(res: list[dict], history: list[dict]) -> tuple[list[tuple[str, str]], bool]:
+    """(what asks to be measured again and why, whether any figure is past a limit for the first time): by
+    comparisons.confirm's rule, a figure past a limit is measured again until it is past it twice in a row or clear
+    of it, one near a limit while the budget lasts. history: one entry a measurement not disturbed."""
+    now, before = history[-1], history[-2] if len(history) > 1 else {"results": {}, "held": {}}
+    asks, first = [], False
+    by_check = {r["check"]: r for r in res}
+    for kind in ("results", "held"):
+        for what, st in now[kind].items():
+            if beyond(st) and beyond(before[kind].get(what)):
+                continue  # past its limit twice in a row: confirmed
+            new_past = beyond(st)
+            if not (new_past or st.get("near")):
+                continue
+            first = first or new_past
+            if kind == "results":
+                r = by_check[what]
+                why = (r.get("detail") or {}).get("measure_again") or f"past its limit: {r.get('reason')}"
+            else:
+                why = f"{'past' if new_past else 'near'} its limit: {st['below_pct']:g}% below its reference"
+            asks.append((what, why))
+    return asks, first
+
+
+def _record(history: list[dict]) -> dict:
+    """{key: [its state in each measurement]} of the comparisons that were past or near a limit in any of them:
+    what the controller judges them by (comparisons.confirm.settle)."""
+    keys = [k for h in history for k, st in h["held"].items() if beyond(st) or st.get("near")]
+    return {k: [h["held"].get(k, {"status": "not measured"}) for h in history] for k in dict.fromkeys(keys)}
 
 
 def watched(
@@ -54,6 +96,7 @@ def watched(
     not_again: str | None = None,
     again=None,
     combine=None,
+    hold=None,
 ) -> list[dict]:
     """Measure a step (run() -> output, judge(output, profile) -> results) until its figures can be trusted.
 
@@ -63,10 +106,14 @@ def watched(
       step is never measured again (too long, or every node of a run across nodes would have to): disturbed
       once, its results are that error. `again(first output)` measures a disturbed step again (default run():
       the soak measures only its disturbed windows), and `combine(first output, again's)` is what is judged then.
-    - A CONFIRMED_CHECKS result that asks for it (detail.measure_again: its samples fell, or its 95% interval
-      reaches across its limit) is measured again, at most confirm_remeasure_max times and while the next
-      measurement fits in confirm_budget_s, and judged on the last: trust `confirmed` once it is clear,
-      `inconclusive` when it still asks. A figure clear the first time is measured once.
+    - By comparisons.confirm's rule: a figure past a limit for the first time (a CONFIRMED_CHECKS result that
+      warns or fails, or one of hold(results)'s comparisons: {key: state} of its figures against their siblings,
+      past and baseline) is measured again, whatever the budget; one near a limit (detail.measure_again: its
+      samples fell or its 95% interval reaches across its limit; a comparison's `near`) while the next
+      measurement fits in confirm_budget_s; at most confirm_remeasure_max times. The last measurement is judged:
+      a figure past its limit in the last two stands (trust `confirmed`), past it in the last only is
+      `inconclusive` (info: no verdict on one measurement), clear of it passes. A figure clear the first time is
+      measured once. The comparisons' states go to detail.held (_record) for the controller's judgement.
     - Otherwise trust `clean`; a result without a figure (skip, error, or no value) gets no trust. Every
       attempt, every process seen and the seconds of each go into detail.attempts; `log` gets each attempt's
       sightings and what it was for (first, disturbed, confirm), for the step's foreign_processes result and the
@@ -79,6 +126,7 @@ def watched(
     budget_s = profiles.value(profile, "confirm_budget_s")
     attempts: list[dict] = []
     first_clean: dict | None = None  # check -> result of the clean measurement a confirmation follows
+    history: list[dict] = []  # each measurement not disturbed: its figures' states (_asks)
     disturbed = confirmations = 0
     confirm_s = 0.0
     purpose, measure, first_out = FIRST, run, None
@@ -135,9 +183,15 @@ def watched(
                 measure = lambda: again(first_out)  # noqa: E731
             purpose = DISTURBED_AGAIN
             continue
-        doubtful = _again(res)
+        history.append(
+            {
+                "results": {r["check"]: _state(r) for r in res if _figure(r)},
+                "held": hold(res) if hold and confirm_max else {},
+            }
+        )
+        doubtful, first_past = _asks(res, history) if confirm_max else ([], False)
         fits = budget_s is None or (budget_s > 0 and confirm_s + seconds <= budget_s)
-        if doubtful and confirmations < confirm_max and fits:
+        if doubtful and confirmations < confirm_max and (fits or first_past):
             confirmations += 1
             first_clean = first_clean or {r["check"]: r for r in res}
             attempt["confirm"] = [check for check, _ in doubtful]
@@ -152,7 +206,11 @@ def watched(
                 f"({confirm_s:g} s spent)"
             )
         break
-    return [_trust(r, (first_clean or {}).get(r["check"]), attempts, confirm_s) for r in res]
+    record = _record(history)
+    return [
+        _trust(r, (first_clean or {}).get(r["check"]), attempts, confirm_s, history, record, confirm_max > 0)
+        for r in res
+    ]
 
 
 def _disturbed(res: Result, foreign: list, epoch: float | None, why: str, attempts: list, profile: dict) -> Result:
@@ -182,49 +240,74 @@ def _disturbed(res: Result, foreign: list, epoch: float | None, why: str, attemp
     )
 
 
-def _trust(res: Result, first: dict | None, attempts: list, confirm_s: float) -> Result:
-    """How far the figure can be trusted, said in `trust` and in the reason; every measurement kept."""
-    detail = {**res["detail"], "attempts": attempts}
+def _trust(
+    res: Result,
+    first: dict | None,
+    attempts: list,
+    confirm_s: float,
+    history: list[dict],
+    record: dict,
+    confirming: bool,
+) -> Result:
+    """How far the figure can be trusted, said in `trust` and in the reason (comparisons.confirm's rule); every
+    measurement kept, and the record of the step's comparisons (detail.held)."""
+    detail = {**res["detail"], "attempts": attempts, **({RECORD: record} if record else {})}
     if res["status"] in (schema.SKIP, ERROR) or res.get("value") is None:
         return res.replace(detail=detail)  # trust describes a figure: a result without one has none to describe
-    still = detail.get("measure_again")
-    if first is None and not still:
+    states = [h["results"][res["check"]] for h in history if res["check"] in h["results"]]
+    if not states:  # a check measured again for no figure of its own
+        return res.replace(detail=detail, trust=schema.CONFIRMED if first else schema.CLEAN)
+    n = len(states)
+    stopped = attempts[-1].get("confirm_stopped") or "no more measurement"
+    if n == 1:
+        if beyond(states[0]) and confirming:
+            return _unconfirmed(res, detail, stopped)
+        if states[0].get("near"):
+            return res.replace(
+                detail=detail,
+                trust=schema.INCONCLUSIVE,
+                reason=f"{res['reason']}; still {res['detail'].get('measure_again')} ({stopped})",
+            )
         return res.replace(detail=detail, trust=schema.CLEAN)
     detail["confirmation_s"] = confirm_s
-    n = sum(1 for a in attempts if a.get("purpose") != DISTURBED_AGAIN)
     was = (
-        f"{first.get('value')}, then {res.get('value')} {res.get('unit') or ''}".rstrip()
-        if first
-        else f"{res.get('value')}"
+        f"{first.get('value')}, then {res.get('value')} {res.get('unit') or ''}".rstrip() if first else res.get("value")
     )
-    asked = (first or res)["detail"].get("measure_again")
-    if still:
-        stopped = attempts[-1].get("confirm_stopped") or "no more measurement"
-        return res.replace(
-            detail=detail,
-            status=WARN if res["status"] == PASS else res["status"],
-            trust=schema.INCONCLUSIVE,
-            reason=f"inconclusive: {res['reason']}; measured {n} times (first {was}; {confirm_s:g} s more), "
-            f"still {still} ({stopped})",
-            remedy=res.get("remedy")
-            or (
-                "run the node's benchmarks again on an idle node; a figure that stays "
-                "this close to its limit is the node's: set the limit from the model's "
-                "calibration (docs/calibration.md)"
-            ),
-        )
-    if res["status"] in (WARN, FAIL):
+    asked = (first or {}).get("detail", {}).get("measure_again") or "the first measurement was past its limit"
+    if beyond(states[-1]) and beyond(states[-2]):
         return res.replace(
             detail=detail,
             trust=schema.CONFIRMED,
-            reason=f"confirmed: {res['reason']}; measured {n} times (first {was}; {confirm_s:g} s more, "
-            f"because {asked})",
+            reason=f"confirmed: {res['reason']}; measured {n} times (first {was}; {confirm_s:g} s more, because "
+            f"{asked})",
         )
+    if beyond(states[-1]):
+        return _unconfirmed(res, detail, f"measured {n} times (first {was}; {confirm_s:g} s more; {stopped})")
+    if states[-1].get("near"):
+        return res.replace(
+            detail=detail,
+            trust=schema.INCONCLUSIVE,
+            reason=f"{res['reason']}; measured {n} times (first {was}; {confirm_s:g} s more), still "
+            f"{res['detail'].get('measure_again')} ({stopped})",
+        )
+    first_said = first["reason"] if first else asked
     return res.replace(
         detail=detail,
         trust=schema.CONFIRMED,
         reason=f"{res['reason']}; passed on confirmation (first {was}; {confirm_s:g} s more; the first "
-        f"measurement said: {first['reason']})",
+        f"measurement said: {first_said})",
+    )
+
+
+def _unconfirmed(res: Result, detail: dict, how: str) -> Result:
+    """A figure past its limit in its last measurement only: inconclusive, which changes no verdict."""
+    return res.replace(
+        detail={**detail, "would_be": res["status"]},
+        status=schema.INFO,
+        trust=schema.INCONCLUSIVE,
+        reason=f"inconclusive: {res['reason']}; past its limit in the last measurement only ({how})",
+        remedy="run the node's benchmarks again on an idle node (validate.yml --limit NODE): a figure past its "
+        "limit in two measurements in a row is the node's",
     )
 
 
@@ -314,7 +397,8 @@ class NodeSteps:
     and its judge given by the caller; a watched one measured again when disturbed (watched()).
 
     `nccl_options` places nccl and train_gpt2 under torchrun (nnodes, node_rank, master, timeouts); `soak_options`
-    go to bench.soak.run (duration_s).
+    go to bench.soak.run (duration_s); `hold(results) -> {key: state}` holds a step's figures against the
+    references the stage was handed (comparisons.node.Held), so that one past a limit is measured again.
     """
 
     def __init__(
@@ -326,8 +410,11 @@ class NodeSteps:
         *,
         nccl_options: dict | None = None,
         soak_options: dict | None = None,
+        hold=None,
     ):
         self.names, self.tier, self.gpus, self.profile = names, tier, gpus, profile
+        # comparisons.node.Held: the step's figures against the references the stage was handed
+        self.hold = hold
         self.nccl_options, self.soak_options = nccl_options or {}, soak_options or {}
         # torchrun placement and limits, shared by the NCCL benchmark and the training gate.
         self.multi = {
@@ -401,9 +488,12 @@ class NodeSteps:
             self.profile,
             log=self.log,
             not_again=not_again,
-            confirm=any(c.confirmed for c in bench.checks),
+            # Across nodes a figure cannot be measured again alone either: the controller judges it (inconclusive
+            # past a limit, comparisons.confirm).
+            confirm=any(c.confirmed for c in bench.checks) and not not_again,
             again=again,
             combine=combine if again else None,
+            hold=self.hold,
         )
 
     def processes(self) -> list:

@@ -79,6 +79,7 @@ def cmd_bench(args) -> int:
         nccl_options=nccl_options,
         train_reference=json_arg(args.train_reference, "--train-reference"),
         soak_options={"duration_s": args.duration_s},
+        references=json_arg(args.references, "--references") or None,
     )
     print_doc(doc, args.json)
     return results_exit(doc["results"], args.exit_zero)
@@ -171,6 +172,11 @@ def add_parsers(sub) -> None:
         "(status, value, reason, world_size), for the scaling efficiency",
     )
     b.add_argument("--duration-s", type=float, default=600, help="soak: seconds of sustained load on every GPU")
+    b.add_argument(
+        "--references",
+        help="JSON of what this node's figures are held against (its baseline run's figures, its GPUs' past, the "
+        "baseline's fleet medians; the controller's fleet/references.py): a figure past one is measured again",
+    )
     add_document_arguments(b)
     b.set_defaults(func=cmd_bench)
 

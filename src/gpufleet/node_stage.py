@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from gpufleet import collect, guard, host_documents, lock, paths, registry, schema
+from gpufleet.comparisons import node as node_references
 from gpufleet.checks import GROUPS
 from gpufleet.command_line import json_arg
 from gpufleet.errors import InputError
@@ -114,7 +115,13 @@ def run(
         doc = dict(checks, results=doc["results"] + checks["results"] + before["results"])
         paths.write_atomic(path, json.dumps(doc, indent=1, sort_keys=True, default=str) + "\n")
         if names:
-            bench = host_documents.bench_host(names, tier=benchmark_tier or bench_tier, host=host, **profile)
+            bench = host_documents.bench_host(
+                names,
+                tier=benchmark_tier or bench_tier,
+                host=host,
+                references=node_references.read(run_dir, host),
+                **profile,
+            )
             after = host_documents.counters_host("after", readings if readings_file else None, host=host, **profile)
             doc["results"] += bench["results"] + after["results"]
         doc["seconds"] = round(time.monotonic() - t0, 4)

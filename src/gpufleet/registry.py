@@ -3,7 +3,11 @@
 - A check: its name, the group its results carry, the class of its warn and fail (failure_class.py says what
   each class means), the profile keys it judges against (files/profiles/generic.yml declares each), and, for the
   checks of a check group, the function that makes it (default: the check's name in `checks/<group>.py`;
-  `file.function` in a group split into one file per concern, `checks/<group>/<file>.py`).
+  `file.function` in a group split into one file per concern, `checks/<group>/<file>.py`). A check whose
+  figure is held against something declares what (`against`), where it is judged (`where`: on the node, or on
+  the controller, which alone sees the run's other nodes) and how a figure past a limit is confirmed before it
+  warns or fails (`confirm`, comparisons/confirm.py: measured again on the node; or, seen only where nobody can
+  measure it again, inconclusive). A reading (a counter, a setting, an Xid) stands as read: no `confirm`.
 - A check group (`gpufleet check --group G`, and the gpufleet.cluster module of the same name on the node).
 - A benchmark (`gpufleet bench NAME`, the `benchmark` module's choices): the checks of its results, the run tiers
   (gpufleet_tier) it runs in, whether gpufleet_benchmarks may name it and does by default, whether it runs across
@@ -25,6 +29,20 @@ HARDWARE, ENVIRONMENT, CONFIGURATION, SOFTWARE = "hardware", "environment", "con
 CLASSES = (HARDWARE, ENVIRONMENT, CONFIGURATION, SOFTWARE)
 
 
+# What a figure is held against (Check.against).
+LIMIT = "limit"  # a profile's minimum (or maximum) for the model
+SAMPLES = "samples"  # its own timed samples: how many fell, how far, and what the sampler saw then (judge.samples)
+SIBLINGS = "siblings"  # the node's other GPUs in the same run (or its other GPU pairs)
+OWN_PAST = "own_past"  # the GPU's own place among its siblings in its earlier runs
+BASELINE = "baseline"  # the baseline run's figure for this node or GPU
+BASELINE_FLEET = "baseline_fleet"  # the baseline run's median over its nodes
+FLEET = "fleet"  # this run's median over its nodes
+# Where it is judged (Check.where), and how a figure past a limit is confirmed (Check.confirm).
+NODE, CONTROLLER = "node", "controller"
+MEASURED_AGAIN = "measured_again"  # on the node, in its stage, until clear of the limit or confirmed past it
+INCONCLUSIVE = "inconclusive"  # nobody can measure it again: past a limit once, it is inconclusive, not a warn or fail
+
+
 @dataclass(frozen=True)
 class Check:
     name: str
@@ -33,7 +51,14 @@ class Check:
     # A check group's check: its function in checks/<group>.py when not `name`; in a group split by concern
     # (checks/<group>/<file>.py), `file.function`.
     function: str | None = None
-    confirmed: bool = False  # a benchmark's figure measured again while it asks to be confirmed (checks/figures.py)
+    against: tuple[str, ...] = ()  # what its figure is held against (LIMIT, SIBLINGS, ...); () for a reading
+    where: str = NODE
+    confirm: str | None = None  # MEASURED_AGAIN or INCONCLUSIVE; None: a reading, which stands as read
+
+    @property
+    def confirmed(self) -> bool:
+        """A figure measured again on the node while it is past or near a limit (measure.watched)."""
+        return self.confirm == MEASURED_AGAIN
 
 
 @dataclass(frozen=True)
@@ -142,6 +167,8 @@ RUN_TIERS = ("smoke", "acceptance", "soak")
 
 # A quick benchmark figure judged from its samples, and measured again while close to its limit (checks/figures.py).
 SAMPLED = ("sample_drop_pct_max", "sample_drops_allowed", "confirm_band_pct")
+AGAIN = {"where": NODE, "confirm": MEASURED_AGAIN}
+SAMPLED_FIGURE = {"against": (LIMIT, SAMPLES), **AGAIN}
 
 BENCHMARKS = (
     Benchmark(
@@ -150,7 +177,10 @@ BENCHMARKS = (
         default=True,
         checks=(
             Check(
-                "matmul_bf16", HARDWARE, ("matmul_bf16_tflops_min", "matmul_spread_pct_max") + SAMPLED, confirmed=True
+                "matmul_bf16",
+                HARDWARE,
+                ("matmul_bf16_tflops_min", "matmul_spread_pct_max") + SAMPLED,
+                **SAMPLED_FIGURE,
             ),
         ),
     ),
@@ -160,9 +190,9 @@ BENCHMARKS = (
         default=True,
         checks=(
             Check("memory_bandwidth", HARDWARE),
-            Check("hbm_bandwidth", HARDWARE, ("hbm_copy_gbps_min",) + SAMPLED, confirmed=True),
-            Check("pcie_h2d_bandwidth", HARDWARE, ("pcie_h2d_gbps_min",) + SAMPLED, confirmed=True),
-            Check("pcie_d2h_bandwidth", HARDWARE, ("pcie_d2h_gbps_min",) + SAMPLED, confirmed=True),
+            Check("hbm_bandwidth", HARDWARE, ("hbm_copy_gbps_min",) + SAMPLED, **SAMPLED_FIGURE),
+            Check("pcie_h2d_bandwidth", HARDWARE, ("pcie_h2d_gbps_min",) + SAMPLED, **SAMPLED_FIGURE),
+            Check("pcie_d2h_bandwidth", HARDWARE, ("pcie_d2h_gbps_min",) + SAMPLED, **SAMPLED_FIGURE),
         ),
     ),
     Benchmark(
@@ -172,9 +202,9 @@ BENCHMARKS = (
         multinode=True,
         checks=(
             Check("nccl", SOFTWARE),
-            Check("nccl_sendrecv", HARDWARE, ("nccl_sendrecv_pair_ratio_min",)),
+            Check("nccl_sendrecv", HARDWARE, ("nccl_sendrecv_pair_ratio_min",), against=(SIBLINGS,), **AGAIN),
             Check("nccl_transport", CONFIGURATION),
-            Check("nccl_all_reduce", HARDWARE, ("nccl_allreduce_busbw_gbps_min",)),
+            Check("nccl_all_reduce", HARDWARE, ("nccl_allreduce_busbw_gbps_min",), against=(LIMIT,), **AGAIN),
             Check("nccl_all_gather", HARDWARE),
             Check("nccl_reduce_scatter", HARDWARE),
             Check("nccl_all_to_all", HARDWARE),
@@ -192,8 +222,14 @@ BENCHMARKS = (
         run_tiers=("acceptance",),
         multinode=True,
         checks=(
-            Check("train_gpt2", SOFTWARE, ("train_gpt2_tokens_per_s_per_gpu_min", "bf16_dense_peak_tflops")),
-            Check("train_scaling", HARDWARE, ("train_scaling_efficiency_min",)),
+            Check(
+                "train_gpt2",
+                SOFTWARE,
+                ("train_gpt2_tokens_per_s_per_gpu_min", "bf16_dense_peak_tflops"),
+                against=(LIMIT,),
+                **AGAIN,
+            ),
+            Check("train_scaling", HARDWARE, ("train_scaling_efficiency_min",), against=(LIMIT,), **AGAIN),
         ),
     ),
     Benchmark(
@@ -210,6 +246,8 @@ BENCHMARKS = (
 )
 
 # ------------------------------------------------------------------------------------------------- the other groups
+
+ONLY_THE_CONTROLLER = {"where": CONTROLLER, "confirm": INCONCLUSIVE}
 
 # Results made outside the check groups and the benchmarks: each group's checks, in the order they come.
 OTHER_GROUPS = (
@@ -240,17 +278,43 @@ OTHER_GROUPS = (
     Group(
         "fleet",
         checks=(
-            Check("gpu_vs_node", HARDWARE, ("fleet_gpu_below_node_warn_pct", "fleet_gpu_below_node_fail_pct")),
+            Check(
+                "gpu_vs_node",
+                HARDWARE,
+                ("fleet_gpu_below_node_warn_pct", "fleet_gpu_below_node_fail_pct", "fleet_below_baseline_warn_pct"),
+                against=(SIBLINGS, OWN_PAST),
+                **AGAIN,
+            ),
             Check(
                 "node_vs_fleet",
                 HARDWARE,
                 ("fleet_node_below_fleet_warn_pct", "fleet_node_below_fleet_fail_pct", "fleet_min_nodes"),
+                against=(FLEET,),
+                **ONLY_THE_CONTROLLER,
             ),
-            Check("node_vs_baseline", HARDWARE, ("fleet_below_baseline_warn_pct", "fleet_below_baseline_fail_pct")),
             Check(
-                "node_vs_baseline_fleet", HARDWARE, ("fleet_below_baseline_warn_pct", "fleet_below_baseline_fail_pct")
+                "node_vs_baseline",
+                HARDWARE,
+                ("fleet_below_baseline_warn_pct", "fleet_below_baseline_fail_pct"),
+                against=(BASELINE,),
+                **AGAIN,
             ),
-            Check("sample_spread", ENVIRONMENT, ("fleet_sample_spread_pct_floor", "fleet_sample_spread_ratio_max")),
+            Check(
+                "node_vs_baseline_fleet",
+                HARDWARE,
+                ("fleet_below_baseline_warn_pct", "fleet_below_baseline_fail_pct"),
+                against=(BASELINE_FLEET,),
+                **AGAIN,
+            ),
+            # A GPU's samples spread far more than its siblings': the node's own samples judgement (judge.samples,
+            # SAMPLES above) measures such a figure again; here only the controller compares the spreads.
+            Check(
+                "sample_spread",
+                ENVIRONMENT,
+                ("fleet_sample_spread_pct_floor", "fleet_sample_spread_ratio_max"),
+                against=(SIBLINGS,),
+                **ONLY_THE_CONTROLLER,
+            ),
             Check(
                 "counters_during_run",
                 HARDWARE,
@@ -350,6 +414,12 @@ def tier_benchmarks(run_tier: str) -> tuple[str, ...]:
 def watched_checks() -> tuple[Check, ...]:
     """`<step>_processes` of every watched benchmark: what else ran on its GPUs while it measured."""
     return tuple(Check(f"{b.name}_processes", ENVIRONMENT) for b in BENCHMARKS if b.watched)
+
+
+def comparison_checks(where: str | None = None) -> tuple[Check, ...]:
+    """The checks of group fleet that hold a figure against something (`against`), those judged `where`."""
+    fleet = next(g for g in OTHER_GROUPS if g.name == "fleet")
+    return tuple(c for c in fleet.checks if c.against and (where is None or c.where == where))
 
 
 def failure_classes() -> dict[str, str]:

@@ -7,6 +7,7 @@
     gpufleet versions RUN_DIR [--hosts H1,H2,...] [--peers P1,...] [--json]   the software and firmware table of the run's nodes
     gpufleet slurm RUN_DIR --action none|drain|drain_resume [--max-drain N|N%] [--check]   the verdict in Slurm
     gpufleet slurm RUN_DIR --take-over HOST ... [--check]   nodes under acceptance drained by gpufleet first
+    gpufleet references RUN_DIR --host H ... [--db PATH] [--baseline RUN_ID]   what each node's figures are held against
 
 Default store: <run_dir>/../gpufleet.db for record; <reports-dir>/gpufleet.db (reports-dir default ./reports)
 for the others.
@@ -24,7 +25,7 @@ from pathlib import Path
 from gpufleet import paths, runs, schema, slurm
 from gpufleet.command_line import json_arg
 from gpufleet.errors import InputError
-from gpufleet.fleet import versions
+from gpufleet.fleet import references, versions
 from gpufleet.fleet import slurm as fleet_slurm
 from gpufleet.fleet.document_writer import FOLDERS, record
 from gpufleet.fleet.history_text import history_text
@@ -294,8 +295,17 @@ def cmd_slurm(args) -> int:
     return 0 if record["ok"] else 1
 
 
+# ---------------------------------------------------------------- references
+
+
+def cmd_references(args) -> int:
+    done = references.write_for_run(Path(args.run_dir), args.host, Path(args.db) if args.db else None, args.baseline)
+    print(json.dumps(done, sort_keys=True))
+    return 0
+
+
 def add_parsers(sub) -> None:
-    """Register record, history, baseline, store, versions and slurm on the engine's subcommands."""
+    """Register record, history, baseline, store, versions, slurm and references on the engine's subcommands."""
     r = sub.add_parser(
         "record", help="on the controller: add a host document (stdin) to RUN_DIR/hosts/HOST.json and the store"
     )
@@ -394,3 +404,14 @@ def add_parsers(sub) -> None:
     )
     sl.add_argument("--json", action="store_true", help="print the record as JSON")
     sl.set_defaults(func=cmd_slurm)
+
+    rf = sub.add_parser(
+        "references",
+        help="before the nodes' stage: RUN_DIR/references/HOST.json, what each node's figures are held against "
+        "(its baseline figures, its GPUs' past, the baseline's fleet medians), so that it measures again one past them",
+    )
+    rf.add_argument("run_dir", help="the run's folder (<reports_dir>/<run_id>)")
+    rf.add_argument("--host", action="append", required=True, help="a node of the run (repeatable)")
+    rf.add_argument("--db", help="the store (default: RUN_DIR/../gpufleet.db)")
+    rf.add_argument("--baseline", help="the baseline run (default: run.json's, else the store's)")
+    rf.set_defaults(func=cmd_references)

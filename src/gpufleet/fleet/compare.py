@@ -1,7 +1,7 @@
 """The fleet layer's judgement: results of group `fleet`, per node, in the one result schema.
 
     gpu_vs_node                  each GPU against its node's median, per metric, and against its own place among
-                                 its siblings in earlier runs (fleet/character.py)
+                                 its siblings in earlier runs (comparisons/character.py)
     node_vs_fleet                each node against this run's fleet median (3 nodes or more: fleet_min_nodes)
     node_vs_baseline             the node and each GPU (by uuid) against the baseline run's figure for them
     node_vs_baseline_fleet       the node against the baseline run's fleet median
@@ -18,6 +18,14 @@
     sdc                          the node's SDC hashes against the fleet's for the same model and versions (fleet/sdc.py)
     versions                     a node whose software or firmware differs from the run's majority or the baseline
                                  run's (fleet/versions.py); a difference in NCCL or its net plugin fails
+
+The comparisons of a node's figures (the first five) are made with gpufleet.comparisons' functions, which the
+node's stage also made while it measured them, against the references handed to it (fleet/references.py): a
+figure past a limit there was measured again. Here each comparison row past its limit stands only where the node's
+record (detail.held) shows it past the limit in its last two measurements; otherwise it is `inconclusive`
+(comparisons/confirm.py), as is every row of a figure no node could measure again alone (across nodes, or against
+this run's fleet, which the node does not see while it measures): a warn or a fail never rests on one measurement.
+registry.py declares, per check, what it holds a figure against, where, and how it is confirmed.
 
 Comparisons are robust: the reference is a median, and each figure's robust z-score, 0.6745 * (x - median) /
 MAD, is reported where the MAD is above zero, so one bad GPU or node does not move the reference. Two GPUs have
@@ -41,17 +49,31 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpufleet.fleet import metrics, sdc, versions
-from gpufleet.fleet.baseline import baseline_index, baseline_medians, node_vs_baseline, node_vs_baseline_fleet
-from gpufleet.fleet.character import past_deviations
+from gpufleet.fleet import sdc, versions
+
+from gpufleet import registry
+from gpufleet.comparisons import confirm, metric_keys, metrics
+from gpufleet.comparisons.baseline import baseline_index, baseline_medians, node_vs_baseline, node_vs_baseline_fleet
+from gpufleet.comparisons.character import past_deviations
 from gpufleet.fleet.counter_growth import counters_during_run, counters_since_previous_run
 from gpufleet.fleet.fabric_growth import fabric_during_run, fabric_since_previous_run
 from gpufleet.fleet.facts import baseline_facts, settle
 from gpufleet.fleet.fabric_peers import fabric_layouts, ib_ports_vs_fleet, rails_vs_fleet
-from gpufleet.fleet.findings import fleet_result
-from gpufleet.fleet.peers import fleet_groups, fleet_stats, gpu_vs_node, node_vs_fleet, sample_spread
+from gpufleet.comparisons.findings import fleet_result
+from gpufleet.comparisons.peers import fleet_groups, fleet_stats, gpu_vs_node, node_vs_fleet, sample_spread
 from gpufleet.fleet.returning import returning_gpu
-from gpufleet.fleet.thresholds import BASE_FAIL, BASE_WARN, Thresholds, thresholds_for
+from gpufleet.comparisons.thresholds import (
+    KEYS as COMPARISON_KEYS,
+    BASE_FAIL,
+    BASE_WARN,
+    CONFIRM_MAX,
+    FABRIC_SHARE,
+    MIN_WINDOW,
+    Thresholds,
+    thresholds_for,
+)
+from gpufleet.fleet.counter_table import COUNTERS, FABRIC_COUNTERS
+from gpufleet.fleet.references import baseline_rows
 from gpufleet.fleet.report_rows import view_rows
 from gpufleet.schema import SKIP
 
@@ -81,26 +103,13 @@ def evaluate(
         host: extracted[host] if host in extracted else metrics.extract(n["results"]) for host, n in nodes.items()
     }
     sdc_rows = {host: sdc.hash_rows(n["results"]) for host, n in nodes.items()}
-    thresholds_by_host = {host: Thresholds(thresholds_for(n.get("profile"))) for host, n in nodes.items()}
+    thresholds_by_host = {host: Thresholds(thresholds_for(n.get("profile"), KEYS_READ)) for host, n in nodes.items()}
     groups = fleet_groups(metrics_by_host)
     layouts = fabric_layouts(nodes)
     stats = fleet_stats(groups)
     sdc_votes: dict = {}  # (comparable keys, computation) -> votes, counted once for the run
     base_id = (baseline or {}).get("run_id")
-    base_rows: list[dict] = []
-    base_note = None
-    if store is None:
-        base_note = f"no baseline to compare with: {store_note or 'no store'}"
-    elif not base_id:
-        base_note = "no baseline run set (gpufleet baseline set RUN_ID, or gpufleet_baseline for validate.yml)"
-    elif base_id == run_id:
-        base_note = f"this run ({run_id}) is the baseline"
-    elif not store.run(base_id):
-        base_note = f"baseline run {base_id} is not in the store {store.path}"
-    else:
-        base_rows = store.run_metrics(base_id)
-        if not base_rows:
-            base_note = f"baseline run {base_id} has no benchmark figures in the store"
+    base_rows, base_note = baseline_rows(store, store_note, base_id, run_id)
     medians = baseline_medians(base_rows)
     past = past_deviations(store, metrics_by_host, run_id)  # each GPU's place among its siblings in earlier runs
     base_index = baseline_index(base_rows)
@@ -144,17 +153,18 @@ def evaluate(
             if version_res:
                 out["results"][host] = version_res
             continue  # nothing else the fleet layer reads (a host that never got to its checks)
+        settle_row = settler(nodes[host]["results"], thresholds)
         res = [
-            gpu_vs_node(host, node_metrics, thresholds, past),
-            node_vs_fleet(host, node_metrics, groups, thresholds, stats),
+            gpu_vs_node(host, node_metrics, thresholds, past, settle_row),
+            node_vs_fleet(host, node_metrics, groups, thresholds, stats, settle_row),
         ]
         if base_note:
             for check in ("node_vs_baseline", "node_vs_baseline_fleet"):
                 res.append(fleet_result(check, SKIP, base_note, threshold=thresholds.pair(BASE_WARN, BASE_FAIL)))
         else:
-            res.append(node_vs_baseline(host, node_metrics, base_rows, base_id, thresholds, base_index))
-            res.append(node_vs_baseline_fleet(host, node_metrics, medians, base_id, thresholds))
-        res.append(sample_spread(host, node_metrics, thresholds))
+            res.append(node_vs_baseline(host, node_metrics, base_rows, base_id, thresholds, base_index, settle_row))
+            res.append(node_vs_baseline_fleet(host, node_metrics, medians, base_id, thresholds, settle_row))
+        res.append(sample_spread(host, node_metrics, thresholds, settle_row))
         res.append(counters_during_run(host, node_metrics, thresholds))
         res.append(counters_since_previous_run(host, run_id, node_metrics, store, store_note, thresholds))
         res.append(fabric_during_run(host, node_metrics, thresholds))
@@ -178,3 +188,32 @@ def evaluate(
     out["baseline_medians"] = {f"{k}|{c}": {"metric": k, "context": c, **v} for (k, c), v in medians.items()}
     out["view"] = view_rows(metrics_by_host, groups, medians, base_rows, out["results"], stats)
     return out
+
+
+# Every threshold key the fleet comparisons read: all of them are in generic.yml, none in a model profile.
+KEYS_READ = (
+    *COMPARISON_KEYS,
+    MIN_WINDOW,
+    FABRIC_SHARE,
+    *sorted({c[4] for c in COUNTERS if c[4]} | {c[4] for c in FABRIC_COUNTERS}),
+)
+UNRECORDED = {
+    registry.NODE: "the node's stage kept no record of it (no references handed to it, or they changed since)",
+    registry.CONTROLLER: "only this run's other nodes show it, which no node sees while it measures",
+}
+ACROSS_NODES = "measured across nodes, where no node can measure it again alone"
+
+
+def settler(results: list[dict], thresholds: Thresholds):
+    """settle(check, row) for one node: comparisons.confirm.settle with the node's record, by where registry.py
+    says each check is judged."""
+    record = confirm.record(results)
+    confirming = (thresholds.value(CONFIRM_MAX) or 0) > 0
+    where = {c.name: c.where for c in registry.comparison_checks()}
+
+    def settle(check: str, row: dict) -> dict:
+        across = metric_keys.describe(str(row.get("metric") or row.get("key")))["shared"]
+        unrecorded = ACROSS_NODES if across else UNRECORDED[where[check]]
+        return confirm.settle(check, row, record, confirming=confirming, unrecorded=unrecorded)
+
+    return settle

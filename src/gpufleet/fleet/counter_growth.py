@@ -10,8 +10,8 @@ from typing import Any
 from gpufleet import schema
 from gpufleet.fleet import flagged, gpu_text, figure_text
 from gpufleet.fleet.counter_table import COUNTERS, PERSISTENT
-from gpufleet.fleet.findings import fleet_result, listed_text
-from gpufleet.fleet.thresholds import MIN_WINDOW, Thresholds
+from gpufleet.comparisons.findings import fleet_result, listed_text
+from gpufleet.comparisons.thresholds import MIN_WINDOW, Thresholds
 from gpufleet.judge import Limit, judge
 from gpufleet.schema import FAIL, PASS, SKIP, WARN
 

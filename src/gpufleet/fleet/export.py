@@ -41,7 +41,7 @@ from pathlib import Path
 
 from gpufleet import causes, failure_class, paths, schema
 from gpufleet.errors import InputError
-from gpufleet.fleet import metric_keys
+from gpufleet.comparisons import metric_keys
 
 SEVERITY_HELP = "0 pass, 0.5 info (a finding with no action), 1 skip, 2 warn, 3 fail, 4 error"
 _SEVERITY = {schema.PASS: 0, schema.INFO: 0.5, schema.SKIP: 1, schema.WARN: 2, schema.FAIL: 3, schema.ERROR: 4}

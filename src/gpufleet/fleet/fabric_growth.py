@@ -15,8 +15,8 @@ from gpufleet import schema
 from gpufleet.fleet import figure_text
 from gpufleet.fleet.counter_growth import hours_between, window_text
 from gpufleet.fleet.counter_table import FABRIC_COUNTERS, PORT_COUNTER_BITS
-from gpufleet.fleet.findings import fleet_result, listed_text
-from gpufleet.fleet.thresholds import MIN_WINDOW, Thresholds
+from gpufleet.comparisons.findings import fleet_result, listed_text
+from gpufleet.comparisons.thresholds import MIN_WINDOW, Thresholds
 from gpufleet.judge import Limit, judge
 from gpufleet.schema import FAIL, PASS, SKIP, WARN
 

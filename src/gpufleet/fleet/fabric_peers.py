@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from gpufleet.fleet.findings import fleet_result, listed_text
-from gpufleet.fleet.thresholds import FABRIC_SHARE as SHARE, Thresholds
+from gpufleet.comparisons.findings import fleet_result, listed_text
+from gpufleet.comparisons.thresholds import FABRIC_SHARE as SHARE, Thresholds
 from gpufleet.schema import FAIL, PASS, SKIP, WARN
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from gpufleet import schema
 from gpufleet.fleet import flagged
-from gpufleet.fleet.peers import fleet_stats
+from gpufleet.comparisons.confirm import status_of
+from gpufleet.comparisons.peers import fleet_stats
 from gpufleet.schema import PASS
 
 
@@ -50,7 +51,7 @@ def view_rows(
             for check in ("node_vs_fleet", "node_vs_baseline", "node_vs_baseline_fleet"):
                 for c in (checks.get(check, {}).get("detail") or {}).get("comparisons") or []:
                     if c["metric"] == m["key"] and c.get("index") is None:
-                        statuses.append(c["status"])
+                        statuses.append(status_of(c))
             gpu_outliers = [
                 c
                 for c in (checks.get("gpu_vs_node", {}).get("detail") or {}).get("comparisons") or []
@@ -69,7 +70,7 @@ def view_rows(
                 "baseline": b["value"] if b else None,
                 "vs_baseline_pct": round((m["value"] - b["value"]) / b["value"] * 100, 2) if b and b["value"] else None,
                 "baseline_fleet_median": bmed["value"] if bmed else None,
-                "status": schema.worst(statuses + [c["status"] for c in gpu_outliers], default=PASS),
+                "status": schema.worst(statuses + [status_of(c) for c in gpu_outliers], default=PASS),
                 "gpu_outliers": [
                     {**flagged(c), "deviation_pct": c["deviation_pct"], "status": c["status"]} for c in gpu_outliers
                 ],

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpufleet.fleet import flagged, gpu_text
-from gpufleet.fleet.findings import fleet_result, listed_text
+from gpufleet.comparisons.findings import fleet_result, listed_text
 from gpufleet.schema import PASS, SKIP, WARN
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from gpufleet.checks.sdc import comparable_key, majority
 from gpufleet.fleet import flagged, gpu_text
-from gpufleet.fleet.findings import fleet_result
+from gpufleet.comparisons.findings import fleet_result
 from gpufleet.schema import ERROR, FAIL, PASS, SKIP
 
 CHECK = "sdc"

@@ -34,7 +34,8 @@ from typing import Any, Iterator
 
 from gpufleet import failure_class, schema
 from gpufleet.errors import InputError
-from gpufleet.fleet import DB_NAME, GROUP, metrics, sdc
+from gpufleet.fleet import DB_NAME, GROUP, sdc
+from gpufleet.comparisons import metrics
 from gpufleet.fleet.counter_table import FABRIC_COUNTERS
 from gpufleet.fleet.store_baseline import Baseline
 from gpufleet.fleet.store_folders import RunFolders

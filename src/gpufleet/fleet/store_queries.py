@@ -36,7 +36,7 @@ class Queries:
     def gpu_past(self, hosts: list[str], run_id: str, runs: int) -> list[dict]:
         """The per-GPU figures of each of these nodes' latest `runs` runs other than run_id in which it was accepted
         (pass or warn): {"run_id", "host", "uuid", "metric", "context", "value"}, newest run first, so that
-        fleet/character.py holds a GPU against its own place among its siblings. At most `runs` documents a node."""
+        comparisons/character.py holds a GPU against its own place among its siblings. At most `runs` documents a node."""
         if not hosts:
             return []
         return [

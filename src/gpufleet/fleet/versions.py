@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet import schema
-from gpufleet.fleet.findings import fleet_result, listed_text
+from gpufleet.comparisons.findings import fleet_result, listed_text
 
 # (component, label) in the order the table shows them when none differs.
 COMPONENTS = (

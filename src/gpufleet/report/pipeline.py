@@ -14,7 +14,9 @@ from pathlib import Path
 
 from gpufleet import __version__, causes, paths, registry, runs, schema
 from gpufleet.errors import InputError
-from gpufleet.fleet import compare, export, metrics, store as fleet_store
+from gpufleet.fleet import compare, export, store as fleet_store
+from gpufleet.comparisons import metrics
+from gpufleet.fleet.references import choose_baseline
 from gpufleet.fleet.repair import open_for_run, use_for_run
 from gpufleet.fleet.run_files import read_run_info
 from gpufleet.report.formatting import STATUS_ORDER, check_id, class_text, trust_text
@@ -122,24 +124,6 @@ def _open_store(run_dir: Path, db: Path | str | None, use_store: bool):
         return open_for_run(path, run_dir, check=True), None
     except InputError as exc:
         return None, f"no store: {exc}"
-
-
-def _choose_baseline(run_dir: Path, store, explicit: str | None) -> dict | None:
-    """The baseline this run is compared with: --baseline, else run.json's "baseline", else the store's."""
-    if explicit:
-        if store is not None and not store.run(explicit):
-            raise InputError(
-                f"--baseline {explicit!r}: no such run in the store {store.path}; expected a run it holds "
-                "(gpufleet history, or gpufleet store rebuild when its folder exists)"
-            )
-        return {"run_id": explicit, "source": "--baseline"}
-    info = read_run_info(run_dir)
-    if isinstance(info.get("baseline"), str) and info["baseline"]:
-        return {"run_id": info["baseline"], "source": "run.json"}
-    current = store.baseline() if store is not None else None
-    if current:
-        return {"run_id": current["run_id"], "source": f"the store's baseline (set {current['set_at']})"}
-    return None
 
 
 def _fleet_document(report: dict, fleet: dict, drain: list[str]) -> dict:
@@ -251,7 +235,7 @@ def _build(
         store_problems = (
             [r["note"] for r in store.repairs_since(read_run_info(run_dir).get("started"))] if store else []
         )
-        chosen = _choose_baseline(run_dir, store, baseline)
+        chosen = choose_baseline(run_dir, store, baseline)
         readable = {
             n["host"]: {"results": n["results"], "profile": n[DOC_PROFILE], "versions": n["versions"]}
             for n in nodes

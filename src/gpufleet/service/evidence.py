@@ -29,7 +29,8 @@ from pathlib import Path
 
 from gpufleet import __version__, paths, schema
 from gpufleet.errors import InputError
-from gpufleet.fleet import metrics, figure_text
+from gpufleet.fleet import figure_text
+from gpufleet.comparisons import metrics
 from gpufleet.fleet.run_files import read_json
 from gpufleet.service import commands, ladder
 from gpufleet.service.redact import Redactor

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from gpufleet import paths, profiles, registry, report, runs, schema, slurm
 from gpufleet.errors import InputError
-from gpufleet.fleet import store as fleet_store
+from gpufleet.fleet import references, store as fleet_store
 from gpufleet.fleet.document_writer import record as record_document
 from gpufleet.fleet.run_files import read_json
 
@@ -265,6 +265,12 @@ def submit(reports_dir: Path, opts: dict) -> dict:
         run = runs.start(str(reports_dir), opts.get("run_id"), playbook="sweep", hosts=[], tier=opts["tier"])
         run_dir = Path(run["run_dir"])
         paths.make_dir(run_dir / "sweep")
+        # What each node's figures are held against, read by its job (node_stage): measured again there if past.
+        # The store as it is (this folder's lock is held: no repair here; the report repairs it).
+        with fleet_store.Store(store_path) if store_path.exists() else contextlib.nullcontext() as store:
+            chosen = [hosts.get(n, n) for n in planned["chosen"]]
+            base = references.choose_baseline(run_dir, store, None)
+            references.write(run_dir, chosen, store, None if store else f"no store yet at {store_path}", base)
         record.update(run_id=run["run_id"], run_dir=str(run_dir), submitted=schema.utc_now())
         for node in planned["chosen"]:
             host = hosts.get(node, node)

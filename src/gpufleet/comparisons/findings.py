@@ -1,15 +1,21 @@
-"""One comparison as a row, its sentence, and the fleet result that carries the comparisons of one check."""
+"""One comparison as a row, its sentence, and the result that carries the comparisons of one check.
+
+A row past its limit is judged by the one rule of confirm.py: it stands (`confirmed`) when the node measured the
+figure again and it stayed past; otherwise it is `inconclusive`, named in the reason apart, and changes no verdict:
+a check whose rows are only inconclusive is `info`, its trust `inconclusive`."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from gpufleet import schema
-from gpufleet.fleet import GROUP, flagged, gpu_text, figure_text
+from gpufleet.comparisons import GROUP, flagged, gpu_text, figure_text
 from gpufleet.calibration import UNCALIBRATED
-from gpufleet.fleet.robust import judge
-from gpufleet.fleet.thresholds import Thresholds
-from gpufleet.schema import FAIL, PASS, SKIP, WARN
+from gpufleet.comparisons.confirm import INCONCLUSIVE
+from gpufleet.comparisons.robust import judge
+from gpufleet.comparisons.thresholds import Thresholds
+from gpufleet.judge import below_pct, judge as one_judge
+from gpufleet.schema import FAIL, INFO, PASS, SKIP, WARN
 
 
 CPU_PREFIX = "CPU run: logic check only, not a performance figure"
@@ -19,7 +25,15 @@ MAX_LISTED = 6  # findings named in a reason; all of them are in detail
 def comparison_row(
     m: dict, reference: float, ref_text: str, thresholds: Thresholds, warn: str, fail: str, **extra
 ) -> dict:
-    status, deviation = judge(m["value"], reference, thresholds.limit(warn, fail, m["key"]))
+    limit = thresholds.limit(warn, fail, m["key"])
+    status, deviation = judge(m["value"], reference, limit)
+    interval = m.get("interval")  # the figure's 95% interval, where its samples give one: near a level of the limit
+    near = (
+        bool(interval)
+        and one_judge(
+            -deviation, limit, interval=(below_pct(interval[0], reference), below_pct(interval[1], reference))
+        ).near
+    )
     return {
         "metric": m["key"],
         "label": m["label"],
@@ -35,19 +49,22 @@ def comparison_row(
         "deviation_pct": round(deviation, 2),
         "status": status,
         "cpu": m.get("cpu", False),
+        "context": m.get("context"),
+        **({"near": True} if near else {}),
         **extra,
     }
 
 
 def comparison_sentence(c: dict, thresholds: Thresholds, warn: str, fail: str, who: str = "") -> str:
     below = -c["deviation_pct"]
-    which = fail if c["status"] == FAIL else warn
+    status = c.get("would_be") or c["status"]  # an inconclusive row names the limit it is past
+    which = fail if status == FAIL else warn
     limit = thresholds.value(which, c["metric"])
-    words = "fail threshold" if c["status"] == FAIL else "threshold"
+    words = "fail threshold" if status == FAIL else "threshold"
     note = f", {UNCALIBRATED}" if thresholds.uncalibrated(warn, c["metric"]) else ""
     head = f"{who}{c['label']} {figure_text(c['value'])} {c['unit']}"
     own = c.get("own_past") or {}
-    if own.get("changed") and c["status"] == WARN:  # inside the healthy spread, but not where this GPU used to be
+    if own.get("changed") and status == WARN:  # inside the healthy spread, but not where this GPU used to be
         usual = own["usual_below_pct"]
         return (
             f"{head} is {pct_text(below, limit)}% below {c['reference_is']} {figure_text(c['reference'])}; over its last "
@@ -83,10 +100,19 @@ def listed_text(parts: list[str]) -> str:
     return "; ".join(parts[:MAX_LISTED]) + (f"; and {more} more (detail.comparisons)" if more > 0 else "")
 
 
+INCONCLUSIVE_REMEDY = (
+    "nothing to act on yet: the figure was past its limit in one measurement only; run the node's benchmarks again "
+    "(validate.yml --limit NODE): a figure past its limit in two measurements in a row is the node's"
+)
+
+
 def fleet_result(check: str, status: str, reason: str, *, cpu: bool = False, **fields) -> dict:
-    """One fleet result; on a CPU run a would-be pass, warn or fail becomes skip, saying so."""
+    """One fleet result; on a CPU run a would-be pass, warn or fail becomes skip, saying so. A result whose rows
+    past a limit are all inconclusive says what to do about it."""
     detail = fields.pop("detail", {}) or {}
-    if cpu and status in (PASS, WARN, FAIL):
+    if fields.get("trust") == schema.INCONCLUSIVE:
+        fields["remedy"] = INCONCLUSIVE_REMEDY
+    if cpu and status in (PASS, WARN, FAIL, INFO):
         detail = {**detail, "would_be": status, "cpu_run": True}
         status, reason = SKIP, f"{CPU_PREFIX}: {reason}"
         fields.pop("remedy", None)
@@ -110,6 +136,10 @@ EVIDENCE_KEYS = (
     "status",
     "baseline_host",
     "own_past",
+    "would_be",
+    "confirmed",
+    "attempts",
+    "unconfirmed",
 )
 
 
@@ -127,18 +157,42 @@ def evidence_rows(comparisons: list[dict]) -> list[dict]:
 
 
 def worst_status(comparisons: list[dict]) -> str:
-    return schema.worst((c["status"] for c in comparisons), default=PASS)
+    """The worst status of the rows that stand (an inconclusive row changes no verdict)."""
+    return schema.worst((c["status"] for c in comparisons if c["status"] != INCONCLUSIVE), default=PASS)
 
 
 def judge_comparisons(
     comparisons: list[dict], thresholds: Thresholds, warn: str, fail: str, who
-) -> tuple[str, str | None, float]:
-    """The worst status; the sentences of the comparisons that did not pass, the largest gap first (None when every
-    one passed), each led by who(comparison); and the largest gap below the reference in % (0 when none is below)."""
-    bad = sorted((c for c in comparisons if c["status"] != PASS), key=lambda c: c["deviation_pct"])
-    reason = listed_text([comparison_sentence(c, thresholds, warn, fail, who=who(c)) for c in bad]) if bad else None
+) -> tuple[str, str | None, float, str | None]:
+    """(status, reason, largest gap, trust) of a check's rows, settled by confirm.settle where it was applied.
+
+    status: the worst of the rows that stand; `info` where the only rows past a limit are inconclusive. reason: the
+    sentences of the rows that did not pass, the largest gap first, each led by who(row), the inconclusive ones after
+    "inconclusive:" (None when every row passed). The largest gap below the reference in % (0 when none is below).
+    trust: `confirmed` where a standing row past its limit was measured again, `inconclusive` where only
+    inconclusive rows are past one, else None."""
+    standing = sorted(
+        (c for c in comparisons if c["status"] not in (PASS, INCONCLUSIVE)), key=lambda c: c["deviation_pct"]
+    )
+    unsure = sorted((c for c in comparisons if c["status"] == INCONCLUSIVE), key=lambda c: c["deviation_pct"])
+    parts = [comparison_sentence(c, thresholds, warn, fail, who=who(c)) for c in standing]
+    if unsure:
+        parts.append(
+            "inconclusive: "
+            + "; ".join(
+                f"{comparison_sentence(c, thresholds, warn, fail, who=who(c))}, {c['unconfirmed']}"
+                for c in unsure[:MAX_LISTED]
+            )
+        )
+    reason = listed_text(parts) if parts else None
     below_pct = max(max((-c["deviation_pct"] for c in comparisons), default=0.0), 0.0)
-    return worst_status(comparisons), reason, round(below_pct, 2)
+    status = worst_status(comparisons)
+    trust = None
+    if standing and any(c.get("confirmed") for c in standing):
+        trust = schema.CONFIRMED
+    elif unsure and status == PASS:
+        status, trust = INFO, schema.INCONCLUSIVE
+    return status, reason, round(below_pct, 2), trust
 
 
 def flagged_from(comparisons: list[dict]) -> list[dict]:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import statistics
 
-from gpufleet.fleet import gpu_text
-from gpufleet.fleet.findings import (
+from gpufleet.comparisons import gpu_text
+from gpufleet.comparisons.findings import (
     comparison_row,
     evidence_rows,
     flagged_from,
@@ -16,8 +16,8 @@ from gpufleet.fleet.findings import (
     judge_comparisons,
     limit_text,
 )
-from gpufleet.fleet.peers import node_rows
-from gpufleet.fleet.thresholds import BASE_FAIL, BASE_WARN, Thresholds
+from gpufleet.comparisons.peers import Settle, node_rows
+from gpufleet.comparisons.thresholds import BASE_FAIL, BASE_WARN, Thresholds
 from gpufleet.schema import SKIP
 
 
@@ -39,13 +39,13 @@ def baseline_index(base: list[dict]) -> tuple[dict, dict]:
     return node_base, {(b["uuid"], b["metric"]): b for b in base if b["gpu_index"] is not None and b["uuid"]}
 
 
-def node_vs_baseline(
-    host: str, node_metrics: dict, base: list[dict], base_id: str, thresholds: Thresholds, index: tuple | None = None
-) -> dict:
-    """index: baseline_index(base), so that a run of many nodes does not go through every baseline row per node."""
-    threshold = thresholds.pair(BASE_WARN, BASE_FAIL)
+def node_vs_baseline_rows(
+    host: str, node_metrics: dict, base_id: str, thresholds: Thresholds, index: tuple
+) -> tuple[list[dict], list[dict]]:
+    """(rows, figures not comparable): the node and each GPU against the baseline's figure for them. index:
+    baseline_index() of the baseline's rows, so that a run of many nodes does not go through every row per node."""
     comparisons, not_comparable = [], []
-    by_host, gpu_base = index or baseline_index(base)
+    by_host, gpu_base = index
     node_base = by_host.get(host, {})
     for m in node_metrics["metrics"]:
         if m["scope"] == "node":
@@ -67,6 +67,24 @@ def node_vs_baseline(
             comparisons.append(
                 comparison_row(m, b["value"], what, thresholds, BASE_WARN, BASE_FAIL, baseline_host=b["host"])
             )
+    return comparisons, not_comparable
+
+
+def node_vs_baseline(
+    host: str,
+    node_metrics: dict,
+    base: list[dict],
+    base_id: str,
+    thresholds: Thresholds,
+    index: tuple | None = None,
+    settle: Settle | None = None,
+) -> dict:
+    threshold = thresholds.pair(BASE_WARN, BASE_FAIL)
+    comparisons, not_comparable = node_vs_baseline_rows(
+        host, node_metrics, base_id, thresholds, index or baseline_index(base)
+    )
+    if settle:
+        comparisons = [settle("node_vs_baseline", c) for c in comparisons]
     if not comparisons:
         why = (
             f"nothing comparable: {not_comparable[0]['why']}"
@@ -80,7 +98,7 @@ def node_vs_baseline(
             threshold=threshold,
             detail={"baseline": base_id, "not_comparable": not_comparable},
         )
-    status, reason, below_pct = judge_comparisons(
+    status, reason, below_pct, trust = judge_comparisons(
         comparisons,
         thresholds,
         BASE_WARN,
@@ -101,6 +119,7 @@ def node_vs_baseline(
         value=below_pct,
         unit="% below",
         threshold=threshold,
+        trust=trust,
         remedy="the node or GPU got slower than when the baseline was taken: compare this run's health checks and "
         "versions (driver, firmware) with the baseline's; re-run the benchmarks; service what stays slow",
         detail={
@@ -129,8 +148,10 @@ def baseline_medians(base: list[dict]) -> dict[tuple, dict]:
     }
 
 
-def node_vs_baseline_fleet(host: str, node_metrics: dict, medians: dict, base_id: str, thresholds: Thresholds) -> dict:
-    threshold = thresholds.pair(BASE_WARN, BASE_FAIL)
+def node_vs_baseline_fleet_rows(
+    node_metrics: dict, medians: dict, base_id: str, thresholds: Thresholds
+) -> tuple[list[dict], list[dict]]:
+    """(rows, figures not comparable): the node against the baseline run's fleet median (baseline_medians())."""
     comparisons, not_comparable = [], []
     by_metric: dict[str, list] = {}
     for (key, context), med in medians.items():
@@ -162,6 +183,16 @@ def node_vs_baseline_fleet(host: str, node_metrics: dict, medians: dict, base_id
                     n=match["n"],
                 )
             )
+    return comparisons, not_comparable
+
+
+def node_vs_baseline_fleet(
+    host: str, node_metrics: dict, medians: dict, base_id: str, thresholds: Thresholds, settle: Settle | None = None
+) -> dict:
+    threshold = thresholds.pair(BASE_WARN, BASE_FAIL)
+    comparisons, not_comparable = node_vs_baseline_fleet_rows(node_metrics, medians, base_id, thresholds)
+    if settle:
+        comparisons = [settle("node_vs_baseline_fleet", c) for c in comparisons]
     if not comparisons:
         why = (
             f"nothing comparable: {not_comparable[0]['why']}"
@@ -175,7 +206,7 @@ def node_vs_baseline_fleet(host: str, node_metrics: dict, medians: dict, base_id
             threshold=threshold,
             detail={"baseline": base_id, "not_comparable": not_comparable},
         )
-    status, reason, below_pct = judge_comparisons(
+    status, reason, below_pct, trust = judge_comparisons(
         comparisons, thresholds, BASE_WARN, BASE_FAIL, lambda c: f"node {host} "
     )
     if reason is None:
@@ -192,6 +223,7 @@ def node_vs_baseline_fleet(host: str, node_metrics: dict, medians: dict, base_id
         value=below_pct,
         unit="% below",
         threshold=threshold,
+        trust=trust,
         remedy="this node is slower than the fleet was at the baseline: compare its checks with a node of the "
         "baseline run; a replacement node that is slower than the nodes it joins holds back every job",
         detail={"baseline": base_id, "comparisons": evidence_rows(comparisons), "not_comparable": not_comparable},

@@ -6,7 +6,6 @@ import functools
 from typing import Any
 
 from gpufleet import judge, profiles
-from gpufleet.fleet.counter_table import COUNTERS, FABRIC_COUNTERS
 
 
 # Keys of files/profiles/generic.yml this module reads.
@@ -17,10 +16,9 @@ MIN_NODES = "fleet_min_nodes"
 SPREAD_RATIO, SPREAD_FLOOR = "fleet_sample_spread_ratio_max", "fleet_sample_spread_pct_floor"
 MIN_WINDOW = "fleet_counter_min_window_h"
 FABRIC_SHARE = "fleet_fabric_reference_share_min"
-
-
-# Every threshold key the fleet comparisons read: all of them are in generic.yml, none in a model profile.
-KEYS_READ = (
+CONFIRM_MAX = "confirm_remeasure_max"
+# Every key the comparisons read (the fleet layer reads its counters' too: fleet/compare.py KEYS_READ).
+KEYS = (
     GPU_WARN,
     GPU_FAIL,
     NODE_WARN,
@@ -30,9 +28,8 @@ KEYS_READ = (
     MIN_NODES,
     SPREAD_RATIO,
     SPREAD_FLOOR,
-    MIN_WINDOW,
-    FABRIC_SHARE,
-) + tuple(sorted({c[4] for c in COUNTERS if c[4]} | {c[4] for c in FABRIC_COUNTERS}))
+    CONFIRM_MAX,
+)
 
 
 @functools.lru_cache(maxsize=16)
@@ -43,11 +40,11 @@ def _profile_thresholds(name: str | None) -> dict:
         return profiles.resolve(None, profile_name=profiles.GENERIC)["thresholds"]
 
 
-def thresholds_for(profile: Any) -> dict:
+def thresholds_for(profile: Any, needed: tuple[str, ...] = KEYS) -> dict:
     """A node's thresholds: the profile its document carries, resolved once on the node (its profile file, from
     its own --profile-dir, and the inventory's overrides), used as it is. This controller's generic.yml gives only
-    the defaults of keys a document from before them lacks. A profile name alone (no document) is resolved from
-    this controller's files."""
+    the defaults of keys a document from before them lacks (of `needed`, the keys the caller reads). A profile name
+    alone (no document) is resolved from this controller's files."""
     if not isinstance(profile, dict):
         return dict(_profile_thresholds(profile if isinstance(profile, str) else None))
     out = {
@@ -55,7 +52,7 @@ def thresholds_for(profile: Any) -> dict:
         for key, entry in (profile.get("thresholds") or {}).items()
         if isinstance(entry, dict) and "value" in entry
     }
-    if any(key not in out for key in KEYS_READ):
+    if any(key not in out for key in needed):
         out = {**_profile_thresholds(profiles.GENERIC), **out}
     return out
 

@@ -24,7 +24,7 @@ import re
 from pathlib import PurePath
 from typing import Any
 
-from gpufleet.fleet.metric_keys import DTYPES, GPU_METRICS, band_of, describe
+from gpufleet.comparisons.metric_keys import DTYPES, GPU_METRICS, band_of, describe
 
 CPU_MARK = "not a performance figure"
 SNAPSHOT_CHECKS = ("snapshot_before", "snapshot_after")
@@ -195,8 +195,18 @@ def _tier(detail: dict) -> str:
     return f"tier={method.get('tier')}"
 
 
+def _intervals(detail: dict) -> dict[tuple, list]:
+    """(uuid, metric) -> the 95% interval of a figure's median, where its samples gave one (checks.figures)."""
+    return {
+        ((j.get("gpu") or {}).get("uuid"), j.get("metric")): j["interval"]
+        for j in detail.get("samples_judged") or []
+        if isinstance(j, dict) and isinstance(j.get("interval"), (list, tuple)) and len(j["interval"]) == 2
+    }
+
+
 def _matmul(res: dict, mapper: _Mapper, cpu: bool, out: dict) -> None:
     detail = res.get("detail") or {}
+    intervals = _intervals(detail)
     per_gpu = detail.get("per_gpu") if isinstance(detail.get("per_gpu"), dict) else {}
     per_shape = detail.get("per_shape") if isinstance(detail.get("per_shape"), dict) else {}
     source = "benchmark.matmul_bf16"
@@ -206,9 +216,18 @@ def _matmul(res: dict, mapper: _Mapper, cpu: bool, out: dict) -> None:
         gpu = mapper.gpu(cuda, figures.get("uuid"))
         for dtype in DTYPES:
             if _finite(figures.get(dtype)):
+                key = f"matmul_{dtype}_tflops"
+                interval = intervals.get((gpu.get("uuid"), key))
                 out["metrics"].append(
                     _metric(
-                        f"matmul_{dtype}_tflops", figures[dtype], gpu=gpu, cpu=cpu, context=_tier(detail), source=source
+                        key,
+                        figures[dtype],
+                        gpu=gpu,
+                        cpu=cpu,
+                        context=_tier(detail),
+                        source=source,
+                        trust=res.get("trust"),
+                        **({"interval": interval} if interval else {}),
                     )
                 )
         spread = _spread(figures.get("samples_tflops")) or _spread(_best_shape_samples(per_shape.get(cuda)))
@@ -227,6 +246,7 @@ def _matmul(res: dict, mapper: _Mapper, cpu: bool, out: dict) -> None:
 
 def _memory(res: dict, mapper: _Mapper, cpu: bool, out: dict) -> None:
     detail = res.get("detail") or {}
+    intervals = _intervals(detail)
     per = detail.get("per_gpu") if isinstance(detail.get("per_gpu"), dict) else {}
     parts = (
         ("hbm", "hbm_copy_gbps", "samples_gbps", "benchmark.hbm_bandwidth"),
@@ -240,7 +260,19 @@ def _memory(res: dict, mapper: _Mapper, cpu: bool, out: dict) -> None:
             if not isinstance(fig, dict) or not _finite(fig.get(field)) or fig.get("correct") is False:
                 continue
             gpu = mapper.gpu(cuda, fig.get("uuid"))
-            out["metrics"].append(_metric(key, fig[field], gpu=gpu, cpu=cpu, context=_tier(detail), source=source))
+            interval = intervals.get((gpu.get("uuid"), key))
+            out["metrics"].append(
+                _metric(
+                    key,
+                    fig[field],
+                    gpu=gpu,
+                    cpu=cpu,
+                    context=_tier(detail),
+                    source=source,
+                    trust=res.get("trust"),
+                    **({"interval": interval} if interval else {}),
+                )
+            )
             spread = _spread(fig.get(samples))
             if spread:
                 out["spreads"].append(
@@ -281,6 +313,7 @@ def _nccl(res: dict, scope: str, cpu: bool, out: dict) -> None:
                 context=f"size={r['size_bytes']},world={detail.get('world_size')}",
                 source=f"{res['group']}.{res['check']}",
                 size_bytes=r["size_bytes"],
+                trust=res.get("trust"),
             )
         )
 
@@ -322,6 +355,7 @@ def _tokens(res: dict, name: str, scope: str, cpu: bool, out: dict) -> None:
             cpu=cpu,
             context=context,
             source=f"{res['group']}.{res['check']}",
+            trust=res.get("trust"),
         )
     )
 
@@ -330,13 +364,14 @@ def _natural(text: str) -> list:
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", str(text))]
 
 
-def extract(doc_or_results: Any) -> dict:
+def extract(doc_or_results: Any, gpus: list[dict] | None = None) -> dict:
     """{"gpus": inventory, "metrics": [...], "spreads": [...], "snapshots": {...}, "cpu": bool} of one node.
 
-    Per-GPU metrics first, then the node-level ones, the slowest GPU of each per-GPU metric among them.
+    Per-GPU metrics first, then the node-level ones, the slowest GPU of each per-GPU metric among them. `gpus`: the
+    node's GPUs where the caller has them (the node's own NVML readings), else read from the results.
     """
     results = _results(doc_or_results)
-    gpus = inventory(results)
+    gpus = gpus if gpus is not None else inventory(results)
     mapper = _Mapper(gpus)
     out: dict = {"gpus": gpus, "metrics": [], "spreads": [], "snapshots": snapshots(results)}
     memory_done = False

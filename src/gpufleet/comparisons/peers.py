@@ -5,10 +5,13 @@ and a GPU whose benchmark samples spread far more than its siblings'.
 from __future__ import annotations
 
 import statistics
+from typing import Callable
 
-from gpufleet.fleet import flagged, gpu_text, metric_keys, figure_text
-from gpufleet.fleet.character import held, steady_text
-from gpufleet.fleet.findings import (
+from gpufleet.comparisons import flagged, gpu_text, figure_text
+
+from gpufleet.comparisons import metric_keys
+from gpufleet.comparisons.character import held, steady_text
+from gpufleet.comparisons.findings import (
     comparison_row,
     evidence_rows,
     flagged_from,
@@ -18,10 +21,10 @@ from gpufleet.fleet.findings import (
     limit_text,
     listed_text,
 )
-from gpufleet.fleet.robust import robust, robust_z
+from gpufleet.comparisons.robust import robust, robust_z
 from gpufleet.calibration import UNCALIBRATED
 from gpufleet.judge import Limit, judge
-from gpufleet.fleet.thresholds import (
+from gpufleet.comparisons.thresholds import (
     GPU_FAIL,
     GPU_WARN,
     MIN_NODES,
@@ -31,7 +34,9 @@ from gpufleet.fleet.thresholds import (
     SPREAD_RATIO,
     Thresholds,
 )
-from gpufleet.schema import PASS, SKIP, WARN
+from gpufleet import schema
+from gpufleet.comparisons.confirm import INCONCLUSIVE
+from gpufleet.schema import INFO, PASS, SKIP, WARN
 
 
 def node_rows(node_metrics: dict, *, shared: bool = False) -> list[dict]:
@@ -47,9 +52,12 @@ def fleet_groups(metrics_by_host: dict[str, dict]) -> dict[tuple, dict[str, dict
     return groups
 
 
-def gpu_vs_node(host: str, node_metrics: dict, thresholds: Thresholds, past: dict | None = None) -> dict:
-    """Each GPU against its node's median; `past` (character.past_deviations): a GPU is also held against its own
-    place among its siblings in earlier runs."""
+Settle = Callable[[str, dict], dict]  # (check, row) -> the row as it stands (confirm.settle)
+
+
+def gpu_vs_node_rows(node_metrics: dict, thresholds: Thresholds, past: dict | None = None) -> list[dict]:
+    """Each GPU against its node's median, one row a GPU and metric; `past` (character.past_deviations): a GPU is
+    also held against its own place among its siblings in earlier runs."""
     comparisons = []
     for key in metric_keys.GPU_METRICS:
         rows = [m for m in node_metrics["metrics"] if m["key"] == key and m["scope"] == "gpu"]
@@ -89,7 +97,16 @@ def gpu_vs_node(host: str, node_metrics: dict, thresholds: Thresholds, past: dic
                     context=m["context"],
                 )
             )
-    comparisons = [held(c, past or {}, thresholds) for c in comparisons]
+    return [held(c, past or {}, thresholds) for c in comparisons]
+
+
+def gpu_vs_node(
+    host: str, node_metrics: dict, thresholds: Thresholds, past: dict | None = None, settle: Settle | None = None
+) -> dict:
+    """gpu_vs_node's result: its rows (gpu_vs_node_rows) as they stand (settle)."""
+    comparisons = gpu_vs_node_rows(node_metrics, thresholds, past)
+    if settle:
+        comparisons = [settle("gpu_vs_node", c) for c in comparisons]
     cpu = any(c["cpu"] for c in comparisons)
     threshold = thresholds.pair(GPU_WARN, GPU_FAIL)
     if not comparisons:
@@ -100,7 +117,7 @@ def gpu_vs_node(host: str, node_metrics: dict, thresholds: Thresholds, past: dic
             else "no per-GPU benchmark figures in this node's results (matmul and memory did not run or gave no figure)"
         )
         return fleet_result("gpu_vs_node", SKIP, why, threshold=threshold)
-    status, reason, below_pct = judge_comparisons(
+    status, reason, below_pct, trust = judge_comparisons(
         comparisons, thresholds, GPU_WARN, GPU_FAIL, lambda c: f"{gpu_text(c)} "
     )
     if reason is None:
@@ -119,6 +136,7 @@ def gpu_vs_node(host: str, node_metrics: dict, thresholds: Thresholds, past: dic
         value=below_pct,
         unit="% below",
         threshold=threshold,
+        trust=trust,
         remedy="compare that GPU's clocks, power and temperature in the benchmark's monitor detail and its health "
         "checks, and its earlier runs (gpufleet history <uuid>); re-run the node's benchmarks; a GPU that "
         "stays slow needs service (reseat, RMA)",
@@ -132,7 +150,12 @@ def fleet_stats(groups: dict) -> dict[tuple, tuple[float, float]]:
 
 
 def node_vs_fleet(
-    host: str, node_metrics: dict, groups: dict, thresholds: Thresholds, stats: dict | None = None
+    host: str,
+    node_metrics: dict,
+    groups: dict,
+    thresholds: Thresholds,
+    stats: dict | None = None,
+    settle: Settle | None = None,
 ) -> dict:
     min_nodes = thresholds.value(MIN_NODES) or 3
     threshold = thresholds.field(NODE_WARN, fail=thresholds.field(NODE_FAIL), min_nodes=thresholds.field(MIN_NODES))
@@ -167,6 +190,8 @@ def node_vs_fleet(
                 robust_z=robust_z(m["value"], med, mad),
             )
         )
+    if settle:
+        comparisons = [settle("node_vs_fleet", c) for c in comparisons]
     cpu = any(m["cpu"] for m in mine)
     if not comparisons:
         n = max(too_few.values(), default=0)
@@ -174,7 +199,7 @@ def node_vs_fleet(
             ": with two, the median cannot tell which one is off" if n == 2 else ""
         )
         return fleet_result("node_vs_fleet", SKIP, why, threshold=threshold, detail={"nodes_with_figures": too_few})
-    status, reason, below_pct = judge_comparisons(
+    status, reason, below_pct, trust = judge_comparisons(
         comparisons, thresholds, NODE_WARN, NODE_FAIL, lambda c: f"node {host} "
     )
     if reason is None:
@@ -191,13 +216,14 @@ def node_vs_fleet(
         value=below_pct,
         unit="% below",
         threshold=threshold,
+        trust=trust,
         remedy="compare this node's checks (clocks, power limit, PCIe link, NVLink, host tuning) with a node near "
         "the median; re-run validate.yml --limit for it; a node that stays slow holds back every job it joins",
         detail={"comparisons": evidence_rows(comparisons), "too_few_nodes": too_few},
     )
 
 
-def sample_spread(host: str, node_metrics: dict, thresholds: Thresholds) -> dict:
+def sample_spread(host: str, node_metrics: dict, thresholds: Thresholds, settle: Settle | None = None) -> dict:
     ratio_max = thresholds.value(SPREAD_RATIO)
     threshold = thresholds.field(SPREAD_FLOOR, ratio=thresholds.field(SPREAD_RATIO))
     spreads = node_metrics["spreads"]
@@ -250,8 +276,11 @@ def sample_spread(host: str, node_metrics: dict, thresholds: Thresholds) -> dict
         "floor_pct",
         "status",
     )
+    if settle:
+        rows = [settle("sample_spread", r) for r in rows]
     cpu = any(s["cpu"] for s in spreads)
     bad = [r for r in rows if r["status"] == WARN]
+    unsure = [r for r in rows if r["status"] == INCONCLUSIVE]
     if not any(r["siblings_median_spread_pct"] is not None for r in rows):
         worst = max(rows, key=lambda r: r["spread_pct"])
         return fleet_result(
@@ -262,9 +291,9 @@ def sample_spread(host: str, node_metrics: dict, thresholds: Thresholds) -> dict
             threshold=threshold,
             detail={"spreads": [{k: r[k] for k in keep} for r in rows]},
         )
-    if bad:
+    if bad or unsure:
         parts = []
-        for r in sorted(bad, key=lambda r: -r["spread_pct"]):
+        for r in sorted(bad + unsure, key=lambda r: (r in unsure, -r["spread_pct"])):
             unit = metric_keys.describe(r["key"])["unit"]
             ratio = (
                 "with siblings at 0%"
@@ -277,6 +306,7 @@ def sample_spread(host: str, node_metrics: dict, thresholds: Thresholds) -> dict
                 f"{f' ({UNCALIBRATED})' if thresholds.uncalibrated(SPREAD_FLOOR, r['key']) else ''}"
                 f" and over {figure_text(ratio_max)} times): "
                 "disturbed while measured, its median is not the GPU's figure"
+                + (f" (inconclusive: {r['unconfirmed']})" if r in unsure else "")
             )
         reason = listed_text(parts)
     else:
@@ -287,9 +317,10 @@ def sample_spread(host: str, node_metrics: dict, thresholds: Thresholds) -> dict
         )
     return fleet_result(
         "sample_spread",
-        WARN if bad else PASS,
+        WARN if bad else INFO if unsure else PASS,
         reason,
         cpu=cpu,
+        trust=schema.INCONCLUSIVE if unsure and not bad else None,
         value=max(r["spread_pct"] for r in rows),
         unit="%",
         threshold=threshold,

@@ -4,9 +4,10 @@ against its own past in the store, so that it is not named again in every run: w
 that past, more than fleet_below_baseline_warn_pct (calibrated: the model's run-to-run spread of a figure). A GPU
 outside the healthy spread (fleet_gpu_below_node_warn_pct) is named at once, whatever its past.
 
-    past_deviations(store, metrics_by_host, run_id)
-        {(uuid, metric, context): [% below its siblings' median, newest run first]} over its node's latest
-        HISTORY_RUNS runs in which it was accepted
+    deviations(rows)                                  {(host, uuid, metric, context): [% below its siblings'
+                                                      median, newest run first]} of the store's gpu_past() rows
+    past_deviations(store, metrics_by_host, run_id)   the same, {(uuid, metric, context): ...}, of the GPUs these
+                                                      nodes hold, over their node's latest HISTORY_RUNS accepted runs
     held(row, past, thresholds)
         a gpu_vs_node comparison with its own past: `own_past`, and warn where the GPU moved against it
 """
@@ -17,8 +18,8 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
-from gpufleet.fleet import gpu_text
-from gpufleet.fleet.thresholds import BASE_WARN, Thresholds
+from gpufleet.comparisons import gpu_text
+from gpufleet.comparisons.thresholds import BASE_WARN, Thresholds
 from gpufleet.judge import Limit, below_pct, judge
 from gpufleet.schema import PASS, WARN
 
@@ -26,27 +27,40 @@ HISTORY_RUNS = 5  # the latest runs a GPU is held against
 MIN_RUNS = 2  # fewer than this is no character yet
 
 
+def deviations(rows: list[dict]) -> dict[tuple, list[float]]:
+    """{(host, uuid, metric, context): [% below its siblings' median, newest run first]} of a store's gpu_past()
+    rows (newest run first), at most HISTORY_RUNS runs a GPU."""
+    groups: dict[tuple, list] = defaultdict(list)  # newest run first: the store's order
+    for r in rows:
+        groups[(r["run_id"], r["host"], r["metric"], r["context"])].append((r["uuid"], r["value"]))
+    out: dict[tuple, list[float]] = defaultdict(list)
+    for (_, host, metric, context), members in groups.items():
+        values = [v for _, v in members]
+        if len(values) < 2 or min(values) <= 0:
+            continue
+        for i, (uuid, value) in enumerate(members):
+            key = (host, uuid, metric, context)
+            if len(out[key]) >= HISTORY_RUNS:
+                continue
+            ref = statistics.median(values) if len(values) > 2 else values[1 - i]
+            out[key].append(round(below_pct(value, ref), 2))
+    return dict(out)
+
+
 def past_deviations(store: Any, metrics_by_host: dict[str, dict], run_id: str) -> dict[tuple, list[float]]:
+    """{(uuid, metric, context): [...]} (deviations()) of the GPUs these nodes hold now."""
     if store is None:
         return {}
     wanted = {
         m["uuid"] for f in metrics_by_host.values() for m in f["metrics"] if m["scope"] == "gpu" and m.get("uuid")
     }
-    groups: dict[tuple, list] = defaultdict(list)  # newest run first: the store's order
-    for r in store.gpu_past(list(metrics_by_host), run_id, HISTORY_RUNS):
-        groups[(r["run_id"], r["host"], r["metric"], r["context"])].append((r["uuid"], r["value"]))
-    out: dict[tuple, list[float]] = defaultdict(list)
-    for (_, _, metric, context), members in groups.items():
-        values = [v for _, v in members]
-        if len(values) < 2 or min(values) <= 0:
-            continue
-        for i, (uuid, value) in enumerate(members):
-            key = (uuid, metric, context)
-            if uuid not in wanted or len(out[key]) >= HISTORY_RUNS:
-                continue
-            ref = statistics.median(values) if len(values) > 2 else values[1 - i]
-            out[key].append(round(below_pct(value, ref), 2))
-    return dict(out)
+    out: dict[tuple, list[float]] = {}
+    for (_, uuid, metric, context), past in deviations(
+        store.gpu_past(list(metrics_by_host), run_id, HISTORY_RUNS)
+    ).items():
+        if uuid in wanted and (uuid, metric, context) not in out:
+            out[(uuid, metric, context)] = past
+    return out
 
 
 def held(row: dict, past: dict[tuple, list[float]], thresholds: Thresholds) -> dict:
