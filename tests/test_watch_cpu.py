@@ -307,7 +307,8 @@ def test_a_disturbed_soak_is_not_run_again_in_full(h200):
     def again(disturbed_out):
         plans.append(soak_remeasure.remeasure_plan(disturbed_out, h200))
         n = int(plans[-1]["duration_s"] // plans[-1]["window_s"])
-        return gpu_soak([[666.0] * n], window_s=plans[-1]["window_s"])
+        # Its first window is its warm-up: slow, as a soak's start is, and never judged.
+        return gpu_soak([[520.0] + [666.0] * (n - 1)], window_s=plans[-1]["window_s"])
 
     log: list = []
     results = {
@@ -324,14 +325,16 @@ def test_a_disturbed_soak_is_not_run_again_in_full(h200):
             combine=soak_remeasure.combined,
         )
     }
-    assert plans == [{"duration_s": 120.0, "window_s": 60.0}]  # two windows of the first soak's length, not 7200 s
+    # A warm-up window and two more, at most 120 s together: not 7200 s.
+    assert plans == [{"duration_s": 120.0, "window_s": 40.0}]
     assert soak_remeasure.disturbed_windows(first) == [2, 3]
     slow = results["soak_slowdown"]
     assert slow["status"] == "pass" and slow["detail"]["disturbed_windows"] == [2, 3]
     assert slow["reason"].startswith(
-        "the soak (7200.6 s; windows 2, 3 disturbed, left out of the slowdown judgement): "
+        "the soak (7200.6 s; windows 2, 3 disturbed, their figures kept apart), its windows measured again after a "
+        "warm-up window judged with the others: every window"
     )
-    assert "; those windows measured again once the GPUs were quiet (120.6 s): every window" in slow["reason"]
+    assert "over 122 windows" in slow["reason"]  # 120 of the soak (2 of them kept apart) and the re-measure's 2
     assert [a["purpose"] for a in slow["detail"]["attempts"]] == ["first", "disturbed"]
     node = foreign_processes("soak", log)
     assert node["status"] == "fail" and "pid 1 (gpu_disturb, 1002 MiB) on GPU 0" in node["reason"]

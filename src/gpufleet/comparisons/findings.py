@@ -207,8 +207,23 @@ def flagged_from(comparisons: list[dict]) -> list[dict]:
 
 
 def gap_text(comparisons: list[dict]) -> str:
+    """The largest gap below a reference, and the figures the node measured again before they passed."""
     worst = min(comparisons, key=lambda c: c["deviation_pct"])
+    again = [c for c in comparisons if c["status"] == PASS and len(c.get("attempts") or []) > 1]
+    said = (
+        "; measured again on the node before passing: "
+        + listed_text(
+            [
+                f"{gpu_text(c) + ' ' if c.get('index') is not None or c.get('uuid') else ''}{c['label']} "
+                + ", then ".join(f"{a['below_pct']:g}%" for a in c["attempts"] if "below_pct" in a)
+                + f" below {c['reference_is']}"
+                for c in again
+            ]
+        )
+        if again
+        else ""
+    )
     if worst["deviation_pct"] >= 0:
-        return "none below its reference"
+        return "none below its reference" + said
     who = f"{gpu_text(worst)} " if worst.get("index") is not None or worst.get("uuid") else ""
-    return f"largest gap: {who}{worst['label']} {-worst['deviation_pct']:.1f}% below {worst['reference_is']}"
+    return f"largest gap: {who}{worst['label']} {-worst['deviation_pct']:.1f}% below {worst['reference_is']}{said}"

@@ -24,7 +24,9 @@ def soak(out: dict, profile: dict) -> list[dict]:
 
     A soak that could not start is one `soak` result (fail). On the CPU (no CUDA) only a process that
     failed or an all_reduce that gave wrong results counts; the rest is `skip`, not a performance figure.
-    A disturbed soak measured again (combined()) is judged on both parts, each check the worse of the two.
+    A disturbed soak measured again (remeasure.combined()) is judged as one soak: soak_slowdown over the first soak's
+    clean windows and the re-measure's after its warm-up, together; soak_throttle and soak_errors over both parts'
+    events, each the worse of the two.
     """
     if out.get("remeasured") is not None:
         return _both(out, profile)
@@ -36,15 +38,24 @@ def _both(out: dict, profile: dict) -> list[dict]:
     again = out["remeasured"]
     windows = ", ".join(str(w) for w in out.get("disturbed_windows") or []) or "none"
     head = (
-        f"the soak ({first.get('ran_s'):g} s; windows {windows} disturbed, left out of the slowdown judgement)",
+        f"the soak ({first.get('ran_s'):g} s; windows {windows} disturbed, their figures kept apart)",
         f"those windows measured again once the GPUs were quiet ({again.get('ran_s'):g} s)",
     )
-    mine, theirs = {r["check"]: r for r in _one(first, profile)}, {r["check"]: r for r in _one(again, profile)}
+    mine = {r["check"]: r for r in _one(first, profile)}
+    # The slowdown of the re-measure's windows is judged among the soak's (first holds them): not on their own.
+    theirs = {r["check"]: r for r in _one(again, profile) if r["check"] != "soak_slowdown"}
     results = []
     for check in dict.fromkeys([*mine, *theirs]):
         a, b = mine.get(check), theirs.get(check)
         if a is None or b is None:
-            results.append(a or b)
+            one = a or b
+            if check == "soak_slowdown" and one is a:
+                one = one.replace(
+                    reason=f"{head[0]}, its windows measured again after a warm-up window judged with the others: "
+                    + one["reason"],
+                    detail={**one["detail"], "disturbed_windows": out.get("disturbed_windows")},
+                )
+            results.append(one)
             continue
         worse = b if schema.severity(b["status"]) > schema.severity(a["status"]) else a
         remedy = "; ".join(

@@ -1,5 +1,10 @@
 """A disturbed soak measured again: the windows in which another process used the GPUs, the options to measure
-them again (bounded by soak_remeasure_max_s), and the output both parts are judged on."""
+them again (bounded by soak_remeasure_max_s), and the output both parts are judged on.
+
+A re-measure is a short soak of its own, and its first window is its warm-up (the GPUs' clocks and NCCL's
+communicator starting again): that window is kept apart, never judged, and the re-measure's other windows join the
+first soak's clean ones as windows of the same soak, each judged against the same soak's best windows and siblings,
+as any window is (checks/soak/slowdown.py). A re-measure is judged like a measure."""
 
 from __future__ import annotations
 
@@ -7,6 +12,9 @@ import statistics
 
 from gpufleet import profiles
 from gpufleet.numbers import significant
+
+WARM_UP_WINDOWS = 1  # a re-measure's first window: its warm-up, left out of the judgement
+FIGURES = ("matmul_tflops", "hbm_gbps")
 
 
 def disturbed_windows(out: dict) -> list[int]:
@@ -17,46 +25,78 @@ def disturbed_windows(out: dict) -> list[int]:
 
 
 def remeasure_plan(first: dict, profile: dict) -> dict:
-    """bench.soak.run's options to measure a disturbed soak's windows again: as long as those windows (two at
-    least, to compare), at most soak_remeasure_max_s, whatever the soak's own length."""
+    """bench.soak.run's options to measure a disturbed soak's windows again: a warm-up window, then as many windows as
+    were disturbed (two at least, to compare), the whole at most soak_remeasure_max_s, whatever the soak's length."""
     cap = profiles.value(profile, "soak_remeasure_max_s") or 0
-    window = min(first.get("window_s") or 30.0, cap / 2) if cap else first.get("window_s") or 30.0
-    n = max(2, len(disturbed_windows(first)))
-    duration = min(cap, n * window) if cap else n * window
-    return {"duration_s": max(duration, 2 * window), "window_s": window}
+    n = WARM_UP_WINDOWS + max(2, len(disturbed_windows(first)))
+    window = first.get("window_s") or 30.0
+    if cap:
+        window = min(window, cap / n)
+    return {"duration_s": n * window, "window_s": window}
+
+
+def _blank(w: dict, keys: tuple, why: str) -> dict:
+    """A window kept apart: its figures out of the judgement, kept under `<why>_figures`."""
+    return {**w, **{k: None for k in keys}, why: True, f"{why}_figures": {k: w.get(k) for k in keys}}
+
+
+def _joined(first: list, again: list, offset_s: float, keys: tuple) -> list:
+    """The first soak's windows, then the re-measure's after its warm-up, numbered on and timed from the first
+    soak's start (offset_s: when the re-measure started, in the first soak's seconds)."""
+    out = list(first)
+    for w in again:
+        if w["index"] < WARM_UP_WINDOWS:
+            continue
+        out.append({**w, "index": len(out), "start_s": round(w["start_s"] + offset_s, 1), "remeasured": True})
+    return out
 
 
 def combined(first: dict, again: dict) -> dict:
-    """What a disturbed soak is judged on: the first soak with its disturbed windows left out of the slowdown
-    judgement (their figures kept apart), and the short soak that measured them again (soak() judges both)."""
+    """What a disturbed soak is judged on: the first soak with its disturbed windows kept apart (their figures under
+    disturbed_figures), the re-measure's windows after its warm-up added as windows of the same soak, and the
+    re-measure itself under `remeasured` (its throttle and error events are judged too: checks.soak)."""
     gone = set(disturbed_windows(first))
+    if first.get("started_epoch") is not None and again.get("started_epoch") is not None:
+        offset = again["started_epoch"] - first["started_epoch"]
+    else:
+        offset = first.get("ran_s") or 0.0
+    again_gpus = again.get("gpus") or {}
     gpus = {}
     for rank, g in (first.get("gpus") or {}).items():
-        windows = [
-            w
-            if w["index"] not in gone
-            else {
-                **w,
-                "matmul_tflops": None,
-                "hbm_gbps": None,
-                "disturbed": True,
-                "disturbed_figures": {"matmul_tflops": w.get("matmul_tflops"), "hbm_gbps": w.get("hbm_gbps")},
-            }
-            for w in g.get("windows") or []
-        ]
-        kept = {k: [w[k] for w in windows if w.get(k) is not None] for k in ("matmul_tflops", "hbm_gbps")}
+        kept = [w if w["index"] not in gone else _blank(w, FIGURES, "disturbed") for w in g.get("windows") or []]
+        windows = _joined(kept, (again_gpus.get(rank) or {}).get("windows") or [], offset, FIGURES)
+        judged = {k: [w[k] for w in windows if w.get(k) is not None] for k in FIGURES}
         gpus[rank] = {
             **g,
             "windows": windows,
-            **{f"{k}_median": significant(statistics.median(v)) if v else None for k, v in kept.items()},
+            **{f"{k}_median": significant(statistics.median(v)) if v else None for k, v in judged.items()},
         }
     nccl = first.get("nccl")
     if nccl:
-        nccl = {
-            **nccl,
-            "windows": [
-                w if w["index"] not in gone else {**w, "busbw_gbps": None, "disturbed": True}
-                for w in nccl.get("windows") or []
-            ],
+        kept = [
+            w if w["index"] not in gone else _blank(w, ("busbw_gbps",), "disturbed") for w in nccl.get("windows") or []
+        ]
+        windows = _joined(kept, (again.get("nccl") or {}).get("windows") or [], offset, ("busbw_gbps",))
+        nccl = {**nccl, "windows": windows}
+    sampler = first.get("sampler") or {}
+    again_sampled = (again.get("sampler") or {}).get("per_gpu") or {}
+    per_gpu = {
+        i: {
+            **g,
+            "windows": _joined(g.get("windows") or [], (again_sampled.get(i) or {}).get("windows") or [], offset, ()),
         }
-    return {**first, "gpus": gpus, "nccl": nccl, "disturbed_windows": sorted(gone), "remeasured": again}
+        for i, g in (sampler.get("per_gpu") or {}).items()
+    }
+    warm_up = {
+        rank: [w for w in g.get("windows") or [] if w["index"] < WARM_UP_WINDOWS] for rank, g in again_gpus.items()
+    }
+    return {
+        **first,
+        "gpus": gpus,
+        "nccl": nccl,
+        "sampler": {**sampler, "per_gpu": per_gpu},
+        "n_windows": max((len(g["windows"]) for g in gpus.values()), default=first.get("n_windows")),
+        "disturbed_windows": sorted(gone),
+        "remeasured": again,
+        "remeasure_warm_up": warm_up,
+    }
