@@ -428,6 +428,38 @@ def held_out(rows: list[dict], generic: dict) -> dict:
     }
 
 
+def topology(row: dict) -> str | None:
+    """The node's topology as calibration keys it: its GPU count (calibration.topology_of)."""
+    m = row.get("machine") or {}
+    return calibration.topology_of(len(m.get("node_gpus") or []) or m.get("gpus_on_machine"))
+
+
+def measured_of(rows: list[dict]) -> dict:
+    """{measure: {metric: summarize()}} of these rows' clean runs."""
+    return {
+        measure: {metric: summarize(figs) for metric, figs in metrics.items() if figs}
+        for measure, metrics in spreads(rows).items()
+    }
+
+
+def _measures_doc(measured: dict, source: str) -> dict:
+    return {
+        measure: {
+            metric: {
+                "quantile": 1.0,
+                "value": s["value"],
+                "n": s["n"],
+                "p95": s["p95"],
+                "median": s["median"],
+                "source": f"{source}; largest at {s['at']}",
+            }
+            for metric, s in sorted(metrics.items())
+        }
+        for measure, metrics in sorted(measured.items())
+        if metrics
+    }
+
+
 def limits_file(model: str, profile: str, measured: dict, rows: list[dict], files: list[str], table_path: str) -> dict:
     rounds = sorted({r["round"] for r in rows if condition(r) == "clean"})
     commits = sorted({r.get("commit") or "?" for r in rows})
@@ -444,21 +476,23 @@ def limits_file(model: str, profile: str, measured: dict, rows: list[dict], file
             "commits": commits,
             "machines": sorted({machine_of(r) for r in rows}),
         },
-        "measures": {
-            measure: {
-                metric: {
-                    "quantile": 1.0,
-                    "value": s["value"],
-                    "n": s["n"],
-                    "p95": s["p95"],
-                    "median": s["median"],
-                    "source": f"{source}; largest at {s['at']}",
-                }
-                for metric, s in sorted(metrics.items())
-            }
-            for measure, metrics in sorted(measured.items())
+        "measures": _measures_doc(measured, source),
+        # Each topology's own figures (calibration.py: its limit where it has enough, else the model's, widened by
+        # them where they show it too tight).
+        "topologies": {
+            shape: {"measures": _measures_doc(measured_of(members), f"{shape} nodes of {source}")}
+            for shape, members in sorted(by_topology(rows).items())
         },
     }
+
+
+def by_topology(rows: list[dict]) -> dict[str, list[dict]]:
+    out: dict = defaultdict(list)
+    for r in rows:
+        shape = topology(r)
+        if shape:
+            out[shape].append(r)
+    return out
 
 
 def render(by_model: dict, files: list[str], problems: list[str], generic: dict) -> str:
@@ -584,10 +618,7 @@ def main(argv=None) -> int:
     by_model = {}
     for model, mrows in sorted(by_model_rows.items()):
         profile = profiles.match(known, model)
-        measured = {
-            measure: {metric: summarize(figs) for metric, figs in metrics.items() if figs}
-            for measure, metrics in spreads(mrows).items()
-        }
+        measured = measured_of(mrows)
         if args.limits and profile:
             args.limits.mkdir(parents=True, exist_ok=True)
             mine = {r["_file"] for r in mrows}  # this model's runs alone

@@ -116,7 +116,7 @@ def test_a_calibration_file_that_is_wrong_is_refused_by_name(profile_dir):
         yaml.safe_dump({"format": calibration.FORMAT, "measures": {"sample_drop_pct": {"pcie_d2h_gbps": {"n": 3}}}})
     )
     with pytest.raises(
-        calibration.CalibrationError, match=r"h100-sxm.yml: sample_drop_pct.pcie_d2h_gbps needs a 'value'"
+        calibration.CalibrationError, match=r"h100-sxm.yml: measures.sample_drop_pct.pcie_d2h_gbps needs a 'value'"
     ):
         profiles.resolve(cr.MODEL, profile_dir=profile_dir)
 

@@ -189,3 +189,74 @@ def test_a_remeasured_soak_leaves_its_warm_up_out_and_calls_no_healthy_gpu_hardw
     # The same re-measure judged on its own, as before: its warm-up window reads as a slowdown of the fabric.
     alone = {r["check"]: r for r in soak_check.soak(again, h200)}["soak_slowdown"]
     assert alone["status"] == "fail" and alone["class"] == "hardware" and "270.6" in alone["reason"]
+
+
+def test_a_topology_with_few_figures_takes_its_models_limit_widened_never_narrowed(tmp_path):
+    """The issue's case 2: a limit calibrated on 4-GPU machines applied to a 2-GPU one. Each topology's own figures
+    set its limit where there are enough of them; too few only widen the model's, never narrow it; the source says
+    which limit a node of that topology gets."""
+    import shutil
+
+    import yaml
+
+    from gpufleet import calibration
+
+    profile_dir = tmp_path / "profiles"
+    shutil.copytree(ROOT / "files/profiles", profile_dir, ignore=shutil.ignore_patterns("calibration"))
+    (profile_dir / "calibration").mkdir()
+
+    def fig(value, n):
+        return {"quantile": 1.0, "value": value, "n": n, "source": f"runs of the test ({n})"}
+
+    doc = {
+        "format": calibration.FORMAT,
+        "profile": "h200-sxm",
+        "measures": {
+            "node_vs_past_pct": {
+                "nccl_node_all_gather_busbw_gbps_gt_64MiB": fig(0.6, 40),
+                "hbm_copy_gbps": fig(1.0, 40),
+            }
+        },
+        "topologies": {
+            "2gpu": {
+                "measures": {
+                    "node_vs_past_pct": {
+                        "nccl_node_all_gather_busbw_gbps_gt_64MiB": fig(2.4, 4),
+                        "hbm_copy_gbps": fig(0.2, 4),
+                    }
+                }
+            },
+            "4gpu": {"measures": {"node_vs_past_pct": {"hbm_copy_gbps": fig(0.2, 30)}}},
+        },
+    }
+    (profile_dir / "calibration" / "h200-sxm.yml").write_text(yaml.safe_dump(doc))
+    key, gather = "fleet_below_baseline_warn_pct", "nccl_node_all_gather_busbw_gbps_gt_64MiB"
+    model = profiles.resolve("NVIDIA H200", profile_dir=profile_dir)["thresholds"][key]
+    two = profiles.resolve("NVIDIA H200", profile_dir=profile_dir, gpus=2)["thresholds"][key]
+    four = profiles.resolve("NVIDIA H200", profile_dir=profile_dir, gpus=4)["thresholds"][key]
+    eight = profiles.resolve("NVIDIA H200", profile_dir=profile_dir, gpus=8)["thresholds"][key]
+    assert model["by_metric"][gather]["value"] == 2.0 and "topology" not in model
+    # 2 GPUs: four figures up to 2.4% widen the model's 2% to 5%; four narrower ones leave its 2.5% as it is.
+    assert two["topology"] == "2gpu" and two["by_metric"][gather]["value"] == 5.0
+    assert "topology 2gpu: 4 healthy figure(s), fewer than 10" in two["by_metric"][gather]["source"]
+    assert "widen the model's 2% to 5%, never narrow it" in two["by_metric"][gather]["source"]
+    assert two["by_metric"]["hbm_copy_gbps"]["value"] == 2.5
+    assert (
+        "topology 2gpu has 4 figure(s) of its own, fewer than 10: the model's limit"
+        in two["by_metric"]["hbm_copy_gbps"]["source"]
+    )
+    # 4 GPUs: thirty figures set a limit of their own, narrower than the model's.
+    assert four["by_metric"]["hbm_copy_gbps"]["value"] == 1.5
+    assert (
+        "calibration h200-sxm, topology 4gpu: healthy node_vs_past_pct up to 0.2% over 30"
+        in four["by_metric"]["hbm_copy_gbps"]["source"]
+    )
+    assert (
+        four["by_metric"][gather]["value"] == 2.0
+        and "topology 4gpu has no figures of its own" in four["by_metric"][gather]["source"]
+    )
+    # A topology nobody measured: the model's limits, said so.
+    assert (
+        eight["by_metric"][gather]["value"] == 2.0
+        and "topology 8gpu has no figures of its own" in eight["by_metric"][gather]["source"]
+    )

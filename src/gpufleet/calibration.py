@@ -13,6 +13,12 @@ limit above the generic one (they show the generic limit too tight), that wider 
 may widen a limit, never narrow it. A relative limit of a model with no calibration (or none for that metric)
 keeps the generic value and says so: `calibrated` False in its threshold.
 
+Healthy spread depends on the node's shape as well as its GPU model (two GPUs held against each other spread
+otherwise than four; NCCL's figures differ with the GPU count and the NVLink or NVSwitch shape), so a calibration
+file also keeps each topology's figures (`topologies: {"2gpu": {"measures": ...}}`, topology_of()). A node is
+judged on its topology's limit where the topology has MIN_N figures or more; with fewer, on its model's limit,
+which the topology's few figures may widen, never narrow. Each limit's source says which it is.
+
     measure             what was measured on healthy GPUs (in percent)             limits it sets
     sample_drop_pct     a timed sample below its GPU's median, per figure          sample_drop_pct_max
     sample_spread_pct   (max - min) / median of a figure's samples                 fleet_sample_spread_pct_floor
@@ -93,28 +99,44 @@ def load(path: Path) -> dict | None:
         raise CalibrationError(f"calibration file {path} cannot be read as YAML: {exc}") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise CalibrationError(f"calibration file {path}: expected a mapping with format: {FORMAT}")
-    measures = doc.get("measures")
+    _check_measures(path, doc.get("measures"), "measures")
+    topologies = doc.get("topologies") or {}
+    if not isinstance(topologies, dict):
+        raise CalibrationError(f"calibration file {path}: 'topologies' must be a mapping of topology -> measures")
+    for topology, entry in topologies.items():
+        _check_measures(path, (entry or {}).get("measures"), f"topologies.{topology}.measures")
+    doc["path"] = str(path)
+    return doc
+
+
+def _check_measures(path: Path, measures, where: str) -> None:
     if not isinstance(measures, dict):
-        raise CalibrationError(f"calibration file {path}: 'measures' must be a mapping of measure -> metric -> figures")
+        raise CalibrationError(f"calibration file {path}: '{where}' must be a mapping of measure -> metric -> figures")
     for measure, metrics in measures.items():
         if measure not in MEASURES:
             raise CalibrationError(
-                f"calibration file {path}: unknown measure {measure!r}; expected one of {', '.join(MEASURES)}"
+                f"calibration file {path}: unknown measure {measure!r} in {where}; expected one of {', '.join(MEASURES)}"
             )
         for metric, fig in (metrics or {}).items():
             ok = isinstance(fig, dict) and isinstance(fig.get("value"), (int, float)) and isinstance(fig.get("n"), int)
             if not ok or fig["value"] < 0 or not fig.get("source"):
                 raise CalibrationError(
-                    f"calibration file {path}: {measure}.{metric} needs a 'value' (percent, not "
+                    f"calibration file {path}: {where}.{measure}.{metric} needs a 'value' (percent, not "
                     "negative), an integer 'n' and a 'source' (the runs it was measured in)"
                 )
-    doc["path"] = str(path)
-    return doc
 
 
-def apply(thresholds: dict, name: str, profile_path: str | Path) -> tuple[dict, dict]:
+def topology_of(gpus: int | None) -> str | None:
+    """A node's topology as calibration keys it: its GPU count ("4gpu"). On the machines calibrated so far the count
+    says the NVLink shape as well (two and four GPUs: NVLink between every pair; eight on an HGX board: NVSwitch)."""
+    return f"{gpus}gpu" if gpus else None
+
+
+def apply(thresholds: dict, name: str, profile_path: str | Path, topology: str | None = None) -> tuple[dict, dict]:
     """(thresholds with the calibrated keys' per-metric limits, what calibration was used). Every key of
-    MEASURE_OF present gets `calibrated` and, where measured, `by_metric`: {metric: {"value", "source"}}."""
+    MEASURE_OF present gets `calibrated` and, where measured, `by_metric`: {metric: {"value", "source"}}; with a
+    `topology`, each metric's limit is that topology's where it has enough figures (module docstring), and the key
+    says which topology it was resolved for."""
     path = path_for(profile_path, name)
     doc = load(path)
     out = dict(thresholds)
@@ -127,6 +149,7 @@ def apply(thresholds: dict, name: str, profile_path: str | Path) -> tuple[dict, 
             if key in out:
                 out[key] = {**out[key], "calibrated": False}
         return out, info
+    shapes = doc.get("topologies") or {}
     for key, measure in MEASURE_OF.items():
         if key not in out:
             continue
@@ -149,7 +172,15 @@ def apply(thresholds: dict, name: str, profile_path: str | Path) -> tuple[dict, 
                     )
                 ),
             }
-        out[key] = {**out[key], "calibrated": bool(by_metric), **({"by_metric": by_metric} if by_metric else {})}
+        if topology:
+            mine = ((shapes.get(topology) or {}).get("measures") or {}).get(measure) or {}
+            by_metric = _of_topology(by_metric, mine, generic, topology, measure, name)
+        out[key] = {
+            **out[key],
+            "calibrated": bool(by_metric),
+            **({"by_metric": by_metric} if by_metric else {}),
+            **({"topology": topology} if topology else {}),
+        }
         fail_key = FAIL_OF.get(key)
         if by_metric and fail_key in out and out[fail_key]["value"] is not None:
             lifted = {
@@ -167,6 +198,36 @@ def apply(thresholds: dict, name: str, profile_path: str | Path) -> tuple[dict, 
         "runs": doc.get("runs"),
     }
     return out, info
+
+
+def _of_topology(by_metric: dict, mine: dict, generic, topology: str, measure: str, name: str) -> dict:
+    """The model's per-metric limits made the topology's (module docstring): its own with MIN_N figures or more;
+    else the model's (or the generic), widened by the topology's few figures where they show it too tight."""
+    out = {}
+    for metric in sorted(set(by_metric) | set(mine)):
+        model = by_metric.get(metric)
+        base = model["value"] if model else generic
+        fig = mine.get(metric)
+        what = (
+            f"the model's {base:g}%" if model else f"the generic {base:g}%" if isinstance(base, (int, float)) else None
+        )
+        if fig and fig["n"] >= MIN_N:
+            out[metric] = {
+                "value": limit_from(fig["value"]),
+                "source": f"calibration {name}, topology {topology}: healthy {measure} up to {fig['value']:g}% over "
+                f"{fig['n']} figure(s) ({fig['source']}), x{MARGIN_FACTOR:g} + {MARGIN_PCT:g}",
+            }
+        elif fig and isinstance(base, (int, float)) and limit_from(fig["value"]) > base:
+            out[metric] = {
+                "value": limit_from(fig["value"]),
+                "source": f"calibration {name}, topology {topology}: {fig['n']} healthy figure(s), fewer than {MIN_N}, "
+                f"up to {fig['value']:g}% ({fig['source']}): they widen {what} to {limit_from(fig['value']):g}%, "
+                "never narrow it",
+            }
+        elif model:
+            have = f"{fig['n']} figure(s) of its own, fewer than {MIN_N}" if fig else "no figures of its own"
+            out[metric] = {**model, "source": f"{model['source']}; topology {topology} has {have}: the model's limit"}
+    return out
 
 
 def entry(thresholds: dict, key: str, metric: str | None = None) -> dict:

@@ -28,6 +28,12 @@ CHECKS_DISABLED_VARIABLE = "gpufleet_checks_disabled"
 OTHER_GROUPS = ("benchmark", "benchmark_multinode", "counters", "profile", "finetune")
 
 
+def node_gpus(readings: dict) -> int | None:
+    """The GPUs this node may use (CUDA_VISIBLE_DEVICES of the ones NVML sees): its topology's limits apply."""
+    n = len(((readings.get("nvml") or {}) if isinstance(readings.get("nvml"), dict) else {}).get("gpus") or [])
+    return visible_gpus(n) if n else None
+
+
 def checks_disabled(listed=None) -> list[str]:
     """The checks turned off: `listed`, else CHECKS_DISABLED_ENV (JSON), each `group.check`; InputError naming the
     variable for one that is no check."""
@@ -94,7 +100,11 @@ def check_host(
         raise InputError(f"unknown check group(s) {unknown}; expected some of {list(GROUPS)}")
     started, t0 = schema.utc_now(), time.monotonic()
     profile = profiles.resolve(
-        schema.first_gpu_name(readings), profile_name=profile_name, overrides=overrides, profile_dir=profile_dir
+        schema.first_gpu_name(readings),
+        profile_name=profile_name,
+        overrides=overrides,
+        profile_dir=profile_dir,
+        gpus=node_gpus(readings),
     )
     results = []
     for group in groups:
@@ -168,7 +178,11 @@ def bench_host(
         raise InputError(f"soak duration {duration_s} s; expected a positive number of seconds (--duration-s)")
     readings = {"nvml": collect.nvml.read(), "host": collect.host.read()}
     profile = profiles.resolve(
-        schema.first_gpu_name(readings), profile_name=profile_name, overrides=overrides, profile_dir=profile_dir
+        schema.first_gpu_name(readings),
+        profile_name=profile_name,
+        overrides=overrides,
+        profile_dir=profile_dir,
+        gpus=node_gpus(readings),
     )
     started, t0 = schema.utc_now(), time.monotonic()
     host_has_ib = bool(((readings["host"].get("infiniband") or {}).get("ports")))
@@ -240,7 +254,11 @@ def counters_host(
         boot_id = (readings.get("host") or {}).get("boot_id")
         boot_error = None if boot_id else "the recording holds no boot id (host.boot_id)"
     profile = profiles.resolve(
-        schema.first_gpu_name(readings), profile_name=profile_name, overrides=overrides, profile_dir=profile_dir
+        schema.first_gpu_name(readings),
+        profile_name=profile_name,
+        overrides=overrides,
+        profile_dir=profile_dir,
+        gpus=node_gpus(readings),
     )
     res = [
         schema.timed(

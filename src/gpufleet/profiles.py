@@ -214,9 +214,11 @@ def resolve(
     overrides: dict | None = None,
     profile_dir: Path | None = None,
     site_dir: Path | str | None = None,
+    gpus: int | None = None,
 ) -> dict:
     """The effective profile: generic <- model profile <- inventory overrides. `site_dir`: the site's profiles from
-    that folder rather than from the environment (site_profiles()), as the controller checks a node's.
+    that folder rather than from the environment (site_profiles()), as the controller checks a node's. `gpus`: the
+    node's GPU count, whose topology's calibrated limits apply (calibration.topology_of).
 
     Returns {"name", "matched", "note", "thresholds": {key: {"value", "source"}}, "calibration"}; a relative
     limit's entry also says whether it is `calibrated` and its per-metric values (`by_metric`, calibration.py).
@@ -243,7 +245,7 @@ def resolve(
     for key, entry in profiles[name]["thresholds"].items():
         thresholds[key] = {"value": entry["value"], "source": entry["source"]}
     # The model's measured healthy spread sets its relative limits per metric; an inventory override still wins.
-    thresholds, calibrated = calibration.apply(thresholds, name, profiles[name]["path"])
+    thresholds, calibrated = calibration.apply(thresholds, name, profiles[name]["path"], calibration.topology_of(gpus))
     for key, value in (overrides or {}).items():
         if key not in thresholds:
             raise ProfileError(
