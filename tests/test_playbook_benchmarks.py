@@ -97,6 +97,17 @@ def test_local_run_records_benchmarks_in_host_document_and_report(local_run):
     doc = host_doc(run_dir, "localhost")
     bench = {r["check"]: r for r in doc["results"] if r["group"] == "benchmark"}
     sdc = bench.pop("sdc", None)
+    # Each engine run was handed what its figures are held against (RUN_DIR/references/localhost.json, written by
+    # the run's first play): here a first run, with no baseline.
+    held = [r for r in doc["results"] if r["check"] == "measured_again"]
+    bench.pop("measured_again", None)
+    assert len(held) == 3 and (run_dir / "references" / "localhost.json").is_file(), out  # matmul and sdc, memory, nccl
+    for r in held:
+        assert r["status"] == "pass" and r["detail"]["held_against"]["baseline"] is None, r
+        assert r["detail"]["held_against"]["notes"] == [
+            "no baseline run set (gpufleet baseline set RUN_ID, or gpufleet_baseline for validate.yml)"
+        ], r
+        assert "held against nothing beyond its limits: no baseline run set" in r["reason"], r
     assert set(bench) == {"matmul_bf16", "hbm_bandwidth", "nccl_sendrecv"} | COLLECTIVES, out
     # The SDC hashes of the default acceptance benchmarks: two CPU processes, compared for real, no claim on a GPU.
     assert sdc and sdc["status"] == "skip" and sdc["detail"]["would_be"] == "pass" and CPU_NOTE in sdc["reason"], sdc

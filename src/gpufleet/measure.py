@@ -311,9 +311,10 @@ def _unconfirmed(res: Result, detail: dict, how: str) -> Result:
     )
 
 
-def measured_again(log: list) -> dict:
+def measured_again(log: list, hold=None) -> dict:
     """`measured_again`: the seconds the node's benchmarks spent measuring again, step by step and why (a
-    disturbed step, or figures to confirm); 0 when every figure was clear the first time."""
+    disturbed step, or figures to confirm); 0 when every figure was clear the first time. hold: what the figures
+    were held against (comparisons.node.Held), said too."""
     by: dict[tuple, float] = {}
     for e in log:
         if e.get("purpose") in (DISTURBED_AGAIN, CONFIRM):
@@ -331,10 +332,13 @@ def measured_again(log: list) -> dict:
     return result(
         registry.MEASURED_AGAIN_CHECK.name,
         PASS,
-        reason,
+        reason + (f"; {hold.text()}" if hold else ""),
         value=total,
         unit="s",
-        detail={"by_step": [{"step": st, "why": why, "seconds": s} for (st, why), s in by.items()]},
+        detail={
+            "by_step": [{"step": st, "why": why, "seconds": s} for (st, why), s in by.items()],
+            **({"held_against": hold.summary()} if hold else {}),
+        },
     )
 
 
@@ -498,12 +502,12 @@ class NodeSteps:
 
     def processes(self) -> list:
         """Each watched step's `<step>_processes`: what else ran on its GPUs (a CPU run has no GPU to watch); and
-        `measured_again`, the seconds the node spent measuring again and why."""
+        `measured_again`, the seconds the node spent measuring again and why, and what it held its figures against."""
         out = []
         for name in self.names:
             steps = [e for e in self.log if e["step"] == name]
             if any(e.get("device") == "cuda" for e in steps):
                 out.append(foreign_processes(name, steps))
-        if any(e.get("device") == "cuda" for e in self.log):
-            out.append(measured_again(self.log))
+        if self.hold or any(e.get("device") == "cuda" for e in self.log):
+            out.append(measured_again(self.log, self.hold))
         return out

@@ -85,6 +85,29 @@ class Held:
         fleet = refs.get("baseline_fleet") or {}
         self.fleet_id = fleet.get("run_id")
         self.medians = medians_of(refs) if self.fleet_id else {}
+        self.notes = [n for n in refs.get("notes") or [] if isinstance(n, str)]
+
+    def summary(self) -> dict:
+        """What the stage's figures were held against, as its document says it."""
+        return {
+            "baseline": self.base_id,
+            "baseline_figures": sum(len(v) for v in (self.base_index or ({}, {}))[0].values())
+            + len((self.base_index or ({}, {}))[1]),
+            "baseline_fleet_medians": len(self.medians),
+            "past_figures": len(self.past),
+            "notes": self.notes,
+        }
+
+    def text(self) -> str:
+        s = self.summary()
+        if not (s["baseline_figures"] or s["baseline_fleet_medians"] or s["past_figures"]):
+            return "held against nothing beyond its limits: " + ("; ".join(s["notes"]) or "no references")
+        return (
+            f"held against baseline run {s['baseline']} ({s['baseline_figures']} figure(s) of this node, "
+            f"{s['baseline_fleet_medians']} fleet median(s)) and its GPUs' past ({s['past_figures']} figure(s))"
+            if s["baseline"]
+            else f"held against its GPUs' past ({s['past_figures']} figure(s)); " + "; ".join(s["notes"])
+        )
 
     def __call__(self, results: list[dict], group: str = "benchmark") -> dict[str, dict]:
         """{record_key: state} of every comparison the results' figures allow (group: benchmark, or
