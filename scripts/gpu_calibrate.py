@@ -17,6 +17,11 @@ Disturbance kinds (scripts/gpu_disturb.py; each its own process, named gpu_distu
   pcie        pinned host-device copies on one GPU      other_user two processes (matmul and copy) as uid 65534
   one_gpu     in the node layout: one GPU of several; in the split layout: a light matmul (size 2048)
   short       a matmul that lasts 1 to 3 s, inside one step
+  host_cpu    no GPU: busy processes on 15-50% of the host's CPUs (gpu_disturb --kind cpu), as user
+              gpufleet-neighbour (created when missing; run as root), on every node of the machine
+Every row records the most the host's other processes used beside the benchmarks (`host_foreign_cpu_pct_max`, from
+benchmark.<step>_processes; the node stages mark themselves with GPUFLEET_RUN_MARK, so the split layout's sibling
+nodes are this run's): the clean rows' largest sets host_foreign_cpu_share_max.
 
 Usage (GPU machine, from a checkout):
   python3 scripts/gpu_calibrate.py --out $OUT --data $OUT/runs.jsonl --budget-s 480 [--layout split|node|both]
@@ -42,7 +47,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 FORMAT = "gpufleet-calibration/1"
-KINDS = ("compute", "memcopy", "pcie", "other_user", "one_gpu", "short")
+KINDS = ("compute", "memcopy", "pcie", "other_user", "one_gpu", "short", "host_cpu")
 NOBODY = 65534
 # Each kind's gpu_disturb processes on one GPU: (its work, the uid it runs as; None: ours).
 KIND_PROCESSES = {
@@ -52,7 +57,10 @@ KIND_PROCESSES = {
     "pcie": [(["--kind", "pcie"], None)],
     "one_gpu": [(["--kind", "matmul", "--size", "2048"], None)],
     "other_user": [(["--kind", "matmul"], NOBODY), (["--kind", "copy", "--size", "1024"], NOBODY)],
+    "host_cpu": [(["--kind", "cpu"], None)],  # the host's: gpu_disturb runs them as NEIGHBOUR, made when missing
 }
+NEIGHBOUR = "gpufleet-neighbour"
+HOST_KEY = "host_foreign_cpu_share_max"
 CHECK_GROUPS = ("gpu_inventory", "gpu_health", "host_hygiene")
 
 
@@ -83,7 +91,7 @@ def free_port() -> int:
 
 def node_stage(node: str, gpus: list[int], n_machine_gpus: int, cpu: bool, thresholds: dict) -> dict:
     """The acceptance tier's node stage for one node; its merged host document and the stage's seconds."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), GPUFLEET_KEEP_LOGS="0")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), GPUFLEET_KEEP_LOGS="0", GPUFLEET_RUN_MARK=str(os.getpid()))
     if not cpu:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
     common = ["--host", node, "--thresholds", json.dumps(thresholds)]
@@ -133,11 +141,13 @@ def node_stage(node: str, gpus: list[int], n_machine_gpus: int, cpu: bool, thres
 class Disturbance:
     """gpu_disturb processes on `gpus`, started `delay_s` after the round starts, for `duration_s` of work."""
 
-    def __init__(self, kind: str, gpus: list[int], delay_s: float, duration_s: float, cpu: bool):
+    def __init__(self, kind: str, gpus: list[int], delay_s: float, duration_s: float, procs: int, cpu: bool):
         self.kind, self.gpus, self.delay_s, self.duration_s, self.cpu = kind, gpus, delay_s, duration_s, cpu
+        self.n_procs = procs  # host_cpu: how many busy processes
         self.record = {
             "kind": kind,
-            "gpus": gpus,
+            "gpus": gpus if kind != "host_cpu" else [],
+            "procs": procs or None,
             "delay_s": round(delay_s, 1),
             "duration_s": round(duration_s, 1),
             "pids": [],
@@ -153,6 +163,11 @@ class Disturbance:
     def _commands(self) -> list[tuple[list[str], int | None]]:
         """The kind's processes on each of the round's GPUs (one GPU unless --gpus-disturbed says more)."""
         base = [sys.executable, str(HERE / "gpu_disturb.py"), "--seconds", str(self.duration_s)]
+        if self.kind == "host_cpu":  # the host's, not a GPU's: one set (a logic check makes no user)
+            user = [] if self.cpu else ["--as-user", NEIGHBOUR]
+            return [
+                (base + work + user + ["--procs", str(self.n_procs)], uid) for work, uid in KIND_PROCESSES[self.kind]
+            ]
         wheres = [["--cpu"]] if self.cpu else [["--gpu", str(g)] for g in self.gpus]
         return [(base + where + work, user) for where in wheres for work, user in KIND_PROCESSES[self.kind]]
 
@@ -288,7 +303,8 @@ def plan_round(
         delay, duration = rng.uniform(2, latest), rng.uniform(1, 3)
     else:
         delay, duration = rng.uniform(2, latest), rng.uniform(8, 40)
-    return {"kind": kind, "gpus": gpus, "delay_s": delay, "duration_s": duration}
+    procs = max(2, round(rng.uniform(0.15, 0.5) * (os.cpu_count() or 1))) if kind == "host_cpu" else 0
+    return {"kind": kind, "gpus": gpus, "delay_s": delay, "duration_s": duration, "procs": procs}
 
 
 def git_commit() -> str | None:
@@ -301,6 +317,31 @@ def git_commit() -> str | None:
         )
     except OSError:
         return None
+
+
+def host_peak(doc: dict) -> float | None:
+    """The most the host's other processes used together beside the node-run's benchmarks (percent of its CPUs):
+    each benchmark.<step>_processes' detail, or where none came (a CPU run) each sampler's summary."""
+    details = [r.get("detail") or {} for r in doc.get("results") or []]
+    peaks = [d["host_foreign_cpu_pct_max"] for d in details if d.get("host_foreign_cpu_pct_max") is not None]
+    peaks = peaks or [d["monitor"]["host"]["peak"]["cpu_pct"] for d in details if (d.get("monitor") or {}).get("host")]
+    return max(peaks) if peaks else None
+
+
+def host_line(rows: list[dict]) -> str:
+    """The host's foreign CPU share per node-run, clean and beside the host_cpu kind, against the limit."""
+    limits = {(r["document"].get("profile") or {}).get("thresholds", {}).get(HOST_KEY, {}).get("value") for r in rows}
+    parts = []
+    for what, rs in (
+        ("clean", [r for r in rows if r["condition"] == "clean"]),
+        ("host_cpu", [r for r in rows if r["node_affected"] and r["disturbance"]["kind"] == "host_cpu"]),
+    ):
+        got = sorted(v for r in rs if (v := r.get("host_foreign_cpu_pct_max")) is not None)
+        if got:
+            parts.append(f"{what} {len(got)} node-runs: {got[0]:g} to {got[-1]:g}% (median {got[len(got) // 2]:g}%)")
+    limit = ", ".join(f"{v:g}%" for v in sorted(v for v in limits if v is not None)) or "none read"
+    seen = "; ".join(parts) or "none read"
+    return f"host: the other processes' CPU share, largest per node-run: {seen}; {HOST_KEY} {limit}"
 
 
 def table(rows: list[dict]) -> str:
@@ -327,7 +368,7 @@ def table(rows: list[dict]) -> str:
     walls = sorted(r["wall_s"] for r in rows)
     if walls:
         lines.append(f"node stage wall: median {walls[len(walls) // 2]:.1f} s over {len(walls)} node-runs")
-    return "\n".join(lines)
+    return "\n".join(lines + [host_line(rows)])
 
 
 def main(argv=None) -> int:
@@ -384,7 +425,7 @@ def main(argv=None) -> int:
         round_id = f"{stamp}-r{k:03d}-{layout}-{plan['kind'] if plan else 'clean'}"
         run_dir = reports / layout / round_id
         (run_dir / "hosts").mkdir(parents=True)
-        dist = Disturbance(plan["kind"], plan["gpus"], plan["delay_s"], plan["duration_s"], args.cpu) if plan else None
+        dist = Disturbance(**plan, cpu=args.cpu) if plan else None
         stages: dict = {}
 
         def one(node, gpus):
@@ -416,7 +457,7 @@ def main(argv=None) -> int:
                 and rec["ready_epoch"] < st["ended_epoch"]
                 and (rec.get("end_epoch") or st["ended_epoch"]) > st["started_epoch"]
             )
-            affected = overlap and (args.cpu or bool(set(plan["gpus"]) & set(gpus)))
+            affected = overlap and (args.cpu or plan["kind"] == "host_cpu" or bool(set(plan["gpus"]) & set(gpus)))
             row = {
                 "format": FORMAT,
                 "round": round_id,
@@ -429,6 +470,7 @@ def main(argv=None) -> int:
                 "node_affected": affected,
                 "disturbance": dist.record if dist else None,
                 "wall_s": st["wall_s"],
+                "host_foreign_cpu_pct_max": host_peak(st["document"]),
                 "stage_epochs": [st["started_epoch"], st["ended_epoch"]],
                 "document": stages[node]["document"],
                 "report": judged.get(node) or {},

@@ -1,6 +1,8 @@
-"""Keep one GPU busy for a while with a workload of our own, so that a validation run beside it sees it.
+"""Keep one GPU, or the host's CPUs, busy for a while with a workload of our own, so that a validation run beside
+it sees it.
 
-Usage: python3 scripts/gpu_disturb.py --gpu 1 --seconds 900 [--kind matmul|copy] [--size N] [--duty 1.0]
+Usage: python3 scripts/gpu_disturb.py --gpu 1 --seconds 900 [--kind matmul|copy|pcie] [--size N] [--duty 1.0]
+       python3 scripts/gpu_disturb.py --kind cpu --procs 48 --seconds 70 [--as-user gpufleet-neighbour]
 
 --gpu is the NVML index, as gpu_health and `nvidia-smi` name the GPU (resolved to its UUID through NVML, so
 CUDA_VISIBLE_DEVICES and CUDA's own device order do not matter). --kind matmul loops bf16 products of N x N
@@ -9,6 +11,9 @@ slices from the other process); --kind copy loops device-to-device copies of N M
 bandwidth); --kind pcie loops pinned host-to-device and device-to-host copies of N MiB (default 1024: the PCIe
 link alone). --duty below 1 sleeps between bursts, for a lighter disturbance. A validation run beside it
 must name it in gpu_health.processes (pid, name, memory), and that GPU's benchmark figures must drop.
+--kind cpu needs no GPU: --procs busy processes named "cpu_disturb" (no torch), under --as-user when given (created
+with useradd when missing; run as root), the host neighbour of issue 39 (48 of them on a 208-CPU node); a
+validation run beside it must name them in benchmark.<step>_processes (user, pids, share of the CPUs).
 
 It names its process "gpu_disturb" (/proc/<pid>/comm, what gpu_health.processes reports), prints its pid and
 what it does on the first line, a summary when it ends (after --seconds, or on SIGTERM/SIGINT), and exits 0;
@@ -21,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -60,11 +66,66 @@ def nvml_uuid(index: int) -> str:
         pynvml.nvmlShutdown()
 
 
+def neighbour_user(name: str) -> int:
+    """The uid of user `name`, created (no home, no login) when missing; exit 2 when it cannot be."""
+    import pwd
+
+    try:
+        return pwd.getpwnam(name).pw_uid
+    except KeyError:
+        pass
+    made = subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name], text=True)
+    try:
+        return pwd.getpwnam(name).pw_uid
+    except KeyError:
+        die(f"--as-user {name}: no such user, and useradd could not create it (exit {made.returncode}; run as root)")
+
+
+def busy_cpus(procs: int, seconds: float, uid: int | None, stop: dict) -> int:
+    """`procs` processes that spin on a CPU each for `seconds`, under `uid`; stopped early by a stop request."""
+    pids = []
+    for _ in range(procs):
+        pid = os.fork()
+        if pid == 0:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            if uid is not None:
+                os.setgroups([])
+                os.setgid(uid)
+                os.setuid(uid)
+            name_process("cpu_disturb")
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                pass
+            os._exit(0)
+        pids.append(pid)
+    who = f" as uid {uid}" if uid is not None else ""
+    print(
+        f"gpu_disturb pid {os.getpid()}: {procs} busy processes{who} on the host's CPUs for {seconds:g} s "
+        f"(pids {', '.join(map(str, pids))})",
+        flush=True,
+    )
+    t0 = time.monotonic()
+    while pids and not stop["why"]:  # polled: a stop request does not interrupt a blocking wait (PEP 475)
+        done, _ = os.waitpid(-1, os.WNOHANG)
+        pids = [p for p in pids if p != done]
+        if not done:
+            time.sleep(BURST_S)
+    for pid in pids:  # stopped early: the children go too
+        os.kill(pid, signal.SIGTERM)
+        os.waitpid(pid, 0)
+    why = f"stopped by {stop['why']}" if stop["why"] else "time is up"
+    print(f"gpu_disturb pid {os.getpid()}: {why} after {time.monotonic() - t0:.1f} s", flush=True)
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="gpu_disturb", description=__doc__.split("\n\n")[0])
     p.add_argument("--gpu", type=int, help="NVML index of the GPU to keep busy")
     p.add_argument("--seconds", type=float, required=True, help="how long to keep it busy")
-    p.add_argument("--kind", choices=["matmul", "copy", "pcie"], default="matmul")
+    p.add_argument("--kind", choices=["matmul", "copy", "pcie", "cpu"], default="matmul")
+    p.add_argument("--procs", type=int, default=1, help="cpu: how many busy processes")
+    p.add_argument("--as-user", help="cpu: the user the busy processes run as (created when missing; needs root)")
     p.add_argument(
         "--size",
         type=int,
@@ -76,6 +137,14 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.seconds <= 0 or not 0 < args.duty <= 1:
         p.error("--seconds must be positive and --duty in (0, 1]")
+    if args.kind == "cpu":
+        if args.procs < 1:
+            p.error("--procs must be 1 or more")
+        stop = {"why": None}
+        signal.signal(signal.SIGTERM, lambda signum, _f: stop.update(why=signal.Signals(signum).name))
+        signal.signal(signal.SIGINT, lambda signum, _f: stop.update(why=signal.Signals(signum).name))
+        name_process()
+        return busy_cpus(args.procs, args.seconds, neighbour_user(args.as_user) if args.as_user else None, stop)
     if not args.cpu and args.gpu is None:
         p.error("--gpu is required (or --cpu for a logic check)")
 

@@ -234,7 +234,7 @@ def test_a_gpu_that_never_becomes_quiet_is_an_error_naming_the_process(h200):
     assert res["status"] == "error" and res["trust"] == "disturbed" and res["value"] is None
     assert res["reason"].startswith(
         "disturbed by pid 1 (gpu_disturb, 1002 MiB) on GPU 0 from 10:00:00Z to 10:00:09Z; "
-        "the GPUs did not become quiet within 120 s; the figure measured beside it (792.0 TFLOPS)"
+        "the GPUs and the host did not become quiet within 120 s; the figure measured beside it (792.0 TFLOPS)"
     )
     # A disturbed figure never passes, though it cleared the minimum.
     assert res["detail"]["judged_as"]["status"] == "pass" and res["detail"]["disturbed_value"] == 792.0

@@ -12,7 +12,7 @@ from typing import Callable
 
 from gpufleet import profiles, registry, schema
 from gpufleet.comparisons.confirm import RECORD, beyond
-from gpufleet.bench import matmul, nccl, sdc, soak
+from gpufleet.bench import host_watch, matmul, nccl, sdc, soak
 from gpufleet.bench.monitor import sampled
 from gpufleet.bench.watch import describe, wait_quiet
 from gpufleet.schema import ERROR, FAIL, PASS, Result, result
@@ -100,9 +100,10 @@ def watched(
 ) -> list[dict]:
     """Measure a step (run() -> output, judge(output, profile) -> results) until its figures can be trusted.
 
-    - A foreign process on a GPU during the step (its sampler's `foreign`): wait until the GPUs are quiet
-      (at most disturbed_wait_s) and measure again, at most disturbed_remeasure_max times; else every result
-      is `error` "disturbed by pid N (name, MiB) ... from t1 to t2", trust `disturbed`. `not_again` says why a
+    - A foreign process on a GPU during the step, or a host neighbour over its limits (its sampler's `foreign`;
+      bench.host_watch, judged by this profile): wait until the GPUs and the host are quiet (at most
+      disturbed_wait_s) and measure again, at most disturbed_remeasure_max times; else every result is `error`
+      "disturbed by pid N (name, MiB) ... from t1 to t2", trust `disturbed`. `not_again` says why a
       step is never measured again (too long, or every node of a run across nodes would have to): disturbed
       once, its results are that error. `again(first output)` measures a disturbed step again (default run():
       the soak measures only its disturbed windows), and `combine(first output, again's)` is what is judged then.
@@ -119,7 +120,7 @@ def watched(
       sightings and what it was for (first, disturbed, confirm), for the step's foreign_processes result and the
       time spent measuring again (measured_again()).
     """
-    wait = wait or wait_quiet
+    wait = wait or (lambda s: wait_quiet(s, host=host_watch.Limits.of(profile)))
     disturbed_max = profiles.value(profile, "disturbed_remeasure_max") or 0
     wait_s = profiles.value(profile, "disturbed_wait_s") or 0
     confirm_max = (profiles.value(profile, "confirm_remeasure_max") or 0) if confirm else 0
@@ -132,7 +133,8 @@ def watched(
     purpose, measure, first_out = FIRST, run, None
     while True:
         t0 = time.monotonic()
-        out = measure()
+        with host_watch.judged_by(profile):
+            out = measure()
         judged_out = combine(first_out, out) if combine and first_out is not None else out
         res = judge(judged_out, profile)
         seconds = round(time.monotonic() - t0, 1)
@@ -157,6 +159,7 @@ def watched(
                 "started_epoch": epoch,
                 "watch_error": mon.get("error"),
                 "processes_unreadable": mon.get("processes_unreadable"),
+                "host": mon.get("host"),
             }
         )
         if purpose == CONFIRM:
@@ -172,7 +175,7 @@ def watched(
                 attempt["wait"] = {k: quiet.get(k) for k in ("quiet", "waited_s", "error")}
                 attempt["processes_while_waiting"] = quiet.get("processes") or []
                 if not quiet.get("quiet"):
-                    why = f"the GPUs did not become quiet within {wait_s:g} s" + (
+                    why = f"the GPUs and the host did not become quiet within {wait_s:g} s" + (
                         f" ({quiet['error']})" if quiet.get("error") else ""
                     )
             if why:
@@ -235,8 +238,8 @@ def _disturbed(res: Result, foreign: list, epoch: float | None, why: str, attemp
         reason=f"disturbed by {names}; {why}; the figure measured beside it "
         + f"({res['value']} {res.get('unit') or ''}".rstrip()
         + ") is not the node's",
-        remedy="find out what runs on the GPU (detail.attempts[].processes) and stop it or keep the node out of "
-        "the scheduler while it is validated; then run again",
+        remedy="find out what runs on the GPU or the host (detail.attempts[].processes, .foreign) and stop it or "
+        "keep the node out of the scheduler while it is validated; then run again",
     )
 
 
@@ -343,41 +346,45 @@ def measured_again(log: list, hold=None) -> dict:
 
 
 def foreign_processes(step: str, log: list) -> dict:
-    """`<step>_processes`: what else ran on the node's GPUs while a step measured them (log: watched()'s
-    entries of that step). Any foreign process fails the node, even when the step was measured again once quiet:
-    a node shared during validation is not the node a training job will get. Not the GPU's fault: no GPU flagged."""
+    """`<step>_processes`: what else ran on the node's GPUs, and on its host over the limits, while a step measured
+    them (log: watched()'s entries of that step). Any foreign process fails the node, even when the step was
+    measured again once quiet: a node shared during validation is not the node a training job will get. Not the
+    GPU's fault: no GPU flagged. detail.host_foreign_cpu_pct_max: the most the host's other processes used, over
+    the limit or not (what host_foreign_cpu_share_max is calibrated from)."""
     check = f"{step}_processes"
-    detail = {"attempts": log}
+    hosts = [e["host"] for e in log if e.get("host")]
+    detail = {"attempts": log, "host_foreign_cpu_pct_max": host_watch.peak_pct(hosts)}
     seen = [f"{describe(p, e['started_epoch'])} (attempt {e['attempt']})" for e in log for p in e["foreign"]]
     if seen:
         return result(
             check,
             FAIL,
-            f"foreign process(es) on the GPUs while {step} measured them: " + "; ".join(seen),
+            f"foreign process(es) on the GPUs or the host while {step} measured them: " + "; ".join(seen),
             value=len(seen),
             unit="sightings",
             detail=detail,
-            remedy="another workload used the GPU during validation: stop it (or drain the node from the "
-            "scheduler first) and validate again; the figures measured beside it were measured again "
+            remedy="another workload used the GPU or the host's CPUs during validation: stop it (or drain the node "
+            "from the scheduler first) and validate again; the figures measured beside it were measured again "
             "or marked disturbed",
         )
     unwatched = [
-        f"attempt {e['attempt']}: {e.get('watch_error') or e.get('processes_unreadable')}"
+        f"attempt {e['attempt']}: {e.get('watch_error') or e.get('processes_unreadable') or e['host']['error']}"
         for e in log
-        if e.get("watch_error") or e.get("processes_unreadable")
+        if e.get("watch_error") or e.get("processes_unreadable") or (e.get("host") or {}).get("error")
     ]
     if unwatched:
         return result(
             check,
             ERROR,
-            f"the GPUs' processes could not be listed while {step} measured: {'; '.join(unwatched)}",
+            f"the GPUs' or the host's processes could not be listed while {step} measured: {'; '.join(unwatched)}",
             detail=detail,
-            remedy="check NVML (`nvidia-smi`) on the node and run again",
+            remedy="check NVML (`nvidia-smi`) and /proc on the node and run again",
         )
     return result(
         check,
         PASS,
-        f"no foreign process on the GPUs while {step} measured them ({len(log)} measurement(s))",
+        f"no foreign process on the GPUs while {step} measured them ({len(log)} measurement(s))"
+        + (f"; {host_watch.seen_text(hosts)}" if hosts else ""),
         value=0,
         unit="sightings",
         detail=detail,

@@ -358,13 +358,15 @@ ENGINE_CHECK = Check("engine", SOFTWARE)
 # The seconds a node's benchmarks spent measuring again, and why (group benchmark; measure.measured_again).
 MEASURED_AGAIN_CHECK = Check("measured_again", SOFTWARE)
 
-# Profile keys no single check owns: the watch of every benchmark (measure again when disturbed, confirm a figure
-# within a budget) and `gpufleet fleet locate`.
+# Profile keys no single check owns: the watch of every benchmark (measure again when disturbed, on the GPUs or
+# the host, confirm a figure within a budget) and `gpufleet fleet locate`.
 SHARED_THRESHOLDS = (
     "confirm_remeasure_max",
     "confirm_budget_s",
     "disturbed_remeasure_max",
     "disturbed_wait_s",
+    "host_foreign_cpu_share_max",
+    "host_swap_mib_s_max",
     "locate_busbw_ratio_min",
 )
 

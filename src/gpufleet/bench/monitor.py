@@ -7,6 +7,8 @@ of each for a benchmark of seconds; SoakSampler keeps a time series and the
 error counters for a soak of minutes to hours. Both list the processes on
 every GPU at every sample (bench.watch): a process outside the benchmark's own
 process tree is foreign, and the figures measured beside it are not the node's.
+Both read the host too (bench.host_watch): where the GPUs are watched, its neighbours over the limits join `foreign`
+(index None); a CPU run keeps them under `host` alone, its figures being no node's (`skip`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import threading
 import time
 from collections import Counter
 
-from gpufleet.bench.watch import ProcessWatch, list_processes
+from gpufleet.bench.host_watch import HostWatch
+from gpufleet.bench.watch import ProcessWatch, in_window, list_processes
 from gpufleet.collect import counters, kernel_log
 from gpufleet.collect.nvml.binding import as_text, bus_id, call_first, init_nvml, pynvml, read_field
 from gpufleet.collect.nvml.clocks import CLOCK_EVENT_BITS, HW_SLOWDOWN_EVENTS
@@ -47,6 +50,7 @@ class GpuMonitor:
         self._open: dict[str, dict] = {}
         self._replays: dict[str, tuple] = {}
         self.watch = ProcessWatch()
+        self.host = HostWatch()
         self.started_epoch = time.time()
         self._t0 = time.monotonic()
         self._stop = threading.Event()
@@ -54,6 +58,7 @@ class GpuMonitor:
 
     def __enter__(self):
         self.started_epoch, self._t0 = time.time(), time.monotonic()
+        self.host.start(self._t0)  # with or without NVML: the host is there either way
         try:
             init_nvml()
             self._nvml = pynvml
@@ -135,6 +140,7 @@ class GpuMonitor:
             self._thread.join()
             self._sample()  # the last word: a process that came at the very end counts too
             self._nvml.nvmlShutdown()
+        self.host.stop()
         return False
 
     def summary(self) -> dict:
@@ -156,8 +162,9 @@ class GpuMonitor:
             "started_epoch": self.started_epoch,
             "started_monotonic": self._t0,
             "processes": self.watch.processes(),
-            "foreign": self.watch.foreign(),
+            "foreign": self.watch.foreign() + (self.host.foreign() if self.error is None else []),
             "processes_unreadable": {str(i): e for i, e in self.watch.unreadable.items()},
+            "host": self.host.summary(),
         }
 
 
@@ -214,6 +221,7 @@ class SoakSampler:
         self.events_dropped = 0
         self.samples = 0
         self.watch = ProcessWatch()
+        self.host = HostWatch()
         self._handles: dict[int, object] = {}
         self._xid_seen = None
         self._t0 = None
@@ -264,11 +272,13 @@ class SoakSampler:
 
     def start(self, t0: float) -> None:
         self._t0 = t0
+        self.host.start(t0)
         if self._handles:
             self._thread = threading.Thread(target=self._run, name="soak-sampler", daemon=True)
             self._thread.start()
 
     def stop(self) -> None:
+        self.host.stop()
         if self._thread:
             self._stop.set()
             self._thread.join(timeout=30)
@@ -437,6 +447,7 @@ class SoakSampler:
         """Per GPU: clock, temperature and power per window, clock event reasons with their first time and
         seconds in all, counters at the start and the end; the events in time order."""
         per_gpu = {}
+        foreign = self.watch.foreign() + (self.host.foreign() if self.error is None else [])  # GpuMonitor's rule
         for i, info in self.gpus.items():
             windows = []
             for w in range(n_windows):
@@ -459,11 +470,7 @@ class SoakSampler:
                         "power_median_w": round(statistics.median(power), 1) if power else None,
                         "power_max_w": max(power) if power else None,
                         "reasons": reason_names(mask),
-                        "foreign_processes": [
-                            {k: p[k] for k in ("pid", "name", "used_memory_mib", "first_s", "last_s")}
-                            for p in self.watch.foreign()
-                            if p["index"] == i and p["first_s"] < hi and p["last_s"] >= lo
-                        ],
+                        "foreign_processes": in_window(foreign, i, lo, hi),
                     }
                 )
             per_gpu[str(i)] = {
@@ -485,6 +492,7 @@ class SoakSampler:
             "events": sorted(self.events, key=lambda e: e["t_s"]),
             "events_dropped": self.events_dropped,
             "processes": self.watch.processes(),
-            "foreign": self.watch.foreign(),
+            "foreign": foreign,
             "processes_unreadable": {str(i): e for i, e in self.watch.unreadable.items()},
+            "host": self.host.summary(),
         }

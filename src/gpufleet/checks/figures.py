@@ -19,7 +19,8 @@ NOT_THE_FIGURE = (judge.FELL, judge.DISTURBED)
 
 def causes(monitor: dict, index: int | None) -> list[dict]:
     """What the step's sampler saw on one GPU (NVML index) that can pull samples down: [{"what", "t_s": [from, to]
-    in seconds since the sampler started, or None (some moment of the step)}]."""
+    in seconds since the sampler started, or None (some moment of the step), "foreign": True for another process's
+    work}]; the host's neighbours (index None: bench.host_watch) are every GPU's."""
     if index is None:
         return []
     g = (monitor.get("per_gpu") or {}).get(str(index)) or {}
@@ -28,9 +29,13 @@ def causes(monitor: dict, index: int | None) -> list[dict]:
         # (their NVML names: the controller replays documents without the node's readers)
         out += [{"what": n.replace("_", " "), "t_s": None} for n in g.get("throttled") or []]
     out += [
-        {"what": f"pid {p['pid']} ({p.get('name') or 'name unknown'})", "t_s": [p.get("first_s"), p.get("last_s")]}
+        {
+            "what": p.get("label") or f"pid {p['pid']} ({p.get('name') or 'name unknown'})",
+            "t_s": [p.get("first_s"), p.get("last_s")],
+            "foreign": True,
+        }
         for p in monitor.get("foreign") or []
-        if p.get("index") == index
+        if p.get("index") in (index, None)
     ]
     return out
 
@@ -144,7 +149,7 @@ def with_samples(res: dict, figures: list[dict], flagged: list, profile: dict, m
 
 
 def _hardware(j: dict) -> bool:
-    return any(not c["what"].startswith("pid ") for c in j["causes"])
+    return any(not c.get("foreign") for c in j["causes"])
 
 
 def near_limit(res: dict, figures: list[dict], value_key: str, profile: dict, metric: str) -> dict:

@@ -95,7 +95,7 @@ def _sampler_saw(out: dict, index: int | None, windows: list) -> str:
     sm = [r["sm_clock_median_mhz"] for r in rows if r.get("sm_clock_median_mhz") is not None]
     power = [r["power_median_w"] for r in rows if r.get("power_median_w") is not None]
     reasons = sorted({n for r in rows for n in r.get("reasons") or []})
-    procs = {p["pid"]: p for r in rows for p in r.get("foreign_processes") or []}
+    procs = {(p.get("kind"), p["pid"]): p for r in rows for p in r.get("foreign_processes") or []}
     saw = [
         f"SM clock median {min(sm):g} MHz" if sm else "SM clock unread",
         f"power median {min(power):g} W" if power else "power unread",
@@ -104,7 +104,7 @@ def _sampler_saw(out: dict, index: int | None, windows: list) -> str:
     saw.append(
         "foreign process(es) "
         + ", ".join(
-            f"pid {p['pid']} ({p.get('name') or 'name unknown'}, {p.get('used_memory_mib')} MiB)"
+            p.get("label") or f"pid {p['pid']} ({p.get('name') or 'name unknown'}, {p.get('used_memory_mib')} MiB)"
             for p in procs.values()
         )
         if procs
