@@ -10,17 +10,13 @@ import os
 import time
 from typing import Callable
 
-from gpufleet import profiles, registry, schema
-from gpufleet.comparisons.confirm import RECORD, beyond
+from gpufleet import profiles, registry, schema, trust
 from gpufleet.bench import host_watch, matmul, nccl, sdc, soak
 from gpufleet.bench.monitor import sampled
 from gpufleet.bench.watch import describe, wait_quiet
 from gpufleet.schema import ERROR, FAIL, PASS, Result, result
 from gpufleet.train import gpt2
 
-# Results whose figure may be measured again to confirm it (detail.measure_again, checks.figures); the soak's
-# windows are many measurements already, and a disturbed soak measures its disturbed windows again (combine).
-CONFIRMED_CHECKS = tuple(c.name for b in registry.BENCHMARKS for c in b.checks if c.confirmed)
 FIRST, DISTURBED_AGAIN, CONFIRM = "first", "disturbed", "confirm"
 
 
@@ -32,56 +28,6 @@ def _foreign(out: dict) -> tuple[list, float | None, dict]:
 
 def _brief(res: dict) -> dict:
     return {k: res.get(k) for k in ("check", "status", "value", "unit", "reason")}
-
-
-def _figure(r: dict) -> bool:
-    """A confirmed check's result with a figure held against a limit (a warning that no limit is set is no figure
-    past one): what a measurement again can confirm or clear."""
-    limited = (r.get("threshold") or {}).get("value") is not None or (r.get("detail") or {}).get("measure_again")
-    return (
-        r["check"] in CONFIRMED_CHECKS
-        and r["status"] not in (schema.SKIP, ERROR)
-        and r.get("value") is not None
-        and bool(limited)
-    )
-
-
-def _state(r: dict) -> dict:
-    st = {"status": r["status"]}
-    if (r.get("detail") or {}).get("measure_again"):
-        st["near"] = True  # its samples fell, or its interval reaches across its limit
-    return st
-
-
-def _asks(res: list[dict], history: list[dict]) -> tuple[list[tuple[str, str]], bool]:
-    """(what asks to be measured again and why, whether any figure is past a limit for the first time): by
-    comparisons.confirm's rule, a figure past a limit is measured again until it is past it twice in a row or clear
-    of it, one near a limit while the budget lasts. history: one entry a measurement not disturbed."""
-    now, before = history[-1], history[-2] if len(history) > 1 else {"results": {}, "held": {}}
-    asks, first = [], False
-    by_check = {r["check"]: r for r in res}
-    for kind in ("results", "held"):
-        for what, st in now[kind].items():
-            if beyond(st) and beyond(before[kind].get(what)):
-                continue  # past its limit twice in a row: confirmed
-            new_past = beyond(st)
-            if not (new_past or st.get("near")):
-                continue
-            first = first or new_past
-            if kind == "results":
-                r = by_check[what]
-                why = (r.get("detail") or {}).get("measure_again") or f"past its limit: {r.get('reason')}"
-            else:
-                why = f"{'past' if new_past else 'near'} its limit: {st['below_pct']:g}% below its reference"
-            asks.append((what, why))
-    return asks, first
-
-
-def _record(history: list[dict]) -> dict:
-    """{key: [its state in each measurement]} of the comparisons that were past or near a limit in any of them:
-    what the controller judges them by (comparisons.confirm.settle)."""
-    keys = [k for h in history for k, st in h["held"].items() if beyond(st) or st.get("near")]
-    return {k: [h["held"].get(k, {"status": "not measured"}) for h in history] for k in dict.fromkeys(keys)}
 
 
 def watched(
@@ -188,11 +134,11 @@ def watched(
             continue
         history.append(
             {
-                "results": {r["check"]: _state(r) for r in res if _figure(r)},
+                "results": {r["check"]: trust.state_of(r) for r in res if trust.is_figure(r)},
                 "held": hold(res) if hold and confirm_max else {},
             }
         )
-        doubtful, first_past = _asks(res, history) if confirm_max else ([], False)
+        doubtful, first_past = trust.asks(res, history) if confirm_max else ([], False)
         fits = budget_s is None or (budget_s > 0 and confirm_s + seconds <= budget_s)
         if doubtful and confirmations < confirm_max and (fits or first_past):
             confirmations += 1
@@ -209,9 +155,9 @@ def watched(
                 f"({confirm_s:g} s spent)"
             )
         break
-    record = _record(history)
+    record = trust.record_of(history)
     return [
-        _trust(r, (first_clean or {}).get(r["check"]), attempts, confirm_s, history, record, confirm_max > 0)
+        trust.trusted(r, (first_clean or {}).get(r["check"]), attempts, confirm_s, history, record, confirm_max > 0)
         for r in res
     ]
 
@@ -240,77 +186,6 @@ def _disturbed(res: Result, foreign: list, epoch: float | None, why: str, attemp
         + ") is not the node's",
         remedy="find out what runs on the GPU or the host (detail.attempts[].processes, .foreign) and stop it or "
         "keep the node out of the scheduler while it is validated; then run again",
-    )
-
-
-def _trust(
-    res: Result,
-    first: dict | None,
-    attempts: list,
-    confirm_s: float,
-    history: list[dict],
-    record: dict,
-    confirming: bool,
-) -> Result:
-    """How far the figure can be trusted, said in `trust` and in the reason (comparisons.confirm's rule); every
-    measurement kept, and the record of the step's comparisons (detail.held)."""
-    detail = {**res["detail"], "attempts": attempts, **({RECORD: record} if record else {})}
-    if res["status"] in (schema.SKIP, ERROR) or res.get("value") is None:
-        return res.replace(detail=detail)  # trust describes a figure: a result without one has none to describe
-    states = [h["results"][res["check"]] for h in history if res["check"] in h["results"]]
-    if not states:  # a check measured again for no figure of its own
-        return res.replace(detail=detail, trust=schema.CONFIRMED if first else schema.CLEAN)
-    n = len(states)
-    stopped = attempts[-1].get("confirm_stopped") or "no more measurement"
-    if n == 1:
-        if beyond(states[0]) and confirming:
-            return _unconfirmed(res, detail, stopped)
-        if states[0].get("near"):
-            return res.replace(
-                detail=detail,
-                trust=schema.INCONCLUSIVE,
-                reason=f"{res['reason']}; still {res['detail'].get('measure_again')} ({stopped})",
-            )
-        return res.replace(detail=detail, trust=schema.CLEAN)
-    detail["confirmation_s"] = confirm_s
-    was = (
-        f"{first.get('value')}, then {res.get('value')} {res.get('unit') or ''}".rstrip() if first else res.get("value")
-    )
-    asked = (first or {}).get("detail", {}).get("measure_again") or "the first measurement was past its limit"
-    if beyond(states[-1]) and beyond(states[-2]):
-        return res.replace(
-            detail=detail,
-            trust=schema.CONFIRMED,
-            reason=f"confirmed: {res['reason']}; measured {n} times (first {was}; {confirm_s:g} s more, because "
-            f"{asked})",
-        )
-    if beyond(states[-1]):
-        return _unconfirmed(res, detail, f"measured {n} times (first {was}; {confirm_s:g} s more; {stopped})")
-    if states[-1].get("near"):
-        return res.replace(
-            detail=detail,
-            trust=schema.INCONCLUSIVE,
-            reason=f"{res['reason']}; measured {n} times (first {was}; {confirm_s:g} s more), still "
-            f"{res['detail'].get('measure_again')} ({stopped})",
-        )
-    first_said = first["reason"] if first else asked
-    return res.replace(
-        detail=detail,
-        trust=schema.CONFIRMED,
-        reason=f"{res['reason']}; passed on confirmation (first {was}; {confirm_s:g} s more; the first "
-        f"measurement said: {first_said})",
-    )
-
-
-def _unconfirmed(res: Result, detail: dict, how: str) -> Result:
-    """A figure past its limit in its last measurement only: inconclusive, which changes no verdict."""
-    return res.replace(
-        detail={**detail, "would_be": res["status"]},
-        status=schema.INFO,
-        trust=schema.INCONCLUSIVE,
-        reason=f"inconclusive: {res['reason']}; past its limit in the last measurement only ({how})",
-        remedy="run the node's benchmarks again on an idle node (validate.yml --limit NODE): a figure past its "
-        "limit in two measurements in a row is the node's",
     )
 
 
