@@ -89,20 +89,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def node_stage(node: str, gpus: list[int], n_machine_gpus: int, cpu: bool, thresholds: dict) -> dict:
-    """The acceptance tier's node stage for one node; its merged host document and the stage's seconds."""
+def node_stage(
+    node: str, gpus: list[int], n_machine_gpus: int, cpu: bool, thresholds: dict, references: Path | None = None
+) -> dict:
+    """The acceptance tier's node stage for one node; its merged host document and the stage's seconds. references:
+    the node's RUN_DIR/references/<node>.json, handed to its benchmarks as validate.yml hands them."""
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), GPUFLEET_KEEP_LOGS="0", GPUFLEET_RUN_MARK=str(os.getpid()))
     if not cpu:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
     common = ["--host", node, "--thresholds", json.dumps(thresholds)]
+    held = ["--references", references.read_text()] if references and references.is_file() else []
     steps = [
         ["check", *sum((["--group", g] for g in CHECK_GROUPS), []), *common],
         ["counters", "--phase", "before", *common],
-        ["bench", "matmul", "sdc", "--tier", "quick", *common],
-        ["bench", "memory", "--tier", "quick", *common],
+        ["bench", "matmul", "sdc", "--tier", "quick", *common, *held],
+        ["bench", "memory", "--tier", "quick", *common, *held],
     ]
     if len(gpus) > 1:
-        steps.append(["bench", "nccl", "--tier", "quick", "--master-port", str(free_port()), *common])
+        steps.append(["bench", "nccl", "--tier", "quick", "--master-port", str(free_port()), *common, *held])
     steps.append(["counters", "--phase", "after", *common])
     t0, epoch0, docs, errors = time.monotonic(), time.time(), [], []
     for step in steps:
@@ -428,8 +432,24 @@ def main(argv=None) -> int:
         dist = Disturbance(**plan, cpu=args.cpu) if plan else None
         stages: dict = {}
 
+        # What each node's figures are held against (its baseline round, its GPUs' past), as validate.yml writes it.
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gpufleet",
+                "references",
+                str(run_dir),
+                "--db",
+                str(dbs[layout]),
+                *(f"--host={n}" for n in nodes),
+            ],
+            env=dict(os.environ, PYTHONPATH=str(ROOT / "src")),
+            capture_output=True,
+        )
+
         def one(node, gpus):
-            stages[node] = node_stage(node, gpus, n_gpus, args.cpu, thresholds)
+            stages[node] = node_stage(node, gpus, n_gpus, args.cpu, thresholds, run_dir / "references" / f"{node}.json")
 
         threads = [threading.Thread(target=one, args=(n, g)) for n, g in nodes.items()]
         t0 = time.monotonic()
