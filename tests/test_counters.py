@@ -237,7 +237,11 @@ def test_the_soak_samplers_live_read_gives_the_snapshots_counters():
     try:
         for g in snap["detail"]["gpus"]:
             live = counters.read_live(pynvml, pynvml.nvmlDeviceGetHandleByIndex(g["index"]))
-            assert list(live) == [c for c in counters.COUNTERS if c != "xid"]
+            assert list(live) == [c for c in counters.COUNTERS if c != "xid"] + ["nvlink_links"]
+            links = live.pop("nvlink_links")  # each link's counts, as the snapshot keeps them
+            assert (links is None) == (g["nvlink_links"] is None) and set(links or {}) == set(g["nvlink_links"] or {})
+            for link, counts in (links or {}).items():
+                assert all(v >= g["nvlink_links"][link][c] for c, v in counts.items()), (g["index"], link)
             snapped = {c: v for c, v in g["counters"].items() if c != "xid"}
             assert set(live) == set(snapped), g["index"]
             for name, value in live.items():

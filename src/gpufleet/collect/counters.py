@@ -11,11 +11,13 @@ says why), `skip` where there is no NVIDIA driver. Detail:
 
     {"phase": "before", "read_at": "2026-11-23T10:00:00Z", "boot_id": "<proc/sys/kernel/random/boot_id>",
      "gpus": [{"index": 0, "uuid": "GPU-...", "serial": "...", "pci_bus_id": "0000:18:00.0", "visible": true,
-               "counters": {"ecc_corrected_volatile": 0, ..., "pcie_replay": 0, "xid": 0}}],
+               "counters": {"ecc_corrected_volatile": 0, ..., "pcie_replay": 0, "xid": 0},
+               "nvlink_links": {"0": {"crc_flit": 0, "crc_data": 12, "replay": 0, "recovery": 0}, ...}}],
      "unreadable": {"<index>.<counter>": "Not Supported", ...},
      "visibility": {...}, "nvlink_source": {"<index>": "per-link counters"}, "xid_source": "/dev/kmsg"}
 
-A counter that cannot be read is null and named in `unreadable`. `xid` counts the Xid events of that GPU in
+A counter that cannot be read is null and named in `unreadable`. `nvlink_links` holds each link's own NVLink
+counts where they read link by link (null where only the all-links totals did), so a rate can name its link. `xid` counts the Xid events of that GPU in
 this boot's kernel log. `visible` says whether this node's CUDA_VISIBLE_DEVICES leaves the GPU to it
 (collect.visible_indices); the fleet layer judges the visible ones. Counts are cumulative since the
 driver loaded (volatile ECC, PCIe replay, NVLink) or over the GPU's life (aggregate ECC, row remapping):
@@ -27,7 +29,7 @@ from __future__ import annotations
 from gpufleet import schema
 from gpufleet.collect import host as host_reads, nvml
 from gpufleet.collect.nvml.binding import read_field
-from gpufleet.collect.nvml.links import nvlink_error_counts, nvlink_links, nvlink_totals
+from gpufleet.collect.nvml.links import nvlink_error_counts, nvlink_link_counts, nvlink_links, nvlink_totals
 from gpufleet.collect.nvml.memory import read_remapped_rows
 from gpufleet.collect.nvml.processes import visible_indices
 
@@ -153,6 +155,7 @@ def snapshot(phase: str, readings: dict, *, boot_id: str | None = None, boot_id_
                 "pci_bus_id": g.get("pci_bus_id"),
                 "visible": g.get("index") in visible,
                 "counters": counters,
+                "nvlink_links": nvlink_link_counts(g),
             }
         )
         for counter, why in missing.items():
@@ -171,7 +174,7 @@ def snapshot(phase: str, readings: dict, *, boot_id: str | None = None, boot_id_
 
 def read_live(nv, handle) -> dict:
     """One GPU's counters read now through NVML (nv: pynvml, initialised), without the kernel log's xid: what the
-    soak's sampler reads between its windows. {counter: value, None where unreadable}."""
+    soak's sampler reads between its windows. {counter: value, None where unreadable; "nvlink_links": per link}."""
     g: dict = {"unreadable": {}}
     for name, counter in (("volatile", nv.NVML_VOLATILE_ECC), ("aggregate", nv.NVML_AGGREGATE_ECC)):
         for kind_name, kind in (
@@ -185,7 +188,7 @@ def read_live(nv, handle) -> dict:
     g["pcie_replay"], _ = read_field(lambda: int(nv.nvmlDeviceGetPcieReplayCounter(handle)))
     values, _, _ = gpu_counters(g, None)
     values.pop("xid")
-    return values
+    return {**values, "nvlink_links": nvlink_link_counts(g)}
 
 
 def fabric_snapshot(

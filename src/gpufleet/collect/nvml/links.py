@@ -96,6 +96,17 @@ def nvlink_totals(handle, unreadable: dict) -> dict:
     return totals
 
 
+def nvlink_link_counts(gpu: dict) -> dict | None:
+    """{link: {counter: count}} of the links whose counters read one by one (NVLINK_COUNTERS), the link as a string
+    (a JSON key); None where none did."""
+    out = {}
+    for link in gpu.get("nvlink") or []:
+        errors = {c: v for c, v in (link.get("errors") or {}).items() if c in NVLINK_COUNTERS and v is not None}
+        if errors:
+            out[str(link.get("link"))] = errors
+    return out or None
+
+
 def nvlink_error_counts(gpu: dict) -> tuple[dict, str]:
     """A GPU's NVLink error counts (NVLINK_COUNTERS), summed over its links, else the all-links totals.
 
