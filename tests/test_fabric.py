@@ -157,7 +157,7 @@ def test_symbol_errors_over_the_spec_bit_error_ratio_at_the_port_rate(tmp_path):
     assert "1e-12 x 400e9 b/s x 3600 s = 1,440 per hour" in res["detail"]["thresholds"]["fabric_ib_ber_max"]["source"]
 
 
-def test_aer_on_a_gpu_bridge_fatal_fails_nonfatal_and_correctable_warn(tmp_path):
+def test_aer_on_a_gpu_bridge_fatal_fails_nonfatal_warns_and_correctable_as_a_rate(tmp_path):
     tree = hgx(tmp_path)
     before = _fabric(tree, "before", "2026-11-24T08:00:00Z")
     tree.aer(GPU3_BRIDGE, "fatal", {"SDES": 1})
@@ -168,12 +168,23 @@ def test_aer_on_a_gpu_bridge_fatal_fails_nonfatal_and_correctable_warn(tmp_path)
     assert "fatal SDES 1" in res["reason"]
     assert "GPU 0000:33:00.0: non-fatal uncorrectable AER errors grew by 2" in res["reason"]
     assert "GCM" in res["detail"]["thresholds"]["fabric_aer_fatal_max"]["source"]
+    # Correctable ones as a rate: 100 in 10 min, 10 a minute, is information with the rate (DCGM's diag fails a
+    # device from 16 a minute); 160, 16 a minute, fails.
     tree2 = hgx(tmp_path / "2")
     before = _fabric(tree2, "before", "2026-11-24T08:00:00Z")
-    tree2.aer(GPU3_BRIDGE, "correctable", {"RxErr": 100})  # over 60 an hour, counted over the 1-hour minimum window
+    tree2.aer(GPU3_BRIDGE, "correctable", {"RxErr": 100})
     res = _judge(before, _fabric(tree2, "after", "2026-11-24T08:10:00Z"))
-    assert res["status"] == schema.WARN and "correctable AER errors grew by 100" in res["reason"]
-    assert "own figure" in res["detail"]["thresholds"]["fabric_aer_correctable_per_h_max"]["source"]
+    assert res["status"] == schema.INFO and res["class"] is None and res["remedy"] is None
+    assert (
+        "bridge 0000:72:00.0 (above 0000:73:00.0): correctable AER errors grew by 100 in 10 min: 10 a minute (now 100; "
+        "limit 16 a minute a device (DCGM diag, fabric_aer_correctable_per_min_fail); correctable RxErr 100)"
+    ) in res["reason"]
+    source = res["detail"]["thresholds"]["fabric_aer_correctable_per_min_fail"]["source"]
+    assert "nvvs/plugin_src/pcie/Pcie.cpp" in source and "GCM" in source
+    tree2.aer(GPU3_BRIDGE, "correctable", {"RxErr": 160})
+    res = _judge(before, _fabric(tree2, "after", "2026-11-24T08:10:00Z"))
+    assert res["status"] == schema.FAIL and res["class"] == "hardware" and "DCGM's rate" in res["remedy"]
+    assert "correctable AER errors grew by 160 in 10 min: 16 a minute" in res["reason"]
 
 
 @pytest.mark.parametrize(

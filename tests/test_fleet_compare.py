@@ -85,7 +85,6 @@ def test_the_report_names_each_injected_fault_and_nothing_else(two_runs):
         ("n1", "fleet.returning_gpu"),
         ("n2", "fleet.node_vs_baseline"),
         ("n2", "fleet.node_vs_baseline_fleet"),
-        ("n3", "fleet.counters_during_run"),
         ("n3", "fleet.counters_since_previous_run"),
     }
     # What only this run's fleet shows was measured once by each node: inconclusive, information, no verdict.
@@ -142,17 +141,28 @@ def test_slow_node_named_against_fleet_and_baseline(two_runs):
     assert "baseline run r1's fleet median of 5 node(s)" in fleet_base["reason"]
 
 
-def test_flapping_counter_named_during_the_run_and_since_the_previous(two_runs):
+def test_counters_during_the_run_as_rates_and_replays_since_the_previous(two_runs):
+    # GPU 5's NVLink CRC data errors grew to 5,000 in the 15 min run, 5.56 a second: under DCGM's 100 a second, so
+    # information with the rate, changing no verdict.
     during = _fleet(two_runs["r2"], "n3", "counters_during_run")
     gpu5 = gpus_of(3)[5]
-    assert during["status"] == "warn" and during["reason"].count("GPU ") == 1
-    assert f"GPU 5 ({short_uuid(gpu5['uuid'])}" in during["reason"] and "NVLink CRC errors grew by" in during["reason"]
-    assert "judged by count" in during["reason"] and "15 min" in during["reason"]
+    assert during["status"] == "info" and during["class"] is None and during["remedy"] is None
+    assert "NVLink CRC data errors grew in 15 min: GPU 5 5.56 a second" in during["reason"]
+    assert (
+        "limit 100 a second a GPU, its links together (DCGM, fleet_counter_nvlink_crc_per_s_fail)" in during["reason"]
+    )
+    crc = during["detail"]["per_gpu"][5]["counters"]["nvlink_crc_data"]
+    assert crc["rated"]["rate"] == pytest.approx(crc["growth"] / 900, rel=1e-3) and crc["status"] == "info"
+    assert "flagged_gpus" not in during["detail"] or during["detail"]["flagged_gpus"] == []
+    # Its 12 NVLink replays since r1 happened outside a run gpufleet watched: they warn (during a run they fail).
     since = _fleet(two_runs["r2"], "n3", "counters_since_previous_run")
+    assert since["status"] == "warn" and since["class"] == "hardware"
     assert "since run r1 (node n3" in since["reason"] and "NVLink replays grew by 12" in since["reason"]
-    assert "GPU 4" not in since["reason"].split("cumulative")[0]  # the reset counter is no finding
+    assert "nvidia-smi nvlink -e" in since["remedy"]
+    # GPU 4's counter was reset since r1 (300, now 10): counted from the reset, a rate as information, no warning.
+    assert "GPU 4 0.000117 a second" in since["reason"] and "GPU 4 (" not in since["reason"]
     gpu4 = next(g for g in since["detail"]["per_gpu"] if g["index"] == 4)
-    assert "went down from 300 to 10" in " ".join(gpu4["counters"]["nvlink_crc"]["notes"])
+    assert "went down from 300 to 10" in " ".join(gpu4["counters"]["nvlink_crc_data"]["notes"])
     assert since["detail"]["flagged_gpus"] == [{"index": 5, "uuid": gpu5["uuid"], "serial": gpu5["serial"]}]
 
 
@@ -262,9 +272,10 @@ def test_fleet_median_needs_three_nodes():
 
 
 @pytest.mark.parametrize(
-    "growth,minutes,status", [(3600, 15, "pass"), (3601, 15, "warn"), (7200, 120, "pass"), (7201, 120, "warn")]
+    "growth,minutes,status", [(10, 15, "pass"), (11, 15, "warn"), (20, 120, "pass"), (21, 120, "warn")]
 )
-def test_counter_rate_edges(growth, minutes, status):
+def test_per_hour_counter_edges(growth, minutes, status):
+    """Corrected ECC errors: 10 an hour (DCGM's SBE rate); a window under the 1-hour minimum by count."""
     gpus = gpus_of(0, 2)
     after_at = f"2026-11-21T{10 + minutes // 60:02d}:{minutes % 60:02d}:00Z"
     doc = node_doc(
@@ -272,15 +283,15 @@ def test_counter_rate_edges(growth, minutes, status):
         0,
         gpus=gpus,
         read_at=("2026-11-21T10:00:00Z", after_at),
-        before={0: {"nvlink_crc_data": 100}},
-        after={0: {"nvlink_crc_data": 100 + growth}},
+        before={0: {"ecc_corrected_volatile": 100}},
+        after={0: {"ecc_corrected_volatile": 100 + growth}},
     )
     found = metrics.extract(doc)
     res = counter_growth.counters_during_run(
         "n0", found, thresholds.Thresholds(thresholds.thresholds_for(doc["profile"]))
     )
     assert res["status"] == status
-    entry = res["detail"]["per_gpu"][0]["counters"]["nvlink_crc"]
+    entry = res["detail"]["per_gpu"][0]["counters"]["ecc_corrected"]
     assert entry["judged_by"].startswith("count" if minutes < 60 else "rate")
 
 
@@ -303,7 +314,7 @@ def test_uncorrected_ecc_growth_fails_and_a_reboot_is_said():
         res["status"] == "fail" and "GPU 1 (" in res["reason"] and "uncorrected ECC errors grew by 1" in res["reason"]
     )
     assert "rebooted between the snapshots" in res["reason"]
-    assert res["detail"]["per_gpu"][1]["counters"]["nvlink_crc"]["growth"] == 20  # counted since the reboot
+    assert res["detail"]["per_gpu"][1]["counters"]["nvlink_crc_data"]["growth"] == 20  # counted since the reboot
 
 
 def test_no_snapshot_skips_saying_why():

@@ -101,9 +101,9 @@ def test_metrics_and_outlier_scores_are_labelled_by_gpu_uuid_and_check(fleet_run
         < -3
     )
     assert _find(n1, "gpufleet_sample_spread_ratio", node="n1", gpu="0", metric="hbm_copy_gbps") == pytest.approx(0.02)
-    assert _find(n1, "gpufleet_gpu_counter", node="n1", gpu="5", counter="nvlink_crc") == 40
+    assert _find(n1, "gpufleet_gpu_counter", node="n1", gpu="5", counter="nvlink_crc_data") == 40
     assert _find(
-        n1, "gpufleet_gpu_counter_growth_per_second", node="n1", gpu="5", counter="nvlink_crc", window="run"
+        n1, "gpufleet_gpu_counter_growth_per_second", node="n1", gpu="5", counter="nvlink_crc_data", window="run"
     ) == pytest.approx(160 / 3600)
     # Per-GPU figures carry no node-level duplicate (the slowest GPU is min() over them).
     assert not [k for k in n1 if k[0] == "gpufleet_matmul_flops" and ("gpu", "") in k[1]]

@@ -469,21 +469,26 @@ def test_counters_that_move_and_xids_name_the_gpu_and_time(h200, tmp_path):
     assert "GPU 1: Xid 48 at 2026-11-23T10:05:30Z (330 s into the soak)" in reason
     assert "GPU 0: Xid 31 at 2026-11-23T10:05:30Z" in reason
     assert "Xid 13" not in reason
-    # Corrected counts that moved warn; they follow the failures in the reason.
+    # NVLink CRC counts that moved are a rate, information under DCGM's limit; they follow the failures.
     assert reason.index("GPU 0: nvlink_crc_data 0 -> 12, first at 2026-11-23T10:02:05Z") > reason.index("Xid 48")
     assert [g["index"] for g in res["detail"]["flagged_gpus"]] == [1, 0]
     moved = [e for e in res["detail"]["events"] if e["kind"] == "counter" and e["counter"] == "nvlink_crc_data"]
     assert [(e["from"], e["to"], e["t_s"]) for e in moved] == [(0, 3, 125.0), (3, 12, 250.0)]
     assert res["detail"]["per_gpu"]["0"]["counters_end"]["nvlink_crc_data"] == 12
-    # Only corrected counts moving: a warning that says where they are judged.
+    # Only CRC counts moving, 3 in the 600.6 s soak: information with the rate; corrected ECC errors warn.
     sampler = sampled(2, 600)
     sampler.note_counters(0, dict(ZERO_COUNTERS, nvlink_crc_data=3), 125.0)
     res = verdict(gpu_soak([[790.0] * 20] * 2, sampler=sampler), h200)["soak_errors"]
+    assert res["status"] == "info" and res["remedy"] is None and res["class"] is None
+    assert res["reason"].startswith("no error counter past its limit, no Xid, every GPU held the load to the end")
     assert (
-        res["status"] == "warn"
-        and res["reason"] == "GPU 0: nvlink_crc_data 0 -> 3, first at 2026-11-23T10:02:05Z (125 s into the soak)"
-    )
-    assert "fleet.counter_rates" in res["remedy"]
+        "GPU 0: nvlink_crc_data 0 -> 3, first at 2026-11-23T10:02:05Z (125 s into the soak): 0.005 a second over "
+        "10 min, limit 100 a second a GPU, its links together (DCGM, fleet_counter_nvlink_crc_per_s_fail)"
+    ) in res["reason"]
+    sampler.note_counters(1, dict(ZERO_COUNTERS, ecc_corrected_volatile=2), 200.0)
+    res = verdict(gpu_soak([[790.0] * 20] * 2, sampler=sampler), h200)["soak_errors"]
+    assert res["status"] == "warn" and "GPU 1: ecc_corrected_volatile 0 -> 2" in res["reason"]
+    assert "errors corrected under load" in res["remedy"] and [g["index"] for g in res["detail"]["flagged_gpus"]] == [1]
 
 
 def test_a_gpu_whose_load_stopped_and_a_wrong_all_reduce_fail(h200):

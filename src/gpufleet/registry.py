@@ -239,7 +239,16 @@ BENCHMARKS = (
         checks=(
             Check("soak", SOFTWARE, ("soak_remeasure_max_s",)),
             Check("soak_throttle", HARDWARE, ("soak_throttle_s_max", "xid_fail_codes")),
-            Check("soak_errors", HARDWARE, ("xid_fail_codes",)),
+            Check(
+                "soak_errors",
+                HARDWARE,
+                (
+                    "xid_fail_codes",
+                    "fleet_counter_nvlink_crc_per_s_fail",
+                    "fleet_counter_nvlink_replay_recovery_max",
+                    "fleet_counter_pcie_replay_per_min_warn",
+                ),
+            ),
             Check("soak_slowdown", HARDWARE, ("soak_slowdown_pct_max",)),
         ),
     ),
@@ -320,9 +329,9 @@ OTHER_GROUPS = (
                 HARDWARE,
                 (
                     "fleet_counter_ecc_corrected_per_h_max",
-                    "fleet_counter_nvlink_crc_per_h_max",
-                    "fleet_counter_nvlink_replay_recovery_per_h_max",
-                    "fleet_counter_pcie_replay_per_h_max",
+                    "fleet_counter_nvlink_crc_per_s_fail",
+                    "fleet_counter_nvlink_replay_recovery_max",
+                    "fleet_counter_pcie_replay_per_min_warn",
                     "fleet_counter_row_remap_per_h_max",
                     "fleet_counter_xid_per_h_max",
                     "fleet_counter_min_window_h",
@@ -333,7 +342,7 @@ OTHER_GROUPS = (
                 "fabric_during_run",
                 HARDWARE,
                 (
-                    "fabric_aer_correctable_per_h_max",
+                    "fabric_aer_correctable_per_min_fail",
                     "fabric_ib_ber_max",
                     "fabric_ib_fatal_errors_max",
                     "fabric_ib_link_downed_max",

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from gpufleet import profiles, schema
 from gpufleet.collect import nvml
-from gpufleet.schema import ERROR, FAIL, PASS, SKIP, WARN
+from gpufleet.schema import ERROR, FAIL, INFO, PASS, SKIP, WARN
 
 NO_DRIVER_REMEDY = "install the NVIDIA driver (bringup.yml, role nvidia_driver) or run on a GPU node"
 UNREADABLE_REMEDY = "read the GPU with `nvidia-smi -q -i {gpus}`; an unreadable field on a datacenter GPU points to a driver or GPU fault"
@@ -104,7 +104,8 @@ class Findings:
 
     add(status, text, gpu=index, remedy=...): findings with the same status,
     text and remedy merge ("GPUs 0, 3: persistence mode off"). A `pass`
-    finding with text is a note added to the passing reason. A remedy may
+    finding with text is a note added to the passing reason; an `info` one
+    (no action asked) too, and the result is `info`. A remedy may
     hold {gpus}, filled with the comma-separated indices nvidia-smi -i takes.
     A result that warns, fails or errs because of GPUs names them in
     detail.flagged_gpus ([{"index", "uuid", "serial"}], the GPUs whose findings
@@ -135,12 +136,12 @@ class Findings:
 
     def result(self, check: str, ok_reason: str, **fields) -> dict:
         status = self.status
-        if status == PASS:
-            notes, _ = self._lines({PASS})
+        if status in (PASS, INFO):  # information changes no verdict: the passing reason, then what it says
+            notes, _ = self._lines({INFO, PASS})
             reason = "; ".join([ok_reason, *notes])
             remedy = None
         else:
-            texts, remedies = self._lines({ERROR, FAIL, WARN, SKIP})
+            texts, remedies = self._lines({ERROR, FAIL, WARN, SKIP, INFO})
             reason = "; ".join(texts)
             remedy = "; ".join(remedies) or None
         flagged = self.flagged_gpus(status)

@@ -1,5 +1,6 @@
 """Error counter growth: from the snapshot before the benchmarks to the one after, and since each GPU's
-latest snapshot of an earlier run (the store).
+latest snapshot of an earlier run (the store). The NVLink and PCIe replay counters go by checks.counter_rates' rule
+(a rate: `info` below its limit; NVLink replays and recoveries: any increase), the others by growth per hour.
 """
 
 from __future__ import annotations
@@ -8,12 +9,21 @@ import datetime as dt
 from typing import Any
 
 from gpufleet import schema
+from gpufleet.checks.counter_rates import (
+    INCREASE,
+    RATES,
+    judge_increase,
+    judge_rate,
+    limit_text,
+    link_growth,
+    rate_text,
+)
 from gpufleet.fleet import flagged, gpu_text, figure_text
 from gpufleet.fleet.counter_table import COUNTERS, PERSISTENT
 from gpufleet.comparisons.findings import fleet_result, listed_text
 from gpufleet.comparisons.thresholds import MIN_WINDOW, Thresholds
 from gpufleet.judge import Limit, judge
-from gpufleet.schema import FAIL, PASS, SKIP, WARN
+from gpufleet.schema import FAIL, INFO, PASS, SKIP, WARN
 
 
 def _time(text: Any) -> dt.datetime | None:
@@ -36,8 +46,9 @@ def window_text(hours: float | None) -> str:
     return f"{hours * 60:.0f} min" if hours < 2 else f"{hours:.1f} h"
 
 
-def _growth(old: dict, new: dict, rebooted: bool) -> dict:
-    """Growth of every logical counter from `old` to `new` (source counter -> value)."""
+def _growth(old: dict, new: dict, rebooted: bool, links: tuple = (None, None)) -> dict:
+    """Growth of every logical counter from `old` to `new` (source counter -> value); `links`, the two readings'
+    nvlink_links where both have them, gives the NVLink counters' growth per link."""
     out = {}
     for name, label, sources, combine, key in COUNTERS:
         growths, totals, notes, unreadable = [], [], [], []
@@ -69,12 +80,14 @@ def _growth(old: dict, new: dict, rebooted: bool) -> dict:
             "growth": combine(growths) if growths else None,
             "notes": notes,
             "unreadable": unreadable,
+            "link_growth": link_growth(*links, name, rebooted),
         }
     return out
 
 
-def _judge_growth(entry: dict, hours: float | None, thresholds: Thresholds) -> dict:
-    g, key = entry["growth"], entry["threshold_key"]
+def _judge_growth(entry: dict, hours: float | None, thresholds: Thresholds, watched: bool) -> dict:
+    """One counter's growth judged; `watched`: over a window gpufleet watched (the run), not since the previous run."""
+    g, key, name = entry["growth"], entry["threshold_key"], entry["counter"]
     min_window = thresholds.value(MIN_WINDOW) or 1.0
     entry = dict(entry, window_h=None if hours is None else round(hours, 4), per_h=None, judged_by=None, status=PASS)
     if g is None:
@@ -82,6 +95,19 @@ def _judge_growth(entry: dict, hours: float | None, thresholds: Thresholds) -> d
         return entry
     if hours is not None and hours > 0:
         entry["per_h"] = round(g / hours, 3)
+    if name in RATES:
+        rated = judge_rate(
+            name, g, None if hours is None else hours * 3600, thresholds.value(key), entry["link_growth"]
+        )
+        entry.update(status=rated.pop("status"), judged_by=rated.pop("judged_by"), rated=rated)
+        return entry
+    if name in INCREASE:
+        limit = thresholds.value(key)
+        entry.update(
+            status=judge_increase(g, limit, watched),
+            judged_by=f"{key} {limit}: more fails during a run, warns since the previous run",
+        )
+        return entry
     if key is None:
         entry.update(status=FAIL if g > 0 else PASS, judged_by="any growth fails")
         return entry
@@ -102,9 +128,12 @@ def _judge_growth(entry: dict, hours: float | None, thresholds: Thresholds) -> d
 def _how_judged(thresholds: Thresholds) -> str:
     min_window = thresholds.value(MIN_WINDOW) or 1.0
     return (
-        f"uncorrected ECC, rows remapped for uncorrectable errors and remap failures: any growth fails; the others: growth "
-        f"per hour against their fleet_counter_*_per_h_max, and over a window shorter than {figure_text(min_window)} h (too short "
-        f"to extrapolate) the count against what {figure_text(min_window)} h at that rate gives"
+        "uncorrected ECC, rows remapped for uncorrectable errors and remap failures: any growth fails; NVLink CRC FLIT "
+        "and data errors, each a GPU's links together, and PCIe replays: a rate over the window (checks.counter_rates), "
+        "info below its limit, at or over it fail (CRC) or warn (PCIe replays); NVLink replays and recoveries: any "
+        "increase fails during the run and warns since the previous run; the others: growth per hour against their "
+        f"fleet_counter_*_per_h_max, and over a window shorter than {figure_text(min_window)} h (too short to "
+        f"extrapolate) the count against what {figure_text(min_window)} h at that rate gives"
     )
 
 
@@ -122,7 +151,7 @@ def _counter_evidence(entries: dict) -> dict:
     out = {}
     for name, e in entries.items():
         keep = {k: e.get(k) for k in ("total", "growth", "per_h", "status", "judged_by")}
-        for k in ("notes", "unreadable"):
+        for k in ("rated", "link_growth", "notes", "unreadable"):
             if e.get(k):
                 keep[k] = e[k]
         out[name] = keep
@@ -130,17 +159,31 @@ def _counter_evidence(entries: dict) -> dict:
 
 
 def _counter_findings(gpus: list[tuple[dict, dict]], thresholds: Thresholds) -> tuple[str, list[str], list[dict]]:
-    """(status, finding sentences, flagged GPUs) over [(GPU, {counter: judged entry})]."""
-    status, parts, flags = PASS, [], []
+    """(status, finding sentences, flagged GPUs) over [(GPU, {counter: judged entry})]: a sentence for each counter of
+    a GPU that warned or failed, then one for each counter whose growth is information, with every GPU's rate."""
+    status, parts, flags, info = PASS, [], [], {}
     for g, entries in gpus:
+        for e in entries.values():
+            if e["status"] == INFO:
+                info.setdefault(e["counter"], []).append((g, e))
         bad = [e for e in entries.values() if e["status"] in (WARN, FAIL)]
         if not bad:
             continue
         flags.append(flagged(g))
         for e in bad:
             status = schema.worst([status, e["status"]])
-            rate = f", {figure_text(e['per_h'])}/h" if e.get("per_h") is not None else ""
-            if e["threshold_key"] is None:
+            rate = (
+                f", {figure_text(e['per_h'])}/h" if e.get("per_h") is not None and e["counter"] not in INCREASE else ""
+            )
+            if e.get("rated"):
+                parts.append(
+                    f"{gpu_text(g)}: {e['label']} grew by {e['growth']} in {window_text(e['window_h'])}: "
+                    f"{rate_text(e['counter'], e['rated'])} (now {e['total']}; {limit_text(e['counter'], e['rated']['limit'])})"
+                )
+                continue
+            if e["counter"] in INCREASE:
+                limit = e["judged_by"]
+            elif e["threshold_key"] is None:
                 limit = "any growth fails"
             elif e["judged_by"] == "count":
                 limit = (
@@ -153,6 +196,17 @@ def _counter_findings(gpus: list[tuple[dict, dict]], thresholds: Thresholds) -> 
                 f"{gpu_text(g)}: {e['label']} grew by {e['growth']} in {window_text(e['window_h'])}{rate} "
                 f"(now {e['total']}; {limit})" + (f"; {'; '.join(e['notes'])}" if e["notes"] else "")
             )
+    for name, found in info.items():
+        status = schema.worst([status, INFO])
+        rates = ", ".join(
+            f"GPU {g.get('index')} {rate_text(name, e['rated'])}"
+            if e.get("rated")
+            else f"GPU {g.get('index')} +{e['growth']}"
+            for g, e in found
+        )
+        e = found[0][1]
+        limit = limit_text(name, e["rated"]["limit"]) if e.get("rated") else e["judged_by"]
+        parts.append(f"{e['label']} grew in {window_text(e['window_h'])}: {rates}; {limit}")
     return status, parts, flags
 
 
@@ -192,8 +246,13 @@ def counters_during_run(host: str, node_metrics: dict, thresholds: Thresholds) -
         if old is None:
             continue
         entries = {
-            n: _judge_growth(e, hours, thresholds)
-            for n, e in _growth(old.get("counters") or {}, g.get("counters") or {}, rebooted).items()
+            n: _judge_growth(e, hours, thresholds, watched=True)
+            for n, e in _growth(
+                old.get("counters") or {},
+                g.get("counters") or {},
+                rebooted,
+                (old.get("nvlink_links"), g.get("nvlink_links")),
+            ).items()
         }
         judged.append((g, entries))
     if not judged:
@@ -215,7 +274,7 @@ def counters_during_run(host: str, node_metrics: dict, thresholds: Thresholds) -
         status,
         reason,
         threshold=threshold,
-        remedy=_COUNTER_REMEDY[status] if status != PASS else None,
+        remedy=_remedy(judged, status),
         detail={
             "window": {"from": before.get("read_at"), "to": after.get("read_at"), "hours": hours, "rebooted": rebooted},
             "judged": _how_judged(thresholds),
@@ -226,12 +285,43 @@ def counters_during_run(host: str, node_metrics: dict, thresholds: Thresholds) -
     )
 
 
-_COUNTER_REMEDY = {
-    FAIL: "an uncorrectable memory error happened on that GPU: drain the node, reset the GPU (row remapping needs it) and "
-    "run the checks again; a GPU whose uncorrectable errors or remap failures keep growing needs an RMA",
-    WARN: "the error rate of that GPU or link is over what a healthy one shows: watch it in the next runs (gpufleet history "
-    "GPU-UUID); service the NVLink or PCIe path (reseat, firmware), or the GPU, if it keeps growing",
+_UNCORRECTABLE = (
+    "an uncorrectable memory error happened on that GPU: drain the node, reset the GPU (row remapping needs it) and run "
+    "the checks again; a GPU whose uncorrectable errors or remap failures keep growing needs an RMA"
+)
+_CORRECTED = (
+    "the corrected memory errors of that GPU grow faster than a healthy one's: watch it in the next runs (gpufleet "
+    "history GPU-UUID); a GPU whose corrected errors or remapped rows keep growing needs service"
+)
+_NVLINK = (
+    "an NVLink of that GPU is past DCGM's limits: `nvidia-smi nvlink -e -i <index>` shows each link's counters; drain "
+    "the node, reset the GPUs and run the checks again; a link that keeps erring needs the baseboard or NVSwitch tray "
+    "serviced"
+)
+# What to do, by the counter that warned or failed.
+_REMEDY = {
+    "ecc_uncorrected": _UNCORRECTABLE,
+    "row_remap_uncorrectable": _UNCORRECTABLE,
+    "row_remap_failure": _UNCORRECTABLE,
+    "ecc_corrected": _CORRECTED,
+    "row_remap_correctable": _CORRECTED,
+    "nvlink_crc_flit": _NVLINK,
+    "nvlink_crc_data": _NVLINK,
+    "nvlink_replay": _NVLINK,
+    "nvlink_recovery": _NVLINK,
+    "pcie_replay": "PCIe replays past DCGM's rate: reseat the GPU or its riser or cable, update the firmware, and watch "
+    "it in the next runs (gpufleet history GPU-UUID)",
+    "xid": "read the Xid in gpu_health.xid (NVIDIA's Xid catalog) and watch the GPU in the next runs",
 }
+
+
+def _remedy(judged: list[tuple[dict, dict]], status: str) -> str | None:
+    """The remedies of the counters behind `status` (warn or fail), each once; None for the other statuses."""
+    if status not in (WARN, FAIL):
+        return None
+    return "; ".join(
+        dict.fromkeys(_REMEDY[n] for _, entries in judged for n, e in entries.items() if e["status"] == status)
+    )
 
 
 def counters_since_previous_run(
@@ -267,7 +357,7 @@ def counters_since_previous_run(
         rebooted = bool(prev.get("boot_id") and now.get("boot_id") and prev["boot_id"] != now["boot_id"])
         hours = hours_between(prev["read_at"], now.get("read_at"))
         entries = {
-            n: _judge_growth(e, hours, thresholds)
+            n: _judge_growth(e, hours, thresholds, watched=False)
             for n, e in _growth(prev["counters"], g.get("counters") or {}, rebooted).items()
         }
         for e in entries.values():
@@ -313,7 +403,7 @@ def counters_since_previous_run(
         status,
         reason,
         threshold=threshold,
-        remedy=_COUNTER_REMEDY[status] if status != PASS else None,
+        remedy=_remedy(judged, status),
         detail={
             "since": {r: {k: p.get(k) for k in ("host", "read_at", "boot_id", "verdict")} for r, p in since.items()},
             "judged": _how_judged(thresholds),

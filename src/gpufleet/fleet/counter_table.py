@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-# (name, what it counts, source counters, how the sources combine, threshold key; None: any growth fails)
+from gpufleet.checks.counter_rates import (
+    AER_CORRECTABLE_KEY,
+    CRC_KEY,
+    INCREASE,
+    PCIE_REPLAY_KEY,
+    RATES,
+    REPLAY_RECOVERY_KEY,
+)
+
+# (name, what it counts, source counters, how the sources combine, threshold key; None: any growth fails). The
+# NVLink and PCIe replay counters go by checks.counter_rates' rule (RATES: a rate; INCREASE: any increase), the
+# others by their growth per hour.
 COUNTERS = (
     ("ecc_uncorrected", "uncorrected ECC errors", ("ecc_uncorrected_volatile", "ecc_uncorrected_aggregate"), max, None),
     ("row_remap_uncorrectable", "rows remapped for uncorrectable errors", ("row_remap_uncorrectable",), sum, None),
@@ -21,22 +32,11 @@ COUNTERS = (
         sum,
         "fleet_counter_row_remap_per_h_max",
     ),
-    (
-        "nvlink_crc",
-        "NVLink CRC errors",
-        ("nvlink_crc_data", "nvlink_crc_flit"),
-        sum,
-        "fleet_counter_nvlink_crc_per_h_max",
-    ),
-    ("nvlink_replay", "NVLink replays", ("nvlink_replay",), sum, "fleet_counter_nvlink_replay_recovery_per_h_max"),
-    (
-        "nvlink_recovery",
-        "NVLink recoveries",
-        ("nvlink_recovery",),
-        sum,
-        "fleet_counter_nvlink_replay_recovery_per_h_max",
-    ),
-    ("pcie_replay", "PCIe replays", ("pcie_replay",), sum, "fleet_counter_pcie_replay_per_h_max"),
+    ("nvlink_crc_flit", RATES["nvlink_crc_flit"].label, ("nvlink_crc_flit",), sum, CRC_KEY),
+    ("nvlink_crc_data", RATES["nvlink_crc_data"].label, ("nvlink_crc_data",), sum, CRC_KEY),
+    ("nvlink_replay", INCREASE["nvlink_replay"], ("nvlink_replay",), sum, REPLAY_RECOVERY_KEY),
+    ("nvlink_recovery", INCREASE["nvlink_recovery"], ("nvlink_recovery",), sum, REPLAY_RECOVERY_KEY),
+    ("pcie_replay", RATES["pcie_replay"].label, ("pcie_replay",), sum, PCIE_REPLAY_KEY),
     ("xid", "Xid events", ("xid",), sum, "fleet_counter_xid_per_h_max"),
 )
 # Kept across reboots and driver reloads (the InfoROM); every other counter starts again from zero.
@@ -56,6 +56,7 @@ PERSISTENT = {
 #   per_min  the window's average per minute over the key's value
 #   per_h    per hour over the key's value (a window shorter than fleet_counter_min_window_h by count)
 #   ber      per hour over what the port's rate allows at the key's bit error ratio: BER x rate x 3600 s
+#   rate     checks.counter_rates' rule: `info` with the rate below the key's limit, its status at or over it
 # fmt: off
 FABRIC_COUNTERS = (
     ("symbol_error", "symbol errors", "ib_port", "ber", "fabric_ib_ber_max", "fail"),
@@ -70,7 +71,7 @@ FABRIC_COUNTERS = (
     ("local_ack_timeout_err", "local ACK timeouts", "ib_port", "per_h", "fabric_ib_local_ack_timeout_per_h_max", "warn"),
     ("aer_fatal", "fatal AER errors", "pcie", "count", "fabric_aer_fatal_max", "fail"),
     ("aer_nonfatal", "non-fatal uncorrectable AER errors", "pcie", "count", "fabric_aer_nonfatal_max", "warn"),
-    ("aer_correctable", "correctable AER errors", "pcie", "per_h", "fabric_aer_correctable_per_h_max", "warn"),
+    ("aer_correctable", RATES["aer_correctable"].label, "pcie", "rate", AER_CORRECTABLE_KEY, RATES["aer_correctable"].at_limit),
 )
 # fmt: on
 # Widths of the IBTA PortCounters fields (InfiniBand Architecture Specification, PortCounters attribute): such a

@@ -4,7 +4,8 @@ after, and since the node's latest snapshot of an earlier run (the store), over 
 
 A counter that stopped counting warns, named as such: read before and unreadable or gone now, back below its
 earlier value without a reboot (cleared by hand or by a driver reload: counted from there), or at the maximum of its
-IBTA PortCounters field (it counts no more until reset).
+IBTA PortCounters field (it counts no more until reset). Correctable AER errors go by checks.counter_rates' rule:
+`info` with the rate below their limit, fail at or over it.
 """
 
 from __future__ import annotations
@@ -12,20 +13,21 @@ from __future__ import annotations
 from typing import Any
 
 from gpufleet import schema
+from gpufleet.checks.counter_rates import judge_rate, limit_text, rate_text
 from gpufleet.fleet import figure_text
 from gpufleet.fleet.counter_growth import hours_between, window_text
 from gpufleet.fleet.counter_table import FABRIC_COUNTERS, PORT_COUNTER_BITS
 from gpufleet.comparisons.findings import fleet_result, listed_text
 from gpufleet.comparisons.thresholds import MIN_WINDOW, Thresholds
 from gpufleet.judge import Limit, judge
-from gpufleet.schema import FAIL, PASS, SKIP, WARN
+from gpufleet.schema import FAIL, INFO, PASS, SKIP, WARN
 
 _UNIT = {"count": "", "per_min": "/min", "per_h": "/h", "ber": ""}
 _REMEDY = {
     FAIL: "a port that flapped, went down, broke the spec's bit error ratio or lost its lossless contract: check it "
     "with `mlxlink -d <hca> -p <port> -m -c -e` and the switch port beside it, reseat or replace the cable or "
-    "transceiver; a fatal AER error: reseat the device or its riser, update its firmware; drain the node and "
-    "run the checks again",
+    "transceiver; a fatal AER error, or correctable ones past DCGM's rate: reseat the device or its riser, update its "
+    "firmware; drain the node and run the checks again",
     WARN: "watch the rate in the next runs (gpufleet history); service the link or the PCIe path (reseat, cable, "
     "firmware) if it keeps growing; a counter that stopped counting needs a reset (perfquery -R) or a reboot to "
     "be judged again",
@@ -129,7 +131,11 @@ def _judge(
     e["growth"] = growth
     limit = thresholds.value(key)
     e["limit"] = limit
-    if limit is None:
+    if how == "rate":
+        rated = judge_rate(name, growth, None if hours is None else hours * 3600, limit)
+        e.update(status=schema.worst([e["status"], rated.pop("status")]), judged_by=rated.pop("judged_by"), rated=rated)
+        e["over"] = e["status"] not in (PASS, INFO)
+    elif limit is None:
         e["judged_by"] = f"not judged ({key} is null)"
     elif _over(e, how, growth, hours, limit, new.get("rate_gbps"), thresholds):
         e["status"] = schema.worst([e["status"], over_status])
@@ -167,6 +173,15 @@ def _judge_devices(
 def _sentence(dev: dict, e: dict, hours: float | None) -> str:
     if e.get("stopped") and not e.get("over"):
         return f"{dev.get('name')}: {e['label']} stopped counting: {e['stopped']}"
+    names = dev.get("aer_names") or {}
+    aer = (
+        "; " + ", ".join(f"{sev} {n} {c}" for sev, counts in names.items() for n, c in counts.items()) if names else ""
+    )
+    if e.get("rated"):
+        return (
+            f"{dev.get('name')}: {e['label']} grew by {e['growth']} in {window_text(hours)}: "
+            f"{rate_text(e['counter'], e['rated'])} (now {e['now']}; {limit_text(e['counter'], e['limit'])}{aer})"
+        )
     rate = ""
     if e.get("per_min") is not None:
         rate = f", {_num(e['per_min'])}/min"
@@ -181,19 +196,17 @@ def _sentence(dev: dict, e: dict, hours: float | None) -> str:
         text += f": {e['arithmetic']}"
     if e.get("stopped"):
         text += f"; it also stopped counting: {e['stopped']}"
-    names = dev.get("aer_names") or {}
-    if dev.get("kind") == "pcie" and names:
-        text += "; " + ", ".join(f"{sev} {n} {c}" for sev, counts in names.items() for n, c in counts.items())
-    return text + ")"
+    return text + aer + ")"
 
 
 def _findings(
     judged: list[tuple[dict, list[dict]]], hours_of: Any, thresholds: Thresholds
 ) -> tuple[str, list[str], dict, list]:
-    """(status, sentences, {key: threshold field} of the keys named, evidence rows)."""
+    """(status, sentences, {key: threshold field} of the keys named, evidence rows): the counters that warned or
+    failed, then those whose rate is information."""
     status, parts, keys, evidence = PASS, [], {}, []
     for dev, entries in judged:
-        bad = [e for e in entries if e["status"] in (WARN, FAIL)]
+        bad = [e for e in entries if e["status"] in (WARN, FAIL, INFO)]
         moved = [e for e in entries if e.get("growth")]
         if bad or moved:
             evidence.append(
@@ -210,9 +223,9 @@ def _findings(
             )
         for e in bad:
             status = schema.worst([status, e["status"]])
-            parts.append(_sentence(dev, e, hours_of(dev)))
+            parts.append((schema.severity(e["status"]), _sentence(dev, e, hours_of(dev))))
             keys[e["key"]] = thresholds.field(e["key"])
-    return status, parts, keys, evidence
+    return status, [text for _, text in sorted(parts, key=lambda p: -p[0])], keys, evidence
 
 
 def _threshold(keys: dict, thresholds: Thresholds) -> dict:

@@ -1,10 +1,22 @@
 """soak_errors: a GPU's load that stopped, an all_reduce that gave wrong results, error counters that moved and Xid
-events during the soak, each with its time."""
+events during the soak, each with its time. NVLink CRC and PCIe replay counts are judged as rates over the soak and
+NVLink replays and recoveries as increases, by checks.counter_rates' rule (the node stage's, on the controller)."""
 
 from __future__ import annotations
 
 from gpufleet import profiles, schema
 from gpufleet.checks.benchmarks import CPU_NOTE
+from gpufleet.checks.counter_rates import (
+    INCREASE,
+    RATES,
+    REPLAY_RECOVERY_KEY,
+    judge_increase,
+    judge_rate,
+    limit_text,
+    link_growth,
+    rate_text,
+    seconds_text,
+)
 from gpufleet.checks.gpu_inventory import Findings
 from gpufleet.checks.soak.naming import Flags, soak_when
 from gpufleet.schema import ERROR, FAIL, PASS, WARN, result
@@ -85,22 +97,14 @@ def soak_errors(out, profile, base, gpus, cpu) -> dict:
                     remedy="look the Xid up in NVIDIA's catalog (docs.nvidia.com/deploy/xid-errors); the message is in detail.events",
                 )
                 flags.add(status, gpus.by_index.get(str(e.get("index"))))
+        window_s = sampler.get("counters_window_s") or out.get("ran_s")
+        rates: dict = {}
         for (index, counter), evs in sorted(moved.items()):
-            status = FAIL if counter in SOAK_FAIL_COUNTERS else WARN
-            first, last = evs[0], evs[-1]
-            f.add(
-                status,
-                f"{counter} {first['from']} -> {last['to']}, first {soak_when(out, first['t_s'])}",
-                gpu=index,
-                remedy=(
-                    "memory errors the GPU could not correct under load: drain the node, reset the GPU; replace it if they "
-                    "come back"
-                    if status == FAIL
-                    else "errors corrected under load: the fleet layer judges their rate (fleet.counter_rates); a link or "
-                    "memory whose counts keep growing needs service"
-                ),
-            )
-            flags.add(status, gpus.by_index.get(str(index)))
+            status, text = _counter_finding(out, profile, sampler, index, counter, evs, window_s, rates)
+            f.add(status, text, gpu=index, remedy=_REMEDY.get((status, counter), _REMEDY.get(status)))
+            if status in (WARN, FAIL):
+                flags.add(status, gpus.by_index.get(str(index)))
+        detail["counter_rates"] = rates
         log = sampler.get("kernel_log") or {}
         if log.get("error"):
             f.add(
@@ -117,7 +121,48 @@ def soak_errors(out, profile, base, gpus, cpu) -> dict:
             unit="events",
             detail=detail,
         )
-    ok = f"no error counter moved, no Xid, every GPU held the load to the end over {out.get('ran_s'):g} s" + (
-        f", {out['nccl']['rounds']} all_reduce rounds correct" if out.get("nccl") else ""
+    moved_any = any(e.get("kind") == "counter" for e in sampler.get("events") or [])
+    ok = (
+        f"no error counter {'past its limit' if moved_any else 'moved'}, no Xid, every GPU held the load to the end over {out.get('ran_s'):g} s"
+        + (f", {out['nccl']['rounds']} all_reduce rounds correct" if out.get("nccl") else "")
     )
     return flags.apply(f.result("soak_errors", ok, value=len(events), unit="events", detail=detail))
+
+
+_NVLINK_REMEDY = (
+    "an NVLink past DCGM's limits under load: `nvidia-smi nvlink -e -i <index>` shows each link's counters; reset the "
+    "GPUs and run the soak again; a link that keeps erring needs the baseboard or NVSwitch tray serviced"
+)
+# The remedy of a counter's finding: (status, counter) first, then the status's.
+_REMEDY = {
+    FAIL: "memory errors the GPU could not correct under load: drain the node, reset the GPU; replace it if they come "
+    "back",
+    WARN: "errors corrected under load: watch the GPU in the next runs (gpufleet history GPU-UUID); a link or memory "
+    "whose counts keep growing needs service",
+    **{(FAIL, c): _NVLINK_REMEDY for c in (*INCREASE, "nvlink_crc_flit", "nvlink_crc_data")},
+    (WARN, "pcie_replay"): "PCIe replays past DCGM's rate under load: reseat the GPU or its riser or cable, update the "
+    "firmware, and watch it in the next runs",
+}
+
+
+def _counter_finding(out, profile, sampler, index, counter, evs, window_s, rates) -> tuple[str, str]:
+    """(status, text) of one counter of one GPU that moved during the soak: its rate or increase by
+    checks.counter_rates' rule (each link's rate where the sampler read the links), uncorrectable memory errors fail,
+    corrected ones warn. Records a rate in `rates` {index: {counter: judged}}."""
+    first, last = evs[0], evs[-1]
+    moved = f"{counter} {first['from']} -> {last['to']}, first {soak_when(out, first['t_s'])}"
+    growth = last["to"] - first["from"]
+    if counter in RATES:
+        g = (sampler.get("per_gpu") or {}).get(str(index)) or {}
+        links = link_growth(
+            (g.get("counters_start") or {}).get("nvlink_links"),
+            (g.get("counters_end") or {}).get("nvlink_links"),
+            counter,
+        )
+        rated = judge_rate(counter, growth, window_s, profiles.value(profile, RATES[counter].key), links)
+        rates.setdefault(str(index), {})[counter] = rated
+        over = f"over {seconds_text(window_s)}" if window_s else "over an unknown time"
+        return rated["status"], f"{moved}: {rate_text(counter, rated)} {over}, {limit_text(counter, rated['limit'])}"
+    if counter in INCREASE:
+        return judge_increase(growth, profiles.value(profile, REPLAY_RECOVERY_KEY), watched=True), moved
+    return (FAIL if counter in SOAK_FAIL_COUNTERS else WARN), moved
