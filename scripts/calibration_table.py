@@ -7,7 +7,9 @@ and days add up) and writes:
             alarms on clean runs and the detections on disturbed runs (the node's own GPUs disturbed), each as the
             recorded run said and as today's judges say of the same figures (REPLAYED: checks.replay, the fleet
             layer over each round), and the healthy spread per sample, per GPU against its siblings, per node
-            against the round's other nodes and against its own past, with the limit each gives (calibration.py);
+            against the round's other nodes and against its own past, with the limit each gives (calibration.py), and
+            the fabric error counters' healthy rates beside their limits (calibration_counters.py; with --soaks, the
+            soaks' too);
   --limits  the folder of the per-model calibration files the engine reads (files/profiles/calibration/): per
             measure and metric the largest healthy figure, how many figures, and the runs they came from.
 The calibration is written first and the replay reads it (where --limits is the calibration folder of
@@ -15,7 +17,8 @@ The calibration is written first and the replay reads it (where --limits is the 
 are not.
 
   python3 scripts/calibration_table.py docs/results/calibration [more.jsonl ...] \\
-      --table docs/results/calibration/table.md --limits files/profiles/calibration [--json table.json]
+      --table docs/results/calibration/table.md --limits files/profiles/calibration [--json table.json] \\
+      [--soaks docs/results/calibration/*-soak.json.gz]
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from gpufleet.comparisons import metrics as fleet_metrics  # noqa: E402
 from gpufleet.judge import ISOLATED_DEPTH_FACTOR, below_pct  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "scripts"))
+import calibration_counters  # noqa: E402
 from calibration_from_runs import inventory_of  # noqa: E402
 
 
@@ -570,6 +574,7 @@ def render(by_model: dict, files: list[str], problems: list[str], generic: dict)
                 for h in above
             ]
             lines.append("")
+        lines += calibration_counters.render(m["counter_rates"], m["counter_limits"])
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 
@@ -601,9 +606,16 @@ def main(argv=None) -> int:
         "<profile folder>/calibration: files/profiles/calibration)",
     )
     p.add_argument("--json", type=Path, help="the table as JSON too")
+    p.add_argument(
+        "--soaks",
+        nargs="*",
+        type=Path,
+        default=[],
+        help="soak documents (.json or .json.gz) whose counters to tabulate",
+    )
     p.add_argument("--include-cpu", action="store_true", help="count CPU runs (a check of this script, no calibration)")
     args = p.parse_args(argv)
-    missing = [str(f) for f in args.data if not f.exists()]
+    missing = [str(f) for f in [*args.data, *args.soaks] if not f.exists()]
     if missing:
         p.error(f"no such data file or folder: {', '.join(missing)}")
     paths = data_files(args.data)
@@ -615,6 +627,9 @@ def main(argv=None) -> int:
             by_model_rows[model_of(r)].append(r)
     known = profiles.load_all(args.profile_dir)
     generic = generic_limits(args.profile_dir)
+    base = profiles.resolve(None, profile_name=profiles.GENERIC, profile_dir=args.profile_dir)["thresholds"]
+    counter_limits = {k: base[k]["value"] for k in calibration_counters.LIMIT_KEYS if k in base}
+    soaks = calibration_counters.read_soaks(args.soaks)
     by_model = {}
     for model, mrows in sorted(by_model_rows.items()):
         profile = profiles.match(known, model)
@@ -627,7 +642,14 @@ def main(argv=None) -> int:
                 "# Written by scripts/calibration_table.py from the calibration runs; see its table.\n"
                 + yaml.dump(doc, Dumper=_IndentedDumper, sort_keys=False, width=60)
             )
-        by_model[model] = {"profile": profile, "measured": measured, "rows": mrows}
+        clean_docs = [r["document"] for r in mrows if condition(r) == "clean"]
+        by_model[model] = {
+            "profile": profile,
+            "measured": measured,
+            "rows": mrows,
+            "counter_rates": calibration_counters.model_rates(clean_docs, soaks.get(model, {})),
+            "counter_limits": counter_limits,
+        }
     for model, m in by_model.items():  # after every calibration file is written: today's judges read them
         mrows = m.pop("rows")
         today = {}
@@ -650,7 +672,7 @@ def main(argv=None) -> int:
             wall_s={c: _median([r.get("wall_s") for r in mrows if condition(r) == c]) for c in ("clean", "disturbed")},
         )
     args.table.parent.mkdir(parents=True, exist_ok=True)
-    args.table.write_text(render(by_model, files, problems, generic))
+    args.table.write_text(render(by_model, files + [str(f) for f in args.soaks], problems, generic))
     if args.json:
         args.json.write_text(json.dumps(by_model, indent=1, default=str) + "\n")
     print(

@@ -289,6 +289,11 @@ def test_the_calibration_table_counts_false_alarms_and_detections_recorded_and_t
     assert rows["fleet.sample_spread"][:3] == ["8", "4", "0"]
     assert rows["benchmark.memory_processes"][3:6] == ["2", "2", "2"]
     assert "| sample_drop_pct | pcie_d2h_gbps | 32 |" in md and "`sample_drop_pct_max`" in md
+    # The fabric counters' healthy rates beside their limits, from the clean runs' snapshots (8 runs of 4 GPUs):
+    # no PCIe replay grew.
+    assert (
+        "| pcie_replay | node stage | 32 | 0 | 0 | 0 | a minute | 16 (`fleet_counter_pcie_replay_per_min_warn`) |" in md
+    )
     assert json.loads((tmp_path / "table.json").read_text())[cr.MODEL]["profile"] == "h100-sxm"
 
 

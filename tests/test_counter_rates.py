@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import gzip
+import importlib.util
 import json
 from pathlib import Path
 
@@ -193,3 +194,27 @@ def test_the_recorded_h200_soak_replayed_is_information(h200):
     assert res["status"] == "info"
     assert "GPU 0: nvlink_crc_data 3840 -> 4135" in res["reason"] and "6.47 a second over 46 s" in res["reason"]
     assert "GPU 1: nvlink_crc_data 2774 -> 3060" in res["reason"] and "6.27 a second" in res["reason"]
+
+
+# --- the calibration table's healthy rates ---------------------------------------------------------------------------
+
+
+def _calibration_counters():
+    spec = importlib.util.spec_from_file_location("calibration_counters", ROOT / "scripts" / "calibration_counters.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_calibration_tables_rates_from_a_recorded_node_stage_and_soak():
+    cc = _calibration_counters()
+    # A clean acceptance run of `gpufleet fleet run` on 4 x H200: its GPUs' CRC data errors grew by 1285, 815, 1229
+    # and 1299 in the 77 s between the snapshots.
+    line = gzip.decompress((SOAK.parent / "2026-11-26-h200-x4-fleet-run-1.jsonl.gz").read_bytes()).splitlines()[0]
+    rates = cc.stage_rates(json.loads(line)["document"])
+    assert rates["nvlink_crc_data"] == pytest.approx([1285 / 77, 815 / 77, 1229 / 77, 1299 / 77], rel=1e-3)
+    assert rates["nvlink_replay"] == [0, 0, 0, 0] and rates["pcie_replay"] == [0, 0, 0, 0]
+    soak = cc.soak_rates(json.loads(gzip.decompress(SOAK.read_bytes())))
+    # The soak (45.6 s) and its windows measured again (60.2 s), two GPUs each.
+    crc = soak["NVIDIA H200"]["nvlink_crc_data"]
+    assert len(crc) == 4 and crc[:2] == pytest.approx([295 / 45.6, 286 / 45.6], rel=1e-3)

@@ -43,8 +43,9 @@ def soak_errors(out, profile, base, gpus, cpu) -> dict:
         **base,
         "events": events,
         "events_dropped": sampler.get("events_dropped"),
+        "counters_window_s": sampler.get("counters_window_s"),
         "per_gpu": {
-            i: {k: g.get(k) for k in ("uuid", "serial", "counters_start", "counters_end")}
+            i: {k: g.get(k) for k in ("uuid", "serial", "name", "counters_start", "counters_end")}
             for i, g in (sampler.get("per_gpu") or {}).items()
         },
         "processes": {
