@@ -53,7 +53,7 @@ def test_healthy_h100_node_passes_everything():
     assert "profile" not in results  # the H100 profile matched the NVML name
     assert results["nvlink"]["reason"] == (
         "18 active NVLinks on each of 8 GPUs; NVLink error counts in detail (no CRC errors counted), "
-        "judged as rates in fleet.counter_rates"
+        "judged as rates by checks.counter_rates"
     )
     assert results["processes"]["reason"] == "no process on the 8 GPUs of this node"
     assert results["gpu_count"]["reason"] == "found 8 GPUs (NVIDIA H100 80GB HBM3)"
@@ -336,17 +336,17 @@ def test_power_cap_on_an_idle_gpu_passes():
 
 
 def test_nvlink_crc_counts_do_not_warn_and_stay_in_detail():
-    """Cumulative counts say nothing about a link today: the fleet layer judges their growth (fleet.counter_rates)."""
+    """Cumulative counts say nothing about a link today: their growth is judged as rates (checks.counter_rates)."""
     readings = healthy()
     gpu(readings, 2)["nvlink"][3]["errors"].update(crc_flit=12, replay=3)
     gpu(readings, 2)["nvlink"][4]["errors"].update(crc_data=204)
     r = run(readings)["nvlink"]
     assert r["status"] == "pass" and r["remedy"] is None
-    assert "CRC up to 216, GPU 2" in r["reason"] and "judged as rates in fleet.counter_rates" in r["reason"]
+    assert "CRC up to 216, GPU 2" in r["reason"] and "judged as rates by checks.counter_rates" in r["reason"]
     row = next(p for p in r["detail"]["per_gpu"] if p["index"] == 2)
     assert row["crc_errors"] == 216 and row["crc_source"] == "per-link counters"
     assert row["errors"] == {"crc_flit": 12, "crc_data": 204, "replay": 3, "recovery": 0}
-    assert r["detail"]["error_counts_judged_by"] == "fleet.counter_rates"
+    assert r["detail"]["error_counts_judged_by"] == "checks.counter_rates"
     assert "crc_errors_max" not in r["threshold"]
 
 

@@ -79,8 +79,9 @@ def pcie_link(readings, gpus, profile):
     )
 
 
-# Where the cumulative NVLink error counts are judged: as growth per hour between runs and during a run.
-COUNTER_RATES = "fleet.counter_rates"
+# Where the cumulative NVLink error counts are judged: as rates during the node stage, since the previous run and
+# during a soak (fleet.counters_*, benchmark.soak_errors), by one rule.
+COUNTER_RATES = "checks.counter_rates"
 
 
 @gpu_check("nvlink")
@@ -88,8 +89,8 @@ def nvlink(readings, gpus, profile):
     """NVLink: every GPU with the same number of active links and the fabric registered.
 
     The CRC, replay and recovery counters are cumulative since the driver loaded: a count alone says
-    nothing about a link today. They are kept in detail and judged as rates (growth per hour since the
-    node's previous run and during this run) by the fleet layer, fleet.counter_rates.
+    nothing about a link today. They are kept in detail and judged as rates (during the node stage, since the
+    node's previous run and during a soak) by checks.counter_rates' rule.
     """
     if len(gpus) < 2:
         return result("nvlink", SKIP, "single GPU: NVLink has no peer here")
@@ -159,7 +160,7 @@ def nvlink(readings, gpus, profile):
         counted = f"CRC up to {most}, GPU {where}" if most else "no CRC errors counted"
     else:
         counted = "no CRC counter readable"
-    f.add(PASS, f"NVLink error counts in detail ({counted}), judged as rates in {COUNTER_RATES}")
+    f.add(PASS, f"NVLink error counts in detail ({counted}), judged as rates by {COUNTER_RATES}")
     return f.result(
         "nvlink",
         f"{target} active NVLinks on each of {len(gpus)} GPUs",
