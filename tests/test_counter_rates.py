@@ -22,8 +22,9 @@ from gpufleet import profiles
 from gpufleet.checks.soak import error_events
 from gpufleet.checks.soak.naming import SoakGpus
 from gpufleet.collect import counters
-from gpufleet.fleet import counter_growth, metrics
-from gpufleet.fleet.thresholds import Thresholds, thresholds_for
+from gpufleet.comparisons import metrics
+from gpufleet.fleet import counter_growth
+from gpufleet.comparisons.thresholds import Thresholds, thresholds_for
 
 from test_soak_cpu import ZERO_COUNTERS, gpu_soak, sampled, verdict
 
