@@ -5,8 +5,9 @@ each GPU's (and each PCIe device's) rate as checks.counter_rates makes it, besid
   the soak         a soak document's soak_errors: each GPU's counters at the sampler's first and last read, over
                    the time between them (counters_window_s; the soak's length in documents from before it)
 
-NVLink CRC counts are a GPU's links together, as the limit judges them; NVLink replays and recoveries, whose limit is
-a count, are tabulated as the count in the window.
+NVLink CRC counts are a GPU's links together, as the limit judges them, and, where the readings hold each link's
+counts (nvlink_links), the busiest link's rate beside; NVLink replays and recoveries, whose limit is a count, are
+tabulated as the count in the window.
 """
 
 from __future__ import annotations
@@ -18,9 +19,18 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from gpufleet.checks.counter_rates import INCREASE, RATES, REPLAY_RECOVERY_KEY, judge_rate, number_text
+from gpufleet.checks.counter_rates import (
+    INCREASE,
+    LINK_FIELD,
+    RATES,
+    REPLAY_RECOVERY_KEY,
+    judge_rate,
+    link_growth,
+    number_text,
+)
 
 TABULATED = ("nvlink_crc_data", "nvlink_crc_flit", "nvlink_replay", "nvlink_recovery", "pcie_replay", "aer_correctable")
+LINK = " (busiest link)"  # the row of a counter's busiest link
 LIMIT_KEYS = tuple(sorted({*(r.key for r in RATES.values()), REPLAY_RECOVERY_KEY}))
 
 
@@ -32,8 +42,9 @@ def _seconds(a: str | None, b: str | None) -> float | None:
     return (t[1] - t[0]).total_seconds()
 
 
-def _rates(old: dict, new: dict, seconds: float | None, out: dict) -> None:
-    """Each counter of TABULATED both readings have: its rate (RATES) or its count (INCREASE) into out[counter]."""
+def _rates(old: dict, new: dict, seconds: float | None, out: dict, links: tuple = (None, None)) -> None:
+    """Each counter of TABULATED both readings have: its rate (RATES) or its count (INCREASE) into out[counter]; with
+    both readings' nvlink_links, the busiest link's rate of each NVLink CRC counter into out[counter + LINK]."""
     for counter in TABULATED:
         a, b = old.get(counter), new.get(counter)
         if not isinstance(a, int) or not isinstance(b, int) or b < a:
@@ -41,7 +52,10 @@ def _rates(old: dict, new: dict, seconds: float | None, out: dict) -> None:
         if counter in INCREASE:
             out[counter].append(b - a)
         elif seconds:
-            out[counter].append(judge_rate(counter, b - a, seconds, None)["rate"])
+            judged = judge_rate(counter, b - a, seconds, None, link_growth(*links, counter))
+            out[counter].append(judged["rate"])
+            if counter in LINK_FIELD and judged.get("links"):
+                out[counter + LINK].append(judged["links"]["worst_rate"])
 
 
 def _result(doc: dict, check: str) -> dict | None:
@@ -64,7 +78,8 @@ def stage_rates(doc: dict) -> dict[str, list[float]]:
         for new in a.get(key) or []:
             old = olds.get(new.get(ident))
             if old is not None and new.get("visible", True):
-                _rates(old.get("counters") or {}, new.get("counters") or {}, seconds, out)
+                links = (old.get("nvlink_links"), new.get("nvlink_links"))
+                _rates(old.get("counters") or {}, new.get("counters") or {}, seconds, out, links)
     return out
 
 
@@ -92,7 +107,8 @@ def soak_rates(doc: dict) -> dict[str, dict[str, list[float]]]:
         seconds = d.get("counters_window_s") or d.get("ran_s")
         for g in (d.get("per_gpu") or {}).values():
             model = g.get("name") or models[g.get("uuid")]
-            _rates(g.get("counters_start") or {}, g.get("counters_end") or {}, seconds, out[model])
+            start, end = g.get("counters_start") or {}, g.get("counters_end") or {}
+            _rates(start, end, seconds, out[model], (start.get("nvlink_links"), end.get("nvlink_links")))
     return out
 
 
@@ -117,7 +133,7 @@ def model_rates(docs: list[dict], soaks: dict) -> dict:
     for where, rates in (("node stage", stage), ("soak", soaks)):
         out[where] = {
             c: {"n": len(v), "min": min(v), "median": statistics.median(v), "max": max(v)}
-            for c in TABULATED
+            for c in [x for t in TABULATED for x in (t, t + LINK)]
             if (v := rates.get(c))
         }
     return out
@@ -137,10 +153,11 @@ def render(rates: dict, limits: dict) -> list[str]:
         "| --- | --- | ---: | ---: | ---: | ---: | --- | --- |",
     ]
     for where, c, s in rows:
-        rule = RATES.get(c)
+        rule = RATES.get(c.removesuffix(LINK))
         unit, key = (rule.per, rule.key) if rule else ("in the window", REPLAY_RECOVERY_KEY)
         limit = limits.get(key)
         limit = "-" if limit is None else f"{number_text(limit)} (`{key}`)"
+        limit = "- (the limit is a GPU's)" if c.endswith(LINK) else limit
         lines.append(
             f"| {c} | {where} | {s['n']} | {number_text(s['min'])} | {number_text(s['median'])} | "
             f"{number_text(s['max'])} | {unit} | {limit} |"

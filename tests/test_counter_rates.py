@@ -40,8 +40,8 @@ def h200():
     return profiles.resolve("NVIDIA H200")
 
 
-def during(growth: dict, seconds: int, pcie: dict | None = None) -> dict:
-    """counters_during_run over the recorded readings and the same read `seconds` later with `growth` {(gpu, link,
+def snapshots(growth: dict, seconds: int, pcie: dict | None = None) -> list[dict]:
+    """The counter snapshots of the recorded readings and of the same read `seconds` later with `growth` {(gpu, link,
     counter): n} added to those links and `pcie` {gpu: (before, after)} PCIe replays."""
     first = json.loads(H200.read_text())
     second = copy.deepcopy(first)
@@ -54,7 +54,13 @@ def during(growth: dict, seconds: int, pcie: dict | None = None) -> dict:
         res = counters.snapshot(phase, readings, boot_id="boot-1")
         res["detail"]["read_at"] = at
         results.append(dict(res, group="counters"))
-    return counter_growth.counters_during_run("n0", metrics.extract(results), Thresholds(thresholds_for("h200-sxm")))
+    return results
+
+
+def during(growth: dict, seconds: int, pcie: dict | None = None) -> dict:
+    """counters_during_run over snapshots(growth, seconds, pcie)."""
+    found = metrics.extract(snapshots(growth, seconds, pcie))
+    return counter_growth.counters_during_run("n0", found, Thresholds(thresholds_for("h200-sxm")))
 
 
 def test_the_snapshot_keeps_each_links_counts():
@@ -219,3 +225,6 @@ def test_the_calibration_tables_rates_from_a_recorded_node_stage_and_soak():
     # The soak (45.6 s) and its windows measured again (60.2 s), two GPUs each.
     crc = soak["NVIDIA H200"]["nvlink_crc_data"]
     assert len(crc) == 4 and crc[:2] == pytest.approx([295 / 45.6, 286 / 45.6], rel=1e-3)
+    # Snapshots that hold each link's counts give the busiest link's rate too.
+    rates = cc.stage_rates({"results": snapshots({(1, 4, "crc_data"): 600, (1, 5, "crc_data"): 60}, 60)})
+    assert rates["nvlink_crc_data"] == [0, 11] and rates["nvlink_crc_data (busiest link)"] == [0, 10]
