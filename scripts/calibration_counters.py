@@ -2,8 +2,8 @@
 each GPU's (and each PCIe device's) rate as checks.counter_rates makes it, beside the limit, from
 
   the node stage   a clean node-run's counter snapshots before and after its benchmarks (snapshot_*, fabric_*)
-  the soak         a soak document's soak_errors: each GPU's counters at the sampler's first and last read, over
-                   the time between them (counters_window_s; the soak's length in documents from before it)
+  the soak         a soak document's soak_errors: each GPU's counters at the sampler's first and last read (just
+                   before the soak starts and once it ended), over the soak's length
 
 NVLink CRC counts are a GPU's links together, as the limit judges them, and, where the readings hold each link's
 counts (nvlink_links), the busiest link's rate beside; NVLink replays and recoveries, whose limit is a count, are
@@ -104,7 +104,7 @@ def soak_rates(doc: dict) -> dict[str, dict[str, list[float]]]:
     parts += [parts[0]["remeasured"]] if isinstance(parts[0].get("remeasured"), dict) else []
     models = _models(doc)
     for d in parts:
-        seconds = d.get("counters_window_s") or d.get("ran_s")
+        seconds = d.get("ran_s")
         for g in (d.get("per_gpu") or {}).values():
             model = g.get("name") or models[g.get("uuid")]
             start, end = g.get("counters_start") or {}, g.get("counters_end") or {}

@@ -176,7 +176,7 @@ def test_a_replay_during_a_soak_fails(h200):
     assert res["status"] == "fail" and "GPU 0: nvlink_replay 0 -> 1, first at" in res["reason"]
 
 
-def test_the_sampler_keeps_the_links_and_the_window_of_its_reads():
+def test_the_sampler_keeps_each_links_counts_without_events_for_them():
     s = soak_reads({0: 10.0}, seconds=20)
     assert [e["to"] for e in s.events] == [998, 1048, 1098, 1148]  # the links' counts are kept, not events
     assert s.summary(10.0, 2)["per_gpu"]["0"]["counters_end"]["nvlink_links"]["3"] == {"crc_data": 11}

@@ -216,7 +216,6 @@ class SoakSampler:
         self.throttle: dict[int, dict] = {}
         self.counters_start: dict[int, dict] = {}
         self.counters_last: dict[int, dict] = {}
-        self._counters_read: list = [None, None]  # when the first and the last counters were read (monotonic)
         self.gpu_errors: dict[int, str] = {}
         self.events: list[dict] = []
         self.events_dropped = 0
@@ -263,7 +262,6 @@ class SoakSampler:
         except Exception as exc:  # no driver, no NVML: record, do not fail the soak
             self.error = f"NVML unavailable: {exc}"
             return self
-        self._counters_read[0] = time.monotonic()
         for i, h in self._handles.items():
             try:
                 self.counters_start[i] = self.counters_last[i] = self._read_counters(i, h)
@@ -288,7 +286,6 @@ class SoakSampler:
             t = time.monotonic() - (self._t0 or time.monotonic())
             for i, h in self._handles.items():
                 self._counters_event(i, h, t)
-            self._counters_read[1] = time.monotonic()
             self._read_kernel_log(t)
         if self._nvml is not None:
             try:
@@ -317,8 +314,7 @@ class SoakSampler:
         self.note_counters(index, now, t)
 
     def note_counters(self, index: int, now: dict, t: float) -> None:
-        """Counters read at t: each that grew since the last read is an event (the per-link counts are kept, not
-        compared: the soak's judgement takes their growth from the first read to the last)."""
+        """Counters read at t: each count that grew since the last read is an event (the links' counts are kept)."""
         before = self.counters_last.get(index) or {}
         for counter, value in now.items():
             old = before.get(counter)
@@ -488,9 +484,6 @@ class SoakSampler:
         return {
             "interval_s": self.interval_s,
             "counters_every_s": self.counters_every_s,
-            "counters_window_s": (
-                None if None in self._counters_read else round(self._counters_read[1] - self._counters_read[0], 1)
-            ),
             "kernel_log_every_s": self.kernel_log_every_s,
             "samples": self.samples,
             "error": self.error,

@@ -43,7 +43,6 @@ def soak_errors(out, profile, base, gpus, cpu) -> dict:
         **base,
         "events": events,
         "events_dropped": sampler.get("events_dropped"),
-        "counters_window_s": sampler.get("counters_window_s"),
         "per_gpu": {
             i: {k: g.get(k) for k in ("uuid", "serial", "name", "counters_start", "counters_end")}
             for i, g in (sampler.get("per_gpu") or {}).items()
@@ -98,7 +97,7 @@ def soak_errors(out, profile, base, gpus, cpu) -> dict:
                     remedy="look the Xid up in NVIDIA's catalog (docs.nvidia.com/deploy/xid-errors); the message is in detail.events",
                 )
                 flags.add(status, gpus.by_index.get(str(e.get("index"))))
-        window_s = sampler.get("counters_window_s") or out.get("ran_s")
+        window_s = out.get("ran_s")  # the sampler reads the counters just before the soak starts and once it ended
         rates: dict = {}
         for (index, counter), evs in sorted(moved.items()):
             status, text = _counter_finding(out, profile, sampler, index, counter, evs, window_s, rates)
