@@ -35,9 +35,10 @@ higher-is-better: only a figure below its reference warns (more than `*_warn_pct
 absolute thresholds of the node checks passed.
 
 Counters are judged as growth, never as totals: any growth of uncorrected ECC errors, of rows remapped for
-uncorrectable errors or of row remapping failures fails; the others warn when their growth per hour is over
-their `fleet_counter_*_per_h_max`. A window shorter than `fleet_counter_min_window_h` is too short to
-extrapolate to a rate: its growth is judged by count, against what that one window at the maximum rate would
+uncorrectable errors or of row remapping failures fails; the fabric's (NVLink CRC, replay and recovery, PCIe
+replays, AER) are rates with DCGM's rules (checks/counter_rates.py: below the limit `info` with the rate); corrected
+ECC, remapped rows and Xid warn when their growth per hour is over their `fleet_counter_*_per_h_max`, a window
+shorter than `fleet_counter_min_window_h` judged by count against what that one window at the maximum rate would
 give (the threshold times the minimum window). A counter that went down was reset (a driver reload, a GPU
 reset, or a reboot: the boot id changed); its growth is then counted from the reset, and the reason says so.
 
