@@ -19,10 +19,12 @@
 set -uo pipefail
 : "${OUT:?the results folder}" "${PLAN:?the steps to run}"
 BUDGET_S=${BUDGET_S:-540}
-export LC_ALL=C.UTF-8 PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
+export LC_ALL=C.UTF-8 PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 start=$SECONDS
 here=$PWD
 mkdir -p "$OUT"
+nvidia-smi -L >"$OUT/gpus.txt" 2>&1
+nvidia-smi topo -m >"$OUT/topo.txt" 2>&1
 if [ -d .whl ] && ! python3 -c 'import ansible' 2>/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
