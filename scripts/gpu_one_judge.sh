@@ -25,7 +25,7 @@ here=$PWD
 mkdir -p "$OUT"
 nvidia-smi -L >"$OUT/gpus.txt" 2>&1
 nvidia-smi topo -m >"$OUT/topo.txt" 2>&1
-if [ -d .whl ] && ! python3 -c 'import ansible' 2>/dev/null; then
+if [ -d .whl ] && ! python3 -c 'import ansible, ansible_runner' 2>/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
 fi
@@ -113,4 +113,4 @@ if [ -n "$runs" ]; then
     --commit "$(git rev-parse HEAD 2>/dev/null || echo '?')" >"$OUT/calibration.log" 2>&1 || tail -3 "$OUT/calibration.log"
 fi
 echo
-column -t -s $'\t' "$OUT/runs.tsv" | cut -c1-400
+python3 -c 'import sys; rows=[l.rstrip("\n").split("\t") for l in open(sys.argv[1])]; w=[max(len(r[i]) for r in rows if i < len(r)) for i in range(11)]; [print("  ".join(c.ljust(w[i]) for i, c in enumerate(r[:11])) + "  " + (r[11][:300] if len(r) > 11 else "")) for r in rows]' "$OUT/runs.tsv"
