@@ -78,9 +78,13 @@ one() {  # STEP
     [ -d "${BEFORE:-}" ] || { echo "skip $step: BEFORE names no checkout"; return 1; }
     dir=$(realpath "$BEFORE") label=before kind=acc
   fi
-  tier=acceptance
-  if [ "$kind" = soak ]; then tier=soak; extra=(--soak-duration-s "$a"); a=$b; fi
-  local need=${longest[$step]:-0}
+  tier=acceptance a_s=0
+  if [ "$kind" = soak ]; then tier=soak a_s=$a; extra=(--soak-duration-s "$a"); a=$b; fi
+  # Before a step has run here, a guess of its length: a soak's S s and its checks, a neighbour's re-measure.
+  local guess=70
+  [ "$tier" = soak ] && guess=$((a_s + 40))
+  [[ "$step" == *@* ]] && guess=$((guess + 90))
+  local need=${longest[$step]:-$guess}
   if [ $((SECONDS - start + need + need / 10)) -gt "$BUDGET_S" ]; then echo "skip $step: the budget"; return 1; fi
   id="$label-$(date -u +%H%M%S)-${step//[:@+]/_}"
   (cd "$dir" && python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >/dev/null 2>&1)
@@ -100,6 +104,8 @@ one() {  # STEP
     (cd "$dir" && python3 -m gpufleet baseline set "$id" --reports-dir "$work/reports-$label" >/dev/null) && based[$label]=$id
   fi
   echo "[$((SECONDS - start)) s] $step: $id $wall s, exit $rc"
+  # Each run's folder and output kept as it ends: a call stopped at its limit loses none of the runs before.
+  (cd "$work" && tar czf "$OUT/runs.tar.gz" --exclude='*.db*' reports-* *.out 2>/dev/null)
 }
 
 declare -A based

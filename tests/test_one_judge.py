@@ -186,9 +186,9 @@ def test_a_remeasured_soak_leaves_its_warm_up_out_and_calls_no_healthy_gpu_hardw
     assert slow["status"] == "pass" and slow["class"] is None, slow["reason"]
     assert slow["detail"]["disturbed_windows"] == [1]
     assert "its windows measured again after a warm-up window judged with the others" in slow["reason"]
-    # The same re-measure judged on its own, as before: its warm-up window reads as a slowdown of the fabric.
-    alone = {r["check"]: r for r in soak_check.soak(again, h200)}["soak_slowdown"]
-    assert alone["status"] == "fail" and alone["class"] == "hardware" and "270.6" in alone["reason"]
+    combined = remeasure.combined(first, again)
+    assert [w["matmul_tflops"] for w in combined["remeasure_warm_up"]["1"]] == [640.0]  # kept apart, not judged
+    assert [w.get("remeasured") for w in combined["gpus"]["1"]["windows"]][-2:] == [True, True]
 
 
 def test_a_topology_with_few_figures_takes_its_models_limit_widened_never_narrowed(tmp_path):
@@ -260,3 +260,20 @@ def test_a_topology_with_few_figures_takes_its_models_limit_widened_never_narrow
         eight["by_metric"][gather]["value"] == 2.0
         and "topology 8gpu has no figures of its own" in eight["by_metric"][gather]["source"]
     )
+
+
+def test_a_soaks_first_all_reduce_round_is_its_warm_up(h200):
+    """A clean 120 s soak on a healthy 2 x H200: its first all_reduce round read 257 GB/s against 297 after it, and
+    the window it fell in failed soak_slowdown as hardware (docs/results/2026-11-27-h200-x2-one-judge, run
+    after-134920-soak_120). The first round is the soak's warm-up: kept apart, never judged."""
+    from gpufleet.checks import soak as soak_check
+    from test_soak_cpu import gpu_soak
+
+    out = gpu_soak([[667.0] * 4, [680.0] * 4], busbw=[257.0, 298.0, 296.6, 296.7])
+    slow = {r["check"]: r for r in soak_check.soak(out, h200)}["soak_slowdown"]
+    assert slow["status"] == "pass" and slow["class"] is None, slow["reason"]
+    assert out["nccl"]["warm_up"] == [{"t_s": 10.0, "busbw_gbps": 257.0}]
+    assert out["nccl"]["windows"][0]["busbw_gbps"] is None and out["nccl"]["rounds"] == 4  # all checked for sums
+    # A slow round after the warm-up is judged as before.
+    late = gpu_soak([[667.0] * 4, [680.0] * 4], busbw=[297.0, 298.0, 257.0, 296.7])
+    assert {r["check"]: r for r in soak_check.soak(late, h200)}["soak_slowdown"]["status"] == "fail"
