@@ -18,8 +18,15 @@ import json
 import sys
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+from gpufleet import registry  # noqa: E402
+
 FORMAT = "gpufleet-calibration/1"  # scripts/gpu_calibrate.py's
-PROCESS_CHECKS = ("processes", "matmul_processes", "memory_processes", "nccl_processes", "processes_after")
+# gpu_health.processes, every watched benchmark's <step>_processes (the soak's and the training gate's too), and
+# counters.processes_after.
+PROCESS_CHECKS = ("processes", "processes_after") + tuple(c.name for c in registry.watched_checks())
 
 
 def _read(path: Path) -> dict:

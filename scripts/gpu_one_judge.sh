@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The verdict as an operator meets it on a GPU machine: `gpufleet fleet run -i inventory/local` runs in a plan,
 # clean and beside neighbours, each judged by its report, with its wall time and what it measured again.
-#   OUT=<dir> PLAN="<step> ..." [BUDGET_S=540] [BEFORE=<older checkout>] [EXPECTED_GPUS=N] bash scripts/gpu_one_judge.sh
+#   OUT=<dir> PLAN="<step> ..." [BUDGET_S=540] [BEFORE=<older checkout>] [EXPECTED_GPUS=N] [COMMIT=<sha>]
+#     bash scripts/gpu_one_judge.sh          (COMMIT: the commit the checkout holds, where its .git is not this tree's)
 # Steps, run in order while BUDGET_S can hold the next (the longest run of its kind so far, plus a tenth):
 #   acc                 the acceptance tier, this checkout
 #   before              the acceptance tier from the checkout in $BEFORE (its own reports folder): the base it is
@@ -11,7 +12,7 @@
 #                       machine) from T s to T+D s after the run started
 #   acc:gpu@T+D         the acceptance tier beside the same neighbour
 #   acc:cpu@T+D         the acceptance tier beside busy processes on a third of the host's CPUs, as another user
-# Each checkout's first clean run becomes its baseline (`gpufleet baseline set`), as on a site. Every run's folder
+# Each checkout's first clean acceptance run becomes its baseline (`gpufleet baseline set`), as on a site. Every run's folder
 # is kept; each run is also a calibration line (scripts/calibration_from_runs.py) under $OUT/calibration.jsonl.gz.
 # Needs python3 with torch (CUDA) and nvidia-ml-py, and ansible-core (or its wheels in ./.whl).
 # Under $OUT: runs.tsv (step, run id, wall s, exit, verdict, counts, seconds measured again, classes, checks not
@@ -100,7 +101,7 @@ one() {  # STEP
   [ -n "$pid" ] && wait "$pid" 2>/dev/null
   [ "$wall" -gt "${longest[$step]:-0}" ] && longest[$step]=$wall
   printf '%s\t%s\t%s\t%s\t%s\n' "$step" "$id" "$wall" "$rc" "$(summary "$work/reports-$label/$id/report.json")" >>"$OUT/runs.tsv"
-  if [ -z "${based[$label]:-}" ] && [ -z "$pid" ] && [ -f "$work/reports-$label/$id/report.json" ]; then
+  if [ -z "${based[$label]:-}" ] && [ -z "$pid" ] && [ "$tier" = acceptance ] && [ -f "$work/reports-$label/$id/report.json" ]; then
     (cd "$dir" && python3 -m gpufleet baseline set "$id" --reports-dir "$work/reports-$label" >/dev/null) && based[$label]=$id
   fi
   echo "[$((SECONDS - start)) s] $step: $id $wall s, exit $rc"
@@ -116,7 +117,7 @@ done
 runs=$(ls -d "$work"/reports-after/*/ 2>/dev/null)
 if [ -n "$runs" ]; then
   python3 scripts/calibration_from_runs.py $runs --machine "$(hostname)-x$gpus" --out "$OUT/calibration.jsonl.gz" \
-    --commit "$(git rev-parse HEAD 2>/dev/null || echo '?')" >"$OUT/calibration.log" 2>&1 || tail -3 "$OUT/calibration.log"
+    --commit "${COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo '?')}" >"$OUT/calibration.log" 2>&1 || tail -3 "$OUT/calibration.log"
 fi
 echo
 python3 -c 'import sys; rows=[l.rstrip("\n").split("\t") for l in open(sys.argv[1])]; w=[max(len(r[i]) for r in rows if i < len(r)) for i in range(11)]; [print("  ".join(c.ljust(w[i]) for i, c in enumerate(r[:11])) + "  " + (r[11][:300] if len(r) > 11 else "")) for r in rows]' "$OUT/runs.tsv"
