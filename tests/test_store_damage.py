@@ -150,6 +150,23 @@ def test_store_rebuild_moves_any_damaged_store_aside(capsys, monkeypatch, tmp_pa
     assert rc == 0 and json.loads(out)["baseline"] == "r1", err
 
 
+@pytest.mark.parametrize("how", [d for d in DAMAGE if d != "failed integrity check"])
+def test_the_references_of_the_next_run_repair_a_damaged_store(capsys, monkeypatch, tmp_path, how):
+    """`gpufleet references`, the first use of the store in a run (before the nodes' stage), meets the damage on
+    opening or while reading, repairs the store as the run's records would, and hands the baseline on. (An index
+    that fails SQLite's check, which it does not read, is found by the report's check of every page, above.)"""
+    reports = tmp_path / "reports"
+    db = _settled_store(reports, capsys)
+    damage(db, how)
+    r2 = write_run(reports, "r2", {f"n{i}": node_doc(f"n{i}", i, started=R2) for i in range(3)}, started=R2)
+    rc, out, err = _run(capsys, monkeypatch, "references", str(r2), "--host", "n0", "--host", "n1")
+    assert rc == 0 and "Traceback" not in err, err
+    done = json.loads(out)
+    assert done["baseline"] == "r1" and done["note"] is None and done["hosts"] == 2, done
+    [aside] = sorted(reports.glob("gpufleet.db.damaged-*"))
+    assert aside.exists()
+
+
 @pytest.mark.parametrize(
     "argv",
     [

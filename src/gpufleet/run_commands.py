@@ -82,6 +82,9 @@ def _watch_vars(path: Path, playbook_pid: int) -> None:
         return
     try:
         if os.fork() == 0:
+            quiet = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):  # not the playbook's terminal: its end is read when the playbook's last holder goes
+                os.dup2(quiet, fd)
             while path.parent.exists():
                 try:
                     os.kill(playbook_pid, 0)

@@ -24,6 +24,7 @@ the same as once, and a reader never sees half a document.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import hashlib
 import json
@@ -143,7 +144,12 @@ class Store(RunFolders, Baseline, Queries):
                 conn.execute("COMMIT")
             finally:
                 conn.close()
-            os.link(new, self.path)
+            try:
+                os.link(new, self.path)
+            except OSError as exc:  # a file system without hard links: renamed into place, unless one came first
+                if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP) or self.path.exists():
+                    raise
+                os.rename(new, self.path)
         except FileExistsError:
             pass
         except (OSError, sqlite3.Error) as exc:
