@@ -13,15 +13,19 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 import yaml
 
-from gpufleet import cli
+from gpufleet import cli, lock, runs
 from gpufleet.errors import EXIT_CODES
+from gpufleet.runner import record as rec
 
 from test_fleet_synthetic import node_doc, write_run
+from test_store_damage import fill, tiny_filesystem
+from waiting import wait_for
 
 pytest.importorskip("ansible_runner")
 
@@ -139,3 +143,86 @@ def test_the_store_commands_exit_as_the_table_says(capsys, tmp_path):
     assert cli.main(["store", "rebuild", "--reports-dir", str(reports)]) == 0  # the repair
     assert cli.main(["history", "no-such-node", "--reports-dir", str(reports)]) == 2
     assert "is no node, GPU UUID or serial" in capsys.readouterr().err
+
+
+def test_argparse_refusals_end_with_the_json_line_too_and_every_message_names_its_command():
+    for argv, words in (
+        (["fleet", "run", "-i", "inventory/local", "--tier", "nope", "--json"], "argument --tier: invalid choice"),
+        (["history", "--json"], "the following arguments are required: key"),
+    ):
+        done = subprocess.run([str(BIN / "gpufleet"), *argv], cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        line = json.loads(done.stdout.strip().splitlines()[-1])
+        assert line["exit"] == 2 and line["status"] == "refused" and words in line["message"], line
+        assert words in done.stderr  # argparse's own usage and message stay on stderr
+    for argv, name in (
+        (["ladder", "/nonexistent"], "gpufleet ladder: /nonexistent/report.json cannot be read"),
+        (["slurm", "sweep", "--tier", "smoke"], "gpufleet slurm sweep: --partition"),
+    ):
+        done = subprocess.run([str(BIN / "gpufleet"), *argv], cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and done.stderr.startswith(name), done.stderr
+
+
+@pytest.mark.slow
+def test_a_node_refused_by_its_lock_is_named_in_drain_txt_and_not_drained(tmp_path):
+    # Another run of this controller holds the node, and its controller (a process of this test) still runs.
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        controller = runs.controller_identity()
+        controller.update(pid=holder.pid, started_ticks=runs._proc_stat(holder.pid)[1])
+        assert runs.controller_alive(controller)
+        assert lock.acquire(tmp_path / "node.lock", "other", "localhost", 3600, controller=controller)["acquired"]
+        proc, line = fleet_run(
+            tmp_path, "-i", "inventory/local", "--run-id", "refused", "-e", '{"gpufleet_benchmarks": []}'
+        )
+    finally:
+        holder.kill()
+        holder.wait()
+    assert proc.returncode == 1 and line["why"]["localhost"][0]["check"] == "lock.node_lock", line
+    head, *lines = (tmp_path / "reports" / "refused" / "drain.txt").read_text().splitlines()
+    assert (
+        head
+        == (
+            "# gpufleet refused: 1 node(s) not accepted; not drained: localhost, held by another gpufleet run (its node "
+            "lock), so not measured"
+        )
+        and not lines
+    )
+
+
+@pytest.mark.slow
+def test_a_disk_that_fills_during_a_run_keeps_what_was_measured_and_the_run_reaches_history(tmp_path):
+    """The reports folder's file system fills once the node's document is written: the run ends with exit 2 and
+    its JSON line (not `refused`), naming the full file system and what to do; the document stays, and the next
+    run, once there is room, brings the run into the history."""
+    no_benchmarks = ("-i", "inventory/local", "-e", '{"gpufleet_benchmarks": []}')
+    with tiny_filesystem(tmp_path / "reports", "8m") as reports:
+        assert fleet_run(tmp_path, *no_benchmarks, "--run-id", "first")[0].returncode == 1
+        document = reports / "full" / "hosts" / "localhost.json"
+
+        def fill_once_measured() -> None:
+            wait_for(document.exists, 300, "the node's document", interval_s=0.02)
+            fill(reports / "ballast")
+
+        filler = threading.Thread(target=fill_once_measured, daemon=True)
+        filler.start()
+        proc, line = fleet_run(tmp_path, *no_benchmarks, "--run-id", "full")
+        filler.join(60)
+        assert proc.returncode == 2 and line["exit"] == 2 and line["status"] != "refused", line
+        assert line["nodes"] == {"localhost": "no report"}, line
+        assert f"the file system of {reports / 'full'} is full" in line["message"], line
+        assert f"`gpufleet report {reports / 'full'}`" in line["message"], line
+        assert json.loads(document.read_text())["results"]  # measured, and kept
+        assert not rec.running_playbooks(reports / "full")  # nothing of the run goes on without its runner
+        (reports / "ballast").unlink()
+        proc, line = fleet_run(tmp_path, *no_benchmarks, "--run-id", "next")
+        assert proc.returncode == 1, line
+        history = cli_json("history", "localhost", "--reports-dir", str(reports), "--json")
+        assert [r["run_id"] for r in history["runs"]] == ["first", "full", "next"], history
+    assert not left_temporary(tmp_path)
+
+
+def cli_json(*argv: str) -> dict:
+    done = subprocess.run([str(BIN / "gpufleet"), *argv], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)

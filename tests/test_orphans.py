@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -30,8 +31,10 @@ import yaml
 from gpufleet import lock, runs
 from gpufleet.errors import InputError
 from gpufleet.fleet import document_writer
+from gpufleet.runner import private
+from gpufleet.runner import record as rec
 from testhosts import TestFleet, skip_reason
-from waiting import wait_for
+from waiting import left_running, wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -326,3 +329,120 @@ def test_kill_9_of_ansible_playbook_stops_its_measuring_and_the_next_run_takes_o
         [],
         [(k1_id, False)],
     )
+
+
+# ---------------------------------------------------------------- kill -9 of the runner, `gpufleet fleet run`
+
+SECRETS = {"gpufleet_node_env": {"HF_TOKEN": "hf_not_at_rest_0"}, "ansible_become_password": "not_at_rest_1"}
+
+
+def _runner(tmp_path: Path, run_id: str) -> subprocess.Popen:
+    """`gpufleet fleet run` on this machine (inventory/local), in a process group of its own, with a token and a
+    become password among its extra variables."""
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    return subprocess.Popen(
+        [
+            str(BIN / "gpufleet"),
+            "fleet",
+            "run",
+            "-i",
+            "inventory/local",
+            "--run-id",
+            run_id,
+            "--reports-dir",
+            str(tmp_path / "reports"),
+            "--plain",
+            "-e",
+            json.dumps({"gpufleet_benchmarks": [], **SECRETS}),
+            "-e",
+            f"gpufleet_lock_path={tmp_path / 'node.lock'}",
+        ],
+        cwd=REPO,
+        env=dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", TMPDIR=str(tmp_path / "tmp")),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def _holding_secrets(folder: Path) -> list[str]:
+    """The files under folder that hold a secret value of SECRETS."""
+    values = [v.encode() for v in ("hf_not_at_rest_0", "not_at_rest_1")]
+    found = []
+    for path in folder.rglob("*"):
+        try:
+            if path.is_file() and any(v in path.read_bytes() for v in values):
+                found.append(str(path))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("when", ["as ansible-playbook starts", "while the node is measured"])
+def test_kill_9_of_the_runner_ends_its_playbook_and_leaves_no_secret_on_disk(tmp_path, when):
+    runner = _runner(tmp_path, "killed")
+    run_dir = tmp_path / "reports" / "killed"
+    lock_path = tmp_path / "node.lock"
+    try:
+
+        def ready() -> bool:
+            assert runner.poll() is None, "the run ended before it could be killed"
+            if when == "as ansible-playbook starts":
+                return bool(rec.running_playbooks(run_dir))
+            return lock_path.exists() and '"killed"' in lock_path.read_text()
+
+        wait_for(ready, 240, f"the run {when}", interval_s=0.05)
+        if when == "while the node is measured":
+            # The playbook has read its extra variables: none is on disk while the run measures.
+            assert not list((tmp_path / "tmp").glob("gpufleet-vars-*")), list((tmp_path / "tmp").iterdir())
+        playbooks = rec.running_playbooks(run_dir)
+        assert playbooks, "no ansible-playbook of the run to leave behind"
+        os.killpg(
+            runner.pid, signal.SIGKILL
+        )  # the runner and its process group; ansible-playbook has a session of its own
+        runner.wait(timeout=60)
+        # The playbook ends with its runner, and what it started on the node with it: it measures and reports no
+        # more (headless, it would have gone on to write the node's document and the report).
+        wait_for(lambda: not rec.running_playbooks(run_dir), 60, "the killed runner's ansible-playbook to end")
+        assert not (run_dir / "report.json").exists() and not (run_dir / "hosts" / "localhost.json").exists()
+        assert not left_running(r"-m gpufleet (check|bench|lock|counters|run playbook)|node_steps"), "engine"
+        # Secrets never outlive the run on disk: the extra variables are gone, with no runner left to remove them.
+        wait_for(lambda: not list((tmp_path / "tmp").glob("gpufleet-vars-*")), 30, "the extra variables to be removed")
+        assert not _holding_secrets(tmp_path), _holding_secrets(tmp_path)
+    finally:
+        if runner.poll() is None:
+            os.killpg(runner.pid, signal.SIGKILL)
+    [left] = (tmp_path / "tmp").glob("gpufleet-ansible-*")  # Ansible's folder, which the killed runner could not remove
+    if when == "as ansible-playbook starts":
+        return
+    # A process that still uses that folder (as a headless playbook's worker would) keeps it through the next run;
+    # once it is gone, the next runner removes the folder.
+    user = subprocess.Popen(
+        [sys.executable, "-c", "import time; print(flush=True); time.sleep(600)"],
+        cwd=left,
+        env=dict(os.environ, ANSIBLE_LOCAL_TEMP=str(left)),
+        stdout=subprocess.PIPE,
+    )
+    try:
+        user.stdout.readline()
+        nxt = _runner(tmp_path, "next")
+        assert nxt.wait(timeout=600) == 1  # measured (no GPU here: not accepted), the stale lock taken over
+        taken = next(
+            r
+            for r in json.loads((tmp_path / "reports" / "next" / "hosts" / "localhost.json").read_text())["results"]
+            if r.get("group") == "lock"
+        )
+        assert taken["status"] == "pass" and "took over the stale lock of run killed" in taken["reason"], taken
+        assert left.is_dir(), "the folder a live process uses was removed"
+    finally:
+        user.kill()
+        user.wait()
+    saved = tempfile.tempdir
+    tempfile.tempdir = str(tmp_path / "tmp")
+    try:
+        private.ansible_local_tmp().rmdir()  # the next runner's own, made after the clean-up
+    finally:
+        tempfile.tempdir = saved
+    assert not left.exists()
+    assert not _holding_secrets(tmp_path), _holding_secrets(tmp_path)

@@ -5,6 +5,7 @@ same and never crashes; history says what is wrong instead of a traceback. A ful
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -52,6 +53,13 @@ def damage(db: Path, how: str) -> None:
         rnd, mid = random.Random(32), len(raw) // 2
         raw[mid - 4096 : mid + 4096] = bytes(rnd.randrange(256) for _ in range(8192))
         db.write_bytes(bytes(raw))
+    elif how == "random bytes over the last pages":
+        raw = bytearray(db.read_bytes())
+        rnd = random.Random(5)
+        raw[-3 * 4096 :] = bytes(rnd.randrange(256) for _ in range(3 * 4096))
+        db.write_bytes(bytes(raw))
+    elif how == "emptied":  # `: > gpufleet.db`
+        db.write_bytes(b"")
     elif how == "not a database":
         db.write_bytes(b"\x00\xffnot sqlite at all\x00" * 1000)
     elif how == "missing table":
@@ -67,7 +75,7 @@ def damage(db: Path, how: str) -> None:
             raw[i] ^= 0x55
         db.write_bytes(bytes(raw))
     conn = None
-    if how != "not a database":  # the damage is there: the store's own check says so
+    if how not in ("not a database", "emptied"):  # the damage is there: the store's own check says so
         conn = sqlite3.connect(db)
         try:
             assert conn.execute("PRAGMA quick_check").fetchall() != [("ok",)] or how == "missing table"
@@ -77,7 +85,14 @@ def damage(db: Path, how: str) -> None:
             conn.close()
 
 
-DAMAGE = ["random bytes over the middle", "not a database", "missing table", "failed integrity check"]
+DAMAGE = [
+    "random bytes over the middle",
+    "random bytes over the last pages",
+    "emptied",
+    "not a database",
+    "missing table",
+    "failed integrity check",
+]
 
 
 @pytest.mark.parametrize("how", DAMAGE)
@@ -135,22 +150,77 @@ def test_store_rebuild_moves_any_damaged_store_aside(capsys, monkeypatch, tmp_pa
     assert rc == 0 and json.loads(out)["baseline"] == "r1", err
 
 
-def test_a_full_disk_is_said_with_exit_2(tmp_path):
+@pytest.mark.parametrize("how", [d for d in DAMAGE if d != "failed integrity check"])
+def test_the_references_of_the_next_run_repair_a_damaged_store(capsys, monkeypatch, tmp_path, how):
+    """`gpufleet references`, the first use of the store in a run (before the nodes' stage), meets the damage on
+    opening or while reading, repairs the store as the run's records would, and hands the baseline on. (An index
+    that fails SQLite's check, which it does not read, is found by the report's check of every page, above.)"""
+    reports = tmp_path / "reports"
+    db = _settled_store(reports, capsys)
+    damage(db, how)
+    r2 = write_run(reports, "r2", {f"n{i}": node_doc(f"n{i}", i, started=R2) for i in range(3)}, started=R2)
+    rc, out, err = _run(capsys, monkeypatch, "references", str(r2), "--host", "n0", "--host", "n1")
+    assert rc == 0 and "Traceback" not in err, err
+    done = json.loads(out)
+    assert done["baseline"] == "r1" and done["note"] is None and done["hosts"] == 2, done
+    [aside] = sorted(reports.glob("gpufleet.db.damaged-*"))
+    assert aside.exists()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["ladder", "{reports}/r1"],
+        ["evidence", "n0", "--reports-dir", "{reports}", "--out", "{tmp}/n0.tar.gz"],
+    ],
+    ids=["ladder", "evidence"],
+)
+def test_the_store_readers_name_a_damaged_store_and_the_repair(capsys, monkeypatch, tmp_path, argv):
+    """Random bytes over the store's last pages, which these commands read: each ends with exit 2 and one line
+    naming the store and `gpufleet store rebuild`, as history and baseline do; a run repairs it on its own (above),
+    these only read."""
+    reports = tmp_path / "reports"
+    db = _settled_store(reports, capsys)
+    damage(db, "random bytes over the last pages")
+    rc, out, err = _run(capsys, monkeypatch, *(a.format(reports=reports, tmp=tmp_path) for a in argv))
+    assert rc == 2 and "Traceback" not in err, err
+    [line] = err.splitlines()
+    assert line.startswith(f"gpufleet {argv[0]}: {db} is not a gpufleet store") and "gpufleet store rebuild" in line
+    rc, out, err = _run(capsys, monkeypatch, "store", "rebuild", "--reports-dir", str(reports))
+    assert rc == 0, err
+    rc, out, err = _run(capsys, monkeypatch, *(a.format(reports=reports, tmp=tmp_path) for a in argv))
+    assert rc in (0, 1) and "is not a gpufleet store" not in err, err  # 1: the ladder's own verdict
+
+
+@contextlib.contextmanager
+def tiny_filesystem(folder: Path, size: str):
+    """folder (made) as a tmpfs of `size` of its own, for the test's life; skipped without root."""
     if os.geteuid() != 0:
         pytest.skip("needs root to mount a tiny filesystem")
-    full = tmp_path / "full"
-    full.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "gpufleet-full", str(full)], check=True)
+    folder.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "gpufleet-full", str(folder)], check=True)
     try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=False)
+
+
+def fill(ballast: Path) -> None:
+    """Every block of ballast's file system taken."""
+    with open(ballast, "wb") as out:
+        try:
+            while True:
+                out.write(b"\0" * 65536)
+                out.flush()
+        except OSError:
+            pass
+
+
+def test_a_full_disk_is_said_with_exit_2(tmp_path):
+    with tiny_filesystem(tmp_path / "full", "2m") as full:
         reports = full / "reports"
         _settled_store(reports)
-        with open(full / "ballast", "wb") as ballast:  # every block taken
-            try:
-                while True:
-                    ballast.write(b"\0" * 65536)
-                    ballast.flush()
-            except OSError:
-                pass
+        fill(full / "ballast")
         for argv in (["store", "rebuild"], ["history", "n0"]):
             done = subprocess.run(
                 [sys.executable, "-m", "gpufleet", *argv, "--reports-dir", str(reports)],
@@ -166,5 +236,3 @@ def test_a_full_disk_is_said_with_exit_2(tmp_path):
         conn = sqlite3.connect(reports / "gpufleet.db")
         assert conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 2
         conn.close()
-    finally:
-        subprocess.run(["umount", str(full)], check=False)

@@ -18,7 +18,7 @@ import sys
 import textwrap
 
 from gpufleet import __version__, guard
-from gpufleet.command_line import Parser
+from gpufleet.command_line import Parser, refused_json
 from gpufleet.errors import InputError
 
 # Each family's module and the commands it adds (tests/test_cli_conventions.py holds the two to each other).
@@ -112,12 +112,17 @@ def route(argv: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     argv = route(sys.argv[1:] if argv is None else list(argv))
     known = {name for names in FAMILIES.values() for name in names}
-    args = build_parser(argv[0] if argv and argv[0] in known else None).parse_args(argv)
+    try:
+        args = build_parser(argv[0] if argv and argv[0] in known else None).parse_args(argv)
+    except SystemExit as exc:  # argparse's refusal, said on stderr; with --json also the line that ends every run
+        if exc.code == 2 and "--json" in argv and Parser.refused:
+            print(refused_json(Parser.refused))
+        raise
     try:
         guard.start_from_env()  # stop what this command starts should the run that asked for it be gone
         return args.func(args)
     except InputError as exc:
-        print(f"gpufleet {args.command}: {exc}", file=sys.stderr)
+        print(f"gpufleet {'slurm sweep' if args.command == SLURM_SWEEP else args.command}: {exc}", file=sys.stderr)
         return 2
 
 

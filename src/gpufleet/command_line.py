@@ -12,12 +12,28 @@ from gpufleet.errors import EXIT_CODES, InputError
 
 class Parser(argparse.ArgumentParser):
     """Every gpufleet parser, subcommands included (add_subparsers makes them of the parent's class), ends its
-    --help with the same table of exit codes."""
+    --help with the same table of exit codes. `refused`: argparse's last refusal of a command line, which --json
+    also says as a JSON line (cli.main)."""
+
+    refused: str | None = None
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("epilog", EXIT_CODES)
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
         super().__init__(*args, **kwargs)
+
+    def error(self, message):
+        Parser.refused = f"{self.prog}: error: {message}"
+        super().error(message)
+
+
+def refused_json(message: str) -> str:
+    """The JSON line a --json command ends with when its input is refused before anything ran (exit 2): the fields
+    of `gpufleet fleet --json`'s line, so a wrapper reads every ending alike."""
+    return json.dumps(
+        {"exit": 2, "status": "refused", "rc": None, "interrupted": False, "nodes": {}, "message": message, "why": {}},
+        sort_keys=True,
+    )
 
 
 def results_exit(results: list[dict], exit_zero: bool = False) -> int:

@@ -60,16 +60,11 @@ def _iso(epoch_s: float) -> str:
 def read(path: str | Path) -> dict | None:
     """The lock record, or None when there is none; a record that cannot be read counts as none (said by
     `stale_reason` of the caller through the 'unreadable' key)."""
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
+    rec, why = paths.read_json(path)
+    if why and not os.path.lexists(path):  # given back
         return None
-    except OSError as exc:
-        return {"unreadable": exc.strerror or str(exc), "holders": {}}
-    try:
-        rec = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return {"unreadable": f"not valid JSON ({exc.msg})", "holders": {}}
+    if why:  # empty, cut short, bytes that are no UTF-8 text: no holder can be read from it
+        return {"unreadable": why, "holders": {}}
     if not isinstance(rec, dict) or not isinstance(rec.get("holders"), dict):
         return {"unreadable": "not a lock record", "holders": {}}
     return rec
@@ -130,10 +125,10 @@ def _write(path: Path, rec: dict) -> None:
     paths.write_atomic(path, json.dumps(rec, sort_keys=True) + "\n", mode=0o644)
 
 
-def working(path: str | Path, run_id: str) -> list[dict]:
-    """The processes on this node that work for `run_id` under the lock at `path` (their environment's
-    GPUFLEET_LOCK names both), [{"pid", "command"}]; a process whose environment this user cannot read is another
-    user's, not a run's of this lock."""
+def working(path: str | Path, run_id: str | None) -> list[dict]:
+    """The processes on this node that work for `run_id` (None: for any run) under the lock at `path` (their
+    environment's GPUFLEET_LOCK names both), [{"pid", "command"}]; a process whose environment this user cannot
+    read is another user's, not a run's of this lock."""
     want = os.path.normpath(str(path))
     workers = []
     for entry in os.scandir("/proc"):
@@ -159,7 +154,7 @@ def working(path: str | Path, run_id: str) -> list[dict]:
                     spec = None
                 if (
                     isinstance(spec, dict)
-                    and spec.get("run_id") == run_id
+                    and (run_id is None or spec.get("run_id") == run_id)
                     and os.path.normpath(str(spec.get("path"))) == want
                 ):
                     workers.append({"pid": int(entry.name), "command": command[:200]})
@@ -221,7 +216,9 @@ def _acquire_once(
                     + _iso(max((h.get("expires_at") or 0) for h in rec["holders"].values() if isinstance(h, dict)))
                 )
                 return {"acquired": False, "record": rec, "reason": f"the node is held by {describe(rec)}{lease}"}
-            left = working(path, rec["run_id"]) if rec.get("run_id") else []
+            # A record that cannot be read names no run: whatever works under this lock is waited for (its guard
+            # reads the same record and stops).
+            left = working(path, rec.get("run_id")) if rec.get("run_id") or rec.get("unreadable") else []
             if left:
                 # Its run is gone, not what it started here: they are told to stop (their guard reads this), and the
                 # node is taken over once none is left, never while one still measures.

@@ -12,10 +12,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import json
 import os
 import re
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from gpufleet.errors import InputError
 
@@ -25,6 +27,7 @@ _NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 # Results can name hosts and failures: readable by the owner and the group, not by everyone.
 FILE_MODE = 0o640
 DIR_MODE = 0o750
+FULL_FREE_BYTES = 1 << 20  # a file system with less free than this is full for a writer of whole files and pages
 
 
 def safe_name(value, what: str) -> str:
@@ -43,6 +46,19 @@ def inside(base: Path | str, *parts: str, what: str) -> Path:
     if path != root and root not in path.parents:
         raise InputError(f"{what} resolves to {path}, outside {root}; expected a path inside {root}")
     return path
+
+
+def own_folder(base: Path | str, name: str, what: str) -> Path:
+    """base/name, a folder of its own for `name` (a plain name): never a symbolic link, whatever it points at (what
+    is written there would land in another folder), and inside base; InputError naming `what` otherwise."""
+    safe_name(name, what)
+    path = Path(base) / name
+    if path.is_symlink():
+        raise InputError(
+            f"{what} {name!r}: {path} is a symbolic link (to {os.readlink(path)}), not a folder of its own; nothing "
+            "was written through it: remove the link, or choose another name"
+        )
+    return inside(base, name, what=f"{what} {name!r}")
 
 
 def make_dir(path: Path | str) -> Path:
@@ -93,6 +109,33 @@ def write_atomic(path: Path | str, text: str, mode: int = FILE_MODE, *, durable:
             f"cannot write {path}: {exc.strerror or exc}; expected a writable folder with space left"
         ) from None
     return path
+
+
+def read_json(path: Path | str) -> tuple[Any, str | None]:
+    """(document, None), or (None, why the file gives none: it cannot be read, its bytes are not UTF-8 text
+    (random bytes over it), it is not JSON). The readers of the files the controller writes all say the same."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        return None, f"cannot be read: {exc.strerror or exc}"
+    try:
+        return json.loads(raw.decode("utf-8")), None
+    except UnicodeDecodeError as exc:
+        return None, f"is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}: damaged)"
+    except json.JSONDecodeError as exc:
+        return None, f"is not valid JSON ({exc.msg} at line {exc.lineno})"
+
+
+def full_disk(path: Path | str) -> str | None:
+    """'the file system of FOLDER is full (N bytes free)' when the file system holding path's folder is, else None."""
+    try:
+        st = os.statvfs(Path(path).parent)
+    except OSError:
+        return None
+    free = st.f_bavail * st.f_frsize
+    if free >= FULL_FREE_BYTES:
+        return None
+    return f"the file system of {Path(path).parent} is full ({free} bytes free)"
 
 
 @contextlib.contextmanager

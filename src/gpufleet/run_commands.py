@@ -1,13 +1,18 @@
-"""The playbooks' own steps around a run: `gpufleet run start | alive | locks-kept` on the controller and `gpufleet lock`
-on a node (the lock that keeps two runs from measuring it at once). Their parsers and how each runs; cli.py loads
-this module only for them, so a node's lock costs no more than the lock."""
+"""The playbooks' own steps around a run: `gpufleet run start | alive | locks-kept` on the controller, `gpufleet run
+playbook` (how the fleet runner starts ansible-playbook) and `gpufleet lock` on a node (the lock that keeps two runs
+from measuring it at once). Their parsers and how each runs; cli.py loads this module only for them, so a node's
+lock costs no more than the lock."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
+import shutil
+import time
 from pathlib import Path
 
-from gpufleet import lock, runs
+from gpufleet import guard, lock, runs
 from gpufleet.command_line import json_arg
 from gpufleet.errors import InputError
 from gpufleet.lock import DEFAULT_PATH as DEFAULT_LOCK_PATH
@@ -43,6 +48,51 @@ def cmd_run_locks_kept(args) -> int:
     runs.record_locks_kept(Path(args.run_dir), kept)
     print(json.dumps({"locks_not_given_back": kept}, sort_keys=True))
     return 0
+
+
+def cmd_run_playbook(args) -> int:
+    """ansible-playbook in place of this process, as the fleet runner starts it (through ansible-runner): the kernel
+    sends it SIGTERM when the runner dies, kill -9 included (PR_SET_PDEATHSIG), and ansible-playbook then stops its
+    workers, whose actions stop what they started on the nodes; a runner already gone starts nothing. The extra
+    variables (--vars, which may hold a secret) are removed as soon as ansible-playbook is gone, should the runner
+    not be there to remove them (it does once the playbook has read them)."""
+    guard.die_with_parent()
+    if os.getppid() != args.runner:
+        _remove_vars(args.vars)
+        raise InputError(f"the fleet runner (pid {args.runner}) is gone: ansible-playbook is not started")
+    if args.vars:
+        _watch_vars(Path(args.vars), os.getpid())
+    try:
+        os.execv(args.command[0], args.command)
+    except OSError as exc:
+        _remove_vars(args.vars)
+        raise InputError(f"{args.command[0]} cannot be run: {exc.strerror}; expected ansible-playbook") from None
+
+
+def _remove_vars(path: str | None) -> None:
+    if path:
+        shutil.rmtree(Path(path).parent, ignore_errors=True)  # the runner's private folder, made for this file
+
+
+def _watch_vars(path: Path, playbook_pid: int) -> None:
+    """A process of its own (forked twice, so nothing waits on it) that removes `path`'s folder when the process
+    `playbook_pid` is gone before the folder is; it ends once the folder is gone, whoever removed it."""
+    if os.fork():
+        os.wait()
+        return
+    try:
+        if os.fork() == 0:
+            quiet = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):  # not the playbook's terminal: its end is read when the playbook's last holder goes
+                os.dup2(quiet, fd)
+            while path.parent.exists():
+                try:
+                    os.kill(playbook_pid, 0)
+                except ProcessLookupError:
+                    _remove_vars(str(path))
+                time.sleep(0.2)
+    finally:
+        os._exit(0)
 
 
 def cmd_lock(args) -> int:
@@ -95,6 +145,13 @@ def add_parsers(sub) -> None:
     rk.add_argument("run_dir", help="the run folder")
     rk.add_argument("--kept", required=True, help="JSON {host: why the lock could not be given back}")
     rk.set_defaults(func=cmd_run_locks_kept)
+    rp = run_sub.add_parser(
+        "playbook", help="(the fleet runner's) ansible-playbook in place of this process, ending with the runner"
+    )
+    rp.add_argument("--runner", type=int, required=True, help="the runner's pid: ansible-playbook ends when it does")
+    rp.add_argument("--vars", help="the private file of extra variables: removed when ansible-playbook is gone")
+    rp.add_argument("command", nargs=argparse.REMAINDER, help="ansible-playbook and its arguments")
+    rp.set_defaults(func=cmd_run_playbook)
 
     lk = sub.add_parser("lock", help="on a node: the lock that keeps two runs from measuring it at once")
     lk_sub = lk.add_subparsers(dest="lock_command", required=True)

@@ -94,26 +94,36 @@ def run_id_of(run_dir: Path | str) -> str:
     """The run's id, as `run start` recorded it in run.json: the one every report, store row and resume uses, so a
     renamed or moved run folder keeps its id. A folder without a readable run.json (a run from before run records)
     is known by its name."""
-    try:
-        doc = json.loads((Path(run_dir) / RUN_FILE).read_text())
-    except (OSError, ValueError):
-        doc = None
+    doc, _ = paths.read_json(Path(run_dir) / RUN_FILE)
     if isinstance(doc, dict) and isinstance(doc.get("run_id"), str) and doc["run_id"]:
         return doc["run_id"]
     return Path(run_dir).resolve().name
 
 
 def read_run(run_dir: Path) -> dict:
-    path = run_dir / RUN_FILE
-    try:
-        doc = json.loads(path.read_text())
-    except OSError as exc:
-        raise InputError(f"{path} cannot be read: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path} is not valid JSON ({exc.msg} at line {exc.lineno}); expected a run record") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("attempts"), list):
-        raise InputError(f"{path}: expected a run record with a list of attempts")
+    """run.json; InputError naming it when it cannot be read, is damaged (bytes that are no UTF-8 text, not JSON)
+    or is no run record, and saying what to do."""
+    path = Path(run_dir) / RUN_FILE
+    doc, why = paths.read_json(path)
+    if why is None and (not isinstance(doc, dict) or not isinstance(doc.get("attempts"), list)):
+        why = "is not a run record (a JSON object with a list of attempts)"
+    if why:
+        raise InputError(
+            f"{path} {why}; expected the run record `gpufleet run start` writes: restore it, or move it aside "
+            "(the run is then known by its folder's name and its host documents)"
+        )
     return doc
+
+
+def going(run_dir: Path) -> bool:
+    """Whether the run may still be going: its latest attempt has no report yet and its controller runs, or ran on
+    another controller, which this one cannot ask. A folder without a readable run record is taken as ended."""
+    try:
+        attempts = read_run(Path(run_dir))["attempts"]
+    except InputError:
+        return False
+    last = attempts[-1] if attempts and isinstance(attempts[-1], dict) else {}
+    return not last.get("finished") and controller_alive(last.get("controller")) is not False
 
 
 def dead_runs(reports_dir: Path) -> list[str]:
@@ -154,7 +164,7 @@ def start(
     if not reports_dir or not os.path.isabs(reports_dir):
         raise InputError(f"gpufleet_reports_dir must be an absolute path; got {reports_dir!r}")
     reports = Path(reports_dir).resolve() if dry_run else paths.make_dir(Path(reports_dir).resolve())
-    run_dir = paths.inside(reports, run_id, what=f"gpufleet_run_id {run_id!r}")
+    run_dir = paths.own_folder(reports, run_id, "gpufleet_run_id")
     now = schema.utc_now()
     controller = controller_identity()
     used = (run_dir / RUN_FILE).exists() or (run_dir / "hosts").exists()

@@ -16,7 +16,6 @@ for the others.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import sqlite3
 import sys
@@ -31,7 +30,7 @@ from gpufleet.fleet.document_writer import FOLDERS, record
 from gpufleet.fleet.history_text import history_text
 from gpufleet.fleet.repair import open_for_run, repair, use_for_run
 from gpufleet.fleet.run_files import read_run_info
-from gpufleet.fleet.store import DamagedStore, Store, default_path
+from gpufleet.fleet.store import DamagedStore, Store, default_path, errors_said
 from gpufleet.fleet.store_tables import problem
 
 DEFAULT_REPORTS_DIR = "reports"
@@ -47,18 +46,8 @@ def _open(args, *, create: bool = False):
     return Store(_store_path(args), create=create)
 
 
-def _store_errors(cmd):
-    """A SQLite error met while a command uses the store, said for what it means (the store damaged, busy, a full
-    disk), naming the store: exit 2, never a traceback."""
-
-    @functools.wraps(cmd)
-    def run(args) -> int:
-        try:
-            return cmd(args)
-        except sqlite3.Error as exc:
-            raise problem(_store_path(args), exc) from None
-
-    return run
+# A SQLite error met while a command uses the store: said for what it means, naming the store (exit 2).
+_store_errors = errors_said(_store_path)
 
 
 def _print(doc, as_json: bool, text: str) -> None:
@@ -192,6 +181,8 @@ def cmd_store(args) -> int:
     text += [f"  unreadable: run {u['run_id']}, {u['host']}: {u['reason']}" for u in summary["unreadable"]]
     text += [f"  missing: run {m['run_id']}, {m['host']}: no host document" for m in summary["missing"]]
     text.append(f"baseline: {summary['baseline'] or 'none'}")
+    if summary["baseline_problem"]:  # the rebuild stands; the baseline it could not take is named
+        print(f"gpufleet store: warning: {summary['baseline_problem']}", file=sys.stderr)
     _print(summary, args.json, "\n".join(text))
     return 0
 
@@ -226,8 +217,9 @@ def run_versions(run_dir: Path, hosts: list[str] | None, peers: list[str] | None
         try:
             with Store(store_path, create=False) as store:
                 peer_by_host, missing = versions.peer_versions(store, peers, runs.run_id_of(run_dir))
-        except InputError as exc:  # none there, or damaged
-            missing = {peer: f"its documents could not be looked up: {exc}" for peer in peers}
+        except (InputError, sqlite3.Error) as exc:  # none there, or damaged
+            why = problem(store_path, exc) if isinstance(exc, sqlite3.Error) else exc
+            missing = {peer: f"its documents could not be looked up: {why}" for peer in peers}
         unreadable.update(missing)
     left_out = {
         host: {"ready": False, "why": f"its NCCL differs from the other nodes': {why}"}

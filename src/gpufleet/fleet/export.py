@@ -347,10 +347,20 @@ def drain_lines(report: dict, mapping: dict | None = None) -> list[str]:
     return lines
 
 
-def write_drain(run_dir: Path, lines: list[str], run_id: str) -> str:
-    head = f"# gpufleet {run_id}: " + (
-        f"{len(lines)} node(s) not accepted; run these lines to drain them in Slurm"
-        if lines
+def write_drain(run_dir: Path, lines: list[str], report: dict) -> str:
+    """drain.txt: a head saying how many nodes were not accepted and which are not drained (another run held
+    them: not measured), then the drain lines."""
+    failed = [h for h, node in report["nodes"].items() if node["verdict"] == schema.FAIL]
+    held = [h for h in failed if held_elsewhere(report["nodes"][h])]
+    head = f"# gpufleet {report['run_id']}: " + (
+        f"{len(failed)} node(s) not accepted"
+        + (f"; run these lines to drain {'them' if not held else 'the others'} in Slurm" if lines else "")
+        + (
+            f"; not drained: {', '.join(held)}, held by another gpufleet run (its node lock), so not measured"
+            if held
+            else ""
+        )
+        if failed
         else "every node accepted, none to drain"
     )
     path = Path(run_dir) / "drain.txt"

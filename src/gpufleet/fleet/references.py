@@ -23,7 +23,7 @@ from gpufleet.comparisons.baseline import baseline_medians
 from gpufleet.comparisons.character import HISTORY_RUNS, deviations
 from gpufleet.comparisons.node import FOLDER
 from gpufleet.errors import InputError
-from gpufleet.fleet.repair import open_for_run
+from gpufleet.fleet.repair import open_for_run, use_for_run
 from gpufleet.fleet.run_files import read_run_info
 from gpufleet.fleet.store import default_path
 from gpufleet.runs import run_id_of
@@ -106,13 +106,15 @@ def write_for_run(run_dir: Path, hosts: list[str], db: Path | None = None, basel
         raise InputError(
             f"run directory {run_dir} does not exist; expected the run's folder (gpufleet run start makes it)"
         )
-    store, note = None, None
     try:
         store = open_for_run(db or default_path(run_dir.resolve().parent), run_dir)
     except (InputError, sqlite3.Error) as exc:
-        note = f"no store: {exc}"
-    try:
-        return write(run_dir, hosts, store, note, choose_baseline(run_dir, store, baseline))
-    finally:
-        if store is not None:
-            store.close()
+        return write(run_dir, hosts, None, f"no store: {exc}", choose_baseline(run_dir, None, baseline))
+    try:  # damage met while the store is read is repaired, and the references made again from the new store
+        store, done = use_for_run(
+            store, run_dir, lambda s: write(run_dir, hosts, s, None, choose_baseline(run_dir, s, baseline))
+        )
+    except InputError as exc:  # busy past its timeout, a full disk: the node measures against what it has
+        return write(run_dir, hosts, None, f"no store: {exc}", choose_baseline(run_dir, None, baseline))
+    store.close()
+    return done

@@ -70,6 +70,7 @@ def repair(
                 if base and what != "rebuild"
                 else f"baseline {base or 'none'}"
             )
+            + (f" ({summary['baseline_problem']})" if summary["baseline_problem"] else "")
         )
         if damage:
             note = f"{path} was not a gpufleet store ({damage.cause}): moved aside to {moved}; the store {rebuilt}"
@@ -79,7 +80,7 @@ def repair(
             )
         else:
             note = f"the store {path} was {rebuilt}"
-        first_store = missing and not others and not base
+        first_store = missing and not others and not base and not summary["baseline_problem"]
         summary["repair"] = (
             None
             if first_store

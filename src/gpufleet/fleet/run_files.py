@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpufleet import paths
+from gpufleet import paths, schema
 from gpufleet.errors import InputError
 from gpufleet.fleet import BASELINE_FILE
 
@@ -31,10 +31,36 @@ def put_md_section(path: Path, heading: str, lines: list[str]) -> None:
 
 
 def read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
+    """The document, or None when the file cannot be read or is damaged."""
+    return paths.read_json(path)[0]
+
+
+def _report_shape(doc: Any) -> str | None:
+    """What keeps a document from being a report an action can use: the run's id, and each node's verdict and
+    results (each a check with its status)."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("run_id"), str) or not isinstance(doc.get("nodes"), dict):
+        return "is not a report (a JSON object with the run's run_id and its nodes)"
+    for host, node in doc["nodes"].items():
+        node = node if isinstance(node, dict) else {}
+        results = node.get("results")
+        if (
+            node.get("verdict") not in schema.STATUSES
+            or not isinstance(results, list)
+            or not all(isinstance(r, dict) and r.get("status") in schema.STATUSES and r.get("check") for r in results)
+        ):
+            return f"is not a report: node {host!r} has no verdict, or results that are not checks with a status"
+    return None
+
+
+def read_report(run_dir: Path, use: str) -> dict:
+    """RUN_DIR/report.json for `use` (what the caller does with it); InputError naming the file when it is missing,
+    damaged or of another shape, and saying to make it again."""
+    path = Path(run_dir) / "report.json"
+    doc, why = paths.read_json(path)
+    why = why or _report_shape(doc)
+    if why:
+        raise InputError(f"{path} {why}: no report {use}; make it with `gpufleet report {run_dir}` first")
+    return doc
 
 
 def read_run_info(run_dir: Path) -> dict:
@@ -70,9 +96,27 @@ def read_run_info(run_dir: Path) -> dict:
     return info
 
 
-def read_baseline_file(folder: Path) -> dict | None:
-    doc = read_json(Path(folder) / BASELINE_FILE)
-    return doc if isinstance(doc, dict) and isinstance(doc.get("run_id"), str) and doc["run_id"] else None
+def read_baseline_file(folder: Path, run_ids: list[str]) -> tuple[dict | None, str | None]:
+    """(baseline.json's {"run_id", "set_at"}, None) when it names one of `run_ids` (the runs of the reports
+    folder); (None, why it is not taken, naming the file) when it is damaged or names no such run; (None, None)
+    when there is none."""
+    path = Path(folder) / BASELINE_FILE
+    if not path.exists():
+        return None, None
+    doc, why = paths.read_json(path)
+    run_id = doc.get("run_id") if isinstance(doc, dict) else None
+    if why is None and not isinstance(run_id, str):
+        why = 'is not a baseline record (a JSON object {"run_id": ..., "set_at": ...})'
+    elif why is None:
+        try:
+            paths.safe_name(run_id, "its run_id")
+            if run_id not in run_ids:
+                why = f"names run {run_id!r}, which is no run folder of {folder}"
+        except InputError as exc:
+            why = f"is not taken: {exc}"
+    if why:
+        return None, f"{path} {why}; the baseline is not restored from it: set one with `gpufleet baseline set RUN_ID`"
+    return {"run_id": run_id, "set_at": doc.get("set_at") if isinstance(doc.get("set_at"), str) else None}, None
 
 
 def write_baseline_file(folder: Path, value: dict | None) -> None:

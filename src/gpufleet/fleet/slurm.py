@@ -26,7 +26,7 @@ from pathlib import Path
 from gpufleet import paths, schema, slurm
 from gpufleet.errors import InputError
 from gpufleet.fleet import export
-from gpufleet.fleet.run_files import put_md_section, read_run_info
+from gpufleet.fleet.run_files import put_md_section, read_json, read_report, read_run_info
 
 ACTIONS = ("none", "drain", "drain_resume")
 # NVSentinel's fault-quarantine circuit breaker quarantines at most 50% of the nodes by default
@@ -153,10 +153,7 @@ def act(run_dir: Path, action: str, max_drain, *, names: dict | None = None, che
     """Act on RUN_DIR/report.json in Slurm; the record (also appended to slurm.json, and in report.json/.md)."""
     action, limit = parse_action(action), parse_max_drain(max_drain)
     run_dir = Path(run_dir)
-    try:
-        report = json.loads((run_dir / "report.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{run_dir / 'report.json'}: no report to act on ({exc}); run gpufleet report first") from None
+    report = read_report(run_dir, "to act on in Slurm")
     if names is None:
         names = read_run_info(run_dir).get("slurm_node_names")
     record = {"run_id": report["run_id"], "action": action, "check_mode": check, "started": schema.utc_now()}
@@ -234,15 +231,14 @@ def take_over(run_dir: Path, run_id: str, hosts: list[str], *, names: dict | Non
 def _keep(run_dir: Path, record: dict) -> None:
     """Append to slurm.json; the latest as report.json's "slurm" and report.md's Slurm section, once reported."""
     kept = run_dir / SLURM_FILE
-    try:
-        actions = json.loads(kept.read_text())["actions"]
-    except (OSError, ValueError, KeyError, TypeError):
-        actions = []  # none yet, or unreadable: the new record still lands
+    earlier = read_json(kept)
+    actions = earlier.get("actions") if isinstance(earlier, dict) else None
+    actions = actions if isinstance(actions, list) else []  # none yet, or unreadable: the new record still lands
     paths.write_atomic(kept, json.dumps({"actions": [*actions, record]}, indent=1) + "\n")
     report_json = run_dir / "report.json"
-    if not report_json.exists():
+    report = read_json(report_json)
+    if not isinstance(report, dict):  # not reported yet (a take-over before the run)
         return
-    report = json.loads(report_json.read_text())
     report["slurm"] = record
     paths.write_atomic(report_json, json.dumps(report, default=str) + "\n")
     put_md_section(run_dir / "report.md", MD_HEADING, summary_lines(record))

@@ -24,15 +24,17 @@ the same as once, and a reader never sees half a document.
 from __future__ import annotations
 
 import contextlib
+import errno
+import functools
 import hashlib
 import json
 import os
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
-from gpufleet import failure_class, schema
+from gpufleet import failure_class, paths, schema
 from gpufleet.errors import InputError
 from gpufleet.fleet import DB_NAME, GROUP, sdc
 from gpufleet.comparisons import metrics
@@ -43,13 +45,31 @@ from gpufleet.fleet.store_queries import Queries
 from gpufleet.fleet import store_tables
 from gpufleet.fleet.store_tables import HOST_TABLES, SCHEMA_VERSION, DamagedStore
 
-__all__ = ["SCHEMA_VERSION", "DamagedStore", "Store", "default_path"]
+__all__ = ["SCHEMA_VERSION", "DamagedStore", "Store", "default_path", "errors_said"]
 
 BUSY_TIMEOUT_S = 60.0  # a rebuild of a long history holds the write lock for seconds, not minutes
 
 
 def default_path(reports_dir: Path | str) -> Path:
     return Path(reports_dir) / DB_NAME
+
+
+def errors_said(store_path: Callable[[Any], Path]):
+    """A command's decorator: a SQLite error met while it uses the store (store_path(args)) is said for what it
+    means (the store damaged, with `gpufleet store rebuild` to repair it; busy; a full disk), naming the store:
+    InputError, exit 2, never a traceback."""
+
+    def wrap(cmd):
+        @functools.wraps(cmd)
+        def run(args) -> int:
+            try:
+                return cmd(args)
+            except sqlite3.Error as exc:
+                raise store_tables.problem(store_path(args), exc) from None
+
+        return run
+
+    return wrap
 
 
 def _sha256(raw: bytes) -> str:
@@ -82,14 +102,11 @@ class Store(RunFolders, Baseline, Queries):
                 raise InputError(
                     f"store {self.path}: the folder {self.path.parent} does not exist; expected an existing folder"
                 )
-            try:  # create it owner and group only, like the run folders' files; -wal and -shm inherit the mode
-                os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o640))
-            except OSError as exc:
-                raise InputError(
-                    f"cannot create the store {self.path}: {exc.strerror}; expected a writable folder"
-                ) from None
+            self._create()
         elif self.path.is_dir():
             raise InputError(f"store {self.path} is a folder; expected an SQLite file (gpufleet.db)")
+        elif self.path.stat().st_size == 0:  # emptied (`: > gpufleet.db`): said before SQLite writes a header to it
+            raise store_tables.damaged(self.path, "it is empty (0 bytes)")
         self.busy_timeout_s = busy_timeout_s
         try:
             self.conn = sqlite3.connect(str(self.path), timeout=busy_timeout_s, isolation_level=None)
@@ -111,6 +128,39 @@ class Store(RunFolders, Baseline, Queries):
             raise
 
     # ------------------------------------------------------------ set-up
+
+    def _create(self) -> None:
+        """A new store, made beside its path with its tables and linked into place whole: a file at the store's
+        path always has them, so one without any (emptied, `: > gpufleet.db`) is damage, never a store being made.
+        Owner and group only, like the run folders' files; -wal and -shm inherit the mode. Another process that
+        made it first wins; this one opens theirs."""
+        new = self.path.with_name(f".{self.path.name}.new-{os.getpid()}")
+        try:
+            os.close(os.open(new, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o640))
+            conn = sqlite3.connect(str(new), isolation_level=None)
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                store_tables.create_or_migrate(conn, self.path, new=True)
+                conn.execute("COMMIT")
+            finally:
+                conn.close()
+            try:
+                os.link(new, self.path)
+            except OSError as exc:  # a file system without hard links: renamed into place, unless one came first
+                if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP) or self.path.exists():
+                    raise
+                os.rename(new, self.path)
+        except FileExistsError:
+            pass
+        except (OSError, sqlite3.Error) as exc:
+            full = paths.full_disk(self.path)
+            raise InputError(
+                f"cannot create the store {self.path}: {full or getattr(exc, 'strerror', None) or exc}; expected a "
+                "writable folder with space left"
+            ) from None
+        finally:
+            for leftover in (new, Path(f"{new}-journal")):
+                leftover.unlink(missing_ok=True)
 
     def _wal(self) -> None:
         # Switching to WAL takes a short exclusive lock, which a second process creating the store at the same

@@ -16,6 +16,15 @@ from gpufleet.fleet.run_files import read_baseline_file, read_json, read_run_inf
 from gpufleet.fleet.store_tables import HOST_TABLES
 
 
+def run_folders(reports_dir: Path) -> list[Path]:
+    """The run folders under reports_dir (a run record or host documents), in name order."""
+    return [
+        p
+        for p in sorted(reports_dir.iterdir())
+        if p.is_dir() and not p.name.startswith(".") and ((p / "run.json").exists() or (p / "hosts").is_dir())
+    ]
+
+
 class RunFolders:
     """Indexing whole run folders, and the store rebuilt from them."""
 
@@ -93,7 +102,8 @@ class RunFolders:
     def rebuild(self, reports_dir: Path | str) -> dict:
         """Recreate the store from the run folders under reports_dir, in one transaction: readers see the old
         store until the new one is complete. Verdicts and the fleet results (group fleet) come from each run's
-        report.json; the baseline from baseline.json beside the store."""
+        report.json; the baseline from baseline.json beside the store when it names one of those runs (else the
+        store's own, and `baseline_problem` says why the file was not taken)."""
         reports_dir = Path(reports_dir)
         if not reports_dir.is_dir():
             raise InputError(
@@ -111,15 +121,13 @@ class RunFolders:
             kept_baseline = [dict(r) for r in c.execute("SELECT * FROM baseline")]
             for table in ("runs", "baseline", "events", *HOST_TABLES):
                 c.execute(f"DELETE FROM {table}")
-            for run_dir in sorted(p for p in reports_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
-                if not ((run_dir / "run.json").exists() or (run_dir / "hosts").is_dir()):
-                    continue
+            for run_dir in run_folders(reports_dir):
                 done = self._index_run(run_dir, [])
                 self._restore_report(run_dir, done)
                 summary["runs"].append(done["run_id"])
                 summary["unreadable"] += [{"run_id": done["run_id"], **u} for u in done["unreadable"]]
                 summary["missing"] += [{"run_id": done["run_id"], "host": h} for h in done["missing"]]
-            saved = read_baseline_file(self.path.parent)
+            saved, summary["baseline_problem"] = read_baseline_file(self.path.parent, summary["runs"])
             if saved:
                 c.execute(
                     "INSERT INTO baseline (run_id, set_at, cleared_at) VALUES (?, ?, NULL)",
@@ -132,6 +140,25 @@ class RunFolders:
                 )
         summary["baseline"] = (self.baseline() or {}).get("run_id")
         return summary
+
+    def index_left_out(self, reports_dir: Path | str, but: str) -> list[str]:
+        """Index the run folders under reports_dir the store holds nothing of, but run `but` and runs that may still
+        be going (they index themselves): a run whose documents could not be indexed as they came (a full disk, a
+        store busy past its timeout) and that was never reported reaches the history with the next report. Returns
+        their run ids."""
+        known = {r[0] for r in self.conn.execute("SELECT run_dir FROM runs WHERE run_dir IS NOT NULL")}
+        ids = {r[0] for r in self.conn.execute("SELECT run_id FROM runs")}
+        done = []
+        for run_dir in run_folders(Path(reports_dir)):
+            if str(run_dir.resolve()) in known or runs.going(run_dir):
+                continue
+            run_id = runs.run_id_of(run_dir)
+            if run_id == but or run_id in ids:
+                continue
+            with self.write():
+                self._restore_report(run_dir, self._index_run(run_dir, []))
+            done.append(run_id)
+        return done
 
     def _restore_report(self, run_dir: Path, done: dict) -> None:
         """Fleet results and verdicts of a run that was reported (report.json)."""

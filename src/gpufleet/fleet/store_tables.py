@@ -30,10 +30,10 @@ same order from the tables below as a migrated one gets from ALTER TABLE, and ev
 
 from __future__ import annotations
 
-import os
 import sqlite3
 from pathlib import Path
 
+from gpufleet import paths
 from gpufleet.errors import InputError
 
 SCHEMA_VERSION = 4
@@ -100,7 +100,6 @@ CREATE INDEX IF NOT EXISTS sdc_run_host ON sdc_hashes (run_id, host);
 _NOT_DAMAGE = ("locked", "busy", "unable to open", "readonly", "disk i/o", "full", "interrupted")
 # OperationalErrors that do: the file's tables are not what this gpufleet made.
 _DAMAGE_WORDS = ("malformed", "no such table", "no such column", "corrupt", "not a database")
-_FULL_FREE_BYTES = 1 << 20  # a file system with less free than this is full for a store that writes a page at a time
 
 
 class DamagedStore(InputError):
@@ -132,29 +131,20 @@ def problem(path: Path, exc: sqlite3.Error) -> InputError:
         and not any(w in lower for w in _NOT_DAMAGE)
     ):
         return damaged(path, text)
-    full = full_disk(path)
+    full = paths.full_disk(path)
     if full:
         return InputError(f"cannot use the store {path}: {full} (SQLite: {text}); make room there, then run this again")
     return InputError(f"cannot use the store {path}: {text}")
 
 
-def full_disk(path: Path) -> str | None:
-    """'the file system of FOLDER is full (N bytes free)' when it is, else None."""
-    try:
-        st = os.statvfs(Path(path).parent)
-    except OSError:
-        return None
-    free = st.f_bavail * st.f_frsize
-    if free >= _FULL_FREE_BYTES:
-        return None
-    return f"the file system of {Path(path).parent} is full ({free} bytes free)"
-
-
-def create_or_migrate(conn: sqlite3.Connection, path: Path) -> dict:
+def create_or_migrate(conn: sqlite3.Connection, path: Path, *, new: bool = False) -> dict:
     """Within the caller's write transaction: check the tables an existing store must have, create the missing
-    newer ones, migrate an older store to SCHEMA_VERSION. Returns gpufleet_meta as a dict. DamagedStore when a
-    table the store's version had is gone; InputError for a store a newer gpufleet wrote."""
+    newer ones, migrate an older store to SCHEMA_VERSION; `new`: a store being made, its tables created. Returns
+    gpufleet_meta as a dict. DamagedStore when the store has no table (emptied) or a table its version had is gone;
+    InputError for a store a newer gpufleet wrote."""
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if not tables and not new:  # a store is made whole (Store._create): one without tables was emptied
+        raise damaged(path, "it holds no table")
     if tables and "gpufleet_meta" not in tables:
         held = ", ".join(sorted(tables)[:5])
         raise DamagedStore(

@@ -12,6 +12,8 @@ from gpufleet.fleet.store import Store
 
 
 def cmd_report(args) -> int:
+    if (Path(args.run_dir) / runs.RUN_FILE).exists():  # a damaged run record, named before anything is written
+        runs.read_run(Path(args.run_dir))
     summary = report.build(
         Path(args.run_dir),
         expected_hosts=args.expect_host or None,

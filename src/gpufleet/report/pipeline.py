@@ -126,6 +126,16 @@ def _open_store(run_dir: Path, db: Path | str | None, use_store: bool):
         return None, f"no store: {exc}"
 
 
+def _index_left_out(store, run_dir: Path, run_id: str) -> list[str]:
+    """Earlier runs of the reports folder the store missed (their indexing failed: a full disk), indexed now; what
+    the report says of them."""
+    try:
+        caught_up = store.index_left_out(run_dir.resolve().parent, but=run_id)
+    except (InputError, sqlite3.Error) as exc:
+        return [f"the runs of {run_dir.resolve().parent} the store lacks could not be indexed: {exc}"]
+    return [f"run {r} was not in the store {store.path} (its indexing had failed): indexed now" for r in caught_up]
+
+
 def _fleet_document(report: dict, fleet: dict, drain: list[str]) -> dict:
     """The fleet layer's inputs (each node's metrics, GPUs and sample spreads; the fleet's and the baseline's
     medians; the view, the versions) and each node's fleet checks by status. The fleet results themselves are in
@@ -235,6 +245,8 @@ def _build(
         store_problems = (
             [r["note"] for r in store.repairs_since(read_run_info(run_dir).get("started"))] if store else []
         )
+        if store is not None:
+            store_problems += _index_left_out(store, run_dir, run_id)
         chosen = choose_baseline(run_dir, store, baseline)
         readable = {
             n["host"]: {"results": n["results"], "profile": n[DOC_PROFILE], "versions": n["versions"]}
@@ -285,7 +297,7 @@ def _build(
                 "no Prometheus files: prometheus_client is not installed in the controller's "
                 "Python (pip install 'gpufleet[controller]')"
             )
-        export.write_drain(run_dir, drain, run_id)
+        export.write_drain(run_dir, drain, report)
         for name, render in RENDERERS.items():
             _write(Path(files[name]), render(report))
         if store is not None:

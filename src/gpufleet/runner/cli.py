@@ -18,6 +18,7 @@ import json
 import sys
 from pathlib import Path
 
+from gpufleet.command_line import refused_json
 from gpufleet.errors import InputError
 from gpufleet.runner import api, locating
 from gpufleet.runner.api import outcome_json
@@ -89,20 +90,7 @@ def _json_when_refused(cmd):
             return cmd(args)
         except InputError as exc:
             if args.json:
-                print(
-                    json.dumps(
-                        {
-                            "exit": 2,
-                            "status": "refused",
-                            "rc": None,
-                            "interrupted": False,
-                            "nodes": {},
-                            "message": f"gpufleet fleet {args.fleet_command}: {exc}",
-                            "why": {},
-                        },
-                        sort_keys=True,
-                    )
-                )
+                print(refused_json(f"gpufleet fleet {args.fleet_command}: {exc}"))
             raise
 
     return run

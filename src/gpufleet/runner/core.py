@@ -35,7 +35,13 @@ from gpufleet.runner.invocation import (
     Invocation,
     Outcome,
 )
-from gpufleet.runner.private import ansible_local_tmp, recorded_vars, redact_command, write_private_vars
+from gpufleet.runner.private import (
+    ansible_local_tmp,
+    playbook_command,
+    recorded_vars,
+    redact_command,
+    write_private_vars,
+)
 from gpufleet.runner.project import Project, tool_env
 
 # ansible-runner reads these from env/settings only (it drops settings passed as an argument when the file is
@@ -45,7 +51,7 @@ RUNNER_SETTINGS = {"pexpect_timeout": 1, "suppress_ansible_output": True}
 
 def prepare_run_dir(run_dir: Path, *, resume: bool) -> None:
     """Check the run id and its folder before anything runs; create runner/ for ansible-runner."""
-    paths.safe_name(run_dir.name, "--run-id")
+    paths.own_folder(run_dir.parent, run_dir.name, "--run-id")
     used = (run_dir / "run.json").exists() or (run_dir / "hosts").exists()
     if used and not resume:
         raise InputError(
@@ -179,6 +185,8 @@ def invoke(
     )
 
     def on_event(event: dict) -> bool:
+        if event.get("event") == "playbook_on_start":  # the playbook has read its extra variables: none kept on disk
+            shutil.rmtree(vars_file.parent, ignore_errors=True)
         try:
             changed = fleet.apply(event) + fleet.tick()
         except Exception as exc:  # the view must never stop the run
@@ -221,7 +229,7 @@ def invoke(
             runner = ansible_runner.run(
                 private_data_dir=str(rec.runner_dir(run_dir)),
                 project_dir=str(project.cwd),
-                playbook=project.playbook(inv.playbook),
+                **playbook_command(project.playbook(inv.playbook), vars_file),
                 inventory=inv.inventory,
                 limit=limit,
                 extravars=str(vars_file),
@@ -238,13 +246,14 @@ def invoke(
         except InputError:
             raise
         except Exception as exc:  # ansible-runner itself failed: nothing ran, or not to the end
-            error = f"ansible-runner failed: {type(exc).__name__}: {exc}"
+            error = could_not_run(inv, exc)
         finally:
             shutil.rmtree(vars_file.parent, ignore_errors=True)
             redact_command(artifact_dir, own_env)
         interrupted = stop.signum is not None
-    if interrupted:
+    if interrupted or error:  # ansible-playbook may go on without the runner that reads it: stopped
         stop_leftovers(run_dir)
+    if interrupted:
         kept = release_locks(project, inv, env, own_env, ident)
     shutil.rmtree(local_tmp, ignore_errors=True)
     last_stage = {h: n.stage for h, n in fleet.nodes.items()}
@@ -256,16 +265,13 @@ def invoke(
             h: f for h, f in finals.items() if f in (ACCEPTED, NOT_ACCEPTED)
         }
         message = ending_line(inv, code, status, rc, fleet, report) + kept_note(kept)
-    elif error:
-        code, finals, message = EXIT_COULD_NOT_RUN, {h: "could not run" for h in inv.hosts}, error
+    elif error:  # the nodes that wrote their document were measured: they keep it, and only the report is missing
+        measured = {h for h in inv.hosts if _written_since(run_dir / "hosts" / f"{h}.json", started)}
+        code, message = EXIT_COULD_NOT_RUN, error
+        finals = {h: "no report" if h in measured else "could not run" for h in inv.hosts}
     else:
         code, finals, message = (judge or judge_report)(inv, started, status, rc, fleet)
         report, _ = report_finals(run_dir, inv.hosts, started)
-    fleet.finish({p: "peer" for p in inv.peers} | finals)
-    view.update(list(fleet.nodes))
-    why = not_accepted_why(report, finals)
-    view.message(ending_text(why, message))
-    view.stop()
 
     entry.update(
         ended=schema.utc_now(),
@@ -280,10 +286,39 @@ def invoke(
         # left holding only ansible-runner's files, and the run id stays free.
         shutil.rmtree(run_dir, ignore_errors=True)
     else:
-        record = rec.read_record(run_dir) or record
-        record["invocations"] = [entry if i.get("n") == n else i for i in record["invocations"]]
-        rec.write_record(run_dir, record)
+        try:
+            record = rec.read_record(run_dir) or record
+            record["invocations"] = [entry if i.get("n") == n else i for i in record["invocations"]]
+            rec.write_record(run_dir, record)
+        except InputError as exc:  # a full disk, say: the run's ending stands, said with it
+            message += f"; its end is not recorded in runner.json: {exc}"
+    fleet.finish({p: "peer" for p in inv.peers} | finals)
+    view.update(list(fleet.nodes))
+    why = not_accepted_why(report, finals)
+    view.message(ending_text(why, message))
+    view.stop()
     return Outcome(code, status, rc, interrupted, finals, report, fleet.failures, message, why)
+
+
+def could_not_run(inv: Invocation, exc: Exception) -> str:
+    """Why ansible-runner failed, in words; a full disk under the run folder (ansible-runner writes its events there)
+    named with what to do once there is room: the documents written stay, and the report adds the run to history."""
+    full = paths.full_disk(inv.run_dir / runs.RUN_FILE)
+    if not full:
+        return f"ansible-runner failed: {type(exc).__name__}: {exc}"
+    return (
+        f"{full}: ansible-runner could not write the run's events there ({exc}); the run was stopped, the "
+        f"documents of the nodes it measured are kept in {inv.run_dir / 'hosts'}: make room, then `gpufleet "
+        f"report {inv.run_dir}` reports them and adds the run to the history (`gpufleet fleet resume "
+        f"{inv.run_id}` measures what did not finish)"
+    )
+
+
+def _written_since(path: Path, since: float) -> bool:
+    try:
+        return path.stat().st_mtime >= since - 1
+    except OSError:
+        return False
 
 
 def release_locks(project: Project, inv: Invocation, env: dict, own_env: set[str], ident: str) -> dict | str:
@@ -299,7 +334,7 @@ def release_locks(project: Project, inv: Invocation, env: dict, own_env: set[str
             ansible_runner.run(
                 private_data_dir=str(rec.runner_dir(inv.run_dir)),
                 project_dir=str(project.cwd),
-                playbook=project.playbook("release"),
+                **playbook_command(project.playbook("release"), vars_file),
                 inventory=inv.inventory,
                 limit=",".join(inv.hosts + inv.peers),
                 extravars=str(vars_file),

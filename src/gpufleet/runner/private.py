@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
 from gpufleet import paths
+from gpufleet.errors import InputError
 from gpufleet.runner import record as rec
+from gpufleet.runner.project import tool_env
 
 # -e variables whose values runner.json keeps for a resume: the gpufleet_* settings. Any other (a become password)
 # and a node's environment (a token in gpufleet_node_env) may hold a secret: runner.json keeps only its name, and
@@ -27,29 +31,40 @@ def recorded_vars(user_vars: dict) -> tuple[dict, list[str]]:
     return kept, sorted(set(user_vars) - set(kept))
 
 
+VARS_PREFIX = "gpufleet-vars-"
+LOCAL_TMP_PREFIX = "gpufleet-ansible-"
+
+
 def write_private_vars(values: dict) -> Path:
     """The playbook's extra variables in a file of a private temporary folder (0700; the file 0600), outside the
     run folder: ansible-playbook reads them with -e @FILE, so that neither ansible-runner's command artifact nor
-    its env/ holds their values. The caller removes the folder."""
-    folder = Path(tempfile.mkdtemp(prefix="gpufleet-vars-"))
+    its env/ holds their values. The folder is named after this process: the caller removes it once the playbook
+    has read it, `gpufleet run playbook` when the playbook is gone first, the next runner when both were killed."""
+    _remove_left_behind(VARS_PREFIX)
+    folder = Path(tempfile.mkdtemp(prefix=f"{VARS_PREFIX}{os.getpid()}-"))
     path = folder / "extravars.json"
     with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as handle:
         json.dump(values, handle)
     return path
 
 
-LOCAL_TMP_PREFIX = "gpufleet-ansible-"
-
-
 def ansible_local_tmp() -> Path:
     """A private folder for ansible-playbook's local temporary files (ANSIBLE_LOCAL_TEMP), named after this process;
-    those of runners that are gone (killed before they could remove theirs) are removed first."""
-    base = Path(tempfile.gettempdir())
-    for old in base.glob(f"{LOCAL_TMP_PREFIX}*-*"):
-        pid = old.name[len(LOCAL_TMP_PREFIX) :].split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)) and old.is_dir() and old.stat().st_uid == os.getuid():
-            shutil.rmtree(old, ignore_errors=True)
+    those of runners that are gone (killed before they could remove theirs) are removed first, once no process
+    uses them."""
+    _remove_left_behind(LOCAL_TMP_PREFIX)
     return Path(tempfile.mkdtemp(prefix=f"{LOCAL_TMP_PREFIX}{os.getpid()}-"))
+
+
+def _remove_left_behind(prefix: str) -> None:
+    """This user's folders <prefix><pid>-* in the temporary folder whose runner (pid) is gone and that no process
+    uses any more (an ansible-playbook its killed runner left, or that one's workers, may still work in it)."""
+    for old in Path(tempfile.gettempdir()).glob(f"{prefix}*-*"):
+        pid = old.name[len(prefix) :].split("-", 1)[0]
+        if not pid.isdigit() or _alive(int(pid)) or old.is_symlink() or not old.is_dir():
+            continue
+        if old.stat().st_uid == os.getuid() and not users(old):
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def _alive(pid: int) -> bool:
@@ -60,6 +75,41 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def users(folder: Path) -> list[int]:
+    """The processes that use `folder`: named in their environment (ANSIBLE_LOCAL_TEMP, which ansible-playbook's
+    workers and what they start inherit), working in it, or holding a file open in it."""
+    inside = str(folder)
+    named = f"={inside}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            places = [os.readlink(entry / "cwd")] + [os.readlink(fd) for fd in (entry / "fd").iterdir()]
+        except OSError:  # gone meanwhile, or another user's
+            continue
+        if any(var.endswith(named) for var in environ) or any(
+            p == inside or p.startswith(inside + "/") for p in places
+        ):
+            found.append(int(entry.name))
+    return found
+
+
+def playbook_command(playbook: str, vars_file: Path) -> dict:
+    """ansible_runner.run's `binary` and `cmdline` for a playbook: ansible-playbook (this Python's) started through
+    `gpufleet run playbook`, which asks the kernel to stop it when this runner dies, and removes vars_file should
+    the playbook end before this runner can. ansible-runner adds the inventory, --limit and -e @vars_file."""
+    ansible_playbook = shutil.which("ansible-playbook", path=tool_env()["PATH"])
+    if ansible_playbook is None:
+        raise InputError(
+            f"ansible-playbook is not installed beside {sys.executable}: install the controller extra "
+            "(pip install 'gpufleet[controller]')"
+        )
+    wrapper = ["-m", "gpufleet", "run", "playbook", "--runner", str(os.getpid()), "--vars", str(vars_file)]
+    return {"binary": sys.executable, "cmdline": shlex.join([*wrapper, ansible_playbook, playbook])}
 
 
 def redact_command(artifact_dir: Path, keep: set[str]) -> None:

@@ -37,10 +37,9 @@ def read_record(run_dir: Path) -> dict | None:
     path = runner_dir(run_dir) / RECORD
     if not path.exists():
         return None
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InputError(f"{path} cannot be read ({exc}); expected the runner's record of the run") from None
+    doc, why = paths.read_json(path)
+    if why:
+        raise InputError(f"{path} {why}; expected the runner's record of the run: restore it, or move it aside")
     if not isinstance(doc, dict) or not isinstance(doc.get("invocations"), list):
         raise InputError(f"{path}: expected the runner's record with a list of invocations")
     return doc
@@ -55,12 +54,9 @@ def read_json(path: Path) -> tuple[dict | None, str | None]:
     """(document, None), or (None, why it could not be read); (None, None) when there is no file."""
     if not path.exists():
         return None, None
-    try:
-        doc = json.loads(path.read_text())
-    except OSError as exc:
-        return None, f"cannot be read: {exc.strerror}"
-    except json.JSONDecodeError as exc:
-        return None, f"is not valid JSON ({exc.msg} at line {exc.lineno})"
+    doc, why = paths.read_json(path)
+    if why:
+        return None, why
     if not isinstance(doc, dict):
         return None, "is not a JSON object"
     return doc, None

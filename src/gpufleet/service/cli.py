@@ -18,7 +18,7 @@ from pathlib import Path
 from gpufleet import slurm
 from gpufleet.errors import InputError
 from gpufleet.fleet import slurm as fleet_slurm
-from gpufleet.fleet.store import Store, default_path
+from gpufleet.fleet.store import Store, default_path, errors_said
 from gpufleet.service import commands, evidence, ladder, outputs, sweep
 
 DEFAULT_REPORTS_DIR = "reports"
@@ -49,10 +49,19 @@ def plan_text(record: dict) -> str:
     return "\n".join(lines)
 
 
+def _store_path(args) -> Path:
+    """The store a command of the fleet in service uses (--db, else beside the run folder or in --reports-dir)."""
+    if getattr(args, "db", None):
+        return Path(args.db)
+    run_dir = getattr(args, "run_dir", None) or getattr(args, "collect", None)
+    return default_path(Path(run_dir).resolve().parent if run_dir else args.reports_dir)
+
+
+@errors_said(_store_path)
 def cmd_sweep(args) -> int:
     names = slurm.names_arg(args.slurm_name)
     act = ladder.parse_act(args.act)
-    site = commands.parse(args.command, ladder.ACTABLE)
+    site = commands.parse(args.site_command, ladder.ACTABLE)
     fleet_slurm.parse_action(args.action)
     fleet_slurm.parse_max_drain(args.max_drain)
     limit_min = args.time_limit_min or sweep.TIME_LIMIT_MIN[args.tier]
@@ -108,6 +117,7 @@ def cmd_sweep(args) -> int:
     return 0 if ok else 1
 
 
+@errors_said(_store_path)
 def cmd_ladder(args) -> int:
     names = slurm.names_arg(args.slurm_name)
     if args.clear:
@@ -118,7 +128,7 @@ def cmd_ladder(args) -> int:
         record = ladder.judge(
             Path(args.run_dir),
             act=ladder.parse_act(args.act),
-            site_commands=commands.parse(args.command, ladder.ACTABLE),
+            site_commands=commands.parse(args.site_command, ladder.ACTABLE),
             max_actions=args.max_drain,
             names=names,
             db=args.db,
@@ -130,9 +140,9 @@ def cmd_ladder(args) -> int:
     return 0 if record.get("ok", True) else 1
 
 
+@errors_said(_store_path)
 def cmd_evidence(args) -> int:
-    db = Path(args.db) if args.db else default_path(args.reports_dir)
-    with Store(db, create=False) as store:
+    with Store(_store_path(args), create=False) as store:
         done = evidence.build(
             store,
             args.node,
@@ -162,6 +172,7 @@ def _ladder_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--command",
         action="append",
+        dest="site_command",  # not `command`: the subcommand's own name is args.command
         metavar="STEP=COMMAND",
         help="the site's command of a step, with {host}, "
         "{slurm_node}, {gpu_index}, {gpu_uuid}, {gpu_serial}, {run_id}, {reason} (default reset_gpu: "

@@ -32,7 +32,7 @@ from gpufleet import failure_class, paths, profiles, runs, schema, slurm
 from gpufleet.errors import InputError
 from gpufleet.fleet import export, service_log, store as fleet_store
 from gpufleet.fleet import slurm as fleet_slurm
-from gpufleet.fleet.run_files import read_json, read_run_info
+from gpufleet.fleet.run_files import read_json, read_report, read_run_info
 from gpufleet.service import commands
 
 STEPS = ("retest", "reset_gpu", "reboot", "rma")
@@ -192,9 +192,7 @@ def judge(
     """The ladder's record for RUN_DIR's report, acted on where opted in; appended to RUN_DIR/ladder.json and
     indexed into the store."""
     run_dir, act = Path(run_dir), act or set()
-    report = read_json(run_dir / "report.json")
-    if not isinstance(report, dict) or not isinstance(report.get("nodes"), dict):
-        raise InputError(f"{run_dir / 'report.json'}: no report to judge the ladder by; run gpufleet report first")
+    report = read_report(run_dir, "to judge the ladder by")
     run_id = report["run_id"]
     names = names if names is not None else read_run_info(run_dir).get("slurm_node_names")
     cmds = {**DEFAULT_COMMANDS, **(site_commands or {})}
