@@ -276,7 +276,7 @@ def test_a_sites_profile_folder_and_its_checks_turned_off_reach_the_node(tmp_pat
     for bad, message in (
         (
             dict(settings, gpufleet_checks_disabled=["host_hygiene.acs"]),
-            "gpufleet_checks_disabled: host_hygiene.acs is not a check; expected one of host_hygiene.pcie_acs",
+            "gpufleet_checks_disabled: host_hygiene.acs is not a check; did you mean host_hygiene.pcie_acs?",
         ),
         (dict(settings, gpufleet_profile_dir=str(tmp_path / "nowhere")), "is not a folder"),
         (dict(settings, gpufleet_profile_dir="site"), "gpufleet_profile_dir must be an absolute folder"),
@@ -284,6 +284,8 @@ def test_a_sites_profile_folder_and_its_checks_turned_off_reach_the_node(tmp_pat
         proc, run_dir = run_validate(tmp_path / "bad", "-e", json.dumps(bad))
         assert proc.returncode != 0 and message in " ".join(output(proc).split()), output(proc)[-3000:]
         assert not run_dir.exists(), "refused before the run starts"
+        # The engine's one line, not the command's output.
+        assert "non-zero return code" not in output(proc) and "Traceback" not in output(proc), output(proc)[-3000:]
 
 
 def test_the_run_across_nodes_is_off_with_gpufleet_nccl_multinode_false(tmp_path, two_host_inventory):
@@ -364,7 +366,13 @@ def test_tags_and_gpufleet_stages_together_are_refused(tmp_path):
     [
         (
             {"nope": 1},
-            "gpufleet_thresholds for localhost: gpufleet_thresholds.nope is not a known threshold; expected one of",
+            "gpufleet_thresholds for localhost: gpufleet_thresholds.nope is not a known threshold; expected a key of "
+            "files/profiles/generic.yml",
+        ),
+        (
+            {"matmul_bf16_tflop_min": 600},
+            "gpufleet_thresholds for localhost: gpufleet_thresholds.matmul_bf16_tflop_min is not a known threshold; "
+            "did you mean matmul_bf16_tflops_min?",
         ),
         (
             {"gpus_expected": "eight"},
@@ -391,6 +399,35 @@ def test_a_bad_threshold_stops_the_run_before_any_node_is_touched(tmp_path, thre
 
     assert proc.returncode != 0, out
     assert message in out, out[-5000:]
+    assert not run_dir.exists() and not (tmp_path / "node.lock").exists()
+    assert "TASK [Check and benchmark the node" not in out
+
+
+@pytest.mark.parametrize(
+    "misspelt, meant",
+    [
+        ("gpufleet_benchmark", "gpufleet_benchmarks"),
+        ("gpufleet_check_disabled", "gpufleet_checks_disabled"),
+        ("gpufleet_threshold", "gpufleet_thresholds"),
+    ],
+)
+@pytest.mark.parametrize("where", ["-e", "group_vars"])
+def test_a_misspelt_variable_is_refused_before_any_node_with_the_name_meant(tmp_path, misspelt, meant, where):
+    """A gpufleet_* name the collection does not know would leave its default in place without a word."""
+    value = {"gpufleet_benchmark": [], "gpufleet_check_disabled": ["host_hygiene.pcie_acs"]}.get(misspelt, {"x": 1})
+    if where == "-e":
+        proc, run_dir = run_validate(tmp_path, "-e", json.dumps({misspelt: value}))
+    else:
+        inventory = tmp_path / "site"
+        shutil.copytree(REPO / "inventory" / "local", inventory)
+        with (inventory / "group_vars" / "gpu_nodes.yml").open("a") as group_vars:
+            group_vars.write(yaml.safe_dump({misspelt: value}))
+        proc, run_dir = run_validate(tmp_path, inventory=str(inventory))
+    out = " ".join(output(proc).split())
+    assert proc.returncode == 2, out[-3000:]
+    assert f"{misspelt} (for localhost) is not a variable of gpufleet.cluster; did you mean {meant}?" in out, out[
+        -3000:
+    ]
     assert not run_dir.exists() and not (tmp_path / "node.lock").exists()
     assert "TASK [Check and benchmark the node" not in out
 

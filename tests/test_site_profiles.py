@@ -134,7 +134,7 @@ def test_one_line_turns_a_check_off_and_it_is_reported_as_skip_with_that_line(mo
     }
     with pytest.raises(
         InputError,
-        match="gpufleet_checks_disabled: host_hygiene.acs is not a check; expected one of host_hygiene.pcie_acs",
+        match="gpufleet_checks_disabled: host_hygiene.acs is not a check; did you mean host_hygiene.pcie_acs[?]",
     ):
         host_documents.checks_disabled(["host_hygiene.acs"])
     with pytest.raises(InputError, match="nowhere.x is not a check"):

@@ -25,12 +25,13 @@ from typing import Any
 import yaml
 
 from gpufleet import calibration
-from gpufleet.errors import InputError
+from gpufleet.errors import InputError, did_you_mean
 
 GENERIC = "generic"
 SITE_DIR_ENV = "GPUFLEET_SITE_PROFILE_DIR"
 SITE_TEXTS_ENV = "GPUFLEET_SITE_PROFILES"
 SITE_VARIABLE = "gpufleet_profile_dir"
+UNKNOWN_KEY = f"expected a key of files/profiles/{GENERIC}.yml, which declares every threshold"
 
 
 class ProfileError(InputError):
@@ -178,7 +179,7 @@ def load_all(profile_dir: Path | None = None, site_dir: Path | str | None = None
         for key, entry in doc["thresholds"].items():
             if key not in base:
                 raise ProfileError(
-                    f"profile file {doc['path']}: unknown threshold '{key}'; known: {', '.join(sorted(base))}"
+                    f"profile file {doc['path']}: unknown threshold '{key}';{did_you_mean(key, base) or ' ' + UNKNOWN_KEY}"
                 )
             if not _type_ok(base[key]["type"], entry["value"]):
                 raise ProfileError(
@@ -249,7 +250,7 @@ def resolve(
     for key, value in (overrides or {}).items():
         if key not in thresholds:
             raise ProfileError(
-                f"gpufleet_thresholds.{key} is not a known threshold; expected one of {', '.join(sorted(thresholds))}"
+                f"gpufleet_thresholds.{key} is not a known threshold;{did_you_mean(key, thresholds) or ' ' + UNKNOWN_KEY}"
             )
         kind = profiles[GENERIC]["thresholds"][key]["type"]
         if not _type_ok(kind, value):
