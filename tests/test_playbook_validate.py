@@ -288,6 +288,45 @@ def test_a_sites_profile_folder_and_its_checks_turned_off_reach_the_node(tmp_pat
         assert "non-zero return code" not in output(proc) and "Traceback" not in output(proc), output(proc)[-3000:]
 
 
+def test_site_profiles_inside_the_inventory_folder_are_refused_and_beside_it_are_read(tmp_path):
+    """Ansible reads every file of an inventory folder (-i) as inventory, the site's profiles too (a group
+    `thresholds`, warnings on every run): refused there, before any node; beside the inventory, as docs/sites.md
+    says, they are read and nothing is parsed as inventory."""
+    site = tmp_path / "site"
+    shutil.copytree(REPO / "inventory" / "local", site)
+    profile = {
+        "name": "site-gpu",
+        "match": ["Site GPU"],
+        "thresholds": {"gpus_expected": {"value": 2, "source": "ours"}},
+    }
+    group_vars = site / "group_vars" / "gpu_nodes.yml"
+    base_vars = group_vars.read_text()
+    for folder, setting in (
+        (site / "profiles", "{{ inventory_dir }}/profiles"),
+        (tmp_path / "site-profiles", "{{ inventory_dir }}-profiles"),
+    ):
+        folder.mkdir()
+        (folder / "site-gpu.yml").write_text(yaml.safe_dump(profile))
+        group_vars.write_text(
+            base_vars
+            + yaml.safe_dump(
+                {"gpufleet_profile_dir": setting, "gpufleet_profile": "site-gpu", "gpufleet_benchmarks": []}
+            )
+        )
+        proc, run_dir = run_validate(tmp_path / folder.name, inventory=str(site))
+        out = " ".join(output(proc).split())
+        if folder.parent == site:
+            assert f"gpufleet_profile_dir for localhost ({folder}) is inside the inventory folder {site}" in out, out[
+                -3000:
+            ]
+            assert not run_dir.exists() and "TASK [Check and benchmark the node" not in out
+            shutil.rmtree(folder)
+        else:
+            assert "not a valid group definition" not in out and "group (thresholds)" not in out, out[-3000:]
+            doc = host_doc(run_dir, "localhost")
+            assert doc["profile"]["path"] == f"gpufleet_profile_dir {folder / 'site-gpu.yml'}", doc["profile"]
+
+
 def test_the_run_across_nodes_is_off_with_gpufleet_nccl_multinode_false(tmp_path, two_host_inventory):
     """The switch for the cross-node stage: no node joins, none is told it was left out, its play does nothing."""
     proc, run_dir = run_validate(

@@ -23,6 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import yaml
+from ansible.inventory.manager import IGNORED as INVENTORY_IGNORED
 from ansible.plugins.action import ActionBase
 from ansible.plugins.filter.core import to_json
 from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_results import torchrun_margin_s
@@ -273,6 +274,29 @@ def _unknown_failure(hosts, names):
     return None
 
 
+def _profile_dir_failure(hosts, values, sources):
+    """A gpufleet_profile_dir inside a folder the run's inventory (-i) is read from, where Ansible parses every file
+    it does not skip as inventory: its profiles would become groups, with warnings on every run. None when none is."""
+    for host in hosts:
+        site_dir = values[host].get("gpufleet_profile_dir") or None
+        if not _abs_path(site_dir):
+            continue  # run_prepare names it
+        for source in sources or []:
+            folder = os.path.realpath(source)
+            rel = os.path.relpath(os.path.realpath(site_dir), folder)
+            parts = rel.split(os.sep)
+            if not os.path.isdir(folder) or rel == "." or parts[0] == "..":
+                continue
+            if not any(INVENTORY_IGNORED.search(part.encode()) for part in parts):
+                return (
+                    "gpufleet_profile_dir for %s (%s) is inside the inventory folder %s, which Ansible reads as "
+                    "inventory: its profiles would become groups, with a warning on every run; keep them beside the "
+                    'inventory, for example in %s-profiles (gpufleet_profile_dir: "{{ inventory_dir }}-profiles")'
+                    % (host, site_dir, source.rstrip("/"), source.rstrip("/"))
+                )
+    return None
+
+
 def _failure(checks, hosts, values):
     """The message of the first check that fails, over every node in turn, or None."""
     for names, test, expect in checks:
@@ -380,17 +404,19 @@ def _run_failure(hosts, values):
     return _failure(RUN_CHECKS, hosts, values) or _names_failure(hosts, values)
 
 
-def inputs_failure(checks, hosts, values, finetune_defaults, names=None):
+def inputs_failure(checks, hosts, values, finetune_defaults, names=None, sources=None):
     """The first failure of the check sets named in checks, in the playbooks' order, or None.
 
     values: per host, the variables it sets (a variable it does not set is absent); names: per host, the names of
-    all its variables (the node checks refuse a gpufleet_* name the collection does not know).
+    all its variables (the node checks refuse a gpufleet_* name the collection does not know); sources: the
+    inventory's (-i), where no gpufleet_profile_dir may be.
     """
     failure = None
     if "node" in checks:
         failure = (
             _unknown_failure(hosts, names or dict((host, ()) for host in hosts))
             or _failure(NODE_CHECKS, hosts, values)
+            or _profile_dir_failure(hosts, values, sources)
             or _thresholds_failure(hosts, values)
         )
     if not failure and "validate" in checks:
@@ -422,7 +448,8 @@ class ActionModule(ActionBase):
         if {"finetune", "finetune_if_set"} & set(args["checks"]):
             with open(ROLE_DEFAULTS) as defaults_file:
                 finetune_defaults = yaml.safe_load(defaults_file)
-        failure = inputs_failure(args["checks"], args["hosts"], values, finetune_defaults, names)
+        sources = task_vars.get("ansible_inventory_sources") or []
+        failure = inputs_failure(args["checks"], args["hosts"], values, finetune_defaults, names, sources)
         results.update(changed=False, hosts=len(args["hosts"]))
         if failure:
             results.update(failed=True, msg=failure)
