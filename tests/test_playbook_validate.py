@@ -186,7 +186,8 @@ def test_unreachable_node_is_reported_and_others_still_checked(tmp_path, two_hos
 
 
 def test_check_mode_measures_nothing_leaves_no_run_and_says_what_a_real_run_would_do(tmp_path):
-    """--check: no run folder, no history, no lock taken; the node asked only who holds its lock; exit 0."""
+    """--check: no run folder, no history, no lock taken; the node asked who holds its lock and what a real run needs
+    first: here no NVIDIA driver and a torch without CUDA, so check mode fails (exit 2) naming both."""
     lock = tmp_path / "node.lock"
     held = subprocess.run(
         [
@@ -212,7 +213,7 @@ def test_check_mode_measures_nothing_leaves_no_run_and_says_what_a_real_run_woul
     before = lock.read_text()
     proc, run_dir = run_validate(tmp_path, "--check")
     out = " ".join(output(proc).split())
-    assert proc.returncode == 0, output(proc)[-4000:]
+    assert proc.returncode == 2, output(proc)[-4000:]
     assert not run_dir.exists() and sorted(p.name for p in tmp_path.iterdir()) == [
         "ansible-tmp",
         "node.lock",
@@ -221,11 +222,35 @@ def test_check_mode_measures_nothing_leaves_no_run_and_says_what_a_real_run_woul
     assert lock.read_text() == before, "check mode leaves the lock as it found it"
     assert "check mode: nothing was measured, no run folder was made and no run was added to the history" in out
     assert f"A real run would create {run_dir} (run id {run_dir.name}, tier acceptance) and check 1 node(s)" in out
-    assert (
-        "localhost: answers, gpufleet_python runs the engine; node lock held by run other-run (taken " in out
-        and "would run the checks gpu_inventory, gpu_health, host_hygiene, counters, then the benchmarks matmul" in out
+    lacks = (
+        "gpu_inventory.gpu_count: no NVIDIA driver: libnvidia-ml.so not found; torch with CUDA, which the benchmarks "
+        "need: torch 2.13.0+cpu is a build without CUDA"
     )
+    assert (
+        f"localhost: answers, gpufleet_python runs the engine; a real run cannot pass it, it lacks: {lacks}; node lock "
+        "held by run other-run (taken "
+        in out
+        and "would run the checks gpu_inventory, gpu_health, host_hygiene, counters, then the benchmarks matmul" in out
+    ), out[-4000:]
+    assert f"check mode: 1 node(s) a real run could not check or pass: localhost (lacks: {lacks})" in out
     assert "no results" not in out and "report.md:" not in out and "fleet verdict" not in out
+
+
+def test_check_mode_names_what_a_node_without_nvml_and_torch_lacks(tmp_path):
+    """gpufleet_python with the engine and PyYAML alone (no nvidia-ml-py, no torch): check mode fails naming both."""
+    venv = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    (site,) = venv.glob("lib/python*/site-packages")
+    (site / "yaml").symlink_to(Path(yaml.__file__).parent)  # PyYAML, which the engine reads profiles with
+    node = {"gpufleet_python": str(venv / "bin" / "python"), "gpufleet_node_env": {"PYTHONPATH": str(REPO / "src")}}
+    proc, run_dir = run_validate(tmp_path / "reports", "--check", "-e", json.dumps(node))
+    out = " ".join(output(proc).split())
+    assert proc.returncode == 2 and not run_dir.exists(), out[-4000:]
+    assert (
+        "check mode: 1 node(s) a real run could not check or pass: localhost (lacks: gpu_inventory.gpu_count: "
+        "nvidia-ml-py is not installed" in out
+    ), out[-4000:]
+    assert f"torch, which the benchmarks need: torch is not installed in {venv / 'bin' / 'python'}" in out, out[-4000:]
 
 
 def test_check_mode_fails_naming_a_node_a_real_run_could_not_check(tmp_path, two_host_inventory):
@@ -233,8 +258,12 @@ def test_check_mode_fails_naming_a_node_a_real_run_could_not_check(tmp_path, two
     out = " ".join(output(proc).split())
     assert proc.returncode != 0, out[-3000:]
     assert not run_dir.exists() and {p.name for p in (tmp_path / "reports").iterdir()} <= {"ansible-tmp"}
-    assert "check mode: 1 node(s) a real run could not check: deadnode (node did not answer" in out, out[-3000:]
-    assert "localhost: answers, gpufleet_python runs the engine; node lock free" in out
+    assert "check mode: 2 node(s) a real run could not check or pass: deadnode (node did not answer" in out, out[-3000:]
+    assert "; localhost (lacks: gpu_inventory.gpu_count: no NVIDIA driver" in out
+    assert (
+        "localhost: answers, gpufleet_python runs the engine; a real run cannot pass it" in out
+        and "node lock free" in out
+    )
 
 
 def test_a_sites_profile_folder_and_its_checks_turned_off_reach_the_node(tmp_path):
