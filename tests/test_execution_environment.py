@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from test_collection_conventions import tarball  # noqa: F401 (the fixture: the tarball built once)
+
 pytest.importorskip("ansible_builder")
 
 pytestmark = pytest.mark.slow
@@ -37,23 +39,13 @@ def _names(lines: list[str]) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory) -> tuple[Path, Path]:
-    """(the collections folder the tarball is installed in, the tarball)."""
+def installed(tarball, tmp_path_factory) -> tuple[Path, Path]:  # noqa: F811 (the imported fixture)
+    """(the collections folder the built tarball is installed in, the tarball)."""
     tmp = tmp_path_factory.mktemp("ee")
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(tmp / "collections"))
-    subprocess.run(
-        [str(BIN / "ansible-galaxy"), "collection", "build", str(REPO), "--output-path", str(tmp / "dist")],
-        cwd=tmp,
-        env=env,
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    (tarball,) = (tmp / "dist").glob("gpufleet-cluster-*.tar.gz")
     subprocess.run(
         [str(BIN / "ansible-galaxy"), "collection", "install", str(tarball), "-p", str(tmp / "collections")],
         cwd=tmp,
-        env=env,
+        env=dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(tmp / "collections")),
         check=True,
         capture_output=True,
         timeout=300,
@@ -86,7 +78,7 @@ def test_the_collection_declares_its_dependencies_as_ansible_builder_reads_them(
 
 
 def test_ansible_builder_creates_the_build_context_of_an_environment_with_the_collection(installed, tmp_path):
-    collections, tarball = installed
+    collections, built = installed
     root = collections / "ansible_collections" / "gpufleet" / "cluster"
     definition = tmp_path / "execution-environment.yml"
     definition.write_text(
@@ -97,7 +89,7 @@ def test_ansible_builder_creates_the_build_context_of_an_environment_with_the_co
                 "dependencies": {
                     "ansible_core": {"package_pip": "ansible-core>=2.16,<2.21"},
                     "ansible_runner": {"package_pip": "ansible-runner"},
-                    "galaxy": {"collections": [{"name": str(tarball), "type": "file"}]},
+                    "galaxy": {"collections": [{"name": str(built), "type": "file"}]},
                     "python": str(root / "requirements.txt"),
                     "system": str(root / "bindep.txt"),
                 },
@@ -124,6 +116,6 @@ def test_ansible_builder_creates_the_build_context_of_an_environment_with_the_co
     build = tmp_path / "context" / "_build"
     assert {"prometheus-client", "pyyaml"} <= _names((build / "requirements.txt").read_text().splitlines())
     assert "openssh-client [platform:dpkg]" in (build / "bindep.txt").read_text()
-    assert yaml.safe_load((build / "requirements.yml").read_text())["collections"][0]["name"] == str(tarball)
+    assert yaml.safe_load((build / "requirements.yml").read_text())["collections"][0]["name"] == str(built)
     containerfile = (tmp_path / "context" / "Containerfile").read_text()
     assert "requirements.txt" in containerfile and "bindep.txt" in containerfile and "introspect" in containerfile

@@ -45,11 +45,16 @@ def unreachable_inventory(tmp_path: Path) -> str:
     return str(path)
 
 
-def fleet_run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
-    """`gpufleet fleet run --json` (its temporary folders under tmp_path): the process and its last line, parsed."""
+def fleet_run(tmp_path: Path, *args: str, **env_vars: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """`gpufleet fleet run --json` (its temporary folders under tmp_path, env_vars added to its environment): the
+    process and its last line, parsed."""
     (tmp_path / "tmp").mkdir(exist_ok=True)
     env = dict(
-        os.environ, PATH=f"{BIN}:{os.environ['PATH']}", TMPDIR=str(tmp_path / "tmp"), HOME=str(tmp_path / "home")
+        os.environ,
+        PATH=f"{BIN}:{os.environ['PATH']}",
+        TMPDIR=str(tmp_path / "tmp"),
+        HOME=str(tmp_path / "home"),
+        **env_vars,
     )
     env.pop("ANSIBLE_LOCAL_TEMP", None)
     proc = subprocess.run(

@@ -9,12 +9,13 @@ accepted, exit 1), the vault file made by ansible-vault itself.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from test_exit_cases import fleet_run
 
 pytest.importorskip("ansible_runner")
 
@@ -23,37 +24,7 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 TOKEN = "hf_vaulted_3b1c5e"
-
-
-def fleet_run(tmp_path: Path, run_id: str, *args: str, **env_vars: str) -> tuple[subprocess.CompletedProcess, dict]:
-    (tmp_path / "tmp").mkdir(exist_ok=True)
-    env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", TMPDIR=str(tmp_path / "tmp"), **env_vars)
-    env.pop("ANSIBLE_LOCAL_TEMP", None)
-    proc = subprocess.run(
-        [
-            str(BIN / "gpufleet"),
-            "fleet",
-            "run",
-            "-i",
-            "inventory/local",
-            "--reports-dir",
-            str(tmp_path / "reports"),
-            "--run-id",
-            run_id,
-            "--plain",
-            "--json",
-            "-e",
-            f"gpufleet_lock_path={tmp_path / 'node.lock'}",
-            *args,
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    return proc, json.loads(proc.stdout.strip().splitlines()[-1])
+LOCAL = ("-i", "inventory/local", "--run-id")  # then the run id
 
 
 @pytest.fixture
@@ -76,7 +47,7 @@ def vault(tmp_path) -> tuple[Path, Path]:
 def test_verbosity_in_the_environment_and_a_vault_encrypted_extra_vars_file(tmp_path, vault):
     path, password = vault
     proc, line = fleet_run(
-        tmp_path, "env", "-e", f"@{path}", ANSIBLE_VERBOSITY="2", ANSIBLE_VAULT_PASSWORD_FILE=str(password)
+        tmp_path, *LOCAL, "env", "-e", f"@{path}", ANSIBLE_VERBOSITY="2", ANSIBLE_VAULT_PASSWORD_FILE=str(password)
     )
     assert proc.returncode == 1 and line["nodes"] == {"localhost": "not accepted"}, proc.stderr[-3000:]
     run_dir = tmp_path / "reports" / "env"
@@ -98,7 +69,7 @@ def test_verbosity_in_an_ansible_cfg(tmp_path):
         .replace("collections_path = ./collections", f"collections_path = {REPO / 'collections'}")
         .replace("[defaults]\n", "[defaults]\nverbosity = 2\n")
     )
-    proc, line = fleet_run(tmp_path, "cfg", "-e", '{"gpufleet_benchmarks": []}', ANSIBLE_CONFIG=str(config))
+    proc, line = fleet_run(tmp_path, *LOCAL, "cfg", "-e", '{"gpufleet_benchmarks": []}', ANSIBLE_CONFIG=str(config))
     assert proc.returncode == 1 and line["nodes"] == {"localhost": "not accepted"}, proc.stderr[-3000:]
     assert (tmp_path / "reports" / "cfg" / "report.json").is_file()
 
@@ -111,7 +82,7 @@ def test_a_vault_file_without_its_password_is_refused_saying_how_to_give_it(tmp_
         ({}, "no vault secrets found"),
         ({"ANSIBLE_VAULT_PASSWORD_FILE": str(wrong)}, "Decryption failed"),
     ):
-        proc, line = fleet_run(tmp_path, "nopass", "-e", f"@{path}", **env)
+        proc, line = fleet_run(tmp_path, *LOCAL, "nopass", "-e", f"@{path}", **env)
         assert proc.returncode == 2 and line["status"] == "refused", proc.stderr[-3000:]
         assert f"-e @{path}: {path} is vault-encrypted and could not be decrypted (" in line["message"]
         assert why in line["message"]
