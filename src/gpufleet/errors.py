@@ -13,7 +13,7 @@ def nearest(name: str, known) -> str | None:
 
 
 def did_you_mean(name: str, known) -> str:
-    """" did you mean X?" for the known name nearest to name, or "" when none is near."""
+    """The text " did you mean X?" for the known name nearest to name, or "" when none is near."""
     near = nearest(name, known)
     return f" did you mean {near}?" if near else ""
 

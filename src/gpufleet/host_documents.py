@@ -55,7 +55,9 @@ def checks_disabled(listed=None) -> list[str]:
             # The nearest check of its group; of every group when the group is none.
             if known:
                 near = nearest(check, known)
-                expected = f" did you mean {group}.{near}?" if near else f" expected a check of {group}: {', '.join(known)}"
+                expected = (
+                    f" did you mean {group}.{near}?" if near else f" expected a check of {group}: {', '.join(known)}"
+                )
             else:
                 every = [f"{g}.{n}" for g, checks in GROUPS.items() for n, _ in checks]
                 expected = did_you_mean(cid, every) or (
