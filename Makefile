@@ -25,6 +25,13 @@ LOCAL_NODE := $(VENV)/local-node.json
 SYSTEM_DEPS ?=
 DEPS := SYSTEM_DEPS='$(SYSTEM_DEPS)' bash scripts/system-deps.sh
 
+# The lowest and the highest ansible-core the collection claims (meta/runtime.yml, pyproject.toml), each in a venv of
+# its own with the controller extra: tests/test_ansible_versions.py runs validate.yml with each. ansible-core 2.20
+# needs Python 3.12 or newer: NEWER_PYTHON, else python3.13 or python3.12 on PATH, else pyenv's.
+ANSIBLE_LOWEST := 2.16.0
+ANSIBLE_HIGHEST := 2.20
+NEWER_PYTHON ?=
+
 .PHONY: validate test lint sanity clean system-deps
 
 $(BIN)/python:
@@ -45,6 +52,19 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q '$(TORCH_SPEC)'
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $@ $(VENV)/.installed-controller
+
+# Kept between runs (rebuilt when pyproject.toml changes); make clean removes them.
+.venv-ansible-lowest/.installed: pyproject.toml
+	$(PYTHON) -m venv $(@D)
+	$(@D)/bin/python -m pip install -q -e '.[controller]' 'ansible-core==$(ANSIBLE_LOWEST)'
+	touch $@
+
+.venv-ansible-highest/.installed: pyproject.toml
+	@py=; for p in $(NEWER_PYTHON) python3.13 python3.12 $$(ls -d "$$(pyenv root 2>/dev/null)"/versions/3.1[2-9]*/bin/python3 2>/dev/null); do \
+	  if "$$p" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then py=$$p; break; fi; done; \
+	if [ -z "$$py" ]; then echo "no Python 3.12 or newer, which ansible-core $(ANSIBLE_HIGHEST) needs: set NEWER_PYTHON=..." >&2; exit 3; fi; \
+	"$$py" -m venv $(@D) && $(@D)/bin/python -m pip install -q -e '.[controller]' 'ansible-core==$(ANSIBLE_HIGHEST).*'
+	touch $@
 
 # Exits non-zero when a node fails acceptance (on a machine without a GPU it does). The report named at the end is
 # the one this run made (none under --check).
@@ -70,4 +90,4 @@ sanity: $(VENV)/.installed-test
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest tests/test_ansible_quality.py -k sanity
 
 clean:
-	rm -rf $(VENV) .ansible .pytest_cache
+	rm -rf $(VENV) .venv-ansible-lowest .venv-ansible-highest .ansible .pytest_cache

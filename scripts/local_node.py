@@ -8,7 +8,7 @@
     the GPUs expected   EXPECTED_GPUS when given; else what NVML sees where the matched profile expects another
                         count (an HGX profile expects 8 on a 4-GPU machine), saying so; else the profile's.
 
-Writes the variables inventory/local reads (gpufleet_local_python, gpufleet_local_gpus_expected) as JSON for
+Writes the variables inventory/local reads (local_node_python, local_node_gpus_expected) as JSON for
 `ansible-playbook -e @FILE`, and prints what it chose and how to change it. Standard library only: it runs under
 the controller's .venv and asks each Python in a process of its own.
 """
@@ -217,9 +217,9 @@ def main() -> int:
     say(f"the node's Python: {python}, {why}")
     count, what = expected_gpus(args.expected_gpus, venv_python)
     say(f"GPUs: {what}")
-    out = {"gpufleet_local_python": python}
+    out = {"local_node_python": python}
     if count is not None:
-        out["gpufleet_local_gpus_expected"] = count
+        out["local_node_gpus_expected"] = count
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     return 0
 

@@ -103,6 +103,45 @@ def test_the_licence_is_in_the_repository_and_the_tarball(tarball):
     assert {"changelogs/config.yaml", "changelogs/changelog.yaml", "CHANGELOG.rst"} <= names
 
 
+def test_the_tarball_holds_the_collection_and_not_the_checkout(tarball):
+    """build_ignore keeps the checkout's own files out: the sites' inventories (inventory/nebius's addresses), the
+    measurement scripts, the molecule scenarios, the Makefile, the venvs; what the collection runs is in."""
+    with tarfile.open(tarball) as tar:
+        names = set(tar.getnames())
+    tops = {name.split("/", 1)[0] for name in names}
+    for left_out in ("inventory", "scripts", "molecule", "Makefile", "ansible.cfg", "collections", "reports"):
+        assert left_out not in tops, f"{left_out} is in the tarball"
+    assert not [t for t in tops if t.startswith(".")], sorted(tops)  # no venv, no tool's folder
+    assert not [n for n in names if "192.0.2." in n or n.startswith("docs/results")]
+    needed = {
+        "MANIFEST.json",
+        "LICENSE",
+        "README.md",
+        "pyproject.toml",
+        "meta/runtime.yml",
+        "meta/execution-environment.yml",
+        "requirements.txt",
+        "bindep.txt",
+        "validate.yml",
+        "bringup.yml",
+        "playbooks/validate.yml",
+        "roles/validate_node/meta/argument_specs.yml",
+        "plugins/action/run_inputs.py",
+        "plugins/modules/node_steps.py",
+        "src/gpufleet/cli.py",
+        "files/profiles/generic.yml",
+        "files/profiles/calibration/h100-sxm.yml",
+        "roles/python_env/files/pack_engine.py",
+        "tests/sanity/ignore-2.19.txt",
+        "docs/sites.md",
+    }
+    assert needed <= names, sorted(needed - names)
+    with tarfile.open(tarball) as tar:
+        manifest = json.load(tar.extractfile("MANIFEST.json"))["collection_info"]
+    # The project has no public address yet: none is made up (galaxy.yml says where they go).
+    assert all(manifest[field] is None for field in ("repository", "issues", "homepage", "documentation")), manifest
+
+
 def test_the_docs_quote_the_tarballs_size_and_version(tarball):
     """docs/installed-collection.md gives the size, within 20%, and every tarball named carries galaxy.yml's version."""
     pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]

@@ -49,11 +49,16 @@ def unreachable_inventory(tmp_path: Path) -> str:
     return str(path)
 
 
-def fleet_run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
-    """`gpufleet fleet run --json` (its temporary folders under tmp_path): the process and its last line, parsed."""
+def fleet_run(tmp_path: Path, *args: str, **env_vars: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """`gpufleet fleet run --json` (its temporary folders under tmp_path, env_vars added to its environment): the
+    process and its last line, parsed."""
     (tmp_path / "tmp").mkdir(exist_ok=True)
     env = dict(
-        os.environ, PATH=f"{BIN}:{os.environ['PATH']}", TMPDIR=str(tmp_path / "tmp"), HOME=str(tmp_path / "home")
+        os.environ,
+        PATH=f"{BIN}:{os.environ['PATH']}",
+        TMPDIR=str(tmp_path / "tmp"),
+        HOME=str(tmp_path / "home"),
+        **env_vars,
     )
     env.pop("ANSIBLE_LOCAL_TEMP", None)
     proc = subprocess.run(
@@ -124,6 +129,53 @@ def test_a_fleet_run_exits_as_the_table_says_and_ends_with_its_json_line(tmp_pat
     assert proc.returncode == expected and line["exit"] == expected, (proc.stdout[-3000:], proc.stderr[-3000:])
     assert words in line["message"] and words in " ".join((proc.stdout + proc.stderr).split()), line
     assert not left_temporary(tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["a variable refused", "a node not accepted", "no node answered"])
+def test_the_playbook_path_tells_a_refused_variable_from_a_node_not_accepted(tmp_path, case):
+    """ansible-playbook exits 2 for both (a task failed): what tells them apart is the run folder, as
+    docs/operations.md's table says. A refused variable fails the first play and leaves no run folder; a node not
+    accepted, or none answering, leaves reports/<run-id>/report.json with each node's verdict."""
+    inventory = unreachable_inventory(tmp_path) if case == "no node answered" else "inventory/local"
+    extra = {"gpufleet_benchmark": []} if case == "a variable refused" else {"gpufleet_benchmarks": []}
+    reports = tmp_path / "reports"
+    proc = subprocess.run(
+        [
+            str(BIN / "ansible-playbook"),
+            "validate.yml",
+            "-i",
+            inventory,
+            "-e",
+            json.dumps(
+                dict(
+                    extra,
+                    gpufleet_run_id="wrapped",
+                    gpufleet_reports_dir=str(reports),
+                    gpufleet_lock_path=str(tmp_path / "node.lock"),
+                )
+            ),
+        ],
+        cwd=REPO,
+        env=dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp")),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    out = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 2, out[-3000:]
+    report = reports / "wrapped" / "report.json"
+    if case == "a variable refused":
+        assert not (reports / "wrapped").exists(), "a refused variable leaves no run folder"
+        assert (
+            "TASK [Check every node's variables]" in out
+            and "gpufleet_benchmark (for localhost) is not a variable" in out
+        )
+    else:
+        nodes = json.loads(report.read_text())["nodes"]
+        assert {n["verdict"] for n in nodes.values()} == {"fail"}, nodes
+        if case == "no node answered":
+            assert all(any(r["check"] == "reachable" for r in n["results"]) for n in nodes.values()), nodes
 
 
 def test_the_store_commands_exit_as_the_table_says(capsys, tmp_path):

@@ -41,11 +41,11 @@ def test_it_says_which_python_the_node_runs_and_which_gpu_count_it_expects(tmp_p
         lines[1]
         == "make validate: GPUs: no NVIDIA driver: libnvidia-ml.so not found: no GPU to check, the node will not be accepted"
     )
-    assert chosen == {"gpufleet_local_python": sys.executable}
+    assert chosen == {"local_node_python": sys.executable}
     done, chosen = local_node(tmp_path, "--node-python", sys.executable, "--expected-gpus", "4")
     assert done.returncode == 0 and chosen == {
-        "gpufleet_local_python": sys.executable,
-        "gpufleet_local_gpus_expected": 4,
+        "local_node_python": sys.executable,
+        "local_node_gpus_expected": 4,
     }
     assert "make validate: GPUs: 4 GPU(s) expected, as EXPECTED_GPUS says; NVML sees 0" in done.stdout
     done, _ = local_node(tmp_path, "--expected-gpus", "four")

@@ -236,6 +236,7 @@ def test_two_nodes_run_nccl_and_training_across_both_and_merge_into_each_documen
     assert proc.returncode != 0, out  # no GPU: not accepted
     assert "Start NCCL across the nodes at once: node-a, node-b" in out, out
     assert "Start the training gate across the nodes at once: node-a, node-b" in out, out
+    assert "argsplat-unsafe" not in out, out  # the jobs' arguments are given by name, not as one template
 
     for host, rank in (("node-a", 0), ("node-b", 1)):
         doc = host_doc(run_dir, host)

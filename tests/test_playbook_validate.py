@@ -186,7 +186,8 @@ def test_unreachable_node_is_reported_and_others_still_checked(tmp_path, two_hos
 
 
 def test_check_mode_measures_nothing_leaves_no_run_and_says_what_a_real_run_would_do(tmp_path):
-    """--check: no run folder, no history, no lock taken; the node asked only who holds its lock; exit 0."""
+    """--check: no run folder, no history, no lock taken; the node asked who holds its lock and what a real run needs
+    first: here no NVIDIA driver and a torch without CUDA, so check mode fails (exit 2) naming both."""
     lock = tmp_path / "node.lock"
     held = subprocess.run(
         [
@@ -212,7 +213,7 @@ def test_check_mode_measures_nothing_leaves_no_run_and_says_what_a_real_run_woul
     before = lock.read_text()
     proc, run_dir = run_validate(tmp_path, "--check")
     out = " ".join(output(proc).split())
-    assert proc.returncode == 0, output(proc)[-4000:]
+    assert proc.returncode == 2, output(proc)[-4000:]
     assert not run_dir.exists() and sorted(p.name for p in tmp_path.iterdir()) == [
         "ansible-tmp",
         "node.lock",
@@ -221,11 +222,35 @@ def test_check_mode_measures_nothing_leaves_no_run_and_says_what_a_real_run_woul
     assert lock.read_text() == before, "check mode leaves the lock as it found it"
     assert "check mode: nothing was measured, no run folder was made and no run was added to the history" in out
     assert f"A real run would create {run_dir} (run id {run_dir.name}, tier acceptance) and check 1 node(s)" in out
-    assert (
-        "localhost: answers, gpufleet_python runs the engine; node lock held by run other-run (taken " in out
-        and "would run the checks gpu_inventory, gpu_health, host_hygiene, counters, then the benchmarks matmul" in out
+    lacks = (
+        "gpu_inventory.gpu_count: no NVIDIA driver: libnvidia-ml.so not found; torch with CUDA, which the benchmarks "
+        "need: torch 2.13.0+cpu is a build without CUDA"
     )
+    assert (
+        f"localhost: answers, gpufleet_python runs the engine; a real run cannot pass it, it lacks: {lacks}; node lock "
+        "held by run other-run (taken "
+        in out
+        and "would run the checks gpu_inventory, gpu_health, host_hygiene, counters, then the benchmarks matmul" in out
+    ), out[-4000:]
+    assert f"check mode: 1 node(s) a real run could not check or pass: localhost (lacks: {lacks})" in out
     assert "no results" not in out and "report.md:" not in out and "fleet verdict" not in out
+
+
+def test_check_mode_names_what_a_node_without_nvml_and_torch_lacks(tmp_path):
+    """gpufleet_python with the engine and PyYAML alone (no nvidia-ml-py, no torch): check mode fails naming both."""
+    venv = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    (site,) = venv.glob("lib/python*/site-packages")
+    (site / "yaml").symlink_to(Path(yaml.__file__).parent)  # PyYAML, which the engine reads profiles with
+    node = {"gpufleet_python": str(venv / "bin" / "python"), "gpufleet_node_env": {"PYTHONPATH": str(REPO / "src")}}
+    proc, run_dir = run_validate(tmp_path / "reports", "--check", "-e", json.dumps(node))
+    out = " ".join(output(proc).split())
+    assert proc.returncode == 2 and not run_dir.exists(), out[-4000:]
+    assert (
+        "check mode: 1 node(s) a real run could not check or pass: localhost (lacks: gpu_inventory.gpu_count: "
+        "nvidia-ml-py is not installed" in out
+    ), out[-4000:]
+    assert f"torch, which the benchmarks need: torch is not installed in {venv / 'bin' / 'python'}" in out, out[-4000:]
 
 
 def test_check_mode_fails_naming_a_node_a_real_run_could_not_check(tmp_path, two_host_inventory):
@@ -233,8 +258,12 @@ def test_check_mode_fails_naming_a_node_a_real_run_could_not_check(tmp_path, two
     out = " ".join(output(proc).split())
     assert proc.returncode != 0, out[-3000:]
     assert not run_dir.exists() and {p.name for p in (tmp_path / "reports").iterdir()} <= {"ansible-tmp"}
-    assert "check mode: 1 node(s) a real run could not check: deadnode (node did not answer" in out, out[-3000:]
-    assert "localhost: answers, gpufleet_python runs the engine; node lock free" in out
+    assert "check mode: 2 node(s) a real run could not check or pass: deadnode (node did not answer" in out, out[-3000:]
+    assert "; localhost (lacks: gpu_inventory.gpu_count: no NVIDIA driver" in out
+    assert (
+        "localhost: answers, gpufleet_python runs the engine; a real run cannot pass it" in out
+        and "node lock free" in out
+    )
 
 
 def test_a_sites_profile_folder_and_its_checks_turned_off_reach_the_node(tmp_path):
@@ -276,7 +305,7 @@ def test_a_sites_profile_folder_and_its_checks_turned_off_reach_the_node(tmp_pat
     for bad, message in (
         (
             dict(settings, gpufleet_checks_disabled=["host_hygiene.acs"]),
-            "gpufleet_checks_disabled: host_hygiene.acs is not a check; expected one of host_hygiene.pcie_acs",
+            "gpufleet_checks_disabled: host_hygiene.acs is not a check; did you mean host_hygiene.pcie_acs?",
         ),
         (dict(settings, gpufleet_profile_dir=str(tmp_path / "nowhere")), "is not a folder"),
         (dict(settings, gpufleet_profile_dir="site"), "gpufleet_profile_dir must be an absolute folder"),
@@ -284,6 +313,47 @@ def test_a_sites_profile_folder_and_its_checks_turned_off_reach_the_node(tmp_pat
         proc, run_dir = run_validate(tmp_path / "bad", "-e", json.dumps(bad))
         assert proc.returncode != 0 and message in " ".join(output(proc).split()), output(proc)[-3000:]
         assert not run_dir.exists(), "refused before the run starts"
+        # The engine's one line, not the command's output.
+        assert "non-zero return code" not in output(proc) and "Traceback" not in output(proc), output(proc)[-3000:]
+
+
+def test_site_profiles_inside_the_inventory_folder_are_refused_and_beside_it_are_read(tmp_path):
+    """Ansible reads every file of an inventory folder (-i) as inventory, the site's profiles too (a group
+    `thresholds`, warnings on every run): refused there, before any node; beside the inventory, as docs/sites.md
+    says, they are read and nothing is parsed as inventory."""
+    site = tmp_path / "site"
+    shutil.copytree(REPO / "inventory" / "local", site)
+    profile = {
+        "name": "site-gpu",
+        "match": ["Site GPU"],
+        "thresholds": {"gpus_expected": {"value": 2, "source": "ours"}},
+    }
+    group_vars = site / "group_vars" / "gpu_nodes.yml"
+    base_vars = group_vars.read_text()
+    for folder, setting in (
+        (site / "profiles", "{{ inventory_dir }}/profiles"),
+        (tmp_path / "site-profiles", "{{ inventory_dir }}-profiles"),
+    ):
+        folder.mkdir()
+        (folder / "site-gpu.yml").write_text(yaml.safe_dump(profile))
+        group_vars.write_text(
+            base_vars
+            + yaml.safe_dump(
+                {"gpufleet_profile_dir": setting, "gpufleet_profile": "site-gpu", "gpufleet_benchmarks": []}
+            )
+        )
+        proc, run_dir = run_validate(tmp_path / folder.name, inventory=str(site))
+        out = " ".join(output(proc).split())
+        if folder.parent == site:
+            assert f"gpufleet_profile_dir for localhost ({folder}) is inside the inventory folder {site}" in out, out[
+                -3000:
+            ]
+            assert not run_dir.exists() and "TASK [Check and benchmark the node" not in out
+            shutil.rmtree(folder)
+        else:
+            assert "not a valid group definition" not in out and "group (thresholds)" not in out, out[-3000:]
+            doc = host_doc(run_dir, "localhost")
+            assert doc["profile"]["path"] == f"gpufleet_profile_dir {folder / 'site-gpu.yml'}", doc["profile"]
 
 
 def test_the_run_across_nodes_is_off_with_gpufleet_nccl_multinode_false(tmp_path, two_host_inventory):
@@ -364,7 +434,13 @@ def test_tags_and_gpufleet_stages_together_are_refused(tmp_path):
     [
         (
             {"nope": 1},
-            "gpufleet_thresholds for localhost: gpufleet_thresholds.nope is not a known threshold; expected one of",
+            "gpufleet_thresholds for localhost: gpufleet_thresholds.nope is not a known threshold; expected a key of "
+            "files/profiles/generic.yml",
+        ),
+        (
+            {"matmul_bf16_tflop_min": 600},
+            "gpufleet_thresholds for localhost: gpufleet_thresholds.matmul_bf16_tflop_min is not a known threshold; "
+            "did you mean matmul_bf16_tflops_min?",
         ),
         (
             {"gpus_expected": "eight"},
@@ -391,6 +467,35 @@ def test_a_bad_threshold_stops_the_run_before_any_node_is_touched(tmp_path, thre
 
     assert proc.returncode != 0, out
     assert message in out, out[-5000:]
+    assert not run_dir.exists() and not (tmp_path / "node.lock").exists()
+    assert "TASK [Check and benchmark the node" not in out
+
+
+@pytest.mark.parametrize(
+    "misspelt, meant",
+    [
+        ("gpufleet_benchmark", "gpufleet_benchmarks"),
+        ("gpufleet_check_disabled", "gpufleet_checks_disabled"),
+        ("gpufleet_threshold", "gpufleet_thresholds"),
+    ],
+)
+@pytest.mark.parametrize("where", ["-e", "group_vars"])
+def test_a_misspelt_variable_is_refused_before_any_node_with_the_name_meant(tmp_path, misspelt, meant, where):
+    """A gpufleet_* name the collection does not know would leave its default in place without a word."""
+    value = {"gpufleet_benchmark": [], "gpufleet_check_disabled": ["host_hygiene.pcie_acs"]}.get(misspelt, {"x": 1})
+    if where == "-e":
+        proc, run_dir = run_validate(tmp_path, "-e", json.dumps({misspelt: value}))
+    else:
+        inventory = tmp_path / "site"
+        shutil.copytree(REPO / "inventory" / "local", inventory)
+        with (inventory / "group_vars" / "gpu_nodes.yml").open("a") as group_vars:
+            group_vars.write(yaml.safe_dump({misspelt: value}))
+        proc, run_dir = run_validate(tmp_path, inventory=str(inventory))
+    out = " ".join(output(proc).split())
+    assert proc.returncode == 2, out[-3000:]
+    assert f"{misspelt} (for localhost) is not a variable of gpufleet.cluster; did you mean {meant}?" in out, out[
+        -3000:
+    ]
     assert not run_dir.exists() and not (tmp_path / "node.lock").exists()
     assert "TASK [Check and benchmark the node" not in out
 

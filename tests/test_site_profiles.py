@@ -4,6 +4,7 @@ check off, and the shipped profiles of models nobody has measured here yet, each
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -26,22 +27,83 @@ def site_dir(tmp_path: Path, **docs: dict) -> Path:
     return folder
 
 
-def test_site_profiles_come_first_and_replace_a_shipped_one_of_their_name(tmp_path):
+def test_site_profiles_come_first_and_extend_a_shipped_one_of_their_name(tmp_path):
     folder = site_dir(
         tmp_path,
         **{
-            "h100-sxm": {
-                "match": ["H100 80GB HBM3"],
-                "thresholds": {"gpus_expected": {"value": 4, "source": "our 4-GPU boards"}},
-            },
+            "h100-sxm": {"thresholds": {"gpus_expected": {"value": 4, "source": "our 4-GPU boards"}}},
             "h100-lab": {"match": ["H100"], "thresholds": {}},
         },
     )
     known = profiles.load_all(site_dir=folder)
     assert list(known)[:2] == ["h100-lab", "h100-sxm"] and known["h100-sxm"]["path"] == str(folder / "h100-sxm.yml")
     assert profiles.match(known, "NVIDIA H100 80GB HBM3") == "h100-lab"  # the site's are matched first
+    assert known["h100-sxm"]["match"] == ["H100 80GB HBM3", "H100 SXM"]  # the shipped one's, as it gives none
     assert known["h100-sxm"]["thresholds"]["gpus_expected"]["value"] == 4
     assert profiles.resolve(None, profile_name="h100-sxm")["thresholds"]["gpus_expected"]["value"] == 8  # without it
+
+
+def _limits(resolved: dict) -> dict:
+    """Each threshold's value and per-metric limits, without the source."""
+    return {k: (e["value"], e.get("calibrated"), e.get("by_metric")) for k, e in resolved["thresholds"].items()}
+
+
+@pytest.mark.parametrize("how", ["the same name", "extends", "from the environment"])
+def test_a_site_profile_keeps_what_it_leaves_unset_from_the_shipped_one_and_says_so(tmp_path, monkeypatch, how):
+    """docs/sites.md's example: the site's h100-sxm.yml for its 4-GPU boards keeps the shipped H100 limits and the
+    H100's calibration; each threshold it leaves unset names the profile it came from."""
+    # The shipped profiles with their calibration (the tests' own copy has none: conftest.py).
+    shipped_dir = REPO / "files" / "profiles"
+    shipped = profiles.resolve("NVIDIA H100 80GB HBM3", profile_dir=shipped_dir)
+    h100_keys = set(profiles.load_all(shipped_dir)["h100-sxm"]["thresholds"])
+    own = {"gpus_expected": {"value": 4, "source": "our 4-GPU boards"}}
+    if how == "extends":
+        folder = site_dir(tmp_path, **{"h100-4gpu": {"extends": "h100-sxm", "match": ["H100"], "thresholds": own}})
+    else:
+        folder = site_dir(tmp_path, **{"h100-sxm": {"thresholds": own}})
+    if how == "from the environment":  # as the role hands the folder to the node's engine
+        path = folder / "h100-sxm.yml"
+        monkeypatch.setenv(profiles.SITE_TEXTS_ENV, json.dumps({str(path): path.read_text()}))
+        site = profiles.resolve("NVIDIA H100 80GB HBM3", profile_dir=shipped_dir)
+    else:
+        site = profiles.resolve("NVIDIA H100 80GB HBM3", site_dir=folder, profile_dir=shipped_dir)
+    name = "h100-4gpu" if how == "extends" else "h100-sxm"
+    assert site["name"] == name and site["extends"] == ["h100-sxm", "generic"]
+    assert site["thresholds"]["gpus_expected"] == {"value": 4, "source": "our 4-GPU boards"}
+    assert site["thresholds"]["matmul_bf16_tflops_min"]["value"] == 700
+    assert site["thresholds"]["hbm_copy_gbps_min"]["value"] == 2800
+    assert _limits(site) == dict(_limits(shipped), gpus_expected=(4, None, None))
+    assert site["calibration"] == shipped["calibration"] and site["calibration"]["calibrated"]
+    for key, entry in site["thresholds"].items():
+        if key != "gpus_expected":
+            origin = "h100-sxm" if key in h100_keys else "generic"
+            assert entry["source"].startswith(shipped["thresholds"][key]["source"]), key
+            assert entry["source"].endswith(
+                f"(from the shipped profile {origin}; the site's {name} leaves it unset)"
+            ), (key, entry["source"])
+
+
+@pytest.mark.parametrize(
+    "docs, message",
+    [
+        (
+            {"mine": {"extends": "h100-sxn", "thresholds": {}}},
+            "extends 'h100-sxn', which is no profile; did you mean h100-sxm?",
+        ),
+        (
+            {"a": {"extends": "b", "thresholds": {}}, "b": {"extends": "a", "thresholds": {}}},
+            "'extends' goes round in a circle",
+        ),
+        (
+            {"h100-sxm": {"extends": "h200-sxm", "thresholds": {}}},
+            "named like the shipped profile h100-sxm, it extends that one; leave out 'extends: h200-sxm'",
+        ),
+        ({"mine": {"extends": ["h100-sxm"], "thresholds": {}}}, "'extends' must name the profile this one extends"),
+    ],
+)
+def test_what_a_site_profile_extends_is_checked(tmp_path, docs, message):
+    with pytest.raises(profiles.ProfileError, match=re.escape(message)):
+        profiles.load_all(site_dir=site_dir(tmp_path, **docs))
 
 
 def test_the_nodes_read_the_site_profiles_from_the_environment(tmp_path, monkeypatch):
@@ -134,7 +196,7 @@ def test_one_line_turns_a_check_off_and_it_is_reported_as_skip_with_that_line(mo
     }
     with pytest.raises(
         InputError,
-        match="gpufleet_checks_disabled: host_hygiene.acs is not a check; expected one of host_hygiene.pcie_acs",
+        match="gpufleet_checks_disabled: host_hygiene.acs is not a check; did you mean host_hygiene.pcie_acs[?]",
     ):
         host_documents.checks_disabled(["host_hygiene.acs"])
     with pytest.raises(InputError, match="nowhere.x is not a check"):

@@ -131,6 +131,28 @@ def stage_line(host, stage, what, lock=None, ran=()):
     return line + (" | " + " ".join("%s=%d" % kv for kv in sorted(counts.items())) if counts else "")
 
 
+def readiness_missing(inventory, benchmarks):
+    """What a real run needs first and the node lacks, from its gpu_inventory step (check mode): NVML through
+    nvidia-ml-py, the expected GPU count, and for the benchmarks torch with CUDA in gpufleet_python."""
+    doc = (inventory or {}).get("gpufleet")
+    if not isinstance(doc, dict):
+        return ["gpu_inventory could not run: %s" % (inventory or {}).get("msg", "no answer")]
+    missing = [
+        "%s.%s: %s" % (r.get("group"), r.get("check"), r.get("reason"))
+        for r in doc.get("results") or []
+        if r.get("check") == "gpu_count" and r.get("status") not in ("pass", "warn", "info")
+    ]
+    versions = doc.get("versions") or {}
+    not_read = versions.get("not_read") or {}
+    if benchmarks and not versions.get("torch"):
+        missing.append("torch, which the benchmarks need: %s" % not_read.get("torch", "not found"))
+    elif benchmarks and not versions.get("torch_cuda"):
+        missing.append(
+            "torch with CUDA, which the benchmarks need: torch %s is a build without CUDA" % versions["torch"]
+        )
+    return missing
+
+
 class ActionModule(NodeTake):
     _requires_connection = True
 
@@ -171,7 +193,7 @@ class ActionModule(NodeTake):
         # The wait comes after; the node's environment goes to node_steps once, not into each step's arguments.
         lock_step = {"module": "node_lock", "args": dict((k, lock_args[k]) for k in LOCK_ARGS if k != "node_env")}
         if self._task.check_mode:
-            return self._plan(results, task_vars, host, lock_step, bench, args["multinode"])
+            return self._plan(results, task_vars, host, lock_step, args["check_args"], bench, args["multinode"])
         done, lost, errors, lock = [], None, [], None
         asked = utc_now()  # the lock result's start: when this run asked for the node
         try:
@@ -291,23 +313,29 @@ class ActionModule(NodeTake):
             display.warning("%s: %s; what it measured before is in its host document" % (host, lost))
         return results
 
-    def _plan(self, results, task_vars, host, lock_step, bench, multinode):
-        """Check mode: nothing measured and nothing written. The node is asked only who holds its lock (the lock
-        module in check mode reads it), which also shows that it answers and that gpufleet_python runs the engine;
-        the facts say what a real run would do there (validate_node_check_plan, read by check_mode_plan.yml)."""
+    def _plan(self, results, task_vars, host, lock_step, check_args, bench, multinode):
+        """Check mode: nothing measured and nothing written. The node is asked who holds its lock (the lock module in
+        check mode reads it) and what a real run needs first: the gpu_inventory group (read-only) says whether NVML
+        answers through nvidia-ml-py and whether the GPU count is the expected one; its document's versions say
+        whether gpufleet_python has torch with CUDA, which the benchmarks need. The facts say what a real run would
+        do there and what it lacks (validate_node_check_plan, read by check_mode_plan.yml)."""
         plan = {
             "reachable": True,
             "engine": None,
             "lock": None,
+            "missing": [],
             "checks": list(CHECK_GROUPS) + ["counters"],
             "benchmarks": list((bench or {}).get("benchmarks") or []),
             "tier": (bench or {}).get("tier"),
         }
         try:
-            lock = self._steps([lock_step], task_vars)[0]["result"]
+            lock, inventory = [
+                step["result"]
+                for step in self._steps([lock_step, {"module": "gpu_inventory", "args": check_args}], task_vars)
+            ]
         except AnsibleConnectionFailure as exc:
             plan.update(reachable=False, engine="node did not answer: %s" % (exc or "no message"))
-            lock = None
+            lock = inventory = None
         if lock is not None and lock.get("failed"):
             plan["engine"] = lock.get("msg") or "gpufleet_python could not run the engine"
         elif lock is not None:
@@ -319,6 +347,7 @@ class ActionModule(NodeTake):
                 if holders
                 else "free"
             )
+            plan["missing"] = readiness_missing(inventory, bool(plan["benchmarks"]))
         display.display(
             "[%s] gpufleet: check mode: would run %s; benchmarks %s"
             % (host, ", ".join(plan["checks"]), ", ".join(plan["benchmarks"]) or "none")

@@ -12,18 +12,23 @@ its message, naming the variable, the node and the value.
 
 from __future__ import annotations
 
+import difflib
+import glob
 import json
 import os
 import re
 import sys
 from collections.abc import Mapping
+from functools import lru_cache
 from pathlib import Path
 
 import yaml
+from ansible.inventory.manager import IGNORED as INVENTORY_IGNORED
 from ansible.plugins.action import ActionBase
 from ansible.plugins.filter.core import to_json
 from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_results import torchrun_margin_s
 from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_schema import (
+    CHECK_GROUPS,
     DEFAULT_BENCHMARKS,
     RUN_TIERS,
     SELECTABLE_BENCHMARKS,
@@ -49,8 +54,10 @@ ARGUMENT_SPEC = {
     "hosts": {"type": "list", "elements": "str", "required": True},
     "checks": {"type": "list", "elements": "str", "required": True, "choices": list(CHECK_SETS)},
 }
+COLLECTION_ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 # hostvars holds the inventory's values only: the role's defaults stand in for a fine-tune variable a node leaves unset.
-ROLE_DEFAULTS = os.path.join(os.path.dirname(__file__), "..", "..", "roles", "validate_node", "defaults", "main.yml")
+ROLE_DEFAULTS = os.path.join(COLLECTION_ROOT, "roles", "validate_node", "defaults", "main.yml")
+PREFIX = "gpufleet_"  # the collection's variables; any other name is the site's own
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 FT_TIMEOUTS = ("gpufleet_finetune_timeout_s", "gpufleet_finetune_rdzv_timeout_s")
 FT_RUN_WIDE = ("gpufleet_finetune_config", "gpufleet_finetune_max_steps", "gpufleet_finetune_master_port") + FT_TIMEOUTS
@@ -211,6 +218,85 @@ VARIABLES = sorted(
 )
 
 
+def _yaml_file(path):
+    with open(path) as handle:
+        return yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
+def _set_facts(node):
+    """The names every set_fact task under node (a task file's YAML) sets."""
+    if isinstance(node, list):
+        return set().union(*[_set_facts(item) for item in node]) if node else set()
+    if not isinstance(node, Mapping):
+        return set()
+    names = set()
+    for key, value in node.items():
+        if key in ("ansible.builtin.set_fact", "set_fact") and isinstance(value, Mapping):
+            names |= set(value) - {"cacheable"}
+        elif isinstance(value, (list, Mapping)):
+            names |= _set_facts(value)
+    return names
+
+
+@lru_cache(maxsize=1)
+def known_variables():
+    """Every gpufleet_* variable the collection knows, from what declares it: the options of each role's entry points
+    (meta/argument_specs.yml) and its defaults, the facts its playbooks and roles set (set_fact) and those its check
+    modules return (gpufleet_<group>). A node's variables are checked against it (_unknown_failure)."""
+    names = set(PREFIX + group for group in CHECK_GROUPS)
+    for path in glob.glob(os.path.join(COLLECTION_ROOT, "roles", "*", "meta", "argument_specs.yml")):
+        for spec in (_yaml_file(path).get("argument_specs") or {}).values():
+            names |= set(spec.get("options") or {})
+    for path in glob.glob(os.path.join(COLLECTION_ROOT, "roles", "*", "defaults", "main.yml")):
+        names |= set(_yaml_file(path) or {})
+    for pattern in (("playbooks", "*.yml"), ("roles", "*", "tasks", "*.yml")):
+        for path in glob.glob(os.path.join(COLLECTION_ROOT, *pattern)):
+            names |= _set_facts(_yaml_file(path))
+    return frozenset(n for n in names if n.startswith(PREFIX))
+
+
+def _unknown_failure(hosts, names):
+    """The first gpufleet_* variable of a node that the collection does not know (a misspelt name would otherwise
+    leave its default in place without a word), with the known name nearest to it, or None."""
+    known = known_variables()
+    for host in hosts:
+        for name in sorted(names[host]):
+            if name.startswith(PREFIX) and name not in known:
+                # Compared without the prefix every name shares, which would make any two look alike.
+                near = difflib.get_close_matches(name[len(PREFIX) :], [k[len(PREFIX) :] for k in known], n=1)
+                return "%s (for %s) is not a variable of gpufleet.cluster; %s" % (
+                    name,
+                    host,
+                    "did you mean %s%s?" % (PREFIX, near[0])
+                    if near
+                    else "its variables are in roles/validate_node/meta/argument_specs.yml (docs/inventory.md)",
+                )
+    return None
+
+
+def _profile_dir_failure(hosts, values, sources):
+    """A gpufleet_profile_dir inside a folder the run's inventory (-i) is read from, where Ansible parses every file
+    it does not skip as inventory: its profiles would become groups, with warnings on every run. None when none is."""
+    for host in hosts:
+        site_dir = values[host].get("gpufleet_profile_dir") or None
+        if not _abs_path(site_dir):
+            continue  # run_prepare names it
+        for source in sources or []:
+            folder = os.path.realpath(source)
+            rel = os.path.relpath(os.path.realpath(site_dir), folder)
+            parts = rel.split(os.sep)
+            if not os.path.isdir(folder) or rel == "." or parts[0] == "..":
+                continue
+            if not any(INVENTORY_IGNORED.search(part.encode()) for part in parts):
+                return (
+                    "gpufleet_profile_dir for %s (%s) is inside the inventory folder %s, which Ansible reads as "
+                    "inventory: its profiles would become groups, with a warning on every run; keep them beside the "
+                    'inventory, for example in %s-profiles (gpufleet_profile_dir: "{{ inventory_dir }}-profiles")'
+                    % (host, site_dir, source.rstrip("/"), source.rstrip("/"))
+                )
+    return None
+
+
 def _failure(checks, hosts, values):
     """The message of the first check that fails, over every node in turn, or None."""
     for names, test, expect in checks:
@@ -318,14 +404,21 @@ def _run_failure(hosts, values):
     return _failure(RUN_CHECKS, hosts, values) or _names_failure(hosts, values)
 
 
-def inputs_failure(checks, hosts, values, finetune_defaults):
+def inputs_failure(checks, hosts, values, finetune_defaults, names=None, sources=None):
     """The first failure of the check sets named in checks, in the playbooks' order, or None.
 
-    values: per host, the variables it sets (a variable it does not set is absent).
+    values: per host, the variables it sets (a variable it does not set is absent); names: per host, the names of
+    all its variables (the node checks refuse a gpufleet_* name the collection does not know); sources: the
+    inventory's (-i), where no gpufleet_profile_dir may be.
     """
     failure = None
     if "node" in checks:
-        failure = _failure(NODE_CHECKS, hosts, values) or _thresholds_failure(hosts, values)
+        failure = (
+            _unknown_failure(hosts, names or dict((host, ()) for host in hosts))
+            or _failure(NODE_CHECKS, hosts, values)
+            or _profile_dir_failure(hosts, values, sources)
+            or _thresholds_failure(hosts, values)
+        )
     if not failure and "validate" in checks:
         failure = _failure(VALIDATE_CHECKS, hosts, values)
     if not failure and (
@@ -346,15 +439,17 @@ class ActionModule(ActionBase):
         results = super(ActionModule, self).run(tmp, task_vars)
         dummy, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         hostvars = task_vars["hostvars"]
-        values = {}
+        values, names = {}, {}
         for host in args["hosts"]:
             node_vars = hostvars[host]  # builds the node's variables: once per node
             values[host] = dict((name, node_vars[name]) for name in VARIABLES if name in node_vars)
+            names[host] = [name for name in node_vars if name.startswith(PREFIX)]
         finetune_defaults = {}
         if {"finetune", "finetune_if_set"} & set(args["checks"]):
             with open(ROLE_DEFAULTS) as defaults_file:
                 finetune_defaults = yaml.safe_load(defaults_file)
-        failure = inputs_failure(args["checks"], args["hosts"], values, finetune_defaults)
+        sources = task_vars.get("ansible_inventory_sources") or []
+        failure = inputs_failure(args["checks"], args["hosts"], values, finetune_defaults, names, sources)
         results.update(changed=False, hosts=len(args["hosts"]))
         if failure:
             results.update(failed=True, msg=failure)

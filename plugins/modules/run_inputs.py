@@ -27,7 +27,10 @@ options:
   checks:
     description:
       - The sets of checks to apply.
-      - V(node) - C(gpufleet_python), C(gpufleet_thresholds), C(gpufleet_node_env) (every playbook that runs on the nodes);
+      - V(node) - first, every C(gpufleet_*) variable of each node is one the collection knows (from its roles'
+        argument specs and defaults, the facts its playbooks and modules set); one it does not know is refused with
+        the known name nearest to it. Then C(gpufleet_python), C(gpufleet_thresholds), C(gpufleet_node_env) (every
+        playbook that runs on the nodes); C(gpufleet_profile_dir) outside the folders the inventory is read from;
         then C(gpufleet_profile) and C(gpufleet_thresholds) against the collection's profiles (files/profiles), as the
         engine on the node holds them - an unknown profile or key, a wrong type, a number outside the key's bounds,
         NaN or infinity - in the engine's own words.

@@ -1,5 +1,21 @@
+import difflib
+
+
 class InputError(ValueError):
     """Bad input (file, option, inventory variable). The message names it and what was expected."""
+
+
+def nearest(name: str, known) -> str | None:
+    """The known name nearest to a misspelt one (difflib), else one that holds it or that it holds, else None."""
+    known = list(known)
+    near = difflib.get_close_matches(name, known, n=1) or [k for k in known if name and (name in k or k in name)]
+    return near[0] if near else None
+
+
+def did_you_mean(name: str, known) -> str:
+    """The text " did you mean X?" for the known name nearest to name, or "" when none is near."""
+    near = nearest(name, known)
+    return f" did you mean {near}?" if near else ""
 
 
 # Every gpufleet command exits with these codes; each parser's --help and docs/operations.md show this table.

@@ -18,7 +18,7 @@ from gpufleet.checks.soak import remeasure as soak_remeasure
 from gpufleet.comparisons.node import Held
 from gpufleet.collect import counters, kernel_log, nvml
 from gpufleet.collect.host import read_boot_id, read_fabric
-from gpufleet.errors import InputError
+from gpufleet.errors import InputError, did_you_mean, nearest
 
 # A site's checks turned off on a node (gpufleet_checks_disabled, passed by the role to every engine process it
 # starts there): each is reported as `skip` saying so, what it found kept in its detail.
@@ -52,12 +52,18 @@ def checks_disabled(listed=None) -> list[str]:
         group, _, check = cid.partition(".")
         known = [name for name, _ in GROUPS.get(group, [])]
         if not check or (group in GROUPS and check not in known) or (group not in GROUPS and group not in OTHER_GROUPS):
-            expected = (
-                f"one of {', '.join(f'{group}.{n}' for n in known)}"
-                if known
-                else f"group.check, the group one of {', '.join([*GROUPS, *OTHER_GROUPS])}"
-            )
-            raise InputError(f"{CHECKS_DISABLED_VARIABLE}: {cid} is not a check; expected {expected}")
+            # The nearest check of its group; of every group when the group is none.
+            if known:
+                near = nearest(check, known)
+                expected = (
+                    f" did you mean {group}.{near}?" if near else f" expected a check of {group}: {', '.join(known)}"
+                )
+            else:
+                every = [f"{g}.{n}" for g, checks in GROUPS.items() for n, _ in checks]
+                expected = did_you_mean(cid, every) or (
+                    f" expected group.check, the group one of {', '.join([*GROUPS, *OTHER_GROUPS])}"
+                )
+            raise InputError(f"{CHECKS_DISABLED_VARIABLE}: {cid} is not a check;{expected}")
     return listed
 
 

@@ -7,7 +7,11 @@ types and numbers out of bounds (a negative minimum, a fraction over 1) are
 refused with a message that names the file or variable and the key.
 
 A site's own profiles (validate.yml's `gpufleet_profile_dir`) come before the
-shipped ones: matched first, and one of the same name replaces the shipped one.
+shipped ones: matched first. Each extends another profile key by key: one of a
+shipped profile's name extends that one (its match list too, unless it gives
+its own), else the one its `extends:` names, else generic; it keeps the
+calibration of the shipped profile it extends, and every threshold it leaves
+unset says in its source which profile it came from.
 On a node they come from GPUFLEET_SITE_PROFILES, the folder's files as
 {controller path: YAML text} (the role passes them to every engine process it
 starts there), or GPUFLEET_SITE_PROFILE_DIR, a folder on the node itself. A
@@ -25,12 +29,13 @@ from typing import Any
 import yaml
 
 from gpufleet import calibration
-from gpufleet.errors import InputError
+from gpufleet.errors import InputError, did_you_mean
 
 GENERIC = "generic"
 SITE_DIR_ENV = "GPUFLEET_SITE_PROFILE_DIR"
 SITE_TEXTS_ENV = "GPUFLEET_SITE_PROFILES"
 SITE_VARIABLE = "gpufleet_profile_dir"
+UNKNOWN_KEY = f"expected a key of files/profiles/{GENERIC}.yml, which declares every threshold"
 
 
 class ProfileError(InputError):
@@ -81,6 +86,8 @@ def _parse(text: str, path: Path | str) -> dict:
             raise ProfileError(f"profile file {path}: '{field}' must be a list of name substrings")
     if not isinstance(doc.get("uncalibrated", ""), str):
         raise ProfileError(f"profile file {path}: 'uncalibrated' must say why (a string), or be left out")
+    if not isinstance(doc.get("extends", ""), str):
+        raise ProfileError(f"profile file {path}: 'extends' must name the profile this one extends, or be left out")
     doc["path"] = str(path)
     return doc
 
@@ -147,7 +154,9 @@ def _bounds_problem(entry: dict, value: Any) -> str | None:
 
 
 def load_all(profile_dir: Path | None = None, site_dir: Path | str | None = None) -> dict[str, dict]:
-    """Every profile by name, the site's first (site_profiles()), then the shipped ones of `profile_dir`."""
+    """Every profile by name, the site's first (site_profiles()), then the shipped ones of `profile_dir`. A site
+    profile of a shipped profile's name keeps that one as `shipped` (what it extends) and takes its match list and
+    `uncalibrated` where it gives none."""
     profile_dir = Path(profile_dir) if profile_dir else default_profile_dir()
     profiles = {}
     for doc in site_profiles(site_dir):
@@ -159,7 +168,21 @@ def load_all(profile_dir: Path | None = None, site_dir: Path | str | None = None
         profiles[doc["name"]] = doc
     for path in sorted(profile_dir.glob("*.yml")):
         doc = _load_file(path)
-        profiles.setdefault(doc["name"], doc)  # a site profile of the same name stands instead
+        site = profiles.get(doc["name"])
+        if site is None:
+            profiles[doc["name"]] = doc
+            continue
+        if site.get("extends", doc["name"]) != doc["name"]:
+            raise ProfileError(
+                f"profile file {site['path']}: named like the shipped profile {doc['name']}, it extends that one; "
+                f"leave out 'extends: {site['extends']}', or give the profile another name"
+            )
+        site["shipped"] = doc
+        for field in ("match", "exclude", "uncalibrated"):
+            if field not in site and field in doc:
+                site[field] = doc[field]
+    for doc in profiles.values():
+        _chain(profiles, doc["name"])  # every profile extends one that exists, never itself
     if GENERIC not in profiles:
         raise ProfileError(f"profile directory {profile_dir} has no {GENERIC}.yml (the base of every profile)")
     base = profiles[GENERIC]["thresholds"]
@@ -178,7 +201,7 @@ def load_all(profile_dir: Path | None = None, site_dir: Path | str | None = None
         for key, entry in doc["thresholds"].items():
             if key not in base:
                 raise ProfileError(
-                    f"profile file {doc['path']}: unknown threshold '{key}'; known: {', '.join(sorted(base))}"
+                    f"profile file {doc['path']}: unknown threshold '{key}';{did_you_mean(key, base) or ' ' + UNKNOWN_KEY}"
                 )
             if not _type_ok(base[key]["type"], entry["value"]):
                 raise ProfileError(
@@ -190,6 +213,31 @@ def load_all(profile_dir: Path | None = None, site_dir: Path | str | None = None
                     f"profile file {doc['path']}: threshold '{key}' = {entry['value']!r}; {why} (or null)"
                 )
     return profiles
+
+
+def _chain(profiles: dict[str, dict], name: str) -> list[dict]:
+    """The profile `name` and those it extends, nearest first, up to (not with) generic."""
+    chain, doc = [], profiles[name]
+    while doc["name"] != GENERIC or doc.get("site"):
+        if any(doc is seen for seen in chain):
+            raise ProfileError(
+                f"profile file {doc['path']}: 'extends' goes round in a circle "
+                f"({' -> '.join(d['name'] for d in chain)} -> {doc['name']}); expected it to end at a shipped profile"
+            )
+        chain.append(doc)
+        base = doc.get("shipped") or doc.get("extends") or GENERIC
+        if isinstance(base, str) and base not in profiles:
+            raise ProfileError(
+                f"profile file {doc['path']}: extends {base!r}, which is no profile;{did_you_mean(base, profiles)}"
+                f" expected one of {', '.join(sorted(profiles))}"
+            )
+        doc = base if isinstance(base, dict) else profiles[base]
+    return chain
+
+
+def _entries(doc: dict) -> dict:
+    """A profile's thresholds as the effective profile holds them, each with the profile it came from."""
+    return {k: {"value": e["value"], "source": e["source"], "from": doc} for k, e in doc["thresholds"].items()}
 
 
 def match(profiles: dict[str, dict], gpu_name: str | None) -> str | None:
@@ -228,7 +276,8 @@ def resolve(
     if profile_name:
         if profile_name not in profiles:
             raise ProfileError(
-                f"gpufleet_profile = {profile_name!r} is not a known profile; expected one of {', '.join(sorted(profiles))}"
+                f"gpufleet_profile = {profile_name!r} is not a known profile;{did_you_mean(profile_name, profiles)} "
+                f"expected one of {', '.join(sorted(profiles))}"
             )
         name = profile_name
     else:
@@ -241,15 +290,31 @@ def resolve(
                 if gpu_name
                 else "no GPU detected; using the generic profile"
             )
-    thresholds = {k: {"value": v["value"], "source": v["source"]} for k, v in profiles[GENERIC]["thresholds"].items()}
-    for key, entry in profiles[name]["thresholds"].items():
-        thresholds[key] = {"value": entry["value"], "source": entry["source"]}
-    # The model's measured healthy spread sets its relative limits per metric; an inventory override still wins.
-    thresholds, calibrated = calibration.apply(thresholds, name, profiles[name]["path"], calibration.topology_of(gpus))
+    # generic <- the shipped profiles of the chain <- their calibration <- the site's profiles, each farthest first
+    # (a site profile extends a site or a shipped one, a shipped one no site one).
+    chain = _chain(profiles, name)
+    shipped = [doc for doc in reversed(chain) if not doc.get("site")]
+    thresholds = {}
+    for doc in [profiles[GENERIC], *shipped]:
+        thresholds.update(_entries(doc))
+    # The model's measured healthy spread sets its relative limits per metric, also under a site profile that
+    # extends it; a site profile's own value, and an inventory override, still win.
+    base = shipped[-1] if shipped else profiles[GENERIC]
+    thresholds, calibrated = calibration.apply(thresholds, base["name"], base["path"], calibration.topology_of(gpus))
+    for doc in reversed(chain):
+        if doc.get("site"):
+            thresholds.update(_entries(doc))
+    for entry in thresholds.values():
+        origin = entry.pop("from")
+        if profiles[name].get("site") and origin is not profiles[name]:
+            kind = "site" if origin.get("site") else "shipped"
+            entry["source"] = (
+                f"{entry['source']} (from the {kind} profile {origin['name']}; the site's {name} leaves it unset)"
+            )
     for key, value in (overrides or {}).items():
         if key not in thresholds:
             raise ProfileError(
-                f"gpufleet_thresholds.{key} is not a known threshold; expected one of {', '.join(sorted(thresholds))}"
+                f"gpufleet_thresholds.{key} is not a known threshold;{did_you_mean(key, thresholds) or ' ' + UNKNOWN_KEY}"
             )
         kind = profiles[GENERIC]["thresholds"][key]["type"]
         if not _type_ok(kind, value):
@@ -265,6 +330,7 @@ def resolve(
         "matched": name != GENERIC or profile_name == GENERIC,
         "note": note,
         "path": profiles[name]["path"],
+        **({"extends": [doc["name"] for doc in chain[1:]] + [GENERIC]} if profiles[name].get("site") else {}),
         "thresholds": thresholds,
         **({"uncalibrated": profiles[name]["uncalibrated"]} if profiles[name].get("uncalibrated") else {}),
         "calibration": calibrated,

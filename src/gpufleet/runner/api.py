@@ -36,7 +36,8 @@ LOCATE_METHODS = ("auto", "pairs", "bisect")
 
 
 def parse_extra_vars(items: list[str] | None) -> dict:
-    """-e values as ansible-playbook takes them: JSON or YAML mappings, @file, or key=value words."""
+    """-e values as ansible-playbook takes them: JSON or YAML mappings, @file (vault-encrypted too), or key=value
+    words."""
     out: dict = {}
     for item in items or []:
         text = item.strip()
@@ -46,9 +47,11 @@ def parse_extra_vars(items: list[str] | None) -> dict:
                 text = path.read_text()
             except OSError as exc:
                 raise InputError(f"-e {item}: {path} cannot be read: {exc.strerror}") from None
+            except UnicodeDecodeError:
+                raise InputError(f"-e {item}: {path} is not text; expected a YAML or JSON file of variables") from None
         if text.startswith("{") or item.startswith("@"):
             try:
-                val = yaml.safe_load(text)
+                val = _vault_file(path, item) if item.startswith("@") and VAULT_MARK in text else yaml.safe_load(text)
             except yaml.YAMLError as exc:
                 raise InputError(f"-e {item!r} does not parse as JSON or YAML: {exc}") from None
             if not isinstance(val, dict):
@@ -61,6 +64,40 @@ def parse_extra_vars(items: list[str] | None) -> dict:
             key, value = word.split("=", 1)
             out[key] = value
     return out
+
+
+VAULT_MARK = "$ANSIBLE_VAULT;"  # a vault-encrypted file starts with it; a !vault value holds it
+
+
+def _vault_file(path: Path, item: str) -> object:
+    """A file of variables with vault content (encrypted whole, or !vault values), read as ansible-playbook reads
+    -e @FILE: by Ansible's own loader, with the vault passwords its configuration gives (ANSIBLE_VAULT_PASSWORD_FILE,
+    ANSIBLE_VAULT_IDENTITY_LIST, or ansible.cfg's vault_password_file and vault_identity_list). Decrypted in memory;
+    its values then go the way of every -e value (private.write_private_vars)."""
+    try:  # the controller extra's ansible-core; only needed here
+        from ansible import constants
+        from ansible.cli import CLI
+        from ansible.errors import AnsibleError
+        from ansible.parsing.ajson import AnsibleJSONEncoder
+        from ansible.parsing.dataloader import DataLoader
+    except ImportError:
+        raise InputError(
+            f"-e {item}: {path} holds vault-encrypted content, and ansible-core, which decrypts it, is not installed "
+            "beside this Python: install the controller extra (pip install 'gpufleet[controller]')"
+        ) from None
+    loader = DataLoader()
+    try:
+        ids = list(constants.DEFAULT_VAULT_IDENTITY_LIST)
+        loader.set_vault_secrets(CLI.setup_vault_secrets(loader, vault_ids=ids, auto_prompt=False))
+        data = loader.load_from_file(str(path))
+    except AnsibleError as exc:
+        why = (getattr(exc, "message", "") or str(exc)).splitlines()[0].rstrip(".")
+        raise InputError(
+            f"-e {item}: {path} is vault-encrypted and could not be decrypted ({why}); give its password as "
+            "ansible-playbook takes it: ANSIBLE_VAULT_PASSWORD_FILE, or vault_password_file in ansible.cfg"
+        ) from None
+    # Ansible's own types (tagged strings, vaulted values) as plain JSON values, the vaulted ones decrypted.
+    return json.loads(json.dumps(data, cls=AnsibleJSONEncoder, vault_to_text=True))
 
 
 def _reports_dir(reports_dir: str | Path | None) -> Path:

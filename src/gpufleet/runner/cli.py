@@ -33,7 +33,8 @@ def _common(p: argparse.ArgumentParser, *, inventory_required: bool = True) -> N
         "--extra-vars",
         action="append",
         metavar="VARS",
-        help="variables for the playbook as ansible-playbook takes them: key=value, JSON, or @file (repeatable)",
+        help="variables for the playbook as ansible-playbook takes them: key=value, JSON, or @file, vault-encrypted "
+        "too (its password from ANSIBLE_VAULT_PASSWORD_FILE or ansible.cfg) (repeatable)",
     )
     p.add_argument(
         "--project",

@@ -107,7 +107,8 @@ def read_inventory(project: Project, inventory: str, limit: str | None = None) -
         proc = subprocess.run(
             cmd,
             cwd=project.cwd,
-            env=tool_env({"ANSIBLE_NOCOLOR": "1"}),
+            # Verbosity (ANSIBLE_VERBOSITY, or verbosity in an ansible.cfg) prints a banner before the JSON.
+            env=tool_env({"ANSIBLE_NOCOLOR": "1", "ANSIBLE_VERBOSITY": "0"}),
             capture_output=True,
             text=True,
             timeout=INVENTORY_TIMEOUT_S,
