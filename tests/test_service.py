@@ -17,104 +17,32 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-import slurm_cluster
 from gpufleet import node_stage, slurm
-from gpufleet.collect import kernel_log
 from gpufleet.fleet import service_log
 from gpufleet.fleet.store import Store
-from gpufleet.service import commands, ladder, sweep
+from gpufleet.service import commands, ladder, policy, sweep
 from gpufleet.service.redact import REDACTED, Redactor
+from service_runs import (
+    REPO,
+    SERIAL,
+    SWEEP,
+    calls_of,
+    gpufleet,
+    job_state,
+    judged_run,
+    ladder_cmd,
+    needs_slurm,
+    readings,
+    sbatch,
+    slurm_fields,
+    stand_in,
+    steps_of,
+    sweep_args,
+)
 from slurm_cluster import SlurmCluster
 from waiting import wait_for
 
-REPO = Path(__file__).resolve().parents[1]
-READINGS = REPO / "tests" / "data" / "readings" / "recorded-h100-x1-vm.json"
-THRESHOLDS = json.dumps({"gpus_expected": 1})  # the recording is of a one-GPU VM
-SERIAL = "1752624014921"  # the recorded GPU's
 NET, TAG = 247, "gfw"
-SWEEP = "sweep"
-
-needs_slurm = pytest.mark.skipif(bool(slurm_cluster.skip_reason()), reason=str(slurm_cluster.skip_reason()))
-
-
-def readings(path: Path, *, xids: int = 0, serial: str | None = None, note: str = "") -> Path:
-    """The recording as a whole node (its host sections as `gpufleet collect` gives them on a machine without a
-    bring-up record or AER device), its GPU idle, with `xids` Xid 79 lines in its kernel log (each ending in `note`)
-    and another board's serial when given."""
-    doc = json.loads(READINGS.read_text())
-    gpu = doc["nvml"]["gpus"][0]
-    gpu["processes"] = []
-    if serial:
-        gpu["serial"] = serial
-    doc["host"]["aer"] = {"devices": [], "present": False, "reason": "no GPU or HCA on the PCI bus"}
-    doc["host"]["bringup"] = {
-        "path": "/etc/gpufleet/bringup.json",
-        "present": False,
-        "readable": False,
-        "reason": "/etc/gpufleet/bringup.json: not present",
-        "roles": {},
-    }
-    bus = gpu["pci_bus_id"][:-2]
-    doc["kernel_log"]["xid_events"] = [
-        kernel_log.parse_xid(f"NVRM: Xid (PCI:{bus}): 79, pid={i + 1}, GPU has fallen off the bus.{note}")
-        for i in range(xids)
-    ]
-    path.write_text(json.dumps(doc))
-    return path
-
-
-def gpufleet(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "gpufleet", *args], capture_output=True, text=True, env=env, timeout=timeout
-    )
-
-
-def judged_run(
-    reports: Path,
-    run_id: str,
-    nodes: dict[str, Path],
-    env: dict | None = None,
-    *,
-    playbook: str = "validate",
-    thresholds: str = THRESHOLDS,
-    counters: bool = False,
-) -> Path:
-    """A run folder as validate.yml leaves it, from the real engine over recorded readings: run.json, each node's
-    checks (and with `counters` its counter snapshots), the report (indexed into reports/gpufleet.db)."""
-    done = gpufleet(
-        "run",
-        "start",
-        str(reports),
-        run_id,
-        "--playbook",
-        playbook,
-        "--tier",
-        "acceptance",
-        *(f"--host={h}" for h in nodes),
-        env=env,
-    )
-    assert done.returncode == 0, done.stderr
-    run_dir = reports / run_id
-    for host, recorded in nodes.items():
-        common = ["--readings", str(recorded), "--host", host, "--json", "--exit-zero", "--thresholds", thresholds]
-        doc = json.loads(gpufleet("check", *common, env=env).stdout)
-        for phase in ("before", "after") if counters else ():
-            doc["results"] += json.loads(gpufleet("counters", "--phase", phase, *common, env=env).stdout)["results"]
-        (run_dir / "hosts" / f"{host}.json").write_text(json.dumps(doc))
-    gpufleet("report", str(run_dir), "--json", env=env)
-    assert (run_dir / "report.json").exists()
-    return run_dir
-
-
-def stand_in(path: Path, calls: Path, word: str) -> Path:
-    """A site command that only records how it was called."""
-    path.write_text(f'#!/bin/sh\necho "{word} $*" >> {calls}\n')
-    path.chmod(0o755)
-    return path
-
-
-def calls_of(calls: Path) -> list[str]:
-    return calls.read_text().splitlines() if calls.exists() else []
 
 
 @pytest.fixture
@@ -122,57 +50,6 @@ def cluster():
     with SlurmCluster(["sn1", "sn2", "sn3"], net=NET, tag=TAG, sweep_partition=SWEEP) as c:
         c.wait_idle()
         yield c
-
-
-def sbatch(cluster: SlurmCluster, *args: str) -> str:
-    """A user's job; its output nowhere (sbatch's default is slurm-<id>.out in this folder)."""
-    done = subprocess.run(
-        ["sbatch", "--parsable", "--output=/dev/null", *args],
-        env=cluster.env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip().split(";")[0]
-
-
-def job_state(cluster: SlurmCluster, job_id: str) -> str:
-    return slurm_fields(cluster, job_id).get("JobState", "")
-
-
-def slurm_fields(cluster: SlurmCluster, job_id: str) -> dict:
-    return slurm.fields(cluster.scontrol("show", "job", "-o", job_id))
-
-
-def sweep_args(tmp_path: Path, python: str = sys.executable, *extra: str) -> list[str]:
-    recorded = tmp_path / "readings"
-    recorded.mkdir(exist_ok=True)
-    for name in ("sn1", "sn2", "sn3"):
-        readings(recorded / f"{name}.json")
-    return [
-        "slurm",
-        "sweep",
-        "--tier",
-        "smoke",
-        "--partition",
-        "gpu",
-        "--sweep-partition",
-        SWEEP,
-        "--python",
-        python,
-        "--lock-path",
-        str(tmp_path / "node.lock"),
-        "--thresholds",
-        THRESHOLDS,
-        f"--node-arg=--readings={recorded}/{{node}}.json",
-        "--reports-dir",
-        str(tmp_path / "reports"),
-        *extra,
-    ]
-
-
-# ---------------------------------------------------------------- sweeps
 
 
 @needs_slurm
@@ -215,7 +92,8 @@ def test_a_sweep_takes_idle_nodes_only_and_each_document_reaches_the_report(clus
     [gpu_s] = [
         x.value for x in prom["gpufleet_sweep_gpu_seconds"].samples if x.labels == {"node": "sn1", "window": "all"}
     ]
-    assert gpu_s == pytest.approx(job["gpu_hours"] * 3600)
+    # GPU-seconds from the job's seconds, not from its GPU-hours rounded to four decimals (17 s, not 16.92).
+    assert gpu_s == job["gpu_seconds"] == job["elapsed_s"] * job["gpus"]
     assert all(name.endswith(("_seconds", "_sweeps", "_service", "_taken")) for name in prom), list(prom)
     assert job_state(cluster, busy) == "RUNNING"  # the user's job never noticed
 
@@ -346,24 +224,6 @@ def test_a_node_another_run_holds_is_not_measured_and_gets_no_verdict(cluster, t
 # ---------------------------------------------------------------- the ladder
 
 
-def ladder_cmd(cluster, run_dir: Path, calls: Path, *extra: str) -> subprocess.CompletedProcess:
-    reset, reboot = stand_in(calls.parent / "reset", calls, "reset"), stand_in(calls.parent / "reboot", calls, "reboot")
-    return gpufleet(
-        "ladder",
-        str(run_dir),
-        "--json",
-        f"--command=reset_gpu={reset} {{gpu_index}} {{slurm_node}}",
-        f"--command=reboot={reboot} {{slurm_node}}",
-        *extra,
-        env=cluster.env(),
-    )
-
-
-def steps_of(done: subprocess.CompletedProcess, host: str) -> list[dict]:
-    assert done.stdout, done.stderr
-    return [s for s in json.loads(done.stdout)["steps"] if s["host"] == host]
-
-
 @needs_slurm
 def test_the_ladder_climbs_from_retest_through_reset_and_reboot_to_rma_over_a_recurring_xid(cluster, tmp_path):
     reports, calls = tmp_path / "reports", tmp_path / "calls"
@@ -416,7 +276,7 @@ def test_the_ladder_climbs_from_retest_through_reset_and_reboot_to_rma_over_a_re
 
     # The node's history: each step with its time and outcome; the fault's cost.
     hist = json.loads(gpufleet("history", "sn1", "--reports-dir", str(reports), "--json").stdout)["service"]
-    taken = [s for s in ladder.with_outcomes(hist["ladder"]) if s.get("done") and s["step"] in ladder.STEPS]
+    taken = [s for s in ladder.with_outcomes(hist["ladder"]) if s.get("done") and s["step"] in policy.STEPS]
     assert [s["step"] for s in taken] == ["retest", "reset_gpu", "reboot", "rma"]
     assert [s["outcome"] for s in taken[:3]] == [f"fault again in run r{i} (gpu_health.xid)" for i in (2, 3, 4)]
     assert all(s["at"] for s in taken)
@@ -661,20 +521,26 @@ def test_sweeps_need_preemption_and_bad_input_names_the_variable():
         with pytest.raises(Exception, match="gpufleet_sweep_max_share"):
             sweep.parse_share(bad)
     with pytest.raises(Exception, match="gpufleet_ladder_act .* 'reboots'"):
-        ladder.parse_act(["retest,reboots"])
-    assert ladder.parse_act(["all"]) == set(ladder.ACTABLE)
+        policy.parse_act(["retest,reboots"])
+    assert policy.parse_act(["all"]) == set(policy.ACTABLE)
     with pytest.raises(Exception, match=r"unknown placeholder \{node\}"):
-        commands.parse(["reboot=scontrol reboot {node}"], ladder.ACTABLE)
+        commands.parse(["reboot=scontrol reboot {node}"], policy.ACTABLE)
     with pytest.raises(Exception, match="STEP one of"):
-        commands.parse(["rebot=x"], ladder.ACTABLE)
-    assert commands.words("ssh {host} nvidia-smi -r -i {gpu_index}", {"host": "n 1; rm", "gpu_index": 3}) == [
+        commands.parse(["rebot=x"], policy.ACTABLE)
+    assert commands.words("ssh {host} nvidia-smi -r -i {gpu_index}", {"host": "n1", "gpu_index": 3}) == [
         "ssh",
-        "n 1; rm",
+        "n1",
         "nvidia-smi",
         "-r",
         "-i",
         "3",
-    ]  # a word each: nothing reaches a shell
+    ]
+    # A value of another shape stops the command, named; the words ssh hands to the node's shell are quoted.
+    with pytest.raises(Exception, match=r"\{host\} would be 'n 1; rm'; expected a host name"):
+        commands.words("ssh {host} nvidia-smi", {"host": "n 1; rm"})
+    assert commands.words("ssh -i k -p22 -- {host} echo {reason}", {"host": "n1", "reason": "a; b"}) == [
+        *["ssh", "-i", "k", "-p22", "--", "n1", "echo", "'a; b'"]
+    ]
     done = gpufleet("slurm", "sweep", "--tier", "smoke", "--partition", "gpu", "--max-share", "200%")
     assert done.returncode == 2 and "gpufleet_sweep_max_share (--max-share) is '200%'" in done.stderr
     # The controller's tiers, each with a time limit, are the node stage's (which the controller cannot import).
@@ -682,19 +548,19 @@ def test_sweeps_need_preemption_and_bad_input_names_the_variable():
 
 
 def test_the_ladder_comes_from_the_profile_and_a_bad_one_is_named(tmp_path):
-    pol = ladder.policy("h100-sxm")
-    assert ladder.steps_for(pol, {"class": "hardware", "check": "gpu_health.xid"}) == [
+    pol = policy.policy("h100-sxm")
+    assert policy.steps_for(pol, {"class": "hardware", "check": "gpu_health.xid"}) == [
         "retest",
         "reset_gpu",
         "reboot",
         "rma",
     ]
-    assert ladder.steps_for(pol, {"class": "hardware", "check": "gpu_health.row_remapping"}) == [
+    assert policy.steps_for(pol, {"class": "hardware", "check": "gpu_health.row_remapping"}) == [
         "retest",
         "reset_gpu",
         "rma",
     ]
-    assert ladder.steps_for(pol, {"class": "configuration", "check": "gpu_inventory.mig_mode"}) == []
+    assert policy.steps_for(pol, {"class": "configuration", "check": "gpu_inventory.mig_mode"}) == []
     profiles = tmp_path / "profiles"
     profiles.mkdir()
     generic = (REPO / "files" / "profiles" / "generic.yml").read_text()
@@ -704,14 +570,14 @@ def test_the_ladder_comes_from_the_profile_and_a_bad_one_is_named(tmp_path):
     (profiles / "site.yml").write_text(
         "name: site\nmatch: []\nthresholds: {}\nremediation:\n  checks:\n    gpu_health.xid: [retest, rmaa]\n"
     )
-    assert ladder.steps_for(ladder.policy(None, profiles), {"class": "hardware", "check": "x"}) == [
+    assert policy.steps_for(policy.policy(None, profiles), {"class": "hardware", "check": "x"}) == [
         "retest",
         "reboot",
         "reboot",
         "rma",
     ]
     with pytest.raises(Exception, match=r"site.yml: remediation.checks.gpu_health.xid = \['retest', 'rmaa'\]"):
-        ladder.policy("site", profiles)
+        policy.policy("site", profiles)
 
 
 def test_a_ladder_left_open_closes_once_a_later_run_accepted_the_node():
@@ -781,15 +647,50 @@ def test_costs_from_the_events_first_sign_to_drain_and_back_in_service():
     assert fleet["fault_to_drain_s_median"] == 5400 and fleet["return_s_median"] == 86400 and fleet["sweeps"] == 1
 
 
-def test_redaction_keeps_figures_and_json_whole():
-    r = Redactor(["vault-pw-1"], environ={"MY_TOKEN": "tok-12345", "PWD": "/work"})
-    text = r.text("token=abc Authorization: Bearer zzz https://u:p4ss@h/x tokens_per_s=5 vault-pw-1 tok-12345 /work")
-    assert text == (
-        "token=[REDACTED] Authorization: [REDACTED] [REDACTED] https://u:[REDACTED]@h/x tokens_per_s=5 "
-        "[REDACTED] [REDACTED] /work"
-    )
-    assert r.json({"password": 7, "train_tokens_per_s": 5, "note": "HF_TOKEN=hf_abcdefghijklmnopqrstu"}) == {
+# Each form of a secret the issue found slipping through, and its relatives: (text, the key it is counted under,
+# the secret). Every secret is unique, so a grep finds any that slipped.
+SECRET_FORMS = [
+    ("python train.py --hf-token hfsec-a1 --lr 3", "--hf-token", "hfsec-a1"),
+    ("mysql --password pw-a2 -u root", "--password", "pw-a2"),
+    ("mysql --password=pw-a3", "--password", "pw-a3"),
+    ("DB_PASS=dbpass-a4 other=1", "DB_PASS", "dbpass-a4"),
+    ("$conf = { 'token' => 'perl-a5', 'x' => 1 };", "token", "perl-a5"),
+    ("ansible_ssh_pass: sshpass-a6", "ansible_ssh_pass", "sshpass-a6"),
+    ("ansible_become_pass=become-a7", "ansible_become_pass", "become-a7"),
+    ("ansible_become_password: 'become-a8'", "ansible_become_password", "become-a8"),
+    ("vault_pass: vault-a9", "vault_pass", "vault-a9"),
+    ("the vault said vaultenv-b1 here", "$VAULT_PASS", "vaultenv-b1"),
+    ('{"api_token": ["list-b2", "list-b3"], "n": 3}', "api_token", "list-b2"),
+    ('{"auth": {"token": "nested-b4", "api_key": 12345, "ok": true}}', "api_key", "12345"),
+    ('export HF_TOKEN="hfexp-b5"', "HF_TOKEN", "hfexp-b5"),
+    ("apiKey = 'camel-b6'", "apiKey", "camel-b6"),
+    ("client_secret:plain-b7", "client_secret", "plain-b7"),
+    ("Authorization: Bearer bearer-b8", "Authorization header", "bearer-b8"),
+    ("clone https://u:urlpw-b9@h/x", "URL credentials", "urlpw-b9"),
+    ("given on the command line: given-c1", "--redact", "given-c1"),
+]
+
+
+def test_redaction_removes_every_form_of_secret_by_key_keeps_json_and_figures():
+    r = Redactor(["given-c1"], environ={"VAULT_PASS": "vaultenv-b1", "PWD": "/work", "HOME": "/root"})
+    for text, key, secret in SECRET_FORMS:
+        before = r.removed[key]
+        out = r.text(text)
+        assert secret not in out and REDACTED in out and r.removed[key] > before, (text, out, dict(r.removed))
+        if text.startswith("{"):
+            json.loads(out)  # still JSON
+    assert "list-b3" not in r.text(SECRET_FORMS[10][0])
+    # What is no secret stays: figures, words after a word, the working folder, a rate per token.
+    kept = 'tokens_per_s=5 flops_per_token=6 token expired; pass 3 of 5 /work {"password_file": "/etc/p"}'
+    assert r.text(kept) == kept
+    # A JSON document: the members whose key says secret, whatever they hold, at any depth; still JSON.
+    doc = {"api_token": ["x1"], "b": {"secrets": {"a": "x2", "n": 5}}, "flops_per_token": 7, "password": 7, "ok": False}
+    assert r.json(doc) == {
+        "api_token": [REDACTED],
+        "b": {"secrets": {"a": REDACTED, "n": REDACTED}},
+        "flops_per_token": 7,
         "password": REDACTED,
-        "train_tokens_per_s": 5,
-        "note": f"HF_TOKEN={REDACTED}",
+        "ok": False,
     }
+    assert r.json({"note": '{"api_token": ["x3"]}'}) == {"note": '{"api_token": ["[REDACTED]"]}'}
+    assert set(r.removed) >= {key for _, key, _ in SECRET_FORMS} and "x1" not in json.dumps(dict(r.removed))

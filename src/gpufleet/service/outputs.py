@@ -24,12 +24,14 @@ import json
 from pathlib import Path
 from typing import NamedTuple
 
-from gpufleet import paths
+from gpufleet import paths, slurm
+from gpufleet.errors import InputError
 from gpufleet.fleet import figure_text, service_log
+from gpufleet.fleet import slurm as fleet_slurm
 from gpufleet.fleet import store as fleet_store
 from gpufleet.fleet.export import exposition
 from gpufleet.fleet.run_files import put_md_section, read_json
-from gpufleet.service import ladder, sweep
+from gpufleet.service import ladder, policy, sweep
 
 HEADING = "## Fleet in service"
 PROM_FILE = "gpufleet-service.prom"
@@ -50,7 +52,7 @@ def gather(run_dir: Path, store) -> dict:
     costs = service_log.costs(store)
     rungs = {
         h: len(
-            [s for s in ladder.open_steps(store.events(h, "ladder")) if s.get("done") and s.get("step") in ladder.STEPS]
+            [s for s in ladder.open_steps(store.events(h, "ladder")) if s.get("done") and s.get("step") in policy.STEPS]
         )
         for h in costs["nodes"]
     }
@@ -91,7 +93,7 @@ def ladder_lines(lad: dict) -> list[str]:
     if (lad.get("breaker") or {}).get("tripped"):
         lines.append(f"Breaker tripped: {lad['breaker']['why']}.")
     for s in lad.get("steps") or []:
-        if s["step"] in lad.get("act", []) and s["step"] in ladder.ACTABLE:
+        if s["step"] in lad.get("act", []) and s["step"] in policy.ACTABLE:
             did = (
                 "done" if s.get("done") else "NOT done: " + (s.get("not_done") or s.get("note") or "its command failed")
             )
@@ -174,10 +176,7 @@ def prometheus_text(data: dict) -> str:
     ]
     for host, n in data["costs"]["nodes"].items():
         sweeps.series[(host,)] = float(n["sweeps"])
-        gpu_s.series[(host, "all")], gpu_s.series[(host, "7d")] = (
-            n["sweep_gpu_hours"] * 3600,
-            n["sweep_gpu_hours_7d"] * 3600,
-        )
+        gpu_s.series[(host, "all")], gpu_s.series[(host, "7d")] = n["sweep_gpu_seconds"], n["sweep_gpu_seconds_7d"]
         out.series[(host,)] = float(n["out_of_service"])
         steps.series[(host,)] = float(data["steps_taken"].get(host, 0))
         last = n["faults"][-1] if n["faults"] else {}
@@ -187,7 +186,7 @@ def prometheus_text(data: dict) -> str:
         if closed:
             back.series[(host,)] = closed[-1]["return_s"]
     f = data["costs"]["fleet"]
-    fleet[0].series[("all",)], fleet[0].series[("7d",)] = f["sweep_gpu_hours"] * 3600, f["sweep_gpu_hours_7d"] * 3600
+    fleet[0].series[("all",)], fleet[0].series[("7d",)] = f["sweep_gpu_seconds"], f["sweep_gpu_seconds_7d"]
     for g, value in zip(fleet[1:], (f["fault_to_drain_s_median"], f["return_s_median"], len(f["out_of_service"]))):
         if value is not None:
             g.series[()] = float(value)
@@ -196,10 +195,17 @@ def prometheus_text(data: dict) -> str:
 
 def write(run_dir: Path, db: Path | None = None) -> dict:
     """Every output into the run folder: report.md's section and report.json's "service" (when reported), and the
-    Prometheus file. The gathered data."""
+    Prometheus file, after Slurm's own state is read (a node back in service ends its episode, fleet/slurm.py
+    seen_back). The gathered data."""
     run_dir = Path(run_dir)
     with fleet_store.Store(Path(db) if db else fleet_store.default_path(run_dir.resolve().parent)) as store:
         store.index_events(run_dir)
+        try:
+            shown = slurm.show_nodes()  # Slurm's own state: a node resumed by hand is back, whoever resumed it
+        except InputError:
+            shown = None  # no Slurm here: the episodes stand as the records left them
+        if shown is not None and fleet_slurm.seen_back(run_dir, shown, service_log.costs(store)):
+            store.index_events(run_dir)
         data = gather(run_dir, store)
     report_json = read_json(run_dir / "report.json")
     if isinstance(report_json, dict):
