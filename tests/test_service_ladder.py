@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpufleet import slurm
+from gpufleet import schema, slurm
+from gpufleet.collect import nvml
 from gpufleet.fleet import service_log
-from gpufleet.fleet.store import Store
-from gpufleet.service import commands, policy
+from gpufleet.service import commands
 from gpufleet.service.ladder import with_outcomes
 from service_runs import (
     SERIAL,
@@ -33,6 +33,7 @@ from service_runs import (
     calls_of,
     gpufleet,
     job_state,
+    judged_run,
     needs_slurm,
     readings,
     sbatch,
@@ -235,3 +236,106 @@ def _sweep_jobs(cluster) -> list[str]:
         ["squeue", "-h", "--name", "gpufleet-sweep", "-o", "%i"], env=cluster.env(), capture_output=True, text=True
     )
     return out.stdout.split()
+
+
+@needs_slurm
+def test_a_hand_resume_ends_the_episode_and_two_nodes_faults_stay_apart(cluster, tmp_path):
+    reports = tmp_path / "reports"
+    args = sweep_args(tmp_path, sys.executable, "--benchmarks", "--max-share", "100%", "--submit")
+    args += ["--action", "drain_resume"]
+    recorded = tmp_path / "readings"
+    readings(recorded / "sn3.json", no_driver=True)
+
+    # sn3 has no driver: one cause of one class, which the console, the drain and the ladder name.
+    done = sweep(cluster, args, "h1")
+    assert done.returncode == 1 and "sn3 not accepted: no NVIDIA driver: libnvidia-ml.so not found (18 checks: " in (
+        done.stdout
+    ), done.stdout[-3000:]
+    doc = json.loads((reports / "h1" / "hosts" / "sn3.json").read_text())
+    driver = [r for r in doc["results"] if r.get("reason") == nvml.NO_DRIVER]
+    assert len(driver) == 18 and {r["class"] for r in driver} == {"software"}  # gpu_health.processes too
+    [step] = ladder_steps(reports / "h1", "sn3")
+    assert step["step"] == "retest" and step["fault"]["class"] == "software", step
+    assert step["fault"]["check"].startswith("no NVIDIA driver") and "processes" not in step["why"], step
+    assert cluster.node("sn3")["Reason"].startswith("gpufleet: h1 software: no NVIDIA driver")
+
+    # Someone resumes it by hand once the driver is back; the next sweep sees it in service and ends its episode.
+    resumed = service_log.epoch(schema.utc_now())
+    cluster.scontrol("update", "nodename=sn3", "state=resume")
+    readings(recorded / "sn3.json")
+    sweep(cluster, args, "h2")
+    seen = [a for a in json.loads((reports / "h2" / "slurm.json").read_text())["actions"] if a["action"] == "seen"]
+    assert [d["slurm_node"] for a in seen for d in a["decisions"]] == ["sn3"]
+    prom = prometheus(reports / "h2")
+    assert prom[("gpufleet_out_of_service", (("node", "sn3"),))] == 0
+    assert prom[("gpufleet_fleet_nodes_out_of_service", ())] == 0
+    costs = history_costs(reports, "sn3")
+    [episode] = costs["faults"]
+    assert episode["first_sign_run"] == "h1" and episode["resumed_by"].startswith("someone else")
+    assert resumed <= service_log.epoch(episode["resumed_at"]) and episode["return_s"] is not None
+    assert prom[("gpufleet_return_to_service_seconds", (("node", "sn3"),))] == episode["return_s"]
+
+    # Another node's fault is an episode of its own: drained, re-tested on the drained node, resumed by gpufleet.
+    readings(recorded / "sn1.json", xids=1)
+    sweep(cluster, args, "h3", "--act", "retest")
+    assert cluster.node("sn1")["Reason"].startswith("gpufleet: h3 hardware: gpu_health.xid")
+    readings(recorded / "sn1.json")
+    sweep(cluster, args, "h4", "--act", "retest")
+    assert json.loads((reports / "h4" / "sweep.json").read_text())["plan"]["retest"].keys() == {"sn1"}
+    wait_for(lambda: cluster.node_state("sn1") == "IDLE", 120, "sn1 resumed once the re-test passed")
+    sn1, sn3 = history_costs(reports, "sn1"), history_costs(reports, "sn3")
+    [fault] = sn1["faults"]
+    assert fault["first_sign_run"] == "h3" and fault["resumed_by"] == "gpufleet"
+    assert fault["fault_to_drain_s"] is not None and fault["return_s"] is not None
+    assert sn3["faults"] == [episode]  # sn3's episode is as it was: nothing of sn1's in it
+    fleet = json.loads(gpufleet("history", "sn1", "--reports-dir", str(reports), "--json").stdout)
+    assert fleet["service"]["costs"]["out_of_service"] is False
+    prom = prometheus(reports / "h4")
+    assert prom[("gpufleet_fleet_nodes_out_of_service", ())] == 0
+    assert prom[("gpufleet_fleet_median_return_to_service_seconds", ())] == pytest.approx(
+        (fault["return_s"] + episode["return_s"]) / 2, abs=0.1
+    )
+
+
+def history_costs(reports: Path, host: str) -> dict:
+    return json.loads(gpufleet("history", host, "--reports-dir", str(reports), "--json").stdout)["service"]["costs"]
+
+
+@needs_slurm
+def test_a_value_from_a_document_cannot_run_anything_in_a_node_shell(cluster, tmp_path):
+    """Over a real ssh to a test host: a command the operator wrote runs there (the control), a value of the wrong
+    shape from a document stops the command, and a value of its shape with shell words in it stays one word."""
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        f"Host sn1\n  HostName {cluster.address('sn1')}\n  User root\n  IdentityFile {cluster.key}\n  IdentitiesOnly yes\n"
+        "  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n  ConnectTimeout 20\n"
+    )
+    host_tmp = cluster.root("sn1") / "tmp"
+    done = commands.run(commands.words(f"ssh -F {config} {{host}} touch /tmp/control", {"host": "sn1"}))
+    assert done["rc"] == 0 and (host_tmp / "control").exists(), done  # the path works: a word the operator wrote runs
+
+    # A reason (of its shape, so it passes) with shell words in it: one word on the node, echoed, nothing run.
+    argv = commands.words(f"ssh -F {config} {{host}} echo {{reason}}", {"host": "sn1", "reason": "x; touch /tmp/x"})
+    done = commands.run(argv)
+    assert done["rc"] == 0 and done["output"].strip() == "x; touch /tmp/x" and not (host_tmp / "x").exists(), done
+
+    # A GPU index from a host document, as the ladder takes it for the site's reset: refused, named, nothing run.
+    reports = tmp_path / "reports"
+    bad, good = readings(tmp_path / "xid.json", xids=1), readings(tmp_path / "ok.json")
+    reset = f"--command=reset_gpu=ssh -F {config} {{host}} touch /tmp/reset-{{gpu_index}}"
+    for run_id in ("r1", "r2"):
+        run_dir = judged_run(reports, run_id, {"sn1": bad, "sn2": good}, cluster.env())
+        host_doc = run_dir / "hosts" / "sn1.json"
+        doc = json.loads(host_doc.read_text())
+        for r in doc["results"]:
+            for gpu in (r.get("detail") or {}).get("flagged_gpus") or []:
+                gpu["index"] = "0; touch /tmp/x"
+        host_doc.write_text(json.dumps(doc))
+        assert gpufleet("report", str(run_dir), env=cluster.env()).returncode == 1
+        assert gpufleet("slurm", str(run_dir), "--action", "drain", env=cluster.env()).returncode == 0
+        done = gpufleet("ladder", str(run_dir), "--json", "--act", "all", reset, env=cluster.env())
+    [step] = [s for s in json.loads(done.stdout)["steps"] if s["host"] == "sn1"]
+    assert step["step"] == "reset_gpu" and not step["done"] and step["failed"] and done.returncode == 1, step
+    assert "{gpu_index} would be '0; touch /tmp/x'; expected a GPU index" in step["not_done"], step
+    assert "run r2's document" in step["not_done"] and not (host_tmp / "x").exists()
+    assert sorted(p.name for p in host_tmp.iterdir()) == ["control"]  # no reset-* either: nothing ran
