@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpufleet import node_stage, slurm
+from gpufleet import node_stage, schema, slurm
+from gpufleet.fleet import slurm as fleet_slurm
 from gpufleet.fleet import service_log
 from gpufleet.fleet.store import Store
 from gpufleet.service import commands, ladder, policy, sweep
@@ -455,6 +456,10 @@ def test_sweeps_need_preemption_and_bad_input_names_the_variable():
     ]
     done = gpufleet("slurm", "sweep", "--tier", "smoke", "--partition", "gpu", "--max-share", "200%")
     assert done.returncode == 2 and "gpufleet_sweep_max_share (--max-share) is '200%'" in done.stderr
+    # Each error names its command (the option --command once hid it: `gpufleet None:`).
+    assert gpufleet("slurm", "sweep", "--tier", "smoke").stderr.startswith("gpufleet slurm sweep: --partition")
+    done = gpufleet("ladder", "--command", "reboot=scontrol reboot {slurm_node}")
+    assert done.returncode == 2 and done.stderr == "gpufleet ladder: give RUN_DIR (a reported run) or --clear NODE\n"
     # The controller's tiers, each with a time limit, are the node stage's (which the controller cannot import).
     assert list(sweep.TIERS) == list(sweep.TIME_LIMIT_MIN) == list(node_stage.TIERS)
 
@@ -490,6 +495,39 @@ def test_the_ladder_comes_from_the_profile_and_a_bad_one_is_named(tmp_path):
     ]
     with pytest.raises(Exception, match=r"site.yml: remediation.checks.gpu_health.xid = \['retest', 'rmaa'\]"):
         policy.policy("site", profiles)
+
+
+def test_an_unconfirmed_failure_gets_a_re_test_never_a_reset_and_is_not_drained(tmp_path):
+    """A figure measured once (trust clean) that failed as hardware: the ladder proposes a re-test at every rung and
+    the Slurm action leaves the node in service; a finding read from the node (no trust) climbs and drains."""
+    figure = schema.result(
+        "matmul",
+        schema.FAIL,
+        "bf16 matmul 12% below its siblings",
+        group="benchmark",
+        remedy="measure it again",
+        trust=schema.CLEAN,
+        failure_class="hardware",
+        detail={"flagged_gpus": [{"index": 0, "uuid": None, "serial": SERIAL}]},
+    )
+    xid = dict(figure, check="xid", group="gpu_health", trust=None, reason="Xid 79 on GPU 0")
+    reports = tmp_path / "reports"
+    for run_id in ("r1", "r2"):
+        assert gpufleet("run", "start", str(reports), run_id, "--host", "n1", "--host", "n2").returncode == 0
+        nodes = {"n1": {"verdict": "fail", "results": [figure]}, "n2": {"verdict": "fail", "results": [xid]}}
+        (reports / run_id / "report.json").write_text(json.dumps({"run_id": run_id, "nodes": nodes}))
+        done = gpufleet("ladder", str(reports / run_id), "--act", "retest", "--json")
+        steps = {s["host"]: s for s in json.loads(done.stdout)["steps"]}
+    assert steps["n1"]["step"] == "retest" and "not confirmed" in steps["n1"]["why"], steps["n1"]
+    assert "a re-test, not reset_gpu" in steps["n1"]["why"] and not steps["n1"]["fault"]["confirmed"]
+    assert steps["n2"]["step"] == "reset_gpu" and steps["n2"]["fault"]["confirmed"]  # a finding stands
+    shown = slurm.parse_nodes("NodeName=n1 State=IDLE Partitions=gpu\nNodeName=n2 State=IDLE Partitions=gpu")
+    decided = {
+        d["host"]: d
+        for d in fleet_slurm.plan({"run_id": "r2", "nodes": nodes}, shown, "drain", (100, True))["decisions"]
+    }
+    assert decided["n1"]["do"] == "nothing" and "figures not confirmed" in decided["n1"]["why"]
+    assert decided["n2"]["do"] == "drain"
 
 
 def test_a_ladder_left_open_closes_once_a_later_run_accepted_the_node():

@@ -196,6 +196,7 @@ def test_the_ladder_climbs_through_sweeps_alone_and_no_user_job_lands_on_the_nod
         steps = ladder_steps(reports / "s6")
         assert [s["step"] for s in steps] == ["restart", "reaccept"] and steps[1]["done"], done.stdout[-3000:]
         assert f"GPU 0 serial {SERIAL} -> {NEW_SERIAL}" in steps[0]["why"]
+        assert steps[1]["reason"] == f"gpufleet: REACCEPT s6: GPU 0 serial {SERIAL} to {NEW_SERIAL}"  # not `-_`
         assert calls_of(calls)[-1] == "accept sn1"
         wait_for(lambda: "RUNNING" in watch.states(), 180, "the user's job on sn1, back in service")
     finally:

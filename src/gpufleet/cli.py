@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         guard.start_from_env()  # stop what this command starts should the run that asked for it be gone
         return args.func(args)
     except InputError as exc:
-        print(f"gpufleet {args.command}: {exc}", file=sys.stderr)
+        print(f"gpufleet {'slurm sweep' if args.command == SLURM_SWEEP else args.command}: {exc}", file=sys.stderr)
         return 2
 
 

@@ -138,7 +138,7 @@ def cmd_ladder(args) -> int:
         )
         outputs.write(Path(args.run_dir), args.db)
     else:
-        raise InputError("gpufleet ladder: give RUN_DIR (a reported run) or --clear NODE")
+        raise InputError("give RUN_DIR (a reported run) or --clear NODE")
     _print(record, args.json, "\n".join(outputs.ladder_lines(record)))
     return 0 if record.get("ok", True) else 1
 
