@@ -8,6 +8,7 @@ acceptance, and the evidence bundle with secrets passed in and grepped for.
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import tarfile
@@ -20,7 +21,7 @@ from gpufleet import node_stage, schema, slurm
 from gpufleet.fleet import slurm as fleet_slurm
 from gpufleet.fleet import service_log
 from gpufleet.fleet.store import Store
-from gpufleet.service import commands, ladder, policy, sweep
+from gpufleet.service import commands, ladder, policy, retest, sweep
 from service_runs import (
     REPO,
     SERIAL,
@@ -528,6 +529,32 @@ def test_an_unconfirmed_failure_gets_a_re_test_never_a_reset_and_is_not_drained(
     }
     assert decided["n1"]["do"] == "nothing" and "figures not confirmed" in decided["n1"]["why"]
     assert decided["n2"]["do"] == "drain"
+
+
+def test_a_re_test_is_left_to_the_sweep_that_runs_it_and_taken_again_once_that_sweep_is_gone(tmp_path):
+    """Two sweeps at once: the second neither re-tests a node the first is measuring (it would climb the ladder
+    twice) nor closes its reservation; once the first is gone without a judgement, the node is measured again."""
+    stand_in_sweep = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "gpufleet-sweep"])
+    at = "2026-11-27T10:00:00Z"
+    record = {"run_id": "s1", "jobs": [{"node": "sn1", "retest": {"opened": "2026-11-27T10:05:00Z"}}]}
+    retest_record = record["jobs"][0]["retest"]
+    (tmp_path / "s1").mkdir()
+    try:
+        for host, pid, running in (
+            (socket.gethostname(), stand_in_sweep.pid, True),
+            ("another-controller", stand_in_sweep.pid, True),  # cannot tell: left to it, the node stays reserved
+        ):
+            retest_record.update(sweep_host=host, sweep_pid=pid)
+            (tmp_path / "s1" / "sweep.json").write_text(json.dumps(record))
+            assert retest._in_progress(tmp_path, "sweep.json", "sn1", at) is running
+        retest_record.update(sweep_host=socket.gethostname())
+        (tmp_path / "s1" / "sweep.json").write_text(json.dumps(record))
+        assert not retest._in_progress(tmp_path, "sweep.json", "sn1", "2026-11-27T10:06:00Z")  # opened before
+        assert not retest._in_progress(tmp_path, "sweep.json", "sn2", at)
+    finally:
+        stand_in_sweep.kill()
+        stand_in_sweep.wait()
+    assert not retest._in_progress(tmp_path, "sweep.json", "sn1", at)  # its sweep gone: measured again
 
 
 def test_a_ladder_left_open_closes_once_a_later_run_accepted_the_node():

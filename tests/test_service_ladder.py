@@ -275,6 +275,7 @@ def test_a_hand_resume_ends_the_episode_and_two_nodes_faults_stay_apart(cluster,
     assert episode["first_sign_run"] == "h1" and episode["resumed_by"].startswith("someone else")
     assert resumed <= service_log.epoch(episode["resumed_at"]) and episode["return_s"] is not None
     assert prom[("gpufleet_return_to_service_seconds", (("node", "sn3"),))] == episode["return_s"]
+    assert "| sn3 |" in (md := (reports / "h2" / "report.md").read_text()) and "(resumed by hand, seen)" in md
 
     # Another node's fault is an episode of its own: drained, re-tested on the drained node, resumed by gpufleet.
     readings(recorded / "sn1.json", xids=1)

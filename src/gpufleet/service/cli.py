@@ -38,7 +38,9 @@ def plan_text(record: dict) -> str:
     for node, (options, _) in (record.get("requests") or {}).items():
         lines.append(f"  would submit on {node}: sbatch {' '.join(options)}")
     lines += [
-        f"  take {j['node']}: job {j.get('job_id') or 'not submitted: ' + str(j.get('error'))}" for j in record["jobs"]
+        f"  {'re-test' if j.get('retest') else 'take'} {j['node']}: job "
+        f"{j.get('job_id') or 'not submitted: ' + str(j.get('error'))}"
+        for j in record["jobs"]
     ]
     lines += [
         f"  re-test {n} in reservation {retest.name(n)}: drained by gpufleet, {why}" for n, why in p["retest"].items()

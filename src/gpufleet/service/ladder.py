@@ -56,19 +56,17 @@ def open_steps(events: list[dict]) -> list[dict]:
     return out
 
 
-def awaiting_measurement(events: list[dict], runs: list[dict]) -> str | None:
-    """Why the node waits to be measured again, or None: the latest record of its ladder that was taken is a step
-    whose outcome only a run can tell (MEASURED_AFTER) or a person's clear, and no run of the node (`runs`:
-    store.node_runs) started since."""
+def awaiting_measurement(events: list[dict], runs: list[dict]) -> dict | None:
+    """The ladder record the node waits on a measurement for, or None: the latest record of its ladder that was
+    taken is a step whose outcome only a run can tell (MEASURED_AFTER) or a person's clear, and no run of the node
+    (`runs`: store.node_runs) started since."""
     taken = [e["detail"] for e in events if e["detail"].get("done") and e["detail"].get("step") != "none"]
     last = taken[-1] if taken else {}
     if not (last.get("step") in MEASURED_AFTER or (last.get("step") == "clear" and last.get("by"))):
         return None
-    at = last.get("at") or ""
-    if any((r.get("started") or "") >= at for r in runs):
+    if any((r.get("started") or "") >= (last.get("at") or "") for r in runs):
         return None
-    by = f" by {last['by']}" if last.get("by") else ""
-    return f"{last['step']}{by} in run {last['run_id']} ({at}), not measured since"
+    return last
 
 
 def with_outcomes(steps: list[dict]) -> list[dict]:

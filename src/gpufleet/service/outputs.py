@@ -80,8 +80,9 @@ def sweep_lines(sw: dict) -> list[str]:
     lines += [f"- deferred {n}: {why}" for n, why in (planned.get("deferred") or {}).items()]
     for j in sw.get("jobs") or []:
         verdict = "judged" if j.get("judged") else j.get("note") or "not judged"
+        where = f" (re-test of the drained node in {j['retest']['reservation']})" if j.get("retest") else ""
         lines.append(
-            f"- job {j.get('job_id', '-')} on {j['node']}: {j.get('state', 'submitted')}, "
+            f"- job {j.get('job_id', '-')} on {j['node']}{where}: {j.get('state', 'submitted')}, "
             f"{_hours(j.get('elapsed_s'))}, {j.get('gpu_hours', 0)} GPU-h; {verdict}"
         )
     return lines
@@ -121,6 +122,7 @@ def cost_lines(costs: dict, steps_taken: dict) -> list[str]:
             last = n["faults"][-1] if n["faults"] else {}
             back = (
                 _hours(last.get("return_s"))
+                + (" (resumed by hand, seen)" if last.get("resumed_by", "gpufleet") != "gpufleet" else "")
                 if last.get("resumed_at")
                 else ("still out" if n["out_of_service"] else "-")
             )

@@ -23,11 +23,13 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import socket
 import time
 from pathlib import Path
 
 from gpufleet import paths, schema, slurm
 from gpufleet.errors import InputError
+from gpufleet.fleet import service_log
 from gpufleet.fleet.run_files import read_json
 from gpufleet.service import ladder
 
@@ -40,9 +42,10 @@ def name(node: str) -> str:
     return f"{PREFIX}{node}"
 
 
-def candidates(shown: dict, nodes: list[str], hosts: dict, store) -> dict[str, str]:
+def candidates(shown: dict, nodes: list[str], hosts: dict, store, reports_dir: Path, sweep_file: str) -> dict:
     """{Slurm node: why} of the nodes among `nodes` that gpufleet drained (idle, DRAIN alone, its own reason, not
-    handed over for RMA) and whose ladder waits for a measurement."""
+    handed over for RMA) and whose ladder waits for a measurement no sweep is making (one that still runs, between
+    its job and its judgement, takes the next step itself)."""
     out = {}
     for node in nodes:
         now = shown[node]
@@ -51,10 +54,27 @@ def candidates(shown: dict, nodes: list[str], hosts: dict, store) -> dict[str, s
         if slurm.is_rma(now["reason"]):
             continue  # with the vendor: nothing to measure until a person clears it
         host = hosts.get(node, node)
-        why = ladder.awaiting_measurement(store.events(host, "ladder"), store.node_runs(host))
-        if why:
-            out[node] = why
+        step = ladder.awaiting_measurement(store.events(host, "ladder"), store.node_runs(host))
+        if step and not _in_progress(Path(reports_dir), sweep_file, node, step.get("at") or ""):
+            by = f" by {step['by']}" if step.get("by") else ""
+            out[node] = f"{step['step']}{by} in run {step['run_id']} ({step.get('at')}), not measured since"
     return out
+
+
+def _in_progress(reports_dir: Path, sweep_file: str, node: str, at: str) -> bool:
+    """Whether a sweep that still runs opened a re-test of `node` since `at` (a sweep that stopped measured nothing
+    anyone will judge)."""
+    since = (service_log.epoch(at) or 0) - 1
+    for path in reports_dir.glob(f"*/{sweep_file}"):
+        if path.stat().st_mtime < since:
+            continue
+        record = read_json(path)
+        for job in record.get("jobs") or [] if isinstance(record, dict) else []:
+            retest = job.get("retest") if isinstance(job, dict) else None
+            if job.get("node") == node and isinstance(retest, dict) and (retest.get("opened") or "") >= at:
+                if _sweep_alive(retest):
+                    return True
+    return False
 
 
 def _until(node: str, test) -> bool:
@@ -72,13 +92,14 @@ def open_for_job(node: str, reason_before: str) -> dict:
     """Steps 1 and 2: {"reservation", "user", "reason_before", "opened"}. InputError when Slurm does not show the
     node reserved in time: the reservation is deleted again and the node stays drained."""
     resv, user = name(node), pwd.getpwuid(os.getuid()).pw_name
+    sweep = {"sweep_host": socket.gethostname(), "sweep_pid": os.getpid()}  # who closes it (leftovers)
     slurm.reserve(resv, node, user)
     if not _until(node, lambda n: "RESERVED" in n["flags"]):
         slurm.unreserve(resv)
         raise InputError(f"Slurm did not show {node} reserved ({resv}) within {WAIT_S} s: left drained, not re-tested")
     slurm.resume(node)
     _until(node, lambda n: "NOT_RESPONDING" not in n["flags"])  # else the job waits for it
-    return {"reservation": resv, "user": user, "reason_before": reason_before, "opened": schema.utc_now()}
+    return {"reservation": resv, "user": user, "reason_before": reason_before, "opened": schema.utc_now(), **sweep}
 
 
 def close(node: str, retest: dict) -> None:
@@ -100,6 +121,8 @@ def leftovers(reports_dir: Path, queued: list[dict], sweep_file: str) -> list[di
     for resv in sorted(r for r in slurm.reservations() if r.startswith(PREFIX) and r not in in_use):
         node = resv[len(PREFIX) :]
         path, record, retest = _recorded(Path(reports_dir), resv, sweep_file)
+        if retest is not None and _sweep_alive(retest):
+            continue  # its sweep is still there, between its job's end and closing it
         reason = (retest or {}).get("reason_before") or slurm.reason(
             f"REACCEPT re-test left unfinished ({resv}): accept it to resume"
         )
@@ -110,6 +133,18 @@ def leftovers(reports_dir: Path, queued: list[dict], sweep_file: str) -> list[di
             paths.write_atomic(path, json.dumps(record, indent=1, sort_keys=True, default=str) + "\n")
         done.append({"reservation": resv, "node": node, "drained": reason, "run_id": (record or {}).get("run_id")})
     return done
+
+
+def _sweep_alive(retest: dict) -> bool:
+    """Whether the sweep that opened a re-test still runs: on this host, its process; on another, assumed so (the
+    node stays reserved, never open, until that sweep or a person closes it)."""
+    if retest.get("sweep_host") != socket.gethostname():
+        return True
+    try:
+        cmdline = Path(f"/proc/{int(retest.get('sweep_pid') or 0)}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return False
+    return b"gpufleet" in cmdline
 
 
 def _recorded(reports_dir: Path, resv: str, sweep_file: str) -> tuple[Path | None, dict | None, dict | None]:

@@ -265,7 +265,7 @@ def submit(reports_dir: Path, opts: dict) -> dict:
             with fleet_store.Store(store_path) as store:
                 last = {h: (store.node_runs(h) or [{}])[-1].get("started") for h in (hosts.get(n, n) for n in shown)}
                 member = [n for n, v in shown.items() if set(v["partitions"]) & set(opts["partitions"])]
-                awaiting = retest.candidates(shown, member, hosts, store)
+                awaiting = retest.candidates(shown, member, hosts, store, reports_dir, SWEEP_FILE)
         planned = plan(shown, opts["partitions"], queued, parse_share(opts["max_share"]), last, hosts, awaiting)
         record = {
             "tier": opts["tier"],
