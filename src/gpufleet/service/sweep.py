@@ -298,7 +298,7 @@ def submit(reports_dir: Path, opts: dict) -> dict:
         # What each node's figures are held against, read by its job (node_stage): measured again there if past.
         # The store as it is (this folder's lock is held: no repair here; the report repairs it).
         with fleet_store.Store(store_path) if store_path.exists() else contextlib.nullcontext() as store:
-            chosen = [hosts.get(n, n) for n in planned["chosen"]]
+            chosen = [hosts.get(n, n) for n in taken]
             base = references.choose_baseline(run_dir, store, None)
             references.write(run_dir, chosen, store, None if store else f"no store yet at {store_path}", base)
         record.update(run_id=run["run_id"], run_dir=str(run_dir), submitted=schema.utc_now())
