@@ -97,7 +97,11 @@ def open_for_job(node: str, reason_before: str) -> dict:
     if not _until(node, lambda n: "RESERVED" in n["flags"]):
         slurm.unreserve(resv)
         raise InputError(f"Slurm did not show {node} reserved ({resv}) within {WAIT_S} s: left drained, not re-tested")
-    slurm.resume(node)
+    try:
+        slurm.resume(node)
+    except InputError:
+        slurm.unreserve(resv)  # still drained: as it was
+        raise
     _until(node, lambda n: "NOT_RESPONDING" not in n["flags"])  # else the job waits for it
     return {"reservation": resv, "user": user, "reason_before": reason_before, "opened": schema.utc_now(), **sweep}
 
