@@ -11,7 +11,7 @@ one function an output, each from the same gathered data, so each can be registe
                                                            all | 7d (the report says GPU-hours)
         gpufleet_fault_to_drain_seconds{node}              its latest fault: first sign to drain
         gpufleet_return_to_service_seconds{node}           its latest repair: drain to resume
-        gpufleet_out_of_service{node}                      1 while gpufleet keeps it drained for a fault
+        gpufleet_out_of_service{node}                      1 from its drain for a fault until it is back, whoever resumes it
         gpufleet_ladder_steps_taken{node}                  steps taken since its ladder last cleared
         gpufleet_fleet_sweep_gpu_seconds{window}           gpufleet_fleet_median_fault_to_drain_seconds
         gpufleet_fleet_median_return_to_service_seconds    gpufleet_fleet_nodes_out_of_service
@@ -168,7 +168,11 @@ def prometheus_text(data: dict) -> str:
     back = gauge(
         "gpufleet_return_to_service_seconds", "The node's latest repair: seconds from its drain to its resume", "node"
     )
-    out = gauge("gpufleet_out_of_service", "1 while gpufleet keeps the node drained for a fault", "node")
+    out = gauge(
+        "gpufleet_out_of_service",
+        "1 from the node's drain for a fault by gpufleet until it is back in service, whoever resumed it",
+        "node",
+    )
     steps = gauge("gpufleet_ladder_steps_taken", "Remediation steps taken since the node's ladder last cleared", "node")
     fleet = [
         gauge("gpufleet_fleet_sweep_gpu_seconds", "GPU-seconds all sweep jobs held: all, or the last 7 days", "window"),
