@@ -7,8 +7,8 @@ acceptance, and the evidence bundle with secrets passed in and grepped for.
 
 from __future__ import annotations
 
-import gzip
 import json
+import socket
 import subprocess
 import sys
 import tarfile
@@ -17,104 +17,32 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-import slurm_cluster
-from gpufleet import node_stage, slurm
-from gpufleet.collect import kernel_log
+from gpufleet import node_stage, schema, slurm
+from gpufleet.fleet import slurm as fleet_slurm
 from gpufleet.fleet import service_log
 from gpufleet.fleet.store import Store
-from gpufleet.service import commands, ladder, sweep
-from gpufleet.service.redact import REDACTED, Redactor
+from gpufleet.service import commands, ladder, policy, retest, sweep
+from service_runs import (
+    REPO,
+    SERIAL,
+    SWEEP,
+    calls_of,
+    gpufleet,
+    job_state,
+    judged_run,
+    ladder_cmd,
+    needs_slurm,
+    readings,
+    sbatch,
+    slurm_fields,
+    stand_in,
+    steps_of,
+    sweep_args,
+)
 from slurm_cluster import SlurmCluster
 from waiting import wait_for
 
-REPO = Path(__file__).resolve().parents[1]
-READINGS = REPO / "tests" / "data" / "readings" / "recorded-h100-x1-vm.json"
-THRESHOLDS = json.dumps({"gpus_expected": 1})  # the recording is of a one-GPU VM
-SERIAL = "1752624014921"  # the recorded GPU's
 NET, TAG = 247, "gfw"
-SWEEP = "sweep"
-
-needs_slurm = pytest.mark.skipif(bool(slurm_cluster.skip_reason()), reason=str(slurm_cluster.skip_reason()))
-
-
-def readings(path: Path, *, xids: int = 0, serial: str | None = None, note: str = "") -> Path:
-    """The recording as a whole node (its host sections as `gpufleet collect` gives them on a machine without a
-    bring-up record or AER device), its GPU idle, with `xids` Xid 79 lines in its kernel log (each ending in `note`)
-    and another board's serial when given."""
-    doc = json.loads(READINGS.read_text())
-    gpu = doc["nvml"]["gpus"][0]
-    gpu["processes"] = []
-    if serial:
-        gpu["serial"] = serial
-    doc["host"]["aer"] = {"devices": [], "present": False, "reason": "no GPU or HCA on the PCI bus"}
-    doc["host"]["bringup"] = {
-        "path": "/etc/gpufleet/bringup.json",
-        "present": False,
-        "readable": False,
-        "reason": "/etc/gpufleet/bringup.json: not present",
-        "roles": {},
-    }
-    bus = gpu["pci_bus_id"][:-2]
-    doc["kernel_log"]["xid_events"] = [
-        kernel_log.parse_xid(f"NVRM: Xid (PCI:{bus}): 79, pid={i + 1}, GPU has fallen off the bus.{note}")
-        for i in range(xids)
-    ]
-    path.write_text(json.dumps(doc))
-    return path
-
-
-def gpufleet(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "gpufleet", *args], capture_output=True, text=True, env=env, timeout=timeout
-    )
-
-
-def judged_run(
-    reports: Path,
-    run_id: str,
-    nodes: dict[str, Path],
-    env: dict | None = None,
-    *,
-    playbook: str = "validate",
-    thresholds: str = THRESHOLDS,
-    counters: bool = False,
-) -> Path:
-    """A run folder as validate.yml leaves it, from the real engine over recorded readings: run.json, each node's
-    checks (and with `counters` its counter snapshots), the report (indexed into reports/gpufleet.db)."""
-    done = gpufleet(
-        "run",
-        "start",
-        str(reports),
-        run_id,
-        "--playbook",
-        playbook,
-        "--tier",
-        "acceptance",
-        *(f"--host={h}" for h in nodes),
-        env=env,
-    )
-    assert done.returncode == 0, done.stderr
-    run_dir = reports / run_id
-    for host, recorded in nodes.items():
-        common = ["--readings", str(recorded), "--host", host, "--json", "--exit-zero", "--thresholds", thresholds]
-        doc = json.loads(gpufleet("check", *common, env=env).stdout)
-        for phase in ("before", "after") if counters else ():
-            doc["results"] += json.loads(gpufleet("counters", "--phase", phase, *common, env=env).stdout)["results"]
-        (run_dir / "hosts" / f"{host}.json").write_text(json.dumps(doc))
-    gpufleet("report", str(run_dir), "--json", env=env)
-    assert (run_dir / "report.json").exists()
-    return run_dir
-
-
-def stand_in(path: Path, calls: Path, word: str) -> Path:
-    """A site command that only records how it was called."""
-    path.write_text(f'#!/bin/sh\necho "{word} $*" >> {calls}\n')
-    path.chmod(0o755)
-    return path
-
-
-def calls_of(calls: Path) -> list[str]:
-    return calls.read_text().splitlines() if calls.exists() else []
 
 
 @pytest.fixture
@@ -122,57 +50,6 @@ def cluster():
     with SlurmCluster(["sn1", "sn2", "sn3"], net=NET, tag=TAG, sweep_partition=SWEEP) as c:
         c.wait_idle()
         yield c
-
-
-def sbatch(cluster: SlurmCluster, *args: str) -> str:
-    """A user's job; its output nowhere (sbatch's default is slurm-<id>.out in this folder)."""
-    done = subprocess.run(
-        ["sbatch", "--parsable", "--output=/dev/null", *args],
-        env=cluster.env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip().split(";")[0]
-
-
-def job_state(cluster: SlurmCluster, job_id: str) -> str:
-    return slurm_fields(cluster, job_id).get("JobState", "")
-
-
-def slurm_fields(cluster: SlurmCluster, job_id: str) -> dict:
-    return slurm.fields(cluster.scontrol("show", "job", "-o", job_id))
-
-
-def sweep_args(tmp_path: Path, python: str = sys.executable, *extra: str) -> list[str]:
-    recorded = tmp_path / "readings"
-    recorded.mkdir(exist_ok=True)
-    for name in ("sn1", "sn2", "sn3"):
-        readings(recorded / f"{name}.json")
-    return [
-        "slurm",
-        "sweep",
-        "--tier",
-        "smoke",
-        "--partition",
-        "gpu",
-        "--sweep-partition",
-        SWEEP,
-        "--python",
-        python,
-        "--lock-path",
-        str(tmp_path / "node.lock"),
-        "--thresholds",
-        THRESHOLDS,
-        f"--node-arg=--readings={recorded}/{{node}}.json",
-        "--reports-dir",
-        str(tmp_path / "reports"),
-        *extra,
-    ]
-
-
-# ---------------------------------------------------------------- sweeps
 
 
 @needs_slurm
@@ -215,7 +92,8 @@ def test_a_sweep_takes_idle_nodes_only_and_each_document_reaches_the_report(clus
     [gpu_s] = [
         x.value for x in prom["gpufleet_sweep_gpu_seconds"].samples if x.labels == {"node": "sn1", "window": "all"}
     ]
-    assert gpu_s == pytest.approx(job["gpu_hours"] * 3600)
+    # GPU-seconds from the job's seconds, not from its GPU-hours rounded to four decimals (17 s, not 16.92).
+    assert gpu_s == job["gpu_seconds"] == job["elapsed_s"] * job["gpus"]
     assert all(name.endswith(("_seconds", "_sweeps", "_service", "_taken")) for name in prom), list(prom)
     assert job_state(cluster, busy) == "RUNNING"  # the user's job never noticed
 
@@ -346,24 +224,6 @@ def test_a_node_another_run_holds_is_not_measured_and_gets_no_verdict(cluster, t
 # ---------------------------------------------------------------- the ladder
 
 
-def ladder_cmd(cluster, run_dir: Path, calls: Path, *extra: str) -> subprocess.CompletedProcess:
-    reset, reboot = stand_in(calls.parent / "reset", calls, "reset"), stand_in(calls.parent / "reboot", calls, "reboot")
-    return gpufleet(
-        "ladder",
-        str(run_dir),
-        "--json",
-        f"--command=reset_gpu={reset} {{gpu_index}} {{slurm_node}}",
-        f"--command=reboot={reboot} {{slurm_node}}",
-        *extra,
-        env=cluster.env(),
-    )
-
-
-def steps_of(done: subprocess.CompletedProcess, host: str) -> list[dict]:
-    assert done.stdout, done.stderr
-    return [s for s in json.loads(done.stdout)["steps"] if s["host"] == host]
-
-
 @needs_slurm
 def test_the_ladder_climbs_from_retest_through_reset_and_reboot_to_rma_over_a_recurring_xid(cluster, tmp_path):
     reports, calls = tmp_path / "reports", tmp_path / "calls"
@@ -416,7 +276,7 @@ def test_the_ladder_climbs_from_retest_through_reset_and_reboot_to_rma_over_a_re
 
     # The node's history: each step with its time and outcome; the fault's cost.
     hist = json.loads(gpufleet("history", "sn1", "--reports-dir", str(reports), "--json").stdout)["service"]
-    taken = [s for s in ladder.with_outcomes(hist["ladder"]) if s.get("done") and s["step"] in ladder.STEPS]
+    taken = [s for s in ladder.with_outcomes(hist["ladder"]) if s.get("done") and s["step"] in policy.STEPS]
     assert [s["step"] for s in taken] == ["retest", "reset_gpu", "reboot", "rma"]
     assert [s["outcome"] for s in taken[:3]] == [f"fault again in run r{i} (gpu_health.xid)" for i in (2, 3, 4)]
     assert all(s["at"] for s in taken)
@@ -523,92 +383,6 @@ def test_a_replaced_serial_sends_the_node_back_through_acceptance(cluster, tmp_p
     assert all(s["step"] != "reaccept" for s in steps)  # an acceptance run accepted it: nothing more to do
 
 
-# ---------------------------------------------------------------- the evidence bundle
-
-
-def test_the_evidence_bundle_holds_what_a_vendor_asks_for_and_no_secret(tmp_path, monkeypatch):
-    secrets = {
-        "hf_TOKENtokenTOKENtoken1234",
-        "Hunter2-admin-pass",
-        "env-api-token-5678",
-        "site-vault-pass-42",
-        "bearer-xyz-0123",
-    }
-    reports = tmp_path / "reports"
-    good = readings(tmp_path / "ok.json")
-    # The secrets come in where an operator's input or a node's log would bring them: a threshold value, a kernel
-    # log line, the environment of the command, and the bug report the site's command prints.
-    thresholds = json.dumps({"gpus_expected": 1, "driver_version": "password=Hunter2-admin-pass"})
-    for i in (1, 2, 3):
-        bad = readings(tmp_path / f"xid{i}.json", xids=i, note=" HF_TOKEN=hf_TOKENtokenTOKENtoken1234")
-        judged_run(reports, f"r{i}", {"n1": bad if i > 1 else good, "n2": good}, thresholds=thresholds, counters=True)
-    monkeypatch.setenv("GPUFLEET_TEST_API_TOKEN", "env-api-token-5678")
-    report_cmd = tmp_path / "bug-report"
-    report_cmd.write_text(
-        "#!/bin/sh\necho 'nvidia-bug-report.sh of' \"$1\"\necho 'Authorization: Bearer bearer-xyz-0123'\n"
-        "echo 'vault site-vault-pass-42 env-api-token-5678'\n"
-    )
-    report_cmd.chmod(0o755)
-    out = tmp_path / "evidence.tar.gz"
-    done = gpufleet(
-        "evidence",
-        "n1",
-        "--gpu",
-        SERIAL,
-        "--reports-dir",
-        str(reports),
-        "--out",
-        str(out),
-        "--bug-report-command",
-        f"{report_cmd} {{host}}",
-        "--redact",
-        "site-vault-pass-42",
-        "--json",
-    )
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout)
-    assert result["runs"] == ["r2", "r3"] and result["redactions"] > 0
-    files = {}
-    with tarfile.open(out) as tar:
-        for member in tar.getmembers():
-            raw = tar.extractfile(member).read()
-            files[member.name.split("/", 1)[1]] = gzip.decompress(raw) if member.name.endswith(".gz") else raw
-    for name, raw in files.items():
-        for secret in secrets:
-            assert secret.encode() not in raw, f"{secret} in {name}"
-    assert {
-        "summary.md",
-        "documents/r2/n1.json",
-        "documents/r3/n1.json",
-        "figures.md",
-        "figures.json",
-        "counters.md",
-        "counters.json",
-        "identity.json",
-        "kernel_log.txt",
-        "ladder.json",
-        "nvidia-bug-report.log.gz",
-        "manifest.json",
-    } <= set(files)
-    summary = files["summary.md"].decode()
-    assert f"serial {SERIAL}" in summary and "gpu_health.xid" in summary and "Since: run r2" in summary
-    assert "Driver 580.159.04" in summary and "96.00.DA.00.0C" in files["identity.json"].decode()
-    assert (
-        "Xid (PCI:0000:00:06): 79" in files["kernel_log.txt"].decode() and REDACTED in files["kernel_log.txt"].decode()
-    )
-    xid = [c for c in json.loads(files["counters.json"]) if c["counter"] == "xid"]
-    assert [(c["run_id"], c["after"], c["since_previous_run"]) for c in xid] == [
-        ("r1", 0, None),
-        ("r2", 2, 2),
-        ("r3", 3, 1),
-    ]
-    assert json.loads(files["documents/r3/n1.json"])["host"] == "n1"  # still a document after redaction
-    bug = files["nvidia-bug-report.log.gz"].decode()
-    assert "nvidia-bug-report.sh of n1" in bug and REDACTED in bug
-    manifest = json.loads(files["manifest.json"])
-    assert set(manifest["files"]) == set(files) - {"manifest.json"}
-
-
 # ---------------------------------------------------------------- units
 
 
@@ -661,40 +435,50 @@ def test_sweeps_need_preemption_and_bad_input_names_the_variable():
         with pytest.raises(Exception, match="gpufleet_sweep_max_share"):
             sweep.parse_share(bad)
     with pytest.raises(Exception, match="gpufleet_ladder_act .* 'reboots'"):
-        ladder.parse_act(["retest,reboots"])
-    assert ladder.parse_act(["all"]) == set(ladder.ACTABLE)
+        policy.parse_act(["retest,reboots"])
+    assert policy.parse_act(["all"]) == set(policy.ACTABLE)
     with pytest.raises(Exception, match=r"unknown placeholder \{node\}"):
-        commands.parse(["reboot=scontrol reboot {node}"], ladder.ACTABLE)
+        commands.parse(["reboot=scontrol reboot {node}"], policy.ACTABLE)
     with pytest.raises(Exception, match="STEP one of"):
-        commands.parse(["rebot=x"], ladder.ACTABLE)
-    assert commands.words("ssh {host} nvidia-smi -r -i {gpu_index}", {"host": "n 1; rm", "gpu_index": 3}) == [
+        commands.parse(["rebot=x"], policy.ACTABLE)
+    assert commands.words("ssh {host} nvidia-smi -r -i {gpu_index}", {"host": "n1", "gpu_index": 3}) == [
         "ssh",
-        "n 1; rm",
+        "n1",
         "nvidia-smi",
         "-r",
         "-i",
         "3",
-    ]  # a word each: nothing reaches a shell
+    ]
+    # A value of another shape stops the command, named; the words ssh hands to the node's shell are quoted.
+    with pytest.raises(Exception, match=r"\{host\} would be 'n 1; rm'; expected a host name"):
+        commands.words("ssh {host} nvidia-smi", {"host": "n 1; rm"})
+    assert commands.words("ssh -i k -p22 -- {host} echo {reason}", {"host": "n1", "reason": "a; b"}) == [
+        *["ssh", "-i", "k", "-p22", "--", "n1", "echo", "'a; b'"]
+    ]
     done = gpufleet("slurm", "sweep", "--tier", "smoke", "--partition", "gpu", "--max-share", "200%")
     assert done.returncode == 2 and "gpufleet_sweep_max_share (--max-share) is '200%'" in done.stderr
+    # Each error names its command (the option --command once hid it: `gpufleet None:`).
+    assert gpufleet("slurm", "sweep", "--tier", "smoke").stderr.startswith("gpufleet slurm sweep: --partition")
+    done = gpufleet("ladder", "--command", "reboot=scontrol reboot {slurm_node}")
+    assert done.returncode == 2 and done.stderr == "gpufleet ladder: give RUN_DIR (a reported run) or --clear NODE\n"
     # The controller's tiers, each with a time limit, are the node stage's (which the controller cannot import).
     assert list(sweep.TIERS) == list(sweep.TIME_LIMIT_MIN) == list(node_stage.TIERS)
 
 
 def test_the_ladder_comes_from_the_profile_and_a_bad_one_is_named(tmp_path):
-    pol = ladder.policy("h100-sxm")
-    assert ladder.steps_for(pol, {"class": "hardware", "check": "gpu_health.xid"}) == [
+    pol = policy.policy("h100-sxm")
+    assert policy.steps_for(pol, {"class": "hardware", "check": "gpu_health.xid"}) == [
         "retest",
         "reset_gpu",
         "reboot",
         "rma",
     ]
-    assert ladder.steps_for(pol, {"class": "hardware", "check": "gpu_health.row_remapping"}) == [
+    assert policy.steps_for(pol, {"class": "hardware", "check": "gpu_health.row_remapping"}) == [
         "retest",
         "reset_gpu",
         "rma",
     ]
-    assert ladder.steps_for(pol, {"class": "configuration", "check": "gpu_inventory.mig_mode"}) == []
+    assert policy.steps_for(pol, {"class": "configuration", "check": "gpu_inventory.mig_mode"}) == []
     profiles = tmp_path / "profiles"
     profiles.mkdir()
     generic = (REPO / "files" / "profiles" / "generic.yml").read_text()
@@ -704,14 +488,73 @@ def test_the_ladder_comes_from_the_profile_and_a_bad_one_is_named(tmp_path):
     (profiles / "site.yml").write_text(
         "name: site\nmatch: []\nthresholds: {}\nremediation:\n  checks:\n    gpu_health.xid: [retest, rmaa]\n"
     )
-    assert ladder.steps_for(ladder.policy(None, profiles), {"class": "hardware", "check": "x"}) == [
+    assert policy.steps_for(policy.policy(None, profiles), {"class": "hardware", "check": "x"}) == [
         "retest",
         "reboot",
         "reboot",
         "rma",
     ]
     with pytest.raises(Exception, match=r"site.yml: remediation.checks.gpu_health.xid = \['retest', 'rmaa'\]"):
-        ladder.policy("site", profiles)
+        policy.policy("site", profiles)
+
+
+def test_an_unconfirmed_failure_gets_a_re_test_never_a_reset_and_is_not_drained(tmp_path):
+    """A figure measured once (trust clean) that failed as hardware: the ladder proposes a re-test at every rung and
+    the Slurm action leaves the node in service; a finding read from the node (no trust) climbs and drains."""
+    figure = schema.result(
+        "matmul",
+        schema.FAIL,
+        "bf16 matmul 12% below its siblings",
+        group="benchmark",
+        remedy="measure it again",
+        trust=schema.CLEAN,
+        failure_class="hardware",
+        detail={"flagged_gpus": [{"index": 0, "uuid": None, "serial": SERIAL}]},
+    )
+    xid = dict(figure, check="xid", group="gpu_health", trust=None, reason="Xid 79 on GPU 0")
+    reports = tmp_path / "reports"
+    for run_id in ("r1", "r2"):
+        assert gpufleet("run", "start", str(reports), run_id, "--host", "n1", "--host", "n2").returncode == 0
+        nodes = {"n1": {"verdict": "fail", "results": [figure]}, "n2": {"verdict": "fail", "results": [xid]}}
+        (reports / run_id / "report.json").write_text(json.dumps({"run_id": run_id, "nodes": nodes}))
+        done = gpufleet("ladder", str(reports / run_id), "--act", "retest", "--json")
+        steps = {s["host"]: s for s in json.loads(done.stdout)["steps"]}
+    assert steps["n1"]["step"] == "retest" and "not confirmed" in steps["n1"]["why"], steps["n1"]
+    assert "a re-test, not reset_gpu" in steps["n1"]["why"] and not steps["n1"]["fault"]["confirmed"]
+    assert steps["n2"]["step"] == "reset_gpu" and steps["n2"]["fault"]["confirmed"]  # a finding stands
+    shown = slurm.parse_nodes("NodeName=n1 State=IDLE Partitions=gpu\nNodeName=n2 State=IDLE Partitions=gpu")
+    decided = {
+        d["host"]: d
+        for d in fleet_slurm.plan({"run_id": "r2", "nodes": nodes}, shown, "drain", (100, True))["decisions"]
+    }
+    assert decided["n1"]["do"] == "nothing" and "figures not confirmed" in decided["n1"]["why"]
+    assert decided["n2"]["do"] == "drain"
+
+
+def test_a_re_test_is_left_to_the_sweep_that_runs_it_and_taken_again_once_that_sweep_is_gone(tmp_path):
+    """Two sweeps at once: the second neither re-tests a node the first is measuring (it would climb the ladder
+    twice) nor closes its reservation; once the first is gone without a judgement, the node is measured again."""
+    stand_in_sweep = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "gpufleet-sweep"])
+    at = "2026-11-27T10:00:00Z"
+    record = {"run_id": "s1", "jobs": [{"node": "sn1", "retest": {"opened": "2026-11-27T10:05:00Z"}}]}
+    retest_record = record["jobs"][0]["retest"]
+    (tmp_path / "s1").mkdir()
+    try:
+        for host, pid, running in (
+            (socket.gethostname(), stand_in_sweep.pid, True),
+            ("another-controller", stand_in_sweep.pid, True),  # cannot tell: left to it, the node stays reserved
+        ):
+            retest_record.update(sweep_host=host, sweep_pid=pid)
+            (tmp_path / "s1" / "sweep.json").write_text(json.dumps(record))
+            assert retest._in_progress(tmp_path, "sweep.json", "sn1", at) is running
+        retest_record.update(sweep_host=socket.gethostname())
+        (tmp_path / "s1" / "sweep.json").write_text(json.dumps(record))
+        assert not retest._in_progress(tmp_path, "sweep.json", "sn1", "2026-11-27T10:06:00Z")  # opened before
+        assert not retest._in_progress(tmp_path, "sweep.json", "sn2", at)
+    finally:
+        stand_in_sweep.kill()
+        stand_in_sweep.wait()
+    assert not retest._in_progress(tmp_path, "sweep.json", "sn1", at)  # its sweep gone: measured again
 
 
 def test_a_ladder_left_open_closes_once_a_later_run_accepted_the_node():
@@ -779,17 +622,3 @@ def test_costs_from_the_events_first_sign_to_drain_and_back_in_service():
     assert costs["sweep_gpu_hours"] == 0.08 and costs["sweep_gpu_hours_7d"] == 0.08 and not costs["out_of_service"]
     fleet = service_log.fleet_costs([costs, service_log.node_costs("n2", [], [], now_s=now)])
     assert fleet["fault_to_drain_s_median"] == 5400 and fleet["return_s_median"] == 86400 and fleet["sweeps"] == 1
-
-
-def test_redaction_keeps_figures_and_json_whole():
-    r = Redactor(["vault-pw-1"], environ={"MY_TOKEN": "tok-12345", "PWD": "/work"})
-    text = r.text("token=abc Authorization: Bearer zzz https://u:p4ss@h/x tokens_per_s=5 vault-pw-1 tok-12345 /work")
-    assert text == (
-        "token=[REDACTED] Authorization: [REDACTED] [REDACTED] https://u:[REDACTED]@h/x tokens_per_s=5 "
-        "[REDACTED] [REDACTED] /work"
-    )
-    assert r.json({"password": 7, "train_tokens_per_s": 5, "note": "HF_TOKEN=hf_abcdefghijklmnopqrstu"}) == {
-        "password": REDACTED,
-        "train_tokens_per_s": 5,
-        "note": f"HF_TOKEN={REDACTED}",
-    }

@@ -164,6 +164,9 @@ def test_reason_names_gpufleet_run_class_and_first_check_within_the_limit():
     long = slurm.reason("x" * 300 + " a=b")
     assert len(long) == slurm.REASON_MAX_CHARS and long.startswith("gpufleet: xxx") and long.endswith("...")
     assert "=" not in slurm.reason("a=b") and slurm.is_own(slurm.reason("anything"))
+    # An arrow reads as one (it showed as `-_`), and the stamp Slurm appends comes off again.
+    assert slurm.reason("REACCEPT s2: GPU 0 serial A -> B") == "gpufleet: REACCEPT s2: GPU 0 serial A to B"
+    assert slurm.bare_reason("gpufleet: r1 x [root@2026-11-27T12:52:32]") == "gpufleet: r1 x"
 
 
 def test_breaker_counts_only_nodes_this_run_takes_out_of_service():

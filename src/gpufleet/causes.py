@@ -69,6 +69,17 @@ def grouped(results: list[dict]) -> list[dict]:
     return out
 
 
+def results_of(group: dict, results: list[dict]) -> list[dict]:
+    """The failing results a cause of grouped(results) stands for, in their order."""
+    return [
+        r
+        for r in results
+        if r.get("status") in FAILING
+        and _check_id(r) in group["checks"]
+        and (_words(r.get("reason")) or "no reason given") == group["cause"]
+    ]
+
+
 def label(group: dict) -> str:
     """How a cause is named in a line: the check for a cause of one check, else its reason and how many checks."""
     if len(group["checks"]) == 1:

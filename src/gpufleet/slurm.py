@@ -28,6 +28,7 @@ REACCEPT_PREFIX = f"{PREFIX} REACCEPT"
 REASON_MAX_CHARS = 128
 # Characters kept in a reason: no '=' (scontrol's key=value output), nothing a shell expands inside quotes.
 _REASON_CHARS = re.compile(r"[^A-Za-z0-9._:,;+ /()-]")
+_STAMP = re.compile(r"\s*\[[^\]\s]*@[^\]\s]*\]$")  # what Slurm appends to a reason: [root@2026-11-27T12:52:32]
 _FIELD = re.compile(r" (?=[A-Za-z_][A-Za-z0-9_:/]*=)")  # keys such as AllocNode:Sid, CPUs/Task
 # Where scontrol is when the caller's PATH lacks it (slurmd runs a HealthCheckProgram with a bare environment).
 _SEARCH_PATH = "/usr/bin:/usr/local/bin:/opt/slurm/bin:/usr/sbin"
@@ -35,9 +36,15 @@ TIMEOUT_S = 60
 
 
 def reason(text: str) -> str:
-    """`gpufleet: <text>`, characters outside a plain set replaced by '_', cut to REASON_MAX_CHARS."""
-    full = _REASON_CHARS.sub("_", f"{PREFIX} {text}")
+    """`gpufleet: <text>`, an arrow written `to`, characters outside a plain set replaced by '_', cut to
+    REASON_MAX_CHARS."""
+    full = _REASON_CHARS.sub("_", f"{PREFIX} {text}".replace(" -> ", " to ").replace("->", " to "))
     return full if len(full) <= REASON_MAX_CHARS else full[: REASON_MAX_CHARS - 3] + "..."
+
+
+def bare_reason(node_reason: str | None) -> str | None:
+    """The reason as it was given: without the ' [user@time]' Slurm appends."""
+    return _STAMP.sub("", node_reason) if node_reason else node_reason
 
 
 def is_own(node_reason: str | None) -> bool:
@@ -133,6 +140,12 @@ def out_of_service(node: dict) -> bool:
     return "DRAIN" in node["flags"] or node["base"] in ("DOWN", "FAIL") or "FAIL" in node["flags"]
 
 
+def in_service(node: dict) -> bool:
+    """Slurm gives the node to jobs: not out of service, responding, and in no maintenance reservation (where a
+    re-test runs, service/retest.py)."""
+    return not out_of_service(node) and not {"NOT_RESPONDING", "MAINTENANCE"} & set(node["flags"])
+
+
 def drain(name: str, why: str) -> None:
     """Drain NAME with `why` as the reason (already made with reason())."""
     scontrol("update", f"nodename={name}", "state=drain", f"reason={why}")
@@ -173,15 +186,56 @@ def submit(options: list[str], script: str) -> str:
 
 
 def queued(job_name: str) -> list[dict]:
-    """The jobs of that name slurmctld holds now, pending or running: [{"job_id", "state", "node", "comment"}]; node is
-    where it runs, else the node it asked for."""
-    out = run_tool("squeue", "-h", "-a", "--name", job_name, "-o", "%i|%T|%N|%n|%k")
+    """The jobs of that name slurmctld holds now, pending or running: [{"job_id", "state", "node", "reservation",
+    "comment"}]; node is where it runs, else the node it asked for; reservation None when it runs in none."""
+    out = run_tool("squeue", "-h", "-a", "--name", job_name, "-o", "%i|%T|%N|%n|%v|%k")
     jobs = []
     for line in out.splitlines():
-        if line.count("|") >= 4:
-            job_id, state, node, asked, comment = line.split("|", 4)
-            jobs.append({"job_id": job_id, "state": state, "node": node or asked, "comment": comment})
+        if line.count("|") >= 5:
+            job_id, state, node, asked, resv, comment = line.split("|", 5)
+            jobs.append(
+                {
+                    "job_id": job_id,
+                    "state": state,
+                    "node": node or asked,
+                    "reservation": None if resv in ("", "(null)") else resv,
+                    "comment": comment,
+                }
+            )
     return jobs
+
+
+def reserve(name: str, node: str, user: str) -> None:
+    """A maintenance reservation NAME of NODE for USER alone, from now on and without end: only that user's jobs
+    that ask for it (sbatch --reservation=NAME) may run there."""
+    scontrol(
+        "create",
+        "reservation",
+        f"reservationname={name}",
+        f"nodes={node}",
+        f"users={user}",
+        "starttime=now",
+        "duration=infinite",
+        "flags=maint",
+    )
+
+
+def unreserve(name: str) -> None:
+    scontrol("delete", f"reservationname={name}")
+
+
+def reservations() -> dict[str, dict]:
+    """{name: {"nodes": str, "users": str, "flags": [str]}} from `scontrol show reservation -o`."""
+    out = {}
+    for line in scontrol("show", "reservation", "-o").splitlines():
+        shown = fields(line)
+        if shown.get("ReservationName"):
+            out[shown["ReservationName"]] = {
+                "nodes": shown.get("Nodes", ""),
+                "users": shown.get("Users", ""),
+                "flags": [f for f in shown.get("Flags", "").split(",") if f],
+            }
+    return out
 
 
 def job(job_id: str) -> dict | None:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from gpufleet import profiles, schema
 from gpufleet.collect import nvml
+from gpufleet.registry import SOFTWARE
 from gpufleet.schema import ERROR, FAIL, INFO, PASS, SKIP, WARN
 
 NO_DRIVER_REMEDY = "install the NVIDIA driver (bringup.yml, role nvidia_driver) or run on a GPU node"
@@ -38,13 +39,15 @@ def gpu_check(name: str, *, needs_gpus: bool = True) -> Callable:
                 )
             if not nv.get("available"):
                 # driver_unusable: the driver is what is missing (its library, or NVML cannot start), not our package
-                # or our reader; Slurm's health check drains such a node (checks.slurm_health).
+                # or our reader; Slurm's health check drains such a node (checks.slurm_health). One cause, one class
+                # for every check it stops (software: the driver), whatever class the check's own findings have.
                 return schema.result(
                     name,
                     ERROR,
                     nv.get("error") or "NVML is not available",
                     remedy=NO_DRIVER_REMEDY,
                     detail={"driver_unusable": nvml.driver_unusable(nv)},
+                    failure_class=SOFTWARE,
                 )
             gpus = nv.get("gpus") or []
             if needs_gpus and not gpus:

@@ -13,9 +13,13 @@ Costs, per node and for the fleet:
     fault_to_drain_s   from a fault's first sign to the node's drain by gpufleet: the first sign is the first of the
                        unbroken row of the node's runs not passing clean (a warn, fail or error) that ends with the
                        run whose verdict drained it, since the node was last back in service
-    return_s           from that drain to the node's resume (back in service); open while it is still out
-    sweep_gpu_hours    GPU-hours the sweep jobs held the node (its GPUs x the job's seconds), in all and in the last
-                       7 days
+    return_s           from that drain to the node's return to service, whoever resumed it: gpufleet's resume, or
+                       Slurm seen giving the node to jobs again (a resume by hand, slurm.json's action "seen",
+                       fleet/slurm.py seen_back); open while it is still out
+    sweep_gpu_seconds  GPU-seconds the sweep jobs held the node (its GPUs x the job's seconds), in all and in the
+                       last 7 days; sweep_gpu_hours the same in hours, rounded for people
+
+An episode is one node's: from a drain of that node to that node's return, its events alone (store.events(host)).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ WEEK_S = 7 * 24 * 3600
 # Drains that take a node out for a fault (the run's verdict, the ladder's RMA); a take-over before an acceptance
 # run is no fault of the node.
 FAULT_DRAINS = ("drain", "drain_resume", "ladder")
+SEEN = "seen"  # slurm.json's action of a return to service gpufleet saw but did not make (fleet/slurm.py seen_back)
 COLUMNS = ("run_id", "source", "seq", "at", "host", "slurm_node", "kind", "step", "done", "detail")
 
 
@@ -74,7 +79,8 @@ def _sweep_rows(doc: dict) -> list[dict]:
             "step": j.get("state"),
             "done": int(bool(j.get("judged"))),
             "detail": {
-                k: j.get(k) for k in ("job_id", "state", "start", "end", "elapsed_s", "gpus", "gpu_hours", "note")
+                k: j.get(k)
+                for k in ("job_id", "state", "start", "end", "elapsed_s", "gpus", "gpu_seconds", "gpu_hours", "note")
             },
         }
         for j in doc.get("jobs") or []
@@ -143,11 +149,12 @@ def node_costs(host: str, events: list[dict], runs: list[dict], now_s: float | N
     """One node's costs from its events (oldest first) and its runs ({"run_id", "started", "clean"}, oldest first)."""
     now_s = time.time() if now_s is None else now_s
     sweeps = [e for e in events if e["kind"] == "sweep_job"]
-    hours = [(e["detail"].get("gpu_hours") or 0.0, epoch(e["at"]) or 0) for e in sweeps]
+    spent = [(gpu_seconds(e["detail"]), epoch(e["at"]) or 0) for e in sweeps]
     faults, out_since, back_at = [], None, None
     for e in events:
         if e["kind"] == "resume" and out_since is not None:
             out_since["resumed_at"] = back_at = e["at"]
+            out_since["resumed_by"] = "gpufleet" if e["step"] != SEEN else "someone else (seen back in service)"
             out_since["return_s"] = _between(out_since["drained_at"], e["at"])
             out_since = None
         drained = (e["kind"] == "drain" and e["step"] in FAULT_DRAINS) or (
@@ -157,6 +164,7 @@ def node_costs(host: str, events: list[dict], runs: list[dict], now_s: float | N
             sign = first_sign(runs, e["run_id"], back_at)
             out_since = {
                 "run_id": e["run_id"],
+                "slurm_node": e.get("slurm_node"),
                 "first_sign": sign and sign["started"],
                 "first_sign_run": sign and sign["run_id"],
                 "drained_at": e["at"],
@@ -169,11 +177,25 @@ def node_costs(host: str, events: list[dict], runs: list[dict], now_s: float | N
         "node": host,
         "sweeps": len(sweeps),
         "sweeps_judged": sum(e["done"] for e in sweeps),
-        "sweep_gpu_hours": round(sum(h for h, _ in hours), 4),
-        "sweep_gpu_hours_7d": round(sum(h for h, at in hours if at >= now_s - WEEK_S), 4),
+        **_spent(sum(s for s, _ in spent), sum(s for s, at in spent if at >= now_s - WEEK_S)),
         "faults": faults,
         "out_of_service": out_since is not None,
         "out_for_s": max(0.0, now_s - (epoch(out_since["drained_at"]) or now_s)) if out_since else None,
+    }
+
+
+def gpu_seconds(detail: dict) -> float:
+    """A sweep job's GPU-seconds; from its GPU-hours for a record made before sweep.json kept the seconds."""
+    seconds = detail.get("gpu_seconds")
+    return float(seconds) if isinstance(seconds, (int, float)) else float(detail.get("gpu_hours") or 0.0) * 3600
+
+
+def _spent(seconds: float, seconds_7d: float) -> dict:
+    return {
+        "sweep_gpu_seconds": seconds,
+        "sweep_gpu_seconds_7d": seconds_7d,
+        "sweep_gpu_hours": round(seconds / 3600, 4),
+        "sweep_gpu_hours_7d": round(seconds_7d / 3600, 4),
     }
 
 
@@ -201,8 +223,7 @@ def fleet_costs(per_node: list[dict]) -> dict:
     return {
         "nodes": len(per_node),
         "sweeps": sum(n["sweeps"] for n in per_node),
-        "sweep_gpu_hours": round(sum(n["sweep_gpu_hours"] for n in per_node), 4),
-        "sweep_gpu_hours_7d": round(sum(n["sweep_gpu_hours_7d"] for n in per_node), 4),
+        **_spent(sum(n["sweep_gpu_seconds"] for n in per_node), sum(n["sweep_gpu_seconds_7d"] for n in per_node)),
         "faults": sum(len(n["faults"]) for n in per_node),
         "fault_to_drain_s_median": _median(to_drain),
         "return_s_median": _median(back),

@@ -23,9 +23,9 @@ import math
 import re
 from pathlib import Path
 
-from gpufleet import paths, schema, slurm
+from gpufleet import paths, runs, schema, slurm
 from gpufleet.errors import InputError
-from gpufleet.fleet import export
+from gpufleet.fleet import export, service_log
 from gpufleet.fleet.run_files import put_md_section, read_json, read_report, read_run_info
 
 ACTIONS = ("none", "drain", "drain_resume")
@@ -35,6 +35,7 @@ DEFAULT_MAX_DRAIN = "50%"
 SLURM_FILE = "slurm.json"
 MD_HEADING = "## Slurm"
 _MAX_DRAIN = re.compile(r"(\d+)(%?)")
+FAILING = (schema.FAIL, schema.ERROR)
 
 
 def parse_action(value) -> str:
@@ -118,6 +119,11 @@ def plan(report: dict, nodes: dict, action: str, max_drain: tuple[int, bool], na
             )
         elif not accepted and export.held_elsewhere(node):
             d["why"] = "not measured: another gpufleet run held it (its node lock), which is not the node's fault"
+        elif not accepted and not any(schema.confirmed(r) for r in node["results"] if r["status"] in FAILING):
+            d["why"] = (
+                "not drained: its failures are figures not confirmed (measured once, beside another process or never "
+                "settled); the ladder proposes a re-test"
+            )
         elif not accepted:
             d.update(
                 do="drain",
@@ -228,13 +234,47 @@ def take_over(run_dir: Path, run_id: str, hosts: list[str], *, names: dict | Non
     return record
 
 
-def _keep(run_dir: Path, record: dict) -> None:
-    """Append to slurm.json; the latest as report.json's "slurm" and report.md's Slurm section, once reported."""
+def seen_back(run_dir: Path, shown: dict, costs: dict) -> dict | None:
+    """The nodes gpufleet counts out of service (`costs`: service_log.costs) that Slurm gives to jobs again
+    (`shown`: slurm.show_nodes(); slurm.in_service), resumed by someone else (`scontrol update state=resume` by
+    hand): each episode ends now, appended to RUN_DIR/slurm.json as a resume seen (action "seen"), which the
+    costs and the metrics count as the return to service. The record, or None when no node came back so."""
+    at = schema.utc_now()
+    decisions = []
+    for host, n in sorted(costs["nodes"].items()):
+        name = (n["faults"][-1] if n["faults"] else {}).get("slurm_node") or host
+        now = shown.get(name)
+        if not n["out_of_service"] or now is None or not slurm.in_service(now):
+            continue
+        decisions.append(
+            {
+                "host": host,
+                "slurm_node": name,
+                "state": now["state"],
+                "do": "resume",
+                "done": at,
+                "why": f"back in service in Slurm ({now['state']}), resumed by someone other than gpufleet: seen at {at}",
+            }
+        )
+    if not decisions:
+        return None
+    record = {"run_id": runs.run_id_of(run_dir), "action": service_log.SEEN, "check_mode": False, "started": at}
+    record.update(decisions=decisions, breaker=None, finished=at, ok=True)
+    _append(run_dir, record)
+    return record
+
+
+def _append(run_dir: Path, record: dict) -> None:
     kept = run_dir / SLURM_FILE
     earlier = read_json(kept)
     actions = earlier.get("actions") if isinstance(earlier, dict) else None
     actions = actions if isinstance(actions, list) else []  # none yet, or unreadable: the new record still lands
     paths.write_atomic(kept, json.dumps({"actions": [*actions, record]}, indent=1) + "\n")
+
+
+def _keep(run_dir: Path, record: dict) -> None:
+    """Append to slurm.json; the latest as report.json's "slurm" and report.md's Slurm section, once reported."""
+    _append(run_dir, record)
     report_json = run_dir / "report.json"
     report = read_json(report_json)
     if not isinstance(report, dict):  # not reported yet (a take-over before the run)

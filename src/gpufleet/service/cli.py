@@ -19,7 +19,7 @@ from gpufleet import slurm
 from gpufleet.errors import InputError
 from gpufleet.fleet import slurm as fleet_slurm
 from gpufleet.fleet.store import Store, default_path, errors_said
-from gpufleet.service import commands, evidence, ladder, outputs, sweep
+from gpufleet.service import commands, evidence, ladder, outputs, policy, retest, sweep
 
 DEFAULT_REPORTS_DIR = "reports"
 SWEEP_COMMAND = "slurm-sweep"
@@ -38,13 +38,23 @@ def plan_text(record: dict) -> str:
     for node, (options, _) in (record.get("requests") or {}).items():
         lines.append(f"  would submit on {node}: sbatch {' '.join(options)}")
     lines += [
-        f"  take {j['node']}: job {j.get('job_id') or 'not submitted: ' + str(j.get('error'))}" for j in record["jobs"]
+        f"  {'re-test' if j.get('retest') else 'take'} {j['node']}: job "
+        f"{j.get('job_id') or 'not submitted: ' + str(j.get('error'))}"
+        for j in record["jobs"]
+    ]
+    lines += [
+        f"  re-test {n} in reservation {retest.name(n)}: drained by gpufleet, {why}" for n, why in p["retest"].items()
+    ]
+    lines += [
+        f"  cleaned up {c['reservation']}: {c['node']} drained again ({c['drained']})"
+        for c in record.get("left_over") or []
     ]
     lines += [f"  skip {n}: {why}" for n, why in p["skipped"].items()]
     lines += [f"  defer {n}: {why}" for n, why in p["deferred"].items()]
     if not record["jobs"]:
         lines.append(
-            "nothing submitted" + ("" if not p["chosen"] else ": add --submit (gpufleet_sweep_submit: true) to submit")
+            "nothing submitted"
+            + ("" if not (p["chosen"] or p["retest"]) else ": add --submit (gpufleet_sweep_submit: true) to submit")
         )
     return "\n".join(lines)
 
@@ -60,8 +70,8 @@ def _store_path(args) -> Path:
 @errors_said(_store_path)
 def cmd_sweep(args) -> int:
     names = slurm.names_arg(args.slurm_name)
-    act = ladder.parse_act(args.act)
-    site = commands.parse(args.site_command, ladder.ACTABLE)
+    act = policy.parse_act(args.act)
+    site = commands.parse(args.site_command, policy.ACTABLE)
     fleet_slurm.parse_action(args.action)
     fleet_slurm.parse_max_drain(args.max_drain)
     limit_min = args.time_limit_min or sweep.TIME_LIMIT_MIN[args.tier]
@@ -111,6 +121,11 @@ def cmd_sweep(args) -> int:
     text = [
         f"sweep {run_dir.name}: " + (f"report verdict {summary['verdict']}" if summary else "no job left a verdict")
     ]
+    text += [
+        f"  {host} not accepted: {'; '.join(node['causes'])}"
+        for host, node in (summary or {}).get("nodes", {}).items()
+        if node["verdict"] == "fail"
+    ]
     if done["slurm"]:
         text += fleet_slurm.summary_lines(done["slurm"])
     _print(dict(done, service=outputs.json_section(data)), args.json, "\n".join(text + [""] + outputs.md_section(data)))
@@ -127,15 +142,15 @@ def cmd_ladder(args) -> int:
     elif args.run_dir:
         record = ladder.judge(
             Path(args.run_dir),
-            act=ladder.parse_act(args.act),
-            site_commands=commands.parse(args.site_command, ladder.ACTABLE),
+            act=policy.parse_act(args.act),
+            site_commands=commands.parse(args.site_command, policy.ACTABLE),
             max_actions=args.max_drain,
             names=names,
             db=args.db,
         )
         outputs.write(Path(args.run_dir), args.db)
     else:
-        raise InputError("gpufleet ladder: give RUN_DIR (a reported run) or --clear NODE")
+        raise InputError("give RUN_DIR (a reported run) or --clear NODE")
     _print(record, args.json, "\n".join(outputs.ladder_lines(record)))
     return 0 if record.get("ok", True) else 1
 
@@ -151,13 +166,16 @@ def cmd_evidence(args) -> int:
             out=Path(args.out) if args.out else None,
             bug_report_command=args.bug_report_command,
             bug_report_file=args.bug_report,
+            bug_report_timeout_s=args.bug_report_timeout_s,
             redact=args.redact,
         )
     _print(
         done,
         args.json,
         f"{done['path']}: {len(done['files'])} files, runs {', '.join(done['runs'])}, "
-        f"{done['redactions']} secret(s) replaced; nvidia-bug-report.log {done['bug_report']}",
+        f"{done['redactions']} secret(s) replaced"
+        + (f" ({', '.join(f'{k} {n}' for k, n in done['removed'].items())})" if done["removed"] else "")
+        + f"; nvidia-bug-report.log {done['bug_report']}",
     )
     return 0
 
@@ -167,7 +185,7 @@ def _ladder_options(p: argparse.ArgumentParser) -> None:
         "--act",
         action="append",
         help=f"take this step of the ladder where it is due (repeatable, or comma-separated: "
-        f"{', '.join(ladder.ACTABLE)}, or all; gpufleet_ladder_act); default: propose only",
+        f"{', '.join(policy.ACTABLE)}, or all; gpufleet_ladder_act); default: propose only",
     )
     p.add_argument(
         "--command",
@@ -293,9 +311,17 @@ def add_parsers(sub) -> None:
     e.add_argument(
         "--bug-report-command",
         help="the site's command that prints the node's nvidia-bug-report.log (gz or text) "
-        "on stdout, with {host}; e.g. `ssh {host} sudo nvidia-bug-report.sh --output-file /dev/stdout`",
+        "on stdout, with {host}; e.g. `ssh {host} sudo nvidia-bug-report.sh --output-file /dev/stdout`; "
+        "without it, on the node itself, its nvidia-bug-report.sh where installed",
     )
     e.add_argument("--bug-report", help="a nvidia-bug-report.log(.gz) fetched already")
+    e.add_argument(
+        "--bug-report-timeout-s",
+        type=float,
+        default=commands.TIMEOUT_S,
+        help="seconds the bug report may take, by the site's command or, on the node itself, its "
+        f"{evidence.BUG_REPORT_SCRIPT} (default %(default)s)",
+    )
     e.add_argument(
         "--redact",
         action="append",

@@ -1,6 +1,15 @@
 """The site's commands of the ladder's steps: templates such as `ssh {host} nvidia-smi -r -i {gpu_index}` or
-`scontrol reboot {slurm_node}`, split like a shell line and filled in word by word (no shell: a node name cannot
-run anything), run with a timeout in a process group of their own, their exit code and output tail recorded.
+`scontrol reboot {slurm_node}`, split like a shell line and filled in word by word, run with a timeout in a process
+group of their own, their exit code and output tail recorded.
+
+A value from a document cannot run anything:
+
+    no local shell   the template's words are the argv; a value fills a word, never splits or joins words
+    shapes           every value is checked against its shape before anything runs (SHAPES: an index is a whole
+                     number, a UUID GPU-<hex>, a serial letters and digits, a node name a host name); a value
+                     of another shape stops the command, named with where it came from
+    the remote shell ssh joins the words after the destination into one line for the node's shell: each of
+                     them is quoted (shlex.quote), so each stays one word there, as it was here
 
 Placeholders: {host} (inventory name), {slurm_node}, {gpu_index}, {gpu_uuid}, {gpu_serial}, {run_id}, {reason}.
 """
@@ -8,14 +17,29 @@ Placeholders: {host} (inventory name), {slurm_node}, {gpu_index}, {gpu_uuid}, {g
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import signal
 import string
 import subprocess
+from pathlib import PurePath
 
 from gpufleet.errors import InputError
 
 PLACEHOLDERS = ("host", "slurm_node", "gpu_index", "gpu_uuid", "gpu_serial", "run_id", "reason")
+_NODE = (r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", "a host name (letters, digits, '.', '_', '-'; not starting with '-')")
+# Each value's shape, and the words that say it. The reason is gpufleet's own (slurm.reason's characters).
+SHAPES = {
+    "host": _NODE,
+    "slurm_node": _NODE,
+    "gpu_index": (r"\d{1,4}", "a GPU index, a whole number 0 or more"),
+    "gpu_uuid": (r"(?:GPU|MIG)-[0-9A-Fa-f][0-9A-Fa-f-]{7,63}", "a GPU UUID (GPU-<hex digits and '-'>)"),
+    "gpu_serial": (r"[A-Za-z0-9]{1,64}", "a board serial (letters and digits)"),
+    "run_id": (r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}", "a run id (letters, digits, '.', '_', '-')"),
+    "reason": (r"[A-Za-z0-9._:,;+ /()-]{1,128}", "a gpufleet drain reason"),
+}
+# ssh's options that take a value (`man ssh`): the first word after them that is no option is the destination.
+_SSH_VALUED = set("BbcDEeFIiJLlmOoPpQRSWw")
 TIMEOUT_S = 600
 OUTPUT_TAIL_CHARS = 2000
 
@@ -47,8 +71,36 @@ def words(template: str, values: dict, *, check_only: bool = False, what: str = 
             )
     if check_only:
         return argv
-    filled = {p: "" if values.get(p) is None else str(values[p]) for p in PLACEHOLDERS}
-    return [word.format_map(filled) for word in argv]
+    filled = {p: checked(p, values.get(p), what) for p in PLACEHOLDERS}
+    return remote_quoted([word.format_map(filled) for word in argv])
+
+
+def checked(name: str, value, what: str) -> str:
+    """The value as it fills a word: "" for none, else itself when it has its shape; InputError otherwise."""
+    if value is None:
+        return ""
+    text = str(value) if not isinstance(value, bool) else "?"
+    pattern, words = SHAPES[name]
+    if not re.fullmatch(pattern, text):
+        raise InputError(f"{what}: {{{name}}} would be {text!r}; expected {words}. Nothing was run")
+    return text
+
+
+def remote_quoted(argv: list[str]) -> list[str]:
+    """argv with every word ssh hands to the node's shell quoted for that shell (shlex.quote); the words before
+    the destination, and a command that is no ssh, as they are."""
+    at = next((i for i, w in enumerate(argv) if PurePath(w).name == "ssh"), None)
+    if at is None:
+        return argv
+    i = at + 1
+    while i < len(argv) and argv[i].startswith("-") and argv[i] != "-":
+        if argv[i] == "--":
+            i += 1
+            break
+        flags = argv[i][1:]
+        valued = next((k for k, c in enumerate(flags) if c in _SSH_VALUED), None)
+        i += 2 if valued is not None and valued == len(flags) - 1 else 1  # -i KEY; -iKEY holds its value
+    return argv[: i + 1] + [shlex.quote(w) for w in argv[i + 1 :]]
 
 
 def run(argv: list[str], timeout_s: float = TIMEOUT_S) -> dict:

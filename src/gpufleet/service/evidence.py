@@ -22,39 +22,52 @@ import gzip
 import hashlib
 import io
 import json
+import shutil
+import socket
 import statistics
 import tarfile
+import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
-from gpufleet import __version__, paths, schema
+from gpufleet import __version__, causes, paths, schema
 from gpufleet.errors import InputError
 from gpufleet.fleet import figure_text
 from gpufleet.comparisons import metrics
 from gpufleet.fleet.run_files import read_json
-from gpufleet.service import commands, ladder
+from gpufleet.service import commands, ladder, policy
 from gpufleet.service.redact import Redactor
 
 MAX_RUNS = 10  # failing runs whose documents go in by default, the latest
+BUG_REPORT_SCRIPT = "nvidia-bug-report.sh"
 
 
 class Bundle:
-    """Files of the archive, redacted as they are added."""
+    """Files of the archive, redacted as they are added; `removed`: {file: {key: values removed}}."""
 
     def __init__(self, redactor: Redactor):
-        self.redactor, self.files = redactor, {}
+        self.redactor, self.files, self.removed = redactor, {}, {}
+
+    def _add(self, name: str, make) -> None:
+        before = Counter(self.redactor.removed)
+        self.files[name] = make()
+        taken = self.redactor.removed - before
+        if taken:
+            self.removed[name] = dict(sorted(taken.items()))
 
     def json(self, name: str, value) -> None:
-        self.files[name] = (
-            json.dumps(self.redactor.json(value), indent=1, sort_keys=True, default=str) + "\n"
-        ).encode()
+        self._add(
+            name,
+            lambda: (json.dumps(self.redactor.json(value), indent=1, sort_keys=True, default=str) + "\n").encode(),
+        )
 
     def text(self, name: str, text: str) -> None:
-        self.files[name] = self.redactor.text(text).encode()
+        self._add(name, lambda: self.redactor.text(text).encode())
 
     def gz_text(self, name: str, raw: bytes) -> None:
         text = (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode("utf-8", errors="replace")
-        self.files[name] = gzip.compress(self.redactor.text(text).encode(), mtime=0)
+        self._add(name, lambda: gzip.compress(self.redactor.text(text).encode(), mtime=0))
 
 
 def _doc(store, run_id: str, host: str) -> dict | None:
@@ -161,9 +174,10 @@ def build(
     out: Path | None = None,
     bug_report_command: str | None = None,
     bug_report_file: Path | None = None,
+    bug_report_timeout_s: float = commands.TIMEOUT_S,
     redact: list[str] | None = None,
 ) -> dict:
-    """Write the archive; {"path", "files", "redactions", "runs"}."""
+    """Write the archive; {"path", "files", "redactions", "removed", "runs", "bug_report"}."""
     hist = store.history(host)
     if hist["kind"] != "node":
         raise InputError(
@@ -196,6 +210,8 @@ def build(
             bundle.json(f"documents/{run_id}/{host}.json", doc)
     gpu_index = gpu_rows[-1]["index"] if gpu_rows else None
     figs = figures(store, gpu_rows or rows, gpu_index)
+    if gpu_rows:
+        figs["readings"] = gpu_readings(docs, {r["run_id"]: r["index"] for r in gpu_rows})
     bundle.json("figures.json", figs)
     bundle.text("figures.md", figures_md(figs, host, gpu_rows[-1] if gpu_rows else None))
     counts = counters(docs)
@@ -209,9 +225,10 @@ def build(
     bundle.text(
         "kernel_log.txt", "\n".join(lines) + "\n" if lines else "(no kernel log line quoted by the failing checks)\n"
     )
-    steps = ladder.with_outcomes([e["detail"] for e in store.events(host, "ladder")])
-    bundle.json("ladder.json", steps)
-    bug_note = _bug_report(bundle, host, bug_report_command, bug_report_file)
+    events = store.events(host, "ladder")
+    bundle.json("ladder.json", ladder.with_outcomes([e["detail"] for e in events]))
+    episode = ladder.with_outcomes(ladder.open_steps(events))  # since its ladder last closed: this fault's steps
+    bug_note = _bug_report(bundle, host, bug_report_command, bug_report_file, bug_report_timeout_s)
     failed = (
         [r for r in gpu_rows if any(f["status"] in (schema.FAIL, schema.ERROR) for f in r["flags"])]
         if gpu_rows
@@ -225,7 +242,7 @@ def build(
             failed[0] if failed else None,
             chosen,
             docs,
-            steps,
+            episode,
             ids["latest"] or {},
             bug_note,
         ),
@@ -239,9 +256,11 @@ def build(
         "made": schema.utc_now(),
         "gpufleet": __version__,
         "redactions": bundle.redactor.count,
+        "removed": {"by_key": dict(sorted(bundle.redactor.removed.items())), "by_file": bundle.removed},
         "files": {n: hashlib.sha256(b).hexdigest() for n, b in sorted(bundle.files.items())},
     }
-    bundle.json("manifest.json", manifest)
+    # Not through the redactor: it holds the keys whose values were removed, and no value.
+    bundle.files["manifest.json"] = (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode()
     path = Path(out) if out else Path(f"{top}.tar.gz")
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
@@ -254,6 +273,7 @@ def build(
         "path": str(path),
         "files": sorted(bundle.files),
         "redactions": bundle.redactor.count,
+        "removed": manifest["removed"]["by_key"],
         "runs": chosen,
         "bug_report": bug_note,
     }
@@ -270,22 +290,64 @@ def _write_bytes(path: Path, raw: bytes) -> None:
         raise InputError(f"cannot write the evidence archive {path}: {exc.strerror or exc}") from None
 
 
-def _bug_report(bundle: Bundle, host: str, template: str | None, file: Path | None) -> str:
-    """nvidia-bug-report.log.gz into the bundle from a file or the site's command; what happened, in words."""
+def _bug_report(bundle: Bundle, host: str, template: str | None, file: Path | None, timeout_s: float) -> str:
+    """nvidia-bug-report.log.gz into the bundle: a file fetched already, the site's command, or, on the node itself,
+    its nvidia-bug-report.sh, each run with a timeout; what happened, in words."""
     if file:
         try:
             bundle.gz_text("nvidia-bug-report.log.gz", Path(file).read_bytes())
         except OSError as exc:
             raise InputError(f"--bug-report {file}: {exc.strerror or exc}") from None
         return f"from {file}"
-    if not template:
-        return "not included: no --bug-report-command or --bug-report (run nvidia-bug-report.sh on the node)"
-    argv = commands.words(template, {"host": host, "slurm_node": host}, what="--bug-report-command")
-    done = commands.run_capture(argv)
-    if done["rc"] != 0 or not done["raw"]:
-        return f"not included: `{' '.join(argv)}` exited {done['rc']} (nvidia-bug-report.sh missing on the node?): {done['output'][-300:]}"
-    bundle.gz_text("nvidia-bug-report.log.gz", done["raw"])
-    return f"from `{' '.join(argv)}`"
+    if template:
+        argv = commands.words(template, {"host": host, "slurm_node": host}, what="--bug-report-command")
+        done = commands.run_capture(argv, timeout_s)
+        if done["rc"] != 0 or not done["raw"]:
+            missing = f" ({BUG_REPORT_SCRIPT} missing on the node?)" if done["rc"] == 127 else ""
+            return f"not included: `{' '.join(argv)}` exited {done['rc']}{missing}: {done['output'][-300:]}"
+        bundle.gz_text("nvidia-bug-report.log.gz", done["raw"])
+        return f"from `{' '.join(argv)}`"
+    if host not in {"localhost", socket.gethostname(), socket.gethostname().split(".")[0], socket.getfqdn()}:
+        return (
+            f"not included: {host} is not this machine; give --bug-report-command (e.g. `ssh {{host}} sudo "
+            f"{BUG_REPORT_SCRIPT} --output-file /dev/stdout`) or --bug-report FILE"
+        )
+    script = shutil.which(BUG_REPORT_SCRIPT)
+    if not script:
+        return f"not included: {BUG_REPORT_SCRIPT} is not on this node (it comes with the NVIDIA driver)"
+    with tempfile.TemporaryDirectory(prefix="gpufleet-bug-report-") as tmp:
+        done = commands.run([script, "--output-file", f"{tmp}/{BUG_REPORT_SCRIPT[:-3]}.log"], timeout_s)
+        made = sorted(Path(tmp).glob("*.log*"))
+        if done["rc"] != 0 or not made:
+            return f"not included: {script} exited {done['rc']}: {done['output'][-300:]}"
+        bundle.gz_text("nvidia-bug-report.log.gz", made[0].read_bytes())
+    return f"from {script} on this node"
+
+
+def gpu_readings(docs: list[tuple[str, dict]], index_by_run: dict) -> dict:
+    """{check.field: [{"run_id", "value"}]}: every number the checks read of one GPU (detail.per_gpu; the GPU's
+    index in each run from `index_by_run`), run by run."""
+    out: dict = {}
+    for run_id, doc in docs:
+        if run_id not in index_by_run:
+            continue
+        for r in doc["results"]:
+            detail = r.get("detail") if isinstance(r.get("detail"), dict) else {}
+            for entry in detail.get("per_gpu") or []:
+                if isinstance(entry, dict) and entry.get("index") == index_by_run[run_id]:
+                    for field, value in _numbers(entry, ""):
+                        out.setdefault(f"{r.get('check')}.{field}", []).append({"run_id": run_id, "value": value})
+    return out
+
+
+def _numbers(entry: dict, prefix: str):
+    for key, value in sorted(entry.items()):
+        if key == "index":
+            continue
+        if isinstance(value, dict):
+            yield from _numbers(value, f"{prefix}{key}.")
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            yield f"{prefix}{key}", value
 
 
 def identity(rows: list[dict], docs: list[tuple[str, dict]]) -> dict:
@@ -302,10 +364,11 @@ def identity(rows: list[dict], docs: list[tuple[str, dict]]) -> dict:
             "gpus": inv.get("gpus"),
             "driver": inv.get("driver_version") or ver.get("driver"),
             "cuda_driver": inv.get("cuda_driver_version") or ver.get("cuda_driver"),
-            "vbios": ver.get("vbios") or [g.get("vbios") for g in inv.get("gpus") or []],
+            "vbios": ver.get("vbios") or [g.get("vbios") for g in inv.get("gpus") or []] or None,
             "inforom_image": ver.get("inforom_image"),
             "kernel": ver.get("kernel"),
             "os": ver.get("os"),
+            "not_read": ver.get("not_read") or {},
         }
     out["latest"] = out["by_run"][docs[-1][0]] if docs else None
     return out
@@ -328,7 +391,22 @@ def figures_md(figs: dict, host: str, gpu: dict | None) -> str:
             for p in points
         ]
         lines.append("")
-    return "\n".join(lines) + ("(no figure recorded)\n" if not figs["figures"] else "")
+    if not figs["figures"]:
+        lines += ["(no benchmark figure recorded)", ""]
+    readings = figs.get("readings") or {}
+    if readings:
+        run_ids = list(dict.fromkeys(p["run_id"] for points in readings.values() for p in points))
+        lines += [
+            "## What the checks read of the GPU, run by run",
+            "",
+            "| reading | " + " | ".join(run_ids) + " |",
+            "| --- |" + " --- |" * len(run_ids),
+        ]
+        for key, points in readings.items():
+            by_run = {p["run_id"]: figure_text(p["value"]) for p in points}
+            lines.append(f"| {key} | " + " | ".join(by_run.get(r, "-") for r in run_ids) + " |")
+        lines.append("")
+    return "\n".join(lines)
 
 
 def counters_md(rows: list[dict]) -> str:
@@ -360,38 +438,57 @@ def summary_md(
     ids: dict,
     bug_note: str,
 ) -> str:
+    """The page a vendor reads first: each cause once (causes.grouped: a node without a driver is one cause of 18
+    checks, not 18 lines), since when, what this episode of the ladder tried, the versions (or why one is not read)."""
     by_run = dict(docs)
-    failing = [
-        (run_id, r)
-        for run_id in chosen
-        for r in (by_run.get(run_id) or {}).get("results") or []
-        if r.get("status") in (schema.FAIL, schema.ERROR)
-    ]
+    failed: dict = {}  # cause -> (its line, its class, the runs it failed in)
+    for run_id in chosen:
+        for g in causes.grouped((by_run.get(run_id) or {}).get("results") or []):
+            failed.setdefault(g["cause"], [causes.line(g), g["class"], []])[2].append(run_id)
     who = f"{host}, GPU {gpu['index']} ({gpu.get('uuid')}, serial {gpu.get('serial')})" if gpu else host
     tried = [
         f"{s['step']} in run {s.get('run_id')} ({s.get('at')}): "
         + ("done" if s.get("done") else "proposed, not done")
         + (f", {s['outcome']}" if s.get("outcome") else "")
         for s in steps
-        if s.get("step") in ladder.ACTABLE
+        if s.get("step") in policy.ACTABLE
     ]
-    lines = [
-        f"# Evidence: {who}",
-        "",
-        "- What failed: "
-        + (
-            "; ".join(sorted({f"{r.get('group')}.{r.get('check')}: {r.get('reason')}" for _, r in failing}))
-            or "nothing failed in the runs given"
-        ),
+    lines = [f"# Evidence: {who}", "", "- What failed" + (":" if failed else ": nothing failed in the runs given")]
+    lines += [f"  - {line} [{cls}], in run(s) {', '.join(ran)}" for line, cls, ran in failed.values()]
+    lines += [
         f"- Since: run {first['run_id']} ({first['started']}), the first run that failed it; runs here: {', '.join(chosen)}"
         if first
         else f"- Since: no run failed it; runs here: {', '.join(chosen)}",
-        "- Already tried: " + ("; ".join(tried) or "nothing"),
-        f"- Driver {ids.get('driver')}, CUDA driver {ids.get('cuda_driver')}, VBIOS {ids.get('vbios')}, "
-        f"InfoROM {ids.get('inforom_image') or 'not read'}, kernel {ids.get('kernel')}",
+        "- Already tried in this fault's ladder: " + ("; ".join(tried) or "nothing yet"),
+        "- " + ", ".join(f"{what} {_version(ids, key, gpu)}" for what, key in VERSIONS),
         f"- nvidia-bug-report.log: {bug_note}",
         "",
-        "Files: documents/ (host documents of those runs), figures.md (against the fleet and the baseline), counters.md, "
-        "identity.json, kernel_log.txt, ladder.json, manifest.json.",
+        "Files: documents/ (host documents of those runs), figures.md (against the fleet and the baseline"
+        + (", and what the checks read of the GPU" if gpu else "")
+        + "), counters.md, identity.json, kernel_log.txt, ladder.json (every record of the node's ladder), "
+        "manifest.json (what was removed, by key).",
     ]
     return "\n".join(lines) + "\n"
+
+
+VERSIONS = (
+    ("Driver", "driver"),
+    ("CUDA driver", "cuda_driver"),
+    ("VBIOS", "vbios"),
+    ("InfoROM", "inforom_image"),
+    ("kernel", "kernel"),
+)
+
+
+def _version(ids: dict, key: str, gpu: dict | None) -> str:
+    """A version as the latest run read it (per GPU: that GPU's, or each GPU's), else `not read` and why."""
+    value = ids.get(key)
+    if isinstance(value, list):
+        if gpu is not None and isinstance(gpu.get("index"), int) and gpu["index"] < len(value):
+            value = value[gpu["index"]]
+        else:
+            value = ", ".join(f"GPU {i}: {v}" for i, v in enumerate(value) if v) or None
+    if value:
+        return str(value)
+    why = (ids.get("not_read") or {}).get(key)
+    return f"not read ({why})" if why else "not read"

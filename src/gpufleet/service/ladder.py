@@ -8,9 +8,10 @@ the next step of its ladder; for each node it accepted, its ladder cleared.
                person (`gpufleet ladder --clear NODE`) or the replacement flow (`gpufleet fleet accept NODE --slurm`)
                clears it
 
-Which steps, in which order: the profile's `remediation` (generic.yml), by the failure class of the node's first
-failing check (hardware first) or by that check. Where the node stands: the steps taken since its ladder last
-cleared, from the store's events (every run folder's ladder.json). Each step is recorded with its time, its
+Which steps, in which order: policy.py, by the node's root cause (the cause its report names first), a cause not
+confirmed getting a re-test alone. Where the node stands: the steps taken since its ladder last cleared, from the
+store's events (every run folder's ladder.json); a step whose outcome a run must tell (a re-test, reset or reboot)
+waits for one, which the next sweep makes on the drained node itself (retest.py). Each step is recorded with its time, its
 command's exit code and output, and the next judgement records its outcome: the fault again (the ladder climbs) or
 cleared. A GPU or board whose serial changed starts the ladder again; found by a run that is not an acceptance
 run, the node goes back through `gpufleet fleet accept` with its peers (step reaccept: drained, resumed only when
@@ -28,85 +29,20 @@ import json
 import time
 from pathlib import Path
 
-from gpufleet import failure_class, paths, profiles, runs, schema, slurm
+from gpufleet import paths, runs, schema, slurm
 from gpufleet.errors import InputError
 from gpufleet.fleet import export, service_log, store as fleet_store
 from gpufleet.fleet import slurm as fleet_slurm
 from gpufleet.fleet.run_files import read_json, read_report, read_run_info
 from gpufleet.service import commands
+from gpufleet.service.policy import ACTABLE, REACCEPT, STEPS, fault_of, policy, steps_for
 
-STEPS = ("retest", "reset_gpu", "reboot", "rma")
-REACCEPT = "reaccept"
-ACTABLE = (*STEPS, REACCEPT)
 ENDS = ("clear", "restart")  # records that close a node's ladder
 NEED_DRAINED = ("reset_gpu", "reboot")  # never beside a job: only on a node drained and idle
+MEASURED_AFTER = ("retest", *NEED_DRAINED)  # steps a run must follow: the fault again, or gone
 TAKE_OUT = ("reset_gpu", "reboot", "rma", REACCEPT)  # what the breaker counts
 DEFAULT_COMMANDS = {"reset_gpu": "ssh {host} nvidia-smi -r -i {gpu_index}", "reboot": "scontrol reboot {slurm_node}"}
 LADDER_FILE = "ladder.json"
-
-
-# ---------------------------------------------------------------- the policy
-
-
-def policy(profile_name: str | None, profile_dir=None) -> dict:
-    """{"classes": {class: [steps]}, "checks": {group.check: [steps]}}: generic.yml's `remediation`, the named
-    profile's entries over it."""
-    known = profiles.load_all(profile_dir)
-    out: dict = {"classes": {}, "checks": {}}
-    for name in dict.fromkeys([profiles.GENERIC, profile_name or profiles.GENERIC]):
-        doc = known.get(name)
-        section = (doc or {}).get("remediation") or {}
-        where = f"profile file {(doc or {}).get('path', name)}: remediation"
-        if not isinstance(section, dict):
-            raise InputError(f"{where} must be a mapping with classes and checks")
-        for part in ("classes", "checks"):
-            entries = section.get(part) or {}
-            if not isinstance(entries, dict):
-                raise InputError(f"{where}.{part} must be a mapping of name -> list of steps")
-            for key, steps in entries.items():
-                if part == "classes" and key not in failure_class.CLASSES:
-                    raise InputError(
-                        f"{where}.classes.{key}: not a failure class; expected one of {', '.join(failure_class.CLASSES)}"
-                    )
-                if not isinstance(steps, list) or any(s not in STEPS for s in steps):
-                    raise InputError(
-                        f"{where}.{part}.{key} = {steps!r}; expected a list of steps from {', '.join(STEPS)}"
-                    )
-                out[part][key] = list(steps)
-    return out
-
-
-def fault_of(node: dict) -> dict | None:
-    """The node's first failing check, hardware first (as its drain reason names it), with the GPUs it names."""
-    failing = [r for r in node.get("results") or [] if r.get("status") in (schema.FAIL, schema.ERROR)]
-    if not failing:
-        return None
-    first = min(failing, key=lambda r: failure_class.CLASSES.index(failure_class.of(r)) if failure_class.of(r) else 9)
-    detail = first.get("detail") if isinstance(first.get("detail"), dict) else {}
-    gpus = [
-        {"index": g.get("index"), "uuid": g.get("uuid"), "serial": g.get("serial")}
-        for g in detail.get("flagged_gpus") or []
-        if isinstance(g, dict)
-    ]
-    check = f"{first['group']}.{first['check']}" if first.get("group") else first["check"]
-    return {"class": failure_class.of(first), "check": check, "reason": first.get("reason"), "gpus": gpus}
-
-
-def steps_for(pol: dict, fault: dict) -> list[str]:
-    return pol["checks"][fault["check"]] if fault["check"] in pol["checks"] else pol["classes"].get(fault["class"], [])
-
-
-def parse_act(values: list[str] | None) -> set[str]:
-    """--act STEP (repeatable) or all: the steps the operator opted in to."""
-    chosen = set()
-    for value in values or []:
-        for step in (v.strip() for v in str(value).split(",") if v.strip()):
-            if step not in (*ACTABLE, "all"):
-                raise InputError(
-                    f"gpufleet_ladder_act (--act) {step!r}; expected steps of {', '.join(ACTABLE)}, or all"
-                )
-            chosen |= set(ACTABLE) if step == "all" else {step}
-    return chosen
 
 
 # ---------------------------------------------------------------- where a node stands
@@ -118,6 +54,19 @@ def open_steps(events: list[dict]) -> list[dict]:
     for e in events:
         out = [] if e["step"] in ENDS else out + [e["detail"]]
     return out
+
+
+def awaiting_measurement(events: list[dict], runs: list[dict]) -> dict | None:
+    """The ladder record the node waits on a measurement for, or None: the latest record of its ladder that was
+    taken is a step whose outcome only a run can tell (MEASURED_AFTER) or a person's clear, and no run of the node
+    (`runs`: store.node_runs) started since."""
+    taken = [e["detail"] for e in events if e["detail"].get("done") and e["detail"].get("step") != "none"]
+    last = taken[-1] if taken else {}
+    if not (last.get("step") in MEASURED_AFTER or (last.get("step") == "clear" and last.get("by"))):
+        return None
+    if any((r.get("started") or "") >= (last.get("at") or "") for r in runs):
+        return None
+    return last
 
 
 def with_outcomes(steps: list[dict]) -> list[dict]:
@@ -325,6 +274,12 @@ def _decide(store, host: str, node: dict, run_id: str, ctx: dict) -> list[dict]:
     why = f"{fault['check']} ({fault['class']}) in run {run_id}: step {rung + 1} of {len(ladder)}, {step}"
     if taken:
         why += f"; after {taken[-1]['step']} (run {taken[-1]['run_id']}) the fault came again"
+    if not fault["confirmed"] and step != "retest":
+        why = (
+            f"{fault['check']} ({fault['class']}) in run {run_id} is not confirmed (a figure measured once, beside "
+            f"another process or never settled): a re-test, not {step}"
+        )
+        step = "retest"
     out.append(dict(base, step=step, rung=rung + 1, proposed=True, why=why, command=ctx["cmds"].get(step)))
     return out
 
@@ -388,22 +343,30 @@ def _act(step: dict, cmds: dict, shown: dict | None) -> None:
     if template:
         gpus = (step.get("fault") or {}).get("gpus") or [{}] if name == "reset_gpu" else [{}]
         for gpu in gpus:
-            argv = commands.words(
-                template,
-                {
-                    "host": step["host"],
-                    "slurm_node": step["slurm_node"],
-                    "run_id": step["run_id"],
-                    "gpu_index": gpu.get("index"),
-                    "gpu_uuid": gpu.get("uuid"),
-                    "gpu_serial": gpu.get("serial"),
-                    "reason": step.get("reason"),
-                },
-            )
+            try:
+                argv = commands.words(
+                    template,
+                    {
+                        "host": step["host"],
+                        "slurm_node": step["slurm_node"],
+                        "run_id": step["run_id"],
+                        "gpu_index": gpu.get("index"),
+                        "gpu_uuid": gpu.get("uuid"),
+                        "gpu_serial": gpu.get("serial"),
+                        "reason": step.get("reason"),
+                    },
+                    what=f"the {name} command of {step['host']} (values from run {step['run_id']}'s document)",
+                )
+            except InputError as exc:
+                results.append({"argv": None, "rc": None, "output": str(exc)})
+                continue
             results.append(commands.run(argv))
     step["results"] = results
     step["done"] = schema.utc_now() if all(r["rc"] == 0 for r in results) else False
     step["failed"] = not step["done"]
+    refused = [r["output"] for r in results if r["argv"] is None]
+    if refused:
+        step["not_done"] = refused[0]
     if name == "retest" and not template:
         step["note"] = "no command for a re-test: the next run that covers the node measures it again"
     elif name == REACCEPT and not template:

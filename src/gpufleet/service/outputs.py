@@ -11,7 +11,7 @@ one function an output, each from the same gathered data, so each can be registe
                                                            all | 7d (the report says GPU-hours)
         gpufleet_fault_to_drain_seconds{node}              its latest fault: first sign to drain
         gpufleet_return_to_service_seconds{node}           its latest repair: drain to resume
-        gpufleet_out_of_service{node}                      1 while gpufleet keeps it drained for a fault
+        gpufleet_out_of_service{node}                      1 from its drain for a fault until it is back, whoever resumes it
         gpufleet_ladder_steps_taken{node}                  steps taken since its ladder last cleared
         gpufleet_fleet_sweep_gpu_seconds{window}           gpufleet_fleet_median_fault_to_drain_seconds
         gpufleet_fleet_median_return_to_service_seconds    gpufleet_fleet_nodes_out_of_service
@@ -24,12 +24,14 @@ import json
 from pathlib import Path
 from typing import NamedTuple
 
-from gpufleet import paths
+from gpufleet import paths, slurm
+from gpufleet.errors import InputError
 from gpufleet.fleet import figure_text, service_log
+from gpufleet.fleet import slurm as fleet_slurm
 from gpufleet.fleet import store as fleet_store
 from gpufleet.fleet.export import exposition
 from gpufleet.fleet.run_files import put_md_section, read_json
-from gpufleet.service import ladder, sweep
+from gpufleet.service import ladder, policy, sweep
 
 HEADING = "## Fleet in service"
 PROM_FILE = "gpufleet-service.prom"
@@ -50,7 +52,7 @@ def gather(run_dir: Path, store) -> dict:
     costs = service_log.costs(store)
     rungs = {
         h: len(
-            [s for s in ladder.open_steps(store.events(h, "ladder")) if s.get("done") and s.get("step") in ladder.STEPS]
+            [s for s in ladder.open_steps(store.events(h, "ladder")) if s.get("done") and s.get("step") in policy.STEPS]
         )
         for h in costs["nodes"]
     }
@@ -78,8 +80,9 @@ def sweep_lines(sw: dict) -> list[str]:
     lines += [f"- deferred {n}: {why}" for n, why in (planned.get("deferred") or {}).items()]
     for j in sw.get("jobs") or []:
         verdict = "judged" if j.get("judged") else j.get("note") or "not judged"
+        where = f" (re-test of the drained node in {j['retest']['reservation']})" if j.get("retest") else ""
         lines.append(
-            f"- job {j.get('job_id', '-')} on {j['node']}: {j.get('state', 'submitted')}, "
+            f"- job {j.get('job_id', '-')} on {j['node']}{where}: {j.get('state', 'submitted')}, "
             f"{_hours(j.get('elapsed_s'))}, {j.get('gpu_hours', 0)} GPU-h; {verdict}"
         )
     return lines
@@ -91,7 +94,7 @@ def ladder_lines(lad: dict) -> list[str]:
     if (lad.get("breaker") or {}).get("tripped"):
         lines.append(f"Breaker tripped: {lad['breaker']['why']}.")
     for s in lad.get("steps") or []:
-        if s["step"] in lad.get("act", []) and s["step"] in ladder.ACTABLE:
+        if s["step"] in lad.get("act", []) and s["step"] in policy.ACTABLE:
             did = (
                 "done" if s.get("done") else "NOT done: " + (s.get("not_done") or s.get("note") or "its command failed")
             )
@@ -119,6 +122,7 @@ def cost_lines(costs: dict, steps_taken: dict) -> list[str]:
             last = n["faults"][-1] if n["faults"] else {}
             back = (
                 _hours(last.get("return_s"))
+                + (" (resumed by hand, seen)" if last.get("resumed_by", "gpufleet") != "gpufleet" else "")
                 if last.get("resumed_at")
                 else ("still out" if n["out_of_service"] else "-")
             )
@@ -164,7 +168,11 @@ def prometheus_text(data: dict) -> str:
     back = gauge(
         "gpufleet_return_to_service_seconds", "The node's latest repair: seconds from its drain to its resume", "node"
     )
-    out = gauge("gpufleet_out_of_service", "1 while gpufleet keeps the node drained for a fault", "node")
+    out = gauge(
+        "gpufleet_out_of_service",
+        "1 from the node's drain for a fault by gpufleet until it is back in service, whoever resumed it",
+        "node",
+    )
     steps = gauge("gpufleet_ladder_steps_taken", "Remediation steps taken since the node's ladder last cleared", "node")
     fleet = [
         gauge("gpufleet_fleet_sweep_gpu_seconds", "GPU-seconds all sweep jobs held: all, or the last 7 days", "window"),
@@ -174,10 +182,7 @@ def prometheus_text(data: dict) -> str:
     ]
     for host, n in data["costs"]["nodes"].items():
         sweeps.series[(host,)] = float(n["sweeps"])
-        gpu_s.series[(host, "all")], gpu_s.series[(host, "7d")] = (
-            n["sweep_gpu_hours"] * 3600,
-            n["sweep_gpu_hours_7d"] * 3600,
-        )
+        gpu_s.series[(host, "all")], gpu_s.series[(host, "7d")] = n["sweep_gpu_seconds"], n["sweep_gpu_seconds_7d"]
         out.series[(host,)] = float(n["out_of_service"])
         steps.series[(host,)] = float(data["steps_taken"].get(host, 0))
         last = n["faults"][-1] if n["faults"] else {}
@@ -187,7 +192,7 @@ def prometheus_text(data: dict) -> str:
         if closed:
             back.series[(host,)] = closed[-1]["return_s"]
     f = data["costs"]["fleet"]
-    fleet[0].series[("all",)], fleet[0].series[("7d",)] = f["sweep_gpu_hours"] * 3600, f["sweep_gpu_hours_7d"] * 3600
+    fleet[0].series[("all",)], fleet[0].series[("7d",)] = f["sweep_gpu_seconds"], f["sweep_gpu_seconds_7d"]
     for g, value in zip(fleet[1:], (f["fault_to_drain_s_median"], f["return_s_median"], len(f["out_of_service"]))):
         if value is not None:
             g.series[()] = float(value)
@@ -196,10 +201,17 @@ def prometheus_text(data: dict) -> str:
 
 def write(run_dir: Path, db: Path | None = None) -> dict:
     """Every output into the run folder: report.md's section and report.json's "service" (when reported), and the
-    Prometheus file. The gathered data."""
+    Prometheus file, after Slurm's own state is read (a node back in service ends its episode, fleet/slurm.py
+    seen_back). The gathered data."""
     run_dir = Path(run_dir)
     with fleet_store.Store(Path(db) if db else fleet_store.default_path(run_dir.resolve().parent)) as store:
         store.index_events(run_dir)
+        try:
+            shown = slurm.show_nodes()  # Slurm's own state: a node resumed by hand is back, whoever resumed it
+        except InputError:
+            shown = None  # no Slurm here: the episodes stand as the records left them
+        if shown is not None and fleet_slurm.seen_back(run_dir, shown, service_log.costs(store)):
+            store.index_events(run_dir)
         data = gather(run_dir, store)
     report_json = read_json(run_dir / "report.json")
     if isinstance(report_json, dict):

@@ -2,7 +2,9 @@
 preempts, judged as a run.
 
     where       idle nodes of the chosen partitions only (base state IDLE, no flag: not drained, down, reserved,
-                completing or powered down); one job a node, --exclusive, --nodelist that node: never beside a job
+                completing or powered down); one job a node, --exclusive, --nodelist that node: never beside a job;
+                and the nodes gpufleet drained whose ladder waits for a measurement, each in a reservation of its
+                own that no user's job can enter (retest.py)
     priority    --nice (default 10000) and the site's --qos; submitted to a partition (or QOS) that real work
                 preempts (docs/fleet-in-service.md); --no-requeue, so a preempted job is cancelled, never requeued:
                 it leaves no verdict for its node, only a note, and the next sweep takes the node again
@@ -36,6 +38,7 @@ from gpufleet.errors import InputError
 from gpufleet.fleet import references, store as fleet_store
 from gpufleet.fleet.document_writer import record as record_document
 from gpufleet.fleet.run_files import read_json
+from gpufleet.service import retest
 
 # The run tiers a node stage in a job runs (the soak lasts hours: no sweep).
 TIERS = tuple(t for t in registry.RUN_TIERS if t != "soak")
@@ -127,10 +130,15 @@ def plan(
     share: tuple[int, bool],
     last_tested: dict,
     hosts: dict | None = None,
+    awaiting: dict | None = None,
 ) -> dict:
     """Which nodes this sweep takes: {"idle", "skipped": {node: why}, "chosen", "deferred": {node: why}, "allowed",
-    "held"}. `queued`: sweep jobs slurmctld holds now (any sweep); `last_tested`: {node: when its latest document was
-    made}; `hosts`: {Slurm node: inventory name}."""
+    "held", "retest": {node: why}}. `queued`: sweep jobs slurmctld holds now (any sweep); `last_tested`: {node: when
+    its latest document was made}; `hosts`: {Slurm node: inventory name}; `awaiting`: {node: why} of the drained nodes
+    whose ladder waits for a measurement (retest.candidates): measured as well, in a reservation, outside the share
+    (they are out of service already)."""
+    awaiting = {n: why for n, why in (awaiting or {}).items() if n in shown}
+    queued_share = [q for q in queued if not str(q.get("reservation") or "").startswith(retest.PREFIX)]
     member = {n: v for n, v in shown.items() if set(v["partitions"]) & set(partitions)}
     unknown = [p for p in partitions if not any(p in v["partitions"] for v in shown.values())]
     if unknown:
@@ -141,6 +149,8 @@ def plan(
     held = {q["node"]: q for q in queued if q.get("node")}
     skipped, idle = {}, []
     for name, node in sorted(member.items()):
+        if name in awaiting and name not in held:
+            continue
         if name in held:
             skipped[name] = f"a sweep job ({held[name]['job_id']}, {held[name]['state']}) is already there"
             continue
@@ -150,13 +160,13 @@ def plan(
         else:
             idle.append(name)
     number, percent = share
-    pool = len(idle) + len([n for n in held if n in member])
+    pool = len(idle) + len([q for q in queued_share if q.get("node") in member])
     allowed = max(1, math.floor(pool * number / 100)) if percent else number
-    free = max(0, allowed - len(queued))
+    free = max(0, allowed - len(queued_share))
     order = sorted(idle, key=lambda n: (last_tested.get((hosts or {}).get(n, n)) or "", n))
     chosen = order[:free]
     deferred = {
-        n: f"over the share: {allowed} of {pool} idle node(s) at once, {len(queued)} sweep job(s) already queued"
+        n: f"over the share: {allowed} of {pool} idle node(s) at once, {len(queued_share)} sweep job(s) already queued"
         for n in order[free:]
     }
     return {
@@ -166,13 +176,16 @@ def plan(
         "chosen": chosen,
         "deferred": deferred,
         "allowed": allowed,
-        "held": len(queued),
+        "held": len(queued_share),
         "share": f"{number}{'%' * percent}",
+        "retest": {n: why for n, why in sorted(awaiting.items()) if n in member and n not in held},
     }
 
 
-def job_request(run_dir: Path, run_id: str, node: str, host: str, opts: dict) -> tuple[list[str], str]:
-    """(sbatch options, batch script) of one node's job."""
+def job_request(
+    run_dir: Path, run_id: str, node: str, host: str, opts: dict, reservation: str | None = None
+) -> tuple[list[str], str]:
+    """(sbatch options, batch script) of one node's job; in `reservation` for a re-test of a drained node."""
     limit_min = opts["time_limit_min"]
     argv = [
         opts["python"],
@@ -206,7 +219,10 @@ def job_request(run_dir: Path, run_id: str, node: str, host: str, opts: dict) ->
     options = [
         f"--job-name={JOB_NAME}",
         f"--comment={run_id}",
-        f"--partition={opts['submit_partition'] or opts['node_partition'][node]}",
+        # A re-test goes to the node's own partition: a user's job waiting in a partition of a higher PriorityTier
+        # holds the node against every job of a lower one, the reservation's too; in the reservation no user's job
+        # can preempt it anyway.
+        f"--partition={opts['node_partition'][node] if reservation else opts['submit_partition'] or opts['node_partition'][node]}",
         f"--nodelist={node}",
         "--nodes=1",
         "--ntasks=1",
@@ -221,6 +237,8 @@ def job_request(run_dir: Path, run_id: str, node: str, host: str, opts: dict) ->
     ]
     if opts.get("qos"):
         options.append(f"--qos={opts['qos']}")
+    if reservation:
+        options.append(f"--reservation={reservation}")
     return options, script
 
 
@@ -238,28 +256,40 @@ def submit(reports_dir: Path, opts: dict) -> dict:
     if opts.get("submit"):
         paths.make_dir(reports_dir)
     with paths.folder_lock(reports_dir) if reports_dir.is_dir() else contextlib.nullcontext():  # a plan makes nothing
+        queued = slurm.queued(JOB_NAME)
+        cleaned = retest.leftovers(reports_dir, queued, SWEEP_FILE) if opts.get("submit") else []
         shown = slurm.show_nodes()
-        last = {}
+        last, awaiting = {}, {}
         store_path = fleet_store.default_path(reports_dir)
         if store_path.exists():
             with fleet_store.Store(store_path) as store:
                 last = {h: (store.node_runs(h) or [{}])[-1].get("started") for h in (hosts.get(n, n) for n in shown)}
-        planned = plan(shown, opts["partitions"], slurm.queued(JOB_NAME), parse_share(opts["max_share"]), last, hosts)
+                member = [n for n, v in shown.items() if set(v["partitions"]) & set(opts["partitions"])]
+                awaiting = retest.candidates(shown, member, hosts, store, reports_dir, SWEEP_FILE)
+        planned = plan(shown, opts["partitions"], queued, parse_share(opts["max_share"]), last, hosts, awaiting)
         record = {
             "tier": opts["tier"],
             "submitted": None,
             "plan": planned,
+            "left_over": cleaned,
             "jobs": [],
             "settings": {
                 k: opts.get(k) for k in ("time_limit_min", "wait_min", "nice", "qos", "submit_partition", "max_share")
             },
         }
-        opts["node_partition"] = {
-            n: next(p for p in shown[n]["partitions"] if p in opts["partitions"]) for n in planned["chosen"]
-        }
-        if not opts.get("submit") or not planned["chosen"]:
+        taken = [*planned["chosen"], *planned["retest"]]
+        opts["node_partition"] = {n: next(p for p in shown[n]["partitions"] if p in opts["partitions"]) for n in taken}
+        if not opts.get("submit") or not taken:
             record["requests"] = {
-                n: job_request(Path("RUN_DIR"), "RUN_ID", n, hosts.get(n, n), opts) for n in planned["chosen"]
+                n: job_request(
+                    Path("RUN_DIR"),
+                    "RUN_ID",
+                    n,
+                    hosts.get(n, n),
+                    opts,
+                    retest.name(n) if n in planned["retest"] else None,
+                )
+                for n in taken
             }
             return record
         run = runs.start(str(reports_dir), opts.get("run_id"), playbook="sweep", hosts=[], tier=opts["tier"])
@@ -268,19 +298,27 @@ def submit(reports_dir: Path, opts: dict) -> dict:
         # What each node's figures are held against, read by its job (node_stage): measured again there if past.
         # The store as it is (this folder's lock is held: no repair here; the report repairs it).
         with fleet_store.Store(store_path) if store_path.exists() else contextlib.nullcontext() as store:
-            chosen = [hosts.get(n, n) for n in planned["chosen"]]
+            chosen = [hosts.get(n, n) for n in taken]
             base = references.choose_baseline(run_dir, store, None)
             references.write(run_dir, chosen, store, None if store else f"no store yet at {store_path}", base)
         record.update(run_id=run["run_id"], run_dir=str(run_dir), submitted=schema.utc_now())
-        for node in planned["chosen"]:
+        for node in taken:
             host = hosts.get(node, node)
-            options, script = job_request(run_dir, run["run_id"], node, host, opts)
-            job = {"node": node, "host": host, "sbatch": options}
+            job = {"node": node, "host": host}
+            record["jobs"].append(job)
             try:
+                if node in planned["retest"]:
+                    job["retest"] = retest.open_for_job(node, slurm.bare_reason(shown[node]["reason"]))
+                    keep(run_dir, record)  # what to drain it with again, should this sweep stop before its end
+                options, script = job_request(
+                    run_dir, run["run_id"], node, host, opts, (job.get("retest") or {}).get("reservation")
+                )
+                job["sbatch"] = options
                 job["job_id"] = slurm.submit(options, script)
             except InputError as exc:
                 job["error"] = str(exc)
-            record["jobs"].append(job)
+                if job.get("retest"):
+                    retest.close(node, job["retest"])
         keep(run_dir, record)
     return record
 
@@ -326,11 +364,15 @@ def collect(run_dir: Path) -> dict:
                 "have ended (they end by their time limit at the latest)"
             )
         job.update(end or {}, state=(end or {}).get("state") or ("NOT_SUBMITTED" if job.get("error") else "UNKNOWN"))
+        if job.get("retest"):
+            retest.close(job["node"], job["retest"])  # drained again before anything reads its verdict
+            keep(run_dir, record)
         doc = read_json(doc_path)
         if not _gpus(doc) and not shown:
             shown = slurm.show_nodes()  # the node's GPUs as Slurm counts them (Gres), for a job without a document
         job["gpus"] = _gpus(doc) or (shown.get(job["node"]) or {}).get("gpus")
-        job["gpu_hours"] = round((job.get("elapsed_s") or 0) * (job["gpus"] or 0) / 3600, 4)
+        job["gpu_seconds"] = float((job.get("elapsed_s") or 0) * (job["gpus"] or 0))
+        job["gpu_hours"] = round(job["gpu_seconds"] / 3600, 4)  # for people; sums are made of the seconds
         held = (
             next(
                 (
