@@ -9,8 +9,8 @@ a synthetic fleet of many nodes (tests/test_fleet_synthetic.py's builders).
     disturbed_soak(reports)   2 x H200, a soak whose window 0 had another process on GPU 0, measured again
                               (docs/results/2026-11-26-h200-x2-moved-paths, soak/soak.json)
     fleet(reports, n)         n synthetic 8 x H100 nodes, within about 1.5% of each other: n0007's GPU 3 20% slow in bf16 matmul, n0011's HBM 30% slow,
-                              n0023 an uncorrectable ECC error (a finding: confirmed), n0031 an fp8 figure measured
-                              once under its limit (not confirmed)
+                              n0023 an uncorrectable ECC error (a finding: it stands), n0031 an fp8 figure measured
+                              once under its limit (not confirmed), n0043 the same figure measured again (confirmed)
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ ONE_GPU_SOAK = RESULTS / "2026-11-23-h100-x1-fleet" / "soak.json"
 FOUR_GPUS = RESULTS / "2026-11-27-h200-x4-acceptance-series" / "call1-tiers.tar.gz"
 FOUR_GPU_RUNS = ("after-1-1", "after-1-3", "after-1-5")
 DISTURBED_SOAK = RESULTS / "2026-11-26-h200-x2-moved-paths" / "steps.tar.gz"
-SLOW_GPU, SLOW_HBM, ECC, UNCONFIRMED = "n0007", "n0011", "n0023", "n0031"
+SLOW_GPU, SLOW_HBM, ECC, UNCONFIRMED, CONFIRMED = "n0007", "n0011", "n0023", "n0031", "n0043"
 
 
 def write(reports: Path, run_id: str, host_docs: dict[str, bytes]) -> Path:
@@ -73,15 +73,15 @@ def disturbed_soak(reports: Path) -> Path:
     return run
 
 
-def _unconfirmed_figure() -> dict:
+def _failed_figure(trust: str) -> dict:
     res = schema.result(
         "matmul_fp8",
         schema.FAIL,
-        "GPU 5 fp8 matmul 900 TFLOPS, under 1000; measured once",
+        f"GPU 5 fp8 matmul 900 TFLOPS, under 1000 (trust {trust})",
         value=900.0,
         unit="TFLOPS",
         threshold={"key": "matmul_fp8_tflops_min", "value": 1000, "min": 1000, "source": "test"},
-        trust=schema.CLEAN,
+        trust=trust,
     )
     return dict(res, group="benchmark", started="2026-11-21T10:01:00Z", seconds=1.0)
 
@@ -109,7 +109,9 @@ def fleet_docs(n: int) -> dict[str, dict]:
         elif host == ECC:
             kw["extra"] = [synth.ecc_failure(gpus[2])]
         elif host == UNCONFIRMED:
-            kw["extra"] = [_unconfirmed_figure()]
+            kw["extra"] = [_failed_figure(schema.CLEAN)]
+        elif host == CONFIRMED:
+            kw["extra"] = [_failed_figure(schema.CONFIRMED)]
         docs[host] = synth.node_doc(host, i, gpus=gpus, read_at=("2026-11-21T10:00:00Z", "2026-11-21T10:05:00Z"), **kw)
     return docs
 

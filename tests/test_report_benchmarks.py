@@ -151,7 +151,11 @@ def test_benchmark_values_read_against_their_thresholds(built):
     row = page.split("<td><code>benchmark.hbm_bandwidth</code></td>")[-1].split("</tr>")[0]  # the findings table
     assert "2,100 GB/s" in row and "hbm_copy_gbps_min = 2600, not calibrated" in row and "source: H100 SXM HBM3" in row
     passed = page.split("<td><code>benchmark.matmul_bf16</code></td>")[-1].split("</tr>")[0]  # the passes table
-    assert "779.2 TFLOPS" in passed and "matmul_bf16_tflops_min = 700, not calibrated" in passed and f"source: {SOURCE}" in passed
+    assert (
+        "779.2 TFLOPS" in passed
+        and "matmul_bf16_tflops_min = 700, not calibrated" in passed
+        and f"source: {SOURCE}" in passed
+    )
 
     md = (built / "report.md").read_text()
     hbm = md.split("FAIL `benchmark.hbm_bandwidth`")[1].split("####")[0]

@@ -98,28 +98,30 @@ def test_the_fleet_is_a_distribution_per_figure_with_its_outliers_named(fleet):
         assert len(d.findall("rect")) <= 40  # bins, not 1,000 bars
     for column, host in (("matmul", runs.SLOW_GPU), ("hbm", runs.SLOW_HBM)):
         (outlier,) = dists[column].findall("g[@class='outlier']")
-        assert (outlier.get("data-host"), outlier.get("data-status")) == (host, "fail")
+        assert outlier.get("data-host") == host and outlier.get("data-status") != "pass"  # as the fleet layer said
         assert outlier.find("text").text == host  # named in the picture
     html = (fleet / "report.html").read_text()
     assert len(html.encode()) < SIZE_MAX, f"report.html of {NODES} nodes is {len(html.encode()):,} bytes"
-    # The fleet view lists the nodes with a figure that did not pass; the page details the nodes not accepted.
+    # The fleet view lists the nodes with a figure that did not pass; the page details the nodes not accepted,
+    # warned or with information (a figure past a limit once only), and gives each other node one line.
     listed = re.findall(r'<tr><td><a href="#node-\d+-(n\d+)">', html[html.index('<table class="fleet">') :])
-    assert listed[:2] == [runs.SLOW_GPU, runs.SLOW_HBM] and len(listed) == 2
+    assert sorted(listed) == [runs.SLOW_GPU, runs.SLOW_HBM]
     detailed = re.findall(r'<section id="node-\d+-(n\d+)">', html)
-    assert sorted(detailed) == sorted([runs.SLOW_GPU, runs.SLOW_HBM, runs.ECC, runs.UNCONFIRMED])
-    assert len(re.findall(r'<section id="node-\d+-n\d+" class="brief">', html)) == NODES - 4
+    assert sorted(detailed) == sorted([runs.SLOW_GPU, runs.SLOW_HBM, runs.ECC, runs.UNCONFIRMED, runs.CONFIRMED])
+    assert len(re.findall(r'<section id="node-\d+-n\d+" class="brief">', html)) == NODES - len(detailed)
     md = (fleet / "report.md").read_text()
     assert re.search(
-        rf"\| bf16 matmul, slowest GPU \(TFLOPS\) \| {NODES} \| [\d.,]+ \| .* \| {runs.SLOW_GPU} [\d.,]+ \(fail\) \|",
+        rf"\| bf16 matmul, slowest GPU \(TFLOPS\) \| {NODES} \| [\d.,]+ \| .* \| {runs.SLOW_GPU} [\d.,]+ \(\w+\) \|",
         md,
     )
 
 
 def test_the_drain_box_proposes_only_the_confirmed_failures(fleet):
     drain = (fleet / "drain.txt").read_text()
-    for host in (runs.SLOW_GPU, runs.SLOW_HBM, runs.ECC):
+    # n0023's ECC error is read from the node: it stands; n0043's figure was measured again: confirmed
+    for host in (runs.ECC, runs.CONFIRMED):
         assert f"NodeName={host} " in drain
-    # n0031 failed on one figure measured once (trust clean): named, not drained for
+    # n0031 failed on the same figure measured once (trust clean): named, not drained for
     assert f"NodeName={runs.UNCONFIRMED} " not in drain
     review = {r["host"]: r for r in runs.report_json(fleet)["fleet"]["drain_review"]}
     assert review[runs.UNCONFIRMED] == {
@@ -129,6 +131,7 @@ def test_the_drain_box_proposes_only_the_confirmed_failures(fleet):
         "drain": None,
     }
     assert review[runs.ECC]["confirmed"] == ["gpu_health.ecc"] and review[runs.ECC]["drain"]
+    assert review[runs.CONFIRMED]["confirmed"] == ["benchmark.matmul_fp8"] and review[runs.CONFIRMED]["drain"]
     html = (fleet / "report.html").read_text()
     box = html[html.index("<h3>Drain in Slurm</h3>") :]
     row = box[box.index(f"<td>{runs.UNCONFIRMED}</td>") :].split("</tr>")[0]

@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 import report_runs as runs
-from gpufleet.report import formatting
+from gpufleet.checks import soak as checks_soak
+from gpufleet.checks.soak import remeasure
+from gpufleet.report import figures, formatting, svg
 
 
 def svgs(run: Path, kind: str) -> list[ET.Element]:
@@ -100,6 +102,18 @@ def test_a_pair_decides_by_the_status_and_its_worst_comparison(four):
     }
 
 
+def test_a_row_past_its_limit_once_decides_below_the_rows_that_stand():
+    threshold = {"key": "w", "value": 5, "source": "s", "fail": {"key": "f", "value": 15, "source": "t"}}
+    once = {"metric": "hbm_copy_gbps", "deviation_pct": -20.0, "status": "inconclusive", "would_be": "fail"}
+    stands = {"metric": "matmul_bf16_tflops", "deviation_pct": -6.0, "status": "warn"}
+    res = {"status": "warn", "threshold": threshold, "detail": {"comparisons": [once, stands]}}
+    assert (
+        formatting.decided_limit(res)["key"] == "w" and formatting.decided_limit(res)["metric"] == "matmul_bf16_tflops"
+    )
+    res = {"status": "info", "threshold": threshold, "detail": {"comparisons": [once]}}
+    assert formatting.decided_limit(res)["key"] == "f" and formatting.decided_limit(res)["metric"] == "hbm_copy_gbps"
+
+
 def test_the_judges_own_word_stands():
     decided = {"key": "k_fail", "value": 9, "source": "s", "calibrated": True, "metric": "m"}
     res = {"status": "warn", "threshold": {"key": "k_warn", "value": 1, "fail": {"key": "k_fail"}, "decided": decided}}
@@ -163,6 +177,48 @@ def test_a_disturbed_soak_marks_its_window_and_the_foreign_process(soak):
     assert limit == pytest.approx(best * 0.9, rel=1e-3)  # soak_slowdown_pct_max 10
 
 
+def _bench_output(detail: dict, foreign: dict | None = None) -> dict:
+    """A soak's output (bench.soak.run) again from a recorded soak_slowdown detail: each window's figures as
+    measured (a disturbed one's too), and what the sampler saw."""
+
+    def measured(w: dict) -> dict:
+        return {
+            **{k: v for k, v in w.items() if k not in ("disturbed", "disturbed_figures")},
+            **(w.get("disturbed_figures") or {}),
+        }
+
+    gpus = {rank: {**g, "windows": [measured(w) for w in g["windows"]]} for rank, g in detail["per_gpu"].items()}
+    nccl = {**detail["nccl"], "windows": [measured(w) for w in detail["nccl"]["windows"]]}
+    keep = ("window_s", "n_windows", "ran_s", "duration_s", "started", "method", "versions", "world_size")
+    out = {"device": "cuda", "gpus": gpus, "nccl": nccl, "stopped_early": False, "after_effects": []}
+    out.update({k: detail[k] for k in keep})
+    if foreign:
+        out["sampler"] = {"per_gpu": {"0": {"windows": [{"index": 0, "foreign_processes": [foreign]}]}}}
+    return out
+
+
+def test_a_disturbed_soak_as_the_judge_joins_it_is_one_timeline(soak):
+    """The recorded soak judged again by checks.soak: the windows measured again join the soak's (after a warm-up
+    window), one timeline whose disturbed window is marked and whose windows measured again are too."""
+    doc = host_doc(soak)
+    detail = result(doc["results"], "benchmark", "soak_slowdown")["detail"]
+    joined = remeasure.combined(
+        _bench_output(detail, {"pid": 7240, "name": "gpu_disturb"}), _bench_output(detail["remeasured"])
+    )
+    res = next(r for r in checks_soak.soak(joined, doc["profile"]) if r["check"] == "soak_slowdown")
+    (timeline,) = figures.soak_timelines([dict(res, group="benchmark")])
+    matmul = next(lane for lane in timeline["lanes"] if (lane["index"], lane["metric"]) == (0, "matmul_tflops"))
+    assert [(w["index"], w["disturbed"], w["remeasured"]) for w in matmul["windows"]] == [
+        (0, True, False),
+        (1, False, True),
+    ]
+    assert matmul["windows"][1]["value"] == detail["remeasured"]["per_gpu"]["0"]["windows"][1]["matmul_tflops"]
+    drawn = ET.fromstring(svg.soak_svg(timeline))
+    lane = next(g for g in lanes(drawn) if (g.get("data-gpu"), g.get("data-metric")) == ("0", "matmul_tflops"))
+    assert (lane.get("data-windows"), lane.get("data-disturbed"), lane.get("data-remeasured")) == ("0 1", "0", "1")
+    assert [r.get("data-window") for r in lane.findall("rect[@class='again']")] == ["1"]
+
+
 def test_a_long_soak_on_one_gpu_shows_every_window(soak_one):
     detail = result(host_doc(soak_one)["results"], "benchmark", "soak_slowdown")["detail"]
     (timeline,) = svgs(soak_one, "soak")
@@ -176,7 +232,7 @@ def test_a_long_soak_on_one_gpu_shows_every_window(soak_one):
 
 def test_report_md_writes_the_soak_as_a_table(soak):
     md = (soak / "report.md").read_text()
-    assert "| GPU 0 | bf16 matmul (TFLOPS) | 1 |  |  |  | none | 0 |" in md  # the one window, disturbed: no figure
+    assert "| GPU 0 | bf16 matmul (TFLOPS) | 1 |  |  |  | none | 0 | none |" in md  # disturbed: no figure judged
     assert "| pid 7240 (gpu_disturb) | 0 | 15 s | 29 s | 1002 MiB |" in md
     assert re.search(r"\| all GPUs \| NCCL all_reduce \(GB/s\) \| 2 \| [\d.]+ \| 292\.7 \(window 0, at 0 s\) \|", md)
 

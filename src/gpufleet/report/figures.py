@@ -18,8 +18,8 @@ import statistics
 from typing import Any
 
 from gpufleet import schema
-from gpufleet.fleet import gpu_text, metrics
-from gpufleet.fleet.metric_keys import band_of, describe
+from gpufleet.comparisons import gpu_text, metrics
+from gpufleet.comparisons.metric_keys import band_of, describe
 from gpufleet.report.formatting import busbw_series, decided_limit, fleet_columns
 
 SOAK_CHECK = "soak_slowdown"  # the soak result whose detail holds every window of every GPU
@@ -62,6 +62,7 @@ def _lane(who: dict, key: str, label: str, unit: str, windows: list, threshold: 
                 "start_s": w.get("start_s"),
                 "value": value if _finite(value) else None,
                 "disturbed": bool(w.get("disturbed")),
+                "remeasured": bool(w.get("remeasured")),  # a window measured again after the soak, joined to it
                 "disturbed_value": (w.get("disturbed_figures") or {}).get(key),
             }
         )
@@ -107,7 +108,7 @@ def _soak_part(title: str, detail: dict, threshold: dict, limit_pct: Any, attemp
         "title": title,
         "started": detail.get("started"),
         "window_s": window_s,
-        "n_windows": detail.get("n_windows"),
+        "n_windows": max(len(lane["windows"]) for lane in lanes),  # with the windows measured again, where joined
         "span_s": max(ends + [detail.get("ran_s") or 0, *(p["last_s"] or 0 for p in foreign)]),
         "limit_pct": limit_pct,
         "lanes": lanes,
@@ -118,8 +119,10 @@ def _soak_part(title: str, detail: dict, threshold: dict, limit_pct: Any, attemp
 def soak_timelines(results: list[dict]) -> list[dict]:
     """Each soak's timeline: [{"title", "started", "window_s", "n_windows", "span_s", "limit_pct", "lanes": [{"gpu",
     "index", "metric", "label", "unit", "windows": [{"index", "start_s", "value", "disturbed", "disturbed_value",
-    "below"}], "best", "limit"}], "foreign": [{"pid", "name", "index", "first_s", "last_s", "used_memory_mib"}]}],
-    a disturbed soak measured again giving two (the soak, then its windows measured again)."""
+    "remeasured", "below"}], "best", "limit"}], "foreign": [{"pid", "name", "index", "first_s", "last_s",
+    "used_memory_mib"}]}]. A disturbed soak measured again is one timeline where the judge joined the windows
+    measured again to the soak's (`remeasured` windows, checks/soak/remeasure.py); two where a document from before
+    that kept them apart (`detail.remeasured`: the soak, then its windows measured again)."""
     out = []
     for res in results:
         detail = res.get("detail")

@@ -150,8 +150,13 @@ def decided_limit(res: dict) -> dict | None:
     level, metric = threshold, None
     fail = threshold.get("fail")
     if isinstance(fail, dict) and "key" in fail:
-        level = fail if res.get("status") == schema.FAIL else threshold
-        metric = worst_comparison_metric(res)
+        worst = worst_comparison(res)
+        metric = worst.get("metric")
+        # A row past its limit once only (inconclusive) names the level it was past: `would_be`.
+        failed = res.get("status") == schema.FAIL or (
+            res.get("status") not in (schema.WARN, schema.FAIL) and worst.get("would_be") == schema.FAIL
+        )
+        level = fail if failed else threshold
     own = (level.get("by_metric") if isinstance(level.get("by_metric"), dict) else {}).get(metric)
     source = level.get("source")
     if isinstance(own, dict):  # as a profile holds it: {"value", "source"}
@@ -169,15 +174,18 @@ def decided_limit(res: dict) -> dict | None:
     }
 
 
-def worst_comparison_metric(res: dict) -> str | None:
+def worst_comparison(res: dict) -> dict:
+    """The comparison of `detail.comparisons` that decided a result: the worst status that stands (a row past its
+    limit in one measurement only, `inconclusive`, just above a pass), then the farthest below its reference; {}
+    when there is none."""
     detail = res.get("detail") if isinstance(res.get("detail"), dict) else {}
     rows = [c for c in detail.get("comparisons") or [] if isinstance(c, dict) and c.get("metric")]
-    if not rows:
-        return None
-    return min(
-        rows,
-        key=lambda c: (-schema.severity(c.get("status") or schema.PASS), _number(c.get("deviation_pct"), math.inf)),
-    )["metric"]
+
+    def rank(c: dict) -> float:
+        status = c.get("status") or schema.PASS
+        return schema.severity(status) if status in schema.STATUSES else schema.severity(schema.PASS) + 0.5
+
+    return min(rows, key=lambda c: (-rank(c), _number(c.get("deviation_pct"), math.inf)), default={})
 
 
 def _number(v: Any, default: float) -> float:

@@ -16,7 +16,7 @@ from typing import Any
 
 from gpufleet import schema
 from gpufleet.causes import in_shared
-from gpufleet.fleet import figure_text
+from gpufleet.comparisons import figure_text
 from gpufleet.report import figures, svg
 from gpufleet.report.drain import NOT_CONFIRMED
 from gpufleet.report.formatting import (
@@ -67,7 +67,7 @@ svg.chart text{font:11px system-ui,sans-serif;fill:#1f2328}svg.chart .grid{strok
 svg.chart .axis{stroke:#57606a;stroke-width:1}svg.chart text.strong{font-weight:600}svg.chart text.name{font-size:10px}
 svg .lane-bg{fill:#f6f8fa}svg .figure{fill:none;stroke:#0969da;stroke-width:1.5}svg .pt{fill:#0969da}
 svg .slow{fill:#cf222e}svg .disturbed{fill:#d4a72c;fill-opacity:.35}svg .dv{fill:#fff;stroke:#9a6700;stroke-width:1.5}
-svg .foreign{fill:#cf222e;fill-opacity:.16;stroke:#cf222e;stroke-dasharray:2 2}svg .foreign-label{fill:#cf222e}
+svg .again{fill:#1a7f37;fill-opacity:.12}svg .foreign{fill:#cf222e;fill-opacity:.16;stroke:#cf222e;stroke-dasharray:2 2}svg .foreign-label{fill:#cf222e}
 svg .limit,svg .floor{stroke:#cf222e;stroke-width:1.2;stroke-dasharray:5 3}
 svg .sibling-limit{stroke:#9a6700;stroke-width:1.2;stroke-dasharray:5 3}
 svg polyline.base{fill:none;stroke-width:1.5;stroke-dasharray:5 4}svg rect.base{fill:#fff;stroke-width:1.5}
@@ -260,7 +260,8 @@ def _pictures(node: dict, report: dict) -> str:
             caption = (
                 f"{t['title']}: each GPU's figure per {fmt_scalar(t['window_s'])} s window; dashed, the limit "
                 f"({fmt_scalar(t['limit_pct'])}% under the GPU's best windows); shaded, a disturbed window (left out, "
-                "its figure hollow); red band, a foreign process on that GPU"
+                "its figure hollow); green, a window measured again once the GPUs were quiet; red band, a foreign "
+                "process on that GPU"
             )
             out.append(f"<figure>{svg.soak_svg(t)}<figcaption>{_e(caption)}</figcaption></figure>")
         out.append("</div>")
@@ -398,10 +399,11 @@ NODES_DETAILED = 64
 
 def _detailed(nodes: list[dict]) -> set[str]:
     """The nodes the page details (a row in the node table, a whole section): every node of a fleet up to
-    NODES_DETAILED nodes; past that, the first NODES_DETAILED nodes not accepted or warned, worst first."""
+    NODES_DETAILED nodes; past that, the first NODES_DETAILED nodes not accepted, warned or with information (a
+    figure past a limit once only, say), worst first."""
     if len(nodes) <= NODES_DETAILED:
         return {n["host"] for n in nodes}
-    return set([n["host"] for n in nodes if n["verdict"] != schema.PASS][:NODES_DETAILED])
+    return set([n["host"] for n in nodes if n["verdict"] != schema.PASS or n["counts"][schema.INFO]][:NODES_DETAILED])
 
 
 def _brief(node: dict, anchor: str) -> str:
@@ -434,8 +436,9 @@ def render(report: dict) -> str:
     rows = [_node_row(n, a) for n, a in zip(nodes, anchors) if n["host"] in detailed]
     sections = [_node_section(n, a, report) if n["host"] in detailed else _brief(n, a) for n, a in zip(nodes, anchors)]
     scale = (
-        f'<p class="meta">{len(nodes)} nodes: this page details the {len(detailed)} not accepted or warned (at most '
-        f"{NODES_DETAILED}, worst first); every other node has one line at the end of the page, and every node its "
+        f'<p class="meta">{len(nodes)} nodes: this page details the {len(detailed)} not accepted, warned or with '
+        f"information (at most {NODES_DETAILED}, worst first); every other node has one line at the end of the page, "
+        "and every node its "
         "results, per-GPU figures and NCCL curves whole in report.md and report.json.</p>"
         if len(detailed) < len(nodes)
         else ""

@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from gpufleet.causes import in_shared
-from gpufleet.fleet import figure_text
+from gpufleet.comparisons import figure_text
 from gpufleet.report import figures
 from gpufleet.report.drain import NOT_CONFIRMED
 from gpufleet.schema import size_text
@@ -253,8 +253,9 @@ def _soak_tables(node: dict) -> list[str]:
             "",
             f"Each window against the median of the GPU's best windows, limit {fmt_scalar(t['limit_pct'])}% under it.",
             "",
-            "| GPU | figure | windows | best windows | lowest window | limit | below the limit | disturbed (left out) |",
-            "| --- | --- | ---: | ---: | --- | ---: | --- | --- |",
+            "| GPU | figure | windows | best windows | lowest window | limit | below the limit | disturbed (left out) "
+            "| measured again |",
+            "| --- | --- | ---: | ---: | --- | ---: | --- | --- | --- |",
         ]
         for lane in t["lanes"]:
             shown = [w for w in lane["windows"] if w["value"] is not None]
@@ -267,7 +268,8 @@ def _soak_tables(node: dict) -> list[str]:
                 f"{figure_text(lane['best']) if lane['best'] is not None else ''} | {_inline(lowest)} | "
                 f"{figure_text(lane['limit']) if lane['limit'] is not None else ''} | "
                 f"{_inline(', '.join(str(w['index']) for w in lane['windows'] if w['below'])) or 'none'} | "
-                f"{_inline(', '.join(str(w['index']) for w in lane['windows'] if w['disturbed'])) or 'none'} |"
+                f"{_inline(', '.join(str(w['index']) for w in lane['windows'] if w['disturbed'])) or 'none'} | "
+                f"{_inline(', '.join(str(w['index']) for w in lane['windows'] if w['remeasured'])) or 'none'} |"
             )
         lines.append("")
         if t["foreign"]:

@@ -17,7 +17,7 @@ import html
 import math
 from typing import Any
 
-from gpufleet.fleet import figure_text
+from gpufleet.comparisons import figure_text
 from gpufleet.report.formatting import fmt_scalar
 from gpufleet.schema import size_text
 
@@ -202,7 +202,8 @@ def soak_svg(t: dict) -> str:
         out.append(
             f'<g class="lane" data-gpu="{_e(lane["index"] if lane["index"] is not None else "all")}" '
             f'data-metric="{_e(lane["metric"])}" data-windows="{" ".join(str(w["index"]) for w in lane["windows"])}" '
-            f'data-disturbed="{" ".join(str(w["index"]) for w in disturbed)}">'
+            f'data-disturbed="{" ".join(str(w["index"]) for w in disturbed)}" '
+            f'data-remeasured="{" ".join(str(w["index"]) for w in lane["windows"] if w["remeasured"])}">'
         )
         out.append(f'<rect class="lane-bg" x="{_SLEFT}" y="{y0}" width="{pw}" height="{_LANE}"/>')
         out.append(
@@ -216,6 +217,14 @@ def soak_svg(t: dict) -> str:
                 out.append(
                     f'<rect class="foreign" x="{_f(x0)}" y="{y0}" width="{_f(max(2.0, x1 - x0))}" height="{_LANE}" '
                     f'data-pid="{_e(p["pid"])}" data-gpu="{_e(p["index"])}"><title>{_e(tip)}</title></rect>'
+                )
+        for w in lane["windows"]:
+            if w["remeasured"]:
+                start = w["start_s"] or 0.0
+                out.append(
+                    f'<rect class="again" x="{_f(x(start))}" y="{y0}" width="{_f(max(2.0, x(start + t["window_s"]) - x(start)))}" '
+                    f'height="{_LANE}" data-window="{w["index"]}"><title>window {w["index"]}: measured again once the '
+                    "GPUs were quiet</title></rect>"
                 )
         for w in disturbed:
             start = w["start_s"] or 0.0
