@@ -1,16 +1,18 @@
 """Run folders for the report's picture and browser tests, made from what real GPUs recorded (docs/results/), and
 a synthetic fleet of many nodes (tests/test_fleet_synthetic.py's builders).
 
-    one_gpu(reports)          1 x H100, the acceptance tier (`make validate`, docs/results/2026-11-26-h100-x1-make-validate)
-    one_gpu_soak(reports)     1 x H100, a soak of 21 windows of 30 s (docs/results/2026-11-23-h100-x1-fleet/soak.json)
-    four_gpus(reports)        4 x H200, three acceptance runs of one machine (docs/results/2026-11-27-h200-x4-acceptance-
-                              series, call 1): the first is the baseline, the third is reported with the first two as
-                              its past (the store) and the first as its baseline
-    disturbed_soak(reports)   2 x H200, a soak whose window 0 had another process on GPU 0, measured again
-                              (docs/results/2026-11-26-h200-x2-moved-paths, soak/soak.json)
-    fleet(reports, n)         n synthetic 8 x H100 nodes, within about 1.5% of each other: n0007's GPU 3 20% slow in bf16 matmul, n0011's HBM 30% slow,
-                              n0023 an uncorrectable ECC error (a finding: it stands), n0031 an fp8 figure measured
-                              once under its limit (not confirmed), n0043 the same figure measured again (confirmed)
+    one_gpu(reports)         1 x H100, the acceptance tier (`make validate`,
+                             docs/results/2026-11-26-h100-x1-make-validate)
+    one_gpu_soak(reports)    1 x H100, a soak of 21 windows of 30 s (docs/results/2026-11-23-h100-x1-fleet/soak.json)
+    four_gpus(reports)       4 x H200, three acceptance runs of one machine
+                             (docs/results/2026-11-27-h200-x4-acceptance-series, call 1): the first is the baseline, the
+                             third is reported with the first two as its past (the store) and the first as its baseline
+    disturbed_soak(reports)  2 x H200, a soak whose window 0 had another process on GPU 0, measured again
+                             (docs/results/2026-11-26-h200-x2-moved-paths, soak/soak.json)
+    fleet(reports, n)        n synthetic 8 x H100 nodes within about 1.5% of each other: n0007's GPU 3 20% slow in
+                             bf16 matmul, n0011's HBM 30% slow, n0023 an uncorrectable ECC error (a finding: it
+                             stands), n0031 an fp8 figure measured once under its limit (not confirmed), n0043 the same
+                             figure measured again (confirmed)
 """
 
 from __future__ import annotations

@@ -19,11 +19,11 @@ and they count in its verdict; the run is indexed into the store (gpufleet.db be
 
 Its parts: nodes.py reads the run's host documents into nodes, formatting.py holds what the renderers share
 (among it decided_limit(): the limit that decided a result), figures.py what the pictures show (the soak window by
-window, each GPU beside its siblings and its past, NCCL beside the baseline, the fleet's distributions), svg.py
-draws them for report.html (report.md writes them as tables), drain.py decides what the drain box proposes (only
-confirmed failures), render_json.py, render_md.py, render_html.py and render_junit.py write one rendering each (the
-output formats of registry.OUTPUTS, which pipeline.py loops over), and pipeline.py builds the whole;
-build() and summary_text() are the package's entry points.
+window, each GPU beside its siblings and its past, NCCL beside the baseline, the fleet's distributions), svg.py and
+svg_fleet.py draw them for report.html (report.md writes them as tables), drain.py decides what the drain box
+proposes (only confirmed failures), render_json.py, render_md.py, render_html.py and render_junit.py write one
+rendering each (the output formats of registry.OUTPUTS, which pipeline.py loops over), and pipeline.py builds the
+whole; build() and summary_text() are the package's entry points.
 """
 
 from __future__ import annotations

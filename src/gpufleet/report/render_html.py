@@ -17,7 +17,7 @@ from typing import Any
 from gpufleet import schema
 from gpufleet.causes import in_shared
 from gpufleet.comparisons import figure_text
-from gpufleet.report import figures, svg
+from gpufleet.report import figures, svg, svg_fleet
 from gpufleet.report.drain import NOT_CONFIRMED
 from gpufleet.report.formatting import (
     INFO_TITLE,
@@ -290,7 +290,7 @@ def _distributions(report: dict) -> list[str]:
             f"far from the rest; {'outliers (the fleet layer did not pass them)' if flagged else 'none judged an outlier; the slowest'}: "
             f"{named}" + (f" and {more} more" if more > 0 else "")
         )
-        out.append(f"<figure>{svg.distribution_svg(d)}<figcaption>{_e(caption)}</figcaption></figure>")
+        out.append(f"<figure>{svg_fleet.distribution_svg(d)}<figcaption>{_e(caption)}</figcaption></figure>")
     return out
 
 

@@ -6,7 +6,7 @@ what it shows as data attributes (data-gpu, data-window, data-size, data-host, .
     soak_svg(timeline)        a soak's windows per GPU and figure against time: the limit, the disturbed windows,
                               the foreign processes' spans
     bars_svg(panel)           one figure per GPU: each GPU's bar, its siblings' median, its past, the limits
-    distribution_svg(dist)    one figure over a fleet: histogram, quartiles, fleet and baseline medians, outliers named
+    (svg_fleet.py: the fleet's figures over its nodes)
 
 The data comes from figures.py; the CSS classes (grid, axis, limit, ...) are styled by render_html.
 """
@@ -24,11 +24,11 @@ from gpufleet.schema import size_text
 PALETTE = ("#0969da", "#cf222e", "#1a7f37", "#8250df", "#bc4c00", "#1b7c83", "#9a6700", "#57606a")
 
 
-def _e(text: Any) -> str:
+def esc(text: Any) -> str:
     return html.escape(str(text), quote=True)
 
 
-def _f(v: float) -> str:
+def num(v: float) -> str:
     return f"{v:.1f}"
 
 
@@ -39,21 +39,21 @@ def nice_step(span: float, ticks: int = 5) -> float:
     return next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
 
 
-def _ticks(lo: float, hi: float, ticks: int = 5) -> list[float]:
+def ticks(lo: float, hi: float, ticks: int = 5) -> list[float]:
     step = nice_step(hi - lo, ticks)
     first = math.ceil(lo / step) * step
     return [first + i * step for i in range(int((hi - first) / step + 1e-9) + 1)]
 
 
-def _open(kind: str, width: int, height: int, title: str, **data) -> list[str]:
-    attrs = "".join(f' data-{k.replace("_", "-")}="{_e(v)}"' for k, v in data.items() if v is not None)
+def svg_open(kind: str, width: int, height: int, title: str, **data) -> list[str]:
+    attrs = "".join(f' data-{k.replace("_", "-")}="{esc(v)}"' for k, v in data.items() if v is not None)
     return [
-        f'<svg class="chart {kind}" viewBox="0 0 {width} {height}" role="img" aria-label="{_e(title)}"{attrs}>',
-        f"<title>{_e(title)}</title>",
+        f'<svg class="chart {kind}" viewBox="0 0 {width} {height}" role="img" aria-label="{esc(title)}"{attrs}>',
+        f"<title>{esc(title)}</title>",
     ]
 
 
-def _range(values: list[float], pad: float = 0.02) -> tuple[float, float]:
+def padded(values: list[float], pad: float = 0.02) -> tuple[float, float]:
     lo, hi = min(values), max(values)
     span = (hi - lo) or abs(hi) * 0.02 or 1.0
     return lo - span * pad * 5, hi + span * pad * 5
@@ -85,63 +85,69 @@ def busbw_svg(chart: dict) -> str:
     def y(gbps: float) -> float:
         return _TOP + ph - gbps / top * ph
 
-    out = _open(
+    out = svg_open(
         "busbw", _W, _H, chart["title"], world_size=chart.get("world_size"), baseline_run=chart.get("baseline_run")
     )
     xstep = max(1, math.ceil((hi - lo) / 8))  # at most about 8 size labels
     for exp in range(lo, hi + 1, xstep):
         px = x(2**exp)
-        out.append(f'<line class="grid" x1="{_f(px)}" y1="{_TOP}" x2="{_f(px)}" y2="{_TOP + ph}"/>')
-        out.append(f'<text x="{_f(px)}" y="{_TOP + ph + 16}" text-anchor="middle">{_e(size_text(2**exp))}</text>')
+        out.append(f'<line class="grid" x1="{num(px)}" y1="{_TOP}" x2="{num(px)}" y2="{_TOP + ph}"/>')
+        out.append(f'<text x="{num(px)}" y="{_TOP + ph + 16}" text-anchor="middle">{esc(size_text(2**exp))}</text>')
     for i in range(int(round(top / ystep)) + 1):
         py = y(i * ystep)
-        out.append(f'<line class="grid" x1="{_LEFT}" y1="{_f(py)}" x2="{_LEFT + pw}" y2="{_f(py)}"/>')
+        out.append(f'<line class="grid" x1="{_LEFT}" y1="{num(py)}" x2="{_LEFT + pw}" y2="{num(py)}"/>')
         out.append(
-            f'<text x="{_LEFT - 6}" y="{_f(py + 4)}" text-anchor="end">{_e(fmt_scalar(float(i * ystep)))}</text>'
+            f'<text x="{_LEFT - 6}" y="{num(py + 4)}" text-anchor="end">{esc(fmt_scalar(float(i * ystep)))}</text>'
         )
     out.append(f'<line class="axis" x1="{_LEFT}" y1="{_TOP + ph}" x2="{_LEFT + pw}" y2="{_TOP + ph}"/>')
     out.append(f'<line class="axis" x1="{_LEFT}" y1="{_TOP}" x2="{_LEFT}" y2="{_TOP + ph}"/>')
-    out.append(f'<text x="{_f(_LEFT + pw / 2)}" y="{_H - 8}" text-anchor="middle">message size (log2 scale)</text>')
+    out.append(f'<text x="{num(_LEFT + pw / 2)}" y="{_H - 8}" text-anchor="middle">message size (log2 scale)</text>')
     out.append(
-        f'<text x="14" y="{_f(_TOP + ph / 2)}" text-anchor="middle" transform="rotate(-90 14 {_f(_TOP + ph / 2)})">busbw (GB/s)</text>'
+        f'<text x="14" y="{num(_TOP + ph / 2)}" text-anchor="middle" transform="rotate(-90 14 {num(_TOP + ph / 2)})">busbw (GB/s)</text>'
     )
     ly = _TOP + 10
     for i, line in enumerate(chart["lines"]):
         color = PALETTE[i % len(PALETTE)]
-        label = _e(line["label"])
-        coords = " ".join(f"{_f(x(s))},{_f(y(b))}" for s, b in line["points"])
-        out.append(f'<g class="line" data-line="{label}" data-status="{_e(line["status"])}">')
-        out.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{coords}"/>')
-        for s, b in line["points"]:
-            tip = f"{line['label']}, {size_text(s)}: {fmt_scalar(b)} GB/s"
-            out.append(
-                f'<circle cx="{_f(x(s))}" cy="{_f(y(b))}" r="3" fill="{color}" data-size="{s}" data-gbps="{b}">'
-                f"<title>{_e(tip)}</title></circle>"
-            )
-        out.append("</g>")
+        label = esc(line["label"])
+        out += _curve("line", line, line["points"], color, x, y, "")
         if line.get("baseline"):
-            coords = " ".join(f"{_f(x(s))},{_f(y(b))}" for s, b in line["baseline"])
-            out.append(f'<g class="baseline" data-line="{label}">')
-            out.append(f'<polyline class="base" stroke="{color}" points="{coords}"/>')
-            for s, b in line["baseline"]:
-                tip = f"{line['label']}, {size_text(s)}: baseline run {chart.get('baseline_run')} {fmt_scalar(b)} GB/s"
-                out.append(
-                    f'<rect class="base" x="{_f(x(s) - 3)}" y="{_f(y(b) - 3)}" width="6" height="6" stroke="{color}" '
-                    f'data-size="{s}" data-gbps="{b}"><title>{_e(tip)}</title></rect>'
-                )
-            out.append("</g>")
+            out += _curve("baseline", line, line["baseline"], color, x, y, f"baseline run {chart.get('baseline_run')} ")
         out.append(
             f'<line x1="{_W - _RIGHT + 12}" y1="{ly}" x2="{_W - _RIGHT + 32}" y2="{ly}" stroke="{color}" stroke-width="2"/>'
         )
-        out.append(f'<text x="{_W - _RIGHT + 38}" y="{ly + 4}">{label} ({_e(line["status"])})</text>')
+        out.append(f'<text x="{_W - _RIGHT + 38}" y="{ly + 4}">{label} ({esc(line["status"])})</text>')
         ly += 18
     if chart.get("baseline_run"):
         out.append(
             f'<line class="base" x1="{_W - _RIGHT + 12}" y1="{ly}" x2="{_W - _RIGHT + 32}" y2="{ly}" stroke="#57606a"/>'
         )
-        out.append(f'<text x="{_W - _RIGHT + 38}" y="{ly + 4}">baseline {_e(chart["baseline_run"])}</text>')
+        out.append(f'<text x="{_W - _RIGHT + 38}" y="{ly + 4}">baseline {esc(chart["baseline_run"])}</text>')
     out.append("</svg>")
     return "".join(out)
+
+
+def _curve(kind: str, line: dict, points: list, color: str, x, y, whose: str) -> list[str]:
+    """One collective's curve: this run's (`line`: solid, dots) or the baseline's (`baseline`: dashed, squares),
+    each point with its size and figure as data and a tooltip."""
+    label = esc(line["label"])
+    coords = " ".join(f"{num(x(s))},{num(y(b))}" for s, b in points)
+    out = [
+        f'<g class="{kind}" data-line="{label}"' + (f' data-status="{esc(line["status"])}">' if kind == "line" else ">")
+    ]
+    if kind == "line":
+        out.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{coords}"/>')
+    else:
+        out.append(f'<polyline class="base" stroke="{color}" points="{coords}"/>')
+    for s, b in points:
+        tip = esc(f"{line['label']}, {size_text(s)}: {whose}{fmt_scalar(b)} GB/s")
+        data = f'data-size="{s}" data-gbps="{b}"><title>{tip}</title>'
+        if kind == "line":
+            out.append(f'<circle cx="{num(x(s))}" cy="{num(y(b))}" r="3" fill="{color}" {data}</circle>')
+        else:
+            out.append(
+                f'<rect class="base" x="{num(x(s) - 3)}" y="{num(y(b) - 3)}" width="6" height="6" stroke="{color}" {data}</rect>'
+            )
+    return out + ["</g>"]
 
 
 # ---------------------------------------------------------------- the soak
@@ -178,12 +184,12 @@ def soak_svg(t: dict) -> str:
         return _SLEFT + max(0.0, min(s, span)) / span * pw
 
     title = f"{t['title']}: {t.get('n_windows')} window(s) of {fmt_scalar(t['window_s'])} s on each GPU"
-    out = _open("soak", _SW, height, title, windows=t.get("n_windows"), window_s=t["window_s"])
+    out = svg_open("soak", _SW, height, title, windows=t.get("n_windows"), window_s=t["window_s"])
     bottom = _STOP + len(lanes) * (_LANE + _GAP)
     for s in _time_ticks(span):
-        out.append(f'<line class="grid" x1="{_f(x(s))}" y1="{_STOP}" x2="{_f(x(s))}" y2="{bottom}"/>')
-        out.append(f'<text x="{_f(x(s))}" y="{bottom + 14}" text-anchor="middle">{_e(_time_text(s))}</text>')
-    out.append(f'<text x="{_f(_SLEFT + pw / 2)}" y="{bottom + 30}" text-anchor="middle">time into the soak</text>')
+        out.append(f'<line class="grid" x1="{num(x(s))}" y1="{_STOP}" x2="{num(x(s))}" y2="{bottom}"/>')
+        out.append(f'<text x="{num(x(s))}" y="{bottom + 14}" text-anchor="middle">{esc(_time_text(s))}</text>')
+    out.append(f'<text x="{num(_SLEFT + pw / 2)}" y="{bottom + 30}" text-anchor="middle">time into the soak</text>')
     for i, lane in enumerate(lanes):
         y0 = _STOP + i * (_LANE + _GAP)
         judged = [w["value"] for w in lane["windows"] if w["value"] is not None]
@@ -193,36 +199,36 @@ def soak_svg(t: dict) -> str:
         span_text = f"{figure_text(min(labelled))} to {figure_text(max(labelled))} {lane['unit']}" + (
             "" if judged else ", left out"
         )
-        lo, hi = _range(vals + ([lane["limit"]] if lane["limit"] is not None else []))
+        lo, hi = padded(vals + ([lane["limit"]] if lane["limit"] is not None else []))
 
         def y(v: float, lo=lo, hi=hi, y0=y0) -> float:
             return y0 + _LANE - (v - lo) / (hi - lo) * _LANE
 
         disturbed = [w for w in lane["windows"] if w["disturbed"]]
         out.append(
-            f'<g class="lane" data-gpu="{_e(lane["index"] if lane["index"] is not None else "all")}" '
-            f'data-metric="{_e(lane["metric"])}" data-windows="{" ".join(str(w["index"]) for w in lane["windows"])}" '
+            f'<g class="lane" data-gpu="{esc(lane["index"] if lane["index"] is not None else "all")}" '
+            f'data-metric="{esc(lane["metric"])}" data-windows="{" ".join(str(w["index"]) for w in lane["windows"])}" '
             f'data-disturbed="{" ".join(str(w["index"]) for w in disturbed)}" '
             f'data-remeasured="{" ".join(str(w["index"]) for w in lane["windows"] if w["remeasured"])}">'
         )
         out.append(f'<rect class="lane-bg" x="{_SLEFT}" y="{y0}" width="{pw}" height="{_LANE}"/>')
         out.append(
-            f'<text x="{_SLEFT - 8}" y="{y0 + 18}" text-anchor="end" class="strong">{_e(lane["gpu"])} {_e(lane["label"])}</text>'
+            f'<text x="{_SLEFT - 8}" y="{y0 + 18}" text-anchor="end" class="strong">{esc(lane["gpu"])} {esc(lane["label"])}</text>'
         )
-        out.append(f'<text x="{_SLEFT - 8}" y="{y0 + 34}" text-anchor="end">{_e(span_text)}</text>')
+        out.append(f'<text x="{_SLEFT - 8}" y="{y0 + 34}" text-anchor="end">{esc(span_text)}</text>')
         for p in t["foreign"]:
             if p.get("index") == lane["index"]:
                 x0, x1 = x(p["first_s"]), x(p["last_s"] if p.get("last_s") is not None else p["first_s"])
                 tip = f"pid {p['pid']} ({p.get('name') or 'name unknown'}, {p.get('used_memory_mib')} MiB) on GPU {p['index']} from {fmt_scalar(p['first_s'])} s to {fmt_scalar(p.get('last_s'))} s"
                 out.append(
-                    f'<rect class="foreign" x="{_f(x0)}" y="{y0}" width="{_f(max(2.0, x1 - x0))}" height="{_LANE}" '
-                    f'data-pid="{_e(p["pid"])}" data-gpu="{_e(p["index"])}"><title>{_e(tip)}</title></rect>'
+                    f'<rect class="foreign" x="{num(x0)}" y="{y0}" width="{num(max(2.0, x1 - x0))}" height="{_LANE}" '
+                    f'data-pid="{esc(p["pid"])}" data-gpu="{esc(p["index"])}"><title>{esc(tip)}</title></rect>'
                 )
         for w in lane["windows"]:
             if w["remeasured"]:
                 start = w["start_s"] or 0.0
                 out.append(
-                    f'<rect class="again" x="{_f(x(start))}" y="{y0}" width="{_f(max(2.0, x(start + t["window_s"]) - x(start)))}" '
+                    f'<rect class="again" x="{num(x(start))}" y="{y0}" width="{num(max(2.0, x(start + t["window_s"]) - x(start)))}" '
                     f'height="{_LANE}" data-window="{w["index"]}"><title>window {w["index"]}: measured again once the '
                     "GPUs were quiet</title></rect>"
                 )
@@ -234,12 +240,12 @@ def soak_svg(t: dict) -> str:
                 else ""
             )
             out.append(
-                f'<rect class="disturbed" x="{_f(x(start))}" y="{y0}" width="{_f(max(2.0, x(start + t["window_s"]) - x(start)))}" '
-                f'height="{_LANE}" data-window="{w["index"]}"><title>{_e(tip)}</title></rect>'
+                f'<rect class="disturbed" x="{num(x(start))}" y="{y0}" width="{num(max(2.0, x(start + t["window_s"]) - x(start)))}" '
+                f'height="{_LANE}" data-window="{w["index"]}"><title>{esc(tip)}</title></rect>'
             )
             if isinstance(w["disturbed_value"], (int, float)):
                 out.append(
-                    f'<circle class="dv" cx="{_f(x(start + t["window_s"] / 2))}" cy="{_f(y(w["disturbed_value"]))}" r="3" '
+                    f'<circle class="dv" cx="{num(x(start + t["window_s"] / 2))}" cy="{num(y(w["disturbed_value"]))}" r="3" '
                     f'data-window="{w["index"]}"/>'
                 )
         if lane["limit"] is not None:
@@ -249,27 +255,27 @@ def soak_svg(t: dict) -> str:
                 f"{lane['unit']}): {figure_text(lane['limit'])}"
             )
             out.append(
-                f'<line class="limit" x1="{_SLEFT}" y1="{_f(ly)}" x2="{_SLEFT + pw}" y2="{_f(ly)}" '
-                f'data-value="{lane["limit"]:.4g}"><title>{_e(tip)}</title></line>'
+                f'<line class="limit" x1="{_SLEFT}" y1="{num(ly)}" x2="{_SLEFT + pw}" y2="{num(ly)}" '
+                f'data-value="{lane["limit"]:.4g}"><title>{esc(tip)}</title></line>'
             )
-            out.append(f'<text x="{_SLEFT + pw + 4}" y="{_f(ly + 4)}">-{_e(fmt_scalar(t["limit_pct"]))}%</text>')
+            out.append(f'<text x="{_SLEFT + pw + 4}" y="{num(ly + 4)}">-{esc(fmt_scalar(t["limit_pct"]))}%</text>')
         shown = [w for w in lane["windows"] if w["value"] is not None]
         mid = lambda w: (w["start_s"] or 0.0) + t["window_s"] / 2  # noqa: E731
         if shown:
-            coords = " ".join(f"{_f(x(mid(w)))},{_f(y(w['value']))}" for w in shown)
+            coords = " ".join(f"{num(x(mid(w)))},{num(y(w['value']))}" for w in shown)
             out.append(f'<polyline class="figure" points="{coords}"/>')
         for w in shown:
             if w["below"] or len(shown) <= 60:
                 cls = "slow" if w["below"] else "pt"
                 tip = f"window {w['index']} from {fmt_scalar(w['start_s'])} s: {figure_text(w['value'])} {lane['unit']}"
                 out.append(
-                    f'<circle class="{cls}" cx="{_f(x(mid(w)))}" cy="{_f(y(w["value"]))}" r="{3 if w["below"] else 2}" '
-                    f'data-window="{w["index"]}"><title>{_e(tip)}</title></circle>'
+                    f'<circle class="{cls}" cx="{num(x(mid(w)))}" cy="{num(y(w["value"]))}" r="{3 if w["below"] else 2}" '
+                    f'data-window="{w["index"]}"><title>{esc(tip)}</title></circle>'
                 )
         out.append("</g>")
     for j, p in enumerate(t["foreign"]):
         text = f"pid {p['pid']} {p.get('name') or ''} on GPU {p.get('index')}"
-        out.append(f'<text class="foreign-label" x="{_f(x(p["first_s"]))}" y="{12 + (j % 2) * 12}">{_e(text)}</text>')
+        out.append(f'<text class="foreign-label" x="{num(x(p["first_s"]))}" y="{12 + (j % 2) * 12}">{esc(text)}</text>')
     out.append("</svg>")
     return "".join(out)
 
@@ -289,7 +295,7 @@ def bars_svg(panel: dict) -> str:
         v for g in gpus for v in (g["reference"], g["baseline"], g["usual"]) if isinstance(v, (int, float))
     ]
     marks += [v for v in (panel["sibling_limit"], panel["floor"]) if isinstance(v, (int, float))]
-    lo, hi = _range(marks)
+    lo, hi = padded(marks)
     lo = max(0.0, lo)
     pw, ph = _BW - _BLEFT - _BRIGHT, _BH - _BTOP - _BBOTTOM
 
@@ -297,10 +303,10 @@ def bars_svg(panel: dict) -> str:
         return _BTOP + ph - (v - lo) / (hi - lo) * ph
 
     title = f"{panel['label']} per GPU ({panel['unit']})"
-    out = _open("bars", _BW, _BH, title, metric=panel["metric"])
-    for v in _ticks(lo, hi, 4):
-        out.append(f'<line class="grid" x1="{_BLEFT}" y1="{_f(y(v))}" x2="{_BLEFT + pw}" y2="{_f(y(v))}"/>')
-        out.append(f'<text x="{_BLEFT - 6}" y="{_f(y(v) + 4)}" text-anchor="end">{_e(figure_text(v))}</text>')
+    out = svg_open("bars", _BW, _BH, title, metric=panel["metric"])
+    for v in ticks(lo, hi, 4):
+        out.append(f'<line class="grid" x1="{_BLEFT}" y1="{num(y(v))}" x2="{_BLEFT + pw}" y2="{num(y(v))}"/>')
+        out.append(f'<text x="{_BLEFT - 6}" y="{num(y(v) + 4)}" text-anchor="end">{esc(figure_text(v))}</text>')
     slot = pw / max(1, len(gpus))
     bw = min(44.0, slot * 0.6)
     for i, g in enumerate(gpus):
@@ -312,25 +318,27 @@ def bars_svg(panel: dict) -> str:
         if g["baseline"] is not None:
             tip += f"; baseline run {figure_text(g['baseline'])}"
         out.append(
-            f'<g class="gpu" data-gpu="{_e(g["index"] if g["index"] is not None else g["gpu"])}" data-value="{g["value"]}" '
-            f'data-status="{_e(g["status"])}"><title>{_e(tip)}</title>'
+            f'<g class="gpu" data-gpu="{esc(g["index"] if g["index"] is not None else g["gpu"])}" data-value="{g["value"]}" '
+            f'data-status="{esc(g["status"])}"><title>{esc(tip)}</title>'
         )
         out.append(
-            f'<rect class="bar s-{_e(g["status"])}" x="{_f(cx - bw / 2)}" y="{_f(top)}" width="{_f(bw)}" height="{_f(_BTOP + ph - top)}"/>'
+            f'<rect class="bar s-{esc(g["status"])}" x="{num(cx - bw / 2)}" y="{num(top)}" width="{num(bw)}" height="{num(_BTOP + ph - top)}"/>'
         )
         if g["reference"] is not None:
             ry = y(g["reference"])
             out.append(
-                f'<line class="ref" x1="{_f(cx - bw / 2 - 4)}" y1="{_f(ry)}" x2="{_f(cx + bw / 2 + 4)}" y2="{_f(ry)}"/>'
+                f'<line class="ref" x1="{num(cx - bw / 2 - 4)}" y1="{num(ry)}" x2="{num(cx + bw / 2 + 4)}" y2="{num(ry)}"/>'
             )
         if g["usual"] is not None:
-            out.append(f'<circle class="usual" cx="{_f(cx + bw / 2 + 6)}" cy="{_f(y(g["usual"]))}" r="3.5"/>')
+            out.append(f'<circle class="usual" cx="{num(cx + bw / 2 + 6)}" cy="{num(y(g["usual"]))}" r="3.5"/>')
         if g["baseline"] is not None:
             by = y(g["baseline"])
-            out.append(f'<path class="past" d="M{_f(cx)} {_f(by - 5)}l5 5l-5 5l-5 -5z" data-value="{g["baseline"]}"/>')
-        out.append(f'<text x="{_f(cx)}" y="{_BTOP + ph + 14}" text-anchor="middle">{_e(g["gpu"])}</text>')
+            out.append(
+                f'<path class="past" d="M{num(cx)} {num(by - 5)}l5 5l-5 5l-5 -5z" data-value="{g["baseline"]}"/>'
+            )
+        out.append(f'<text x="{num(cx)}" y="{_BTOP + ph + 14}" text-anchor="middle">{esc(g["gpu"])}</text>')
         out.append(
-            f'<text x="{_f(cx)}" y="{_BTOP + ph + 27}" text-anchor="middle" class="strong">{_e(figure_text(g["value"]))}</text>'
+            f'<text x="{num(cx)}" y="{_BTOP + ph + 27}" text-anchor="middle" class="strong">{esc(figure_text(g["value"]))}</text>'
         )
         out.append("</g>")
     for cls, value, text in (
@@ -339,8 +347,8 @@ def bars_svg(panel: dict) -> str:
     ):
         if isinstance(value, (int, float)):
             out.append(
-                f'<line class="{cls}" x1="{_BLEFT}" y1="{_f(y(value))}" x2="{_BLEFT + pw}" y2="{_f(y(value))}" data-value="{value:.6g}">'
-                f"<title>{_e(text)}</title></line>"
+                f'<line class="{cls}" x1="{_BLEFT}" y1="{num(y(value))}" x2="{_BLEFT + pw}" y2="{num(y(value))}" data-value="{value:.6g}">'
+                f"<title>{esc(text)}</title></line>"
             )
     present = {
         "ref": any(g["reference"] is not None for g in gpus),
@@ -367,126 +375,8 @@ def bars_svg(panel: dict) -> str:
             out.append(f'<path class="past" d="M{lx + 8} {ly - 9}l5 5l-5 5l-5 -5z"/>')
         else:
             out.append(f'<circle class="usual" cx="{lx + 8}" cy="{ly - 4}" r="3.5"/>')
-        out.append(f'<text x="{lx + 20}" y="{ly}">{_e(text)}</text>')
+        out.append(f'<text x="{lx + 20}" y="{ly}">{esc(text)}</text>')
         lx += 24 + 7 * len(text)
     out.append("</g>")
-    out.append("</svg>")
-    return "".join(out)
-
-
-# ---------------------------------------------------------------- the fleet
-
-
-_DW, _DH, _DLEFT, _DRIGHT, _DTOP = 1000, 236, 40, 40, 18
-_HIST_H, _BOX_Y, _STRIP_Y = 90, 128, 160
-
-
-def _axis(d: dict, pw: float):
-    """x(value) of a fleet's figure: the bulk (where the middle of the fleet lies) on most of the width, the nodes
-    below and above it on axes of their own at either side, so that one slow node does not squeeze the fleet into a
-    single bar. Returns (x, the segments drawn: [(low, high, x0, x1)], the bulk's (low, high))."""
-    low, high = d["bulk"]
-    marks = [v for v in (d["fleet_median"], d["baseline"]) if isinstance(v, (int, float))]
-    low, high = min([low, *marks]), max([high, *marks])
-    if high - low < abs(high) * 1e-6:
-        low, high = low - abs(low) * 0.005 - 1e-9, high + abs(high) * 0.005 + 1e-9
-    gap = 16
-    left = pw * 0.15 if d["min"] < low else 0.0
-    right = pw * 0.12 if d["max"] > high else 0.0
-    segments = []
-    if left:
-        segments.append((d["min"], low, _DLEFT, _DLEFT + left))
-    mid0 = _DLEFT + left + (gap if left else 0)
-    mid1 = _DLEFT + pw - right - (gap if right else 0)
-    segments.append((low, high, mid0, mid1))
-    if right:
-        segments.append((high, d["max"], mid1 + gap, _DLEFT + pw))
-
-    def x(v: float) -> float:
-        for lo, hi, x0, x1 in segments:
-            if lo <= v <= hi:
-                return x0 + (v - lo) / ((hi - lo) or 1.0) * (x1 - x0)
-        return segments[0][2] if v < segments[0][0] else segments[-1][3]
-
-    return x, segments, (low, high)
-
-
-def distribution_svg(d: dict, named: int = 12) -> str:
-    """A histogram of the fleet's bulk, its quartiles as a box (whiskers to the farthest nodes inside the bulk),
-    the fleet median (black) and the baseline run's fleet median (purple, dashed); the nodes outside the bulk on
-    axes of their own at either side; on a strip under it, the outliers (the nodes the fleet layer did not pass,
-    coloured), the first `named` named."""
-    pw = _DW - _DLEFT - _DRIGHT
-    x, segments, (low, high) = _axis(d, pw)
-    inside = [v for v in d["values"] if low <= v <= high]
-    bins = max(5, min(40, len(inside) // 5))
-    width = (high - low) / bins
-    counts = [0] * bins
-    for v in inside:
-        counts[min(bins - 1, int((v - low) / width))] += 1
-    top = max(counts) or 1
-    title = f"{d['title']} ({d['unit']}) over {d['n']} nodes"
-    out = _open("distribution", _DW, _DH, title, column=d["column"], nodes=d["n"])
-    for lo, hi, x0, x1 in segments:
-        ticks = _ticks(lo, hi, max(2, int((x1 - x0) / 110))) if (lo, hi) == (low, high) else [lo if lo < low else hi]
-        for v in ticks:
-            out.append(f'<line class="grid" x1="{_f(x(v))}" y1="{_DTOP}" x2="{_f(x(v))}" y2="{_STRIP_Y + 8}"/>')
-            out.append(f'<text x="{_f(x(v))}" y="{_DH - 30}" text-anchor="middle">{_e(figure_text(v))}</text>')
-        out.append(f'<line class="axis" x1="{_f(x0)}" y1="{_STRIP_Y}" x2="{_f(x1)}" y2="{_STRIP_Y}"/>')
-    for lo, hi, x0, x1 in segments[:-1]:  # the axis breaks
-        out.append(f'<text x="{_f(x1 + 8)}" y="{_STRIP_Y + 4}" text-anchor="middle" class="break">//</text>')
-    for i, c in enumerate(counts):
-        if not c:
-            continue
-        a = low + i * width
-        h = c / top * _HIST_H
-        tip = f"{c} node(s) from {figure_text(a)} to {figure_text(a + width)} {d['unit']}"
-        out.append(
-            f'<rect class="bin" x="{_f(x(a))}" y="{_f(_DTOP + _HIST_H - h)}" width="{_f(max(1.0, x(a + width) - x(a) - 1))}" '
-            f'height="{_f(h)}" data-count="{c}"><title>{_e(tip)}</title></rect>'
-        )
-    q = (
-        f"quartiles {figure_text(d['q1'])} / {figure_text(d['median'])} / {figure_text(d['q3'])}; "
-        f"slowest {figure_text(d['min'])}, fastest {figure_text(d['max'])}"
-    )
-    out.append(f'<g class="box"><title>{_e(q)}</title>')
-    out.append(
-        f'<line class="whisker" x1="{_f(x(min(inside)))}" y1="{_BOX_Y}" x2="{_f(x(max(inside)))}" y2="{_BOX_Y}"/>'
-    )
-    out.append(
-        f'<rect class="iqr" x="{_f(x(d["q1"]))}" y="{_BOX_Y - 8}" width="{_f(max(1.0, x(d["q3"]) - x(d["q1"])))}" height="16"/>'
-    )
-    out.append(
-        f'<line class="med" x1="{_f(x(d["median"]))}" y1="{_BOX_Y - 8}" x2="{_f(x(d["median"]))}" y2="{_BOX_Y + 8}"/>'
-    )
-    out.append("</g>")
-    for cls, v, text in (
-        ("fleet-median", d["fleet_median"], "fleet median"),
-        ("base-median", d["baseline"], "baseline run's fleet median"),
-    ):
-        if isinstance(v, (int, float)):
-            tip = f"{text} {figure_text(v)} {d['unit']}"
-            out.append(
-                f'<line class="{cls}" x1="{_f(x(v))}" y1="{_DTOP - 6}" x2="{_f(x(v))}" y2="{_BOX_Y + 10}" data-value="{v}">'
-                f"<title>{_e(tip)}</title></line>"
-            )
-    for b in d["beyond"]:  # each node outside the bulk (an outlier among them is drawn again, coloured, below)
-        tip = f"{b['host']}: {figure_text(b['value'])} {d['unit']} ({b['status']})"
-        out.append(
-            f'<circle class="beyond" cx="{_f(x(b["value"]))}" cy="{_STRIP_Y}" r="3" data-host="{_e(b["host"])}">'
-            f"<title>{_e(tip)}</title></circle>"
-        )
-    for i, o in enumerate(d["outliers"]):
-        ox = x(o["value"])
-        tip = f"{o['host']}: {figure_text(o['value'])} {d['unit']} ({o['status']})"
-        out.append(
-            f'<g class="outlier" data-host="{_e(o["host"])}" data-value="{o["value"]}" data-status="{_e(o["status"])}">'
-            f'<title>{_e(tip)}</title><circle class="s-{_e(o["status"])}" cx="{_f(ox)}" cy="{_STRIP_Y}" r="4"/>'
-        )
-        if i < named:
-            ty = _STRIP_Y + 16 + (i % 3) * 11
-            anchor = "end" if ox > _DLEFT + pw * 0.8 else "start"
-            out.append(f'<text x="{_f(ox)}" y="{ty}" text-anchor="{anchor}" class="name">{_e(o["host"])}</text>')
-        out.append("</g>")
     out.append("</svg>")
     return "".join(out)
