@@ -11,7 +11,7 @@ timings.json and in the assertion).
 
 Screenshots are kept under the test run's temporary folder (report-screenshots*/): each page whole and each picture
 alone. With GPUFLEET_REPORT_SCREENSHOTS=<folder> the pictures are also written there: docs/reports.md shows them,
-made with `GPUFLEET_REPORT_SCREENSHOTS=docs/images/reports .venv/bin/python -m pytest tests/test_report_browser.py`.
+made with `GPUFLEET_REPORT_SCREENSHOTS=docs/images/report-pictures .venv/bin/python -m pytest <this file>`.
 Without chromium the browser tests skip, saying so (scripts/system-deps.sh installs it with the test packages).
 """
 
