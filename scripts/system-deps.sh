@@ -4,7 +4,8 @@
 #   scripts/system-deps.sh test   that, and for the tests: openssh-client (the unreachable-node playbook test
 #                                 connects over ssh), openssh-server and iproute2 (the molecule scenarios'
 #                                 test hosts: sshd in network namespaces), slurmctld, slurmd, munge and
-#                                 slurm-client (tests/test_slurm.py: a real Slurm on those test hosts)
+#                                 slurm-client (tests/test_slurm.py: a real Slurm on those test hosts), chromium
+#                                 (tests/test_report_browser.py: the reports opened in headless Chromium)
 #
 # Installs what is missing only when asked: CI=true (CI machines, .ci/run) or SYSTEM_DEPS=install
 # (`make test SYSTEM_DEPS=install`), as root, with apt-get. Otherwise it names what is missing and how to
@@ -24,6 +25,7 @@ if [ "$what" = test ]; then
   [ -x /usr/sbin/slurmd ] || command -v slurmd >/dev/null || missing+=(slurmd)
   [ -x /usr/sbin/munged ] || command -v munged >/dev/null || missing+=(munge)
   command -v scontrol >/dev/null || missing+=(slurm-client)
+  command -v chromium >/dev/null || missing+=(chromium)
 fi
 ((${#missing[@]})) || exit 0
 

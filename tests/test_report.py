@@ -302,7 +302,7 @@ def test_empty_hosts_folder_and_nothing_expected(tmp_path):
 def test_markdown_failures_first(built):
     run, _, _ = built
     md = (run / "report.md").read_text()
-    table = [line for line in md.splitlines() if re.match(r"\| node\d \|", line)]
+    table = [line for line in md.splitlines() if re.match(r"\| node\d \| \*\*", line)]
     assert [line.split("|")[1].strip() for line in table] == ["node2", "node3", "node4", "node1"]
     assert "| node2 | **FAIL** | 1 | 1 | 1 | 0 | 1 | 1 |" in md
     sections = re.findall(r"^## (node\d): (\w+)$", md, re.M)
@@ -326,14 +326,17 @@ def test_markdown_finding_has_value_threshold_reason_remedy(built):
     md = (run / "report.md").read_text()
     ecc = md.split("FAIL `gpu_health.gpu_ecc`")[1].split("####")[0]
     assert "- value: 2 errors" in ecc
-    assert "- threshold: ecc_volatile_uncorrected_max = 0 (source: reset the GPU after any uncorrectable error)" in ecc
+    assert (
+        "- limit: ecc_volatile_uncorrected_max = 0, not calibrated (source: reset the GPU after any uncorrectable error)"
+        in ecc
+    )
     assert "- remedy: drain the node; reset GPU 3 and re-run" in ecc
     # The reason stays readable, but its "<" is escaped so it cannot open a tag when rendered.
     assert "errors \\<script>alert('x')\\</script>" in md
     assert not re.search(r"(?<!\\)<", md)
-    # A benchmark threshold with min is shown by its field names, not by check name.
+    # A benchmark's threshold is shown by its key, not by check name.
     assert "- value: 340.2 GB/s" in md
-    assert "- threshold: nccl_busbw_min_gbps: min 350 (source: nccl-tests on 8 x H100)" in md
+    assert "- limit: nccl_busbw_min_gbps = 350, not calibrated (source: nccl-tests on 8 x H100)" in md
 
 
 # ---------------------------------------------------------------- report.html

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet import report, schema
-from gpufleet.report import formatting, render_html
+from gpufleet.report import formatting, svg
 
 MiB, GiB = 1 << 20, 1 << 30
 SOURCE = "about 795 TFLOPS is the best bf16 matmul reached on H100 SXM"
@@ -126,7 +126,7 @@ def test_sizes_are_written_in_binary_units(size, text):
 
 def test_html_draws_busbw_against_log2_size(built):
     page = (built / "report.html").read_text()
-    svgs = re.findall(r'<svg class="chart".*?</svg>', page, re.S)
+    svgs = re.findall(r'<svg class="chart busbw".*?</svg>', page, re.S)
     assert len(svgs) == 2
     inside = svgs[0]
     assert inside.count("<polyline") == 4
@@ -149,16 +149,20 @@ def test_html_draws_busbw_against_log2_size(built):
 def test_benchmark_values_read_against_their_thresholds(built):
     page = (built / "report.html").read_text()
     row = page.split("<td><code>benchmark.hbm_bandwidth</code></td>")[-1].split("</tr>")[0]  # the findings table
-    assert "2,100 GB/s" in row and "hbm_copy_gbps_min: min 2600" in row and "source: H100 SXM HBM3" in row
+    assert "2,100 GB/s" in row and "hbm_copy_gbps_min = 2600, not calibrated" in row and "source: H100 SXM HBM3" in row
     passed = page.split("<td><code>benchmark.matmul_bf16</code></td>")[-1].split("</tr>")[0]  # the passes table
-    assert "779.2 TFLOPS" in passed and "matmul_bf16_tflops_min: min 700" in passed and f"source: {SOURCE}" in passed
+    assert (
+        "779.2 TFLOPS" in passed
+        and "matmul_bf16_tflops_min = 700, not calibrated" in passed
+        and f"source: {SOURCE}" in passed
+    )
 
     md = (built / "report.md").read_text()
     hbm = md.split("FAIL `benchmark.hbm_bandwidth`")[1].split("####")[0]
     assert "- value: 2,100 GB/s" in hbm
-    assert "- threshold: hbm_copy_gbps_min: min 2600 (source: H100 SXM HBM3)" in hbm
+    assert "- limit: hbm_copy_gbps_min = 2600, not calibrated (source: H100 SXM HBM3)" in hbm
     assert (
-        "| `benchmark.matmul_bf16` | 779.2 TFLOPS | not recorded | matmul_bf16_tflops_min: min 700 | slowest GPU bf16 matmul"
+        "| `benchmark.matmul_bf16` | 779.2 TFLOPS | not recorded | matmul_bf16_tflops_min = 700, not calibrated | slowest GPU bf16 matmul"
         in md
     )
 
@@ -175,8 +179,8 @@ def test_md_tabulates_busbw_per_size_and_collective(built):
 
 def test_chart_labels_are_escaped():
     res = _stamp(nccl_result("x<script>", {MiB: 1.0, 4 * MiB: 2.0}, 2, 1))
-    svg = render_html._busbw_svg(formatting.busbw_series([res])[0])
-    assert "<script" not in svg and "x&lt;script&gt;" in svg
+    chart = svg.busbw_svg(formatting.busbw_series([res])[0])
+    assert "<script" not in chart and "x&lt;script&gt;" in chart
 
 
 def test_no_chart_without_rows(tmp_path):

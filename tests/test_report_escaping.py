@@ -137,7 +137,7 @@ def test_a_threshold_source_reaches_report_md_as_text(tmp_path):
     run_dir = write_run(tmp_path, "r1", {"n0": host_doc("n0", results)}, started="2026-11-21T10:00:00Z")
     report.build(run_dir, use_store=False)
     md = (run_dir / "report.md").read_text()
-    line = next(line for line in md.splitlines() if line.startswith("- threshold:") and "javascript" in line)
+    line = next(line for line in md.splitlines() if line.startswith("- limit:") and "javascript" in line)
     tokens = MarkdownIt("commonmark").enable("strikethrough").parseInline(line)[0].children
     assert [t.type for t in tokens] == ["text"], [t.type for t in tokens]
     assert source in tokens[0].content

@@ -7,8 +7,9 @@
 build() reads them all and writes, beside hosts/:
 
     report.json   every result of every host, unchanged, with a verdict per node
-    report.md     node table (failures first), the fleet view and drain lines, then each node's findings
-    report.html   the same, self-contained (inline CSS, no scripts, no external assets)
+    report.md     node table (failures first), the fleet view and drain lines, then each node's findings, each
+                  picture of report.html as a small table
+    report.html   the same, self-contained (inline CSS and SVG, no scripts, no external assets)
     junit.xml     one testsuite per node, one testcase per check
     fleet.json    the fleet layer's inputs per node (its metrics) and each fleet check's status, the medians
     prometheus/<host>.prom, drain.txt   (gpufleet.fleet.export)
@@ -16,10 +17,13 @@ build() reads them all and writes, beside hosts/:
 The fleet layer (gpufleet.fleet) adds results of group `fleet` to every node whose document could be read,
 and they count in its verdict; the run is indexed into the store (gpufleet.db beside the run folder).
 
-Its parts: nodes.py reads the run's host documents into nodes, formatting.py holds what the renderers share,
-render_json.py, render_md.py, render_html.py and render_junit.py write one rendering each (the output formats of
-registry.OUTPUTS, which pipeline.py loops over), and pipeline.py builds the whole;
-build() and summary_text() are the package's entry points.
+Its parts: nodes.py reads the run's host documents into nodes, formatting.py holds what the renderers share
+(among it decided_limit(): the limit that decided a result), figures.py what the pictures show (the soak window by
+window, each GPU beside its siblings and its past, NCCL beside the baseline, the fleet's distributions), svg.py and
+svg_fleet.py draw them for report.html (report.md writes them as tables), drain.py decides what the drain box
+proposes (only confirmed failures), render_json.py, render_md.py, render_html.py and render_junit.py write one
+rendering each (the output formats of registry.OUTPUTS, which pipeline.py loops over), and pipeline.py builds the
+whole; build() and summary_text() are the package's entry points.
 """
 
 from __future__ import annotations

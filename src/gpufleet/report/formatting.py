@@ -130,6 +130,87 @@ def threshold_text(threshold: Any) -> tuple[str, str]:
     return "; ".join(parts), "; ".join(s for s in sources if s)
 
 
+def decided_limit(res: dict) -> dict | None:
+    """The limit that decided a result's status: {"key", "value", "source", "calibrated", "metric"}; None for a
+    result held against no limit.
+
+    The judge says so in `threshold.decided`. A document from before it does not: there the limit is derived as
+    the judge derived it. A threshold of one limit is its own key, value and source. A warn/fail pair (the warn
+    level's key, the fail level's inside it under `fail`, each with its per-metric `by_metric` limits where the
+    model is calibrated) decided by the level of the result's status (fail for a failure, else warn) and the
+    metric of its worst comparison (`detail.comparisons`: the worst status, then the farthest below its
+    reference; for a pass the closest figure is the one farthest below)."""
+    threshold = res.get("threshold")
+    if not isinstance(threshold, dict):
+        return None
+    if isinstance(threshold.get("decided"), dict):
+        return threshold["decided"]
+    if "key" not in threshold:
+        return None
+    level, metric = threshold, None
+    fail = threshold.get("fail")
+    if isinstance(fail, dict) and "key" in fail:
+        worst = worst_comparison(res)
+        metric = worst.get("metric")
+        # A row past its limit once only (inconclusive) names the level it was past: `would_be`.
+        failed = res.get("status") == schema.FAIL or (
+            res.get("status") not in (schema.WARN, schema.FAIL) and worst.get("would_be") == schema.FAIL
+        )
+        level = fail if failed else threshold
+    own = (level.get("by_metric") if isinstance(level.get("by_metric"), dict) else {}).get(metric)
+    source = level.get("source")
+    if isinstance(own, dict):  # as a profile holds it: {"value", "source"}
+        own, source = own.get("value"), own.get("source") or source
+    elif own is not None:  # as a result holds it: the number alone
+        source = f"the GPU model's calibration for {metric} (docs/calibration.md); without it: {source}"
+    return {
+        "key": level["key"],
+        "value": own if own is not None else level.get("value"),
+        "source": source,
+        # Calibrated only where the metric has a limit of its own: a level's `calibrated` says that some metrics
+        # have one (its by_metric), not that its own value is one.
+        "calibrated": own is not None,
+        "metric": metric,
+    }
+
+
+def worst_comparison(res: dict) -> dict:
+    """The comparison of `detail.comparisons` that decided a result: the worst status that stands (a row past its
+    limit in one measurement only, `inconclusive`, just above a pass), then the farthest below its reference; {}
+    when there is none."""
+    detail = res.get("detail") if isinstance(res.get("detail"), dict) else {}
+    rows = [c for c in detail.get("comparisons") or [] if isinstance(c, dict) and c.get("metric")]
+
+    def rank(c: dict) -> float:
+        status = c.get("status") or schema.PASS
+        return schema.severity(status) if status in schema.STATUSES else schema.severity(schema.PASS) + 0.5
+
+    return min(rows, key=lambda c: (-rank(c), _number(c.get("deviation_pct"), math.inf)), default={})
+
+
+def _number(v: Any, default: float) -> float:
+    return float(v) if _finite(v) else default
+
+
+def decided_text(limit: dict) -> tuple[str, str]:
+    """(the limit in words: `key = value for metric, calibrated`, its source)."""
+    shown = f"{limit.get('key')} = {'none set' if limit.get('value') is None else fmt_scalar(limit['value'])}"
+    if limit.get("metric"):
+        shown += f" for {limit['metric']}"
+    shown += ", calibrated" if limit.get("calibrated") else ", not calibrated"
+    return shown, str(limit.get("source") or "")
+
+
+def threshold_has_more(res: dict) -> bool:
+    """Whether a result's threshold holds more than the limit that decided it (another level, limits per metric,
+    a second limit): what the report folds away under that limit."""
+    threshold = res.get("threshold")
+    if not isinstance(threshold, dict):
+        return False
+    plain = {"key", "value", "source", "min", "max", "calibrated", "decided"}
+    return any(k not in plain for k in threshold) or "key" not in threshold
+
+
 def busbw_series(results: list[dict]) -> list[dict]:
     """NCCL bus bandwidth curves of one node, one chart each run (group, world size).
 
@@ -185,6 +266,27 @@ def fleet_columns(report: dict) -> list[tuple[str, str, str | None]]:
         if cells:
             out.append((col, title, cells[0]["unit"]))
     return out
+
+
+FLEET_ROWS_MAX = 64  # past this many nodes the fleet view lists only the nodes with a figure that did not pass
+
+
+def fleet_view_rows(report: dict) -> tuple[list[dict], int]:
+    """(the fleet view's rows to list, how many are left out): every node up to FLEET_ROWS_MAX nodes; past that,
+    the nodes with a figure the fleet layer did not pass (the distributions show the others; fleet.json has every
+    row)."""
+    rows = (report.get("fleet") or {}).get("view") or []
+    if len(rows) <= FLEET_ROWS_MAX:
+        return rows, 0
+    shown = [r for r in rows if any(c and c["status"] != schema.PASS for c in r["columns"].values())]
+    return shown, len(rows) - len(shown)
+
+
+def left_out_text(left_out: int, shown: int) -> str:
+    return (
+        f"{shown} node(s) with a figure that did not pass are listed; the {left_out} other node(s) are in the "
+        "distributions above, and every node's figures in fleet.json."
+    )
 
 
 def fleet_cell_parts(cell: dict) -> list[str]:

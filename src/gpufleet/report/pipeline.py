@@ -19,6 +19,7 @@ from gpufleet.comparisons import metrics
 from gpufleet.fleet.references import choose_baseline
 from gpufleet.fleet.repair import open_for_run, use_for_run
 from gpufleet.fleet.run_files import read_run_info
+from gpufleet.report.drain import review as drain_review_of
 from gpufleet.report.formatting import STATUS_ORDER, check_id, class_text, trust_text
 from gpufleet.report.nodes import DOC_PROFILE, DOC_READ, load_nodes, load_peers, node_order
 
@@ -267,7 +268,8 @@ def _build(
         report = assemble(run_dir, sorted(nodes, key=node_order))
         info = read_run_info(run_dir)
         names = slurm_names if slurm_names is not None else info.get("slurm_node_names")
-        drain = export.drain_lines(report, names if isinstance(names, dict) else None)
+        # Only a node with a confirmed failure is proposed for draining; the others are named beside it.
+        drain, drain_review = drain_review_of(report, names if isinstance(names, dict) else None)
         report["fleet"] = {
             "store": str(store.path) if store is not None else None,
             "store_note": store_note,
@@ -278,6 +280,7 @@ def _build(
             "view": fleet["view"],
             "versions": fleet["versions"],
             "drain": drain,
+            "drain_review": drain_review,
         }
         # The peers' own figures of the run across nodes, beside the new node's (not part of any verdict).
         report["peers"] = load_peers(run_dir)

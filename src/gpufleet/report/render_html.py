@@ -11,31 +11,37 @@ from __future__ import annotations
 
 import html
 import json
-import math
 import re
 from typing import Any
 
+from gpufleet import schema
 from gpufleet.causes import in_shared
-from gpufleet.schema import size_text
+from gpufleet.comparisons import figure_text
+from gpufleet.report import figures, svg, svg_fleet
+from gpufleet.report.drain import NOT_CONFIRMED
 from gpufleet.report.formatting import (
     INFO_TITLE,
     STATUS_ORDER,
     VERSIONS_HEAD,
     VERSIONS_TITLE,
-    busbw_series,
     check_id,
     class_text,
+    decided_limit,
+    decided_text,
     fleet_cell_parts,
     fleet_columns,
     fleet_line,
     fleet_note,
+    fleet_view_rows,
     findings,
     fmt_scalar,
     information,
     kept_locks,
+    left_out_text,
     node_causes,
     node_versions_text,
     ordered_results,
+    threshold_has_more,
     threshold_text,
     trust_text,
     value_text,
@@ -55,9 +61,24 @@ tr.s-fail>td{background:#ffebe9}tr.s-error>td{background:#fbefff}tr.s-warn>td{ba
 .remedy{margin-top:.3em}.remedy b{color:#0969da}.src{color:#57606a;font-size:12px}.meta{color:#57606a}
 details{margin-top:.3em}summary{cursor:pointer;color:#0969da}table.kv{margin:.3em 0;font-size:12px}table.kv th{font-weight:600;white-space:nowrap}
 table.results td:first-child{white-space:nowrap}
-figure{margin:.8em 0}figcaption{color:#57606a;font-size:12px}svg.chart{width:100%;max-width:760px;height:auto}
+figure{margin:.8em 0}figcaption{color:#57606a;font-size:12px}svg.chart{width:100%;height:auto;display:block}
+svg.busbw{max-width:760px}svg.soak,svg.distribution{max-width:1000px}svg.bars{max-width:560px}
 svg.chart text{font:11px system-ui,sans-serif;fill:#1f2328}svg.chart .grid{stroke:#d0d7de;stroke-width:1}
-svg.chart .axis{stroke:#57606a;stroke-width:1}
+svg.chart .axis{stroke:#57606a;stroke-width:1}svg.chart text.strong{font-weight:600}svg.chart text.name{font-size:10px}
+svg .lane-bg{fill:#f6f8fa}svg .figure{fill:none;stroke:#0969da;stroke-width:1.5}svg .pt{fill:#0969da}
+svg .slow{fill:#cf222e}svg .disturbed{fill:#d4a72c;fill-opacity:.35}svg .dv{fill:#fff;stroke:#9a6700;stroke-width:1.5}
+svg .again{fill:#1a7f37;fill-opacity:.12}svg .foreign{fill:#cf222e;fill-opacity:.16;stroke:#cf222e;stroke-dasharray:2 2}svg .foreign-label{fill:#cf222e}
+svg .limit,svg .floor{stroke:#cf222e;stroke-width:1.2;stroke-dasharray:5 3}
+svg .sibling-limit{stroke:#9a6700;stroke-width:1.2;stroke-dasharray:5 3}
+svg polyline.base{fill:none;stroke-width:1.5;stroke-dasharray:5 4}svg rect.base{fill:#fff;stroke-width:1.5}
+svg line.base{stroke-width:1.5;stroke-dasharray:5 4}
+svg .bar{fill:#0969da}svg .bar.s-warn{fill:#9a6700}svg .bar.s-fail,svg .bar.s-error{fill:#cf222e}
+svg .ref{stroke:#1f2328;stroke-width:2}svg .usual{fill:none;stroke:#57606a;stroke-width:1.5}svg .past{fill:#8250df}
+svg .bin{fill:#0969da;fill-opacity:.7}svg .whisker{stroke:#57606a}svg .iqr{fill:#ddf4ff;stroke:#0969da}
+svg .med,svg .fleet-median{stroke:#1f2328;stroke-width:2}svg .base-median{stroke:#8250df;stroke-width:1.5;stroke-dasharray:5 3}
+svg .beyond{fill:#8c959f}svg text.break{fill:#57606a;font-weight:600}svg .outlier circle{fill:#57606a}svg .outlier circle.s-warn{fill:#9a6700}svg .outlier circle.s-fail{fill:#cf222e}
+.panels{display:flex;flex-wrap:wrap;gap:0 1.5em}.panels figure{flex:1 1 480px;max-width:560px}
+.lim{font-weight:600}td{overflow-wrap:break-word}.src,table.kv th{overflow-wrap:anywhere}section.brief{margin:.15em 0;content-visibility:auto;contain-intrinsic-size:auto 22px}section.brief h4{display:inline;margin:0}
 td.fv{min-width:11em}.fv .bar{position:relative;height:8px;background:#eaeef2;border-radius:2px;margin:3px 0}
 .fv .bar i{position:absolute;left:0;top:0;bottom:0;background:#0969da;border-radius:2px}
 .fv .bar b{position:absolute;top:-3px;bottom:-3px;width:2px;background:#1f2328}.fv .bar b.base{background:#8250df}
@@ -124,10 +145,20 @@ def _evidence(v: Any, depth: int = 0) -> str:
 
 
 def _threshold_cell(res: dict) -> str:
-    bound, source = threshold_text(res.get("threshold"))
+    """The limit that decided the result (decided_limit), its source, and the whole threshold folded under it."""
+    limit = decided_limit(res)
+    if limit is None:
+        bound, source = threshold_text(res.get("threshold"))
+        shown = _e(bound)
+    else:
+        bound, source = decided_text(limit)
+        shown = f'<div class="lim">{_e(bound)}</div>'
     if not bound:
         return ""
-    return _e(bound) + (f'<div class="src">source: {_e(source)}</div>' if source else "")
+    cell = shown + (f'<div class="src">source: {_e(source)}</div>' if source else "")
+    if limit is not None and threshold_has_more(res):
+        cell += f"<details><summary>whole threshold</summary>{_evidence(res['threshold'])}</details>"
+    return cell
 
 
 def _finding_row(res: dict) -> str:
@@ -157,7 +188,7 @@ def _cause_row(group: dict) -> str:
     )
 
 
-def _node_section(node: dict, anchor: str) -> str:
+def _node_section(node: dict, anchor: str, report: dict) -> str:
     facts = []
     if node.get("reported_host"):
         facts.append(f"reports itself as {_e(node['reported_host'])}")
@@ -199,153 +230,146 @@ def _node_section(node: dict, anchor: str) -> str:
             + _plain_table(good)
             + "</details>"
         )
-    charts = _busbw_section(node)
-    if charts:
-        out.append(charts)
+    pictures = _pictures(node, report)
+    if pictures:
+        out.append(pictures)
     out.append("</section>")
     return "\n".join(out)
 
 
-# ---------------------------------------------------------------- NCCL bus bandwidth charts
-
-_PALETTE = ("#0969da", "#cf222e", "#1a7f37", "#8250df", "#bc4c00", "#1b7c83", "#9a6700", "#57606a")
-_W, _H = 760, 320
-_LEFT, _RIGHT, _TOP, _BOTTOM = 64, 190, 16, 48  # the plot area inside the chart; the legend goes right
-
-
-def _nice_step(span: float, ticks: int = 5) -> float:
-    """A step of 1, 2 or 5 times a power of ten giving about `ticks` intervals over `span`."""
-    raw = span / ticks
-    mag = 10 ** math.floor(math.log10(raw))
-    return next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
-
-
-def _busbw_svg(chart: dict) -> str:
-    """busbw (GB/s, linear) against message size (log2): polylines, points with tooltips, axes, legend."""
-    pts = [p for line in chart["lines"] for p in line["points"]]
-    lo = math.floor(math.log2(min(p[0] for p in pts)))
-    hi = math.ceil(math.log2(max(p[0] for p in pts)))
-    if hi == lo:
-        lo, hi = lo - 1, hi + 1
-    top = max(p[1] for p in pts) * 1.05 or 1.0
-    ystep = _nice_step(top)
-    top = math.ceil(top / ystep) * ystep
-    pw, ph = _W - _LEFT - _RIGHT, _H - _TOP - _BOTTOM
-
-    def x(size: float) -> float:
-        return _LEFT + (math.log2(size) - lo) / (hi - lo) * pw
-
-    def y(gbps: float) -> float:
-        return _TOP + ph - gbps / top * ph
-
-    out = [
-        f'<svg class="chart" viewBox="0 0 {_W} {_H}" role="img" aria-label="{_e(chart["title"])}">',
-        f"<title>{_e(chart['title'])}</title>",
-    ]
-    xstep = max(1, math.ceil((hi - lo) / 8))  # at most about 8 size labels
-    for exp in range(lo, hi + 1, xstep):
-        px = x(2**exp)
-        out.append(f'<line class="grid" x1="{px:.1f}" y1="{_TOP}" x2="{px:.1f}" y2="{_TOP + ph}"/>')
-        out.append(f'<text x="{px:.1f}" y="{_TOP + ph + 16}" text-anchor="middle">{_e(size_text(2**exp))}</text>')
-    for i in range(int(round(top / ystep)) + 1):
-        val = i * ystep
-        py = y(val)
-        out.append(f'<line class="grid" x1="{_LEFT}" y1="{py:.1f}" x2="{_LEFT + pw}" y2="{py:.1f}"/>')
-        out.append(f'<text x="{_LEFT - 6}" y="{py + 4:.1f}" text-anchor="end">{_e(fmt_scalar(float(val)))}</text>')
-    out.append(f'<line class="axis" x1="{_LEFT}" y1="{_TOP + ph}" x2="{_LEFT + pw}" y2="{_TOP + ph}"/>')
-    out.append(f'<line class="axis" x1="{_LEFT}" y1="{_TOP}" x2="{_LEFT}" y2="{_TOP + ph}"/>')
-    out.append(f'<text x="{_LEFT + pw / 2:.1f}" y="{_H - 8}" text-anchor="middle">message size (log2 scale)</text>')
-    out.append(
-        f'<text x="14" y="{_TOP + ph / 2:.1f}" text-anchor="middle" transform="rotate(-90 14 {_TOP + ph / 2:.1f})">busbw (GB/s)</text>'
-    )
-    for i, line in enumerate(chart["lines"]):
-        color = _PALETTE[i % len(_PALETTE)]
-        coords = " ".join(f"{x(s):.1f},{y(b):.1f}" for s, b in line["points"])
-        out.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{coords}"/>')
-        for s, b in line["points"]:
-            tip = f"{line['label']}, {size_text(s)}: {fmt_scalar(b)} GB/s"
-            out.append(
-                f'<circle cx="{x(s):.1f}" cy="{y(b):.1f}" r="3" fill="{color}"><title>{_e(tip)}</title></circle>'
+def _pictures(node: dict, report: dict) -> str:
+    """The node's pictures: each GPU beside its siblings and its past, the soak window by window, NCCL's busbw
+    beside the baseline's."""
+    out = []
+    panels = figures.gpu_bars(node["results"])
+    if panels:
+        out.append("<h3>Each GPU beside its siblings and its past</h3>")
+        out.append('<div class="panels">')
+        for panel in panels:
+            caption = f"{panel['label']} per GPU ({panel['unit']})" + (
+                f"; the siblings' limit {fmt_scalar(panel['sibling_limit_pct'])}% under what each GPU is held against"
+                if panel["sibling_limit_pct"] is not None
+                else ""
             )
-        ly = _TOP + 10 + i * 18
-        out.append(
-            f'<line x1="{_W - _RIGHT + 12}" y1="{ly}" x2="{_W - _RIGHT + 32}" y2="{ly}" stroke="{color}" stroke-width="2"/>'
-        )
-        out.append(f'<text x="{_W - _RIGHT + 38}" y="{ly + 4}">{_e(line["label"])} ({_e(line["status"])})</text>')
-    out.append("</svg>")
-    return "".join(out)
-
-
-def _busbw_section(node: dict) -> str:
-    charts = busbw_series(node["results"])
-    if not charts:
-        return ""
-    out = ["<h3>NCCL bus bandwidth</h3>"]
+            out.append(f"<figure>{svg.bars_svg(panel)}<figcaption>{_e(caption)}</figcaption></figure>")
+        out.append("</div>")
+    timelines = figures.soak_timelines(node["results"])
+    if timelines:
+        out.append('<h3>The soak, window by window</h3><div class="soak">')
+        for t in timelines:
+            caption = (
+                f"{t['title']}: each GPU's figure per {fmt_scalar(t['window_s'])} s window; dashed, the limit "
+                f"({fmt_scalar(t['limit_pct'])}% under the GPU's best windows); shaded, a disturbed window (left out, "
+                "its figure hollow); green, a window measured again once the GPUs were quiet; red band, a foreign "
+                "process on that GPU"
+            )
+            out.append(f"<figure>{svg.soak_svg(t)}<figcaption>{_e(caption)}</figcaption></figure>")
+        out.append("</div>")
+    charts = figures.nccl_charts(node, report)
+    if charts:
+        out.append("<h3>NCCL bus bandwidth</h3>")
     for chart in charts:
         notes = []
         if chart.get("backend") == "gloo":
             notes.append("on the CPU: a logic check, not a performance figure")
+        if chart.get("baseline_run"):
+            notes.append(f"dashed: baseline run {chart['baseline_run']}, at the largest size of each size band")
         caption = _e(chart["title"]) + "".join(f"; {_e(n)}" for n in notes)
-        out.append(f"<figure>{_busbw_svg(chart)}<figcaption>{caption}</figcaption></figure>")
+        out.append(f"<figure>{svg.busbw_svg(chart)}<figcaption>{caption}</figcaption></figure>")
     return "\n".join(out)
 
 
+def _distributions(report: dict) -> list[str]:
+    out = []
+    for d in figures.fleet_distributions(report):
+        named = ", ".join(f"{o['host']} {figure_text(o['value'])}" for o in d["outliers"][: figures.OUTLIERS_NAMED])
+        more = len(d["outliers"]) - figures.OUTLIERS_NAMED
+        flagged = d["outliers"][0]["status"] != "pass"
+        caption = (
+            f"{d['title']} ({d['unit']}) over {d['n']} nodes: quartiles as a box; beyond the axis breaks, the nodes "
+            f"far from the rest; {'outliers (the fleet layer did not pass them)' if flagged else 'none judged an outlier; the slowest'}: "
+            f"{named}" + (f" and {more} more" if more > 0 else "")
+        )
+        out.append(f"<figure>{svg_fleet.distribution_svg(d)}<figcaption>{_e(caption)}</figcaption></figure>")
+    return out
+
+
+def _fleet_cell(cell: dict | None, top: float) -> str:
+    """One figure of the fleet view: the figure, a bar scaled to the column's largest value with a black mark at
+    the fleet median and a purple one at the baseline, the figure against both; outliers coloured."""
+    if not cell:
+        return '<td class="fv"></td>'
+    top = top or 1.0
+    width = max(0.0, min(100.0, cell["value"] / top * 100))
+    mark = ""
+    if cell.get("fleet_median"):
+        mark = f'<b style="left:{min(100.0, cell["fleet_median"] / top * 100):.1f}%" title="fleet median"></b>'
+    base = cell.get("baseline") or cell.get("baseline_fleet_median")
+    if base:
+        mark += f'<b class="base" style="left:{min(100.0, base / top * 100):.1f}%" title="baseline"></b>'
+    parts = fleet_cell_parts(cell)
+    status = cell["status"]
+    badge = f" {_badge(status)}" if status != "pass" else ""
+    return (
+        f'<td class="fv s-{_e(status)}"><div class="v">{_e(parts[0])}{badge}</div>'
+        f'<div class="bar s-{_e(status)}"><i style="width:{width:.1f}%"></i>{mark}</div>'
+        + "".join(f'<div class="src">{_e(p)}</div>' for p in parts[1:])
+        + "</td>"
+    )
+
+
+def _drain_box(fleet: dict) -> list[str]:
+    """Which failures of each node not accepted were confirmed, and the drain lines of those with one."""
+    review, drain = fleet.get("drain_review") or [], fleet.get("drain") or []
+    out = ["<h3>Drain in Slurm</h3>"]
+    if not review:
+        return out + ["<p>Every node accepted: none to drain.</p>"]
+    out.append(
+        '<table class="drain-review"><thead><tr><th>node</th><th>confirmed failures: drained for</th>'
+        "<th>not confirmed: not drained for</th></tr></thead><tbody>"
+    )
+    for row in review:
+        unconfirmed = ", ".join(f"<code>{_e(u['check'])}</code> ({_e(u['trust'])})" for u in row["unconfirmed"])
+        out.append(
+            f'<tr class="{"s-fail" if row["drain"] else "s-warn"}"><td>{_e(row["host"])}</td>'
+            f"<td>{', '.join(f'<code>{_e(c)}</code>' for c in row['confirmed']) or 'none'}</td><td>{unconfirmed}</td></tr>"
+        )
+    out.append("</tbody></table>")
+    if drain:
+        out.append(f"<p>{len(drain)} node(s) with a confirmed failure (also in <code>drain.txt</code>):</p>")
+        out.append(f'<pre class="drain">{_e(chr(10).join(drain))}</pre>')
+    if len(drain) < len(review):
+        out.append(f'<p class="meta">{len(review) - len(drain)} node(s) {_e(NOT_CONFIRMED)}.</p>')
+    return out
+
+
 def _fleet_section(report: dict, anchors: dict[str, str]) -> str:
-    """The fleet view: per node and figure, a bar scaled to the column's largest value with a black mark at the
-    fleet median and a purple one at the baseline, the figure against both; outliers coloured. Then the drain lines."""
+    """The fleet: each figure's distribution over the nodes with its outliers named, the fleet view (every node
+    of a fleet up to FLEET_ROWS_MAX, else the nodes with a figure that did not pass), then the drain box."""
     fleet = report.get("fleet")
     if not fleet:
         return ""
-    out = [
-        "<h2>Fleet</h2>",
-        f'<p class="meta">{_e(fleet_note(report))}</p>',
-    ]  # the store and baseline used, even with no figures
+    out = ["<h2>Fleet</h2>", f'<p class="meta">{_e(fleet_note(report))}</p>']  # the store and baseline used
+    out += _distributions(report)
     columns = fleet_columns(report)
-    rows = fleet.get("view") or []
+    rows, left_out = fleet_view_rows(report)
     if columns:
+        if left_out:
+            out.append(f'<p class="meta">{_e(left_out_text(left_out, len(rows)))}</p>')
         head = "".join(f"<th>{_e(title)} ({_e(unit or '')})</th>" for _, title, unit in columns)
         out.append(f'<table class="fleet"><thead><tr><th>node</th>{head}</tr></thead><tbody>')
+        everyone = fleet.get("view") or []
         tops = {
-            col: max((r["columns"][col]["value"] for r in rows if r["columns"].get(col)), default=0)
+            col: max((r["columns"][col]["value"] for r in everyone if r["columns"].get(col)), default=0)
             for col, _, _ in columns
         }
         for row in rows:
-            cells = []
-            for col, _, _ in columns:
-                cell = row["columns"].get(col)
-                if not cell:
-                    cells.append('<td class="fv"></td>')
-                    continue
-                top = tops[col] or 1.0
-                width = max(0.0, min(100.0, cell["value"] / top * 100))
-                mark = ""
-                if cell.get("fleet_median"):
-                    mark = (
-                        f'<b style="left:{min(100.0, cell["fleet_median"] / top * 100):.1f}%" title="fleet median"></b>'
-                    )
-                base = cell.get("baseline") or cell.get("baseline_fleet_median")
-                if base:
-                    mark += f'<b class="base" style="left:{min(100.0, base / top * 100):.1f}%" title="baseline"></b>'
-                parts = fleet_cell_parts(cell)
-                status = cell["status"]
-                badge = f" {_badge(status)}" if status != "pass" else ""
-                cells.append(
-                    f'<td class="fv s-{_e(status)}"><div class="v">{_e(parts[0])}{badge}</div>'
-                    f'<div class="bar s-{_e(status)}"><i style="width:{width:.1f}%"></i>{mark}</div>'
-                    + "".join(f'<div class="src">{_e(p)}</div>' for p in parts[1:])
-                    + "</td>"
-                )
+            cells = "".join(_fleet_cell(row["columns"].get(col), tops[col]) for col, _, _ in columns)
             link = anchors.get(row["host"])
             name = f'<a href="#{link}">{_e(row["host"])}</a>' if link else _e(row["host"])
-            out.append(f"<tr><td>{name}</td>{''.join(cells)}</tr>")
+            out.append(f"<tr><td>{name}</td>{cells}</tr>")
         out.append("</tbody></table>")
-    drain = fleet.get("drain") or []
-    out.append("<h3>Drain in Slurm</h3>")
-    if drain:
-        out.append(f"<p>{len(drain)} node(s) not accepted (also in <code>drain.txt</code>):</p>")
-        out.append(f'<pre class="drain">{_e(chr(10).join(drain))}</pre>')
-    else:
-        out.append("<p>Every node accepted: none to drain.</p>")
+    out += _drain_box(fleet)
     return "\n".join(out)
 
 
@@ -368,20 +392,57 @@ def _versions_section(report: dict) -> str:
     return "\n".join(out)
 
 
+# Past this many nodes the page details only the nodes not accepted or warned, at most this many: a table of
+# thousands of rows takes a browser seconds to lay out.
+NODES_DETAILED = 64
+
+
+def _detailed(nodes: list[dict]) -> set[str]:
+    """The nodes the page details (a row in the node table, a whole section): every node of a fleet up to
+    NODES_DETAILED nodes; past that, the first NODES_DETAILED nodes not accepted, warned or with information (a
+    figure past a limit once only, say), worst first."""
+    if len(nodes) <= NODES_DETAILED:
+        return {n["host"] for n in nodes}
+    return set([n["host"] for n in nodes if n["verdict"] != schema.PASS or n["counts"][schema.INFO]][:NODES_DETAILED])
+
+
+def _brief(node: dict, anchor: str) -> str:
+    """One line for a node the page does not detail: its verdict, its counts, what failed or warned."""
+    counts = ", ".join(f"{node['counts'][s]} {s}" for s in STATUS_ORDER if node["counts"][s])
+    items, more = findings(node, limit=6)
+    failing = f"; {', '.join(items)}{f' and {more} more' if more else ''}" if items else ""
+    return (
+        f'<section id="{anchor}" class="brief"><h4>{_e(node["host"])} {_badge(node["verdict"])}</h4> '
+        f'<span class="meta">{_e(counts)}; {_e(node.get("profile") or "")}{_e(failing)}</span></section>'
+    )
+
+
+def _node_row(node: dict, anchor: str) -> str:
+    counts = "".join(
+        f'<td class="n{" zero" if not node["counts"][s] else ""}">{node["counts"][s]}</td>' for s in STATUS_ORDER
+    )
+    items, more = findings(node, limit=12)
+    return (
+        f'<tr class="s-{_e(node["verdict"])}"><td><a href="#{anchor}">{_e(node["host"])}</a></td>'
+        f"<td>{_badge(node['verdict'])}</td>{counts}<td>{_e(node.get('profile') or '')}</td>"
+        f"<td>{', '.join(f'<code>{_e(i)}</code>' for i in items)}{f' and {more} more' if more else ''}</td></tr>"
+    )
+
+
 def render(report: dict) -> str:
     nodes = list(report["nodes"].values())
     anchors = [_anchor(n["host"], i) for i, n in enumerate(nodes)]
-    rows = []
-    for node, anchor in zip(nodes, anchors):
-        counts = "".join(
-            f'<td class="n{" zero" if not node["counts"][s] else ""}">{node["counts"][s]}</td>' for s in STATUS_ORDER
-        )
-        items, more = findings(node, limit=12)
-        rows.append(
-            f'<tr class="s-{_e(node["verdict"])}"><td><a href="#{anchor}">{_e(node["host"])}</a></td>'
-            f"<td>{_badge(node['verdict'])}</td>{counts}<td>{_e(node.get('profile') or '')}</td>"
-            f"<td>{', '.join(f'<code>{_e(i)}</code>' for i in items)}{f' and {more} more' if more else ''}</td></tr>"
-        )
+    detailed = _detailed(nodes)
+    rows = [_node_row(n, a) for n, a in zip(nodes, anchors) if n["host"] in detailed]
+    sections = [_node_section(n, a, report) if n["host"] in detailed else _brief(n, a) for n, a in zip(nodes, anchors)]
+    scale = (
+        f'<p class="meta">{len(nodes)} nodes: this page details the {len(detailed)} not accepted, warned or with '
+        f"information (at most {NODES_DETAILED}, worst first); every other node has one line at the end of the page, "
+        "and every node its "
+        "results, per-GPU figures and NCCL curves whole in report.md and report.json.</p>"
+        if len(detailed) < len(nodes)
+        else ""
+    )
     title = f"gpufleet report {report['run_id']}: {report['verdict'].upper()}"
     return "\n".join(
         [
@@ -399,6 +460,7 @@ def render(report: dict) -> str:
             + "<th>profile</th><th>failing (each cause once), warning</th></tr></thead><tbody>",
             *rows,
             "</tbody></table>",
+            scale,
             *(
                 [
                     f'<p class="meta">Locks not given back (the next run takes them over or waits out the lease): '
@@ -409,7 +471,7 @@ def render(report: dict) -> str:
             ),
             _fleet_section(report, {n["host"]: a for n, a in zip(nodes, anchors)}),
             _versions_section(report),
-            *(_node_section(n, a) for n, a in zip(nodes, anchors)),
+            *sections,
             "</body></html>",
             "",
         ]

@@ -12,26 +12,33 @@ import re
 from typing import Any
 
 from gpufleet.causes import in_shared
+from gpufleet.comparisons import figure_text
+from gpufleet.report import figures
+from gpufleet.report.drain import NOT_CONFIRMED
 from gpufleet.schema import size_text
 from gpufleet.report.formatting import (
     INFO_TITLE,
     STATUS_ORDER,
     VERSIONS_HEAD,
     VERSIONS_TITLE,
-    busbw_series,
     check_id,
     class_text,
+    decided_limit,
+    decided_text,
     fleet_cell_parts,
     fleet_columns,
     fleet_line,
     fleet_note,
+    fleet_view_rows,
     findings,
     fmt_scalar,
     information,
     kept_locks,
+    left_out_text,
     node_causes,
     node_versions_text,
     ordered_results,
+    threshold_has_more,
     threshold_text,
     trust_text,
     value_text,
@@ -86,9 +93,16 @@ def _finding(res: dict) -> list[str]:
         lines.append(f"- value: {_inline(value)}" + (f" (trust: {_inline(trust)})" if trust else ""))
     elif trust:  # a disturbed measurement keeps no figure, but says why
         lines.append(f"- trust: {_inline(trust)}")
-    bound, source = threshold_text(res.get("threshold"))
+    limit = decided_limit(res)
+    bound, source = decided_text(limit) if limit else threshold_text(res.get("threshold"))
     if bound:
-        lines.append(f"- threshold: {_inline(bound)}" + (f" (source: {_prose(source)})" if source else ""))
+        lines.append(
+            f"- {'limit' if limit else 'threshold'}: {_inline(bound)}"
+            + (f" (source: {_prose(source)})" if source else "")
+        )
+    if limit and threshold_has_more(res):
+        whole, _ = threshold_text(res.get("threshold"))
+        lines.append(f"- whole threshold: {_inline(whole)}")
     lines.append(f"- reason: {_inline(res.get('reason') or '(no reason given)')}")
     if res.get("remedy"):
         lines.append(f"- remedy: {_inline(res['remedy'])}")
@@ -97,7 +111,7 @@ def _finding(res: dict) -> list[str]:
     return lines
 
 
-def _node_section(node: dict) -> list[str]:
+def _node_section(node: dict, report: dict) -> list[str]:
     lines = [f"## {_inline(node['host'])}: {node['verdict'].upper()}", ""]
     facts = []
     if node.get("reported_host"):
@@ -141,23 +155,25 @@ def _node_section(node: dict) -> list[str]:
         lines += [
             f"### {title} ({len(rows)})",
             "",
-            "| check | value | trust | threshold | reason |",
+            "| check | value | trust | limit | reason |",
             "| --- | --- | --- | --- | --- |",
         ]
         for res in rows:
-            bound, _ = threshold_text(res.get("threshold"))
+            limit = decided_limit(res)
+            bound = decided_text(limit)[0] if limit else threshold_text(res.get("threshold"))[0]
             lines.append(
                 f"| {_code(check_id(res))} | {_inline(value_text(res))} | {_inline(trust_text(res))} | {_inline(bound)} | "
                 f"{_inline(res.get('reason') or '')} |"
             )
         lines.append("")
-    lines += _busbw_tables(node)
+    lines += _gpu_tables(node) + _soak_tables(node) + _busbw_tables(node, report)
     return lines
 
 
-def _busbw_tables(node: dict) -> list[str]:
-    """busbw in GB/s, one row per message size, one column per collective; report.html draws the same."""
-    charts = busbw_series(node["results"])
+def _busbw_tables(node: dict, report: dict) -> list[str]:
+    """busbw in GB/s, one row per message size, one column per collective, then the baseline's figures beside this
+    run's; report.html draws the same."""
+    charts = figures.nccl_charts(node, report)
     if not charts:
         return []
     lines = ["### NCCL bus bandwidth (GB/s)", ""]
@@ -172,22 +188,163 @@ def _busbw_tables(node: dict) -> list[str]:
             cells = [_inline(fmt_scalar(points[size])) if size in points else "" for points in by_line]
             lines.append(f"| {_inline(size_text(size))} | " + " | ".join(cells) + " |")
         lines.append("")
+        if chart.get("baseline_run"):
+            lines += [
+                f"Against baseline run {_inline(chart['baseline_run'])}, at the largest size of each size band:",
+                "",
+                "| collective | size | this run | baseline | change |",
+                "| --- | ---: | ---: | ---: | ---: |",
+            ]
+            for line, points in zip(chart["lines"], by_line):
+                for size, base in line["baseline"]:
+                    now = points.get(size)
+                    change = f"{(now - base) / base * 100:+.1f}%" if now is not None and base else ""
+                    lines.append(
+                        f"| {_inline(line['label'])} | {_inline(size_text(size))} | "
+                        f"{_inline(fmt_scalar(now)) if now is not None else ''} | {_inline(fmt_scalar(base))} | {change} |"
+                    )
+            lines.append("")
+    return lines
+
+
+def _pct(v) -> str:
+    return f"{v:+.1f}%" if isinstance(v, (int, float)) else ""
+
+
+def _gpu_tables(node: dict) -> list[str]:
+    """Each GPU beside its siblings and its past, one table per figure: what report.html draws as bars."""
+    lines = []
+    for panel in figures.gpu_bars(node["results"]):
+        limits = []
+        if panel["sibling_limit"] is not None:
+            limits.append(
+                f"siblings' limit {fmt_scalar(panel['sibling_limit_pct'])}% under what each GPU is held against "
+                f"(lowest passing {figure_text(panel['sibling_limit'])})"
+            )
+        if panel["floor"] is not None:
+            limits.append(f"floor {panel['floor_key']} {figure_text(panel['floor'])}")
+        lines += [
+            f"### {_inline(panel['label'])} per GPU ({_inline(panel['unit'])})",
+            "",
+            *([_inline("; ".join(limits)) + ".", ""] if limits else []),
+            "| GPU | figure | status | held against | against it | usual place | baseline run | against baseline |",
+            "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for g in panel["gpus"]:
+            base = g["baseline"]
+            lines.append(
+                f"| {_inline(g['gpu'])} | {figure_text(g['value'])} | {_inline(g['status'])} | "
+                f"{figure_text(g['reference']) if g['reference'] is not None else ''} | {_pct(g['deviation_pct'])} | "
+                f"{figure_text(g['usual']) if g['usual'] is not None else ''} | "
+                f"{figure_text(base) if base is not None else ''} | "
+                f"{_pct((g['value'] - base) / base * 100) if base else ''} |"
+            )
+        lines.append("")
+    return lines
+
+
+def _soak_tables(node: dict) -> list[str]:
+    """The soak window by window, in short: per GPU and figure, its best windows, its lowest window, the limit,
+    the windows below it and the disturbed ones; then the foreign processes' spans."""
+    lines = []
+    for t in figures.soak_timelines(node["results"]):
+        lines += [
+            f"### Soak: {_inline(t['title'])} ({t.get('n_windows')} window(s) of {fmt_scalar(t['window_s'])} s)",
+            "",
+            f"Each window against the median of the GPU's best windows, limit {fmt_scalar(t['limit_pct'])}% under it.",
+            "",
+            "| GPU | figure | windows | best windows | lowest window | limit | below the limit | disturbed (left out) "
+            "| measured again |",
+            "| --- | --- | ---: | ---: | --- | ---: | --- | --- | --- |",
+        ]
+        for lane in t["lanes"]:
+            shown = [w for w in lane["windows"] if w["value"] is not None]
+            low = min(shown, key=lambda w: w["value"]) if shown else None
+            lowest = (
+                f"{figure_text(low['value'])} (window {low['index']}, at {fmt_scalar(low['start_s'])} s)" if low else ""
+            )
+            lines.append(
+                f"| {_inline(lane['gpu'])} | {_inline(lane['label'])} ({_inline(lane['unit'])}) | {len(lane['windows'])} | "
+                f"{figure_text(lane['best']) if lane['best'] is not None else ''} | {_inline(lowest)} | "
+                f"{figure_text(lane['limit']) if lane['limit'] is not None else ''} | "
+                f"{_inline(', '.join(str(w['index']) for w in lane['windows'] if w['below'])) or 'none'} | "
+                f"{_inline(', '.join(str(w['index']) for w in lane['windows'] if w['disturbed'])) or 'none'} | "
+                f"{_inline(', '.join(str(w['index']) for w in lane['windows'] if w['remeasured'])) or 'none'} |"
+            )
+        lines.append("")
+        if t["foreign"]:
+            lines += ["| foreign process | GPU | from | to | memory |", "| --- | --- | ---: | ---: | ---: |"]
+            for p in t["foreign"]:
+                lines.append(
+                    f"| pid {p['pid']} ({_inline(p.get('name') or 'name unknown')}) | {p.get('index')} | "
+                    f"{fmt_scalar(p['first_s'])} s | {fmt_scalar(p.get('last_s'))} s | {fmt_scalar(p.get('used_memory_mib'))} MiB |"
+                )
+            lines.append("")
+    return lines
+
+
+def _distribution_table(report: dict) -> list[str]:
+    """Each fleet-view figure over the nodes (report.html draws it): its spread and its outliers named."""
+    dists = figures.fleet_distributions(report)
+    if not dists:
+        return []
+    lines = [
+        "| figure | nodes | min | quartiles | max | fleet median | baseline fleet median | outliers (the slowest first) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for d in dists:
+        flagged = d["outliers"][0]["status"] != "pass"
+        named = ", ".join(
+            f"{o['host']} {figure_text(o['value'])}" + (f" ({o['status']})" if flagged else "") for o in d["outliers"]
+        )
+        lines.append(
+            f"| {_inline(d['title'])} ({_inline(d['unit'])}) | {d['n']} | {figure_text(d['min'])} | "
+            f"{figure_text(d['q1'])} / {figure_text(d['median'])} / {figure_text(d['q3'])} | {figure_text(d['max'])} | "
+            f"{figure_text(d['fleet_median']) if d['fleet_median'] is not None else ''} | "
+            f"{figure_text(d['baseline']) if d['baseline'] is not None else ''} | "
+            f"{_inline(named) if flagged else 'none; the slowest: ' + _inline(named)} |"
+        )
+    return lines + [""]
+
+
+def _drain_box(fleet: dict) -> list[str]:
+    """Which failures of each node not accepted were confirmed, and the drain lines of those with one."""
+    review, drain = fleet.get("drain_review") or [], fleet.get("drain") or []
+    lines = ["### Drain in Slurm", ""]
+    if not review:
+        return lines + ["Every node accepted: none to drain.", ""]
+    lines += ["| node | confirmed failures: drained for | not confirmed: not drained for |", "| --- | --- | --- |"]
+    for row in review:
+        unconfirmed = ", ".join(f"{_code(u['check'])} ({_inline(u['trust'])})" for u in row["unconfirmed"])
+        lines.append(
+            f"| {_inline(row['host'])} | {', '.join(_code(c) for c in row['confirmed']) or 'none'} | {unconfirmed} |"
+        )
+    lines.append("")
+    if drain:
+        lines += [f"{len(drain)} node(s) with a confirmed failure (also in drain.txt):", "", "```sh", *drain, "```", ""]
+    if len(drain) < len(review):
+        lines += [f"{len(review) - len(drain)} node(s) {NOT_CONFIRMED}.", ""]
     return lines
 
 
 def _fleet_section(report: dict) -> list[str]:
-    """The fleet view as a table (each node's figures against the fleet median and the baseline), then the drain lines."""
+    """Each figure's distribution over the nodes, the fleet view as a table (each node's figures against the fleet
+    median and the baseline; past FLEET_ROWS_MAX nodes, those with a figure that did not pass), then the drain box."""
     fleet = report.get("fleet")
     if not fleet:
         return []
     lines = ["## Fleet", "", _inline(fleet_note(report)), ""]  # the store and baseline used, even with no figures
+    lines += _distribution_table(report)
     columns = fleet_columns(report)
+    rows, left_out = fleet_view_rows(report)
     if columns:
+        if left_out:
+            lines += [_inline(left_out_text(left_out, len(rows))), ""]
         lines.append(
             "| node | " + " | ".join(f"{_inline(title)} ({_inline(unit or '')})" for _, title, unit in columns) + " |"
         )
         lines.append("| --- | " + " | ".join("---:" for _ in columns) + " |")
-        for row in fleet.get("view") or []:
+        for row in rows:
             cells = []
             for col, _, _ in columns:
                 cell = row["columns"].get(col)
@@ -198,13 +355,7 @@ def _fleet_section(report: dict) -> list[str]:
                 cells.append(mark + _inline("; ".join(fleet_cell_parts(cell))))
             lines.append(f"| {_inline(row['host'])} | " + " | ".join(cells) + " |")
         lines.append("")
-    drain = fleet.get("drain") or []
-    lines += ["### Drain in Slurm", ""]
-    if drain:
-        lines += [f"{len(drain)} node(s) not accepted (also in drain.txt):", "", "```sh", *drain, "```", ""]
-    else:
-        lines += ["Every node accepted: none to drain.", ""]
-    return lines
+    return lines + _drain_box(fleet)
 
 
 def _versions_section(report: dict) -> list[str]:
@@ -285,5 +436,5 @@ def render(report: dict) -> str:
     lines += _versions_section(report)
     lines += _peers_section(report)
     for node in nodes:
-        lines += _node_section(node)
+        lines += _node_section(node, report)
     return "\n".join(lines).rstrip() + "\n"
