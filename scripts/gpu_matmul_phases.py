@@ -5,7 +5,7 @@
 Each round, each case in a fresh Python process (as the engine starts one per benchmark):
 - `before`: an older checkout's matmul.run("quick") (DIR/src on the path), timed as a whole;
 - `matmul`: this checkout's matmul.run("quick"), timed as a whole;
-- `matmul+sdc`: matmul.run("quick", sdc_tier="quick"), timed as a whole;
+- `matmul+sdc`: matmul.run("quick", sdc_depth="quick"), timed as a whole;
 - `phases`: the same work as matmul+sdc in one spawned worker, every phase timed: the worker's start (its
   imports), torch, the CUDA context, the timed products (bench.matmul.measure_device), each SDC phase (inputs
   drawn, each computation with its repeats, the hashes, the versions), the put; then in the parent the result's
@@ -40,7 +40,7 @@ def _worker(queue, barrier, fold: bool):
     torch.ones(1, device="cuda")
     torch.cuda.synchronize()
     marks.append(("cuda context", time.time()))
-    matmul.measure_device(0, matmul.TIER_DTYPES.get("quick", matmul.DTYPES), "quick")
+    matmul.measure_device(0, matmul.DEPTH_DTYPES.get("quick", matmul.DTYPES), "quick")
     torch.cuda.synchronize()
     marks.append(("timed products", time.time()))
     if fold:
@@ -188,7 +188,7 @@ def engine(names: list[str]) -> dict:
 CASE_CODE = {
     "before": "from gpufleet.bench import matmul; matmul.run('quick')",
     "matmul": "from gpufleet.bench import matmul; matmul.run('quick')",
-    "matmul+sdc": "from gpufleet.bench import matmul; o = matmul.run('quick', sdc_tier='quick'); "
+    "matmul+sdc": "from gpufleet.bench import matmul; o = matmul.run('quick', sdc_depth='quick'); "
     "print('SDC', [v.get('seconds') for v in o['sdc']['per_device'].values()])",
 }
 

@@ -113,7 +113,7 @@ def run_variant(
         "-m",
         "gpufleet.bench.nccl",
         "--worker",
-        "--tier",
+        "--depth",
         tier,
         "--out",
         str(result_path),

@@ -114,7 +114,7 @@ def test_the_guides_benchmark_runs_by_its_name_and_is_judged(applied, tmp_path):
         """
 import json
 from gpufleet import host_documents, registry
-doc = host_documents.bench_host(["host_copy"], tier="smoke", host="n0")
+doc = host_documents.bench_host(["host_copy"], depth="smoke", host="n0")
 print(json.dumps({"results": doc["results"], "names": registry.benchmark_names(),
                   "acceptance": registry.tier_benchmarks("acceptance")}))
 """,

@@ -48,15 +48,15 @@ def _doc(module) -> dict:
 
 def test_benchmarks_tiers_and_their_group_are_the_engines():
     assert engine_py.BENCHMARKS == registry.benchmark_names() == engine_schema.BENCHMARKS
-    assert engine_py.TIERS == registry.BENCHMARK_TIERS == engine_schema.BENCHMARK_TIERS
+    assert engine_py.DEPTHS == registry.DEPTHS == engine_schema.BENCHMARK_TIERS
     assert engine_schema.BENCHMARK_GROUP == benchmarks.GROUP == registry.BENCHMARK_GROUP
     assert engine_schema.SELECTABLE_BENCHMARKS == registry.benchmark_names(selectable=True)
     assert engine_schema.DEFAULT_BENCHMARKS == registry.benchmark_names(default=True)
     assert engine_schema.MULTINODE_BENCHMARKS == registry.benchmark_names(multinode=True)
     assert benchmark_module.MULTINODE_BENCHMARKS is engine_schema.MULTINODE_BENCHMARKS
-    assert engine_schema.RUN_TIERS == registry.RUN_TIERS
+    assert engine_schema.RUN_TIERS == registry.run_tier_names()
     assert {t: set(b) for t, b in engine_schema.TIER_BENCHMARKS.items()} == {
-        t: set(registry.tier_benchmarks(t)) for t in registry.RUN_TIERS if t != "acceptance"
+        t: set(registry.tier_benchmarks(t)) for t in registry.run_tier_names() if t != "acceptance"
     }
     assert set(registry.tier_benchmarks("acceptance")) == set(registry.benchmark_names(selectable=True))
 
@@ -64,7 +64,7 @@ def test_benchmarks_tiers_and_their_group_are_the_engines():
 def test_every_literal_copy_of_the_benchmarks_and_tiers_is_the_registrys():
     options = _doc(benchmark)["options"]
     assert options["benchmarks"]["choices"] == list(registry.benchmark_names())
-    assert options["tier"]["choices"] == list(registry.BENCHMARK_TIERS)
+    assert options["tier"]["choices"] == list(registry.DEPTHS)
     specs = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]
     listed = [
         (entry, o)
@@ -79,28 +79,27 @@ def test_every_literal_copy_of_the_benchmarks_and_tiers_is_the_registrys():
     for entry, spec in specs.items():
         tier = (spec.get("options") or {}).get("gpufleet_benchmark_tier")
         if tier:  # smoke is gpufleet_tier's own
-            assert tier["choices"] == [t for t in registry.BENCHMARK_TIERS if t != "smoke"], entry
+            assert tier["choices"] == list(registry.chosen_depths()), entry
     defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
     assert defaults["gpufleet_benchmarks"] == list(registry.benchmark_names(default=True))
-    assert defaults["gpufleet_tier"] in registry.RUN_TIERS
+    assert defaults["gpufleet_tier"] in registry.run_tier_names()
     # vars/main.yml: validate_node_benchmarks, the benchmarks of each gpufleet_tier.
     tiers = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["validate_node_benchmarks"]
     found = dict(re.findall(r"'(\w+)': (\[[^]]*\]|gpufleet_benchmarks)", tiers))
-    assert set(found) == set(registry.RUN_TIERS), tiers
+    assert set(found) == set(registry.run_tier_names()), tiers
     assert found["acceptance"] == "gpufleet_benchmarks"
     for tier in ("smoke", "soak"):
         assert set(yaml.safe_load(found[tier])) == set(registry.tier_benchmarks(tier)), tier
     run_tier = _doc(run_inputs)["options"]["checks"]["description"]
-    assert "(one of %s," % ", ".join(registry.RUN_TIERS) in " ".join(run_tier)
+    assert "(one of %s," % ", ".join(registry.run_tier_names()) in " ".join(run_tier)
 
 
 def test_every_copy_of_the_check_groups_is_the_registrys():
     assert engine_schema.CHECK_GROUPS == registry.group_names() == tuple(checks.GROUPS)
     assert {m.GROUP for m in (gpu_inventory, gpu_health, host_hygiene)} == set(registry.group_names())
-    assert {g.module for g in registry.CHECK_GROUPS} == set(registry.group_names())
-    # Each node step's module and the group of its error: the declared groups' modules.
-    declared = {g.module: g.name for g in registry.CHECK_GROUPS + registry.OTHER_GROUPS if g.module}
-    declared["benchmark"] = registry.BENCHMARK_GROUP
+    # Each node step's module and the group of its error.
+    declared = {g: g for g in registry.group_names()}
+    declared.update(gpu_counters="counters", node_lock="lock", benchmark=registry.BENCHMARK_GROUP)
     assert engine_schema.STEP_GROUPS == declared
     assert set(node_steps.STEPS) == set(declared)
     steps_doc = " ".join(_doc(node_steps)["options"]["steps"]["description"])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.bench.nccl import SIZES, tier_sizes
+from gpufleet.bench.nccl import SIZES, depth_sizes
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts/nccl_settings.py"
@@ -151,7 +151,7 @@ def test_a_record_without_the_nccl_role_is_refused(tmp_path):
 
 
 def test_the_benchmark_tier_capped_for_a_slow_transport():
-    capped = tier_sizes("quick", 256 * MiB)
+    capped = depth_sizes("quick", 256 * MiB)
     assert capped["all_reduce"] == [1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB]
     assert capped["sendrecv"] == [256 * MiB] and max(capped["all_to_all"]) == 256 * MiB
-    assert "sendrecv" not in tier_sizes("quick", 64 * MiB) and tier_sizes("quick") == SIZES["quick"]
+    assert "sendrecv" not in depth_sizes("quick", 64 * MiB) and depth_sizes("quick") == SIZES["quick"]

@@ -133,7 +133,7 @@ def test_with_matmul_in_the_run_sdc_is_computed_in_the_matmul_workers():
 def test_matmul_run_computes_sdc_in_its_workers_only_when_asked():
     from gpufleet.bench import matmul
 
-    out = matmul.run("smoke", sdc_tier="smoke")
+    out = matmul.run("smoke", sdc_depth="smoke")
     assert sorted(out["per_device"]) == ["cpu0", "cpu1"]
     assert all(v["bf16"]["tflops"] > 0 and "sdc" not in v for v in out["per_device"].values())
     sdc_out = out["sdc"]

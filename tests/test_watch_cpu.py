@@ -557,7 +557,7 @@ def test_no_driver_lists_no_processes_after():
 def test_the_engine_runs_benchmarks_watched():
     from gpufleet import host_documents
 
-    doc = host_documents.bench_host(["matmul"], tier="smoke")
+    doc = host_documents.bench_host(["matmul"], depth="smoke")
     (res,) = doc["results"]  # a CPU run: no GPU to watch, so no matmul_processes result
     assert res["check"] == "matmul_bf16" and res["status"] == "skip" and "trust" not in res
     (attempt,) = res["detail"]["attempts"]
@@ -719,7 +719,7 @@ def test_a_disturbed_fine_tune_is_an_error_never_a_pass(h200):
 def test_the_engine_watches_nccl_and_the_training_gate():
     from gpufleet import host_documents
 
-    doc = host_documents.bench_host(["nccl", "train_gpt2"], tier="smoke")
+    doc = host_documents.bench_host(["nccl", "train_gpt2"], depth="smoke")
     by_check = {r["check"]: r for r in doc["results"]}
     assert "nccl_all_reduce" in by_check and "train_gpt2" in by_check, doc["results"]
     for check in ("nccl_all_reduce", "train_gpt2"):  # each measured once, through the sampler: nothing foreign

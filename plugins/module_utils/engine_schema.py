@@ -18,7 +18,7 @@ STEP_GROUPS = dict(
     [(g, g) for g in CHECK_GROUPS] + [("gpu_counters", "counters"), ("benchmark", "benchmark"), ("node_lock", "lock")]
 )
 # Benchmarks `gpufleet bench` knows, their tiers, and the group of their results.
-BENCHMARKS = ("matmul", "memory", "nccl", "sdc", "train_gpt2", "soak")
+BENCHMARKS = ("matmul", "memory", "nccl", "soak", "sdc", "train_gpt2")
 BENCHMARK_TIERS = ("smoke", "quick", "thorough")
 BENCHMARK_GROUP = "benchmark"
 # gpufleet_benchmarks: what it may name, what it names by default; the benchmarks that run across nodes.

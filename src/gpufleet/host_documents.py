@@ -11,10 +11,7 @@ import time
 
 from gpufleet import collect, profiles, registry, schema
 from gpufleet.measure import NodeSteps, visible_gpus
-from gpufleet.checks import GROUPS, benchmarks, collectives, gpu_health, gpu_inventory, training_gate
-from gpufleet.checks import sdc as sdc_check
-from gpufleet.checks import soak as soak_check
-from gpufleet.checks.soak import remeasure as soak_remeasure
+from gpufleet.checks import GROUPS, benchmarks, gpu_health, gpu_inventory
 from gpufleet.comparisons.node import Held
 from gpufleet.collect import counters, kernel_log, nvml
 from gpufleet.collect.host import read_boot_id, read_fabric
@@ -144,7 +141,7 @@ def check_host(
 
 
 BENCHMARKS = registry.benchmark_names()
-TIERS = registry.BENCHMARK_TIERS
+DEPTHS = registry.DEPTHS
 NO_TORCH = "no torch in {python} (No module named 'torch'), which every benchmark needs"
 NO_TORCH_REMEDY = (
     "install torch with CUDA in gpufleet_python (bringup.yml, role python_env), or set gpufleet_python to a "
@@ -155,7 +152,7 @@ NO_TORCH_REMEDY = (
 def bench_host(
     names: list[str],
     *,
-    tier: str = "quick",
+    depth: str = registry.DEFAULT_DEPTH,
     host: str | None = None,
     profile_name: str | None = None,
     overrides: dict | None = None,
@@ -167,8 +164,8 @@ def bench_host(
 ) -> dict:
     """Run benchmarks on this host; one host document with group `benchmark`.
 
-    measure.NodeSteps measures (`nccl_options`: torchrun's placement; `soak_options`: duration_s); each
-    benchmark's judge of checks/ judges. Across nodes `train_reference` is this node's own single-node
+    measure.NodeSteps measures each at `depth` and judges it, as its registry.BENCHMARKS entry says
+    (`nccl_options`: torchrun's placement; `soak_options`: duration_s). Across nodes `train_reference` is this node's own single-node
     benchmark.train_gpt2 result from earlier in the run (status, value, reason, world_size): the cross-node
     scaling efficiency is measured against its figure. `references` (comparisons/node.py): what the controller
     holds this node's figures against (its baseline, its GPUs' past, the baseline's fleet), so that a figure past
@@ -177,8 +174,8 @@ def bench_host(
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:
         raise InputError(f"unknown benchmark(s) {unknown}; expected some of {list(BENCHMARKS)}")
-    if tier not in TIERS:
-        raise InputError(f"benchmark tier {tier!r}; expected one of {list(TIERS)}")
+    if depth not in DEPTHS:
+        raise InputError(f"benchmark depth {depth!r}; expected one of {list(DEPTHS)}")
     duration_s = (soak_options or {}).get("duration_s")
     if "soak" in names and duration_s is not None and not duration_s > 0:
         raise InputError(f"soak duration {duration_s} s; expected a positive number of seconds (--duration-s)")
@@ -191,28 +188,19 @@ def bench_host(
         gpus=node_gpus(readings),
     )
     started, t0 = schema.utc_now(), time.monotonic()
-    host_has_ib = bool(((readings["host"].get("infiniband") or {}).get("ports")))
     gpus = visible_gpus(len(readings["nvml"].get("gpus") or []))
     hold = Held(references, profile, readings["nvml"].get("gpus") or [], host) if references else None
-    steps = NodeSteps(names, tier, gpus, profile, nccl_options=nccl_options, soak_options=soak_options, hold=hold)
-    # Each benchmark's judge: those that need more than (output, profile) here; any other, the function of its
-    # name in checks/benchmarks.py.
-    judges = {
-        "nccl": lambda out, prof: collectives.nccl(out, prof, host_has_ib=host_has_ib),
-        "sdc": lambda out, prof: sdc_check.results(out, prof, readings["nvml"]),
-        "train_gpt2": lambda out, prof: training_gate.train_gpt2(
-            out["full"], prof, single=out["single"], reference=train_reference
-        ),
-        "soak": soak_check.soak,
-    }
-    # A disturbed soak is not run again in full: its disturbed windows are, bounded (checks.soak.remeasure).
-    extra = {
-        "soak": {
-            "again_plan": lambda first: soak_remeasure.remeasure_plan(first, profile),
-            "combine": soak_remeasure.combined,
-        }
-    }
-    one_gpu = gpus == 1 and (nccl_options or {}).get("nnodes", 1) == 1
+    steps = NodeSteps(
+        names,
+        depth,
+        gpus,
+        profile,
+        nccl_options=nccl_options,
+        soak_options=soak_options,
+        hold=hold,
+        readings=readings,
+        train_reference=train_reference,
+    )
     no_torch = importlib.util.find_spec("torch") is None  # every benchmark needs it: one cause in the same words
     results = []
     for name in names:
@@ -222,10 +210,8 @@ def bench_host(
                 batch = [
                     schema.result(name, schema.ERROR, NO_TORCH.format(python=sys.executable), remedy=NO_TORCH_REMEDY)
                 ]
-            elif name == "nccl" and one_gpu:
-                batch = [schema.result("nccl", schema.SKIP, collectives.ONE_GPU_NCCL)]
             else:
-                batch = steps.measure(name, judges.get(name) or getattr(benchmarks, name), **extra.get(name, {}))
+                batch = steps.measure(name)
         except Exception as exc:  # one broken benchmark must not hide the others
             batch = [schema.result(name, schema.ERROR, f"benchmark crashed: {type(exc).__name__}: {exc}")]
         for r in batch:

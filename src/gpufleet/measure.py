@@ -1,14 +1,13 @@
 """The node's benchmark steps, each measured until its figures can be trusted: measured again when another
 process used its GPUs or while a figure asks to be confirmed (`watched()`), each result's `trust`, the step's
-`<step>_processes` (`foreign_processes()`) and the seconds spent measuring again (`measured_again()`). `NodeSteps` runs the benchmarks of one host
-document: how each is measured here, how it is judged (a function of checks/, given by the caller) there."""
+`<step>_processes` (`foreign_processes()`) and the seconds spent measuring again (`measured_again()`). `NodeSteps`
+runs the benchmarks of one host document, each as its registry.BENCHMARKS entry says: how it is measured here, how
+it is judged (a function of checks/)."""
 
 from __future__ import annotations
 
-import importlib
 import os
 import time
-from typing import Callable
 
 from gpufleet import profiles, registry, schema, trust
 from gpufleet.bench import host_watch, matmul, nccl, sdc, soak
@@ -274,33 +273,35 @@ def visible_gpus(nvml_count: int) -> int:
     return min(nvml_count, len([x for x in listed.split(",") if x.strip()]))
 
 
-# judge(output, profile) -> results: how a benchmark's output is judged (checks/), given by whoever runs the steps.
-Judge = Callable[[dict, dict], list]
-
-
 class NodeSteps:
-    """The benchmarks of one host document, measured on this node: each a registry.BENCHMARKS entry, its run here
-    and its judge given by the caller; a watched one measured again when disturbed (watched()).
+    """The benchmarks of one host document, measured on this node: each a registry.BENCHMARKS entry, which names how
+    it runs here (`run`, the functions below: fn(steps, **options) -> output; by default its file's run(depth)) and
+    how it is judged (`judge`: fn(output, profile) -> results); a watched one measured again when disturbed
+    (watched()), one with `again` in part only (again(first output, profile) -> the options of that run).
 
     `nccl_options` places nccl and train_gpt2 under torchrun (nnodes, node_rank, master, timeouts); `soak_options`
     go to bench.soak.run (duration_s); `hold(results) -> {key: state}` holds a step's figures against the
-    references the stage was handed (comparisons.node.Held), so that one past a limit is measured again.
+    references the stage was handed (comparisons.node.Held), so that one past a limit is measured again;
+    `readings` (the node's NVML and host readings) and `train_reference` go to the judges with the outputs.
     """
 
     def __init__(
         self,
         names: list[str],
-        tier: str,
+        depth: str,
         gpus: int,
         profile: dict,
         *,
         nccl_options: dict | None = None,
         soak_options: dict | None = None,
         hold=None,
+        readings: dict | None = None,
+        train_reference: dict | None = None,
     ):
-        self.names, self.tier, self.gpus, self.profile = names, tier, gpus, profile
+        self.names, self.depth, self.gpus, self.profile = names, depth, gpus, profile
         # comparisons.node.Held: the step's figures against the references the stage was handed
         self.hold = hold
+        self.readings, self.train_reference = readings or {}, train_reference
         self.nccl_options, self.soak_options = nccl_options or {}, soak_options or {}
         # torchrun placement and limits, shared by the NCCL benchmark and the training gate.
         self.multi = {
@@ -313,63 +314,27 @@ class NodeSteps:
         # With matmul in the same run, the SDC computations run in the matmul workers, after their timed products
         # (no second start of torch and CUDA per GPU): in its first attempt only (a remeasure of a disturbed matmul is
         # about speed; the hashes do not depend on it), kept here until the sdc step reports them.
-        self._folded_sdc: dict = {}
+        self.folded_sdc: dict = {}
 
-    def _matmul(self) -> dict:
-        out = matmul.run(self.tier, sdc_tier=self.tier if "sdc" in self.names and not self._folded_sdc else None)
-        if "sdc" in out:
-            self._folded_sdc["out"] = out.pop("sdc")
-        return out
-
-    def _sdc(self) -> dict:  # its own processes when matmul did not compute it (not in the run, after it, or crashed)
-        if "out" not in self._folded_sdc:
-            self._folded_sdc["out"] = sdc.run(self.tier, n_gpus=self.gpus)
-        return self._folded_sdc["out"]
-
-    def _train(self) -> dict:
-        # Across nodes every node starts together, so no one-GPU run first: the scaling is against this node's
-        # single-node figure, which the run measured before. Inside a node, one GPU first, then every GPU of the
-        # node: their ratio is the scaling efficiency.
-        single = gpt2.run(nproc_per_node=1) if self.gpus > 1 and self.multi.get("nnodes", 1) == 1 else None
-        full = gpt2.run(**self.multi)
-        return {"device": full.get("device"), "full": full, "single": single}
-
-    def _run(self, name: str) -> Callable[[], dict]:
-        """How a benchmark runs here: those that share work or take options below; any other, the run(tier) of
-        its file gpufleet/bench/<name>.py."""
-        special = {
-            "matmul": self._matmul,
-            "nccl": lambda: sampled(lambda: nccl.run(self.tier, **self.nccl_options)),
-            "sdc": self._sdc,
-            "train_gpt2": lambda: sampled(self._train),
-            "soak": lambda: soak.run(**self.soak_options),
-        }
-        return special.get(name) or (lambda: importlib.import_module(f"gpufleet.bench.{name}").run(self.tier))
-
-    def measure(
-        self,
-        name: str,
-        judge: Judge,
-        *,
-        again_plan: Callable[[dict], dict] | None = None,
-        combine: Callable[[dict, dict], dict] | None = None,
-    ) -> list:
+    def measure(self, name: str) -> list:
         """One benchmark's results: measured (again while disturbed, again while a figure asks to be confirmed) and
-        judged. The soak, disturbed, is measured again as again_plan(first output) says (its options: its disturbed
-        windows, bounded) and judged on combine(first, again) (checks.soak)."""
-        bench = next(b for b in registry.BENCHMARKS if b.name == name)
+        judged, as its declaration says."""
+        bench = registry.benchmark(name)
+        run_fn = registry.resolve(bench.run) if bench.run else None
+        run = (lambda: run_fn(self)) if run_fn else (lambda: registry.resolve(f"gpufleet.bench.{name}:run")(self.depth))
+        judge = registry.resolve(bench.judge or f"gpufleet.checks.benchmarks:{name}")
         if not bench.watched:
-            return judge(self._run(name)(), self.profile)
+            return judge(run(), self.profile)
         # Across nodes a disturbed node cannot measure again alone: its peers would have to start with it.
         not_again = (
             "every node of the run would have to measure again with it"
             if bench.multinode and self.multi.get("nnodes", 1) > 1
             else None
         )
-        again = (lambda first: soak.run(**again_plan(first))) if name == "soak" and again_plan else None
+        plan = registry.resolve(bench.again) if bench.again and run_fn else None
         return watched(
             name,
-            self._run(name),
+            run,
             judge,
             self.profile,
             log=self.log,
@@ -377,8 +342,8 @@ class NodeSteps:
             # Across nodes a figure cannot be measured again alone either: the controller judges it (inconclusive
             # past a limit, comparisons.confirm).
             confirm=any(c.confirmed for c in bench.checks) and not not_again,
-            again=again,
-            combine=combine if again else None,
+            again=(lambda first: run_fn(self, **plan(first, self.profile))) if plan else None,
+            combine=registry.resolve(bench.combine) if plan and bench.combine else None,
             hold=self.hold,
         )
 
@@ -393,3 +358,47 @@ class NodeSteps:
         if self.hold or any(e.get("device") == "cuda" for e in self.log):
             out.append(measured_again(self.log, self.hold))
         return out
+
+
+# How the benchmarks that need more of the node's steps than their depth run here (registry.BENCHMARKS' `run`).
+
+
+def run_matmul(steps: NodeSteps) -> dict:
+    out = matmul.run(steps.depth, sdc_depth=steps.depth if "sdc" in steps.names and not steps.folded_sdc else None)
+    if "sdc" in out:
+        steps.folded_sdc["out"] = out.pop("sdc")
+    return out
+
+
+def run_sdc(steps: NodeSteps) -> dict:
+    """Its own processes when matmul did not compute it (not in the run, after it, or crashed); the node's NVML
+    reading goes with it, which names each GPU's hashes."""
+    if "out" not in steps.folded_sdc:
+        steps.folded_sdc["out"] = sdc.run(steps.depth, n_gpus=steps.gpus)
+    return {**steps.folded_sdc["out"], "nvml": steps.readings.get("nvml") or {}}
+
+
+def run_nccl(steps: NodeSteps) -> dict:
+    """Inside a node of one GPU there is no collective to measure; the node's InfiniBand ports go with the output."""
+    if steps.gpus == 1 and steps.multi.get("nnodes", 1) == 1:
+        return {"one_gpu": True}
+    out = sampled(lambda: nccl.run(steps.depth, **steps.nccl_options))
+    return {**out, "host_has_ib": bool(((steps.readings.get("host") or {}).get("infiniband") or {}).get("ports"))}
+
+
+def run_train(steps: NodeSteps) -> dict:
+    """Across nodes every node starts together, so no one-GPU run first: the scaling is against this node's
+    single-node figure, which the run measured before (train_reference). Inside a node, one GPU first, then every
+    GPU of the node: their ratio is the scaling efficiency."""
+
+    def both() -> dict:
+        single = gpt2.run(nproc_per_node=1) if steps.gpus > 1 and steps.multi.get("nnodes", 1) == 1 else None
+        full = gpt2.run(**steps.multi)
+        return {"device": full.get("device"), "full": full, "single": single, "reference": steps.train_reference}
+
+    return sampled(both)
+
+
+def run_soak(steps: NodeSteps, **options) -> dict:
+    """The soak with the stage's options, or those of a run that measures its disturbed windows again."""
+    return soak.run(**(options or steps.soak_options))

@@ -4,13 +4,14 @@ cli.py loads this module only for them."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import socket
 import sys
 from pathlib import Path
 
-from gpufleet import collect, host_documents, profiles, slurm
+from gpufleet import collect, host_documents, profiles, registry, slurm
 from gpufleet.checks import GROUPS, slurm_health
 from gpufleet.collect import counters
 from gpufleet.command_line import add_document_arguments, json_arg, print_doc, results_exit
@@ -71,7 +72,7 @@ def cmd_bench(args) -> int:
     }
     doc = host_documents.bench_host(
         args.benchmark,
-        tier=args.tier,
+        depth=args.depth,
         host=args.host,
         profile_name=args.profile,
         overrides=json_arg(args.thresholds, "--thresholds"),
@@ -158,7 +159,10 @@ def add_parsers(sub) -> None:
 
     b = sub.add_parser("bench", help="run benchmarks and print a host document")
     b.add_argument("benchmark", nargs="+", choices=list(host_documents.BENCHMARKS))
-    b.add_argument("--tier", default="quick", choices=list(host_documents.TIERS))
+    b.add_argument(
+        "--depth", default=registry.DEFAULT_DEPTH, choices=list(registry.DEPTHS), help="how much it measures"
+    )
+    b.add_argument("--tier", dest="depth", choices=list(registry.DEPTHS), help=argparse.SUPPRESS)  # --depth's old name
     # nccl and train_gpt2 run under torchrun: where, and for how long.
     b.add_argument("--nnodes", type=int, default=1, help="number of hosts in the run")
     b.add_argument("--node-rank", type=int, default=0, help="this host's rank (inventory order)")

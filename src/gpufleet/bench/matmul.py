@@ -8,7 +8,7 @@ Method, in the spirit of maximum-achievable-matmul measurement:
 - per shape the median over iterations; a GPU's figure is its best shape's median (`tflops`), with the
   best single iteration kept as `tflops_max`, and that shape's timed samples summarized
   (`samples_tflops`: n, min, median, max, spread_pct) so a GPU disturbed while measured shows;
-- tiers: `smoke` one shape, bf16 only, few iterations (seconds); `quick` a few shapes that Hopper runs
+- depths: `smoke` one shape, bf16 only, few iterations (seconds); `quick` a few shapes that Hopper runs
   near its best; `thorough` a 45-shape sweep.
 FLOPs of C[M,N] = A[M,K] @ B[K,N]: 2*M*N*K (one multiply and one add per term).
 """
@@ -48,8 +48,8 @@ SHAPES = {
     "cpu": [(64, 64, 64), (128, 64, 32)],
 }
 ITERS = {"smoke": 10, "quick": 20, "thorough": 30, "cpu": 3}
-# dtypes measured when none are asked for: the smoke tier measures only what training runs in.
-TIER_DTYPES = {"smoke": ("bf16",)}
+# dtypes measured when none are asked for: the smoke depth measures only what training runs in.
+DEPTH_DTYPES = {"smoke": ("bf16",)}
 WARMUP_ITERS = 5
 INPUT_SETS = 3
 # How long all GPUs together may take before the ones still running are killed (an error result each);
@@ -87,8 +87,8 @@ def supported_dtypes(torch, device) -> list[str]:
     return [d for d in DTYPES if d != "fp8" or (major, minor) >= (8, 9)]
 
 
-def measure_device(device_index: int | None, dtype_names, tier: str) -> dict:
-    """Run the shapes of `tier` on one device; returns per-dtype figures."""
+def measure_device(device_index: int | None, dtype_names, depth: str) -> dict:
+    """Run the shapes of `depth` on one device; returns per-dtype figures."""
     import torch
 
     device = torch.device("cuda", device_index) if device_index is not None else torch.device("cpu")
@@ -104,12 +104,12 @@ def measure_device(device_index: int | None, dtype_names, tier: str) -> dict:
     for dtype_name in dtype_names:
         mm = _product(torch, dtype_name, device)
         per_shape = []
-        for m, n, k in SHAPES[tier]:
+        for m, n, k in SHAPES[depth]:
             sets = [_make_inputs(torch, dtype_name, m, n, k, device) for _ in range(INPUT_SETS)]
             for i in range(WARMUP_ITERS):
                 mm(*sets[i % INPUT_SETS])
             tflops, ends = [], []
-            for i in range(ITERS[tier]):
+            for i in range(ITERS[depth]):
                 if flush is not None:
                     flush.zero_()
                 timer.start()
@@ -138,7 +138,7 @@ def measure_device(device_index: int | None, dtype_names, tier: str) -> dict:
     return out
 
 
-def _worker(device_index, key, dtype_names, tier, barrier, queue, sdc_kind=None):
+def _worker(device_index, key, dtype_names, depth, barrier, queue, sdc_kind=None):
     if sdc_kind:
         # Read when cuBLAS starts in this process, so set before any CUDA work. :4096:8 is a 32 MiB workspace,
         # what torch picks by itself on Hopper (CublasHandlePool.cpp, getChosenWorkspaceSize: 4096 * 8 * 1024 on
@@ -149,7 +149,7 @@ def _worker(device_index, key, dtype_names, tier, barrier, queue, sdc_kind=None)
     try:
         barrier.wait(timeout=BARRIER_TIMEOUT_S)  # a GPU that never gets here breaks the barrier for all
         laps.lap("barrier")
-        out = measure_device(device_index, dtype_names, tier)
+        out = measure_device(device_index, dtype_names, depth)
     except Exception as exc:  # reported per GPU; the other GPUs' numbers still count
         out = {"error": f"{type(exc).__name__}: {exc}"}
     laps.lap("measure")  # torch's import, the CUDA context, the timed products
@@ -161,29 +161,29 @@ def _worker(device_index, key, dtype_names, tier, barrier, queue, sdc_kind=None)
     queue.put((key, out))
 
 
-def run(tier: str = "quick", dtypes=None, sdc_tier: str | None = None) -> dict:
+def run(depth: str = "quick", dtypes=None, sdc_depth: str | None = None) -> dict:
     """All GPUs at once, one process each. On a machine without CUDA: the CPU, tiny shapes.
 
-    sdc_tier: also compute bench/sdc.py's computations in each worker, right after its timed products (torch and
-    CUDA are up there already); the output's "sdc" is then what sdc.run(sdc_tier) returns. On the CPU the matmul
+    sdc_depth: also compute bench/sdc.py's computations in each worker, right after its timed products (torch and
+    CUDA are up there already); the output's "sdc" is then what sdc.run(sdc_depth) returns. On the CPU the matmul
     then runs in sdc's CPU_PROCESSES worker processes too, not in this one.
     """
     import torch
     import torch.multiprocessing as mp
 
     n_gpus = torch.cuda.device_count()
-    requested = tier
-    dtypes = dtypes or TIER_DTYPES.get(tier, DTYPES)
+    requested = depth
+    dtypes = dtypes or DEPTH_DTYPES.get(depth, DTYPES)
     if n_gpus == 0:
-        tier = "cpu"
+        depth = "cpu"
     probe = torch.device("cuda", 0) if n_gpus else torch.device("cpu")
     dtype_names = [d for d in dtypes if d in supported_dtypes(torch, probe)]
     method = {
         "benchmark_version": BENCHMARK_VERSION,
-        "tier": tier,
+        "tier": depth,  # the depth, under the name the comparisons' contexts and earlier documents know
         "requested_tier": requested,
-        "shapes_mnk": SHAPES[tier],
-        "iters_per_shape": ITERS[tier],
+        "shapes_mnk": SHAPES[depth],
+        "iters_per_shape": ITERS[depth],
         "warmup_iters": WARMUP_ITERS,
         "input_sets": INPUT_SETS,
         "timer": "cuda events per product" if n_gpus else "perf_counter",
@@ -193,31 +193,31 @@ def run(tier: str = "quick", dtypes=None, sdc_tier: str | None = None) -> dict:
         "dtypes": dtype_names,
         "samples": "per GPU, the best bf16 shape's timed products: n, min, median, max, spread_pct = (max - min) / median",
     }
-    sdc_kind = ("gpu" if n_gpus else "cpu") if sdc_tier else None
+    sdc_kind = ("gpu" if n_gpus else "cpu") if sdc_depth else None
     sdc_out = None
     with GpuMonitor() as mon:
         if n_gpus == 0 and not sdc_kind:
-            per_device = {"cpu": measure_device(None, dtype_names, tier)}
+            per_device = {"cpu": measure_device(None, dtype_names, depth)}
         else:
             keys = sdc.worker_keys(n_gpus)
             ctx = mp.get_context("spawn")
             barrier, queue = ctx.Barrier(len(keys)), ctx.Queue()
             procs = [
                 ctx.Process(
-                    target=_worker, args=(k if n_gpus else None, k, dtype_names, tier, barrier, queue, sdc_kind)
+                    target=_worker, args=(k if n_gpus else None, k, dtype_names, depth, barrier, queue, sdc_kind)
                 )
                 for k in keys
             ]
             for p in procs:
                 p.start()
-            timeout_s = TIMEOUT_S[tier] + (sdc.TIMEOUT_S if sdc_kind else 0)
+            timeout_s = TIMEOUT_S[depth] + (sdc.TIMEOUT_S if sdc_kind else 0)
             per_device = gather(
                 procs, keys, queue, timeout_s, what="matmul on GPU" if n_gpus else "matmul in CPU process"
             )
             if sdc_kind:
                 # A worker lost before it put anything: its error stands for the SDC computations too.
                 sdc_per_device = {k: per_device[k].pop("sdc", None) or per_device[k] for k in keys}
-                sdc_out = sdc.report(sdc_per_device, keys, sdc_tier, sdc_kind, "the matmul workers")
+                sdc_out = sdc.report(sdc_per_device, keys, sdc_depth, sdc_kind, "the matmul workers")
             per_device = {str(k): v for k, v in sorted(per_device.items())}
     summary = {}
     for d in dtype_names:

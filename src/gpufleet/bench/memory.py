@@ -7,7 +7,7 @@
   PCIe Gen5 x16 carries about 64 GB/s raw each way, some 53-57 GB/s in practice.
 Each figure is the median of `iters` timed copies after warm-up, timed with CUDA events; the samples
 (every value, n, min, median, max, spread_pct = (max - min) / median, and when each ended on the monotonic clock,
-`ends_s`) are kept per GPU, so a GPU disturbed while measured shows, and when. The smoke tier copies less, fewer times (seconds for a node).
+`ends_s`) are kept per GPU, so a GPU disturbed while measured shows, and when. The smoke depth copies less, fewer times (seconds for a node).
 """
 
 from __future__ import annotations
@@ -53,16 +53,16 @@ def _timed_copies(torch, dst, src, iters, device) -> tuple[list[float], list[flo
     return seconds, ends
 
 
-def hbm_device(device_index, tier) -> dict:
+def hbm_device(device_index, depth) -> dict:
     import torch
 
     device = torch.device("cuda", device_index) if device_index is not None else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    n = SIZES_BYTES[tier]["hbm"]
+    n = SIZES_BYTES[depth]["hbm"]
     src = torch.randint(0, 255, (n,), dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
-    secs, ends = _timed_copies(torch, dst, src, ITERS[tier], device)
+    secs, ends = _timed_copies(torch, dst, src, ITERS[depth], device)
     ok = bool(torch.equal(dst, src))  # the copy really moved the data
     gbps = [2 * n / s / 1e9 for s in secs]
     cuda = device.type == "cuda"
@@ -76,18 +76,18 @@ def hbm_device(device_index, tier) -> dict:
     }
 
 
-def pcie_device(device_index, tier) -> dict:
+def pcie_device(device_index, depth) -> dict:
     import torch
 
     device = torch.device("cuda", device_index)
     torch.cuda.set_device(device)
-    n = SIZES_BYTES[tier]["pcie"]
+    n = SIZES_BYTES[depth]["pcie"]
     host = torch.randint(0, 255, (n,), dtype=torch.uint8).pin_memory()
     dev = torch.empty(n, dtype=torch.uint8, device=device)
-    secs, h2d_ends = _timed_copies(torch, dev, host, ITERS[tier], device)
+    secs, h2d_ends = _timed_copies(torch, dev, host, ITERS[depth], device)
     h2d = [n / s / 1e9 for s in secs]
     back = torch.empty_like(host).pin_memory()
-    secs, d2h_ends = _timed_copies(torch, back, dev, ITERS[tier], device)
+    secs, d2h_ends = _timed_copies(torch, back, dev, ITERS[depth], device)
     d2h = [n / s / 1e9 for s in secs]
     ok = bool(torch.equal(back, host))
     return {
@@ -102,43 +102,43 @@ def pcie_device(device_index, tier) -> dict:
     }
 
 
-def _pcie_or_error(device_index, tier) -> dict:
+def _pcie_or_error(device_index, depth) -> dict:
     """One GPU's PCIe figures, or the error that stopped them: the other GPUs are still measured."""
     try:
-        return pcie_device(device_index, tier)
+        return pcie_device(device_index, depth)
     except Exception as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
-def _hbm_worker(device_index, tier, barrier, queue):
+def _hbm_worker(device_index, depth, barrier, queue):
     try:
         barrier.wait(timeout=BARRIER_TIMEOUT_S)  # a GPU that never gets here breaks the barrier for all
-        queue.put((device_index, hbm_device(device_index, tier)))
+        queue.put((device_index, hbm_device(device_index, depth)))
     except Exception as exc:
         queue.put((device_index, {"error": f"{type(exc).__name__}: {exc}"}))
 
 
-def run(tier: str = "quick") -> dict:
+def run(depth: str = "quick") -> dict:
     import torch
     import torch.multiprocessing as mp
 
     n_gpus = torch.cuda.device_count()
-    requested = tier
+    requested = depth
     if n_gpus == 0:
-        tier = "cpu"
+        depth = "cpu"
     with GpuMonitor() as mon:
         if n_gpus == 0:
-            hbm = {"cpu": hbm_device(None, tier)}
+            hbm = {"cpu": hbm_device(None, depth)}
             pcie = {}
         else:
             ctx = mp.get_context("spawn")
             barrier, queue = ctx.Barrier(n_gpus), ctx.Queue()
-            procs = [ctx.Process(target=_hbm_worker, args=(i, tier, barrier, queue)) for i in range(n_gpus)]
+            procs = [ctx.Process(target=_hbm_worker, args=(i, depth, barrier, queue)) for i in range(n_gpus)]
             for p in procs:
                 p.start()
-            hbm = gather(procs, list(range(n_gpus)), queue, TIMEOUT_S[tier], what="HBM copies on GPU")
+            hbm = gather(procs, list(range(n_gpus)), queue, TIMEOUT_S[depth], what="HBM copies on GPU")
             hbm = {str(k): v for k, v in sorted(hbm.items())}
-            pcie = {str(i): _pcie_or_error(i, tier) for i in range(n_gpus)}
+            pcie = {str(i): _pcie_or_error(i, depth) for i in range(n_gpus)}
     hbm_vals = [v["hbm_copy_gbps"] for v in hbm.values() if "hbm_copy_gbps" in v]
     h2d_vals = [v["h2d_gbps"] for v in pcie.values() if "h2d_gbps" in v]
     d2h_vals = [v["d2h_gbps"] for v in pcie.values() if "d2h_gbps" in v]
@@ -147,12 +147,12 @@ def run(tier: str = "quick") -> dict:
         "device": "cuda" if n_gpus else "cpu",
         "method": {
             "benchmark_version": BENCHMARK_VERSION,
-            "tier": tier,
+            "tier": depth,  # the depth, under the name the comparisons' contexts and earlier documents know
             "requested_tier": requested,
             "hbm": "dst.copy_(src), bytes = read + written = 2 x size, all GPUs at once",
             "pcie": "pinned host <-> device, bytes = size, one GPU at a time",
-            "sizes_bytes": SIZES_BYTES[tier],
-            "iters": ITERS[tier],
+            "sizes_bytes": SIZES_BYTES[depth],
+            "iters": ITERS[depth],
             "warmup_iters": WARMUP_ITERS,
             "timer": "cuda events" if n_gpus else "perf_counter",
             "statistic": "median",

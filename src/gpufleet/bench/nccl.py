@@ -73,11 +73,11 @@ NCCL_ALGOS = {0: "TREE", 1: "RING", 2: "COLLNET_DIRECT", 3: "COLLNET_CHAIN", 4: 
 NCCL_PROTOS = {0: "LL", 1: "LL128", 2: "Simple"}
 
 
-def iters_for(size_bytes: int, tier: str) -> int:
+def iters_for(size_bytes: int, depth: str) -> int:
     """About 8 GiB moved per measurement, at least 10 and at most 200 operations (smoke: 4 GiB, 5 to 50)."""
-    if tier == "cpu":
+    if depth == "cpu":
         return 3
-    if tier == "smoke":
+    if depth == "smoke":
         return max(5, min(50, (4 * GiB) // size_bytes))
     return max(10, min(200, (8 * GiB) // size_bytes))
 
@@ -186,13 +186,13 @@ def _sendrecv_matrix(torch, dist, size, rank, world, device, iters):
     ]
 
 
-def tier_sizes(tier: str, max_bytes: int | None = None) -> dict:
-    """The tier's sizes per collective, less those above max_bytes (a slow transport measured at its small end)."""
-    capped = {name: [s for s in sizes if not max_bytes or s <= max_bytes] for name, sizes in SIZES[tier].items()}
+def depth_sizes(depth: str, max_bytes: int | None = None) -> dict:
+    """The depth's sizes per collective, less those above max_bytes (a slow transport measured at its small end)."""
+    capped = {name: [s for s in sizes if not max_bytes or s <= max_bytes] for name, sizes in SIZES[depth].items()}
     return {name: sizes for name, sizes in capped.items() if sizes}
 
 
-def worker(tier: str, out_path: str, use_graph: bool, max_bytes: int | None = None) -> None:
+def worker(depth: str, out_path: str, use_graph: bool, max_bytes: int | None = None) -> None:
     import torch
     import torch.distributed as dist
 
@@ -210,13 +210,13 @@ def worker(tier: str, out_path: str, use_graph: bool, max_bytes: int | None = No
         dist.init_process_group("gloo")
         use_graph = False
     results: dict = {}
-    sizes_of = tier_sizes(tier, max_bytes)
+    sizes_of = depth_sizes(depth, max_bytes)
     for name, sizes in sizes_of.items():
         if name == "sendrecv":
             continue
         rows = []
         for size in sizes:
-            row = {"size_bytes": size, "iters": iters_for(size, tier)}
+            row = {"size_bytes": size, "iters": iters_for(size, depth)}
             try:
                 op, check = _prepare(torch, dist, name, size, world, rank, device)
                 op()
@@ -246,7 +246,7 @@ def worker(tier: str, out_path: str, use_graph: bool, max_bytes: int | None = No
         size = sizes_of["sendrecv"][0]
         matrix = {
             "size_bytes": size,
-            "gbps": _sendrecv_matrix(torch, dist, size, rank, world, device, 5 if tier != "cpu" else 2),
+            "gbps": _sendrecv_matrix(torch, dist, size, rank, world, device, 5 if depth != "cpu" else 2),
         }
     if local_rank == 0:  # every node reports the run; the figures are the same on all
         doc = {
@@ -306,7 +306,7 @@ def parse_nccl_log(text: str) -> dict:
 
 
 def run(
-    tier: str = "quick",
+    depth: str = "quick",
     *,
     nnodes: int = 1,
     node_rank: int = 0,
@@ -320,13 +320,13 @@ def run(
     import torch
 
     n_gpus = torch.cuda.device_count()
-    requested = tier
+    requested = depth
     if n_gpus == 0:
-        tier = "cpu"
+        depth = "cpu"
     nproc = nproc_per_node or n_gpus or 2
     log_dir = tempfile.mkdtemp(prefix="gpufleet-nccl-")
     guard.track_dir(log_dir)  # removed should the run be stopped
-    args = ["--worker", "--tier", tier] + ([] if use_graph else ["--no-graph"])
+    args = ["--worker", "--depth", depth] + ([] if use_graph else ["--no-graph"])
     run = torchrun(
         "gpufleet.bench.nccl", args,
         nproc_per_node=nproc, nnodes=nnodes, node_rank=node_rank, master_addr=master_addr,
@@ -352,12 +352,12 @@ def run(
         "device": "cuda" if n_gpus else "cpu",
         "method": {
             "benchmark_version": BENCHMARK_VERSION,
-            "tier": tier,
+            "tier": depth,  # the depth, under the name the comparisons' contexts and earlier documents know
             "requested_tier": requested,
-            "sizes_bytes": SIZES[tier],
+            "sizes_bytes": SIZES[depth],
             "warmup_iters": WARMUP_ITERS,
             "iters": "about 4 GiB per measurement, 5 to 50 operations"
-            if tier == "smoke"
+            if depth == "smoke"
             else "about 8 GiB per measurement, 10 to 200 operations",
             "timer": "cuda events around back-to-back operations" if n_gpus else "perf_counter",
             "launch": "faster of eager and cuda_graph" if use_graph and n_gpus else "eager",
@@ -374,12 +374,12 @@ def run(
 def main(argv=None):
     p = argparse.ArgumentParser(prog="gpufleet.bench.nccl")
     p.add_argument("--worker", action="store_true", help="run as one torchrun rank")
-    p.add_argument("--tier", default="quick", choices=list(SIZES))
+    p.add_argument("--depth", default="quick", choices=list(SIZES))
     p.add_argument("--out", required=True)
     p.add_argument("--no-graph", action="store_true")
-    p.add_argument("--max-bytes", type=int, help="leave out the tier's sizes above this (a slow transport)")
+    p.add_argument("--max-bytes", type=int, help="leave out the depth's sizes above this (a slow transport)")
     args = p.parse_args(argv)
-    worker(args.tier, args.out, not args.no_graph, args.max_bytes)
+    worker(args.depth, args.out, not args.no_graph, args.max_bytes)
 
 
 if __name__ == "__main__":

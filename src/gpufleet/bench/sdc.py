@@ -191,9 +191,9 @@ def worker_keys(n_gpus: int) -> list:
     return list(range(n_gpus)) if n_gpus else [f"cpu{i}" for i in range(CPU_PROCESSES)]
 
 
-def run(tier: str = "quick", n_gpus: int | None = None) -> dict:
+def run(depth: str = "quick", n_gpus: int | None = None) -> dict:
     """Every GPU at once, one process each; on a machine without CUDA, CPU_PROCESSES processes at tiny sizes.
-    The tier does not change the computations: hashes of every tier compare. n_gpus: the GPUs this node's
+    The depth does not change the computations: hashes of every depth compare. n_gpus: the GPUs this node's
     processes may use (the engine counts them with NVML), so that this process need not load torch and CUDA
     only to count them (seconds, on top of every worker's own start); None: torch counts them.
     A run that also has matmul computes these in the matmul workers instead (bench/matmul.py, report())."""
@@ -209,10 +209,10 @@ def run(tier: str = "quick", n_gpus: int | None = None) -> dict:
     for p in procs:
         p.start()
     per_device = gather(procs, keys, queue, TIMEOUT_S, what="sdc on GPU" if n_gpus else "sdc in CPU process")
-    return report(per_device, keys, tier, kind, "its own processes")
+    return report(per_device, keys, depth, kind, "its own processes")
 
 
-def report(per_device: dict, keys: list, tier: str, kind: str, computed_in: str) -> dict:
+def report(per_device: dict, keys: list, depth: str, kind: str, computed_in: str) -> dict:
     """The benchmark's output from every device's measure_device (or error) under `keys` (worker_keys)."""
     return {
         "benchmark": "sdc",
@@ -220,7 +220,7 @@ def report(per_device: dict, keys: list, tier: str, kind: str, computed_in: str)
         "method": {
             "benchmark_version": BENCHMARK_VERSION,
             "sdc_version": SDC_VERSION,
-            "tier": tier,
+            "tier": depth,  # the depth, under the name the comparisons' contexts and earlier documents know
             "seed": SEED,
             "sizes": SIZES[kind],
             "repeats": REPEATS[kind],

@@ -17,6 +17,10 @@ ONE_GPU_NCCL = "one GPU on this node: no collective inside it to measure"
 
 
 def nccl(out: dict, profile: dict, *, host_has_ib: bool | None = None) -> list[dict]:
+    """host_has_ib: whether the node has InfiniBand ports (default: what the measurement says, measure.run_nccl)."""
+    if out.get("one_gpu"):
+        return [result("nccl", schema.SKIP, ONE_GPU_NCCL)]
+    host_has_ib = out.get("host_has_ib") if host_has_ib is None else host_has_ib
     cpu = out["device"] == "cpu"
     base = {
         k: out.get(k) for k in ("method", "world_size", "nnodes", "backend", "rc", "seconds", "nccl_log", "command")

@@ -63,8 +63,9 @@ def _nvml_gpu(info: dict, nvml_gpus: list) -> dict:
 
 
 def results(out: dict, profile: dict, nvml: dict | None = None) -> list[dict]:
-    """One result `sdc`; detail.per_gpu holds every GPU's hashes and comparable keys (the store indexes them)."""
-    nvml = nvml or {}
+    """One result `sdc`; detail.per_gpu holds every GPU's hashes and comparable keys (the store indexes them). nvml:
+    the node's NVML reading, which names each GPU (default: the one the measurement carries, measure.run_sdc)."""
+    nvml = nvml or out.get("nvml") or {}
     cpu = out["device"] == "cpu"
     per = out["per_device"]
     per_gpu = {}

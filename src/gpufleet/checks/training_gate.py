@@ -9,6 +9,12 @@ from gpufleet.numbers import mfu
 from gpufleet.schema import ERROR, FAIL, PASS, result
 
 
+def gate(out: dict, profile: dict) -> list[dict]:
+    """The gate's results from its measurement (measure.run_train: the run on every GPU, the one-GPU run, the
+    node's own figure it is held against across nodes)."""
+    return train_gpt2(out["full"], profile, single=out.get("single"), reference=out.get("reference"))
+
+
 def train_gpt2(full: dict, profile: dict, *, single: dict | None = None, reference: dict | None = None) -> list[dict]:
     """Tokens/s per GPU of the GPT-2-small gate, its MFU, and the scaling efficiency.
 

@@ -16,6 +16,7 @@ from gpufleet.comparisons.findings import (
     judge_comparisons,
     limit_text,
 )
+from gpufleet.comparisons.against import Against
 from gpufleet.comparisons.peers import Settle, node_rows
 from gpufleet.comparisons.thresholds import BASE_FAIL, BASE_WARN, Thresholds
 from gpufleet.schema import SKIP
@@ -39,7 +40,14 @@ def baseline_index(base: list[dict]) -> tuple[dict, dict]:
     return node_base, {(b["uuid"], b["metric"]): b for b in base if b["gpu_index"] is not None and b["uuid"]}
 
 
-def node_vs_baseline_rows(
+def node_vs_baseline_rows(host: str, node_metrics: dict, thresholds: Thresholds, against: Against) -> list[dict]:
+    """The rows of node_vs_baseline: none without a baseline's figures."""
+    if against.base_index is None:
+        return []
+    return _baseline_rows(host, node_metrics, against.base_id, thresholds, against.base_index)[0]
+
+
+def _baseline_rows(
     host: str, node_metrics: dict, base_id: str, thresholds: Thresholds, index: tuple
 ) -> tuple[list[dict], list[dict]]:
     """(rows, figures not comparable): the node and each GPU against the baseline's figure for them. index:
@@ -71,18 +79,15 @@ def node_vs_baseline_rows(
 
 
 def node_vs_baseline(
-    host: str,
-    node_metrics: dict,
-    base: list[dict],
-    base_id: str,
-    thresholds: Thresholds,
-    index: tuple | None = None,
-    settle: Settle | None = None,
+    host: str, node_metrics: dict, thresholds: Thresholds, against: Against, settle: Settle | None = None
 ) -> dict:
+    """The node and each GPU against the baseline run's figures for them (`against.base_rows`)."""
     threshold = thresholds.pair(BASE_WARN, BASE_FAIL)
-    comparisons, not_comparable = node_vs_baseline_rows(
-        host, node_metrics, base_id, thresholds, index or baseline_index(base)
-    )
+    if against.base_note:
+        return fleet_result("node_vs_baseline", SKIP, against.base_note, threshold=threshold)
+    base_id = against.base_id
+    index = against.base_index if against.base_index is not None else baseline_index(against.base_rows)
+    comparisons, not_comparable = _baseline_rows(host, node_metrics, base_id, thresholds, index)
     if settle:
         comparisons = [settle("node_vs_baseline", c) for c in comparisons]
     if not comparisons:
@@ -148,7 +153,14 @@ def baseline_medians(base: list[dict]) -> dict[tuple, dict]:
     }
 
 
-def node_vs_baseline_fleet_rows(
+def node_vs_baseline_fleet_rows(host: str, node_metrics: dict, thresholds: Thresholds, against: Against) -> list[dict]:
+    """The rows of node_vs_baseline_fleet: none without the baseline's fleet medians."""
+    if not against.medians:
+        return []
+    return _fleet_rows(node_metrics, against.medians, against.fleet_id, thresholds)[0]
+
+
+def _fleet_rows(
     node_metrics: dict, medians: dict, base_id: str, thresholds: Thresholds
 ) -> tuple[list[dict], list[dict]]:
     """(rows, figures not comparable): the node against the baseline run's fleet median (baseline_medians())."""
@@ -187,10 +199,14 @@ def node_vs_baseline_fleet_rows(
 
 
 def node_vs_baseline_fleet(
-    host: str, node_metrics: dict, medians: dict, base_id: str, thresholds: Thresholds, settle: Settle | None = None
+    host: str, node_metrics: dict, thresholds: Thresholds, against: Against, settle: Settle | None = None
 ) -> dict:
+    """The node against the baseline run's fleet median of each figure (`against.medians`)."""
     threshold = thresholds.pair(BASE_WARN, BASE_FAIL)
-    comparisons, not_comparable = node_vs_baseline_fleet_rows(node_metrics, medians, base_id, thresholds)
+    if against.base_note:
+        return fleet_result("node_vs_baseline_fleet", SKIP, against.base_note, threshold=threshold)
+    base_id = against.fleet_id
+    comparisons, not_comparable = _fleet_rows(node_metrics, against.medians, base_id, thresholds)
     if settle:
         comparisons = [settle("node_vs_baseline_fleet", c) for c in comparisons]
     if not comparisons:

@@ -1,4 +1,5 @@
-"""What a metric key means: its label, unit and Prometheus family, whether it is per GPU or shared by the run.
+"""What a metric key means, as registry.METRICS declares it: its label, unit and Prometheus family, whether it is per
+GPU or shared by the run.
 
 Every metric is higher-is-better. Per GPU (NVML index, uuid, serial):
 
@@ -23,106 +24,49 @@ with the baseline, never node against node. metrics.py reads them out of a host 
 from __future__ import annotations
 
 import functools
-import re
+import itertools
 
-DTYPES = ("bf16", "fp16", "tf32", "fp8")
-GPU_METRICS = tuple(f"matmul_{d}_tflops" for d in DTYPES) + ("hbm_copy_gbps", "pcie_h2d_gbps", "pcie_d2h_gbps")
-BANDS = (("le_1MiB", 1 << 20), ("le_64MiB", 64 << 20), ("gt_64MiB", None))
-BAND_TEXT = {
-    "le_1MiB": "sizes up to 1 MiB",
-    "le_64MiB": "sizes over 1 MiB up to 64 MiB",
-    "gt_64MiB": "sizes over 64 MiB",
-}
+from gpufleet import registry
 
-_NCCL = re.compile(r"nccl_(node|multinode)_(\w+?)_busbw_gbps_(le_1MiB|le_64MiB|gt_64MiB)")
-_TRAIN = re.compile(r"(train_gpt2|finetune)_(node|multinode)_tokens_per_s_per_gpu")
+# The values of a metric's fields as its declaration words them (registry.METRICS), and the per-GPU keys they make.
+DTYPES = tuple(next(m for m in registry.METRICS if "{dtype}" in m.key).words["dtype"])
+GPU_METRICS = tuple(
+    m.key.format(**dict(zip(m.words, values)))
+    for m in registry.METRICS
+    if m.per_gpu
+    for values in itertools.product(*m.words.values())
+)
+BANDS = tuple(registry.NCCL_BANDS.items())
+BAND_TEXT = registry.BAND_WORDS
 
 
 @functools.lru_cache(maxsize=512)
 def describe(key: str) -> dict:
-    """What a metric key means: label (for sentences), unit, Prometheus family (named in base units) and labels,
-    to_base (the factor from the unit to the family's base unit), shared, per_gpu. One dict per key, shared by
-    every caller (a fleet asks hundreds of thousands of times): read it, never change it."""
-    m = re.fullmatch(r"matmul_(\w+)_tflops", key)
-    if m:
+    """What a metric key means (its declaration in registry.METRICS): label (for sentences), unit, Prometheus family
+    (named in base units) and labels (the key's fields), to_base (the factor from the unit to the family's base
+    unit), shared, per_gpu. One dict per key, shared by every caller (a fleet asks hundreds of thousands of times):
+    read it, never change it."""
+    found = registry.metric(key)
+    if found is None:  # a figure nobody declared: in its own unit, under the catch-all family
         return {
-            "label": f"{m[1]} matmul",
-            "unit": "TFLOPS",
-            "family": "gpufleet_matmul_flops",
-            "to_base": 1e12,
-            "labels": {"dtype": m[1]},
-            "shared": False,
-            "per_gpu": True,
-        }
-    if key == "hbm_copy_gbps":
-        return {
-            "label": "HBM copy",
-            "unit": "GB/s",
-            "family": "gpufleet_hbm_copy_bytes_per_second",
-            "to_base": 1e9,
-            "labels": {},
-            "shared": False,
-            "per_gpu": True,
-        }
-    if key in ("pcie_h2d_gbps", "pcie_d2h_gbps"):
-        way = key.split("_")[1]
-        return {
-            "label": "PCIe host-to-device" if way == "h2d" else "PCIe device-to-host",
-            "unit": "GB/s",
-            "family": "gpufleet_pcie_copy_bytes_per_second",
-            "to_base": 1e9,
-            "labels": {"direction": way},
-            "shared": False,
-            "per_gpu": True,
-        }
-    m = _NCCL.fullmatch(key)
-    if m:
-        where = "inside the node" if m[1] == "node" else "across nodes"
-        return {
-            "label": f"{m[2]} busbw {where}, {BAND_TEXT[m[3]]}",
-            "unit": "GB/s",
-            "family": "gpufleet_nccl_busbw_bytes_per_second",
-            "to_base": 1e9,
-            "labels": {"scope": m[1], "collective": m[2], "band": m[3]},
-            "shared": m[1] == "multinode",
-            "per_gpu": False,
-        }
-    if key == "nccl_node_sendrecv_gbps":
-        return {
-            "label": "slowest send/recv pair inside the node",
-            "unit": "GB/s",
-            "family": "gpufleet_nccl_sendrecv_bytes_per_second",
-            "to_base": 1e9,
-            "labels": {},
-            "shared": False,
-            "per_gpu": False,
-        }
-    m = _TRAIN.fullmatch(key)
-    if m:
-        what = "GPT-2 training" if m[1] == "train_gpt2" else "LoRA fine-tune"
-        where = "inside the node" if m[2] == "node" else "across nodes"
-        family = (
-            "gpufleet_train_tokens_per_second_per_gpu"
-            if m[1] == "train_gpt2"
-            else "gpufleet_finetune_tokens_per_second_per_gpu"
-        )
-        return {
-            "label": f"{what} {where}",
-            "unit": "tokens/s/GPU",
-            "family": family,
+            "label": key,
+            "unit": None,
+            "family": "gpufleet_metric",
             "to_base": 1,
-            "labels": {"scope": m[2]},
-            "shared": m[2] == "multinode",
+            "labels": {"metric": key},
+            "shared": False,
             "per_gpu": False,
         }
+    m, fields = found
+    words = {name: m.words.get(name, {}).get(value, value) for name, value in fields.items()}
     return {
-        "label": key,
-        "unit": None,
-        "family": "gpufleet_metric",
-        "to_base": 1,
-        "labels": {"metric": key},
-        "shared": False,
-        "per_gpu": False,
+        "label": m.label.format(**words),
+        "unit": m.unit,
+        "family": m.family,
+        "to_base": m.to_base,
+        "labels": fields,
+        "shared": m.shared_when is not None and fields.get(m.shared_when[0]) == m.shared_when[1],
+        "per_gpu": m.per_gpu,
     }
 
 

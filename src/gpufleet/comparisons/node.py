@@ -2,9 +2,10 @@
 
 The controller hands a node's stage, at its start, what its figures will be held against (fleet/references.py):
 the baseline run's figures for this node and its GPUs, the baseline run's fleet medians, and each GPU's place
-among its siblings in its earlier runs. `held()` makes every comparison a step's figures allow (each GPU against
-its siblings and its own past, the node and each GPU against the baseline, the node against the baseline's fleet)
-with the same functions the controller judges with, and returns each figure's state in this measurement; the
+among its siblings in its earlier runs. `Held` makes every comparison a step's figures allow (each comparison
+registry.py declares judged on the node, by its `rows`: each GPU against its siblings and its own past, the node
+and each GPU against the baseline, the node against the baseline's fleet) with the functions the controller judges
+with, and returns each figure's state in this measurement; the
 step is measured again while one is past a limit for the first time or near one (measure.watched), and the
 states of every measurement are kept in the step's results (confirm.RECORD) for the controller's judgement.
 
@@ -20,10 +21,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from gpufleet import registry
 from gpufleet.comparisons import metrics
-from gpufleet.comparisons.baseline import baseline_index, node_vs_baseline_fleet_rows, node_vs_baseline_rows
+from gpufleet.comparisons.against import Against
+from gpufleet.comparisons.baseline import baseline_index
 from gpufleet.comparisons.confirm import record_key, state
-from gpufleet.comparisons.peers import gpu_vs_node_rows
 from gpufleet.comparisons.thresholds import Thresholds, thresholds_for
 from gpufleet.errors import InputError
 
@@ -78,23 +80,26 @@ class Held:
         self.host = host or ""
         self.gpus = gpus
         self.thresholds = Thresholds(thresholds_for(profile))
-        self.past = past_of(refs)
         base = refs.get("baseline") or {}
-        self.base_id = base.get("run_id")
-        self.base_index = baseline_index(base.get("rows") or []) if self.base_id else None
         fleet = refs.get("baseline_fleet") or {}
-        self.fleet_id = fleet.get("run_id")
-        self.medians = medians_of(refs) if self.fleet_id else {}
+        self.against = Against(
+            past=past_of(refs),
+            base_id=base.get("run_id"),
+            base_index=baseline_index(base.get("rows") or []) if base.get("run_id") else None,
+            fleet_id=fleet.get("run_id"),
+            medians=medians_of(refs) if fleet.get("run_id") else {},
+        )
         self.notes = [n for n in refs.get("notes") or [] if isinstance(n, str)]
 
     def summary(self) -> dict:
         """What the stage's figures were held against, as its document says it."""
+        a = self.against
         return {
-            "baseline": self.base_id,
-            "baseline_figures": sum(len(v) for v in (self.base_index or ({}, {}))[0].values())
-            + len((self.base_index or ({}, {}))[1]),
-            "baseline_fleet_medians": len(self.medians),
-            "past_figures": len(self.past),
+            "baseline": a.base_id,
+            "baseline_figures": sum(len(v) for v in (a.base_index or ({}, {}))[0].values())
+            + len((a.base_index or ({}, {}))[1]),
+            "baseline_fleet_medians": len(a.medians),
+            "past_figures": len(a.past),
             "notes": self.notes,
         }
 
@@ -113,13 +118,9 @@ class Held:
         """{record_key: state} of every comparison the results' figures allow (group: benchmark, or
         benchmark_multinode for a run across nodes)."""
         node_metrics = metrics.extract([{**r, "group": group} for r in results], gpus=self.gpus)
-        rows = [("gpu_vs_node", c) for c in gpu_vs_node_rows(node_metrics, self.thresholds, self.past)]
-        if self.base_index is not None:
-            base_rows, _ = node_vs_baseline_rows(
-                self.host, node_metrics, self.base_id, self.thresholds, self.base_index
-            )
-            rows += [("node_vs_baseline", c) for c in base_rows]
-        if self.medians:
-            fleet_rows, _ = node_vs_baseline_fleet_rows(node_metrics, self.medians, self.fleet_id, self.thresholds)
-            rows += [("node_vs_baseline_fleet", c) for c in fleet_rows]
-        return {record_key(check, c): state(c) for check, c in rows if not c.get("cpu")}
+        return {
+            record_key(check.name, c): state(c)
+            for check in registry.comparison_checks(registry.NODE)
+            for c in registry.resolve(check.rows)(self.host, node_metrics, self.thresholds, self.against)
+            if not c.get("cpu")
+        }

@@ -10,6 +10,7 @@ from typing import Callable
 from gpufleet.comparisons import flagged, gpu_text, figure_text
 
 from gpufleet.comparisons import metric_keys
+from gpufleet.comparisons.against import Against
 from gpufleet.comparisons.character import held, steady_text
 from gpufleet.comparisons.findings import (
     comparison_row,
@@ -55,9 +56,12 @@ def fleet_groups(metrics_by_host: dict[str, dict]) -> dict[tuple, dict[str, dict
 Settle = Callable[[str, dict], dict]  # (check, row) -> the row as it stands (confirm.settle)
 
 
-def gpu_vs_node_rows(node_metrics: dict, thresholds: Thresholds, past: dict | None = None) -> list[dict]:
-    """Each GPU against its node's median, one row a GPU and metric; `past` (character.past_deviations): a GPU is
-    also held against its own place among its siblings in earlier runs."""
+def gpu_vs_node_rows(
+    host: str, node_metrics: dict, thresholds: Thresholds, against: Against | None = None
+) -> list[dict]:
+    """Each GPU against its node's median, one row a GPU and metric; with `against.past` (character.past_deviations) a
+    GPU is also held against its own place among its siblings in earlier runs."""
+    past = against.past if against else {}
     comparisons = []
     for key in metric_keys.GPU_METRICS:
         rows = [m for m in node_metrics["metrics"] if m["key"] == key and m["scope"] == "gpu"]
@@ -101,10 +105,10 @@ def gpu_vs_node_rows(node_metrics: dict, thresholds: Thresholds, past: dict | No
 
 
 def gpu_vs_node(
-    host: str, node_metrics: dict, thresholds: Thresholds, past: dict | None = None, settle: Settle | None = None
+    host: str, node_metrics: dict, thresholds: Thresholds, against: Against | None = None, settle: Settle | None = None
 ) -> dict:
     """gpu_vs_node's result: its rows (gpu_vs_node_rows) as they stand (settle)."""
-    comparisons = gpu_vs_node_rows(node_metrics, thresholds, past)
+    comparisons = gpu_vs_node_rows(host, node_metrics, thresholds, against)
     if settle:
         comparisons = [settle("gpu_vs_node", c) for c in comparisons]
     cpu = any(c["cpu"] for c in comparisons)
@@ -150,13 +154,10 @@ def fleet_stats(groups: dict) -> dict[tuple, tuple[float, float]]:
 
 
 def node_vs_fleet(
-    host: str,
-    node_metrics: dict,
-    groups: dict,
-    thresholds: Thresholds,
-    stats: dict | None = None,
-    settle: Settle | None = None,
+    host: str, node_metrics: dict, thresholds: Thresholds, against: Against | None = None, settle: Settle | None = None
 ) -> dict:
+    """The node against this run's fleet median of each figure (`against.groups`, `against.stats`)."""
+    groups, stats = (against.groups, against.stats) if against else ({}, {})
     min_nodes = thresholds.value(MIN_NODES) or 3
     threshold = thresholds.field(NODE_WARN, fail=thresholds.field(NODE_FAIL), min_nodes=thresholds.field(MIN_NODES))
     mine = node_rows(node_metrics)
@@ -223,7 +224,10 @@ def node_vs_fleet(
     )
 
 
-def sample_spread(host: str, node_metrics: dict, thresholds: Thresholds, settle: Settle | None = None) -> dict:
+def sample_spread(
+    host: str, node_metrics: dict, thresholds: Thresholds, against: Against | None = None, settle: Settle | None = None
+) -> dict:
+    """A GPU whose samples spread far more than its siblings' (the node's own figures: `against` is not read)."""
     ratio_max = thresholds.value(SPREAD_RATIO)
     threshold = thresholds.field(SPREAD_FLOOR, ratio=thresholds.field(SPREAD_RATIO))
     spreads = node_metrics["spreads"]

@@ -19,8 +19,8 @@
     versions                     a node whose software or firmware differs from the run's majority or the baseline
                                  run's (fleet/versions.py); a difference in NCCL or its net plugin fails
 
-The comparisons of a node's figures (the first five) are made with gpufleet.comparisons' functions, which the
-node's stage also made while it measured them, against the references handed to it (fleet/references.py): a
+The comparisons of a node's figures (the first five) are made by the functions their declarations in registry.py
+name (gpufleet.comparisons'), which the node's stage also made while it measured them, against the references handed to it (fleet/references.py): a
 figure past a limit there was measured again. Here each comparison row past its limit stands only where the node's
 record (detail.held) shows it past the limit in its last two measurements; otherwise it is `inconclusive`
 (comparisons/confirm.py), as is every row of a figure no node could measure again alone (across nodes, or against
@@ -54,19 +54,17 @@ from gpufleet.fleet import sdc, versions
 
 from gpufleet import registry
 from gpufleet.comparisons import confirm, metric_keys, metrics
-from gpufleet.comparisons.baseline import baseline_index, baseline_medians, node_vs_baseline, node_vs_baseline_fleet
+from gpufleet.comparisons.against import Against
+from gpufleet.comparisons.baseline import baseline_index, baseline_medians
 from gpufleet.comparisons.character import past_deviations
 from gpufleet.fleet.counter_growth import counters_during_run, counters_since_previous_run
 from gpufleet.fleet.fabric_growth import fabric_during_run, fabric_since_previous_run
 from gpufleet.fleet.facts import baseline_facts, settle
 from gpufleet.fleet.fabric_peers import fabric_layouts, ib_ports_vs_fleet, rails_vs_fleet
-from gpufleet.comparisons.findings import fleet_result
-from gpufleet.comparisons.peers import fleet_groups, fleet_stats, gpu_vs_node, node_vs_fleet, sample_spread
+from gpufleet.comparisons.peers import fleet_groups, fleet_stats
 from gpufleet.fleet.returning import returning_gpu
 from gpufleet.comparisons.thresholds import (
     KEYS as COMPARISON_KEYS,
-    BASE_FAIL,
-    BASE_WARN,
     CONFIRM_MAX,
     FABRIC_SHARE,
     MIN_WINDOW,
@@ -76,7 +74,6 @@ from gpufleet.comparisons.thresholds import (
 from gpufleet.fleet.counter_table import COUNTERS, FABRIC_COUNTERS
 from gpufleet.fleet.references import baseline_rows
 from gpufleet.fleet.report_rows import view_rows
-from gpufleet.schema import SKIP
 
 
 def evaluate(
@@ -113,7 +110,17 @@ def evaluate(
     base_rows, base_note = baseline_rows(store, store_note, base_id, run_id)
     medians = baseline_medians(base_rows)
     past = past_deviations(store, metrics_by_host, run_id)  # each GPU's place among its siblings in earlier runs
-    base_index = baseline_index(base_rows)
+    against = Against(
+        past=past,
+        base_id=base_id,
+        base_rows=base_rows,
+        base_index=baseline_index(base_rows),
+        base_note=base_note,
+        fleet_id=base_id,
+        medians=medians,
+        groups=groups,
+        stats=stats,
+    )
     # The baseline's versions come from its documents, whether or not it measured any figure.
     versions_base = base_id and store is not None and base_id != run_id and store.run(base_id)
     version_table = versions.table(
@@ -155,17 +162,11 @@ def evaluate(
                 out["results"][host] = version_res
             continue  # nothing else the fleet layer reads (a host that never got to its checks)
         settle_row = settler(nodes[host]["results"], thresholds)
+        # The comparisons, each by the function its declaration names (registry.comparison_checks()).
         res = [
-            gpu_vs_node(host, node_metrics, thresholds, past, settle_row),
-            node_vs_fleet(host, node_metrics, groups, thresholds, stats, settle_row),
+            registry.resolve(c.function)(host, node_metrics, thresholds, against, settle_row)
+            for c in registry.comparison_checks()
         ]
-        if base_note:
-            for check in ("node_vs_baseline", "node_vs_baseline_fleet"):
-                res.append(fleet_result(check, SKIP, base_note, threshold=thresholds.pair(BASE_WARN, BASE_FAIL)))
-        else:
-            res.append(node_vs_baseline(host, node_metrics, base_rows, base_id, thresholds, base_index, settle_row))
-            res.append(node_vs_baseline_fleet(host, node_metrics, medians, base_id, thresholds, settle_row))
-        res.append(sample_spread(host, node_metrics, thresholds, settle_row))
         res.append(counters_during_run(host, node_metrics, thresholds))
         res.append(counters_since_previous_run(host, run_id, node_metrics, store, store_note, thresholds))
         res.append(fabric_during_run(host, node_metrics, thresholds))

@@ -286,6 +286,20 @@ def write_prometheus(
     return written
 
 
+def write_prometheus_of(made) -> None:
+    """The report's Prometheus files (write_prometheus), with what it was made with (report/pipeline.py's Made); which
+    were written, or why none were, go into the report's fleet section."""
+    try:
+        made.report["fleet"]["prometheus"] = write_prometheus(
+            made.run_dir, made.report, made.fleet, made.textfile_dir, made.fleet_hosts
+        )
+    except ImportError:  # a controller installed without the controller extra: the acceptance report comes first
+        made.report["fleet"]["prometheus_note"] = (
+            "no Prometheus files: prometheus_client is not installed in the controller's "
+            "Python (pip install 'gpufleet[controller]')"
+        )
+
+
 def slurm_name(host: str, mapping: dict | None) -> str:
     name = (mapping or {}).get(host, host)
     if not isinstance(name, str) or not _SLURM_NAME.fullmatch(name):
@@ -347,9 +361,10 @@ def drain_lines(report: dict, mapping: dict | None = None) -> list[str]:
     return lines
 
 
-def write_drain(run_dir: Path, lines: list[str], report: dict) -> str:
+def drain_text(report: dict) -> str:
     """drain.txt: a head saying how many nodes were not accepted and which are not drained (another run held
-    them: not measured), then the drain lines."""
+    them: not measured), then the drain lines (report.json's fleet.drain)."""
+    lines = report["fleet"]["drain"]
     failed = [h for h, node in report["nodes"].items() if node["verdict"] == schema.FAIL]
     held = [h for h in failed if held_elsewhere(report["nodes"][h])]
     head = f"# gpufleet {report['run_id']}: " + (
@@ -363,6 +378,4 @@ def write_drain(run_dir: Path, lines: list[str], report: dict) -> str:
         if failed
         else "every node accepted, none to drain"
     )
-    path = Path(run_dir) / "drain.txt"
-    paths.write_atomic(path, "\n".join([head, *lines]) + "\n")
-    return str(path)
+    return "\n".join([head, *lines]) + "\n"

@@ -1,20 +1,21 @@
-"""The report's build: the run's nodes, the fleet layer's results added, report.json, report.md, report.html,
-junit.xml, fleet.json, prometheus/<host>.prom and drain.txt written, the run indexed into the store."""
+"""The report's build: the run's nodes, the fleet layer's results added, each output of registry.OUTPUTS written
+(fleet.json, prometheus/<host>.prom, drain.txt, report.json, report.md, report.html, junit.xml), the run indexed
+into the store."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
 import gc
-import importlib
 import json
 import operator
 import sqlite3
+from dataclasses import dataclass
 from pathlib import Path
 
 from gpufleet import __version__, causes, paths, registry, runs, schema
 from gpufleet.errors import InputError
-from gpufleet.fleet import compare, export, store as fleet_store
+from gpufleet.fleet import compare, store as fleet_store
 from gpufleet.comparisons import metrics
 from gpufleet.fleet.references import choose_baseline
 from gpufleet.fleet.repair import open_for_run, use_for_run
@@ -23,10 +24,9 @@ from gpufleet.report.drain import review as drain_review_of
 from gpufleet.report.formatting import STATUS_ORDER, check_id, class_text, trust_text
 from gpufleet.report.nodes import DOC_PROFILE, DOC_READ, load_nodes, load_peers, node_order
 
-# Each output format of registry.OUTPUTS: its file, and the render(report) -> str of its module in gpufleet.report.
+# Each output of registry.OUTPUTS: its file (or folder) under the run folder.
 REPORT_FILES = {o.name: o.file for o in registry.OUTPUTS}
-RENDERERS = {o.name: importlib.import_module(f"gpufleet.report.{o.renderer}").render for o in registry.OUTPUTS}
-FLEET_FILE, DRAIN_FILE, PROMETHEUS_DIR = "fleet.json", "drain.txt", "prometheus"
+OWN_LINE = ("html", "fleet", "prometheus", "drain")  # summary_text's outputs on lines of their own
 # A node's verdict in words: "fail" is also what results are counted by, and a node fails for errors too.
 VERDICT_WORDS = {schema.FAIL: "not accepted", schema.WARN: "accepted with warnings", schema.PASS: "accepted"}
 
@@ -135,6 +135,29 @@ def _index_left_out(store, run_dir: Path, run_id: str) -> list[str]:
     except (InputError, sqlite3.Error) as exc:
         return [f"the runs of {run_dir.resolve().parent} the store lacks could not be indexed: {exc}"]
     return [f"run {r} was not in the store {store.path} (its indexing had failed): indexed now" for r in caught_up]
+
+
+@dataclass
+class Made:
+    """What an output that writes itself is given (registry.Output.write): the run folder, the finished report, the
+    fleet layer's results, and where node_exporter reads its files and the inventory's nodes (write_prometheus)."""
+
+    run_dir: Path
+    report: dict
+    fleet: dict
+    textfile_dir: Path | str | None = None
+    fleet_hosts: list[str] | None = None
+
+    def path(self, name: str) -> Path:
+        """The file (or folder) of the output `name`, as registry.OUTPUTS declares it."""
+        return self.run_dir / REPORT_FILES[name]
+
+
+def write_fleet(made: Made) -> None:
+    """fleet.json (_fleet_document). No indent: that would take json's pure-Python encoder, several times slower on
+    a fleet's tens of megabytes; NaN and infinity from a benchmark stay as Python writes them."""
+    doc = _fleet_document(made.report, made.fleet, made.report["fleet"]["drain"])
+    _write(made.path("fleet"), json.dumps(doc, default=str) + "\n")
 
 
 def _fleet_document(report: dict, fleet: dict, drain: list[str]) -> dict:
@@ -288,21 +311,13 @@ def _build(
         last = attempts[-1] if isinstance(attempts, list) and attempts and isinstance(attempts[-1], dict) else {}
         if last.get("locks_not_given_back"):
             report["locks_not_given_back"] = last["locks_not_given_back"]
-        files = {kind: str(run_dir / name) for kind, name in REPORT_FILES.items()}
-        files.update(fleet=str(run_dir / FLEET_FILE), drain=str(run_dir / DRAIN_FILE))
-        # Results are written as they came; NaN/inf from a benchmark stay as Python writes them.
-        # No indent: that would take json's pure-Python encoder, several times slower on a fleet's tens of megabytes.
-        _write(Path(files["fleet"]), json.dumps(_fleet_document(report, fleet, drain), default=str) + "\n")
-        try:
-            report["fleet"]["prometheus"] = export.write_prometheus(run_dir, report, fleet, textfile_dir, fleet_hosts)
-        except ImportError:  # a controller installed without the controller extra: the acceptance report comes first
-            report["fleet"]["prometheus_note"] = (
-                "no Prometheus files: prometheus_client is not installed in the controller's "
-                "Python (pip install 'gpufleet[controller]')"
-            )
-        export.write_drain(run_dir, drain, report)
-        for name, render in RENDERERS.items():
-            _write(Path(files[name]), render(report))
+        files = {name: str(run_dir / file) for name, file in REPORT_FILES.items()}
+        made = Made(run_dir, report, fleet, textfile_dir, fleet_hosts)
+        for output in registry.OUTPUTS:
+            if output.render:
+                _write(made.path(output.name), registry.resolve(output.render)(report))
+            else:
+                registry.resolve(output.write)(made)
         if store is not None:
             try:
                 store.record_fleet(run_id, fleet["results"])
@@ -339,9 +354,9 @@ def summary_text(summary: dict) -> str:
         lines.append(line.rstrip())
     files = summary["files"]
     lines.append(f"report: {files['html']}")
-    lines.append("        " + ", ".join(files[name] for name in REPORT_FILES if name != "html"))
+    lines.append("        " + ", ".join(path for name, path in files.items() if name not in OWN_LINE))
     if files.get("fleet"):
-        prom = f", {Path(files['fleet']).parent / PROMETHEUS_DIR}/<node>.prom" if summary.get("prometheus") else ""
+        prom = f", {files['prometheus']}/<node>.prom" if summary.get("prometheus") else ""
         lines.append(f"fleet:  {files['fleet']}{prom}")
     if summary.get("drain"):
         lines.append(f"drain:  {files['drain']} ({len(summary['drain'])} node(s) to drain in Slurm)")
