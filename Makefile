@@ -1,5 +1,6 @@
 # make validate   check this machine (inventory/local) and print where the report is
 # make test       pytest over tests/, ansible-lint and ansible-test sanity included
+# make generate   write what Ansible lists of the engine's registry (tools/generate.py)
 #
 # Both create .venv with `python3 -m venv` and install the project into it the
 # first time. INVENTORY=inventory/<site> and ARGS='-e ... --limit ...' pass
@@ -88,6 +89,12 @@ lint: $(VENV)/.installed-test
 
 sanity: $(VENV)/.installed-test
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest tests/test_ansible_quality.py -k sanity
+
+# What Ansible must list of the engine's registry (the run tiers, benchmarks and depths of the role's argument
+# specs), written from src/gpufleet/registry.py; tests/test_generated.py fails while it is not current.
+.PHONY: generate
+generate:
+	$(PYTHON) tools/generate.py
 
 clean:
 	rm -rf $(VENV) .venv-ansible-lowest .venv-ansible-highest .ansible .pytest_cache

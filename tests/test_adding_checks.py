@@ -1,6 +1,7 @@
-"""docs/adding-checks.md stays true: its snippets, applied as written to a copy of the engine, give a check, a
-benchmark and an output format that run (the check on a recorded node, the benchmark on this machine's CPU, the
-output in a real report), touching no more places than the guide says."""
+"""docs/adding-checks.md stays true: its snippets, applied as written to a copy of the repository, give a check, a
+benchmark and an output format that run (the check on a recorded node, the benchmark on this machine's CPU in the
+node stage of its run tier, the output in a real report), touching no more places than the guide says: nothing
+Ansible lists is to be generated again, and no other file names them."""
 
 from __future__ import annotations
 
@@ -54,9 +55,10 @@ def apply(root: Path, snippet: dict) -> None:
 
 @pytest.fixture(scope="module")
 def applied(tmp_path_factory):
-    """A copy of src/ with every snippet of the guide applied."""
+    """A copy of src/ (and of what is generated from it, with its generator) with every snippet of the guide applied."""
     root = tmp_path_factory.mktemp("guide")
-    shutil.copytree(ROOT / "src", root / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for part in ("src", "tools", "roles"):
+        shutil.copytree(ROOT / part, root / part, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     for snippet in snippets():
         apply(root, snippet)
     return root
@@ -84,6 +86,13 @@ def test_the_guide_touches_no_more_places_than_it_says():
     text = GUIDE.read_text()
     assert "## A check: one function and one declaration" in text
     assert "## A benchmark: four places" in text and "## An output format: two places" in text
+
+
+def test_nothing_ansible_lists_is_to_be_generated_again(applied):
+    done = subprocess.run(
+        [sys.executable, str(applied / "tools" / "generate.py"), "--check"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
 
 
 def test_the_guides_check_runs_in_its_group_with_its_class(applied, tmp_path):
@@ -124,6 +133,25 @@ print(json.dumps({"results": doc["results"], "names": registry.benchmark_names()
     (res,) = out["results"]
     assert (res["check"], res["group"], res["unit"]) == ("host_copy_bandwidth", "benchmark", "GB/s"), res
     assert res["status"] == "skip" and res["value"] > 0 and res["threshold"]["key"] == "host_copy_gbps_min", res
+
+
+def test_the_guides_benchmark_runs_in_the_node_stage_of_its_tier_in_a_process_of_its_own(applied, tmp_path):
+    out = run_engine(
+        applied,
+        f"""
+import json, subprocess, sys
+argv = [sys.executable, "-m", "gpufleet", "node-stage", "--part", "benchmarks", "--host", "n0", "--tier",
+        "acceptance", "--benchmarks", "host_copy", "--run-id", "r1", "--lock-path", {str(tmp_path / "node.lock")!r}]
+done = subprocess.run(argv, capture_output=True, text=True)
+print(json.dumps({{"rc": done.returncode, "stderr": done.stderr[-2000:], "stage": json.loads(done.stdout or "{{}}")}}))
+""",
+        tmp_path,
+    )
+    assert out["rc"] == 0, out["stderr"]
+    stage = out["stage"]
+    assert stage["benchmarks"] == ["host_copy"] and stage["depth"] == "quick", stage
+    (res,) = [r for r in stage["results"] if r["group"] == "benchmark"]
+    assert res["check"] == "host_copy_bandwidth" and res["status"] == "skip", res
 
 
 def test_the_guides_output_is_written_by_the_report(applied, tmp_path):

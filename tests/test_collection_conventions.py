@@ -109,7 +109,7 @@ def test_the_tarball_holds_the_collection_and_not_the_checkout(tarball):
     with tarfile.open(tarball) as tar:
         names = set(tar.getnames())
     tops = {name.split("/", 1)[0] for name in names}
-    for left_out in ("inventory", "scripts", "molecule", "Makefile", "ansible.cfg", "collections", "reports"):
+    for left_out in ("inventory", "scripts", "tools", "molecule", "Makefile", "ansible.cfg", "collections", "reports"):
         assert left_out not in tops, f"{left_out} is in the tarball"
     assert not [t for t in tops if t.startswith(".")], sorted(tops)  # no venv, no tool's folder
     assert not [n for n in names if "192.0.2." in n or n.startswith("docs/results")]
@@ -127,7 +127,7 @@ def test_the_tarball_holds_the_collection_and_not_the_checkout(tarball):
         "playbooks/validate.yml",
         "roles/validate_node/meta/argument_specs.yml",
         "plugins/action/run_inputs.py",
-        "plugins/modules/node_steps.py",
+        "plugins/modules/node_stage.py",
         "src/gpufleet/cli.py",
         "files/profiles/generic.yml",
         "files/profiles/calibration/h100-sxm.yml",

@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 ENGINE_MARKS = (b"-m\0gpufleet", b"gpufleet.bench", b"gpufleet.finetune", b"torch.distributed.run")
 
-# An engine-like process of run `old`: its guard watches the lock (GPUFLEET_LOCK, as node_steps and the background
+# An engine-like process of run `old`: its guard watches the lock (GPUFLEET_LOCK, as the node stage and the background
 # jobs give it), it measures in a child of its own session, and it ends once that child does. It names the child
 # once the child runs its own code: until its exec is through, /proc shows the child no environment to be found by.
 ENGINE = textwrap.dedent("""
@@ -406,7 +406,7 @@ def test_kill_9_of_the_runner_ends_its_playbook_and_leaves_no_secret_on_disk(tmp
         # more (headless, it would have gone on to write the node's document and the report).
         wait_for(lambda: not rec.running_playbooks(run_dir), 60, "the killed runner's ansible-playbook to end")
         assert not (run_dir / "report.json").exists() and not (run_dir / "hosts" / "localhost.json").exists()
-        assert not left_running(r"-m gpufleet (check|bench|lock|counters|run playbook)|node_steps"), "engine"
+        assert not left_running(r"-m gpufleet (check|bench|lock|counters|node-stage|run playbook)|node_stage"), "engine"
         # Secrets never outlive the run on disk: the extra variables are gone, with no runner left to remove them.
         wait_for(lambda: not list((tmp_path / "tmp").glob("gpufleet-vars-*")), 30, "the extra variables to be removed")
         assert not _holding_secrets(tmp_path), _holding_secrets(tmp_path)

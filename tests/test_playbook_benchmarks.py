@@ -164,8 +164,13 @@ def test_local_run_draws_busbw_in_report_html_and_tabulates_it_in_md(local_run):
     "variables, message",
     [
         (
-            {"gpufleet_benchmark_tier": "bogus"},
-            'gpufleet_benchmark_tier for localhost must be quick or thorough; got "bogus"',
+            {"gpufleet_benchmark_depth": "bogus"},
+            'gpufleet_benchmark_depth for localhost must be quick or thorough; got "bogus"',
+        ),
+        # the depth's old name: a variable the collection no longer knows, the new one named
+        (
+            {"gpufleet_benchmark_tier": "quick"},
+            "gpufleet_benchmark_tier (for localhost) is called gpufleet_benchmark_depth",
         ),
         (
             {"gpufleet_benchmarks": ["matmul", "fft"]},

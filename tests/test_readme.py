@@ -9,6 +9,8 @@ from pathlib import Path
 
 import yaml
 
+from gpufleet import registry
+
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 DOCS = sorted((REPO / "docs").glob("*.md"))
@@ -146,12 +148,12 @@ def test_the_lists_the_docs_give_are_the_specs():
     inventory = (REPO / "docs" / "inventory.md").read_text()
     listed = re.search(r"benchmarks from ([a-z0-9_, ]+) and ([a-z0-9_]+),", inventory)
     assert listed, "docs/inventory.md no longer says which benchmarks gpufleet_benchmarks takes"
-    assert set(listed.group(1).split(", ")) | {listed.group(2)} == set(options["gpufleet_benchmarks"]["choices"])
-    tiers = re.search(r"a tier of (\w+) or (\w+),", inventory).groups()
-    assert set(tiers) == set(options["gpufleet_benchmark_tier"]["choices"])
+    assert set(listed.group(1).split(", ")) | {listed.group(2)} <= set(registry.benchmark_names(selectable=True))
+    tiers = re.search(r"a depth of (\w+) or (\w+),", inventory).groups()
+    assert set(tiers) == set(options["gpufleet_benchmark_depth"]["choices"])
     fleet = (REPO / "docs" / "fleet.md").read_text()
     table = fleet[fleet.index("**Tiers**") : fleet.index("**Resume.**")]
     assert re.findall(r"^\| `(\w+)`", table, flags=re.M) == options["gpufleet_tier"]["choices"]
     (acceptance,) = [line for line in table.splitlines() if line.startswith("| `acceptance`")]
     assert "training gate" not in acceptance or "off by default" in acceptance, acceptance
-    assert "train_gpt2" not in options["gpufleet_benchmarks"]["default"]
+    assert "train_gpt2" not in registry.benchmark_names(default=True)

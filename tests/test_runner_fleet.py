@@ -450,7 +450,7 @@ def test_a_variable_refused_before_any_node_is_could_not_run(tmp_path):
             "--run-id",
             "bad",
             "-e",
-            '{"gpufleet_benchmark_tier": "bogus"}',
+            '{"gpufleet_benchmark_depth": "bogus"}',
             "--json",
         ],
         cwd=REPO,
@@ -463,7 +463,7 @@ def test_a_variable_refused_before_any_node_is_could_not_run(tmp_path):
     assert proc.returncode == 2, out
     # --json: the JSON alone on stdout, with one exit field; the view's lines, the reason among them, on stderr.
     assert (
-        "could not run: Check every node's variables: gpufleet_benchmark_tier for localhost must be "
+        "could not run: Check every node's variables: gpufleet_benchmark_depth for localhost must be "
         'quick or thorough; got "bogus"'
     ) in proc.stderr, out
     summary = json.loads(proc.stdout)

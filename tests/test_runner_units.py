@@ -67,23 +67,6 @@ def doc_res(*statuses, check="x", group="gpu_health"):
             },
             ("benchmarks", "matmul, memory, nccl"),
         ),
-        # Several of the node's modules in one task (node_steps): the stage and what it runs, from the task's name.
-        (
-            {
-                "resolved_action": "gpufleet.cluster.node_steps",
-                "task": "Run the check groups on the node: gpu_inventory, gpu_health",
-                "task_path": f"{ROLE}/main.yml:50",
-            },
-            ("checks", "gpu_inventory, gpu_health"),
-        ),
-        (
-            {
-                "resolved_action": "gpufleet.cluster.node_steps",
-                "task": "Run the benchmarks inside the node: matmul, sdc",
-                "task_path": f"{ROLE}/main.yml:60",
-            },
-            ("benchmarks", "matmul, sdc"),
-        ),
         # The whole node stage in one task starts with the lock; its own lines say what follows.
         (
             {
@@ -336,28 +319,6 @@ def test_the_plain_view_writes_one_timestamped_line_per_change():
         "2026-11-23T10:00:03Z  n-b     done                                                      0 s  accepted",
         "2026-11-23T10:00:03Z  peer1   waiting                                                   0 s  peer",
     ]
-
-
-def test_the_results_of_a_node_steps_task_count_the_documents_of_its_steps():
-    fleet = FleetState(["node-a"], clock=Clock())
-    task = "Run the check groups on the node: gpu_inventory, gpu_health, host_hygiene"
-    fleet.apply(ev("runner_on_start", "node-a", task=task, action="gpufleet.cluster.node_steps", uuid="c"))
-    res = {
-        "steps": [
-            {"name": "gpu_inventory", "result": {"gpufleet": {"results": [result("gpu_inventory", "gpu_count")]}}},
-            {"name": "gpu_health", "result": {"gpufleet": {"results": [result("gpu_health", "ecc", "warn")]}}},
-            {"name": "host_hygiene", "result": {"failed": True, "msg": "no engine"}},
-        ]
-    }
-    assert fleet.apply(
-        ev("runner_on_ok", "node-a", task=task, action="gpufleet.cluster.node_steps", uuid="c", res=res)
-    ) == ["node-a"]
-    a = fleet.nodes["node-a"]
-    assert (a.stage, a.activity, a.counts) == (
-        "checks",
-        "gpu_inventory, gpu_health, host_hygiene",
-        {"pass": 1, "warn": 1},
-    )
 
 
 def test_the_node_stage_in_one_task_shows_its_checks_its_benchmarks_its_counts_and_the_write_back():

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpufleet import node_stage, schema, slurm
+from gpufleet import schema, slurm
 from gpufleet.fleet import slurm as fleet_slurm
 from gpufleet.fleet import service_log
 from gpufleet.fleet.store import Store
@@ -461,8 +461,9 @@ def test_sweeps_need_preemption_and_bad_input_names_the_variable():
     assert gpufleet("slurm", "sweep", "--tier", "smoke").stderr.startswith("gpufleet slurm sweep: --partition")
     done = gpufleet("ladder", "--command", "reboot=scontrol reboot {slurm_node}")
     assert done.returncode == 2 and done.stderr == "gpufleet ladder: give RUN_DIR (a reported run) or --clear NODE\n"
-    # The controller's tiers, each with a time limit, are the node stage's (which the controller cannot import).
-    assert list(sweep.TIERS) == list(sweep.TIME_LIMIT_MIN) == list(node_stage.TIERS)
+    # The tiers a sweep runs are the registry's with a job time limit; the soak, which lasts hours, is never swept.
+    assert list(sweep.TIERS) == list(sweep.TIME_LIMIT_MIN) == ["smoke", "acceptance"]
+    assert gpufleet("slurm", "sweep", "--tier", "soak", "--partition", "gpu").returncode == 2
 
 
 def test_the_ladder_comes_from_the_profile_and_a_bad_one_is_named(tmp_path):

@@ -5,7 +5,8 @@
 run of this controller, whether that run still runs, the takeover or the bounded wait).
 
 One task instead of one for each step: a task costs the controller far more than the lock module it runs. The
-node stage's own action (node_validate) takes the lock the same way, through `NodeTake.take`.
+node stage's own action (node_validate) takes the lock the same way, through `NodeTake.take`, each ask the engine's
+part `checks` of the node's stage, which takes the lock and, once the node is this run's, checks it.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_process im
     run_json,
     stop_with_controller,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_schema import result
 from ansible_collections.gpufleet.cluster.plugins.module_utils.lock_module import lock_argument_spec
 
 ARGUMENT_SPEC = dict(lock_argument_spec(), controller_python={"type": "path"}, engine_src={"type": "path"})
@@ -41,52 +41,17 @@ def utc_now():
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def lock_result(lock, args, started=None):
-    """The `lock.node_lock` result (gpufleet.schema.result keys): pass when this run holds the node, else the error
-    naming the run that holds it. started: when the lock was asked for (default now)."""
-    acquired = bool(lock.get("acquired"))
-    stale = lock.get("stale")
-    if acquired:
-        reason = "held by this run (%s)" % args["run_id"]
-        if stale:
-            previous = (stale.get("previous") or {}).get("run_id", "?")
-            reason += "; took over the stale lock of run %s: %s" % (previous, stale.get("reason"))
-        remedy = None
-    else:
-        reason = "not measured: %s. Figures taken while another run loads the GPUs would be neither run's" % lock.get(
-            "reason"
-        )
-        remedy = (
-            "wait for that run to finish and re-run with --limit %s (gpufleet_lock_wait_s=SECONDS waits for it); if "
-            "it was stopped on another controller, its lock is stale when its lease runs out (or remove %s on the "
-            "node once sure it is dead)" % (args["holder"], args["path"])
-        )
-    return result(
-        "node_lock",
-        "pass" if acquired else "error",
-        reason,
-        group="lock",
-        remedy=remedy,
-        started=started or utc_now(),
-        seconds=0.0,
-        detail={
-            "path": args["path"],
-            "record": lock.get("record"),
-            "stale": stale,
-            "waited_s": lock.get("waited_s") or 0,
-        },
-    )
-
-
 class NodeTake(ActionBase):
     _requires_connection = True
 
-    def take(self, args, task_vars, first=None):
+    def take(self, args, task_vars, first=None, ask=None):
         """The node lock for this run: the lock module's answer (`first`, when already asked), then the takeover of a
-        run of this controller that is gone, then the bounded wait. AnsibleConnectionFailure when the node does not
-        answer; EngineError when a controller command could not run."""
+        run of this controller that is gone, then the bounded wait. `ask(lock_args) -> the lock's answer` asks the
+        node (default: the lock module). AnsibleConnectionFailure when the node does not answer; EngineError when a
+        controller command could not run."""
+        ask = ask or (lambda module_args: self._lock(module_args, task_vars))
         lock_args = dict((k, args[k]) for k in LOCK_ARGS)
-        lock = first if first is not None else self._lock(lock_args, task_vars)
+        lock = first if first is not None else ask(lock_args)
         held_here = (lock.get("record") or {}).get("controller") or {}
         if (
             not lock.get("failed")
@@ -103,9 +68,9 @@ class NodeTake(ActionBase):
                 engine_src=args["engine_src"],
             )
             if alive.get("alive") is False:
-                lock = self._lock(dict(lock_args, dead_runs=args["dead_runs"] + [lock["record"]["run_id"]]), task_vars)
+                lock = ask(dict(lock_args, dead_runs=args["dead_runs"] + [lock["record"]["run_id"]]))
         if not lock.get("failed") and lock.get("acquired") is False and args["wait_s"] > 0:
-            lock = self._lock(dict(lock_args, wait_s=args["wait_s"]), task_vars)
+            lock = ask(dict(lock_args, wait_s=args["wait_s"]))
         return lock
 
     def _lock(self, module_args, task_vars):
@@ -128,7 +93,5 @@ class ActionModule(NodeTake):
             return dict(results, unreachable=True, msg=str(exc))
         except EngineError as exc:
             lock = dict(exc.fail_kwargs(), failed=True)
-        results.update(lock)
-        if not lock.get("failed") and not self._task.check_mode:
-            results["result"] = lock_result(lock, args)
+        results.update(lock)  # with `result`, the node's lock.node_lock result, as the engine made it
         return results

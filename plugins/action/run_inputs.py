@@ -27,19 +27,16 @@ from ansible.inventory.manager import IGNORED as INVENTORY_IGNORED
 from ansible.plugins.action import ActionBase
 from ansible.plugins.filter.core import to_json
 from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_results import torchrun_margin_s
-from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_schema import (
-    CHECK_GROUPS,
-    DEFAULT_BENCHMARKS,
-    RUN_TIERS,
-    SELECTABLE_BENCHMARKS,
-)
 
 # The engine that ships with the collection (its src/), whose profiles the nodes hold their thresholds against and
-# whose report reads the Slurm names: the same checks, on the controller, before any node is touched.
+# whose report reads the Slurm names: the same checks, on the controller, before any node is touched. Its registry
+# (what a run tier, a benchmark and a depth may be) needs nothing beyond Python.
 ENGINE_SRC = str(Path(__file__).resolve().parents[2] / "src")
+if ENGINE_SRC not in sys.path:
+    sys.path.append(ENGINE_SRC)
+from gpufleet import registry  # noqa: E402
+
 try:
-    if ENGINE_SRC not in sys.path:
-        sys.path.append(ENGINE_SRC)
     from gpufleet import paths as engine_paths
     from gpufleet import profiles
     from gpufleet.errors import InputError
@@ -58,9 +55,16 @@ COLLECTION_ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 # hostvars holds the inventory's values only: the role's defaults stand in for a fine-tune variable a node leaves unset.
 ROLE_DEFAULTS = os.path.join(COLLECTION_ROOT, "roles", "validate_node", "defaults", "main.yml")
 PREFIX = "gpufleet_"  # the collection's variables; any other name is the site's own
+# Variables that were renamed: the old name is refused with the new one.
+RENAMED = {"gpufleet_benchmark_tier": "gpufleet_benchmark_depth", "gpufleet_locate_tier": "gpufleet_locate_depth"}
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 FT_TIMEOUTS = ("gpufleet_finetune_timeout_s", "gpufleet_finetune_rdzv_timeout_s")
 FT_RUN_WIDE = ("gpufleet_finetune_config", "gpufleet_finetune_max_steps", "gpufleet_finetune_master_port") + FT_TIMEOUTS
+
+
+def _either(names, word):
+    """`a, b and c` (word and) or `a, b or c`."""
+    return "%s %s %s" % (", ".join(names[:-1]), word, names[-1]) if len(names) > 1 else names[0]
 
 
 def _whole(value):
@@ -121,7 +125,7 @@ def _node_env(value):
 
 
 # Per node: (variable, test of a value the node sets, what the message says is expected). A variable the node
-# leaves unset passes, except where a default is given (the third item of DEFAULTED).
+# leaves unset passes: its default is the role's or the engine's.
 EXPECT_SECONDS = "must be a positive whole number of seconds"
 NODE_CHECKS = [
     (
@@ -145,11 +149,18 @@ VALIDATE_CHECKS = [
     ("gpufleet_check_timeout_s", _positive_whole, EXPECT_SECONDS),
     (
         "gpufleet_benchmarks",
-        lambda v: _list(v) and all(b in SELECTABLE_BENCHMARKS for b in v),
-        "must be a list of benchmarks from %s and %s, for example [%s], or [] to run none"
-        % (", ".join(SELECTABLE_BENCHMARKS[:-1]), SELECTABLE_BENCHMARKS[-1], ", ".join(DEFAULT_BENCHMARKS)),
+        lambda v: _list(v) and all(b in registry.benchmark_names(selectable=True) for b in v),
+        "must be a list of benchmarks from %s, for example [%s], or [] to run none"
+        % (
+            _either(registry.benchmark_names(selectable=True), "and"),
+            ", ".join(registry.benchmark_names(default=True)),
+        ),
     ),
-    ("gpufleet_benchmark_tier", lambda v: v in ("quick", "thorough"), "must be quick or thorough"),
+    (
+        "gpufleet_benchmark_depth",
+        lambda v: v in registry.chosen_depths(),
+        "must be %s" % _either(registry.chosen_depths(), "or"),
+    ),
     ("gpufleet_nccl_multinode", _boolean_text, "must be true or false"),
     ("gpufleet_nccl_master_port", _port, "must be a TCP port, 1 to 65535, open between the nodes"),
     # One loop over the nodes for both timeouts: see _failure.
@@ -205,8 +216,6 @@ RUN_CHECKS = [
         "must be the absolute path of a Python interpreter on the controller",
     ),
 ]
-# Checked with a default for a node that leaves them unset (`hostvars[node].x | default(...)`).
-DEFAULTED = {"gpufleet_benchmark_tier": "quick", "gpufleet_tier": "acceptance"}
 VARIABLES = sorted(
     {
         name
@@ -243,7 +252,7 @@ def known_variables():
     """Every gpufleet_* variable the collection knows, from what declares it: the options of each role's entry points
     (meta/argument_specs.yml) and its defaults, the facts its playbooks and roles set (set_fact) and those its check
     modules return (gpufleet_<group>). A node's variables are checked against it (_unknown_failure)."""
-    names = set(PREFIX + group for group in CHECK_GROUPS)
+    names = set(PREFIX + group for group in registry.group_names())
     for path in glob.glob(os.path.join(COLLECTION_ROOT, "roles", "*", "meta", "argument_specs.yml")):
         for spec in (_yaml_file(path).get("argument_specs") or {}).values():
             names |= set(spec.get("options") or {})
@@ -261,6 +270,12 @@ def _unknown_failure(hosts, names):
     known = known_variables()
     for host in hosts:
         for name in sorted(names[host]):
+            if name in RENAMED:
+                return "%s (for %s) is called %s now (the benchmarks' depth, apart from the run's tier)" % (
+                    name,
+                    host,
+                    RENAMED[name],
+                )
             if name.startswith(PREFIX) and name not in known:
                 # Compared without the prefix every name shares, which would make any two look alike.
                 near = difflib.get_close_matches(name[len(PREFIX) :], [k[len(PREFIX) :] for k in known], n=1)
@@ -302,8 +317,8 @@ def _failure(checks, hosts, values):
     for names, test, expect in checks:
         for host in hosts:
             for name in (names,) if isinstance(names, str) else names:
-                if name in values[host] or name in DEFAULTED:
-                    value = values[host].get(name, DEFAULTED.get(name))
+                if name in values[host]:
+                    value = values[host][name]
                     if not test(value):
                         return "%s for %s %s; got %s" % (name, host, expect, to_json(values[host].get(name)))
     return None
@@ -389,14 +404,11 @@ def _names_failure(hosts, values):
 
 
 def _run_failure(hosts, values):
-    failure = _failure(
-        [("gpufleet_tier", lambda v: v in RUN_TIERS, "must be %s or %s" % (", ".join(RUN_TIERS[:-1]), RUN_TIERS[-1]))],
-        hosts,
-        values,
-    )
+    tiers = registry.run_tier_names()
+    failure = _failure([("gpufleet_tier", lambda v: v in tiers, "must be %s" % _either(tiers, "or"))], hosts, values)
     if failure:
         return failure
-    tiers = dict((host, values[host].get("gpufleet_tier", "acceptance")) for host in hosts)
+    tiers = dict((host, values[host].get("gpufleet_tier", registry.DEFAULT_RUN_TIER)) for host in hosts)
     if len(set(tiers.values())) > 1:
         return "gpufleet_tier must be the same on every node of the run (set it for the group or with -e); got %s" % (
             to_json(tiers)
@@ -453,4 +465,8 @@ class ActionModule(ActionBase):
         results.update(changed=False, hosts=len(args["hosts"]))
         if failure:
             results.update(failed=True, msg=failure)
+        elif "run" in args["checks"] and args["hosts"]:
+            # The run tier, as the engine reads it (registry.py): whether the runs across nodes follow its node stage.
+            tier = registry.run_tier(values[args["hosts"][0]].get("gpufleet_tier"))
+            results["run_tier"] = {"name": tier.name, "across_nodes": tier.across_nodes}
         return results

@@ -11,8 +11,8 @@ module: benchmark
 short_description: Run the gpufleet benchmarks on a node (matmul, HBM and PCIe bandwidth, NCCL collectives)
 version_added: 0.1.0
 description:
-  - Runs C(python -m gpufleet bench NAME --json) on the node, once per benchmark in O(benchmarks), and returns one
-    host document whose results have the group C(benchmark).
+  - Runs C(python -m gpufleet bench NAMES --json --each-timeout-s TIMEOUT_S) on the node and returns one host
+    document whose results have the group C(benchmark).
   - C(matmul) measures dense matrix products on every GPU at once, C(memory) HBM copy and PCIe host/device bandwidth,
     C(nccl) the collectives (all-reduce, all-gather, reduce-scatter, all-to-all) under torchrun, with bus bandwidth
     following nccl-tests, and inside a node the send/recv bandwidth of every GPU pair; C(train_gpt2) trains a
@@ -25,9 +25,9 @@ description:
     efficiency (result C(train_scaling)) is the per-GPU throughput across the hosts over this host's own single-node
     figure, given as O(train_reference). Without one that has a figure, C(train_scaling) is an C(error) that says
     which figure is missing.
-  - Each benchmark runs in its own engine process with its own O(timeout_s). A benchmark that passes it is killed
-    with its whole process group, and one that crashes or prints no document becomes an C(error) result with the
-    stderr tail; the other benchmarks keep what they measured.
+  - The engine runs each benchmark in a process of its own with its own O(timeout_s). A benchmark that passes it is
+    killed with its whole process group, and one that crashes or prints no document becomes an C(error) result with
+    the stderr tail; the other benchmarks keep what they measured.
   - With both V(matmul) and V(sdc) in O(benchmarks), V(sdc) runs in V(matmul)'s engine process, at its place, and its
     computations run in the matmul workers right after their timed products (one start of torch and CUDA per GPU,
     not two); that run may take O(timeout_s) for each of the two, and if it is killed both are C(error).
@@ -44,21 +44,21 @@ options:
     required: true
   benchmarks:
     description:
-      - The benchmarks to run, in this order.
-      - With O(nnodes) greater than 1 only V(nccl) and V(train_gpt2) are allowed.
+      - The benchmarks to run, in this order; the engine's (C(gpufleet bench --help) lists them), which refuses a
+        name it does not know, naming the ones it does.
+      - With O(nnodes) greater than 1 only those that run across hosts (V(nccl), V(train_gpt2)) are allowed.
       - V(soak) is sustained load for O(soak_duration_s) while a sampler watches every GPU.
       - V(sdc) runs seeded bf16 and fp32 products and a few training steps on every GPU and compares their hashes.
     type: list
     elements: str
-    choices: [matmul, memory, nccl, soak, sdc, train_gpt2]
     required: true
-  tier:
+  depth:
     description:
-      - V(smoke) a short pass of each (the smoke tier); V(quick) measures a few sizes and shapes (minutes for a node);
-        V(thorough) sweeps them all.
+      - How much each benchmark measures, one of the engine's depths (C(gpufleet bench --help)) - V(smoke) a short pass
+        of each; V(quick) a few sizes and shapes (minutes for a node); V(thorough) sweeps them all.
+      - Left out, the engine's default depth.
     type: str
-    choices: [smoke, quick, thorough]
-    default: quick
+    aliases: [tier]
   thresholds:
     description:
       - Threshold overrides, key to value (C(gpufleet_thresholds)); keys are those of C(files/profiles/generic.yml).
@@ -151,7 +151,7 @@ EXAMPLES = r"""
   gpufleet.cluster.benchmark:
     python: /opt/gpufleet/venv/bin/python
     benchmarks: [matmul, memory, nccl]
-    tier: quick
+    depth: quick
     timeout_s: 900
     host_name: "{{ inventory_hostname }}"
   register: bench

@@ -11,16 +11,17 @@ module: node_validate
 short_description: "Internal: the node stage of validate.yml in one task - lock, checks, counters, benchmarks, host document"
 version_added: 0.4.0
 description:
-  - An action plugin. Runs M(gpufleet.cluster.node_steps) on the node twice - first the node lock (taken as
+  - An action plugin. Runs the engine's node stage (C(gpufleet node-stage), written once in the engine) on the node
+    in two parts, each one run of M(gpufleet.cluster.node_stage) - first the node lock (taken as
     M(gpufleet.cluster.node_take) takes it, with the takeover of a run of this controller that is gone and the bounded
-    wait), the check groups gpu_inventory, gpu_health and host_hygiene, and the error counters before; then the
-    benchmarks, the counters after and, with O(release), the lock given back.
+    wait), the check groups and the error counters before; then the run tier's benchmarks (the engine decides which),
+    the counters after and, with O(release), the lock given back. A tier without benchmarks is done in the first.
   - Why one task for the whole stage. Most of what a run costs the controller is Ansible's own work per task and per
     module it sends to a node, far more than the stage's work; one task a node that sends one module twice keeps a
     whole run near 0.15 to 0.24 s of controller CPU a node (docs/scale.md). Two module runs, not one, so that a node
     lost during the benchmarks keeps what the first run measured.
-  - A node another run holds is not measured; a step whose module could not answer is an C(error) result of its
-    group; a node lost during the benchmarks keeps what the first run measured.
+  - A node another run holds is not measured; a step that could not answer is an C(error) result of its group; a
+    node lost during the benchmarks keeps what the first run measured.
   - Writes the node's host document to O(run_dir)/hosts on the controller from the task's own worker (the engine's
     writer, or C(gpufleet record --no-store) under O(controller_python) when that is another interpreter); the report
     indexes it into the store. Only a summary and the facts below go back to Ansible's main process.
@@ -33,13 +34,17 @@ options:
         C(ttl_s), C(controller), C(dead_runs), C(wait_s), C(controller_python), C(engine_src)).
     type: dict
     required: true
-  check_args:
-    description: The arguments the check groups and the counter readings share (those of M(gpufleet.cluster.gpu_health)).
+  stage:
+    description:
+      - The node stage's own options, those of M(gpufleet.cluster.node_stage) - C(python), C(tier), C(benchmarks),
+        C(depth), C(profile), C(thresholds), C(check_timeout_s), C(benchmark_timeout_s), C(soak_duration_s).
     type: dict
     required: true
-  benchmark_args:
-    description: The arguments of M(gpufleet.cluster.benchmark); left out, no benchmarks and no counters after them.
-    type: dict
+  ttl_exact:
+    description: The lock's C(ttl_s) is the whole lease (C(gpufleet_lock_ttl_s)); else the engine adds the node's
+      own benchmarks to it, each at its timeout.
+    type: bool
+    default: false
   release:
     description: Give the lock back at the end (no later stage of the run needs the node).
     type: bool
@@ -72,13 +77,13 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: partial
-    details: The lock is only read, the modules run as they do in check mode, and no host document is written.
+    details: The lock is only read, the node runs its read-only gpu_inventory group, and no host document is written.
   diff_mode:
     support: none
   platform:
     platforms: posix
 seealso:
-  - module: gpufleet.cluster.node_steps
+  - module: gpufleet.cluster.node_stage
   - module: gpufleet.cluster.node_take
 author:
   - gpufleet maintainers (!UNKNOWN)
@@ -88,8 +93,7 @@ EXAMPLES = r"""
 - name: Check and benchmark the node
   gpufleet.cluster.node_validate:
     lock: {python: /opt/gpufleet/venv/bin/python, run_id: r1, holder: "{{ inventory_hostname }}"}
-    check_args: {python: /opt/gpufleet/venv/bin/python, host_name: "{{ inventory_hostname }}"}
-    benchmark_args: {python: /opt/gpufleet/venv/bin/python, benchmarks: [matmul, memory], host_name: "{{ inventory_hostname }}"}
+    stage: {python: /opt/gpufleet/venv/bin/python, tier: smoke}
     release: true
     run_dir: /srv/gpufleet/reports/r1
     document: {schema_version: 1, host: "{{ inventory_hostname }}", versions: {}, seconds: 0.0, results: []}
@@ -101,7 +105,7 @@ path:
   returned: success
   type: str
 steps:
-  description: The steps whose host documents are in it, in order.
+  description: The parts of the node stage whose results are in it, in order (V(checks), V(benchmarks)).
   returned: success
   type: list
   elements: str

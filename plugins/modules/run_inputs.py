@@ -34,7 +34,7 @@ options:
         then C(gpufleet_profile) and C(gpufleet_thresholds) against the collection's profiles (files/profiles), as the
         engine on the node holds them - an unknown profile or key, a wrong type, a number outside the key's bounds,
         NaN or infinity - in the engine's own words.
-      - V(validate) - C(gpufleet_check_timeout_s), C(gpufleet_benchmarks), C(gpufleet_benchmark_tier),
+      - V(validate) - C(gpufleet_check_timeout_s), C(gpufleet_benchmarks), C(gpufleet_benchmark_depth),
         C(gpufleet_nccl_multinode), C(gpufleet_nccl_master_port), C(gpufleet_benchmark_timeout_s),
         C(gpufleet_nccl_timeout_s) (validate.yml).
       - V(finetune) - C(gpufleet_finetune) and the C(gpufleet_finetune_*) variables; the rendezvous must end inside the
@@ -42,7 +42,7 @@ options:
         every node.
       - V(finetune_if_set) - the V(finetune) checks when a node sets C(gpufleet_finetune) (validate.yml, where the
         fine-tune is optional).
-      - V(run) - C(gpufleet_tier) (one of smoke, acceptance, soak, the same on every node), C(gpufleet_soak_duration_s),
+      - V(run) - C(gpufleet_tier) (a run tier of the engine's registry, the same on every node), C(gpufleet_soak_duration_s),
         C(gpufleet_lock_path), C(gpufleet_lock_wait_s), C(gpufleet_lock_ttl_s), C(gpufleet_lock_heartbeat_timeout_s);
         what the run's start and its report read - C(gpufleet_resume), C(gpufleet_baseline_set), C(gpufleet_history_db),
         C(gpufleet_controller_python), C(gpufleet_slurm_node_name) (a name the drain lines take), C(gpufleet_baseline)
@@ -84,4 +84,8 @@ msg:
   description: The first check that failed, naming the variable, the node and its value.
   returned: failed
   type: str
+run_tier:
+  description: The run's tier as the engine reads it - C(name) and C(across_nodes) (the runs across nodes follow it).
+  returned: with the V(run) checks, when they pass
+  type: dict
 """

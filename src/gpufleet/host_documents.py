@@ -149,6 +149,26 @@ NO_TORCH_REMEDY = (
 )
 
 
+def bench_problem(names: list[str], depth: str, nccl_options: dict | None, soak_options: dict | None) -> None:
+    """InputError naming what `gpufleet bench` cannot run: an unknown benchmark or depth, benchmarks that cannot run
+    across hosts asked to, a soak of no duration."""
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown:
+        raise InputError(f"unknown benchmark(s) {unknown}; expected some of {list(BENCHMARKS)}")
+    nnodes = (nccl_options or {}).get("nnodes") or 1
+    alone = [n for n in names if n not in registry.benchmark_names(multinode=True)]
+    if nnodes > 1 and alone:
+        raise InputError(
+            f"nnodes = {nnodes} runs across hosts, which only {' and '.join(registry.benchmark_names(multinode=True))} "
+            f"do; got {', '.join(alone)}"
+        )
+    if depth not in DEPTHS:
+        raise InputError(f"benchmark depth {depth!r}; expected one of {list(DEPTHS)}")
+    duration_s = (soak_options or {}).get("duration_s")
+    if "soak" in names and duration_s is not None and not duration_s > 0:
+        raise InputError(f"soak duration {duration_s} s; expected a positive number of seconds (--duration-s)")
+
+
 def bench_host(
     names: list[str],
     *,
@@ -171,14 +191,7 @@ def bench_host(
     holds this node's figures against (its baseline, its GPUs' past, the baseline's fleet), so that a figure past
     one of them is measured again here before anything warns or fails.
     """
-    unknown = [n for n in names if n not in BENCHMARKS]
-    if unknown:
-        raise InputError(f"unknown benchmark(s) {unknown}; expected some of {list(BENCHMARKS)}")
-    if depth not in DEPTHS:
-        raise InputError(f"benchmark depth {depth!r}; expected one of {list(DEPTHS)}")
-    duration_s = (soak_options or {}).get("duration_s")
-    if "soak" in names and duration_s is not None and not duration_s > 0:
-        raise InputError(f"soak duration {duration_s} s; expected a positive number of seconds (--duration-s)")
+    bench_problem(names, depth, nccl_options, soak_options)
     readings = {"nvml": collect.nvml.read(), "host": collect.host.read()}
     profile = profiles.resolve(
         schema.first_gpu_name(readings),

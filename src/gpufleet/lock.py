@@ -44,6 +44,12 @@ ENV = "GPUFLEET_LOCK"  # the lock an engine process works under: {"path", "run_i
 # How long a run waits, at the least, for the processes of a stale lock's run to stop once told to (their guard looks
 # every 2 s, then gives what it started 5 s to end before it kills it).
 STOP_WAIT_S = 60.0
+# What to do about a node another run holds, in a playbook's run ({holder}, {path}: the lock's).
+REMEDY_HELD = (
+    "wait for that run to finish and re-run with --limit {holder} (gpufleet_lock_wait_s=SECONDS waits for it); if it "
+    "was stopped on another controller, its lock is stale when its lease runs out (or remove {path} on the node once "
+    "sure it is dead)"
+)
 
 
 def _boot_id() -> str | None:
@@ -249,6 +255,38 @@ def _acquire_once(
         rec["holders"][holder] = {"since": schema.utc_now(), "expires_at": now + ttl_s, "heartbeat_at": now}
         _write(path, rec)
     return {"acquired": True, "record": rec, "stale": stale}
+
+
+def result(got: dict, path: str | Path, run_id: str, started: str, remedy: str) -> dict:
+    """`lock.node_lock`, as a node's document records it: pass when this run holds the node (and whose stale lock
+    it took over), else the error naming the run that holds it, with `remedy`: nothing is measured beside another
+    run, whose figures would be neither run's."""
+    detail = {
+        "path": str(path),
+        "record": got.get("record"),
+        "stale": got.get("stale"),
+        "waited_s": got.get("waited_s") or 0,
+    }
+    if got.get("acquired"):
+        stale = got.get("stale")
+        reason = f"held by this run ({run_id})" + (
+            f"; took over the stale lock of run {(stale.get('previous') or {}).get('run_id', '?')}: {stale.get('reason')}"
+            if stale
+            else ""
+        )
+        return schema.result(
+            "node_lock", schema.PASS, reason, group="lock", detail=detail, started=started, seconds=0.0
+        )
+    return schema.result(
+        "node_lock",
+        schema.ERROR,
+        f"not measured: {got.get('reason')}. Figures taken while another run loads the GPUs would be neither run's",
+        group="lock",
+        detail=detail,
+        remedy=remedy,
+        started=started,
+        seconds=0.0,
+    )
 
 
 def heartbeat(path: str | Path, run_id: str, holder: str) -> dict:

@@ -9,9 +9,10 @@ import json
 import os
 import socket
 import sys
+import time
 from pathlib import Path
 
-from gpufleet import collect, host_documents, profiles, registry, slurm
+from gpufleet import collect, host_documents, profiles, registry, schema, slurm, supervised
 from gpufleet.checks import GROUPS, slurm_health
 from gpufleet.collect import counters
 from gpufleet.command_line import add_document_arguments, json_arg, print_doc, results_exit
@@ -62,6 +63,8 @@ def _slurm_health(doc: dict, args) -> int:
 
 
 def cmd_bench(args) -> int:
+    if args.each_timeout_s:
+        return _bench_each(args)
     nccl_options = {
         "nnodes": args.nnodes,
         "node_rank": args.node_rank,
@@ -82,6 +85,35 @@ def cmd_bench(args) -> int:
         soak_options={"duration_s": args.duration_s},
         references=json_arg(args.references, "--references") or None,
     )
+    print_doc(doc, args.json)
+    return results_exit(doc["results"], args.exit_zero)
+
+
+def _bench_each(args) -> int:
+    """`gpufleet bench NAMES --each-timeout-s T`: each engine run of NAMES in a process of its own with its own
+    timeout (supervised.benchmarks), one document for all: a benchmark that hangs or crashes is an `error` and the
+    others keep what they measured."""
+    # What every run would refuse, refused once, before any starts: the names, the placement, the profile.
+    host_documents.bench_problem(args.benchmark, args.depth, {"nnodes": args.nnodes}, {"duration_s": args.duration_s})
+    overrides = json_arg(args.thresholds, "--thresholds")
+    profiles.resolve(None, profile_name=args.profile, overrides=overrides, profile_dir=args.profile_dir)
+    started, t0 = schema.utc_now(), time.monotonic()
+    more = ["--depth", args.depth, "--json"]
+    for flag, value in (
+        ("--host", args.host),
+        ("--profile", args.profile),
+        ("--profile-dir", args.profile_dir),
+        ("--thresholds", args.thresholds),
+        ("--train-reference", args.train_reference),
+        ("--references", args.references),
+    ):
+        more += [flag, value] if value else []
+    more += ["--nnodes", str(args.nnodes), "--node-rank", str(args.node_rank), "--master-addr", args.master_addr]
+    more += ["--master-port", str(args.master_port), "--rdzv-timeout-s", str(args.rdzv_timeout_s)]
+    more += ["--duration-s", str(args.duration_s)]
+    soak_s = args.duration_s if "soak" in args.benchmark else None
+    docs, results = supervised.benchmarks(sys.executable, args.benchmark, args.each_timeout_s, more, soak_s)
+    doc = supervised.document(args.host or socket.gethostname(), docs, results, started, t0)
     print_doc(doc, args.json)
     return results_exit(doc["results"], args.exit_zero)
 
@@ -169,6 +201,12 @@ def add_parsers(sub) -> None:
     b.add_argument("--master-addr", default="127.0.0.1", help="address of the first host")
     b.add_argument("--master-port", type=int, default=29511, help="rendezvous port on the first host")
     b.add_argument("--timeout-s", type=float, default=900, help="kill a torchrun run after this many seconds")
+    b.add_argument(
+        "--each-timeout-s",
+        type=float,
+        help="run each benchmark in a process of its own, killed after this many seconds (sdc with matmul: twice "
+        "as long); one that hangs or crashes is an error, the others keep what they measured",
+    )
     b.add_argument("--rdzv-timeout-s", type=int, default=120, help="how long torchrun waits for every node to join")
     b.add_argument(
         "--train-reference",

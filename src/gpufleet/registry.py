@@ -174,9 +174,12 @@ CHECK_GROUPS = (
 
 BENCHMARK_GROUP = "benchmark"  # the node's own benchmarks
 MULTINODE_GROUP = "benchmark_multinode"  # the NCCL and training runs across nodes
-# How much each benchmark measures: smoke seconds a benchmark (one matmul shape in bf16, a short HBM pass,
-# all_reduce at a few sizes); quick minutes a node; thorough the full sweeps. The soak runs for its own duration.
-DEPTHS = ("smoke", "quick", "thorough")
+# How much each benchmark measures (`depth`); the soak runs for its own duration.
+DEPTHS = {
+    "smoke": "seconds a benchmark: one matmul shape in bf16, a short HBM pass, all_reduce at a few sizes",
+    "quick": "a few sizes and shapes, minutes a node",
+    "thorough": "the full sweeps",
+}
 DEFAULT_DEPTH = "quick"
 
 # A quick benchmark figure judged from its samples, and measured again while close to its limit (checks/figures.py).
@@ -419,18 +422,18 @@ def chosen_depths() -> tuple[str, ...]:
 
 
 def stage_benchmarks(tier: str | None, chosen: list[str] | tuple[str, ...] | None = None) -> tuple[str, ...]:
-    """What a run tier's node stage runs, in its order: for a tier that chooses, `chosen` (gpufleet_benchmarks; None:
-    the default ones), each of which it must be able to run (ValueError names the one); else the tier's own."""
+    """What a run tier's node stage runs, in the order declared here: the tier's benchmarks, of those
+    gpufleet_benchmarks may name the ones `chosen` names (None: all, or the default ones where the tier chooses);
+    one it may not name always runs in its tier (the soak). ValueError names a name gpufleet_benchmarks may not hold."""
     t = run_tier(tier)
-    if not t.chosen:
-        return tier_benchmarks(t.name)
-    may = tier_benchmarks(t.name)
-    if chosen is None:
-        return tuple(b for b in benchmark_names(default=True) if b in may)
-    wrong = [b for b in chosen if b not in may]
+    may = benchmark_names(selectable=True)
+    wrong = [b for b in chosen or () if b not in may]
     if wrong:
-        raise ValueError(f"gpufleet_benchmarks names {wrong[0]!r}; expected some of {', '.join(may)} or none")
-    return tuple(chosen)
+        raise ValueError(f"gpufleet_benchmarks names {wrong[0]!r}; expected some of {', '.join(may)}, or none")
+    picked = set(chosen) if chosen is not None else set(benchmark_names(default=True)) if t.chosen else None
+    return tuple(
+        b.name for b in BENCHMARKS if t.name in b.run_tiers and (not b.selectable or picked is None or b.name in picked)
+    )
 
 
 def stage_depth(tier: str | None, depth: str | None = None) -> str:

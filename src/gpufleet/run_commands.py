@@ -12,7 +12,7 @@ import shutil
 import time
 from pathlib import Path
 
-from gpufleet import guard, lock, runs
+from gpufleet import guard, lock, runs, schema
 from gpufleet.command_line import json_arg
 from gpufleet.errors import InputError
 from gpufleet.lock import DEFAULT_PATH as DEFAULT_LOCK_PATH
@@ -98,6 +98,7 @@ def _watch_vars(path: Path, playbook_pid: int) -> None:
 def cmd_lock(args) -> int:
     if args.lock_command == "acquire":
         controller = json_arg(args.controller, "--controller")
+        asked = schema.utc_now()
         out = lock.acquire(
             args.path,
             args.run_id,
@@ -107,6 +108,9 @@ def cmd_lock(args) -> int:
             dead_runs=args.dead_run or [],
             wait_s=args.wait_s,
         )
+        # The node's result of it, as its document records it (gpufleet.cluster.node_take).
+        remedy = lock.REMEDY_HELD.format(holder=args.holder, path=args.path)
+        out["result"] = lock.result(out, args.path, args.run_id, asked, remedy)
     elif args.lock_command == "heartbeat":
         out = lock.heartbeat(args.path, args.run_id, args.holder)
     elif args.lock_command == "release":

@@ -19,7 +19,7 @@ import socket
 import time
 from pathlib import Path
 
-from gpufleet import paths, schema
+from gpufleet import paths, registry, schema
 from gpufleet.errors import InputError
 
 RUN_FILE = "run.json"
@@ -193,6 +193,7 @@ def start(
         }
     paths.make_dir(run_dir)
     paths.make_dir(run_dir / "hosts")
+    tier = tier or registry.DEFAULT_RUN_TIER  # what the engine's node stage runs when no tier is asked for
     if used and (run_dir / RUN_FILE).exists():
         doc = read_run(run_dir)
     else:  # a new run, or one from before run records: hosts/ without run.json

@@ -104,6 +104,12 @@ def torchrun(
     }
 
 
+def limit_within(timeout_s: float) -> float:
+    """torchrun's own limit inside a step's timeout_s: it is stopped first (10 to 60 seconds before, a quarter of
+    timeout_s between), so that its log tail is still reported before the step itself is killed."""
+    return max(1, timeout_s - min(60, max(10, timeout_s // 4)))
+
+
 def free_port() -> int:
     """A TCP port free on the loopback now (the OS picks it)."""
     with socket.socket() as sock:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from gpufleet import paths
+from gpufleet import paths, registry
 from gpufleet.errors import InputError
 from gpufleet.fleet import slurm as fleet_slurm
 from gpufleet.runner import record as rec
@@ -31,7 +31,6 @@ from gpufleet.runs import new_run_id
 from gpufleet.runner.project import Project, find_project, nodes_of, read_inventory
 from gpufleet.runner.live_view import make_view
 
-TIERS = ("smoke", "acceptance", "soak")
 LOCATE_METHODS = ("auto", "pairs", "bisect")
 
 
@@ -107,8 +106,8 @@ def _reports_dir(reports_dir: str | Path | None) -> Path:
 def _tier_vars(tier: str | None, soak_duration_s: int | None) -> dict:
     out = {}
     if tier:
-        if tier not in TIERS:
-            raise InputError(f"--tier {tier!r}; expected one of {', '.join(TIERS)}")
+        if tier not in registry.run_tier_names():
+            raise InputError(f"--tier {tier!r}; expected one of {', '.join(registry.run_tier_names())}")
         out["gpufleet_tier"] = tier
     if soak_duration_s is not None:
         if soak_duration_s <= 0:

@@ -18,6 +18,7 @@ import json
 import sys
 from pathlib import Path
 
+from gpufleet import registry
 from gpufleet.command_line import refused_json
 from gpufleet.errors import InputError
 from gpufleet.runner import api, locating
@@ -51,7 +52,12 @@ def _common(p: argparse.ArgumentParser, *, inventory_required: bool = True) -> N
 
 
 def _run_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--tier", choices=["smoke", "acceptance", "soak"], help="how deep to test (default: acceptance)")
+    p.add_argument(
+        "--tier",
+        choices=registry.run_tier_names(),
+        help=f"how deep to test, gpufleet_tier (default: {registry.DEFAULT_RUN_TIER}): the engine decides from it what "
+        "each node runs",
+    )
     p.add_argument("--soak-duration-s", type=int, help="the soak tier's duration in seconds")
     p.add_argument("--run-id", help="the run's name (default: the UTC time); a used one is refused")
     p.add_argument(

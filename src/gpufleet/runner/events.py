@@ -102,10 +102,9 @@ def classify(event_data: dict) -> tuple[str | None, str]:
         return "checks", short
     if short == "gpu_counters":
         return "counters", "after" if "after" in task else "before"
-    if short in ("benchmark", "node_steps"):  # node_steps: several modules in one task, named after its stage
+    if short == "benchmark":
         which = _suffix(task)
-        stage = "benchmarks" if short == "benchmark" or "benchmark" in task else "checks"
-        return stage, which if which and "{{" not in which else ""
+        return "benchmarks", which if which and "{{" not in which else ""
     if short in ("finetune",):
         return "fine-tune", ""
     if short == "host_record":  # on the controller, one node after another: the write-back
@@ -116,14 +115,12 @@ def classify(event_data: dict) -> tuple[str | None, str]:
 
 
 def status_counts(res: dict | None) -> dict[str, int]:
-    """How many results of each status a task returned: a host document under `gpufleet`, node_steps' documents
-    of its steps, or node_validate's own count (`status_counts`: it keeps the documents on the controller)."""
+    """How many results of each status a task returned: a host document under `gpufleet`, or node_validate's own
+    count (`status_counts`: it keeps the documents on the controller)."""
     res = res or {}
     if isinstance(res.get("status_counts"), dict):
         return {k: v for k, v in res["status_counts"].items() if isinstance(v, int)}
-    docs = [res.get("gpufleet")] + [
-        s.get("result", {}).get("gpufleet") for s in res.get("steps") or [] if isinstance(s, dict)
-    ]
+    docs = [res.get("gpufleet")]
     counts: dict[str, int] = {}
     for doc in docs:
         for r in doc.get("results") or [] if isinstance(doc, dict) else []:

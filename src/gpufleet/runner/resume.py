@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpufleet import runs, schema
+from gpufleet import registry, runs, schema
 from gpufleet.runner.record import RunFolder
 
 STAGES = ("node", "multinode", "finetune")
@@ -155,7 +155,7 @@ def run_stages(folder: RunFolder, hostvars: dict, extravars: dict) -> tuple[list
     """The stages the run covers, and its tier: what its first attempt asked for, and what applies."""
     run = folder.run or {}
     first_inv = next((i for i in (folder.record or {}).get("invocations", []) if i.get("command") != "locate"), {})
-    tier = run.get("tier") or (first_inv.get("extravars") or {}).get("gpufleet_tier") or "acceptance"
+    tier = run.get("tier") or (first_inv.get("extravars") or {}).get("gpufleet_tier") or registry.DEFAULT_RUN_TIER
     asked = None
     attempts = [a for a in run.get("attempts") or [] if a.get("playbook") != "locate"]
     if attempts and attempts[0].get("stages"):
@@ -163,7 +163,7 @@ def run_stages(folder: RunFolder, hostvars: dict, extravars: dict) -> tuple[list
     elif first_inv.get("stages"):
         asked = list(first_inv["stages"])
     stages = [s for s in STAGES if asked is None or s in asked]
-    if tier != "acceptance":  # smoke and soak stay inside each node
+    if not any(t.across_nodes for t in registry.RUN_TIERS if t.name == tier):  # smoke and soak stay inside each node
         stages = [s for s in stages if s == "node"]
     return stages, tier
 

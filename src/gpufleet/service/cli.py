@@ -15,7 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
-from gpufleet import slurm
+from gpufleet import registry, slurm
 from gpufleet.errors import InputError
 from gpufleet.fleet import slurm as fleet_slurm
 from gpufleet.fleet.store import Store, default_path, errors_said
@@ -94,7 +94,7 @@ def cmd_sweep(args) -> int:
             "thresholds": args.thresholds,
             "profile": args.profile,
             "benchmarks": args.benchmarks,
-            "benchmark_tier": args.benchmark_tier,
+            "depth": args.depth,
             "node_args": args.node_arg,
             "names": names,
             "submit": args.submit,
@@ -213,7 +213,12 @@ def add_parsers(sub) -> None:
         help="`gpufleet slurm sweep`: a tier's node stage as "
         "preemptible Slurm jobs on idle nodes, then judged as a run",
     )
-    s.add_argument("--tier", required=True, choices=list(sweep.TIERS))
+    s.add_argument(
+        "--tier",
+        default=sweep.TIERS[0],
+        choices=list(sweep.TIERS),
+        help="the run tier of each node's stage (default %(default)s, the shortest)",
+    )
     s.add_argument(
         "--partition",
         action="append",
@@ -236,8 +241,9 @@ def add_parsers(sub) -> None:
     s.add_argument(
         "--time-limit-min",
         type=int,
-        help="each job's time limit in minutes (default: smoke "
-        f"{sweep.TIME_LIMIT_MIN['smoke']}, acceptance {sweep.TIME_LIMIT_MIN['acceptance']})",
+        help="each job's time limit in minutes (default: "
+        + ", ".join(f"{tier} {minutes}" for tier, minutes in sweep.TIME_LIMIT_MIN.items())
+        + ")",
     )
     s.add_argument(
         "--wait-min",
@@ -251,8 +257,8 @@ def add_parsers(sub) -> None:
     s.add_argument("--lock-path", default="/run/lock/gpufleet-node.lock", help="gpufleet_lock_path on the nodes")
     s.add_argument("--thresholds", help="gpufleet_thresholds, a JSON object")
     s.add_argument("--profile", help="gpufleet_profile")
-    s.add_argument("--benchmarks", nargs="*", help="gpufleet_benchmarks (default: the tier's)")
-    s.add_argument("--benchmark-tier", help="gpufleet_benchmark_tier (default: the tier's)")
+    s.add_argument("--benchmarks", nargs="*", help="gpufleet_benchmarks: which of the tier's benchmarks run")
+    s.add_argument("--depth", choices=registry.chosen_depths(), help="gpufleet_benchmark_depth (default: the tier's)")
     s.add_argument(
         "--node-arg",
         action="append",

@@ -29,7 +29,7 @@ import json
 import time
 from pathlib import Path
 
-from gpufleet import paths, runs, schema, slurm
+from gpufleet import paths, registry, runs, schema, slurm
 from gpufleet.errors import InputError
 from gpufleet.fleet import export, service_log, store as fleet_store
 from gpufleet.fleet import slurm as fleet_slurm
@@ -146,7 +146,10 @@ def judge(
     names = names if names is not None else read_run_info(run_dir).get("slurm_node_names")
     cmds = {**DEFAULT_COMMANDS, **(site_commands or {})}
     info = read_run_info(run_dir)
-    acceptance_run = info.get("playbook") == "validate" and (info.get("tier") or "acceptance") == "acceptance"
+    tier = info.get("tier") or registry.DEFAULT_RUN_TIER  # the full tier: the node stage and the runs across nodes
+    acceptance_run = info.get("playbook") == "validate" and any(
+        t.across_nodes for t in registry.RUN_TIERS if t.name == tier
+    )
     try:
         shown, slurm_note = slurm.show_nodes(), None
     except InputError as exc:

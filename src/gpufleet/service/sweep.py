@@ -40,16 +40,17 @@ from gpufleet.fleet.document_writer import record as record_document
 from gpufleet.fleet.run_files import read_json
 from gpufleet.service import retest
 
-# The run tiers a node stage in a job runs (the soak lasts hours: no sweep).
-TIERS = tuple(t for t in registry.RUN_TIERS if t != "soak")
+# The run tiers a node stage in a job runs, and each job's time limit in minutes (registry.RunTier.sweep_minutes;
+# the soak lasts hours: no sweep). The node stage took 35.3 s (smoke) and 44.4 s (acceptance) on one H100
+# (docs/results/2026-11-23-h100-x1-fleet); the limit leaves room for a slow start, a node with eight GPUs and a
+# measurement taken again.
+TIME_LIMIT_MIN = {t.name: t.sweep_minutes for t in registry.RUN_TIERS if t.sweep_minutes}
+TIERS = tuple(TIME_LIMIT_MIN)
 JOB_NAME = "gpufleet-sweep"
 SWEEP_FILE = "sweep.json"
 GROUP = "sweep"
 DEFAULT_SHARE = "25%"
 DEFAULT_NICE = 10000
-# Minutes: the node stage took 35.3 s (smoke) and 44.4 s (acceptance) on one H100 (docs/results/2026-11-23-h100-x1-fleet);
-# the limit leaves room for a slow start, a node with eight GPUs and a measurement taken again.
-TIME_LIMIT_MIN = {"smoke": 10, "acceptance": 20}
 DEFAULT_WAIT_MIN = 10
 POLL_S = 5.0
 # Jobs whose node gets no verdict: preempted by real work, cancelled, or never started before their deadline.
@@ -205,7 +206,7 @@ def job_request(
         "--lock-ttl-s",
         str(limit_min * 60 + 120),
     ]
-    for key, flag in (("thresholds", "--thresholds"), ("profile", "--profile"), ("benchmark_tier", "--benchmark-tier")):
+    for key, flag in (("thresholds", "--thresholds"), ("profile", "--profile"), ("depth", "--depth")):
         if opts.get(key):
             argv += [flag, opts[key]]
     if opts.get("benchmarks") is not None:
