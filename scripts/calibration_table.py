@@ -261,7 +261,11 @@ def soak_windows(doc: dict) -> dict[str, list[float]]:
             for g in (detail.get("per_gpu") or {}).values()
             for k in ("matmul_tflops", "hbm_gbps")
         ]
-        series.append(((detail.get("nccl") or {}).get("windows") or [], "busbw_gbps"))
+        nccl = detail.get("nccl") or {}
+        windows = nccl.get("windows") or []
+        if windows and "warm_up" not in nccl:  # recorded before the soak kept its first all_reduce round apart:
+            windows = windows[1:]  # its first window holds that cold round (bench/soak/outcome.py), never a window's
+        series.append((windows, "busbw_gbps"))
         for windows, key in series:
             values = [w[key] for w in windows if isinstance(w.get(key), (int, float))]
             if len(values) < 2:
