@@ -138,7 +138,7 @@ def test_local_run_records_benchmarks_in_host_document_and_report(local_run):
 def test_local_run_draws_busbw_in_report_html_and_tabulates_it_in_md(local_run):
     _, run_dir = local_run
     page = (run_dir / "report.html").read_text()
-    svgs = re.findall(r'<svg class="chart".*?</svg>', page, re.S)
+    svgs = re.findall(r'<svg class="chart busbw".*?</svg>', page, re.S)
     assert len(svgs) == 1, "one chart: the single-node NCCL run"
     svg = svgs[0]
     assert svg.count("<polyline") == len(COLLECTIVES)
@@ -284,7 +284,7 @@ def test_two_nodes_run_nccl_and_training_across_both_and_merge_into_each_documen
         r["check"] for r in report["nodes"]["node-b"]["results"] if r["group"] == "benchmark_multinode"
     } >= COLLECTIVES | {"train_gpt2", "train_scaling"}
     page = (run_dir / "report.html").read_text()
-    assert page.count('<svg class="chart"') == 2  # one chart per node: the run across nodes
+    assert page.count('<svg class="chart busbw"') == 2  # one chart per node: the run across nodes
     assert "4 ranks over 2 nodes" in page
     assert "benchmark_multinode.train_gpt2" in page and "benchmark_multinode.train_scaling" in page
     md = (run_dir / "report.md").read_text()
