@@ -154,7 +154,7 @@ def test_local_run_draws_busbw_in_report_html_and_tabulates_it_in_md(local_run):
     assert "### NCCL bus bandwidth (GB/s)" in md
     assert "| size | all_reduce | all_gather | reduce_scatter | all_to_all |" in md
     assert re.search(r"^\| 64 KiB \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|$", md, re.M)
-    assert "- threshold: matmul_bf16_tflops_min: none set (source: " in md
+    assert "- limit: matmul_bf16_tflops_min = none set" in md  # the limit that decided, its source beside it
 
 
 # ---------------------------------------------------------------- bad input stops before any node
