@@ -32,7 +32,7 @@ ANSIBLE_LOWEST := 2.16.0
 ANSIBLE_HIGHEST := 2.20
 NEWER_PYTHON ?=
 
-.PHONY: validate test lint sanity clean system-deps
+.PHONY: validate test test-fast lint sanity generate clean system-deps
 
 $(BIN)/python:
 	$(DEPS) venv
@@ -82,6 +82,11 @@ validate: $(VENV)/.installed-controller
 
 test: system-deps $(VENV)/.installed-test
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -n 2 --dist loadfile tests/
+
+# Files written from others, each held current by a test: the ansible-test sanity ignore files, from the modules and
+# the engine's files the collection ships (tools/sanity_ignores.py; tests/test_collection_conventions.py).
+generate:
+	$(PYTHON) tools/sanity_ignores.py
 
 lint: $(VENV)/.installed-test
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest tests/test_ansible_quality.py -k lint
