@@ -1,4 +1,4 @@
-"""scripts/gpu_bringup.sh, the bring-up sequence of a cloud GPU VM, run here against a test host made to look like one.
+"""tools/gpu_bringup.sh, the bring-up sequence of a cloud GPU VM, run here against a test host made to look like one.
 
 The host (tests/testhosts.py) is reached over ssh as the VM reaches itself, with inventory/cloud-vm's settings. Its
 kernel is this machine's, so the roles read and write a fake VM tree instead (tests/sysfs_tree.vm: one GPU on the
@@ -35,7 +35,7 @@ WHEELHOUSE = "/srv/wheelhouse"
 
 
 def wheelhouse(dest: Path) -> Path:
-    """pip and wheel: what the VM's wheelhouse gives a venv made without ensurepip (scripts/gpu_wheelhouse.sh)."""
+    """pip and wheel: what the VM's wheelhouse gives a venv made without ensurepip (tools/gpu_wheelhouse.sh)."""
     dest.mkdir()
     subprocess.run(
         [
@@ -128,7 +128,7 @@ def test_bringup_twice_held_drifted_and_restored_on_a_vm_like_host(tmp_path):
             "TIER": "acceptance",
         }  # its benchmarks off: checks only
         proc = subprocess.run(
-            ["bash", str(REPO / "scripts/gpu_bringup.sh")], env=env, capture_output=True, text=True, timeout=1800
+            ["bash", str(REPO / "tools/gpu_bringup.sh")], env=env, capture_output=True, text=True, timeout=1800
         )
         table = proc.stdout[-6000:] + proc.stderr[-3000:]
         ran = steps(out)

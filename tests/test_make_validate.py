@@ -1,6 +1,6 @@
 """`make validate` on inventory/local: the node's Python and the GPU count it expects, chosen on this machine and
 said at the start (scripts/local_node.py), reach the run; a board with fewer GPUs than its profile's is told how
-to say so. On a GPU machine, scripts/gpu_make_validate.sh runs the README's command from a fresh clone."""
+to say so. On a GPU machine, tools/gpu_make_validate.sh runs the README's command from a fresh clone."""
 
 from __future__ import annotations
 

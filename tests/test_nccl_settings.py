@@ -1,9 +1,8 @@
-"""scripts/nccl_settings.py, the measurement of the nccl role's settings: its judgement of runs against the baseline,
+"""tools/nccl_settings.py, the measurement of the nccl role's settings: its judgement of runs against the baseline,
 and one real run on the CPU (gloo: the logic, no NCCL), with the conf file moved aside while it measures and put back."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -11,18 +10,16 @@ from pathlib import Path
 
 import pytest
 
+import tool_modules
 from gpufleet.bench.nccl import SIZES, tier_sizes
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "scripts/nccl_settings.py"
+SCRIPT = tool_modules.TOOLS / "nccl_settings.py"
 MiB = 1 << 20
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("nccl_settings", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return tool_modules.load("nccl_settings")
 
 
 def run(variant: str, busbw: dict) -> dict:

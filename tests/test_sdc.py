@@ -30,7 +30,7 @@ def _has_cuda() -> bool:
 
 
 # The engine runs these on the CPU only where there is no GPU; on a GPU machine it measures the GPUs instead
-# (scripts/gpu_sdc_check.py and the GPU results cover that).
+# (tools/gpu_sdc_check.py and the GPU results cover that).
 cpu_run = pytest.mark.skipif(_has_cuda(), reason="a CPU run of the engine: this machine has a GPU")
 
 VERSIONS = {"torch": "2.11.0+cu130", "cuda_runtime": "13.0", "nccl": "2.27.7"}

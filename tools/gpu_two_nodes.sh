@@ -8,7 +8,7 @@
 # Everything is saved under $OUT; a short table is printed last.
 # Needs: python3 with torch (CUDA), transformers, peft; ansible-core, datasets and their dependencies
 # installed or as wheels in ./.whl and ./.whlft.
-# Usage: OUT=/path [ONE_GPU_RUNS=''] [VALIDATE_RUN=''] scripts/gpu_two_nodes.sh   (set to '': leave step 1 or 3 out)
+# Usage: OUT=/path [ONE_GPU_RUNS=''] [VALIDATE_RUN=''] tools/gpu_two_nodes.sh   (set to '': leave step 1 or 3 out)
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-two-nodes}
 mkdir -p "$OUT"

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The engine's GPU-facing tests and the watched node stage, on a GPU machine, from a checkout, in one call:
 #   pytest over the test files that read NVML or run the engine (their GPU paths run here, CPU-only ones skip),
-#   `gpufleet status` and `gpufleet counters`, then scripts/gpu_watch_run.sh with STEPS.
+#   `gpufleet status` and `gpufleet counters`, then tools/gpu_watch_run.sh with STEPS.
 # Needs: python3 with torch (CUDA), nvidia-ml-py, pytest; ansible-core's wheels in ./.whl.
-# Usage: OUT=/path [STEPS="clean bench after"] [SOAK_S=90] bash scripts/gpu_main_check.sh
+# Usage: OUT=/path [STEPS="clean bench after"] [SOAK_S=90] bash tools/gpu_main_check.sh
 set -uo pipefail
 export LC_ALL=C.UTF-8 PYTHONUNBUFFERED=1
 : "${OUT:?the results folder}"
@@ -17,4 +17,4 @@ python3 -m pytest -q -p no:cacheprovider tests/test_counters.py tests/test_nvml_
 echo "pytest rc=$? in $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/pytest-gpu.txt")"
 python3 -m gpufleet status --count 1 --json >"$OUT/status.json" 2>"$OUT/status.err"; echo "status rc=$?"
 python3 -m gpufleet counters --phase after --json >"$OUT/counters-after.json" 2>"$OUT/counters.err"; echo "counters rc=$?"
-OUT=$OUT STEPS="$STEPS" bash scripts/gpu_watch_run.sh 2>&1 | tail -30
+OUT=$OUT STEPS="$STEPS" bash tools/gpu_watch_run.sh 2>&1 | tail -30

@@ -1,7 +1,7 @@
 """The calibration table: what each check says on healthy GPUs and on disturbed ones, per GPU model, and the
 healthy spread that gives each relative limit its default.
 
-Reads the node-runs scripts/gpu_calibrate.py appended (one or more JSON-lines files: runs of different machines
+Reads the node-runs tools/gpu_calibrate.py appended (one or more JSON-lines files: runs of different machines
 and days add up) and writes:
   --table   Markdown (docs/results/calibration/table.md): per GPU model, per check, the node-runs, the false
             alarms on clean runs and the detections on disturbed runs (the node's own GPUs disturbed), each as the
@@ -16,7 +16,7 @@ The calibration is written first and the replay reads it (where --limits is the 
 --profile-dir): the replayed false alarms are in-sample (the limits come from these very runs), the detections
 are not.
 
-  python3 scripts/calibration_table.py docs/results/calibration [more.jsonl ...] \\
+  python3 tools/calibration_table.py docs/results/calibration [more.jsonl ...] \\
       --table docs/results/calibration/table.md --limits files/profiles/calibration [--json table.json] \\
       [--soaks docs/results/calibration/*-soak.json.gz]
 """
@@ -44,7 +44,7 @@ from gpufleet.fleet import compare  # noqa: E402
 from gpufleet.comparisons import metrics as fleet_metrics  # noqa: E402
 from gpufleet.judge import ISOLATED_DEPTH_FACTOR, below_pct  # noqa: E402
 
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "tools"))
 import calibration_counters  # noqa: E402
 from calibration_from_runs import inventory_of  # noqa: E402
 
@@ -503,7 +503,7 @@ def render(by_model: dict, files: list[str], problems: list[str], generic: dict)
     lines = [
         "# Calibration table",
         "",
-        f"From {', '.join(f'`{f}`' for f in files)} by `scripts/calibration_table.py`. Per GPU model: each check's "
+        f"From {', '.join(f'`{f}`' for f in files)} by `tools/calibration_table.py`. Per GPU model: each check's "
         "node-runs, its false alarms on clean runs (`warn`, `fail` or `error` where nothing was disturbed) and its "
         "detections on disturbed runs (the disturbance ran on the node's own GPUs), and what did not pass on the nodes "
         "beside a disturbed one (another node of the same machine); *recorded* is what the run said, "
@@ -590,7 +590,7 @@ def main(argv=None) -> int:
         "data",
         nargs="+",
         type=Path,
-        help="JSON-lines files of scripts/gpu_calibrate.py (.jsonl or .jsonl.gz), or folders of them",
+        help="JSON-lines files of tools/gpu_calibrate.py (.jsonl or .jsonl.gz), or folders of them",
     )
     p.add_argument("--table", type=Path, required=True, help="the Markdown table to write")
     p.add_argument(
@@ -639,7 +639,7 @@ def main(argv=None) -> int:
             mine = {r["_file"] for r in mrows}  # this model's runs alone
             doc = limits_file(model, profile, measured, mrows, [f for f in files if f in mine], str(args.table))
             (args.limits / f"{profile}.yml").write_text(
-                "# Written by scripts/calibration_table.py from the calibration runs; see its table.\n"
+                "# Written by tools/calibration_table.py from the calibration runs; see its table.\n"
                 + yaml.dump(doc, Dumper=_IndentedDumper, sort_keys=False, width=60)
             )
         clean_docs = [r["document"] for r in mrows if condition(r) == "clean"]

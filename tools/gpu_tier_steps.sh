@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The acceptance tier's wall time before and after, with where it goes, on a GPU machine:
-#   BEFORE=<folder of the older checkout> OUT=<dir> [ROUNDS=4] bash scripts/gpu_tier_steps.sh
-# 1. scripts/gpu_matmul_phases.py --engine: `gpufleet bench matmul` and `bench matmul sdc` as the benchmark module
+#   BEFORE=<folder of the older checkout> OUT=<dir> [ROUNDS=4] bash tools/gpu_tier_steps.sh
+# 1. tools/gpu_matmul_phases.py --engine: `gpufleet bench matmul` and `bench matmul sdc` as the benchmark module
 #    runs them, with the workers' phases (phases.json);
-# 2. scripts/gpu_tier_time.sh: ROUNDS alternating runs of each checkout (times.tsv, tiers.tar.gz);
+# 2. tools/gpu_tier_time.sh: ROUNDS alternating runs of each checkout (times.tsv, tiers.tar.gz);
 # 3. the seconds of each benchmark step in every run's host document (steps.tsv).
 # The table is printed last.
 set -uo pipefail
@@ -11,9 +11,9 @@ set -uo pipefail
 export ROUNDS=${ROUNDS:-4} LC_ALL=C.UTF-8 PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
 here=$PWD
-PYTHONPATH=$here/src timeout 200 python3 scripts/gpu_matmul_phases.py --engine --rounds 1 --json "$OUT/phases.json" \
+PYTHONPATH=$here/src timeout 200 python3 tools/gpu_matmul_phases.py --engine --rounds 1 --json "$OUT/phases.json" \
   >"$OUT/phases.log" 2>&1 || echo "phases: exit $?"
-BEFORE=$BEFORE OUT=$OUT bash scripts/gpu_tier_time.sh >"$OUT/tier-time.log" 2>&1
+BEFORE=$BEFORE OUT=$OUT bash tools/gpu_tier_time.sh >"$OUT/tier-time.log" 2>&1
 work=$(mktemp -d)
 tar -xzf "$OUT/tiers.tar.gz" -C "$work" 2>/dev/null
 python3 - "$work" "$OUT/steps.tsv" <<'PY'

@@ -11,13 +11,13 @@
 #   validate-3   accepted again
 # The GPUs' settings (persistence, clocks, power limits, compute mode) are read before and after and must not move.
 # Under $OUT: machine.txt, <step>.log (each step's full output), validate-N/ (report.json, report.md, the host
-# document), steps.jsonl, and summary.txt, the short table printed last (scripts/bringup_steps.py judges each step).
+# document), steps.jsonl, and summary.txt, the short table printed last (tools/bringup_steps.py judges each step).
 # Exit 0 when every step went as it should.
 #
 # Needs: python3 with torch (the image's); ansible-core on PATH, or its wheels in .whl; the python_env wheelhouse in
-# .whl/python_env (both from scripts/gpu_wheelhouse.sh).
+# .whl/python_env (both from tools/gpu_wheelhouse.sh).
 # Usage: OUT=/path [DRIVER_PIN=580.159.04] [WRONG_PIN=550.127.05] [INVENTORY=inventory/cloud-vm] [TIER=smoke]
-#        [STEPS="bringup-1 bringup-2 ..."] [REPORTS_DIR=reports] bash scripts/gpu_bringup.sh
+#        [STEPS="bringup-1 bringup-2 ..."] [REPORTS_DIR=reports] bash tools/gpu_bringup.sh
 # DRIVER_PIN defaults to the loaded driver (/sys/module/nvidia/version), which the run then says.
 set -uo pipefail
 : "${OUT:?the results folder}"
@@ -38,7 +38,7 @@ WRONG_PIN=${WRONG_PIN:-550.127.05}
 run_id=bringup-$(date -u +%Y%m%dT%H%M%SZ)
 rm -f "$OUT/steps.jsonl"
 
-. scripts/ansible_from_wheels.sh "$OUT/ansible-install.log" || { echo "ansible-core from .whl failed: $OUT/ansible-install.log"; exit 2; }
+. tools/ansible_from_wheels.sh "$OUT/ansible-install.log" || { echo "ansible-core from .whl failed: $OUT/ansible-install.log"; exit 2; }
 
 loaded=$(cat /sys/module/nvidia/version 2>/dev/null)
 DRIVER_PIN=${DRIVER_PIN:-$loaded}
@@ -100,7 +100,7 @@ step() {  # step NAME COMMAND...: run it with a timeout, its output in $OUT/NAME
     cp -r "$REPORTS_DIR/$run_id-$name/hosts" "$OUT/$name/" 2>/dev/null
     report=(--report "$OUT/$name/report.json")
   fi
-  python3 scripts/bringup_steps.py record "$OUT" "$name" "$rc" "$(awk "BEGIN {print $end - $start}")" "${report[@]}"
+  python3 tools/bringup_steps.py record "$OUT" "$name" "$rc" "$(awk "BEGIN {print $end - $start}")" "${report[@]}"
 }
 
 deadline=$((SECONDS + BUDGET_S))
@@ -117,4 +117,4 @@ for s in $STEPS; do
   esac
 done
 gpu_settings after
-python3 scripts/bringup_steps.py table "$OUT"
+python3 tools/bringup_steps.py table "$OUT"

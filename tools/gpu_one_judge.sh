@@ -2,18 +2,18 @@
 # The verdict as an operator meets it on a GPU machine: `gpufleet fleet run -i inventory/local` runs in a plan,
 # clean and beside neighbours, each judged by its report, with its wall time and what it measured again.
 #   OUT=<dir> PLAN="<step> ..." [BUDGET_S=540] [BEFORE=<older checkout>] [EXPECTED_GPUS=N] [COMMIT=<sha>]
-#     bash scripts/gpu_one_judge.sh          (COMMIT: the commit the checkout holds, where its .git is not this tree's)
+#     bash tools/gpu_one_judge.sh          (COMMIT: the commit the checkout holds, where its .git is not this tree's)
 # Steps, run in order while BUDGET_S can hold the next (the longest run of its kind so far, plus a tenth):
 #   acc                 the acceptance tier, this checkout
 #   before              the acceptance tier from the checkout in $BEFORE (its own reports folder): the base it is
 #                       timed against, alternated with `acc` in the plan
 #   soak:S              the soak tier, S seconds of soak
-#   soak:S:gpu@T+D      the same, a bf16 matmul neighbour (scripts/gpu_disturb.py) on GPU 1 (0 on a one-GPU
+#   soak:S:gpu@T+D      the same, a bf16 matmul neighbour (tools/gpu_disturb.py) on GPU 1 (0 on a one-GPU
 #                       machine) from T s to T+D s after the run started
 #   acc:gpu@T+D         the acceptance tier beside the same neighbour
 #   acc:cpu@T+D         the acceptance tier beside busy processes on a third of the host's CPUs, as another user
 # Each checkout's first clean acceptance run becomes its baseline (`gpufleet baseline set`), as on a site. Every run's folder
-# is kept; each run is also a calibration line (scripts/calibration_from_runs.py) under $OUT/calibration.jsonl.gz.
+# is kept; each run is also a calibration line (tools/calibration_from_runs.py) under $OUT/calibration.jsonl.gz.
 # Needs python3 with torch (CUDA) and nvidia-ml-py, and ansible-core (or its wheels in ./.whl).
 # Under $OUT: runs.tsv (step, run id, wall s, exit, verdict, counts, seconds measured again, classes, checks not
 # passing), runs.tar.gz (each run's folder and output), calibration.jsonl.gz; the table is printed last.
@@ -67,7 +67,7 @@ neighbour() {  # KIND AT_S FOR_S: start it in the background, after AT_S seconds
   else
     args="--kind matmul --gpu $neighbour_gpu"
   fi
-  (sleep "$at"; exec python3 scripts/gpu_disturb.py $args --seconds "$for_s") >>"$OUT/neighbours.log" 2>&1 &
+  (sleep "$at"; exec python3 tools/gpu_disturb.py $args --seconds "$for_s") >>"$OUT/neighbours.log" 2>&1 &
   echo $!
 }
 
@@ -116,7 +116,7 @@ done
 (cd "$work" && tar czf "$OUT/runs.tar.gz" --exclude='*.db*' reports-* *.out 2>/dev/null)
 runs=$(ls -d "$work"/reports-after/*/ 2>/dev/null)
 if [ -n "$runs" ]; then
-  python3 scripts/calibration_from_runs.py $runs --machine "$(hostname)-x$gpus" --out "$OUT/calibration.jsonl.gz" \
+  python3 tools/calibration_from_runs.py $runs --machine "$(hostname)-x$gpus" --out "$OUT/calibration.jsonl.gz" \
     --commit "${COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo '?')}" >"$OUT/calibration.log" 2>&1 || tail -3 "$OUT/calibration.log"
 fi
 echo

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The wheels a GPU machine without a package registry needs, fetched here (a machine that reaches one):
-#   .whl/             ansible-core, ansible-runner and the controller's other packages (scripts/gpu_*.sh install
+#   .whl/             ansible-core, ansible-runner and the controller's other packages (tools/gpu_*.sh install
 #                     them with pip --target)
 #   .whl/python_env/  pip, setuptools, wheel, PyYAML, nvidia-ml-py: the wheelhouse the python_env role installs
 #                     from there (inventory/cloud-vm), where the image's Python lacks one of them
 # .whl is git-ignored; carry it to the GPU machine with the checkout.
-# Usage: bash scripts/gpu_wheelhouse.sh [PYTHON_VERSION]   (default 3.12, the GPU machines' Python)
+# Usage: bash tools/gpu_wheelhouse.sh [PYTHON_VERSION]   (default 3.12, the GPU machines' Python)
 set -euo pipefail
 py=${1:-3.12}
 cd "$(dirname "$0")/.."

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Throughput of fine-tune settings, each a named variant of one base config, on one GPU or a group of GPUs.
 
-    python3 scripts/finetune_sweep.py OUT_DIR [--base CONFIG] [--gpus 0,1] [--gpus-per-variant N] [--repeat N]
+    python3 tools/finetune_sweep.py OUT_DIR [--base CONFIG] [--gpus 0,1] [--gpus-per-variant N] [--repeat N]
                                       [--budget-s S] [--run-timeout-s S] VARIANT...
 
 --gpus is cut into groups of --gpus-per-variant (default 1). Variants run one after another on each group,

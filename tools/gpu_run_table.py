@@ -1,4 +1,4 @@
-"""Short table of a scripts/gpu_run.sh run: validate verdicts, benchmark figures, quick vs sweep."""
+"""Short table of a tools/gpu_run.sh run: validate verdicts, benchmark figures, quick vs sweep."""
 
 import json
 import sys

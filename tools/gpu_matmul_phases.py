@@ -1,6 +1,6 @@
 """Where the matmul step's wall time goes on a GPU machine, phase by phase.
 
-    python3 scripts/gpu_matmul_phases.py [--rounds 2] [--before DIR] [--json OUT]
+    python3 tools/gpu_matmul_phases.py [--rounds 2] [--before DIR] [--json OUT]
 
 Each round, each case in a fresh Python process (as the engine starts one per benchmark):
 - `before`: an older checkout's matmul.run("quick") (DIR/src on the path), timed as a whole;

@@ -1,9 +1,9 @@
-"""The steps of scripts/gpu_bringup.sh, each judged against what it should do, and the table printed last.
+"""The steps of tools/gpu_bringup.sh, each judged against what it should do, and the table printed last.
 
-    python3 scripts/bringup_steps.py record OUT STEP RC SECONDS [--report REPORT_JSON]
+    python3 tools/bringup_steps.py record OUT STEP RC SECONDS [--report REPORT_JSON]
         reads OUT/STEP.log (ansible's output: PLAY RECAP, the tasks that changed, the messages), and for a validate step
         the run's report.json; appends one line to OUT/steps.jsonl
-    python3 scripts/bringup_steps.py table OUT
+    python3 tools/bringup_steps.py table OUT
         prints the table (and writes it to OUT/summary.txt); exits 1 when a step did not go as expected
 
 What each step must show (STEP names as in the script; a trailing -N is the step's round):

@@ -4,7 +4,7 @@ Each run starts the health check as slurmd would (a fresh process, SLURMD_NODENA
 hard fault prints the drain instead of calling scontrol. While it runs, NVML is polled: any compute process of
 the check's own process tree on a GPU, and each GPU's utilisation, are recorded.
 
-    python3 scripts/slurm_health_time.py --runs 5 [--mode health|epilog] [--thresholds JSON] > slurm_health.json
+    python3 tools/slurm_health_time.py --runs 5 [--mode health|epilog] [--thresholds JSON] > slurm_health.json
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@
 #     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 #     --platform any 'ansible-core>=2.16,<2.21' 'ansible-runner>=2.4' 'prometheus-client>=0.20' 'rich>=13' \
 #     'PyYAML>=6' 'nvidia-ml-py>=12.535' 'setuptools>=68'
-# Run: OUT=/path bash scripts/gpu_make_validate.sh   (full outputs under $OUT, a short table last)
+# Run: OUT=/path bash tools/gpu_make_validate.sh   (full outputs under $OUT, a short table last)
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-results}
 mkdir -p "$OUT"

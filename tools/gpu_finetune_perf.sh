@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Fine-tune performance on a machine with two GPUs, in one go:
-#   zero3    the seeds' DeepSpeed ZeRO-3 variant on both GPUs (scripts/finetune_sweep.py variant zero3);
+#   zero3    the seeds' DeepSpeed ZeRO-3 variant on both GPUs (tools/finetune_sweep.py variant zero3);
 #   sweep    the sweep variants named in $VARIANTS, one GPU each, two at a time;
-#   profile  then scripts/finetune_profile.py on GPU 0 alone (host against GPU time, top kernels).
+#   profile  then tools/finetune_profile.py on GPU 0 alone (host against GPU time, top kernels).
 # Everything is saved under $OUT (one tar file, results.tgz, beside the tables); a short table is printed last.
 # Needs: python3 with torch (CUDA), transformers, peft; datasets, liger-kernel and deepspeed (with its
 # dependencies) installed or as wheels in ./.whlft.
-# Usage: OUT=/path [STEPS="zero3 sweep profile"] [VARIANTS="nogc-compile-drop0"] [PROFILE_ARGS=...] scripts/gpu_finetune_perf.sh
+# Usage: OUT=/path [STEPS="zero3 sweep profile"] [VARIANTS="nogc-compile-drop0"] [PROFILE_ARGS=...] tools/gpu_finetune_perf.sh
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-finetune-perf}
 STEPS=${STEPS:-zero3 sweep profile}
@@ -29,16 +29,16 @@ python3 -c "import torch, transformers, peft; print('torch', torch.__version__, 
 
 if [[ " $STEPS " == *" zero3 "* ]]; then
   say "zero3 on GPUs 0,1"
-  python3 scripts/finetune_sweep.py "$work/zero3" --gpus 0,1 --gpus-per-variant 2 --budget-s 60 --run-timeout-s 300 zero3 \
+  python3 tools/finetune_sweep.py "$work/zero3" --gpus 0,1 --gpus-per-variant 2 --budget-s 60 --run-timeout-s 300 zero3 \
     >"$work/zero3.txt" 2>>"$log"
 fi
 if [[ " $STEPS " == *" sweep "* ]]; then
   say "sweep on GPUs 0,1: $VARIANTS"
-  python3 scripts/finetune_sweep.py "$work/sweep" --gpus 0,1 --budget-s 300 --run-timeout-s 280 $VARIANTS >"$work/sweep.txt" 2>>"$log"
+  python3 tools/finetune_sweep.py "$work/sweep" --gpus 0,1 --budget-s 300 --run-timeout-s 280 $VARIANTS >"$work/sweep.txt" 2>>"$log"
 fi
 if [[ " $STEPS " == *" profile "* ]]; then
   say "profile on GPU 0"
-  CUDA_VISIBLE_DEVICES=0 python3 scripts/finetune_profile.py "$work/profile" ${PROFILE_ARGS:-} >"$work/profile.txt" 2>>"$log"
+  CUDA_VISIBLE_DEVICES=0 python3 tools/finetune_profile.py "$work/profile" ${PROFILE_ARGS:-} >"$work/profile.txt" 2>>"$log"
 fi
 say "done"
 tar -czf "$OUT/results.tgz" -C "$work" --exclude='*.safetensors' .

@@ -2,7 +2,7 @@
 # Every GPU step watched, on a GPU machine, from a checkout, in one go (about 6 minutes on one H200):
 #   1 clean:       the acceptance tier's node stage with nothing else on the GPUs, timed: accepted, every figure
 #                  `clean` (no confirmation);
-#   2 bench:       the same, with a workload of our own (scripts/gpu_disturb.py, a bf16 matmul loop) started once
+#   2 bench:       the same, with a workload of our own (tools/gpu_disturb.py, a bf16 matmul loop) started once
 #                  the matmul benchmark is on the GPU and stopped after DISTURB_S: the step is measured again once
 #                  quiet, and the run ends not accepted, naming the process and the time (benchmark.matmul_processes);
 #   3 soak:        a SOAK_S soak with the same workload started SOAK_DISTURB_AT_S into it for DISTURB_S: the soak
@@ -16,7 +16,7 @@
 # counters after (the run's verdict: schema.verdict over every result).
 # Needs: python3 with torch (CUDA) and nvidia-ml-py, nvidia-smi.
 # Usage: OUT=/path [STEPS="clean bench soak after train"] [SOAK_S=90] [DISTURB_S=30] [SOAK_DISTURB_AT_S=30] [DISTURB_GPU=0] [THRESHOLDS='{...}'] \
-#          bash scripts/gpu_watch_run.sh
+#          bash tools/gpu_watch_run.sh
 # Files under $OUT: run.log; steps.tar.gz with <step>/ for each step's output (JSON documents, stderr, the
 # workload's log, ansible's output and run folder); summary.json; the short table is printed last.
 set -uo pipefail
@@ -70,7 +70,7 @@ busy_or_ended() { gpu_busy || ended "$1"; }
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 
 disturb_start() {  # DIR SECONDS: the workload in the background; its pid in $dpid, its first line in the run log
-  python3 scripts/gpu_disturb.py --gpu "$DISTURB_GPU" --seconds "$2" --kind matmul >"$1/gpu_disturb.log" 2>&1 &
+  python3 tools/gpu_disturb.py --gpu "$DISTURB_GPU" --seconds "$2" --kind matmul >"$1/gpu_disturb.log" 2>&1 &
   dpid=$!
   wait_for 60 grep -q "^gpu_disturb pid" "$1/gpu_disturb.log" || say "the workload said nothing within 60 s"
   python3 -c "import time; print(round(time.time(), 1))" >"$1/disturb-start.epoch"

@@ -2,7 +2,7 @@
 # The acceptance tier's wall time on a GPU machine, this checkout against an older one, alternating so that
 # neither profits from a warmer machine, and what each run said of the node:
 #   BEFORE=<folder with the older checkout> OUT=<dir> [ROUNDS=2] [ORDER="before after"] [BUDGET_S=540]
-#     [TIER=acceptance] [RUNNER=playbook|fleet] [EXPECTED_GPUS=N] bash scripts/gpu_tier_time.sh
+#     [TIER=acceptance] [RUNNER=playbook|fleet] [EXPECTED_GPUS=N] bash tools/gpu_tier_time.sh
 # A round runs the checkouts in ORDER; each run is `ansible-playbook validate.yml -i inventory/local` (RUNNER
 # playbook) or `gpufleet fleet run -i inventory/local` (RUNNER fleet, what an operator types), the engine of its
 # checkout installed editable just before it, every run in its checkout's own reports folder (so later runs have

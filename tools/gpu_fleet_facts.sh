@@ -5,11 +5,11 @@
 #     the PCIe AER counts, or why each could not be read;
 #   2 `gpufleet counters --phase after`: the fabric snapshot beside the GPUs' counters;
 #   3 `gpufleet check --slurm-health` (and `=epilog`), timed as slurmd would start it, NVML polled meanwhile for any
-#     process of its own on a GPU (scripts/slurm_health_time.py);
+#     process of its own on a GPU (tools/slurm_health_time.py);
 #   4 the tests of the fabric, the version table and Slurm (those needing Slurm daemons skip where there are none);
-#   5 scripts/gpu_main_check.sh with STEPS (the GPU-facing tests, status, counters, the watched node stage).
+#   5 tools/gpu_main_check.sh with STEPS (the GPU-facing tests, status, counters, the watched node stage).
 # Needs: python3 with torch (CUDA), nvidia-ml-py, pytest; ansible-core's wheels in ./.whl.
-# Usage: OUT=/path [STEPS="clean bench after"] bash scripts/gpu_fleet_facts.sh
+# Usage: OUT=/path [STEPS="clean bench after"] bash tools/gpu_fleet_facts.sh
 # Files: $OUT/summary.txt (the short table, printed last) and $OUT/all.tar.gz (every output above).
 set -uo pipefail
 export LC_ALL=C.UTF-8 PYTHONUNBUFFERED=1
@@ -26,15 +26,15 @@ python3 -m gpufleet hw >"$OUT/hw.txt" 2>"$OUT/hw.err"; echo "hw rc=$?"
 python3 -m gpufleet hw --json >"$OUT/hw.json" 2>>"$OUT/hw.err"
 python3 -m gpufleet counters --phase after --json --thresholds "$thresholds" >"$OUT/counters-after.json" 2>"$OUT/counters.err"
 echo "counters rc=$?"
-python3 scripts/slurm_health_time.py --runs 5 --thresholds "$thresholds" >"$OUT/slurm_health.json" 2>"$OUT/slurm_health.err"
+python3 tools/slurm_health_time.py --runs 5 --thresholds "$thresholds" >"$OUT/slurm_health.json" 2>"$OUT/slurm_health.err"
 echo "slurm health timing rc=$?"
-python3 scripts/slurm_health_time.py --runs 3 --mode epilog --thresholds "$thresholds" >"$OUT/slurm_health_epilog.json" 2>>"$OUT/slurm_health.err"
+python3 tools/slurm_health_time.py --runs 3 --mode epilog --thresholds "$thresholds" >"$OUT/slurm_health_epilog.json" 2>>"$OUT/slurm_health.err"
 t0=$(date +%s)
 python3 -m pytest -q -p no:cacheprovider tests/test_fabric.py tests/test_fleet_versions.py tests/test_slurm.py \
   >"$OUT/pytest-fabric-versions-slurm.txt" 2>&1
 echo "pytest (fabric, versions, slurm) rc=$? in $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/pytest-fabric-versions-slurm.txt")"
 mkdir -p "$OUT/main"
-OUT="$OUT/main" STEPS="$STEPS" bash scripts/gpu_main_check.sh >"$OUT/main/output.txt" 2>&1
+OUT="$OUT/main" STEPS="$STEPS" bash tools/gpu_main_check.sh >"$OUT/main/output.txt" 2>&1
 grep -E "^(pytest|status|counters) rc" "$OUT/main/output.txt"
 tail -22 "$OUT/main/output.txt"
 

@@ -12,7 +12,7 @@ Appending is what makes runs on different machines and days add up; a run of a f
 Layouts: `split` makes each GPU a node of its own (CUDA_VISIBLE_DEVICES, gpus_expected 1), all measured at once as
 a fleet of one-GPU nodes; `node` makes all GPUs one node. `--layout both` alternates by round.
 
-Disturbance kinds (scripts/gpu_disturb.py; each its own process, named gpu_disturb):
+Disturbance kinds (tools/gpu_disturb.py; each its own process, named gpu_disturb):
   compute     bf16 matmul loop on one GPU               memcopy   device-to-device copies on one GPU
   pcie        pinned host-device copies on one GPU      other_user two processes (matmul and copy) as uid 65534
   one_gpu     in the node layout: one GPU of several; in the split layout: a light matmul (size 2048)
@@ -24,7 +24,7 @@ benchmark.<step>_processes; the node stages mark themselves with GPUFLEET_RUN_MA
 nodes are this run's): the clean rows' largest sets host_foreign_cpu_share_max.
 
 Usage (GPU machine, from a checkout):
-  python3 scripts/gpu_calibrate.py --out $OUT --data $OUT/runs.jsonl --budget-s 480 [--layout split|node|both]
+  python3 tools/gpu_calibrate.py --out $OUT --data $OUT/runs.jsonl --budget-s 480 [--layout split|node|both]
       [--disturbed-share 0.5] [--kinds compute,memcopy,...] [--gpus-disturbed 1] [--seed N] [--cpu]
 The short table comes last; --cpu runs the same logic on a machine without a GPU (benchmarks on the CPU,
 disturbances as CPU loops: not a calibration, a check of this script).

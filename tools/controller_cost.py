@@ -25,11 +25,11 @@ gpu_health and host_hygiene results of the recorded H100 readings (tests/data/re
 run through the real checks. The engine measured is this checkout's (src/ on PYTHONPATH), so a copy of an older
 commit measures that commit.
 
-    .venv/bin/python scripts/controller_cost.py stages --nodes 64 256 1024 --out DIR
-    .venv/bin/python scripts/controller_cost.py stages --nodes 1024 --profile DIR/report.prof
-    .venv/bin/python scripts/controller_cost.py playbook --nodes 64 --forks 8 --out DIR
-    .venv/bin/python scripts/controller_cost.py playbook --nodes 64 --forks 64 --tasks --node-bench-s 60
-    .venv/bin/python scripts/controller_cost.py playbook --nodes 16 --tasks --profile-workers DIR
+    .venv/bin/python tools/controller_cost.py stages --nodes 64 256 1024 --out DIR
+    .venv/bin/python tools/controller_cost.py stages --nodes 1024 --profile DIR/report.prof
+    .venv/bin/python tools/controller_cost.py playbook --nodes 64 --forks 8 --out DIR
+    .venv/bin/python tools/controller_cost.py playbook --nodes 64 --forks 64 --tasks --node-bench-s 60
+    .venv/bin/python tools/controller_cost.py playbook --nodes 16 --tasks --profile-workers DIR
 
 --tasks adds each task's workers and their CPU; --node-bench-s keeps each node's benchmarks busy for that long (a
 sleep), so that what the controller spends while it waits for real nodes shows.
@@ -193,7 +193,7 @@ def cmd_stages(args) -> list[dict]:
 # ---------------------------------------------------------------- the whole playbook
 
 REPLAY = r'''#!{py}
-"""Node replay for scripts/controller_cost.py: `-m gpufleet check|bench|counters` print this node's part of
+"""Node replay for tools/controller_cost.py: `-m gpufleet check|bench|counters` print this node's part of
 its recorded host document at once; anything else runs the real engine."""
 import json, os, sys, time
 argv = sys.argv[1:]

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where a fine-tune micro-batch's time goes, on one GPU: host dispatch against GPU work, and the top kernels.
 
-    python3 scripts/finetune_profile.py OUT_DIR [--config CONFIG] [--micro-batches N] [--mode NAME]...
+    python3 tools/finetune_profile.py OUT_DIR [--config CONFIG] [--micro-batches N] [--mode NAME]...
 
 Builds the model, LoRA and batches as the fine-tune worker does (one rank), runs a few warm-up micro-batches
 (forward and backward; compilation happens there), then for each --mode times N micro-batches:
@@ -17,7 +17,7 @@ The first mode is then run once more under torch.profiler; OUT_DIR gets profile.
 time over the profiled micro-batches, the longest idle gaps with what the host was doing then, top kernels by
 GPU time, top operators by host time), trace.json.gz and profile.json with every figure.
 
-    python3 scripts/finetune_profile.py --timeline TRACE.json.gz   prints the busy/idle part of a saved trace
+    python3 tools/finetune_profile.py --timeline TRACE.json.gz   prints the busy/idle part of a saved trace
 """
 
 from __future__ import annotations

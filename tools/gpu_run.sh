@@ -5,7 +5,7 @@
 #   thorough matmul sweep to judge the quick figure;
 #   save everything under $OUT and print a short table last.
 # Needs: python3 with torch (CUDA) and nvidia-ml-py; ansible-core, or its wheels in ./.whl.
-# Usage: OUT=/path EXPECTED_GPUS=2 [THRESHOLDS='{"nccl_allreduce_busbw_gbps_min": 340}'] scripts/gpu_run.sh
+# Usage: OUT=/path EXPECTED_GPUS=2 [THRESHOLDS='{"nccl_allreduce_busbw_gbps_min": 340}'] tools/gpu_run.sh
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-results}
 mkdir -p "$OUT"
@@ -39,8 +39,8 @@ cp reports/gpu-run/report.json "$OUT/validate-report.json" 2>>"$log"
 cp reports/gpu-run/report.md "$OUT/validate-report.md" 2>>"$log"
 
 if [ "$gpus" -ge 2 ] && command -v nvcc >/dev/null; then
-  say "NCCL reference: all-reduce straight through NCCL (scripts/nccl_reference)"
-  nvcc -O2 -o /tmp/allreduce_ref scripts/nccl_reference/allreduce_ref.cu -lnccl >>"$log" 2>&1 &&
+  say "NCCL reference: all-reduce straight through NCCL (tools/nccl_reference)"
+  nvcc -O2 -o /tmp/allreduce_ref tools/nccl_reference/allreduce_ref.cu -lnccl >>"$log" 2>&1 &&
     /tmp/allreduce_ref $((1 << 20)) $((1 << 32)) >"$OUT/nccl-reference.jsonl" 2>>"$log"
 fi
 
@@ -48,4 +48,4 @@ say "matmul sweep (thorough tier)"
 python3 -m gpufleet bench matmul --tier thorough --json --thresholds "$thresholds" >"$OUT/bench-matmul-sweep.json" 2>>"$log"
 
 tar czf "$OUT/nccl-logs.tar.gz" -C /tmp $(cd /tmp && ls -d gpufleet-nccl-* 2>/dev/null) 2>>"$log"
-python3 scripts/gpu_run_table.py "$OUT" "$validate_rc" "$validate_s"
+python3 tools/gpu_run_table.py "$OUT" "$validate_rc" "$validate_s"

@@ -1,6 +1,6 @@
 """GPT-2-small training gate on this machine: per-GPU batch sweep on one GPU, then every GPU with DDP.
 
-Usage: python3 scripts/train_gate_sweep.py OUT_DIR [batch ...]
+Usage: python3 tools/train_gate_sweep.py OUT_DIR [batch ...]
 Writes OUT_DIR/train-gate.json and prints a table: tokens/s per GPU, MFU (989 TFLOPS dense bf16
 peak, H100/H200 datasheet), step time, peak memory, and the scaling efficiency.
 """

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The fleet layer on a GPU machine, from a checkout, in two phases (the soak outlasts what one go may take):
 #   A: validate.yml at the smoke tier; at the acceptance tier, set as the baseline; at the acceptance tier again
-#      beside a workload of our own on one GPU (scripts/gpu_disturb.py), judged against that baseline; then
+#      beside a workload of our own on one GPU (tools/gpu_disturb.py), judged against that baseline; then
 #      `gpufleet status` and `gpufleet hw` on the idle GPUs; then the soak starts in its own process session
 #      (setsid) and `gpufleet status --json` is read every STATUS_EVERY_S until PHASE_A_S have passed;
 #   B: wait for the soak (at most WAIT_S), collect it, print the short table of both phases.
@@ -9,7 +9,7 @@
 # (the disturbed run on purpose excepted); the soak loads every GPU, so it comes last.
 # Needs: python3 with torch (CUDA) and nvidia-ml-py; ansible-core, or its wheels in ./.whl.
 # Usage: OUT=/path [EXPECTED_GPUS=N] [SOAK_S=640] [DISTURB_GPU=0] [PHASE_A_S=540] [WAIT_S=570] \
-#          scripts/gpu_fleet_run.sh A|B
+#          tools/gpu_fleet_run.sh A|B
 # Files under $OUT: run-A.log, fleet-A.tar.gz (the run folders, status, hw, the disturbing workload's log),
 # summary-A.json; run-B.log, soak.json, soak.log, summary.json (both phases).
 set -uo pipefail
@@ -158,7 +158,7 @@ validate baseline acceptance 240 -e gpufleet_baseline_set=true
 # 3: the acceptance tier beside a workload of our own on one GPU, judged against the baseline.
 dgpu=${DISTURB_GPU:-0}
 dlog="$STATE/extra/gpu_disturb.log"
-python3 scripts/gpu_disturb.py --gpu "$dgpu" --seconds 400 --kind matmul >"$dlog" 2>&1 &
+python3 tools/gpu_disturb.py --gpu "$dgpu" --seconds 400 --kind matmul >"$dlog" 2>&1 &
 dpid=$!
 for _ in $(seq 60); do grep -q "^gpu_disturb pid" "$dlog" && break; sleep 1; done
 sleep 3  # past its trial bursts: the run meets it in its steady loop

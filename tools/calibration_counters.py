@@ -1,4 +1,4 @@
-"""The fabric error counters' healthy rates for the calibration table (scripts/calibration_table.py): per GPU model,
+"""The fabric error counters' healthy rates for the calibration table (tools/calibration_table.py): per GPU model,
 each GPU's (and each PCIe device's) rate as checks.counter_rates makes it, beside the limit, from
 
   the node stage   a clean node-run's counter snapshots before and after its benchmarks (snapshot_*, fabric_*)

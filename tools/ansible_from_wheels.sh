@@ -1,8 +1,8 @@
-# Sourced by the GPU scripts (scripts/gpu_bringup.sh, scripts/gpu_nccl_settings.sh) on machines without ansible-core:
-# installs the wheels in .whl (scripts/gpu_wheelhouse.sh) into a folder of their own and puts ansible-playbook and
+# Sourced by the GPU scripts (tools/gpu_bringup.sh, tools/gpu_nccl_settings.sh) on machines without ansible-core:
+# installs the wheels in .whl (tools/gpu_wheelhouse.sh) into a folder of their own and puts ansible-playbook and
 # ansible on PATH as wrappers that alone see that folder. PYTHONPATH would reach every module, pip and engine process
 # the playbooks start, and the environment python_env builds would see those packages as its own.
-# Usage: . scripts/ansible_from_wheels.sh LOG_FILE    (returns non-zero when the wheels would not install)
+# Usage: . tools/ansible_from_wheels.sh LOG_FILE    (returns non-zero when the wheels would not install)
 ansible_from_wheels() {
   local log=$1 site=/tmp/gpufleet-ansible cli
   command -v ansible-playbook >/dev/null && return 0

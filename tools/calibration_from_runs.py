@@ -1,5 +1,5 @@
 """Calibration lines from ordinary run folders: the clean node-runs of a validate (or `make validate`) kept under
-docs/results/, in the format scripts/gpu_calibrate.py appends, so that scripts/calibration_table.py counts them.
+docs/results/, in the format tools/gpu_calibrate.py appends, so that tools/calibration_table.py counts them.
 
 A run counts as clean only by what it measured, never by its verdict (leaving out the runs that warned would hide
 the false alarms the table exists to count): every process check of the node (gpu_health.processes, the
@@ -7,7 +7,7 @@ benchmarks' processes, counters.processes_after) passed or was skipped, that is 
 GPUs. A node-run that saw one is left out and said so. The machine is named by the caller (--machine): a run
 folder does not say which lease or host it ran on.
 
-  python3 scripts/calibration_from_runs.py RUN_DIR [RUN_DIR ...] --machine NAME [--commit SHA] --out FILE.jsonl.gz
+  python3 tools/calibration_from_runs.py RUN_DIR [RUN_DIR ...] --machine NAME [--commit SHA] --out FILE.jsonl.gz
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from gpufleet import registry  # noqa: E402
 
-FORMAT = "gpufleet-calibration/1"  # scripts/gpu_calibrate.py's
+FORMAT = "gpufleet-calibration/1"  # tools/gpu_calibrate.py's
 # gpu_health.processes, every watched benchmark's <step>_processes (the soak's and the training gate's too), and
 # counters.processes_after.
 PROCESS_CHECKS = ("processes", "processes_after") + tuple(c.name for c in registry.watched_checks())

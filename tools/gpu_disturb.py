@@ -1,8 +1,8 @@
 """Keep one GPU, or the host's CPUs, busy for a while with a workload of our own, so that a validation run beside
 it sees it.
 
-Usage: python3 scripts/gpu_disturb.py --gpu 1 --seconds 900 [--kind matmul|copy|pcie] [--size N] [--duty 1.0]
-       python3 scripts/gpu_disturb.py --kind cpu --procs 48 --seconds 70 [--as-user gpufleet-neighbour]
+Usage: python3 tools/gpu_disturb.py --gpu 1 --seconds 900 [--kind matmul|copy|pcie] [--size N] [--duty 1.0]
+       python3 tools/gpu_disturb.py --kind cpu --procs 48 --seconds 70 [--as-user gpufleet-neighbour]
 
 --gpu is the NVML index, as gpu_health and `nvidia-smi` name the GPU (resolved to its UUID through NVML, so
 CUDA_VISIBLE_DEVICES and CUDA's own device order do not matter). --kind matmul loops bf16 products of N x N

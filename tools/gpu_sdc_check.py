@@ -1,6 +1,6 @@
 """Does the SDC check's premise hold on this GPU: are seeded products bit-identical across repeats and processes?
 
-Usage: python3 scripts/gpu_sdc_check.py [--processes 3] [--repeats 20] [--size 8192] [--device 0] [--json OUT]
+Usage: python3 tools/gpu_sdc_check.py [--processes 3] [--repeats 20] [--size 8192] [--device 0] [--json OUT]
 
 Runs, in each of --processes fresh processes on one GPU, the computations of benchmark.sdc (bench/sdc.py: seeded
 bf16 and fp32 8192-cube products with TF32 off, and the MLP's training steps) --repeats times, compares every

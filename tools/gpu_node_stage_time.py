@@ -1,7 +1,7 @@
 """The node stage a sweep job runs on its node (`gpufleet node-stage`), timed on a GPU machine, for the cost of a
 sweep per node and week (docs/fleet-in-service.md). No Slurm is needed: this is what runs inside the job.
 
-    OUT=<dir> python3 scripts/gpu_node_stage_time.py [--runs 3] [--python python3]
+    OUT=<dir> python3 tools/gpu_node_stage_time.py [--runs 3] [--python python3]
 
 Each tier (smoke, acceptance) --runs times, one after another on GPUs nothing else uses: the wall time of the
 process, the engine's own seconds, the verdict, the GPUs. Under $OUT: each run's folder (its host document), the
