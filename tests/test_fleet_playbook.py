@@ -30,6 +30,7 @@ import pytest
 
 from gpufleet import lock
 from gpufleet.runs import controller_identity
+from playbooks import playbook_env, run_playbook
 from testhosts import TestFleet, skip_reason
 
 pytest.importorskip("torch")
@@ -52,31 +53,14 @@ def fleet():
 
 
 def playbook(fleet: TestFleet, inventory: Path, reports: Path, run_id: str, *extra: str) -> tuple[int, str]:
-    env = dict(
-        os.environ,
-        PATH=f"{BIN}:{os.environ['PATH']}",
-        ANSIBLE_LOCAL_TEMP=str(reports.parent / "ansible-tmp"),
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_FORCE_COLOR="0",
-        **fleet.ssh_env(),
-    )
-    proc = subprocess.run(
-        [
-            str(BIN / "ansible-playbook"),
-            "validate.yml",
-            "-i",
-            str(inventory),
-            "-e",
-            f"gpufleet_run_id={run_id}",
-            "-e",
-            f"gpufleet_reports_dir={reports}",
-            *extra,
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=420,
+    proc = run_playbook(
+        "validate.yml",
+        inventory,
+        *extra,
+        env=playbook_env(reports.parent, **fleet.ssh_env()),
+        timeout_s=420,
+        run_id=run_id,
+        reports=reports,
     )
     (reports.parent / f"{run_id}.log").write_text(proc.stdout + proc.stderr)  # kept for a failing test's reader
     return proc.returncode, proc.stdout + proc.stderr

@@ -39,6 +39,7 @@ from service_runs import (
     steps_of,
     sweep_args,
 )
+from playbooks import playbook_env, run_playbook
 from slurm_cluster import SlurmCluster
 from waiting import wait_for
 
@@ -176,17 +177,10 @@ def test_the_same_sweep_from_ansible_shows_its_plan_in_check_mode_and_submits_wh
         "gpufleet_sweep_node_args": [f"--readings={recorded}/{{node}}.json"],
         "gpufleet_ladder_commands": {"reboot": "scontrol reboot {slurm_node}"},
     }
-    env = dict(cluster.env(), PYTHONPATH=str(REPO / "src"), ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"))
+    env = playbook_env(tmp_path, cluster.env(), PYTHONPATH=str(REPO / "src"))
 
     def playbook(*more: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [str(Path(sys.executable).parent / "ansible-playbook"), "sweep.yml", "-e", json.dumps(extra), *more],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
+        return run_playbook("sweep.yml", None, "-e", json.dumps(extra), *more, env=env, timeout_s=900)
 
     done = playbook("--check")
     # The plan: the job it would submit on sn1 (one node at once), with the run's name still to come.

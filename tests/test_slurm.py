@@ -21,6 +21,7 @@ import slurm_cluster
 from gpufleet import slurm
 from gpufleet.collect import kernel_log, nvml
 from gpufleet.fleet import slurm as fleet_slurm
+from playbooks import playbook_env, run_playbook
 from slurm_cluster import SlurmCluster
 from waiting import wait_for
 
@@ -544,35 +545,21 @@ def test_playbook_check_mode_names_the_action_and_changes_nothing_and_bad_input_
         for n in cluster.names
     }
     inv = cluster.inventory(tmp_path / "inventory.yml", host_vars=nodes, gpufleet_benchmarks=[])
-    env = dict(
-        cluster.env(),
-        PYTHONPATH=str(REPO / "src"),
-        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
-        **cluster.ssh_env(),
-    )
+    env = playbook_env(tmp_path, cluster.env(), PYTHONPATH=str(REPO / "src"), **cluster.ssh_env())
 
     def playbook(run_id: str, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [
-                str(Path(sys.executable).parent / "ansible-playbook"),
-                "validate.yml",
-                "-i",
-                str(inv),
-                "--limit",
-                "sn2",
-                "-e",
-                f"gpufleet_reports_dir={tmp_path / 'reports'}",
-                "-e",
-                f"gpufleet_run_id={run_id}",
-                "-e",
-                "gpufleet_slurm_action=drain_resume",
-                *args,
-            ],
-            cwd=REPO,
+        return run_playbook(
+            "validate.yml",
+            inv,
+            "--limit",
+            "sn2",
+            "-e",
+            "gpufleet_slurm_action=drain_resume",
+            *args,
             env=env,
-            capture_output=True,
-            text=True,
-            timeout=900,
+            timeout_s=900,
+            run_id=run_id,
+            reports=tmp_path / "reports",
         )
 
     done = playbook("bad", "-e", "gpufleet_slurm_max_drain=lots")
