@@ -32,7 +32,7 @@ def playbook_env(tmp: Path, base: dict | None = None, bin_dir: Path = BIN, **ext
 
 
 def playbook_command(
-    playbook: str,
+    playbook: str | list[str],
     inventory: Path | str | None,
     *extra: str,
     run_id: str | None = None,
@@ -40,10 +40,11 @@ def playbook_command(
     lock: Path | None = None,
     bin_dir: Path = BIN,
 ) -> list[str]:
-    """ansible-playbook PLAYBOOK -i INVENTORY (none: Ansible's implicit localhost), then -e for each of the run id,
-    the reports folder and the node lock given (a lock of the test's own: tests running at once on this machine would
-    otherwise wait on its node), then extra."""
-    cmd = [str(bin_dir / "ansible-playbook"), playbook, *([] if inventory is None else ["-i", str(inventory)])]
+    """ansible-playbook PLAYBOOK (or several, together) -i INVENTORY (none: Ansible's implicit localhost), then -e
+    for each of the run id, the reports folder and the node lock given (a lock of the test's own: tests running at
+    once on this machine would otherwise wait on its node), then extra (options: no playbook among them)."""
+    playbooks = [playbook] if isinstance(playbook, str) else playbook
+    cmd = [str(bin_dir / "ansible-playbook"), *playbooks, *([] if inventory is None else ["-i", str(inventory)])]
     for name, value in (("gpufleet_run_id", run_id), ("gpufleet_reports_dir", reports), ("gpufleet_lock_path", lock)):
         if value is not None:
             cmd += ["-e", f"{name}={value}"]
@@ -51,7 +52,7 @@ def playbook_command(
 
 
 def run_playbook(
-    playbook: str,
+    playbook: str | list[str],
     inventory: Path | str | None,
     *extra: str,
     env: dict,
@@ -84,3 +85,12 @@ def start_playbook(
         text=True,
         start_new_session=new_session,
     )
+
+
+def validate_on(fleet, inventory: Path, reports: Path, run_id: str, *extra: str, timeout_s: float) -> tuple[int, str]:
+    """validate.yml over test hosts (tests/testhosts.py's TestFleet): (exit code, output); the output is also kept
+    beside the reports folder, as <run_id>.log, for a failing test's reader."""
+    env = playbook_env(reports.parent, **fleet.ssh_env())
+    proc = run_playbook("validate.yml", inventory, *extra, env=env, timeout_s=timeout_s, run_id=run_id, reports=reports)
+    (reports.parent / f"{run_id}.log").write_text(proc.stdout + proc.stderr)
+    return proc.returncode, proc.stdout + proc.stderr

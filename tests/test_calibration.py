@@ -132,6 +132,7 @@ def _node_results(doc: dict, profile: dict) -> list[dict]:
     return results + fleet["results"]["node"]
 
 
+@pytest.mark.slow
 def test_a_healthy_node_with_one_low_pcie_sample_passes(profile_dir):
     """The issue's healthy 4 x H100: GPU 0's device-to-host copy once 43% below its median of 54.72 GB/s on a quiet
     GPU, and GPU 0's bf16 matmul steadily below its siblings. Judged again, its figures pass; the fleet layer's
@@ -237,6 +238,7 @@ def test_the_judge_is_one_function_for_minimums_relative_limits_and_samples():
 # ---------------------------------------------------------------- the table
 
 
+@pytest.mark.slow
 def test_the_calibration_table_counts_false_alarms_and_detections_recorded_and_today(profile_dir, tmp_path):
     # Two calls of the harness, one file each (one of them gzipped): the folder is read whole.
     folder = tmp_path / "calibration"

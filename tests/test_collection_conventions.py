@@ -43,6 +43,7 @@ def galaxy() -> dict:
     return yaml.safe_load((REPO / "galaxy.yml").read_text())
 
 
+@pytest.mark.slow
 def test_the_version_is_written_once_and_is_the_same_everywhere(tarball, tmp_path):
     written = galaxy()["version"]
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
@@ -92,6 +93,7 @@ def test_the_engine_packed_for_the_nodes_carries_its_version(tmp_path):
     assert "galaxy.yml" in names and "src/gpufleet/version.py" in names and "pyproject.toml" in names
 
 
+@pytest.mark.slow
 def test_the_licence_is_in_the_repository_and_the_tarball(tarball):
     text = (REPO / "LICENSE").read_text()
     assert text.lstrip().startswith("Apache License\n                           Version 2.0, January 2004")
@@ -104,6 +106,7 @@ def test_the_licence_is_in_the_repository_and_the_tarball(tarball):
     assert {"changelogs/config.yaml", "changelogs/changelog.yaml", "CHANGELOG.rst"} <= names
 
 
+@pytest.mark.slow
 def test_the_tarball_holds_the_collection_and_not_the_checkout(tarball):
     """build_ignore keeps the checkout's own files out: the sites' inventories (inventory/nebius's addresses), the
     tools (measurement harnesses, calibration) and the Makefile's scripts, the molecule scenarios, the Makefile, the
@@ -144,6 +147,7 @@ def test_the_tarball_holds_the_collection_and_not_the_checkout(tarball):
     assert all(manifest[field] is None for field in ("repository", "issues", "homepage", "documentation")), manifest
 
 
+@pytest.mark.slow
 def test_the_docs_quote_the_tarballs_size_and_version(tarball):
     """docs/installed-collection.md gives the size, within 20%, and every tarball named carries galaxy.yml's version."""
     pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -197,6 +201,7 @@ def ansible_doc(*args: str) -> dict:
     return json.loads(done.stdout)
 
 
+@pytest.mark.slow
 def test_internal_modules_are_marked_and_the_docs_list_both_kinds():
     listed = {
         name.removeprefix("gpufleet.cluster."): text for name, text in ansible_doc("-l", "gpufleet.cluster").items()

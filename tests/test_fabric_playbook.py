@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from playbooks import playbook_env, run_playbook
+from playbooks import validate_on
 from sysfs_tree import hgx
 from testhosts import TOOL_PATH, TestFleet, skip_reason
 
@@ -29,16 +29,7 @@ GPU3_BRIDGE = "0000:72:00.0"
 
 
 def playbook(fleet: TestFleet, inventory: Path, reports: Path, run_id: str) -> tuple[int, str]:
-    proc = run_playbook(
-        "validate.yml",
-        inventory,
-        env=playbook_env(reports.parent, **fleet.ssh_env()),
-        timeout_s=540,
-        run_id=run_id,
-        reports=reports,
-    )
-    (reports.parent / f"{run_id}.log").write_text(proc.stdout + proc.stderr)
-    return proc.returncode, proc.stdout + proc.stderr
+    return validate_on(fleet, inventory, reports, run_id, timeout_s=540)
 
 
 def result(report: dict, host: str, group: str, check: str) -> dict:

@@ -30,7 +30,7 @@ import pytest
 
 from gpufleet import lock
 from gpufleet.runs import controller_identity
-from playbooks import playbook_env, run_playbook
+from playbooks import validate_on
 from testhosts import TestFleet, skip_reason
 
 pytest.importorskip("torch")
@@ -53,17 +53,7 @@ def fleet():
 
 
 def playbook(fleet: TestFleet, inventory: Path, reports: Path, run_id: str, *extra: str) -> tuple[int, str]:
-    proc = run_playbook(
-        "validate.yml",
-        inventory,
-        *extra,
-        env=playbook_env(reports.parent, **fleet.ssh_env()),
-        timeout_s=420,
-        run_id=run_id,
-        reports=reports,
-    )
-    (reports.parent / f"{run_id}.log").write_text(proc.stdout + proc.stderr)  # kept for a failing test's reader
-    return proc.returncode, proc.stdout + proc.stderr
+    return validate_on(fleet, inventory, reports, run_id, *extra, timeout_s=420)
 
 
 def gpufleet(*args: str) -> subprocess.CompletedProcess:

@@ -128,7 +128,7 @@ def test_installed_collection_runs_validate_from_another_directory(tmp_path):
     playbooks = [f"gpufleet.cluster.{p}" for p in ("validate", "bringup", "finetune", "locate", "release")]
     inventory = work / "inv.yml"
     inventory.write_text("all:\n  children:\n    gpu_nodes:\n      hosts:\n        node-a: {}\n")
-    checked = run_playbook(playbooks[0], inventory, "--syntax-check", *playbooks[1:], env=env, timeout_s=120, cwd=work)
+    checked = run_playbook(playbooks, inventory, "--syntax-check", env=env, timeout_s=120, cwd=work)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     before = snapshot(installed)
 

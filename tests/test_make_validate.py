@@ -29,6 +29,7 @@ def local_node(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess,
     return done, (json.loads(out.read_text()) if out.exists() else None)
 
 
+@pytest.mark.slow
 def test_it_says_which_python_the_node_runs_and_which_gpu_count_it_expects(tmp_path):
     done, chosen = local_node(tmp_path)
     assert done.returncode == 0, done.stderr

@@ -91,6 +91,7 @@ def test_judge_against_the_baselines_median_and_spread():
     assert rows["net:ifname"]["against"] == "net:base" and rows["net:ifname"]["geomean_ratio"] == pytest.approx(1.01)
 
 
+@pytest.mark.slow
 def test_a_run_on_the_cpu_moves_the_conf_aside_and_puts_it_back(tmp_path):
     record = tmp_path / "bringup.json"
     record.write_text(

@@ -69,6 +69,7 @@ def _spec(path: Path, run_id: str) -> str:
     return json.dumps({"path": str(path), "run_id": run_id, "holder": "node-a", "heartbeat_timeout_s": None})
 
 
+@pytest.mark.slow
 def test_a_stale_lock_is_taken_over_only_once_nothing_of_its_run_works_on_the_node(tmp_path):
     path = tmp_path / "node.lock"
     lock.acquire(path, "old", "node-a", 600)
@@ -210,6 +211,7 @@ class LastSeen:
         return not self._thread.is_alive()
 
 
+@pytest.mark.slow
 def test_kill_9_of_ansible_playbook_stops_its_measuring_and_the_next_run_takes_over_after(fleet, tmp_path):
     local_lock = tmp_path / "node.lock"
     remote_lock = "/run/lock/gpufleet-node.lock"
