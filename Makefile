@@ -1,5 +1,6 @@
 # make validate   check this machine (inventory/local) and print where the report is
-# make test       pytest over tests/, ansible-lint and ansible-test sanity included
+# make test       pytest over tests/, ansible-lint and ansible-test sanity included (CI's command)
+# make test-fast  the tests not marked slow: minutes, for the loop of a change
 #
 # Both create .venv with `python3 -m venv` and install the project into it the
 # first time. INVENTORY=inventory/<site> and ARGS='-e ... --limit ...' pass
@@ -32,7 +33,7 @@ ANSIBLE_LOWEST := 2.16.0
 ANSIBLE_HIGHEST := 2.20
 NEWER_PYTHON ?=
 
-.PHONY: validate test lint sanity clean system-deps
+.PHONY: validate test test-fast lint sanity generate clean system-deps
 
 $(BIN)/python:
 	$(DEPS) venv
@@ -82,6 +83,15 @@ validate: $(VENV)/.installed-controller
 
 test: system-deps $(VENV)/.installed-test
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -n 2 --dist loadfile tests/
+
+# No playbook, test host, Slurm, browser or torch process: pyproject.toml's `slow` marker says which tests are left out.
+test-fast: $(VENV)/.installed-test
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -n 2 --dist loadfile -m "not slow" tests/
+
+# Files written from others, each held current by a test: the ansible-test sanity ignore files, from the modules and
+# the engine's files the collection ships (tools/sanity_ignores.py; tests/test_collection_conventions.py).
+generate:
+	$(PYTHON) tools/sanity_ignores.py
 
 lint: $(VENV)/.installed-test
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest tests/test_ansible_quality.py -k lint

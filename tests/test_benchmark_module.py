@@ -48,6 +48,7 @@ else:
 """
 
 
+@pytest.mark.slow
 def test_hang_and_crash_become_error_results_and_keep_what_was_measured(fake_engine, monkeypatch, capsys):
     monkeypatch.setattr(engine_process, "KILL_GRACE_S", 0.5)
     fake_engine(STAND_IN)
@@ -223,6 +224,7 @@ def test_unknown_threshold_gives_the_engine_message(capsys):
     assert "gpufleet_thresholds.nope is not a known threshold" in out["msg"]
 
 
+@pytest.mark.slow
 def test_real_engine_on_the_cpu_returns_skip_results(capsys):
     pytest.importorskip("torch")
     out = run_benchmark(

@@ -327,6 +327,7 @@ def test_the_first_run_of_a_reports_folder_has_no_store_problem(capsys, monkeypa
     assert rc == 0 and json.loads(out)["store_problems"] == [] and json.loads(out)["baseline"] is None
 
 
+@pytest.mark.slow
 def test_concurrent_records_repair_a_damaged_store_once(tmp_path):
     """A run's nodes report at once: one `record` moves the damaged store aside and rebuilds it, the others use it."""
     from gpufleet.fleet.store import Store

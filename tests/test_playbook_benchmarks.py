@@ -9,12 +9,10 @@ so torchrun really starts on both with nnodes=2 and meets at 127.0.0.1.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import socket
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -22,43 +20,29 @@ from pathlib import Path
 import pytest
 import yaml
 
+from playbooks import playbook_env, run_playbook
 from waiting import left_running
 
 pytest.importorskip("torch")
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 CPU_NOTE = "not a performance figure"
 COLLECTIVES = {"nccl_all_reduce", "nccl_all_gather", "nccl_reduce_scatter", "nccl_all_to_all"}
 
 
 def run_validate(tmp_path: Path, *extra: str, inventory: str = "inventory/local", timeout: int = 300):
     run_id = f"test-{uuid.uuid4().hex[:12]}"
-    env = dict(
-        os.environ,
-        PATH=f"{BIN}:{os.environ['PATH']}",
-        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
-        ANSIBLE_ASYNC_DIR=str(tmp_path / "ansible-async"),
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_FORCE_COLOR="0",
-    )
-    cmd = [
-        str(BIN / "ansible-playbook"),
+    proc = run_playbook(
         "validate.yml",
-        "-i",
         inventory,
-        "-e",
-        f"gpufleet_run_id={run_id}",
-        "-e",
-        f"gpufleet_reports_dir={tmp_path}",
-        # A lock of the test's own: tests running at once on this machine would otherwise hold its node.
-        "-e",
-        f"gpufleet_lock_path={tmp_path / 'node.lock'}",
         *extra,
-    ]
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+        env=playbook_env(tmp_path, ANSIBLE_ASYNC_DIR=str(tmp_path / "ansible-async")),
+        timeout_s=timeout,
+        run_id=run_id,
+        reports=tmp_path,
+        lock=tmp_path / "node.lock",
+    )
     return proc, tmp_path / run_id
 
 

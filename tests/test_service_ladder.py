@@ -43,6 +43,8 @@ from service_runs import (
 from slurm_cluster import SlurmCluster
 from waiting import wait_for
 
+pytestmark = pytest.mark.slow  # a real Slurm in test hosts
+
 NET, TAG = 248, "gfx"
 NEW_SERIAL = "9990001112223"
 

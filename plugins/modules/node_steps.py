@@ -18,7 +18,7 @@ description:
     it sends to a node (a worker forked, the module sent, its result copied back into the main process), far more
     than the modules' work. The node stage of validate.yml (M(gpufleet.cluster.node_validate), one task a node)
     sends this module twice a node instead of seven modules, which keeps a whole run near 0.15 to 0.24 s of
-    controller CPU a node (docs/scale.md, scripts/controller_cost.py).
+    controller CPU a node (docs/scale.md, tools/controller_cost.py).
   - How. Every module file of the collection only builds an AnsibleModule and hands it to its body, a function of
     module_utils that reads C(params) and C(check_mode) and answers with C(exit_json) or C(fail_json). Each step's
     arguments are checked against its module's argument spec, as AnsibleModule checks them, and its body is called

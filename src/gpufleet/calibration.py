@@ -1,7 +1,7 @@
 """Limits from measurement: the healthy spread measured on a GPU model gives each relative limit its default.
 
 A calibration file, `<profile folder>/calibration/<profile>.yml` (files/profiles/calibration/ in the source
-tree), is written by scripts/calibration_table.py from the calibration runs (docs/results/calibration/): for each
+tree), is written by tools/calibration_table.py from the calibration runs (docs/results/calibration/): for each
 measure and metric, the healthy spread measured (`value`, the largest of `n` figures: quantile 1.0), `n`, and the
 runs it came from. `apply()` turns it into the profile's limits, per metric, with a stated margin:
 
