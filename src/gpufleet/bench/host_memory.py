@@ -1,13 +1,15 @@
 """Host memory bandwidth per NUMA node: a STREAM-style triad, a = b + s x c over float64 arrays, on every CPU of
 the node at once (a thread each, pinned to it) and the node's own memory (each thread touches its arrays first,
-so the kernel places their pages on its node).
+so the kernel places their pages on its node). Every node measures at the same time, each timed on its own, as a
+training job loads them all.
 
 numpy does the triad in two passes, `multiply(c, s, out=a)` then `add(a, b, out=a)`: the first reads c and writes a,
 the second reads a and b and writes a, 40 bytes an element where STREAM's one loop moves 24 (b and c read, a
 written; neither counts the cache's write-allocate reads). The figure is those 40 bytes an element over the time of
 both passes: the rate at which the node's memory moved data, comparable with STREAM's triad. Each sample times
-PASSES triads of every thread between two barriers; the figure is the median sample. The arrays together are far
-larger than any CPU's caches (the quick tier: 2 GiB a node), as STREAM asks (each array at least 4 x the caches).
+one triad of every thread of the node between two barriers; the figure is the median sample. The arrays of a node
+together are far larger than its caches (the quick tier: 3 GiB a node, 1 GiB an array: STREAM asks each array to be
+4 x the caches, so up to 256 MiB of last-level cache a node).
 """
 
 from __future__ import annotations
@@ -20,9 +22,8 @@ from pathlib import Path
 from gpufleet.bench import BENCHMARK_VERSION, summarize
 from gpufleet.numbers import significant
 
-BYTES_PER_NODE = {"smoke": 512 << 20, "quick": 2 << 30, "thorough": 8 << 30, "cpu": 48 << 20}
+BYTES_PER_NODE = {"smoke": 768 << 20, "quick": 3 << 30, "thorough": 12 << 30, "cpu": 48 << 20}
 SAMPLES = {"smoke": 5, "quick": 8, "thorough": 20, "cpu": 4}
-PASSES = 4  # triads a sample: a sample of tens of milliseconds, well above a barrier's cost
 MAX_THREADS = 64  # memory bandwidth saturates long before every CPU of a large socket is busy
 BYTES_PER_ELEMENT = 40  # the two passes: c read, a written; a and b read, a written
 SCALAR = 3.0
@@ -76,9 +77,8 @@ def _triad_on(cpus: list[int], total_bytes: int, samples: int) -> dict:
         ready.wait()
         for _ in range(samples):
             start.wait()
-            for _ in range(PASSES):
-                np.multiply(c, SCALAR, out=a)
-                np.add(a, b, out=a)
+            np.multiply(c, SCALAR, out=a)
+            np.add(a, b, out=a)
             done.wait()
 
     pool = [threading.Thread(target=work, args=(cpu,), daemon=True) for cpu in cpus]
@@ -98,7 +98,7 @@ def _triad_on(cpus: list[int], total_bytes: int, samples: int) -> dict:
         seconds.append(time.perf_counter() - t0)
     for t in pool:
         t.join()
-    moved = BYTES_PER_ELEMENT * per * threads_n * PASSES
+    moved = BYTES_PER_ELEMENT * per * threads_n
     gbps = [moved / s / 1e9 for s in seconds]
     return {
         "gbps": significant(summarize(gbps)["median"]),
@@ -110,15 +110,23 @@ def _triad_on(cpus: list[int], total_bytes: int, samples: int) -> dict:
 
 
 def run(tier: str = "quick", root: str = "/") -> dict:
-    """Every NUMA node's triad, one node after another."""
+    """Every NUMA node's triad, all at once, each timed on its own."""
     nodes = numa_nodes(root)
-    per_node = {}
-    for node, cpus in nodes.items():
+    per_node: dict[str, dict] = {}
+
+    def node_run(node: int, cpus: list[int]) -> None:
         chosen = cpus[:: max(1, -(-len(cpus) // MAX_THREADS))]
         try:
             per_node[str(node)] = {"cpus": len(cpus), **_triad_on(chosen, BYTES_PER_NODE[tier], SAMPLES[tier])}
         except Exception as exc:  # one node's failure keeps the others
             per_node[str(node)] = {"cpus": len(cpus), "error": f"{type(exc).__name__}: {exc}"}
+
+    runs = [threading.Thread(target=node_run, args=item, daemon=True) for item in nodes.items()]
+    for t in runs:
+        t.start()
+    for t in runs:
+        t.join()
+    per_node = dict(sorted(per_node.items(), key=lambda kv: int(kv[0])))
     figures = [v["gbps"] for v in per_node.values() if "gbps" in v]
     return {
         "per_node": per_node,
@@ -131,7 +139,7 @@ def run(tier: str = "quick", root: str = "/") -> dict:
             "bytes_counted": f"{BYTES_PER_ELEMENT} an element (c read, a written; a and b read, a written), "
             "write-allocate not counted, as STREAM does",
             "bytes_per_node": BYTES_PER_NODE[tier],
-            "passes_per_sample": PASSES,
+            "nodes": "all at once, each timed on its own",
             "samples": SAMPLES[tier],
             "max_threads": MAX_THREADS,
             "timer": "perf_counter between two barriers",

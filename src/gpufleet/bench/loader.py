@@ -33,8 +33,8 @@ BYTES_PER_TOKEN = 4  # a token of English text is about four bytes
 BATCH = 8  # samples a batch: a worker hands over whole batches, as a DataLoader does
 RECORDS = 32  # distinct records the workers cycle over
 SLOTS_PER_WORKER = 2
-SECONDS = {"smoke": 1.0, "quick": 2.0, "thorough": 10.0, "cpu": 0.6}
-WARMUP_S = {"smoke": 0.3, "quick": 0.5, "thorough": 1.0, "cpu": 0.2}
+SECONDS = {"smoke": 1.0, "quick": 1.5, "thorough": 10.0, "cpu": 0.6}
+WARMUP_S = {"smoke": 0.3, "quick": 0.3, "thorough": 1.0, "cpu": 0.2}
 INTERVAL_S = 0.25
 WORDS = (
     "the model trains on tokens of text drawn from a corpus of documents each batch a sequence of ids "

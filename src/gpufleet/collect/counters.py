@@ -202,11 +202,12 @@ def fabric_snapshot(
         {"phase", "read_at", "boot_id", "devices": [{"id": "ib:mlx5_0/1", "kind": "ib_port", "name", "hca", "port",
           "pci_bdf", "state", "rate_gbps", "lanes", "counters": {name: n}} | {"id": "pcie:0000:33:00.0", "kind":
           "pcie", "name", "bdf", "role", "below", "counters": {"aer_correctable", "aer_nonfatal", "aer_fatal"},
-          "aer_names": {severity: {name: n}}}], "unreadable": {"<id>.<counter>": why}, "infiniband": why none,
-          "aer": why none}
+          "aer_names": {severity: {name: n}}} | the host's own (collect.host_counters): {"id": "edac:mc0/dimm3",
+          "kind": "edac", ...} | {"id": "nvme:<serial>", "kind": "nvme", ...}], "unreadable": {"<id>.<counter>": why},
+          "infiniband": why none, "aer": why none, "edac": why none, "nvme": why none}
 
-    `pass` when anything was read, `skip` when the node has neither InfiniBand nor AER counts (the reason says
-    why), `error` when the readings hold neither section."""
+    `pass` when anything was read, `skip` when the node has none of them (the reason says why), `error` when the
+    readings hold neither the InfiniBand nor the AER section."""
     check = FABRIC_CHECK.format(phase=phase)
     h = readings.get("host") or {}
     ib, aer = h.get("infiniband"), h.get("aer")
