@@ -8,7 +8,9 @@
 # benchmarks, host among them), memory | full | io (acc with a planted fault, scripts/gpu_disturb.py: 60% of the
 # host's memory held and streamed through by another user, in place before the run; the scratch drive filled to
 # 512 MiB free, before the run; two direct-I/O writers and readers on the scratch drive through the run).
-# SCRATCH defaults to $OUT/scratch (then on whatever drive $OUT is: said in host.txt). Needs python3 with torch (CUDA)
+# SCRATCH unset: a 24 GiB ext4 file system in a file of /var/tmp on a loop device with direct I/O (as root, with
+# mkfs.ext4), so the full-drive fault fills it and never the machine's own; else $OUT/scratch. host.txt says which
+# drive it is on. Needs python3 with torch (CUDA)
 # and nvidia-ml-py, ansible-core (or its wheels in ./.whl), root (the NVMe health log, the neighbour's user).
 # Under $OUT: host.txt and readings.json (what the host shows), runs.tsv, runs.tar.gz; the table is printed last.
 set -uo pipefail
@@ -18,6 +20,13 @@ BUDGET_S=${BUDGET_S:-560}
 export LC_ALL=C.UTF-8 PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 start=$SECONDS
 mkdir -p "$OUT"
+loop=""
+if [ -z "${SCRATCH:-}" ] && [ "$(id -u)" = 0 ] && command -v mkfs.ext4 >/dev/null && command -v losetup >/dev/null; then
+  img=/var/tmp/gpufleet-scratch.img SCRATCH=/mnt/gpufleet-scratch
+  truncate -s 24G "$img" && mkfs.ext4 -q -F "$img" && loop=$(losetup --find --show --direct-io=on "$img") &&
+    mkdir -p "$SCRATCH" && mount "$loop" "$SCRATCH" || { echo "no loop file system: $OUT/scratch instead"; SCRATCH=""; }
+  trap '[ -n "$loop" ] && { umount "$SCRATCH"; losetup -d "$loop"; rm -f "$img"; }' EXIT
+fi
 SCRATCH=${SCRATCH:-$OUT/scratch}
 mkdir -p "$SCRATCH"
 if [ -d .whl ] && ! python3 -c 'import ansible, ansible_runner' 2>/dev/null; then

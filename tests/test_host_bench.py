@@ -190,3 +190,18 @@ def test_the_loader_hands_batches_over_and_says_what_a_sample_cost():
     records = loader.corpus()
     assert len(records) == loader.RECORDS and all(len(r) < loader.SEQ_TOKENS * loader.BYTES_PER_TOKEN for r in records)
     assert not list(Path("/dev/shm").glob("psm_*gpufleet*"))  # nothing of ours left in shared memory
+
+
+def test_fios_report_and_bandwidth_log_give_the_phase(tmp_path):
+    # fio 3.x --output-format=json (a warning line before it, as fio prints one), and its --write_bw_log file:
+    # "msec, KiB/s, direction, block size, offset" every --log_avg_msec
+    report = "fio: this platform does not support process shared mutexes\n" + json.dumps(
+        {
+            "fio version": "fio-3.36",
+            "jobs": [{"jobname": "gpufleet", "write": {"io_bytes": 12 << 30, "runtime": 1000, "bw_bytes": 12 << 30}}],
+        }
+    )
+    log = "250, 11718750, 1, 4194304, 0\n500, 12207031, 1, 4194304, 0\n750, 11962890, 1, 4194304, 0\n"
+    got = disk.parse_fio(report, log, "write")
+    assert got["bytes"] == 12 << 30 and got["seconds"] == 1.0 and got["version"] == "fio-3.36"
+    assert got["samples_gbps"] == [11718750 * 1024 / 1e9, 12207031 * 1024 / 1e9, 11962890 * 1024 / 1e9]

@@ -104,10 +104,17 @@ def test_a_vm_has_no_link_to_judge_and_an_unreadable_link_is_an_error(tmp_path):
     (tree.root / tree.devpaths["0000:00:05.0"] / "max_link_speed").unlink()  # a passthrough GPU without its link
     res = pcie_links.pcie_links([_watch(tree)], loaded=True)
     assert res["status"] == schema.SKIP and "no NIC or GPU on the PCI bus with a link speed" in res["reason"]
+    # a link that gives no speed (a virtual function's, a link down) is named and not judged; none at all, an error
     tree = hgx(tmp_path / "hgx")
     (tree.root / tree.devpaths[NIC3] / "current_link_width").unlink()
     res = pcie_links.pcie_links([_watch(tree)], loaded=True)
-    assert res["status"] == schema.ERROR and f"NIC {NIC3} under {NIC3_PORT}" in res["reason"]
+    assert (
+        res["status"] == schema.PASS and f"1 gave no speed, not judged: NIC {NIC3} under {NIC3_PORT}" in res["reason"]
+    )
+    for path in tree.root.glob("sys/devices/**/current_link_width"):
+        path.unlink()
+    res = pcie_links.pcie_links([_watch(tree)], loaded=True)
+    assert res["status"] == schema.ERROR and "none of the 25 PCIe link(s) gave a speed" in res["reason"]
 
 
 def test_the_links_are_judged_loaded_only_when_a_step_ran_on_the_gpus(tmp_path):

@@ -124,7 +124,9 @@ def parse_fio(report: str, bw_log: str, rw: str) -> dict:
     }
 
 
-def _fio_phase(fio: str, path: str, write: bool, max_bytes: int, seconds: float) -> dict:
+def _fio_phase(fio: str, path: str, write: bool, size: int, seconds: float) -> dict:
+    """One phase through fio; `size`: the write's most, the read's span (what the write left: fio would lay out
+    the rest of a larger file first)."""
     rw = "write" if write else "read"
     with tempfile.TemporaryDirectory(prefix="gpufleet-fio-") as logs:
         prefix = os.path.join(logs, "bw")
@@ -137,14 +139,13 @@ def _fio_phase(fio: str, path: str, write: bool, max_bytes: int, seconds: float)
             "--direct=1",
             "--ioengine=libaio",
             f"--iodepth={FIO_DEPTH}",
-            f"--size={max_bytes}",
-            f"--runtime={seconds}",
+            f"--size={size}",
+            f"--runtime={int(seconds * 1000)}ms",
             "--output-format=json",
             f"--write_bw_log={prefix}",
             f"--log_avg_msec={int(INTERVAL_S * 1000)}",
         ]
-        if not write:
-            cmd.append("--time_based")  # the read cycles over what the write left
+        cmd.append("--end_fsync=1" if write else "--time_based")  # what the drive holds; the read cycles over it
         proc = subprocess.run(
             cmd, capture_output=True, text=True, timeout=seconds + 120, env=dict(os.environ, LC_ALL="C")
         )
@@ -195,7 +196,7 @@ def run(tier: str = "quick", scratch: str | None = None) -> dict:
         for phase in ("write", "read"):
             watch.start()
             if fio:
-                got = _fio_phase(fio, path, phase == "write", max_bytes, seconds)
+                got = _fio_phase(fio, path, phase == "write", written or max_bytes, seconds)
                 samples = got["samples_gbps"] or [got["bytes"] / got["seconds"] / 1e9]
                 out["tool"] = f"fio {got.get('version') or ''}".strip()
             else:

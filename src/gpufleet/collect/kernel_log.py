@@ -87,7 +87,14 @@ def _run(argv: list[str]) -> list[str]:
 
 def _result(source: str, lines: list[str] | None, error: str | None) -> dict:
     if lines is None:
-        return {"source": source, "readable": False, "error": error, "lines": 0, "xid_events": []}
+        return {
+            "source": source,
+            "readable": False,
+            "error": error,
+            "lines": 0,
+            "xid_events": [],
+            "machine_checks": machine_checks.parse([]),
+        }
     messages = _messages(lines)
     events = [e for e in map(parse_xid, messages) if e]
     return {
