@@ -343,3 +343,12 @@ def test_edac_and_nvme_counters_reach_the_report_the_store_and_prometheus(tmp_pa
     since = res("n1", "fleet", "fabric_since_previous_run")
     assert since["status"] == "fail" and "since run r1" in since["reason"]
     assert "NVMe media and data integrity errors grew by 2" in since["reason"] and "EDAC" not in since["reason"]
+
+
+def test_a_recording_made_before_these_readers_skips_saying_so():
+    readings = {"host": {"pci": []}, "nvml": {}, "kernel_log": {"readable": True, "lines": 1, "xid_events": []}}
+    for check in (memory.check_memory_errors, memory.check_memory_available, nvme_check.check_nvme_health):
+        res = check(readings, _profile())
+        assert res["status"] == schema.SKIP and "recorded before gpufleet read it" in res["reason"], res
+    res = memory.check_machine_checks(readings, _profile())  # the kernel log was read: no machine check line in it
+    assert res["status"] == schema.PASS

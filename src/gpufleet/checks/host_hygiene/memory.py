@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from gpufleet import profiles
 from gpufleet.checks.counter_rates import EDAC_CE_KEY, judge_rate, limit_text, rate_text, seconds_text
-from gpufleet.checks.host_hygiene.readings import section
+from gpufleet.checks.host_hygiene.readings import host_readings
 from gpufleet.collect.host.edac import error_places
 from gpufleet.schema import ERROR, FAIL, INFO, PASS, SKIP, WARN, result, worst
 
@@ -16,6 +16,17 @@ _UE_REMEDY = (
     "an uncorrectable memory error happened on this boot: drain the node, find the DIMM by its label and location "
     "(`ras-mc-ctl --errors`, the BMC's event log, dmidecode -t memory) and replace it before the node takes jobs"
 )
+
+
+def own_section(readings: dict, check: str, key: str) -> tuple[dict | None, dict | None]:
+    """(the host readings' section, None) or (None, a `skip`): every reading since the whole node's checks came
+    holds it (a reader that fails says so inside it), so only a recording made before them lacks it."""
+    sec = host_readings(readings).get(key)
+    if sec is None:
+        return None, result(check, SKIP, f"the readings hold no '{key}' section: recorded before gpufleet read it")
+    return sec, None
+
+
 _CE_REMEDY = (
     "a DIMM corrects errors faster than mcelog's per-DIMM limit: replace it at the next maintenance (its label and "
     "location name it; `ras-mc-ctl --errors` lists the addresses), and watch it in the next runs (gpufleet history)"
@@ -27,7 +38,7 @@ def check_memory_errors(readings: dict, profile: dict) -> dict:
     judged as a rate over the time since the counts were reset, against host_edac_ce_per_day_warn (a DIMM, or a
     controller's errors it placed on none)."""
     name = "memory_errors"
-    edac, err = section(readings, name, "edac")
+    edac, err = own_section(readings, name, "edac")
     if err:
         return err
     ue_max = profiles.value(profile, UE_KEY) or 0
@@ -154,7 +165,7 @@ def check_memory_available(readings: dict, profile: dict) -> dict:
     """The memory a job would get: MemAvailable with the free huge pages, against host_memory_available_pct_min of
     MemTotal; the processes holding the most named."""
     name = "memory_available"
-    info, err = section(readings, name, "meminfo")
+    info, err = own_section(readings, name, "meminfo")
     if err:
         return err
     threshold = profiles.threshold(profile, AVAILABLE_KEY)

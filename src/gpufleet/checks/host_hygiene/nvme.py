@@ -4,7 +4,7 @@ temperature, as the drive reports them."""
 from __future__ import annotations
 
 from gpufleet import profiles
-from gpufleet.checks.host_hygiene.readings import section
+from gpufleet.checks.host_hygiene.memory import own_section
 from gpufleet.collect.host.nvme import CRITICAL_WARNING_BITS, drive_name
 from gpufleet.schema import ERROR, FAIL, INFO, PASS, SKIP, WARN, result, worst
 
@@ -47,7 +47,7 @@ def check_nvme_health(readings: dict, profile: dict) -> dict:
     """Every local NVMe drive's health log: a critical warning or spare under its threshold fails, wear at
     nvme_percentage_used_warn or more warns with the replacement to plan; a log that could not be read is an error."""
     name = "nvme_health"
-    nvme, err = section(readings, name, "nvme")
+    nvme, err = own_section(readings, name, "nvme")
     if err:
         return err
     threshold = profiles.threshold(profile, WEAR_KEY)
