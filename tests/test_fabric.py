@@ -94,9 +94,12 @@ def test_no_infiniband_and_no_aer_is_a_skip_with_the_reasons(tmp_path):
         path.unlink()
     (tree.root / "sys/class/infiniband").rename(tree.root / "ib-gone")
     res = counters.fabric_snapshot("before", _readings(tree), boot_id="b")
+    assert res["status"] == schema.PASS and "EDAC memory errors of 6 DIMM(s)" in res["reason"]  # the host's own
+    (tree.root / "sys/devices/system/edac").rename(tree.root / "edac-gone")
+    res = counters.fabric_snapshot("before", _readings(tree), boot_id="b")
     assert res["status"] == schema.SKIP
     assert "no InfiniBand" in res["reason"] and "sys/class/infiniband: not present" in res["reason"]
-    assert "no aer_dev_* file" in res["reason"]
+    assert "no aer_dev_* file" in res["reason"] and "no EDAC (no EDAC memory controller" in res["reason"]
 
 
 @pytest.mark.slow

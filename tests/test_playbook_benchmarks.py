@@ -85,13 +85,25 @@ def test_local_run_records_benchmarks_in_host_document_and_report(local_run):
     # the run's first play): here a first run, with no baseline.
     held = [r for r in doc["results"] if r["check"] == "measured_again"]
     bench.pop("measured_again", None)
-    assert len(held) == 3 and (run_dir / "references" / "localhost.json").is_file(), out  # matmul and sdc, memory, nccl
+    # matmul and sdc, memory, nccl, host
+    assert len(held) == 4 and (run_dir / "references" / "localhost.json").is_file(), out
     for r in held:
         assert r["status"] == "pass" and r["detail"]["held_against"]["baseline"] is None, r
         assert r["detail"]["held_against"]["notes"] == [
             "no baseline run set (gpufleet baseline set RUN_ID, or gpufleet_baseline for validate.yml)"
         ], r
         assert "held against nothing beyond its limits: no baseline run set" in r["reason"], r
+    # The host's own step, in the default acceptance benchmarks: its figures a CPU run's; no scratch folder named here
+    host = {
+        c: bench.pop(c) for c in ("host_memory_bandwidth", "disk_write_bandwidth", "disk_read_bandwidth", "data_loader")
+    }
+    assert all(
+        host[c]["status"] == "skip" and CPU_NOTE in host[c]["reason"] for c in ("host_memory_bandwidth", "data_loader")
+    )
+    assert all(
+        "no scratch folder named (gpufleet_scratch_dir" in host[c]["reason"]
+        for c in ("disk_write_bandwidth", "disk_read_bandwidth")
+    )
     assert set(bench) == {"matmul_bf16", "hbm_bandwidth", "nccl_sendrecv"} | COLLECTIVES, out
     # The SDC hashes of the default acceptance benchmarks: two CPU processes, compared for real, no claim on a GPU.
     assert sdc and sdc["status"] == "skip" and sdc["detail"]["would_be"] == "pass" and CPU_NOTE in sdc["reason"], sdc
@@ -153,7 +165,7 @@ def test_local_run_draws_busbw_in_report_html_and_tabulates_it_in_md(local_run):
         ),
         (
             {"gpufleet_benchmarks": ["matmul", "fft"]},
-            "gpufleet_benchmarks for localhost must be a list of benchmarks from matmul, memory, nccl, sdc and train_gpt2",
+            "gpufleet_benchmarks for localhost must be a list of benchmarks from matmul, memory, nccl, sdc, host and train_gpt2",
         ),
         ({"gpufleet_benchmarks": "matmul"}, "gpufleet_benchmarks for localhost must be a list of benchmarks"),
         (

@@ -200,6 +200,13 @@ def spreads(rows: list[dict]) -> dict:
                 )
         for metric, drops in soak_windows(r["document"]).items():
             out["soak_window_pct"][metric] += [(d, where) for d in drops]
+        for res in r["document"].get("results") or []:  # the host's NUMA nodes against their siblings' median
+            figs = [v["gbps"] for v in ((res.get("detail") or {}).get("per_node") or {}).values() if "gbps" in v]
+            if res.get("check") == "host_memory_bandwidth" and not fleet_metrics.is_cpu(res) and len(figs) > 1:
+                med = statistics.median(figs)
+                out["numa_vs_node_pct"]["host_memory_gbps"] += [
+                    (round(max(0.0, below_pct(v, med)), 2), where) for v in figs
+                ]
     # Per machine and round: every GPU's figure against the others' (the fleet's gpu_vs_node), the node-level
     # figures against the round's nodes (node_vs_fleet), the spread of a node's GPUs.
     rounds: dict = defaultdict(list)

@@ -19,13 +19,20 @@ Disturbance kinds (tools/gpu_disturb.py; each its own process, named gpu_disturb
   short       a matmul that lasts 1 to 3 s, inside one step
   host_cpu    no GPU: busy processes on 15-50% of the host's CPUs (gpu_disturb --kind cpu), as user
               gpufleet-neighbour (created when missing; run as root), on every node of the machine
-Every row records the most the host's other processes used beside the benchmarks (`host_foreign_cpu_pct_max`, from
+  host_memory the host's memory held (60% of it) and streamed through by 2 processes of gpufleet-neighbour, in place
+              before the round's stages start (gpu_disturb --kind memory)
+  disk_full   the scratch drive (--scratch) filled to 512 MiB free, in place before the stages (--kind fill)
+  disk_io     direct-I/O writers and readers on the scratch drive during the stages (--kind io)
+The node stage includes the host's own step (`bench host`: memory, the drive at --scratch, a data loader) on the node
+that holds GPU 0 (once a machine: the split layout's nodes share its memory and its drive). Every row
+records the most the host's other processes used beside the benchmarks (`host_foreign_cpu_pct_max`, from
 benchmark.<step>_processes; the node stages mark themselves with GPUFLEET_RUN_MARK, so the split layout's sibling
 nodes are this run's): the clean rows' largest sets host_foreign_cpu_share_max.
 
 Usage (GPU machine, from a checkout):
   python3 tools/gpu_calibrate.py --out $OUT --data $OUT/runs.jsonl --budget-s 480 [--layout split|node|both]
       [--disturbed-share 0.5] [--kinds compute,memcopy,...] [--gpus-disturbed 1] [--seed N] [--cpu]
+      [--scratch DIR]   (a folder on the node's local NVMe drive: gpufleet_scratch_dir; default $OUT/scratch)
 The short table comes last; --cpu runs the same logic on a machine without a GPU (benchmarks on the CPU,
 disturbances as CPU loops: not a calibration, a check of this script).
 """
@@ -47,7 +54,22 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 FORMAT = "gpufleet-calibration/1"
-KINDS = ("compute", "memcopy", "pcie", "other_user", "one_gpu", "short", "host_cpu")
+KINDS = (
+    "compute",
+    "memcopy",
+    "pcie",
+    "other_user",
+    "one_gpu",
+    "short",
+    "host_cpu",
+    "host_memory",
+    "disk_full",
+    "disk_io",
+)
+# The host's own kinds: one set of processes on the machine, whatever its GPUs; the first two in place before the
+# round's stages start (a node that comes with the fault), the last during them.
+HOST_KINDS = ("host_cpu", "host_memory", "disk_full", "disk_io")
+BEFORE_KINDS = ("host_memory", "disk_full")
 NOBODY = 65534
 # Each kind's gpu_disturb processes on one GPU: (its work, the uid it runs as; None: ours).
 KIND_PROCESSES = {
@@ -58,6 +80,9 @@ KIND_PROCESSES = {
     "one_gpu": [(["--kind", "matmul", "--size", "2048"], None)],
     "other_user": [(["--kind", "matmul"], NOBODY), (["--kind", "copy", "--size", "1024"], NOBODY)],
     "host_cpu": [(["--kind", "cpu"], None)],  # the host's: gpu_disturb runs them as NEIGHBOUR, made when missing
+    "host_memory": [(["--kind", "memory", "--procs", "2"], None)],
+    "disk_full": [(["--kind", "fill"], None)],
+    "disk_io": [(["--kind", "io", "--procs", "2"], None)],
 }
 NEIGHBOUR = "gpufleet-neighbour"
 HOST_KEY = "host_foreign_cpu_share_max"
@@ -90,11 +115,19 @@ def free_port() -> int:
 
 
 def node_stage(
-    node: str, gpus: list[int], n_machine_gpus: int, cpu: bool, thresholds: dict, references: Path | None = None
+    node: str,
+    gpus: list[int],
+    n_machine_gpus: int,
+    cpu: bool,
+    thresholds: dict,
+    references: Path | None = None,
+    scratch: str | None = None,
 ) -> dict:
     """The acceptance tier's node stage for one node; its merged host document and the stage's seconds. references:
     the node's RUN_DIR/references/<node>.json, handed to its benchmarks as validate.yml hands them."""
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), GPUFLEET_KEEP_LOGS="0", GPUFLEET_RUN_MARK=str(os.getpid()))
+    if scratch:
+        env["GPUFLEET_SCRATCH_DIR"] = scratch
     if not cpu:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
     common = ["--host", node, "--thresholds", json.dumps(thresholds)]
@@ -107,6 +140,8 @@ def node_stage(
     ]
     if len(gpus) > 1:
         steps.append(["bench", "nccl", "--tier", "quick", "--master-port", str(free_port()), *common, *held])
+    if 0 in gpus:  # the host's own step once a machine: the split layout's nodes share its memory and drive
+        steps.append(["bench", "host", "--tier", "quick", *common, *held])
     steps.append(["counters", "--phase", "after", *common])
     t0, epoch0, docs, errors = time.monotonic(), time.time(), [], []
     for step in steps:
@@ -145,12 +180,16 @@ def node_stage(
 class Disturbance:
     """gpu_disturb processes on `gpus`, started `delay_s` after the round starts, for `duration_s` of work."""
 
-    def __init__(self, kind: str, gpus: list[int], delay_s: float, duration_s: float, procs: int, cpu: bool):
+    def __init__(
+        self, kind: str, gpus: list[int], delay_s: float, duration_s: float, procs: int, cpu: bool, scratch: str = ""
+    ):
         self.kind, self.gpus, self.delay_s, self.duration_s, self.cpu = kind, gpus, delay_s, duration_s, cpu
+        self.scratch = scratch
+        self.ready = threading.Event()  # its first line read: the fault is in place
         self.n_procs = procs  # host_cpu: how many busy processes
         self.record = {
             "kind": kind,
-            "gpus": gpus if kind != "host_cpu" else [],
+            "gpus": gpus if kind not in HOST_KINDS else [],
             "procs": procs or None,
             "delay_s": round(delay_s, 1),
             "duration_s": round(duration_s, 1),
@@ -172,6 +211,13 @@ class Disturbance:
             return [
                 (base + work + user + ["--procs", str(self.n_procs)], uid) for work, uid in KIND_PROCESSES[self.kind]
             ]
+        if self.kind in HOST_KINDS:  # the memory (another user's) or the scratch drive
+            extra = ["--as-user", NEIGHBOUR] if self.kind == "host_memory" and not self.cpu else []
+            extra += (
+                ["--share", "0.05"] if self.kind == "host_memory" and self.cpu else []
+            )  # a logic check holds little
+            extra += ["--path", self.scratch] if self.kind != "host_memory" else []
+            return [(base + work + extra, uid) for work, uid in KIND_PROCESSES[self.kind]]
         wheres = [["--cpu"]] if self.cpu else [["--gpu", str(g)] for g in self.gpus]
         return [(base + where + work, user) for where in wheres for work, user in KIND_PROCESSES[self.kind]]
 
@@ -193,6 +239,7 @@ class Disturbance:
             self.record["lines"].append(first)
             if first.startswith("gpu_disturb pid"):  # empty: stopped before it began (the stages were over)
                 self.record["ready_epoch"] = self.record["ready_epoch"] or round(time.time(), 2)
+        self.ready.set()  # in place, or never will be: the stages waiting for it go on
         for p in procs:
             rest = p.communicate()[0]
             self.record["lines"].append(rest.strip()[-300:])
@@ -303,6 +350,8 @@ def plan_round(
     kind = rng.choice(kinds)
     gpus = sorted(rng.sample(range(n_gpus), min(max(gpus_disturbed, 1), n_gpus)))
     latest = max(4.0, 0.6 * stage_s)
+    if kind in BEFORE_KINDS:  # in place before the stages, for all of them
+        return {"kind": kind, "gpus": gpus, "delay_s": 0.0, "duration_s": stage_s + 60, "procs": 0}
     if kind == "short":
         delay, duration = rng.uniform(2, latest), rng.uniform(1, 3)
     else:
@@ -393,6 +442,9 @@ def main(argv=None) -> int:
         "disturbed node-runs a round in the split layout, fewer beside",
     )
     p.add_argument("--cpu", action="store_true", help="logic check on a machine without a GPU")
+    p.add_argument(
+        "--scratch", help="a folder on the node's local NVMe drive (gpufleet_scratch_dir); default OUT/scratch"
+    )
     args = p.parse_args(argv)
     kinds = [k for k in args.kinds.split(",") if k]
     if not kinds or any(k not in KINDS for k in kinds):
@@ -400,6 +452,8 @@ def main(argv=None) -> int:
     seed = args.seed if args.seed is not None else int(time.time())
     rng = random.Random(seed)
     out = Path(args.out)
+    scratch = args.scratch or str(out / "scratch")
+    os.makedirs(scratch, exist_ok=True)
     reports = out / "calibration-reports"
     reports.mkdir(parents=True, exist_ok=True)
     # A reports folder and store per layout (baseline.json lies beside the store): a node of four GPUs is never
@@ -429,7 +483,7 @@ def main(argv=None) -> int:
         round_id = f"{stamp}-r{k:03d}-{layout}-{plan['kind'] if plan else 'clean'}"
         run_dir = reports / layout / round_id
         (run_dir / "hosts").mkdir(parents=True)
-        dist = Disturbance(**plan, cpu=args.cpu) if plan else None
+        dist = Disturbance(**plan, cpu=args.cpu, scratch=scratch) if plan else None
         stages: dict = {}
 
         # What each node's figures are held against (its baseline round, its GPUs' past), as validate.yml writes it.
@@ -449,12 +503,16 @@ def main(argv=None) -> int:
         )
 
         def one(node, gpus):
-            stages[node] = node_stage(node, gpus, n_gpus, args.cpu, thresholds, run_dir / "references" / f"{node}.json")
+            stages[node] = node_stage(
+                node, gpus, n_gpus, args.cpu, thresholds, run_dir / "references" / f"{node}.json", scratch
+            )
 
         threads = [threading.Thread(target=one, args=(n, g)) for n, g in nodes.items()]
         t0 = time.monotonic()
         if dist:
             dist.start()
+            if plan["kind"] in BEFORE_KINDS:  # the node comes with the fault: the stages meet it from their start
+                dist.ready.wait(timeout=300)
         for t in threads:
             t.start()
         for t in threads:
@@ -477,7 +535,7 @@ def main(argv=None) -> int:
                 and rec["ready_epoch"] < st["ended_epoch"]
                 and (rec.get("end_epoch") or st["ended_epoch"]) > st["started_epoch"]
             )
-            affected = overlap and (args.cpu or plan["kind"] == "host_cpu" or bool(set(plan["gpus"]) & set(gpus)))
+            affected = overlap and (args.cpu or plan["kind"] in HOST_KINDS or bool(set(plan["gpus"]) & set(gpus)))
             row = {
                 "format": FORMAT,
                 "round": round_id,

@@ -3,6 +3,7 @@ it sees it.
 
 Usage: python3 tools/gpu_disturb.py --gpu 1 --seconds 900 [--kind matmul|copy|pcie] [--size N] [--duty 1.0]
        python3 tools/gpu_disturb.py --kind cpu --procs 48 --seconds 70 [--as-user gpufleet-neighbour]
+       python3 tools/gpu_disturb.py --kind memory|fill|io --seconds 90 [--path DIR] [--share 0.6] [--procs 2]
 
 --gpu is the NVML index, as gpu_health and `nvidia-smi` name the GPU (resolved to its UUID through NVML, so
 CUDA_VISIBLE_DEVICES and CUDA's own device order do not matter). --kind matmul loops bf16 products of N x N
@@ -17,6 +18,9 @@ validation run beside it must name them in benchmark.<step>_processes (user, pid
 
 It names its process "gpu_disturb" (/proc/<pid>/comm, what gpu_health.processes reports), prints its pid and
 what it does on the first line, a summary when it ends (after --seconds, or on SIGTERM/SIGINT), and exits 0;
+the host's own kinds (host_faults.py: memory, a neighbour holding --share of the host's memory and streaming through
+it, the first line once it is held; fill, the scratch drive at --path filled to its limit; io, --procs direct-I/O
+writers and readers on it) likewise;
 2 when the GPU cannot be used. --cpu runs the same loop on the CPU at a tiny
 size: a logic check for machines without a GPU.
 """
@@ -29,6 +33,8 @@ import signal
 import subprocess
 import sys
 import time
+
+import host_faults
 
 BURST_S = 0.2  # work between two checks of the clock and of a stop request
 
@@ -83,22 +89,13 @@ def neighbour_user(name: str) -> int:
 
 def busy_cpus(procs: int, seconds: float, uid: int | None, stop: dict) -> int:
     """`procs` processes that spin on a CPU each for `seconds`, under `uid`; stopped early by a stop request."""
-    pids = []
-    for _ in range(procs):
-        pid = os.fork()
-        if pid == 0:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
-            if uid is not None:
-                os.setgroups([])
-                os.setgid(uid)
-                os.setuid(uid)
-            name_process("cpu_disturb")
-            end = time.monotonic() + seconds
-            while time.monotonic() < end:
-                pass
-            os._exit(0)
-        pids.append(pid)
+
+    def spin() -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            pass
+
+    pids = host_faults.children(procs, spin, uid, "cpu_disturb", name_process)
     who = f" as uid {uid}" if uid is not None else ""
     print(
         f"gpu_disturb pid {os.getpid()}: {procs} busy processes{who} on the host's CPUs for {seconds:g} s "
@@ -106,14 +103,7 @@ def busy_cpus(procs: int, seconds: float, uid: int | None, stop: dict) -> int:
         flush=True,
     )
     t0 = time.monotonic()
-    while pids and not stop["why"]:  # polled: a stop request does not interrupt a blocking wait (PEP 475)
-        done, _ = os.waitpid(-1, os.WNOHANG)
-        pids = [p for p in pids if p != done]
-        if not done:
-            time.sleep(BURST_S)
-    for pid in pids:  # stopped early: the children go too
-        os.kill(pid, signal.SIGTERM)
-        os.waitpid(pid, 0)
+    host_faults.wait_children(pids, stop)
     why = f"stopped by {stop['why']}" if stop["why"] else "time is up"
     print(f"gpu_disturb pid {os.getpid()}: {why} after {time.monotonic() - t0:.1f} s", flush=True)
     return 0
@@ -123,7 +113,14 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="gpu_disturb", description=__doc__.split("\n\n")[0])
     p.add_argument("--gpu", type=int, help="NVML index of the GPU to keep busy")
     p.add_argument("--seconds", type=float, required=True, help="how long to keep it busy")
-    p.add_argument("--kind", choices=["matmul", "copy", "pcie", "cpu"], default="matmul")
+    p.add_argument("--kind", choices=["matmul", "copy", "pcie", "cpu", *host_faults.KINDS], default="matmul")
+    p.add_argument("--path", help="fill, io: a folder on the drive (the node's gpufleet_scratch_dir)")
+    p.add_argument(
+        "--share",
+        type=float,
+        default=host_faults.SHARE,
+        help=f"memory: the share of MemTotal held ({host_faults.SHARE})",
+    )
     p.add_argument("--procs", type=int, default=1, help="cpu: how many busy processes")
     p.add_argument("--as-user", help="cpu: the user the busy processes run as (created when missing; needs root)")
     p.add_argument(
@@ -137,6 +134,12 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.seconds <= 0 or not 0 < args.duty <= 1:
         p.error("--seconds must be positive and --duty in (0, 1]")
+    if args.kind in host_faults.KINDS:
+        stop = {"why": None}
+        signal.signal(signal.SIGTERM, lambda signum, _f: stop.update(why=signal.Signals(signum).name))
+        signal.signal(signal.SIGINT, lambda signum, _f: stop.update(why=signal.Signals(signum).name))
+        uid = neighbour_user(args.as_user) if args.as_user else None
+        return host_faults.run(args.kind, args.seconds, args.procs, args.path, args.share, uid, stop, name_process)
     if args.kind == "cpu":
         if args.procs < 1:
             p.error("--procs must be 1 or more")

@@ -18,12 +18,12 @@ STEP_GROUPS = dict(
     [(g, g) for g in CHECK_GROUPS] + [("gpu_counters", "counters"), ("benchmark", "benchmark"), ("node_lock", "lock")]
 )
 # Benchmarks `gpufleet bench` knows, their tiers, and the group of their results.
-BENCHMARKS = ("matmul", "memory", "nccl", "sdc", "train_gpt2", "soak")
+BENCHMARKS = ("matmul", "memory", "nccl", "sdc", "host", "train_gpt2", "soak")
 BENCHMARK_TIERS = ("smoke", "quick", "thorough")
 BENCHMARK_GROUP = "benchmark"
 # gpufleet_benchmarks: what it may name, what it names by default; the benchmarks that run across nodes.
-SELECTABLE_BENCHMARKS = ("matmul", "memory", "nccl", "sdc", "train_gpt2")
-DEFAULT_BENCHMARKS = ("matmul", "memory", "nccl", "sdc")
+SELECTABLE_BENCHMARKS = ("matmul", "memory", "nccl", "sdc", "host", "train_gpt2")
+DEFAULT_BENCHMARKS = ("matmul", "memory", "nccl", "sdc", "host")
 MULTINODE_BENCHMARKS = ("nccl", "train_gpt2")
 # gpufleet_tier, and the benchmarks each tier's node stage runs (acceptance: those of gpufleet_benchmarks).
 RUN_TIERS = ("smoke", "acceptance", "soak")
@@ -39,6 +39,8 @@ ENVIRONMENT_CHECKS = (
     "nccl_processes",
     "train_gpt2_processes",
     "soak_processes",
+    "host_processes",
+    "memory_available",
     "processes_after",
     "node_lock",
     "reachable",

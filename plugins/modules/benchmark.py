@@ -50,7 +50,7 @@ options:
       - V(sdc) runs seeded bf16 and fp32 products and a few training steps on every GPU and compares their hashes.
     type: list
     elements: str
-    choices: [matmul, memory, nccl, sdc, train_gpt2, soak]
+    choices: [matmul, memory, nccl, sdc, host, train_gpt2, soak]
     required: true
   tier:
     description:

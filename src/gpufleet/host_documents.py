@@ -11,7 +11,8 @@ import time
 
 from gpufleet import collect, profiles, registry, schema
 from gpufleet.measure import NodeSteps, visible_gpus
-from gpufleet.checks import GROUPS, benchmarks, collectives, gpu_health, gpu_inventory, training_gate
+from gpufleet.checks import GROUPS, benchmarks, collectives, gpu_health, gpu_inventory, host_throughput, pcie_links
+from gpufleet.checks import training_gate
 from gpufleet.checks import sdc as sdc_check
 from gpufleet.checks import soak as soak_check
 from gpufleet.checks.soak import remeasure as soak_remeasure
@@ -204,6 +205,7 @@ def bench_host(
             out["full"], prof, single=out["single"], reference=train_reference
         ),
         "soak": soak_check.soak,
+        "host": host_throughput.host,
     }
     # A disturbed soak is not run again in full: its disturbed windows are, bounded (checks.soak.remeasure).
     extra = {
@@ -232,6 +234,13 @@ def bench_host(
             gpu_inventory.name_flagged(r, readings["nvml"].get("gpus") or [])  # the serial beside the UUID
             results.append(r.replace(group=benchmarks.GROUP, started=when, seconds=round(time.monotonic() - t1, 2)))
     results += [r.replace(group=benchmarks.GROUP, started=schema.utc_now(), seconds=0.0) for r in steps.processes()]
+    watched_links, loaded = steps.links()
+    if watched_links:  # the PCIe links as the steps loaded them, every step's reading together
+        results.append(
+            pcie_links.pcie_links(watched_links, loaded).replace(
+                group=benchmarks.GROUP, started=schema.utc_now(), seconds=0.0
+            )
+        )
     return schema.host_document(host, profile, readings, started, t0, disabled(results))
 
 

@@ -29,6 +29,9 @@ HARDWARE, ENVIRONMENT, CONFIGURATION, SOFTWARE = "hardware", "environment", "con
 CLASSES = (HARDWARE, ENVIRONMENT, CONFIGURATION, SOFTWARE)
 
 
+# Profile keys of the host's own checks (generic.yml), named once so that each declaration holds on a line.
+EDAC_CE_KEY, MEMORY_FREE = "host_edac_ce_per_day_warn", "host_memory_available_pct_min"
+
 # What a figure is held against (Check.against).
 LIMIT = "limit"  # a profile's minimum (or maximum) for the model
 SAMPLES = "samples"  # its own timed samples: how many fell, how far, and what the sampler saw then (judge.samples)
@@ -151,6 +154,11 @@ CHECK_GROUPS = (
             Check("fabric_manager", SOFTWARE, function="kernel.check_fabric_manager"),
             Check("nccl_env", CONFIGURATION, function="nccl_env.check_nccl_env"),
             Check("bringup_drift", CONFIGURATION, ("bringup_required",), function="bringup.check_bringup_drift"),
+            # the host's own hardware: memory errors (EDAC, machine checks), its memory free for a job, its NVMe drives
+            Check("memory_errors", HARDWARE, ("host_edac_ue_max", EDAC_CE_KEY), function="memory.check_memory_errors"),
+            Check("machine_checks", HARDWARE, function="memory.check_machine_checks"),
+            Check("memory_available", ENVIRONMENT, (MEMORY_FREE,), function="memory.check_memory_available"),
+            Check("nvme_health", HARDWARE, ("nvme_percentage_used_warn",), function="nvme.check_nvme_health"),
         ),
     ),
 )
@@ -169,6 +177,7 @@ RUN_TIERS = ("smoke", "acceptance", "soak")
 SAMPLED = ("sample_drop_pct_max", "sample_drops_allowed", "confirm_band_pct")
 AGAIN = {"where": NODE, "confirm": MEASURED_AGAIN}
 SAMPLED_FIGURE = {"against": (LIMIT, SAMPLES), **AGAIN}
+HOST_MEMORY_KEYS, SCRATCH_FREE = ("host_memory_gbps_min", "host_memory_numa_below_pct_max"), "disk_scratch_free_gib_min"
 
 BENCHMARKS = (
     Benchmark(
@@ -216,6 +225,18 @@ BENCHMARKS = (
         default=True,
         watched=False,
         checks=(Check("sdc", HARDWARE, ("driver_version",)),),
+    ),
+    # The host's own throughput beside the GPUs (bench.host: memory per NUMA node, the scratch drive, a data loader)
+    Benchmark(
+        "host",
+        run_tiers=("acceptance",),
+        default=True,
+        checks=(
+            Check("host_memory_bandwidth", HARDWARE, HOST_MEMORY_KEYS, against=(LIMIT, SIBLINGS), **AGAIN),
+            Check("disk_write_bandwidth", HARDWARE, ("disk_write_gbps_min", SCRATCH_FREE), against=(LIMIT,), **AGAIN),
+            Check("disk_read_bandwidth", HARDWARE, ("disk_read_gbps_min", SCRATCH_FREE), against=(LIMIT,), **AGAIN),
+            Check("data_loader", HARDWARE, ("loader_tokens_per_s_per_gpu_min",), against=(LIMIT,), **AGAIN),
+        ),
     ),
     Benchmark(
         "train_gpt2",
@@ -350,6 +371,9 @@ OTHER_GROUPS = (
                     "fabric_ib_local_ack_timeout_per_h_max",
                     "fabric_ib_rcv_errors_per_h_max",
                     "fabric_ib_xmit_discards_per_h_max",
+                    "host_edac_ue_max",
+                    EDAC_CE_KEY,
+                    "nvme_media_errors_max",
                 ),
             ),
             Check("fabric_since_previous_run", HARDWARE),
@@ -366,6 +390,9 @@ OTHER_GROUPS = (
 ENGINE_CHECK = Check("engine", SOFTWARE)
 # The seconds a node's benchmarks spent measuring again, and why (group benchmark; measure.measured_again).
 MEASURED_AGAIN_CHECK = Check("measured_again", SOFTWARE)
+# The PCIe links of the NICs, the GPUs and the ports above them, at the best the benchmarks loaded them to (group
+# benchmark; checks.pcie_links).
+PCIE_LINKS_CHECK = Check("pcie_links", HARDWARE)
 
 # Profile keys no single check owns: the watch of every benchmark (measure again when disturbed, on the GPUs or
 # the host, confirm a figure within a budget) and `gpufleet fleet locate`.
@@ -376,6 +403,7 @@ SHARED_THRESHOLDS = (
     "disturbed_wait_s",
     "host_foreign_cpu_share_max",
     "host_swap_mib_s_max",
+    "host_foreign_io_mib_s_max",
     "locate_busbw_ratio_min",
 )
 
@@ -443,6 +471,7 @@ def failure_classes() -> dict[str, str]:
     out.update((c.name, c.failure_class) for c in watched_checks())
     out[ENGINE_CHECK.name] = ENGINE_CHECK.failure_class
     out[MEASURED_AGAIN_CHECK.name] = MEASURED_AGAIN_CHECK.failure_class
+    out[PCIE_LINKS_CHECK.name] = PCIE_LINKS_CHECK.failure_class
     return out
 
 

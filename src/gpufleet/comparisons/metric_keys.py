@@ -13,6 +13,9 @@ Per node (no GPU): each per-GPU metric again, as its slowest GPU, and
     nccl_node_sendrecv_gbps      the slowest GPU pair's send/recv bandwidth
     train_gpt2_<scope>_tokens_per_s_per_gpu       the GPT-2 training gate, inside the node or across the nodes
     finetune_<scope>_tokens_per_s_per_gpu         the LoRA fine-tune
+    host_memory_gbps             the host's memory triad, its slowest NUMA node (benchmark.host_memory_bandwidth)
+    disk_write_gbps, disk_read_gbps   the scratch drive (benchmark.disk_*_bandwidth)
+    loader_tokens_per_s_per_gpu  the data loader's tokens a second a GPU (benchmark.data_loader)
 
 NCCL size bands: `le_1MiB` (latency-bound), `le_64MiB` (in between) and `gt_64MiB` (bandwidth-bound).
 
@@ -34,6 +37,19 @@ BAND_TEXT = {
     "gt_64MiB": "sizes over 64 MiB",
 }
 
+# The host's own figures (bench.host): key -> (label, unit, family, to_base, labels).
+HOST_METRICS = {
+    "host_memory_gbps": (
+        "host memory triad, slowest NUMA node",
+        "GB/s",
+        "gpufleet_host_memory_bytes_per_second",
+        1e9,
+        {},
+    ),
+    "disk_write_gbps": ("scratch drive write", "GB/s", "gpufleet_disk_bytes_per_second", 1e9, {"direction": "write"}),
+    "disk_read_gbps": ("scratch drive read", "GB/s", "gpufleet_disk_bytes_per_second", 1e9, {"direction": "read"}),
+    "loader_tokens_per_s_per_gpu": ("data loader", "tokens/s/GPU", "gpufleet_loader_tokens_per_second_per_gpu", 1, {}),
+}
 _NCCL = re.compile(r"nccl_(node|multinode)_(\w+?)_busbw_gbps_(le_1MiB|le_64MiB|gt_64MiB)")
 _TRAIN = re.compile(r"(train_gpt2|finetune)_(node|multinode)_tokens_per_s_per_gpu")
 
@@ -113,6 +129,17 @@ def describe(key: str) -> dict:
             "to_base": 1,
             "labels": {"scope": m[2]},
             "shared": m[2] == "multinode",
+            "per_gpu": False,
+        }
+    if key in HOST_METRICS:
+        label, unit, family, to_base, labels = HOST_METRICS[key]
+        return {
+            "label": label,
+            "unit": unit,
+            "family": family,
+            "to_base": to_base,
+            "labels": labels,
+            "shared": False,
             "per_gpu": False,
         }
     return {
