@@ -1,11 +1,9 @@
 """Sample every GPU through NVML while a benchmark runs.
 
-Shared power and cooling are part of the test: a GPU that throttles under
-load shows it here (clock event reasons, peak temperature, lowest SM clock)
-even when its number still clears the threshold. GpuMonitor keeps the worst
-of each for a benchmark of seconds; SoakSampler keeps a time series and the
-error counters for a soak of minutes to hours. Both list the processes on
-every GPU at every sample (bench.watch): a process outside the benchmark's own
+Shared power and cooling are part of the test: a GPU that throttles under load shows it here (clock event reasons,
+peak temperature, lowest SM clock) even when its number still clears the threshold. GpuMonitor keeps the worst of
+each for a benchmark of seconds; SoakSampler keeps a time series and the error counters for a soak of minutes to
+hours. Both list the processes on every GPU at every sample (bench.watch): a process outside the benchmark's own
 process tree is foreign, and the figures measured beside it are not the node's.
 Both read the host too (bench.host_watch): where the GPUs are watched, its neighbours over the limits join `foreign`
 (index None); a CPU run keeps them under `host` alone, its figures being no node's (`skip`). GpuMonitor also reads
@@ -25,12 +23,8 @@ from gpufleet.bench.link_watch import LinkWatch
 from gpufleet.bench.watch import ProcessWatch, in_window, list_processes
 from gpufleet.collect import counters, kernel_log
 from gpufleet.collect.nvml.binding import as_text, bus_id, call_first, init_nvml, pynvml, read_field
-from gpufleet.collect.nvml.clocks import CLOCK_EVENT_BITS, HW_SLOWDOWN_EVENTS
+from gpufleet.collect.nvml.clocks import HW_SLOWDOWN_EVENTS, reason_names
 from gpufleet.collect.nvml.processes import visible_indices
-
-
-def reason_names(mask: int) -> list[str]:
-    return [name for name, bit in CLOCK_EVENT_BITS.items() if mask & bit]
 
 
 class GpuMonitor:
