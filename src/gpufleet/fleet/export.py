@@ -388,13 +388,19 @@ def drain_lines(report: dict, mapping: dict | None = None) -> list[str]:
 
 
 def write_drain(run_dir: Path, lines: list[str], report: dict) -> str:
-    """drain.txt: a head saying how many nodes were not accepted and which are not drained (another run held
-    them: not measured), then the drain lines."""
+    """drain.txt: a head saying how many nodes were not accepted, how many of them have a line (a confirmed failure:
+    report/drain.py) and which are not drained (another run held them: not measured), then the drain lines."""
     failed = [h for h, node in report["nodes"].items() if node["verdict"] == schema.FAIL]
     held = [h for h in failed if held_elsewhere(report["nodes"][h])]
     head = f"# gpufleet {report['run_id']}: " + (
         f"{len(failed)} node(s) not accepted"
-        + (f"; run these lines to drain {'them' if not held else 'the others'} in Slurm" if lines else "")
+        + (
+            f"; run these lines to drain {'them' if len(lines) == len(failed) else f'the {len(lines)} with a confirmed failure'} in Slurm"
+            if lines
+            else "; none with a confirmed failure to drain for (report.md names what was not confirmed)"
+            if len(failed) > len(held)
+            else ""
+        )
         + (
             f"; not drained: {', '.join(held)}, held by another gpufleet run (its node lock), so not measured"
             if held
