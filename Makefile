@@ -1,6 +1,7 @@
 # make validate   check this machine (inventory/local) and print where the report is
-# make test       pytest over tests/, ansible-lint and ansible-test sanity included
-# make generate   write what Ansible lists of the engine's registry (tools/generate.py)
+# make test       pytest over tests/, ansible-lint and ansible-test sanity included (CI's command)
+# make test-fast  the tests not marked slow: minutes, for the loop of a change
+# make generate   write the files made from others: the role specs from the registry, the sanity ignores
 #
 # Both create .venv with `python3 -m venv` and install the project into it the
 # first time. INVENTORY=inventory/<site> and ARGS='-e ... --limit ...' pass
@@ -33,7 +34,7 @@ ANSIBLE_LOWEST := 2.16.0
 ANSIBLE_HIGHEST := 2.20
 NEWER_PYTHON ?=
 
-.PHONY: validate test lint sanity clean system-deps
+.PHONY: validate test test-fast lint sanity generate clean system-deps
 
 $(BIN)/python:
 	$(DEPS) venv
@@ -84,17 +85,23 @@ validate: $(VENV)/.installed-controller
 test: system-deps $(VENV)/.installed-test
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -n 2 --dist loadfile tests/
 
+# No playbook, test host, Slurm, browser or torch process: pyproject.toml's `slow` marker says which tests are left out.
+test-fast: $(VENV)/.installed-test
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -n 2 --dist loadfile -m "not slow" tests/
+
+# Files written from others, each held current by a test: what Ansible lists of the engine's registry (the role's
+# argument specs and the modules' choices: tools/generate.py; tests/test_generated.py) and the ansible-test sanity
+# ignore files, from the modules and the engine's files the collection ships (tools/sanity_ignores.py;
+# tests/test_collection_conventions.py).
+generate:
+	$(PYTHON) tools/generate.py
+	$(PYTHON) tools/sanity_ignores.py
+
 lint: $(VENV)/.installed-test
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest tests/test_ansible_quality.py -k lint
 
 sanity: $(VENV)/.installed-test
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest tests/test_ansible_quality.py -k sanity
-
-# What Ansible must list of the engine's registry (the run tiers, benchmarks and depths of the role's argument
-# specs), written from src/gpufleet/registry.py; tests/test_generated.py fails while it is not current.
-.PHONY: generate
-generate:
-	$(PYTHON) tools/generate.py
 
 clean:
 	rm -rf $(VENV) .venv-ansible-lowest .venv-ansible-highest .ansible .pytest_cache

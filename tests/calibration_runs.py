@@ -1,4 +1,4 @@
-"""Calibration node-runs for the CPU tests, in the format scripts/gpu_calibrate.py appends, until real ones arrive.
+"""Calibration node-runs for the CPU tests, in the format tools/gpu_calibrate.py appends, until real ones arrive.
 
 Each node document starts from a recorded one: the quick tier's host document of one H100 80GB HBM3
 (docs/results/2026-11-23-h100-x1-fleet, fleet-A.tar.gz, the baseline run), whose checks are kept as they were.

@@ -14,6 +14,8 @@ import struct
 import subprocess
 from pathlib import Path
 
+from node_trees import whole_node
+
 # ACS control values: what Linux sets on switch ports when an IOMMU is on
 # (source validation, P2P request/completion redirect, upstream forwarding), and all off.
 ACS_REDIRECT_ON = 0x001D
@@ -363,6 +365,7 @@ def hgx(
         tree.write("etc/nccl.conf", nccl_conf)
     tree.systemctl(*fabricmanager, bindir=tmp / "bin")
     tree.environ.update({"NCCL_IB_HCA": "mlx5", "NCCL_SOCKET_IFNAME": "=eth0", **(env or {})})
+    whole_node(tree)  # EDAC's DIMMs, the memory, the kernel log (node_trees)
     return tree
 
 
@@ -389,6 +392,7 @@ def vm(tmp: Path) -> Tree:
     tree.net({"lo": "unknown", "ens3": "up"})
     (tmp / "bin").mkdir(exist_ok=True)
     tree.environ.update({"PATH": str(tmp / "bin")})  # no systemctl: never needed without NVSwitch
+    whole_node(tree, sockets=0, memory_gib=200)  # no EDAC, as the H100 VM
     return tree
 
 

@@ -9,7 +9,6 @@ goes through every play: the node is not accepted (exit 2), and every run folder
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import tomllib
@@ -17,6 +16,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from playbooks import playbook_env, run_playbook
 
 pytestmark = pytest.mark.slow
 
@@ -63,34 +64,17 @@ def test_validate_runs_every_play_on_the_lowest_and_highest_ansible_core_claimed
     assert version == want if which == "lowest" else version.startswith(want + "."), (version, want)
 
     reports = tmp_path / "reports"
-    env = dict(
-        os.environ,
-        PATH=f"{bin_dir}:{os.environ['PATH']}",
-        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
-        ANSIBLE_NOCOLOR="1",
-        PYTHONPATH="",
-    )
-    proc = subprocess.run(
-        [
-            str(bin_dir / "ansible-playbook"),
-            "validate.yml",
-            "-i",
-            "inventory/local",
-            "-e",
-            json.dumps(
-                {
-                    "gpufleet_reports_dir": str(reports),
-                    "gpufleet_run_id": f"core-{which}",
-                    "gpufleet_lock_path": str(tmp_path / "node.lock"),
-                    "gpufleet_benchmarks": [],
-                }
-            ),
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    proc = run_playbook(
+        "validate.yml",
+        "inventory/local",
+        "-e",
+        json.dumps({"gpufleet_benchmarks": []}),
+        env=playbook_env(tmp_path, bin_dir=bin_dir, PYTHONPATH=""),
+        timeout_s=300,
+        run_id=f"core-{which}",
+        reports=reports,
+        lock=tmp_path / "node.lock",
+        bin_dir=bin_dir,
     )
     out = proc.stdout + proc.stderr
     assert "Traceback" not in out and "has no attribute" not in out, out[-4000:]

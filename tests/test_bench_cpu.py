@@ -70,6 +70,7 @@ def test_bus_factors_follow_nccl_tests():
     assert nccl.BUS_FACTOR["all_reduce"](2) == pytest.approx(1.0)
 
 
+@pytest.mark.slow
 def test_nccl_gloo_two_ranks_correct_results(profile):
     out = nccl.run(timeout_s=180)
     assert out["rc"] == 0, out["log_tail"]
@@ -87,6 +88,7 @@ def test_nccl_gloo_two_ranks_correct_results(profile):
     assert all(r["status"] == "skip" for r in res.values())
 
 
+@pytest.mark.slow
 def test_nccl_timeout_kills_the_whole_group(profile):
     t0 = time.monotonic()
     out = nccl.run(timeout_s=2)
@@ -159,6 +161,7 @@ def test_socket_fallback_on_an_infiniband_host_fails(profile):
     assert res["nccl_transport"]["status"] == "info" and res["nccl_transport"]["class"] is None
 
 
+@pytest.mark.slow
 def test_bench_cli_prints_a_host_document():
     env = dict(os.environ)
     cp = subprocess.run(

@@ -48,6 +48,7 @@ else:
 """
 
 
+@pytest.mark.slow
 def test_an_engine_run_that_hangs_or_crashes_is_an_error_for_each_of_its_benchmarks(fake_engine, monkeypatch, capsys):
     monkeypatch.setattr(engine_process, "KILL_GRACE_S", 0.5)
     monkeypatch.setattr(benchmark_module, "MARGIN_S", 0)
@@ -213,6 +214,7 @@ def test_unknown_threshold_gives_the_engine_message(capsys):
     assert "gpufleet_thresholds.nope is not a known threshold" in out["msg"]
 
 
+@pytest.mark.slow
 def test_real_engine_on_the_cpu_returns_skip_results(capsys):
     pytest.importorskip("torch")
     out = run_benchmark(

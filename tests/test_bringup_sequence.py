@@ -1,4 +1,4 @@
-"""scripts/gpu_bringup.sh, the bring-up sequence of a cloud GPU VM, run here against a test host made to look like one.
+"""tools/gpu_bringup.sh, the bring-up sequence of a cloud GPU VM, run here against a test host made to look like one.
 
 The host (tests/testhosts.py) is reached over ssh as the VM reaches itself, with inventory/cloud-vm's settings. Its
 kernel is this machine's, so the roles read and write a fake VM tree instead (tests/sysfs_tree.vm: one GPU on the
@@ -11,7 +11,6 @@ python3-venv. Every role runs its real tasks, with no --skip-tags. What a CPU ca
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from playbooks import playbook_env, run_playbook
 from sysfs_tree import fake_nvml, vm
 from testhosts import TestFleet, skip_reason
 
@@ -35,7 +35,7 @@ WHEELHOUSE = "/srv/wheelhouse"
 
 
 def wheelhouse(dest: Path) -> Path:
-    """pip and wheel: what the VM's wheelhouse gives a venv made without ensurepip (scripts/gpu_wheelhouse.sh)."""
+    """pip and wheel: what the VM's wheelhouse gives a venv made without ensurepip (tools/gpu_wheelhouse.sh)."""
     dest.mkdir()
     subprocess.run(
         [
@@ -115,20 +115,19 @@ def test_bringup_twice_held_drifted_and_restored_on_a_vm_like_host(tmp_path):
         host_root = fleet.root("gpu-vm")
         make_vm(host_root)
         inventory = vm_inventory(fleet, tmp_path / "inventory.yml")
-        env = {
-            **os.environ,
+        env = playbook_env(
+            tmp_path,
             **fleet.ssh_env(),
-            "PATH": f"{BIN}:{os.environ['PATH']}",
-            "OUT": str(out),
-            "INVENTORY": str(inventory),
-            "REPORTS_DIR": str(tmp_path / "reports"),
-            "DRIVER_PIN": PIN,
-            "EXPECT_ACCEPTANCE": "0",
-            "BUDGET_S": "1500",
-            "TIER": "acceptance",
-        }  # its benchmarks off: checks only
+            OUT=str(out),
+            INVENTORY=str(inventory),
+            REPORTS_DIR=str(tmp_path / "reports"),
+            DRIVER_PIN=PIN,
+            EXPECT_ACCEPTANCE="0",
+            BUDGET_S="1500",
+            TIER="acceptance",
+        )  # its benchmarks off: checks only
         proc = subprocess.run(
-            ["bash", str(REPO / "scripts/gpu_bringup.sh")], env=env, capture_output=True, text=True, timeout=1800
+            ["bash", str(REPO / "tools/gpu_bringup.sh")], env=env, capture_output=True, text=True, timeout=1800
         )
         table = proc.stdout[-6000:] + proc.stderr[-3000:]
         ran = steps(out)
@@ -136,22 +135,15 @@ def test_bringup_twice_held_drifted_and_restored_on_a_vm_like_host(tmp_path):
 
         # The persistence mode of a GPU turned off: the role fails naming it, and changes nothing.
         (host_root / NVML_DIR.strip("/") / "gpus").write_text("00000000:00:05.0 0\n")
-        off = subprocess.run(
-            [
-                str(BIN / "ansible-playbook"),
-                "bringup.yml",
-                "-i",
-                str(inventory),
-                "--tags",
-                "nvidia_driver",
-                "-e",
-                f"nvidia_driver_version={PIN}",
-            ],
-            cwd=REPO,
+        off = run_playbook(
+            "bringup.yml",
+            inventory,
+            "--tags",
+            "nvidia_driver",
+            "-e",
+            f"nvidia_driver_version={PIN}",
             env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
+            timeout_s=300,
         )
         pth = "".join(
             p.read_text()

@@ -1,6 +1,6 @@
 """Limits from measurement, judged through the real judges: recorded calibration samples, healthy and disturbed,
 replayed through checks.benchmarks, measure.watched and the fleet layer; the calibration table built by
-scripts/calibration_table.py from node-runs in the harness's format (tests/calibration_runs.py: the recorded H100
+tools/calibration_table.py from node-runs in the harness's format (tests/calibration_runs.py: the recorded H100
 document with the figures issue 28 reports)."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 import calibration_runs as cr
+import tool_modules
 from gpufleet import calibration, judge, profiles, report, schema
 from gpufleet.checks import benchmarks, replay
 from gpufleet.measure import foreign_processes, watched
@@ -23,7 +24,7 @@ from gpufleet.fleet import compare
 from test_fleet_synthetic import measured_twice
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "scripts" / "calibration_table.py"
+SCRIPT = tool_modules.TOOLS / "calibration_table.py"
 
 
 @pytest.fixture
@@ -131,6 +132,7 @@ def _node_results(doc: dict, profile: dict) -> list[dict]:
     return results + fleet["results"]["node"]
 
 
+@pytest.mark.slow
 def test_a_healthy_node_with_one_low_pcie_sample_passes(profile_dir):
     """The issue's healthy 4 x H100: GPU 0's device-to-host copy once 43% below its median of 54.72 GB/s on a quiet
     GPU, and GPU 0's bf16 matmul steadily below its siblings. Judged again, its figures pass; the fleet layer's
@@ -236,6 +238,7 @@ def test_the_judge_is_one_function_for_minimums_relative_limits_and_samples():
 # ---------------------------------------------------------------- the table
 
 
+@pytest.mark.slow
 def test_the_calibration_table_counts_false_alarms_and_detections_recorded_and_today(profile_dir, tmp_path):
     # Two calls of the harness, one file each (one of them gzipped): the folder is read whole.
     folder = tmp_path / "calibration"
@@ -457,7 +460,7 @@ def test_run_folders_become_calibration_lines_only_where_no_foreign_process_was_
     done = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "scripts" / "calibration_from_runs.py"),
+            str(tool_modules.TOOLS / "calibration_from_runs.py"),
             str(run_dir),
             "--machine",
             "lab-a",

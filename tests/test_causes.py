@@ -89,6 +89,7 @@ def no_driver_run(tmp_path_factory) -> Path:
     return run_dir
 
 
+@pytest.mark.slow
 def test_the_engine_names_each_cause_in_the_same_words(no_driver_run):
     doc = json.loads((no_driver_run / "hosts" / "n1.json").read_text())
     nvml_checks = [r for r in doc["results"] if r["group"] in ("gpu_inventory", "gpu_health")]

@@ -36,6 +36,7 @@ def registered() -> set[str]:
     return set(sub.choices)
 
 
+@pytest.mark.slow
 def test_help_groups_every_command_and_leaves_the_internal_ones_out():
     grouped = [n for names in cli.COMMAND_GROUPS.values() for n in names]
     assert len(grouped) == len(set(grouped)) and not set(grouped) & set(cli.INTERNAL)
@@ -89,7 +90,7 @@ def recording_without_gpus(path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("view", ["status", "hw"])
+@pytest.mark.parametrize("view", ["status", pytest.param("hw", marks=pytest.mark.slow)])  # hw reads this host: seconds
 def test_the_views_exit_by_one_rule(tmp_path, view):
     """0 with GPUs read; 1 when none could be read, the JSON still printed and the reason on stderr or in it."""
     done = gpufleet(view, "--readings", str(READINGS), "--json")
@@ -109,6 +110,7 @@ def only_json(done: subprocess.CompletedProcess) -> dict:
         raise AssertionError(f"stdout is not JSON alone ({exc}): {done.stdout[:2000]}") from None
 
 
+@pytest.mark.slow
 def test_json_is_alone_on_stdout(tmp_path):
     run_dir = tmp_path / "reports" / "r1"
     (run_dir / "hosts").mkdir(parents=True)

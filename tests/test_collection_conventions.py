@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import tool_modules
 from gpufleet import version
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,6 +43,7 @@ def galaxy() -> dict:
     return yaml.safe_load((REPO / "galaxy.yml").read_text())
 
 
+@pytest.mark.slow
 def test_the_version_is_written_once_and_is_the_same_everywhere(tarball, tmp_path):
     written = galaxy()["version"]
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
@@ -91,6 +93,7 @@ def test_the_engine_packed_for_the_nodes_carries_its_version(tmp_path):
     assert "galaxy.yml" in names and "src/gpufleet/version.py" in names and "pyproject.toml" in names
 
 
+@pytest.mark.slow
 def test_the_licence_is_in_the_repository_and_the_tarball(tarball):
     text = (REPO / "LICENSE").read_text()
     assert text.lstrip().startswith("Apache License\n                           Version 2.0, January 2004")
@@ -103,9 +106,11 @@ def test_the_licence_is_in_the_repository_and_the_tarball(tarball):
     assert {"changelogs/config.yaml", "changelogs/changelog.yaml", "CHANGELOG.rst"} <= names
 
 
+@pytest.mark.slow
 def test_the_tarball_holds_the_collection_and_not_the_checkout(tarball):
     """build_ignore keeps the checkout's own files out: the sites' inventories (inventory/nebius's addresses), the
-    measurement scripts, the molecule scenarios, the Makefile, the venvs; what the collection runs is in."""
+    tools (measurement harnesses, calibration) and the Makefile's scripts, the molecule scenarios, the Makefile, the
+    venvs; what the collection runs is in."""
     with tarfile.open(tarball) as tar:
         names = set(tar.getnames())
     tops = {name.split("/", 1)[0] for name in names}
@@ -142,6 +147,7 @@ def test_the_tarball_holds_the_collection_and_not_the_checkout(tarball):
     assert all(manifest[field] is None for field in ("repository", "issues", "homepage", "documentation")), manifest
 
 
+@pytest.mark.slow
 def test_the_docs_quote_the_tarballs_size_and_version(tarball):
     """docs/installed-collection.md gives the size, within 20%, and every tarball named carries galaxy.yml's version."""
     pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -195,6 +201,7 @@ def ansible_doc(*args: str) -> dict:
     return json.loads(done.stdout)
 
 
+@pytest.mark.slow
 def test_internal_modules_are_marked_and_the_docs_list_both_kinds():
     listed = {
         name.removeprefix("gpufleet.cluster."): text for name, text in ansible_doc("-l", "gpufleet.cluster").items()
@@ -206,3 +213,33 @@ def test_internal_modules_are_marked_and_the_docs_list_both_kinds():
     for name in listed:
         notes = " ".join(docs[f"gpufleet.cluster.{name}"]["doc"].get("notes") or [])
         assert (INTERNAL_NOTE in notes) == (name in internal), f"{name}: internal {name in internal}, notes: {notes}"
+
+
+def test_the_sanity_ignore_files_are_written_from_what_the_collection_ships(tmp_path):
+    """tests/sanity/ignore-*.txt are `make generate`'s (tools/sanity_ignores.py): a module or an engine file added
+    or removed without it fails here, not first in the slow ansible-test run (tests/test_ansible_quality.py)."""
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "tools" / "sanity_ignores.py"), "--check"], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    ignores = tool_modules.load("sanity_ignores")
+    shipped = sorted(p.name for p in (REPO / "tests" / "sanity").glob("ignore-*.txt"))
+    assert shipped == sorted(p.name for p in ignores.ignore_files(REPO)), shipped
+    # In a collection of one module and one engine file, written then given a second engine file: not current
+    # until written again, and then with that file's two skips.
+    for f in ("plugins/modules/one.py", "src/gpufleet/one.py", "tests/sanity/.keep"):
+        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / f).write_text("")
+    for path, text in ignores.ignore_files(tmp_path).items():
+        path.write_text(text)
+    assert ignores.stale(tmp_path) == []
+    (tmp_path / "src" / "gpufleet" / "two.py").write_text("")
+    assert len(ignores.stale(tmp_path)) == len(shipped)
+    lines = next(iter(ignores.ignore_files(tmp_path).values())).splitlines()
+    assert [line.split(" #")[0] for line in lines] == [
+        "plugins/modules/one.py validate-modules:missing-gplv3-license",
+        "src/gpufleet/one.py pep8!skip",
+        "src/gpufleet/one.py pylint!skip",
+        "src/gpufleet/two.py pep8!skip",
+        "src/gpufleet/two.py pylint!skip",
+    ]

@@ -1,4 +1,4 @@
-"""The controller's work grows linearly with the fleet: counted, never timed (scripts/controller_cost.py times it).
+"""The controller's work grows linearly with the fleet: counted, never timed (tools/controller_cost.py times it).
 
 A report of 4 nodes and one of 12, each against a baseline run of the same nodes in a real store, count how many
 figures the fleet medians go through and how often the SDC votes of a computation are gathered. Work that is

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import gzip
-import importlib.util
 import json
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from gpufleet.comparisons import metrics
 from gpufleet.fleet import counter_growth
 from gpufleet.comparisons.thresholds import Thresholds, thresholds_for
 
+import tool_modules
 from test_soak_cpu import ZERO_COUNTERS, gpu_soak, sampled, verdict
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -207,10 +207,7 @@ def test_the_recorded_h200_soak_replayed_is_information(h200):
 
 
 def _calibration_counters():
-    spec = importlib.util.spec_from_file_location("calibration_counters", ROOT / "scripts" / "calibration_counters.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return tool_modules.load("calibration_counters")
 
 
 def test_the_calibration_tables_rates_from_a_recorded_node_stage_and_soak():

@@ -143,6 +143,7 @@ def test_store_rebuild_takes_only_a_baseline_of_the_folder_and_names_the_file_wh
     assert rc == 0 and json.loads(out)["baseline"] == "r0" and not err, err
 
 
+@pytest.mark.slow
 def test_a_symbolic_link_planted_at_the_run_folder_is_refused_before_anything_is_written(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

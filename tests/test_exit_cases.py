@@ -23,6 +23,7 @@ from gpufleet import cli, lock, runs
 from gpufleet.errors import EXIT_CODES
 from gpufleet.runner import record as rec
 
+from playbooks import playbook_env, run_playbook
 from test_fleet_synthetic import node_doc, write_run
 from test_store_damage import fill, tiny_filesystem
 from waiting import wait_for
@@ -140,27 +141,15 @@ def test_the_playbook_path_tells_a_refused_variable_from_a_node_not_accepted(tmp
     inventory = unreachable_inventory(tmp_path) if case == "no node answered" else "inventory/local"
     extra = {"gpufleet_benchmark": []} if case == "a variable refused" else {"gpufleet_benchmarks": []}
     reports = tmp_path / "reports"
-    proc = subprocess.run(
-        [
-            str(BIN / "ansible-playbook"),
-            "validate.yml",
-            "-i",
-            inventory,
-            "-e",
-            json.dumps(
-                dict(
-                    extra,
-                    gpufleet_run_id="wrapped",
-                    gpufleet_reports_dir=str(reports),
-                    gpufleet_lock_path=str(tmp_path / "node.lock"),
-                )
-            ),
-        ],
-        cwd=REPO,
-        env=dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp")),
-        capture_output=True,
-        text=True,
-        timeout=600,
+    proc = run_playbook(
+        "validate.yml",
+        inventory,
+        "-e",
+        json.dumps(extra),
+        env=playbook_env(tmp_path),
+        run_id="wrapped",
+        reports=reports,
+        lock=tmp_path / "node.lock",
     )
     out = " ".join((proc.stdout + proc.stderr).split())
     assert proc.returncode == 2, out[-3000:]

@@ -94,11 +94,15 @@ def test_no_infiniband_and_no_aer_is_a_skip_with_the_reasons(tmp_path):
         path.unlink()
     (tree.root / "sys/class/infiniband").rename(tree.root / "ib-gone")
     res = counters.fabric_snapshot("before", _readings(tree), boot_id="b")
+    assert res["status"] == schema.PASS and "EDAC memory errors of 6 DIMM(s)" in res["reason"]  # the host's own
+    (tree.root / "sys/devices/system/edac").rename(tree.root / "edac-gone")
+    res = counters.fabric_snapshot("before", _readings(tree), boot_id="b")
     assert res["status"] == schema.SKIP
     assert "no InfiniBand" in res["reason"] and "sys/class/infiniband: not present" in res["reason"]
-    assert "no aer_dev_* file" in res["reason"]
+    assert "no aer_dev_* file" in res["reason"] and "no EDAC (no EDAC memory controller" in res["reason"]
 
 
+@pytest.mark.slow
 def test_a_gpu_vm_without_infiniband_or_aer_statistics_skips_and_hw_says_why(tmp_path):
     # As on the H100 VM the engine runs on: the GPU on the root bus, no /sys/class/infiniband, no aer_dev_* files.
     tree = vm(tmp_path)
@@ -299,6 +303,7 @@ def _node_stage(run_dir: Path, name: str, tree, disturb=None) -> None:
     _gpufleet("record", str(run_dir), name, stdin=json.dumps(check))
 
 
+@pytest.mark.slow
 def test_report_names_the_flapping_port_the_aer_errors_and_the_odd_node(tmp_path):
     reports = tmp_path / "reports"
     trees = {

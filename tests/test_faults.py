@@ -17,21 +17,19 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 
+import playbooks
 from testhosts import TestFleet, skip_reason
 
 pytest.importorskip("torch")
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 ENGINE_MARKS = ("-m gpufleet", "gpufleet.bench", "gpufleet.finetune", "torch.distributed.run")
 
 
@@ -47,28 +45,9 @@ def fleet():
 def start_playbook(fleet: TestFleet, inventory: Path, reports: Path, *extra: str, playbook: str = "validate.yml"):
     """ansible-playbook in the background, its output line by line; (process, run dir, lines read so far)."""
     run_id = f"test-{uuid.uuid4().hex[:10]}"
-    env = dict(
-        os.environ,
-        PATH=f"{BIN}:{os.environ['PATH']}",
-        ANSIBLE_LOCAL_TEMP=str(reports / "ansible-tmp"),
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_FORCE_COLOR="0",
-        PYTHONUNBUFFERED="1",
-        **fleet.ssh_env(),
-    )
-    cmd = [
-        str(BIN / "ansible-playbook"),
-        playbook,
-        "-i",
-        str(inventory),
-        "-e",
-        f"gpufleet_run_id={run_id}",
-        "-e",
-        f"gpufleet_reports_dir={reports}",
-        *extra,
-    ]
-    proc = subprocess.Popen(
-        cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    env = playbooks.playbook_env(reports, PYTHONUNBUFFERED="1", **fleet.ssh_env())
+    proc = playbooks.start_playbook(
+        playbook, inventory, *extra, env=env, new_session=True, run_id=run_id, reports=reports
     )
     return proc, reports / run_id
 
@@ -221,32 +200,16 @@ def test_a_full_reports_filesystem_is_named_and_what_was_written_stays_whole(tmp
         # Room for the run's folder and its host document, not for the reports as well.
         (full / "ballast").write_bytes(b"\0" * (48 * 1024))
         run_id = f"test-{uuid.uuid4().hex[:10]}"
-        env = dict(
-            os.environ,
-            PATH=f"{BIN}:{os.environ['PATH']}",
-            ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
-            ANSIBLE_NOCOLOR="1",
-        )
-        proc = subprocess.run(
-            [
-                str(BIN / "ansible-playbook"),
-                "validate.yml",
-                "-i",
-                "inventory/local",
-                "-e",
-                f"gpufleet_run_id={run_id}",
-                "-e",
-                f"gpufleet_reports_dir={full}",
-                "-e",
-                f"gpufleet_lock_path={tmp_path / 'node.lock'}",
-                "-e",
-                '{"gpufleet_benchmarks": []}',
-            ],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
+        proc = playbooks.run_playbook(
+            "validate.yml",
+            "inventory/local",
+            "-e",
+            '{"gpufleet_benchmarks": []}',
+            env=playbooks.playbook_env(tmp_path),
+            timeout_s=300,
+            run_id=run_id,
+            reports=full,
+            lock=tmp_path / "node.lock",
         )
         out = proc.stdout + proc.stderr
         assert proc.returncode != 0, out[-5000:]

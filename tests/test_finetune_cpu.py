@@ -238,6 +238,7 @@ def test_load_records_reads_local_json_and_names_a_missing_path(tmp_path):
 # ---- model -----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_lora_trainable_parameters_of_qwen2_7b_on_the_meta_device():
     lora = {"r": 64, "alpha": 128, "dropout": 0.05, "bias": "none"}
     seven = model.lora_counts_for_shape("qwen2-7b", {**lora, "target_modules": config.QWEN2_PROJECTIONS})
@@ -299,6 +300,7 @@ def two_nodes(tmp_path_factory):
     return outs, out_dir
 
 
+@pytest.mark.slow
 def test_two_node_run_trains_evaluates_and_saves_the_adapter(two_nodes):
     (n0, n1), out_dir = two_nodes
     assert n0["rc"] == 0 and n1["rc"] == 0, (n0["log_tail"], n1["log_tail"])
@@ -377,6 +379,7 @@ def test_the_cpu_run_is_a_skip_and_a_gpu_run_of_the_same_figures_passes_with_mfu
 # ---- failures ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_rendezvous_that_never_completes_fails_within_its_timeout_naming_it(tmp_path):
     t0 = time.monotonic()
     proc = subprocess.run(
@@ -418,6 +421,7 @@ def test_a_rendezvous_that_never_completes_fails_within_its_timeout_naming_it(tm
     shutil.rmtree(res["detail"]["workdir"], ignore_errors=True)  # a failed run keeps its torchrun log there
 
 
+@pytest.mark.slow
 def test_a_failing_rank_is_named_with_its_error(tmp_path):
     bad = tmp_path / "bad.yml"
     bad.write_text(
@@ -549,6 +553,7 @@ Root Cause (first observed failure):
     )
 
 
+@pytest.mark.slow
 def test_the_seeds_zero3_variant_trains_on_two_cpu_ranks(tmp_path):
     """DeepSpeed ZeRO-3 with the seeds' optimized JSON (overlap_comm, their bucket sizes) on the tiny model:
     parameters partitioned over 2 ranks (gloo), the loss going down, the adapter gathered and saved."""

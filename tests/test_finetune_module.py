@@ -117,6 +117,7 @@ def test_check_mode_runs_nothing_and_says_so(fake_engine, capsys):
     ]
 
 
+@pytest.mark.slow
 def test_a_run_past_its_timeout_is_killed_with_its_process_group(fake_engine, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(engine_process, "KILL_GRACE_S", 0.5)
     pid_file = tmp_path / "child.pid"

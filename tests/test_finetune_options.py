@@ -164,6 +164,7 @@ it.close()
 """
 
 
+@pytest.mark.slow
 def test_a_process_that_closed_its_prefetch_exits_cleanly():
     """A batch thread still in torch code while the interpreter exits aborts the process (SIGABRT, 'terminate called
     without an active exception'): a fine-tune whose results were written then counted as failed."""

@@ -1,14 +1,15 @@
-"""scripts/finetune_profile.py's timeline: GPU busy time and idle gaps, on made-up events and on the two traces
+"""tools/finetune_profile.py's timeline: GPU busy time and idle gaps, on made-up events and on the two traces
 recorded on an H200 (docs/results/2026-11-22-h200-x2-lora-flash), with cuDNN's attention and with flash."""
 
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+
+import tool_modules
 
 REPO = Path(__file__).resolve().parents[1]
 RUN = REPO / "docs/results/2026-11-22-h200-x2-lora-flash"
@@ -16,10 +17,7 @@ RUN = REPO / "docs/results/2026-11-22-h200-x2-lora-flash"
 
 @pytest.fixture(scope="module")
 def prof():
-    spec = importlib.util.spec_from_file_location("finetune_profile", REPO / "scripts/finetune_profile.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return tool_modules.load("finetune_profile")
 
 
 def _k(ts, dur, cat="kernel"):

@@ -30,6 +30,7 @@ import pytest
 
 from gpufleet import lock
 from gpufleet.runs import controller_identity
+from playbooks import validate_on
 from testhosts import TestFleet, skip_reason
 
 pytest.importorskip("torch")
@@ -52,34 +53,7 @@ def fleet():
 
 
 def playbook(fleet: TestFleet, inventory: Path, reports: Path, run_id: str, *extra: str) -> tuple[int, str]:
-    env = dict(
-        os.environ,
-        PATH=f"{BIN}:{os.environ['PATH']}",
-        ANSIBLE_LOCAL_TEMP=str(reports.parent / "ansible-tmp"),
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_FORCE_COLOR="0",
-        **fleet.ssh_env(),
-    )
-    proc = subprocess.run(
-        [
-            str(BIN / "ansible-playbook"),
-            "validate.yml",
-            "-i",
-            str(inventory),
-            "-e",
-            f"gpufleet_run_id={run_id}",
-            "-e",
-            f"gpufleet_reports_dir={reports}",
-            *extra,
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=420,
-    )
-    (reports.parent / f"{run_id}.log").write_text(proc.stdout + proc.stderr)  # kept for a failing test's reader
-    return proc.returncode, proc.stdout + proc.stderr
+    return validate_on(fleet, inventory, reports, run_id, *extra, timeout_s=420)
 
 
 def gpufleet(*args: str) -> subprocess.CompletedProcess:

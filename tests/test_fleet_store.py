@@ -20,6 +20,7 @@ from gpufleet.fleet.store import Store
 from waiting import wait_for
 
 from test_fleet_synthetic import ecc_failure, gpus_of, node_doc, write_run
+from test_fleet_synthetic import measured_twice
 
 R1 = ("2026-11-20T10:00:00Z", "2026-11-20T10:15:00Z")
 R2 = ("2026-11-21T10:00:00Z", "2026-11-21T10:15:00Z")
@@ -102,6 +103,8 @@ def _two_runs(reports: Path) -> None:
         (run_dir / "run.json").write_text(
             json.dumps({"run_id": run_id, "started": at[0], "hosts": sorted(docs), "attempts": []})
         )
+        if run_id == "r2":
+            measured_twice(run_dir, docs)  # each node's figures measured twice against r1, the baseline
         for host, doc in docs.items():
             done = document_writer.record(run_dir, host, doc)
             with Store(reports / "gpufleet.db") as store:

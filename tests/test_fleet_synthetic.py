@@ -341,7 +341,7 @@ def write_run(
     return run_dir
 
 
-def measured_twice(run_dir: Path, docs: dict[str, dict]) -> None:
+def measured_twice(run_dir: Path, docs: dict[str, dict], baseline: str | None = None) -> None:
     """The run's documents as nodes' stages leave them when each measured every figure twice and found the same:
     the run's references written as validate.yml writes them before the nodes' stage (fleet/references.py), each
     node's figures held against its own by the node's comparisons (comparisons.node.Held), the figures past or near
@@ -353,7 +353,7 @@ def measured_twice(run_dir: Path, docs: dict[str, dict]) -> None:
     from gpufleet.fleet.store import Store
 
     with Store(run_dir.parent / "gpufleet.db") as store:
-        references.write(run_dir, sorted(docs), store, None, references.choose_baseline(run_dir, store, None))
+        references.write(run_dir, sorted(docs), store, None, references.choose_baseline(run_dir, store, baseline))
     for host, doc in docs.items():
         held = Held(read(run_dir, host), doc["profile"], metrics.inventory(doc["results"]), host)
         bench = [r for r in doc["results"] if r.get("group") == "benchmark"]

@@ -339,6 +339,7 @@ def test_a_node_without_infiniband_ofed_or_nccl_says_why(tmp_path):
     assert all(ver[k] is None for k in ver["not_read"])
 
 
+@pytest.mark.slow
 def test_gpufleet_hw_shows_the_software_of_the_tree(tree):
     # NVML from the H100 VM's recording, so that hw reads a GPU (exit 0) whether or not this machine has one.
     proc = subprocess.run(

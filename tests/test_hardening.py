@@ -300,6 +300,7 @@ def test_a_terminated_engine_stops_what_it_started_and_removes_its_folders(tmp_p
     assert not work.exists()
 
 
+@pytest.mark.slow
 def test_a_job_whose_controller_stopped_checking_on_it_stops(tmp_path):
     path = tmp_path / "node.lock"
     lock.acquire(path, "r1", "node-a", 600)
@@ -327,6 +328,7 @@ STARTED_AFTER_THE_STOP = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_what_a_job_starts_after_its_run_was_stopped_is_stopped_at_once(tmp_path):
     path = tmp_path / "node.lock"
     lock.acquire(path, "r1", "node-a", 600)
@@ -439,6 +441,7 @@ SLOW_READING_ENGINE = """
 """
 
 
+@pytest.mark.slow
 def test_a_large_input_reaches_an_engine_that_is_slow_to_start(fake_engine, monkeypatch):
     """host_record hands the engine a host document of hundreds of KiB on stdin; an engine slow to start (a loaded
     controller) must still get all of it: it once got the first 64 KiB and waited for the rest until its timeout."""
@@ -466,6 +469,7 @@ ENGINE_KILLED_WITH_A_WORKER_LEFT = """
 """
 
 
+@pytest.mark.slow
 def test_an_engine_killed_with_a_worker_left_holding_its_output_ends_the_module_run_at_once(fake_engine, tmp_path):
     """A soak engine killed on the node left its ranks holding its output open; the module waited for them until
     its timeout (17 minutes), and they ran on. Now they are killed a grace period after the engine is gone."""

@@ -9,7 +9,7 @@ import pytest
 
 from gpufleet import host_documents, profiles, schema
 from gpufleet.checks import GROUPS, host_hygiene
-from gpufleet.collect import host
+from gpufleet.collect import host, kernel_log
 from sysfs_tree import ACS_OFF, ACS_REDIRECT_ON, Tree, config_space, hgx, vm
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -19,7 +19,11 @@ CHECK_NAMES = [n for n, _ in GROUPS["host_hygiene"]]
 
 def run(tree: Tree, overrides: dict | None = None) -> dict[str, dict]:
     """Read the tree and run every host hygiene check: {check: result}."""
-    readings = {"host": host.read(str(tree.root), tree.environ), "nvml": {}}
+    readings = {
+        "host": host.read(str(tree.root), tree.environ),
+        "nvml": {},
+        "kernel_log": kernel_log.read(str(tree.root)),
+    }
     prof = profiles.resolve(H100, overrides=SITE if overrides is None else overrides)
     return {name: fn(readings, prof) for name, fn in GROUPS["host_hygiene"]}
 
@@ -28,8 +32,9 @@ def statuses(results: dict[str, dict]) -> dict[str, str]:
     return {n: r["status"] for n, r in results.items()}
 
 
-# A fake tree has no bring-up record: bringup_drift skips there (tests/test_bringup.py covers it).
-UNTOUCHED = {"bringup_drift": schema.SKIP}
+# A fake tree has no bring-up record: bringup_drift skips there (tests/test_bringup.py covers it); nor an NVMe drive
+# (tests/test_host_health.py adds them).
+UNTOUCHED = {"bringup_drift": schema.SKIP, "nvme_health": schema.SKIP}
 
 
 def only(results: dict[str, dict], broken: dict[str, str]) -> None:
@@ -128,7 +133,11 @@ def test_hgx_passes_everything(tmp_path):
 
 def test_hgx_through_the_engine(tmp_path):
     tree = hgx(tmp_path)
-    readings = {"host": host.read(str(tree.root), tree.environ), "nvml": {"gpus": [{"name": H100}]}}
+    readings = {
+        "host": host.read(str(tree.root), tree.environ),
+        "nvml": {"gpus": [{"name": H100}]},
+        "kernel_log": kernel_log.read(str(tree.root)),
+    }
     doc = host_documents.check_host(readings, ["host_hygiene"], host="node0", overrides=SITE)
     assert doc["profile"]["name"] == "h100-sxm"
     assert [r["check"] for r in doc["results"]] == CHECK_NAMES
@@ -302,7 +311,12 @@ def test_vm_skips_with_reasons(tmp_path):
         "fabric_manager": schema.SKIP,
         "nccl_env": schema.PASS,
         "bringup_drift": schema.SKIP,
+        "memory_errors": schema.SKIP,
+        "machine_checks": schema.PASS,
+        "memory_available": schema.PASS,
+        "nvme_health": schema.SKIP,
     }
+    assert "no EDAC memory controller" in res["memory_errors"]["reason"]
     assert "sit on the root bus" in res["pcie_acs"]["reason"]
     assert res["infiniband"]["reason"] == "no InfiniBand HCA found under /sys/class/infiniband"
     assert res["cpu_governor"]["reason"] == "no CPU frequency scaling exposed (cpufreq absent)"

@@ -199,6 +199,7 @@ def test_samples_that_fell_beside_a_host_neighbour_are_not_the_gpus_fault(tmp_pa
 # --- real processes --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @needs_root
 def test_a_neighbour_is_named_by_pid_and_user_and_this_runs_processes_are_not():
     got = scenario("watch")
@@ -223,6 +224,7 @@ def test_a_neighbour_is_named_by_pid_and_user_and_this_runs_processes_are_not():
     assert got["quiet"]["quiet"] is True and got["quiet"]["error"] is None
 
 
+@pytest.mark.slow
 @needs_root
 def test_a_step_beside_a_neighbour_is_measured_again_once_it_stops():
     got = scenario("again")
@@ -245,6 +247,7 @@ def test_a_step_beside_a_neighbour_is_measured_again_once_it_stops():
     assert node["detail"]["host_foreign_cpu_pct_max"] > 0
 
 
+@pytest.mark.slow
 @needs_root
 def test_a_neighbour_that_does_not_stop_in_time_makes_the_step_an_error_naming_it():
     got = scenario("never_quiet")

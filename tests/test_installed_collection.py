@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from playbooks import playbook_env, run_playbook
 from testhosts import TestFleet, skip_reason
 
 pytestmark = pytest.mark.slow
@@ -28,7 +29,18 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 TARBALL_MAX_BYTES = 1024 * 1024  # measured 0.38 MB; recorded GPU results or build outputs would push it past
-LEFT_OUT = ("build/", "dist/", "docs/results/", "tests/data/", "collections/", "reports/", ".venv/", ".git/")
+LEFT_OUT = (
+    "build/",
+    "dist/",
+    "docs/results/",
+    "tests/data/",
+    "tools/",
+    "scripts/",
+    "collections/",
+    "reports/",
+    ".venv/",
+    ".git/",
+)
 # What the playbooks need from the collection itself: the engine bringup.yml puts on the nodes (python_env packs
 # pyproject.toml, README.md and src/gpufleet), the threshold profiles, and finetune.yml's configs and sample data.
 SHIPPED = (
@@ -44,15 +56,8 @@ SHIPPED = (
 
 def ansible_env(collections: Path, tmp: Path, **extra: str) -> dict:
     """Only the installed copy is on the collections path; no ansible.cfg of the checkout is read."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-    env.update(
-        PATH=f"{BIN}:{os.environ['PATH']}",
-        ANSIBLE_COLLECTIONS_PATH=str(collections),
-        ANSIBLE_LOCAL_TEMP=str(tmp / "ansible-tmp"),
-        ANSIBLE_NOCOLOR="1",
-        **extra,
-    )
-    return env
+    base = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    return playbook_env(tmp, base, ANSIBLE_COLLECTIONS_PATH=str(collections), **extra)
 
 
 def snapshot(root: Path) -> dict:
@@ -123,14 +128,7 @@ def test_installed_collection_runs_validate_from_another_directory(tmp_path):
     playbooks = [f"gpufleet.cluster.{p}" for p in ("validate", "bringup", "finetune", "locate", "release")]
     inventory = work / "inv.yml"
     inventory.write_text("all:\n  children:\n    gpu_nodes:\n      hosts:\n        node-a: {}\n")
-    checked = subprocess.run(
-        [str(BIN / "ansible-playbook"), "--syntax-check", "-i", str(inventory), *playbooks],
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    checked = run_playbook(playbooks, inventory, "--syntax-check", env=env, timeout_s=120, cwd=work)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     before = snapshot(installed)
 
@@ -139,20 +137,13 @@ def test_installed_collection_runs_validate_from_another_directory(tmp_path):
         pytest.skip(why)
     with TestFleet(["node-a"], net=234, tag="gfi") as fleet:
         fleet.inventory(inventory, gpufleet_benchmarks=[])
-        proc = subprocess.run(
-            [
-                str(BIN / "ansible-playbook"),
-                "gpufleet.cluster.validate",
-                "-i",
-                inventory.name,
-                "-e",
-                "gpufleet_run_id=installed-1",
-            ],
-            cwd=work,
+        proc = run_playbook(
+            "gpufleet.cluster.validate",
+            inventory.name,
             env=ansible_env(collections, tmp_path, **fleet.ssh_env()),
-            capture_output=True,
-            text=True,
-            timeout=300,
+            timeout_s=300,
+            cwd=work,
+            run_id="installed-1",
         )
     out = (proc.stdout + proc.stderr)[-12000:]
 

@@ -1,11 +1,10 @@
 """`make validate` on inventory/local: the node's Python and the GPU count it expects, chosen on this machine and
 said at the start (scripts/local_node.py), reach the run; a board with fewer GPUs than its profile's is told how
-to say so. On a GPU machine, scripts/gpu_make_validate.sh runs the README's command from a fresh clone."""
+to say so. On a GPU machine, tools/gpu_make_validate.sh runs the README's command from a fresh clone."""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from gpufleet import host_documents
+from playbooks import playbook_env, run_playbook
 
 REPO = Path(__file__).resolve().parents[1]
 READINGS = REPO / "tests" / "data" / "readings" / "recorded-h100-x1-vm.json"
-BIN = Path(sys.executable).parent
 
 
 def local_node(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict | None]:
@@ -30,6 +29,7 @@ def local_node(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess,
     return done, (json.loads(out.read_text()) if out.exists() else None)
 
 
+@pytest.mark.slow
 def test_it_says_which_python_the_node_runs_and_which_gpu_count_it_expects(tmp_path):
     done, chosen = local_node(tmp_path)
     assert done.returncode == 0, done.stderr
@@ -76,29 +76,17 @@ def test_inventory_local_takes_what_make_validate_chose(tmp_path):
     node's engine, and the run says the count at its start."""
     done, _ = local_node(tmp_path, "--expected-gpus", "3")
     assert done.returncode == 0, done.stderr
-    env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"))
-    proc = subprocess.run(
-        [
-            str(BIN / "ansible-playbook"),
-            "validate.yml",
-            "-i",
-            "inventory/local",
-            "-e",
-            f"@{tmp_path / 'local-node.json'}",
-            "-e",
-            f"gpufleet_reports_dir={tmp_path / 'reports'}",
-            "-e",
-            "gpufleet_run_id=local",
-            "-e",
-            f"gpufleet_lock_path={tmp_path / 'node.lock'}",
-            "-e",
-            json.dumps({"gpufleet_benchmarks": []}),
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    proc = run_playbook(
+        "validate.yml",
+        "inventory/local",
+        "-e",
+        f"@{tmp_path / 'local-node.json'}",
+        "-e",
+        json.dumps({"gpufleet_benchmarks": []}),
+        env=playbook_env(tmp_path),
+        run_id="local",
+        reports=tmp_path / "reports",
+        lock=tmp_path / "node.lock",
     )
     out = " ".join((proc.stdout + proc.stderr).split())
     assert "GPUs expected: 3 (gpufleet_thresholds.gpus_expected) on localhost. To change it:" in out, out[-3000:]

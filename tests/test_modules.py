@@ -199,6 +199,7 @@ def test_engine_printing_no_json_is_an_error(fake_engine, capsys):
     assert "printed no JSON" in out["msg"]
 
 
+@pytest.mark.slow
 def test_timeout_kills_the_whole_process_group(fake_engine, tmp_path, monkeypatch):
     """The engine and a child it started both ignore SIGTERM; both must be gone after the timeout."""
     monkeypatch.setattr(engine_process, "KILL_GRACE_S", 0.5)
@@ -298,6 +299,7 @@ def test_fleet_report_bad_run_dir_gives_the_engine_message(tmp_path, capsys):
     assert f"run directory {tmp_path / 'missing'} does not exist" in out["msg"]
 
 
+@pytest.mark.slow
 def test_module_resolves_through_ansible_with_check_mode(tmp_path):
     """`ansible localhost -m gpufleet.cluster.X --check` from the checkout: ansible.cfg finds the collection."""
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", ANSIBLE_LOCAL_TEMP=str(tmp_path))

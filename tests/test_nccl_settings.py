@@ -1,9 +1,8 @@
-"""scripts/nccl_settings.py, the measurement of the nccl role's settings: its judgement of runs against the baseline,
+"""tools/nccl_settings.py, the measurement of the nccl role's settings: its judgement of runs against the baseline,
 and one real run on the CPU (gloo: the logic, no NCCL), with the conf file moved aside while it measures and put back."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -11,18 +10,16 @@ from pathlib import Path
 
 import pytest
 
+import tool_modules
 from gpufleet.bench.nccl import SIZES, depth_sizes
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "scripts/nccl_settings.py"
+SCRIPT = tool_modules.TOOLS / "nccl_settings.py"
 MiB = 1 << 20
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("nccl_settings", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return tool_modules.load("nccl_settings")
 
 
 def run(variant: str, busbw: dict) -> dict:
@@ -94,6 +91,7 @@ def test_judge_against_the_baselines_median_and_spread():
     assert rows["net:ifname"]["against"] == "net:base" and rows["net:ifname"]["geomean_ratio"] == pytest.approx(1.01)
 
 
+@pytest.mark.slow
 def test_a_run_on_the_cpu_moves_the_conf_aside_and_puts_it_back(tmp_path):
     record = tmp_path / "bringup.json"
     record.write_text(

@@ -198,7 +198,7 @@ def test_kernel_log_missing_file_is_unreadable_with_the_path(tmp_path):
 def test_kernel_log_of_this_host_does_not_block():
     """The live read returns (non-blocking /dev/kmsg or a fallback), readable or with every reason."""
     log = kernel_log.read("/")
-    assert set(log) == {"source", "readable", "error", "lines", "xid_events"}
+    assert set(log) == {"source", "readable", "error", "lines", "xid_events", "machine_checks"}
     if log["readable"]:
         assert log["source"] in ("/dev/kmsg", "dmesg", "journalctl -k -b") and log["lines"] > 0
     else:

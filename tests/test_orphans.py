@@ -33,6 +33,7 @@ from gpufleet.errors import InputError
 from gpufleet.fleet import document_writer
 from gpufleet.runner import private
 from gpufleet.runner import record as rec
+from playbooks import playbook_env, start_playbook
 from testhosts import TestFleet, skip_reason
 from waiting import left_running, wait_for
 
@@ -68,6 +69,7 @@ def _spec(path: Path, run_id: str) -> str:
     return json.dumps({"path": str(path), "run_id": run_id, "holder": "node-a", "heartbeat_timeout_s": None})
 
 
+@pytest.mark.slow
 def test_a_stale_lock_is_taken_over_only_once_nothing_of_its_run_works_on_the_node(tmp_path):
     path = tmp_path / "node.lock"
     lock.acquire(path, "old", "node-a", 600)
@@ -209,6 +211,7 @@ class LastSeen:
         return not self._thread.is_alive()
 
 
+@pytest.mark.slow
 def test_kill_9_of_ansible_playbook_stops_its_measuring_and_the_next_run_takes_over_after(fleet, tmp_path):
     local_lock = tmp_path / "node.lock"
     remote_lock = "/run/lock/gpufleet-node.lock"
@@ -245,33 +248,11 @@ def test_kill_9_of_ansible_playbook_stops_its_measuring_and_the_next_run_takes_o
         )
     )
     reports = tmp_path / "reports"
-    env = dict(
-        os.environ,
-        PATH=f"{BIN}:{os.environ['PATH']}",
-        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
-        ANSIBLE_NOCOLOR="1",
-        **fleet.ssh_env(),
-    )
+    env = playbook_env(tmp_path, **fleet.ssh_env())
 
     def playbook(run_id: str, *extra: str) -> subprocess.Popen:
-        return subprocess.Popen(
-            [
-                str(BIN / "ansible-playbook"),
-                "validate.yml",
-                "-i",
-                str(inventory),
-                "-e",
-                f"gpufleet_run_id={run_id}",
-                "-e",
-                f"gpufleet_reports_dir={reports}",
-                *extra,
-            ],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
+        return start_playbook(
+            "validate.yml", inventory, *extra, env=env, new_session=True, run_id=run_id, reports=reports
         )
 
     k1_id, k2_id = f"k1-{uuid.uuid4().hex[:6]}", f"k2-{uuid.uuid4().hex[:6]}"

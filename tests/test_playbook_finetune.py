@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import playbooks
 import testhosts
 
 pytest.importorskip("torch")
@@ -69,29 +70,15 @@ def run_playbook(
 ):
     """ansible-playbook from the repository root into reports/<run-id>; (process or completed, run dir)."""
     run_id = f"test-{uuid.uuid4().hex[:12]}"
-    env = dict(
-        os.environ,
-        PATH=TOOL_PATH,
-        ANSIBLE_LOCAL_TEMP=str(reports / "ansible-tmp"),
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_FORCE_COLOR="0",
-        **(env_extra or {}),
-    )
-    cmd = [
-        str(BIN / "ansible-playbook"),
-        playbook,
-        "-i",
-        str(inventory),
-        "-e",
-        f"gpufleet_run_id={run_id}",
-        "-e",
-        f"gpufleet_reports_dir={reports}",
-        *extra,
-    ]
+    env = playbooks.playbook_env(reports, base=dict(os.environ, PATH=TOOL_PATH), **(env_extra or {}))
     if background:
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        return proc, reports / run_id
-    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s), reports / run_id
+        return playbooks.start_playbook(
+            playbook, inventory, *extra, env=env, run_id=run_id, reports=reports
+        ), reports / run_id
+    proc = playbooks.run_playbook(
+        playbook, inventory, *extra, env=env, timeout_s=timeout_s, run_id=run_id, reports=reports
+    )
+    return proc, reports / run_id
 
 
 def output(proc: subprocess.CompletedProcess) -> str:

@@ -8,6 +8,7 @@ port on 127.0.0.1.
 from __future__ import annotations
 
 import datetime
+import shlex
 import json
 import os
 import shutil
@@ -20,23 +21,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from playbooks import playbook_command, playbook_env, run_playbook, start_playbook
 from waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 GROUPS = ("gpu_inventory", "gpu_health", "host_hygiene")
-
-
-def playbook_env(tmp_path: Path) -> dict:
-    return dict(
-        os.environ,
-        PATH=f"{BIN}:{os.environ['PATH']}",
-        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_FORCE_COLOR="0",
-    )
 
 
 def run_validate(
@@ -44,21 +35,16 @@ def run_validate(
 ) -> tuple[subprocess.CompletedProcess, Path]:
     """minted_run_id: leave gpufleet_run_id out, so the run gets the id `run start` mints."""
     run_id = f"test-{uuid.uuid4().hex[:12]}"
-    env = playbook_env(tmp_path)
-    cmd = [
-        str(BIN / "ansible-playbook"),
+    proc = run_playbook(
         "validate.yml",
-        "-i",
         inventory,
-        *([] if minted_run_id else ["-e", f"gpufleet_run_id={run_id}"]),
-        "-e",
-        f"gpufleet_reports_dir={tmp_path}",
-        # A lock of the test's own: tests running at once on this machine would otherwise hold its node.
-        "-e",
-        f"gpufleet_lock_path={tmp_path / 'node.lock'}",
         *extra,
-    ]
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        env=playbook_env(tmp_path),
+        run_id=None if minted_run_id else run_id,
+        reports=tmp_path,
+        lock=tmp_path / "node.lock",
+        timeout_s=300,
+    )
     if minted_run_id:
         folders = [p for p in tmp_path.iterdir() if (p / "run.json").is_file()]
         assert len(folders) == 1, (folders, proc.stdout + proc.stderr)
@@ -388,14 +374,7 @@ def test_limit_to_one_node_still_prepares_and_reports(tmp_path, two_host_invento
 
 
 def test_each_stage_has_its_tag_and_the_rest_always_runs(tmp_path):
-    done = subprocess.run(
-        [str(BIN / "ansible-playbook"), "validate.yml", "-i", "inventory/local", "--list-tags"],
-        cwd=REPO,
-        env=playbook_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_playbook("validate.yml", "inventory/local", "--list-tags", env=playbook_env(tmp_path), timeout_s=120)
     plays = [line.split("TAGS: ")[1] for line in done.stdout.splitlines() if line.strip().startswith("play #")]
     assert plays == ["[always]", "[node]", "[multinode]", "[finetune]", "[always]", "[always]"], done.stdout
 
@@ -582,9 +561,19 @@ def run_two_at_once(tmp_path: Path, reports: dict, *extra: str) -> dict:
     {1: host document of c1, 2: of c2}."""
     script = (
         " ".join(
-            f"ansible-playbook validate.yml -i inventory/local -e '{{\"gpufleet_benchmarks\": []}}' -e gpufleet_run_id=c{i} "
-            f"-e gpufleet_reports_dir={reports[i]} -e gpufleet_lock_path={tmp_path / 'node.lock'} {' '.join(extra)} "
-            f"> {tmp_path}/out{i} 2>&1 &"
+            shlex.join(
+                playbook_command(
+                    "validate.yml",
+                    "inventory/local",
+                    "-e",
+                    '{"gpufleet_benchmarks": []}',
+                    *extra,
+                    run_id=f"c{i}",
+                    reports=reports[i],
+                    lock=tmp_path / "node.lock",
+                )
+            )
+            + f" > {tmp_path}/out{i} 2>&1 &"
             for i in (1, 2)
         )
         + " wait"
@@ -656,29 +645,17 @@ def test_a_run_asked_to_wait_measures_the_node_after_the_other(tmp_path):
 
 def test_an_interrupted_run_leaves_no_lock_in_the_way(tmp_path):
     lock_path = tmp_path / "node.lock"
-    cmd = [
-        str(BIN / "ansible-playbook"),
+    # Its own process group, as in a terminal: Ctrl-C sends SIGINT to the whole foreground group.
+    proc = start_playbook(
         "validate.yml",
-        "-i",
         "inventory/local",
         "-e",
         '{"gpufleet_benchmarks": []}',
-        "-e",
-        "gpufleet_run_id=stopped",
-        "-e",
-        f"gpufleet_reports_dir={tmp_path / 'reports1'}",
-        "-e",
-        f"gpufleet_lock_path={lock_path}",
-    ]
-    # Its own process group, as in a terminal: Ctrl-C sends SIGINT to the whole foreground group.
-    proc = subprocess.Popen(
-        cmd,
-        cwd=REPO,
         env=playbook_env(tmp_path),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
+        new_session=True,
+        run_id="stopped",
+        reports=tmp_path / "reports1",
+        lock=lock_path,
     )
     try:
         wait_for(
@@ -761,24 +738,14 @@ def test_a_failed_run_gives_back_every_lock_it_can_reach_and_names_the_others(tm
     playbook = tmp_path / "failing.yml"
     playbook.write_text(RELEASE_AFTER_FAILURE + release_play.replace("gpufleet_validate_hosts", "groups['gpu_nodes']"))
     lock_path = tmp_path / "node.lock"
-    proc = subprocess.run(
-        [
-            str(BIN / "ansible-playbook"),
-            str(playbook),
-            "-i",
-            str(inventory),
-            "-e",
-            "gpufleet_run_id=failing",
-            "-e",
-            f"gpufleet_reports_dir={tmp_path / 'reports'}",
-            "-e",
-            f"gpufleet_lock_path={lock_path}",
-        ],
-        cwd=REPO,
+    proc = run_playbook(
+        str(playbook),
+        inventory,
         env=playbook_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=300,
+        run_id="failing",
+        reports=tmp_path / "reports",
+        lock=lock_path,
+        timeout_s=300,
     )
     out = output(proc)
 

@@ -30,6 +30,8 @@ import chromium
 import report_runs as runs
 from gpufleet.report import formatting
 
+pytestmark = pytest.mark.slow  # chromium, and a report of 1000 nodes
+
 WIDTH = 1400
 RENDER_MS_MAX = 2000
 SIZE_MAX = 5 * 1024 * 1024

@@ -30,7 +30,7 @@ def _has_cuda() -> bool:
 
 
 # The engine runs these on the CPU only where there is no GPU; on a GPU machine it measures the GPUs instead
-# (scripts/gpu_sdc_check.py and the GPU results cover that).
+# (tools/gpu_sdc_check.py and the GPU results cover that).
 cpu_run = pytest.mark.skipif(_has_cuda(), reason="a CPU run of the engine: this machine has a GPU")
 
 VERSIONS = {"torch": "2.11.0+cu130", "cuda_runtime": "13.0", "nccl": "2.27.7"}
@@ -93,6 +93,7 @@ def node_result(gpus: list[dict], **kw) -> dict:
 # ---------------------------------------------------------------- the benchmark itself, on the CPU
 
 
+@pytest.mark.slow
 @cpu_run
 def test_cpu_run_compares_hashes_across_two_processes():
     doc = host_documents.bench_host(["sdc"], host="cpu-node")
@@ -111,6 +112,7 @@ def test_cpu_run_compares_hashes_across_two_processes():
     assert res["detail"]["method"]["computed_in"] == "its own processes" and res["detail"]["method"]["processes"] == 2
 
 
+@pytest.mark.slow
 @cpu_run
 def test_with_matmul_in_the_run_sdc_is_computed_in_the_matmul_workers():
     doc = host_documents.bench_host(["matmul", "sdc"], host="cpu-node")
@@ -129,6 +131,7 @@ def test_with_matmul_in_the_run_sdc_is_computed_in_the_matmul_workers():
     assert matmul_res["status"] == "skip" and "sdc" not in json.dumps(matmul_res["detail"]), matmul_res
 
 
+@pytest.mark.slow
 @cpu_run
 def test_matmul_run_computes_sdc_in_its_workers_only_when_asked():
     from gpufleet.bench import matmul
@@ -147,6 +150,7 @@ def test_matmul_run_computes_sdc_in_its_workers_only_when_asked():
     assert {"settings", "inputs", "hashes", *COMPUTATIONS} <= set(sdc_out["per_device"]["cpu0"]["phases_s"])
 
 
+@pytest.mark.slow
 def test_deterministic_algorithms_switch_on_without_loading_the_compiler():
     """torch.use_deterministic_algorithms imports torch._inductor's configuration (seconds of the matmul step on a
     GPU machine); the SDC computations switch torch's core on without it, and the switch is on."""

@@ -10,7 +10,6 @@ every process while it runs.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import threading
 import uuid
@@ -19,11 +18,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from playbooks import playbook_env, run_playbook
 from testhosts import TestFleet, skip_reason
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
 
@@ -113,31 +112,15 @@ def test_a_token_in_gpufleet_node_env_is_in_no_command_line_and_no_verbose_outpu
         )
     )
     inventory.chmod(0o600)
-    env = dict(
-        os.environ,
-        PATH=f"{BIN}:{os.environ['PATH']}",
-        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
-        ANSIBLE_NOCOLOR="1",
-        **fleet.ssh_env(),
-    )
     with ProcessWatch(token) as watch:
-        proc = subprocess.run(
-            [
-                str(BIN / "ansible-playbook"),
-                "validate.yml",
-                "-vvv",
-                "-i",
-                str(inventory),
-                "-e",
-                f"gpufleet_run_id=secret-{uuid.uuid4().hex[:8]}",
-                "-e",
-                f"gpufleet_reports_dir={tmp_path}",
-            ],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=900,
+        proc = run_playbook(
+            "validate.yml",
+            inventory,
+            "-vvv",
+            env=playbook_env(tmp_path, **fleet.ssh_env()),
+            timeout_s=900,
+            run_id=f"secret-{uuid.uuid4().hex[:8]}",
+            reports=tmp_path,
         )
     out = proc.stdout + proc.stderr
     assert "Check and benchmark the node" in out, out[-5000:]

@@ -39,6 +39,7 @@ from service_runs import (
     steps_of,
     sweep_args,
 )
+from playbooks import playbook_env, run_playbook
 from slurm_cluster import SlurmCluster
 from waiting import wait_for
 
@@ -52,6 +53,7 @@ def cluster():
         yield c
 
 
+@pytest.mark.slow
 @needs_slurm
 def test_a_sweep_takes_idle_nodes_only_and_each_document_reaches_the_report(cluster, tmp_path):
     busy = sbatch(cluster, "-p", "gpu", "-w", "sn2", "--wrap", "sleep 100000")
@@ -108,6 +110,7 @@ def test_a_sweep_takes_idle_nodes_only_and_each_document_reaches_the_report(clus
     assert again["service"] == hist["service"]
 
 
+@pytest.mark.slow
 @needs_slurm
 def test_a_normal_job_preempts_a_sweep_job_and_the_node_gets_no_verdict(cluster, tmp_path):
     # The node's interpreter is the real one, and then the job stays on the node until preempted: the engine has
@@ -158,6 +161,7 @@ def test_a_normal_job_preempts_a_sweep_job_and_the_node_gets_no_verdict(cluster,
     assert not (tmp_path / "node.lock").exists()
 
 
+@pytest.mark.slow
 @needs_slurm
 def test_the_same_sweep_from_ansible_shows_its_plan_in_check_mode_and_submits_when_asked(cluster, tmp_path):
     recorded = tmp_path / "readings"
@@ -176,17 +180,10 @@ def test_the_same_sweep_from_ansible_shows_its_plan_in_check_mode_and_submits_wh
         "gpufleet_sweep_node_args": [f"--readings={recorded}/{{node}}.json"],
         "gpufleet_ladder_commands": {"reboot": "scontrol reboot {slurm_node}"},
     }
-    env = dict(cluster.env(), PYTHONPATH=str(REPO / "src"), ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"))
+    env = playbook_env(tmp_path, cluster.env(), PYTHONPATH=str(REPO / "src"))
 
     def playbook(*more: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [str(Path(sys.executable).parent / "ansible-playbook"), "sweep.yml", "-e", json.dumps(extra), *more],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
+        return run_playbook("sweep.yml", None, "-e", json.dumps(extra), *more, env=env, timeout_s=900)
 
     done = playbook("--check")
     # The plan: the job it would submit on sn1 (one node at once), with the run's name still to come.
@@ -201,6 +198,7 @@ def test_the_same_sweep_from_ansible_shows_its_plan_in_check_mode_and_submits_wh
     assert job["state"] == "COMPLETED" and job["judged"] and json.loads((run_dir / "report.json").read_text())["nodes"]
 
 
+@pytest.mark.slow
 @needs_slurm
 def test_a_node_another_run_holds_is_not_measured_and_gets_no_verdict(cluster, tmp_path):
     lock = tmp_path / "node.lock"
@@ -224,6 +222,7 @@ def test_a_node_another_run_holds_is_not_measured_and_gets_no_verdict(cluster, t
 # ---------------------------------------------------------------- the ladder
 
 
+@pytest.mark.slow
 @needs_slurm
 def test_the_ladder_climbs_from_retest_through_reset_and_reboot_to_rma_over_a_recurring_xid(cluster, tmp_path):
     reports, calls = tmp_path / "reports", tmp_path / "calls"
@@ -311,6 +310,7 @@ def test_the_ladder_climbs_from_retest_through_reset_and_reboot_to_rma_over_a_re
     assert ladder.open_steps([{"step": s["step"], "detail": s} for s in hist["ladder"]]) == []
 
 
+@pytest.mark.slow
 @needs_slurm
 def test_the_ladder_clears_when_the_fault_is_gone_and_starts_again_at_retest(cluster, tmp_path):
     reports, calls = tmp_path / "reports", tmp_path / "calls"
@@ -336,6 +336,7 @@ def test_the_ladder_clears_when_the_fault_is_gone_and_starts_again_at_retest(clu
 # ---------------------------------------------------------------- back in service after repair
 
 
+@pytest.mark.slow
 @needs_slurm
 def test_a_replaced_serial_sends_the_node_back_through_acceptance(cluster, tmp_path):
     reports, calls = tmp_path / "reports", tmp_path / "calls"
@@ -499,6 +500,7 @@ def test_the_ladder_comes_from_the_profile_and_a_bad_one_is_named(tmp_path):
         policy.policy("site", profiles)
 
 
+@pytest.mark.slow
 def test_an_unconfirmed_failure_gets_a_re_test_never_a_reset_and_is_not_drained(tmp_path):
     """A figure measured once (trust clean) that failed as hardware: the ladder proposes a re-test at every rung and
     the Slurm action leaves the node in service; a finding read from the node (no trust) climbs and drains."""

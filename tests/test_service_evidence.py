@@ -11,6 +11,8 @@ import socket
 import tarfile
 from pathlib import Path
 
+import pytest
+
 from gpufleet.service.redact import REDACTED, Redactor
 from service_runs import SERIAL, gpufleet, judged_run, readings
 
@@ -74,6 +76,7 @@ def test_redaction_removes_every_form_of_secret_by_key_keeps_json_and_figures():
     assert set(r.removed) >= {key for _, key, _ in SECRET_FORMS} and "x1" not in json.dumps(dict(r.removed))
 
 
+@pytest.mark.slow
 def test_the_evidence_bundle_holds_what_a_vendor_asks_for_and_no_secret(tmp_path, monkeypatch):
     secrets = {
         "hf_TOKENtokenTOKENtoken1234",
@@ -175,6 +178,7 @@ def summary_of(files: dict) -> str:
     return files["summary.md"].decode()
 
 
+@pytest.mark.slow
 def test_a_node_without_a_driver_is_one_cause_said_once_and_its_bug_report_comes_from_its_script(tmp_path, monkeypatch):
     node = socket.gethostname().split(".")[0]  # the evidence made on the node itself, where its script is
     reports = tmp_path / "reports"
@@ -213,6 +217,7 @@ def test_a_node_without_a_driver_is_one_cause_said_once_and_its_bug_report_comes
     assert f"nvidia-bug-report.log: from {script} on this node" in summary_of(files)
 
 
+@pytest.mark.slow
 def test_already_tried_is_this_fault_s_ladder_and_the_gpu_s_figures_and_inforom_are_there(tmp_path):
     reports = tmp_path / "reports"
     bad = readings(tmp_path / "xid.json", xids=1, inforom="G520.0200.00.05")

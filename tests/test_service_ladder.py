@@ -43,6 +43,8 @@ from service_runs import (
 from slurm_cluster import SlurmCluster
 from waiting import wait_for
 
+pytestmark = pytest.mark.slow  # a real Slurm in test hosts
+
 NET, TAG = 248, "gfx"
 NEW_SERIAL = "9990001112223"
 
@@ -340,4 +342,5 @@ def test_a_value_from_a_document_cannot_run_anything_in_a_node_shell(cluster, tm
     assert step["step"] == "reset_gpu" and not step["done"] and step["failed"] and done.returncode == 1, step
     assert "{gpu_index} would be '0; touch /tmp/x'; expected a GPU index" in step["not_done"], step
     assert "run r2's document" in step["not_done"] and not (host_tmp / "x").exists()
-    assert sorted(p.name for p in host_tmp.iterdir()) == ["control"]  # no reset-* either: nothing ran
+    # No reset-* either: nothing ran (the host's /tmp may hold other files of this machine: only ours are counted).
+    assert not [p.name for p in host_tmp.iterdir() if p.name.startswith("reset-")]

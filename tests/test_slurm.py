@@ -21,6 +21,7 @@ import slurm_cluster
 from gpufleet import slurm
 from gpufleet.collect import kernel_log, nvml
 from gpufleet.fleet import slurm as fleet_slurm
+from playbooks import playbook_env, run_playbook
 from slurm_cluster import SlurmCluster
 from waiting import wait_for
 
@@ -132,6 +133,7 @@ def socket_inodes(pid: int) -> set[str]:
     return {link[len("socket:[") : -1] for link in links if link.startswith("socket:[")}
 
 
+@pytest.mark.slow
 @needs_slurm
 def test_daemons_listen_only_in_the_test_hosts_own_namespaces(cluster):
     """A machine that runs its own Slurm keeps it: no daemon the tests start listens in this machine's namespace."""
@@ -244,6 +246,7 @@ def test_the_action_and_its_limit_are_checked_with_the_variable_named(value):
         fleet_slurm.parse_action("resume")
 
 
+@pytest.mark.slow
 @needs_slurm
 def test_failing_drained_with_reason_own_drain_resumed_admin_drain_left_alone(cluster, tmp_path):
     # An administrator drained sn3 for a reason of their own; gpufleet had drained sn2 in an earlier run.
@@ -283,6 +286,7 @@ def test_failing_drained_with_reason_own_drain_resumed_admin_drain_left_alone(cl
     assert md.count("## Slurm") == 1 and "- sn3 (sn3, pass, was IDLE+DRAIN): nothing done; left alone" in md
 
 
+@pytest.mark.slow
 @needs_slurm
 def test_drain_alone_never_resumes_and_none_does_nothing(cluster, tmp_path):
     cluster.scontrol(
@@ -298,6 +302,7 @@ def test_drain_alone_never_resumes_and_none_does_nothing(cluster, tmp_path):
     assert cluster.node("sn3")["Reason"].startswith("r" * 300 + " [")
 
 
+@pytest.mark.slow
 @needs_slurm
 def test_breaker_trips_on_a_small_partition_and_never_blocks_resuming(cluster, tmp_path):
     cluster.scontrol(
@@ -318,6 +323,7 @@ def test_breaker_trips_on_a_small_partition_and_never_blocks_resuming(cluster, t
     assert sinfo(cluster)["sn1"][0] == "drained" and sinfo(cluster)["sn2"][0] == "drained"
 
 
+@pytest.mark.slow
 @needs_slurm
 def test_bad_input_names_the_variable(cluster, tmp_path):
     run_dir = make_run(tmp_path, "run-4", failing=[], passing=["sn1"])
@@ -327,6 +333,7 @@ def test_bad_input_names_the_variable(cluster, tmp_path):
     assert done.returncode == 2 and "gpufleet_slurm_action is 'drainresume'" in done.stderr
 
 
+@pytest.mark.slow
 @needs_slurm
 def test_health_check_program_drains_its_node_on_an_xid(tmp_path):
     readings = tmp_path / "readings"
@@ -364,6 +371,7 @@ exec {sys.executable} -m gpufleet check --slurm-health --readings {readings}/$SL
         assert sinfo(cluster)["sh2"][0] == "drained"
 
 
+@pytest.mark.slow
 def test_health_check_is_silent_when_healthy_and_says_what_it_would_drain(tmp_path):
     done = gpufleet(
         "check", "--slurm-health", "--readings", str(healthy_readings(tmp_path / "ok.json")), "--thresholds", THRESHOLDS
@@ -441,6 +449,7 @@ def test_health_check_is_silent_when_healthy_and_says_what_it_would_drain(tmp_pa
     assert done.returncode == 1 and "processes GPU 0: pid 4242 (python, 1024 MiB)" in done.stdout, done.stdout
 
 
+@pytest.mark.slow
 @needs_slurm
 def test_replacement_taken_over_from_an_admin_drain_and_resumed_once_accepted(cluster, tmp_path):
     # The repaired node comes back drained by the administrator; `gpufleet fleet accept new --slurm` takes it over
@@ -544,35 +553,21 @@ def test_playbook_check_mode_names_the_action_and_changes_nothing_and_bad_input_
         for n in cluster.names
     }
     inv = cluster.inventory(tmp_path / "inventory.yml", host_vars=nodes, gpufleet_benchmarks=[])
-    env = dict(
-        cluster.env(),
-        PYTHONPATH=str(REPO / "src"),
-        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
-        **cluster.ssh_env(),
-    )
+    env = playbook_env(tmp_path, cluster.env(), PYTHONPATH=str(REPO / "src"), **cluster.ssh_env())
 
     def playbook(run_id: str, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [
-                str(Path(sys.executable).parent / "ansible-playbook"),
-                "validate.yml",
-                "-i",
-                str(inv),
-                "--limit",
-                "sn2",
-                "-e",
-                f"gpufleet_reports_dir={tmp_path / 'reports'}",
-                "-e",
-                f"gpufleet_run_id={run_id}",
-                "-e",
-                "gpufleet_slurm_action=drain_resume",
-                *args,
-            ],
-            cwd=REPO,
+        return run_playbook(
+            "validate.yml",
+            inv,
+            "--limit",
+            "sn2",
+            "-e",
+            "gpufleet_slurm_action=drain_resume",
+            *args,
             env=env,
-            capture_output=True,
-            text=True,
-            timeout=900,
+            timeout_s=900,
+            run_id=run_id,
+            reports=tmp_path / "reports",
         )
 
     done = playbook("bad", "-e", "gpufleet_slurm_max_drain=lots")

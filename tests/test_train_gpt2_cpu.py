@@ -10,7 +10,8 @@ from gpufleet import numbers, profiles  # noqa: E402
 from gpufleet.checks import training_gate  # noqa: E402
 from gpufleet.train import gpt2  # noqa: E402
 
-pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only logic tests")
+# Slow: GPT-2 built and trained on the CPU, in processes of their own.
+pytestmark = [pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only logic tests"), pytest.mark.slow]
 
 
 def test_flops_per_token_is_the_palm_formula_for_gpt2_small():

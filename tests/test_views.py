@@ -402,6 +402,7 @@ def test_index_ranges(indices, want):
 # --- real runs -------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_real_runs_on_this_host():
     """Both commands on this host: without a driver, hw still describes CPUs, NUMA and memory and says no
     GPU, and status says no driver, both exiting 1 (the views' one rule); with one, both show every GPU NVML

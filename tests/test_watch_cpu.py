@@ -716,6 +716,7 @@ def test_a_disturbed_fine_tune_is_an_error_never_a_pass(h200):
     )
 
 
+@pytest.mark.slow
 def test_the_engine_watches_nccl_and_the_training_gate():
     from gpufleet import host_documents
 

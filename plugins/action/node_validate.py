@@ -16,7 +16,7 @@ its two parts on the node and keeps what they measured, on the controller, in th
 Why one task, and two module runs: most of what a run costs the controller is Ansible's own work per task and per
 module it sends to a node (a worker forked, the task's templates compiled, its result copied back into the main
 process and cleaned there), far more than the stage's work. One task a node that sends one module twice keeps a
-whole run near 0.15 to 0.24 s of controller CPU a node (docs/scale.md; scripts/controller_cost.py measures it).
+whole run near 0.15 to 0.24 s of controller CPU a node (docs/scale.md; tools/controller_cost.py measures it).
 Two runs, not one, so that a node lost during the benchmarks keeps what run 1 measured; a tier without benchmarks
 is done in run 1.
 

@@ -1,7 +1,7 @@
 """Limits from measurement: the healthy spread measured on a GPU model gives each relative limit its default.
 
 A calibration file, `<profile folder>/calibration/<profile>.yml` (files/profiles/calibration/ in the source
-tree), is written by scripts/calibration_table.py from the calibration runs (docs/results/calibration/): for each
+tree), is written by tools/calibration_table.py from the calibration runs (docs/results/calibration/): for each
 measure and metric, the healthy spread measured (`value`, the largest of `n` figures: quantile 1.0), `n`, and the
 runs it came from. `apply()` turns it into the profile's limits, per metric, with a stated margin:
 
@@ -28,6 +28,7 @@ which the topology's few figures may widen, never narrow. Each limit's source sa
     node_vs_past_pct    a node or GPU below the median of its own earlier figures  fleet_below_baseline_warn_pct,
                                                                                    confirm_band_pct
     soak_window_pct     a soak window below its GPU's best windows                 soak_slowdown_pct_max
+    numa_vs_node_pct    a NUMA node's memory triad below its siblings' median      host_memory_numa_below_pct_max
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ MEASURE_OF = {
     "fleet_below_baseline_warn_pct": "node_vs_past_pct",
     "confirm_band_pct": "node_vs_past_pct",
     "soak_slowdown_pct_max": "soak_window_pct",
+    "host_memory_numa_below_pct_max": "numa_vs_node_pct",
 }
 MEASURES = tuple(dict.fromkeys(MEASURE_OF.values()))
 # A warn level raised by calibration lifts its fail level to at least itself: a figure never fails before it warns.

@@ -11,7 +11,7 @@ import time
 
 from gpufleet import collect, profiles, registry, schema
 from gpufleet.measure import NodeSteps, visible_gpus
-from gpufleet.checks import GROUPS, benchmarks, gpu_health, gpu_inventory
+from gpufleet.checks import GROUPS, benchmarks, gpu_health, gpu_inventory, pcie_links
 from gpufleet.comparisons.node import Held
 from gpufleet.collect import counters, kernel_log, nvml
 from gpufleet.collect.host import read_boot_id, read_fabric
@@ -231,6 +231,13 @@ def bench_host(
             gpu_inventory.name_flagged(r, readings["nvml"].get("gpus") or [])  # the serial beside the UUID
             results.append(r.replace(group=benchmarks.GROUP, started=when, seconds=round(time.monotonic() - t1, 2)))
     results += [r.replace(group=benchmarks.GROUP, started=schema.utc_now(), seconds=0.0) for r in steps.processes()]
+    watched_links, loaded = steps.links()
+    if watched_links:  # the PCIe links as the steps loaded them, every step's reading together
+        results.append(
+            pcie_links.pcie_links(watched_links, loaded).replace(
+                group=benchmarks.GROUP, started=schema.utc_now(), seconds=0.0
+            )
+        )
     return schema.host_document(host, profile, readings, started, t0, disabled(results))
 
 

@@ -105,6 +105,8 @@ def watched(
                 "watch_error": mon.get("error"),
                 "processes_unreadable": mon.get("processes_unreadable"),
                 "host": mon.get("host"),
+                "links": mon.get("links"),  # bench.link_watch: the PCIe links as this step loaded them
+                "gpus_idle": bool(out.get("gpus_idle")),  # a step of the host's own (bench.host): no GPU loaded
             }
         )
         if purpose == CONFIRM:
@@ -358,6 +360,15 @@ class NodeSteps:
         if self.hold or any(e.get("device") == "cuda" for e in self.log):
             out.append(measured_again(self.log, self.hold))
         return out
+
+    def links(self) -> tuple[list[dict], bool]:
+        """(what each watched step's LinkWatch saw of the PCIe links, whether a step loaded the GPUs): the links as
+        the steps loaded them (checks.pcie_links judges them); nothing on a machine without GPUs, as for the
+        steps' `<step>_processes`."""
+        if not any(e.get("device") == "cuda" for e in self.log):
+            return [], False
+        loaded = any(e.get("device") == "cuda" and not e.get("gpus_idle") for e in self.log)
+        return [e["links"] for e in self.log if e.get("links")], loaded
 
 
 # How the benchmarks that need more of the node's steps than their depth run here (registry.BENCHMARKS' `run`).

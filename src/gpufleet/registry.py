@@ -42,6 +42,9 @@ from dataclasses import dataclass, field
 HARDWARE, ENVIRONMENT, CONFIGURATION, SOFTWARE = "hardware", "environment", "configuration", "software"
 CLASSES = (HARDWARE, ENVIRONMENT, CONFIGURATION, SOFTWARE)
 
+# Profile keys of the host's own checks (generic.yml), named once so that each declaration holds on a line.
+EDAC_CE_KEY, MEMORY_FREE = "host_edac_ce_per_day_warn", "host_memory_available_pct_min"
+
 # What a figure is held against (Check.against).
 LIMIT = "limit"  # a profile's minimum (or maximum) for the model
 SAMPLES = "samples"  # its own timed samples: how many fell, how far, and what the sampler saw then (judge.samples)
@@ -167,6 +170,11 @@ CHECK_GROUPS = (
         Check("fabric_manager", SOFTWARE, function=".kernel:check_fabric_manager"),
         Check("nccl_env", CONFIGURATION, function=".nccl_env:check_nccl_env"),
         Check("bringup_drift", CONFIGURATION, ("bringup_required",), ".bringup:check_bringup_drift"),
+        # the host's own hardware: memory errors (EDAC, machine checks), its memory free for a job, its NVMe drives
+        Check("memory_errors", HARDWARE, ("host_edac_ue_max", EDAC_CE_KEY), ".memory:check_memory_errors"),
+        Check("machine_checks", HARDWARE, function=".memory:check_machine_checks"),
+        Check("memory_available", ENVIRONMENT, (MEMORY_FREE,), ".memory:check_memory_available"),
+        Check("nvme_health", HARDWARE, ("nvme_percentage_used_warn",), ".nvme:check_nvme_health"),
     )),
 )
 
@@ -188,6 +196,7 @@ AGAIN = {"where": NODE, "confirm": MEASURED_AGAIN}
 SAMPLED_FIGURE = {"against": (LIMIT, SAMPLES), **AGAIN}
 SOAK_COUNTERS = ("fleet_counter_nvlink_crc_per_s_fail", "fleet_counter_nvlink_replay_recovery_max",
                  "fleet_counter_pcie_replay_per_min_warn")
+HOST_MEMORY_KEYS, SCRATCH_FREE = ("host_memory_gbps_min", "host_memory_numa_below_pct_max"), "disk_scratch_free_gib_min"
 
 # In this order in a node stage (the soak before the SDC hashes: they run at the temperature the soak left).
 BENCHMARKS = (
@@ -223,6 +232,13 @@ BENCHMARKS = (
               judge="gpufleet.checks.sdc:results", checks=(
         Check("sdc", HARDWARE, ("driver_version",)),
     )),
+    # The host's own throughput beside the GPUs (bench.host: memory per NUMA node, the scratch drive, a data loader)
+    Benchmark("host", run_tiers=("acceptance",), default=True, judge="gpufleet.checks.host_throughput:host", checks=(
+        Check("host_memory_bandwidth", HARDWARE, HOST_MEMORY_KEYS, against=(LIMIT, SIBLINGS), **AGAIN),
+        Check("disk_write_bandwidth", HARDWARE, ("disk_write_gbps_min", SCRATCH_FREE), against=(LIMIT,), **AGAIN),
+        Check("disk_read_bandwidth", HARDWARE, ("disk_read_gbps_min", SCRATCH_FREE), against=(LIMIT,), **AGAIN),
+        Check("data_loader", HARDWARE, ("loader_tokens_per_s_per_gpu_min",), against=(LIMIT,), **AGAIN),
+    )),
     Benchmark("train_gpt2", run_tiers=("acceptance",), multinode=True, run="gpufleet.measure:run_train",
               judge="gpufleet.checks.training_gate:gate", checks=(
         Check("train_gpt2", SOFTWARE, ("train_gpt2_tokens_per_s_per_gpu_min", "bf16_dense_peak_tflops"), against=(LIMIT,),
@@ -252,7 +268,8 @@ COUNTER_KEYS = ("fleet_counter_ecc_corrected_per_h_max", *SOAK_COUNTERS, "fleet_
                 "fleet_counter_xid_per_h_max", "fleet_counter_min_window_h")
 FABRIC_KEYS = ("fabric_aer_correctable_per_min_fail", "fabric_ib_ber_max", "fabric_ib_fatal_errors_max",
                "fabric_ib_link_downed_max", "fabric_ib_link_error_recovery_per_min_max",
-               "fabric_ib_local_ack_timeout_per_h_max", "fabric_ib_rcv_errors_per_h_max", "fabric_ib_xmit_discards_per_h_max")
+               "fabric_ib_local_ack_timeout_per_h_max", "fabric_ib_rcv_errors_per_h_max", "fabric_ib_xmit_discards_per_h_max",
+               "host_edac_ue_max", EDAC_CE_KEY, "nvme_media_errors_max")
 
 # Results made outside the check groups and the benchmarks: each group's checks, in the order they come.
 OTHER_GROUPS = (
@@ -305,11 +322,15 @@ OTHER_GROUPS = (
 ENGINE_CHECK = Check("engine", SOFTWARE)
 # The seconds a node's benchmarks spent measuring again, and why (group benchmark; measure.measured_again).
 MEASURED_AGAIN_CHECK = Check("measured_again", SOFTWARE)
+# The PCIe links of the NICs, the GPUs and the ports above them, at the best the benchmarks loaded them to (group
+# benchmark; checks.pcie_links).
+PCIE_LINKS_CHECK = Check("pcie_links", HARDWARE)
 
 # Profile keys no single check owns: the watch of every benchmark (measure again when disturbed, on the GPUs or
 # the host, confirm a figure within a budget) and `gpufleet fleet locate`.
 SHARED_THRESHOLDS = ("confirm_remeasure_max", "confirm_budget_s", "disturbed_remeasure_max", "disturbed_wait_s",
-                     "host_foreign_cpu_share_max", "host_swap_mib_s_max", "locate_busbw_ratio_min")
+                     "host_foreign_cpu_share_max", "host_swap_mib_s_max", "host_foreign_io_mib_s_max",
+                     "locate_busbw_ratio_min")
 
 # ------------------------------------------------------------------------------------------------- metrics
 
@@ -335,6 +356,12 @@ METRICS = (
            "gpufleet_train_tokens_per_second_per_gpu", words={"scope": SCOPES}, shared_when=WHOLE_RUN),
     Metric("finetune_{scope}_tokens_per_s_per_gpu", "LoRA fine-tune {scope}", "tokens/s/GPU",
            "gpufleet_finetune_tokens_per_second_per_gpu", words={"scope": SCOPES}, shared_when=WHOLE_RUN),
+    # the host's own (bench.host)
+    Metric("host_memory_gbps", "host memory triad, slowest NUMA node", "GB/s", "gpufleet_host_memory_bytes_per_second",
+           GB),
+    Metric("disk_{direction}_gbps", "scratch drive {direction}", "GB/s", "gpufleet_disk_bytes_per_second", GB,
+           words={"direction": {"write": "write", "read": "read"}}),
+    Metric("loader_tokens_per_s_per_gpu", "data loader", "tokens/s/GPU", "gpufleet_loader_tokens_per_second_per_gpu"),
 )
 
 # ------------------------------------------------------------------------------------------------- outputs
@@ -484,6 +511,7 @@ def failure_classes() -> dict[str, str]:
     out.update((c.name, c.failure_class) for c in watched_checks())
     out[ENGINE_CHECK.name] = ENGINE_CHECK.failure_class
     out[MEASURED_AGAIN_CHECK.name] = MEASURED_AGAIN_CHECK.failure_class
+    out[PCIE_LINKS_CHECK.name] = PCIE_LINKS_CHECK.failure_class
     return out
 
 

@@ -30,6 +30,7 @@ from gpufleet.collect.host import load
 
 CPU_KEY = "host_foreign_cpu_share_max"
 SWAP_KEY = "host_swap_mib_s_max"
+IO_KEY = "host_foreign_io_mib_s_max"
 MARK_ENV = "GPUFLEET_RUN_MARK"
 
 
@@ -37,10 +38,11 @@ MARK_ENV = "GPUFLEET_RUN_MARK"
 class Limits:
     cpu_pct: float | None  # every foreign process together, percent of the online CPUs; None: kept, not judged
     swap_mib_s: float | None  # pages swapped in and out, MiB a second; None: kept, not judged
+    io_mib_s: float | None = None  # storage I/O not this run's on a drive being measured (bench.io_watch)
 
     @classmethod
     def of(cls, profile: dict) -> "Limits":
-        return cls(profiles.value(profile, CPU_KEY), profiles.value(profile, SWAP_KEY))
+        return cls(profiles.value(profile, CPU_KEY), profiles.value(profile, SWAP_KEY), profiles.value(profile, IO_KEY))
 
 
 _SCOPE: ContextVar[Limits | None] = ContextVar("host_limits", default=None)

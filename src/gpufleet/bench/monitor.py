@@ -1,14 +1,13 @@
 """Sample every GPU through NVML while a benchmark runs.
 
-Shared power and cooling are part of the test: a GPU that throttles under
-load shows it here (clock event reasons, peak temperature, lowest SM clock)
-even when its number still clears the threshold. GpuMonitor keeps the worst
-of each for a benchmark of seconds; SoakSampler keeps a time series and the
-error counters for a soak of minutes to hours. Both list the processes on
-every GPU at every sample (bench.watch): a process outside the benchmark's own
+Shared power and cooling are part of the test: a GPU that throttles under load shows it here (clock event reasons,
+peak temperature, lowest SM clock) even when its number still clears the threshold. GpuMonitor keeps the worst of
+each for a benchmark of seconds; SoakSampler keeps a time series and the error counters for a soak of minutes to
+hours. Both list the processes on every GPU at every sample (bench.watch): a process outside the benchmark's own
 process tree is foreign, and the figures measured beside it are not the node's.
 Both read the host too (bench.host_watch): where the GPUs are watched, its neighbours over the limits join `foreign`
-(index None); a CPU run keeps them under `host` alone, its figures being no node's (`skip`).
+(index None); a CPU run keeps them under `host` alone, its figures being no node's (`skip`). GpuMonitor also reads
+the PCIe links of the NICs, the GPUs and the ports above them while the step loads them (bench.link_watch: `links`).
 """
 
 from __future__ import annotations
@@ -20,15 +19,12 @@ import time
 from collections import Counter
 
 from gpufleet.bench.host_watch import HostWatch
+from gpufleet.bench.link_watch import LinkWatch
 from gpufleet.bench.watch import ProcessWatch, in_window, list_processes
 from gpufleet.collect import counters, kernel_log
 from gpufleet.collect.nvml.binding import as_text, bus_id, call_first, init_nvml, pynvml, read_field
-from gpufleet.collect.nvml.clocks import CLOCK_EVENT_BITS, HW_SLOWDOWN_EVENTS
+from gpufleet.collect.nvml.clocks import HW_SLOWDOWN_EVENTS, reason_names
 from gpufleet.collect.nvml.processes import visible_indices
-
-
-def reason_names(mask: int) -> list[str]:
-    return [name for name, bit in CLOCK_EVENT_BITS.items() if mask & bit]
 
 
 class GpuMonitor:
@@ -51,6 +47,7 @@ class GpuMonitor:
         self._replays: dict[str, tuple] = {}
         self.watch = ProcessWatch()
         self.host = HostWatch()
+        self.links: LinkWatch | None = None
         self.started_epoch = time.time()
         self._t0 = time.monotonic()
         self._stop = threading.Event()
@@ -59,6 +56,7 @@ class GpuMonitor:
     def __enter__(self):
         self.started_epoch, self._t0 = time.time(), time.monotonic()
         self.host.start(self._t0)  # with or without NVML: the host is there either way
+        self.links = LinkWatch().start(self._t0)
         try:
             init_nvml()
             self._nvml = pynvml
@@ -141,6 +139,8 @@ class GpuMonitor:
             self._sample()  # the last word: a process that came at the very end counts too
             self._nvml.nvmlShutdown()
         self.host.stop()
+        if self.links:
+            self.links.stop()
         return False
 
     def summary(self) -> dict:
@@ -165,6 +165,7 @@ class GpuMonitor:
             "foreign": self.watch.foreign() + (self.host.foreign() if self.error is None else []),
             "processes_unreadable": {str(i): e for i, e in self.watch.unreadable.items()},
             "host": self.host.summary(),
+            "links": self.links.summary() if self.links else None,
         }
 
 

@@ -7,7 +7,8 @@ soak, checks.soak.error_events).
     minute)
 
 RATES: below the limit `info` with the rate (a finding that changes no verdict); at or over it the anchor's status
-(DCGM fails from 100 CRC errors a second on, `perSec >= DCGM_LIMIT_MAX_NVLINK_CRC_ERROR`). NVLink counts are a GPU's,
+(DCGM fails from 100 CRC errors a second on, `perSec >= DCGM_LIMIT_MAX_NVLINK_CRC_ERROR`; mcelog runs its DIMM
+trigger from 10 corrected memory errors a day on, `ce-error-threshold = 10 / 24h`). NVLink counts are a GPU's,
 its links together, as DCGM reads them (the *_ERROR_TOTAL fields); each link's own rate is shown where the reading
 has the links. INCREASE: NVLink replays and recoveries, any increase of which DCGM's health watch fails; gpufleet
 fails one it watched happen (the node stage, a soak) and warns over a window it did not watch (since the previous
@@ -36,6 +37,7 @@ CRC_KEY = "fleet_counter_nvlink_crc_per_s_fail"
 PCIE_REPLAY_KEY = "fleet_counter_pcie_replay_per_min_warn"
 AER_CORRECTABLE_KEY = "fabric_aer_correctable_per_min_fail"
 REPLAY_RECOVERY_KEY = "fleet_counter_nvlink_replay_recovery_max"
+EDAC_CE_KEY = "host_edac_ce_per_day_warn"
 _CRC = dict(unit_s=1, per="a second", of="a GPU, its links together", key=CRC_KEY, at_limit=FAIL, anchor="DCGM")
 RATES = {
     "nvlink_crc_flit": RateRule("NVLink CRC FLIT errors", **_CRC),
@@ -43,6 +45,16 @@ RATES = {
     "pcie_replay": RateRule("PCIe replays", 60, "a minute", "a GPU", PCIE_REPLAY_KEY, WARN, "DCGM"),
     "aer_correctable": RateRule(
         "correctable AER errors", 60, "a minute", "a device", AER_CORRECTABLE_KEY, FAIL, "DCGM diag"
+    ),
+    # EDAC's corrected memory errors: mcelog's per-DIMM trigger (ce-error-threshold = 10 / 24h)
+    "edac_ce": RateRule(
+        "corrected memory errors (EDAC)",
+        86400,
+        "a day",
+        "a DIMM, or a controller's errors on none",
+        EDAC_CE_KEY,
+        WARN,
+        "mcelog",
     ),
 }
 INCREASE = {"nvlink_replay": "NVLink replays", "nvlink_recovery": "NVLink recoveries"}

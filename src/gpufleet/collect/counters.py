@@ -2,7 +2,8 @@
 
 One host document, group `counters`: first `snapshot_before` or `snapshot_after`, every GPU NVML sees with its
 cumulative error counters; then `fabric_before` or `fabric_after` (fabric_snapshot(): every InfiniBand port's
-counters and the PCIe AER counts of the GPUs, HCAs and bridges above them); after the benchmarks also
+counters and the PCIe AER counts of the GPUs, HCAs and bridges above them, and the host's own: EDAC's memory
+errors per DIMM and each NVMe drive's health log, collect.host_counters); after the benchmarks also
 `processes_after` (the GPUs' processes listed again, as gpu_health.processes lists them before; any process on a
 GPU of this node then fails it). They are read before and after the node's benchmarks so the fleet layer can judge
 how much each counter grew during the run and since the node's previous run (fleet.counter_growth,
@@ -27,7 +28,7 @@ a `boot_id` that differs between two snapshots means the node rebooted between t
 from __future__ import annotations
 
 from gpufleet import schema
-from gpufleet.collect import host as host_reads, nvml
+from gpufleet.collect import host as host_reads, host_counters, nvml
 from gpufleet.collect.nvml.binding import read_field
 from gpufleet.collect.nvml.links import nvlink_error_counts, nvlink_link_counts, nvlink_links, nvlink_totals
 from gpufleet.collect.nvml.memory import read_remapped_rows
@@ -201,11 +202,12 @@ def fabric_snapshot(
         {"phase", "read_at", "boot_id", "devices": [{"id": "ib:mlx5_0/1", "kind": "ib_port", "name", "hca", "port",
           "pci_bdf", "state", "rate_gbps", "lanes", "counters": {name: n}} | {"id": "pcie:0000:33:00.0", "kind":
           "pcie", "name", "bdf", "role", "below", "counters": {"aer_correctable", "aer_nonfatal", "aer_fatal"},
-          "aer_names": {severity: {name: n}}}], "unreadable": {"<id>.<counter>": why}, "infiniband": why none,
-          "aer": why none}
+          "aer_names": {severity: {name: n}}} | the host's own (collect.host_counters): {"id": "edac:mc0/dimm3",
+          "kind": "edac", ...} | {"id": "nvme:<serial>", "kind": "nvme", ...}], "unreadable": {"<id>.<counter>": why},
+          "infiniband": why none, "aer": why none, "edac": why none, "nvme": why none}
 
-    `pass` when anything was read, `skip` when the node has neither InfiniBand nor AER counts (the reason says
-    why), `error` when the readings hold neither section."""
+    `pass` when anything was read, `skip` when the node has none of them (the reason says why), `error` when the
+    readings hold neither the InfiniBand nor the AER section."""
     check = FABRIC_CHECK.format(phase=phase)
     h = readings.get("host") or {}
     ib, aer = h.get("infiniband"), h.get("aer")
@@ -263,6 +265,10 @@ def fabric_snapshot(
                     "aer_names": names,
                 }
             )
+    own, own_unreadable, own_none = host_counters.devices(h)  # the host's: EDAC's memory errors, the NVMe drives
+    detail["devices"] += own
+    detail["unreadable"].update(own_unreadable)
+    detail["edac"], detail["nvme"] = own_none.get("edac"), own_none.get("nvme")
     no_ib = None if ports else ((ib or {}).get("reason") or "no InfiniBand port listed")
     if n_aer:
         no_aer = None
@@ -271,11 +277,13 @@ def fabric_snapshot(
     else:
         no_aer = "the readings hold no 'aer' section (recorded before AER was read)"
     detail["infiniband"], detail["aer"] = no_ib, no_aer
-    if no_ib and no_aer:
+    mine = [f"no EDAC ({own_none['edac']})"] if own_none.get("edac") else []
+    mine += [f"no NVMe health log ({own_none['nvme']})"] if own_none.get("nvme") else []
+    if no_ib and no_aer and not own:
         return schema.result(
             check,
             schema.SKIP,
-            f"no fabric counters to read: no InfiniBand ({no_ib}); no AER counts ({no_aer})",
+            "; ".join([f"no fabric counters to read: no InfiniBand ({no_ib})", f"no AER counts ({no_aer})", *mine]),
             detail=detail,
         )
     parts = [
@@ -284,6 +292,10 @@ def fabric_snapshot(
         if n_aer
         else f"no AER counts ({no_aer})",
     ]
+    kinds = [d["kind"] for d in own]
+    parts += [f"EDAC memory errors of {kinds.count('edac')} DIMM(s) or controller(s)"] if "edac" in kinds else []
+    parts += [f"the health log of {kinds.count('nvme')} NVMe drive(s)"] if "nvme" in kinds else []
+    parts += mine
     reason = f"fabric counters read {phase} the benchmarks: " + "; ".join(parts)
     if detail["unreadable"]:
         reason += f"; {len(detail['unreadable'])} unreadable, named in detail.unreadable"

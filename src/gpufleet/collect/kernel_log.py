@@ -4,7 +4,9 @@ read(root="/") returns
 
     {"source": "/dev/kmsg" | "dmesg" | "journalctl -k -b" | "<root>/dev/kmsg",
      "readable": bool, "error": str | None, "lines": int,
-     "xid_events": [{"pci": "0000:18:00", "xid": 79, "message": "NVRM: Xid (PCI:0000:18:00): 79, ..."}]}
+     "xid_events": [{"pci": "0000:18:00", "xid": 79, "message": "NVRM: Xid (PCI:0000:18:00): 79, ..."}],
+     "machine_checks": {"events": [{"cpu", "bank", "status", "uncorrected", ...}], "logged_lines": n}}
+     (collect.machine_checks)
 
 On a live host ("/") it reads the kernel ring buffer through /dev/kmsg without
 blocking (needs root or kernel.dmesg_restrict=0), then falls back to `dmesg`
@@ -24,6 +26,8 @@ import os
 import re
 import subprocess
 from pathlib import Path
+
+from gpufleet.collect import machine_checks
 
 # "NVRM: Xid (PCI:0000:18:00): 79, pid=..., GPU has fallen off the bus."
 XID_RE = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f]+):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})(?:\.\d)?\): (\d+)")
@@ -83,10 +87,24 @@ def _run(argv: list[str]) -> list[str]:
 
 def _result(source: str, lines: list[str] | None, error: str | None) -> dict:
     if lines is None:
-        return {"source": source, "readable": False, "error": error, "lines": 0, "xid_events": []}
+        return {
+            "source": source,
+            "readable": False,
+            "error": error,
+            "lines": 0,
+            "xid_events": [],
+            "machine_checks": machine_checks.parse([]),
+        }
     messages = _messages(lines)
     events = [e for e in map(parse_xid, messages) if e]
-    return {"source": source, "readable": True, "error": None, "lines": len(messages), "xid_events": events}
+    return {
+        "source": source,
+        "readable": True,
+        "error": None,
+        "lines": len(messages),
+        "xid_events": events,
+        "machine_checks": machine_checks.parse(messages),
+    }
 
 
 def _why(exc: BaseException) -> str:

@@ -14,6 +14,9 @@ Per node (no GPU): each per-GPU metric again, as its slowest GPU, and
     nccl_node_sendrecv_gbps      the slowest GPU pair's send/recv bandwidth
     train_gpt2_<scope>_tokens_per_s_per_gpu       the GPT-2 training gate, inside the node or across the nodes
     finetune_<scope>_tokens_per_s_per_gpu         the LoRA fine-tune
+    host_memory_gbps             the host's memory triad, its slowest NUMA node (benchmark.host_memory_bandwidth)
+    disk_write_gbps, disk_read_gbps   the scratch drive (benchmark.disk_*_bandwidth)
+    loader_tokens_per_s_per_gpu  the data loader's tokens a second a GPU (benchmark.data_loader)
 
 NCCL size bands: `le_1MiB` (latency-bound), `le_64MiB` (in between) and `gt_64MiB` (bandwidth-bound).
 

@@ -347,17 +347,38 @@ def _tokens(res: dict, name: str, scope: str, cpu: bool, out: dict) -> None:
     else:
         config = PurePath(str(detail.get("config_path") or "")).name or None
         context = f"config={config},seq={detail.get('max_seq_length')},world={detail.get('world_size')}"
+    _node_figure(f"{name}_{scope}_tokens_per_s_per_gpu", res, cpu, context, out)
+
+
+def _node_figure(key: str, res: dict, cpu: bool, context: str, out: dict) -> None:
+    """A node's figure that is a result's value, with its trust."""
+    source = f"{res['group']}.{res['check']}"
     out["metrics"].append(
-        _metric(
-            f"{name}_{scope}_tokens_per_s_per_gpu",
-            res["value"],
-            gpu=None,
-            cpu=cpu,
-            context=context,
-            source=f"{res['group']}.{res['check']}",
-            trust=res.get("trust"),
-        )
+        _metric(key, res["value"], gpu=None, cpu=cpu, context=context, source=source, trust=res.get("trust"))
     )
+
+
+# The host's own figures (checks.host_throughput): check -> metric key (metric_keys.HOST_METRICS).
+HOST_CHECKS = {
+    "host_memory_bandwidth": "host_memory_gbps",
+    "disk_write_bandwidth": "disk_write_gbps",
+    "disk_read_bandwidth": "disk_read_gbps",
+    "data_loader": "loader_tokens_per_s_per_gpu",
+}
+
+
+def _host(res: dict, cpu: bool, out: dict) -> None:
+    """A figure of the host's own (its value: the slowest NUMA node, the drive, the loader), compared only with one
+    measured the same way (the tier; for the drive also the tool and its folder)."""
+    detail = res.get("detail") or {}
+    if not _finite(res.get("value")) or res.get("status") == "error":
+        return
+    context = _tier(detail)
+    if res["check"].startswith("disk_"):
+        context = (
+            f"tier={(detail.get('method') or {}).get('tier')},tool={detail.get('tool')},at={detail.get('scratch')}"
+        )
+    _node_figure(HOST_CHECKS[res["check"]], res, cpu, context, out)
 
 
 def _natural(text: str) -> list:
@@ -399,6 +420,8 @@ def extract(doc_or_results: Any, gpus: list[dict] | None = None) -> dict:
             _nccl(res, "node" if group == "benchmark" else "multinode", cpu, out)
         elif group in ("benchmark", "benchmark_multinode") and check == "train_gpt2":
             _tokens(res, "train_gpt2", "node" if group == "benchmark" else "multinode", cpu, out)
+        elif group == "benchmark" and check in HOST_CHECKS:
+            _host(res, cpu, out)
         elif group == "finetune" and check == "finetune":
             nnodes = res["detail"].get("nnodes") or 1
             _tokens(res, "finetune", "multinode" if nnodes > 1 else "node", cpu, out)

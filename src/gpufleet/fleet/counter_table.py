@@ -5,6 +5,7 @@ from __future__ import annotations
 from gpufleet.checks.counter_rates import (
     AER_CORRECTABLE_KEY,
     CRC_KEY,
+    EDAC_CE_KEY,
     INCREASE,
     PCIE_REPLAY_KEY,
     RATES,
@@ -72,8 +73,14 @@ FABRIC_COUNTERS = (
     ("aer_fatal", "fatal AER errors", "pcie", "count", "fabric_aer_fatal_max", "fail"),
     ("aer_nonfatal", "non-fatal uncorrectable AER errors", "pcie", "count", "fabric_aer_nonfatal_max", "warn"),
     ("aer_correctable", RATES["aer_correctable"].label, "pcie", "rate", AER_CORRECTABLE_KEY, RATES["aer_correctable"].at_limit),
+    # the host's own (collect.host_counters): EDAC's memory errors per DIMM, each NVMe drive's health log
+    ("edac_ue", "uncorrected memory errors (EDAC)", "edac", "count", "host_edac_ue_max", "fail"),
+    ("edac_ce", RATES["edac_ce"].label, "edac", "rate", EDAC_CE_KEY, RATES["edac_ce"].at_limit),
+    ("nvme_media_errors", "NVMe media and data integrity errors", "nvme", "count", "nvme_media_errors_max", "fail"),
 )
 # fmt: on
+# Kept across reboots: a drive's health log counts over its life; EDAC's start again at each boot, as AER's do.
+FABRIC_PERSISTENT = {"nvme_media_errors"}
 # Widths of the IBTA PortCounters fields (InfiniBand Architecture Specification, PortCounters attribute): such a
 # counter stops at its maximum and counts no more until it is reset.
 PORT_COUNTER_BITS = {

@@ -20,12 +20,16 @@ node = the inventory name; gpu = the NVML index, uuid; check = <group>.<check>. 
     gpufleet_pcie_copy_bytes_per_second{node,gpu,uuid,direction}
     gpufleet_nccl_busbw_bytes_per_second{node,scope,collective,band}   gpufleet_nccl_sendrecv_bytes_per_second{node}
     gpufleet_train_tokens_per_second_per_gpu{node,scope}   gpufleet_finetune_tokens_per_second_per_gpu{node,scope}
+    gpufleet_host_memory_bytes_per_second{node}   gpufleet_disk_bytes_per_second{node,direction}
+    gpufleet_loader_tokens_per_second_per_gpu{node}
     gpufleet_metric{node,metric}                       a figure of no family above, in its own unit
     gpufleet_fleet_deviation_ratio{node,gpu,uuid,check,metric}   a figure against its reference (negative: below)
     gpufleet_fleet_robust_z{node,gpu,uuid,check,metric}          its robust z-score, where the MAD is above zero
     gpufleet_sample_spread_ratio{node,gpu,uuid,metric}           (max - min) / median of a benchmark's samples
     gpufleet_gpu_counter{node,gpu,uuid,counter}                  cumulative total at the last snapshot
     gpufleet_gpu_counter_growth_per_second{node,gpu,uuid,counter,window}   window: run | since_previous_run
+    gpufleet_device_counter{node,device,kind,counter}   a fabric or host device's counter at the latest snapshot:
+                                                       ib_port, pcie (AER), edac (a DIMM), nvme (a drive's log)
 
 Per-GPU figures have gpu and uuid labels; a node-level figure (its slowest GPU's) is left out, since a query
 takes the minimum over the GPUs.
@@ -42,6 +46,7 @@ from pathlib import Path
 from gpufleet import causes, failure_class, paths, schema
 from gpufleet.errors import InputError
 from gpufleet.comparisons import metric_keys
+from gpufleet.fleet.counter_table import FABRIC_COUNTERS
 
 SEVERITY_HELP = "0 pass, 0.5 info (a finding with no action), 1 skip, 2 warn, 3 fail, 4 error"
 _SEVERITY = {schema.PASS: 0, schema.INFO: 0.5, schema.SKIP: 1, schema.WARN: 2, schema.FAIL: 3, schema.ERROR: 4}
@@ -55,6 +60,11 @@ _FAMILY_HELP = {
     "gpufleet_nccl_sendrecv_bytes_per_second": "NCCL send/recv bytes per second of the slowest GPU pair inside the node",
     "gpufleet_train_tokens_per_second_per_gpu": "GPT-2-small training gate tokens per second per GPU",
     "gpufleet_finetune_tokens_per_second_per_gpu": "LoRA fine-tune tokens per second per GPU",
+    "gpufleet_host_memory_bytes_per_second": "The host's memory triad in bytes per second, its slowest NUMA node "
+    "(benchmark.host_memory_bandwidth)",
+    "gpufleet_disk_bytes_per_second": "The scratch drive's direct-I/O bytes per second (benchmark.disk_*_bandwidth)",
+    "gpufleet_loader_tokens_per_second_per_gpu": "Tokens per second per GPU the host's CPUs decode and hand to pinned "
+    "memory (benchmark.data_loader)",
     "gpufleet_metric": "Other gpufleet figures, each in its own unit (metric names it)",
 }
 # Slurm node names and hostlist expressions (node[01-04]); anything else is refused.
@@ -238,7 +248,37 @@ def node_gauges(node: dict, fleet: dict, run_id: str, generated: str | None, bas
                     total.put(ids, e["total"])
                 if e.get("per_h") is not None:
                     rate.put((*ids, window), e["per_h"] / 3600)
+    _device_counters(host, node_metrics, gauge)
     return list(gauges.values())
+
+
+# A device's counters kept in its textfile: those the fleet judges (counter_table.FABRIC_COUNTERS), and every one of
+# an NVMe drive's health log (its wear, spare, temperature beside its errors).
+_KEPT = {row[0] for row in FABRIC_COUNTERS}
+
+
+def _device_counters(host: str, node_metrics: dict, gauge) -> None:
+    """gpufleet_device_counter{node,device,kind,counter}: the fabric's and the host's own counters at the latest
+    snapshot (InfiniBand ports, PCIe AER, EDAC's DIMMs, NVMe drives)."""
+    fabric = node_metrics["snapshots"]["fabric"]
+    snap = fabric.get("after") or fabric.get("before")
+    devices = [d for d in (snap or {}).get("devices") or [] if isinstance(d, dict) and d.get("id")]
+    if not devices:
+        return
+    total = gauge(
+        "gpufleet_device_counter",
+        "Cumulative error counter of a fabric or host device at the latest snapshot: an InfiniBand port, a PCIe "
+        "device's AER counts, a DIMM's EDAC counts, an NVMe drive's health log",
+        ("node", "device", "kind", "counter"),
+    )
+    for d in devices:
+        for name, value in (d.get("counters") or {}).items():
+            if (
+                (name in _KEPT or d.get("kind") == "nvme")
+                and isinstance(value, (int, float))
+                and not isinstance(value, bool)
+            ):
+                total.put((host, d["id"], d.get("kind") or "", name), value)
 
 
 TEXTFILE_PREFIX = "gpufleet_"  # <prefix><node>.prom in a textfile-collector folder other exporters share
@@ -362,14 +402,21 @@ def drain_lines(report: dict, mapping: dict | None = None) -> list[str]:
 
 
 def drain_text(report: dict) -> str:
-    """drain.txt: a head saying how many nodes were not accepted and which are not drained (another run held
-    them: not measured), then the drain lines (report.json's fleet.drain)."""
+    """drain.txt: a head saying how many nodes were not accepted, how many of them have a line (a confirmed failure:
+    report/drain.py) and which are not drained (another run held them: not measured), then the drain lines
+    (report.json's fleet.drain)."""
     lines = report["fleet"]["drain"]
     failed = [h for h, node in report["nodes"].items() if node["verdict"] == schema.FAIL]
     held = [h for h in failed if held_elsewhere(report["nodes"][h])]
     head = f"# gpufleet {report['run_id']}: " + (
         f"{len(failed)} node(s) not accepted"
-        + (f"; run these lines to drain {'them' if not held else 'the others'} in Slurm" if lines else "")
+        + (
+            f"; run these lines to drain {'them' if len(lines) == len(failed) else f'the {len(lines)} with a confirmed failure'} in Slurm"
+            if lines
+            else "; none with a confirmed failure to drain for (report.md names what was not confirmed)"
+            if len(failed) > len(held)
+            else ""
+        )
         + (
             f"; not drained: {', '.join(held)}, held by another gpufleet run (its node lock), so not measured"
             if held

@@ -1,6 +1,7 @@
 """Fabric counter growth: every InfiniBand port's error counters and every PCIe device's AER counts (the GPUs, the
 HCAs and the bridges between each and its root port), from the fabric snapshot before the benchmarks to the one
-after, and since the node's latest snapshot of an earlier run (the store), over counter_table.FABRIC_COUNTERS.
+after, and since the node's latest snapshot of an earlier run (the store), over counter_table.FABRIC_COUNTERS; the
+host's own counters beside them (EDAC's memory errors per DIMM, each NVMe drive's media errors) the same way.
 
 A counter that stopped counting warns, named as such: read before and unreadable or gone now, back below its
 earlier value without a reboot (cleared by hand or by a driver reload: counted from there), or at the maximum of its
@@ -16,7 +17,7 @@ from gpufleet import schema
 from gpufleet.checks.counter_rates import judge_rate, limit_text, rate_text
 from gpufleet.fleet import figure_text
 from gpufleet.fleet.counter_growth import hours_between, window_text
-from gpufleet.fleet.counter_table import FABRIC_COUNTERS, PORT_COUNTER_BITS
+from gpufleet.fleet.counter_table import FABRIC_COUNTERS, FABRIC_PERSISTENT, PORT_COUNTER_BITS
 from gpufleet.comparisons.findings import fleet_result, listed_text
 from gpufleet.comparisons.thresholds import MIN_WINDOW, Thresholds
 from gpufleet.judge import Limit, judge
@@ -27,10 +28,11 @@ _REMEDY = {
     FAIL: "a port that flapped, went down, broke the spec's bit error ratio or lost its lossless contract: check it "
     "with `mlxlink -d <hca> -p <port> -m -c -e` and the switch port beside it, reseat or replace the cable or "
     "transceiver; a fatal AER error, or correctable ones past DCGM's rate: reseat the device or its riser, update its "
-    "firmware; drain the node and run the checks again",
+    "firmware; an uncorrected memory error: replace the DIMM named (ras-mc-ctl --errors); NVMe media errors that "
+    "grew: move the data off the drive and replace it; drain the node and run the checks again",
     WARN: "watch the rate in the next runs (gpufleet history); service the link or the PCIe path (reseat, cable, "
-    "firmware) if it keeps growing; a counter that stopped counting needs a reset (perfquery -R) or a reboot to "
-    "be judged again",
+    "firmware) if it keeps growing; a DIMM correcting errors past mcelog's rate: replace it at the next maintenance; "
+    "a counter that stopped counting needs a reset (perfquery -R) or a reboot to be judged again",
 }
 
 
@@ -109,7 +111,7 @@ def _judge(
     if a is None:
         e.update(status=SKIP, notes=["not read before: this reading is the reference for the next"])
         return e
-    if rebooted:
+    if rebooted and name not in FABRIC_PERSISTENT:
         growth = b
         e["notes"].append("counted since the reboot (boot id changed)")
     elif b < a:
@@ -263,8 +265,10 @@ def fabric_during_run(host: str, node_metrics: dict, thresholds: Thresholds) -> 
     judged = _judge_devices(before, after, rebooted, hours, thresholds)
     status, parts, keys, evidence = _findings(judged, lambda d: hours, thresholds)
     window = f"{before.get('read_at')} to {after.get('read_at')} ({window_text(hours)})"
-    n_ib = sum(1 for d, _ in judged if d.get("kind") == "ib_port")
-    scope = f"{n_ib} InfiniBand port(s) and {len(judged) - n_ib} PCIe device(s)"
+    kinds = [d.get("kind") for d, _ in judged]
+    scope = f"{kinds.count('ib_port')} InfiniBand port(s) and {kinds.count('pcie')} PCIe device(s)"
+    if "edac" in kinds or "nvme" in kinds:  # the host's own counters beside the fabric's
+        scope += f", {kinds.count('edac')} EDAC DIMM(s) or controller(s) and {kinds.count('nvme')} NVMe drive(s)"
     if parts:
         reason = f"during this run, {window}: " + listed_text(parts)
     else:
@@ -274,7 +278,12 @@ def fabric_during_run(host: str, node_metrics: dict, thresholds: Thresholds) -> 
         )
     if rebooted:
         reason += "; the node rebooted between the snapshots: counted since the reboot"
-    for what, why in (("no InfiniBand", after.get("infiniband")), ("no AER counts", after.get("aer"))):
+    for what, why in (
+        ("no InfiniBand", after.get("infiniband")),
+        ("no AER counts", after.get("aer")),
+        ("no EDAC", after.get("edac")),
+        ("no NVMe health log", after.get("nvme")),
+    ):
         if why:
             reason += f"; {what} ({why})"
     return fleet_result(

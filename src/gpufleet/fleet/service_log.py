@@ -206,7 +206,8 @@ def first_sign(runs: list[dict], run_id: str, back_at: str | None = None) -> dic
     if run_id not in ids:
         return None
     i = ids.index(run_id)
-    while i > 0 and not runs[i - 1]["clean"] and (back_at is None or (runs[i - 1]["started"] or "") >= back_at):
+    # Strictly after the return: the run whose report brought the node back starts before it, often in its second.
+    while i > 0 and not runs[i - 1]["clean"] and (back_at is None or (runs[i - 1]["started"] or "") > back_at):
         i -= 1
     return runs[i]
 

@@ -161,18 +161,20 @@ def _by_gpu(rows: list[dict], metric: str) -> dict:
     return out
 
 
-def gpu_bars(results: list[dict]) -> list[dict]:
+def gpu_bars(results: list[dict], per_gpu: list[dict] | None = None) -> list[dict]:
     """Per bar figure a node measured per GPU: {"metric", "label", "unit", "gpus": [{"gpu", "index", "uuid",
     "value", "status", "reference" (what the fleet held it against: its siblings' median, or its only sibling),
     "deviation_pct", "usual" (where its own past puts it against that reference), "baseline" (the baseline run's
     figure for this GPU)}], "sibling_limit" (the lowest figure the siblings' limit lets pass), "sibling_limit_pct",
     "floor" (the benchmark's own minimum), "floor_key"}."""
-    found = metrics.extract(results)
+    # The report's nodes carry their per-GPU figures as the fleet layer extracted them (per_gpu): a document is
+    # extracted once a report; a bare list of results is extracted here.
+    rows_of = per_gpu if per_gpu is not None else metrics.extract(results)["metrics"]
     siblings, baseline = _comparisons(results, "gpu_vs_node"), _comparisons(results, "node_vs_baseline")
     sibling_res = next((r for r in results if r.get("group") == "fleet" and r.get("check") == "gpu_vs_node"), None)
     out = []
     for metric in BAR_METRICS:
-        rows = [m for m in found["metrics"] if m["key"] == metric and m["scope"] == "gpu"]
+        rows = [m for m in rows_of if m["key"] == metric and m["scope"] == "gpu"]
         if not rows:
             continue
         held, past = _by_gpu(siblings, metric), _by_gpu(baseline, metric)

@@ -241,7 +241,7 @@ def _pictures(node: dict, report: dict) -> str:
     """The node's pictures: each GPU beside its siblings and its past, the soak window by window, NCCL's busbw
     beside the baseline's."""
     out = []
-    panels = figures.gpu_bars(node["results"])
+    panels = figures.gpu_bars(node["results"], node.get("per_gpu"))
     if panels:
         out.append("<h3>Each GPU beside its siblings and its past</h3>")
         out.append('<div class="panels">')

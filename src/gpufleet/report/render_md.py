@@ -214,7 +214,7 @@ def _pct(v) -> str:
 def _gpu_tables(node: dict) -> list[str]:
     """Each GPU beside its siblings and its past, one table per figure: what report.html draws as bars."""
     lines = []
-    for panel in figures.gpu_bars(node["results"]):
+    for panel in figures.gpu_bars(node["results"], node.get("per_gpu")):
         limits = []
         if panel["sibling_limit"] is not None:
             limits.append(

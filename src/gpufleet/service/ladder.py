@@ -92,12 +92,16 @@ def with_outcomes(steps: list[dict]) -> list[dict]:
 
 
 def serial_change(store, host: str, run_id: str, runs: list[dict]) -> str | None:
-    """'GPU 0 serial A -> B' when a GPU of the node in run_id has another serial or UUID than in its run before
-    (`runs`: store.node_runs(host))."""
+    """'GPU 0 serial A -> B' when a GPU of the node in run_id has another serial or UUID than in the latest earlier
+    run the ladder judged (else the run before; `runs`: store.node_runs(host)): a run no ladder judged (a sweep
+    stopped before its report) may have measured the new board already, and the change is still the ladder's news."""
     ids = [r["run_id"] for r in runs]
     if run_id not in ids or ids.index(run_id) == 0:
         return None
-    was = {g["gpu_index"]: g for g in store.gpus(ids[ids.index(run_id) - 1], host)}
+    earlier = ids[: ids.index(run_id)]
+    judged = {e["run_id"] for e in store.events(host, "ladder")}
+    seen = next((r for r in reversed(earlier) if r in judged), earlier[-1])
+    was = {g["gpu_index"]: g for g in store.gpus(seen, host)}
     changes = []
     for g in store.gpus(run_id, host):
         old = was.get(g["gpu_index"])

@@ -77,6 +77,7 @@ EXPORTED = (
     "GPUFLEET_PROFILE_DIR",
     profiles.SITE_DIR_ENV,
     "GPUFLEET_CHECKS_DISABLED",
+    "GPUFLEET_SCRATCH_DIR",
 )
 _SHARE = re.compile(r"(\d+)(%?)")
 

@@ -7,6 +7,9 @@ profile, declared in registry.CHECK_GROUPS as `file.function`:
     kernel.py      IOMMU, CPU governor, fabric manager
     nccl_env.py    the NCCL environment
     bringup.py     drift from what bringup.yml applied
+    memory.py      the host's memory: errors EDAC counted (per controller and DIMM), machine checks in the kernel
+                   log, the memory a job would get
+    nvme.py        each local NVMe drive's own health log
     readings.py    what they share: the host readings and their sections
 """
 
@@ -16,10 +19,12 @@ from gpufleet.checks.host_hygiene import (
     bringup,
     infiniband,
     kernel,
+    memory,
     nccl_env,
     numa,
+    nvme,
     pcie,
     readings,
 )
 
-__all__ = ["bringup", "infiniband", "kernel", "nccl_env", "numa", "pcie", "readings"]
+__all__ = ["bringup", "infiniband", "kernel", "memory", "nccl_env", "numa", "nvme", "pcie", "readings"]

@@ -1,6 +1,8 @@
 """Host readings from sysfs and procfs (never from lspci text), one file per concern: files.py (the small
 readers), pci.py (devices, ACS), fabric.py (InfiniBand, AER), kernel.py (modules, IOMMU, NUMA, cpufreq),
-services.py (fabric manager), nccl.py (the NCCL environment), bringup.py (bring-up's record).
+services.py (fabric manager), nccl.py (the NCCL environment), bringup.py (bring-up's record), edac.py (memory
+errors per controller and DIMM), nvme.py (each NVMe drive's health log), pcie_links.py (the links of the NICs,
+GPUs and the ports above them: planned here, read under load by bench.link_watch).
 
 `read(root, environ)` returns a JSON-able dict and never raises. Every path is
 read under `root`, so tests point it at a fake tree. What could not be read is
@@ -33,6 +35,11 @@ Keys:
   fabricmanager  {asked, state, rc, command, reason}  (asked only with an NVSwitch)
   nccl           {env, conf: {path, present, values, ignored_lines},
                   effective: {name: {value, source}}, interfaces: {name: operstate}}
+  edac           {present, path, reason, controllers: [{mc, name, ce, ue, ce_noinfo, ue_noinfo,
+                   dimms: [{dimm, label, location, ce, ue}], unreadable}]}  (collect.host.edac)
+  nvme           {present, path, reason, drives: [{controller, device, model, serial, firmware, pci_bdf,
+                   source, reason, log: {critical_warning, temperature_c, ...}}]}  (collect.host.nvme)
+  meminfo        {total_kib, available_kib, hugepages_free_kib, reason}  (/proc/meminfo)
   bringup        {path, present, readable, reason, schema_version, roles:
                   {role: {applied_at, settings, expect: [{what, path|glob,
                    sha256|value|exists, found, found_reason}]}}}
@@ -46,6 +53,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from gpufleet.collect.host.bringup import read_bringup
+from gpufleet.collect.host.edac import read_edac
 from gpufleet.collect.host.fabric import (
     AER_SEVERITIES,
     hca_bdfs,
@@ -62,7 +70,9 @@ from gpufleet.collect.host.kernel import (
     read_modules,
     read_numa,
 )
+from gpufleet.collect.host.memory import read_meminfo
 from gpufleet.collect.host.nccl import parse_nccl_conf, read_nccl
+from gpufleet.collect.host.nvme import read_nvme
 from gpufleet.collect.host.pci import (
     decode_acs,
     parse_link_speed,
@@ -154,6 +164,11 @@ def read(root: str = "/", environ: Mapping[str, str] | None = None) -> dict:
     section("cpu_governors", lambda: read_cpu_governors(rootp), {})
     section("fabricmanager", lambda: read_fabricmanager(pci, environ), {})
     section("nccl", lambda: read_nccl(rootp, environ), {})
+    section("edac", lambda: read_edac(rootp), {"present": False, "controllers": [], "reason": "crashed"})
+    section(
+        "nvme", lambda: read_nvme(rootp, environ.get("PATH")), {"present": False, "drives": [], "reason": "crashed"}
+    )
+    section("meminfo", lambda: read_meminfo(rootp), {"reason": "crashed"})
     section(
         "bringup",
         lambda: read_bringup(rootp),

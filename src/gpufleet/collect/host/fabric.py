@@ -8,7 +8,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+from gpufleet.collect.host.edac import read_edac
 from gpufleet.collect.host.files import listdir, parse_int, read_text
+from gpufleet.collect.host.nvme import read_nvme
 from gpufleet.collect.host.pci import BDF, read_pci
 
 
@@ -153,9 +155,15 @@ def read_aer(root: Path, pci: list[dict], hca_bdfs: set[str]) -> dict:
 
 
 def read_fabric(root: str = "/") -> dict:
-    """The readings the fabric counter snapshots take: {"infiniband", "aer"} (never raises)."""
+    """The readings the fabric counter snapshots take: {"infiniband", "aer"}, and the host's own error counters
+    beside them, {"edac", "nvme"} (never raises)."""
     rootp = Path(root)
     out: dict[str, Any] = {}
+    for name, read, empty in (("edac", read_edac, "controllers"), ("nvme", read_nvme, "drives")):
+        try:
+            out[name] = read(rootp)
+        except Exception as exc:  # a crash is recorded, not raised
+            out[name] = {"present": False, empty: [], "reason": f"reading crashed: {type(exc).__name__}: {exc}"}
     try:
         out["infiniband"] = read_infiniband(rootp)
     except Exception as exc:  # a crash is recorded, not raised

@@ -31,4 +31,9 @@ def clock_events(handle) -> dict:
         (getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None), handle),
         (getattr(pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None), handle),
     )
-    return {"mask": int(mask), "names": [name for name, bit in CLOCK_EVENT_BITS.items() if mask & bit]}
+    return {"mask": int(mask), "names": reason_names(mask)}
+
+
+def reason_names(mask: int) -> list[str]:
+    """The clock event reasons a mask holds, by name."""
+    return [name for name, bit in CLOCK_EVENT_BITS.items() if mask & bit]

@@ -1,0 +1,36 @@
+"""The host's own throughput, one step of the acceptance tier: its memory bandwidth per NUMA node
+(bench.host_memory), its local drive on the operator's scratch folder (bench.disk) and a data loader's samples a
+second a GPU (bench.loader), one after another, the sampler watching (GpuMonitor: the GPUs' processes, the host's
+neighbours, the PCIe links; bench.io_watch the drive).
+
+The figures are the node's where it has GPUs (`device` "cuda": the GPUs stay idle here, `gpus_idle`); on a machine
+without them the same code runs at tiny sizes and its figures are a logic check (`device` "cpu", `skip`).
+"""
+
+from __future__ import annotations
+
+from gpufleet.bench import disk, host_memory, loader
+from gpufleet.bench.monitor import GpuMonitor
+
+
+def run(tier: str = "quick") -> dict:
+    gpus = loader.gpu_count()
+    size = tier if gpus else "cpu"
+    with GpuMonitor() as mon:
+        parts = {}
+        for name, bench in (("memory", host_memory), ("disk", disk), ("loader", loader)):
+            try:
+                parts[name] = bench.run(size)
+            except Exception as exc:  # one part's failure keeps the others' figures
+                parts[name] = {"error": f"{type(exc).__name__}: {exc}"}
+    monitor = mon.summary()
+    if monitor["error"] is None:  # where the GPUs are watched, a drive neighbour disturbs as a CPU one does
+        monitor["foreign"] += parts["disk"].get("foreign") or []
+    return {
+        "benchmark": "host",
+        "device": "cuda" if gpus else "cpu",
+        "gpus_idle": True,
+        "requested_tier": tier,
+        **parts,
+        "monitor": monitor,
+    }
