@@ -537,7 +537,12 @@ def test_an_unconfirmed_failure_gets_a_re_test_never_a_reset_and_is_not_drained(
 def test_a_re_test_is_left_to_the_sweep_that_runs_it_and_taken_again_once_that_sweep_is_gone(tmp_path):
     """Two sweeps at once: the second neither re-tests a node the first is measuring (it would climb the ladder
     twice) nor closes its reservation; once the first is gone without a judgement, the node is measured again."""
-    stand_in_sweep = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "gpufleet-sweep"])
+    stand_in_sweep = subprocess.Popen(
+        [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(300)", "gpufleet-sweep"],
+        stdout=subprocess.PIPE,
+    )
+    # its command line is readable once it runs (right after the fork, /proc shows it empty)
+    assert stand_in_sweep.stdout.readline() == b"up\n"
     at = "2026-11-27T10:00:00Z"
     record = {"run_id": "s1", "jobs": [{"node": "sn1", "retest": {"opened": "2026-11-27T10:05:00Z"}}]}
     retest_record = record["jobs"][0]["retest"]

@@ -1,5 +1,5 @@
-"""Fake sysfs/procfs trees for the molecule test hosts, built with tests/sysfs_tree.py (copied beside
-this file), so the roles' discovery and runtime writes have GPUs, NVSwitches and HCAs to work on.
+"""Fake sysfs/procfs trees for the molecule test hosts, built with tests/sysfs_tree.py and tests/node_trees.py
+(copied beside this file), so the roles' discovery and runtime writes have GPUs, NVSwitches and HCAs to work on.
 
     python3 make_fake_node.py hgx  DEST   # 8 GPUs, 4 NVSwitches, 8 InfiniBand HCAs; ACS redirect on,
                                           # powersave governors, NUMA balancing on, driver 550.127.05
