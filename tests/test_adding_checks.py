@@ -1,7 +1,8 @@
 """docs/adding-checks.md stays true: its snippets, applied as written to a copy of the repository, give a check, a
 benchmark and an output format that run (the check on a recorded node, the benchmark on this machine's CPU in the
 node stage of its run tier, the output in a real report), touching no more places than the guide says: nothing
-Ansible lists is to be generated again, and no other file names them."""
+Ansible lists is to be generated again, and no other file names them; `make generate` writes their rows of
+docs/checks.md from the declarations and the docstrings."""
 
 from __future__ import annotations
 
@@ -59,6 +60,8 @@ def applied(tmp_path_factory):
     root = tmp_path_factory.mktemp("guide")
     for part in ("src", "tools", "roles"):
         shutil.copytree(ROOT / part, root / part, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    (root / "docs").mkdir()
+    shutil.copy(ROOT / "docs" / "checks.md", root / "docs" / "checks.md")
     for snippet in snippets():
         apply(root, snippet)
     return root
@@ -88,11 +91,23 @@ def test_the_guide_touches_no_more_places_than_it_says():
     assert "## A benchmark: four places" in text and "## An output format: two places" in text
 
 
-def test_nothing_ansible_lists_is_to_be_generated_again(applied):
-    done = subprocess.run(
-        [sys.executable, str(applied / "tools" / "generate.py"), "--check"], capture_output=True, text=True, timeout=120
+def generate(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(root / "tools" / "generate.py"), *args], capture_output=True, text=True, timeout=120
     )
-    assert done.returncode == 0, done.stderr
+
+
+def test_make_generate_writes_the_new_rows_of_checks_md_and_nothing_ansible_lists(applied):
+    stale = generate(applied, "--check")
+    assert stale.returncode == 1 and stale.stderr.strip().endswith("(run `make generate`): docs/checks.md"), stale
+    assert generate(applied).returncode == 0
+    assert generate(applied, "--check").returncode == 0
+    lines = (applied / "docs" / "checks.md").read_text().splitlines()
+    (check,) = [line for line in lines if line.startswith("| `host_hygiene.kernel_release` |")]
+    said = "The kernel the node runs, as read (host.kernel): what a fleet compares after a re-image."
+    assert check.endswith(f"| {said} |"), check
+    (bench,) = [line for line in lines if "| `benchmark.host_copy_bandwidth` |" in line]
+    assert bench.endswith("| `host_copy_gbps_min` | host memory copy bandwidth. |"), bench
 
 
 def test_the_guides_check_runs_in_its_group_with_its_class(applied, tmp_path):

@@ -1,10 +1,16 @@
 #!/usr/bin/env python3
-"""What Ansible must list of the engine's registry (src/gpufleet/registry.py), written from it: `make generate`.
+"""What Ansible must list of the engine's registry (src/gpufleet/registry.py), and docs/checks.md's tables of every
+check, written from it: `make generate`.
 
 An option of a role's meta/argument_specs.yml whose line ends with `# generated: KIND` has the lines under it (its
 type, choices, default and description) written from the registry by KIND below; everything else in the file is
 left as it is. Nothing else Ansible holds names a run tier, a benchmark or a depth: the engine decides from the
 tier what a node runs, and the action plugins read the registry themselves.
+
+docs/checks.md between its BEGIN and END lines: a table a group, in the registry's order, of each check's class,
+what its figure is held against, its profile keys and what it checks, the first sentence of its function's
+docstring (a check of a check group, a comparison of the fleet), else its declaration's `text`. The prose around
+the tables is left as it is.
 
     python3 tools/generate.py            write them
     python3 tools/generate.py --check    exit 1, naming each file and option, when one is not what the registry gives
@@ -15,6 +21,7 @@ tests/test_generated.py runs the check.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import re
 import sys
@@ -25,7 +32,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from gpufleet import registry  # noqa: E402
 
-FILES = sorted((ROOT / "roles").glob("*/meta/argument_specs.yml"))
+SPECS = sorted((ROOT / "roles").glob("*/meta/argument_specs.yml"))
+CHECKS_DOC = ROOT / "docs" / "checks.md"
 MARK = re.compile(r"^(?P<indent> *)(?P<name>\w+):(?P<anchor> &\w+)? +# generated: (?P<kind>\w+)$")
 SOURCE = "src/gpufleet/registry.py"
 
@@ -147,14 +155,138 @@ def generated(text: str) -> str:
     return "\n".join(out) + "\n"
 
 
+# ------------------------------------------------------------------------------------------------- docs/checks.md
+
+BEGIN = "<!-- generated: make generate (tools/generate.py), from the registry and the check functions' docstrings -->"
+END = "<!-- end generated -->"
+AGAINST = {
+    registry.LIMIT: "the profile's limit",
+    registry.SAMPLES: "its own samples",
+    registry.SIBLINGS: "the node's other GPUs",
+    registry.OWN_PAST: "its own past runs",
+    registry.BASELINE: "the baseline run",
+    registry.BASELINE_FLEET: "the baseline run's fleet",
+    registry.FLEET: "this run's fleet",
+}
+WHERE = {registry.NODE: "on the node", registry.CONTROLLER: "on the controller"}
+CONFIRM = {registry.MEASURED_AGAIN: "measured again", registry.INCONCLUSIVE: "inconclusive"}
+HEAD = ["check", "class", "held against", "[profile keys](../src/gpufleet/profiles/generic.yml)", "what it checks"]
+
+
+def first_sentence(text: str) -> str:
+    para = " ".join(text.split("\n\n")[0].split())
+    return re.split(r"(?<=\.)\s+(?=[A-Z`])", para)[0].rstrip(".") + "."
+
+
+def stop(message: str):
+    """A declaration or a file the tables cannot be written from: one line, exit 2."""
+    print(message, file=sys.stderr)
+    sys.exit(2)
+
+
+def what_it_checks(name: str, c: registry.Check, fn) -> str:
+    """The function's docstring's first sentence, else the declaration's text; neither: exit naming the check."""
+    said = inspect.getdoc(fn) if fn else c.text
+    if not said:
+        where = f"a docstring of {c.function or name}" if fn else f'text="..." in its Check of {SOURCE}'
+        stop(f"docs/checks.md: {name} says nothing of what it checks; give it {where}")
+    return first_sentence(said).replace("|", "\\|")
+
+
+def held_against(c: registry.Check) -> str:
+    if not c.against:
+        return ""  # a reading: it stands as read
+    said = ", ".join(AGAINST[a] for a in c.against) + "; " + WHERE[c.where]
+    return said + (f", {CONFIRM[c.confirm]}" if c.confirm else "")
+
+
+def check_row(group: str, c: registry.Check, fn=None, *, before: str | None = None, against: bool = True) -> str:
+    name = c.name if "." in c.name else f"{group}.{c.name}"  # fleet.sdc: named with its group already
+    keys = ", ".join(f"`{k}`" for k in c.thresholds)
+    cells = [f"`{name}`", c.failure_class, *([held_against(c)] if against else []), keys, what_it_checks(name, c, fn)]
+    return "| " + " | ".join(([before] if before is not None else []) + cells) + " |"
+
+
+def table(rows: list[str], head: list[str] = HEAD) -> list[str]:
+    return ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head), *rows, ""]
+
+
+def benchmark_rows(group: str, multinode: bool) -> list[str]:
+    """Each benchmark's checks, the benchmark and its run tiers named on its first."""
+    rows = []
+    for b in registry.BENCHMARKS:
+        if multinode and not b.multinode:
+            continue
+        first = f"`{b.name}` ({', '.join(b.run_tiers)})"
+        rows += [
+            check_row(group, c, before=first if i == 0 else "", against=not multinode) for i, c in enumerate(b.checks)
+        ]
+    if not multinode:
+        rows += [
+            check_row(group, c, before=f"`{c.name.removesuffix('_processes')}`") for c in registry.watched_checks()
+        ]
+        rows += [
+            check_row(group, c, before="every step") for c in (registry.PCIE_LINKS_CHECK, registry.MEASURED_AGAIN_CHECK)
+        ]
+    return rows
+
+
+def checks_doc() -> list[str]:
+    """The lines between BEGIN and END."""
+    out = []
+    for g in registry.CHECK_GROUPS:
+        out += [
+            f"### {g.name}",
+            "",
+            f"A check group: `gpufleet check --group {g.name}`; on the node, the module of its name.",
+            "",
+        ]
+        out += table([check_row(g.name, c, registry.check_function(g, c)) for c in g.checks])
+    out += [
+        "### benchmark",
+        "",
+        "The node's benchmarks (`gpufleet bench NAME`), in the order a node stage runs them, "
+        "each with the run tiers that run it; then what is judged beside every step.",
+        "",
+    ]
+    out += table(benchmark_rows(registry.BENCHMARK_GROUP, False), ["benchmark", *HEAD])
+    out += [
+        "### benchmark_multinode",
+        "",
+        "The same checks of the benchmarks run across every node of the run under torchrun, judged as the node's are.",
+        "",
+    ]
+    out += table(benchmark_rows(registry.MULTINODE_GROUP, True), ["benchmark", *HEAD[:2], *HEAD[3:]])
+    for g in registry.OTHER_GROUPS:
+        fns = {c.name: registry.resolve(c.function) for c in g.checks if c.function}
+        out += [f"### {g.name}", ""] + table([check_row(g.name, c, fns.get(c.name)) for c in g.checks])
+    out += ["### any group", "", "A step of the node stage that could not run on the node.", ""]
+    out += table([check_row("<group>", registry.ENGINE_CHECK)])
+    return out[:-1]
+
+
+def with_checks_doc(text: str) -> str:
+    """docs/checks.md with the lines between BEGIN and END written from the registry."""
+    lines = text.splitlines()
+    if BEGIN not in lines or END not in lines:
+        stop(f"docs/checks.md: no {BEGIN!r} line and {END!r} line after it to write the tables between")
+    start, end = lines.index(BEGIN), lines.index(END)
+    return "\n".join(lines[: start + 1] + [""] + checks_doc() + [""] + lines[end:]) + "\n"
+
+
+def targets() -> list[tuple[Path, object]]:
+    """Each generated file and what writes its text from its old one."""
+    return [*((path, generated) for path in SPECS), (CHECKS_DOC, with_checks_doc)]
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--check", action="store_true", help="change nothing; exit 1 naming what is not current")
     args = p.parse_args()
     stale = []
-    for path in FILES:
+    for path, write in targets():
         text = path.read_text()
-        new = generated(text)
+        new = write(text)
         if new != text:
             stale.append(str(path.relative_to(ROOT)))
             if not args.check:

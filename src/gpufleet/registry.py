@@ -69,6 +69,7 @@ class Check:
     where: str = NODE
     confirm: str | None = None  # MEASURED_AGAIN or INCONCLUSIVE; None: a reading, which stands as read
     rows: str | None = None  # a comparison judged on the node: "module:function" of its rows there
+    text: str = ""  # what it checks, for docs/checks.md, where no function of its own has a docstring to say it
 
     @property
     def confirmed(self) -> bool:
@@ -201,49 +202,65 @@ HOST_MEMORY_KEYS, SCRATCH_FREE = ("host_memory_gbps_min", "host_memory_numa_belo
 # In this order in a node stage (the soak before the SDC hashes: they run at the temperature the soak left).
 BENCHMARKS = (
     Benchmark("matmul", run_tiers=("smoke", "acceptance"), default=True, run="gpufleet.measure:run_matmul", checks=(
-        Check("matmul_bf16", HARDWARE, ("matmul_bf16_tflops_min", "matmul_spread_pct_max") + SAMPLED, **SAMPLED_FIGURE),
+        Check("matmul_bf16", HARDWARE, ("matmul_bf16_tflops_min", "matmul_spread_pct_max") + SAMPLED, **SAMPLED_FIGURE,
+              text="bf16 matmul TFLOPS of the slowest GPU, all at once; a GPU that throttled fails"),
     )),
     Benchmark("memory", run_tiers=("smoke", "acceptance"), default=True, checks=(
-        Check("memory_bandwidth", HARDWARE),
-        Check("hbm_bandwidth", HARDWARE, ("hbm_copy_gbps_min",) + SAMPLED, **SAMPLED_FIGURE),
-        Check("pcie_h2d_bandwidth", HARDWARE, ("pcie_h2d_gbps_min",) + SAMPLED, **SAMPLED_FIGURE),
-        Check("pcie_d2h_bandwidth", HARDWARE, ("pcie_d2h_gbps_min",) + SAMPLED, **SAMPLED_FIGURE),
+        Check("memory_bandwidth", HARDWARE, text="every HBM and PCIe copy ran and moved the right data"),
+        Check("hbm_bandwidth", HARDWARE, ("hbm_copy_gbps_min",) + SAMPLED, **SAMPLED_FIGURE,
+              text="HBM copy bandwidth of the slowest GPU"),
+        Check("pcie_h2d_bandwidth", HARDWARE, ("pcie_h2d_gbps_min",) + SAMPLED, **SAMPLED_FIGURE,
+              text="host-to-device copy bandwidth of the slowest GPU"),
+        Check("pcie_d2h_bandwidth", HARDWARE, ("pcie_d2h_gbps_min",) + SAMPLED, **SAMPLED_FIGURE,
+              text="device-to-host copy bandwidth of the slowest GPU"),
     )),
     Benchmark("nccl", run_tiers=("smoke", "acceptance"), default=True, multinode=True,
               run="gpufleet.measure:run_nccl", judge="gpufleet.checks.collectives:nccl", checks=(
-        Check("nccl", SOFTWARE),
-        Check("nccl_sendrecv", HARDWARE, ("nccl_sendrecv_pair_ratio_min",), against=(SIBLINGS,), **AGAIN),
-        Check("nccl_transport", CONFIGURATION),
-        Check("nccl_all_reduce", HARDWARE, ("nccl_allreduce_busbw_gbps_min",), against=(LIMIT,), **AGAIN),
-        Check("nccl_all_gather", HARDWARE),
-        Check("nccl_reduce_scatter", HARDWARE),
-        Check("nccl_all_to_all", HARDWARE),
+        Check("nccl", SOFTWARE, text="the NCCL run ended: a timeout or a crash fails, with the log's tail"),
+        Check("nccl_sendrecv", HARDWARE, ("nccl_sendrecv_pair_ratio_min",), against=(SIBLINGS,), **AGAIN,
+              text="send/recv bandwidth of every GPU pair: a slow pair names a slow link"),
+        Check("nccl_transport", CONFIGURATION,
+              text="what NCCL used between nodes: InfiniBand with GPUDirect RDMA, InfiniBand alone or sockets"),
+        Check("nccl_all_reduce", HARDWARE, ("nccl_allreduce_busbw_gbps_min",), against=(LIMIT,), **AGAIN,
+              text="all_reduce bus bandwidth at the largest size; every size's result checked"),
+        Check("nccl_all_gather", HARDWARE, text="all_gather bus bandwidth and correctness"),
+        Check("nccl_reduce_scatter", HARDWARE, text="reduce_scatter bus bandwidth and correctness"),
+        Check("nccl_all_to_all", HARDWARE, text="all_to_all bus bandwidth and correctness"),
     )),
     # A disturbed soak is not run again in full: its disturbed windows are, bounded (checks.soak.remeasure).
     Benchmark("soak", run_tiers=("soak",), selectable=False, run="gpufleet.measure:run_soak",
               judge="gpufleet.checks.soak:soak", again="gpufleet.checks.soak.remeasure:remeasure_plan",
               combine="gpufleet.checks.soak.remeasure:combined", checks=(
-        Check("soak", SOFTWARE, ("soak_remeasure_max_s",)),
-        Check("soak_throttle", HARDWARE, ("soak_throttle_s_max", "xid_fail_codes")),
-        Check("soak_errors", HARDWARE, ("xid_fail_codes",) + SOAK_COUNTERS),
-        Check("soak_slowdown", HARDWARE, ("soak_slowdown_pct_max",)),
+        Check("soak", SOFTWARE, ("soak_remeasure_max_s",), text="the soak's load started and ran its time"),
+        Check("soak_throttle", HARDWARE, ("soak_throttle_s_max", "xid_fail_codes"),
+              text="hardware and thermal slowdowns of each GPU during the soak"),
+        Check("soak_errors", HARDWARE, ("xid_fail_codes",) + SOAK_COUNTERS,
+              text="during the soak: a load that stopped, wrong all_reduce results, Xids, counters that moved"),
+        Check("soak_slowdown", HARDWARE, ("soak_slowdown_pct_max",),
+              text="the soak's windows below the GPU's own best and below its siblings'"),
     )),
     Benchmark("sdc", run_tiers=("acceptance", "soak"), default=True, watched=False, run="gpufleet.measure:run_sdc",
               judge="gpufleet.checks.sdc:results", checks=(
-        Check("sdc", HARDWARE, ("driver_version",)),
+        Check("sdc", HARDWARE, ("driver_version",),
+              text="silent data corruption: the same seeded work hashed on every GPU; one that disagrees fails"),
     )),
     # The host's own throughput beside the GPUs (bench.host: memory per NUMA node, the scratch drive, a data loader)
     Benchmark("host", run_tiers=("acceptance",), default=True, judge="gpufleet.checks.host_throughput:host", checks=(
-        Check("host_memory_bandwidth", HARDWARE, HOST_MEMORY_KEYS, against=(LIMIT, SIBLINGS), **AGAIN),
-        Check("disk_write_bandwidth", HARDWARE, ("disk_write_gbps_min", SCRATCH_FREE), against=(LIMIT,), **AGAIN),
-        Check("disk_read_bandwidth", HARDWARE, ("disk_read_gbps_min", SCRATCH_FREE), against=(LIMIT,), **AGAIN),
-        Check("data_loader", HARDWARE, ("loader_tokens_per_s_per_gpu_min",), against=(LIMIT,), **AGAIN),
+        Check("host_memory_bandwidth", HARDWARE, HOST_MEMORY_KEYS, against=(LIMIT, SIBLINGS), **AGAIN,
+              text="the host's memory triad on each NUMA node, against its siblings"),
+        Check("disk_write_bandwidth", HARDWARE, ("disk_write_gbps_min", SCRATCH_FREE), against=(LIMIT,), **AGAIN,
+              text="direct-I/O write bandwidth of the scratch drive"),
+        Check("disk_read_bandwidth", HARDWARE, ("disk_read_gbps_min", SCRATCH_FREE), against=(LIMIT,), **AGAIN,
+              text="direct-I/O read bandwidth of the scratch drive"),
+        Check("data_loader", HARDWARE, ("loader_tokens_per_s_per_gpu_min",), against=(LIMIT,), **AGAIN,
+              text="tokens a second a GPU the host's CPUs decode into pinned memory"),
     )),
     Benchmark("train_gpt2", run_tiers=("acceptance",), multinode=True, run="gpufleet.measure:run_train",
               judge="gpufleet.checks.training_gate:gate", checks=(
         Check("train_gpt2", SOFTWARE, ("train_gpt2_tokens_per_s_per_gpu_min", "bf16_dense_peak_tflops"), against=(LIMIT,),
-              **AGAIN),
-        Check("train_scaling", HARDWARE, ("train_scaling_efficiency_min",), against=(LIMIT,), **AGAIN),
+              **AGAIN, text="GPT-2-small training on all the GPUs: tokens/s per GPU, MFU in detail"),
+        Check("train_scaling", HARDWARE, ("train_scaling_efficiency_min",), against=(LIMIT,), **AGAIN,
+              text="per-GPU tokens/s on all the GPUs over one GPU's (across nodes: over the node's own)"),
     )),
 )
 
@@ -273,23 +290,37 @@ FABRIC_KEYS = ("fabric_aer_correctable_per_min_fail", "fabric_ib_ber_max", "fabr
 
 # Results made outside the check groups and the benchmarks: each group's checks, in the order they come.
 OTHER_GROUPS = (
-    Group("profile", checks=(Check("profile", CONFIGURATION),)),
+    Group("profile", checks=(
+        Check("profile", CONFIGURATION, text="a profile matches the GPU; none warns, as no model figure is checked"),
+    )),
     Group("counters", checks=(
-        Check("snapshot_before", SOFTWARE),
-        Check("snapshot_after", SOFTWARE),
-        Check("fabric_before", SOFTWARE),
-        Check("fabric_after", SOFTWARE),
-        Check("processes_after", ENVIRONMENT),
+        Check("snapshot_before", SOFTWARE, text="each GPU's error counters before the benchmarks"),
+        Check("snapshot_after", SOFTWARE, text="each GPU's error counters after the benchmarks"),
+        Check("fabric_before", SOFTWARE,
+              text="the fabric's and host's counters before the benchmarks (InfiniBand, AER, EDAC, NVMe)"),
+        Check("fabric_after", SOFTWARE,
+              text="the fabric's and host's counters after the benchmarks (InfiniBand, AER, EDAC, NVMe)"),
+        Check("processes_after", ENVIRONMENT, text="no other process on the node's GPUs after the benchmarks"),
     )),
-    Group("lock", checks=(Check("node_lock", ENVIRONMENT),)),
-    Group("connection", checks=(Check("reachable", ENVIRONMENT),)),
+    Group("lock", checks=(
+        Check("node_lock", ENVIRONMENT, text="this run holds the node's lock; held by another, nothing is measured"),
+    )),
+    Group("connection", checks=(
+        Check("reachable", ENVIRONMENT, text="Ansible reached the node: an `error` carries the connection message"),
+    )),
     Group("finetune", checks=(
-        Check("finetune", SOFTWARE, ("finetune_tokens_per_s_per_gpu_min", "bf16_dense_peak_tflops")),
-        Check("finetune_processes", ENVIRONMENT),
+        Check("finetune", SOFTWARE, ("finetune_tokens_per_s_per_gpu_min", "bf16_dense_peak_tflops"),
+              text="the LoRA fine-tune across the nodes ended, its loss went down, its eval ran"),
+        Check("finetune_processes", ENVIRONMENT,
+              text="what else ran beside the fine-tune, as `benchmark.<step>_processes`"),
     )),
-    Group("report", checks=(Check("results_file", SOFTWARE),)),
-    # a sweep's Slurm job that ended without finishing its node stage (its time limit, a failure, its node lost)
-    Group("sweep", checks=(Check("sweep_job", ENVIRONMENT),)),
+    Group("report", checks=(
+        Check("results_file", SOFTWARE, text="the node's results file on the controller is readable and holds results"),
+    )),
+    Group("sweep", checks=(
+        Check("sweep_job", ENVIRONMENT,
+              text="a sweep's Slurm job that ended before its node stage (its time limit, a failure, its node lost)"),
+    )),
     Group("fleet", checks=(
         # The comparisons, each made by its `function` on the controller, in this order; those judged on the node
         # too by its `rows` there (comparisons/node.py), against the references the node was handed.
@@ -306,25 +337,35 @@ OTHER_GROUPS = (
         # SAMPLES above) measures such a figure again; here only the controller compares the spreads.
         Check("sample_spread", ENVIRONMENT, ("fleet_sample_spread_pct_floor", "fleet_sample_spread_ratio_max"),
               f"{PEERS}:sample_spread", against=(SIBLINGS,), **ONLY_THE_CONTROLLER),
-        Check("counters_during_run", HARDWARE, COUNTER_KEYS),
-        Check("counters_since_previous_run", HARDWARE),
-        Check("fabric_during_run", HARDWARE, FABRIC_KEYS),
-        Check("fabric_since_previous_run", HARDWARE),
-        Check("ib_ports_vs_fleet", HARDWARE, ("fleet_fabric_reference_share_min",)),
-        Check("rails_vs_fleet", HARDWARE, ("fleet_fabric_reference_share_min",)),
-        Check("returning_gpu", HARDWARE),
+        Check("counters_during_run", HARDWARE, COUNTER_KEYS, text="each GPU's error counters' growth during the run"),
+        Check("counters_since_previous_run", HARDWARE,
+              text="each GPU's error counters' growth since its snapshot of an earlier run"),
+        Check("fabric_during_run", HARDWARE, FABRIC_KEYS,
+              text="the fabric's and host's counters' growth during the run"),
+        Check("fabric_since_previous_run", HARDWARE,
+              text="the fabric's and host's counters' growth since the node's previous run"),
+        Check("ib_ports_vs_fleet", HARDWARE, ("fleet_fabric_reference_share_min",),
+              text="each active port's rate and lanes against the same port on the other nodes"),
+        Check("rails_vs_fleet", HARDWARE, ("fleet_fabric_reference_share_min",),
+              text="the HCA beside each GPU against the one beside that GPU on the other nodes"),
+        Check("returning_gpu", HARDWARE,
+              text="a GPU (uuid or serial) that failed in an earlier run and is back, in any node"),
         # fleet.sdc and fleet.versions: the fleet's own judgement of checks whose node-side name means another
-        Check("fleet.sdc", HARDWARE),
-        Check("fleet.versions", CONFIGURATION),
+        Check("fleet.sdc", HARDWARE, text="the node's SDC hashes against the fleet's and the store's"),
+        Check("fleet.versions", CONFIGURATION,
+              text="software or firmware that differs from the run's majority or the baseline run's"),
     )),
 )
 # A step of the node stage that could not run on the node: an `error` of the step's group, check `engine`.
-ENGINE_CHECK = Check("engine", SOFTWARE)
+ENGINE_CHECK = Check("engine", SOFTWARE,
+                     text="a step's module could not run the engine (interpreter, engine missing, bad input, timeout)")
 # The seconds a node's benchmarks spent measuring again, and why (group benchmark; measure.measured_again).
-MEASURED_AGAIN_CHECK = Check("measured_again", SOFTWARE)
+MEASURED_AGAIN_CHECK = Check("measured_again", SOFTWARE,
+                             text="the seconds the benchmarks spent measuring again, step by step; always `pass`")
 # The PCIe links of the NICs, the GPUs and the ports above them, at the best the benchmarks loaded them to (group
 # benchmark; checks.pcie_links).
-PCIE_LINKS_CHECK = Check("pcie_links", HARDWARE)
+PCIE_LINKS_CHECK = Check("pcie_links", HARDWARE,
+                         text="each NIC's, GPU's and uplink's PCIe link under load, against what both its ends can do")
 
 # Profile keys no single check owns: the watch of every benchmark (measure again when disturbed, on the GPUs or
 # the host, confirm a figure within a budget) and `gpufleet fleet locate`.
@@ -473,7 +514,11 @@ def stage_depth(tier: str | None, depth: str | None = None) -> str:
 
 def watched_checks() -> tuple[Check, ...]:
     """`<step>_processes` of every watched benchmark: what else ran on its GPUs while it measured."""
-    return tuple(Check(f"{b.name}_processes", ENVIRONMENT) for b in BENCHMARKS if b.watched)
+    return tuple(
+        Check(f"{b.name}_processes", ENVIRONMENT, text=f"what else ran on the GPUs and host beside the {b.name} step")
+        for b in BENCHMARKS
+        if b.watched
+    )
 
 
 def comparison_checks(where: str | None = None) -> tuple[Check, ...]:

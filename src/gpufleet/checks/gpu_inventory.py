@@ -250,7 +250,7 @@ def gpu_model(readings, gpus, profile):
 
 @gpu_check("gpu_memory")
 def gpu_memory(readings, gpus, profile):
-    """memory_total_mib of every GPU against gpu_memory_min_mib."""
+    """The memory of every GPU (memory_total_mib) against gpu_memory_min_mib: less fails."""
     minimum = profiles.value(profile, "gpu_memory_min_mib")
     f = Findings()
     per_gpu = [{"index": g["index"], "memory_total_mib": g.get("memory_total_mib")} for g in gpus]
@@ -381,7 +381,7 @@ def vbios(readings, gpus, profile):
 
 @gpu_check("persistence_mode")
 def persistence_mode(readings, gpus, profile):
-    """Persistence mode keeps the driver loaded between jobs."""
+    """Persistence mode on every GPU, so the driver stays loaded between jobs."""
     required = profiles.value(profile, "persistence_mode_required")
     f = Findings()
     per_gpu = [{"index": g["index"], "persistence_mode": g.get("persistence_mode")} for g in gpus]
@@ -418,7 +418,7 @@ def persistence_mode(readings, gpus, profile):
 
 @gpu_check("mig_mode")
 def mig_mode(readings, gpus, profile):
-    """MIG splits a GPU into instances; a training node needs whole GPUs."""
+    """MIG off on every GPU: MIG splits a GPU into instances, and a training node needs whole GPUs."""
     f = Findings()
     per_gpu = [{"index": g["index"], "mig_mode_current": g.get("mig_mode_current")} for g in gpus]
     for g in gpus:
@@ -444,7 +444,7 @@ def mig_mode(readings, gpus, profile):
 
 @gpu_check("compute_mode")
 def compute_mode(readings, gpus, profile):
-    """Prohibited compute mode refuses every CUDA context."""
+    """No GPU in the Prohibited compute mode, which refuses every CUDA context."""
     f = Findings()
     per_gpu = [{"index": g["index"], "compute_mode": g.get("compute_mode")} for g in gpus]
     reset = "set the default compute mode: `nvidia-smi -i {gpus} -c DEFAULT`"

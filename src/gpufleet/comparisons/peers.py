@@ -107,7 +107,8 @@ def gpu_vs_node_rows(
 def gpu_vs_node(
     host: str, node_metrics: dict, thresholds: Thresholds, against: Against | None = None, settle: Settle | None = None
 ) -> dict:
-    """gpu_vs_node's result: its rows (gpu_vs_node_rows) as they stand (settle)."""
+    """Each GPU's figures against its node's median and against its own place among its siblings in earlier runs.
+    Its rows (gpu_vs_node_rows) as they stand (settle)."""
     comparisons = gpu_vs_node_rows(host, node_metrics, thresholds, against)
     if settle:
         comparisons = [settle("gpu_vs_node", c) for c in comparisons]

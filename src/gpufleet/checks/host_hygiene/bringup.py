@@ -41,6 +41,8 @@ def _drift(item: dict) -> tuple[str, str | None]:
 
 
 def check_bringup_drift(readings: dict, profile: dict) -> dict:
+    """What bringup.yml recorded in /etc/gpufleet/bringup.json still holds (nccl.conf, sysctls, governor, ACS unit,
+    driver): a setting that drifted fails; no record fails where bringup_required is set, else skips."""
     name = "bringup_drift"
     rec, err = section(readings, name, "bringup")
     if err:

@@ -14,6 +14,8 @@ from gpufleet.schema import ERROR, FAIL, PASS, SKIP, WARN, result
 
 
 def check_infiniband(readings: dict, profile: dict) -> dict:
+    """Active InfiniBand ports and their rate against ib_ports_min and ib_rate_min_gbps: too few active, or one
+    under the rate, fails; a port down beside enough active ones warns."""
     name = "infiniband"
     ib, err = section(readings, name, "infiniband")
     if err:
@@ -255,6 +257,7 @@ def active_ib_ports(readings: dict) -> list[dict]:
 
 
 def check_peermem(readings: dict, profile: dict) -> dict:
+    """nvidia_peermem loaded where InfiniBand is present, so NCCL can use GPUDirect RDMA: not loaded fails."""
     name = "peermem"
     ib = host_readings(readings).get("infiniband") or {}
     if not ib.get("present") or not ib.get("ports"):

@@ -12,6 +12,7 @@ def _cmdline_passthrough(flags: dict) -> bool:
 
 
 def check_iommu(readings: dict, profile: dict) -> dict:
+    """The IOMMU's mode for the GPUs: translated DMA warns, or fails where iommu_passthrough_required is set."""
     name = "iommu"
     if not devices(readings, "gpu"):
         return result(name, SKIP, "no NVIDIA GPU on the PCI bus")
@@ -72,6 +73,7 @@ def check_iommu(readings: dict, profile: dict) -> dict:
 
 
 def check_cpu_governor(readings: dict, profile: dict) -> dict:
+    """The CPU frequency governor of every CPU against cpu_governor_expected: a CPU on another fails."""
     name = "cpu_governor"
     gov, err = section(readings, name, "cpu_governors")
     if err:
@@ -121,6 +123,7 @@ def check_cpu_governor(readings: dict, profile: dict) -> dict:
 
 
 def check_fabric_manager(readings: dict, profile: dict) -> dict:
+    """nvidia-fabricmanager running where the node has NVSwitches: CUDA cannot start on their GPUs without it."""
     name = "fabric_manager"
     switches = devices(readings, "nvswitch")
     if not switches:

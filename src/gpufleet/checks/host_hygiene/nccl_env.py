@@ -40,6 +40,8 @@ def socket_ifname_matches(spec: str, interfaces: list[str]) -> list[str]:
 
 
 def check_nccl_env(readings: dict, profile: dict) -> dict:
+    """NCCL settings (the environment, nccl.conf) that turn off InfiniBand or peer-to-peer, or name interfaces the
+    host lacks, fail; tuner overrides, a verbose NCCL_DEBUG and lines NCCL ignores warn."""
     name = "nccl_env"
     nccl, err = section(readings, name, "nccl")
     if err:

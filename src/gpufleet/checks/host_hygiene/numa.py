@@ -22,6 +22,8 @@ def _rdma_nics(readings: dict) -> list[dict]:
 
 
 def check_numa_affinity(readings: dict, profile: dict) -> dict:
+    """The NUMA node of each GPU and of the RDMA NICs beside it: a GPU the firmware places on no node, or on a
+    node with no NIC while NICs sit on others, warns."""
     name = "numa_affinity"
     gpus = devices(readings, "gpu")
     if not gpus:
@@ -74,6 +76,7 @@ def check_numa_affinity(readings: dict, profile: dict) -> dict:
 
 
 def check_numa_balancing(readings: dict, profile: dict) -> dict:
+    """Automatic NUMA balancing (kernel.numa_balancing) against numa_balancing_expected (off): another value fails."""
     name = "numa_balancing"
     numa, err = section(readings, name, "numa")
     if err:

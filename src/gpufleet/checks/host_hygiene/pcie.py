@@ -22,6 +22,8 @@ def _redirects(bridge: dict) -> list[str]:
 
 
 def check_pcie_acs(readings: dict, profile: dict) -> dict:
+    """PCIe ACS off on the bridges above the GPUs: a bridge that redirects peer-to-peer traffic up to the root
+    complex fails, naming it and the devices below it; `error` where its config space needs root."""
     name = "pcie_acs"
     gpus = devices(readings, "gpu")
     if not gpus:
