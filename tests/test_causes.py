@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpufleet import causes, report, schema
+from gpufleet.base import causes, schema
+from gpufleet import report
 from gpufleet.collect import nvml
 from gpufleet.fleet import slurm as fleet_slurm
 from gpufleet.runner import ending, invocation

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet import report, schema
+from gpufleet import report
+from gpufleet.base import schema
 from gpufleet.fleet import sdc
 from gpufleet.comparisons import metrics, peers
 

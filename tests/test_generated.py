@@ -1,5 +1,5 @@
 """What Ansible lists of the engine's registry is generated from it (`make generate`, tools/generate.py) and current:
-a run tier, a benchmark or a depth added to src/gpufleet/registry.py reaches the role's argument specs with no hand
+a run tier, a benchmark or a depth added to src/gpufleet/base/registry.py reaches the role's argument specs with no hand
 edit, and a hand edit of a generated option is undone."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def test_a_tier_added_to_the_registry_reaches_the_specs_and_a_stale_file_is_name
     copy = tmp_path / "repo"
     for part in ("src", "tools", "roles"):
         shutil.copytree(ROOT / part, copy / part, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    registry = copy / "src" / "gpufleet" / "registry.py"
+    registry = copy / "src" / "gpufleet" / "base" / "registry.py"
     registry.write_text(
         registry.read_text().replace(
             'DEFAULT_RUN_TIER = "acceptance"',

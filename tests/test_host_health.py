@@ -13,7 +13,7 @@ import struct
 
 import pytest
 
-from gpufleet import profiles, schema
+from gpufleet.base import profiles, schema
 from gpufleet.checks.host_hygiene import memory, nvme as nvme_check
 from gpufleet.collect import counters, host, kernel_log
 from gpufleet.collect.host import nvme as nvme_reader

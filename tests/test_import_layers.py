@@ -34,11 +34,11 @@ def test_import_contracts_kept():
 def test_an_import_up_a_layer_breaks_the_contract(tmp_path):
     # A copy of the engine whose document model imports the command line: the contract must name it.
     shutil.copytree(ROOT / "src" / "gpufleet", tmp_path / "gpufleet", ignore=shutil.ignore_patterns("__pycache__"))
-    with open(tmp_path / "gpufleet" / "schema.py", "a") as f:
-        f.write("\nfrom gpufleet import cli  # noqa: E402\n")
+    with open(tmp_path / "gpufleet" / "base" / "schema.py", "a") as f:
+        f.write("\nfrom gpufleet.commands import main  # noqa: E402\n")
     proc = _lint(tmp_path)
     assert proc.returncode != 0 and "BROKEN" in proc.stdout, proc.stdout + proc.stderr
-    assert "gpufleet.schema -> gpufleet.cli" in proc.stdout, proc.stdout
+    assert "gpufleet.base.schema -> gpufleet.commands.main" in proc.stdout, proc.stdout
 
 
 def test_no_import_is_let_off_the_contracts():

@@ -12,7 +12,8 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from gpufleet import collect, host_documents
+from gpufleet import collect
+from gpufleet.node import host_documents
 from gpufleet.checks import GROUPS, gpu_inventory
 from gpufleet.collect import kernel_log, nvml
 from gpufleet.collect.nvml.binding import bus_id, call_first, cuda_version, read_field

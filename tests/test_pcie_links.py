@@ -5,11 +5,11 @@ tests/test_host_bench.py)."""
 
 from __future__ import annotations
 
-from gpufleet import profiles, schema
+from gpufleet.base import profiles, schema
 from gpufleet.bench.link_watch import LinkWatch
 from gpufleet.checks import pcie_links
 from gpufleet.collect.host import pcie_links as plan_links
-from gpufleet.measure import NodeSteps
+from gpufleet.node.measure import NodeSteps
 
 from sysfs_tree import hgx, vm
 

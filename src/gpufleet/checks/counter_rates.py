@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpufleet.schema import FAIL, INFO, PASS, WARN
+from gpufleet.base.schema import FAIL, INFO, PASS, WARN
 
 
 @dataclass(frozen=True)

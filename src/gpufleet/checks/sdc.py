@@ -14,7 +14,7 @@ import json
 from collections import Counter
 
 from gpufleet.checks.benchmarks import CPU_NOTE
-from gpufleet.schema import ERROR, FAIL, PASS, SKIP, result
+from gpufleet.base.schema import ERROR, FAIL, PASS, SKIP, result
 
 CHECK = "sdc"
 REMEDY = (

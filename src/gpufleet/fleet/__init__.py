@@ -13,7 +13,6 @@
                 report's fleet view), versions.py (the software and firmware table, fleet.versions, the nodes
                 the NCCL run across nodes leaves out)
     export.py   a Prometheus textfile per node and the Slurm drain lines
-    cli.py      `gpufleet record | history | baseline | store | versions`
                 (document_writer.py: a host document written into its run folder; history_text.py)
 
 The node side never imports this package: it runs on the controller only.

@@ -52,7 +52,7 @@ from typing import Any
 
 from gpufleet.fleet import sdc, versions
 
-from gpufleet import registry
+from gpufleet.base import registry
 from gpufleet.comparisons import confirm, metric_keys, metrics
 from gpufleet.comparisons.against import Against
 from gpufleet.comparisons.baseline import baseline_index, baseline_medians

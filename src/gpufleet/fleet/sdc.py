@@ -15,7 +15,7 @@ from typing import Any
 from gpufleet.checks.sdc import comparable_key, majority
 from gpufleet.fleet import flagged, gpu_text
 from gpufleet.comparisons.findings import fleet_result
-from gpufleet.schema import ERROR, FAIL, PASS, SKIP
+from gpufleet.base.schema import ERROR, FAIL, PASS, SKIP
 
 CHECK = "sdc"
 

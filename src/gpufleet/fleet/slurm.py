@@ -23,8 +23,8 @@ import math
 import re
 from pathlib import Path
 
-from gpufleet import paths, runs, schema, slurm
-from gpufleet.errors import InputError
+from gpufleet.base import paths, runs, schema, slurm
+from gpufleet.base.errors import InputError
 from gpufleet.fleet import export, service_log
 from gpufleet.fleet.run_files import put_md_section, read_json, read_report, read_run_info
 

@@ -34,8 +34,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from gpufleet import failure_class, paths, schema
-from gpufleet.errors import InputError
+from gpufleet.base import failure_class, paths, schema
+from gpufleet.base.errors import InputError
 from gpufleet.fleet import DB_NAME, GROUP, sdc
 from gpufleet.comparisons import metrics
 from gpufleet.fleet.counter_table import FABRIC_COUNTERS

@@ -17,7 +17,7 @@ import math
 import statistics
 from typing import Any
 
-from gpufleet import schema
+from gpufleet.base import schema
 from gpufleet.comparisons import gpu_text, metrics
 from gpufleet.comparisons.metric_keys import band_of, describe
 from gpufleet.report.formatting import busbw_series, decided_limit, fleet_columns

@@ -13,8 +13,9 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpufleet import __version__, causes, paths, registry, runs, schema
-from gpufleet.errors import InputError
+from gpufleet import __version__
+from gpufleet.base import causes, paths, registry, runs, schema
+from gpufleet.base.errors import InputError
 from gpufleet.fleet import compare, store as fleet_store
 from gpufleet.comparisons import metrics
 from gpufleet.fleet.references import choose_baseline

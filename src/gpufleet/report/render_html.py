@@ -14,8 +14,8 @@ import json
 import re
 from typing import Any
 
-from gpufleet import schema
-from gpufleet.causes import in_shared
+from gpufleet.base import schema
+from gpufleet.base.causes import in_shared
 from gpufleet.comparisons import figure_text
 from gpufleet.report import figures, svg, svg_fleet
 from gpufleet.report.drain import NOT_CONFIRMED

@@ -11,11 +11,11 @@ import json
 import re
 from typing import Any
 
-from gpufleet.causes import in_shared
+from gpufleet.base.causes import in_shared
 from gpufleet.comparisons import figure_text
 from gpufleet.report import figures
 from gpufleet.report.drain import NOT_CONFIRMED
-from gpufleet.schema import size_text
+from gpufleet.base.schema import size_text
 from gpufleet.report.formatting import (
     INFO_TITLE,
     STATUS_ORDER,

@@ -29,8 +29,8 @@ import json
 import time
 from pathlib import Path
 
-from gpufleet import paths, registry, runs, schema, slurm
-from gpufleet.errors import InputError
+from gpufleet.base import paths, registry, runs, schema, slurm
+from gpufleet.base.errors import InputError
 from gpufleet.fleet import export, service_log, store as fleet_store
 from gpufleet.fleet import slurm as fleet_slurm
 from gpufleet.fleet.run_files import read_json, read_report, read_run_info

@@ -24,8 +24,8 @@ import json
 from pathlib import Path
 from typing import NamedTuple
 
-from gpufleet import paths, slurm
-from gpufleet.errors import InputError
+from gpufleet.base import paths, slurm
+from gpufleet.base.errors import InputError
 from gpufleet.fleet import figure_text, service_log
 from gpufleet.fleet import slurm as fleet_slurm
 from gpufleet.fleet import store as fleet_store

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gpufleet import profiles
+from gpufleet.base import profiles
 from gpufleet.checks.gpu_inventory import UNREADABLE_REMEDY, Findings, gpu_check, not_supported, unreadable
-from gpufleet.schema import ERROR, FAIL, SKIP, WARN
+from gpufleet.base.schema import ERROR, FAIL, SKIP, WARN
 
 RESET_REMEDY = "drain the node, then reset the GPU with no process on it: `nvidia-smi -r -i {gpus}`"
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gpufleet import profiles
+from gpufleet.base import profiles
 from gpufleet.checks.host_hygiene.readings import section
-from gpufleet.schema import ERROR, FAIL, PASS, SKIP, result
+from gpufleet.base.schema import ERROR, FAIL, PASS, SKIP, result
 
 RUN_BRINGUP = "run bringup.yml on this node (ansible-playbook bringup.yml -i inventory/<site> --limit <node>)"
 _DRIFT_NAMED_MAX = 6  # drifted settings named in a reason; all are in detail

@@ -3,11 +3,11 @@ log (by bank and CPU), and the memory a job would get (a neighbour holding it is
 
 from __future__ import annotations
 
-from gpufleet import profiles
+from gpufleet.base import profiles
 from gpufleet.checks.counter_rates import EDAC_CE_KEY, judge_rate, limit_text, rate_text, seconds_text
 from gpufleet.checks.host_hygiene.readings import host_readings
 from gpufleet.collect.host.edac import error_places
-from gpufleet.schema import ERROR, FAIL, INFO, PASS, SKIP, WARN, result, worst
+from gpufleet.base.schema import ERROR, FAIL, INFO, PASS, SKIP, WARN, result, worst
 
 UE_KEY = "host_edac_ue_max"
 AVAILABLE_KEY = "host_memory_available_pct_min"

@@ -3,10 +3,10 @@ temperature, as the drive reports them."""
 
 from __future__ import annotations
 
-from gpufleet import profiles
+from gpufleet.base import profiles
 from gpufleet.checks.host_hygiene.memory import own_section
 from gpufleet.collect.host.nvme import CRITICAL_WARNING_BITS, drive_name
-from gpufleet.schema import ERROR, FAIL, INFO, PASS, SKIP, WARN, result, worst
+from gpufleet.base.schema import ERROR, FAIL, INFO, PASS, SKIP, WARN, result, worst
 
 WEAR_KEY = "nvme_percentage_used_warn"
 _FAIL_REMEDY = (

@@ -17,21 +17,22 @@ import importlib
 import sys
 import textwrap
 
-from gpufleet import __version__, guard
-from gpufleet.command_line import Parser, refused_json
-from gpufleet.errors import InputError
+from gpufleet import __version__
+from gpufleet.base import guard
+from gpufleet.base.command_line import Parser, refused_json
+from gpufleet.base.errors import InputError
 
 # Each family's module and the commands it adds (tests/test_cli_conventions.py holds the two to each other).
 FAMILIES = {
-    "gpufleet.node_commands": ("collect", "check", "bench", "counters", "profiles"),
-    "gpufleet.run_commands": ("run", "lock"),
-    "gpufleet.report.cli": ("report",),
-    "gpufleet.finetune.cli": ("finetune",),
+    "gpufleet.commands.node": ("collect", "check", "bench", "counters", "profiles"),
+    "gpufleet.commands.run": ("run", "lock"),
+    "gpufleet.commands.report": ("report",),
+    "gpufleet.finetune.command": ("finetune",),
     "gpufleet.views": ("status", "hw"),
-    "gpufleet.fleet.cli": ("record", "history", "baseline", "store", "versions", "slurm", "references"),
-    "gpufleet.runner.cli": ("fleet",),
-    "gpufleet.service.cli": ("slurm-sweep", "ladder", "evidence"),
-    "gpufleet.node_stage": ("node-stage",),
+    "gpufleet.commands.records": ("record", "history", "baseline", "store", "versions", "slurm", "references"),
+    "gpufleet.commands.fleet": ("fleet",),
+    "gpufleet.commands.service": ("slurm-sweep", "ladder", "evidence"),
+    "gpufleet.node.stage": ("node-stage",),
 }
 # `gpufleet slurm sweep ...` is the parser's `slurm-sweep` (`gpufleet slurm RUN_DIR` takes a folder there).
 SLURM_SWEEP = "slurm-sweep"

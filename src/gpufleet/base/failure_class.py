@@ -16,8 +16,8 @@ by a copy is hardware, whatever the check).
 
 from __future__ import annotations
 
-from gpufleet import registry
-from gpufleet.registry import CLASSES, CONFIGURATION, ENVIRONMENT, HARDWARE, SOFTWARE
+from gpufleet.base import registry
+from gpufleet.base.registry import CLASSES, CONFIGURATION, ENVIRONMENT, HARDWARE, SOFTWARE
 
 __all__ = ["CLASSES", "CONFIGURATION", "DEFAULTS", "ENVIRONMENT", "HARDWARE", "SOFTWARE", "default", "of"]
 

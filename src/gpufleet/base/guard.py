@@ -30,8 +30,8 @@ import sys
 import threading
 import time
 
-from gpufleet import lock
-from gpufleet.errors import InputError
+from gpufleet.base import lock
+from gpufleet.base.errors import InputError
 
 _groups: set[int] = set()
 _dirs: set[str] = set()

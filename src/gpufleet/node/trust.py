@@ -4,9 +4,9 @@ result's `trust` and status once the step is measured (measure.watched measures;
 
 from __future__ import annotations
 
-from gpufleet import registry, schema
+from gpufleet.base import registry, schema
 from gpufleet.comparisons.confirm import RECORD, beyond
-from gpufleet.schema import ERROR, Result
+from gpufleet.base.schema import ERROR, Result
 
 # Results whose figure may be measured again to confirm it (detail.measure_again, checks.figures); the soak's
 # windows are many measurements already, and a disturbed soak measures its disturbed windows again (combine).

@@ -9,11 +9,12 @@ from __future__ import annotations
 import os
 import time
 
-from gpufleet import profiles, registry, schema, trust
+from gpufleet.base import profiles, registry, schema
+from gpufleet.node import trust
 from gpufleet.bench import host_watch, matmul, nccl, sdc, soak
 from gpufleet.bench.monitor import sampled
 from gpufleet.bench.watch import describe, wait_quiet
-from gpufleet.schema import ERROR, FAIL, PASS, Result, result
+from gpufleet.base.schema import ERROR, FAIL, PASS, Result, result
 from gpufleet.train import gpt2
 
 FIRST, DISTURBED_AGAIN, CONFIRM = "first", "disturbed", "confirm"

@@ -37,7 +37,7 @@ import time
 from typing import Any, Callable, Iterable
 
 from gpufleet import __version__
-from gpufleet import failure_class as failure_classes
+from gpufleet.base import failure_class as failure_classes
 
 SCHEMA_VERSION = 1
 

@@ -21,7 +21,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from gpufleet.schema import FAIL, PASS, WARN
+from gpufleet.base.schema import FAIL, PASS, WARN
 
 MAX, MIN = "max", "min"
 # Low samples a figure may have without a cause before it is not yet the node's (the rule: one is not a

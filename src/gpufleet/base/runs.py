@@ -19,8 +19,8 @@ import socket
 import time
 from pathlib import Path
 
-from gpufleet import paths, registry, schema
-from gpufleet.errors import InputError
+from gpufleet.base import paths, registry, schema
+from gpufleet.base.errors import InputError
 
 RUN_FILE = "run.json"
 RUN_SCHEMA_VERSION = 1

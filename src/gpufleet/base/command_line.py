@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from gpufleet import schema
-from gpufleet.errors import EXIT_CODES, InputError
+from gpufleet.base import schema
+from gpufleet.base.errors import EXIT_CODES, InputError
 
 
 class Parser(argparse.ArgumentParser):

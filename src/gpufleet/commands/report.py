@@ -1,13 +1,14 @@
 """`gpufleet report RUN_DIR`: the run's host documents judged together into the report files, the store and the
-verdict. Its parser and how it runs; cli.py loads this module only for it."""
+verdict. Its parser and how it runs; main.py loads this module only for it."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from gpufleet import report, runs, schema, slurm
-from gpufleet.errors import InputError
+from gpufleet import report
+from gpufleet.base import runs, schema, slurm
+from gpufleet.base.errors import InputError
 from gpufleet.fleet.store import Store
 
 

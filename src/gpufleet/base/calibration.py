@@ -37,7 +37,7 @@ import math
 from pathlib import Path
 import yaml
 
-from gpufleet.errors import InputError
+from gpufleet.base.errors import InputError
 
 FORMAT = "gpufleet-calibration-limits/1"
 FOLDER = "calibration"

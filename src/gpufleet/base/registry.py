@@ -200,7 +200,7 @@ HOST_MEMORY_KEYS, SCRATCH_FREE = ("host_memory_gbps_min", "host_memory_numa_belo
 
 # In this order in a node stage (the soak before the SDC hashes: they run at the temperature the soak left).
 BENCHMARKS = (
-    Benchmark("matmul", run_tiers=("smoke", "acceptance"), default=True, run="gpufleet.measure:run_matmul", checks=(
+    Benchmark("matmul", run_tiers=("smoke", "acceptance"), default=True, run="gpufleet.node.measure:run_matmul", checks=(
         Check("matmul_bf16", HARDWARE, ("matmul_bf16_tflops_min", "matmul_spread_pct_max") + SAMPLED, **SAMPLED_FIGURE),
     )),
     Benchmark("memory", run_tiers=("smoke", "acceptance"), default=True, checks=(
@@ -210,7 +210,7 @@ BENCHMARKS = (
         Check("pcie_d2h_bandwidth", HARDWARE, ("pcie_d2h_gbps_min",) + SAMPLED, **SAMPLED_FIGURE),
     )),
     Benchmark("nccl", run_tiers=("smoke", "acceptance"), default=True, multinode=True,
-              run="gpufleet.measure:run_nccl", judge="gpufleet.checks.collectives:nccl", checks=(
+              run="gpufleet.node.measure:run_nccl", judge="gpufleet.checks.collectives:nccl", checks=(
         Check("nccl", SOFTWARE),
         Check("nccl_sendrecv", HARDWARE, ("nccl_sendrecv_pair_ratio_min",), against=(SIBLINGS,), **AGAIN),
         Check("nccl_transport", CONFIGURATION),
@@ -220,7 +220,7 @@ BENCHMARKS = (
         Check("nccl_all_to_all", HARDWARE),
     )),
     # A disturbed soak is not run again in full: its disturbed windows are, bounded (checks.soak.remeasure).
-    Benchmark("soak", run_tiers=("soak",), selectable=False, run="gpufleet.measure:run_soak",
+    Benchmark("soak", run_tiers=("soak",), selectable=False, run="gpufleet.node.measure:run_soak",
               judge="gpufleet.checks.soak:soak", again="gpufleet.checks.soak.remeasure:remeasure_plan",
               combine="gpufleet.checks.soak.remeasure:combined", checks=(
         Check("soak", SOFTWARE, ("soak_remeasure_max_s",)),
@@ -228,7 +228,7 @@ BENCHMARKS = (
         Check("soak_errors", HARDWARE, ("xid_fail_codes",) + SOAK_COUNTERS),
         Check("soak_slowdown", HARDWARE, ("soak_slowdown_pct_max",)),
     )),
-    Benchmark("sdc", run_tiers=("acceptance", "soak"), default=True, watched=False, run="gpufleet.measure:run_sdc",
+    Benchmark("sdc", run_tiers=("acceptance", "soak"), default=True, watched=False, run="gpufleet.node.measure:run_sdc",
               judge="gpufleet.checks.sdc:results", checks=(
         Check("sdc", HARDWARE, ("driver_version",)),
     )),
@@ -239,7 +239,7 @@ BENCHMARKS = (
         Check("disk_read_bandwidth", HARDWARE, ("disk_read_gbps_min", SCRATCH_FREE), against=(LIMIT,), **AGAIN),
         Check("data_loader", HARDWARE, ("loader_tokens_per_s_per_gpu_min",), against=(LIMIT,), **AGAIN),
     )),
-    Benchmark("train_gpt2", run_tiers=("acceptance",), multinode=True, run="gpufleet.measure:run_train",
+    Benchmark("train_gpt2", run_tiers=("acceptance",), multinode=True, run="gpufleet.node.measure:run_train",
               judge="gpufleet.checks.training_gate:gate", checks=(
         Check("train_gpt2", SOFTWARE, ("train_gpt2_tokens_per_s_per_gpu_min", "bf16_dense_peak_tflops"), against=(LIMIT,),
               **AGAIN),

@@ -12,11 +12,12 @@ import argparse
 import sys
 import time
 
-from gpufleet import collect, profiles, schema
+from gpufleet import collect
+from gpufleet.base import profiles, schema
 from gpufleet.bench.monitor import sampled
-from gpufleet.measure import foreign_processes, watched
-from gpufleet.command_line import Parser, add_document_arguments, json_arg, print_doc, results_exit
-from gpufleet.errors import InputError
+from gpufleet.node.measure import foreign_processes, watched
+from gpufleet.base.command_line import Parser, add_document_arguments, json_arg, print_doc, results_exit
+from gpufleet.base.errors import InputError
 from gpufleet.finetune import config
 
 

@@ -11,7 +11,7 @@ finds it held records an `error` naming the run that holds it instead of measuri
 Several inventory hosts of one run may share a machine (and so the file): each is a holder; the file goes when
 the last one gives it back. A lock is taken over, with a note that says why, only when its holder is gone: the
 node rebooted since (boot id), or the controller says the holding run is dead (its ansible-playbook main process,
-recorded with its start time, is gone: `gpufleet.runs.dead_runs`, `gpufleet run alive`), or, for a run of another
+recorded with its start time, is gone: `gpufleet.base.runs.dead_runs`, `gpufleet run alive`), or, for a run of another
 controller, which this one cannot ask, every holder's lease expired. A run of the same controller whose process
 still runs keeps the node however long it takes. A run that finds the node held fails it as an `error`, or first
 waits up to `wait_s` (gpufleet_lock_wait_s) for it.
@@ -35,8 +35,8 @@ import os
 import time
 from pathlib import Path
 
-from gpufleet import paths, schema
-from gpufleet.errors import InputError
+from gpufleet.base import paths, schema
+from gpufleet.base.errors import InputError
 
 DEFAULT_PATH = "/run/lock/gpufleet-node.lock"
 LOCK_SCHEMA_VERSION = 1

@@ -28,8 +28,8 @@ from typing import Any
 
 import yaml
 
-from gpufleet import calibration
-from gpufleet.errors import InputError, did_you_mean
+from gpufleet.base import calibration
+from gpufleet.base.errors import InputError, did_you_mean
 
 GENERIC = "generic"
 SITE_DIR_ENV = "GPUFLEET_SITE_PROFILE_DIR"
@@ -48,12 +48,12 @@ def default_profile_dir() -> Path:
         return Path(env)
     # Installed beside the package (wheel) or in the source checkout.
     here = Path(__file__).resolve().parent
-    for cand in (here / "profiles", here.parent.parent / "files" / "profiles"):
+    for cand in (here / "profiles", here.parents[2] / "files" / "profiles"):
         if (cand / f"{GENERIC}.yml").is_file():
             return cand
     raise ProfileError(
         f"no profile directory: neither {here / 'profiles'} nor "
-        f"{here.parent.parent / 'files' / 'profiles'} holds {GENERIC}.yml; "
+        f"{here.parents[2] / 'files' / 'profiles'} holds {GENERIC}.yml; "
         "set GPUFLEET_PROFILE_DIR or --profile-dir"
     )
 

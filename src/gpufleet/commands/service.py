@@ -15,8 +15,8 @@ import argparse
 import json
 from pathlib import Path
 
-from gpufleet import registry, slurm
-from gpufleet.errors import InputError
+from gpufleet.base import registry, slurm
+from gpufleet.base.errors import InputError
 from gpufleet.fleet import slurm as fleet_slurm
 from gpufleet.fleet.store import Store, default_path, errors_said
 from gpufleet.service import commands, evidence, ladder, outputs, policy, retest, sweep

@@ -21,9 +21,9 @@ import sqlite3
 import sys
 from pathlib import Path
 
-from gpufleet import paths, runs, schema, slurm
-from gpufleet.command_line import json_arg
-from gpufleet.errors import InputError
+from gpufleet.base import paths, runs, schema, slurm
+from gpufleet.base.command_line import json_arg
+from gpufleet.base.errors import InputError
 from gpufleet.fleet import references, versions
 from gpufleet.fleet import slurm as fleet_slurm
 from gpufleet.fleet.document_writer import FOLDERS, record

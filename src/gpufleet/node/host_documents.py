@@ -9,13 +9,14 @@ import os
 import sys
 import time
 
-from gpufleet import collect, profiles, registry, schema
-from gpufleet.measure import NodeSteps, visible_gpus
+from gpufleet import collect
+from gpufleet.base import profiles, registry, schema
+from gpufleet.node.measure import NodeSteps, visible_gpus
 from gpufleet.checks import GROUPS, benchmarks, gpu_health, gpu_inventory, pcie_links
 from gpufleet.comparisons.node import Held
 from gpufleet.collect import counters, kernel_log, nvml
 from gpufleet.collect.host import read_boot_id, read_fabric
-from gpufleet.errors import InputError, did_you_mean, nearest
+from gpufleet.base.errors import InputError, did_you_mean, nearest
 
 # A site's checks turned off on a node (gpufleet_checks_disabled, passed by the role to every engine process it
 # starts there): each is reported as `skip` saying so, what it found kept in its detail.

@@ -1,6 +1,6 @@
 """The commands of one node: `gpufleet collect | check | bench | counters`, and `gpufleet profiles`, which checks the
 profiles the node's checks would use (validate.yml runs it once on the controller). Their parsers and how each runs;
-cli.py loads this module only for them."""
+main.py loads this module only for them."""
 
 from __future__ import annotations
 
@@ -12,10 +12,12 @@ import sys
 import time
 from pathlib import Path
 
-from gpufleet import collect, host_documents, profiles, registry, schema, slurm, supervised
+from gpufleet import collect
+from gpufleet.node import host_documents, supervised
+from gpufleet.base import profiles, registry, schema, slurm
 from gpufleet.checks import GROUPS, slurm_health
 from gpufleet.collect import counters
-from gpufleet.command_line import add_document_arguments, json_arg, print_doc, results_exit
+from gpufleet.base.command_line import add_document_arguments, json_arg, print_doc, results_exit
 
 
 def cmd_collect(args) -> int:

@@ -30,10 +30,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpufleet import guard, lock, paths, registry, schema, supervised
-from gpufleet.command_line import json_arg
+from gpufleet.base import guard, lock, paths, registry, schema
+from gpufleet.node import supervised
+from gpufleet.base.command_line import json_arg
 from gpufleet.comparisons import node as node_references
-from gpufleet.errors import InputError
+from gpufleet.base.errors import InputError
 
 PARTS = ("checks", "benchmarks", "whole", "plan")
 REMEDY_SWEEP = "the next sweep measures the node once that run gave it back"

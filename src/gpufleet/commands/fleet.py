@@ -18,9 +18,9 @@ import json
 import sys
 from pathlib import Path
 
-from gpufleet import registry
-from gpufleet.command_line import refused_json
-from gpufleet.errors import InputError
+from gpufleet.base import registry
+from gpufleet.base.command_line import refused_json
+from gpufleet.base.errors import InputError
 from gpufleet.runner import api, locating
 from gpufleet.runner.api import outcome_json
 from gpufleet.runner.live_view import make_view

@@ -1,4 +1,4 @@
-"""The node's steps, each in an engine process of its own: what the node stage (node_stage.py) and `gpufleet bench
+"""The node's steps, each in an engine process of its own: what the node stage (node/stage.py) and `gpufleet bench
 --each-timeout-s` (the benchmark module's engine run) run their steps with.
 
     step(python, argv, timeout_s, shown)     one `python -m gpufleet ARGV` in a session of its own, killed with what
@@ -25,7 +25,8 @@ import subprocess
 import tempfile
 import time
 
-from gpufleet import __version__, guard, registry, schema
+from gpufleet import __version__
+from gpufleet.base import guard, registry, schema
 from gpufleet.bench import launch
 
 TAIL_CHARS = 3000  # enough stderr to show a traceback's last frames, not a whole log

@@ -10,7 +10,7 @@ needs a repair), then the cause that explains the most checks.
 
 from __future__ import annotations
 
-from gpufleet import failure_class, schema
+from gpufleet.base import failure_class, schema
 
 FAILING = (schema.FAIL, schema.ERROR)
 

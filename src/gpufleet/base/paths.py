@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gpufleet.errors import InputError
+from gpufleet.base.errors import InputError
 
 NAME_MAX_CHARS = 128
 NAME_RULE = f"letters, digits, '.', '_' and '-', not starting with a dot, at most {NAME_MAX_CHARS} characters"

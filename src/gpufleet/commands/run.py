@@ -1,6 +1,6 @@
 """The playbooks' own steps around a run: `gpufleet run start | alive | locks-kept` on the controller, `gpufleet run
 playbook` (how the fleet runner starts ansible-playbook) and `gpufleet lock` on a node (the lock that keeps two runs
-from measuring it at once). Their parsers and how each runs; cli.py loads this module only for them, so a node's
+from measuring it at once). Their parsers and how each runs; main.py loads this module only for them, so a node's
 lock costs no more than the lock."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import shutil
 import time
 from pathlib import Path
 
-from gpufleet import guard, lock, runs, schema
-from gpufleet.command_line import json_arg
-from gpufleet.errors import InputError
-from gpufleet.lock import DEFAULT_PATH as DEFAULT_LOCK_PATH
+from gpufleet.base import guard, lock, runs, schema
+from gpufleet.base.command_line import json_arg
+from gpufleet.base.errors import InputError
+from gpufleet.base.lock import DEFAULT_PATH as DEFAULT_LOCK_PATH
 
 
 def cmd_run_start(args) -> int:

@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import time
 
-from gpufleet.errors import InputError
+from gpufleet.base.errors import InputError
 
 PREFIX = "gpufleet:"
 # Drained by gpufleet until a person or an acceptance run clears it, never resumed by a run's verdict alone: a node
