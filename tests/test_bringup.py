@@ -39,7 +39,7 @@ def tune(root: Path, *args: str) -> tuple[int, dict]:
 def drift_result(root: Path, required: bool = True) -> dict:
     readings = {"host": host.read(str(root), {}), "nvml": {}}
     prof = profiles.resolve(H100, overrides={"bringup_required": required})
-    return host_hygiene.bringup.check_bringup_drift(readings, prof)
+    return host_hygiene.bringup_drift.check_bringup_drift(readings, prof)
 
 
 # --- bringup_facts ----------------------------------------------------------------------------------
@@ -360,5 +360,5 @@ def test_corrupt_record_is_an_error(tmp_path):
 
 
 def test_recorded_readings_without_the_section_are_an_error():
-    r = host_hygiene.bringup.check_bringup_drift({"host": {}, "nvml": {}}, profiles.resolve(H100))
+    r = host_hygiene.bringup_drift.check_bringup_drift({"host": {}, "nvml": {}}, profiles.resolve(H100))
     assert r["status"] == schema.ERROR and "no 'bringup' section" in r["reason"]

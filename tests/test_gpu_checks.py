@@ -18,7 +18,7 @@ from gpufleet.node import host_documents
 from gpufleet import checks
 from gpufleet.checks import gpu_inventory
 from gpufleet.collect import kernel_log, nvml
-from gpufleet.collect.nvml.links import NVLINK_COUNTERS
+from gpufleet.collect.nvml.nvlinks import NVLINK_COUNTERS
 from gpufleet.collect.nvml.processes import visible_indices
 
 DATA = Path(__file__).resolve().parent / "data" / "readings"

@@ -45,3 +45,13 @@ def test_no_import_is_let_off_the_contracts():
     """Every import keeps the layers: the contracts list no exception (ignore_imports)."""
     text = (ROOT / "pyproject.toml").read_text()
     assert "[tool.importlinter]" in text and "ignore_imports" not in text.split("[tool.importlinter]", 1)[1]
+
+
+def test_the_root_keeps_the_entry_point_and_each_module_has_a_name_of_its_own():
+    """The package root holds the entry point and little else (every other module lives in the folder of its layer),
+    and no two modules of the engine share a file name, so a name says which module it is."""
+    engine = ROOT / "src" / "gpufleet"
+    loose = sorted(p.name for p in engine.glob("*.py"))
+    assert len(loose) <= 6, loose
+    names = [p.name for p in engine.rglob("*.py") if p.name not in ("__init__.py", "__main__.py")]
+    assert sorted({n for n in names if names.count(n) > 1}) == []

@@ -18,7 +18,7 @@ from gpufleet.checks import GROUPS, gpu_inventory
 from gpufleet.collect import kernel_log, nvml
 from gpufleet.collect.nvml.binding import bus_id, call_first, cuda_version, read_field
 from gpufleet.collect.nvml.clocks import CLOCK_EVENT_BITS
-from gpufleet.collect.nvml.links import NVLINK_COUNTERS
+from gpufleet.collect.nvml.nvlinks import NVLINK_COUNTERS
 from gpufleet.collect.nvml.processes import process_name
 
 SRC = Path(__file__).resolve().parents[1] / "src"

@@ -145,9 +145,9 @@ CHECK_GROUPS = (
         Check("compute_mode", CONFIGURATION),
     )),
     Group("gpu_health", package="gpufleet.checks.gpu_health", checks=(
-        Check("ecc", HARDWARE, ("ecc_volatile_uncorrected_max", "ecc_aggregate_uncorrected_max"), ".memory:ecc"),
-        Check("row_remapping", HARDWARE, function=".memory:row_remapping"),
-        Check("retired_pages", HARDWARE, function=".memory:retired_pages"),
+        Check("ecc", HARDWARE, ("ecc_volatile_uncorrected_max", "ecc_aggregate_uncorrected_max"), ".hbm:ecc"),
+        Check("row_remapping", HARDWARE, function=".hbm:row_remapping"),
+        Check("retired_pages", HARDWARE, function=".hbm:retired_pages"),
         Check("xid", HARDWARE, ("xid_fail_codes",), ".faults:xid"),
         Check("clock_events", HARDWARE, function=".throttling:clock_events"),
         Check("temperature", HARDWARE, ("gpu_temperature_warn_c", "memory_temperature_warn_c"), ".throttling:temperature"),
@@ -169,12 +169,12 @@ CHECK_GROUPS = (
         Check("cpu_governor", CONFIGURATION, ("cpu_governor_expected",), ".kernel:check_cpu_governor"),
         Check("fabric_manager", SOFTWARE, function=".kernel:check_fabric_manager"),
         Check("nccl_env", CONFIGURATION, function=".nccl_env:check_nccl_env"),
-        Check("bringup_drift", CONFIGURATION, ("bringup_required",), ".bringup:check_bringup_drift"),
+        Check("bringup_drift", CONFIGURATION, ("bringup_required",), ".bringup_drift:check_bringup_drift"),
         # the host's own hardware: memory errors (EDAC, machine checks), its memory free for a job, its NVMe drives
-        Check("memory_errors", HARDWARE, ("host_edac_ue_max", EDAC_CE_KEY), ".memory:check_memory_errors"),
-        Check("machine_checks", HARDWARE, function=".memory:check_machine_checks"),
-        Check("memory_available", ENVIRONMENT, (MEMORY_FREE,), ".memory:check_memory_available"),
-        Check("nvme_health", HARDWARE, ("nvme_percentage_used_warn",), ".nvme:check_nvme_health"),
+        Check("memory_errors", HARDWARE, ("host_edac_ue_max", EDAC_CE_KEY), ".system_memory:check_memory_errors"),
+        Check("machine_checks", HARDWARE, function=".system_memory:check_machine_checks"),
+        Check("memory_available", ENVIRONMENT, (MEMORY_FREE,), ".system_memory:check_memory_available"),
+        Check("nvme_health", HARDWARE, ("nvme_percentage_used_warn",), ".nvme_health:check_nvme_health"),
     )),
 )
 
@@ -229,7 +229,7 @@ BENCHMARKS = (
         Check("soak_slowdown", HARDWARE, ("soak_slowdown_pct_max",)),
     )),
     Benchmark("sdc", run_tiers=("acceptance", "soak"), default=True, watched=False, run="gpufleet.node.measure:run_sdc",
-              judge="gpufleet.checks.sdc:results", checks=(
+              judge="gpufleet.checks.sdc_hashes:results", checks=(
         Check("sdc", HARDWARE, ("driver_version",)),
     )),
     # The host's own throughput beside the GPUs (bench.host: memory per NUMA node, the scratch drive, a data loader)

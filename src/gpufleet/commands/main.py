@@ -24,7 +24,7 @@ from gpufleet.base.errors import InputError
 
 # Each family's module and the commands it adds (tests/test_cli_conventions.py holds the two to each other).
 FAMILIES = {
-    "gpufleet.commands.node": ("collect", "check", "bench", "counters", "profiles"),
+    "gpufleet.commands.one_node": ("collect", "check", "bench", "counters", "profiles"),
     "gpufleet.commands.run": ("run", "lock"),
     "gpufleet.commands.report": ("report",),
     "gpufleet.finetune.command": ("finetune",),

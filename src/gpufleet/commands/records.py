@@ -25,7 +25,7 @@ from gpufleet.base import paths, runs, schema, slurm
 from gpufleet.base.command_line import json_arg
 from gpufleet.base.errors import InputError
 from gpufleet.fleet import references, versions
-from gpufleet.fleet import slurm as fleet_slurm
+from gpufleet.fleet import slurm_action as fleet_slurm
 from gpufleet.fleet.document_writer import FOLDERS, record
 from gpufleet.fleet.history_text import history_text
 from gpufleet.fleet.repair import open_for_run, repair, use_for_run

@@ -10,7 +10,7 @@ import yaml
 
 from gpufleet.base import paths, registry
 from gpufleet.base.errors import InputError
-from gpufleet.fleet import slurm as fleet_slurm
+from gpufleet.fleet import slurm_action as fleet_slurm
 from gpufleet.runner import record as rec
 from gpufleet.runner import resume as resume_mod
 from gpufleet.runner.core import invoke

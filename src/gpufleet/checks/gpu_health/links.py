@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpufleet.base import profiles
 from gpufleet.checks.gpu_inventory import UNREADABLE_REMEDY, Findings, gpu_check, unreadable
-from gpufleet.collect.nvml.links import nvlink_error_counts
+from gpufleet.collect.nvml.nvlinks import nvlink_error_counts
 from gpufleet.base.schema import ERROR, FAIL, PASS, SKIP, WARN, result
 
 

@@ -4,7 +4,7 @@ temperature, as the drive reports them."""
 from __future__ import annotations
 
 from gpufleet.base import profiles
-from gpufleet.checks.host_hygiene.memory import own_section
+from gpufleet.checks.host_hygiene.system_memory import own_section
 from gpufleet.collect.host.nvme import CRITICAL_WARNING_BITS, drive_name
 from gpufleet.base.schema import ERROR, FAIL, INFO, PASS, SKIP, WARN, result, worst
 
