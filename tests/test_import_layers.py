@@ -4,9 +4,11 @@ src/gpufleet, so an import that runs back up a layer, or a circle between two, f
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,3 +57,26 @@ def test_the_root_keeps_the_entry_point_and_each_module_has_a_name_of_its_own():
     assert len(loose) <= 6, loose
     names = [p.name for p in engine.rglob("*.py") if p.name not in ("__init__.py", "__main__.py")]
     assert sorted({n for n in names if names.count(n) > 1}) == []
+
+
+def test_the_architecture_map_shows_the_layers_as_the_contract_orders_them():
+    """docs/architecture.md shows the layers as folders: each folder of the engine in the order of the layers
+    contract, top to bottom, and no folder that is not there."""
+    contract = next(
+        c
+        for c in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+        if c.get("containers") == ["gpufleet"]
+    )
+    layers = [[m.strip() for m in layer.split("|")] for layer in contract["layers"]]
+    folders = [
+        layer for layer in layers if all((ROOT / "src" / "gpufleet" / m / "__init__.py").is_file() for m in layer)
+    ]
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    diagram = text.split("## The engine by folder", 1)[1].split("```")[1]
+    shown = [
+        re.findall(r"([a-z_]+)/", line[3:].split("  ")[0]) for line in diagram.splitlines() if line.startswith("   ")
+    ]
+    shown = [names for names in shown if names]
+    assert shown == folders, (shown, folders)
+    every = {p.name for p in (ROOT / "src" / "gpufleet").iterdir() if (p / "__init__.py").is_file()}
+    assert {m for layer in folders for m in layer} == every
