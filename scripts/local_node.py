@@ -46,7 +46,7 @@ print(json.dumps(out))
 # What NVML sees and the profile the engine would match, asked of the controller's .venv (it has the engine).
 GPUS = r"""
 import json
-from gpufleet import profiles
+from gpufleet.base import profiles
 from gpufleet.collect import nvml
 reading = nvml.read()
 gpus = reading.get("gpus") or []

@@ -19,10 +19,10 @@ import tarfile
 from functools import lru_cache
 from pathlib import Path
 
-from gpufleet import profiles
+from gpufleet.base import profiles
 from gpufleet.bench import summarize
 from gpufleet.checks import benchmarks
-from gpufleet.measure import foreign_processes
+from gpufleet.node.measure import foreign_processes
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDING = ROOT / "docs/results/2026-11-23-h100-x1-fleet/fleet-A.tar.gz"

@@ -152,7 +152,7 @@ def step_beside(neighbours: list[int], epoch_at: list):
 
 
 def judge(out: dict, profile: dict) -> list:
-    from gpufleet.schema import PASS, result
+    from gpufleet.base.schema import PASS, result
 
     return [result("matmul_bf16", PASS, "790 TFLOPS", value=out["value"], unit="TFLOPS")]
 
@@ -160,10 +160,10 @@ def judge(out: dict, profile: dict) -> list:
 def case_watched(stops: bool) -> dict:
     """measure.watched of a step beside two neighbours: they stop once the step waits for the host to be quiet
     (`stops`), or never do within disturbed_wait_s."""
-    from gpufleet import profiles
+    from gpufleet.base import profiles
     from gpufleet.bench.host_watch import Limits
     from gpufleet.bench.watch import wait_quiet
-    from gpufleet.measure import foreign_processes, watched
+    from gpufleet.node.measure import foreign_processes, watched
 
     neighbours = [launch("neighbour", NOBODY) for _ in range(2)]
     profile = profiles.resolve(

@@ -22,7 +22,8 @@ import random
 import tarfile
 from pathlib import Path
 
-from gpufleet import report, schema
+from gpufleet import report
+from gpufleet.base import schema
 
 import test_fleet_synthetic as synth
 

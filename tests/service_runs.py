@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import slurm_cluster
-from gpufleet import slurm
+from gpufleet.base import slurm
 from gpufleet.collect import kernel_log, nvml
 from slurm_cluster import SlurmCluster
 

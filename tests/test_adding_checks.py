@@ -116,7 +116,8 @@ def test_the_guides_check_runs_in_its_group_with_its_class(applied, tmp_path):
         applied,
         f"""
 import json
-from gpufleet import failure_class, host_documents, schema
+from gpufleet.base import failure_class, schema
+from gpufleet.node import host_documents
 readings = json.load(open({str(readings)!r}))
 doc = host_documents.check_host(readings, ["host_hygiene"], host="n0")
 res = [r for r in doc["results"] if r["check"] == "kernel_release"]
@@ -137,7 +138,8 @@ def test_the_guides_benchmark_runs_by_its_name_and_is_judged(applied, tmp_path):
         applied,
         """
 import json
-from gpufleet import host_documents, registry
+from gpufleet.node import host_documents
+from gpufleet.base import registry
 doc = host_documents.bench_host(["host_copy"], depth="smoke", host="n0")
 print(json.dumps({"results": doc["results"], "names": registry.benchmark_names(),
                   "acceptance": registry.tier_benchmarks("acceptance")}))

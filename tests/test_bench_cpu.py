@@ -14,7 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gpufleet import profiles  # noqa: E402
+from gpufleet.base import profiles  # noqa: E402
 from gpufleet.bench import matmul, memory, nccl  # noqa: E402
 from gpufleet.checks import benchmarks, collectives  # noqa: E402
 from waiting import left_running  # noqa: E402

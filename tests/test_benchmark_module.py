@@ -18,7 +18,7 @@ from module_runner import run_module  # noqa: E402  (also puts the collection on
 from ansible_collections.gpufleet.cluster.plugins.module_utils import benchmark_module, engine_process  # noqa: E402
 from ansible_collections.gpufleet.cluster.plugins.modules import benchmark  # noqa: E402
 
-from gpufleet import schema  # noqa: E402
+from gpufleet.base import schema  # noqa: E402
 
 RESULT_KEYS = set(schema.result("x", schema.PASS, "r")) | {"started", "seconds"}
 HOST_DOC_KEYS = {"schema_version", "host", "engine_version", "profile", "versions", "started", "seconds", "results"}

@@ -21,7 +21,7 @@ from module_runner import REPO, run_module  # noqa: E402  (also puts the collect
 
 from ansible_collections.gpufleet.cluster.plugins.modules import bringup_facts, bringup_record  # noqa: E402
 
-from gpufleet import profiles, schema  # noqa: E402
+from gpufleet.base import profiles, schema  # noqa: E402
 from gpufleet.checks import host_hygiene  # noqa: E402
 from gpufleet.collect import host  # noqa: E402
 from sysfs_tree import ACS_REDIRECT_ON, fake_nvml, hgx, vm  # noqa: E402
@@ -39,7 +39,7 @@ def tune(root: Path, *args: str) -> tuple[int, dict]:
 def drift_result(root: Path, required: bool = True) -> dict:
     readings = {"host": host.read(str(root), {}), "nvml": {}}
     prof = profiles.resolve(H100, overrides={"bringup_required": required})
-    return host_hygiene.bringup.check_bringup_drift(readings, prof)
+    return host_hygiene.bringup_drift.check_bringup_drift(readings, prof)
 
 
 # --- bringup_facts ----------------------------------------------------------------------------------
@@ -253,7 +253,12 @@ def test_engine_pack_is_the_same_bytes_each_time(tmp_path):
     assert first.read_bytes() == second.read_bytes()
     with tarfile.open(first) as tar:
         names = tar.getnames()
-    assert {"pyproject.toml", "README.md", "src/gpufleet/cli.py", "src/gpufleet/profiles/generic.yml"} <= set(names)
+    assert {
+        "pyproject.toml",
+        "README.md",
+        "src/gpufleet/commands/main.py",
+        "src/gpufleet/base/profiles/generic.yml",
+    } <= set(names)
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
 
 
@@ -355,5 +360,5 @@ def test_corrupt_record_is_an_error(tmp_path):
 
 
 def test_recorded_readings_without_the_section_are_an_error():
-    r = host_hygiene.bringup.check_bringup_drift({"host": {}, "nvml": {}}, profiles.resolve(H100))
+    r = host_hygiene.bringup_drift.check_bringup_drift({"host": {}, "nvml": {}}, profiles.resolve(H100))
     assert r["status"] == schema.ERROR and "no 'bringup' section" in r["reason"]

@@ -17,9 +17,10 @@ import yaml
 
 import calibration_runs as cr
 import tool_modules
-from gpufleet import calibration, judge, profiles, report, schema
+from gpufleet.base import calibration, judge, profiles, schema
+from gpufleet import report
 from gpufleet.checks import benchmarks, replay
-from gpufleet.measure import foreign_processes, watched
+from gpufleet.node.measure import foreign_processes, watched
 from gpufleet.fleet import compare
 from test_fleet_synthetic import measured_twice
 
@@ -416,7 +417,8 @@ def test_a_gpu_steadily_below_its_siblings_is_held_against_its_own_past(tmp_path
 def test_a_stable_fact_the_baseline_accepted_is_listed_not_warned_again(tmp_path):
     """A GPU with 2 uncorrectable ECC errors over its lifetime warns when first seen; once a baseline run accepted
     the node with them, they are information; a third error is a change, and warns again saying what it was."""
-    from gpufleet import collect, host_documents
+    from gpufleet import collect
+    from gpufleet.node import host_documents
 
     readings = collect.load_recording(ROOT / "tests/data/readings/recorded-h100-x1-vm.json")
 

@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpufleet import causes, report, schema
+from gpufleet.base import causes, schema
+from gpufleet import report
 from gpufleet.collect import nvml
-from gpufleet.fleet import slurm as fleet_slurm
+from gpufleet.fleet import slurm_action as fleet_slurm
 from gpufleet.runner import ending, invocation
 
 REPO = Path(__file__).resolve().parents[1]

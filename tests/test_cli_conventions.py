@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet import cli, version
+from gpufleet.commands import main as cli
+from gpufleet import version
 
 REPO = Path(__file__).resolve().parents[1]
 READINGS = REPO / "tests" / "data" / "readings" / "recorded-h100-x1-vm.json"
@@ -55,6 +56,19 @@ def test_help_groups_every_command_and_leaves_the_internal_ones_out():
     assert gpufleet("fleet", "locate-step", "--help").returncode == 0
 
 
+# The controller's packages and command lines: a node's command loads none of them.
+CONTROLLER = (
+    "report",
+    "runner",
+    "service",
+    "fleet",
+    "commands.fleet",
+    "commands.records",
+    "commands.report",
+    "commands.service",
+)
+
+
 def test_each_family_adds_the_commands_it_is_listed_with_and_a_node_command_loads_its_own_alone():
     """cli.FAMILIES is what main() loads a command's parser from: a command listed with the wrong module would not
     parse. A node's `gpufleet check` or `gpufleet lock` loads none of the controller's packages (each engine process
@@ -62,16 +76,18 @@ def test_each_family_adds_the_commands_it_is_listed_with_and_a_node_command_load
     for module, names in cli.FAMILIES.items():
         sub = next(a for a in cli.build_parser(names[0])._actions if a.dest == "command")
         assert set(sub.choices) == set(names), module
-    assert cli.route(["slurm", "sweep", "--tier", "quick"])[0] in cli.FAMILIES["gpufleet.service.cli"]
+    assert cli.route(["slurm", "sweep", "--tier", "quick"])[0] in cli.FAMILIES["gpufleet.commands.service"]
     probe = (
-        "import sys; from gpufleet import cli; cli.build_parser(sys.argv[1]); "
+        "import sys; from gpufleet.commands import main as cli; cli.build_parser(sys.argv[1]); "
         "print(' '.join(m for m in sys.modules if m.startswith('gpufleet.')))"
     )
     for command in ("check", "bench", "counters", "lock"):
         done = subprocess.run([sys.executable, "-c", probe, command], capture_output=True, text=True, timeout=120)
         loaded = done.stdout.split()
-        assert done.returncode == 0 and "gpufleet.cli" in loaded, done.stderr
-        controller = [m for m in loaded if m.split(".")[1] in ("report", "runner", "service", "fleet")]
+        assert done.returncode == 0 and "gpufleet.commands.main" in loaded, done.stderr
+        controller = [
+            m for m in loaded if any(m.split(".")[1 : 1 + p.count(".") + 1] == p.split(".") for p in CONTROLLER)
+        ]
         assert not controller, f"`gpufleet {command}` loads {controller}"
 
 

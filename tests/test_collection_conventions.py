@@ -133,7 +133,7 @@ def test_the_tarball_holds_the_collection_and_not_the_checkout(tarball):
         "roles/validate_node/meta/argument_specs.yml",
         "plugins/action/run_inputs.py",
         "plugins/modules/node_stage.py",
-        "src/gpufleet/cli.py",
+        "src/gpufleet/commands/main.py",
         "files/profiles/generic.yml",
         "files/profiles/calibration/h100-sxm.yml",
         "roles/python_env/files/pack_engine.py",

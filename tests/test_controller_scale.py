@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet import report, schema
-from gpufleet.fleet import sdc
+from gpufleet import report
+from gpufleet.base import schema
+from gpufleet.fleet import sdc_voters
 from gpufleet.comparisons import metrics, peers
 
 from test_fleet_synthetic import gpus_of, node_doc, write_run
@@ -39,7 +40,7 @@ def count_work(tmp_path, n: int, monkeypatch) -> dict:
     report.build(write_run(reports, "base", docs(n, BASE)))
     run_dir = write_run(reports, "run", docs(n, RUN), baseline="base")
     counts = {"median_values": 0, "sdc_votes": 0}
-    robust, votes = peers.robust, sdc._votes
+    robust, votes = peers.robust, sdc_voters._votes
 
     def counting_robust(values):
         counts["median_values"] += len(values)
@@ -50,7 +51,7 @@ def count_work(tmp_path, n: int, monkeypatch) -> dict:
         return votes(*args)
 
     monkeypatch.setattr(peers, "robust", counting_robust)  # where the fleet layer takes its medians
-    monkeypatch.setattr(sdc, "_votes", counting_votes)
+    monkeypatch.setattr(sdc_voters, "_votes", counting_votes)
     summary = report.build(run_dir)
     monkeypatch.undo()
     assert summary["baseline"] == "base"

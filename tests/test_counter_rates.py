@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet import profiles
+from gpufleet.base import profiles
 from gpufleet.checks.soak import error_events
 from gpufleet.checks.soak.naming import SoakGpus
 from gpufleet.collect import counters

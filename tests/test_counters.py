@@ -18,9 +18,9 @@ from ansible_collections.gpufleet.cluster.plugins.doc_fragments import engine_ch
 from ansible_collections.gpufleet.cluster.plugins.module_utils import check_module  # noqa: E402
 from ansible_collections.gpufleet.cluster.plugins.modules import gpu_counters  # noqa: E402
 
-from gpufleet import schema  # noqa: E402
+from gpufleet.base import schema  # noqa: E402
 from gpufleet.collect import counters, kernel_log, nvml  # noqa: E402
-from gpufleet.collect.nvml.links import NVLINK_COUNTERS  # noqa: E402
+from gpufleet.collect.nvml.nvlinks import NVLINK_COUNTERS  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "readings"
 H200 = DATA / "recorded-h200-x2-vm.json"

@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpufleet import cli, lock, runs
-from gpufleet.errors import EXIT_CODES
+from gpufleet.commands import main as cli
+from gpufleet.base import lock, runs
+from gpufleet.base.errors import EXIT_CODES
 from gpufleet.runner import record as rec
 
 from playbooks import playbook_env, run_playbook

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from gpufleet import cli, command_line
-from gpufleet.errors import EXIT_CODES
-from gpufleet.finetune import cli as finetune_cli
+from gpufleet.commands import main as cli
+from gpufleet.base import command_line
+from gpufleet.base.errors import EXIT_CODES
+from gpufleet.finetune import command as finetune_cli
 
 OPERATIONS = Path(__file__).resolve().parents[1] / "docs" / "operations.md"
 

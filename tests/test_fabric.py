@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet import profiles, schema
+from gpufleet.base import profiles, schema
 from gpufleet.checks import host_hygiene
 from gpufleet.collect import counters, host
 from gpufleet.fleet import fabric_growth

@@ -8,7 +8,8 @@ import sqlite3
 
 import pytest
 
-from gpufleet import failure_class, report, schema
+from gpufleet.base import failure_class, schema
+from gpufleet import report
 from gpufleet.fleet import store_tables
 from gpufleet.fleet.store import SCHEMA_VERSION, Store
 

@@ -19,8 +19,8 @@ pytest.importorskip("transformers")
 pytest.importorskip("peft")
 pytest.importorskip("datasets")
 
-from gpufleet import profiles  # noqa: E402
-from gpufleet.errors import InputError  # noqa: E402
+from gpufleet.base import profiles  # noqa: E402
+from gpufleet.base.errors import InputError  # noqa: E402
 from gpufleet.finetune import config, data, failures, model, results, worker  # noqa: E402
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only logic tests")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpufleet.errors import InputError
+from gpufleet.base.errors import InputError
 from gpufleet.finetune import config
 
 ROOT = Path(__file__).resolve().parent.parent

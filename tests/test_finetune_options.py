@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpufleet.errors import InputError
+from gpufleet.base.errors import InputError
 from gpufleet.finetune import config, data, model
 from waiting import wait_for
 

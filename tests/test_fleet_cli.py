@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet import cli, schema
+from gpufleet.commands import main as cli
+from gpufleet.base import schema
 
 from test_fleet_synthetic import measured_twice, gpus_of, node_doc, write_run
 

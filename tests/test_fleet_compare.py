@@ -14,11 +14,11 @@ import pytest
 
 from gpufleet import report
 from gpufleet.report import formatting
-from gpufleet.errors import InputError
+from gpufleet.base.errors import InputError
 from gpufleet.fleet import compare, counter_growth, short_uuid
 from gpufleet.comparisons import metrics, peers, robust, thresholds
 from gpufleet.fleet.store import Store
-from gpufleet.judge import Limit
+from gpufleet.base.judge import Limit
 
 from test_fleet_synthetic import ecc_failure, gpus_of, h200_node, h200_two_nodes, measured_twice, node_doc, write_run
 
@@ -418,7 +418,8 @@ def test_a_node_profile_from_its_own_profile_dir_is_the_one_the_controller_judge
     reading profile files of its own (here it has none)."""
     import yaml
 
-    from gpufleet import host_documents, profiles
+    from gpufleet.node import host_documents
+    from gpufleet.base import profiles
     from test_fleet_synthetic import h100_readings
 
     node_dir = tmp_path / "node-profiles"
@@ -451,7 +452,7 @@ def test_a_node_profile_from_its_own_profile_dir_is_the_one_the_controller_judge
 
 
 def test_a_document_from_before_a_key_gets_generic_defaults_which_no_model_profile_changes():
-    from gpufleet import profiles
+    from gpufleet.base import profiles
 
     table = thresholds.thresholds_for({"name": "h100-sxm", "thresholds": {}})
     generic = profiles.resolve(None, profile_name=profiles.GENERIC)["thresholds"]

@@ -12,7 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpufleet import report
-from gpufleet.errors import InputError
+from gpufleet.base.errors import InputError
 from gpufleet.fleet import export
 
 from test_fleet_synthetic import ecc_failure, gpus_of, measured_twice, node_doc, write_run

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet import lock
-from gpufleet.runs import controller_identity
+from gpufleet.base import lock
+from gpufleet.base.runs import controller_identity
 from playbooks import validate_on
 from testhosts import TestFleet, skip_reason
 

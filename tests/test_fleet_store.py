@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet import report, schema
-from gpufleet.errors import InputError
+from gpufleet import report
+from gpufleet.base import schema
+from gpufleet.base.errors import InputError
 from gpufleet.fleet import document_writer, history_text
 from gpufleet.fleet.store import Store
 
@@ -217,7 +218,7 @@ def test_history_of_a_node_a_gpu_and_a_serial(tmp_path):
 
 def test_a_renamed_run_folder_keeps_the_run_id_run_json_holds(tmp_path):
     """The run id is read from run.json everywhere: the report, the store, a recorded document, a resume plan."""
-    from gpufleet import runs
+    from gpufleet.base import runs
     from gpufleet.runner import record as runner_record, resume
 
     reports = tmp_path / "reports"
@@ -239,7 +240,7 @@ def test_a_renamed_run_folder_keeps_the_run_id_run_json_holds(tmp_path):
 
 
 def test_a_run_started_without_an_id_gets_one_minted_and_recorded(tmp_path):
-    from gpufleet import runs
+    from gpufleet.base import runs
 
     started = runs.start(str(tmp_path), None, playbook="validate", hosts=["node0"])
     run_dir = Path(started["run_dir"])

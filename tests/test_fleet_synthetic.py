@@ -15,7 +15,7 @@ import functools
 import json
 from pathlib import Path
 
-from gpufleet import schema
+from gpufleet.base import schema
 from gpufleet.comparisons import metric_keys, metrics
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet import report, schema
+from gpufleet import report
+from gpufleet.base import schema
 from gpufleet.collect import software
 from gpufleet.fleet import versions
-from gpufleet.fleet.cli import run_versions
+from gpufleet.commands.records import run_versions
 
 from test_fleet_synthetic import node_doc, write_run
 

@@ -1,6 +1,6 @@
 """What Ansible lists of the engine's registry, and docs/checks.md's tables of every check, are generated from it
 (`make generate`, tools/generate.py) and current: a run tier, a benchmark or a depth added to
-src/gpufleet/registry.py reaches the role's argument specs with no hand edit, a hand edit of a generated option is
+src/gpufleet/base/registry.py reaches the role's argument specs with no hand edit, a hand edit of a generated option is
 undone, every check the engine declares is in docs/checks.md, and a check that says nothing of what it checks stops
 the generator naming it."""
 
@@ -19,7 +19,7 @@ SPECS = ROOT / "roles" / "validate_node" / "meta" / "argument_specs.yml"
 CHECKS_DOC = ROOT / "docs" / "checks.md"
 sys.path.insert(0, str(ROOT / "src"))
 
-from gpufleet import registry  # noqa: E402
+from gpufleet.base import registry  # noqa: E402
 
 
 def generate(root: Path, *args: str) -> subprocess.CompletedProcess:
@@ -59,7 +59,7 @@ def test_every_check_the_engine_declares_is_in_checks_md():
 
 def test_a_check_that_says_nothing_of_what_it_checks_stops_the_generator(tmp_path):
     copy = copied(tmp_path)
-    registry_py = copy / "src" / "gpufleet" / "registry.py"
+    registry_py = copy / "src" / "gpufleet" / "base" / "registry.py"
     text = registry_py.read_text()
     anchor = 'Check("returning_gpu", HARDWARE,'
     assert anchor in text
@@ -68,13 +68,13 @@ def test_a_check_that_says_nothing_of_what_it_checks_stops_the_generator(tmp_pat
     assert done.returncode == 2, done
     assert done.stderr.strip().splitlines() == [
         'docs/checks.md: fleet.burn_marks says nothing of what it checks; give it text="..." in its Check of '
-        "src/gpufleet/registry.py"
+        "src/gpufleet/base/registry.py"
     ], done.stderr
 
 
 def test_a_tier_added_to_the_registry_reaches_the_specs_and_a_stale_file_is_named(tmp_path):
     copy = copied(tmp_path)
-    registry = copy / "src" / "gpufleet" / "registry.py"
+    registry = copy / "src" / "gpufleet" / "base" / "registry.py"
     registry.write_text(
         registry.read_text().replace(
             'DEFAULT_RUN_TIER = "acceptance"',

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet import host_documents
+from gpufleet.node import host_documents
 from gpufleet import checks
 from gpufleet.checks import gpu_inventory
 from gpufleet.collect import kernel_log, nvml
-from gpufleet.collect.nvml.links import NVLINK_COUNTERS
+from gpufleet.collect.nvml.nvlinks import NVLINK_COUNTERS
 from gpufleet.collect.nvml.processes import visible_indices
 
 DATA = Path(__file__).resolve().parent / "data" / "readings"
@@ -61,7 +61,7 @@ def test_healthy_h100_node_passes_everything():
 
 
 def schema_verdict(results: dict) -> str:
-    from gpufleet.schema import verdict
+    from gpufleet.base.schema import verdict
 
     return verdict(results.values())
 
@@ -666,7 +666,7 @@ def test_flagged_gpus_name_the_gpus_behind_the_worst_status_only():
 
 def test_a_benchmark_finding_gets_the_serial_and_index_of_the_gpu_it_names_by_uuid():
     """Benchmarks know a CUDA device by UUID (and PCI id); the host document names the board by serial too."""
-    from gpufleet import schema
+    from gpufleet.base import schema
     from gpufleet.checks import benchmarks
 
     readings = healthy()

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet import guard, lock, paths, runs
-from gpufleet.errors import InputError
+from gpufleet.base import guard, lock, paths, runs
+from gpufleet.base.errors import InputError
 from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
@@ -197,7 +197,7 @@ def test_the_controller_is_the_outermost_ansible_playbook_process(tmp_path):
     nest.write_text(
         textwrap.dedent("""\
         import json, subprocess, sys
-        from gpufleet import runs
+        from gpufleet.base import runs
         n = int(sys.argv[1])
         if n == 0:
             print(json.dumps(runs.controller_identity()))  # the module, under the worker
@@ -235,7 +235,7 @@ def test_a_background_job_stops_when_the_heartbeat_ends_or_the_lock_is_lost(tmp_
 
 GUARDED = textwrap.dedent("""
     import os, subprocess, sys, tempfile, time
-    from gpufleet import guard
+    from gpufleet.base import guard
     guard.start_from_env()
     work = tempfile.mkdtemp(prefix="gpufleet-guard-test-", dir=sys.argv[1])
     guard.track_dir(work)
@@ -317,7 +317,7 @@ def test_a_job_whose_controller_stopped_checking_on_it_stops(tmp_path):
 # The engine was still preparing when its run went: what it starts afterwards must not run unwatched.
 STARTED_AFTER_THE_STOP = textwrap.dedent("""
     import subprocess, sys, time
-    from gpufleet import guard
+    from gpufleet.base import guard
     guard.start_from_env()
     while not guard.stopped():
         time.sleep(0.1)
@@ -353,7 +353,7 @@ def test_what_a_job_starts_after_its_run_was_stopped_is_stopped_at_once(tmp_path
 # torchrun: each rank in a session of its own; this one does not pass SIGTERM on (torchrun too slow to).
 TREE = textwrap.dedent("""
     import subprocess, sys, time
-    from gpufleet import guard
+    from gpufleet.base import guard
     guard.start_from_env()
     launcher = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; r = subprocess.Popen("
                                  "[sys.executable, '-c', 'import time; time.sleep(300)'], start_new_session=True); "

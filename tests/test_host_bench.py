@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet import profiles, schema
+from gpufleet.base import profiles, schema
 from gpufleet.bench import disk, host_memory, io_watch, loader
 from gpufleet.checks import host_throughput
 from gpufleet.comparisons import metrics

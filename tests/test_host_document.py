@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import time
 
-from gpufleet import __version__, profiles, schema
+from gpufleet import __version__
+from gpufleet.base import profiles, schema
 
 READINGS = {
     "nvml": {

@@ -13,8 +13,8 @@ import struct
 
 import pytest
 
-from gpufleet import profiles, schema
-from gpufleet.checks.host_hygiene import memory, nvme as nvme_check
+from gpufleet.base import profiles, schema
+from gpufleet.checks.host_hygiene import system_memory, nvme_health
 from gpufleet.collect import counters, host, kernel_log
 from gpufleet.collect.host import nvme as nvme_reader
 from gpufleet.comparisons import metrics
@@ -55,11 +55,11 @@ def test_edac_counts_are_read_per_controller_and_dimm(tmp_path):
 def test_a_clean_node_passes_and_no_edac_is_one_skip_with_the_reason(tmp_path):
     tree = hgx(tmp_path / "a")
     edac(tree, {"mc0": {"dimm0": (0, 0)}, "mc1": {"dimm0": (0, 0)}})
-    res = memory.check_memory_errors(_readings(tree), _profile())
+    res = system_memory.check_memory_errors(_readings(tree), _profile())
     assert res["status"] == schema.PASS and "no memory error on 2 memory controller(s), 2 DIMM(s)" in res["reason"]
     # A VM: no EDAC at all. One skip saying so; the counter snapshot says it too and still reads what it has.
     r = _readings(vm(tmp_path / "b"))
-    res = memory.check_memory_errors(r, _profile())
+    res = system_memory.check_memory_errors(r, _profile())
     assert res["status"] == schema.SKIP and "no EDAC memory controller" in res["reason"]
     assert "sys/devices/system/edac/mc: not present" in res["reason"] and "virtual machine" in res["reason"]
     snap = counters.fabric_snapshot("before", r, boot_id="b")
@@ -70,7 +70,7 @@ def test_a_clean_node_passes_and_no_edac_is_one_skip_with_the_reason(tmp_path):
 def test_an_uncorrected_error_fails_and_corrected_ones_are_a_rate_against_mcelogs_limit(tmp_path):
     tree = hgx(tmp_path)
     edac(tree, {"mc0": {"dimm0": (0, 0), "dimm1": (0, 1)}}, seconds_since_reset=7200)
-    res = memory.check_memory_errors(_readings(tree), _profile())
+    res = system_memory.check_memory_errors(_readings(tree), _profile())
     assert res["status"] == schema.FAIL and res["class"] == "hardware"
     assert (
         'mc0 (i10nm_edac) dimm1 "CPU_SrcID#0_MC0_Chan#1_DIMM#0" (location channel 1 slot 0): 1 uncorrected'
@@ -79,13 +79,13 @@ def test_an_uncorrected_error_fails_and_corrected_ones_are_a_rate_against_mcelog
     assert "replace it" in res["remedy"] and res["threshold"]["key"] == "host_edac_ue_max"
     # 12 corrected in the 2 hours since boot: under a day counts as one, 12 a day is past mcelog's 10: warn.
     edac(tree, {"mc0": {"dimm0": (12, 0), "dimm1": (0, 0)}})
-    res = memory.check_memory_errors(_readings(tree), _profile())
+    res = system_memory.check_memory_errors(_readings(tree), _profile())
     assert res["status"] == schema.WARN and "dimm0" in res["reason"] and "12 corrected, 12 a day" in res["reason"]
     assert "limit 10 a day a DIMM" in res["reason"] and "(mcelog, host_edac_ce_per_day_warn)" in res["reason"]
     assert "mcelog" in res["threshold"]["host_edac_ce_per_day_warn"]["source"]
     # 3 in two days since the reset: a rate under the limit is information, not a verdict.
     edac(tree, {"mc0": {"dimm0": (3, 0), "dimm1": (0, 0)}}, seconds_since_reset=2 * 86400)
-    res = memory.check_memory_errors(_readings(tree), _profile())
+    res = system_memory.check_memory_errors(_readings(tree), _profile())
     assert res["status"] == schema.INFO and "1.5 a day" in res["reason"]
 
 
@@ -122,7 +122,7 @@ def test_edac_counts_growing_during_the_run_and_since_the_previous_one(tmp_path)
 def test_machine_checks_are_named_by_cpu_and_bank(tmp_path):
     tree = hgx(tmp_path)
     kmsg(tree, "Linux version 6.8.0", "mce: [Hardware Error]: Machine check events logged")
-    res = memory.check_machine_checks(_readings(tree), _profile())
+    res = system_memory.check_machine_checks(_readings(tree), _profile())
     assert res["status"] == schema.INFO and "1 'Machine check events logged' line(s)" in res["reason"]
     kmsg(
         tree,
@@ -131,14 +131,14 @@ def test_machine_checks_are_named_by_cpu_and_bank(tmp_path):
         "mce: [Hardware Error]: CPU 3: Machine Check Exception: 5 Bank 4: b200000000000402",  # UC and PCC set
         "mce: [Hardware Error]: TSC 0 ADDR 1ffff MISC 8c",
     )
-    res = memory.check_machine_checks(_readings(tree), _profile())
+    res = system_memory.check_machine_checks(_readings(tree), _profile())
     assert res["status"] == schema.FAIL and res["value"] == 1 and res["class"] == "hardware"
     assert "CPU 3 bank 4: status 0xb200000000000402 (uncorrected, processor context corrupt)" in res["reason"]
     assert [(e["cpu"], e["bank"], e["uncorrected"]) for e in res["detail"]["events"]] == [(12, 7, False), (3, 4, True)]
     kmsg(tree, "Linux version 6.8.0")
-    assert memory.check_machine_checks(_readings(tree), _profile())["status"] == schema.PASS
+    assert system_memory.check_machine_checks(_readings(tree), _profile())["status"] == schema.PASS
     (tree.root / "dev/kmsg").unlink()
-    res = memory.check_machine_checks(_readings(tree), _profile())
+    res = system_memory.check_machine_checks(_readings(tree), _profile())
     assert res["status"] == schema.ERROR and "dev/kmsg" in res["reason"]
 
 
@@ -194,10 +194,10 @@ def test_a_healthy_drive_passes_and_each_failing_field_is_named(tmp_path):
         "0000:c1:00.0",
         38,
     )
-    res = nvme_check.check_nvme_health(r, _profile())
+    res = nvme_health.check_nvme_health(r, _profile())
     assert res["status"] == schema.PASS and "1 NVMe drive(s) healthy" in res["reason"] and "nvme0 38 C" in res["reason"]
     nvme(tree, "nvme0", smart_log(critical_warning=0x0C))
-    res = nvme_check.check_nvme_health(_readings(tree), _profile())
+    res = nvme_health.check_nvme_health(_readings(tree), _profile())
     assert res["status"] == schema.FAIL and res["class"] == "hardware"
     assert (
         "nvme0 (SAMSUNG MZQL27T6HBLA-00A07, serial S6CKNA0W123456, 0000:c1:00.0): critical warning 0x0c"
@@ -205,15 +205,15 @@ def test_a_healthy_drive_passes_and_each_failing_field_is_named(tmp_path):
     )
     assert "reliability degraded by media or internal errors, media placed in read-only mode" in res["reason"]
     nvme(tree, "nvme0", smart_log(spare=8, spare_threshold=10))
-    res = nvme_check.check_nvme_health(_readings(tree), _profile())
+    res = nvme_health.check_nvme_health(_readings(tree), _profile())
     assert res["status"] == schema.FAIL and "available spare 8% below its threshold 10%" in res["reason"]
     assert "replace the drive" in res["remedy"]
     nvme(tree, "nvme0", smart_log(used=93))
-    res = nvme_check.check_nvme_health(_readings(tree), _profile())
+    res = nvme_health.check_nvme_health(_readings(tree), _profile())
     assert res["status"] == schema.WARN and "93% of its rated endurance used (warn from 90%)" in res["reason"]
     assert "plan its replacement" in res["remedy"]
     nvme(tree, "nvme0", smart_log(media_errors=2))
-    res = nvme_check.check_nvme_health(_readings(tree), _profile())
+    res = nvme_health.check_nvme_health(_readings(tree), _profile())
     assert res["status"] == schema.INFO and "2 media and data integrity error(s) over its life" in res["reason"]
 
 
@@ -222,13 +222,13 @@ def test_a_fabric_controller_is_left_out_and_a_log_not_read_is_an_error(tmp_path
     nvme(tree, "nvme1", None, bdf="0000:c2:00.0", transport="tcp")
     r = _readings(tree)
     assert not r["host"]["nvme"]["present"] and "fabric-attached" in r["host"]["nvme"]["reason"]
-    assert nvme_check.check_nvme_health(r, _profile())["status"] == schema.SKIP
+    assert nvme_health.check_nvme_health(r, _profile())["status"] == schema.SKIP
     nvme(tree, "nvme0", None)  # no recording and no device node: as a drive whose log this user cannot read
-    res = nvme_check.check_nvme_health(_readings(tree), _profile())
+    res = nvme_health.check_nvme_health(_readings(tree), _profile())
     assert res["status"] == schema.ERROR and "nvme0 (SAMSUNG" in res["reason"] and "become" in res["remedy"]
     assert (
         vm(tmp_path / "vm")
-        and nvme_check.check_nvme_health(_readings(vm(tmp_path / "vm2")), _profile())["status"] == schema.SKIP
+        and nvme_health.check_nvme_health(_readings(vm(tmp_path / "vm2")), _profile())["status"] == schema.SKIP
     )
 
 
@@ -262,7 +262,7 @@ def test_nvme_clis_json_is_read_where_it_is_installed(tmp_path):
     drive = r["host"]["nvme"]["drives"][0]
     assert drive["source"] == "nvme-cli" and drive["log"]["percentage_used"] == 95
     assert drive["log"]["temperature_c"] == 40 and drive["log"]["error_log_entries"] == 77
-    assert nvme_check.check_nvme_health(r, _profile())["status"] == schema.WARN
+    assert nvme_health.check_nvme_health(r, _profile())["status"] == schema.WARN
 
 
 # --- available memory --------------------------------------------------------------------------------
@@ -271,15 +271,15 @@ def test_nvme_clis_json_is_read_where_it_is_installed(tmp_path):
 def test_a_host_whose_memory_a_neighbour_holds_fails_and_huge_pages_count_as_free(tmp_path):
     tree = hgx(tmp_path)
     meminfo(tree, 2048, 1900)
-    res = memory.check_memory_available(_readings(tree), _profile())
+    res = system_memory.check_memory_available(_readings(tree), _profile())
     assert res["status"] == schema.PASS and "1900.0 GiB of 2048.0 GiB available (92.8%)" in res["reason"]
     meminfo(tree, 2048, 600)
-    res = memory.check_memory_available(_readings(tree), _profile())
+    res = system_memory.check_memory_available(_readings(tree), _profile())
     assert res["status"] == schema.FAIL and res["class"] == "environment" and "under 50%" in res["reason"]
     meminfo(tree, 2048, 600, hugepages_free=500 * 512)  # 500 GiB of 2 MiB pages kept for jobs
-    assert memory.check_memory_available(_readings(tree), _profile())["status"] == schema.PASS
+    assert system_memory.check_memory_available(_readings(tree), _profile())["status"] == schema.PASS
     (tree.root / "proc/meminfo").unlink()
-    assert memory.check_memory_available(_readings(tree), _profile())["status"] == schema.ERROR
+    assert system_memory.check_memory_available(_readings(tree), _profile())["status"] == schema.ERROR
 
 
 # --- through the commands, the store and the exports ---------------------------------------------------
@@ -347,8 +347,14 @@ def test_edac_and_nvme_counters_reach_the_report_the_store_and_prometheus(tmp_pa
 
 def test_a_recording_made_before_these_readers_skips_saying_so():
     readings = {"host": {"pci": []}, "nvml": {}, "kernel_log": {"readable": True, "lines": 1, "xid_events": []}}
-    for check in (memory.check_memory_errors, memory.check_memory_available, nvme_check.check_nvme_health):
+    for check in (
+        system_memory.check_memory_errors,
+        system_memory.check_memory_available,
+        nvme_health.check_nvme_health,
+    ):
         res = check(readings, _profile())
         assert res["status"] == schema.SKIP and "recorded before gpufleet read it" in res["reason"], res
-    res = memory.check_machine_checks(readings, _profile())  # the kernel log was read: no machine check line in it
+    res = system_memory.check_machine_checks(
+        readings, _profile()
+    )  # the kernel log was read: no machine check line in it
     assert res["status"] == schema.PASS

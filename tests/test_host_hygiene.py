@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from gpufleet import host_documents, profiles, schema
+from gpufleet.node import host_documents
+from gpufleet.base import profiles, schema
 from gpufleet.checks import GROUPS, host_hygiene
 from gpufleet.collect import host, kernel_log
 from sysfs_tree import ACS_OFF, ACS_REDIRECT_ON, Tree, config_space, hgx, vm

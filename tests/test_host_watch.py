@@ -167,7 +167,7 @@ def test_swapping_from_recorded_vmstat(tmp_path):
 def test_a_soak_window_beside_a_host_neighbour_is_disturbed_like_one_beside_a_gpu_neighbour(tmp_path):
     """The soak of the field report, its neighbour on the host (one core from 35 s to 75 s) instead of its GPU:
     windows 1 and 2 are measured again (checks.soak.remeasure), and the slowdown names the neighbour."""
-    from gpufleet import profiles
+    from gpufleet.base import profiles
     from gpufleet.checks import soak as soak_check
     from gpufleet.checks.soak import remeasure
     from test_soak_cpu import gpu_soak, sampled
@@ -185,7 +185,7 @@ def test_a_soak_window_beside_a_host_neighbour_is_disturbed_like_one_beside_a_gp
 
 
 def test_samples_that_fell_beside_a_host_neighbour_are_not_the_gpus_fault(tmp_path):
-    from gpufleet import profiles
+    from gpufleet.base import profiles
     from gpufleet.checks import benchmarks
     from test_watch_cpu import QUIET, gpu_matmul
 

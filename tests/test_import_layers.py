@@ -4,9 +4,11 @@ src/gpufleet, so an import that runs back up a layer, or a circle between two, f
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,14 +36,47 @@ def test_import_contracts_kept():
 def test_an_import_up_a_layer_breaks_the_contract(tmp_path):
     # A copy of the engine whose document model imports the command line: the contract must name it.
     shutil.copytree(ROOT / "src" / "gpufleet", tmp_path / "gpufleet", ignore=shutil.ignore_patterns("__pycache__"))
-    with open(tmp_path / "gpufleet" / "schema.py", "a") as f:
-        f.write("\nfrom gpufleet import cli  # noqa: E402\n")
+    with open(tmp_path / "gpufleet" / "base" / "schema.py", "a") as f:
+        f.write("\nfrom gpufleet.commands import main  # noqa: E402\n")
     proc = _lint(tmp_path)
     assert proc.returncode != 0 and "BROKEN" in proc.stdout, proc.stdout + proc.stderr
-    assert "gpufleet.schema -> gpufleet.cli" in proc.stdout, proc.stdout
+    assert "gpufleet.base.schema -> gpufleet.commands.main" in proc.stdout, proc.stdout
 
 
 def test_no_import_is_let_off_the_contracts():
     """Every import keeps the layers: the contracts list no exception (ignore_imports)."""
     text = (ROOT / "pyproject.toml").read_text()
     assert "[tool.importlinter]" in text and "ignore_imports" not in text.split("[tool.importlinter]", 1)[1]
+
+
+def test_the_root_keeps_the_entry_point_and_each_module_has_a_name_of_its_own():
+    """The package root holds the entry point and little else (every other module lives in the folder of its layer),
+    and no two modules of the engine share a file name, so a name says which module it is."""
+    engine = ROOT / "src" / "gpufleet"
+    loose = sorted(p.name for p in engine.glob("*.py"))
+    assert len(loose) <= 6, loose
+    names = [p.name for p in engine.rglob("*.py") if p.name not in ("__init__.py", "__main__.py")]
+    assert sorted({n for n in names if names.count(n) > 1}) == []
+
+
+def test_the_architecture_map_shows_the_layers_as_the_contract_orders_them():
+    """docs/architecture.md shows the layers as folders: each folder of the engine in the order of the layers
+    contract, top to bottom, and no folder that is not there."""
+    contract = next(
+        c
+        for c in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+        if c.get("containers") == ["gpufleet"]
+    )
+    layers = [[m.strip() for m in layer.split("|")] for layer in contract["layers"]]
+    folders = [
+        layer for layer in layers if all((ROOT / "src" / "gpufleet" / m / "__init__.py").is_file() for m in layer)
+    ]
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    diagram = text.split("## The engine by folder", 1)[1].split("```")[1]
+    shown = [
+        re.findall(r"([a-z_]+)/", line[3:].split("  ")[0]) for line in diagram.splitlines() if line.startswith("   ")
+    ]
+    shown = [names for names in shown if names]
+    assert shown == folders, (shown, folders)
+    every = {p.name for p in (ROOT / "src" / "gpufleet").iterdir() if (p / "__init__.py").is_file()}
+    assert {m for layer in folders for m in layer} == every

@@ -47,7 +47,7 @@ LEFT_OUT = (
 SHIPPED = (
     "pyproject.toml",
     "README.md",
-    "src/gpufleet/cli.py",
+    "src/gpufleet/commands/main.py",
     "files/profiles/generic.yml",
     "files/configs/tiny-qwen2-lora.yml",
     "files/data/glaive-sample.jsonl",
@@ -124,7 +124,12 @@ def test_installed_collection_runs_validate_from_another_directory(tmp_path):
     )
     with tarfile.open(pack) as tar:
         packed = set(tar.getnames())
-    assert {"pyproject.toml", "README.md", "src/gpufleet/cli.py", "src/gpufleet/profiles/generic.yml"} <= packed
+    assert {
+        "pyproject.toml",
+        "README.md",
+        "src/gpufleet/commands/main.py",
+        "src/gpufleet/base/profiles/generic.yml",
+    } <= packed
 
     playbooks = [f"gpufleet.cluster.{p}" for p in ("validate", "bringup", "finetune", "locate", "release")]
     inventory = work / "inv.yml"

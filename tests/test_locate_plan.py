@@ -13,7 +13,7 @@ import random
 
 import pytest
 
-from gpufleet.errors import InputError
+from gpufleet.base.errors import InputError
 from gpufleet.fleet import locate, locate_plan
 from gpufleet.runner import locating
 

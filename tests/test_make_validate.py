@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet import host_documents
+from gpufleet.node import host_documents
 from playbooks import playbook_env, run_playbook
 
 REPO = Path(__file__).resolve().parents[1]

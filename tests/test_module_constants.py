@@ -26,10 +26,11 @@ from ansible_collections.gpufleet.cluster.plugins.modules import (  # noqa: E402
     host_hygiene,
 )
 
-from gpufleet import checks, failure_class, registry, schema  # noqa: E402
+from gpufleet import checks
+from gpufleet.base import failure_class, registry, schema  # noqa: E402
 from gpufleet.collect import counters  # noqa: E402
 from gpufleet.checks import benchmarks  # noqa: E402
-from gpufleet.errors import EXIT_CODES  # noqa: E402
+from gpufleet.base.errors import EXIT_CODES  # noqa: E402
 from gpufleet.finetune import results as finetune_results  # noqa: E402
 
 
@@ -45,7 +46,9 @@ def test_the_check_groups_and_the_benchmark_group_are_the_engines():
 
 
 def test_every_declared_threshold_is_a_profile_key_and_every_key_is_declared():
-    generic = set(yaml.safe_load((ROOT / "src" / "gpufleet" / "profiles" / "generic.yml").read_text())["thresholds"])
+    generic = set(
+        yaml.safe_load((ROOT / "src" / "gpufleet" / "base" / "profiles" / "generic.yml").read_text())["thresholds"]
+    )
     declared = registry.declared_thresholds()
     assert not declared - generic, "declared in registry.py, missing from generic.yml"
     assert not generic - declared, "in generic.yml, but no check in registry.py names it"

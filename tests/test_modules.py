@@ -37,7 +37,7 @@ from ansible_collections.gpufleet.cluster.plugins.modules import (  # noqa: E402
     run_start,
 )
 
-from gpufleet import schema  # noqa: E402
+from gpufleet.base import schema  # noqa: E402
 
 CHECK_MODULES = {"gpu_inventory": gpu_inventory, "gpu_health": gpu_health, "host_hygiene": host_hygiene}
 RESULT_KEYS = set(schema.result("x", schema.PASS, "r"))
@@ -124,7 +124,7 @@ def test_out_of_bounds_thresholds_are_refused_naming_the_key(capsys, key, value,
 def test_a_profile_file_out_of_bounds_is_refused_naming_file_and_key(tmp_path):
     import shutil
 
-    from gpufleet import profiles
+    from gpufleet.base import profiles
 
     for path in (REPO / "files" / "profiles").glob("*.yml"):
         shutil.copy(path, tmp_path)

@@ -1,4 +1,4 @@
-"""The node's stage, written once in the engine (gpufleet node-stage, node_stage.py) and its steps, each an engine
+"""The node's stage, written once in the engine (gpufleet node-stage, node/stage.py) and its steps, each an engine
 process of its own (supervised.py): what validate.yml's node stage (two parts, one module run each) and a sweep's
 Slurm job (the whole) run on the node.
 
@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet import lock, registry, supervised
+from gpufleet.base import lock, registry
+from gpufleet.node import supervised
 
 REPO = Path(__file__).resolve().parents[1]
 READINGS = REPO / "tests" / "data" / "readings" / "recorded-h100-x1-vm.json"

@@ -12,12 +12,13 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from gpufleet import collect, host_documents
+from gpufleet import collect
+from gpufleet.node import host_documents
 from gpufleet.checks import GROUPS, gpu_inventory
 from gpufleet.collect import kernel_log, nvml
 from gpufleet.collect.nvml.binding import bus_id, call_first, cuda_version, read_field
 from gpufleet.collect.nvml.clocks import CLOCK_EVENT_BITS
-from gpufleet.collect.nvml.links import NVLINK_COUNTERS
+from gpufleet.collect.nvml.nvlinks import NVLINK_COUNTERS
 from gpufleet.collect.nvml.processes import process_name
 
 SRC = Path(__file__).resolve().parents[1] / "src"

@@ -14,13 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet import profiles, report, schema
+from gpufleet.base import profiles, schema
+from gpufleet import report
 from gpufleet.checks import collectives
 from gpufleet.comparisons.confirm import RECORD
 from gpufleet.comparisons.node import Held, read
 from gpufleet.fleet import references
 from gpufleet.fleet.store import Store
-from gpufleet.measure import measured_again, watched
+from gpufleet.node.measure import measured_again, watched
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDED = json.loads((ROOT / "tests/data/recorded-nccl-h200-x4.json").read_text())
@@ -199,7 +200,7 @@ def test_a_topology_with_few_figures_takes_its_models_limit_widened_never_narrow
 
     import yaml
 
-    from gpufleet import calibration
+    from gpufleet.base import calibration
 
     profile_dir = tmp_path / "profiles"
     shutil.copytree(ROOT / "files/profiles", profile_dir, ignore=shutil.ignore_patterns("calibration"))

@@ -28,8 +28,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpufleet import lock, runs
-from gpufleet.errors import InputError
+from gpufleet.base import lock, runs
+from gpufleet.base.errors import InputError
 from gpufleet.fleet import document_writer
 from gpufleet.runner import private
 from gpufleet.runner import record as rec
@@ -46,7 +46,7 @@ ENGINE_MARKS = (b"-m\0gpufleet", b"gpufleet.bench", b"gpufleet.finetune", b"torc
 # once the child runs its own code: until its exec is through, /proc shows the child no environment to be found by.
 ENGINE = textwrap.dedent("""
     import subprocess, sys
-    from gpufleet import guard
+    from gpufleet.base import guard
     guard.start_from_env()
     child = subprocess.Popen([sys.executable, "-c", "import time; print(flush=True); time.sleep(600)"],
                              start_new_session=True, stdout=subprocess.PIPE)

@@ -1,15 +1,15 @@
 """The PCIe links of the NICs, the GPUs and the switches and bridges above them, as trained while the benchmarks
-load them: recorded HGX trees (sysfs_tree.hgx) planned by collect.host.pcie_links, read by bench.link_watch's
+load them: recorded HGX trees (sysfs_tree.hgx) planned by collect.host.pcie_link_states, read by bench.link_watch's
 sampler as the link files change between its reads, and judged by checks.pcie_links (the step that runs the sampler:
 tests/test_host_bench.py)."""
 
 from __future__ import annotations
 
-from gpufleet import profiles, schema
+from gpufleet.base import profiles, schema
 from gpufleet.bench.link_watch import LinkWatch
 from gpufleet.checks import pcie_links
-from gpufleet.collect.host import pcie_links as plan_links
-from gpufleet.measure import NodeSteps
+from gpufleet.collect.host import pcie_link_states as plan_links
+from gpufleet.node.measure import NodeSteps
 
 from sysfs_tree import hgx, vm
 

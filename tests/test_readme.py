@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from gpufleet import registry
+from gpufleet.base import registry
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"

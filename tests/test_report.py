@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet import report, schema
-from gpufleet.errors import InputError
+from gpufleet import report
+from gpufleet.base import schema
+from gpufleet.base.errors import InputError
 
 SCRIPT = "<script>alert('x')</script>"
 

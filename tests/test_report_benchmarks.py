@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet import report, schema
+from gpufleet import report
+from gpufleet.base import schema
 from gpufleet.report import formatting, svg
 
 MiB, GiB = 1 << 20, 1 << 30

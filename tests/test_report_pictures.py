@@ -16,7 +16,7 @@ import pytest
 import report_runs as runs
 from gpufleet.checks import soak as checks_soak
 from gpufleet.checks.soak import remeasure
-from gpufleet.report import figures, formatting, svg
+from gpufleet.report import chart_data, formatting, svg
 
 
 def svgs(run: Path, kind: str) -> list[ET.Element]:
@@ -206,7 +206,7 @@ def test_a_disturbed_soak_as_the_judge_joins_it_is_one_timeline(soak):
         _bench_output(detail, {"pid": 7240, "name": "gpu_disturb"}), _bench_output(detail["remeasured"])
     )
     res = next(r for r in checks_soak.soak(joined, doc["profile"]) if r["check"] == "soak_slowdown")
-    (timeline,) = figures.soak_timelines([dict(res, group="benchmark")])
+    (timeline,) = chart_data.soak_timelines([dict(res, group="benchmark")])
     matmul = next(lane for lane in timeline["lanes"] if (lane["index"], lane["metric"]) == (0, "matmul_tflops"))
     assert [(w["index"], w["disturbed"], w["remeasured"]) for w in matmul["windows"]] == [
         (0, True, False),

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.errors import InputError
+from gpufleet.base.errors import InputError
 from gpufleet.runner import core, ending, invocation, private, record, resume
 from gpufleet.runner.api import parse_extra_vars
 from gpufleet.runner.events import FleetState, classify
@@ -668,7 +668,7 @@ def test_a_used_run_id_or_a_run_still_going_is_refused_before_anything_runs(tmp_
     (run_dir / "hosts").mkdir()
     with pytest.raises(InputError, match="already used by the run in .* resume r1"):
         core.prepare_run_dir(run_dir, resume=False)
-    from gpufleet import runs
+    from gpufleet.base import runs
 
     record.write_record(
         run_dir, {"invocations": [{"n": 1, "ended": None, "controller": runs.controller_identity(os.getpid())}]}
@@ -715,7 +715,7 @@ def test_the_playbooks_come_from_a_checkout_or_the_installed_collection(tmp_path
     ],
 )
 def test_bad_input_exits_2_naming_what_is_wrong(tmp_path, capsys, argv, message):
-    from gpufleet import cli
+    from gpufleet.commands import main as cli
 
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     assert cli.main(argv + (["--plain"] if argv[1] in ("run", "resume") else [])) == 2
@@ -726,7 +726,8 @@ def test_bad_input_exits_2_naming_what_is_wrong(tmp_path, capsys, argv, message)
 
 
 def test_the_end_of_a_run_names_each_node_not_accepted_with_its_failing_checks(tmp_path):
-    from gpufleet import report, schema
+    from gpufleet import report
+    from gpufleet.base import schema
     from gpufleet.runner import api
 
     long_reason = "GPU 3: 2 volatile uncorrectable ECC errors " + "x" * 300

@@ -9,9 +9,10 @@ import json
 
 import pytest
 
-from gpufleet import host_documents, report
+from gpufleet.node import host_documents
+from gpufleet import report
 from gpufleet.bench import sdc as bench_sdc
-from gpufleet.checks import sdc as sdc_check
+from gpufleet.checks import sdc_hashes as sdc_check
 from gpufleet.checks.benchmarks import CPU_NOTE
 from gpufleet.fleet.store import Store
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpufleet import schema, slurm
-from gpufleet.fleet import slurm as fleet_slurm
+from gpufleet.base import schema, slurm
+from gpufleet.fleet import slurm_action as fleet_slurm
 from gpufleet.fleet import service_log
 from gpufleet.fleet.store import Store
 from gpufleet.service import commands, ladder, policy, retest, sweep

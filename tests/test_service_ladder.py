@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpufleet import schema, slurm
+from gpufleet.base import schema, slurm
 from gpufleet.collect import nvml
 from gpufleet.fleet import service_log
 from gpufleet.service import commands

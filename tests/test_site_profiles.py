@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpufleet import host_documents, profiles
-from gpufleet.errors import InputError
+from gpufleet.node import host_documents
+from gpufleet.base import profiles
+from gpufleet.base.errors import InputError
 
 REPO = Path(__file__).resolve().parents[1]
 READINGS = REPO / "tests" / "data" / "readings" / "recorded-h100-x1-vm.json"

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 import slurm_cluster
-from gpufleet import slurm
+from gpufleet.base import slurm
 from gpufleet.collect import kernel_log, nvml
-from gpufleet.fleet import slurm as fleet_slurm
+from gpufleet.fleet import slurm_action as fleet_slurm
 from playbooks import playbook_env, run_playbook
 from slurm_cluster import SlurmCluster
 from waiting import wait_for

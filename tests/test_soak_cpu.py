@@ -19,7 +19,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gpufleet import profiles  # noqa: E402
+from gpufleet.base import profiles  # noqa: E402
 from gpufleet.bench import soak  # noqa: E402
 from gpufleet.bench.soak import outcome  # noqa: E402
 from gpufleet.bench.monitor import SoakSampler  # noqa: E402

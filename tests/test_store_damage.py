@@ -24,7 +24,7 @@ R1, R2 = "2026-11-20T10:00:00Z", "2026-11-21T10:00:00Z"
 
 def _settled_store(reports: Path, capsys=None) -> Path:
     """r0 and r1 reported, r1 the baseline, every page of the store in its main file (no -wal)."""
-    from gpufleet import cli
+    from gpufleet.commands import main as cli
 
     for run_id, started in (("r0", "2026-11-19T10:00:00Z"), ("r1", R1)):
         run = write_run(reports, run_id, {f"n{i}": node_doc(f"n{i}", i, started=started) for i in range(3)})

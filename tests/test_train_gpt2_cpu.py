@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gpufleet import numbers, profiles  # noqa: E402
+from gpufleet.base import numbers, profiles  # noqa: E402
 from gpufleet.checks import training_gate  # noqa: E402
 from gpufleet.train import gpt2  # noqa: E402
 

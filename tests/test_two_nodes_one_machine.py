@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet import profiles
+from gpufleet.base import profiles
 from gpufleet.checks import collectives, training_gate
 
 RUN = Path(__file__).resolve().parents[1] / "docs/results/2026-11-21-h200-x2-two-nodes/validate-two-nodes/hosts"
@@ -89,7 +89,7 @@ def test_no_scaling_result_from_a_one_gpu_node(profile):
 
 @pytest.mark.parametrize("listed, count", [(None, 2), ("1", 1), ("0,1", 2), ("", 0), ("0,1,2,3", 2)])
 def test_visible_gpus_follow_cuda_visible_devices(monkeypatch, listed, count):
-    from gpufleet import host_documents
+    from gpufleet.node import host_documents
 
     if listed is None:
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)

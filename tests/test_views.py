@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet import cli
+from gpufleet.commands import main as cli
 from gpufleet.collect import nvml
-from gpufleet.collect.nvml.links import nvlink_error_counts
+from gpufleet.collect.nvml.nvlinks import nvlink_error_counts
 from gpufleet.views import gpu as gpu_reads
 from gpufleet.views import hw, status, system
 from sysfs_tree import Tree, vm

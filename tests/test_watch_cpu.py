@@ -17,13 +17,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gpufleet import failure_class, host_documents, profiles, schema  # noqa: E402
+from gpufleet.base import failure_class, profiles, schema  # noqa: E402
+from gpufleet.node import host_documents  # noqa: E402
 from gpufleet.bench import summarize  # noqa: E402
 from gpufleet.bench.watch import ProcessWatch, process_tree, wait_quiet  # noqa: E402
 from gpufleet.checks import benchmarks, collectives, training_gate  # noqa: E402
 from gpufleet.checks import soak as soak_check  # noqa: E402
 from gpufleet.checks.soak import remeasure as soak_remeasure  # noqa: E402
-from gpufleet.measure import foreign_processes, measured_again, watched  # noqa: E402
+from gpufleet.node.measure import foreign_processes, measured_again, watched  # noqa: E402
 from test_soak_cpu import EPOCH, PCI, UUID, gpu_soak, sampled  # noqa: E402
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only logic tests")
@@ -555,7 +556,7 @@ def test_no_driver_lists_no_processes_after():
 
 
 def test_the_engine_runs_benchmarks_watched():
-    from gpufleet import host_documents
+    from gpufleet.node import host_documents
 
     doc = host_documents.bench_host(["matmul"], depth="smoke")
     (res,) = doc["results"]  # a CPU run: no GPU to watch, so no matmul_processes result
@@ -718,7 +719,7 @@ def test_a_disturbed_fine_tune_is_an_error_never_a_pass(h200):
 
 @pytest.mark.slow
 def test_the_engine_watches_nccl_and_the_training_gate():
-    from gpufleet import host_documents
+    from gpufleet.node import host_documents
 
     doc = host_documents.bench_host(["nccl", "train_gpt2"], depth="smoke")
     by_check = {r["check"]: r for r in doc["results"]}

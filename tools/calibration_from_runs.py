@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from gpufleet import registry  # noqa: E402
+from gpufleet.base import registry  # noqa: E402
 
 FORMAT = "gpufleet-calibration/1"  # tools/gpu_calibrate.py's
 # gpu_health.processes, every watched benchmark's <step>_processes (the soak's and the training gate's too), and

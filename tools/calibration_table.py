@@ -37,12 +37,12 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from gpufleet import calibration, profiles  # noqa: E402
+from gpufleet.base import calibration, profiles  # noqa: E402
 from gpufleet.checks import replay  # noqa: E402
 from gpufleet.checks.soak import slowdown as soak_slowdown  # noqa: E402
 from gpufleet.fleet import compare  # noqa: E402
 from gpufleet.comparisons import metrics as fleet_metrics  # noqa: E402
-from gpufleet.judge import ISOLATED_DEPTH_FACTOR, below_pct  # noqa: E402
+from gpufleet.base.judge import ISOLATED_DEPTH_FACTOR, below_pct  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "tools"))
 import calibration_counters  # noqa: E402

@@ -52,7 +52,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
 
-from gpufleet import host_documents  # noqa: E402
+from gpufleet.node import host_documents  # noqa: E402
 import test_fleet_synthetic as synth  # noqa: E402
 import test_sdc  # noqa: E402
 
@@ -176,7 +176,7 @@ def cmd_stages(args) -> list[dict]:
             if args.profile:
                 import cProfile
 
-                from gpufleet import cli
+                from gpufleet.commands import main as cli
 
                 shutil.rmtree(reports / "measured" / "prometheus", ignore_errors=True)
                 cProfile.runctx(

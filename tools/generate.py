@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What Ansible must list of the engine's registry (src/gpufleet/registry.py), and docs/checks.md's tables of every
+"""What Ansible must list of the engine's registry (src/gpufleet/base/registry.py), and docs/checks.md's tables of every
 check, written from it: `make generate`.
 
 An option of a role's meta/argument_specs.yml whose line ends with `# generated: KIND` has the lines under it (its
@@ -30,12 +30,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from gpufleet import registry  # noqa: E402
+from gpufleet.base import registry  # noqa: E402
 
 SPECS = sorted((ROOT / "roles").glob("*/meta/argument_specs.yml"))
 CHECKS_DOC = ROOT / "docs" / "checks.md"
 MARK = re.compile(r"^(?P<indent> *)(?P<name>\w+):(?P<anchor> &\w+)? +# generated: (?P<kind>\w+)$")
-SOURCE = "src/gpufleet/registry.py"
+SOURCE = "src/gpufleet/base/registry.py"
 
 
 def _list(values) -> str:

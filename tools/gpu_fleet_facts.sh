@@ -42,7 +42,7 @@ python3 - "$OUT" >"$OUT/summary.txt" <<'PY'
 import json, sys, pathlib
 out = pathlib.Path(sys.argv[1])
 c = json.loads((out / "collect.json").read_text())
-from gpufleet import schema
+from gpufleet.base import schema
 v = schema.versions(c)
 rows = [(k, v.get(k) if v.get(k) is not None else f"None ({v.get('not_read', {}).get(k)})")
         for k in ("driver", "cuda_driver", "vbios", "inforom_image", "hca_fw", "ofed", "rdma_core", "nccl",

@@ -96,7 +96,7 @@ try:
 except (OSError, ValueError) as exc:
     out["soak"]["verdict"] = f"unreadable: {exc}"
 else:
-    from gpufleet import schema
+    from gpufleet.base import schema
 
     out["soak"]["verdict"] = schema.verdict(doc["results"])
     out["soak"]["results"] = [{k: r.get(k) for k in ("check", "status", "reason", "value", "unit")} for r in doc["results"]]
@@ -133,7 +133,7 @@ nvidia-smi >>"$log" 2>&1
 rm -rf "${STATE:?}"/* && mkdir -p "$STATE/extra"
 reports=$STATE/extra/reports  # the run folders and the store (gpufleet_reports_dir)
 printf '%s\n' "$gpus x $name" "$driver" "$ansible" >"$STATE/machine.txt"
-common=(-i inventory/local -e gpufleet_reports_dir="$reports" -e gpufleet_lock_path=/tmp/gpufleet.lock -e "{\"gpufleet_thresholds\": $thresholds}")
+common=(-i inventory/local -e gpufleet_reports_dir="$reports" -e gpufleet_lock_path=/tmp/gpufleet.base.lock -e "{\"gpufleet_thresholds\": $thresholds}")
 
 validate() {  # RUN_ID TIER TIMEOUT_S [more -e ...]: one timed validate.yml run, its wall time and rc in $STATE/runs.tsv
   local run=$1 tier=$2 limit=$3
@@ -145,7 +145,7 @@ validate() {  # RUN_ID TIER TIMEOUT_S [more -e ...]: one timed validate.yml run,
     >"$STATE/extra/ansible-$run.log" 2>&1
   rc=$?
   t1=$(date +%s.%N)
-  [ "$rc" -ne 124 ] || rm -f /tmp/gpufleet.lock  # killed at its limit: the next run must not wait for its lock
+  [ "$rc" -ne 124 ] || rm -f /tmp/gpufleet.base.lock  # killed at its limit: the next run must not wait for its lock
   printf '%s\t%s\t%s\t%s\n' "$run" "$tier" "$(python3 -c "print(round($t1 - $t0, 1))")" "$rc" >>"$STATE/runs.tsv"
   say "$run: exit $rc, $(python3 -c "print(round($t1 - $t0, 1))") s"
   grep -E "fleet verdict|failed acceptance|FAILED|ERROR" "$STATE/extra/ansible-$run.log" | head -5 | tee -a "$log"

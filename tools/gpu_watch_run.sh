@@ -191,7 +191,7 @@ python3 - "$OUT" <<'EOF' 2>>"$log" | tee -a "$log"
 import json, sys
 from pathlib import Path
 
-from gpufleet import schema
+from gpufleet.base import schema
 
 out = Path(sys.argv[1])
 

@@ -43,7 +43,7 @@ python3 -m gpufleet collect >"$OUT/readings.json" 2>"$OUT/collect.err"
 python3 - "$OUT/readings.json" "$SCRATCH" >"$OUT/host.txt" <<'PY'
 import json, os, shutil, sys
 from gpufleet.bench import host_memory, io_watch
-from gpufleet.collect.host import pcie_links
+from gpufleet.collect.host import pcie_link_states as pcie_links
 r = json.load(open(sys.argv[1]))
 h, log = r["host"], r.get("kernel_log") or {}
 edac = h.get("edac") or {}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from gpufleet import numbers
+from gpufleet.base import numbers
 from gpufleet.train import gpt2
 
 PEAK_TFLOPS = 989

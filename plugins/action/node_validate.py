@@ -1,6 +1,6 @@
 """gpufleet.cluster.node_validate: the whole node stage of validate.yml, for one node, in one task.
 
-The stage itself is the engine's (`gpufleet node-stage`, gpufleet/node_stage.py), written once; this action runs
+The stage itself is the engine's (`gpufleet node-stage`, gpufleet/node/stage.py), written once; this action runs
 its two parts on the node and keeps what they measured, on the controller, in the task's own worker:
 
     run 1 on the node (gpufleet.cluster.node_stage, part checks)    the node lock (taken for this run), the check
@@ -49,7 +49,7 @@ display = Display()
 
 # The keys of a host document a part's document gives the node's (the first part's: engine, profile, versions).
 DOCUMENT_KEYS = ("schema_version", "engine_version", "profile", "versions", "started")
-STOP_WAIT_S = 60  # the engine waits this long at the least for a stale lock's processes to stop (gpufleet.lock)
+STOP_WAIT_S = 60  # the engine waits this long at the least for a stale lock's processes to stop (gpufleet.base.lock)
 ANSWER_MARGIN_S = 120  # beyond a part's own limit, for the module to kill the engine and answer
 REMEDY_DEFAULT = "read the reason, fix the node or the input and re-run validate.yml"
 REMEDY_UNREACHABLE = (
@@ -81,7 +81,7 @@ write_host_document = _engine("gpufleet.fleet.document_writer", "record")
 # What the node's figures are held against, written for the run before the nodes' stage (gpufleet references).
 read_references = _engine("gpufleet.comparisons.node", "read")
 # The check groups the node's stage runs, for its lines and its bounds (the registry needs nothing beyond Python).
-CHECK_GROUPS = _engine("gpufleet.registry", "group_names")()
+CHECK_GROUPS = _engine("gpufleet.base.registry", "group_names")()
 
 ARGUMENT_SPEC = {
     "lock": {"type": "dict", "required": True, "options": TAKE_SPEC},

@@ -34,12 +34,12 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_results im
 ENGINE_SRC = str(Path(__file__).resolve().parents[2] / "src")
 if ENGINE_SRC not in sys.path:
     sys.path.append(ENGINE_SRC)
-from gpufleet import registry  # noqa: E402
+from gpufleet.base import registry  # noqa: E402
 
 try:
-    from gpufleet import paths as engine_paths
-    from gpufleet import profiles
-    from gpufleet.errors import InputError
+    from gpufleet.base import paths as engine_paths
+    from gpufleet.base import profiles
+    from gpufleet.base.errors import InputError
     from gpufleet.fleet.export import slurm_name
 
     ENGINE_MISSING = None

@@ -2,7 +2,7 @@
 # Copyright: gpufleet contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0.txt)
 """Body of the benchmark module: one engine run, `gpufleet bench NAMES --each-timeout-s T`, in which the engine runs
-each benchmark in a process of its own (gpufleet/supervised.py); one host document for all."""
+each benchmark in a process of its own (gpufleet/node/supervised.py); one host document for all."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0.txt)
-"""What the modules copy from the engine's result schema (gpufleet/schema.py): the engine may not be importable where
+"""What the modules copy from the engine's result schema (gpufleet/base/schema.py): the engine may not be importable where
 they run (a module runs under the node's Ansible Python, the engine under gpufleet_python). Nothing of the
 registry: what a node runs is the engine's decision (gpufleet node-stage), and the action plugins, on the controller,
-read gpufleet/registry.py itself. tests/test_module_constants.py holds each copy here to the engine's.
+read gpufleet/base/registry.py itself. tests/test_module_constants.py holds each copy here to the engine's.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from __future__ import annotations
 import time
 
 
-# The group of the benchmarks' results (gpufleet.registry.BENCHMARK_GROUP).
+# The group of the benchmarks' results (gpufleet.base.registry.BENCHMARK_GROUP).
 BENCHMARK_GROUP = "benchmark"
-SCHEMA_VERSION = 1  # gpufleet.schema.SCHEMA_VERSION: the host documents this module builds itself
+SCHEMA_VERSION = 1  # gpufleet.base.schema.SCHEMA_VERSION: the host documents this module builds itself
 
 
 def utc_now():
@@ -35,7 +35,7 @@ def result(
     started=None,
     seconds=None,
 ):
-    """gpufleet.schema.result for what a module says itself (skipped, passed, or could not run: the judging of
+    """gpufleet.base.schema.result for what a module says itself (skipped, passed, or could not run: the judging of
     figures is the engine's); an `error` is software unless `failure_class` says what the cause is."""
     if status not in ("pass", "skip", "error"):
         raise ValueError("a module's own result is pass, skip or error, not %r" % (status,))

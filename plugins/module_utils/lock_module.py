@@ -17,7 +17,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_process im
 )
 
 LOCK_COMMANDS = {"acquired": "acquire", "heartbeat": "heartbeat", "released": "release"}
-# The engine waits this long at the least for the processes of a stale lock's run to stop (gpufleet.lock.STOP_WAIT_S).
+# The engine waits this long at the least for the processes of a stale lock's run to stop (gpufleet.base.lock.STOP_WAIT_S).
 STOP_WAIT_S = 60
 
 

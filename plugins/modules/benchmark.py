@@ -240,7 +240,7 @@ gpufleet:
           C(value), C(unit), C(threshold), C(reason), C(remedy), C(detail), C(class), C(trust) (how far the figure can
           be trusted, one of V(clean), V(confirmed), V(disturbed) or V(inconclusive)), C(started) and C(seconds).
         - C(class) is the failure class of a C(warn), C(fail) or C(error) result, one of V(hardware), V(environment),
-          V(configuration) or V(software) (C(gpufleet.failure_class)); null for the other statuses.
+          V(configuration) or V(software) (C(gpufleet.base.failure_class)); null for the other statuses.
         - C(detail) keeps the raw measurements and the method (warm-up, iterations, sizes, timer, versions); the NCCL
           results carry C(rows), one per message size with C(size_bytes), C(algbw_gbps), C(busbw_gbps) and C(correct).
       type: list

@@ -212,7 +212,7 @@ gpufleet:
         - One result C(finetune) with C(check), C(group), C(status), C(value) (tokens/s per GPU), C(unit),
           C(threshold), C(reason), C(remedy), C(detail), C(class), C(started) and C(seconds).
         - C(class) is the failure class of a C(warn), C(fail) or C(error) result, one of V(hardware), V(environment),
-          V(configuration) or V(software) (C(gpufleet.failure_class)); null for the other statuses.
+          V(configuration) or V(software) (C(gpufleet.base.failure_class)); null for the other statuses.
         - C(detail) holds C(world_size), C(nnodes), C(node_rank), C(losses), C(loss_first), C(loss_last),
           C(eval_loss_first), C(eval_loss), C(adapter_dir) (on node rank 0), C(mfu), the launch settings and, for a
           failed run, C(failure) (C(phase), C(cause), the rank and host that failed first, C(peer_addr) of a lost

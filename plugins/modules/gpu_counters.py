@@ -79,7 +79,7 @@ gpufleet:
   description:
     - The host document of the C(counters) group, as C(gpufleet counters --json) prints it.
     - Its C(results) list holds C(snapshot_before) or C(snapshot_after), with the keys of
-      C(gpufleet.schema.result), the counters in its C(detail), then the fabric's C(fabric_before) or
+      C(gpufleet.base.schema.result), the counters in its C(detail), then the fabric's C(fabric_before) or
       C(fabric_after) (C(detail.devices), C(detail.unreadable)). After the benchmarks a third result,
       C(processes_after), lists the GPUs' processes again (as C(gpu_health.processes) does before) and fails on any.
   returned: success
@@ -118,7 +118,7 @@ gpufleet:
         - Each result has C(check), C(group), C(status), C(value), C(unit), C(threshold), C(reason), C(remedy),
           C(detail), C(class), C(started) and C(seconds).
         - C(class) is the failure class of a C(warn), C(fail) or C(error) result, one of V(hardware), V(environment),
-          V(configuration) or V(software) (C(gpufleet.failure_class)); null for the other statuses.
+          V(configuration) or V(software) (C(gpufleet.base.failure_class)); null for the other statuses.
       type: list
       elements: dict
       sample:

@@ -59,7 +59,7 @@ ansible_facts:
 gpufleet:
   description:
     - The host document of the C(gpu_inventory) group, as C(gpufleet check --json) prints it.
-    - Its C(results) list holds one result per check with the keys of C(gpufleet.schema.result).
+    - Its C(results) list holds one result per check with the keys of C(gpufleet.base.schema.result).
   returned: success
   type: dict
   contains:
@@ -93,7 +93,7 @@ gpufleet:
         - One entry per check with C(check), C(group), C(status) (pass, info, warn, fail, skip or error), C(value), C(unit),
           C(threshold), C(reason), C(remedy), C(detail), C(class), C(started) and C(seconds).
         - C(class) is the failure class of a C(warn), C(fail) or C(error) result, one of V(hardware), V(environment),
-          V(configuration) or V(software) (C(gpufleet.failure_class)); null for the other statuses.
+          V(configuration) or V(software) (C(gpufleet.base.failure_class)); null for the other statuses.
       type: list
       elements: dict
       sample:

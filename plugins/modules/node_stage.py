@@ -131,7 +131,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.engine_process im
     run_json,
 )
 
-LOCK_ENV = "GPUFLEET_LOCK"  # gpufleet.lock.ENV
+LOCK_ENV = "GPUFLEET_LOCK"  # gpufleet.base.lock.ENV
 
 
 def main():

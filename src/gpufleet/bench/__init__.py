@@ -15,7 +15,7 @@ import statistics
 import time
 
 from gpufleet.collect.nvml.binding import init_nvml, pynvml
-from gpufleet.numbers import significant
+from gpufleet.base.numbers import significant
 
 # Bump when a change to method (shapes, sizes, timer, statistic) would move the numbers.
 BENCHMARK_VERSION = 1

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from gpufleet.bench import BENCHMARK_VERSION, host_watch, summarize
 from gpufleet.bench.io_watch import IoWatch
-from gpufleet.numbers import significant
+from gpufleet.base.numbers import significant
 
 SCRATCH_ENV = "GPUFLEET_SCRATCH_DIR"
 SCRATCH_VARIABLE = "gpufleet_scratch_dir"

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from gpufleet.bench import BENCHMARK_VERSION, summarize
-from gpufleet.numbers import significant
+from gpufleet.base.numbers import significant
 
 BYTES_PER_NODE = {"smoke": 768 << 20, "quick": 3 << 30, "thorough": 12 << 30, "cpu": 48 << 20}
 SAMPLES = {"smoke": 5, "quick": 8, "thorough": 20, "cpu": 4}

@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from gpufleet import profiles
+from gpufleet.base import profiles
 from gpufleet.collect.host import load
 
 CPU_KEY = "host_foreign_cpu_share_max"

@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 
-from gpufleet import guard
+from gpufleet.base import guard
 
 
 _WORKER_ERROR = re.compile(r"\[rank\d+\]: \S*(Error|Exception)\b")

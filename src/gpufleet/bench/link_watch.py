@@ -2,7 +2,7 @@
 
 An idle link may lower its speed on purpose (a GPU drops to 2.5 GT/s between kernels), so a link is judged by the
 best it trained to while the node's benchmarks ran: every `interval_s` its speed and width are read
-(collect.host.pcie_links) and the highest of each kept, with how many reads saw it below its maximum. GpuMonitor
+(collect.host.pcie_link_states) and the highest of each kept, with how many reads saw it below its maximum. GpuMonitor
 runs one beside every step; checks.pcie_links judges what all of them saw.
 """
 
@@ -12,7 +12,7 @@ import threading
 import time
 from pathlib import Path
 
-from gpufleet.collect.host import pcie_links
+from gpufleet.collect.host import pcie_link_states
 
 
 class LinkWatch:
@@ -23,7 +23,7 @@ class LinkWatch:
         self.interval_s, self.root = interval_s, Path(root)
         self.error: str | None = None
         try:
-            self.links = pcie_links.links_of(root) if links is None else links
+            self.links = pcie_link_states.links_of(root) if links is None else links
         except Exception as exc:  # the sampler must not take the benchmark down
             self.links, self.error = [], f"PCIe links not listed: {type(exc).__name__}: {exc}"
         self.seen: dict[str, dict] = {}
@@ -35,7 +35,7 @@ class LinkWatch:
     def sample(self) -> None:
         t = round(time.monotonic() - self._t0, 1)
         try:
-            now = pcie_links.read(self.root, self.links)
+            now = pcie_link_states.read(self.root, self.links)
         except Exception as exc:
             self.error = self.error or f"PCIe links not read: {type(exc).__name__}: {exc}"
             return

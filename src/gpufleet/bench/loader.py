@@ -26,7 +26,7 @@ import time
 import zlib
 
 from gpufleet.bench import BENCHMARK_VERSION, summarize
-from gpufleet.numbers import significant
+from gpufleet.base.numbers import significant
 
 SEQ_TOKENS = 4096
 BYTES_PER_TOKEN = 4  # a token of English text is about four bytes

@@ -32,7 +32,7 @@ from gpufleet.bench import (
 )
 from gpufleet.bench import sdc
 from gpufleet.bench.monitor import GpuMonitor
-from gpufleet.numbers import significant
+from gpufleet.base.numbers import significant
 
 DTYPES = ("bf16", "fp16", "tf32", "fp8")
 

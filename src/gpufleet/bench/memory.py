@@ -25,7 +25,7 @@ from gpufleet.bench import (
     torch_versions,
 )
 from gpufleet.bench.monitor import GpuMonitor
-from gpufleet.numbers import significant
+from gpufleet.base.numbers import significant
 
 SIZES_BYTES = {
     "smoke": {"hbm": 2 << 30, "pcie": 256 << 20},

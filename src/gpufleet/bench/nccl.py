@@ -32,10 +32,10 @@ import shutil
 import tempfile
 import warnings
 
-from gpufleet import guard
+from gpufleet.base import guard
 from gpufleet.bench import BENCHMARK_VERSION, DeviceTimer
 from gpufleet.bench.launch import torchrun
-from gpufleet.numbers import significant
+from gpufleet.base.numbers import significant
 
 MiB, GiB = 1 << 20, 1 << 30
 SIZES = {

@@ -11,8 +11,8 @@ So each GPU runs:
 
 each `repeats` times in its own process (or, when matmul runs too, in the matmul worker after its timed
 products), the outputs compared with the first repeat on the device (a GPU that disagrees with itself is named
-too), and the first repeat's bytes hashed (sha256). checks/sdc.py compares the
-hashes across the node's GPUs (majority), fleet/sdc.py across the fleet through the store.
+too), and the first repeat's bytes hashed (sha256). checks/sdc_hashes.py compares the
+hashes across the node's GPUs (majority), fleet/sdc_voters.py across the fleet through the store.
 
 Inputs are drawn on the CPU from a seeded generator and copied over, so they do not depend on how a GPU's
 generator splits its work; the bf16 product takes the fp32 product's inputs rounded to bf16. What breaks the comparison, and is therefore in `comparable` (never compared across):

@@ -9,7 +9,7 @@ profile, so recorded readings replay exactly in tests.
 
 from __future__ import annotations
 
-from gpufleet import registry
+from gpufleet.base import registry
 
 # Each group's checks, the function each declaration names (imported here, once: a check group runs them all).
 GROUPS = {g.name: [(c.name, registry.check_function(g, c)) for c in g.checks] for g in registry.CHECK_GROUPS}

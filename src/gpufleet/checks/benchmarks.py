@@ -9,9 +9,9 @@ of results; the raw output rides along in `detail` so nothing measured is lost.
 
 from __future__ import annotations
 
-from gpufleet import calibration, judge, profiles, schema
+from gpufleet.base import calibration, judge, profiles, schema
 from gpufleet.checks import figures
-from gpufleet.schema import ERROR, FAIL, PASS, WARN, result
+from gpufleet.base.schema import ERROR, FAIL, PASS, WARN, result
 
 GROUP = "benchmark"
 CPU_NOTE = "CPU run: logic check only, not a performance figure"

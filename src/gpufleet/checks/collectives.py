@@ -3,9 +3,9 @@ a node, the send/recv matrix between GPU pairs, and the transport NCCL used betw
 
 from __future__ import annotations
 
-from gpufleet import profiles, schema
+from gpufleet.base import profiles, schema
 from gpufleet.checks.benchmarks import CPU_NOTE, against_min
-from gpufleet.schema import ERROR, FAIL, PASS, WARN, result
+from gpufleet.base.schema import ERROR, FAIL, PASS, WARN, result
 
 
 def _largest(rows):

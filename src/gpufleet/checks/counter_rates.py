@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpufleet.schema import FAIL, INFO, PASS, WARN
+from gpufleet.base.schema import FAIL, INFO, PASS, WARN
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ RATES = {
     ),
 }
 INCREASE = {"nvlink_replay": "NVLink replays", "nvlink_recovery": "NVLink recoveries"}
-# The per-link counters of a reading (collect.nvml.links.NVLINK_COUNTERS) by the counter a snapshot names.
+# The per-link counters of a reading (collect.nvml.nvlinks.NVLINK_COUNTERS) by the counter a snapshot names.
 LINK_FIELD = {
     "nvlink_crc_flit": "crc_flit",
     "nvlink_crc_data": "crc_data",

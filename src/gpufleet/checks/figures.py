@@ -9,9 +9,9 @@ last two means the figure is not yet the node's: the result warns and asks to be
 
 from __future__ import annotations
 
-from gpufleet import calibration, judge, profiles
-from gpufleet.numbers import significant
-from gpufleet.schema import PASS, WARN
+from gpufleet.base import calibration, judge, profiles
+from gpufleet.base.numbers import significant
+from gpufleet.base.schema import PASS, WARN
 
 SAMPLE_KEY = "sample_drop_pct_max"
 NOT_THE_FIGURE = (judge.FELL, judge.DISTURBED)

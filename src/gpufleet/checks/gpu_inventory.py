@@ -11,10 +11,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from gpufleet import profiles, schema
+from gpufleet.base import profiles, schema
 from gpufleet.collect import nvml
-from gpufleet.registry import SOFTWARE
-from gpufleet.schema import ERROR, FAIL, INFO, PASS, SKIP, WARN
+from gpufleet.base.registry import SOFTWARE
+from gpufleet.base.schema import ERROR, FAIL, INFO, PASS, SKIP, WARN
 
 NO_DRIVER_REMEDY = "install the NVIDIA driver (bringup.yml, role nvidia_driver) or run on a GPU node"
 UNREADABLE_REMEDY = "read the GPU with `nvidia-smi -q -i {gpus}`; an unreadable field on a datacenter GPU points to a driver or GPU fault"

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import statistics
 
-from gpufleet import calibration, profiles
+from gpufleet.base import calibration, profiles
 from gpufleet.checks.benchmarks import CPU_NOTE
-from gpufleet.judge import MIN, Limit, below_pct, judge
-from gpufleet.schema import ERROR, FAIL, PASS, SKIP, result
+from gpufleet.base.judge import MIN, Limit, below_pct, judge
+from gpufleet.base.schema import ERROR, FAIL, PASS, SKIP, result
 
 NUMA_KEY = "host_memory_numa_below_pct_max"
 MEMORY_KEY = "host_memory_gbps_min"

@@ -9,7 +9,7 @@ GPU (a CPU run) judges nothing: an idle GPU link lowers its speed on purpose.
 
 from __future__ import annotations
 
-from gpufleet.schema import ERROR, FAIL, PASS, SKIP, result
+from gpufleet.base.schema import ERROR, FAIL, PASS, SKIP, result
 
 CHECK = "pcie_links"
 _NAMED_MAX = 6

@@ -10,7 +10,7 @@ SDC and the processes seen. A confirmation measured again is judged on the measu
 
 from __future__ import annotations
 
-from gpufleet import schema
+from gpufleet.base import schema
 from gpufleet.checks import benchmarks
 
 GROUP = benchmarks.GROUP

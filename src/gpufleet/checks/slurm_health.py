@@ -14,7 +14,7 @@ a node, and nothing here loads a GPU: NVML and kernel-log readings only.
 
 from __future__ import annotations
 
-from gpufleet import causes, failure_class, schema
+from gpufleet.base import causes, failure_class, schema
 
 HARD_FAULTS = ("gpu_inventory.gpu_count", "gpu_health.xid", "gpu_health.ecc", "gpu_health.row_remapping")
 EPILOG_FAULTS = ("gpu_health.processes",)
@@ -45,7 +45,7 @@ def not_read(results: list[dict]) -> str | None:
 
 
 def reason_text(faults: list[dict], results: list[dict] = ()) -> str:
-    """`health <class>: <check> <its reason> +N more`, the reason's words before PREFIX (gpufleet.slurm.reason); a
+    """`health <class>: <check> <its reason> +N more`, the reason's words before PREFIX (gpufleet.base.slurm.reason); a
     reason the other failing results of the document share (no driver: every NVML check) is named once as the
     cause, with how many checks gave it (causes.label)."""
     first = faults[0]

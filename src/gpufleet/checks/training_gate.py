@@ -3,10 +3,10 @@ and the scaling efficiency inside a node or across nodes."""
 
 from __future__ import annotations
 
-from gpufleet import profiles, schema
+from gpufleet.base import profiles, schema
 from gpufleet.checks.benchmarks import CPU_NOTE, against_min
-from gpufleet.numbers import mfu
-from gpufleet.schema import ERROR, FAIL, PASS, result
+from gpufleet.base.numbers import mfu
+from gpufleet.base.schema import ERROR, FAIL, PASS, result
 
 
 def gate(out: dict, profile: dict) -> list[dict]:

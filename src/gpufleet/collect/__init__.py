@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from gpufleet.collect import host, kernel_log, nvml, software
-from gpufleet.errors import InputError
+from gpufleet.base.errors import InputError
 
 
 def read_all(root: str = "/") -> dict:

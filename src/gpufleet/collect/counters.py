@@ -27,11 +27,11 @@ a `boot_id` that differs between two snapshots means the node rebooted between t
 
 from __future__ import annotations
 
-from gpufleet import schema
+from gpufleet.base import schema
 from gpufleet.collect import host as host_reads, host_counters, nvml
 from gpufleet.collect.nvml.binding import read_field
-from gpufleet.collect.nvml.links import nvlink_error_counts, nvlink_link_counts, nvlink_links, nvlink_totals
-from gpufleet.collect.nvml.memory import read_remapped_rows
+from gpufleet.collect.nvml.nvlinks import nvlink_error_counts, nvlink_link_counts, nvlink_links, nvlink_totals
+from gpufleet.collect.nvml.memory_repairs import read_remapped_rows
 from gpufleet.collect.nvml.processes import visible_indices
 
 GROUP = "counters"

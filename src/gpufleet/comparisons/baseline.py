@@ -19,7 +19,7 @@ from gpufleet.comparisons.findings import (
 from gpufleet.comparisons.against import Against
 from gpufleet.comparisons.peers import Settle, node_rows
 from gpufleet.comparisons.thresholds import BASE_FAIL, BASE_WARN, Thresholds
-from gpufleet.schema import SKIP
+from gpufleet.base.schema import SKIP
 
 
 def _comparable(m: dict, b: dict) -> str | None:

@@ -20,8 +20,8 @@ from typing import Any
 
 from gpufleet.comparisons import gpu_text
 from gpufleet.comparisons.thresholds import BASE_WARN, Thresholds
-from gpufleet.judge import Limit, below_pct, judge
-from gpufleet.schema import PASS, WARN
+from gpufleet.base.judge import Limit, below_pct, judge
+from gpufleet.base.schema import PASS, WARN
 
 HISTORY_RUNS = 5  # the latest runs a GPU is held against
 MIN_RUNS = 2  # fewer than this is no character yet

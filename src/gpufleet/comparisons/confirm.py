@@ -15,7 +15,7 @@ one measurement, as it asked.
 
 from __future__ import annotations
 
-from gpufleet.schema import FAIL, INFO, WARN
+from gpufleet.base.schema import FAIL, INFO, WARN
 
 INCONCLUSIVE = "inconclusive"  # a comparison's row past its limit in one measurement only
 BEYOND = (WARN, FAIL)

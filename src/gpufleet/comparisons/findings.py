@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpufleet import schema
+from gpufleet.base import schema
 from gpufleet.comparisons import GROUP, flagged, gpu_text, figure_text
-from gpufleet.calibration import UNCALIBRATED
+from gpufleet.base.calibration import UNCALIBRATED
 from gpufleet.comparisons.confirm import INCONCLUSIVE
 from gpufleet.comparisons.robust import judge
 from gpufleet.comparisons.thresholds import Thresholds
-from gpufleet.judge import below_pct, judge as one_judge
-from gpufleet.schema import FAIL, INFO, PASS, SKIP, WARN
+from gpufleet.base.judge import below_pct, judge as one_judge
+from gpufleet.base.schema import FAIL, INFO, PASS, SKIP, WARN
 
 
 CPU_PREFIX = "CPU run: logic check only, not a performance figure"

@@ -29,7 +29,7 @@ from __future__ import annotations
 import functools
 import itertools
 
-from gpufleet import registry
+from gpufleet.base import registry
 
 # The values of a metric's fields as its declaration words them (registry.METRICS), and the per-GPU keys they make.
 DTYPES = tuple(next(m for m in registry.METRICS if "{dtype}" in m.key).words["dtype"])

@@ -21,13 +21,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gpufleet import registry
+from gpufleet.base import registry
 from gpufleet.comparisons import metrics
 from gpufleet.comparisons.against import Against
 from gpufleet.comparisons.baseline import baseline_index
 from gpufleet.comparisons.confirm import record_key, state
 from gpufleet.comparisons.thresholds import Thresholds, thresholds_for
-from gpufleet.errors import InputError
+from gpufleet.base.errors import InputError
 
 FOLDER = "references"  # RUN_DIR/references/<host>.json: each node's, written on the controller (fleet/references.py)
 

@@ -23,8 +23,8 @@ from gpufleet.comparisons.findings import (
     listed_text,
 )
 from gpufleet.comparisons.robust import robust, robust_z
-from gpufleet.calibration import UNCALIBRATED
-from gpufleet.judge import Limit, judge
+from gpufleet.base.calibration import UNCALIBRATED
+from gpufleet.base.judge import Limit, judge
 from gpufleet.comparisons.thresholds import (
     GPU_FAIL,
     GPU_WARN,
@@ -35,9 +35,9 @@ from gpufleet.comparisons.thresholds import (
     SPREAD_RATIO,
     Thresholds,
 )
-from gpufleet import schema
+from gpufleet.base import schema
 from gpufleet.comparisons.confirm import INCONCLUSIVE
-from gpufleet.schema import INFO, PASS, SKIP, WARN
+from gpufleet.base.schema import INFO, PASS, SKIP, WARN
 
 
 def node_rows(node_metrics: dict, *, shared: bool = False) -> list[dict]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import statistics
 
-from gpufleet.judge import Limit, below_pct, judge as one_judge
+from gpufleet.base.judge import Limit, below_pct, judge as one_judge
 
 
 def robust(values: list[float]) -> tuple[float, float]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from gpufleet import judge, profiles
+from gpufleet.base import judge, profiles
 
 
 # Keys of files/profiles/generic.yml this module reads.

@@ -8,5 +8,5 @@ rank.py     setup(): one rank's process group, data, tokenizer, model, optimizer
 loop.py     train(): the optimizer steps, evaluate() on the held-out split, TensorBoard, save_adapter()
 failures.py why a run failed: the rank and node, or the rendezvous
 results.py  the run as results of the one schema (check `finetune`)
-cli.py      `gpufleet finetune` / `python -m gpufleet.finetune`
+command.py  `gpufleet finetune` / `python -m gpufleet.finetune`
 """

@@ -1,5 +1,5 @@
 import sys
 
-from gpufleet.finetune.cli import main
+from gpufleet.finetune.command import main
 
 sys.exit(main())

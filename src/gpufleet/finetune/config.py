@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from gpufleet.errors import InputError
+from gpufleet.base.errors import InputError
 
 QWEN2_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 ARCHITECTURES = ("qwen2-7b", "tiny-qwen2")

@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from gpufleet.errors import InputError
+from gpufleet.base.errors import InputError
 
 IGNORE = -100  # label of tokens that carry no loss (torch cross_entropy's ignore_index)
 ROLES = {"USER": "user", "ASSISTANT": "assistant", "FUNCTION RESPONSE": "tool"}

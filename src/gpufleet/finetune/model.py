@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 
-from gpufleet.errors import InputError
+from gpufleet.base.errors import InputError
 
 # Shapes for random-weight runs. qwen2-7b: Qwen/Qwen2-7B-Instruct's config.json.
 SHAPES = {

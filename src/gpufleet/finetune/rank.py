@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from gpufleet.errors import InputError
+from gpufleet.base.errors import InputError
 from gpufleet.finetune import config as fconfig
 from gpufleet.finetune import data, model as fmodel
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 
-from gpufleet import numbers, profiles
+from gpufleet.base import numbers, profiles
 from gpufleet.checks.benchmarks import CPU_NOTE
-from gpufleet.schema import FAIL, PASS, SKIP, WARN, result, utc_now
+from gpufleet.base.schema import FAIL, PASS, SKIP, WARN, result, utc_now
 
 GROUP = "finetune"
 # Read when a profile declares it (files/profiles/generic.yml); until then the figure is reported, not judged.

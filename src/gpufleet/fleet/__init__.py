@@ -9,11 +9,10 @@
     compare.py  the results of group `fleet` per node: the comparisons of gpufleet.comparisons (GPU against its
                 node's median, node against the fleet median, sample spread, against the baseline run), counter_growth.py (counter rates, over counter_table.py), fabric_growth.py (InfiniBand port
                 and PCIe AER counters as rates), fabric_peers.py (port speed and rails against the other nodes),
-                returning.py (GPUs that failed before), sdc.py, report_rows.py (the
+                returning.py (GPUs that failed before), sdc_voters.py, report_rows.py (the
                 report's fleet view), versions.py (the software and firmware table, fleet.versions, the nodes
                 the NCCL run across nodes leaves out)
     export.py   a Prometheus textfile per node and the Slurm drain lines
-    cli.py      `gpufleet record | history | baseline | store | versions`
                 (document_writer.py: a host document written into its run folder; history_text.py)
 
 The node side never imports this package: it runs on the controller only.

@@ -15,7 +15,7 @@
     rails_vs_fleet               the HCA beside each GPU (PCIe) against the one beside the same GPU on the other nodes
     returning_gpu                a GPU (uuid or serial) that failed in an earlier run and is back, in any node: hardware
                                  failures only (failure_class.py), so another process on a GPU does not follow it
-    sdc                          the node's SDC hashes against the fleet's for the same model and versions (fleet/sdc.py)
+    sdc                          the node's SDC hashes against the fleet's for the same model and versions (fleet/sdc_voters.py)
     versions                     a node whose software or firmware differs from the run's majority or the baseline
                                  run's (fleet/versions.py); a difference in NCCL or its net plugin fails
 
@@ -50,9 +50,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpufleet.fleet import sdc, versions
+from gpufleet.fleet import sdc_voters, versions
 
-from gpufleet import registry
+from gpufleet.base import registry
 from gpufleet.comparisons import confirm, metric_keys, metrics
 from gpufleet.comparisons.against import Against
 from gpufleet.comparisons.baseline import baseline_index, baseline_medians
@@ -100,7 +100,7 @@ def evaluate(
     metrics_by_host = {
         host: extracted[host] if host in extracted else metrics.extract(n["results"]) for host, n in nodes.items()
     }
-    sdc_rows = {host: sdc.hash_rows(n["results"]) for host, n in nodes.items()}
+    sdc_rows = {host: sdc_voters.hash_rows(n["results"]) for host, n in nodes.items()}
     thresholds_by_host = {host: Thresholds(thresholds_for(n.get("profile"), KEYS_READ)) for host, n in nodes.items()}
     groups = fleet_groups(metrics_by_host)
     layouts = fabric_layouts(nodes)
@@ -175,7 +175,7 @@ def evaluate(
         res.append(rails_vs_fleet(host, layouts, thresholds))
         res.append(returning_gpu(host, run_id, node_metrics, store, store_note))
         if sdc_rows[host]:
-            res.append(sdc.judge(host, run_id, sdc_rows, store, store_note, sdc_votes))
+            res.append(sdc_voters.judge(host, run_id, sdc_rows, store, store_note, sdc_votes))
         out["results"][host] = res + version_res
     out["fleet_medians"] = {
         f"{k}|{c}": {

@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from gpufleet import schema
+from gpufleet.base import schema
 from gpufleet.checks.counter_rates import (
     INCREASE,
     RATES,
@@ -22,8 +22,8 @@ from gpufleet.fleet import flagged, gpu_text, figure_text
 from gpufleet.fleet.counter_table import COUNTERS, PERSISTENT
 from gpufleet.comparisons.findings import fleet_result, listed_text
 from gpufleet.comparisons.thresholds import MIN_WINDOW, Thresholds
-from gpufleet.judge import Limit, judge
-from gpufleet.schema import FAIL, INFO, PASS, SKIP, WARN
+from gpufleet.base.judge import Limit, judge
+from gpufleet.base.schema import FAIL, INFO, PASS, SKIP, WARN
 
 
 def _time(text: Any) -> dt.datetime | None:

@@ -8,8 +8,8 @@ import json
 import os
 from pathlib import Path
 
-from gpufleet import paths, runs, schema
-from gpufleet.errors import InputError
+from gpufleet.base import paths, runs, schema
+from gpufleet.base.errors import InputError
 
 
 def _attempt(run_dir: Path) -> int:

@@ -43,8 +43,8 @@ import shlex
 import time
 from pathlib import Path
 
-from gpufleet import causes, failure_class, paths, schema
-from gpufleet.errors import InputError
+from gpufleet.base import causes, failure_class, paths, schema
+from gpufleet.base.errors import InputError
 from gpufleet.comparisons import metric_keys
 from gpufleet.fleet.counter_table import FABRIC_COUNTERS
 

@@ -13,15 +13,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpufleet import schema
+from gpufleet.base import schema
 from gpufleet.checks.counter_rates import judge_rate, limit_text, rate_text
 from gpufleet.fleet import figure_text
 from gpufleet.fleet.counter_growth import hours_between, window_text
 from gpufleet.fleet.counter_table import FABRIC_COUNTERS, FABRIC_PERSISTENT, PORT_COUNTER_BITS
 from gpufleet.comparisons.findings import fleet_result, listed_text
 from gpufleet.comparisons.thresholds import MIN_WINDOW, Thresholds
-from gpufleet.judge import Limit, judge
-from gpufleet.schema import FAIL, INFO, PASS, SKIP, WARN
+from gpufleet.base.judge import Limit, judge
+from gpufleet.base.schema import FAIL, INFO, PASS, SKIP, WARN
 
 _UNIT = {"count": "", "per_min": "/min", "per_h": "/h", "ber": ""}
 _REMEDY = {

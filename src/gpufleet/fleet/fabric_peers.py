@@ -12,7 +12,7 @@ from collections import Counter
 
 from gpufleet.comparisons.findings import fleet_result, listed_text
 from gpufleet.comparisons.thresholds import FABRIC_SHARE as SHARE, Thresholds
-from gpufleet.schema import FAIL, PASS, SKIP, WARN
+from gpufleet.base.schema import FAIL, PASS, SKIP, WARN
 
 
 def _detail(results: list, check: str) -> dict | None:

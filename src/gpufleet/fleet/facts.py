@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gpufleet import schema
-from gpufleet.schema import INFO, WARN
+from gpufleet.base import schema
+from gpufleet.base.schema import INFO, WARN
 
 
 def _check_id(res: dict) -> str:

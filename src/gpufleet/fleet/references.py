@@ -18,15 +18,15 @@ import sqlite3
 from collections import defaultdict
 from pathlib import Path
 
-from gpufleet import paths
+from gpufleet.base import paths
 from gpufleet.comparisons.baseline import baseline_medians
 from gpufleet.comparisons.character import HISTORY_RUNS, deviations
 from gpufleet.comparisons.node import FOLDER
-from gpufleet.errors import InputError
+from gpufleet.base.errors import InputError
 from gpufleet.fleet.repair import open_for_run, use_for_run
 from gpufleet.fleet.run_files import read_run_info
 from gpufleet.fleet.store import default_path
-from gpufleet.runs import run_id_of
+from gpufleet.base.runs import run_id_of
 
 
 def choose_baseline(run_dir: Path, store, explicit: str | None) -> dict | None:

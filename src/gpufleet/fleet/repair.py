@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from gpufleet import paths, runs
-from gpufleet.errors import InputError
+from gpufleet.base import paths, runs
+from gpufleet.base.errors import InputError
 from gpufleet.fleet import BASELINE_FILE
 from gpufleet.fleet.store import DamagedStore, Store
 from gpufleet.fleet.store_tables import problem

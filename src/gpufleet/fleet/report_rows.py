@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from gpufleet import schema
+from gpufleet.base import schema
 from gpufleet.fleet import flagged
 from gpufleet.comparisons.confirm import status_of
 from gpufleet.comparisons.peers import fleet_stats
-from gpufleet.schema import PASS
+from gpufleet.base.schema import PASS
 
 
 # The fleet view: what report.html and report.md show per node (the first metric a node has of each list).

@@ -6,7 +6,7 @@ from typing import Any
 
 from gpufleet.fleet import flagged, gpu_text
 from gpufleet.comparisons.findings import fleet_result, listed_text
-from gpufleet.schema import PASS, SKIP, WARN
+from gpufleet.base.schema import PASS, SKIP, WARN
 
 
 def returning_gpu(host: str, run_id: str, node_metrics: dict, store: Any, store_note: str | None) -> dict:

@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpufleet import paths, schema
-from gpufleet.errors import InputError
+from gpufleet.base import paths, schema
+from gpufleet.base.errors import InputError
 from gpufleet.fleet import BASELINE_FILE
 
 

@@ -4,7 +4,7 @@ into the store's table `events`, and the costs read back from them.
 The run folders stay the record; each of these files is indexed as a whole (its rows replaced), at the report,
 after each action and by `gpufleet store rebuild`:
 
-    slurm.json   `gpufleet slurm` (fleet/slurm.py): each drain and resume done, with its time
+    slurm.json   `gpufleet slurm` (fleet/slurm_action.py): each drain and resume done, with its time
     sweep.json   `gpufleet slurm sweep` (service/sweep.py): each sweep job, its state, seconds and GPU-hours
     ladder.json  `gpufleet ladder` (service/ladder.py): each step proposed or taken, with its time and outcome
 
@@ -15,7 +15,7 @@ Costs, per node and for the fleet:
                        run whose verdict drained it, since the node was last back in service
     return_s           from that drain to the node's return to service, whoever resumed it: gpufleet's resume, or
                        Slurm seen giving the node to jobs again (a resume by hand, slurm.json's action "seen",
-                       fleet/slurm.py seen_back); open while it is still out
+                       fleet/slurm_action.py seen_back); open while it is still out
     sweep_gpu_seconds  GPU-seconds the sweep jobs held the node (its GPUs x the job's seconds), in all and in the
                        last 7 days; sweep_gpu_hours the same in hours, rounded for people
 
@@ -37,7 +37,9 @@ WEEK_S = 7 * 24 * 3600
 # Drains that take a node out for a fault (the run's verdict, the ladder's RMA); a take-over before an acceptance
 # run is no fault of the node.
 FAULT_DRAINS = ("drain", "drain_resume", "ladder")
-SEEN = "seen"  # slurm.json's action of a return to service gpufleet saw but did not make (fleet/slurm.py seen_back)
+SEEN = (
+    "seen"  # slurm.json's action of a return to service gpufleet saw but did not make (fleet/slurm_action.py seen_back)
+)
 COLUMNS = ("run_id", "source", "seq", "at", "host", "slurm_node", "kind", "step", "done", "detail")
 
 

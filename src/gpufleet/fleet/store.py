@@ -34,9 +34,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from gpufleet import failure_class, paths, schema
-from gpufleet.errors import InputError
-from gpufleet.fleet import DB_NAME, GROUP, sdc
+from gpufleet.base import failure_class, paths, schema
+from gpufleet.base.errors import InputError
+from gpufleet.fleet import DB_NAME, GROUP, sdc_voters
 from gpufleet.comparisons import metrics
 from gpufleet.fleet.counter_table import FABRIC_COUNTERS
 from gpufleet.fleet.store_baseline import Baseline
@@ -407,7 +407,7 @@ class Store(RunFolders, Baseline, Queries):
                     h["computation"],
                     h["sha256"],
                 )
-                for h in sdc.hash_rows(results)
+                for h in sdc_voters.hash_rows(results)
             ],
         )
 

@@ -3,8 +3,8 @@ baseline.json beside the store so that a rebuild brings it back. A mixin of flee
 
 from __future__ import annotations
 
-from gpufleet import schema
-from gpufleet.errors import InputError
+from gpufleet.base import schema
+from gpufleet.base.errors import InputError
 from gpufleet.fleet.run_files import write_baseline_file
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpufleet import runs, schema
-from gpufleet.errors import InputError
+from gpufleet.base import runs, schema
+from gpufleet.base.errors import InputError
 from gpufleet.fleet import GROUP, service_log
 from gpufleet.fleet.run_files import read_baseline_file, read_json, read_run_info
 from gpufleet.fleet.store_tables import HOST_TABLES

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from gpufleet import failure_class, schema
-from gpufleet.errors import InputError
+from gpufleet.base import failure_class, schema
+from gpufleet.base.errors import InputError
 from gpufleet.fleet import service_log
 from gpufleet.fleet.store_tables import HOST_TABLES
 

@@ -33,8 +33,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from gpufleet import paths
-from gpufleet.errors import InputError
+from gpufleet.base import paths
+from gpufleet.base.errors import InputError
 
 SCHEMA_VERSION = 4
 APPLICATION = "gpufleet"

@@ -26,7 +26,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from gpufleet import schema
+from gpufleet.base import schema
 from gpufleet.comparisons.findings import fleet_result, listed_text
 
 # (component, label) in the order the table shows them when none differs.

@@ -18,7 +18,7 @@ The fleet layer (gpufleet.fleet) adds results of group `fleet` to every node who
 and they count in its verdict; the run is indexed into the store (gpufleet.db beside the run folder).
 
 Its parts: nodes.py reads the run's host documents into nodes, formatting.py holds what the renderers share
-(among it decided_limit(): the limit that decided a result), figures.py what the pictures show (the soak window by
+(among it decided_limit(): the limit that decided a result), chart_data.py what the pictures show (the soak window by
 window, each GPU beside its siblings and its past, NCCL beside the baseline, the fleet's distributions), svg.py and
 svg_fleet.py draw them for report.html (report.md writes them as tables), drain.py decides what the drain box
 proposes (only confirmed failures), render_json.py, render_md.py, render_html.py and render_junit.py write one

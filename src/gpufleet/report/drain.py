@@ -9,7 +9,7 @@ node out of service on one sample may take a healthy node out.
 
 from __future__ import annotations
 
-from gpufleet import causes, schema
+from gpufleet.base import causes, schema
 from gpufleet.fleet import export
 from gpufleet.report.formatting import check_id, trust_text
 

@@ -8,7 +8,7 @@ import json
 import math
 from typing import Any
 
-from gpufleet import causes, failure_class, schema
+from gpufleet.base import causes, failure_class, schema
 from gpufleet.fleet import figure_text
 from gpufleet.fleet.report_rows import VIEW_COLUMNS
 

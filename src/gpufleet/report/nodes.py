@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from gpufleet import schema
-from gpufleet.errors import InputError
+from gpufleet.base import schema
+from gpufleet.base.errors import InputError
 from gpufleet.report.formatting import STATUS_ORDER
 
 NEVER_REPORTED = "no results: the host never reported (unreachable or the play was interrupted)"

@@ -13,15 +13,16 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpufleet import __version__, causes, paths, registry, runs, schema
-from gpufleet.errors import InputError
+from gpufleet import __version__
+from gpufleet.base import causes, paths, registry, runs, schema
+from gpufleet.base.errors import InputError
 from gpufleet.fleet import compare, store as fleet_store
 from gpufleet.comparisons import metrics
 from gpufleet.fleet.references import choose_baseline
 from gpufleet.fleet.repair import open_for_run, use_for_run
 from gpufleet.fleet.run_files import read_run_info
 from gpufleet.report.drain import review as drain_review_of
-from gpufleet.report.figures import BAR_METRICS
+from gpufleet.report.chart_data import BAR_METRICS
 from gpufleet.report.formatting import STATUS_ORDER, check_id, class_text, trust_text
 from gpufleet.report.nodes import DOC_PROFILE, DOC_READ, load_nodes, load_peers, node_order
 
@@ -288,7 +289,7 @@ def _build(
             node["results"] = fleet["node_results"].get(node["host"], node["results"]) + fleet["results"].get(
                 node["host"], []
             )
-            if node["host"] in fleet["metrics"]:  # the per-GPU bars' figures, extracted once (report/figures.py)
+            if node["host"] in fleet["metrics"]:  # the per-GPU bars' figures, extracted once (report/chart_data.py)
                 node["per_gpu"] = [m for m in fleet["metrics"][node["host"]]["metrics"] if m["key"] in BAR_METRICS]
             _refresh(node)
         report = assemble(run_dir, sorted(nodes, key=node_order))

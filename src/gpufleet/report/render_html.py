@@ -14,10 +14,10 @@ import json
 import re
 from typing import Any
 
-from gpufleet import schema
-from gpufleet.causes import in_shared
+from gpufleet.base import schema
+from gpufleet.base.causes import in_shared
 from gpufleet.comparisons import figure_text
-from gpufleet.report import figures, svg, svg_fleet
+from gpufleet.report import chart_data, svg, svg_fleet
 from gpufleet.report.drain import NOT_CONFIRMED
 from gpufleet.report.formatting import (
     INFO_TITLE,
@@ -241,7 +241,7 @@ def _pictures(node: dict, report: dict) -> str:
     """The node's pictures: each GPU beside its siblings and its past, the soak window by window, NCCL's busbw
     beside the baseline's."""
     out = []
-    panels = figures.gpu_bars(node["results"], node.get("per_gpu"))
+    panels = chart_data.gpu_bars(node["results"], node.get("per_gpu"))
     if panels:
         out.append("<h3>Each GPU beside its siblings and its past</h3>")
         out.append('<div class="panels">')
@@ -253,7 +253,7 @@ def _pictures(node: dict, report: dict) -> str:
             )
             out.append(f"<figure>{svg.bars_svg(panel)}<figcaption>{_e(caption)}</figcaption></figure>")
         out.append("</div>")
-    timelines = figures.soak_timelines(node["results"])
+    timelines = chart_data.soak_timelines(node["results"])
     if timelines:
         out.append('<h3>The soak, window by window</h3><div class="soak">')
         for t in timelines:
@@ -265,7 +265,7 @@ def _pictures(node: dict, report: dict) -> str:
             )
             out.append(f"<figure>{svg.soak_svg(t)}<figcaption>{_e(caption)}</figcaption></figure>")
         out.append("</div>")
-    charts = figures.nccl_charts(node, report)
+    charts = chart_data.nccl_charts(node, report)
     if charts:
         out.append("<h3>NCCL bus bandwidth</h3>")
     for chart in charts:
@@ -281,9 +281,9 @@ def _pictures(node: dict, report: dict) -> str:
 
 def _distributions(report: dict) -> list[str]:
     out = []
-    for d in figures.fleet_distributions(report):
-        named = ", ".join(f"{o['host']} {figure_text(o['value'])}" for o in d["outliers"][: figures.OUTLIERS_NAMED])
-        more = len(d["outliers"]) - figures.OUTLIERS_NAMED
+    for d in chart_data.fleet_distributions(report):
+        named = ", ".join(f"{o['host']} {figure_text(o['value'])}" for o in d["outliers"][: chart_data.OUTLIERS_NAMED])
+        more = len(d["outliers"]) - chart_data.OUTLIERS_NAMED
         flagged = d["outliers"][0]["status"] != "pass"
         caption = (
             f"{d['title']} ({d['unit']}) over {d['n']} nodes: quartiles as a box; beyond the axis breaks, the nodes "

@@ -3,7 +3,7 @@ classname "gpufleet.<node, dots as underscores>".
 
 fail  -> <failure message=reason type=class>, body: class, value (trust), threshold, remedy, detail JSON
 error -> <error message=reason type=class>, same body
-(class: hardware, environment, configuration or software, gpufleet.failure_class)
+(class: hardware, environment, configuration or software, gpufleet.base.failure_class)
 skip  -> <skipped message=reason>
 warn  -> passes, with the reason and remedy in <system-out>
 """
@@ -15,7 +15,7 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from gpufleet import schema
+from gpufleet.base import schema
 from gpufleet.report.formatting import check_id, class_text, threshold_text, trust_text, value_text
 
 # Characters XML 1.0 cannot hold at all (control bytes from a log tail, say).

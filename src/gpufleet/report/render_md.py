@@ -11,11 +11,11 @@ import json
 import re
 from typing import Any
 
-from gpufleet.causes import in_shared
+from gpufleet.base.causes import in_shared
 from gpufleet.comparisons import figure_text
-from gpufleet.report import figures
+from gpufleet.report import chart_data
 from gpufleet.report.drain import NOT_CONFIRMED
-from gpufleet.schema import size_text
+from gpufleet.base.schema import size_text
 from gpufleet.report.formatting import (
     INFO_TITLE,
     STATUS_ORDER,
@@ -173,7 +173,7 @@ def _node_section(node: dict, report: dict) -> list[str]:
 def _busbw_tables(node: dict, report: dict) -> list[str]:
     """busbw in GB/s, one row per message size, one column per collective, then the baseline's figures beside this
     run's; report.html draws the same."""
-    charts = figures.nccl_charts(node, report)
+    charts = chart_data.nccl_charts(node, report)
     if not charts:
         return []
     lines = ["### NCCL bus bandwidth (GB/s)", ""]
@@ -214,7 +214,7 @@ def _pct(v) -> str:
 def _gpu_tables(node: dict) -> list[str]:
     """Each GPU beside its siblings and its past, one table per figure: what report.html draws as bars."""
     lines = []
-    for panel in figures.gpu_bars(node["results"], node.get("per_gpu")):
+    for panel in chart_data.gpu_bars(node["results"], node.get("per_gpu")):
         limits = []
         if panel["sibling_limit"] is not None:
             limits.append(
@@ -247,7 +247,7 @@ def _soak_tables(node: dict) -> list[str]:
     """The soak window by window, in short: per GPU and figure, its best windows, its lowest window, the limit,
     the windows below it and the disturbed ones; then the foreign processes' spans."""
     lines = []
-    for t in figures.soak_timelines(node["results"]):
+    for t in chart_data.soak_timelines(node["results"]):
         lines += [
             f"### Soak: {_inline(t['title'])} ({t.get('n_windows')} window(s) of {fmt_scalar(t['window_s'])} s)",
             "",
@@ -285,7 +285,7 @@ def _soak_tables(node: dict) -> list[str]:
 
 def _distribution_table(report: dict) -> list[str]:
     """Each fleet-view figure over the nodes (report.html draws it): its spread and its outliers named."""
-    dists = figures.fleet_distributions(report)
+    dists = chart_data.fleet_distributions(report)
     if not dists:
         return []
     lines = [

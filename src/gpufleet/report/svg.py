@@ -19,7 +19,7 @@ from typing import Any
 
 from gpufleet.comparisons import figure_text
 from gpufleet.report.formatting import fmt_scalar
-from gpufleet.schema import size_text
+from gpufleet.base.schema import size_text
 
 PALETTE = ("#0969da", "#cf222e", "#1a7f37", "#8250df", "#bc4c00", "#1b7c83", "#9a6700", "#57606a")
 

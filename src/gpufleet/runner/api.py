@@ -8,9 +8,9 @@ from pathlib import Path
 
 import yaml
 
-from gpufleet import paths, registry
-from gpufleet.errors import InputError
-from gpufleet.fleet import slurm as fleet_slurm
+from gpufleet.base import paths, registry
+from gpufleet.base.errors import InputError
+from gpufleet.fleet import slurm_action as fleet_slurm
 from gpufleet.runner import record as rec
 from gpufleet.runner import resume as resume_mod
 from gpufleet.runner.core import invoke
@@ -27,7 +27,7 @@ from gpufleet.runner.invocation import (
 )
 from gpufleet.runner.events import FleetState
 from gpufleet.runner.locating import Progress
-from gpufleet.runs import new_run_id
+from gpufleet.base.runs import new_run_id
 from gpufleet.runner.project import Project, find_project, nodes_of, read_inventory
 from gpufleet.runner.live_view import make_view
 

@@ -22,8 +22,8 @@ import threading
 import time
 from pathlib import Path
 
-from gpufleet import paths, runs, schema
-from gpufleet.errors import InputError
+from gpufleet.base import paths, runs, schema
+from gpufleet.base.errors import InputError
 from gpufleet.runner import record as rec
 from gpufleet.runner.ending import ending_line, ending_text, judge_report, kept_note, not_accepted_why, report_finals
 from gpufleet.runner.events import Failure, FleetState

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpufleet import runs, schema
+from gpufleet.base import runs, schema
 from gpufleet.report.formatting import check_id, ordered_results
 from gpufleet.runner import record as rec
 from gpufleet.runner.events import FleetState

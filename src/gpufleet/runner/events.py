@@ -13,7 +13,7 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from gpufleet import registry, schema
+from gpufleet.base import registry, schema
 
 # In the order a node goes through them; the progress bar counts a node's place in it.
 STAGES = (

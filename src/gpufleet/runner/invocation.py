@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpufleet.errors import InputError
+from gpufleet.base.errors import InputError
 
 EXIT_ACCEPTED, EXIT_NOT_ACCEPTED, EXIT_COULD_NOT_RUN, EXIT_INTERRUPTED = 0, 1, 2, 130
 # Variables the runner sets itself; the operator gives them through its options.

@@ -16,8 +16,8 @@ import json
 import shutil
 from pathlib import Path
 
-from gpufleet import paths, profiles, schema
-from gpufleet.errors import InputError
+from gpufleet.base import paths, profiles, schema
+from gpufleet.base.errors import InputError
 from gpufleet.fleet import locate
 from gpufleet.runner.record import read_json
 

@@ -13,8 +13,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gpufleet import paths
-from gpufleet.errors import InputError
+from gpufleet.base import paths
+from gpufleet.base.errors import InputError
 from gpufleet.runner import record as rec
 from gpufleet.runner.project import tool_env
 

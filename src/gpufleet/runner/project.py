@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpufleet.errors import InputError
+from gpufleet.base.errors import InputError
 
 COLLECTION = "gpufleet.cluster"
 NODE_GROUP = "gpu_nodes"

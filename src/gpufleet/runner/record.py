@@ -21,8 +21,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpufleet import paths
-from gpufleet.errors import InputError
+from gpufleet.base import paths
+from gpufleet.base.errors import InputError
 
 RECORD = "runner.json"
 RUNNER_DIR = "runner"

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpufleet import registry, runs, schema
+from gpufleet.base import registry, runs, schema
 from gpufleet.runner.record import RunFolder
 
 STAGES = ("node", "multinode", "finetune")

@@ -1,5 +1,5 @@
 """Keeping the fleet accepted while it works: acting on verdicts and history, above the report. Nothing here
-measures: the node stage runs on the nodes (node_stage.py, inside Slurm jobs), the report judges the documents,
+measures: the node stage runs on the nodes (node/stage.py, inside Slurm jobs), the report judges the documents,
 and this package decides and, when the operator asked for it, acts.
 
     sweep.py     `gpufleet slurm sweep`: a tier's node stage as preemptible Slurm jobs on idle nodes, the run judged
@@ -12,7 +12,6 @@ and this package decides and, when the operator asked for it, acts.
     evidence.py  `gpufleet evidence NODE`: one archive for a vendor's RMA ticket
     redact.py    secrets kept out of what leaves the fleet
     outputs.py   what it cost (fleet/service_log.py) in the report, in Prometheus, in words
-    cli.py       the command lines
 
 Every action is proposed unless the operator opted in, and every record lands in a run folder (sweep.json,
 ladder.json beside slurm.json), which the store indexes (table events).

@@ -24,7 +24,7 @@ import string
 import subprocess
 from pathlib import PurePath
 
-from gpufleet.errors import InputError
+from gpufleet.base.errors import InputError
 
 PLACEHOLDERS = ("host", "slurm_node", "gpu_index", "gpu_uuid", "gpu_serial", "run_id", "reason")
 _NODE = (r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", "a host name (letters, digits, '.', '_', '-'; not starting with '-')")

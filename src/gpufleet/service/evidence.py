@@ -31,8 +31,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from gpufleet import __version__, causes, paths, schema
-from gpufleet.errors import InputError
+from gpufleet import __version__
+from gpufleet.base import causes, paths, schema
+from gpufleet.base.errors import InputError
 from gpufleet.fleet import figure_text
 from gpufleet.comparisons import metrics
 from gpufleet.fleet.run_files import read_json

@@ -29,10 +29,10 @@ import json
 import time
 from pathlib import Path
 
-from gpufleet import paths, registry, runs, schema, slurm
-from gpufleet.errors import InputError
+from gpufleet.base import paths, registry, runs, schema, slurm
+from gpufleet.base.errors import InputError
 from gpufleet.fleet import export, service_log, store as fleet_store
-from gpufleet.fleet import slurm as fleet_slurm
+from gpufleet.fleet import slurm_action as fleet_slurm
 from gpufleet.fleet.run_files import read_json, read_report, read_run_info
 from gpufleet.service import commands
 from gpufleet.service.policy import ACTABLE, REACCEPT, STEPS, fault_of, policy, steps_for

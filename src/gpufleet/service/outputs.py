@@ -24,10 +24,10 @@ import json
 from pathlib import Path
 from typing import NamedTuple
 
-from gpufleet import paths, slurm
-from gpufleet.errors import InputError
+from gpufleet.base import paths, slurm
+from gpufleet.base.errors import InputError
 from gpufleet.fleet import figure_text, service_log
-from gpufleet.fleet import slurm as fleet_slurm
+from gpufleet.fleet import slurm_action as fleet_slurm
 from gpufleet.fleet import store as fleet_store
 from gpufleet.fleet.export import exposition
 from gpufleet.fleet.run_files import put_md_section, read_json
@@ -201,7 +201,7 @@ def prometheus_text(data: dict) -> str:
 
 def write(run_dir: Path, db: Path | None = None) -> dict:
     """Every output into the run folder: report.md's section and report.json's "service" (when reported), and the
-    Prometheus file, after Slurm's own state is read (a node back in service ends its episode, fleet/slurm.py
+    Prometheus file, after Slurm's own state is read (a node back in service ends its episode, fleet/slurm_action.py
     seen_back). The gathered data."""
     run_dir = Path(run_dir)
     with fleet_store.Store(Path(db) if db else fleet_store.default_path(run_dir.resolve().parent)) as store:

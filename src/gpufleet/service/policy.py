@@ -10,8 +10,8 @@ the cause  the node's first cause (causes.grouped: hardware first, then the caus
 
 from __future__ import annotations
 
-from gpufleet import causes, failure_class, profiles, schema
-from gpufleet.errors import InputError
+from gpufleet.base import causes, failure_class, profiles, schema
+from gpufleet.base.errors import InputError
 
 STEPS = ("retest", "reset_gpu", "reboot", "rma")
 REACCEPT = "reaccept"

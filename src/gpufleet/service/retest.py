@@ -27,8 +27,8 @@ import socket
 import time
 from pathlib import Path
 
-from gpufleet import paths, schema, slurm
-from gpufleet.errors import InputError
+from gpufleet.base import paths, schema, slurm
+from gpufleet.base.errors import InputError
 from gpufleet.fleet import service_log
 from gpufleet.fleet.run_files import read_json
 from gpufleet.service import ladder

@@ -33,8 +33,9 @@ import shlex
 import time
 from pathlib import Path
 
-from gpufleet import paths, profiles, registry, report, runs, schema, slurm
-from gpufleet.errors import InputError
+from gpufleet.base import paths, profiles, registry, runs, schema, slurm
+from gpufleet import report
+from gpufleet.base.errors import InputError
 from gpufleet.fleet import references, store as fleet_store
 from gpufleet.fleet.document_writer import record as record_document
 from gpufleet.fleet.run_files import read_json

@@ -34,7 +34,7 @@ from gpufleet.collect.nvml.binding import (
     read_field,
 )
 from gpufleet.collect.nvml.clocks import clock_events
-from gpufleet.collect.nvml.links import NVLINK_COUNTERS, nvlink_counter_calls
+from gpufleet.collect.nvml.nvlinks import NVLINK_COUNTERS, nvlink_counter_calls
 from gpufleet.collect.nvml.processes import gpu_processes
 
 # fmt: off

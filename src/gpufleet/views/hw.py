@@ -41,9 +41,10 @@ import socket
 import sys
 from pathlib import Path
 
-from gpufleet import collect, schema
+from gpufleet import collect
+from gpufleet.base import schema
 from gpufleet.collect import nvml, software
-from gpufleet.errors import InputError
+from gpufleet.base.errors import InputError
 from gpufleet.views import gpu as gpu_reads
 from gpufleet.views import system
 from gpufleet.views.status import index_ranges

@@ -33,9 +33,10 @@ import socket
 import sys
 import time
 
-from gpufleet import collect, schema
-from gpufleet.collect.nvml.links import NVLINK_COUNTERS, nvlink_error_counts
-from gpufleet.errors import InputError
+from gpufleet import collect
+from gpufleet.base import schema
+from gpufleet.collect.nvml.nvlinks import NVLINK_COUNTERS, nvlink_error_counts
+from gpufleet.base.errors import InputError
 from gpufleet.views.gpu import STATUS_GPU_FIELDS, LiveReader
 
 NOT_RECORDED = "not in the recorded reading"

@@ -21,8 +21,8 @@ logic only, never a performance figure.
 
 run() here starts the processes and collects what they send; the rest in a file of its own:
 
-    load.py     one process per GPU: set up, wait for the start, the bursts and the votes (worker)
-    outcome.py  which rank ended a soak that stopped early (attribute), the windows per GPU and NCCL's (finish)
+    gpu_process.py  one process per GPU: set up, wait for the start, the bursts and the votes (worker)
+    outcome.py      which rank ended a soak that stopped early (attribute), the windows per GPU and NCCL's (finish)
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import time
 
 from gpufleet.bench import BENCHMARK_VERSION, torch_versions
 from gpufleet.bench.monitor import SoakSampler
-from gpufleet.bench.soak.load import worker
+from gpufleet.bench.soak.gpu_process import worker
 from gpufleet.bench.soak.outcome import attribute, finish
 
 SIZES = {

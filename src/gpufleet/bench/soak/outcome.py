@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from gpufleet.numbers import significant
+from gpufleet.base.numbers import significant
 
 
 def window_figures(bursts: list, window_s: float, n_windows: int, unit_scale: float) -> list:

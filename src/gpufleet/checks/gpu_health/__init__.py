@@ -2,7 +2,7 @@
 log readings (collect.kernel_log) and the profile, taking `(readings, gpus, profile)` under
 `@gpu_check("name")` (checks.gpu_inventory) and declared in registry.CHECK_GROUPS as `file.function`:
 
-    memory.py      ecc, row_remapping, retired_pages
+    hbm.py         ecc, row_remapping, retired_pages
     faults.py      xid
     throttling.py  clock_events, temperature, power_limit
     links.py       pcie_link, nvlink
@@ -14,6 +14,6 @@ are judged as idle.
 
 from __future__ import annotations
 
-from gpufleet.checks.gpu_health import faults, links, memory, occupancy, throttling
+from gpufleet.checks.gpu_health import faults, links, hbm, occupancy, throttling
 
-__all__ = ["faults", "links", "memory", "occupancy", "throttling"]
+__all__ = ["faults", "hbm", "links", "occupancy", "throttling"]

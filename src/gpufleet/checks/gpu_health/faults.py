@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gpufleet import profiles
+from gpufleet.base import profiles
 from gpufleet.checks.gpu_inventory import Findings, gpu_check
-from gpufleet.schema import ERROR, FAIL, SKIP, WARN, result
+from gpufleet.base.schema import ERROR, FAIL, SKIP, WARN, result
 
 
 @gpu_check("xid", needs_gpus=False)

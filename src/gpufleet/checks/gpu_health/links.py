@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from gpufleet import profiles
+from gpufleet.base import profiles
 from gpufleet.checks.gpu_inventory import UNREADABLE_REMEDY, Findings, gpu_check, unreadable
-from gpufleet.collect.nvml.links import nvlink_error_counts
-from gpufleet.schema import ERROR, FAIL, PASS, SKIP, WARN, result
+from gpufleet.collect.nvml.nvlinks import nvlink_error_counts
+from gpufleet.base.schema import ERROR, FAIL, PASS, SKIP, WARN, result
 
 
 def _idle(g: dict) -> bool:

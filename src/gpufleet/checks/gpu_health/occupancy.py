@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpufleet.checks.gpu_inventory import UNREADABLE_REMEDY, Findings, gpu_check, gpu_list, unreadable
 from gpufleet.collect.nvml.processes import visible_indices
-from gpufleet.schema import ERROR, FAIL, PASS, SKIP, result
+from gpufleet.base.schema import ERROR, FAIL, PASS, SKIP, result
 
 PROCESS_REMEDY = (
     "stop the processes named, or drain the node (Slurm: `scontrol update NodeName=<node> State=DRAIN "

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from gpufleet import profiles
+from gpufleet.base import profiles
 from gpufleet.checks.gpu_inventory import UNREADABLE_REMEDY, Findings, gpu_check, unreadable
 from gpufleet.collect.nvml.clocks import CLOCK_EVENT_BITS, HW_SLOWDOWN_EVENTS
-from gpufleet.schema import ERROR, FAIL, PASS, WARN
+from gpufleet.base.schema import ERROR, FAIL, PASS, WARN
 
 
 def _busy(g: dict) -> bool:

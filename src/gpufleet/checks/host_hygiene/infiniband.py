@@ -3,14 +3,14 @@ RDMA (nvidia-peermem) where there are active ports."""
 
 from __future__ import annotations
 
-from gpufleet import profiles
+from gpufleet.base import profiles
 from gpufleet.checks.host_hygiene.readings import (
     devices,
     host_readings,
     port_name,
     section,
 )
-from gpufleet.schema import ERROR, FAIL, PASS, SKIP, WARN, result
+from gpufleet.base.schema import ERROR, FAIL, PASS, SKIP, WARN, result
 
 
 def check_infiniband(readings: dict, profile: dict) -> dict:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gpufleet import profiles
+from gpufleet.base import profiles
 from gpufleet.checks.host_hygiene.readings import BRINGUP, devices, section
-from gpufleet.schema import ERROR, FAIL, PASS, SKIP, WARN, result
+from gpufleet.base.schema import ERROR, FAIL, PASS, SKIP, WARN, result
 
 
 def _cmdline_passthrough(flags: dict) -> bool:

@@ -6,7 +6,7 @@ import re
 
 from gpufleet.checks.host_hygiene.infiniband import active_ib_ports
 from gpufleet.checks.host_hygiene.readings import section
-from gpufleet.schema import FAIL, PASS, WARN, result
+from gpufleet.base.schema import FAIL, PASS, WARN, result
 
 
 def nccl_int(text: str | None) -> int:

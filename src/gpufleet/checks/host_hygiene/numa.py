@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from gpufleet import profiles
+from gpufleet.base import profiles
 from gpufleet.checks.host_hygiene.readings import (
     BRINGUP,
     devices,
     host_readings,
     section,
 )
-from gpufleet.schema import FAIL, PASS, SKIP, WARN, result
+from gpufleet.base.schema import FAIL, PASS, SKIP, WARN, result
 
 
 def _rdma_nics(readings: dict) -> list[dict]:

@@ -3,14 +3,14 @@ AER error counts of every GPU, HCA and bridge up to the root port."""
 
 from __future__ import annotations
 
-from gpufleet import profiles
+from gpufleet.base import profiles
 from gpufleet.checks.host_hygiene.readings import (
     BRINGUP,
     devices,
     host_readings,
     section,
 )
-from gpufleet.schema import ERROR, FAIL, PASS, SKIP, WARN, result, worst
+from gpufleet.base.schema import ERROR, FAIL, PASS, SKIP, WARN, result, worst
 
 _ACS_ROW_KEYS = ("bdf", "status", "ctrl_hex", "acs_cap", "cap_offset", "config_path", "config_bytes", "reason", "below")
 _NAMED_MAX = 4  # bridges named in a reason; the rest are in detail

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpufleet.schema import ERROR, result
+from gpufleet.base.schema import ERROR, result
 
 BRINGUP = "run bringup.yml (role host_tuning)"
 

@@ -10,13 +10,13 @@ soak_slowdown, each naming the GPU and the time it happened; each check in a fil
 
 from __future__ import annotations
 
-from gpufleet import schema
+from gpufleet.base import schema
 from gpufleet.checks.benchmarks import flag_gpus
 from gpufleet.checks.soak.error_events import soak_errors
 from gpufleet.checks.soak.naming import SoakGpus
 from gpufleet.checks.soak.slowdown import soak_slowdown
 from gpufleet.checks.soak.throttle import soak_throttle
-from gpufleet.schema import FAIL, PASS, result
+from gpufleet.base.schema import FAIL, PASS, result
 
 
 def soak(out: dict, profile: dict) -> list[dict]:

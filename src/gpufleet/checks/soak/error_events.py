@@ -4,7 +4,7 @@ NVLink replays and recoveries as increases, by checks.counter_rates' rule (the n
 
 from __future__ import annotations
 
-from gpufleet import profiles, schema
+from gpufleet.base import profiles, schema
 from gpufleet.checks.benchmarks import CPU_NOTE
 from gpufleet.checks.counter_rates import (
     INCREASE,
@@ -19,7 +19,7 @@ from gpufleet.checks.counter_rates import (
 )
 from gpufleet.checks.gpu_inventory import Findings
 from gpufleet.checks.soak.naming import Flags, soak_when
-from gpufleet.schema import ERROR, FAIL, PASS, WARN, result
+from gpufleet.base.schema import ERROR, FAIL, PASS, WARN, result
 
 # Counters whose growth during a soak fails it: memory the GPU could not correct or repair.
 SOAK_FAIL_COUNTERS = (

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import statistics
 
-from gpufleet import profiles
-from gpufleet.numbers import significant
+from gpufleet.base import profiles
+from gpufleet.base.numbers import significant
 
 WARM_UP_WINDOWS = 1  # a re-measure's first window: its warm-up, left out of the judgement
 FIGURES = ("matmul_tflops", "hbm_gbps")

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import statistics
 
-from gpufleet import calibration, judge, profiles, schema
+from gpufleet.base import calibration, judge, profiles, schema
 from gpufleet.checks.benchmarks import CPU_NOTE
 from gpufleet.checks.gpu_inventory import Findings
 from gpufleet.checks.soak.naming import Flags, soak_when
-from gpufleet.numbers import significant
-from gpufleet.schema import FAIL, PASS, result
+from gpufleet.base.numbers import significant
+from gpufleet.base.schema import FAIL, PASS, result
 
 # A GPU's best windows of a soak are its own reference: every window is judged against their median
 # (at most half the windows, so that a short soak's slow stretch is not part of its own reference).

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from gpufleet import profiles, schema
+from gpufleet.base import profiles, schema
 from gpufleet.checks.benchmarks import CPU_NOTE
 from gpufleet.checks.gpu_inventory import Findings
 from gpufleet.checks.soak.naming import Flags, soak_when
 from gpufleet.collect.nvml.clocks import HW_SLOWDOWN_EVENTS
-from gpufleet.schema import ERROR, FAIL, PASS, result
+from gpufleet.base.schema import ERROR, FAIL, PASS, result
 
 SOAK_REMEDY_THROTTLE = (
     "hardware slowdown under sustained load: check cooling (inlet temperature, fans, airflow for this "

@@ -1,7 +1,7 @@
 """Host readings from sysfs and procfs (never from lspci text), one file per concern: files.py (the small
-readers), pci.py (devices, ACS), fabric.py (InfiniBand, AER), kernel.py (modules, IOMMU, NUMA, cpufreq),
-services.py (fabric manager), nccl.py (the NCCL environment), bringup.py (bring-up's record), edac.py (memory
-errors per controller and DIMM), nvme.py (each NVMe drive's health log), pcie_links.py (the links of the NICs,
+readers), pci.py (devices, ACS), fabric.py (InfiniBand, AER), kernel_state.py (modules, IOMMU, NUMA, cpufreq),
+services.py (fabric manager), nccl_settings.py (the NCCL environment), bringup.py (bring-up's record), edac.py (memory
+errors per controller and DIMM), nvme.py (each NVMe drive's health log), pcie_link_states.py (the links of the NICs,
 GPUs and the ports above them: planned here, read under load by bench.link_watch).
 
 `read(root, environ)` returns a JSON-able dict and never raises. Every path is
@@ -64,14 +64,14 @@ from gpufleet.collect.host.fabric import (
     read_infiniband,
 )
 from gpufleet.collect.host.files import parse_int, read_text
-from gpufleet.collect.host.kernel import (
+from gpufleet.collect.host.kernel_state import (
     read_cpu_governors,
     read_iommu,
     read_modules,
     read_numa,
 )
-from gpufleet.collect.host.memory import read_meminfo
-from gpufleet.collect.host.nccl import parse_nccl_conf, read_nccl
+from gpufleet.collect.host.meminfo import read_meminfo
+from gpufleet.collect.host.nccl_settings import parse_nccl_conf, read_nccl
 from gpufleet.collect.host.nvme import read_nvme
 from gpufleet.collect.host.pci import (
     decode_acs,

@@ -1,11 +1,11 @@
 """Read the GPUs through NVML (the `pynvml` module of the nvidia-ml-py package): read() here, the readings of
 each concern in a file of its own, which bench/ and views/ read with too:
 
-    binding.py    pynvml (imported once, guarded) and the calls through it: read_field, call_first, field_value
-    clocks.py     clock event (throttle) reasons
-    memory.py     remapped rows, retired pages
-    links.py      NVLink states and error counters, the fabric registration
-    processes.py  each GPU's processes, the GPUs CUDA_VISIBLE_DEVICES leaves
+    binding.py         pynvml (imported once, guarded) and the calls through it: read_field, call_first, field_value
+    clocks.py          clock event (throttle) reasons
+    memory_repairs.py  remapped rows, retired pages
+    nvlinks.py         NVLink states and error counters, the fabric registration
+    processes.py       each GPU's processes, the GPUs CUDA_VISIBLE_DEVICES leaves
 
 read() never raises. Every field is read on its own: a field the GPU or driver
 does not support (or any other NVML error on it) reads as None, and the GPU's
@@ -88,8 +88,8 @@ from gpufleet.collect.nvml.binding import (
     read_field,
 )
 from gpufleet.collect.nvml.clocks import clock_events
-from gpufleet.collect.nvml.links import nvlink_links, nvlink_totals, read_fabric_state
-from gpufleet.collect.nvml.memory import read_remapped_rows, read_retired_pages
+from gpufleet.collect.nvml.nvlinks import nvlink_links, nvlink_totals, read_fabric_state
+from gpufleet.collect.nvml.memory_repairs import read_remapped_rows, read_retired_pages
 from gpufleet.collect.nvml.processes import gpu_processes
 
 NO_DRIVER = "no NVIDIA driver: libnvidia-ml.so not found"

@@ -4,7 +4,7 @@ values as numbers, and NVML's texts in the forms the rest of gpufleet uses."""
 
 from __future__ import annotations
 
-# nvidia-ml-py is one of the engine's dependencies, yet every `gpufleet` command imports the readers (cli.py), the
+# nvidia-ml-py is one of the engine's dependencies, yet every `gpufleet` command imports the readers (commands/main.py), the
 # controller's too, and a node's Python may lack the binding: the readers then say so (BINDING_MISSING) in their
 # reading, and a command that reads no GPU works as before.
 try:

@@ -1,0 +1,570 @@
+"""Every check group, check, benchmark, run tier, metric and report output, declared once, each entry naming the
+functions that give it its behaviour as lazily imported strings, `"module:function"` (resolve()), so that nobody
+keeps a table of special cases beside it. What the rest of the project reads.
+
+- A check: its name, the group its results carry, the class of its warn and fail (failure_class.py says what
+  each class means), the profile keys it judges against (files/profiles/generic.yml declares each), and the
+  function that makes it. A check of a check group: `fn(readings, profile) -> result`, by default the function of
+  the check's name in the group's module; a module starting with "." is under the group's package. A check whose
+  figure is held against something declares what (`against`), where it is judged (`where`: on the node, or on
+  the controller, which alone sees the run's other nodes), how a figure past a limit is confirmed before it warns
+  or fails (`confirm`, comparisons/confirm.py: measured again on the node; or, seen only where nobody can measure
+  it again, inconclusive), its result `fn(host, node_metrics, thresholds, against, settle) -> result` (`function`)
+  and, judged on the node too, its rows there `fn(host, node_metrics, thresholds, against) -> rows` (`rows`). A
+  reading (a counter, a setting, an Xid) stands as read: no `confirm`.
+- A check group (`gpufleet check --group G`, and the gpufleet.cluster module of the same name on the node).
+- A benchmark (`gpufleet bench NAME`): the checks of its results, the run tiers it runs in (in the order declared
+  here), whether gpufleet_benchmarks may name it and does by default, whether it runs across nodes under torchrun,
+  whether a sampler watches its GPUs (its `<name>_processes` result); how it measures (`run`: by default
+  `gpufleet.bench.<name>:run(depth)`; a named one is `fn(steps)`, measure.NodeSteps), how its output is judged
+  (`judge`: `fn(output, profile) -> results`, by default `gpufleet.checks.benchmarks:<name>`), and, for one that is
+  measured again in part when disturbed, how (`again`: `fn(first output, profile) -> the options of its run that
+  measures again`) and what is judged then (`combine`: `fn(first output, again's) -> output`).
+- A run tier (gpufleet_tier, `gpufleet fleet run --tier`): what its node stage runs, at which depth, whether the
+  runs across nodes follow it, how long a sweep's job of it may take. The engine alone decides from it what a node
+  runs (stage_benchmarks()); Ansible reads it (plugins/filter/registry.py) or is generated from it (make generate).
+- A metric: what a metric key of the comparisons means (label, unit, Prometheus family, per GPU or shared).
+- An output of the report: its key in the report's `files`, its file (or folder) under the run folder, and the
+  function that makes it: `render(report) -> str` for a file of the finished report alone, or `write(made) ->
+  None` for one that writes itself (report/pipeline.py's Made: run_dir, report, fleet and options).
+
+Nothing here imports the rest of gpufleet: every layer may read it.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import re
+from dataclasses import dataclass, field
+
+# The failure classes (failure_class.py explains them).
+HARDWARE, ENVIRONMENT, CONFIGURATION, SOFTWARE = "hardware", "environment", "configuration", "software"
+CLASSES = (HARDWARE, ENVIRONMENT, CONFIGURATION, SOFTWARE)
+
+# Profile keys of the host's own checks (generic.yml), named once so that each declaration holds on a line.
+EDAC_CE_KEY, MEMORY_FREE = "host_edac_ce_per_day_warn", "host_memory_available_pct_min"
+
+# What a figure is held against (Check.against).
+LIMIT = "limit"  # a profile's minimum (or maximum) for the model
+SAMPLES = "samples"  # its own timed samples: how many fell, how far, and what the sampler saw then (judge.samples)
+SIBLINGS = "siblings"  # the node's other GPUs in the same run (or its other GPU pairs)
+OWN_PAST = "own_past"  # the GPU's own place among its siblings in its earlier runs
+BASELINE = "baseline"  # the baseline run's figure for this node or GPU
+BASELINE_FLEET = "baseline_fleet"  # the baseline run's median over its nodes
+FLEET = "fleet"  # this run's median over its nodes
+# Where it is judged (Check.where), and how a figure past a limit is confirmed (Check.confirm).
+NODE, CONTROLLER = "node", "controller"
+MEASURED_AGAIN = "measured_again"  # on the node, in its stage, until clear of the limit or confirmed past it
+INCONCLUSIVE = "inconclusive"  # nobody can measure it again: past a limit once, it is inconclusive, not a warn or fail
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    failure_class: str  # of its warn and fail; an `error` is software unless this is environment
+    thresholds: tuple[str, ...] = ()  # the profile keys it judges against
+    function: str | None = None  # "module:function" that makes it (see the module's docstring)
+    against: tuple[str, ...] = ()  # what its figure is held against (LIMIT, SIBLINGS, ...); () for a reading
+    where: str = NODE
+    confirm: str | None = None  # MEASURED_AGAIN or INCONCLUSIVE; None: a reading, which stands as read
+    rows: str | None = None  # a comparison judged on the node: "module:function" of its rows there
+    text: str = ""  # what it checks, for docs/checks.md, where no function of its own has a docstring to say it
+
+    @property
+    def confirmed(self) -> bool:
+        """A figure measured again on the node while it is past or near a limit (measure.watched)."""
+        return self.confirm == MEASURED_AGAIN
+
+
+@dataclass(frozen=True)
+class Group:
+    name: str
+    checks: tuple[Check, ...]
+    package: str | None = None  # the module (or package) of its checks' functions
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    checks: tuple[Check, ...]  # the checks of its results (group `benchmark`, across nodes `benchmark_multinode`)
+    run_tiers: tuple[str, ...]  # the run tiers whose node stage runs it
+    selectable: bool = True  # gpufleet_benchmarks may name it (where the run tier lets it choose)
+    default: bool = False  # in gpufleet_benchmarks' default
+    multinode: bool = False  # runs across nodes under torchrun (nnodes > 1)
+    watched: bool = True  # a sampler lists its GPUs' processes: its `<name>_processes` result
+    run: str | None = None  # "module:function" of fn(steps) -> output; None: gpufleet.bench.<name>:run(depth)
+    judge: str | None = None  # fn(output, profile) -> results; None: gpufleet.checks.benchmarks:<name>
+    again: str | None = None  # disturbed, measured again in part: fn(first output, profile) -> its run's options
+    combine: str | None = None  # what is judged then: fn(first output, again's output) -> output
+
+
+@dataclass(frozen=True)
+class RunTier:
+    name: str
+    text: str  # what its node stage does, for help and the generated documentation
+    depth: str | None = None  # the depth of its benchmarks; None: the run's (gpufleet_benchmark_depth)
+    chosen: bool = False  # gpufleet_benchmarks chooses its benchmarks (default: those declared default)
+    across_nodes: bool = False  # the runs across nodes (and the fine-tune) follow its node stage
+    sweep_minutes: int | None = None  # a sweep job's default time limit; None: never swept (it lasts hours)
+
+
+@dataclass(frozen=True)
+class Metric:
+    key: str  # the key, each {field} a part that varies: matmul_{dtype}_tflops
+    label: str  # for sentences, with the fields in words (`words`; else as they are)
+    unit: str
+    family: str  # the Prometheus family, named in base units; its labels are the key's fields
+    to_base: float = 1  # the factor from `unit` to the family's base unit
+    per_gpu: bool = False
+    words: dict = field(default_factory=dict)  # field -> {value: words}, which also lists the values it may take
+    shared_when: tuple[str, str] | None = None  # (field, value): the figure is the whole run's, every node's alike
+
+
+@dataclass(frozen=True)
+class Output:
+    name: str  # its key in the report summary's `files`
+    file: str  # under the run folder (a folder for one that writes several files)
+    render: str | None = None  # "module:function" of render(report) -> str, written to `file`
+    write: str | None = None  # "module:function" of write(made) -> None, which writes `file` itself
+
+
+# The tables below keep one entry a line where it fits, which `ruff format` would spread over several.
+# fmt: off
+
+# ------------------------------------------------------------------------------------------------- check groups
+
+CHECK_GROUPS = (
+    Group("gpu_inventory", package="gpufleet.checks.gpu_inventory", checks=(
+        Check("gpu_count", HARDWARE, ("gpus_expected", "driver_version")),
+        Check("gpu_model", CONFIGURATION),
+        Check("gpu_memory", HARDWARE, ("gpu_memory_min_mib",)),
+        Check("driver_version", SOFTWARE, ("driver_version", "driver_version_min")),
+        Check("vbios", SOFTWARE),
+        Check("persistence_mode", CONFIGURATION, ("persistence_mode_required",)),
+        Check("mig_mode", CONFIGURATION),
+        Check("compute_mode", CONFIGURATION),
+    )),
+    Group("gpu_health", package="gpufleet.checks.gpu_health", checks=(
+        Check("ecc", HARDWARE, ("ecc_volatile_uncorrected_max", "ecc_aggregate_uncorrected_max"), ".hbm:ecc"),
+        Check("row_remapping", HARDWARE, function=".hbm:row_remapping"),
+        Check("retired_pages", HARDWARE, function=".hbm:retired_pages"),
+        Check("xid", HARDWARE, ("xid_fail_codes",), ".faults:xid"),
+        Check("clock_events", HARDWARE, function=".throttling:clock_events"),
+        Check("temperature", HARDWARE, ("gpu_temperature_warn_c", "memory_temperature_warn_c"), ".throttling:temperature"),
+        Check("power_limit", CONFIGURATION, ("power_limit_min_ratio",), ".throttling:power_limit"),
+        Check("pcie_link", HARDWARE, ("pcie_gen_min", "pcie_width_min"), ".links:pcie_link"),
+        Check("nvlink", HARDWARE, ("gpus_expected", "nvlink_links_per_gpu"), ".links:nvlink"),
+        Check("processes", ENVIRONMENT, function=".occupancy:processes"),
+    )),
+    Group("host_hygiene", package="gpufleet.checks.host_hygiene", checks=(
+        Check("pcie_acs", CONFIGURATION, function=".pcie:check_pcie_acs"),
+        Check("numa_affinity", CONFIGURATION, function=".numa:check_numa_affinity"),
+        Check("infiniband", HARDWARE, ("ib_ports_min", "ib_rate_min_gbps"), ".infiniband:check_infiniband"),
+        Check("ib_port_speed", HARDWARE, function=".infiniband:check_ib_port_speed"),
+        Check("gpu_nic_rails", HARDWARE, function=".infiniband:check_gpu_nic_rails"),
+        Check("pcie_aer", HARDWARE, ("fabric_aer_fatal_max", "fabric_aer_nonfatal_max"), ".pcie:check_pcie_aer"),
+        Check("peermem", SOFTWARE, function=".infiniband:check_peermem"),
+        Check("iommu", CONFIGURATION, ("iommu_passthrough_required",), ".kernel:check_iommu"),
+        Check("numa_balancing", CONFIGURATION, ("numa_balancing_expected",), ".numa:check_numa_balancing"),
+        Check("cpu_governor", CONFIGURATION, ("cpu_governor_expected",), ".kernel:check_cpu_governor"),
+        Check("fabric_manager", SOFTWARE, function=".kernel:check_fabric_manager"),
+        Check("nccl_env", CONFIGURATION, function=".nccl_env:check_nccl_env"),
+        Check("bringup_drift", CONFIGURATION, ("bringup_required",), ".bringup_drift:check_bringup_drift"),
+        # the host's own hardware: memory errors (EDAC, machine checks), its memory free for a job, its NVMe drives
+        Check("memory_errors", HARDWARE, ("host_edac_ue_max", EDAC_CE_KEY), ".system_memory:check_memory_errors"),
+        Check("machine_checks", HARDWARE, function=".system_memory:check_machine_checks"),
+        Check("memory_available", ENVIRONMENT, (MEMORY_FREE,), ".system_memory:check_memory_available"),
+        Check("nvme_health", HARDWARE, ("nvme_percentage_used_warn",), ".nvme_health:check_nvme_health"),
+    )),
+)
+
+# ------------------------------------------------------------------------------------------------- benchmarks
+
+BENCHMARK_GROUP = "benchmark"  # the node's own benchmarks
+MULTINODE_GROUP = "benchmark_multinode"  # the NCCL and training runs across nodes
+# How much each benchmark measures (`depth`); the soak runs for its own duration.
+DEPTHS = {
+    "smoke": "seconds a benchmark: one matmul shape in bf16, a short HBM pass, all_reduce at a few sizes",
+    "quick": "a few sizes and shapes, minutes a node",
+    "thorough": "the full sweeps",
+}
+DEFAULT_DEPTH = "quick"
+
+# A quick benchmark figure judged from its samples, and measured again while close to its limit (checks/figures.py).
+SAMPLED = ("sample_drop_pct_max", "sample_drops_allowed", "confirm_band_pct")
+AGAIN = {"where": NODE, "confirm": MEASURED_AGAIN}
+SAMPLED_FIGURE = {"against": (LIMIT, SAMPLES), **AGAIN}
+SOAK_COUNTERS = ("fleet_counter_nvlink_crc_per_s_fail", "fleet_counter_nvlink_replay_recovery_max",
+                 "fleet_counter_pcie_replay_per_min_warn")
+HOST_MEMORY_KEYS, SCRATCH_FREE = ("host_memory_gbps_min", "host_memory_numa_below_pct_max"), "disk_scratch_free_gib_min"
+
+# In this order in a node stage (the soak before the SDC hashes: they run at the temperature the soak left).
+BENCHMARKS = (
+    Benchmark("matmul", run_tiers=("smoke", "acceptance"), default=True, run="gpufleet.node.measure:run_matmul", checks=(
+        Check("matmul_bf16", HARDWARE, ("matmul_bf16_tflops_min", "matmul_spread_pct_max") + SAMPLED, **SAMPLED_FIGURE,
+              text="bf16 matmul TFLOPS of the slowest GPU, all at once; a GPU that throttled fails"),
+    )),
+    Benchmark("memory", run_tiers=("smoke", "acceptance"), default=True, checks=(
+        Check("memory_bandwidth", HARDWARE, text="every HBM and PCIe copy ran and moved the right data"),
+        Check("hbm_bandwidth", HARDWARE, ("hbm_copy_gbps_min",) + SAMPLED, **SAMPLED_FIGURE,
+              text="HBM copy bandwidth of the slowest GPU"),
+        Check("pcie_h2d_bandwidth", HARDWARE, ("pcie_h2d_gbps_min",) + SAMPLED, **SAMPLED_FIGURE,
+              text="host-to-device copy bandwidth of the slowest GPU"),
+        Check("pcie_d2h_bandwidth", HARDWARE, ("pcie_d2h_gbps_min",) + SAMPLED, **SAMPLED_FIGURE,
+              text="device-to-host copy bandwidth of the slowest GPU"),
+    )),
+    Benchmark("nccl", run_tiers=("smoke", "acceptance"), default=True, multinode=True,
+              run="gpufleet.node.measure:run_nccl", judge="gpufleet.checks.collectives:nccl", checks=(
+        Check("nccl", SOFTWARE, text="the NCCL run ended: a timeout or a crash fails, with the log's tail"),
+        Check("nccl_sendrecv", HARDWARE, ("nccl_sendrecv_pair_ratio_min",), against=(SIBLINGS,), **AGAIN,
+              text="send/recv bandwidth of every GPU pair: a slow pair names a slow link"),
+        Check("nccl_transport", CONFIGURATION,
+              text="what NCCL used between nodes: InfiniBand with GPUDirect RDMA, InfiniBand alone or sockets"),
+        Check("nccl_all_reduce", HARDWARE, ("nccl_allreduce_busbw_gbps_min",), against=(LIMIT,), **AGAIN,
+              text="all_reduce bus bandwidth at the largest size; every size's result checked"),
+        Check("nccl_all_gather", HARDWARE, text="all_gather bus bandwidth and correctness"),
+        Check("nccl_reduce_scatter", HARDWARE, text="reduce_scatter bus bandwidth and correctness"),
+        Check("nccl_all_to_all", HARDWARE, text="all_to_all bus bandwidth and correctness"),
+    )),
+    # A disturbed soak is not run again in full: its disturbed windows are, bounded (checks.soak.remeasure).
+    Benchmark("soak", run_tiers=("soak",), selectable=False, run="gpufleet.node.measure:run_soak",
+              judge="gpufleet.checks.soak:soak", again="gpufleet.checks.soak.remeasure:remeasure_plan",
+              combine="gpufleet.checks.soak.remeasure:combined", checks=(
+        Check("soak", SOFTWARE, ("soak_remeasure_max_s",), text="the soak's load started and ran its time"),
+        Check("soak_throttle", HARDWARE, ("soak_throttle_s_max", "xid_fail_codes"),
+              text="hardware and thermal slowdowns of each GPU during the soak"),
+        Check("soak_errors", HARDWARE, ("xid_fail_codes",) + SOAK_COUNTERS,
+              text="during the soak: a load that stopped, wrong all_reduce results, Xids, counters that moved"),
+        Check("soak_slowdown", HARDWARE, ("soak_slowdown_pct_max",),
+              text="the soak's windows below the GPU's own best and below its siblings'"),
+    )),
+    Benchmark("sdc", run_tiers=("acceptance", "soak"), default=True, watched=False, run="gpufleet.node.measure:run_sdc",
+              judge="gpufleet.checks.sdc_hashes:results", checks=(
+        Check("sdc", HARDWARE, ("driver_version",),
+              text="silent data corruption: the same seeded work hashed on every GPU; one that disagrees fails"),
+    )),
+    # The host's own throughput beside the GPUs (bench.host: memory per NUMA node, the scratch drive, a data loader)
+    Benchmark("host", run_tiers=("acceptance",), default=True, judge="gpufleet.checks.host_throughput:host", checks=(
+        Check("host_memory_bandwidth", HARDWARE, HOST_MEMORY_KEYS, against=(LIMIT, SIBLINGS), **AGAIN,
+              text="the host's memory triad on each NUMA node, against its siblings"),
+        Check("disk_write_bandwidth", HARDWARE, ("disk_write_gbps_min", SCRATCH_FREE), against=(LIMIT,), **AGAIN,
+              text="direct-I/O write bandwidth of the scratch drive"),
+        Check("disk_read_bandwidth", HARDWARE, ("disk_read_gbps_min", SCRATCH_FREE), against=(LIMIT,), **AGAIN,
+              text="direct-I/O read bandwidth of the scratch drive"),
+        Check("data_loader", HARDWARE, ("loader_tokens_per_s_per_gpu_min",), against=(LIMIT,), **AGAIN,
+              text="tokens a second a GPU the host's CPUs decode into pinned memory"),
+    )),
+    Benchmark("train_gpt2", run_tiers=("acceptance",), multinode=True, run="gpufleet.node.measure:run_train",
+              judge="gpufleet.checks.training_gate:gate", checks=(
+        Check("train_gpt2", SOFTWARE, ("train_gpt2_tokens_per_s_per_gpu_min", "bf16_dense_peak_tflops"), against=(LIMIT,),
+              **AGAIN, text="GPT-2-small training on all the GPUs: tokens/s per GPU, MFU in detail"),
+        Check("train_scaling", HARDWARE, ("train_scaling_efficiency_min",), against=(LIMIT,), **AGAIN,
+              text="per-GPU tokens/s on all the GPUs over one GPU's (across nodes: over the node's own)"),
+    )),
+)
+
+# ------------------------------------------------------------------------------------------------- run tiers
+
+RUN_TIERS = (
+    RunTier("smoke", "minutes a node: the checks, the counters, a short pass of matmul, HBM and NCCL inside the node",
+            depth="smoke", sweep_minutes=10),
+    RunTier("acceptance", "the checks, the node benchmarks of gpufleet_benchmarks at gpufleet_benchmark_depth, then "
+            "the runs across nodes", chosen=True, across_nodes=True, sweep_minutes=20),
+    RunTier("soak", "the checks, then gpufleet_soak_duration_s of sustained load while a sampler watches every GPU, "
+            "then the SDC hashes at the temperature the soak left"),
+)
+DEFAULT_RUN_TIER = "acceptance"
+
+# ------------------------------------------------------------------------------------------------- the other groups
+
+ONLY_THE_CONTROLLER = {"where": CONTROLLER, "confirm": INCONCLUSIVE}
+PEERS, BASE = "gpufleet.comparisons.peers", "gpufleet.comparisons.baseline"
+BELOW_BASELINE = ("fleet_below_baseline_warn_pct", "fleet_below_baseline_fail_pct")
+COUNTER_KEYS = ("fleet_counter_ecc_corrected_per_h_max", *SOAK_COUNTERS, "fleet_counter_row_remap_per_h_max",
+                "fleet_counter_xid_per_h_max", "fleet_counter_min_window_h")
+FABRIC_KEYS = ("fabric_aer_correctable_per_min_fail", "fabric_ib_ber_max", "fabric_ib_fatal_errors_max",
+               "fabric_ib_link_downed_max", "fabric_ib_link_error_recovery_per_min_max",
+               "fabric_ib_local_ack_timeout_per_h_max", "fabric_ib_rcv_errors_per_h_max", "fabric_ib_xmit_discards_per_h_max",
+               "host_edac_ue_max", EDAC_CE_KEY, "nvme_media_errors_max")
+
+# Results made outside the check groups and the benchmarks: each group's checks, in the order they come.
+OTHER_GROUPS = (
+    Group("profile", checks=(
+        Check("profile", CONFIGURATION, text="a profile matches the GPU; none warns, as no model figure is checked"),
+    )),
+    Group("counters", checks=(
+        Check("snapshot_before", SOFTWARE, text="each GPU's error counters before the benchmarks"),
+        Check("snapshot_after", SOFTWARE, text="each GPU's error counters after the benchmarks"),
+        Check("fabric_before", SOFTWARE,
+              text="the fabric's and host's counters before the benchmarks (InfiniBand, AER, EDAC, NVMe)"),
+        Check("fabric_after", SOFTWARE,
+              text="the fabric's and host's counters after the benchmarks (InfiniBand, AER, EDAC, NVMe)"),
+        Check("processes_after", ENVIRONMENT, text="no other process on the node's GPUs after the benchmarks"),
+    )),
+    Group("lock", checks=(
+        Check("node_lock", ENVIRONMENT, text="this run holds the node's lock; held by another, nothing is measured"),
+    )),
+    Group("connection", checks=(
+        Check("reachable", ENVIRONMENT, text="Ansible reached the node: an `error` carries the connection message"),
+    )),
+    Group("finetune", checks=(
+        Check("finetune", SOFTWARE, ("finetune_tokens_per_s_per_gpu_min", "bf16_dense_peak_tflops"),
+              text="the LoRA fine-tune across the nodes ended, its loss went down, its eval ran"),
+        Check("finetune_processes", ENVIRONMENT,
+              text="what else ran beside the fine-tune, as `benchmark.<step>_processes`"),
+    )),
+    Group("report", checks=(
+        Check("results_file", SOFTWARE, text="the node's results file on the controller is readable and holds results"),
+    )),
+    Group("sweep", checks=(
+        Check("sweep_job", ENVIRONMENT,
+              text="a sweep's Slurm job that ended before its node stage (its time limit, a failure, its node lost)"),
+    )),
+    Group("fleet", checks=(
+        # The comparisons, each made by its `function` on the controller, in this order; those judged on the node
+        # too by its `rows` there (comparisons/node.py), against the references the node was handed.
+        Check("gpu_vs_node", HARDWARE, ("fleet_gpu_below_node_warn_pct", "fleet_gpu_below_node_fail_pct",
+              "fleet_below_baseline_warn_pct"), f"{PEERS}:gpu_vs_node", against=(SIBLINGS, OWN_PAST),
+              rows=f"{PEERS}:gpu_vs_node_rows", **AGAIN),
+        Check("node_vs_fleet", HARDWARE, ("fleet_node_below_fleet_warn_pct", "fleet_node_below_fleet_fail_pct",
+              "fleet_min_nodes"), f"{PEERS}:node_vs_fleet", against=(FLEET,), **ONLY_THE_CONTROLLER),
+        Check("node_vs_baseline", HARDWARE, BELOW_BASELINE, f"{BASE}:node_vs_baseline", against=(BASELINE,),
+              rows=f"{BASE}:node_vs_baseline_rows", **AGAIN),
+        Check("node_vs_baseline_fleet", HARDWARE, BELOW_BASELINE, f"{BASE}:node_vs_baseline_fleet",
+              against=(BASELINE_FLEET,), rows=f"{BASE}:node_vs_baseline_fleet_rows", **AGAIN),
+        # A GPU's samples spread far more than its siblings': the node's own samples judgement (judge.samples,
+        # SAMPLES above) measures such a figure again; here only the controller compares the spreads.
+        Check("sample_spread", ENVIRONMENT, ("fleet_sample_spread_pct_floor", "fleet_sample_spread_ratio_max"),
+              f"{PEERS}:sample_spread", against=(SIBLINGS,), **ONLY_THE_CONTROLLER),
+        Check("counters_during_run", HARDWARE, COUNTER_KEYS, text="each GPU's error counters' growth during the run"),
+        Check("counters_since_previous_run", HARDWARE,
+              text="each GPU's error counters' growth since its snapshot of an earlier run"),
+        Check("fabric_during_run", HARDWARE, FABRIC_KEYS,
+              text="the fabric's and host's counters' growth during the run"),
+        Check("fabric_since_previous_run", HARDWARE,
+              text="the fabric's and host's counters' growth since the node's previous run"),
+        Check("ib_ports_vs_fleet", HARDWARE, ("fleet_fabric_reference_share_min",),
+              text="each active port's rate and lanes against the same port on the other nodes"),
+        Check("rails_vs_fleet", HARDWARE, ("fleet_fabric_reference_share_min",),
+              text="the HCA beside each GPU against the one beside that GPU on the other nodes"),
+        Check("returning_gpu", HARDWARE,
+              text="a GPU (uuid or serial) that failed in an earlier run and is back, in any node"),
+        # fleet.sdc and fleet.versions: the fleet's own judgement of checks whose node-side name means another
+        Check("fleet.sdc", HARDWARE, text="the node's SDC hashes against the fleet's and the store's"),
+        Check("fleet.versions", CONFIGURATION,
+              text="software or firmware that differs from the run's majority or the baseline run's"),
+    )),
+)
+# A step of the node stage that could not run on the node: an `error` of the step's group, check `engine`.
+ENGINE_CHECK = Check("engine", SOFTWARE,
+                     text="a step's module could not run the engine (interpreter, engine missing, bad input, timeout)")
+# The seconds a node's benchmarks spent measuring again, and why (group benchmark; measure.measured_again).
+MEASURED_AGAIN_CHECK = Check("measured_again", SOFTWARE,
+                             text="the seconds the benchmarks spent measuring again, step by step; always `pass`")
+# The PCIe links of the NICs, the GPUs and the ports above them, at the best the benchmarks loaded them to (group
+# benchmark; checks.pcie_links).
+PCIE_LINKS_CHECK = Check("pcie_links", HARDWARE,
+                         text="each NIC's, GPU's and uplink's PCIe link under load, against what both its ends can do")
+
+# Profile keys no single check owns: the watch of every benchmark (measure again when disturbed, on the GPUs or
+# the host, confirm a figure within a budget) and `gpufleet fleet locate`.
+SHARED_THRESHOLDS = ("confirm_remeasure_max", "confirm_budget_s", "disturbed_remeasure_max", "disturbed_wait_s",
+                     "host_foreign_cpu_share_max", "host_swap_mib_s_max", "host_foreign_io_mib_s_max",
+                     "locate_busbw_ratio_min")
+
+# ------------------------------------------------------------------------------------------------- metrics
+
+# NCCL's size bands: latency-bound, in between, bandwidth-bound (the largest size of each, None: no end).
+NCCL_BANDS = {"le_1MiB": 1 << 20, "le_64MiB": 64 << 20, "gt_64MiB": None}
+BAND_WORDS = {"le_1MiB": "sizes up to 1 MiB", "le_64MiB": "sizes over 1 MiB up to 64 MiB", "gt_64MiB": "sizes over 64 MiB"}
+SCOPES = {"node": "inside the node", "multinode": "across nodes"}
+WHOLE_RUN = ("scope", "multinode")  # a figure of the whole run: compared with the baseline, never node to node
+GB = 1e9
+
+# What each metric key of the comparisons means; every metric is higher-is-better (comparisons/metric_keys.py).
+METRICS = (
+    Metric("matmul_{dtype}_tflops", "{dtype} matmul", "TFLOPS", "gpufleet_matmul_flops", 1e12, per_gpu=True,
+           words={"dtype": {d: d for d in ("bf16", "fp16", "tf32", "fp8")}}),
+    Metric("hbm_copy_gbps", "HBM copy", "GB/s", "gpufleet_hbm_copy_bytes_per_second", GB, per_gpu=True),
+    Metric("pcie_{direction}_gbps", "PCIe {direction}", "GB/s", "gpufleet_pcie_copy_bytes_per_second", GB, per_gpu=True,
+           words={"direction": {"h2d": "host-to-device", "d2h": "device-to-host"}}),
+    Metric("nccl_{scope}_{collective}_busbw_gbps_{band}", "{collective} busbw {scope}, {band}", "GB/s",
+           "gpufleet_nccl_busbw_bytes_per_second", GB, words={"scope": SCOPES, "band": BAND_WORDS}, shared_when=WHOLE_RUN),
+    Metric("nccl_node_sendrecv_gbps", "slowest send/recv pair inside the node", "GB/s",
+           "gpufleet_nccl_sendrecv_bytes_per_second", GB),
+    Metric("train_gpt2_{scope}_tokens_per_s_per_gpu", "GPT-2 training {scope}", "tokens/s/GPU",
+           "gpufleet_train_tokens_per_second_per_gpu", words={"scope": SCOPES}, shared_when=WHOLE_RUN),
+    Metric("finetune_{scope}_tokens_per_s_per_gpu", "LoRA fine-tune {scope}", "tokens/s/GPU",
+           "gpufleet_finetune_tokens_per_second_per_gpu", words={"scope": SCOPES}, shared_when=WHOLE_RUN),
+    # the host's own (bench.host)
+    Metric("host_memory_gbps", "host memory triad, slowest NUMA node", "GB/s", "gpufleet_host_memory_bytes_per_second",
+           GB),
+    Metric("disk_{direction}_gbps", "scratch drive {direction}", "GB/s", "gpufleet_disk_bytes_per_second", GB,
+           words={"direction": {"write": "write", "read": "read"}}),
+    Metric("loader_tokens_per_s_per_gpu", "data loader", "tokens/s/GPU", "gpufleet_loader_tokens_per_second_per_gpu"),
+)
+
+# ------------------------------------------------------------------------------------------------- outputs
+
+# What the report writes, in this order (report/pipeline.py loops over them): the fleet's files first, which
+# report.json and the renderings then name.
+OUTPUTS = (
+    Output("fleet", "fleet.json", write="gpufleet.report.pipeline:write_fleet"),
+    Output("prometheus", "prometheus", write="gpufleet.fleet.export:write_prometheus_of"),
+    Output("drain", "drain.txt", render="gpufleet.fleet.export:drain_text"),
+    Output("json", "report.json", render="gpufleet.report.render_json:render"),
+    Output("md", "report.md", render="gpufleet.report.render_md:render"),
+    Output("html", "report.html", render="gpufleet.report.render_html:render"),
+    Output("junit", "junit.xml", render="gpufleet.report.render_junit:render"),
+)
+
+# fmt: on
+
+# ------------------------------------------------------------------------------------------------- lookups
+
+
+@functools.lru_cache(maxsize=None)
+def resolve(spec: str, package: str | None = None):
+    """The function a "module:function" string names, imported when first asked for; a module starting with "."
+    is under `package`."""
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(package + module if module.startswith(".") else module), name)
+
+
+def check_function(g: Group, c: Check):
+    """A check group's check's function: its declared one, else its name in the group's module."""
+    return resolve(c.function or f"{g.package}:{c.name}", g.package)
+
+
+def group(name: str) -> Group:
+    """A check group by name; KeyError names the groups there are."""
+    for g in CHECK_GROUPS:
+        if g.name == name:
+            return g
+    raise KeyError(f"no check group {name!r}; expected one of {group_names()}")
+
+
+def group_names() -> tuple[str, ...]:
+    return tuple(g.name for g in CHECK_GROUPS)
+
+
+def benchmark(name: str) -> Benchmark:
+    return next(b for b in BENCHMARKS if b.name == name)
+
+
+def benchmark_names(
+    *, selectable: bool | None = None, default: bool | None = None, multinode: bool | None = None
+) -> tuple[str, ...]:
+    """The benchmarks' names, in their order, those with the given properties."""
+    return tuple(
+        b.name
+        for b in BENCHMARKS
+        if (selectable is None or b.selectable == selectable)
+        and (default is None or b.default == default)
+        and (multinode is None or b.multinode == multinode)
+    )
+
+
+def run_tier(name: str | None) -> RunTier:
+    """A run tier by name (None: the default); ValueError naming the tiers there are."""
+    for t in RUN_TIERS:
+        if t.name == (name or DEFAULT_RUN_TIER):
+            return t
+    raise ValueError(f"gpufleet_tier {name!r}; expected one of {', '.join(run_tier_names())}")
+
+
+def run_tier_names() -> tuple[str, ...]:
+    return tuple(t.name for t in RUN_TIERS)
+
+
+def tier_benchmarks(run_tier_name: str) -> tuple[str, ...]:
+    """The benchmarks a run tier may run, in stage order; where it chooses, those gpufleet_benchmarks may name."""
+    chosen = run_tier(run_tier_name).chosen
+    return tuple(b.name for b in BENCHMARKS if run_tier_name in b.run_tiers and (b.selectable or not chosen))
+
+
+def chosen_depths() -> tuple[str, ...]:
+    """The depths gpufleet_benchmark_depth may name: those no run tier keeps for itself (smoke is the smoke tier's)."""
+    return tuple(d for d in DEPTHS if d not in {t.depth for t in RUN_TIERS})
+
+
+def stage_benchmarks(tier: str | None, chosen: list[str] | tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """What a run tier's node stage runs, in the order declared here: the tier's benchmarks, of those
+    gpufleet_benchmarks may name the ones `chosen` names (None: all, or the default ones where the tier chooses);
+    one it may not name always runs in its tier (the soak). ValueError names a name gpufleet_benchmarks may not hold."""
+    t = run_tier(tier)
+    may = benchmark_names(selectable=True)
+    wrong = [b for b in chosen or () if b not in may]
+    if wrong:
+        raise ValueError(f"gpufleet_benchmarks names {wrong[0]!r}; expected some of {', '.join(may)}, or none")
+    picked = set(chosen) if chosen is not None else set(benchmark_names(default=True)) if t.chosen else None
+    return tuple(
+        b.name for b in BENCHMARKS if t.name in b.run_tiers and (not b.selectable or picked is None or b.name in picked)
+    )
+
+
+def stage_depth(tier: str | None, depth: str | None = None) -> str:
+    """The depth of a run tier's benchmarks: the tier's own, else `depth` (gpufleet_benchmark_depth), else quick."""
+    own = run_tier(tier).depth
+    if own is None and depth is not None and depth not in chosen_depths():
+        raise ValueError(f"gpufleet_benchmark_depth {depth!r}; expected one of {', '.join(chosen_depths())}")
+    return own or depth or DEFAULT_DEPTH
+
+
+def watched_checks() -> tuple[Check, ...]:
+    """`<step>_processes` of every watched benchmark: what else ran on its GPUs while it measured."""
+    return tuple(
+        Check(f"{b.name}_processes", ENVIRONMENT, text=f"what else ran on the GPUs and host beside the {b.name} step")
+        for b in BENCHMARKS
+        if b.watched
+    )
+
+
+def comparison_checks(where: str | None = None) -> tuple[Check, ...]:
+    """The checks of group fleet that hold a figure against something (`against`), those judged `where` (a node's
+    are judged on the controller too)."""
+    fleet = next(g for g in OTHER_GROUPS if g.name == "fleet")
+    return tuple(c for c in fleet.checks if c.against and (where is None or c.where == where))
+
+
+@functools.lru_cache(maxsize=None)
+def _metric_patterns() -> tuple[tuple[re.Pattern, Metric], ...]:
+    def part(m: re.Match, metric: Metric) -> str:
+        values = "|".join(map(re.escape, metric.words.get(m[1]) or ())) or r"\w+?"
+        return f"(?P<{m[1]}>{values})"
+
+    return tuple((re.compile(re.sub(r"\{(\w+)\}", lambda m: part(m, x), x.key)), x) for x in METRICS)
+
+
+def metric(key: str) -> tuple[Metric, dict] | None:
+    """The declaration of a metric key and the values of its fields, or None for a key nobody declared."""
+    for pattern, declared in _metric_patterns():
+        m = pattern.fullmatch(key)
+        if m:
+            return declared, m.groupdict()
+    return None
+
+
+def failure_classes() -> dict[str, str]:
+    """check name (or `group.check` where a name is shared) -> the class of its warn and fail."""
+    out: dict[str, str] = {}
+    for g in CHECK_GROUPS + OTHER_GROUPS:
+        out.update((c.name, c.failure_class) for c in g.checks)
+    for b in BENCHMARKS:
+        out.update((c.name, c.failure_class) for c in b.checks)
+    out.update((c.name, c.failure_class) for c in watched_checks())
+    out[ENGINE_CHECK.name] = ENGINE_CHECK.failure_class
+    out[MEASURED_AGAIN_CHECK.name] = MEASURED_AGAIN_CHECK.failure_class
+    out[PCIE_LINKS_CHECK.name] = PCIE_LINKS_CHECK.failure_class
+    return out
+
+
+def declared_thresholds() -> set[str]:
+    """Every profile key a check or the shared machinery judges against."""
+    keys = set(SHARED_THRESHOLDS)
+    for g in CHECK_GROUPS + OTHER_GROUPS:
+        keys.update(k for c in g.checks for k in c.thresholds)
+    for b in BENCHMARKS:
+        keys.update(k for c in b.checks for k in c.thresholds)
+    return keys

@@ -1,0 +1,131 @@
+"""gpufleet command line: the same engine the Ansible modules run.
+
+The commands, grouped as `gpufleet --help` lists them, are COMMAND_GROUPS below; each command's --help says the
+rest. The playbooks' and modules' own commands (INTERNAL) run as any other but are left out of that list.
+
+Each command lives in a family (FAMILIES): a module that adds its parsers (`add_parsers(sub)`) and runs them. A
+command loads its own family alone: a node starts several engine processes a run, and a `gpufleet check` that
+loaded the controller's report, store and runner too would pay for them each time. `gpufleet --help` loads all.
+
+Exit codes: errors.EXIT_CODES, at the end of every command's --help.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import textwrap
+
+from gpufleet import __version__
+from gpufleet.base import guard
+from gpufleet.base.command_line import Parser, refused_json
+from gpufleet.base.errors import InputError
+
+# Each family's module and the commands it adds (tests/test_cli_conventions.py holds the two to each other).
+FAMILIES = {
+    "gpufleet.commands.one_node": ("collect", "check", "bench", "counters", "profiles"),
+    "gpufleet.commands.run": ("run", "lock"),
+    "gpufleet.commands.report": ("report",),
+    "gpufleet.finetune.command": ("finetune",),
+    "gpufleet.views": ("status", "hw"),
+    "gpufleet.commands.records": ("record", "history", "baseline", "store", "versions", "slurm", "references"),
+    "gpufleet.commands.fleet": ("fleet",),
+    "gpufleet.commands.service": ("slurm-sweep", "ladder", "evidence"),
+    "gpufleet.node.stage": ("node-stage",),
+}
+# `gpufleet slurm sweep ...` is the parser's `slurm-sweep` (`gpufleet slurm RUN_DIR` takes a folder there).
+SLURM_SWEEP = "slurm-sweep"
+
+# The commands as `gpufleet --help` lists them: each group, then its commands in order. A new command is its name on
+# one of these lines (and its parser where it lives); one in no group is listed under "more" and fails
+# tests/test_cli_conventions.py.
+COMMAND_GROUPS = {
+    "the fleet, on the controller": (
+        "fleet",
+        "report",
+        "history",
+        "baseline",
+        "store",
+        "versions",
+        "slurm",
+        "profiles",
+    ),
+    "the fleet in service, on the controller": ("slurm-sweep", "ladder", "evidence"),
+    "one node, on the node": ("check", "bench", "counters", "status", "hw", "collect", "finetune"),
+}
+# The playbooks' and modules' own steps: they run as any command but are left out of --help.
+INTERNAL = ("run", "lock", "record", "references", "node-stage")
+HELP_COLUMNS = 100
+
+
+class Commands:
+    """The subcommands' action, keeping each command's one-line help for the grouped list of `gpufleet --help`
+    instead of argparse's one flat list."""
+
+    def __init__(self, action: argparse._SubParsersAction):
+        self.action = action
+        self.helps: dict[str, str] = {}
+
+    def add_parser(self, name: str, **kwargs) -> argparse.ArgumentParser:
+        self.helps[name] = kwargs.pop("help", "")
+        return self.action.add_parser(name, **kwargs)
+
+    def unplaced(self) -> list[str]:
+        """Commands in no group of COMMAND_GROUPS and not INTERNAL."""
+        return sorted(set(self.helps) - set(INTERNAL) - {n for names in COMMAND_GROUPS.values() for n in names})
+
+    def listing(self) -> str:
+        groups = {**COMMAND_GROUPS, **({"more": tuple(self.unplaced())} if self.unplaced() else {})}
+        width = max(len(n) for names in groups.values() for n in names)
+        lines = []
+        for group, names in groups.items():
+            lines.append(f"{group}:")
+            for name in (n for n in names if n in self.helps):
+                lines += textwrap.wrap(
+                    self.helps[name],
+                    HELP_COLUMNS,
+                    initial_indent=f"  {name:<{width}}  ",
+                    subsequent_indent=" " * (width + 4),
+                )
+        return "\n".join(lines)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """Every command's parser; with `command`, only those of its family."""
+    p = Parser(prog="gpufleet", usage="gpufleet [-h] [--version] COMMAND ...")
+    p.add_argument("--version", action="version", version=f"gpufleet {__version__}")
+    sub = Commands(
+        p.add_subparsers(dest="command", required=True, metavar="COMMAND", help=argparse.SUPPRESS, prog="gpufleet")
+    )
+    for module, names in FAMILIES.items():
+        if command is None or command in names:
+            importlib.import_module(module).add_parsers(sub)
+    summary = __doc__.split("\n\n")[0]
+    p.description = f"{summary}\n\n{sub.listing()}\n\nEach command's --help says more."
+    return p
+
+
+def route(argv: list[str]) -> list[str]:
+    return [SLURM_SWEEP, *argv[2:]] if argv[:2] == ["slurm", "sweep"] else argv
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = route(sys.argv[1:] if argv is None else list(argv))
+    known = {name for names in FAMILIES.values() for name in names}
+    try:
+        args = build_parser(argv[0] if argv and argv[0] in known else None).parse_args(argv)
+    except SystemExit as exc:  # argparse's refusal, said on stderr; with --json also the line that ends every run
+        if exc.code == 2 and "--json" in argv and Parser.refused:
+            print(refused_json(Parser.refused))
+        raise
+    try:
+        guard.start_from_env()  # stop what this command starts should the run that asked for it be gone
+        return args.func(args)
+    except InputError as exc:
+        print(f"gpufleet {'slurm sweep' if args.command == SLURM_SWEEP else args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
