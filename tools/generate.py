@@ -170,7 +170,7 @@ AGAINST = {
 }
 WHERE = {registry.NODE: "on the node", registry.CONTROLLER: "on the controller"}
 CONFIRM = {registry.MEASURED_AGAIN: "measured again", registry.INCONCLUSIVE: "inconclusive"}
-HEAD = ["check", "class", "held against", "[profile keys](../src/gpufleet/profiles/generic.yml)", "what it checks"]
+HEAD = ["check", "class", "held against", "[profile keys](../src/gpufleet/base/profiles/generic.yml)", "what it checks"]
 
 
 def first_sentence(text: str) -> str:

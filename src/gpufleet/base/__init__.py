@@ -2,6 +2,7 @@
 (docs/architecture.md). Nothing here imports a folder above it.
 
 registry.py       every check group, check, benchmark, run tier, metric and output, declared once
+entries.py        the kinds of entry of the registry, and what each declares
 schema.py         the one result value and the host document
 profiles.py       thresholds per GPU model (profiles/, a link to files/profiles)
 calibration.py    limits from measured healthy spread

@@ -2,33 +2,9 @@
 functions that give it its behaviour as lazily imported strings, `"module:function"` (resolve()), so that nobody
 keeps a table of special cases beside it. What the rest of the project reads.
 
-- A check: its name, the group its results carry, the class of its warn and fail (failure_class.py says what
-  each class means), the profile keys it judges against (files/profiles/generic.yml declares each), and the
-  function that makes it. A check of a check group: `fn(readings, profile) -> result`, by default the function of
-  the check's name in the group's module; a module starting with "." is under the group's package. A check whose
-  figure is held against something declares what (`against`), where it is judged (`where`: on the node, or on
-  the controller, which alone sees the run's other nodes), how a figure past a limit is confirmed before it warns
-  or fails (`confirm`, comparisons/confirm.py: measured again on the node; or, seen only where nobody can measure
-  it again, inconclusive), its result `fn(host, node_metrics, thresholds, against, settle) -> result` (`function`)
-  and, judged on the node too, its rows there `fn(host, node_metrics, thresholds, against) -> rows` (`rows`). A
-  reading (a counter, a setting, an Xid) stands as read: no `confirm`.
-- A check group (`gpufleet check --group G`, and the gpufleet.cluster module of the same name on the node).
-- A benchmark (`gpufleet bench NAME`): the checks of its results, the run tiers it runs in (in the order declared
-  here), whether gpufleet_benchmarks may name it and does by default, whether it runs across nodes under torchrun,
-  whether a sampler watches its GPUs (its `<name>_processes` result); how it measures (`run`: by default
-  `gpufleet.bench.<name>:run(depth)`; a named one is `fn(steps)`, measure.NodeSteps), how its output is judged
-  (`judge`: `fn(output, profile) -> results`, by default `gpufleet.checks.benchmarks:<name>`), and, for one that is
-  measured again in part when disturbed, how (`again`: `fn(first output, profile) -> the options of its run that
-  measures again`) and what is judged then (`combine`: `fn(first output, again's) -> output`).
-- A run tier (gpufleet_tier, `gpufleet fleet run --tier`): what its node stage runs, at which depth, whether the
-  runs across nodes follow it, how long a sweep's job of it may take. The engine alone decides from it what a node
-  runs (stage_benchmarks()); Ansible reads it (plugins/filter/registry.py) or is generated from it (make generate).
-- A metric: what a metric key of the comparisons means (label, unit, Prometheus family, per GPU or shared).
-- An output of the report: its key in the report's `files`, its file (or folder) under the run folder, and the
-  function that makes it: `render(report) -> str` for a file of the finished report alone, or `write(made) ->
-  None` for one that writes itself (report/pipeline.py's Made: run_dir, report, fleet and options).
+The kinds of entry, and what each declares, are in entries.py.
 
-Nothing here imports the rest of gpufleet: every layer may read it.
+Nothing here imports the rest of gpufleet but entries.py: every layer may read it.
 """
 
 from __future__ import annotations
@@ -36,98 +12,34 @@ from __future__ import annotations
 import functools
 import importlib
 import re
-from dataclasses import dataclass, field
 
-# The failure classes (failure_class.py explains them).
-HARDWARE, ENVIRONMENT, CONFIGURATION, SOFTWARE = "hardware", "environment", "configuration", "software"
-CLASSES = (HARDWARE, ENVIRONMENT, CONFIGURATION, SOFTWARE)
+from gpufleet.base.entries import (  # noqa: F401 (the kinds and words every reader of the registry names)
+    HARDWARE,
+    ENVIRONMENT,
+    CONFIGURATION,
+    SOFTWARE,
+    CLASSES,
+    LIMIT,
+    SAMPLES,
+    SIBLINGS,
+    OWN_PAST,
+    BASELINE,
+    BASELINE_FLEET,
+    FLEET,
+    NODE,
+    CONTROLLER,
+    MEASURED_AGAIN,
+    INCONCLUSIVE,
+    Check,
+    Group,
+    Benchmark,
+    RunTier,
+    Metric,
+    Output,
+)
 
 # Profile keys of the host's own checks (generic.yml), named once so that each declaration holds on a line.
 EDAC_CE_KEY, MEMORY_FREE = "host_edac_ce_per_day_warn", "host_memory_available_pct_min"
-
-# What a figure is held against (Check.against).
-LIMIT = "limit"  # a profile's minimum (or maximum) for the model
-SAMPLES = "samples"  # its own timed samples: how many fell, how far, and what the sampler saw then (judge.samples)
-SIBLINGS = "siblings"  # the node's other GPUs in the same run (or its other GPU pairs)
-OWN_PAST = "own_past"  # the GPU's own place among its siblings in its earlier runs
-BASELINE = "baseline"  # the baseline run's figure for this node or GPU
-BASELINE_FLEET = "baseline_fleet"  # the baseline run's median over its nodes
-FLEET = "fleet"  # this run's median over its nodes
-# Where it is judged (Check.where), and how a figure past a limit is confirmed (Check.confirm).
-NODE, CONTROLLER = "node", "controller"
-MEASURED_AGAIN = "measured_again"  # on the node, in its stage, until clear of the limit or confirmed past it
-INCONCLUSIVE = "inconclusive"  # nobody can measure it again: past a limit once, it is inconclusive, not a warn or fail
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    failure_class: str  # of its warn and fail; an `error` is software unless this is environment
-    thresholds: tuple[str, ...] = ()  # the profile keys it judges against
-    function: str | None = None  # "module:function" that makes it (see the module's docstring)
-    against: tuple[str, ...] = ()  # what its figure is held against (LIMIT, SIBLINGS, ...); () for a reading
-    where: str = NODE
-    confirm: str | None = None  # MEASURED_AGAIN or INCONCLUSIVE; None: a reading, which stands as read
-    rows: str | None = None  # a comparison judged on the node: "module:function" of its rows there
-    text: str = ""  # what it checks, for docs/checks.md, where no function of its own has a docstring to say it
-
-    @property
-    def confirmed(self) -> bool:
-        """A figure measured again on the node while it is past or near a limit (measure.watched)."""
-        return self.confirm == MEASURED_AGAIN
-
-
-@dataclass(frozen=True)
-class Group:
-    name: str
-    checks: tuple[Check, ...]
-    package: str | None = None  # the module (or package) of its checks' functions
-
-
-@dataclass(frozen=True)
-class Benchmark:
-    name: str
-    checks: tuple[Check, ...]  # the checks of its results (group `benchmark`, across nodes `benchmark_multinode`)
-    run_tiers: tuple[str, ...]  # the run tiers whose node stage runs it
-    selectable: bool = True  # gpufleet_benchmarks may name it (where the run tier lets it choose)
-    default: bool = False  # in gpufleet_benchmarks' default
-    multinode: bool = False  # runs across nodes under torchrun (nnodes > 1)
-    watched: bool = True  # a sampler lists its GPUs' processes: its `<name>_processes` result
-    run: str | None = None  # "module:function" of fn(steps) -> output; None: gpufleet.bench.<name>:run(depth)
-    judge: str | None = None  # fn(output, profile) -> results; None: gpufleet.checks.benchmarks:<name>
-    again: str | None = None  # disturbed, measured again in part: fn(first output, profile) -> its run's options
-    combine: str | None = None  # what is judged then: fn(first output, again's output) -> output
-
-
-@dataclass(frozen=True)
-class RunTier:
-    name: str
-    text: str  # what its node stage does, for help and the generated documentation
-    depth: str | None = None  # the depth of its benchmarks; None: the run's (gpufleet_benchmark_depth)
-    chosen: bool = False  # gpufleet_benchmarks chooses its benchmarks (default: those declared default)
-    across_nodes: bool = False  # the runs across nodes (and the fine-tune) follow its node stage
-    sweep_minutes: int | None = None  # a sweep job's default time limit; None: never swept (it lasts hours)
-
-
-@dataclass(frozen=True)
-class Metric:
-    key: str  # the key, each {field} a part that varies: matmul_{dtype}_tflops
-    label: str  # for sentences, with the fields in words (`words`; else as they are)
-    unit: str
-    family: str  # the Prometheus family, named in base units; its labels are the key's fields
-    to_base: float = 1  # the factor from `unit` to the family's base unit
-    per_gpu: bool = False
-    words: dict = field(default_factory=dict)  # field -> {value: words}, which also lists the values it may take
-    shared_when: tuple[str, str] | None = None  # (field, value): the figure is the whole run's, every node's alike
-
-
-@dataclass(frozen=True)
-class Output:
-    name: str  # its key in the report summary's `files`
-    file: str  # under the run folder (a folder for one that writes several files)
-    render: str | None = None  # "module:function" of render(report) -> str, written to `file`
-    write: str | None = None  # "module:function" of write(made) -> None, which writes `file` itself
-
 
 # The tables below keep one entry a line where it fits, which `ruff format` would spread over several.
 # fmt: off
