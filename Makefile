@@ -1,7 +1,7 @@
 # make validate   check this machine (inventory/local) and print where the report is
 # make test       pytest over tests/, ansible-lint and ansible-test sanity included (CI's command)
 # make test-fast  the tests not marked slow: minutes, for the loop of a change
-# make generate   write the files made from others: the role specs from the registry, the sanity ignores
+# make generate   write the files made from others: role specs and checks.md's tables (registry), sanity ignores
 #
 # Both create .venv with `python3 -m venv` and install the project into it the
 # first time. INVENTORY=inventory/<site> and ARGS='-e ... --limit ...' pass
