@@ -27,7 +27,9 @@ The node stage includes the host's own step (`bench host`: memory, the drive at 
 that holds GPU 0 (once a machine: the split layout's nodes share its memory and its drive). Every row
 records the most the host's other processes used beside the benchmarks (`host_foreign_cpu_pct_max`, from
 benchmark.<step>_processes; the node stages mark themselves with GPUFLEET_RUN_MARK, so the split layout's sibling
-nodes are this run's): the clean rows' largest sets host_foreign_cpu_share_max.
+nodes are this run's): the clean rows' largest sets host_foreign_cpu_share_max. The disturbances are
+calibration_disturbances.py's, the engine commands (the node stage, the report, the baseline)
+calibration_node_stage.py's.
 
 Usage (GPU machine, from a checkout):
   python3 tools/gpu_calibrate.py --out $OUT --data $OUT/runs.jsonl --budget-s 480 [--layout split|node|both]
@@ -53,220 +55,20 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-FORMAT = "gpufleet-calibration/1"
-KINDS = (
-    "compute",
-    "memcopy",
-    "pcie",
-    "other_user",
-    "one_gpu",
-    "short",
-    "host_cpu",
-    "host_memory",
-    "disk_full",
-    "disk_io",
+sys.path.insert(0, str(HERE))
+
+from calibration_disturbances import (  # noqa: E402
+    BEFORE_KINDS,
+    HOST_KINDS,
+    KINDS,
+    Disturbance,
+    let_others_run_python,
+    plan_round,
 )
-# The host's own kinds: one set of processes on the machine, whatever its GPUs; the first two in place before the
-# round's stages start (a node that comes with the fault), the last during them.
-HOST_KINDS = ("host_cpu", "host_memory", "disk_full", "disk_io")
-BEFORE_KINDS = ("host_memory", "disk_full")
-NOBODY = 65534
-# Each kind's gpu_disturb processes on one GPU: (its work, the uid it runs as; None: ours).
-KIND_PROCESSES = {
-    "compute": [(["--kind", "matmul"], None)],
-    "short": [(["--kind", "matmul"], None)],
-    "memcopy": [(["--kind", "copy"], None)],
-    "pcie": [(["--kind", "pcie"], None)],
-    "one_gpu": [(["--kind", "matmul", "--size", "2048"], None)],
-    "other_user": [(["--kind", "matmul"], NOBODY), (["--kind", "copy", "--size", "1024"], NOBODY)],
-    "host_cpu": [(["--kind", "cpu"], None)],  # the host's: gpu_disturb runs them as NEIGHBOUR, made when missing
-    "host_memory": [(["--kind", "memory", "--procs", "2"], None)],
-    "disk_full": [(["--kind", "fill"], None)],
-    "disk_io": [(["--kind", "io", "--procs", "2"], None)],
-}
-NEIGHBOUR = "gpufleet-neighbour"
+from calibration_node_stage import node_stage, report, set_baseline  # noqa: E402
+
+FORMAT = "gpufleet-calibration/1"
 HOST_KEY = "host_foreign_cpu_share_max"
-CHECK_GROUPS = ("gpu_inventory", "gpu_health", "host_hygiene")
-
-
-def engine(args: list[str], env: dict, timeout_s: float) -> tuple[dict | None, str, float]:
-    """One engine command: (its host document, or None; stderr's tail or the reason; seconds)."""
-    t0 = time.monotonic()
-    try:
-        p = subprocess.run(
-            [sys.executable, "-m", "gpufleet", *args, "--json", "--exit-zero"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-        )
-    except subprocess.TimeoutExpired:
-        return None, f"timed out after {timeout_s} s", time.monotonic() - t0
-    try:
-        return json.loads(p.stdout), p.stderr[-2000:], time.monotonic() - t0
-    except ValueError:
-        return None, f"exit {p.returncode}: {(p.stderr or p.stdout)[-2000:]}", time.monotonic() - t0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def node_stage(
-    node: str,
-    gpus: list[int],
-    n_machine_gpus: int,
-    cpu: bool,
-    thresholds: dict,
-    references: Path | None = None,
-    scratch: str | None = None,
-) -> dict:
-    """The acceptance tier's node stage for one node; its merged host document and the stage's seconds. references:
-    the node's RUN_DIR/references/<node>.json, handed to its benchmarks as validate.yml hands them."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), GPUFLEET_KEEP_LOGS="0", GPUFLEET_RUN_MARK=str(os.getpid()))
-    if scratch:
-        env["GPUFLEET_SCRATCH_DIR"] = scratch
-    if not cpu:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
-    common = ["--host", node, "--thresholds", json.dumps(thresholds)]
-    held = ["--references", references.read_text()] if references and references.is_file() else []
-    steps = [
-        ["check", *sum((["--group", g] for g in CHECK_GROUPS), []), *common],
-        ["counters", "--phase", "before", *common],
-        ["bench", "matmul", "sdc", "--tier", "quick", *common, *held],
-        ["bench", "memory", "--tier", "quick", *common, *held],
-    ]
-    if len(gpus) > 1:
-        steps.append(["bench", "nccl", "--tier", "quick", "--master-port", str(free_port()), *common, *held])
-    if 0 in gpus:  # the host's own step once a machine: the split layout's nodes share its memory and drive
-        steps.append(["bench", "host", "--tier", "quick", *common, *held])
-    steps.append(["counters", "--phase", "after", *common])
-    t0, epoch0, docs, errors = time.monotonic(), time.time(), [], []
-    for step in steps:
-        doc, err, secs = engine(step, env, 900)
-        if doc is None:
-            errors.append({"step": " ".join(step[:3]), "error": err})
-        else:
-            docs.append(doc)
-    merged = dict(docs[0]) if docs else {"schema_version": 1, "host": node, "results": []}
-    merged["results"] = [r for d in docs for r in d.get("results") or []]
-    merged["host"] = node
-    merged["seconds"] = round(sum(d.get("seconds") or 0 for d in docs), 2)
-    for e in errors:  # an engine command that gave no document is an error result: nothing is dropped
-        merged["results"].append(
-            {
-                "check": "engine",
-                "group": "calibration",
-                "status": "error",
-                "reason": f"{e['step']}: {e['error']}",
-                "value": None,
-                "unit": None,
-                "threshold": None,
-                "remedy": None,
-                "detail": {},
-                "class": "software",
-            }
-        )
-    return {
-        "document": merged,
-        "wall_s": round(time.monotonic() - t0, 2),
-        "started_epoch": round(epoch0, 2),
-        "ended_epoch": round(time.time(), 2),
-    }
-
-
-class Disturbance:
-    """gpu_disturb processes on `gpus`, started `delay_s` after the round starts, for `duration_s` of work."""
-
-    def __init__(
-        self, kind: str, gpus: list[int], delay_s: float, duration_s: float, procs: int, cpu: bool, scratch: str = ""
-    ):
-        self.kind, self.gpus, self.delay_s, self.duration_s, self.cpu = kind, gpus, delay_s, duration_s, cpu
-        self.scratch = scratch
-        self.ready = threading.Event()  # its first line read: the fault is in place
-        self.n_procs = procs  # host_cpu: how many busy processes
-        self.record = {
-            "kind": kind,
-            "gpus": gpus if kind not in HOST_KINDS else [],
-            "procs": procs or None,
-            "delay_s": round(delay_s, 1),
-            "duration_s": round(duration_s, 1),
-            "pids": [],
-            "user": None,
-            "ready_epoch": None,
-            "end_epoch": None,
-            "lines": [],
-        }
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.stop = threading.Event()
-        self.procs: list = []
-
-    def _commands(self) -> list[tuple[list[str], int | None]]:
-        """The kind's processes on each of the round's GPUs (one GPU unless --gpus-disturbed says more)."""
-        base = [sys.executable, str(HERE / "gpu_disturb.py"), "--seconds", str(self.duration_s)]
-        if self.kind == "host_cpu":  # the host's, not a GPU's: one set (a logic check makes no user)
-            user = [] if self.cpu else ["--as-user", NEIGHBOUR]
-            return [
-                (base + work + user + ["--procs", str(self.n_procs)], uid) for work, uid in KIND_PROCESSES[self.kind]
-            ]
-        if self.kind in HOST_KINDS:  # the memory (another user's) or the scratch drive
-            extra = ["--as-user", NEIGHBOUR] if self.kind == "host_memory" and not self.cpu else []
-            extra += (
-                ["--share", "0.05"] if self.kind == "host_memory" and self.cpu else []
-            )  # a logic check holds little
-            extra += ["--path", self.scratch] if self.kind != "host_memory" else []
-            return [(base + work + extra, uid) for work, uid in KIND_PROCESSES[self.kind]]
-        wheres = [["--cpu"]] if self.cpu else [["--gpu", str(g)] for g in self.gpus]
-        return [(base + where + work, user) for where in wheres for work, user in KIND_PROCESSES[self.kind]]
-
-    def _run(self):
-        if self.stop.wait(self.delay_s):
-            return
-        procs = self.procs
-        for cmd, uid in self._commands():
-            kw = {"user": uid, "group": uid, "extra_groups": []} if uid is not None and os.geteuid() == 0 else {}
-            try:
-                procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw))
-            except OSError as exc:  # recorded: a round whose disturbance never ran is not counted as disturbed
-                self.record["error"] = f"{cmd[3:]} as uid {uid}: {exc}"
-                continue
-            self.record["user"] = uid
-        for p in procs:
-            self.record["pids"].append(p.pid)
-            first = p.stdout.readline().strip()  # printed once CUDA is up, just before the work starts
-            self.record["lines"].append(first)
-            if first.startswith("gpu_disturb pid"):  # empty: stopped before it began (the stages were over)
-                self.record["ready_epoch"] = self.record["ready_epoch"] or round(time.time(), 2)
-        self.ready.set()  # in place, or never will be: the stages waiting for it go on
-        for p in procs:
-            rest = p.communicate()[0]
-            self.record["lines"].append(rest.strip()[-300:])
-        self.record["end_epoch"] = round(time.time(), 2)
-
-    def start(self):
-        self.thread.start()
-
-    def finish(self):
-        """The round's stages are over: one that has not started never will, one still running is stopped
-        (SIGTERM: it prints its summary and exits), so no round runs into the next."""
-        self.stop.set()
-        for p in list(self.procs):
-            if p.poll() is None:
-                p.terminate()
-        self.thread.join()
-
-
-def let_others_run_python() -> None:
-    """Another user's processes need to reach this interpreter (under /root, say): each folder on its path gets
-    o+x. Only on the GPU machine, which is ours for the run."""
-    path = Path(sys.executable).resolve()
-    for d in [*path.parents][::-1]:
-        try:
-            os.chmod(d, d.stat().st_mode | 0o001)
-        except OSError:
-            pass
 
 
 def as_text(v) -> str:
@@ -286,78 +88,6 @@ def machine_facts(cpu: bool) -> dict:
     finally:
         pynvml.nvmlShutdown()
     return {"gpu_model": as_text(name), "gpus_on_machine": n, "driver": as_text(driver), "host": socket.gethostname()}
-
-
-def report(run_dir: Path, db: Path, nodes: list[str]) -> dict:
-    """`gpufleet report` over the round's host documents: each node's verdict and what did not pass."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gpufleet",
-            "report",
-            str(run_dir),
-            "--db",
-            str(db),
-            "--json",
-            *sum((["--expect-host", n] for n in nodes), []),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    out = {}
-    try:
-        rep = json.loads((run_dir / "report.json").read_text())
-    except (OSError, ValueError) as exc:
-        return {n: {"verdict": None, "error": f"report exit {p.returncode}: {exc}; {p.stderr[-500:]}"} for n in nodes}
-    for node in nodes:
-        entry = (rep.get("nodes") or {}).get(node) or {}
-        results = entry.get("results") or []
-        out[node] = {
-            "verdict": entry.get("verdict"),
-            "not_passing": [
-                {k: r.get(k) for k in ("check", "group", "status", "reason", "class")}
-                for r in results
-                if r.get("status") not in ("pass", "skip", "info")
-            ],
-        }
-    return out
-
-
-def set_baseline(db: Path, run_id: str) -> str:
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
-    p = subprocess.run(
-        [sys.executable, "-m", "gpufleet", "baseline", "set", run_id, "--db", str(db)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    return (p.stdout + p.stderr).strip()[-300:]
-
-
-def plan_round(
-    rng: random.Random, n_gpus: int, disturbed: bool, kinds: list[str], stage_s: float, gpus_disturbed: int = 1
-) -> dict | None:
-    """The round's disturbance, or None. It starts at a random moment inside the node stage (`stage_s`, the last
-    round's), so that it meets the benchmarks; a short one lasts 1 to 3 s, inside one step. It runs on
-    `gpus_disturbed` random GPUs (in the split layout each of them is a node of its own: a disturbed node-run each)."""
-    if not disturbed:
-        return None
-    kind = rng.choice(kinds)
-    gpus = sorted(rng.sample(range(n_gpus), min(max(gpus_disturbed, 1), n_gpus)))
-    latest = max(4.0, 0.6 * stage_s)
-    if kind in BEFORE_KINDS:  # in place before the stages, for all of them
-        return {"kind": kind, "gpus": gpus, "delay_s": 0.0, "duration_s": stage_s + 60, "procs": 0}
-    if kind == "short":
-        delay, duration = rng.uniform(2, latest), rng.uniform(1, 3)
-    else:
-        delay, duration = rng.uniform(2, latest), rng.uniform(8, 40)
-    procs = max(2, round(rng.uniform(0.15, 0.5) * (os.cpu_count() or 1))) if kind == "host_cpu" else 0
-    return {"kind": kind, "gpus": gpus, "delay_s": delay, "duration_s": duration, "procs": procs}
 
 
 def git_commit() -> str | None:
