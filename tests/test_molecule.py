@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import testhosts
 
 pytestmark = pytest.mark.slow
 
@@ -38,14 +39,15 @@ def test_molecule_scenario(scenario):
     assert not missing, (
         f"missing {missing}: apt-get install openssh-server iproute2, or as root make test SYSTEM_DEPS=install"
     )
-    proc = subprocess.run(
-        [str(BIN / "molecule"), "test", "--scenario-name", scenario],
-        cwd=REPO,
-        env=dict(os.environ, PATH=path, NO_COLOR="1", ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0"),
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
+    with testhosts.apart():  # no test fleet beside the scenario's hosts
+        proc = subprocess.run(
+            [str(BIN / "molecule"), "test", "--scenario-name", scenario],
+            cwd=REPO,
+            env=dict(os.environ, PATH=path, NO_COLOR="1", ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0"),
+            capture_output=True,
+            text=True,
+            timeout=1200,
+        )
     out = ANSI.sub("", proc.stdout + proc.stderr)
     out = "\n".join(line for line in out.splitlines() if not line.startswith("WARNING: Location"))
     assert proc.returncode == 0, out[-30000:]

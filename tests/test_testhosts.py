@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from testhosts import claim
+from testhosts import apart, claim
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
@@ -61,4 +61,23 @@ def test_a_second_fleet_on_the_same_network_waits_for_the_first():
         assert claimed.wait(120), "the second fleet did not get network 250 after the first gave it back"
     finally:
         for lock in first + second:
+            lock.close()
+
+
+def test_a_molecule_scenario_waits_for_the_fleets_and_they_for_it():
+    fleet = claim(251, "gfu3")
+    scenario, fleet_after = [], []
+    scenario_up, fleet_up = threading.Event(), threading.Event()
+    try:
+        threading.Thread(target=lambda: (scenario.append(apart()), scenario_up.set()), daemon=True).start()
+        assert not scenario_up.wait(1), "a scenario's hosts came up beside a fleet's"
+        for lock in fleet:
+            lock.close()
+        assert scenario_up.wait(120), "the scenario did not get its turn once the fleet was gone"
+        threading.Thread(target=lambda: (fleet_after.extend(claim(251, "gfu3")), fleet_up.set()), daemon=True).start()
+        assert not fleet_up.wait(1), "a fleet came up beside a scenario's hosts"
+        scenario[0].close()
+        assert fleet_up.wait(120), "the fleet did not get its turn once the scenario was done"
+    finally:
+        for lock in fleet + scenario + fleet_after:
             lock.close()
