@@ -5,9 +5,9 @@ tests/report_runs.py (one GPU, four GPUs, a soak on one GPU, a disturbed soak, t
 A page fails when it is wider than the window, when one of its SVG pictures does not parse (in Python, and again as
 XML in the browser) or draws nothing, when the browser logs an error, when it asks for anything but its own file
 (no network: the report opens on an air-gapped laptop), when a result's limit is missing, and, for the fleet of
-1,000 nodes, when it is 5 MB or more or takes 2 s or more from navigation to its first frame drawn after the load
-event (the best of three loads, so that a busy machine's other work does not count; each figure is written to
-timings.json and in the assertion).
+1,000 nodes, when it is 5 MB or more or the browser does not lay out every node, the outliers named in their pictures
+and the fleet view's list. How long the browser takes to draw that page is measured by tools/report_render_time.py,
+not here (docs/results/2026-11-27-cpu-report-render/).
 
 Screenshots are kept under the test run's temporary folder (report-screenshots*/): each page whole and each picture
 alone. With GPUFLEET_REPORT_SCREENSHOTS=<folder> the pictures are also written there: docs/reports.md shows them,
@@ -33,7 +33,6 @@ from gpufleet.report import formatting
 pytestmark = pytest.mark.slow  # chromium, and a report of 1000 nodes
 
 WIDTH = 1400
-RENDER_MS_MAX = 2000
 SIZE_MAX = 5 * 1024 * 1024
 SHOTS_ENV = "GPUFLEET_REPORT_SCREENSHOTS"
 NODES = 1000
@@ -173,7 +172,17 @@ PAGE_CHECK = """(() => {
   return {scroll_width: root.scrollWidth, client_width: root.clientWidth, pictures,
           limits: document.querySelectorAll('.lim').length, height: root.scrollHeight};
 })()"""
-FIRST_FRAME = "new Promise(done => requestAnimationFrame(() => requestAnimationFrame(() => done(performance.now()))))"
+FLEET_DRAWN = """(() => {
+  const drawn = el => { const box = el.getBoundingClientRect(); return box.width > 0 && box.height > 0; };
+  const host = section => section.id.replace(/^node-\\d+-/, '');
+  return {
+    brief: [...document.querySelectorAll('section.brief')].filter(drawn).map(host),
+    detailed: [...document.querySelectorAll('section[id^="node-"]:not(.brief)')].filter(drawn).map(host),
+    outliers: [...document.querySelectorAll('svg.distribution g.outlier')].filter(drawn)
+      .map(g => [g.closest('svg').getAttribute('data-column'), g.querySelector('text').textContent]),
+    listed: [...document.querySelectorAll('table.fleet a[href^="#node-"]')].filter(drawn).map(a => a.textContent),
+  };
+})()"""
 
 
 @needs_chromium
@@ -202,20 +211,17 @@ def test_the_report_opens_in_chromium(name, built, browser, shots):
 
 
 @needs_chromium
-def test_a_fleet_of_1000_nodes_renders_in_under_2_s(fleet, browser, shots):
-    page = fleet / "report.html"
-    loads = []
-    for _ in range(3):
-        browser.open(page, WIDTH)
-        loaded = browser.evaluate("performance.getEntriesByType('navigation')[0].loadEventEnd")
-        loads.append(
-            {"load_ms": round(loaded), "first_frame_ms": round(browser.evaluate(FIRST_FRAME, await_promise=True))}
-        )
-    timings = {"nodes": NODES, "bytes": page.stat().st_size, "loads": loads}
-    (shots / "timings.json").write_text(json.dumps(timings, indent=1) + "\n")
-    print(f"report.html of {NODES} nodes: {timings}")
-    best = min(load["first_frame_ms"] for load in loads)
-    assert best < RENDER_MS_MAX, f"report.html of {NODES} nodes drawn in {best} ms at best: {timings}"
+def test_a_fleet_of_1000_nodes_is_laid_out_whole(fleet, browser):
+    """Every node of the 1,000 drawn on the page: the five with something to say detailed, each other one a line; the
+    outliers named in their pictures; the fleet view listing the nodes with a figure that did not pass."""
+    browser.open(fleet / "report.html", WIDTH)
+    seen = browser.evaluate(FLEET_DRAWN)
+    detailed = sorted([runs.SLOW_GPU, runs.SLOW_HBM, runs.ECC, runs.UNCONFIRMED, runs.CONFIRMED])
+    assert sorted(seen["detailed"]) == detailed
+    assert sorted(seen["brief"]) == [f"n{i:04d}" for i in range(NODES) if f"n{i:04d}" not in detailed]
+    for outlier in (["matmul", runs.SLOW_GPU], ["hbm", runs.SLOW_HBM]):
+        assert outlier in seen["outliers"], seen["outliers"]
+    assert sorted(seen["listed"]) == [runs.SLOW_GPU, runs.SLOW_HBM]
 
 
 @needs_chromium
