@@ -32,6 +32,18 @@ def node_gpus(readings: dict) -> int | None:
     return visible_gpus(n) if n else None
 
 
+def node_profile(readings: dict, profile_name: str | None, overrides: dict | None, profile_dir) -> dict:
+    """The profile of the node the readings are of: by name when given, else its first GPU's model; its topology
+    limits as for the GPUs it may use. Raises profiles.ProfileError for bad profile input."""
+    return profiles.resolve(
+        schema.first_gpu_name(readings),
+        profile_name=profile_name,
+        overrides=overrides,
+        profile_dir=profile_dir,
+        gpus=node_gpus(readings),
+    )
+
+
 def checks_disabled(listed=None) -> list[str]:
     """The checks turned off: `listed`, else CHECKS_DISABLED_ENV (JSON), each `group.check`; InputError naming the
     variable for one that is no check."""
@@ -103,13 +115,7 @@ def check_host(
     if unknown:
         raise InputError(f"unknown check group(s) {unknown}; expected some of {list(GROUPS)}")
     started, t0 = schema.utc_now(), time.monotonic()
-    profile = profiles.resolve(
-        schema.first_gpu_name(readings),
-        profile_name=profile_name,
-        overrides=overrides,
-        profile_dir=profile_dir,
-        gpus=node_gpus(readings),
-    )
+    profile = node_profile(readings, profile_name, overrides, profile_dir)
     results = []
     for group in groups:
         for name, fn in GROUPS[group]:
@@ -194,13 +200,7 @@ def bench_host(
     """
     bench_problem(names, depth, nccl_options, soak_options)
     readings = {"nvml": collect.nvml.read(), "host": collect.host.read()}
-    profile = profiles.resolve(
-        schema.first_gpu_name(readings),
-        profile_name=profile_name,
-        overrides=overrides,
-        profile_dir=profile_dir,
-        gpus=node_gpus(readings),
-    )
+    profile = node_profile(readings, profile_name, overrides, profile_dir)
     started, t0 = schema.utc_now(), time.monotonic()
     gpus = visible_gpus(len(readings["nvml"].get("gpus") or []))
     hold = Held(references, profile, readings["nvml"].get("gpus") or [], host) if references else None
@@ -266,13 +266,7 @@ def counters_host(
     else:
         boot_id = (readings.get("host") or {}).get("boot_id")
         boot_error = None if boot_id else "the recording holds no boot id (host.boot_id)"
-    profile = profiles.resolve(
-        schema.first_gpu_name(readings),
-        profile_name=profile_name,
-        overrides=overrides,
-        profile_dir=profile_dir,
-        gpus=node_gpus(readings),
-    )
+    profile = node_profile(readings, profile_name, overrides, profile_dir)
     res = [
         schema.timed(
             counters.GROUP,
