@@ -103,40 +103,29 @@ def _json_when_refused(cmd):
     return run
 
 
+def _run_arguments(args) -> dict:
+    """What `fleet run` and `fleet accept` hand the runner alike: their options of _common and _run_options."""
+    return {
+        "tier": args.tier,
+        "soak_duration_s": args.soak_duration_s,
+        "run_id": args.run_id,
+        "reports_dir": args.reports_dir,
+        "extra_vars": api.parse_extra_vars(args.extra_vars),
+        "project": args.project,
+        "view": _view(args),
+        "slurm": args.slurm,
+        "slurm_max_drain": args.slurm_max_drain,
+    }
+
+
 @_json_when_refused
 def cmd_run(args) -> int:
-    out = api.fleet_run(
-        args.inventory,
-        limit=args.limit,
-        tier=args.tier,
-        soak_duration_s=args.soak_duration_s,
-        run_id=args.run_id,
-        reports_dir=args.reports_dir,
-        extra_vars=api.parse_extra_vars(args.extra_vars),
-        project=args.project,
-        view=_view(args),
-        slurm=args.slurm,
-        slurm_max_drain=args.slurm_max_drain,
-    )
-    return _finish(args, out)
+    return _finish(args, api.fleet_run(args.inventory, limit=args.limit, **_run_arguments(args)))
 
 
 @_json_when_refused
 def cmd_accept(args) -> int:
-    out = api.fleet_accept(
-        args.nodes,
-        peers=args.peers or [],
-        inventory=args.inventory,
-        tier=args.tier,
-        soak_duration_s=args.soak_duration_s,
-        run_id=args.run_id,
-        reports_dir=args.reports_dir,
-        extra_vars=api.parse_extra_vars(args.extra_vars),
-        project=args.project,
-        view=_view(args),
-        slurm=args.slurm,
-        slurm_max_drain=args.slurm_max_drain,
-    )
+    out = api.fleet_accept(args.nodes, peers=args.peers or [], inventory=args.inventory, **_run_arguments(args))
     return _finish(args, out)
 
 
