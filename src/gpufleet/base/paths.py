@@ -27,6 +27,7 @@ _NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 # Results can name hosts and failures: readable by the owner and the group, not by everyone.
 FILE_MODE = 0o640
 DIR_MODE = 0o750
+DEFAULT_REPORTS_DIR = "reports"  # the controller's folder of run folders where no --reports-dir names one
 FULL_FREE_BYTES = 1 << 20  # a file system with less free than this is full for a writer of whole files and pages
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from gpufleet.base import registry
 from gpufleet.base.command_line import refused_json
 from gpufleet.base.errors import InputError
+from gpufleet.base.paths import DEFAULT_REPORTS_DIR
 from gpufleet.runner import api, locating
 from gpufleet.runner.api import outcome_json
 from gpufleet.runner.live_view import make_view
@@ -28,7 +29,7 @@ from gpufleet.runner.live_view import make_view
 
 def _common(p: argparse.ArgumentParser, *, inventory_required: bool = True) -> None:
     p.add_argument("-i", "--inventory", required=inventory_required, help="the site's inventory (file or folder)")
-    p.add_argument("--reports-dir", default="reports", help="where run folders go (default: ./reports)")
+    p.add_argument("--reports-dir", default=DEFAULT_REPORTS_DIR, help="where run folders go (default: ./%(default)s)")
     p.add_argument(
         "-e",
         "--extra-vars",

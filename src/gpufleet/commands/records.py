@@ -33,13 +33,11 @@ from gpufleet.fleet.run_files import read_run_info
 from gpufleet.fleet.store import DamagedStore, Store, default_path, errors_said
 from gpufleet.fleet.store_tables import problem
 
-DEFAULT_REPORTS_DIR = "reports"
-
 
 def _store_path(args) -> Path:
     if getattr(args, "db", None):
         return Path(args.db)
-    return default_path(getattr(args, "reports_dir", None) or DEFAULT_REPORTS_DIR)
+    return default_path(getattr(args, "reports_dir", None) or paths.DEFAULT_REPORTS_DIR)
 
 
 def _open(args, *, create: bool = False):
@@ -155,11 +153,11 @@ def cmd_baseline(args) -> int:
 
 @_store_errors
 def cmd_store(args) -> int:
-    reports_dir = Path(args.reports_dir or DEFAULT_REPORTS_DIR)
+    reports_dir = Path(args.reports_dir or paths.DEFAULT_REPORTS_DIR)
     if not reports_dir.is_dir():
         raise InputError(
             f"reports directory {reports_dir} does not exist; expected the folder holding the run folders "
-            "(--reports-dir, default ./reports)"
+            f"(--reports-dir, default ./{paths.DEFAULT_REPORTS_DIR})"
         )
     path = _store_path(args)
     if not path.parent.is_dir():
@@ -260,7 +258,7 @@ def cmd_versions(args) -> int:
 
 def _where(p: argparse.ArgumentParser) -> None:
     p.add_argument("--db", help="the store (default: REPORTS_DIR/gpufleet.db)")
-    p.add_argument("--reports-dir", help=f"the folder of the run folders (default: ./{DEFAULT_REPORTS_DIR})")
+    p.add_argument("--reports-dir", help=f"the folder of the run folders (default: ./{paths.DEFAULT_REPORTS_DIR})")
     p.add_argument("--json", action="store_true", help="print JSON")
 
 

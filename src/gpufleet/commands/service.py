@@ -17,11 +17,11 @@ from pathlib import Path
 
 from gpufleet.base import registry, slurm
 from gpufleet.base.errors import InputError
+from gpufleet.base.paths import DEFAULT_REPORTS_DIR
 from gpufleet.fleet import slurm_action as fleet_slurm
 from gpufleet.fleet.store import Store, default_path, errors_said
 from gpufleet.service import commands, evidence, ladder, outputs, policy, retest, sweep
 
-DEFAULT_REPORTS_DIR = "reports"
 SWEEP_COMMAND = "slurm-sweep"
 
 

@@ -100,7 +100,7 @@ def _vault_file(path: Path, item: str) -> object:
 
 
 def _reports_dir(reports_dir: str | Path | None) -> Path:
-    return Path(reports_dir or "reports").resolve()
+    return Path(reports_dir or paths.DEFAULT_REPORTS_DIR).resolve()
 
 
 def _tier_vars(tier: str | None, soak_duration_s: int | None) -> dict:
