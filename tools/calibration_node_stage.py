@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+from gpufleet.bench.launch import free_port  # noqa: E402
+
 CHECK_GROUPS = ("gpu_inventory", "gpu_health", "host_hygiene")
 
 
@@ -32,12 +35,6 @@ def engine(args: list[str], env: dict, timeout_s: float) -> tuple[dict | None, s
         return json.loads(p.stdout), p.stderr[-2000:], time.monotonic() - t0
     except ValueError:
         return None, f"exit {p.returncode}: {(p.stderr or p.stdout)[-2000:]}", time.monotonic() - t0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def node_stage(

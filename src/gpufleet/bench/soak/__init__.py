@@ -30,10 +30,10 @@ from __future__ import annotations
 import math
 import os
 import queue
-import socket
 import time
 
 from gpufleet.bench import BENCHMARK_VERSION, torch_versions
+from gpufleet.bench.launch import free_port
 from gpufleet.bench.monitor import SoakSampler
 from gpufleet.bench.soak.gpu_process import worker
 from gpufleet.bench.soak.outcome import attribute, finish
@@ -69,12 +69,6 @@ def window_for(duration_s: float, cpu: bool) -> float:
     if cpu:
         return round(max(0.5, duration_s / 6), 2)
     return max(WINDOW_S, math.ceil(duration_s / MAX_WINDOWS))
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _kill(procs) -> None:
@@ -162,7 +156,7 @@ def run(
 
     ctx = mp.get_context("spawn")
     messages, go = ctx.Queue(), ctx.Value("d", 0.0)
-    port = _free_port()
+    port = free_port()
     procs = [
         ctx.Process(target=worker, args=(r, world, cuda, cfg, port, go, messages), daemon=True) for r in range(world)
     ]
