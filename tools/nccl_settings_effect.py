@@ -1,6 +1,6 @@
 """The NCCL settings the nccl role writes, measured against running without them, with the collectives inside one node.
 
-    python3 tools/nccl_settings.py --out DIR [--record /etc/gpufleet/bringup.json] [--conf /etc/nccl.conf]
+    python3 tools/nccl_settings_effect.py --out DIR [--record /etc/gpufleet/bringup.json] [--conf /etc/nccl.conf]
                                      [--tier quick] [--budget-s 480] [--nproc N]
 
 Each variant is one run of the engine's own collective benchmark (`gpufleet.bench.nccl --worker`: all-reduce,

@@ -1,5 +1,6 @@
-"""tools/nccl_settings.py, the measurement of the nccl role's settings: its judgement of runs against the baseline,
-and one real run on the CPU (gloo: the logic, no NCCL), with the conf file moved aside while it measures and put back."""
+"""tools/nccl_settings_effect.py, the measurement of the nccl role's settings: its judgement of runs against the
+baseline, and one real run on the CPU (gloo: the logic, no NCCL), with the conf file moved aside while it measures and
+put back."""
 
 from __future__ import annotations
 
@@ -14,16 +15,16 @@ import tool_modules
 from gpufleet.bench.nccl import SIZES, depth_sizes
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPT = tool_modules.TOOLS / "nccl_settings.py"
+SCRIPT = tool_modules.TOOLS / "nccl_settings_effect.py"
 MiB = 1 << 20
 
 
 def load():
-    return tool_modules.load("nccl_settings")
+    return tool_modules.load("nccl_settings_effect")
 
 
 def run(variant: str, busbw: dict) -> dict:
-    """A worker's output as nccl_settings keeps it: busbw per (collective, MiB)."""
+    """A worker's output as nccl_settings_effect keeps it: busbw per (collective, MiB)."""
     collectives: dict = {}
     for (name, mib), value in busbw.items():
         collectives.setdefault(name, []).append({"size_bytes": mib * MiB, "busbw_gbps": value, "correct": True})
