@@ -712,6 +712,14 @@ def test_the_playbooks_come_from_a_checkout_or_the_installed_collection(tmp_path
         ),
         (["fleet", "resume", "no-such-run", "--reports-dir", "{tmp}"], "there is no run folder"),
         (["fleet", "locate-step", "{tmp}/nope"], "does not exist"),
+        (
+            ["fleet", "locate-step", "{tmp}", "--thresholds", "[0.8]"],
+            "--thresholds (gpufleet_thresholds) must be a JSON",
+        ),
+        (
+            ["fleet", "locate-step", "{tmp}", "--thresholds", "{ratio"],
+            "--thresholds (gpufleet_thresholds) is not valid",
+        ),
     ],
 )
 def test_bad_input_exits_2_naming_what_is_wrong(tmp_path, capsys, argv, message):

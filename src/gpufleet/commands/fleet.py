@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from gpufleet.base import registry
-from gpufleet.base.command_line import refused_json
+from gpufleet.base.command_line import json_arg, refused_json
 from gpufleet.base.errors import InputError
 from gpufleet.base.paths import DEFAULT_REPORTS_DIR
 from gpufleet.runner import api, locating
@@ -175,14 +175,7 @@ def cmd_locate(args) -> int:
 
 
 def cmd_locate_step(args) -> int:
-    thresholds = {}
-    if args.thresholds:
-        try:
-            thresholds = json.loads(args.thresholds)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"--thresholds is not valid JSON ({exc.msg}); expected a JSON object") from None
-        if not isinstance(thresholds, dict):
-            raise InputError("--thresholds must be a JSON object of threshold -> value (gpufleet_thresholds)")
+    thresholds = json_arg(args.thresholds, "--thresholds (gpufleet_thresholds)")
     left_out = json.loads(args.left_out) if args.left_out else {}
     if not isinstance(left_out, dict):
         raise InputError("--left-out must be a JSON object of node -> why it takes no part")
