@@ -138,9 +138,12 @@ for step in $PLAN; do
   (cd "$work" && tar czf "$OUT/runs.tar.gz" --exclude='*.db*' reports *.out fault-*.log 2>/dev/null)
 done
 echo
-column -t -s $'\t' "$OUT/runs.tsv" | cut -c1-400
 python3 - "$OUT/runs.tsv" <<'PY'
 import csv, statistics, sys
+lines = [line.rstrip("\n").split("\t") for line in open(sys.argv[1])]
+widths = [max(len(row[i]) for row in lines if i < len(row)) for i in range(6)]
+for row in lines:  # the short columns aligned, the checks after them
+    print(("  ".join(c.ljust(widths[i]) for i, c in enumerate(row[:6])) + "  " + " ".join(row[6:]))[:400])
 rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
 wall = lambda s: [int(r["wall_s"]) for r in rows if r["step"] == s and r["exit"] in ("0", "1")]  # noqa: E731
 base, acc = wall("base"), wall("acc")
