@@ -43,7 +43,7 @@ def fleet():
 
 
 def test_locate_names_the_host_whose_link_is_slow(fleet, tmp_path):
-    fleet.slow_link("node-c", "8mbit")
+    fleet.slow_link("node-c", "4mbit")
     # The engine of this checkout on the nodes, wherever the environment's own install points.
     nodes = {
         n: {"gpufleet_node_env": dict(fleet.host_vars(n)["gpufleet_node_env"], PYTHONPATH=str(REPO / "src"))}
@@ -70,13 +70,14 @@ def test_locate_names_the_host_whose_link_is_slow(fleet, tmp_path):
             "--reports-dir",
             str(reports),
             # Gloo's figures on shared CPU cores (other tests run beside this one) vary by tens of
-            # percent, more under load; the slowed link costs over 90%.
+            # percent, more under load. Under load a healthy pair read as little as 2.5 MB/s at 64 KiB,
+            # so the slowed link is held to 4 Mbit/s (0.5 MB/s): a fifth of that or less, under 0.35.
             "--run-id",
             run_id,
             "--base-port",
             "29721",
             "--ratio",
-            "0.2",
+            "0.35",
             "--plain",
         ],
         cwd=REPO,
