@@ -29,6 +29,7 @@ import tempfile
 from pathlib import Path
 
 import testhosts
+from gpufleet.bench.launch import free_port
 from waiting import wait_for
 
 TOOLS = ("slurmctld", "slurmd", "munged", "scontrol", "sinfo")
@@ -47,12 +48,6 @@ def skip_reason() -> str | None:
             "make test SYSTEM_DEPS=install"
         )
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class SlurmCluster(testhosts.TestFleet):

@@ -4,7 +4,6 @@ of a tiny random Qwen2 (gloo), two nodes on this machine, a rendezvous that neve
 import json
 import math
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -21,6 +20,7 @@ pytest.importorskip("datasets")
 
 from gpufleet.base import profiles  # noqa: E402
 from gpufleet.base.errors import InputError  # noqa: E402
+from gpufleet.bench.launch import free_port  # noqa: E402
 from gpufleet.finetune import config, data, failures, model, results, worker  # noqa: E402
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only logic tests")
@@ -31,10 +31,18 @@ SAMPLE = ROOT / "files" / "data" / "glaive-sample.jsonl"
 TINY = CONFIGS / "tiny-qwen2-lora.yml"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def failed_run(out: dict) -> str:
+    """What a failed torchrun run says of itself, as a string pytest prints whole: the cause, then the lines of the
+    kept log that tell where a rank aborted (C++'s terminate, Python's fatal error and the stacks it dumps)."""
+    log = out["log_tail"] or ""
+    if out.get("workdir") and (Path(out["workdir"]) / "torchrun.log").is_file():
+        log = (Path(out["workdir"]) / "torchrun.log").read_text(errors="replace")
+    telling = [
+        line
+        for line in log.splitlines()
+        if any(k in line for k in ("terminate called", "what():", "Fatal Python error", 'File "', "Thread 0x", "Error"))
+    ]
+    return f"{(out['failure'] or {}).get('cause')}\n" + "\n".join(telling[-60:])
 
 
 def records():
@@ -303,7 +311,7 @@ def two_nodes(tmp_path_factory):
 @pytest.mark.slow
 def test_two_node_run_trains_evaluates_and_saves_the_adapter(two_nodes):
     (n0, n1), out_dir = two_nodes
-    assert n0["rc"] == 0 and n1["rc"] == 0, (n0["log_tail"], n1["log_tail"])
+    assert n0["rc"] == 0 and n1["rc"] == 0, failed_run(n0 if n0["rc"] else n1)
     assert n0["failure"] is None
     for n, rank in ((n0, 0), (n1, 1)):  # every node's local rank 0 reports the run
         assert (n["world_size"], n["nnodes"], n["node_rank"]) == (2, 2, rank)
@@ -573,7 +581,7 @@ def test_the_seeds_zero3_variant_trains_on_two_cpu_ranks(tmp_path):
         env_extra={"OMP_NUM_THREADS": "1"},
         master_port=free_port(),
     )
-    assert out["rc"] == 0, (out["failure"], out["log_tail"])
+    assert out["rc"] == 0, failed_run(out)
     assert out["backend"] == "deepspeed" and out["world_size"] == 2
     ds = out["deepspeed_config"]
     assert ds["zero_optimization"]["stage"] == 3 and ds["zero_optimization"]["overlap_comm"] is True

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import socket
 import subprocess
 import sys
 import threading
@@ -13,6 +12,7 @@ import pytest
 import yaml
 
 from gpufleet.base.errors import InputError
+from gpufleet.bench.launch import free_port
 from gpufleet.finetune import config, data, model
 from waiting import wait_for
 
@@ -20,13 +20,6 @@ BASE = {
     "model": {"name": "x", "random_init": True, "architecture": "tiny-qwen2"},
     "data": {"dataset_name": "files/data/glaive-sample.jsonl"},
 }
-
-
-def free_port() -> int:
-    # Not the default rendezvous port: other tests may be training on this machine at the same time.
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _cfg(tmp_path, **training):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import socket
 import subprocess
 import time
 import uuid
@@ -20,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gpufleet.bench.launch import free_port
 from playbooks import playbook_env, run_playbook
 from waiting import left_running
 
@@ -52,12 +52,6 @@ def output(proc: subprocess.CompletedProcess) -> str:
 
 def host_doc(run_dir: Path, host: str) -> dict:
     return json.loads((run_dir / "hosts" / f"{host}.json").read_text())
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _leftover_workers() -> list[str]:

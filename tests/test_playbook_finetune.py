@@ -15,7 +15,6 @@ import math
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gpufleet.bench.launch import free_port
 import playbooks
 import testhosts
 
@@ -51,12 +51,6 @@ CPU_NOTE = "not a performance figure"
 # name: (network namespace, address of this machine's veth end, the host's address)
 HOSTS = {"node-a": ("gfft-a", "10.215.1.1", "10.215.1.2"), "node-b": ("gfft-b", "10.215.2.1", "10.215.2.2")}
 TORCHRUN_MARKS = ("torch.distributed.run", "gpufleet.finetune.worker")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def run_playbook(

@@ -116,3 +116,12 @@ def test_the_reader_sees_variables_through_includes_vars_and_hostvars(tmp_path):
         "gpufleet_tier",
         "demo_list",
     }
+
+
+def test_the_roles_drain_breaker_default_is_the_engines():
+    """gpufleet_slurm_max_drain left unset: the role passes the engine the engine's own default, so `gpufleet slurm`
+    and `gpufleet service` run by hand break at the same share as validate.yml."""
+    from gpufleet.fleet.slurm_action import DEFAULT_MAX_DRAIN
+
+    defaults = yaml.safe_load((ROLES / "validate_node" / "defaults" / "main.yml").read_text())
+    assert defaults["gpufleet_slurm_max_drain"] == DEFAULT_MAX_DRAIN

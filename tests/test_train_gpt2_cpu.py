@@ -7,6 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from gpufleet.base import numbers, profiles  # noqa: E402
+from gpufleet.bench.launch import free_port  # noqa: E402
 from gpufleet.checks import training_gate  # noqa: E402
 from gpufleet.train import gpt2  # noqa: E402
 
@@ -81,17 +82,9 @@ def test_a_failed_run_is_a_failure_with_its_log():
     assert res["status"] == "fail" and "timed out" in res["reason"] and res["detail"]["log_tail"] is not None
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_a_node_that_never_comes_fails_the_run_across_nodes_within_the_timeout():
     """Node rank 1 dials a master nobody runs: killed at the timeout, a failure that says so, with the log."""
-    out = gpt2.run(nnodes=2, node_rank=1, master_port=_free_port(), timeout_s=4)
+    out = gpt2.run(nnodes=2, node_rank=1, master_port=free_port(), timeout_s=4)
     (res,) = training_gate.train_gpt2(out, profiles.resolve("NVIDIA H200"), reference={"value": 1000})
     assert res["status"] == "fail" and res["reason"] == "GPT-2 training gate across 2 nodes timed out and was killed"
     assert "dead peer" in res["remedy"] and res["detail"]["log_tail"] is not None and res["detail"]["nnodes"] == 2

@@ -22,6 +22,7 @@ from gpufleet.base import registry
 from gpufleet.base.command_line import json_arg, refused_json
 from gpufleet.base.errors import InputError
 from gpufleet.base.paths import DEFAULT_REPORTS_DIR
+from gpufleet.fleet.slurm_action import DEFAULT_MAX_DRAIN
 from gpufleet.runner import api, locating
 from gpufleet.runner.api import outcome_json
 from gpufleet.runner.live_view import make_view
@@ -74,7 +75,7 @@ def _run_options(p: argparse.ArgumentParser) -> None:
         "--slurm-max-drain",
         metavar="N|N%",
         help="the breaker: at most N nodes or N%% of a partition "
-        "drained by the run (gpufleet_slurm_max_drain; default 50%%)",
+        f"drained by the run (gpufleet_slurm_max_drain; default {DEFAULT_MAX_DRAIN.replace('%', '%%')})",
     )
 
 

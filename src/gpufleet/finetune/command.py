@@ -13,8 +13,9 @@ import sys
 import time
 
 from gpufleet import collect
-from gpufleet.base import profiles, schema
+from gpufleet.base import schema
 from gpufleet.bench.monitor import sampled
+from gpufleet.node.host_documents import node_profile
 from gpufleet.node.measure import foreign_processes, watched
 from gpufleet.base.command_line import Parser, add_document_arguments, json_arg, print_doc, results_exit
 from gpufleet.base.errors import InputError
@@ -45,9 +46,7 @@ def document(args) -> dict:
     config.load(args.config)
     overrides = json_arg(args.thresholds, "--thresholds")
     readings = {"nvml": collect.nvml.read(), "host": collect.host.read()}
-    profile = profiles.resolve(
-        schema.first_gpu_name(readings), profile_name=args.profile, overrides=overrides, profile_dir=args.profile_dir
-    )
+    profile = node_profile(readings, args.profile, overrides, args.profile_dir)
     try:  # torch, transformers and peft load only here, once the inputs are known to be good
         from gpufleet.finetune import results, worker
     except ImportError as exc:

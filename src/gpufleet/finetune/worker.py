@@ -137,6 +137,8 @@ def worker(config_path: str, out_path: str, max_steps: int | None = None, output
     result = figures(r, steps, adapter_dir, tb_status)
     if result is not None:
         Path(out_path).write_text(json.dumps(result))
+    if r.deepspeed:  # its hooks and buffers released while the process group still stands, not at interpreter exit
+        r.net.destroy()
     if r.world > 1:
         dist.barrier()
         dist.destroy_process_group()

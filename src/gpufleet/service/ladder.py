@@ -137,7 +137,7 @@ def judge(
     *,
     act: set[str] | None = None,
     site_commands: dict | None = None,
-    max_actions="50%",
+    max_actions=fleet_slurm.DEFAULT_MAX_DRAIN,
     names: dict | None = None,
     db: Path | None = None,
     profile_dir=None,
