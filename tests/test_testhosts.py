@@ -4,12 +4,17 @@ workers at once (and another suite may run on the same machine), and two fleets 
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
+import sys
+import tempfile
 import threading
 from pathlib import Path
 
+import pytest
 import yaml
 
-from testhosts import apart, claim
+from testhosts import _mounts, apart, claim, skip_reason
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
@@ -81,3 +86,74 @@ def test_a_molecule_scenario_waits_for_the_fleets_and_they_for_it():
     finally:
         for lock in fleet + scenario + fleet_after:
             lock.close()
+
+
+def test_the_next_fleet_of_a_tag_takes_down_what_a_killed_run_left_mounted(tmp_path):
+    """A run killed before its hosts went down leaves its state folder mounted (tmpfs, the overlay root, /dev bound
+    in). The next claim of the tag detaches those mounts and removes the folder without deleting through a bind;
+    a folder with nothing mounted (a fleet made but still waiting) and a folder of a tag that begins alike are
+    left."""
+    if skip_reason():
+        pytest.skip(skip_reason())
+    tmp = Path(tempfile.gettempdir())
+    dead, waiting, other = (Path(tempfile.mkdtemp(prefix=p, dir=tmp)) for p in ("gfu4-", "gfu4-", "gfu4x-"))
+    bound = tmp_path / "machine-dev"  # stands in for this machine's /dev, bound into the dead host's root
+    bound.mkdir()
+    (bound / "keep").write_text("the machine's own file\n")
+    try:
+        (dead / "node-a").mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "gpufleet-testhost", str(dead / "node-a")], check=True)
+        (dead / "node-a" / "root" / "dev").mkdir(parents=True)
+        subprocess.run(["mount", "--bind", str(bound), str(dead / "node-a" / "root" / "dev")], check=True)
+        for lock in claim(252, "gfu4"):
+            lock.close()
+        assert not dead.exists()
+        assert not [m for m in _mounts() if m.startswith(f"{dead}/")]
+        assert (bound / "keep").read_text() == "the machine's own file\n"
+        assert waiting.is_dir() and other.is_dir()
+    finally:
+        for mount in sorted((m for m in _mounts() if m.startswith(f"{dead}/")), key=len, reverse=True):
+            subprocess.run(["umount", "-l", mount], check=False)
+        for folder in (dead, waiting, other):
+            if not [m for m in _mounts() if m.startswith(f"{folder}/")]:
+                shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_fleet_killed_with_its_hosts_up_is_taken_down_by_the_next_claim_of_its_tag():
+    """SIGKILL a process whose fleet of two hosts is up: its sshd's, namespaces and mounts outlive it; the next
+    claim of the tag takes them all down."""
+    if skip_reason():
+        pytest.skip(skip_reason())
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, testhosts\n"
+            "f = testhosts.TestFleet(['node-a', 'node-b'], net=253, tag='gfu5').__enter__()\n"
+            "print(f.state, flush=True)\n"
+            "sys.stdin.read()\n",
+        ],
+        cwd=TESTS,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        state = holder.stdout.readline().strip()  # an event: the fleet is up once it prints its folder
+        assert state, "the fleet did not come up"
+        holder.kill()
+        holder.wait(60)
+        assert [m for m in _mounts() if m.startswith(f"{state}/")] and _namespaces("gfu5")
+        for lock in claim(253, "gfu5"):
+            lock.close()
+        assert not [m for m in _mounts() if m.startswith(f"{state}/")] and not Path(state).exists()
+        assert _namespaces("gfu5") == []
+    finally:
+        holder.kill()
+        for lock in claim(253, "gfu5"):
+            lock.close()
+
+
+def _namespaces(tag: str) -> list[str]:
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+    return [line.split()[0] for line in listed.splitlines() if line.startswith(f"{tag}-")]

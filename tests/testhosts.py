@@ -67,7 +67,38 @@ def claim(net: int, tag: str) -> list:
         lock = open(f"/run/lock/gpufleet-testfleet-{what}.lock", "a+")  # noqa: SIM115 - held until closed by the caller
         fcntl.flock(lock, fcntl.LOCK_EX)  # an event wait: the holder's close or death releases it
         claims.append(lock)
+    reap_killed(tag)
     return claims
+
+
+def _mounts() -> list[str]:
+    return [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
+
+
+def reap_killed(tag: str) -> list[Path]:
+    """What a killed run of `tag`'s fleet left behind: its namespaces (their sshd's killed, the veth gone) and its
+    state folders' mounts, detached deepest first, the folders removed; returns those folders. Called with the
+    tag's claim held, so no live fleet of the tag has hosts up: every `<tag>-*` namespace and every folder with
+    mounts under it is a dead run's. A folder with none may be a fleet made but still waiting for the claim, and
+    is left."""
+    env = _env()
+    listed = subprocess.run(["ip", "netns", "list"], env=env, capture_output=True, text=True, timeout=60).stdout
+    for netns in (line.split()[0] for line in listed.splitlines() if line.startswith(f"{tag}-")):
+        subprocess.run(
+            ["bash", str(TESTHOST), "down", "-", netns, "/nonexistent"], env=env, capture_output=True, timeout=120
+        )
+    reaped = []
+    for state in sorted(Path(tempfile.gettempdir()).glob(f"{tag}-*")):
+        under = [m for m in _mounts() if m == str(state) or m.startswith(f"{state}/")]
+        if not under:
+            continue
+        for mount in sorted(under, key=len, reverse=True):
+            subprocess.run(["umount", "-l", mount], env=env, capture_output=True, timeout=60)
+        # Never delete through a mount that is still there: the hosts' /dev is this machine's, bound in.
+        if not any(m == str(state) or m.startswith(f"{state}/") for m in _mounts()):
+            shutil.rmtree(state, ignore_errors=True)
+            reaped.append(state)
+    return reaped
 
 
 def apart(exclusive: bool = True):
@@ -169,8 +200,7 @@ class TestFleet:
                 ["bash", str(TESTHOST), "down", name, netns, str(self.state)], env=env, capture_output=True, timeout=120
             )
         # Never delete through a mount that is still there: the hosts' /dev is this machine's, bound in.
-        mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
-        if not any(m == str(self.state) or m.startswith(f"{self.state}/") for m in mounts):
+        if not any(m == str(self.state) or m.startswith(f"{self.state}/") for m in _mounts()):
             shutil.rmtree(self.state, ignore_errors=True)
 
     # ------------------------------------------------------------ what tests use
