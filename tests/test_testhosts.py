@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import testhosts
 from testhosts import _mounts, apart, claim, skip_reason
 
 TESTS = Path(__file__).resolve().parent
@@ -54,7 +55,14 @@ def test_every_fleet_has_a_network_and_names_of_its_own():
     assert not shared, f"test host networks or namespace names used by more than one place: {shared}"
 
 
-def test_a_second_fleet_on_the_same_network_waits_for_the_first():
+@pytest.fixture
+def own_locks(tmp_path, monkeypatch):
+    """Claims of this test's own: the fleets and scenarios of other tests running beside it take the machine's, and
+    a scenario waiting for those could wait as long as their whole test file."""
+    monkeypatch.setattr(testhosts, "LOCK_DIR", tmp_path / "lock")
+
+
+def test_a_second_fleet_on_the_same_network_waits_for_the_first(own_locks):
     first = claim(250, "gfu1")
     claimed, second = threading.Event(), []
     waiter = threading.Thread(target=lambda: (second.extend(claim(250, "gfu2")), claimed.set()), daemon=True)
@@ -69,7 +77,7 @@ def test_a_second_fleet_on_the_same_network_waits_for_the_first():
             lock.close()
 
 
-def test_a_molecule_scenario_waits_for_the_fleets_and_they_for_it():
+def test_a_molecule_scenario_waits_for_the_fleets_and_they_for_it(own_locks):
     fleet = claim(251, "gfu3")
     scenario, fleet_after = [], []
     scenario_up, fleet_up = threading.Event(), threading.Event()

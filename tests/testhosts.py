@@ -34,6 +34,8 @@ REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 TESTHOST = REPO / "molecule" / "resources" / "testhost.sh"
 TOOLS = ("ip", "sshd", "ssh", "ssh-keygen", "chroot", "mount", "umount", "mountpoint")
+# Where the fleets' claims live, shared by every suite on this machine.
+LOCK_DIR = Path("/run/lock")
 TOOL_PATH = f"{BIN}:{os.environ.get('PATH', '')}:/usr/sbin:/sbin"
 # The hosts see this machine's root, but with fresh /tmp and /run: the checkout and the Python environment
 # (gpufleet_python) are bound in read-only at their own paths, wherever they are.
@@ -61,10 +63,10 @@ def claim(net: int, tag: str) -> list:
     """Hold network 10.<net>.0.0/16 and the namespace names <tag>-* until the returned files are closed: another
     fleet on either (another test file on the other worker, another suite on this machine) waits for them instead
     of taking the same addresses."""
-    os.makedirs("/run/lock", exist_ok=True)
+    os.makedirs(LOCK_DIR, exist_ok=True)
     claims = [apart(exclusive=False)]  # first, always in this order: no fleet waits on one that waits on it
     for what in (f"net{net}", f"tag-{tag}"):
-        lock = open(f"/run/lock/gpufleet-testfleet-{what}.lock", "a+")  # noqa: SIM115 - held until closed by the caller
+        lock = open(LOCK_DIR / f"gpufleet-testfleet-{what}.lock", "a+")  # noqa: SIM115 - held until closed by the caller
         fcntl.flock(lock, fcntl.LOCK_EX)  # an event wait: the holder's close or death releases it
         claims.append(lock)
     reap_killed(tag)
@@ -105,8 +107,8 @@ def apart(exclusive: bool = True):
     """The molecule scenarios' test hosts apart from every fleet of this module: a scenario holds this lock alone
     (exclusive), any number of fleets hold it together (shared). A scenario whose bring-up ran beside other fleets
     once took 20 minutes instead of about 2. Held until the returned file is closed."""
-    os.makedirs("/run/lock", exist_ok=True)
-    lock = open("/run/lock/gpufleet-testfleet-apart.lock", "a+")  # noqa: SIM115 - held until closed by the caller
+    os.makedirs(LOCK_DIR, exist_ok=True)
+    lock = open(LOCK_DIR / "gpufleet-testfleet-apart.lock", "a+")  # noqa: SIM115 - held until closed by the caller
     fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)  # an event wait, as claim()'s
     return lock
 
