@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 import testhosts
-from testhosts import _mounts, apart, claim, skip_reason
+from testhosts import apart, claim, mounts_under, namespaces, skip_reason
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
@@ -116,14 +116,14 @@ def test_the_next_fleet_of_a_tag_takes_down_what_a_killed_run_left_mounted(tmp_p
         for lock in claim(252, "gfu4"):
             lock.close()
         assert not dead.exists()
-        assert not [m for m in _mounts() if m.startswith(f"{dead}/")]
+        assert not mounts_under(dead)
         assert (bound / "keep").read_text() == "the machine's own file\n"
         assert waiting.is_dir() and other.is_dir()
     finally:
-        for mount in sorted((m for m in _mounts() if m.startswith(f"{dead}/")), key=len, reverse=True):
+        for mount in sorted(mounts_under(dead), key=len, reverse=True):
             subprocess.run(["umount", "-l", mount], check=False)
         for folder in (dead, waiting, other):
-            if not [m for m in _mounts() if m.startswith(f"{folder}/")]:
+            if not mounts_under(folder):
                 shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -151,17 +151,12 @@ def test_a_fleet_killed_with_its_hosts_up_is_taken_down_by_the_next_claim_of_its
         assert state, "the fleet did not come up"
         holder.kill()
         holder.wait(60)
-        assert [m for m in _mounts() if m.startswith(f"{state}/")] and _namespaces("gfu5")
+        assert mounts_under(state) and namespaces("gfu5")
         for lock in claim(253, "gfu5"):
             lock.close()
-        assert not [m for m in _mounts() if m.startswith(f"{state}/")] and not Path(state).exists()
-        assert _namespaces("gfu5") == []
+        assert not mounts_under(state) and not Path(state).exists()
+        assert namespaces("gfu5") == []
     finally:
         holder.kill()
         for lock in claim(253, "gfu5"):
             lock.close()
-
-
-def _namespaces(tag: str) -> list[str]:
-    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
-    return [line.split()[0] for line in listed.splitlines() if line.startswith(f"{tag}-")]

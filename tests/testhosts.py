@@ -77,6 +77,17 @@ def _mounts() -> list[str]:
     return [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
 
 
+def mounts_under(folder: Path | str) -> list[str]:
+    """The mount points at or under `folder`."""
+    return [m for m in _mounts() if m == str(folder) or m.startswith(f"{folder}/")]
+
+
+def namespaces(tag: str) -> list[str]:
+    """The network namespaces named `<tag>-*`."""
+    listed = subprocess.run(["ip", "netns", "list"], env=_env(), capture_output=True, text=True, timeout=60).stdout
+    return [line.split()[0] for line in listed.splitlines() if line.startswith(f"{tag}-")]
+
+
 def reap_killed(tag: str) -> list[Path]:
     """What a killed run of `tag`'s fleet left behind: its namespaces (their sshd's killed, the veth gone) and its
     state folders' mounts, detached deepest first, the folders removed; returns those folders. Called with the
@@ -84,20 +95,19 @@ def reap_killed(tag: str) -> list[Path]:
     mounts under it is a dead run's. A folder with none may be a fleet made but still waiting for the claim, and
     is left."""
     env = _env()
-    listed = subprocess.run(["ip", "netns", "list"], env=env, capture_output=True, text=True, timeout=60).stdout
-    for netns in (line.split()[0] for line in listed.splitlines() if line.startswith(f"{tag}-")):
+    for netns in namespaces(tag):
         subprocess.run(
             ["bash", str(TESTHOST), "down", "-", netns, "/nonexistent"], env=env, capture_output=True, timeout=120
         )
     reaped = []
     for state in sorted(Path(tempfile.gettempdir()).glob(f"{tag}-*")):
-        under = [m for m in _mounts() if m == str(state) or m.startswith(f"{state}/")]
+        under = mounts_under(state)
         if not under:
             continue
         for mount in sorted(under, key=len, reverse=True):
             subprocess.run(["umount", "-l", mount], env=env, capture_output=True, timeout=60)
         # Never delete through a mount that is still there: the hosts' /dev is this machine's, bound in.
-        if not any(m == str(state) or m.startswith(f"{state}/") for m in _mounts()):
+        if not mounts_under(state):
             shutil.rmtree(state, ignore_errors=True)
             reaped.append(state)
     return reaped
@@ -157,11 +167,8 @@ class TestFleet:
             check=True,
             env=env,
         )
+        # What a killed run left behind (namespaces, veths, mounts) claim() took down: reap_killed.
         for name, (netns, host_ip, node_ip) in self.hosts.items():
-            # A run that was killed may have left its namespace and veth behind.
-            subprocess.run(
-                ["bash", str(TESTHOST), "down", name, netns, str(self.state)], env=env, capture_output=True, timeout=120
-            )
             up = subprocess.run(
                 [
                     "bash",
@@ -202,7 +209,7 @@ class TestFleet:
                 ["bash", str(TESTHOST), "down", name, netns, str(self.state)], env=env, capture_output=True, timeout=120
             )
         # Never delete through a mount that is still there: the hosts' /dev is this machine's, bound in.
-        if not any(m == str(self.state) or m.startswith(f"{self.state}/") for m in _mounts()):
+        if not mounts_under(self.state):
             shutil.rmtree(self.state, ignore_errors=True)
 
     # ------------------------------------------------------------ what tests use
