@@ -131,6 +131,10 @@ def test_bringup_twice_held_drifted_and_restored_on_a_vm_like_host(tmp_path):
         )
         table = proc.stdout[-6000:] + proc.stderr[-3000:]
         ran = steps(out)
+        for name in [n for n, row in ran.items() if not row["as_expected"]][:1]:  # where its time went
+            timed = out / f"{name}.timed.log"
+            lines = timed.read_text().splitlines()[-12:] if timed.exists() else ["(no timed log)"]
+            table += f"\n{timed.name}, its last lines:\n" + "\n".join(lines)
         logs = {name: (out / f"{name}.log").read_text() for name in ran}
 
         # The persistence mode of a GPU turned off: the role fails naming it, and changes nothing.

@@ -118,10 +118,13 @@ def test_the_reader_sees_variables_through_includes_vars_and_hostvars(tmp_path):
     }
 
 
-def test_the_roles_drain_breaker_default_is_the_engines():
-    """gpufleet_slurm_max_drain left unset: the role passes the engine the engine's own default, so `gpufleet slurm`
-    and `gpufleet service` run by hand break at the same share as validate.yml."""
+def test_the_roles_drain_breaker_and_sweep_share_defaults_are_the_engines():
+    """gpufleet_slurm_max_drain and gpufleet_sweep_max_share left unset: the role passes the engine the engine's
+    own defaults, so `gpufleet slurm` and `gpufleet service` run by hand break and sweep at the same shares as
+    validate.yml and sweep.yml."""
     from gpufleet.fleet.slurm_action import DEFAULT_MAX_DRAIN
+    from gpufleet.service.sweep import DEFAULT_SHARE
 
     defaults = yaml.safe_load((ROLES / "validate_node" / "defaults" / "main.yml").read_text())
     assert defaults["gpufleet_slurm_max_drain"] == DEFAULT_MAX_DRAIN
+    assert defaults["gpufleet_sweep_max_share"] == DEFAULT_SHARE

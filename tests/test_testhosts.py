@@ -3,6 +3,7 @@ workers at once (and another suite may run on the same machine), and two fleets 
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -15,7 +16,7 @@ import pytest
 import yaml
 
 import testhosts
-from testhosts import apart, claim, mounts_under, namespaces, skip_reason
+from testhosts import TestFleet, apart, claim, mounts_under, namespaces, skip_reason
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
@@ -160,3 +161,43 @@ def test_a_fleet_killed_with_its_hosts_up_is_taken_down_by_the_next_claim_of_its
         holder.kill()
         for lock in claim(253, "gfu5"):
             lock.close()
+
+
+def test_a_host_keeps_pyenv_shims_of_its_own():
+    """Every ssh session's login shell on a host rewrites pyenv's shims under a lock file (where this machine's
+    root has pyenv). Seen through the overlay, a lock this machine's own rehash took and dropped stayed in a host's
+    view, and each later session waited 60 s for it. A file made in this machine's shims folder while the host is up
+    is not in the host's, and the host's session leaves this machine's folder as it was."""
+    if skip_reason():
+        pytest.skip(skip_reason())
+    shims = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "shims"
+    if not shims.is_dir():
+        pytest.skip(f"this machine has no pyenv shims folder ({shims})")
+    with TestFleet(["node-a"], net=254, tag="gfu6") as fleet:
+        probe = shims / f".gpufleet-probe-{os.getpid()}"  # a dot name: pyenv's rehash leaves it alone
+        before = sorted(p.name for p in shims.iterdir() if p != probe)
+        probe.write_text("")
+        try:
+            session = subprocess.run(
+                [
+                    "ssh",
+                    "-i",
+                    str(fleet.key),
+                    "-o",
+                    "UserKnownHostsFile=/dev/null",
+                    "-o",
+                    "StrictHostKeyChecking=no",
+                    "-o",
+                    "BatchMode=yes",
+                    f"root@{fleet.address('node-a')}",
+                    f"ls -a {shims}; echo made-by-the-host > {shims}/.gpufleet-host-{os.getpid()}",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+        finally:
+            probe.unlink()
+    assert session.returncode == 0, session.stderr
+    assert probe.name not in session.stdout.split()
+    assert sorted(p.name for p in shims.iterdir()) == before

@@ -37,8 +37,8 @@ TOOLS = ("ip", "sshd", "ssh", "ssh-keygen", "chroot", "mount", "umount", "mountp
 # Where the fleets' claims live, shared by every suite on this machine.
 LOCK_DIR = Path("/run/lock")
 TOOL_PATH = f"{BIN}:{os.environ.get('PATH', '')}:/usr/sbin:/sbin"
-# The hosts see this machine's root, but with fresh /tmp and /run: the checkout and the Python environment
-# (gpufleet_python) are bound in read-only at their own paths, wherever they are.
+# The hosts see this machine's root, but with fresh /tmp, /run and pyenv shims (testhost.sh says why): the checkout
+# and the Python environment (gpufleet_python) are bound in read-only at their own paths, wherever they are.
 SHARED = [
     f"{p}:{p}"
     for p in sorted({str(REPO), sys.prefix})
@@ -88,18 +88,16 @@ def namespaces(tag: str) -> list[str]:
     return [line.split()[0] for line in listed.splitlines() if line.startswith(f"{tag}-")]
 
 
-def reap_killed(tag: str) -> list[Path]:
+def reap_killed(tag: str) -> None:
     """What a killed run of `tag`'s fleet left behind: its namespaces (their sshd's killed, the veth gone) and its
-    state folders' mounts, detached deepest first, the folders removed; returns those folders. Called with the
-    tag's claim held, so no live fleet of the tag has hosts up: every `<tag>-*` namespace and every folder with
-    mounts under it is a dead run's. A folder with none may be a fleet made but still waiting for the claim, and
-    is left."""
+    state folders' mounts, detached deepest first, the folders removed. Called with the tag's claim held, so no live
+    fleet of the tag has hosts up: every `<tag>-*` namespace and every folder with mounts under it is a dead run's.
+    A folder with none may be a fleet made but still waiting for the claim, and is left."""
     env = _env()
     for netns in namespaces(tag):
         subprocess.run(
             ["bash", str(TESTHOST), "down", "-", netns, "/nonexistent"], env=env, capture_output=True, timeout=120
         )
-    reaped = []
     for state in sorted(Path(tempfile.gettempdir()).glob(f"{tag}-*")):
         under = mounts_under(state)
         if not under:
@@ -109,8 +107,6 @@ def reap_killed(tag: str) -> list[Path]:
         # Never delete through a mount that is still there: the hosts' /dev is this machine's, bound in.
         if not mounts_under(state):
             shutil.rmtree(state, ignore_errors=True)
-            reaped.append(state)
-    return reaped
 
 
 def apart(exclusive: bool = True):

@@ -10,8 +10,9 @@
 #   bringup-3    bringup.yml restores them
 #   validate-3   accepted again
 # The GPUs' settings (persistence, clocks, power limits, compute mode) are read before and after and must not move.
-# Under $OUT: machine.txt, <step>.log (each step's full output), validate-N/ (report.json, report.md, the host
-# document), steps.jsonl, and summary.txt, the short table printed last (tools/bringup_steps.py judges each step).
+# Under $OUT: machine.txt, <step>.log (each step's full output), <step>.timed.log (the same with each line's time),
+# validate-N/ (report.json, report.md, the host document), steps.jsonl, and summary.txt, the short table printed last
+# (tools/bringup_steps.py judges each step).
 # Exit 0 when every step went as it should.
 #
 # Needs: python3 with torch (the image's); ansible-core on PATH, or its wheels in .whl; the python_env wheelhouse in
@@ -90,7 +91,9 @@ step() {  # step NAME COMMAND...: run it with a timeout, its output in $OUT/NAME
     echo "not run: the sequence's budget (BUDGET_S=$BUDGET_S s) was spent" >"$OUT/$name.log"
     rc=124
   else
-    timeout --kill-after=15 "$((left < STEP_TIMEOUT_S ? left : STEP_TIMEOUT_S))" "$@" >"$OUT/$name.log" 2>&1
+    # The same output with each line's time in $name.timed.log: where a slow step spent its time.
+    ANSIBLE_LOG_PATH="$OUT/$name.timed.log" timeout --kill-after=15 "$((left < STEP_TIMEOUT_S ? left : STEP_TIMEOUT_S))" \
+      "$@" >"$OUT/$name.log" 2>&1
     rc=$?
   fi
   end=$(date +%s.%N)

@@ -25,6 +25,14 @@ up() {
   mount --make-rslave "$root/dev"
   mount -t tmpfs tmpfs "$root/run"
   mount -t tmpfs tmpfs "$root/tmp"
+  # pyenv's shims, where this machine's root has them: every ssh session's login shell rewrites them (pyenv init)
+  # under a lock file. The overlay does not follow changes to its lower layer, so a lock this machine's own rehash
+  # took and dropped can stay in the host's view, and every session then waits pyenv's 60 s for it. The host
+  # gets a folder of its own, which its first session fills.
+  local shims=${PYENV_ROOT:-${HOME:-/root}/.pyenv}/shims
+  if [ -d "$shims" ]; then
+    mount -t tmpfs tmpfs "$root$shims"
+  fi
   mkdir -p "$root/run/systemd" "$root/run/sshd" "$root/root/.ssh"
   echo gpufleet-testhost > "$root/run/systemd/container"
   install -m 0600 "$pubkey" "$root/root/.ssh/authorized_keys"
