@@ -43,7 +43,7 @@ def fleet():
 
 
 def test_locate_names_the_host_whose_link_is_slow(fleet, tmp_path):
-    fleet.slow_link("node-c", "4mbit")
+    fleet.slow_link("node-c", "1mbit")
     # The engine of this checkout on the nodes, wherever the environment's own install points.
     nodes = {
         n: {"gpufleet_node_env": dict(fleet.host_vars(n)["gpufleet_node_env"], PYTHONPATH=str(REPO / "src"))}
@@ -69,15 +69,17 @@ def test_locate_names_the_host_whose_link_is_slow(fleet, tmp_path):
             str(inventory),
             "--reports-dir",
             str(reports),
-            # Gloo's figures on shared CPU cores (other tests run beside this one) vary by tens of
-            # percent, more under load. Under load a healthy pair read as little as 2.5 MB/s at 64 KiB,
-            # so the slowed link is held to 4 Mbit/s (0.5 MB/s): a fifth of that or less, under 0.35.
+            # Gloo's figures on shared CPU cores (other tests run beside this one) vary tenfold under load: a
+            # healthy pair read 2.5 to 26 MB/s at 64 KiB, and once 0.33 of the round's reference, which a ratio
+            # of 0.35 called slow. The slowed link is held to 1 Mbit/s (0.125 MB/s, under 0.01 of any reference
+            # seen) and the ratio to 0.03: three times under the worst healthy ratio seen, and the slow pair's
+            # several times under it.
             "--run-id",
             run_id,
             "--base-port",
             "29721",
             "--ratio",
-            "0.35",
+            "0.03",
             "--plain",
         ],
         cwd=REPO,

@@ -188,13 +188,16 @@ def acquire(
     started = time.monotonic()
     waited_for: dict[int, dict] = {}
     while True:
-        got = _acquire_once(Path(path), run_id, holder, ttl_s, controller, dead_runs)
+        # Waited: the time before the attempt that decides. The attempt's own work (a stale lock's check reads every
+        # process's environment, slow on a busy node) is not waiting.
         waited_s = time.monotonic() - started
+        got = _acquire_once(Path(path), run_id, holder, ttl_s, controller, dead_runs)
         waited_for.update((p["pid"], p) for p in got.get("working") or [])
         if got.get("stale") and waited_for:
             got["stale"]["waited_for"] = list(waited_for.values())
         limit = max(wait_s, stop_wait_s) if got.get("working") else wait_s
-        if got["acquired"] or waited_s >= limit:
+        elapsed_s = time.monotonic() - started
+        if got["acquired"] or elapsed_s >= limit:
             if not got["acquired"] and limit > 0:
                 got["reason"] += (
                     f" (waited {waited_s:.0f} s of "
@@ -202,7 +205,7 @@ def acquire(
                     + ")"
                 )
             return dict(got, waited_s=round(waited_s, 1))
-        time.sleep(min(poll_s, max(limit - waited_s, 0.01)))
+        time.sleep(min(poll_s, max(limit - elapsed_s, 0.01)))
 
 
 def _acquire_once(
