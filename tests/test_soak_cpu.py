@@ -381,7 +381,7 @@ def test_a_healthy_soak_passes_and_says_what_it_watched(h200):
     assert "20 all_reduce rounds correct" in res["soak_errors"]["reason"]
     assert (
         res["soak_slowdown"]["reason"]
-        == "every window of every GPU within 10% of its best windows and of its siblings over 20 windows of 30 s"
+        == "every window of every GPU within 10% of its best windows and 10% of its siblings over 20 windows of 30 s"
     )
     assert (
         res["soak_slowdown"]["threshold"]["key"] == "soak_slowdown_pct_max"
