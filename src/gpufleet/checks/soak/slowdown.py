@@ -120,8 +120,9 @@ def soak_slowdown(out, profile, base_detail, gpus, cpu) -> dict:
     # profile's limit: healthy chips at their power cap differ by more than one chip's windows do (3.7% between
     # the two GPUs of a healthy 2 x H200 in every window, docs/results/2026-11-28-h200-x2-one-judge-soaks), and
     # no calibration measures that spread in a soak yet.
-    limits = {k: calibration.entry(profile["thresholds"], SLOWDOWN_KEY, m)["value"] for k, m in WINDOW_METRICS.items()}
-    own_calibrated = {m: limits[k] for k, m in WINDOW_METRICS.items() if limits[k] != limit}
+    entries = {k: calibration.entry(profile["thresholds"], SLOWDOWN_KEY, m) for k, m in WINDOW_METRICS.items()}
+    limits = {k: e["value"] for k, e in entries.items()}
+    own_calibrated = {e["metric"]: e["value"] for e in entries.values() if e["calibrated"]}
     threshold = profiles.threshold(
         profile,
         SLOWDOWN_KEY,
@@ -246,7 +247,7 @@ def soak_slowdown(out, profile, base_detail, gpus, cpu) -> dict:
             threshold=threshold,
             detail=detail,
         )
-    own = (
+    own_limits_text = (
         ", ".join(
             f"{limits[k]:g}% ({what})"
             for k, what in (("matmul_tflops", "matmul"), ("hbm_gbps", "HBM"), ("busbw_gbps", "all_reduce"))
@@ -255,7 +256,7 @@ def soak_slowdown(out, profile, base_detail, gpus, cpu) -> dict:
         else f"{limit:g}%"
     )
     ok = (
-        f"every window of every GPU within {own} of its best windows and {limit:g}% of its siblings over "
+        f"every window of every GPU within {own_limits_text} of its best windows and {limit:g}% of its siblings over "
         f"{n_windows} windows of {out.get('window_s'):g} s"
         if limit is not None
         else f"{n_windows} windows judged"
