@@ -1,4 +1,4 @@
-"""The host watched beside every benchmark (bench.host_watch): other processes' CPU time and swapping.
+"""The host watched beside every benchmark (bench.host_watch): other processes' CPU time, swapping and CPU steal.
 
 Real processes: tests/host_neighbours.py runs each case in a PID namespace of its own (root and unshare, as CI
 has), where two busy loops under uid 65534 are the neighbours, and the step's own busy worker, a busy ancestor and
@@ -25,6 +25,7 @@ from gpufleet.collect.host import load
 
 HERE = Path(__file__).resolve().parent
 VMSTAT = (HERE / "data" / "readings" / "proc-vmstat.txt").read_text()  # this machine's, which has no swap
+STAT = (HERE / "data" / "readings" / "proc-stat.txt").read_text()  # a virtual machine's, steal counted
 # Recorded /proc/<pid>/stat lines: `cat` of a shell, and kthreadd (flags 0x208040: PF_KTHREAD).
 CAT = "6134 (cat) R 6069 6069 7276 0 -1 4194304 103 0 0 0 0 0 0 0 20 0 1 0 86626 3133440 417 18446744073709551615"
 KTHREADD = "2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 0 0 0 20 0 1 0 25 0 0 18446744073709551615 0 0 0 0 0"
@@ -153,7 +154,8 @@ def test_swapping_from_recorded_vmstat(tmp_path):
     assert entry["in_mib_s"] == pytest.approx(4096 * PAGE_MIB, abs=0.01)
     assert entry["out_mib_s"] == pytest.approx(8192 * PAGE_MIB, abs=0.01)
     assert entry["label"].startswith(f"swapping (up to {entry['in_mib_s']:g} MiB/s in and ")
-    assert watch.sample(t_s=2.0) == {"t_s": [1.0, 2.0], "cpu_pct": 0.0, "swap_mib_s": 0.0, "disturbed": False}
+    quiet = {"t_s": [1.0, 2.0], "cpu_pct": 0.0, "swap_mib_s": 0.0, "steal_pct": None, "disturbed": False}
+    assert watch.sample(t_s=2.0) == quiet  # no /proc/stat here: steal unread, said in steal_error
     assert watch.summary()["swap"] == {"in_pages": 4096, "out_pages": 8192, "peak_mib_s": seen["swap_mib_s"]}
     # A /proc/vmstat without the counters, or none: said, and swapping is not judged.
     for text in ("nr_free_pages 1\n", None):
@@ -162,6 +164,77 @@ def test_swapping_from_recorded_vmstat(tmp_path):
         fake_proc(bare, {}, vmstat=text)
         other = HostWatch(limits=Limits(cpu_pct=None, swap_mib_s=1.0), proc_root=str(bare)).read_from()
         assert other.sample(t_s=1.0)["swap_mib_s"] is None and other.swap_error.startswith(str(bare))
+
+
+def with_steal(stat: str, ticks: int) -> str:
+    """Recorded /proc/stat text with the `cpu` line's steal figure set to `ticks`."""
+    head, _, rest = stat.partition("\n")
+    fields = head.split()
+    fields[8] = str(ticks)
+    return " ".join(fields) + "\n" + rest
+
+
+def test_cpu_steal_from_recorded_proc_stat(tmp_path):
+    """A virtual machine's recorded /proc/stat (13842 ticks of steal since boot), then the same with the ticks a
+    hypervisor that gives 30% of the CPUs to other guests adds in one second: a neighbour no /proc lists."""
+    assert load.parse_steal(STAT) == 13842
+    assert load.parse_steal("cpu  1 2 3 4 5 6 7\n") is None  # a kernel before steal was counted
+    fake_proc(tmp_path, {})
+    (tmp_path / "stat").write_text(STAT)
+    watch = HostWatch(limits=Limits(cpu_pct=None, swap_mib_s=None, steal_pct=10.0), proc_root=str(tmp_path))
+    watch.read_from(time.monotonic())
+    (tmp_path / "stat").write_text(with_steal(STAT, 13842 + int(0.3 * CPUS * TICKS_S)))
+    seen = watch.sample(t_s=1.0)
+    assert seen["disturbed"] is True and seen["steal_pct"] == pytest.approx(30.0, abs=100 / (CPUS * TICKS_S))
+    (entry,) = watch.foreign()
+    assert (entry["kind"], entry["index"], entry["pid"], entry["first_s"], entry["last_s"]) == (
+        "steal",
+        None,
+        None,
+        0,
+        1,
+    )
+    assert entry["label"] == (
+        f"the hypervisor's other guests (CPU steal up to {entry['cpu_pct']:g}% of this machine's {CPUS} CPUs; "
+        "limit 10%)"
+    )
+    assert describe(entry, None) == f"{entry['label']} on the host from 0.0 s to 1.0 s"
+    # The steal stops: the next second is within the limit and the entry stays as it was.
+    assert watch.sample(t_s=2.0)["steal_pct"] == 0.0 and watch.foreign()[0]["last_s"] == 1.0
+    assert watch.summary()["steal"] == {
+        "error": None,
+        "ticks": int(0.3 * CPUS * TICKS_S),
+        "peak_pct": seen["steal_pct"],
+    }
+    # Kept but not judged without a limit; unread without the figure, and said so.
+    kept = HostWatch(limits=Limits(cpu_pct=None, swap_mib_s=None), proc_root=str(tmp_path)).read_from()
+    (tmp_path / "stat").write_text(with_steal(STAT, 13842 + int(2.0 * CPUS * TICKS_S)))
+    assert (
+        kept.sample(t_s=1.0)["disturbed"] is False and kept.summary()["steal"]["peak_pct"] > 100 and not kept.foreign()
+    )
+    (tmp_path / "stat").write_text("cpu  1 2 3 4\n")
+    old = HostWatch(limits=Limits(cpu_pct=None, swap_mib_s=None, steal_pct=10.0), proc_root=str(tmp_path)).read_from()
+    assert old.sample(t_s=1.0)["steal_pct"] is None and old.steal_error == f"{tmp_path}/stat has no steal figure"
+
+
+def test_samples_that_fell_while_the_hypervisor_took_the_cpus_are_not_the_gpus_fault(tmp_path):
+    from gpufleet.base import profiles
+    from gpufleet.checks import benchmarks
+    from test_watch_cpu import QUIET, gpu_matmul
+
+    fake_proc(tmp_path, {})
+    (tmp_path / "stat").write_text(STAT)
+    watch = HostWatch(limits=Limits.of(profiles.resolve("NVIDIA H200")), proc_root=str(tmp_path)).read_from(
+        time.monotonic()
+    )
+    (tmp_path / "stat").write_text(with_steal(STAT, 13842 + int(0.5 * CPUS * TICKS_S)))
+    watch.sample(t_s=1.0)
+    (entry,) = watch.foreign()
+    assert entry["limit_pct"] == 10  # the generic profile's host_cpu_steal_pct_max
+    samples = [790.0] * 8 + [400.0, 420.0, 380.0] + [700.0] * 9
+    (res,) = benchmarks.matmul(gpu_matmul(samples, dict(QUIET, foreign=[entry])), profiles.resolve("NVIDIA H200"))
+    assert res["status"] == "warn" and res["class"] == "environment"
+    assert f"the sampler saw then: {entry['label']}" in res["reason"] and res["detail"]["measure_again"]
 
 
 def test_a_soak_window_beside_a_host_neighbour_is_disturbed_like_one_beside_a_gpu_neighbour(tmp_path):

@@ -283,7 +283,7 @@ PCIE_LINKS_CHECK = Check("pcie_links", HARDWARE,
 # the host, confirm a figure within a budget) and `gpufleet fleet locate`.
 SHARED_THRESHOLDS = ("confirm_remeasure_max", "confirm_budget_s", "disturbed_remeasure_max", "disturbed_wait_s",
                      "host_foreign_cpu_share_max", "host_swap_mib_s_max", "host_foreign_io_mib_s_max",
-                     "locate_busbw_ratio_min")
+                     "host_cpu_steal_pct_max", "locate_busbw_ratio_min")
 
 # ------------------------------------------------------------------------------------------------- metrics
 

@@ -1,5 +1,5 @@
-"""The host beside a benchmark: other processes' CPU time and swapping, read from /proc every interval, as
-bench.watch reads the GPUs' processes.
+"""The host beside a benchmark: other processes' CPU time, swapping, and on a virtual machine the CPU time the
+hypervisor gave to others (steal), read from /proc every interval, as bench.watch reads the GPUs' processes.
 
 Of this run: the engine's process and every process below it (the benchmark's workers, torchrun's ranks), the
 processes above it (the module, its Python, sshd; init left out), and any process whose environment carries this
@@ -13,6 +13,11 @@ percent of the CPUs disturbs the step. A neighbour may be many processes: 48 loo
 name (pids, user, cores and share, the first and last interval). Swapping over `host_swap_mib_s_max` (in and out
 together) disturbs too, whoever caused it. The largest foreign share seen, over the limit or not, is kept with
 its processes (`peak`): it is what the limit is calibrated from.
+
+A virtual machine's neighbours may live outside it: other guests of the same host, whose CPU time the hypervisor
+takes from this one's CPUs. The guest sees no process, only its CPUs' steal time; steal over `host_cpu_steal_pct_max`
+percent of the CPUs in an interval disturbs the step as a foreign process does (the CPUs a data loader or a launch
+needs were not this machine's then), named as the hypervisor's.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from gpufleet.collect.host import load
 CPU_KEY = "host_foreign_cpu_share_max"
 SWAP_KEY = "host_swap_mib_s_max"
 IO_KEY = "host_foreign_io_mib_s_max"
+STEAL_KEY = "host_cpu_steal_pct_max"
 MARK_ENV = "GPUFLEET_RUN_MARK"
 
 
@@ -39,10 +45,12 @@ class Limits:
     cpu_pct: float | None  # every foreign process together, percent of the online CPUs; None: kept, not judged
     swap_mib_s: float | None  # pages swapped in and out, MiB a second; None: kept, not judged
     io_mib_s: float | None = None  # storage I/O not this run's on a drive being measured (bench.io_watch)
+    steal_pct: float | None = None  # CPU time the hypervisor gave to others, percent of the CPUs; None: kept only
 
     @classmethod
     def of(cls, profile: dict) -> "Limits":
-        return cls(profiles.value(profile, CPU_KEY), profiles.value(profile, SWAP_KEY), profiles.value(profile, IO_KEY))
+        value = functools.partial(profiles.value, profile)
+        return cls(value(CPU_KEY), value(SWAP_KEY), value(IO_KEY), value(STEAL_KEY))
 
 
 _SCOPE: ContextVar[Limits | None] = ContextVar("host_limits", default=None)
@@ -101,16 +109,20 @@ class HostWatch:
         self._mark = f"{MARK_ENV}={mark}".encode() if mark else None
         self.error: str | None = None
         self.swap_error: str | None = None
+        self.steal_error: str | None = None
         self.samples = self.intervals = self.over_limit = 0
         self.peak: dict = {"cpu_pct": 0.0, "cores": 0.0, "t_s": None, "processes": []}
         self.swap_pages = {"in": 0, "out": 0}
         self.swap_peak_mib_s = 0.0
+        self.steal_ticks = 0
+        self.steal_peak_pct = 0.0
         self._groups: dict[tuple, dict] = {}  # (uid, name) -> the group's entry while it is over the limit
         self._group_pids: dict[tuple, dict[int, float]] = {}  # (uid, name) -> pid -> its most cores
         self._swap: dict | None = None
+        self._steal: dict | None = None
         self._ours: set[tuple] = set()  # (pid, start) seen in this run's tree: reparented on its way out, still ours
         self._who: dict[tuple, tuple] = {}  # (pid, start) -> (uid, marked)
-        self._last: tuple | None = None  # (t, {pid: (start, ticks)}, swap counters) of the read before
+        self._last: tuple | None = None  # (t, {pid: (start, ticks)}, swap counters, steal ticks) of the read before
         self._t0 = time.monotonic()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -163,6 +175,8 @@ class HostWatch:
             return None
         swap, why = load.read_swap(self.proc_root)
         self.swap_error = self.swap_error or why
+        steal, why = load.read_steal(self.proc_root)
+        self.steal_error = self.steal_error or why
         self.samples += 1
         last = self._last
         if last is not None and t - last[0] < self.MIN_INTERVAL_S:
@@ -174,7 +188,7 @@ class HostWatch:
             for pid, p in procs.items()
             if not p["kernel"] and (pid, p["start_ticks"]) not in self._ours
         }
-        self._last = (t, ticks, swap)
+        self._last = (t, ticks, swap, steal)
         live = {(pid, start) for pid, (start, _) in ticks.items()}
         self._who = {k: v for k, v in self._who.items() if k in live}  # the gone are not asked about again
         self._ours &= {(pid, p["start_ticks"]) for pid, p in procs.items()}
@@ -207,7 +221,14 @@ class HostWatch:
             self.over_limit += 1
             self._note_groups(used, procs, span, pct)
         swap_mib_s, swap_over = self._note_swap(last[2], swap, dt, span)
-        return {"t_s": span, "cpu_pct": round(pct, 2), "swap_mib_s": swap_mib_s, "disturbed": cpu_over or swap_over}
+        steal_pct, steal_over = self._note_steal(last[3], steal, dt, span)
+        return {
+            "t_s": span,
+            "cpu_pct": round(pct, 2),
+            "swap_mib_s": swap_mib_s,
+            "steal_pct": steal_pct,
+            "disturbed": cpu_over or swap_over or steal_over,
+        }
 
     def _who_is(self, pid: int, start: int) -> tuple:
         """(uid, marked as this run's) of a process, read once."""
@@ -292,6 +313,31 @@ class HostWatch:
         )
         return round(in_s + out_s, 2), True
 
+    def _note_steal(self, before: int | None, now: int | None, dt: float, span: list) -> tuple:
+        """(percent of the CPUs the hypervisor gave to others over the interval, or None unread; whether over the
+        limit)."""
+        if before is None or now is None:
+            return None, False
+        self.steal_ticks += now - before
+        pct = round(100.0 * (now - before) * self._tick_s / dt / self.cpus, 2)
+        self.steal_peak_pct = max(self.steal_peak_pct, pct)
+        limit = self.limits.steal_pct
+        if limit is None or pct <= limit:
+            return pct, False
+        e = self._steal = self._steal or {
+            "kind": "steal",
+            "index": None,
+            "pid": None,
+            "name": "steal",
+            "cpu_pct": 0.0,
+            "cpus": self.cpus,
+            "limit_pct": limit,
+            "first_s": span[0],
+            "samples": 0,
+        }
+        e.update(cpu_pct=max(e["cpu_pct"], pct), last_s=span[1], samples=e["samples"] + 1)
+        return pct, True
+
     # --- what it saw
 
     def foreign(self) -> list[dict]:
@@ -304,8 +350,9 @@ class HostWatch:
                 busiest = sorted(pids, key=lambda p: -pids[p])
                 entry = {**e, "pid": busiest[0], "pids": sorted(busiest[: self.PIDS_KEPT]), "processes": len(pids)}
                 out.append({**entry, "label": label(entry)})
-            if self._swap:
-                out.append({**self._swap, "label": label(self._swap)})
+            for e in (self._swap, self._steal):
+                if e:
+                    out.append({**e, "label": label(e)})
         return sorted(out, key=lambda e: (e["first_s"], -e.get("cores", 0.0)))
 
     def summary(self) -> dict:
@@ -316,7 +363,11 @@ class HostWatch:
             "intervals": self.intervals,
             "error": self.error,
             "swap_error": self.swap_error,
-            "limits": {CPU_KEY: self.limits.cpu_pct, SWAP_KEY: self.limits.swap_mib_s},
+            "limits": {
+                CPU_KEY: self.limits.cpu_pct,
+                SWAP_KEY: self.limits.swap_mib_s,
+                STEAL_KEY: self.limits.steal_pct,
+            },
             "over_limit_intervals": self.over_limit,
             "peak": self.peak,
             "swap": {
@@ -324,12 +375,18 @@ class HostWatch:
                 "out_pages": self.swap_pages["out"],
                 "peak_mib_s": self.swap_peak_mib_s,
             },
+            "steal": {"error": self.steal_error, "ticks": self.steal_ticks, "peak_pct": self.steal_peak_pct},
         }
 
 
 def label(e: dict) -> str:
     """What a report says of a host neighbour, before its span: "pid 4321 (python3, user alice; 1 cores, 0.48% of
     the host's 208 CPUs; foreign processes together up to 23.1%, limit 10%)"."""
+    if e["kind"] == "steal":
+        return (
+            f"the hypervisor's other guests (CPU steal up to {e['cpu_pct']:g}% of this machine's {e['cpus']} CPUs; "
+            f"limit {e['limit_pct']:g}%)"
+        )
     if e["kind"] == "swap":
         return (
             f"swapping (up to {e['in_mib_s']:g} MiB/s in and {e['out_mib_s']:g} MiB/s out, {e['pages']} pages; "
@@ -350,6 +407,14 @@ def peak_pct(summaries: list[dict]) -> float | None:
     return max(peaks) if peaks else None
 
 
+def peak_steal_pct(summaries: list[dict]) -> float | None:
+    """The largest CPU steal (percent of the CPUs) the host watches saw, or None: none read (bare metal reads 0)."""
+    peaks = [
+        h["steal"]["peak_pct"] for h in summaries if h.get("intervals") and (h.get("steal") or {}).get("error") is None
+    ]
+    return max(peaks) if peaks else None
+
+
 def seen_text(summaries: list[dict]) -> str:
     """What a step's host watches saw, in words: the largest foreign CPU share, by whom, and swapping."""
     read = [h for h in summaries if h.get("intervals")]
@@ -359,9 +424,11 @@ def seen_text(summaries: list[dict]) -> str:
     who = ", ".join(f"{p['name']} of {p['user']} {p['cores']:g} cores" for p in top["peak"]["processes"][:3])
     limit = top["limits"][CPU_KEY]
     swap = max(h["swap"]["peak_mib_s"] for h in read)
+    steal = max((h.get("steal") or {}).get("peak_pct") or 0 for h in read)
     return (
         f"the host's other processes used at most {top['peak']['cpu_pct']:g}% of its {top['cpus']} CPUs together"
         + (f" ({who})" if who else "")
         + (f", limit {limit:g}%" if limit is not None else ", not judged")
         + (f"; swapping at most {swap:g} MiB/s" if swap else "; no swapping")
+        + (f"; CPU steal at most {steal:g}%" if steal else "")
     )

@@ -227,10 +227,15 @@ def foreign_processes(step: str, log: list) -> dict:
     them (log: watched()'s entries of that step). Any foreign process fails the node, even when the step was
     measured again once quiet: a node shared during validation is not the node a training job will get. Not the
     GPU's fault: no GPU flagged. detail.host_foreign_cpu_pct_max: the most the host's other processes used, over
-    the limit or not (what host_foreign_cpu_share_max is calibrated from)."""
+    the limit or not (what host_foreign_cpu_share_max is calibrated from); detail.host_cpu_steal_pct_max: the most CPU
+    time the hypervisor gave to others, the same way (host_cpu_steal_pct_max)."""
     check = f"{step}_processes"
     hosts = [e["host"] for e in log if e.get("host")]
-    detail = {"attempts": log, "host_foreign_cpu_pct_max": host_watch.peak_pct(hosts)}
+    detail = {
+        "attempts": log,
+        "host_foreign_cpu_pct_max": host_watch.peak_pct(hosts),
+        "host_cpu_steal_pct_max": host_watch.peak_steal_pct(hosts),
+    }
     seen = [f"{describe(p, e['started_epoch'])} (attempt {e['attempt']})" for e in log for p in e["foreign"]]
     if seen:
         return result(
@@ -241,8 +246,9 @@ def foreign_processes(step: str, log: list) -> dict:
             unit="sightings",
             detail=detail,
             remedy="another workload used the GPU or the host's CPUs during validation: stop it (or drain the node "
-            "from the scheduler first) and validate again; the figures measured beside it were measured again "
-            "or marked disturbed",
+            "from the scheduler first) and validate again; on a virtual machine whose CPUs the hypervisor gave to "
+            "other guests (steal), ask the provider for dedicated cores or validate again later; the figures "
+            "measured beside it were measured again or marked disturbed",
         )
     unwatched = [
         f"attempt {e['attempt']}: {e.get('watch_error') or e.get('processes_unreadable') or e['host']['error']}"

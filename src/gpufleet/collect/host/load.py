@@ -1,5 +1,5 @@
-"""The host's load from procfs: every process's CPU time with its parent and name, whose user it is, and the swap
-counters. The readers never raise: an unreadable /proc is the error they return, a process that exited while
+"""The host's load from procfs: every process's CPU time with its parent and name, whose user it is, the swap
+counters, and the CPU time the hypervisor gave to others (steal). The readers never raise: an unreadable /proc is the error they return, a process that exited while
 listed is left out."""
 
 from __future__ import annotations
@@ -117,3 +117,23 @@ def read_swap(proc_root: str = "/proc") -> tuple[dict | None, str | None]:
     if None in swap.values():
         return None, f"{proc_root}/vmstat has no pswpin/pswpout"
     return swap, None
+
+
+def parse_steal(text: str) -> int | None:
+    """/proc/stat's steal: clock ticks, over all CPUs since boot, in which a virtual machine's CPUs were ready to run
+    and the hypervisor ran something else (the 8th figure of the `cpu` line, proc(5)); None where the line lacks it."""
+    for line in text.splitlines():
+        fields = line.split()
+        if fields and fields[0] == "cpu":
+            return int(fields[8]) if len(fields) > 8 and fields[8].isdigit() else None
+    return None
+
+
+def read_steal(proc_root: str = "/proc") -> tuple[int | None, str | None]:
+    """(parse_steal() of /proc/stat, None), or (None, why)."""
+    try:
+        with open(f"{proc_root}/stat") as f:
+            steal = parse_steal(f.read())
+    except OSError as exc:
+        return None, f"{proc_root}/stat: {exc.strerror or exc}"
+    return (steal, None) if steal is not None else (None, f"{proc_root}/stat has no steal figure")
