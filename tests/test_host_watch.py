@@ -230,7 +230,7 @@ def test_samples_that_fell_while_the_hypervisor_took_the_cpus_are_not_the_gpus_f
     (tmp_path / "stat").write_text(with_steal(STAT, 13842 + int(0.5 * CPUS * TICKS_S)))
     watch.sample(t_s=1.0)
     (entry,) = watch.foreign()
-    assert entry["limit_pct"] == 10  # the generic profile's host_cpu_steal_pct_max
+    assert entry["limit_pct"] == 12.5  # the generic profile's host_cpu_steal_pct_max
     samples = [790.0] * 8 + [400.0, 420.0, 380.0] + [700.0] * 9
     (res,) = benchmarks.matmul(gpu_matmul(samples, dict(QUIET, foreign=[entry])), profiles.resolve("NVIDIA H200"))
     assert res["status"] == "warn" and res["class"] == "environment"
