@@ -322,3 +322,56 @@ def test_a_soaks_own_windows_take_their_calibrated_limit_and_a_gpu_against_its_s
 
     fell = slowdown([[700.0] * 4, [700.0] * 4, [700.0, 700.0, 665.0, 700.0], [700.0] * 4])
     assert fell["status"] == "fail" and "5% below its best windows' median" in fell["reason"], fell["reason"]
+
+
+def _soak_measured(h200, first: dict, again_tflops: list[list], again_busbw: list) -> tuple[dict, list, list]:
+    """A soak through measure.watched as the node stage runs it: past a limit, its windows past it measured again
+    (remeasure_plan), judged with the soak (combined). Returns (results by check, the plans asked, the log)."""
+    from gpufleet.checks import soak as soak_check
+    from gpufleet.checks.soak import remeasure
+    from test_soak_cpu import gpu_soak
+
+    outputs, plans, log = iter([first]), [], []
+
+    def again(first_out):
+        plans.append(remeasure.remeasure_plan(first_out, h200))
+        return gpu_soak(again_tflops, busbw=again_busbw, window_s=plans[-1]["window_s"])
+
+    results = watched(
+        "soak", lambda: next(outputs), soak_check.soak, h200, log=log, again=again, combine=remeasure.combined
+    )
+    return {r["check"]: r for r in results}, plans, log
+
+
+def test_a_clean_soaks_slowed_window_is_measured_again_before_it_fails(h200):
+    """A clean soak of 2 GPUs, nothing seen on either: window 2's all_reduce 15% below the best windows, past the
+    limit once. Only that window is measured again (a warm-up window and two more, not the whole soak); the
+    re-measure reads as the others, so the window was not the GPUs': the node passes and says it measured again."""
+    from test_soak_cpu import gpu_soak
+
+    first = gpu_soak([[667.0] * 5, [680.0] * 5], busbw=[297.0, 298.0, 253.0, 296.7, 297.5])
+    judged, plans, log = _soak_measured(
+        h200, first, [[600.0, 667.0, 666.0], [610.0, 680.0, 679.0]], [250.0, 297.2, 297.9]
+    )
+    slow = judged["soak_slowdown"]
+    assert plans == [{"duration_s": 90.0, "window_s": 30.0}]
+    assert slow["status"] == "pass" and slow["class"] is None and slow["trust"] == "confirmed", slow["reason"]
+    assert slow["detail"]["slowed_windows"] == [2] and slow["detail"]["disturbed_windows"] == []
+    assert "windows 2 slowed past a limit, their figures kept apart" in slow["reason"]
+    assert "passed on confirmation" in slow["reason"]
+    assert [a["purpose"] for a in slow["detail"]["attempts"]] == ["first", "confirm"]
+    assert measured_again(log)["detail"]["by_step"][0]["why"] == "confirm"
+
+
+def test_a_soak_slowdown_the_remeasure_shows_too_stands_confirmed(h200):
+    """The same soak, its re-measure's all_reduce as slow as window 2 (a link that stays slow): confirmed, hardware."""
+    from test_soak_cpu import gpu_soak
+
+    first = gpu_soak([[667.0] * 5, [680.0] * 5], busbw=[297.0, 298.0, 253.0, 296.7, 297.5])
+    judged, plans, _ = _soak_measured(
+        h200, first, [[600.0, 667.0, 666.0], [610.0, 680.0, 679.0]], [250.0, 254.0, 252.5]
+    )
+    slow = judged["soak_slowdown"]
+    assert slow["status"] == "fail" and slow["class"] == "hardware" and slow["trust"] == "confirmed", slow["reason"]
+    assert slow["reason"].startswith("confirmed: ") and "all_reduce busbw 254 GB/s" in slow["reason"]
+    assert len(plans) == 1  # past its limit twice in a row: no third measurement

@@ -139,7 +139,7 @@ BENCHMARKS = (
         Check("nccl_reduce_scatter", HARDWARE, text="reduce_scatter bus bandwidth and correctness"),
         Check("nccl_all_to_all", HARDWARE, text="all_to_all bus bandwidth and correctness"),
     )),
-    # A disturbed soak is not run again in full: its disturbed windows are, bounded (checks.soak.remeasure).
+    # A soak disturbed or slowed past a limit is not run again in full: those windows are, bounded (checks.soak.remeasure).
     Benchmark("soak", run_tiers=("soak",), selectable=False, run="gpufleet.node.measure:run_soak",
               judge="gpufleet.checks.soak:soak", again="gpufleet.checks.soak.remeasure:remeasure_plan",
               combine="gpufleet.checks.soak.remeasure:combined", checks=(
@@ -148,7 +148,7 @@ BENCHMARKS = (
               text="hardware and thermal slowdowns of each GPU during the soak"),
         Check("soak_errors", HARDWARE, ("xid_fail_codes",) + SOAK_COUNTERS,
               text="during the soak: a load that stopped, wrong all_reduce results, Xids, counters that moved"),
-        Check("soak_slowdown", HARDWARE, ("soak_slowdown_pct_max",),
+        Check("soak_slowdown", HARDWARE, ("soak_slowdown_pct_max",), against=(SAMPLES, SIBLINGS), **AGAIN,
               text="the soak's windows below the GPU's own best and below its siblings'"),
     )),
     Benchmark("sdc", run_tiers=("acceptance", "soak"), default=True, watched=False, run="gpufleet.node.measure:run_sdc",

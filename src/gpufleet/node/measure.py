@@ -51,8 +51,9 @@ def watched(
       disturbed_wait_s) and measure again, at most disturbed_remeasure_max times; else every result is `error`
       "disturbed by pid N (name, MiB) ... from t1 to t2", trust `disturbed`. `not_again` says why a
       step is never measured again (too long, or every node of a run across nodes would have to): disturbed
-      once, its results are that error. `again(first output)` measures a disturbed step again (default run():
-      the soak measures only its disturbed windows), and `combine(first output, again's)` is what is judged then.
+      once, its results are that error. `again(first output)` measures a step again in part, disturbed or to
+      confirm a figure (default run(): the soak measures only its disturbed or slowed windows), and
+      `combine(first output, again's, profile)` is what is judged then.
     - By comparisons.confirm's rule: a figure past a limit for the first time (a CONFIRMED_CHECKS result that
       warns or fails, or one of hold(results)'s comparisons: {key: state} of its figures against their siblings,
       past and baseline) is measured again, whatever the budget; one near a limit (detail.measure_again: its
@@ -81,7 +82,7 @@ def watched(
         t0 = time.monotonic()
         with host_watch.judged_by(profile):
             out = measure()
-        judged_out = combine(first_out, out) if combine and first_out is not None else out
+        judged_out = combine(first_out, out, profile) if combine and first_out is not None else out
         res = judge(judged_out, profile)
         seconds = round(time.monotonic() - t0, 1)
         foreign, epoch, mon = _foreign(out)
@@ -148,6 +149,9 @@ def watched(
             attempt["confirm"] = [check for check, _ in doubtful]
             attempt["confirm_why"] = [why for _, why in doubtful]
             purpose, measure = CONFIRM, run
+            if again is not None:  # measured again in part (the soak: the windows past a limit), as when disturbed
+                first_out = first_out if first_out is not None else out
+                measure = lambda: again(first_out)  # noqa: E731
             continue
         if doubtful:
             attempt["confirm_stopped"] = (

@@ -8,8 +8,8 @@ from gpufleet.base import registry, schema
 from gpufleet.comparisons.confirm import RECORD, beyond
 from gpufleet.base.schema import ERROR, Result
 
-# Results whose figure may be measured again to confirm it (detail.measure_again, checks.figures); the soak's
-# windows are many measurements already, and a disturbed soak measures its disturbed windows again (combine).
+# Results whose figure may be measured again to confirm it (detail.measure_again, checks.figures); a soak measures
+# only its windows past a limit again (checks/soak/remeasure.py), as it does its disturbed ones.
 CONFIRMED_CHECKS = tuple(c.name for b in registry.BENCHMARKS for c in b.checks if c.confirmed)
 
 

@@ -5,7 +5,7 @@ soak_slowdown, each naming the GPU and the time it happened; each check in a fil
     error_events.py  soak_errors: a load that stopped, wrong all_reduce results, counters that moved, Xid events
     slowdown.py      soak_slowdown: windows below the GPU's best windows and below its siblings
     naming.py        who and when the reasons name (each process's GPU, the time), the GPUs behind each status
-    remeasure.py     a disturbed soak measured again: its disturbed windows, the plan, the combined output
+    remeasure.py     a soak measured again in part: its disturbed or slowed windows, the plan, the combined output
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def soak(out: dict, profile: dict) -> list[dict]:
 
     A soak that could not start is one `soak` result (fail). On the CPU (no CUDA) only a process that
     failed or an all_reduce that gave wrong results counts; the rest is `skip`, not a performance figure.
-    A disturbed soak measured again (remeasure.combined()) is judged as one soak: soak_slowdown over the first soak's
+    A soak measured again in part (remeasure.combined()) is judged as one soak: soak_slowdown over the first soak's
     clean windows and the re-measure's after its warm-up, together; soak_throttle and soak_errors over both parts'
     events, each the worse of the two.
     """
@@ -36,10 +36,16 @@ def soak(out: dict, profile: dict) -> list[dict]:
 def _both(out: dict, profile: dict) -> list[dict]:
     first = {k: v for k, v in out.items() if k != "remeasured"}
     again = out["remeasured"]
-    windows = ", ".join(str(w) for w in out.get("disturbed_windows") or []) or "none"
+    apart = [
+        f"windows {', '.join(str(w) for w in out.get(key) or [])} {what}"
+        for key, what in (("disturbed_windows", "disturbed"), ("slowed_windows", "slowed past a limit"))
+        if out.get(key)
+    ]
     head = (
-        f"the soak ({first.get('ran_s'):g} s; windows {windows} disturbed, their figures kept apart)",
-        f"those windows measured again once the GPUs were quiet ({again.get('ran_s'):g} s)",
+        f"the soak ({first.get('ran_s'):g} s; "
+        + ("; ".join(apart) + ", their figures kept apart" if apart else "no window kept apart")
+        + ")",
+        f"those windows measured again ({again.get('ran_s'):g} s)",
     )
     mine = {r["check"]: r for r in _one(first, profile)}
     # The slowdown of the re-measure's windows is judged among the soak's (first holds them): not on their own.
@@ -53,7 +59,7 @@ def _both(out: dict, profile: dict) -> list[dict]:
                 one = one.replace(
                     reason=f"{head[0]}, its windows measured again after a warm-up window judged with the others: "
                     + one["reason"],
-                    detail={**one["detail"], "disturbed_windows": out.get("disturbed_windows")},
+                    detail={**one["detail"], **_apart(out)},
                 )
             results.append(one)
             continue
@@ -63,7 +69,7 @@ def _both(out: dict, profile: dict) -> list[dict]:
         )
         flagged = [g for r in (a, b) if r["status"] == worse["status"] for g in r["detail"].get("flagged_gpus") or []]
         values = [r["value"] for r in (a, b) if isinstance(r.get("value"), (int, float))]
-        detail = {**a["detail"], "remeasured": b["detail"], "disturbed_windows": out.get("disturbed_windows")}
+        detail = {**a["detail"], "remeasured": b["detail"], **_apart(out)}
         detail.pop("flagged_gpus", None)
         res = result(
             check,
@@ -77,6 +83,10 @@ def _both(out: dict, profile: dict) -> list[dict]:
         )
         results.append(flag_gpus(res, flagged))
     return results
+
+
+def _apart(out: dict) -> dict:
+    return {k: out.get(k) for k in ("disturbed_windows", "slowed_windows") if k in out}
 
 
 def _one(out: dict, profile: dict) -> list[dict]:

@@ -1,10 +1,16 @@
-"""A disturbed soak measured again: the windows in which another process used the GPUs, the options to measure
-them again (bounded by soak_remeasure_max_s), and the output both parts are judged on.
+"""A soak measured again in part: the windows in which another process used the GPUs (disturbed) or a figure fell
+past its limit with nothing seen (slowed, soak_slowdown's), the options to measure them again (bounded by
+soak_remeasure_max_s), and the output both parts are judged on.
 
 A re-measure is a short soak of its own, and its first window is its warm-up (the GPUs' clocks and NCCL's
 communicator starting again): that window is kept apart, never judged, and the re-measure's other windows join the
 first soak's clean ones as windows of the same soak, each judged against the same soak's best windows and siblings,
-as any window is (checks/soak/slowdown.py). A re-measure is judged like a measure."""
+as any window is (checks/soak/slowdown.py). A re-measure is judged like a measure.
+
+The windows measured again are kept apart, their figures under `disturbed_figures` or `slowed_figures`: a window
+that slowed once and not in the re-measure was not the GPU's (the node passes, the report says it measured again);
+a slowdown that the re-measure's windows show too stands, confirmed (node.measure.watched, comparisons.confirm's
+rule: past a limit twice in a row)."""
 
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ import statistics
 
 from gpufleet.base import profiles
 from gpufleet.base.numbers import significant
+from gpufleet.checks.soak.slowdown import slow_windows
 
 WARM_UP_WINDOWS = 1  # a re-measure's first window: its warm-up, left out of the judgement
 FIGURES = ("matmul_tflops", "hbm_gbps")
@@ -24,11 +31,17 @@ def disturbed_windows(out: dict) -> list[int]:
     return sorted({w["index"] for g in per_gpu.values() for w in g.get("windows") or [] if w.get("foreign_processes")})
 
 
+def measured_again(first: dict, profile: dict) -> list[int]:
+    """The windows a re-measure stands in for: the disturbed ones and those slowed past a limit."""
+    return sorted(set(disturbed_windows(first)) | set(slow_windows(first, profile)))
+
+
 def remeasure_plan(first: dict, profile: dict) -> dict:
-    """bench.soak.run's options to measure a disturbed soak's windows again: a warm-up window, then as many windows as
-    were disturbed (two at least, to compare), the whole at most soak_remeasure_max_s, whatever the soak's length."""
+    """bench.soak.run's options to measure a soak's disturbed or slowed windows again: a warm-up window, then as many
+    windows as those (two at least, to compare), the whole at most soak_remeasure_max_s, whatever the soak's
+    length."""
     cap = profiles.value(profile, "soak_remeasure_max_s") or 0
-    n = WARM_UP_WINDOWS + max(2, len(disturbed_windows(first)))
+    n = WARM_UP_WINDOWS + max(2, len(measured_again(first, profile)))
     window = first.get("window_s") or 30.0
     if cap:
         window = min(window, cap / n)
@@ -51,11 +64,20 @@ def _joined(first: list, again: list, offset_s: float, keys: tuple) -> list:
     return out
 
 
-def combined(first: dict, again: dict) -> dict:
-    """What a disturbed soak is judged on: the first soak with its disturbed windows kept apart (their figures under
-    disturbed_figures), the re-measure's windows after its warm-up added as windows of the same soak, and the
-    re-measure itself under `remeasured` (its throttle and error events are judged too: checks.soak)."""
-    gone = set(disturbed_windows(first))
+def combined(first: dict, again: dict, profile: dict | None = None) -> dict:
+    """What a soak measured again in part is judged on: the first soak with its disturbed windows and (given the
+    profile) its slowed ones kept apart (their figures under disturbed_figures, slowed_figures), the re-measure's
+    windows after its warm-up added as windows of the same soak, and the re-measure itself under `remeasured` (its
+    throttle and error events are judged too: checks.soak)."""
+    disturbed = set(disturbed_windows(first))
+    slowed = set(slow_windows(first, profile)) - disturbed if profile is not None else set()
+    gone = disturbed | slowed
+
+    def kept_apart(w: dict, keys: tuple) -> dict:
+        if w["index"] not in gone:
+            return w
+        return _blank(w, keys, "disturbed" if w["index"] in disturbed else "slowed")
+
     if first.get("started_epoch") is not None and again.get("started_epoch") is not None:
         offset = again["started_epoch"] - first["started_epoch"]
     else:
@@ -63,7 +85,7 @@ def combined(first: dict, again: dict) -> dict:
     again_gpus = again.get("gpus") or {}
     gpus = {}
     for rank, g in (first.get("gpus") or {}).items():
-        kept = [w if w["index"] not in gone else _blank(w, FIGURES, "disturbed") for w in g.get("windows") or []]
+        kept = [kept_apart(w, FIGURES) for w in g.get("windows") or []]
         windows = _joined(kept, (again_gpus.get(rank) or {}).get("windows") or [], offset, FIGURES)
         judged = {k: [w[k] for w in windows if w.get(k) is not None] for k in FIGURES}
         gpus[rank] = {
@@ -73,9 +95,7 @@ def combined(first: dict, again: dict) -> dict:
         }
     nccl = first.get("nccl")
     if nccl:
-        kept = [
-            w if w["index"] not in gone else _blank(w, ("busbw_gbps",), "disturbed") for w in nccl.get("windows") or []
-        ]
+        kept = [kept_apart(w, ("busbw_gbps",)) for w in nccl.get("windows") or []]
         windows = _joined(kept, (again.get("nccl") or {}).get("windows") or [], offset, ("busbw_gbps",))
         nccl = {**nccl, "windows": windows}
     sampler = first.get("sampler") or {}
@@ -96,7 +116,8 @@ def combined(first: dict, again: dict) -> dict:
         "nccl": nccl,
         "sampler": {**sampler, "per_gpu": per_gpu},
         "n_windows": max((len(g["windows"]) for g in gpus.values()), default=first.get("n_windows")),
-        "disturbed_windows": sorted(gone),
+        "disturbed_windows": sorted(disturbed),
+        "slowed_windows": sorted(slowed),
         "remeasured": again,
         "remeasure_warm_up": warm_up,
     }

@@ -113,16 +113,38 @@ def _sampler_saw(out: dict, index: int | None, windows: list) -> str:
     return "the sampler saw then: " + "; ".join(saw)
 
 
-def soak_slowdown(out, profile, base_detail, gpus, cpu) -> dict:
-    limit = profiles.value(profile, SLOWDOWN_KEY)
-    # A calibrated model's limit for a GPU's windows against its own best is per figure: the spread of a healthy
-    # GPU's windows (calibration.py, soak_window_pct), a point or two. A GPU against its siblings keeps the
-    # profile's limit: healthy chips at their power cap differ by more than one chip's windows do (3.7% between
-    # the two GPUs of a healthy 2 x H200 in every window, docs/results/2026-11-28-h200-x2-one-judge-soaks), and
-    # no calibration measures that spread in a soak yet.
+def _limits(profile: dict) -> tuple[float | None, dict, dict]:
+    """(the limit against the siblings, {window figure: the limit against the GPU's own best windows}, {metric: the
+    own-window limits that are calibrated}). A calibrated model's limit for a GPU's windows against its own best is
+    per figure: the spread of a healthy GPU's windows (calibration.py, soak_window_pct), a point or two. A GPU
+    against its siblings keeps the profile's limit: healthy chips at their power cap differ by more than one chip's
+    windows do (3.7% between the two GPUs of a healthy 2 x H200 in every window,
+    docs/results/2026-11-28-h200-x2-one-judge-soaks), and no calibration measures that spread in a soak yet."""
     entries = {k: calibration.entry(profile["thresholds"], SLOWDOWN_KEY, m) for k, m in WINDOW_METRICS.items()}
-    limits = {k: e["value"] for k, e in entries.items()}
     own_calibrated = {e["metric"]: e["value"] for e in entries.values() if e["calibrated"]}
+    return profiles.value(profile, SLOWDOWN_KEY), {k: e["value"] for k, e in entries.items()}, own_calibrated
+
+
+def slow_windows(out: dict, profile: dict) -> list[int]:
+    """The windows soak_slowdown would name: any GPU's matmul or HBM figure past a limit against its own best
+    windows or its siblings, or NCCL's bus bandwidth against its best. Every GPU of the node loads together (each
+    round ends in an all_reduce), so such a window is measured again for all of them (checks/soak/remeasure.py),
+    as a disturbed one is."""
+    limit, limits, _ = _limits(profile)
+    per_gpu = out.get("gpus") or {}
+    out_windows: set[int] = set()
+    for rank, g in per_gpu.items():
+        for key in ("matmul_tflops", "hbm_gbps"):
+            stretches = _slowed(g.get("windows") or [], key, limits[key])[0]
+            stretches += _behind_siblings(per_gpu, rank, key, limit)[0]
+            out_windows |= {w["index"] for stretch in stretches for w, _ in stretch}
+    stretches = _slowed((out.get("nccl") or {}).get("windows") or [], "busbw_gbps", limits["busbw_gbps"])[0]
+    out_windows |= {w["index"] for stretch in stretches for w, _ in stretch}
+    return sorted(out_windows)
+
+
+def soak_slowdown(out, profile, base_detail, gpus, cpu) -> dict:
+    limit, limits, own_calibrated = _limits(profile)
     threshold = profiles.threshold(
         profile,
         SLOWDOWN_KEY,
