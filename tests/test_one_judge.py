@@ -375,3 +375,17 @@ def test_a_soak_slowdown_the_remeasure_shows_too_stands_confirmed(h200):
     assert slow["status"] == "fail" and slow["class"] == "hardware" and slow["trust"] == "confirmed", slow["reason"]
     assert slow["reason"].startswith("confirmed: ") and "all_reduce busbw 254 GB/s" in slow["reason"]
     assert len(plans) == 1  # past its limit twice in a row: no third measurement
+
+
+def test_a_gpu_slow_in_every_window_of_a_long_soak_is_measured_again_in_two_windows_not_a_hundred(h200):
+    """A two-hour soak (120 windows of 60 s) of 3 GPUs, GPU 2's matmul 15% behind its siblings in every window: a
+    warm-up window and two more, of 40 s, say whether it holds (it does: confirmed), not 120 windows of a second."""
+    from test_soak_cpu import gpu_soak
+
+    first = gpu_soak([[667.0] * 120, [668.0] * 120, [567.0] * 120], window_s=60.0)
+    again = [[600.0, 667.0, 666.0], [600.0, 668.0, 667.0], [500.0, 567.0, 566.0]]
+    judged, plans, _ = _soak_measured(h200, first, again, [297.0] * 3)
+    assert plans == [{"duration_s": 120.0, "window_s": 40.0}]
+    slow = judged["soak_slowdown"]
+    assert slow["status"] == "fail" and slow["trust"] == "confirmed" and slow["class"] == "hardware", slow["reason"]
+    assert len(slow["detail"]["slowed_windows"]) == 120

@@ -31,17 +31,13 @@ def disturbed_windows(out: dict) -> list[int]:
     return sorted({w["index"] for g in per_gpu.values() for w in g.get("windows") or [] if w.get("foreign_processes")})
 
 
-def measured_again(first: dict, profile: dict) -> list[int]:
-    """The windows a re-measure stands in for: the disturbed ones and those slowed past a limit."""
-    return sorted(set(disturbed_windows(first)) | set(slow_windows(first, profile)))
-
-
 def remeasure_plan(first: dict, profile: dict) -> dict:
     """bench.soak.run's options to measure a soak's disturbed or slowed windows again: a warm-up window, then as many
-    windows as those (two at least, to compare), the whole at most soak_remeasure_max_s, whatever the soak's
-    length."""
+    windows as were disturbed (two at least, to compare; slowed windows ask for no more: two say whether the
+    slowdown holds, and a GPU slow in every window of a long soak would otherwise cut the re-measure into windows
+    too short to judge), the whole at most soak_remeasure_max_s, whatever the soak's length."""
     cap = profiles.value(profile, "soak_remeasure_max_s") or 0
-    n = WARM_UP_WINDOWS + max(2, len(measured_again(first, profile)))
+    n = WARM_UP_WINDOWS + max(2, len(disturbed_windows(first)))
     window = first.get("window_s") or 30.0
     if cap:
         window = min(window, cap / n)
