@@ -62,8 +62,10 @@ def _lane(who: dict, key: str, label: str, unit: str, windows: list, threshold: 
                 "start_s": w.get("start_s"),
                 "value": value if _finite(value) else None,
                 "disturbed": bool(w.get("disturbed")),
+                "slowed": bool(w.get("slowed")),  # past a limit with nothing seen: kept apart, measured again
                 "remeasured": bool(w.get("remeasured")),  # a window measured again after the soak, joined to it
-                "disturbed_value": (w.get("disturbed_figures") or {}).get(key),
+                # the figure of a window kept apart (disturbed or slowed), left out of the judgement
+                "disturbed_value": (w.get("disturbed_figures") or w.get("slowed_figures") or {}).get(key),
             }
         )
     best = _reference([r["value"] for r in rows if r["value"] is not None], threshold)
@@ -118,8 +120,8 @@ def _soak_part(title: str, detail: dict, threshold: dict, limit_pct: Any, attemp
 
 def soak_timelines(results: list[dict]) -> list[dict]:
     """Each soak's timeline: [{"title", "started", "window_s", "n_windows", "span_s", "limit_pct", "lanes": [{"gpu",
-    "index", "metric", "label", "unit", "windows": [{"index", "start_s", "value", "disturbed", "disturbed_value",
-    "remeasured", "below"}], "best", "limit"}], "foreign": [{"pid", "name", "index", "first_s", "last_s",
+    "index", "metric", "label", "unit", "windows": [{"index", "start_s", "value", "disturbed", "slowed",
+    "disturbed_value" (the figure of a window kept apart), "remeasured", "below"}], "best", "limit"}], "foreign": [{"pid", "name", "index", "first_s", "last_s",
     "used_memory_mib"}]}]. A disturbed soak measured again is one timeline where the judge joined the windows
     measured again to the soak's (`remeasured` windows, checks/soak/remeasure.py); two where a document from before
     that kept them apart (`detail.remeasured`: the soak, then its windows measured again)."""

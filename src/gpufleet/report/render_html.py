@@ -66,7 +66,7 @@ svg.busbw{max-width:760px}svg.soak,svg.distribution{max-width:1000px}svg.bars{ma
 svg.chart text{font:11px system-ui,sans-serif;fill:#1f2328}svg.chart .grid{stroke:#d0d7de;stroke-width:1}
 svg.chart .axis{stroke:#57606a;stroke-width:1}svg.chart text.strong{font-weight:600}svg.chart text.name{font-size:10px}
 svg .lane-bg{fill:#f6f8fa}svg .figure{fill:none;stroke:#0969da;stroke-width:1.5}svg .pt{fill:#0969da}
-svg .slow{fill:#cf222e}svg .disturbed{fill:#d4a72c;fill-opacity:.35}svg .dv{fill:#fff;stroke:#9a6700;stroke-width:1.5}
+svg .slow{fill:#cf222e}svg .disturbed{fill:#d4a72c;fill-opacity:.35}svg .slowed{fill:#cf222e;fill-opacity:.12}svg .dv{fill:#fff;stroke:#9a6700;stroke-width:1.5}
 svg .again{fill:#1a7f37;fill-opacity:.12}svg .foreign{fill:#cf222e;fill-opacity:.16;stroke:#cf222e;stroke-dasharray:2 2}svg .foreign-label{fill:#cf222e}
 svg .limit,svg .floor{stroke:#cf222e;stroke-width:1.2;stroke-dasharray:5 3}
 svg .sibling-limit{stroke:#9a6700;stroke-width:1.2;stroke-dasharray:5 3}
@@ -260,8 +260,8 @@ def _pictures(node: dict, report: dict) -> str:
             caption = (
                 f"{t['title']}: each GPU's figure per {fmt_scalar(t['window_s'])} s window; dashed, the limit "
                 f"({fmt_scalar(t['limit_pct'])}% under the GPU's best windows); shaded, a disturbed window (left out, "
-                "its figure hollow); green, a window measured again once the GPUs were quiet; red band, a foreign "
-                "process on that GPU"
+                "its figure hollow); pale red, a window past a limit with nothing seen, measured again (left out, its "
+                "figure hollow); green, a window measured again; red band, a foreign process on that GPU"
             )
             out.append(f"<figure>{svg.soak_svg(t)}<figcaption>{_e(caption)}</figcaption></figure>")
         out.append("</div>")

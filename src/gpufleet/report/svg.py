@@ -205,6 +205,7 @@ def soak_svg(t: dict) -> str:
             return y0 + _LANE - (v - lo) / (hi - lo) * _LANE
 
         disturbed = [w for w in lane["windows"] if w["disturbed"]]
+        kept_apart = [w for w in lane["windows"] if w["disturbed"] or w.get("slowed")]
         out.append(
             f'<g class="lane" data-gpu="{esc(lane["index"] if lane["index"] is not None else "all")}" '
             f'data-metric="{esc(lane["metric"])}" data-windows="{" ".join(str(w["index"]) for w in lane["windows"])}" '
@@ -232,15 +233,27 @@ def soak_svg(t: dict) -> str:
                     f'height="{_LANE}" data-window="{w["index"]}"><title>window {w["index"]}: measured again once the '
                     "GPUs were quiet</title></rect>"
                 )
-        for w in disturbed:
+        for w in kept_apart:
             start = w["start_s"] or 0.0
-            tip = f"window {w['index']} disturbed: left out of the judgement" + (
-                f"; measured {figure_text(w['disturbed_value'])} {lane['unit']} beside another process"
-                if isinstance(w["disturbed_value"], (int, float))
-                else ""
-            )
+            measured = isinstance(w["disturbed_value"], (int, float))
+            if w["disturbed"]:
+                kind, tip = (
+                    "disturbed",
+                    f"window {w['index']} disturbed: left out of the judgement"
+                    + (
+                        f"; measured {figure_text(w['disturbed_value'])} {lane['unit']} beside another process"
+                        if measured
+                        else ""
+                    ),
+                )
+            else:
+                kind, tip = (
+                    "slowed",
+                    f"window {w['index']} past a limit with nothing seen: measured again, left out"
+                    + (f"; measured {figure_text(w['disturbed_value'])} {lane['unit']}" if measured else ""),
+                )
             out.append(
-                f'<rect class="disturbed" x="{num(x(start))}" y="{y0}" width="{num(max(2.0, x(start + t["window_s"]) - x(start)))}" '
+                f'<rect class="{kind}" x="{num(x(start))}" y="{y0}" width="{num(max(2.0, x(start + t["window_s"]) - x(start)))}" '
                 f'height="{_LANE}" data-window="{w["index"]}"><title>{esc(tip)}</title></rect>'
             )
             if isinstance(w["disturbed_value"], (int, float)):
