@@ -27,7 +27,8 @@ The node stage includes the host's own step (`bench host`: memory, the drive at 
 that holds GPU 0 (once a machine: the split layout's nodes share its memory and its drive). Every row
 records the most the host's other processes used beside the benchmarks (`host_foreign_cpu_pct_max`, from
 benchmark.<step>_processes; the node stages mark themselves with GPUFLEET_RUN_MARK, so the split layout's sibling
-nodes are this run's): the clean rows' largest sets host_foreign_cpu_share_max. The disturbances are
+nodes are this run's): the clean rows' largest sets host_foreign_cpu_share_max; likewise the CPU steal of a VM
+(`host_cpu_steal_pct_max`) sets its own limit. The disturbances are
 calibration_disturbances.py's, the engine commands (the node stage, the report, the baseline)
 calibration_node_stage.py's.
 
@@ -69,6 +70,7 @@ from calibration_node_stage import node_stage, report, set_baseline  # noqa: E40
 
 FORMAT = "gpufleet-calibration/1"
 HOST_KEY = "host_foreign_cpu_share_max"
+STEAL_KEY = "host_cpu_steal_pct_max"
 
 
 def as_text(v) -> str:
@@ -102,17 +104,22 @@ def git_commit() -> str | None:
         return None
 
 
-def host_peak(doc: dict) -> float | None:
-    """The most the host's other processes used together beside the node-run's benchmarks (percent of its CPUs):
-    each benchmark.<step>_processes' detail, or where none came (a CPU run) each sampler's summary."""
+def host_peak(doc: dict, steal: bool = False) -> float | None:
+    """The most the host's other processes used together beside the node-run's benchmarks (percent of its CPUs),
+    or with `steal` the most CPU steal (a VM's hypervisor): each benchmark.<step>_processes' detail, or where none
+    came (a CPU run) each sampler's summary."""
+    key = "host_cpu_steal_pct_max" if steal else "host_foreign_cpu_pct_max"
     details = [r.get("detail") or {} for r in doc.get("results") or []]
-    peaks = [d["host_foreign_cpu_pct_max"] for d in details if d.get("host_foreign_cpu_pct_max") is not None]
-    peaks = peaks or [d["monitor"]["host"]["peak"]["cpu_pct"] for d in details if (d.get("monitor") or {}).get("host")]
+    peaks = [d[key] for d in details if d.get(key) is not None]
+    hosts = [d["monitor"]["host"] for d in details if (d.get("monitor") or {}).get("host")]
+    peaks = peaks or [(h.get("steal") or {}).get("peak_pct") if steal else h["peak"]["cpu_pct"] for h in hosts]
+    peaks = [v for v in peaks if v is not None]
     return max(peaks) if peaks else None
 
 
 def host_line(rows: list[dict]) -> str:
-    """The host's foreign CPU share per node-run, clean and beside the host_cpu kind, against the limit."""
+    """The host's foreign CPU share per node-run, clean and beside the host_cpu kind, against the limit; and the
+    CPU steal of the clean node-runs, against its own."""
     limits = {(r["document"].get("profile") or {}).get("thresholds", {}).get(HOST_KEY, {}).get("value") for r in rows}
     parts = []
     for what, rs in (
@@ -124,7 +131,16 @@ def host_line(rows: list[dict]) -> str:
             parts.append(f"{what} {len(got)} node-runs: {got[0]:g} to {got[-1]:g}% (median {got[len(got) // 2]:g}%)")
     limit = ", ".join(f"{v:g}%" for v in sorted(v for v in limits if v is not None)) or "none read"
     seen = "; ".join(parts) or "none read"
-    return f"host: the other processes' CPU share, largest per node-run: {seen}; {HOST_KEY} {limit}"
+    steal = sorted(v for r in rows if r["condition"] == "clean" and (v := r.get("host_cpu_steal_pct_max")) is not None)
+    steal_limits = {
+        (r["document"].get("profile") or {}).get("thresholds", {}).get(STEAL_KEY, {}).get("value") for r in rows
+    }
+    steal_limit = ", ".join(f"{v:g}%" for v in sorted(v for v in steal_limits if v is not None)) or "none read"
+    steal_seen = f"clean {len(steal)} node-runs: {steal[0]:g} to {steal[-1]:g}%" if steal else "none read"
+    return (
+        f"host: the other processes' CPU share, largest per node-run: {seen}; {HOST_KEY} {limit}; "
+        f"CPU steal, largest per node-run: {steal_seen}; {STEAL_KEY} {steal_limit}"
+    )
 
 
 def table(rows: list[dict]) -> str:
@@ -279,6 +295,7 @@ def main(argv=None) -> int:
                 "disturbance": dist.record if dist else None,
                 "wall_s": st["wall_s"],
                 "host_foreign_cpu_pct_max": host_peak(st["document"]),
+                "host_cpu_steal_pct_max": host_peak(st["document"], steal=True),
                 "stage_epochs": [st["started_epoch"], st["ended_epoch"]],
                 "document": stages[node]["document"],
                 "report": judged.get(node) or {},
