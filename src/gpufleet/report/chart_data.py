@@ -121,8 +121,8 @@ def _soak_part(title: str, detail: dict, threshold: dict, limit_pct: Any, attemp
 def soak_timelines(results: list[dict]) -> list[dict]:
     """Each soak's timeline: [{"title", "started", "window_s", "n_windows", "span_s", "limit_pct", "lanes": [{"gpu",
     "index", "metric", "label", "unit", "windows": [{"index", "start_s", "value", "disturbed", "slowed",
-    "disturbed_value" (the figure of a window kept apart), "remeasured", "below"}], "best", "limit"}], "foreign": [{"pid", "name", "index", "first_s", "last_s",
-    "used_memory_mib"}]}]. A disturbed soak measured again is one timeline where the judge joined the windows
+    "disturbed_value" (the figure of a window kept apart), "remeasured", "below"}], "best", "limit"}], "foreign":
+    [{"pid", "name", "index", "first_s", "last_s", "used_memory_mib"}]}]. A disturbed soak measured again is one timeline where the judge joined the windows
     measured again to the soak's (`remeasured` windows, checks/soak/remeasure.py); two where a document from before
     that kept them apart (`detail.remeasured`: the soak, then its windows measured again)."""
     out = []

@@ -235,23 +235,16 @@ def soak_svg(t: dict) -> str:
                 )
         for w in kept_apart:
             start = w["start_s"] or 0.0
-            measured = isinstance(w["disturbed_value"], (int, float))
-            if w["disturbed"]:
-                kind, tip = (
-                    "disturbed",
-                    f"window {w['index']} disturbed: left out of the judgement"
-                    + (
-                        f"; measured {figure_text(w['disturbed_value'])} {lane['unit']} beside another process"
-                        if measured
-                        else ""
-                    ),
-                )
-            else:
-                kind, tip = (
-                    "slowed",
-                    f"window {w['index']} past a limit with nothing seen: measured again, left out"
-                    + (f"; measured {figure_text(w['disturbed_value'])} {lane['unit']}" if measured else ""),
-                )
+            kind = "disturbed" if w["disturbed"] else "slowed"
+            what, beside = {
+                "disturbed": ("disturbed: left out of the judgement", " beside another process"),
+                "slowed": ("past a limit with nothing seen: measured again, left out", ""),
+            }[kind]
+            tip = f"window {w['index']} {what}" + (
+                f"; measured {figure_text(w['disturbed_value'])} {lane['unit']}{beside}"
+                if isinstance(w["disturbed_value"], (int, float))
+                else ""
+            )
             out.append(
                 f'<rect class="{kind}" x="{num(x(start))}" y="{y0}" width="{num(max(2.0, x(start + t["window_s"]) - x(start)))}" '
                 f'height="{_LANE}" data-window="{w["index"]}"><title>{esc(tip)}</title></rect>'

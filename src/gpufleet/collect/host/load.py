@@ -1,6 +1,6 @@
 """The host's load from procfs: every process's CPU time with its parent and name, whose user it is, the swap
-counters, and the CPU time the hypervisor gave to others (steal). The readers never raise: an unreadable /proc is the error they return, a process that exited while
-listed is left out."""
+counters, and the CPU time the hypervisor gave to others (steal). The readers never raise: an unreadable /proc is
+the error they return, a process that exited while listed is left out."""
 
 from __future__ import annotations
 
@@ -107,16 +107,19 @@ def parse_vmstat(text: str) -> dict:
     return out
 
 
+def _read(path: str, parse, whole, lacking: str) -> tuple:
+    """(parse() of the file's text, None) where whole(it) says it holds what is asked; else (None, why)."""
+    try:
+        with open(path) as f:
+            value = parse(f.read())
+    except OSError as exc:
+        return None, f"{path}: {exc.strerror or exc}"
+    return (value, None) if whole(value) else (None, f"{path} has no {lacking}")
+
+
 def read_swap(proc_root: str = "/proc") -> tuple[dict | None, str | None]:
     """(parse_vmstat() of /proc/vmstat, None), or (None, why)."""
-    try:
-        with open(f"{proc_root}/vmstat") as f:
-            swap = parse_vmstat(f.read())
-    except OSError as exc:
-        return None, f"{proc_root}/vmstat: {exc.strerror or exc}"
-    if None in swap.values():
-        return None, f"{proc_root}/vmstat has no pswpin/pswpout"
-    return swap, None
+    return _read(f"{proc_root}/vmstat", parse_vmstat, lambda swap: None not in swap.values(), "pswpin/pswpout")
 
 
 def parse_steal(text: str) -> int | None:
@@ -131,9 +134,4 @@ def parse_steal(text: str) -> int | None:
 
 def read_steal(proc_root: str = "/proc") -> tuple[int | None, str | None]:
     """(parse_steal() of /proc/stat, None), or (None, why)."""
-    try:
-        with open(f"{proc_root}/stat") as f:
-            steal = parse_steal(f.read())
-    except OSError as exc:
-        return None, f"{proc_root}/stat: {exc.strerror or exc}"
-    return (steal, None) if steal is not None else (None, f"{proc_root}/stat has no steal figure")
+    return _read(f"{proc_root}/stat", parse_steal, lambda steal: steal is not None, "steal figure")
