@@ -4,6 +4,7 @@ calls, a user's Slurm job, and the sweep's command line."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -140,11 +141,14 @@ def slurm_fields(cluster: SlurmCluster, job_id: str) -> dict:
     return slurm.fields(cluster.scontrol("show", "job", "-o", job_id))
 
 
-def sweep_args(tmp_path: Path, python: str = sys.executable, *extra: str) -> list[str]:
+def sweep_args(
+    tmp_path: Path, python: str = sys.executable, *extra: str, nodes: tuple = ("sn1", "sn2", "sn3")
+) -> list[str]:
     recorded = tmp_path / "readings"
     recorded.mkdir(exist_ok=True)
-    for name in ("sn1", "sn2", "sn3"):
-        readings(recorded / f"{name}.json")
+    for name in nodes:
+        if not (recorded / f"{name}.json").exists():  # a test's own readings of a node stay
+            readings(recorded / f"{name}.json")
     return [
         "slurm",
         "sweep",
@@ -168,6 +172,26 @@ def sweep_args(tmp_path: Path, python: str = sys.executable, *extra: str) -> lis
 
 
 # ---------------------------------------------------------------- sweeps
+
+
+@contextlib.contextmanager
+def sweep_started(cluster: SlurmCluster, args: list[str]):
+    """`gpufleet slurm sweep ARGS` running, stopped should the test end before it (what it said then printed: pytest
+    shows it beside the failure)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpufleet", *args],
+        env=cluster.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            out, err = proc.communicate()
+            print(f"the sweep, stopped: stdout {out[-3000:]}\nstderr {err[-3000:]}")
 
 
 def ladder_cmd(cluster, run_dir: Path, calls: Path, *extra: str) -> subprocess.CompletedProcess:

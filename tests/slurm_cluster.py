@@ -34,6 +34,8 @@ from waiting import wait_for
 
 TOOLS = ("slurmctld", "slurmd", "munged", "scontrol", "sinfo")
 TOOL_PATH = f"{testhosts.TOOL_PATH}:/usr/bin"
+# slurm.conf settings a test may override (SlurmCluster(settings=...)): Slurm's own default of each.
+SETTINGS = {"SlurmdTimeout": 300}
 
 
 def skip_reason() -> str | None:
@@ -67,14 +69,17 @@ class SlurmCluster(testhosts.TestFleet):
         tag: str,
         health_check: Path | None = None,
         sweep_partition: str | None = None,
+        settings: dict | None = None,
     ):
         super().__init__(names, net=net, tag=tag)
         self.health_check = health_check
         self.sweep_partition = sweep_partition
+        self.settings = {**SETTINGS, **(settings or {})}
         self.dir = Path(tempfile.mkdtemp(prefix=f"{tag}-slurm-"))
         self.conf = self.dir / "slurm.conf"
         self.munge_socket = self.dir / "munge" / "munge.socket"
         self.procs: list[subprocess.Popen] = []
+        self.daemons: dict[str, subprocess.Popen] = {}  # slurmctld, munged, slurmd-<node>: each one's latest
 
     # ------------------------------------------------------------ life cycle
 
@@ -87,6 +92,7 @@ class SlurmCluster(testhosts.TestFleet):
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=self.env(), start_new_session=True)
         out.close()
         self.procs.append(proc)
+        self.daemons[log.removesuffix(".out")] = proc
         return proc
 
     def _up(self) -> None:
@@ -96,20 +102,7 @@ class SlurmCluster(testhosts.TestFleet):
         key = self.dir / "munge.key"
         key.write_bytes(os.urandom(1024))
         key.chmod(0o600)
-        self._start(
-            [
-                "munged",
-                "--foreground",
-                "--force",
-                f"--socket={self.munge_socket}",
-                f"--key-file={key}",
-                f"--pid-file={munge}/munged.pid",
-                f"--seed-file={munge}/munged.seed",
-                f"--log-file={self.dir}/munged.log",
-            ],
-            "munged.out",
-        )
-        wait_for(self.munge_socket.exists, 60, "munged's socket")
+        self.start("munged")
         controller = self.address(self.names[0])  # slurmctld runs in the first host's namespace
         self.ctld_port, self.slurmd_port = free_port(), free_port()
         nodes = "\n".join(
@@ -120,6 +113,7 @@ class SlurmCluster(testhosts.TestFleet):
             if self.health_check
             else ""
         )
+        settings = "".join(f"{k}={v}\n" for k, v in self.settings.items())
         partitions = f"PartitionName=gpu Nodes={','.join(self.names)} Default=YES State=UP"
         if self.sweep_partition:
             # KillWait: seconds between SIGTERM and SIGKILL of a preempted job's processes.
@@ -153,18 +147,53 @@ SchedulerType=sched/builtin
 SelectType=select/linear
 MpiDefault=none
 ReturnToService=2
-SlurmdTimeout=300
-{health}{nodes}
+{settings}{health}{nodes}
 {partitions}
 """)
-        # nsenter, not `ip netns exec`: only the network is the host's own; /sys (slurmd's cgroups) stays this machine's.
-        self._start(self.in_netns(self.names[0], "slurmctld", "-D", "-c", "-i", "-f", str(self.conf)), "slurmctld.out")
-        wait_for(
-            lambda: self._answers(), 120, f"slurmctld on {controller}:{self.ctld_port} (log: {self.dir}/slurmctld.log)"
-        )
+        self.start("slurmctld", "-c")
         for name in self.names:
             (self.dir / "spool" / name).mkdir()
-            self._start(self.in_netns(name, "slurmd", "-D", "-N", name, "-f", str(self.conf)), f"slurmd-{name}.out")
+            self.start(f"slurmd-{name}")
+
+    def start(self, daemon: str, *more: str) -> None:
+        """Start `daemon` (munged, slurmctld, or slurmd-<node>) and wait until it answers: slurmctld to `scontrol
+        ping`; a slurmd is seen registered by the controller later (wait_idle). slurmctld starts from its saved
+        state (its jobs, nodes and reservations) unless `more` says -c."""
+        if daemon == "munged":
+            munge = self.munge_socket.parent
+            self._start(
+                [
+                    "munged",
+                    "--foreground",
+                    "--force",
+                    f"--socket={self.munge_socket}",
+                    f"--key-file={self.dir / 'munge.key'}",
+                    f"--pid-file={munge}/munged.pid",
+                    f"--seed-file={munge}/munged.seed",
+                    f"--log-file={self.dir}/munged.log",
+                ],
+                "munged.out",
+            )
+            wait_for(self.munge_socket.exists, 60, "munged's socket")
+        elif daemon == "slurmctld":
+            # nsenter, not `ip netns exec`: only the network is the host's own; /sys (slurmd's cgroups) stays this
+            # machine's.
+            argv = self.in_netns(self.names[0], "slurmctld", "-D", *more, "-i", "-f", str(self.conf))
+            self._start(argv, "slurmctld.out")
+            wait_for(self._answers, 120, f"slurmctld on port {self.ctld_port} (log: {self.dir}/slurmctld.log)")
+        else:
+            name = daemon.removeprefix("slurmd-")
+            self._start(self.in_netns(name, "slurmd", "-D", "-N", name, "-f", str(self.conf)), f"{daemon}.out")
+
+    def stop(self, daemon: str, sig: int = signal.SIGTERM) -> None:
+        """Stop `daemon` (as start names it) with `sig` and wait until it has gone; munged's socket removed with it.
+        What slurmd started (a job's slurmstepd) lives on, as on a node whose slurmd died."""
+        proc = self.daemons[daemon]
+        if proc.poll() is None:
+            os.kill(proc.pid, sig)  # the daemon alone, not its group: nsenter execs it, so this is its pid
+        proc.wait(timeout=120)
+        if daemon == "munged":
+            self.munge_socket.unlink(missing_ok=True)
 
     def in_netns(self, name: str, *argv: str) -> list[str]:
         """argv run in host `name`'s network namespace."""

@@ -136,10 +136,10 @@ def test_report_says_each_cause_once(no_driver_run):
 
     # drain.txt and the Slurm reason lead with the cause, not with a side effect of it.
     drain = (no_driver_run / "drain.txt").read_text().splitlines()[1]
-    assert f'Reason="gpufleet: run-c: software: {nvml.NO_DRIVER} ({n_nvml} checks), no torch in ' in drain, drain
+    assert f'Reason="gpufleet sw {nvml.NO_DRIVER} ({n_nvml} checks), no torch in ' in drain, drain
+    assert drain.endswith('; run run-c"'), drain
     assert (
-        fleet_slurm.drain_reason("run-c", node)
-        == f"gpufleet: run-c software: {nvml.NO_DRIVER} ({n_nvml} checks) +1 more"
+        fleet_slurm.drain_reason("run-c", node) == f"gpufleet sw {nvml.NO_DRIVER} ({n_nvml} checks) +1 more; run run-c"
     )
 
     # The summary the playbook's failure message and `gpufleet report` print.

@@ -132,10 +132,8 @@ def test_only_hardware_failures_follow_a_gpu_to_the_next_run(two_runs):
 
 def test_drain_line_and_prometheus_name_the_class(two_runs):
     drain = two_runs["r1"]["fleet"]["drain"]
-    assert any(
-        "NodeName=n0 " in line and 'Reason="gpufleet: r1: environment: gpu_health.processes"' in line for line in drain
-    )
-    assert any("NodeName=n1 " in line and 'Reason="gpufleet: r1: hardware: gpu_health.ecc"' in line for line in drain)
+    assert any("NodeName=n0 " in line and 'Reason="gpufleet env processes; run r1"' in line for line in drain)
+    assert any("NodeName=n1 " in line and 'Reason="gpufleet hw ecc; run r1"' in line for line in drain)
     prom = (two_runs["reports"] / "r1" / "prometheus" / "n0.prom").read_text()
     assert 'gpufleet_check_severity{check="gpu_health.processes",class="environment",node="n0"} 3.0' in prom
     assert 'gpufleet_check_severity{check="gpu_inventory.gpu_count",class="",node="n0"} 0.0' in prom

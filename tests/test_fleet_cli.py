@@ -197,8 +197,8 @@ def test_report_compares_with_a_given_baseline_and_maps_slurm_names(capsys, monk
     assert rc == 1 and summary["baseline"] == "r1"
     # What only this run's fleet shows (node_vs_fleet) is inconclusive: no drain reason.
     assert summary["drain"] == [
-        "scontrol update 'NodeName=gpu-a[07]' State=DRAIN Reason=\"gpufleet: r2: hardware: gpu_health.pcie_link, "
-        'fleet.node_vs_baseline, fleet.node_vs_baseline_fleet"'
+        "scontrol update 'NodeName=gpu-a[07]' State=DRAIN Reason=\"gpufleet hw pcie_link, "
+        'node_vs_baseline, node_vs_baseline_fleet; run r2"'
     ]
     assert "fleet.node_vs_baseline" in summary["nodes"]["n1"]["failed_checks"]  # 50% under: past the 15% fail threshold
     assert (r2 / "drain.txt").read_text().splitlines()[1] == summary["drain"][0]

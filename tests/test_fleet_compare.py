@@ -210,7 +210,7 @@ def test_first_run_has_nothing_to_compare_counters_with(two_runs):
     assert res["status"] == "skip" and "first run with counter snapshots" in res["reason"]
     assert two_runs["r1"]["nodes"]["n4"]["verdict"] == "fail"
     assert two_runs["r1"]["fleet"]["drain"] == [
-        'scontrol update NodeName=n4 State=DRAIN Reason="gpufleet: r1: hardware: gpu_health.ecc"'
+        'scontrol update NodeName=n4 State=DRAIN Reason="gpufleet hw ecc; run r1"'
     ]
 
 

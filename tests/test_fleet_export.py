@@ -218,9 +218,7 @@ def test_drain_lines_for_the_nodes_not_accepted(fleet_run):
     assert drain[0] == "# gpufleet r1: 1 node(s) not accepted; run these lines to drain them in Slurm"
     # GPU 3 at 80% is also the node's slowest GPU, 20% under the fleet's too: that only this run's fleet shows, and
     # it is inconclusive (information), not a reason to drain.
-    assert drain[1:] == [
-        'scontrol update NodeName=n1 State=DRAIN Reason="gpufleet: r1: hardware: gpu_health.ecc, fleet.gpu_vs_node"'
-    ]
+    assert drain[1:] == ['scontrol update NodeName=n1 State=DRAIN Reason="gpufleet hw ecc, gpu_vs_node; run r1"']
     md = (fleet_run["run"] / "report.md").read_text()
     assert "```sh\n" + drain[1] + "\n```" in md
     assert json.loads((fleet_run["run"] / "report.json").read_text())["fleet"]["drain"] == drain[1:]
@@ -228,12 +226,9 @@ def test_drain_lines_for_the_nodes_not_accepted(fleet_run):
 
 def test_drain_line_quoting():
     line = export.drain_line("run-7", "gpu[01-02]", ["a.b", "c.d", "e.f", "g.h", "i.j", "k.l"])
-    assert (
-        line
-        == "scontrol update 'NodeName=gpu[01-02]' State=DRAIN Reason=\"gpufleet: run-7: a.b, c.d, e.f, g.h +2 more\""
-    )
+    assert line == "scontrol update 'NodeName=gpu[01-02]' State=DRAIN Reason=\"gpufleet b, d, f, h +2 more; run run-7\""
     words = shlex.split(line)  # what a shell hands scontrol
-    assert words[2] == "NodeName=gpu[01-02]" and words[4] == "Reason=gpufleet: run-7: a.b, c.d, e.f, g.h +2 more"
+    assert words[2] == "NodeName=gpu[01-02]" and words[4] == "Reason=gpufleet b, d, f, h +2 more; run run-7"
     assert "$" not in export.drain_line("r", "n0", ["x.$(reboot)`id`"])
     with pytest.raises(InputError, match="the Slurm node name of n0 is 'n0; reboot'"):
         export.slurm_name("n0", {"n0": "n0; reboot"})

@@ -38,6 +38,7 @@ from service_runs import (
     stand_in,
     steps_of,
     sweep_args,
+    sweep_started,
 )
 from playbooks import playbook_env, run_playbook
 from slurm_cluster import SlurmCluster
@@ -96,7 +97,7 @@ def test_a_sweep_takes_idle_nodes_only_and_each_document_reaches_the_report(clus
     ]
     # GPU-seconds from the job's seconds, not from its GPU-hours rounded to four decimals (17 s, not 16.92).
     assert gpu_s == job["gpu_seconds"] == job["elapsed_s"] * job["gpus"]
-    assert all(name.endswith(("_seconds", "_sweeps", "_service", "_taken")) for name in prom), list(prom)
+    assert all(name.endswith(("_seconds", "_sweeps", "_service", "_taken", "_rung")) for name in prom), list(prom)
     assert job_state(cluster, busy) == "RUNNING"  # the user's job never noticed
 
     # The sweep's cost per node is in the history too, and the store holds the job.
@@ -119,14 +120,7 @@ def test_a_normal_job_preempts_a_sweep_job_and_the_node_gets_no_verdict(cluster,
     python.write_text(f'#!/bin/sh\n{sys.executable} "$@" || exit $?\nexec sleep 100000\n')
     python.chmod(0o755)
     args = sweep_args(tmp_path, str(python), "--max-share", "1", "--submit", "--run-id", "sw-2")
-    sweeping = subprocess.Popen(
-        [sys.executable, "-m", "gpufleet", *args],
-        env=cluster.env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    with sweep_started(cluster, args) as sweeping:
         run_dir = tmp_path / "reports" / "sw-2"
         wait_for(
             lambda: (run_dir / "hosts" / "sn1.json").exists() and (run_dir / "sweep.json").exists(),
@@ -142,9 +136,6 @@ def test_a_normal_job_preempts_a_sweep_job_and_the_node_gets_no_verdict(cluster,
         user = sbatch(cluster, "-p", "gpu", "-w", "sn1", "--wrap", "sleep 100000")
         wait_for(lambda: job_state(cluster, user) == "RUNNING", 180, "the user's job running on sn1")
         out, err = sweeping.communicate(timeout=600)
-    finally:
-        if sweeping.poll() is None:
-            sweeping.kill()
     assert sweeping.returncode == 0, out[-3000:] + err[-3000:]
     assert job_state(cluster, job["job_id"]) == "PREEMPTED"
     [ended] = json.loads((run_dir / "sweep.json").read_text())["jobs"]
@@ -235,7 +226,7 @@ def test_the_ladder_climbs_from_retest_through_reset_and_reboot_to_rma_over_a_re
         return run_dir
 
     run_dir = failing_run("r1")
-    assert cluster.node("sn1")["Reason"].startswith("gpufleet: r1 hardware: gpu_health.xid")
+    assert cluster.node("sn1")["Reason"].startswith("gpufleet hw xid; run r1")
     # Proposed only: nothing is run without --act.
     [step] = steps_of(ladder_cmd(cluster, run_dir, calls), "sn1")
     assert step["step"] == "retest" and step["proposed"] and not step["done"] and calls_of(calls) == []
@@ -259,7 +250,7 @@ def test_the_ladder_climbs_from_retest_through_reset_and_reboot_to_rma_over_a_re
     assert step["step"] == "rma" and step["done"]
     sn1 = cluster.node("sn1")
     assert sn1["State"] == "IDLE+DRAIN" and sn1["Reason"].startswith(
-        f"gpufleet: RMA r4 hardware: gpu_health.xid GPU 0 serial {SERIAL}"
+        f"gpufleet RMA hw xid GPU 0 serial {SERIAL}; run r4"
     )
 
     # Accepted by a later run, it stays drained for repair: neither the Slurm action nor the ladder lets it go.
@@ -270,7 +261,7 @@ def test_the_ladder_climbs_from_retest_through_reset_and_reboot_to_rma_over_a_re
         in {d["slurm_node"]: d for d in json.loads(done.stdout)["decisions"]}["sn1"]["why"]
     )
     [step] = steps_of(ladder_cmd(cluster, run_dir, calls, *act), "sn1")
-    assert step["step"] == "hold" and cluster.node("sn1")["Reason"].startswith("gpufleet: RMA r4")
+    assert step["step"] == "hold" and cluster.node("sn1")["Reason"].startswith("gpufleet RMA hw xid")
     assert calls_of(calls) == ["reset 0 sn1", "reboot sn1"]
 
     # The node's history: each step with its time and outcome; the fault's cost.
@@ -281,7 +272,8 @@ def test_the_ladder_climbs_from_retest_through_reset_and_reboot_to_rma_over_a_re
     assert all(s["at"] for s in taken)
     [fault] = hist["costs"]["faults"]
     assert fault["first_sign_run"] == "r1" and fault["fault_to_drain_s"] is not None and hist["costs"]["out_of_service"]
-    assert 'gpufleet_out_of_service{node="sn1"} 1.0' in (run_dir / "prometheus" / "gpufleet-service.prom").read_text()
+    prom = (run_dir / "prometheus" / "gpufleet-service.prom").read_text()
+    assert 'gpufleet_out_of_service{cause="gpufleet",node="sn1"} 1.0' in prom, prom
     # What was tried reaches the vendor's summary.
     bundle = tmp_path / "e.tar.gz"
     assert gpufleet("evidence", "sn1", "--reports-dir", str(reports), "--out", str(bundle)).returncode == 0
@@ -304,8 +296,10 @@ def test_the_ladder_climbs_from_retest_through_reset_and_reboot_to_rma_over_a_re
     )
     assert done.returncode == 0, done.stderr
     sn1 = cluster.node("sn1")
-    assert sn1["State"] == "IDLE+DRAIN" and sn1["Reason"].startswith("gpufleet: REACCEPT ladder-clear-sn1-"), sn1
-    assert "RMA cleared by alice" in sn1["Reason"]
+    assert sn1["State"] == "IDLE+DRAIN" and sn1["Reason"].startswith("gpufleet REACCEPT RMA cleared by alice; run "), (
+        sn1
+    )
+    assert "; run ladder-clear-sn1-" in sn1["Reason"]
     hist = json.loads(gpufleet("history", "sn1", "--reports-dir", str(reports), "--json").stdout)["service"]
     assert ladder.open_steps([{"step": s["step"], "detail": s} for s in hist["ladder"]]) == []
 
@@ -365,7 +359,7 @@ def test_a_replaced_serial_sends_the_node_back_through_acceptance(cluster, tmp_p
     assert [s["step"] for s in steps] == ["restart", "reaccept"] and steps[1]["done"]
     assert f"GPU 0 serial {SERIAL} -> 9990001112223" in steps[0]["why"] and calls_of(calls) == ["accept sn1"]
     sn1 = cluster.node("sn1")
-    assert sn1["State"] == "IDLE+DRAIN" and sn1["Reason"].startswith("gpufleet: REACCEPT s2: GPU 0 serial"), sn1
+    assert sn1["State"] == "IDLE+DRAIN" and sn1["Reason"].startswith("gpufleet REACCEPT GPU 0 serial"), sn1
     # A passing run that is no acceptance does not resume it.
     done = gpufleet("slurm", str(run_dir), "--action", "drain_resume", env=cluster.env())
     assert done.returncode == 0 and cluster.node_state("sn1") == "IDLE+DRAIN"

@@ -140,8 +140,9 @@ def test_the_ladder_climbs_through_sweeps_alone_and_no_user_job_lands_on_the_nod
     # The fault found by a sweep of the idle node, drained, its first step (a re-test) taken; the console says why.
     done = sweep(cluster, args, "s1")
     assert "sn1 not accepted: gpu_health.xid: " in done.stdout and "Xid 79" in done.stdout, done.stdout[-3000:]
-    assert cluster.node("sn1")["Reason"].startswith("gpufleet: s1 hardware: gpu_health.xid")
+    assert cluster.node("sn1")["Reason"].startswith("gpufleet hw xid; run s1")
     assert [s["step"] for s in ladder_steps(reports / "s1") if s.get("done")] == ["retest"]
+    drained_at = prometheus(reports / "s1")[("gpufleet_drained_timestamp_seconds", (("node", "sn1"),))]
     # A user's job that wants sn1 waits from now on; it must not start there until the node is back in service.
     user = sbatch(cluster, "-p", "gpu", "-w", "sn1", "--wrap", "sleep 100000")
     watch = JobWatch(cluster, user)
@@ -163,9 +164,11 @@ def test_the_ladder_climbs_through_sweeps_alone_and_no_user_job_lands_on_the_nod
             assert [s["step"] for s in ladder_steps(reports / run_id) if s.get("done")] == [step], done.stdout[-2000:]
             assert calls_of(calls) == called and cluster.node_state("sn1") == "IDLE+DRAIN"
             assert job_state(cluster, user) == "PENDING"
-        assert cluster.node("sn1")["Reason"].startswith(
-            f"gpufleet: RMA s4 hardware: gpu_health.xid GPU 0 serial {SERIAL}"
-        )
+            # Each re-test drains the node again (Slurm's reason time moves); the first drain's time stays here.
+            assert (
+                prometheus(reports / run_id)[("gpufleet_drained_timestamp_seconds", (("node", "sn1"),))] == drained_at
+            )
+        assert cluster.node("sn1")["Reason"].startswith(f"gpufleet RMA hw xid GPU 0 serial {SERIAL}; run s4")
 
         # Handed over for repair: the next sweep leaves it alone, and says so.
         done = gpufleet(*args[: args.index("--submit")], "--json", env=cluster.env())
@@ -194,11 +197,11 @@ def test_the_ladder_climbs_through_sweeps_alone_and_no_user_job_lands_on_the_nod
         done = sweep(cluster, args, "s6")
         record = json.loads((reports / "s6" / "sweep.json").read_text())
         assert [c["reservation"] for c in record["left_over"]] == ["gpufleet-retest-sn1"]
-        assert record["left_over"][0]["drained"].startswith("gpufleet: REACCEPT ladder-clear-sn1-")
+        assert record["left_over"][0]["drained"].startswith("gpufleet REACCEPT RMA cleared by alice; run ladder-clear-")
         steps = ladder_steps(reports / "s6")
         assert [s["step"] for s in steps] == ["restart", "reaccept"] and steps[1]["done"], done.stdout[-3000:]
         assert f"GPU 0 serial {SERIAL} -> {NEW_SERIAL}" in steps[0]["why"]
-        assert steps[1]["reason"] == f"gpufleet: REACCEPT s6: GPU 0 serial {SERIAL} to {NEW_SERIAL}"  # not `-_`
+        assert steps[1]["reason"] == f"gpufleet REACCEPT GPU 0 serial {SERIAL} to {NEW_SERIAL}; run s6"  # not `-_`
         assert calls_of(calls)[-1] == "accept sn1"
         wait_for(lambda: "RUNNING" in watch.states(), 180, "the user's job on sn1, back in service")
     finally:
@@ -217,7 +220,10 @@ def test_the_ladder_climbs_through_sweeps_alone_and_no_user_job_lands_on_the_nod
     [fault] = hist["costs"]["faults"]
     assert fault["first_sign_run"] == "s1" and fault["resumed_by"] == "gpufleet" and fault["return_s"] is not None
     prom = prometheus(reports / "s6")
-    assert prom[("gpufleet_out_of_service", (("node", "sn1"),))] == 0
+    # Every step taken counts (it read 0 once the ladder closed); where the ladder stands now, apart.
+    assert prom[("gpufleet_ladder_steps_taken", (("node", "sn1"),))] == 5  # retest, reset, reboot, rma, reaccept
+    assert prom[("gpufleet_ladder_rung", (("node", "sn1"),))] == 1  # reaccept, since the restart closed it
+    assert prom[("gpufleet_out_of_service", (("cause", "gpufleet"), ("node", "sn1")))] == 0
     assert prom[("gpufleet_return_to_service_seconds", (("node", "sn1"),))] == fault["return_s"]
 
 
@@ -260,7 +266,13 @@ def test_a_hand_resume_ends_the_episode_and_two_nodes_faults_stay_apart(cluster,
     [step] = ladder_steps(reports / "h1", "sn3")
     assert step["step"] == "retest" and step["fault"]["class"] == "software", step
     assert step["fault"]["check"].startswith("no NVIDIA driver") and "processes" not in step["why"], step
-    assert cluster.node("sn3")["Reason"].startswith("gpufleet: h1 software: no NVIDIA driver")
+    assert cluster.node("sn3")["Reason"].startswith("gpufleet sw no NVIDIA driver")
+    # Its history names the one cause, not its 18 checks one by one.
+    text = gpufleet("history", "sn3", "--reports-dir", str(reports)).stdout
+    [row] = [line for line in text.splitlines() if line.startswith("h1 ")]
+    assert f"{nvml.NO_DRIVER} (18 checks) error (software)" in row and "gpu_inventory.gpu_count" not in row, row
+    prom = prometheus(reports / "h1")
+    assert prom[("gpufleet_drained_timestamp_seconds", (("node", "sn3"),))] > 0
 
     # Someone resumes it by hand once the driver is back; the next sweep sees it in service and ends its episode.
     resumed = service_log.epoch(schema.utc_now())
@@ -270,8 +282,8 @@ def test_a_hand_resume_ends_the_episode_and_two_nodes_faults_stay_apart(cluster,
     seen = [a for a in json.loads((reports / "h2" / "slurm.json").read_text())["actions"] if a["action"] == "seen"]
     assert [d["slurm_node"] for a in seen for d in a["decisions"]] == ["sn3"]
     prom = prometheus(reports / "h2")
-    assert prom[("gpufleet_out_of_service", (("node", "sn3"),))] == 0
-    assert prom[("gpufleet_fleet_nodes_out_of_service", ())] == 0
+    assert prom[("gpufleet_out_of_service", (("cause", "gpufleet"), ("node", "sn3")))] == 0
+    assert prom[("gpufleet_fleet_nodes_out_of_service", (("cause", "gpufleet"),))] == 0
     costs = history_costs(reports, "sn3")
     [episode] = costs["faults"]
     assert episode["first_sign_run"] == "h1" and episode["resumed_by"].startswith("someone else")
@@ -282,7 +294,7 @@ def test_a_hand_resume_ends_the_episode_and_two_nodes_faults_stay_apart(cluster,
     # Another node's fault is an episode of its own: drained, re-tested on the drained node, resumed by gpufleet.
     readings(recorded / "sn1.json", xids=1)
     sweep(cluster, args, "h3", "--act", "retest")
-    assert cluster.node("sn1")["Reason"].startswith("gpufleet: h3 hardware: gpu_health.xid")
+    assert cluster.node("sn1")["Reason"].startswith("gpufleet hw xid; run h3")
     readings(recorded / "sn1.json")
     sweep(cluster, args, "h4", "--act", "retest")
     assert json.loads((reports / "h4" / "sweep.json").read_text())["plan"]["retest"].keys() == {"sn1"}
@@ -295,7 +307,7 @@ def test_a_hand_resume_ends_the_episode_and_two_nodes_faults_stay_apart(cluster,
     fleet = json.loads(gpufleet("history", "sn1", "--reports-dir", str(reports), "--json").stdout)
     assert fleet["service"]["costs"]["out_of_service"] is False
     prom = prometheus(reports / "h4")
-    assert prom[("gpufleet_fleet_nodes_out_of_service", ())] == 0
+    assert prom[("gpufleet_fleet_nodes_out_of_service", (("cause", "gpufleet"),))] == 0
     assert prom[("gpufleet_fleet_median_return_to_service_seconds", ())] == pytest.approx(
         (fault["return_s"] + episode["return_s"]) / 2, abs=0.1
     )

@@ -108,6 +108,14 @@ def sinfo(cluster: SlurmCluster) -> dict[str, tuple[str, str]]:
     return {n: (s, r) for n, s, r in (line.split("|", 2) for line in out.splitlines())}
 
 
+def sinfo_reasons(cluster: SlurmCluster) -> dict[str, tuple[str, str]]:
+    """{node: (reason, its time)} from `sinfo -R` (%H: when the reason was set)."""
+    out = subprocess.run(
+        ["sinfo", "-R", "-h", "-o", "%N|%E|%H"], env=cluster.env(), capture_output=True, text=True, check=True
+    ).stdout
+    return {n: (r, t) for n, r, t in (line.split("|", 2) for line in out.splitlines())}
+
+
 @pytest.fixture
 def cluster(request):
     names = getattr(request, "param", ["sn1", "sn2", "sn3"])
@@ -162,13 +170,22 @@ def test_reason_names_gpufleet_run_class_and_first_check_within_the_limit():
             {"group": "gpu_health", "check": "xid", "status": "fail", "class": "hardware"},
         ]
     }
-    assert fleet_slurm.drain_reason("run-7", node) == "gpufleet: run-7 hardware: gpu_health.xid +1 more"
-    long = slurm.reason("x" * 300 + " a=b")
-    assert len(long) == slurm.REASON_MAX_CHARS and long.startswith("gpufleet: xxx") and long.endswith("...")
+    # What `sinfo -R` shows by default, its first 20 characters, names the class and the check; the run id comes last.
+    reason = fleet_slurm.drain_reason("20261124T081500Z", node)
+    assert reason == "gpufleet hw xid +1 more; run 20261124T081500Z" and reason[:20] == "gpufleet hw xid +1 m"
+    long = slurm.reason("x" * 300 + " a=b", "run-7")
+    assert len(long) == slurm.REASON_MAX_CHARS and long.startswith("gpufleet xxx") and long.endswith("...; run run-7")
     assert "=" not in slurm.reason("a=b") and slurm.is_own(slurm.reason("anything"))
-    # An arrow reads as one (it showed as `-_`), and the stamp Slurm appends comes off again.
-    assert slurm.reason("REACCEPT s2: GPU 0 serial A -> B") == "gpufleet: REACCEPT s2: GPU 0 serial A to B"
+    # An arrow reads as one (it showed as `-_`), and the stamp Slurm appends comes off again, as does the run id.
+    assert slurm.reason("REACCEPT GPU 0 serial A -> B", "s2") == "gpufleet REACCEPT GPU 0 serial A to B; run s2"
     assert slurm.bare_reason("gpufleet: r1 x [root@2026-11-27T12:52:32]") == "gpufleet: r1 x"
+    assert slurm.cause_of("gpufleet hw xid; run s1 [root@2026-11-27T12:52:32]") == slurm.cause_of(
+        "gpufleet hw xid; run s12"
+    )
+    # The form before this one is gpufleet's too: a node it drained so is resumed, and an RMA held, as before.
+    assert slurm.is_own("gpufleet: r1 hardware: gpu_health.xid") and not slurm.is_own("gpufleetx: admin")
+    assert slurm.is_rma("gpufleet: RMA r4 hardware: x") and slurm.is_rma("gpufleet RMA hw xid; run r4")
+    assert slurm.is_held("gpufleet REACCEPT GPU 0; run s6") and not slurm.is_held("gpufleet hw RMA-like; run s1")
 
 
 def test_breaker_counts_only_nodes_this_run_takes_out_of_service():
@@ -178,9 +195,10 @@ def test_breaker_counts_only_nodes_this_run_takes_out_of_service():
         "\n".join(
             [
                 "NodeName=a State=IDLE Partitions=p",
-                f"NodeName=b State=IDLE+DRAIN Partitions=p Reason={slurm.reason('run-0 hardware: gpu_health.ecc')} [root@t]",
+                f"NodeName=b State=IDLE+DRAIN Partitions=p Reason={slurm.reason('hw ecc', 'run-0')} [root@t]",
                 "NodeName=c State=DOWN+DRAIN+NOT_RESPONDING Partitions=p Reason=admin: PSU [root@t]",
                 "NodeName=d State=IDLE Partitions=p",
+                f"NodeName=e State=IDLE+DRAIN Partitions=p Reason={slurm.reason('hw xid', 'run-8')} [root@t]",
             ]
         )
     )
@@ -195,12 +213,15 @@ def test_breaker_counts_only_nodes_this_run_takes_out_of_service():
     }
     report = {
         "run_id": "run-9",
-        "nodes": {"a": failing, "b": failing, "c": failing, "d": {"verdict": "pass", "results": []}},
+        "nodes": {"a": failing, "b": failing, "c": failing, "d": {"verdict": "pass", "results": []}, "e": failing},
     }
     planned = fleet_slurm.plan(report, shown, "drain_resume", (1, False))  # one new drain allowed
     assert not planned["breaker"]["tripped"]
-    assert [d["do"] for d in planned["decisions"]] == ["drain", "drain", "nothing", "nothing"]
+    assert [d["do"] for d in planned["decisions"]] == ["drain", "drain", "nothing", "nothing", "nothing"]
     assert "left alone" in planned["decisions"][2]["why"]
+    # e: drained by gpufleet for this very cause already: its reason is left as it is, and Slurm's time with it.
+    assert "its reason, and Slurm's time of the first drain, kept" in planned["decisions"][4]["why"]
+    assert planned["decisions"][4]["reason"] == "gpufleet hw xid; run run-8"
     planned = fleet_slurm.plan(report, shown, "drain_resume", (0, False))
     assert planned["breaker"]["tripped"] and planned["breaker"]["would_drain"] == ["a"]
 
@@ -267,7 +288,7 @@ def test_failing_drained_with_reason_own_drain_resumed_admin_drain_left_alone(cl
     assert done.returncode == 0, done.stderr + done.stdout
     sn1, sn2, sn3 = (cluster.node(n) for n in ("sn1", "sn2", "sn3"))
     assert sn1["State"] == "IDLE+DRAIN"
-    assert sn1["Reason"].startswith("gpufleet: run-1 hardware: gpu_health.xid"), sn1["Reason"]
+    assert sn1["Reason"].startswith("gpufleet hw xid; run run-1"), sn1["Reason"]
     # Slurm pings a resumed node before it takes jobs (IDLE+NOT_RESPONDING until the slurmd answers).
     assert sn2["State"].startswith("IDLE") and "DRAIN" not in sn2["State"] and "Reason" not in sn2
     wait_for(lambda: cluster.node_state("sn2") == "IDLE", 120, "sn2 idle once its slurmd answered")
@@ -284,6 +305,20 @@ def test_failing_drained_with_reason_own_drain_resumed_admin_drain_left_alone(cl
     assert json.loads((run_dir / "report.json").read_text())["slurm"]["decisions"] == kept[-1]["decisions"]
     md = (run_dir / "report.md").read_text()
     assert md.count("## Slurm") == 1 and "- sn3 (sn3, pass, was IDLE+DRAIN): nothing done; left alone" in md
+
+    # `sinfo -R` as an operator types it, its REASON column 20 characters wide: the class and the check show.
+    shown = subprocess.run(["sinfo", "-R"], env=cluster.env(), capture_output=True, text=True, check=True).stdout
+    [line] = [row for row in shown.splitlines() if row.rstrip().endswith(" sn1")]
+    assert line.startswith("gpufleet hw xid; run"), shown
+    before = sinfo_reasons(cluster)["sn1"]
+    # The fault again in the next run: the node stays drained with the reason it had, and Slurm's time of the first
+    # drain (sinfo -R's TIMESTAMP) with it; the record says so.
+    run_dir = make_run(tmp_path, "run-1b", failing=["sn1"], passing=["sn2", "sn3"])
+    done = act(cluster, run_dir, "--action", "drain_resume")
+    assert done.returncode == 0, done.stderr + done.stdout
+    [kept_sn1] = [d for d in json.loads(done.stdout)["decisions"] if d["slurm_node"] == "sn1"]
+    assert kept_sn1["do"] == "nothing" and "Slurm's time of the first drain, kept" in kept_sn1["why"], kept_sn1
+    assert sinfo_reasons(cluster)["sn1"] == before
 
 
 @pytest.mark.slow
@@ -357,7 +392,8 @@ exec {sys.executable} -m gpufleet check --slurm-health --readings {readings}/$SL
             lambda: cluster.node_state("sh1") == "IDLE+DRAIN", 180, f"the health check draining sh1 (log {health_log})"
         )
         reason = cluster.node("sh1")["Reason"]
-        assert reason.startswith("gpufleet: health hardware: xid GPU 0: Xid 79 at 0000:00:06"), reason
+        assert reason.startswith("gpufleet hw xid GPU 0: Xid 79 at 0000:00:06"), reason
+        assert slurm.bare_reason(reason).endswith("; health check"), reason
         assert sinfo(cluster)["sh1"][0] == "drained"
         assert cluster.node_state("sh2") == "IDLE"
         # sh2's driver goes (libnvidia-ml.so no longer loads): NVML reads nothing, every check errs for that one
@@ -367,7 +403,7 @@ exec {sys.executable} -m gpufleet check --slurm-health --readings {readings}/$SL
             lambda: cluster.node_state("sh2") == "IDLE+DRAIN", 180, f"the health check draining sh2 (log {health_log})"
         )
         reason = cluster.node("sh2")["Reason"]
-        assert reason.startswith("gpufleet: health software: no NVIDIA driver: libnvidia-ml.so not found ("), reason
+        assert reason.startswith("gpufleet sw no NVIDIA driver: libnvidia-ml.so not found ("), reason
         assert sinfo(cluster)["sh2"][0] == "drained"
 
 
@@ -388,9 +424,7 @@ def test_health_check_is_silent_when_healthy_and_says_what_it_would_drain(tmp_pa
         "--thresholds",
         THRESHOLDS,
     )
-    assert done.returncode == 1 and done.stdout.startswith(
-        "would drain n7: gpufleet: health hardware: xid GPU 0: Xid 79"
-    )
+    assert done.returncode == 1 and done.stdout.startswith("would drain n7: gpufleet hw xid GPU 0: Xid 79")
     # A node whose driver is gone (no libnvidia-ml.so, or NVML unable to start) is drained with that as the cause;
     # one whose gpufleet lacks nvidia-ml-py is not: the GPUs may be fine, gpufleet could not read them.
     done = gpufleet(
@@ -406,8 +440,8 @@ def test_health_check_is_silent_when_healthy_and_says_what_it_would_drain(tmp_pa
     )
     assert done.returncode == 1, done.stderr
     assert re.fullmatch(
-        r"would drain n7: gpufleet: health software: no NVIDIA driver: libnvidia-ml\.so not found "
-        r"\(\d+ checks\)\n",
+        r"would drain n7: gpufleet sw no NVIDIA driver: libnvidia-ml\.so not found "
+        r"\(\d+ checks\); health check\n",
         done.stdout,
     ), done.stdout
     for error in ("NVML init failed: Driver Not Loaded", "nvidia-ml-py is not installed: No module named 'pynvml'"):
@@ -460,9 +494,10 @@ def test_replacement_taken_over_from_an_admin_drain_and_resumed_once_accepted(cl
     done = gpufleet("slurm", str(run_dir), "--take-over", "new", "--slurm-name", "new=sn1", "--json", env=cluster.env())
     assert done.returncode == 0, done.stderr
     sn1 = cluster.node("sn1")
+    # The reason it had is kept without Slurm's stamp (it read `_root_2026...` inside), the run id last.
     assert sn1["State"] == "IDLE+DRAIN" and sn1["Reason"].startswith(
-        "gpufleet: run-5 accepting, was IDLE+DRAIN: admin: GPU 3"
-    )
+        "gpufleet accepting, was IDLE+DRAIN: admin: GPU 3 replaced; run run-5 ["
+    ), sn1["Reason"]
     (run_dir / "hosts").mkdir()
     done = gpufleet(
         "check",
@@ -532,7 +567,7 @@ def test_fleet_accept_slurm_takes_the_node_over_and_drains_it_with_the_runs_reas
     )
     assert done.returncode == 1, done.stdout[-4000:] + done.stderr[-2000:]
     sn1 = cluster.node("sn1")
-    assert sn1["State"] == "IDLE+DRAIN" and sn1["Reason"].startswith("gpufleet: accept-1 "), sn1
+    assert sn1["State"] == "IDLE+DRAIN" and slurm.bare_reason(sn1["Reason"]).endswith("; run accept-1"), sn1
     assert "accepting" not in sn1["Reason"]
     assert cluster.node_state("sn2") == "IDLE" and cluster.node("sn3")["Reason"].startswith("admin: leave me")
     kept = json.loads((tmp_path / "reports" / "accept-1" / "slurm.json").read_text())["actions"]

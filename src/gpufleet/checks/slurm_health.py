@@ -14,7 +14,7 @@ a node, and nothing here loads a GPU: NVML and kernel-log readings only.
 
 from __future__ import annotations
 
-from gpufleet.base import causes, failure_class, schema
+from gpufleet.base import causes, failure_class, schema, slurm
 
 HARD_FAULTS = ("gpu_inventory.gpu_count", "gpu_health.xid", "gpu_health.ecc", "gpu_health.row_remapping")
 EPILOG_FAULTS = ("gpu_health.processes",)
@@ -45,12 +45,14 @@ def not_read(results: list[dict]) -> str | None:
 
 
 def reason_text(faults: list[dict], results: list[dict] = ()) -> str:
-    """`health <class>: <check> <its reason> +N more`, the reason's words before PREFIX (gpufleet.base.slurm.reason); a
-    reason the other failing results of the document share (no driver: every NVML check) is named once as the
-    cause, with how many checks gave it (causes.label)."""
+    """`<class> <check> <its reason> +N more` (`hw xid GPU 0: Xid 79 ...`), the words after gpufleet's PREFIX
+    (gpufleet.base.slurm.reason, by the health check): the class and check within what `sinfo -R` shows; a reason the
+    other failing results of the document share (no driver: every NVML check) is named once as the cause, with how
+    many checks gave it (causes.label)."""
     first = faults[0]
     group = next((g for g in causes.grouped(list(results)) if causes.in_shared(first, [g])), None)
     what = causes.label(group) if group else f"{first['check']} {first['reason']}"
     others = [f for f in faults[1:] if not (group and causes.in_shared(f, [group]))]
     more = f" +{len(others)} more" if others else ""
-    return f"health {(group or {}).get('class') or failure_class.of(first) or 'failed'}: {what}{more}"
+    cls = (group or {}).get("class") or failure_class.of(first)
+    return f"{slurm.class_word(cls)} {what}{more}"

@@ -55,7 +55,7 @@ def _slurm_health(doc: dict, args) -> int:
             print(f"gpufleet health check could not read the GPUs, node left in service: {unread}", file=sys.stderr)
         return 0
     name = args.slurm_node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
-    why = slurm.reason(slurm_health.reason_text(faults, doc["results"]))
+    why = slurm.reason(slurm_health.reason_text(faults, doc["results"]), by="health check")
     if args.dry_run:
         print(f"would drain {name}: {why}")
         return 1

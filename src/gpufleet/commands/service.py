@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 from pathlib import Path
 
 from gpufleet.base import registry, slurm
@@ -20,7 +21,7 @@ from gpufleet.base.errors import InputError
 from gpufleet.base.paths import DEFAULT_REPORTS_DIR
 from gpufleet.fleet import slurm_action as fleet_slurm
 from gpufleet.fleet.store import Store, default_path, errors_said
-from gpufleet.service import commands, evidence, ladder, outputs, policy, retest, sweep
+from gpufleet.service import commands, evidence, ladder, outputs, policy, retest, sweep, sweep_end
 
 SWEEP_COMMAND = "slurm-sweep"
 
@@ -75,6 +76,8 @@ def cmd_sweep(args) -> int:
     fleet_slurm.parse_action(args.action)
     fleet_slurm.parse_max_drain(args.max_drain)
     limit_min = args.time_limit_min or sweep.TIME_LIMIT_MIN[args.tier]
+    judging = {"names": names, "action": args.action, "max_drain": args.max_drain, "act": act, "site": site}
+    earlier = []
     if args.collect:
         run_dir = Path(args.collect)
     else:
@@ -101,35 +104,52 @@ def cmd_sweep(args) -> int:
             "run_id": args.run_id,
         }
         sweep.parse_share(args.max_share)
+        # A sweep that lost slurmctld left its run for later: finished first, its verdicts counted before the plan.
+        earlier = [_finish(args, d, judging) for d in sweep_end.unfinished(Path(args.reports_dir)) if args.submit]
+        for e in earlier if not args.json else []:
+            print("\n".join(e["lines"]), flush=True)
         record = sweep.submit(Path(args.reports_dir), opts)
         if not record["jobs"]:
-            _print(record, args.json, plan_text(record))
-            return 0
+            _print(dict(record, earlier=[_doc(e) for e in earlier]), args.json, plan_text(record))
+            return 0 if all(e["ok"] for e in earlier) else 1
         print(plan_text(record), flush=True) if not args.json else None
         run_dir = Path(record["run_dir"])
-        sweep.wait(record, (args.wait_min + limit_min) * 60 + 300)
-        sweep.keep(run_dir, record)
-    summary = sweep.judge(run_dir, names=names)
-    done = {"run_dir": str(run_dir), "report": summary, "slurm": None, "ladder": None}
-    if summary is not None:
-        if args.action != "none":
-            done["slurm"] = fleet_slurm.act(run_dir, args.action, args.max_drain, names=names)
-        done["ladder"] = ladder.judge(run_dir, act=act, site_commands=site, max_actions=args.max_drain, names=names)
-    data = outputs.write(run_dir)
-    ok = summary is None or summary["verdict"] != "fail"
-    ok = ok and (done["slurm"] or {"ok": True})["ok"] and (done["ladder"] or {"ok": True})["ok"]
-    text = [
-        f"sweep {run_dir.name}: " + (f"report verdict {summary['verdict']}" if summary else "no job left a verdict")
-    ]
-    text += [
-        f"  {host} not accepted: {'; '.join(node['causes'])}"
-        for host, node in (summary or {}).get("nodes", {}).items()
-        if node["verdict"] == "fail"
-    ]
-    if done["slurm"]:
-        text += fleet_slurm.summary_lines(done["slurm"])
-    _print(dict(done, service=outputs.json_section(data)), args.json, "\n".join(text + [""] + outputs.md_section(data)))
-    return 0 if ok else 1
+        try:
+            sweep_end.watch(run_dir, record, None if args.json else lambda line: print(line, flush=True))
+        except slurm.Unreachable as exc:
+            sweep_end.left_for_later(run_dir, str(exc))
+            raise InputError(f"{exc}. Finish it once Slurm answers: {_collect_command(args, run_dir)}") from None
+    done = _finish(args, run_dir, judging)
+    _print(dict(_doc(done), earlier=[_doc(e) for e in earlier]), args.json, "\n".join(done["lines"]))
+    return 0 if all(e["ok"] for e in [*earlier, done]) else 1
+
+
+def _finish(args, run_dir: Path, judging: dict) -> dict:
+    """The run judged and acted on (sweep_end.finish); a lost slurmctld said with the command that finishes it."""
+    try:
+        return sweep_end.finish(run_dir, judging)
+    except slurm.Unreachable as exc:
+        raise InputError(
+            f"{exc}. Nothing was drained for it; finish it once Slurm answers: {_collect_command(args, run_dir)} "
+            "(the next sweep does it too)"
+        ) from None
+
+
+def _doc(done: dict) -> dict:
+    return {k: v for k, v in done.items() if k != "lines"}
+
+
+def _collect_command(args, run_dir: Path) -> str:
+    """The command that finishes RUN_DIR with this sweep's judging options."""
+    argv = ["gpufleet", "slurm", "sweep", "--collect", str(run_dir)]
+    if args.action != "none":
+        argv += ["--action", args.action]
+    if args.max_drain != fleet_slurm.DEFAULT_MAX_DRAIN:
+        argv += ["--max-drain", str(args.max_drain)]
+    argv += [f"--act={a}" for a in args.act or []]
+    argv += [f"--command={c}" for c in args.site_command or []]
+    argv += [f"--slurm-name={n}" for n in args.slurm_name or []]
+    return shlex.join(argv)
 
 
 @errors_said(_store_path)
@@ -247,9 +267,10 @@ def add_parsers(sub) -> None:
     )
     s.add_argument(
         "--wait-min",
-        type=int,
+        type=float,
         default=sweep.DEFAULT_WAIT_MIN,
-        help="minutes a job may wait to start before Slurm removes it (--deadline; default %(default)s)",
+        help="minutes a job may wait to start before Slurm removes it (--deadline; a fraction allowed; "
+        "default %(default)s)",
     )
     s.add_argument(
         "--python", default="/opt/gpufleet/venv/bin/python", help="gpufleet_python on the nodes (default %(default)s)"

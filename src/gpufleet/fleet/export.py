@@ -3,7 +3,7 @@
     <run_dir>/prometheus/<host>.prom   node_exporter's textfile collector format, in the text format of
                                        prometheus_client's write_to_textfile (a temporary file renamed into place)
     <textfile dir>/gpufleet_<host>.prom  the same, where node_exporter reads it (gpufleet_prometheus_textfile_dir)
-    <run_dir>/drain.txt                one `scontrol update NodeName=... State=DRAIN Reason="gpufleet: ..."` per
+    <run_dir>/drain.txt                one `scontrol update NodeName=... State=DRAIN Reason="gpufleet hw xid; run ..."` per
                                        node not accepted; the failing checks by class, hardware first
 
 Series, named in base units after Prometheus' naming guide (bytes, seconds, ratios; FLOP/s as _flops). Labels:
@@ -43,7 +43,7 @@ import shlex
 import time
 from pathlib import Path
 
-from gpufleet.base import causes, failure_class, paths, schema
+from gpufleet.base import causes, failure_class, paths, schema, slurm
 from gpufleet.base.errors import InputError
 from gpufleet.comparisons import metric_keys
 from gpufleet.fleet.counter_table import FABRIC_COUNTERS
@@ -350,11 +350,18 @@ def slurm_name(host: str, mapping: dict | None) -> str:
     return name
 
 
+def short_check(label: str) -> str:
+    """A cause as a Slurm reason names it: a check without its group (`gpu_health.xid` -> `xid`), so that `sinfo -R`
+    shows it in its 20 characters; a reason several checks share (causes.label) whole."""
+    return label.split(".", 1)[1] if re.fullmatch(r"[a-z0-9_]+\.[A-Za-z0-9_.]+", label) else label
+
+
 def drain_line(run_id: str, name: str, checks: list[str], classes: list[str] | None = None) -> str:
-    """`scontrol update NodeName=<name> State=DRAIN Reason="gpufleet: <run_id>: hardware: <checks>; environment: ..."`,
+    """`scontrol update NodeName=<name> State=DRAIN Reason="gpufleet hw ecc, pcie_link; env processes; run <run>"`,
     the checks (or causes: causes.label) grouped by their class (`classes`, one per check), hardware first: the one
-    that needs a repair. Safe to paste into a shell: the reason holds no character a shell expands inside double
-    quotes, a hostlist's brackets are quoted."""
+    that needs a repair, and the class and check first, as `sinfo -R` shows 20 characters (slurm.reason). Safe to
+    paste into a shell: the reason holds no character a shell expands inside double quotes, a hostlist's brackets
+    are quoted."""
     pairs = (
         sorted(zip(checks, classes), key=lambda x: failure_class.CLASSES.index(x[1] or failure_class.SOFTWARE))
         if classes
@@ -362,11 +369,11 @@ def drain_line(run_id: str, name: str, checks: list[str], classes: list[str] | N
     )
     by_class: dict[str, list[str]] = {}
     for check, cls in pairs[:_REASON_CHECKS]:
-        by_class.setdefault(cls, []).append(check)
-    listed = "; ".join(f"{cls}: " * bool(cls) + ", ".join(cs) for cls, cs in by_class.items()) + (
+        by_class.setdefault(cls, []).append(short_check(check))
+    listed = "; ".join(f"{slurm.class_word(cls)} " * bool(cls) + ", ".join(cs) for cls, cs in by_class.items()) + (
         f" +{len(checks) - _REASON_CHECKS} more" if len(checks) > _REASON_CHECKS else ""
     )
-    reason = _REASON_CHARS.sub("_", f"gpufleet: {run_id}: {listed or 'not accepted'}")
+    reason = _REASON_CHARS.sub("_", f"{slurm.PREFIX} {listed or 'not accepted'}; run {run_id}")
     node_arg = f"NodeName={name}"
     if not re.fullmatch(r"NodeName=[A-Za-z0-9._-]+", node_arg):
         node_arg = shlex.quote(node_arg)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpufleet.base import causes
 from gpufleet.fleet import figure_text
 
 
@@ -36,8 +37,7 @@ def history_text(hist: dict) -> str:
                 r["started"] or "?",
                 (r["verdict"] or "?") + ("" if r["document"] == "ok" else " (no document)"),
                 *(fig(r["metrics"], c[1]) for c in cols),
-                ", ".join(f"{x['check']} {x['status']} ({x['class']})" for x in r["not_passing"][:4])
-                + (" …" if len(r["not_passing"]) > 4 else ""),
+                _not_passing(r["not_passing"]),
             ]
             for r in hist["runs"]
         ]
@@ -70,6 +70,17 @@ def history_text(hist: dict) -> str:
         f"store: {hist['store']}",
     ]
     return "\n".join(lines)
+
+
+def _not_passing(results: list[dict], shown: int = 4) -> str:
+    """A run's results that did not pass, each cause once (causes.grouped: a node without a driver is one cause of
+    18 checks), then the warnings by check."""
+    named = [
+        f"{causes.label(g)} {g['status']} ({g['class']})"
+        for g in causes.grouped([dict(r, group=None) for r in results])
+    ]
+    named += [f"{x['check']} {x['status']} ({x['class']})" for x in results if x["status"] not in causes.FAILING]
+    return ", ".join(named[:shown]) + (" …" if len(named) > shown else "")
 
 
 def _service_lines(service: dict | None) -> list[str]:

@@ -1,12 +1,15 @@
 """A run's verdict acted on in Slurm (`gpufleet slurm RUN_DIR`, the role's slurm_action.yml after the report).
 
     action none          nothing (the default: nothing is drained or resumed unless the operator asks)
-           drain         every node not accepted is drained, its reason "gpufleet: <run> <class>: <first check>"
-           drain_resume  that, and every node gpufleet itself drained (reason starting "gpufleet:") that is
+           drain         every node not accepted is drained, its reason "gpufleet <class> <first check>; run <run>"
+                         (`gpufleet hw xid +2 more; run 20261124T081500Z`: what `sinfo -R` shows in 20 characters
+                         first); a node gpufleet drained already for the same cause keeps its reason, and with it
+                         Slurm's time of the first drain
+           drain_resume  that, and every node gpufleet itself drained (its reason starting "gpufleet") that is
                          accepted now is resumed
 
 A node drained or down for a reason gpufleet did not write (an administrator's, Slurm's own) is never touched,
-nor one held for repair or re-acceptance (reasons "gpufleet: RMA ...", "gpufleet: REACCEPT ..."); the record says so
+nor one held for repair or re-acceptance (reasons "gpufleet RMA ...", "gpufleet REACCEPT ..."); the record says so
 for each. The breaker: one run drains at most `max_drain` nodes, a count ("2") or a share of
 each partition a node to drain belongs to ("50%", at least one node); past it the run drains none, names the
 nodes it would have drained and why, and fails. Resuming is never held back by it. With check mode nothing is
@@ -57,13 +60,13 @@ def parse_max_drain(value) -> tuple[int, bool]:
 
 
 def drain_reason(run_id: str, node: dict) -> str:
-    """`gpufleet: <run> <class>: <first cause> +N more`, a cause being a failing check or the reason several share
-    (causes.label), hardware first as in drain.txt."""
+    """`gpufleet <class> <first cause> +N more; run <run>`, a cause being a failing check (named without its group:
+    `xid`) or the reason several share (causes.label), hardware first as in drain.txt."""
     named, classes = export.failing_causes(node)
     if not named:
-        return slurm.reason(f"{run_id} not accepted")
+        return slurm.reason("not accepted", run_id)
     more = f" +{len(named) - 1} more" if len(named) > 1 else ""
-    return slurm.reason(f"{run_id} {classes[0] or 'failed'}: {named[0]}{more}")
+    return slurm.reason(f"{slurm.class_word(classes[0])} {export.short_check(named[0])}{more}", run_id)
 
 
 def _allowed(max_drain: tuple[int, bool], partition_size: int) -> int:
@@ -124,11 +127,18 @@ def plan(report: dict, nodes: dict, action: str, max_drain: tuple[int, bool], na
                 "not drained: its failures are figures not confirmed (measured once, beside another process or never "
                 "settled); the ladder proposes a re-test"
             )
+        elif not accepted and out and slurm.cause_of(now["reason"]) == slurm.cause_of(drain_reason("", node)):
+            d.update(
+                reason=slurm.bare_reason(now["reason"]),
+                why="not accepted; drained by gpufleet already for this cause: its reason, and Slurm's time of the "
+                "first drain, kept",
+            )
         elif not accepted:
             d.update(
                 do="drain",
                 reason=drain_reason(report["run_id"], node),
-                why="not accepted" + (" (already drained by gpufleet: reason renewed)" if out else ""),
+                why="not accepted"
+                + (" (already drained by gpufleet for another cause: reason renewed)" if out else ""),
             )
             d["new"] = not out  # a node already out of service takes nothing more from the partition
         elif own and out and action == "drain_resume":
@@ -163,6 +173,7 @@ def act(run_dir: Path, action: str, max_drain, *, names: dict | None = None, che
     if names is None:
         names = read_run_info(run_dir).get("slurm_node_names")
     record = {"run_id": report["run_id"], "action": action, "check_mode": check, "started": schema.utc_now()}
+    lost = None  # slurmctld lost on the way: what was done is recorded, then said
     if action == "none":
         record.update(decisions=[], breaker=None, note="gpufleet_slurm_action is none: nothing done in Slurm")
     else:
@@ -175,16 +186,21 @@ def act(run_dir: Path, action: str, max_drain, *, names: dict | None = None, che
                 d["done"] = schema.utc_now()
             except InputError as exc:
                 d["error"] = str(exc)
-        if not check:
-            after = slurm.show_nodes()
-            for d in record["decisions"]:
-                d["state_after"] = (after.get(d["slurm_node"]) or {}).get("state")
-                d["reason_after"] = (after.get(d["slurm_node"]) or {}).get("reason")
+                lost = lost or (exc if isinstance(exc, slurm.Unreachable) else None)
+        try:
+            after = {} if check else slurm.show_nodes()
+        except slurm.Unreachable as exc:
+            after, lost = {}, lost or exc
+        for d in record["decisions"] if after else []:
+            d["state_after"] = (after.get(d["slurm_node"]) or {}).get("state")
+            d["reason_after"] = (after.get(d["slurm_node"]) or {}).get("reason")
     record["finished"] = schema.utc_now()
     record["ok"] = not (record.get("breaker") or {}).get("tripped") and not any(
         "error" in d for d in record["decisions"]
     )
     _keep(run_dir, record)
+    if lost is not None:
+        raise slurm.Unreachable(f"{lost}; what was done before is in {run_dir / SLURM_FILE}")
     return record
 
 
@@ -219,7 +235,9 @@ def take_over(run_dir: Path, run_id: str, hosts: list[str], *, names: dict | Non
             "reason_before": before["reason"],
             "do": "drain",
             "reason": slurm.reason(
-                f"{run_id} accepting, was {before['state']}" + (f": {before['reason']}" if before["reason"] else "")
+                f"accepting, was {before['state']}"
+                + (f": {slurm.bare_reason(before['reason'])}" if before["reason"] else ""),
+                run_id,
             ),
             "why": "named for acceptance: out of service while it is tested, resumed only when accepted",
         }

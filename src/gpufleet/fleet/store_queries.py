@@ -292,9 +292,10 @@ class Queries:
                 "check": f"{r['group_name']}.{r['check_name']}" if r["group_name"] else r["check_name"],
                 "status": r["status"],
                 "class": r["failure_class"] or failure_class.default(r["check_name"], r["status"], r["group_name"]),
+                "reason": r["reason"],
             }
             for r in self.conn.execute(
-                "SELECT group_name, check_name, status, failure_class FROM results WHERE run_id = ? AND host = ? "
+                "SELECT group_name, check_name, status, failure_class, reason FROM results WHERE run_id = ? AND host = ? "
                 "AND status IN ('warn', 'fail', 'error') ORDER BY seq",
                 (run_id, host),
             )

@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpufleet.base import guard, lock, paths, registry, schema
+from gpufleet.base import guard, lock, paths, registry, schema, slurm
 from gpufleet.node import supervised
 from gpufleet.base.command_line import json_arg
 from gpufleet.comparisons import node as node_references
@@ -189,7 +189,9 @@ def part(stage: Stage, which: str) -> dict:
 
 def whole(stage: Stage, run_dir: Path) -> dict:
     """A sweep job's node stage: the parts in turn, the document written to RUN_DIR/hosts/HOST.json after each (a
-    job stopped during the benchmarks keeps what it measured first), the lock given back, also on a signal."""
+    job stopped during the benchmarks keeps what it measured first), the lock given back, also on a signal. The
+    document of the stage that ran to its end says when (`finished`): what the sweep judges, whatever Slurm
+    remembers of the job."""
     path = paths.inside(
         Path(run_dir) / "hosts",
         f"{paths.safe_name(stage.host, 'the host name')}.json",
@@ -201,6 +203,7 @@ def whole(stage: Stage, run_dir: Path) -> dict:
             "(the sweep makes it on the controller before it submits)"
         )
     started, t0 = schema.utc_now(), time.monotonic()
+    print(f"{slurm.STAGE_STARTED} on {stage.host} at {started}", file=sys.stderr, flush=True)
     names, depth = stage.benchmarks()
     got = take(stage, REMEDY_SWEEP)
     if got["acquired"]:
@@ -215,7 +218,7 @@ def whole(stage: Stage, run_dir: Path) -> dict:
                 counters(stage, "after")
         finally:
             give_back(stage)
-    doc = document(stage, started, t0)
+    doc = dict(document(stage, started, t0), finished=schema.utc_now())
     paths.write_atomic(path, json.dumps(doc, indent=1, sort_keys=True, default=str) + "\n")
     return doc
 

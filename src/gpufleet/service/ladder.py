@@ -4,7 +4,7 @@ the next step of its ladder; for each node it accepted, its ladder cleared.
     retest     measure it again (the next run that covers it; a site command may start one)
     reset_gpu  the site's GPU reset of each GPU the fault names (default `ssh {host} nvidia-smi -r -i {gpu_index}`)
     reboot     the site's reboot (default `scontrol reboot {slurm_node}`)
-    rma        handed over for repair: drained with the reason "gpufleet: RMA ...", and left so by every run until a
+    rma        handed over for repair: drained with the reason "gpufleet RMA ...", and left so by every run until a
                person (`gpufleet ladder --clear NODE`) or the replacement flow (`gpufleet fleet accept NODE --slurm`)
                clears it
 
@@ -20,7 +20,9 @@ accepted).
 Nothing is done unless the operator opted in to that step (`--act STEP`, gpufleet_ladder_act): without it each
 step is proposed, with the command it would run. A GPU reset or reboot runs only on a node drained and idle. The
 breaker (gpufleet_slurm_max_drain) counts the nodes the ladder takes out (reset, reboot, RMA, re-acceptance) with
-those the run's own drains took out: past it nothing is done and the judgement fails.
+those the run's own drains took out: past it nothing is done and the judgement fails. When the run's own Slurm
+action tripped its breaker (it drained none of the nodes it should have), the ladder takes no step either: each is
+recorded not done, with that reason.
 """
 
 from __future__ import annotations
@@ -178,7 +180,11 @@ def judge(
             )
         record["breaker"] = _breaker(record["steps"], act, shown, max_actions, run_dir)
         for step in record["steps"]:
-            if step["step"] in act and not step.get("done") and not record["breaker"]["tripped"]:
+            if step["step"] not in act or step.get("done"):
+                continue
+            if record["breaker"]["tripped"]:
+                step["not_done"] = f"held by the breaker: {record['breaker']['why']}"
+            else:
                 _act(step, cmds, shown)
         _keep(run_dir, record)
         store.index_events(run_dir)
@@ -306,6 +312,15 @@ def _breaker(steps: list[dict], act: set[str], shown: dict | None, max_actions, 
         }
     )
     breaker = {"max_drain": str(max_actions), "ladder": out, "drained_by_run": drained, "tripped": False}
+    actions = [
+        a for a in kept.get("actions") or [] if not a.get("check_mode") and a.get("action") in fleet_slurm.ACTIONS
+    ]
+    held = ((actions[-1] if actions else {}).get("breaker") or {}).get("why")
+    if held and any(s["step"] in act for s in steps):
+        breaker.update(
+            tripped=True, why=f"the run's Slurm action tripped its breaker ({held}): no step is taken either"
+        )
+        return breaker
     over = fleet_slurm.over_limit(sorted(set(out) | set(drained)), shown or {}, limit) if out else []
     if over:
         breaker.update(
@@ -335,11 +350,11 @@ def _act(step: dict, cmds: dict, shown: dict | None) -> None:
         fault = step.get("fault") or {}
         gpus = ", ".join(f"GPU {g['index']} serial {g.get('serial') or '?'}" for g in fault.get("gpus") or [])
         text = (
-            f"RMA {step['run_id']} {fault.get('class')}: {fault.get('check')} {gpus}"
+            f"{slurm.RMA} {slurm.class_word(fault.get('class'))} {export.short_check(fault.get('check') or '')} {gpus}"
             if name == "rma"
-            else f"REACCEPT {step['run_id']}: {step['why'].split(':')[0]}"
+            else f"{slurm.REACCEPT} {step['why'].split(':')[0]}"
         )
-        step["reason"] = slurm.reason(text)
+        step["reason"] = slurm.reason(text, step["run_id"])
         try:
             slurm.drain(step["slurm_node"], step["reason"])
             results.append(
@@ -423,7 +438,7 @@ def clear(reports_dir: Path, host: str, who: str, note: str, *, names: dict | No
     except InputError as exc:
         now, step["note"] = None, f"Slurm could not be read: {exc}"
     if now is not None and slurm.is_rma(now["reason"]):
-        step["reason"] = slurm.reason(f"REACCEPT {run['run_id']}: RMA cleared by {who}")
+        step["reason"] = slurm.reason(f"{slurm.REACCEPT} RMA cleared by {who}", run["run_id"])
         slurm.drain(name, step["reason"])
         step["note"] = "still drained: `gpufleet fleet accept NODE --slurm` resumes it once accepted"
     record = {

@@ -11,10 +11,17 @@ one function an output, each from the same gathered data, so each can be registe
                                                            all | 7d (the report says GPU-hours)
         gpufleet_fault_to_drain_seconds{node}              its latest fault: first sign to drain
         gpufleet_return_to_service_seconds{node}           its latest repair: drain to resume
-        gpufleet_out_of_service{node}                      1 from its drain for a fault until it is back, whoever resumes it
-        gpufleet_ladder_steps_taken{node}                  steps taken since its ladder last cleared
+        gpufleet_out_of_service{node,cause}                1 while the node is out of service for that cause, each
+                                                           cause a series: gpufleet (from its drain for a fault until
+                                                           it is back, whoever resumes it), drained (by anyone else:
+                                                           a person, Slurm's own drain), down (DOWN, FAIL or not
+                                                           responding in Slurm)
+        gpufleet_drained_timestamp_seconds{node}           when gpufleet first drained it for its open fault (Unix
+                                                           time; Slurm's own reason time moves with each re-test)
+        gpufleet_ladder_steps_taken{node}                  remediation steps taken, all of its history
+        gpufleet_ladder_rung{node}                         steps taken since its ladder last closed: where it stands
         gpufleet_fleet_sweep_gpu_seconds{window}           gpufleet_fleet_median_fault_to_drain_seconds
-        gpufleet_fleet_median_return_to_service_seconds    gpufleet_fleet_nodes_out_of_service
+        gpufleet_fleet_median_return_to_service_seconds    gpufleet_fleet_nodes_out_of_service{cause}
     (base units, as export.py's: seconds, not hours)
 """
 
@@ -46,24 +53,44 @@ class Gauge(NamedTuple):
     series: dict
 
 
-def gather(run_dir: Path, store) -> dict:
-    """The run's sweep and ladder records and the costs of every node with an event, from the store."""
+CAUSES = ("gpufleet", "drained", "down")  # why a node is out of service (gpufleet_out_of_service's label)
+
+
+def gather(run_dir: Path, store, shown: dict | None = None) -> dict:
+    """The run's sweep and ladder records, the costs of every node with an event, from the store; with Slurm's
+    nodes (`shown`: slurm.show_nodes()), why each is out of service."""
     run_dir = Path(run_dir)
     costs = service_log.costs(store)
-    rungs = {
-        h: len(
-            [s for s in ladder.open_steps(store.events(h, "ladder")) if s.get("done") and s.get("step") in policy.STEPS]
-        )
-        for h in costs["nodes"]
-    }
+    ladders = {h: store.events(h, "ladder") for h in costs["nodes"]}
+    taken = lambda steps: len([s for s in steps if s.get("done") and s.get("step") in policy.ACTABLE])  # noqa: E731
     judgements = (read_json(run_dir / ladder.LADDER_FILE) or {}).get("judgements") or []
     return {
         "run_id": run_dir.name,
         "sweep": read_json(run_dir / sweep.SWEEP_FILE),
         "ladder": judgements[-1] if judgements else None,
         "costs": costs,
-        "steps_taken": rungs,
+        "steps_taken": {h: taken([e["detail"] for e in events]) for h, events in ladders.items()},
+        "rungs": {h: taken(ladder.open_steps(events)) for h, events in ladders.items()},
+        "out_of_service": out_of_service(costs, shown),
     }
+
+
+def out_of_service(costs: dict, shown: dict | None) -> dict:
+    """{node: {cause: bool}} for every node with an event and every node Slurm lists (CAUSES): gpufleet's from its
+    open episode, the others from Slurm's state now (none where Slurm could not be read)."""
+    hosts = {(n["faults"][-1] if n["faults"] else {}).get("slurm_node") or h: h for h, n in costs["nodes"].items()}
+    out = {}
+    for name in sorted(set(hosts) | set(shown or {})):
+        now = (shown or {}).get(name)
+        host = hosts.get(name, name)
+        down = now is not None and (now["base"] in ("DOWN", "FAIL") or {"FAIL", "NOT_RESPONDING"} & set(now["flags"]))
+        drained = now is not None and "DRAIN" in now["flags"] and not slurm.is_own(now["reason"])
+        out[host] = {
+            "gpufleet": bool((costs["nodes"].get(host) or {}).get("out_of_service")),
+            "drained": drained and not down,
+            "down": bool(down),
+        }
+    return out
 
 
 def _hours(s: float | None) -> str:
@@ -95,8 +122,16 @@ def ladder_lines(lad: dict) -> list[str]:
         lines.append(f"Breaker tripped: {lad['breaker']['why']}.")
     for s in lad.get("steps") or []:
         if s["step"] in lad.get("act", []) and s["step"] in policy.ACTABLE:
+            failed = [r for r in s.get("results") or [] if r.get("rc") != 0]
             did = (
-                "done" if s.get("done") else "NOT done: " + (s.get("not_done") or s.get("note") or "its command failed")
+                "done"
+                if s.get("done")
+                else "NOT done: "
+                + (
+                    s.get("not_done")
+                    or s.get("note")
+                    or (f"its command failed (exit {failed[0].get('rc')})" if failed else "nothing was run")
+                )
             )
         else:
             did = "proposed" if s.get("proposed") else "recorded"
@@ -105,7 +140,7 @@ def ladder_lines(lad: dict) -> list[str]:
     return lines
 
 
-def cost_lines(costs: dict, steps_taken: dict) -> list[str]:
+def cost_lines(costs: dict, steps_taken: dict, rungs: dict | None = None) -> list[str]:
     f = costs["fleet"]
     lines = [
         f"Costs over the store: {f['sweeps']} sweep job(s), {f['sweep_gpu_hours']} GPU-h ({f['sweep_gpu_hours_7d']} in the "
@@ -115,7 +150,8 @@ def cost_lines(costs: dict, steps_taken: dict) -> list[str]:
     if costs["nodes"]:
         lines += [
             "",
-            "| node | sweeps | GPU-h (7 d) | faults | last: first sign to drain | last: back in service | ladder steps |",
+            "| node | sweeps | GPU-h (7 d) | faults | last: first sign to drain | last: back in service | ladder steps "
+            "(since it last closed) |",
             "| --- | --- | --- | --- | --- | --- | --- |",
         ]
         for host, n in costs["nodes"].items():
@@ -128,7 +164,8 @@ def cost_lines(costs: dict, steps_taken: dict) -> list[str]:
             )
             lines.append(
                 f"| {host} | {n['sweeps']} | {figure_text(n['sweep_gpu_hours'])} ({figure_text(n['sweep_gpu_hours_7d'])}) | {len(n['faults'])} "
-                f"| {_hours(last.get('fault_to_drain_s'))} | {back} | {steps_taken.get(host, 0)} |"
+                f"| {_hours(last.get('fault_to_drain_s'))} | {back} | {steps_taken.get(host, 0)} "
+                f"({(rungs or {}).get(host, 0)}) |"
             )
     return lines
 
@@ -139,7 +176,7 @@ def md_section(data: dict) -> list[str]:
         lines += sweep_lines(data["sweep"]) + [""]
     if isinstance(data.get("ladder"), dict):
         lines += ladder_lines(data["ladder"]) + [""]
-    return lines + cost_lines(data["costs"], data["steps_taken"])
+    return lines + cost_lines(data["costs"], data["steps_taken"], data.get("rungs"))
 
 
 def json_section(data: dict) -> dict:
@@ -148,6 +185,8 @@ def json_section(data: dict) -> dict:
         "ladder": data.get("ladder"),
         "costs": data["costs"],
         "steps_taken": data["steps_taken"],
+        "rungs": data.get("rungs"),
+        "out_of_service": data.get("out_of_service"),
     }
 
 
@@ -170,33 +209,55 @@ def prometheus_text(data: dict) -> str:
     )
     out = gauge(
         "gpufleet_out_of_service",
-        "1 from the node's drain for a fault by gpufleet until it is back in service, whoever resumed it",
+        "1 while the node is out of service for that cause: gpufleet (its drain for a fault until it is back, whoever "
+        "resumed it), drained (by anyone else), down (DOWN, FAIL or not responding in Slurm)",
+        "node",
+        "cause",
+    )
+    since = gauge(
+        "gpufleet_drained_timestamp_seconds",
+        "When gpufleet first drained the node for its open fault (Unix time)",
         "node",
     )
-    steps = gauge("gpufleet_ladder_steps_taken", "Remediation steps taken since the node's ladder last cleared", "node")
+    steps = gauge("gpufleet_ladder_steps_taken", "Remediation steps taken on the node, all of its history", "node")
+    rung = gauge("gpufleet_ladder_rung", "Remediation steps taken since the node's ladder last closed", "node")
     fleet = [
         gauge("gpufleet_fleet_sweep_gpu_seconds", "GPU-seconds all sweep jobs held: all, or the last 7 days", "window"),
         gauge("gpufleet_fleet_median_fault_to_drain_seconds", "Median seconds from a fault's first sign to its drain"),
         gauge("gpufleet_fleet_median_return_to_service_seconds", "Median seconds from a drain to the resume"),
-        gauge("gpufleet_fleet_nodes_out_of_service", "Nodes gpufleet keeps drained for a fault"),
+        gauge(
+            "gpufleet_fleet_nodes_out_of_service",
+            "Nodes out of service for that cause (gpufleet_out_of_service)",
+            "cause",
+        ),
     ]
     for host, n in data["costs"]["nodes"].items():
         sweeps.series[(host,)] = float(n["sweeps"])
         gpu_s.series[(host, "all")], gpu_s.series[(host, "7d")] = n["sweep_gpu_seconds"], n["sweep_gpu_seconds_7d"]
-        out.series[(host,)] = float(n["out_of_service"])
         steps.series[(host,)] = float(data["steps_taken"].get(host, 0))
+        rung.series[(host,)] = float((data.get("rungs") or {}).get(host, 0))
         last = n["faults"][-1] if n["faults"] else {}
+        if n["out_of_service"] and service_log.epoch(last.get("drained_at")) is not None:
+            since.series[(host,)] = service_log.epoch(last["drained_at"])
         if last.get("fault_to_drain_s") is not None:
             to_drain.series[(host,)] = last["fault_to_drain_s"]
         closed = [x for x in n["faults"] if x.get("return_s") is not None]
         if closed:
             back.series[(host,)] = closed[-1]["return_s"]
+    causes = data.get("out_of_service") or {
+        h: {"gpufleet": n["out_of_service"]} for h, n in data["costs"]["nodes"].items()
+    }
+    for host, why in causes.items():
+        for cause in CAUSES:
+            out.series[(host, cause)] = float(bool(why.get(cause)))
     f = data["costs"]["fleet"]
     fleet[0].series[("all",)], fleet[0].series[("7d",)] = f["sweep_gpu_seconds"], f["sweep_gpu_seconds_7d"]
-    for g, value in zip(fleet[1:], (f["fault_to_drain_s_median"], f["return_s_median"], len(f["out_of_service"]))):
+    for g, value in zip(fleet[1:3], (f["fault_to_drain_s_median"], f["return_s_median"])):
         if value is not None:
             g.series[()] = float(value)
-    return exposition([sweeps, gpu_s, to_drain, back, out, steps, *fleet])
+    for cause in CAUSES:
+        fleet[3].series[(cause,)] = float(sum(bool(why.get(cause)) for why in causes.values()))
+    return exposition([sweeps, gpu_s, to_drain, back, out, since, steps, rung, *fleet])
 
 
 def write(run_dir: Path, db: Path | None = None) -> dict:
@@ -212,7 +273,7 @@ def write(run_dir: Path, db: Path | None = None) -> dict:
             shown = None  # no Slurm here: the episodes stand as the records left them
         if shown is not None and fleet_slurm.seen_back(run_dir, shown, service_log.costs(store)):
             store.index_events(run_dir)
-        data = gather(run_dir, store)
+        data = gather(run_dir, store, shown)
     report_json = read_json(run_dir / "report.json")
     if isinstance(report_json, dict):
         report_json["service"] = json_section(data)

@@ -128,7 +128,7 @@ def leftovers(reports_dir: Path, queued: list[dict], sweep_file: str) -> list[di
         if retest is not None and _sweep_alive(retest):
             continue  # its sweep is still there, between its job's end and closing it
         reason = (retest or {}).get("reason_before") or slurm.reason(
-            f"REACCEPT re-test left unfinished ({resv}): accept it to resume"
+            f"{slurm.REACCEPT} re-test left unfinished ({resv}): accept it to resume", by="a later sweep"
         )
         slurm.drain(node, reason)
         slurm.unreserve(resv)

@@ -13,9 +13,8 @@ preempts, judged as a run.
                 jobs already queued counted, the nodes measured longest ago first
     on the node `srun ... gpufleet node-stage`: the engine in the job, its document written to the run's hosts/ in
                 the shared reports folder; nothing over SSH
-    the run     RUN_DIR/run.json (playbook sweep), sweep.json (the plan, each job and what became of it), the
-                report over the documents of the jobs that ran to their end (or failed: an `error` `sweep.sweep_job`),
-                judged against the baseline, the fleet and each node's history as usual; then `gpufleet slurm`'s
+    the run     RUN_DIR/run.json (playbook sweep), sweep.json (the plan, each job and what became of it); each
+                job followed to its end within its bound, what it wrote judged (sweep_end.py); then `gpufleet slurm`'s
                 action with its breaker, the ladder, and the costs (outputs.py)
 
 Without --submit the sweep is a plan: which nodes, which are skipped and why, the sbatch line of each; nothing is
@@ -30,15 +29,13 @@ import math
 import os
 import re
 import shlex
+import socket
 import time
 from pathlib import Path
 
 from gpufleet.base import paths, profiles, registry, runs, schema, slurm
-from gpufleet import report
 from gpufleet.base.errors import InputError
 from gpufleet.fleet import references, store as fleet_store
-from gpufleet.fleet.document_writer import record as record_document
-from gpufleet.fleet.run_files import read_json
 from gpufleet.service import retest
 
 # The run tiers a node stage in a job runs, and each job's time limit in minutes (registry.RunTier.sweep_minutes;
@@ -54,19 +51,6 @@ DEFAULT_SHARE = "25%"
 DEFAULT_NICE = 10000
 DEFAULT_WAIT_MIN = 10
 POLL_S = 5.0
-# Jobs whose node gets no verdict: preempted by real work, cancelled, or never started before their deadline.
-NO_VERDICT = ("PREEMPTED", "CANCELLED", "DEADLINE", "REVOKED", "REQUEUED")
-RUNNING = (
-    "PENDING",
-    "CONFIGURING",
-    "RUNNING",
-    "COMPLETING",
-    "SUSPENDED",
-    "RESIZING",
-    "REQUEUE_HOLD",
-    "SIGNALING",
-    "STAGE_OUT",
-)
 # What the controller passes into the job: never its whole environment (tokens, passwords).
 # The site's profiles and checks turned off reach the engine as they do from the playbooks (profiles.SITE_DIR_ENV,
 # engine.CHECKS_DISABLED_ENV).
@@ -233,7 +217,7 @@ def job_request(
         f"--time={limit_min}",
         f"--nice={opts['nice']}",
         "--no-requeue",
-        f"--deadline=now+{(opts['wait_min'] + limit_min) * 60}",
+        f"--deadline=now+{round((opts['wait_min'] + limit_min) * 60)}",
         f"--output={run_dir / 'sweep' / (host + '.out')}",
         f"--chdir={run_dir / 'sweep'}",
         f"--export={','.join(exported) or 'NONE'}",
@@ -250,7 +234,10 @@ def submit(reports_dir: Path, opts: dict) -> dict:
     start the run and submit its jobs. The sweep record (also RUN_DIR/sweep.json when submitted)."""
     names = opts.get("names") or {}
     hosts = {v: k for k, v in names.items()}
-    config, parts = slurm.config(), slurm.partitions()
+    try:
+        config, parts = slurm.config(), slurm.partitions()
+    except slurm.Unreachable as exc:
+        raise slurm.Unreachable(f"{exc}: nothing was submitted; the next sweep tries again") from None
     submit_to = [opts["submit_partition"]] if opts["submit_partition"] else opts["partitions"]
     why = preemption_problem(config, parts, submit_to, opts.get("qos"))
     if why:
@@ -258,7 +245,10 @@ def submit(reports_dir: Path, opts: dict) -> dict:
     reports_dir = Path(reports_dir).resolve()
     if opts.get("submit"):
         paths.make_dir(reports_dir)
-    with paths.folder_lock(reports_dir) if reports_dir.is_dir() else contextlib.nullcontext():  # a plan makes nothing
+    with (
+        paths.folder_lock(reports_dir) if reports_dir.is_dir() else contextlib.nullcontext(),  # a plan makes nothing
+        _nothing_submitted(),
+    ):
         queued = slurm.queued(JOB_NAME)
         cleaned = retest.leftovers(reports_dir, queued, SWEEP_FILE) if opts.get("submit") else []
         shown = slurm.show_nodes()
@@ -279,6 +269,9 @@ def submit(reports_dir: Path, opts: dict) -> dict:
             "settings": {
                 k: opts.get(k) for k in ("time_limit_min", "wait_min", "nice", "qos", "submit_partition", "max_share")
             },
+            # Who follows the jobs (a later sweep finishes a run whose sweep is gone), and for how long each.
+            "sweep": {"host": socket.gethostname(), "pid": os.getpid()},
+            "end_grace_s": end_grace_s(config),
         }
         taken = [*planned["chosen"], *planned["retest"]]
         opts["node_partition"] = {n: next(p for p in shown[n]["partitions"] if p in opts["partitions"]) for n in taken}
@@ -307,7 +300,7 @@ def submit(reports_dir: Path, opts: dict) -> dict:
         record.update(run_id=run["run_id"], run_dir=str(run_dir), submitted=schema.utc_now())
         for node in taken:
             host = hosts.get(node, node)
-            job = {"node": node, "host": host}
+            job = {"node": node, "host": host, "bound": bound(opts, record["end_grace_s"])}
             record["jobs"].append(job)
             try:
                 if node in planned["retest"]:
@@ -326,131 +319,27 @@ def submit(reports_dir: Path, opts: dict) -> dict:
     return record
 
 
+@contextlib.contextmanager
+def _nothing_submitted():
+    """slurmctld lost while the sweep plans: said so."""
+    try:
+        yield
+    except slurm.Unreachable as exc:
+        raise slurm.Unreachable(f"{exc}: nothing was submitted; the next sweep tries again") from None
+
+
+def end_grace_s(config: dict) -> float:
+    """Seconds Slurm may take to end a job past its time limit and say so: KillWait (SIGTERM to SIGKILL), two
+    MessageTimeouts (the kill, the end reported back), two polls of the sweep."""
+    number = lambda key, default: float(re.match(r"\d*", config.get(key, "")).group() or default)  # noqa: E731
+    return number("KillWait", 30) + 2 * number("MessageTimeout", 10) + 2 * POLL_S
+
+
+def bound(opts: dict, grace_s: float) -> str:
+    """When a job is past its bound, as UTC: its wait to start, its time limit, and Slurm's time to end it."""
+    at = time.time() + (opts["wait_min"] + opts["time_limit_min"]) * 60 + grace_s
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
+
+
 def keep(run_dir: Path, record: dict) -> None:
     paths.write_atomic(Path(run_dir) / SWEEP_FILE, json.dumps(record, indent=1, sort_keys=True, default=str) + "\n")
-
-
-def wait(record: dict, limit_s: float) -> None:
-    """Until slurmctld holds none of the run's jobs, asked every POLL_S; those still there after limit_s are cancelled
-    (named in the record) and given two minutes more to end."""
-    ids = {j["job_id"] for j in record["jobs"] if j.get("job_id")}
-    deadline, cancelled = time.monotonic() + limit_s, False
-    while ids:
-        left = {q["job_id"] for q in slurm.queued(JOB_NAME)} & ids
-        if not left:
-            return
-        if time.monotonic() > deadline:
-            if cancelled:
-                return  # their ends are read back as Slurm has them
-            for job_id in sorted(left):
-                slurm.cancel(job_id)
-            record["cancelled_by_sweep"], cancelled = sorted(left), True
-            deadline = time.monotonic() + 120
-        time.sleep(POLL_S)
-
-
-def collect(run_dir: Path) -> dict:
-    """Each job's end read back from Slurm; the documents of jobs that left no verdict moved aside (sweep/not-judged),
-    an `error` `sweep.sweep_job` for a job that failed. The record, with "judged": the hosts the report covers."""
-    record = read_json(Path(run_dir) / SWEEP_FILE)
-    if not isinstance(record, dict) or not isinstance(record.get("jobs"), list):
-        raise InputError(
-            f"{Path(run_dir) / SWEEP_FILE}: no sweep record; expected the run folder of `gpufleet slurm sweep --submit`"
-        )
-    judged, shown = [], {}
-    for job in record["jobs"]:
-        doc_path = Path(run_dir) / "hosts" / f"{job['host']}.json"
-        end = slurm.job(job["job_id"]) if job.get("job_id") else None
-        if (end or {}).get("state") in RUNNING:
-            raise InputError(
-                f"sweep job {job['job_id']} on {job['node']} is {end['state']}: judge the sweep once its jobs "
-                "have ended (they end by their time limit at the latest)"
-            )
-        job.update(end or {}, state=(end or {}).get("state") or ("NOT_SUBMITTED" if job.get("error") else "UNKNOWN"))
-        if job.get("retest"):
-            retest.close(job["node"], job["retest"])  # drained again before anything reads its verdict
-            keep(run_dir, record)
-        doc = read_json(doc_path)
-        if not _gpus(doc) and not shown:
-            shown = slurm.show_nodes()  # the node's GPUs as Slurm counts them (Gres), for a job without a document
-        job["gpus"] = _gpus(doc) or (shown.get(job["node"]) or {}).get("gpus")
-        job["gpu_seconds"] = float((job.get("elapsed_s") or 0) * (job["gpus"] or 0))
-        job["gpu_hours"] = round(job["gpu_seconds"] / 3600, 4)  # for people; sums are made of the seconds
-        held = (
-            next(
-                (
-                    r
-                    for r in (doc or {}).get("results") or []
-                    if r.get("check") == "node_lock" and r.get("status") == "error"
-                ),
-                None,
-            )
-            if isinstance(doc, dict)
-            else None
-        )
-        if job["state"] in NO_VERDICT or job["state"] in ("UNKNOWN", "NOT_SUBMITTED") or held:
-            job["judged"] = False
-            job["note"] = f"{held['reason']}: no verdict for the node" if held else _note(job)
-            if doc_path.exists():
-                aside = paths.make_dir(Path(run_dir) / "sweep" / "not-judged") / doc_path.name
-                os.replace(doc_path, aside)
-                job["note"] += f"; what it measured is kept in sweep/not-judged/{doc_path.name}"
-            continue
-        job["judged"] = True
-        judged.append(job["host"])
-        if job["state"] != "COMPLETED" or not isinstance(doc, dict):
-            _job_error(Path(run_dir), job, doc)
-    record["judged"] = judged
-    keep(run_dir, record)
-    return record
-
-
-def _gpus(doc) -> int | None:
-    for r in (doc or {}).get("results") or [] if isinstance(doc, dict) else []:
-        if r.get("check") == "gpu_count" and isinstance(r.get("value"), int):
-            return r["value"]
-    return None
-
-
-def _note(job: dict) -> str:
-    return {
-        "PREEMPTED": "preempted by real work: no verdict for the node; the next sweep takes it again",
-        "CANCELLED": "cancelled before it ended: no verdict for the node",
-        "DEADLINE": "could not start before its deadline (the node was taken): no verdict",
-        "NOT_SUBMITTED": f"not submitted: {job.get('error')}",
-    }.get(job["state"], f"ended {job['state']}: no verdict for the node")
-
-
-def _job_error(run_dir: Path, job: dict, doc) -> None:
-    """The job ran but did not end well (its time limit, a failure, its node lost): an `error` in its document."""
-    out = run_dir / "sweep" / f"{job['host']}.out"
-    tail = out.read_text(errors="replace")[-2000:] if out.exists() else ""
-    what = "before writing its document" if not isinstance(doc, dict) else "after the document it kept"
-    res = schema.result(
-        "sweep_job",
-        schema.ERROR,
-        f"sweep job {job['job_id']} ended {job['state']} {what}",
-        group=GROUP,
-        detail={"job_id": job["job_id"], "state": job["state"], "output_tail": tail},
-        remedy=f"read sweep/{job['host']}.out; the node stage hung or died: the ladder re-tests the node",
-        started=schema.utc_now(),
-        seconds=0.0,
-    )
-    new = {
-        "schema_version": schema.SCHEMA_VERSION,
-        "host": job["host"],
-        "started": res["started"],
-        "seconds": 0.0,
-        "results": [res],
-    }
-    record_document(run_dir, job["host"], new, [GROUP])
-
-
-def judge(run_dir: Path, *, names: dict | None = None) -> dict | None:
-    """The report over the jobs' documents (None when no job left a verdict); the run marked finished."""
-    record = collect(run_dir)
-    if not record["judged"]:
-        return None
-    summary = report.build(Path(run_dir), expected_hosts=record["judged"], slurm_names=names)
-    runs.finish(Path(run_dir), summary["verdict"])
-    return summary
