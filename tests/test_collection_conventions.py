@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 import tool_modules
+from test_readme import broken_links, links
 from gpufleet import version
 
 REPO = Path(__file__).resolve().parents[1]
@@ -158,6 +159,18 @@ def test_the_docs_quote_the_tarballs_size_and_version(tarball):
     for page in pages:
         for named in re.findall(r"gpufleet-cluster-([0-9][^\s`/]*?)\.tar\.gz", page.read_text()):
             assert named == galaxy()["version"], f"{page.name} names gpufleet-cluster-{named}.tar.gz"
+
+
+@pytest.mark.slow
+def test_every_relative_link_of_a_shipped_doc_resolves_inside_the_tarball(tarball, tmp_path):
+    """What a user of the installed collection reads: every Markdown document the tarball holds, each of its links
+    and pictures found there (the recorded runs of docs/results stay in the repository, named, not linked)."""
+    with tarfile.open(tarball) as tar:
+        tar.extractall(tmp_path, filter="data")
+    pages = sorted(tmp_path.rglob("*.md"))
+    assert {"README.md", "docs/reports.md", "docs/measured.md"} <= {p.relative_to(tmp_path).as_posix() for p in pages}
+    assert sum(len(links(p)) for p in pages) > 100  # the links are found: the docs have well over a hundred
+    assert broken_links(pages, tmp_path) == []
 
 
 def test_changelog_fragments_use_the_configs_sections():
