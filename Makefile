@@ -27,12 +27,19 @@ LOCAL_NODE := $(VENV)/local-node.json
 SYSTEM_DEPS ?=
 DEPS := SYSTEM_DEPS='$(SYSTEM_DEPS)' bash scripts/system-deps.sh
 
-# The lowest and the highest ansible-core the collection claims (meta/runtime.yml, pyproject.toml), each in a venv of
-# its own with the controller extra: tests/test_ansible_versions.py runs validate.yml with each. ansible-core 2.20
-# needs Python 3.12 or newer: NEWER_PYTHON, else python3.13 or python3.12 on PATH, else pyenv's.
+# The ansible-core the collection claims (meta/runtime.yml, pyproject.toml), each run with the README's command by
+# tests/test_ansible_versions.py: the lowest and the highest in a venv of their own with the controller extra (the
+# highest needs Python 3.12 or newer: NEWER_PYTHON, else python3.13 or python3.12 on PATH, else pyenv's); Ubuntu
+# 24.04's own, on the Python it ships (3.12: UBUNTU_PYTHON, else python3.12 on PATH, else pyenv's), the same way; and
+# the newest of each minor between, ansible-core alone over the lowest venv's packages (PYTHONPATH=.ansible-core/X.Y):
+# seconds to install, no venv.
 ANSIBLE_LOWEST := 2.16.0
+ANSIBLE_UBUNTU := 2.16.3
 ANSIBLE_HIGHEST := 2.20
 NEWER_PYTHON ?=
+UBUNTU_PYTHON ?=
+# Exits 3 when no Python fits: the tests that need it skip, saying so.
+FIND_PYTHON := $(PYTHON) scripts/find_python.py
 
 .PHONY: validate test test-fast lint sanity generate clean system-deps
 
@@ -62,10 +69,19 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	touch $@
 
 .venv-ansible-highest/.installed: pyproject.toml
-	@py=; for p in $(NEWER_PYTHON) python3.13 python3.12 $$(ls -d "$$(pyenv root 2>/dev/null)"/versions/3.1[2-9]*/bin/python3 2>/dev/null); do \
-	  if "$$p" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then py=$$p; break; fi; done; \
-	if [ -z "$$py" ]; then echo "no Python 3.12 or newer, which ansible-core $(ANSIBLE_HIGHEST) needs: set NEWER_PYTHON=..." >&2; exit 3; fi; \
+	py=$$($(FIND_PYTHON) --from 3.12 $(NEWER_PYTHON) python3.13 python3.12) || exit 3; \
 	"$$py" -m venv $(@D) && $(@D)/bin/python -m pip install -q -e '.[controller]' 'ansible-core==$(ANSIBLE_HIGHEST).*'
+	touch $@
+
+.venv-ansible-ubuntu/.installed: pyproject.toml
+	py=$$($(FIND_PYTHON) --from 3.12 --to 3.12 $(UBUNTU_PYTHON) python3.12) || exit 3; \
+	"$$py" -m venv $(@D) && $(@D)/bin/python -m pip install -q -e '.[controller]' 'ansible-core==$(ANSIBLE_UBUNTU)'
+	touch $@
+
+# .ansible-core/2.17/.installed: the newest 2.17, for the lowest venv's Python.
+.ansible-core/%/.installed: .venv-ansible-lowest/.installed
+	rm -rf $(@D)
+	.venv-ansible-lowest/bin/python -m pip install -q --no-deps --target $(@D) 'ansible-core==$*.*'
 	touch $@
 
 # Exits non-zero when a node fails acceptance (on a machine without a GPU it does). The report named at the end is
@@ -104,4 +120,4 @@ sanity: $(VENV)/.installed-test
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest tests/test_ansible_quality.py -k sanity
 
 clean:
-	rm -rf $(VENV) .venv-ansible-lowest .venv-ansible-highest .ansible .pytest_cache
+	rm -rf $(VENV) .venv-ansible-lowest .venv-ansible-highest .venv-ansible-ubuntu .ansible-core .ansible .pytest_cache

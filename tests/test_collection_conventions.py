@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 import tool_modules
+from test_ansible_versions import claimed_minors
 from test_readme import broken_links, links
 from gpufleet import version
 
@@ -238,6 +239,8 @@ def test_the_sanity_ignore_files_are_written_from_what_the_collection_ships(tmp_
     ignores = tool_modules.load("sanity_ignores")
     shipped = sorted(p.name for p in (REPO / "tests" / "sanity").glob("ignore-*.txt"))
     assert shipped == sorted(p.name for p in ignores.ignore_files(REPO)), shipped
+    # One for every ansible-core minor the collection claims (meta/runtime.yml to pyproject.toml's bound).
+    assert shipped == sorted(f"ignore-{minor}.txt" for minor in claimed_minors()), shipped
     # In a collection of one module and one engine file, written then given a second engine file: not current
     # until written again, and then with that file's two skips.
     for f in ("plugins/modules/one.py", "src/gpufleet/one.py", "tests/sanity/.keep"):
