@@ -29,15 +29,13 @@ DEPS := SYSTEM_DEPS='$(SYSTEM_DEPS)' bash scripts/system-deps.sh
 
 # The ansible-core the collection claims (meta/runtime.yml, pyproject.toml), each run with the README's command by
 # tests/test_ansible_versions.py: the lowest and the highest in a venv of their own with the controller extra (the
-# highest needs Python 3.12 or newer: NEWER_PYTHON, else python3.13 or python3.12 on PATH, else pyenv's); Ubuntu
-# 24.04's own, on the Python it ships (3.12: UBUNTU_PYTHON, else python3.12 on PATH, else pyenv's), the same way; and
-# the newest of each minor between, ansible-core alone over the lowest venv's packages (PYTHONPATH=.ansible-core/X.Y):
-# seconds to install, no venv.
+# highest on Python 3.12: NEWER_PYTHON, else python3.12 or python3.13 on PATH, else pyenv's); the others ansible-core
+# alone over one of them (PYTHONPATH=.ansible-core/X.Y; seconds to install, no venv): the newest of each minor between
+# over the lowest, Ubuntu 24.04's own over the highest, whose Python is the 3.12 Ubuntu 24.04 ships.
 ANSIBLE_LOWEST := 2.16.0
 ANSIBLE_UBUNTU := 2.16.3
 ANSIBLE_HIGHEST := 2.20
 NEWER_PYTHON ?=
-UBUNTU_PYTHON ?=
 # Exits 3 when no Python fits: the tests that need it skip, saying so.
 FIND_PYTHON := $(PYTHON) scripts/find_python.py
 
@@ -69,19 +67,23 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	touch $@
 
 .venv-ansible-highest/.installed: pyproject.toml
-	py=$$($(FIND_PYTHON) --from 3.12 $(NEWER_PYTHON) python3.13 python3.12) || exit 3; \
+	py=$$($(FIND_PYTHON) --from 3.12 $(NEWER_PYTHON) python3.12 python3.13) || exit 3; \
 	"$$py" -m venv $(@D) && $(@D)/bin/python -m pip install -q -e '.[controller]' 'ansible-core==$(ANSIBLE_HIGHEST).*'
-	touch $@
-
-.venv-ansible-ubuntu/.installed: pyproject.toml
-	py=$$($(FIND_PYTHON) --from 3.12 --to 3.12 $(UBUNTU_PYTHON) python3.12) || exit 3; \
-	"$$py" -m venv $(@D) && $(@D)/bin/python -m pip install -q -e '.[controller]' 'ansible-core==$(ANSIBLE_UBUNTU)'
 	touch $@
 
 # .ansible-core/2.17/.installed: the newest 2.17, for the lowest venv's Python.
 .ansible-core/%/.installed: .venv-ansible-lowest/.installed
 	rm -rf $(@D)
 	.venv-ansible-lowest/bin/python -m pip install -q --no-deps --target $(@D) 'ansible-core==$*.*'
+	touch $@
+
+# Ubuntu 24.04's ansible-core, on the Python it ships (3.12): the highest venv's, when it is that.
+.ansible-core/$(ANSIBLE_UBUNTU)/.installed: .venv-ansible-highest/.installed
+	@.venv-ansible-highest/bin/python -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' || { \
+	  echo "ansible-core $(ANSIBLE_UBUNTU) as Ubuntu 24.04 has it runs on Python 3.12, not .venv-ansible-highest's:" \
+	    "rm -rf .venv-ansible-highest, then NEWER_PYTHON=<a Python 3.12>" >&2; exit 3; }
+	rm -rf $(@D)
+	.venv-ansible-highest/bin/python -m pip install -q --no-deps --target $(@D) 'ansible-core==$(ANSIBLE_UBUNTU)'
 	touch $@
 
 # Exits non-zero when a node fails acceptance (on a machine without a GPU it does). The report named at the end is
@@ -120,4 +122,4 @@ sanity: $(VENV)/.installed-test
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest tests/test_ansible_quality.py -k sanity
 
 clean:
-	rm -rf $(VENV) .venv-ansible-lowest .venv-ansible-highest .venv-ansible-ubuntu .ansible-core .ansible .pytest_cache
+	rm -rf $(VENV) .venv-ansible-lowest .venv-ansible-highest .ansible-core .ansible .pytest_cache

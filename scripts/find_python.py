@@ -1,9 +1,9 @@
 """The Python a venv of the Makefile needs (an ansible-core that runs on some Pythons only): the first of the names
-given (on PATH, or paths) whose version is in the range, then pyenv's. Standard library only.
+given (on PATH, or paths) of --from's version or newer, then pyenv's (oldest first). Standard library only.
 
-    python3 scripts/find_python.py --from 3.12 [--to 3.12] [NAME ...]
+    python3 scripts/find_python.py --from 3.12 [NAME ...]
 
-Prints its path; exits 3, saying what it looked for, when none is in the range.
+Prints its path; exits 3, saying what it looked for, when none is.
 """
 
 from __future__ import annotations
@@ -46,17 +46,16 @@ def _minor(text: str) -> tuple[int, int]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--from", dest="low", type=_minor, required=True, help="the lowest version, e.g. 3.12")
-    parser.add_argument("--to", dest="high", type=_minor, default=(3, 99), help="the highest version (default: any)")
     parser.add_argument("names", nargs="*", help="Pythons to try first, in order")
     args = parser.parse_args(argv)
     for name in [*args.names, *pyenv_pythons()]:
         found = shutil.which(name)
         got = version(found) if found else None
-        if got and args.low <= got <= args.high:
+        if got and got >= args.low:
             print(found)
             return 0
-    wanted = "%d.%d" % args.low + ("" if args.high == (3, 99) else " to %d.%d" % args.high)
-    print(f"no Python {wanted} among {' '.join(args.names) or 'none named'} or pyenv's", file=sys.stderr)
+    wanted = "%d.%d" % args.low
+    print(f"no Python {wanted} or newer among {' '.join(args.names) or 'none named'} or pyenv's", file=sys.stderr)
     return NONE_FOUND
 
 
