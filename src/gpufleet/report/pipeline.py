@@ -26,8 +26,8 @@ from gpufleet.report.chart_data import BAR_METRICS
 from gpufleet.report.formatting import STATUS_ORDER, check_id, class_text, trust_text
 from gpufleet.report.nodes import DOC_PROFILE, DOC_READ, load_nodes, load_peers, node_order
 
-# Each output of registry.OUTPUTS: its file (or folder) under the run folder.
-REPORT_FILES = {o.name: o.file for o in registry.OUTPUTS}
+# Each output the report writes (registry.report_outputs()): its file (or folder) under the run folder.
+REPORT_FILES = {o.name: o.file for o in registry.report_outputs()}
 OWN_LINE = ("html", "fleet", "prometheus", "drain")  # summary_text's outputs on lines of their own
 # A node's verdict in words: "fail" is also what results are counted by, and a node fails for errors too.
 VERDICT_WORDS = {schema.FAIL: "not accepted", schema.WARN: "accepted with warnings", schema.PASS: "accepted"}
@@ -317,7 +317,7 @@ def _build(
             report["locks_not_given_back"] = last["locks_not_given_back"]
         files = {name: str(run_dir / file) for name, file in REPORT_FILES.items()}
         made = Made(run_dir, report, fleet, textfile_dir, fleet_hosts)
-        for output in registry.OUTPUTS:
+        for output in registry.report_outputs():
             if output.render:
                 _write(made.path(output.name), registry.resolve(output.render)(report))
             else:
