@@ -74,7 +74,7 @@ def certify(
     report_sha = statement.sha256(report_path.read_bytes())
     run = _run(run_dir, report)
     folder = paths.make_dir(run_dir / certificates.FOLDER)
-    nodes_dir = paths.make_dir(folder / certificates.NODES)
+    paths.make_dir(folder / certificates.NODES)
     made, not_certified, claims = {}, {}, []
     for host, node in report["nodes"].items():
         path = certificates.node_path(run_dir, host)

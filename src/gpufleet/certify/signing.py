@@ -96,7 +96,7 @@ def keygen(key: str | Path, reports_dirs) -> dict:
     """KEY (0600) and KEY.pub, neither overwritten; {"key", "pubkey", "keyid"}."""
     _, signer, _, serialization = library()
     path, pub = Path(key), Path(f"{key}{PUBLIC_SUFFIX}")
-    root = _inside_reports(path.parent, reports_dirs) if path.parent.exists() else None
+    root = _inside_reports(path, reports_dirs)
     if root is not None:
         raise InputError(
             f"{path} lies inside the reports folder {root}, whose runs are copied into artifacts and evidence "

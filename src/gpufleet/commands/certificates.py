@@ -65,7 +65,11 @@ def cmd_verify(args) -> int:
         if at is None:
             raise InputError(f"--at {args.at!r}; expected a UTC time as 2026-12-19T10:00:00Z")
     hardware, why = None, None
-    if args.document:
+    envelope, _ = paths.read_json(args.certificate)
+    fleet = (certificates.statement_of(envelope) or {}).get("predicateType") == certificates.FLEET_PREDICATE_TYPE
+    if fleet and (args.document or args.live):
+        why = "--document and --live check one node's certificate, not a fleet's"
+    elif args.document:
         doc, why = _read(args.document)
         hardware, why = statement.identity(doc) if doc is not None else (None, why)
         why = why and f"--document {args.document}: {why}"

@@ -16,7 +16,6 @@ from __future__ import annotations
 import errno
 from pathlib import Path
 
-from gpufleet.collect.host.files import read_text
 
 DMI = "sys/class/dmi/id"
 SERIALS = ("board_serial", "chassis_serial", "product_serial", "product_uuid")
