@@ -120,7 +120,9 @@ def test_the_untouched_certificate_is_valid_to_gpufleet_and_to_the_libraries(sig
     parsed = json_format.Parse(envelope.payload, statement_pb2.Statement())
     in_toto_statement.Statement.copy_from_pb(parsed).validate()
     predicate = json.loads(envelope.payload)["predicate"]
-    serials = {s["annotations"]["serial"] for s in json.loads(envelope.payload)["subject"] if s["name"].startswith("gpu:")}
+    serials = {
+        s["annotations"]["serial"] for s in json.loads(envelope.payload)["subject"] if s["name"].startswith("gpu:")
+    }
     assert serials == {"1653724058331", "1653724049352"}
     assert predicate["validity"]["days"] == 21 and "Cluster Readiness Engine" in predicate["validity"]["source"]
     assert predicate["report"]["sha256"] == statement.sha256((signed["run"] / "report.json").read_bytes())
@@ -296,7 +298,10 @@ def test_bad_input_exits_2_naming_it(signed):
     for args, said in (
         (("verify", signed["tmp"] / "none.json", "--pubkey", signed["pub"]), "is not a file"),
         (("verify", node_cert(signed), "--pubkey", node_cert(signed)), "is not a public key in PEM"),
-        (("verify", signed["run"] / "certificates" / "fleet.intoto.json", "--pubkey", signed["pub"], "--live"), "not a fleet's"),
+        (
+            ("verify", signed["run"] / "certificates" / "fleet.intoto.json", "--pubkey", signed["pub"], "--live"),
+            "not a fleet's",
+        ),
     ):
         done = gpufleet(*args)
         assert done.returncode == 2 and said in done.stdout + done.stderr, (args, done)
@@ -333,7 +338,7 @@ def test_a_sites_signing_command_signs_as_the_key_does(tmp_path):
     run = reported_run(tmp_path, {"node0": '{"gpus_expected": 2}'})
     key, other = tmp_path / "hsm.key", tmp_path / "other.key"
     assert gpufleet("keygen", key).returncode == 0 and gpufleet("keygen", other).returncode == 0
-    command = f"{sys.executable} -c \"{SIGNING_COMMAND}\" {key}"
+    command = f'{sys.executable} -c "{SIGNING_COMMAND}" {key}'
     done = gpufleet("certify", run, "--sign-command", command, "--pubkey", f"{key}.pub")
     assert done.returncode == 0, done.stderr
     verified = gpufleet("verify", certificates.node_path(run, "node0"), "--pubkey", f"{key}.pub")

@@ -32,7 +32,7 @@ FAMILIES = {
     "gpufleet.commands.records": ("record", "history", "baseline", "store", "versions", "slurm", "references"),
     "gpufleet.commands.fleet": ("fleet",),
     "gpufleet.commands.service": ("slurm-sweep", "ladder", "evidence"),
-    "gpufleet.commands.certificates": ("keygen", "certify", "verify"),
+    "gpufleet.commands.certify": ("keygen", "certify", "verify"),
     "gpufleet.node.stage": ("node-stage",),
 }
 # `gpufleet slurm sweep ...` is the parser's `slurm-sweep` (`gpufleet slurm RUN_DIR` takes a folder there).

@@ -16,7 +16,7 @@ from pathlib import Path
 from gpufleet.base import certificates, paths
 from gpufleet.base.errors import InputError
 from gpufleet.base.paths import DEFAULT_REPORTS_DIR
-from gpufleet.certify import run, signing, statement, verify
+from gpufleet.certify import issue, signing, statement, verify
 
 
 def _print(doc: dict, as_json: bool, text: str) -> None:
@@ -48,10 +48,10 @@ def signer_of(args):
 
 
 def cmd_certify(args) -> int:
-    record = run.certify(
+    record = issue.certify(
         Path(args.run_dir), signer_of(args), textfile_dir=args.textfile_dir, fleet_hosts=args.fleet_host
     )
-    _print(record, args.json, run.summary_text(record))
+    _print(record, args.json, issue.summary_text(record))
     return 1 if record["not_certified"] else 0
 
 
@@ -115,7 +115,7 @@ def add_parsers(sub) -> None:
     c.add_argument(
         "--reports-dir", default=DEFAULT_REPORTS_DIR, help="a reports folder the key must stay out of, beside RUN_DIR's"
     )
-    c.add_argument("--textfile-dir", help=f"also write {run.TEXTFILE_NAME} there (node_exporter's textfile folder)")
+    c.add_argument("--textfile-dir", help=f"also write {issue.TEXTFILE_NAME} there (node_exporter's textfile folder)")
     c.add_argument("--fleet-host", action="append", help="with --textfile-dir: only these nodes (the inventory's)")
     c.add_argument("--json", action="store_true", help="print what was certified as JSON")
     c.set_defaults(func=cmd_certify)
