@@ -189,6 +189,19 @@ def command_signer(command: str, pubkey: str | Path):
     return CommandSigner()
 
 
+def signer_of(key: str | None, command: str | None, pubkey: str | None, reports_dirs):
+    """The signer a command's options name (--key, or --sign-command with --pubkey); InputError otherwise."""
+    if bool(key) == bool(command):
+        raise InputError("give --key KEY (gpufleet_certify_key) or --sign-command CMD (gpufleet_certify_command), one")
+    if key:
+        return key_signer(key, reports_dirs)
+    if not pubkey:
+        raise InputError(
+            "--sign-command needs --pubkey (gpufleet_certify_pubkey): the public key of the key it signs with"
+        )
+    return command_signer(command, pubkey)
+
+
 def sign(payload: bytes, signer) -> dict:
     """The DSSE envelope of payload, signed; verified with the signer's public key before it is handed back."""
     dsse, _, _, _ = library()

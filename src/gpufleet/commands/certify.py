@@ -33,24 +33,10 @@ def cmd_keygen(args) -> int:
     return 0
 
 
-def signer_of(args):
-    """The signer the options name: a key file or a signing command with its public key; InputError otherwise."""
-    reports = [Path(args.run_dir).resolve().parent, Path(args.reports_dir)]
-    if bool(args.key) == bool(args.sign_command):
-        raise InputError("give --key KEY (gpufleet_certify_key) or --sign-command CMD (gpufleet_certify_command), one")
-    if args.key:
-        return signing.key_signer(args.key, reports)
-    if not args.pubkey:
-        raise InputError(
-            "--sign-command needs --pubkey (gpufleet_certify_pubkey): the public key of the key it signs with"
-        )
-    return signing.command_signer(args.sign_command, args.pubkey)
-
-
 def cmd_certify(args) -> int:
-    record = issue.certify(
-        Path(args.run_dir), signer_of(args), textfile_dir=args.textfile_dir, fleet_hosts=args.fleet_host
-    )
+    reports = [Path(args.run_dir).resolve().parent, Path(args.reports_dir)]
+    signer = signing.signer_of(args.key, args.sign_command, args.pubkey, reports)
+    record = issue.certify(Path(args.run_dir), signer, textfile_dir=args.textfile_dir, fleet_hosts=args.fleet_host)
     _print(record, args.json, issue.summary_text(record))
     return 1 if record["not_certified"] else 0
 

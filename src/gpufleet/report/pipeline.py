@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpufleet import __version__
-from gpufleet.base import causes, paths, registry, runs, schema
+from gpufleet.base import causes, certificates, paths, registry, runs, schema
 from gpufleet.base.errors import InputError
 from gpufleet.fleet import compare, store as fleet_store
 from gpufleet.comparisons import metrics
@@ -83,6 +83,7 @@ def summarize(report: dict, files: dict) -> dict:
             "failed_checks": [check_id(r) for r in node["results"] if r["status"] in (schema.FAIL, schema.ERROR)],
             "warned_checks": [check_id(r) for r in node["results"] if r["status"] == schema.WARN],
             "causes": [causes.line(g) for g in node["causes"]],
+            "certificate": (node.get("certificate") or {}).get("text"),
         }
     fleet = report.get("fleet") or {}
     return {
@@ -292,6 +293,10 @@ def _build(
             if node["host"] in fleet["metrics"]:  # the per-GPU bars' figures, extracted once (report/chart_data.py)
                 node["per_gpu"] = [m for m in fleet["metrics"][node["host"]]["metrics"] if m["key"] in BAR_METRICS]
             _refresh(node)
+        # Each node's latest certificate as the reports folder's index has it (unverified): one expired is said so.
+        claims = certificates.latest(run_dir.resolve().parent)
+        for node in nodes:
+            node["certificate"] = certificates.state(claims.get(node["host"]))
         report = assemble(run_dir, sorted(nodes, key=node_order))
         info = read_run_info(run_dir)
         names = slurm_names if slurm_names is not None else info.get("slurm_node_names")
@@ -355,6 +360,8 @@ def summary_text(summary: dict) -> str:
             line += "  failing: " + "; ".join(n["causes"])
         if n.get("warned_checks"):
             line += ("; " if n.get("causes") else "  ") + "warning: " + ", ".join(n["warned_checks"])
+        if " expired on " in (n.get("certificate") or ""):
+            line += f"; its {n['certificate']}"
         lines.append(line.rstrip())
     files = summary["files"]
     lines.append(f"report: {files['html']}")
