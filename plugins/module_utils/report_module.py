@@ -47,7 +47,9 @@ def _certify(module, python, summary):
         for host in p["fleet_hosts"] or []:
             args += ["--fleet-host", host]
     try:
-        dummy, record = run_json(python, args, p["timeout_s"], "the controller", ok_rcs=(0, 1), engine_src=p["engine_src"])
+        dummy, record = run_json(
+            python, args, p["timeout_s"], "the controller", ok_rcs=(0, 1), engine_src=p["engine_src"]
+        )
     except EngineError as exc:
         module.fail_json(summary=summary, **exc.fail_kwargs())
     return record

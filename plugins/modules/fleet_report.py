@@ -73,7 +73,7 @@ options:
     elements: str
   certify_key:
     description:
-      - After the report, C(gpufleet certify RUN_DIR --key KEY): a signed certificate for each accepted node in
+      - After the report, C(gpufleet certify RUN_DIR --key KEY) signs a certificate for each accepted node in
         C(RUN_DIR/certificates) (C(gpufleet_certify_key)). The key file must be mode 0600 and outside the reports
         folder; it is read on the controller and never copied.
     type: path

@@ -83,8 +83,9 @@ def summarize(report: dict, files: dict) -> dict:
             "failed_checks": [check_id(r) for r in node["results"] if r["status"] in (schema.FAIL, schema.ERROR)],
             "warned_checks": [check_id(r) for r in node["results"] if r["status"] == schema.WARN],
             "causes": [causes.line(g) for g in node["causes"]],
-            "certificate": (node.get("certificate") or {}).get("text"),
         }
+        if (node.get("certificate") or {}).get("certified"):
+            nodes[host]["certificate"] = node["certificate"]["text"]
     fleet = report.get("fleet") or {}
     return {
         "run_dir": report["run_dir"],

@@ -380,7 +380,7 @@ def _read(reader: LiveReader, cert: dict | None) -> dict:
     return dict(doc, certificate=cert) if cert else doc
 
 
-def _json_loop(reader: LiveReader, count: int, interval_s: float, cert: dict | None) -> int:
+def _json_loop(reader: LiveReader, count: int, interval_s: float, cert: dict | None = None) -> int:
     for i in range(count):
         started = time.monotonic()
         doc = _read(reader, cert)
@@ -392,7 +392,7 @@ def _json_loop(reader: LiveReader, count: int, interval_s: float, cert: dict | N
     return 0
 
 
-def _live_loop(reader: LiveReader, count: int | None, interval_s: float, cert: dict | None) -> int:
+def _live_loop(reader: LiveReader, count: int | None, interval_s: float, cert: dict | None = None) -> int:
     from rich.live import Live
 
     doc = _read(reader, cert)
