@@ -25,11 +25,9 @@ def _print(doc: dict, as_json: bool, text: str) -> None:
 
 def cmd_keygen(args) -> int:
     made = signing.keygen(args.key, [args.reports_dir])
-    _print(
-        made,
-        args.json,
-        f"private key {made['key']} (0600: keep it off every run folder)\npublic key  {made['pubkey']} (key id {made['keyid']}): give it to who verifies",
-    )
+    text = f"private key {made['key']} (0600: keep it off every run folder)\n"
+    text += f"public key  {made['pubkey']} (key id {made['keyid']}): give it to whoever verifies"
+    _print(made, args.json, text)
     return 0
 
 
