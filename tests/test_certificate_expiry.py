@@ -103,3 +103,21 @@ def test_the_report_and_status_say_a_nodes_certificate_expired(tmp_path):
         timeout=60,
     )
     assert bad.returncode == 2 and "is no node certificate" in bad.stderr
+
+
+def test_the_board_identity_is_read_from_dmi_with_placeholders_and_absences_said(tmp_path):
+    from gpufleet.collect.host.dmi import read_dmi
+
+    dmi = tmp_path / "sys" / "class" / "dmi" / "id"
+    dmi.mkdir(parents=True)
+    (dmi / "board_serial").write_text("BSN-4411\n")
+    (dmi / "chassis_serial").write_text("To Be Filled By O.E.M.\n")
+    (dmi / "product_uuid").write_text("00000000-0000-0000-0000-000000000000\n")
+    (dmi / "board_vendor").write_text("Supermicro\n")
+    got = read_dmi(tmp_path)
+    assert got["board_serial"] == "BSN-4411" and got["board_vendor"] == "Supermicro"
+    assert (
+        got["chassis_serial"] is None and "placeholder 'To Be Filled By O.E.M.'" in got["unreadable"]["chassis_serial"]
+    )
+    assert got["product_uuid"] is None and "placeholder" in got["unreadable"]["product_uuid"]
+    assert got["product_serial"] is None and got["unreadable"]["product_serial"].endswith("product_serial: not present")

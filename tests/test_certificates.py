@@ -366,3 +366,7 @@ def test_the_expiry_of_each_node_for_prometheus_and_the_index(signed):
     assert sample.labels == {"node": "node0", "run_id": "r1", "tier": "acceptance"}
     assert sample.value == certificates.epoch(claim["valid_until"])
     assert certificates.scan(signed["run"].parent) == certificates.latest(signed["run"].parent)
+    collector = signed["tmp"] / "textfile"
+    collector.mkdir()
+    assert gpufleet("certify", signed["run"], "--key", signed["key"], "--textfile-dir", collector).returncode == 1
+    assert (collector / "gpufleet-certificates.prom").read_text() == prom
