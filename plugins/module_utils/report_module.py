@@ -35,6 +35,16 @@ def failed_hosts(summary):
     return sorted(host for host, node in nodes.items() if isinstance(node, dict) and node.get("verdict") == "fail")
 
 
+def _textfile_args(p):
+    """node_exporter's folder and the inventory's nodes, which the report and certify write their series for."""
+    args = []
+    if p["prometheus_textfile_dir"]:
+        args += ["--textfile-dir", p["prometheus_textfile_dir"]]
+        for host in p["fleet_hosts"] or []:
+            args += ["--fleet-host", host]
+    return args
+
+
 def _certify(module, python, summary):
     """`gpufleet certify RUN_DIR` after the report: what it certified, and each node not certified with why."""
     p = module.params
@@ -42,10 +52,7 @@ def _certify(module, python, summary):
     args += ["--key", p["certify_key"]] if p["certify_key"] else ["--sign-command", p["certify_command"]]
     if p["certify_pubkey"]:
         args += ["--pubkey", p["certify_pubkey"]]
-    if p["prometheus_textfile_dir"]:
-        args += ["--textfile-dir", p["prometheus_textfile_dir"]]
-        for host in p["fleet_hosts"] or []:
-            args += ["--fleet-host", host]
+    args += _textfile_args(p)
     try:
         dummy, record = run_json(
             python, args, p["timeout_s"], "the controller", ok_rcs=(0, 1), engine_src=p["engine_src"]
@@ -69,10 +76,7 @@ def run_report_module(module, python):
         args.append("--set-baseline")
     for host, name in sorted(p["slurm_names"].items()):
         args += ["--slurm-name", "%s=%s" % (host, name)]
-    if p["prometheus_textfile_dir"]:
-        args += ["--textfile-dir", p["prometheus_textfile_dir"]]
-        for host in p["fleet_hosts"] or []:
-            args += ["--fleet-host", host]
+    args += _textfile_args(p)
     try:
         rc, summary = run_json(
             python, args, p["timeout_s"], "the controller", ok_rcs=(0, 1), engine_src=p["engine_src"]
