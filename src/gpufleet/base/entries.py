@@ -119,3 +119,4 @@ class Output:
     file: str  # under the run folder (a folder for one that writes several files)
     render: str | None = None  # "module:function" of render(report) -> str, written to `file`
     write: str | None = None  # "module:function" of write(made) -> None, which writes `file` itself
+    made_by: str = "report"  # the command that writes it: the report's own, or one after it (`gpufleet certify`)

@@ -319,8 +319,9 @@ METRICS = (
 
 # ------------------------------------------------------------------------------------------------- outputs
 
-# What the report writes, in this order (report/pipeline.py loops over them): the fleet's files first, which
-# report.json and the renderings then name.
+# What a run folder holds beside its host documents: what the report writes, in this order (report/pipeline.py loops
+# over report_outputs()): the fleet's files first, which report.json and the renderings then name; then what commands
+# after the report write (the certificates: base/certificates.py).
 OUTPUTS = (
     Output("fleet", "fleet.json", write="gpufleet.report.pipeline:write_fleet"),
     Output("prometheus", "prometheus", write="gpufleet.fleet.export:write_prometheus_of"),
@@ -329,7 +330,11 @@ OUTPUTS = (
     Output("md", "report.md", render="gpufleet.report.render_md:render"),
     Output("html", "report.html", render="gpufleet.report.render_html:render"),
     Output("junit", "junit.xml", render="gpufleet.report.render_junit:render"),
+    Output("certificates", "certificates", made_by="certify"),
 )
+
+# How long a node's certificate stays valid after a run of each tier accepted it (profile keys; docs/certificates.md).
+CERTIFICATE_VALIDITY = {t.name: f"certificate_valid_days_{t.name}" for t in RUN_TIERS}
 
 # fmt: on
 
@@ -342,6 +347,11 @@ def resolve(spec: str, package: str | None = None):
     is under `package`."""
     module, _, name = spec.partition(":")
     return getattr(importlib.import_module(package + module if module.startswith(".") else module), name)
+
+
+def report_outputs() -> tuple[Output, ...]:
+    """The outputs the report writes itself, in their order."""
+    return tuple(o for o in OUTPUTS if o.made_by == "report")
 
 
 def check_function(g: Group, c: Check):
@@ -474,7 +484,7 @@ def failure_classes() -> dict[str, str]:
 
 def declared_thresholds() -> set[str]:
     """Every profile key a check or the shared machinery judges against."""
-    keys = set(SHARED_THRESHOLDS)
+    keys = set(SHARED_THRESHOLDS) | set(CERTIFICATE_VALIDITY.values())
     for g in CHECK_GROUPS + OTHER_GROUPS:
         keys.update(k for c in g.checks for k in c.thresholds)
     for b in BENCHMARKS:
