@@ -77,7 +77,7 @@ for node in doc.get("nodes", {}).values():
 PY
 }
 
-neighbour() {  # KIND AT_S FOR_S: start it in the background, after AT_S seconds
+neighbour() {  # KIND AT_S FOR_S: start it in the background, after AT_S seconds; its pid in $neighbour_pid
   local kind=$1 at=$2 for_s=$3 args
   case $kind in
     cpu) args="--kind cpu --procs $(( $(nproc) / 3 )) --as-user gpufleet-neighbour" ;;
@@ -85,7 +85,7 @@ neighbour() {  # KIND AT_S FOR_S: start it in the background, after AT_S seconds
     *) args="--kind matmul --gpu $neighbour_gpu" ;;
   esac
   (sleep "$at"; exec python3 tools/gpu_disturb.py $args --seconds "$for_s") >>"$OUT/neighbours.log" 2>&1 &
-  echo $!
+  neighbour_pid=$!  # a child of this shell, not of a $(...) subshell: so that `wait` can wait for it
 }
 
 confirm1() {  # the memory step with one GPU's host-to-device figure past a baseline of 100 GB/s, each checkout
@@ -137,7 +137,8 @@ one() {  # STEP
   (cd "$dir" && python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >/dev/null 2>&1)
   if [[ "$a" == gpu@* || "$a" == cpu@* || "$a" == memcpy@* ]]; then
     local what=${a%%@*} span=${a#*@}
-    pid=$(neighbour "$what" "${span%%+*}" "${span#*+}")
+    neighbour "$what" "${span%%+*}" "${span#*+}"
+    pid=$neighbour_pid
   fi
   t0=$SECONDS
   (cd "$dir" && python3 -m gpufleet fleet run -i inventory/local --plain --json --tier "$tier" "${extra[@]}" \
