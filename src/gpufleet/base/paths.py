@@ -15,10 +15,12 @@ import fcntl
 import json
 import os
 import re
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from gpufleet.base import registry
 from gpufleet.base.errors import InputError
 
 NAME_MAX_CHARS = 128
@@ -40,6 +42,21 @@ def safe_name(value, what: str) -> str:
     return value
 
 
+def run_id(value, what: str) -> str:
+    """`value` when it may name a run (a run folder of the reports folder): a plain name, and none the reports folder
+    keeps for its own files (registry.reserved_names: the store, the baseline, their journals and damaged forms);
+    InputError naming `what` otherwise. Every way a run gets its id comes here."""
+    safe_name(value, what)
+    taken = registry.reserved(value)
+    if taken:
+        raise InputError(
+            f"{what} {value!r} is a name the reports folder keeps for its own {taken}"
+            + ("" if value == taken else f" (and its forms, {taken}-* and {taken}.*)")
+            + ": a run folder of that name would take its place; choose another run id"
+        )
+    return value
+
+
 def inside(base: Path | str, *parts: str, what: str) -> Path:
     """base/parts resolved; InputError when the result leaves base (.., a link out, an absolute part)."""
     root = Path(base).resolve()
@@ -50,9 +67,9 @@ def inside(base: Path | str, *parts: str, what: str) -> Path:
 
 
 def own_folder(base: Path | str, name: str, what: str) -> Path:
-    """base/name, a folder of its own for `name` (a plain name): never a symbolic link, whatever it points at (what
+    """base/name, the folder of the run `name` (run_id()): never a symbolic link, whatever it points at (what
     is written there would land in another folder), and inside base; InputError naming `what` otherwise."""
-    safe_name(name, what)
+    run_id(name, what)
     path = Path(base) / name
     if path.is_symlink():
         raise InputError(
@@ -112,17 +129,99 @@ def write_atomic(path: Path | str, text: str, mode: int = FILE_MODE, *, durable:
     return path
 
 
-def read_json(path: Path | str) -> tuple[Any, str | None]:
-    """(document, None), or (None, why the file gives none: it cannot be read, its bytes are not UTF-8 text
-    (random bytes over it), it is not JSON). The readers of the files the controller writes all say the same."""
+def file_kind(mode: int) -> str:
+    """What a file of this mode is, in words: 'a FIFO (named pipe)', 'a folder', ..."""
+    for test, words in (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return words
+    return "a file" if stat.S_ISREG(mode) else "no plain file"
+
+
+def not_a_file(path: Path | str) -> str | None:
+    """Why the entry at path is no plain file of its own to read or open (a symbolic link, which is not followed:
+    whatever it points at is no file of this folder; a FIFO, whose open would wait for a writer; a folder, a
+    socket, a device), or None for a plain file or nothing there. Never opens it."""
     try:
-        raw = Path(path).read_bytes()
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        return f"is a symbolic link (to {target}), not a file of its own"
+    if not stat.S_ISREG(st.st_mode):
+        return f"is {file_kind(st.st_mode)}, not a file"
+    return None
+
+
+def read_bytes(path: Path | str) -> tuple[bytes | None, str | None]:
+    """(the bytes of the file at path, None), or (None, why it gives none). The one reader of the files a run, a
+    reports folder or a node lock holds: it never waits (a FIFO is opened with O_NONBLOCK and named, never read),
+    never follows a symbolic link (O_NOFOLLOW), and names a folder, a socket or a device as what it is."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            why = not_a_file(path)
+            if why:
+                return None, why
         return None, f"cannot be read: {exc.strerror or exc}"
     try:
-        return json.loads(raw.decode("utf-8")), None
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            return None, f"is {file_kind(mode)}, not a file"
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return b"".join(chunks), None
+            chunks.append(chunk)
+    except OSError as exc:
+        return None, f"cannot be read: {exc.strerror or exc}"
+    finally:
+        os.close(fd)
+
+
+def read_denied(path: Path | str) -> bool:
+    """Whether opening the file at path to read it is refused for want of permission (its mode, its owner)."""
+    try:
+        os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC))
+    except PermissionError:
+        return True
+    except OSError:
+        pass
+    return False
+
+
+def read_text(path: Path | str) -> tuple[str | None, str | None]:
+    """(the file's text, None), or (None, why it gives none: read_bytes's reasons, or bytes that are no UTF-8 text)."""
+    raw, why = read_bytes(path)
+    if raw is None:
+        return None, why
+    try:
+        return raw.decode("utf-8"), None
     except UnicodeDecodeError as exc:
         return None, f"is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}: damaged)"
+
+
+def read_json(path: Path | str) -> tuple[Any, str | None]:
+    """(document, None), or (None, why the file gives none: it cannot be read or is no plain file (read_bytes), its
+    bytes are not UTF-8 text (random bytes over it), it is not JSON). The readers of the files the controller writes
+    all say the same."""
+    text, why = read_text(path)
+    if text is None:
+        return None, why
+    try:
+        return json.loads(text), None
     except json.JSONDecodeError as exc:
         return None, f"is not valid JSON ({exc.msg} at line {exc.lineno})"
 

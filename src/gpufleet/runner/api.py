@@ -167,7 +167,7 @@ def fleet_run(
             f"--peers {', '.join(both)}: a peer joins the runs across nodes of nodes under test and cannot "
             "be one of them"
         )
-    run_id = paths.safe_name(run_id or new_run_id(), "--run-id")
+    run_id = paths.run_id(run_id or new_run_id(), "--run-id")
     inv_obj = Invocation(
         command=command,
         playbook="validate",
@@ -203,7 +203,7 @@ def fleet_resume(
 ) -> tuple[resume_mod.ResumePlan, Outcome | None]:
     """Run again what did not finish (and, unless only_unfinished, what failed or erred) in the same run."""
     project = project if isinstance(project, Project) else find_project(project)
-    run_dir = _reports_dir(reports_dir) / paths.safe_name(run_id, "RUN_ID")
+    run_dir = _reports_dir(reports_dir) / paths.run_id(run_id, "RUN_ID")
     folder = rec.load_run_folder(run_dir)
     record = folder.record or {}
     first = next((i for i in record.get("invocations", []) if i.get("command") != "locate"), None)
@@ -361,7 +361,7 @@ def fleet_locate(
         "gpufleet_locate_reference_gbps": reference_gbps,
         "gpufleet_locate_base_port": base_port,
     }
-    run_id = paths.safe_name(run_id or new_run_id(), "--run-id")
+    run_id = paths.run_id(run_id or new_run_id(), "--run-id")
     reports = _reports_dir(reports_dir)
     run_dir = reports / run_id
     # Locating inside an existing run (the one that was slow) adds an attempt to it.

@@ -30,7 +30,7 @@ from gpufleet.fleet import figure_text, service_log
 from gpufleet.fleet import slurm_action as fleet_slurm
 from gpufleet.fleet import store as fleet_store
 from gpufleet.fleet.export import exposition
-from gpufleet.fleet.run_files import put_md_section, read_json
+from gpufleet.fleet.run_files import put_md_section, read_json, read_md
 from gpufleet.service import ladder, policy, sweep
 
 HEADING = "## Fleet in service"
@@ -204,7 +204,9 @@ def write(run_dir: Path, db: Path | None = None) -> dict:
     Prometheus file, after Slurm's own state is read (a node back in service ends its episode, fleet/slurm_action.py
     seen_back). The gathered data."""
     run_dir = Path(run_dir)
-    with fleet_store.Store(Path(db) if db else fleet_store.default_path(run_dir.resolve().parent)) as store:
+    read_md(run_dir / "report.md")  # named before anything is written
+    store_path = Path(db) if db else fleet_store.default_path(run_dir.resolve().parent)
+    with fleet_store.Store(store_path, check=True) as store:  # a writer checks every page first
         store.index_events(run_dir)
         try:
             shown = slurm.show_nodes()  # Slurm's own state: a node resumed by hand is back, whoever resumed it
