@@ -28,8 +28,8 @@
 - A file of a reports folder (or of a node: its lock): its name (`<host>` for one a node), where it lies (the
   reports folder's top, each run folder, the node), its form (JSON, text, an SQLite store, a folder), what it holds,
   and what each command that reads or writes it does when it finds it damaged (`uses`: REFUSES, NAMES, MAKES,
-  REPAIRS, GOES_ON, below), on the run it acts on, and on a run beside it (`beside`). The names the reports folder
-  keeps for itself (registry.reserved_names) and the file-fault matrix (tests/test_file_faults.py) come from them.
+  REPAIRS, GOES_ON, below), on the run it acts on, and on a run beside it (`beside`); layout.py holds them. The names
+  the reports folder keeps for itself and the file-fault matrix (tests/test_file_faults.py) come from them.
 
 Nothing here imports the rest of gpufleet.
 """

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gpufleet.base import registry
+from gpufleet.base import layout
 from gpufleet.base.errors import InputError
 
 NAME_MAX_CHARS = 128
@@ -44,10 +44,10 @@ def safe_name(value, what: str) -> str:
 
 def run_id(value, what: str) -> str:
     """`value` when it may name a run (a run folder of the reports folder): a plain name, and none the reports folder
-    keeps for its own files (registry.reserved_names: the store, the baseline, their journals and damaged forms);
+    keeps for its own files (layout.reserved_names: the store, the baseline, their journals and damaged forms);
     InputError naming `what` otherwise. Every way a run gets its id comes here."""
     safe_name(value, what)
-    taken = registry.reserved(value)
+    taken = layout.reserved(value)
     if taken:
         raise InputError(
             f"{what} {value!r} is a name the reports folder keeps for its own {taken}"
@@ -80,8 +80,14 @@ def own_folder(base: Path | str, name: str, what: str) -> Path:
 
 
 def make_dir(path: Path | str) -> Path:
-    """Create a folder (and its missing parents, each) with DIR_MODE; an existing one is left as it is."""
+    """Create a folder (and its missing parents, each) with DIR_MODE; an existing one is left as it is. A symbolic
+    link there is refused, whatever it points at: what is written in a folder of a run stays in it."""
     target = Path(path)
+    if target.is_symlink():
+        raise InputError(
+            f"cannot use {target}: it {not_a_file(target).removeprefix('is ')}; nothing was written through it: "
+            "remove the link"
+        )
     missing, up = [], target
     while not up.exists() and up.parent != up:
         missing.append(up)

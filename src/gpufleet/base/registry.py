@@ -36,20 +36,6 @@ from gpufleet.base.entries import (  # noqa: F401 (the kinds and words every rea
     RunTier,
     Metric,
     Output,
-    File,
-    REPORTS,
-    RUN,
-    ON_NODE,
-    JSON,
-    TEXT,
-    SQLITE,
-    FOLDER,
-    REFUSES,
-    NAMES,
-    MAKES,
-    REPAIRS,
-    GOES_ON,
-    VERBS,
 )
 
 # Profile keys of the host's own checks (generic.yml), named once so that each declaration holds on a line.
@@ -345,78 +331,9 @@ OUTPUTS = (
     Output("junit", "junit.xml", render="gpufleet.report.render_junit:render"),
 )
 
-# ------------------------------------------------------------------------------------------------- files
-
-# Every file and folder a reports folder holds (its top, each run folder), and the node's lock: what each command
-# that reads or writes one does when it finds it damaged, not a plain file or unreadable (entries.py: the verbs).
-# tests/test_file_faults.py holds each to it in every bad state; registry.reserved_names(), the names no run id takes.
-def _form(name: str) -> str:
-    return JSON if name.endswith(".json") else TEXT if "." in name else FOLDER
-
-
-STORE_READERS = ("history", "baseline show", "baseline set", "baseline clear", "evidence", "ladder", "ladder --clear")
-REPORT_MADE = {"report": MAKES}
-ACTION_RECORD = {"store rebuild": NAMES, "report": NAMES}  # indexed into the store, named where they cannot be
-FILES = (
-    File("gpufleet.db", REPORTS, SQLITE, "the store: an index of the run folders, and the baseline (fleet/store.py)",
-         uses={"report": REPAIRS, "record": REPAIRS, "references": REPAIRS, "store rebuild": REPAIRS,
-               "slurm": REFUSES, **{c: REFUSES for c in STORE_READERS}},
-         needs=STORE_READERS),
-    File("baseline.json", REPORTS, JSON, "the baseline run, which the store alone holds otherwise (fleet/run_files.py)",
-         uses={"store rebuild": NAMES, "baseline set": MAKES, "baseline clear": MAKES}),
-    File("run.json", RUN, JSON, "the run's record: its attempts, their controller (base/runs.py)",
-         uses={"report": REFUSES, "store rebuild": NAMES, "run locks-kept": REFUSES, "slurm": REFUSES,
-               "ladder": REFUSES, "fleet resume": REFUSES, "record": GOES_ON, "references": GOES_ON},
-         beside={"report": GOES_ON, "run start": GOES_ON, "ladder --clear": GOES_ON}),
-    File("hosts/<host>.json", RUN, JSON, "a node's host document: every result of its stage (base/schema.py)",
-         uses={"report": NAMES, "store rebuild": NAMES, "versions": NAMES, "record": REPAIRS, "fleet resume": NAMES}),
-    File("peers/<host>.json", RUN, JSON, "a known-good peer's document of the run across nodes it joined",
-         uses={"report": NAMES, "store rebuild": NAMES, "record --folder peers": REPAIRS}),
-    File("references/<host>.json", RUN, JSON, "what a node's figures are held against in this run (fleet/references.py)",
-         uses={"references": MAKES}),
-    File("report.json", RUN, JSON, "the report: every node's verdict and results",
-         uses={**REPORT_MADE, "ladder": REFUSES, "slurm": REFUSES, "store rebuild": NAMES, "fleet resume": GOES_ON},
-         needs=("ladder", "slurm")),
-    File("report.md", RUN, TEXT, "the report for people; `gpufleet slurm` and `ladder` add their sections",
-         uses={**REPORT_MADE, "ladder": REFUSES, "slurm": REFUSES}),
-    File("prometheus", RUN, FOLDER, "the report's gauges of each node (and `gpufleet ladder`'s of the service)",
-         uses={**REPORT_MADE, "ladder": MAKES}),
-    *(File(o.file, RUN, _form(o.file), f"the report's {o.name} output", uses=dict(REPORT_MADE))
-      for o in OUTPUTS if o.file not in ("report.json", "report.md", "prometheus")),
-    File("slurm.json", RUN, JSON, "what `gpufleet slurm` did in Slurm, each action (fleet/slurm_action.py)",
-         uses={"slurm": REFUSES, "ladder": REFUSES, **ACTION_RECORD}),
-    File("ladder.json", RUN, JSON, "the remediation ladder's judgements of the run (service/ladder.py)",
-         uses={"ladder": REFUSES, "slurm": GOES_ON, **ACTION_RECORD}),
-    File("sweep.json", RUN, JSON, "a sweep's plan and jobs (service/sweep.py)",
-         uses={"slurm sweep --collect": REFUSES, "ladder": GOES_ON, "slurm": GOES_ON, **ACTION_RECORD},
-         needs=("slurm sweep --collect",)),
-    File("locate.json", RUN, JSON, "a localisation's rounds and findings (runner/locating.py)",
-         uses={"fleet locate-step": REFUSES}, needs=("fleet locate-step",)),
-    File("runner/runner.json", RUN, JSON, "`gpufleet fleet`'s invocations of the run (runner/record.py)",
-         uses={"fleet resume": REFUSES}),
-    File("<lock>", ON_NODE, JSON, "the node lock (gpufleet_lock_path, base/lock.py): taken over when unreadable",
-         uses={"lock acquire": MAKES, "lock show": NAMES, "lock release": NAMES}),
-)
-# Folders a run folder holds besides (not read as files): their names, for people and for the layout's tests.
-RUN_FOLDERS = ("hosts", "peers", "references", "runner", "attempts", "locate", "sweep", "prometheus")
-# What the store's own files and their repairs are called beside it (fleet/repair.py): SQLite's journals, and
-# <name>.damaged-<time> or <name>.orphan-<time> for what a repair moved aside.
-STORE_SUFFIXES = ("-wal", "-shm", "-journal", ".damaged-", ".orphan-")
-
 # fmt: on
 
 # ------------------------------------------------------------------------------------------------- lookups
-
-
-def reserved_names() -> tuple[str, ...]:
-    """The names of the files the reports folder holds at its top (FILES): no run id may be one, nor one of them
-    followed by '-' or '.' (their journals, backups and damaged forms, STORE_SUFFIXES)."""
-    return tuple(f.name for f in FILES if f.where == REPORTS)
-
-
-def reserved(name: str) -> str | None:
-    """The reserved name `name` is or is a form of, else None."""
-    return next((r for r in reserved_names() if name == r or name.startswith((f"{r}-", f"{r}."))), None)
 
 
 @functools.lru_cache(maxsize=None)

@@ -21,7 +21,7 @@ from gpufleet.base.command_line import add_document_arguments, json_arg, print_d
 
 
 def cmd_collect(args) -> int:
-    text = json.dumps(collect.read_all(args.root), indent=1, sort_keys=True)
+    text = json.dumps(collect.read_all(args.root), indent=None if args.json else 1, sort_keys=True)
     if args.out:
         Path(args.out).write_text(text + "\n")
     else:

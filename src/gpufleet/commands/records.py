@@ -57,7 +57,7 @@ def _print(doc, as_json: bool, text: str) -> None:
 
 
 def cmd_record(args) -> int:
-    run_dir = Path(args.run_dir)
+    started, run_dir = schema.utc_now(), Path(args.run_dir)
     raw = sys.stdin.buffer.read()
     doc, why = schema.parse_host_doc(raw)
     if doc is None:
@@ -91,6 +91,7 @@ def cmd_record(args) -> int:
 
         try:  # a store found damaged on opening or while indexing is repaired, and the document indexed into the new one
             store, _ = use_for_run(open_for_run(db, run_dir), run_dir, index)
+            done["store_repairs"] = [r["note"] for r in store.repairs_since(started)]  # a store moved aside, named
             store.close()
             done["store"] = str(db)
         except (InputError, sqlite3.Error) as exc:
@@ -205,9 +206,9 @@ def run_versions(run_dir: Path, hosts: list[str] | None, peers: list[str] | None
     for host in names:
         paths.safe_name(host, "a host name of --hosts")
         raw, why = paths.read_bytes(folder / f"{host}.json")
-        doc, why = schema.parse_host_doc(raw) if raw is not None else (None, f"{folder / host}.json {why}")
+        doc, why = schema.parse_host_doc(raw) if raw is not None else (None, why)
         if doc is None or not isinstance(doc.get("versions"), dict):
-            unreadable[host] = why or "the document has no versions"
+            unreadable[host] = f"{folder / host}.json {why or 'has no versions'}"
         else:
             by_host[host] = doc["versions"]
     peer_by_host: dict[str, dict] = {}

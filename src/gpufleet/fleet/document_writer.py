@@ -57,14 +57,14 @@ def record(
             "comes from a process its stopped run left behind; the node's next run measures it again"
         )
     hosts_dir = paths.make_dir(run_dir / folder)
-    path = paths.inside(hosts_dir, f"{host}.json", what=f"the host document of {host}")
+    path = hosts_dir / f"{host}.json"  # a plain name (safe_name): a link there is kept aside, never followed
     new_results = list(new_doc["results"])
     groups = list(dict.fromkeys(replace_groups or []))
     kept_aside = None
     attempt = _attempt(run_dir)
     with paths.folder_lock(hosts_dir):  # the read, merge and write of two `record`s never interleave
         merged = dict(new_doc)
-        if path.exists():
+        if os.path.lexists(path):
             raw, why = paths.read_bytes(path)
             old, why = schema.parse_host_doc(raw) if raw is not None else (None, why)
             if old is None:

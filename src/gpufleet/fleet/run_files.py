@@ -149,6 +149,6 @@ def write_baseline_file(folder: Path, value: dict | None) -> None:
         except FileNotFoundError:
             pass
         except OSError as exc:
-            raise InputError(f"cannot remove {path}: {exc.strerror}") from None
+            raise InputError(f"cannot remove {path}: {exc.strerror}; move it aside, then run this again") from None
         return
     paths.write_atomic(path, json.dumps(value, indent=1, sort_keys=True) + "\n")

@@ -118,11 +118,13 @@ class Store(RunFolders, Baseline, Queries):
         self.conn.row_factory = sqlite3.Row
         try:
             self.conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
-            self._wal()
-            with self.write() as c:
+            with (
+                self.write() as c
+            ):  # before WAL: a file that is not a gpufleet store, or a damaged one, is never changed
                 store_tables.create_or_migrate(c, self.path)
             if check:
                 store_tables.check_pages(self.conn, self.path)
+            self._wal()
         except sqlite3.Error as exc:
             self.conn.close()
             raise store_tables.problem(self.path, exc) from None

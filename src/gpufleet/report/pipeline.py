@@ -99,6 +99,12 @@ def summarize(report: dict, files: dict) -> dict:
         "drain": fleet.get("drain") or [],
         "prometheus": fleet.get("prometheus") or {},
         "prometheus_note": fleet.get("prometheus_note"),
+        "peers_unreadable": [
+            r["reason"]
+            for p in (report.get("peers") or {}).values()
+            for r in p["results"]
+            if r["check"] == "results_file"
+        ],
     }
 
 
@@ -377,6 +383,7 @@ def summary_text(summary: dict) -> str:
     elif summary.get("store_note"):
         lines.append(summary["store_note"])
     lines += [f"store problem: {p}" for p in summary.get("store_problems") or []]
+    lines += [f"peer not shown: {p}" for p in summary.get("peers_unreadable") or []]
     if summary.get("prometheus_note"):
         lines.append(summary["prometheus_note"])
     return "\n".join(lines)

@@ -413,7 +413,7 @@ def clear(reports_dir: Path, host: str, who: str, note: str, *, names: dict | No
     """A person clears NODE's ladder (a repair done, an RMA closed): a run folder of its own records it; a node drained
     for RMA stays drained with a gpufleet reason that a run accepting it may resume."""
     paths.safe_name(host, "NODE")
-    with fleet_store.Store(fleet_store.default_path(reports_dir), check=True) as store:  # checked before it is used
+    with fleet_store.Store(fleet_store.default_path(reports_dir), create=False, check=True) as store:  # checked first
         latest = max((e["at"] or "" for e in store.events(host=host, kind="ladder")), default="")
     run = runs.start(
         str(Path(reports_dir).resolve()), f"ladder-clear-{host}-{runs.new_run_id()}", playbook="ladder", hosts=[]
