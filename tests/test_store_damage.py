@@ -20,6 +20,7 @@ import pytest
 import cli_cells
 import file_faults
 from gpufleet.base import layout
+from gpufleet.commands.main import main as cli_main
 from test_fleet_cli import _run
 from test_fleet_synthetic import node_doc, write_run
 
@@ -244,8 +245,11 @@ def test_a_full_disk_is_said_with_exit_2(tmp_path):
 
 @pytest.fixture(scope="module")
 def every_file(tmp_path_factory) -> Path:
-    """A reports folder holding every file of the layout (tests/file_faults.py), its store checkpointed."""
+    """A reports folder holding every file of the layout (tests/file_faults.py), and a later run of eight nodes, whose
+    rows fill the store's last pages (the ladder of r1 reads none of them); the store checkpointed."""
     base = file_faults.healthy(tmp_path_factory.mktemp("every-file"))
+    later = write_run(base / "reports", "r2", {f"m{i}": node_doc(f"m{i}", i, started=R2) for i in range(8)})
+    assert cli_main(["report", str(later)]) == 0
     conn = sqlite3.connect(base / "reports" / "gpufleet.db")
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # every page in the file, in WAL mode as a store always is
     conn.close()
