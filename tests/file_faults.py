@@ -32,17 +32,11 @@ REPO = Path(__file__).resolve().parents[1]
 RUN, OTHER = "r1", "r0"  # the run whose files are damaged; a run beside it
 HOSTS = {"hosts": "n0", "peers": "n2", "references": "n0"}  # the host of each folder's <host> file
 
-# The states a file is put in. A folder's own: missing, a file where it should be, a FIFO, a link out, unreadable.
 MISSING, EMPTY, RANDOM, NOT_UTF8, CUT, SHAPE, FOLDER, FIFO, LINK, UNREADABLE, A_FILE = (
-    "missing", "empty", "random bytes", "not UTF-8", "cut short", "another shape", "a folder", "a FIFO",
-    "a link out of the folder", "unreadable", "a file",
+    layout.MISSING, layout.EMPTY, layout.RANDOM, layout.NOT_UTF8, layout.CUT, layout.SHAPE, layout.A_FOLDER,
+    layout.FIFO, layout.LINK, layout.UNREADABLE, layout.A_FILE,
 )  # fmt: skip
-STATES = {
-    layout.JSON: (MISSING, EMPTY, RANDOM, NOT_UTF8, CUT, SHAPE, FOLDER, FIFO, LINK, UNREADABLE),
-    layout.TEXT: (MISSING, EMPTY, RANDOM, NOT_UTF8, CUT, FOLDER, FIFO, LINK, UNREADABLE),
-    layout.SQLITE: (MISSING, EMPTY, RANDOM, CUT, SHAPE, FOLDER, FIFO, LINK, UNREADABLE),
-    layout.FOLDER: (MISSING, A_FILE, FIFO, LINK, UNREADABLE),
-}
+STATES = layout.STATES
 
 # Each command the layout names, as a user types it: {run} the run whose file is damaged (for a command of `beside`,
 # the run beside it), {reports} the reports folder, {base} the folder around it, {lock} the node lock.
@@ -200,8 +194,8 @@ def tree(folder: Path) -> dict:
 
 # A sentence of what to do, in a refusal's one line.
 WHAT_TO_DO = re.compile(
-    r"restore it|move it aside|make it again|make it with|remove the link|gpufleet store rebuild|choose another|"
-    r"give it|start the localisation|expected|first"
+    r"restore it|move it aside|move what is there aside|make it again|make it with|remove the link|"
+    r"gpufleet store rebuild|start the localisation|gpufleet slurm sweep --submit"
 )
 
 

@@ -229,10 +229,10 @@ def test_every_command_ends_in_one_json_line_and_quietly_when_its_reader_is_gone
     assert closed.rc == done.rc and "Traceback" not in closed.err and "BrokenPipe" not in closed.err, (said, closed)
 
 
-def test_a_check_changes_nothing_anywhere(tmp_path):
+def test_a_check_changes_nothing_anywhere(every_file, tmp_path):
     """Every command that takes --check (documented: says what it would do, changes nothing), run with it on a reports
     folder holding every file: not a byte of the folder changes (`gpufleet slurm RUN --check` appended to slurm.json)."""
-    base = file_faults.healthy(tmp_path / "base")
+    base = every_file
     checking = [leaf.prog for leaf in cli.leaves(cli.build_parser()) if "--check" in leaf._option_string_actions]
     assert "gpufleet slurm" in checking
     lines = {"gpufleet slurm": ["slurm", "{run}", "--check"]}

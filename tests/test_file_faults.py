@@ -32,23 +32,18 @@ from gpufleet.base import layout
 pytest.importorskip("ansible_runner")  # fleet resume reads its inventory through Ansible
 
 
-@pytest.fixture(scope="module")
-def healthy(tmp_path_factory) -> Path:
-    return ff.healthy(tmp_path_factory.mktemp("healthy"))
-
-
 @pytest.mark.parametrize("f, state, command, verb, scope", ff.cells(0))
-def test_cell(healthy, tmp_path, f, state, command, verb, scope):
-    ff.hold(healthy, tmp_path, f, state, command, verb, scope)
+def test_cell(every_file, tmp_path, f, state, command, verb, scope):
+    ff.hold(every_file, tmp_path, f, state, command, verb, scope)
 
 
-def test_every_declared_file_and_command_is_in_the_matrix(healthy):
+def test_every_declared_file_and_command_is_in_the_matrix(every_file):
     """Every command the layout names has its command line here, and every declared file is in the healthy folder."""
     named = {c for f in layout.FILES for c in [*f.uses, *f.beside]}
     assert named == set(ff.COMMANDS), named ^ set(ff.COMMANDS)
     assert all(v in layout.VERBS for f in layout.FILES for v in [*f.uses.values(), *f.beside.values()])
     for f in layout.FILES:
-        assert os.path.lexists(ff.file_path(f, healthy)), f.name
+        assert os.path.lexists(ff.file_path(f, every_file)), f.name
         assert set(f.needs) <= set(f.uses), f.name
 
 
@@ -79,14 +74,14 @@ def _declared(rel: str, reports: Path) -> list[tuple[layout.File, str]]:
 
 
 @pytest.mark.parametrize("command", sorted(ff.COMMANDS))
-def test_every_file_a_command_touches_is_declared_with_it(healthy, tmp_path, command):
+def test_every_file_a_command_touches_is_declared_with_it(every_file, tmp_path, command):
     base = tmp_path / "base"
-    shutil.copytree(healthy, base, symlinks=True)
+    shutil.copytree(every_file, base, symlinks=True)
     cell = cli_cells.run(
         ff.argv(command, base), cwd=ff.REPO, folder=tmp_path / "io", stdin=ff.stdin_of(command), audit=True
     )
     assert cell.rc in (0, 1, 2) and "Traceback" not in cell.err, cell
-    runs = {p.name for p in (healthy / "reports").iterdir() if p.is_dir()}
+    runs = {p.name for p in (every_file / "reports").iterdir() if p.is_dir()}
     undeclared = []
     acts_on_a_run = "{run}" in ff.COMMANDS[command]  # store rebuild, run start: every run's files alike
     for event, path, _ in cell.touched:

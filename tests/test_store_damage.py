@@ -244,10 +244,10 @@ def test_a_full_disk_is_said_with_exit_2(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def every_file(tmp_path_factory) -> Path:
-    """A reports folder holding every file of the layout (tests/file_faults.py), and a later run of eight nodes, whose
-    rows fill the store's last pages (the ladder of r1 reads none of them); the store checkpointed."""
-    base = file_faults.healthy(tmp_path_factory.mktemp("every-file"))
+def every_file_and_later(every_file) -> Path:
+    """every_file (conftest.py), and a later run of eight nodes, whose rows fill the store's last pages (the ladder of
+    r1 reads none of them); the store checkpointed."""
+    base = every_file
     later = write_run(base / "reports", "r2", {f"m{i}": node_doc(f"m{i}", i, started=R2) for i in range(8)})
     assert cli_main(["report", str(later)]) == 0
     conn = sqlite3.connect(base / "reports" / "gpufleet.db")
@@ -265,13 +265,13 @@ READS_ONLY = ("history", "baseline show", "evidence")
 @pytest.mark.parametrize(
     "command", [c for c, verb in layout.FILES[0].uses.items() if verb == layout.REFUSES], ids=lambda c: c
 )
-def test_a_command_that_refuses_a_damaged_store_writes_nothing_into_it(every_file, tmp_path, command):
+def test_a_command_that_refuses_a_damaged_store_writes_nothing_into_it(every_file_and_later, tmp_path, command):
     """Random bytes over the store's last pages: every command that writes to the store and refuses a damaged one
     (ladder, ladder --clear, slurm, baseline set and clear, slurm sweep --collect) ends with exit 2 and one line naming
     the store and `gpufleet store rebuild`; the store's file is byte for byte as it was after every such command."""
     assert layout.FILES[0].name == "gpufleet.db"
     base = tmp_path / "base"
-    shutil.copytree(every_file, base, symlinks=True)
+    shutil.copytree(every_file_and_later, base, symlinks=True)
     db = base / "reports" / "gpufleet.db"
     damage(db, "random bytes over the last pages")
     damaged = db.read_bytes()

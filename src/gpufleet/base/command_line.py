@@ -41,7 +41,7 @@ class Parser(argparse.ArgumentParser):
 
 def ending_json(code: int, message: str | None, status: str = "refused") -> str:
     """The JSON line a --json command ends with when it prints none of its own: refused (exit 2: argparse's refusal,
-    or bad input or what could not run, InputError), interrupted (130), or an ending without a document. The fields
+    or bad input or what could not run, InputError), interrupted (130), or done without a document. The fields
     of `gpufleet fleet --json`'s line, so a wrapper reads every ending alike."""
     return json.dumps(
         {

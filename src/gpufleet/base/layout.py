@@ -28,6 +28,20 @@ from gpufleet.base.entries import (  # noqa: F401 (the words the readers of FILE
 from gpufleet.base.registry import OUTPUTS
 
 
+# The bad states each form of file is put in (tests/test_file_faults.py): a folder's own are where it should be a
+# folder.
+MISSING, EMPTY, RANDOM, NOT_UTF8, CUT, SHAPE, A_FOLDER, FIFO, LINK, UNREADABLE, A_FILE = (
+    "missing", "empty", "random bytes", "not UTF-8", "cut short", "another shape", "a folder", "a FIFO",
+    "a link out of the folder", "unreadable", "a file",
+)  # fmt: skip
+STATES = {
+    JSON: (MISSING, EMPTY, RANDOM, NOT_UTF8, CUT, SHAPE, A_FOLDER, FIFO, LINK, UNREADABLE),
+    TEXT: (MISSING, EMPTY, RANDOM, NOT_UTF8, CUT, A_FOLDER, FIFO, LINK, UNREADABLE),
+    SQLITE: (MISSING, EMPTY, RANDOM, CUT, SHAPE, A_FOLDER, FIFO, LINK, UNREADABLE),  # another shape: another's SQLite
+    FOLDER: (MISSING, A_FILE, FIFO, LINK, UNREADABLE),
+}
+
+
 def _form(name: str) -> str:
     return JSON if name.endswith(".json") else TEXT if "." in name else FOLDER
 
@@ -96,3 +110,8 @@ def reserved_names() -> tuple[str, ...]:
 def reserved(name: str) -> str | None:
     """The reserved name `name` is or is a form of, else None."""
     return next((r for r in reserved_names() if name == r or name.startswith((f"{r}-", f"{r}."))), None)
+
+
+def cells() -> int:
+    """How many cells the file-fault matrix holds: each file's states x the commands it is declared with."""
+    return sum(len(STATES[f.form]) * (len(f.uses) + len(f.beside)) for f in FILES)

@@ -98,8 +98,15 @@ def make_dir(path: Path | str) -> Path:
         if not target.is_dir():
             raise FileExistsError(errno.EEXIST, "it exists and is not a folder")
     except OSError as exc:
-        raise InputError(f"cannot create {target}: {exc.strerror}; expected a writable folder") from None
+        raise InputError(f"cannot create {target}: {exc.strerror}; {_to_do(target)}") from None
     return target
+
+
+def _to_do(path: Path) -> str:
+    """What to do about a file or folder that cannot be written where it is."""
+    if os.path.lexists(path) and (path.is_dir() or not_a_file(path)):
+        return "move what is there aside, then run this again"
+    return "make its folder writable, with space left, then run this again"
 
 
 def write_atomic(path: Path | str, text: str, mode: int = FILE_MODE, *, durable: bool = True) -> Path:
@@ -113,9 +120,7 @@ def write_atomic(path: Path | str, text: str, mode: int = FILE_MODE, *, durable:
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
-        raise InputError(
-            f"cannot write {path}: {exc.strerror or exc}; expected a writable folder with space left"
-        ) from None
+        raise InputError(f"cannot write {path}: {exc.strerror or exc}; {_to_do(path)}") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
@@ -129,9 +134,7 @@ def write_atomic(path: Path | str, text: str, mode: int = FILE_MODE, *, durable:
             os.unlink(tmp)
         except OSError:
             pass
-        raise InputError(
-            f"cannot write {path}: {exc.strerror or exc}; expected a writable folder with space left"
-        ) from None
+        raise InputError(f"cannot write {path}: {exc.strerror or exc}; {_to_do(path)}") from None
     return path
 
 

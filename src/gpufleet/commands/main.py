@@ -127,9 +127,9 @@ def route(argv: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """One convention for every command, kept here and nowhere else: with --json, exactly one JSON line on stdout
-    whatever the ending (the command's own, else command_line.ending_json's); an error said on stderr in one line
-    that names the command; a reader of stdout that goes away (piped into head) ends nothing early and prints no
-    traceback."""
+    whatever the ending (the command's own, else command_line.ending_json's), but a fault of gpufleet's own, which
+    ends in its traceback; an error said on stderr in one line that names the command; a reader of stdout that goes
+    away (piped into head) ends nothing early and prints no traceback."""
     argv = route(sys.argv[1:] if argv is None else list(argv))
     as_json = "--json" in argv
     known = {name for names in FAMILIES.values() for name in names}
@@ -152,16 +152,12 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt:
             code, message, status = 130, f"{args.command_name}: interrupted", "interrupted"
             print(message, file=sys.stderr)
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-            raise
-        except BaseException as exc:  # a fault of gpufleet's own: its traceback follows, and the line says so
-            code, message, status = 1, f"{args.command_name}: {type(exc).__name__}: {exc}", "error"
-            raise
         finally:
             sys.stdout = out.stream
-            if args.json and not out.written:
-                print(ending_json(code if code is not None else 1, message, status))
+            # A fault of gpufleet's own (code None) ends in its traceback alone: a line here would read as a
+            # document to what parses the output (the modules take a document from an exit 1).
+            if args.json and not out.written and code is not None:
+                print(ending_json(code, message, status))
         return code
 
 

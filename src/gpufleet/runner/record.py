@@ -41,7 +41,9 @@ def read_record(run_dir: Path) -> dict | None:
     if why:
         raise InputError(f"{path} {why}; expected the runner's record of the run: restore it, or move it aside")
     if not isinstance(doc, dict) or not isinstance(doc.get("invocations"), list):
-        raise InputError(f"{path}: expected the runner's record with a list of invocations")
+        raise InputError(
+            f"{path} is not the runner's record (a JSON object with a list of invocations): restore it, or move it aside"
+        )
     return doc
 
 
