@@ -194,7 +194,7 @@ def tree(folder: Path) -> dict:
 
 # A sentence of what to do, in a refusal's one line.
 WHAT_TO_DO = re.compile(
-    r"restore it|move it aside|move what is there aside|make it again|make it with|remove the link|"
+    r"restore it|move it aside|move what is there aside|make it again|make it with|remove the link|make its folder|"
     r"gpufleet store rebuild|start the localisation|gpufleet slurm sweep --submit"
 )
 

@@ -98,13 +98,13 @@ def make_dir(path: Path | str) -> Path:
         if not target.is_dir():
             raise FileExistsError(errno.EEXIST, "it exists and is not a folder")
     except OSError as exc:
-        raise InputError(f"cannot create {target}: {exc.strerror}; {_to_do(target)}") from None
+        raise InputError(f"cannot create {target}: {exc.strerror}; {_to_do(target, folder=True)}") from None
     return target
 
 
-def _to_do(path: Path) -> str:
-    """What to do about a file or folder that cannot be written where it is."""
-    if os.path.lexists(path) and (path.is_dir() or not_a_file(path)):
+def _to_do(path: Path, *, folder: bool = False) -> str:
+    """What to do about a file (or `folder`) that cannot be written where it is."""
+    if os.path.lexists(path) and (folder or path.is_dir() or not_a_file(path)):
         return "move what is there aside, then run this again"
     return "make its folder writable, with space left, then run this again"
 
@@ -172,12 +172,14 @@ def not_a_file(path: Path | str) -> str | None:
     return None
 
 
-def read_bytes(path: Path | str) -> tuple[bytes | None, str | None]:
+def read_bytes(path: Path | str, *, follow: bool = False) -> tuple[bytes | None, str | None]:
     """(the bytes of the file at path, None), or (None, why it gives none). The one reader of the files a run, a
     reports folder or a node lock holds: it never waits (a FIFO is opened with O_NONBLOCK and named, never read),
-    never follows a symbolic link (O_NOFOLLOW), and names a folder, a socket or a device as what it is."""
+    never follows a symbolic link (O_NOFOLLOW), and names a folder, a socket or a device as what it is. `follow`: a
+    file an operator names (a profile, a config, `-e @FILE`), which may well be a link, is read through it."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+        fd = os.open(path, flags)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             why = not_a_file(path)
@@ -211,9 +213,9 @@ def read_denied(path: Path | str) -> bool:
     return False
 
 
-def read_text(path: Path | str) -> tuple[str | None, str | None]:
+def read_text(path: Path | str, *, follow: bool = False) -> tuple[str | None, str | None]:
     """(the file's text, None), or (None, why it gives none: read_bytes's reasons, or bytes that are no UTF-8 text)."""
-    raw, why = read_bytes(path)
+    raw, why = read_bytes(path, follow=follow)
     if raw is None:
         return None, why
     try:
@@ -222,11 +224,11 @@ def read_text(path: Path | str) -> tuple[str | None, str | None]:
         return None, f"is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}: damaged)"
 
 
-def read_json(path: Path | str) -> tuple[Any, str | None]:
+def read_json(path: Path | str, *, follow: bool = False) -> tuple[Any, str | None]:
     """(document, None), or (None, why the file gives none: it cannot be read or is no plain file (read_bytes), its
     bytes are not UTF-8 text (random bytes over it), it is not JSON). The readers of the files the controller writes
     all say the same."""
-    text, why = read_text(path)
+    text, why = read_text(path, follow=follow)
     if text is None:
         return None, why
     try:

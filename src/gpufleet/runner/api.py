@@ -42,12 +42,9 @@ def parse_extra_vars(items: list[str] | None) -> dict:
         text = item.strip()
         if text.startswith("@"):
             path = Path(text[1:])
-            try:
-                text = path.read_text()
-            except OSError as exc:
-                raise InputError(f"-e {item}: {path} cannot be read: {exc.strerror}") from None
-            except UnicodeDecodeError:
-                raise InputError(f"-e {item}: {path} is not text; expected a YAML or JSON file of variables") from None
+            text, why = paths.read_text(path, follow=True)  # never waits on a FIFO
+            if text is None:
+                raise InputError(f"-e {item}: {path} {why}; expected a YAML or JSON file of variables")
         if text.startswith("{") or item.startswith("@"):
             try:
                 val = _vault_file(path, item) if item.startswith("@") and VAULT_MARK in text else yaml.safe_load(text)

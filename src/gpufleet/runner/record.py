@@ -106,7 +106,7 @@ def load_run_folder(run_dir: Path) -> RunFolder:
     folder = RunFolder(run_dir)
     run, why = read_json(run_dir / "run.json")
     if why:
-        raise InputError(f"{run_dir / 'run.json'} {why}; expected the run record")
+        raise InputError(f"{run_dir / 'run.json'} {why}; expected the run record: restore it, or move it aside")
     folder.run = run
     folder.record = read_record(run_dir)
     report, _ = read_json(run_dir / "report.json")
