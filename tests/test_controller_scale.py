@@ -77,11 +77,11 @@ def test_each_host_document_is_read_parsed_and_extracted_once_per_report(tmp_pat
     reads, counts = [], {"parsed": 0, "extracted": 0}
     read_bytes, parse, extract = paths.read_bytes, schema.parse_host_doc, metrics.extract
 
-    def counting_read(path):  # the one reader of a reports folder's files
+    def counting_read(path, **how):  # the one reader of a reports folder's files
         path = Path(path)
         if path.parent.name == "hosts":
             reads.append(f"{path.parent.parent.name}/{path.name}")
-        return read_bytes(path)
+        return read_bytes(path, **how)
 
     def counting_parse(raw):
         counts["parsed"] += 1
