@@ -104,7 +104,13 @@ def _child(argv, cwd, stdin, folder, audit, before, env, stdout_closed) -> None:
         traceback.print_exc()
         rc = 1
     try:
-        sys.stdout.flush()
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:  # what the interpreter says and does when stdout's last flush fails at its exit
+            print(
+                "Exception ignored while flushing sys.stdout:\nBrokenPipeError: [Errno 32] Broken pipe", file=sys.stderr
+            )
+            rc = 120
         sys.stderr.flush()
     finally:
         os._exit(rc if isinstance(rc, int) else 1)

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -227,6 +229,46 @@ def test_every_command_ends_in_one_json_line_and_quietly_when_its_reader_is_gone
         assert json.loads(lines[0])["exit"] == 2, said
     closed = cli_cells.run(words, cwd=tmp_path, folder=tmp_path / "closed", env=env, timeout_s=300, stdout_closed=True)
     assert closed.rc == done.rc and "Traceback" not in closed.err and "BrokenPipe" not in closed.err, (said, closed)
+
+
+@pytest.mark.parametrize("command", sorted(file_faults.COMMANDS))
+def test_a_command_whose_reader_is_gone_ends_as_it_would_have_and_quietly(every_file, tmp_path, command):
+    """Each command of the file-fault matrix on a reports folder holding every file, so that it has something to
+    print, with its stdout a pipe whose reader is gone (`gpufleet history n0 | head -0`, `| true`), as text and with
+    --json: the exit code it has with its stdout read, no traceback, no BrokenPipeError (`history` ended in one, exit
+    1; `report`, `baseline show` and `store rebuild` in one at their exit)."""
+    said, codes = [], {}
+    for form, closed in (("text", False), ("text", True), ("json", True), ("json", False)):
+        base = tmp_path / f"base-{form}-{closed}"
+        shutil.copytree(every_file, base, symlinks=True)
+        words = [w for w in file_faults.argv(command, base) if form == "json" or w != "--json"]
+        cell = cli_cells.run(words, cwd=file_faults.REPO, folder=tmp_path / f"io-{form}-{closed}",
+                             stdin=file_faults.stdin_of(command), stdout_closed=closed)  # fmt: skip
+        said.append(f"{cell.argv}{' | true' if closed else ''}: rc {cell.rc}\nstdout {cell.out[-500:]}\n"
+                    f"stderr {cell.err[-2000:]}")  # fmt: skip
+        assert not cell.timed_out and "Traceback" not in cell.err and "BrokenPipe" not in cell.err, said[-1]
+        assert closed or cell.out.strip(), f"printed nothing to lose: {said[-1]}"
+        codes[form, closed] = cell.rc
+    assert codes["text", True] == codes["text", False] and codes["json", True] == codes["json", False], said
+
+
+def test_history_through_the_installed_command_ends_quietly_when_its_reader_is_gone(every_file, tmp_path):
+    """The same as a user meets it: the installed `gpufleet history` in an interpreter of its own (whose exit flushes
+    stdout), its stdout a pipe whose reader is gone."""
+    argv = [
+        str(Path(sys.executable).parent / "gpufleet"),
+        "history",
+        "n0",
+        "--reports-dir",
+        str(every_file / "reports"),
+    ]
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run(argv, stdout=write, stderr=subprocess.PIPE, text=True, timeout=300)
+    finally:
+        os.close(write)
+    assert done.returncode == 0 and "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done
 
 
 def test_a_check_changes_nothing_anywhere(every_file, tmp_path):
