@@ -17,7 +17,9 @@
   `gpufleet.bench.<name>:run(depth)`; a named one is `fn(steps)`, measure.NodeSteps), how its output is judged
   (`judge`: `fn(output, profile) -> results`, by default `gpufleet.checks.benchmarks:<name>`), and, for one that is
   measured again in part when disturbed, how (`again`: `fn(first output, profile) -> the options of its run that
-  measures again`) and what is judged then (`combine`: `fn(first output, again's) -> output`).
+  measures again`), for one whose confirmation measures only the figures that asked, how (`confirm`: `fn(output,
+  results, asked, profile) -> those options`, None for the whole step), and what is judged then (`combine`:
+  `fn(first output, again's) -> output`).
 - A run tier (gpufleet_tier, `gpufleet fleet run --tier`): what its node stage runs, at which depth, whether the
   runs across nodes follow it, how long a sweep's job of it may take. The engine alone decides from it what a node
   runs (stage_benchmarks()); Ansible reads it (plugins/filter/registry.py) or is generated from it (make generate).
@@ -93,6 +95,9 @@ class Benchmark:
     run: str | None = None  # "module:function" of fn(steps) -> output; None: gpufleet.bench.<name>:run(depth)
     judge: str | None = None  # fn(output, profile) -> results; None: gpufleet.checks.benchmarks:<name>
     again: str | None = None  # disturbed, measured again in part: fn(first output, profile) -> its run's options
+    # a confirmation measures only the figures that asked: fn(output, results, asked, profile) -> its run's options
+    # (with `what`, in words), or None for the whole step
+    confirm: str | None = None
     combine: str | None = None  # what is judged then: fn(first output, again's output) -> output
 
 
@@ -124,6 +129,7 @@ class Output:
     file: str  # under the run folder (a folder for one that writes several files)
     render: str | None = None  # "module:function" of render(report) -> str, written to `file`
     write: str | None = None  # "module:function" of write(made) -> None, which writes `file` itself
+    made_by: str = "report"  # the command that writes it: the report's own, or one after it (`gpufleet certify`)
 
 
 # Where a file lies (File.where).

@@ -117,7 +117,9 @@ BENCHMARKS = (
         Check("matmul_bf16", HARDWARE, ("matmul_bf16_tflops_min", "matmul_spread_pct_max") + SAMPLED, **SAMPLED_FIGURE,
               text="bf16 matmul TFLOPS of the slowest GPU, all at once; a GPU that throttled fails"),
     )),
-    Benchmark("memory", run_tiers=("smoke", "acceptance"), default=True, checks=(
+    # A confirmation measures again only the figures that asked (one GPU, one way of its link: checks.memory_again).
+    Benchmark("memory", run_tiers=("smoke", "acceptance"), default=True, run="gpufleet.node.measure:run_memory",
+              confirm="gpufleet.checks.memory_again:plan", combine="gpufleet.checks.memory_again:combined", checks=(
         Check("memory_bandwidth", HARDWARE, text="every HBM and PCIe copy ran and moved the right data"),
         Check("hbm_bandwidth", HARDWARE, ("hbm_copy_gbps_min",) + SAMPLED, **SAMPLED_FIGURE,
               text="HBM copy bandwidth of the slowest GPU"),
@@ -319,8 +321,9 @@ METRICS = (
 
 # ------------------------------------------------------------------------------------------------- outputs
 
-# What the report writes, in this order (report/pipeline.py loops over them): the fleet's files first, which
-# report.json and the renderings then name.
+# What a run folder holds beside its host documents: what the report writes, in this order (report/pipeline.py loops
+# over report_outputs()): the fleet's files first, which report.json and the renderings then name; then what commands
+# after the report write (the certificates: base/certificates.py).
 OUTPUTS = (
     Output("fleet", "fleet.json", write="gpufleet.report.pipeline:write_fleet"),
     Output("prometheus", "prometheus", write="gpufleet.fleet.export:write_prometheus_of"),
@@ -329,7 +332,11 @@ OUTPUTS = (
     Output("md", "report.md", render="gpufleet.report.render_md:render"),
     Output("html", "report.html", render="gpufleet.report.render_html:render"),
     Output("junit", "junit.xml", render="gpufleet.report.render_junit:render"),
+    Output("certificates", "certificates", made_by="certify"),
 )
+
+# How long a node's certificate stays valid after a run of each tier accepted it (profile keys; docs/certificates.md).
+CERTIFICATE_VALIDITY = {t.name: f"certificate_valid_days_{t.name}" for t in RUN_TIERS}
 
 # fmt: on
 
@@ -342,6 +349,11 @@ def resolve(spec: str, package: str | None = None):
     is under `package`."""
     module, _, name = spec.partition(":")
     return getattr(importlib.import_module(package + module if module.startswith(".") else module), name)
+
+
+def report_outputs() -> tuple[Output, ...]:
+    """The outputs the report writes itself, in their order."""
+    return tuple(o for o in OUTPUTS if o.made_by == "report")
 
 
 def check_function(g: Group, c: Check):
@@ -474,7 +486,7 @@ def failure_classes() -> dict[str, str]:
 
 def declared_thresholds() -> set[str]:
     """Every profile key a check or the shared machinery judges against."""
-    keys = set(SHARED_THRESHOLDS)
+    keys = set(SHARED_THRESHOLDS) | set(CERTIFICATE_VALIDITY.values())
     for g in CHECK_GROUPS + OTHER_GROUPS:
         keys.update(k for c in g.checks for k in c.thresholds)
     for b in BENCHMARKS:

@@ -4,13 +4,15 @@ second a GPU (bench.loader), one after another, the sampler watching (GpuMonitor
 neighbours, the PCIe links; bench.io_watch the drive).
 
 The figures are the node's where it has GPUs (`device` "cuda": the GPUs stay idle here, `gpus_idle`); on a machine
-without them the same code runs at tiny sizes and its figures are a logic check (`device` "cpu", `skip`).
+without them the same code runs at tiny sizes and its figures are a logic check (`device` "cpu", `skip`). `machine`
+says whether the host is a virtual machine and why (collect.host.virtual, with the CPU steal the watch counted).
 """
 
 from __future__ import annotations
 
 from gpufleet.bench import disk, host_memory, loader
 from gpufleet.bench.monitor import GpuMonitor
+from gpufleet.collect.host import virtual
 
 
 def run(tier: str = "quick") -> dict:
@@ -26,11 +28,13 @@ def run(tier: str = "quick") -> dict:
     monitor = mon.summary()
     if monitor["error"] is None:  # where the GPUs are watched, a drive neighbour disturbs as a CPU one does
         monitor["foreign"] += parts["disk"].get("foreign") or []
+    steal = ((monitor.get("host") or {}).get("steal") or {}).get("ticks")
     return {
         "benchmark": "host",
         "device": "cuda" if gpus else "cpu",
         "gpus_idle": True,
         "requested_tier": tier,
         **parts,
+        "machine": virtual.with_steal(virtual.read(), steal),  # a virtual machine's host figures move with its guests
         "monitor": monitor,
     }

@@ -91,7 +91,7 @@ def flag_gpus(res: dict, gpus: list[dict]) -> dict:
     return res
 
 
-def _cuda_gpu(monitor: dict, info: dict) -> dict:
+def cuda_gpu(monitor: dict, info: dict) -> dict:
     """A CUDA device's identity for flagged_gpus, from what the benchmark read of it ({"uuid", "pci_bus_id"})."""
     return {"index": _nvml_index(monitor, info.get("pci_bus_id")), "uuid": info.get("uuid"), "serial": None}
 
@@ -120,7 +120,7 @@ def matmul(out: dict, profile: dict) -> list[dict]:
             d: {k: v[k]["per_shape"] for k in out["method"]["dtypes"] if k in v} for d, v in out["per_device"].items()
         },
     }
-    ident = {d: _cuda_gpu(mon, v.get("device") or {}) for d, v in out["per_device"].items()}
+    ident = {d: cuda_gpu(mon, v.get("device") or {}) for d, v in out["per_device"].items()}
     if errors:
         return [
             flag_gpus(
@@ -215,14 +215,14 @@ def memory(out: dict, profile: dict) -> list[dict]:
                     detail=detail,
                     failure_class="hardware" if wrong_data else None,
                 ),
-                [_cuda_gpu(mon, copies[d]) for d in bad if copies[d].get("uuid")],
+                [cuda_gpu(mon, copies[d]) for d in bad if copies[d].get("uuid")],
             )
         ]
 
     def under(part, field, key):  # the GPUs under the minimum: the ones a failing result is about
         limit = profiles.value(profile, key)
         return [
-            _cuda_gpu(mon, v)
+            cuda_gpu(mon, v)
             for v in per[part].values()
             if limit is not None and v.get(field) is not None and v[field] < limit
         ]
@@ -279,7 +279,7 @@ def memory(out: dict, profile: dict) -> list[dict]:
         for i, r in enumerate(res):
             part, metric, what, field, key = parts[r["check"]]
             judged = figures.judged(
-                [(_cuda_gpu(mon, v), metric, what, "GB/s", v.get(field)) for v in per[part].values()], profile, mon
+                [(cuda_gpu(mon, v), metric, what, "GB/s", v.get(field)) for v in per[part].values()], profile, mon
             )
             r, flagged = figures.with_samples(r, judged, r["detail"].get("flagged_gpus") or [], profile, metric)
             res[i] = flag_gpus(figures.near_limit(r, judged, key, profile, metric), flagged)

@@ -241,5 +241,9 @@ def loader_result(out: dict, profile: dict, cpu: bool) -> dict:
 
 
 def host(out: dict, profile: dict) -> list[dict]:
+    """Each figure's result, with what the host is in its detail (`machine`: a virtual machine's host figures are
+    held to their past otherwise, comparisons.trusted)."""
     cpu = out.get("device") == "cpu"
-    return [memory_result(out, profile, cpu), *disk_results(out, profile, cpu), loader_result(out, profile, cpu)]
+    res = [memory_result(out, profile, cpu), *disk_results(out, profile, cpu), loader_result(out, profile, cpu)]
+    machine = out.get("machine")
+    return [r.replace(detail={**r["detail"], "machine": machine}) for r in res] if machine else res

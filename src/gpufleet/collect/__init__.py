@@ -9,9 +9,14 @@ file: what could not be read is recorded with the reason, so a check can say
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from gpufleet.collect import host, kernel_log, nvml, software
 from gpufleet.base import paths
+from gpufleet.collect.host.dmi import NAMES, SERIALS, read_dmi
 from gpufleet.base.errors import InputError
+
+GPU_IDENTITY = ("index", "name", "uuid", "serial", "pci_bus_id")
 
 
 def read_all(root: str = "/") -> dict:
@@ -20,6 +25,27 @@ def read_all(root: str = "/") -> dict:
         "host": host.read(root),
         "kernel_log": kernel_log.read(root),
         "software": software.read(root),
+    }
+
+
+def board(readings: dict) -> dict | None:
+    """The machine's identity in the readings (collect.host.dmi): its serials and names, `unreadable` saying why one
+    is missing; None for readings that hold none (recorded before gpufleet read it)."""
+    dmi = (readings.get("host") or {}).get("dmi")
+    if not isinstance(dmi, dict):
+        return None
+    return {k: dmi.get(k) for k in SERIALS + NAMES} | {"unreadable": dmi.get("unreadable") or {}}
+
+
+def identity(root: str = "/") -> dict:
+    """This machine's hardware now, as a certificate binds it (`gpufleet collect --identity`, what `gpufleet verify
+    --live` runs): {"board": board(), "nvml": {"available", "error"}, "gpus": [{index, name, uuid, serial,
+    pci_bus_id}]}. NVML's GPUs, all of them, as gpu_inventory.gpu_count's detail lists them."""
+    nv = nvml.read()
+    return {
+        "board": board({"host": {"dmi": read_dmi(Path(root))}}),
+        "nvml": {"available": bool(nv.get("available")), "error": nv.get("error")},
+        "gpus": [{k: g.get(k) for k in GPU_IDENTITY} for g in nv.get("gpus") or []],
     }
 
 

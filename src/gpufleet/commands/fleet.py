@@ -71,6 +71,18 @@ def _run_options(p: argparse.ArgumentParser) -> None:
         "reason before testing them, so an accepted one is resumed",
     )
     p.add_argument(
+        "--certify-key",
+        metavar="KEY",
+        help="sign a certificate for each accepted node after the report with this private key (gpufleet_certify_key; "
+        "`gpufleet keygen`): mode 0600, outside the reports folder",
+    )
+    p.add_argument(
+        "--certify-command",
+        metavar="CMD",
+        help="instead of --certify-key, the site's signing command (gpufleet_certify_command), with --certify-pubkey",
+    )
+    p.add_argument("--certify-pubkey", metavar="PUB", help="the public key the signing command signs for")
+    p.add_argument(
         "--slurm-max-drain",
         metavar="N|N%",
         help="the breaker: at most N nodes or N%% of a partition "
@@ -101,6 +113,7 @@ def _run_arguments(args) -> dict:
         "view": _view(args),
         "slurm": args.slurm,
         "slurm_max_drain": args.slurm_max_drain,
+        "certify": {"key": args.certify_key, "command": args.certify_command, "pubkey": args.certify_pubkey},
     }
 
 

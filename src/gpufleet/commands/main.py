@@ -32,6 +32,7 @@ FAMILIES = {
     "gpufleet.commands.records": ("record", "history", "baseline", "store", "versions", "slurm", "references"),
     "gpufleet.commands.fleet": ("fleet",),
     "gpufleet.commands.service": ("slurm-sweep", "ladder", "evidence"),
+    "gpufleet.commands.certify": ("keygen", "certify", "verify"),
     "gpufleet.node.stage": ("node-stage",),
 }
 # `gpufleet slurm sweep ...` is the parser's `slurm-sweep` (`gpufleet slurm RUN_DIR` takes a folder there).
@@ -52,6 +53,7 @@ COMMAND_GROUPS = {
         "profiles",
     ),
     "the fleet in service, on the controller": ("slurm-sweep", "ladder", "evidence"),
+    "the acceptance certificates": ("keygen", "certify", "verify"),
     "one node, on the node": ("check", "bench", "counters", "status", "hw", "collect", "finetune"),
 }
 # The playbooks' and modules' own steps: they run as any command but are left out of --help.

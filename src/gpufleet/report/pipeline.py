@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpufleet import __version__
-from gpufleet.base import causes, paths, registry, runs, schema
+from gpufleet.base import causes, certificates, paths, registry, runs, schema
 from gpufleet.base.errors import InputError
 from gpufleet.fleet import compare, store as fleet_store
 from gpufleet.comparisons import metrics
@@ -26,8 +26,8 @@ from gpufleet.report.chart_data import BAR_METRICS
 from gpufleet.report.formatting import STATUS_ORDER, check_id, class_text, trust_text
 from gpufleet.report.nodes import DOC_PROFILE, DOC_READ, load_nodes, load_peers, node_order
 
-# Each output of registry.OUTPUTS: its file (or folder) under the run folder.
-REPORT_FILES = {o.name: o.file for o in registry.OUTPUTS}
+# Each output the report writes (registry.report_outputs()): its file (or folder) under the run folder.
+REPORT_FILES = {o.name: o.file for o in registry.report_outputs()}
 OWN_LINE = ("html", "fleet", "prometheus", "drain")  # summary_text's outputs on lines of their own
 # A node's verdict in words: "fail" is also what results are counted by, and a node fails for errors too.
 VERDICT_WORDS = {schema.FAIL: "not accepted", schema.WARN: "accepted with warnings", schema.PASS: "accepted"}
@@ -84,6 +84,8 @@ def summarize(report: dict, files: dict) -> dict:
             "warned_checks": [check_id(r) for r in node["results"] if r["status"] == schema.WARN],
             "causes": [causes.line(g) for g in node["causes"]],
         }
+        if (node.get("certificate") or {}).get("certified"):
+            nodes[host]["certificate"] = node["certificate"]["text"]
     fleet = report.get("fleet") or {}
     return {
         "run_dir": report["run_dir"],
@@ -305,6 +307,10 @@ def _build(
             if node["host"] in fleet["metrics"]:  # the per-GPU bars' figures, extracted once (report/chart_data.py)
                 node["per_gpu"] = [m for m in fleet["metrics"][node["host"]]["metrics"] if m["key"] in BAR_METRICS]
             _refresh(node)
+        # Each node's latest certificate as the reports folder's index has it (unverified): one expired is said so.
+        claims = certificates.latest(run_dir.resolve().parent)
+        for node in nodes:
+            node["certificate"] = certificates.state(claims.get(node["host"]))
         report = assemble(run_dir, sorted(nodes, key=node_order))
         info = read_run_info(run_dir)
         names = slurm_names if slurm_names is not None else info.get("slurm_node_names")
@@ -330,7 +336,7 @@ def _build(
             report["locks_not_given_back"] = last["locks_not_given_back"]
         files = {name: str(run_dir / file) for name, file in REPORT_FILES.items()}
         made = Made(run_dir, report, fleet, textfile_dir, fleet_hosts)
-        for output in registry.OUTPUTS:
+        for output in registry.report_outputs():
             if output.render:
                 _write(made.path(output.name), registry.resolve(output.render)(report))
             else:
@@ -368,6 +374,8 @@ def summary_text(summary: dict) -> str:
             line += "  failing: " + "; ".join(n["causes"])
         if n.get("warned_checks"):
             line += ("; " if n.get("causes") else "  ") + "warning: " + ", ".join(n["warned_checks"])
+        if " expired on " in (n.get("certificate") or ""):
+            line += f"; its {n['certificate']}"
         lines.append(line.rstrip())
     files = summary["files"]
     lines.append(f"report: {files['html']}")

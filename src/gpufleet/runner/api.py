@@ -129,6 +129,19 @@ def _slurm_vars(action: str | None, max_drain: str | None, take_over: bool) -> d
     return out
 
 
+def _certify_vars(key: str | None, command: str | None, pubkey: str | None) -> dict:
+    """--certify-key, or --certify-command with --certify-pubkey, as the playbook's variables, the files' paths made
+    absolute (the playbook runs in another folder); validate.yml refuses a key open to others before any node."""
+    if key and command:
+        raise InputError("give --certify-key or --certify-command, not both")
+    if command and not pubkey:
+        raise InputError("--certify-command needs --certify-pubkey: the public key (PEM) of the key it signs with")
+    out = {"gpufleet_certify_key": str(Path(key).resolve())} if key else {}
+    if command:
+        out.update(gpufleet_certify_command=command, gpufleet_certify_pubkey=str(Path(pubkey).resolve()))
+    return out
+
+
 def fleet_run(
     inventory: str,
     *,
@@ -145,14 +158,17 @@ def fleet_run(
     command: str = "run",
     slurm: str | None = None,
     slurm_max_drain: str | None = None,
+    certify: dict | None = None,
 ) -> Outcome:
     """validate.yml over the inventory's gpu_nodes (narrowed by limit): one attempt of a new run. `slurm`: act on
-    the verdict in Slurm (drain, drain_resume); `accept` also drains its nodes with a gpufleet reason first."""
+    the verdict in Slurm (drain, drain_resume); `accept` also drains its nodes with a gpufleet reason first.
+    `certify`: {key, command, pubkey}, the signing of each accepted node's certificate (_certify_vars)."""
     project = project if isinstance(project, Project) else find_project(project)
     user_vars = dict(extra_vars or {})
     check_user_vars(user_vars)
     user_vars.update(_tier_vars(tier, soak_duration_s))
     user_vars.update(_slurm_vars(slurm, slurm_max_drain, take_over=command == "accept"))
+    user_vars.update(_certify_vars(**(certify or {"key": None, "command": None, "pubkey": None})))
     inv, hosts = nodes_of(project, inventory, limit)
     peers = list(peers or [])
     unknown = [p for p in peers if p not in inv.hosts]

@@ -40,6 +40,8 @@ Keys:
   nvme           {present, path, reason, drives: [{controller, device, model, serial, firmware, pci_bdf,
                    source, reason, log: {critical_warning, temperature_c, ...}}]}  (collect.host.nvme)
   meminfo        {total_kib, available_kib, hugepages_free_kib, reason}  (/proc/meminfo)
+  dmi            {path, board_serial, chassis_serial, product_serial, product_uuid, board_vendor, board_name,
+                  sys_vendor, product_name, unreadable}  (collect.host.dmi: the machine's identity)
   bringup        {path, present, readable, reason, schema_version, roles:
                   {role: {applied_at, settings, expect: [{what, path|glob,
                    sha256|value|exists, found, found_reason}]}}}
@@ -53,6 +55,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from gpufleet.collect.host.bringup import read_bringup
+from gpufleet.collect.host.dmi import read_dmi
 from gpufleet.collect.host.edac import read_edac
 from gpufleet.collect.host.fabric import (
     AER_SEVERITIES,
@@ -95,6 +98,7 @@ __all__ = [
     "pci_kind",
     "read",
     "read_boot_id",
+    "read_dmi",
     "read_fabric",
     "read_ib_port",
     "read_text",
@@ -169,6 +173,7 @@ def read(root: str = "/", environ: Mapping[str, str] | None = None) -> dict:
         "nvme", lambda: read_nvme(rootp, environ.get("PATH")), {"present": False, "drives": [], "reason": "crashed"}
     )
     section("meminfo", lambda: read_meminfo(rootp), {"reason": "crashed"})
+    section("dmi", lambda: read_dmi(rootp), {"unreadable": {"dmi": "crashed"}})
     section(
         "bringup",
         lambda: read_bringup(rootp),
