@@ -24,13 +24,16 @@ import pytest
 
 import cli_cells
 
-from gpufleet.base import layout
+from gpufleet.base import layout, registry
 from gpufleet.commands import main as cli
 from test_fleet_synthetic import ecc_failure, gpus_of, node_doc, write_run
 
 REPO = Path(__file__).resolve().parents[1]
 RUN, OTHER = "r1", "r0"  # the run whose files are damaged; a run beside it
-HOSTS = {"hosts": "n0", "peers": "n2", "references": "n0"}  # the host of each folder's <host> file
+HOSTS = {"hosts": "n0", "peers": "n2", "references": "n0", "certificates": "n1"}  # the host of each folder's <host>
+# file; a command that reads the host document of a certified node alone, that of n1 (n0 failed: not certified)
+HOST_OF = {"certify": "n1", "verify": "n1"}
+KEY = "keys/site.key"  # the signing key, outside the reports folder as it must be (certify/signing.py)
 
 MISSING, EMPTY, RANDOM, NOT_UTF8, CUT, SHAPE, FOLDER, FIFO, LINK, UNREADABLE, A_FILE = (
     layout.MISSING, layout.EMPTY, layout.RANDOM, layout.NOT_UTF8, layout.CUT, layout.SHAPE, layout.A_FOLDER,
@@ -66,6 +69,13 @@ COMMANDS = {
                      "--json"],
     "fleet locate-step": ["fleet", "locate-step", "{run}", "--json"],
     "slurm sweep --collect": ["slurm", "sweep", "--collect", "{run}", "--json"],
+    "certify": ["certify", "{run}", "--key", f"{{base}}/{KEY}", "--json"],
+    "verify": ["verify", "{run}/certificates/nodes/n1.intoto.json", "--pubkey", f"{{base}}/{KEY}.pub", "--report",
+               "{run}/report.json", "--document", "{run}/hosts/n1.json", "--json"],
+    "verify fleet": ["verify", "{run}/certificates/fleet.intoto.json", "--pubkey", f"{{base}}/{KEY}.pub", "--report",
+                     "{run}/report.json", "--json"],
+    "status --certificate": ["status", "--readings", "tests/data/readings/recorded-h100-x1-vm.json", "--certificate",
+                             "{run}/certificates/nodes/n1.intoto.json", "--json"],
 }  # fmt: skip
 CLEARS = ("baseline clear",)  # makes it say there is none: removes it
 STDIN = {"record": "n0", "record --folder peers": "n2"}  # the document each reads on stdin, of this host
@@ -87,12 +97,13 @@ def stdin_of(command: str) -> bytes | None:
     return json.dumps(node_doc(host, int(host[1:]))).encode() if host else None
 
 
-def file_path(f: layout.File, base: Path) -> Path:
-    """Where the declared file lies in the healthy folder (its run: RUN)."""
+def file_path(f: layout.File, base: Path, command: str | None = None) -> Path:
+    """Where the declared file lies in the healthy folder (its run: RUN), for `command`."""
     if f.where == layout.ON_NODE:
         return base / f.name.replace("<lock>", "node.lock")
     folder = f.name.split("/")[0]
-    name = f.name.replace("<host>", HOSTS.get(folder, "n0"))
+    host = HOST_OF.get(command) if folder == "hosts" else None
+    name = f.name.replace("<host>", host or HOSTS.get(folder, "n0"))
     return base / "reports" / (name if f.where == layout.REPORTS else f"{RUN}/{name}")
 
 
@@ -108,7 +119,13 @@ def healthy(base: Path) -> Path:
     write_run(reports, OTHER, {f"n{i}": node_doc(f"n{i}", i, started="2026-11-19T10:00:00Z") for i in range(2)})
     _main("report", str(reports / OTHER))
     failing = node_doc("n0", 0, extra=[ecc_failure(gpus_of(0)[0])], started="2026-11-20T10:00:00Z")
-    run = write_run(reports, RUN, {"n0": failing, "n1": node_doc("n1", 1, started="2026-11-20T10:00:00Z")})
+    accepted = node_doc("n1", 1, started="2026-11-20T10:00:00Z")
+    accepted["profile"]["thresholds"] = {  # how long its certificate holds, as a profile of today says
+        key: {"value": 21, "source": "the profile's"} for key in registry.CERTIFICATE_VALIDITY.values()
+    }
+    run = write_run(reports, RUN, {"n0": failing, "n1": accepted})
+    record = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps(record | {"tier": registry.DEFAULT_RUN_TIER}))
     (run / "peers").mkdir()
     (run / "peers" / "n2.json").write_text(json.dumps(node_doc("n2", 2, started="2026-11-20T10:00:00Z")))
     _main("report", str(run), "--set-baseline")
@@ -117,6 +134,8 @@ def healthy(base: Path) -> Path:
     _main("slurm", str(run))
     _main("fleet", "locate-step", str(run), "--start", "--node", "n0", "--node", "n1")
     _main("lock", "acquire", "--path", str(base / "node.lock"), "--run-id", RUN, "--holder", "n0", "--ttl-s", "600")
+    _main("keygen", str(base / KEY), "--reports-dir", str(reports))
+    _main("certify", str(run), "--key", str(base / KEY))  # n1 certified, n0 not (exit 1)
     sweep = {"tier": "smoke", "submitted": None, "plan": {"partitions": ["gpu"], "idle": [], "share": "25%"},
              "jobs": [], "left_over": [], "settings": {}}  # fmt: skip
     (run / "sweep.json").write_text(json.dumps(sweep))
@@ -195,7 +214,7 @@ def tree(folder: Path) -> dict:
 # A sentence of what to do, in a refusal's one line.
 WHAT_TO_DO = re.compile(
     r"restore it|move it aside|move what is there aside|make it again|make it with|remove the link|make its folder|"
-    r"gpufleet store rebuild|start the localisation|gpufleet slurm sweep --submit"
+    r"gpufleet store rebuild|start the localisation|gpufleet slurm sweep --submit|give the"
 )
 
 
@@ -252,7 +271,7 @@ def hold(healthy: Path, tmp_path: Path, f: layout.File, state: str, command: str
 def _hold(healthy: Path, tmp_path: Path, f: layout.File, state: str, command: str, verb: str, scope: str) -> None:
     base = tmp_path / "base"
     shutil.copytree(healthy, base, symlinks=True)
-    path = file_path(f, base)
+    path = file_path(f, base, command)
     assert os.path.lexists(path), f"the healthy folder lacks {f.name}"
     before_cell = None
     if state == UNREADABLE and os.geteuid() == 0:
@@ -276,6 +295,10 @@ def _hold(healthy: Path, tmp_path: Path, f: layout.File, state: str, command: st
     named = f.name.split("/")[-1].replace("<host>", path.name.split(".")[0]).replace("<lock>", path.name)
     if state == MISSING:
         verb = layout.REFUSES if command in f.needs else None
+    elif state == LINK and command in f.given:
+        verb = None  # the operator's own path: followed (nothing written through it, above)
+    elif verb == layout.JUDGES:
+        verb = layout.REFUSES if state in (FOLDER, FIFO, UNREADABLE) else layout.JUDGES  # cannot be read: refused
     elif f.form == layout.TEXT and state in (EMPTY, CUT):
         verb = None  # text all the same (a person may have cut it): taken as the text it is
     elif verb == layout.MAKES and (state == FOLDER or f.form == layout.FOLDER):
@@ -287,6 +310,10 @@ def _hold(healthy: Path, tmp_path: Path, f: layout.File, state: str, command: st
         [line] = cell.lines()
         assert named in line and WHAT_TO_DO.search(line), said
         assert json.loads(outs[0])["exit"] == 2, said
+        assert snapshot(path) == before, f"changed: {said}"
+    elif verb == layout.JUDGES:  # judged not valid, named
+        assert cell.rc == 1 and named in cell.out, said
+        assert json.loads(outs[0])["valid"] is False, said
         assert snapshot(path) == before, f"changed: {said}"
     elif verb in (layout.NAMES, layout.GOES_ON):
         assert cell.rc in (0, 1), said

@@ -7,7 +7,8 @@ Each cell runs the command as a user types it, in a process of its own (tests/cl
 declared verb (entries.py): it ends (a FIFO is never waited on: the timeout only bounds a hang), with no traceback;
 REFUSES: exit 2, one line naming the file and what to do, the file as it was; NAMES: goes on, naming it, the file as
 it was; MAKES: the file made again (a folder there refused, never replaced); REPAIRS: what was there kept aside,
-named, the file made again; GOES_ON: the file as it was. Missing, a file some command `needs` is refused, any
+named, the file made again; GOES_ON: the file as it was; JUDGES (gpufleet verify): exit 1 naming it, or
+refused as REFUSES where it cannot be read as a file. Missing, a file some command `needs` is refused, any
 other is made or done without. Whatever a link points at is never written through. As root, `unreadable` drops the
 capabilities that let root read past a file's mode (cli_cells.drop_file_capabilities), in the command's process.
 
@@ -18,6 +19,7 @@ that command.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 import shutil
@@ -44,7 +46,7 @@ def test_every_declared_file_and_command_is_in_the_matrix(every_file):
     assert all(v in layout.VERBS for f in layout.FILES for v in [*f.uses.values(), *f.beside.values()])
     for f in layout.FILES:
         assert os.path.lexists(ff.file_path(f, every_file)), f.name
-        assert set(f.needs) <= set(f.uses), f.name
+        assert set(f.needs) <= set(f.uses) and set(f.given) <= set(f.uses), f.name
 
 
 def _declared(rel: str, reports: Path) -> list[tuple[layout.File, str]]:
@@ -61,10 +63,8 @@ def _declared(rel: str, reports: Path) -> list[tuple[layout.File, str]]:
             hit, scope = parts[0] == "reports" and len(parts) == 2 and name == f.name, "its run"
         else:
             inner = (*parts[2:-1], name)
-            want = tuple(f.name.split("/"))
             hit = len(parts) >= 3 and (
-                inner == want
-                or (want[-1] == "<host>.json" and inner[:-1] == want[:-1] and name.endswith(".json"))
+                fnmatch.fnmatchcase("/".join(inner), f.name.replace("<host>", "[!/]*"))
                 or (f.form == layout.FOLDER and inner[0] == f.name)
             )
             scope = "its run" if len(parts) > 1 and parts[1] == ff.RUN else "a run beside"
@@ -90,14 +90,15 @@ def test_every_file_a_command_touches_is_declared_with_it(every_file, tmp_path, 
         if (
             rel.startswith("..")
             or rel == "."
+            or parts[0] == "keys"  # the signing key, which stays outside the reports folder
             or parts[-1] in ("reports", "evidence.tar.gz", ".evidence.tar.gz.tmp")
             or rel.endswith(".guard")
         ):
-            continue  # outside the folder; the folder itself; the evidence archive asked for; the lock's flock handle
+            continue  # outside the folder; the folder itself; the key; the evidence archive asked for; the lock's guard
         if parts[0] == "reports" and len(parts) > 1 and parts[1] not in runs and not layout.reserved(parts[1]):
             continue  # a run the command made (run start, ladder --clear): its folder and files, its own and new
-        if len(parts) == 3 and parts[2] in ("hosts", "peers", "references"):
-            continue  # the folder of host documents itself (listed, made, locked)
+        if len(parts) in (3, 4) and parts[2:] in (("hosts",), ("peers",), ("references",), ("certificates", "nodes")):
+            continue  # the folder of host documents (or certificates) itself (listed, made, locked)
         found = _declared(rel, base / "reports")
         if not any(command in ({**f.uses, **f.beside} if not acts_on_a_run else f.uses if s == "its run" else f.beside)
                    for f, s in found):  # fmt: skip

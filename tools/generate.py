@@ -290,8 +290,10 @@ def faults_doc() -> list[str]:
     for f in files:
         uses = "; ".join(f"`{c}` {v}" for c, v in f.uses.items())
         uses += "".join(f"; `{c}` of a run beside it {v}" for c, v in f.beside.items())
-        needs = f" (missing: {', '.join(f'`{c}`' for c in f.needs)} refuses)" if f.needs else ""
-        rows.append(f"| `{f.name}` | {f.where}, {f.form} | {len(layout.STATES[f.form])} | {uses}{needs} |")
+        notes = [f"missing: {', '.join(f'`{c}`' for c in f.needs)} refuses"] if f.needs else []
+        notes += [f"a link followed by {', '.join(f'`{c}`' for c in f.given)}, given its path"] if f.given else []
+        notes_text = f" ({'; '.join(notes)})" if notes else ""
+        rows.append(f"| `{f.name}` | {f.where}, {f.form} | {len(layout.STATES[f.form])} | {uses}{notes_text} |")
     return [
         f"{len(files)} files and folders x their bad states ({forms}) x the {len(commands)} commands that read or "
         f"write them: **{layout.cells()} cells**.",

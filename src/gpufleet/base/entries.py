@@ -30,8 +30,8 @@
 - A file of a reports folder (or of a node: its lock): its name (`<host>` for one a node), where it lies (the
   reports folder's top, each run folder, the node), its form (JSON, text, an SQLite store, a folder), what it holds,
   and what each command that reads or writes it does when it finds it damaged (`uses`: REFUSES, NAMES, MAKES,
-  REPAIRS, GOES_ON, below), on the run it acts on, and on a run beside it (`beside`); layout.py holds them. The names
-  the reports folder keeps for itself and the file-fault matrix (tests/test_file_faults.py) come from them.
+  REPAIRS, GOES_ON, JUDGES, below), on the run it acts on, and on a run beside it (`beside`); layout.py holds them.
+  The names the reports folder keeps for itself and the file-fault matrix (tests/test_file_faults.py) come from them.
 
 Nothing here imports the rest of gpufleet.
 """
@@ -147,7 +147,10 @@ MAKES = "makes"  # writes it again whole from what it comes from (nothing is los
 REPAIRS = "repairs"  # the documented repair: what was there moved aside (kept, named), the file made again
 GOES_ON = "goes on"  # not what the command acts on: left as it was, its exit its own (the report and `gpufleet store
 # rebuild` name it)
-VERBS = (REFUSES, NAMES, MAKES, REPAIRS, GOES_ON)
+JUDGES = "judges"  # what the command's verdict is on (`gpufleet verify`: a certificate, the report it names): one that
+# holds no valid one is judged not valid (exit 1, naming it and why); one that cannot be read as a file (missing, a
+# folder, a FIFO, unreadable) is refused as by REFUSES; the file left as it was
+VERBS = (REFUSES, NAMES, MAKES, REPAIRS, GOES_ON, JUDGES)
 
 
 @dataclass(frozen=True)
@@ -160,3 +163,5 @@ class File:
     needs: tuple[str, ...] = ()  # the commands of `uses` that refuse when it is missing
     beside: dict = field(default_factory=dict)  # for a run folder's file: command -> what it does acting on
     # another run of the same reports folder
+    given: tuple[str, ...] = ()  # the commands of `uses` given its path on their command line: a link there is the
+    # operator's own and is followed (a FIFO is still never waited on)

@@ -13,6 +13,7 @@ from gpufleet.base.entries import (  # noqa: F401 (the words the readers of FILE
     FOLDER,
     GOES_ON,
     JSON,
+    JUDGES,
     MAKES,
     NAMES,
     ON_NODE,
@@ -54,6 +55,7 @@ STORE_READERS = ("history", "baseline show", "baseline set", "baseline clear", "
                  COLLECT)
 REPORT_MADE = {"report": MAKES}
 ACTION_RECORD = {"store rebuild": NAMES, "report": NAMES}  # indexed into the store, named where they cannot be
+CERTIFIED = {"verify": JUDGES, "verify fleet": JUDGES}  # `gpufleet verify CERT --report report.json`
 FILES = (
     File("gpufleet.db", REPORTS, SQLITE, "the store: an index of the run folders, and the baseline (fleet/store.py)",
          uses={"report": REPAIRS, "record": REPAIRS, "record --folder peers": REPAIRS, "references": REPAIRS,
@@ -65,24 +67,25 @@ FILES = (
     File("run.json", RUN, JSON, "the run's record: its attempts, their controller (base/runs.py)",
          uses={"report": REFUSES, "store rebuild": NAMES, "run locks-kept": REFUSES, "slurm": REFUSES,
                "ladder": REFUSES, "fleet resume": REFUSES, "record": GOES_ON, "record --folder peers": GOES_ON,
-               "references": GOES_ON, COLLECT: GOES_ON},
+               "references": GOES_ON, COLLECT: GOES_ON, "certify": REFUSES},
          beside={"report": GOES_ON, "run start": GOES_ON, "ladder --clear": GOES_ON}),
     File("hosts/<host>.json", RUN, JSON, "a node's host document: every result of its stage (base/schema.py)",
          uses={"report": NAMES, "store rebuild": NAMES, "versions": NAMES, "record": REPAIRS, "fleet resume": NAMES,
-               "evidence": NAMES}),
+               "evidence": NAMES, "certify": NAMES, "verify": REFUSES},
+         needs=("verify",), given=("verify",)),
     File("peers/<host>.json", RUN, JSON, "a known-good peer's document of the run across nodes it joined",
          uses={"report": NAMES, "store rebuild": NAMES, "record --folder peers": REPAIRS, "fleet resume": GOES_ON}),
     File("references/<host>.json", RUN, JSON, "what a node's figures are held against in this run (fleet/references.py)",
          uses={"references": MAKES}),
     File("report.json", RUN, JSON, "the report: every node's verdict and results",
          uses={**REPORT_MADE, "ladder": REFUSES, "slurm": REFUSES, "store rebuild": NAMES, "fleet resume": GOES_ON,
-               COLLECT: GOES_ON},
-         needs=("ladder", "slurm")),
+               COLLECT: GOES_ON, "certify": REFUSES, **CERTIFIED},
+         needs=("ladder", "slurm", "certify", *CERTIFIED), given=tuple(CERTIFIED)),
     File("report.md", RUN, TEXT, "the report for people; `gpufleet slurm` and `ladder` add their sections",
          uses={**REPORT_MADE, "ladder": REFUSES, "slurm": REFUSES, COLLECT: REFUSES}),
     File("prometheus", RUN, FOLDER, "the report's gauges of each node (and `gpufleet ladder`'s of the service)",
          uses={**REPORT_MADE, "ladder": MAKES, COLLECT: MAKES}),
-    *(File(o.file, RUN, _form(o.file), f"the report's {o.name} output", uses=dict(REPORT_MADE))
+    *(File(o.file, RUN, _form(o.file), f"the {o.name} output of `gpufleet {o.made_by}`", uses={o.made_by: MAKES})
       for o in OUTPUTS if o.file not in ("report.json", "report.md", "prometheus")),
     File("slurm.json", RUN, JSON, "what `gpufleet slurm` did in Slurm, each action (fleet/slurm_action.py)",
          uses={"slurm": REFUSES, "ladder": REFUSES, COLLECT: GOES_ON, **ACTION_RECORD}),
@@ -94,6 +97,18 @@ FILES = (
          uses={"fleet locate-step": REFUSES}, needs=("fleet locate-step",)),
     File("runner/runner.json", RUN, JSON, "`gpufleet fleet`'s invocations of the run (runner/record.py)",
          uses={"fleet resume": REFUSES}),
+    File("certificates/nodes/<host>.intoto.json", RUN, JSON, "a node's acceptance certificate (base/certificates.py)",
+         uses={"certify": MAKES, "verify": JUDGES, "verify fleet": NAMES, "status --certificate": REFUSES,
+               "report": GOES_ON},
+         needs=("verify", "status --certificate"), given=("verify", "status --certificate")),
+    File("certificates/fleet.intoto.json", RUN, JSON, "the fleet certificate over the run's node certificates",
+         uses={"certify": MAKES, "verify fleet": JUDGES}, needs=("verify fleet",), given=("verify fleet",)),
+    File("certificates/certify.json", RUN, JSON, "what `gpufleet certify` certified, and each node not with why",
+         uses={"certify": MAKES}),
+    File("certificates/expiry.prom", RUN, TEXT, "each node's latest certificate's expiry, for Prometheus",
+         uses={"certify": MAKES}),
+    File("certificates.json", REPORTS, JSON, "the index of each node's latest certificate, read again from the run "
+         "folders when missing or damaged (base/certificates.py)", uses={"certify": MAKES, "report": GOES_ON}),
     File("<lock>", ON_NODE, JSON, "the node lock (gpufleet_lock_path, base/lock.py): taken over when unreadable",
          uses={"lock acquire": MAKES, "lock show": NAMES, "lock release": NAMES}),
 )

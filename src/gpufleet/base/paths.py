@@ -83,13 +83,13 @@ def make_dir(path: Path | str) -> Path:
     """Create a folder (and its missing parents, each) with DIR_MODE; an existing one is left as it is. A symbolic
     link there is refused, whatever it points at: what is written in a folder of a run stays in it."""
     target = Path(path)
-    if target.is_symlink():
+    if os.path.islink(target):
         raise InputError(
             f"cannot use {target}: it {not_a_file(target).removeprefix('is ')}; nothing was written through it: "
             "remove the link"
         )
     missing, up = [], target
-    while not up.exists() and up.parent != up:
+    while not os.path.exists(up) and up.parent != up:  # what cannot be looked at (a folder's mode) is made, and said
         missing.append(up)
         up = up.parent
     try:
@@ -213,28 +213,37 @@ def read_denied(path: Path | str) -> bool:
     return False
 
 
-def read_text(path: Path | str, *, follow: bool = False) -> tuple[str | None, str | None]:
-    """(the file's text, None), or (None, why it gives none: read_bytes's reasons, or bytes that are no UTF-8 text)."""
-    raw, why = read_bytes(path, follow=follow)
-    if raw is None:
-        return None, why
+def text_of(raw: bytes) -> tuple[str | None, str | None]:
+    """(the bytes as UTF-8 text, None), or (None, why they are none)."""
     try:
         return raw.decode("utf-8"), None
     except UnicodeDecodeError as exc:
         return None, f"is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}: damaged)"
 
 
-def read_json(path: Path | str, *, follow: bool = False) -> tuple[Any, str | None]:
-    """(document, None), or (None, why the file gives none: it cannot be read or is no plain file (read_bytes), its
-    bytes are not UTF-8 text (random bytes over it), it is not JSON). The readers of the files the controller writes
-    all say the same."""
-    text, why = read_text(path, follow=follow)
+def json_of(raw: bytes) -> tuple[Any, str | None]:
+    """(the document the bytes hold, None), or (None, why they hold none: no UTF-8 text, no JSON)."""
+    text, why = text_of(raw)
     if text is None:
         return None, why
     try:
         return json.loads(text), None
     except json.JSONDecodeError as exc:
         return None, f"is not valid JSON ({exc.msg} at line {exc.lineno})"
+
+
+def read_text(path: Path | str, *, follow: bool = False) -> tuple[str | None, str | None]:
+    """(the file's text, None), or (None, why it gives none: read_bytes's reasons, or bytes that are no UTF-8 text)."""
+    raw, why = read_bytes(path, follow=follow)
+    return (None, why) if raw is None else text_of(raw)
+
+
+def read_json(path: Path | str, *, follow: bool = False) -> tuple[Any, str | None]:
+    """(document, None), or (None, why the file gives none: it cannot be read or is no plain file (read_bytes), its
+    bytes are not UTF-8 text (random bytes over it), it is not JSON). The readers of the files the controller writes
+    all say the same."""
+    raw, why = read_bytes(path, follow=follow)
+    return (None, why) if raw is None else json_of(raw)
 
 
 def full_disk(path: Path | str) -> str | None:
