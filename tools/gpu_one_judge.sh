@@ -15,8 +15,9 @@
 #                       confirmation: what that costs on GPUs (measured_again), not a verdict
 #   acc:gpu@T+D         the acceptance tier beside the same neighbour
 #   acc:cpu@T+D         the acceptance tier beside busy processes on a third of the host's CPUs, as another user
-#   acc:memcpy@T+D      the acceptance tier beside processes copying memory, a core each on about 9% of the CPUs
-#                       (under host_foreign_cpu_share_max), as another user
+#   acc:memcpy@T+D      the acceptance tier beside processes copying memory, a core each on about 7% of the CPUs
+#                       (under host_foreign_cpu_share_max: 3 of 32 CPUs, 9.4%, measured 10.5% with their
+#                       kernel time), as another user
 #   confirm1            `gpufleet bench memory` handed a baseline whose GPU 1 (0) host-to-device figure is 100 GB/s,
 #                       so that figure is past its limit and measured again to confirm it: the seconds of its first
 #                       measurement and of the confirmation, this checkout's and $BEFORE's (where given)
@@ -77,15 +78,15 @@ for node in doc.get("nodes", {}).values():
 PY
 }
 
-neighbour() {  # KIND AT_S FOR_S: start it in the background, after AT_S seconds
+neighbour() {  # KIND AT_S FOR_S: start it in the background, after AT_S seconds; its pid in $neighbour_pid
   local kind=$1 at=$2 for_s=$3 args
   case $kind in
     cpu) args="--kind cpu --procs $(( $(nproc) / 3 )) --as-user gpufleet-neighbour" ;;
-    memcpy) args="--kind memcpy --procs $(( $(nproc) * 94 / 1000 > 0 ? $(nproc) * 94 / 1000 : 1 )) --as-user gpufleet-neighbour" ;;
+    memcpy) args="--kind memcpy --procs $(( $(nproc) * 70 / 1000 > 0 ? $(nproc) * 70 / 1000 : 1 )) --as-user gpufleet-neighbour" ;;
     *) args="--kind matmul --gpu $neighbour_gpu" ;;
   esac
   (sleep "$at"; exec python3 tools/gpu_disturb.py $args --seconds "$for_s") >>"$OUT/neighbours.log" 2>&1 &
-  echo $!
+  neighbour_pid=$!  # a child of this shell, not of a $(...) subshell: so that `wait` can wait for it
 }
 
 confirm1() {  # the memory step with one GPU's host-to-device figure past a baseline of 100 GB/s, each checkout
@@ -137,7 +138,8 @@ one() {  # STEP
   (cd "$dir" && python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >/dev/null 2>&1)
   if [[ "$a" == gpu@* || "$a" == cpu@* || "$a" == memcpy@* ]]; then
     local what=${a%%@*} span=${a#*@}
-    pid=$(neighbour "$what" "${span%%+*}" "${span#*+}")
+    neighbour "$what" "${span%%+*}" "${span#*+}"
+    pid=$neighbour_pid
   fi
   t0=$SECONDS
   (cd "$dir" && python3 -m gpufleet fleet run -i inventory/local --plain --json --tier "$tier" "${extra[@]}" \
