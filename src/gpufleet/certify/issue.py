@@ -22,9 +22,7 @@ def _run(run_dir: Path, report: dict) -> dict:
     try:
         info = runs.read_run(run_dir)
     except InputError as exc:
-        if os.path.lexists(
-            run_dir / runs.RUN_FILE
-        ):  # damaged: the tier, which sets how long a certificate holds, unknown
+        if os.path.lexists(run_dir / runs.RUN_FILE):  # damaged: its tier (a certificate's life) unknown
             raise InputError(f"{exc}; certify takes the run's tier from it") from None
         info = {}  # a run folder made without one: the default tier
     attempts = info.get("attempts") or [{}]
