@@ -37,6 +37,7 @@ import math
 from pathlib import Path
 import yaml
 
+from gpufleet.base import paths
 from gpufleet.base.errors import InputError
 
 FORMAT = "gpufleet-calibration-limits/1"
@@ -95,9 +96,12 @@ def load(path: Path) -> dict | None:
     """The calibration file at path, checked; None when there is none."""
     if not path.is_file():
         return None
+    text, why = paths.read_text(path, follow=True)  # never waits on a FIFO
+    if text is None:
+        raise CalibrationError(f"calibration file {path} {why}")
     try:
-        doc = yaml.safe_load(path.read_text())
-    except (yaml.YAMLError, OSError) as exc:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
         raise CalibrationError(f"calibration file {path} cannot be read as YAML: {exc}") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise CalibrationError(f"calibration file {path}: expected a mapping with format: {FORMAT}")

@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from gpufleet.base import calibration
+from gpufleet.base import calibration, paths
 from gpufleet.base.errors import InputError, did_you_mean
 
 GENERIC = "generic"
@@ -59,10 +59,9 @@ def default_profile_dir() -> Path:
 
 
 def _load_file(path: Path) -> dict:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ProfileError(f"profile file {path} cannot be read: {exc.strerror}") from None
+    text, why = paths.read_text(path, follow=True)  # never waits on a FIFO
+    if text is None:
+        raise ProfileError(f"profile file {path} {why}")
     return _parse(text, path)
 
 
