@@ -213,16 +213,33 @@ def controller_gone():
         return False
 
 
+def _stop_own_group(signum, frame):
+    """What ansible-core 2.19 and later do in a worker on SIGINT and SIGTERM: the signal to its whole group, then out."""
+    signal.signal(signum, signal.SIG_DFL)
+    try:
+        os.killpg(os.getpid(), signum)
+    finally:
+        os._exit(1)
+
+
 def stop_with_controller():
     """In a task's worker on the controller (an action plugin): the kernel sends the worker SIGTERM when the
     ansible-playbook process that forked it dies, kill -9 included (PR_SET_PDEATHSIG), and Ansible's handler in the
     worker then kills the worker's process group: the ssh client, or the module's own process on a local
     connection. The node sees its connection close and stops what the task started there (controller_gone), so a
     run whose controller is gone measures no more, nor writes a document. Already gone (the worker's parent is no
-    longer the process that forked it): the same, at once. Nothing outside a worker (no multiprocessing parent)."""
+    longer the process that forked it): the same, at once. Nothing outside a worker (no multiprocessing parent).
+
+    ansible-core before 2.19 has no such handler, and its worker shares ansible-playbook's process group: there the
+    worker gets a session of its own and the handler here, or an interrupted run's ssh client (and with it the
+    node's engine) would outlive it (tests/test_faults.py, tests/test_orphans.py)."""
     parent = multiprocessing.parent_process()
     if parent is None:
         return
+    if os.getpgid(0) != os.getpid():  # not its own group's leader: an ansible-core before 2.19
+        os.setsid()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, _stop_own_group)
     _die_with_parent()
     if os.getppid() != parent.pid:
         os.kill(os.getpid(), signal.SIGTERM)

@@ -299,6 +299,8 @@ def host_document(host, profile, readings, started, t0, results) -> dict:
         "profile": {
             "name": profile["name"],
             "path": profile["path"],
+            # a site's profile: the profiles it extends, nearest first, to generic (docs/sites.md)
+            **({"extends": profile["extends"]} if profile.get("extends") else {}),
             "thresholds": profile["thresholds"],
             "calibration": profile.get("calibration"),
         },
