@@ -117,7 +117,7 @@ BENCHMARKS = (
         Check("matmul_bf16", HARDWARE, ("matmul_bf16_tflops_min", "matmul_spread_pct_max") + SAMPLED, **SAMPLED_FIGURE,
               text="bf16 matmul TFLOPS of the slowest GPU, all at once; a GPU that throttled fails"),
     )),
-    Benchmark("memory", run_tiers=("smoke", "acceptance"), default=True, checks=(
+    Benchmark("memory", run_tiers=("smoke", "acceptance"), default=True, run="gpufleet.node.measure:run_memory", checks=(
         Check("memory_bandwidth", HARDWARE, text="every HBM and PCIe copy ran and moved the right data"),
         Check("hbm_bandwidth", HARDWARE, ("hbm_copy_gbps_min",) + SAMPLED, **SAMPLED_FIGURE,
               text="HBM copy bandwidth of the slowest GPU"),

@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 import time
 
-from gpufleet.base import profiles, registry, schema
+from gpufleet.base import host_platform, profiles, registry, schema
 from gpufleet.node import trust
-from gpufleet.bench import host_watch, matmul, nccl, sdc, soak
+from gpufleet.bench import host_watch, matmul, memory, nccl, sdc, soak
 from gpufleet.bench.monitor import sampled
 from gpufleet.bench.watch import describe, wait_quiet
 from gpufleet.base.schema import ERROR, FAIL, PASS, Result, result
@@ -390,6 +390,11 @@ def run_matmul(steps: NodeSteps) -> dict:
     if "sdc" in out:
         steps.folded_sdc["out"] = out.pop("sdc")
     return out
+
+
+def run_memory(steps: NodeSteps) -> dict:
+    """The HBM and host copies, with how the GPUs reach the host (PCIe, or NVLink-C2C: the judge's words and limit)."""
+    return {**memory.run(steps.depth), "host_link": host_platform.host_link(steps.readings)}
 
 
 def run_sdc(steps: NodeSteps) -> dict:
