@@ -202,7 +202,7 @@ def _gpu(index: int) -> dict:
     put("fabric", read_fabric_state, h)
     put("pcie_replay", lambda: int(pynvml.nvmlDeviceGetPcieReplayCounter(h)))
     gpu["processes"] = gpu_processes(h, unreadable)
-    gpu["c2c"], gpu["memory_numa_node"] = read_c2c(h), read_memory_numa_node(h)
+    gpu["c2c"], gpu["memory_numa_node"] = read_c2c(h), read_memory_numa_node(h, unreadable)
     return gpu
 
 

@@ -6,7 +6,8 @@ links' state and speed NVML gives, and the NUMA node of the GPU's own memory whe
                          "links": [{"link": int, "up": bool | None, "max_gbps": float | None}], "reason": str | None}
                         enabled None: NVML could not say (a driver or binding without C2C), which counts as PCIe;
                         a link's max_gbps is NVML's NVML_FI_DEV_C2C_LINK_GET_MAX_BW (MB/s) / 1000
-    memory_numa_node    int: the GPU memory's NUMA node (nvmlDeviceGetNumaNodeId); None where it is none
+    memory_numa_node    int: the GPU memory's NUMA node (nvmlDeviceGetNumaNodeId); None where it is none, the
+                        reason in the GPU's `unreadable`
 """
 
 from __future__ import annotations
@@ -41,8 +42,14 @@ def read_c2c(handle) -> dict:
     return {"enabled": True, "link_count": count, "links": links, "reason": err}
 
 
-def read_memory_numa_node(handle) -> int | None:
-    """The NUMA node of the GPU's memory on a platform that makes it one; None elsewhere."""
+def read_memory_numa_node(handle, unreadable: dict) -> int | None:
+    """The NUMA node of the GPU's memory on a platform that makes it one; None elsewhere, the reason in
+    `unreadable` (NVML says Not Supported on a PCIe GPU)."""
     fn = getattr(pynvml, "nvmlDeviceGetNumaNodeId", None)
-    node, err = read_field(fn, handle) if fn else (None, "binding")
-    return int(node) if err is None and node is not None and int(node) >= 0 else None
+    node, err = read_field(fn, handle) if fn else (None, "the installed nvidia-ml-py has no nvmlDeviceGetNumaNodeId")
+    if err is None and (node is None or int(node) < 0):
+        err = f"NVML gave no NUMA node ({node})"
+    if err:
+        unreadable["memory_numa_node"] = err
+        return None
+    return int(node)
