@@ -11,7 +11,7 @@ import time
 
 from gpufleet.base import host_platform, profiles, registry, schema
 from gpufleet.node import trust
-from gpufleet.bench import host_watch, matmul, memory, nccl, sdc, soak
+from gpufleet.bench import host_watch, matmul, memory, nccl, sdc, soak, workload
 from gpufleet.bench.monitor import sampled
 from gpufleet.bench.watch import describe, wait_quiet
 from gpufleet.base.schema import ERROR, FAIL, PASS, Result, result
@@ -424,6 +424,11 @@ def run_train(steps: NodeSteps) -> dict:
         return {"device": full.get("device"), "full": full, "single": single, "reference": steps.train_reference}
 
     return sampled(both)
+
+
+def run_workloads(steps: NodeSteps, only: list | None = None) -> dict:
+    """The site's workloads the profile declares (all, or `only` those to measure again), watched as the others."""
+    return sampled(lambda: workload.run(steps.profile.get("workloads") or [], steps.gpus, only=only, **steps.multi))
 
 
 def run_soak(steps: NodeSteps, **options) -> dict:
