@@ -18,15 +18,14 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from gpufleet.base import guard, workload_specs
+from gpufleet.base import workload_specs
 from gpufleet.bench import BENCHMARK_VERSION
-from gpufleet.bench.launch import free_port, kill_group
+from gpufleet.bench.launch import free_port, run_group
 from gpufleet.collect.host.platform import read_cpu_allocation
 
 CPU_ALL = 2  # what `all` means on a machine without GPUs: two processes, a logic check
@@ -111,19 +110,9 @@ def run_one(w: dict, count, visible: int, options: dict) -> dict:
     t0 = time.monotonic()
     with tempfile.TemporaryFile() as log:
         try:
-            proc = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                preexec_fn=guard.die_with_parent,
-            )  # fmt: skip
+            rc, timed_out = run_group(argv, log, env, timeout_s)
         except OSError as exc:
             return {**run, "error": f"could not start {argv[0]}: {exc.strerror or exc}"}
-        guard.track(proc)
-        try:
-            rc, timed_out = proc.wait(timeout=timeout_s), False
-        except subprocess.TimeoutExpired:
-            kill_group(proc)
-            rc, timed_out = proc.returncode, True
-        guard.untrack(proc)
         log.seek(0)
         text = log.read().decode(errors="replace")
     run.update(rc=rc, seconds=round(time.monotonic() - t0, 2), log_tail=text[-TAIL_CHARS:])

@@ -89,6 +89,7 @@ def main(argv=None) -> None:
     import torch
     import torch.distributed as dist
 
+    # torchrun's environment, read as train/gpt2.py reads it: written out here, since this program stands alone.
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     cuda = torch.cuda.is_available()
