@@ -92,7 +92,7 @@ def test_bringup_twice_on_an_arm64_host_changes_nothing_the_second_time(tmp_path
         pytest.skip(why)
     root, wheels = arm64_root.rootfs(), arm64_root.wheelhouse()
     with TestFleet(
-        ["grace-a"], net=219, tag="gfarm", lower=root, emulator=arm64_root.QEMU, shared=[f"{wheels}:/srv/wheelhouse"]
+        ["grace-a"], net=229, tag="gfarm", lower=root, emulator=arm64_root.QEMU, shared=[f"{wheels}:/srv/wheelhouse"]
     ) as fleet:
         inventory = fleet.inventory(
             tmp_path / "hosts.yml",
