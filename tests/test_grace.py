@@ -182,3 +182,13 @@ def test_a_slurm_allocation_is_said_beside_the_host_figures(tmp_path):
             "; on 72 of 288 CPUs (Slurm job 53925, --cpus-per-task 72; cgroup cpuset 0-71)"
         )
         assert res[check]["detail"]["cpu_allocation"]["slurm"]["SLURM_CPUS_PER_TASK"] == "72"
+
+
+def test_the_iommu_remedy_names_the_architectures_boot_option(tree):
+    """iommu=pt is an x86 boot option; a Grace node's kernel takes iommu.passthrough=1."""
+    readings = node_readings(tree)
+    readings["host"]["iommu"].update(
+        groups_present=True, gpu_groups=[{"bdf": GPUS[0], "group": 7, "type": "DMA", "mode": "translated"}]
+    )
+    res = {r["check"]: r for r in host_documents.check_host(readings, ["host_hygiene"], overrides=SITE)["results"]}
+    assert res["iommu"]["status"] == "warn" and res["iommu"]["remedy"].startswith("boot with iommu.passthrough=1 ")
