@@ -1,6 +1,7 @@
 # make validate   check this machine (inventory/local) and print where the report is
 # make test       pytest over tests/, ansible-lint and ansible-test sanity included (CI's command)
 # make test-fast  the tests not marked slow: minutes, for the loop of a change
+# make test-arm64 bringup.yml twice on an arm64 test host, emulated (tests/test_bringup_arm64.py): not in make test
 # make generate   write the files made from others: role specs and checks.md's tables (registry), sanity ignores
 #
 # Both create .venv with `python3 -m venv` and install the project into it the
@@ -39,7 +40,7 @@ NEWER_PYTHON ?=
 # Exits 3 when no Python fits: the tests that need it skip, saying so.
 FIND_PYTHON := $(PYTHON) scripts/find_python.py
 
-.PHONY: validate test test-fast lint sanity generate clean system-deps
+.PHONY: validate test test-fast test-arm64 lint sanity generate clean system-deps
 
 $(BIN)/python:
 	$(DEPS) venv
@@ -102,6 +103,14 @@ validate: $(VENV)/.installed-controller
 
 test: system-deps $(VENV)/.installed-test
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -n 2 --dist loadfile tests/
+
+# bringup.yml twice on an arm64 test host: an arm64 Debian userland (debootstrap) whose programs run through QEMU's
+# user-mode emulator in a user namespace of the host's own (tests/arm64_root.py). The first run builds that userland
+# (minutes, Debian's mirror and PyPI); under emulation every module is slow, so bring-up twice takes tens of minutes,
+# too long for make test, which skips it saying so.
+test-arm64: $(VENV)/.installed-test
+	$(DEPS) arm64
+	GPUFLEET_ARM64=1 PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -n 0 -v tests/test_bringup_arm64.py
 
 # No playbook, test host, Slurm, browser or torch process: pyproject.toml's `slow` marker says which tests are left out.
 test-fast: $(VENV)/.installed-test

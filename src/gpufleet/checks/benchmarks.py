@@ -9,11 +9,15 @@ of results; the raw output rides along in `detail` so nothing measured is lost.
 
 from __future__ import annotations
 
-from gpufleet.base import calibration, judge, profiles, schema
+from gpufleet.base import calibration, host_platform, judge, profiles, schema
 from gpufleet.checks import figures
 from gpufleet.base.schema import ERROR, FAIL, PASS, WARN, result
 
 GROUP = "benchmark"
+C2C_COPY_REMEDY = (
+    "a Grace superchip's host copies run over NVLink-C2C: compare with gpu_health.pcie_link (its C2C links' state "
+    "and speed, `nvidia-smi c2c -s`) and with the GPU's siblings; check what else uses the CPU's memory"
+)
 CPU_NOTE = "CPU run: logic check only, not a performance figure"
 
 
@@ -202,6 +206,16 @@ def memory(out: dict, profile: dict) -> list[dict]:
     cpu = out["device"] == "cpu"
     s, per, mon = out["summary"], out["per_device"], out["monitor"]
     detail = {"summary": s, "method": out["method"], "per_gpu": per, "monitor": mon}
+    # The host's copies run over NVLink-C2C on a Grace superchip (base.host_platform), held against its figure.
+    c2c = out.get("host_link") == host_platform.C2C
+    if out.get("host_link"):
+        detail["host_link"] = out["host_link"]
+    over = " over NVLink-C2C" if c2c else ""
+    link_remedy = (
+        C2C_COPY_REMEDY
+        if c2c
+        else "a link trained down shows here: compare with gpu_health.pcie_link and reseat or replace the riser"
+    )
     copies = {**per["hbm"], **{f"pcie{k}": v for k, v in per["pcie"].items()}}
     bad = [d for d, v in copies.items() if "error" in v or not v.get("correct", False)]
     if bad:
@@ -250,8 +264,8 @@ def memory(out: dict, profile: dict) -> list[dict]:
             "GB/s",
             profile,
             "pcie_h2d_gbps_min",
-            "slowest GPU host-to-device",
-            "a link trained down shows here: compare with gpu_health.pcie_link and reseat or replace the riser",
+            f"slowest GPU host-to-device{over}",
+            link_remedy,
             detail,
             cpu,
         )
@@ -261,8 +275,8 @@ def memory(out: dict, profile: dict) -> list[dict]:
             "GB/s",
             profile,
             "pcie_d2h_gbps_min",
-            "slowest GPU device-to-host",
-            "a link trained down shows here: compare with gpu_health.pcie_link",
+            f"slowest GPU device-to-host{over}",
+            link_remedy if c2c else "a link trained down shows here: compare with gpu_health.pcie_link",
             detail,
             cpu,
         )

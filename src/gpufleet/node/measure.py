@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 import time
 
-from gpufleet.base import profiles, registry, schema
+from gpufleet.base import host_platform, profiles, registry, schema
 from gpufleet.node import trust
-from gpufleet.bench import host_watch, matmul, memory, nccl, sdc, soak
+from gpufleet.bench import host_watch, matmul, memory, nccl, sdc, soak, workload
 from gpufleet.bench.monitor import sampled
 from gpufleet.bench.watch import describe, wait_quiet
 from gpufleet.checks import suspects
@@ -430,6 +430,12 @@ def run_matmul(steps: NodeSteps) -> dict:
     return out
 
 
+def run_memory(steps: NodeSteps, only: dict | None = None) -> dict:
+    """The HBM and host copies (every GPU's, or only those a confirmation asked for: checks.memory_again), with how
+    the GPUs reach the host (PCIe, or NVLink-C2C: the judge's words and limit)."""
+    return {**memory.run(steps.depth, only=only), "host_link": host_platform.host_link(steps.readings)}
+
+
 def run_sdc(steps: NodeSteps) -> dict:
     """Its own processes when matmul did not compute it (not in the run, after it, or crashed); the node's NVML
     reading goes with it, which names each GPU's hashes."""
@@ -459,9 +465,9 @@ def run_train(steps: NodeSteps) -> dict:
     return sampled(both)
 
 
-def run_memory(steps: NodeSteps, only: dict | None = None) -> dict:
-    """Every GPU's HBM and PCIe figures, or only those a confirmation asked for (checks.memory_again)."""
-    return memory.run(steps.depth, only=only)
+def run_workloads(steps: NodeSteps, only: list | None = None) -> dict:
+    """The site's workloads the profile declares (all, or `only` those to measure again), watched as the others."""
+    return sampled(lambda: workload.run(steps.profile.get("workloads") or [], steps.gpus, only=only, **steps.multi))
 
 
 def run_soak(steps: NodeSteps, **options) -> dict:
