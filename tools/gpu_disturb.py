@@ -22,7 +22,7 @@ what it does on the first line, a summary when it ends (after --seconds, or on S
 the host's own kinds (host_faults.py: memory, a neighbour holding --share of the host's memory and streaming through
 it, the first line once it is held; fill, the scratch drive at --path filled to its limit; io, --procs direct-I/O
 writers and readers on it; memcpy, --procs processes copying --size MiB buffers in memory, a core each, under
---as-user: about 7% of the CPUs is a neighbour under the CPU-share limit; 3 processes on 32 CPUs measured 10.5%) likewise;
+--as-user: about 7% of the CPUs is a neighbour under the CPU-share limit) likewise;
 2 when the GPU cannot be used. --cpu runs the same loop on the CPU at a tiny
 size: a logic check for machines without a GPU.
 """

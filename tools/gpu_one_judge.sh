@@ -16,8 +16,8 @@
 #   acc:gpu@T+D         the acceptance tier beside the same neighbour
 #   acc:cpu@T+D         the acceptance tier beside busy processes on a third of the host's CPUs, as another user
 #   acc:memcpy@T+D      the acceptance tier beside processes copying memory, a core each on about 7% of the CPUs
-#                       (under host_foreign_cpu_share_max: 3 of 32 CPUs, 9.4%, measured 10.5% with their
-#                       kernel time), as another user
+#                       (under host_foreign_cpu_share_max with room for the host's own daemons), as another
+#                       user
 #   confirm1            `gpufleet bench memory` handed a baseline whose GPU 1 (0) host-to-device figure is 100 GB/s,
 #                       so that figure is past its limit and measured again to confirm it: the seconds of its first
 #                       measurement and of the confirmation, this checkout's and $BEFORE's (where given)

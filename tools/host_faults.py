@@ -12,8 +12,8 @@ until a stop request:
   memcpy  --procs processes copy a buffer of --size MiB (MEMCPY_MIB) to another and back in a loop, a core each
           (memmove: some 10-15 GB/s a core on a current server): another user moving memory beside the run, as the
           field saw three such at 14 GB/s each slow a PCIe host-to-device figure. About 7% of the CPUs
-          (`--procs $(( $(nproc) * 70 / 1000 ))`) stays under host_foreign_cpu_share_max's 10% (9.4% measured 10.5%
-          on a 32-CPU VM, with the processes' kernel time): a step measured
+          (`--procs $(( $(nproc) * 70 / 1000 ))`) stays under host_foreign_cpu_share_max's 10% with room for the
+          host's own daemons: a step measured
           beside it is not disturbed, and a figure it pulls down names it as a suspect (checks.suspects)
 Everything they made is removed when they stop.
 """
