@@ -39,7 +39,7 @@ import yaml
 
 from gpufleet.runner import record as rec
 from playbooks import playbook_env, start_playbook
-from testhosts import TOOL_PATH, TestFleet, skip_reason
+from testhosts import SHARED, TOOL_PATH, TestFleet, skip_reason
 from waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -197,8 +197,13 @@ def reboot(fleet: TestFleet, name: str) -> None:
     root = fleet.root(name)
     fleet.kill(name)
     wait_for(lambda: not fleet.pids(name), 60, f"{name}'s processes to end")
+    # The checkout and the Python environment are bound in read-only at their own paths (a checkout under /tmp is in
+    # the host's /tmp): a reboot keeps them, as testhost.sh binds them again; the rest of /tmp and /run goes.
+    bound = [root / b.split(":", 1)[1].lstrip("/") for b in SHARED]
     for folder in (root / "tmp", root / "run"):
         for entry in folder.iterdir():
+            if any(b == entry or entry in b.parents for b in bound):
+                continue
             shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
     (root / "run" / "sshd").mkdir(parents=True)
     (root / "run" / "systemd").mkdir()

@@ -132,6 +132,22 @@ def accepted_since(runs: list[dict], steps: list[dict], run_id: str) -> dict | N
 # ---------------------------------------------------------------- judging a run
 
 
+def writer_store(path: Path, own_run: Path | None = None) -> fleet_store.Store:
+    """The store a writer (the ladder, the Slurm actions) opens, every page checked first. A missing one is made where
+    the reports folder holds no run folder but `own_run` (a first sweep); where it holds others, a new empty store would
+    forget them (the ladder's rungs, the baseline), so it is refused: `gpufleet store rebuild` makes it from them."""
+    path = Path(path)
+    if not path.exists() and not path.is_symlink() and path.parent.is_dir():
+        own = Path(own_run).resolve() if own_run else None
+        others = [d for d in path.parent.iterdir() if (d / "run.json").is_file() and d.resolve() != own]
+        if others:
+            raise InputError(
+                f"store {path} does not exist while {path.parent} holds {len(others)} other run folder(s): "
+                "`gpufleet store rebuild` makes it from them (--db PATH, or --reports-dir DIR holding gpufleet.db)"
+            )
+    return fleet_store.Store(path, check=True)
+
+
 def judge(
     run_dir: Path,
     *,
@@ -162,7 +178,7 @@ def judge(
         shown, slurm_note = None, f"Slurm could not be read ({exc}): nothing that needs it is done"
     record = {"run_id": run_id, "at": schema.utc_now(), "act": sorted(act), "slurm_note": slurm_note, "steps": []}
     db = Path(db) if db else fleet_store.default_path(run_dir.resolve().parent)
-    with fleet_store.Store(db, create=False, check=True) as store:  # a writer checks every page first
+    with writer_store(db, run_dir) as store:
         store.index_events(run_dir)
         for host, node in report["nodes"].items():
             record["steps"] += _decide(
@@ -413,7 +429,7 @@ def clear(reports_dir: Path, host: str, who: str, note: str, *, names: dict | No
     """A person clears NODE's ladder (a repair done, an RMA closed): a run folder of its own records it; a node drained
     for RMA stays drained with a gpufleet reason that a run accepting it may resume."""
     paths.safe_name(host, "NODE")
-    with fleet_store.Store(fleet_store.default_path(reports_dir), create=False, check=True) as store:  # checked first
+    with writer_store(fleet_store.default_path(reports_dir)) as store:
         latest = max((e["at"] or "" for e in store.events(host=host, kind="ladder")), default="")
     run = runs.start(
         str(Path(reports_dir).resolve()), f"ladder-clear-{host}-{runs.new_run_id()}", playbook="ladder", hosts=[]

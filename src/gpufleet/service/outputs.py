@@ -207,7 +207,7 @@ def write(run_dir: Path, db: Path | None = None) -> dict:
     run_dir = Path(run_dir)
     read_md(run_dir / "report.md")  # named before anything is written
     store_path = Path(db) if db else fleet_store.default_path(run_dir.resolve().parent)
-    with fleet_store.Store(store_path, create=False, check=True) as store:  # a writer checks every page first
+    with ladder.writer_store(store_path, run_dir) as store:
         store.index_events(run_dir)
         try:
             shown = slurm.show_nodes()  # Slurm's own state: a node resumed by hand is back, whoever resumed it
