@@ -164,7 +164,7 @@ def test_local_run_draws_busbw_in_report_html_and_tabulates_it_in_md(local_run):
         ),
         (
             {"gpufleet_benchmarks": ["matmul", "fft"]},
-            "gpufleet_benchmarks for localhost must be a list of benchmarks from matmul, memory, nccl, sdc, host and train_gpt2",
+            "gpufleet_benchmarks for localhost must be a list of benchmarks from matmul, memory, nccl, sdc, host, train_gpt2 and workloads",
         ),
         ({"gpufleet_benchmarks": "matmul"}, "gpufleet_benchmarks for localhost must be a list of benchmarks"),
         (

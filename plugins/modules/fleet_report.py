@@ -71,6 +71,20 @@ options:
         is removed, so a node taken out of the inventory leaves no stale file.
     type: list
     elements: str
+  certify_key:
+    description:
+      - After the report, C(gpufleet certify RUN_DIR --key KEY) signs a certificate for each accepted node in
+        C(RUN_DIR/certificates) (C(gpufleet_certify_key)). The key file must be mode 0600 and outside the reports
+        folder; it is read on the controller and never copied.
+    type: path
+  certify_command:
+    description:
+      - Instead of O(certify_key), the site's signing command (C(gpufleet_certify_command)), with O(certify_pubkey).
+    type: str
+  certify_pubkey:
+    description:
+      - With O(certify_command), the public key (PEM) it signs for (C(gpufleet_certify_pubkey)).
+    type: path
   timeout_s:
     description:
       - Seconds the report may take before its process group is killed and the module fails.
@@ -133,6 +147,12 @@ baseline:
   type: raw
 summary:
   description: The summary C(gpufleet report --json) prints, with a verdict, counts and failing checks per node.
+  returned: success
+  type: dict
+certificates:
+  description:
+    - With O(certify_key) or O(certify_command), what C(gpufleet certify --json) printed, C(certified) (each node's
+      valid_until) and C(not_certified) (each node with why); else null.
   returned: success
   type: dict
 report_json:

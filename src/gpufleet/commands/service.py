@@ -19,6 +19,7 @@ from pathlib import Path
 from gpufleet.base import registry, slurm
 from gpufleet.base.errors import InputError
 from gpufleet.base.paths import DEFAULT_REPORTS_DIR
+from gpufleet.certify import signing
 from gpufleet.fleet import slurm_action as fleet_slurm
 from gpufleet.fleet.store import Store, default_path, errors_said
 from gpufleet.service import commands, evidence, ladder, outputs, policy, retest, sweep, sweep_end
@@ -76,7 +77,11 @@ def cmd_sweep(args) -> int:
     fleet_slurm.parse_action(args.action)
     fleet_slurm.parse_max_drain(args.max_drain)
     limit_min = args.time_limit_min or sweep.TIME_LIMIT_MIN[args.tier]
+    signer = None  # the certificates the sweep renews, when the site signs them (refused before anything is submitted)
+    if args.certify_key or args.certify_command:
+        signer = signing.signer_of(args.certify_key, args.certify_command, args.certify_pubkey, [args.reports_dir])
     judging = {"names": names, "action": args.action, "max_drain": args.max_drain, "act": act, "site": site}
+    judging.update(signer=signer)
     earlier = []
     if args.collect:
         run_dir = Path(args.collect)
@@ -149,7 +154,9 @@ def _collect_command(args, run_dir: Path) -> str:
     argv += [f"--act={a}" for a in args.act or []]
     argv += [f"--command={c}" for c in args.site_command or []]
     argv += [f"--slurm-name={n}" for n in args.slurm_name or []]
-    return shlex.join(argv)
+    argv += [f"--certify-{k}={v}" for k, v in (("key", args.certify_key), ("pubkey", args.certify_pubkey)) if v]
+    # The site's signing command may carry a token: named, never printed.
+    return shlex.join(argv) + (" --certify-command 'YOUR SIGNING COMMAND'" if args.certify_command else "")
 
 
 @errors_said(_store_path)
@@ -299,6 +306,14 @@ def add_parsers(sub) -> None:
         default="none",
         help=f"gpufleet_slurm_action after the report: {', '.join(fleet_slurm.ACTIONS)} (default none)",
     )
+    s.add_argument(
+        "--certify-key",
+        metavar="KEY",
+        help="renew the certificate of each node the sweep accepts, signed with this private key "
+        "(gpufleet_certify_key; docs/certificates.md)",
+    )
+    s.add_argument("--certify-command", metavar="CMD", help="instead of --certify-key, the site's signing command")
+    s.add_argument("--certify-pubkey", metavar="PUB", help="with --certify-command, the public key it signs for")
     _ladder_options(s)
     s.set_defaults(func=cmd_sweep)
 

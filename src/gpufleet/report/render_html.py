@@ -201,6 +201,9 @@ def _node_section(node: dict, anchor: str, report: dict) -> str:
         facts.append(f"checked {_e(node['started'])}{secs}")
     if node.get("source"):
         facts.append(f"from <code>{_e(node['source'])}</code>")
+    if (node.get("certificate") or {}).get("certified"):
+        expired = "<strong>expired</strong>: " if node["certificate"]["expired"] else ""
+        facts.append(expired + _e(node["certificate"]["text"]))
     out = [f'<section id="{anchor}"><h2>{_e(node["host"])} {_badge(node["verdict"])}</h2>']
     if facts:
         out.append(f'<p class="meta">{"; ".join(facts)}</p>')

@@ -126,6 +126,9 @@ def _node_section(node: dict, report: dict) -> list[str]:
         facts.append(_inline(f"checked {node['started']}{seconds}"))
     if node.get("source"):
         facts.append(f"from {_code(node['source'])}")
+    if (node.get("certificate") or {}).get("certified"):
+        expired = "**expired**: " if node["certificate"]["expired"] else ""
+        facts.append(expired + _inline(node["certificate"]["text"]))
     if facts:
         lines += ["; ".join(facts) + ".", ""]
     bad, good = ordered_results(node["results"])

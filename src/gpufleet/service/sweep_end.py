@@ -37,6 +37,7 @@ from pathlib import Path
 from gpufleet import report
 from gpufleet.base import paths, runs, schema, slurm
 from gpufleet.base.errors import InputError
+from gpufleet.certify import issue
 from gpufleet.fleet import service_log, store as fleet_store
 from gpufleet.fleet import slurm_action as fleet_slurm
 from gpufleet.fleet.document_writer import record as record_document
@@ -233,8 +234,7 @@ def collect(run_dir: Path) -> dict:
         if job.get("retest"):
             retest.close(job["node"], job["retest"])  # drained again before anything reads its verdict
             keep(run_dir, record)
-        out = run_dir / "sweep" / f"{job['host']}.out"
-        job["ending"], job["note"] = ending(job, doc, out.read_text(errors="replace") if out.exists() else "")
+        job["ending"], job["note"] = ending(job, doc, _output(run_dir, job["host"]))
         job["judged"] = job["ending"] == "judged"
         job.update(
             {k: v for k, v in (job.get("slurm_end") or {}).items() if k in ("state", "start", "end", "elapsed_s")}
@@ -251,6 +251,11 @@ def collect(run_dir: Path) -> dict:
     record["judged"] = [j["host"] for j in record["jobs"] if j.get("judged")]
     keep(run_dir, record)
     return record
+
+
+def _output(run_dir: Path, host: str) -> str:
+    """The job's output file (sweep/<host>.out) as text; empty when it wrote none."""
+    return (paths.read_bytes(run_dir / "sweep" / f"{host}.out")[0] or b"").decode("utf-8", "replace")
 
 
 def _costs(run_dir: Path, job: dict, doc) -> None:
@@ -284,8 +289,7 @@ def _gpus(doc) -> int | None:
 
 def _job_error(run_dir: Path, job: dict, doc) -> None:
     """The job ran but did not end well (its time limit, a failure, its node lost): an `error` in its document."""
-    out = run_dir / "sweep" / f"{job['host']}.out"
-    tail = out.read_text(errors="replace")[-2000:] if out.exists() else ""
+    tail = _output(run_dir, job["host"])[-2000:]
     what = "before writing its document" if not isinstance(doc, dict) else "after the document it kept"
     res = schema.result(
         "sweep_job",
@@ -335,6 +339,8 @@ def finish(run_dir: Path, opts: dict) -> dict:
             done["ladder"] = ladder.judge(
                 run_dir, act=opts.get("act"), site_commands=opts.get("site"), max_actions=opts["max_drain"], names=names
             )
+            if opts.get("signer") is not None:
+                done["certificates"] = issue.certify(run_dir, opts["signer"])
     except slurm.Unreachable as exc:
         left_for_later(run_dir, str(exc))
         raise
@@ -358,6 +364,8 @@ def finish(run_dir: Path, opts: dict) -> dict:
     lines += [f"  slurmctld did not answer from {x['from']} to {x.get('to', 'the end')}: {x['error']}" for x in lost]
     if done["slurm"]:
         lines += fleet_slurm.summary_lines(done["slurm"])
+    if done.get("certificates"):
+        lines.append(issue.summary_text(done["certificates"]))
     return dict(done, service=outputs.json_section(data), ok=ok, lines=lines + [""] + outputs.md_section(data))
 
 
