@@ -177,7 +177,10 @@ def test_missing_python_says_what_to_do(capsys):
     assert "bringup.yml" in out["remedy"]
 
 
-def test_python_without_engine_says_so(python_without_engine, capsys):
+def test_python_without_engine_says_so(python_without_engine, capsys, monkeypatch):
+    # The module's environment reaches the engine: a PYTHONPATH naming an engine (a copy of the checkout under test
+    # sets one) would give the bare interpreter one.
+    monkeypatch.delenv("PYTHONPATH", raising=False)
     out = run_module(host_hygiene, {"python": python_without_engine, "host_name": "node4"}, capsys)
     assert out["failed"] is True
     assert f"gpufleet_python '{python_without_engine}' on node4 has no gpufleet engine installed" in out["msg"]
