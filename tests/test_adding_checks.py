@@ -123,9 +123,13 @@ def generate(root: Path, *args: str) -> subprocess.CompletedProcess:
 
 def test_make_generate_writes_the_new_rows_of_checks_md_and_nothing_ansible_lists(applied):
     stale = generate(applied, "--check")
-    assert stale.returncode == 1 and stale.stderr.strip().endswith("(run `make generate`): docs/checks.md"), stale
+    said = stale.stderr.strip()
+    assert stale.returncode == 1 and said.endswith("(run `make generate`): docs/checks.md, docs/faults.md"), stale
     assert generate(applied).returncode == 0
     assert generate(applied, "--check").returncode == 0
+    # The guide's new report output joins the file-fault matrix by itself (base/layout.py takes every output).
+    faults = (applied / "docs" / "faults.md").read_text().splitlines()
+    assert "| `report.csv` | run folder, text | 9 | `report` makes |" in faults
     lines = (applied / "docs" / "checks.md").read_text().splitlines()
     (check,) = [line for line in lines if line.startswith("| `host_hygiene.kernel_release` |")]
     said = "The kernel the node runs, as read (host.kernel): what a fleet compares after a re-image."

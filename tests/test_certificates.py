@@ -296,7 +296,7 @@ def test_a_fleet_certificate_refuses_a_changed_node_certificate_and_a_report_tha
 
 def test_bad_input_exits_2_naming_it(signed):
     for args, said in (
-        (("verify", signed["tmp"] / "none.json", "--pubkey", signed["pub"]), "is not a file"),
+        (("verify", signed["tmp"] / "none.json", "--pubkey", signed["pub"]), "none.json cannot be read: No such file"),
         (("verify", node_cert(signed), "--pubkey", node_cert(signed)), "is not a public key in PEM"),
         (
             ("verify", signed["run"] / "certificates" / "fleet.intoto.json", "--pubkey", signed["pub"], "--live"),

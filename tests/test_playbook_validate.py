@@ -256,14 +256,16 @@ def test_check_mode_fails_naming_a_node_a_real_run_could_not_check(tmp_path, two
 
 
 def test_a_sites_profile_folder_and_its_checks_turned_off_reach_the_node(tmp_path):
-    """gpufleet_profile_dir on the controller is what the node's engine judges by; gpufleet_checks_disabled turns a
-    check off there, reported as skip with that line; a bad entry of either stops the run before any node."""
+    """gpufleet_profile_dir on the controller is what the node's engine judges by, and the host document says what its
+    profile extends, as docs/sites.md has it; gpufleet_checks_disabled turns a check off there, reported as skip with
+    that line; a bad entry of either stops the run before any node."""
     site = tmp_path / "site"
     site.mkdir()
     (site / "site-gpu.yml").write_text(
         yaml.safe_dump(
             {
                 "name": "site-gpu",
+                "extends": "h100-sxm",
                 "match": ["Site GPU"],
                 "uncalibrated": "not measured",
                 "thresholds": {"gpus_expected": {"value": 2, "source": "our boards"}},
@@ -283,6 +285,12 @@ def test_a_sites_profile_folder_and_its_checks_turned_off_reach_the_node(tmp_pat
         and doc["profile"]["path"] == f"gpufleet_profile_dir {site / 'site-gpu.yml'}"
     )
     assert doc["profile"]["thresholds"]["gpus_expected"] == {"value": 2, "source": "our boards"}
+    # docs/sites.md: "the host document's `profile.extends` lists the chain", and what the site's profile leaves unset
+    # says where it came from.
+    assert doc["profile"]["extends"] == ["h100-sxm", "generic"], doc["profile"].keys()
+    assert doc["profile"]["thresholds"]["matmul_bf16_tflops_min"]["source"].endswith(
+        "(from the shipped profile h100-sxm; the site's site-gpu leaves it unset)"
+    )
     by = {f"{r['group']}.{r['check']}": r for r in doc["results"]}
     for cid in settings["gpufleet_checks_disabled"]:
         assert (

@@ -70,9 +70,13 @@ def statement_of(envelope) -> dict | None:
 
 
 def claim(path: Path | str) -> dict | None:
-    """What a node certificate file says of its node's expiry (CLAIM_KEYS and its path), unverified; None when the
-    file is no node certificate."""
-    envelope, _ = paths.read_json(path)
+    """What a node certificate file of a run folder says of its node's expiry (CLAIM_KEYS and its path), unverified;
+    None when the file is no node certificate."""
+    return claim_of(paths.read_json(path)[0], path)
+
+
+def claim_of(envelope, path: Path | str) -> dict | None:
+    """What the envelope read from the certificate file at path claims (claim()); None when it is no node's."""
     statement = statement_of(envelope)
     if statement is None or statement.get("predicateType") != PREDICATE_TYPE:
         return None

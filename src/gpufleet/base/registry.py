@@ -109,6 +109,7 @@ AGAIN = {"where": NODE, "confirm": MEASURED_AGAIN}
 SAMPLED_FIGURE = {"against": (LIMIT, SAMPLES), **AGAIN}
 SOAK_COUNTERS = ("fleet_counter_nvlink_crc_per_s_fail", "fleet_counter_nvlink_replay_recovery_max",
                  "fleet_counter_pcie_replay_per_min_warn")
+WORKLOADS = "gpufleet.checks.workloads"
 HOST_MEMORY_KEYS, SCRATCH_FREE = ("host_memory_gbps_min", "host_memory_numa_below_pct_max"), "disk_scratch_free_gib_min"
 
 # In this order in a node stage (the soak before the SDC hashes: they run at the temperature the soak left).
@@ -117,7 +118,9 @@ BENCHMARKS = (
         Check("matmul_bf16", HARDWARE, ("matmul_bf16_tflops_min", "matmul_spread_pct_max") + SAMPLED, **SAMPLED_FIGURE,
               text="bf16 matmul TFLOPS of the slowest GPU, all at once; a GPU that throttled fails"),
     )),
-    Benchmark("memory", run_tiers=("smoke", "acceptance"), default=True, checks=(
+    # A confirmation measures again only the figures that asked (one GPU, one way of its link: checks.memory_again).
+    Benchmark("memory", run_tiers=("smoke", "acceptance"), default=True, run="gpufleet.node.measure:run_memory",
+              confirm="gpufleet.checks.memory_again:plan", combine="gpufleet.checks.memory_again:combined", checks=(
         Check("memory_bandwidth", HARDWARE, text="every HBM and PCIe copy ran and moved the right data"),
         Check("hbm_bandwidth", HARDWARE, ("hbm_copy_gbps_min",) + SAMPLED, **SAMPLED_FIGURE,
               text="HBM copy bandwidth of the slowest GPU"),
@@ -173,6 +176,14 @@ BENCHMARKS = (
               **AGAIN, text="GPT-2-small training on all the GPUs: tokens/s per GPU, MFU in detail"),
         Check("train_scaling", HARDWARE, ("train_scaling_efficiency_min",), against=(LIMIT,), **AGAIN,
               text="per-GPU tokens/s on all the GPUs over one GPU's (across nodes: over the node's own)"),
+    )),
+    # A site's own workloads, declared in its profile (base/workload_specs.py); the runs past a limit measured again.
+    Benchmark("workloads", run_tiers=("acceptance",), run="gpufleet.node.measure:run_workloads",
+              judge=f"{WORKLOADS}:judge", again=f"{WORKLOADS}:again", combine=f"{WORKLOADS}:combined", checks=(
+        Check("workload", HARDWARE, ("workload_below_expected_pct_max",), against=(LIMIT,), **AGAIN,
+              text="each site workload's figure at each GPU count against the figure its guide promises"),
+        Check("workload_scaling", HARDWARE, ("workload_scaling_efficiency_min",), against=(LIMIT,), **AGAIN,
+              text="a site workload's figure a GPU on more GPUs against its own one-GPU figure"),
     )),
 )
 

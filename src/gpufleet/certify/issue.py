@@ -5,6 +5,7 @@ not (said why), the fleet certificate over them, each node's expiry for Promethe
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -20,8 +21,10 @@ def _run(run_dir: Path, report: dict) -> dict:
     """{id, tier, started, reported}: the run as its record has it (the tier a sweep or a playbook started it with)."""
     try:
         info = runs.read_run(run_dir)
-    except InputError:
-        info = {}
+    except InputError as exc:
+        if os.path.lexists(run_dir / runs.RUN_FILE):  # damaged: its tier (a certificate's life) unknown
+            raise InputError(f"{exc}; certify takes the run's tier from it") from None
+        info = {}  # a run folder made without one: the default tier
     attempts = info.get("attempts") or [{}]
     tier = (attempts[-1] if isinstance(attempts[-1], dict) else {}).get("tier") or info.get("tier")
     return {
@@ -62,16 +65,17 @@ def certify(
     """Sign the run's accepted nodes (the module docstring); the record certify.json holds, with its path."""
     run_dir = Path(run_dir)
     report_path = run_dir / "report.json"
-    report, why = paths.read_json(report_path)
+    report_raw, why = paths.read_bytes(report_path)
+    report, why = (None, why) if report_raw is None else paths.json_of(report_raw)
     if why is not None or not isinstance(report, dict) or not isinstance(report.get("nodes"), dict):
         raise InputError(
-            f"{report_path} {why or 'is not a report'}; expected the report of a run: `gpufleet report {run_dir}` "
-            "makes it, and certify signs what it decided"
+            f"{report_path} {why or 'is not a report'}; expected the report of a run, which certify signs: run "
+            f"`gpufleet report {run_dir}` to make it again (what is there moved aside first)"
         )
     if textfile_dir is not None and not Path(textfile_dir).is_dir():
         raise InputError(f"--textfile-dir (gpufleet_prometheus_textfile_dir) {textfile_dir} is not a folder")
     now = time.time() if now is None else now
-    report_sha = statement.sha256(report_path.read_bytes())
+    report_sha = statement.sha256(report_raw)
     run = _run(run_dir, report)
     folder = paths.make_dir(run_dir / certificates.FOLDER)
     paths.make_dir(folder / certificates.NODES)
@@ -79,7 +83,8 @@ def certify(
     for host, node in report["nodes"].items():
         path = certificates.node_path(run_dir, host)
         doc_path = run_dir / "hosts" / f"{host}.json"
-        doc, doc_why = paths.read_json(doc_path)
+        doc_raw, doc_why = paths.read_bytes(doc_path)
+        doc, doc_why = (None, doc_why) if doc_raw is None else paths.json_of(doc_raw)
         if node.get("verdict") not in statement.ACCEPTED:
             why = _not_accepted(node)
         elif doc_why is not None or not isinstance(doc, dict):
@@ -87,7 +92,7 @@ def certify(
         else:
             ident, why = statement.identity(doc)
         if why is None:
-            digests = {"report": report_sha, "host_document": statement.sha256(doc_path.read_bytes())}
+            digests = {"report": report_sha, "host_document": statement.sha256(doc_raw)}
             stmt = statement.node_statement(host, node, doc, ident, run, digests, now)
             envelope = signing.sign(statement.canonical(stmt), signer)
             text = json.dumps(envelope, indent=1, sort_keys=True) + "\n"

@@ -79,10 +79,9 @@ def check_key_file(key: str | Path, reports_dirs, what: str = "--key (gpufleet_c
 def public_key(path: str | Path, what: str = "--pubkey"):
     """securesystemslib's key of a public key PEM file; InputError naming the file."""
     _, signer, _, serialization = library()
-    try:
-        pem = Path(path).read_bytes()
-    except OSError as exc:
-        raise InputError(f"{what} {path} cannot be read: {exc.strerror or exc}") from None
+    pem, why = paths.read_bytes(path, follow=True)  # never waits on a FIFO
+    if pem is None:
+        raise InputError(f"{what} {path} {why}; give the KEY.pub `gpufleet keygen` wrote, readable to this user")
     try:
         return signer.SSlibKey.from_crypto(serialization.load_pem_public_key(pem))
     except (ValueError, TypeError) as exc:

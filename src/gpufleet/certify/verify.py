@@ -30,6 +30,11 @@ from gpufleet.certify import signing, statement
 
 VALID, NOT_VALID, BAD_INPUT = 0, 1, 2
 LIVE_TIMEOUT_S = 120
+GIVE_CERTIFICATE = (
+    "give the certificate file itself, readable to this user (RUN_DIR/certificates/nodes/<host>.intoto.json or "
+    "fleet.intoto.json, which `gpufleet certify` writes)"
+)
+GIVE_REPORT = "give the run's report.json itself, readable to this user"
 
 
 def _out(exit_code: int, kind: str | None, reasons: list[str], **fields) -> dict:
@@ -121,9 +126,10 @@ def verify(
 ) -> dict:
     """The verdict on one certificate (the module docstring): {"valid", "exit", "kind", "reason", ...}."""
     cert = Path(cert)
-    if not cert.is_file():
-        return _out(BAD_INPUT, "input", [f"{cert} is not a file"], certificate=str(cert))
-    envelope, why = paths.read_json(cert)
+    raw, why = paths.read_bytes(cert, follow=True)  # the operator's own file: a link followed, a FIFO not waited on
+    if raw is None:
+        return _out(BAD_INPUT, "input", [f"{cert} {why}; {GIVE_CERTIFICATE}"], certificate=str(cert))
+    envelope, why = paths.json_of(raw)
     if why is not None:
         return _out(NOT_VALID, "form", [f"{cert} is no DSSE envelope: it {why}"], certificate=str(cert))
     payload, why = signing.verified(envelope, key)
@@ -154,11 +160,10 @@ def verify(
     elif moment >= until:
         failing.append(("expired", f"expired on {predicate['valid_until']} ({(moment - until) / 86400:.1f} days ago)"))
     if report is not None:
-        try:
-            got = statement.sha256(Path(report).read_bytes())
-        except OSError as exc:
-            return _out(BAD_INPUT, "input", [f"--report {report} cannot be read: {exc.strerror}"], **fields)
-        if got != (predicate.get("report") or {}).get("sha256"):
+        raw, why = paths.read_bytes(report, follow=True)
+        if raw is None:
+            return _out(BAD_INPUT, "input", [f"--report {report} {why}; {GIVE_REPORT}"], **fields)
+        if statement.sha256(raw) != (predicate.get("report") or {}).get("sha256"):
             failing.append(("digest", f"{report} is not the report.json certified (its SHA-256 differs)"))
     unknown: list[str] = []
     if hardware is not None:
@@ -167,7 +172,8 @@ def verify(
     if fleet:
         for s in stmt.get("subject") or []:
             member = cert.parent / str(s.get("name"))
-            if not member.is_file() or statement.sha256(member.read_bytes()) != (s.get("digest") or {}).get("sha256"):
+            raw, _ = paths.read_bytes(member)  # a file beside it: never a link, a FIFO never waited on
+            if raw is None or statement.sha256(raw) != (s.get("digest") or {}).get("sha256"):
                 failing.append(("digest", f"{s.get('name')} is missing or not the file certified"))
                 continue
             inner = verify(member, key, at=at)

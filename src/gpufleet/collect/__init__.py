@@ -9,10 +9,10 @@ file: what could not be read is recorded with the reason, so a check can say
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from gpufleet.collect import host, kernel_log, nvml, software
+from gpufleet.base import paths
 from gpufleet.collect.host.dmi import NAMES, SERIALS, read_dmi
 from gpufleet.base.errors import InputError
 
@@ -51,12 +51,9 @@ def identity(root: str = "/") -> dict:
 
 def load_recording(path: str, parts: tuple[str, ...] = ("nvml", "host")) -> dict:
     """A `gpufleet collect` recording with the parts the caller reads; InputError naming the file otherwise."""
-    try:
-        doc = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise InputError(f"readings file {path} cannot be read: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"readings file {path} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    doc, why = paths.read_json(path, follow=True)  # never waits on a FIFO
+    if why:
+        raise InputError(f"readings file {path} {why}")
     if not isinstance(doc, dict) or not all(isinstance(doc.get(part), dict) for part in parts):
         wanted = " and ".join(repr(part) for part in parts)
         raise InputError(f"readings file {path}: expected an object with {wanted} (from `gpufleet collect`)")

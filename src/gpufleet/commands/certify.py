@@ -49,7 +49,7 @@ def cmd_verify(args) -> int:
         if at is None:
             raise InputError(f"--at {args.at!r}; expected a UTC time as 2026-12-19T10:00:00Z")
     hardware, why = None, None
-    envelope, _ = paths.read_json(args.certificate)
+    envelope, _ = paths.read_json(args.certificate, follow=True)
     fleet = (certificates.statement_of(envelope) or {}).get("predicateType") == certificates.FLEET_PREDICATE_TYPE
     if fleet and (args.document or args.live):
         why = "--document and --live check one node's certificate, not a fleet's"
@@ -63,13 +63,18 @@ def cmd_verify(args) -> int:
         result = verify.cannot_check(why, args.certificate)
     else:
         result = verify.verify(args.certificate, key, hardware=hardware, report=args.report, at=at)
-    _print(result, args.json, verify.text(result))
+    if result["exit"] == verify.BAD_INPUT:  # could not check: said on stderr, as every command's refusal is
+        print(f"{args.command_name}: {verify.text(result)}", file=sys.stderr)
+    if args.json or result["exit"] != verify.BAD_INPUT:
+        _print(result, args.json, verify.text(result))
     return result["exit"]
 
 
 def _read(path: str) -> tuple[dict | None, str | None]:
-    doc, why = paths.read_json(path)
-    return (doc, None) if isinstance(doc, dict) else (None, f"it {why or 'is not a host document'}")
+    doc, why = paths.read_json(path, follow=True)  # the operator's own file: a link followed, a FIFO not waited on
+    if isinstance(doc, dict):
+        return doc, None
+    return None, f"it {why or 'is not a host document'}; give the certified node's host document, readable to this user"
 
 
 def add_parsers(sub) -> None:

@@ -13,13 +13,12 @@ named), 2 could not run (bad input, a playbook error before any node, ansible-ru
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import sys
 from pathlib import Path
 
 from gpufleet.base import registry
-from gpufleet.base.command_line import json_arg, refused_json
+from gpufleet.base.command_line import json_arg
 from gpufleet.base.errors import InputError
 from gpufleet.base.paths import DEFAULT_REPORTS_DIR
 from gpufleet.fleet.slurm_action import DEFAULT_MAX_DRAIN
@@ -102,21 +101,6 @@ def _finish(args, outcome) -> int:
     return outcome.exit
 
 
-def _json_when_refused(cmd):
-    """--json ends with its line at exit 2 too: input refused before anything ran (the message is on stderr as well)."""
-
-    @functools.wraps(cmd)
-    def run(args) -> int:
-        try:
-            return cmd(args)
-        except InputError as exc:
-            if args.json:
-                print(refused_json(f"gpufleet fleet {args.fleet_command}: {exc}"))
-            raise
-
-    return run
-
-
 def _run_arguments(args) -> dict:
     """What `fleet run` and `fleet accept` hand the runner alike: their options of _common and _run_options."""
     return {
@@ -133,18 +117,15 @@ def _run_arguments(args) -> dict:
     }
 
 
-@_json_when_refused
 def cmd_run(args) -> int:
     return _finish(args, api.fleet_run(args.inventory, limit=args.limit, **_run_arguments(args)))
 
 
-@_json_when_refused
 def cmd_accept(args) -> int:
     out = api.fleet_accept(args.nodes, peers=args.peers or [], inventory=args.inventory, **_run_arguments(args))
     return _finish(args, out)
 
 
-@_json_when_refused
 def cmd_resume(args) -> int:
     plan, out = api.fleet_resume(
         args.run_id,
@@ -168,7 +149,6 @@ def cmd_resume(args) -> int:
     return _finish(args, out)
 
 
-@_json_when_refused
 def cmd_locate(args) -> int:
     out = api.fleet_locate(
         args.inventory,

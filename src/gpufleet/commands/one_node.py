@@ -22,7 +22,7 @@ from gpufleet.base.command_line import add_document_arguments, json_arg, print_d
 
 def cmd_collect(args) -> int:
     reading = collect.identity(args.root) if args.identity else collect.read_all(args.root)
-    text = json.dumps(reading, indent=1, sort_keys=True)
+    text = json.dumps(reading, indent=None if args.json else 1, sort_keys=True)
     if args.out:
         Path(args.out).write_text(text + "\n")
     else:

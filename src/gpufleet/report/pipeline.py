@@ -101,6 +101,12 @@ def summarize(report: dict, files: dict) -> dict:
         "drain": fleet.get("drain") or [],
         "prometheus": fleet.get("prometheus") or {},
         "prometheus_note": fleet.get("prometheus_note"),
+        "peers_unreadable": [
+            r["reason"]
+            for p in (report.get("peers") or {}).values()
+            for r in p["results"]
+            if r["check"] == "results_file"
+        ],
     }
 
 
@@ -259,10 +265,11 @@ def _build(
                 extracted[node["host"]] = known["metrics"]
     store, store_note = _open_store(run_dir, db, use_store)
     index = functools.partial(fleet_store.Store.index_run, run_dir=run_dir, expected_hosts=expected_hosts, read=read)
+    indexed: dict = {}
     try:
         if store is not None:
             try:  # a store found damaged here is repaired, and this run indexed into the new one
-                store, _ = use_for_run(store, run_dir, index)
+                store, indexed = use_for_run(store, run_dir, index)
             except (InputError, sqlite3.Error) as exc:  # locked past its timeout, a full disk: the report still comes
                 store.close()
                 store, store_note = (
@@ -275,6 +282,12 @@ def _build(
         )
         if store is not None:
             store_problems += _index_left_out(store, run_dir, run_id)
+        store_problems += [  # an action record that could not be read: named, what the store held of it kept
+            f"{run_dir / u['file']} could not be indexed: {u['reason']}; the store keeps what it held of it: restore "
+            f"the file, or move it aside"
+            for u in indexed.get("unreadable") or []
+            if "host" not in u
+        ]
         chosen = choose_baseline(run_dir, store, baseline)
         readable = {
             n["host"]: {"results": n["results"], "profile": n[DOC_PROFILE], "versions": n["versions"]}
@@ -378,6 +391,7 @@ def summary_text(summary: dict) -> str:
     elif summary.get("store_note"):
         lines.append(summary["store_note"])
     lines += [f"store problem: {p}" for p in summary.get("store_problems") or []]
+    lines += [f"peer not shown: {p}" for p in summary.get("peers_unreadable") or []]
     if summary.get("prometheus_note"):
         lines.append(summary["prometheus_note"])
     return "\n".join(lines)

@@ -42,12 +42,9 @@ def parse_extra_vars(items: list[str] | None) -> dict:
         text = item.strip()
         if text.startswith("@"):
             path = Path(text[1:])
-            try:
-                text = path.read_text()
-            except OSError as exc:
-                raise InputError(f"-e {item}: {path} cannot be read: {exc.strerror}") from None
-            except UnicodeDecodeError:
-                raise InputError(f"-e {item}: {path} is not text; expected a YAML or JSON file of variables") from None
+            text, why = paths.read_text(path, follow=True)  # never waits on a FIFO
+            if text is None:
+                raise InputError(f"-e {item}: {path} {why}; expected a YAML or JSON file of variables")
         if text.startswith("{") or item.startswith("@"):
             try:
                 val = _vault_file(path, item) if item.startswith("@") and VAULT_MARK in text else yaml.safe_load(text)
@@ -183,7 +180,7 @@ def fleet_run(
             f"--peers {', '.join(both)}: a peer joins the runs across nodes of nodes under test and cannot "
             "be one of them"
         )
-    run_id = paths.safe_name(run_id or new_run_id(), "--run-id")
+    run_id = paths.run_id(run_id or new_run_id(), "--run-id")
     inv_obj = Invocation(
         command=command,
         playbook="validate",
@@ -219,7 +216,7 @@ def fleet_resume(
 ) -> tuple[resume_mod.ResumePlan, Outcome | None]:
     """Run again what did not finish (and, unless only_unfinished, what failed or erred) in the same run."""
     project = project if isinstance(project, Project) else find_project(project)
-    run_dir = _reports_dir(reports_dir) / paths.safe_name(run_id, "RUN_ID")
+    run_dir = _reports_dir(reports_dir) / paths.run_id(run_id, "RUN_ID")
     folder = rec.load_run_folder(run_dir)
     record = folder.record or {}
     first = next((i for i in record.get("invocations", []) if i.get("command") != "locate"), None)
@@ -377,7 +374,7 @@ def fleet_locate(
         "gpufleet_locate_reference_gbps": reference_gbps,
         "gpufleet_locate_base_port": base_port,
     }
-    run_id = paths.safe_name(run_id or new_run_id(), "--run-id")
+    run_id = paths.run_id(run_id or new_run_id(), "--run-id")
     reports = _reports_dir(reports_dir)
     run_dir = reports / run_id
     # Locating inside an existing run (the one that was slow) adds an attempt to it.

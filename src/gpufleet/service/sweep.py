@@ -440,7 +440,7 @@ def _note(job: dict) -> str:
 def _job_error(run_dir: Path, job: dict, doc) -> None:
     """The job ran but did not end well (its time limit, a failure, its node lost): an `error` in its document."""
     out = run_dir / "sweep" / f"{job['host']}.out"
-    tail = out.read_text(errors="replace")[-2000:] if out.exists() else ""
+    tail = (paths.read_bytes(out)[0] or b"")[-2000:].decode("utf-8", "replace")
     what = "before writing its document" if not isinstance(doc, dict) else "after the document it kept"
     res = schema.result(
         "sweep_job",

@@ -36,7 +36,7 @@ import sys
 import time
 
 from gpufleet import collect
-from gpufleet.base import certificates, schema
+from gpufleet.base import certificates, paths, schema
 from gpufleet.collect.nvml.nvlinks import NVLINK_COUNTERS, nvlink_error_counts
 from gpufleet.base.errors import InputError
 from gpufleet.views.gpu import STATUS_GPU_FIELDS, LiveReader
@@ -324,9 +324,13 @@ def certificate_state(path: str | None) -> dict | None:
     checks its signature); InputError naming a file that is none."""
     if path is None:
         return None
-    claim = certificates.claim(path)
+    envelope, why = paths.read_json(path, follow=True)  # the operator's own file: a link followed, a FIFO not waited on
+    claim = certificates.claim_of(envelope, path)
     if claim is None:
-        raise InputError(f"--certificate {path} is no node certificate (a .intoto.json of `gpufleet certify`)")
+        raise InputError(
+            f"--certificate {path} {why or 'is no node certificate'}; give the node's certificate, readable to this "
+            "user (RUN_DIR/certificates/nodes/<host>.intoto.json, which `gpufleet certify` writes)"
+        )
     return certificates.state(claim)
 
 
