@@ -45,3 +45,23 @@ def run_module(mod, args: dict, capsys) -> dict:
     out = json.loads(capsys.readouterr().out)
     out["_exit_code"] = exit_info.value.code
     return out
+
+
+def documented_options(mod) -> dict:
+    """A module's options as ansible-doc shows them: its DOCUMENTATION's own, then those of each of the collection's
+    doc fragments it extends (`gpufleet.cluster.NAME`, or `.VAR` for another variable than DOCUMENTATION)."""
+    import importlib
+
+    import yaml
+
+    doc = yaml.safe_load(mod.DOCUMENTATION)
+    options = dict(doc.get("options") or {})
+    for name in doc.get("extends_documentation_fragment") or []:
+        if not name.startswith("gpufleet.cluster."):
+            continue
+        fragment, _, var = name.removeprefix("gpufleet.cluster.").partition(".")
+        cls = importlib.import_module(f"ansible_collections.gpufleet.cluster.plugins.doc_fragments.{fragment}")
+        text = getattr(cls.ModuleDocFragment, var.upper() or "DOCUMENTATION")
+        for key, value in (yaml.safe_load(text).get("options") or {}).items():
+            options.setdefault(key, value)
+    return options

@@ -21,13 +21,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gpufleet.base import registry
 from playbooks import playbook_command, playbook_env, run_playbook, start_playbook
 from waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
-GROUPS = ("gpu_inventory", "gpu_health", "host_hygiene")
+GROUPS = registry.group_names()
 
 
 def run_validate(
@@ -208,6 +209,7 @@ def test_check_mode_measures_nothing_leaves_no_run_and_says_what_a_real_run_woul
     assert lock.read_text() == before, "check mode leaves the lock as it found it"
     assert "check mode: nothing was measured, no run folder was made and no run was added to the history" in out
     assert f"A real run would create {run_dir} (run id {run_dir.name}, tier acceptance) and check 1 node(s)" in out
+    benchmarks, depth = ", ".join(registry.stage_benchmarks("acceptance")), registry.stage_depth("acceptance")
     lacks = (
         "gpu_inventory.gpu_count: no NVIDIA driver: libnvidia-ml.so not found; torch with CUDA, which the benchmarks "
         "need: torch 2.13.0+cpu is a build without CUDA"
@@ -216,7 +218,8 @@ def test_check_mode_measures_nothing_leaves_no_run_and_says_what_a_real_run_woul
         f"localhost: answers, gpufleet_python runs the engine; a real run cannot pass it, it lacks: {lacks}; node lock "
         "held by run other-run (taken "
         in out
-        and "would run the checks gpu_inventory, gpu_health, host_hygiene, counters, then the benchmarks matmul" in out
+        and f"would run the checks {', '.join(GROUPS)}, counters, then the benchmarks {benchmarks} (depth {depth})"
+        in out
     ), out[-4000:]
     assert f"check mode: 1 node(s) a real run could not check or pass: localhost (lacks: {lacks})" in out
     assert "no results" not in out and "report.md:" not in out and "fleet verdict" not in out

@@ -28,16 +28,6 @@ options:
     type: list
     elements: str
     default: []
-  engine_src:
-    description:
-      - Folder on the controller holding the gpufleet package (the collection's C(src/)); it goes first on
-        C(PYTHONPATH), so the engine that ships with the collection answers, installed or checked out.
-    type: path
-  python:
-    description:
-      - Python interpreter on the controller that has the gpufleet engine installed.
-      - Left out, the interpreter running this module is used.
-    type: path
   db:
     description:
       - The run history (SQLite store) the run is indexed in and compared with (C(gpufleet_history_db)).
@@ -92,14 +82,12 @@ options:
     default: 300
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.cluster.attributes
+  - gpufleet.cluster.controller_engine
 attributes:
   check_mode:
     support: none
     details: It writes report files on the controller; a task that must run under C(--check) sets C(check_mode=false).
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 seealso:
   - module: gpufleet.cluster.gpu_inventory
 author:
