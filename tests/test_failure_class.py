@@ -127,7 +127,8 @@ def test_only_hardware_failures_follow_a_gpu_to_the_next_run(two_runs):
             }
         ]
         node = store.history("n1")["runs"][0]["not_passing"]
-        assert {"check": "gpu_health.ecc", "status": "fail", "class": "hardware"} in node
+        ecc = {"check": "gpu_health.ecc", "status": "fail", "class": "hardware"}
+        assert (ecc | {"reason": "GPU 3: 2 volatile uncorrectable ECC errors"}) in node, node
 
 
 def test_drain_line_and_prometheus_name_the_class(two_runs):

@@ -89,7 +89,8 @@ def sc(cluster, holds):
     for name in NODES:
         if cluster.node_state(name) != "IDLE":
             subprocess.run(["scontrol", "update", f"nodename={name}", "state=resume"], env=cluster.env())
-    cluster.wait_idle()
+    # A resumed node reads IDLE+NOT_RESPONDING until Slurm has pinged its slurmd, and a sweep passes it over then.
+    wait_for(lambda: all(cluster.node_state(n) == "IDLE" for n in NODES), 180, "every node IDLE, nothing more")
 
 
 def hold(holds: Path, where: str, *nodes: str) -> None:
@@ -105,6 +106,13 @@ def release(holds: Path, where: str, *nodes: str) -> None:
 def held(holds: Path, where: str, *nodes: str) -> bool:
     """The job of each of `nodes` is held there now."""
     return all((holds / f"held-{where}-{node}").exists() for node in nodes)
+
+
+def wait_held(sweeping: subprocess.Popen, what: str, predicate) -> None:
+    """Wait until `predicate` (the jobs held where the test needs them); the sweep's words should it end first."""
+    if wait_for(lambda: predicate() or sweeping.poll() is not None, 300, what) is True and not predicate():
+        out, err = sweeping.communicate()
+        raise AssertionError(f"the sweep ended (exit {sweeping.returncode}) before {what}: {out[-3000:]}{err[-3000:]}")
 
 
 def squeue(cluster: SlurmCluster) -> list[str]:
@@ -165,7 +173,7 @@ def test_a_controller_stopped_during_a_sweep_drains_no_node_and_the_next_sweep_f
     hold(holds, "prolog", "sn2")
     args = args_for(tmp_path, holds, "--max-share", "2", "--action", "drain_resume", "--act", "all")
     with sweep_started(sc, [*args, "--run-id", "c1"]) as sweeping:
-        wait_for(lambda: held(holds, "engine", "sn1") and held(holds, "prolog", "sn2"), 300, "both jobs held")
+        wait_held(sweeping, "both jobs held", lambda: held(holds, "engine", "sn1") and held(holds, "prolog", "sn2"))
         sc.stop("slurmctld")
         release(holds, "engine", "sn1")
         release(holds, "prolog", "sn2")
@@ -209,7 +217,7 @@ def test_a_controller_down_past_the_bound_and_during_the_collect_loses_no_verdic
     args = args_for(tmp_path, holds, "--max-share", "1", "--wait-min", "0.25", "--time-limit-min", "1")
     args += ["--action", "drain_resume"]
     with sweep_started(sc, [*args, "--run-id", "b1"]) as sweeping:
-        wait_for(lambda: held(holds, "engine", "sn1"), 300, "the sweep job of sn1 held before its engine")
+        wait_held(sweeping, "the sweep job of sn1 held before its engine", lambda: held(holds, "engine", "sn1"))
         sc.stop("slurmctld")
         release(holds, "engine", "sn1")
         wait_for(lambda: finished(run_dir, "sn1"), 300, "sn1's node stage finished")
@@ -252,7 +260,7 @@ def test_munged_stopped_during_a_sweep_is_waited_out(sc, holds, tmp_path):
     run_dir = tmp_path / "reports" / "m1"
     hold(holds, "engine", "sn1")
     with sweep_started(sc, [*args_for(tmp_path, holds, "--max-share", "1"), "--run-id", "m1"]) as sweeping:
-        wait_for(lambda: held(holds, "engine", "sn1"), 300, "the sweep job of sn1 held before its engine")
+        wait_held(sweeping, "the sweep job of sn1 held before its engine", lambda: held(holds, "engine", "sn1"))
         sc.stop("munged")
         release(holds, "engine", "sn1")
         wait_for(lambda: record(run_dir).get("controller_lost"), 300, "the sweep seeing Slurm unreachable")
@@ -280,7 +288,7 @@ def test_a_slurmd_killed_keeps_the_others_verdicts_names_its_node_down_and_a_hun
     args = args_for(tmp_path, holds, "--max-share", "100%", "--wait-min", "0.5", "--time-limit-min", "1")
     args += ["--action", "drain_resume", f"--node-arg=--python={holds / 'steps-python'}"]
     with sweep_started(sc, [*args, "--node-arg=--check-timeout-s=600", "--run-id", "d1"]) as sweeping:
-        wait_for(lambda: held(holds, "prolog", "sn2"), 300, "sn2's job held in its prolog")
+        wait_held(sweeping, "sn2's job held in its prolog", lambda: held(holds, "prolog", "sn2"))
         sc.stop("slurmd-sn2", signal.SIGKILL)
         release(holds, "prolog", "sn2")
         rc, out, err = ended(sweeping)
@@ -311,8 +319,8 @@ def test_a_job_slurm_has_forgotten_keeps_its_verdict(sc, holds, tmp_path):
     accounting); the collect reads the verdict from the document the job wrote."""
     run_dir = tmp_path / "reports" / "f1"
     hold(holds, "engine", "sn1")
-    with sweep_started(sc, [*args_for(tmp_path, holds, "--max-share", "1"), "--run-id", "f1"]):
-        wait_for(lambda: held(holds, "engine", "sn1"), 300, "the sweep job of sn1 held before its engine")
+    with sweep_started(sc, [*args_for(tmp_path, holds, "--max-share", "1"), "--run-id", "f1"]) as sweeping:
+        wait_held(sweeping, "the sweep job of sn1 held before its engine", lambda: held(holds, "engine", "sn1"))
     release(holds, "engine", "sn1")
     wait_for(lambda: finished(run_dir, "sn1"), 300, "sn1's node stage finished")
     show = ["scontrol", "show", "job", jobs_of(run_dir)["sn1"]["job_id"]]
@@ -338,7 +346,7 @@ def test_nodes_set_down_or_fail_a_job_cancelled_or_preempted_and_each_cause_out_
     hold(holds, "engine", *NODES)
     args = args_for(tmp_path, holds, "--max-share", "100%", "--action", "drain_resume")
     with sweep_started(sc, [*args, "--run-id", "a1"]) as sweeping:
-        wait_for(lambda: held(holds, "engine", *NODES), 300, "every sweep job held before its engine")
+        wait_held(sweeping, "every sweep job held before its engine", lambda: held(holds, "engine", *NODES))
         jobs = jobs_of(run_dir)
         sc.scontrol("update", "nodename=sn1", "state=down", "reason=admin: PSU")
         sc.scontrol("update", "nodename=sn2", "state=fail", "reason=admin: fan")
@@ -481,7 +489,7 @@ def test_slurm_s_own_words_say_the_scheduler_could_not_be_reached_and_how_a_job_
     assert slurm.ended_as("no such line") is None
 
 
-def test_each_cause_of_being_out_of_service_has_its_series_and_history_names_one_cause():
+def test_each_cause_of_being_out_of_service_has_its_series():
     shown = slurm.parse_nodes(
         "\n".join(
             [
@@ -501,6 +509,9 @@ def test_each_cause_of_being_out_of_service_has_its_series_and_history_names_one
         "d": {"gpufleet": False, "drained": False, "down": True},
         "e": {"gpufleet": False, "drained": False, "down": False},
     }
+
+
+def test_history_names_a_nodes_one_cause_once_not_each_check_it_failed():
     no_driver = "no NVIDIA driver: libnvidia-ml.so not found"
     results = [
         {"check": f"gpu_health.{c}", "status": "error", "class": "software", "reason": no_driver}
