@@ -256,7 +256,7 @@ def test_fleet_names_the_corrupt_gpu_that_its_own_node_could_not(runs):
     for host in ("n0", "n1", "n3"):
         ok = _fleet_sdc(runs["r1"], host)
         assert ok["status"] == "pass" and "among 4 GPUs" in ok["reason"], ok
-    assert any("NodeName=n2 " in line and "hardware: fleet.sdc" in line for line in runs["r1"]["fleet"]["drain"])
+    assert any("NodeName=n2 " in line and "gpufleet hw sdc" in line for line in runs["r1"]["fleet"]["drain"])
 
 
 def test_store_outvotes_a_corrupt_gpu_that_is_alone_in_its_run(runs):
