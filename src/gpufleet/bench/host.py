@@ -13,12 +13,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpufleet.base.registry import registers
 from gpufleet.bench import disk, host_memory, loader
 from gpufleet.bench.monitor import GpuMonitor
 from gpufleet.collect.host import virtual
 from gpufleet.collect.host.platform import read_cpu_allocation
 
 
+@registers("host", "measure")
 def run(tier: str = "quick") -> dict:
     gpus = loader.gpu_count()
     size = tier if gpus else "cpu"
