@@ -23,7 +23,7 @@ import waiting
 ROOT = Path(__file__).resolve().parents[1]
 GUIDE = ROOT / "docs" / "adding-checks.md"
 # The places each change may touch, as the guide's headings promise.
-MOST_PLACES = {"check": 2, "benchmark": 4, "output": 2}
+MOST_PLACES = {"check": 2, "benchmark": 5, "output": 3}
 # <!-- guide: CHANGE append|create FILE -->  or  <!-- guide: CHANGE after "ANCHOR" FILE -->, then a fenced block.
 DIRECTIVE = re.compile(
     r'<!-- guide: (\w+) (append|create|after "((?:[^"\\]|\\.)*)") (\S+) -->\n```\w*\n(.*?)```', re.DOTALL
@@ -112,7 +112,7 @@ def test_the_guide_touches_no_more_places_than_it_says():
         assert 0 < len(places[change]) <= most, (change, places[change])
     text = GUIDE.read_text()
     assert "## A check: one function and one declaration" in text
-    assert "## A benchmark: four places" in text and "## An output format: two places" in text
+    assert "## A benchmark: five places" in text and "## An output format: three places" in text
 
 
 def generate(root: Path, *args: str) -> subprocess.CompletedProcess:

@@ -64,7 +64,7 @@ def no_driver_run(tmp_path_factory) -> Path:
     shutil.copytree(Path(yaml.__file__).parent, site / "yaml")
     env = dict(os.environ, PYTHONPATH=f"{REPO / 'src'}:{site}")
     bench = engine(
-        "bench", "matmul", "memory", "--tier", "smoke", "--host", "n1", env=env, python=(sys.executable, "-S")
+        "bench", "matmul", "memory", "--depth", "smoke", "--host", "n1", env=env, python=(sys.executable, "-S")
     )
     doc["results"] += bench["results"]
     healthy = json.loads(READINGS.read_text())

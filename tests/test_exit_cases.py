@@ -191,6 +191,8 @@ def test_argparse_refusals_end_with_the_json_line_too_and_every_message_names_it
     for argv, words in (
         (["fleet", "run", "-i", "inventory/local", "--tier", "nope", "--json"], "argument --tier: invalid choice"),
         (["history", "--json"], "the following arguments are required: key"),
+        # a run tier is gpufleet_tier alone: `gpufleet bench` takes the benchmarks' depth as --depth only
+        (["bench", "host", "--tier", "quick", "--json"], "unrecognized arguments: --tier"),
     ):
         done = subprocess.run([str(BIN / "gpufleet"), *argv], cwd=REPO, capture_output=True, text=True, timeout=120)
         assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr

@@ -80,3 +80,52 @@ def test_the_architecture_map_shows_the_layers_as_the_contract_orders_them():
     assert shown == folders, (shown, folders)
     every = {p.name for p in (ROOT / "src" / "gpufleet").iterdir() if (p / "__init__.py").is_file()}
     assert {m for layer in folders for m in layer} == every
+
+
+def _upper_folders() -> list[str]:
+    layers = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"][0]["layers"]
+    names = [n.strip() for layer in layers for n in layer.split("|")]
+    return names[: names.index("base")]
+
+
+def test_the_declarations_name_no_module_above_them():
+    """base/ (the ground floor) holds no string naming a module above it, as "gpufleet.<folder>..." or a
+    "module:function": what gives an entry its behaviour is registered by the module that holds it."""
+    import ast
+
+    upper = re.compile(rf"^gpufleet\.({'|'.join(_upper_folders())})\b|^\.?[a-z_][\w.]*:[a-z_]\w*$")
+    named = [
+        f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}"
+        for path in sorted((ROOT / "src" / "gpufleet" / "base").rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and upper.search(node.value)
+    ]
+    assert named == []
+
+
+def test_every_entry_has_what_gives_it_its_behaviour_registered_by_its_index():
+    """Each reader's index imports the modules that register what it reads: every benchmark's measurement and
+    judgement, every output of the report, every comparison (and its rows on the node) is there once they are
+    imported; an entry nobody registered is a KeyError naming it and its role."""
+    import pytest
+
+    from gpufleet import checks
+    from gpufleet.base import registry
+    from gpufleet.comparisons import node  # noqa: F401
+    from gpufleet.fleet import compare  # noqa: F401
+    from gpufleet.node import measure  # noqa: F401
+    from gpufleet.report import pipeline  # noqa: F401
+
+    assert [len(checks.GROUPS[g.name]) for g in registry.CHECK_GROUPS] == [len(g.checks) for g in registry.CHECK_GROUPS]
+    for b in registry.BENCHMARKS:
+        assert registry.registered(b.name, "judge")
+        assert registry.registered(b.name, "run", needed=False) or registry.registered(b.name, "measure"), b.name
+    for o in registry.report_outputs():
+        name = f"output.{o.name}"
+        assert registry.registered(name, "render", needed=False) or registry.registered(name, "write"), o.name
+    for c in registry.comparison_checks():
+        assert registry.registered(f"fleet.{c.name}", "check")
+    for c in registry.comparison_checks(registry.NODE):
+        assert registry.registered(f"fleet.{c.name}", "rows")
+    with pytest.raises(KeyError, match="'nope' has no 'judge' registered: `<benchmark>`"):
+        registry.registered("nope", "judge")

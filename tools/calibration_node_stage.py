@@ -58,13 +58,13 @@ def node_stage(
     steps = [
         ["check", *sum((["--group", g] for g in CHECK_GROUPS), []), *common],
         ["counters", "--phase", "before", *common],
-        ["bench", "matmul", "sdc", "--tier", "quick", *common, *held],
-        ["bench", "memory", "--tier", "quick", *common, *held],
+        ["bench", "matmul", "sdc", "--depth", "quick", *common, *held],
+        ["bench", "memory", "--depth", "quick", *common, *held],
     ]
     if len(gpus) > 1:
-        steps.append(["bench", "nccl", "--tier", "quick", "--master-port", str(free_port()), *common, *held])
+        steps.append(["bench", "nccl", "--depth", "quick", "--master-port", str(free_port()), *common, *held])
     if 0 in gpus:  # the host's own step once a machine: the split layout's nodes share its memory and drive
-        steps.append(["bench", "host", "--tier", "quick", *common, *held])
+        steps.append(["bench", "host", "--depth", "quick", *common, *held])
     steps.append(["counters", "--phase", "after", *common])
     t0, epoch0, docs, errors = time.monotonic(), time.time(), [], []
     for step in steps:

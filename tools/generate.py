@@ -32,6 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from gpufleet.base import layout, registry  # noqa: E402
+from gpufleet import checks  # noqa: E402, F401 (the check groups register their checks)
+from gpufleet.fleet import compare  # noqa: E402, F401 (and gpufleet.comparisons the fleet's)
 
 SPECS = sorted((ROOT / "roles").glob("*/meta/argument_specs.yml"))
 CHECKS_DOC = ROOT / "docs" / "checks.md"
@@ -190,7 +192,7 @@ def what_it_checks(name: str, c: registry.Check, fn) -> str:
     """The function's docstring's first sentence, else the declaration's text; neither: exit naming the check."""
     said = inspect.getdoc(fn) if fn else c.text
     if not said:
-        where = f"a docstring of {c.function or name}" if fn else f'text="..." in its Check of {SOURCE}'
+        where = f"a docstring of {fn.__module__}.{fn.__name__}" if fn else f'text="..." in its Check of {SOURCE}'
         stop(f"docs/checks.md: {name} says nothing of what it checks; give it {where}")
     return first_sentence(said).replace("|", "\\|")
 
@@ -243,7 +245,7 @@ def checks_doc() -> list[str]:
             f"A check group: `gpufleet check --group {g.name}`; on the node, the module of its name.",
             "",
         ]
-        out += table([check_row(g.name, c, registry.check_function(g, c)) for c in g.checks])
+        out += table([check_row(g.name, c, registry.registered(f"{g.name}.{c.name}", "check")) for c in g.checks])
     out += [
         "### benchmark",
         "",
@@ -260,8 +262,8 @@ def checks_doc() -> list[str]:
     ]
     out += table(benchmark_rows(registry.MULTINODE_GROUP, True), ["benchmark", *HEAD[:2], *HEAD[3:]])
     for g in registry.OTHER_GROUPS:
-        fns = {c.name: registry.resolve(c.function) for c in g.checks if c.function}
-        out += [f"### {g.name}", ""] + table([check_row(g.name, c, fns.get(c.name)) for c in g.checks])
+        fns = {c.name: registry.registered(f"{g.name}.{c.name}", "check", needed=False) for c in g.checks}
+        out += [f"### {g.name}", ""] + table([check_row(g.name, c, fns[c.name]) for c in g.checks])
     out += ["### any group", "", "A step of the node stage that could not run on the node.", ""]
     out += table([check_row("<group>", registry.ENGINE_CHECK)])
     return out[:-1]

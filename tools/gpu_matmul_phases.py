@@ -157,7 +157,7 @@ def engine(names: list[str]) -> dict:
     and the workers' phases (matmul detail.per_gpu[].phases_s, sdc's)."""
     t0 = time.monotonic()
     p = subprocess.run(
-        [sys.executable, "-m", "gpufleet", "bench", *names, "--tier", "quick", "--json", "--exit-zero"],
+        [sys.executable, "-m", "gpufleet", "bench", *names, "--depth", "quick", "--json", "--exit-zero"],
         capture_output=True,
         text=True,
         timeout=600,

@@ -45,7 +45,7 @@ if [ "$gpus" -ge 2 ] && command -v nvcc >/dev/null; then
 fi
 
 say "matmul sweep (thorough tier)"
-python3 -m gpufleet bench matmul --tier thorough --json --thresholds "$thresholds" >"$OUT/bench-matmul-sweep.json" 2>>"$log"
+python3 -m gpufleet bench matmul --depth thorough --json --thresholds "$thresholds" >"$OUT/bench-matmul-sweep.json" 2>>"$log"
 
 tar czf "$OUT/nccl-logs.tar.gz" -C /tmp $(cd /tmp && ls -d gpufleet-nccl-* 2>/dev/null) 2>>"$log"
 python3 tools/gpu_run_table.py "$OUT" "$validate_rc" "$validate_s"

@@ -97,7 +97,7 @@ node_stage() {  # RUN DIR: the acceptance tier's node stage, in the foreground, 
     timeout 120 python3 -m gpufleet check --json --thresholds "$thresholds" >"$dir/check.json" 2>"$dir/check.err" || rc=$?
     timeout 120 python3 -m gpufleet counters --phase before --json --thresholds "$thresholds" >"$dir/counters-before.json" \
       2>"$dir/counters-before.err" || rc=$?
-    timeout 500 python3 -m gpufleet bench matmul memory nccl --tier quick --json --thresholds "$thresholds" \
+    timeout 500 python3 -m gpufleet bench matmul memory nccl --depth quick --json --thresholds "$thresholds" \
       >"$dir/bench.json" 2>"$dir/bench.err" || rc=$?
     timeout 120 python3 -m gpufleet counters --phase after --json --thresholds "$thresholds" >"$dir/counters-after.json" \
       2>"$dir/counters-after.err" || rc=$?

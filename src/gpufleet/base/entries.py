@@ -1,32 +1,24 @@
 """The kinds of entry of the registry (registry.py holds the entries): what each declares.
 
 - A check: its name, the group its results carry, the class of its warn and fail (failure_class.py says what
-  each class means), the profile keys it judges against (files/profiles/generic.yml declares each), and the
-  function that makes it. A check of a check group: `fn(readings, profile) -> result`, by default the function of
-  the check's name in the group's module; a module starting with "." is under the group's package. A check whose
-  figure is held against something declares what (`against`), where it is judged (`where`: on the node, or on
+  each class means), the profile keys it judges against (files/profiles/generic.yml declares each); the function
+  that makes it is registered by its module (registry.ROLES: `check`). A check whose figure is held against something declares what (`against`), where it is judged (`where`: on the node, or on
   the controller, which alone sees the run's other nodes), how a figure past a limit is confirmed before it warns
   or fails (`confirm`, comparisons/confirm.py: measured again on the node; or, seen only where nobody can measure
-  it again, inconclusive), its result `fn(host, node_metrics, thresholds, against, settle) -> result` (`function`)
-  and, judged on the node too, its rows there `fn(host, node_metrics, thresholds, against) -> rows` (`rows`). A
-  reading (a counter, a setting, an Xid) stands as read: no `confirm`.
+  it again, inconclusive), and, judged on the node too, registers its rows there (`rows`). A reading (a counter, a setting, an Xid) stands as read: no `confirm`.
 - A check group (`gpufleet check --group G`, and the gpufleet.cluster module of the same name on the node).
 - A benchmark (`gpufleet bench NAME`): the checks of its results, the run tiers it runs in (in the order declared
   here), whether gpufleet_benchmarks may name it and does by default, whether it runs across nodes under torchrun,
-  whether a sampler watches its GPUs (its `<name>_processes` result); how it measures (`run`: by default
-  `gpufleet.bench.<name>:run(depth)`; a named one is `fn(steps)`, measure.NodeSteps), how its output is judged
-  (`judge`: `fn(output, profile) -> results`, by default `gpufleet.checks.benchmarks:<name>`), and, for one that is
-  measured again in part when disturbed, how (`again`: `fn(first output, profile) -> the options of its run that
-  measures again`), for one whose confirmation measures only the figures that asked, how (`confirm`: `fn(output,
-  results, asked, profile) -> those options`, None for the whole step), and what is judged then (`combine`:
-  `fn(first output, again's) -> output`).
+  whether a sampler watches its GPUs (its `<name>_processes` result); how it measures, how its output is judged,
+  how it is measured again in part, are registered by the modules that do it (registry.ROLES: `run`, `judge`,
+  `again`, `confirm`, `combine`).
 - A run tier (gpufleet_tier, `gpufleet fleet run --tier`): what its node stage runs, at which depth, whether the
   runs across nodes follow it, how long a sweep's job of it may take. The engine alone decides from it what a node
   runs (stage_benchmarks()); Ansible reads it (plugins/filter/registry.py) or is generated from it (make generate).
 - A metric: what a metric key of the comparisons means (label, unit, Prometheus family, per GPU or shared).
-- An output of the report: its key in the report's `files`, its file (or folder) under the run folder, and the
-  function that makes it: `render(report) -> str` for a file of the finished report alone, or `write(made) ->
-  None` for one that writes itself (report/pipeline.py's Made: run_dir, report, fleet and options).
+- An output of the report: its key in the report's `files`, its file (or folder) under the run folder; the function
+  that makes it is registered by its module (registry.ROLES: `render` for a file of the finished report alone, or
+  `write` for one that writes itself, given report/pipeline.py's Made: run_dir, report, fleet and options).
 - A file of a reports folder (or of a node: its lock): its name (`<host>` for one a node), where it lies (the
   reports folder's top, each run folder, the node), its form (JSON, text, an SQLite store, a folder), what it holds,
   and what each command that reads or writes it does when it finds it damaged (`uses`: REFUSES, NAMES, MAKES,
@@ -38,6 +30,7 @@ Nothing here imports the rest of gpufleet.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 # The failure classes (failure_class.py explains them).
@@ -63,11 +56,9 @@ class Check:
     name: str
     failure_class: str  # of its warn and fail; an `error` is software unless this is environment
     thresholds: tuple[str, ...] = ()  # the profile keys it judges against
-    function: str | None = None  # "module:function" that makes it (see the module's docstring)
     against: tuple[str, ...] = ()  # what its figure is held against (LIMIT, SIBLINGS, ...); () for a reading
     where: str = NODE
     confirm: str | None = None  # MEASURED_AGAIN or INCONCLUSIVE; None: a reading, which stands as read
-    rows: str | None = None  # a comparison judged on the node: "module:function" of its rows there
     text: str = ""  # what it checks, for docs/checks.md, where no function of its own has a docstring to say it
 
     @property
@@ -80,7 +71,6 @@ class Check:
 class Group:
     name: str
     checks: tuple[Check, ...]
-    package: str | None = None  # the module (or package) of its checks' functions
 
 
 @dataclass(frozen=True)
@@ -92,13 +82,6 @@ class Benchmark:
     default: bool = False  # in gpufleet_benchmarks' default
     multinode: bool = False  # runs across nodes under torchrun (nnodes > 1)
     watched: bool = True  # a sampler lists its GPUs' processes: its `<name>_processes` result
-    run: str | None = None  # "module:function" of fn(steps) -> output; None: gpufleet.bench.<name>:run(depth)
-    judge: str | None = None  # fn(output, profile) -> results; None: gpufleet.checks.benchmarks:<name>
-    again: str | None = None  # disturbed, measured again in part: fn(first output, profile) -> its run's options
-    # a confirmation measures only the figures that asked: fn(output, results, asked, profile) -> its run's options
-    # (with `what`, in words), or None for the whole step
-    confirm: str | None = None
-    combine: str | None = None  # what is judged then: fn(first output, again's output) -> output
 
 
 @dataclass(frozen=True)
@@ -127,8 +110,6 @@ class Metric:
 class Output:
     name: str  # its key in the report summary's `files`
     file: str  # under the run folder (a folder for one that writes several files)
-    render: str | None = None  # "module:function" of render(report) -> str, written to `file`
-    write: str | None = None  # "module:function" of write(made) -> None, which writes `file` itself
     made_by: str = "report"  # the command that writes it: the report's own, or one after it (`gpufleet certify`)
 
 
@@ -165,3 +146,43 @@ class File:
     # another run of the same reports folder
     given: tuple[str, ...] = ()  # the commands of `uses` given its path on their command line: a link there is the
     # operator's own and is followed (a FIFO is still never waited on)
+
+
+# What gives an entry its behaviour: a function of an upper module, registered there (`@registers(entry, role)`), so
+# that nothing here names the modules above it. Each reader imports the modules that register what it reads (its
+# index), so the import graph, and import-linter, see every dependency. The entry, each role, and that index:
+ROLES = {
+    "check": "`<group>.<check>`: fn(readings, profile) -> result (checks/__init__.py imports the groups); of group "
+    "fleet, fn(host, node_metrics, thresholds, against, settle) -> result (fleet/compare.py)",
+    "rows": "`fleet.<check>` judged on the node too: fn(host, node_metrics, thresholds, against) -> rows "
+    "(comparisons/node.py)",
+    "run": "`<benchmark>`: fn(steps) -> output (node/measure.py imports them, measure.NodeSteps)",
+    "measure": "`<benchmark>` measured by its depth alone, without `run`: fn(depth) -> output (bench/<name>.py)",
+    "judge": "`<benchmark>`: fn(output, profile) -> results (node/measure.py)",
+    "again": "`<benchmark>` measured again in part when disturbed: fn(first output, profile) -> its run's options",
+    "confirm": "`<benchmark>` whose confirmation measures only the figures that asked: fn(output, results, asked, "
+    "profile) -> its run's options (with `what`, in words), or None for the whole step",
+    "combine": "`<benchmark>` with `again` or `confirm`: fn(first output, again's output) -> output, what is judged",
+    "render": "`output.<name>`: fn(report) -> str, written to its file (report/pipeline.py)",
+    "write": "`output.<name>`: fn(made) -> None, which writes its file itself (report/pipeline.py)",
+}
+_REGISTERED: dict[tuple[str, str], Callable] = {}
+
+
+def registers(entry: str, role: str) -> Callable:
+    """Decorator: the function that gives `entry` its `role` (ROLES), kept here by the module that holds it."""
+
+    def keep(fn: Callable) -> Callable:
+        _REGISTERED[entry, role] = fn
+        return fn
+
+    return keep
+
+
+def registered(entry: str, role: str, *, needed: bool = True) -> Callable | None:
+    """The function registered for `entry`'s `role`; None for one not registered, unless `needed` (KeyError naming
+    the entry, the role and the index that should have imported it)."""
+    fn = _REGISTERED.get((entry, role))
+    if fn is None and needed:
+        raise KeyError(f"{entry!r} has no {role!r} registered: {ROLES[role]}")
+    return fn

@@ -1,6 +1,6 @@
-"""Every check group, check, benchmark, run tier, metric and report output, declared once, each entry naming the
-functions that give it its behaviour as lazily imported strings, `"module:function"` (resolve()), so that nobody
-keeps a table of special cases beside it. What the rest of the project reads.
+"""Every check group, check, benchmark, run tier, metric and report output, declared once, so that nobody keeps a
+table of special cases beside it; the functions that give an entry its behaviour registered here by the modules that
+hold them (registers(), ROLES). What the rest of the project reads.
 
 The kinds of entry, and what each declares, are in entries.py.
 
@@ -10,7 +10,6 @@ Nothing here imports the rest of gpufleet but entries.py: every layer may read i
 from __future__ import annotations
 
 import functools
-import importlib
 import re
 
 from gpufleet.base.entries import (  # noqa: F401 (the kinds and words every reader of the registry names)
@@ -36,6 +35,9 @@ from gpufleet.base.entries import (  # noqa: F401 (the kinds and words every rea
     RunTier,
     Metric,
     Output,
+    ROLES,
+    registers,
+    registered,
 )
 
 # Profile keys of the host's own checks (generic.yml), named once so that each declaration holds on a line.
@@ -47,7 +49,7 @@ EDAC_CE_KEY, MEMORY_FREE = "host_edac_ce_per_day_warn", "host_memory_available_p
 # ------------------------------------------------------------------------------------------------- check groups
 
 CHECK_GROUPS = (
-    Group("gpu_inventory", package="gpufleet.checks.gpu_inventory", checks=(
+    Group("gpu_inventory", checks=(
         Check("gpu_count", HARDWARE, ("gpus_expected", "driver_version")),
         Check("gpu_model", CONFIGURATION),
         Check("gpu_memory", HARDWARE, ("gpu_memory_min_mib",)),
@@ -57,37 +59,37 @@ CHECK_GROUPS = (
         Check("mig_mode", CONFIGURATION),
         Check("compute_mode", CONFIGURATION),
     )),
-    Group("gpu_health", package="gpufleet.checks.gpu_health", checks=(
-        Check("ecc", HARDWARE, ("ecc_volatile_uncorrected_max", "ecc_aggregate_uncorrected_max"), ".hbm:ecc"),
-        Check("row_remapping", HARDWARE, function=".hbm:row_remapping"),
-        Check("retired_pages", HARDWARE, function=".hbm:retired_pages"),
-        Check("xid", HARDWARE, ("xid_fail_codes",), ".faults:xid"),
-        Check("clock_events", HARDWARE, function=".throttling:clock_events"),
-        Check("temperature", HARDWARE, ("gpu_temperature_warn_c", "memory_temperature_warn_c"), ".throttling:temperature"),
-        Check("power_limit", CONFIGURATION, ("power_limit_min_ratio",), ".throttling:power_limit"),
-        Check("pcie_link", HARDWARE, ("pcie_gen_min", "pcie_width_min"), ".links:pcie_link"),
-        Check("nvlink", HARDWARE, ("gpus_expected", "nvlink_links_per_gpu"), ".links:nvlink"),
-        Check("processes", ENVIRONMENT, function=".occupancy:processes"),
+    Group("gpu_health", checks=(
+        Check("ecc", HARDWARE, ("ecc_volatile_uncorrected_max", "ecc_aggregate_uncorrected_max")),
+        Check("row_remapping", HARDWARE),
+        Check("retired_pages", HARDWARE),
+        Check("xid", HARDWARE, ("xid_fail_codes",)),
+        Check("clock_events", HARDWARE),
+        Check("temperature", HARDWARE, ("gpu_temperature_warn_c", "memory_temperature_warn_c")),
+        Check("power_limit", CONFIGURATION, ("power_limit_min_ratio",)),
+        Check("pcie_link", HARDWARE, ("pcie_gen_min", "pcie_width_min")),
+        Check("nvlink", HARDWARE, ("gpus_expected", "nvlink_links_per_gpu")),
+        Check("processes", ENVIRONMENT),
     )),
-    Group("host_hygiene", package="gpufleet.checks.host_hygiene", checks=(
-        Check("pcie_acs", CONFIGURATION, function=".pcie:check_pcie_acs"),
-        Check("numa_affinity", CONFIGURATION, function=".numa:check_numa_affinity"),
-        Check("infiniband", HARDWARE, ("ib_ports_min", "ib_rate_min_gbps"), ".infiniband:check_infiniband"),
-        Check("ib_port_speed", HARDWARE, function=".infiniband:check_ib_port_speed"),
-        Check("gpu_nic_rails", HARDWARE, function=".infiniband:check_gpu_nic_rails"),
-        Check("pcie_aer", HARDWARE, ("fabric_aer_fatal_max", "fabric_aer_nonfatal_max"), ".pcie:check_pcie_aer"),
-        Check("peermem", SOFTWARE, function=".infiniband:check_peermem"),
-        Check("iommu", CONFIGURATION, ("iommu_passthrough_required",), ".kernel:check_iommu"),
-        Check("numa_balancing", CONFIGURATION, ("numa_balancing_expected",), ".numa:check_numa_balancing"),
-        Check("cpu_governor", CONFIGURATION, ("cpu_governor_expected",), ".kernel:check_cpu_governor"),
-        Check("fabric_manager", SOFTWARE, function=".kernel:check_fabric_manager"),
-        Check("nccl_env", CONFIGURATION, function=".nccl_env:check_nccl_env"),
-        Check("bringup_drift", CONFIGURATION, ("bringup_required",), ".bringup_drift:check_bringup_drift"),
+    Group("host_hygiene", checks=(
+        Check("pcie_acs", CONFIGURATION),
+        Check("numa_affinity", CONFIGURATION),
+        Check("infiniband", HARDWARE, ("ib_ports_min", "ib_rate_min_gbps")),
+        Check("ib_port_speed", HARDWARE),
+        Check("gpu_nic_rails", HARDWARE),
+        Check("pcie_aer", HARDWARE, ("fabric_aer_fatal_max", "fabric_aer_nonfatal_max")),
+        Check("peermem", SOFTWARE),
+        Check("iommu", CONFIGURATION, ("iommu_passthrough_required",)),
+        Check("numa_balancing", CONFIGURATION, ("numa_balancing_expected",)),
+        Check("cpu_governor", CONFIGURATION, ("cpu_governor_expected",)),
+        Check("fabric_manager", SOFTWARE),
+        Check("nccl_env", CONFIGURATION),
+        Check("bringup_drift", CONFIGURATION, ("bringup_required",)),
         # the host's own hardware: memory errors (EDAC, machine checks), its memory free for a job, its NVMe drives
-        Check("memory_errors", HARDWARE, ("host_edac_ue_max", EDAC_CE_KEY), ".system_memory:check_memory_errors"),
-        Check("machine_checks", HARDWARE, function=".system_memory:check_machine_checks"),
-        Check("memory_available", ENVIRONMENT, (MEMORY_FREE,), ".system_memory:check_memory_available"),
-        Check("nvme_health", HARDWARE, ("nvme_percentage_used_warn",), ".nvme_health:check_nvme_health"),
+        Check("memory_errors", HARDWARE, ("host_edac_ue_max", EDAC_CE_KEY)),
+        Check("machine_checks", HARDWARE),
+        Check("memory_available", ENVIRONMENT, (MEMORY_FREE,)),
+        Check("nvme_health", HARDWARE, ("nvme_percentage_used_warn",)),
     )),
 )
 
@@ -109,18 +111,16 @@ AGAIN = {"where": NODE, "confirm": MEASURED_AGAIN}
 SAMPLED_FIGURE = {"against": (LIMIT, SAMPLES), **AGAIN}
 SOAK_COUNTERS = ("fleet_counter_nvlink_crc_per_s_fail", "fleet_counter_nvlink_replay_recovery_max",
                  "fleet_counter_pcie_replay_per_min_warn")
-WORKLOADS = "gpufleet.checks.workloads"
 HOST_MEMORY_KEYS, SCRATCH_FREE = ("host_memory_gbps_min", "host_memory_numa_below_pct_max"), "disk_scratch_free_gib_min"
 
 # In this order in a node stage (the soak before the SDC hashes: they run at the temperature the soak left).
 BENCHMARKS = (
-    Benchmark("matmul", run_tiers=("smoke", "acceptance"), default=True, run="gpufleet.node.measure:run_matmul", checks=(
+    Benchmark("matmul", run_tiers=("smoke", "acceptance"), default=True, checks=(
         Check("matmul_bf16", HARDWARE, ("matmul_bf16_tflops_min", "matmul_spread_pct_max") + SAMPLED, **SAMPLED_FIGURE,
               text="bf16 matmul TFLOPS of the slowest GPU, all at once; a GPU that throttled fails"),
     )),
     # A confirmation measures again only the figures that asked (one GPU, one way of its link: checks.memory_again).
-    Benchmark("memory", run_tiers=("smoke", "acceptance"), default=True, run="gpufleet.node.measure:run_memory",
-              confirm="gpufleet.checks.memory_again:plan", combine="gpufleet.checks.memory_again:combined", checks=(
+    Benchmark("memory", run_tiers=("smoke", "acceptance"), default=True, checks=(
         Check("memory_bandwidth", HARDWARE, text="every HBM and PCIe copy ran and moved the right data"),
         Check("hbm_bandwidth", HARDWARE, ("hbm_copy_gbps_min",) + SAMPLED, **SAMPLED_FIGURE,
               text="HBM copy bandwidth of the slowest GPU"),
@@ -129,8 +129,7 @@ BENCHMARKS = (
         Check("pcie_d2h_bandwidth", HARDWARE, ("pcie_d2h_gbps_min",) + SAMPLED, **SAMPLED_FIGURE,
               text="device-to-host copy bandwidth of the slowest GPU"),
     )),
-    Benchmark("nccl", run_tiers=("smoke", "acceptance"), default=True, multinode=True,
-              run="gpufleet.node.measure:run_nccl", judge="gpufleet.checks.collectives:nccl", checks=(
+    Benchmark("nccl", run_tiers=("smoke", "acceptance"), default=True, multinode=True, checks=(
         Check("nccl", SOFTWARE, text="the NCCL run ended: a timeout or a crash fails, with the log's tail"),
         Check("nccl_sendrecv", HARDWARE, ("nccl_sendrecv_pair_ratio_min",), against=(SIBLINGS,), **AGAIN,
               text="send/recv bandwidth of every GPU pair: a slow pair names a slow link"),
@@ -143,9 +142,7 @@ BENCHMARKS = (
         Check("nccl_all_to_all", HARDWARE, text="all_to_all bus bandwidth and correctness"),
     )),
     # A soak disturbed or slowed past a limit is not run again in full: those windows are, bounded (checks.soak.remeasure).
-    Benchmark("soak", run_tiers=("soak",), selectable=False, run="gpufleet.node.measure:run_soak",
-              judge="gpufleet.checks.soak:soak", again="gpufleet.checks.soak.remeasure:remeasure_plan",
-              combine="gpufleet.checks.soak.remeasure:combined", checks=(
+    Benchmark("soak", run_tiers=("soak",), selectable=False, checks=(
         Check("soak", SOFTWARE, ("soak_remeasure_max_s",), text="the soak's load started and ran its time"),
         Check("soak_throttle", HARDWARE, ("soak_throttle_s_max", "xid_fail_codes"),
               text="hardware and thermal slowdowns of each GPU during the soak"),
@@ -154,13 +151,12 @@ BENCHMARKS = (
         Check("soak_slowdown", HARDWARE, ("soak_slowdown_pct_max",), against=(SAMPLES, SIBLINGS), **AGAIN,
               text="the soak's windows below the GPU's own best and below its siblings'"),
     )),
-    Benchmark("sdc", run_tiers=("acceptance", "soak"), default=True, watched=False, run="gpufleet.node.measure:run_sdc",
-              judge="gpufleet.checks.sdc_hashes:results", checks=(
+    Benchmark("sdc", run_tiers=("acceptance", "soak"), default=True, watched=False, checks=(
         Check("sdc", HARDWARE, ("driver_version",),
               text="silent data corruption: the same seeded work hashed on every GPU; one that disagrees fails"),
     )),
     # The host's own throughput beside the GPUs (bench.host: memory per NUMA node, the scratch drive, a data loader)
-    Benchmark("host", run_tiers=("acceptance",), default=True, judge="gpufleet.checks.host_throughput:host", checks=(
+    Benchmark("host", run_tiers=("acceptance",), default=True, checks=(
         Check("host_memory_bandwidth", HARDWARE, HOST_MEMORY_KEYS, against=(LIMIT, SIBLINGS), **AGAIN,
               text="the host's memory triad on each NUMA node, against its siblings"),
         Check("disk_write_bandwidth", HARDWARE, ("disk_write_gbps_min", SCRATCH_FREE), against=(LIMIT,), **AGAIN,
@@ -170,16 +166,14 @@ BENCHMARKS = (
         Check("data_loader", HARDWARE, ("loader_tokens_per_s_per_gpu_min",), against=(LIMIT,), **AGAIN,
               text="tokens a second a GPU the host's CPUs decode into pinned memory"),
     )),
-    Benchmark("train_gpt2", run_tiers=("acceptance",), multinode=True, run="gpufleet.node.measure:run_train",
-              judge="gpufleet.checks.training_gate:gate", checks=(
+    Benchmark("train_gpt2", run_tiers=("acceptance",), multinode=True, checks=(
         Check("train_gpt2", SOFTWARE, ("train_gpt2_tokens_per_s_per_gpu_min", "bf16_dense_peak_tflops"), against=(LIMIT,),
               **AGAIN, text="GPT-2-small training on all the GPUs: tokens/s per GPU, MFU in detail"),
         Check("train_scaling", HARDWARE, ("train_scaling_efficiency_min",), against=(LIMIT,), **AGAIN,
               text="per-GPU tokens/s on all the GPUs over one GPU's (across nodes: over the node's own)"),
     )),
     # A site's own workloads, declared in its profile (base/workload_specs.py); the runs past a limit measured again.
-    Benchmark("workloads", run_tiers=("acceptance",), run="gpufleet.node.measure:run_workloads",
-              judge=f"{WORKLOADS}:judge", again=f"{WORKLOADS}:again", combine=f"{WORKLOADS}:combined", checks=(
+    Benchmark("workloads", run_tiers=("acceptance",), checks=(
         Check("workload", HARDWARE, ("workload_below_expected_pct_max",), against=(LIMIT,), **AGAIN,
               text="each site workload's figure at each GPU count against the figure its guide promises"),
         Check("workload_scaling", HARDWARE, ("workload_scaling_efficiency_min",), against=(LIMIT,), **AGAIN,
@@ -202,7 +196,6 @@ DEFAULT_RUN_TIER = "acceptance"
 # ------------------------------------------------------------------------------------------------- the other groups
 
 ONLY_THE_CONTROLLER = {"where": CONTROLLER, "confirm": INCONCLUSIVE}
-PEERS, BASE = "gpufleet.comparisons.peers", "gpufleet.comparisons.baseline"
 BELOW_BASELINE = ("fleet_below_baseline_warn_pct", "fleet_below_baseline_fail_pct")
 COUNTER_KEYS = ("fleet_counter_ecc_corrected_per_h_max", *SOAK_COUNTERS, "fleet_counter_row_remap_per_h_max",
                 "fleet_counter_xid_per_h_max", "fleet_counter_min_window_h")
@@ -245,21 +238,18 @@ OTHER_GROUPS = (
               text="a sweep's Slurm job that ended before its node stage (its time limit, a failure, its node lost)"),
     )),
     Group("fleet", checks=(
-        # The comparisons, each made by its `function` on the controller, in this order; those judged on the node
-        # too by its `rows` there (comparisons/node.py), against the references the node was handed.
+        # The comparisons, each made by its registered `check` on the controller, in this order; those judged on the
+        # node too by its registered `rows` there (comparisons/node.py), against the references the node was handed.
         Check("gpu_vs_node", HARDWARE, ("fleet_gpu_below_node_warn_pct", "fleet_gpu_below_node_fail_pct",
-              "fleet_below_baseline_warn_pct"), f"{PEERS}:gpu_vs_node", against=(SIBLINGS, OWN_PAST),
-              rows=f"{PEERS}:gpu_vs_node_rows", **AGAIN),
+              "fleet_below_baseline_warn_pct"), against=(SIBLINGS, OWN_PAST), **AGAIN),
         Check("node_vs_fleet", HARDWARE, ("fleet_node_below_fleet_warn_pct", "fleet_node_below_fleet_fail_pct",
-              "fleet_min_nodes"), f"{PEERS}:node_vs_fleet", against=(FLEET,), **ONLY_THE_CONTROLLER),
-        Check("node_vs_baseline", HARDWARE, BELOW_BASELINE, f"{BASE}:node_vs_baseline", against=(BASELINE,),
-              rows=f"{BASE}:node_vs_baseline_rows", **AGAIN),
-        Check("node_vs_baseline_fleet", HARDWARE, BELOW_BASELINE, f"{BASE}:node_vs_baseline_fleet",
-              against=(BASELINE_FLEET,), rows=f"{BASE}:node_vs_baseline_fleet_rows", **AGAIN),
+              "fleet_min_nodes"), against=(FLEET,), **ONLY_THE_CONTROLLER),
+        Check("node_vs_baseline", HARDWARE, BELOW_BASELINE, against=(BASELINE,), **AGAIN),
+        Check("node_vs_baseline_fleet", HARDWARE, BELOW_BASELINE, against=(BASELINE_FLEET,), **AGAIN),
         # A GPU's samples spread far more than its siblings': the node's own samples judgement (judge.samples,
         # SAMPLES above) measures such a figure again; here only the controller compares the spreads.
         Check("sample_spread", ENVIRONMENT, ("fleet_sample_spread_pct_floor", "fleet_sample_spread_ratio_max"),
-              f"{PEERS}:sample_spread", against=(SIBLINGS,), **ONLY_THE_CONTROLLER),
+              against=(SIBLINGS,), **ONLY_THE_CONTROLLER),
         Check("counters_during_run", HARDWARE, COUNTER_KEYS, text="each GPU's error counters' growth during the run"),
         Check("counters_since_previous_run", HARDWARE,
               text="each GPU's error counters' growth since its snapshot of an earlier run"),
@@ -334,13 +324,13 @@ METRICS = (
 # over report_outputs()): the fleet's files first, which report.json and the renderings then name; then what commands
 # after the report write (the certificates: base/certificates.py).
 OUTPUTS = (
-    Output("fleet", "fleet.json", write="gpufleet.report.pipeline:write_fleet"),
-    Output("prometheus", "prometheus", write="gpufleet.fleet.export:write_prometheus_of"),
-    Output("drain", "drain.txt", render="gpufleet.fleet.export:drain_text"),
-    Output("json", "report.json", render="gpufleet.report.render_json:render"),
-    Output("md", "report.md", render="gpufleet.report.render_md:render"),
-    Output("html", "report.html", render="gpufleet.report.render_html:render"),
-    Output("junit", "junit.xml", render="gpufleet.report.render_junit:render"),
+    Output("fleet", "fleet.json"),
+    Output("prometheus", "prometheus"),
+    Output("drain", "drain.txt"),
+    Output("json", "report.json"),
+    Output("md", "report.md"),
+    Output("html", "report.html"),
+    Output("junit", "junit.xml"),
     Output("certificates", "certificates", made_by="certify"),
 )
 
@@ -352,22 +342,9 @@ CERTIFICATE_VALIDITY = {t.name: f"certificate_valid_days_{t.name}" for t in RUN_
 # ------------------------------------------------------------------------------------------------- lookups
 
 
-@functools.lru_cache(maxsize=None)
-def resolve(spec: str, package: str | None = None):
-    """The function a "module:function" string names, imported when first asked for; a module starting with "."
-    is under `package`."""
-    module, _, name = spec.partition(":")
-    return getattr(importlib.import_module(package + module if module.startswith(".") else module), name)
-
-
 def report_outputs() -> tuple[Output, ...]:
     """The outputs the report writes itself, in their order."""
     return tuple(o for o in OUTPUTS if o.made_by == "report")
-
-
-def check_function(g: Group, c: Check):
-    """A check group's check's function: its declared one, else its name in the group's module."""
-    return resolve(c.function or f"{g.package}:{c.name}", g.package)
 
 
 def group(name: str) -> Group:

@@ -5,7 +5,7 @@ cache), in 4 MiB blocks with several requests in flight. Never on a device: a fo
 fio, the field's tool, measures it where it is installed (`--direct=1 --ioengine=libaio --iodepth=16 --bs=4M`,
 its bandwidth log every 250 ms the samples); else THREADS threads of our own each keep one O_DIRECT request in
 flight (pwrite, preadv into a page-aligned buffer) and each block's completion is timed. Each phase runs for
-SECONDS or until the file reaches its tier's size; the samples are the bytes done in each INTERVAL_S. bench.io_watch
+SECONDS or until the file reaches its depth's size; the samples are the bytes done in each INTERVAL_S. bench.io_watch
 reads the drive's own counts meanwhile: I/O that is not this run's over host_foreign_io_mib_s_max disturbs the
 figure. The file is removed at the end, whatever happened.
 """
@@ -155,14 +155,14 @@ def _fio_phase(fio: str, path: str, write: bool, size: int, seconds: float) -> d
         return parse_fio(proc.stdout, logs_read, rw)
 
 
-def run(tier: str = "quick", scratch: str | None = None) -> dict:
+def run(depth: str = "quick", scratch: str | None = None) -> dict:
     folder, skipped, refused = scratch_dir(scratch)
-    max_bytes, seconds = MAX_BYTES[tier], SECONDS[tier]
+    max_bytes, seconds = MAX_BYTES[depth], SECONDS[depth]
     out: dict = {
         "scratch": folder,
         "method": {
             "benchmark_version": BENCHMARK_VERSION,
-            "tier": tier,
+            "tier": depth,
             "block_bytes": BLOCK,
             "max_bytes": max_bytes,
             "seconds_per_phase": seconds,

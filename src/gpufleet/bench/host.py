@@ -13,15 +13,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpufleet.base.registry import registers
 from gpufleet.bench import disk, host_memory, loader
 from gpufleet.bench.monitor import GpuMonitor
 from gpufleet.collect.host import virtual
 from gpufleet.collect.host.platform import read_cpu_allocation
 
 
-def run(tier: str = "quick") -> dict:
+@registers("host", "measure")
+def run(depth: str = "quick") -> dict:
     gpus = loader.gpu_count()
-    size = tier if gpus else "cpu"
+    size = depth if gpus else "cpu"
     with GpuMonitor() as mon:
         parts = {}
         for name, bench in (("memory", host_memory), ("disk", disk), ("loader", loader)):
@@ -37,7 +39,7 @@ def run(tier: str = "quick") -> dict:
         "benchmark": "host",
         "device": "cuda" if gpus else "cpu",
         "gpus_idle": True,
-        "requested_tier": tier,
+        "requested_tier": depth,
         # The CPUs the memory triad and the loader ran on, and what gave them (a cgroup cpuset, a Slurm allocation).
         "cpu_allocation": read_cpu_allocation(Path("/")),
         **parts,

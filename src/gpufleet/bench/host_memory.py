@@ -8,7 +8,7 @@ the second reads a and b and writes a, 40 bytes an element where STREAM's one lo
 written; neither counts the cache's write-allocate reads). The figure is those 40 bytes an element over the time of
 both passes: the rate at which the node's memory moved data, comparable with STREAM's triad. Each sample times
 one triad of every thread of the node between two barriers; the figure is the median sample. The arrays of a node
-together are far larger than its caches (the quick tier: 3 GiB a node, 1 GiB an array: STREAM asks each array to be
+together are far larger than its caches (the quick depth: 3 GiB a node, 1 GiB an array: STREAM asks each array to be
 4 x the caches, so up to 256 MiB of last-level cache a node).
 """
 
@@ -100,7 +100,7 @@ def _triad_on(cpus: list[int], total_bytes: int, samples: int) -> dict:
     }
 
 
-def run(tier: str = "quick", root: str = "/") -> dict:
+def run(depth: str = "quick", root: str = "/") -> dict:
     """Every NUMA node's triad, all at once, each timed on its own."""
     nodes = numa_nodes(root)
     per_node: dict[str, dict] = {}
@@ -108,7 +108,7 @@ def run(tier: str = "quick", root: str = "/") -> dict:
     def node_run(node: int, cpus: list[int]) -> None:
         chosen = cpus[:: max(1, -(-len(cpus) // MAX_THREADS))]
         try:
-            per_node[str(node)] = {"cpus": len(cpus), **_triad_on(chosen, BYTES_PER_NODE[tier], SAMPLES[tier])}
+            per_node[str(node)] = {"cpus": len(cpus), **_triad_on(chosen, BYTES_PER_NODE[depth], SAMPLES[depth])}
         except Exception as exc:  # one node's failure keeps the others
             per_node[str(node)] = {"cpus": len(cpus), "error": f"{type(exc).__name__}: {exc}"}
 
@@ -124,14 +124,14 @@ def run(tier: str = "quick", root: str = "/") -> dict:
         "slowest_gbps": min(figures) if figures else None,
         "method": {
             "benchmark_version": BENCHMARK_VERSION,
-            "tier": tier,
+            "tier": depth,
             "what": "a = b + 3.0 x c over float64 arrays, numpy's two passes (multiply, then add), every thread of a "
             "node pinned to one of its CPUs with its arrays on the node's memory",
             "bytes_counted": f"{BYTES_PER_ELEMENT} an element (c read, a written; a and b read, a written), "
             "write-allocate not counted, as STREAM does",
-            "bytes_per_node": BYTES_PER_NODE[tier],
+            "bytes_per_node": BYTES_PER_NODE[depth],
             "nodes": "all at once, each timed on its own",
-            "samples": SAMPLES[tier],
+            "samples": SAMPLES[depth],
             "max_threads": MAX_THREADS,
             "timer": "perf_counter between two barriers",
             "statistic": "median",

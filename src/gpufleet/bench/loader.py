@@ -106,7 +106,7 @@ def gpu_count() -> int:
         return 0
 
 
-def run(tier: str = "quick") -> dict:
+def run(depth: str = "quick") -> dict:
     import numpy as np
     from multiprocessing import shared_memory
 
@@ -128,8 +128,8 @@ def run(tier: str = "quick") -> dict:
     for p in procs:
         p.start()
     t_start = time.monotonic()
-    t0 = t_start + WARMUP_S[tier]
-    end = t0 + SECONDS[tier]
+    t0 = t_start + WARMUP_S[depth]
+    end = t0 + SECONDS[depth]
     ends, checksum = [], 0
     try:
         while time.monotonic() < end:
@@ -160,7 +160,7 @@ def run(tier: str = "quick") -> dict:
         del source
         shm.close()
         shm.unlink()
-    seconds = SECONDS[tier]
+    seconds = SECONDS[depth]
     n = max(1, int(seconds / INTERVAL_S))
     per = [0] * n
     for t in ends:
@@ -180,7 +180,7 @@ def run(tier: str = "quick") -> dict:
         "cpu_us_per_sample": significant(1e6 * cpu_total / samples_done) if samples_done else None,
         "method": {
             "benchmark_version": BENCHMARK_VERSION,
-            "tier": tier,
+            "tier": depth,
             "sample": f"{SEQ_TOKENS} tokens from a zlib-compressed record of {SEQ_TOKENS * BYTES_PER_TOKEN} bytes of "
             f"text; decoded by inflating it and mapping each token's {BYTES_PER_TOKEN} bytes to a token id (numpy), "
             f"packed {BATCH} to a batch",
@@ -190,7 +190,7 @@ def run(tier: str = "quick") -> dict:
             else "no CUDA here: batches copied into an ordinary buffer (a plain copy, not pinned)",
             "workers": f"{workers} processes (the CPUs this process may use, less one for the hand-off)",
             "seconds": seconds,
-            "warmup_s": WARMUP_S[tier],
+            "warmup_s": WARMUP_S[depth],
             "interval_s": INTERVAL_S,
             "per_gpu": f"divided by the node's {gpus} GPU(s)" if gpus else "no GPU here: the whole host's figure",
         },

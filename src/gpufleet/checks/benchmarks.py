@@ -9,6 +9,7 @@ of results; the raw output rides along in `detail` so nothing measured is lost.
 
 from __future__ import annotations
 
+from gpufleet.base.registry import registers
 from gpufleet.base import calibration, host_platform, judge, profiles, schema
 from gpufleet.checks import figures
 from gpufleet.base.schema import ERROR, FAIL, PASS, WARN, result
@@ -100,6 +101,7 @@ def cuda_gpu(monitor: dict, info: dict) -> dict:
     return {"index": _nvml_index(monitor, info.get("pci_bus_id")), "uuid": info.get("uuid"), "serial": None}
 
 
+@registers("matmul", "judge")
 def matmul(out: dict, profile: dict) -> list[dict]:
     cpu = out["device"] == "cpu"
     mon = out["monitor"]
@@ -202,6 +204,7 @@ def matmul(out: dict, profile: dict) -> list[dict]:
     return [flag_gpus(res, flagged)]
 
 
+@registers("memory", "judge")
 def memory(out: dict, profile: dict) -> list[dict]:
     cpu = out["device"] == "cpu"
     s, per, mon = out["summary"], out["per_device"], out["monitor"]

@@ -3,6 +3,7 @@ a node, the send/recv matrix between GPU pairs, and the transport NCCL used betw
 
 from __future__ import annotations
 
+from gpufleet.base.registry import registers
 from gpufleet.base import profiles, schema
 from gpufleet.checks.benchmarks import CPU_NOTE, against_min
 from gpufleet.base.schema import ERROR, FAIL, PASS, WARN, result
@@ -16,6 +17,7 @@ def _largest(rows):
 ONE_GPU_NCCL = "one GPU on this node: no collective inside it to measure"
 
 
+@registers("nccl", "judge")
 def nccl(out: dict, profile: dict, *, host_has_ib: bool | None = None) -> list[dict]:
     """host_has_ib: whether the node has InfiniBand ports (default: what the measurement says, measure.run_nccl)."""
     if out.get("one_gpu"):

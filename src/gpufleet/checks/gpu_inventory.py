@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from gpufleet.base import profiles, schema
+from gpufleet.base import profiles, registry, schema
 from gpufleet import collect
 from gpufleet.collect import nvml
 from gpufleet.base.registry import SOFTWARE
@@ -22,7 +22,8 @@ UNREADABLE_REMEDY = "read the GPU with `nvidia-smi -q -i {gpus}`; an unreadable 
 
 
 def gpu_check(name: str, *, needs_gpus: bool = True) -> Callable:
-    """Wrap fn(readings, gpus, profile) as a check fn(readings, profile).
+    """Wrap fn(readings, gpus, profile) as a check fn(readings, profile), registered as check `name` of the group
+    whose module holds fn (gpu_inventory or gpu_health).
 
     No NVML (no driver, init failed) -> `error` with the reader's one line;
     no GPU at all -> `error`, unless the check works without GPUs.
@@ -62,7 +63,8 @@ def gpu_check(name: str, *, needs_gpus: bool = True) -> Callable:
 
         check.__name__ = check.__qualname__ = name
         check.__doc__ = fn.__doc__
-        return check
+        # registered as a check of the group whose module holds it (gpufleet.checks.<group>[.<file>])
+        return registry.registers(f"{fn.__module__.split('.')[2]}.{name}", "check")(check)
 
     return wrap
 

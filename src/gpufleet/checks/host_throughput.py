@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import statistics
 
+from gpufleet.base.registry import registers
 from gpufleet.base import calibration, profiles
 from gpufleet.checks.benchmarks import CPU_NOTE
 from gpufleet.collect.host.platform import allocation_text
@@ -252,6 +253,7 @@ def with_allocation(res: dict, alloc: dict | None) -> dict:
     )
 
 
+@registers("host", "judge")
 def host(out: dict, profile: dict) -> list[dict]:
     """Each figure's result, with the CPUs it ran on where they matter and what the host is in its detail
     (`machine`: a virtual machine's host figures are held to their past otherwise, comparisons.trusted)."""

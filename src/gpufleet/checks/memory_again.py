@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 
+from gpufleet.base.registry import registers
 from gpufleet.base import judge
 from gpufleet.bench import spread_pct
 from gpufleet.checks.benchmarks import cuda_gpu
@@ -49,6 +50,7 @@ def _by_uuid(out: dict, metric: str, uuids: set) -> list[str]:
     return [d for d, v in _devices(out, metric).items() if v.get("uuid") in uuids]
 
 
+@registers("memory", "confirm")
 def plan(out: dict, results: list[dict], asked: list[str], profile: dict | None = None) -> dict | None:
     """{"only": {metric: [CUDA devices]}, "what": "GPU 1 host-to-device"}: bench.memory.run's options that measure
     just what asked (the module docstring), or None: measure the whole step again."""
@@ -119,6 +121,7 @@ def _monitor(before: dict, again: dict) -> dict:
     return out
 
 
+@registers("memory", "combine")
 def combined(before: dict, again: dict, profile: dict | None = None) -> dict:
     """The measurement before with the figures the part measured again (`again`, run(only=...)) in their place,
     its summary made again from them, and `method.measured_again` saying what was."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+from gpufleet.base.registry import registers
 from gpufleet.checks.benchmarks import CPU_NOTE
 from gpufleet.base.schema import ERROR, FAIL, PASS, SKIP, result
 
@@ -62,6 +63,7 @@ def _nvml_gpu(info: dict, nvml_gpus: list) -> dict:
     return {"index": g.get("index"), "uuid": (info.get("device") or {}).get("uuid"), "serial": g.get("serial")}
 
 
+@registers("sdc", "judge")
 def results(out: dict, profile: dict, nvml: dict | None = None) -> list[dict]:
     """One result `sdc`; detail.per_gpu holds every GPU's hashes and comparable keys (the store indexes them). nvml:
     the node's NVML reading, which names each GPU (default: the one the measurement carries, measure.run_sdc)."""

@@ -3,12 +3,14 @@ and the scaling efficiency inside a node or across nodes."""
 
 from __future__ import annotations
 
+from gpufleet.base.registry import registers
 from gpufleet.base import profiles, schema
 from gpufleet.checks.benchmarks import CPU_NOTE, against_min
 from gpufleet.base.numbers import mfu
 from gpufleet.base.schema import ERROR, FAIL, PASS, result
 
 
+@registers("train_gpt2", "judge")
 def gate(out: dict, profile: dict) -> list[dict]:
     """The gate's results from its measurement (measure.run_train: the run on every GPU, the one-GPU run, the
     node's own figure it is held against across nodes)."""

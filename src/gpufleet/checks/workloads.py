@@ -11,6 +11,7 @@ or near a limit once more, `combined` judges those runs' new figures with the ot
 
 from __future__ import annotations
 
+from gpufleet.base.registry import registers
 from gpufleet.base import profiles
 from gpufleet.base.judge import below_pct
 from gpufleet.base.schema import ERROR, FAIL, PASS, SKIP, WARN, result, worst
@@ -132,10 +133,12 @@ def scaling(out: dict, profile: dict) -> dict:
     )
 
 
+@registers("workloads", "judge")
 def judge(out: dict, profile: dict) -> list[dict]:
     return [workload(out, profile), scaling(out, profile)]
 
 
+@registers("workloads", "again")
 def again(first: dict, profile: dict) -> dict:
     """The runs to measure again: those past their promise or with no figure, and every run of a workload whose
     scaling fell short (both of its counts)."""
@@ -150,6 +153,7 @@ def again(first: dict, profile: dict) -> dict:
     return {"only": only or [[r["workload"], r["gpus"]] for r in table]}
 
 
+@registers("workloads", "combine")
 def combined(first: dict, later: dict, profile: dict) -> dict:
     """The first measurement with the runs measured again in their place."""
     new = {(wl["name"], r["gpus"]): r for wl in later.get("workloads") or [] for r in wl["runs"]}

@@ -4,7 +4,6 @@ main.py loads this module only for them."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import socket
@@ -203,7 +202,6 @@ def add_parsers(sub) -> None:
     b.add_argument(
         "--depth", default=registry.DEFAULT_DEPTH, choices=list(registry.DEPTHS), help="how much it measures"
     )
-    b.add_argument("--tier", dest="depth", choices=list(registry.DEPTHS), help=argparse.SUPPRESS)  # --depth's old name
     # nccl and train_gpt2 run under torchrun: where, and for how long.
     b.add_argument("--nnodes", type=int, default=1, help="number of hosts in the run")
     b.add_argument("--node-rank", type=int, default=0, help="this host's rank (inventory order)")

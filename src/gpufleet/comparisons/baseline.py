@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import statistics
 
+from gpufleet.base.registry import registers
 from gpufleet.comparisons import gpu_text
 from gpufleet.comparisons.findings import (
     comparison_row,
@@ -41,6 +42,7 @@ def baseline_index(base: list[dict]) -> tuple[dict, dict]:
     return node_base, {(b["uuid"], b["metric"]): b for b in base if b["gpu_index"] is not None and b["uuid"]}
 
 
+@registers("fleet.node_vs_baseline", "rows")
 def node_vs_baseline_rows(host: str, node_metrics: dict, thresholds: Thresholds, against: Against) -> list[dict]:
     """The rows of node_vs_baseline: none without a baseline's figures."""
     if against.base_index is None:
@@ -79,6 +81,7 @@ def _baseline_rows(
     return comparisons, not_comparable
 
 
+@registers("fleet.node_vs_baseline", "check")
 def node_vs_baseline(
     host: str, node_metrics: dict, thresholds: Thresholds, against: Against, settle: Settle | None = None
 ) -> dict:
@@ -155,6 +158,7 @@ def baseline_medians(base: list[dict]) -> dict[tuple, dict]:
     }
 
 
+@registers("fleet.node_vs_baseline_fleet", "rows")
 def node_vs_baseline_fleet_rows(host: str, node_metrics: dict, thresholds: Thresholds, against: Against) -> list[dict]:
     """The rows of node_vs_baseline_fleet: none without the baseline's fleet medians."""
     if not against.medians:
@@ -200,6 +204,7 @@ def _fleet_rows(
     return comparisons, not_comparable
 
 
+@registers("fleet.node_vs_baseline_fleet", "check")
 def node_vs_baseline_fleet(
     host: str, node_metrics: dict, thresholds: Thresholds, against: Against, settle: Settle | None = None
 ) -> dict:

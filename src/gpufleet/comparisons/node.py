@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpufleet.base import paths, registry
-from gpufleet.comparisons import metrics
+from gpufleet.comparisons import metrics, peers  # noqa: F401 (peers and baseline register the rows judged here)
 from gpufleet.comparisons.against import Against
 from gpufleet.comparisons.baseline import baseline_index
 from gpufleet.comparisons.confirm import record_key, state
@@ -117,6 +117,8 @@ class Held:
         return {
             record_key(check.name, c): state(c)
             for check in registry.comparison_checks(registry.NODE)
-            for c in registry.resolve(check.rows)(self.host, node_metrics, self.thresholds, self.against)
+            for c in registry.registered(f"fleet.{check.name}", "rows")(
+                self.host, node_metrics, self.thresholds, self.against
+            )
             if not c.get("cpu")
         }

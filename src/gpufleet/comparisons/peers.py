@@ -7,6 +7,7 @@ from __future__ import annotations
 import statistics
 from typing import Callable
 
+from gpufleet.base.registry import registers
 from gpufleet.comparisons import flagged, gpu_text, figure_text
 
 from gpufleet.comparisons import metric_keys
@@ -57,6 +58,7 @@ def fleet_groups(metrics_by_host: dict[str, dict]) -> dict[tuple, dict[str, dict
 Settle = Callable[[str, dict], dict]  # (check, row) -> the row as it stands (confirm.settle)
 
 
+@registers("fleet.gpu_vs_node", "rows")
 def gpu_vs_node_rows(
     host: str, node_metrics: dict, thresholds: Thresholds, against: Against | None = None
 ) -> list[dict]:
@@ -106,6 +108,7 @@ def gpu_vs_node_rows(
     return [held(c, past or {}, thresholds) for c in comparisons]
 
 
+@registers("fleet.gpu_vs_node", "check")
 def gpu_vs_node(
     host: str, node_metrics: dict, thresholds: Thresholds, against: Against | None = None, settle: Settle | None = None
 ) -> dict:
@@ -157,6 +160,7 @@ def fleet_stats(groups: dict) -> dict[tuple, tuple[float, float]]:
     return {k: robust([m["value"] for m in members.values()]) for k, members in groups.items()}
 
 
+@registers("fleet.node_vs_fleet", "check")
 def node_vs_fleet(
     host: str, node_metrics: dict, thresholds: Thresholds, against: Against | None = None, settle: Settle | None = None
 ) -> dict:
@@ -229,6 +233,7 @@ def node_vs_fleet(
     )
 
 
+@registers("fleet.sample_spread", "check")
 def sample_spread(
     host: str, node_metrics: dict, thresholds: Thresholds, against: Against | None = None, settle: Settle | None = None
 ) -> dict:

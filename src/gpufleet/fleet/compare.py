@@ -19,8 +19,8 @@
     versions                     a node whose software or firmware differs from the run's majority or the baseline
                                  run's (fleet/versions.py); a difference in NCCL or its net plugin fails
 
-The comparisons of a node's figures (the first five) are made by the functions their declarations in registry.py
-name (gpufleet.comparisons'), which the node's stage also made while it measured them, against the references handed to it (fleet/references.py): a
+The comparisons of a node's figures (the first five) are made by the functions gpufleet.comparisons registers for
+their declarations in registry.py, which the node's stage also made while it measured them, against the references handed to it (fleet/references.py): a
 figure past a limit there was measured again. Here each comparison row past its limit stands only where the node's
 record (detail.held) shows it past the limit in its last two measurements; otherwise it is `inconclusive`
 (comparisons/confirm.py), as is every row of a figure no node could measure again alone (across nodes, or against
@@ -53,7 +53,7 @@ from typing import Any
 from gpufleet.fleet import sdc_voters, versions
 
 from gpufleet.base import registry
-from gpufleet.comparisons import confirm, metric_keys, metrics
+from gpufleet.comparisons import confirm, metric_keys, metrics, peers  # noqa: F401 (peers, baseline: the comparisons)
 from gpufleet.comparisons.against import Against
 from gpufleet.comparisons.baseline import baseline_index, baseline_medians
 from gpufleet.comparisons.character import past_deviations
@@ -163,9 +163,9 @@ def evaluate(
                 out["results"][host] = version_res
             continue  # nothing else the fleet layer reads (a host that never got to its checks)
         settle_row = settler(nodes[host]["results"], thresholds)
-        # The comparisons, each by the function its declaration names (registry.comparison_checks()).
+        # The comparisons, each by the function its module registered (registry.comparison_checks()).
         res = [
-            registry.resolve(c.function)(host, node_metrics, thresholds, against, settle_row)
+            registry.registered(f"fleet.{c.name}", "check")(host, node_metrics, thresholds, against, settle_row)
             for c in registry.comparison_checks()
         ]
         res.append(counters_during_run(host, node_metrics, thresholds))

@@ -44,6 +44,7 @@ import time
 from pathlib import Path
 
 from gpufleet.base import causes, failure_class, paths, schema, slurm
+from gpufleet.base.registry import registers
 from gpufleet.base.errors import InputError
 from gpufleet.comparisons import metric_keys
 from gpufleet.fleet.counter_table import FABRIC_COUNTERS
@@ -326,6 +327,7 @@ def write_prometheus(
     return written
 
 
+@registers("output.prometheus", "write")
 def write_prometheus_of(made) -> None:
     """The report's Prometheus files (write_prometheus), with what it was made with (report/pipeline.py's Made); which
     were written, or why none were, go into the report's fleet section."""
@@ -408,6 +410,7 @@ def drain_lines(report: dict, mapping: dict | None = None) -> list[str]:
     return lines
 
 
+@registers("output.drain", "render")
 def drain_text(report: dict) -> str:
     """drain.txt: a head saying how many nodes were not accepted, how many of them have a line (a confirmed failure:
     report/drain.py) and which are not drained (another run held them: not measured), then the drain lines

@@ -1,14 +1,15 @@
 """The node's benchmark steps, each measured until its figures can be trusted: measured again when another
 process used its GPUs or while a figure asks to be confirmed (`watched()`), each result's `trust`, the step's
 `<step>_processes` (`foreign_processes()`) and the seconds spent measuring again (`measured_again()`). `NodeSteps`
-runs the benchmarks of one host document, each as its registry.BENCHMARKS entry says: how it is measured here, how
-it is judged (a function of checks/)."""
+runs the benchmarks of one host document, each as its registry.BENCHMARKS entry says and as its modules registered
+(registry.ROLES): how it is measured here, how it is judged (a function of checks/)."""
 
 from __future__ import annotations
 
 import os
 import time
 
+from gpufleet.base.registry import registers
 from gpufleet.base import host_platform, profiles, registry, schema
 from gpufleet.node import trust
 from gpufleet.bench import host_watch, matmul, memory, nccl, sdc, soak, workload
@@ -17,6 +18,19 @@ from gpufleet.bench.watch import describe, wait_quiet
 from gpufleet.checks import suspects
 from gpufleet.base.schema import ERROR, FAIL, PASS, Result, result
 from gpufleet.train import gpt2
+
+# The index: the modules that register a benchmark's measurement, judgement and measuring again (registry.ROLES)
+# beside the runs below, one a line.
+from gpufleet.bench import host  # noqa: F401
+from gpufleet.checks import benchmarks  # noqa: F401
+from gpufleet.checks import collectives  # noqa: F401
+from gpufleet.checks import host_throughput  # noqa: F401
+from gpufleet.checks import memory_again  # noqa: F401
+from gpufleet.checks import sdc_hashes  # noqa: F401
+from gpufleet.checks import soak as soak_judgement  # noqa: F401
+from gpufleet.checks.soak import remeasure  # noqa: F401
+from gpufleet.checks import training_gate  # noqa: F401
+from gpufleet.checks import workloads  # noqa: F401
 
 FIRST, DISTURBED_AGAIN, CONFIRM = "first", "disturbed", "confirm"
 
@@ -364,9 +378,9 @@ class NodeSteps:
         """One benchmark's results: measured (again while disturbed, again while a figure asks to be confirmed) and
         judged, as its declaration says."""
         bench = registry.benchmark(name)
-        run_fn = registry.resolve(bench.run) if bench.run else None
-        run = (lambda: run_fn(self)) if run_fn else (lambda: registry.resolve(f"gpufleet.bench.{name}:run")(self.depth))
-        judge = registry.resolve(bench.judge or f"gpufleet.checks.benchmarks:{name}")
+        run_fn = registry.registered(name, "run", needed=False)
+        run = (lambda: run_fn(self)) if run_fn else (lambda: registry.registered(name, "measure")(self.depth))
+        judge = registry.registered(name, "judge")
         if not bench.watched:
             return judge(run(), self.profile)
         # Across nodes a disturbed node cannot measure again alone: its peers would have to start with it.
@@ -375,8 +389,8 @@ class NodeSteps:
             if bench.multinode and self.multi.get("nnodes", 1) > 1
             else None
         )
-        plan = registry.resolve(bench.again) if bench.again and run_fn else None
-        only = registry.resolve(bench.confirm) if bench.confirm and run_fn else None
+        plan = registry.registered(name, "again", needed=False) if run_fn else None
+        only = registry.registered(name, "confirm", needed=False) if run_fn else None
 
         def confirm_only(out: dict, res: list, asked: list):
             options = only(out, res, asked, self.profile)
@@ -394,7 +408,7 @@ class NodeSteps:
             confirm=any(c.confirmed for c in bench.checks) and not not_again,
             again=(lambda first: run_fn(self, **plan(first, self.profile))) if plan else None,
             confirm_only=confirm_only if only else None,
-            combine=registry.resolve(bench.combine) if (plan or only) and bench.combine else None,
+            combine=registry.registered(name, "combine", needed=False) if plan or only else None,
             hold=self.hold,
         )
 
@@ -420,9 +434,10 @@ class NodeSteps:
         return [e["links"] for e in self.log if e.get("links")], loaded
 
 
-# How the benchmarks that need more of the node's steps than their depth run here (registry.BENCHMARKS' `run`).
+# How the benchmarks that need more of the node's steps than their depth run here (their `run`, registry.ROLES).
 
 
+@registers("matmul", "run")
 def run_matmul(steps: NodeSteps) -> dict:
     out = matmul.run(steps.depth, sdc_depth=steps.depth if "sdc" in steps.names and not steps.folded_sdc else None)
     if "sdc" in out:
@@ -430,12 +445,14 @@ def run_matmul(steps: NodeSteps) -> dict:
     return out
 
 
+@registers("memory", "run")
 def run_memory(steps: NodeSteps, only: dict | None = None) -> dict:
     """The HBM and host copies (every GPU's, or only those a confirmation asked for: checks.memory_again), with how
     the GPUs reach the host (PCIe, or NVLink-C2C: the judge's words and limit)."""
     return {**memory.run(steps.depth, only=only), "host_link": host_platform.host_link(steps.readings)}
 
 
+@registers("sdc", "run")
 def run_sdc(steps: NodeSteps) -> dict:
     """Its own processes when matmul did not compute it (not in the run, after it, or crashed); the node's NVML
     reading goes with it, which names each GPU's hashes."""
@@ -444,6 +461,7 @@ def run_sdc(steps: NodeSteps) -> dict:
     return {**steps.folded_sdc["out"], "nvml": steps.readings.get("nvml") or {}}
 
 
+@registers("nccl", "run")
 def run_nccl(steps: NodeSteps) -> dict:
     """Inside a node of one GPU there is no collective to measure; the node's InfiniBand ports go with the output."""
     if steps.gpus == 1 and steps.multi.get("nnodes", 1) == 1:
@@ -452,6 +470,7 @@ def run_nccl(steps: NodeSteps) -> dict:
     return {**out, "host_has_ib": bool(((steps.readings.get("host") or {}).get("infiniband") or {}).get("ports"))}
 
 
+@registers("train_gpt2", "run")
 def run_train(steps: NodeSteps) -> dict:
     """Across nodes every node starts together, so no one-GPU run first: the scaling is against this node's
     single-node figure, which the run measured before (train_reference). Inside a node, one GPU first, then every
@@ -465,11 +484,13 @@ def run_train(steps: NodeSteps) -> dict:
     return sampled(both)
 
 
+@registers("workloads", "run")
 def run_workloads(steps: NodeSteps, only: list | None = None) -> dict:
     """The site's workloads the profile declares (all, or `only` those to measure again), watched as the others."""
     return sampled(lambda: workload.run(steps.profile.get("workloads") or [], steps.gpus, only=only, **steps.multi))
 
 
+@registers("soak", "run")
 def run_soak(steps: NodeSteps, **options) -> dict:
     """The soak with the stage's options, or those of a run that measures its disturbed windows again."""
     return soak.run(**(options or steps.soak_options))

@@ -13,6 +13,7 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpufleet.base.registry import registers
 from gpufleet import __version__
 from gpufleet.base import causes, certificates, paths, registry, runs, schema
 from gpufleet.base.errors import InputError
@@ -25,6 +26,13 @@ from gpufleet.report.drain import review as drain_review_of
 from gpufleet.report.chart_data import BAR_METRICS
 from gpufleet.report.formatting import STATUS_ORDER, check_id, class_text, trust_text
 from gpufleet.report.nodes import DOC_PROFILE, DOC_READ, load_nodes, load_peers, node_order
+
+# The index: the modules that register the outputs this pipeline writes (registry.ROLES: render, write), one a line.
+from gpufleet.fleet import export  # noqa: F401
+from gpufleet.report import render_html  # noqa: F401
+from gpufleet.report import render_json  # noqa: F401
+from gpufleet.report import render_junit  # noqa: F401
+from gpufleet.report import render_md  # noqa: F401
 
 # Each output the report writes (registry.report_outputs()): its file (or folder) under the run folder.
 REPORT_FILES = {o.name: o.file for o in registry.report_outputs()}
@@ -163,6 +171,7 @@ class Made:
         return self.run_dir / REPORT_FILES[name]
 
 
+@registers("output.fleet", "write")
 def write_fleet(made: Made) -> None:
     """fleet.json (_fleet_document). No indent: that would take json's pure-Python encoder, several times slower on
     a fleet's tens of megabytes; NaN and infinity from a benchmark stay as Python writes them."""
@@ -337,10 +346,11 @@ def _build(
         files = {name: str(run_dir / file) for name, file in REPORT_FILES.items()}
         made = Made(run_dir, report, fleet, textfile_dir, fleet_hosts)
         for output in registry.report_outputs():
-            if output.render:
-                _write(made.path(output.name), registry.resolve(output.render)(report))
+            render = registry.registered(f"output.{output.name}", "render", needed=False)
+            if render:
+                _write(made.path(output.name), render(report))
             else:
-                registry.resolve(output.write)(made)
+                registry.registered(f"output.{output.name}", "write")(made)
         if store is not None:
             try:
                 store.record_fleet(run_id, fleet["results"])

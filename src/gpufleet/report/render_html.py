@@ -14,6 +14,7 @@ import json
 import re
 from typing import Any
 
+from gpufleet.base.registry import registers
 from gpufleet.base import schema
 from gpufleet.base.causes import in_shared
 from gpufleet.comparisons import figure_text
@@ -432,6 +433,7 @@ def _node_row(node: dict, anchor: str) -> str:
     )
 
 
+@registers("output.html", "render")
 def render(report: dict) -> str:
     nodes = list(report["nodes"].values())
     anchors = [_anchor(n["host"], i) for i, n in enumerate(nodes)]

@@ -15,6 +15,7 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Any
 
+from gpufleet.base.registry import registers
 from gpufleet.base import schema
 from gpufleet.report.formatting import check_id, class_text, threshold_text, trust_text, value_text
 
@@ -72,6 +73,7 @@ def _testcase(suite: ET.Element, host: str, res: dict) -> None:
         ET.SubElement(case, "system-out").text = f"{status.upper()} " + _body(res)
 
 
+@registers("output.junit", "render")
 def render(report: dict) -> str:
     root = ET.Element("testsuites", name=_x(f"gpufleet {report['run_id']}"))
     totals = dict.fromkeys(("tests", "failures", "errors", "skipped"), 0)

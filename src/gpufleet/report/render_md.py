@@ -11,6 +11,7 @@ import json
 import re
 from typing import Any
 
+from gpufleet.base.registry import registers
 from gpufleet.base.causes import in_shared
 from gpufleet.comparisons import figure_text
 from gpufleet.report import chart_data
@@ -404,6 +405,7 @@ def _peers_section(report: dict) -> list[str]:
     return lines + [""]
 
 
+@registers("output.md", "render")
 def render(report: dict) -> str:
     nodes = list(report["nodes"].values())
     lines = [

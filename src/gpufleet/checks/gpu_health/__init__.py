@@ -1,6 +1,7 @@
 """GPU health: one file per concern, each check a pure function of the NVML readings (collect.nvml), the kernel
 log readings (collect.kernel_log) and the profile, taking `(readings, gpus, profile)` under
-`@gpu_check("name")` (checks.gpu_inventory) and declared in registry.CHECK_GROUPS as `file.function`:
+`@gpu_check("name")` (checks.gpu_inventory), which registers it as `gpu_health.<name>`, declared in
+registry.CHECK_GROUPS:
 
     hbm.py         ecc, row_remapping, retired_pages
     faults.py      xid

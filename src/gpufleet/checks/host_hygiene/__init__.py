@@ -1,5 +1,5 @@
 """Host hygiene: one file per concern, each check a pure function of readings["host"] (collect.host.read) and the
-profile, declared in registry.CHECK_GROUPS as `file.function`:
+profile, declared in registry.CHECK_GROUPS and registered as `host_hygiene.<name>` (`@registers`):
 
     pcie.py           PCIe ACS on the GPU and NIC paths, AER counts
     numa.py           GPU and NIC NUMA placement, automatic NUMA balancing

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpufleet.base import profiles
+from gpufleet.base.registry import registers
 from gpufleet.checks.host_hygiene.readings import section
 from gpufleet.base.schema import ERROR, FAIL, PASS, SKIP, result
 
@@ -40,6 +41,7 @@ def _drift(item: dict) -> tuple[str, str | None]:
     return "drifted", f"{what} is {current} ({where}), bringup set {expected}"
 
 
+@registers("host_hygiene.bringup_drift", "check")
 def check_bringup_drift(readings: dict, profile: dict) -> dict:
     """What bringup.yml recorded in /etc/gpufleet/bringup.json still holds (nccl.conf, sysctls, governor, ACS unit,
     driver): a setting that drifted fails; no record fails where bringup_required is set, else skips."""

@@ -4,6 +4,7 @@ RDMA (nvidia-peermem) where there are active ports."""
 from __future__ import annotations
 
 from gpufleet.base import profiles
+from gpufleet.base.registry import registers
 from gpufleet.checks.host_hygiene.readings import (
     devices,
     host_readings,
@@ -13,6 +14,7 @@ from gpufleet.checks.host_hygiene.readings import (
 from gpufleet.base.schema import ERROR, FAIL, PASS, SKIP, WARN, result
 
 
+@registers("host_hygiene.infiniband", "check")
 def check_infiniband(readings: dict, profile: dict) -> dict:
     """Active InfiniBand ports and their rate against ib_ports_min and ib_rate_min_gbps: too few active, or one
     under the rate, fails; a port down beside enough active ones warns."""
@@ -101,6 +103,7 @@ def _speed_text(p: dict) -> str:
     return p.get("rate") or f"{p.get('rate_gbps')} Gb/s"
 
 
+@registers("host_hygiene.ib_port_speed", "check")
 def check_ib_port_speed(readings: dict, profile: dict) -> dict:
     """Every active port at the best rate and lane count of its siblings (same link layer) on this node."""
     name = "ib_port_speed"
@@ -204,6 +207,7 @@ def rails(readings: dict) -> tuple[list[dict], list[dict]]:
     return out, hcas
 
 
+@registers("host_hygiene.gpu_nic_rails", "check")
 def check_gpu_nic_rails(readings: dict, profile: dict) -> dict:
     """Each GPU's nearest HCA in the PCIe tree: one that shares a bridge with it (a PCIe switch under one root
     port) is beside it; a GPU with none sends its RDMA traffic through the CPU."""
@@ -256,6 +260,7 @@ def active_ib_ports(readings: dict) -> list[dict]:
     return [p for p in ib.get("ports") or [] if p.get("state") == "ACTIVE"]
 
 
+@registers("host_hygiene.peermem", "check")
 def check_peermem(readings: dict, profile: dict) -> dict:
     """nvidia_peermem loaded where InfiniBand is present, so NCCL can use GPUDirect RDMA: not loaded fails."""
     name = "peermem"

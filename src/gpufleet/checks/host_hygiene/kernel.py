@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpufleet.base import profiles
+from gpufleet.base.registry import registers
 from gpufleet.checks.host_hygiene.readings import BRINGUP, devices, section
 from gpufleet.base.schema import ERROR, FAIL, PASS, SKIP, WARN, result
 
@@ -17,6 +18,7 @@ def _passthrough_option(readings: dict) -> str:
     return "iommu.passthrough=1" if arch and arch != "x86_64" else "iommu=pt (with intel_iommu=on or amd_iommu=on)"
 
 
+@registers("host_hygiene.iommu", "check")
 def check_iommu(readings: dict, profile: dict) -> dict:
     """The IOMMU's mode for the GPUs: translated DMA warns, or fails where iommu_passthrough_required is set."""
     name = "iommu"
@@ -79,6 +81,7 @@ def check_iommu(readings: dict, profile: dict) -> dict:
 # --- kernel and CPU tuning -----------------------------------------------------------------
 
 
+@registers("host_hygiene.cpu_governor", "check")
 def check_cpu_governor(readings: dict, profile: dict) -> dict:
     """The CPU frequency governor of every CPU against cpu_governor_expected: a CPU on another fails."""
     name = "cpu_governor"
@@ -129,6 +132,7 @@ def check_cpu_governor(readings: dict, profile: dict) -> dict:
 # --- fabric manager --------------------------------------------------------------------------
 
 
+@registers("host_hygiene.fabric_manager", "check")
 def check_fabric_manager(readings: dict, profile: dict) -> dict:
     """nvidia-fabricmanager running where the node has NVSwitches: CUDA cannot start on their GPUs without it."""
     name = "fabric_manager"

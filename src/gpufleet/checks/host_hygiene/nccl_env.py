@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from gpufleet.base.registry import registers
 from gpufleet.checks.host_hygiene.infiniband import active_ib_ports
 from gpufleet.checks.host_hygiene.readings import section
 from gpufleet.base.schema import FAIL, PASS, WARN, result
@@ -39,6 +40,7 @@ def socket_ifname_matches(spec: str, interfaces: list[str]) -> list[str]:
     return [i for i in interfaces if listed(i) != exclude]
 
 
+@registers("host_hygiene.nccl_env", "check")
 def check_nccl_env(readings: dict, profile: dict) -> dict:
     """NCCL settings (the environment, nccl.conf) that turn off InfiniBand or peer-to-peer, or name interfaces the
     host lacks, fail; tuner overrides, a verbose NCCL_DEBUG and lines NCCL ignores warn."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpufleet.base.registry import registers
 from gpufleet.base import host_platform, profiles
 from gpufleet.checks.host_hygiene.readings import (
     BRINGUP,
@@ -27,6 +28,7 @@ def _cpu_node(readings: dict, node: int) -> int:
     return node if nearest is None else nearest
 
 
+@registers("host_hygiene.numa_affinity", "check")
 def check_numa_affinity(readings: dict, profile: dict) -> dict:
     """The NUMA node of each GPU and of the RDMA NICs beside it: a GPU the firmware places on no node, or on a
     node with no NIC while NICs sit on others, warns. Only the NUMA nodes with CPUs count: a Grace Hopper node's GPU
@@ -93,6 +95,7 @@ def check_numa_affinity(readings: dict, profile: dict) -> dict:
 # --- InfiniBand ------------------------------------------------------------------------
 
 
+@registers("host_hygiene.numa_balancing", "check")
 def check_numa_balancing(readings: dict, profile: dict) -> dict:
     """Automatic NUMA balancing (kernel.numa_balancing) against numa_balancing_expected (off): another value fails."""
     name = "numa_balancing"

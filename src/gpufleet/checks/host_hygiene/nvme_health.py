@@ -4,6 +4,7 @@ temperature, as the drive reports them."""
 from __future__ import annotations
 
 from gpufleet.base import profiles
+from gpufleet.base.registry import registers
 from gpufleet.checks.host_hygiene.system_memory import own_section
 from gpufleet.collect.host.nvme import CRITICAL_WARNING_BITS, drive_name
 from gpufleet.base.schema import ERROR, FAIL, INFO, PASS, SKIP, WARN, result, worst
@@ -43,6 +44,7 @@ def _findings(d: dict, wear_warn) -> list[tuple[str, str]]:
     return out
 
 
+@registers("host_hygiene.nvme_health", "check")
 def check_nvme_health(readings: dict, profile: dict) -> dict:
     """Every local NVMe drive's health log: a critical warning or spare under its threshold fails, wear at
     nvme_percentage_used_warn or more warns with the replacement to plan; a log that could not be read is an error."""

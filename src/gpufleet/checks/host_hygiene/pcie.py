@@ -4,6 +4,7 @@ AER error counts of every GPU, HCA and bridge up to the root port."""
 from __future__ import annotations
 
 from gpufleet.base import profiles
+from gpufleet.base.registry import registers
 from gpufleet.checks.host_hygiene.readings import (
     BRINGUP,
     devices,
@@ -21,6 +22,7 @@ def _redirects(bridge: dict) -> list[str]:
     return [b for b in ("p2p_request_redirect", "p2p_completion_redirect") if bits.get(b)]
 
 
+@registers("host_hygiene.pcie_acs", "check")
 def check_pcie_acs(readings: dict, profile: dict) -> dict:
     """PCIe ACS off on the bridges above the GPUs: a bridge that redirects peer-to-peer traffic up to the root
     complex fails, naming it and the devices below it; `error` where its config space needs root."""
@@ -105,6 +107,7 @@ def _aer_text(d: dict, severity: str) -> str:
     return f"{where}: {sev.get('total')}" + (f" ({names})" if names else "")
 
 
+@registers("host_hygiene.pcie_aer", "check")
 def check_pcie_aer(readings: dict, profile: dict) -> dict:
     """The AER counts since boot of every GPU, HCA and bridge between each and its root port: fatal ones fail,
     non-fatal ones warn; correctable ones are named (their rate is judged by the fleet layer, fabric_*)."""

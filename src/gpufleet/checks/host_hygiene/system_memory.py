@@ -4,6 +4,7 @@ log (by bank and CPU), and the memory a job would get (a neighbour holding it is
 from __future__ import annotations
 
 from gpufleet.base import profiles
+from gpufleet.base.registry import registers
 from gpufleet.checks.counter_rates import EDAC_CE_KEY, judge_rate, limit_text, rate_text, seconds_text
 from gpufleet.checks.host_hygiene.readings import host_readings
 from gpufleet.collect.host.edac import error_places
@@ -33,6 +34,7 @@ _CE_REMEDY = (
 )
 
 
+@registers("host_hygiene.memory_errors", "check")
 def check_memory_errors(readings: dict, profile: dict) -> dict:
     """EDAC's counts since the driver loaded (this boot): uncorrected errors over host_edac_ue_max fail; corrected ones
     judged as a rate over the time since the counts were reset, against host_edac_ce_per_day_warn (a DIMM, or a
@@ -99,6 +101,7 @@ def check_memory_errors(readings: dict, profile: dict) -> dict:
     )
 
 
+@registers("host_hygiene.machine_checks", "check")
 def check_machine_checks(readings: dict, profile: dict) -> dict:
     """Machine checks in this boot's kernel log (collect.machine_checks): an uncorrected one fails, named by CPU and
     bank; corrected ones are information (their memory errors are EDAC's, judged by memory_errors)."""
@@ -161,6 +164,7 @@ def check_machine_checks(readings: dict, profile: dict) -> dict:
     )
 
 
+@registers("host_hygiene.memory_available", "check")
 def check_memory_available(readings: dict, profile: dict) -> dict:
     """The memory a job would get: MemAvailable with the free huge pages, against host_memory_available_pct_min of
     MemTotal; the processes holding the most named."""

@@ -10,6 +10,7 @@ soak_slowdown, each naming the GPU and the time it happened; each check in a fil
 
 from __future__ import annotations
 
+from gpufleet.base.registry import registers
 from gpufleet.base import schema
 from gpufleet.checks.benchmarks import flag_gpus
 from gpufleet.checks.soak.error_events import soak_errors
@@ -19,6 +20,7 @@ from gpufleet.checks.soak.throttle import soak_throttle
 from gpufleet.base.schema import FAIL, PASS, result
 
 
+@registers("soak", "judge")
 def soak(out: dict, profile: dict) -> list[dict]:
     """The soak's verdict: soak_throttle, soak_errors and soak_slowdown, each naming the GPU and the time.
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import statistics
 
+from gpufleet.base.registry import registers
 from gpufleet.base import profiles
 from gpufleet.base.numbers import significant
 from gpufleet.checks.soak.slowdown import slow_windows
@@ -31,6 +32,7 @@ def disturbed_windows(out: dict) -> list[int]:
     return sorted({w["index"] for g in per_gpu.values() for w in g.get("windows") or [] if w.get("foreign_processes")})
 
 
+@registers("soak", "again")
 def remeasure_plan(first: dict, profile: dict) -> dict:
     """bench.soak.run's options to measure a soak's disturbed or slowed windows again: a warm-up window, then as many
     windows as were disturbed (two at least, to compare; slowed windows ask for no more: two say whether the
@@ -60,6 +62,7 @@ def _joined(first: list, again: list, offset_s: float, keys: tuple) -> list:
     return out
 
 
+@registers("soak", "combine")
 def combined(first: dict, again: dict, profile: dict | None = None) -> dict:
     """What a soak measured again in part is judged on: the first soak with its disturbed windows and (given the
     profile) its slowed ones kept apart (their figures under disturbed_figures, slowed_figures), the re-measure's
