@@ -106,8 +106,8 @@ test: system-deps $(VENV)/.installed-test
 
 # bringup.yml twice on an arm64 test host: an arm64 Debian userland (debootstrap) whose programs run through QEMU's
 # user-mode emulator in a user namespace of the host's own (tests/arm64_root.py). The first run builds that userland
-# (minutes, Debian's mirror and PyPI); under emulation every module is slow, so bring-up twice takes tens of minutes,
-# too long for make test, which skips it saying so.
+# (26 min on 2 shared cores, Debian's mirror and PyPI); under emulation every module is slow, so bring-up twice takes
+# about 9 min, too long for make test, which skips it saying so.
 test-arm64: $(VENV)/.installed-test
 	$(DEPS) arm64
 	GPUFLEET_ARM64=1 PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -n 0 -v tests/test_bringup_arm64.py

@@ -5,7 +5,8 @@
 #                                 connects over ssh), openssh-server and iproute2 (the molecule scenarios'
 #                                 test hosts: sshd in network namespaces), slurmctld, slurmd, munge and
 #                                 slurm-client (tests/test_slurm.py: a real Slurm on those test hosts), chromium
-#                                 (tests/test_report_browser.py: the reports opened in headless Chromium)
+#                                 (tests/test_report_browser.py: the reports opened in headless Chromium),
+#                                 python3-packaging (ansible.builtin.pip in the test hosts' /usr/bin/python3)
 #   scripts/system-deps.sh arm64  debootstrap and qemu-user-static: make test-arm64's arm64 test host
 #
 # Installs what is missing only when asked: CI=true (CI machines, .ci/run) or SYSTEM_DEPS=install
@@ -27,6 +28,10 @@ if [ "$what" = test ]; then
   [ -x /usr/sbin/munged ] || command -v munged >/dev/null || missing+=(munge)
   command -v scontrol >/dev/null || missing+=(slurm-client)
   command -v chromium >/dev/null || missing+=(chromium)
+  # The test hosts run Ansible's modules with this machine's /usr/bin/python3, and they reach no package source:
+  # its pip module needs packaging (or setuptools' pkg_resources) there already.
+  /usr/bin/python3 -c 'import packaging.requirements' 2>/dev/null || /usr/bin/python3 -c 'import pkg_resources' \
+    2>/dev/null || missing+=(python3-packaging)
 fi
 if [ "$what" = arm64 ]; then
   command -v debootstrap >/dev/null || [ -x /usr/sbin/debootstrap ] || missing+=(debootstrap)

@@ -23,7 +23,9 @@ EMULATED = REPO / "molecule" / "resources" / "testhost_emulated.py"
 QEMU = "/usr/bin/qemu-aarch64-static"
 ROOT = Path(os.environ.get("GPUFLEET_ARM64_ROOT") or Path.home() / ".cache" / "gpufleet" / "arm64-bookworm")
 MIRROR = os.environ.get("GPUFLEET_DEBIAN_MIRROR", "http://deb.debian.org/debian")
-PACKAGES = "python3,python3-venv,openssh-server"
+# python3-packaging: Ansible's pip module needs it in the Python that runs the modules, and the host reaches no package
+# source to install it from (bring-up installs it where it is missing and can be: roles/python_env/tasks/packaging.yml).
+PACKAGES = "python3,python3-venv,python3-packaging,openssh-server"
 # The engine's dependencies and the venv's build tools, as arm64 wheels for bookworm's Python 3.11.
 WHEELS = ("setuptools>=68", "wheel", "PyYAML>=6", "nvidia-ml-py>=12.535")
 DONE = ".gpufleet-complete"
@@ -52,9 +54,10 @@ def _locked(path: Path):
 
 
 def rootfs() -> Path:
-    """The arm64 root, built if it is not there yet."""
+    """The arm64 root, built if it is not there yet or was built with other packages."""
+    made = f"debootstrap bookworm arm64: {PACKAGES}\n"
     with _locked(ROOT):
-        if (ROOT / DONE).exists():
+        if (ROOT / DONE).exists() and (ROOT / DONE).read_text() == made:
             return ROOT
         building = ROOT.with_name(ROOT.name + ".building")
         shutil.rmtree(building, ignore_errors=True)
@@ -71,7 +74,7 @@ def rootfs() -> Path:
         )  # fmt: skip
         shutil.rmtree(ROOT, ignore_errors=True)
         building.rename(ROOT)
-        (ROOT / DONE).write_text("debootstrap bookworm arm64: " + PACKAGES + "\n")
+        (ROOT / DONE).write_text(made)
         return ROOT
 
 
