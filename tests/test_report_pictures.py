@@ -16,7 +16,7 @@ import pytest
 import report_runs as runs
 from gpufleet.checks import soak as checks_soak
 from gpufleet.checks.soak import remeasure
-from gpufleet.report import chart_data, formatting, svg
+from gpufleet.report import formatting, soak_data, svg_soak
 
 
 def svgs(run: Path, kind: str) -> list[ET.Element]:
@@ -147,6 +147,12 @@ def lanes(svg: ET.Element) -> list[ET.Element]:
     return svg.findall("g[@class='lane']")
 
 
+def box(lane: ET.Element) -> tuple[float, float]:
+    """(top, bottom) of a lane, from its background."""
+    bg = lane.find("rect[@class='lane-bg']")
+    return float(bg.get("y")), float(bg.get("y")) + float(bg.get("height"))
+
+
 def test_a_disturbed_soak_marks_its_window_and_the_foreign_process(soak):
     detail = result(host_doc(soak)["results"], "benchmark", "soak_slowdown")["detail"]
     first, again = svgs(soak, "soak")
@@ -160,11 +166,17 @@ def test_a_disturbed_soak_marks_its_window_and_the_foreign_process(soak):
         assert [r.get("data-window") for r in lane.findall("rect[@class='disturbed']")] == ["0"]
         # the figure measured beside the other process, left out of the judgement, is shown hollow
         assert [c.get("data-window") for c in lane.findall("circle[@class='dv']")] == ["0"]
-        foreign = lane.findall("rect[@class='foreign']")
-        if lane.get("data-gpu") == "0":  # pid 7240 (gpu_disturb) sat on GPU 0 from 15 to 29 s
-            assert [(r.get("data-pid"), r.get("data-gpu")) for r in foreign] == [("7240", "0")]
-        else:
-            assert foreign == []
+    # pid 7240 (gpu_disturb) sat on GPU 0 from 15 to 29 s: a span over GPU 0's lanes, and over no other GPU's
+    spans = first.findall("rect[@class='foreign']")
+    assert {(r.get("data-pid"), r.get("data-gpu"), r.get("data-kind")) for r in spans} == {("7240", "0", "gpu")}
+    gpu0 = [box(g) for g in lanes(first) if g.get("data-gpu") == "0"]
+    others = [box(g) for g in lanes(first) if g.get("data-gpu") != "0"]
+    for r in spans:
+        top, bottom = float(r.get("y")), float(r.get("y")) + float(r.get("height"))
+        assert not any(top < b and a < bottom for a, b in others)
+    assert all(
+        any(float(r.get("y")) <= a and b <= float(r.get("y")) + float(r.get("height")) for r in spans) for a, b in gpu0
+    )
     # The windows measured again: every GPU's two windows and NCCL's, none disturbed, each under its limit line.
     measured = {(lane.get("data-gpu"), lane.get("data-metric")): lane for lane in lanes(again)}
     assert set(measured) == {(str(i), m) for i in gpus for m in ("matmul_tflops", "hbm_gbps")} | {("all", "busbw_gbps")}
@@ -206,14 +218,14 @@ def test_a_disturbed_soak_as_the_judge_joins_it_is_one_timeline(soak):
         _bench_output(detail, {"pid": 7240, "name": "gpu_disturb"}), _bench_output(detail["remeasured"])
     )
     res = next(r for r in checks_soak.soak(joined, doc["profile"]) if r["check"] == "soak_slowdown")
-    (timeline,) = chart_data.soak_timelines([dict(res, group="benchmark")])
+    (timeline,) = soak_data.soak_timelines([dict(res, group="benchmark")])
     matmul = next(lane for lane in timeline["lanes"] if (lane["index"], lane["metric"]) == (0, "matmul_tflops"))
     assert [(w["index"], w["disturbed"], w["remeasured"]) for w in matmul["windows"]] == [
         (0, True, False),
         (1, False, True),
     ]
     assert matmul["windows"][1]["value"] == detail["remeasured"]["per_gpu"]["0"]["windows"][1]["matmul_tflops"]
-    drawn = ET.fromstring(svg.soak_svg(timeline))
+    drawn = ET.fromstring(svg_soak.soak_svg(timeline))
     lane = next(g for g in lanes(drawn) if (g.get("data-gpu"), g.get("data-metric")) == ("0", "matmul_tflops"))
     assert (lane.get("data-windows"), lane.get("data-disturbed"), lane.get("data-remeasured")) == ("0 1", "0", "1")
     assert [r.get("data-window") for r in lane.findall("rect[@class='again']")] == ["1"]
@@ -233,7 +245,7 @@ def test_a_long_soak_on_one_gpu_shows_every_window(soak_one):
 def test_report_md_writes_the_soak_as_a_table(soak):
     md = (soak / "report.md").read_text()
     assert "| GPU 0 | bf16 matmul (TFLOPS) | 1 |  |  |  | none | 0 | none |" in md  # disturbed: no figure judged
-    assert "| pid 7240 (gpu_disturb) | 0 | 15 s | 29 s | 1002 MiB |" in md
+    assert "| pid 7240 (gpu_disturb, 1002 MiB) | GPU 0 | 15 s | 29 s | 1002 MiB |" in md
     assert re.search(r"\| all GPUs \| NCCL all_reduce \(GB/s\) \| 2 \| [\d.]+ \| 292\.7 \(window 0, at 0 s\) \|", md)
 
 
