@@ -326,3 +326,101 @@ def test_nccl_beside_the_baselines_curve(four):
     md = (four / "report.md").read_text()
     big = max(now["all_reduce"])
     assert f"| all_reduce | 4 GiB | {now['all_reduce'][big]:g} | {then['all_reduce'][big]:g} |" in md
+
+
+# ---------------------------------------------------------------- honest axes
+
+
+def test_the_bars_axis_is_broken_where_it_does_not_start_at_zero_and_no_bar_passes_its_top(four, one):
+    for run in (four, one):
+        for panel in svgs(run, "bars"):
+            start = float(panel.get("data-axis-from"))
+            grid = [float(line.get("y1")) for line in panel.findall("line[@class='grid']")]
+            bars = [g.find("rect") for g in panel.findall("g[@class='gpu']")]
+            assert all(float(b.get("y")) >= min(grid) for b in bars)  # every bar under the top gridline
+            if start > 0:  # the break on the axis and on every bar, and where the scale starts, written
+                assert panel.find("polyline[@class='axis-break']") is not None
+                assert len(panel.findall("g[@class='gpu']/polyline[@class='bar-break']")) == len(bars)
+                (said,) = panel.findall("text[@class='break']")
+                assert (
+                    f"the scale starts at {formatting.fmt_scalar(start)} " in said.text and "not at zero" in said.text
+                )
+
+
+# ---------------------------------------------------------------- the soak: everything it recorded
+
+
+@pytest.fixture(scope="module")
+def host_soak(reports) -> Path:
+    return runs.host_soak(reports / "host-soak")
+
+
+def test_a_soak_shows_every_window_every_foreign_process_and_what_the_sampler_saw(host_soak):
+    """A soak beside a matmul on GPU 1 whose process also took the host's CPUs as it started, its windows measured
+    again and joined: every window of every GPU in its figure lanes and in its temperature, power, SM clock and
+    clock-event lanes; every foreign process the soak's steps recorded (on the GPU and on the host) as a span; the
+    stretch no window measured as a gap the lines do not cross; a legend of swatches for what is drawn."""
+    doc = host_doc(host_soak)
+    slow = result(doc["results"], "benchmark", "soak_slowdown")["detail"]
+    sampled = result(doc["results"], "benchmark", "soak_throttle")["detail"]["per_gpu"]
+    procs = result(doc["results"], "benchmark", "soak_processes")["detail"]["attempts"]
+    power = {
+        g["index"]: g["power_limit_w"] for g in result(doc["results"], "gpu_health", "power_limit")["detail"]["per_gpu"]
+    }
+    (drawn,) = svgs(host_soak, "soak")
+    for rank, g in slow["per_gpu"].items():
+        want = " ".join(str(w["index"]) for w in g["windows"])
+        for metric in ("matmul_tflops", "hbm_gbps"):
+            (lane,) = [
+                x for x in lanes(drawn) if (x.get("data-gpu"), x.get("data-metric")) == (str(g["nvml_index"]), metric)
+            ]
+            assert lane.get("data-windows") == want
+    for index, g in sampled.items():
+        tel = {x.get("data-metric"): x for x in drawn.findall("g[@class='telemetry']") if x.get("data-gpu") == index}
+        assert set(tel) == {"temperature_max_c", "power_median_w", "sm_clock_median_mhz"}
+        for field, lane in tel.items():
+            values = {
+                int(r.get("data-window")): float(r.get("data-value")) for r in lane.findall("rect[@class='tel-hit']")
+            }
+            assert values == {w["index"]: w[field] for w in g["windows"]}, field
+        assert float(tel["power_median_w"].find("line[@class='limit']").get("data-value")) == power[int(index)]
+        (reasons,) = [x for x in drawn.findall("g[@class='reasons']") if x.get("data-gpu") == index]
+        marked = {int(r.get("data-window")): r.get("data-reasons") for r in reasons.findall("rect")}
+        assert marked == {w["index"]: " ".join(w["reasons"]) for w in g["windows"]}
+    # Every foreign process of every attempt, with its kind: the GPU's over GPU 1's lanes, the host's over all.
+    seen = {(str(p["pid"]), "host_cpu" if p.get("kind") == "host_cpu" else "gpu") for a in procs for p in a["foreign"]}
+    spans = drawn.findall("rect[@class='foreign']") + drawn.findall("rect[@class='foreign-host']")
+    assert {(r.get("data-pid"), r.get("data-kind")) for r in spans} == seen == {("3741", "gpu"), ("3741", "host_cpu")}
+    (host,) = drawn.findall("rect[@class='foreign-host']")
+    tops = [box(x) for x in lanes(drawn)]
+    assert float(host.get("y")) <= min(a for a, _ in tops) and float(host.get("y")) + float(host.get("height")) >= max(
+        b for _, b in tops
+    )
+    # Nothing measured from the soak's end to the first window measured again: a gap, and no line across it.
+    (gap,) = drawn.findall("rect[@class='gap']")
+    assert float(gap.get("data-from")) == pytest.approx(90.0, abs=0.5) and float(gap.get("data-to")) == pytest.approx(
+        126.7
+    )
+    for lane in lanes(drawn):
+        assert all(len(p.get("points").split()) <= 2 for p in lane.findall("polyline[@class='figure']"))
+    legend = {g.get("data-legend") for g in drawn.findall("g[@class='legend']/g")}
+    assert {"figure", "disturbed", "again", "foreign", "foreign-host", "gap", "reason", "limit"} <= legend
+    md = (host_soak / "report.md").read_text()
+    for index, g in sampled.items():  # report.md: every window of every GPU, with what the sampler saw
+        for w in g["windows"]:
+            row = rf"\| {w['index']} \| {w['start_s']:g} s \| GPU {index} \| .*\| {w['temperature_max_c']} \| "
+            assert re.search(row, md), w
+    assert "| pid 3741 (gpu_disturb, 1002 MiB) | GPU 1 |" in md and "| host CPUs |" in md
+    assert "sw_power_cap 82 s of 90.4 s" in md
+
+
+def test_a_power_capped_soak_shows_its_clock_event_reason_in_every_window(soak_one):
+    """The 21-window soak whose clocks the power cap held all along: sw_power_cap in every window, and its seconds."""
+    (drawn,) = svgs(soak_one, "soak")
+    (reasons,) = drawn.findall("g[@class='reasons']")
+    assert [r.get("data-reasons") for r in reasons.findall("rect")] == ["sw_power_cap"] * 21
+    md = (soak_one / "report.md").read_text()
+    assert len(re.findall(r"^\| \d+ \| [\d.]+ s \| GPU 0 \| [\d.]+ \| [\d,.]+ \|  \| \d+ \|", md, re.M)) == 21
+    throttle = result(host_doc(soak_one)["results"], "benchmark", "soak_throttle")["detail"]
+    seconds = throttle["per_gpu"]["0"]["throttle"]["sw_power_cap"]["seconds"]
+    assert f"GPU 0: sw_power_cap {seconds:g} s of {throttle['ran_s']:g} s." in md

@@ -50,26 +50,53 @@ def _named(parts: list[str]) -> str:
     return ", ".join(parts[:MAX_NAMED]) + (f" +{more} more" if more > 0 else "")
 
 
+def _gpus(gpus: list[dict], serials: dict) -> str:
+    """The GPUs a finding flags, each with its serial (from the result, else the node's inventory); more than
+    MAX_NAMED by their indices only."""
+    if len(gpus) > MAX_NAMED:
+        return f"{len(gpus)} GPUs ({', '.join(str(g.get('index')) for g in gpus)})"
+    return _named(
+        [
+            gpu_name({**g, "serial": g.get("serial") or serials.get(g.get("uuid")) or serials.get(g.get("index"))})
+            for g in gpus
+        ]
+    )
+
+
 def _worst_row(detail: dict) -> dict | None:
     rows = [c for c in detail.get("comparisons") or [] if isinstance(c, dict) and c.get("metric")]
     bad = [c for c in rows if c.get("status") not in (None, "pass")]
     return min(bad, key=lambda c: c.get("deviation_pct") or 0.0) if bad else None
 
 
-def component(res: dict) -> str:
-    """What the finding is about (module docstring); the check's name when the result says nothing more."""
+def serials_of(results: list[dict]) -> dict:
+    """{uuid or NVML index: serial} of a node's GPUs (gpu_inventory.gpu_count's inventory), for findings whose own
+    detail names a GPU by uuid or index alone."""
+    count = next((r for r in results if r.get("group") == "gpu_inventory" and r.get("check") == "gpu_count"), None)
+    detail = (count or {}).get("detail") if isinstance((count or {}).get("detail"), dict) else {}
+    gpus = [g for g in (detail.get("inventory") or {}).get("gpus") or [] if isinstance(g, dict) and g.get("serial")]
+    return {**{g["uuid"]: g["serial"] for g in gpus if g.get("uuid")}, **{g.get("index"): g["serial"] for g in gpus}}
+
+
+def component(res: dict, serials: dict | None = None) -> str:
+    """What the finding is about (module docstring); the check's name when the result says nothing more. serials:
+    serials_of() the node's results, for a GPU the result names without its serial."""
+    serials = serials or {}
     detail = res.get("detail") if isinstance(res.get("detail"), dict) else {}
     row = _worst_row(detail)
     if row is not None:
         if row.get("index") is not None or row.get("uuid"):
-            serial = row.get("serial") or next(
-                (g.get("serial") for g in detail.get("flagged_gpus") or [] if g.get("index") == row.get("index")), None
+            return _gpus(
+                [row],
+                {
+                    **serials,
+                    **{g.get("index"): g.get("serial") for g in detail.get("flagged_gpus") or [] if g.get("serial")},
+                },
             )
-            return gpu_name({**row, "serial": serial})
         return figure_name(row["metric"])
     gpus = [g for g in detail.get("flagged_gpus") or [] if isinstance(g, dict)]
     if gpus:
-        return _named([gpu_name(g) for g in gpus])
+        return _gpus(gpus, serials)
     seen = [p for a in detail.get("attempts") or [] if isinstance(a, dict) for p in a.get("foreign") or []]
     procs = [p for p in seen if isinstance(p, dict)]
     if procs:
@@ -79,7 +106,8 @@ def component(res: dict) -> str:
 
 def of_cause(group: dict, results: list[dict]) -> str:
     """The component of one cause (causes.grouped): the first of its results that names more than its check."""
-    names = [component(r) for r in causes.results_of(group, results)]
+    serials = serials_of(results)
+    names = [component(r, serials) for r in causes.results_of(group, results)]
     return next((n for n in names if n not in group["checks"]), names[0] if names else causes.label(group))
 
 

@@ -19,9 +19,9 @@ import re
 from gpufleet.base import causes, schema
 from gpufleet.comparisons import figure_text
 from gpufleet.comparisons.metric_keys import describe
-from gpufleet.fleet.component import component, figure_name, gpu_name
+from gpufleet.fleet.component import component, figure_name, gpu_name, serials_of
 from gpufleet.fleet.remediation import recommended
-from gpufleet.report.formatting import check_id, class_text, decided_limit, row_limit
+from gpufleet.report.formatting import check_id, class_text, decided_limit, fmt_scalar, row_limit
 
 INCONCLUSIVE = "inconclusive"  # the status shown for information that is a figure past its limit once only
 TRUST_WORDS = {
@@ -68,8 +68,10 @@ def _clause(text: str) -> str:
 FOREIGN = re.compile(r"^foreign process\(es\) on the GPUs or the host while (?P<step>.+?) measured them: (?P<who>.+)$")
 
 
-def _row_figure(res: dict, row: dict) -> dict:
-    who = gpu_name(row) if row.get("index") is not None or row.get("uuid") else figure_name(row["metric"])
+def _row_figure(res: dict, row: dict, serials: dict) -> dict:
+    serial = row.get("serial") or serials.get(row.get("uuid")) or serials.get(row.get("index"))
+    gpu = row.get("index") is not None or row.get("uuid")
+    who = gpu_name({**row, "serial": serial}) if gpu else figure_name(row["metric"])
     label = row.get("label") or describe(row["metric"])["label"]
     what = (
         f"{who}: {label}" if who != label and not label.startswith(who) and who != figure_name(row["metric"]) else who
@@ -94,7 +96,7 @@ def _row_figure(res: dict, row: dict) -> dict:
     }
 
 
-def _own_bound(res: dict) -> dict | None:
+def _own_bound(res: dict, serials: dict) -> dict | None:
     """A benchmark figure past its own minimum or maximum (a floor every GPU is held against alone)."""
     threshold = res.get("threshold") if isinstance(res.get("threshold"), dict) else {}
     value = res.get("value")
@@ -104,11 +106,15 @@ def _own_bound(res: dict) -> dict | None:
         b = threshold.get(bound)
         if _finite(b) and past(value, b):
             word = "under its minimum" if bound == "min" else "over its maximum"
+            key = str(threshold.get("key") or "")
+            metric = key.rsplit("_", 1)[0] if key.endswith(("_min", "_max")) else ""
+            label = describe(metric)["label"] if metric and describe(metric)["unit"] else check_id(res)
+            who = component(res, serials)
             return {
-                "what": f"{component(res)}: {check_id(res)}" if component(res) != check_id(res) else check_id(res),
+                "what": f"{who}: {label}" if who != check_id(res) else label,
                 "value": value,
                 "unit": res.get("unit"),
-                "against": f"{word} {figure_text(b)} ({threshold.get('key')})",
+                "against": f"{word} {fmt_scalar(b)} ({key})",
                 "status": shown_status(res),
                 "trust": res.get("trust"),
                 "check": check_id(res),
@@ -119,15 +125,16 @@ def _own_bound(res: dict) -> dict | None:
 def failing_figures(node: dict) -> list[dict]:
     """Every figure of the node past a limit (module docstring), worst first, each (figure, GPU) once."""
     seen: dict[tuple, dict] = {}
+    serials = serials_of(node["results"])
     for res in node["results"]:
         detail = res.get("detail") if isinstance(res.get("detail"), dict) else {}
         for row in detail.get("comparisons") or []:
             if isinstance(row, dict) and row.get("metric") and row.get("status") not in (None, schema.PASS):
                 key = (row["metric"], row.get("index"), row.get("uuid"))
-                fig = _row_figure(res, row)
+                fig = _row_figure(res, row, serials)
                 if key not in seen or _rank(fig) > _rank(seen[key]):
                     seen[key] = fig
-        own = _own_bound(res) if res.get("group") != "fleet" else None
+        own = _own_bound(res, serials) if res.get("group") != "fleet" else None
         if own is not None:
             seen[(check_id(res), None, None)] = own
     return sorted(seen.values(), key=_rank, reverse=True)
@@ -144,9 +151,9 @@ def figure_line(fig: dict) -> str:
     return f"{fig['what']} {figure_text(fig['value'])}{' ' + fig['unit'] if fig.get('unit') else ''}, {fig['against']}"
 
 
-def _said(res: dict) -> str:
+def _said(res: dict, results: list[dict]) -> str:
     """One result in a sentence: its figure past a limit where it has one, else its reason's first clauses."""
-    figs = failing_figures({"results": [res]})
+    figs = failing_figures({"results": [res, *[r for r in results if r.get("check") == "gpu_count"]]})
     if figs:
         return figure_line(figs[0]) + (f"; and {len(figs) - 1} more figure(s)" if len(figs) > 1 else "")
     reason = " ".join(str(res.get("reason") or "").split())
@@ -154,7 +161,10 @@ def _said(res: dict) -> str:
     if beside:
         return _clause(f"{beside['who']}, while {beside['step']} measured")
     text = _clause(reason or check_id(res))
-    who = component(res)
+    who = component(res, serials_of(results))
+    short = who.split(" SN ")[0]  # "GPU 2" of "GPU 2 SN 1652823074234"
+    if who != short and text.startswith(f"{short}:"):  # the reason names the GPU: its serial beside it
+        return who + text[len(short) :]
     return text if who == check_id(res) or who in text else f"{who}: {text}"
 
 
@@ -185,7 +195,7 @@ def cause(node: dict) -> dict:
         }
     act = recommended(lead, profile)
     return {
-        "text": _said(lead),
+        "text": _said(lead, results),
         "status": shown_status(lead),
         "class": class_text(lead),
         "trust": TRUST_WORDS.get(lead.get("trust"), str(lead.get("trust"))),

@@ -327,8 +327,8 @@ def fleet_note(report: dict) -> str:
     store = f"store {fleet['store']}" if fleet.get("store") else (fleet.get("store_note") or "no store")
     if base.get("run_id") and not base.get("note"):
         against = f"baseline run {base['run_id']} ({base.get('source')})"
-    elif base.get("note") and base["note"] == fleet.get("store_note"):
-        against = "no baseline"  # for the reason the store sentence gives: said once
+    elif base.get("note") and fleet.get("store_note") and fleet["store_note"] in base["note"]:
+        against = "no baseline"  # for the reason the store's sentence gives next: said once
     else:
         against = f"no baseline ({base.get('note') or 'none set'})"
     cpu = any(r.get("cpu") for r in fleet.get("view") or [])

@@ -209,8 +209,13 @@ def _windows_table(t: dict) -> list[str]:
             + f" | {inline(', '.join(w.get('reasons') or [])) if w else ''} | {inline('; '.join(row['how']))} |"
         )
     limits = [
-        f"GPU {g['index']}: power limit {fig(g['power_limit_w'])} W, slowdown {fig(g['slowdown_c'])} °C"
-        + "".join(f"; {r} {fmt_scalar(sec)} s of {fmt_scalar(g['ran_s'])} s" for r, sec in g["throttle"].items() if sec)
+        f"GPU {g['index']}: "
+        + "; ".join(
+            [f"power limit {fig(g['power_limit_w'])} W"] * (g["power_limit_w"] is not None)
+            + [f"slowdown {fig(g['slowdown_c'])} °C"] * (g["slowdown_c"] is not None)
+            + [f"{r} {fmt_scalar(sec)} s of {fmt_scalar(g['ran_s'])} s" for r, sec in g["throttle"].items() if sec]
+            or ["no clock-event reason"]
+        )
         for g in t["telemetry"]
     ]
     return lines + [""] + ([inline("; ".join(limits)) + ".", ""] if limits else [])

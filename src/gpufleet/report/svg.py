@@ -175,7 +175,7 @@ def bars_svg(panel: dict) -> str:
     marks += [v for v in (panel["sibling_limit"], panel["floor"]) if isinstance(v, (int, float))]
     lo, hi = padded(marks)
     step = nice_step(hi - max(0.0, lo), 4)
-    lo, hi = max(0.0, math.floor(lo / step) * step), math.ceil(hi / step) * step
+    lo, hi = max(0.0, float(math.floor(lo / step) * step)), float(math.ceil(hi / step) * step)
     broken = lo > 0
     pw, ph = _BW - _BLEFT - _BRIGHT, _BH - _BTOP - _BBOTTOM
 
@@ -187,13 +187,13 @@ def bars_svg(panel: dict) -> str:
     for i in range(int(round((hi - lo) / step)) + 1):
         v = lo + i * step
         out.append(f'<line class="grid" x1="{_BLEFT}" y1="{num(y(v))}" x2="{_BLEFT + pw}" y2="{num(y(v))}"/>')
-        out.append(f'<text x="{_BLEFT - 6}" y="{num(y(v) + 4)}" text-anchor="end">{esc(figure_text(v))}</text>')
+        out.append(f'<text x="{_BLEFT - 6}" y="{num(y(v) + 4)}" text-anchor="end">{esc(fmt_scalar(v))}</text>')
     out.append(f'<line class="axis" x1="{_BLEFT}" y1="{_BTOP}" x2="{_BLEFT}" y2="{_BTOP + ph}"/>')
     if broken:
         out.append(_break_mark(_BLEFT, _BTOP + ph - 6, "axis-break"))
         out.append(
             f'<text class="break" x="{_BLEFT - 6}" y="{_BTOP + ph + 40}" text-anchor="start">'
-            f"// the scale starts at {esc(figure_text(lo))} {esc(panel['unit'])}, not at zero</text>"
+            f"// the scale starts at {esc(fmt_scalar(lo))} {esc(panel['unit'])}, not at zero</text>"
         )
     slot = pw / max(1, len(gpus))
     bw = min(44.0, slot * 0.6)
