@@ -151,7 +151,9 @@ def test_benchmark_values_read_against_their_thresholds(built):
     page = (built / "report.html").read_text()
     row = page.split("<code>benchmark.hbm_bandwidth</code></div>")[-1].split("</tr>")[0]  # the findings table
     assert "2,100 GB/s" in row and "hbm_copy_gbps_min = 2600, not calibrated" in row and "source: H100 SXM HBM3" in row
-    passed = page.split("<td><code>benchmark.matmul_bf16</code></td>")[-1].split("</tr>")[0]  # the passes table
+    passed = page.split('<td class="check"><code>benchmark.matmul_bf16</code></td>')[-1].split("</tr>")[
+        0
+    ]  # the passes table
     assert (
         "779.2 TFLOPS" in passed
         and "matmul_bf16_tflops_min = 700, not calibrated" in passed
@@ -273,7 +275,9 @@ def test_trust_beside_each_figure_and_class_beside_each_failing_check(tmp_path):
     trusted = '<div class="src">trust: {}</div>'.format
     assert f"hardware<div><code>benchmark.hbm_bandwidth</code></div></td><td>2,100 GB/s{trusted('clean')}" in page
     assert f"environment<div><code>benchmark.soak</code></div></td><td>{trusted('disturbed')}</td>" in page
-    assert f"<td><code>benchmark.matmul_bf16</code></td><td>779.2 TFLOPS{trusted('confirmed')}</td>" in page
+    assert (
+        f'<td class="check"><code>benchmark.matmul_bf16</code></td><td>779.2 TFLOPS{trusted("confirmed")}</td>' in page
+    )
 
     node = json.loads((run / "report.json").read_text())["nodes"]["node1"]
     assert {f["check"]: f["trust"] for f in node["figures"]} == {
@@ -309,5 +313,5 @@ def test_an_older_document_gets_its_class_from_the_check_and_trust_not_recorded(
     page = (run / "report.html").read_text()
     unknown = '<div class="src">trust: not recorded</div>'
     assert f"hardware<div><code>benchmark.hbm_bandwidth</code></div></td><td>2,100 GB/s{unknown}</td>" in page
-    assert f"<td><code>benchmark.matmul_bf16</code></td><td>779.2 TFLOPS{unknown}</td>" in page
+    assert f'<td class="check"><code>benchmark.matmul_bf16</code></td><td>779.2 TFLOPS{unknown}</td>' in page
     assert json.loads((run / "hosts" / "node1.json").read_text())["results"] == older  # the document stays as it was

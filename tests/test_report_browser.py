@@ -162,10 +162,12 @@ def test_the_drain_box_proposes_only_the_confirmed_failures(fleet):
     assert review[runs.UNCONFIRMED] == {
         "host": runs.UNCONFIRMED,
         "confirmed": [],
+        "components": [],
         "unconfirmed": [{"check": "benchmark.matmul_fp8", "trust": "clean"}],
         "drain": None,
     }
     assert review[runs.ECC]["confirmed"] == ["gpu_health.ecc"] and review[runs.ECC]["drain"]
+    assert review[runs.ECC]["components"][0].startswith("GPU 2 SN ")  # what the drain is about, for the desk
     assert review[runs.CONFIRMED]["confirmed"] == ["benchmark.matmul_fp8"] and review[runs.CONFIRMED]["drain"]
     html = (fleet / "report.html").read_text()
     box = html[html.index("<h3>Drain in Slurm</h3>") :]
@@ -315,9 +317,10 @@ def test_a_screenshot_of_each_picture(built, browser, shots):
         if selector is None:
             box = {"x": 0, "y": 0, "width": width, "height": FIRST_SCREEN}
         else:
-            box = browser.evaluate(
+            box = browser.evaluate(  # a few pixels around it: a box of fractional pixels cuts its last letters
                 f"(() => {{ const r = document.querySelector({json.dumps(selector)}).getBoundingClientRect(); "
-                "return {x: r.left + scrollX, y: r.top + scrollY, width: r.width, height: r.height}; })()"
+                "return {x: Math.max(0, r.left + scrollX - 4), y: Math.max(0, r.top + scrollY - 4), "
+                "width: r.width + 8, height: r.height + 8}; })()"
             )
         assert box["width"] > 0 and box["height"] > 0, (name, selector)
         shot = browser.screenshot(shots / file, box)

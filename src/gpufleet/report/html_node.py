@@ -48,7 +48,7 @@ def _finding_row(res: dict, profile: str | None) -> str:
         text += f"<details><summary>evidence ({n} field{'s' if n != 1 else ''})</summary>{evidence(detail)}</details>"
     head = f"{badge(status)} {esc(class_text(res))}<div><code>{esc(check_id(res))}</code></div>"
     return (
-        f'<tr class="s-{esc(status)}"><td>{head}</td><td>{figure_cell(res)}</td><td>{threshold_cell(res)}</td>'
+        f'<tr class="s-{esc(status)}"><td class="check">{head}</td><td>{figure_cell(res)}</td><td>{threshold_cell(res)}</td>'
         f"<td>{text}</td></tr>"
     )
 

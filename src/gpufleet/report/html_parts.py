@@ -94,7 +94,7 @@ def figure_cell(res: dict) -> str:
 def plain_table(results: list[dict]) -> str:
     rows = "".join(
         f'<tr class="s-{esc(causes_of.shown_status(r))}"><td>{badge(causes_of.shown_status(r))}</td>'
-        f"<td><code>{esc(check_id(r))}</code></td><td>{figure_cell(r)}</td><td>{threshold_cell(r)}</td>"
+        f'<td class="check"><code>{esc(check_id(r))}</code></td><td>{figure_cell(r)}</td><td>{threshold_cell(r)}</td>'
         f"<td>{esc(r.get('reason') or '')}</td></tr>"
         for r in results
     )

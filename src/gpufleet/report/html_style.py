@@ -64,7 +64,7 @@ svg .slow{fill:#cf222e}svg .disturbed{fill:#d4a72c;fill-opacity:.35}svg .slowed{
 svg .again{fill:#1a7f37;fill-opacity:.12}svg .foreign{fill:#cf222e;fill-opacity:.16;stroke:#cf222e;stroke-dasharray:2 2}svg .foreign-label{fill:#cf222e}
 svg .foreign-host{fill:#8250df;fill-opacity:.13;stroke:#8250df;stroke-dasharray:6 2}svg .gap{fill:#eaeef2;fill-opacity:.85;stroke:#8c959f;stroke-dasharray:1 3}
 svg .tel{fill:none;stroke:#bc4c00;stroke-width:1.5}svg .tel-tick{stroke:#57606a;stroke-width:1}svg .tel-hit{fill:transparent}
-svg .reason{fill:#d4a72c;fill-opacity:.55}svg .legend text{font-size:11px}
+svg .reason{fill:#1b7c83;fill-opacity:.28}svg .legend text{font-size:11px}
 svg .limit,svg .floor{stroke:#cf222e;stroke-width:1.2;stroke-dasharray:5 3}
 svg .sibling-limit{stroke:#9a6700;stroke-width:1.2;stroke-dasharray:5 3}
 svg polyline.base{fill:none;stroke-width:1.5;stroke-dasharray:5 4}svg rect.base{fill:#fff;stroke-width:1.5}
@@ -76,7 +76,7 @@ svg .med,svg .fleet-median{stroke:#1f2328;stroke-width:2}svg .base-median{stroke
 svg text.base-median-label{fill:#8250df}svg text.count{fill:#57606a}
 svg .beyond{fill:#8c959f}svg text.break{fill:#57606a;font-weight:600}svg .outlier circle{fill:#57606a}
 .panels{display:flex;flex-wrap:wrap;gap:0 1.5em}.panels figure{flex:1 1 340px;max-width:560px;min-width:0}
-.lim{font-weight:600}.src,table.kv th{overflow-wrap:anywhere}section.brief{margin:.15em 0;content-visibility:auto;contain-intrinsic-size:auto 22px}section.brief h4{display:inline;margin:0}
+.lim{font-weight:600}.src{overflow-wrap:anywhere}td.check{min-width:9em}section.brief{margin:.15em 0;content-visibility:auto;contain-intrinsic-size:auto 22px}section.brief h4{display:inline;margin:0}
 td.fv{min-width:8em}.fv .bar{position:relative;height:8px;background:#eaeef2;border-radius:2px;margin:3px 0}
 .fv .bar i{position:absolute;left:0;top:0;bottom:0;border-radius:2px}
 .fv .bar b{position:absolute;top:-3px;bottom:-3px;width:2px;background:#1f2328}.fv .bar b.base{background:#8250df}

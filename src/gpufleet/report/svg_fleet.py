@@ -8,6 +8,7 @@ named. The data: chart_data.fleet_distributions().
 from __future__ import annotations
 
 from gpufleet.comparisons import figure_text
+from gpufleet.report.formatting import fmt_scalar
 from gpufleet.report.svg import esc, num, svg_open, ticks
 
 _DW, _DH, _DLEFT, _DRIGHT, _DTOP = 1000, 264, 48, 40, 32
@@ -74,7 +75,7 @@ def distribution_svg(d: dict, named: int = 12) -> str:
         marks = ticks(lo, hi, max(2, int((x1 - x0) / 110))) if (lo, hi) == (low, high) else [lo if lo < low else hi]
         for v in marks:
             out.append(f'<line class="grid" x1="{num(x(v))}" y1="{_DTOP}" x2="{num(x(v))}" y2="{_STRIP_Y + 8}"/>')
-            out.append(f'<text x="{num(x(v))}" y="{_DH - 30}" text-anchor="middle">{esc(figure_text(v))}</text>')
+            out.append(f'<text x="{num(x(v))}" y="{_DH - 30}" text-anchor="middle">{esc(fmt_scalar(v))}</text>')
         out.append(f'<line class="axis" x1="{num(x0)}" y1="{_STRIP_Y}" x2="{num(x1)}" y2="{_STRIP_Y}"/>')
     for lo, hi, x0, x1 in segments[:-1]:  # the axis breaks
         out.append(f'<text x="{num(x1 + 8)}" y="{_STRIP_Y + 4}" text-anchor="middle" class="break">//</text>')
