@@ -41,6 +41,7 @@ def test_a_built_document_reads_back_whole():
         "engine_version",
         "profile",
         "versions",
+        "machine",
         "started",
         "seconds",
         "results",

@@ -97,6 +97,7 @@ def test_the_results_the_modules_make_are_the_engines():
         "engine_version",
         "profile",
         "versions",
+        "machine",
         "started",
         "seconds",
         "results",

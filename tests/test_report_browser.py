@@ -205,8 +205,9 @@ PAGE_CHECK = """(() => {
     return {kind: svg.getAttribute('class'), error: xml.querySelector('parsererror') ? xml.querySelector('parsererror').textContent : null,
             width: box.width, height: box.height};
   });
-  // Anything laid out past the window's edges (a table that did not wrap, a picture that did not scale, a label cut).
-  const past = [...document.body.querySelectorAll('*')].filter(el => {
+  // What can be laid out past the window's edges: a table that did not wrap (with all it holds), a picture that did
+  // not scale, a label cut, a long name.
+  const past = [...document.body.querySelectorAll('table, pre, figure, svg, svg text, img, code, h1, h2, p')].filter(el => {
     const box = el.getBoundingClientRect();
     return box.width > 0 && (box.right > root.clientWidth + 1 || box.left < -1);
   }).slice(0, 5).map(el => el.tagName + '.' + el.getAttribute('class') + ' ' + (el.textContent || '').slice(0, 40) + ' ' + Math.round(el.getBoundingClientRect().right));
@@ -317,10 +318,10 @@ def test_a_screenshot_of_each_picture(built, browser, shots):
         if selector is None:
             box = {"x": 0, "y": 0, "width": width, "height": FIRST_SCREEN}
         else:
-            box = browser.evaluate(  # a few pixels around it: a box of fractional pixels cuts its last letters
+            box = browser.evaluate(  # a few pixels around it: a caption's glyphs may end past its laid-out box
                 f"(() => {{ const r = document.querySelector({json.dumps(selector)}).getBoundingClientRect(); "
                 "return {x: Math.max(0, r.left + scrollX - 4), y: Math.max(0, r.top + scrollY - 4), "
-                "width: r.width + 8, height: r.height + 8}; })()"
+                "width: r.width + 20, height: r.height + 8}; })()"
             )
         assert box["width"] > 0 and box["height"] > 0, (name, selector)
         shot = browser.screenshot(shots / file, box)

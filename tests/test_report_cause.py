@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 import report_runs as runs
+import test_fleet_synthetic as synth
+from gpufleet import report
 from gpufleet.base import calibration, schema
 from gpufleet.fleet import component, remediation
 from gpufleet.report import cause, formatting, html_style, svg
@@ -131,7 +133,10 @@ def test_skipped_checks_are_folded_and_counted_and_inconclusive_has_its_look(fle
     assert "b-skip" not in findings  # none of them before the findings
     unsure = [r for r in n["results"] if cause.shown_status(r) == cause.INCONCLUSIVE]
     assert unsure and all(f"<code>{formatting.check_id(r)}</code>" in findings for r in unsure)
-    assert '<tr class="s-inconclusive"><td><span class="badge b-inconclusive">INCONCLUSIVE</span>' in findings
+    assert (
+        '<tr class="s-inconclusive"><td class="check"><span class="badge b-inconclusive">INCONCLUSIVE</span>'
+        in findings
+    )
     for status in (*schema.STATUSES, cause.INCONCLUSIVE):  # every status a look of its own, everywhere
         for rule in (f".b-{status}{{", f"tr.s-{status}>td{{", f"svg .bar.s-{status}{{", f"td.fv.s-{status}{{"):
             assert rule in html_style.CSS, rule
@@ -155,6 +160,15 @@ def test_a_figure_under_its_floor_is_never_drawn_or_listed_as_a_pass(fleet):
     }  # fmt: skip
     drawn = svg.bars_svg(panel)
     assert drawn.count('class="bar s-fail under-floor"') == 1 and drawn.count('class="bar s-pass"') == 1
+    # A document whose result passed a figure under its own floor (as the demo's did before its figures were
+    # judged): the report says so beside the figure, in both renderings.
+    docs = {f"u{i}": synth.node_doc(f"u{i}", i, factors={("matmul_bf16_tflops", 3): 0.8} if i == 1 else None)
+            for i in range(3)}  # fmt: skip
+    run = synth.write_run(fleet.parent / "unjudged", "unjudged", docs)
+    report.build(run, use_store=False)
+    row = (run / "report.html").read_text().split('<td class="check"><code>benchmark.matmul_bf16</code></td>')[2]
+    assert row.split("</tr>")[0].count('<div class="past">under its minimum 700</div>') == 1
+    assert "(under its minimum 700)" in (run / "report.md").read_text()
     for host, n in runs.report_json(fleet)["nodes"].items():
         for res in n["results"]:
             floor = (res.get("threshold") or {}).get("min") if isinstance(res.get("threshold"), dict) else None

@@ -78,6 +78,9 @@ gpufleet:
     versions:
       description: Driver, CUDA, NVML, kernel, OS and Python versions seen on the node.
       type: dict
+    machine:
+      description: The machine's system, board and chassis identity (DMI), each field not read with why.
+      type: dict
     started:
       description: UTC time the checks started.
       type: str

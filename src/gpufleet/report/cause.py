@@ -122,6 +122,13 @@ def _own_bound(res: dict, serials: dict) -> dict | None:
     return None
 
 
+def past_own_bound(res: dict) -> str | None:
+    """`under its minimum 700` for a figure past its own limit, whatever its status says (a document whose result
+    passed it anyway is shown so, never as a plain pass); None otherwise."""
+    own = _own_bound(res, {})
+    return own["against"].split(" (")[0] if own else None
+
+
 def failing_figures(node: dict) -> list[dict]:
     """Every figure of the node past a limit (module docstring), worst first, each (figure, GPU) once."""
     seen: dict[tuple, dict] = {}

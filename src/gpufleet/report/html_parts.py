@@ -87,8 +87,12 @@ def threshold_cell(res: dict) -> str:
 
 
 def figure_cell(res: dict) -> str:
-    value, trust = value_text(res), trust_text(res)
-    return esc(value) + (f'<div class="src">trust: {esc(trust)}</div>' if trust else "")
+    value, trust, past = value_text(res), trust_text(res), causes_of.past_own_bound(res)
+    return (
+        esc(value)
+        + (f'<div class="past">{esc(past)}</div>' if past else "")
+        + (f'<div class="src">trust: {esc(trust)}</div>' if trust else "")
+    )
 
 
 def plain_table(results: list[dict]) -> str:

@@ -84,5 +84,5 @@ td.fv{min-width:8em}.fv .bar{position:relative;height:8px;background:#eaeef2;bor
 pre.drain{background:#f6f8fa;padding:.5em;border:1px solid #d0d7de}
 table.nodes{width:100%}table.nodes td.cause{min-width:14em}table.nodes td:first-child,table.fleet td:first-child,table.drain-review td:first-child{min-width:6.5em}table.nodes ul{margin:0;padding-left:0;list-style:none}
 table.nodes li{padding-left:.4em;margin:.1em 0}.act{margin-top:.2em}.act .badge{min-width:0}
-.why{color:#57606a;font-size:12px}
+.why{color:#57606a;font-size:12px}.past{color:#cf222e;font-weight:600;font-size:12px}
 """ + _status_rules()

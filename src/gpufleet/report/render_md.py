@@ -157,8 +157,10 @@ def _node_section(node: dict, report: dict) -> list[str]:
         for res in rows:
             limit = decided_limit(res)
             bound = decided_text(limit)[0] if limit else threshold_text(res.get("threshold"))[0]
+            past = cause.past_own_bound(res)
+            value = value_text(res) + (f" ({past})" if past else "")
             lines.append(
-                f"| {code(check_id(res))} | {inline(value_text(res))} | {inline(trust_text(res))} | {inline(bound)} | "
+                f"| {code(check_id(res))} | {inline(value)} | {inline(trust_text(res))} | {inline(bound)} | "
                 f"{inline(res.get('reason') or '')} |"
             )
         lines.append("")
