@@ -54,7 +54,7 @@ th{background:#f6f8fa}td{overflow-wrap:anywhere}td.n{text-align:right;font-varia
 code{font:12px ui-monospace,SFMono-Regular,Menlo,monospace;overflow-wrap:anywhere}pre{margin:.2em 0;white-space:pre-wrap;overflow-wrap:anywhere;font:12px ui-monospace,monospace}
 .badge{display:inline-block;min-width:3.2em;text-align:center;padding:0 .4em;border-radius:3px;font-weight:600;font-size:12px;color:#fff;white-space:nowrap}
 .remedy{margin-top:.3em}.remedy b{color:#0969da}.src{color:#57606a;font-size:12px}.meta{color:#57606a}
-details{margin-top:.3em}summary{cursor:pointer;color:#0969da}table.kv{margin:.3em 0;font-size:12px}table.kv th{font-weight:600}
+details{margin-top:.3em}summary{cursor:pointer;color:#0969da}table.kv{margin:.3em 0;font-size:12px}table.kv th{font-weight:600}details>table.kv>tbody>tr>th{min-width:6em}
 figure{margin:.8em 0}figcaption{color:#57606a;font-size:12px}svg.chart{width:100%;height:auto;display:block}
 svg.busbw{max-width:760px}svg.soak,svg.distribution{max-width:1000px}svg.bars{max-width:560px}
 svg.chart text{font:11px system-ui,sans-serif;fill:#1f2328}svg.chart .grid{stroke:#d0d7de;stroke-width:1}
