@@ -20,7 +20,7 @@ SYSFS = {
     "board_serial": "OM234567890",
     "chassis_vendor": "Supermicro",
     "chassis_type": "23",
-    "chassis_serial": "C8210AB12345678",
+    "chassis_serial": "C8210AB76500418",
     "bios_version": "2.1",
 }
 # `dmidecode -t 0,1,2,3` as dmidecode prints it (its sections and keys), for a machine without sysfs' copy.
@@ -55,7 +55,7 @@ Handle 0x0003, DMI type 3, 22 bytes
 Chassis Information
 \tManufacturer: Supermicro
 \tType: Other
-\tSerial Number: C8210AB12345678
+\tSerial Number: C8210AB76500418
 \tAsset Tag: rack-7-u12
 """
 
@@ -92,7 +92,7 @@ def test_without_sysfs_dmidecode_fills_in_and_its_failure_is_said(tmp_path):
     script.chmod(0o755)
     got = dmi.read_dmi(tmp_path, path_env=str(bin_dir))
     assert got["source"] == "dmidecode" and not got["present"]
-    assert got["fields"]["chassis_serial"] == "C8210AB12345678" and got["fields"]["chassis_asset_tag"] == "rack-7-u12"
+    assert got["fields"]["chassis_serial"] == "C8210AB76500418" and got["fields"]["chassis_asset_tag"] == "rack-7-u12"
     assert got["fields"]["product_uuid"] == "00000000-0000-0000-0000-3cecefabcdef"
     assert got["fields"]["bios_date"] == "03/14/2024" and got["fields"]["board_serial"] == "OM234567890"
     # The board's asset tag is in neither: said so, with both readers' reasons.

@@ -162,13 +162,13 @@ def test_the_evidence_bundle_holds_what_a_vendor_asks_for_and_no_secret(tmp_path
         "    - recommended action: reset (hardware that stands" in summary and "NVSentinel COMPONENT_RESET" in summary
     )
     assert (
-        "- chassis: chassis_vendor Supermicro; chassis_type 23; chassis_serial C8210AB12345678; chassis_asset_tag not read"
+        "- chassis: chassis_vendor Supermicro; chassis_type 23; chassis_serial C8210AB76500418; chassis_asset_tag not read"
         in summary
     )
     assert "- board: board_vendor Supermicro; board_name X13DEG-OAD; board_serial OM234567890" in summary
     assert "| 0 (this one) | GPU-" in summary and f"| {SERIAL} |" in summary
     assert "InfoROM not read (this collection holds no software readings" in summary
-    assert json.loads(files["identity.json"])["machine"]["chassis_serial"] == "C8210AB12345678"
+    assert json.loads(files["identity.json"])["machine"]["chassis_serial"] == "C8210AB76500418"
     assert (
         "- Slurm: no Slurm action recorded in the node's runs (slurm.json)" in summary
         and files["slurm.json"] == b"[]\n"
