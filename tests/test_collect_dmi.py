@@ -14,7 +14,7 @@ from gpufleet.collect.host import dmi
 SYSFS = {
     "sys_vendor": "Supermicro",
     "product_name": "SYS-821GE-TNHR",
-    "product_serial": "S123456789",
+    "product_serial": "S908765431",
     "board_vendor": "Supermicro",
     "board_name": "X13DEG-OAD",
     "board_serial": "OM234567890",
@@ -41,7 +41,7 @@ System Information
 \tManufacturer: Supermicro
 \tProduct Name: SYS-821GE-TNHR
 \tVersion: 0123456789
-\tSerial Number: S123456789
+\tSerial Number: S908765431
 \tUUID: 00000000-0000-0000-0000-3cecefabcdef
 \tSKU Number: To be filled by O.E.M.
 
