@@ -1,6 +1,7 @@
 # make validate   check this machine (inventory/local) and print where the report is
 # make test       pytest over tests/, ansible-lint and ansible-test sanity included (CI's command)
 # make test-fast  the tests not marked slow: minutes, for the loop of a change
+# make test-arm64 bringup.yml twice on an arm64 test host, emulated (tests/test_bringup_arm64.py): not in make test
 # make generate   write the files made from others: role specs and checks.md's tables (registry), sanity ignores
 #
 # Both create .venv with `python3 -m venv` and install the project into it the
@@ -27,14 +28,19 @@ LOCAL_NODE := $(VENV)/local-node.json
 SYSTEM_DEPS ?=
 DEPS := SYSTEM_DEPS='$(SYSTEM_DEPS)' bash scripts/system-deps.sh
 
-# The lowest and the highest ansible-core the collection claims (meta/runtime.yml, pyproject.toml), each in a venv of
-# its own with the controller extra: tests/test_ansible_versions.py runs validate.yml with each. ansible-core 2.20
-# needs Python 3.12 or newer: NEWER_PYTHON, else python3.13 or python3.12 on PATH, else pyenv's.
+# The ansible-core the collection claims (meta/runtime.yml, pyproject.toml), each run with the README's command by
+# tests/test_ansible_versions.py: the lowest and the highest in a venv of their own with the controller extra (the
+# highest on Python 3.12: NEWER_PYTHON, else python3.12 or python3.13 on PATH, else pyenv's); the others ansible-core
+# alone over one of them (PYTHONPATH=.ansible-core/X.Y; seconds to install, no venv): the newest of each minor between
+# over the lowest, Ubuntu 24.04's own over the highest, whose Python is the 3.12 Ubuntu 24.04 ships.
 ANSIBLE_LOWEST := 2.16.0
+ANSIBLE_UBUNTU := 2.16.3
 ANSIBLE_HIGHEST := 2.20
 NEWER_PYTHON ?=
+# Exits 3 when no Python fits: the tests that need it skip, saying so.
+FIND_PYTHON := $(PYTHON) scripts/find_python.py
 
-.PHONY: validate test test-fast lint sanity generate clean system-deps
+.PHONY: validate test test-fast test-arm64 lint sanity generate clean system-deps
 
 $(BIN)/python:
 	$(DEPS) venv
@@ -62,10 +68,23 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	touch $@
 
 .venv-ansible-highest/.installed: pyproject.toml
-	@py=; for p in $(NEWER_PYTHON) python3.13 python3.12 $$(ls -d "$$(pyenv root 2>/dev/null)"/versions/3.1[2-9]*/bin/python3 2>/dev/null); do \
-	  if "$$p" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then py=$$p; break; fi; done; \
-	if [ -z "$$py" ]; then echo "no Python 3.12 or newer, which ansible-core $(ANSIBLE_HIGHEST) needs: set NEWER_PYTHON=..." >&2; exit 3; fi; \
+	py=$$($(FIND_PYTHON) --from 3.12 $(NEWER_PYTHON) python3.12 python3.13) || exit 3; \
 	"$$py" -m venv $(@D) && $(@D)/bin/python -m pip install -q -e '.[controller]' 'ansible-core==$(ANSIBLE_HIGHEST).*'
+	touch $@
+
+# .ansible-core/2.17/.installed: the newest 2.17, for the lowest venv's Python.
+.ansible-core/%/.installed: .venv-ansible-lowest/.installed
+	rm -rf $(@D)
+	.venv-ansible-lowest/bin/python -m pip install -q --no-deps --target $(@D) 'ansible-core==$*.*'
+	touch $@
+
+# Ubuntu 24.04's ansible-core, on the Python it ships (3.12): the highest venv's, when it is that.
+.ansible-core/$(ANSIBLE_UBUNTU)/.installed: .venv-ansible-highest/.installed
+	@.venv-ansible-highest/bin/python -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' || { \
+	  echo "ansible-core $(ANSIBLE_UBUNTU) as Ubuntu 24.04 has it runs on Python 3.12, not .venv-ansible-highest's:" \
+	    "rm -rf .venv-ansible-highest, then NEWER_PYTHON=<a Python 3.12>" >&2; exit 3; }
+	rm -rf $(@D)
+	.venv-ansible-highest/bin/python -m pip install -q --no-deps --target $(@D) 'ansible-core==$(ANSIBLE_UBUNTU)'
 	touch $@
 
 # Exits non-zero when a node fails acceptance (on a machine without a GPU it does). The report named at the end is
@@ -84,6 +103,14 @@ validate: $(VENV)/.installed-controller
 
 test: system-deps $(VENV)/.installed-test
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -n 2 --dist loadfile tests/
+
+# bringup.yml twice on an arm64 test host: an arm64 Debian userland (debootstrap) whose programs run through QEMU's
+# user-mode emulator in a user namespace of the host's own (tests/arm64_root.py). The first run builds that userland
+# (minutes, Debian's mirror and PyPI); under emulation every module is slow, so bring-up twice takes tens of minutes,
+# too long for make test, which skips it saying so.
+test-arm64: $(VENV)/.installed-test
+	$(DEPS) arm64
+	GPUFLEET_ARM64=1 PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -n 0 -v tests/test_bringup_arm64.py
 
 # No playbook, test host, Slurm, browser or torch process: pyproject.toml's `slow` marker says which tests are left out.
 test-fast: $(VENV)/.installed-test
@@ -104,4 +131,4 @@ sanity: $(VENV)/.installed-test
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest tests/test_ansible_quality.py -k sanity
 
 clean:
-	rm -rf $(VENV) .venv-ansible-lowest .venv-ansible-highest .ansible .pytest_cache
+	rm -rf $(VENV) .venv-ansible-lowest .venv-ansible-highest .ansible-core .ansible .pytest_cache

@@ -6,6 +6,7 @@
 #                                 test hosts: sshd in network namespaces), slurmctld, slurmd, munge and
 #                                 slurm-client (tests/test_slurm.py: a real Slurm on those test hosts), chromium
 #                                 (tests/test_report_browser.py: the reports opened in headless Chromium)
+#   scripts/system-deps.sh arm64  debootstrap and qemu-user-static: make test-arm64's arm64 test host
 #
 # Installs what is missing only when asked: CI=true (CI machines, .ci/run) or SYSTEM_DEPS=install
 # (`make test SYSTEM_DEPS=install`), as root, with apt-get. Otherwise it names what is missing and how to
@@ -26,6 +27,10 @@ if [ "$what" = test ]; then
   [ -x /usr/sbin/munged ] || command -v munged >/dev/null || missing+=(munge)
   command -v scontrol >/dev/null || missing+=(slurm-client)
   command -v chromium >/dev/null || missing+=(chromium)
+fi
+if [ "$what" = arm64 ]; then
+  command -v debootstrap >/dev/null || [ -x /usr/sbin/debootstrap ] || missing+=(debootstrap)
+  [ -x /usr/bin/qemu-aarch64-static ] || missing+=(qemu-user-static)
 fi
 ((${#missing[@]})) || exit 0
 

@@ -49,3 +49,12 @@ def fake_engine(tmp_path, monkeypatch):
         return tmp_path
 
     return make
+
+
+@pytest.fixture(scope="module")
+def every_file(tmp_path_factory) -> Path:
+    """A folder holding a reports folder with every file gpufleet.base.layout declares, and the node's lock, as the
+    real commands leave them (tests/file_faults.py)."""
+    import file_faults  # loads every command's modules: only for the tests that ask for it
+
+    return file_faults.healthy(tmp_path_factory.mktemp("every-file"))

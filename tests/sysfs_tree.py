@@ -243,6 +243,7 @@ class Tree:
 
 def _base(tree: Tree, kernel: str = "6.8.0-49-generic", pretty: str = "Ubuntu 22.04.5 LTS") -> None:
     tree.write("proc/sys/kernel/osrelease", kernel + "\n")
+    tree.write("proc/sys/kernel/arch", "x86_64\n")
     tree.write("etc/os-release", f'NAME="Ubuntu"\nPRETTY_NAME="{pretty}"\nID=ubuntu\n')
 
 

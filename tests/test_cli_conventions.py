@@ -5,14 +5,19 @@ no GPU could be read)."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+import cli_cells
+import file_faults
 from gpufleet.commands import main as cli
 from gpufleet import version
 
@@ -158,3 +163,126 @@ def test_json_is_alone_on_stdout(tmp_path):
         assert done.returncode in (0, 1), (argv, done.stderr)
         doc = only_json(done)
         assert not isinstance(doc, dict) or "rc" not in doc, (argv, doc)
+
+
+# ---------------------------------------------------------------- one convention for every command (commands/main.py)
+
+NOWHERE = "{nowhere}"  # where every path a command is given lies: under a file, so nothing can be made there
+
+
+def command_lines() -> list:
+    """Every command of the parser (a leaf of its tree), as typed after `gpufleet`, with a value for each argument it
+    requires (and for each option whose default is an absolute path, so that nothing of this machine's is used): a
+    choice's first, "1" for a number, else a path under NOWHERE (nowhere()). A new command joins by itself."""
+    out = []
+    for leaf in cli.leaves(cli.build_parser()):
+        words = leaf.prog.split()[1:]
+        for a in leaf._actions:
+            system_path = isinstance(a.default, str) and a.default.startswith("/")  # the node lock's, say: not here
+            if isinstance(a, argparse._HelpAction) or (a.option_strings and not (a.required or system_path)):
+                continue
+            if a.nargs == "?":
+                continue
+            value = str(a.choices[0] if a.choices else 1 if a.type in (int, float) else f"{NOWHERE}/{a.dest}")
+            words += [a.option_strings[0], value] if a.option_strings else [value]
+        out.append(pytest.param(leaf.prog, words, id=leaf.prog.removeprefix("gpufleet ")))
+    return out
+
+
+def nowhere(words: list[str], tmp_path: Path) -> list[str]:
+    (tmp_path / "a-file").write_text("not a folder\n")
+    return [w.replace(NOWHERE, str(tmp_path / "a-file")) for w in words]
+
+
+@pytest.mark.parametrize("prog, words", command_lines())
+def test_an_unknown_option_is_refused_naming_the_command_and_with_json_in_one_json_line(tmp_path, prog, words):
+    words = nowhere(words, tmp_path)
+    cut = len(prog.split()) - 1  # the option right after the command's own words, before a REMAINDER takes it
+    done = cli_cells.run(
+        [*words[:cut], "--no-such-option", *words[cut:], "--json"], cwd=tmp_path, folder=tmp_path / "io"
+    )
+    assert done.rc == 2 and "Traceback" not in done.err, done
+    assert done.err.splitlines()[-1] == f"{prog}: error: unrecognized arguments: --no-such-option", done.err
+    [line] = done.out.splitlines()
+    assert json.loads(line)["exit"] == 2 and json.loads(line)["message"] == done.err.splitlines()[-1]
+
+
+@pytest.mark.parametrize("prog, words", command_lines())
+def test_every_command_ends_in_one_json_line_and_quietly_when_its_reader_is_gone(tmp_path, prog, words):
+    """Every command with --json prints exactly one JSON line on stdout, however it ends (here mostly its own refusal
+    of a path that does not exist: exit 2, one line on stderr naming the command); the same command with its stdout
+    a pipe nobody reads (`| head`, `| true`) ends with the same exit code and no traceback."""
+    words = nowhere(words, tmp_path)
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"HOME": str(home)}
+    cut = len(prog.split()) - 1  # --json right after the command's own words, before a REMAINDER takes it
+    done = cli_cells.run(
+        [*words[:cut], "--json", *words[cut:]], cwd=tmp_path, folder=tmp_path / "io", env=env, timeout_s=300
+    )
+    said = f"{done.argv}: rc {done.rc}\nstdout {done.out[-2000:]}\nstderr {done.err[-2000:]}"
+    assert not done.timed_out and "Traceback" not in done.err, said
+    lines = [line for line in done.out.splitlines() if line.strip()]
+    assert len(lines) == 1 and isinstance(json.loads(lines[0]), dict), said
+    if done.rc == 2:
+        assert done.err.splitlines()[-1].startswith(f"{prog}: "), said
+        assert json.loads(lines[0])["exit"] == 2, said
+    closed = cli_cells.run(words, cwd=tmp_path, folder=tmp_path / "closed", env=env, timeout_s=300, stdout_closed=True)
+    assert closed.rc == done.rc and "Traceback" not in closed.err and "BrokenPipe" not in closed.err, (said, closed)
+
+
+@pytest.mark.parametrize("command", sorted(file_faults.COMMANDS))
+def test_a_command_whose_reader_is_gone_ends_as_it_would_have_and_quietly(every_file, tmp_path, command):
+    """Each command of the file-fault matrix on a reports folder holding every file, so that it has something to
+    print, with its stdout a pipe whose reader is gone (`gpufleet history n0 | head -0`, `| true`), as text and with
+    --json: the exit code it has with its stdout read, no traceback, no BrokenPipeError (`history` ended in one, exit
+    1; `report`, `baseline show` and `store rebuild` in one at their exit)."""
+    said, codes = [], {}
+    for form, closed in (("text", False), ("text", True), ("json", True), ("json", False)):
+        base = tmp_path / f"base-{form}-{closed}"
+        shutil.copytree(every_file, base, symlinks=True)
+        words = [w for w in file_faults.argv(command, base) if form == "json" or w != "--json"]
+        cell = cli_cells.run(words, cwd=file_faults.REPO, folder=tmp_path / f"io-{form}-{closed}",
+                             stdin=file_faults.stdin_of(command), stdout_closed=closed)  # fmt: skip
+        said.append(f"{cell.argv}{' | true' if closed else ''}: rc {cell.rc}\nstdout {cell.out[-500:]}\n"
+                    f"stderr {cell.err[-2000:]}")  # fmt: skip
+        assert not cell.timed_out and "Traceback" not in cell.err and "BrokenPipe" not in cell.err, said[-1]
+        assert closed or cell.out.strip(), f"printed nothing to lose: {said[-1]}"
+        codes[form, closed] = cell.rc
+    assert codes["text", True] == codes["text", False] and codes["json", True] == codes["json", False], said
+
+
+def test_history_through_the_installed_command_ends_quietly_when_its_reader_is_gone(every_file, tmp_path):
+    """The same as a user meets it: the installed `gpufleet history` in an interpreter of its own (whose exit flushes
+    stdout), its stdout a pipe whose reader is gone."""
+    argv = [
+        str(Path(sys.executable).parent / "gpufleet"),
+        "history",
+        "n0",
+        "--reports-dir",
+        str(every_file / "reports"),
+    ]
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run(argv, stdout=write, stderr=subprocess.PIPE, text=True, timeout=300)
+    finally:
+        os.close(write)
+    assert done.returncode == 0 and "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done
+
+
+def test_a_check_changes_nothing_anywhere(every_file, tmp_path):
+    """Every command that takes --check (documented: says what it would do, changes nothing), run with it on a reports
+    folder holding every file: not a byte of the folder changes (`gpufleet slurm RUN --check` appended to slurm.json)."""
+    base = every_file
+    checking = [leaf.prog for leaf in cli.leaves(cli.build_parser()) if "--check" in leaf._option_string_actions]
+    assert "gpufleet slurm" in checking
+    lines = {"gpufleet slurm": ["slurm", "{run}", "--check"]}
+    assert set(checking) <= set(lines), f"a command with --check to run here: {set(checking) - set(lines)}"
+    before = file_faults.tree(base)
+    for prog in checking:
+        for action in ("none", "drain"):
+            argv = [a.replace("{run}", str(base / "reports" / file_faults.RUN)) for a in lines[prog]]
+            done = cli_cells.run([*argv, "--action", action, "--json"], cwd=tmp_path, folder=tmp_path / "io")
+            assert done.rc in (0, 1, 2) and "Traceback" not in done.err, done
+            assert file_faults.tree(base) == before, f"{prog} --check changed the folder"

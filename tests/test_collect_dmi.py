@@ -95,6 +95,13 @@ def test_without_sysfs_dmidecode_fills_in_and_its_failure_is_said(tmp_path):
     assert got["fields"]["chassis_serial"] == "C8210AB76500418" and got["fields"]["chassis_asset_tag"] == "rack-7-u12"
     assert got["fields"]["product_uuid"] == "00000000-0000-0000-0000-3cecefabcdef"
     assert got["fields"]["bios_date"] == "03/14/2024" and got["fields"]["board_serial"] == "OM234567890"
+    # What the firmware left as a placeholder names no machine: not read, and said so (collect.host.dmi.PLACEHOLDERS).
+    for field, printed_as in (("product_version", "0123456789"), ("product_sku", "To be filled by O.E.M.")):
+        assert got["fields"][field] is None
+        assert got["not_read"][field] == (
+            f"dmidecode (System Information: {dmi.FIELDS[field][1]}): the firmware's placeholder "
+            f"{printed_as!r}, which names no machine"
+        )
     # The board's asset tag is in neither: said so, with both readers' reasons.
     assert "not present" in got["not_read"]["board_asset_tag"]
     script.write_text("#!/bin/sh\necho '/dev/mem: Permission denied' >&2\nexit 1\n")

@@ -18,6 +18,8 @@ import pytest
 import yaml
 
 import tool_modules
+from test_ansible_versions import claimed_minors
+from test_readme import broken_links, links
 from gpufleet import version
 
 REPO = Path(__file__).resolve().parents[1]
@@ -160,6 +162,18 @@ def test_the_docs_quote_the_tarballs_size_and_version(tarball):
             assert named == galaxy()["version"], f"{page.name} names gpufleet-cluster-{named}.tar.gz"
 
 
+@pytest.mark.slow
+def test_every_relative_link_of_a_shipped_doc_resolves_inside_the_tarball(tarball, tmp_path):
+    """What a user of the installed collection reads: every Markdown document the tarball holds, each of its links
+    and pictures found there (the recorded runs of docs/results stay in the repository, named, not linked)."""
+    with tarfile.open(tarball) as tar:
+        tar.extractall(tmp_path, filter="data")
+    pages = sorted(tmp_path.rglob("*.md"))
+    assert {"README.md", "docs/reports.md", "docs/measured.md"} <= {p.relative_to(tmp_path).as_posix() for p in pages}
+    assert sum(len(links(p)) for p in pages) > 100  # the links are found: the docs have well over a hundred
+    assert broken_links(pages, tmp_path) == []
+
+
 def test_changelog_fragments_use_the_configs_sections():
     config = yaml.safe_load((REPO / "changelogs" / "config.yaml").read_text())
     sections = {name for name, _ in config["sections"]} | {
@@ -225,6 +239,8 @@ def test_the_sanity_ignore_files_are_written_from_what_the_collection_ships(tmp_
     ignores = tool_modules.load("sanity_ignores")
     shipped = sorted(p.name for p in (REPO / "tests" / "sanity").glob("ignore-*.txt"))
     assert shipped == sorted(p.name for p in ignores.ignore_files(REPO)), shipped
+    # One for every ansible-core minor the collection claims (meta/runtime.yml to pyproject.toml's bound).
+    assert shipped == sorted(f"ignore-{minor}.txt" for minor in claimed_minors()), shipped
     # In a collection of one module and one engine file, written then given a second engine file: not current
     # until written again, and then with that file's two skips.
     for f in ("plugins/modules/one.py", "src/gpufleet/one.py", "tests/sanity/.keep"):

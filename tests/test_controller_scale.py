@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet import report
-from gpufleet.base import schema
+from gpufleet.base import paths, schema
 from gpufleet.fleet import sdc_voters
 from gpufleet.comparisons import metrics, peers
 
@@ -75,12 +75,13 @@ def test_each_host_document_is_read_parsed_and_extracted_once_per_report(tmp_pat
     report.build(write_run(reports, "base", docs(n, BASE)))
     run_dir = write_run(reports, "run", docs(n, RUN), baseline="base")
     reads, counts = [], {"parsed": 0, "extracted": 0}
-    read_bytes, parse, extract = Path.read_bytes, schema.parse_host_doc, metrics.extract
+    read_bytes, parse, extract = paths.read_bytes, schema.parse_host_doc, metrics.extract
 
-    def counting_read(path):
+    def counting_read(path, **how):  # the one reader of a reports folder's files
+        path = Path(path)
         if path.parent.name == "hosts":
             reads.append(f"{path.parent.parent.name}/{path.name}")
-        return read_bytes(path)
+        return read_bytes(path, **how)
 
     def counting_parse(raw):
         counts["parsed"] += 1
@@ -90,7 +91,7 @@ def test_each_host_document_is_read_parsed_and_extracted_once_per_report(tmp_pat
         counts["extracted"] += 1
         return extract(results)
 
-    monkeypatch.setattr(Path, "read_bytes", counting_read)
+    monkeypatch.setattr(paths, "read_bytes", counting_read)
     monkeypatch.setattr(schema, "parse_host_doc", counting_parse)
     monkeypatch.setattr(metrics, "extract", counting_extract)
     summary = report.build(run_dir)

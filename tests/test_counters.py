@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from module_runner import REPO, run_module  # noqa: E402  (also puts the collection on sys.path)
+from module_runner import REPO, documented_options, run_module  # noqa: E402  (also puts the collection on sys.path)
 
-from ansible_collections.gpufleet.cluster.plugins.doc_fragments import engine_check, node_env  # noqa: E402
 from ansible_collections.gpufleet.cluster.plugins.module_utils import check_module  # noqa: E402
 from ansible_collections.gpufleet.cluster.plugins.modules import gpu_counters  # noqa: E402
 
@@ -306,10 +305,8 @@ def test_module_engine_crash_fails_with_the_stderr_tail(fake_engine, capsys):
 
 def test_module_documents_its_arguments_and_is_in_the_checks_group():
     doc = yaml.safe_load(gpu_counters.DOCUMENTATION)
-    fragment = yaml.safe_load(engine_check.ModuleDocFragment.DOCUMENTATION)["options"]
-    env = yaml.safe_load(node_env.ModuleDocFragment.DOCUMENTATION)["options"]
     assert {"gpufleet.cluster.engine_check", "gpufleet.cluster.node_env"} <= set(doc["extends_documentation_fragment"])
-    assert set(doc["options"]) | set(fragment) | set(env) == set(check_module.counters_argument_spec())
+    assert set(documented_options(gpu_counters)) == set(check_module.counters_argument_spec())
     assert doc["options"]["phase"]["choices"] == list(check_module.COUNTER_PHASES) == list(counters.PHASES)
     assert set(check_module.check_argument_spec()) < set(check_module.counters_argument_spec())
     assert yaml.safe_load(gpu_counters.RETURN)["gpufleet"]["type"] == "dict"

@@ -16,15 +16,20 @@ node is measured and not accepted, exit 1).
 from __future__ import annotations
 
 import json
+import os
 import random
+import stat
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+import cli_cells
+from gpufleet.base import layout
+from playbooks import playbook_env, run_playbook
 from test_fleet_cli import _run
-from test_fleet_synthetic import node_doc, write_run
+from test_fleet_synthetic import ecc_failure, gpus_of, node_doc, write_run
 
 pytest.importorskip("ansible_runner")
 
@@ -158,3 +163,126 @@ def test_a_symbolic_link_planted_at_the_run_folder_is_refused_before_anything_is
     line = one_line(gpufleet("run", "start", str(tmp_path / "reports"), "planted", "--host", "localhost"))
     assert "gpufleet_run_id 'planted'" in line and "is a symbolic link" in line, line
     assert not list(elsewhere.iterdir())
+
+
+def _cell(tmp_path: Path, *argv: str) -> cli_cells.Cell:
+    """The command in a process of its own, killed should it hang (the timeout bounds a hang, nothing waits on it)."""
+    return cli_cells.run(list(argv), cwd=REPO, folder=tmp_path / f"io-{argv[0]}-{len(list(tmp_path.iterdir()))}")
+
+
+def test_a_fifo_where_a_file_should_be_hangs_neither_the_report_nor_store_rebuild(capsys, monkeypatch, tmp_path):
+    """A FIFO at the run.json of an old run that was never reported (its controller killed) and at baseline.json: the
+    report of a later run, which indexes the old run too, and `store rebuild` end (the reader opens nothing it would
+    wait on) and name both files; nothing is read from them, nothing waits."""
+    reports = tmp_path / "reports"
+    write_run(reports, "old", {"n0": node_doc("n0", 0)})
+    new = write_run(reports, "new", {"n0": node_doc("n0", 0, started="2026-11-22T10:00:00Z")})
+    for fifo in (reports / "old" / "run.json", reports / "baseline.json"):
+        fifo.unlink(missing_ok=True)
+        os.mkfifo(fifo)
+    done = _cell(tmp_path, "report", str(new), "--json")
+    assert done.rc == 0 and "Traceback" not in done.err, done
+    done = _cell(tmp_path, "store", "rebuild", "--reports-dir", str(reports), "--json")
+    assert done.rc == 0 and "Traceback" not in done.err, done
+    summary = json.loads(done.out)
+    assert summary["runs"] == ["new", "old"], summary
+    assert any(u["file"] == "run.json" and "is a FIFO (named pipe)" in u["reason"] for u in summary["unreadable"])
+    assert f"{reports / 'baseline.json'} is a FIFO (named pipe), not a file" in done.err, done.err
+    assert all(stat.S_ISFIFO(p.lstat().st_mode) for p in (reports / "old" / "run.json", reports / "baseline.json"))
+
+
+@pytest.mark.slow
+def test_fleet_run_beside_an_old_run_whose_files_are_fifos_is_measured_and_reported(tmp_path):
+    """Every JSON file of an old run (layout.FILES) and baseline.json a FIFO: the next `gpufleet fleet run` in that
+    reports folder starts, measures and reports (exit 1: no GPU here), without waiting on any of them."""
+    reports = tmp_path / "reports"
+    old = write_run(reports, "old", {"localhost": node_doc("localhost", 0)})
+    assert gpufleet("report", str(old)).returncode == 0
+    fifos = [reports / "baseline.json"] + [
+        old / f.name.replace("<host>", "localhost")
+        for f in layout.FILES
+        if f.where == layout.RUN and f.form == layout.JSON
+    ]
+    for path in fifos:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)
+        os.mkfifo(path)
+    proc, line = fleet_run(tmp_path, "-i", "inventory/local", "--run-id", "new", "-e", '{"gpufleet_benchmarks": []}')
+    assert proc.returncode == 1 and line["nodes"] == {"localhost": "not accepted"}, (line, proc.stderr[-3000:])
+    assert (reports / "new" / "report.json").is_file()
+    assert all(stat.S_ISFIFO(p.lstat().st_mode) for p in fifos)
+
+
+@pytest.mark.parametrize("form", ["{}", "{}-wal", "{}.damaged-20261120T100000Z", "{}.bak"])
+@pytest.mark.parametrize("name", layout.reserved_names())
+def test_a_run_id_the_reports_folder_keeps_for_its_own_files_is_refused(tmp_path, name, form):
+    """`gpufleet run start` (what validate.yml's run_prepare runs for gpufleet_run_id) refuses the names of the reports
+    folder's own files and their forms, before anything is made; the file stays as it was."""
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    (reports / name).write_bytes(b"the folder's own file\n")
+    run_id = form.format(name)
+    done = _cell(tmp_path, "run", "start", str(reports), run_id, "--host", "n0", "--json")
+    assert done.rc == 2, done
+    [line] = done.err.splitlines()
+    assert line.startswith(f"gpufleet run start: gpufleet_run_id {run_id!r} is a name the reports folder keeps"), line
+    assert f"keeps for its own {name}" in line and "choose another run id" in line, line
+    assert json.loads(done.out)["exit"] == 2
+    assert (
+        sorted(p.name for p in reports.iterdir()) == [name]
+        and (reports / name).read_bytes() == b"the folder's own file\n"
+    )
+
+
+@pytest.mark.parametrize("run_id", layout.reserved_names())
+def test_fleet_run_refuses_a_run_id_the_reports_folder_keeps(tmp_path, run_id):
+    proc, line = fleet_run(tmp_path, "-i", "inventory/local", "--run-id", run_id)
+    assert proc.returncode == 2 and line["status"] == "refused", (line, proc.stderr[-2000:])
+    assert f"--run-id {run_id!r} is a name the reports folder keeps for its own {run_id}" in line["message"], line
+    assert not (tmp_path / "reports").exists() or not list((tmp_path / "reports").iterdir())
+
+
+@pytest.mark.slow
+def test_the_playbook_refuses_a_gpufleet_run_id_the_reports_folder_keeps(tmp_path):
+    """ansible-playbook validate.yml -e gpufleet_run_id=baseline.json (run_prepare's run start): refused, naming the
+    variable; the baseline file the folder keeps is left as it was."""
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    (reports / "baseline.json").write_text('{"run_id": "r0", "set_at": "2026-11-20T10:00:00Z"}\n')
+    done = run_playbook(
+        "validate.yml",
+        "inventory/local",
+        "-e",
+        json.dumps({"gpufleet_run_id": "baseline.json", "gpufleet_reports_dir": str(reports)}),
+        env=playbook_env(tmp_path),
+        timeout_s=600,
+    )
+    said = " ".join(done.stdout.split())
+    assert done.returncode != 0 and "gpufleet_run_id 'baseline.json' is a name the reports folder keeps" in said, said[
+        -3000:
+    ]
+    assert sorted(p.name for p in reports.iterdir()) == ["baseline.json"]
+    assert json.loads((reports / "baseline.json").read_text())["run_id"] == "r0"
+
+
+def test_store_rebuild_names_a_damaged_ladder_json_and_keeps_its_record(capsys, monkeypatch, tmp_path):
+    """ladder.json of random bytes: `store rebuild` names it (exit 0: the rebuild stands), the store keeps the ladder
+    records it held of it (the node's history still shows them), the file is left as it was, and `gpufleet ladder`
+    refuses to write over it."""
+    reports = tmp_path / "reports"
+    run = write_run(reports, "r1", {"n0": node_doc("n0", 0, extra=[ecc_failure(gpus_of(0)[0])])})
+    assert _run(capsys, monkeypatch, "report", str(run))[0] == 1
+    assert _run(capsys, monkeypatch, "ladder", str(run))[0] == 0
+    steps = json.loads(_run(capsys, monkeypatch, "history", "n0", "--reports-dir", str(reports), "--json")[1])
+    assert [s["step"] for s in steps["service"]["ladder"]] == ["retest"], steps["service"]
+    (run / "ladder.json").write_bytes(NOT_UTF8)
+    rc, out, err = _run(capsys, monkeypatch, "store", "rebuild", "--reports-dir", str(reports), "--json")
+    assert rc == 0, err
+    [named] = [u for u in json.loads(out)["unreadable"] if u.get("file") == "ladder.json"]
+    assert named["run_id"] == "r1" and "is not UTF-8 text" in named["reason"], named
+    assert "the store keeps the 1 event(s) it held of it" in named["reason"], named
+    history = json.loads(_run(capsys, monkeypatch, "history", "n0", "--reports-dir", str(reports), "--json")[1])
+    assert history["service"]["ladder"] == steps["service"]["ladder"]
+    rc, out, err = _run(capsys, monkeypatch, "ladder", str(run))
+    assert rc == 2 and err.startswith(f"gpufleet ladder: {run / 'ladder.json'} is not UTF-8 text"), err
+    assert (run / "ladder.json").read_bytes() == NOT_UTF8

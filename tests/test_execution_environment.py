@@ -3,13 +3,17 @@ meta/execution-environment.yml names requirements.txt (Python) and bindep.txt (s
 them from every collection it installs.
 
 The built tarball is installed, `ansible-builder introspect` reads its dependencies as a build does, and
-`ansible-builder create` makes the build context of an execution environment holding the collection (no container
-runtime here: the context, not the image).
+docs/installed-collection.md's definition makes the build context of an execution environment holding the collection,
+whose Galaxy steps then install it as the image's build would (no container runtime here: the context, not the
+image).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -77,45 +81,74 @@ def test_the_collection_declares_its_dependencies_as_ansible_builder_reads_them(
     }, found
 
 
-def test_ansible_builder_creates_the_build_context_of_an_environment_with_the_collection(installed, tmp_path):
+def documented_definition() -> str:
+    """The definition docs/installed-collection.md gives, as it is written there."""
+    text = (REPO / "docs" / "installed-collection.md").read_text()
+    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", text, flags=re.S) if "execution-environment.yml" in b]
+    return block
+
+
+def test_the_documented_definition_builds_a_context_whose_galaxy_step_installs_the_collection(installed, tmp_path):
+    """docs/installed-collection.md's definition beside the built tarball, `ansible-builder create` as documented, then
+    the context's own Galaxy steps (its Containerfile's `ansible-galaxy` lines) run from _build, as the image's build
+    runs them in /build, into a folder of the test's own: the collection installs from the context alone."""
     collections, built = installed
     root = collections / "ansible_collections" / "gpufleet" / "cluster"
-    definition = tmp_path / "execution-environment.yml"
-    definition.write_text(
-        yaml.safe_dump(
-            {
-                "version": 3,
-                "images": {"base_image": {"name": "registry.example/ee-base:latest"}},
-                "dependencies": {
-                    "ansible_core": {"package_pip": "ansible-core>=2.16,<2.21"},
-                    "ansible_runner": {"package_pip": "ansible-runner"},
-                    "galaxy": {"collections": [{"name": str(built), "type": "file"}]},
-                    "python": str(root / "requirements.txt"),
-                    "system": str(root / "bindep.txt"),
-                },
-            }
-        )
+    definition = yaml.safe_load(documented_definition())
+    assert definition["images"]["base_image"]["name"] == "<your base image>"
+    extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["controller"]
+    assert definition["dependencies"]["ansible_core"]["package_pip"] in extra, "the claimed ansible-core range"
+    shutil.copy(built, tmp_path / built.name)
+    (tmp_path / "execution-environment.yml").write_text(
+        documented_definition().replace("<your base image>", "registry.example/ee-base:latest")
     )
     done = subprocess.run(
-        [
-            str(BIN / "ansible-builder"),
-            "create",
-            "-f",
-            str(definition),
-            "-c",
-            str(tmp_path / "context"),
-            "--output-filename",
-            "Containerfile",
-        ],
+        [str(BIN / "ansible-builder"), "create", "-f", "execution-environment.yml"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    build = tmp_path / "context" / "_build"
-    assert {"prometheus-client", "pyyaml"} <= _names((build / "requirements.txt").read_text().splitlines())
-    assert "openssh-client [platform:dpkg]" in (build / "bindep.txt").read_text()
-    assert yaml.safe_load((build / "requirements.yml").read_text())["collections"][0]["name"] == str(built)
-    containerfile = (tmp_path / "context" / "Containerfile").read_text()
-    assert "requirements.txt" in containerfile and "bindep.txt" in containerfile and "introspect" in containerfile
+    context = tmp_path / "context"
+    build = context / "_build"
+    # Containerfile where podman is the runtime, else Dockerfile
+    (containerfile,) = [p.read_text() for p in (context / "Containerfile", context / "Dockerfile") if p.is_file()]
+    # The image's Galaxy stage: the context's _build copied to /build, the steps run there.
+    assert "COPY _build /build\nWORKDIR /build\n" in containerfile, containerfile
+    steps = [line.removeprefix("RUN ") for line in containerfile.splitlines() if "ansible-galaxy" in line]
+    assert [" role install " in s for s in steps] == [True, False] and " collection install " in steps[1], steps
+    into = tmp_path / "image"
+    for step in steps:
+        command = re.sub(r"\$ANSIBLE_GALAXY_CLI_\w+_OPTS", "", step)
+        command = command.replace('"/usr/share/ansible/', f'"{into}/').replace(
+            "ansible-galaxy", str(BIN / "ansible-galaxy")
+        )
+        ran = subprocess.run(
+            ["bash", "-c", command], cwd=build, env=dict(os.environ), capture_output=True, text=True, timeout=300
+        )
+        assert ran.returncode == 0, (command, ran.stdout + ran.stderr)
+    installed_here = into / "collections" / "ansible_collections" / "gpufleet" / "cluster"
+    version = json.loads((root / "MANIFEST.json").read_text())["collection_info"]["version"]
+    assert json.loads((installed_here / "MANIFEST.json").read_text())["collection_info"]["version"] == version
+    # The builder stage then reads the installed collection's dependencies with the context's own script.
+    assert (
+        "introspect.py introspect --write-bindep=/tmp/src/bindep.txt --write-pip=/tmp/src/requirements.txt"
+        in containerfile
+    )
+    read = subprocess.run(
+        [
+            sys.executable,
+            str(build / "scripts" / "introspect.py"),
+            "introspect",
+            str(into / "collections"),
+            f"--write-bindep={tmp_path / 'bindep.txt'}",
+            f"--write-pip={tmp_path / 'requirements.txt'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert read.returncode == 0, read.stdout + read.stderr
+    assert "prometheus-client" in _names((tmp_path / "requirements.txt").read_text().splitlines())
+    assert "openssh-client [platform:dpkg]" in (tmp_path / "bindep.txt").read_text()

@@ -268,3 +268,47 @@ def cli_json(*argv: str) -> dict:
     done = subprocess.run([str(BIN / "gpufleet"), *argv], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
+
+
+def test_a_run_refused_for_a_full_disk_leaves_no_folder(tmp_path):
+    """The reports folder's file system full before the run: `gpufleet fleet run` is refused (exit 2, its JSON line
+    naming the file it could not write and what to do), and leaves nothing in the folder: no run folder holding an
+    empty runner/."""
+    with tiny_filesystem(tmp_path / "full", "1m") as full:
+        (full / "reports").mkdir()
+        fill(full / "ballast")
+        proc, line = fleet_run(
+            tmp_path, "-i", "inventory/local", "--reports-dir", str(full / "reports"), "--run-id", "refused"
+        )
+        assert proc.returncode == 2 and line["status"] == "refused", (line, proc.stderr[-2000:])
+        assert "No space left on device" in line["message"] and "space left" in line["message"], line
+        assert not list((full / "reports").iterdir()), list((full / "reports").rglob("*"))
+
+
+@pytest.mark.slow
+def test_a_run_whose_ansible_playbook_alone_is_killed_gives_its_node_lock_back_and_says_so(tmp_path):
+    """kill -9 of the run's ansible-playbook while the node is held (its workers die with it; the runner lives on):
+    the run ends with exit 2, and its end says the node lock, which the killed playbook could not give back, was given
+    back by release.yml; the lock file is gone, so the next run needs no take-over."""
+    lock_path, run_dir = tmp_path / "node.lock", tmp_path / "reports" / "killed"
+    (tmp_path / "tmp").mkdir()
+    runner = subprocess.Popen(
+        [str(BIN / "gpufleet"), "fleet", "run", "-i", "inventory/local", "--run-id", "killed", "--reports-dir",
+         str(tmp_path / "reports"), "--plain", "--json", "-e", '{"gpufleet_benchmarks": ["matmul"]}', "-e",
+         f"gpufleet_lock_path={lock_path}"],
+        cwd=REPO, env=dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", TMPDIR=str(tmp_path / "tmp")),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: lock_path.exists() and '"killed"' in lock_path.read_text(), 300, "the node held by the run")
+        pids = set(rec.running_playbooks(run_dir))
+        [main] = [p for p in pids if runs._proc_stat(p) and runs._proc_stat(p)[0] not in pids]
+        os.kill(main, 9)
+        out, err = runner.communicate(timeout=600)
+    finally:
+        if runner.poll() is None:
+            os.killpg(runner.pid, 9)
+    line = json.loads(out.splitlines()[-1])
+    assert runner.returncode == 2 and line["exit"] == 2, (line, err[-3000:])
+    assert "ansible-playbook was killed before it gave its node locks back: they were given back" in line["message"]
+    assert not lock_path.exists(), lock_path.read_text()

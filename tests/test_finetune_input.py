@@ -91,7 +91,7 @@ def test_the_fake_torch_really_fails_to_import(no_torch):
 def test_a_bad_config_is_named_without_torch(tmp_path, no_torch, sections, messages):
     cfg = tiny_config(tmp_path, **sections)
     proc = finetune(no_torch, cfg)
-    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.returncode == 2 and json.loads(proc.stdout)["exit"] == 2  # --json: the refusal's one line
     assert f"gpufleet finetune: fine-tune config {cfg}:" in proc.stderr
     for message in messages:
         assert message in proc.stderr

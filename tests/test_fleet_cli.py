@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -116,11 +117,26 @@ def test_record_keeps_an_unreadable_document_aside(capsys, monkeypatch, run_dir)
 
 
 def test_record_writes_the_document_even_when_the_store_cannot_take_it(capsys, monkeypatch, run_dir):
-    (run_dir.parent / "gpufleet.db").mkdir()  # a folder where the store should be: nothing to move aside
+    db = run_dir.parent / "gpufleet.db"
+    conn = sqlite3.connect(db)  # a store a newer gpufleet wrote: not damage, never moved aside
+    conn.executescript(
+        "CREATE TABLE gpufleet_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+        "INSERT INTO gpufleet_meta VALUES ('application', 'gpufleet'), ('schema_version', '99');"
+    )
+    conn.close()
     rc, out, err = _run(capsys, monkeypatch, "record", str(run_dir), "n0", stdin=json.dumps(node_doc("n0", 0)).encode())
     assert rc == 0 and json.loads(out)["store"] is None
-    assert "is written, but indexing it into" in json.loads(out)["store_error"] and "is a folder" in err
+    assert "is written, but indexing it into" in json.loads(out)["store_error"] and "schema version 99" in err
     assert json.loads((run_dir / "hosts" / "n0.json").read_text())["host"] == "n0"
+
+
+def test_a_folder_where_the_store_should_be_is_moved_aside_and_the_document_indexed(capsys, monkeypatch, run_dir):
+    (run_dir.parent / "gpufleet.db").mkdir()
+    (run_dir.parent / "gpufleet.db" / "kept.txt").write_text("whatever it held")
+    rc, out, err = _run(capsys, monkeypatch, "record", str(run_dir), "n0", stdin=json.dumps(node_doc("n0", 0)).encode())
+    assert rc == 0 and json.loads(out)["store"] == str(run_dir.parent / "gpufleet.db"), err
+    [aside] = run_dir.parent.glob("gpufleet.db.damaged-*")
+    assert (aside / "kept.txt").read_text() == "whatever it held"
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.base import lock
+from gpufleet.base import lock, registry
 from gpufleet.base.runs import controller_identity
 from playbooks import validate_on
 from testhosts import TestFleet, skip_reason
@@ -40,7 +40,7 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 NODES = ["node-a", "node-b", "node-c"]
-NODE_GROUPS = {"gpu_inventory", "gpu_health", "host_hygiene"}
+NODE_GROUPS = set(registry.group_names())
 
 
 @pytest.fixture(scope="module")

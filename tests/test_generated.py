@@ -39,7 +39,8 @@ def copied(tmp_path: Path) -> Path:
     for part in ("src", "tools", "roles"):
         shutil.copytree(ROOT / part, copy / part, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     (copy / "docs").mkdir()
-    shutil.copy(CHECKS_DOC, copy / "docs" / "checks.md")
+    for doc in (CHECKS_DOC, ROOT / "docs" / "faults.md"):  # the docs `make generate` writes tables into
+        shutil.copy(doc, copy / "docs" / doc.name)
     return copy
 
 

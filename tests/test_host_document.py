@@ -41,11 +41,15 @@ def test_a_built_document_reads_back_whole():
         "engine_version",
         "profile",
         "versions",
+        "platform",
         "machine",
         "started",
         "seconds",
         "results",
     }
+    assert doc["platform"]["host_link"] == "pcie" and [g["host_link"] for g in doc["platform"]["gpus"]] == [
+        "pcie"
+    ] * len(READINGS["nvml"]["gpus"])
     assert doc["profile"]["name"] == "h100-sxm" and doc["host"] == "node7" and doc["engine_version"] == __version__
     assert doc["versions"]["driver"] == "580.95.05" and doc["versions"]["os"] == "Ubuntu 24.04.3 LTS"
     back, why = schema.parse_host_doc(json.dumps(doc).encode())

@@ -1,4 +1,4 @@
-"""The host's own planted faults of the calibration harness (tools/gpu_disturb.py --kind memory | fill | io,
+"""The host's own planted faults of the calibration harness (tools/gpu_disturb.py --kind memory | fill | io | memcpy,
 tools/host_faults.py), run for real at small sizes: each says what it does once it is in place, names its
 processes after its kind, and leaves nothing behind."""
 
@@ -42,6 +42,18 @@ def test_a_memory_hog_says_so_once_its_memory_is_held(tmp_path):
     assert proc.returncode == 0, proc.stderr
     first = proc.stdout.splitlines()[0]
     assert "2 processes hold" in first and "(1% of the host's memory) and stream through it" in first
+
+
+def test_memory_copiers_say_so_and_how_fast_each_copied():
+    """The neighbour of the issue's third case: processes copying memory, a core each (about 9% of the CPUs stays
+    under the CPU-share limit on the machine that runs it)."""
+    proc = _disturb("--kind", "memcpy", "--size", "8", "--procs", "2", "--seconds", "1")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert "2 processes copy 8 MiB buffers in memory, a core each, for 1 s (pids " in lines[0]
+    rates = [line for line in lines if "GB/s copied over" in line]
+    assert len(rates) == 2 and all(float(line.split(": ")[1].split()[0]) > 0 for line in rates)
+    assert "time is up" in lines[-1]
 
 
 def test_a_drive_filled_to_its_limit_leaves_512_mib_and_gives_it_back(tmp_path):

@@ -86,7 +86,14 @@ def scenario(case: str) -> dict:
 
 
 def test_stat_lines_are_read_as_the_kernel_writes_them():
-    assert load.parse_stat(CAT) == {"name": "cat", "ppid": 6069, "kernel": False, "ticks": 0, "start_ticks": 86626}
+    assert load.parse_stat(CAT) == {
+        "name": "cat",
+        "ppid": 6069,
+        "kernel": False,
+        "ticks": 0,
+        "threads": 1,
+        "start_ticks": 86626,
+    }
     assert load.parse_stat(KTHREADD)["kernel"] is True
     # A name may hold spaces and brackets: the fields begin after the last ")".
     odd = load.parse_stat(stat_line(77, "tmux: a) (b", 1, 350))
@@ -137,6 +144,30 @@ def test_the_share_is_other_processes_cpu_time_over_the_machines_cpus(tmp_path):
         "48 processes python3 of user lab (pids 9, 10, 11, 12, 13 and 43 more; 48 cores, 23.1% of the host's 208 "
         "CPUs; foreign processes together up to 23.1%, limit 10%)"
     )
+
+
+def test_a_process_is_never_counted_past_its_threads(tmp_path):
+    """On a busy 32-CPU virtual machine two single-threaded memory copiers of another user were read as 3.82 cores
+    (one read later in its scan of /proc than in the one before): never more cores than a process has threads, so
+    two such copiers stay two cores, and a process of 8 threads still counts up to 8."""
+    t = TICKS_S
+    tree = {100: ("python3", 1, 0), 300: ("memcpy", 1, 0), 301: ("memcpy", 1, 0), 400: ("loader", 1, 0)}
+    fake_proc(tmp_path, tree)
+    (tmp_path / "400" / "stat").write_text(stat_line(400, "loader", 1, 0).replace(" 20 0 1 0 ", " 20 0 8 0 ") + "\n")
+    watch = HostWatch(limits=Limits(cpu_pct=100 * 2.5 / CPUS, swap_mib_s=None), root_pid=100, proc_root=str(tmp_path))
+    watch.read_from(time.monotonic())
+    # 1.1 s of CPU time each over what the clock says was 0.6 s.
+    copied = {300: ("memcpy", 1, round(1.1 * t)), 301: ("memcpy", 1, round(1.1 * t))}
+    fake_proc(tmp_path, {**tree, **copied})
+    seen = watch.sample(t_s=0.6)
+    assert seen["cpu_pct"] == pytest.approx(100 * 2 / CPUS, abs=0.01) and seen["disturbed"] is False
+    assert watch.foreign() == []
+    fake_proc(tmp_path, {**tree, **copied, 400: ("loader", 1, 3 * t)})
+    (tmp_path / "400" / "stat").write_text(
+        stat_line(400, "loader", 1, 3 * t).replace(" 20 0 1 0 ", " 20 0 8 0 ") + "\n"
+    )
+    seen = watch.sample(t_s=1.2)
+    assert seen["cpu_pct"] == pytest.approx(100 * 5 / CPUS, abs=0.01) and seen["disturbed"] is True
 
 
 def test_swapping_from_recorded_vmstat(tmp_path):

@@ -28,12 +28,13 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-TARBALL_MAX_BYTES = 1024 * 1024  # measured 0.80 MB; recorded GPU results, screenshots or build outputs push it past
+# measured 1.06 MB, 0.26 MB of it the report's pictures docs/reports.md shows; recorded GPU results or build outputs
+# push it past
+TARBALL_MAX_BYTES = 1280 * 1024
 LEFT_OUT = (
     "build/",
     "dist/",
     "docs/results/",
-    "docs/images/",
     "tests/data/",
     "tools/",
     "scripts/",

@@ -104,21 +104,33 @@ def test_the_results_the_modules_make_are_the_engines():
     }
 
 
-# The modules that return a host document, whose RETURN documents its results; the benchmark's carry `trust` too.
+# The modules that return a host document: their RETURN points to docs/modules.md for its keys (a doc fragment cannot
+# extend RETURN) and shows one of their results.
 RESULT_MODULES = (gpu_inventory, gpu_health, host_hygiene, gpu_counters, benchmark, finetune)
+MODULES_DOC = ROOT / "docs" / "modules.md"
 
 
-def test_every_module_that_returns_results_documents_every_key_of_a_result():
+def test_the_keys_of_a_host_document_and_of_a_result_are_described_once_for_every_module():
+    section = MODULES_DOC.read_text().split("## What the modules return\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    described = {key for line in rows for key in re.findall(r"`(\w+)`", line.split(" | ")[0])}
+    doc = engine_schema.host_document("node0", "2026-01-01T00:00:00Z", 1.0, [])
+    keys = set(doc) | set(schema.RESULT_KEYS) | {"trust", "started", "seconds"}
+    assert keys <= described, f"docs/modules.md, What the modules return: no row for {sorted(keys - described)}"
+    said = {word for line in rows for word in re.findall(r"`(\w+)`", line)}
+    for values in (schema.STATUSES, failure_class.CLASSES, schema.TRUSTS):
+        assert set(values) <= said, f"docs/modules.md, What the modules return: {sorted(set(values) - said)} unnamed"
+    named = {m for m in re.findall(r"`(\w+)`", section.split("\n\n", 1)[0])}
+    assert {module.__name__.rsplit(".", 1)[-1] for module in RESULT_MODULES} <= named
+
+
+def test_every_module_that_returns_a_host_document_points_to_its_keys_and_shows_a_result_of_the_engine():
     for module in RESULT_MODULES:
-        name = f"plugins/modules/{module.__name__.rsplit('.', 1)[-1]}.py RETURN gpufleet.results"
-        results = yaml.safe_load(module.RETURN)["gpufleet"]["contains"]["results"]
-        text = " ".join(results["description"])
+        name = f"plugins/modules/{module.__name__.rsplit('.', 1)[-1]}.py RETURN gpufleet"
+        document = yaml.safe_load(module.RETURN)["gpufleet"]
+        assert "C(docs/modules.md) (What the modules return)" in " ".join(document["description"]), name
         keys = [*schema.RESULT_KEYS, "started", "seconds"] + (["trust"] if module is benchmark else [])
-        undocumented = [k for k in keys if f"C({k})" not in text]
-        assert not undocumented, f"{name}: no word on {undocumented}"
-        unnamed = [c for c in failure_class.CLASSES if f"V({c})" not in text]
-        assert not unnamed, f"{name}: the failure classes {unnamed} are not named"
-        for sample in results.get("sample") or []:
+        for sample in document["contains"]["results"].get("sample") or []:
             missing = [k for k in keys if k not in sample]
             assert not missing, f"{name}: the sample lacks {missing}"
             made = schema.result(

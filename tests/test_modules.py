@@ -14,10 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from module_runner import REPO, run_module  # noqa: E402  (also puts the collection on sys.path)
+from module_runner import REPO, documented_options, run_module  # noqa: E402  (also puts the collection on sys.path)
 
-from ansible_collections.gpufleet.cluster.plugins.doc_fragments import node_lock as node_lock_fragment  # noqa: E402
-from ansible_collections.gpufleet.cluster.plugins.doc_fragments import node_env as node_env_fragment  # noqa: E402
 from ansible_collections.gpufleet.cluster.plugins.module_utils import (  # noqa: E402
     check_module,
     engine_process,
@@ -31,6 +29,7 @@ from ansible_collections.gpufleet.cluster.plugins.modules import (  # noqa: E402
     gpu_inventory,
     host_hygiene,
     host_record,
+    node_lock,
     node_take,
     node_validate,
     run_inputs,
@@ -187,7 +186,10 @@ def test_missing_python_says_what_to_do(capsys):
     assert "bringup.yml" in out["remedy"]
 
 
-def test_python_without_engine_says_so(python_without_engine, capsys):
+def test_python_without_engine_says_so(python_without_engine, capsys, monkeypatch):
+    # The module's environment reaches the engine: a PYTHONPATH naming an engine (a copy of the checkout under test
+    # sets one) would give the bare interpreter one.
+    monkeypatch.delenv("PYTHONPATH", raising=False)
     out = run_module(host_hygiene, {"python": python_without_engine, "host_name": "node4"}, capsys)
     assert out["failed"] is True
     assert f"gpufleet_python '{python_without_engine}' on node4 has no gpufleet engine installed" in out["msg"]
@@ -341,14 +343,9 @@ def test_module_resolves_through_ansible_with_check_mode(tmp_path):
 
 
 def test_modules_document_the_arguments_they_take():
-    """DOCUMENTATION (with the shared fragment) and argument_spec name the same options."""
+    """DOCUMENTATION, with the doc fragments it extends, and argument_spec name the same options."""
     import yaml
 
-    from ansible_collections.gpufleet.cluster.plugins.doc_fragments.engine_check import ModuleDocFragment
-
-    fragment = yaml.safe_load(ModuleDocFragment.DOCUMENTATION)["options"]
-    node_env = yaml.safe_load(node_env_fragment.ModuleDocFragment.DOCUMENTATION)["options"]
-    assert set(fragment) | set(node_env) == set(check_module.check_argument_spec())
     # Every module that runs the engine on a node takes the node's environment as its input, kept out of its output.
     runtime = yaml.safe_load((REPO / "meta" / "runtime.yml").read_text())
     for name in runtime["action_groups"]["node"]:
@@ -363,14 +360,13 @@ def test_modules_document_the_arguments_they_take():
     for mod in CHECK_MODULES.values():
         doc = yaml.safe_load(mod.DOCUMENTATION)
         assert "gpufleet.cluster.engine_check" in doc["extends_documentation_fragment"]
+        assert set(documented_options(mod)) == set(check_module.check_argument_spec())
         assert yaml.safe_load(mod.RETURN)["gpufleet"]["type"] == "dict"
         yaml.safe_load(mod.EXAMPLES)
-    report_doc = yaml.safe_load(fleet_report.DOCUMENTATION)
-    assert set(report_doc["options"]) == set(report_module.report_argument_spec())
+    assert set(documented_options(fleet_report)) == set(report_module.report_argument_spec())
     # The action plugins of the same name take what their module's DOCUMENTATION names.
-    assert set(yaml.safe_load(host_record.DOCUMENTATION)["options"]) == set(record_module.record_argument_spec())
-    lock_fragment = yaml.safe_load(node_lock_fragment.ModuleDocFragment.DOCUMENTATION)["options"]
-    assert set(lock_fragment) | set(node_env) == set(lock_module.lock_argument_spec())
+    assert set(documented_options(host_record)) == set(record_module.record_argument_spec())
+    assert set(documented_options(node_lock)) == set(lock_module.lock_module_argument_spec())
     # Importing an action plugin loads Ansible's controller, which takes over the warnings of every module run
     # after it in this process: read its argument spec in a process of its own.
     action_specs = json.loads(
@@ -390,14 +386,10 @@ def test_modules_document_the_arguments_they_take():
             timeout=120,
         ).stdout
     )
-    assert set(yaml.safe_load(node_take.DOCUMENTATION)["options"]) | set(lock_fragment) | set(node_env) == set(
-        action_specs["node_take"]
-    )
-    assert set(yaml.safe_load(node_validate.DOCUMENTATION)["options"]) | set(node_env) == set(
-        action_specs["node_validate"]
-    )
+    assert set(documented_options(node_take)) == set(action_specs["node_take"])
+    assert set(documented_options(node_validate)) == set(action_specs["node_validate"])
     assert action_specs["lock"] == action_specs["node_take"]  # node_validate's lock option is node_take's arguments
-    inputs_doc = yaml.safe_load(run_inputs.DOCUMENTATION)["options"]
+    inputs_doc = documented_options(run_inputs)
     assert set(inputs_doc) == set(action_specs["run_inputs"])
     for name, spec in action_specs["run_inputs"].items():
         assert {k: inputs_doc[name].get(k) for k in spec} == spec, name

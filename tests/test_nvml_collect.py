@@ -58,6 +58,10 @@ def assert_gpu_schema(gpu: dict) -> None:
         assert set(gpu["pcie"]) == {"gen_current", "gen_max", "gen_gpu_max", "width_current", "width_max"}
     for link in gpu["nvlink"] or []:
         assert set(link) == {"link", "active", "remote_pci_bus_id", "errors"}
+    assert set(gpu["c2c"]) == {"enabled", "link_count", "links", "reason"}
+    assert gpu["c2c"]["enabled"] in (True, False, None) and (gpu["c2c"]["enabled"] is not None or gpu["c2c"]["reason"])
+    for link in gpu["c2c"]["links"]:
+        assert {"link", "up", "max_gbps"} <= set(link)
         assert set(link["errors"]) == set(NVLINK_COUNTERS)
     assert gpu["pcie_replay"] is None or isinstance(gpu["pcie_replay"], int)
     pids = [p["pid"] for p in gpu["processes"] or []]

@@ -150,7 +150,14 @@ def test_a_dip_the_node_could_not_measure_again_is_inconclusive(baseline_set, h2
 def test_the_references_hold_the_baseline_for_this_node_and_its_fleet(baseline_set):
     run_dir = write_run(baseline_set, "r2", {})
     done = references.write_for_run(run_dir, ["node", "new-node"])
-    assert done == {"run_id": "r2", "hosts": 2, "baseline": "r1", "note": None, "folder": str(run_dir / "references")}
+    assert done == {
+        "run_id": "r2",
+        "hosts": 2,
+        "baseline": "r1",
+        "note": None,
+        "folder": str(run_dir / "references"),
+        "store_repairs": [],
+    }
     mine, new = read(run_dir, "node"), read(run_dir, "new-node")
     assert {r["metric"] for r in mine["baseline"]["rows"]} >= {A2A_1MIB} and new["baseline"]["rows"] == []
     medians = {m["metric"]: m for m in new["baseline_fleet"]["medians"]}

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gpufleet.base import registry
 from gpufleet.bench.launch import free_port
 from playbooks import playbook_env, run_playbook
 from waiting import left_running
@@ -150,12 +151,17 @@ def test_local_run_draws_busbw_in_report_html_and_tabulates_it_in_md(local_run):
 # ---------------------------------------------------------------- bad input stops before any node
 
 
+def either(names: tuple[str, ...], word: str) -> str:
+    """`a, b and c`: how the playbook's message names what the registry holds."""
+    return f"{', '.join(names[:-1])} {word} {names[-1]}"
+
+
 @pytest.mark.parametrize(
     "variables, message",
     [
         (
             {"gpufleet_benchmark_depth": "bogus"},
-            'gpufleet_benchmark_depth for localhost must be quick or thorough; got "bogus"',
+            f'gpufleet_benchmark_depth for localhost must be {either(registry.chosen_depths(), "or")}; got "bogus"',
         ),
         # the depth's old name: a variable the collection no longer knows, the new one named
         (
@@ -164,7 +170,8 @@ def test_local_run_draws_busbw_in_report_html_and_tabulates_it_in_md(local_run):
         ),
         (
             {"gpufleet_benchmarks": ["matmul", "fft"]},
-            "gpufleet_benchmarks for localhost must be a list of benchmarks from matmul, memory, nccl, sdc, host and train_gpt2",
+            "gpufleet_benchmarks for localhost must be a list of benchmarks from "
+            + either(registry.benchmark_names(selectable=True), "and"),
         ),
         ({"gpufleet_benchmarks": "matmul"}, "gpufleet_benchmarks for localhost must be a list of benchmarks"),
         (

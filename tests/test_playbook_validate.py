@@ -21,13 +21,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gpufleet.base import registry
 from playbooks import playbook_command, playbook_env, run_playbook, start_playbook
 from waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
-GROUPS = ("gpu_inventory", "gpu_health", "host_hygiene")
+GROUPS = registry.group_names()
 
 
 def run_validate(
@@ -211,6 +212,7 @@ def test_check_mode_measures_nothing_leaves_no_run_and_says_what_a_real_run_woul
     assert lock.read_text() == before, "check mode leaves the lock as it found it"
     assert "check mode: nothing was measured, no run folder was made and no run was added to the history" in out
     assert f"A real run would create {run_dir} (run id {run_dir.name}, tier acceptance) and check 1 node(s)" in out
+    benchmarks, depth = ", ".join(registry.stage_benchmarks("acceptance")), registry.stage_depth("acceptance")
     lacks = (
         "gpu_inventory.gpu_count: no NVIDIA driver: libnvidia-ml.so not found; torch with CUDA, which the benchmarks "
         "need: torch 2.13.0+cpu is a build without CUDA"
@@ -219,7 +221,8 @@ def test_check_mode_measures_nothing_leaves_no_run_and_says_what_a_real_run_woul
         f"localhost: answers, gpufleet_python runs the engine; a real run cannot pass it, it lacks: {lacks}; node lock "
         "held by run other-run (taken "
         in out
-        and "would run the checks gpu_inventory, gpu_health, host_hygiene, counters, then the benchmarks matmul" in out
+        and f"would run the checks {', '.join(GROUPS)}, counters, then the benchmarks {benchmarks} (depth {depth})"
+        in out
     ), out[-4000:]
     assert f"check mode: 1 node(s) a real run could not check or pass: localhost (lacks: {lacks})" in out
     assert "no results" not in out and "report.md:" not in out and "fleet verdict" not in out
@@ -256,14 +259,16 @@ def test_check_mode_fails_naming_a_node_a_real_run_could_not_check(tmp_path, two
 
 
 def test_a_sites_profile_folder_and_its_checks_turned_off_reach_the_node(tmp_path):
-    """gpufleet_profile_dir on the controller is what the node's engine judges by; gpufleet_checks_disabled turns a
-    check off there, reported as skip with that line; a bad entry of either stops the run before any node."""
+    """gpufleet_profile_dir on the controller is what the node's engine judges by, and the host document says what its
+    profile extends, as docs/sites.md has it; gpufleet_checks_disabled turns a check off there, reported as skip with
+    that line; a bad entry of either stops the run before any node."""
     site = tmp_path / "site"
     site.mkdir()
     (site / "site-gpu.yml").write_text(
         yaml.safe_dump(
             {
                 "name": "site-gpu",
+                "extends": "h100-sxm",
                 "match": ["Site GPU"],
                 "uncalibrated": "not measured",
                 "thresholds": {"gpus_expected": {"value": 2, "source": "our boards"}},
@@ -283,6 +288,12 @@ def test_a_sites_profile_folder_and_its_checks_turned_off_reach_the_node(tmp_pat
         and doc["profile"]["path"] == f"gpufleet_profile_dir {site / 'site-gpu.yml'}"
     )
     assert doc["profile"]["thresholds"]["gpus_expected"] == {"value": 2, "source": "our boards"}
+    # docs/sites.md: "the host document's `profile.extends` lists the chain", and what the site's profile leaves unset
+    # says where it came from.
+    assert doc["profile"]["extends"] == ["h100-sxm", "generic"], doc["profile"].keys()
+    assert doc["profile"]["thresholds"]["matmul_bf16_tflops_min"]["source"].endswith(
+        "(from the shipped profile h100-sxm; the site's site-gpu leaves it unset)"
+    )
     by = {f"{r['group']}.{r['check']}": r for r in doc["results"]}
     for cid in settings["gpufleet_checks_disabled"]:
         assert (

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from urllib.parse import unquote
 
 import yaml
+from markdown_it import MarkdownIt
 
 from gpufleet.base import registry
 
@@ -88,19 +90,41 @@ def anchors(path: Path) -> set[str]:
     return {slug(h) for h in re.findall(r"^#+ (.+)$", path.read_text(), flags=re.M)}
 
 
-def test_every_link_resolves():
+def links(page: Path) -> list[str]:
+    """Every link and picture of a Markdown page as markdown-it reads it (none inside code), and the href and src of
+    its HTML."""
+    found = []
+    todo = MarkdownIt("commonmark").enable("table").parse(page.read_text())
+    while todo:
+        token = todo.pop(0)
+        todo[:0] = token.children or []
+        if token.type in ("link_open", "image"):
+            found.append(token.attrGet("href") or token.attrGet("src"))
+        elif token.type in ("html_inline", "html_block"):
+            found += re.findall(r"""(?:href|src)=["']([^"']+)["']""", token.content)
+    return found
+
+
+def broken_links(pages: list[Path], root: Path) -> list[str]:
+    """Each relative link of the pages that does not resolve to a file under root (a heading, for an anchor into
+    Markdown), as "page: link"; web addresses are left alone."""
     broken = []
-    for page in [README, *DOCS]:
-        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
-            if re.match(r"[a-z]+:", target):
+    for page in pages:
+        for target in links(page):
+            if re.match(r"[a-z][a-z0-9+.-]*:", target):
                 continue  # a web address
             file, _, anchor = target.partition("#")
-            path = (page.parent / file).resolve() if file else page
-            if not path.exists():
-                broken.append(f"{page.name}: {target}")
+            path = (page.parent / unquote(file)).resolve() if file else page
+            where = f"{page.relative_to(root)}: {target}"
+            if not path.exists() or root.resolve() not in (path, *path.parents):
+                broken.append(where)
             elif anchor and path.suffix == ".md" and anchor not in anchors(path):
-                broken.append(f"{page.name}: {target} (no such heading)")
-    assert not broken, broken
+                broken.append(f"{where} (no such heading)")
+    return broken
+
+
+def test_every_link_resolves():
+    assert not broken_links([README, *DOCS], REPO)
 
 
 def test_every_variable_the_docs_name_is_the_codes():

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from gpufleet.base import registry
 from testhosts import TestFleet, skip_reason
 from waiting import wait_for
 
@@ -40,7 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 NODES = ["node-a", "node-b", "node-c"]
 STAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
-NODE_GROUPS = ("gpu_inventory", "gpu_health", "host_hygiene")
+NODE_GROUPS = registry.group_names()
 
 
 @pytest.fixture(scope="module")

@@ -593,7 +593,7 @@ def test_resume_finds_stages_cut_off_or_missing(tmp_path):
     assert why["a"] == {"multinode": "it was cut off before this stage"}
     assert why["b"]["multinode"].startswith("it sat out the run across nodes (nccl skip")
     assert "c" not in why
-    assert why["d"]["node"].startswith("its host document is not valid JSON")
+    assert why["d"]["node"].startswith("its host document hosts/d.json is not valid JSON")
     assert why["e"] == {"multinode": "the run across nodes did not finish (benchmark_multinode.nccl)"}
     assert why["f"]["node"] == "it did not finish (gpu_health.engine)"
     assert [vars(s) for s in plan.steps] == [

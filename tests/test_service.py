@@ -69,10 +69,18 @@ def test_a_sweep_takes_idle_nodes_only_and_each_document_reaches_the_report(clus
     assert cluster.scontrol("show", "job", "-o").count("JobId=") == 1  # the user's job alone
     assert not (tmp_path / "reports" / "sw-1").exists()
 
-    # Submitted: one exclusive job on sn1, the real engine inside it (checks, counters, the smoke benchmarks on CPU).
-    done = gpufleet(*args, "--submit", "--run-id", "sw-1", env=cluster.env())
+    # Submitted: one exclusive job on sn1, the real engine inside it (checks, counters, the smoke benchmarks on CPU);
+    # the node accepted, its certificate renewed with the site's key (docs/certificates.md).
+    key = tmp_path / "keys" / "site.key"
+    assert gpufleet("keygen", str(key)).returncode == 0
+    done = gpufleet(*args, "--submit", "--run-id", "sw-1", "--certify-key", str(key), env=cluster.env())
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     run_dir = tmp_path / "reports" / "sw-1"
+    cert = run_dir / "certificates" / "nodes" / "sn1.intoto.json"
+    verified = gpufleet(
+        "verify", str(cert), "--pubkey", f"{key}.pub", "--document", str(run_dir / "hosts" / "sn1.json")
+    )
+    assert verified.returncode == 0 and "run sw-1 (smoke)" in verified.stdout, verified
     record = json.loads((run_dir / "sweep.json").read_text())
     [job] = record["jobs"]
     assert job["node"] == "sn1" and job["state"] == "COMPLETED" and job["judged"] and job["gpus"] == 1

@@ -51,6 +51,30 @@ SECRET_FORMS = [
     ("clone https://u:urlpw-b9@h/x", "URL credentials", "urlpw-b9"),
     ("given on the command line: given-c1", "--redact", "given-c1"),
 ]
+# The forms that leaked after it, and their relatives: (text, the key or form it is counted under, the secrets).
+LEAKED_FORMS = [
+    ("PGPASSWORD=pgpw-d1 psql -h db", "PGPASSWORD", ["pgpw-d1"]),
+    ("secret_key_base: skb-d2", "secret_key_base", ["skb-d2"]),
+    ("mysql -u root -pmypw-d3 db < dump.sql", "mysql -p", ["mypw-d3"]),
+    ("mysqldump -pdump-d4 --all-databases", "mysql -p", ["dump-d4"]),
+    ("db:\n  password: |\n    block-d5\n\n    block-d6\n  host: h1", "password", ["block-d5", "block-d6"]),
+    ("- name: x\n  secret: >-\n    folded-d7\n    folded-d8\nnext: 1", "secret", ["folded-d7", "folded-d8"]),
+    ("secrets:\n  - item-d9\n  - item-e1\nafter: 1", "secrets", ["item-d9", "item-e1"]),
+    ("db_pass := go-e2", "db_pass", ["go-e2"]),
+    ('password = @"objc-e3";', "password", ["objc-e3"]),
+    (
+        "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEA-e4\n-----END OPENSSH PRIVATE KEY-----",
+        "private key",
+        ["b3BlbnNzaC1rZXktdjEA-e4"],
+    ),
+    (
+        "-----BEGIN PGP PRIVATE KEY BLOCK-----\nVersion: 1\n\nlQOYBGpgp-e5\n-----END PGP PRIVATE KEY BLOCK-----",
+        "private key",
+        ["lQOYBGpgp-e5"],
+    ),
+    ("-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIcut-e6", "private key", ["MHcCAQEEIcut-e6"]),
+]
+LIBRARY_EXAMPLES = json.loads((Path(__file__).parent / "data" / "detect-secrets-examples.json").read_text())
 
 
 def test_redaction_removes_every_form_of_secret_by_key_keeps_json_and_figures():
@@ -63,7 +87,7 @@ def test_redaction_removes_every_form_of_secret_by_key_keeps_json_and_figures():
             json.loads(out)  # still JSON
     assert "list-b3" not in r.text(SECRET_FORMS[10][0])
     # What is no secret stays: figures, words after a word, the working folder, a rate per token.
-    kept = 'tokens_per_s=5 flops_per_token=6 token expired; pass 3 of 5 /work {"password_file": "/etc/p"}'
+    kept = "tokens_per_s=5 flops_per_token=6 token expired; pass 3 of 5 /work"
     assert r.text(kept) == kept
     # A JSON document: the members whose key says secret, whatever they hold, at any depth; still JSON.
     doc = {"api_token": ["x1"], "b": {"secrets": {"a": "x2", "n": 5}}, "flops_per_token": 7, "password": 7, "ok": False}
@@ -100,7 +124,7 @@ def test_the_evidence_bundle_holds_what_a_vendor_asks_for_and_no_secret(tmp_path
     monkeypatch.setenv("VAULT_PASS", "vaultenv-b1")
     # The bug report prints every form of a secret the corpus holds, one a line.
     corpus = tmp_path / "corpus.txt"
-    corpus.write_text("".join(f"{text}\n" for text, _, _ in SECRET_FORMS))
+    corpus.write_text("".join(f"{text}\n" for text, _, _ in SECRET_FORMS + LEAKED_FORMS))
     report_cmd = tmp_path / "bug-report"
     report_cmd.write_text(
         "#!/bin/sh\necho 'nvidia-bug-report.sh of' \"$1\"\necho 'Authorization: Bearer bearer-xyz-0123'\n"
@@ -134,7 +158,8 @@ def test_the_evidence_bundle_holds_what_a_vendor_asks_for_and_no_secret(tmp_path
             raw = tar.extractfile(member).read()
             files[member.name.split("/", 1)[1]] = gzip.decompress(raw) if member.name.endswith(".gz") else raw
     for name, raw in files.items():
-        for secret in secrets | {secret for _, _, secret in SECRET_FORMS} | {"list-b3"}:
+        leaked = {secret for _, _, values in LEAKED_FORMS for secret in values}
+        for secret in secrets | {secret for _, _, secret in SECRET_FORMS} | {"list-b3"} | leaked:
             assert secret.encode() not in raw, f"{secret} in {name}"
         if name.endswith(".json"):
             json.loads(raw)  # still JSON
@@ -194,6 +219,32 @@ def test_the_evidence_bundle_holds_what_a_vendor_asks_for_and_no_secret(tmp_path
     assert removed["by_file"]["kernel_log.txt"] == {"token format": 5} and removed["by_key"]["password"] >= 1
     assert sum(removed["by_key"].values()) == manifest["redactions"] == result["redactions"]
     assert result["removed"] == removed["by_key"] and "HF_TOKEN" in done.stdout
+
+
+def test_redaction_removes_the_forms_that_leaked_and_every_example_of_the_detector_library():
+    r = Redactor([], environ={"PWD": "/work/x", "HOME": "/root"})
+    for text, key, secrets in LEAKED_FORMS:
+        before = r.removed[key]
+        out = r.text(text)
+        assert not [s for s in secrets if s in out] and r.removed[key] > before, (text, out, dict(r.removed))
+    # A YAML value over lines keeps the document's shape: its key, indicator and the keys after it.
+    assert r.text(LEAKED_FORMS[4][0]) == "db:\n  password: |\n    [REDACTED]\n\n    [REDACTED]\n  host: h1"
+    examples = LIBRARY_EXAMPLES["examples"]
+    leaked = []
+    for example in examples:
+        out = r.text(example["text"])
+        secrets = [example["secret"]] if "secret" in example else example["secrets"]
+        leaked += [(example["detector"], example["text"][:80], s) for s in secrets if s in out]
+    assert not leaked, leaked
+    assert len(examples) == 246 and {e["detector"] for e in examples} >= {"keyword", "aws_key", "private_key", "jwt"}
+    # What a vendor needs stays: a GPU's UUID, serial, PCI address, VBIOS, a checksum, a commit, an address, the
+    # working folder; a path under a key the keyword list names does not (password_file).
+    kept = (
+        'uuid="GPU-8f2e0b8c-1d2e-4f3a-9b8c-7d6e5f4a3b2c" serial="1652321000123" 0000:1b:00.0 vbios 96.00.89.00.01 '
+        'sha256 "3f786850e387550fdab836ed7e6dc881de23001b" commit "e2c4f1a9b7d3" 10.1.2.3 PWD /work/x'
+    )
+    assert r.text(kept) == kept
+    assert r.text('{"password_file": "/etc/p"}') == '{"password_file": "[REDACTED]"}'
 
 
 def summary_of(files: dict) -> str:

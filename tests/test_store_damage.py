@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -16,6 +17,10 @@ from pathlib import Path
 
 import pytest
 
+import cli_cells
+import file_faults
+from gpufleet.base import layout
+from gpufleet.commands.main import main as cli_main
 from test_fleet_cli import _run
 from test_fleet_synthetic import node_doc, write_run
 
@@ -236,3 +241,48 @@ def test_a_full_disk_is_said_with_exit_2(tmp_path):
         conn = sqlite3.connect(reports / "gpufleet.db")
         assert conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 2
         conn.close()
+
+
+@pytest.fixture(scope="module")
+def every_file_and_later(every_file) -> Path:
+    """every_file (conftest.py), and a later run of eight nodes, whose rows fill the store's last pages (the ladder of
+    r1 reads none of them); the store checkpointed."""
+    base = every_file
+    later = write_run(base / "reports", "r2", {f"m{i}": node_doc(f"m{i}", i, started=R2) for i in range(8)})
+    assert cli_main(["report", str(later)]) == 0
+    conn = sqlite3.connect(base / "reports" / "gpufleet.db")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # every page in the file, in WAL mode as a store always is
+    conn.close()
+    return base
+
+
+# The commands that only read the store: they say the damage where they meet it, and answer where it lies outside
+# what they read (docs/faults.md). Every other command that refuses a damaged store writes to it, and checks every
+# page first.
+READS_ONLY = ("history", "baseline show", "evidence")
+
+
+@pytest.mark.parametrize(
+    "command", [c for c, verb in layout.FILES[0].uses.items() if verb == layout.REFUSES], ids=lambda c: c
+)
+def test_a_command_that_refuses_a_damaged_store_writes_nothing_into_it(every_file_and_later, tmp_path, command):
+    """Random bytes over the store's last pages: every command that writes to the store and refuses a damaged one
+    (ladder, ladder --clear, slurm, baseline set and clear, slurm sweep --collect) ends with exit 2 and one line naming
+    the store and `gpufleet store rebuild`; the store's file is byte for byte as it was after every such command."""
+    assert layout.FILES[0].name == "gpufleet.db"
+    base = tmp_path / "base"
+    shutil.copytree(every_file_and_later, base, symlinks=True)
+    db = base / "reports" / "gpufleet.db"
+    damage(db, "random bytes over the last pages")
+    damaged = db.read_bytes()
+    done = cli_cells.run(
+        file_faults.argv(command, base),
+        cwd=file_faults.REPO,
+        folder=tmp_path / "io",
+        stdin=file_faults.stdin_of(command),
+    )
+    assert done.rc in ((0, 2) if command in READS_ONLY else (2,)) and "Traceback" not in done.err, done
+    if done.rc == 2:
+        [line] = done.err.splitlines()
+        assert f"{db} is not a gpufleet store" in line and "gpufleet store rebuild" in line, line
+    assert db.read_bytes() == damaged, "written into the damaged store"

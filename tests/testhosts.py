@@ -6,7 +6,7 @@ the host's 10.<net>.<i>.2. Every host routes 10.<net>.0.0/16 through this machin
 veth ends (forwarding switched on for those interfaces alone), so the hosts reach each other. Ansible reaches
 them over ssh with a key the fleet makes. Nothing leaves the machine.
 
-    with TestFleet(["node-a", "node-b"], net=216, tag="gfv") as fleet:
+    with TestFleet(["node-a", "node-b"], net=216, tag="gfv") as fleet:   # lower=, emulator=: an arm64 root
         fleet.inventory(path, gpufleet_benchmarks=[])
         fleet.slow_link("node-b", "2mbit")      # tc on both ends of node-b's link
         fleet.kill_sshd("node-a")               # the host stops answering ssh
@@ -128,12 +128,23 @@ class TestFleet:
 
     __test__ = False  # not a pytest class
 
-    def __init__(self, names: list[str], *, net: int, tag: str, shared: list[str] | None = None):
+    def __init__(
+        self,
+        names: list[str],
+        *,
+        net: int,
+        tag: str,
+        shared: list[str] | None = None,
+        lower: Path | None = None,
+        emulator: str | None = None,
+    ):
         if not 0 < net < 256 or len(names) > 250:
             raise ValueError("net is the second octet of 10.<net>.0.0/16; at most 250 hosts")
         self.names = list(names)
         self.net, self.tag = net, tag
         self.shared = SHARED + list(shared or [])
+        # Another system's root under the hosts' overlay, its programs run through QEMU (testhost.sh says how).
+        self.lower, self.emulator = lower, emulator
         # Short: ssh's control sockets live under it and a socket path is at most 108 bytes.
         self.state = Path(tempfile.mkdtemp(prefix=f"{tag}-"))
         self.key = self.state / "id_ed25519"
@@ -158,6 +169,8 @@ class TestFleet:
 
     def _up(self) -> None:
         env = _env()
+        if self.lower:
+            env.update(TESTHOST_LOWER=str(self.lower), TESTHOST_EMULATOR=self.emulator or "")
         subprocess.run(
             ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"gpufleet-{self.tag}", "-f", str(self.key)],
             check=True,

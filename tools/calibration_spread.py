@@ -119,11 +119,11 @@ def spreads(rows: list[dict]) -> dict:
     past: dict = defaultdict(list)
     for r in clean:
         metrics = fleet_metrics.extract(r["document"])["metrics"]
-        gpus = ",".join(sorted({m["uuid"] for m in metrics if m["scope"] == "gpu" and m.get("uuid")}))
+        node = node_of(r, metrics)
         for m in metrics:
             if m["cpu"] or m["shared"] or m["value"] <= 0:
                 continue
-            who = m["uuid"] if m["scope"] == "gpu" else f"{machine_of(r)}|{r['node']}|{gpus}"
+            who = m["uuid"] if m["scope"] == "gpu" else node
             if not who:
                 continue
             key = (who, m["key"], m["context"])
@@ -133,6 +133,12 @@ def spreads(rows: list[dict]) -> dict:
                 )
             past[key].append(m["value"])
     return out
+
+
+def node_of(row: dict, metrics: list[dict]) -> str:
+    """A node as its past knows it: its machine, its name and its GPUs (their uuids, from its figures metrics)."""
+    gpus = ",".join(sorted({m["uuid"] for m in metrics if m["scope"] == "gpu" and m.get("uuid")}))
+    return f"{machine_of(row)}|{row['node']}|{gpus}"
 
 
 def soak_windows(doc: dict) -> dict[str, list[float]]:

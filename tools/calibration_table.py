@@ -11,16 +11,19 @@ and days add up) and writes:
             the fabric error counters' healthy rates beside their limits (calibration_counters.py; with --soaks, the
             soaks' too);
   --limits  the folder of the per-model calibration files the engine reads (files/profiles/calibration/): per
-            measure and metric the largest healthy figure, how many figures, and the runs they came from.
+            measure and metric the largest healthy figure, how many figures, and the runs they came from;
+  --readme  README.md, its rows of host figures (calibration_host.py: the host's own figures' spread, limits and
+            false alarms) made again.
 The calibration is written first and the replay reads it (where --limits is the calibration folder of
 --profile-dir): the replayed false alarms are in-sample (the limits come from these very runs), the detections
 are not. The parts: calibration_rows.py reads the node-runs, calibration_spread.py measures the healthy spread,
 calibration_outcomes.py counts what each check said, recorded and today, calibration_limits.py writes the calibration
-files and holds each machine against the limits the others give, calibration_counters.py rates the counters.
+files and holds each machine against the limits the others give, calibration_host.py tabulates the host's own figures,
+calibration_counters.py rates the counters.
 
   python3 tools/calibration_table.py docs/results/calibration [more.jsonl ...] \\
       --table docs/results/calibration/table.md --limits files/profiles/calibration [--json table.json] \\
-      [--soaks docs/results/calibration/*-soak.json.gz]
+      [--soaks docs/results/calibration/*-soak.json.gz] [--readme README.md]
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from gpufleet.base import calibration, profiles  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "tools"))
 import calibration_counters  # noqa: E402
+import calibration_host  # noqa: E402
 from calibration_limits import generic_limits, held_out, write_limits  # noqa: E402
 from calibration_outcomes import NEEDS_STORE, outcomes, replay_round  # noqa: E402
 from calibration_rows import condition, data_files, machines, model_of, read_rows  # noqa: E402
@@ -120,6 +124,8 @@ def render(by_model: dict, files: list[str], problems: list[str], generic: dict)
                 for h in above
             ]
             lines.append("")
+        lines += calibration_host.render(m["host_figures"])
+        lines.append("")
         lines += calibration_counters.render(m["counter_rates"], m["counter_limits"])
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
@@ -152,6 +158,7 @@ def main(argv=None) -> int:
         "<profile folder>/calibration: files/profiles/calibration)",
     )
     p.add_argument("--json", type=Path, help="the table as JSON too")
+    p.add_argument("--readme", type=Path, help="README.md whose rows of host figures to write again")
     p.add_argument(
         "--soaks",
         nargs="*",
@@ -199,7 +206,9 @@ def main(argv=None) -> int:
         for rnd, members in rounds.items():
             for node, results in replay_round(members, rnd, args.profile_dir).items():
                 today[(rnd, node)] = results
+        held = held_out(mrows, generic)
         m.update(
+            host_figures=calibration_host.host_figures(model, mrows, args.profile_dir, held) if m["profile"] else [],
             outcomes=outcomes(mrows, today),
             runs=len(mrows),
             rounds=len(rounds),
@@ -207,7 +216,7 @@ def main(argv=None) -> int:
             disturbed=sum(condition(r) == "disturbed" for r in mrows),
             beside=sum(condition(r) == "beside" for r in mrows),
             machines=len(set(machines(mrows))),
-            held_out=held_out(mrows, generic),
+            held_out=held,
             commits=sorted({(r.get("commit") or "?")[:8] for r in mrows}),
             wall_s={c: _median([r.get("wall_s") for r in mrows if condition(r) == c]) for c in ("clean", "disturbed")},
         )
@@ -215,6 +224,8 @@ def main(argv=None) -> int:
     args.table.write_text(render(by_model, files + [str(f) for f in args.soaks], problems, generic))
     if args.json:
         args.json.write_text(json.dumps(by_model, indent=1, default=str) + "\n")
+    if args.readme:
+        calibration_host.write_readme(args.readme, [h for m in by_model.values() for h in m["host_figures"]])
     print(
         f"{len(rows)} node-runs of {len(by_model)} GPU model(s) -> {args.table}"
         + (f", {args.limits}" if args.limits else "")

@@ -10,7 +10,8 @@ tier what a node runs, and the action plugins read the registry themselves.
 docs/checks.md between its BEGIN and END lines: a table a group, in the registry's order, of each check's class,
 what its figure is held against, its profile keys and what it checks, the first sentence of its function's
 docstring (a check of a check group, a comparison of the fleet), else its declaration's `text`. The prose around
-the tables is left as it is.
+the tables is left as it is. docs/faults.md between its FAULTS_BEGIN and END lines: the file-fault matrix, from the
+layout of a reports folder (src/gpufleet/base/layout.py): its size, and each file's states and commands.
 
     python3 tools/generate.py            write them
     python3 tools/generate.py --check    exit 1, naming each file and option, when one is not what the registry gives
@@ -30,10 +31,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from gpufleet.base import registry  # noqa: E402
+from gpufleet.base import layout, registry  # noqa: E402
 
 SPECS = sorted((ROOT / "roles").glob("*/meta/argument_specs.yml"))
 CHECKS_DOC = ROOT / "docs" / "checks.md"
+FAULTS_DOC = ROOT / "docs" / "faults.md"
 MARK = re.compile(r"^(?P<indent> *)(?P<name>\w+):(?P<anchor> &\w+)? +# generated: (?P<kind>\w+)$")
 SOURCE = "src/gpufleet/base/registry.py"
 
@@ -274,9 +276,44 @@ def with_checks_doc(text: str) -> str:
     return "\n".join(lines[: start + 1] + [""] + checks_doc() + [""] + lines[end:]) + "\n"
 
 
+# ------------------------------------------------------------------------------------------------- docs/faults.md
+
+FAULTS_BEGIN = "<!-- generated: make generate (tools/generate.py), from src/gpufleet/base/layout.py -->"
+
+
+def faults_doc() -> list[str]:
+    """The lines between FAULTS_BEGIN and END: the matrix's size, then a row a file."""
+    files = layout.FILES
+    commands = {c for f in files for c in [*f.uses, *f.beside]}
+    forms = ", ".join(f"{len(states)} for {form}" for form, states in layout.STATES.items())
+    rows = []
+    for f in files:
+        uses = "; ".join(f"`{c}` {v}" for c, v in f.uses.items())
+        uses += "".join(f"; `{c}` of a run beside it {v}" for c, v in f.beside.items())
+        notes = [f"missing: {', '.join(f'`{c}`' for c in f.needs)} refuses"] if f.needs else []
+        notes += [f"a link followed by {', '.join(f'`{c}`' for c in f.given)}, given its path"] if f.given else []
+        notes_text = f" ({'; '.join(notes)})" if notes else ""
+        rows.append(f"| `{f.name}` | {f.where}, {f.form} | {len(layout.STATES[f.form])} | {uses}{notes_text} |")
+    return [
+        f"{len(files)} files and folders x their bad states ({forms}) x the {len(commands)} commands that read or "
+        f"write them: **{layout.cells()} cells**.",
+        "",
+        *table(rows, ["file", "where, form", "states", "each command that reads or writes it: what it does"])[:-1],
+    ]
+
+
+def with_faults_doc(text: str) -> str:
+    lines = text.splitlines()
+    if FAULTS_BEGIN not in lines or END not in lines[lines.index(FAULTS_BEGIN) :]:
+        stop(f"docs/faults.md: no {FAULTS_BEGIN!r} line and {END!r} line after it to write the matrix between")
+    start = lines.index(FAULTS_BEGIN)
+    end = start + lines[start:].index(END)
+    return "\n".join(lines[: start + 1] + [""] + faults_doc() + [""] + lines[end:]) + "\n"
+
+
 def targets() -> list[tuple[Path, object]]:
     """Each generated file and what writes its text from its old one."""
-    return [*((path, generated) for path in SPECS), (CHECKS_DOC, with_checks_doc)]
+    return [*((path, generated) for path in SPECS), (CHECKS_DOC, with_checks_doc), (FAULTS_DOC, with_faults_doc)]
 
 
 def main() -> int:

@@ -4,6 +4,7 @@ it sees it.
 Usage: python3 tools/gpu_disturb.py --gpu 1 --seconds 900 [--kind matmul|copy|pcie] [--size N] [--duty 1.0]
        python3 tools/gpu_disturb.py --kind cpu --procs 48 --seconds 70 [--as-user gpufleet-neighbour]
        python3 tools/gpu_disturb.py --kind memory|fill|io --seconds 90 [--path DIR] [--share 0.6] [--procs 2]
+       python3 tools/gpu_disturb.py --kind memcpy --procs 3 --seconds 90 [--size 256] [--as-user gpufleet-neighbour]
 
 --gpu is the NVML index, as gpu_health and `nvidia-smi` name the GPU (resolved to its UUID through NVML, so
 CUDA_VISIBLE_DEVICES and CUDA's own device order do not matter). --kind matmul loops bf16 products of N x N
@@ -20,7 +21,8 @@ It names its process "gpu_disturb" (/proc/<pid>/comm, what gpu_health.processes 
 what it does on the first line, a summary when it ends (after --seconds, or on SIGTERM/SIGINT), and exits 0;
 the host's own kinds (host_faults.py: memory, a neighbour holding --share of the host's memory and streaming through
 it, the first line once it is held; fill, the scratch drive at --path filled to its limit; io, --procs direct-I/O
-writers and readers on it) likewise;
+writers and readers on it; memcpy, --procs processes copying --size MiB buffers in memory, a core each, under
+--as-user: about 7% of the CPUs is a neighbour under the CPU-share limit) likewise;
 2 when the GPU cannot be used. --cpu runs the same loop on the CPU at a tiny
 size: a logic check for machines without a GPU.
 """
@@ -121,13 +123,15 @@ def main(argv=None) -> int:
         default=host_faults.SHARE,
         help=f"memory: the share of MemTotal held ({host_faults.SHARE})",
     )
-    p.add_argument("--procs", type=int, default=1, help="cpu: how many busy processes")
-    p.add_argument("--as-user", help="cpu: the user the busy processes run as (created when missing; needs root)")
+    p.add_argument("--procs", type=int, default=1, help="cpu, memory, io, memcpy: how many processes")
+    p.add_argument(
+        "--as-user", help="cpu, memcpy and the host's kinds: the user the processes run as (created when missing; root)"
+    )
     p.add_argument(
         "--size",
         type=int,
         help="matmul: matrix side (default 8192); copy: MiB per copy (default 4096); "
-        "pcie: MiB per host-device copy (default 1024)",
+        "pcie: MiB per host-device copy (default 1024); memcpy: MiB of each process's buffers (default 256)",
     )
     p.add_argument("--duty", type=float, default=1.0, help="busy fraction of the time, 0 < duty <= 1 (default 1)")
     p.add_argument("--cpu", action="store_true", help="run on the CPU at a tiny size (logic check without a GPU)")
@@ -139,7 +143,9 @@ def main(argv=None) -> int:
         signal.signal(signal.SIGTERM, lambda signum, _f: stop.update(why=signal.Signals(signum).name))
         signal.signal(signal.SIGINT, lambda signum, _f: stop.update(why=signal.Signals(signum).name))
         uid = neighbour_user(args.as_user) if args.as_user else None
-        return host_faults.run(args.kind, args.seconds, args.procs, args.path, args.share, uid, stop, name_process)
+        return host_faults.run(
+            args.kind, args.seconds, args.procs, args.path, args.share, uid, stop, name_process, size_mib=args.size
+        )
     if args.kind == "cpu":
         if args.procs < 1:
             p.error("--procs must be 1 or more")

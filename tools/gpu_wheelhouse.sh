@@ -15,7 +15,7 @@ fetch() {
   python3 -m pip download --quiet --disable-pip-version-check --only-binary=:all: --implementation cp \
     --python-version "$py" --platform manylinux2014_x86_64 --dest "$dest" "$@"
 }
-fetch .whl 'ansible-core>=2.19,<2.21' 'ansible-runner>=2.4' 'prometheus-client>=0.20' 'rich>=13'
+fetch .whl 'ansible-core>=2.19,<2.21' 'ansible-runner>=2.4' 'prometheus-client>=0.20' 'rich>=13' 'securesystemslib[crypto]>=1.0'
 fetch .whl/python_env pip setuptools wheel 'PyYAML>=6' 'nvidia-ml-py>=12.535'
 ls .whl .whl/python_env
 du -sh .whl

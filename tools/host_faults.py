@@ -9,6 +9,12 @@ until a stop request:
           benchmark refuses to write and benchmark.disk_*_bandwidth fail, the drive full
   io      --procs processes write and read files of IO_FILE bytes on --path with direct I/O, in a loop: the drive's
           benchmark sees I/O that is not its own and benchmark.host_processes fails naming it
+  memcpy  --procs processes copy a buffer of --size MiB (MEMCPY_MIB) to another and back in a loop, a core each
+          (memmove: some 10-15 GB/s a core on a current server): another user moving memory beside the run, as the
+          field saw three such at 14 GB/s each slow a PCIe host-to-device figure. About 7% of the CPUs
+          (`--procs $(( $(nproc) * 70 / 1000 ))`) stays under host_foreign_cpu_share_max's 10% with room for the
+          host's own daemons: a step measured
+          beside it is not disturbed, and a figure it pulls down names it as a suspect (checks.suspects)
 Everything they made is removed when they stop.
 """
 
@@ -19,11 +25,12 @@ import os
 import signal
 import time
 
-KINDS = ("memory", "fill", "io")
+KINDS = ("memory", "fill", "io", "memcpy")
 SHARE = 0.6  # memory: MemAvailable of a clean node (some 93% of MemTotal) less this is under the check's 50%
 FILL_LEFT = 512 << 20  # under disk_scratch_free_gib_min's 1 GiB, and under any test file's room
 IO_FILE = 1 << 30
 BLOCK = 4 << 20
+MEMCPY_MIB = 256  # many times a CPU's caches: every copy goes to the memory
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -71,6 +78,23 @@ def _io_loop(path: str, seconds: float) -> None:
             os.unlink(name)
 
 
+def _copy_loop(nbytes: int, seconds: float) -> None:
+    """Copy a buffer to another and back until the time is up; say how fast, once, when it ends."""
+    import ctypes
+
+    a, b = ctypes.create_string_buffer(nbytes), ctypes.create_string_buffer(nbytes)
+    ctypes.memset(a, 1, nbytes)
+    t0 = time.monotonic()
+    end, moved = t0 + seconds, 0
+    while time.monotonic() < end:
+        ctypes.memmove(b, a, nbytes)
+        ctypes.memmove(a, b, nbytes)
+        moved += 2 * nbytes
+    spent = time.monotonic() - t0
+    line = f"gpu_disturb memcpy pid {os.getpid()}: {moved / spent / 1e9:.1f} GB/s copied over {spent:.1f} s\n"
+    os.write(1, line.encode())  # one write: the other copiers' lines end at the same moment
+
+
 def children(n: int, work, uid: int | None, name: str, name_process) -> list[int]:
     """n processes doing work(), as user `uid` where given, each named `name`: their pids."""
     pids = []
@@ -104,7 +128,17 @@ def wait_children(pids: list[int], stop: dict) -> None:
         os.waitpid(pid, 0)
 
 
-def run(kind: str, seconds: float, procs: int, path: str | None, share: float, uid, stop: dict, name_process) -> int:
+def run(
+    kind: str,
+    seconds: float,
+    procs: int,
+    path: str | None,
+    share: float,
+    uid,
+    stop: dict,
+    name_process,
+    size_mib: int | None = None,
+) -> int:
     me, t0 = os.getpid(), time.monotonic()
     if kind in ("fill", "io") and not (path and os.path.isdir(path)):
         raise SystemExit(f"gpu_disturb: --kind {kind} needs --path, a folder on the drive (got {path!r})")
@@ -120,6 +154,15 @@ def run(kind: str, seconds: float, procs: int, path: str | None, share: float, u
         print(
             f"gpu_disturb pid {me}: {procs} processes hold {each * procs / 2**30:.1f} GiB ({share:.0%} of the host's "
             f"memory) and stream through it for {seconds:g} s (pids {', '.join(map(str, pids))})",
+            flush=True,
+        )
+        wait_children(pids, stop)
+    elif kind == "memcpy":
+        mib = size_mib or MEMCPY_MIB
+        pids = children(procs, lambda: _copy_loop(mib << 20, seconds), uid, "memcpy", name_process)
+        print(
+            f"gpu_disturb pid {me}: {procs} processes copy {mib} MiB buffers in memory, a core each, for {seconds:g} s "
+            f"(pids {', '.join(map(str, pids))})",
             flush=True,
         )
         wait_children(pids, stop)

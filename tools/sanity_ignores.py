@@ -5,7 +5,8 @@ ansible-test sanity checks every Python file of the installed collection, the en
 pyproject.toml, held by tests/test_ruff.py), not ansible-test's pylint and pycodestyle settings (which refuse `_` as a
 name, a lambda given a name and lines over 160 columns), so each engine file skips those two. The modules carry the
 Apache-2.0 header, not the GPLv3 one validate-modules looks for. An ignore file holds no comment lines, so these
-lines are written here rather than by hand; tests/test_collection_conventions.py holds the files to this.
+lines are written here rather than by hand, one file for each ansible-core minor the collection claims;
+tests/test_collection_conventions.py holds the files to this.
 
     python3 tools/sanity_ignores.py           write the files (make generate)
     python3 tools/sanity_ignores.py --check   say which files are not current, exit 1
@@ -14,13 +15,24 @@ lines are written here rather than by hand; tests/test_collection_conventions.py
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# The ansible-core the suite runs (2.19) and the highest the collection claims (2.20): each one's ansible-test reads
-# an ignore file of its own version.
-CORE_VERSIONS = ("2.19", "2.20")
+
+
+def claimed_minors(root: Path = ROOT) -> list[str]:
+    """Every ansible-core minor the collection claims, from meta/runtime.yml's requires_ansible (>=2.16.0) to below the
+    upper bound of pyproject.toml's ansible-core (<2.21): each one's ansible-test reads an ignore file of its own."""
+    low = re.search(r"^requires_ansible:\s*[\"']?>=\s*(\d+)\.(\d+)", (root / "meta" / "runtime.yml").read_text(), re.M)
+    high = re.search(r"\"ansible-core>=[0-9.]+,<(\d+)\.(\d+)\"", (root / "pyproject.toml").read_text())
+    if not low or not high or low.group(1) != high.group(1):
+        raise SystemExit("meta/runtime.yml or pyproject.toml no longer says the ansible-core range as >=X.Y and <X.Z")
+    return [f"{low.group(1)}.{minor}" for minor in range(int(low.group(2)), int(high.group(2)))]
+
+
+CORE_VERSIONS = claimed_minors()
 LICENSE = "validate-modules:missing-gplv3-license # the collection is Apache-2.0"
 ENGINE_SKIPS = ("pep8!skip", "pylint!skip")
 ENGINE_WHY = "# the engine follows the project's ruff rules, held by pytest"

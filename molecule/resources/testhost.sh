@@ -10,7 +10,22 @@
 # SRC:DST bind-mounts SRC read-only at DST inside the host (a wheelhouse, for example).
 # The host has /run/systemd/container, as under systemd-nspawn: it shares this machine's kernel,
 # so roles must detect it and leave the kernel alone.
+#
+# TESTHOST_LOWER=DIR takes DIR (another system's root) as the overlay's lower layer instead of this machine's /.
+# TESTHOST_EMULATOR=QEMU runs that root's programs (another architecture's: an arm64 userland) through QEMU's
+# user-mode emulator, registered in a user namespace of the host's own (testhost_emulated.py): its sshd and every
+# session it starts run there; this machine's binfmt_misc is left as it was.
 set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+
+# A program of the host's root: as it is, or through the emulator.
+in_root() {
+  if [ -n "${TESTHOST_EMULATOR:-}" ]; then
+    python3 "$here/testhost_emulated.py" "$TESTHOST_EMULATOR" chroot "$root" "$@"
+  else
+    chroot "$root" "$@"
+  fi
+}
 
 up() {
   local name=$1 netns=$2 host_ip=$3 node_ip=$4 state=$5 pubkey=$6
@@ -19,7 +34,7 @@ up() {
   mkdir -p "$dir"
   mountpoint -q "$dir" || mount -t tmpfs -o size=8g,mode=0700 gpufleet-testhost "$dir"
   mkdir -p "$dir/upper" "$dir/work" "$root"
-  mount -t overlay gpufleet-testhost -o "lowerdir=/,upperdir=$dir/upper,workdir=$dir/work" "$root"
+  mount -t overlay gpufleet-testhost -o "lowerdir=${TESTHOST_LOWER:-/},upperdir=$dir/upper,workdir=$dir/work" "$root"
   mount -t proc proc "$root/proc"
   mount --rbind /dev "$root/dev"
   mount --make-rslave "$root/dev"
@@ -30,13 +45,13 @@ up() {
   # took and dropped can stay in the host's view, and every session then waits pyenv's 60 s for it. The host
   # gets a folder of its own, which its first session fills.
   local shims=${PYENV_ROOT:-${HOME:-/root}/.pyenv}/shims
-  if [ -d "$shims" ]; then
+  if [ -d "$shims" ] && [ -d "$root$shims" ]; then
     mount -t tmpfs tmpfs "$root$shims"
   fi
   mkdir -p "$root/run/systemd" "$root/run/sshd" "$root/root/.ssh"
   echo gpufleet-testhost > "$root/run/systemd/container"
   install -m 0600 "$pubkey" "$root/root/.ssh/authorized_keys"
-  chroot "$root" ssh-keygen -A >/dev/null
+  in_root ssh-keygen -A >/dev/null
   cat > "$root/etc/ssh/sshd_config_gpufleet_testhost" <<EOF
 ListenAddress $node_ip
 PermitRootLogin prohibit-password
@@ -62,8 +77,16 @@ EOF
   ip -n "$netns" link set eth0 up
   ip -n "$netns" link set lo up
   # sysfs mounted from inside the namespace shows its own interfaces (lo, eth0) under class/net.
-  ip netns exec "$netns" sh -c "mount -t sysfs sysfs '$root/sys' && exec chroot '$root' /usr/sbin/sshd -f /etc/ssh/sshd_config_gpufleet_testhost"
-  for _ in $(seq 50); do
+  if [ -n "${TESTHOST_EMULATOR:-}" ]; then
+    # sshd runs as root of a user namespace, which may bind port 22 only where the network namespace lets it.
+    ip netns exec "$netns" sysctl -qw net.ipv4.ip_unprivileged_port_start=22
+    ip netns exec "$netns" sh -c "mount -t sysfs sysfs '$root/sys' && exec python3 '$here/testhost_emulated.py' \
+      '$TESTHOST_EMULATOR' chroot '$root' /usr/sbin/sshd -f /etc/ssh/sshd_config_gpufleet_testhost"
+  else
+    ip netns exec "$netns" sh -c "mount -t sysfs sysfs '$root/sys' && exec chroot '$root' /usr/sbin/sshd -f /etc/ssh/sshd_config_gpufleet_testhost"
+  fi
+  # An emulated sshd takes longer to listen: a minute, not ten seconds.
+  for _ in $(seq "$([ -n "${TESTHOST_EMULATOR:-}" ] && echo 300 || echo 50)"); do
     if timeout 1 bash -c "exec 3<>/dev/tcp/$node_ip/22" 2>/dev/null; then
       echo "$name: sshd on $node_ip:22 in netns $netns, root $root"
       return 0

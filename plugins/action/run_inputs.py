@@ -40,6 +40,7 @@ try:
     from gpufleet.base import paths as engine_paths
     from gpufleet.base import profiles
     from gpufleet.base.errors import InputError
+    from gpufleet.certify.signing import check_key_file
     from gpufleet.fleet.export import slurm_name
 
     ENGINE_MISSING = None
@@ -224,6 +225,7 @@ VARIABLES = sorted(
         for name in ((names,) if isinstance(names, str) else names)
     }
     | {"gpufleet_tier", "gpufleet_profile", "gpufleet_profile_dir", "gpufleet_slurm_node_name", "gpufleet_baseline"}
+    | {"gpufleet_certify_key", "gpufleet_certify_command", "gpufleet_certify_pubkey", "gpufleet_reports_dir"}
 )
 
 
@@ -413,7 +415,27 @@ def _run_failure(hosts, values):
         return "gpufleet_tier must be the same on every node of the run (set it for the group or with -e); got %s" % (
             to_json(tiers)
         )
-    return _failure(RUN_CHECKS, hosts, values) or _names_failure(hosts, values)
+    return _failure(RUN_CHECKS, hosts, values) or _names_failure(hosts, values) or _certify_failure(hosts, values)
+
+
+def _certify_failure(hosts, values):
+    """Why the run could not sign its certificates, said before any node is measured: a key file open to others or
+    inside the reports folder, a signing command without its public key, both given; or None."""
+    run = values[hosts[0]] if hosts else {}
+    key, command = run.get("gpufleet_certify_key"), run.get("gpufleet_certify_command")
+    if key and command:
+        return "give gpufleet_certify_key or gpufleet_certify_command, not both"
+    if command and not run.get("gpufleet_certify_pubkey"):
+        return "gpufleet_certify_command needs gpufleet_certify_pubkey: the public key (PEM) of the key it signs with"
+    if not key:
+        return None
+    if ENGINE_MISSING:
+        return "gpufleet_certify_key could not be checked: %s" % ENGINE_MISSING
+    try:
+        check_key_file(key, [run.get("gpufleet_reports_dir") or "reports"], "gpufleet_certify_key")
+    except InputError as exc:
+        return str(exc)
+    return None
 
 
 def inputs_failure(checks, hosts, values, finetune_defaults, names=None, sources=None):

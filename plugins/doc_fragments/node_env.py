@@ -17,6 +17,9 @@ options:
         write each value into the module's command line, which every user of the node can read); the module's
         result names the variables only. The playbooks set it for the group C(gpufleet.cluster.node) with
         C(module_defaults).
+      - The module's input is in the copy of the module Ansible leaves on the node unless the connection pipelines
+        (C(AnsiballZ_<module>.py) under C(remote_tmp)); the module removes it as soon as it has read its input, and
+        the copies of gpufleet modules a killed run left there (10 minutes old or more, run by no process).
     type: dict
     default: {}
 """

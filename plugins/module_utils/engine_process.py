@@ -51,9 +51,91 @@ NODE_ENV = {}
 WITHHELD = "(withheld)"
 
 
+# The module's payload (Ansible's AnsiballZ_<module>.py in its temporary folder, written there unless the connection
+# pipelines) holds every argument, node_env's values too. The module removes its own as soon as it has its arguments,
+# and any a killed run left: a payload of a gpufleet module no process runs, left for STALE_PAYLOAD_S. A younger one
+# may be another run's in the instant between being copied and started.
+PAYLOAD_MARK = b"ansible_collections.gpufleet.cluster.plugins.modules."
+STALE_PAYLOAD_S = 600
+_FORGOTTEN = []
+
+
+def _gpufleet_payloads(folder):
+    """The paths of the AnsiballZ payloads of gpufleet modules in `folder`."""
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith("AnsiballZ_") and n.endswith(".py")]
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        path = os.path.join(folder, name)
+        try:
+            with open(path, "rb") as f:
+                if PAYLOAD_MARK in f.read():
+                    found.append(path)
+        except OSError:
+            continue
+    return found
+
+
+def _command_lines():
+    """The command line of every process of this node, as text."""
+    lines = []
+    for pid in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                lines.append(f.read().replace(b"\0", b" ").decode("utf-8", "replace"))
+        except OSError:  # gone meanwhile, or not a process
+            continue
+    return lines
+
+
+def _age_s(path):
+    try:
+        return time.time() - os.path.getmtime(path)
+    except OSError:
+        return 0.0
+
+
+def forget_payload():
+    """Remove this module's payload from the node, then those of gpufleet modules a killed run left in Ansible's
+    temporary folders (ansible-tmp-* under remote_tmp), each with its folder once that is empty. Once a module."""
+    if _FORGOTTEN:
+        return
+    _FORGOTTEN.append(True)
+    try:
+        from ansible.module_utils import basic
+
+        args = json.loads(getattr(basic, "_ANSIBLE_ARGS", None) or b"{}").get("ANSIBLE_MODULE_ARGS") or {}
+    except (ImportError, ValueError, AttributeError):
+        return
+    own = args.get("_ansible_tmpdir")
+    for path in _gpufleet_payloads(own) if own else []:
+        try:
+            os.remove(path)
+        except OSError:  # another user's folder (become): Ansible removes it when the module ends
+            pass
+    root = os.path.expanduser(os.path.expandvars(args.get("_ansible_remote_tmp") or "~/.ansible/tmp"))
+    try:
+        folders = [os.path.join(root, n) for n in os.listdir(root) if n.startswith("ansible-tmp-")]
+    except OSError:
+        return
+    stale = [p for f in folders if f != own for p in _gpufleet_payloads(f) if _age_s(p) >= STALE_PAYLOAD_S]
+    running = _command_lines() if stale else []
+    for path in stale:
+        if any(path in line for line in running):  # a module still running (its own removal was refused)
+            continue
+        try:
+            os.remove(path)
+            os.rmdir(os.path.dirname(path))
+        except OSError:
+            pass
+
+
 def add_node_env(params, env=None):
     """Take params["node_env"] (or `env`) into the environment of the engine processes this module starts; the
-    values in params are replaced by WITHHELD."""
+    values in params are replaced by WITHHELD. The module's payload, which holds them, is removed first."""
+    forget_payload()
     env = params.get("node_env") if env is None else env
     for name, value in (env or {}).items():
         NODE_ENV[str(name)] = str(value)
@@ -131,16 +213,33 @@ def controller_gone():
         return False
 
 
+def _stop_own_group(signum, frame):
+    """What ansible-core 2.19 and later do in a worker on SIGINT and SIGTERM: the signal to its whole group, then out."""
+    signal.signal(signum, signal.SIG_DFL)
+    try:
+        os.killpg(os.getpid(), signum)
+    finally:
+        os._exit(1)
+
+
 def stop_with_controller():
     """In a task's worker on the controller (an action plugin): the kernel sends the worker SIGTERM when the
     ansible-playbook process that forked it dies, kill -9 included (PR_SET_PDEATHSIG), and Ansible's handler in the
     worker then kills the worker's process group: the ssh client, or the module's own process on a local
     connection. The node sees its connection close and stops what the task started there (controller_gone), so a
     run whose controller is gone measures no more, nor writes a document. Already gone (the worker's parent is no
-    longer the process that forked it): the same, at once. Nothing outside a worker (no multiprocessing parent)."""
+    longer the process that forked it): the same, at once. Nothing outside a worker (no multiprocessing parent).
+
+    ansible-core before 2.19 has no such handler, and its worker shares ansible-playbook's process group: there the
+    worker gets a session of its own and the handler here, or an interrupted run's ssh client (and with it the
+    node's engine) would outlive it (tests/test_faults.py, tests/test_orphans.py)."""
     parent = multiprocessing.parent_process()
     if parent is None:
         return
+    if os.getpgid(0) != os.getpid():  # not its own group's leader: an ansible-core before 2.19
+        os.setsid()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, _stop_own_group)
     _die_with_parent()
     if os.getppid() != parent.pid:
         os.kill(os.getpid(), signal.SIGTERM)

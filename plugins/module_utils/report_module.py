@@ -23,6 +23,9 @@ def report_argument_spec():
         slurm_names=dict(type="dict", default={}),
         prometheus_textfile_dir=dict(type="path"),
         fleet_hosts=dict(type="list", elements="str"),
+        certify_key=dict(type="path", no_log=False),
+        certify_command=dict(type="str"),
+        certify_pubkey=dict(type="path"),
     )
 
 
@@ -30,6 +33,33 @@ def failed_hosts(summary):
     """Hosts whose verdict is fail, from the report summary's `nodes` mapping."""
     nodes = summary.get("nodes") or {}
     return sorted(host for host, node in nodes.items() if isinstance(node, dict) and node.get("verdict") == "fail")
+
+
+def _textfile_args(p):
+    """node_exporter's folder and the inventory's nodes, which the report and certify write their series for."""
+    args = []
+    if p["prometheus_textfile_dir"]:
+        args += ["--textfile-dir", p["prometheus_textfile_dir"]]
+        for host in p["fleet_hosts"] or []:
+            args += ["--fleet-host", host]
+    return args
+
+
+def _certify(module, python, summary):
+    """`gpufleet certify RUN_DIR` after the report: what it certified, and each node not certified with why."""
+    p = module.params
+    args = ["certify", p["run_dir"], "--json"]
+    args += ["--key", p["certify_key"]] if p["certify_key"] else ["--sign-command", p["certify_command"]]
+    if p["certify_pubkey"]:
+        args += ["--pubkey", p["certify_pubkey"]]
+    args += _textfile_args(p)
+    try:
+        dummy, record = run_json(
+            python, args, p["timeout_s"], "the controller", ok_rcs=(0, 1), engine_src=p["engine_src"]
+        )
+    except EngineError as exc:
+        module.fail_json(summary=summary, **exc.fail_kwargs())
+    return record
 
 
 def run_report_module(module, python):
@@ -46,10 +76,7 @@ def run_report_module(module, python):
         args.append("--set-baseline")
     for host, name in sorted(p["slurm_names"].items()):
         args += ["--slurm-name", "%s=%s" % (host, name)]
-    if p["prometheus_textfile_dir"]:
-        args += ["--textfile-dir", p["prometheus_textfile_dir"]]
-        for host in p["fleet_hosts"] or []:
-            args += ["--fleet-host", host]
+    args += _textfile_args(p)
     try:
         rc, summary = run_json(
             python, args, p["timeout_s"], "the controller", ok_rcs=(0, 1), engine_src=p["engine_src"]
@@ -58,7 +85,11 @@ def run_report_module(module, python):
         module.fail_json(**exc.fail_kwargs())
     files = summary.get("files") or {}
     run_dir = p["run_dir"]
+    certified = None
+    if p["certify_key"] or p["certify_command"]:
+        certified = _certify(module, python, summary)
     module.exit_json(
+        certificates=certified,
         changed=True,
         accepted=rc == 0,
         drain=summary.get("drain") or [],

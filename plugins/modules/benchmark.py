@@ -59,16 +59,6 @@ options:
       - Left out, the engine's default depth.
     type: str
     aliases: [tier]
-  thresholds:
-    description:
-      - Threshold overrides, key to value (C(gpufleet_thresholds)); keys are those of C(files/profiles/generic.yml).
-      - An unknown key or a value of the wrong type fails the module with the engine's message naming the key.
-    type: dict
-  profile:
-    description:
-      - Name of the threshold profile to use (C(files/profiles/<name>.yml)), for example V(h100-sxm).
-      - Left out, the engine picks the profile from the detected GPU name.
-    type: str
   timeout_s:
     description:
       - Seconds each benchmark may run. Past it the engine's whole process group is killed and the benchmark is an
@@ -77,11 +67,6 @@ options:
         most, 10 s at least), so that a hang is reported as C(fail) with the torchrun log tail.
     type: int
     default: 900
-  host_name:
-    description:
-      - Host name recorded in the host document; use C(inventory_hostname) so reports match the inventory.
-      - Left out, the node's own host name is used.
-    type: str
   nnodes:
     description:
       - Number of hosts in the run of V(nccl) or V(train_gpt2). 1 runs inside this node.
@@ -123,6 +108,8 @@ options:
     type: int
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.cluster.attributes
+  - gpufleet.cluster.host_document
   - gpufleet.cluster.node_env
 attributes:
   check_mode:
@@ -130,10 +117,6 @@ attributes:
     details:
       - The module changes nothing on the node, but benchmarks load its GPUs for minutes. In check mode nothing runs
         and the module returns C(skipped) with a message and a document of C(skip) results.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 notes:
   - Across nodes, one host that does not come (down, firewalled rendezvous port) makes every other host wait for it
     until the timeout; each then reports C(fail) with the torchrun log tail.
@@ -203,65 +186,28 @@ msg:
   sample: "benchmarks not run in check mode: they load the GPUs; run without --check to measure"
 gpufleet:
   description:
-    - One host document for all the benchmarks that ran, as C(gpufleet bench --json) prints it.
-    - Its C(results) list holds the results of every benchmark, group C(benchmark); a benchmark that timed out or
-      crashed is one C(error) result named after it, carrying the command, exit code and stderr tail in C(detail).
+    - One host document for all the benchmarks that ran, as C(gpufleet bench --json) prints it; C(engine_version) is
+      null when no benchmark answered.
+    - Its keys, and those of each result, are the engine's host document, described once in the collection's
+      C(docs/modules.md) (What the modules return).
   returned: always
   type: dict
   contains:
-    schema_version:
-      description: Version of the result schema.
-      type: int
-      sample: 1
-    host:
-      description: Host name the document is for (O(host_name) when given).
-      type: str
-      sample: node0
-    engine_version:
-      description: Version of the gpufleet engine that ran the benchmarks; null when none answered.
-      type: str
-      sample: 0.1.0
-    profile:
-      description: The threshold profile used, with every threshold's value and source.
-      type: dict
-    versions:
-      description: Driver, CUDA, NVML, kernel, OS and Python versions seen on the node.
-      type: dict
-    machine:
-      description: The machine's system, board and chassis identity (DMI), each field not read with why.
-      type: dict
-    started:
-      description: UTC time the first benchmark started.
-      type: str
-      sample: "2026-11-21T21:00:00Z"
-    seconds:
-      description: Wall time of all the benchmarks in seconds.
-      type: float
     results:
       description:
-        - One entry per measured figure with C(check), C(group), C(status) (pass, info, warn, fail, skip or error),
-          C(value), C(unit), C(threshold), C(reason), C(remedy), C(detail), C(class), C(trust) (how far the figure can
-          be trusted, one of V(clean), V(confirmed), V(disturbed) or V(inconclusive)), C(started) and C(seconds).
-        - C(class) is the failure class of a C(warn), C(fail) or C(error) result, one of V(hardware), V(environment),
-          V(configuration) or V(software) (C(gpufleet.base.failure_class)); null for the other statuses.
+        - The results of every benchmark, group C(benchmark), each with C(trust), how far its figure can be trusted.
+          A benchmark that timed out or crashed is one C(error) result named after it, carrying the command, exit
+          code and stderr tail in C(detail).
         - C(detail) keeps the raw measurements and the method (warm-up, iterations, sizes, timer, versions); the NCCL
           results carry C(rows), one per message size with C(size_bytes), C(algbw_gbps), C(busbw_gbps) and C(correct).
       type: list
       elements: dict
       sample:
-        - check: matmul_bf16
-          group: benchmark
-          status: pass
-          value: 779.2
-          unit: TFLOPS
-          threshold: {key: matmul_bf16_tflops_min, value: 700, min: 700, source: "about 795 TFLOPS is the best bf16 matmul reached on H100 SXM"}
-          reason: "slowest GPU bf16 matmul 779.2 TFLOPS (minimum 700)"
-          remedy: null
-          detail: {}
-          class: null
-          trust: clean
-          started: "2026-11-21T21:00:00Z"
-          seconds: 41.2
+        - {check: matmul_bf16, group: benchmark, status: pass, value: 779.2, unit: TFLOPS,
+           threshold: {key: matmul_bf16_tflops_min, value: 700, min: 700,
+                       source: "about 795 TFLOPS is the best bf16 matmul reached on H100 SXM"},
+           reason: "slowest GPU bf16 matmul 779.2 TFLOPS (minimum 700)", remedy: null, detail: {}, class: null,
+           trust: clean, started: "2026-11-21T21:00:00Z", seconds: 41.2}
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -24,13 +24,7 @@ description:
     the Python standard library.
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+  - gpufleet.cluster.attributes.read_only
 options:
   root:
     description:

@@ -20,14 +20,8 @@ description:
     C(applied_at) then keeps the time they were first applied.
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.cluster.attributes.read_only
   - gpufleet.cluster.internal
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 options:
   path:
     description: Where the record lives on the node.

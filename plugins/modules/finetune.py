@@ -13,7 +13,8 @@ version_added: 0.1.0
 description:
   - Runs C(python -m gpufleet finetune --config CONFIG --nnodes N --node-rank R --master-addr A --master-port P --json)
     on the node and returns the host document it prints, whose result C(finetune.finetune) holds the losses, the eval
-    loss, tokens/s per GPU, MFU, the adapter written and, for a run that failed, which rank or node failed and why.
+    loss, tokens/s per GPU, MFU (against the bf16 peak of O(profile)), the adapter written and, for a run that
+    failed, which rank or node failed and why.
   - With O(nnodes) greater than 1 the fine-tune runs across hosts. Run the module on every host of the run at the
     same time (C(async) with C(poll=0), then C(async_status)), each with its own O(node_rank), all with the same
     O(config), O(max_steps), O(master_addr) and O(master_port).
@@ -87,22 +88,10 @@ options:
       - Names must be shell variable names; values are strings, numbers or booleans.
     type: dict
     default: {}
-  thresholds:
-    description:
-      - Threshold overrides, key to value (C(gpufleet_thresholds)); keys are those of C(files/profiles/generic.yml).
-    type: dict
-  profile:
-    description:
-      - Name of the threshold profile to use (C(files/profiles/<name>.yml)); it gives the peak for MFU.
-      - Left out, the engine picks the profile from the detected GPU name.
-    type: str
-  host_name:
-    description:
-      - Host name recorded in the host document; use C(inventory_hostname) so reports match the inventory.
-      - Left out, the node's own host name is used.
-    type: str
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.cluster.attributes
+  - gpufleet.cluster.host_document
   - gpufleet.cluster.node_env
 attributes:
   check_mode:
@@ -110,10 +99,6 @@ attributes:
     details:
       - The fine-tune writes an adapter and loads the GPUs for minutes. In check mode nothing runs and the module
         returns C(skipped) with a message and a document with one C(skip) result.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 notes:
   - Across nodes, a host that does not come (down, firewalled rendezvous port) makes the others wait for it until
     O(rdzv_timeout_s); a host that dies during the run makes the others fail at their next collective, and their
@@ -176,47 +161,18 @@ cmd:
   elements: str
 gpufleet:
   description:
-    - The host document C(gpufleet finetune --json) printed, with one result C(finetune) in the group C(finetune).
+    - The host document C(gpufleet finetune --json) printed, with one result C(finetune) in the group C(finetune),
+      whose C(value) is tokens/s per GPU; C(engine_version) is null when the engine did not answer.
     - A run the module had to kill, or whose engine crashed or printed no document, is one C(error) result with the
       command, exit code and stderr tail in C(detail).
+    - Its keys, and those of each result, are the engine's host document, described once in the collection's
+      C(docs/modules.md) (What the modules return).
   returned: always
   type: dict
   contains:
-    schema_version:
-      description: Version of the result schema.
-      type: int
-      sample: 1
-    host:
-      description: Host name the document is for (O(host_name) when given).
-      type: str
-      sample: node0
-    engine_version:
-      description: Version of the gpufleet engine; null when it did not answer.
-      type: str
-      sample: 0.1.0
-    profile:
-      description: The threshold profile used, with every threshold's value and source.
-      type: dict
-    versions:
-      description: Driver, CUDA, kernel, OS and Python versions seen on the node.
-      type: dict
-    machine:
-      description: The machine's system, board and chassis identity (DMI), each field not read with why.
-      type: dict
-    started:
-      description: UTC time the fine-tune started.
-      type: str
-      sample: "2026-11-21T21:00:00Z"
-    seconds:
-      description: Wall time in seconds.
-      type: float
     results:
       description:
-        - One result C(finetune) with C(check), C(group), C(status), C(value) (tokens/s per GPU), C(unit),
-          C(threshold), C(reason), C(remedy), C(detail), C(class), C(started) and C(seconds).
-        - C(class) is the failure class of a C(warn), C(fail) or C(error) result, one of V(hardware), V(environment),
-          V(configuration) or V(software) (C(gpufleet.base.failure_class)); null for the other statuses.
-        - C(detail) holds C(world_size), C(nnodes), C(node_rank), C(losses), C(loss_first), C(loss_last),
+        - The result's C(detail) holds C(world_size), C(nnodes), C(node_rank), C(losses), C(loss_first), C(loss_last),
           C(eval_loss_first), C(eval_loss), C(adapter_dir) (on node rank 0), C(mfu), the launch settings and, for a
           failed run, C(failure) (C(phase), C(cause), the rank and host that failed first, C(peer_addr) of a lost
           peer) and C(log_tail).

@@ -28,16 +28,6 @@ options:
     type: list
     elements: str
     default: []
-  engine_src:
-    description:
-      - Folder on the controller holding the gpufleet package (the collection's C(src/)); it goes first on
-        C(PYTHONPATH), so the engine that ships with the collection answers, installed or checked out.
-    type: path
-  python:
-    description:
-      - Python interpreter on the controller that has the gpufleet engine installed.
-      - Left out, the interpreter running this module is used.
-    type: path
   db:
     description:
       - The run history (SQLite store) the run is indexed in and compared with (C(gpufleet_history_db)).
@@ -71,6 +61,20 @@ options:
         is removed, so a node taken out of the inventory leaves no stale file.
     type: list
     elements: str
+  certify_key:
+    description:
+      - After the report, C(gpufleet certify RUN_DIR --key KEY) signs a certificate for each accepted node in
+        C(RUN_DIR/certificates) (C(gpufleet_certify_key)). The key file must be mode 0600 and outside the reports
+        folder; it is read on the controller and never copied.
+    type: path
+  certify_command:
+    description:
+      - Instead of O(certify_key), the site's signing command (C(gpufleet_certify_command)), with O(certify_pubkey).
+    type: str
+  certify_pubkey:
+    description:
+      - With O(certify_command), the public key (PEM) it signs for (C(gpufleet_certify_pubkey)).
+    type: path
   timeout_s:
     description:
       - Seconds the report may take before its process group is killed and the module fails.
@@ -78,14 +82,12 @@ options:
     default: 300
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.cluster.attributes
+  - gpufleet.cluster.controller_engine
 attributes:
   check_mode:
     support: none
     details: It writes report files on the controller; a task that must run under C(--check) sets C(check_mode=false).
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 seealso:
   - module: gpufleet.cluster.gpu_inventory
 author:
@@ -133,6 +135,12 @@ baseline:
   type: raw
 summary:
   description: The summary C(gpufleet report --json) prints, with a verdict, counts and failing checks per node.
+  returned: success
+  type: dict
+certificates:
+  description:
+    - With O(certify_key) or O(certify_command), what C(gpufleet certify --json) printed, C(certified) (each node's
+      valid_until) and C(not_certified) (each node with why); else null.
   returned: success
   type: dict
 report_json:

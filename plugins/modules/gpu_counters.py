@@ -36,15 +36,10 @@ options:
     required: true
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.cluster.attributes.read_only
+  - gpufleet.cluster.host_document
   - gpufleet.cluster.engine_check
   - gpufleet.cluster.node_env
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 seealso:
   - module: gpufleet.cluster.gpu_health
   - module: gpufleet.cluster.benchmark
@@ -78,50 +73,20 @@ RETURN = r"""
 gpufleet:
   description:
     - The host document of the C(counters) group, as C(gpufleet counters --json) prints it.
-    - Its C(results) list holds C(snapshot_before) or C(snapshot_after), with the keys of
-      C(gpufleet.base.schema.result), the counters in its C(detail), then the fabric's C(fabric_before) or
-      C(fabric_after) (C(detail.devices), C(detail.unreadable)). After the benchmarks a third result,
-      C(processes_after), lists the GPUs' processes again (as C(gpu_health.processes) does before) and fails on any.
+    - Its keys, and those of each result, are the engine's host document, described once in the collection's
+      C(docs/modules.md) (What the modules return).
   returned: success
   type: dict
   contains:
-    schema_version:
-      description: Version of the result schema.
-      type: int
-      sample: 1
-    host:
-      description: Host name the document is for (O(host_name) when given).
-      type: str
-      sample: node0
-    engine_version:
-      description: Version of the gpufleet engine that read the counters.
-      type: str
-      sample: 0.1.0
-    profile:
-      description: The threshold profile matched to the node's GPUs, with every threshold's value and source.
-      type: dict
-    versions:
-      description: Driver, CUDA, NVML, kernel and Python versions seen on the node.
-      type: dict
-    machine:
-      description: The machine's system, board and chassis identity (DMI), each field not read with why.
-      type: dict
-    started:
-      description: UTC time the snapshot started.
-      type: str
-      sample: "2026-11-23T10:00:00Z"
-    seconds:
-      description: Wall time of the snapshot in seconds.
-      type: float
     results:
       description:
-        - The GPUs' snapshot, group C(counters), then the fabric's (after the benchmarks also C(processes_after)). Its C(detail) holds C(phase),
-          C(read_at) (UTC), C(boot_id), C(gpus) (each with C(index), C(uuid), C(serial), C(pci_bus_id), C(visible) and C(counters)) and C(unreadable)
-          (C(<index>.<counter>) to the reason it could not be read).
-        - Each result has C(check), C(group), C(status), C(value), C(unit), C(threshold), C(reason), C(remedy),
-          C(detail), C(class), C(started) and C(seconds).
-        - C(class) is the failure class of a C(warn), C(fail) or C(error) result, one of V(hardware), V(environment),
-          V(configuration) or V(software) (C(gpufleet.base.failure_class)); null for the other statuses.
+        - The GPUs' snapshot, C(snapshot_before) or C(snapshot_after), then the fabric's, C(fabric_before) or
+          C(fabric_after) (C(detail.devices), C(detail.unreadable)). After the benchmarks a third result,
+          C(processes_after), lists the GPUs' processes again (as C(gpu_health.processes) does before) and fails on
+          any.
+        - The snapshot's C(detail) holds C(phase), C(read_at) (UTC), C(boot_id), C(gpus) (each with C(index), C(uuid),
+          C(serial), C(pci_bus_id), C(visible) and C(counters)) and C(unreadable) (C(<index>.<counter>) to the reason
+          it could not be read).
       type: list
       elements: dict
       sample:

@@ -17,15 +17,10 @@ description:
   - A failed check is data in the returned document, never a module failure.
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.cluster.attributes.read_only
+  - gpufleet.cluster.host_document
   - gpufleet.cluster.engine_check
   - gpufleet.cluster.node_env
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 seealso:
   - module: gpufleet.cluster.gpu_health
   - module: gpufleet.cluster.host_hygiene
@@ -49,69 +44,26 @@ EXAMPLES = r"""
 
 RETURN = r"""
 ansible_facts:
-  description: The same host document as RV(gpufleet), as the fact C(gpufleet_gpu_inventory).
+  description: RV(gpufleet) again, as the fact C(gpufleet_gpu_inventory).
   returned: success
   type: dict
-  contains:
-    gpufleet_gpu_inventory:
-      description: The host document of the C(gpu_inventory) group.
-      type: dict
 gpufleet:
   description:
-    - The host document of the C(gpu_inventory) group, as C(gpufleet check --json) prints it.
-    - Its C(results) list holds one result per check with the keys of C(gpufleet.base.schema.result).
+    - The host document of the C(gpu_inventory) group, as C(gpufleet check --json) prints it, one result per check.
+    - Its keys, and those of each result, are the engine's host document, described once in the collection's
+      C(docs/modules.md) (What the modules return).
   returned: success
   type: dict
   contains:
-    schema_version:
-      description: Version of the result schema.
-      type: int
-      sample: 1
-    host:
-      description: Host name the document is for (O(host_name) when given).
-      type: str
-      sample: node0
-    engine_version:
-      description: Version of the gpufleet engine that ran the checks.
-      type: str
-      sample: 0.1.0
-    profile:
-      description: The threshold profile used, with every threshold's value and source.
-      type: dict
-    versions:
-      description: Driver, CUDA, NVML, kernel, OS and Python versions seen on the node.
-      type: dict
-    machine:
-      description: The machine's system, board and chassis identity (DMI), each field not read with why.
-      type: dict
-    started:
-      description: UTC time the checks started.
-      type: str
-      sample: "2026-11-21T21:00:00Z"
-    seconds:
-      description: Wall time of the checks in seconds.
-      type: float
     results:
-      description:
-        - One entry per check with C(check), C(group), C(status) (pass, info, warn, fail, skip or error), C(value), C(unit),
-          C(threshold), C(reason), C(remedy), C(detail), C(class), C(started) and C(seconds).
-        - C(class) is the failure class of a C(warn), C(fail) or C(error) result, one of V(hardware), V(environment),
-          V(configuration) or V(software) (C(gpufleet.base.failure_class)); null for the other statuses.
+      description: One result per check of the group; a check that failed is a result, not a module failure.
       type: list
       elements: dict
       sample:
-        - check: gpu_count
-          group: gpu_inventory
-          status: error
-          value: null
-          unit: null
-          threshold: null
-          reason: "no NVIDIA driver: libnvidia-ml.so not found"
-          remedy: install the NVIDIA driver (bringup.yml, role nvidia_driver) or run on a GPU node
-          detail: {}
-          class: software
-          started: "2026-11-21T21:00:00Z"
-          seconds: 0.01
+        - {check: gpu_count, group: gpu_inventory, status: error, value: null, unit: null, threshold: null,
+           reason: "no NVIDIA driver: libnvidia-ml.so not found",
+           remedy: "install the NVIDIA driver (bringup.yml, role nvidia_driver) or run on a GPU node", detail: {},
+           class: software, started: "2026-11-21T21:00:00Z", seconds: 0.01}
 """
 
 from ansible.module_utils.basic import AnsibleModule

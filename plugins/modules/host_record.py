@@ -41,22 +41,12 @@ options:
     type: str
     default: hosts
     choices: [hosts, peers]
-  engine_src:
-    description:
-      - Folder on the controller holding the gpufleet package (the collection's C(src/)); it goes first on
-        C(PYTHONPATH), so the engine that ships with the collection answers, installed or checked out.
-    type: path
   db:
     description:
       - The run history (SQLite store) the document is indexed in (C(gpufleet_history_db)); left out, C(gpufleet.db)
         beside the run folder.
       - A store that is damaged or not a gpufleet store is moved aside (C(gpufleet.db.damaged-<UTC time>)) and, like a
         missing one, rebuilt from the run folders before the document is indexed.
-    type: path
-  python:
-    description:
-      - Python interpreter on the controller that has the gpufleet engine installed.
-      - Left out, the interpreter running Ansible is used.
     type: path
   controller:
     description:
@@ -65,15 +55,13 @@ options:
     type: dict
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.cluster.attributes
+  - gpufleet.cluster.controller_engine
   - gpufleet.cluster.internal
 attributes:
   check_mode:
     support: none
     details: It writes the run's files on the controller; a task that must run under C(--check) sets C(check_mode=false).
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 seealso:
   - module: gpufleet.cluster.run_start
   - module: gpufleet.cluster.fleet_report

@@ -33,6 +33,7 @@ options:
     type: dict
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.cluster.attributes.read_only
   - gpufleet.cluster.internal
   - ansible.builtin.action_common_attributes.flow
   - gpufleet.cluster.node_env
@@ -43,12 +44,6 @@ attributes:
     support: none
   bypass_host_loop:
     support: none
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 seealso:
   - module: ansible.builtin.async_status
   - module: gpufleet.cluster.node_lock

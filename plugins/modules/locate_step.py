@@ -72,31 +72,19 @@ options:
   base_port:
     description: Rendezvous port of the first group of a round; the next groups take the next ports.
     type: int
-  python:
-    description:
-      - Python interpreter on the controller that has the gpufleet engine installed.
-      - Left out, the interpreter running this module is used.
-    type: path
-  engine_src:
-    description:
-      - Folder on the controller holding the gpufleet package (the collection's C(src/)); it goes first on
-        C(PYTHONPATH).
-    type: path
   timeout_s:
     description: Seconds the planning may take before its process group is killed and the module fails.
     type: int
     default: 120
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.cluster.attributes
+  - gpufleet.cluster.controller_engine
   - gpufleet.cluster.internal
 attributes:
   check_mode:
     support: none
     details: It writes C(locate.json); a task that must run under C(--check) sets C(check_mode=false).
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 seealso:
   - module: gpufleet.cluster.benchmark
   - module: gpufleet.cluster.run_start

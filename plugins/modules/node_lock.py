@@ -29,16 +29,13 @@ options:
     default: acquired
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.cluster.attributes
   - gpufleet.cluster.node_lock
   - gpufleet.cluster.node_env
 attributes:
   check_mode:
     support: full
     details: In check mode nothing is written and the module reports what the lock holds.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 seealso:
   - module: gpufleet.cluster.job_status
 author:

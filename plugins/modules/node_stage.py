@@ -82,16 +82,13 @@ options:
     required: true
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.cluster.attributes
   - gpufleet.cluster.internal
   - gpufleet.cluster.node_env
 attributes:
   check_mode:
     support: full
     details: The part V(plan) runs instead - nothing is taken or measured beyond the read-only gpu_inventory group.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 seealso:
   - module: gpufleet.cluster.node_validate
 author:

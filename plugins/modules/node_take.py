@@ -27,6 +27,7 @@ options:
     type: path
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.cluster.attributes
   - gpufleet.cluster.internal
   - gpufleet.cluster.node_lock
   - gpufleet.cluster.node_env
@@ -34,10 +35,6 @@ attributes:
   check_mode:
     support: full
     details: In check mode the lock module reports what the lock holds and nothing is taken.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 seealso:
   - module: gpufleet.cluster.node_lock
 author:

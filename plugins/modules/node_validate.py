@@ -72,16 +72,13 @@ options:
     default: {}
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.cluster.attributes
   - gpufleet.cluster.internal
   - gpufleet.cluster.node_env
 attributes:
   check_mode:
     support: partial
     details: The lock is only read, the node runs its read-only gpu_inventory group, and no host document is written.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 seealso:
   - module: gpufleet.cluster.node_stage
   - module: gpufleet.cluster.node_take

@@ -53,15 +53,12 @@ options:
     required: true
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.cluster.attributes
   - gpufleet.cluster.internal
 attributes:
   check_mode:
     support: full
     details: It only reads variables.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 author:
   - gpufleet maintainers (!UNKNOWN)
 """

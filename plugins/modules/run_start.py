@@ -58,27 +58,15 @@ options:
         the folder a real run would use. What C(validate.yml --check) runs.
     type: bool
     default: false
-  engine_src:
-    description:
-      - Folder on the controller holding the gpufleet package (the collection's C(src/)); it goes first on
-        C(PYTHONPATH), so the engine that ships with the collection answers, installed or checked out.
-    type: path
-  python:
-    description:
-      - Python interpreter on the controller that has the gpufleet engine installed.
-      - Left out, the interpreter running this module is used.
-    type: path
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.cluster.attributes
+  - gpufleet.cluster.controller_engine
   - gpufleet.cluster.internal
 attributes:
   check_mode:
     support: none
     details: It creates the run folder; a task that must run under C(--check) sets C(check_mode=false).
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 seealso:
   - module: gpufleet.cluster.host_record
   - module: gpufleet.cluster.fleet_report

@@ -37,6 +37,7 @@ import math
 from pathlib import Path
 import yaml
 
+from gpufleet.base import paths
 from gpufleet.base.errors import InputError
 
 FORMAT = "gpufleet-calibration-limits/1"
@@ -95,9 +96,12 @@ def load(path: Path) -> dict | None:
     """The calibration file at path, checked; None when there is none."""
     if not path.is_file():
         return None
+    text, why = paths.read_text(path, follow=True)  # never waits on a FIFO
+    if text is None:
+        raise CalibrationError(f"calibration file {path} {why}")
     try:
-        doc = yaml.safe_load(path.read_text())
-    except (yaml.YAMLError, OSError) as exc:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
         raise CalibrationError(f"calibration file {path} cannot be read as YAML: {exc}") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise CalibrationError(f"calibration file {path}: expected a mapping with format: {FORMAT}")
@@ -164,6 +168,7 @@ def apply(thresholds: dict, name: str, profile_path: str | Path, topology: str |
             few = fig["n"] < MIN_N
             by_metric[metric] = {
                 "value": value,
+                "n": fig["n"],
                 "source": (
                     f"calibration {name}: healthy {measure} up to {fig['value']:g}% over {fig['n']} figure(s) "
                     f"({fig['source']}; {doc.get('table') or TABLE}), x{MARGIN_FACTOR:g} + {MARGIN_PCT:g}"
@@ -186,7 +191,11 @@ def apply(thresholds: dict, name: str, profile_path: str | Path, topology: str |
         fail_key = FAIL_OF.get(key)
         if by_metric and fail_key in out and out[fail_key]["value"] is not None:
             lifted = {
-                m: {"value": max(out[fail_key]["value"], e["value"]), "source": f"at least {key} ({e['source']})"}
+                m: {
+                    "value": max(out[fail_key]["value"], e["value"]),
+                    "n": e["n"],
+                    "source": f"at least {key} ({e['source']})",
+                }
                 for m, e in by_metric.items()
                 if e["value"] > out[fail_key]["value"]
             }
@@ -216,12 +225,14 @@ def _of_topology(by_metric: dict, mine: dict, generic, topology: str, measure: s
         if fig and fig["n"] >= MIN_N:
             out[metric] = {
                 "value": limit_from(fig["value"]),
+                "n": fig["n"],
                 "source": f"calibration {name}, topology {topology}: healthy {measure} up to {fig['value']:g}% over "
                 f"{fig['n']} figure(s) ({fig['source']}), x{MARGIN_FACTOR:g} + {MARGIN_PCT:g}",
             }
         elif fig and isinstance(base, (int, float)) and limit_from(fig["value"]) > base:
             out[metric] = {
                 "value": limit_from(fig["value"]),
+                "n": fig["n"],
                 "source": f"calibration {name}, topology {topology}: {fig['n']} healthy figure(s), fewer than {MIN_N}, "
                 f"up to {fig['value']:g}% ({fig['source']}): they widen {what} to {limit_from(fig['value']):g}%, "
                 "never narrow it",

@@ -17,7 +17,9 @@
   `gpufleet.bench.<name>:run(depth)`; a named one is `fn(steps)`, measure.NodeSteps), how its output is judged
   (`judge`: `fn(output, profile) -> results`, by default `gpufleet.checks.benchmarks:<name>`), and, for one that is
   measured again in part when disturbed, how (`again`: `fn(first output, profile) -> the options of its run that
-  measures again`) and what is judged then (`combine`: `fn(first output, again's) -> output`).
+  measures again`), for one whose confirmation measures only the figures that asked, how (`confirm`: `fn(output,
+  results, asked, profile) -> those options`, None for the whole step), and what is judged then (`combine`:
+  `fn(first output, again's) -> output`).
 - A run tier (gpufleet_tier, `gpufleet fleet run --tier`): what its node stage runs, at which depth, whether the
   runs across nodes follow it, how long a sweep's job of it may take. The engine alone decides from it what a node
   runs (stage_benchmarks()); Ansible reads it (plugins/filter/registry.py) or is generated from it (make generate).
@@ -25,6 +27,11 @@
 - An output of the report: its key in the report's `files`, its file (or folder) under the run folder, and the
   function that makes it: `render(report) -> str` for a file of the finished report alone, or `write(made) ->
   None` for one that writes itself (report/pipeline.py's Made: run_dir, report, fleet and options).
+- A file of a reports folder (or of a node: its lock): its name (`<host>` for one a node), where it lies (the
+  reports folder's top, each run folder, the node), its form (JSON, text, an SQLite store, a folder), what it holds,
+  and what each command that reads or writes it does when it finds it damaged (`uses`: REFUSES, NAMES, MAKES,
+  REPAIRS, GOES_ON, JUDGES, below), on the run it acts on, and on a run beside it (`beside`); layout.py holds them.
+  The names the reports folder keeps for itself and the file-fault matrix (tests/test_file_faults.py) come from them.
 
 Nothing here imports the rest of gpufleet.
 """
@@ -88,6 +95,9 @@ class Benchmark:
     run: str | None = None  # "module:function" of fn(steps) -> output; None: gpufleet.bench.<name>:run(depth)
     judge: str | None = None  # fn(output, profile) -> results; None: gpufleet.checks.benchmarks:<name>
     again: str | None = None  # disturbed, measured again in part: fn(first output, profile) -> its run's options
+    # a confirmation measures only the figures that asked: fn(output, results, asked, profile) -> its run's options
+    # (with `what`, in words), or None for the whole step
+    confirm: str | None = None
     combine: str | None = None  # what is judged then: fn(first output, again's output) -> output
 
 
@@ -119,3 +129,39 @@ class Output:
     file: str  # under the run folder (a folder for one that writes several files)
     render: str | None = None  # "module:function" of render(report) -> str, written to `file`
     write: str | None = None  # "module:function" of write(made) -> None, which writes `file` itself
+    made_by: str = "report"  # the command that writes it: the report's own, or one after it (`gpufleet certify`)
+
+
+# Where a file lies (File.where).
+REPORTS, RUN, ON_NODE = "reports folder", "run folder", "node"
+# Its form (File.form).
+JSON, TEXT, SQLITE, FOLDER = "json", "text", "sqlite", "folder"
+# What a command does with a file it finds damaged (empty, cut short, random bytes, not UTF-8, another shape), not a
+# plain file (a folder, a FIFO, a symbolic link, a socket) or unreadable (its mode), never waiting on it and never
+# ending in a traceback. Missing, a file is made where the command makes or repairs it; a command that `needs` it
+# refuses.
+REFUSES = "refuses"  # exit 2, one line naming the file and what to do; the file left as it was, nothing else done
+NAMES = "names"  # goes on without it, naming it in its output (its exit its own); the file left as it was
+MAKES = "makes"  # writes it again whole from what it comes from (nothing is lost: it is derived); a folder there is
+# never replaced, whatever it holds: refused as by REFUSES (the same for a folder-form file in any state but missing)
+REPAIRS = "repairs"  # the documented repair: what was there moved aside (kept, named), the file made again
+GOES_ON = "goes on"  # not what the command acts on: left as it was, its exit its own (the report and `gpufleet store
+# rebuild` name it)
+JUDGES = "judges"  # what the command's verdict is on (`gpufleet verify`: a certificate, the report it names): one that
+# holds no valid one is judged not valid (exit 1, naming it and why); one that cannot be read as a file (missing, a
+# folder, a FIFO, unreadable) is refused as by REFUSES; the file left as it was
+VERBS = (REFUSES, NAMES, MAKES, REPAIRS, GOES_ON, JUDGES)
+
+
+@dataclass(frozen=True)
+class File:
+    name: str  # under `where`; <host> stands for an inventory host name, <lock> for gpufleet_lock_path
+    where: str  # REPORTS, RUN or ON_NODE
+    form: str  # JSON, TEXT, SQLITE or FOLDER
+    text: str  # what it holds
+    uses: dict = field(default_factory=dict)  # command (as typed after `gpufleet`) -> what it does with it damaged
+    needs: tuple[str, ...] = ()  # the commands of `uses` that refuse when it is missing
+    beside: dict = field(default_factory=dict)  # for a run folder's file: command -> what it does acting on
+    # another run of the same reports folder
+    given: tuple[str, ...] = ()  # the commands of `uses` given its path on their command line: a link there is the
+    # operator's own and is followed (a FIFO is still never waited on)

@@ -22,9 +22,10 @@ def did_you_mean(name: str, known) -> str:
 EXIT_CODES = """\
 exit codes (every gpufleet command):
   0    done: every result passed or warned (report, fleet: every node accepted; locate: nothing slow;
-       status, hw: the GPUs read)
+       status, hw: the GPUs read; certify: every node certified; verify: the certificate valid)
   1    a result failed or erred (report, fleet: a node not accepted; locate: a slow node or link named;
-       status, hw: no GPU could be read, after showing what could); check, bench, counters and finetune
-       exit 0 here with --exit-zero
+       status, hw: no GPU could be read, after showing what could; certify: a node not certified; verify:
+       the certificate not valid, the reason said); check, bench, counters and finetune exit 0 here with
+       --exit-zero
   2    bad input or could not run: the message names the variable, file or host and what was expected
   130  interrupted (Ctrl-C or SIGTERM)"""

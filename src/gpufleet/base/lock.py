@@ -298,7 +298,7 @@ def heartbeat(path: str | Path, run_id: str, holder: str) -> dict:
     with _guarded(path):
         rec = read(path)
         if rec is None or rec.get("run_id") != run_id or holder not in rec["holders"]:
-            return {"held": False, "reason": _lost(rec, run_id, holder)}
+            return {"held": False, "reason": _lost(rec, run_id, holder, path)}
         rec["holders"][holder]["heartbeat_at"] = now
         _write(path, rec)
     return {"held": True, "reason": None}
@@ -310,7 +310,7 @@ def release(path: str | Path, run_id: str, holder: str) -> dict:
     with _guarded(path):
         rec = read(path)
         if rec is None or rec.get("run_id") != run_id or holder not in rec["holders"]:
-            return {"released": False, "reason": _lost(rec, run_id, holder)}
+            return {"released": False, "reason": _lost(rec, run_id, holder, path)}
         del rec["holders"][holder]
         if rec["holders"]:
             _write(path, rec)
@@ -328,7 +328,7 @@ def check(
     controller). heartbeat_timeout_s None: the controller renews no heartbeat for this job (it waits on it directly)."""
     rec, now = read(path), time.time()
     if rec is None or rec.get("run_id") != run_id or holder not in rec.get("holders", {}):
-        return _lost(rec, run_id, holder)
+        return _lost(rec, run_id, holder, path)
     if isinstance(rec.get("stopping"), dict):
         stop = rec["stopping"]
         return (
@@ -346,7 +346,12 @@ def check(
     return None
 
 
-def _lost(rec: dict | None, run_id: str, holder: str) -> str:
+def _lost(rec: dict | None, run_id: str, holder: str, path: str | Path = "") -> str:
+    if rec is not None and rec.get("unreadable"):
+        return (
+            f"run {run_id!r} no longer holds the node lock: the lock file {path} could not be read "
+            f"({rec['unreadable']}); the next run takes it over"
+        )
     if rec is None:
         return f"run {run_id!r} no longer holds the node lock: it was given back or removed"
     if rec.get("run_id") != run_id:

@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from gpufleet.base import calibration
+from gpufleet.base import calibration, paths, workload_specs
 from gpufleet.base.errors import InputError, did_you_mean
 
 GENERIC = "generic"
@@ -59,10 +59,9 @@ def default_profile_dir() -> Path:
 
 
 def _load_file(path: Path) -> dict:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ProfileError(f"profile file {path} cannot be read: {exc.strerror}") from None
+    text, why = paths.read_text(path, follow=True)  # never waits on a FIFO
+    if text is None:
+        raise ProfileError(f"profile file {path} {why}")
     return _parse(text, path)
 
 
@@ -73,7 +72,7 @@ def _parse(text: str, path: Path | str) -> dict:
         raise ProfileError(f"profile file {path} does not parse as YAML: {exc}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("name"), str):
         raise ProfileError(f"profile file {path}: expected a mapping with a 'name' string")
-    thresholds = doc.get("thresholds") or {}
+    thresholds = doc["thresholds"] = doc.get("thresholds") or {}  # a site profile may set none (its workloads alone)
     if not isinstance(thresholds, dict):
         raise ProfileError(f"profile file {path}: 'thresholds' must be a mapping of key -> {{value, source}}")
     for key, entry in thresholds.items():
@@ -88,6 +87,9 @@ def _parse(text: str, path: Path | str) -> dict:
         raise ProfileError(f"profile file {path}: 'uncalibrated' must say why (a string), or be left out")
     if not isinstance(doc.get("extends", ""), str):
         raise ProfileError(f"profile file {path}: 'extends' must name the profile this one extends, or be left out")
+    why = workload_specs.problem(doc["workloads"]) if "workloads" in doc else None
+    if why:
+        raise ProfileError(f"profile file {path}: {why}")
     doc["path"] = str(path)
     return doc
 
@@ -334,6 +336,8 @@ def resolve(
         "thresholds": thresholds,
         **({"uncalibrated": profiles[name]["uncalibrated"]} if profiles[name].get("uncalibrated") else {}),
         "calibration": calibrated,
+        # A site's own workloads (workload_specs.py): those of the nearest profile of the chain that declares any.
+        "workloads": next((doc["workloads"] for doc in chain if "workloads" in doc), []),
     }
 
 

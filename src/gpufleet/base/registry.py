@@ -109,6 +109,7 @@ AGAIN = {"where": NODE, "confirm": MEASURED_AGAIN}
 SAMPLED_FIGURE = {"against": (LIMIT, SAMPLES), **AGAIN}
 SOAK_COUNTERS = ("fleet_counter_nvlink_crc_per_s_fail", "fleet_counter_nvlink_replay_recovery_max",
                  "fleet_counter_pcie_replay_per_min_warn")
+WORKLOADS = "gpufleet.checks.workloads"
 HOST_MEMORY_KEYS, SCRATCH_FREE = ("host_memory_gbps_min", "host_memory_numa_below_pct_max"), "disk_scratch_free_gib_min"
 
 # In this order in a node stage (the soak before the SDC hashes: they run at the temperature the soak left).
@@ -117,7 +118,9 @@ BENCHMARKS = (
         Check("matmul_bf16", HARDWARE, ("matmul_bf16_tflops_min", "matmul_spread_pct_max") + SAMPLED, **SAMPLED_FIGURE,
               text="bf16 matmul TFLOPS of the slowest GPU, all at once; a GPU that throttled fails"),
     )),
-    Benchmark("memory", run_tiers=("smoke", "acceptance"), default=True, checks=(
+    # A confirmation measures again only the figures that asked (one GPU, one way of its link: checks.memory_again).
+    Benchmark("memory", run_tiers=("smoke", "acceptance"), default=True, run="gpufleet.node.measure:run_memory",
+              confirm="gpufleet.checks.memory_again:plan", combine="gpufleet.checks.memory_again:combined", checks=(
         Check("memory_bandwidth", HARDWARE, text="every HBM and PCIe copy ran and moved the right data"),
         Check("hbm_bandwidth", HARDWARE, ("hbm_copy_gbps_min",) + SAMPLED, **SAMPLED_FIGURE,
               text="HBM copy bandwidth of the slowest GPU"),
@@ -173,6 +176,14 @@ BENCHMARKS = (
               **AGAIN, text="GPT-2-small training on all the GPUs: tokens/s per GPU, MFU in detail"),
         Check("train_scaling", HARDWARE, ("train_scaling_efficiency_min",), against=(LIMIT,), **AGAIN,
               text="per-GPU tokens/s on all the GPUs over one GPU's (across nodes: over the node's own)"),
+    )),
+    # A site's own workloads, declared in its profile (base/workload_specs.py); the runs past a limit measured again.
+    Benchmark("workloads", run_tiers=("acceptance",), run="gpufleet.node.measure:run_workloads",
+              judge=f"{WORKLOADS}:judge", again=f"{WORKLOADS}:again", combine=f"{WORKLOADS}:combined", checks=(
+        Check("workload", HARDWARE, ("workload_below_expected_pct_max",), against=(LIMIT,), **AGAIN,
+              text="each site workload's figure at each GPU count against the figure its guide promises"),
+        Check("workload_scaling", HARDWARE, ("workload_scaling_efficiency_min",), against=(LIMIT,), **AGAIN,
+              text="a site workload's figure a GPU on more GPUs against its own one-GPU figure"),
     )),
 )
 
@@ -319,8 +330,9 @@ METRICS = (
 
 # ------------------------------------------------------------------------------------------------- outputs
 
-# What the report writes, in this order (report/pipeline.py loops over them): the fleet's files first, which
-# report.json and the renderings then name.
+# What a run folder holds beside its host documents: what the report writes, in this order (report/pipeline.py loops
+# over report_outputs()): the fleet's files first, which report.json and the renderings then name; then what commands
+# after the report write (the certificates: base/certificates.py).
 OUTPUTS = (
     Output("fleet", "fleet.json", write="gpufleet.report.pipeline:write_fleet"),
     Output("prometheus", "prometheus", write="gpufleet.fleet.export:write_prometheus_of"),
@@ -329,7 +341,11 @@ OUTPUTS = (
     Output("md", "report.md", render="gpufleet.report.render_md:render"),
     Output("html", "report.html", render="gpufleet.report.render_html:render"),
     Output("junit", "junit.xml", render="gpufleet.report.render_junit:render"),
+    Output("certificates", "certificates", made_by="certify"),
 )
+
+# How long a node's certificate stays valid after a run of each tier accepted it (profile keys; docs/certificates.md).
+CERTIFICATE_VALIDITY = {t.name: f"certificate_valid_days_{t.name}" for t in RUN_TIERS}
 
 # fmt: on
 
@@ -342,6 +358,11 @@ def resolve(spec: str, package: str | None = None):
     is under `package`."""
     module, _, name = spec.partition(":")
     return getattr(importlib.import_module(package + module if module.startswith(".") else module), name)
+
+
+def report_outputs() -> tuple[Output, ...]:
+    """The outputs the report writes itself, in their order."""
+    return tuple(o for o in OUTPUTS if o.made_by == "report")
 
 
 def check_function(g: Group, c: Check):
@@ -474,7 +495,7 @@ def failure_classes() -> dict[str, str]:
 
 def declared_thresholds() -> set[str]:
     """Every profile key a check or the shared machinery judges against."""
-    keys = set(SHARED_THRESHOLDS)
+    keys = set(SHARED_THRESHOLDS) | set(CERTIFICATE_VALIDITY.values())
     for g in CHECK_GROUPS + OTHER_GROUPS:
         keys.update(k for c in g.checks for k in c.thresholds)
     for b in BENCHMARKS:

@@ -158,7 +158,7 @@ def start(
     `dry_run` (validate.yml --check): the same checks, nothing created or recorded; "dry_run": true in the answer.
     """
     run_id = run_id or new_run_id()
-    paths.safe_name(run_id, "gpufleet_run_id")
+    paths.run_id(run_id, "gpufleet_run_id")
     for host in hosts:
         paths.safe_name(host, "the inventory host name")
     if not reports_dir or not os.path.isabs(reports_dir):

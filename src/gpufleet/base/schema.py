@@ -22,8 +22,11 @@ every replace(), makes a warn without a remedy one): the report lists it apart, 
 A host document bundles one host's results:
 
     {"schema_version": 1, "host": "node0", "engine_version": "0.1.0",
-     "profile": {...}, "versions": {...}, "started": ..., "seconds": ...,
+     "profile": {...}, "versions": {...}, "platform": {...}, "machine": {...}, "started": ..., "seconds": ...,
      "results": [...]}
+
+`platform` (host_platform.py): the node's architecture and how its GPUs reach the host, read once from its readings.
+`machine` (machine()): the system's, board's and chassis' identity from DMI, each field not read with why.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from typing import Any, Callable, Iterable
 
 from gpufleet import __version__
 from gpufleet.base import failure_class as failure_classes
+from gpufleet.base import host_platform
 
 SCHEMA_VERSION = 1
 
@@ -316,10 +320,13 @@ def host_document(host, profile, readings, started, t0, results) -> dict:
         "profile": {
             "name": profile["name"],
             "path": profile["path"],
+            # a site's profile: the profiles it extends, nearest first, to generic (docs/sites.md)
+            **({"extends": profile["extends"]} if profile.get("extends") else {}),
             "thresholds": profile["thresholds"],
             "calibration": profile.get("calibration"),
         },
         "versions": versions(readings),
+        "platform": host_platform.facts(readings),
         "machine": machine(readings),
         "started": started,
         "seconds": round(time.monotonic() - t0, 4),

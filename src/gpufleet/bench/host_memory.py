@@ -21,22 +21,13 @@ from pathlib import Path
 
 from gpufleet.bench import BENCHMARK_VERSION, summarize
 from gpufleet.base.numbers import significant
+from gpufleet.collect.host.files import parse_cpulist
 
 BYTES_PER_NODE = {"smoke": 768 << 20, "quick": 3 << 30, "thorough": 12 << 30, "cpu": 48 << 20}
 SAMPLES = {"smoke": 5, "quick": 8, "thorough": 20, "cpu": 4}
 MAX_THREADS = 64  # memory bandwidth saturates long before every CPU of a large socket is busy
 BYTES_PER_ELEMENT = 40  # the two passes: c read, a written; a and b read, a written
 SCALAR = 3.0
-
-
-def parse_cpulist(text: str) -> list[int]:
-    """'0-55,112-167' -> [0, ..., 55, 112, ..., 167]."""
-    cpus: list[int] = []
-    for part in (text or "").strip().split(","):
-        lo, _, hi = part.partition("-")
-        if lo.strip().isdigit():
-            cpus += range(int(lo), int(hi or lo) + 1)
-    return cpus
 
 
 def numa_nodes(root: str = "/") -> dict[int, list[int]]:

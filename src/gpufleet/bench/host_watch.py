@@ -122,7 +122,9 @@ class HostWatch:
         self._steal: dict | None = None
         self._ours: set[tuple] = set()  # (pid, start) seen in this run's tree: reparented on its way out, still ours
         self._who: dict[tuple, tuple] = {}  # (pid, start) -> (uid, marked)
-        self._last: tuple | None = None  # (t, {pid: (start, ticks)}, swap counters, steal ticks) of the read before
+        self._last: tuple | None = (
+            None  # (t, {pid: (start, ticks, threads)}, swap counters, steal ticks) of the read before
+        )
         self._t0 = time.monotonic()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -162,17 +164,20 @@ class HostWatch:
         take the benchmark down."""
         try:
             with self._lock:
-                return self._sample(time.monotonic() - self._t0 if t_s is None else t_s)
+                return self._sample(t_s)
         except Exception as exc:  # a reading this code did not foresee: said, not fatal
             self.error = self.error or f"host watch: {type(exc).__name__}: {exc}"
             return None
 
-    def _sample(self, t: float) -> dict | None:
+    def _sample(self, t_s: float | None) -> dict | None:
+        began = time.monotonic()
         try:
             procs = load.processes(self.proc_root)
         except OSError as exc:
             self.error = self.error or f"{self.proc_root}: {exc.strerror or exc}"
             return None
+        # The read's time is the middle of its scan of /proc: on a busy host that scan takes a good part of a second.
+        t = (began + time.monotonic()) / 2 - self._t0 if t_s is None else t_s
         swap, why = load.read_swap(self.proc_root)
         self.swap_error = self.swap_error or why
         steal, why = load.read_steal(self.proc_root)
@@ -184,12 +189,12 @@ class HostWatch:
         ours = load.descendants(self.root_pid, procs) | load.ancestors(self.root_pid, procs)
         self._ours.update((pid, procs[pid]["start_ticks"]) for pid in ours if pid in procs)
         ticks = {
-            pid: (p["start_ticks"], p["ticks"])
+            pid: (p["start_ticks"], p["ticks"], p["threads"])
             for pid, p in procs.items()
             if not p["kernel"] and (pid, p["start_ticks"]) not in self._ours
         }
         self._last = (t, ticks, swap, steal)
-        live = {(pid, start) for pid, (start, _) in ticks.items()}
+        live = {(pid, start) for pid, (start, _, _) in ticks.items()}
         self._who = {k: v for k, v in self._who.items() if k in live}  # the gone are not asked about again
         self._ours &= {(pid, p["start_ticks"]) for pid, p in procs.items()}
         if last is None:
@@ -197,12 +202,14 @@ class HostWatch:
         self.intervals += 1
         dt, span = t - last[0], [round(last[0], 1), round(t, 1)]
         used = []  # (pid, cores over the interval)
-        for pid, (start, now) in ticks.items():
+        for pid, (start, now, threads) in ticks.items():
             before = last[1].get(pid)
             # A process new since the read before started within the interval: all its time is in it.
             spent = now - before[1] if before and before[0] == start else now
             if spent > 0 and not self._who_is(pid, start)[1]:
-                used.append((pid, spent * self._tick_s / dt))
+                # Never more cores than it has threads: a process read later in its scan than in the one before has
+                # more time counted than the interval between the scans (one copying thread read as 1.9 cores).
+                used.append((pid, min(spent * self._tick_s / dt, max(threads, 1))))
         cores = sum(c for _, c in used)
         pct = 100.0 * cores / self.cpus
         if pct > self.peak["cpu_pct"]:

@@ -62,18 +62,7 @@ def torchrun(
     t0 = time.monotonic()
     log_path = os.path.join(workdir, "torchrun.log")
     with open(log_path, "wb") as log:
-        # Its own session, so a timeout kills torchrun and every rank; SIGTERM (which torchrun passes on to its
-        # ranks) should this engine die, and the guard stops it should the run that asked for it be gone.
-        proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, preexec_fn=guard.die_with_parent
-        )
-        guard.track(proc)
-        try:
-            rc, timed_out = proc.wait(timeout=timeout_s), False
-        except subprocess.TimeoutExpired:
-            kill_group(proc)
-            rc, timed_out = proc.returncode, True
-        guard.untrack(proc)
+        rc, timed_out = run_group(cmd, log, env, timeout_s)
     try:
         with open(log_path, errors="replace") as f:
             text = f.read()
@@ -102,6 +91,24 @@ def torchrun(
         "workdir": workdir if kept else None,
         "out": out,
     }
+
+
+def run_group(cmd: list[str], log, env: dict, timeout_s: float) -> tuple[int, bool]:
+    """Run `cmd` in a session of its own, its output into `log`: (exit code, whether it timed out). A timeout kills
+    the whole group (torchrun and every rank, a site's job and its children); SIGTERM (which torchrun passes on to
+    its ranks) should this engine die, and the guard stops it should the run that asked for it be gone. OSError
+    when it cannot start."""
+    proc = subprocess.Popen(
+        cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, preexec_fn=guard.die_with_parent
+    )
+    guard.track(proc)
+    try:
+        rc, timed_out = proc.wait(timeout=timeout_s), False
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        rc, timed_out = proc.returncode, True
+    guard.untrack(proc)
+    return rc, timed_out
 
 
 def limit_within(timeout_s: float) -> float:

@@ -8,6 +8,7 @@
 Each figure is the median of `iters` timed copies after warm-up, timed with CUDA events; the samples
 (every value, n, min, median, max, spread_pct = (max - min) / median, and when each ended on the monotonic clock,
 `ends_s`) are kept per GPU, so a GPU disturbed while measured shows, and when. The smoke depth copies less, fewer times (seconds for a node).
+A confirmation measures again only the figures that asked (`only`: one GPU's HBM, or one way of its PCIe link).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ ITERS = {"smoke": 10, "quick": 20, "thorough": 50, "cpu": 3}
 WARMUP_ITERS = 3
 TIMEOUT_S = {"smoke": 300, "quick": 600, "thorough": 1200, "cpu": 300}  # all GPUs' HBM copies together
 BARRIER_TIMEOUT_S = 300
+WAYS = ("h2d", "d2h")
 
 
 def _timed_copies(torch, dst, src, iters, device) -> tuple[list[float], list[float]]:
@@ -76,7 +78,9 @@ def hbm_device(device_index, depth) -> dict:
     }
 
 
-def pcie_device(device_index, depth) -> dict:
+def pcie_device(device_index, depth, ways: tuple = WAYS) -> dict:
+    """One GPU's pinned copies each way of `ways` (h2d, d2h) timed; a way not timed is copied once, untimed, so that
+    the data still goes both ways and its correctness is checked."""
     import torch
 
     device = torch.device("cuda", device_index)
@@ -84,28 +88,28 @@ def pcie_device(device_index, depth) -> dict:
     n = SIZES_BYTES[depth]["pcie"]
     host = torch.randint(0, 255, (n,), dtype=torch.uint8).pin_memory()
     dev = torch.empty(n, dtype=torch.uint8, device=device)
-    secs, h2d_ends = _timed_copies(torch, dev, host, ITERS[depth], device)
-    h2d = [n / s / 1e9 for s in secs]
     back = torch.empty_like(host).pin_memory()
-    secs, d2h_ends = _timed_copies(torch, back, dev, ITERS[depth], device)
-    d2h = [n / s / 1e9 for s in secs]
-    ok = bool(torch.equal(back, host))
+    out: dict = {"bytes": n}
+    for way, dst, src in (("h2d", dev, host), ("d2h", back, dev)):
+        if way not in ways:
+            dst.copy_(src)
+            continue
+        secs, ends = _timed_copies(torch, dst, src, ITERS[depth], device)
+        gbps = [n / s / 1e9 for s in secs]
+        out[f"{way}_gbps"] = significant(summarize(gbps)["median"])
+        out[f"samples_{way}_gbps"] = {**summarize(gbps), "ends_s": ends}
     return {
-        "h2d_gbps": significant(summarize(h2d)["median"]),
-        "d2h_gbps": significant(summarize(d2h)["median"]),
-        "samples_h2d_gbps": {**summarize(h2d), "ends_s": h2d_ends},
-        "samples_d2h_gbps": {**summarize(d2h), "ends_s": d2h_ends},
-        "bytes": n,
-        "correct": ok,
+        **out,
+        "correct": bool(torch.equal(back, host)),
         "uuid": cuda_uuid(torch, device),
         "pci_bus_id": cuda_pci_bus_id(torch, device),
     }
 
 
-def _pcie_or_error(device_index, depth) -> dict:
-    """One GPU's PCIe figures, or the error that stopped them: the other GPUs are still measured."""
+def _or_error(measure, *args) -> dict:
+    """One GPU's figures, or the error that stopped them: the other GPUs are still measured."""
     try:
-        return pcie_device(device_index, depth)
+        return measure(*args)
     except Exception as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}
 
@@ -118,7 +122,10 @@ def _hbm_worker(device_index, depth, barrier, queue):
         queue.put((device_index, {"error": f"{type(exc).__name__}: {exc}"}))
 
 
-def run(depth: str = "quick") -> dict:
+def run(depth: str = "quick", only: dict | None = None) -> dict:
+    """Every GPU's HBM and PCIe figures; `only` {metric key (hbm_copy_gbps, pcie_h2d_gbps, pcie_d2h_gbps): [CUDA
+    device numbers, as strings]} measures just those figures, in this process, one GPU at a time: what a
+    confirmation asked (checks.memory_again), not the whole step."""
     import torch
     import torch.multiprocessing as mp
 
@@ -130,6 +137,12 @@ def run(depth: str = "quick") -> dict:
         if n_gpus == 0:
             hbm = {"cpu": hbm_device(None, depth)}
             pcie = {}
+        elif only is not None:
+            hbm = {str(i): _or_error(hbm_device, int(i), depth) for i in only.get("hbm_copy_gbps") or []}
+            pcie = {}
+            for i in sorted({i for m in ("pcie_h2d_gbps", "pcie_d2h_gbps") for i in only.get(m) or []}, key=int):
+                ways = tuple(w for w in WAYS if i in (only.get(f"pcie_{w}_gbps") or []))
+                pcie[str(i)] = _or_error(pcie_device, int(i), depth, ways)
         else:
             ctx = mp.get_context("spawn")
             barrier, queue = ctx.Barrier(n_gpus), ctx.Queue()
@@ -138,7 +151,7 @@ def run(depth: str = "quick") -> dict:
                 p.start()
             hbm = gather(procs, list(range(n_gpus)), queue, TIMEOUT_S[depth], what="HBM copies on GPU")
             hbm = {str(k): v for k, v in sorted(hbm.items())}
-            pcie = {str(i): _pcie_or_error(i, depth) for i in range(n_gpus)}
+            pcie = {str(i): _or_error(pcie_device, i, depth) for i in range(n_gpus)}
     hbm_vals = [v["hbm_copy_gbps"] for v in hbm.values() if "hbm_copy_gbps" in v]
     h2d_vals = [v["h2d_gbps"] for v in pcie.values() if "h2d_gbps" in v]
     d2h_vals = [v["d2h_gbps"] for v in pcie.values() if "d2h_gbps" in v]
@@ -157,6 +170,7 @@ def run(depth: str = "quick") -> dict:
             "timer": "cuda events" if n_gpus else "perf_counter",
             "statistic": "median",
             "samples": "per GPU: n, min, median, max, spread_pct = (max - min) / median",
+            **({"only": only} if only is not None else {}),
         },
         "versions": torch_versions(),
         "summary": {

@@ -9,11 +9,15 @@ of results; the raw output rides along in `detail` so nothing measured is lost.
 
 from __future__ import annotations
 
-from gpufleet.base import calibration, judge, profiles, schema
+from gpufleet.base import calibration, host_platform, judge, profiles, schema
 from gpufleet.checks import figures
 from gpufleet.base.schema import ERROR, FAIL, PASS, WARN, result
 
 GROUP = "benchmark"
+C2C_COPY_REMEDY = (
+    "a Grace superchip's host copies run over NVLink-C2C: compare with gpu_health.pcie_link (its C2C links' state "
+    "and speed, `nvidia-smi c2c -s`) and with the GPU's siblings; check what else uses the CPU's memory"
+)
 CPU_NOTE = "CPU run: logic check only, not a performance figure"
 
 
@@ -91,7 +95,7 @@ def flag_gpus(res: dict, gpus: list[dict]) -> dict:
     return res
 
 
-def _cuda_gpu(monitor: dict, info: dict) -> dict:
+def cuda_gpu(monitor: dict, info: dict) -> dict:
     """A CUDA device's identity for flagged_gpus, from what the benchmark read of it ({"uuid", "pci_bus_id"})."""
     return {"index": _nvml_index(monitor, info.get("pci_bus_id")), "uuid": info.get("uuid"), "serial": None}
 
@@ -120,7 +124,7 @@ def matmul(out: dict, profile: dict) -> list[dict]:
             d: {k: v[k]["per_shape"] for k in out["method"]["dtypes"] if k in v} for d, v in out["per_device"].items()
         },
     }
-    ident = {d: _cuda_gpu(mon, v.get("device") or {}) for d, v in out["per_device"].items()}
+    ident = {d: cuda_gpu(mon, v.get("device") or {}) for d, v in out["per_device"].items()}
     if errors:
         return [
             flag_gpus(
@@ -202,6 +206,16 @@ def memory(out: dict, profile: dict) -> list[dict]:
     cpu = out["device"] == "cpu"
     s, per, mon = out["summary"], out["per_device"], out["monitor"]
     detail = {"summary": s, "method": out["method"], "per_gpu": per, "monitor": mon}
+    # The host's copies run over NVLink-C2C on a Grace superchip (base.host_platform), held against its figure.
+    c2c = out.get("host_link") == host_platform.C2C
+    if out.get("host_link"):
+        detail["host_link"] = out["host_link"]
+    over = " over NVLink-C2C" if c2c else ""
+    link_remedy = (
+        C2C_COPY_REMEDY
+        if c2c
+        else "a link trained down shows here: compare with gpu_health.pcie_link and reseat or replace the riser"
+    )
     copies = {**per["hbm"], **{f"pcie{k}": v for k, v in per["pcie"].items()}}
     bad = [d for d, v in copies.items() if "error" in v or not v.get("correct", False)]
     if bad:
@@ -215,14 +229,14 @@ def memory(out: dict, profile: dict) -> list[dict]:
                     detail=detail,
                     failure_class="hardware" if wrong_data else None,
                 ),
-                [_cuda_gpu(mon, copies[d]) for d in bad if copies[d].get("uuid")],
+                [cuda_gpu(mon, copies[d]) for d in bad if copies[d].get("uuid")],
             )
         ]
 
     def under(part, field, key):  # the GPUs under the minimum: the ones a failing result is about
         limit = profiles.value(profile, key)
         return [
-            _cuda_gpu(mon, v)
+            cuda_gpu(mon, v)
             for v in per[part].values()
             if limit is not None and v.get(field) is not None and v[field] < limit
         ]
@@ -250,8 +264,8 @@ def memory(out: dict, profile: dict) -> list[dict]:
             "GB/s",
             profile,
             "pcie_h2d_gbps_min",
-            "slowest GPU host-to-device",
-            "a link trained down shows here: compare with gpu_health.pcie_link and reseat or replace the riser",
+            f"slowest GPU host-to-device{over}",
+            link_remedy,
             detail,
             cpu,
         )
@@ -261,8 +275,8 @@ def memory(out: dict, profile: dict) -> list[dict]:
             "GB/s",
             profile,
             "pcie_d2h_gbps_min",
-            "slowest GPU device-to-host",
-            "a link trained down shows here: compare with gpu_health.pcie_link",
+            f"slowest GPU device-to-host{over}",
+            link_remedy if c2c else "a link trained down shows here: compare with gpu_health.pcie_link",
             detail,
             cpu,
         )
@@ -279,7 +293,7 @@ def memory(out: dict, profile: dict) -> list[dict]:
         for i, r in enumerate(res):
             part, metric, what, field, key = parts[r["check"]]
             judged = figures.judged(
-                [(_cuda_gpu(mon, v), metric, what, "GB/s", v.get(field)) for v in per[part].values()], profile, mon
+                [(cuda_gpu(mon, v), metric, what, "GB/s", v.get(field)) for v in per[part].values()], profile, mon
             )
             r, flagged = figures.with_samples(r, judged, r["detail"].get("flagged_gpus") or [], profile, metric)
             res[i] = flag_gpus(figures.near_limit(r, judged, key, profile, metric), flagged)

@@ -4,7 +4,8 @@ each figure's 95% interval, so that measure.watched measures again only a figure
 A figure's samples are judged together: one low sample with nothing seen then is this platform's normal and
 stands (`isolated`); samples that fell while the sampler saw a cause on that GPU (a foreign process, a hardware
 or thermal slowdown, PCIe replays) are `disturbed`; more or deeper falls with no cause seen `fell`. Either of the
-last two means the figure is not yet the node's: the result warns and asks to be measured again.
+last two means the figure is not yet the node's: the result warns and asks to be measured again, and names as
+suspects every other process the GPU and host watches saw meanwhile, under their limits or over (checks.suspects).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from gpufleet.base import calibration, judge, profiles
 from gpufleet.base.numbers import significant
 from gpufleet.base.schema import PASS, WARN
+from gpufleet.checks import suspects
 
 SAMPLE_KEY = "sample_drop_pct_max"
 NOT_THE_FIGURE = (judge.FELL, judge.DISTURBED)
@@ -86,6 +88,10 @@ def judged(figures: list, profile: dict, monitor: dict) -> list[dict]:
                 "every_sample": every,
                 "interval": judge.median_interval(values) if every else None,
                 "limit": limit,
+                # who was there while a figure not yet the node's was measured, under the limits or over them
+                **(
+                    {"suspects": suspects.of(monitor, gpu.get("index"))} if verdict["verdict"] in NOT_THE_FIGURE else {}
+                ),
             }
         )
     return out
@@ -103,11 +109,17 @@ def _text(j: dict) -> str:
         f"{_who(j)}: {j['low']} of {j['n']} samples more than {lim:g}% below its median {j['median']:g} "
         f"{j['unit']} (lowest {j['min']:g}, {j['deepest_pct']:g}% below)"
     )
+    seen = j.get("suspects") or []
     if j["verdict"] == judge.DISTURBED:
-        return base + "; the sampler saw then: " + ", ".join(c["what"] for c in j["causes"])
+        return (
+            base
+            + "; the sampler saw then: "
+            + ", ".join(c["what"] for c in j["causes"])
+            + (f"; {suspects.text(seen)}" if suspects.under(seen) else "")
+        )
     if j["verdict"] == judge.ISOLATED:
         return base + ", nothing seen then: one low sample is not a disturbance"
-    return base + ", with nothing seen on the GPU then"
+    return base + f", with nothing seen on the GPU then; {suspects.text(seen)}"
 
 
 def with_samples(res: dict, figures: list[dict], flagged: list, profile: dict, metric: str) -> tuple[dict, list]:

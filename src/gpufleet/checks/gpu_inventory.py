@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable
 
 from gpufleet.base import profiles, schema
+from gpufleet import collect
 from gpufleet.collect import nvml
 from gpufleet.base.registry import SOFTWARE
 from gpufleet.base.schema import ERROR, FAIL, INFO, PASS, SKIP, WARN
@@ -172,7 +173,8 @@ def version_tuple(text: str) -> tuple[int, ...] | None:
 
 @gpu_check("gpu_count", needs_gpus=False)
 def gpu_count(readings, gpus, profile):
-    """The number of GPUs NVML sees against gpus_expected. Its detail holds the inventory."""
+    """The number of GPUs NVML sees against gpus_expected. Its detail holds the inventory: the GPUs, and the board's
+    identity (collect.board; None from readings that hold none), which a certificate binds (certify/)."""
     nv = readings["nvml"]
     expected = profiles.value(profile, "gpus_expected")
     count = len(gpus)
@@ -185,6 +187,7 @@ def gpu_count(readings, gpus, profile):
             | {"vbios": g.get("vbios_version")}
             for g in gpus
         ],
+        "board": collect.board(readings),
     }
     fields = dict(
         value=count,

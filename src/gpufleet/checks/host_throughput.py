@@ -8,6 +8,7 @@ import statistics
 
 from gpufleet.base import calibration, profiles
 from gpufleet.checks.benchmarks import CPU_NOTE
+from gpufleet.collect.host.platform import allocation_text
 from gpufleet.base.judge import MIN, Limit, below_pct, judge
 from gpufleet.base.schema import ERROR, FAIL, PASS, SKIP, result
 
@@ -240,6 +241,25 @@ def loader_result(out: dict, profile: dict, cpu: bool) -> dict:
     return result(check, PASS, what, value=fig, unit="tokens/s/GPU", threshold=threshold, detail=detail)
 
 
+def with_allocation(res: dict, alloc: dict | None) -> dict:
+    """A figure that depends on the host's CPUs with the CPUs it ran on beside it (collect.host.platform): a job
+    given 72 of 288 CPUs measures 72 CPUs' worth."""
+    if not alloc:
+        return res
+    said = allocation_text(alloc)
+    return res.replace(
+        reason=f"{res['reason']}; {said}" if said else res["reason"], detail={**res["detail"], "cpu_allocation": alloc}
+    )
+
+
 def host(out: dict, profile: dict) -> list[dict]:
-    cpu = out.get("device") == "cpu"
-    return [memory_result(out, profile, cpu), *disk_results(out, profile, cpu), loader_result(out, profile, cpu)]
+    """Each figure's result, with the CPUs it ran on where they matter and what the host is in its detail
+    (`machine`: a virtual machine's host figures are held to their past otherwise, comparisons.trusted)."""
+    cpu, alloc = out.get("device") == "cpu", out.get("cpu_allocation")
+    res = [
+        with_allocation(memory_result(out, profile, cpu), alloc),
+        *disk_results(out, profile, cpu),
+        with_allocation(loader_result(out, profile, cpu), alloc),
+    ]
+    machine = out.get("machine")
+    return [r.replace(detail={**r["detail"], "machine": machine}) for r in res] if machine else res

@@ -4,7 +4,9 @@ the best each trained to while the node's benchmarks loaded them (bench.link_wat
 A link whose best speed or width stayed below the most both its ends can do (the device's max_link_* and the
 slot's, its parent port's) fails, naming the device, the port above it and both figures: a NIC at x8 in an x16
 slot halves its bandwidth, a switch's uplink at Gen4 halves every GPU's and NIC's under it. A run that loaded no
-GPU (a CPU run) judges nothing: an idle GPU link lowers its speed on purpose.
+GPU (a CPU run) judges nothing: an idle GPU link lowers its speed on purpose. A GPU that reaches its CPU over
+NVLink-C2C (a Grace superchip) has no PCIe link to train down: it, and a bridge above such GPUs alone, is left out
+with that said (gpu_health.pcie_link reads its C2C links).
 """
 
 from __future__ import annotations
@@ -50,15 +52,34 @@ def combined(summaries: list[dict]) -> dict:
     return out
 
 
-def pcie_links(summaries: list[dict], loaded: bool) -> dict:
-    """The links' result from every step's LinkWatch summary; `loaded`: a step ran on the GPUs."""
+def _on_c2c(link: dict, c2c_gpus: set) -> bool:
+    """A GPU on NVLink-C2C, or a bridge with nothing but such GPUs below it."""
+    below = (
+        {link["bdf"]} if link["kind"] == "gpu" else set(link.get("below") or ()) if link["kind"] == "bridge" else set()
+    )
+    return bool(below) and below <= c2c_gpus
+
+
+def pcie_links(summaries: list[dict], loaded: bool, c2c_gpus=()) -> dict:
+    """The links' result from every step's LinkWatch summary; `loaded`: a step ran on the GPUs; `c2c_gpus`: the PCI
+    addresses of the GPUs on NVLink-C2C (base.host_platform), whose PCIe links are not judged."""
     links = combined(summaries)
+    c2c = {bdf: links.pop(bdf)["kind"] for bdf in list(links) if _on_c2c(links[bdf], set(c2c_gpus))}
+    c2c_text = (
+        f"{list(c2c.values()).count('gpu')} GPU(s) reach their CPU over NVLink-C2C, no PCIe link to train down "
+        "(gpu_health.pcie_link reads their C2C links)"
+        if c2c
+        else ""
+    )
     errors = [s["error"] for s in summaries if s.get("error")]
     detail = {
         "links": [{k: v for k, v in link.items() if k != "path"} | {"name": _name(link)} for link in links.values()],
         "reads": sum(s.get("samples") or 0 for s in summaries),
         "errors": errors,
+        **({"on_c2c": sorted(c2c)} if c2c else {}),
     }
+    if not links and c2c:
+        return result(CHECK, SKIP, f"no PCIe link to judge: {c2c_text}", detail=detail)
     if not links:
         why = "; ".join(errors) or (
             "no NIC or GPU on the PCI bus with a link speed to read (a virtual machine's devices have none)"
@@ -119,7 +140,8 @@ def pcie_links(summaries: list[dict], loaded: bool) -> dict:
         PASS,
         f"{len(kinds)} PCIe link(s) at their maximum under load ({kinds.count('nic')} NIC(s), {kinds.count('gpu')} "
         f"GPU(s), {kinds.count('bridge')} switch uplink(s)), over {detail['reads']} read(s)"
-        + (f"; {len(unread)} gave no speed, not judged: {unread_text}" if unread else ""),
+        + (f"; {len(unread)} gave no speed, not judged: {unread_text}" if unread else "")
+        + (f"; {c2c_text}" if c2c else ""),
         value=0,
         unit="links",
         detail=detail,

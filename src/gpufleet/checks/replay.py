@@ -58,6 +58,7 @@ def memory_output(detail: dict) -> dict:
         "summary": detail.get("summary") or {},
         "per_device": detail.get("per_gpu") or {"hbm": {}, "pcie": {}},
         "monitor": detail.get("monitor") or {},
+        **({"host_link": detail["host_link"]} if detail.get("host_link") else {}),
     }
 
 

@@ -7,6 +7,7 @@ fleet.py    gpufleet fleet run|accept|resume|locate: the playbooks through ansib
 records.py  gpufleet record|history|baseline|store|versions|slurm|references: the fleet's records on the controller
 report.py   gpufleet report RUN_DIR
 service.py  gpufleet slurm sweep|ladder|evidence: the fleet kept in service
+certify.py  gpufleet keygen|certify|verify: the acceptance certificates
 
 Each imports the layers below it; none imports another of this folder.
 """

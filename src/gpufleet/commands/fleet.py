@@ -13,13 +13,12 @@ named), 2 could not run (bad input, a playbook error before any node, ansible-ru
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import sys
 from pathlib import Path
 
 from gpufleet.base import registry
-from gpufleet.base.command_line import json_arg, refused_json
+from gpufleet.base.command_line import json_arg
 from gpufleet.base.errors import InputError
 from gpufleet.base.paths import DEFAULT_REPORTS_DIR
 from gpufleet.fleet.slurm_action import DEFAULT_MAX_DRAIN
@@ -72,6 +71,18 @@ def _run_options(p: argparse.ArgumentParser) -> None:
         "reason before testing them, so an accepted one is resumed",
     )
     p.add_argument(
+        "--certify-key",
+        metavar="KEY",
+        help="sign a certificate for each accepted node after the report with this private key (gpufleet_certify_key; "
+        "`gpufleet keygen`): mode 0600, outside the reports folder",
+    )
+    p.add_argument(
+        "--certify-command",
+        metavar="CMD",
+        help="instead of --certify-key, the site's signing command (gpufleet_certify_command), with --certify-pubkey",
+    )
+    p.add_argument("--certify-pubkey", metavar="PUB", help="the public key the signing command signs for")
+    p.add_argument(
         "--slurm-max-drain",
         metavar="N|N%",
         help="the breaker: at most N nodes or N%% of a partition "
@@ -90,21 +101,6 @@ def _finish(args, outcome) -> int:
     return outcome.exit
 
 
-def _json_when_refused(cmd):
-    """--json ends with its line at exit 2 too: input refused before anything ran (the message is on stderr as well)."""
-
-    @functools.wraps(cmd)
-    def run(args) -> int:
-        try:
-            return cmd(args)
-        except InputError as exc:
-            if args.json:
-                print(refused_json(f"gpufleet fleet {args.fleet_command}: {exc}"))
-            raise
-
-    return run
-
-
 def _run_arguments(args) -> dict:
     """What `fleet run` and `fleet accept` hand the runner alike: their options of _common and _run_options."""
     return {
@@ -117,21 +113,19 @@ def _run_arguments(args) -> dict:
         "view": _view(args),
         "slurm": args.slurm,
         "slurm_max_drain": args.slurm_max_drain,
+        "certify": {"key": args.certify_key, "command": args.certify_command, "pubkey": args.certify_pubkey},
     }
 
 
-@_json_when_refused
 def cmd_run(args) -> int:
     return _finish(args, api.fleet_run(args.inventory, limit=args.limit, **_run_arguments(args)))
 
 
-@_json_when_refused
 def cmd_accept(args) -> int:
     out = api.fleet_accept(args.nodes, peers=args.peers or [], inventory=args.inventory, **_run_arguments(args))
     return _finish(args, out)
 
 
-@_json_when_refused
 def cmd_resume(args) -> int:
     plan, out = api.fleet_resume(
         args.run_id,
@@ -155,7 +149,6 @@ def cmd_resume(args) -> int:
     return _finish(args, out)
 
 
-@_json_when_refused
 def cmd_locate(args) -> int:
     out = api.fleet_locate(
         args.inventory,

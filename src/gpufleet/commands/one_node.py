@@ -21,7 +21,8 @@ from gpufleet.base.command_line import add_document_arguments, json_arg, print_d
 
 
 def cmd_collect(args) -> int:
-    text = json.dumps(collect.read_all(args.root), indent=1, sort_keys=True)
+    reading = collect.identity(args.root) if args.identity else collect.read_all(args.root)
+    text = json.dumps(reading, indent=None if args.json else 1, sort_keys=True)
     if args.out:
         Path(args.out).write_text(text + "\n")
     else:
@@ -168,6 +169,12 @@ def add_parsers(sub) -> None:
     c = sub.add_parser("collect", help="record NVML and sysfs readings as JSON")
     c.add_argument("--root", default="/", help="filesystem root to read sysfs/procfs under (tests)")
     c.add_argument("--out", help="write to this file instead of stdout")
+    c.add_argument(
+        "--identity",
+        action="store_true",
+        help="only the hardware a certificate binds: the board's serials and every GPU's UUID and serial "
+        "(what `gpufleet verify --live` reads)",
+    )
     c.set_defaults(func=cmd_collect)
 
     k = sub.add_parser("check", help="run node checks and print a host document")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sqlite3
 import sys
 from pathlib import Path
@@ -40,8 +41,8 @@ def _store_path(args) -> Path:
     return default_path(getattr(args, "reports_dir", None) or paths.DEFAULT_REPORTS_DIR)
 
 
-def _open(args, *, create: bool = False):
-    return Store(_store_path(args), create=create)
+def _open(args, *, create: bool = False, check: bool = False):
+    return Store(_store_path(args), create=create, check=check)
 
 
 # A SQLite error met while a command uses the store: said for what it means, naming the store (exit 2).
@@ -56,7 +57,7 @@ def _print(doc, as_json: bool, text: str) -> None:
 
 
 def cmd_record(args) -> int:
-    run_dir = Path(args.run_dir)
+    started, run_dir = schema.utc_now(), Path(args.run_dir)
     raw = sys.stdin.buffer.read()
     doc, why = schema.parse_host_doc(raw)
     if doc is None:
@@ -90,6 +91,7 @@ def cmd_record(args) -> int:
 
         try:  # a store found damaged on opening or while indexing is repaired, and the document indexed into the new one
             store, _ = use_for_run(open_for_run(db, run_dir), run_dir, index)
+            done["store_repairs"] = [r["note"] for r in store.repairs_since(started)]  # a store moved aside, named
             store.close()
             done["store"] = str(db)
         except (InputError, sqlite3.Error) as exc:
@@ -116,7 +118,7 @@ def cmd_history(args) -> int:
 
 @_store_errors
 def cmd_baseline(args) -> int:
-    with _open(args) as store:
+    with _open(args, check=args.action != "show") as store:  # a writer checks every page first
         if args.action == "set":
             paths.safe_name(args.run_id, "RUN_ID")
             base = store.set_baseline(args.run_id)
@@ -164,7 +166,7 @@ def cmd_store(args) -> int:
         Store(path).close()  # names the missing folder
     with paths.folder_lock(path.parent):  # not while a run repairs it
         damage = None
-        if path.exists():
+        if os.path.lexists(path):
             try:
                 Store(path, check=True).close()
             except DamagedStore as exc:
@@ -176,7 +178,9 @@ def cmd_store(args) -> int:
         text.append(
             f"  moved aside: {moved} ({f'not a gpufleet store: {damage.cause}' if damage else 'left of a removed store'})"
         )
-    text += [f"  unreadable: run {u['run_id']}, {u['host']}: {u['reason']}" for u in summary["unreadable"]]
+    text += [
+        f"  unreadable: run {u['run_id']}, {u.get('host') or u['file']}: {u['reason']}" for u in summary["unreadable"]
+    ]
     text += [f"  missing: run {m['run_id']}, {m['host']}: no host document" for m in summary["missing"]]
     text.append(f"baseline: {summary['baseline'] or 'none'}")
     if summary["baseline_problem"]:  # the rebuild stands; the baseline it could not take is named
@@ -201,12 +205,10 @@ def run_versions(run_dir: Path, hosts: list[str] | None, peers: list[str] | None
     by_host, unreadable = {}, {}
     for host in names:
         paths.safe_name(host, "a host name of --hosts")
-        try:
-            doc, why = schema.parse_host_doc((folder / f"{host}.json").read_bytes())
-        except OSError as exc:
-            doc, why = None, f"{folder / host}.json: {exc.strerror or exc}"
+        raw, why = paths.read_bytes(folder / f"{host}.json")
+        doc, why = schema.parse_host_doc(raw) if raw is not None else (None, why)
         if doc is None or not isinstance(doc.get("versions"), dict):
-            unreadable[host] = why or "the document has no versions"
+            unreadable[host] = f"{folder / host}.json {why or 'has no versions'}"
         else:
             by_host[host] = doc["versions"]
     peer_by_host: dict[str, dict] = {}
@@ -264,6 +266,9 @@ def _where(p: argparse.ArgumentParser) -> None:
 
 def cmd_slurm(args) -> int:
     names = slurm.names_arg(args.slurm_name)
+    store = default_path(Path(args.run_dir).resolve().parent)
+    if store.exists() and not args.check:  # a writer checks every page first: a damaged store is said before acting
+        Store(store, check=True).close()
     if args.take_over:
         record = fleet_slurm.take_over(
             Path(args.run_dir), runs.run_id_of(args.run_dir), args.take_over, names=names, check=args.check
@@ -271,7 +276,6 @@ def cmd_slurm(args) -> int:
     else:
         record = fleet_slurm.act(Path(args.run_dir), args.action, args.max_drain, names=names, check=args.check)
     lines = fleet_slurm.summary_lines(record)
-    store = default_path(Path(args.run_dir).resolve().parent)
     if store.exists() and not args.check:  # what it did counts in the fleet's costs (fleet/service_log.py)
         try:
             with Store(store) as opened:

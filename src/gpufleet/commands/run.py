@@ -12,7 +12,7 @@ import shutil
 import time
 from pathlib import Path
 
-from gpufleet.base import guard, lock, runs, schema
+from gpufleet.base import guard, lock, paths, runs, schema
 from gpufleet.base.command_line import json_arg
 from gpufleet.base.errors import InputError
 from gpufleet.base.lock import DEFAULT_PATH as DEFAULT_LOCK_PATH
@@ -96,6 +96,9 @@ def _watch_vars(path: Path, playbook_pid: int) -> None:
 
 
 def cmd_lock(args) -> int:
+    if args.lock_command != "show":
+        paths.safe_name(args.run_id, "--run-id")
+        paths.safe_name(args.holder, "--holder")
     if args.lock_command == "acquire":
         controller = json_arg(args.controller, "--controller")
         asked = schema.utc_now()
@@ -116,7 +119,7 @@ def cmd_lock(args) -> int:
     elif args.lock_command == "release":
         out = lock.release(args.path, args.run_id, args.holder)
     else:
-        out = {"record": lock.read(args.path)}
+        out = {"path": args.path, "record": lock.read(args.path)}
     print(json.dumps(out, sort_keys=True))
     return 0
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from gpufleet.base import registry, slurm
 from gpufleet.base.errors import InputError
 from gpufleet.base.paths import DEFAULT_REPORTS_DIR
+from gpufleet.certify import issue, signing
 from gpufleet.fleet import slurm_action as fleet_slurm
 from gpufleet.fleet.store import Store, default_path, errors_said
 from gpufleet.service import commands, evidence, ladder, outputs, policy, retest, sweep
@@ -75,6 +76,9 @@ def cmd_sweep(args) -> int:
     fleet_slurm.parse_action(args.action)
     fleet_slurm.parse_max_drain(args.max_drain)
     limit_min = args.time_limit_min or sweep.TIME_LIMIT_MIN[args.tier]
+    signer = None  # the certificates the sweep renews, when the site signs them (refused before anything is submitted)
+    if args.certify_key or args.certify_command:
+        signer = signing.signer_of(args.certify_key, args.certify_command, args.certify_pubkey, [args.reports_dir])
     if args.collect:
         run_dir = Path(args.collect)
     else:
@@ -115,6 +119,8 @@ def cmd_sweep(args) -> int:
         if args.action != "none":
             done["slurm"] = fleet_slurm.act(run_dir, args.action, args.max_drain, names=names)
         done["ladder"] = ladder.judge(run_dir, act=act, site_commands=site, max_actions=args.max_drain, names=names)
+        if signer is not None:
+            done["certificates"] = issue.certify(run_dir, signer)
     data = outputs.write(run_dir)
     ok = summary is None or summary["verdict"] != "fail"
     ok = ok and (done["slurm"] or {"ok": True})["ok"] and (done["ladder"] or {"ok": True})["ok"]
@@ -128,6 +134,8 @@ def cmd_sweep(args) -> int:
     ]
     if done["slurm"]:
         text += fleet_slurm.summary_lines(done["slurm"])
+    if done.get("certificates"):
+        text.append(issue.summary_text(done["certificates"]))
     _print(dict(done, service=outputs.json_section(data)), args.json, "\n".join(text + [""] + outputs.md_section(data)))
     return 0 if ok else 1
 
@@ -278,6 +286,14 @@ def add_parsers(sub) -> None:
         default="none",
         help=f"gpufleet_slurm_action after the report: {', '.join(fleet_slurm.ACTIONS)} (default none)",
     )
+    s.add_argument(
+        "--certify-key",
+        metavar="KEY",
+        help="renew the certificate of each node the sweep accepts, signed with this private key "
+        "(gpufleet_certify_key; docs/certificates.md)",
+    )
+    s.add_argument("--certify-command", metavar="CMD", help="instead of --certify-key, the site's signing command")
+    s.add_argument("--certify-pubkey", metavar="PUB", help="with --certify-command, the public key it signs for")
     _ladder_options(s)
     s.set_defaults(func=cmd_sweep)
 

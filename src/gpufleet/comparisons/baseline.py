@@ -18,6 +18,7 @@ from gpufleet.comparisons.findings import (
 )
 from gpufleet.comparisons.against import Against
 from gpufleet.comparisons.peers import Settle, node_rows
+from gpufleet.comparisons.trusted import apart_text, compared
 from gpufleet.comparisons.thresholds import BASE_FAIL, BASE_WARN, Thresholds
 from gpufleet.base.schema import SKIP
 
@@ -111,11 +112,12 @@ def node_vs_baseline(
         lambda c: f"{gpu_text(c)} " if c.get("index") is not None or c.get("uuid") else f"node {host} ",
     )
     if reason is None:
+        mine = [c["metric"] for c in compared(comparisons)]
         reason = (
-            f"node {host} and its GPUs within {limit_text(thresholds, BASE_WARN, [c['metric'] for c in comparisons])} of "
-            f"baseline run {base_id} on "
-            f"{len(comparisons)} figure(s); {gap_text(comparisons)}"
+            f"node {host} and its GPUs within {limit_text(thresholds, BASE_WARN, mine)} of baseline run {base_id} on "
+            f"{len(mine)} figure(s); {gap_text(comparisons)}"
         )
+    reason += apart_text(comparisons, node_metrics.get("apart"))
     return fleet_result(
         "node_vs_baseline",
         status,
@@ -226,11 +228,12 @@ def node_vs_baseline_fleet(
         comparisons, thresholds, BASE_WARN, BASE_FAIL, lambda c: f"node {host} "
     )
     if reason is None:
+        mine = [c["metric"] for c in compared(comparisons)]
         reason = (
-            f"node {host} within {limit_text(thresholds, BASE_WARN, [c['metric'] for c in comparisons])} of baseline run "
-            f"{base_id}'s fleet median on "
-            f"{len(comparisons)} metric(s); {gap_text(comparisons)}"
+            f"node {host} within {limit_text(thresholds, BASE_WARN, mine)} of baseline run {base_id}'s fleet median on "
+            f"{len(mine)} metric(s); {gap_text(comparisons)}"
         )
+    reason += apart_text(comparisons, node_metrics.get("apart"))
     return fleet_result(
         "node_vs_baseline_fleet",
         status,

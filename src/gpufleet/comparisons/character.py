@@ -67,7 +67,7 @@ def held(row: dict, past: dict[tuple, list[float]], thresholds: Thresholds) -> d
     """The comparison row with `own_past` where the GPU has one: {"runs", "usual_below_pct", "change_pct",
     "limit_pct", "changed"}; a passing row whose GPU moved more than the limit against its usual place warns."""
     mine = past.get((row.get("uuid"), row["metric"], row.get("context")))
-    if not mine or len(mine) < MIN_RUNS:
+    if not mine or len(mine) < MIN_RUNS or row.get("not_compared"):  # a figure not the node's: held against nothing
         return row
     usual = statistics.median(mine)
     change = round(-row["deviation_pct"] - usual, 2)

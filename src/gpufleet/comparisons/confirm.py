@@ -15,9 +15,12 @@ one measurement, as it asked.
 
 from __future__ import annotations
 
-from gpufleet.base.schema import FAIL, INFO, WARN
+from gpufleet.base.schema import FAIL, INFO, SKIP, WARN
 
 INCONCLUSIVE = "inconclusive"  # a comparison's row past its limit in one measurement only
+NOT_COMPARED = (
+    "not_compared"  # a row whose figure the judge did not trust (comparisons/trusted.py): compared with nothing
+)
 BEYOND = (WARN, FAIL)
 RECORD = "held"  # the detail key of a step's results that keeps the record
 
@@ -57,8 +60,8 @@ def settle(check: str, row: dict, record: dict | None, *, confirming: bool = Tru
 
 
 def status_of(row: dict) -> str:
-    """A row's status as a result's: an inconclusive row is information."""
-    return INFO if row["status"] == INCONCLUSIVE else row["status"]
+    """A row's status as a result's: an inconclusive row is information; one not compared, skip."""
+    return {INCONCLUSIVE: INFO, NOT_COMPARED: SKIP}.get(row["status"], row["status"])
 
 
 def record(results: list[dict]) -> dict:

@@ -11,10 +11,12 @@ from typing import Any
 from gpufleet.base import schema
 from gpufleet.comparisons import GROUP, flagged, gpu_text, figure_text
 from gpufleet.base.calibration import UNCALIBRATED
-from gpufleet.comparisons.confirm import INCONCLUSIVE
+from gpufleet.comparisons.confirm import INCONCLUSIVE, NOT_COMPARED
+from gpufleet.comparisons.trusted import judged as trusted_row
 from gpufleet.comparisons.robust import judge
 from gpufleet.comparisons.thresholds import Thresholds
 from gpufleet.base.judge import below_pct, judge as one_judge
+from gpufleet.base.registry import ENVIRONMENT
 from gpufleet.base.schema import FAIL, INFO, PASS, SKIP, WARN
 
 
@@ -23,8 +25,17 @@ MAX_LISTED = 6  # findings named in a reason; all of them are in detail
 
 
 def comparison_row(
-    m: dict, reference: float, ref_text: str, thresholds: Thresholds, warn: str, fail: str, **extra
+    m: dict,
+    reference: float,
+    ref_text: str,
+    thresholds: Thresholds,
+    warn: str,
+    fail: str,
+    held_against: dict | None = None,
+    **extra,
 ) -> dict:
+    """Figure m against its reference, with what its trust (and that of held_against, the node's own figure it is
+    held against, where it is one) allows: comparisons.trusted."""
     limit = thresholds.limit(warn, fail, m["key"])
     status, deviation = judge(m["value"], reference, limit)
     interval = m.get("interval")  # the figure's 95% interval, where its samples give one: near a level of the limit
@@ -34,7 +45,7 @@ def comparison_row(
             -deviation, limit, interval=(below_pct(interval[0], reference), below_pct(interval[1], reference))
         ).near
     )
-    return {
+    row = {
         "metric": m["key"],
         "label": m["label"],
         "unit": m["unit"],
@@ -53,6 +64,7 @@ def comparison_row(
         **({"near": True} if near else {}),
         **extra,
     }
+    return trusted_row(row, m, thresholds, warn, fail, held_against)
 
 
 def comparison_sentence(c: dict, thresholds: Thresholds, warn: str, fail: str, who: str = "") -> str:
@@ -72,7 +84,11 @@ def comparison_sentence(c: dict, thresholds: Thresholds, warn: str, fail: str, w
             f"lower, a change against its own past (threshold {figure_text(own['limit_pct'])}%)"
         )
     z = f", robust z {c['robust_z']}" if c.get("robust_z") is not None else ""
-    return f"{head} is {pct_text(below, limit)}% below {c['reference_is']} {figure_text(c['reference'])}{z} ({words} {figure_text(limit)}%{note})"
+    why = "".join(f": {c[k]}" for k in ("environment", "repeated") if c.get(k))
+    return (
+        f"{head} is {pct_text(below, limit)}% below {c['reference_is']} {figure_text(c['reference'])}{z} "
+        f"({words} {figure_text(limit)}%{note}){why}"
+    )
 
 
 def pct_text(value: float, limit: Any = None) -> str:
@@ -112,12 +128,23 @@ INCONCLUSIVE_REMEDY = (
 )
 
 
+ENVIRONMENT_REMEDY = (
+    "nothing to service yet: on a virtual machine the host's CPUs and memory are shared with other guests of the "
+    "hypervisor; validate again later (validate.yml --limit NODE): a drop that repeats over runs is the node's, and "
+    "one that keeps coming back is a question for the provider (dedicated cores)"
+)
+
+
 def fleet_result(check: str, status: str, reason: str, *, cpu: bool = False, **fields) -> dict:
     """One fleet result; on a CPU run a would-be pass, warn or fail becomes skip, saying so. A result whose rows
-    past a limit are all inconclusive says what to do about it."""
+    past a limit are all inconclusive says what to do about it; one whose rows past a limit are all the
+    environment's (comparisons.trusted: a virtual machine's host figures) is class environment, and says so."""
     detail = fields.pop("detail", {}) or {}
     if fields.get("trust") == schema.INCONCLUSIVE:
         fields["remedy"] = INCONCLUSIVE_REMEDY
+    beyond = [c for c in detail.get("comparisons") or [] if c.get("status") in (WARN, FAIL)]
+    if status in (WARN, FAIL) and beyond and all(c.get("class") == ENVIRONMENT for c in beyond):
+        fields.update(failure_class=ENVIRONMENT, remedy=ENVIRONMENT_REMEDY)
     if cpu and status in (PASS, WARN, FAIL, INFO):
         detail = {**detail, "would_be": status, "cpu_run": True}
         status, reason = SKIP, f"{CPU_PREFIX}: {reason}"
@@ -146,6 +173,11 @@ EVIDENCE_KEYS = (
     "confirmed",
     "attempts",
     "unconfirmed",
+    "not_compared",
+    "information",
+    "class",
+    "environment",
+    "repeated",
 )
 
 
@@ -163,8 +195,8 @@ def evidence_rows(comparisons: list[dict]) -> list[dict]:
 
 
 def worst_status(comparisons: list[dict]) -> str:
-    """The worst status of the rows that stand (an inconclusive row changes no verdict)."""
-    return schema.worst((c["status"] for c in comparisons if c["status"] != INCONCLUSIVE), default=PASS)
+    """The worst status of the rows that stand (an inconclusive row changes no verdict, nor one not compared)."""
+    return schema.worst((c["status"] for c in comparisons if c["status"] not in (INCONCLUSIVE, NOT_COMPARED)))
 
 
 def judge_comparisons(
@@ -172,16 +204,26 @@ def judge_comparisons(
 ) -> tuple[str, str | None, float, str | None]:
     """(status, reason, largest gap, trust) of a check's rows, settled by confirm.settle where it was applied.
 
-    status: the worst of the rows that stand; `info` where the only rows past a limit are inconclusive. reason: the
-    sentences of the rows that did not pass, the largest gap first, each led by who(row), the inconclusive ones after
-    "inconclusive:" (None when every row passed). The largest gap below the reference in % (0 when none is below).
-    trust: `confirmed` where a standing row past its limit was measured again, `inconclusive` where only
+    status: the worst of the rows that stand; `info` where the only rows past a limit are inconclusive, or
+    information (comparisons.trusted: a host figure not calibrated yet); `skip` where no row's figure was compared
+    (not the node's: trusted). reason: the sentences of the rows that did not pass, the largest gap first, each led
+    by who(row), the information after "information, not a warning:", the inconclusive ones after "inconclusive:"
+    (None when every row passed). The largest gap below the reference in % of the rows compared (0 when none is
+    below). trust: `confirmed` where a standing row past its limit was measured again, `inconclusive` where only
     inconclusive rows are past one, else None."""
-    standing = sorted(
-        (c for c in comparisons if c["status"] not in (PASS, INCONCLUSIVE)), key=lambda c: c["deviation_pct"]
-    )
-    unsure = sorted((c for c in comparisons if c["status"] == INCONCLUSIVE), key=lambda c: c["deviation_pct"])
+    compared = [c for c in comparisons if c["status"] != NOT_COMPARED]
+    if not compared:
+        return SKIP, "no figure of this node could be compared", 0.0, None
+    standing = sorted((c for c in compared if c["status"] in (WARN, FAIL)), key=lambda c: c["deviation_pct"])
+    told = sorted((c for c in compared if c["status"] == INFO), key=lambda c: c["deviation_pct"])
+    unsure = sorted((c for c in compared if c["status"] == INCONCLUSIVE), key=lambda c: c["deviation_pct"])
     parts = [comparison_sentence(c, thresholds, warn, fail, who=who(c)) for c in standing]
+    if told:
+        parts.append(
+            "information, not a warning: "
+            + "; ".join(comparison_sentence(c, thresholds, warn, fail, who=who(c)) for c in told[:MAX_LISTED])
+            + f" ({told[0]['information']})"
+        )
     if unsure:
         parts.append(
             "inconclusive: "
@@ -191,12 +233,12 @@ def judge_comparisons(
             )
         )
     reason = listed_text(parts) if parts else None
-    below_pct = max(max((-c["deviation_pct"] for c in comparisons), default=0.0), 0.0)
+    below_pct = max(max((-c["deviation_pct"] for c in compared), default=0.0), 0.0)
     status = worst_status(comparisons)
     trust = None
     if standing and any(c.get("confirmed") for c in standing):
         trust = schema.CONFIRMED
-    elif unsure and status == PASS:
+    elif unsure and status in (PASS, INFO):
         status, trust = INFO, schema.INCONCLUSIVE
     return status, reason, round(below_pct, 2), trust
 
@@ -213,7 +255,9 @@ def flagged_from(comparisons: list[dict]) -> list[dict]:
 
 
 def gap_text(comparisons: list[dict]) -> str:
-    """The largest gap below a reference, and the figures the node measured again before they passed."""
+    """The largest gap below a reference, and the figures the node measured again before they passed (of the
+    figures compared)."""
+    comparisons = [c for c in comparisons if c["status"] != NOT_COMPARED] or comparisons
     worst = min(comparisons, key=lambda c: c["deviation_pct"])
     again = [c for c in comparisons if c["status"] == PASS and len(c.get("attempts") or []) > 1]
     said = (

@@ -27,7 +27,9 @@ from typing import Any
 from gpufleet.comparisons.metric_keys import DTYPES, GPU_METRICS, band_of, describe
 
 CPU_MARK = "not a performance figure"
+UNSTABLE = ("fell", "disturbed")  # a figure's samples judged so (base.judge): not yet the node's
 SNAPSHOT_CHECKS = ("snapshot_before", "snapshot_after")
+MEMORY_CHECKS = ("hbm_bandwidth", "pcie_h2d_bandwidth", "pcie_d2h_bandwidth")
 FABRIC_CHECKS = ("fabric_before", "fabric_after")
 
 
@@ -204,12 +206,28 @@ def _intervals(detail: dict) -> dict[tuple, list]:
     }
 
 
+def _unstable(detail: dict, source: str) -> dict[tuple, str]:
+    """(uuid, metric) -> why a figure is not yet the node's: its samples fell in its last measurement, with nothing
+    seen or beside a cause (checks.figures). Such a figure is compared with nothing (comparisons.trusted)."""
+    out = {}
+    for j in detail.get("samples_judged") or []:
+        if not isinstance(j, dict) or j.get("verdict") not in UNSTABLE or not (j.get("gpu") or {}).get("uuid"):
+            continue
+        how = "beside a cause the sampler saw" if j["verdict"] == "disturbed" else "with nothing seen on the GPU"
+        out[(j["gpu"]["uuid"], j.get("metric"))] = (
+            f"its samples fell {how} ({j.get('low')} of {j.get('n')} more than {j.get('limit')}% below their "
+            f"median): not yet the node's ({source})"
+        )
+    return out
+
+
 def _matmul(res: dict, mapper: _Mapper, cpu: bool, out: dict) -> None:
     detail = res.get("detail") or {}
     intervals = _intervals(detail)
     per_gpu = detail.get("per_gpu") if isinstance(detail.get("per_gpu"), dict) else {}
     per_shape = detail.get("per_shape") if isinstance(detail.get("per_shape"), dict) else {}
     source = "benchmark.matmul_bf16"
+    unstable = _unstable(detail, source)
     for cuda, figures in sorted(per_gpu.items(), key=lambda kv: _natural(kv[0])):
         if not isinstance(figures, dict):
             continue
@@ -218,6 +236,7 @@ def _matmul(res: dict, mapper: _Mapper, cpu: bool, out: dict) -> None:
             if _finite(figures.get(dtype)):
                 key = f"matmul_{dtype}_tflops"
                 interval = intervals.get((gpu.get("uuid"), key))
+                why = unstable.get((gpu.get("uuid"), key))
                 out["metrics"].append(
                     _metric(
                         key,
@@ -228,6 +247,7 @@ def _matmul(res: dict, mapper: _Mapper, cpu: bool, out: dict) -> None:
                         source=source,
                         trust=res.get("trust"),
                         **({"interval": interval} if interval else {}),
+                        **({"unstable": why} if why else {}),
                     )
                 )
         spread = _spread(figures.get("samples_tflops")) or _spread(_best_shape_samples(per_shape.get(cuda)))
@@ -244,10 +264,14 @@ def _matmul(res: dict, mapper: _Mapper, cpu: bool, out: dict) -> None:
             )
 
 
-def _memory(res: dict, mapper: _Mapper, cpu: bool, out: dict) -> None:
+def _memory(res: dict, mapper: _Mapper, cpu: bool, out: dict, memory_results: list[dict]) -> None:
     detail = res.get("detail") or {}
     intervals = _intervals(detail)
     per = detail.get("per_gpu") if isinstance(detail.get("per_gpu"), dict) else {}
+    # The three results share one detail, each judging its own figure's samples: every result's judgement is read.
+    unstable = {
+        k: v for r in memory_results for k, v in _unstable(r.get("detail") or {}, f"benchmark.{r['check']}").items()
+    }
     parts = (
         ("hbm", "hbm_copy_gbps", "samples_gbps", "benchmark.hbm_bandwidth"),
         ("pcie", "h2d_gbps", "samples_h2d_gbps", "benchmark.pcie_h2d_bandwidth"),
@@ -261,6 +285,7 @@ def _memory(res: dict, mapper: _Mapper, cpu: bool, out: dict) -> None:
                 continue
             gpu = mapper.gpu(cuda, fig.get("uuid"))
             interval = intervals.get((gpu.get("uuid"), key))
+            why = unstable.get((gpu.get("uuid"), key))
             out["metrics"].append(
                 _metric(
                     key,
@@ -271,6 +296,7 @@ def _memory(res: dict, mapper: _Mapper, cpu: bool, out: dict) -> None:
                     source=source,
                     trust=res.get("trust"),
                     **({"interval": interval} if interval else {}),
+                    **({"unstable": why} if why else {}),
                 )
             )
             spread = _spread(fig.get(samples))
@@ -350,26 +376,28 @@ def _tokens(res: dict, name: str, scope: str, cpu: bool, out: dict) -> None:
     _node_figure(f"{name}_{scope}_tokens_per_s_per_gpu", res, cpu, context, out)
 
 
-def _node_figure(key: str, res: dict, cpu: bool, context: str, out: dict) -> None:
+def _node_figure(key: str, res: dict, cpu: bool, context: str, out: dict, **extra) -> None:
     """A node's figure that is a result's value, with its trust."""
     source = f"{res['group']}.{res['check']}"
     out["metrics"].append(
-        _metric(key, res["value"], gpu=None, cpu=cpu, context=context, source=source, trust=res.get("trust"))
+        _metric(key, res["value"], gpu=None, cpu=cpu, context=context, source=source, trust=res.get("trust"), **extra)
     )
 
 
-# The host's own figures (checks.host_throughput): check -> metric key (metric_keys.HOST_METRICS).
+# The host's own figures (checks.host_throughput): check -> metric key.
 HOST_CHECKS = {
     "host_memory_bandwidth": "host_memory_gbps",
     "disk_write_bandwidth": "disk_write_gbps",
     "disk_read_bandwidth": "disk_read_gbps",
     "data_loader": "loader_tokens_per_s_per_gpu",
 }
+HOST_METRICS = tuple(HOST_CHECKS.values())
 
 
 def _host(res: dict, cpu: bool, out: dict) -> None:
     """A figure of the host's own (its value: the slowest NUMA node, the drive, the loader), compared only with one
-    measured the same way (the tier; for the drive also the tool and its folder)."""
+    measured the same way (the tier; for the drive also the tool and its folder); on a virtual machine it says why
+    the host is one (`virtual`: bench.host's `machine`)."""
     detail = res.get("detail") or {}
     if not _finite(res.get("value")) or res.get("status") == "error":
         return
@@ -378,7 +406,9 @@ def _host(res: dict, cpu: bool, out: dict) -> None:
         context = (
             f"tier={(detail.get('method') or {}).get('tier')},tool={detail.get('tool')},at={detail.get('scratch')}"
         )
-    _node_figure(HOST_CHECKS[res["check"]], res, cpu, context, out)
+    machine = detail.get("machine") if isinstance(detail.get("machine"), dict) else {}
+    virtual = {"virtual": machine["why"]} if machine.get("virtual") and machine.get("why") else {}
+    _node_figure(HOST_CHECKS[res["check"]], res, cpu, context, out, **virtual)
 
 
 def _natural(text: str) -> list:
@@ -386,7 +416,8 @@ def _natural(text: str) -> list:
 
 
 def extract(doc_or_results: Any, gpus: list[dict] | None = None) -> dict:
-    """{"gpus": inventory, "metrics": [...], "spreads": [...], "snapshots": {...}, "cpu": bool} of one node.
+    """{"gpus": inventory, "metrics": [...], "spreads": [...], "snapshots": {...}, "apart": [...], "cpu": bool} of
+    one node; `apart`: the results measured beside another process ({"source", "why"}), whose figures are none.
 
     Per-GPU metrics first, then the node-level ones, the slowest GPU of each per-GPU metric among them. `gpus`: the
     node's GPUs where the caller has them (the node's own NVML readings), else read from the results.
@@ -394,21 +425,21 @@ def extract(doc_or_results: Any, gpus: list[dict] | None = None) -> dict:
     results = _results(doc_or_results)
     gpus = gpus if gpus is not None else inventory(results)
     mapper = _Mapper(gpus)
-    out: dict = {"gpus": gpus, "metrics": [], "spreads": [], "snapshots": snapshots(results)}
+    out: dict = {"gpus": gpus, "metrics": [], "spreads": [], "snapshots": snapshots(results), "apart": []}
     memory_done = False
     for res in results:
         group, check = res.get("group"), res.get("check")
+        if res.get("trust") == "disturbed" and group in ("benchmark", "benchmark_multinode"):
+            # Measured beside another process: no figure of the node's, compared with nothing (comparisons.trusted).
+            out["apart"].append({"source": f"{group}.{check}", "why": str(res.get("reason") or "").split("; ")[0]})
         if res.get("status") == "error" or not isinstance(res.get("detail"), dict):
             continue
         cpu = is_cpu(res)
         if group == "benchmark" and check == "matmul_bf16":
             _matmul(res, mapper, cpu, out)
-        elif (
-            group == "benchmark"
-            and check in ("hbm_bandwidth", "pcie_h2d_bandwidth", "pcie_d2h_bandwidth")
-            and not memory_done
-        ):
-            _memory(res, mapper, cpu, out)  # the three share one detail: read it once
+        elif group == "benchmark" and check in MEMORY_CHECKS and not memory_done:
+            memory = [r for r in results if r.get("group") == "benchmark" and r.get("check") in MEMORY_CHECKS]
+            _memory(res, mapper, cpu, out, memory)  # the three share one detail: read it once
             memory_done = True
         elif group == "benchmark" and check == "nccl_sendrecv":
             _sendrecv(res, cpu, out)
@@ -440,6 +471,7 @@ def extract(doc_or_results: Any, gpus: list[dict] | None = None) -> dict:
                     context=slow["context"],
                     source=slow["source"],
                     slowest_gpu=slow["index"] if slow["index"] is not None else slow["cuda_index"],
+                    **({"unstable": f"its slowest GPU's {slow['unstable']}"} if slow.get("unstable") else {}),
                 )
             )
     out["metrics"] += node_rows

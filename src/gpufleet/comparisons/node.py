@@ -18,10 +18,9 @@ References, as JSON:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from gpufleet.base import registry
+from gpufleet.base import paths, registry
 from gpufleet.comparisons import metrics
 from gpufleet.comparisons.against import Against
 from gpufleet.comparisons.baseline import baseline_index
@@ -35,10 +34,7 @@ FOLDER = "references"  # RUN_DIR/references/<host>.json: each node's, written on
 def read(run_dir: Path | str, host: str) -> dict | None:
     """A node's references as its run wrote them; None when the run wrote none for it (or they cannot be read: the
     node then measures as before, and the controller judges what it could not confirm as inconclusive)."""
-    try:
-        return json.loads((Path(run_dir) / FOLDER / f"{host}.json").read_text())
-    except (OSError, ValueError):
-        return None
+    return paths.read_json(Path(run_dir) / FOLDER / f"{host}.json")[0]
 
 
 def checked(references: dict | None) -> dict:

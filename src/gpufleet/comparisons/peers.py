@@ -37,6 +37,7 @@ from gpufleet.comparisons.thresholds import (
 )
 from gpufleet.base import schema
 from gpufleet.comparisons.confirm import INCONCLUSIVE
+from gpufleet.comparisons.trusted import apart_text, compared
 from gpufleet.base.schema import INFO, PASS, SKIP, WARN
 
 
@@ -79,6 +80,7 @@ def gpu_vs_node_rows(
                         thresholds,
                         GPU_WARN,
                         GPU_FAIL,
+                        held_against=other,
                         n=2,
                         robust_z=None,
                         context=m["context"],
@@ -127,12 +129,13 @@ def gpu_vs_node(
     )
     if reason is None:
         n_gpus = max(c["n"] for c in comparisons)
-        keys = sorted({c["metric"] for c in comparisons}, key=metric_keys.GPU_METRICS.index)
+        keys = sorted({c["metric"] for c in compared(comparisons)}, key=metric_keys.GPU_METRICS.index)
         within = "of each other" if n_gpus == 2 else "of the node median"
         reason = (
             f"all {n_gpus} GPUs within {limit_text(thresholds, GPU_WARN, keys)} {within} on {len(keys)} metric(s) "
             f"({', '.join(metric_keys.describe(k)['label'] for k in keys)}); {gap_text(comparisons)}{steady_text(comparisons)}"
         )
+    reason += apart_text(comparisons, node_metrics.get("apart"))
     return fleet_result(
         "gpu_vs_node",
         status,
@@ -205,11 +208,12 @@ def node_vs_fleet(
         comparisons, thresholds, NODE_WARN, NODE_FAIL, lambda c: f"node {host} "
     )
     if reason is None:
+        mine = [c["metric"] for c in compared(comparisons)]
         reason = (
-            f"node {host} within {limit_text(thresholds, NODE_WARN, [c['metric'] for c in comparisons])} of the fleet median "
-            f"on {len(comparisons)} metric(s); "
+            f"node {host} within {limit_text(thresholds, NODE_WARN, mine)} of the fleet median on {len(mine)} metric(s); "
             f"{gap_text(comparisons)}"
         )
+    reason += apart_text(comparisons, node_metrics.get("apart"))
     return fleet_result(
         "node_vs_fleet",
         status,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from gpufleet.base import judge, profiles
+from gpufleet.base import calibration, judge, profiles
 
 
 # Keys of files/profiles/generic.yml this module reads.
@@ -69,6 +69,11 @@ class Thresholds:
             for key, entry in table.items()
             if isinstance((entry or {}).get("by_metric"), dict)
         }
+        self._figures = {
+            key: {m: e.get("n") for m, e in entry["by_metric"].items()}
+            for key, entry in table.items()
+            if isinstance((entry or {}).get("by_metric"), dict)
+        }
 
     def value(self, key: str, metric: str | None = None) -> Any:
         if metric is not None and key in self._by_metric:
@@ -81,6 +86,15 @@ class Thresholds:
         """The model has no calibrated limit for this key and metric: the generic one stands, and is said so."""
         entry = self.table.get(key) or {}
         return entry.get("calibrated") is not None and not (metric and metric in self._by_metric.get(key, {}))
+
+    def calibrated_own(self, key: str, metric: str) -> bool:
+        """The metric's limit rests on calibration.MIN_N healthy figures of its own, its model's or its topology's:
+        not the generic one, nor one a few figures widened. A document from before limits said how many took it as
+        calibrated, as its limit said."""
+        if metric not in self._by_metric.get(key, {}):
+            return False
+        n = self._figures[key].get(metric)
+        return n is None or n >= calibration.MIN_N
 
     def limit(self, warn: str, fail: str, metric: str | None = None) -> judge.Limit:
         return judge.Limit(warn, self.value(warn, metric), fail=self.value(fail, metric))

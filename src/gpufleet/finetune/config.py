@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from gpufleet.base import paths
 from gpufleet.base.errors import InputError
 
 QWEN2_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -177,10 +178,11 @@ def _fail(path, key, msg) -> InputError:
 def load(path: str | Path) -> dict:
     """Read and validate a config; return {section: {key: value}} with defaults filled and `path` set."""
     path = Path(path)
+    text, why = paths.read_text(path, follow=True)  # never waits on a FIFO
+    if text is None:
+        raise InputError(f"fine-tune config {path} {why}")
     try:
-        doc = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise InputError(f"fine-tune config {path} cannot be read: {exc.strerror}") from None
+        doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise InputError(f"fine-tune config {path} does not parse as YAML: {exc}") from None
     return validate(doc, path)

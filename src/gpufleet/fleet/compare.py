@@ -141,8 +141,9 @@ def evaluate(
         "metrics": metrics_by_host,
         "baseline": {**(baseline or {}), "note": base_note} if baseline or base_note else None,
     }
+    before = figures_before(metrics_by_host, store, run_id)
     for host in nodes:
-        node_metrics, thresholds = metrics_by_host[host], thresholds_by_host[host]
+        node_metrics, thresholds = with_before(metrics_by_host[host], host, before), thresholds_by_host[host]
         fabric = node_metrics["snapshots"]["fabric"]
         version_res = [r for r in [versions.judge(host, version_table)] if r]
         if not (
@@ -204,6 +205,24 @@ UNRECORDED = {
     registry.CONTROLLER: "only this run's other nodes show it, which no node sees while it measures",
 }
 ACROSS_NODES = "measured across nodes, where no node can measure it again alone"
+
+
+def figures_before(metrics_by_host: dict[str, dict], store: Any, run_id: str) -> dict[tuple, dict]:
+    """The previous run's host figures of the nodes that are virtual machines (store.node_figures_before): on such a
+    node a host figure's drop is the environment's unless it repeats over runs (comparisons/trusted.py)."""
+    hosts = [h for h, f in metrics_by_host.items() if any(m.get("virtual") for m in f["metrics"])]
+    return store.node_figures_before(hosts, run_id, list(metrics.HOST_METRICS)) if store is not None and hosts else {}
+
+
+def with_before(node_metrics: dict, host: str, before: dict[tuple, dict]) -> dict:
+    """The node's figures, a virtual machine's host figures with their previous run's (`before`), where there is one."""
+    if not any((host, m["key"], m["context"]) in before for m in node_metrics["metrics"]):
+        return node_metrics
+    found = [
+        {**m, "before": before[(host, m["key"], m["context"])]} if (host, m["key"], m["context"]) in before else m
+        for m in node_metrics["metrics"]
+    ]
+    return {**node_metrics, "metrics": found}
 
 
 def settler(results: list[dict], thresholds: Thresholds):

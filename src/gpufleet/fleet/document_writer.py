@@ -57,18 +57,16 @@ def record(
             "comes from a process its stopped run left behind; the node's next run measures it again"
         )
     hosts_dir = paths.make_dir(run_dir / folder)
-    path = paths.inside(hosts_dir, f"{host}.json", what=f"the host document of {host}")
+    path = hosts_dir / f"{host}.json"  # a plain name (safe_name): a link there is kept aside, never followed
     new_results = list(new_doc["results"])
     groups = list(dict.fromkeys(replace_groups or []))
     kept_aside = None
     attempt = _attempt(run_dir)
     with paths.folder_lock(hosts_dir):  # the read, merge and write of two `record`s never interleave
         merged = dict(new_doc)
-        if path.exists():
-            try:
-                old, why = schema.parse_host_doc(path.read_bytes())
-            except OSError as exc:
-                old, why = None, exc.strerror or str(exc)
+        if os.path.lexists(path):
+            raw, why = paths.read_bytes(path)
+            old, why = schema.parse_host_doc(raw) if raw is not None else (None, why)
             if old is None:
                 kept_aside = path.with_name(f"{host}.json.unreadable")
                 try:
@@ -96,7 +94,7 @@ def record(
                     keep = paths.make_dir(
                         paths.inside(run_dir, "attempts", str(old.get("attempt") or 1), folder, what="attempts")
                     )
-                    paths.write_atomic(keep / f"{host}.json", path.read_text())
+                    paths.write_atomic(keep / f"{host}.json", raw.decode("utf-8"))
                 if groups:
                     kept = [r for r in old["results"] if not (isinstance(r, dict) and r.get("group") in groups)]
                     merged = dict(old, results=kept + new_results)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gpufleet.base import schema
+from gpufleet.base import paths, schema
 from gpufleet.base.schema import INFO, WARN
 
 
@@ -44,10 +44,8 @@ def baseline_facts(store: Any, base_id: str | None, nodes: dict[str, dict]) -> d
             or not run_dir
         ):
             continue
-        try:
-            doc, _ = schema.parse_host_doc((Path(run_dir) / row["path"]).read_bytes())
-        except OSError:
-            continue
+        raw, _ = paths.read_bytes(Path(run_dir) / row["path"])
+        doc, _ = schema.parse_host_doc(raw) if raw is not None else (None, None)
         if doc:
             out[row["host"]] = {
                 _check_id(r): (r.get("detail") or {}).get("facts") or {}

@@ -18,7 +18,7 @@ import sqlite3
 from collections import defaultdict
 from pathlib import Path
 
-from gpufleet.base import paths
+from gpufleet.base import paths, schema
 from gpufleet.comparisons.baseline import baseline_medians
 from gpufleet.comparisons.character import HISTORY_RUNS, deviations
 from gpufleet.comparisons.node import FOLDER
@@ -92,16 +92,14 @@ def write(run_dir: Path, hosts: list[str], store, store_note: str | None, baseli
             "notes": notes,
         }
         # Made again by the next run: no need to wait for the disk a node at a time.
-        paths.write_atomic(
-            paths.inside(folder, f"{host}.json", what=f"the references of {host}"), json.dumps(doc), durable=False
-        )
+        paths.write_atomic(folder / f"{host}.json", json.dumps(doc), durable=False)  # a link there replaced
     return {"run_id": run_id, "hosts": len(hosts), "baseline": base_id, "note": note, "folder": str(folder)}
 
 
 def write_for_run(run_dir: Path, hosts: list[str], db: Path | None = None, baseline: str | None = None) -> dict:
     """write() for a run: its store (db, default RUN_DIR/../gpufleet.db) opened, repaired if damaged, or the reason
     there is none; its baseline chosen as the report chooses it."""
-    run_dir = Path(run_dir)
+    run_dir, started = Path(run_dir), schema.utc_now()
     if not run_dir.is_dir():
         raise InputError(
             f"run directory {run_dir} does not exist; expected the run's folder (gpufleet run start makes it)"
@@ -116,5 +114,6 @@ def write_for_run(run_dir: Path, hosts: list[str], db: Path | None = None, basel
         )
     except InputError as exc:  # busy past its timeout, a full disk: the node measures against what it has
         return write(run_dir, hosts, None, f"no store: {exc}", choose_baseline(run_dir, None, baseline))
+    done["store_repairs"] = [r["note"] for r in store.repairs_since(started)]  # a store moved aside, named
     store.close()
     return done

@@ -24,12 +24,12 @@ def _move_aside(path: Path, label: str) -> Path | None:
     the first file moved when path itself is gone (a -wal left behind would be replayed into a new store)."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     aside, n = path.with_name(f"{path.name}.{label}-{stamp}"), 1
-    while any(Path(f"{aside}{s}").exists() for s in ("", "-wal", "-shm")):
+    while any(os.path.lexists(f"{aside}{s}") for s in ("", "-wal", "-shm")):
         aside, n = path.with_name(f"{path.name}.{label}-{stamp}-{n}"), n + 1
     first = None
     for suffix in ("", "-wal", "-shm"):
         src = Path(f"{path}{suffix}")
-        if src.exists():
+        if os.path.lexists(src):  # a symbolic link too: the link is moved, never what it points at
             try:
                 os.replace(src, Path(f"{aside}{suffix}"))
             except OSError as exc:
@@ -53,7 +53,7 @@ def repair(
     paths.folder_lock(path's folder). Returns rebuild()'s summary with "repair": the row logged in the store
     (None for the first store of a reports folder: a missing store with no run but `own_run` and no baseline.json)."""
     path = Path(path)
-    missing = damage is None and not path.exists()
+    missing = damage is None and not os.path.lexists(path)
     moved = _move_aside(path, "damaged" if damage else "orphan") if damage or missing else None
     with Store(path) as store:
         try:
@@ -96,14 +96,14 @@ def open_for_run(path: Path | str, run_dir: Path | str, *, check: bool = False) 
     `check`: SQLite's check of every page as well (the run's report, once a run), so damage that opening alone
     does not meet is found before the store is used."""
     path, run_dir = Path(path), Path(run_dir).resolve()
-    if path.exists() or not path.parent.is_dir():
+    if os.path.lexists(path) or not path.parent.is_dir():
         try:
             return Store(path, check=check)
         except DamagedStore:
             pass
     with paths.folder_lock(path.parent):
         damage = None
-        if path.exists():
+        if os.path.lexists(path):
             try:
                 return Store(path, check=check)  # repaired by another process while this one waited
             except DamagedStore as exc:
@@ -146,7 +146,7 @@ def _repair_for(path: Path, run_dir: Path, damage: DamagedStore | None) -> None:
 
 def _identity(path: Path) -> tuple[int, int] | None:
     try:
-        st = os.stat(path)
+        st = os.lstat(path)
     except OSError:
         return None
     return st.st_dev, st.st_ino

@@ -6,7 +6,7 @@ from gpufleet.base import schema
 from gpufleet.fleet import flagged
 from gpufleet.comparisons.confirm import status_of
 from gpufleet.comparisons.peers import fleet_stats
-from gpufleet.base.schema import PASS
+from gpufleet.base.schema import PASS, SKIP
 
 
 # The fleet view: what report.html and report.md show per node (the first metric a node has of each list).
@@ -55,7 +55,7 @@ def view_rows(
             gpu_outliers = [
                 c
                 for c in (checks.get("gpu_vs_node", {}).get("detail") or {}).get("comparisons") or []
-                if c["metric"] == m["key"] and c["status"] != PASS
+                if c["metric"] == m["key"] and status_of(c) not in (PASS, SKIP)
             ]
             cols[col] = {
                 "title": title,

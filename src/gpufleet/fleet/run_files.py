@@ -5,6 +5,7 @@ after the report put into its report.md."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -14,12 +15,26 @@ from gpufleet.base.errors import InputError
 from gpufleet.fleet import BASELINE_FILE
 
 
+def read_md(path: Path) -> str | None:
+    """A run's report.md, for a section to be put into it: None when there is none yet; InputError naming it when it
+    cannot be read. The commands that add a section read it before they act, so nothing is done unrecorded."""
+    if not os.path.lexists(path):
+        return None
+    text, why = paths.read_text(path)
+    if text is None:
+        raise InputError(
+            f"{path} {why}: no section can be added to it; make it again with `gpufleet report {Path(path).parent}`"
+        )
+    return text
+
+
 def put_md_section(path: Path, heading: str, lines: list[str]) -> None:
     """report.md with its section `heading` (a line "## ...") replaced by `lines` (which start with it), up to the
     next "## " heading; appended when it has none. Nothing when there is no report.md yet."""
-    if not path.exists():
+    text = read_md(path)
+    if text is None:
         return
-    text = path.read_text().rstrip("\n")
+    text = text.rstrip("\n")
     start = text.find(f"\n{heading}\n")
     if start < 0:
         head, tail = text, ""
@@ -63,19 +78,26 @@ def read_report(run_dir: Path, use: str) -> dict:
     return doc
 
 
-def read_run_info(run_dir: Path) -> dict:
+def read_run_info(run_dir: Path, *, strict: bool = False) -> dict:
     """run.json as a dict; for a run without one (older runs) or an unreadable one, what can be derived:
-    the start as the earliest host document's, and `problem` saying why."""
+    the start as the earliest host document's, and `problem` saying why. `strict`: an unreadable one is an InputError
+    (a command that acts on the run by what run.json says: its Slurm names)."""
     path = run_dir / "run.json"
     info: dict = {}
-    if path.exists():
-        doc = read_json(path)
+    if os.path.lexists(path):
+        doc, why = paths.read_json(path)
         if isinstance(doc, dict):
             info = dict(doc)
             info["problem"] = None
         else:
+            why = why or "is not a JSON object"
+            if strict:
+                raise InputError(
+                    f"{path} {why}: the run's record is needed to act on it, and nothing was done; restore "
+                    "it, or move it aside (the run is then known by its folder)"
+                )
             info["problem"] = (
-                f"{path} is unreadable (not a JSON object); what the run holds was derived from its folder"
+                f"{path} {why}: what the run holds was derived from its folder; restore it, or move it aside"
             )
     if not info.get("started"):
         starts = []
@@ -127,6 +149,6 @@ def write_baseline_file(folder: Path, value: dict | None) -> None:
         except FileNotFoundError:
             pass
         except OSError as exc:
-            raise InputError(f"cannot remove {path}: {exc.strerror}") from None
+            raise InputError(f"cannot remove {path}: {exc.strerror}; move it aside, then run this again") from None
         return
     paths.write_atomic(path, json.dumps(value, indent=1, sort_keys=True) + "\n")

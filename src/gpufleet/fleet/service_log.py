@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import calendar
 import json
+import os
 import statistics
 import time
 from pathlib import Path
 
-from gpufleet.fleet.run_files import read_json
+from gpufleet.base.paths import read_json
 
 SOURCES = ("slurm.json", "sweep.json", "ladder.json")
 WEEK_S = 7 * 24 * 3600
@@ -107,15 +108,34 @@ def _ladder_rows(doc: dict) -> list[dict]:
 
 
 _READERS = {"slurm.json": _slurm_rows, "sweep.json": _sweep_rows, "ladder.json": _ladder_rows}
+# The lists each record holds: a file without them is another file, not one of these records.
+_LISTS = {"slurm.json": ("actions",), "sweep.json": ("jobs",), "ladder.json": ("judgements", "steps")}
 
 
-def run_rows(run_dir: Path, run_id: str) -> dict[str, list[tuple]]:
-    """{source file: its event rows} of a run folder, as rows of the table `events`; a file missing or unreadable
-    has none (its source is still listed, so indexing it replaces what an earlier version held)."""
-    out = {}
+def read_record(path: Path) -> tuple[dict | None, str | None]:
+    """One action record (slurm.json, sweep.json, ladder.json, by its name): (its document, None); (None, None) when
+    there is none; (None, why it cannot be used) when it is damaged (paths.read_json's reasons) or of another shape."""
+    path = Path(path)
+    if not os.path.lexists(path):
+        return None, None
+    doc, why = read_json(path)
+    lists = _LISTS[path.name]
+    if why is None and not (isinstance(doc, dict) and all(isinstance(doc.get(k), list) for k in lists)):
+        why = f"is not a {path.name} record (a JSON object with the list{'s' * (len(lists) > 1)} {' and '.join(lists)})"
+    return (None, why) if why else (doc, None)
+
+
+def run_rows(run_dir: Path, run_id: str) -> tuple[dict[str, list[tuple]], dict[str, str]]:
+    """({source file: its event rows}, {source file: why it cannot be read}) of a run folder, as rows of the table
+    `events`. A missing file has no rows (its source is still listed, so indexing it replaces what an earlier version
+    held); a damaged one is left out of the rows and named: what the store holds of it is kept."""
+    out, damaged = {}, {}
     for source in SOURCES:
-        doc = read_json(Path(run_dir) / source)
-        rows = _READERS[source](doc) if isinstance(doc, dict) else []
+        doc, why = read_record(Path(run_dir) / source)
+        if why:
+            damaged[source] = why
+            continue
+        rows = _READERS[source](doc) if doc is not None else []
         out[source] = [
             (
                 run_id,
@@ -131,7 +151,7 @@ def run_rows(run_dir: Path, run_id: str) -> dict[str, list[tuple]]:
             )
             for i, r in enumerate(rows)
         ]
-    return out
+    return out, damaged
 
 
 def as_event(row) -> dict:

@@ -26,7 +26,7 @@ from pathlib import Path
 from gpufleet.base import paths, runs, schema, slurm
 from gpufleet.base.errors import InputError
 from gpufleet.fleet import export, service_log
-from gpufleet.fleet.run_files import put_md_section, read_json, read_report, read_run_info
+from gpufleet.fleet.run_files import put_md_section, read_json, read_md, read_report, read_run_info
 
 ACTIONS = ("none", "drain", "drain_resume")
 # NVSentinel's fault-quarantine circuit breaker quarantines at most 50% of the nodes by default
@@ -160,8 +160,10 @@ def act(run_dir: Path, action: str, max_drain, *, names: dict | None = None, che
     action, limit = parse_action(action), parse_max_drain(max_drain)
     run_dir = Path(run_dir)
     report = read_report(run_dir, "to act on in Slurm")
+    kept_actions(run_dir)
+    info = read_run_info(run_dir, strict=True)  # its Slurm names: never guessed past a damaged record
     if names is None:
-        names = read_run_info(run_dir).get("slurm_node_names")
+        names = info.get("slurm_node_names")
     record = {"run_id": report["run_id"], "action": action, "check_mode": check, "started": schema.utc_now()}
     if action == "none":
         record.update(decisions=[], breaker=None, note="gpufleet_slurm_action is none: nothing done in Slurm")
@@ -184,7 +186,8 @@ def act(run_dir: Path, action: str, max_drain, *, names: dict | None = None, che
     record["ok"] = not (record.get("breaker") or {}).get("tripped") and not any(
         "error" in d for d in record["decisions"]
     )
-    _keep(run_dir, record)
+    if not check:  # check mode changes nothing anywhere: the record is printed, not kept
+        _keep(run_dir, record)
     return record
 
 
@@ -193,6 +196,7 @@ def take_over(run_dir: Path, run_id: str, hosts: list[str], *, names: dict | Non
     name from `names`, else the same) with a gpufleet reason, whatever drained or downed it before (kept in the
     reason and the record): the operator named these nodes, no job lands on them while they are tested, and the
     action after the report resumes them when accepted, or drains them with the run's reason when not."""
+    kept_actions(Path(run_dir))
     now = slurm.show_nodes()
     pairs = [(host, export.slurm_name(host, names)) for host in hosts]
     unknown = [n for _, n in pairs if n not in now]
@@ -230,7 +234,8 @@ def take_over(run_dir: Path, run_id: str, hosts: list[str], *, names: dict | Non
             d["state_after"] = slurm.show_nodes().get(name, {}).get("state")
     record["finished"] = schema.utc_now()
     record["ok"] = True
-    _keep(Path(run_dir), record)
+    if not check:
+        _keep(Path(run_dir), record)
     return record
 
 
@@ -264,12 +269,24 @@ def seen_back(run_dir: Path, shown: dict, costs: dict) -> dict | None:
     return record
 
 
+def kept_actions(run_dir: Path) -> list[dict]:
+    """The actions slurm.json keeps; InputError naming it when it is damaged, read before anything is done: what it
+    holds would be lost under the next record, or (the ladder's breaker) miscounted. report.md, which gets the
+    latest's section, is read too."""
+    path = run_dir / SLURM_FILE
+    doc, why = service_log.read_record(path)
+    if why:
+        raise InputError(
+            f"{path} {why}: nothing was done, as its earlier records would be lost under this one; restore it, or "
+            "move it aside (the store keeps what it indexed of it)"
+        )
+    read_md(run_dir / "report.md")
+    return (doc or {}).get("actions") or []
+
+
 def _append(run_dir: Path, record: dict) -> None:
-    kept = run_dir / SLURM_FILE
-    earlier = read_json(kept)
-    actions = earlier.get("actions") if isinstance(earlier, dict) else None
-    actions = actions if isinstance(actions, list) else []  # none yet, or unreadable: the new record still lands
-    paths.write_atomic(kept, json.dumps({"actions": [*actions, record]}, indent=1) + "\n")
+    actions = kept_actions(run_dir)
+    paths.write_atomic(run_dir / SLURM_FILE, json.dumps({"actions": [*actions, record]}, indent=1) + "\n")
 
 
 def _keep(run_dir: Path, record: dict) -> None:

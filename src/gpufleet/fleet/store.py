@@ -92,6 +92,9 @@ class Store(RunFolders, Baseline, Queries):
         self, path: Path | str, *, create: bool = True, busy_timeout_s: float = BUSY_TIMEOUT_S, check: bool = False
     ):
         self.path = Path(path)
+        odd = paths.not_a_file(self.path)
+        if odd:  # never opened: SQLite would wait on a FIFO for good, and write through a link into another folder
+            raise store_tables.damaged(self.path, f"it {odd.removeprefix('is ')}")
         if not self.path.exists():
             if not create:
                 raise InputError(
@@ -103,8 +106,8 @@ class Store(RunFolders, Baseline, Queries):
                     f"store {self.path}: the folder {self.path.parent} does not exist; expected an existing folder"
                 )
             self._create()
-        elif self.path.is_dir():
-            raise InputError(f"store {self.path} is a folder; expected an SQLite file (gpufleet.db)")
+        elif paths.read_denied(self.path):  # a run moves it aside as it would a damaged one: nothing is lost
+            raise store_tables.damaged(self.path, "it cannot be read (permission denied)")
         elif self.path.stat().st_size == 0:  # emptied (`: > gpufleet.db`): said before SQLite writes a header to it
             raise store_tables.damaged(self.path, "it is empty (0 bytes)")
         self.busy_timeout_s = busy_timeout_s
@@ -115,11 +118,13 @@ class Store(RunFolders, Baseline, Queries):
         self.conn.row_factory = sqlite3.Row
         try:
             self.conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
-            self._wal()
-            with self.write() as c:
+            with (
+                self.write() as c
+            ):  # before WAL: a file that is not a gpufleet store, or a damaged one, is never changed
                 store_tables.create_or_migrate(c, self.path)
             if check:
                 store_tables.check_pages(self.conn, self.path)
+            self._wal()
         except sqlite3.Error as exc:
             self.conn.close()
             raise store_tables.problem(self.path, exc) from None

@@ -7,12 +7,13 @@ A mixin of fleet.store.Store: it uses the connection, the transactions and the i
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from gpufleet.base import runs, schema
+from gpufleet.base import paths, runs, schema
 from gpufleet.base.errors import InputError
 from gpufleet.fleet import GROUP, service_log
-from gpufleet.fleet.run_files import read_baseline_file, read_json, read_run_info
+from gpufleet.fleet.run_files import read_baseline_file, read_run_info
 from gpufleet.fleet.store_tables import HOST_TABLES
 
 
@@ -21,7 +22,19 @@ def run_folders(reports_dir: Path) -> list[Path]:
     return [
         p
         for p in sorted(reports_dir.iterdir())
-        if p.is_dir() and not p.name.startswith(".") and ((p / "run.json").exists() or (p / "hosts").is_dir())
+        if not p.is_symlink()  # a run folder is a folder of its own (paths.own_folder): linked_folders() names them
+        and p.is_dir()
+        and not p.name.startswith(".")
+        and ((p / "run.json").exists() or (p / "hosts").is_dir())
+    ]
+
+
+def linked_folders(reports_dir: Path) -> list[dict]:
+    """The symbolic links to folders under reports_dir, never taken for run folders: {"run_id", "file", "reason"}."""
+    return [
+        {"run_id": p.name, "file": p.name, "reason": f"{p.name} {paths.not_a_file(p)}: not a run folder, not indexed"}
+        for p in sorted(reports_dir.iterdir())
+        if p.is_symlink() and p.is_dir()
     ]
 
 
@@ -66,10 +79,9 @@ class RunFolders:
                 if known is not None:
                     raw, doc, why = known["raw"], known["doc"], known["why"]
                 else:
-                    try:
-                        raw = path.read_bytes()
-                    except OSError as exc:
-                        why = f"{rel} cannot be read: {exc.strerror or exc}"
+                    raw, why = paths.read_bytes(path)
+                    if raw is None:
+                        why = f"{rel} {why}"
                         self.index_document(run_id, host, None, path=rel, problem=why, role=role, fresh=fresh)
                         done["unreadable"].append({"host": host, "reason": why})
                         continue
@@ -96,7 +108,10 @@ class RunFolders:
                 self.index_document(run_id, host, None, path=f"hosts/{host}.json", problem=why, fresh=fresh)
                 done["missing"].append(host)
                 seen.add(host)
-        self._index_events(run_dir, run_id)
+        if info.get("problem"):
+            done["unreadable"].append({"file": runs.RUN_FILE, "reason": info["problem"]})
+        for source, why in self._index_events(run_dir, run_id).items():
+            done["unreadable"].append({"file": source, "reason": f"{source} {why}"})
         return done
 
     def rebuild(self, reports_dir: Path | str) -> dict:
@@ -119,13 +134,20 @@ class RunFolders:
         }
         with self.write() as c:
             kept_baseline = [dict(r) for r in c.execute("SELECT * FROM baseline")]
+            kept_events = c.execute(f"SELECT {', '.join(service_log.COLUMNS)} FROM events").fetchall()
             for table in ("runs", "baseline", "events", *HOST_TABLES):
                 c.execute(f"DELETE FROM {table}")
+            summary["unreadable"] += linked_folders(reports_dir)
             for run_dir in run_folders(reports_dir):
                 done = self._index_run(run_dir, [])
                 self._restore_report(run_dir, done)
                 summary["runs"].append(done["run_id"])
-                summary["unreadable"] += [{"run_id": done["run_id"], **u} for u in done["unreadable"]]
+                for u in done["unreadable"]:
+                    if u.get("file") in service_log.SOURCES:  # an action record: the rows the store held of it stay
+                        kept = [r for r in kept_events if r[0] == done["run_id"] and r[1] == u["file"]]
+                        self._insert_events(c, kept)
+                        u["reason"] += f"; the store keeps the {len(kept)} event(s) it held of it"
+                    summary["unreadable"].append({"run_id": done["run_id"], **u})
                 summary["missing"] += [{"run_id": done["run_id"], "host": h} for h in done["missing"]]
             saved, summary["baseline_problem"] = read_baseline_file(self.path.parent, summary["runs"])
             if saved:
@@ -163,7 +185,16 @@ class RunFolders:
     def _restore_report(self, run_dir: Path, done: dict) -> None:
         """Fleet results and verdicts of a run that was reported (report.json)."""
         run_id = done["run_id"]
-        rep = read_json(run_dir / "report.json")
+        path = run_dir / "report.json"
+        rep, why = paths.read_json(path) if os.path.lexists(path) else (None, None)
+        if why or (rep is not None and not (isinstance(rep, dict) and isinstance(rep.get("nodes"), dict))):
+            done["unreadable"].append(
+                {
+                    "file": "report.json",
+                    "reason": f"report.json {why or 'is not a report'}: the run's verdicts are "
+                    f"not restored; `gpufleet report {run_dir}` makes it again",
+                }
+            )
         if isinstance(rep, dict) and isinstance(rep.get("nodes"), dict):
             self.record_fleet(
                 run_id,
@@ -194,20 +225,27 @@ class RunFolders:
 
     # ------------------------------------------------------------ service events (fleet/service_log.py)
 
-    def index_events(self, run_dir: Path | str) -> None:
+    def index_events(self, run_dir: Path | str) -> dict[str, str]:
         """The run folder's action records (slurm.json, sweep.json, ladder.json) indexed again, each in place of its rows."""
         with self.write():
-            self._index_events(Path(run_dir), runs.run_id_of(run_dir))
+            return self._index_events(Path(run_dir), runs.run_id_of(run_dir))
 
-    def _index_events(self, run_dir: Path, run_id: str) -> None:
+    def _index_events(self, run_dir: Path, run_id: str) -> dict[str, str]:
+        """The run's action records indexed, each in place of its rows; a damaged one leaves its rows as they were.
+        Returns {file: why} of the damaged ones."""
+        rows_of, damaged = service_log.run_rows(run_dir, run_id)
         with self.write() as c:
-            for source, rows in service_log.run_rows(run_dir, run_id).items():
+            for source, rows in rows_of.items():
                 c.execute("DELETE FROM events WHERE run_id = ? AND source = ?", (run_id, source))
-                c.executemany(
-                    f"INSERT INTO events ({', '.join(service_log.COLUMNS)}) "
-                    f"VALUES ({', '.join('?' * len(service_log.COLUMNS))})",
-                    rows,
-                )
+                self._insert_events(c, rows)
+        return damaged
+
+    @staticmethod
+    def _insert_events(c, rows) -> None:
+        c.executemany(
+            f"INSERT INTO events ({', '.join(service_log.COLUMNS)}) VALUES ({', '.join('?' * len(service_log.COLUMNS))})",
+            rows,
+        )
 
     def log_repair(self, what: str, note: str, *, moved_aside: Path | None, runs: int, baseline: str | None) -> dict:
         row = {

@@ -53,6 +53,24 @@ class Queries:
             )
         ]
 
+    def node_figures_before(self, hosts: list[str], run_id: str, metrics: list[str]) -> dict[tuple, dict]:
+        """Each node's latest figure of each of these node-level metrics from a run that started before run_id
+        (any verdict): {(host, metric, context): {"run_id", "value"}}, so that a drop is known to repeat over runs
+        (comparisons/trusted.py)."""
+        if not hosts:
+            return {}
+        started = (self.run(run_id) or {}).get("started")
+        rows = self.conn.execute(
+            "SELECT host, metric, context, run_id, value FROM (SELECT m.host, m.metric, m.context, m.run_id, m.value, "
+            "ROW_NUMBER() OVER (PARTITION BY m.host, m.metric, m.context ORDER BY r.started DESC, m.run_id DESC) AS k "
+            "FROM metrics m JOIN runs r ON r.run_id = m.run_id JOIN documents d ON d.run_id = m.run_id AND "
+            "d.host = m.host WHERE d.role = 'node' AND m.gpu_index IS NULL AND m.cpu = 0 AND m.run_id <> ? "
+            "AND m.host IN (SELECT value FROM json_each(?)) AND m.metric IN (SELECT value FROM json_each(?)) "
+            "AND (? IS NULL OR r.started < ?)) WHERE k = 1",
+            (run_id, json.dumps(sorted(set(hosts))), json.dumps(sorted(set(metrics))), started, started),
+        )
+        return {(r["host"], r["metric"], r["context"]): {"run_id": r["run_id"], "value": r["value"]} for r in rows}
+
     def events(self, host: str | None = None, kind: str | None = None) -> list[dict]:
         """Events oldest first, of one node and of one kind when given."""
         where = " AND ".join(w for w, v in (("host = ?", host), ("kind = ?", kind)) if v is not None) or "1"

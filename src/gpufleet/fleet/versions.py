@@ -26,7 +26,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from gpufleet.base import schema
+from gpufleet.base import paths, schema
 from gpufleet.comparisons.findings import fleet_result, listed_text
 
 # (component, label) in the order the table shows them when none differs.
@@ -252,10 +252,8 @@ def stored_versions(row: dict, run_dir: str | Path | None) -> dict | None:
         return versions if isinstance(versions, dict) else None
     if not run_dir or not row.get("path"):
         return None
-    try:
-        doc, _ = schema.parse_host_doc((Path(run_dir) / row["path"]).read_bytes())
-    except OSError:
-        return None
+    raw, _ = paths.read_bytes(Path(run_dir) / row["path"])
+    doc, _ = schema.parse_host_doc(raw) if raw is not None else (None, None)
     return doc["versions"] if doc and isinstance(doc.get("versions"), dict) else None
 
 

@@ -10,7 +10,7 @@ import sys
 import time
 
 from gpufleet import collect
-from gpufleet.base import profiles, registry, schema
+from gpufleet.base import host_platform, profiles, registry, schema
 from gpufleet.node.measure import NodeSteps, visible_gpus
 from gpufleet.checks import GROUPS, benchmarks, gpu_health, gpu_inventory, pcie_links
 from gpufleet.comparisons.node import Held
@@ -235,7 +235,7 @@ def bench_host(
     watched_links, loaded = steps.links()
     if watched_links:  # the PCIe links as the steps loaded them, every step's reading together
         results.append(
-            pcie_links.pcie_links(watched_links, loaded).replace(
+            pcie_links.pcie_links(watched_links, loaded, c2c_gpus(readings)).replace(
                 group=benchmarks.GROUP, started=schema.utc_now(), seconds=0.0
             )
         )
@@ -282,6 +282,14 @@ def counters_host(
     if phase == "after":
         res.append(schema.timed(counters.GROUP, "processes_after", lambda: processes_after(readings, profile)))
     return schema.host_document(host, profile, readings, started, t0, disabled(res))
+
+
+def c2c_gpus(readings: dict) -> list[str]:
+    """The PCI addresses of the GPUs that reach their CPU over NVLink-C2C (their PCIe links are not judged)."""
+    gpus = (readings.get("nvml") or {}).get("gpus") or []
+    return [
+        g["pci_bus_id"] for g in gpus if host_platform.gpu_host_link(g) == host_platform.C2C and g.get("pci_bus_id")
+    ]
 
 
 def processes_after(readings: dict, profile: dict) -> dict:

@@ -9,11 +9,12 @@ from __future__ import annotations
 import os
 import time
 
-from gpufleet.base import profiles, registry, schema
+from gpufleet.base import host_platform, profiles, registry, schema
 from gpufleet.node import trust
-from gpufleet.bench import host_watch, matmul, nccl, sdc, soak
+from gpufleet.bench import host_watch, matmul, memory, nccl, sdc, soak, workload
 from gpufleet.bench.monitor import sampled
 from gpufleet.bench.watch import describe, wait_quiet
+from gpufleet.checks import suspects
 from gpufleet.base.schema import ERROR, FAIL, PASS, Result, result
 from gpufleet.train import gpt2
 
@@ -41,6 +42,7 @@ def watched(
     wait=None,
     not_again: str | None = None,
     again=None,
+    confirm_only=None,
     combine=None,
     hold=None,
 ) -> list[dict]:
@@ -54,6 +56,10 @@ def watched(
       once, its results are that error. `again(first output)` measures a step again in part, disturbed or to
       confirm a figure (default run(): the soak measures only its disturbed or slowed windows), and
       `combine(first output, again's, profile)` is what is judged then.
+    - `confirm_only(output, results, asked)` -> (a measurement of only the figures that asked, what it measures in
+      words), or None for the whole step: a confirmation measures just those (the memory step: one GPU, one way of
+      its link), `combine(the output it completes, its own, profile)` judged then; attempt and log say what it
+      measured (`measured`).
     - By comparisons.confirm's rule: a figure past a limit for the first time (a CONFIRMED_CHECKS result that
       warns or fails, or one of hold(results)'s comparisons: {key: state} of its figures against their siblings,
       past and baseline) is measured again, whatever the budget; one near a limit (detail.measure_again: its
@@ -77,12 +83,13 @@ def watched(
     history: list[dict] = []  # each measurement not disturbed: its figures' states (_asks)
     disturbed = confirmations = 0
     confirm_s = 0.0
-    purpose, measure, first_out = FIRST, run, None
+    # base: the output a measurement in part completes (the first soak; the memory step's last measurement)
+    purpose, measure, base, measuring = FIRST, run, None, None
     while True:
         t0 = time.monotonic()
         with host_watch.judged_by(profile):
             out = measure()
-        judged_out = combine(first_out, out, profile) if combine and first_out is not None else out
+        judged_out = combine(base, out, profile) if base is not None else out
         res = judge(judged_out, profile)
         seconds = round(time.monotonic() - t0, 1)
         foreign, epoch, mon = _foreign(out)
@@ -93,6 +100,7 @@ def watched(
             "results": [_brief(r) for r in res],
             "processes": mon.get("processes") or [],
             "foreign": [describe(p, epoch) for p in foreign],
+            **({"measured": measuring} if measuring else {}),
         }
         attempts.append(attempt)
         log.append(
@@ -109,6 +117,7 @@ def watched(
                 "host": mon.get("host"),
                 "links": mon.get("links"),  # bench.link_watch: the PCIe links as this step loaded them
                 "gpus_idle": bool(out.get("gpus_idle")),  # a step of the host's own (bench.host): no GPU loaded
+                **({"measured": measuring} if measuring else {}),
             }
         )
         if purpose == CONFIRM:
@@ -128,11 +137,14 @@ def watched(
                         f" ({quiet['error']})" if quiet.get("error") else ""
                     )
             if why:
-                return [_disturbed(r, foreign, epoch, why, attempts, profile) for r in res]
+                return [_disturbed(r, foreign, epoch, mon, why, attempts, profile) for r in res]
             disturbed += 1
+            measure, measuring = run, None
             if again is not None:
-                first_out = first_out if first_out is not None else out
-                measure = lambda: again(first_out)  # noqa: E731
+                base = base if base is not None else out
+                measure = lambda first=base: again(first)  # noqa: E731
+            else:
+                base = None  # the whole step again, judged alone
             purpose = DISTURBED_AGAIN
             continue
         history.append(
@@ -148,10 +160,15 @@ def watched(
             first_clean = first_clean or {r["check"]: r for r in res}
             attempt["confirm"] = [check for check, _ in doubtful]
             attempt["confirm_why"] = [why for _, why in doubtful]
-            purpose, measure = CONFIRM, run
+            purpose, measure, measuring = CONFIRM, run, None
+            part = confirm_only(judged_out, res, [what for what, _ in doubtful]) if confirm_only else None
             if again is not None:  # measured again in part (the soak: the windows past a limit), as when disturbed
-                first_out = first_out if first_out is not None else out
-                measure = lambda: again(first_out)  # noqa: E731
+                base = base if base is not None else out
+                measure = lambda first=base: again(first)  # noqa: E731
+            elif part is not None:  # only the figures that asked, completing this measurement
+                (measure, measuring), base = part, judged_out
+            else:
+                base = None
             continue
         if doubtful:
             attempt["confirm_stopped"] = (
@@ -168,14 +185,18 @@ def watched(
     ]
 
 
-def _disturbed(res: Result, foreign: list, epoch: float | None, why: str, attempts: list, profile: dict) -> Result:
+def _disturbed(
+    res: Result, foreign: list, epoch: float | None, mon: dict, why: str, attempts: list, profile: dict
+) -> Result:
     names = "; ".join(describe(p, epoch) for p in foreign)
+    seen = suspects.of(mon)  # every neighbour the watches saw, the ones under the limits too
     # A process is not a fault of the board: the GPUs the figure would have flagged are not named.
     detail = {
         **{k: v for k, v in res["detail"].items() if k != "flagged_gpus"},
         "attempts": attempts,
         "disturbed_value": res.get("value"),
         "judged_as": _brief(res),
+        "suspects": seen,
         "disturbed_wait_threshold": profiles.threshold(
             profile, "disturbed_wait_s", max=profiles.value(profile, "disturbed_wait_s")
         ),
@@ -189,7 +210,8 @@ def _disturbed(res: Result, foreign: list, epoch: float | None, why: str, attemp
         detail=detail,
         reason=f"disturbed by {names}; {why}; the figure measured beside it "
         + f"({res['value']} {res.get('unit') or ''}".rstrip()
-        + ") is not the node's",
+        + ") is not the node's"
+        + (f"; {suspects.text(seen)}" if suspects.under(seen) else ""),
         remedy="find out what runs on the GPU or the host (detail.attempts[].processes, .foreign) and stop it or "
         "keep the node out of the scheduler while it is validated; then run again",
     )
@@ -200,12 +222,18 @@ def measured_again(log: list, hold=None) -> dict:
     disturbed step, or figures to confirm); 0 when every figure was clear the first time. hold: what the figures
     were held against (comparisons.node.Held), said too."""
     by: dict[tuple, float] = {}
+    what: dict[tuple, list] = {}  # what a measurement in part measured, where it was not the whole step
     for e in log:
         if e.get("purpose") in (DISTURBED_AGAIN, CONFIRM):
-            by[(e["step"], e["purpose"])] = round(by.get((e["step"], e["purpose"]), 0.0) + (e.get("seconds") or 0.0), 1)
+            key = (e["step"], e["purpose"])
+            by[key] = round(by.get(key, 0.0) + (e.get("seconds") or 0.0), 1)
+            what.setdefault(key, [])
+            what[key] += [e["measured"]] if e.get("measured") else []
     total = round(sum(by.values()), 1)
     parts = [
-        f"{step} {s:g} s ({'disturbed' if why == DISTURBED_AGAIN else 'to confirm a figure'})"
+        f"{step} {s:g} s ({'disturbed' if why == DISTURBED_AGAIN else 'to confirm a figure'}"
+        + (f": {', '.join(dict.fromkeys(what[(step, why)]))} alone" if what[(step, why)] else "")
+        + ")"
         for (step, why), s in by.items()
     ]
     reason = (
@@ -220,7 +248,10 @@ def measured_again(log: list, hold=None) -> dict:
         value=total,
         unit="s",
         detail={
-            "by_step": [{"step": st, "why": why, "seconds": s} for (st, why), s in by.items()],
+            "by_step": [
+                {"step": st, "why": why, "seconds": s, **({"measured": what[(st, why)]} if what[(st, why)] else {})}
+                for (st, why), s in by.items()
+            ],
             **({"held_against": hold.summary()} if hold else {}),
         },
     )
@@ -345,6 +376,12 @@ class NodeSteps:
             else None
         )
         plan = registry.resolve(bench.again) if bench.again and run_fn else None
+        only = registry.resolve(bench.confirm) if bench.confirm and run_fn else None
+
+        def confirm_only(out: dict, res: list, asked: list):
+            options = only(out, res, asked, self.profile)
+            return None if options is None else ((lambda: run_fn(self, only=options["only"])), options["what"])
+
         return watched(
             name,
             run,
@@ -356,7 +393,8 @@ class NodeSteps:
             # past a limit, comparisons.confirm).
             confirm=any(c.confirmed for c in bench.checks) and not not_again,
             again=(lambda first: run_fn(self, **plan(first, self.profile))) if plan else None,
-            combine=registry.resolve(bench.combine) if plan and bench.combine else None,
+            confirm_only=confirm_only if only else None,
+            combine=registry.resolve(bench.combine) if (plan or only) and bench.combine else None,
             hold=self.hold,
         )
 
@@ -392,6 +430,12 @@ def run_matmul(steps: NodeSteps) -> dict:
     return out
 
 
+def run_memory(steps: NodeSteps, only: dict | None = None) -> dict:
+    """The HBM and host copies (every GPU's, or only those a confirmation asked for: checks.memory_again), with how
+    the GPUs reach the host (PCIe, or NVLink-C2C: the judge's words and limit)."""
+    return {**memory.run(steps.depth, only=only), "host_link": host_platform.host_link(steps.readings)}
+
+
 def run_sdc(steps: NodeSteps) -> dict:
     """Its own processes when matmul did not compute it (not in the run, after it, or crashed); the node's NVML
     reading goes with it, which names each GPU's hashes."""
@@ -419,6 +463,11 @@ def run_train(steps: NodeSteps) -> dict:
         return {"device": full.get("device"), "full": full, "single": single, "reference": steps.train_reference}
 
     return sampled(both)
+
+
+def run_workloads(steps: NodeSteps, only: list | None = None) -> dict:
+    """The site's workloads the profile declares (all, or `only` those to measure again), watched as the others."""
+    return sampled(lambda: workload.run(steps.profile.get("workloads") or [], steps.gpus, only=only, **steps.multi))
 
 
 def run_soak(steps: NodeSteps, **options) -> dict:

@@ -93,6 +93,8 @@ def trusted(
             )
         return res.replace(detail=detail, trust=schema.CLEAN)
     detail["confirmation_s"] = confirm_s
+    alone = ", ".join(dict.fromkeys(a["measured"] for a in attempts if a.get("measured")))
+    more = f"{confirm_s:g} s more" + (f", {alone} measured again alone" if alone else "")
     was = (
         f"{first.get('value')}, then {res.get('value')} {res.get('unit') or ''}".rstrip() if first else res.get("value")
     )
@@ -101,24 +103,23 @@ def trusted(
         return res.replace(
             detail=detail,
             trust=schema.CONFIRMED,
-            reason=f"confirmed: {res['reason']}; measured {n} times (first {was}; {confirm_s:g} s more, because "
-            f"{asked})",
+            reason=f"confirmed: {res['reason']}; measured {n} times (first {was}; {more}, because {asked})",
         )
     if beyond(states[-1]):
-        return unconfirmed(res, detail, f"measured {n} times (first {was}; {confirm_s:g} s more; {stopped})")
+        return unconfirmed(res, detail, f"measured {n} times (first {was}; {more}; {stopped})")
     if states[-1].get("near"):
         return res.replace(
             detail=detail,
             trust=schema.INCONCLUSIVE,
-            reason=f"{res['reason']}; measured {n} times (first {was}; {confirm_s:g} s more), still "
+            reason=f"{res['reason']}; measured {n} times (first {was}; {more}), still "
             f"{res['detail'].get('measure_again')} ({stopped})",
         )
     first_said = first["reason"] if first else asked
     return res.replace(
         detail=detail,
         trust=schema.CONFIRMED,
-        reason=f"{res['reason']}; passed on confirmation (first {was}; {confirm_s:g} s more; the first "
-        f"measurement said: {first_said})",
+        reason=f"{res['reason']}; passed on confirmation (first {was}; {more}; the first measurement said: "
+        f"{first_said})",
     )
 
 

@@ -109,6 +109,9 @@ def section(node: dict, anchor: str, report: dict) -> str:
         facts.append(f"checked {esc(node['started'])}{secs}")
     if node.get("source"):
         facts.append(f"from <code>{esc(node['source'])}</code>")
+    if (node.get("certificate") or {}).get("certified"):
+        expired = "<strong>expired</strong>: " if node["certificate"]["expired"] else ""
+        facts.append(expired + esc(node["certificate"]["text"]))
     out = [f'<section id="{anchor}"><h2>{esc(node["host"])} {badge(node["verdict"])}</h2>']
     if facts:
         out.append(f'<p class="meta">{"; ".join(facts)}</p>')

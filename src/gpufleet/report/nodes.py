@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from gpufleet.base import schema
+from gpufleet.base import paths, schema
 from gpufleet.base.errors import InputError
 from gpufleet.report.formatting import STATUS_ORDER
 
@@ -60,10 +60,9 @@ def _node(name: str, source: str | None, results: list[dict], doc: dict | None =
 def read_host_file(path: Path, run_dir: Path) -> dict:
     """One node from one hosts/*.json file; never raises for bad content."""
     rel = str(path.relative_to(run_dir))
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        return _node(path.stem, rel, [_unreadable(rel, exc.strerror or str(exc))])
+    raw, why = paths.read_bytes(path)
+    if raw is None:
+        return _node(path.stem, rel, [_unreadable(rel, why)])
     doc, why = schema.parse_host_doc(raw)
     if doc is None:
         # The first bytes show at a glance whether it was cut short or is something else entirely.

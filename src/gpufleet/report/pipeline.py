@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpufleet import __version__
-from gpufleet.base import causes, paths, registry, runs, schema
+from gpufleet.base import causes, certificates, paths, registry, runs, schema
 from gpufleet.base.errors import InputError
 from gpufleet.fleet import compare, store as fleet_store
 from gpufleet.comparisons import metrics
@@ -26,8 +26,8 @@ from gpufleet.report.chart_data import BAR_METRICS
 from gpufleet.report.formatting import STATUS_ORDER, check_id, class_text, trust_text
 from gpufleet.report.nodes import DOC_PROFILE, DOC_READ, load_nodes, load_peers, node_order
 
-# Each output of registry.OUTPUTS: its file (or folder) under the run folder.
-REPORT_FILES = {o.name: o.file for o in registry.OUTPUTS}
+# Each output the report writes (registry.report_outputs()): its file (or folder) under the run folder.
+REPORT_FILES = {o.name: o.file for o in registry.report_outputs()}
 OWN_LINE = ("html", "fleet", "prometheus", "drain")  # summary_text's outputs on lines of their own
 # A node's verdict in words: "fail" is also what results are counted by, and a node fails for errors too.
 VERDICT_WORDS = {schema.FAIL: "not accepted", schema.WARN: "accepted with warnings", schema.PASS: "accepted"}
@@ -84,6 +84,8 @@ def summarize(report: dict, files: dict) -> dict:
             "warned_checks": [check_id(r) for r in node["results"] if r["status"] == schema.WARN],
             "causes": [causes.line(g) for g in node["causes"]],
         }
+        if (node.get("certificate") or {}).get("certified"):
+            nodes[host]["certificate"] = node["certificate"]["text"]
     fleet = report.get("fleet") or {}
     return {
         "run_dir": report["run_dir"],
@@ -99,6 +101,12 @@ def summarize(report: dict, files: dict) -> dict:
         "drain": fleet.get("drain") or [],
         "prometheus": fleet.get("prometheus") or {},
         "prometheus_note": fleet.get("prometheus_note"),
+        "peers_unreadable": [
+            r["reason"]
+            for p in (report.get("peers") or {}).values()
+            for r in p["results"]
+            if r["check"] == "results_file"
+        ],
     }
 
 
@@ -257,10 +265,11 @@ def _build(
                 extracted[node["host"]] = known["metrics"]
     store, store_note = _open_store(run_dir, db, use_store)
     index = functools.partial(fleet_store.Store.index_run, run_dir=run_dir, expected_hosts=expected_hosts, read=read)
+    indexed: dict = {}
     try:
         if store is not None:
             try:  # a store found damaged here is repaired, and this run indexed into the new one
-                store, _ = use_for_run(store, run_dir, index)
+                store, indexed = use_for_run(store, run_dir, index)
             except (InputError, sqlite3.Error) as exc:  # locked past its timeout, a full disk: the report still comes
                 store.close()
                 store, store_note = (
@@ -273,6 +282,12 @@ def _build(
         )
         if store is not None:
             store_problems += _index_left_out(store, run_dir, run_id)
+        store_problems += [  # an action record that could not be read: named, what the store held of it kept
+            f"{run_dir / u['file']} could not be indexed: {u['reason']}; the store keeps what it held of it: restore "
+            f"the file, or move it aside"
+            for u in indexed.get("unreadable") or []
+            if "host" not in u
+        ]
         chosen = choose_baseline(run_dir, store, baseline)
         readable = {
             n["host"]: {"results": n["results"], "profile": n[DOC_PROFILE], "versions": n["versions"]}
@@ -292,6 +307,10 @@ def _build(
             if node["host"] in fleet["metrics"]:  # the per-GPU bars' figures, extracted once (report/chart_data.py)
                 node["per_gpu"] = [m for m in fleet["metrics"][node["host"]]["metrics"] if m["key"] in BAR_METRICS]
             _refresh(node)
+        # Each node's latest certificate as the reports folder's index has it (unverified): one expired is said so.
+        claims = certificates.latest(run_dir.resolve().parent)
+        for node in nodes:
+            node["certificate"] = certificates.state(claims.get(node["host"]))
         report = assemble(run_dir, sorted(nodes, key=node_order))
         info = read_run_info(run_dir)
         names = slurm_names if slurm_names is not None else info.get("slurm_node_names")
@@ -317,7 +336,7 @@ def _build(
             report["locks_not_given_back"] = last["locks_not_given_back"]
         files = {name: str(run_dir / file) for name, file in REPORT_FILES.items()}
         made = Made(run_dir, report, fleet, textfile_dir, fleet_hosts)
-        for output in registry.OUTPUTS:
+        for output in registry.report_outputs():
             if output.render:
                 _write(made.path(output.name), registry.resolve(output.render)(report))
             else:
@@ -355,6 +374,8 @@ def summary_text(summary: dict) -> str:
             line += "  failing: " + "; ".join(n["causes"])
         if n.get("warned_checks"):
             line += ("; " if n.get("causes") else "  ") + "warning: " + ", ".join(n["warned_checks"])
+        if " expired on " in (n.get("certificate") or ""):
+            line += f"; its {n['certificate']}"
         lines.append(line.rstrip())
     files = summary["files"]
     lines.append(f"report: {files['html']}")
@@ -370,6 +391,7 @@ def summary_text(summary: dict) -> str:
     elif summary.get("store_note"):
         lines.append(summary["store_note"])
     lines += [f"store problem: {p}" for p in summary.get("store_problems") or []]
+    lines += [f"peer not shown: {p}" for p in summary.get("peers_unreadable") or []]
     if summary.get("prometheus_note"):
         lines.append(summary["prometheus_note"])
     return "\n".join(lines)

@@ -107,6 +107,9 @@ def _node_section(node: dict, report: dict) -> list[str]:
         facts.append(inline(f"checked {node['started']}{seconds}"))
     if node.get("source"):
         facts.append(f"from {code(node['source'])}")
+    if (node.get("certificate") or {}).get("certified"):
+        expired = "**expired**: " if node["certificate"]["expired"] else ""
+        facts.append(expired + inline(node["certificate"]["text"]))
     if facts:
         lines += ["; ".join(facts) + ".", ""]
     said = cause.cause(node)  # its words are in the node table and in the findings below: here what to do

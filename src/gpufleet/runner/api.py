@@ -42,12 +42,9 @@ def parse_extra_vars(items: list[str] | None) -> dict:
         text = item.strip()
         if text.startswith("@"):
             path = Path(text[1:])
-            try:
-                text = path.read_text()
-            except OSError as exc:
-                raise InputError(f"-e {item}: {path} cannot be read: {exc.strerror}") from None
-            except UnicodeDecodeError:
-                raise InputError(f"-e {item}: {path} is not text; expected a YAML or JSON file of variables") from None
+            text, why = paths.read_text(path, follow=True)  # never waits on a FIFO
+            if text is None:
+                raise InputError(f"-e {item}: {path} {why}; expected a YAML or JSON file of variables")
         if text.startswith("{") or item.startswith("@"):
             try:
                 val = _vault_file(path, item) if item.startswith("@") and VAULT_MARK in text else yaml.safe_load(text)
@@ -132,6 +129,19 @@ def _slurm_vars(action: str | None, max_drain: str | None, take_over: bool) -> d
     return out
 
 
+def _certify_vars(key: str | None, command: str | None, pubkey: str | None) -> dict:
+    """--certify-key, or --certify-command with --certify-pubkey, as the playbook's variables, the files' paths made
+    absolute (the playbook runs in another folder); validate.yml refuses a key open to others before any node."""
+    if key and command:
+        raise InputError("give --certify-key or --certify-command, not both")
+    if command and not pubkey:
+        raise InputError("--certify-command needs --certify-pubkey: the public key (PEM) of the key it signs with")
+    out = {"gpufleet_certify_key": str(Path(key).resolve())} if key else {}
+    if command:
+        out.update(gpufleet_certify_command=command, gpufleet_certify_pubkey=str(Path(pubkey).resolve()))
+    return out
+
+
 def fleet_run(
     inventory: str,
     *,
@@ -148,14 +158,17 @@ def fleet_run(
     command: str = "run",
     slurm: str | None = None,
     slurm_max_drain: str | None = None,
+    certify: dict | None = None,
 ) -> Outcome:
     """validate.yml over the inventory's gpu_nodes (narrowed by limit): one attempt of a new run. `slurm`: act on
-    the verdict in Slurm (drain, drain_resume); `accept` also drains its nodes with a gpufleet reason first."""
+    the verdict in Slurm (drain, drain_resume); `accept` also drains its nodes with a gpufleet reason first.
+    `certify`: {key, command, pubkey}, the signing of each accepted node's certificate (_certify_vars)."""
     project = project if isinstance(project, Project) else find_project(project)
     user_vars = dict(extra_vars or {})
     check_user_vars(user_vars)
     user_vars.update(_tier_vars(tier, soak_duration_s))
     user_vars.update(_slurm_vars(slurm, slurm_max_drain, take_over=command == "accept"))
+    user_vars.update(_certify_vars(**(certify or {"key": None, "command": None, "pubkey": None})))
     inv, hosts = nodes_of(project, inventory, limit)
     peers = list(peers or [])
     unknown = [p for p in peers if p not in inv.hosts]
@@ -167,7 +180,7 @@ def fleet_run(
             f"--peers {', '.join(both)}: a peer joins the runs across nodes of nodes under test and cannot "
             "be one of them"
         )
-    run_id = paths.safe_name(run_id or new_run_id(), "--run-id")
+    run_id = paths.run_id(run_id or new_run_id(), "--run-id")
     inv_obj = Invocation(
         command=command,
         playbook="validate",
@@ -203,7 +216,7 @@ def fleet_resume(
 ) -> tuple[resume_mod.ResumePlan, Outcome | None]:
     """Run again what did not finish (and, unless only_unfinished, what failed or erred) in the same run."""
     project = project if isinstance(project, Project) else find_project(project)
-    run_dir = _reports_dir(reports_dir) / paths.safe_name(run_id, "RUN_ID")
+    run_dir = _reports_dir(reports_dir) / paths.run_id(run_id, "RUN_ID")
     folder = rec.load_run_folder(run_dir)
     record = folder.record or {}
     first = next((i for i in record.get("invocations", []) if i.get("command") != "locate"), None)
@@ -361,7 +374,7 @@ def fleet_locate(
         "gpufleet_locate_reference_gbps": reference_gbps,
         "gpufleet_locate_base_port": base_port,
     }
-    run_id = paths.safe_name(run_id or new_run_id(), "--run-id")
+    run_id = paths.run_id(run_id or new_run_id(), "--run-id")
     reports = _reports_dir(reports_dir)
     run_dir = reports / run_id
     # Locating inside an existing run (the one that was slow) adds an attempt to it.

@@ -138,8 +138,14 @@ def invoke(
         ) from None
 
     run_dir = inv.run_dir
-    made_run_dir = not run_dir.exists()
-    prepare_run_dir(run_dir, resume=inv.resume)
+    made_run_dir, made_runner = not run_dir.exists(), not rec.runner_dir(run_dir).exists()
+    try:
+        prepare_run_dir(run_dir, resume=inv.resume)
+    except InputError:  # refused (a full disk, say): nothing of this invocation is left behind
+        left = run_dir if made_run_dir else rec.runner_dir(run_dir) if made_runner else None
+        if left is not None and not os.path.islink(run_dir):  # never through a link (a planted one was refused)
+            shutil.rmtree(left, ignore_errors=True)
+        raise
     record = rec.read_record(run_dir) or {
         "schema_version": rec.RECORD_SCHEMA_VERSION,
         "run_id": inv.run_id,
@@ -251,9 +257,11 @@ def invoke(
             shutil.rmtree(vars_file.parent, ignore_errors=True)
             redact_command(artifact_dir, own_env)
         interrupted = stop.signum is not None
-    if interrupted or error:  # ansible-playbook may go on without the runner that reads it: stopped
+    # ansible-playbook ended by a signal (killed alone): what gives the node locks back at its end never ran
+    killed = not (interrupted or error) and rc is None and (run_dir / runs.RUN_FILE).exists()
+    if interrupted or error or killed:  # ansible-playbook may go on without the runner that reads it: stopped
         stop_leftovers(run_dir)
-    if interrupted:
+    if interrupted or killed:
         kept = release_locks(project, inv, env, own_env, ident)
     shutil.rmtree(local_tmp, ignore_errors=True)
     last_stage = {h: n.stage for h, n in fleet.nodes.items()}
@@ -264,7 +272,7 @@ def invoke(
         finals = {h: "interrupted" for h in inv.hosts} | {
             h: f for h, f in finals.items() if f in (ACCEPTED, NOT_ACCEPTED)
         }
-        message = ending_line(inv, code, status, rc, fleet, report) + kept_note(kept)
+        message = ending_line(inv, code, status, rc, fleet, report) + kept_note(kept, inv)
     elif error:  # the nodes that wrote their document were measured: they keep it, and only the report is missing
         measured = {h for h in inv.hosts if _written_since(run_dir / "hosts" / f"{h}.json", started)}
         code, message = EXIT_COULD_NOT_RUN, error
@@ -272,6 +280,8 @@ def invoke(
     else:
         code, finals, message = (judge or judge_report)(inv, started, status, rc, fleet)
         report, _ = report_finals(run_dir, inv.hosts, started)
+        if killed:
+            message += kept_note(kept, inv, killed=True)
 
     entry.update(
         ended=schema.utc_now(),

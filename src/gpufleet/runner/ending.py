@@ -84,14 +84,19 @@ def ending_text(why: dict[str, list[dict]], message: str) -> str:
     return "\n".join([*lines, message])
 
 
-def kept_note(kept: dict | str) -> str:
+def kept_note(kept: dict | str, inv: Invocation, *, killed: bool = False) -> str:
+    """What the end of a run says of its node locks once it gave them back itself (release.yml): those it could not
+    give back, and how to; `killed`: ansible-playbook was killed, so its own giving back never ran."""
+    by_hand = (
+        f"the next run on this controller takes them over, or `ansible-playbook release.yml -i {inv.inventory} -e "
+        f"gpufleet_run_id={inv.run_id}` gives them back now"
+    )
     if isinstance(kept, str):
-        return f". Its node locks could not be given back ({kept}); the next run on this controller takes them over"
+        return f". Its node locks could not be given back ({kept}): {by_hand}"
     if kept:
-        return (
-            f". Its node locks could not be given back on {', '.join(sorted(kept))} (did not answer); the next run "
-            "on this controller takes them over"
-        )
+        return f". Its node locks are still held on {', '.join(sorted(kept))}, which did not answer: {by_hand}"
+    if killed:
+        return ". ansible-playbook was killed before it gave its node locks back: they were given back (release.yml)"
     return ""
 
 

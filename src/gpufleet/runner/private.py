@@ -20,8 +20,8 @@ from gpufleet.runner.project import tool_env
 
 # -e variables whose values runner.json keeps for a resume: the gpufleet_* settings. Any other (a become password)
 # and a node's environment (a token in gpufleet_node_env) may hold a secret: runner.json keeps only its name, and
-# a resume asks for it again.
-SECRET_VARS = {"gpufleet_node_env"}
+# a resume asks for it again; so does a site's signing command, whose line may carry a token (the key's path is kept).
+SECRET_VARS = {"gpufleet_node_env", "gpufleet_certify_command"}
 NOT_RECORDED = "(not recorded)"
 
 

@@ -41,7 +41,9 @@ def read_record(run_dir: Path) -> dict | None:
     if why:
         raise InputError(f"{path} {why}; expected the runner's record of the run: restore it, or move it aside")
     if not isinstance(doc, dict) or not isinstance(doc.get("invocations"), list):
-        raise InputError(f"{path}: expected the runner's record with a list of invocations")
+        raise InputError(
+            f"{path} is not the runner's record (a JSON object with a list of invocations): restore it, or move it aside"
+        )
     return doc
 
 
@@ -104,7 +106,7 @@ def load_run_folder(run_dir: Path) -> RunFolder:
     folder = RunFolder(run_dir)
     run, why = read_json(run_dir / "run.json")
     if why:
-        raise InputError(f"{run_dir / 'run.json'} {why}; expected the run record")
+        raise InputError(f"{run_dir / 'run.json'} {why}; expected the run record: restore it, or move it aside")
     folder.run = run
     folder.record = read_record(run_dir)
     report, _ = read_json(run_dir / "report.json")

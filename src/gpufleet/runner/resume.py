@@ -98,7 +98,7 @@ def _cut_off(inv: dict | None) -> bool:
 
 def node_stage_reason(folder: RunFolder, host: str, only_unfinished: bool) -> str | None:
     if host in folder.unreadable:
-        return f"its host document {folder.unreadable[host]}"
+        return f"its host document hosts/{host}.json {folder.unreadable[host]}"
     doc = folder.docs.get(host)
     if doc is None:
         return "no host document: its node stage did not finish"

@@ -302,10 +302,10 @@ def _bug_report(bundle: Bundle, host: str, template: str | None, file: Path | No
     """nvidia-bug-report.log.gz into the bundle: a file fetched already, the site's command, or, on the node itself,
     its nvidia-bug-report.sh, each run with a timeout; what happened, in words."""
     if file:
-        try:
-            bundle.gz_text("nvidia-bug-report.log.gz", Path(file).read_bytes())
-        except OSError as exc:
-            raise InputError(f"--bug-report {file}: {exc.strerror or exc}") from None
+        raw, why = paths.read_bytes(file, follow=True)  # never waits on a FIFO
+        if raw is None:
+            raise InputError(f"--bug-report {file} {why}")
+        bundle.gz_text("nvidia-bug-report.log.gz", raw)
         return f"from {file}"
     if template:
         argv = commands.words(template, {"host": host, "slurm_node": host}, what="--bug-report-command")

@@ -33,7 +33,7 @@ from gpufleet.base import paths, registry, runs, schema, slurm
 from gpufleet.base.errors import InputError
 from gpufleet.fleet import export, service_log, store as fleet_store
 from gpufleet.fleet import slurm_action as fleet_slurm
-from gpufleet.fleet.run_files import read_json, read_report, read_run_info
+from gpufleet.fleet.run_files import read_report, read_run_info
 from gpufleet.service import commands
 from gpufleet.service.policy import ACTABLE, REACCEPT, STEPS, fault_of, policy, steps_for
 
@@ -132,6 +132,22 @@ def accepted_since(runs: list[dict], steps: list[dict], run_id: str) -> dict | N
 # ---------------------------------------------------------------- judging a run
 
 
+def writer_store(path: Path, own_run: Path | None = None) -> fleet_store.Store:
+    """The store a writer (the ladder, the Slurm actions) opens, every page checked first. A missing one is made where
+    the reports folder holds no run folder but `own_run` (a first sweep); where it holds others, a new empty store would
+    forget them (the ladder's rungs, the baseline), so it is refused: `gpufleet store rebuild` makes it from them."""
+    path = Path(path)
+    if not path.exists() and not path.is_symlink() and path.parent.is_dir():
+        own = Path(own_run).resolve() if own_run else None
+        others = [d for d in path.parent.iterdir() if (d / "run.json").is_file() and d.resolve() != own]
+        if others:
+            raise InputError(
+                f"store {path} does not exist while {path.parent} holds {len(others)} other run folder(s): "
+                "`gpufleet store rebuild` makes it from them (--db PATH, or --reports-dir DIR holding gpufleet.db)"
+            )
+    return fleet_store.Store(path, check=True)
+
+
 def judge(
     run_dir: Path,
     *,
@@ -146,10 +162,12 @@ def judge(
     indexed into the store."""
     run_dir, act = Path(run_dir), act or set()
     report = read_report(run_dir, "to judge the ladder by")
+    _judgements(run_dir)  # a damaged ladder.json, slurm.json or report.md is named before anything is done
+    drains = fleet_slurm.kept_actions(run_dir)
     run_id = report["run_id"]
-    names = names if names is not None else read_run_info(run_dir).get("slurm_node_names")
+    info = read_run_info(run_dir, strict=True)  # its Slurm names and tier: never guessed past a damaged record
+    names = names if names is not None else info.get("slurm_node_names")
     cmds = {**DEFAULT_COMMANDS, **(site_commands or {})}
-    info = read_run_info(run_dir)
     tier = info.get("tier") or registry.DEFAULT_RUN_TIER  # the full tier: the node stage and the runs across nodes
     acceptance_run = info.get("playbook") == "validate" and any(
         t.across_nodes for t in registry.RUN_TIERS if t.name == tier
@@ -160,7 +178,7 @@ def judge(
         shown, slurm_note = None, f"Slurm could not be read ({exc}): nothing that needs it is done"
     record = {"run_id": run_id, "at": schema.utc_now(), "act": sorted(act), "slurm_note": slurm_note, "steps": []}
     db = Path(db) if db else fleet_store.default_path(run_dir.resolve().parent)
-    with fleet_store.Store(db) as store:
+    with writer_store(db, run_dir) as store:
         store.index_events(run_dir)
         for host, node in report["nodes"].items():
             record["steps"] += _decide(
@@ -176,7 +194,7 @@ def judge(
                     "cmds": cmds,
                 },
             )
-        record["breaker"] = _breaker(record["steps"], act, shown, max_actions, run_dir)
+        record["breaker"] = _breaker(record["steps"], act, shown, max_actions, drains)
         for step in record["steps"]:
             if step["step"] in act and not step.get("done") and not record["breaker"]["tripped"]:
                 _act(step, cmds, shown)
@@ -291,15 +309,16 @@ def _decide(store, host: str, node: dict, run_id: str, ctx: dict) -> list[dict]:
     return out
 
 
-def _breaker(steps: list[dict], act: set[str], shown: dict | None, max_actions, run_dir: Path) -> dict:
-    """Nodes the ladder would take out now, with those this run's drains took out, against gpufleet_slurm_max_drain."""
+def _breaker(steps: list[dict], act: set[str], shown: dict | None, max_actions, actions: list[dict]) -> dict:
+    """Nodes the ladder would take out now, with those this run's drains took out (`actions`: slurm.json's), against
+    gpufleet_slurm_max_drain."""
     limit = fleet_slurm.parse_max_drain(max_actions)
     out = sorted({s["slurm_node"] for s in steps if s["step"] in act and s["step"] in TAKE_OUT})
-    kept = read_json(run_dir / fleet_slurm.SLURM_FILE) or {}
     drained = sorted(
         {
             d["slurm_node"]
-            for a in kept.get("actions") or []
+            for a in actions
+            if isinstance(a, dict)
             if not a.get("check_mode")
             for d in a.get("decisions") or []
             if d.get("do") == "drain" and d.get("new") and d.get("done")
@@ -384,10 +403,21 @@ def _act(step: dict, cmds: dict, shown: dict | None) -> None:
         )
 
 
+def _judgements(run_dir: Path) -> list[dict]:
+    """The judgements ladder.json keeps; InputError naming it when it is damaged: a new judgement would lose them."""
+    path = Path(run_dir) / LADDER_FILE
+    doc, why = service_log.read_record(path)
+    if why:
+        raise InputError(
+            f"{path} {why}: nothing was judged or done, as its earlier records would be lost under a new one; "
+            "restore it, or move it aside (the store keeps what it indexed of it)"
+        )
+    return (doc or {}).get("judgements") or []
+
+
 def _keep(run_dir: Path, record: dict) -> None:
     """Appended to RUN_DIR/ladder.json: {"judgements": [...], "steps": every judgement's records}."""
-    kept = read_json(run_dir / LADDER_FILE)
-    judgements = kept.get("judgements") if isinstance(kept, dict) and isinstance(kept.get("judgements"), list) else []
+    judgements = _judgements(run_dir)
     judgements.append(record)
     steps = [s for j in judgements for s in j["steps"] if s["step"] not in ("none",)]
     paths.write_atomic(
@@ -399,12 +429,12 @@ def clear(reports_dir: Path, host: str, who: str, note: str, *, names: dict | No
     """A person clears NODE's ladder (a repair done, an RMA closed): a run folder of its own records it; a node drained
     for RMA stays drained with a gpufleet reason that a run accepting it may resume."""
     paths.safe_name(host, "NODE")
+    with writer_store(fleet_store.default_path(reports_dir)) as store:
+        latest = max((e["at"] or "" for e in store.events(host=host, kind="ladder")), default="")
     run = runs.start(
         str(Path(reports_dir).resolve()), f"ladder-clear-{host}-{runs.new_run_id()}", playbook="ladder", hosts=[]
     )
     name = export.slurm_name(host, names)
-    with fleet_store.Store(fleet_store.default_path(reports_dir)) as store:
-        latest = max((e["at"] or "" for e in store.events(host=host, kind="ladder")), default="")
     # Events order by their second: a clear recorded in the second of the node's last step could sort before it.
     while schema.utc_now() <= latest and (service_log.epoch(latest) or 0) - time.time() < 2:
         time.sleep(0.05)

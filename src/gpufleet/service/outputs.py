@@ -30,7 +30,7 @@ from gpufleet.fleet import figure_text, service_log
 from gpufleet.fleet import slurm_action as fleet_slurm
 from gpufleet.fleet import store as fleet_store
 from gpufleet.fleet.export import exposition
-from gpufleet.fleet.run_files import put_md_section, read_json
+from gpufleet.fleet.run_files import put_md_section, read_json, read_md
 from gpufleet.service import ladder, policy, sweep
 
 HEADING = "## Fleet in service"
@@ -56,10 +56,11 @@ def gather(run_dir: Path, store) -> dict:
         )
         for h in costs["nodes"]
     }
-    judgements = (read_json(run_dir / ladder.LADDER_FILE) or {}).get("judgements") or []
+    # A damaged record is left out here: the report and `gpufleet store rebuild` name it.
+    judgements = (service_log.read_record(run_dir / ladder.LADDER_FILE)[0] or {}).get("judgements") or []
     return {
         "run_id": run_dir.name,
-        "sweep": read_json(run_dir / sweep.SWEEP_FILE),
+        "sweep": service_log.read_record(run_dir / sweep.SWEEP_FILE)[0],
         "ladder": judgements[-1] if judgements else None,
         "costs": costs,
         "steps_taken": rungs,
@@ -204,7 +205,9 @@ def write(run_dir: Path, db: Path | None = None) -> dict:
     Prometheus file, after Slurm's own state is read (a node back in service ends its episode, fleet/slurm_action.py
     seen_back). The gathered data."""
     run_dir = Path(run_dir)
-    with fleet_store.Store(Path(db) if db else fleet_store.default_path(run_dir.resolve().parent)) as store:
+    read_md(run_dir / "report.md")  # named before anything is written
+    store_path = Path(db) if db else fleet_store.default_path(run_dir.resolve().parent)
+    with ladder.writer_store(store_path, run_dir) as store:
         store.index_events(run_dir)
         try:
             shown = slurm.show_nodes()  # Slurm's own state: a node resumed by hand is back, whoever resumed it

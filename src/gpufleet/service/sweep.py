@@ -10,7 +10,8 @@ preempts, judged as a run.
                 it leaves no verdict for its node, only a note, and the next sweep takes the node again
     time        --time (the tier's limit) and --deadline: a job that cannot start in time is removed by Slurm;
                 at most --max-share of the idle nodes (default 25%, at least one node) held at once, the sweep
-                jobs already queued counted, the nodes measured longest ago first
+                jobs already queued counted, the nodes whose certificates expire soonest first (sweep_order), then
+                those measured longest ago
     on the node `srun ... gpufleet node-stage`: the engine in the job, its document written to the run's hosts/ in
                 the shared reports folder; nothing over SSH
     the run     RUN_DIR/run.json (playbook sweep), sweep.json (the plan, each job and what became of it), the
@@ -33,7 +34,7 @@ import shlex
 import time
 from pathlib import Path
 
-from gpufleet.base import paths, profiles, registry, runs, schema, slurm
+from gpufleet.base import certificates, paths, profiles, registry, runs, schema, slurm
 from gpufleet import report
 from gpufleet.base.errors import InputError
 from gpufleet.fleet import references, store as fleet_store
@@ -126,6 +127,17 @@ def preemption_problem(config: dict, parts: dict, submit_to: list[str], qos: str
     return None
 
 
+def sweep_order(last_tested: dict, valid_until: dict | None = None, hosts: dict | None = None):
+    """The key a sweep takes idle nodes in by: the node whose certificate expires soonest first, one without a
+    certificate before any (base/certificates.py's claims, {host: valid_until}), then the node measured longest ago."""
+
+    def key(node: str) -> tuple:
+        host = (hosts or {}).get(node, node)
+        return ((valid_until or {}).get(host) or "", last_tested.get(host) or "", node)
+
+    return key
+
+
 def plan(
     shown: dict,
     partitions: list[str],
@@ -134,6 +146,7 @@ def plan(
     last_tested: dict,
     hosts: dict | None = None,
     awaiting: dict | None = None,
+    valid_until: dict | None = None,
 ) -> dict:
     """Which nodes this sweep takes: {"idle", "skipped": {node: why}, "chosen", "deferred": {node: why}, "allowed",
     "held", "retest": {node: why}}. `queued`: sweep jobs slurmctld holds now (any sweep); `last_tested`: {node: when
@@ -166,7 +179,7 @@ def plan(
     pool = len(idle) + len([q for q in queued_share if q.get("node") in member])
     allowed = max(1, math.floor(pool * number / 100)) if percent else number
     free = max(0, allowed - len(queued_share))
-    order = sorted(idle, key=lambda n: (last_tested.get((hosts or {}).get(n, n)) or "", n))
+    order = sorted(idle, key=sweep_order(last_tested, valid_until, hosts))
     chosen = order[:free]
     deferred = {
         n: f"over the share: {allowed} of {pool} idle node(s) at once, {len(queued_share)} sweep job(s) already queued"
@@ -269,7 +282,10 @@ def submit(reports_dir: Path, opts: dict) -> dict:
                 last = {h: (store.node_runs(h) or [{}])[-1].get("started") for h in (hosts.get(n, n) for n in shown)}
                 member = [n for n, v in shown.items() if set(v["partitions"]) & set(opts["partitions"])]
                 awaiting = retest.candidates(shown, member, hosts, store, reports_dir, SWEEP_FILE)
-        planned = plan(shown, opts["partitions"], queued, parse_share(opts["max_share"]), last, hosts, awaiting)
+        expiring = {h: c.get("valid_until") for h, c in certificates.latest(reports_dir).items()}
+        planned = plan(
+            shown, opts["partitions"], queued, parse_share(opts["max_share"]), last, hosts, awaiting, expiring
+        )
         record = {
             "tier": opts["tier"],
             "submitted": None,
@@ -424,7 +440,7 @@ def _note(job: dict) -> str:
 def _job_error(run_dir: Path, job: dict, doc) -> None:
     """The job ran but did not end well (its time limit, a failure, its node lost): an `error` in its document."""
     out = run_dir / "sweep" / f"{job['host']}.out"
-    tail = out.read_text(errors="replace")[-2000:] if out.exists() else ""
+    tail = (paths.read_bytes(out)[0] or b"")[-2000:].decode("utf-8", "replace")
     what = "before writing its document" if not isinstance(doc, dict) else "after the document it kept"
     res = schema.result(
         "sweep_job",

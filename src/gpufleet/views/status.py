@@ -4,6 +4,7 @@
     gpufleet status --count N          N refreshes, then exit (a pipe gets each table printed in turn)
     gpufleet status --json             one reading as JSON; with --count N, N readings, one JSON document a line
     gpufleet status --readings FILE    the same views of a recording from `gpufleet collect` (no NVML needed)
+    gpufleet status --certificate CERT this node's certificate's expiry above the GPUs, said when it has passed
 
 The document (`--json`):
 
@@ -11,7 +12,8 @@ The document (`--json`):
      "source": "nvml" | "recording <file>", "read_seconds": 0.04,
      "available": true, "error": null, "driver_version": "580.159.04", "cuda_driver_version": "13.0",
      "unreadable": {system field: reason},
-     "gpus": [GPU, ...]}
+     "gpus": [GPU, ...],
+     "certificate": {"certified", "expired", "valid_until", "run_id", "text"}}   with --certificate (unverified)
 
 GPU: the keys of views.gpu.STATUS_GPU_FIELDS, any value None where it could not be read (the GPU's
 "unreadable" names it and why). Units are in the names; "memory_used_mib" leaves out the driver's reserved
@@ -34,7 +36,7 @@ import sys
 import time
 
 from gpufleet import collect
-from gpufleet.base import schema
+from gpufleet.base import certificates, paths, schema
 from gpufleet.collect.nvml.nvlinks import NVLINK_COUNTERS, nvlink_error_counts
 from gpufleet.base.errors import InputError
 from gpufleet.views.gpu import STATUS_GPU_FIELDS, LiveReader
@@ -267,6 +269,10 @@ def view(doc: dict, note: str | None = None):
     if not usable(doc):
         return Text(f"{header(doc, note)}\n{problem(doc)}", style="red")
     parts = [Text(header(doc, note), style="bold"), gpu_table(doc), Text(LEGEND, style="dim")]
+    if doc.get("certificate"):  # `--certificate`: the node's acceptance certificate, red once expired
+        parts.insert(
+            1, Text(doc["certificate"]["text"], style="bold red" if doc["certificate"]["expired"] else "green")
+        )
     if any(g.get("processes") for g in doc["gpus"]):
         parts += [Text(""), process_table(doc)]
     elif all(g.get("processes") is not None for g in doc["gpus"]):
@@ -313,12 +319,28 @@ def _console():
     return console
 
 
+def certificate_state(path: str | None) -> dict | None:
+    """--certificate: what the node's certificate claims of its expiry (base/certificates.py; `gpufleet verify`
+    checks its signature); InputError naming a file that is none."""
+    if path is None:
+        return None
+    envelope, why = paths.read_json(path, follow=True)  # the operator's own file: a link followed, a FIFO not waited on
+    claim = certificates.claim_of(envelope, path)
+    if claim is None:
+        raise InputError(
+            f"--certificate {path} {why or 'is no node certificate'}; give the node's certificate, readable to this "
+            "user (RUN_DIR/certificates/nodes/<host>.intoto.json, which `gpufleet certify` writes)"
+        )
+    return certificates.state(claim)
+
+
 def cmd_status(args) -> int:
     if args.interval_s <= 0:
         raise InputError(f"--interval-s must be a positive number of seconds; got {args.interval_s:g}")
     if args.count is not None and args.count < 1:
         raise InputError(f"--count must be 1 or more; got {args.count}")
     count = args.count if args.count is not None else (1 if args.json else None)
+    cert = certificate_state(args.certificate)
     if not args.json and not _have_rich():
         print(f"gpufleet status: {NO_RICH}", file=sys.stderr)
         return 1
@@ -327,15 +349,15 @@ def cmd_status(args) -> int:
             from_collect(collect.load_recording(args.readings, parts=("nvml",))["nvml"]),
             source=f"recording {args.readings}",
         )
-        return _show(doc, args.json)
+        return _show(dict(doc, certificate=cert) if cert else doc, args.json)
     reader = LiveReader()
     reader.open()
     # SIGTERM ends the view as Ctrl-C does, so that the terminal gets its cursor back.
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         if args.json:
-            return _json_loop(reader, count, args.interval_s)
-        return _live_loop(reader, count, args.interval_s)
+            return _json_loop(reader, count, args.interval_s, cert)
+        return _live_loop(reader, count, args.interval_s, cert)
     except KeyboardInterrupt:  # Ctrl-C is how the live view is meant to end
         return 0
     finally:
@@ -357,10 +379,15 @@ def _show(doc: dict, as_json: bool) -> int:
     return 0 if usable(doc) else 1
 
 
-def _json_loop(reader: LiveReader, count: int, interval_s: float) -> int:
+def _read(reader: LiveReader, cert: dict | None) -> dict:
+    doc = document(reader.read(), source="nvml")
+    return dict(doc, certificate=cert) if cert else doc
+
+
+def _json_loop(reader: LiveReader, count: int, interval_s: float, cert: dict | None = None) -> int:
     for i in range(count):
         started = time.monotonic()
-        doc = document(reader.read(), source="nvml")
+        doc = _read(reader, cert)
         print(json.dumps(doc, sort_keys=True), flush=True)
         if not usable(doc):
             return 1
@@ -369,10 +396,10 @@ def _json_loop(reader: LiveReader, count: int, interval_s: float) -> int:
     return 0
 
 
-def _live_loop(reader: LiveReader, count: int | None, interval_s: float) -> int:
+def _live_loop(reader: LiveReader, count: int | None, interval_s: float, cert: dict | None = None) -> int:
     from rich.live import Live
 
-    doc = document(reader.read(), source="nvml")
+    doc = _read(reader, cert)
     if not usable(doc):
         print(f"gpufleet status: {problem(doc)}", file=sys.stderr)
         return 1
@@ -386,12 +413,12 @@ def _live_loop(reader: LiveReader, count: int | None, interval_s: float) -> int:
             if count is not None and shown >= count:
                 return 0
             time.sleep(max(0.0, interval_s - (doc["read_seconds"] or 0)))
-            doc = document(reader.read(), source="nvml")
+            doc = _read(reader, cert)
     with Live(view(doc, note), console=console, auto_refresh=False) as live:
         shown = 1
         while count is None or shown < count:
             time.sleep(max(0.0, interval_s - (doc["read_seconds"] or 0)))
-            doc = document(reader.read(), source="nvml")
+            doc = _read(reader, cert)
             live.update(view(doc, note), refresh=True)
             shown += 1
     return 0
@@ -404,4 +431,9 @@ def add_parser(sub) -> None:
                    "1 with --json)")  # fmt: skip
     s.add_argument("--json", action="store_true", help="print readings as JSON (one document a line) instead")
     s.add_argument("--readings", help="show a recording from `gpufleet collect` instead of reading NVML")
+    s.add_argument(
+        "--certificate",
+        metavar="CERT",
+        help="this node's certificate (`gpufleet certify`): its expiry shown above the GPUs, said when it has passed",
+    )
     s.set_defaults(func=cmd_status)

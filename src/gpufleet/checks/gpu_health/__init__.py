@@ -5,7 +5,7 @@ log readings (collect.kernel_log) and the profile, taking `(readings, gpus, prof
     hbm.py         ecc, row_remapping, retired_pages
     faults.py      xid
     throttling.py  clock_events, temperature, power_limit
-    links.py       pcie_link, nvlink
+    links.py       pcie_link (c2c.py: a GPU on NVLink-C2C), nvlink
     occupancy.py   processes
 
 Readings are a snapshot: a throttle or link-speed check sees the GPU as it was at that instant, so idle GPUs

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from gpufleet.base import profiles
+from gpufleet.base import host_platform, profiles
+from gpufleet.checks.gpu_health import c2c
 from gpufleet.checks.gpu_inventory import UNREADABLE_REMEDY, Findings, gpu_check, unreadable
 from gpufleet.collect.nvml.nvlinks import nvlink_error_counts
 from gpufleet.base.schema import ERROR, FAIL, PASS, SKIP, WARN, result
@@ -15,7 +16,8 @@ def _idle(g: dict) -> bool:
 
 @gpu_check("pcie_link")
 def pcie_link(readings, gpus, profile):
-    """PCIe link width and generation against what the GPU and slot can do."""
+    """PCIe link width and generation against what the GPU and slot can do; a GPU on NVLink-C2C (a Grace superchip),
+    its C2C links' state and speed instead (gpu_health/c2c.py)."""
     gen_min = profiles.value(profile, "pcie_gen_min")
     width_min = profiles.value(profile, "pcie_width_min")
     reseat = (
@@ -24,7 +26,12 @@ def pcie_link(readings, gpus, profile):
     )
     f = Findings()
     per_gpu = []
+    on_c2c = [g for g in gpus if host_platform.gpu_host_link(g) == host_platform.C2C]
+    fastest = c2c.fastest_link_gbps(on_c2c)
     for g in gpus:
+        if g in on_c2c:
+            per_gpu.append(c2c.findings(f, g, fastest))
+            continue
         i, p = g["index"], g.get("pcie") or {}
         per_gpu.append(
             {"index": i, **p, "pstate": g.get("pstate"), "utilization_gpu_pct": g.get("utilization_gpu_pct")}
@@ -64,16 +71,19 @@ def pcie_link(readings, gpus, profile):
                     gpu=i,
                     remedy="re-check under load; a busy GPU should run its link at full speed. " + reseat,
                 )
-    if gen_min is None:
+    if gen_min is None and len(on_c2c) < len(gpus):
         f.add(
             WARN,
             "no minimum PCIe generation set (pcie_gen_min)",
             remedy="set gpufleet_thresholds.pcie_gen_min or use a GPU profile",
         )
-    links = sorted({f"gen {p.get('gen_max')} x{p.get('width_current')}" for p in per_gpu})
+    links = sorted({f"gen {p.get('gen_max')} x{p.get('width_current')}" for p in per_gpu if "c2c" not in p})
+    said = ([f"PCIe links at full width ({', '.join(links)})"] if links else []) + (
+        [c2c.summary(on_c2c, fastest)] if on_c2c else []
+    )
     return f.result(
         "pcie_link",
-        f"PCIe links at full width ({', '.join(links)})",
+        "; ".join(said),
         threshold=profiles.threshold(profile, "pcie_gen_min", width_min=width_min),
         detail={"per_gpu": per_gpu},
     )

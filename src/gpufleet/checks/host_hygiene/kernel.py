@@ -11,9 +11,16 @@ def _cmdline_passthrough(flags: dict) -> bool:
     return flags.get("iommu") == "pt" or flags.get("iommu.passthrough") in ("1", "y", "on")
 
 
+def _passthrough_option(readings: dict) -> str:
+    """The boot option for IOMMU passthrough on this node's architecture: iommu=pt is x86's own."""
+    arch = (readings.get("host") or {}).get("architecture")
+    return "iommu.passthrough=1" if arch and arch != "x86_64" else "iommu=pt (with intel_iommu=on or amd_iommu=on)"
+
+
 def check_iommu(readings: dict, profile: dict) -> dict:
     """The IOMMU's mode for the GPUs: translated DMA warns, or fails where iommu_passthrough_required is set."""
     name = "iommu"
+    option = _passthrough_option(readings)
     if not devices(readings, "gpu"):
         return result(name, SKIP, "no NVIDIA GPU on the PCI bus")
     io, err = section(readings, name, "iommu")
@@ -38,7 +45,7 @@ def check_iommu(readings: dict, profile: dict) -> dict:
             value=len(translated),
             unit="gpus",
             threshold=threshold,
-            remedy="boot with iommu=pt (with intel_iommu=on or amd_iommu=on) so host devices use identity mapping",
+            remedy=f"boot with {option} so host devices use identity mapping",
             detail=detail,
         )
     if other:
@@ -55,9 +62,9 @@ def check_iommu(readings: dict, profile: dict) -> dict:
             name,
             WARN,
             f"IOMMU mode of {len(other)} GPU(s) unknown (e.g. {g['bdf']}: type {g.get('type')!r}, {g.get('reason') or 'not identity or DMA'}) "
-            "and the kernel command line has no iommu=pt",
+            "and the kernel command line sets no passthrough",
             threshold=threshold,
-            remedy="boot with iommu=pt, or confirm the GPUs are not assigned to vfio",
+            remedy=f"boot with {option.split(' (')[0]}, or confirm the GPUs are not assigned to vfio",
             detail=detail,
         )
     return result(

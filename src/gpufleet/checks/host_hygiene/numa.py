@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpufleet.base import profiles
+from gpufleet.base import host_platform, profiles
 from gpufleet.checks.host_hygiene.readings import (
     BRINGUP,
     devices,
@@ -21,22 +21,40 @@ def _rdma_nics(readings: dict) -> list[dict]:
     return rdma or nics
 
 
+def _cpu_node(readings: dict, node: int) -> int:
+    """A device's NUMA node as the CPU node nearest it (a node of memory alone has no CPU to pin a job near)."""
+    nearest = host_platform.nearest_cpu_node(readings, node)
+    return node if nearest is None else nearest
+
+
 def check_numa_affinity(readings: dict, profile: dict) -> dict:
     """The NUMA node of each GPU and of the RDMA NICs beside it: a GPU the firmware places on no node, or on a
-    node with no NIC while NICs sit on others, warns."""
+    node with no NIC while NICs sit on others, warns. Only the NUMA nodes with CPUs count: a Grace Hopper node's GPU
+    memory is NUMA nodes of its own that no thread runs on; each GPU is mapped to its CPU node (detail.gpus_by_node)."""
     name = "numa_affinity"
-    gpus = devices(readings, "gpu")
+    gpus = [dict(g, numa_node=_cpu_node(readings, g["numa_node"])) for g in devices(readings, "gpu")]
     if not gpus:
         return result(name, SKIP, "no NVIDIA GPU on the PCI bus")
-    nodes = [n["node"] for n in (host_readings(readings).get("numa") or {}).get("nodes") or []]
-    nics = _rdma_nics(readings)
+    nodes = host_platform.cpu_numa_nodes(readings)
+    memory_only = host_platform.memory_numa_nodes(readings)
+    nics = [dict(n, numa_node=_cpu_node(readings, n["numa_node"])) for n in _rdma_nics(readings)]
     table = {
         "numa_nodes": nodes,
+        **({"memory_only_numa_nodes": memory_only} if memory_only else {}),
         "gpus": {g["bdf"]: g["numa_node"] for g in gpus},
         "nics": {n["bdf"]: n["numa_node"] for n in nics},
     }
+    by_node = host_platform.gpu_nodes(readings)
+    if by_node:
+        table["gpus_by_node"] = by_node
+    alone = f", {len(memory_only)} more of memory alone (GPU memory, no CPU)" if memory_only else ""
     if len(nodes) <= 1:
-        return result(name, PASS, f"single NUMA node ({len(nodes)} listed): every GPU and NIC is local", detail=table)
+        return result(
+            name,
+            PASS,
+            f"single NUMA node{' with CPUs' if memory_only else ''} ({len(nodes)} listed{alone}): every GPU and NIC is local",
+            detail=table,
+        )
     unknown = [g["bdf"] for g in gpus if g["numa_node"] < 0]
     if unknown:
         return result(
@@ -67,7 +85,7 @@ def check_numa_affinity(readings: dict, profile: dict) -> dict:
         name,
         PASS,
         f"{len(gpus)} GPU(s) on NUMA node(s) {sorted({g['numa_node'] for g in gpus})}, "
-        f"{len(nics)} NIC(s) on node(s) {nic_nodes}",
+        f"{len(nics)} NIC(s) on node(s) {nic_nodes}" + (f" (of {len(nodes)} with CPUs{alone})" if memory_only else ""),
         detail=table,
     )
 

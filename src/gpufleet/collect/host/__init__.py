@@ -2,8 +2,8 @@
 readers), pci.py (devices, ACS), fabric.py (InfiniBand, AER), kernel_state.py (modules, IOMMU, NUMA, cpufreq),
 services.py (fabric manager), nccl_settings.py (the NCCL environment), bringup.py (bring-up's record), edac.py (memory
 errors per controller and DIMM), nvme.py (each NVMe drive's health log), dmi.py (the machine's system, board and
-chassis identity), pcie_link_states.py (the links of the NICs,
-GPUs and the ports above them: planned here, read under load by bench.link_watch).
+chassis identity), pcie_link_states.py (the links of the NICs, GPUs and the ports above them: planned here, read under
+load by bench.link_watch), platform.py (the CPU architecture, the CPUs this process may use and what gave it them).
 
 `read(root, environ)` returns a JSON-able dict and never raises. Every path is
 read under `root`, so tests point it at a fake tree. What could not be read is
@@ -13,6 +13,8 @@ crashed outright, or a top-level value that could not be read, is listed under
 
 Keys:
   root, kernel, os, is_root, boot_id (this boot's id, proc/sys/kernel/random/boot_id)
+  architecture   "x86_64" | "aarch64" | ... (base.platform: the node's facts from it)
+  cpu_allocation {online, allowed, allowed_list, share_pct, cgroup: {cpus, path, reason}, slurm: {...}, reason}
   pci            [{bdf, vendor, device, class, kind, driver, numa_node,
                    current_link_gen, current_link_width, max_link_gen,
                    max_link_width, current_link_speed, max_link_speed,
@@ -31,7 +33,8 @@ Keys:
   modules        {path, readable, reason, count, loaded: {name: bool}}
   iommu          {groups_path, groups_present, group_count, gpu_groups:
                    [{bdf, group, type, mode}], cmdline, cmdline_flags, reason}
-  numa           {nodes: [{node, cpulist}], numa_balancing, paths, reason}
+  numa           {nodes: [{node, cpulist, cpus, distance}], numa_balancing, paths, reason}  cpus 0: a node of
+                 memory alone (a Grace Hopper node's GPU memory); distance: the node's row of the SLIT
   cpu_governors  {present, counts: {governor: n}, cpus, cpus_without_cpufreq, path, reason}
   fabricmanager  {asked, state, rc, command, reason}  (asked only with an NVSwitch)
   nccl           {env, conf: {path, present, values, ignored_lines},
@@ -78,6 +81,7 @@ from gpufleet.collect.host.kernel_state import (
 from gpufleet.collect.host.meminfo import read_meminfo
 from gpufleet.collect.host.nccl_settings import parse_nccl_conf, read_nccl
 from gpufleet.collect.host.nvme import read_nvme
+from gpufleet.collect.host.platform import read_architecture, read_cpu_allocation
 from gpufleet.collect.host.pci import (
     decode_acs,
     parse_link_speed,
@@ -100,6 +104,7 @@ __all__ = [
     "pci_kind",
     "read",
     "read_boot_id",
+    "read_dmi",
     "read_fabric",
     "read_ib_port",
     "read_text",
@@ -153,6 +158,9 @@ def read(root: str = "/", environ: Mapping[str, str] | None = None) -> dict:
     out["os"], reason = os_pretty_name(rootp)
     if reason:
         out["errors"].append({"section": "os", "reason": reason})
+    out["architecture"], reason = read_architecture(rootp)
+    if reason:
+        out["errors"].append({"section": "architecture", "reason": reason})
     out["boot_id"], _ = read_boot_id(root)  # None where absent (a test tree); the counter snapshots say why
     section("pci", lambda: read_pci(rootp), [])
     pci = out["pci"]
@@ -166,6 +174,7 @@ def read(root: str = "/", environ: Mapping[str, str] | None = None) -> dict:
     section("modules", lambda: read_modules(rootp), {"readable": False, "loaded": {}, "reason": "crashed"})
     section("iommu", lambda: read_iommu(rootp, pci), {})
     section("numa", lambda: read_numa(rootp), {})
+    section("cpu_allocation", lambda: read_cpu_allocation(rootp, environ), {"reason": "crashed"})
     section("cpu_governors", lambda: read_cpu_governors(rootp), {})
     section("fabricmanager", lambda: read_fabricmanager(pci, environ), {})
     section("nccl", lambda: read_nccl(rootp, environ), {})

@@ -1,9 +1,12 @@
 """The machine's identity as its firmware gives it (SMBIOS/DMI): system, board and chassis vendor, product, serial and
-asset tag, the BIOS version; what a vendor's RMA desk asks for beside the GPU's serial.
+asset tag, the product UUID, the BIOS version; what a vendor's RMA desk asks for beside the GPU's serial, and what a
+certificate binds beside the GPUs (SERIALS, with NAMES saying what they belong to: collect.board, certify/).
 
 Read from sysfs (/sys/class/dmi/id: the kernel's copy of the DMI tables; the serials and the system UUID are
-readable by root alone), else from `dmidecode` where it is on PATH (it reads the tables itself, as root). Never
-raises: a field that could not be read is None, and `not_read` says why.
+readable by root alone, mode 0400), else from `dmidecode` where it is on PATH (it reads the tables itself, as root).
+A value firmware leaves as a placeholder ("To Be Filled By O.E.M.", "Default string", all zeros) names no machine:
+it is None, with that said, so two boards with the same placeholder never look alike. Never raises: a field that
+could not be read is None, and `not_read` says why.
 
     read_dmi(root, path_env) -> {"path", "present", "source": "sysfs" | "dmidecode" | None,
                                  "fields": {field: text or None}, "not_read": {field: reason}, "reason"}
@@ -11,6 +14,7 @@ raises: a field that could not be read is None, and `not_read` says why.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -41,6 +45,28 @@ FIELDS = {
     "bios_date": ("BIOS Information", "Release Date"),
 }
 DMIDECODE_TYPES = "0,1,2,3"  # BIOS, system, base board, chassis
+# What identifies the machine (a certificate binds them), and what says what they belong to.
+SERIALS = ("board_serial", "chassis_serial", "product_serial", "product_uuid")
+NAMES = ("board_vendor", "board_name", "sys_vendor", "product_name")
+# Firmware's placeholders for a value nobody wrote (compared lower case, spaces and dots dropped).
+PLACEHOLDERS = {
+    "",
+    "tobefilledbyoem",
+    "defaultstring",
+    "notspecified",
+    "notapplicable",
+    "none",
+    "0",
+    "0123456789",
+    "systemserialnumber",
+    "chassisserialnumber",
+    "00000000-0000-0000-0000-000000000000",
+    "ffffffff-ffff-ffff-ffff-ffffffffffff",
+}
+
+
+def placeholder(value: str) -> bool:
+    return value.lower().replace(" ", "").replace(".", "") in PLACEHOLDERS
 
 
 def parse_dmidecode(text: str) -> dict[str, str]:
@@ -72,29 +98,44 @@ def _dmidecode(path_env: str | None) -> tuple[dict[str, str], str | None]:
     return parse_dmidecode(proc.stdout), None
 
 
+def _sysfs(path: Path) -> tuple[str | None, str | None]:
+    """(text, None) or (None, why); a serial only root may read says so."""
+    text, why = read_text(path)
+    if why and path.is_file() and not os.access(path, os.R_OK):
+        why = f"{path}: only root may read it (mode 0400); run as root to read it"
+    return text, why
+
+
 def read_dmi(root: Path, path_env: str | None = None) -> dict:
-    """The DMI identity (module docstring); never raises."""
+    """The DMI identity (module docstring); never raises. `path_env`: where to look for dmidecode (None: $PATH)."""
     base = Path(root) / "sys/class/dmi/id"
     fields: dict[str, str | None] = {}
     not_read: dict[str, str] = {}
+    read_from: dict[str, str] = {}
     for field in FIELDS:
-        fields[field], why = read_text(base / field)
+        fields[field], why = _sysfs(base / field)
         if why:
             not_read[field] = why
-    present = base.is_dir()
-    source = "sysfs" if len(not_read) < len(FIELDS) else None
+        else:
+            read_from[field] = str(base / field)
     if not_read:
         found, why = _dmidecode(path_env)
         for field in list(not_read):
-            if found.get(field):
+            if found.get(field) is not None:
                 fields[field] = found[field]
-                source = source or "dmidecode"
+                read_from[field] = f"dmidecode ({FIELDS[field][0]}: {FIELDS[field][1]})"
                 del not_read[field]
             elif why:
                 not_read[field] += f"; {why}"
+    for field, where in read_from.items():  # read, but naming nothing
+        if placeholder(fields[field] or ""):
+            not_read[field] = f"{where}: the firmware's placeholder {fields[field]!r}, which names no machine"
+            fields[field] = None
+    sources = set(read_from.values())
+    source = "sysfs" if any(s.startswith(str(base)) for s in sources) else ("dmidecode" if sources else None)
     return {
         "path": str(base),
-        "present": present,
+        "present": base.is_dir(),
         "source": source,
         "fields": fields,
         "not_read": not_read,

@@ -1,4 +1,4 @@
-"""The small readers every host reading shares: a text file, an integer, a link's target, a folder."""
+"""The small readers every host reading shares: a text file, an integer, a CPU list, a link's target, a folder."""
 
 from __future__ import annotations
 
@@ -21,6 +21,16 @@ def parse_int(text: str | None) -> int | None:
         return int(text, 0) if text is not None else None
     except ValueError:
         return None
+
+
+def parse_cpulist(text: str | None) -> list[int]:
+    """The kernel's CPU list, '0-55,112-167' -> [0, ..., 55, 112, ..., 167]; '' (a NUMA node of memory alone) -> []."""
+    cpus: list[int] = []
+    for part in (text or "").strip().split(","):
+        lo, _, hi = part.partition("-")
+        if lo.strip().isdigit():
+            cpus += range(int(lo), int(hi or lo) + 1)
+    return cpus
 
 
 def link_name(path: Path) -> str | None:

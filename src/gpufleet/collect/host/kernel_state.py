@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from gpufleet.collect.host.files import listdir, parse_int, read_text
+from gpufleet.collect.host.files import parse_cpulist, listdir, parse_int, read_text
 
 _MODULES_OF_INTEREST = ("nvidia", "nvidia_uvm", "nvidia_peermem", "nv_peer_mem", "ib_core")
 _IOMMU_FLAGS = ("iommu", "intel_iommu", "amd_iommu", "iommu.passthrough", "iommu.strict")
@@ -82,7 +82,17 @@ def read_numa(root: Path) -> dict:
     nodes = []
     for name in listdir(base) or []:
         if re.fullmatch(r"node\d+", name):
-            nodes.append({"node": int(name[4:]), "cpulist": read_text(base / name / "cpulist")[0]})
+            cpulist = read_text(base / name / "cpulist")[0]
+            distance = read_text(base / name / "distance")[0]
+            nodes.append(
+                {
+                    "node": int(name[4:]),
+                    "cpulist": cpulist,
+                    # 0: memory alone (a Grace Hopper node's GPU memory); None: the list could not be read
+                    "cpus": None if cpulist is None else len(parse_cpulist(cpulist)),
+                    "distance": [int(d) for d in distance.split()] if distance else None,
+                }
+            )
     nodes.sort(key=lambda n: n["node"])
     bal_path = root / "proc/sys/kernel/numa_balancing"
     bal, bal_reason = read_text(bal_path)

@@ -11,8 +11,9 @@ PF_KTHREAD = 0x00200000  # include/linux/sched.h: the task is a kernel thread
 
 
 def parse_stat(text: str) -> dict | None:
-    """One /proc/<pid>/stat line -> {"name", "ppid", "kernel", "ticks" (utime + stime, clock ticks), "start_ticks"
-    (the process's start after boot: with the pid, who it is)}; None when it is not such a line."""
+    """One /proc/<pid>/stat line -> {"name", "ppid", "kernel", "ticks" (utime + stime, clock ticks), "threads" (the
+    most cores it can use at once), "start_ticks" (the process's start after boot: with the pid, who it is)}; None
+    when it is not such a line."""
     head, sep, rest = text.rpartition(")")  # the name may hold spaces and brackets
     fields = rest.split()
     if not sep or "(" not in head or len(fields) < 20:
@@ -25,6 +26,7 @@ def parse_stat(text: str) -> dict | None:
             "ppid": int(fields[1]),
             "kernel": bool(int(fields[6]) & PF_KTHREAD),
             "ticks": int(fields[11]) + int(fields[12]),
+            "threads": int(fields[17]),
             "start_ticks": int(fields[19]),
         }
     except ValueError:

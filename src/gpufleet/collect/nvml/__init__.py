@@ -6,6 +6,7 @@ each concern in a file of its own, which bench/ and views/ read with too:
     memory_repairs.py  remapped rows, retired pages
     nvlinks.py         NVLink states and error counters, the fabric registration
     processes.py       each GPU's processes, the GPUs CUDA_VISIBLE_DEVICES leaves
+    host_link.py       NVLink-C2C to a Grace CPU, the GPU memory's NUMA node
 
 read() never raises. Every field is read on its own: a field the GPU or driver
 does not support (or any other NVML error on it) reads as None, and the GPU's
@@ -66,6 +67,7 @@ GPU (keys in GPU_FIELDS; any value may be None, then "unreadable" says why):
                             used_memory_mib is None where the driver does not report it.
                             None when the compute list is unreadable; a graphics list
                             that fails is named as "processes.graphics"
+    c2c, memory_numa_node   how the GPU reaches its host (host_link.py): NVLink-C2C's links on a Grace superchip
     unreadable              {field: "error text"}; nested fields as "pcie.gen_max",
                             "nvlink.errors.crc_data", "nvlink_error_totals.replay"
 """
@@ -89,6 +91,7 @@ from gpufleet.collect.nvml.binding import (
 )
 from gpufleet.collect.nvml.clocks import clock_events
 from gpufleet.collect.nvml.nvlinks import nvlink_links, nvlink_totals, read_fabric_state
+from gpufleet.collect.nvml.host_link import read_c2c, read_memory_numa_node
 from gpufleet.collect.nvml.memory_repairs import read_remapped_rows, read_retired_pages
 from gpufleet.collect.nvml.processes import gpu_processes
 
@@ -104,7 +107,7 @@ GPU_FIELDS = (
     "temperature_c", "temperature_slowdown_c", "temperature_shutdown_c", "memory_temperature_c",
     "power_draw_w", "power_limit_w", "power_default_limit_w", "pstate", "utilization_gpu_pct",
     "clock_event_reasons", "pcie", "nvlink", "nvlink_error_totals", "fabric", "pcie_replay", "processes",
-    "unreadable",
+    "c2c", "memory_numa_node", "unreadable",
 )
 # fmt: on
 
@@ -199,6 +202,7 @@ def _gpu(index: int) -> dict:
     put("fabric", read_fabric_state, h)
     put("pcie_replay", lambda: int(pynvml.nvmlDeviceGetPcieReplayCounter(h)))
     gpu["processes"] = gpu_processes(h, unreadable)
+    gpu["c2c"], gpu["memory_numa_node"] = read_c2c(h), read_memory_numa_node(h, unreadable)
     return gpu
 
 
