@@ -163,9 +163,9 @@ def machine_md(machine: dict) -> list[str]:
     return lines + [""]
 
 
-def gpus_md(ids: dict, gpu: dict | None) -> list[str]:
-    """Every GPU of the node as the latest run saw it: index, UUID, serial, bus id, VBIOS, InfoROM."""
-    latest = ids.get("latest") or {}
+def gpus_md(latest: dict, gpu: dict | None) -> list[str]:
+    """Every GPU of the node as the latest run saw it (identity()'s `latest`): index, UUID, serial, bus id, VBIOS,
+    InfoROM."""
     gpus = [g for g in latest.get("gpus") or [] if isinstance(g, dict)]
     if not gpus:
         return ["## GPUs", "", "(no GPU listed in the latest run's inventory)", ""]
