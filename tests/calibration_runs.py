@@ -132,6 +132,11 @@ def memory_output(mon: dict, d2h_low: dict | None = None, hbm_low: dict | None =
             "uuid": dev["uuid"],
             "pci_bus_id": dev["pci_bus_id"],
         }
+    return memory_of(hbm, pcie, mon)
+
+
+def memory_of(hbm: dict, pcie: dict, mon: dict) -> dict:
+    """bench.memory's output of these copies per CUDA device (`hbm`, `pcie`), with its summary."""
     return {
         "benchmark": "memory",
         "device": "cuda",

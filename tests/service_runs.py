@@ -34,11 +34,13 @@ def readings(
     note: str = "",
     no_driver: bool = False,
     inforom: str | None = None,
+    dmi: dict | None = None,
 ) -> Path:
     """The recording as a whole node (its host sections as `gpufleet collect` gives them on a machine without a
     bring-up record or AER device), its GPU idle, with `xids` Xid 79 lines in its kernel log (each ending in `note`)
     and another board's serial when given; `no_driver`: as collect.nvml reads a node without libnvidia-ml.so;
-    `inforom`: the GPU's InfoROM image as NVML gives it, with the software readings that make it a version."""
+    `inforom`: the GPU's InfoROM image as NVML gives it, with the software readings that make it a version; `dmi`:
+    the machine's identity as collect.host.dmi read it."""
     doc = json.loads(READINGS.read_text())
     gpu = doc["nvml"]["gpus"][0]
     gpu["processes"] = []
@@ -62,6 +64,8 @@ def readings(
     ]
     if no_driver:
         doc["nvml"] = {"available": False, "error": nvml.NO_DRIVER, "gpus": []}
+    if dmi is not None:
+        doc["host"]["dmi"] = dmi
     path.write_text(json.dumps(doc))
     return path
 

@@ -126,7 +126,9 @@ def test_report_says_each_cause_once(no_driver_run):
     row = next(line for line in md.splitlines() if line.startswith("| n1 |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert [int(c) for c in cells[2:7]] == [node["counts"][s] for s in ("error", "fail", "warn", "skip", "pass")]
-    assert cells[-1].startswith(f"`{nvml.NO_DRIVER} ({n_nvml} checks)`, `no torch in ")
+    assert cells[-2].startswith(f"`{nvml.NO_DRIVER} ({n_nvml} checks)`, `no torch in ")
+    # then the first cause in a sentence, with what to do: software beside the board, a re-test once fixed
+    assert cells[-1].startswith(f"{nvml.NO_DRIVER} [software, ") and "; action: re-test" in cells[-1]
     section = md.split("## n1: FAIL")[1].split("## n2")[0]
     assert section.count(nvml.NO_DRIVER) == 1 and section.count("install the NVIDIA driver") == 1
     assert "#### ERROR `gpu_inventory.gpu_count`" not in section  # its reason is the cause's, said above

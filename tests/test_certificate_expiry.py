@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from gpufleet import report
+from gpufleet import collect, report
 from gpufleet.base import certificates
 from gpufleet.service import sweep
 
@@ -114,10 +114,15 @@ def test_the_board_identity_is_read_from_dmi_with_placeholders_and_absences_said
     (dmi / "chassis_serial").write_text("To Be Filled By O.E.M.\n")
     (dmi / "product_uuid").write_text("00000000-0000-0000-0000-000000000000\n")
     (dmi / "board_vendor").write_text("Supermicro\n")
-    got = read_dmi(tmp_path)
-    assert got["board_serial"] == "BSN-4411" and got["board_vendor"] == "Supermicro"
+    got = read_dmi(tmp_path, path_env=str(tmp_path / "no-bin"))
+    fields, not_read = got["fields"], got["not_read"]
+    assert fields["board_serial"] == "BSN-4411" and fields["board_vendor"] == "Supermicro"
+    assert fields["chassis_serial"] is None and "placeholder 'To Be Filled By O.E.M.'" in not_read["chassis_serial"]
+    assert fields["product_uuid"] is None and "placeholder" in not_read["product_uuid"]
     assert (
-        got["chassis_serial"] is None and "placeholder 'To Be Filled By O.E.M.'" in got["unreadable"]["chassis_serial"]
+        fields["product_serial"] is None
+        and "product_serial: not present; dmidecode is not on PATH" in (not_read["product_serial"])
     )
-    assert got["product_uuid"] is None and "placeholder" in got["unreadable"]["product_uuid"]
-    assert got["product_serial"] is None and got["unreadable"]["product_serial"].endswith("product_serial: not present")
+    board = collect.board({"host": {"dmi": got}})  # what a certificate binds: the serials, placeholders unbound
+    assert board["board_serial"] == "BSN-4411" and board["chassis_serial"] is None
+    assert "placeholder" in board["unreadable"]["chassis_serial"]

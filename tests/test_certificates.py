@@ -54,7 +54,14 @@ def reported_run(tmp: Path, hosts: dict[str, str], run_id: str = "r1") -> Path:
     """A reported run of `hosts` ({host: gpufleet_thresholds JSON}): each node's document from `gpufleet check
     --readings` of the recording with a board, then `gpufleet report`."""
     readings = json.loads(READINGS.read_text())
-    readings["host"]["dmi"] = BOARD
+    readings["host"]["dmi"] = {  # as collect.host.dmi reads it
+        "path": BOARD["path"],
+        "present": True,
+        "source": "sysfs",
+        "fields": {k: v for k, v in BOARD.items() if k not in ("path", "unreadable")},
+        "not_read": {},
+        "reason": None,
+    }
     recording = tmp / "readings.json"
     recording.write_text(json.dumps(readings))
     reports = tmp / "reports"

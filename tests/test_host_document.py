@@ -42,6 +42,7 @@ def test_a_built_document_reads_back_whole():
         "profile",
         "versions",
         "platform",
+        "machine",
         "started",
         "seconds",
         "results",

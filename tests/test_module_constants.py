@@ -27,6 +27,7 @@ from ansible_collections.gpufleet.cluster.plugins.modules import (  # noqa: E402
 )
 
 from gpufleet import checks
+from test_modules import HOST_DOC_KEYS  # noqa: E402
 from gpufleet.base import failure_class, registry, schema  # noqa: E402
 from gpufleet.collect import counters  # noqa: E402
 from gpufleet.checks import benchmarks  # noqa: E402
@@ -91,16 +92,7 @@ def test_the_results_the_modules_make_are_the_engines():
     }
     assert classes == {failure_class.ENVIRONMENT, failure_class.SOFTWARE}
     doc = engine_schema.host_document("node0", "2026-01-01T00:00:00Z", 1.0, [])
-    assert set(doc) == {
-        "schema_version",
-        "host",
-        "engine_version",
-        "profile",
-        "versions",
-        "started",
-        "seconds",
-        "results",
-    }
+    assert set(doc) == HOST_DOC_KEYS
 
 
 # The modules that return a host document: their RETURN points to docs/modules.md for its keys (a doc fragment cannot

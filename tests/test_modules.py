@@ -40,7 +40,17 @@ from gpufleet.base import schema  # noqa: E402
 
 CHECK_MODULES = {"gpu_inventory": gpu_inventory, "gpu_health": gpu_health, "host_hygiene": host_hygiene}
 RESULT_KEYS = set(schema.result("x", schema.PASS, "r"))
-HOST_DOC_KEYS = {"schema_version", "host", "engine_version", "profile", "versions", "started", "seconds", "results"}
+HOST_DOC_KEYS = {
+    "schema_version",
+    "host",
+    "engine_version",
+    "profile",
+    "versions",
+    "machine",
+    "started",
+    "seconds",
+    "results",
+}
 
 
 @pytest.fixture(scope="session")

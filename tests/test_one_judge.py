@@ -403,12 +403,12 @@ def test_a_soaks_slowed_window_is_drawn_apart_with_its_figure(h200):
     words), not as disturbed, and the re-measure's windows as measured again."""
     import xml.etree.ElementTree as ET
 
-    from gpufleet.report import chart_data, svg
+    from gpufleet.report import soak_data, svg_soak
     from test_soak_cpu import gpu_soak
 
     first = gpu_soak([[667.0] * 5, [680.0] * 5], busbw=[297.0, 298.0, 253.0, 296.7, 297.5])
     judged, _, _ = _soak_measured(h200, first, [[600.0, 667.0, 666.0], [610.0, 680.0, 679.0]], [250.0, 297.2, 297.9])
-    (timeline,) = chart_data.soak_timelines([dict(judged["soak_slowdown"], group="benchmark")])
+    (timeline,) = soak_data.soak_timelines([dict(judged["soak_slowdown"], group="benchmark")])
     nccl = next(lane for lane in timeline["lanes"] if lane["metric"] == "busbw_gbps")
     assert [(w["index"], w["slowed"], w["disturbed"], w["disturbed_value"]) for w in nccl["windows"]][2] == (
         2,
@@ -416,7 +416,7 @@ def test_a_soaks_slowed_window_is_drawn_apart_with_its_figure(h200):
         False,
         253.0,
     )
-    drawn = ET.fromstring(svg.soak_svg(timeline))
+    drawn = ET.fromstring(svg_soak.soak_svg(timeline))
     lane = next(g for g in drawn.findall("g[@class='lane']") if g.get("data-gpu") == "all")
     (rect,) = lane.findall("rect[@class='slowed']")
     assert rect.get("data-window") == "2" and "past a limit with nothing seen" in rect.find("title").text

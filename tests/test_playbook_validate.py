@@ -82,6 +82,9 @@ def test_local_run_fails_acceptance_and_writes_every_report(tmp_path):
 
     doc = host_doc(run_dir, "localhost")
     assert doc["host"] == "localhost"
+    # The machine's identity as the node read it reaches its document: here, in a container, every field with why.
+    machine = doc["machine"]
+    assert machine["not_read"] and all(machine.get(field) is None for field in machine["not_read"])
     assert {r["group"] for r in doc["results"]} >= set(GROUPS)
     assert not [r for r in doc["results"] if r["check"] == "engine"], "every group's module should have answered"
     assert not [r for r in doc["results"] if r["group"] == "benchmark"], "gpufleet_benchmarks: [] turns the stage off"

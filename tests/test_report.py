@@ -315,7 +315,8 @@ def test_markdown_failures_first(built):
             "ERROR `host_hygiene.pcie_acs`",
             "FAIL `gpu_health.gpu_ecc`",
             "WARN `benchmarks.nccl_allreduce_8gpu`",
-            "SKIP `host_hygiene.ib_ports`",
+            "### Skipped: not applicable on this node (1)",
+            "| `host_hygiene.ib_ports` |",
             "### Passed (1)",
         )
     ]
@@ -349,7 +350,7 @@ def test_html_failures_first_with_evidence(built):
     headings = re.findall(r"<h2>(node\d) <span class=\"badge b-(\w+)\">", page)
     assert headings == [("node2", "fail"), ("node3", "fail"), ("node4", "fail"), ("node1", "pass")]
     node2 = page.split("<h2>node2")[1].split("<h2>node3")[0]
-    assert node2.index("gpu_health.gpu_ecc") < node2.index("passed check")
+    assert node2.index("gpu_health.gpu_ecc") < node2.index("skipped: not applicable") < node2.index("1 passed")
     ecc_row = node2.split("<code>gpu_health.gpu_ecc</code>")[1].split("</tr>\n")[0]
     assert "<details><summary>evidence" in ecc_row
     assert "<th>volatile_uncorrected</th>" in ecc_row  # per-GPU records as a small table

@@ -149,9 +149,11 @@ def test_html_draws_busbw_against_log2_size(built):
 
 def test_benchmark_values_read_against_their_thresholds(built):
     page = (built / "report.html").read_text()
-    row = page.split("<td><code>benchmark.hbm_bandwidth</code></td>")[-1].split("</tr>")[0]  # the findings table
+    row = page.split("<code>benchmark.hbm_bandwidth</code></div>")[-1].split("</tr>")[0]  # the findings table
     assert "2,100 GB/s" in row and "hbm_copy_gbps_min = 2600, not calibrated" in row and "source: H100 SXM HBM3" in row
-    passed = page.split("<td><code>benchmark.matmul_bf16</code></td>")[-1].split("</tr>")[0]  # the passes table
+    passed = page.split('<td class="check"><code>benchmark.matmul_bf16</code></td>')[-1].split("</tr>")[
+        0
+    ]  # the passes table
     assert (
         "779.2 TFLOPS" in passed
         and "matmul_bf16_tflops_min = 700, not calibrated" in passed
@@ -270,9 +272,12 @@ def test_trust_beside_each_figure_and_class_beside_each_failing_check(tmp_path):
     assert "- class: environment" in soak and "- trust: disturbed" in soak and "- value" not in soak
 
     page = (run / "report.html").read_text()
-    assert ("<td>hardware</td><td><code>benchmark.hbm_bandwidth</code></td><td>2,100 GB/s</td><td>clean</td>") in page
-    assert "<td>environment</td><td><code>benchmark.soak</code></td><td></td><td>disturbed</td>" in page
-    assert "<td><code>benchmark.matmul_bf16</code></td><td>779.2 TFLOPS</td><td>confirmed</td>" in page
+    trusted = '<div class="src">trust: {}</div>'.format
+    assert f"hardware<div><code>benchmark.hbm_bandwidth</code></div></td><td>2,100 GB/s{trusted('clean')}" in page
+    assert f"environment<div><code>benchmark.soak</code></div></td><td>{trusted('disturbed')}</td>" in page
+    assert (
+        f'<td class="check"><code>benchmark.matmul_bf16</code></td><td>779.2 TFLOPS{trusted("confirmed")}</td>' in page
+    )
 
     node = json.loads((run / "report.json").read_text())["nodes"]["node1"]
     assert {f["check"]: f["trust"] for f in node["figures"]} == {
@@ -306,8 +311,7 @@ def test_an_older_document_gets_its_class_from_the_check_and_trust_not_recorded(
     soak = md.split("ERROR `benchmark.soak`")[1].split("####")[0]
     assert "- class: software" in soak and "- trust" not in soak  # an error of soak is software by default; no figure
     page = (run / "report.html").read_text()
-    assert (
-        "<td>hardware</td><td><code>benchmark.hbm_bandwidth</code></td><td>2,100 GB/s</td><td>not recorded</td>" in page
-    )
-    assert "<td><code>benchmark.matmul_bf16</code></td><td>779.2 TFLOPS</td><td>not recorded</td>" in page
+    unknown = '<div class="src">trust: not recorded</div>'
+    assert f"hardware<div><code>benchmark.hbm_bandwidth</code></div></td><td>2,100 GB/s{unknown}</td>" in page
+    assert f'<td class="check"><code>benchmark.matmul_bf16</code></td><td>779.2 TFLOPS{unknown}</td>' in page
     assert json.loads((run / "hosts" / "node1.json").read_text())["results"] == older  # the document stays as it was

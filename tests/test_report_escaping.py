@@ -117,7 +117,7 @@ def test_classname_of_a_dotted_host():
 
 
 def test_code_span_holds_backticks_and_pipes():
-    from gpufleet.report.render_md import _code
+    from gpufleet.report.md_pictures import code as _code
 
     assert _code("a`b") == "``a`b``"
     assert _code("`x`") == "`` `x` ``"

@@ -16,7 +16,7 @@ import pytest
 import report_runs as runs
 from gpufleet.checks import soak as checks_soak
 from gpufleet.checks.soak import remeasure
-from gpufleet.report import chart_data, formatting, svg
+from gpufleet.report import formatting, soak_data, svg_soak
 
 
 def svgs(run: Path, kind: str) -> list[ET.Element]:
@@ -147,6 +147,12 @@ def lanes(svg: ET.Element) -> list[ET.Element]:
     return svg.findall("g[@class='lane']")
 
 
+def box(lane: ET.Element) -> tuple[float, float]:
+    """(top, bottom) of a lane, from its background."""
+    bg = lane.find("rect[@class='lane-bg']")
+    return float(bg.get("y")), float(bg.get("y")) + float(bg.get("height"))
+
+
 def test_a_disturbed_soak_marks_its_window_and_the_foreign_process(soak):
     detail = result(host_doc(soak)["results"], "benchmark", "soak_slowdown")["detail"]
     first, again = svgs(soak, "soak")
@@ -160,11 +166,17 @@ def test_a_disturbed_soak_marks_its_window_and_the_foreign_process(soak):
         assert [r.get("data-window") for r in lane.findall("rect[@class='disturbed']")] == ["0"]
         # the figure measured beside the other process, left out of the judgement, is shown hollow
         assert [c.get("data-window") for c in lane.findall("circle[@class='dv']")] == ["0"]
-        foreign = lane.findall("rect[@class='foreign']")
-        if lane.get("data-gpu") == "0":  # pid 7240 (gpu_disturb) sat on GPU 0 from 15 to 29 s
-            assert [(r.get("data-pid"), r.get("data-gpu")) for r in foreign] == [("7240", "0")]
-        else:
-            assert foreign == []
+    # pid 7240 (gpu_disturb) sat on GPU 0 from 15 to 29 s: a span over GPU 0's lanes, and over no other GPU's
+    spans = first.findall("rect[@class='foreign']")
+    assert {(r.get("data-pid"), r.get("data-gpu"), r.get("data-kind")) for r in spans} == {("7240", "0", "gpu")}
+    gpu0 = [box(g) for g in lanes(first) if g.get("data-gpu") == "0"]
+    others = [box(g) for g in lanes(first) if g.get("data-gpu") != "0"]
+    for r in spans:
+        top, bottom = float(r.get("y")), float(r.get("y")) + float(r.get("height"))
+        assert not any(top < b and a < bottom for a, b in others)
+    assert all(
+        any(float(r.get("y")) <= a and b <= float(r.get("y")) + float(r.get("height")) for r in spans) for a, b in gpu0
+    )
     # The windows measured again: every GPU's two windows and NCCL's, none disturbed, each under its limit line.
     measured = {(lane.get("data-gpu"), lane.get("data-metric")): lane for lane in lanes(again)}
     assert set(measured) == {(str(i), m) for i in gpus for m in ("matmul_tflops", "hbm_gbps")} | {("all", "busbw_gbps")}
@@ -206,14 +218,14 @@ def test_a_disturbed_soak_as_the_judge_joins_it_is_one_timeline(soak):
         _bench_output(detail, {"pid": 7240, "name": "gpu_disturb"}), _bench_output(detail["remeasured"])
     )
     res = next(r for r in checks_soak.soak(joined, doc["profile"]) if r["check"] == "soak_slowdown")
-    (timeline,) = chart_data.soak_timelines([dict(res, group="benchmark")])
+    (timeline,) = soak_data.soak_timelines([dict(res, group="benchmark")])
     matmul = next(lane for lane in timeline["lanes"] if (lane["index"], lane["metric"]) == (0, "matmul_tflops"))
     assert [(w["index"], w["disturbed"], w["remeasured"]) for w in matmul["windows"]] == [
         (0, True, False),
         (1, False, True),
     ]
     assert matmul["windows"][1]["value"] == detail["remeasured"]["per_gpu"]["0"]["windows"][1]["matmul_tflops"]
-    drawn = ET.fromstring(svg.soak_svg(timeline))
+    drawn = ET.fromstring(svg_soak.soak_svg(timeline))
     lane = next(g for g in lanes(drawn) if (g.get("data-gpu"), g.get("data-metric")) == ("0", "matmul_tflops"))
     assert (lane.get("data-windows"), lane.get("data-disturbed"), lane.get("data-remeasured")) == ("0 1", "0", "1")
     assert [r.get("data-window") for r in lane.findall("rect[@class='again']")] == ["1"]
@@ -233,7 +245,7 @@ def test_a_long_soak_on_one_gpu_shows_every_window(soak_one):
 def test_report_md_writes_the_soak_as_a_table(soak):
     md = (soak / "report.md").read_text()
     assert "| GPU 0 | bf16 matmul (TFLOPS) | 1 |  |  |  | none | 0 | none |" in md  # disturbed: no figure judged
-    assert "| pid 7240 (gpu_disturb) | 0 | 15 s | 29 s | 1002 MiB |" in md
+    assert "| pid 7240 (gpu_disturb, 1002 MiB) | GPU 0 | 15 s | 29 s | 1002 MiB |" in md
     assert re.search(r"\| all GPUs \| NCCL all_reduce \(GB/s\) \| 2 \| [\d.]+ \| 292\.7 \(window 0, at 0 s\) \|", md)
 
 
@@ -314,3 +326,101 @@ def test_nccl_beside_the_baselines_curve(four):
     md = (four / "report.md").read_text()
     big = max(now["all_reduce"])
     assert f"| all_reduce | 4 GiB | {now['all_reduce'][big]:g} | {then['all_reduce'][big]:g} |" in md
+
+
+# ---------------------------------------------------------------- honest axes
+
+
+def test_the_bars_axis_is_broken_where_it_does_not_start_at_zero_and_no_bar_passes_its_top(four, one):
+    for run in (four, one):
+        for panel in svgs(run, "bars"):
+            start = float(panel.get("data-axis-from"))
+            grid = [float(line.get("y1")) for line in panel.findall("line[@class='grid']")]
+            bars = [g.find("rect") for g in panel.findall("g[@class='gpu']")]
+            assert all(float(b.get("y")) >= min(grid) for b in bars)  # every bar under the top gridline
+            if start > 0:  # the break on the axis and on every bar, and where the scale starts, written
+                assert panel.find("polyline[@class='axis-break']") is not None
+                assert len(panel.findall("g[@class='gpu']/polyline[@class='bar-break']")) == len(bars)
+                (said,) = panel.findall("text[@class='break']")
+                assert (
+                    f"the scale starts at {formatting.fmt_scalar(start)} " in said.text and "not at zero" in said.text
+                )
+
+
+# ---------------------------------------------------------------- the soak: everything it recorded
+
+
+@pytest.fixture(scope="module")
+def host_soak(reports) -> Path:
+    return runs.host_soak(reports / "host-soak")
+
+
+def test_a_soak_shows_every_window_every_foreign_process_and_what_the_sampler_saw(host_soak):
+    """A soak beside a matmul on GPU 1 whose process also took the host's CPUs as it started, its windows measured
+    again and joined: every window of every GPU in its figure lanes and in its temperature, power, SM clock and
+    clock-event lanes; every foreign process the soak's steps recorded (on the GPU and on the host) as a span; the
+    stretch no window measured as a gap the lines do not cross; a legend of swatches for what is drawn."""
+    doc = host_doc(host_soak)
+    slow = result(doc["results"], "benchmark", "soak_slowdown")["detail"]
+    sampled = result(doc["results"], "benchmark", "soak_throttle")["detail"]["per_gpu"]
+    procs = result(doc["results"], "benchmark", "soak_processes")["detail"]["attempts"]
+    power = {
+        g["index"]: g["power_limit_w"] for g in result(doc["results"], "gpu_health", "power_limit")["detail"]["per_gpu"]
+    }
+    (drawn,) = svgs(host_soak, "soak")
+    for rank, g in slow["per_gpu"].items():
+        want = " ".join(str(w["index"]) for w in g["windows"])
+        for metric in ("matmul_tflops", "hbm_gbps"):
+            (lane,) = [
+                x for x in lanes(drawn) if (x.get("data-gpu"), x.get("data-metric")) == (str(g["nvml_index"]), metric)
+            ]
+            assert lane.get("data-windows") == want
+    for index, g in sampled.items():
+        tel = {x.get("data-metric"): x for x in drawn.findall("g[@class='telemetry']") if x.get("data-gpu") == index}
+        assert set(tel) == {"temperature_max_c", "power_median_w", "sm_clock_median_mhz"}
+        for field, lane in tel.items():
+            values = {
+                int(r.get("data-window")): float(r.get("data-value")) for r in lane.findall("rect[@class='tel-hit']")
+            }
+            assert values == {w["index"]: w[field] for w in g["windows"]}, field
+        assert float(tel["power_median_w"].find("line[@class='limit']").get("data-value")) == power[int(index)]
+        (reasons,) = [x for x in drawn.findall("g[@class='reasons']") if x.get("data-gpu") == index]
+        marked = {int(r.get("data-window")): r.get("data-reasons") for r in reasons.findall("rect")}
+        assert marked == {w["index"]: " ".join(w["reasons"]) for w in g["windows"]}
+    # Every foreign process of every attempt, with its kind: the GPU's over GPU 1's lanes, the host's over all.
+    seen = {(str(p["pid"]), "host_cpu" if p.get("kind") == "host_cpu" else "gpu") for a in procs for p in a["foreign"]}
+    spans = drawn.findall("rect[@class='foreign']") + drawn.findall("rect[@class='foreign-host']")
+    assert {(r.get("data-pid"), r.get("data-kind")) for r in spans} == seen == {("3741", "gpu"), ("3741", "host_cpu")}
+    (host,) = drawn.findall("rect[@class='foreign-host']")
+    tops = [box(x) for x in lanes(drawn)]
+    assert float(host.get("y")) <= min(a for a, _ in tops) and float(host.get("y")) + float(host.get("height")) >= max(
+        b for _, b in tops
+    )
+    # Nothing measured from the soak's end to the first window measured again: a gap, and no line across it.
+    (gap,) = drawn.findall("rect[@class='gap']")
+    assert float(gap.get("data-from")) == pytest.approx(90.0, abs=0.5) and float(gap.get("data-to")) == pytest.approx(
+        126.7
+    )
+    for lane in lanes(drawn):
+        assert all(len(p.get("points").split()) <= 2 for p in lane.findall("polyline[@class='figure']"))
+    legend = {g.get("data-legend") for g in drawn.findall("g[@class='legend']/g")}
+    assert {"figure", "disturbed", "again", "foreign", "foreign-host", "gap", "reason", "limit"} <= legend
+    md = (host_soak / "report.md").read_text()
+    for index, g in sampled.items():  # report.md: every window of every GPU, with what the sampler saw
+        for w in g["windows"]:
+            row = rf"\| {w['index']} \| {w['start_s']:g} s \| GPU {index} \| .*\| {w['temperature_max_c']} \| "
+            assert re.search(row, md), w
+    assert "| pid 3741 (gpu_disturb, 1002 MiB) | GPU 1 |" in md and "| host CPUs |" in md
+    assert "sw_power_cap 82 s of 90.4 s" in md
+
+
+def test_a_power_capped_soak_shows_its_clock_event_reason_in_every_window(soak_one):
+    """The 21-window soak whose clocks the power cap held all along: sw_power_cap in every window, and its seconds."""
+    (drawn,) = svgs(soak_one, "soak")
+    (reasons,) = drawn.findall("g[@class='reasons']")
+    assert [r.get("data-reasons") for r in reasons.findall("rect")] == ["sw_power_cap"] * 21
+    md = (soak_one / "report.md").read_text()
+    assert len(re.findall(r"^\| \d+ \| [\d.]+ s \| GPU 0 \| [\d.]+ \| [\d,.]+ \|  \| \d+ \|", md, re.M)) == 21
+    throttle = result(host_doc(soak_one)["results"], "benchmark", "soak_throttle")["detail"]
+    seconds = throttle["per_gpu"]["0"]["throttle"]["sw_power_cap"]["seconds"]
+    assert f"GPU 0: sw_power_cap {seconds:g} s of {throttle['ran_s']:g} s." in md

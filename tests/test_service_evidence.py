@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+import test_collect_dmi
+from gpufleet.collect.host import dmi
 from gpufleet.service.redact import REDACTED, Redactor
 from service_runs import SERIAL, gpufleet, judged_run, readings
 
@@ -110,12 +112,13 @@ def test_the_evidence_bundle_holds_what_a_vendor_asks_for_and_no_secret(tmp_path
         "bearer-xyz-0123",
     }
     reports = tmp_path / "reports"
-    good = readings(tmp_path / "ok.json")
+    machine = dmi.read_dmi(test_collect_dmi.tree(tmp_path / "machine", test_collect_dmi.SYSFS), str(tmp_path / "none"))
+    good = readings(tmp_path / "ok.json", dmi=machine)
     # The secrets come in where an operator's input or a node's log would bring them: a threshold value, a kernel
     # log line, the environment of the command, and the bug report the site's command prints.
     thresholds = json.dumps({"gpus_expected": 1, "driver_version": "password=Hunter2-admin-pass"})
     for i in (1, 2, 3):
-        bad = readings(tmp_path / f"xid{i}.json", xids=i, note=" HF_TOKEN=hf_TOKENtokenTOKENtoken1234")
+        bad = readings(tmp_path / f"xid{i}.json", xids=i, note=" HF_TOKEN=hf_TOKENtokenTOKENtoken1234", dmi=machine)
         judged_run(reports, f"r{i}", {"n1": bad if i > 1 else good, "n2": good}, thresholds=thresholds, counters=True)
     monkeypatch.setenv("GPUFLEET_TEST_API_TOKEN", "env-api-token-5678")
     monkeypatch.setenv("VAULT_PASS", "vaultenv-b1")
@@ -171,11 +174,30 @@ def test_the_evidence_bundle_holds_what_a_vendor_asks_for_and_no_secret(tmp_path
         "identity.json",
         "kernel_log.txt",
         "ladder.json",
+        "slurm.json",
         "nvidia-bug-report.log.gz",
         "manifest.json",
     } <= set(files)
     summary = files["summary.md"].decode()
     assert f"serial {SERIAL}" in summary and "gpu_health.xid" in summary and "Since: run r2" in summary
+    # Each finding with the component it is about and what to do about it; the machine and every GPU, whatever
+    # --gpu asked; a version not read says why.
+    assert f"    - component: GPU 0 SN {SERIAL}" in summary
+    assert (
+        "    - recommended action: reset (hardware that stands" in summary and "NVSentinel COMPONENT_RESET" in summary
+    )
+    assert (
+        "- chassis: chassis_vendor Supermicro; chassis_type 23; chassis_serial C8210AB76500418; chassis_asset_tag not read"
+        in summary
+    )
+    assert "- board: board_vendor Supermicro; board_name X13DEG-OAD; board_serial OM234567890" in summary
+    assert "| 0 (this one) | GPU-" in summary and f"| {SERIAL} |" in summary
+    assert "InfoROM not read (this collection holds no software readings" in summary
+    assert json.loads(files["identity.json"])["machine"]["chassis_serial"] == "C8210AB76500418"
+    assert (
+        "- Slurm: no Slurm action recorded in the node's runs (slurm.json)" in summary
+        and files["slurm.json"] == b"[]\n"
+    )
     assert "Driver 580.159.04" in summary and "96.00.DA.00.0C" in files["identity.json"].decode()
     assert (
         "Xid (PCI:0000:00:06): 79" in files["kernel_log.txt"].decode() and REDACTED in files["kernel_log.txt"].decode()

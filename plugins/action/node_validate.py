@@ -47,8 +47,9 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.record_module imp
 
 display = Display()
 
-# The keys of a host document a part's document gives the node's (the first part's: engine, profile, versions).
-DOCUMENT_KEYS = ("schema_version", "engine_version", "profile", "versions", "started")
+# The keys of a host document a part's document gives the node's (the first part's: engine, profile, versions, the
+# machine's identity).
+DOCUMENT_KEYS = ("schema_version", "engine_version", "profile", "versions", "machine", "started")
 STOP_WAIT_S = 60  # the engine waits this long at the least for a stale lock's processes to stop (gpufleet.base.lock)
 ANSWER_MARGIN_S = 120  # beyond a part's own limit, for the module to kill the engine and answer
 REMEDY_DEFAULT = "read the reason, fix the node or the input and re-run validate.yml"

@@ -67,7 +67,7 @@ def failure_class_of(exc):
 
 
 def host_document(host, started, seconds, results, first=None):
-    """A host document; `first` (an engine document) gives engine version, profile and versions."""
+    """A host document; `first` (an engine document) gives engine version, profile, versions and the machine."""
     first = first or {}
     return dict(
         schema_version=first.get("schema_version", SCHEMA_VERSION),
@@ -75,6 +75,7 @@ def host_document(host, started, seconds, results, first=None):
         engine_version=first.get("engine_version"),
         profile=first.get("profile"),
         versions=first.get("versions") or {},
+        machine=first.get("machine") or {},
         started=started,
         seconds=seconds,
         results=results,

@@ -22,10 +22,11 @@ every replace(), makes a warn without a remedy one): the report lists it apart, 
 A host document bundles one host's results:
 
     {"schema_version": 1, "host": "node0", "engine_version": "0.1.0",
-     "profile": {...}, "versions": {...}, "platform": {...}, "started": ..., "seconds": ...,
+     "profile": {...}, "versions": {...}, "platform": {...}, "machine": {...}, "started": ..., "seconds": ...,
      "results": [...]}
 
 `platform` (host_platform.py): the node's architecture and how its GPUs reach the host, read once from its readings.
+`machine` (machine()): the system's, board's and chassis' identity from DMI, each field not read with why.
 """
 
 from __future__ import annotations
@@ -233,6 +234,12 @@ def first_gpu_name(readings: dict) -> str | None:
     return gpus[0].get("name") if gpus else None
 
 
+# The components versions() reads with collect.software's readings (the firmware NVML gives among them).
+SOFTWARE_VERSIONS = ("vbios", "inforom_image", "hca_fw", "hca_board_id", "ofed", "rdma_core", "nccl", "nccl_libraries",
+                     "nccl_net_plugin", "torch", "torch_cuda")  # fmt: skip
+NO_SOFTWARE_READINGS = "this collection holds no software readings (collect.software): made without them, or before"
+
+
 def versions(readings: dict) -> dict:
     """The node's software and firmware, one entry per component the fleet compares (fleet/versions.py).
 
@@ -253,7 +260,8 @@ def versions(readings: dict) -> dict:
         "python": platform.python_version(),
     }
     sw = readings.get("software")
-    if not isinstance(sw, dict):
+    if not isinstance(sw, dict):  # a collection without collect.software's readings: said so, not left blank
+        out["not_read"] = {key: NO_SOFTWARE_READINGS for key in SOFTWARE_VERSIONS}
         return out
     not_read: dict[str, str] = {}
 
@@ -294,6 +302,16 @@ def versions(readings: dict) -> dict:
     return out
 
 
+def machine(readings: dict) -> dict:
+    """The machine's identity (collect.host.dmi): system, board and chassis vendor, product and serial, the BIOS;
+    `not_read` says why a field is missing ({"not_read": {"dmi": why}} where nothing was read)."""
+    dmi = (readings.get("host") or {}).get("dmi")
+    if not isinstance(dmi, dict):
+        return {"not_read": {"dmi": "the node's readings hold no DMI section (made before it was read)"}}
+    fields = {k: v for k, v in (dmi.get("fields") or {}).items()}
+    return {**fields, "source": dmi.get("source"), "not_read": dict(dmi.get("not_read") or {})}
+
+
 def host_document(host, profile, readings, started, t0, results) -> dict:
     return {
         "schema_version": SCHEMA_VERSION,
@@ -309,6 +327,7 @@ def host_document(host, profile, readings, started, t0, results) -> dict:
         },
         "versions": versions(readings),
         "platform": host_platform.facts(readings),
+        "machine": machine(readings),
         "started": started,
         "seconds": round(time.monotonic() - t0, 4),
         "results": results,

@@ -34,7 +34,10 @@ def board(readings: dict) -> dict | None:
     dmi = (readings.get("host") or {}).get("dmi")
     if not isinstance(dmi, dict):
         return None
-    return {k: dmi.get(k) for k in SERIALS + NAMES} | {"unreadable": dmi.get("unreadable") or {}}
+    fields, not_read = dmi.get("fields") or {}, dmi.get("not_read") or {}
+    return {k: fields.get(k) for k in SERIALS + NAMES} | {
+        "unreadable": {k: not_read[k] for k in SERIALS + NAMES if k in not_read}
+    }
 
 
 def identity(root: str = "/") -> dict:

@@ -99,16 +99,22 @@ def pct_text(value: float, limit: Any = None) -> str:
 
 def limit_text(thresholds: Thresholds, key: str, metrics: list[str]) -> str:
     """The limit a passing reason names: "5%", or the range of the per-metric limits; "generic" where the model is
-    not calibrated for them."""
+    not calibrated for any of them, how many are calibrated where only some are."""
     values = sorted({thresholds.value(key, m) for m in metrics if thresholds.value(key, m) is not None})
+    if not values:
+        return "?"
     text = (
-        f"{figure_text(values[0])}%"
-        if len(values) == 1
-        else f"{figure_text(values[0])}% to {figure_text(values[-1])}% (per metric)"
-        if values
-        else "?"
+        f"{figure_text(values[0])}%" if len(values) == 1 else f"{figure_text(values[0])}% to {figure_text(values[-1])}%"
     )
-    return text + (f" ({UNCALIBRATED})" if any(thresholds.uncalibrated(key, m) for m in metrics) else "")
+    notes = ["per metric"] if len(values) > 1 else []
+    named, generic = set(metrics), {m for m in metrics if thresholds.uncalibrated(key, m)}
+    if generic and generic == named:
+        notes.append(UNCALIBRATED)
+    elif generic:  # some figures have a calibrated limit and some the generic one: said as it is
+        notes.append(
+            f"calibrated for {len(named) - len(generic)} of {len(named)} metrics, the generic limit for the other {len(generic)}"
+        )
+    return text + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def listed_text(parts: list[str]) -> str:

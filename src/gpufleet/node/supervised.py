@@ -163,7 +163,8 @@ def benchmarks(
 
 
 def document(host: str, docs: list, results: list, started: str, t0: float) -> dict:
-    """The host document of several steps' results: engine, profile and versions from the first step's document."""
+    """The host document of several steps' results: engine, profile, versions and the machine from the first step's
+    document."""
     first = docs[0] if docs else {}
     return {
         "schema_version": first.get("schema_version", schema.SCHEMA_VERSION),
@@ -171,6 +172,7 @@ def document(host: str, docs: list, results: list, started: str, t0: float) -> d
         "engine_version": first.get("engine_version", __version__),
         "profile": first.get("profile"),
         "versions": first.get("versions") or {},
+        "machine": first.get("machine") or {},
         "started": started,
         "seconds": round(time.monotonic() - t0, 4),
         "results": list(results),

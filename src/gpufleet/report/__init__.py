@@ -18,12 +18,14 @@ The fleet layer (gpufleet.fleet) adds results of group `fleet` to every node who
 and they count in its verdict; the run is indexed into the store (gpufleet.db beside the run folder).
 
 Its parts: nodes.py reads the run's host documents into nodes, formatting.py holds what the renderers share
-(among it decided_limit(): the limit that decided a result), chart_data.py what the pictures show (the soak window by
-window, each GPU beside its siblings and its past, NCCL beside the baseline, the fleet's distributions), svg.py and
-svg_fleet.py draw them for report.html (report.md writes them as tables), drain.py decides what the drain box
-proposes (only confirmed failures), render_json.py, render_md.py, render_html.py and render_junit.py write one
-rendering each (the output formats of registry.OUTPUTS, which pipeline.py loops over), and pipeline.py builds the
-whole; build() and summary_text() are the package's entry points.
+(among it decided_limit(): the limit that decided a result), cause.py what the first screen says of a node (its cause
+in one sentence, its action, its figures past a limit), inventory.py each GPU's papers, chart_data.py and
+soak_data.py what the pictures show (each GPU beside its siblings and its past, NCCL beside the baseline, the fleet's
+distributions; the soak window by window), svg.py, svg_soak.py and svg_fleet.py draw them for report.html (report.md
+writes them as tables: md_pictures.py), drain.py decides what the drain box proposes (only confirmed failures),
+render_json.py, render_md.py, render_html.py (with html_parts.py, html_node.py and its style sheet html_style.py) and
+render_junit.py write one rendering each (the output formats of registry.OUTPUTS, which pipeline.py loops over), and
+pipeline.py builds the whole; build() and summary_text() are the package's entry points.
 """
 
 from __future__ import annotations

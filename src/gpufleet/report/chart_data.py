@@ -1,7 +1,5 @@
 """What the report's pictures show, as data: report.html draws it (svg.py), report.md writes it as small tables.
 
-    soak_timelines(results)       each soak part: per GPU and figure, every window's figure, the disturbed windows,
-                                  the foreign processes' spans, the limit under the GPU's best windows
     gpu_bars(results)             per figure (bf16 matmul, HBM copy), each GPU beside its siblings' median, its past
                                   (the baseline run's figure for it, its usual place among its siblings) and the limits
     nccl_charts(node, report)     the NCCL busbw curves, each beside the baseline run's figures for it
@@ -18,12 +16,10 @@ import statistics
 from typing import Any
 
 from gpufleet.base import schema
-from gpufleet.comparisons import gpu_text, metrics
+from gpufleet.comparisons import figure_text, gpu_text, metrics
 from gpufleet.comparisons.metric_keys import band_of, describe
 from gpufleet.report.formatting import busbw_series, decided_limit, fleet_columns
 
-SOAK_CHECK = "soak_slowdown"  # the soak result whose detail holds every window of every GPU
-SOAK_FIGURES = (("matmul_tflops", "bf16 matmul", "TFLOPS"), ("hbm_gbps", "HBM copy", "GB/s"))
 BAR_METRICS = ("matmul_bf16_tflops", "hbm_copy_gbps")
 # The benchmark result whose threshold is each bar figure's floor, the limit every GPU is held against alone.
 FLOOR_CHECKS = {"matmul_bf16_tflops": "matmul_bf16", "hbm_copy_gbps": "hbm_bandwidth"}
@@ -32,116 +28,6 @@ OUTLIERS_NAMED = 12  # nodes named in a distribution picture; its table names ev
 
 def _finite(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-# ---------------------------------------------------------------- the soak
-
-
-def _reference(values: list[float], threshold: dict) -> float | None:
-    """What a soak window is held against (checks/soak/slowdown.py): the median of the GPU's best windows, at most
-    half of them; a document from before that, the median of its first windows (`baseline_windows`)."""
-    if len(values) < 2:
-        return None
-    if threshold.get("best_windows"):
-        n = min(int(threshold["best_windows"]), max(1, len(values) // 2))
-        return statistics.median(sorted(values, reverse=True)[:n])
-    if threshold.get("baseline_windows"):
-        return statistics.median(values[: int(threshold["baseline_windows"])])
-    return None
-
-
-def _lane(who: dict, key: str, label: str, unit: str, windows: list, threshold: dict, limit_pct: Any) -> dict:
-    rows = []
-    for w in windows:
-        if not isinstance(w, dict) or not isinstance(w.get("index"), int):
-            continue
-        value = w.get(key)
-        rows.append(
-            {
-                "index": w["index"],
-                "start_s": w.get("start_s"),
-                "value": value if _finite(value) else None,
-                "disturbed": bool(w.get("disturbed")),
-                "slowed": bool(w.get("slowed")),  # past a limit with nothing seen: kept apart, measured again
-                "remeasured": bool(w.get("remeasured")),  # a window measured again after the soak, joined to it
-                # the figure of a window kept apart (disturbed or slowed), left out of the judgement
-                "disturbed_value": (w.get("disturbed_figures") or w.get("slowed_figures") or {}).get(key),
-            }
-        )
-    best = _reference([r["value"] for r in rows if r["value"] is not None], threshold)
-    limit = best * (1 - limit_pct / 100) if best is not None and _finite(limit_pct) else None
-    for r in rows:
-        r["below"] = limit is not None and r["value"] is not None and r["value"] < limit
-    return {**who, "metric": key, "label": label, "unit": unit, "windows": rows, "best": best, "limit": limit}
-
-
-def _soak_part(title: str, detail: dict, threshold: dict, limit_pct: Any, attempt: dict | None) -> dict | None:
-    lanes = []
-    for rank, g in sorted((detail.get("per_gpu") or {}).items(), key=lambda kv: int(kv[0])):
-        index = g.get("nvml_index")
-        who = {"gpu": f"GPU {index}" if index is not None else f"rank {rank}", "index": index}
-        for key, label, unit in SOAK_FIGURES:
-            lane = _lane(who, key, label, unit, g.get("windows") or [], threshold, limit_pct)
-            if any(w["value"] is not None or w["disturbed_value"] is not None for w in lane["windows"]):
-                lanes.append(lane)
-    nccl = detail.get("nccl") or {}
-    if nccl.get("windows"):
-        lane = _lane(
-            {"gpu": "all GPUs", "index": None},
-            "busbw_gbps",
-            "NCCL all_reduce",
-            "GB/s",
-            nccl["windows"],
-            threshold,
-            limit_pct,
-        )
-        if any(w["value"] is not None for w in lane["windows"]):
-            lanes.append(lane)
-    if not lanes:
-        return None
-    foreign = [
-        {k: p.get(k) for k in ("pid", "name", "index", "first_s", "last_s", "used_memory_mib")}
-        for p in (attempt or {}).get("processes") or []
-        if isinstance(p, dict) and p.get("own") is False and _finite(p.get("first_s"))
-    ]
-    window_s = detail.get("window_s") or 0
-    ends = [w["start_s"] + window_s for lane in lanes for w in lane["windows"] if _finite(w["start_s"])]
-    return {
-        "title": title,
-        "started": detail.get("started"),
-        "window_s": window_s,
-        "n_windows": max(len(lane["windows"]) for lane in lanes),  # with the windows measured again, where joined
-        "span_s": max(ends + [detail.get("ran_s") or 0, *(p["last_s"] or 0 for p in foreign)]),
-        "limit_pct": limit_pct,
-        "lanes": lanes,
-        "foreign": foreign,
-    }
-
-
-def soak_timelines(results: list[dict]) -> list[dict]:
-    """Each soak's timeline: [{"title", "started", "window_s", "n_windows", "span_s", "limit_pct", "lanes": [{"gpu",
-    "index", "metric", "label", "unit", "windows": [{"index", "start_s", "value", "disturbed", "slowed",
-    "disturbed_value" (the figure of a window kept apart), "remeasured", "below"}], "best", "limit"}], "foreign":
-    [{"pid", "name", "index", "first_s", "last_s", "used_memory_mib"}]}]. A disturbed soak measured again is one timeline where the judge joined the windows
-    measured again to the soak's (`remeasured` windows, checks/soak/remeasure.py); two where a document from before
-    that kept them apart (`detail.remeasured`: the soak, then its windows measured again)."""
-    out = []
-    for res in results:
-        detail = res.get("detail")
-        if res.get("check") != SOAK_CHECK or not isinstance(detail, dict):
-            continue
-        limit = decided_limit(res) or {}
-        threshold = res.get("threshold") if isinstance(res.get("threshold"), dict) else {}
-        attempts = [a for a in detail.get("attempts") or [] if isinstance(a, dict)]
-        again = detail.get("remeasured") if isinstance(detail.get("remeasured"), dict) else None
-        parts = [("soak", detail, attempts[0] if attempts else None)]
-        if again:
-            parts.append(("its disturbed windows measured again", again, attempts[1] if len(attempts) > 1 else None))
-        for title, part, attempt in parts:
-            timeline = _soak_part(title, part, threshold, limit.get("value"), attempt)
-            if timeline:
-                out.append(timeline)
-    return out
 
 
 # ---------------------------------------------------------------- each GPU beside its siblings and its past
@@ -289,7 +175,8 @@ def fleet_distributions(report: dict, min_nodes: int = 3) -> list[dict]:
     "q3", "max", "bulk": (low, high) where the middle of the fleet lies, "fleet_median" (the fleet layer's),
     "baseline" (the baseline run's fleet median), "values" (every node's, sorted), "beyond": [{"host", "value",
     "status"}] (the nodes outside the bulk), "outliers": [{"host", "value", "status", "vs_fleet_pct"}] (the nodes the
-    fleet layer did not pass on this figure, the slowest first; the slowest node when it passed them all)}."""
+    fleet layer did not pass on this figure, the slowest first; the slowest node when it passed them all and their
+    figures differ, none when every node reads the same: "alike")}."""
     rows = (report.get("fleet") or {}).get("view") or []
     out = []
     for col, title, unit in fleet_columns(report):
@@ -301,7 +188,8 @@ def fleet_distributions(report: dict, min_nodes: int = 3) -> list[dict]:
         q1, q2, q3 = _quartiles(values)
         low, high = _bulk(values, q1, q2, q3)
         flagged = sorted(((h, c) for h, c in cells if c["status"] != schema.PASS), key=lambda hc: hc[1]["value"])
-        if not flagged:
+        alike = figure_text(values[0]) == figure_text(values[-1])  # every node reads the same: none is the slowest
+        if not flagged and not alike:
             flagged = [min(cells, key=lambda hc: hc[1]["value"])]
         medians = [c.get("fleet_median") for _, c in cells if _finite(c.get("fleet_median"))]
         bases = [c.get("baseline_fleet_median") for _, c in cells if _finite(c.get("baseline_fleet_median"))]
@@ -320,6 +208,7 @@ def fleet_distributions(report: dict, min_nodes: int = 3) -> list[dict]:
                 "fleet_median": medians[0] if medians else None,
                 "baseline": bases[0] if bases else None,
                 "values": values,
+                "alike": alike,
                 "beyond": [
                     {"host": h, "value": c["value"], "status": c["status"]}
                     for h, c in cells

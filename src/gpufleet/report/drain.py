@@ -10,14 +10,14 @@ node out of service on one sample may take a healthy node out.
 from __future__ import annotations
 
 from gpufleet.base import causes, schema
-from gpufleet.fleet import export
+from gpufleet.fleet import component, export
 from gpufleet.report.formatting import check_id, trust_text
 
 
 def review(report: dict, slurm_names: dict | None = None) -> tuple[list[str], list[dict]]:
     """(the drain lines, one per node with a confirmed failure, in the report's order; per node not accepted:
-    {"host", "confirmed": [its confirmed causes, causes.label], "unconfirmed": [{"check", "trust"}], "drain": its
-    line or None}). A node that failed only because another run held it is neither (export.held_elsewhere)."""
+    {"host", "confirmed": [its confirmed causes, causes.label], "components": [what each is about:
+    component.of_cause], "unconfirmed": [{"check", "trust"}], "drain": its line or None}). A node that failed only because another run held it is neither (export.held_elsewhere)."""
     lines, rows = [], []
     for host, node in report["nodes"].items():
         if node["verdict"] != schema.FAIL or export.held_elsewhere(node):
@@ -34,6 +34,7 @@ def review(report: dict, slurm_names: dict | None = None) -> tuple[list[str], li
             {
                 "host": host,
                 "confirmed": [causes.label(g) for g in groups],
+                "components": [component.of_cause(g, confirmed) for g in groups],
                 "unconfirmed": [
                     {"check": check_id(r), "trust": trust_text(r)} for r in failing if not schema.confirmed(r)
                 ],

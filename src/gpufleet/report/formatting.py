@@ -147,16 +147,22 @@ def decided_limit(res: dict) -> dict | None:
         return threshold["decided"]
     if "key" not in threshold:
         return None
-    level, metric = threshold, None
     fail = threshold.get("fail")
-    if isinstance(fail, dict) and "key" in fail:
-        worst = worst_comparison(res)
-        metric = worst.get("metric")
-        # A row past its limit once only (inconclusive) names the level it was past: `would_be`.
-        failed = res.get("status") == schema.FAIL or (
-            res.get("status") not in (schema.WARN, schema.FAIL) and worst.get("would_be") == schema.FAIL
-        )
-        level = fail if failed else threshold
+    if not (isinstance(fail, dict) and "key" in fail):
+        return limit_for(threshold, None, False)
+    worst = worst_comparison(res)
+    # A row past its limit once only (inconclusive) names the level it was past: `would_be`.
+    failed = res.get("status") == schema.FAIL or (
+        res.get("status") not in (schema.WARN, schema.FAIL) and worst.get("would_be") == schema.FAIL
+    )
+    return limit_for(threshold, worst.get("metric"), failed)
+
+
+def limit_for(threshold: dict, metric: str | None, failed: bool) -> dict:
+    """The limit of a warn/fail pair (or of a single limit) for one metric at one level: {"key", "value", "source",
+    "calibrated", "metric"}; decided_limit() for a result, a comparison row's own limit (row_limit())."""
+    fail = threshold.get("fail")
+    level = fail if failed and isinstance(fail, dict) and "key" in fail else threshold
     own = (level.get("by_metric") if isinstance(level.get("by_metric"), dict) else {}).get(metric)
     source = level.get("source")
     if isinstance(own, dict):  # as a profile holds it: {"value", "source"}
@@ -164,7 +170,7 @@ def decided_limit(res: dict) -> dict | None:
     elif own is not None:  # as a result holds it: the number alone
         source = f"the GPU model's calibration for {metric} (docs/calibration.md); without it: {source}"
     return {
-        "key": level["key"],
+        "key": level.get("key"),
         "value": own if own is not None else level.get("value"),
         "source": source,
         # Calibrated only where the metric has a limit of its own: a level's `calibrated` says that some metrics
@@ -172,6 +178,14 @@ def decided_limit(res: dict) -> dict | None:
         "calibrated": own is not None,
         "metric": metric,
     }
+
+
+def row_limit(res: dict, row: dict) -> dict | None:
+    """The limit one comparison row of a result was held against (at the level it reached)."""
+    threshold = res.get("threshold")
+    if not isinstance(threshold, dict) or "key" not in threshold:
+        return None
+    return limit_for(threshold, row.get("metric"), (row.get("would_be") or row.get("status")) == schema.FAIL)
 
 
 def worst_comparison(res: dict) -> dict:
@@ -310,11 +324,13 @@ def fleet_note(report: dict) -> str:
     """One sentence under the fleet view: what the figures are held against."""
     fleet = report.get("fleet") or {}
     base = fleet.get("baseline") or {}
+    store = f"store {fleet['store']}" if fleet.get("store") else (fleet.get("store_note") or "no store")
     if base.get("run_id") and not base.get("note"):
         against = f"baseline run {base['run_id']} ({base.get('source')})"
+    elif base.get("note") and fleet.get("store_note") and fleet["store_note"] in base["note"]:
+        against = "no baseline"  # for the reason the store's sentence gives next: said once
     else:
         against = f"no baseline ({base.get('note') or 'none set'})"
-    store = f"store {fleet['store']}" if fleet.get("store") else (fleet.get("store_note") or "no store")
     cpu = any(r.get("cpu") for r in fleet.get("view") or [])
     return (
         f"Each node's figure (slowest GPU where it is per GPU) against this run's fleet median and {against}; "

@@ -3,10 +3,8 @@ the page opens on a laptop with no network. Each picture is well-formed XML (eve
 what it shows as data attributes (data-gpu, data-window, data-size, data-host, ...), so that tests read it back.
 
     busbw_svg(chart)          NCCL busbw against message size (log2), one line per collective, the baseline dashed
-    soak_svg(timeline)        a soak's windows per GPU and figure against time: the limit, the disturbed windows,
-                              the foreign processes' spans
     bars_svg(panel)           one figure per GPU: each GPU's bar, its siblings' median, its past, the limits
-    (svg_fleet.py: the fleet's figures over its nodes)
+    (svg_soak.py: the soak window by window; svg_fleet.py: the fleet's figures over its nodes)
 
 The data comes from figures.py; the CSS classes (grid, axis, limit, ...) are styled by render_html.
 """
@@ -150,169 +148,53 @@ def _curve(kind: str, line: dict, points: list, color: str, x, y, whose: str) ->
     return out + ["</g>"]
 
 
-# ---------------------------------------------------------------- the soak
-
-
-def _time_text(s: float) -> str:
-    if s >= 7200:
-        return f"{s / 3600:g} h"
-    if s >= 120:
-        return f"{s / 60:g} min"
-    return f"{s:g} s"
-
-
-def _time_ticks(span: float) -> list[float]:
-    for step in (5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 28800):
-        if span / step <= 10:
-            return [i * step for i in range(int(span // step) + 1)]
-    return [0.0, span]
-
-
-_SW, _SLEFT, _SRIGHT, _STOP, _LANE, _GAP = 1000, 190, 64, 30, 46, 8
-
-
-def soak_svg(t: dict) -> str:
-    """One lane per GPU and figure: each window's figure at its middle, the windows below the limit red, the
-    disturbed ones shaded (their figure, left out of the judgement, hollow), the limit dashed, the foreign
-    processes' spans over the lanes of their GPU."""
-    lanes = t["lanes"]
-    span = max(t["span_s"], t["window_s"] or 1.0, 1.0)
-    pw = _SW - _SLEFT - _SRIGHT
-    height = _STOP + len(lanes) * (_LANE + _GAP) + 34
-
-    def x(s: float) -> float:
-        return _SLEFT + max(0.0, min(s, span)) / span * pw
-
-    title = f"{t['title']}: {t.get('n_windows')} window(s) of {fmt_scalar(t['window_s'])} s on each GPU"
-    out = svg_open("soak", _SW, height, title, windows=t.get("n_windows"), window_s=t["window_s"])
-    bottom = _STOP + len(lanes) * (_LANE + _GAP)
-    for s in _time_ticks(span):
-        out.append(f'<line class="grid" x1="{num(x(s))}" y1="{_STOP}" x2="{num(x(s))}" y2="{bottom}"/>')
-        out.append(f'<text x="{num(x(s))}" y="{bottom + 14}" text-anchor="middle">{esc(_time_text(s))}</text>')
-    out.append(f'<text x="{num(_SLEFT + pw / 2)}" y="{bottom + 30}" text-anchor="middle">time into the soak</text>')
-    for i, lane in enumerate(lanes):
-        y0 = _STOP + i * (_LANE + _GAP)
-        judged = [w["value"] for w in lane["windows"] if w["value"] is not None]
-        left_out = [w["disturbed_value"] for w in lane["windows"] if isinstance(w["disturbed_value"], (int, float))]
-        vals = judged + left_out
-        labelled = judged or left_out
-        span_text = f"{figure_text(min(labelled))} to {figure_text(max(labelled))} {lane['unit']}" + (
-            "" if judged else ", left out"
-        )
-        lo, hi = padded(vals + ([lane["limit"]] if lane["limit"] is not None else []))
-
-        def y(v: float, lo=lo, hi=hi, y0=y0) -> float:
-            return y0 + _LANE - (v - lo) / (hi - lo) * _LANE
-
-        disturbed = [w for w in lane["windows"] if w["disturbed"]]
-        kept_apart = [w for w in lane["windows"] if w["disturbed"] or w.get("slowed")]
-        out.append(
-            f'<g class="lane" data-gpu="{esc(lane["index"] if lane["index"] is not None else "all")}" '
-            f'data-metric="{esc(lane["metric"])}" data-windows="{" ".join(str(w["index"]) for w in lane["windows"])}" '
-            f'data-disturbed="{" ".join(str(w["index"]) for w in disturbed)}" '
-            f'data-remeasured="{" ".join(str(w["index"]) for w in lane["windows"] if w["remeasured"])}">'
-        )
-        out.append(f'<rect class="lane-bg" x="{_SLEFT}" y="{y0}" width="{pw}" height="{_LANE}"/>')
-        out.append(
-            f'<text x="{_SLEFT - 8}" y="{y0 + 18}" text-anchor="end" class="strong">{esc(lane["gpu"])} {esc(lane["label"])}</text>'
-        )
-        out.append(f'<text x="{_SLEFT - 8}" y="{y0 + 34}" text-anchor="end">{esc(span_text)}</text>')
-        for p in t["foreign"]:
-            if p.get("index") == lane["index"]:
-                x0, x1 = x(p["first_s"]), x(p["last_s"] if p.get("last_s") is not None else p["first_s"])
-                tip = f"pid {p['pid']} ({p.get('name') or 'name unknown'}, {p.get('used_memory_mib')} MiB) on GPU {p['index']} from {fmt_scalar(p['first_s'])} s to {fmt_scalar(p.get('last_s'))} s"
-                out.append(
-                    f'<rect class="foreign" x="{num(x0)}" y="{y0}" width="{num(max(2.0, x1 - x0))}" height="{_LANE}" '
-                    f'data-pid="{esc(p["pid"])}" data-gpu="{esc(p["index"])}"><title>{esc(tip)}</title></rect>'
-                )
-        for w in lane["windows"]:
-            if w["remeasured"]:
-                start = w["start_s"] or 0.0
-                out.append(
-                    f'<rect class="again" x="{num(x(start))}" y="{y0}" width="{num(max(2.0, x(start + t["window_s"]) - x(start)))}" '
-                    f'height="{_LANE}" data-window="{w["index"]}"><title>window {w["index"]}: measured again once the '
-                    "GPUs were quiet</title></rect>"
-                )
-        for w in kept_apart:
-            start = w["start_s"] or 0.0
-            kind = "disturbed" if w["disturbed"] else "slowed"
-            what, beside = {
-                "disturbed": ("disturbed: left out of the judgement", " beside another process"),
-                "slowed": ("past a limit with nothing seen: measured again, left out", ""),
-            }[kind]
-            tip = f"window {w['index']} {what}" + (
-                f"; measured {figure_text(w['disturbed_value'])} {lane['unit']}{beside}"
-                if isinstance(w["disturbed_value"], (int, float))
-                else ""
-            )
-            out.append(
-                f'<rect class="{kind}" x="{num(x(start))}" y="{y0}" width="{num(max(2.0, x(start + t["window_s"]) - x(start)))}" '
-                f'height="{_LANE}" data-window="{w["index"]}"><title>{esc(tip)}</title></rect>'
-            )
-            if isinstance(w["disturbed_value"], (int, float)):
-                out.append(
-                    f'<circle class="dv" cx="{num(x(start + t["window_s"] / 2))}" cy="{num(y(w["disturbed_value"]))}" r="3" '
-                    f'data-window="{w["index"]}"/>'
-                )
-        if lane["limit"] is not None:
-            ly = y(lane["limit"])
-            tip = (
-                f"limit: {fmt_scalar(t['limit_pct'])}% below the best windows ({figure_text(lane['best'])} "
-                f"{lane['unit']}): {figure_text(lane['limit'])}"
-            )
-            out.append(
-                f'<line class="limit" x1="{_SLEFT}" y1="{num(ly)}" x2="{_SLEFT + pw}" y2="{num(ly)}" '
-                f'data-value="{lane["limit"]:.4g}"><title>{esc(tip)}</title></line>'
-            )
-            out.append(f'<text x="{_SLEFT + pw + 4}" y="{num(ly + 4)}">-{esc(fmt_scalar(t["limit_pct"]))}%</text>')
-        shown = [w for w in lane["windows"] if w["value"] is not None]
-        mid = lambda w: (w["start_s"] or 0.0) + t["window_s"] / 2  # noqa: E731
-        if shown:
-            coords = " ".join(f"{num(x(mid(w)))},{num(y(w['value']))}" for w in shown)
-            out.append(f'<polyline class="figure" points="{coords}"/>')
-        for w in shown:
-            if w["below"] or len(shown) <= 60:
-                cls = "slow" if w["below"] else "pt"
-                tip = f"window {w['index']} from {fmt_scalar(w['start_s'])} s: {figure_text(w['value'])} {lane['unit']}"
-                out.append(
-                    f'<circle class="{cls}" cx="{num(x(mid(w)))}" cy="{num(y(w["value"]))}" r="{3 if w["below"] else 2}" '
-                    f'data-window="{w["index"]}"><title>{esc(tip)}</title></circle>'
-                )
-        out.append("</g>")
-    for j, p in enumerate(t["foreign"]):
-        text = f"pid {p['pid']} {p.get('name') or ''} on GPU {p.get('index')}"
-        out.append(f'<text class="foreign-label" x="{num(x(p["first_s"]))}" y="{12 + (j % 2) * 12}">{esc(text)}</text>')
-    out.append("</svg>")
-    return "".join(out)
-
-
 # ---------------------------------------------------------------- each GPU beside its siblings
 
 _BW, _BH, _BLEFT, _BRIGHT, _BTOP, _BBOTTOM = 560, 260, 64, 12, 14, 72
 
 
+def _break_mark(x0: float, y0: float, cls: str, width: float = 12.0) -> str:
+    """A zigzag across an axis or a bar: the scale is broken here (it does not start at zero)."""
+    teeth = max(2, int(width // 6))
+    step = width / teeth
+    points = " ".join(f"{num(x0 + i * step)},{num(y0 + (3 if i % 2 else -3))}" for i in range(teeth + 1))
+    return f'<polyline class="{cls}" points="{points}"/>'
+
+
 def bars_svg(panel: dict) -> str:
     """A bar per GPU (coloured by how the fleet judged it against its siblings), a black tick at what it was held
     against, a purple diamond at the baseline run's figure for it, a grey ring at its usual place among its
-    siblings, the siblings' limit (amber, dashed) and the benchmark's floor (red, dashed). The axis does not
-    start at zero: the differences that matter are a few percent."""
+    siblings, the siblings' limit (amber, dashed) and the benchmark's floor (red, dashed); a bar under the floor is
+    red whatever its siblings say. The differences that matter are a few percent, so the axis starts above zero
+    where the figures allow: the break is marked on the axis and every bar (//), and where the scale starts is
+    written under it. The scale runs from gridline to gridline: no bar passes the top one."""
     gpus = panel["gpus"]
     marks = [g["value"] for g in gpus] + [
         v for g in gpus for v in (g["reference"], g["baseline"], g["usual"]) if isinstance(v, (int, float))
     ]
     marks += [v for v in (panel["sibling_limit"], panel["floor"]) if isinstance(v, (int, float))]
     lo, hi = padded(marks)
-    lo = max(0.0, lo)
+    step = nice_step(hi - max(0.0, lo), 4)
+    lo, hi = max(0.0, float(math.floor(lo / step) * step)), float(math.ceil(hi / step) * step)
+    broken = lo > 0
     pw, ph = _BW - _BLEFT - _BRIGHT, _BH - _BTOP - _BBOTTOM
 
     def y(v: float) -> float:
         return _BTOP + ph - (v - lo) / (hi - lo) * ph
 
     title = f"{panel['label']} per GPU ({panel['unit']})"
-    out = svg_open("bars", _BW, _BH, title, metric=panel["metric"])
-    for v in ticks(lo, hi, 4):
+    out = svg_open("bars", _BW, _BH, title, metric=panel["metric"], axis_from=lo)
+    for i in range(int(round((hi - lo) / step)) + 1):
+        v = lo + i * step
         out.append(f'<line class="grid" x1="{_BLEFT}" y1="{num(y(v))}" x2="{_BLEFT + pw}" y2="{num(y(v))}"/>')
-        out.append(f'<text x="{_BLEFT - 6}" y="{num(y(v) + 4)}" text-anchor="end">{esc(figure_text(v))}</text>')
+        out.append(f'<text x="{_BLEFT - 6}" y="{num(y(v) + 4)}" text-anchor="end">{esc(fmt_scalar(v))}</text>')
+    out.append(f'<line class="axis" x1="{_BLEFT}" y1="{_BTOP}" x2="{_BLEFT}" y2="{_BTOP + ph}"/>')
+    if broken:
+        out.append(_break_mark(_BLEFT, _BTOP + ph - 6, "axis-break"))
+        out.append(
+            f'<text class="break" x="{_BLEFT - 6}" y="{_BTOP + ph + 40}" text-anchor="start">'
+            f"// the scale starts at {esc(fmt_scalar(lo))} {esc(panel['unit'])}, not at zero</text>"
+        )
     slot = pw / max(1, len(gpus))
     bw = min(44.0, slot * 0.6)
     for i, g in enumerate(gpus):
@@ -327,9 +209,14 @@ def bars_svg(panel: dict) -> str:
             f'<g class="gpu" data-gpu="{esc(g["index"] if g["index"] is not None else g["gpu"])}" data-value="{g["value"]}" '
             f'data-status="{esc(g["status"])}"><title>{esc(tip)}</title>'
         )
+        under = isinstance(panel["floor"], (int, float)) and g["value"] < panel["floor"]
+        status = "fail" if under else g["status"]
         out.append(
-            f'<rect class="bar s-{esc(g["status"])}" x="{num(cx - bw / 2)}" y="{num(top)}" width="{num(bw)}" height="{num(_BTOP + ph - top)}"/>'
+            f'<rect class="bar s-{esc(status)}{" under-floor" if under else ""}" x="{num(cx - bw / 2)}" y="{num(top)}" '
+            f'width="{num(bw)}" height="{num(_BTOP + ph - top)}"/>'
         )
+        if broken:
+            out.append(_break_mark(cx - bw / 2 - 2, _BTOP + ph - 10, "bar-break", bw + 4))
         if g["reference"] is not None:
             ry = y(g["reference"])
             out.append(

@@ -1,16 +1,18 @@
 """The fleet's picture in report.html: one figure of the fleet view over the nodes, drawn as inline SVG by the
 report itself (svg.py draws the node's pictures and says how): distribution_svg(d) draws a histogram of where the
-middle of the fleet lies, its quartiles, the fleet and baseline medians, the nodes far from the rest on axes of
-their own, and the outliers named. The data: figures.fleet_distributions().
+middle of the fleet lies (its count axis from zero, the tallest bin's count written), its quartiles, the fleet and
+baseline medians (each labelled with its figure), the nodes far from the rest on axes of their own, and the outliers
+named. The data: chart_data.fleet_distributions().
 """
 
 from __future__ import annotations
 
 from gpufleet.comparisons import figure_text
+from gpufleet.report.formatting import fmt_scalar
 from gpufleet.report.svg import esc, num, svg_open, ticks
 
-_DW, _DH, _DLEFT, _DRIGHT, _DTOP = 1000, 236, 40, 40, 18
-_HIST_H, _BOX_Y, _STRIP_Y = 90, 128, 160
+_DW, _DH, _DLEFT, _DRIGHT, _DTOP = 1000, 264, 48, 40, 32
+_HIST_H, _BOX_Y, _STRIP_Y = 90, 142, 174
 
 
 def _axis(d: dict, pw: float):
@@ -59,11 +61,21 @@ def distribution_svg(d: dict, named: int = 12) -> str:
     top = max(counts) or 1
     title = f"{d['title']} ({d['unit']}) over {d['n']} nodes"
     out = svg_open("distribution", _DW, _DH, title, column=d["column"], nodes=d["n"])
+    # The count axis: how many nodes a bin holds, from zero.
+    out.append(f'<line class="axis" x1="{_DLEFT}" y1="{_DTOP}" x2="{_DLEFT}" y2="{_DTOP + _HIST_H}"/>')
+    for c in sorted({0, top // 2, top}):
+        cy = _DTOP + _HIST_H - c / top * _HIST_H
+        out.append(f'<line class="grid" x1="{_DLEFT - 3}" y1="{num(cy)}" x2="{_DLEFT}" y2="{num(cy)}"/>')
+        out.append(f'<text class="count" x="{_DLEFT - 5}" y="{num(cy + 4)}" text-anchor="end">{c}</text>')
+    out.append(
+        f'<text x="12" y="{num(_DTOP + _HIST_H / 2)}" text-anchor="middle" '
+        f'transform="rotate(-90 12 {num(_DTOP + _HIST_H / 2)})">nodes</text>'
+    )
     for lo, hi, x0, x1 in segments:
         marks = ticks(lo, hi, max(2, int((x1 - x0) / 110))) if (lo, hi) == (low, high) else [lo if lo < low else hi]
         for v in marks:
             out.append(f'<line class="grid" x1="{num(x(v))}" y1="{_DTOP}" x2="{num(x(v))}" y2="{_STRIP_Y + 8}"/>')
-            out.append(f'<text x="{num(x(v))}" y="{_DH - 30}" text-anchor="middle">{esc(figure_text(v))}</text>')
+            out.append(f'<text x="{num(x(v))}" y="{_DH - 30}" text-anchor="middle">{esc(fmt_scalar(v))}</text>')
         out.append(f'<line class="axis" x1="{num(x0)}" y1="{_STRIP_Y}" x2="{num(x1)}" y2="{_STRIP_Y}"/>')
     for lo, hi, x0, x1 in segments[:-1]:  # the axis breaks
         out.append(f'<text x="{num(x1 + 8)}" y="{_STRIP_Y + 4}" text-anchor="middle" class="break">//</text>')
@@ -77,6 +89,11 @@ def distribution_svg(d: dict, named: int = 12) -> str:
             f'<rect class="bin" x="{num(x(a))}" y="{num(_DTOP + _HIST_H - h)}" width="{num(max(1.0, x(a + width) - x(a) - 1))}" '
             f'height="{num(h)}" data-count="{c}"><title>{esc(tip)}</title></rect>'
         )
+        if c == top:  # the tallest bin says its count; the axis gives the others
+            out.append(
+                f'<text class="count" x="{num((x(a) + x(a + width)) / 2)}" y="{num(_DTOP + _HIST_H - h - 3)}" '
+                f'text-anchor="middle">{c}</text>'
+            )
     q = (
         f"quartiles {figure_text(d['q1'])} / {figure_text(d['median'])} / {figure_text(d['q3'])}; "
         f"slowest {figure_text(d['min'])}, fastest {figure_text(d['max'])}"
@@ -92,15 +109,20 @@ def distribution_svg(d: dict, named: int = 12) -> str:
         f'<line class="med" x1="{num(x(d["median"]))}" y1="{_BOX_Y - 8}" x2="{num(x(d["median"]))}" y2="{_BOX_Y + 8}"/>'
     )
     out.append("</g>")
-    for cls, v, text in (
-        ("fleet-median", d["fleet_median"], "fleet median"),
-        ("base-median", d["baseline"], "baseline run's fleet median"),
+    for cls, v, text, anchor in (
+        ("fleet-median", d["fleet_median"], "fleet median", "end"),
+        ("base-median", d["baseline"], "baseline run's median", "start"),
     ):
         if isinstance(v, (int, float)):
             tip = f"{text} {figure_text(v)} {d['unit']}"
             out.append(
-                f'<line class="{cls}" x1="{num(x(v))}" y1="{_DTOP - 6}" x2="{num(x(v))}" y2="{_BOX_Y + 10}" data-value="{v}">'
+                f'<line class="{cls}" x1="{num(x(v))}" y1="{_DTOP - 12}" x2="{num(x(v))}" y2="{_BOX_Y + 10}" data-value="{v}">'
                 f"<title>{esc(tip)}</title></line>"
+            )
+            nudge = -3 if anchor == "end" else 3
+            out.append(
+                f'<text class="{cls}-label" x="{num(x(v) + nudge)}" y="{_DTOP - 16}" text-anchor="{anchor}">'
+                f"{esc(text)} {esc(figure_text(v))}</text>"
             )
     for b in d["beyond"]:  # each node outside the bulk (an outlier among them is drawn again, coloured, below)
         tip = f"{b['host']}: {figure_text(b['value'])} {d['unit']} ({b['status']})"

@@ -1,12 +1,15 @@
 """`gpufleet evidence NODE [--gpu UUID|SERIAL] [--runs RUN ...]`: one archive to attach to a vendor's RMA ticket.
 
-    summary.md              what failed, since when, what was already tried, what the archive holds
+    summary.md              what failed (each finding's component and recommended action), since when, what was
+                            already tried, the Slurm drain record, the machine and its GPUs, what the archive holds
     documents/<run>/<node>.json   the node's host documents of the failing runs (or of --runs)
     figures.md, figures.json      every figure of the node (or GPU) run by run, the run's fleet median and the
                                   baseline run's beside it
     counters.md, counters.json    the error counters (Xid, ECC, row remaps, NVLink, PCIe replays, InfiniBand, AER)
                                   of each run: before and after its benchmarks, growth during it and since the run before
-    identity.json           serials, UUIDs, PCI addresses, VBIOS, InfoROM, driver, kernel, as each run saw them
+    identity.json           the machine (system, board, chassis serials: DMI), each GPU's serial, UUID, PCI address,
+                            VBIOS and InfoROM, the driver and kernel, as each run saw them (why where one was not read)
+    slurm.json              every Slurm action on the node the runs' slurm.json recorded (drains with their reasons)
     kernel_log.txt          the kernel log lines the failing checks quote (Xid, AER, ...)
     ladder.json             the remediation steps taken, each with its outcome
     nvidia-bug-report.log.gz  from the site's command (--bug-report-command) or a file (--bug-report), where given
@@ -32,12 +35,13 @@ from collections import Counter
 from pathlib import Path
 
 from gpufleet import __version__
-from gpufleet.base import causes, paths, schema
+from gpufleet.base import paths, schema
 from gpufleet.base.errors import InputError
-from gpufleet.fleet import figure_text
 from gpufleet.comparisons import metrics
 from gpufleet.fleet.run_files import read_json
-from gpufleet.service import commands, ladder, policy
+from gpufleet.fleet.slurm_action import SLURM_FILE
+from gpufleet.service import commands, ladder
+from gpufleet.service.evidence_text import VERSIONS, counters_md, figures_md, summary_md
 from gpufleet.service.redact import Redactor
 
 MAX_RUNS = 10  # failing runs whose documents go in by default, the latest
@@ -222,6 +226,8 @@ def build(
     bundle.text("counters.md", counters_md(counts))
     ids = identity(rows, docs)
     bundle.json("identity.json", ids)
+    drains = slurm_record(store, host, [r["run_id"] for r in rows])
+    bundle.json("slurm.json", drains)
     lines = kernel_lines([(r, d) for r, d in docs if r in chosen])
     bundle.text(
         "kernel_log.txt", "\n".join(lines) + "\n" if lines else "(no kernel log line quoted by the failing checks)\n"
@@ -246,6 +252,7 @@ def build(
             episode,
             ids["latest"] or {},
             bug_note,
+            drains,
         ),
     )
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
@@ -353,7 +360,8 @@ def _numbers(entry: dict, prefix: str):
 
 def identity(rows: list[dict], docs: list[tuple[str, dict]]) -> dict:
     """Serials, UUIDs, PCI addresses and VBIOS of each GPU (gpu_inventory.gpu_count), the driver, InfoROM and kernel,
-    as each run saw them."""
+    the machine's identity (the host document's `machine`: DMI), as each run saw them; each version not read with
+    why (`not_read`: the document's own reason, or that the document does not hold it)."""
     out = {"gpus_by_run": {r["run_id"]: r.get("gpus") for r in rows}, "by_run": {}}
     for run_id, doc in docs:
         count = next(
@@ -361,7 +369,7 @@ def identity(rows: list[dict], docs: list[tuple[str, dict]]) -> dict:
         )
         inv = ((count or {}).get("detail") or {}).get("inventory") or {}
         ver = doc.get("versions") or {}
-        out["by_run"][run_id] = {
+        seen = {
             "gpus": inv.get("gpus"),
             "driver": inv.get("driver_version") or ver.get("driver"),
             "cuda_driver": inv.get("cuda_driver_version") or ver.get("cuda_driver"),
@@ -369,127 +377,33 @@ def identity(rows: list[dict], docs: list[tuple[str, dict]]) -> dict:
             "inforom_image": ver.get("inforom_image"),
             "kernel": ver.get("kernel"),
             "os": ver.get("os"),
-            "not_read": ver.get("not_read") or {},
+            "machine": doc.get("machine")
+            or {"not_read": {"dmi": f"the host document of run {run_id} holds no `machine` (made before it was read)"}},
         }
+        missing = f"the host document of run {run_id} holds no versions.{{key}} (engine {doc.get('engine_version')})"
+        seen["not_read"] = {
+            key: (ver.get("not_read") or {}).get(key) or missing.format(key=key)
+            for _, key in VERSIONS
+            if not seen.get(key)
+        }
+        out["by_run"][run_id] = seen
     out["latest"] = out["by_run"][docs[-1][0]] if docs else None
+    out["machine"] = (out["latest"] or {}).get("machine") or {}
     return out
 
 
-def figures_md(figs: dict, host: str, gpu: dict | None) -> str:
-    who = f"{host} GPU {gpu['index']} ({gpu.get('uuid')}, serial {gpu.get('serial')})" if gpu else host
-    lines = [f"# Figures of {who}", "", f"Baseline run: {figs['baseline_run'] or 'none set'}.", ""]
-    for key, points in figs["figures"].items():
-        lines += [
-            f"## {key} ({points[0].get('unit') or ''})",
-            "",
-            "| run | started | value | fleet median | baseline median |",
-            "| --- | --- | --- | --- | --- |",
-        ]
-        lines += [
-            f"| {p['run_id']} | {p['started']} | {figure_text(p['value'])}{' (cpu)' if p.get('cpu') else ''} | "
-            f"{figure_text(p['fleet_median']) if p['fleet_median'] is not None else '-'} | "
-            f"{figure_text(p['baseline_median']) if p['baseline_median'] is not None else '-'} |"
-            for p in points
-        ]
-        lines.append("")
-    if not figs["figures"]:
-        lines += ["(no benchmark figure recorded)", ""]
-    readings = figs.get("readings") or {}
-    if readings:
-        run_ids = list(dict.fromkeys(p["run_id"] for points in readings.values() for p in points))
-        lines += [
-            "## What the checks read of the GPU, run by run",
-            "",
-            "| reading | " + " | ".join(run_ids) + " |",
-            "| --- |" + " --- |" * len(run_ids),
-        ]
-        for key, points in readings.items():
-            by_run = {p["run_id"]: figure_text(p["value"]) for p in points}
-            lines.append(f"| {key} | " + " | ".join(by_run.get(r, "-") for r in run_ids) + " |")
-        lines.append("")
-    return "\n".join(lines)
-
-
-def counters_md(rows: list[dict]) -> str:
-    shown = [r for r in rows if r["after"] or r["during_run"] or r["since_previous_run"]]
-    lines = [
-        "# Error counters",
-        "",
-        "Counters above zero or that grew; counters.json has every one.",
-        "",
-        "| run | device | counter | before | after | growth in the run | since the run before |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    lines += [
-        f"| {r['run_id']} | {r['device']} | {r['counter']} | {r['before'] if r['before'] is not None else '-'} | {r['after']} | "
-        f"{r['during_run'] if r['during_run'] is not None else '-'} | "
-        f"{r['since_previous_run'] if r['since_previous_run'] is not None else '-'} |"
-        for r in shown
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def summary_md(
-    host: str,
-    gpu: dict | None,
-    first: dict | None,
-    chosen: list[str],
-    docs: list[tuple[str, dict]],
-    steps: list[dict],
-    ids: dict,
-    bug_note: str,
-) -> str:
-    """The page a vendor reads first: each cause once (causes.grouped: a node without a driver is one cause of 18
-    checks, not 18 lines), since when, what this episode of the ladder tried, the versions (or why one is not read)."""
-    by_run = dict(docs)
-    failed: dict = {}  # cause -> (its line, its class, the runs it failed in)
-    for run_id in chosen:
-        for g in causes.grouped((by_run.get(run_id) or {}).get("results") or []):
-            failed.setdefault(g["cause"], [causes.line(g), g["class"], []])[2].append(run_id)
-    who = f"{host}, GPU {gpu['index']} ({gpu.get('uuid')}, serial {gpu.get('serial')})" if gpu else host
-    tried = [
-        f"{s['step']} in run {s.get('run_id')} ({s.get('at')}): "
-        + ("done" if s.get("done") else "proposed, not done")
-        + (f", {s['outcome']}" if s.get("outcome") else "")
-        for s in steps
-        if s.get("step") in policy.ACTABLE
-    ]
-    lines = [f"# Evidence: {who}", "", "- What failed" + (":" if failed else ": nothing failed in the runs given")]
-    lines += [f"  - {line} [{cls}], in run(s) {', '.join(ran)}" for line, cls, ran in failed.values()]
-    lines += [
-        f"- Since: run {first['run_id']} ({first['started']}), the first run that failed it; runs here: {', '.join(chosen)}"
-        if first
-        else f"- Since: no run failed it; runs here: {', '.join(chosen)}",
-        "- Already tried in this fault's ladder: " + ("; ".join(tried) or "nothing yet"),
-        "- " + ", ".join(f"{what} {_version(ids, key, gpu)}" for what, key in VERSIONS),
-        f"- nvidia-bug-report.log: {bug_note}",
-        "",
-        "Files: documents/ (host documents of those runs), figures.md (against the fleet and the baseline"
-        + (", and what the checks read of the GPU" if gpu else "")
-        + "), counters.md, identity.json, kernel_log.txt, ladder.json (every record of the node's ladder), "
-        "manifest.json (what was removed, by key).",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-VERSIONS = (
-    ("Driver", "driver"),
-    ("CUDA driver", "cuda_driver"),
-    ("VBIOS", "vbios"),
-    ("InfoROM", "inforom_image"),
-    ("kernel", "kernel"),
-)
-
-
-def _version(ids: dict, key: str, gpu: dict | None) -> str:
-    """A version as the latest run read it (per GPU: that GPU's, or each GPU's), else `not read` and why."""
-    value = ids.get(key)
-    if isinstance(value, list):
-        if gpu is not None and isinstance(gpu.get("index"), int) and gpu["index"] < len(value):
-            value = value[gpu["index"]]
-        else:
-            value = ", ".join(f"GPU {i}: {v}" for i, v in enumerate(value) if v) or None
-    if value:
-        return str(value)
-    why = (ids.get("not_read") or {}).get(key)
-    return f"not read ({why})" if why else "not read"
+def slurm_record(store, host: str, run_ids: list[str]) -> list[dict]:
+    """Every Slurm action on the node the runs kept (each run folder's slurm.json, fleet/slurm_action.py), oldest
+    first: {"run_id", "action", "started", and the decision: do, reason, state, reason_before, done, state_after,
+    reason_after, why}."""
+    out = []
+    for run_id in run_ids:
+        run_dir = (store.run(run_id) or {}).get("run_dir")
+        kept = read_json(Path(run_dir) / SLURM_FILE) if run_dir else None
+        for action in (kept or {}).get("actions") or [] if isinstance(kept, dict) else []:
+            for d in action.get("decisions") or [] if isinstance(action, dict) else []:
+                if isinstance(d, dict) and d.get("host") == host:
+                    out.append(
+                        {"run_id": run_id, "action": action.get("action"), "started": action.get("started"), **d}
+                    )
+    return out

@@ -2,7 +2,8 @@
 
 steps      retest, reset_gpu, reboot, rma (ladder.py takes them); reaccept, for a replaced board
 policy     the profile's `remediation` (generic.yml; a model profile's entries over it): by the failure class
-           of the cause, or by its check where the cause is one check with a ladder of its own
+           of the cause, or by its check where the cause is one check with a ladder of its own (fleet/remediation.py,
+           which the report's recommended action per finding reads too)
 the cause  the node's first cause (causes.grouped: hardware first, then the cause most checks share), the one
            its report and drain reason name first; a cause none of whose results is confirmed
            (schema.confirmed: a figure measured once) gets a re-test, never a reset, reboot or RMA (ladder.py)
@@ -10,40 +11,14 @@ the cause  the node's first cause (causes.grouped: hardware first, then the caus
 
 from __future__ import annotations
 
-from gpufleet.base import causes, failure_class, profiles, schema
+from gpufleet.base import causes, schema
 from gpufleet.base.errors import InputError
+from gpufleet.fleet.remediation import STEPS, policy, steps_for
 
-STEPS = ("retest", "reset_gpu", "reboot", "rma")
+__all__ = ["ACTABLE", "REACCEPT", "STEPS", "fault_of", "parse_act", "policy", "steps_for"]
+
 REACCEPT = "reaccept"
 ACTABLE = (*STEPS, REACCEPT)
-
-
-def policy(profile_name: str | None, profile_dir=None) -> dict:
-    """{"classes": {class: [steps]}, "checks": {group.check: [steps]}}: generic.yml's `remediation`, the named
-    profile's entries over it."""
-    known = profiles.load_all(profile_dir)
-    out: dict = {"classes": {}, "checks": {}}
-    for name in dict.fromkeys([profiles.GENERIC, profile_name or profiles.GENERIC]):
-        doc = known.get(name)
-        section = (doc or {}).get("remediation") or {}
-        where = f"profile file {(doc or {}).get('path', name)}: remediation"
-        if not isinstance(section, dict):
-            raise InputError(f"{where} must be a mapping with classes and checks")
-        for part in ("classes", "checks"):
-            entries = section.get(part) or {}
-            if not isinstance(entries, dict):
-                raise InputError(f"{where}.{part} must be a mapping of name -> list of steps")
-            for key, steps in entries.items():
-                if part == "classes" and key not in failure_class.CLASSES:
-                    raise InputError(
-                        f"{where}.classes.{key}: not a failure class; expected one of {', '.join(failure_class.CLASSES)}"
-                    )
-                if not isinstance(steps, list) or any(s not in STEPS for s in steps):
-                    raise InputError(
-                        f"{where}.{part}.{key} = {steps!r}; expected a list of steps from {', '.join(STEPS)}"
-                    )
-                out[part][key] = list(steps)
-    return out
 
 
 def fault_of(node: dict) -> dict | None:
@@ -72,11 +47,6 @@ def fault_of(node: dict) -> dict | None:
         "gpus": list(gpus.values()),
         "confirmed": any(schema.confirmed(r) for r in members) or not members,
     }
-
-
-def steps_for(pol: dict, fault: dict) -> list[str]:
-    """The check's own ladder where the cause is one check with one, else its class's."""
-    return pol["checks"][fault["check"]] if fault["check"] in pol["checks"] else pol["classes"].get(fault["class"], [])
 
 
 def parse_act(values: list[str] | None) -> set[str]:

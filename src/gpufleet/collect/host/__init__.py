@@ -1,9 +1,9 @@
 """Host readings from sysfs and procfs (never from lspci text), one file per concern: files.py (the small
 readers), pci.py (devices, ACS), fabric.py (InfiniBand, AER), kernel_state.py (modules, IOMMU, NUMA, cpufreq),
 services.py (fabric manager), nccl_settings.py (the NCCL environment), bringup.py (bring-up's record), edac.py (memory
-errors per controller and DIMM), nvme.py (each NVMe drive's health log), pcie_link_states.py (the links of the NICs,
-GPUs and the ports above them: planned here, read under load by bench.link_watch), platform.py (the CPU architecture,
-the CPUs this process may use and what gave it them).
+errors per controller and DIMM), nvme.py (each NVMe drive's health log), dmi.py (the machine's system, board and
+chassis identity), pcie_link_states.py (the links of the NICs, GPUs and the ports above them: planned here, read under
+load by bench.link_watch), platform.py (the CPU architecture, the CPUs this process may use and what gave it them).
 
 `read(root, environ)` returns a JSON-able dict and never raises. Every path is
 read under `root`, so tests point it at a fake tree. What could not be read is
@@ -44,8 +44,9 @@ Keys:
   nvme           {present, path, reason, drives: [{controller, device, model, serial, firmware, pci_bdf,
                    source, reason, log: {critical_warning, temperature_c, ...}}]}  (collect.host.nvme)
   meminfo        {total_kib, available_kib, hugepages_free_kib, reason}  (/proc/meminfo)
-  dmi            {path, board_serial, chassis_serial, product_serial, product_uuid, board_vendor, board_name,
-                  sys_vendor, product_name, unreadable}  (collect.host.dmi: the machine's identity)
+  dmi            {path, present, source, fields: {sys_vendor, product_name, product_serial, board_name,
+                  board_serial, chassis_serial, bios_version, ...}, not_read: {field: reason}, reason}
+                 (collect.host.dmi: sysfs, else dmidecode)
   bringup        {path, present, readable, reason, schema_version, roles:
                   {role: {applied_at, settings, expect: [{what, path|glob,
                    sha256|value|exists, found, found_reason}]}}}
@@ -182,7 +183,11 @@ def read(root: str = "/", environ: Mapping[str, str] | None = None) -> dict:
         "nvme", lambda: read_nvme(rootp, environ.get("PATH")), {"present": False, "drives": [], "reason": "crashed"}
     )
     section("meminfo", lambda: read_meminfo(rootp), {"reason": "crashed"})
-    section("dmi", lambda: read_dmi(rootp), {"unreadable": {"dmi": "crashed"}})
+    section(
+        "dmi",
+        lambda: read_dmi(rootp, environ.get("PATH")),
+        {"present": False, "source": None, "fields": {}, "not_read": {}, "reason": "reading it crashed (see errors)"},
+    )
     section(
         "bringup",
         lambda: read_bringup(rootp),
