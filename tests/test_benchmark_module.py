@@ -21,7 +21,6 @@ from ansible_collections.gpufleet.cluster.plugins.modules import benchmark  # no
 from gpufleet.base import schema  # noqa: E402
 
 RESULT_KEYS = set(schema.result("x", schema.PASS, "r")) | {"started", "seconds"}
-HOST_DOC_KEYS = {"schema_version", "host", "engine_version", "profile", "versions", "started", "seconds", "results"}
 
 
 def run_benchmark(args: dict, capsys) -> dict:

@@ -46,6 +46,7 @@ HOST_DOC_KEYS = {
     "engine_version",
     "profile",
     "versions",
+    "platform",
     "machine",
     "started",
     "seconds",
@@ -72,7 +73,7 @@ def test_check_module_returns_the_host_document(group, capsys):
     assert out["changed"] is False
     assert "failed" not in out
     doc = out["gpufleet"]
-    assert HOST_DOC_KEYS <= set(doc)
+    assert set(doc) == HOST_DOC_KEYS  # the engine's keys, no more, no fewer
     assert doc["host"] == "node7"
     assert doc["results"], f"{group} returned no results"
     for res in doc["results"]:

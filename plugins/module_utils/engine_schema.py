@@ -67,7 +67,8 @@ def failure_class_of(exc):
 
 
 def host_document(host, started, seconds, results, first=None):
-    """A host document; `first` (an engine document) gives engine version, profile, versions and the machine."""
+    """A host document with the engine's keys; `first` (an engine document) gives engine version, profile, versions,
+    the platform and the machine."""
     first = first or {}
     return dict(
         schema_version=first.get("schema_version", SCHEMA_VERSION),
@@ -75,6 +76,7 @@ def host_document(host, started, seconds, results, first=None):
         engine_version=first.get("engine_version"),
         profile=first.get("profile"),
         versions=first.get("versions") or {},
+        platform=first.get("platform") or {},
         machine=first.get("machine") or {},
         started=started,
         seconds=seconds,
