@@ -9,9 +9,9 @@ import pytest
 from grace_node import CPU_NODES, GPUS, built, gh200, node_readings, outputs
 
 from gpufleet.base import profiles, schema
-from gpufleet.bench import host_memory
+from gpufleet.benchmarks.host import host_judge, host_memory
 from gpufleet.bench.link_watch import LinkWatch
-from gpufleet.checks import benchmarks, host_throughput, pcie_links
+from gpufleet.checks import benchmarks, pcie_links
 from gpufleet.node import host_documents
 
 # What the seed's site sets in its inventory: 4 superchips a node, each GPU's 18 NVLinks to the other three (NV6).
@@ -35,7 +35,7 @@ def judged(readings: dict, outs: dict, tree) -> list[dict]:
         *doc["results"],
         *benchmarks.matmul(outs["matmul"], profile),
         *benchmarks.memory(outs["memory"], profile),
-        *host_throughput.host(outs["host"], profile),
+        *host_judge.host(outs["host"], profile),
         pcie_links.pcie_links([watch.summary()], True, host_documents.c2c_gpus(readings)),
     ]
 
@@ -164,7 +164,7 @@ def test_gh200_profiles_hold_nvidia_figures_and_say_uncalibrated():
 
 
 def test_the_host_memory_triad_runs_on_cpu_nodes_only(tree):
-    """bench.host_memory reads the same tree: the 32 nodes of GPU memory have no CPU, so no thread is put there."""
+    """benchmarks.host.host_memory reads the same tree: the 32 nodes of GPU memory have no CPU, so no thread is put there."""
     nodes = host_memory.numa_nodes(str(tree.root))
     assert nodes and set(nodes) <= set(range(CPU_NODES))
 
@@ -176,7 +176,7 @@ def test_a_slurm_allocation_is_said_beside_the_host_figures(tmp_path):
     alloc = readings["host"]["cpu_allocation"]
     assert (alloc["online"], alloc["allowed"], alloc["share_pct"], alloc["cgroup"]["cpus"]) == (288, 72, 25.0, "0-71")
     profile = host_documents.node_profile(readings, None, SITE, None)
-    res = {r["check"]: r for r in host_throughput.host(outputs(readings)["host"], profile)}
+    res = {r["check"]: r for r in host_judge.host(outputs(readings)["host"], profile)}
     for check in ("host_memory_bandwidth", "data_loader"):
         assert res[check]["reason"].endswith(
             "; on 72 of 288 CPUs (Slurm job 53925, --cpus-per-task 72; cgroup cpuset 0-71)"

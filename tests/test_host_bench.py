@@ -1,4 +1,4 @@
-"""The host's own throughput (bench.host: memory per NUMA node, the scratch drive, a data loader) run for real on
+"""The host's own throughput (benchmarks.host: memory per NUMA node, the scratch drive, a data loader) run for real on
 this machine's CPU as a logic check (figures kept, `skip`: no performance figure is judged here), the judges on
 made-up figures of a GPU node, the scratch folder refused or full, and the drive's watch naming a writer that is
 not the run's."""
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from gpufleet.base import profiles, schema
-from gpufleet.bench import disk, host_memory, io_watch, loader
-from gpufleet.checks import host_throughput
+from gpufleet.bench import io_watch
+from gpufleet.benchmarks.host import host_disk, host_judge, host_loader, host_memory
 from gpufleet.comparisons import metrics
 
 from sysfs_tree import hgx
@@ -77,7 +77,7 @@ def test_numa_nodes_come_from_sysfs_and_each_gets_its_cpus(tmp_path):
 
 
 def _gpu_node(**parts) -> dict:
-    """A GPU node's bench.host output with made-up figures (what a GPU machine measures), the parts given replaced."""
+    """A GPU node's benchmarks.host output with made-up figures (what a GPU machine measures), the parts given replaced."""
     node = lambda g: {"cpus": 56, "gbps": g, "threads": 56, "samples_gbps": {"median": g}}  # noqa: E731
     out = {
         "device": "cuda",
@@ -106,14 +106,14 @@ def _gpu_node(**parts) -> dict:
 
 
 def test_a_gpu_nodes_figures_are_judged(tmp_path):
-    res = {r["check"]: r for r in host_throughput.host(_gpu_node(), _profile())}
+    res = {r["check"]: r for r in host_judge.host(_gpu_node(), _profile())}
     assert all(r["status"] == schema.PASS for r in res.values()), [r["reason"] for r in res.values()]
     assert "NUMA node 0 210 GB/s (56 threads), NUMA node 1 205 GB/s" in res["host_memory_bandwidth"]["reason"]
     assert "no minimum set (host_memory_gbps_min)" in res["host_memory_bandwidth"]["reason"]
     assert "19.4 x GPT-2 124M at llm.c's pace (468k)" in res["data_loader"]["reason"]
     # one socket's memory a fifth slower than its sibling: a DIMM or channel short there
     slow = _gpu_node(memory={"per_node": {"0": {"gbps": 210.0, "threads": 56}, "1": {"gbps": 150.0, "threads": 56}}})
-    r = host_throughput.memory_result(slow, _profile(), cpu=False)
+    r = host_judge.memory_result(slow, _profile(), cpu=False)
     assert (
         r["status"] == schema.FAIL
         and "NUMA node 1 150 GB/s is 16.7% below its siblings' median 180 GB/s" in r["reason"]
@@ -121,17 +121,17 @@ def test_a_gpu_nodes_figures_are_judged(tmp_path):
     assert "generic: this model is not calibrated" in r["reason"] and "dmidecode" in r["remedy"]
     # a loader that cannot feed GPT-2 at llm.c's pace
     starved = _gpu_node(loader={**_gpu_node()["loader"], "tokens_per_s_per_gpu": 300_000})
-    r = host_throughput.loader_result(starved, _profile(), cpu=False)
+    r = host_judge.loader_result(starved, _profile(), cpu=False)
     assert r["status"] == schema.FAIL and "under the minimum 468,000 tokens/s a GPU" in r["reason"]
     # a drive under the site's minimum
-    r = host_throughput.disk_results(_gpu_node(), _profile(disk_read_gbps_min=30), cpu=False)[1]
+    r = host_judge.disk_results(_gpu_node(), _profile(disk_read_gbps_min=30), cpu=False)[1]
     assert r["status"] == schema.FAIL and "read of /raid (md0) 24 GB/s is under the minimum 30 GB/s" in r["reason"]
 
 
 def test_the_scratch_folder_unset_refused_or_full(tmp_path, monkeypatch):
-    monkeypatch.delenv(disk.SCRATCH_ENV, raising=False)
-    out = {"device": "cpu", "disk": disk.run("cpu")}
-    results = host_throughput.disk_results(out, _profile(), cpu=True)
+    monkeypatch.delenv(host_disk.SCRATCH_ENV, raising=False)
+    out = {"device": "cpu", "disk": host_disk.run("cpu")}
+    results = host_judge.disk_results(out, _profile(), cpu=True)
     assert [r["status"] for r in results] == [schema.SKIP, schema.SKIP]
     assert "no scratch folder named (gpufleet_scratch_dir, GPUFLEET_SCRATCH_DIR" in results[0]["reason"]
     for bad, words in (
@@ -139,19 +139,19 @@ def test_the_scratch_folder_unset_refused_or_full(tmp_path, monkeypatch):
         ("scratch", "an absolute path"),
         (str(tmp_path / "no"), "no such folder"),
     ):
-        r = host_throughput.disk_results({"disk": disk.run("cpu", scratch=bad)}, _profile(), cpu=True)[0]
+        r = host_judge.disk_results({"disk": host_disk.run("cpu", scratch=bad)}, _profile(), cpu=True)[0]
         assert r["status"] == schema.ERROR and r["class"] == "configuration" and words in r["reason"], bad
         assert f"gpufleet_scratch_dir (GPUFLEET_SCRATCH_DIR) is {bad!r}" in r["reason"]
     # a drive with less room than the test file and its margin: nothing written, the drive named full
-    monkeypatch.setitem(disk.MAX_BYTES, "cpu", 1 << 60)
-    part = disk.run("cpu", scratch=str(tmp_path))
+    monkeypatch.setitem(host_disk.MAX_BYTES, "cpu", 1 << 60)
+    part = host_disk.run("cpu", scratch=str(tmp_path))
     assert "refused" in part and not list(tmp_path.iterdir())
-    r = host_throughput.disk_results({"disk": part}, _profile(), cpu=True)[0]
+    r = host_judge.disk_results({"disk": part}, _profile(), cpu=True)[0]
     assert r["status"] == schema.FAIL and r["class"] == "environment" and "the scratch drive is full" in r["reason"]
     # room for the file, under the site's minimum of free space
-    monkeypatch.setitem(disk.MAX_BYTES, "cpu", 8 << 20)
-    part = disk.run("cpu", scratch=str(tmp_path))
-    r = host_throughput.disk_results({"disk": part}, _profile(disk_scratch_free_gib_min=10**7), cpu=True)[1]
+    monkeypatch.setitem(host_disk.MAX_BYTES, "cpu", 8 << 20)
+    part = host_disk.run("cpu", scratch=str(tmp_path))
+    r = host_judge.disk_results({"disk": part}, _profile(disk_scratch_free_gib_min=10**7), cpu=True)[1]
     assert r["status"] == schema.FAIL and "under the minimum 1e+07 GiB" in r["reason"] and "du -xsh" in r["remedy"]
 
 
@@ -183,12 +183,14 @@ def test_a_writer_on_the_scratch_drive_that_is_not_the_runs_disturbs_and_is_name
 
 
 def test_the_loader_hands_batches_over_and_says_what_a_sample_cost():
-    out = loader.run("cpu")
+    out = host_loader.run("cpu")
     assert out["tokens_per_s_per_gpu"] > 0 and out["samples_tokens_per_s_per_gpu"]["n"] >= 2
     assert out["workers"] >= 1 and out["gpus"] == 0 and out["per_gpu_of"] == 1
     assert "no GPU here: the whole host's figure" == out["method"]["per_gpu"]
-    records = loader.corpus()
-    assert len(records) == loader.RECORDS and all(len(r) < loader.SEQ_TOKENS * loader.BYTES_PER_TOKEN for r in records)
+    records = host_loader.corpus()
+    assert len(records) == host_loader.RECORDS and all(
+        len(r) < host_loader.SEQ_TOKENS * host_loader.BYTES_PER_TOKEN for r in records
+    )
     assert not list(Path("/dev/shm").glob("psm_*gpufleet*"))  # nothing of ours left in shared memory
 
 
@@ -202,6 +204,6 @@ def test_fios_report_and_bandwidth_log_give_the_phase(tmp_path):
         }
     )
     log = "250, 11718750, 1, 4194304, 0\n500, 12207031, 1, 4194304, 0\n750, 11962890, 1, 4194304, 0\n"
-    got = disk.parse_fio(report, log, "write")
+    got = host_disk.parse_fio(report, log, "write")
     assert got["bytes"] == 12 << 30 and got["seconds"] == 1.0 and got["version"] == "fio-3.36"
     assert got["samples_gbps"] == [11718750 * 1024 / 1e9, 12207031 * 1024 / 1e9, 11962890 * 1024 / 1e9]

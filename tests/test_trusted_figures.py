@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 STEAL = ROOT / "docs/results/2026-11-28-one-judge-host-steal"
 BASE, FELL = "after-085237-acc", "after-085414-acc"  # c2: the baseline run, and the clean run that failed
 HOST_METRICS = ("host_memory_gbps", "loader_tokens_per_s_per_gpu")
-VM = {"virtual": True, "why": "DMI product_name 'KVM'; CPU flag hypervisor"}  # as bench.host records a VM
+VM = {"virtual": True, "why": "DMI product_name 'KVM'; CPU flag hypervisor"}  # as benchmarks.host records a VM
 
 
 def recorded(call: str, run: str) -> tuple[dict, dict]:
@@ -58,7 +58,7 @@ def h200(profile_dir: Path | None = None) -> dict:
 
 def replayed_run(reports: Path, run: str, profile: dict, *, as_run: str | None = None, virtual: bool = False) -> Path:
     """A recorded c2 run in the reports folder, judged on the node by today's judges and profile; `as_run`: the same
-    readings as a later run of that id; `virtual`: its host figures read on a VM, as today's bench.host says."""
+    readings as a later run of that id; `virtual`: its host figures read on a VM, as today's benchmarks.host says."""
     info, doc = recorded("c2", run)
     if as_run:
         info = {**info, "run_id": as_run, "started": "2026-11-28T09:10:00Z"}

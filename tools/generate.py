@@ -12,6 +12,7 @@ what its figure is held against, its profile keys and what it checks, the first 
 docstring (a check of a check group, a comparison of the fleet), else its declaration's `text`. The prose around
 the tables is left as it is. docs/faults.md between its FAULTS_BEGIN and END lines: the file-fault matrix, from the
 layout of a reports folder (src/gpufleet/base/layout.py): its size, and each file's states and commands.
+src/gpufleet/benchmarks/node_index.py: the node's index of the benchmarks' folders (node_index() below).
 
     python3 tools/generate.py            write them
     python3 tools/generate.py --check    exit 1, naming each file and option, when one is not what the registry gives
@@ -40,6 +41,8 @@ CHECKS_DOC = ROOT / "docs" / "checks.md"
 FAULTS_DOC = ROOT / "docs" / "faults.md"
 MARK = re.compile(r"^(?P<indent> *)(?P<name>\w+):(?P<anchor> &\w+)? +# generated: (?P<kind>\w+)$")
 SOURCE = "src/gpufleet/base/registry.py"
+BENCHMARKS_DIR = ROOT / "src" / "gpufleet" / "benchmarks"
+NODE_INDEX = BENCHMARKS_DIR / "node_index.py"
 
 
 def _list(values) -> str:
@@ -313,9 +316,34 @@ def with_faults_doc(text: str) -> str:
     return "\n".join(lines[: start + 1] + [""] + faults_doc() + [""] + lines[end:]) + "\n"
 
 
+def node_index(_old: str) -> str:
+    """benchmarks/node_index.py: a line a benchmark, in the declarations index's order, importing the modules of its
+    folder that register its measurement and judgement (`@registers`), which node/measure.py imports."""
+    lines = []
+    for b in registry.BENCHMARKS:
+        folder = BENCHMARKS_DIR / b.name
+        names = [p.stem for p in sorted(folder.glob("*.py")) if "@registers(" in p.read_text()]
+        if names:
+            lines.append(f"from gpufleet.benchmarks.{b.name} import {', '.join(names)}  # noqa: F401")
+    return NODE_INDEX_HEAD + "\n".join(lines) + "\n"
+
+
+NODE_INDEX_HEAD = '''"""The node's index of the benchmarks: the modules of each benchmark's folder that register how it is measured
+and judged (base/entries.py's ROLES), in the order of the declarations index (benchmarks/__init__.py). Written by
+`make generate` (tools/generate.py) from the folders, never by hand; node/measure.py imports it, so the
+registrations are made there and the import graph shows each of them."""
+
+'''
+
+
 def targets() -> list[tuple[Path, object]]:
     """Each generated file and what writes its text from its old one."""
-    return [*((path, generated) for path in SPECS), (CHECKS_DOC, with_checks_doc), (FAULTS_DOC, with_faults_doc)]
+    return [
+        *((path, generated) for path in SPECS),
+        (CHECKS_DOC, with_checks_doc),
+        (FAULTS_DOC, with_faults_doc),
+        (NODE_INDEX, node_index),
+    ]
 
 
 def main() -> int:
@@ -324,14 +352,17 @@ def main() -> int:
     args = p.parse_args()
     stale = []
     for path, write in targets():
-        text = path.read_text()
+        text = path.read_text() if path.exists() else ""
         new = write(text)
         if new != text:
             stale.append(str(path.relative_to(ROOT)))
             if not args.check:
                 path.write_text(new)
     if args.check and stale:
-        print(f"not what {SOURCE} gives (run `make generate`): {', '.join(stale)}", file=sys.stderr)
+        print(
+            f"not what {SOURCE} and the benchmarks' folders give (run `make generate`): {', '.join(stale)}",
+            file=sys.stderr,
+        )
         return 1
     for name in stale:
         print(f"written: {name}")

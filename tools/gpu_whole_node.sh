@@ -42,7 +42,8 @@ gpus=${EXPECTED_GPUS:-$gpus}
 python3 -m gpufleet collect >"$OUT/readings.json" 2>"$OUT/collect.err"
 python3 - "$OUT/readings.json" "$SCRATCH" >"$OUT/host.txt" <<'PY'
 import json, os, shutil, sys
-from gpufleet.bench import host_memory, io_watch
+from gpufleet.bench import io_watch
+from gpufleet.benchmarks.host import host_memory
 from gpufleet.collect.host import pcie_link_states as pcie_links
 r = json.load(open(sys.argv[1]))
 h, log = r["host"], r.get("kernel_log") or {}

@@ -111,75 +111,11 @@ AGAIN = {"where": NODE, "confirm": MEASURED_AGAIN}
 SAMPLED_FIGURE = {"against": (LIMIT, SAMPLES), **AGAIN}
 SOAK_COUNTERS = ("fleet_counter_nvlink_crc_per_s_fail", "fleet_counter_nvlink_replay_recovery_max",
                  "fleet_counter_pcie_replay_per_min_warn")
-HOST_MEMORY_KEYS, SCRATCH_FREE = ("host_memory_gbps_min", "host_memory_numa_below_pct_max"), "disk_scratch_free_gib_min"
 
-# In this order in a node stage (the soak before the SDC hashes: they run at the temperature the soak left).
-BENCHMARKS = (
-    Benchmark("matmul", run_tiers=("smoke", "acceptance"), default=True, checks=(
-        Check("matmul_bf16", HARDWARE, ("matmul_bf16_tflops_min", "matmul_spread_pct_max") + SAMPLED, **SAMPLED_FIGURE,
-              text="bf16 matmul TFLOPS of the slowest GPU, all at once; a GPU that throttled fails"),
-    )),
-    # A confirmation measures again only the figures that asked (one GPU, one way of its link: checks.memory_again).
-    Benchmark("memory", run_tiers=("smoke", "acceptance"), default=True, checks=(
-        Check("memory_bandwidth", HARDWARE, text="every HBM and PCIe copy ran and moved the right data"),
-        Check("hbm_bandwidth", HARDWARE, ("hbm_copy_gbps_min",) + SAMPLED, **SAMPLED_FIGURE,
-              text="HBM copy bandwidth of the slowest GPU"),
-        Check("pcie_h2d_bandwidth", HARDWARE, ("pcie_h2d_gbps_min",) + SAMPLED, **SAMPLED_FIGURE,
-              text="host-to-device copy bandwidth of the slowest GPU"),
-        Check("pcie_d2h_bandwidth", HARDWARE, ("pcie_d2h_gbps_min",) + SAMPLED, **SAMPLED_FIGURE,
-              text="device-to-host copy bandwidth of the slowest GPU"),
-    )),
-    Benchmark("nccl", run_tiers=("smoke", "acceptance"), default=True, multinode=True, checks=(
-        Check("nccl", SOFTWARE, text="the NCCL run ended: a timeout or a crash fails, with the log's tail"),
-        Check("nccl_sendrecv", HARDWARE, ("nccl_sendrecv_pair_ratio_min",), against=(SIBLINGS,), **AGAIN,
-              text="send/recv bandwidth of every GPU pair: a slow pair names a slow link"),
-        Check("nccl_transport", CONFIGURATION,
-              text="what NCCL used between nodes: InfiniBand with GPUDirect RDMA, InfiniBand alone or sockets"),
-        Check("nccl_all_reduce", HARDWARE, ("nccl_allreduce_busbw_gbps_min",), against=(LIMIT,), **AGAIN,
-              text="all_reduce bus bandwidth at the largest size; every size's result checked"),
-        Check("nccl_all_gather", HARDWARE, text="all_gather bus bandwidth and correctness"),
-        Check("nccl_reduce_scatter", HARDWARE, text="reduce_scatter bus bandwidth and correctness"),
-        Check("nccl_all_to_all", HARDWARE, text="all_to_all bus bandwidth and correctness"),
-    )),
-    # A soak disturbed or slowed past a limit is not run again in full: those windows are, bounded (checks.soak.remeasure).
-    Benchmark("soak", run_tiers=("soak",), selectable=False, checks=(
-        Check("soak", SOFTWARE, ("soak_remeasure_max_s",), text="the soak's load started and ran its time"),
-        Check("soak_throttle", HARDWARE, ("soak_throttle_s_max", "xid_fail_codes"),
-              text="hardware and thermal slowdowns of each GPU during the soak"),
-        Check("soak_errors", HARDWARE, ("xid_fail_codes",) + SOAK_COUNTERS,
-              text="during the soak: a load that stopped, wrong all_reduce results, Xids, counters that moved"),
-        Check("soak_slowdown", HARDWARE, ("soak_slowdown_pct_max",), against=(SAMPLES, SIBLINGS), **AGAIN,
-              text="the soak's windows below the GPU's own best and below its siblings'"),
-    )),
-    Benchmark("sdc", run_tiers=("acceptance", "soak"), default=True, watched=False, checks=(
-        Check("sdc", HARDWARE, ("driver_version",),
-              text="silent data corruption: the same seeded work hashed on every GPU; one that disagrees fails"),
-    )),
-    # The host's own throughput beside the GPUs (bench.host: memory per NUMA node, the scratch drive, a data loader)
-    Benchmark("host", run_tiers=("acceptance",), default=True, checks=(
-        Check("host_memory_bandwidth", HARDWARE, HOST_MEMORY_KEYS, against=(LIMIT, SIBLINGS), **AGAIN,
-              text="the host's memory triad on each NUMA node, against its siblings"),
-        Check("disk_write_bandwidth", HARDWARE, ("disk_write_gbps_min", SCRATCH_FREE), against=(LIMIT,), **AGAIN,
-              text="direct-I/O write bandwidth of the scratch drive"),
-        Check("disk_read_bandwidth", HARDWARE, ("disk_read_gbps_min", SCRATCH_FREE), against=(LIMIT,), **AGAIN,
-              text="direct-I/O read bandwidth of the scratch drive"),
-        Check("data_loader", HARDWARE, ("loader_tokens_per_s_per_gpu_min",), against=(LIMIT,), **AGAIN,
-              text="tokens a second a GPU the host's CPUs decode into pinned memory"),
-    )),
-    Benchmark("train_gpt2", run_tiers=("acceptance",), multinode=True, checks=(
-        Check("train_gpt2", SOFTWARE, ("train_gpt2_tokens_per_s_per_gpu_min", "bf16_dense_peak_tflops"), against=(LIMIT,),
-              **AGAIN, text="GPT-2-small training on all the GPUs: tokens/s per GPU, MFU in detail"),
-        Check("train_scaling", HARDWARE, ("train_scaling_efficiency_min",), against=(LIMIT,), **AGAIN,
-              text="per-GPU tokens/s on all the GPUs over one GPU's (across nodes: over the node's own)"),
-    )),
-    # A site's own workloads, declared in its profile (base/workload_specs.py); the runs past a limit measured again.
-    Benchmark("workloads", run_tiers=("acceptance",), checks=(
-        Check("workload", HARDWARE, ("workload_below_expected_pct_max",), against=(LIMIT,), **AGAIN,
-              text="each site workload's figure at each GPU count against the figure its guide promises"),
-        Check("workload_scaling", HARDWARE, ("workload_scaling_efficiency_min",), against=(LIMIT,), **AGAIN,
-              text="a site workload's figure a GPU on more GPUs against its own one-GPU figure"),
-    )),
-)
+# Each benchmark is declared in its folder, benchmarks/<name>/<name>_declared.py, through declare() below; the
+# declarations index (benchmarks/__init__.py, one line a benchmark, in the order of a node stage) imports them, and
+# the package root imports that index, so whoever reads the registry finds them here.
+BENCHMARKS: tuple[Benchmark, ...] = ()
 
 # ------------------------------------------------------------------------------------------------- run tiers
 
@@ -296,26 +232,11 @@ WHOLE_RUN = ("scope", "multinode")  # a figure of the whole run: compared with t
 GB = 1e9
 
 # What each metric key of the comparisons means; every metric is higher-is-better (comparisons/metric_keys.py).
+# What each metric key of the comparisons means; every metric is higher-is-better (comparisons/metric_keys.py). A
+# benchmark's own are declared with it (declare()); the fine-tune's, which is no benchmark, here.
 METRICS = (
-    Metric("matmul_{dtype}_tflops", "{dtype} matmul", "TFLOPS", "gpufleet_matmul_flops", 1e12, per_gpu=True,
-           words={"dtype": {d: d for d in ("bf16", "fp16", "tf32", "fp8")}}),
-    Metric("hbm_copy_gbps", "HBM copy", "GB/s", "gpufleet_hbm_copy_bytes_per_second", GB, per_gpu=True),
-    Metric("pcie_{direction}_gbps", "PCIe {direction}", "GB/s", "gpufleet_pcie_copy_bytes_per_second", GB, per_gpu=True,
-           words={"direction": {"h2d": "host-to-device", "d2h": "device-to-host"}}),
-    Metric("nccl_{scope}_{collective}_busbw_gbps_{band}", "{collective} busbw {scope}, {band}", "GB/s",
-           "gpufleet_nccl_busbw_bytes_per_second", GB, words={"scope": SCOPES, "band": BAND_WORDS}, shared_when=WHOLE_RUN),
-    Metric("nccl_node_sendrecv_gbps", "slowest send/recv pair inside the node", "GB/s",
-           "gpufleet_nccl_sendrecv_bytes_per_second", GB),
-    Metric("train_gpt2_{scope}_tokens_per_s_per_gpu", "GPT-2 training {scope}", "tokens/s/GPU",
-           "gpufleet_train_tokens_per_second_per_gpu", words={"scope": SCOPES}, shared_when=WHOLE_RUN),
     Metric("finetune_{scope}_tokens_per_s_per_gpu", "LoRA fine-tune {scope}", "tokens/s/GPU",
            "gpufleet_finetune_tokens_per_second_per_gpu", words={"scope": SCOPES}, shared_when=WHOLE_RUN),
-    # the host's own (bench.host)
-    Metric("host_memory_gbps", "host memory triad, slowest NUMA node", "GB/s", "gpufleet_host_memory_bytes_per_second",
-           GB),
-    Metric("disk_{direction}_gbps", "scratch drive {direction}", "GB/s", "gpufleet_disk_bytes_per_second", GB,
-           words={"direction": {"write": "write", "read": "read"}}),
-    Metric("loader_tokens_per_s_per_gpu", "data loader", "tokens/s/GPU", "gpufleet_loader_tokens_per_second_per_gpu"),
 )
 
 # ------------------------------------------------------------------------------------------------- outputs
@@ -340,6 +261,18 @@ CERTIFICATE_VALIDITY = {t.name: f"certificate_valid_days_{t.name}" for t in RUN_
 # fmt: on
 
 # ------------------------------------------------------------------------------------------------- lookups
+
+
+def declare(benchmark: Benchmark, metrics: tuple[Metric, ...] = ()) -> Benchmark:
+    """A benchmark's declaration and the metrics of its figures, made once by its folder's `<name>_declared.py`;
+    a node stage runs the benchmarks in the order they were declared (the index's)."""
+    global BENCHMARKS, METRICS
+    if any(b.name == benchmark.name for b in BENCHMARKS):
+        raise ValueError(f"benchmark {benchmark.name!r} is declared twice")
+    BENCHMARKS += (benchmark,)
+    METRICS += metrics
+    _metric_patterns.cache_clear()
+    return benchmark
 
 
 def report_outputs() -> tuple[Output, ...]:

@@ -39,7 +39,7 @@ import socket
 import time
 from typing import Any, Callable, Iterable
 
-from gpufleet import __version__
+from gpufleet.version import VERSION as __version__
 from gpufleet.base import failure_class as failure_classes
 from gpufleet.base import host_platform
 

@@ -384,7 +384,7 @@ def _node_figure(key: str, res: dict, cpu: bool, context: str, out: dict, **extr
     )
 
 
-# The host's own figures (checks.host_throughput): check -> metric key.
+# The host's own figures (benchmarks.host.host_judge): check -> metric key.
 HOST_CHECKS = {
     "host_memory_bandwidth": "host_memory_gbps",
     "disk_write_bandwidth": "disk_write_gbps",
@@ -397,7 +397,7 @@ HOST_METRICS = tuple(HOST_CHECKS.values())
 def _host(res: dict, cpu: bool, out: dict) -> None:
     """A figure of the host's own (its value: the slowest NUMA node, the drive, the loader), compared only with one
     measured the same way (the tier; for the drive also the tool and its folder); on a virtual machine it says why
-    the host is one (`virtual`: bench.host's `machine`)."""
+    the host is one (`virtual`: benchmarks.host's `machine`)."""
     detail = res.get("detail") or {}
     if not _finite(res.get("value")) or res.get("status") == "error":
         return

@@ -8,7 +8,7 @@ the fleet), so that no comparison makes a finding the figure cannot bear:
 - a host figure (memory triad, drive, data loader) whose limit no calibration set from calibration.MIN_N healthy
   figures of its own (its model's or its topology's): its drop against its past, the baseline or the fleet is `info`,
   with the numbers, not a warning: how far such a figure moves from run to run is not known yet;
-- a host figure of a virtual machine (DMI, the CPU's hypervisor flag or CPU steal said so: bench.host) past its
+- a host figure of a virtual machine (DMI, the CPU's hypervisor flag or CPU steal said so: benchmarks.host) past its
   limit is class environment, the hypervisor's other guests sharing its CPUs and memory, unless the node's previous
   run read it past the same limit against the same reference too (`before`, fleet/compare.py): a drop that repeats
   over runs is the node's.

@@ -19,12 +19,11 @@ from gpufleet.checks import suspects
 from gpufleet.base.schema import ERROR, FAIL, PASS, Result, result
 from gpufleet.train import gpt2
 
-# The index: the modules that register a benchmark's measurement, judgement and measuring again (registry.ROLES)
-# beside the runs below, one a line.
-from gpufleet.bench import host  # noqa: F401
+# The index: the modules that register a benchmark's measurement, judgement and measuring again (registry.ROLES),
+# those of the benchmarks' folders in benchmarks/node_index.py (written by make generate), the others one a line.
+from gpufleet.benchmarks import node_index  # noqa: F401
 from gpufleet.checks import benchmarks  # noqa: F401
 from gpufleet.checks import collectives  # noqa: F401
-from gpufleet.checks import host_throughput  # noqa: F401
 from gpufleet.checks import memory_again  # noqa: F401
 from gpufleet.checks import sdc_hashes  # noqa: F401
 from gpufleet.checks import soak as soak_judgement  # noqa: F401
@@ -130,7 +129,7 @@ def watched(
                 "processes_unreadable": mon.get("processes_unreadable"),
                 "host": mon.get("host"),
                 "links": mon.get("links"),  # bench.link_watch: the PCIe links as this step loaded them
-                "gpus_idle": bool(out.get("gpus_idle")),  # a step of the host's own (bench.host): no GPU loaded
+                "gpus_idle": bool(out.get("gpus_idle")),  # a step of the host's own (benchmarks.host): no GPU loaded
                 **({"measured": measuring} if measuring else {}),
             }
         )

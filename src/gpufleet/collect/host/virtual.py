@@ -1,6 +1,6 @@
 """Whether the host is a virtual machine, and what says so: its firmware's DMI strings naming a hypervisor's
 platform (/sys/class/dmi/id: sys_vendor, product_name, bios_vendor), the CPU's `hypervisor` flag (/proc/cpuinfo:
-set by the hypervisor for its guests), and CPU steal (the host watch's reading, added by bench.host). On such a host
+set by the hypervisor for its guests), and CPU steal (the host watch's reading, added by benchmarks.host). On such a host
 the hypervisor's other guests share the CPUs and memory, so a host figure's drop is the environment's unless it
 repeats over runs (comparisons/trusted.py). Never raises: what cannot be read says nothing."""
 

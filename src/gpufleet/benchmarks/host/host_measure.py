@@ -1,6 +1,6 @@
 """The host's own throughput, one step of the acceptance tier: its memory bandwidth per NUMA node
-(bench.host_memory), its local drive on the operator's scratch folder (bench.disk) and a data loader's samples a
-second a GPU (bench.loader), one after another, the sampler watching (GpuMonitor: the GPUs' processes, the host's
+(host_memory.py), its local drive on the operator's scratch folder (host_disk.py) and a data loader's samples a
+second a GPU (host_loader.py), one after another, the sampler watching (GpuMonitor: the GPUs' processes, the host's
 neighbours, the PCIe links; bench.io_watch the drive).
 
 The CPUs this process may use, and what gave it them (collect.host.platform), go with the figures that depend on
@@ -14,19 +14,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpufleet.base.registry import registers
-from gpufleet.bench import disk, host_memory, loader
 from gpufleet.bench.monitor import GpuMonitor
+from gpufleet.benchmarks.host import host_disk, host_loader, host_memory
 from gpufleet.collect.host import virtual
 from gpufleet.collect.host.platform import read_cpu_allocation
 
 
 @registers("host", "measure")
 def run(depth: str = "quick") -> dict:
-    gpus = loader.gpu_count()
+    gpus = host_loader.gpu_count()
     size = depth if gpus else "cpu"
     with GpuMonitor() as mon:
         parts = {}
-        for name, bench in (("memory", host_memory), ("disk", disk), ("loader", loader)):
+        for name, bench in (("memory", host_memory), ("disk", host_disk), ("loader", host_loader)):
             try:
                 parts[name] = bench.run(size)
             except Exception as exc:  # one part's failure keeps the others' figures

@@ -1,4 +1,4 @@
-"""The host's own throughput (bench.host) judged: memory bandwidth per NUMA node, the scratch drive's write and
+"""The host's own throughput (benchmarks.host) judged: memory bandwidth per NUMA node, the scratch drive's write and
 read bandwidth and its free space, a data loader's tokens a second a GPU against what the training jobs of the
 seeds' shape need. A CPU run (no GPU on the machine) keeps every figure and judges none (`skip`, CPU_NOTE)."""
 

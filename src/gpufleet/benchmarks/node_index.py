@@ -1,0 +1,6 @@
+"""The node's index of the benchmarks: the modules of each benchmark's folder that register how it is measured
+and judged (base/entries.py's ROLES), in the order of the declarations index (benchmarks/__init__.py). Written by
+`make generate` (tools/generate.py) from the folders, never by hand; node/measure.py imports it, so the
+registrations are made there and the import graph shows each of them."""
+
+from gpufleet.benchmarks.host import host_judge, host_measure  # noqa: F401
