@@ -1,6 +1,6 @@
 """A site's own workloads, as its profile declares them (`workloads:`), checked when the profile is read: the
-benchmark `workloads` runs each on the node (bench/workload.py) and checks/workloads.py holds its figure against the
-one the site's guide promises. docs/workloads.md says how a site writes one:
+benchmark `workloads` runs each on the node (benchmarks/workloads/workloads_measure.py) and
+benchmarks/workloads/workloads_judge.py holds its figure against the one the site's guide promises. docs/workloads.md says how a site writes one:
 
     workloads:
       - name: image_ddp                            # letters, digits, _ . -

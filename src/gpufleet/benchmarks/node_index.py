@@ -4,3 +4,4 @@ and judged (base/entries.py's ROLES), in the order of the declarations index (be
 registrations are made there and the import graph shows each of them."""
 
 from gpufleet.benchmarks.host import host_judge, host_measure  # noqa: F401
+from gpufleet.benchmarks.workloads import workloads_judge, workloads_measure  # noqa: F401

@@ -12,7 +12,7 @@ import time
 from gpufleet.base.registry import registers
 from gpufleet.base import host_platform, profiles, registry, schema
 from gpufleet.node import trust
-from gpufleet.bench import host_watch, matmul, memory, nccl, sdc, soak, workload
+from gpufleet.bench import host_watch, matmul, memory, nccl, sdc, soak
 from gpufleet.bench.monitor import sampled
 from gpufleet.bench.watch import describe, wait_quiet
 from gpufleet.checks import suspects
@@ -29,7 +29,6 @@ from gpufleet.checks import sdc_hashes  # noqa: F401
 from gpufleet.checks import soak as soak_judgement  # noqa: F401
 from gpufleet.checks.soak import remeasure  # noqa: F401
 from gpufleet.checks import training_gate  # noqa: F401
-from gpufleet.checks import workloads  # noqa: F401
 
 FIRST, DISTURBED_AGAIN, CONFIRM = "first", "disturbed", "confirm"
 
@@ -481,12 +480,6 @@ def run_train(steps: NodeSteps) -> dict:
         return {"device": full.get("device"), "full": full, "single": single, "reference": steps.train_reference}
 
     return sampled(both)
-
-
-@registers("workloads", "run")
-def run_workloads(steps: NodeSteps, only: list | None = None) -> dict:
-    """The site's workloads the profile declares (all, or `only` those to measure again), watched as the others."""
-    return sampled(lambda: workload.run(steps.profile.get("workloads") or [], steps.gpus, only=only, **steps.multi))
 
 
 @registers("soak", "run")

@@ -1,4 +1,4 @@
-"""A site's own workloads judged (bench/workload.py measured them): each run's figure against the figure the site's
+"""A site's own workloads judged (benchmarks/workloads/workloads_measure.py measured them): each run's figure against the figure the site's
 guide promises (`expected`, its source beside it), and its figure a GPU on more GPUs against its own one-GPU figure.
 
 `workload`: a run more than below_expected_pct_max under its expected figure fails, naming the workload, the GPU

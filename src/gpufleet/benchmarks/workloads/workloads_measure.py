@@ -24,8 +24,10 @@ import time
 from pathlib import Path
 
 from gpufleet.base import workload_specs
+from gpufleet.base.registry import registers
 from gpufleet.bench import BENCHMARK_VERSION
 from gpufleet.bench.launch import free_port, run_group
+from gpufleet.bench.monitor import sampled
 from gpufleet.collect.host.platform import read_cpu_allocation
 
 CPU_ALL = 2  # what `all` means on a machine without GPUs: two processes, a logic check
@@ -148,3 +150,10 @@ def run(workloads: list[dict], visible: int, *, only: list | None = None, **opti
             **({"measured_again": only} if only is not None else {}),
         },
     }
+
+
+@registers("workloads", "run")
+def run_workloads(steps, only: list | None = None) -> dict:
+    """The site's workloads the profile declares (all, or `only` those to measure again), watched as the others
+    (steps: the node's measure.NodeSteps)."""
+    return sampled(lambda: run(steps.profile.get("workloads") or [], steps.gpus, only=only, **steps.multi))
