@@ -6,7 +6,7 @@ Its benchmark figures become four GPUs' with the figures issue 28 reports of a h
 matmul per GPU 741.4, 764.9, 775.8 and 752.8 TFLOPS (GPU 0 steadily below the others), the quick tier's GPU 0 at
 732.7 against a node median of 781.7, and one device-to-host PCIe sample of GPU 0 at 31.03 GB/s, 43% below its
 median of 54.72, on a quiet GPU. The timed samples are spread as the recorded GPU's were (bf16 about 5%, HBM 2.6%,
-PCIe about 1%); the outputs are built as bench.matmul and bench.memory build them and judged by checks.benchmarks.
+PCIe about 1%); the outputs are built as benchmarks.matmul and benchmarks.memory build them and judged by checks.benchmarks.
 A disturbed run has a foreign process on GPU 1 while seven of its HBM samples fall about a third below their
 3.0 TB/s median (the H200 field report's fall: 2.9 TB/s around 4.28 TB/s, 32% below).
 """
@@ -21,7 +21,8 @@ from pathlib import Path
 
 from gpufleet.base import profiles
 from gpufleet.bench import summarize
-from gpufleet.checks import benchmarks
+from gpufleet.benchmarks.matmul import matmul_judge
+from gpufleet.benchmarks.memory import memory_judge
 from gpufleet.node.measure import foreign_processes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -136,7 +137,7 @@ def memory_output(mon: dict, d2h_low: dict | None = None, hbm_low: dict | None =
 
 
 def memory_of(hbm: dict, pcie: dict, mon: dict) -> dict:
-    """bench.memory's output of these copies per CUDA device (`hbm`, `pcie`), with its summary."""
+    """benchmarks.memory's output of these copies per CUDA device (`hbm`, `pcie`), with its summary."""
     return {
         "benchmark": "memory",
         "device": "cuda",
@@ -163,7 +164,7 @@ def document(
     profile = profiles.resolve(MODEL, overrides={"gpus_expected": 4})
     doc = copy.deepcopy(recorded())
     mon = monitor(foreign)
-    bench = benchmarks.matmul(matmul_output(bf16, monitor()), profile) + benchmarks.memory(
+    bench = matmul_judge.matmul(matmul_output(bf16, monitor()), profile) + memory_judge.memory(
         memory_output(mon, d2h_low, hbm_low), profile
     )
     bench.append(

@@ -36,7 +36,8 @@ from pathlib import Path
 from gpufleet import report
 from gpufleet.base import profiles, schema
 from gpufleet.bench import summarize
-from gpufleet.checks import benchmarks
+from gpufleet.benchmarks.matmul import matmul_judge
+from gpufleet.benchmarks.memory import memory_judge
 from gpufleet.comparisons.metric_keys import DTYPES
 from gpufleet.comparisons.node import Held
 from gpufleet.node.measure import watched
@@ -162,7 +163,7 @@ def _monitor(gpus: list[dict]) -> dict:
 
 
 def _outputs(results: list[dict], gpus: list[dict]) -> tuple[dict, dict]:
-    """The matmul and memory benchmarks' outputs (bench.matmul, bench.memory) again, from a synthetic node's figures."""
+    """The matmul and memory benchmarks' outputs (benchmarks.matmul, benchmarks.memory) again, from a synthetic node's figures."""
     mm = next(r for r in results if r["check"] == "matmul_bf16")["detail"]["per_gpu"]
     mem = next(r for r in results if r["check"] == "hbm_bandwidth")["detail"]["per_gpu"]
     ident = {
@@ -202,7 +203,7 @@ def judged(doc: dict, profile: dict) -> dict:
     matmul, memory = _outputs(doc["results"], gpus)
     hold = Held(None, profile, gpus, doc["host"])
     new = []
-    for step, out, judge in (("matmul", matmul, benchmarks.matmul), ("memory", memory, benchmarks.memory)):
+    for step, out, judge in (("matmul", matmul, matmul_judge.matmul), ("memory", memory, memory_judge.memory)):
         outputs = iter([out, out, out])
         new += [dict(r, group="benchmark", started=doc["started"], seconds=1.0)
                 for r in watched(step, lambda it=outputs: next(it), judge, profile, log=[], hold=hold)]  # fmt: skip

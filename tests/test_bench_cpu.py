@@ -15,8 +15,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from gpufleet.base import profiles  # noqa: E402
-from gpufleet.bench import matmul, memory, nccl  # noqa: E402
-from gpufleet.checks import benchmarks, collectives  # noqa: E402
+from gpufleet.bench import nccl  # noqa: E402
+from gpufleet.benchmarks.matmul import matmul_judge, matmul_measure as matmul  # noqa: E402
+from gpufleet.benchmarks.memory import memory_judge, memory_measure as memory  # noqa: E402
+from gpufleet.checks import collectives  # noqa: E402
 from waiting import left_running  # noqa: E402
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only logic tests")
@@ -35,7 +37,7 @@ def test_matmul_cpu_measures_every_shape_and_maps_to_skip(profile):
         assert len(cpu[dtype]["per_shape"]) == len(matmul.SHAPES["cpu"])
         assert cpu[dtype]["tflops"] > 0
         assert cpu[dtype]["tflops_max"] >= cpu[dtype]["tflops"]
-    (res,) = benchmarks.matmul(out, profile)
+    (res,) = matmul_judge.matmul(out, profile)
     # A CPU figure is never judged against a GPU threshold.
     assert res["status"] == "skip" and "not a performance figure" in res["reason"]
     assert res["value"] == out["summary"]["bf16"]["tflops_min"]
@@ -45,15 +47,15 @@ def test_matmul_result_fails_under_threshold_and_on_throttle(profile):
     out = matmul.run()
     out["device"] = "cuda"  # judge the same numbers as if from a GPU
     low = profiles.resolve("NVIDIA H100 80GB HBM3", overrides={"matmul_bf16_tflops_min": 1e9})
-    assert benchmarks.matmul(out, low)[0]["status"] == "fail"
+    assert matmul_judge.matmul(out, low)[0]["status"] == "fail"
     # The CPU's samples spread with the machine's load: no drop limit here (the per-sample judgement has tests of
     # its own over recorded samples).
     ok = profiles.resolve(
         "NVIDIA H100 80GB HBM3", overrides={"matmul_bf16_tflops_min": 0.0, "sample_drop_pct_max": 100}
     )
-    assert benchmarks.matmul(out, ok)[0]["status"] == "pass"
+    assert matmul_judge.matmul(out, ok)[0]["status"] == "pass"
     out["monitor"] = {"per_gpu": {"0": {"throttled": ["hw_thermal_slowdown"]}}}
-    res = benchmarks.matmul(out, ok)[0]
+    res = matmul_judge.matmul(out, ok)[0]
     assert res["status"] == "fail" and "throttled" in res["reason"]
 
 
@@ -61,7 +63,7 @@ def test_memory_cpu_copies_are_checked(profile):
     out = memory.run()
     hbm = out["per_device"]["hbm"]["cpu"]
     assert hbm["correct"] and hbm["hbm_copy_gbps"] > 0
-    assert [r["status"] for r in benchmarks.memory(out, profile)] == ["skip"]
+    assert [r["status"] for r in memory_judge.memory(out, profile)] == ["skip"]
 
 
 def test_bus_factors_follow_nccl_tests():
@@ -191,7 +193,7 @@ def test_matmul_keeps_the_best_shapes_samples_and_the_device_uuid(profile):
     # When each sample ended, on the clock the sampler's causes are read against: in order, one a sample.
     assert len(samples["ends_s"]) == samples["n"] and samples["ends_s"] == sorted(samples["ends_s"])
     assert samples["spread_pct"] == round(100 * (samples["max"] - samples["min"]) / samples["median"], 2)
-    (res,) = benchmarks.matmul(out, profile)
+    (res,) = matmul_judge.matmul(out, profile)
     row = res["detail"]["per_gpu"]["cpu"]
     assert (
         row["uuid"] is None
@@ -249,7 +251,7 @@ def _gpu_matmul(tflops: dict, monitor_pci=("0000:18:00.0", "0000:2a:00.0")) -> d
 def test_matmul_results_flag_the_gpus_they_are_about():
     h200 = profiles.resolve("NVIDIA H200")  # matmul_bf16_tflops_min 700
     out = _gpu_matmul([790.0, 650.0])
-    (res,) = benchmarks.matmul(out, h200)
+    (res,) = matmul_judge.matmul(out, h200)
     assert res["status"] == "fail"
     assert res["detail"]["flagged_gpus"] == [
         {"index": 1, "uuid": "GPU-00000001-aaaa-bbbb-cccc-dddddddddddd", "serial": None}
@@ -257,15 +259,15 @@ def test_matmul_results_flag_the_gpus_they_are_about():
     assert res["detail"]["per_gpu"]["1"]["uuid"] == "GPU-00000001-aaaa-bbbb-cccc-dddddddddddd"
     # The CUDA order need not be NVML's: the NVML index comes from the PCI bus id.
     out = _gpu_matmul([790.0, 650.0], monitor_pci=("0000:2a:00.0", "0000:18:00.0"))
-    assert benchmarks.matmul(out, h200)[0]["detail"]["flagged_gpus"][0]["index"] == 0
+    assert matmul_judge.matmul(out, h200)[0]["detail"]["flagged_gpus"][0]["index"] == 0
     out = _gpu_matmul([790.0, 705.0])  # both over the minimum, 10.8% apart: the slowest is named
-    (res,) = benchmarks.matmul(out, h200)
+    (res,) = matmul_judge.matmul(out, h200)
     assert res["status"] == "warn" and [g["index"] for g in res["detail"]["flagged_gpus"]] == [1]
     out = _gpu_matmul([790.0, 780.0])
     out["monitor"]["per_gpu"]["0"]["throttled"] = ["hw_thermal_slowdown"]
-    (res,) = benchmarks.matmul(out, h200)
+    (res,) = matmul_judge.matmul(out, h200)
     assert res["status"] == "fail" and res["detail"]["flagged_gpus"][0]["uuid"].startswith("GPU-00000000")
-    (res,) = benchmarks.matmul(_gpu_matmul([790.0, 780.0]), h200)
+    (res,) = matmul_judge.matmul(_gpu_matmul([790.0, 780.0]), h200)
     assert res["status"] == "pass" and "flagged_gpus" not in res["detail"]
 
 
@@ -292,7 +294,7 @@ def test_memory_results_flag_only_their_own_gpus(profile):
         "per_device": {"hbm": hbm, "pcie": pcie},
         "summary": {"hbm_copy_gbps_min": 3100.0, "h2d_gbps_min": 27.0, "d2h_gbps_min": 55.0, "hbm_spread_pct": 26.2},
     }
-    res = {r["check"]: r for r in benchmarks.memory(out, h200)}
+    res = {r["check"]: r for r in memory_judge.memory(out, h200)}
     assert res["hbm_bandwidth"]["detail"]["flagged_gpus"] == [{"index": 1, "uuid": "GPU-1", "serial": None}]
     assert res["pcie_h2d_bandwidth"]["detail"]["flagged_gpus"] == [{"index": 1, "uuid": "GPU-1", "serial": None}]
     assert res["pcie_d2h_bandwidth"]["status"] == "pass" and "flagged_gpus" not in res["pcie_d2h_bandwidth"]["detail"]

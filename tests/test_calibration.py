@@ -19,7 +19,8 @@ import calibration_runs as cr
 import tool_modules
 from gpufleet.base import calibration, judge, profiles, schema
 from gpufleet import report
-from gpufleet.checks import benchmarks, replay
+from gpufleet.benchmarks.memory import memory_judge
+from gpufleet.benchmarks import replay
 from gpufleet.node.measure import foreign_processes, watched
 from gpufleet.fleet import compare
 from test_fleet_synthetic import measured_twice
@@ -186,7 +187,7 @@ def test_a_node_whose_samples_fall_while_a_process_is_seen_does_not_pass():
     profile = profiles.resolve(cr.MODEL, overrides={"gpus_expected": 4})
     fall = {1: {i: 2000.0 + 20 * i for i in range(5, 12)}}
     out = cr.memory_output(cr.monitor([cr.DISTURB]), hbm_low=fall)
-    hbm = next(r for r in benchmarks.memory(out, profile) if r["check"] == "hbm_bandwidth")
+    hbm = next(r for r in memory_judge.memory(out, profile) if r["check"] == "hbm_bandwidth")
     assert hbm["status"] == "warn" and hbm["class"] == "environment"
     assert (
         "GPU 1 HBM copy: 7 of 20 samples" in hbm["reason"]
@@ -198,7 +199,7 @@ def test_a_node_whose_samples_fall_while_a_process_is_seen_does_not_pass():
     results = watched(
         "memory",
         lambda: out,
-        benchmarks.memory,
+        memory_judge.memory,
         profile,
         log=log,
         wait=lambda s: {"quiet": True, "waited_s": 3.0, "processes": [], "error": None},

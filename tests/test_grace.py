@@ -10,8 +10,10 @@ from grace_node import CPU_NODES, GPUS, built, gh200, node_readings, outputs
 
 from gpufleet.base import profiles, schema
 from gpufleet.benchmarks.host import host_judge, host_memory
+from gpufleet.benchmarks.matmul import matmul_judge
+from gpufleet.benchmarks.memory import memory_judge
 from gpufleet.bench.link_watch import LinkWatch
-from gpufleet.checks import benchmarks, pcie_links
+from gpufleet.checks import pcie_links
 from gpufleet.node import host_documents
 
 # What the seed's site sets in its inventory: 4 superchips a node, each GPU's 18 NVLinks to the other three (NV6).
@@ -33,8 +35,8 @@ def judged(readings: dict, outs: dict, tree) -> list[dict]:
     watch.sample()
     return [
         *doc["results"],
-        *benchmarks.matmul(outs["matmul"], profile),
-        *benchmarks.memory(outs["memory"], profile),
+        *matmul_judge.matmul(outs["matmul"], profile),
+        *memory_judge.memory(outs["memory"], profile),
         *host_judge.host(outs["host"], profile),
         pcie_links.pcie_links([watch.summary()], True, host_documents.c2c_gpus(readings)),
     ]

@@ -250,7 +250,7 @@ def test_cpu_steal_from_recorded_proc_stat(tmp_path):
 
 def test_samples_that_fell_while_the_hypervisor_took_the_cpus_are_not_the_gpus_fault(tmp_path):
     from gpufleet.base import profiles
-    from gpufleet.checks import benchmarks
+    from gpufleet.benchmarks.matmul import matmul_judge
     from test_watch_cpu import QUIET, gpu_matmul
 
     fake_proc(tmp_path, {})
@@ -263,7 +263,7 @@ def test_samples_that_fell_while_the_hypervisor_took_the_cpus_are_not_the_gpus_f
     (entry,) = watch.foreign()
     assert entry["limit_pct"] == 12.5  # the generic profile's host_cpu_steal_pct_max
     samples = [790.0] * 8 + [400.0, 420.0, 380.0] + [700.0] * 9
-    (res,) = benchmarks.matmul(gpu_matmul(samples, dict(QUIET, foreign=[entry])), profiles.resolve("NVIDIA H200"))
+    (res,) = matmul_judge.matmul(gpu_matmul(samples, dict(QUIET, foreign=[entry])), profiles.resolve("NVIDIA H200"))
     assert res["status"] == "warn" and res["class"] == "environment"
     assert f"the sampler saw then: {entry['label']}" in res["reason"] and res["detail"]["measure_again"]
 
@@ -290,12 +290,12 @@ def test_a_soak_window_beside_a_host_neighbour_is_disturbed_like_one_beside_a_gp
 
 def test_samples_that_fell_beside_a_host_neighbour_are_not_the_gpus_fault(tmp_path):
     from gpufleet.base import profiles
-    from gpufleet.checks import benchmarks
+    from gpufleet.benchmarks.matmul import matmul_judge
     from test_watch_cpu import QUIET, gpu_matmul
 
     (entry,) = replayed(tmp_path, 4, (1, 3)).foreign()
     samples = [790.0] * 8 + [400.0, 420.0, 380.0] + [700.0] * 9
-    (res,) = benchmarks.matmul(gpu_matmul(samples, dict(QUIET, foreign=[entry])), profiles.resolve("NVIDIA H200"))
+    (res,) = matmul_judge.matmul(gpu_matmul(samples, dict(QUIET, foreign=[entry])), profiles.resolve("NVIDIA H200"))
     assert res["status"] == "warn" and res["class"] == "environment"  # not hardware: no GPU to send to repair
     assert f"the sampler saw then: {entry['label']}" in res["reason"] and res["detail"]["measure_again"]
 

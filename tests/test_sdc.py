@@ -11,8 +11,8 @@ import pytest
 
 from gpufleet.node import host_documents
 from gpufleet import report
-from gpufleet.bench import sdc as bench_sdc
-from gpufleet.checks import sdc_hashes as sdc_check
+from gpufleet.benchmarks.sdc import sdc_measure as bench_sdc
+from gpufleet.benchmarks.sdc import sdc_judge as sdc_check
 from gpufleet.checks.benchmarks import CPU_NOTE
 from gpufleet.fleet.store import Store
 
@@ -135,7 +135,7 @@ def test_with_matmul_in_the_run_sdc_is_computed_in_the_matmul_workers():
 @pytest.mark.slow
 @cpu_run
 def test_matmul_run_computes_sdc_in_its_workers_only_when_asked():
-    from gpufleet.bench import matmul
+    from gpufleet.benchmarks.matmul import matmul_measure as matmul
 
     out = matmul.run("smoke", sdc_depth="smoke")
     assert sorted(out["per_device"]) == ["cpu0", "cpu1"]
@@ -159,7 +159,7 @@ def test_deterministic_algorithms_switch_on_without_loading_the_compiler():
     import sys
 
     code = (
-        "import sys, torch; from gpufleet.bench import sdc; assert not torch.are_deterministic_algorithms_enabled(); "
+        "import sys, torch; from gpufleet.benchmarks.sdc import sdc_measure as sdc; assert not torch.are_deterministic_algorithms_enabled(); "
         "sdc.deterministic_algorithms(torch); "
         "print(torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(), "
         "'torch._inductor.config' in sys.modules)"

@@ -4,7 +4,7 @@ suspects named, and a confirmation that measures only what asked.
 Each case replays recorded readings through the real judge: the host documents of the lent machines of
 docs/results/2026-11-28-one-judge-host-steal (c2: a clean 2 x H200 run failed `node_vs_baseline` as hardware, its
 data loader 32.5% and its memory triad 20.8% below the baseline run of 102 s before; c3: the memory step of a clean
-run of another 2 x H200), judged again with today's profile (checks.replay, the calibration of files/profiles) and
+run of another 2 x H200), judged again with today's profile (benchmarks.replay, the calibration of files/profiles) and
 reported by report.build() against a real store; the memory step's figures through measure.watched and the node's
 comparisons (comparisons.node.Held).
 """
@@ -29,12 +29,12 @@ from gpufleet.base import calibration, profiles
 from gpufleet.base.numbers import significant
 from gpufleet.bench import summarize
 from gpufleet.bench.host_watch import HostWatch, Limits
-from gpufleet.checks import benchmarks, replay
+from gpufleet.benchmarks.memory import memory_judge, memory_measure
+from gpufleet.benchmarks import replay
 from gpufleet.comparisons import metrics
 from gpufleet.comparisons.node import Held
 from gpufleet.comparisons.thresholds import BASE_WARN
 from gpufleet.fleet.store import Store
-from gpufleet.node import measure
 from gpufleet.node.measure import NodeSteps, measured_again, watched
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -235,7 +235,7 @@ def test_a_figure_judged_unstable_makes_no_finding_against_its_sibling(tmp_path)
     gpus = metrics.inventory(rest)
     log: list = []
     results = watched(
-        "memory", iter([fell] * 4).__next__, benchmarks.memory, profile, log=log, hold=Held(None, profile, gpus, "vm")
+        "memory", iter([fell] * 4).__next__, memory_judge.memory, profile, log=log, hold=Held(None, profile, gpus, "vm")
     )
     h2d = next(r for r in results if r["check"] == "pcie_h2d_bandwidth")
     assert h2d["status"] == "warn" and h2d["class"] == "environment" and "not yet the node's" in h2d["reason"]
@@ -279,7 +279,7 @@ def test_an_unstable_figure_names_the_processes_the_watches_saw_as_suspects(tmp_
     fell = with_h2d(out, *ISSUE_FALL)
     fell["monitor"]["host"] = watch.summary()
     profile = issue_limits(tmp_path)
-    h2d = next(r for r in benchmarks.memory(fell, profile) if r["check"] == "pcie_h2d_bandwidth")
+    h2d = next(r for r in memory_judge.memory(fell, profile) if r["check"] == "pcie_h2d_bandwidth")
     seen = (
         f"3 processes memcpy of user {ME} (pids 201, 202, 203) (3 cores, 9.38% of the host's 32 CPUs; the host's "
         "other processes 9.38% together at most, under the limit 10%)"
@@ -292,7 +292,7 @@ def test_an_unstable_figure_names_the_processes_the_watches_saw_as_suspects(tmp_
     gpu_neighbour = {"pid": 4242, "name": "gpu_disturb", "used_memory_mib": 1002, "index": 1, "first_s": 1.0}
     fell["monitor"]["foreign"] = [{**gpu_neighbour, "last_s": 3.0, "own": False}]
     results = watched(
-        "memory", iter([fell, fell]).__next__, benchmarks.memory, profile, log=[], wait=lambda s: {"quiet": True}
+        "memory", iter([fell, fell]).__next__, memory_judge.memory, profile, log=[], wait=lambda s: {"quiet": True}
     )
     assert {r["status"] for r in results} == {"error"}
     assert f"not the node's; suspects seen while it was measured, under the limits: {seen}" in results[0]["reason"]
@@ -319,7 +319,7 @@ def test_a_confirmation_measures_again_only_the_figures_that_asked(monkeypatch, 
             asked.append(only)
             return first if only is None else {**part, "method": {**part["method"], "only": only}}
 
-        monkeypatch.setattr(measure.memory, "run", measured)
+        monkeypatch.setattr(memory_measure, "run", measured)
         steps = NodeSteps(["memory"], "quick", 2, profile, hold=Held(None, profile, gpus, "vm"))
         results = {r["check"]: r for r in steps.measure("memory")}
         h2d = results["pcie_h2d_bandwidth"]

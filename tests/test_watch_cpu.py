@@ -21,7 +21,9 @@ from gpufleet.base import failure_class, profiles, schema  # noqa: E402
 from gpufleet.node import host_documents  # noqa: E402
 from gpufleet.bench import summarize  # noqa: E402
 from gpufleet.bench.watch import ProcessWatch, process_tree, wait_quiet  # noqa: E402
-from gpufleet.checks import benchmarks, collectives, training_gate  # noqa: E402
+from gpufleet.benchmarks.matmul import matmul_judge  # noqa: E402
+from gpufleet.benchmarks.memory import memory_judge  # noqa: E402
+from gpufleet.checks import collectives, training_gate  # noqa: E402
 from gpufleet.checks import soak as soak_check  # noqa: E402
 from gpufleet.checks.soak import remeasure as soak_remeasure  # noqa: E402
 from gpufleet.node.measure import foreign_processes, measured_again, watched  # noqa: E402
@@ -63,7 +65,7 @@ def monitor(readings: list) -> dict:
 
 
 def gpu_matmul(samples: list, mon: dict) -> dict:
-    """A one-GPU matmul output as bench.matmul.run builds it, from the best shape's timed samples (TFLOPS)."""
+    """A one-GPU matmul output as benchmarks.matmul.run builds it, from the best shape's timed samples (TFLOPS)."""
     s = summarize(samples)
     shape = {"shape_mnk": [8192, 8192, 8192], "tflops": s}
     per = {
@@ -199,7 +201,7 @@ def test_a_foreign_process_mid_benchmark_is_measured_again_and_fails_the_node(h2
     (res,) = watched(
         "matmul",
         replay([gpu_matmul(samples, disturbed), gpu_matmul(HEALTHY, QUIET)]),
-        benchmarks.matmul,
+        matmul_judge.matmul,
         h200,
         log=log,
         wait=wait,
@@ -227,7 +229,7 @@ def test_a_gpu_that_never_becomes_quiet_is_an_error_naming_the_process(h200):
     (res,) = watched(
         "matmul",
         replay([gpu_matmul(HEALTHY, disturbed)] * 3),
-        benchmarks.matmul,
+        matmul_judge.matmul,
         h200,
         log=log,
         wait=lambda s: {"quiet": False, "waited_s": s, "processes": [], "error": None},
@@ -246,7 +248,7 @@ def test_a_gpu_that_never_becomes_quiet_is_an_error_naming_the_process(h200):
     (again,) = watched(
         "matmul",
         replay([gpu_matmul(dropped, disturbed)] * 3),
-        benchmarks.matmul,
+        matmul_judge.matmul,
         h200,
         log=log,
         wait=quiet_after(1.0)[0],
@@ -363,7 +365,7 @@ def test_a_sample_far_below_the_median_is_not_yet_the_nodes_figure_on_one_gpu(h2
     fell more than 20%, one of them 32%, with nothing seen on the GPU: more than one low sample, the figure is not
     yet the node's."""
     hbm = [4280.0] * 14 + [2900.0, 3100.0, 4300.0, 4290.0, 3500.0, 4270.0]
-    (res,) = benchmarks.memory(gpu_memory(hbm, QUIET), h200)
+    (res,) = memory_judge.memory(gpu_memory(hbm, QUIET), h200)
     assert res["status"] == "warn" and res["class"] == "environment" and res["remedy"]
     assert (
         "the figure is not yet the node's: GPU 0 HBM copy: 2 of 20 samples more than 20% below its median 4280 GB/s "
@@ -372,7 +374,7 @@ def test_a_sample_far_below_the_median_is_not_yet_the_nodes_figure_on_one_gpu(h2
     assert res["detail"]["sample_drop_threshold"]["key"] == "sample_drop_pct_max"
     assert "at most 12.3% below" in res["detail"]["sample_drop_threshold"]["source"]
     assert res["detail"]["measure_again"].startswith("samples fell: GPU 0 HBM copy")
-    (ok,) = benchmarks.memory(gpu_memory([4280.0 - (i % 3) * 20 for i in range(20)], QUIET), h200)
+    (ok,) = memory_judge.memory(gpu_memory([4280.0 - (i % 3) * 20 for i in range(20)], QUIET), h200)
     assert ok["status"] == "pass" and [j["verdict"] for j in ok["detail"]["samples_judged"]] == ["steady"]
     assert "measure_again" not in ok["detail"]
 
@@ -381,7 +383,7 @@ def test_one_low_sample_with_nothing_seen_is_no_disturbance(h200):
     """One sample in 20 far below its median on a quiet GPU (issue 28: a PCIe copy 43% below) passes, said in the
     reason; the same sample while the sampler saw a hardware slowdown on that GPU is not the node's figure."""
     one_low = HEALTHY[:19] + [500.0]
-    (res,) = watched("matmul", replay([gpu_matmul(one_low, QUIET)]), benchmarks.matmul, h200, log=[])
+    (res,) = watched("matmul", replay([gpu_matmul(one_low, QUIET)]), matmul_judge.matmul, h200, log=[])
     assert res["status"] == "pass" and res["trust"] == "clean" and len(res["detail"]["attempts"]) == 1
     assert (
         "GPU 0 bf16 matmul: 1 of 20 samples more than 20% below its median 792 TFLOPS (lowest 500, 36.87% below), "
@@ -389,7 +391,7 @@ def test_one_low_sample_with_nothing_seen_is_no_disturbance(h200):
     )
     slowed = copy.deepcopy(QUIET)
     slowed["per_gpu"]["0"]["causes"] = [{"what": "HW thermal slowdown", "t_s": [3.0, 3.4]}]
-    (warned,) = benchmarks.matmul(gpu_matmul(one_low, slowed), h200)
+    (warned,) = matmul_judge.matmul(gpu_matmul(one_low, slowed), h200)
     assert warned["status"] == "warn" and warned["class"] == "hardware"
     assert "the sampler saw then: HW thermal slowdown" in warned["reason"]
 
@@ -398,7 +400,7 @@ def test_a_flaky_result_passes_on_confirmation_with_both_figures_kept(h200):
     dropped = HEALTHY[:15] + [500.0] * 5
     log: list = []
     (res,) = watched(
-        "matmul", replay([gpu_matmul(dropped, QUIET), gpu_matmul(HEALTHY, QUIET)]), benchmarks.matmul, h200, log=log
+        "matmul", replay([gpu_matmul(dropped, QUIET), gpu_matmul(HEALTHY, QUIET)]), matmul_judge.matmul, h200, log=log
     )
     assert res["status"] == "pass" and res["trust"] == "confirmed"
     assert "passed on confirmation (first 791.0, then 792.0 TFLOPS;" in res["reason"]
@@ -418,7 +420,7 @@ def test_a_slow_result_fails_once_measured_again_and_a_close_one_is_measured_unt
     whatever the budget; past it twice in a row it fails, confirmed; clear the second time it passes."""
     slow = [600.0 + (i % 3) for i in range(20)]
     (res,) = watched(
-        "matmul", replay([gpu_matmul(slow, QUIET), gpu_matmul(list(slow), QUIET)]), benchmarks.matmul, h200, log=[]
+        "matmul", replay([gpu_matmul(slow, QUIET), gpu_matmul(list(slow), QUIET)]), matmul_judge.matmul, h200, log=[]
     )
     assert res["status"] == "fail" and res["trust"] == "confirmed" and len(res["detail"]["attempts"]) == 2
     assert (
@@ -426,33 +428,33 @@ def test_a_slow_result_fails_once_measured_again_and_a_close_one_is_measured_unt
     )
     assert res["detail"]["attempts"][0]["confirm_why"][0].startswith("past its limit: ")
     (once_low,) = watched(
-        "matmul", replay([gpu_matmul(slow, QUIET), gpu_matmul(HEALTHY, QUIET)]), benchmarks.matmul, h200, log=[]
+        "matmul", replay([gpu_matmul(slow, QUIET), gpu_matmul(HEALTHY, QUIET)]), matmul_judge.matmul, h200, log=[]
     )
     assert once_low["status"] == "pass" and once_low["trust"] == "confirmed"
     assert "passed on confirmation (first 601.0, then 792.0 TFLOPS" in once_low["reason"]
     # Even with no budget left a figure past its limit gets its second measurement: a fail needs two.
     tight = profiles.resolve("NVIDIA H200", overrides={"confirm_budget_s": 0})
     (res,) = watched(
-        "matmul", replay([gpu_matmul(slow, QUIET), gpu_matmul(list(slow), QUIET)]), benchmarks.matmul, tight, log=[]
+        "matmul", replay([gpu_matmul(slow, QUIET), gpu_matmul(list(slow), QUIET)]), matmul_judge.matmul, tight, log=[]
     )
     assert res["status"] == "fail" and res["trust"] == "confirmed"
     # Samples around the 700 TFLOPS minimum: its interval reaches across it, so it is measured again until clear.
     close = [690.0 + (i % 7) * 3 for i in range(20)]
     clear = [740.0 + (i % 3) for i in range(20)]
     (res,) = watched(
-        "matmul", replay([gpu_matmul(close, QUIET), gpu_matmul(clear, QUIET)]), benchmarks.matmul, h200, log=[]
+        "matmul", replay([gpu_matmul(close, QUIET), gpu_matmul(clear, QUIET)]), matmul_judge.matmul, h200, log=[]
     )
     assert res["status"] == "pass" and res["trust"] == "confirmed" and len(res["detail"]["attempts"]) == 2
     assert "reaches across the minimum 700" in res["detail"]["attempts"][0]["confirm_why"][0]
     # Confirmation off (confirm_remeasure_max 0): measured once, the verdict stands on one figure.
     off = profiles.resolve("NVIDIA H200", overrides={"confirm_remeasure_max": 0})
-    (once,) = watched("matmul", replay([gpu_matmul(close, QUIET)]), benchmarks.matmul, off, log=[])
+    (once,) = watched("matmul", replay([gpu_matmul(close, QUIET)]), matmul_judge.matmul, off, log=[])
     assert once["trust"] == "inconclusive" and len(once["detail"]["attempts"]) == 1
-    (fails_once,) = watched("matmul", replay([gpu_matmul(slow, QUIET)]), benchmarks.matmul, off, log=[])
+    (fails_once,) = watched("matmul", replay([gpu_matmul(slow, QUIET)]), matmul_judge.matmul, off, log=[])
     assert fails_once["status"] == "fail" and fails_once["trust"] == "clean"
     # A figure close to its minimum, passing, whose next measurement does not fit the budget: not measured again.
     near = [695.0 + (i % 7) * 3 for i in range(20)]
-    (stopped,) = watched("matmul", replay([gpu_matmul(near, QUIET)]), benchmarks.matmul, tight, log=[])
+    (stopped,) = watched("matmul", replay([gpu_matmul(near, QUIET)]), matmul_judge.matmul, tight, log=[])
     assert stopped["status"] == "pass"
     assert stopped["trust"] == "inconclusive" and "would pass the budget of 0 s" in stopped["reason"]
 
@@ -463,7 +465,7 @@ def test_a_figure_past_its_limit_in_its_last_measurement_only_is_inconclusive(h2
     slow = [600.0 + (i % 3) for i in range(20)]
     one = profiles.resolve("NVIDIA H200", overrides={"confirm_remeasure_max": 1})
     (res,) = watched(
-        "matmul", replay([gpu_matmul(close, QUIET), gpu_matmul(slow, QUIET)]), benchmarks.matmul, one, log=[]
+        "matmul", replay([gpu_matmul(close, QUIET), gpu_matmul(slow, QUIET)]), matmul_judge.matmul, one, log=[]
     )
     assert res["status"] == "info" and res["trust"] == "inconclusive" and res["detail"]["would_be"] == "fail"
     assert res["reason"].startswith("inconclusive: ") and "past its limit in the last measurement only" in res["reason"]
@@ -473,7 +475,11 @@ def test_a_figure_past_its_limit_in_its_last_measurement_only_is_inconclusive(h2
 def test_samples_that_drop_twice_in_a_row_warn_confirmed(h200):
     dropped = HEALTHY[:15] + [500.0] * 5
     (res,) = watched(
-        "matmul", replay([gpu_matmul(copy.deepcopy(dropped), QUIET) for _ in range(4)]), benchmarks.matmul, h200, log=[]
+        "matmul",
+        replay([gpu_matmul(copy.deepcopy(dropped), QUIET) for _ in range(4)]),
+        matmul_judge.matmul,
+        h200,
+        log=[],
     )
     assert res["status"] == "warn" and res["trust"] == "confirmed" and res["reason"].startswith("confirmed: ")
     assert len(res["detail"]["attempts"]) == 2
@@ -481,7 +487,7 @@ def test_samples_that_drop_twice_in_a_row_warn_confirmed(h200):
 
 
 def test_a_clean_figure_is_measured_once(h200):
-    (res,) = watched("matmul", replay([gpu_matmul(HEALTHY, QUIET)]), benchmarks.matmul, h200, log=[])
+    (res,) = watched("matmul", replay([gpu_matmul(HEALTHY, QUIET)]), matmul_judge.matmul, h200, log=[])
     assert res["status"] == "pass" and res["trust"] == "clean" and len(res["detail"]["attempts"]) == 1
 
 

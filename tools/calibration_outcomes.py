@@ -1,5 +1,5 @@
 """What each check said in the calibration table (tools/calibration_table.py): as the recorded run said it, and as
-today's judges say of the same figures (REPLAYED: checks.replay, then the fleet layer over each round); per check,
+today's judges say of the same figures (REPLAYED: benchmarks.replay, then the fleet layer over each round); per check,
 the false alarms on clean runs and the detections on disturbed ones."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from calibration_rows import condition
 from gpufleet.base import profiles
-from gpufleet.checks import replay
+from gpufleet.benchmarks import replay
 from gpufleet.fleet import compare
 
 NOT_PASSING = ("warn", "fail", "error")

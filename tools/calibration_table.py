@@ -5,7 +5,7 @@ Reads the node-runs tools/gpu_calibrate.py appended (one or more JSON-lines file
 and days add up) and writes:
   --table   Markdown (docs/results/calibration/table.md): per GPU model, per check, the node-runs, the false
             alarms on clean runs and the detections on disturbed runs (the node's own GPUs disturbed), each as the
-            recorded run said and as today's judges say of the same figures (REPLAYED: checks.replay, the fleet
+            recorded run said and as today's judges say of the same figures (REPLAYED: benchmarks.replay, the fleet
             layer over each round), and the healthy spread per sample, per GPU against its siblings, per node
             against the round's other nodes and against its own past, with the limit each gives (calibration.py), and
             the fabric error counters' healthy rates beside their limits (calibration_counters.py; with --soaks, the

@@ -7,7 +7,7 @@ Each round, each case in a fresh Python process (as the engine starts one per be
 - `matmul`: this checkout's matmul.run("quick"), timed as a whole;
 - `matmul+sdc`: matmul.run("quick", sdc_depth="quick"), timed as a whole;
 - `phases`: the same work as matmul+sdc in one spawned worker, every phase timed: the worker's start (its
-  imports), torch, the CUDA context, the timed products (bench.matmul.measure_device), each SDC phase (inputs
+  imports), torch, the CUDA context, the timed products (benchmarks.matmul.measure_device), each SDC phase (inputs
   drawn, each computation with its repeats, the hashes, the versions), the put; then in the parent the result's
   arrival, the worker's end (with and without the kill bench.gather does) and the sampler's exit.
 The table comes last; --json keeps every figure.
@@ -30,7 +30,9 @@ def _worker(queue, barrier, fold: bool):
     marks = [("entered", time.time())]
     import torch
 
-    from gpufleet.bench import matmul, sdc, torch_versions
+    from gpufleet.bench import torch_versions
+    from gpufleet.benchmarks.matmul import matmul_measure as matmul
+    from gpufleet.benchmarks.sdc import sdc_measure as sdc
 
     marks.append(("imports", time.time()))
     if fold:
@@ -105,7 +107,8 @@ def _draws(queue):
     products, as in the matmul worker: seconds each, on a clean process state."""
     import torch
 
-    from gpufleet.bench import matmul, sdc
+    from gpufleet.benchmarks.matmul import matmul_measure as matmul
+    from gpufleet.benchmarks.sdc import sdc_measure as sdc
 
     os.environ["CUBLAS_WORKSPACE_CONFIG"] = sdc.WORKSPACE_CONFIG
     torch.cuda.set_device(0)
@@ -186,9 +189,9 @@ def engine(names: list[str]) -> dict:
 
 
 CASE_CODE = {
-    "before": "from gpufleet.bench import matmul; matmul.run('quick')",
-    "matmul": "from gpufleet.bench import matmul; matmul.run('quick')",
-    "matmul+sdc": "from gpufleet.bench import matmul; o = matmul.run('quick', sdc_depth='quick'); "
+    "before": "from gpufleet.benchmarks.matmul import matmul_measure as matmul; matmul.run('quick')",
+    "matmul": "from gpufleet.benchmarks.matmul import matmul_measure as matmul; matmul.run('quick')",
+    "matmul+sdc": "from gpufleet.benchmarks.matmul import matmul_measure as matmul; o = matmul.run('quick', sdc_depth='quick'); "
     "print('SDC', [v.get('seconds') for v in o['sdc']['per_device'].values()])",
 }
 

@@ -2,7 +2,7 @@
 
 Usage: python3 tools/gpu_sdc_check.py [--processes 3] [--repeats 20] [--size 8192] [--device 0] [--json OUT]
 
-Runs, in each of --processes fresh processes on one GPU, the computations of benchmark.sdc (bench/sdc.py: seeded
+Runs, in each of --processes fresh processes on one GPU, the computations of benchmark.sdc (benchmarks/sdc/sdc_measure.py: seeded
 bf16 and fp32 8192-cube products with TF32 off, and the MLP's training steps) --repeats times, compares every
 repeat with the first on the device (torch.equal) and hashes the first (sha256). Then the fp32 product again
 with TF32 on, to show that TF32 gives other bits (why `tf32` is a comparable key). Prints a table per process
@@ -20,7 +20,7 @@ import time
 
 
 def one_process(device_index: int | None, size: int, repeats: int, queue) -> None:
-    from gpufleet.bench import sdc
+    from gpufleet.benchmarks.sdc import sdc_measure as sdc
 
     os.environ["CUBLAS_WORKSPACE_CONFIG"] = sdc.WORKSPACE_CONFIG
     try:

@@ -1,7 +1,7 @@
 """fleet.sdc: a node's SDC hashes (benchmark.sdc) against every GPU of the fleet that computes under the same keys.
 
 The voters of one computation are the GPUs whose comparable keys (model, SM count, driver, CUDA, torch, cuBLAS,
-method: checks/sdc_hashes.py) are the same: every node of this run, and through the store the GPUs of earlier runs,
+method: benchmarks/sdc/sdc_judge.py) are the same: every node of this run, and through the store the GPUs of earlier runs,
 each GPU once (its newest hash; this run's wins). A hash that more than half of the voters hold, two at least,
 is the majority; a GPU of this node with another hash is named and fails (class hardware). With no majority
 (one GPU against one) nothing can be named: the result is `error`, inconclusive, and names the voters. GPUs of
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpufleet.checks.sdc_hashes import comparable_key, majority
+from gpufleet.benchmarks.sdc.sdc_judge import comparable_key, majority
 from gpufleet.fleet import flagged, gpu_text
 from gpufleet.comparisons.findings import fleet_result
 from gpufleet.base.schema import ERROR, FAIL, PASS, SKIP

@@ -10,9 +10,9 @@ import os
 import time
 
 from gpufleet.base.registry import registers
-from gpufleet.base import host_platform, profiles, registry, schema
+from gpufleet.base import profiles, registry, schema
 from gpufleet.node import trust
-from gpufleet.bench import host_watch, matmul, memory, nccl, sdc, soak
+from gpufleet.bench import host_watch, nccl, soak
 from gpufleet.bench.monitor import sampled
 from gpufleet.bench.watch import describe, wait_quiet
 from gpufleet.checks import suspects
@@ -22,10 +22,7 @@ from gpufleet.train import gpt2
 # The index: the modules that register a benchmark's measurement, judgement and measuring again (registry.ROLES),
 # those of the benchmarks' folders in benchmarks/node_index.py (written by make generate), the others one a line.
 from gpufleet.benchmarks import node_index  # noqa: F401
-from gpufleet.checks import benchmarks  # noqa: F401
 from gpufleet.checks import collectives  # noqa: F401
-from gpufleet.checks import memory_again  # noqa: F401
-from gpufleet.checks import sdc_hashes  # noqa: F401
 from gpufleet.checks import soak as soak_judgement  # noqa: F401
 from gpufleet.checks.soak import remeasure  # noqa: F401
 from gpufleet.checks import training_gate  # noqa: F401
@@ -367,10 +364,9 @@ class NodeSteps:
         }
         # What each attempt of each watched step saw, for the node's foreign_processes results.
         self.log: list = []
-        # With matmul in the same run, the SDC computations run in the matmul workers, after their timed products
-        # (no second start of torch and CUDA per GPU): in its first attempt only (a remeasure of a disturbed matmul is
-        # about speed; the hashes do not depend on it), kept here until the sdc step reports them.
-        self.folded_sdc: dict = {}
+        # What one benchmark's step leaves for a later one's in the same stage (the SDC hashes the matmul workers
+        # computed: benchmarks/matmul), by the name of the benchmark it is for.
+        self.shared: dict = {}
 
     def measure(self, name: str) -> list:
         """One benchmark's results: measured (again while disturbed, again while a figure asks to be confirmed) and
@@ -433,30 +429,6 @@ class NodeSteps:
 
 
 # How the benchmarks that need more of the node's steps than their depth run here (their `run`, registry.ROLES).
-
-
-@registers("matmul", "run")
-def run_matmul(steps: NodeSteps) -> dict:
-    out = matmul.run(steps.depth, sdc_depth=steps.depth if "sdc" in steps.names and not steps.folded_sdc else None)
-    if "sdc" in out:
-        steps.folded_sdc["out"] = out.pop("sdc")
-    return out
-
-
-@registers("memory", "run")
-def run_memory(steps: NodeSteps, only: dict | None = None) -> dict:
-    """The HBM and host copies (every GPU's, or only those a confirmation asked for: checks.memory_again), with how
-    the GPUs reach the host (PCIe, or NVLink-C2C: the judge's words and limit)."""
-    return {**memory.run(steps.depth, only=only), "host_link": host_platform.host_link(steps.readings)}
-
-
-@registers("sdc", "run")
-def run_sdc(steps: NodeSteps) -> dict:
-    """Its own processes when matmul did not compute it (not in the run, after it, or crashed); the node's NVML
-    reading goes with it, which names each GPU's hashes."""
-    if "out" not in steps.folded_sdc:
-        steps.folded_sdc["out"] = sdc.run(steps.depth, n_gpus=steps.gpus)
-    return {**steps.folded_sdc["out"], "nvml": steps.readings.get("nvml") or {}}
 
 
 @registers("nccl", "run")

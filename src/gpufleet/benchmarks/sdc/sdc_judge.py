@@ -1,4 +1,4 @@
-"""benchmark.sdc: the hashes of bench/sdc.py compared across the node's GPUs.
+"""benchmark.sdc: the hashes of benchmarks/sdc/sdc_measure.py compared across the node's GPUs.
 
 For each computation the GPUs whose `comparable` keys are the same (model, SM count, driver, CUDA, torch, cuBLAS,
 method) vote with their hash; a hash that more than half of them hold is the majority, and a GPU with another
@@ -25,7 +25,7 @@ REMEDY = (
 
 
 def comparable(info: dict, versions: dict, method: dict, driver: str | None) -> dict:
-    """What must be equal for two GPUs' hashes to be comparable (bench/sdc.py says why each one)."""
+    """What must be equal for two GPUs' hashes to be comparable (benchmarks/sdc/sdc_measure.py says why each one)."""
     dev = info.get("device") or {}
     return {
         "name": dev.get("name"),

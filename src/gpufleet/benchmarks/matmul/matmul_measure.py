@@ -30,7 +30,8 @@ from gpufleet.bench import (
     summarize,
     torch_versions,
 )
-from gpufleet.bench import sdc
+from gpufleet.benchmarks.sdc import sdc_measure
+from gpufleet.base.registry import registers
 from gpufleet.bench.monitor import GpuMonitor
 from gpufleet.base.numbers import significant
 
@@ -144,7 +145,7 @@ def _worker(device_index, key, dtype_names, depth, barrier, queue, sdc_kind=None
         # what torch picks by itself on Hopper (CublasHandlePool.cpp, getChosenWorkspaceSize: 4096 * 8 * 1024 on
         # sm90), so the timed products below run as they do without it; on older GPUs it is larger than torch's
         # own default, which cuBLAS may use but never needs.
-        os.environ["CUBLAS_WORKSPACE_CONFIG"] = sdc.WORKSPACE_CONFIG
+        os.environ["CUBLAS_WORKSPACE_CONFIG"] = sdc_measure.WORKSPACE_CONFIG
     laps = Laps()
     try:
         barrier.wait(timeout=BARRIER_TIMEOUT_S)  # a GPU that never gets here breaks the barrier for all
@@ -155,7 +156,7 @@ def _worker(device_index, key, dtype_names, depth, barrier, queue, sdc_kind=None
     laps.lap("measure")  # torch's import, the CUDA context, the timed products
     if sdc_kind:
         # After the timed work: it switches TF32 off and deterministic algorithms on, for the rest of this process.
-        out["sdc"] = sdc.measure_or_error(device_index, sdc_kind)
+        out["sdc"] = sdc_measure.measure_or_error(device_index, sdc_kind)
         laps.lap("fixed_computations")
     out["phases_s"] = laps.seconds
     queue.put((key, out))
@@ -164,8 +165,8 @@ def _worker(device_index, key, dtype_names, depth, barrier, queue, sdc_kind=None
 def run(depth: str = "quick", dtypes=None, sdc_depth: str | None = None) -> dict:
     """All GPUs at once, one process each. On a machine without CUDA: the CPU, tiny shapes.
 
-    sdc_depth: also compute bench/sdc.py's computations in each worker, right after its timed products (torch and
-    CUDA are up there already); the output's "sdc" is then what sdc.run(sdc_depth) returns. On the CPU the matmul
+    sdc_depth: also compute benchmarks/sdc/sdc_measure.py's computations in each worker, right after its timed products (torch and
+    CUDA are up there already); the output's "sdc" is then what sdc_measure.run(sdc_depth) returns. On the CPU the matmul
     then runs in sdc's CPU_PROCESSES worker processes too, not in this one.
     """
     import torch
@@ -199,7 +200,7 @@ def run(depth: str = "quick", dtypes=None, sdc_depth: str | None = None) -> dict
         if n_gpus == 0 and not sdc_kind:
             per_device = {"cpu": measure_device(None, dtype_names, depth)}
         else:
-            keys = sdc.worker_keys(n_gpus)
+            keys = sdc_measure.worker_keys(n_gpus)
             ctx = mp.get_context("spawn")
             barrier, queue = ctx.Barrier(len(keys)), ctx.Queue()
             procs = [
@@ -210,14 +211,14 @@ def run(depth: str = "quick", dtypes=None, sdc_depth: str | None = None) -> dict
             ]
             for p in procs:
                 p.start()
-            timeout_s = TIMEOUT_S[depth] + (sdc.TIMEOUT_S if sdc_kind else 0)
+            timeout_s = TIMEOUT_S[depth] + (sdc_measure.TIMEOUT_S if sdc_kind else 0)
             per_device = gather(
                 procs, keys, queue, timeout_s, what="matmul on GPU" if n_gpus else "matmul in CPU process"
             )
             if sdc_kind:
                 # A worker lost before it put anything: its error stands for the SDC computations too.
                 sdc_per_device = {k: per_device[k].pop("sdc", None) or per_device[k] for k in keys}
-                sdc_out = sdc.report(sdc_per_device, keys, sdc_depth, sdc_kind, "the matmul workers")
+                sdc_out = sdc_measure.report(sdc_per_device, keys, sdc_depth, sdc_kind, "the matmul workers")
             per_device = {str(k): v for k, v in sorted(per_device.items())}
     summary = {}
     for d in dtype_names:
@@ -239,3 +240,15 @@ def run(depth: str = "quick", dtypes=None, sdc_depth: str | None = None) -> dict
         "env": {k: v for k, v in os.environ.items() if k.startswith(("CUDA_", "NVIDIA_"))},
         **({"sdc": sdc_out} if sdc_out else {}),
     }
+
+
+@registers("matmul", "run")
+def run_matmul(steps) -> dict:
+    """run() in the node stage (steps: measure.NodeSteps): with the sdc step in the same stage, its computations run
+    in the matmul workers, after their timed products (no second start of torch and CUDA per GPU), in the first
+    attempt only (a matmul measured again is about speed; the hashes do not depend on it), left for it in
+    steps.shared."""
+    out = run(steps.depth, sdc_depth=steps.depth if "sdc" in steps.names and "sdc" not in steps.shared else None)
+    if "sdc" in out:
+        steps.shared["sdc"] = out.pop("sdc")
+    return out

@@ -2,7 +2,7 @@
 or one way of its PCIe link), not every GPU's HBM and PCIe again, and what it measured completes the measurement
 it confirms.
 
-    plan(out, results, asked, profile)   bench.memory.run's options that measure just what asked (`only`), and
+    plan(out, results, asked, profile)   benchmarks.memory.run's options that measure just what asked (`only`), and
                                          what that is in words (`what`); None where a figure asked that is not one
                                          of the step's own (the whole step then)
     combined(before, again, profile)     the measurement before, its figures measured again replaced: what is
@@ -22,7 +22,7 @@ from gpufleet.base import judge
 from gpufleet.bench import spread_pct
 from gpufleet.checks.benchmarks import cuda_gpu
 
-# metric key -> (its part of bench.memory's output, the figure's field, its samples' field, its words)
+# metric key -> (its part of benchmarks.memory's output, the figure's field, its samples' field, its words)
 FIGURES = {
     "hbm_copy_gbps": ("hbm", "hbm_copy_gbps", "samples_gbps", "HBM copy"),
     "pcie_h2d_gbps": ("pcie", "h2d_gbps", "samples_h2d_gbps", "host-to-device"),
@@ -52,7 +52,7 @@ def _by_uuid(out: dict, metric: str, uuids: set) -> list[str]:
 
 @registers("memory", "confirm")
 def plan(out: dict, results: list[dict], asked: list[str], profile: dict | None = None) -> dict | None:
-    """{"only": {metric: [CUDA devices]}, "what": "GPU 1 host-to-device"}: bench.memory.run's options that measure
+    """{"only": {metric: [CUDA devices]}, "what": "GPU 1 host-to-device"}: benchmarks.memory.run's options that measure
     just what asked (the module docstring), or None: measure the whole step again."""
     by_check = {r["check"]: r for r in results}
     only: dict[str, set] = {}

@@ -11,6 +11,8 @@ SDC and the processes seen. A confirmation measured again is judged on the measu
 from __future__ import annotations
 
 from gpufleet.base import schema
+from gpufleet.benchmarks.matmul import matmul_judge
+from gpufleet.benchmarks.memory import memory_judge
 from gpufleet.checks import benchmarks
 
 GROUP = benchmarks.GROUP
@@ -22,7 +24,7 @@ def _cpu(detail: dict) -> bool:
 
 
 def matmul_output(detail: dict) -> dict:
-    """bench.matmul.run's output, as far as benchmark.matmul_bf16's detail keeps it."""
+    """benchmarks.matmul.run's output, as far as benchmark.matmul_bf16's detail keeps it."""
     per_device = {}
     dtypes = (detail.get("method") or {}).get("dtypes") or []
     for dev, row in (detail.get("per_gpu") or {}).items():
@@ -50,7 +52,7 @@ def matmul_output(detail: dict) -> dict:
 
 
 def memory_output(detail: dict) -> dict:
-    """bench.memory.run's output, from the detail the memory results share."""
+    """benchmarks.memory.run's output, from the detail the memory results share."""
     return {
         "benchmark": "memory",
         "device": "cpu" if _cpu(detail) else "cuda",
@@ -74,10 +76,10 @@ def benchmark_results(results: list[dict], profile: dict) -> list[dict]:
     for res in results:
         check = res.get("check")
         if check == "matmul_bf16" and _kept(res):
-            (new,) = benchmarks.matmul(matmul_output(res["detail"]), profile)
+            (new,) = matmul_judge.matmul(matmul_output(res["detail"]), profile)
         elif check in MEMORY_CHECKS and _kept(res):
             if memory_done is None:
-                memory_done = {r["check"]: r for r in benchmarks.memory(memory_output(res["detail"]), profile)}
+                memory_done = {r["check"]: r for r in memory_judge.memory(memory_output(res["detail"]), profile)}
             new = memory_done.get(check)
             if new is None:
                 out.append(res)

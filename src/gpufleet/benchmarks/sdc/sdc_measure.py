@@ -11,7 +11,7 @@ So each GPU runs:
 
 each `repeats` times in its own process (or, when matmul runs too, in the matmul worker after its timed
 products), the outputs compared with the first repeat on the device (a GPU that disagrees with itself is named
-too), and the first repeat's bytes hashed (sha256). checks/sdc_hashes.py compares the
+too), and the first repeat's bytes hashed (sha256). benchmarks/sdc/sdc_judge.py compares the
 hashes across the node's GPUs (majority), fleet/sdc_voters.py across the fleet through the store.
 
 Inputs are drawn on the CPU from a seeded generator and copied over, so they do not depend on how a GPU's
@@ -31,6 +31,7 @@ import os
 import time
 
 from gpufleet.bench import BENCHMARK_VERSION, Laps, cuda_pci_bus_id, cuda_uuid, gather, torch_versions
+from gpufleet.base.registry import registers
 
 # Bump when a computation, a size or a seed changes: hashes of another version are never compared.
 SDC_VERSION = 2
@@ -196,7 +197,7 @@ def run(depth: str = "quick", n_gpus: int | None = None) -> dict:
     The depth does not change the computations: hashes of every depth compare. n_gpus: the GPUs this node's
     processes may use (the engine counts them with NVML), so that this process need not load torch and CUDA
     only to count them (seconds, on top of every worker's own start); None: torch counts them.
-    A run that also has matmul computes these in the matmul workers instead (bench/matmul.py, report())."""
+    A run that also has matmul computes these in the matmul workers instead (benchmarks/matmul/matmul_measure.py, report())."""
     if n_gpus is None:
         import torch
 
@@ -236,3 +237,13 @@ def report(per_device: dict, keys: list, depth: str, kind: str, computed_in: str
         "versions": next((v["versions"] for v in per_device.values() if v.get("versions")), {}),
         "per_device": {str(k): {n: x for n, x in per_device[k].items() if n != "versions"} for k in keys},
     }
+
+
+@registers("sdc", "run")
+def run_sdc(steps) -> dict:
+    """In the node stage (steps: measure.NodeSteps): what the matmul workers computed (steps.shared), else its own
+    processes (matmul not in the run, or crashed); the node's NVML reading goes with it, which names each GPU's
+    hashes."""
+    if "sdc" not in steps.shared:
+        steps.shared["sdc"] = run(steps.depth, n_gpus=steps.gpus)
+    return {**steps.shared["sdc"], "nvml": steps.readings.get("nvml") or {}}
