@@ -15,10 +15,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from gpufleet.base import profiles  # noqa: E402
-from gpufleet.bench import nccl  # noqa: E402
+from gpufleet.benchmarks.nccl import nccl_measure as nccl  # noqa: E402
 from gpufleet.benchmarks.matmul import matmul_judge, matmul_measure as matmul  # noqa: E402
 from gpufleet.benchmarks.memory import memory_judge, memory_measure as memory  # noqa: E402
-from gpufleet.checks import collectives  # noqa: E402
+from gpufleet.benchmarks.nccl import nccl_judge as collectives  # noqa: E402
 from waiting import left_running  # noqa: E402
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only logic tests")

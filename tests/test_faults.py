@@ -161,7 +161,9 @@ def test_a_hung_nccl_job_stops_both_nodes_within_its_timeout(fleet, tmp_path):
     lines: list[str] = []
     try:
         read_until(proc, lines, "Start NCCL across the nodes at once", 300)
-        ranks = fleet.wait_for(lambda: fleet.pids("node-b", "gpufleet.bench.nccl --worker"), 60, "node-b's ranks")
+        ranks = fleet.wait_for(
+            lambda: fleet.pids("node-b", "gpufleet.benchmarks.nccl.nccl_measure --worker"), 60, "node-b's ranks"
+        )
         os.kill(ranks[0], signal.SIGSTOP)
         stopped = time.monotonic()
         out = finish(proc, lines, timeout_s + 240)

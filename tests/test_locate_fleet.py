@@ -135,4 +135,4 @@ def test_locate_names_the_host_whose_link_is_slow(fleet, tmp_path):
     attempts = json.loads((run_dir / "run.json").read_text())["attempts"]
     assert [a["playbook"] for a in attempts] == ["locate"]
     for name in NODES:
-        assert not fleet.pids(name, "gpufleet.bench.nccl", "torch.distributed.run"), name
+        assert not fleet.pids(name, "gpufleet.benchmarks.nccl.nccl_measure", "torch.distributed.run"), name

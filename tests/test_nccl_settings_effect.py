@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import tool_modules
-from gpufleet.bench.nccl import SIZES, depth_sizes
+from gpufleet.benchmarks.nccl.nccl_measure import SIZES, depth_sizes
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = tool_modules.TOOLS / "nccl_settings_effect.py"

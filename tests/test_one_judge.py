@@ -2,7 +2,7 @@
 references the run handed it; the controller's report lets a warn or a fail stand only on two measurements.
 
 The NCCL figures are a real 4 x H200 node's (tests/data/recorded-nccl-h200-x4.json), judged by the real checks
-(checks.collectives), measured through measure.watched, held by the node's comparisons (comparisons.node.Held)
+(benchmarks.nccl.nccl_judge), measured through measure.watched, held by the node's comparisons (comparisons.node.Held)
 against references written by fleet/references.py from a real store, and reported by report.build().
 """
 
@@ -16,7 +16,7 @@ import pytest
 
 from gpufleet.base import profiles, schema
 from gpufleet import report
-from gpufleet.checks import collectives
+from gpufleet.benchmarks.nccl import nccl_judge as collectives
 from gpufleet.comparisons.confirm import RECORD
 from gpufleet.comparisons.node import Held, read
 from gpufleet.fleet import references

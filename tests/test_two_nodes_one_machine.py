@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from gpufleet.base import profiles
-from gpufleet.checks import collectives, training_gate
+from gpufleet.benchmarks.nccl import nccl_judge as collectives
+from gpufleet.checks import training_gate
 
 RUN = Path(__file__).resolve().parents[1] / "docs/results/2026-11-21-h200-x2-two-nodes/validate-two-nodes/hosts"
 

@@ -23,7 +23,8 @@ from gpufleet.bench import summarize  # noqa: E402
 from gpufleet.bench.watch import ProcessWatch, process_tree, wait_quiet  # noqa: E402
 from gpufleet.benchmarks.matmul import matmul_judge  # noqa: E402
 from gpufleet.benchmarks.memory import memory_judge  # noqa: E402
-from gpufleet.checks import collectives, training_gate  # noqa: E402
+from gpufleet.benchmarks.nccl import nccl_judge as collectives  # noqa: E402
+from gpufleet.checks import training_gate  # noqa: E402
 from gpufleet.checks import soak as soak_check  # noqa: E402
 from gpufleet.checks.soak import remeasure as soak_remeasure  # noqa: E402
 from gpufleet.node.measure import foreign_processes, measured_again, watched  # noqa: E402
@@ -575,7 +576,7 @@ def test_the_engine_runs_benchmarks_watched():
 
 
 def gpu_nccl(busbw: float, mon: dict, nnodes: int = 1) -> dict:
-    """An NCCL output of two ranks as bench.nccl.run builds it, with the sampler's summary (bench.monitor.sampled)."""
+    """An NCCL output of two ranks as benchmarks.nccl.nccl_measure.run builds it, with the sampler's summary (bench.monitor.sampled)."""
     rows = [{"size_bytes": 1 << 30, "busbw_gbps": busbw, "algbw_gbps": busbw, "correct": True}]
     return {
         "benchmark": "nccl",

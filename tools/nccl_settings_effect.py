@@ -3,7 +3,7 @@
     python3 tools/nccl_settings_effect.py --out DIR [--record /etc/gpufleet/bringup.json] [--conf /etc/nccl.conf]
                                      [--tier quick] [--budget-s 480] [--nproc N]
 
-Each variant is one run of the engine's own collective benchmark (`gpufleet.bench.nccl --worker`: all-reduce,
+Each variant is one run of the engine's own collective benchmark (`gpufleet.benchmarks.nccl.nccl_measure --worker`: all-reduce,
 all-gather, reduce-scatter and all-to-all at 1 MiB to 4 GiB, CUDA events around back-to-back operations, the faster of
 eager and CUDA-graph launch; busbw as nccl-tests defines it) under torchrun, started here directly and not through
 `gpufleet bench nccl`, which sets NCCL_DEBUG=INFO for its own log and so could not measure NCCL_DEBUG. NCCL reads
@@ -47,7 +47,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from gpufleet.bench.nccl import parse_nccl_log  # noqa: E402
+from gpufleet.benchmarks.nccl.nccl_measure import parse_nccl_log  # noqa: E402
 
 MiB = 1 << 20
 ALWAYS = {"NCCL_NVLS_ENABLE": "0", "NCCL_GRAPH_MIXING_SUPPORT": "0"}  # the second as gpufleet bench nccl runs it
@@ -111,7 +111,7 @@ def run_variant(
         "--standalone",
         f"--nproc-per-node={nproc}",
         "-m",
-        "gpufleet.bench.nccl",
+        "gpufleet.benchmarks.nccl.nccl_measure",
         "--worker",
         "--depth",
         tier,

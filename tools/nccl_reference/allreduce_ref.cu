@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
   NCCL(ncclGetVersion(&version));
   for (size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 2) {
     size_t count = bytes / sizeof(float);
-    // Same iteration rule as gpufleet.bench.nccl.iters_for: about 8 GiB per measurement, 10..200 ops.
+    // Same iteration rule as gpufleet.benchmarks.nccl.nccl_measure.iters_for: about 8 GiB per measurement, 10..200 ops.
     long iters = (long)((8ull << 30) / bytes);
     iters = iters < 10 ? 10 : iters > 200 ? 200 : iters;
     for (int w = 0; w < 5; w++) launch(n, comms, bufs, count, streams);

@@ -12,7 +12,7 @@ import time
 from gpufleet.base.registry import registers
 from gpufleet.base import profiles, registry, schema
 from gpufleet.node import trust
-from gpufleet.bench import host_watch, nccl, soak
+from gpufleet.bench import host_watch, soak
 from gpufleet.bench.monitor import sampled
 from gpufleet.bench.watch import describe, wait_quiet
 from gpufleet.checks import suspects
@@ -22,7 +22,6 @@ from gpufleet.train import gpt2
 # The index: the modules that register a benchmark's measurement, judgement and measuring again (registry.ROLES),
 # those of the benchmarks' folders in benchmarks/node_index.py (written by make generate), the others one a line.
 from gpufleet.benchmarks import node_index  # noqa: F401
-from gpufleet.checks import collectives  # noqa: F401
 from gpufleet.checks import soak as soak_judgement  # noqa: F401
 from gpufleet.checks.soak import remeasure  # noqa: F401
 from gpufleet.checks import training_gate  # noqa: F401
@@ -429,15 +428,6 @@ class NodeSteps:
 
 
 # How the benchmarks that need more of the node's steps than their depth run here (their `run`, registry.ROLES).
-
-
-@registers("nccl", "run")
-def run_nccl(steps: NodeSteps) -> dict:
-    """Inside a node of one GPU there is no collective to measure; the node's InfiniBand ports go with the output."""
-    if steps.gpus == 1 and steps.multi.get("nnodes", 1) == 1:
-        return {"one_gpu": True}
-    out = sampled(lambda: nccl.run(steps.depth, **steps.nccl_options))
-    return {**out, "host_has_ib": bool(((steps.readings.get("host") or {}).get("infiniband") or {}).get("ports"))}
 
 
 @registers("train_gpt2", "run")

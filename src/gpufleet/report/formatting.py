@@ -229,7 +229,7 @@ def busbw_series(results: list[dict]) -> list[dict]:
     """NCCL bus bandwidth curves of one node, one chart each run (group, world size).
 
     A result counts when its detail has "rows" with size_bytes and busbw_gbps
-    (gpufleet.checks.collectives.nccl). Returns [{"title", "group", "world_size",
+    (gpufleet.benchmarks.nccl.nccl_judge.nccl). Returns [{"title", "group", "world_size",
     "nnodes", "backend", "lines": [{"label", "status", "points": [(size_bytes, busbw_gbps), ...]}]}].
     """
     charts: dict = {}

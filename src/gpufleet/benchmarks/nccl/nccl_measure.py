@@ -1,6 +1,6 @@
 """NCCL collectives through torch.distributed, launched with torchrun.
 
-`run()` starts `python -m torch.distributed.run ... -m gpufleet.bench.nccl --worker` on this host
+`run()` starts `python -m torch.distributed.run ... -m gpufleet.benchmarks.nccl.nccl_measure --worker` on this host
 (on every host of a multi-node run, each with its node rank), waits with a timeout and kills the
 whole process group when it passes, then reads rank 0's results and NCCL's own log.
 
@@ -35,6 +35,8 @@ import warnings
 from gpufleet.base import guard
 from gpufleet.bench import BENCHMARK_VERSION, DeviceTimer
 from gpufleet.bench.launch import torchrun
+from gpufleet.bench.monitor import sampled
+from gpufleet.base.registry import registers
 from gpufleet.base.numbers import significant
 
 MiB, GiB = 1 << 20, 1 << 30
@@ -328,7 +330,7 @@ def run(
     guard.track_dir(log_dir)  # removed should the run be stopped
     args = ["--worker", "--depth", depth] + ([] if use_graph else ["--no-graph"])
     run = torchrun(
-        "gpufleet.bench.nccl", args,
+        "gpufleet.benchmarks.nccl.nccl_measure", args,
         nproc_per_node=nproc, nnodes=nnodes, node_rank=node_rank, master_addr=master_addr,
         master_port=master_port, timeout_s=timeout_s, rdzv_timeout_s=rdzv_timeout_s, prefix="gpufleet-nccl-",
         env_extra={
@@ -372,7 +374,7 @@ def run(
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="gpufleet.bench.nccl")
+    p = argparse.ArgumentParser(prog="gpufleet.benchmarks.nccl.nccl_measure")
     p.add_argument("--worker", action="store_true", help="run as one torchrun rank")
     p.add_argument("--depth", default="quick", choices=list(SIZES))
     p.add_argument("--out", required=True)
@@ -384,3 +386,13 @@ def main(argv=None):
 
 if __name__ == "__main__":
     main()
+
+
+@registers("nccl", "run")
+def run_nccl(steps) -> dict:
+    """In the node stage (steps: measure.NodeSteps, whose nccl_options place it under torchrun): inside a node of one
+    GPU there is no collective to measure; the node's InfiniBand ports go with the output."""
+    if steps.gpus == 1 and steps.multi.get("nnodes", 1) == 1:
+        return {"one_gpu": True}
+    out = sampled(lambda: run(steps.depth, **steps.nccl_options))
+    return {**out, "host_has_ib": bool(((steps.readings.get("host") or {}).get("infiniband") or {}).get("ports"))}

@@ -1,4 +1,4 @@
-"""NCCL's judgement (gpufleet.bench.nccl.run()'s output): each collective's bus bandwidth and correctness inside
+"""NCCL's judgement (nccl_measure.run()'s output): each collective's bus bandwidth and correctness inside
 a node, the send/recv matrix between GPU pairs, and the transport NCCL used between nodes."""
 
 from __future__ import annotations
