@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 
 from gpufleet.base import numbers, profiles  # noqa: E402
 from gpufleet.bench.launch import free_port  # noqa: E402
-from gpufleet.checks import training_gate  # noqa: E402
+from gpufleet.benchmarks.train_gpt2 import train_gpt2_judge as training_gate  # noqa: E402
 from gpufleet.train import gpt2  # noqa: E402
 
 # Slow: GPT-2 built and trained on the CPU, in processes of their own.

@@ -10,7 +10,7 @@ import pytest
 
 from gpufleet.base import profiles
 from gpufleet.benchmarks.nccl import nccl_judge as collectives
-from gpufleet.checks import training_gate
+from gpufleet.benchmarks.train_gpt2 import train_gpt2_judge as training_gate
 
 RUN = Path(__file__).resolve().parents[1] / "docs/results/2026-11-21-h200-x2-two-nodes/validate-two-nodes/hosts"
 

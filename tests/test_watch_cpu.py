@@ -24,7 +24,7 @@ from gpufleet.bench.watch import ProcessWatch, process_tree, wait_quiet  # noqa:
 from gpufleet.benchmarks.matmul import matmul_judge  # noqa: E402
 from gpufleet.benchmarks.memory import memory_judge  # noqa: E402
 from gpufleet.benchmarks.nccl import nccl_judge as collectives  # noqa: E402
-from gpufleet.checks import training_gate  # noqa: E402
+from gpufleet.benchmarks.train_gpt2 import train_gpt2_judge as training_gate  # noqa: E402
 from gpufleet.checks import soak as soak_check  # noqa: E402
 from gpufleet.checks.soak import remeasure as soak_remeasure  # noqa: E402
 from gpufleet.node.measure import foreign_processes, measured_again, watched  # noqa: E402

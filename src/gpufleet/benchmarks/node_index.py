@@ -8,4 +8,5 @@ from gpufleet.benchmarks.memory import memory_again, memory_judge, memory_measur
 from gpufleet.benchmarks.nccl import nccl_judge, nccl_measure  # noqa: F401
 from gpufleet.benchmarks.sdc import sdc_judge, sdc_measure  # noqa: F401
 from gpufleet.benchmarks.host import host_judge, host_measure  # noqa: F401
+from gpufleet.benchmarks.train_gpt2 import train_gpt2_judge, train_gpt2_measure  # noqa: F401
 from gpufleet.benchmarks.workloads import workloads_judge, workloads_measure  # noqa: F401

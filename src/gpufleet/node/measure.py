@@ -13,18 +13,15 @@ from gpufleet.base.registry import registers
 from gpufleet.base import profiles, registry, schema
 from gpufleet.node import trust
 from gpufleet.bench import host_watch, soak
-from gpufleet.bench.monitor import sampled
 from gpufleet.bench.watch import describe, wait_quiet
 from gpufleet.checks import suspects
 from gpufleet.base.schema import ERROR, FAIL, PASS, Result, result
-from gpufleet.train import gpt2
 
 # The index: the modules that register a benchmark's measurement, judgement and measuring again (registry.ROLES),
 # those of the benchmarks' folders in benchmarks/node_index.py (written by make generate), the others one a line.
 from gpufleet.benchmarks import node_index  # noqa: F401
 from gpufleet.checks import soak as soak_judgement  # noqa: F401
 from gpufleet.checks.soak import remeasure  # noqa: F401
-from gpufleet.checks import training_gate  # noqa: F401
 
 FIRST, DISTURBED_AGAIN, CONFIRM = "first", "disturbed", "confirm"
 
@@ -428,20 +425,6 @@ class NodeSteps:
 
 
 # How the benchmarks that need more of the node's steps than their depth run here (their `run`, registry.ROLES).
-
-
-@registers("train_gpt2", "run")
-def run_train(steps: NodeSteps) -> dict:
-    """Across nodes every node starts together, so no one-GPU run first: the scaling is against this node's
-    single-node figure, which the run measured before (train_reference). Inside a node, one GPU first, then every
-    GPU of the node: their ratio is the scaling efficiency."""
-
-    def both() -> dict:
-        single = gpt2.run(nproc_per_node=1) if steps.gpus > 1 and steps.multi.get("nnodes", 1) == 1 else None
-        full = gpt2.run(**steps.multi)
-        return {"device": full.get("device"), "full": full, "single": single, "reference": steps.train_reference}
-
-    return sampled(both)
 
 
 @registers("soak", "run")
