@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from gpufleet.base import profiles
-from gpufleet.checks.soak import error_events
-from gpufleet.checks.soak.naming import SoakGpus
+from gpufleet.benchmarks.soak import soak_error_events as error_events
+from gpufleet.benchmarks.soak.soak_naming import SoakGpus
 from gpufleet.collect import counters
 from gpufleet.comparisons import metrics
 from gpufleet.fleet import counter_growth

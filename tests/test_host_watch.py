@@ -270,10 +270,10 @@ def test_samples_that_fell_while_the_hypervisor_took_the_cpus_are_not_the_gpus_f
 
 def test_a_soak_window_beside_a_host_neighbour_is_disturbed_like_one_beside_a_gpu_neighbour(tmp_path):
     """The soak of the field report, its neighbour on the host (one core from 35 s to 75 s) instead of its GPU:
-    windows 1 and 2 are measured again (checks.soak.remeasure), and the slowdown names the neighbour."""
+    windows 1 and 2 are measured again (benchmarks.soak.soak_remeasure), and the slowdown names the neighbour."""
     from gpufleet.base import profiles
-    from gpufleet.checks import soak as soak_check
-    from gpufleet.checks.soak import remeasure
+    from gpufleet.benchmarks.soak import soak_judge as soak_check
+    from gpufleet.benchmarks.soak import soak_remeasure as remeasure
     from test_soak_cpu import gpu_soak, sampled
 
     sampler = sampled(1, 150)

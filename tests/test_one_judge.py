@@ -174,8 +174,8 @@ def test_a_remeasured_soak_leaves_its_warm_up_out_and_calls_no_healthy_gpu_hardw
     The re-measure's first window is its warm-up (all_reduce 270.6 GB/s against the soak's best 337.2: NCCL and the
     clocks starting again); its other windows read as the soak's clean ones. Judged with the soak's own windows,
     its warm-up kept apart, nothing slowed: no `hardware` class on a healthy GPU."""
-    from gpufleet.checks import soak as soak_check
-    from gpufleet.checks.soak import remeasure
+    from gpufleet.benchmarks.soak import soak_judge as soak_check
+    from gpufleet.benchmarks.soak import soak_remeasure as remeasure
     from test_soak_cpu import gpu_soak, sampled
 
     disturb = {"pid": 4242, "name": "python3", "used_memory_mib": 20000}
@@ -274,7 +274,7 @@ def test_a_soaks_first_all_reduce_round_is_its_warm_up(h200):
     """A clean 120 s soak on a healthy 2 x H200: its first all_reduce round read 257 GB/s against 297 after it, and
     the window it fell in failed soak_slowdown as hardware (docs/results/2026-11-27-h200-x2-one-judge, run
     after-134920-soak_120). The first round is the soak's warm-up: kept apart, never judged."""
-    from gpufleet.checks import soak as soak_check
+    from gpufleet.benchmarks.soak import soak_judge as soak_check
     from test_soak_cpu import gpu_soak
 
     out = gpu_soak([[667.0] * 4, [680.0] * 4], busbw=[257.0, 298.0, 296.6, 296.7])
@@ -298,7 +298,7 @@ def test_a_soaks_own_windows_take_their_calibrated_limit_and_a_gpu_against_its_s
     import yaml
 
     from gpufleet.base import calibration
-    from gpufleet.checks import soak as soak_check
+    from gpufleet.benchmarks.soak import soak_judge as soak_check
     from test_soak_cpu import gpu_soak
 
     profile_dir = tmp_path / "profiles"
@@ -334,8 +334,8 @@ def test_a_soaks_own_windows_take_their_calibrated_limit_and_a_gpu_against_its_s
 def _soak_measured(h200, first: dict, again_tflops: list[list], again_busbw: list) -> tuple[dict, list, list]:
     """A soak through measure.watched as the node stage runs it: past a limit, its windows past it measured again
     (remeasure_plan), judged with the soak (combined). Returns (results by check, the plans asked, the log)."""
-    from gpufleet.checks import soak as soak_check
-    from gpufleet.checks.soak import remeasure
+    from gpufleet.benchmarks.soak import soak_judge as soak_check
+    from gpufleet.benchmarks.soak import soak_remeasure as remeasure
     from test_soak_cpu import gpu_soak
 
     outputs, plans, log = iter([first]), [], []

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 import report_runs as runs
-from gpufleet.checks import soak as checks_soak
-from gpufleet.checks.soak import remeasure
+from gpufleet.benchmarks.soak import soak_judge as checks_soak
+from gpufleet.benchmarks.soak import soak_remeasure as remeasure
 from gpufleet.report import formatting, soak_data, svg_soak
 
 
@@ -190,7 +190,7 @@ def test_a_disturbed_soak_marks_its_window_and_the_foreign_process(soak):
 
 
 def _bench_output(detail: dict, foreign: dict | None = None) -> dict:
-    """A soak's output (bench.soak.run) again from a recorded soak_slowdown detail: each window's figures as
+    """A soak's output (benchmarks.soak.soak_measure.run) again from a recorded soak_slowdown detail: each window's figures as
     measured (a disturbed one's too), and what the sampler saw."""
 
     def measured(w: dict) -> dict:
@@ -210,7 +210,7 @@ def _bench_output(detail: dict, foreign: dict | None = None) -> dict:
 
 
 def test_a_disturbed_soak_as_the_judge_joins_it_is_one_timeline(soak):
-    """The recorded soak judged again by checks.soak: the windows measured again join the soak's (after a warm-up
+    """The recorded soak judged again by benchmarks.soak.soak_judge: the windows measured again join the soak's (after a warm-up
     window), one timeline whose disturbed window is marked and whose windows measured again are too."""
     doc = host_doc(soak)
     detail = result(doc["results"], "benchmark", "soak_slowdown")["detail"]

@@ -20,10 +20,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from gpufleet.base import profiles  # noqa: E402
-from gpufleet.bench import soak  # noqa: E402
-from gpufleet.bench.soak import outcome  # noqa: E402
+from gpufleet.benchmarks.soak import soak_measure as soak  # noqa: E402
+from gpufleet.benchmarks.soak import soak_outcome as outcome  # noqa: E402
 from gpufleet.bench.monitor import SoakSampler  # noqa: E402
-from gpufleet.checks import soak as soak_check  # noqa: E402
+from gpufleet.benchmarks.soak import soak_judge as soak_check  # noqa: E402
 from gpufleet.collect import kernel_log  # noqa: E402
 from waiting import wait_for  # noqa: E402
 

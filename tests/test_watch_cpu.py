@@ -2,7 +2,7 @@
 
 The readings are replayed through the real code that takes them: ProcessWatch.note / SoakSampler.note_processes
 get the process lists NVML gives (pid, name, MiB) at each sample, the benchmark outputs are built as the
-benchmarks build them (bench.summarize over timed samples), and checks.benchmarks, checks.soak and measure judge them. The processes
+benchmarks build them (bench.summarize over timed samples), and checks.benchmarks, benchmarks.soak.soak_judge and measure judge them. The processes
 are real: this test's own children are the step's own tree, pid 1 (not ours) stands for a foreign workload.
 """
 
@@ -25,8 +25,8 @@ from gpufleet.benchmarks.matmul import matmul_judge  # noqa: E402
 from gpufleet.benchmarks.memory import memory_judge  # noqa: E402
 from gpufleet.benchmarks.nccl import nccl_judge as collectives  # noqa: E402
 from gpufleet.benchmarks.train_gpt2 import train_gpt2_judge as training_gate  # noqa: E402
-from gpufleet.checks import soak as soak_check  # noqa: E402
-from gpufleet.checks.soak import remeasure as soak_remeasure  # noqa: E402
+from gpufleet.benchmarks.soak import soak_judge as soak_check  # noqa: E402
+from gpufleet.benchmarks.soak import soak_remeasure as soak_remeasure  # noqa: E402
 from gpufleet.node.measure import foreign_processes, measured_again, watched  # noqa: E402
 from test_soak_cpu import EPOCH, PCI, UUID, gpu_soak, sampled  # noqa: E402
 

@@ -10,7 +10,7 @@ from collections import defaultdict
 from calibration_rows import condition, machine_of
 from gpufleet.base import calibration
 from gpufleet.base.judge import ISOLATED_DEPTH_FACTOR, below_pct
-from gpufleet.checks.soak import slowdown as soak_slowdown
+from gpufleet.benchmarks.soak import soak_slowdown as soak_slowdown
 from gpufleet.comparisons import metrics as fleet_metrics
 
 SAMPLED = {
@@ -142,7 +142,7 @@ def node_of(row: dict, metrics: list[dict]) -> str:
 
 
 def soak_windows(doc: dict) -> dict[str, list[float]]:
-    """A clean soak's windows below their own best windows' median (checks.soak.slowdown's reference), per figure."""
+    """A clean soak's windows below their own best windows' median (benchmarks.soak.soak_slowdown's reference), per figure."""
     out: dict = defaultdict(list)
     for res in doc.get("results") or []:
         if res.get("check") != "soak_slowdown" or res.get("status") in ("skip", "error") or fleet_metrics.is_cpu(res):
@@ -156,7 +156,9 @@ def soak_windows(doc: dict) -> dict[str, list[float]]:
         nccl = detail.get("nccl") or {}
         windows = nccl.get("windows") or []
         if windows and "warm_up" not in nccl:  # recorded before the soak kept its first all_reduce round apart:
-            windows = windows[1:]  # its first window holds that cold round (bench/soak/outcome.py), never a window's
+            windows = windows[
+                1:
+            ]  # its first window holds that cold round (benchmarks/soak/outcome.py), never a window's
         series.append((windows, "busbw_gbps"))
         for windows, key in series:
             values = [w[key] for w in windows if isinstance(w.get(key), (int, float))]

@@ -1,6 +1,6 @@
 """The fabric's error counters judged as rates, with their anchors' rules: one rule wherever they are judged (the
 node stage and since the previous run on the controller, fleet.counter_growth and fleet.fabric_growth; during a
-soak, checks.soak.error_events).
+soak, benchmarks.soak.soak_error_events).
 
     rate = growth / the window's seconds, in the unit of the anchor's limit (a second, a minute); a window shorter
     than one unit counts as one (its count against the limit, as DCGM's health watch counts PCIe replays over its

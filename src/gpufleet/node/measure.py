@@ -9,19 +9,16 @@ from __future__ import annotations
 import os
 import time
 
-from gpufleet.base.registry import registers
 from gpufleet.base import profiles, registry, schema
 from gpufleet.node import trust
-from gpufleet.bench import host_watch, soak
+from gpufleet.bench import host_watch
 from gpufleet.bench.watch import describe, wait_quiet
 from gpufleet.checks import suspects
 from gpufleet.base.schema import ERROR, FAIL, PASS, Result, result
 
-# The index: the modules that register a benchmark's measurement, judgement and measuring again (registry.ROLES),
-# those of the benchmarks' folders in benchmarks/node_index.py (written by make generate), the others one a line.
+# The index: the modules of the benchmarks' folders that register how each is measured, judged and measured again
+# (registry.ROLES), written by make generate.
 from gpufleet.benchmarks import node_index  # noqa: F401
-from gpufleet.checks import soak as soak_judgement  # noqa: F401
-from gpufleet.checks.soak import remeasure  # noqa: F401
 
 FIRST, DISTURBED_AGAIN, CONFIRM = "first", "disturbed", "confirm"
 
@@ -329,7 +326,7 @@ class NodeSteps:
     (watched()), one with `again` in part only (again(first output, profile) -> the options of that run).
 
     `nccl_options` places nccl and train_gpt2 under torchrun (nnodes, node_rank, master, timeouts); `soak_options`
-    go to bench.soak.run (duration_s); `hold(results) -> {key: state}` holds a step's figures against the
+    go to benchmarks.soak.soak_measure.run (duration_s); `hold(results) -> {key: state}` holds a step's figures against the
     references the stage was handed (comparisons.node.Held), so that one past a limit is measured again;
     `readings` (the node's NVML and host readings) and `train_reference` go to the judges with the outputs.
     """
@@ -422,12 +419,3 @@ class NodeSteps:
             return [], False
         loaded = any(e.get("device") == "cuda" and not e.get("gpus_idle") for e in self.log)
         return [e["links"] for e in self.log if e.get("links")], loaded
-
-
-# How the benchmarks that need more of the node's steps than their depth run here (their `run`, registry.ROLES).
-
-
-@registers("soak", "run")
-def run_soak(steps: NodeSteps, **options) -> dict:
-    """The soak with the stage's options, or those of a run that measures its disturbed windows again."""
-    return soak.run(**(options or steps.soak_options))

@@ -9,7 +9,7 @@ from gpufleet.comparisons.confirm import RECORD, beyond
 from gpufleet.base.schema import ERROR, Result
 
 # Results whose figure may be measured again to confirm it (detail.measure_again, checks.figures); a soak measures
-# only its windows past a limit again (checks/soak/remeasure.py), as it does its disturbed ones.
+# only its windows past a limit again (benchmarks/soak/remeasure.py), as it does its disturbed ones.
 CONFIRMED_CHECKS = tuple(c.name for b in registry.BENCHMARKS for c in b.checks if c.confirmed)
 
 

@@ -15,7 +15,7 @@
                               "gaps": [(from_s, to_s)] where no window measured (drawn as such, never bridged)}
 
 A disturbed soak measured again is one timeline where the judge joined the windows measured again to the soak's
-(`remeasured` windows, checks/soak/remeasure.py): the re-measure's processes are placed by its attempt's start. A
+(`remeasured` windows, benchmarks/soak/remeasure.py): the re-measure's processes are placed by its attempt's start. A
 document from before that kept them apart (`detail.remeasured`) gives two: the soak, then its windows measured again.
 """
 
@@ -47,7 +47,7 @@ def _finite(v: Any) -> bool:
 
 
 def _reference(values: list[float], threshold: dict) -> float | None:
-    """What a soak window is held against (checks/soak/slowdown.py): the median of the GPU's best windows, at most
+    """What a soak window is held against (benchmarks/soak/slowdown.py): the median of the GPU's best windows, at most
     half of them; a document from before that, the median of its first windows (`baseline_windows`)."""
     if len(values) < 2:
         return None

@@ -18,7 +18,7 @@ from gpufleet.checks.counter_rates import (
     seconds_text,
 )
 from gpufleet.checks.gpu_inventory import Findings
-from gpufleet.checks.soak.naming import Flags, soak_when
+from gpufleet.benchmarks.soak.soak_naming import Flags, soak_when
 from gpufleet.base.schema import ERROR, FAIL, PASS, WARN, result
 
 # Counters whose growth during a soak fails it: memory the GPU could not correct or repair.

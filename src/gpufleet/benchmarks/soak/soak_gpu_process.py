@@ -1,4 +1,4 @@
-"""One soak process per GPU (spawned by bench.soak.run): set up, say ready, wait for the start, then bursts of
+"""One soak process per GPU (spawned by benchmarks.soak.soak_measure.run): set up, say ready, wait for the start, then bursts of
 matmuls and HBM copies until the group agrees to stop, each burst timed and sent to the parent."""
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ soak_remeasure_max_s), and the output both parts are judged on.
 A re-measure is a short soak of its own, and its first window is its warm-up (the GPUs' clocks and NCCL's
 communicator starting again): that window is kept apart, never judged, and the re-measure's other windows join the
 first soak's clean ones as windows of the same soak, each judged against the same soak's best windows and siblings,
-as any window is (checks/soak/slowdown.py). A re-measure is judged like a measure.
+as any window is (benchmarks/soak/slowdown.py). A re-measure is judged like a measure.
 
 The windows measured again are kept apart, their figures under `disturbed_figures` or `slowed_figures`: a window
 that slowed once and not in the re-measure was not the GPU's (the node passes, the report says it measured again);
@@ -19,7 +19,7 @@ import statistics
 from gpufleet.base.registry import registers
 from gpufleet.base import profiles
 from gpufleet.base.numbers import significant
-from gpufleet.checks.soak.slowdown import slow_windows
+from gpufleet.benchmarks.soak.soak_slowdown import slow_windows
 
 WARM_UP_WINDOWS = 1  # a re-measure's first window: its warm-up, left out of the judgement
 FIGURES = ("matmul_tflops", "hbm_gbps")
@@ -34,7 +34,7 @@ def disturbed_windows(out: dict) -> list[int]:
 
 @registers("soak", "again")
 def remeasure_plan(first: dict, profile: dict) -> dict:
-    """bench.soak.run's options to measure a soak's disturbed or slowed windows again: a warm-up window, then as many
+    """benchmarks.soak.soak_measure.run's options to measure a soak's disturbed or slowed windows again: a warm-up window, then as many
     windows as were disturbed (two at least, to compare; slowed windows ask for no more: two say whether the
     slowdown holds, and a GPU slow in every window of a long soak would otherwise cut the re-measure into windows
     too short to judge), the whole at most soak_remeasure_max_s, whatever the soak's length."""
@@ -67,7 +67,7 @@ def combined(first: dict, again: dict, profile: dict | None = None) -> dict:
     """What a soak measured again in part is judged on: the first soak with its disturbed windows and (given the
     profile) its slowed ones kept apart (their figures under disturbed_figures, slowed_figures), the re-measure's
     windows after its warm-up added as windows of the same soak, and the re-measure itself under `remeasured` (its
-    throttle and error events are judged too: checks.soak)."""
+    throttle and error events are judged too: benchmarks.soak.soak_judge)."""
     disturbed = set(disturbed_windows(first))
     slowed = set(slow_windows(first, profile)) - disturbed if profile is not None else set()
     gone = disturbed | slowed

@@ -15,7 +15,7 @@
   (window_s: 30 s, longer for long soaks so that there are at most MAX_WINDOWS);
 - bench.monitor.SoakSampler samples every GPU at about 1 Hz (clocks, clock event reasons, temperature,
   power), its error counters every 5 s and the kernel log's Xid events every 15 s.
-checks.soak judges it: a GPU that throttled, erred or slowed, with the time it happened.
+benchmarks.soak.soak_judge judges it: a GPU that throttled, erred or slowed, with the time it happened.
 On a machine without CUDA two CPU processes with gloo run the same loop at tiny sizes for the duration:
 logic only, never a performance figure.
 
@@ -35,8 +35,9 @@ import time
 from gpufleet.bench import BENCHMARK_VERSION, torch_versions
 from gpufleet.bench.launch import free_port
 from gpufleet.bench.monitor import SoakSampler
-from gpufleet.bench.soak.gpu_process import worker
-from gpufleet.bench.soak.outcome import attribute, finish
+from gpufleet.base.registry import registers
+from gpufleet.benchmarks.soak.soak_gpu_process import worker
+from gpufleet.benchmarks.soak.soak_outcome import attribute, finish
 
 SIZES = {
     "cuda": {
@@ -260,3 +261,10 @@ def run(
     if sampler:
         out["sampler"] = sampler.summary(window_s, n_windows)
     return finish(out, ranks, sizes["nccl_bytes"])
+
+
+@registers("soak", "run")
+def run_soak(steps, **options) -> dict:
+    """In the node stage (steps: measure.NodeSteps): the soak with the stage's options (soak_options), or those of
+    a run that measures its disturbed or slowed windows again (soak_remeasure.py)."""
+    return run(**(options or steps.soak_options))

@@ -1,4 +1,4 @@
-"""The soak's judgement (gpufleet.bench.soak.run()'s output): soak() here gives soak_throttle, soak_errors and
+"""The soak's judgement (gpufleet.benchmarks.soak.soak_measure.run()'s output): soak() here gives soak_throttle, soak_errors and
 soak_slowdown, each naming the GPU and the time it happened; each check in a file of its own:
 
     throttle.py      soak_throttle: hardware and thermal slowdown events
@@ -13,10 +13,10 @@ from __future__ import annotations
 from gpufleet.base.registry import registers
 from gpufleet.base import schema
 from gpufleet.checks.benchmarks import flag_gpus
-from gpufleet.checks.soak.error_events import soak_errors
-from gpufleet.checks.soak.naming import SoakGpus
-from gpufleet.checks.soak.slowdown import soak_slowdown
-from gpufleet.checks.soak.throttle import soak_throttle
+from gpufleet.benchmarks.soak.soak_error_events import soak_errors
+from gpufleet.benchmarks.soak.soak_naming import SoakGpus
+from gpufleet.benchmarks.soak.soak_slowdown import soak_slowdown
+from gpufleet.benchmarks.soak.soak_throttle import soak_throttle
 from gpufleet.base.schema import FAIL, PASS, result
 
 

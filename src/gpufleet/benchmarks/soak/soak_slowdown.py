@@ -8,7 +8,7 @@ import statistics
 from gpufleet.base import calibration, judge, profiles, schema
 from gpufleet.checks.benchmarks import CPU_NOTE
 from gpufleet.checks.gpu_inventory import Findings
-from gpufleet.checks.soak.naming import Flags, soak_when
+from gpufleet.benchmarks.soak.soak_naming import Flags, soak_when
 from gpufleet.base.numbers import significant
 from gpufleet.base.schema import FAIL, PASS, result
 
@@ -128,7 +128,7 @@ def _limits(profile: dict) -> tuple[float | None, dict, dict]:
 def slow_windows(out: dict, profile: dict) -> list[int]:
     """The windows soak_slowdown would name: any GPU's matmul or HBM figure past a limit against its own best
     windows or its siblings, or NCCL's bus bandwidth against its best. Every GPU of the node loads together (each
-    round ends in an all_reduce), so such a window is measured again for all of them (checks/soak/remeasure.py),
+    round ends in an all_reduce), so such a window is measured again for all of them (benchmarks/soak/remeasure.py),
     as a disturbed one is."""
     limit, limits, _ = _limits(profile)
     per_gpu = out.get("gpus") or {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from gpufleet.base import profiles, schema
 from gpufleet.checks.benchmarks import CPU_NOTE
 from gpufleet.checks.gpu_inventory import Findings
-from gpufleet.checks.soak.naming import Flags, soak_when
+from gpufleet.benchmarks.soak.soak_naming import Flags, soak_when
 from gpufleet.collect.nvml.clocks import HW_SLOWDOWN_EVENTS
 from gpufleet.base.schema import ERROR, FAIL, PASS, result
 
