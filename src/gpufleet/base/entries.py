@@ -7,8 +7,9 @@
   or fails (`confirm`, comparisons/confirm.py: measured again on the node; or, seen only where nobody can measure
   it again, inconclusive), and, judged on the node too, registers its rows there (`rows`). A reading (a counter, a setting, an Xid) stands as read: no `confirm`.
 - A check group (`gpufleet check --group G`, and the gpufleet.cluster module of the same name on the node).
-- A benchmark (`gpufleet bench NAME`): the checks of its results, the run tiers it runs in (in the order declared
-  here), whether gpufleet_benchmarks may name it and does by default, whether it runs across nodes under torchrun,
+- A benchmark (`gpufleet bench NAME`), declared in its folder (benchmarks/<name>/<name>_declared.py, registry.declare()):
+  the checks of its results, the run tiers it runs in (in the order of the declarations index,
+  benchmarks/__init__.py), whether gpufleet_benchmarks may name it and does by default, whether it runs across nodes under torchrun,
   whether a sampler watches its GPUs (its `<name>_processes` result); how it measures, how its output is judged,
   how it is measured again in part, are registered by the modules that do it (registry.ROLES: `run`, `judge`,
   `again`, `confirm`, `combine`).
@@ -156,9 +157,10 @@ ROLES = {
     "fleet, fn(host, node_metrics, thresholds, against, settle) -> result (fleet/compare.py)",
     "rows": "`fleet.<check>` judged on the node too: fn(host, node_metrics, thresholds, against) -> rows "
     "(comparisons/node.py)",
-    "run": "`<benchmark>`: fn(steps) -> output (node/measure.py imports them, measure.NodeSteps)",
-    "measure": "`<benchmark>` measured by its depth alone, without `run`: fn(depth) -> output (bench/<name>.py)",
-    "judge": "`<benchmark>`: fn(output, profile) -> results (node/measure.py)",
+    "run": "`<benchmark>`: fn(steps) -> output, steps a measure.NodeSteps (in benchmarks/<name>/, whose modules "
+    "benchmarks/node_index.py imports, which node/measure.py imports)",
+    "measure": "`<benchmark>` measured by its depth alone, without `run`: fn(depth) -> output (benchmarks/<name>/)",
+    "judge": "`<benchmark>`: fn(output, profile) -> results (benchmarks/<name>/, through node/measure.py's index)",
     "again": "`<benchmark>` measured again in part when disturbed: fn(first output, profile) -> its run's options",
     "confirm": "`<benchmark>` whose confirmation measures only the figures that asked: fn(output, results, asked, "
     "profile) -> its run's options (with `what`, in words), or None for the whole step",

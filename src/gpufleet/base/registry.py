@@ -1,6 +1,8 @@
 """Every check group, check, benchmark, run tier, metric and report output, declared once, so that nobody keeps a
 table of special cases beside it; the functions that give an entry its behaviour registered here by the modules that
-hold them (registers(), ROLES). What the rest of the project reads.
+hold them (registers(), ROLES). What the rest of the project reads. A benchmark is declared in its own folder
+(benchmarks/<name>/<name>_declared.py, through declare() below), which the package root's import of the
+declarations index makes before anything reads BENCHMARKS or METRICS.
 
 The kinds of entry, and what each declares, are in entries.py.
 

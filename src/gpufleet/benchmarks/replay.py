@@ -1,5 +1,5 @@
 """A recorded node document's benchmark figures judged again by today's judges: the benchmark output each
-matmul and memory result keeps in its detail is rebuilt and handed to checks.benchmarks, with the profile of
+matmul and memory result keeps in its detail is rebuilt and handed to their judgements (matmul_judge, memory_judge), with the profile of
 today (its calibrated limits). tools/calibration_table.py states, beside what a recorded run said, what the
 code of today says of the same figures; the CPU tests replay recorded samples the same way.
 

@@ -2,7 +2,8 @@
 process used its GPUs or while a figure asks to be confirmed (`watched()`), each result's `trust`, the step's
 `<step>_processes` (`foreign_processes()`) and the seconds spent measuring again (`measured_again()`). `NodeSteps`
 runs the benchmarks of one host document, each as its registry.BENCHMARKS entry says and as its modules registered
-(registry.ROLES): how it is measured here, how it is judged (a function of checks/)."""
+(registry.ROLES) in its folder, benchmarks/<name>/: how it is measured here, how it is judged. It names no
+benchmark: it imports their folders' modules through the node's index (benchmarks/node_index.py)."""
 
 from __future__ import annotations
 
@@ -326,7 +327,7 @@ class NodeSteps:
     (watched()), one with `again` in part only (again(first output, profile) -> the options of that run).
 
     `nccl_options` places nccl and train_gpt2 under torchrun (nnodes, node_rank, master, timeouts); `soak_options`
-    go to benchmarks.soak.soak_measure.run (duration_s); `hold(results) -> {key: state}` holds a step's figures against the
+    go to the soak's run (duration_s); `hold(results) -> {key: state}` holds a step's figures against the
     references the stage was handed (comparisons.node.Held), so that one past a limit is measured again;
     `readings` (the node's NVML and host readings) and `train_reference` go to the judges with the outputs.
     """

@@ -132,7 +132,7 @@ def run(
 
 def engine_runs(names: list[str]) -> list[list[str]]:
     """The benchmarks of each engine process: one each, but sdc in matmul's when both run (the engine then computes
-    it in the matmul workers, sparing a second start of torch and CUDA on every GPU: measure.run_matmul)."""
+    it in the matmul workers, sparing a second start of torch and CUDA on every GPU: benchmarks.matmul.matmul_measure.run_matmul)."""
     if "matmul" in names and "sdc" in names:
         return [["matmul", "sdc"] if name == "matmul" else [name] for name in names if name != "sdc"]
     return [[name] for name in names]
