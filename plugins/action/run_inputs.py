@@ -406,10 +406,12 @@ def _names_failure(hosts, values):
 
 
 def _run_failure(hosts, values):
-    tiers = registry.run_tier_names()
-    failure = _failure([("gpufleet_tier", lambda v: v in tiers, "must be %s" % _either(tiers, "or"))], hosts, values)
-    if failure:
-        return failure
+    # The run tier's one check, where the controller first receives it: the registry's lookup, the node's words.
+    for host in [h for h in hosts if "gpufleet_tier" in values[h]]:
+        try:
+            registry.run_tier(values[host]["gpufleet_tier"], "gpufleet_tier for %s" % host)
+        except ValueError as exc:
+            return str(exc)
     tiers = dict((host, values[host].get("gpufleet_tier", registry.DEFAULT_RUN_TIER)) for host in hosts)
     if len(set(tiers.values())) > 1:
         return "gpufleet_tier must be the same on every node of the run (set it for the group or with -e); got %s" % (

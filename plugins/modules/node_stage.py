@@ -37,7 +37,9 @@ options:
     type: str
     required: true
   tier:
-    description: The run tier (C(gpufleet_tier)); left out, the engine's default. The engine decides what it runs.
+    description:
+      - The run tier (C(gpufleet_tier)) as M(gpufleet.cluster.run_inputs) checked it on the controller; left out, the
+        engine's default. The engine looks up what it runs.
     type: str
   benchmarks:
     description: Which of the tier's benchmarks run (C(gpufleet_benchmarks)); left out, the tier's own.
@@ -110,7 +112,7 @@ RETURN = r"""
 stage:
   description:
     - The part's host document (C(results), C(profile), C(versions), ...) and beside it C(lock) (the lock's answer
-      for V(checks) and V(plan)), C(benchmarks), C(depth) and C(tier) (what the part V(benchmarks) runs), C(done)
+      for V(checks) and V(plan)), C(benchmarks) and C(depth) (what the part V(benchmarks) runs), C(done)
       (nothing is left for it) and C(released).
   returned: success
   type: dict

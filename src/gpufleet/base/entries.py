@@ -14,8 +14,8 @@
   how it is measured again in part, are registered by the modules that do it (registry.ROLES: `run`, `judge`,
   `again`, `confirm`, `combine`).
 - A run tier (gpufleet_tier, `gpufleet fleet run --tier`): what its node stage runs, at which depth, whether the
-  runs across nodes follow it, how long a sweep's job of it may take. The engine alone decides from it what a node
-  runs (stage_benchmarks()); Ansible reads it (plugins/filter/registry.py) or is generated from it (make generate).
+  runs across nodes follow it, how long a sweep's job of it may take. Checked once, on the controller before any
+  node (run_tier()); what a node runs is stage_plan()'s lookup of it; Ansible reads it (plugins/filter/registry.py) or is generated from it (make generate).
 - A metric: what a metric key of the comparisons means (label, unit, Prometheus family, per GPU or shared).
 - An output of the report: its key in the report's `files`, its file (or folder) under the run folder; the function
   that makes it is registered by its module (registry.ROLES: `render` for a file of the finished report alone, or

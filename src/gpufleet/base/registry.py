@@ -311,12 +311,13 @@ def benchmark_names(
     )
 
 
-def run_tier(name: str | None) -> RunTier:
-    """A run tier by name (None: the default); ValueError naming the tiers there are."""
+def run_tier(name: str | None, said_as: str = "gpufleet_tier") -> RunTier:
+    """A run tier by name (None: the default). The one check of a tier: ValueError naming the input as `said_as`
+    says it (the variable for a node, the option of a command line) and the tiers there are."""
     for t in RUN_TIERS:
         if t.name == (name or DEFAULT_RUN_TIER):
             return t
-    raise ValueError(f"gpufleet_tier {name!r}; expected one of {', '.join(run_tier_names())}")
+    raise ValueError(f"{said_as} must be one of {', '.join(run_tier_names())}; got {name!r}")
 
 
 def run_tier_names() -> tuple[str, ...]:
@@ -334,27 +335,35 @@ def chosen_depths() -> tuple[str, ...]:
     return tuple(d for d in DEPTHS if d not in {t.depth for t in RUN_TIERS})
 
 
-def stage_benchmarks(tier: str | None, chosen: list[str] | tuple[str, ...] | None = None) -> tuple[str, ...]:
-    """What a run tier's node stage runs, in the order declared here: the tier's benchmarks, of those
-    gpufleet_benchmarks may name the ones `chosen` names (None: all, or the default ones where the tier chooses);
-    one it may not name always runs in its tier (the soak). ValueError names a name gpufleet_benchmarks may not hold."""
-    t = run_tier(tier)
+# The inputs of a node stage as the playbooks name them; `gpufleet node-stage` names them by its options.
+STAGE_INPUTS = ("gpufleet_tier", "gpufleet_benchmarks", "gpufleet_benchmark_depth")
+
+
+def stage_plan(
+    tier: str | None,
+    chosen: list[str] | tuple[str, ...] | None = None,
+    depth: str | None = None,
+    said_as: tuple[str, str, str] = STAGE_INPUTS,
+) -> tuple[tuple[str, ...], str]:
+    """What a run tier's node stage runs, at which depth: the one decision. The benchmarks are the tier's, in the order
+    declared here, of those gpufleet_benchmarks may name the ones `chosen` names (None: all, or the default ones
+    where the tier chooses); one it may not name always runs in its tier (the soak). The depth is the tier's own,
+    else `depth` (gpufleet_benchmark_depth), else quick. ValueError names a value none of them may hold, as
+    `said_as` names the three inputs. The controller checks a run's tier with it before any node (run_inputs, the
+    sweep); the node looks its tier up here again and so says the same of a value typed by hand."""
+    tier_as, chosen_as, depth_as = said_as
+    t = run_tier(tier, tier_as)
     may = benchmark_names(selectable=True)
     wrong = [b for b in chosen or () if b not in may]
     if wrong:
-        raise ValueError(f"gpufleet_benchmarks names {wrong[0]!r}; expected some of {', '.join(may)}, or none")
+        raise ValueError(f"{chosen_as} names {wrong[0]!r}; expected some of {', '.join(may)}, or none")
+    if t.depth is None and depth is not None and depth not in chosen_depths():
+        raise ValueError(f"{depth_as} {depth!r}; expected one of {', '.join(chosen_depths())}")
     picked = set(chosen) if chosen is not None else set(benchmark_names(default=True)) if t.chosen else None
-    return tuple(
+    names = tuple(
         b.name for b in BENCHMARKS if t.name in b.run_tiers and (not b.selectable or picked is None or b.name in picked)
     )
-
-
-def stage_depth(tier: str | None, depth: str | None = None) -> str:
-    """The depth of a run tier's benchmarks: the tier's own, else `depth` (gpufleet_benchmark_depth), else quick."""
-    own = run_tier(tier).depth
-    if own is None and depth is not None and depth not in chosen_depths():
-        raise ValueError(f"gpufleet_benchmark_depth {depth!r}; expected one of {', '.join(chosen_depths())}")
-    return own or depth or DEFAULT_DEPTH
+    return names, t.depth or depth or DEFAULT_DEPTH
 
 
 def watched_checks() -> tuple[Check, ...]:

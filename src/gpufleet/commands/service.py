@@ -88,6 +88,10 @@ def cmd_sweep(args) -> int:
     else:
         if not args.partition:
             raise InputError("--partition (gpufleet_sweep_partitions): name the partition(s) whose idle nodes to sweep")
+        try:  # what each job's node stage will run, looked up once here, before any job: the jobs trust it
+            registry.stage_plan(args.tier, args.benchmarks, args.depth, ("--tier", "--benchmarks", "--depth"))
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
         opts = {
             "tier": args.tier,
             "partitions": args.partition,

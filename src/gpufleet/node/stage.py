@@ -16,8 +16,10 @@ the tier runs and at which depth.
 
 Each step is an engine process of its own (`gpufleet check --group G`, `gpufleet counters`, `gpufleet bench`, under
 --python: supervised.py), killed with everything it started at its timeout: a step that hangs, crashes or is killed
-is an `error` result of its group, and the others keep what they measured. The engine alone decides
-what a run tier runs (registry.stage_benchmarks, stage_depth). Nothing here judges the fleet: the controller does.
+is an `error` result of its group, and the others keep what they measured. The tier comes checked (the controller's
+run_inputs, or the sweep, before any node): the stage looks up what it runs (registry.stage_plan), and a tier, benchmark
+or depth typed by hand that the registry refuses is said in the same words, naming the option. Nothing here judges the
+fleet: the controller does.
 A part stopped by a signal stops its step; the whole stage gives the lock back first (guard.at_stop).
 """
 
@@ -39,6 +41,7 @@ from gpufleet.base.errors import InputError
 PARTS = ("checks", "benchmarks", "whole", "plan")
 REMEDY_SWEEP = "the next sweep measures the node once that run gave it back"
 REMEDY_RERUN = supervised.REMEDY_RERUN
+OPTIONS = ("--tier", "--benchmarks", "--depth")  # registry.STAGE_INPUTS as this command names them
 ENGINE = registry.ENGINE_CHECK.name  # the check of the `error` of a check group or counter step that gave no document
 
 
@@ -63,11 +66,12 @@ class Stage:
     docs: list = field(default_factory=list)
 
     def benchmarks(self) -> tuple[list[str], str]:
-        """What the tier runs, at which depth: the registry's decision; InputError naming the variable."""
+        """What the tier runs, at which depth: the registry's lookup; InputError naming the option."""
         try:
-            return list(registry.stage_benchmarks(self.tier, self.chosen)), registry.stage_depth(self.tier, self.depth)
+            names, depth = registry.stage_plan(self.tier, self.chosen, self.depth, OPTIONS)
         except ValueError as exc:
             raise InputError(str(exc)) from None
+        return list(names), depth
 
 
 # ------------------------------------------------------------------------------------------------- its steps
@@ -167,7 +171,7 @@ def part(stage: Stage, which: str) -> dict:
     `depth` (what the benchmarks part runs), `done` (nothing is left for it) and `released` beside the results."""
     started, t0 = schema.utc_now(), time.monotonic()
     names, depth = stage.benchmarks()
-    extra: dict = {"benchmarks": names, "depth": depth, "tier": registry.run_tier(stage.tier).name}
+    extra: dict = {"benchmarks": names, "depth": depth}
     if which == "plan":  # check mode: nothing taken, nothing measured beyond gpu_inventory
         extra["lock"] = {"record": lock.read(stage.lock["path"]) if stage.lock else None}
         check_group(stage, "gpu_inventory")
@@ -286,7 +290,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--part", choices=PARTS, default="whole", help="which part (default: whole, a sweep job's)")
     p.add_argument("--host", required=True, help="the node's inventory name (RUN_DIR/hosts/HOST.json)")
     p.add_argument(
-        "--tier", choices=registry.run_tier_names(), help=f"gpufleet_tier (default {registry.DEFAULT_RUN_TIER})"
+        "--tier",
+        help=f"gpufleet_tier, checked on the controller: one of {', '.join(registry.run_tier_names())} "
+        f"(default {registry.DEFAULT_RUN_TIER})",
     )
     p.add_argument("--benchmarks", nargs="*", help="gpufleet_benchmarks: which of the tier's benchmarks run")
     p.add_argument(

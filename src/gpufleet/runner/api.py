@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from gpufleet.base import paths, registry
+from gpufleet.base import paths
 from gpufleet.base.errors import InputError
 from gpufleet.fleet import slurm_action as fleet_slurm
 from gpufleet.runner import record as rec
@@ -101,11 +101,8 @@ def _reports_dir(reports_dir: str | Path | None) -> Path:
 
 
 def _tier_vars(tier: str | None, soak_duration_s: int | None) -> dict:
-    out = {}
-    if tier:
-        if tier not in registry.run_tier_names():
-            raise InputError(f"--tier {tier!r}; expected one of {', '.join(registry.run_tier_names())}")
-        out["gpufleet_tier"] = tier
+    """--tier as gpufleet_tier, as given: the playbook's run_inputs checks it, once, before any node."""
+    out = {"gpufleet_tier": tier} if tier else {}
     if soak_duration_s is not None:
         if soak_duration_s <= 0:
             raise InputError(f"--soak-duration-s {soak_duration_s}; expected a positive number of seconds")
