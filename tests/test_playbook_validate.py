@@ -212,7 +212,8 @@ def test_check_mode_measures_nothing_leaves_no_run_and_says_what_a_real_run_woul
     assert lock.read_text() == before, "check mode leaves the lock as it found it"
     assert "check mode: nothing was measured, no run folder was made and no run was added to the history" in out
     assert f"A real run would create {run_dir} (run id {run_dir.name}, tier acceptance) and check 1 node(s)" in out
-    benchmarks, depth = ", ".join(registry.stage_benchmarks("acceptance")), registry.stage_depth("acceptance")
+    names, depth = registry.stage_plan("acceptance")
+    benchmarks = ", ".join(names)
     lacks = (
         "gpu_inventory.gpu_count: no NVIDIA driver: libnvidia-ml.so not found; torch with CUDA, which the benchmarks "
         "need: torch 2.13.0+cpu is a build without CUDA"
@@ -561,6 +562,24 @@ def test_a_bad_variable_of_the_second_node_stops_the_run_naming_node_and_variabl
         assert '"node-b": "soak"' in out and '"node-a": "acceptance"' in out, out[-5000:]
     assert "node-a for" not in out and "for node-a" not in out  # the first node's variables pass
     assert not run_dir.exists()  # stopped before the run folder, let alone a node
+
+
+def test_a_tier_the_engine_lacks_is_refused_once_on_the_controller_before_any_node(tmp_path):
+    """gpufleet_tier is checked once, by run_inputs on the controller, in the registry's words (registry.run_tier,
+    the lookup a node makes of it too): named with the tiers there are, before any node is contacted."""
+    inventory = tmp_path / "hosts.yml"
+    node = {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": 1}  # never reached
+    inventory.write_text(
+        yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {"node-a": node, "node-b": node}}}}})
+    )
+    proc, run_dir = run_validate(tmp_path, "-e", "gpufleet_tier=bogus", inventory=str(inventory))
+    out = " ".join(output(proc).split())
+
+    assert proc.returncode != 0, out
+    tiers = ", ".join(registry.run_tier_names())
+    assert f"gpufleet_tier for node-a must be one of {tiers}; got 'bogus'" in out, out[-5000:]
+    assert "UNREACHABLE" not in out and "TASK [Check and benchmark the node" not in out
+    assert not run_dir.exists()
 
 
 # ---------------------------------------------------------------- one run per node, and the lock given back

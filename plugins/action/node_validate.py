@@ -81,8 +81,10 @@ def _engine(module, name):
 write_host_document = _engine("gpufleet.fleet.document_writer", "record")
 # What the node's figures are held against, written for the run before the nodes' stage (gpufleet references).
 read_references = _engine("gpufleet.comparisons.node", "read")
-# The check groups the node's stage runs, for its lines and its bounds (the registry needs nothing beyond Python).
+# The check groups the node's stage runs, for its lines and its bounds (the registry needs nothing beyond Python),
+# and what the run tier runs there, for check mode: the controller's own lookup, the tier checked by run_inputs.
 CHECK_GROUPS = _engine("gpufleet.base.registry", "group_names")()
+stage_plan = _engine("gpufleet.base.registry", "stage_plan")
 
 ARGUMENT_SPEC = {
     "lock": {"type": "dict", "required": True, "options": TAKE_SPEC},
@@ -350,9 +352,9 @@ class ActionModule(NodeTake):
         """Check mode: nothing measured and nothing written. The node is asked who holds its lock and what a real run
         needs first (the engine's part `plan`: the lock read, the gpu_inventory group, read-only, which says whether
         NVML answers through nvidia-ml-py and whether the GPU count is the expected one; its document's versions say
-        whether gpufleet_python has torch with CUDA, which the benchmarks need), and what a real run would run there.
-        The facts say what a real run would do there and what it lacks (validate_node_check_plan, read by
-        check_mode_plan.yml)."""
+        whether gpufleet_python has torch with CUDA, which the benchmarks need); what a real run would run there is the
+        controller's own lookup of the tier (stage_plan). The facts say what a real run would do there and what it
+        lacks (validate_node_check_plan, read by check_mode_plan.yml)."""
         plan = {
             "reachable": True,
             "engine": None,
@@ -360,7 +362,9 @@ class ActionModule(NodeTake):
             "missing": [],
             "checks": list(CHECK_GROUPS) + ["counters"],
         }
-        plan.update(benchmarks=[], tier=None, depth=None)
+        # What the tier runs there: the controller's lookup, not the node's answer (nothing measured, nothing to ask).
+        names, depth = stage_plan(self._stage.get("tier"), self._stage.get("benchmarks"), self._stage.get("depth"))
+        plan.update(benchmarks=list(names), depth=depth)
         try:
             answer = self._part("checks", task_vars, 60 + 2 * int(self._stage.get("check_timeout_s") or 120))
         except AnsibleConnectionFailure as exc:
@@ -377,7 +381,6 @@ class ActionModule(NodeTake):
                 if holders
                 else "free"
             )
-            plan.update(benchmarks=answer.get("benchmarks") or [], tier=answer.get("tier"), depth=answer.get("depth"))
             plan["missing"] = readiness_missing(answer, bool(plan["benchmarks"]))
         display.display(
             "[%s] gpufleet: check mode: would run %s; benchmarks %s"
