@@ -74,7 +74,7 @@ def test_an_engine_run_that_hangs_or_crashes_is_an_error_for_each_of_its_benchma
 def test_one_engine_run_gets_each_benchmarks_timeout_the_depth_and_a_free_port_inside_a_node(fake_engine, capsys):
     fake_engine(STAND_IN.replace('if name == "matmul":', 'if name in ("matmul", "nccl"):'))
     out = run_benchmark(
-        {"python": sys.executable, "benchmarks": ["nccl", "matmul"], "timeout_s": 100, "tier": "thorough"}, capsys
+        {"python": sys.executable, "benchmarks": ["nccl", "matmul"], "timeout_s": 100, "depth": "thorough"}, capsys
     )
     argv = out["gpufleet"]["results"][0]["detail"]["argv"]
     assert argv[:3] == ["bench", "nccl", "matmul"]

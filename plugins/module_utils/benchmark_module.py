@@ -33,7 +33,7 @@ def benchmark_argument_spec():
     return dict(
         python=dict(type="path", required=True),
         benchmarks=dict(type="list", elements="str", required=True),
-        depth=dict(type="str", aliases=["tier"]),
+        depth=dict(type="str"),
         thresholds=dict(type="dict"),
         profile=dict(type="str"),
         timeout_s=dict(type="int", default=900),

@@ -58,7 +58,6 @@ options:
         of each; V(quick) a few sizes and shapes (minutes for a node); V(thorough) sweeps them all.
       - Left out, the engine's default depth.
     type: str
-    aliases: [tier]
   timeout_s:
     description:
       - Seconds each benchmark may run. Past it the engine's whole process group is killed and the benchmark is an
