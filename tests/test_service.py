@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpufleet.base import schema, slurm
+from gpufleet.base import registry, schema, slurm
 from gpufleet.fleet import slurm_action as fleet_slurm
 from gpufleet.fleet import service_log
 from gpufleet.fleet.store import Store
@@ -478,6 +478,10 @@ def test_sweeps_need_preemption_and_bad_input_names_the_variable():
     # The tiers a sweep runs are the registry's with a job time limit; the soak, which lasts hours, is never swept.
     assert list(sweep.TIERS) == list(sweep.TIME_LIMIT_MIN) == ["smoke", "acceptance"]
     assert gpufleet("slurm", "sweep", "--tier", "soak", "--partition", "gpu").returncode == 2
+    # What its jobs run is looked up once, here, before any job (registry.stage_plan): the jobs' node stage trusts it.
+    done = gpufleet("slurm", "sweep", "--tier", "smoke", "--partition", "gpu", "--benchmarks", "matmul", "bogus")
+    may = ", ".join(registry.benchmark_names(selectable=True))
+    assert done.stderr == f"gpufleet slurm sweep: --benchmarks names 'bogus'; expected some of {may}, or none\n"
 
 
 def test_the_ladder_comes_from_the_profile_and_a_bad_one_is_named(tmp_path):

@@ -56,7 +56,8 @@ def run_tier() -> dict:
         "choices": _list(t.name for t in tiers),
         "default": registry.DEFAULT_RUN_TIER,
         "description": [
-            f"How deep to test, the same on every node of a run; the engine decides from it what each node runs ({SOURCE}).",
+            "How deep to test, the same on every node of a run, checked on the controller before any node is touched; "
+            f"the engine decides from it what each node runs ({SOURCE}).",
             *(f"V({t.name}) {t.text}." for t in tiers),
         ],
     }
