@@ -11,6 +11,7 @@ import datetime
 import shlex
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -570,14 +571,15 @@ def test_a_tier_the_engine_lacks_is_refused_once_on_the_controller_before_any_no
     inventory = tmp_path / "hosts.yml"
     node = {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": 1}  # never reached
     inventory.write_text(
-        yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {"node-a": node, "node-b": node}}}}})
+        yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {"node-a": node, "node-b": dict(node)}}}}})
     )
     proc, run_dir = run_validate(tmp_path, "-e", "gpufleet_tier=bogus", inventory=str(inventory))
     out = " ".join(output(proc).split())
 
     assert proc.returncode != 0, out
     tiers = ", ".join(registry.run_tier_names())
-    assert f"gpufleet_tier for node-a must be one of {tiers}; got 'bogus'" in out, out[-5000:]
+    # The first node run_inputs reads is named (-e gives both the value).
+    assert re.search(f"gpufleet_tier for node-[ab] must be one of {tiers}; got 'bogus'", out), out[-5000:]
     assert "UNREACHABLE" not in out and "TASK [Check and benchmark the node" not in out
     assert not run_dir.exists()
 
