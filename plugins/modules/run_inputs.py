@@ -42,7 +42,7 @@ options:
         every node.
       - V(finetune_if_set) - the V(finetune) checks when a node sets C(gpufleet_finetune) (validate.yml, where the
         fine-tune is optional).
-      - V(run) - C(gpufleet_tier) (a run tier of the engine's registry, the same on every node: its one check, which
+      - V(run) - C(gpufleet_tier) (a run tier of the engine's registry, the same on every node; its one check, which
         the nodes trust), C(gpufleet_soak_duration_s),
         C(gpufleet_lock_path), C(gpufleet_lock_wait_s), C(gpufleet_lock_ttl_s), C(gpufleet_lock_heartbeat_timeout_s);
         what the run's start and its report read - C(gpufleet_resume), C(gpufleet_baseline_set), C(gpufleet_history_db),
