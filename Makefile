@@ -1,5 +1,5 @@
 # make validate   check this machine (inventory/local) and print where the report is
-# make test       pytest over tests/, ansible-lint and ansible-test sanity included (CI's command)
+# make test       pytest over pyproject.toml's testpaths, ansible-lint and ansible-test sanity included (CI's command)
 # make test-fast  the tests not marked slow: minutes, for the loop of a change
 # make test-arm64 bringup.yml twice on an arm64 test host, emulated (tests/test_bringup_arm64.py): not in make test
 # make generate   write the files made from others: role specs and checks.md's tables (registry), sanity ignores
@@ -102,7 +102,7 @@ validate: $(VENV)/.installed-controller
 	exit $$rc
 
 test: system-deps $(VENV)/.installed-test
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -n 2 --dist loadfile tests/
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -n 2 --dist loadfile
 
 # bringup.yml twice on an arm64 test host: an arm64 Debian userland (debootstrap) whose programs run through QEMU's
 # user-mode emulator in a user namespace of the host's own (tests/arm64_root.py). The first run builds that userland
@@ -114,7 +114,7 @@ test-arm64: $(VENV)/.installed-test
 
 # No playbook, test host, Slurm, browser or torch process: pyproject.toml's `slow` marker says which tests are left out.
 test-fast: $(VENV)/.installed-test
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -n 2 --dist loadfile -m "not slow" tests/
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -n 2 --dist loadfile -m "not slow"
 
 # Files written from others, each held current by a test: what Ansible lists of the engine's registry (the role's
 # argument specs and the modules' choices: tools/generate.py; tests/test_generated.py) and the ansible-test sanity

@@ -112,7 +112,7 @@ def test_the_licence_is_in_the_repository_and_the_tarball(tarball):
 def test_the_tarball_holds_the_collection_and_not_the_checkout(tarball):
     """build_ignore keeps the checkout's own files out: the sites' inventories (inventory/nebius's addresses), the
     tools (measurement harnesses, calibration) and the Makefile's scripts, the molecule scenarios, the Makefile, the
-    venvs; what the collection runs is in."""
+    venvs, the tests; what the collection runs is in."""
     with tarfile.open(tarball) as tar:
         names = set(tar.getnames())
     tops = {name.split("/", 1)[0] for name in names}
@@ -120,6 +120,9 @@ def test_the_tarball_holds_the_collection_and_not_the_checkout(tarball):
         assert left_out not in tops, f"{left_out} is in the tarball"
     assert not [t for t in tops if t.startswith(".")], sorted(tops)  # no venv, no tool's folder
     assert not [n for n in names if "192.0.2." in n or n.startswith("docs/results")]
+    # The tests stay in the checkout, each benchmark's own among them (src/gpufleet/benchmarks/<name>/test_*.py).
+    assert not [n for n in names if n.rsplit("/", 1)[-1].startswith("test_") or n in ("conftest.py", "setup.py")]
+    assert "src/gpufleet/benchmarks/sdc/sdc_measure.py" in names
     needed = {
         "MANIFEST.json",
         "LICENSE",

@@ -19,7 +19,7 @@ from gpufleet.fleet import sdc_voters
 from gpufleet.comparisons import metrics, peers
 
 from test_fleet_synthetic import gpus_of, node_doc, write_run
-from test_sdc import node_result
+from sdc_runs import node_result
 
 BASE, RUN = "2026-11-20T10:00:00Z", "2026-11-21T10:00:00Z"
 

@@ -26,7 +26,7 @@ from gpufleet.fleet import counter_growth
 from gpufleet.comparisons.thresholds import Thresholds, thresholds_for
 
 import tool_modules
-from test_soak_cpu import ZERO_COUNTERS, gpu_soak, sampled, verdict
+from soak_runs import ZERO_COUNTERS, gpu_soak, sampled, verdict
 
 ROOT = Path(__file__).resolve().parent.parent
 H200 = ROOT / "tests" / "data" / "readings" / "recorded-h200-x2-vm.json"

@@ -274,7 +274,7 @@ def test_a_soak_window_beside_a_host_neighbour_is_disturbed_like_one_beside_a_gp
     from gpufleet.base import profiles
     from gpufleet.benchmarks.soak import soak_judge as soak_check
     from gpufleet.benchmarks.soak import soak_remeasure as remeasure
-    from test_soak_cpu import gpu_soak, sampled
+    from soak_runs import gpu_soak, sampled
 
     sampler = sampled(1, 150)
     sampler.host = replayed(tmp_path, 150, (35, 75))

@@ -176,7 +176,7 @@ def test_a_remeasured_soak_leaves_its_warm_up_out_and_calls_no_healthy_gpu_hardw
     its warm-up kept apart, nothing slowed: no `hardware` class on a healthy GPU."""
     from gpufleet.benchmarks.soak import soak_judge as soak_check
     from gpufleet.benchmarks.soak import soak_remeasure as remeasure
-    from test_soak_cpu import gpu_soak, sampled
+    from soak_runs import gpu_soak, sampled
 
     disturb = {"pid": 4242, "name": "python3", "used_memory_mib": 20000}
 
@@ -275,7 +275,7 @@ def test_a_soaks_first_all_reduce_round_is_its_warm_up(h200):
     the window it fell in failed soak_slowdown as hardware (docs/results/2026-11-27-h200-x2-one-judge, run
     after-134920-soak_120). The first round is the soak's warm-up: kept apart, never judged."""
     from gpufleet.benchmarks.soak import soak_judge as soak_check
-    from test_soak_cpu import gpu_soak
+    from soak_runs import gpu_soak
 
     out = gpu_soak([[667.0] * 4, [680.0] * 4], busbw=[257.0, 298.0, 296.6, 296.7])
     slow = {r["check"]: r for r in soak_check.soak(out, h200)}["soak_slowdown"]
@@ -299,7 +299,7 @@ def test_a_soaks_own_windows_take_their_calibrated_limit_and_a_gpu_against_its_s
 
     from gpufleet.base import calibration
     from gpufleet.benchmarks.soak import soak_judge as soak_check
-    from test_soak_cpu import gpu_soak
+    from soak_runs import gpu_soak
 
     profile_dir = tmp_path / "profiles"
     shutil.copytree(ROOT / "files/profiles", profile_dir, ignore=shutil.ignore_patterns("calibration"))
@@ -336,7 +336,7 @@ def _soak_measured(h200, first: dict, again_tflops: list[list], again_busbw: lis
     (remeasure_plan), judged with the soak (combined). Returns (results by check, the plans asked, the log)."""
     from gpufleet.benchmarks.soak import soak_judge as soak_check
     from gpufleet.benchmarks.soak import soak_remeasure as remeasure
-    from test_soak_cpu import gpu_soak
+    from soak_runs import gpu_soak
 
     outputs, plans, log = iter([first]), [], []
 
@@ -354,7 +354,7 @@ def test_a_clean_soaks_slowed_window_is_measured_again_before_it_fails(h200):
     """A clean soak of 2 GPUs, nothing seen on either: window 2's all_reduce 15% below the best windows, past the
     limit once. Only that window is measured again (a warm-up window and two more, not the whole soak); the
     re-measure reads as the others, so the window was not the GPUs': the node passes and says it measured again."""
-    from test_soak_cpu import gpu_soak
+    from soak_runs import gpu_soak
 
     first = gpu_soak([[667.0] * 5, [680.0] * 5], busbw=[297.0, 298.0, 253.0, 296.7, 297.5])
     judged, plans, log = _soak_measured(
@@ -372,7 +372,7 @@ def test_a_clean_soaks_slowed_window_is_measured_again_before_it_fails(h200):
 
 def test_a_soak_slowdown_the_remeasure_shows_too_stands_confirmed(h200):
     """The same soak, its re-measure's all_reduce as slow as window 2 (a link that stays slow): confirmed, hardware."""
-    from test_soak_cpu import gpu_soak
+    from soak_runs import gpu_soak
 
     first = gpu_soak([[667.0] * 5, [680.0] * 5], busbw=[297.0, 298.0, 253.0, 296.7, 297.5])
     judged, plans, _ = _soak_measured(
@@ -387,7 +387,7 @@ def test_a_soak_slowdown_the_remeasure_shows_too_stands_confirmed(h200):
 def test_a_gpu_slow_in_every_window_of_a_long_soak_is_measured_again_in_two_windows_not_a_hundred(h200):
     """A two-hour soak (120 windows of 60 s) of 3 GPUs, GPU 2's matmul 15% behind its siblings in every window: a
     warm-up window and two more, of 40 s, say whether it holds (it does: confirmed), not 120 windows of a second."""
-    from test_soak_cpu import gpu_soak
+    from soak_runs import gpu_soak
 
     first = gpu_soak([[667.0] * 120, [668.0] * 120, [567.0] * 120], window_s=60.0)
     again = [[600.0, 667.0, 666.0], [600.0, 668.0, 667.0], [500.0, 567.0, 566.0]]
@@ -404,7 +404,7 @@ def test_a_soaks_slowed_window_is_drawn_apart_with_its_figure(h200):
     import xml.etree.ElementTree as ET
 
     from gpufleet.report import soak_data, svg_soak
-    from test_soak_cpu import gpu_soak
+    from soak_runs import gpu_soak
 
     first = gpu_soak([[667.0] * 5, [680.0] * 5], busbw=[297.0, 298.0, 253.0, 296.7, 297.5])
     judged, _, _ = _soak_measured(h200, first, [[600.0, 667.0, 666.0], [610.0, 680.0, 679.0]], [250.0, 297.2, 297.9])

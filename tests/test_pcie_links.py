@@ -1,7 +1,7 @@
 """The PCIe links of the NICs, the GPUs and the switches and bridges above them, as trained while the benchmarks
 load them: recorded HGX trees (sysfs_tree.hgx) planned by collect.host.pcie_link_states, read by bench.link_watch's
 sampler as the link files change between its reads, and judged by checks.pcie_links (the step that runs the sampler:
-tests/test_host_bench.py)."""
+src/gpufleet/benchmarks/host/test_host.py)."""
 
 from __future__ import annotations
 

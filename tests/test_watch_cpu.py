@@ -28,7 +28,7 @@ from gpufleet.benchmarks.train_gpt2 import train_gpt2_judge as training_gate  # 
 from gpufleet.benchmarks.soak import soak_judge as soak_check  # noqa: E402
 from gpufleet.benchmarks.soak import soak_remeasure as soak_remeasure  # noqa: E402
 from gpufleet.node.measure import foreign_processes, measured_again, watched  # noqa: E402
-from test_soak_cpu import EPOCH, PCI, UUID, gpu_soak, sampled  # noqa: E402
+from soak_runs import EPOCH, PCI, UUID, gpu_soak, sampled  # noqa: E402
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only logic tests")
 

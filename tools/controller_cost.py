@@ -20,7 +20,7 @@ Two measurements, each over simulated fleets whose node side returns recorded ho
             (run_start, host_record, fleet_report, `gpufleet run alive`).
 
 The documents: tests/test_fleet_synthetic.py's nodes (the recorded 8 x H100 identities and counters, the
-H100's quick-tier benchmark figures, the H200's NCCL rows), tests/test_sdc.py's SDC hashes of every GPU, plus the
+H100's quick-tier benchmark figures, the H200's NCCL rows), tests/sdc_runs.py's SDC hashes of every GPU, plus the
 gpu_health and host_hygiene results of the recorded H100 readings (tests/data/readings/h100-sxm-8gpu-healthy.json)
 run through the real checks. The engine measured is this checkout's (src/ on PYTHONPATH), so a copy of an older
 commit measures that commit.
@@ -54,7 +54,7 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
 
 from gpufleet.node import host_documents  # noqa: E402
 import test_fleet_synthetic as synth  # noqa: E402
-import test_sdc  # noqa: E402
+import sdc_runs  # noqa: E402
 
 PY = sys.executable
 # As an installed package runs: bytecode compiled once (here into a cache folder of its own, out of the checkout),
@@ -83,7 +83,7 @@ def node_documents(n: int, started: str) -> dict[str, dict]:
     for i in range(n):
         gpus = synth.gpus_of(i)
         doc = synth.node_doc(
-            host_name(i), i, gpus=gpus, read_at=(started, started), started=started, extra=[test_sdc.node_result(gpus)]
+            host_name(i), i, gpus=gpus, read_at=(started, started), started=started, extra=[sdc_runs.node_result(gpus)]
         )
         doc["results"] += copy.deepcopy(checks)
         docs[host_name(i)] = doc

@@ -323,7 +323,10 @@ def node_index(_old: str) -> str:
     lines = []
     for b in registry.BENCHMARKS:
         folder = BENCHMARKS_DIR / b.name
-        names = [p.stem for p in sorted(folder.glob("*.py")) if "@registers(" in p.read_text()]
+        modules = [
+            p for p in sorted(folder.glob("*.py")) if not p.name.startswith("test_")
+        ]  # its tests: not the node's
+        names = [p.stem for p in modules if "@registers(" in p.read_text()]
         if names:
             lines.append(f"from gpufleet.benchmarks.{b.name} import {', '.join(names)}  # noqa: F401")
     return NODE_INDEX_HEAD + "\n".join(lines) + "\n"

@@ -13,7 +13,7 @@ python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >/dev/n
 export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
 t0=$(date +%s)
 python3 -m pytest -q -p no:cacheprovider tests/test_counters.py tests/test_nvml_collect.py tests/test_views.py \
-  tests/test_watch_cpu.py tests/test_sdc.py >"$OUT/pytest-gpu.txt" 2>&1
+  tests/test_watch_cpu.py src/gpufleet/benchmarks/sdc/test_sdc.py >"$OUT/pytest-gpu.txt" 2>&1
 echo "pytest rc=$? in $(( $(date +%s) - t0 )) s: $(tail -1 "$OUT/pytest-gpu.txt")"
 python3 -m gpufleet status --count 1 --json >"$OUT/status.json" 2>"$OUT/status.err"; echo "status rc=$?"
 python3 -m gpufleet counters --phase after --json >"$OUT/counters-after.json" 2>"$OUT/counters.err"; echo "counters rc=$?"

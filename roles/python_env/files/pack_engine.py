@@ -5,9 +5,10 @@ for the same sources (sorted names, no times or owners), so copying it to a node
 
     python pack_engine.py CHECKOUT OUT.tar.gz
 
-Takes pyproject.toml, README.md and src/gpufleet/**/*.py and *.yml, following the profiles link, and the file the
-engine's version comes from (src/gpufleet/version.py): galaxy.yml in a checkout, MANIFEST.json in an installed
-collection. Prints the number of files packed.
+Takes pyproject.toml, README.md and src/gpufleet/**/*.py and *.yml, following the profiles link, but not the tests
+a benchmark's folder keeps beside it (test_*.py), and the file the engine's version comes from
+(src/gpufleet/version.py): galaxy.yml in a checkout, MANIFEST.json in an installed collection. Prints the number of
+files packed.
 """
 
 import gzip
@@ -17,6 +18,7 @@ import sys
 import tarfile
 
 PATTERNS = (".py", ".yml")
+TESTS = "test_"  # a benchmark's own tests, in its folder: the checkout's, not the node's
 VERSION_FILES = ("galaxy.yml", "MANIFEST.json")
 
 
@@ -25,7 +27,11 @@ def engine_files(checkout):
     names += [f for f in VERSION_FILES if os.path.isfile(os.path.join(checkout, f))][:1]
     for top, dirs, files in os.walk(os.path.join(checkout, "src", "gpufleet"), followlinks=True):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        names.extend(os.path.relpath(os.path.join(top, f), checkout) for f in files if f.endswith(PATTERNS))
+        names.extend(
+            os.path.relpath(os.path.join(top, f), checkout)
+            for f in files
+            if f.endswith(PATTERNS) and not f.startswith(TESTS)
+        )
     return sorted(names)
 
 

@@ -20,7 +20,7 @@ from gpufleet.base.workload_specs import problem
 from gpufleet.node import host_documents
 from waiting import left_running
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[4]
 GUIDE = "the site's guide PyTorchMultiGpu.md"
 
 

@@ -1,4 +1,6 @@
-"""Shared test set-up."""
+"""Shared test set-up, for both places tests live: tests/ and each benchmark's folder
+(src/gpufleet/benchmarks/<name>/test_<name>*.py). pyproject.toml's `pythonpath` puts tests/ on sys.path, so the
+helpers there (waiting, testhosts, ...) import from either."""
 
 import os
 import shutil
@@ -24,7 +26,7 @@ def generic_limits(tmp_path_factory):
     come from GPU runs and move as runs add up, so the engine here reads a copy of the profiles without them. A test
     that needs a calibration writes its own (test_calibration.py)."""
     copy = tmp_path_factory.mktemp("profiles")
-    for f in (Path(__file__).resolve().parent.parent / "files" / "profiles").glob("*.yml"):
+    for f in (Path(__file__).resolve().parent / "files" / "profiles").glob("*.yml"):
         shutil.copy(f, copy)
     before = os.environ.get("GPUFLEET_PROFILE_DIR")
     os.environ["GPUFLEET_PROFILE_DIR"] = str(copy)

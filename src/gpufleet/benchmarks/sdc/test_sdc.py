@@ -4,7 +4,6 @@ GPUs, and the fleet's over nodes and runs through the store, with one corrupt GP
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 
 import pytest
@@ -16,10 +15,10 @@ from gpufleet.benchmarks.sdc import sdc_judge as sdc_check
 from gpufleet.checks.benchmarks import CPU_NOTE
 from gpufleet.fleet.store import Store
 
-from test_fleet_synthetic import _stamp, gpus_of, node_doc, write_run
+from sdc_runs import BAD, COMPUTATIONS, VERSIONS, gpu_out, good, node_result
+from test_fleet_synthetic import gpus_of, node_doc, write_run
 
 R1, R2, R3 = "2026-11-20T10:00:00Z", "2026-11-21T10:00:00Z", "2026-11-22T10:00:00Z"
-COMPUTATIONS = tuple(bench_sdc.SIZES["gpu"])
 
 
 def _has_cuda() -> bool:
@@ -33,62 +32,6 @@ def _has_cuda() -> bool:
 # The engine runs these on the CPU only where there is no GPU; on a GPU machine it measures the GPUs instead
 # (tools/gpu_sdc_check.py and the GPU results cover that).
 cpu_run = pytest.mark.skipif(_has_cuda(), reason="a CPU run of the engine: this machine has a GPU")
-
-VERSIONS = {"torch": "2.11.0+cu130", "cuda_runtime": "13.0", "nccl": "2.27.7"}
-
-
-def good(name: str) -> str:
-    return hashlib.sha256(f"right bits of {name}".encode()).hexdigest()
-
-
-BAD = hashlib.sha256(b"one flipped bit").hexdigest()
-
-
-def gpu_out(
-    gpus: list[dict],
-    *,
-    corrupt: dict | None = None,
-    differing: dict | None = None,
-    cublas: dict | None = None,
-    versions: dict | None = None,
-) -> dict:
-    """What bench/sdc.run() returns on a node of these GPUs (H200s): every hash right except `corrupt`
-    {gpu index: computation}; `differing` {gpu index: repeats unlike the first}; `cublas` {gpu index: version}."""
-    per = {}
-    for g in gpus:
-        i = g["index"]
-        per[str(i)] = {
-            "hashes": {n: BAD if (corrupt or {}).get(i) == n else good(n) for n in COMPUTATIONS},
-            "repeats_differing": {n: (differing or {}).get(i, 0) if n == "matmul_fp32" else 0 for n in COMPUTATIONS},
-            "seconds": 9.5,
-            "cublas": (cublas or {}).get(i, "13.1.0"),
-            "device": {
-                "name": "NVIDIA H200",
-                "pci_bus_id": g["pci_bus_id"][:12],
-                "uuid": g["uuid"],
-                "sm_count": 132,
-                "capability": "9.0",
-            },
-        }
-    return {
-        "benchmark": "sdc",
-        "device": "cuda",
-        "versions": versions or VERSIONS,
-        "per_device": per,
-        "method": {
-            "sdc_version": bench_sdc.SDC_VERSION,
-            "seed": bench_sdc.SEED,
-            "sizes": bench_sdc.SIZES["gpu"],
-            "repeats": bench_sdc.REPEATS["gpu"],
-            "tf32": False,
-            "cublas_workspace_config": bench_sdc.WORKSPACE_CONFIG,
-        },
-    }
-
-
-def node_result(gpus: list[dict], **kw) -> dict:
-    (res,) = sdc_check.results(gpu_out(gpus, **kw), {}, {"gpus": gpus, "driver_version": "580.95.05"})
-    return _stamp(res, "benchmark")
 
 
 # ---------------------------------------------------------------- the benchmark itself, on the CPU
