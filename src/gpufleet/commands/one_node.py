@@ -67,7 +67,7 @@ def _slurm_health(doc: dict, args) -> int:
 def cmd_bench(args) -> int:
     if args.each_timeout_s:
         return _bench_each(args)
-    nccl_options = {
+    torchrun = {
         "nnodes": args.nnodes,
         "node_rank": args.node_rank,
         "master_addr": args.master_addr,
@@ -82,9 +82,9 @@ def cmd_bench(args) -> int:
         profile_name=args.profile,
         overrides=json_arg(args.thresholds, "--thresholds"),
         profile_dir=args.profile_dir,
-        nccl_options=nccl_options,
-        train_reference=json_arg(args.train_reference, "--train-reference"),
-        soak_options={"duration_s": args.duration_s},
+        torchrun=torchrun,
+        options={"soak": {"duration_s": args.duration_s}},
+        earlier={"train_gpt2": json_arg(args.train_reference, "--train-reference")},
         references=json_arg(args.references, "--references") or None,
     )
     print_doc(doc, args.json)
@@ -96,7 +96,9 @@ def _bench_each(args) -> int:
     timeout (supervised.benchmarks), one document for all: a benchmark that hangs or crashes is an `error` and the
     others keep what they measured."""
     # What every run would refuse, refused once, before any starts: the names, the placement, the profile.
-    host_documents.bench_problem(args.benchmark, args.depth, {"nnodes": args.nnodes}, {"duration_s": args.duration_s})
+    host_documents.bench_problem(
+        args.benchmark, args.depth, {"nnodes": args.nnodes}, {"soak": {"duration_s": args.duration_s}}
+    )
     overrides = json_arg(args.thresholds, "--thresholds")
     profiles.resolve(None, profile_name=args.profile, overrides=overrides, profile_dir=args.profile_dir)
     started, t0 = schema.utc_now(), time.monotonic()

@@ -156,13 +156,13 @@ NO_TORCH_REMEDY = (
 )
 
 
-def bench_problem(names: list[str], depth: str, nccl_options: dict | None, soak_options: dict | None) -> None:
+def bench_problem(names: list[str], depth: str, torchrun: dict | None, options: dict | None) -> None:
     """InputError naming what `gpufleet bench` cannot run: an unknown benchmark or depth, benchmarks that cannot run
     across hosts asked to, a soak of no duration."""
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:
         raise InputError(f"unknown benchmark(s) {unknown}; expected some of {list(BENCHMARKS)}")
-    nnodes = (nccl_options or {}).get("nnodes") or 1
+    nnodes = (torchrun or {}).get("nnodes") or 1
     alone = [n for n in names if n not in registry.benchmark_names(multinode=True)]
     if nnodes > 1 and alone:
         raise InputError(
@@ -171,7 +171,7 @@ def bench_problem(names: list[str], depth: str, nccl_options: dict | None, soak_
         )
     if depth not in DEPTHS:
         raise InputError(f"benchmark depth {depth!r}; expected one of {list(DEPTHS)}")
-    duration_s = (soak_options or {}).get("duration_s")
+    duration_s = ((options or {}).get("soak") or {}).get("duration_s")
     if "soak" in names and duration_s is not None and not duration_s > 0:
         raise InputError(f"soak duration {duration_s} s; expected a positive number of seconds (--duration-s)")
 
@@ -184,21 +184,21 @@ def bench_host(
     profile_name: str | None = None,
     overrides: dict | None = None,
     profile_dir=None,
-    nccl_options: dict | None = None,
-    train_reference: dict | None = None,
-    soak_options: dict | None = None,
+    torchrun: dict | None = None,
+    options: dict | None = None,
+    earlier: dict | None = None,
     references: dict | None = None,
 ) -> dict:
     """Run benchmarks on this host; one host document with group `benchmark`.
 
     measure.NodeSteps measures each at `depth` and judges it, as its registry.BENCHMARKS entry says
-    (`nccl_options`: torchrun's placement; `soak_options`: duration_s). Across nodes `train_reference` is this node's own single-node
+    (`torchrun`: its placement; `options`: each benchmark's, the soak's duration_s). Across nodes `earlier`'s train_gpt2 is this node's own single-node
     benchmark.train_gpt2 result from earlier in the run (status, value, reason, world_size): the cross-node
     scaling efficiency is measured against its figure. `references` (comparisons/node.py): what the controller
     holds this node's figures against (its baseline, its GPUs' past, the baseline's fleet), so that a figure past
     one of them is measured again here before anything warns or fails.
     """
-    bench_problem(names, depth, nccl_options, soak_options)
+    bench_problem(names, depth, torchrun, options)
     readings = {"nvml": collect.nvml.read(), "host": collect.host.read()}
     profile = node_profile(readings, profile_name, overrides, profile_dir)
     started, t0 = schema.utc_now(), time.monotonic()
@@ -209,11 +209,11 @@ def bench_host(
         depth,
         gpus,
         profile,
-        nccl_options=nccl_options,
-        soak_options=soak_options,
+        torchrun=torchrun,
+        options=options,
         hold=hold,
         readings=readings,
-        train_reference=train_reference,
+        earlier=earlier,
     )
     no_torch = importlib.util.find_spec("torch") is None  # every benchmark needs it: one cause in the same words
     results = []

@@ -326,10 +326,12 @@ class NodeSteps:
     how it is judged (`judge`: fn(output, profile) -> results); a watched one measured again when disturbed
     (watched()), one with `again` in part only (again(first output, profile) -> the options of that run).
 
-    `nccl_options` places nccl and train_gpt2 under torchrun (nnodes, node_rank, master, timeouts); `soak_options`
-    go to the soak's run (duration_s); `hold(results) -> {key: state}` holds a step's figures against the
-    references the stage was handed (comparisons.node.Held), so that one past a limit is measured again;
-    `readings` (the node's NVML and host readings) and `train_reference` go to the judges with the outputs.
+    `torchrun` is the placement of the benchmarks that run under torchrun (nnodes, node_rank, master, timeouts);
+    `options` and `earlier` are keyed by benchmark: the options of its run (the soak's duration_s) and a result of it
+    from earlier in the run (this node's single-node training figure, against which the run across nodes is judged);
+    `hold(results) -> {key: state}` holds a step's figures against the references the stage was handed
+    (comparisons.node.Held), so that one past a limit is measured again; `readings` (the node's NVML and host
+    readings) go to the judges with the outputs.
     """
 
     def __init__(
@@ -339,21 +341,21 @@ class NodeSteps:
         gpus: int,
         profile: dict,
         *,
-        nccl_options: dict | None = None,
-        soak_options: dict | None = None,
+        torchrun: dict | None = None,
+        options: dict | None = None,
         hold=None,
         readings: dict | None = None,
-        train_reference: dict | None = None,
+        earlier: dict | None = None,
     ):
         self.names, self.depth, self.gpus, self.profile = names, depth, gpus, profile
         # comparisons.node.Held: the step's figures against the references the stage was handed
         self.hold = hold
-        self.readings, self.train_reference = readings or {}, train_reference
-        self.nccl_options, self.soak_options = nccl_options or {}, soak_options or {}
-        # torchrun placement and limits, shared by the NCCL benchmark and the training gate.
-        self.multi = {
+        self.readings, self.earlier = readings or {}, earlier or {}
+        self.options = options or {}
+        # torchrun's placement and limits, shared by the benchmarks that run under it.
+        self.torchrun = {
             k: v
-            for k, v in self.nccl_options.items()
+            for k, v in (torchrun or {}).items()
             if k in ("nnodes", "node_rank", "master_addr", "master_port", "timeout_s", "rdzv_timeout_s")
         }
         # What each attempt of each watched step saw, for the node's foreign_processes results.
@@ -374,7 +376,7 @@ class NodeSteps:
         # Across nodes a disturbed node cannot measure again alone: its peers would have to start with it.
         not_again = (
             "every node of the run would have to measure again with it"
-            if bench.multinode and self.multi.get("nnodes", 1) > 1
+            if bench.multinode and self.torchrun.get("nnodes", 1) > 1
             else None
         )
         plan = registry.registered(name, "again", needed=False) if run_fn else None

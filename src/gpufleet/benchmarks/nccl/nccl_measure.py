@@ -390,9 +390,9 @@ if __name__ == "__main__":
 
 @registers("nccl", "run")
 def run_nccl(steps) -> dict:
-    """In the node stage (steps: measure.NodeSteps, whose nccl_options place it under torchrun): inside a node of one
+    """In the node stage (steps: measure.NodeSteps, whose torchrun places it): inside a node of one
     GPU there is no collective to measure; the node's InfiniBand ports go with the output."""
-    if steps.gpus == 1 and steps.multi.get("nnodes", 1) == 1:
+    if steps.gpus == 1 and steps.torchrun.get("nnodes", 1) == 1:
         return {"one_gpu": True}
-    out = sampled(lambda: run(steps.depth, **steps.nccl_options))
+    out = sampled(lambda: run(steps.depth, **steps.torchrun))
     return {**out, "host_has_ib": bool(((steps.readings.get("host") or {}).get("infiniband") or {}).get("ports"))}

@@ -265,6 +265,6 @@ def run(
 
 @registers("soak", "run")
 def run_soak(steps, **options) -> dict:
-    """In the node stage (steps: measure.NodeSteps): the soak with the stage's options (soak_options), or those of
+    """In the node stage (steps: measure.NodeSteps): the soak with the stage's options (steps.options["soak"]), or those of
     a run that measures its disturbed or slowed windows again (soak_remeasure.py)."""
-    return run(**(options or steps.soak_options))
+    return run(**(options or steps.options.get("soak") or {}))

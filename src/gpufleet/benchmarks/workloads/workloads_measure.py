@@ -156,4 +156,4 @@ def run(workloads: list[dict], visible: int, *, only: list | None = None, **opti
 def run_workloads(steps, only: list | None = None) -> dict:
     """The site's workloads the profile declares (all, or `only` those to measure again), watched as the others
     (steps: the node's measure.NodeSteps)."""
-    return sampled(lambda: run(steps.profile.get("workloads") or [], steps.gpus, only=only, **steps.multi))
+    return sampled(lambda: run(steps.profile.get("workloads") or [], steps.gpus, only=only, **steps.torchrun))
