@@ -1,7 +1,7 @@
-"""The node's index of the benchmarks: the modules of each benchmark's folder that register how it is measured
-and judged (base/entries.py's ROLES), in the order of the declarations index (benchmarks/__init__.py). Written by
-`make generate` (tools/generate.py) from the folders, never by hand; node/measure.py imports it, so the
-registrations are made there and the import graph shows each of them."""
+"""The node's index of the benchmarks: the modules of each benchmark's folder that register how it is measured,
+judged and its figures read (base/entries.py's ROLES), in the order of the declarations index
+(benchmarks/__init__.py). Written by `make generate` (tools/generate.py) from the folders, never by hand;
+node/measure.py imports it, so the registrations are made there and the import graph shows each of them."""
 
 from gpufleet.benchmarks.matmul import matmul_figures, matmul_judge, matmul_measure  # noqa: F401
 from gpufleet.benchmarks.memory import memory_again, memory_figures, memory_judge, memory_measure  # noqa: F401

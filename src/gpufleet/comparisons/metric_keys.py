@@ -21,7 +21,7 @@ Per node (no GPU): each per-GPU metric again, as its slowest GPU, and
 NCCL size bands: `le_1MiB` (latency-bound), `le_64MiB` (in between) and `gt_64MiB` (bandwidth-bound).
 
 A metric of the whole run (scope `multinode`: every node records the same figure) is `shared`: it is compared
-with the baseline, never node against node. metrics.py reads them out of a host document.
+with the baseline, never node against node. metrics.py reads them out of a host document, each benchmark's own through its `figures`.
 """
 
 from __future__ import annotations
