@@ -80,7 +80,7 @@ def test_a_key_two_benchmarks_declare_is_refused_naming_both(monkeypatch):
         ({"type": "float"}, "threshold 'matmul_spread_pct_max' needs a 'type', one of int, number, str, bool, list"),
         ({"max": "100"}, "threshold 'matmul_spread_pct_max' max = '100'; expected a number"),
         ({"value": 120}, "threshold 'matmul_spread_pct_max' has the default 120; expected a number from 0 to 100"),
-        ({"value": "10"}, "threshold 'matmul_spread_pct_max' has the default '10'; a wrong type"),
+        ({"value": "10"}, "threshold 'matmul_spread_pct_max' has the default '10'; expected number or null"),
     ],
 )
 def test_a_declared_default_outside_its_own_type_or_bounds_is_refused_naming_the_declaration(

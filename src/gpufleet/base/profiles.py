@@ -207,7 +207,8 @@ def load_all(profile_dir: Path | None = None, site_dir: Path | str | None = None
                     f"{places[key]}: threshold '{key}' {bound} = {entry[bound]!r}; "
                     "expected a number, on an int or number threshold only"
                 )
-        why = _bounds_problem(entry, entry["value"]) if _type_ok(entry["type"], entry["value"]) else "a wrong type"
+        ok = _type_ok(entry["type"], entry["value"])
+        why = _bounds_problem(entry, entry["value"]) if ok else f"expected {entry['type']} or null"
         if why:
             raise ProfileError(f"{places[key]}: threshold '{key}' has the default {entry['value']!r}; {why}")
     for name, doc in profiles.items():
