@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 GUIDE = ROOT / "docs" / "adding-checks.md"
 # The places each change may touch, as the guide's headings promise.
 # A file the guide creates in a folder it creates counts once, as that folder.
-MOST_PLACES = {"check": 2, "benchmark": 3, "output": 3}
+MOST_PLACES = {"check": 2, "benchmark": 2, "output": 3}
 # <!-- guide: CHANGE append|create FILE -->  or  <!-- guide: CHANGE after "ANCHOR" FILE -->, then a fenced block.
 DIRECTIVE = re.compile(
     r'<!-- guide: (\w+) (append|create|after "((?:[^"\\]|\\.)*)") (\S+) -->\n```\w*\n(.*?)```', re.DOTALL
@@ -128,9 +128,7 @@ def test_the_guide_touches_no_more_places_than_it_says():
         assert 0 < len(places[change]) <= most, (change, places[change])
     text = GUIDE.read_text()
     assert "## A check: one function and one declaration" in text
-    assert (
-        "## A benchmark: one folder, its threshold and one line" in text and "## An output format: three places" in text
-    )
+    assert "## A benchmark: one folder and one line" in text and "## An output format: three places" in text
 
 
 def generate(root: Path, *args: str) -> subprocess.CompletedProcess:

@@ -31,6 +31,7 @@ from gpufleet.bench import summarize
 from gpufleet.bench.host_watch import HostWatch, Limits
 from gpufleet.benchmarks.memory import memory_judge, memory_measure
 from gpufleet.benchmarks import replay
+from gpufleet.benchmarks.host import host_figures
 from gpufleet.comparisons import metrics
 from gpufleet.comparisons.node import Held
 from gpufleet.comparisons.thresholds import BASE_WARN
@@ -67,7 +68,7 @@ def replayed_run(reports: Path, run: str, profile: dict, *, as_run: str | None =
     doc["results"] = replay.benchmark_results(doc["results"], profile)
     if virtual:
         for r in doc["results"]:
-            if r["check"] in metrics.HOST_CHECKS:
+            if r["check"] in host_figures.HOST_CHECKS:
                 r["detail"]["machine"] = VM
     run_dir = reports / info["run_id"]
     (run_dir / "hosts").mkdir(parents=True)

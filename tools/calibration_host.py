@@ -52,9 +52,7 @@ def host_figures(model: str, rows: list[dict], profile_dir: Path | None, held: d
         first: dict[str, tuple] = {}
         for r in (r for r in members if condition(r) == "clean"):
             found = fleet_metrics.extract(r["document"])["metrics"]
-            mine = [
-                m for m in found if m["key"] in fleet_metrics.HOST_METRICS and m["scope"] == "node" and not m["cpu"]
-            ]
+            mine = [m for m in found if m["key"] in metric_keys.HOST_METRICS and m["scope"] == "node" and not m["cpu"]]
             if not mine:
                 continue
             node = node_of(r, found)

@@ -319,7 +319,7 @@ def with_faults_doc(text: str) -> str:
 
 def node_index(_old: str) -> str:
     """benchmarks/node_index.py: a line a benchmark, in the declarations index's order, importing the modules of its
-    folder that register its measurement and judgement (`@registers`), which node/measure.py imports."""
+    folder that register its measurement, judgement and figures (`@registers`), which node/measure.py imports."""
     lines = []
     for b in registry.BENCHMARKS:
         folder = BENCHMARKS_DIR / b.name
@@ -332,10 +332,10 @@ def node_index(_old: str) -> str:
     return NODE_INDEX_HEAD + "\n".join(lines) + "\n"
 
 
-NODE_INDEX_HEAD = '''"""The node's index of the benchmarks: the modules of each benchmark's folder that register how it is measured
-and judged (base/entries.py's ROLES), in the order of the declarations index (benchmarks/__init__.py). Written by
-`make generate` (tools/generate.py) from the folders, never by hand; node/measure.py imports it, so the
-registrations are made there and the import graph shows each of them."""
+NODE_INDEX_HEAD = '''"""The node's index of the benchmarks: the modules of each benchmark's folder that register how it is measured,
+judged and its figures read (base/entries.py's ROLES), in the order of the declarations index
+(benchmarks/__init__.py). Written by `make generate` (tools/generate.py) from the folders, never by hand;
+node/measure.py imports it, so the registrations are made there and the import graph shows each of them."""
 
 '''
 

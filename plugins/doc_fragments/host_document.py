@@ -17,7 +17,8 @@ options:
     type: str
   thresholds:
     description:
-      - Threshold overrides, key to value (C(gpufleet_thresholds)); keys are those of C(files/profiles/generic.yml).
+      - Threshold overrides, key to value (C(gpufleet_thresholds)); keys are those of C(files/profiles/generic.yml)
+        and of the benchmarks' declarations.
       - An unknown key or a value of the wrong type fails the module with the engine's message naming the key.
     type: dict
   host_name:

@@ -1,7 +1,8 @@
 """The kinds of entry of the registry (registry.py holds the entries): what each declares.
 
 - A check: its name, the group its results carry, the class of its warn and fail (failure_class.py says what
-  each class means), the profile keys it judges against (files/profiles/generic.yml declares each); the function
+  each class means), the profile keys it judges against (files/profiles/generic.yml declares each, or the benchmark
+  whose checks alone judge against it: Threshold); the function
   that makes it is registered by its module (registry.ROLES: `check`). A check whose figure is held against something declares what (`against`), where it is judged (`where`: on the node, or on
   the controller, which alone sees the run's other nodes), how a figure past a limit is confirmed before it warns
   or fails (`confirm`, comparisons/confirm.py: measured again on the node; or, seen only where nobody can measure
@@ -83,6 +84,25 @@ class Benchmark:
     default: bool = False  # in gpufleet_benchmarks' default
     multinode: bool = False  # runs across nodes under torchrun (nnodes > 1)
     watched: bool = True  # a sampler lists its GPUs' processes: its `<name>_processes` result
+    thresholds: tuple[Threshold, ...] = ()  # the profile keys its checks alone judge against, with their defaults
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """A profile key a benchmark declares (its checks alone judge against it): what generic.yml holds of a key shared
+    by several, merged into generic's keys when the profiles load (profiles.load_all)."""
+
+    key: str
+    type: str  # what every value must be: int, number, str, bool or list
+    value: object  # the default; None: no expectation (a model profile or the inventory sets it)
+    source: str  # where the default comes from
+    min: float | None = None  # the bounds of a number, inclusive
+    max: float | None = None
+
+    def entry(self) -> dict:
+        """The key as a profile file holds it."""
+        bounds = {k: v for k, v in (("min", self.min), ("max", self.max)) if v is not None}
+        return {"type": self.type, **bounds, "value": self.value, "source": self.source}
 
 
 @dataclass(frozen=True)
@@ -105,6 +125,7 @@ class Metric:
     per_gpu: bool = False
     words: dict = field(default_factory=dict)  # field -> {value: words}, which also lists the values it may take
     shared_when: tuple[str, str] | None = None  # (field, value): the figure is the whole run's, every node's alike
+    of_host: bool = False  # a figure of the host's own (its CPUs, memory, drives), not of a GPU or its links
 
 
 @dataclass(frozen=True)
@@ -165,6 +186,8 @@ ROLES = {
     "confirm": "`<benchmark>` whose confirmation measures only the figures that asked: fn(output, results, asked, "
     "profile) -> its run's options (with `what`, in words), or None for the whole step",
     "combine": "`<benchmark>` with `again` or `confirm`: fn(first output, again's output) -> output, what is judged",
+    "figures": "`<benchmark>` whose figures the fleet compares: fn(result, figures) reads one of its results' "
+    "figures into a comparisons.metrics.Figures (benchmarks/<name>/<name>_figures.py, which its declaration imports)",
     "render": "`output.<name>`: fn(report) -> str, written to its file (report/pipeline.py)",
     "write": "`output.<name>`: fn(made) -> None, which writes its file itself (report/pipeline.py)",
 }

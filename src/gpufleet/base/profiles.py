@@ -1,10 +1,13 @@
 """Threshold profiles per GPU model, picked from the detected GPU name.
 
 `files/profiles/generic.yml` declares every threshold key with its default and
-source, and bounds numbers with `min` and `max`; a model profile overrides some
-keys; inventory overrides any key (`gpufleet_thresholds`). Unknown keys, wrong
-types and numbers out of bounds (a negative minimum, a fraction over 1) are
-refused with a message that names the file or variable and the key.
+source, and bounds numbers with `min` and `max`, but those of a benchmark alone:
+its declaration holds them (benchmarks/<name>/<name>_declared.py, Threshold),
+merged into generic's here, a key declared twice refused naming both places. A
+model profile overrides some keys; inventory overrides any key
+(`gpufleet_thresholds`). Unknown keys, wrong types and numbers out of bounds (a
+negative minimum, a fraction over 1) are refused with a message that names the
+file or variable and the key.
 
 A site's own profiles (validate.yml's `gpufleet_profile_dir`) come before the
 shipped ones: matched first. Each extends another profile key by key: one of a
@@ -28,14 +31,14 @@ from typing import Any
 
 import yaml
 
-from gpufleet.base import calibration, paths, workload_specs
+from gpufleet.base import calibration, paths, registry, workload_specs
 from gpufleet.base.errors import InputError, did_you_mean
 
 GENERIC = "generic"
 SITE_DIR_ENV = "GPUFLEET_SITE_PROFILE_DIR"
 SITE_TEXTS_ENV = "GPUFLEET_SITE_PROFILES"
 SITE_VARIABLE = "gpufleet_profile_dir"
-UNKNOWN_KEY = f"expected a key of files/profiles/{GENERIC}.yml, which declares every threshold"
+UNKNOWN_KEY = f"expected a key of files/profiles/{GENERIC}.yml or of a benchmark's declaration (docs/inventory.md)"
 
 
 class ProfileError(InputError):
@@ -188,17 +191,26 @@ def load_all(profile_dir: Path | None = None, site_dir: Path | str | None = None
     if GENERIC not in profiles:
         raise ProfileError(f"profile directory {profile_dir} has no {GENERIC}.yml (the base of every profile)")
     base = profiles[GENERIC]["thresholds"]
+    places = {key: f"profile file {profiles[GENERIC]['path']}" for key in base}
+    for key, (place, entry) in declared_thresholds().items():
+        if key in base:
+            raise ProfileError(
+                f"threshold '{key}' is declared twice: in {places[key]} and in {place}; expected it in one of them"
+            )
+        base[key], places[key] = entry, place
     for key, entry in base.items():
         if entry.get("type") not in _TYPES:
-            raise ProfileError(
-                f"profile file {profiles[GENERIC]['path']}: threshold '{key}' needs a 'type', one of {', '.join(_TYPES)}"
-            )
+            raise ProfileError(f"{places[key]}: threshold '{key}' needs a 'type', one of {', '.join(_TYPES)}")
         for bound in ("min", "max"):
             if bound in entry and not (entry["type"] in ("int", "number") and _TYPES["number"](entry[bound])):
                 raise ProfileError(
-                    f"profile file {profiles[GENERIC]['path']}: threshold '{key}' {bound} = {entry[bound]!r}; "
+                    f"{places[key]}: threshold '{key}' {bound} = {entry[bound]!r}; "
                     "expected a number, on an int or number threshold only"
                 )
+        ok = _type_ok(entry["type"], entry["value"])
+        why = _bounds_problem(entry, entry["value"]) if ok else f"expected {entry['type']} or null"
+        if why:
+            raise ProfileError(f"{places[key]}: threshold '{key}' has the default {entry['value']!r}; {why}")
     for name, doc in profiles.items():
         for key, entry in doc["thresholds"].items():
             if key not in base:
@@ -215,6 +227,21 @@ def load_all(profile_dir: Path | None = None, site_dir: Path | str | None = None
                     f"profile file {doc['path']}: threshold '{key}' = {entry['value']!r}; {why} (or null)"
                 )
     return profiles
+
+
+def declared_thresholds() -> dict[str, tuple[str, dict]]:
+    """The profile keys the benchmarks declare (registry.Benchmark.thresholds): key -> (where it is declared, its
+    entry as generic.yml would hold it). A key two benchmarks declare is refused naming both."""
+    out: dict[str, tuple[str, dict]] = {}
+    for b in registry.BENCHMARKS:
+        place = f"benchmark {b.name}'s declaration (benchmarks/{b.name}/{b.name}_declared.py)"
+        for t in b.thresholds:
+            if t.key in out:
+                raise ProfileError(
+                    f"threshold '{t.key}' is declared twice: in {out[t.key][0]} and in {place}; expected it in one of them"
+                )
+            out[t.key] = (place, t.entry())
+    return out
 
 
 def _chain(profiles: dict[str, dict], name: str) -> list[dict]:

@@ -34,6 +34,7 @@ from gpufleet.base.entries import (  # noqa: F401 (the kinds and words every rea
     Check,
     Group,
     Benchmark,
+    Threshold,
     RunTier,
     Metric,
     Output,
@@ -275,6 +276,14 @@ def declare(benchmark: Benchmark, metrics: tuple[Metric, ...] = ()) -> Benchmark
     METRICS += metrics
     _metric_patterns.cache_clear()
     return benchmark
+
+
+def band_of(size_bytes: int) -> str:
+    """The NCCL size band (NCCL_BANDS) a message size falls in."""
+    for band, limit in NCCL_BANDS.items():
+        if limit is None or size_bytes <= limit:
+            return band
+    return list(NCCL_BANDS)[-1]
 
 
 def report_outputs() -> tuple[Output, ...]:

@@ -21,7 +21,7 @@ Per node (no GPU): each per-GPU metric again, as its slowest GPU, and
 NCCL size bands: `le_1MiB` (latency-bound), `le_64MiB` (in between) and `gt_64MiB` (bandwidth-bound).
 
 A metric of the whole run (scope `multinode`: every node records the same figure) is `shared`: it is compared
-with the baseline, never node against node. metrics.py reads them out of a host document.
+with the baseline, never node against node. metrics.py reads them out of a host document, each benchmark's own through its `figures`.
 """
 
 from __future__ import annotations
@@ -33,12 +33,20 @@ from gpufleet.base import registry
 
 # The values of a metric's fields as its declaration words them (registry.METRICS), and the per-GPU keys they make.
 DTYPES = tuple(next(m for m in registry.METRICS if "{dtype}" in m.key).words["dtype"])
-GPU_METRICS = tuple(
-    m.key.format(**dict(zip(m.words, values)))
-    for m in registry.METRICS
-    if m.per_gpu
-    for values in itertools.product(*m.words.values())
-)
+
+
+def _keys(which) -> tuple[str, ...]:
+    """The keys of the declared metrics `which` holds to, each value of each field."""
+    return tuple(
+        m.key.format(**dict(zip(m.words, values)))
+        for m in registry.METRICS
+        if which(m)
+        for values in itertools.product(*m.words.values())
+    )
+
+
+GPU_METRICS = _keys(lambda m: m.per_gpu)
+HOST_METRICS = _keys(lambda m: m.of_host)  # figures of the host's own (comparisons/trusted.py)
 BANDS = tuple(registry.NCCL_BANDS.items())
 BAND_TEXT = registry.BAND_WORDS
 
@@ -73,8 +81,4 @@ def describe(key: str) -> dict:
     }
 
 
-def band_of(size_bytes: int) -> str:
-    for band, limit in BANDS:
-        if limit is None or size_bytes <= limit:
-            return band
-    return BANDS[-1][0]
+band_of = registry.band_of

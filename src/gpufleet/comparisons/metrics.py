@@ -1,13 +1,11 @@
 """The comparable figures of one host document, each with its unit, its GPU and what it may be compared with.
 
-The metric keys and what each means: metric_keys.py. Per GPU (NVML index, uuid, serial): matmul per dtype, HBM
-copy, PCIe copies. Per node (no GPU): each per-GPU metric again, as its slowest GPU (a synchronous job runs at
-the pace of its slowest rank), NCCL busbw per collective and size band, the slowest send/recv pair, the GPT-2
-training gate and the LoRA fine-tune in tokens/s/GPU.
-
-A band's figure is the busbw at the largest size measured in it; that size and the world size are the metric's
-`context`, so a figure is only ever compared with one measured the same way (the same goes for the benchmark
-tier of matmul and memory, the batch of the training gate and the config of the fine-tune).
+The metric keys and what each means: metric_keys.py. Each benchmark reads its own figures out of its results (its
+`figures`, registry.ROLES, in its folder), through Figures below: per GPU (NVML index, uuid, serial) or per node.
+Per node, each per-GPU metric again, as its slowest GPU (a synchronous job runs at the pace of its slowest rank),
+and the LoRA fine-tune in tokens/s/GPU. A figure's `context` says how it was measured (the benchmark tier, a
+size and world size, a batch, the fine-tune's config), so a figure is only ever compared with one measured the
+same way.
 
 Which GPU a CUDA device is: the benchmark's `uuid` per device when it recorded one; otherwise the i-th GPU this
 node can see (the counter snapshots say which are visible), otherwise the i-th GPU of the inventory. The last two
@@ -24,12 +22,13 @@ import re
 from pathlib import PurePath
 from typing import Any
 
-from gpufleet.comparisons.metric_keys import DTYPES, GPU_METRICS, band_of, describe
+from gpufleet.base import registry
+from gpufleet.comparisons.metric_keys import GPU_METRICS, describe
 
 CPU_MARK = "not a performance figure"
 UNSTABLE = ("fell", "disturbed")  # a figure's samples judged so (base.judge): not yet the node's
 SNAPSHOT_CHECKS = ("snapshot_before", "snapshot_after")
-MEMORY_CHECKS = ("hbm_bandwidth", "pcie_h2d_bandwidth", "pcie_d2h_bandwidth")
+BENCHMARK_GROUPS = (registry.BENCHMARK_GROUP, registry.MULTINODE_GROUP)
 FABRIC_CHECKS = ("fabric_before", "fabric_after")
 
 
@@ -181,17 +180,6 @@ def _spread(samples: Any) -> dict | None:
     return {"n": samples.get("n"), "min": lo, "median": mid, "max": hi, "spread_pct": round(float(spread), 2)}
 
 
-def _best_shape_samples(per_shape: Any) -> dict | None:
-    """Before benchmarks kept samples_tflops: the bf16 shape with the best median, whose samples gave the figure."""
-    shapes = per_shape.get("bf16") if isinstance(per_shape, dict) else None
-    good = [
-        s
-        for s in shapes or []
-        if isinstance(s, dict) and isinstance(s.get("tflops"), dict) and _finite(s["tflops"].get("median"))
-    ]
-    return max(good, key=lambda s: s["tflops"]["median"])["tflops"] if good else None
-
-
 def _tier(detail: dict) -> str:
     method = detail.get("method") if isinstance(detail.get("method"), dict) else {}
     return f"tier={method.get('tier')}"
@@ -221,198 +209,82 @@ def _unstable(detail: dict, source: str) -> dict[tuple, str]:
     return out
 
 
-def _matmul(res: dict, mapper: _Mapper, cpu: bool, out: dict) -> None:
-    detail = res.get("detail") or {}
-    intervals = _intervals(detail)
-    per_gpu = detail.get("per_gpu") if isinstance(detail.get("per_gpu"), dict) else {}
-    per_shape = detail.get("per_shape") if isinstance(detail.get("per_shape"), dict) else {}
-    source = "benchmark.matmul_bf16"
-    unstable = _unstable(detail, source)
-    for cuda, figures in sorted(per_gpu.items(), key=lambda kv: _natural(kv[0])):
-        if not isinstance(figures, dict):
-            continue
-        gpu = mapper.gpu(cuda, figures.get("uuid"))
-        for dtype in DTYPES:
-            if _finite(figures.get(dtype)):
-                key = f"matmul_{dtype}_tflops"
-                interval = intervals.get((gpu.get("uuid"), key))
-                why = unstable.get((gpu.get("uuid"), key))
-                out["metrics"].append(
-                    _metric(
-                        key,
-                        figures[dtype],
-                        gpu=gpu,
-                        cpu=cpu,
-                        context=_tier(detail),
-                        source=source,
-                        trust=res.get("trust"),
-                        **({"interval": interval} if interval else {}),
-                        **({"unstable": why} if why else {}),
-                    )
-                )
-        spread = _spread(figures.get("samples_tflops")) or _spread(_best_shape_samples(per_shape.get(cuda)))
-        if spread and _finite(figures.get("bf16")):
-            out["spreads"].append(
-                {
-                    "key": "matmul_bf16_tflops",
-                    "label": "bf16 matmul",
-                    "cpu": cpu,
-                    "source": source,
-                    **{k: gpu.get(k) for k in ("index", "uuid", "serial", "cuda_index", "mapped_by")},
-                    **spread,
-                }
-            )
-
-
-def _memory(res: dict, mapper: _Mapper, cpu: bool, out: dict, memory_results: list[dict]) -> None:
-    detail = res.get("detail") or {}
-    intervals = _intervals(detail)
-    per = detail.get("per_gpu") if isinstance(detail.get("per_gpu"), dict) else {}
-    # The three results share one detail, each judging its own figure's samples: every result's judgement is read.
-    unstable = {
-        k: v for r in memory_results for k, v in _unstable(r.get("detail") or {}, f"benchmark.{r['check']}").items()
-    }
-    parts = (
-        ("hbm", "hbm_copy_gbps", "samples_gbps", "benchmark.hbm_bandwidth"),
-        ("pcie", "h2d_gbps", "samples_h2d_gbps", "benchmark.pcie_h2d_bandwidth"),
-        ("pcie", "d2h_gbps", "samples_d2h_gbps", "benchmark.pcie_d2h_bandwidth"),
-    )
-    for part, field, samples, source in parts:
-        devices = per.get(part) if isinstance(per.get(part), dict) else {}
-        key = field if part == "hbm" else f"pcie_{field}"
-        for cuda, fig in sorted(devices.items(), key=lambda kv: _natural(kv[0])):
-            if not isinstance(fig, dict) or not _finite(fig.get(field)) or fig.get("correct") is False:
-                continue
-            gpu = mapper.gpu(cuda, fig.get("uuid"))
-            interval = intervals.get((gpu.get("uuid"), key))
-            why = unstable.get((gpu.get("uuid"), key))
-            out["metrics"].append(
-                _metric(
-                    key,
-                    fig[field],
-                    gpu=gpu,
-                    cpu=cpu,
-                    context=_tier(detail),
-                    source=source,
-                    trust=res.get("trust"),
-                    **({"interval": interval} if interval else {}),
-                    **({"unstable": why} if why else {}),
-                )
-            )
-            spread = _spread(fig.get(samples))
-            if spread:
-                out["spreads"].append(
-                    {
-                        "key": key,
-                        "label": describe(key)["label"],
-                        "cpu": cpu,
-                        "source": source,
-                        **{k: gpu.get(k) for k in ("index", "uuid", "serial", "cuda_index", "mapped_by")},
-                        **spread,
-                    }
-                )
-
-
-def _nccl(res: dict, scope: str, cpu: bool, out: dict) -> None:
-    detail = res.get("detail") or {}
-    collective = res["check"][len("nccl_") :]
-    rows = [
-        r
-        for r in detail.get("rows") or []
-        if isinstance(r, dict)
-        and r.get("correct", True)
-        and isinstance(r.get("size_bytes"), int)
-        and _finite(r.get("busbw_gbps"))
-    ]
-    best: dict[str, dict] = {}
-    for r in rows:
-        band = band_of(r["size_bytes"])
-        if band not in best or r["size_bytes"] > best[band]["size_bytes"]:
-            best[band] = r
-    for band, r in best.items():
-        out["metrics"].append(
-            _metric(
-                f"nccl_{scope}_{collective}_busbw_gbps_{band}",
-                r["busbw_gbps"],
-                gpu=None,
-                cpu=cpu,
-                context=f"size={r['size_bytes']},world={detail.get('world_size')}",
-                source=f"{res['group']}.{res['check']}",
-                size_bytes=r["size_bytes"],
-                trust=res.get("trust"),
-            )
-        )
-
-
-def _sendrecv(res: dict, cpu: bool, out: dict) -> None:
-    detail = res.get("detail") or {}
-    matrix = detail.get("matrix") if isinstance(detail.get("matrix"), dict) else {}
-    cells = [
-        c.get("gbps") for row in matrix.get("gbps") or [] for c in row or [] if isinstance(c, dict) and c.get("correct")
-    ]
-    cells = [c for c in cells if _finite(c)]
-    if cells:
-        out["metrics"].append(
-            _metric(
-                "nccl_node_sendrecv_gbps",
-                min(cells),
-                gpu=None,
-                cpu=cpu,
-                context=f"size={matrix.get('size_bytes')},world={detail.get('world_size')}",
-                source=f"{res['group']}.{res['check']}",
-            )
-        )
-
-
-def _tokens(res: dict, name: str, scope: str, cpu: bool, out: dict) -> None:
-    detail = res.get("detail") or {}
-    if not _finite(res.get("value")) or res.get("status") == "error":
-        return
-    if name == "train_gpt2":
-        context = f"batch={detail.get('batch_per_gpu')},world={detail.get('world_size')}"
-    else:
-        config = PurePath(str(detail.get("config_path") or "")).name or None
-        context = f"config={config},seq={detail.get('max_seq_length')},world={detail.get('world_size')}"
-    _node_figure(f"{name}_{scope}_tokens_per_s_per_gpu", res, cpu, context, out)
-
-
-def _node_figure(key: str, res: dict, cpu: bool, context: str, out: dict, **extra) -> None:
-    """A node's figure that is a result's value, with its trust."""
-    source = f"{res['group']}.{res['check']}"
-    out["metrics"].append(
-        _metric(key, res["value"], gpu=None, cpu=cpu, context=context, source=source, trust=res.get("trust"), **extra)
-    )
-
-
-# The host's own figures (benchmarks.host.host_judge): check -> metric key.
-HOST_CHECKS = {
-    "host_memory_bandwidth": "host_memory_gbps",
-    "disk_write_bandwidth": "disk_write_gbps",
-    "disk_read_bandwidth": "disk_read_gbps",
-    "data_loader": "loader_tokens_per_s_per_gpu",
-}
-HOST_METRICS = tuple(HOST_CHECKS.values())
-
-
-def _host(res: dict, cpu: bool, out: dict) -> None:
-    """A figure of the host's own (its value: the slowest NUMA node, the drive, the loader), compared only with one
-    measured the same way (the tier; for the drive also the tool and its folder); on a virtual machine it says why
-    the host is one (`virtual`: benchmarks.host's `machine`)."""
-    detail = res.get("detail") or {}
-    if not _finite(res.get("value")) or res.get("status") == "error":
-        return
-    context = _tier(detail)
-    if res["check"].startswith("disk_"):
-        context = (
-            f"tier={(detail.get('method') or {}).get('tier')},tool={detail.get('tool')},at={detail.get('scratch')}"
-        )
-    machine = detail.get("machine") if isinstance(detail.get("machine"), dict) else {}
-    virtual = {"virtual": machine["why"]} if machine.get("virtual") and machine.get("why") else {}
-    _node_figure(HOST_CHECKS[res["check"]], res, cpu, context, out, **virtual)
-
-
 def _natural(text: str) -> list:
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", str(text))]
+
+
+class Figures:
+    """What a benchmark's registered `figures` (registry.ROLES) reads one of its results into: the figures the fleet
+    compares, each a row of extract()'s `metrics` (add), and their samples' spreads (add_spread); the GPU a CUDA
+    device is (gpu), and what each result's detail says of its figures (the static helpers)."""
+
+    finite = staticmethod(_finite)
+    spread = staticmethod(_spread)
+    tier = staticmethod(_tier)
+    unstable = staticmethod(_unstable)
+    natural = staticmethod(_natural)
+
+    def __init__(self, results: list[dict], mapper: _Mapper, out: dict):
+        self.results, self._mapper, self._out, self.cpu = results, mapper, out, False
+
+    def gpu(self, cuda_index: str, uuid: str | None = None) -> dict:
+        return self._mapper.gpu(cuda_index, uuid)
+
+    def add(self, key: str, value: float, *, gpu: dict | None, context: str, source: str, **extra) -> None:
+        self._out["metrics"].append(_metric(key, value, gpu=gpu, cpu=self.cpu, context=context, source=source, **extra))
+
+    def add_gpu_figure(self, key: str, value: float, gpu: dict, res: dict, source: str, unstable: dict) -> None:
+        """A GPU's figure with its result's trust, compared only with one of the same tier, with the 95% interval its
+        samples gave (the result's detail) and why it is not yet the node's (unstable(): its samples' judgement)."""
+        detail = res.get("detail") or {}
+        interval = _intervals(detail).get((gpu.get("uuid"), key))
+        why = unstable.get((gpu.get("uuid"), key))
+        self.add(
+            key,
+            value,
+            gpu=gpu,
+            context=_tier(detail),
+            source=source,
+            trust=res.get("trust"),
+            **({"interval": interval} if interval else {}),
+            **({"unstable": why} if why else {}),
+        )
+
+    def node_figure(self, key: str, res: dict, context: str, **extra) -> None:
+        """A node's figure that is a result's value, with its trust."""
+        self.add(
+            key,
+            res["value"],
+            gpu=None,
+            context=context,
+            source=f"{res['group']}.{res['check']}",
+            trust=res.get("trust"),
+            **extra,
+        )
+
+    def add_spread(self, key: str, spread: dict, gpu: dict, source: str) -> None:
+        """A GPU's samples' spread of figure `key` (spread(): from its samples summary)."""
+        self._out["spreads"].append(
+            {
+                "key": key,
+                "label": describe(key)["label"],
+                "cpu": self.cpu,
+                "source": source,
+                **{k: gpu.get(k) for k in ("index", "uuid", "serial", "cuda_index", "mapped_by")},
+                **spread,
+            }
+        )
+
+
+def _finetune(res: dict, figures: Figures) -> None:
+    """The LoRA fine-tune's tokens/s/GPU (no benchmark: its own playbook), compared only with one of its config."""
+    detail = res.get("detail") or {}
+    if not _finite(res.get("value")) or res.get("status") == "error":
+        return
+    config = PurePath(str(detail.get("config_path") or "")).name or None
+    context = f"config={config},seq={detail.get('max_seq_length')},world={detail.get('world_size')}"
+    scope = "multinode" if (detail.get("nnodes") or 1) > 1 else "node"
+    figures.node_figure(f"finetune_{scope}_tokens_per_s_per_gpu", res, context)
 
 
 def extract(doc_or_results: Any, gpus: list[dict] | None = None) -> dict:
@@ -426,36 +298,22 @@ def extract(doc_or_results: Any, gpus: list[dict] | None = None) -> dict:
     gpus = gpus if gpus is not None else inventory(results)
     mapper = _Mapper(gpus)
     out: dict = {"gpus": gpus, "metrics": [], "spreads": [], "snapshots": snapshots(results), "apart": []}
-    memory_done = False
+    figures = Figures(results, mapper, out)
+    owner = {c.name: b.name for b in registry.BENCHMARKS for c in b.checks}
     for res in results:
         group, check = res.get("group"), res.get("check")
-        if res.get("trust") == "disturbed" and group in ("benchmark", "benchmark_multinode"):
+        if res.get("trust") == "disturbed" and group in BENCHMARK_GROUPS:
             # Measured beside another process: no figure of the node's, compared with nothing (comparisons.trusted).
             out["apart"].append({"source": f"{group}.{check}", "why": str(res.get("reason") or "").split("; ")[0]})
         if res.get("status") == "error" or not isinstance(res.get("detail"), dict):
             continue
-        cpu = is_cpu(res)
-        if group == "benchmark" and check == "matmul_bf16":
-            _matmul(res, mapper, cpu, out)
-        elif group == "benchmark" and check in MEMORY_CHECKS and not memory_done:
-            memory = [r for r in results if r.get("group") == "benchmark" and r.get("check") in MEMORY_CHECKS]
-            _memory(res, mapper, cpu, out, memory)  # the three share one detail: read it once
-            memory_done = True
-        elif group == "benchmark" and check == "nccl_sendrecv":
-            _sendrecv(res, cpu, out)
-        elif (
-            group in ("benchmark", "benchmark_multinode")
-            and str(check).startswith("nccl_")
-            and check not in ("nccl_transport", "nccl_sendrecv")
-        ):
-            _nccl(res, "node" if group == "benchmark" else "multinode", cpu, out)
-        elif group in ("benchmark", "benchmark_multinode") and check == "train_gpt2":
-            _tokens(res, "train_gpt2", "node" if group == "benchmark" else "multinode", cpu, out)
-        elif group == "benchmark" and check in HOST_CHECKS:
-            _host(res, cpu, out)
+        figures.cpu = is_cpu(res)
+        if group in BENCHMARK_GROUPS and check in owner:
+            read = registry.registered(owner[check], "figures", needed=False)
+            if read is not None:
+                read(res, figures)
         elif group == "finetune" and check == "finetune":
-            nnodes = res["detail"].get("nnodes") or 1
-            _tokens(res, "finetune", "multinode" if nnodes > 1 else "node", cpu, out)
+            _finetune(res, figures)
     # The node's figure of a per-GPU metric is its slowest GPU's.
     node_rows = []
     for key in GPU_METRICS:

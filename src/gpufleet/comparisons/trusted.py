@@ -24,7 +24,7 @@ from gpufleet.base.registry import ENVIRONMENT
 from gpufleet.base.schema import INFO
 from gpufleet.comparisons import figure_text
 from gpufleet.comparisons.confirm import BEYOND, NOT_COMPARED
-from gpufleet.comparisons.metrics import HOST_METRICS
+from gpufleet.comparisons.metric_keys import HOST_METRICS
 from gpufleet.comparisons.robust import judge
 from gpufleet.comparisons.thresholds import Thresholds
 

@@ -211,7 +211,9 @@ def figures_before(metrics_by_host: dict[str, dict], store: Any, run_id: str) ->
     """The previous run's host figures of the nodes that are virtual machines (store.node_figures_before): on such a
     node a host figure's drop is the environment's unless it repeats over runs (comparisons/trusted.py)."""
     hosts = [h for h, f in metrics_by_host.items() if any(m.get("virtual") for m in f["metrics"])]
-    return store.node_figures_before(hosts, run_id, list(metrics.HOST_METRICS)) if store is not None and hosts else {}
+    return (
+        store.node_figures_before(hosts, run_id, list(metric_keys.HOST_METRICS)) if store is not None and hosts else {}
+    )
 
 
 def with_before(node_metrics: dict, host: str, before: dict[tuple, dict]) -> dict:

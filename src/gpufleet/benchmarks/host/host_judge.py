@@ -17,7 +17,7 @@ NUMA_KEY = "host_memory_numa_below_pct_max"
 MEMORY_KEY = "host_memory_gbps_min"
 FREE_KEY = "disk_scratch_free_gib_min"
 LOADER_KEY = "loader_tokens_per_s_per_gpu_min"
-# What a GPU of a training job of the seeds' shape eats, tokens a second (the sources in generic.yml, LOADER_KEY).
+# What a GPU of a training job of the seeds' shape eats, tokens a second (the sources: LOADER_KEY in host_declared.py).
 NEEDS = (
     ("GPT-2 124M at llm.c's pace", 468_000, "llm.c on 8 x H100, 1024-token samples: 457 samples/s a GPU"),
     ("the seeds' GPT-2 gate", 41_480, "8 x H100, 512-token samples, batch 8: 81 samples/s a GPU"),

@@ -2,12 +2,38 @@
 
 from __future__ import annotations
 
-from gpufleet.base.registry import GB, HARDWARE, SAMPLED, SAMPLED_FIGURE, Benchmark, Check, Metric, declare
+from gpufleet.base.registry import GB, HARDWARE, SAMPLED, SAMPLED_FIGURE, Benchmark, Check, Metric, Threshold, declare
+
+# The profile keys its checks alone judge against, with their defaults and sources (profiles.load_all merges
+# them into generic.yml's).
+THRESHOLDS = (
+    Threshold(
+        "hbm_copy_gbps_min",
+        "number",
+        None,
+        min=0,
+        source="depends on the GPU model",
+    ),
+    Threshold(
+        "pcie_h2d_gbps_min",
+        "number",
+        None,
+        min=0,
+        source="depends on the host interface",
+    ),
+    Threshold(
+        "pcie_d2h_gbps_min",
+        "number",
+        None,
+        min=0,
+        source="depends on the host interface",
+    ),
+)
 
 # fmt: off
 declare(
     # A confirmation measures again only the figures that asked (one GPU, one way of its link: memory_again.py).
-    Benchmark("memory", run_tiers=("smoke", "acceptance"), default=True, checks=(
+    Benchmark("memory", run_tiers=("smoke", "acceptance"), default=True, thresholds=THRESHOLDS, checks=(
         Check("memory_bandwidth", HARDWARE, text="every HBM and PCIe copy ran and moved the right data"),
         Check("hbm_bandwidth", HARDWARE, ("hbm_copy_gbps_min",) + SAMPLED, **SAMPLED_FIGURE,
               text="HBM copy bandwidth of the slowest GPU"),
@@ -23,3 +49,5 @@ declare(
     ),
 )
 # fmt: on
+
+from gpufleet.benchmarks.memory import memory_figures  # noqa: E402, F401 (registers how the fleet reads its figures)

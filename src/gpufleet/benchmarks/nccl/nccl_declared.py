@@ -16,12 +16,33 @@ from gpufleet.base.registry import (
     Benchmark,
     Check,
     Metric,
+    Threshold,
     declare,
+)
+
+# The profile keys its checks alone judge against, with their defaults and sources (profiles.load_all merges
+# them into generic.yml's).
+THRESHOLDS = (
+    Threshold(
+        "nccl_allreduce_busbw_gbps_min",
+        "number",
+        None,
+        min=0,
+        source="depends on GPU count and fabric",
+    ),
+    Threshold(
+        "nccl_sendrecv_pair_ratio_min",
+        "number",
+        0.8,
+        min=0,
+        max=1,
+        source="project choice; a pair under 80% of the median pair names a slow link",
+    ),
 )
 
 # fmt: off
 declare(
-    Benchmark("nccl", run_tiers=("smoke", "acceptance"), default=True, multinode=True, checks=(
+    Benchmark("nccl", run_tiers=("smoke", "acceptance"), default=True, multinode=True, thresholds=THRESHOLDS, checks=(
         Check("nccl", SOFTWARE, text="the NCCL run ended: a timeout or a crash fails, with the log's tail"),
         Check("nccl_sendrecv", HARDWARE, ("nccl_sendrecv_pair_ratio_min",), against=(SIBLINGS,), **AGAIN,
               text="send/recv bandwidth of every GPU pair: a slow pair names a slow link"),
@@ -42,3 +63,5 @@ declare(
     ),
 )
 # fmt: on
+
+from gpufleet.benchmarks.nccl import nccl_figures  # noqa: E402, F401 (registers how the fleet reads its figures)

@@ -12,12 +12,36 @@ from gpufleet.base.registry import (
     Benchmark,
     Check,
     Metric,
+    Threshold,
     declare,
+)
+
+# The profile keys its checks alone judge against, with their defaults and sources (profiles.load_all merges
+# them into generic.yml's).
+THRESHOLDS = (
+    Threshold(
+        "train_gpt2_tokens_per_s_per_gpu_min",
+        "number",
+        None,
+        min=0,
+        source="depends on the GPU model",
+    ),
+    Threshold(
+        "train_scaling_efficiency_min",
+        "number",
+        0.9,
+        min=0,
+        max=1,
+        source=(
+            "project choice; per-GPU throughput on all of a node's GPUs at least 90% of one GPU's, and across nodes "
+            "at least 90% of the node's own"
+        ),
+    ),
 )
 
 # fmt: off
 declare(
-    Benchmark("train_gpt2", run_tiers=("acceptance",), multinode=True, checks=(
+    Benchmark("train_gpt2", run_tiers=("acceptance",), multinode=True, thresholds=THRESHOLDS, checks=(
         Check("train_gpt2", SOFTWARE, ("train_gpt2_tokens_per_s_per_gpu_min", "bf16_dense_peak_tflops"),
               against=(LIMIT,), **AGAIN,
               text="GPT-2-small training on all the GPUs: tokens/s per GPU, MFU in detail"),
@@ -30,3 +54,5 @@ declare(
     ),
 )
 # fmt: on
+
+from gpufleet.benchmarks.train_gpt2 import train_gpt2_figures  # noqa: E402, F401 (registers how the fleet reads its figures)
