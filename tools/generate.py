@@ -179,6 +179,8 @@ AGAINST = {
 WHERE = {registry.NODE: "on the node", registry.CONTROLLER: "on the controller"}
 CONFIRM = {registry.MEASURED_AGAIN: "measured again", registry.INCONCLUSIVE: "inconclusive"}
 HEAD = ["check", "class", "held against", "[profile keys](../src/gpufleet/base/profiles/generic.yml)", "what it checks"]
+# A benchmark's own keys are declared in its folder; those it shares with others are generic.yml's.
+BENCH_KEYS = "profile keys ([its folder's](../src/gpufleet/benchmarks/), else [generic](../src/gpufleet/base/profiles/generic.yml))"
 
 
 def first_sentence(text: str) -> str:
@@ -257,14 +259,14 @@ def checks_doc() -> list[str]:
         "each with the run tiers that run it; then what is judged beside every step.",
         "",
     ]
-    out += table(benchmark_rows(registry.BENCHMARK_GROUP, False), ["benchmark", *HEAD])
+    out += table(benchmark_rows(registry.BENCHMARK_GROUP, False), ["benchmark", *HEAD[:3], BENCH_KEYS, HEAD[4]])
     out += [
         "### benchmark_multinode",
         "",
         "The same checks of the benchmarks run across every node of the run under torchrun, judged as the node's are.",
         "",
     ]
-    out += table(benchmark_rows(registry.MULTINODE_GROUP, True), ["benchmark", *HEAD[:2], *HEAD[3:]])
+    out += table(benchmark_rows(registry.MULTINODE_GROUP, True), ["benchmark", *HEAD[:2], BENCH_KEYS, HEAD[4]])
     for g in registry.OTHER_GROUPS:
         fns = {c.name: registry.registered(f"{g.name}.{c.name}", "check", needed=False) for c in g.checks}
         out += [f"### {g.name}", ""] + table([check_row(g.name, c, fns[c.name]) for c in g.checks])
