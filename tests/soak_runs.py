@@ -10,6 +10,7 @@ from gpufleet.bench.monitor import SoakSampler
 from gpufleet.benchmarks.soak import soak_judge as soak_check
 from gpufleet.benchmarks.soak import soak_measure as soak
 from gpufleet.benchmarks.soak import soak_outcome as outcome
+from test_fleet_synthetic import COUNTER_NAMES
 
 EPOCH = 1795428000.0  # 2026-11-23T10:00:00Z
 UUID = [
@@ -20,24 +21,8 @@ UUID = [
 ]
 PCI = ["0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0"]
 SERIAL = ["1653724058331", "1653724049352", "1653724049999", "1653724050123"]
-ZERO_COUNTERS = {
-    c: 0
-    for c in (
-        "ecc_corrected_volatile",
-        "ecc_uncorrected_volatile",
-        "ecc_corrected_aggregate",
-        "ecc_uncorrected_aggregate",
-        "row_remap_correctable",
-        "row_remap_uncorrectable",
-        "row_remap_pending",
-        "row_remap_failure",
-        "nvlink_crc_data",
-        "nvlink_crc_flit",
-        "nvlink_replay",
-        "nvlink_recovery",
-        "pcie_replay",
-    )
-}
+# Every cumulative counter a GPU reports (test_fleet_synthetic.py names them), at zero; the Xid count is kept apart.
+ZERO_COUNTERS = {c: 0 for c in COUNTER_NAMES if c != "xid"}
 
 
 def bursts(values_per_window: list, window_s: float, scale: float, per_window: int = 6) -> list:
